@@ -1,0 +1,178 @@
+# tensord: plain Makefile. Optional parts switch with variables:
+#   CUDA=auto|yes|no               build the CUDA backend (headers only; libcuda is dlopen'ed at run time)
+#   SANITIZER=address,undefined    build with sanitizers (into their own BUILD dir by default)
+#   CI=true                        adds -Werror
+#   PREFIX=/usr/local DESTDIR=     install locations
+VERSION    := 0.1.0
+PREFIX     ?= /usr/local
+DESTDIR    ?=
+CC         ?= cc
+CLANG      ?= clang
+PYTHON     ?= /usr/bin/python3
+CUDA       ?= auto
+CUDA_PATH  ?= /usr/local/cuda
+SANITIZER  ?=
+FUZZ_SECONDS ?= 10
+
+ifeq ($(SANITIZER),)
+BUILD      ?= build
+else
+BUILD      ?= build/san-$(subst $(comma),-,$(SANITIZER))
+endif
+comma := ,
+
+PKGS       := libmicrohttpd liburing jansson
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+
+# CUDA=auto builds the CUDA parts when the toolkit's cuda.h is present.
+ifeq ($(CUDA),auto)
+  ifneq ($(wildcard $(CUDA_PATH)/include/cuda.h),)
+    WITH_CUDA := 1
+  else
+    WITH_CUDA := 0
+  endif
+else ifeq ($(CUDA),yes)
+  WITH_CUDA := 1
+  ifeq ($(wildcard $(CUDA_PATH)/include/cuda.h),)
+    $(error CUDA=yes but $(CUDA_PATH)/include/cuda.h does not exist; set CUDA_PATH)
+  endif
+else
+  WITH_CUDA := 0
+endif
+
+WARN     := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
+            -Wpointer-arith -Wformat=2 -Wvla
+ifneq ($(CI),)
+WARN     += -Werror
+endif
+OPT      ?= -O2
+CFLAGS   ?= $(OPT) -g
+CPPFLAGS += -D_GNU_SOURCE -DTENSORD_VERSION='"$(VERSION)"' -Icore -Iserver -Iclient
+ALL_CFLAGS = -std=c11 -pthread -fno-strict-aliasing $(WARN) $(CFLAGS) $(PKG_CFLAGS)
+LDLIBS   += $(PKG_LIBS) -ldl -lpthread -lm
+
+ifeq ($(WITH_CUDA),1)
+CPPFLAGS += -DTENSORD_CUDA=1 -isystem $(CUDA_PATH)/include
+endif
+ifneq ($(SANITIZER),)
+ALL_CFLAGS += -fsanitize=$(SANITIZER) -fno-omit-frame-pointer -fno-sanitize-recover=all
+LDFLAGS    += -fsanitize=$(SANITIZER)
+endif
+
+# Sources: every core/*.c is part of the library; files ending in _cuda.c
+# only when CUDA is on.
+CORE_SRC   := $(filter-out %_cuda.c,$(wildcard core/*.c))
+ifeq ($(WITH_CUDA),1)
+CORE_SRC   += $(wildcard core/*_cuda.c)
+endif
+SERVER_SRC := $(wildcard server/*.c)
+CLIENT_SRC := $(filter-out %_cuda.c client/cli.c,$(wildcard client/*.c))
+ifeq ($(WITH_CUDA),1)
+CLIENT_SRC += $(wildcard client/*_cuda.c)
+endif
+UNIT_SRC   := $(wildcard tests/unit/test_*.c)
+FUZZ_SRC   := $(wildcard tests/fuzz/fuzz_*.c)
+
+CORE_OBJ   := $(CORE_SRC:%.c=$(BUILD)/obj/%.o)
+SERVER_OBJ := $(SERVER_SRC:%.c=$(BUILD)/obj/%.o)
+SERVER_LIB_OBJ := $(filter-out $(BUILD)/obj/server/main.o,$(SERVER_OBJ))
+CLIENT_OBJ := $(CLIENT_SRC:%.c=$(BUILD)/obj/%.o)
+UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
+FUZZ_BIN   := $(FUZZ_SRC:tests/fuzz/%.c=build/fuzz/%)
+
+.PHONY: all deps run test unit fuzz fuzz-smoke install clean integration print-% bench soak tsan-test
+all: $(BUILD)/tensord $(BUILD)/libtensord-client.so $(BUILD)/tensord-client
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/libtensord-core.a: $(CORE_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/tensord: $(SERVER_OBJ) $(BUILD)/libtensord-core.a
+	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# The client library is position-independent and links only libc (+dl for CUDA).
+CLIENT_PIC_OBJ := $(CLIENT_SRC:%.c=$(BUILD)/pic/%.o)
+$(BUILD)/pic/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -fPIC -fvisibility=hidden -MMD -MP -c $< -o $@
+$(BUILD)/libtensord-client.so: $(CLIENT_PIC_OBJ) $(BUILD)/pic/core/util.o
+	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -shared -Wl,-soname,libtensord-client.so.0 -o $@ $^ -ldl -lpthread
+$(BUILD)/tensord-client: $(BUILD)/obj/client/cli.o $(CLIENT_OBJ) $(BUILD)/libtensord-core.a
+	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/tests/%: tests/unit/%.c $(SERVER_LIB_OBJ) $(CLIENT_OBJ) $(BUILD)/libtensord-core.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) -Itests/unit $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+unit: $(UNIT_BIN)
+	@$(PYTHON) tests/run_unit.py $(UNIT_BIN)
+
+# libFuzzer targets are built with clang into build/fuzz, from the sources
+# directly (they need -fsanitize=fuzzer on every object for coverage).
+FUZZ_FLAGS := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
+build/fuzz/%: tests/fuzz/%.c $(CORE_SRC) $(filter-out server/main.c,$(SERVER_SRC)) $(CLIENT_SRC)
+	@mkdir -p $(dir $@)
+	$(CLANG) $(CPPFLAGS) -std=c11 -pthread $(PKG_CFLAGS) $(FUZZ_FLAGS) -o $@ $^ $(LDLIBS)
+
+fuzz-build: $(FUZZ_BIN)
+# Short smoke run of every target plus a replay of past crash inputs.
+fuzz-smoke: $(FUZZ_BIN)
+	@$(PYTHON) tests/fuzz/run.py --seconds $(FUZZ_SMOKE_SECONDS) $(FUZZ_BIN)
+FUZZ_SMOKE_SECONDS ?= 5
+fuzz: $(FUZZ_BIN)
+	@$(PYTHON) tests/fuzz/run.py --seconds $(FUZZ_SECONDS) $(FUZZ_BIN)
+
+# Debian packages the build, the tests and the benchmarks need. Installed
+# only when missing, so `make test` on a provisioned machine does not touch apt.
+DEB_PKGS := build-essential pkg-config libmicrohttpd-dev liburing-dev libjansson-dev \
+            libdlpack-dev clang libclang-rt-14-dev python3-numpy python3-pytest curl \
+            prometheus systemd nginx-light wrk
+deps:
+	@missing=$$(for p in $(DEB_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:" $$missing; \
+	  SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+
+run: deps
+	@$(MAKE) --no-print-directory all
+	@$(PYTHON) tests/gen/gen_models.py --demo models
+	@echo
+	@echo "tensord is starting on http://127.0.0.1:8077 serving ./models. Try:"
+	@echo "  curl -s localhost:8077/v1/models"
+	@echo "  curl -s localhost:8077/v1/models/demo-f32/header"
+	@echo "  curl -s localhost:8077/v1/models/demo-f32/tensors/embed.weight -o embed.bin"
+	@echo "  curl -s 'localhost:8077/v1/models/demo-f32/tensors/embed.weight?slice=0:2,1:3&format=npy' -o slice.npy"
+	@echo "  curl -s -H 'Range: bytes=0-7' localhost:8077/v1/models/demo-sharded/files/model-00001-of-00002.safetensors | xxd"
+	@echo
+	exec $(BUILD)/tensord serve --models models --listen 127.0.0.1:8077
+
+test: deps
+	@$(PYTHON) tests/run_all.py
+
+integration: all
+	@$(PYTHON) -m pytest -q tests/integration
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include
+	install -m 0755 $(BUILD)/tensord $(BUILD)/tensord-client $(DESTDIR)$(PREFIX)/bin/
+	install -m 0755 $(BUILD)/libtensord-client.so $(DESTDIR)$(PREFIX)/lib/libtensord-client.so.0
+	ln -sf libtensord-client.so.0 $(DESTDIR)$(PREFIX)/lib/libtensord-client.so
+	install -m 0644 client/tensord_client.h $(DESTDIR)$(PREFIX)/include/
+	@if [ -f docs/tensord.8 ]; then install -d $(DESTDIR)$(PREFIX)/share/man/man8 && install -m 0644 docs/tensord.8 $(DESTDIR)$(PREFIX)/share/man/man8/; fi
+	@if [ -f config/tensord.conf ]; then install -d $(DESTDIR)$(PREFIX)/etc/tensord && install -m 0644 config/tensord.conf $(DESTDIR)$(PREFIX)/etc/tensord/; fi
+	@if [ -f systemd/tensord.service ]; then install -d $(DESTDIR)$(PREFIX)/lib/systemd/system && install -m 0644 systemd/tensord.service $(DESTDIR)$(PREFIX)/lib/systemd/system/; fi
+
+clean:
+	rm -rf build
+
+print-%:
+	@echo $($*)
+
+-include $(shell find $(BUILD)/obj $(BUILD)/pic -name '*.d' 2>/dev/null)

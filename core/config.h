@@ -1,0 +1,60 @@
+/* config: every option in one typed, range-checked table.
+ *
+ * Precedence: built-in defaults < config file < command line. The parser
+ * reads from memory (so it can be fuzzed) and stops at the first bad value
+ * with a message naming the file, the line and the option. */
+#ifndef TENSORD_CONFIG_H
+#define TENSORD_CONFIG_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#define CONFIG_MAX_PRELOAD 64
+#define CONFIG_MAX_IDS 64
+
+struct config {
+    /* [server] */
+    char *models;                   /* models root */
+    char *listen;                   /* ADDR:PORT, [v6]:PORT */
+    unsigned threads;               /* HTTP worker threads, 0 = one per CPU */
+    unsigned max_connections;       /* total; beyond it new connections get 503 */
+    unsigned max_connections_per_ip;/* 0 = unlimited */
+    unsigned connection_timeout;    /* idle seconds before a connection is closed */
+    unsigned max_request_header_bytes; /* URL + headers per request (431 beyond) */
+    unsigned max_ranges;            /* parts in one multipart/byteranges answer */
+    uint64_t max_slice_bytes;       /* largest slice answer, 413 beyond; 0 = unlimited */
+    int watch;                      /* rescan on inotify events in the models root */
+    /* [log] */
+    char *access_log;               /* "-" = stderr, "off", or a path */
+    char *log_level;                /* error, warn, info, debug */
+    /* [security] */
+    char *auth_token_file;          /* tokens file; empty = no authentication */
+    char *tls_cert, *tls_key;       /* PEM paths; both set = HTTPS */
+    /* [gpu] */
+    char *ipc_socket;               /* Unix socket path for leases */
+    unsigned n_preload;
+    char *preload[CONFIG_MAX_PRELOAD]; /* "MODEL@DEVICE" */
+    unsigned n_allow_uids, n_allow_gids;
+    uint32_t allow_uids[CONFIG_MAX_IDS], allow_gids[CONFIG_MAX_IDS];
+    int legacy_ipc;                 /* also export cudaIpcMemHandle_t per allocation */
+    int verify;                     /* compare device bytes with the file before ready */
+    unsigned staging_buffers;       /* pinned staging ring depth */
+    uint64_t staging_buffer_bytes;  /* size of each staging buffer */
+};
+
+/* Fills cfg with the built-in defaults (strings are heap copies). */
+void config_defaults(struct config *cfg);
+/* Applies the INI text buf[0..len) labelled `file`. Returns 0, or -1 with
+ * "FILE:LINE: option: reason" in errbuf. */
+int config_load_buffer(struct config *cfg, const char *buf, size_t len, const char *file,
+                       char *errbuf, size_t errlen);
+/* Reads path and applies it as config_load_buffer does. */
+int config_load_file(struct config *cfg, const char *path, char *errbuf, size_t errlen);
+/* Sets one option by its name (command-line overrides). Returns 0 or -1 with errbuf. */
+int config_set(struct config *cfg, const char *name, const char *value, char *errbuf,
+               size_t errlen);
+/* Prints the effective configuration as a loadable INI file. */
+void config_print(const struct config *cfg, FILE *out);
+void config_free(struct config *cfg);
+
+#endif

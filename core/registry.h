@@ -1,0 +1,96 @@
+/* registry: the models root scanned into an immutable, refcounted snapshot.
+ *
+ * A snapshot is built once by registry_scan and never changes; lookups are
+ * O(1) hash lookups without locks. Reloads build a new snapshot and swap it
+ * into a registry_holder; requests that hold the old one finish on it and the
+ * last registry_unref frees it (closing its file descriptors). Invalid files
+ * and models are recorded with their error, never fatal. */
+#ifndef TENSORD_REGISTRY_H
+#define TENSORD_REGISTRY_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fileio.h"
+#include "st_error.h"
+#include "st_header.h"
+
+struct reg_file {
+    char *name;                /* path relative to the model directory, '/'-separated */
+    int fd;                    /* open for the snapshot's lifetime; -1 if it could not be opened */
+    struct fileio_stat st;
+    char etag[FILEIO_ETAG_MAX];
+    int is_safetensors;        /* name ends in ".safetensors" */
+    struct st_header *header;  /* parsed header; NULL for plain or invalid files */
+    uint64_t data_start;       /* file offset of the data buffer: 8 + header_len */
+    struct st_error error;     /* code != ST_OK when this file is invalid */
+};
+
+struct reg_tensor {
+    const struct st_tensor *t; /* points into file->header */
+    const struct reg_file *file;
+};
+
+enum model_state { MODEL_READY, MODEL_INVALID };
+
+struct reg_model {
+    char *name;                /* relative to the root, '/'-separated; "NAME" for NAME.safetensors at the root */
+    int dirfd;                 /* the model's directory (the root for single-file models) */
+    enum model_state state;
+    struct st_error error;     /* why the model is invalid */
+    int sharded;               /* has a *.safetensors.index.json */
+    const struct reg_file *index_file; /* the index among files, or NULL */
+    size_t n_files;
+    struct reg_file *files;    /* sorted by name; every regular file served for this model */
+    size_t n_tensors;
+    struct reg_tensor *tensors;/* sorted by (file, begin) */
+    uint64_t tensor_bytes;     /* sum of tensor sizes */
+    struct strmap *by_tensor;  /* name -> struct reg_tensor * */
+    struct strmap *by_file;    /* name -> struct reg_file * */
+};
+
+struct registry {
+    atomic_uint refs;
+    char *root;                /* realpath of the models root */
+    uint64_t generation;       /* given by the caller, bumps on every reload */
+    int64_t scanned_at;        /* wall-clock seconds of the scan */
+    uint64_t scan_ns;          /* how long the scan took */
+    size_t n_models;
+    struct reg_model **models; /* sorted by name */
+    struct strmap *by_name;
+    size_t n_files, n_tensors, n_invalid;
+    uint64_t bytes;            /* sum of served file sizes */
+};
+
+struct registry_scan_opts {
+    unsigned max_depth;        /* directory levels below the root; 0 means 16 */
+};
+
+/* Scans root. Returns a snapshot with one reference the caller owns, or NULL
+ * with err set when the root itself cannot be opened. */
+struct registry *registry_scan(const char *root, uint64_t generation,
+                               const struct registry_scan_opts *opts, struct st_error *err);
+
+const struct reg_model *registry_find_model(const struct registry *r, const char *name, size_t len);
+const struct reg_tensor *registry_find_tensor(const struct reg_model *m, const char *name, size_t len);
+const struct reg_file *registry_find_file(const struct reg_model *m, const char *name, size_t len);
+
+struct registry *registry_ref(struct registry *r);
+void registry_unref(struct registry *r);
+
+/* Holds the current snapshot for concurrent readers. */
+struct registry_holder {
+    pthread_mutex_t lock;      /* guards cur while a reader takes its reference */
+    struct registry *cur;
+};
+
+void registry_holder_init(struct registry_holder *h, struct registry *initial);
+/* Returns the current snapshot with a new reference (release with registry_unref), or NULL. */
+struct registry *registry_holder_acquire(struct registry_holder *h);
+/* Installs next (taking over the caller's reference) and drops the holder's reference to the old one. */
+void registry_holder_swap(struct registry_holder *h, struct registry *next);
+void registry_holder_destroy(struct registry_holder *h);
+
+#endif

@@ -1,0 +1,51 @@
+/* slice: NumPy basic indexing over a tensor, planned as equal-length runs.
+ *
+ * A slice of a row-major tensor is a regular grid: after coalescing the
+ * trailing dimensions that are taken whole, every contiguous run of source
+ * bytes has the same length, and run k's source offset follows from k by a
+ * mixed-radix decomposition. So the plan is O(ndim) in size whatever the
+ * slice, and any output byte maps to its source byte in O(ndim): a 4 GB slice
+ * is streamed without materialising anything. */
+#ifndef TENSORD_SLICE_H
+#define TENSORD_SLICE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "dtype.h"
+#include "st_header.h" /* ST_MAX_NDIM */
+
+struct slice_plan {
+    uint32_t ndim;                      /* dimensions of the result (integer indices drop theirs) */
+    uint64_t shape[ST_MAX_NDIM];        /* result shape */
+    uint64_t nelems;                    /* elements in the result */
+    uint64_t nbytes;                    /* packed result size */
+    uint64_t run_bytes;                 /* bytes in each contiguous source run (> 0 unless nbytes == 0) */
+    uint64_t n_runs;                    /* nbytes / run_bytes */
+    uint64_t base;                      /* source offset of run 0, relative to the tensor's first byte */
+    uint32_t n_outer;                   /* dimensions that enumerate runs, outermost first */
+    uint64_t outer_count[ST_MAX_NDIM];  /* runs along each of them */
+    uint64_t outer_stride[ST_MAX_NDIM]; /* source bytes between consecutive runs along each */
+};
+
+/* Parses spec[0..len) (e.g. "0,2:10:2,-1") against a tensor of dtype dt and
+ * shape[0..ndim) and fills *plan. Returns 0, or -1 with a message in errbuf
+ * naming the dimension and the reason (out of range, step <= 0, too many
+ * indices, syntax, a cut that is not on a byte boundary for sub-byte dtypes). */
+int slice_plan_build(const char *spec, size_t len, enum dtype dt, uint32_t ndim,
+                     const uint64_t *shape, struct slice_plan *plan, char *errbuf,
+                     size_t errlen);
+
+/* Source offset (relative to the tensor's first byte) of run k < n_runs. */
+uint64_t slice_run_offset(const struct slice_plan *plan, uint64_t k);
+
+/* Copies output bytes [off, off + len) of the slice into buf, reading the
+ * tensor whose first byte is at file offset tensor_off in fd. Reads are
+ * batched (a window covering several short runs is read with one pread and
+ * gathered) so narrow column slices do not cost one syscall per element.
+ * Returns 0 or a negative errno (-ENODATA if the file was truncated). */
+int slice_read(const struct slice_plan *plan, int fd, uint64_t tensor_off, uint64_t off,
+               void *buf, size_t len);
+
+#endif

@@ -1,0 +1,60 @@
+#include "st_error.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+
+static const char *const names[ST_STATUS_COUNT] = {
+    [ST_OK] = "ok",
+    [ST_ERR_IO] = "io_error",
+    [ST_ERR_HEADER_TOO_SMALL] = "header_too_small",
+    [ST_ERR_HEADER_EMPTY] = "header_empty",
+    [ST_ERR_HEADER_TOO_LARGE] = "header_too_large",
+    [ST_ERR_HEADER_LENGTH] = "invalid_header_length",
+    [ST_ERR_UTF8] = "invalid_utf8",
+    [ST_ERR_HEADER_START] = "invalid_header_start",
+    [ST_ERR_DEPTH] = "nesting_too_deep",
+    [ST_ERR_JSON] = "invalid_json",
+    [ST_ERR_DUPLICATE_KEY] = "duplicate_key",
+    [ST_ERR_NOT_OBJECT] = "header_not_object",
+    [ST_ERR_METADATA] = "invalid_metadata",
+    [ST_ERR_TENSOR_INFO] = "invalid_tensor_info",
+    [ST_ERR_UNKNOWN_FIELD] = "unknown_field",
+    [ST_ERR_DTYPE] = "unknown_dtype",
+    [ST_ERR_SHAPE] = "invalid_shape",
+    [ST_ERR_OFFSETS] = "invalid_data_offsets",
+    [ST_ERR_OVERFLOW] = "size_overflow",
+    [ST_ERR_MISALIGNED] = "misaligned_size",
+    [ST_ERR_SIZE_MISMATCH] = "size_mismatch",
+    [ST_ERR_INVALID_OFFSET] = "invalid_offset",
+    [ST_ERR_DATA_LENGTH] = "data_length_mismatch",
+    [ST_ERR_INDEX_JSON] = "index_invalid_json",
+    [ST_ERR_INDEX_SHAPE] = "index_invalid_shape",
+    [ST_ERR_INDEX_SHARD_PATH] = "index_bad_shard_path",
+    [ST_ERR_INDEX_EMPTY] = "index_empty",
+    [ST_ERR_SHARD_MISSING] = "shard_missing",
+    [ST_ERR_SHARD_INVALID] = "shard_invalid",
+    [ST_ERR_TENSOR_NOT_IN_SHARD] = "tensor_not_in_shard",
+    [ST_ERR_TENSOR_NOT_IN_INDEX] = "tensor_not_in_index",
+    [ST_ERR_DUPLICATE_TENSOR] = "duplicate_tensor",
+    [ST_ERR_MULTIPLE_INDEXES] = "multiple_indexes",
+    [ST_ERR_NAME_CONFLICT] = "name_conflict",
+};
+
+const char *st_status_name(enum st_status s)
+{
+    if ((int)s < 0 || s >= ST_STATUS_COUNT || !names[s])
+        return "unknown_error";
+    return names[s];
+}
+
+enum st_status st_error_set(struct st_error *err, enum st_status code, const char *fmt, ...)
+{
+    if (err) {
+        va_list ap;
+        err->code = code;
+        va_start(ap, fmt);
+        vsnprintf(err->message, sizeof(err->message), fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}

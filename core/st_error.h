@@ -1,0 +1,62 @@
+/* st_error: the one error enum shared by every parser and the registry,
+ * with a message that names the file, the tensor and the offending value.
+ * Users see the message verbatim; the name (st_status_name) is the stable
+ * machine-readable code. */
+#ifndef TENSORD_ST_ERROR_H
+#define TENSORD_ST_ERROR_H
+
+enum st_status {
+    ST_OK = 0,
+    ST_ERR_IO,                 /* read/open/stat failed (errno in the message) */
+    /* safetensors files, in the order the reference crate checks them */
+    ST_ERR_HEADER_TOO_SMALL,   /* file shorter than the 8-byte length prefix */
+    ST_ERR_HEADER_EMPTY,       /* N == 0 */
+    ST_ERR_HEADER_TOO_LARGE,   /* N > 100,000,000 */
+    ST_ERR_HEADER_LENGTH,      /* 8 + N beyond the end of the file */
+    ST_ERR_UTF8,               /* header bytes are not UTF-8 */
+    ST_ERR_HEADER_START,       /* first non-whitespace byte is not '{' */
+    ST_ERR_DEPTH,              /* nesting deeper than ST_MAX_DEPTH */
+    ST_ERR_JSON,               /* not JSON, or bytes after the value */
+    ST_ERR_DUPLICATE_KEY,      /* a key appears twice in one object */
+    ST_ERR_NOT_OBJECT,         /* top level is not an object */
+    ST_ERR_METADATA,           /* __metadata__ not a string-to-string object */
+    ST_ERR_TENSOR_INFO,        /* tensor entry not an object / field missing / wrong type */
+    ST_ERR_UNKNOWN_FIELD,      /* a field other than dtype, shape, data_offsets */
+    ST_ERR_DTYPE,              /* unknown dtype */
+    ST_ERR_SHAPE,              /* shape not an array of unsigned integers (or > ST_MAX_NDIM) */
+    ST_ERR_OFFSETS,            /* data_offsets not two unsigned integers with begin <= end */
+    ST_ERR_OVERFLOW,           /* element count or bit size overflows 64 bits */
+    ST_ERR_MISALIGNED,         /* element count * bits not a multiple of 8 */
+    ST_ERR_SIZE_MISMATCH,      /* end - begin differs from the size shape and dtype give */
+    ST_ERR_INVALID_OFFSET,     /* sorted offsets do not start at 0 or leave a hole/overlap */
+    ST_ERR_DATA_LENGTH,        /* last end differs from the data length (truncated or trailing bytes) */
+    /* sharded index files */
+    ST_ERR_INDEX_JSON,         /* index not UTF-8 JSON, duplicate key, too deep, too large */
+    ST_ERR_INDEX_SHAPE,        /* top level not an object, weight_map missing/not string->string, metadata not an object */
+    ST_ERR_INDEX_SHARD_PATH,   /* shard path absolute, with "..", "." or empty components, backslash or NUL */
+    ST_ERR_INDEX_EMPTY,        /* weight_map has no entries */
+    /* models (registry cross-checks) */
+    ST_ERR_SHARD_MISSING,      /* the index names a shard that does not exist or is not a regular file */
+    ST_ERR_SHARD_INVALID,      /* a shard failed validation (the shard's own message follows) */
+    ST_ERR_TENSOR_NOT_IN_SHARD,/* the index maps a tensor to a shard that lacks it */
+    ST_ERR_TENSOR_NOT_IN_INDEX,/* a shard holds a tensor the index does not map to it */
+    ST_ERR_DUPLICATE_TENSOR,   /* a tensor name appears in two files of one model */
+    ST_ERR_MULTIPLE_INDEXES,   /* several *.safetensors.index.json in one directory */
+    ST_ERR_NAME_CONFLICT,      /* NAME.safetensors at the root and a directory NAME/ */
+    ST_STATUS_COUNT
+};
+
+struct st_error {
+    enum st_status code;
+    char message[512];
+};
+
+/* Stable machine-readable name of a status, e.g. "invalid_offset". */
+const char *st_status_name(enum st_status s);
+
+/* Fills err (when non-NULL) and returns code, so callers can write
+ * `return st_error_set(err, ST_ERR_DTYPE, "...", ...);`. */
+enum st_status st_error_set(struct st_error *err, enum st_status code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+#endif

@@ -1,0 +1,37 @@
+/* st_index: sharded-model index (*.safetensors.index.json) parsing.
+ *
+ * Checks the index on its own (shape of the JSON, shard names that stay in
+ * the model directory); the registry cross-checks it against the shards. */
+#ifndef TENSORD_ST_INDEX_H
+#define TENSORD_ST_INDEX_H
+
+#include <stddef.h>
+
+#include "st_error.h"
+
+#define ST_INDEX_MAX_LEN 100000000ULL
+
+struct st_index_entry {
+    const char *tensor; /* owned by the index */
+    const char *shard;  /* owned by the index; equal names share one pointer */
+};
+
+struct st_index {
+    size_t n_entries;
+    struct st_index_entry *entries; /* in file order */
+    size_t n_shards;
+    const char **shards;            /* distinct shard names, sorted */
+    char *metadata_json;            /* the "metadata" object re-encoded compactly, or NULL */
+    void *arena;
+};
+
+/* Parses json[0..len); `file` labels messages. ST_OK and a new index in *out
+ * (caller frees with st_index_free), or an ST_ERR_INDEX_* code with err filled. */
+enum st_status st_index_parse(const char *json, size_t len, const char *file,
+                              struct st_index **out, struct st_error *err);
+void st_index_free(struct st_index *idx);
+
+/* Returns 1 when `path` is a safe relative path that stays inside the model directory. */
+int st_index_path_ok(const char *path);
+
+#endif

@@ -1,0 +1,20 @@
+/* strmap: open-addressing hash map from byte strings to pointers. Built once
+ * (snapshot construction), then read concurrently without locks. */
+#ifndef TENSORD_STRMAP_H
+#define TENSORD_STRMAP_H
+
+#include <stddef.h>
+
+struct strmap;
+
+/* Returns a new empty map sized for about `expected` entries. */
+struct strmap *strmap_new(size_t expected);
+/* Keys are not copied: they must outlive the map. Returns 0, or -1 when the
+ * key is already present (the map is unchanged). */
+int strmap_put(struct strmap *m, const char *key, size_t len, void *value);
+/* Returns the value or NULL. */
+void *strmap_get(const struct strmap *m, const char *key, size_t len);
+size_t strmap_count(const struct strmap *m);
+void strmap_free(struct strmap *m);
+
+#endif

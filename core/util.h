@@ -1,0 +1,41 @@
+/* util: allocation wrappers that abort on OOM, small string helpers. */
+#ifndef TENSORD_UTIL_H
+#define TENSORD_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+/* Small allocations abort on failure (one place to report it); large data
+ * never goes through malloc (it stays in files and goes out with sendfile). */
+void *xmalloc(size_t n);
+void *xcalloc(size_t n, size_t size);
+void *xrealloc(void *p, size_t n);
+/* Returns a NUL-terminated copy of s[0..n), caller frees. */
+char *xstrndup(const char *s, size_t n);
+char *xstrdup(const char *s);
+/* printf into a new string, caller frees. */
+char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Checked arithmetic: return 0 on success, -1 on overflow. */
+static inline int u64_mul(uint64_t a, uint64_t b, uint64_t *out)
+{
+    return __builtin_mul_overflow(a, b, out) ? -1 : 0;
+}
+static inline int u64_add(uint64_t a, uint64_t b, uint64_t *out)
+{
+    return __builtin_add_overflow(a, b, out) ? -1 : 0;
+}
+
+/* 64-bit FNV-1a, used for hash tables and ETag derivation. */
+uint64_t hash_fnv1a(const void *data, size_t len, uint64_t seed);
+#define HASH_FNV_SEED 0xcbf29ce484222325ULL
+
+/* Returns 1 when s[0..n) is well-formed UTF-8 (no overlongs, no surrogates). */
+int utf8_valid(const char *s, size_t n);
+
+/* Monotonic clock in nanoseconds. */
+uint64_t time_mono_ns(void);
+
+#endif

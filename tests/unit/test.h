@@ -1,0 +1,73 @@
+/* Minimal unit-test harness: each tests/unit/test_*.c defines tests with
+ * TEST(name) and lists them in main via RUN(name); the binary prints
+ * "N passed, N failed" and exits non-zero on any failure. */
+#ifndef TENSORD_TEST_H
+#define TENSORD_TEST_H
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+static int test_failed_flag;
+static int tests_passed, tests_failed;
+
+#define TEST(name) static void test_##name(void)
+
+#define CHECK(cond)                                                              \
+    do {                                                                         \
+        if (!(cond)) {                                                           \
+            fprintf(stderr, "  %s:%d: CHECK failed: %s\n", __FILE__, __LINE__,   \
+                    #cond);                                                      \
+            test_failed_flag = 1;                                                \
+        }                                                                        \
+    } while (0)
+
+#define CHECK_EQ_U64(a, b)                                                       \
+    do {                                                                         \
+        uint64_t a_ = (uint64_t)(a), b_ = (uint64_t)(b);                         \
+        if (a_ != b_) {                                                          \
+            fprintf(stderr, "  %s:%d: %s == %s failed: %" PRIu64 " != %" PRIu64 \
+                    "\n", __FILE__, __LINE__, #a, #b, a_, b_);                   \
+            test_failed_flag = 1;                                                \
+        }                                                                        \
+    } while (0)
+
+#define CHECK_STR(a, b)                                                          \
+    do {                                                                         \
+        const char *a_ = (a), *b_ = (b);                                         \
+        if (!a_ || !b_ || strcmp(a_, b_) != 0) {                                 \
+            fprintf(stderr, "  %s:%d: %s == %s failed: \"%s\" != \"%s\"\n",     \
+                    __FILE__, __LINE__, #a, #b, a_ ? a_ : "(null)",              \
+                    b_ ? b_ : "(null)");                                         \
+            test_failed_flag = 1;                                                \
+        }                                                                        \
+    } while (0)
+
+/* Passes when needle occurs in haystack. */
+#define CHECK_CONTAINS(haystack, needle)                                         \
+    do {                                                                         \
+        const char *h_ = (haystack), *n_ = (needle);                             \
+        if (!h_ || !strstr(h_, n_)) {                                            \
+            fprintf(stderr, "  %s:%d: \"%s\" does not contain \"%s\"\n",         \
+                    __FILE__, __LINE__, h_ ? h_ : "(null)", n_);                 \
+            test_failed_flag = 1;                                                \
+        }                                                                        \
+    } while (0)
+
+#define RUN(name)                                                                \
+    do {                                                                         \
+        test_failed_flag = 0;                                                    \
+        test_##name();                                                           \
+        if (test_failed_flag) {                                                  \
+            tests_failed++;                                                      \
+            fprintf(stderr, "FAIL %s\n", #name);                                 \
+        } else {                                                                 \
+            tests_passed++;                                                      \
+        }                                                                        \
+    } while (0)
+
+#define TEST_SUMMARY()                                                           \
+    (printf("%d passed, %d failed\n", tests_passed, tests_failed),               \
+     tests_failed ? 1 : 0)
+
+#endif
