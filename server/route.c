@@ -1,0 +1,200 @@
+#include "route.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+static int hexval(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+char *route_decode(const char *s, size_t len, size_t *out_len)
+{
+    char *d = xmalloc(len + 1);
+    size_t n = 0;
+    for (size_t i = 0; i < len; i++) {
+        char c = s[i];
+        if (c == '%') {
+            int hi = len - i >= 3 ? hexval(s[i + 1]) : -1;
+            int lo = len - i >= 3 ? hexval(s[i + 2]) : -1;
+            if (hi < 0 || lo < 0)
+                goto bad;
+            c = (char)(hi * 16 + lo);
+            i += 2;
+        }
+        if (c == '\0')
+            goto bad;
+        d[n++] = c;
+    }
+    d[n] = '\0';
+    if (out_len)
+        *out_len = n;
+    return d;
+bad:
+    free(d);
+    return NULL;
+}
+
+/* A path segment: raw bytes [start, start+len) of the request path. */
+struct seg {
+    const char *p;
+    size_t len;
+};
+
+#define MAX_SEGS 256
+
+static int seg_is(const struct seg *s, const char *lit)
+{
+    return s->len == strlen(lit) && memcmp(s->p, lit, s->len) == 0;
+}
+
+/* Decodes segments [from, to) and joins them with '/'. With `strict`, every
+ * component of the result (after decoding, so "%2F" splits too) must be
+ * non-empty and neither "." nor "..". Returns NULL and fills err otherwise. */
+static char *join_segments(const struct seg *segs, size_t from, size_t to, int strict,
+                           size_t *out_len, const char *what, char *err, size_t errlen)
+{
+    size_t cap = 0;
+    for (size_t i = from; i < to; i++)
+        cap += segs[i].len + 1;
+    char *out = xmalloc(cap + 1);
+    size_t n = 0;
+    for (size_t i = from; i < to; i++) {
+        size_t dlen;
+        char *d = route_decode(segs[i].p, segs[i].len, &dlen);
+        if (!d) {
+            snprintf(err, errlen, "%s name has a malformed percent-escape or a NUL byte", what);
+            goto bad;
+        }
+        if (i > from)
+            out[n++] = '/';
+        memcpy(out + n, d, dlen);
+        n += dlen;
+        free(d);
+    }
+    out[n] = '\0';
+    const char *c = out, *end = out + n;
+    while (strict && c <= end) {
+        const char *slash = memchr(c, '/', (size_t)(end - c));
+        size_t clen = (size_t)((slash ? slash : end) - c);
+        if (clen == 0 || (clen == 1 && c[0] == '.') || (clen == 2 && c[0] == '.' && c[1] == '.')) {
+            snprintf(err, errlen, "%s name has an empty, \".\" or \"..\" component", what);
+            goto bad;
+        }
+        if (!slash)
+            break;
+        c = slash + 1;
+    }
+    *out_len = n;
+    return out;
+bad:
+    free(out);
+    return NULL;
+}
+
+enum route_kind route_parse(const char *path, struct route *r, char *err, size_t errlen)
+{
+    memset(r, 0, sizeof(*r));
+    err[0] = '\0';
+    if (!path || path[0] != '/')
+        return r->kind = ROUTE_BAD_PATH;
+
+    struct seg segs[MAX_SEGS];
+    size_t n = 0;
+    const char *p = path + 1;
+    for (;;) {
+        const char *slash = strchr(p, '/');
+        size_t len = slash ? (size_t)(slash - p) : strlen(p);
+        if (n == MAX_SEGS) {
+            snprintf(err, errlen, "path has more than %d segments", MAX_SEGS);
+            return r->kind = ROUTE_BAD_PATH;
+        }
+        segs[n++] = (struct seg){p, len};
+        if (!slash)
+            break;
+        p = slash + 1;
+    }
+    /* A trailing slash is tolerated ("/v1/models/"). */
+    if (n > 1 && segs[n - 1].len == 0)
+        n--;
+
+    if (n == 1 && seg_is(&segs[0], "healthz"))
+        return r->kind = ROUTE_HEALTHZ;
+    if (n == 1 && seg_is(&segs[0], "readyz"))
+        return r->kind = ROUTE_READYZ;
+    if (n == 1 && seg_is(&segs[0], "metrics"))
+        return r->kind = ROUTE_METRICS_TEXT;
+    if (n < 2 || !seg_is(&segs[0], "v1"))
+        return r->kind = ROUTE_NOT_FOUND;
+    if (n == 2 && seg_is(&segs[1], "metrics"))
+        return r->kind = ROUTE_METRICS;
+    if (!seg_is(&segs[1], "models"))
+        return r->kind = ROUTE_NOT_FOUND;
+    if (n == 2)
+        return r->kind = ROUTE_MODELS;
+
+    /* The model is every segment up to the first keyword segment. */
+    size_t k = 2;
+    while (k < n && !seg_is(&segs[k], "tensors") && !seg_is(&segs[k], "files") &&
+           !seg_is(&segs[k], "header") && !seg_is(&segs[k], "gpu"))
+        k++;
+    if (k == 2)
+        return r->kind = ROUTE_NOT_FOUND;
+    r->model = join_segments(segs, 2, k, 1, &r->model_len, "model", err, errlen);
+    if (!r->model)
+        return r->kind = ROUTE_BAD_PATH;
+    if (k == n)
+        return r->kind = ROUTE_MODEL;
+
+    const struct seg *kw = &segs[k];
+    size_t rest = n - k - 1;
+    if (seg_is(kw, "header") && rest == 0)
+        return r->kind = ROUTE_MODEL_HEADER;
+    if (seg_is(kw, "gpu") && rest == 0)
+        return r->kind = ROUTE_GPU;
+    if (seg_is(kw, "tensors") && rest >= 1) {
+        /* Tensor names may contain '/' and are map keys only: everything after
+         * "tensors" is the name, with no component rules beyond decoding. */
+        r->name = join_segments(segs, k + 1, n, 0, &r->name_len, "tensor", err, errlen);
+        if (!r->name)
+            return r->kind = ROUTE_BAD_PATH;
+        return r->kind = ROUTE_TENSOR;
+    }
+    if (seg_is(kw, "files") && (rest == 1 || (rest == 2 && seg_is(&segs[n - 1], "header")))) {
+        r->name = join_segments(segs, k + 1, k + 2, 1, &r->name_len, "file", err, errlen);
+        if (!r->name)
+            return r->kind = ROUTE_BAD_PATH;
+        if (memchr(r->name, '/', r->name_len)) {
+            snprintf(err, errlen, "file name must not contain '/'");
+            return r->kind = ROUTE_BAD_PATH;
+        }
+        return r->kind = rest == 1 ? ROUTE_FILE : ROUTE_FILE_HEADER;
+    }
+    return r->kind = ROUTE_NOT_FOUND;
+}
+
+void route_free(struct route *r)
+{
+    free(r->model);
+    free(r->name);
+    r->model = r->name = NULL;
+}
+
+const char *route_allowed_methods(enum route_kind kind)
+{
+    switch (kind) {
+    case ROUTE_GPU:
+        return "GET, HEAD, POST, DELETE";
+    default:
+        return "GET, HEAD";
+    }
+}
