@@ -53,8 +53,31 @@ int config_load_file(struct config *cfg, const char *path, char *errbuf, size_t 
 /* Sets one option by its name (command-line overrides). Returns 0 or -1 with errbuf. */
 int config_set(struct config *cfg, const char *name, const char *value, char *errbuf,
                size_t errlen);
-/* Prints the effective configuration as a loadable INI file. */
+/* Prints the effective configuration as a loadable INI file: every option,
+ * under its section, with its one-line doc as a comment. */
 void config_print(const struct config *cfg, FILE *out);
 void config_free(struct config *cfg);
+
+/* The Unix socket for GPU leases: ipc_socket when set, else
+ * $RUNTIME_DIRECTORY/tensord.sock (systemd's RuntimeDirectory=), else
+ * /run/tensord/tensord.sock. Caller frees. When RUNTIME_DIRECTORY holds
+ * several ':'-separated paths, the first one is used. */
+char *config_ipc_socket_path(const struct config *cfg);
+/* threads, with 0 resolved to the number of online CPUs (at least 1). */
+unsigned config_effective_threads(const struct config *cfg);
+
+/* The option table, for docs checks and --help style listings. */
+struct config_option_info {
+    const char *name;
+    const char *section;
+    const char *type;      /* "string", "uint", "size", "bool", "list", "enum" */
+    const char *def;       /* default, as written in a config file */
+    uint64_t min, max;     /* numeric range (uint, size, list entries of allow_*) */
+    const char *choices;   /* enum values, "|"-separated; NULL for other types */
+    const char *doc;
+};
+size_t config_option_count(void);
+/* Returns 0 and fills *info for i < config_option_count(), else -1. */
+int config_option_info(size_t i, struct config_option_info *info);
 
 #endif

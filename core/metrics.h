@@ -1,0 +1,93 @@
+/* metrics: lock-free counters, gauges and latency histograms, rendered as
+ * JSON (GET /v1/metrics) or Prometheus text (GET /metrics).
+ *
+ * Every hot-path call is a few relaxed atomic adds on a cache-line-padded
+ * shard that belongs to the calling thread (threads are spread over the
+ * shards round-robin on first use), so request threads never share a
+ * written cache line and never take a lock. Rendering sums the shards. */
+#ifndef TENSORD_METRICS_H
+#define TENSORD_METRICS_H
+
+#include <stdint.h>
+
+/* The endpoint a request was routed to (label endpoint="..."). */
+enum metrics_ep {
+    MEP_MODELS,
+    MEP_MODEL,
+    MEP_HEADER,
+    MEP_FILE,
+    MEP_FILE_HEADER,
+    MEP_TENSOR,
+    MEP_SLICE,
+    MEP_GPU,
+    MEP_METRICS,
+    MEP_HEALTH,
+    MEP_OTHER,
+    MEP_COUNT
+};
+
+/* Monotonic counters bumped with metrics_add. */
+enum metrics_ctr {
+    MC_RANGE_REQUESTS,        /* answers to a (satisfiable) Range request */
+    MC_MULTIRANGE_REQUESTS,   /* ... of which multipart/byteranges */
+    MC_SLICE_REQUESTS,
+    MC_NOT_MODIFIED,          /* 304 */
+    MC_RANGE_NOT_SATISFIABLE, /* 416 */
+    MC_SENDFILE_BYTES,        /* body bytes sent with sendfile (zero copy) */
+    MC_COPIED_BYTES,          /* body bytes sent from a buffer */
+    MC_RELOADS,               /* registry rescans (SIGHUP, inotify) */
+    MC_RELOAD_ERRORS,
+    MC_CONNECTIONS_TOTAL,     /* bumped by metrics_conn_opened; no need to add it */
+    MC_CONNECTIONS_REJECTED,  /* over max_connections / max_connections_per_ip */
+    MC_GPU_PRELOAD_BYTES,     /* bytes copied to devices by preloads */
+    MC_LEASES_TOTAL,          /* IPC leases granted */
+    MC_COUNT
+};
+
+/* Zeroes everything and starts the uptime clock. Call once before any
+ * other thread uses metrics (not safe against concurrent updates). */
+void metrics_init(void);
+
+void metrics_add(enum metrics_ctr c, uint64_t n);
+
+/* A request began (in-flight + 1). Pair each call with metrics_request_done. */
+void metrics_request_start(void);
+/* A request ended: in-flight - 1, requests by endpoint x status class
+ * (status outside 100..599, e.g. 0 for "client left before an answer",
+ * counts under code="other"), body bytes by endpoint, duration and
+ * time-to-first-byte histograms. Durations in nanoseconds. */
+void metrics_request_done(enum metrics_ep ep, unsigned status, uint64_t bytes_sent,
+                          uint64_t duration_ns, uint64_t ttfb_ns);
+
+/* A connection opened (also counts MC_CONNECTIONS_TOTAL) / closed. */
+void metrics_conn_opened(void);
+void metrics_conn_closed(void);
+
+/* Gauges published after each registry scan. */
+void metrics_set_registry(uint64_t models, uint64_t invalid_models, uint64_t files,
+                          uint64_t tensors, uint64_t bytes_mapped, uint64_t generation);
+/* Gauges published by the GPU manager when they change. */
+void metrics_set_gpu(uint64_t bytes_resident, uint64_t leases_active,
+                     double last_preload_bytes_per_second);
+
+/* Renderings of a consistent-enough snapshot (each shard is read once).
+ * Caller frees. */
+char *metrics_render_json(void);
+char *metrics_render_prometheus(void);
+
+/* Endpoint label as used in both renderings ("tensor", "file_header"...). */
+const char *metrics_ep_name(enum metrics_ep ep);
+
+/* Tests only: replaces the monotonic clock used for uptime and rates
+ * (NULL restores time_mono_ns). */
+void metrics_set_clock(uint64_t (*clock_ns)(void));
+
+/* Totals and request/byte rates over the last `seconds` (1..60) seconds, as
+ * the JSON rendering reports them. */
+struct metrics_rates {
+    uint64_t requests, bytes;
+    double requests_per_second, bytes_per_second;
+};
+void metrics_rates(unsigned seconds, struct metrics_rates *out);
+
+#endif

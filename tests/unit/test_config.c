@@ -1,0 +1,400 @@
+/* Tests for core/config.c: defaults, INI syntax, every type's validation and
+ * its error message, command-line overrides, print/load round trip, and that
+ * the shipped config file and docs/CONFIG.md list every option. */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "test.h"
+#include "util.h"
+
+static int load(struct config *cfg, const char *text, char *err, size_t errlen)
+{
+    return config_load_buffer(cfg, text, strlen(text), "t.conf", err, errlen);
+}
+
+/* Loads text into fresh defaults and expects failure with msg in the error. */
+static void expect_error(const char *text, const char *msg)
+{
+    struct config cfg;
+    char err[512] = "";
+    config_defaults(&cfg);
+    int rc = load(&cfg, text, err, sizeof(err));
+    if (rc != -1 || !strstr(err, msg)) {
+        fprintf(stderr, "  for %s\n  got rc %d, \"%s\", want \"%s\"\n", text, rc, err, msg);
+        test_failed_flag = 1;
+    }
+    config_free(&cfg);
+}
+
+static char *read_text(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    size_t cap = 1 << 20, n;
+    char *buf = xmalloc(cap);
+    n = fread(buf, 1, cap - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    return buf;
+}
+
+/* Tests run from the repository root (make, run_all.py); fall back to the
+ * source file's location. */
+static char *read_repo_file(const char *rel)
+{
+    char *t = read_text(rel);
+    if (!t) {
+        char *p = xasprintf("%.*s/../../%s", (int)(strrchr(__FILE__, '/') - __FILE__), __FILE__,
+                            rel);
+        t = read_text(p);
+        free(p);
+    }
+    return t;
+}
+
+TEST(defaults)
+{
+    struct config c;
+    config_defaults(&c);
+    CHECK_STR(c.models, "./models");
+    CHECK_STR(c.listen, "127.0.0.1:8077");
+    CHECK_EQ_U64(c.threads, 0);
+    CHECK_EQ_U64(c.max_connections, 1024);
+    CHECK_EQ_U64(c.max_connections_per_ip, 0);
+    CHECK_EQ_U64(c.connection_timeout, 60);
+    CHECK_EQ_U64(c.max_request_header_bytes, 32768);
+    CHECK_EQ_U64(c.max_ranges, 16);
+    CHECK_EQ_U64(c.max_slice_bytes, 16ULL << 30);
+    CHECK(c.watch == 1);
+    CHECK_STR(c.access_log, "-");
+    CHECK_STR(c.log_level, "info");
+    CHECK_STR(c.auth_token_file, "");
+    CHECK_STR(c.tls_cert, "");
+    CHECK_STR(c.tls_key, "");
+    CHECK_STR(c.ipc_socket, "");
+    CHECK_EQ_U64(c.n_preload, 0);
+    CHECK_EQ_U64(c.n_allow_uids, 0);
+    CHECK_EQ_U64(c.n_allow_gids, 0);
+    CHECK(c.legacy_ipc == 0);
+    CHECK(c.verify == 0);
+    CHECK_EQ_U64(c.staging_buffers, 4);
+    CHECK_EQ_U64(c.staging_buffer_bytes, 64ULL << 20);
+    CHECK(config_effective_threads(&c) >= 1);
+    config_free(&c);
+}
+
+TEST(syntax)
+{
+    struct config c;
+    char err[512] = "";
+    config_defaults(&c);
+    const char *text = "\xef\xbb\xbf# comment\n"
+                       "; another\n"
+                       "threads = 3   # before any section: any option\n"
+                       "[server]\r\n"
+                       "  models=/srv/m  \n"
+                       "listen = [::1]:9000 ; inline\n"
+                       "max_slice_bytes = 2G\n"
+                       "max_request_header_bytes = 8k\n"
+                       "watch = off\n"
+                       "\n"
+                       "[ log ]\n"
+                       "access_log = \"/var/log/a #1.log\"  # quoted keeps the '#'\n"
+                       "log_level = debug\n"
+                       "[security]\n"
+                       "auth_token_file=/etc/tensord/tokens\n"
+                       "[gpu]\n"
+                       "preload = a@cuda:0, org/b@host ,c@GPU-1234\n"
+                       "allow_uids = 0, 1000\n"
+                       "allow_gids = 44\n"
+                       "legacy_ipc = yes\n"
+                       "verify = 1\n"
+                       "staging_buffer_bytes = 1M\n"
+                       "staging_buffers = 8"; /* no final newline */
+    CHECK(load(&c, text, err, sizeof(err)) == 0);
+    CHECK_STR(err, "");
+    CHECK_EQ_U64(c.threads, 3);
+    CHECK_STR(c.models, "/srv/m");
+    CHECK_STR(c.listen, "[::1]:9000");
+    CHECK_EQ_U64(c.max_slice_bytes, 2ULL << 30);
+    CHECK_EQ_U64(c.max_request_header_bytes, 8192);
+    CHECK(c.watch == 0);
+    CHECK_STR(c.access_log, "/var/log/a #1.log");
+    CHECK_STR(c.log_level, "debug");
+    CHECK_STR(c.auth_token_file, "/etc/tensord/tokens");
+    CHECK_EQ_U64(c.n_preload, 3);
+    CHECK_STR(c.preload[0], "a@cuda:0");
+    CHECK_STR(c.preload[1], "org/b@host");
+    CHECK_STR(c.preload[2], "c@GPU-1234");
+    CHECK_EQ_U64(c.n_allow_uids, 2);
+    CHECK_EQ_U64(c.allow_uids[0], 0);
+    CHECK_EQ_U64(c.allow_uids[1], 1000);
+    CHECK_EQ_U64(c.n_allow_gids, 1);
+    CHECK_EQ_U64(c.allow_gids[0], 44);
+    CHECK(c.legacy_ipc == 1);
+    CHECK(c.verify == 1);
+    CHECK_EQ_U64(c.staging_buffer_bytes, 1 << 20);
+    CHECK_EQ_U64(c.staging_buffers, 8);
+    config_free(&c);
+}
+
+TEST(repeated_keys_last_wins)
+{
+    struct config c;
+    char err[512];
+    config_defaults(&c);
+    CHECK(load(&c,
+               "[server]\nmodels = /a\nmodels = /b\n[gpu]\npreload = a@host, b@host\n"
+               "preload = c@cuda:1\nallow_uids = 1,2,3\nallow_uids = 7\n",
+               err, sizeof(err)) == 0);
+    CHECK_STR(c.models, "/b");
+    CHECK_EQ_U64(c.n_preload, 1);
+    CHECK_STR(c.preload[0], "c@cuda:1");
+    CHECK_EQ_U64(c.n_allow_uids, 1);
+    CHECK_EQ_U64(c.allow_uids[0], 7);
+    /* An empty value clears a list. */
+    CHECK(load(&c, "[gpu]\npreload =\n", err, sizeof(err)) == 0);
+    CHECK_EQ_U64(c.n_preload, 0);
+    config_free(&c);
+}
+
+TEST(errors_name_file_line_option)
+{
+    expect_error("[server]\nthreads = 4\nbogus = 1\n", "t.conf:3: option bogus: unknown option");
+    expect_error("[server]\nthreads 4\n", "t.conf:2: missing '='");
+    expect_error("[nope]\n", "t.conf:1: unknown section [nope]");
+    expect_error("[server\n", "t.conf:1: missing ']'");
+    expect_error("[server] x\n", "t.conf:1: text after section header");
+    expect_error("= 4\n", "t.conf:1: missing option name");
+    expect_error("[gpu]\nthreads = 4\n", "t.conf:2: option threads: belongs in [server], not [gpu]");
+    expect_error("threads = four\n", "t.conf:1: option threads: \"four\" is not an unsigned integer");
+    expect_error("threads = -1\n", "option threads: \"-1\" is not an unsigned integer");
+    expect_error("threads = 4x\n", "is not an unsigned integer");
+    expect_error("threads =\n", "is not an unsigned integer");
+    expect_error("threads = 2000\n", "t.conf:1: option threads: 2000 is out of range 0..1024");
+    expect_error("threads = 99999999999999999999999\n", "option threads: number too large");
+    expect_error("max_connections = 0\n", "out of range 1..1000000");
+    expect_error("max_request_header_bytes = 4095\n",
+                 "option max_request_header_bytes: 4095 is out of range 4096..");
+    expect_error("max_slice_bytes = 16Q\n", "option max_slice_bytes: \"16Q\" is not a size");
+    expect_error("max_slice_bytes = 99999999999T\n", "number too large");
+    expect_error("max_slice_bytes = G\n", "is not a size");
+    expect_error("staging_buffer_bytes = 1K\n", "out of range");
+    expect_error("watch = maybe\n", "option watch: \"maybe\" is not a boolean");
+    expect_error("log_level = loud\n", "option log_level: \"loud\" is not one of error|warn|info|debug");
+    expect_error("listen = 8077\n", "option listen: expected ADDR:PORT");
+    expect_error("listen = ::1:8077\n", "needs brackets");
+    expect_error("listen = 0.0.0.0:70000\n", "port must be 0..65535");
+    expect_error("listen = 0.0.0.0:\n", "port must be");
+    expect_error("preload = model\n", "option preload: \"model\": expected MODEL@DEVICE");
+    expect_error("preload = m@gpu0\n", "device must be cuda:N");
+    expect_error("preload = a@host,,b@host\n", "option preload: empty list entry");
+    expect_error("allow_uids = 1, x\n", "option allow_uids: \"x\" is not a numeric id");
+    expect_error("allow_uids = 4294967295\n", "out of range 0..4294967294");
+    expect_error("models = \"/a\n", "missing closing");
+    expect_error("models = \"/a\" b\n", "text after closing");
+    expect_error("models = /a\x01\n", "control character");
+    expect_error("x = 1\n\0models=1", "unknown option"); /* strlen stops at NUL */
+    char many[4096] = "allow_gids = 0";
+    for (int i = 1; i <= CONFIG_MAX_IDS; i++)
+        snprintf(many + strlen(many), sizeof(many) - strlen(many), ",%d", i);
+    expect_error(many, "too many list entries (at most 64)");
+}
+
+TEST(nul_byte_in_buffer)
+{
+    struct config c;
+    char err[256];
+    config_defaults(&c);
+    CHECK(config_load_buffer(&c, "threads = 1\0\n", 13, "t.conf", err, sizeof(err)) == -1);
+    CHECK_CONTAINS(err, "t.conf:1: NUL byte");
+    config_free(&c);
+}
+
+TEST(failed_value_keeps_previous)
+{
+    struct config c;
+    char err[256];
+    config_defaults(&c);
+    CHECK(load(&c, "preload = a@host\npreload = b@host, bad\n", err, sizeof(err)) == -1);
+    CHECK_EQ_U64(c.n_preload, 1);
+    CHECK_STR(c.preload[0], "a@host");
+    config_free(&c);
+}
+
+TEST(config_set_overrides)
+{
+    struct config c;
+    char err[256] = "";
+    config_defaults(&c);
+    CHECK(config_set(&c, "listen", "0.0.0.0:9", err, sizeof(err)) == 0);
+    CHECK_STR(c.listen, "0.0.0.0:9");
+    CHECK(config_set(&c, "max_slice_bytes", "0", err, sizeof(err)) == 0);
+    CHECK_EQ_U64(c.max_slice_bytes, 0);
+    CHECK(config_set(&c, "preload", "x@cuda:0,y@cuda:1", err, sizeof(err)) == 0);
+    CHECK_EQ_U64(c.n_preload, 2);
+    CHECK(config_set(&c, "threads", "abc", err, sizeof(err)) == -1);
+    CHECK_STR(err, "command line: option threads: \"abc\" is not an unsigned integer");
+    CHECK(config_set(&c, "nope", "1", err, sizeof(err)) == -1);
+    CHECK_STR(err, "command line: option nope: unknown option");
+    config_free(&c);
+}
+
+TEST(load_file)
+{
+    struct config c;
+    char err[512];
+    config_defaults(&c);
+    CHECK(config_load_file(&c, "/nonexistent/tensord.conf", err, sizeof(err)) == -1);
+    CHECK_CONTAINS(err, "/nonexistent/tensord.conf: No such file");
+    char path[] = "/tmp/test_config_XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    fputs("[server]\nthreads = 2\nmax_ranges = 0\n", f);
+    fclose(f);
+    CHECK(config_load_file(&c, path, err, sizeof(err)) == -1);
+    char want[128];
+    snprintf(want, sizeof(want), "%s:3: option max_ranges: 0 is out of range 1..1024", path);
+    CHECK_STR(err, want);
+    unlink(path);
+    config_free(&c);
+}
+
+static char *print_to_string(const struct config *c)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    config_print(c, f);
+    fclose(f);
+    return buf;
+}
+
+TEST(print_round_trip)
+{
+    struct config a, b;
+    char err[512] = "";
+    config_defaults(&a);
+    CHECK(load(&a,
+               "models = \" /odd #path \"\nmax_slice_bytes = 1536M\nmax_request_header_bytes = 5000\n"
+               "preload = a@host, b@cuda:3\nallow_gids = 5, 6\nwatch = no\naccess_log = off\n",
+               err, sizeof(err)) == 0);
+    char *text = print_to_string(&a);
+    config_defaults(&b);
+    CHECK(load(&b, text, err, sizeof(err)) == 0);
+    CHECK_STR(err, "");
+    char *again = print_to_string(&b);
+    CHECK_STR(text, again);
+    CHECK_STR(b.models, " /odd #path ");
+    CHECK_EQ_U64(b.max_slice_bytes, 1536ULL << 20);
+    CHECK_EQ_U64(b.max_request_header_bytes, 5000);
+    CHECK_EQ_U64(b.n_allow_gids, 2);
+    CHECK(b.watch == 0);
+    CHECK_CONTAINS(text, "max_slice_bytes = 1536M\n");
+    CHECK_CONTAINS(text, "[gpu]\n");
+    /* Every option appears with its doc comment. */
+    for (size_t i = 0; i < config_option_count(); i++) {
+        struct config_option_info info;
+        config_option_info(i, &info);
+        char *line = xasprintf("# %s\n%s = ", info.doc, info.name);
+        CHECK_CONTAINS(text, line);
+        free(line);
+    }
+    free(text);
+    free(again);
+    config_free(&a);
+    config_free(&b);
+}
+
+TEST(ipc_socket_path)
+{
+    struct config c;
+    config_defaults(&c);
+    unsetenv("RUNTIME_DIRECTORY");
+    char *p = config_ipc_socket_path(&c);
+    CHECK_STR(p, "/run/tensord/tensord.sock");
+    free(p);
+    setenv("RUNTIME_DIRECTORY", "/run/x:/run/y", 1);
+    p = config_ipc_socket_path(&c);
+    CHECK_STR(p, "/run/x/tensord.sock");
+    free(p);
+    char err[128];
+    CHECK(config_set(&c, "ipc_socket", "/tmp/s.sock", err, sizeof(err)) == 0);
+    p = config_ipc_socket_path(&c);
+    CHECK_STR(p, "/tmp/s.sock");
+    free(p);
+    unsetenv("RUNTIME_DIRECTORY");
+    config_free(&c);
+}
+
+TEST(shipped_config_loads_and_lists_every_option)
+{
+    char *text = read_repo_file("config/tensord.conf");
+    CHECK(text != NULL);
+    if (!text)
+        return;
+    struct config c;
+    char err[512] = "";
+    config_defaults(&c);
+    CHECK(load(&c, text, err, sizeof(err)) == 0);
+    CHECK_STR(err, "");
+    for (size_t i = 0; i < config_option_count(); i++) {
+        struct config_option_info info;
+        config_option_info(i, &info);
+        char *key = xasprintf("\n%s =", info.name), *commented = xasprintf("\n# %s =", info.name);
+        if (!strstr(text, key) && !strstr(text, commented)) {
+            fprintf(stderr, "  config/tensord.conf lacks option %s\n", info.name);
+            test_failed_flag = 1;
+        }
+        free(key);
+        free(commented);
+    }
+    config_free(&c);
+    free(text);
+}
+
+TEST(docs_list_every_option)
+{
+    char *text = read_repo_file("docs/CONFIG.md");
+    CHECK(text != NULL);
+    if (!text)
+        return;
+    for (size_t i = 0; i < config_option_count(); i++) {
+        struct config_option_info info;
+        config_option_info(i, &info);
+        char *cell = xasprintf("| `%s` |", info.name);
+        if (!strstr(text, cell)) {
+            fprintf(stderr, "  docs/CONFIG.md has no table row for %s\n", info.name);
+            test_failed_flag = 1;
+        }
+        char *def = xasprintf("| `%s` | %s | `%s` |", info.name, info.type, info.def);
+        if (info.def[0] && !strstr(text, def)) {
+            fprintf(stderr, "  docs/CONFIG.md: row for %s should start %s\n", info.name, def);
+            test_failed_flag = 1;
+        }
+        free(def);
+        free(cell);
+    }
+    free(text);
+}
+
+int main(void)
+{
+    RUN(defaults);
+    RUN(syntax);
+    RUN(repeated_keys_last_wins);
+    RUN(errors_name_file_line_option);
+    RUN(nul_byte_in_buffer);
+    RUN(failed_value_keeps_previous);
+    RUN(config_set_overrides);
+    RUN(load_file);
+    RUN(print_round_trip);
+    RUN(ipc_socket_path);
+    RUN(shipped_config_loads_and_lists_every_option);
+    RUN(docs_list_every_option);
+    return TEST_SUMMARY();
+}

@@ -1,0 +1,204 @@
+/* Tests for core/log.c: access-line format, escaping, token scrubbing,
+ * truncation, levels, "off", whole lines from concurrent threads, and
+ * reopen after rotation. */
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "test.h"
+#include "util.h"
+
+static char tmpdir[] = "/tmp/test_log_XXXXXX";
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return xstrdup("");
+    char *buf = xmalloc(1 << 24);
+    size_t n = fread(buf, 1, (1 << 24) - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    return buf;
+}
+
+/* The line after the 24-character timestamp and its space. */
+static const char *after_time(const char *line)
+{
+    return strlen(line) > 25 ? line + 25 : "";
+}
+
+TEST(access_line_format)
+{
+    char buf[4096];
+    size_t n = log_format_access(buf, sizeof(buf), "GET", "/v1/models/m/tensors/w", 206, 8,
+                                 412345, "bytes=0-7");
+    CHECK_EQ_U64(n, strlen(buf));
+    CHECK(buf[n - 1] == '\n');
+    /* 2025-01-02T03:04:05.678Z */
+    CHECK(buf[4] == '-' && buf[10] == 'T' && buf[19] == '.' && buf[23] == 'Z' && buf[24] == ' ');
+    CHECK_STR(after_time(buf), "GET /v1/models/m/tensors/w 206 8 0.412 bytes=0-7\n");
+    log_format_access(buf, sizeof(buf), "HEAD", "/healthz", 200, 0, 0, NULL);
+    CHECK_STR(after_time(buf), "HEAD /healthz 200 0 0.000 -\n");
+    log_format_access(buf, sizeof(buf), "", NULL, 0, 0, 0, "");
+    CHECK_STR(after_time(buf), "- - 0 0 0.000 -\n");
+}
+
+TEST(escaping)
+{
+    char buf[4096];
+    log_format_access(buf, sizeof(buf), "GET", "/a b\n\x01\"\\\xc3\xa9%41", 404, 1, 0,
+                      "bytes=0-1\r\nX-Evil: 1");
+    CHECK_STR(after_time(buf),
+              "GET /a%20b%0A%01%22%5C%C3%A9%41 404 1 0.000 bytes=0-1%0D%0AX-Evil:%201\n");
+    log_format_access(buf, sizeof(buf), "G T", "/", 400, 0, 0, NULL);
+    CHECK_STR(after_time(buf), "G%20T / 400 0 0.000 -\n");
+}
+
+TEST(token_scrubbed)
+{
+    char buf[4096];
+    log_format_access(buf, sizeof(buf), "GET", "/v1/models?token=s3cret&x=1&access_token=abc;Token=", 200,
+                      0, 0, NULL);
+    CHECK_STR(after_time(buf), "GET /v1/models?token=***&x=1&access_token=***;Token=*** 200 0 0.000 -\n");
+    CHECK(strstr(buf, "s3cret") == NULL && strstr(buf, "abc") == NULL);
+    log_format_access(buf, sizeof(buf), "GET", "/token=x?tokens=1&mytoken", 200, 0, 0, NULL);
+    CHECK_STR(after_time(buf), "GET /token=x?tokens=1&mytoken 200 0 0.000 -\n");
+}
+
+TEST(long_fields_truncated_below_pipe_buf)
+{
+    char *path = xmalloc(20000), buf[4096];
+    memset(path, '\x7f', 19999); /* every byte escapes to 3 */
+    path[0] = '/';
+    path[19999] = '\0';
+    char range[5000];
+    memset(range, 'r', sizeof(range) - 1);
+    range[sizeof(range) - 1] = '\0';
+    size_t n = log_format_access(buf, sizeof(buf), "GET", path, 200, 1, 1, range);
+    CHECK(n < 4096);
+    CHECK(buf[n - 1] == '\n' && strchr(buf, '\n') == buf + n - 1);
+    CHECK_CONTAINS(buf, "... 200 1 0.000 ");
+    CHECK_CONTAINS(buf, "rrr...\n");
+    free(path);
+    /* A tiny buffer still gets a terminated (if shortened) line. */
+    char small[128];
+    n = log_format_access(small, sizeof(small), "GET", "/x", 200, 1, 1, range);
+    CHECK(n < sizeof(small) && small[n - 1] == '\n');
+}
+
+TEST(levels)
+{
+    CHECK(log_init("loud", "-") == -1);
+    CHECK(log_init("warn", "off") == 0);
+    CHECK(log_enabled(LOG_ERROR));
+    CHECK(log_enabled(LOG_WARN));
+    CHECK(!log_enabled(LOG_INFO));
+    CHECK(log_init("DEBUG", "off") == 0);
+    CHECK(log_enabled(LOG_DEBUG));
+    log_access("GET", "/", 200, 0, 0, NULL); /* off: nothing, no crash */
+    CHECK(log_init("info", "/nonexistent-dir/x.log") == -1);
+}
+
+TEST(log_msg_to_stderr)
+{
+    char path[600];
+    snprintf(path, sizeof(path), "%s/stderr", tmpdir);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600), saved = dup(2);
+    unsetenv("JOURNAL_STREAM");
+    CHECK(log_init("info", "off") == 0);
+    dup2(fd, 2);
+    log_msg(LOG_INFO, "hello %d", 42);
+    log_msg(LOG_DEBUG, "hidden");
+    log_msg(LOG_ERROR, "two\nlines");
+    dup2(saved, 2);
+    close(saved);
+    close(fd);
+    char *text = slurp(path);
+    CHECK_CONTAINS(text, "Z info: hello 42\n");
+    CHECK_CONTAINS(text, "Z error: two lines\n");
+    CHECK(strstr(text, "hidden") == NULL);
+    free(text);
+}
+
+struct writer {
+    int id;
+};
+
+static void *write_lines(void *arg)
+{
+    struct writer *w = arg;
+    char p[64];
+    snprintf(p, sizeof(p), "/thread/%d/xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx", w->id);
+    for (int i = 0; i < 5000; i++)
+        log_access("GET", p, 200, (uint64_t)i, 1000, NULL);
+    return NULL;
+}
+
+TEST(concurrent_lines_whole_and_reopen)
+{
+    char path[600], rotated[640];
+    snprintf(path, sizeof(path), "%s/access.log", tmpdir);
+    snprintf(rotated, sizeof(rotated), "%s.1", path);
+    CHECK(log_init("info", path) == 0);
+    pthread_t t[4];
+    struct writer w[4];
+    for (int i = 0; i < 4; i++) {
+        w[i].id = i;
+        pthread_create(&t[i], NULL, write_lines, &w[i]);
+    }
+    /* Rotate while they write: no line may be lost or torn. */
+    usleep(2000);
+    CHECK(rename(path, rotated) == 0);
+    CHECK(log_reopen() == 0);
+    for (int i = 0; i < 4; i++)
+        pthread_join(t[i], NULL);
+    log_access("GET", "/after-reopen", 200, 0, 0, NULL);
+    char *a = slurp(rotated), *b = slurp(path);
+    CHECK_CONTAINS(b, "/after-reopen");
+    size_t lines = 0;
+    for (char *text = a; text; text = text == a ? b : NULL)
+        for (char *line = text, *nl; (nl = strchr(line, '\n')); line = nl + 1) {
+            lines++;
+            *nl = '\0';
+            if (!strstr(line, " GET /thread/") && !strstr(line, " GET /after-reopen ")) {
+                fprintf(stderr, "  torn line: %s\n", line);
+                test_failed_flag = 1;
+            }
+        }
+    CHECK_EQ_U64(lines, 4 * 5000 + 1);
+    free(a);
+    free(b);
+    /* log_init again on the same path keeps working; then back to stderr. */
+    CHECK(log_init("info", path) == 0);
+    CHECK(log_reopen() == 0);
+    log_close();
+    CHECK(log_init("info", "-") == 0);
+    CHECK(log_reopen() == 0); /* stderr: nothing to reopen */
+    unlink(path);
+    unlink(rotated);
+}
+
+int main(void)
+{
+    if (!mkdtemp(tmpdir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    RUN(access_line_format);
+    RUN(escaping);
+    RUN(token_scrubbed);
+    RUN(long_fields_truncated_below_pipe_buf);
+    RUN(levels);
+    RUN(log_msg_to_stderr);
+    RUN(concurrent_lines_whole_and_reopen);
+    char p[600];
+    snprintf(p, sizeof(p), "%s/stderr", tmpdir);
+    unlink(p);
+    rmdir(tmpdir);
+    log_close();
+    return TEST_SUMMARY();
+}
