@@ -110,11 +110,15 @@ static const char *const type_names[] = {"string", "enum", "uint", "size",
 
 /* ---- value checks ------------------------------------------------------- */
 
+/* No value holds a '"', so config_print can always quote one. */
 static const char *check_no_ctl(const char *v)
 {
-    for (const unsigned char *p = (const unsigned char *)v; *p; p++)
+    for (const unsigned char *p = (const unsigned char *)v; *p; p++) {
         if (*p < 0x20 || *p == 0x7f)
             return "control character in value";
+        if (*p == '"')
+            return "'\"' inside a value";
+    }
     return NULL;
 }
 
@@ -557,7 +561,7 @@ static void print_string(FILE *out, const char *s)
     int quote = n && (is_blank(s[0]) || is_blank(s[n - 1]) || s[0] == '"' || s[0] == '#' ||
                       s[0] == ';' || strstr(s, " #") || strstr(s, " ;") || strstr(s, "\t#") ||
                       strstr(s, "\t;"));
-    if (quote && !strchr(s, '"'))
+    if (quote)
         fprintf(out, "\"%s\"", s);
     else
         fputs(s, out);
@@ -606,15 +610,25 @@ void config_print(const struct config *cfg, FILE *out)
             break;
         case OPT_STRLIST:
         case OPT_IDLIST: {
+            /* Joined first: an entry may start with '#', which after ", "
+             * needs the whole value quoted. */
             unsigned n = *(const unsigned *)(base + o->count_off);
+            char *joined = NULL;
+            size_t jlen = 0;
+            FILE *j = open_memstream(&joined, &jlen);
+            if (!j)
+                abort();
             for (unsigned k = 0; k < n; k++) {
                 if (k)
-                    fputs(", ", out);
+                    fputs(", ", j);
                 if (o->type == OPT_STRLIST)
-                    fputs(((char *const *)(base + o->off))[k], out);
+                    fputs(((char *const *)(base + o->off))[k], j);
                 else
-                    fprintf(out, "%u", ((const uint32_t *)(base + o->off))[k]);
+                    fprintf(j, "%u", ((const uint32_t *)(base + o->off))[k]);
             }
+            fclose(j);
+            print_string(out, joined);
+            free(joined);
             break;
         }
         }

@@ -197,6 +197,7 @@ TEST(errors_name_file_line_option)
     expect_error("models = \"/a\n", "missing closing");
     expect_error("models = \"/a\" b\n", "text after closing");
     expect_error("models = /a\x01\n", "control character");
+    expect_error("models = a\"b\n", "option models: '\"' inside a value");
     expect_error("x = 1\n\0models=1", "unknown option"); /* strlen stops at NUL */
     char many[4096] = "allow_gids = 0";
     for (int i = 1; i <= CONFIG_MAX_IDS; i++)
@@ -281,7 +282,7 @@ TEST(print_round_trip)
     config_defaults(&a);
     CHECK(load(&a,
                "models = \" /odd #path \"\nmax_slice_bytes = 1536M\nmax_request_header_bytes = 5000\n"
-               "preload = a@host, b@cuda:3\nallow_gids = 5, 6\nwatch = no\naccess_log = off\n",
+               "preload = \"a@host, #b@cuda:3\"\nallow_gids = 5, 6\nwatch = no\naccess_log = off\n",
                err, sizeof(err)) == 0);
     char *text = print_to_string(&a);
     config_defaults(&b);
@@ -295,6 +296,9 @@ TEST(print_round_trip)
     CHECK_EQ_U64(b.n_allow_gids, 2);
     CHECK(b.watch == 0);
     CHECK_CONTAINS(text, "max_slice_bytes = 1536M\n");
+    CHECK_CONTAINS(text, "preload = \"a@host, #b@cuda:3\"\n"); /* found by fuzz_config */
+    CHECK_EQ_U64(b.n_preload, 2);
+    CHECK_STR(b.preload[1], "#b@cuda:3");
     CHECK_CONTAINS(text, "[gpu]\n");
     /* Every option appears with its doc comment. */
     for (size_t i = 0; i < config_option_count(); i++) {
