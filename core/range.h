@@ -17,8 +17,10 @@ enum range_result {
 };
 
 /* Parses `header` (may be NULL) against a body of `size` bytes. Unsatisfiable
- * parts of a set are dropped; max_ranges bounds the number of parts accepted
- * (a header with more is ignored as RANGE_NONE). out must hold max_ranges entries. */
+ * parts of a set are dropped; max_ranges bounds the number of parts accepted,
+ * satisfiable or not (a header with more is ignored as RANGE_NONE). out must
+ * hold max_ranges entries; *n is 0 unless RANGE_OK. Overlapping ranges are
+ * returned as asked, not merged. No allocation. */
 enum range_result range_parse(const char *header, uint64_t size, size_t max_ranges,
                               struct byte_range *out, size_t *n);
 

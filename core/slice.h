@@ -48,4 +48,12 @@ uint64_t slice_run_offset(const struct slice_plan *plan, uint64_t k);
 int slice_read(const struct slice_plan *plan, int fd, uint64_t tensor_off, uint64_t off,
                void *buf, size_t len);
 
+/* slice_read with the caller's scratch buffer for the batched window reads
+ * (slice_read uses a 1 MiB buffer per thread, allocated on first use and
+ * freed at thread exit). With scratch NULL every run is read with its own
+ * pread straight into buf. Same return values; -EINVAL when [off, off + len)
+ * is not inside the slice. */
+int slice_read_scratch(const struct slice_plan *plan, int fd, uint64_t tensor_off, uint64_t off,
+                       void *buf, size_t len, void *scratch, size_t scratch_len);
+
 #endif

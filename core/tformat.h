@@ -15,7 +15,9 @@ int tformat_parse(const char *s, enum tformat *out);
 
 /* Builds the .npy header (magic, version, dict padded to a multiple of 64)
  * for a C-order array. Returns a new buffer in *out (caller frees) and its
- * length, or -1 with a reason in errbuf when NumPy has no such dtype. */
+ * length, or -1 with a reason in errbuf when NumPy has no such dtype (then
+ * *out is NULL). Version 1.0 unless the dict needs the 4-byte length of 2.0.
+ * Both builders NUL-terminate *out after *out_len bytes for convenience. */
 int tformat_npy_prefix(enum dtype dt, uint32_t ndim, const uint64_t *shape, char **out,
                        size_t *out_len, char *errbuf, size_t errlen);
 

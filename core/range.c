@@ -1,0 +1,125 @@
+/* range: RFC 9110 §14 byte ranges.
+ *
+ * One pass, no allocation. The header is first parsed as a whole (so that a
+ * syntax error anywhere, or a "a-b" with a > b, makes the entire header be
+ * ignored as the RFC asks), and satisfiable parts are written to out as they
+ * are met; on any failure *n is reset to 0. */
+#include "range.h"
+
+#include <string.h>
+
+static int is_ows(char c)
+{
+    return c == ' ' || c == '\t';
+}
+
+static int is_digit(char c)
+{
+    return c >= '0' && c <= '9';
+}
+
+/* Parses 1*DIGIT at *p; returns -1 when there is no digit or on overflow. */
+static int parse_u64(const char **p, uint64_t *out)
+{
+    const char *s = *p;
+    uint64_t v = 0;
+    if (!is_digit(*s))
+        return -1;
+    for (; is_digit(*s); s++) {
+        if (__builtin_mul_overflow(v, 10, &v) || __builtin_add_overflow(v, (uint64_t)(*s - '0'), &v))
+            return -1;
+    }
+    *p = s;
+    *out = v;
+    return 0;
+}
+
+static int unit_is_bytes(const char *s, size_t len)
+{
+    static const char want[] = "bytes";
+    if (len != sizeof(want) - 1)
+        return 0;
+    for (size_t i = 0; i < len; i++) {
+        char c = s[i];
+        if (c >= 'A' && c <= 'Z')
+            c = (char)(c - 'A' + 'a');
+        if (c != want[i])
+            return 0;
+    }
+    return 1;
+}
+
+enum range_result range_parse(const char *header, uint64_t size, size_t max_ranges,
+                              struct byte_range *out, size_t *n)
+{
+    *n = 0;
+    if (!header)
+        return RANGE_NONE;
+    const char *p = header;
+    while (is_ows(*p))
+        p++;
+    const char *eq = strchr(p, '=');
+    if (!eq || !unit_is_bytes(p, (size_t)(eq - p)))
+        return RANGE_NONE;
+    p = eq + 1;
+
+    size_t parts = 0, nsat = 0;
+    for (;;) {
+        /* list rule: OWS and empty elements between commas are tolerated */
+        while (is_ows(*p) || *p == ',')
+            p++;
+        if (*p == '\0')
+            break;
+        if (parts == max_ranges)
+            goto none; /* too many parts: serve the whole representation */
+        parts++;
+        uint64_t first = 0, last = 0;
+        int has_first = 0, has_last = 0;
+        if (is_digit(*p)) {
+            if (parse_u64(&p, &first) < 0)
+                goto none;
+            has_first = 1;
+        }
+        if (*p != '-')
+            goto none;
+        p++;
+        if (is_digit(*p)) {
+            if (parse_u64(&p, &last) < 0)
+                goto none;
+            has_last = 1;
+        }
+        if (!has_first && !has_last)
+            goto none;
+        while (is_ows(*p))
+            p++;
+        if (*p != ',' && *p != '\0')
+            goto none;
+
+        uint64_t start, end; /* inclusive end */
+        if (has_first) {
+            if (has_last && first > last)
+                goto none; /* syntactically invalid: the whole header is ignored */
+            if (first >= size)
+                continue;
+            start = first;
+            end = (has_last && last < size - 1) ? last : size - 1;
+        } else {
+            if (last == 0 || size == 0)
+                continue; /* "-0" selects nothing */
+            start = last >= size ? 0 : size - last;
+            end = size - 1;
+        }
+        out[nsat].start = start;
+        out[nsat].len = end - start + 1;
+        nsat++;
+    }
+    if (parts == 0)
+        goto none; /* "bytes=" or "bytes=,,": the list needs one element */
+    if (nsat == 0)
+        return RANGE_UNSATISFIABLE;
+    *n = nsat;
+    return RANGE_OK;
+none:
+    *n = 0;
+    return RANGE_NONE;
+}

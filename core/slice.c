@@ -1,0 +1,449 @@
+/* slice: NumPy basic indexing planned as equal-length runs (see slice.h).
+ *
+ * Planning works in bits so that sub-byte dtypes (F4, F6_*) go through the
+ * same code: a plan is only accepted when every run starts and ends on a
+ * byte boundary, since the output is the source bytes copied unchanged. */
+#include "slice.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "util.h"
+
+/* One parsed item of the spec (one per dimension). */
+struct slice_item {
+    int is_index;
+    int64_t index;                 /* when is_index */
+    int has_start, has_stop, has_step;
+    int64_t start, stop, step;
+};
+
+/* One dimension's selection after resolving against its length. */
+struct slice_sel {
+    uint64_t start, count, step;   /* step is 1 whenever count <= 1 */
+    int dropped;                   /* integer index: not in the result shape */
+};
+
+static int fail(char *errbuf, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int fail(char *errbuf, size_t errlen, const char *fmt, ...)
+{
+    if (errbuf && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(errbuf, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+static int syntax_error(const char *spec, size_t len, size_t pos, char *errbuf, size_t errlen)
+{
+    if (pos >= len)
+        return fail(errbuf, errlen, "slice syntax error at position %zu: unexpected end of slice",
+                    pos + 1);
+    unsigned char c = (unsigned char)spec[pos];
+    if (c > 0x20 && c < 0x7f)
+        return fail(errbuf, errlen, "slice syntax error at position %zu: unexpected '%c'",
+                    pos + 1, c);
+    return fail(errbuf, errlen, "slice syntax error at position %zu: unexpected byte 0x%02x",
+                pos + 1, c);
+}
+
+/* INT = [+-] 1*DIGIT, parsed at *pos. Returns 0, 1 when there is no INT here
+ * (nothing consumed), or -1 (errbuf filled) for a sign without digits or a
+ * value outside int64. */
+static int parse_int(const char *spec, size_t len, size_t *pos, uint32_t dim, int64_t *out,
+                     char *errbuf, size_t errlen)
+{
+    size_t p = *pos;
+    int neg = 0;
+    if (p < len && (spec[p] == '-' || spec[p] == '+')) {
+        neg = spec[p] == '-';
+        p++;
+    }
+    if (p >= len || spec[p] < '0' || spec[p] > '9') {
+        if (p != *pos)
+            return syntax_error(spec, len, p, errbuf, errlen);
+        return 1;
+    }
+    uint64_t mag = 0;
+    size_t digits = p;
+    for (; p < len && spec[p] >= '0' && spec[p] <= '9'; p++) {
+        if (u64_mul(mag, 10, &mag) < 0 || u64_add(mag, (uint64_t)(spec[p] - '0'), &mag) < 0 ||
+            mag > (uint64_t)INT64_MAX + 1)
+            goto overflow;
+    }
+    if (!neg && mag > (uint64_t)INT64_MAX)
+        goto overflow;
+    *out = neg ? (mag == (uint64_t)INT64_MAX + 1 ? INT64_MIN : -(int64_t)mag) : (int64_t)mag;
+    *pos = p;
+    return 0;
+overflow:
+    return fail(errbuf, errlen, "dimension %" PRIu32 ": integer at position %zu does not fit in 64 bits",
+                dim, digits + 1);
+}
+
+/* Parses the whole spec; items beyond max_items are checked but not stored.
+ * Returns the number of items, or -1. */
+static long parse_spec(const char *spec, size_t len, struct slice_item *items, size_t max_items,
+                       char *errbuf, size_t errlen)
+{
+    size_t pos = 0;
+    long n = 0;
+    if (len == 0)
+        return 0;
+    for (;;) {
+        struct slice_item it = {0};
+        int64_t v[3] = {0, 0, 0};
+        int has[3] = {0, 0, 0}, colons = 0;
+        uint32_t dim = n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
+        for (;;) {
+            int r = parse_int(spec, len, &pos, dim, &v[colons], errbuf, errlen);
+            if (r < 0)
+                return -1;
+            has[colons] = r == 0;
+            if (pos < len && spec[pos] == ':' && colons < 2) {
+                colons++;
+                pos++;
+                continue;
+            }
+            break;
+        }
+        if (colons == 0 && !has[0])
+            return syntax_error(spec, len, pos, errbuf, errlen);
+        if (pos < len && spec[pos] != ',')
+            return syntax_error(spec, len, pos, errbuf, errlen);
+        if (colons == 0) {
+            it.is_index = 1;
+            it.index = v[0];
+        } else {
+            it.has_start = has[0], it.start = v[0];
+            it.has_stop = has[1], it.stop = v[1];
+            it.has_step = has[2], it.step = v[2];
+        }
+        if ((size_t)n < max_items)
+            items[n] = it;
+        n++;
+        if (pos >= len)
+            return n;
+        pos++; /* the ',' */
+    }
+}
+
+/* Python's rule for a slice bound with a positive step: negatives count from
+ * the end, and the result is clamped to [0, dim_len]. */
+static uint64_t clamp_bound(int64_t v, uint64_t dim_len)
+{
+    if (v < 0) {
+        uint64_t mag = (uint64_t)(-(v + 1)) + 1;
+        return mag >= dim_len ? 0 : dim_len - mag;
+    }
+    return (uint64_t)v > dim_len ? dim_len : (uint64_t)v;
+}
+
+static int resolve(const struct slice_item *it, uint32_t d, uint64_t dim_len, struct slice_sel *s,
+                   char *errbuf, size_t errlen)
+{
+    memset(s, 0, sizeof(*s));
+    s->step = 1;
+    if (it->is_index) {
+        int64_t i = it->index;
+        uint64_t mag = i < 0 ? (uint64_t)(-(i + 1)) + 1 : (uint64_t)i;
+        if ((i < 0 && mag > dim_len) || (i >= 0 && mag >= dim_len))
+            return fail(errbuf, errlen,
+                        "dimension %" PRIu32 ": index %" PRId64 " out of range for size %" PRIu64,
+                        d, i, dim_len);
+        s->start = i < 0 ? dim_len - mag : mag;
+        s->count = 1;
+        s->dropped = 1;
+        return 0;
+    }
+    if (it->has_step && it->step == 0)
+        return fail(errbuf, errlen, "dimension %" PRIu32 ": step must not be zero", d);
+    if (it->has_step && it->step < 0)
+        return fail(errbuf, errlen, "dimension %" PRIu32 ": negative step %" PRId64 " not supported",
+                    d, it->step);
+    uint64_t step = it->has_step ? (uint64_t)it->step : 1;
+    uint64_t start = it->has_start ? clamp_bound(it->start, dim_len) : 0;
+    uint64_t stop = it->has_stop ? clamp_bound(it->stop, dim_len) : dim_len;
+    s->start = start;
+    s->count = stop > start ? (stop - start - 1) / step + 1 : 0;
+    s->step = s->count > 1 ? step : 1;
+    if (s->count == 0)
+        s->start = 0;
+    return 0;
+}
+
+static int misaligned(char *errbuf, size_t errlen, uint32_t d, int has_dim, enum dtype dt)
+{
+    const char *name = dtype_info(dt)->name;
+    if (!has_dim)
+        return fail(errbuf, errlen, "slice cuts %s elements off a byte boundary", name);
+    return fail(errbuf, errlen, "dimension %" PRIu32 ": slice cuts %s elements off a byte boundary",
+                d, name);
+}
+
+int slice_plan_build(const char *spec, size_t len, enum dtype dt, uint32_t ndim,
+                     const uint64_t *shape, struct slice_plan *plan, char *errbuf,
+                     size_t errlen)
+{
+    struct slice_item items[ST_MAX_NDIM];
+    struct slice_sel sel[ST_MAX_NDIM];
+    uint64_t stride[ST_MAX_NDIM]; /* source bits between neighbours along each dimension */
+
+    memset(plan, 0, sizeof(*plan));
+    const struct dtype_info *info = dtype_info(dt);
+    if (!info)
+        return fail(errbuf, errlen, "slice: invalid dtype");
+    if (ndim > ST_MAX_NDIM)
+        return fail(errbuf, errlen, "slice: tensor has %" PRIu32 " dimensions, more than %d",
+                    ndim, ST_MAX_NDIM);
+    if (!spec)
+        len = 0;
+    long n_items = parse_spec(spec, len, items, ndim, errbuf, errlen);
+    if (n_items < 0)
+        return -1;
+    if ((unsigned long)n_items > ndim)
+        return fail(errbuf, errlen, "too many indices: tensor has %" PRIu32
+                    " dimensions, slice has %ld", ndim, n_items);
+
+    int empty = 0;
+    for (uint32_t d = 0; d < ndim; d++) {
+        static const struct slice_item whole = {0};
+        if (resolve(d < (uint32_t)n_items ? &items[d] : &whole, d, shape[d], &sel[d], errbuf,
+                    errlen) < 0)
+            return -1;
+        if (sel[d].count == 0)
+            empty = 1;
+        if (!sel[d].dropped)
+            plan->shape[plan->ndim++] = sel[d].count;
+    }
+    if (empty) {
+        return 0; /* nelems, nbytes, n_runs all 0 */
+    }
+
+    /* Strides in bits, checked: the validator bounds the byte size, but 8x
+     * that can exceed 64 bits for an (absurd) tensor over 2 EiB. */
+    uint64_t acc = info->bits;
+    for (uint32_t d = ndim; d-- > 0;) {
+        stride[d] = acc;
+        if (u64_mul(acc, shape[d], &acc) < 0)
+            return fail(errbuf, errlen, "slice: tensor size in bits overflows 64 bits");
+    }
+
+    /* The run: trailing dimensions taken whole, then the innermost partial
+     * one when it is contiguous (step 1; a single index counts as one). */
+    uint64_t run_bits = info->bits, nelems = 1;
+    int32_t d = (int32_t)ndim - 1;
+    while (d >= 0 && sel[d].start == 0 && sel[d].count == shape[d] && sel[d].step == 1) {
+        run_bits *= shape[d];
+        d--;
+    }
+    int32_t run_dim = d; /* the dimension that cuts the run, -1 if none */
+    if (d >= 0 && sel[d].step == 1) {
+        run_bits *= sel[d].count;
+        d--;
+    }
+    if (run_bits % 8)
+        return misaligned(errbuf, errlen, (uint32_t)(run_dim < 0 ? 0 : run_dim), ndim > 0, dt);
+
+    uint64_t base_bits = 0;
+    int32_t bad_base_dim = -1;
+    for (uint32_t i = 0; i < ndim; i++) {
+        uint64_t contrib = sel[i].start * stride[i]; /* < total bits: no overflow */
+        base_bits += contrib;
+        if (contrib % 8)
+            bad_base_dim = (int32_t)i;
+        nelems *= sel[i].count;
+    }
+    if (base_bits % 8)
+        return misaligned(errbuf, errlen, (uint32_t)bad_base_dim, 1, dt);
+
+    for (int32_t i = 0; i <= d; i++) {
+        if (sel[i].count == 1)
+            continue; /* folded into base */
+        uint64_t st = sel[i].step * stride[i]; /* < total bits */
+        if (st % 8)
+            return misaligned(errbuf, errlen, (uint32_t)i, 1, dt);
+        plan->outer_count[plan->n_outer] = sel[i].count;
+        plan->outer_stride[plan->n_outer] = st / 8;
+        plan->n_outer++;
+    }
+    plan->nelems = nelems;
+    plan->run_bytes = run_bits / 8;
+    plan->base = base_bits / 8;
+    plan->n_runs = 1;
+    for (uint32_t i = 0; i < plan->n_outer; i++)
+        plan->n_runs *= plan->outer_count[i];
+    plan->nbytes = plan->n_runs * plan->run_bytes;
+    return 0;
+}
+
+uint64_t slice_run_offset(const struct slice_plan *plan, uint64_t k)
+{
+    uint64_t off = plan->base;
+    for (uint32_t i = plan->n_outer; i-- > 0;) {
+        off += (k % plan->outer_count[i]) * plan->outer_stride[i];
+        k /= plan->outer_count[i];
+    }
+    return off;
+}
+
+/* ---- reading ---- */
+
+/* Odometer over the outer dimensions: the source offset of the current run,
+ * advanced by additions only (no division per run). */
+struct run_cursor {
+    uint64_t src;
+    uint64_t idx[ST_MAX_NDIM];
+};
+
+static void cursor_seek(const struct slice_plan *plan, struct run_cursor *c, uint64_t k)
+{
+    c->src = plan->base;
+    for (uint32_t i = plan->n_outer; i-- > 0;) {
+        c->idx[i] = k % plan->outer_count[i];
+        c->src += c->idx[i] * plan->outer_stride[i];
+        k /= plan->outer_count[i];
+    }
+}
+
+static void cursor_next(const struct slice_plan *plan, struct run_cursor *c)
+{
+    for (uint32_t i = plan->n_outer; i-- > 0;) {
+        c->src += plan->outer_stride[i];
+        if (++c->idx[i] < plan->outer_count[i])
+            return;
+        /* wrap: modular arithmetic gives the right offset even if the
+         * intermediate product is large */
+        c->src -= plan->outer_count[i] * plan->outer_stride[i];
+        c->idx[i] = 0;
+    }
+}
+
+static int pread_full(int fd, void *buf, size_t len, uint64_t off)
+{
+    char *p = buf;
+    while (len) {
+        if (off > (uint64_t)INT64_MAX)
+            return -EOVERFLOW;
+        ssize_t r = pread(fd, p, len, (off_t)off);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        if (r == 0)
+            return -ENODATA;
+        p += r;
+        len -= (size_t)r;
+        off += (uint64_t)r;
+    }
+    return 0;
+}
+
+#define SLICE_SCRATCH_LEN (1u << 20)
+#define SLICE_DIRECT_MIN (64u << 10) /* pieces this long are read straight into buf */
+#define SLICE_GAP_OK 4096u           /* a gap this small is read through */
+
+int slice_read_scratch(const struct slice_plan *plan, int fd, uint64_t tensor_off, uint64_t off,
+                       void *buf, size_t len, void *scratch, size_t scratch_len)
+{
+    if (len == 0)
+        return 0;
+    if (off > plan->nbytes || len > plan->nbytes - off)
+        return -EINVAL;
+    if (!scratch)
+        scratch_len = 0;
+    struct run_cursor cur, peek;
+    cursor_seek(plan, &cur, off / plan->run_bytes);
+    uint64_t in_run = off % plan->run_bytes; /* bytes of the current run already consumed */
+    char *out = buf;
+    size_t left = len;
+
+    while (left) {
+        uint64_t take0 = plan->run_bytes - in_run;
+        if (take0 > left)
+            take0 = left;
+        uint64_t win_start = cur.src + in_run, win_end = win_start + take0, useful = take0;
+        size_t m = 1; /* pieces in the window */
+        if (take0 < SLICE_DIRECT_MIN && scratch_len >= take0) {
+            peek = cur;
+            while (useful < left) {
+                cursor_next(plan, &peek);
+                uint64_t take = plan->run_bytes;
+                if (take > left - useful)
+                    take = left - useful;
+                uint64_t end = peek.src + take;
+                if (end - win_start > scratch_len)
+                    break;
+                if (peek.src - win_end >= SLICE_GAP_OK && end - win_start > 4 * (useful + take))
+                    break;
+                win_end = end;
+                useful += take;
+                m++;
+            }
+        }
+        if (m == 1) {
+            int r = pread_full(fd, out, (size_t)take0, tensor_off + win_start);
+            if (r < 0)
+                return r;
+            out += take0;
+            left -= (size_t)take0;
+        } else {
+            int r = pread_full(fd, scratch, (size_t)(win_end - win_start), tensor_off + win_start);
+            if (r < 0)
+                return r;
+            const char *s = scratch;
+            memcpy(out, s, (size_t)take0);
+            out += take0;
+            left -= (size_t)take0;
+            for (size_t j = 1; j < m; j++) {
+                cursor_next(plan, &cur);
+                size_t take = plan->run_bytes < left ? (size_t)plan->run_bytes : left;
+                memcpy(out, s + (cur.src - win_start), take);
+                out += take;
+                left -= take;
+            }
+        }
+        cursor_next(plan, &cur);
+        in_run = 0;
+    }
+    return 0;
+}
+
+/* Per-thread scratch for slice_read, freed when the thread exits. */
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+static int scratch_key_ok;
+
+static void scratch_key_init(void)
+{
+    scratch_key_ok = pthread_key_create(&scratch_key, free) == 0;
+}
+
+int slice_read(const struct slice_plan *plan, int fd, uint64_t tensor_off, uint64_t off,
+               void *buf, size_t len)
+{
+    void *scratch = NULL;
+    pthread_once(&scratch_once, scratch_key_init);
+    if (scratch_key_ok) {
+        scratch = pthread_getspecific(scratch_key);
+        if (!scratch) {
+            scratch = xmalloc(SLICE_SCRATCH_LEN);
+            if (pthread_setspecific(scratch_key, scratch) != 0) {
+                free(scratch);
+                scratch = NULL;
+            }
+        }
+    }
+    return slice_read_scratch(plan, fd, tensor_off, off, buf, len, scratch,
+                              scratch ? SLICE_SCRATCH_LEN : 0);
+}
