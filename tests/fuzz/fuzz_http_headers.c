@@ -1,0 +1,103 @@
+/* libFuzzer target for the request headers server/respond.c parses itself
+ * (libmicrohttpd only splits them): HTTP dates (If-Modified-Since,
+ * If-Unmodified-Since, If-Range) through http_date_parse, and entity-tag
+ * lists (If-Match, If-None-Match, If-Range) through http_etag_match.
+ *
+ * Input: byte 0 picks weak or strong comparison; the rest is split at the
+ * first '\n' into the header value and "our" ETag (the whole rest is also
+ * tried as a date). Oracles beyond "no crash, no UB":
+ *  - a parsed date in years 1970..9999 formats back to an IMF-fixdate that
+ *    parses to the same second;
+ *  - a strong match implies a weak match; a weak ETag never matches strongly;
+ *  - a list holding exactly our (quoted) ETag matches it, and "*" matches any
+ *    non-empty ETag. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "respond.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static void check_date(const char *s)
+{
+    int64_t t;
+    if (http_date_parse(s, &t) != 0)
+        return;
+    if (t < 0 || t >= 253402300800LL) /* outside years 1970..9999 */
+        return;
+    char buf[64];
+    int64_t again;
+    http_date_format(t, buf, sizeof(buf));
+    if (http_date_parse(buf, &again) != 0 || again != t) {
+        fprintf(stderr, "date \"%s\" -> %lld -> \"%s\" does not round-trip\n", s, (long long)t,
+                buf);
+        abort();
+    }
+}
+
+static int valid_etag(const char *e)
+{
+    /* What our own ETags look like: optional W/, then "...", no inner quote. */
+    if (e[0] == 'W' && e[1] == '/')
+        e += 2;
+    size_t n = strlen(e);
+    return n >= 2 && e[0] == '"' && e[n - 1] == '"' && !memchr(e + 1, '"', n - 2);
+}
+
+static void check_etags(const char *list, const char *etag)
+{
+    int strong = http_etag_match(list, etag, 0);
+    int weak = http_etag_match(list, etag, 1);
+    if (strong && !weak) {
+        fprintf(stderr, "strong match without weak match: [%s] vs [%s]\n", list, etag);
+        abort();
+    }
+    if (strong && etag[0] == 'W' && etag[1] == '/' && strcmp(list, "*") != 0 &&
+        strchr(list, '*') == NULL) {
+        fprintf(stderr, "weak ETag matched strongly: [%s] vs [%s]\n", list, etag);
+        abort();
+    }
+    if (!etag[0] && (strong || weak)) {
+        fprintf(stderr, "empty ETag matched [%s]\n", list);
+        abort();
+    }
+    if (valid_etag(etag)) {
+        int etag_weak = etag[0] == 'W';
+        if (!http_etag_match(etag, etag, 1) || (!etag_weak && !http_etag_match(etag, etag, 0))) {
+            fprintf(stderr, "ETag [%s] does not match itself\n", etag);
+            abort();
+        }
+        if (!http_etag_match("*", etag, 0) || !http_etag_match("*", etag, 1)) {
+            fprintf(stderr, "\"*\" does not match [%s]\n", etag);
+            abort();
+        }
+    }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size < 1 || size > 4096)
+        return 0;
+    int weak_first = data[0] & 1;
+    char *all = malloc(size);
+    if (!all)
+        return 0;
+    memcpy(all, data + 1, size - 1);
+    all[size - 1] = '\0';
+
+    check_date(all);
+
+    char *nl = strchr(all, '\n');
+    const char *list = all, *etag = "\"v1\"";
+    if (nl) {
+        *nl = '\0';
+        etag = nl + 1;
+    }
+    check_etags(list, etag);
+    /* Same inputs in the other comparison mode first, to reach both orders. */
+    (void)http_etag_match(list, etag, !weak_first);
+    free(all);
+    return 0;
+}
