@@ -10,6 +10,7 @@
 #include "st_error.h"
 
 #define ST_INDEX_MAX_LEN 100000000ULL
+#define ST_INDEX_MAX_DEPTH 16 /* JSON nesting cap (the top object is depth 1), checked before parsing */
 
 struct st_index_entry {
     const char *tensor; /* owned by the index */
@@ -31,7 +32,11 @@ enum st_status st_index_parse(const char *json, size_t len, const char *file,
                               struct st_index **out, struct st_error *err);
 void st_index_free(struct st_index *idx);
 
-/* Returns 1 when `path` is a safe relative path that stays inside the model directory. */
+/* Returns 1 when `path` is a safe relative path that stays inside the model
+ * directory. Shards must sit directly in the model directory, so besides the
+ * general rules (non-empty, relative, no "", "." or ".." component, no
+ * backslash, no control character) a '/' is refused too: "sub/x.safetensors"
+ * would make a subdirectory, possibly a model of its own, part of this one. */
 int st_index_path_ok(const char *path);
 
 #endif
