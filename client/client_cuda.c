@@ -1,0 +1,170 @@
+/* client_cuda: imports a model's CUDA allocations into this process.
+ *
+ * Each allocation's POSIX fd becomes a generic allocation handle
+ * (cuMemImportFromShareableHandle), mapped at a fresh reserved address and
+ * made accessible read-only where the driver supports that (else
+ * read-write). The driver is loaded at run time like the daemon does, so the
+ * library also works on hosts without one (host models only). The device's
+ * primary context is used, the one PyTorch and the runtime API use. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <strings.h>
+
+#include "client_int.h"
+#include "cuda_api.h"
+#include "util.h"
+
+struct cuda_map {
+    CUmemGenericAllocationHandle handle;
+    int imported;
+    CUdeviceptr va;
+    int reserved, mapped;
+};
+
+struct cuda_model {
+    CUdevice dev;
+    CUcontext ctx;
+    struct cuda_map *maps;
+};
+
+static struct cuda_api api;
+static int api_state;          /* 0 not tried, 1 loaded, -1 failed */
+static char api_err[256];
+static pthread_mutex_t api_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int load_api(char *err, size_t errlen)
+{
+    pthread_mutex_lock(&api_lock);
+    if (api_state == 0) {
+        api_state = cuda_api_load(&api, api_err, sizeof(api_err)) == 0 ? 1 : -1;
+        if (api_state == 1) {
+            CUresult r = api.Init(0);
+            if (r != CUDA_SUCCESS) {
+                snprintf(api_err, sizeof(api_err), "cuInit: %s", cuda_api_error(&api, r));
+                api_state = -1;
+            }
+        }
+    }
+    int ok = api_state == 1;
+    pthread_mutex_unlock(&api_lock);
+    if (!ok)
+        snprintf(err, errlen, "%s", api_err);
+    return ok ? 0 : -1;
+}
+
+static int cerr(CUresult r, const char *what, char *err, size_t errlen)
+{
+    snprintf(err, errlen, "%s: %s (CUresult %d)", what, cuda_api_error(&api, r), (int)r);
+    return -1;
+}
+
+/* The local ordinal of the device with the model's UUID (CUDA_VISIBLE_DEVICES
+ * may renumber devices in this process), else its index. */
+static int find_device(const struct tensord_model *m, CUdevice *dev)
+{
+    int count = 0;
+    if (api.DeviceGetCount(&count) != CUDA_SUCCESS)
+        return -1;
+    for (int i = 0; i < count; i++) {
+        CUdevice d;
+        CUuuid u;
+        char s[64];
+        if (api.DeviceGet(&d, i) != CUDA_SUCCESS || api.DeviceGetUuid(&u, d) != CUDA_SUCCESS)
+            continue;
+        cuda_api_uuid_str(&u, s, sizeof(s));
+        if (strcasecmp(s, m->uuid) == 0) {
+            *dev = d;
+            return i;
+        }
+    }
+    return -1;
+}
+
+int tdc_cuda_map(struct tensord_model *m, const int *fds, char *err, size_t errlen)
+{
+    if (load_api(err, errlen) < 0)
+        return -1;
+    struct cuda_model *cm = xcalloc(1, sizeof(*cm));
+    cm->maps = xcalloc(m->n_allocs ? m->n_allocs : 1, sizeof(*cm->maps));
+    m->cuda = cm;
+    int ordinal = find_device(m, &cm->dev);
+    if (ordinal < 0) {
+        snprintf(err, errlen, "device %s (%s) is not visible in this process", m->uuid, m->device);
+        return -1;
+    }
+    m->dev_index = ordinal; /* DLPack device ids are local ordinals */
+    CUresult r = api.DevicePrimaryCtxRetain(&cm->ctx, cm->dev);
+    if (r != CUDA_SUCCESS) {
+        cm->ctx = NULL;
+        return cerr(r, "cuDevicePrimaryCtxRetain", err, errlen);
+    }
+    if ((r = api.CtxSetCurrent(cm->ctx)) != CUDA_SUCCESS)
+        return cerr(r, "cuCtxSetCurrent", err, errlen);
+    CUmemAllocationProp prop = {0};
+    size_t gran = 0;
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = ordinal;
+    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    if ((r = api.MemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM)) !=
+        CUDA_SUCCESS)
+        return cerr(r, "cuMemGetAllocationGranularity", err, errlen);
+    for (size_t i = 0; i < m->n_allocs; i++) {
+        struct tensord_alloc *a = &m->allocs[i];
+        struct cuda_map *mp = &cm->maps[i];
+        r = api.MemImportFromShareableHandle(&mp->handle, (void *)(uintptr_t)fds[i],
+                                             CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+        if (r != CUDA_SUCCESS)
+            return cerr(r, "cuMemImportFromShareableHandle", err, errlen);
+        mp->imported = 1;
+        if ((r = api.MemAddressReserve(&mp->va, a->alloc_size, gran, 0, 0)) != CUDA_SUCCESS)
+            return cerr(r, "cuMemAddressReserve", err, errlen);
+        mp->reserved = 1;
+        if ((r = api.MemMap(mp->va, a->alloc_size, 0, mp->handle, 0)) != CUDA_SUCCESS)
+            return cerr(r, "cuMemMap", err, errlen);
+        mp->mapped = 1;
+        CUmemAccessDesc acc = {.location = prop.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READ};
+        r = api.MemSetAccess(mp->va, a->alloc_size, &acc, 1);
+        if (r != CUDA_SUCCESS) { /* read-only device mappings are not supported everywhere */
+            acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+            r = api.MemSetAccess(mp->va, a->alloc_size, &acc, 1);
+        }
+        if (r != CUDA_SUCCESS)
+            return cerr(r, "cuMemSetAccess", err, errlen);
+        a->device_ptr = (uint64_t)mp->va;
+    }
+    return 0;
+}
+
+void tdc_cuda_unmap(struct tensord_model *m)
+{
+    struct cuda_model *cm = m->cuda;
+    if (!cm)
+        return;
+    if (cm->ctx && api.CtxSetCurrent(cm->ctx) == CUDA_SUCCESS) {
+        for (size_t i = 0; i < m->n_allocs; i++) {
+            struct cuda_map *mp = &cm->maps[i];
+            if (mp->mapped)
+                api.MemUnmap(mp->va, m->allocs[i].alloc_size);
+            if (mp->reserved)
+                api.MemAddressFree(mp->va, m->allocs[i].alloc_size);
+            if (mp->imported)
+                api.MemRelease(mp->handle);
+        }
+    }
+    if (cm->ctx)
+        api.DevicePrimaryCtxRelease(cm->dev);
+    free(cm->maps);
+    free(cm);
+    m->cuda = NULL;
+}
+
+int tdc_cuda_read(struct tensord_model *m, void *dst, uint64_t src, size_t n, char *err,
+                  size_t errlen)
+{
+    struct cuda_model *cm = m->cuda;
+    CUresult r = api.CtxSetCurrent(cm->ctx);
+    if (r == CUDA_SUCCESS)
+        r = api.MemcpyDtoH(dst, (CUdeviceptr)src, n);
+    return r == CUDA_SUCCESS ? 0 : cerr(r, "cuMemcpyDtoH", err, errlen);
+}

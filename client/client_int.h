@@ -1,0 +1,31 @@
+/* client_int: what client.c shares with client_cuda.c. */
+#ifndef TENSORD_CLIENT_INT_H
+#define TENSORD_CLIENT_INT_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+
+#include "tensord_client.h"
+
+struct tensord_model {
+    atomic_int refs;           /* the user's + one per live DLManagedTensor */
+    struct tensord_client *c;  /* holds a client reference until unmapped */
+    char *name, *backend, *device, *uuid;
+    int dev_index;
+    uint64_t generation;
+    int is_cuda;
+    size_t n_allocs;
+    struct tensord_alloc *allocs;
+    void *cuda;                /* client_cuda.c's per-model state */
+    size_t n_tensors;
+    struct tensord_tensor *tensors; /* names, dtypes and shapes owned here */
+};
+
+/* client_cuda.c (stubs in client.c without CUDA). fds[i] is allocation i's
+ * descriptor; the caller closes them afterwards. */
+int tdc_cuda_map(struct tensord_model *m, const int *fds, char *err, size_t errlen);
+void tdc_cuda_unmap(struct tensord_model *m);
+int tdc_cuda_read(struct tensord_model *m, void *dst, uint64_t src, size_t n, char *err,
+                  size_t errlen);
+
+#endif

@@ -1,0 +1,152 @@
+/* cuda_api: the CUDA driver entry points tensord uses, resolved at run time.
+ *
+ * libcuda.so.1 is dlopen'ed and every entry point is fetched with
+ * cuGetProcAddress for the CUDA 12.0 ABI (the one these prototypes
+ * describe), so binaries built against newer headers (CUDA 13 renamed and
+ * re-versioned several symbols) keep calling the functions they were written
+ * for, and hosts without a driver only see an error. Member names drop the
+ * "cu" prefix because cuda.h #defines many cu* names to their _v2 symbols.
+ *
+ * Included by *_cuda.c files only (the daemon's backend and the client
+ * library, which links nothing of core but util), hence the inline loader. */
+#ifndef TENSORD_CUDA_API_H
+#define TENSORD_CUDA_API_H
+
+#include <cuda.h>
+#include <dlfcn.h>
+#include <stdio.h>
+#include <string.h>
+
+#define CUDA_API_ABI_VERSION 12000
+
+/* X(member, symbol, parameter list); every function returns CUresult. */
+#define CUDA_API_FUNCS(X)                                                                      \
+    X(Init, "cuInit", (unsigned int flags))                                                    \
+    X(DeviceGetCount, "cuDeviceGetCount", (int *count))                                        \
+    X(DeviceGet, "cuDeviceGet", (CUdevice *dev, int ordinal))                                  \
+    X(DeviceGetName, "cuDeviceGetName", (char *name, int len, CUdevice dev))                   \
+    X(DeviceGetUuid, "cuDeviceGetUuid", (CUuuid *uuid, CUdevice dev))                          \
+    X(DeviceTotalMem, "cuDeviceTotalMem", (size_t *bytes, CUdevice dev))                       \
+    X(DeviceGetAttribute, "cuDeviceGetAttribute", (int *v, CUdevice_attribute a, CUdevice dev)) \
+    X(DevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", (CUcontext *ctx, CUdevice dev))      \
+    X(DevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease", (CUdevice dev))                    \
+    X(CtxSetCurrent, "cuCtxSetCurrent", (CUcontext ctx))                                       \
+    X(CtxSynchronize, "cuCtxSynchronize", (void))                                              \
+    X(GetErrorString, "cuGetErrorString", (CUresult e, const char **s))                        \
+    X(MemGetAllocationGranularity, "cuMemGetAllocationGranularity",                            \
+      (size_t *g, const CUmemAllocationProp *p, CUmemAllocationGranularity_flags f))           \
+    X(MemCreate, "cuMemCreate",                                                                \
+      (CUmemGenericAllocationHandle *h, size_t size, const CUmemAllocationProp *p,             \
+       unsigned long long flags))                                                              \
+    X(MemRelease, "cuMemRelease", (CUmemGenericAllocationHandle h))                            \
+    X(MemAddressReserve, "cuMemAddressReserve",                                                \
+      (CUdeviceptr *p, size_t size, size_t align, CUdeviceptr addr, unsigned long long flags)) \
+    X(MemAddressFree, "cuMemAddressFree", (CUdeviceptr p, size_t size))                        \
+    X(MemMap, "cuMemMap",                                                                      \
+      (CUdeviceptr p, size_t size, size_t off, CUmemGenericAllocationHandle h,                 \
+       unsigned long long flags))                                                              \
+    X(MemUnmap, "cuMemUnmap", (CUdeviceptr p, size_t size))                                    \
+    X(MemSetAccess, "cuMemSetAccess",                                                          \
+      (CUdeviceptr p, size_t size, const CUmemAccessDesc *desc, size_t count))                 \
+    X(MemExportToShareableHandle, "cuMemExportToShareableHandle",                              \
+      (void *out, CUmemGenericAllocationHandle h, CUmemAllocationHandleType t,                 \
+       unsigned long long flags))                                                              \
+    X(MemImportFromShareableHandle, "cuMemImportFromShareableHandle",                          \
+      (CUmemGenericAllocationHandle * h, void *handle, CUmemAllocationHandleType t))           \
+    X(MemAlloc, "cuMemAlloc", (CUdeviceptr *p, size_t size))                                   \
+    X(MemFree, "cuMemFree", (CUdeviceptr p))                                                   \
+    X(MemGetInfo, "cuMemGetInfo", (size_t *free_bytes, size_t *total_bytes))                   \
+    X(IpcGetMemHandle, "cuIpcGetMemHandle", (CUipcMemHandle *h, CUdeviceptr p))                \
+    X(MemHostAlloc, "cuMemHostAlloc", (void **p, size_t size, unsigned int flags))             \
+    X(MemFreeHost, "cuMemFreeHost", (void *p))                                                 \
+    X(StreamCreate, "cuStreamCreate", (CUstream *s, unsigned int flags))                       \
+    X(StreamDestroy, "cuStreamDestroy", (CUstream s))                                          \
+    X(StreamSynchronize, "cuStreamSynchronize", (CUstream s))                                  \
+    X(EventCreate, "cuEventCreate", (CUevent *e, unsigned int flags))                          \
+    X(EventRecord, "cuEventRecord", (CUevent e, CUstream s))                                   \
+    X(EventSynchronize, "cuEventSynchronize", (CUevent e))                                     \
+    X(EventDestroy, "cuEventDestroy", (CUevent e))                                             \
+    X(MemcpyHtoDAsync, "cuMemcpyHtoDAsync",                                                    \
+      (CUdeviceptr dst, const void *src, size_t n, CUstream s))                                \
+    X(MemcpyDtoH, "cuMemcpyDtoH", (void *dst, CUdeviceptr src, size_t n))                      \
+    X(MemcpyDtoD, "cuMemcpyDtoD", (CUdeviceptr dst, CUdeviceptr src, size_t n))
+
+struct cuda_api {
+    void *lib;                 /* dlopen handle of libcuda.so.1 */
+    int driver_version;        /* e.g. 12040 */
+#define CUDA_API_MEMBER(m, sym, params) CUresult (*m) params;
+    CUDA_API_FUNCS(CUDA_API_MEMBER)
+#undef CUDA_API_MEMBER
+};
+
+/* Loads the driver and every entry point. Returns 0, or -1 with a reason
+ * in err (no driver, driver too old, a missing entry point). */
+static inline int cuda_api_load(struct cuda_api *api, char *err, size_t errlen)
+{
+    typedef CUresult (*proc_v2_fn)(const char *, void **, int, cuuint64_t,
+                                   CUdriverProcAddressQueryResult *);
+    typedef CUresult (*proc_v1_fn)(const char *, void **, int, cuuint64_t);
+    typedef CUresult (*version_fn)(int *);
+    memset(api, 0, sizeof(*api));
+    api->lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!api->lib) {
+        const char *e = dlerror();
+        snprintf(err, errlen, "no NVIDIA driver: cannot load libcuda.so.1 (%s)", e ? e : "?");
+        return -1;
+    }
+    version_fn version = (version_fn)dlsym(api->lib, "cuDriverGetVersion");
+    proc_v2_fn proc2 = (proc_v2_fn)dlsym(api->lib, "cuGetProcAddress_v2");
+    proc_v1_fn proc1 = (proc_v1_fn)dlsym(api->lib, "cuGetProcAddress");
+    if (!version || (!proc2 && !proc1) || version(&api->driver_version) != CUDA_SUCCESS) {
+        snprintf(err, errlen, "libcuda.so.1 lacks cuDriverGetVersion/cuGetProcAddress "
+                              "(driver older than CUDA 11.3)");
+        goto fail;
+    }
+    if (api->driver_version < 11030) {
+        snprintf(err, errlen, "the NVIDIA driver supports CUDA %d.%d; 11.3 or newer is needed",
+                 api->driver_version / 1000, api->driver_version % 1000 / 10);
+        goto fail;
+    }
+    int want = api->driver_version < CUDA_API_ABI_VERSION ? api->driver_version
+                                                           : CUDA_API_ABI_VERSION;
+#define CUDA_API_RESOLVE(m, sym, params)                                                       \
+    {                                                                                          \
+        void *fn = NULL;                                                                       \
+        CUresult r = proc2 ? proc2(sym, &fn, want, CU_GET_PROC_ADDRESS_DEFAULT, NULL)          \
+                           : proc1(sym, &fn, want, CU_GET_PROC_ADDRESS_DEFAULT);               \
+        if (r != CUDA_SUCCESS || !fn) {                                                        \
+            snprintf(err, errlen, "the NVIDIA driver (CUDA %d.%d) has no %s",                  \
+                     api->driver_version / 1000, api->driver_version % 1000 / 10, sym);        \
+            goto fail;                                                                         \
+        }                                                                                      \
+        memcpy(&api->m, &fn, sizeof(fn));                                                      \
+    }
+    CUDA_API_FUNCS(CUDA_API_RESOLVE)
+#undef CUDA_API_RESOLVE
+    return 0;
+fail:
+    dlclose(api->lib);
+    memset(api, 0, sizeof(*api));
+    return -1;
+}
+
+/* "CUDA_ERROR_X: description" style text for r. */
+static inline const char *cuda_api_error(const struct cuda_api *api, CUresult r)
+{
+    const char *s = NULL;
+    if (api->GetErrorString && api->GetErrorString(r, &s) == CUDA_SUCCESS && s)
+        return s;
+    return "unknown CUDA error";
+}
+
+/* Formats a device UUID the way nvidia-smi prints it: GPU-xxxxxxxx-xxxx-... */
+static inline void cuda_api_uuid_str(const CUuuid *u, char *out, size_t outlen)
+{
+    const unsigned char *b = (const unsigned char *)u->bytes;
+    snprintf(out, outlen,
+             "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
+             b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
+             b[14], b[15]);
+}
+
+#endif

@@ -1,0 +1,101 @@
+/* gpu: the memory backends that preloads fill and workers map.
+ *
+ * Two backends share one interface. `host` keeps each shard in a sealed
+ * memfd (shared memory for CPU workers, and what the tests exercise where no
+ * GPU exists); `cuda` keeps each shard in one cuMemCreate allocation exported
+ * as a POSIX file descriptor, with the driver loaded at run time so the same
+ * binary runs on hosts without a GPU. Both hand workers one fd per shard.
+ *
+ * Copies go through a ring of staging buffers owned by the backend (pinned
+ * host memory for cuda): the loader reads file bytes into buffer i, starts
+ * the copy with stage_copy, and calls stage_wait before it reads into buffer
+ * i again. */
+#ifndef TENSORD_GPU_H
+#define TENSORD_GPU_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define GPU_UUID_MAX 48        /* "GPU-8-4-4-4-12" hex plus NUL fits */
+#define GPU_LEGACY_HANDLE_BYTES 64 /* sizeof(CUipcMemHandle) */
+#define GPU_MAX_DEVICES 64
+
+enum gpu_kind { GPU_KIND_HOST, GPU_KIND_CUDA };
+
+struct gpu_device {
+    int index;
+    char uuid[GPU_UUID_MAX];   /* "GPU-...", or "host" */
+    char name[128];
+    uint64_t memory_bytes;
+};
+
+/* One shard's memory. The fd stays owned by the allocation: senders dup it
+ * (SCM_RIGHTS does), never close it. */
+struct gpu_alloc {
+    uint64_t size;             /* bytes of shard data */
+    uint64_t alloc_size;       /* size of the allocation: size rounded up to the granularity */
+    int fd;                    /* shareable handle (memfd, or CUDA POSIX fd); -1 before alloc */
+    uint64_t legacy_size;      /* size of the legacy cuMemAlloc copy, 0 when none */
+    unsigned char legacy_handle[GPU_LEGACY_HANDLE_BYTES]; /* its CUipcMemHandle */
+    void *priv;                /* backend state */
+};
+
+struct gpu_backend;
+struct gpu_stage;
+
+struct gpu_backend_ops {
+    /* Creates an allocation of at least size bytes on device dev (legacy: also
+     * a cuMemAlloc copy with an IPC handle). `label` names it (memfd name).
+     * Returns 0, or -1 with err set and *a left freeable. */
+    int (*alloc)(struct gpu_backend *b, int dev, uint64_t size, int legacy, const char *label,
+                 struct gpu_alloc *a, char *err, size_t errlen);
+    /* Releases the backend's hold on the memory; mappings that workers
+     * imported keep it alive until they unmap. Safe on a failed alloc. */
+    void (*free)(struct gpu_backend *b, struct gpu_alloc *a);
+    /* A ring of nbuf staging buffers of bytes each (page-aligned), for
+     * copies to device dev. NULL with err on failure. */
+    struct gpu_stage *(*stage_open)(struct gpu_backend *b, int dev, unsigned nbuf, size_t bytes,
+                                    char *err, size_t errlen);
+    void *(*stage_buf)(struct gpu_stage *s, unsigned i);
+    /* Starts copying len bytes at src (inside buffer i) to a at offset off. */
+    int (*stage_copy)(struct gpu_stage *s, unsigned i, struct gpu_alloc *a, uint64_t off,
+                      const void *src, size_t len, char *err, size_t errlen);
+    /* Returns once buffer i's last copy completed (the buffer may be refilled). */
+    int (*stage_wait)(struct gpu_stage *s, unsigned i, char *err, size_t errlen);
+    void (*stage_close)(struct gpu_stage *s);
+    /* All copies into a landed: make it read-only for sharing (host: seal
+     * the memfd; cuda: fill the legacy copy). Returns 0 or -1 with err. */
+    int (*finish)(struct gpu_backend *b, struct gpu_alloc *a, char *err, size_t errlen);
+    /* Copies len bytes at off of a into dst (verification). */
+    int (*read_back)(struct gpu_backend *b, struct gpu_alloc *a, uint64_t off, void *dst,
+                     size_t len, char *err, size_t errlen);
+    void (*destroy)(struct gpu_backend *b);
+};
+
+struct gpu_backend {
+    const struct gpu_backend_ops *ops;
+    const char *name;          /* "host" or "cuda" */
+    enum gpu_kind kind;
+    const char *handle_type;   /* as workers see it: "memfd" or "posix_fd" */
+    size_t n_devices;
+    struct gpu_device devices[GPU_MAX_DEVICES];
+    void *priv;
+};
+
+/* The memfd backend; never fails. Caller destroys with b->ops->destroy. */
+struct gpu_backend *gpu_host_new(void);
+
+/* The CUDA backend when a driver and at least one device are usable, else
+ * NULL with the reason (no libcuda.so.1, cuInit error, no devices, built
+ * without CUDA support) in reason. */
+struct gpu_backend *gpu_cuda_probe(char *reason, size_t reasonlen);
+
+/* Parses a device name: "host", "cuda" (cuda:0), "cuda:N", or a GPU UUID
+ * ("GPU-..."). Sets *kind and *index (-1 with *uuid for a UUID, to be
+ * resolved against the backend's devices). Returns 0 or -1 on bad syntax. */
+int gpu_parse_device(const char *s, enum gpu_kind *kind, int *index, const char **uuid);
+
+/* Index of the device named by index or uuid in b, or -1. */
+int gpu_find_device(const struct gpu_backend *b, int index, const char *uuid);
+
+#endif

@@ -1,0 +1,355 @@
+/* gpu_cuda: the CUDA backend. One cuMemCreate allocation per shard, created
+ * shareable as a POSIX file descriptor (CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+ * and mapped into the daemon's address space for the copies; with legacy IPC
+ * also a cuMemAlloc copy (2 MiB-rounded) exported with cuIpcGetMemHandle.
+ * Staging buffers are pinned (cuMemHostAlloc); each copy is a
+ * cuMemcpyHtoDAsync on the ring's stream followed by an event that
+ * stage_wait synchronises before the buffer is refilled.
+ *
+ * Every entry point makes the device's primary context current first: the
+ * loader thread allocates and copies, but the last lease can end (and free
+ * an allocation) on the IPC thread. */
+#include "gpu.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "cuda_api.h"
+#include "util.h"
+
+#define LEGACY_ALIGN (2u << 20)
+
+struct cuda_backend {
+    struct cuda_api api;
+    pthread_mutex_t lock;      /* guards ctx[] creation */
+    CUcontext ctx[GPU_MAX_DEVICES]; /* primary contexts, retained on first use */
+    CUdevice dev[GPU_MAX_DEVICES];
+    int posix_fd[GPU_MAX_DEVICES]; /* device can export POSIX fds */
+};
+
+struct cuda_alloc {
+    int dev;
+    CUmemGenericAllocationHandle handle;
+    int have_handle;
+    CUdeviceptr va;            /* the daemon's mapping (read-write, for the copies) */
+    int reserved, mapped;
+    CUdeviceptr legacy;        /* cuMemAlloc copy, 0 when none */
+};
+
+struct gpu_stage {
+    struct cuda_backend *cb;
+    int dev;
+    unsigned nbuf;
+    size_t bytes;
+    void *host;                /* nbuf * bytes pinned */
+    CUstream stream;
+    CUevent *events;           /* one per buffer, recorded after its copy */
+};
+
+static int cerr(struct cuda_backend *cb, CUresult r, const char *what, char *err, size_t errlen)
+{
+    snprintf(err, errlen, "%s: %s (CUresult %d)", what, cuda_api_error(&cb->api, r), (int)r);
+    return -1;
+}
+
+/* Makes dev's primary context current on this thread. */
+static int use_device(struct cuda_backend *cb, int dev, char *err, size_t errlen)
+{
+    CUresult r = CUDA_SUCCESS;
+    pthread_mutex_lock(&cb->lock);
+    if (!cb->ctx[dev])
+        r = cb->api.DevicePrimaryCtxRetain(&cb->ctx[dev], cb->dev[dev]);
+    CUcontext ctx = cb->ctx[dev];
+    pthread_mutex_unlock(&cb->lock);
+    if (r != CUDA_SUCCESS)
+        return cerr(cb, r, "cuDevicePrimaryCtxRetain", err, errlen);
+    r = cb->api.CtxSetCurrent(ctx);
+    return r == CUDA_SUCCESS ? 0 : cerr(cb, r, "cuCtxSetCurrent", err, errlen);
+}
+
+static void fill_prop(CUmemAllocationProp *p, int dev)
+{
+    memset(p, 0, sizeof(*p));
+    p->type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    p->location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    p->location.id = dev;
+    p->requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+}
+
+static int cuda_alloc(struct gpu_backend *b, int dev, uint64_t size, int legacy, const char *label,
+                      struct gpu_alloc *a, char *err, size_t errlen)
+{
+    (void)label;
+    struct cuda_backend *cb = b->priv;
+    struct cuda_alloc *ca = xcalloc(1, sizeof(*ca));
+    CUmemAllocationProp prop;
+    size_t gran = 0;
+    CUresult r;
+    ca->dev = dev;
+    a->priv = ca;
+    a->fd = -1;
+    a->size = size;
+    if (use_device(cb, dev, err, errlen) < 0)
+        return -1;
+    if (!cb->posix_fd[dev]) {
+        snprintf(err, errlen, "device %d cannot export memory as POSIX file descriptors", dev);
+        return -1;
+    }
+    fill_prop(&prop, dev);
+    r = cb->api.MemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+    if (r != CUDA_SUCCESS || gran == 0)
+        return cerr(cb, r, "cuMemGetAllocationGranularity", err, errlen);
+    a->alloc_size = ((size ? size : 1) + gran - 1) / gran * gran;
+    r = cb->api.MemCreate(&ca->handle, a->alloc_size, &prop, 0);
+    if (r != CUDA_SUCCESS)
+        return cerr(cb, r, "cuMemCreate", err, errlen);
+    ca->have_handle = 1;
+    r = cb->api.MemAddressReserve(&ca->va, a->alloc_size, gran, 0, 0);
+    if (r != CUDA_SUCCESS)
+        return cerr(cb, r, "cuMemAddressReserve", err, errlen);
+    ca->reserved = 1;
+    r = cb->api.MemMap(ca->va, a->alloc_size, 0, ca->handle, 0);
+    if (r != CUDA_SUCCESS)
+        return cerr(cb, r, "cuMemMap", err, errlen);
+    ca->mapped = 1;
+    CUmemAccessDesc acc = {.location = prop.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    r = cb->api.MemSetAccess(ca->va, a->alloc_size, &acc, 1);
+    if (r != CUDA_SUCCESS)
+        return cerr(cb, r, "cuMemSetAccess", err, errlen);
+    int fd = -1;
+    r = cb->api.MemExportToShareableHandle(&fd, ca->handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+                                           0);
+    if (r != CUDA_SUCCESS)
+        return cerr(cb, r, "cuMemExportToShareableHandle", err, errlen);
+    a->fd = fd;
+    if (legacy) {
+        a->legacy_size = ((size ? size : 1) + LEGACY_ALIGN - 1) / LEGACY_ALIGN * LEGACY_ALIGN;
+        r = cb->api.MemAlloc(&ca->legacy, a->legacy_size);
+        if (r != CUDA_SUCCESS) {
+            a->legacy_size = 0;
+            return cerr(cb, r, "cuMemAlloc (legacy IPC copy)", err, errlen);
+        }
+        CUipcMemHandle h;
+        r = cb->api.IpcGetMemHandle(&h, ca->legacy);
+        if (r != CUDA_SUCCESS)
+            return cerr(cb, r, "cuIpcGetMemHandle", err, errlen);
+        memcpy(a->legacy_handle, &h, sizeof(h) < GPU_LEGACY_HANDLE_BYTES ? sizeof(h)
+                                                                         : GPU_LEGACY_HANDLE_BYTES);
+    }
+    return 0;
+}
+
+static void cuda_free(struct gpu_backend *b, struct gpu_alloc *a)
+{
+    struct cuda_backend *cb = b->priv;
+    struct cuda_alloc *ca = a->priv;
+    char err[256];
+    if (ca && use_device(cb, ca->dev, err, sizeof(err)) == 0) {
+        if (ca->mapped)
+            cb->api.MemUnmap(ca->va, a->alloc_size);
+        if (ca->reserved)
+            cb->api.MemAddressFree(ca->va, a->alloc_size);
+        /* Importers hold their own references: the memory lives until they unmap. */
+        if (ca->have_handle)
+            cb->api.MemRelease(ca->handle);
+        if (ca->legacy)
+            cb->api.MemFree(ca->legacy);
+    }
+    free(ca);
+    a->priv = NULL;
+    if (a->fd >= 0)
+        close(a->fd);
+    a->fd = -1;
+}
+
+static void cuda_stage_close(struct gpu_stage *s);
+
+static struct gpu_stage *cuda_stage_open(struct gpu_backend *b, int dev, unsigned nbuf,
+                                         size_t bytes, char *err, size_t errlen)
+{
+    struct cuda_backend *cb = b->priv;
+    struct gpu_stage *s = xcalloc(1, sizeof(*s));
+    CUresult r;
+    s->cb = cb;
+    s->dev = dev;
+    s->nbuf = nbuf;
+    s->bytes = bytes;
+    s->events = xcalloc(nbuf, sizeof(*s->events));
+    if (use_device(cb, dev, err, errlen) < 0)
+        goto fail;
+    r = cb->api.MemHostAlloc(&s->host, (size_t)nbuf * bytes, 0);
+    if (r != CUDA_SUCCESS) {
+        s->host = NULL;
+        cerr(cb, r, "cuMemHostAlloc (staging buffers)", err, errlen);
+        goto fail;
+    }
+    r = cb->api.StreamCreate(&s->stream, CU_STREAM_NON_BLOCKING);
+    if (r != CUDA_SUCCESS) {
+        s->stream = NULL;
+        cerr(cb, r, "cuStreamCreate", err, errlen);
+        goto fail;
+    }
+    for (unsigned i = 0; i < nbuf; i++) {
+        r = cb->api.EventCreate(&s->events[i], CU_EVENT_DISABLE_TIMING);
+        if (r != CUDA_SUCCESS) {
+            s->events[i] = NULL;
+            cerr(cb, r, "cuEventCreate", err, errlen);
+            goto fail;
+        }
+    }
+    return s;
+fail:
+    cuda_stage_close(s);
+    return NULL;
+}
+
+static void *cuda_stage_buf(struct gpu_stage *s, unsigned i)
+{
+    return (char *)s->host + (size_t)i * s->bytes;
+}
+
+static int cuda_stage_copy(struct gpu_stage *s, unsigned i, struct gpu_alloc *a, uint64_t off,
+                           const void *src, size_t len, char *err, size_t errlen)
+{
+    struct cuda_backend *cb = s->cb;
+    struct cuda_alloc *ca = a->priv;
+    if (use_device(cb, s->dev, err, errlen) < 0)
+        return -1;
+    CUresult r = cb->api.MemcpyHtoDAsync(ca->va + off, src, len, s->stream);
+    if (r != CUDA_SUCCESS)
+        return cerr(cb, r, "cuMemcpyHtoDAsync", err, errlen);
+    r = cb->api.EventRecord(s->events[i], s->stream);
+    return r == CUDA_SUCCESS ? 0 : cerr(cb, r, "cuEventRecord", err, errlen);
+}
+
+static int cuda_stage_wait(struct gpu_stage *s, unsigned i, char *err, size_t errlen)
+{
+    CUresult r = s->cb->api.EventSynchronize(s->events[i]);
+    return r == CUDA_SUCCESS ? 0 : cerr(s->cb, r, "cuEventSynchronize", err, errlen);
+}
+
+static void cuda_stage_close(struct gpu_stage *s)
+{
+    if (!s)
+        return;
+    struct cuda_backend *cb = s->cb;
+    char err[256];
+    if (use_device(cb, s->dev, err, sizeof(err)) == 0) {
+        if (s->stream)
+            cb->api.StreamSynchronize(s->stream);
+        for (unsigned i = 0; i < s->nbuf; i++)
+            if (s->events[i])
+                cb->api.EventDestroy(s->events[i]);
+        if (s->stream)
+            cb->api.StreamDestroy(s->stream);
+        if (s->host)
+            cb->api.MemFreeHost(s->host);
+    }
+    free(s->events);
+    free(s);
+}
+
+static int cuda_finish(struct gpu_backend *b, struct gpu_alloc *a, char *err, size_t errlen)
+{
+    struct cuda_backend *cb = b->priv;
+    struct cuda_alloc *ca = a->priv;
+    if (use_device(cb, ca->dev, err, errlen) < 0)
+        return -1;
+    CUresult r;
+    if (ca->legacy && a->size) {
+        r = cb->api.MemcpyDtoD(ca->legacy, ca->va, a->size);
+        if (r != CUDA_SUCCESS)
+            return cerr(cb, r, "cuMemcpyDtoD (legacy IPC copy)", err, errlen);
+    }
+    r = cb->api.CtxSynchronize();
+    return r == CUDA_SUCCESS ? 0 : cerr(cb, r, "cuCtxSynchronize", err, errlen);
+}
+
+static int cuda_read_back(struct gpu_backend *b, struct gpu_alloc *a, uint64_t off, void *dst,
+                          size_t len, char *err, size_t errlen)
+{
+    struct cuda_backend *cb = b->priv;
+    struct cuda_alloc *ca = a->priv;
+    if (use_device(cb, ca->dev, err, errlen) < 0)
+        return -1;
+    CUresult r = cb->api.MemcpyDtoH(dst, ca->va + off, len);
+    return r == CUDA_SUCCESS ? 0 : cerr(cb, r, "cuMemcpyDtoH", err, errlen);
+}
+
+static void cuda_destroy(struct gpu_backend *b)
+{
+    struct cuda_backend *cb = b->priv;
+    for (size_t i = 0; i < GPU_MAX_DEVICES; i++)
+        if (cb->ctx[i])
+            cb->api.DevicePrimaryCtxRelease(cb->dev[i]);
+    pthread_mutex_destroy(&cb->lock);
+    /* libcuda stays loaded: unloading a driver library mid-process is not safe. */
+    free(cb);
+    free(b);
+}
+
+static const struct gpu_backend_ops cuda_ops = {
+    .alloc = cuda_alloc,
+    .free = cuda_free,
+    .stage_open = cuda_stage_open,
+    .stage_buf = cuda_stage_buf,
+    .stage_copy = cuda_stage_copy,
+    .stage_wait = cuda_stage_wait,
+    .stage_close = cuda_stage_close,
+    .finish = cuda_finish,
+    .read_back = cuda_read_back,
+    .destroy = cuda_destroy,
+};
+
+struct gpu_backend *gpu_cuda_probe(char *reason, size_t reasonlen)
+{
+    struct cuda_backend *cb = xcalloc(1, sizeof(*cb));
+    int count = 0;
+    CUresult r;
+    if (cuda_api_load(&cb->api, reason, reasonlen) < 0)
+        goto fail;
+    r = cb->api.Init(0);
+    if (r != CUDA_SUCCESS) {
+        snprintf(reason, reasonlen, "cuInit: %s (CUresult %d)", cuda_api_error(&cb->api, r),
+                 (int)r);
+        goto fail;
+    }
+    r = cb->api.DeviceGetCount(&count);
+    if (r != CUDA_SUCCESS || count <= 0) {
+        snprintf(reason, reasonlen, "no CUDA devices");
+        goto fail;
+    }
+    struct gpu_backend *b = xcalloc(1, sizeof(*b));
+    pthread_mutex_init(&cb->lock, NULL);
+    b->ops = &cuda_ops;
+    b->name = "cuda";
+    b->kind = GPU_KIND_CUDA;
+    b->handle_type = "posix_fd";
+    b->priv = cb;
+    for (int i = 0; i < count && i < GPU_MAX_DEVICES; i++) {
+        struct gpu_device *d = &b->devices[b->n_devices];
+        CUuuid u;
+        size_t mem = 0;
+        int vmm = 0, pfd = 0;
+        if (cb->api.DeviceGet(&cb->dev[i], i) != CUDA_SUCCESS)
+            continue;
+        d->index = i;
+        if (cb->api.DeviceGetName(d->name, (int)sizeof(d->name), cb->dev[i]) != CUDA_SUCCESS)
+            snprintf(d->name, sizeof(d->name), "CUDA device %d", i);
+        if (cb->api.DeviceGetUuid(&u, cb->dev[i]) == CUDA_SUCCESS)
+            cuda_api_uuid_str(&u, d->uuid, sizeof(d->uuid));
+        if (cb->api.DeviceTotalMem(&mem, cb->dev[i]) == CUDA_SUCCESS)
+            d->memory_bytes = mem;
+        cb->api.DeviceGetAttribute(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
+                                   cb->dev[i]);
+        cb->api.DeviceGetAttribute(&pfd, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,
+                                   cb->dev[i]);
+        cb->posix_fd[i] = vmm && pfd;
+        b->n_devices++;
+    }
+    return b;
+fail:
+    free(cb);
+    return NULL;
+}

@@ -1,0 +1,59 @@
+/* gpu_load: streams shard bytes from files into backend allocations.
+ *
+ * Reads go through io_uring (O_DIRECT where the filesystem allows it,
+ * buffered otherwise; plain pread when io_uring is unavailable) into the
+ * backend's ring of staging buffers. A buffer's copy to the allocation is
+ * started as soon as its read completes, while the next reads are in flight,
+ * and the buffer is refilled only after stage_wait says that copy is done.
+ * The allocation checksum (ipc_tsum) is summed from the staging buffers on
+ * the way. */
+#ifndef TENSORD_GPU_LOAD_H
+#define TENSORD_GPU_LOAD_H
+
+#include <liburing.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gpu.h"
+
+#define GPU_LOAD_ALIGN 4096   /* O_DIRECT offset/length/buffer alignment */
+
+struct gpu_loader {
+    struct gpu_backend *be;
+    struct gpu_stage *stage;
+    unsigned nbuf;
+    size_t chunk;              /* shard bytes per staging buffer (multiple of GPU_LOAD_ALIGN) */
+    int have_ring;
+    struct io_uring ring;
+    const atomic_int *cancel;  /* nonzero: stop at the next chunk */
+    _Atomic uint64_t *progress;/* bytes copied so far, for status */
+    char io_mode[32];          /* "io_uring+O_DIRECT", "io_uring" or "pread": the last shard's */
+};
+
+/* Opens the staging ring (nbuf buffers of chunk bytes plus alignment slack)
+ * on device dev and the io_uring. Returns 0 or -1 with err. */
+int gpu_loader_init(struct gpu_loader *l, struct gpu_backend *be, int dev, unsigned nbuf,
+                    size_t chunk, const atomic_int *cancel, _Atomic uint64_t *progress, char *err,
+                    size_t errlen);
+
+/* Copies size bytes at file_off of fd into a[0..size). direct_fd, when not
+ * -1, is the same file opened with O_DIRECT and is preferred. Waits for every
+ * copy before returning. *checksum gets the ipc_tsum of the bytes. Returns 0,
+ * -1 with err, or -ECANCELED when *cancel was set. */
+int gpu_loader_shard(struct gpu_loader *l, int fd, int direct_fd, uint64_t file_off,
+                     uint64_t size, struct gpu_alloc *a, uint64_t *checksum, char *err,
+                     size_t errlen);
+
+/* Compares a[0..size) (read back from the backend) with the file bytes.
+ * Returns 0, or -1 with err naming the first differing offset. */
+int gpu_loader_verify(struct gpu_loader *l, int fd, uint64_t file_off, uint64_t size,
+                      struct gpu_alloc *a, char *err, size_t errlen);
+
+void gpu_loader_close(struct gpu_loader *l);
+
+/* Reads exactly n bytes at off (retrying EINTR and short reads). Returns 0,
+ * -errno, or -ENODATA when the file ended first. */
+int gpu_pread_full(int fd, void *buf, size_t n, uint64_t off);
+
+#endif
