@@ -54,6 +54,7 @@ struct reg_model {
 struct registry {
     atomic_uint refs;
     char *root;                /* realpath of the models root */
+    int rootfd;                /* the root directory; single-file models share it as dirfd */
     uint64_t generation;       /* given by the caller, bumps on every reload */
     int64_t scanned_at;        /* wall-clock seconds of the scan */
     uint64_t scan_ns;          /* how long the scan took */
@@ -65,13 +66,33 @@ struct registry {
 };
 
 struct registry_scan_opts {
-    unsigned max_depth;        /* directory levels below the root; 0 means 16 */
+    unsigned max_depth;        /* directory levels below the root; 0 means 16, at most 256 */
+    int single_model;          /* the root itself is one model, named after its last path
+                                  component; nothing below it is scanned (tensord inspect DIR) */
 };
 
-/* Scans root. Returns a snapshot with one reference the caller owns, or NULL
+/* Model rules (API.md "Models on disk"): a directory below the root that
+ * directly holds a *.safetensors file is a model named by its '/'-separated
+ * relative path, whose files are all regular files directly in it (it may also
+ * have subdirectories that are models of their own); NAME.safetensors directly
+ * in the root is model NAME with that one file. Names starting with '.' and
+ * names that are not UTF-8 are skipped. A symlink is followed only when its target resolves inside the
+ * root; one pointing outside (or dangling) is ignored as if absent. Directory
+ * loops are cut by remembering the directories on the current path. FIFOs,
+ * sockets and devices are skipped without being opened.
+ *
+ * Every file is kept open for the snapshot's lifetime: the process needs an
+ * RLIMIT_NOFILE above (files + model directories) * 2 to reload without
+ * running out (a file that cannot be opened is recorded with ST_ERR_IO).
+ *
+ * Scans root. Returns a snapshot with one reference the caller owns, or NULL
  * with err set when the root itself cannot be opened. */
 struct registry *registry_scan(const char *root, uint64_t generation,
                                const struct registry_scan_opts *opts, struct st_error *err);
+
+/* Returns 1 when the directory at path directly holds a *.safetensors file
+ * (so it is a model itself rather than a models root). */
+int registry_dir_is_model(const char *path);
 
 const struct reg_model *registry_find_model(const struct registry *r, const char *name, size_t len);
 const struct reg_tensor *registry_find_tensor(const struct reg_model *m, const char *name, size_t len);

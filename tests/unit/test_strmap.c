@@ -91,21 +91,21 @@ static double now(void)
 TEST(half_million_keys)
 {
     enum { N = 500000 };
-    char *buf = xmalloc((size_t)N * 24);
+    char *buf = xmalloc((size_t)N * 32);
     size_t *len = xmalloc(N * sizeof(*len));
     for (size_t i = 0; i < N; i++)
-        len[i] = (size_t)snprintf(buf + i * 24, 24, "model.layers.%zu.weight", i);
+        len[i] = (size_t)snprintf(buf + i * 32, 32, "model.layers.%zu.weight", i);
     double t0 = now();
     struct strmap *m = strmap_new(16); /* grows all the way */
     for (size_t i = 0; i < N; i++)
-        CHECK(strmap_put(m, buf + i * 24, len[i], (void *)(uintptr_t)(i + 1)) == 0);
+        CHECK(strmap_put(m, buf + i * 32, len[i], (void *)(uintptr_t)(i + 1)) == 0);
     for (size_t i = 0; i < N; i++)
-        if ((uintptr_t)strmap_get(m, buf + i * 24, len[i]) != i + 1) {
+        if ((uintptr_t)strmap_get(m, buf + i * 32, len[i]) != i + 1) {
             CHECK(!"lookup");
             break;
         }
     for (size_t i = 0; i < N; i += 1000)
-        CHECK(strmap_put(m, buf + i * 24, len[i], NULL) == -1);
+        CHECK(strmap_put(m, buf + i * 32, len[i], NULL) == -1);
     CHECK(strmap_get(m, "model.layers.500000.weight", 26) == NULL);
     double dt = now() - t0;
     printf("  500k puts + gets: %.3f s\n", dt);

@@ -1,0 +1,696 @@
+/* registry: model trees built in a temp directory, one per test, scanned
+ * and checked model by model: the discovery rules, every cross-check of a
+ * sharded model, symlinks (outside ignored, inside followed, loops cut),
+ * special files skipped without blocking, scale, and the snapshot holder. */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "registry.h"
+#include "strmap.h"
+#include "test.h"
+#include "util.h"
+
+static char base[] = "/tmp/test_registry.XXXXXX";
+static char root[600];
+static int n_roots;
+
+/* A fresh, empty root for one test. */
+static void new_root(void)
+{
+    snprintf(root, sizeof(root), "%s/r%d", base, n_roots++);
+    CHECK(mkdir(root, 0755) == 0);
+}
+
+static char *at(const char *rel)
+{
+    return xasprintf("%s/%s", root, rel);
+}
+
+/* mkdir -p for the directories above rel. */
+static void mkparents(const char *rel)
+{
+    char *p = at(rel);
+    for (char *s = p + strlen(root) + 1; (s = strchr(s, '/')) != NULL; s++) {
+        *s = '\0';
+        if (mkdir(p, 0755) != 0 && errno != EEXIST)
+            CHECK(!"mkdir");
+        *s = '/';
+    }
+    free(p);
+}
+
+static void write_raw(const char *rel, const void *data, size_t n)
+{
+    mkparents(rel);
+    char *p = at(rel);
+    int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    CHECK(fd >= 0);
+    CHECK(write(fd, data, n) == (ssize_t)n);
+    close(fd);
+    free(p);
+}
+
+/* A safetensors file from its header JSON and the data length (zeros). */
+static void write_st(const char *rel, const char *json, size_t data_len)
+{
+    size_t n = strlen(json);
+    unsigned char *buf = xcalloc(1, 8 + n + data_len);
+    for (int i = 0; i < 8; i++)
+        buf[i] = (unsigned char)((uint64_t)n >> (8 * i));
+    memcpy(buf + 8, json, n);
+    write_raw(rel, buf, 8 + n + data_len);
+    free(buf);
+}
+
+/* A valid file holding the comma-separated tensors, each U8 [4]. */
+static void write_tensors(const char *rel, const char *names)
+{
+    char *json = xstrdup("{");
+    size_t off = 0;
+    char *list = xstrdup(names), *save = NULL;
+    for (char *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        char *next = xasprintf("%s%s\"%s\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[%zu,%zu]}",
+                               json, off ? "," : "", t, off, off + 4);
+        free(json);
+        json = next;
+        off += 4;
+    }
+    char *next = xasprintf("%s}", json);
+    write_st(rel, next, off);
+    free(next);
+    free(json);
+    free(list);
+}
+
+static void write_text(const char *rel, const char *text)
+{
+    write_raw(rel, text, strlen(text));
+}
+
+static void symlink_at(const char *target, const char *rel)
+{
+    mkparents(rel);
+    char *p = at(rel);
+    CHECK(symlink(target, p) == 0);
+    free(p);
+}
+
+static struct registry *scan(void)
+{
+    struct st_error err;
+    struct registry *r = registry_scan(root, 7, NULL, &err);
+    CHECK(r != NULL);
+    if (!r)
+        fprintf(stderr, "  scan: %s\n", err.message);
+    return r;
+}
+
+static const struct reg_model *model(const struct registry *r, const char *name)
+{
+    return registry_find_model(r, name, strlen(name));
+}
+
+static int has_tensor(const struct reg_model *m, const char *name)
+{
+    return registry_find_tensor(m, name, strlen(name)) != NULL;
+}
+
+/* Checks that model name exists and is invalid with code and a message
+ * containing needle (when non-NULL). */
+static void expect_invalid(const struct registry *r, const char *name, enum st_status code,
+                           const char *needle)
+{
+    const struct reg_model *m = model(r, name);
+    CHECK(m != NULL);
+    if (!m)
+        return;
+    if (m->state != MODEL_INVALID || m->error.code != code)
+        fprintf(stderr, "  model %s: state %d, %s: %s (wanted %s)\n", name, m->state,
+                st_status_name(m->error.code), m->error.message, st_status_name(code));
+    CHECK(m->state == MODEL_INVALID);
+    CHECK(m->error.code == code);
+    if (needle)
+        CHECK_CONTAINS(m->error.message, needle);
+    CHECK_EQ_U64(m->n_tensors, 0);
+    CHECK(m->n_files > 0);
+    CHECK(registry_find_tensor(m, "a", 1) == NULL);
+}
+
+TEST(single_file_root_model)
+{
+    new_root();
+    write_tensors("solo.safetensors", "a,b");
+    write_text("README.txt", "not a model");
+    write_text("notes.safetensors.txt", "not a model either");
+    struct registry *r = scan();
+    CHECK_EQ_U64(r->n_models, 1);
+    CHECK_EQ_U64(r->generation, 7);
+    const struct reg_model *m = model(r, "solo");
+    CHECK(m && m->state == MODEL_READY);
+    CHECK(m->dirfd == r->rootfd);
+    CHECK_EQ_U64(m->n_files, 1);
+    CHECK_STR(m->files[0].name, "solo.safetensors");
+    CHECK(m->files[0].is_safetensors && m->files[0].header && m->files[0].fd >= 0);
+    CHECK_EQ_U64(m->n_tensors, 2);
+    CHECK(has_tensor(m, "a") && has_tensor(m, "b") && !has_tensor(m, "c"));
+    CHECK_EQ_U64(m->tensor_bytes, 8);
+    CHECK(m->files[0].data_start == 8 + m->files[0].header->header_len);
+    CHECK(m->files[0].etag[0] == '"');
+    CHECK(!m->sharded && m->index_file == NULL);
+    CHECK(model(r, "README") == NULL);
+    CHECK_EQ_U64(r->n_files, 1);
+    CHECK_EQ_U64(r->bytes, m->files[0].st.size);
+    CHECK(r->scanned_at > 0);
+    registry_unref(r);
+}
+
+TEST(directory_model)
+{
+    new_root();
+    write_tensors("llama/model.safetensors", "embed,head");
+    write_text("llama/config.json", "{}");
+    write_text("llama/.hidden", "x");
+    write_text("llama/tokenizer.json", "{\"t\":1}");
+    struct registry *r = scan();
+    const struct reg_model *m = model(r, "llama");
+    CHECK(m && m->state == MODEL_READY);
+    CHECK_EQ_U64(m->n_files, 3);
+    CHECK_STR(m->files[0].name, "config.json");
+    CHECK_STR(m->files[1].name, "model.safetensors");
+    CHECK_STR(m->files[2].name, "tokenizer.json");
+    const struct reg_file *f = registry_find_file(m, "config.json", 11);
+    CHECK(f && !f->is_safetensors && !f->header && f->fd >= 0 && f->error.code == ST_OK);
+    CHECK(registry_find_file(m, ".hidden", 7) == NULL);
+    CHECK_EQ_U64(m->n_tensors, 2);
+    const struct reg_tensor *t = registry_find_tensor(m, "head", 4);
+    CHECK(t && t->file == &m->files[1] && t->t->begin == 4);
+    CHECK(m->dirfd >= 0 && m->dirfd != r->rootfd);
+    CHECK(m->tensors[0].t->begin == 0 && m->tensors[1].t->begin == 4);
+    registry_unref(r);
+}
+
+TEST(nested_models)
+{
+    new_root();
+    write_tensors("org/name/model.safetensors", "w");
+    write_tensors("org/other/deeper/x.safetensors", "w");
+    write_text("org/README.md", "org is not a model");
+    write_tensors("top/model.safetensors", "t");
+    write_tensors("top/sub/model.safetensors", "s"); /* a model inside a model */
+    struct registry *r = scan();
+    CHECK_EQ_U64(r->n_models, 4);
+    CHECK(model(r, "org") == NULL);
+    CHECK(model(r, "org/name") && model(r, "org/name")->state == MODEL_READY);
+    CHECK(model(r, "org/other/deeper") != NULL);
+    CHECK(model(r, "org/other") == NULL);
+    const struct reg_model *top = model(r, "top");
+    CHECK(top && top->n_files == 1 && has_tensor(top, "t") && !has_tensor(top, "s"));
+    CHECK(model(r, "top/sub") && has_tensor(model(r, "top/sub"), "s"));
+    /* sorted by name */
+    for (size_t i = 1; i < r->n_models; i++)
+        CHECK(strcmp(r->models[i - 1]->name, r->models[i]->name) < 0);
+    registry_unref(r);
+
+    /* max_depth: directories deeper than it are not looked at */
+    struct registry_scan_opts o = {.max_depth = 2};
+    struct st_error err;
+    r = registry_scan(root, 1, &o, &err);
+    CHECK(model(r, "org/name") != NULL);
+    CHECK(model(r, "org/other/deeper") == NULL);
+    registry_unref(r);
+}
+
+static const char *index_json(const char *map)
+{
+    static char buf[1024];
+    snprintf(buf, sizeof(buf), "{\"metadata\":{\"total_size\":16},\"weight_map\":{%s}}", map);
+    return buf;
+}
+
+TEST(sharded_valid)
+{
+    new_root();
+    write_tensors("sh/model-00001-of-00002.safetensors", "a,b");
+    write_tensors("sh/model-00002-of-00002.safetensors", "c,d");
+    write_tensors("sh/consolidated.safetensors", "a,b,c,d"); /* not named: served, no tensors */
+    write_text("sh/model.safetensors.index.json",
+               index_json("\"c\":\"model-00002-of-00002.safetensors\","
+                          "\"a\":\"model-00001-of-00002.safetensors\","
+                          "\"d\":\"model-00002-of-00002.safetensors\","
+                          "\"b\":\"model-00001-of-00002.safetensors\""));
+    write_text("sh/config.json", "{}");
+    struct registry *r = scan();
+    const struct reg_model *m = model(r, "sh");
+    CHECK(m && m->state == MODEL_READY);
+    if (m && m->state != MODEL_READY)
+        fprintf(stderr, "  %s\n", m->error.message);
+    CHECK(m->sharded);
+    CHECK(m->index_file && !strcmp(m->index_file->name, "model.safetensors.index.json"));
+    CHECK_EQ_U64(m->n_files, 5);
+    CHECK_EQ_U64(m->n_tensors, 4);
+    CHECK_EQ_U64(m->tensor_bytes, 16);
+    const struct reg_tensor *c = registry_find_tensor(m, "c", 1);
+    CHECK(c && !strcmp(c->file->name, "model-00002-of-00002.safetensors"));
+    /* (file, begin) order */
+    CHECK_STR(m->tensors[0].t->name, "a");
+    CHECK_STR(m->tensors[1].t->name, "b");
+    CHECK_STR(m->tensors[2].t->name, "c");
+    CHECK_STR(m->tensors[3].t->name, "d");
+    CHECK(registry_find_file(m, "consolidated.safetensors", 24) != NULL);
+    CHECK_EQ_U64(r->n_tensors, 4);
+    registry_unref(r);
+}
+
+TEST(sharded_failures)
+{
+    new_root();
+    /* shard missing */
+    write_tensors("missing/s1.safetensors", "a");
+    write_text("missing/model.safetensors.index.json",
+               index_json("\"a\":\"s1.safetensors\",\"b\":\"s2.safetensors\""));
+    /* a shard that is not a safetensors file */
+    write_tensors("notst/s1.safetensors", "a");
+    write_text("notst/config.json", "{}");
+    write_text("notst/model.safetensors.index.json",
+               index_json("\"a\":\"s1.safetensors\",\"b\":\"config.json\""));
+    /* tensor not in the shard the map names */
+    write_tensors("notin/s1.safetensors", "a");
+    write_tensors("notin/s2.safetensors", "b");
+    write_text("notin/model.safetensors.index.json",
+               index_json("\"a\":\"s2.safetensors\",\"b\":\"s2.safetensors\""));
+    /* a shard holds a tensor the index does not map */
+    write_tensors("unmapped/s1.safetensors", "a,extra");
+    write_text("unmapped/model.safetensors.index.json", index_json("\"a\":\"s1.safetensors\""));
+    /* a tensor in two shards, mapped to one */
+    write_tensors("twice/s1.safetensors", "a");
+    write_tensors("twice/s2.safetensors", "a,b");
+    write_text("twice/model.safetensors.index.json",
+               index_json("\"a\":\"s1.safetensors\",\"b\":\"s2.safetensors\""));
+    /* two indexes */
+    write_tensors("twoidx/s1.safetensors", "a");
+    write_text("twoidx/a.safetensors.index.json", index_json("\"a\":\"s1.safetensors\""));
+    write_text("twoidx/b.safetensors.index.json", index_json("\"a\":\"s1.safetensors\""));
+    /* index errors */
+    write_tensors("badjson/s1.safetensors", "a");
+    write_text("badjson/model.safetensors.index.json", "{\"weight_map\":");
+    write_tensors("escape/s1.safetensors", "a");
+    write_text("escape/model.safetensors.index.json", index_json("\"a\":\"../s1.safetensors\""));
+    write_tensors("empty/s1.safetensors", "a");
+    write_text("empty/model.safetensors.index.json", "{\"weight_map\":{}}");
+    /* a shard that fails validation */
+    write_tensors("badshard/s1.safetensors", "a");
+    write_st("badshard/s2.safetensors", "{\"b\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]}}", 3);
+    write_text("badshard/model.safetensors.index.json",
+               index_json("\"a\":\"s1.safetensors\",\"b\":\"s2.safetensors\""));
+    write_tensors("fine/model.safetensors", "a");
+
+    struct registry *r = scan();
+    expect_invalid(r, "missing", ST_ERR_SHARD_MISSING, "s2.safetensors");
+    expect_invalid(r, "notst", ST_ERR_SHARD_MISSING, "config.json");
+    expect_invalid(r, "notin", ST_ERR_TENSOR_NOT_IN_SHARD, "\"a\"");
+    CHECK_CONTAINS(model(r, "notin")->error.message, "s2.safetensors");
+    expect_invalid(r, "unmapped", ST_ERR_TENSOR_NOT_IN_INDEX, "\"extra\"");
+    expect_invalid(r, "twice", ST_ERR_TENSOR_NOT_IN_INDEX, "\"a\"");
+    CHECK_CONTAINS(model(r, "twice")->error.message, "s2.safetensors");
+    expect_invalid(r, "twoidx", ST_ERR_MULTIPLE_INDEXES, "b.safetensors.index.json");
+    CHECK(model(r, "twoidx")->sharded && model(r, "twoidx")->index_file == NULL);
+    expect_invalid(r, "badjson", ST_ERR_INDEX_JSON, "model.safetensors.index.json");
+    expect_invalid(r, "escape", ST_ERR_INDEX_SHARD_PATH, "../s1.safetensors");
+    expect_invalid(r, "empty", ST_ERR_INDEX_EMPTY, NULL);
+    expect_invalid(r, "badshard", ST_ERR_SHARD_INVALID, "s2.safetensors");
+    const struct reg_model *bs = model(r, "badshard");
+    const struct reg_file *f = registry_find_file(bs, "s2.safetensors", 14);
+    CHECK(f && f->error.code != ST_OK && f->header == NULL);
+    CHECK(model(r, "fine")->state == MODEL_READY);
+    CHECK_EQ_U64(r->n_invalid, 10);
+    CHECK_EQ_U64(r->n_tensors, 1);
+    registry_unref(r);
+}
+
+TEST(duplicate_tensor)
+{
+    new_root();
+    write_tensors("dup/a.safetensors", "x,y");
+    write_tensors("dup/b.safetensors", "z,y");
+    write_tensors("merge/a.safetensors", "x");
+    write_tensors("merge/b.safetensors", "y");
+    struct registry *r = scan();
+    expect_invalid(r, "dup", ST_ERR_DUPLICATE_TENSOR, "\"y\"");
+    CHECK_CONTAINS(model(r, "dup")->error.message, "a.safetensors");
+    CHECK_CONTAINS(model(r, "dup")->error.message, "b.safetensors");
+    const struct reg_model *m = model(r, "merge");
+    CHECK(m->state == MODEL_READY && m->n_tensors == 2 && has_tensor(m, "x") && has_tensor(m, "y"));
+    registry_unref(r);
+
+    /* a 301-byte name of 2-byte characters is cut inside the message, never mid-character */
+    new_root();
+    char name[400] = "x";
+    for (int i = 0; i < 150; i++)
+        strcat(name, "\xc3\xa9");
+    write_tensors("long/a.safetensors", name);
+    write_tensors("long/b.safetensors", name);
+    r = scan();
+    expect_invalid(r, "long", ST_ERR_DUPLICATE_TENSOR, NULL);
+    const char *msg = model(r, "long")->error.message;
+    CHECK(utf8_valid(msg, strlen(msg)));
+    registry_unref(r);
+}
+
+TEST(name_conflict)
+{
+    new_root();
+    write_tensors("dup.safetensors", "a");
+    write_tensors("dup/model.safetensors", "b");
+    write_text("dup/config.json", "{}");
+    write_tensors("dupe.safetensors", "a"); /* a similar name is no conflict */
+    struct registry *r = scan();
+    CHECK_EQ_U64(r->n_models, 2);
+    expect_invalid(r, "dup", ST_ERR_NAME_CONFLICT, "dup");
+    const struct reg_model *m = model(r, "dup");
+    CHECK(m && m->n_files == 2 && m->dirfd != r->rootfd); /* the directory's files */
+    CHECK(model(r, "dupe")->state == MODEL_READY);
+    CHECK_EQ_U64(r->n_invalid, 1);
+    registry_unref(r);
+}
+
+TEST(invalid_beside_valid)
+{
+    new_root();
+    write_raw("bad/model.safetensors", "\x05\0\0\0\0\0\0\0{", 9);
+    write_text("bad/config.json", "{}");
+    write_raw("tiny.safetensors", "abc", 3);
+    write_tensors("good/model.safetensors", "w");
+    write_tensors("good2.safetensors", "w");
+    struct registry *r = scan();
+    CHECK_EQ_U64(r->n_models, 4);
+    expect_invalid(r, "bad", ST_ERR_SHARD_INVALID, "model.safetensors");
+    CHECK(model(r, "bad")->files[1].error.code != ST_OK);
+    CHECK(registry_find_file(model(r, "bad"), "config.json", 11) != NULL);
+    expect_invalid(r, "tiny", ST_ERR_SHARD_INVALID, "tiny.safetensors");
+    CHECK(model(r, "good")->state == MODEL_READY);
+    CHECK(model(r, "good2")->state == MODEL_READY);
+    CHECK_EQ_U64(r->n_invalid, 2);
+    registry_unref(r);
+}
+
+TEST(symlinks)
+{
+    new_root();
+    char *outside = xasprintf("%s/outside%d", base, n_roots);
+    CHECK(mkdir(outside, 0755) == 0);
+    char *ofile = xasprintf("%s/model.safetensors", outside);
+    {
+        /* a valid file outside the root, written by hand */
+        char *saved = xstrdup(root);
+        snprintf(root, sizeof(root), "%s", outside);
+        write_tensors("model.safetensors", "secret");
+        write_text("passwd", "root:x:0:0");
+        snprintf(root, sizeof(root), "%s", saved);
+        free(saved);
+    }
+    write_tensors("real/model.safetensors", "w");
+    symlink_at(outside, "ext");                              /* directory outside */
+    symlink_at(ofile, "linked.safetensors");                 /* root file outside */
+    write_tensors("m/model.safetensors", "w");
+    symlink_at(ofile, "m/extra.safetensors");                /* model file outside */
+    char *pw = xasprintf("%s/passwd", outside);
+    symlink_at(pw, "m/passwd");                              /* plain file outside */
+    symlink_at("../real/model.safetensors", "inside/model.safetensors"); /* file inside */
+    symlink_at("real", "alias");                             /* directory inside */
+    symlink_at("/nonexistent/x", "m/dangling.json");
+    symlink_at("../..", "m/up");                             /* escapes via .. */
+    struct registry *r = scan();
+    CHECK(model(r, "ext") == NULL);
+    CHECK(model(r, "linked") == NULL);
+    const struct reg_model *m = model(r, "m");
+    CHECK(m && m->state == MODEL_READY && m->n_files == 1);
+    CHECK(!has_tensor(m, "secret"));
+    CHECK(registry_find_file(m, "passwd", 6) == NULL);
+    CHECK(registry_find_file(m, "dangling.json", 13) == NULL);
+    const struct reg_model *in = model(r, "inside");
+    CHECK(in && in->state == MODEL_READY && has_tensor(in, "w"));
+    CHECK(model(r, "alias") && has_tensor(model(r, "alias"), "w"));
+    for (size_t i = 0; i < r->n_models; i++)
+        CHECK(!has_tensor(r->models[i], "secret"));
+    registry_unref(r);
+    free(outside);
+    free(ofile);
+    free(pw);
+}
+
+TEST(symlink_loops)
+{
+    new_root();
+    write_tensors("loop/model.safetensors", "w");
+    symlink_at("..", "loop/up");           /* back to the root */
+    symlink_at("../loop", "loop/self");    /* back to itself */
+    symlink_at("../../loop", "loop/x/back");
+    symlink_at("b", "loop/a");             /* a <-> b: realpath fails */
+    symlink_at("a", "loop/b");
+    symlink_at(".", "dot");
+    uint64_t t0 = time_mono_ns();
+    struct registry *r = scan();
+    CHECK(time_mono_ns() - t0 < 5000000000ULL);
+    CHECK(model(r, "loop") && model(r, "loop")->state == MODEL_READY);
+    /* loop/x/back leads to loop, which is on the path: not entered */
+    CHECK(model(r, "loop/x/back") == NULL);
+    CHECK(model(r, "loop/self") == NULL);
+    CHECK(model(r, "dot/loop") == NULL);
+    CHECK_EQ_U64(r->n_models, 1);
+    registry_unref(r);
+}
+
+TEST(special_files_skipped)
+{
+    new_root();
+    write_tensors("fm/model.safetensors", "w");
+    char *p = at("fm/pipe");
+    CHECK(mkfifo(p, 0644) == 0);
+    free(p);
+    p = at("fm/pipe.safetensors");
+    CHECK(mkfifo(p, 0644) == 0);
+    free(p);
+    p = at("fifo.safetensors");
+    CHECK(mkfifo(p, 0644) == 0);
+    free(p);
+    mkparents("onlyfifo/x");
+    p = at("onlyfifo/model.safetensors");
+    CHECK(mkfifo(p, 0644) == 0);
+    free(p);
+    symlink_at("pipe", "fm/link-to-pipe");
+    symlink_at("/dev/null", "fm/null");
+    alarm(20); /* a blocking open would hang here */
+    struct registry *r = scan();
+    alarm(0);
+    CHECK_EQ_U64(r->n_models, 1);
+    const struct reg_model *m = model(r, "fm");
+    CHECK(m && m->state == MODEL_READY && m->n_files == 1);
+    CHECK(model(r, "fifo") == NULL && model(r, "onlyfifo") == NULL);
+    registry_unref(r);
+}
+
+TEST(unreadable_file)
+{
+    if (geteuid() == 0) {
+        printf("  note: running as root, which reads mode-000 files: unreadable case skipped\n");
+        return;
+    }
+    new_root();
+    write_tensors("u/model.safetensors", "w");
+    write_tensors("u/extra.safetensors", "x");
+    write_text("u/config.json", "{}");
+    char *p = at("u/extra.safetensors");
+    CHECK(chmod(p, 0) == 0);
+    free(p);
+    struct registry *r = scan();
+    expect_invalid(r, "u", ST_ERR_SHARD_INVALID, "extra.safetensors");
+    const struct reg_file *f = registry_find_file(model(r, "u"), "extra.safetensors", 17);
+    CHECK(f && f->fd == -1 && f->error.code == ST_ERR_IO);
+    registry_unref(r);
+}
+
+TEST(single_model_option)
+{
+    new_root();
+    write_tensors("one/model.safetensors", "w");
+    write_text("one/config.json", "{}");
+    write_tensors("one/sub/model.safetensors", "s");
+    char *dir = at("one");
+    CHECK(registry_dir_is_model(dir));
+    CHECK(!registry_dir_is_model(root));
+    struct registry_scan_opts o = {.single_model = 1};
+    struct st_error err;
+    struct registry *r = registry_scan(dir, 1, &o, &err);
+    CHECK_EQ_U64(r->n_models, 1);
+    const struct reg_model *m = model(r, "one");
+    CHECK(m && m->state == MODEL_READY && m->n_files == 2 && has_tensor(m, "w"));
+    registry_unref(r);
+    free(dir);
+}
+
+TEST(scan_errors)
+{
+    struct st_error err;
+    CHECK(registry_scan("/nonexistent/models", 1, NULL, &err) == NULL);
+    CHECK(err.code == ST_ERR_IO);
+    CHECK_CONTAINS(err.message, "/nonexistent/models");
+    new_root();
+    write_text("file", "x");
+    char *p = at("file");
+    CHECK(registry_scan(p, 1, NULL, &err) == NULL);
+    CHECK(err.code == ST_ERR_IO);
+    free(p);
+    /* an empty root is fine */
+    struct registry *r = scan();
+    CHECK_EQ_U64(r->n_models, 0);
+    CHECK(model(r, "x") == NULL);
+    registry_unref(r);
+}
+
+TEST(thousands_of_models)
+{
+    new_root();
+    enum { N = 2000 };
+    for (int i = 0; i < N; i++) {
+        char rel[64];
+        snprintf(rel, sizeof(rel), "many/m%04d/model.safetensors", i);
+        write_tensors(rel, "w,b");
+    }
+    for (int i = 0; i < 500; i++) {
+        char rel[64];
+        snprintf(rel, sizeof(rel), "r%03d.safetensors", i);
+        write_tensors(rel, "w");
+    }
+    uint64_t t0 = time_mono_ns();
+    struct registry *r = scan();
+    double dt = (double)(time_mono_ns() - t0) / 1e9;
+    printf("  scan of %d models: %.3f s\n", N + 500, dt);
+    CHECK_EQ_U64(r->n_models, N + 500);
+    CHECK_EQ_U64(r->n_invalid, 0);
+    CHECK_EQ_U64(r->n_files, N + 500);
+    CHECK_EQ_U64(r->n_tensors, 2 * N + 500);
+    CHECK(model(r, "many/m1999") && model(r, "r499"));
+    CHECK(dt < 10.0);
+    registry_unref(r);
+}
+
+TEST(half_million_tensors)
+{
+    new_root();
+    enum { N = 500000 };
+    size_t cap = (size_t)N * 80 + 16, len = 0;
+    char *json = xmalloc(cap);
+    json[len++] = '{';
+    for (size_t i = 0; i < N; i++)
+        len += (size_t)snprintf(json + len, cap - len,
+                                "%s\"t%zu\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[%zu,%zu]}",
+                                i ? "," : "", i, i, i + 1);
+    json[len++] = '}';
+    json[len] = '\0';
+    write_st("big/model.safetensors", json, N);
+    free(json);
+    uint64_t t0 = time_mono_ns();
+    struct registry *r = scan();
+    double dt = (double)(time_mono_ns() - t0) / 1e9;
+    printf("  scan of one file with %d tensors: %.3f s\n", N, dt);
+    const struct reg_model *m = model(r, "big");
+    CHECK(m && m->state == MODEL_READY);
+    CHECK_EQ_U64(m->n_tensors, N);
+    CHECK(has_tensor(m, "t0") && has_tensor(m, "t499999"));
+    CHECK(m->tensors[N - 1].t->begin == N - 1);
+    CHECK(dt < 20.0);
+    registry_unref(r);
+}
+
+TEST(holder)
+{
+    new_root();
+    write_tensors("a/model.safetensors", "w");
+    struct registry *r1 = scan();
+    struct registry_holder h;
+    registry_holder_init(&h, r1);
+    struct registry *got = registry_holder_acquire(&h);
+    CHECK(got == r1);
+    CHECK_EQ_U64(atomic_load(&r1->refs), 2);
+
+    write_tensors("b/model.safetensors", "v");
+    struct registry *r2 = registry_scan(root, 8, NULL, NULL);
+    registry_holder_swap(&h, r2);
+    /* the old snapshot is still whole for its reader */
+    CHECK_EQ_U64(atomic_load(&r1->refs), 1);
+    const struct reg_model *m = model(got, "a");
+    CHECK(m && model(got, "b") == NULL);
+    const struct reg_tensor *t = registry_find_tensor(m, "w", 1);
+    unsigned char buf[4] = {1, 1, 1, 1};
+    CHECK(fileio_pread_full(t->file->fd, buf, 4, t->file->data_start + t->t->begin) == 0);
+    CHECK(buf[0] == 0 && buf[3] == 0);
+    struct registry *now = registry_holder_acquire(&h);
+    CHECK(now == r2 && now->generation == 8 && model(now, "b") != NULL);
+    registry_unref(now);
+    registry_unref(got); /* frees r1 */
+    CHECK(registry_ref(NULL) == NULL);
+    registry_unref(NULL);
+    registry_holder_destroy(&h);
+
+    struct registry_holder empty;
+    registry_holder_init(&empty, NULL);
+    CHECK(registry_holder_acquire(&empty) == NULL);
+    registry_holder_destroy(&empty);
+}
+
+/* Every descriptor the scans opened is closed again by registry_unref. */
+static int count_fds(void)
+{
+    int n = 0;
+    for (int fd = 0; fd < 65536; fd++)
+        if (fcntl(fd, F_GETFD) != -1)
+            n++;
+    return n;
+}
+
+int main(void)
+{
+    if (!mkdtemp(base)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    /* every served file stays open: 2500 models need more than the default 1024 */
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < 8192) {
+        rl.rlim_cur = rl.rlim_max < 8192 ? rl.rlim_max : 8192;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+    int fds = count_fds();
+    RUN(single_file_root_model);
+    RUN(directory_model);
+    RUN(nested_models);
+    RUN(sharded_valid);
+    RUN(sharded_failures);
+    RUN(duplicate_tensor);
+    RUN(name_conflict);
+    RUN(invalid_beside_valid);
+    RUN(symlinks);
+    RUN(symlink_loops);
+    RUN(special_files_skipped);
+    RUN(unreadable_file);
+    RUN(single_model_option);
+    RUN(scan_errors);
+    RUN(thousands_of_models);
+    RUN(half_million_tensors);
+    RUN(holder);
+    if (count_fds() != fds) {
+        fprintf(stderr, "FAIL descriptors leaked: %d open, %d before\n", count_fds(), fds);
+        tests_failed++;
+    }
+    char *cmd = xasprintf("rm -rf %s", base);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", base);
+    free(cmd);
+    return TEST_SUMMARY();
+}
