@@ -1,0 +1,687 @@
+/* Tests for core/st_header.c: the reference safetensors crate's cases plus
+ * every rule of API.md "Validation" and every status code st_header uses. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "st_header.h"
+#include "test.h"
+#include "util.h"
+
+#define FILE_NAME "model.safetensors"
+
+/* Parses a NUL-terminated header; frees the result, returns the code and
+ * leaves the message in *e. */
+static enum st_status parse_len(const char *json, size_t len, uint64_t data_len,
+                                struct st_error *e)
+{
+    struct st_header *h = (struct st_header *)1;
+    enum st_status rc = st_header_parse(json, len, data_len, FILE_NAME, &h, e);
+    if (rc != ST_OK)
+        CHECK(h == NULL);
+    CHECK(e->code == rc);
+    if (rc != ST_OK) {
+        CHECK(strlen(e->message) < 500);
+        CHECK(strncmp(e->message, FILE_NAME ": ", strlen(FILE_NAME) + 2) == 0);
+    }
+    st_header_free(h);
+    return rc;
+}
+
+static enum st_status parse(const char *json, uint64_t data_len, struct st_error *e)
+{
+    return parse_len(json, strlen(json), data_len, e);
+}
+
+static enum st_status code_of(const char *json, uint64_t data_len)
+{
+    struct st_error e;
+    return parse(json, data_len, &e);
+}
+
+/* A one-tensor header "a" with the given dtype, shape text and offsets. */
+static char *one(const char *dtype, const char *shape, uint64_t b, uint64_t end)
+{
+    return xasprintf("{\"a\":{\"dtype\":\"%s\",\"shape\":%s,\"data_offsets\":[%llu,%llu]}}", dtype,
+                     shape, (unsigned long long)b, (unsigned long long)end);
+}
+
+static enum st_status code_one(const char *dtype, const char *shape, uint64_t b, uint64_t end,
+                               uint64_t data_len)
+{
+    char *j = one(dtype, shape, b, end);
+    enum st_status rc = code_of(j, data_len);
+    free(j);
+    return rc;
+}
+
+TEST(empty)
+{
+    struct st_header *h;
+    struct st_error e;
+    CHECK(st_header_parse("{}", 2, 0, FILE_NAME, &h, &e) == ST_OK);
+    CHECK(h != NULL);
+    if (h) {
+        CHECK_EQ_U64(h->n_tensors, 0);
+        CHECK_EQ_U64(h->n_metadata, 0);
+        CHECK(!h->has_metadata);
+        CHECK_EQ_U64(h->header_len, 2);
+        CHECK_EQ_U64(h->data_len, 0);
+    }
+    st_header_free(h);
+    CHECK(e.code == ST_OK);
+    CHECK(code_of("{}      ", 0) == ST_OK); /* the crate pads "{}" to 8 */
+    CHECK(code_of("{}", 1) == ST_ERR_DATA_LENGTH);
+    CHECK(code_of("{\"__metadata__\":{}}", 0) == ST_OK);
+}
+
+TEST(zero_sized_tensor)
+{
+    struct st_header *h;
+    struct st_error e;
+    const char *j = "{\"a\":{\"dtype\":\"F32\",\"shape\":[2,0],\"data_offsets\":[0,0]}}";
+    CHECK(st_header_parse(j, strlen(j), 0, FILE_NAME, &h, &e) == ST_OK);
+    if (h) {
+        CHECK_EQ_U64(h->n_tensors, 1);
+        CHECK_EQ_U64(h->tensors[0].nelems, 0);
+        CHECK_EQ_U64(h->tensors[0].ndim, 2);
+        CHECK_EQ_U64(h->tensors[0].shape[1], 0);
+    }
+    st_header_free(h);
+    /* Two empty tensors may share an offset. */
+    CHECK(code_of("{\"b\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]},"
+                  "\"a\":{\"dtype\":\"U8\",\"shape\":[0,5],\"data_offsets\":[0,0]}}", 0) == ST_OK);
+}
+
+TEST(scalar)
+{
+    struct st_header *h;
+    struct st_error e;
+    const char *j = "{\"s\":{\"dtype\":\"F64\",\"shape\":[],\"data_offsets\":[0,8]}}";
+    CHECK(st_header_parse(j, strlen(j), 8, FILE_NAME, &h, &e) == ST_OK);
+    if (h) {
+        CHECK_EQ_U64(h->tensors[0].ndim, 0);
+        CHECK_EQ_U64(h->tensors[0].nelems, 1);
+        CHECK(h->tensors[0].dtype == DT_F64);
+    }
+    st_header_free(h);
+    CHECK(code_one("F64", "[]", 0, 4, 4) == ST_ERR_SIZE_MISMATCH);
+}
+
+TEST(whitespace)
+{
+    CHECK(code_of("{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}     ", 1) == ST_OK);
+    CHECK(code_of(" \t\r\n{ \"a\" : { \"dtype\" : \"U8\" , \"shape\" : [ 1 ] ,\n"
+                  "\"data_offsets\" : [ 0 , 1 ] } }\n\t\r ", 1) == ST_OK);
+    /* Only space, tab, CR and LF are JSON whitespace. */
+    CHECK(code_of("\v{}", 0) == ST_ERR_HEADER_START);
+    CHECK(code_of("\f{}", 0) == ST_ERR_HEADER_START);
+    CHECK(code_of("{}\f", 0) == ST_ERR_JSON);
+    CHECK(code_of("{}\xc2\xa0", 0) == ST_ERR_JSON); /* NBSP is UTF-8 but not JSON whitespace */
+    CHECK(code_of("        ", 0) == ST_ERR_HEADER_START);
+}
+
+TEST(size_mismatch_message)
+{
+    struct st_error e;
+    const char *j = "{\"a.weight\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0,12]}}";
+    CHECK(parse(j, 12, &e) == ST_ERR_SIZE_MISMATCH);
+    CHECK_STR(e.message, "model.safetensors: tensor \"a.weight\": data_offsets [0, 12] span 12 "
+                         "bytes but F32 [2, 2] needs 16");
+}
+
+TEST(overflow)
+{
+    /* (2^62)^2 overflows the element count. */
+    CHECK(code_one("F32", "[4611686018427387904,4611686018427387904]", 0, 0, 0) == ST_ERR_OVERFLOW);
+    /* 2^62 elements of 32 bits overflow the bit count. */
+    CHECK(code_one("F32", "[4611686018427387904]", 0, 0, 0) == ST_ERR_OVERFLOW);
+    /* Checked in order like the crate: the product overflows before the 0. */
+    CHECK(code_one("U8", "[4294967296,4294967296,0]", 0, 0, 0) == ST_ERR_OVERFLOW);
+    CHECK(code_one("U8", "[0,4294967296,4294967296]", 0, 0, 0) == ST_OK);
+    struct st_error e;
+    char *j = one("F32", "[9223372036854775807,2]", 0, 0);
+    CHECK(parse(j, 0, &e) == ST_ERR_OVERFLOW);
+    CHECK_CONTAINS(e.message, "tensor \"a\"");
+    CHECK_CONTAINS(e.message, "9223372036854775807");
+    free(j);
+}
+
+TEST(incomplete_buffer)
+{
+    struct st_error e;
+    char *j = one("F32", "[2,2]", 0, 16);
+    CHECK(parse(j, 16, &e) == ST_OK);
+    CHECK(parse(j, 15, &e) == ST_ERR_DATA_LENGTH);
+    CHECK_CONTAINS(e.message, "truncated");
+    CHECK_CONTAINS(e.message, "\"a\"");
+    CHECK(parse(j, 17, &e) == ST_ERR_DATA_LENGTH);
+    CHECK_CONTAINS(e.message, "trailing");
+    CHECK(parse(j, 0, &e) == ST_ERR_DATA_LENGTH);
+    free(j);
+}
+
+TEST(json_attack)
+{
+    /* The crate's case: many tensors claim the same 16 bytes. */
+    char buf[2048];
+    size_t n = (size_t)snprintf(buf, sizeof(buf), "{");
+    for (int i = 0; i < 10; i++)
+        n += (size_t)snprintf(buf + n, sizeof(buf) - n,
+                              "%s\"weight_%d\":{\"dtype\":\"F32\",\"shape\":[2,2],"
+                              "\"data_offsets\":[0,16]}",
+                              i ? "," : "", i);
+    snprintf(buf + n, sizeof(buf) - n, "}");
+    struct st_error e;
+    CHECK(parse(buf, 16, &e) == ST_ERR_INVALID_OFFSET);
+    CHECK_CONTAINS(e.message, "overlap");
+    CHECK_CONTAINS(e.message, "weight_0");
+    CHECK_CONTAINS(e.message, "weight_1");
+}
+
+TEST(offsets_contiguous)
+{
+    struct st_error e;
+    /* A hole. */
+    CHECK(parse("{\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]},"
+                "\"b\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[8,12]}}", 12, &e) ==
+          ST_ERR_INVALID_OFFSET);
+    CHECK_CONTAINS(e.message, "tensor \"b\": data_offsets [8, 12] leave a hole after tensor \"a\"");
+    /* Not starting at 0. */
+    CHECK(code_one("U8", "[4]", 4, 8, 8) == ST_ERR_INVALID_OFFSET);
+    /* Overlap. */
+    CHECK(code_of("{\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]},"
+                  "\"b\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[2,6]}}", 6) ==
+          ST_ERR_INVALID_OFFSET);
+}
+
+TEST(sorted_output)
+{
+    struct st_header *h;
+    struct st_error e;
+    const char *j = "{\"__metadata__\":{\"format\":\"pt\",\"a\":\"1\",\"z\":\"\"},"
+                    "\"c\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[6,8]},"
+                    "\"b\":{\"dtype\":\"F16\",\"shape\":[1,3],\"data_offsets\":[0,6]},"
+                    "\"z0\":{\"dtype\":\"BOOL\",\"shape\":[0],\"data_offsets\":[8,8]},"
+                    "\"y0\":{\"dtype\":\"BOOL\",\"shape\":[0],\"data_offsets\":[8,8]},"
+                    "\"\xc3\xa9t\xc3\xa9\":{\"dtype\":\"I64\",\"shape\":[1],\"data_offsets\":[8,16]}}";
+    CHECK(st_header_parse(j, strlen(j), 16, FILE_NAME, &h, &e) == ST_OK);
+    CHECK(h != NULL);
+    if (!h)
+        return;
+    CHECK_EQ_U64(h->n_tensors, 5);
+    CHECK_STR(h->tensors[0].name, "b");
+    CHECK_STR(h->tensors[1].name, "c");
+    CHECK_STR(h->tensors[2].name, "y0");
+    CHECK_STR(h->tensors[3].name, "z0");
+    CHECK_STR(h->tensors[4].name, "\xc3\xa9t\xc3\xa9");
+    CHECK_EQ_U64(h->tensors[4].name_len, 5);
+    CHECK(h->tensors[0].dtype == DT_F16);
+    CHECK_EQ_U64(h->tensors[0].ndim, 2);
+    CHECK_EQ_U64(h->tensors[0].shape[0], 1);
+    CHECK_EQ_U64(h->tensors[0].shape[1], 3);
+    CHECK_EQ_U64(h->tensors[0].nelems, 3);
+    CHECK_EQ_U64(h->tensors[0].begin, 0);
+    CHECK_EQ_U64(h->tensors[0].end, 6);
+    CHECK_EQ_U64(h->tensors[4].begin, 8);
+    CHECK_EQ_U64(h->tensors[4].end, 16);
+    CHECK(h->has_metadata);
+    CHECK_EQ_U64(h->n_metadata, 3);
+    CHECK_STR(h->metadata[0].key, "format");
+    CHECK_STR(h->metadata[0].value, "pt");
+    CHECK_STR(h->metadata[1].key, "a");
+    CHECK_STR(h->metadata[2].key, "z");
+    CHECK_STR(h->metadata[2].value, "");
+    st_header_free(h);
+}
+
+TEST(prefix)
+{
+    unsigned char p[8] = {0};
+    uint64_t n = 99;
+    struct st_error e;
+    CHECK(st_header_check_prefix(p, 7, "f", &n, &e) == ST_ERR_HEADER_TOO_SMALL);
+    CHECK(e.code == ST_ERR_HEADER_TOO_SMALL);
+    CHECK_CONTAINS(e.message, "f: ");
+    CHECK(st_header_check_prefix(p, 0, "f", &n, &e) == ST_ERR_HEADER_TOO_SMALL);
+    CHECK(st_header_check_prefix(p, 100, "f", &n, &e) == ST_ERR_HEADER_EMPTY);
+    /* 100,000,000 is allowed, one more is not. */
+    uint64_t max = ST_MAX_HEADER_LEN;
+    for (int i = 0; i < 8; i++)
+        p[i] = (unsigned char)(max >> (8 * i));
+    CHECK(st_header_check_prefix(p, max + 8, "f", &n, &e) == ST_OK);
+    CHECK_EQ_U64(n, max);
+    CHECK(st_header_check_prefix(p, max + 7, "f", &n, &e) == ST_ERR_HEADER_LENGTH);
+    p[0]++;
+    CHECK(st_header_check_prefix(p, UINT64_MAX, "f", &n, &e) == ST_ERR_HEADER_TOO_LARGE);
+    CHECK_CONTAINS(e.message, "100000001");
+    memset(p, 0xff, sizeof(p));
+    CHECK(st_header_check_prefix(p, UINT64_MAX, "f", &n, &e) == ST_ERR_HEADER_TOO_LARGE);
+    memset(p, 0, sizeof(p));
+    p[0] = 10;
+    CHECK(st_header_check_prefix(p, 17, "f", &n, &e) == ST_ERR_HEADER_LENGTH);
+    CHECK_CONTAINS(e.message, "17");
+    CHECK(st_header_check_prefix(p, 18, "f", &n, &e) == ST_OK);
+    CHECK_EQ_U64(n, 10);
+    /* The crate checks the size first, whatever the prefix says. */
+    CHECK(st_header_check_prefix(p, 5, "f", &n, NULL) == ST_ERR_HEADER_TOO_SMALL);
+}
+
+TEST(utf8)
+{
+    struct st_error e;
+    CHECK(parse("{\"\xff\":1}", 0, &e) == ST_ERR_UTF8);
+    CHECK_CONTAINS(e.message, "byte 2");
+    CHECK(code_of("{\"\xc0\xaf\":1}", 0) == ST_ERR_UTF8);            /* overlong */
+    CHECK(code_of("{\"\xed\xa0\x80\":1}", 0) == ST_ERR_UTF8);        /* surrogate */
+    CHECK(code_of("{\"\xf4\x90\x80\x80\":1}", 0) == ST_ERR_UTF8);    /* > U+10FFFF */
+    CHECK(code_of("{\"a\":1}\xe2\x82", 0) == ST_ERR_UTF8);           /* cut at the end */
+    CHECK(code_of("{\"\x80\":1}", 0) == ST_ERR_UTF8);                /* lone continuation */
+    CHECK(code_of("\xff{}", 0) == ST_ERR_UTF8);                      /* before the start check */
+    CHECK(code_of("{\"\xf0\x9f\x98\x80\":{\"dtype\":\"U8\",\"shape\":[],\"data_offsets\":[0,1]}}",
+                  1) == ST_OK);
+}
+
+TEST(header_start)
+{
+    struct st_error e;
+    CHECK(parse("[]", 0, &e) == ST_ERR_HEADER_START);
+    CHECK_CONTAINS(e.message, "0x5b");
+    CHECK(code_of("  []", 0) == ST_ERR_HEADER_START);
+    CHECK(code_of("\"{}\"", 0) == ST_ERR_HEADER_START);
+    CHECK(code_of("1", 0) == ST_ERR_HEADER_START);
+    CHECK(code_of("null", 0) == ST_ERR_HEADER_START);
+    /* The start check comes before the depth check. */
+    CHECK(code_of("[[[[[[[[[[[[]]]]]]]]]]]]", 0) == ST_ERR_HEADER_START);
+}
+
+TEST(depth)
+{
+    struct st_error e;
+    /* Depth 9 under __metadata__. */
+    CHECK(parse("{\"__metadata__\":{\"k\":[[[[[[[1]]]]]]]}}", 0, &e) == ST_ERR_DEPTH);
+    CHECK_CONTAINS(e.message, "8");
+    /* Depth 8 passes the depth check and fails on the value type. */
+    CHECK(code_of("{\"__metadata__\":{\"k\":[[[[[[1]]]]]]}}", 0) == ST_ERR_METADATA);
+    /* Brackets inside strings (with escaped quotes) do not count. */
+    CHECK(code_of("{\"[[[[[[[[[[{{{{{{{{\\\"[[[[[[[[[\":{\"dtype\":\"U8\",\"shape\":[],"
+                  "\"data_offsets\":[0,1]}}", 1) == ST_OK);
+    /* A deep document that is not even balanced still gets the depth error. */
+    char deep[2001];
+    deep[0] = '{';
+    memset(deep + 1, '[', sizeof(deep) - 2);
+    deep[sizeof(deep) - 1] = '\0';
+    CHECK(code_of(deep, 0) == ST_ERR_DEPTH);
+}
+
+TEST(json_errors)
+{
+    struct st_error e;
+    CHECK(parse("{", 0, &e) == ST_ERR_JSON);
+    CHECK_CONTAINS(e.message, "line 1");
+    CHECK(code_of("{} x", 0) == ST_ERR_JSON);
+    CHECK(code_of("{}{}", 0) == ST_ERR_JSON);
+    CHECK(code_of("{}}", 0) == ST_ERR_JSON);
+    CHECK(code_of("{\"a\":}", 0) == ST_ERR_JSON);
+    CHECK(code_of("{'a':1}", 0) == ST_ERR_JSON);
+    CHECK(code_of("{\"a\":1,}", 0) == ST_ERR_JSON);
+    CHECK(code_one("U8", "[01]", 0, 1, 1) == ST_ERR_JSON); /* leading zero */
+    /* NUL bytes: raw, after the value, inside a string, escaped in a key. */
+    CHECK(parse_len("{}\0", 3, 0, &e) == ST_ERR_JSON);
+    CHECK_CONTAINS(e.message, "NUL byte at offset 2");
+    CHECK(parse_len("{\"a\0b\":{}}", 10, 0, &e) == ST_ERR_JSON);
+    CHECK(parse_len("\0{}", 3, 0, &e) == ST_ERR_HEADER_START);
+    CHECK(code_of("{\"a\\u0000b\":{\"dtype\":\"U8\",\"shape\":[],\"data_offsets\":[0,1]}}", 1) ==
+          ST_ERR_JSON);
+    CHECK(code_of("{\"__metadata__\":{\"k\":\"a\\u0000b\"}}", 0) == ST_ERR_JSON);
+}
+
+TEST(duplicate_keys)
+{
+    struct st_error e;
+    CHECK(parse("{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]},"
+                "\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1, &e) ==
+          ST_ERR_DUPLICATE_KEY);
+    CHECK_CONTAINS(e.message, "duplicate");
+    CHECK(code_of("{\"a\":{\"dtype\":\"U8\",\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}",
+                  1) == ST_ERR_DUPLICATE_KEY);
+    CHECK(code_of("{\"__metadata__\":{\"k\":\"1\",\"k\":\"2\"}}", 0) == ST_ERR_DUPLICATE_KEY);
+    CHECK(code_of("{\"__metadata__\":{},\"__metadata__\":{}}", 0) == ST_ERR_DUPLICATE_KEY);
+    /* Escapes are decoded before comparing. */
+    CHECK(code_of("{\"__metadata__\":{\"k\":\"1\",\"\\u006b\":\"2\"}}", 0) == ST_ERR_DUPLICATE_KEY);
+}
+
+TEST(metadata)
+{
+    struct st_error e;
+    CHECK(parse("{\"__metadata__\":{\"format\":\"pt\",\"n\":1}}", 0, &e) == ST_ERR_METADATA);
+    CHECK_CONTAINS(e.message, "\"n\"");
+    CHECK(code_of("{\"__metadata__\":{\"n\":null}}", 0) == ST_ERR_METADATA);
+    CHECK(code_of("{\"__metadata__\":{\"n\":{}}}", 0) == ST_ERR_METADATA);
+    CHECK(code_of("{\"__metadata__\":{\"n\":[\"x\"]}}", 0) == ST_ERR_METADATA);
+    CHECK(code_of("{\"__metadata__\":[]}", 0) == ST_ERR_METADATA);
+    CHECK(code_of("{\"__metadata__\":null}", 0) == ST_ERR_METADATA);
+    CHECK(code_of("{\"__metadata__\":\"x\"}", 0) == ST_ERR_METADATA);
+}
+
+TEST(tensor_info)
+{
+    struct st_error e;
+    CHECK(parse("{\"w\":[1]}", 0, &e) == ST_ERR_TENSOR_INFO);
+    CHECK_CONTAINS(e.message, "tensor \"w\"");
+    CHECK(code_of("{\"w\":null}", 0) == ST_ERR_TENSOR_INFO);
+    CHECK(code_of("{\"w\":\"F32\"}", 0) == ST_ERR_TENSOR_INFO);
+    CHECK(parse("{\"w\":{\"shape\":[1],\"data_offsets\":[0,1]}}", 1, &e) == ST_ERR_TENSOR_INFO);
+    CHECK_CONTAINS(e.message, "dtype");
+    CHECK(parse("{\"w\":{\"dtype\":\"U8\",\"data_offsets\":[0,1]}}", 1, &e) == ST_ERR_TENSOR_INFO);
+    CHECK_CONTAINS(e.message, "shape");
+    CHECK(parse("{\"w\":{\"dtype\":\"U8\",\"shape\":[1]}}", 1, &e) == ST_ERR_TENSOR_INFO);
+    CHECK_CONTAINS(e.message, "data_offsets");
+    CHECK(code_of("{\"w\":{\"dtype\":8,\"shape\":[1],\"data_offsets\":[0,1]}}", 1) ==
+          ST_ERR_TENSOR_INFO);
+    CHECK(code_of("{\"w\":{}}", 0) == ST_ERR_TENSOR_INFO);
+}
+
+TEST(unknown_field)
+{
+    struct st_error e;
+    CHECK(parse("{\"w\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1],\"extra\":1}}", 1,
+                &e) == ST_ERR_UNKNOWN_FIELD);
+    CHECK_CONTAINS(e.message, "tensor \"w\": unknown field \"extra\"");
+    CHECK(code_of("{\"w\":{\"Dtype\":\"U8\",\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}",
+                  1) == ST_ERR_UNKNOWN_FIELD);
+}
+
+TEST(bad_dtype)
+{
+    struct st_error e;
+    char *j = one("f32", "[1]", 0, 4);
+    CHECK(parse(j, 4, &e) == ST_ERR_DTYPE);
+    CHECK_CONTAINS(e.message, "tensor \"a\": unknown dtype the string \"f32\"");
+    free(j);
+    CHECK(code_one("F32 ", "[1]", 0, 4, 4) == ST_ERR_DTYPE);
+    CHECK(code_one("", "[1]", 0, 4, 4) == ST_ERR_DTYPE);
+    CHECK(code_one("F8", "[1]", 0, 1, 1) == ST_ERR_DTYPE);
+    CHECK(code_one("C128", "[1]", 0, 16, 16) == ST_ERR_DTYPE);
+    CHECK(code_of("{\"a\":{\"dtype\":\"F32\\u0000\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4) ==
+          ST_ERR_JSON);
+}
+
+TEST(every_dtype)
+{
+    for (int d = 0; d < DT_COUNT; d++) {
+        const struct dtype_info *di = dtype_info((enum dtype)d);
+        uint64_t bytes = 8 * di->bits / 8; /* 8 elements are whole bytes for every width */
+        struct st_header *h = NULL;
+        struct st_error e;
+        char *j = one(di->name, "[2,4]", 0, bytes);
+        CHECK(st_header_parse(j, strlen(j), bytes, FILE_NAME, &h, &e) == ST_OK);
+        if (h) {
+            CHECK(h->tensors[0].dtype == (enum dtype)d);
+            CHECK_EQ_U64(h->tensors[0].nelems, 8);
+        } else {
+            fprintf(stderr, "  dtype %s: %s\n", di->name, e.message);
+        }
+        st_header_free(h);
+        free(j);
+    }
+    CHECK(code_one("F4", "[2]", 0, 1, 1) == ST_OK);
+    CHECK(code_one("F4", "[6]", 0, 3, 3) == ST_OK);
+    CHECK(code_one("F6_E2M3", "[4]", 0, 3, 3) == ST_OK);
+    CHECK(code_one("F6_E3M2", "[2,2]", 0, 3, 3) == ST_OK);
+    CHECK(code_one("F8_E8M0", "[3]", 0, 3, 3) == ST_OK);
+}
+
+TEST(misaligned)
+{
+    struct st_error e;
+    char *j = one("F4", "[3]", 0, 2);
+    CHECK(parse(j, 2, &e) == ST_ERR_MISALIGNED);
+    CHECK_CONTAINS(e.message, "tensor \"a\": F4 [3] is 12 bits");
+    free(j);
+    CHECK(code_one("F4", "[1]", 0, 1, 1) == ST_ERR_MISALIGNED);
+    CHECK(code_one("F6_E2M3", "[2]", 0, 2, 2) == ST_ERR_MISALIGNED);
+    CHECK(code_one("F6_E3M2", "[6]", 0, 5, 5) == ST_ERR_MISALIGNED);
+    CHECK(code_one("F4", "[0]", 0, 0, 0) == ST_OK);
+}
+
+TEST(bad_offsets)
+{
+    struct st_error e;
+    CHECK(parse("{\"a\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[4,0]}}", 4, &e) ==
+          ST_ERR_OFFSETS);
+    CHECK_CONTAINS(e.message, "tensor \"a\": data_offsets [4, 0] begin after they end");
+    const char *bad[] = {"[0,1,2]", "[0]", "[]", "[0.0,1]", "[0,1.0]", "[\"0\",1]", "[0,null]",
+                         "{}", "\"0,1\"", "0", "[0,[1]]", "[-1,0]", "[0,-1]", "[true,1]",
+                         "[0,1e0]"};
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+        char *j = xasprintf("{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":%s}}", bad[i]);
+        enum st_status rc = parse(j, 1, &e);
+        CHECK(rc == ST_ERR_OFFSETS);
+        if (rc != ST_ERR_OFFSETS)
+            fprintf(stderr, "  offsets %s: %s\n", bad[i], e.message);
+        CHECK_CONTAINS(e.message, "tensor \"a\"");
+        free(j);
+    }
+    CHECK(parse("{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1,2]}}", 1, &e) ==
+          ST_ERR_OFFSETS);
+    CHECK_CONTAINS(e.message, "3 entries");
+}
+
+TEST(bad_shape)
+{
+    struct st_error e;
+    const char *bad[] = {"[-1]", "[1.5]", "[2.0]", "[\"2\"]", "[null]", "[[2]]", "{}", "2",
+                         "\"[2]\"", "null", "[1,-3]", "[true]"};
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+        char *j = one("U8", bad[i], 0, 1);
+        enum st_status rc = parse(j, 1, &e);
+        CHECK(rc == ST_ERR_SHAPE);
+        if (rc != ST_ERR_SHAPE)
+            fprintf(stderr, "  shape %s: %s\n", bad[i], e.message);
+        CHECK_CONTAINS(e.message, "tensor \"a\"");
+        free(j);
+    }
+    /* At most ST_MAX_NDIM dimensions. */
+    char shape[2 * (ST_MAX_NDIM + 1) + 2];
+    size_t n = 0;
+    shape[n++] = '[';
+    for (int i = 0; i < ST_MAX_NDIM; i++) {
+        shape[n++] = '1';
+        shape[n++] = ',';
+    }
+    shape[n - 1] = ']';
+    shape[n] = '\0';
+    CHECK(code_one("U8", shape, 0, 1, 1) == ST_OK);
+    shape[n - 1] = ',';
+    shape[n++] = '1';
+    shape[n++] = ']';
+    shape[n] = '\0';
+    char *j = one("U8", shape, 0, 1);
+    CHECK(parse(j, 1, &e) == ST_ERR_SHAPE);
+    CHECK_CONTAINS(e.message, "65 dimensions");
+    free(j);
+}
+
+TEST(negative_and_huge_numbers)
+{
+    struct st_error e;
+    /* jansson reads -0 as 0; the pre-pass saw the sign. */
+    CHECK(parse("{\"a\":{\"dtype\":\"U8\",\"shape\":[-0],\"data_offsets\":[0,0]}}", 0, &e) ==
+          ST_ERR_JSON);
+    CHECK_CONTAINS(e.message, "negative");
+    CHECK(code_of("{\"a\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[-0,0]}}", 0) ==
+          ST_ERR_JSON);
+    /* A '-' in a string is fine. */
+    CHECK(code_of("{\"a-b\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[0,0]}}", 0) == ST_OK);
+    /* Past INT64_MAX jansson has no integer: rejected as invalid JSON. */
+    CHECK(parse("{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,18446744073709551615]}}",
+                1, &e) == ST_ERR_JSON);
+    CHECK_CONTAINS(e.message, "too big");
+    CHECK(code_one("U8", "[9223372036854775808]", 0, 1, 1) == ST_ERR_JSON);
+    CHECK(code_one("U8", "[1e400]", 0, 1, 1) == ST_ERR_JSON);
+    CHECK(code_one("U8", "[-9223372036854775809]", 0, 1, 1) == ST_ERR_JSON);
+    /* INT64_MAX itself parses (and fails on the offset walk). */
+    CHECK(code_one("U8", "[1]", 9223372036854775807ULL, 9223372036854775807ULL, 0) ==
+          ST_ERR_INVALID_OFFSET);
+}
+
+TEST(messages)
+{
+    struct st_error e;
+    struct st_header *h;
+    /* Long names are cut; the message stays short and still names the file. */
+    char name[1200];
+    memset(name, 'n', sizeof(name) - 1);
+    name[sizeof(name) - 1] = '\0';
+    char *j = xasprintf("{\"%s\":{\"dtype\":\"F32\",\"shape\":[9223372036854775807,"
+                        "9223372036854775807,9223372036854775807,9223372036854775807,"
+                        "9223372036854775807,1],\"data_offsets\":[0,18]}}", name);
+    char file[600];
+    memset(file, 'f', sizeof(file) - 1);
+    file[sizeof(file) - 1] = '\0';
+    CHECK(st_header_parse(j, strlen(j), 18, file, &h, &e) == ST_ERR_OVERFLOW);
+    CHECK(strlen(e.message) < 500);
+    CHECK_CONTAINS(e.message, "nnnnnnnn...");
+    CHECK_CONTAINS(e.message, "ffffffff...");
+    free(j);
+    j = xasprintf("{\"%s\":{\"dtype\":\"F32\",\"shape\":[9223372036854775807,9223372036854775807],"
+                  "\"data_offsets\":[9223372036854775806,9223372036854775807]},"
+                  "\"%s2\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", name, name);
+    CHECK(st_header_parse(j, strlen(j), 18, file, &h, &e) == ST_ERR_INVALID_OFFSET);
+    CHECK(strlen(e.message) < 500);
+    free(j);
+    /* No file name. */
+    CHECK(st_header_parse("[", 1, 0, NULL, &h, &e) == ST_ERR_HEADER_START);
+    CHECK_CONTAINS(e.message, "(header): ");
+    /* Control bytes in names are shown as '?'. */
+    CHECK(parse("{\"a\\nb\":{\"dtype\":\"X\",\"shape\":[],\"data_offsets\":[0,0]}}", 0, &e) ==
+          ST_ERR_DTYPE);
+    CHECK_CONTAINS(e.message, "tensor \"a?b\"");
+    /* err may be NULL. */
+    CHECK(st_header_parse("[", 1, 0, "f", &h, NULL) == ST_ERR_HEADER_START);
+    CHECK(st_header_parse("{}", 2, 0, "f", &h, NULL) == ST_OK);
+    st_header_free(h);
+    st_header_free(NULL);
+}
+
+/* Writes a temp file: 8-byte prefix for `n` (or the real length when n is
+ * UINT64_MAX), the header, then `data` zero bytes; returns an fd at 0. */
+static int temp_file(const char *json, uint64_t n, size_t data, size_t cut)
+{
+    char path[] = "/tmp/test_st_header_XXXXXX";
+    int fd = mkstemp(path);
+    if (fd < 0)
+        return -1;
+    unlink(path);
+    size_t len = strlen(json);
+    if (n == UINT64_MAX)
+        n = len;
+    size_t total = 8 + len + data;
+    unsigned char *buf = xcalloc(1, total);
+    for (int i = 0; i < 8; i++)
+        buf[i] = (unsigned char)(n >> (8 * i));
+    memcpy(buf + 8, json, len);
+    if (cut && cut < total)
+        total = cut;
+    if (write(fd, buf, total) != (ssize_t)total) {
+        close(fd);
+        fd = -1;
+    }
+    free(buf);
+    return fd;
+}
+
+TEST(read_fd)
+{
+    struct st_header *h = NULL;
+    struct st_error e;
+    const char *j = "{\"a\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0,16]}}  ";
+    int fd = temp_file(j, UINT64_MAX, 16, 0);
+    CHECK(fd >= 0);
+    CHECK(st_header_read_fd(fd, "t.safetensors", &h, &e) == ST_OK);
+    if (h) {
+        CHECK_EQ_U64(h->header_len, strlen(j));
+        CHECK_EQ_U64(h->data_len, 16);
+        CHECK_EQ_U64(h->n_tensors, 1);
+        CHECK_STR(h->tensors[0].name, "a");
+    }
+    st_header_free(h);
+    close(fd);
+
+    /* Data truncated by one byte, then one trailing byte. */
+    fd = temp_file(j, UINT64_MAX, 15, 0);
+    CHECK(st_header_read_fd(fd, "t.safetensors", &h, &e) == ST_ERR_DATA_LENGTH);
+    CHECK(h == NULL);
+    CHECK_CONTAINS(e.message, "t.safetensors: tensor \"a\"");
+    close(fd);
+    fd = temp_file(j, UINT64_MAX, 17, 0);
+    CHECK(st_header_read_fd(fd, "t.safetensors", &h, &e) == ST_ERR_DATA_LENGTH);
+    close(fd);
+
+    /* File cut inside the header. */
+    fd = temp_file(j, UINT64_MAX, 16, 20);
+    CHECK(st_header_read_fd(fd, "t.safetensors", &h, &e) == ST_ERR_HEADER_LENGTH);
+    close(fd);
+    /* File shorter than the prefix, and empty. */
+    fd = temp_file(j, UINT64_MAX, 0, 5);
+    CHECK(st_header_read_fd(fd, "t.safetensors", &h, &e) == ST_ERR_HEADER_TOO_SMALL);
+    close(fd);
+    fd = temp_file("", 0, 0, 0);
+    CHECK(st_header_read_fd(fd, "t.safetensors", &h, &e) == ST_ERR_HEADER_EMPTY);
+    close(fd);
+    fd = temp_file("{}", 0, 0, 0);
+    CHECK(st_header_read_fd(fd, "t.safetensors", &h, &e) == ST_ERR_HEADER_EMPTY);
+    close(fd);
+    fd = temp_file("{}", ST_MAX_HEADER_LEN + 1, 0, 0);
+    CHECK(st_header_read_fd(fd, "t.safetensors", &h, &e) == ST_ERR_HEADER_TOO_LARGE);
+    close(fd);
+    /* Invalid JSON through the fd path. */
+    fd = temp_file("{\"a\":", UINT64_MAX, 0, 0);
+    CHECK(st_header_read_fd(fd, "t.safetensors", &h, &e) == ST_ERR_JSON);
+    close(fd);
+    /* Header "{}" and no data: valid. */
+    fd = temp_file("{}", UINT64_MAX, 0, 0);
+    CHECK(st_header_read_fd(fd, "t.safetensors", &h, &e) == ST_OK);
+    if (h)
+        CHECK_EQ_U64(h->header_len, 2);
+    st_header_free(h);
+    close(fd);
+    /* A closed descriptor is an I/O error naming the cause. */
+    CHECK(st_header_read_fd(fd, "t.safetensors", &h, &e) == ST_ERR_IO);
+    CHECK_CONTAINS(e.message, strerror(EBADF));
+}
+
+int main(void)
+{
+    RUN(empty);
+    RUN(zero_sized_tensor);
+    RUN(scalar);
+    RUN(whitespace);
+    RUN(size_mismatch_message);
+    RUN(overflow);
+    RUN(incomplete_buffer);
+    RUN(json_attack);
+    RUN(offsets_contiguous);
+    RUN(sorted_output);
+    RUN(prefix);
+    RUN(utf8);
+    RUN(header_start);
+    RUN(depth);
+    RUN(json_errors);
+    RUN(duplicate_keys);
+    RUN(metadata);
+    RUN(tensor_info);
+    RUN(unknown_field);
+    RUN(bad_dtype);
+    RUN(every_dtype);
+    RUN(misaligned);
+    RUN(bad_offsets);
+    RUN(bad_shape);
+    RUN(negative_and_huge_numbers);
+    RUN(messages);
+    RUN(read_fd);
+    return TEST_SUMMARY();
+}
