@@ -150,13 +150,16 @@ static struct tjson *roundtrip(struct tensord_client *c, const char *req, int *f
     *n_fds = 0;
     pthread_mutex_lock(&c->lock);
     ipc_put_header(hdr, (uint32_t)n);
-    if (send_all(c->fd, hdr, sizeof(hdr)) < 0 || send_all(c->fd, req, n) < 0) {
-        seterr(err, errlen, "sending to tensord: %s", strerror(errno));
-        goto out;
-    }
+    /* A daemon that refuses this peer answers and closes before reading the
+     * request: when sending fails, its answer may still be there to read. */
+    int sent = send_all(c->fd, hdr, sizeof(hdr)) == 0 && send_all(c->fd, req, n) == 0;
+    int send_errno = errno;
     if (recv_all(c->fd, hdr, sizeof(hdr), fds, max_fds, n_fds) < 0) {
-        seterr(err, errlen, "tensord closed the connection%s%s", errno ? ": " : "",
-               errno ? strerror(errno) : "");
+        if (!sent)
+            seterr(err, errlen, "sending to tensord: %s", strerror(send_errno));
+        else
+            seterr(err, errlen, "tensord closed the connection%s%s", errno ? ": " : "",
+                   errno ? strerror(errno) : "");
         goto out;
     }
     uint32_t len = ipc_get_header(hdr);

@@ -54,7 +54,7 @@ int ipc_request_parse(const char *json, size_t len, struct ipc_request *req, cha
 {
     json_error_t jerr;
     int rc = -1;
-    json_t *doc = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
+    json_t *doc = json_loadb(json, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
     if (!doc) {
         snprintf(err, errlen, "not JSON: %s at byte %d", jerr.text, jerr.position);
         return -1;

@@ -86,7 +86,8 @@ static void conn_answer(struct conn *c, json_t *doc, const int *fds, size_t n_fd
     free(text);
     c->out_len = IPC_HEADER_BYTES + n;
     c->out_off = 0;
-    memcpy(c->fds, fds, n_fds * sizeof(int));
+    if (n_fds)
+        memcpy(c->fds, fds, n_fds * sizeof(int));
     c->n_fds = n_fds;
 }
 
@@ -124,7 +125,16 @@ static int conn_flush(struct conn *c)
         c->out = NULL;
         c->out_len = c->out_off = 0;
     }
-    return c->close_after ? -1 : 0;
+    if (c->close_after) {
+        /* Closing with unread input makes the kernel reset the peer, which
+         * can then miss the answer: read what is already here first. */
+        char sink[4096];
+        for (int i = 0; i < 512 && recv(c->fd, sink, sizeof(sink), MSG_DONTWAIT) > 0; i++)
+            ;
+        shutdown(c->fd, SHUT_WR);
+        return -1;
+    }
+    return 0;
 }
 
 static void handle_request(struct ipc_server *s, struct conn *c, const unsigned char *p, size_t n)

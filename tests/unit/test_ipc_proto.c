@@ -1,0 +1,156 @@
+/* Tests for core/ipc_proto.c: framing (partial, exact, oversized, back to
+ * back), request parsing and its error messages, and the tsum64 checksum's
+ * split property that the loader and the client rely on. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "ipc_proto.h"
+#include "test.h"
+#include "util.h"
+
+static int parse(const char *json, struct ipc_request *req, char *err)
+{
+    return ipc_request_parse(json, strlen(json), req, err, 256);
+}
+
+TEST(frame_partial_and_exact)
+{
+    unsigned char buf[64];
+    const unsigned char *p;
+    size_t plen, used;
+    ipc_put_header(buf, 5);
+    memcpy(buf + 4, "hello", 5);
+    for (size_t n = 0; n < 9; n++)
+        CHECK(ipc_frame_next(buf, n, 100, &p, &plen, &used) == IPC_FRAME_NEED_MORE);
+    CHECK(ipc_frame_next(buf, 9, 100, &p, &plen, &used) == IPC_FRAME_READY);
+    CHECK_EQ_U64(plen, 5);
+    CHECK_EQ_U64(used, 9);
+    CHECK(p == buf + 4);
+    CHECK(ipc_get_header(buf) == 5);
+}
+
+TEST(frame_back_to_back_and_empty)
+{
+    unsigned char buf[32];
+    const unsigned char *p;
+    size_t plen, used;
+    ipc_put_header(buf, 0);
+    ipc_put_header(buf + 4, 2);
+    memcpy(buf + 8, "{}", 2);
+    CHECK(ipc_frame_next(buf, 10, 100, &p, &plen, &used) == IPC_FRAME_READY);
+    CHECK_EQ_U64(plen, 0);
+    CHECK_EQ_U64(used, 4);
+    CHECK(ipc_frame_next(buf + used, 10 - used, 100, &p, &plen, &used) == IPC_FRAME_READY);
+    CHECK_EQ_U64(plen, 2);
+    CHECK(memcmp(p, "{}", 2) == 0);
+}
+
+TEST(frame_too_large_before_the_body_arrives)
+{
+    unsigned char buf[4];
+    const unsigned char *p;
+    size_t plen, used;
+    ipc_put_header(buf, IPC_MAX_REQUEST + 1);
+    CHECK(ipc_frame_next(buf, 4, IPC_MAX_REQUEST, &p, &plen, &used) == IPC_FRAME_TOO_LARGE);
+    ipc_put_header(buf, IPC_MAX_REQUEST);
+    CHECK(ipc_frame_next(buf, 4, IPC_MAX_REQUEST, &p, &plen, &used) == IPC_FRAME_NEED_MORE);
+    ipc_put_header(buf, 0xFFFFFFFFu);
+    CHECK(ipc_get_header(buf) == 0xFFFFFFFFu);
+    CHECK(ipc_frame_next(buf, 4, IPC_MAX_REQUEST, &p, &plen, &used) == IPC_FRAME_TOO_LARGE);
+}
+
+TEST(parse_requests)
+{
+    struct ipc_request *r = xcalloc(1, sizeof(*r));
+    char err[256];
+    CHECK(parse("{\"op\":\"open\",\"model\":\"org/m\",\"device\":\"cuda:1\"}", r, err) == 0);
+    CHECK(r->op == IPC_OP_OPEN);
+    CHECK_STR(r->model, "org/m");
+    CHECK_STR(r->device, "cuda:1");
+    CHECK(parse("{\"op\":\"open\",\"model\":\"m\",\"future\":[1]}", r, err) == 0);
+    CHECK_STR(r->device, "");
+    CHECK(parse(" {\"op\":\"list\"} ", r, err) == 0 && r->op == IPC_OP_LIST);
+    CHECK(parse("{\"op\":\"close\"}", r, err) == 0 && r->op == IPC_OP_CLOSE);
+    free(r);
+}
+
+static void expect_bad(const char *json, const char *msg)
+{
+    struct ipc_request *r = xcalloc(1, sizeof(*r));
+    char err[256] = "";
+    int rc = ipc_request_parse(json, strlen(json), r, err, sizeof(err));
+    if (rc != -1 || !strstr(err, msg)) {
+        fprintf(stderr, "  for %s: rc %d, \"%s\", want \"%s\"\n", json, rc, err, msg);
+        test_failed_flag = 1;
+    }
+    free(r);
+}
+
+TEST(parse_errors_name_the_problem)
+{
+    expect_bad("", "not JSON");
+    expect_bad("{", "not JSON");
+    expect_bad("{\"op\":\"list\"} x", "not JSON");
+    expect_bad("[]", "must be a JSON object");
+    expect_bad("\"open\"", "must be a JSON object");
+    expect_bad("{}", "\"op\"");
+    expect_bad("{\"op\":1}", "\"op\"");
+    expect_bad("{\"op\":\"fly\"}", "unknown op \"fly\"");
+    expect_bad("{\"op\":\"open\"}", "\"model\" is required");
+    expect_bad("{\"op\":\"open\",\"model\":3}", "\"model\" must be a string");
+    expect_bad("{\"op\":\"open\",\"model\":\"\"}", "\"model\" must not be empty");
+    expect_bad("{\"op\":\"open\",\"model\":\"m\",\"device\":null}", "\"device\" must be a string");
+    expect_bad("{\"op\":\"list\",\"op\":\"list\"}", "not JSON");
+    expect_bad("{\"op\":\"open\",\"model\":\"a\\u0000b\"}", "not JSON");
+    char *big = xmalloc(IPC_MAX_NAME + 64);
+    int n = snprintf(big, 64, "{\"op\":\"open\",\"model\":\"");
+    memset(big + n, 'x', IPC_MAX_NAME + 1);
+    strcpy(big + n + IPC_MAX_NAME + 1, "\"}");
+    expect_bad(big, "at most 4096 bytes");
+    big[n + IPC_MAX_NAME] = '"';
+    big[n + IPC_MAX_NAME + 1] = '}';
+    big[n + IPC_MAX_NAME + 2] = '\0';
+    struct ipc_request *r = xcalloc(1, sizeof(*r));
+    char err[256];
+    CHECK(ipc_request_parse(big, strlen(big), r, err, sizeof(err)) == 0);
+    CHECK_EQ_U64(strlen(r->model), IPC_MAX_NAME);
+    free(r);
+    free(big);
+}
+
+TEST(tsum_pieces_add_up)
+{
+    unsigned char buf[1000];
+    for (size_t i = 0; i < sizeof(buf); i++)
+        buf[i] = (unsigned char)(i * 7 + 3);
+    uint64_t whole = ipc_tsum_final(ipc_tsum_add(0, buf, sizeof(buf), 0), sizeof(buf));
+    /* any split at multiples of 8, in any order */
+    uint64_t acc = 0;
+    acc = ipc_tsum_add(acc, buf + 512, sizeof(buf) - 512, 512);
+    acc = ipc_tsum_add(acc, buf, 8, 0);
+    acc = ipc_tsum_add(acc, buf + 8, 504, 8);
+    CHECK_EQ_U64(ipc_tsum_final(acc, sizeof(buf)), whole);
+    /* one flipped bit, two swapped words, a shorter length all change it */
+    buf[999] ^= 1;
+    CHECK(ipc_tsum_final(ipc_tsum_add(0, buf, sizeof(buf), 0), sizeof(buf)) != whole);
+    buf[999] ^= 1;
+    unsigned char sw[1000];
+    memcpy(sw, buf, sizeof(buf));
+    memcpy(sw, buf + 8, 8);
+    memcpy(sw + 8, buf, 8);
+    CHECK(ipc_tsum_final(ipc_tsum_add(0, sw, sizeof(sw), 0), sizeof(sw)) != whole);
+    unsigned char z[16] = {1};
+    CHECK(ipc_tsum_final(ipc_tsum_add(0, z, 9, 0), 9) != ipc_tsum_final(ipc_tsum_add(0, z, 16, 0), 16));
+    CHECK(ipc_tsum_final(0, 0) == ipc_tsum_final(ipc_tsum_add(0, z + 1, 0, 0), 0));
+}
+
+int main(void)
+{
+    RUN(frame_partial_and_exact);
+    RUN(frame_back_to_back_and_empty);
+    RUN(frame_too_large_before_the_body_arrives);
+    RUN(parse_requests);
+    RUN(parse_errors_name_the_problem);
+    RUN(tsum_pieces_add_up);
+    return TEST_SUMMARY();
+}
