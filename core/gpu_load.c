@@ -142,6 +142,7 @@ static int shard_pread(struct gpu_loader *l, struct slot *slots, int fd, uint64_
                        uint64_t size, struct gpu_alloc *a, uint64_t *acc, char *err, size_t errlen)
 {
     uint64_t nchunks = (size + l->chunk - 1) / l->chunk;
+    snprintf(l->io_mode, sizeof(l->io_mode), "pread");
     for (uint64_t k = 0; k < nchunks; k++) {
         unsigned i = (unsigned)(k % l->nbuf);
         struct slot *s = &slots[i];
