@@ -1,0 +1,305 @@
+"""Access control: loopback by default, bearer tokens (read and admin),
+tokens never logged, TLS with a certificate made here."""
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+
+import pytest
+
+import faultlib
+import tdutil
+from faultlib import raw_get, run_daemon_expect_failure, running_daemon
+
+READ = "r3ad-t0ken-Zq8x1VwQpL2m"
+ADMIN = "adm1n-t0ken-Kf7uYc9TnB4s"
+
+
+@pytest.fixture
+def base():
+    b = tempfile.mkdtemp(prefix="tensord-sec-")
+    os.makedirs(os.path.join(b, "models"))
+    yield b
+    shutil.rmtree(b, ignore_errors=True)
+
+
+def token_file(base, text):
+    p = os.path.join(base, "tokens")
+    with open(p, "w") as f:
+        f.write(text)
+    os.chmod(p, 0o600)
+    return p
+
+
+def bearer(tok):
+    return {"Authorization": f"Bearer {tok}"}
+
+
+# ---------------------------------------------------------------------------
+# Binding
+
+
+def test_default_listen_is_loopback():
+    p = subprocess.run([tdutil.tensord_bin(), "--print-config"], capture_output=True, text=True,
+                       timeout=20)
+    assert p.returncode == 0, p.stderr
+    listen = [ln for ln in p.stdout.splitlines() if ln.strip().startswith("listen")]
+    assert listen, p.stdout
+    value = listen[0].split("=", 1)[1].strip().strip('"')
+    host = value.rsplit(":", 1)[0]
+    assert host in ("127.0.0.1", "[::1]", "localhost"), f"default listen is {value!r}"
+
+
+def _listening_addresses(pid):
+    """Local addresses of the listening TCP sockets the process holds."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            inodes.add(link[8:-1])
+    out = []
+    for table in ("tcp", "tcp6"):
+        try:
+            lines = open(f"/proc/{pid}/net/{table}").read().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            f = line.split()
+            if f[3] == "0A" and f[9] in inodes:
+                out.append((table, f[1]))
+    return out
+
+
+def test_daemon_without_listen_binds_loopback_only(base):
+    """Started with no --listen at all, the socket is bound to 127.0.0.1."""
+    faultlib.small_models(os.path.join(base, "models"))
+    try:
+        with __import__("socket").create_server(("127.0.0.1", 8077)):
+            pass
+    except OSError:
+        pytest.skip("port 8077 (the default) is in use here")
+    cmd = [tdutil.tensord_bin(), "serve", "--models", os.path.join(base, "models"),
+           "--ipc-socket", os.path.join(base, "s.sock")]
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=base)
+    try:
+        assert faultlib.wait_for(lambda: _listening_addresses(p.pid), 20), "never listened"
+        addrs = _listening_addresses(p.pid)
+        assert addrs == [("tcp", "0100007F:1F8D")], f"listening on {addrs}"
+    finally:
+        p.terminate()
+        p.wait(15)
+
+
+# ---------------------------------------------------------------------------
+# Bearer tokens
+
+
+@pytest.fixture
+def authd(base):
+    models = os.path.join(base, "models")
+    data = faultlib.small_models(models)
+    tf = token_file(base, f"# tokens\nread {READ}\n\nadmin {ADMIN}\n")
+    alog = os.path.join(base, "access.log")
+    with running_daemon(models, "--auth-token-file", tf, "--access-log", alog,
+                        "--log-level", "debug", probe_headers=bearer(READ)) as d:
+        d.data = data
+        d.access_log = alog
+        yield d
+
+
+READ_URLS = ["/v1/models", "/v1/models/m", "/v1/models/m/header", "/v1/models/m/tensors/w",
+             "/v1/models/m/tensors/v?slice=1:5", "/v1/models/m/files/model.safetensors",
+             "/v1/metrics", "/metrics", "/v1/models/m/gpu", "/v1/models/nope"]
+
+
+@pytest.mark.parametrize("url", READ_URLS)
+def test_read_endpoints_need_a_token(authd, url):
+    for hdrs in ({}, bearer("wrong-token-but-long-enough"), bearer(READ[:-1]), bearer(READ + "x"),
+                 bearer(READ[1:]), {"Authorization": f"Basic {READ}"},
+                 {"Authorization": READ}, bearer("")):
+        for method in ("GET", "HEAD"):
+            r = authd.request(method, url, hdrs)
+            assert r.status == 401, f"{method} {url} {hdrs}: {r!r}"
+            assert r.header("WWW-Authenticate", "").startswith("Bearer"), r.headers
+            if method == "GET":
+                tdutil.assert_error(r, 401, "unauthorized", f"{url} {hdrs}")
+    for tok in (READ, ADMIN):
+        r = authd.get(url, bearer(tok))
+        assert r.status != 401, f"{url} with the {'read' if tok == READ else 'admin'} token: {r!r}"
+
+
+def test_token_answers_are_right(authd):
+    r = authd.get("/v1/models/m/tensors/w", bearer(READ))
+    assert r.status == 200 and r.body == authd.data["w"]
+    r = authd.get("/v1/models/m/tensors/w", {"Authorization": f"bearer {READ}"})
+    assert r.status == 200, "the auth scheme is case-insensitive (RFC 9110 11.1)"
+
+
+def test_healthz_needs_no_token(authd):
+    assert authd.get("/healthz").status == 200
+
+
+@pytest.mark.parametrize("method", ["POST", "DELETE"])
+def test_admin_endpoints_need_the_admin_token(authd, method):
+    body = json.dumps({"device": "host"}).encode() if method == "POST" else None
+    for hdrs in ({}, bearer(READ), bearer("x" * 20)):
+        r = authd.request(method, "/v1/models/m/gpu", hdrs, body)
+        tdutil.assert_error(r, 401, "unauthorized", f"{method} gpu with {hdrs}")
+        assert r.header("WWW-Authenticate", "").startswith("Bearer")
+    r = authd.request(method, "/v1/models/m/gpu", bearer(ADMIN), body)
+    assert r.status != 401, r
+
+
+def test_tokens_never_logged(authd):
+    for tok in (READ, ADMIN, "wrong-token-but-long-enough"):
+        for url in ("/v1/models", "/v1/models/m/tensors/w", "/v1/models/nope", "/metrics"):
+            authd.get(url, bearer(tok))
+        authd.request("DELETE", "/v1/models/m/gpu", bearer(tok))
+        authd.request("POST", "/v1/models/m/gpu", bearer(tok), b'{"device": "host"}')
+    authd.get("/v1/models", {"Authorization": f"Basic {READ}"})
+    # A client that puts a token in the query string: the log scrubs *token= values.
+    authd.get(f"/v1/models?access_token={READ}", bearer(READ))
+    authd.get(f"/v1/models/m/tensors/w?token={ADMIN}&slice=0")
+    assert authd.get("/v1/models").status == 401
+    faultlib.wait_for(lambda: os.path.exists(authd.access_log) and
+                      os.path.getsize(authd.access_log) > 0, 5)
+    with open(authd.access_log, "rb") as f:
+        access = f.read()
+    stderr = authd.log_text().encode()
+    assert b"/v1/models/m/tensors/w" in access, "the access log is not being written"
+    for tok in (READ, ADMIN, "wrong-token-but-long-enough"):
+        for what, text in (("access log", access), ("stderr", stderr)):
+            assert tok.encode() not in text, f"token {tok[:4]}... appears in the {what}"
+            assert tok[:12].encode() not in text, f"a token prefix appears in the {what}"
+
+
+@pytest.mark.parametrize("content,why", [
+    ("read short\n", "token under 16 characters"),
+    ("write abcdefghijklmnopqrstuvwxyz\n", "unknown role"),
+    ("read abcdefghijklmnopqrstuvwxyz extra\n", "trailing field"),
+    ("# only a comment\n", "no tokens"),
+])
+def test_bad_token_file_stops_startup(base, content, why):
+    faultlib.small_models(os.path.join(base, "models"))
+    tf = token_file(base, content)
+    rc, out = run_daemon_expect_failure(os.path.join(base, "models"), "--auth-token-file", tf)
+    assert rc != 0, f"{why}: the daemon started"
+    assert "tokens" in out, f"{why}: the message does not name the file: {out}"
+    assert "abcdefghijklmnop" not in out, f"{why}: the message shows the token: {out}"
+
+
+def test_missing_token_file_stops_startup(base):
+    rc, out = run_daemon_expect_failure(os.path.join(base, "models"), "--auth-token-file",
+                                        os.path.join(base, "does-not-exist"))
+    assert rc != 0 and "does-not-exist" in out, out
+
+
+def test_read_only_token_file(base):
+    """Only a read token: admin endpoints are then closed to everyone."""
+    models = os.path.join(base, "models")
+    faultlib.small_models(models)
+    tf = token_file(base, f"read {READ}\n")
+    with running_daemon(models, "--auth-token-file", tf, probe_headers=bearer(READ)) as d:
+        assert d.get("/v1/models", bearer(READ)).status == 200
+        r = d.request("DELETE", "/v1/models/m/gpu", bearer(READ))
+        tdutil.assert_error(r, 401, "unauthorized")
+
+
+# ---------------------------------------------------------------------------
+# TLS
+
+
+def make_cert(base):
+    cert, key = os.path.join(base, "cert.pem"), os.path.join(base, "key.pem")
+    p = subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+         "-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost",
+         "-keyout", key, "-out", cert], capture_output=True, text=True, timeout=60)
+    if p.returncode != 0:
+        pytest.fail(f"openssl could not make a certificate: {p.stderr}")
+    return cert, key
+
+
+def curl(*args):
+    p = subprocess.run(["curl", "-sS", "--max-time", "20"] + list(args), capture_output=True,
+                       timeout=40)
+    return p.returncode, p.stdout, p.stderr.decode("utf-8", "replace")
+
+
+@pytest.fixture
+def tlsd(base):
+    for tool in ("openssl", "curl"):
+        if not shutil.which(tool):
+            pytest.skip(f"{tool} is not installed")
+    models = os.path.join(base, "models")
+    data = faultlib.small_models(models)
+    big = os.urandom(3 << 20)
+    tdutil.gen_models.write_safetensors(os.path.join(models, "big", "model.safetensors"),
+                                        [("w", "U8", (3, 1 << 20), big)])
+    data["big"] = big
+    cert, key = make_cert(base)
+    tf = token_file(base, f"read {READ}\nadmin {ADMIN}\n")
+    d = faultlib.Daemon(models, base, ["--tls-cert", cert, "--tls-key", key,
+                                       "--auth-token-file", tf])
+    # The readiness probe of tdutil speaks plain HTTP; wait on the TLS port here.
+    port = tdutil.free_port()
+    d.extra_args += ["--listen", f"127.0.0.1:{port}"]
+    cmd = [tdutil.tensord_bin(), "serve", "--models", models, "--threads", "2",
+           "--ipc-socket", os.path.join(base, "s.sock")] + d.extra_args
+    log = open(d.log_path, "ab")
+    d.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=base)
+    log.close()
+    d.port = port
+    url = f"https://127.0.0.1:{port}"
+    ok = faultlib.wait_for(lambda: d.proc.poll() is not None or
+                           curl("--cacert", cert, url + "/healthz")[0] == 0, 20, 0.1)
+    if d.proc.poll() is not None or not ok:
+        d.stop()
+        pytest.fail(f"TLS daemon did not come up:\n{d.log_tail()}")
+    d.url, d.cert, d.data = url, cert, data
+    yield d
+    alive = d.alive()
+    rc = d.stop()
+    assert alive and rc == 0, d.log_tail()
+
+
+def test_tls_with_curl(tlsd):
+    rc, out, err = curl("--cacert", tlsd.cert, "-H", f"Authorization: Bearer {READ}",
+                        tlsd.url + "/v1/models/m/tensors/w")
+    assert rc == 0, err
+    assert out == tlsd.data["w"]
+    rc, out, err = curl("--cacert", tlsd.cert, "-H", f"Authorization: Bearer {READ}",
+                        tlsd.url + "/v1/models/big/tensors/w")
+    assert rc == 0, err
+    assert out == tlsd.data["big"], "a large body over TLS differs"
+    rc, out, err = curl("--cacert", tlsd.cert, "-H", f"Authorization: Bearer {READ}",
+                        "-H", "Range: bytes=1000000-1000099", tlsd.url + "/v1/models/big/tensors/w")
+    assert rc == 0 and out == tlsd.data["big"][1000000:1000100], err
+    rc, out, err = curl("--cacert", tlsd.cert, "-o", "/dev/null", "-w", "%{http_code}",
+                        tlsd.url + "/v1/models")
+    assert out == b"401", "TLS does not replace the token"
+
+
+def test_tls_rejects_unverified_and_plain(tlsd):
+    rc, out, err = curl(tlsd.url + "/healthz")
+    assert rc != 0, "curl accepted a self-signed certificate without --cacert"
+    r = raw_get(tlsd.port, "/healthz", timeout=5)
+    assert r.status is None or r.status >= 400, f"plain HTTP on the TLS port answered {r!r}"
+    assert tlsd.alive()
+    rc, out, err = curl("--cacert", tlsd.cert, tlsd.url + "/healthz")
+    assert rc == 0 and json.loads(out) == {"status": "ok"}, err
+
+
+def test_tls_needs_cert_and_key(base):
+    models = os.path.join(base, "models")
+    faultlib.small_models(models)
+    cert, key = make_cert(base)
+    rc, out = run_daemon_expect_failure(models, "--tls-cert", cert)
+    assert rc != 0, "started with a certificate and no key"
+    rc, out = run_daemon_expect_failure(models, "--tls-cert", cert, "--tls-key",
+                                        os.path.join(base, "missing-key.pem"))
+    assert rc != 0 and "missing-key.pem" in out, out
