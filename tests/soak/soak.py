@@ -214,7 +214,9 @@ def main():
                                      [("w", "U8", (rows, cols), bdata)], {"format": "pt"})
         reqs = build_requests(man, (bdata, rows, cols))
         script = os.path.join(base, "mix.lua")
-        lua_script(reqs, script)
+        # wrk cannot tell a HEAD answer has no body (it waits for Content-Length
+        # bytes): HEAD goes through the verifiers only.
+        lua_script([r for r in reqs if r[0] != "HEAD"], script)
 
         d = tdutil.Daemon(models, base, ["--max-connections", str(max(1024, args.connections * 2)),
                                          "--access-log", os.path.join(base, "access.log")])
