@@ -1,0 +1,164 @@
+"""The one table `make bench` prints: medians over the runs of bench/run.py.
+
+"x" is tensord's advantage measured within each run, then the median over runs:
+tensord/nginx for rates (req/s, GB/s) and nginx/tensord for times, so > 1 always
+means tensord is better. "target" is the goal of issue #7 where there is one.
+"""
+import statistics
+
+TARGETS = {"small": 1.2, "tensor": 1.0, "slice/col": 3.0}
+
+
+def med(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def get(d, *path):
+    for p in path:
+        if d is None or p not in d:
+            return None
+        d = d[p]
+    return d
+
+
+def per_run(runs, section, key, server, metric):
+    return [get(r, section, key, server, metric) for r in runs]
+
+
+def ratio(runs, section, key, metric, higher_better=True):
+    out = []
+    for r in runs:
+        t, n = get(r, section, key, "tensord", metric), get(r, section, key, "nginx", metric)
+        if t and n:
+            out.append(t / n if higher_better else n / t)
+    return med(out)
+
+
+def f(v, fmt):
+    return "-" if v is None else fmt % v
+
+
+def verdict(x, target):
+    if target is None or x is None:
+        return ""
+    return f">= {target:g}: {'met' if x >= target else 'MISSED'}"
+
+
+def table(res):
+    runs = res.get("runs", [])
+    ceil = res.get("ceilings", {})
+    sf = get(ceil, "sendfile", "median_gbps")
+    mc = get(ceil, "memcpy", "median_gbps")
+    rows = []
+
+    def row(test, unit, t, n, x, note="", target=None):
+        rows.append((test, unit, t, n, x, verdict_str(x, target), note))
+
+    def verdict_str(x, target):
+        return verdict(None if x in (None, "-", "") else float(x), target)
+
+    info = res.get("models", {})
+    hlen = get(info, "llm", "header_len")
+    for case, label in (("range0-7", "`Range: bytes=0-7` of a file"),
+                        ("header", f"file header ({hlen} B): tensord `/header`, nginx Range")):
+        for c in (1, 16, 256):
+            key = f"{case}/c{c}"
+            if not any(get(r, "small", key) for r in runs):
+                continue
+            t = med(per_run(runs, "small", key, "tensord", "rps"))
+            n = med(per_run(runs, "small", key, "nginx", "rps"))
+            x = ratio(runs, "small", key, "rps")
+            tp = med(per_run(runs, "small", key, "tensord", "lat_p99_us"))
+            npp = med(per_run(runs, "small", key, "nginx", "lat_p99_us"))
+            tc = cpu_per_req(runs, "small", key, "tensord")
+            nc = cpu_per_req(runs, "small", key, "nginx")
+            note = (f"p99 {f(tp and tp / 1000, '%.2f')} / {f(npp and npp / 1000, '%.2f')} ms; "
+                    f"server CPU/req {f(tc, '%.1f')} / {f(nc, '%.1f')} us")
+            row(f"{label}, {c} conn", "req/s", f(t, "%.0f"), f(n, "%.0f"), f(x, "%.2f"), note,
+                TARGETS["small"])
+
+    for name, label in (("bench.4k", "4 KiB"), ("bench.1m", "1 MiB"), ("bench.64m", "64 MiB")):
+        if not any(get(r, "tensor", name) for r in runs):
+            continue
+        conns = get(res, "config", "tensor_conns", name)
+        t = med(per_run(runs, "tensor", name, "tensord", "gbps"))
+        n = med(per_run(runs, "tensor", name, "nginx", "gbps"))
+        x = ratio(runs, "tensor", name, "gbps")
+        tp = med(per_run(runs, "tensor", name, "tensord", "lat_p99_us"))
+        npp = med(per_run(runs, "tensor", name, "nginx", "lat_p99_us"))
+        note = f"p99 {f(tp and tp / 1000, '%.2f')} / {f(npp and npp / 1000, '%.2f')} ms"
+        if sf:
+            note += (f"; of sendfile ceiling {f(t and 100 * t / sf, '%.0f')}% / "
+                     f"{f(n and 100 * n / sf, '%.0f')}%")
+        row(f"tensor {label} by name vs byte range, {conns} conn", "GB/s", f(t, "%.2f"),
+            f(n, "%.2f"), f(x, "%.2f"), note, TARGETS["tensor"])
+
+    for kind, label in (("row", "row block `0:512,:` (32 MiB) of 1 GiB F32"),
+                        ("col", "column block `:,0:64` (4 MiB) of 1 GiB F32")):
+        if not any(get(r, "slice", kind) for r in runs):
+            continue
+        t = med(per_run(runs, "slice", kind, "tensord", "wall_s"))
+        n = med(per_run(runs, "slice", kind, "nginx", "wall_s"))
+        x = ratio(runs, "slice", kind, "wall_s", higher_better=False)
+        tb = med(per_run(runs, "slice", kind, "tensord", "bytes"))
+        nb = med(per_run(runs, "slice", kind, "nginx", "bytes"))
+        note = f"moved {f(tb and tb / 2**20, '%.1f')} / {f(nb and nb / 2**20, '%.1f')} MiB"
+        row(f"slice {label}: server-side vs fetch covering range + NumPy", "ms",
+            f(t and t * 1000, "%.1f"), f(n and n * 1000, "%.1f"), f(x, "%.2f"), note,
+            TARGETS.get(f"slice/{kind}"))
+
+    if any(get(r, "meta") for r in runs):
+        t = med([get(r, "meta", "tensord", "wall_s") for r in runs])
+        n = med([get(r, "meta", "nginx", "wall_s") for r in runs])
+        x = med([get(r, "meta", "nginx", "wall_s") / get(r, "meta", "tensord", "wall_s")
+                 for r in runs if get(r, "meta", "tensord") and get(r, "meta", "nginx")])
+        tq, nq = get(runs[0], "meta", "tensord", "requests"), get(runs[0], "meta", "nginx", "requests")
+        tb, nb = get(runs[0], "meta", "tensord", "bytes"), get(runs[0], "meta", "nginx", "bytes")
+        row("metadata of a 50-shard model, sequential keep-alive client", "ms",
+            f(t and t * 1000, "%.2f"), f(n and n * 1000, "%.2f"), f(x, "%.2f"),
+            f"requests {f(tq, '%d')} / {f(nq, '%d')}; "
+            f"bytes {f(tb and tb / 1024, '%.0f')} / {f(nb and nb / 1024, '%.0f')} KiB")
+
+    st = res.get("startup", {})
+    for name, label in (("files1000", "start-up, root of 1,000 files"),
+                        ("tensors500k", "start-up, one 500k-tensor header")):
+        if name in st:
+            s = st[name]
+            row(label, "s to ready", f"{s['ready_s']:.3f}", "", "",
+                f"VmRSS {s['rss_kib'] / 1024:.1f} MiB (peak {s['hwm_kib'] / 1024:.1f})")
+
+    if mc:
+        rows.append(("ceiling: memcpy, 1 thread, 256 MiB", "GB/s", f"{mc:.1f}", "", "", "", ""))
+    if sf:
+        s8 = get(ceil, "sendfile_8k", "median_gbps")
+        s1 = get(ceil, "sendfile_1stream", "median_gbps")
+        rows.append(("ceiling: loopback TCP sendfile -> read(1 MiB), 2 streams", "GB/s",
+                     f"{sf:.2f}", "", "", "", f"1 stream {f(s1, '%.2f')} GB/s; "
+                     f"2 streams with 8 KiB reads (as wrk reads) {f(s8, '%.2f')} GB/s"))
+
+    head = ("test", "unit", "tensord", "nginx / client", "x", "target", "notes (tensord / nginx)")
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(" --- " for _ in head) + "|"]
+    lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    cfg = res.get("config", {})
+    m = res.get("machine", {})
+    lines.append("")
+    lines.append(f"medians of {cfg.get('runs')} runs x {cfg.get('seconds')} s; tensord "
+                 f"--threads {cfg.get('threads')}, nginx worker_processes {cfg.get('threads')}; "
+                 f"{m.get('cpu_model')} ({m.get('cpus')} CPUs), kernel {m.get('kernel')}; "
+                 f"tensord {m.get('tensord_commit')}; total {res.get('total_s', 0):.0f} s")
+    fc = res.get("foreign_cpu") or {}
+    if fc.get("median") is not None:
+        lines.append(f"CPU taken by other jobs during the wrk runs: median {100 * fc['median']:.0f}%, "
+                     f"max {100 * fc['max']:.0f}% of the machine (0% on a quiet machine)")
+    return "\n".join(lines)
+
+
+def cpu_per_req(runs, section, key, server):
+    """Server CPU microseconds per request (user+system, all threads/workers)."""
+    vals = []
+    for r in runs:
+        d = get(r, section, key, server)
+        if d and d.get("requests"):
+            vals.append(d["server_cpu_s"] * 1e6 / d["requests"])
+    return med(vals)
