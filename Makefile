@@ -5,6 +5,7 @@
 #   PREFIX=/usr/local DESTDIR=     install locations
 VERSION    := 0.1.0
 PREFIX     ?= /usr/local
+SYSCONFDIR ?= /etc
 DESTDIR    ?=
 CC         ?= cc
 CLANG      ?= clang
@@ -131,7 +132,7 @@ fuzz: $(FUZZ_BIN)
 # only when missing, so `make test` on a provisioned machine does not touch apt.
 DEB_PKGS := build-essential pkg-config libmicrohttpd-dev liburing-dev libjansson-dev \
             libdlpack-dev clang libclang-rt-14-dev python3-numpy python3-pytest curl \
-            prometheus systemd nginx-light wrk
+            prometheus systemd nginx-light wrk man-db groff-base
 deps:
 	@missing=$$(for p in $(DEB_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
@@ -159,15 +160,37 @@ test: deps
 integration: all
 	@$(PYTHON) -m pytest -q tests/integration
 
+bench: deps
+	@$(MAKE) --no-print-directory all
+	@$(PYTHON) bench/run.py
+
+# Load and soak (not part of `make test`): SOAK_SECONDS of mixed traffic.
+SOAK_SECONDS ?= 60
+soak: all
+	@$(PYTHON) tests/soak/soak.py --seconds $(SOAK_SECONDS)
+
+# ThreadSanitizer build of the daemon running the concurrent tests.
+tsan-test:
+	@$(MAKE) --no-print-directory SANITIZER=thread CUDA=no all
+	TENSORD_BIN=build/san-thread/tensord TSAN_OPTIONS="halt_on_error=1 log_path=build/tsan-daemon" \
+	  $(PYTHON) -m pytest -q -p no:cacheprovider -m concurrent tests/integration
+
 install: all
-	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include \
+	  $(DESTDIR)$(PREFIX)/share/man/man8 $(DESTDIR)$(PREFIX)/share/doc/tensord \
+	  $(DESTDIR)$(PREFIX)/lib/systemd/system $(DESTDIR)$(SYSCONFDIR)/tensord
 	install -m 0755 $(BUILD)/tensord $(BUILD)/tensord-client $(DESTDIR)$(PREFIX)/bin/
 	install -m 0755 $(BUILD)/libtensord-client.so $(DESTDIR)$(PREFIX)/lib/libtensord-client.so.0
 	ln -sf libtensord-client.so.0 $(DESTDIR)$(PREFIX)/lib/libtensord-client.so
 	install -m 0644 client/tensord_client.h $(DESTDIR)$(PREFIX)/include/
-	@if [ -f docs/tensord.8 ]; then install -d $(DESTDIR)$(PREFIX)/share/man/man8 && install -m 0644 docs/tensord.8 $(DESTDIR)$(PREFIX)/share/man/man8/; fi
-	@if [ -f config/tensord.conf ]; then install -d $(DESTDIR)$(PREFIX)/etc/tensord && install -m 0644 config/tensord.conf $(DESTDIR)$(PREFIX)/etc/tensord/; fi
-	@if [ -f systemd/tensord.service ]; then install -d $(DESTDIR)$(PREFIX)/lib/systemd/system && install -m 0644 systemd/tensord.service $(DESTDIR)$(PREFIX)/lib/systemd/system/; fi
+	install -m 0644 docs/tensord.8 $(DESTDIR)$(PREFIX)/share/man/man8/
+	install -m 0644 systemd/tensord.service $(DESTDIR)$(PREFIX)/lib/systemd/system/
+	install -m 0644 docs/OPERATIONS.md docs/CONFIG.md docs/API.md systemd/tensord-gpu.conf \
+	  $(DESTDIR)$(PREFIX)/share/doc/tensord/
+	@# An operator's edited configuration is never overwritten.
+	@if [ -e $(DESTDIR)$(SYSCONFDIR)/tensord/tensord.conf ]; then \
+	  echo "keeping existing $(DESTDIR)$(SYSCONFDIR)/tensord/tensord.conf"; \
+	else install -m 0644 config/tensord.conf $(DESTDIR)$(SYSCONFDIR)/tensord/; fi
 
 clean:
 	rm -rf build

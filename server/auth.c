@@ -1,0 +1,115 @@
+#include "auth.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "http.h"
+#include "util.h"
+
+#define MAX_TOKEN_FILE (64 * 1024)
+
+static int read_small_file(const char *path, char **out, size_t *len, char *errbuf, size_t errlen)
+{
+    FILE *f = fopen(path, "re");
+    if (!f) {
+        snprintf(errbuf, errlen, "%s: %s", path, strerror(errno));
+        return -1;
+    }
+    char *buf = xmalloc(MAX_TOKEN_FILE + 1);
+    size_t n = fread(buf, 1, MAX_TOKEN_FILE + 1, f);
+    int bad = ferror(f);
+    fclose(f);
+    if (bad || n > MAX_TOKEN_FILE) {
+        snprintf(errbuf, errlen, "%s: %s", path, bad ? "read error" : "larger than 64 KiB");
+        free(buf);
+        return -1;
+    }
+    buf[n] = '\0';
+    *out = buf;
+    *len = n;
+    return 0;
+}
+
+int auth_read_pem(const char *path, char **out, char *errbuf, size_t errlen)
+{
+    size_t len;
+    if (!path || !path[0]) {
+        snprintf(errbuf, errlen, "tls_cert and tls_key must both be set");
+        return -1;
+    }
+    return read_small_file(path, out, &len, errbuf, errlen);
+}
+
+int auth_load(struct server *srv, const char *path, char *errbuf, size_t errlen)
+{
+    if (!path || !path[0])
+        return 0;
+    char *buf;
+    size_t len;
+    if (read_small_file(path, &buf, &len, errbuf, errlen) < 0)
+        return -1;
+    int lineno = 0, rc = 0;
+    char *save = NULL;
+    for (char *line = strtok_r(buf, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        lineno++;
+        char role[16], token[512];
+        char extra;
+        while (*line == ' ' || *line == '\t')
+            line++;
+        if (*line == '#' || *line == '\0' || *line == '\r')
+            continue;
+        if (sscanf(line, "%15s %511s %c", role, token, &extra) != 2 ||
+            (strcmp(role, "read") != 0 && strcmp(role, "admin") != 0) || strlen(token) < 16) {
+            snprintf(errbuf, errlen,
+                     "%s:%d: expected \"read TOKEN\" or \"admin TOKEN\" (tokens of 16+ characters)",
+                     path, lineno);
+            rc = -1;
+            break;
+        }
+        char **slot = strcmp(role, "read") == 0 ? &srv->read_token : &srv->admin_token;
+        free(*slot);
+        *slot = xstrdup(token);
+    }
+    if (rc == 0 && !srv->read_token && !srv->admin_token) {
+        snprintf(errbuf, errlen, "%s: no tokens", path);
+        rc = -1;
+    }
+    explicit_bzero(buf, len);
+    free(buf);
+    return rc;
+}
+
+int auth_token_equal(const char *presented, size_t len, const char *expected)
+{
+    size_t elen = strlen(expected);
+    unsigned char diff = (unsigned char)(len != elen);
+    /* Walk the expected token's length whatever was presented, so timing
+     * reveals neither a prefix match nor the presented length. */
+    for (size_t i = 0; i < elen; i++) {
+        unsigned char p = i < len ? (unsigned char)presented[i] : 0;
+        diff |= p ^ (unsigned char)expected[i];
+    }
+    return diff == 0;
+}
+
+int auth_check(const struct server *srv, struct MHD_Connection *conn, int need_admin)
+{
+    if (!srv->read_token && !srv->admin_token)
+        return 1;
+    const char *h = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    if (!h || strncasecmp(h, "Bearer ", 7) != 0)
+        return 0;
+    const char *tok = h + 7;
+    while (*tok == ' ')
+        tok++;
+    size_t len = strlen(tok);
+    while (len && (tok[len - 1] == ' ' || tok[len - 1] == '\t'))
+        len--;
+    int admin = srv->admin_token && auth_token_equal(tok, len, srv->admin_token);
+    if (need_admin)
+        return admin;
+    return admin || (srv->read_token && auth_token_equal(tok, len, srv->read_token));
+}

@@ -1,0 +1,207 @@
+/* Byte endpoints: files, file headers, tensors and slices in every format,
+ * and the GPU preload endpoints. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu_manager.h"
+#include "handlers.h"
+#include "metrics.h"
+#include "respond.h"
+#include "route.h"
+#include "tformat.h"
+#include "util.h"
+
+static const char *content_type_for(const char *name)
+{
+    static const struct {
+        const char *suffix, *type;
+    } types[] = {
+        {".json", "application/json"}, {".txt", "text/plain; charset=utf-8"},
+        {".md", "text/markdown; charset=utf-8"}, {".model", "application/octet-stream"},
+    };
+    size_t n = strlen(name);
+    for (size_t i = 0; i < ARRAY_LEN(types); i++) {
+        size_t s = strlen(types[i].suffix);
+        if (n >= s && strcmp(name + n - s, types[i].suffix) == 0)
+            return types[i].type;
+    }
+    return "application/octet-stream";
+}
+
+/* Derives a representation's ETag from its file's: "\"<file tag>-<kind><hash>\"". */
+static void derive_etag(char *out, size_t len, const char *file_etag, char kind, uint64_t h)
+{
+    size_t n = strlen(file_etag);
+    snprintf(out, len, "%.*s-%c%016" PRIx64 "\"", (int)(n - 1), file_etag, kind, h);
+}
+
+enum MHD_Result handle_file(struct MHD_Connection *conn, struct request *rq,
+                            const struct reg_model *m, const struct reg_file *f, int header_only)
+{
+    (void)m;
+    struct representation rep = {
+        .body = {.fd = f->fd, .data_off = 0, .data_len = f->st.size},
+        .content_type = content_type_for(f->name),
+        .mtime = f->st.mtime_ns / 1000000000,
+    };
+    if (f->fd < 0)
+        return respond_error(conn, rq, MHD_HTTP_INTERNAL_SERVER_ERROR, "io_error",
+                             "file \"%.300s\" could not be opened: %s", f->name, f->error.message);
+    snprintf(rep.etag, sizeof(rep.etag), "%s", f->etag);
+    if (header_only) {
+        if (!f->header)
+            return respond_error(conn, rq, MHD_HTTP_BAD_REQUEST, "not_safetensors",
+                                 "\"%.300s\" is not a valid safetensors file", f->name);
+        rep.body.data_off = ST_PREFIX_LEN;
+        rep.body.data_len = f->header->header_len;
+        rep.content_type = "application/json";
+        derive_etag(rep.etag, sizeof(rep.etag), f->etag, 'h', 0);
+    }
+    return respond_body(conn, rq, &rep);
+}
+
+/* Returns the decoded value of query parameter `key`, NULL when absent; sets
+ * *bad when it is present but malformed. Caller frees. */
+static char *query_value(struct MHD_Connection *conn, const char *key, int *bad)
+{
+    const char *raw = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, key);
+    if (!raw)
+        return NULL;
+    char *v = route_decode(raw, strlen(raw), NULL);
+    if (!v)
+        *bad = 1;
+    return v;
+}
+
+static void format_shape(char *out, size_t len, const uint64_t *shape, uint32_t ndim)
+{
+    size_t n = 0;
+    out[0] = '\0';
+    for (uint32_t i = 0; i < ndim && n < len; i++)
+        n += (size_t)snprintf(out + n, len - n, "%s%" PRIu64, i ? "," : "", shape[i]);
+}
+
+enum MHD_Result handle_tensor(struct MHD_Connection *conn, struct request *rq,
+                              const struct reg_model *m, const struct reg_tensor *t)
+{
+    (void)m;
+    const struct st_tensor *st = t->t;
+    const struct reg_file *f = t->file;
+    const struct dtype_info *di = dtype_info(st->dtype);
+    enum MHD_Result ret;
+    int bad = 0;
+    char *spec = query_value(conn, "slice", &bad);
+    char *fmt = query_value(conn, "format", &bad);
+    char err[512];
+    struct representation rep = {
+        .body = {.fd = f->fd, .data_off = f->data_start + st->begin, .data_len = st->end - st->begin},
+        .content_type = "application/octet-stream",
+        .mtime = f->st.mtime_ns / 1000000000,
+        .dtype = di->name,
+    };
+    enum tformat format = TFORMAT_RAW;
+    if (bad) {
+        ret = respond_error(conn, rq, MHD_HTTP_BAD_REQUEST, "bad_parameter",
+                            "a query parameter has a malformed percent-escape");
+        goto out;
+    }
+    if (fmt && tformat_parse(fmt, &format) < 0) {
+        ret = respond_error(conn, rq, MHD_HTTP_BAD_REQUEST, "bad_format",
+                            "format must be raw, npy or safetensors, not \"%.100s\"", fmt);
+        goto out;
+    }
+    uint32_t ndim = st->ndim;
+    const uint64_t *shape = st->shape;
+    if (spec) {
+        metrics_add(MC_SLICE_REQUESTS, 1);
+        struct slice_plan *plan = xmalloc(sizeof(*plan));
+        if (slice_plan_build(spec, strlen(spec), st->dtype, st->ndim, st->shape, plan, err,
+                             sizeof(err)) < 0) {
+            free(plan);
+            format_shape(rep.shape, sizeof(rep.shape), st->shape, st->ndim);
+            ret = respond_error(conn, rq, MHD_HTTP_BAD_REQUEST, "bad_slice",
+                                "tensor \"%.200s\" %s [%s]: %s", st->name, di->name, rep.shape,
+                                err);
+            goto out;
+        }
+        uint64_t limit = rq->srv->cfg->max_slice_bytes, nbytes = plan->nbytes;
+        if (limit && nbytes > limit) {
+            free(plan);
+            ret = respond_error(conn, rq, MHD_HTTP_BAD_REQUEST, "slice_too_large",
+                                "the slice is %" PRIu64 " bytes; max_slice_bytes is %" PRIu64,
+                                nbytes, limit);
+            goto out;
+        }
+        rep.body.data_len = plan->nbytes;
+        if (plan->n_runs <= 1) {
+            /* One run (a row block): contiguous, so it can go out with sendfile. */
+            rep.body.data_off += plan->base;
+            rep.plan_buf = plan;
+        } else {
+            rep.body.plan = plan;
+            rep.plan_buf = plan;
+        }
+        ndim = plan->ndim;
+        shape = plan->shape;
+    }
+    format_shape(rep.shape, sizeof(rep.shape), shape, ndim);
+    if (format == TFORMAT_NPY) {
+        if (tformat_npy_prefix(st->dtype, ndim, shape, &rep.prefix_buf, &rep.body.prefix_len, err,
+                               sizeof(err)) < 0) {
+            free(rep.plan_buf);
+            ret = respond_error(conn, rq, MHD_HTTP_BAD_REQUEST, "bad_format", "%s", err);
+            goto out;
+        }
+        rep.content_type = "application/x-npy";
+    } else if (format == TFORMAT_SAFETENSORS) {
+        tformat_safetensors_prefix(st->name, st->dtype, ndim, shape, rep.body.data_len,
+                                   &rep.prefix_buf, &rep.body.prefix_len);
+    }
+    rep.body.prefix = rep.prefix_buf;
+    if (rep.body.data_len == 0)
+        rep.body.fd = -1;
+
+    /* The representation depends on the file, the tensor, the slice and the format. */
+    uint64_t h = hash_fnv1a(st->name, st->name_len + 1, HASH_FNV_SEED);
+    h = hash_fnv1a(spec ? spec : "", spec ? strlen(spec) + 1 : 1, h);
+    h = hash_fnv1a(&format, sizeof(format), h);
+    derive_etag(rep.etag, sizeof(rep.etag), f->etag, 't', h);
+    ret = respond_body(conn, rq, &rep);
+out:
+    free(spec);
+    free(fmt);
+    return ret;
+}
+
+enum MHD_Result handle_gpu(struct MHD_Connection *conn, struct request *rq,
+                           const struct reg_model *m, const char *method)
+{
+    struct gpu_manager *gm = rq->srv->gpu;
+    int status = MHD_HTTP_OK;
+    json_t *doc;
+    if (!gm)
+        return respond_error(conn, rq, MHD_HTTP_SERVICE_UNAVAILABLE, "gpu_unavailable",
+                             "GPU sharing is not running in this daemon");
+    if (strcmp(method, MHD_HTTP_METHOD_POST) == 0)
+        doc = gpu_manager_preload(gm, m->name, rq->upload ? rq->upload : "", rq->upload_len, &status);
+    else if (strcmp(method, MHD_HTTP_METHOD_DELETE) == 0)
+        doc = gpu_manager_evict(gm, m->name, &status);
+    else
+        doc = gpu_manager_model_json(gm, m->name, &status);
+    if (!doc)
+        return respond_error(conn, rq, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal",
+                             "the GPU manager gave no answer");
+    if (status >= 400) {
+        json_t *e = json_object_get(doc, "error");
+        const char *code = json_string_value(json_object_get(e, "code"));
+        const char *msg = json_string_value(json_object_get(e, "message"));
+        enum MHD_Result r = respond_error(conn, rq, (unsigned)status, code ? code : "gpu_error",
+                                          "%s", msg ? msg : "GPU request failed");
+        json_decref(doc);
+        return r;
+    }
+    /* The state changes as loading goes on: no validator. */
+    return respond_json(conn, rq, (unsigned)status, doc, NULL);
+}

@@ -1,0 +1,178 @@
+/* JSON endpoints: the model list, one model's description, the merged header,
+ * readiness and metrics. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "gpu_manager.h"
+#include "handlers.h"
+#include "metrics.h"
+#include "respond.h"
+#include "util.h"
+
+/* A validator for documents derived from a model: its files' ETags determine
+ * every byte of them, so equal files give equal documents across restarts. */
+static void model_etag(const struct reg_model *m, const char *kind, char *out, size_t len)
+{
+    uint64_t h = hash_fnv1a(kind, strlen(kind), HASH_FNV_SEED);
+    h = hash_fnv1a(m->name, strlen(m->name) + 1, h);
+    for (size_t i = 0; i < m->n_files; i++)
+        h = hash_fnv1a(m->files[i].etag, strlen(m->files[i].etag), h);
+    snprintf(out, len, "\"m%016" PRIx64 "\"", h);
+}
+
+static json_t *error_json(const struct st_error *e)
+{
+    return json_pack("{s:s,s:s}", "code", st_status_name(e->code), "message", e->message);
+}
+
+static json_t *shape_json(const uint64_t *shape, uint32_t ndim)
+{
+    json_t *a = json_array();
+    for (uint32_t i = 0; i < ndim; i++)
+        json_array_append_new(a, json_integer((json_int_t)shape[i]));
+    return a;
+}
+
+static json_t *offsets_json(uint64_t begin, uint64_t end)
+{
+    return json_pack("[I,I]", (json_int_t)begin, (json_int_t)end);
+}
+
+static json_t *gpu_summary(struct server *srv, const struct reg_model *m)
+{
+    if (!srv->gpu)
+        return json_pack("{s:s}", "state", "none");
+    return gpu_manager_model_summary(srv->gpu, m->name);
+}
+
+enum MHD_Result handle_models(struct MHD_Connection *conn, struct request *rq,
+                              const struct registry *reg)
+{
+    json_t *list = json_array();
+    for (size_t i = 0; i < reg->n_models; i++) {
+        const struct reg_model *m = reg->models[i];
+        json_t *o = json_pack("{s:s,s:s,s:b,s:I,s:I,s:I}", "name", m->name, "state",
+                              m->state == MODEL_READY ? "ready" : "invalid", "sharded",
+                              m->sharded, "files", (json_int_t)m->n_files, "tensors",
+                              (json_int_t)m->n_tensors, "bytes", (json_int_t)m->tensor_bytes);
+        if (!o) /* a name that is not UTF-8 cannot be listed in JSON */
+            continue;
+        if (m->state != MODEL_READY)
+            json_object_set_new(o, "error", error_json(&m->error));
+        json_object_set_new(o, "gpu", gpu_summary(rq->srv, m));
+        json_array_append_new(list, o);
+    }
+    json_t *doc = json_pack("{s:o,s:I}", "models", list, "generation", (json_int_t)reg->generation);
+    /* GPU states change without a reload, so the list carries no validator. */
+    return respond_json(conn, rq, MHD_HTTP_OK, doc, NULL);
+}
+
+enum MHD_Result handle_model(struct MHD_Connection *conn, struct request *rq,
+                             const struct registry *reg, const struct reg_model *m)
+{
+    (void)reg;
+    json_t *files = json_array(), *metadata = json_object(), *tensors = json_object();
+    for (size_t i = 0; i < m->n_files; i++) {
+        const struct reg_file *f = &m->files[i];
+        json_t *o = json_pack("{s:s,s:I,s:s}", "name", f->name, "size", (json_int_t)f->st.size,
+                              "etag", f->etag);
+        if (!o)
+            continue;
+        json_object_set_new(o, "header_length", f->header ? json_integer((json_int_t)f->header->header_len)
+                                                          : json_null());
+        if (f->is_safetensors && f->error.code != ST_OK)
+            json_object_set_new(o, "error", error_json(&f->error));
+        json_array_append_new(files, o);
+        if (f->header && f->header->has_metadata) {
+            json_t *md = json_object();
+            for (size_t k = 0; k < f->header->n_metadata; k++)
+                json_object_set_new(md, f->header->metadata[k].key,
+                                    json_string(f->header->metadata[k].value));
+            json_object_set_new(metadata, f->name, md);
+        }
+    }
+    for (size_t i = 0; i < m->n_tensors; i++) {
+        const struct reg_tensor *t = &m->tensors[i];
+        const struct st_tensor *st = t->t;
+        json_object_set_new(tensors, st->name,
+                            json_pack("{s:s,s:o,s:s,s:o,s:I}", "dtype", dtype_info(st->dtype)->name,
+                                      "shape", shape_json(st->shape, st->ndim), "file",
+                                      t->file->name, "data_offsets",
+                                      offsets_json(st->begin, st->end), "nbytes",
+                                      (json_int_t)(st->end - st->begin)));
+    }
+    json_t *doc = json_pack("{s:s,s:s,s:b,s:I,s:I,s:o,s:o,s:o}", "name", m->name, "state",
+                            m->state == MODEL_READY ? "ready" : "invalid", "sharded", m->sharded,
+                            "tensor_count", (json_int_t)m->n_tensors, "bytes",
+                            (json_int_t)m->tensor_bytes, "files", files, "metadata", metadata,
+                            "tensors", tensors);
+    if (m->index_file)
+        json_object_set_new(doc, "index", json_string(m->index_file->name));
+    if (m->state != MODEL_READY)
+        json_object_set_new(doc, "error", error_json(&m->error));
+    char etag[40];
+    model_etag(m, "model", etag, sizeof(etag));
+    return respond_json(conn, rq, MHD_HTTP_OK, doc, etag);
+}
+
+enum MHD_Result handle_model_header(struct MHD_Connection *conn, struct request *rq,
+                                    const struct registry *reg, const struct reg_model *m)
+{
+    (void)reg;
+    json_t *doc = json_object(), *md = json_object();
+    json_object_set_new(doc, "__metadata__", md);
+    /* Shards usually repeat the same metadata; the first file to set a key wins. */
+    for (size_t i = 0; i < m->n_files; i++) {
+        const struct st_header *h = m->files[i].header;
+        for (size_t k = 0; h && k < h->n_metadata; k++)
+            if (!json_object_get(md, h->metadata[k].key))
+                json_object_set_new(md, h->metadata[k].key, json_string(h->metadata[k].value));
+    }
+    for (size_t i = 0; i < m->n_tensors; i++) {
+        const struct st_tensor *st = m->tensors[i].t;
+        json_object_set_new(doc, st->name,
+                            json_pack("{s:s,s:o,s:o,s:s}", "dtype", dtype_info(st->dtype)->name,
+                                      "shape", shape_json(st->shape, st->ndim), "data_offsets",
+                                      offsets_json(st->begin, st->end), "file",
+                                      m->tensors[i].file->name));
+    }
+    char etag[40];
+    model_etag(m, "header", etag, sizeof(etag));
+    return respond_json(conn, rq, MHD_HTTP_OK, doc, etag);
+}
+
+enum MHD_Result handle_readyz(struct MHD_Connection *conn, struct request *rq)
+{
+    struct server *srv = rq->srv;
+    if (!atomic_load(&srv->ready))
+        return respond_error(conn, rq, MHD_HTTP_SERVICE_UNAVAILABLE, "not_ready",
+                             "the models root is being scanned");
+    if (srv->gpu && !gpu_manager_ready(srv->gpu))
+        return respond_error(conn, rq, MHD_HTTP_SERVICE_UNAVAILABLE, "not_ready",
+                             "start-up preloads are still loading");
+    return respond_json(conn, rq, MHD_HTTP_OK, json_pack("{s:s}", "status", "ready"), NULL);
+}
+
+enum MHD_Result handle_metrics(struct MHD_Connection *conn, struct request *rq, int text)
+{
+    const char *accept = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_ACCEPT);
+    const char *fmt = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "format");
+    if (fmt && strcmp(fmt, "prometheus") != 0 && strcmp(fmt, "json") != 0)
+        return respond_error(conn, rq, MHD_HTTP_BAD_REQUEST, "bad_parameter",
+                             "format must be \"json\" or \"prometheus\"");
+    if (fmt)
+        text = strcmp(fmt, "prometheus") == 0;
+    else if (!text && accept && strstr(accept, "text/plain") && !strstr(accept, "application/json"))
+        text = 1;
+    if (rq->srv->gpu)
+        gpu_manager_update_metrics(rq->srv->gpu);
+    char *body = text ? metrics_render_prometheus() : metrics_render_json();
+    struct representation rep = {
+        .body = {.prefix = body, .prefix_len = strlen(body), .fd = -1},
+        .prefix_buf = body,
+        .content_type = text ? "text/plain; version=0.0.4; charset=utf-8" : "application/json",
+        .mtime = -1,
+    };
+    return respond_body(conn, rq, &rep);
+}

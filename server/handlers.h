@@ -1,0 +1,28 @@
+/* handlers: one function per endpoint. Each runs on an HTTP worker thread
+ * with a registry reference held by the caller for the call's duration;
+ * whatever an answer needs after the call (file descriptors, headers) is
+ * duplicated or copied into the response. */
+#ifndef TENSORD_HANDLERS_H
+#define TENSORD_HANDLERS_H
+
+#include <microhttpd.h>
+
+#include "http.h"
+#include "registry.h"
+
+enum MHD_Result handle_models(struct MHD_Connection *conn, struct request *rq,
+                              const struct registry *reg);
+enum MHD_Result handle_model(struct MHD_Connection *conn, struct request *rq,
+                             const struct registry *reg, const struct reg_model *m);
+enum MHD_Result handle_model_header(struct MHD_Connection *conn, struct request *rq,
+                                    const struct registry *reg, const struct reg_model *m);
+enum MHD_Result handle_file(struct MHD_Connection *conn, struct request *rq,
+                            const struct reg_model *m, const struct reg_file *f, int header_only);
+enum MHD_Result handle_tensor(struct MHD_Connection *conn, struct request *rq,
+                              const struct reg_model *m, const struct reg_tensor *t);
+enum MHD_Result handle_gpu(struct MHD_Connection *conn, struct request *rq,
+                           const struct reg_model *m, const char *method);
+enum MHD_Result handle_readyz(struct MHD_Connection *conn, struct request *rq);
+enum MHD_Result handle_metrics(struct MHD_Connection *conn, struct request *rq, int text);
+
+#endif

@@ -1,0 +1,62 @@
+/* http: the libmicrohttpd daemon, the request lifecycle and dispatch.
+ *
+ * Threading: libmicrohttpd runs a pool of worker threads, each with its own
+ * epoll set; a request is handled start to finish on one of them. Handlers
+ * take a reference to the current registry snapshot for the request's
+ * duration and never block on anything but pread of page-cached data. The
+ * main thread only waits for signals and inotify events and swaps snapshots. */
+#ifndef TENSORD_HTTP_H
+#define TENSORD_HTTP_H
+
+#include <microhttpd.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "registry.h"
+
+struct gpu_manager;
+
+struct server {
+    const struct config *cfg;
+    struct registry_holder registry;
+    struct gpu_manager *gpu;        /* NULL when GPU sharing is not set up */
+    struct MHD_Daemon *daemon;
+    atomic_uint connections;        /* open HTTP connections */
+    atomic_uint in_flight;          /* requests being answered */
+    atomic_int ready;               /* first scan done */
+    char *read_token, *admin_token; /* bearer tokens; NULL when auth is off */
+};
+
+/* Per-request state, created when the request line arrives. */
+struct request {
+    struct server *srv;
+    uint64_t start_ns;
+    uint64_t queued_ns;         /* when the response was queued (time to first byte, near enough) */
+    unsigned status;
+    uint64_t body_bytes;        /* body bytes queued (0 for HEAD) */
+    int is_head;
+    int endpoint;               /* enum metrics_ep */
+    int close_after;            /* answer with Connection: close (overload) */
+    int handled;                /* the answer has been queued */
+    char method[16];            /* request method, copied for the access log */
+    const char *allow;          /* Allow header for 405 */
+    const char *error_code;     /* set by respond_error, for the log */
+    const char *content_range;  /* extra Content-Range for a 416 */
+    char *upload;               /* request body (POST), bounded */
+    size_t upload_len;
+    int upload_too_large;
+    char *uri;                  /* raw request target, for the access log */
+};
+
+/* Starts the daemon on cfg->listen. Returns 0 or -1 with errbuf. */
+int http_start(struct server *srv, char *errbuf, size_t errlen);
+/* Stops accepting, waits up to drain_ms for in-flight requests, then stops. */
+void http_stop(struct server *srv, unsigned drain_ms);
+
+/* Parses "host:port", "[v6]:port" or ":port" into a socket address.
+ * Returns 0 or -1. */
+struct sockaddr_storage;
+int http_parse_listen(const char *listen, struct sockaddr_storage *ss, unsigned *len);
+
+#endif

@@ -1,0 +1,132 @@
+#include "inspect.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <libgen.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "registry.h"
+#include "st_header.h"
+#include "util.h"
+
+static void print_shape(FILE *out, const uint64_t *shape, uint32_t ndim)
+{
+    char buf[ST_MAX_NDIM * 21 + 3];
+    size_t n = 0;
+    buf[n++] = '[';
+    for (uint32_t i = 0; i < ndim; i++)
+        n += (size_t)snprintf(buf + n, sizeof(buf) - n, "%s%" PRIu64, i ? ", " : "", shape[i]);
+    snprintf(buf + n, sizeof(buf) - n, "]");
+    fprintf(out, "%-20s", buf);
+}
+
+static void print_row(FILE *out, const struct st_tensor *t, const char *file)
+{
+    fprintf(out, "%-48s %-12s ", t->name, dtype_info(t->dtype)->name);
+    print_shape(out, t->shape, t->ndim);
+    fprintf(out, " %14" PRIu64 "  %s\n", t->end - t->begin, file);
+}
+
+static void print_header_row(FILE *out)
+{
+    fprintf(out, "%-48s %-12s %-20s %14s  %s\n", "TENSOR", "DTYPE", "SHAPE", "BYTES", "FILE");
+}
+
+/* One .safetensors file on its own. Returns 1 when valid. */
+static int inspect_file(const char *path, FILE *out, FILE *err)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) {
+        fprintf(err, "%s: %s\n", path, strerror(errno));
+        return 0;
+    }
+    struct st_header *h;
+    struct st_error e;
+    enum st_status s = st_header_read_fd(fd, path, &h, &e);
+    close(fd);
+    if (s != ST_OK) {
+        fprintf(err, "%s: invalid (%s): %s\n", path, st_status_name(s), e.message);
+        return 0;
+    }
+    fprintf(out, "%s\n", path);
+    print_header_row(out);
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < h->n_tensors; i++) {
+        print_row(out, &h->tensors[i], path);
+        bytes += h->tensors[i].end - h->tensors[i].begin;
+    }
+    fprintf(out, "valid: %zu tensors, %" PRIu64 " bytes, header %" PRIu64 " bytes\n\n",
+            h->n_tensors, bytes, h->header_len);
+    st_header_free(h);
+    return 1;
+}
+
+static int print_model(const struct reg_model *m, FILE *out, FILE *err)
+{
+    if (m->state != MODEL_READY) {
+        fprintf(err, "model %s: invalid (%s): %s\n", m->name, st_status_name(m->error.code),
+                m->error.message);
+        return 0;
+    }
+    fprintf(out, "model %s%s\n", m->name, m->sharded ? " (sharded)" : "");
+    print_header_row(out);
+    for (size_t i = 0; i < m->n_tensors; i++)
+        print_row(out, m->tensors[i].t, m->tensors[i].file->name);
+    fprintf(out, "valid: %zu tensors, %" PRIu64 " bytes in %zu files\n\n", m->n_tensors,
+            m->tensor_bytes, m->n_files);
+    return 1;
+}
+
+/* A directory is either one model (it directly holds .safetensors files) or
+ * a models root. Returns 1 when everything in it is valid. */
+static int inspect_dir(const char *path, FILE *out, FILE *err)
+{
+    struct st_error e;
+    struct registry_scan_opts opts = {.single_model = registry_dir_is_model(path)};
+    struct registry *r = registry_scan(path, 1, &opts, &e);
+    if (!r) {
+        fprintf(err, "%s: %s\n", path, e.message);
+        return 0;
+    }
+    int ok = 1;
+    if (r->n_models == 0)
+        fprintf(out, "%s: no models\n", path);
+    for (size_t i = 0; i < r->n_models; i++)
+        ok &= print_model(r->models[i], out, err);
+    registry_unref(r);
+    return ok;
+}
+
+int inspect_main(int argc, char **argv, FILE *out, FILE *err)
+{
+    if (argc == 0) {
+        fprintf(err, "usage: tensord inspect PATH...\n");
+        return 2;
+    }
+    int ok = 1, files = 0;
+    for (int i = 0; i < argc; i++) {
+        struct stat st;
+        if (stat(argv[i], &st) < 0) {
+            fprintf(err, "%s: %s\n", argv[i], strerror(errno));
+            ok = 0;
+            continue;
+        }
+        files++;
+        if (S_ISDIR(st.st_mode))
+            ok &= inspect_dir(argv[i], out, err);
+        else if (S_ISREG(st.st_mode))
+            ok &= inspect_file(argv[i], out, err);
+        else {
+            fprintf(err, "%s: not a regular file or directory\n", argv[i]);
+            ok = 0;
+        }
+    }
+    fprintf(out, "%d path%s checked: %s\n", files, files == 1 ? "" : "s",
+            ok ? "all valid" : "INVALID (reasons above)");
+    return ok ? 0 : 1;
+}

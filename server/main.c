@@ -1,0 +1,125 @@
+/* tensord: command-line entry point. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "daemon.h"
+#include "inspect.h"
+#include "log.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: tensord [serve] [--config FILE] [--OPTION VALUE]...\n"
+            "       tensord inspect PATH...\n"
+            "       tensord --print-config [--config FILE] [--OPTION VALUE]...\n"
+            "       tensord --version | --help\n"
+            "\n"
+            "serve (the default) serves the safetensors models under --models over HTTP.\n"
+            "Common options (every option of the config file works as --name, '_' or '-'):\n"
+            "  --models DIR        models root (default ./models)\n"
+            "  --listen ADDR:PORT  listen address (default 127.0.0.1:8077; [::1]:8077 for IPv6)\n"
+            "  --threads N         HTTP worker threads (default: one per CPU)\n"
+            "  --config FILE       INI configuration file (see docs/CONFIG.md)\n"
+            "  --ipc-socket PATH   Unix socket for GPU/host memory leases\n"
+            "  --print-config      print the effective configuration and exit\n"
+            "\n"
+            "inspect validates .safetensors files and model directories and prints their\n"
+            "tensors; it exits 0 when all are valid, 1 when any is invalid, 2 on usage errors.\n");
+}
+
+/* Applies --config first, then every other --name value in order, so the
+ * command line overrides the file whatever the argument order. */
+static int parse_options(int argc, char **argv, struct config *cfg, int *print_config)
+{
+    char err[1024];
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--config") == 0 && i + 1 < argc) {
+            if (config_load_file(cfg, argv[i + 1], err, sizeof(err)) < 0) {
+                fprintf(stderr, "tensord: %s\n", err);
+                return -1;
+            }
+        }
+    }
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--print-config") == 0) {
+            *print_config = 1;
+            continue;
+        }
+        if (strncmp(a, "--", 2) != 0 || a[2] == '\0') {
+            fprintf(stderr, "tensord: unexpected argument \"%s\"\n", a);
+            return -1;
+        }
+        char name[64];
+        const char *eq = strchr(a, '=');
+        size_t nlen = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
+        if (nlen >= sizeof(name)) {
+            fprintf(stderr, "tensord: unknown option \"%s\"\n", a);
+            return -1;
+        }
+        for (size_t k = 0; k < nlen; k++)
+            name[k] = a[2 + k] == '-' ? '_' : a[2 + k];
+        name[nlen] = '\0';
+        const char *value = eq ? eq + 1 : NULL;
+        if (!value) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "tensord: option --%s needs a value\n", name);
+                return -1;
+            }
+            value = argv[++i];
+        }
+        if (strcmp(name, "config") == 0)
+            continue;
+        if (config_set(cfg, name, value, err, sizeof(err)) < 0) {
+            fprintf(stderr, "tensord: %s\n", err);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc >= 2 && (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "version") == 0)) {
+        printf("tensord %s\n", TENSORD_VERSION);
+        return 0;
+    }
+    if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
+                      strcmp(argv[1], "help") == 0)) {
+        usage(stdout);
+        return 0;
+    }
+    if (argc >= 2 && strcmp(argv[1], "inspect") == 0)
+        return inspect_main(argc - 2, argv + 2, stdout, stderr);
+
+    int first = 1;
+    if (argc >= 2 && strcmp(argv[1], "serve") == 0)
+        first = 2;
+    else if (argc >= 2 && argv[1][0] != '-') {
+        fprintf(stderr, "tensord: unknown command \"%s\"\n\n", argv[1]);
+        usage(stderr);
+        return 2;
+    }
+    struct config cfg;
+    int print_config = 0;
+    config_defaults(&cfg);
+    if (parse_options(argc - first, argv + first, &cfg, &print_config) < 0) {
+        config_free(&cfg);
+        return 2;
+    }
+    if (print_config) {
+        config_print(&cfg, stdout);
+        config_free(&cfg);
+        return 0;
+    }
+    if (log_init(cfg.log_level, cfg.access_log) < 0) {
+        fprintf(stderr, "tensord: cannot open access_log \"%s\"\n", cfg.access_log);
+        config_free(&cfg);
+        return 1;
+    }
+    int rc = daemon_run(&cfg);
+    config_free(&cfg);
+    return rc;
+}

@@ -1,0 +1,496 @@
+#include "respond.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "http.h"
+#include "metrics.h"
+#include "range.h"
+#include "util.h"
+
+/* Bodies up to this size are read into a buffer and sent with the headers in
+ * one write; larger contiguous spans go out with sendfile. */
+#define SMALL_BODY_MAX (64 * 1024)
+/* Block size MHD asks streamed readers for. */
+#define STREAM_BLOCK (256 * 1024)
+/* Most parts one multipart answer can have, whatever max_ranges says. */
+#define RANGE_LIMIT 256
+
+/* Responses own a duplicate of the snapshot's descriptor, so a reload can
+ * close the snapshot while a download is still going. */
+static int fcntl_dupfd(int fd)
+{
+    return fcntl(fd, F_DUPFD_CLOEXEC, 0);
+}
+
+void http_date_format(int64_t t, char *buf, size_t len)
+{
+    struct tm tm;
+    time_t tt = (time_t)t;
+    gmtime_r(&tt, &tm);
+    strftime(buf, len, "%a, %d %b %Y %H:%M:%S GMT", &tm);
+}
+
+int http_date_parse(const char *s, int64_t *out)
+{
+    static const char *const formats[] = {
+        "%a, %d %b %Y %H:%M:%S GMT", /* IMF-fixdate */
+        "%A, %d-%b-%y %H:%M:%S GMT", /* obsolete RFC 850 */
+        "%a %b %e %H:%M:%S %Y",      /* asctime */
+    };
+    for (size_t i = 0; i < ARRAY_LEN(formats); i++) {
+        struct tm tm;
+        memset(&tm, 0, sizeof(tm));
+        const char *end = strptime(s, formats[i], &tm);
+        if (!end)
+            continue;
+        while (*end == ' ' || *end == '\t')
+            end++;
+        if (*end)
+            continue;
+        *out = (int64_t)timegm(&tm);
+        return 0;
+    }
+    return -1;
+}
+
+/* Compares one entity-tag from a list with ours. */
+static int etag_equal(const char *tag, size_t len, const char *etag, int weak)
+{
+    int tag_weak = len >= 2 && tag[0] == 'W' && tag[1] == '/';
+    int our_weak = etag[0] == 'W' && etag[1] == '/';
+    if (!weak && (tag_weak || our_weak))
+        return 0;
+    if (tag_weak) {
+        tag += 2;
+        len -= 2;
+    }
+    if (our_weak)
+        etag += 2;
+    return strlen(etag) == len && memcmp(tag, etag, len) == 0;
+}
+
+int http_etag_match(const char *list, const char *etag, int weak)
+{
+    if (!etag || !etag[0])
+        return 0;
+    const char *p = list;
+    while (*p) {
+        while (*p == ' ' || *p == '\t' || *p == ',')
+            p++;
+        if (!*p)
+            break;
+        if (*p == '*')
+            return 1;
+        const char *start = p;
+        if (p[0] == 'W' && p[1] == '/')
+            p += 2;
+        if (*p != '"')
+            return 0; /* malformed list: treat as no match */
+        const char *close = strchr(p + 1, '"');
+        if (!close)
+            return 0;
+        p = close + 1;
+        if (etag_equal(start, (size_t)(p - start), etag, weak))
+            return 1;
+    }
+    return 0;
+}
+
+/* ---- JSON and errors ---------------------------------------------------- */
+
+static void add_common_headers(struct MHD_Response *resp, const char *content_type)
+{
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
+}
+
+static enum MHD_Result queue(struct MHD_Connection *conn, struct request *rq, unsigned status,
+                             struct MHD_Response *resp, uint64_t body_bytes)
+{
+    rq->status = status;
+    rq->body_bytes = rq->is_head ? 0 : body_bytes;
+    rq->queued_ns = time_mono_ns();
+    if (rq->close_after)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+    enum MHD_Result r = MHD_queue_response(conn, status, resp);
+    MHD_destroy_response(resp);
+    return r;
+}
+
+enum MHD_Result respond_error(struct MHD_Connection *conn, struct request *rq, unsigned status,
+                              const char *code, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    json_t *doc = json_pack("{s:{s:s,s:s}}", "error", "code", code, "message", msg);
+    char *text = doc ? json_dumps(doc, JSON_COMPACT) : NULL;
+    json_decref(doc);
+    if (!text) /* the message was not valid UTF-8 (it echoes a name): say so plainly */
+        text = xasprintf("{\"error\":{\"code\":\"%s\",\"message\":\"(message not UTF-8)\"}}", code);
+    size_t len = strlen(text);
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
+    add_common_headers(resp, "application/json");
+    if (status == MHD_HTTP_METHOD_NOT_ALLOWED && rq->allow)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, rq->allow);
+    if (rq->content_range)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_RANGE, rq->content_range);
+    if (status == MHD_HTTP_SERVICE_UNAVAILABLE)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "1");
+    if (status == MHD_HTTP_UNAUTHORIZED)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer realm=\"tensord\"");
+    rq->error_code = code;
+    return queue(conn, rq, status, resp, len);
+}
+
+enum MHD_Result respond_json(struct MHD_Connection *conn, struct request *rq, unsigned status,
+                             json_t *doc, const char *etag)
+{
+    char *text = json_dumps(doc, JSON_COMPACT);
+    json_decref(doc);
+    if (!text)
+        return respond_error(conn, rq, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal",
+                             "could not encode the answer as JSON");
+    if (status != MHD_HTTP_OK) {
+        size_t len = strlen(text);
+        struct MHD_Response *resp =
+            MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
+        add_common_headers(resp, "application/json");
+        return queue(conn, rq, status, resp, len);
+    }
+    struct representation rep = {
+        .body = {.prefix = text, .prefix_len = strlen(text), .fd = -1},
+        .prefix_buf = text,
+        .content_type = "application/json",
+        .mtime = -1,
+    };
+    if (etag)
+        snprintf(rep.etag, sizeof(rep.etag), "%s", etag);
+    return respond_body(conn, rq, &rep);
+}
+
+/* ---- streamed bodies ---------------------------------------------------- */
+
+/* A piece of the answer: either literal bytes (multipart framing) or a span
+ * of the body. */
+struct piece {
+    const char *mem;   /* literal bytes, or NULL for a body span */
+    uint64_t body_off; /* body offset of a span */
+    uint64_t len;
+    uint64_t out_off;  /* where the piece starts in the answer */
+};
+
+struct stream {
+    struct body body;       /* fd is a dup owned by the stream */
+    char *prefix_buf;
+    struct slice_plan *plan_buf;
+    size_t n_pieces;
+    struct piece *pieces;
+    char *framing;          /* storage of the multipart framing strings */
+    size_t cursor;          /* piece of the last read: MHD reads sequentially */
+};
+
+static void stream_free(void *cls)
+{
+    struct stream *s = cls;
+    if (s->body.fd >= 0)
+        close(s->body.fd);
+    free(s->prefix_buf);
+    free(s->plan_buf);
+    free(s->pieces);
+    free(s->framing);
+    free(s);
+}
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    struct stream *s = cls;
+    size_t i = s->cursor;
+    if (i >= s->n_pieces || pos < s->pieces[i].out_off)
+        i = 0;
+    while (i < s->n_pieces && pos >= s->pieces[i].out_off + s->pieces[i].len)
+        i++;
+    if (i == s->n_pieces)
+        return MHD_CONTENT_READER_END_OF_STREAM;
+    s->cursor = i;
+    size_t done = 0;
+    while (done < max && i < s->n_pieces) {
+        const struct piece *p = &s->pieces[i];
+        uint64_t in = pos + done - p->out_off;
+        uint64_t n = p->len - in;
+        if (n > max - done)
+            n = max - done;
+        if (p->mem) {
+            memcpy(buf + done, p->mem + in, n);
+        } else if (body_read(&s->body, p->body_off + in, buf + done, n) < 0) {
+            return MHD_CONTENT_READER_END_WITH_ERROR; /* file shrank: abort, never pad */
+        }
+        done += n;
+        if (in + n == p->len)
+            i++;
+    }
+    metrics_add(MC_COPIED_BYTES, done);
+    return (ssize_t)done;
+}
+
+/* Moves the representation's owned buffers and a dup of its fd into a new stream. */
+static struct stream *stream_new(struct representation *rep)
+{
+    struct stream *s = xcalloc(1, sizeof(*s));
+    s->body = rep->body;
+    s->prefix_buf = rep->prefix_buf;
+    s->plan_buf = rep->plan_buf;
+    rep->prefix_buf = NULL;
+    rep->plan_buf = NULL;
+    s->body.fd = rep->body.fd >= 0 ? fcntl_dupfd(rep->body.fd) : -1;
+    return s;
+}
+
+static ssize_t never_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    (void)cls, (void)pos, (void)buf, (void)max;
+    return MHD_CONTENT_READER_END_WITH_ERROR;
+}
+
+/* Builds the answer for body span [off, off + len). */
+static struct MHD_Response *span_response(struct request *rq, struct representation *rep,
+                                          uint64_t off, uint64_t len, unsigned *err_status)
+{
+    uint64_t file_off;
+    if (rq->is_head)
+        return MHD_create_response_from_callback(len, STREAM_BLOCK, never_read, NULL, NULL);
+    if (len <= SMALL_BODY_MAX) {
+        char *buf = xmalloc(len ? len : 1);
+        if (len && body_read(&rep->body, off, buf, len) < 0) {
+            free(buf);
+            *err_status = MHD_HTTP_INTERNAL_SERVER_ERROR;
+            return NULL;
+        }
+        metrics_add(MC_COPIED_BYTES, len);
+        return MHD_create_response_from_buffer(len, buf, MHD_RESPMEM_MUST_FREE);
+    }
+    if (body_file_span(&rep->body, off, len, &file_off)) {
+        int fd = fcntl_dupfd(rep->body.fd);
+        if (fd < 0) {
+            *err_status = MHD_HTTP_SERVICE_UNAVAILABLE;
+            return NULL;
+        }
+        metrics_add(MC_SENDFILE_BYTES, len);
+        return MHD_create_response_from_fd_at_offset64(len, fd, file_off);
+    }
+    struct stream *s = stream_new(rep);
+    s->n_pieces = 1;
+    s->pieces = xcalloc(1, sizeof(struct piece));
+    s->pieces[0] = (struct piece){.body_off = off, .len = len, .out_off = 0};
+    return MHD_create_response_from_callback(len, STREAM_BLOCK, stream_read, s, stream_free);
+}
+
+static atomic_uint_fast64_t boundary_counter;
+
+static struct MHD_Response *multipart_response(struct request *rq, struct representation *rep,
+                                               const struct byte_range *ranges, size_t n,
+                                               char *content_type, size_t ct_len,
+                                               uint64_t *total_out)
+{
+    char boundary[40];
+    snprintf(boundary, sizeof(boundary), "tensord-%016" PRIx64 "%08" PRIx64,
+             hash_fnv1a(&rq->start_ns, sizeof(rq->start_ns), HASH_FNV_SEED),
+             (uint64_t)atomic_fetch_add(&boundary_counter, 1));
+    snprintf(content_type, ct_len, "multipart/byteranges; boundary=%s", boundary);
+    uint64_t size = body_size(&rep->body);
+
+    /* Framing strings: one before each part and the closing delimiter. */
+    size_t cap = (n + 1) * (sizeof(boundary) + strlen(rep->content_type) + 120);
+    char *framing = xmalloc(cap);
+    size_t used = 0;
+    struct piece *pieces = xcalloc(2 * n + 1, sizeof(*pieces));
+    uint64_t out = 0;
+    size_t np = 0;
+    for (size_t i = 0; i <= n; i++) {
+        char *f = framing + used;
+        int flen;
+        if (i < n)
+            flen = snprintf(f, cap - used,
+                            "%s--%s\r\nContent-Type: %s\r\nContent-Range: bytes %" PRIu64
+                            "-%" PRIu64 "/%" PRIu64 "\r\n\r\n",
+                            i ? "\r\n" : "", boundary, rep->content_type, ranges[i].start,
+                            ranges[i].start + ranges[i].len - 1, size);
+        else
+            flen = snprintf(f, cap - used, "\r\n--%s--\r\n", boundary);
+        used += (size_t)flen;
+        pieces[np++] = (struct piece){.mem = f, .len = (uint64_t)flen, .out_off = out};
+        out += (uint64_t)flen;
+        if (i < n) {
+            pieces[np++] = (struct piece){
+                .body_off = ranges[i].start, .len = ranges[i].len, .out_off = out};
+            out += ranges[i].len;
+        }
+    }
+    *total_out = out;
+    if (rq->is_head) {
+        free(framing);
+        free(pieces);
+        return MHD_create_response_from_callback(out, STREAM_BLOCK, never_read, NULL, NULL);
+    }
+    struct stream *s = stream_new(rep);
+    s->framing = framing;
+    s->pieces = pieces;
+    s->n_pieces = np;
+    return MHD_create_response_from_callback(out, STREAM_BLOCK, stream_read, s, stream_free);
+}
+
+/* ---- conditional requests ----------------------------------------------- */
+
+enum cond { COND_PROCEED, COND_NOT_MODIFIED, COND_PRECONDITION_FAILED };
+
+/* RFC 9110 §13.2.2: evaluation order of the preconditions. */
+static enum cond evaluate_conditions(struct MHD_Connection *conn, const struct representation *rep)
+{
+    const char *im = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_IF_MATCH);
+    const char *ius =
+        MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_IF_UNMODIFIED_SINCE);
+    const char *inm =
+        MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_IF_NONE_MATCH);
+    const char *ims =
+        MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_IF_MODIFIED_SINCE);
+    int64_t t;
+    if (im) {
+        if (!http_etag_match(im, rep->etag, 0))
+            return COND_PRECONDITION_FAILED;
+    } else if (ius && rep->mtime >= 0 && http_date_parse(ius, &t) == 0 && rep->mtime > t) {
+        return COND_PRECONDITION_FAILED;
+    }
+    if (inm) {
+        if (http_etag_match(inm, rep->etag, 1))
+            return COND_NOT_MODIFIED;
+    } else if (ims && rep->mtime >= 0 && http_date_parse(ims, &t) == 0 && rep->mtime <= t) {
+        return COND_NOT_MODIFIED;
+    }
+    return COND_PROCEED;
+}
+
+/* If-Range (§13.1.5): the Range applies only when the validator still matches. */
+static int if_range_allows(struct MHD_Connection *conn, const struct representation *rep)
+{
+    const char *ir = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_IF_RANGE);
+    if (!ir)
+        return 1;
+    while (*ir == ' ')
+        ir++;
+    if (ir[0] == '"' || (ir[0] == 'W' && ir[1] == '/'))
+        return ir[0] == '"' && http_etag_match(ir, rep->etag, 0);
+    int64_t t;
+    return rep->mtime >= 0 && http_date_parse(ir, &t) == 0 && t == rep->mtime;
+}
+
+static void add_validators(struct MHD_Response *resp, const struct representation *rep)
+{
+    char date[40];
+    if (rep->etag[0])
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_ETAG, rep->etag);
+    if (rep->mtime >= 0) {
+        http_date_format(rep->mtime, date, sizeof(date));
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_LAST_MODIFIED, date);
+    }
+    if (rep->dtype) {
+        MHD_add_response_header(resp, "X-Tensor-Dtype", rep->dtype);
+        MHD_add_response_header(resp, "X-Tensor-Shape", rep->shape);
+    }
+}
+
+static void representation_release(struct representation *rep)
+{
+    free(rep->prefix_buf);
+    free(rep->plan_buf);
+    rep->prefix_buf = NULL;
+    rep->plan_buf = NULL;
+}
+
+enum MHD_Result respond_body(struct MHD_Connection *conn, struct request *rq,
+                             struct representation *rep)
+{
+    enum MHD_Result ret;
+    uint64_t size = body_size(&rep->body);
+    enum cond c = evaluate_conditions(conn, rep);
+    if (c != COND_PROCEED) {
+        representation_release(rep);
+        if (c == COND_PRECONDITION_FAILED)
+            return respond_error(conn, rq, MHD_HTTP_PRECONDITION_FAILED, "precondition_failed",
+                                 "If-Match or If-Unmodified-Since did not hold");
+        metrics_add(MC_NOT_MODIFIED, 1);
+        struct MHD_Response *resp = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
+        add_validators(resp, rep);
+        return queue(conn, rq, MHD_HTTP_NOT_MODIFIED, resp, 0);
+    }
+
+    const char *range_hdr = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_RANGE);
+    struct byte_range ranges[RANGE_LIMIT];
+    size_t n = 0;
+    size_t max_ranges = rq->srv->cfg->max_ranges < RANGE_LIMIT ? rq->srv->cfg->max_ranges : RANGE_LIMIT;
+    enum range_result rr = RANGE_NONE;
+    if (range_hdr && if_range_allows(conn, rep))
+        rr = range_parse(range_hdr, size, max_ranges, ranges, &n);
+    if (range_hdr)
+        metrics_add(MC_RANGE_REQUESTS, 1);
+
+    if (rr == RANGE_UNSATISFIABLE) {
+        representation_release(rep);
+        metrics_add(MC_RANGE_NOT_SATISFIABLE, 1);
+        char cr[48];
+        snprintf(cr, sizeof(cr), "bytes */%" PRIu64, size);
+        rq->content_range = cr;
+        ret = respond_error(conn, rq, MHD_HTTP_RANGE_NOT_SATISFIABLE, "range_not_satisfiable",
+                            "no range in \"%.200s\" overlaps the %" PRIu64 "-byte body", range_hdr,
+                            size);
+        rq->content_range = NULL;
+        return ret;
+    }
+
+    struct MHD_Response *resp;
+    unsigned status = MHD_HTTP_OK, err_status = 0;
+    uint64_t total;
+    char content_range[80], ctype[96];
+    if (rr == RANGE_OK && n == 1) {
+        status = MHD_HTTP_PARTIAL_CONTENT;
+        total = ranges[0].len;
+        snprintf(content_range, sizeof(content_range), "bytes %" PRIu64 "-%" PRIu64 "/%" PRIu64,
+                 ranges[0].start, ranges[0].start + ranges[0].len - 1, size);
+        resp = span_response(rq, rep, ranges[0].start, ranges[0].len, &err_status);
+    } else if (rr == RANGE_OK) {
+        status = MHD_HTTP_PARTIAL_CONTENT;
+        metrics_add(MC_MULTIRANGE_REQUESTS, 1);
+        resp = multipart_response(rq, rep, ranges, n, ctype, sizeof(ctype), &total);
+    } else {
+        total = size;
+        resp = span_response(rq, rep, 0, size, &err_status);
+    }
+    if (!resp) {
+        representation_release(rep);
+        if (err_status == MHD_HTTP_SERVICE_UNAVAILABLE)
+            return respond_error(conn, rq, err_status, "overloaded", "out of file descriptors");
+        return respond_error(conn, rq, MHD_HTTP_INTERNAL_SERVER_ERROR, "io_error",
+                             "the file changed or could not be read while answering");
+    }
+    if (rr == RANGE_OK && n > 1) {
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+    } else {
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, rep->content_type);
+        if (status == MHD_HTTP_PARTIAL_CONTENT)
+            MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_RANGE, content_range);
+    }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_ACCEPT_RANGES, "bytes");
+    add_validators(resp, rep);
+    representation_release(rep);
+    return queue(conn, rq, status, resp, total);
+}

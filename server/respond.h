@@ -1,0 +1,52 @@
+/* respond: turns a representation (a body plus its validators) into an HTTP
+ * answer: conditional requests (RFC 9110 §13), Range (§14) with
+ * multipart/byteranges, HEAD, and the choice between sendfile, a small
+ * copied buffer and a streamed reader. Also JSON documents and JSON errors. */
+#ifndef TENSORD_RESPOND_H
+#define TENSORD_RESPOND_H
+
+#include <jansson.h>
+#include <microhttpd.h>
+#include <stdint.h>
+
+#include "body.h"
+#include "fileio.h"
+#include "st_header.h"
+
+struct request;
+
+struct representation {
+    struct body body;            /* what to send; prefix/plan may point into the owned buffers below */
+    char *prefix_buf;            /* owned: handed to the response or freed by respond_body */
+    struct slice_plan *plan_buf; /* owned likewise */
+    const char *content_type;
+    char etag[FILEIO_ETAG_MAX + 40]; /* strong validator with quotes, or "" for none */
+    int64_t mtime;               /* Last-Modified in seconds since the epoch, or -1 */
+    const char *dtype;           /* X-Tensor-Dtype, or NULL when not a tensor */
+    char shape[ST_MAX_NDIM * 21 + 1]; /* X-Tensor-Shape ("2,3"; "" for a scalar) */
+};
+
+/* Answers with rep, honouring the request's conditional and Range headers.
+ * Takes ownership of rep->prefix_buf and rep->plan_buf in every case. */
+enum MHD_Result respond_body(struct MHD_Connection *conn, struct request *rq,
+                             struct representation *rep);
+
+/* Answers with a JSON document (consumed: decref'd here) as a byte body, so
+ * Range and conditional requests apply; etag may be NULL. */
+enum MHD_Result respond_json(struct MHD_Connection *conn, struct request *rq, unsigned status,
+                             json_t *doc, const char *etag);
+
+/* Answers {"error": {"code": code, "message": ...}} with the given status. */
+enum MHD_Result respond_error(struct MHD_Connection *conn, struct request *rq, unsigned status,
+                              const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
+/* Formats t as an IMF-fixdate into buf (at least 30 bytes). */
+void http_date_format(int64_t t, char *buf, size_t len);
+/* Parses an HTTP-date (IMF-fixdate, RFC 850 or asctime). Returns 0 or -1. */
+int http_date_parse(const char *s, int64_t *out);
+/* Returns 1 when the If-None-Match/If-Match style list matches etag (weak
+ * comparison when weak != 0, strong otherwise; "*" matches any). */
+int http_etag_match(const char *list, const char *etag, int weak);
+
+#endif

@@ -1,0 +1,111 @@
+#!/usr/bin/python3
+"""`make test`: every test stage in order, then one "N passed, N failed" line.
+
+Stages: builds (with and without CUDA), C unit tests, the same under
+ASan+UBSan, libFuzzer smoke runs with crash-regression replay, the
+integration suite against the real daemon, the same suite against the
+ASan+UBSan daemon, and the operations checks. Each stage's own count is added
+to the total; a stage that cannot run at all counts as one failure. Exits
+non-zero on any failure."""
+import os
+import re
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PY = "/usr/bin/python3"
+JOBS = str(os.cpu_count() or 2)
+SAN = "address,undefined"
+SAN_BUILD = "build/san-address-undefined"
+SUMMARY = re.compile(r"(\d+) (passed|failed|error|errors|skipped)")
+
+totals = {"passed": 0, "failed": 0, "skipped": 0}
+
+
+def banner(name):
+    print(f"\n=== {name}", flush=True)
+
+
+def count(output):
+    """Counts from the last summary line of a runner's output."""
+    for line in reversed(output.splitlines()):
+        found = SUMMARY.findall(line)
+        if found and ("passed" in line or "failed" in line):
+            c = {"passed": 0, "failed": 0, "skipped": 0}
+            for n, what in found:
+                key = {"error": "failed", "errors": "failed"}.get(what, what)
+                c[key] += int(n)
+            return c
+    return None
+
+
+def stage(name, cmd, env=None, counted=True):
+    banner(name)
+    t0 = time.time()
+    p = subprocess.run(cmd, cwd=ROOT, env={**os.environ, **(env or {})},
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                       errors="replace")
+    out = p.stdout
+    print(out[-20000:] if p.returncode else out[-6000:], end="")
+    c = count(out) if counted else None
+    if c is None:
+        c = {"passed": 1 if p.returncode == 0 else 0, "failed": 0 if p.returncode == 0 else 1,
+             "skipped": 0}
+    elif p.returncode != 0 and c["failed"] == 0:
+        c["failed"] = 1  # the runner failed without saying which test
+    for k in totals:
+        totals[k] += c[k]
+    print(f"--- {name}: {c['passed']} passed, {c['failed']} failed, {c['skipped']} skipped "
+          f"({time.time() - t0:.0f}s)", flush=True)
+    return p.returncode == 0
+
+
+def main():
+    t0 = time.time()
+    built = stage("build (CUDA=auto)", ["make", "-j", JOBS, "all"], counted=False)
+    stage("build (CUDA=no)", ["make", "-j", JOBS, "CUDA=no", "BUILD=build/nocuda", "all"],
+          counted=False)
+    unit_bins = sorted(
+        f"build/tests/{f[:-2]}" for f in os.listdir(os.path.join(ROOT, "tests/unit"))
+        if f.startswith("test_") and f.endswith(".c"))
+    if stage("unit tests: build", ["make", "-j", JOBS] + unit_bins, counted=False):
+        stage("unit tests", [PY, "tests/run_unit.py"] + unit_bins)
+    san_bins = [b.replace("build/", SAN_BUILD + "/", 1) for b in unit_bins]
+    if stage("unit tests under ASan+UBSan: build",
+             ["make", "-j", JOBS, f"SANITIZER={SAN}"] + san_bins + [f"{SAN_BUILD}/tensord"],
+             counted=False):
+        stage("unit tests under ASan+UBSan", [PY, "tests/run_unit.py"] + san_bins,
+              env={"ASAN_OPTIONS": "detect_leaks=1:abort_on_error=0",
+                   "UBSAN_OPTIONS": "print_stacktrace=1"})
+    stage("fuzz smoke", ["make", "-j", JOBS, "fuzz-smoke",
+                         f"FUZZ_SMOKE_SECONDS={os.environ.get('FUZZ_SMOKE_SECONDS', '5')}"])
+    if built:
+        stage("integration", [PY, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                              "tests/integration"])
+        for f in os.listdir(os.path.join(ROOT, "build")):
+            if f.startswith("asan-daemon."):
+                os.remove(os.path.join(ROOT, "build", f))
+        stage("integration against the ASan+UBSan daemon",
+              [PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x",
+               "-m", "not slow", "tests/integration"],
+              env={"TENSORD_BIN": f"{SAN_BUILD}/tensord",
+                   "ASAN_OPTIONS": "detect_leaks=1:abort_on_error=0:log_path=build/asan-daemon",
+                   "TENSORD_SANITIZED": "1"})
+        reports = [f for f in os.listdir(os.path.join(ROOT, "build"))
+                   if f.startswith("asan-daemon.")]
+        banner("sanitizer reports from the daemon")
+        for f in reports:
+            print(open(os.path.join(ROOT, "build", f), errors="replace").read()[-6000:])
+        totals["passed" if not reports else "failed"] += 1
+        print(f"--- {len(reports)} sanitizer report(s)")
+        if os.path.isdir(os.path.join(ROOT, "tests/ops")):
+            stage("operations checks", [PY, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                                        "tests/ops"])
+    print(f"\nmake test took {time.time() - t0:.0f}s")
+    print(f"{totals['passed']} passed, {totals['failed']} failed, {totals['skipped']} skipped")
+    return 1 if totals["failed"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,55 @@
+/* Unit tests for the HTTP helpers in server/respond.c that do not need a
+ * connection: dates and entity-tag lists (RFC 9110 §5.6.7, §8.8.3, §13.1). */
+#include <stdlib.h>
+
+#include "respond.h"
+#include "test.h"
+
+TEST(date_formats)
+{
+    int64_t t;
+    /* The three forms RFC 9110 §5.6.7 requires recipients to accept. */
+    CHECK(http_date_parse("Sun, 06 Nov 1994 08:49:37 GMT", &t) == 0);
+    CHECK_EQ_U64(t, 784111777);
+    CHECK(http_date_parse("Sunday, 06-Nov-94 08:49:37 GMT", &t) == 0);
+    CHECK_EQ_U64(t, 784111777);
+    CHECK(http_date_parse("Sun Nov  6 08:49:37 1994", &t) == 0);
+    CHECK_EQ_U64(t, 784111777);
+    CHECK(http_date_parse("yesterday", &t) < 0);
+    CHECK(http_date_parse("Sun, 06 Nov 1994 08:49:37 GMT trailing", &t) < 0);
+    CHECK(http_date_parse("", &t) < 0);
+}
+
+TEST(date_round_trip)
+{
+    char buf[64];
+    int64_t t;
+    http_date_format(1700000000, buf, sizeof(buf));
+    CHECK_STR(buf, "Tue, 14 Nov 2023 22:13:20 GMT");
+    CHECK(http_date_parse(buf, &t) == 0);
+    CHECK_EQ_U64(t, 1700000000);
+}
+
+TEST(etag_lists)
+{
+    const char *tag = "\"abc-1\"";
+    CHECK(http_etag_match("\"abc-1\"", tag, 0));
+    CHECK(http_etag_match("\"x\", \"abc-1\"", tag, 0));
+    CHECK(http_etag_match("*", tag, 0));
+    CHECK(!http_etag_match("\"abc\"", tag, 0));
+    /* Weak comparison ignores W/, strong comparison never matches a weak tag. */
+    CHECK(http_etag_match("W/\"abc-1\"", tag, 1));
+    CHECK(!http_etag_match("W/\"abc-1\"", tag, 0));
+    CHECK(!http_etag_match("abc-1", tag, 1)); /* unquoted: malformed */
+    CHECK(!http_etag_match("\"abc-1", tag, 1));
+    CHECK(!http_etag_match("\"abc-1\"", "", 1));
+    CHECK(!http_etag_match("", tag, 1));
+}
+
+int main(void)
+{
+    RUN(date_formats);
+    RUN(date_round_trip);
+    RUN(etag_lists);
+    return TEST_SUMMARY();
+}
