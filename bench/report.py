@@ -88,7 +88,11 @@ def table(res):
         tp = med(per_run(runs, "tensor", name, "tensord", "lat_p99_us"))
         npp = med(per_run(runs, "tensor", name, "nginx", "lat_p99_us"))
         note = f"p99 {f(tp and tp / 1000, '%.2f')} / {f(npp and npp / 1000, '%.2f')} ms"
-        if sf:
+        if name == "bench.4k":
+            tr = med(per_run(runs, "tensor", name, "tensord", "rps"))
+            nr = med(per_run(runs, "tensor", name, "nginx", "rps"))
+            note += f"; {f(tr, '%.0f')} / {f(nr, '%.0f')} req/s (bound by requests, not bytes)"
+        elif sf:
             note += (f"; of sendfile ceiling {f(t and 100 * t / sf, '%.0f')}% / "
                      f"{f(n and 100 * n / sf, '%.0f')}%")
         row(f"tensor {label} by name vs byte range, {conns} conn", "GB/s", f(t, "%.2f"),

@@ -41,6 +41,7 @@ SLICES = {"row": ("0:512,:", (0, 512), (0, models.BIG_COLS)),
           "col": (":,0:64", (0, models.BIG_ROWS), (0, 64))}
 T0 = time.monotonic()
 FOREIGN = []  # foreign_cpu of every wrk run, for the table's footer
+RUN_INDEX = [0]  # the run in progress, 0-based
 
 
 def log(msg):
@@ -159,13 +160,21 @@ def wait_for_quiet(max_wait_s, threshold=0.15):
     return False
 
 
+def ordered(pairs):
+    """The servers in this run's order: ABBA over the runs, so drift of a shared
+    machine does not always favour the one measured first."""
+    pairs = list(pairs)
+    return pairs[::-1] if RUN_INDEX[0] % 2 else pairs
+
+
 def wrk_pair(td, ng, tpath, npath, conns, seconds, t_range=None, n_range=None):
     """One wrk run against each server, back to back. Server CPU time is sampled
     around each run so CPU per request can be compared too, and so is the machine's
     busy time, so CPU used by anything but this benchmark (other jobs on a shared
     machine) shows as `foreign_cpu` (fraction of all CPUs over the run)."""
     out = {}
-    for tag, srv, path, rng in (("tensord", td, tpath, t_range), ("nginx", ng, npath, n_range)):
+    for tag, srv, path, rng in ordered([("tensord", td, tpath, t_range),
+                                        ("nginx", ng, npath, n_range)]):
         if srv is None:
             continue
         c0, b0, w0, t0 = srv.cpu_seconds(), machine_busy_s(), children_cpu_s(), time.monotonic()
@@ -220,7 +229,7 @@ def slices(td, ng, info, buf, reps):
     res = {}
     for kind, (spec, rows, cols) in SLICES.items():
         entry = {}
-        for tag, srv in (("tensord", td), ("nginx", ng)):
+        for tag, srv in ordered((("tensord", td), ("nginx", ng))):
             if srv is None:
                 continue
             conn = clients.Conn(srv.port)
@@ -262,7 +271,7 @@ def check_slices(td, ng, info, buf):
 
 def metadata(td, ng, info, reps):
     res = {}
-    for tag, srv in (("tensord", td), ("nginx", ng)):
+    for tag, srv in ordered((("tensord", td), ("nginx", ng))):
         if srv is None:
             continue
         conn = clients.Conn(srv.port)
@@ -316,7 +325,7 @@ def main():
     ap.add_argument("--nginx-only", action="store_true", help="measure nginx alone (no tensord)")
     ap.add_argument("--only", default=",".join(SECTIONS),
                     help="comma-separated sections: " + ",".join(SECTIONS))
-    ap.add_argument("--quiet-wait", type=float, default=60,
+    ap.add_argument("--quiet-wait", type=float, default=30,
                     help="seconds to wait, before each run, for other jobs to leave the CPUs")
     ap.add_argument("--quick", action="store_true", help="1 run of 1 s: a smoke test")
     ap.add_argument("--tensord", default=os.path.join(ROOT, "build", "tensord"))
@@ -368,6 +377,7 @@ def main():
                 check_slices(td, ng, info, buf)
         for r in range(args.runs):
             wait_for_quiet(args.quiet_wait)
+            RUN_INDEX[0] = r
             log(f"run {r + 1}/{args.runs}")
             run = {}
             if "small" in only:
