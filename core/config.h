@@ -24,6 +24,7 @@ struct config {
     unsigned max_ranges;            /* parts in one multipart/byteranges answer */
     uint64_t max_slice_bytes;       /* largest slice answer, 413 beyond; 0 = unlimited */
     int watch;                      /* rescan on inotify events in the models root */
+    int sendfile;                   /* zero-copy contiguous spans; off: copy and verify every block */
     /* [log] */
     char *access_log;               /* "-" = stderr, "off", or a path */
     char *log_level;                /* error, warn, info, debug */

@@ -71,3 +71,12 @@ void fileio_etag(const struct fileio_stat *st, char *buf)
     snprintf(buf, FILEIO_ETAG_MAX, "\"%" PRIx64 "-%" PRIx64 "-%" PRIx64 "\"", st->ino, st->size,
              (uint64_t)st->mtime_ns);
 }
+
+int fileio_unchanged(int fd, const struct fileio_stat *st)
+{
+    struct stat now;
+    if (fstat(fd, &now) < 0)
+        return 0;
+    int64_t mtime = (int64_t)now.st_mtim.tv_sec * 1000000000 + now.st_mtim.tv_nsec;
+    return (uint64_t)now.st_size == st->size && mtime == st->mtime_ns;
+}

@@ -23,6 +23,11 @@ int fileio_open_regular(int dirfd, const char *name, struct fileio_stat *st);
  * the file ended first (it was truncated). Retries EINTR and short reads. */
 int fileio_pread_full(int fd, void *buf, size_t n, uint64_t off);
 
+/* Returns 1 when fd still has the size and mtime recorded in *st. A write(2)
+ * updates mtime before it copies data, so bytes read before a call that
+ * returns 1 predate any in-place change. */
+int fileio_unchanged(int fd, const struct fileio_stat *st);
+
 /* Writes the strong ETag of a file ("\"<ino>-<size>-<mtime>\"", hex, with
  * the quotes) into buf; buf must hold FILEIO_ETAG_MAX bytes. */
 #define FILEIO_ETAG_MAX 64

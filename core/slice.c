@@ -43,17 +43,22 @@ static int fail(char *errbuf, size_t errlen, const char *fmt, ...)
     return -1;
 }
 
-static int syntax_error(const char *spec, size_t len, size_t pos, char *errbuf, size_t errlen)
+/* Names the dimension being parsed (0-based), as every slice error does. */
+static int syntax_error(const char *spec, size_t len, size_t pos, uint32_t dim, char *errbuf,
+                        size_t errlen)
 {
     if (pos >= len)
-        return fail(errbuf, errlen, "slice syntax error at position %zu: unexpected end of slice",
-                    pos + 1);
+        return fail(errbuf, errlen,
+                    "dimension %" PRIu32 ": slice syntax error at position %zu: unexpected end of slice",
+                    dim, pos + 1);
     unsigned char c = (unsigned char)spec[pos];
     if (c > 0x20 && c < 0x7f)
-        return fail(errbuf, errlen, "slice syntax error at position %zu: unexpected '%c'",
-                    pos + 1, c);
-    return fail(errbuf, errlen, "slice syntax error at position %zu: unexpected byte 0x%02x",
-                pos + 1, c);
+        return fail(errbuf, errlen,
+                    "dimension %" PRIu32 ": slice syntax error at position %zu: unexpected '%c'",
+                    dim, pos + 1, c);
+    return fail(errbuf, errlen,
+                "dimension %" PRIu32 ": slice syntax error at position %zu: unexpected byte 0x%02x",
+                dim, pos + 1, c);
 }
 
 /* INT = [+-] 1*DIGIT, parsed at *pos. Returns 0, 1 when there is no INT here
@@ -70,7 +75,7 @@ static int parse_int(const char *spec, size_t len, size_t *pos, uint32_t dim, in
     }
     if (p >= len || spec[p] < '0' || spec[p] > '9') {
         if (p != *pos)
-            return syntax_error(spec, len, p, errbuf, errlen);
+            return syntax_error(spec, len, p, dim, errbuf, errlen);
         return 1;
     }
     uint64_t mag = 0;
@@ -117,9 +122,9 @@ static long parse_spec(const char *spec, size_t len, struct slice_item *items, s
             break;
         }
         if (colons == 0 && !has[0])
-            return syntax_error(spec, len, pos, errbuf, errlen);
+            return syntax_error(spec, len, pos, dim, errbuf, errlen);
         if (pos < len && spec[pos] != ',')
-            return syntax_error(spec, len, pos, errbuf, errlen);
+            return syntax_error(spec, len, pos, dim, errbuf, errlen);
         if (colons == 0) {
             it.is_index = 1;
             it.index = v[0];

@@ -76,7 +76,10 @@ static void raise_fd_limit(void)
 /* Watches dir and every directory below it (not following symlinks). */
 static void watch_tree(int ifd, const char *dir, unsigned depth)
 {
+    /* IN_MODIFY catches truncate(2) and in-place writes, which send no
+     * IN_CLOSE_WRITE; the debounce folds a long copy into one rescan. */
     const uint32_t mask = IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_CLOSE_WRITE |
+                          IN_MODIFY |
                           IN_ATTRIB | IN_DELETE_SELF | IN_ONLYDIR;
     if (inotify_add_watch(ifd, dir, mask) < 0 || depth >= WATCH_MAX_DEPTH)
         return;

@@ -45,6 +45,7 @@ enum MHD_Result handle_file(struct MHD_Connection *conn, struct request *rq,
         .body = {.fd = f->fd, .data_off = 0, .data_len = f->st.size},
         .content_type = content_type_for(f->name),
         .mtime = f->st.mtime_ns / 1000000000,
+        .file_st = &f->st,
     };
     if (f->fd < 0)
         return respond_error(conn, rq, MHD_HTTP_INTERNAL_SERVER_ERROR, "io_error",
@@ -99,6 +100,7 @@ enum MHD_Result handle_tensor(struct MHD_Connection *conn, struct request *rq,
         .body = {.fd = f->fd, .data_off = f->data_start + st->begin, .data_len = st->end - st->begin},
         .content_type = "application/octet-stream",
         .mtime = f->st.mtime_ns / 1000000000,
+        .file_st = &f->st,
         .dtype = di->name,
     };
     enum tformat format = TFORMAT_RAW;

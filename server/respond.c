@@ -193,6 +193,8 @@ struct piece {
 
 struct stream {
     struct body body;       /* fd is a dup owned by the stream */
+    struct fileio_stat file_st; /* what the file looked like when it was validated */
+    int verify;             /* check file_st after every block read from the file */
     char *prefix_buf;
     struct slice_plan *plan_buf;
     size_t n_pieces;
@@ -233,8 +235,12 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
             n = max - done;
         if (p->mem) {
             memcpy(buf + done, p->mem + in, n);
-        } else if (body_read(&s->body, p->body_off + in, buf + done, n) < 0) {
-            return MHD_CONTENT_READER_END_WITH_ERROR; /* file shrank: abort, never pad */
+        } else if (body_read(&s->body, p->body_off + in, buf + done, n) < 0 ||
+                   (s->verify && !fileio_unchanged(s->body.fd, &s->file_st))) {
+            /* The file shrank or changed in place since it was validated:
+             * close the connection short of Content-Length, never send
+             * padding or bytes of another version. */
+            return MHD_CONTENT_READER_END_WITH_ERROR;
         }
         done += n;
         if (in + n == p->len)
@@ -254,6 +260,10 @@ static struct stream *stream_new(struct representation *rep)
     rep->prefix_buf = NULL;
     rep->plan_buf = NULL;
     s->body.fd = rep->body.fd >= 0 ? fcntl_dupfd(rep->body.fd) : -1;
+    if (rep->file_st && s->body.fd >= 0) {
+        s->file_st = *rep->file_st;
+        s->verify = 1;
+    }
     return s;
 }
 
@@ -272,7 +282,8 @@ static struct MHD_Response *span_response(struct request *rq, struct representat
         return MHD_create_response_from_callback(len, STREAM_BLOCK, never_read, NULL, NULL);
     if (len <= SMALL_BODY_MAX) {
         char *buf = xmalloc(len ? len : 1);
-        if (len && body_read(&rep->body, off, buf, len) < 0) {
+        if (len && (body_read(&rep->body, off, buf, len) < 0 ||
+                    (rep->file_st && !fileio_unchanged(rep->body.fd, rep->file_st)))) {
             free(buf);
             *err_status = MHD_HTTP_INTERNAL_SERVER_ERROR;
             return NULL;
@@ -280,7 +291,7 @@ static struct MHD_Response *span_response(struct request *rq, struct representat
         metrics_add(MC_COPIED_BYTES, len);
         return MHD_create_response_from_buffer(len, buf, MHD_RESPMEM_MUST_FREE);
     }
-    if (body_file_span(&rep->body, off, len, &file_off)) {
+    if (rq->srv->cfg->sendfile && body_file_span(&rep->body, off, len, &file_off)) {
         int fd = fcntl_dupfd(rep->body.fd);
         if (fd < 0) {
             *err_status = MHD_HTTP_SERVICE_UNAVAILABLE;
@@ -405,7 +416,10 @@ static void add_validators(struct MHD_Response *resp, const struct representatio
     }
     if (rep->dtype) {
         MHD_add_response_header(resp, "X-Tensor-Dtype", rep->dtype);
-        MHD_add_response_header(resp, "X-Tensor-Shape", rep->shape);
+        /* A scalar's shape is empty, and libmicrohttpd refuses empty values;
+         * surrounding whitespace is not part of a field value (RFC 9110
+         * §5.5), so a lone space reads as empty to every client. */
+        MHD_add_response_header(resp, "X-Tensor-Shape", rep->shape[0] ? rep->shape : " ");
     }
 }
 

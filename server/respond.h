@@ -22,6 +22,8 @@ struct representation {
     const char *content_type;
     char etag[FILEIO_ETAG_MAX + 40]; /* strong validator with quotes, or "" for none */
     int64_t mtime;               /* Last-Modified in seconds since the epoch, or -1 */
+    const struct fileio_stat *file_st; /* the snapshot's stat of body.fd: every copied block is
+                                        * checked against it; NULL for in-memory bodies */
     const char *dtype;           /* X-Tensor-Dtype, or NULL when not a tensor */
     char shape[ST_MAX_NDIM * 21 + 1]; /* X-Tensor-Shape ("2,3"; "" for a scalar) */
 };

@@ -17,7 +17,7 @@ def test_bad_value_names_file_line_and_option(tmp_path):
     conf.write_text("[server]\nthreads = 2\nmax_ranges = 0\n")
     p = run("serve", "--config", str(conf))
     assert p.returncode == 2
-    assert f"{conf}:3: option max_ranges: 0 is out of range 1..1024" in p.stderr
+    assert f"{conf}:3: option max_ranges: 0 is out of range 1..256" in p.stderr
 
 
 def test_unknown_option_and_section(tmp_path):

@@ -259,7 +259,7 @@ TEST(load_file)
     fclose(f);
     CHECK(config_load_file(&c, path, err, sizeof(err)) == -1);
     char want[128];
-    snprintf(want, sizeof(want), "%s:3: option max_ranges: 0 is out of range 1..1024", path);
+    snprintf(want, sizeof(want), "%s:3: option max_ranges: 0 is out of range 1..256", path);
     CHECK_STR(err, want);
     unlink(path);
     config_free(&c);
