@@ -142,6 +142,18 @@ enum MHD_Result handle_model_header(struct MHD_Connection *conn, struct request 
     return respond_json(conn, rq, MHD_HTTP_OK, doc, etag);
 }
 
+enum MHD_Result handle_healthz(struct MHD_Connection *conn, struct request *rq)
+{
+    /* Liveness, and whether this host can preload to a GPU (and if not, why). */
+    json_t *gpu = rq->srv->gpu ? gpu_manager_status_json(rq->srv->gpu)
+                               : json_pack("{s:b,s:s}", "available", 0, "reason",
+                                           "GPU sharing is not running");
+    return respond_json(conn, rq, MHD_HTTP_OK,
+                        json_pack("{s:s,s:s,s:o}", "status", "ok", "version", TENSORD_VERSION,
+                                  "gpu", gpu),
+                        NULL);
+}
+
 enum MHD_Result handle_readyz(struct MHD_Connection *conn, struct request *rq)
 {
     struct server *srv = rq->srv;

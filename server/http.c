@@ -274,7 +274,7 @@ static enum MHD_Result dispatch(struct MHD_Connection *conn, struct request *rq,
 
     switch (kind) {
     case ROUTE_HEALTHZ:
-        ret = respond_json(conn, rq, MHD_HTTP_OK, json_pack("{s:s}", "status", "ok"), NULL);
+        ret = handle_healthz(conn, rq);
         break;
     case ROUTE_READYZ:
         ret = handle_readyz(conn, rq);

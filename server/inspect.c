@@ -82,12 +82,29 @@ static int print_model(const struct reg_model *m, FILE *out, FILE *err)
     return 1;
 }
 
-/* A directory is either one model (it directly holds .safetensors files) or
- * a models root. Returns 1 when everything in it is valid. */
+/* Returns 1 when path has a subdirectory (names starting with '.' aside). */
+static int has_subdirectory(const char *path)
+{
+    DIR *d = opendir(path);
+    struct dirent *ent;
+    int found = 0;
+    if (!d)
+        return 0;
+    while (!found && (ent = readdir(d)))
+        found = ent->d_name[0] != '.' && ent->d_type == DT_DIR;
+    closedir(d);
+    return found;
+}
+
+/* A directory that directly holds .safetensors files and has no
+ * subdirectories is one model (llama/); any other directory is a models root,
+ * where NAME.safetensors files are models of their own. Returns 1 when
+ * everything in it is valid. */
 static int inspect_dir(const char *path, FILE *out, FILE *err)
 {
     struct st_error e;
-    struct registry_scan_opts opts = {.single_model = registry_dir_is_model(path)};
+    struct registry_scan_opts opts = {
+        .single_model = registry_dir_is_model(path) && !has_subdirectory(path)};
     struct registry *r = registry_scan(path, 1, &opts, &e);
     if (!r) {
         fprintf(err, "%s: %s\n", path, e.message);
