@@ -172,7 +172,7 @@ soak: all
 # ThreadSanitizer build of the daemon running the concurrent tests.
 tsan-test:
 	@$(MAKE) --no-print-directory SANITIZER=thread CUDA=no all
-	TENSORD_BIN=build/san-thread/tensord TSAN_OPTIONS="halt_on_error=1 log_path=build/tsan-daemon" \
+	TENSORD_BIN=build/san-thread/tensord TSAN_OPTIONS="halt_on_error=1 log_path=$(CURDIR)/build/tsan-daemon" \
 	  $(PYTHON) -m pytest -q -p no:cacheprovider -m concurrent tests/integration
 
 install: all

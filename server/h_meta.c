@@ -63,7 +63,12 @@ enum MHD_Result handle_models(struct MHD_Connection *conn, struct request *rq,
         json_object_set_new(o, "gpu", gpu_summary(rq->srv, m));
         json_array_append_new(list, o);
     }
-    json_t *doc = json_pack("{s:o,s:I}", "models", list, "generation", (json_int_t)reg->generation);
+    /* Whether this host can preload to a GPU, and if not, why. */
+    json_t *gpu = rq->srv->gpu ? gpu_manager_status_json(rq->srv->gpu)
+                               : json_pack("{s:b,s:s}", "available", 0, "reason",
+                                           "GPU sharing is not running");
+    json_t *doc = json_pack("{s:o,s:I,s:o}", "models", list, "generation",
+                            (json_int_t)reg->generation, "gpu", gpu);
     /* GPU states change without a reload, so the list carries no validator. */
     return respond_json(conn, rq, MHD_HTTP_OK, doc, NULL);
 }
@@ -144,14 +149,8 @@ enum MHD_Result handle_model_header(struct MHD_Connection *conn, struct request 
 
 enum MHD_Result handle_healthz(struct MHD_Connection *conn, struct request *rq)
 {
-    /* Liveness, and whether this host can preload to a GPU (and if not, why). */
-    json_t *gpu = rq->srv->gpu ? gpu_manager_status_json(rq->srv->gpu)
-                               : json_pack("{s:b,s:s}", "available", 0, "reason",
-                                           "GPU sharing is not running");
-    return respond_json(conn, rq, MHD_HTTP_OK,
-                        json_pack("{s:s,s:s,s:o}", "status", "ok", "version", TENSORD_VERSION,
-                                  "gpu", gpu),
-                        NULL);
+    /* Liveness only: it answers without a token, so it names nothing. */
+    return respond_json(conn, rq, MHD_HTTP_OK, json_pack("{s:s}", "status", "ok"), NULL);
 }
 
 enum MHD_Result handle_readyz(struct MHD_Connection *conn, struct request *rq)

@@ -273,17 +273,34 @@ static ssize_t never_read(void *cls, uint64_t pos, char *buf, size_t max)
     return MHD_CONTENT_READER_END_WITH_ERROR;
 }
 
-/* Builds the answer for body span [off, off + len). */
+/* Returns 1 when the body's file no longer has the size and mtime it had when
+ * it was validated (it was truncated or written in place). */
+static int file_changed(const struct representation *rep)
+{
+    return rep->file_st && rep->body.fd >= 0 && !fileio_unchanged(rep->body.fd, rep->file_st);
+}
+
+/* Builds the answer for body span [off, off + len). On failure *err_status is
+ * 500 (read error), 503 with *changed set (the file changed) or 503 (no fd). */
 static struct MHD_Response *span_response(struct request *rq, struct representation *rep,
-                                          uint64_t off, uint64_t len, unsigned *err_status)
+                                          uint64_t off, uint64_t len, unsigned *err_status,
+                                          int *changed)
 {
     uint64_t file_off;
     if (rq->is_head)
         return MHD_create_response_from_callback(len, STREAM_BLOCK, never_read, NULL, NULL);
     if (len <= SMALL_BODY_MAX) {
         char *buf = xmalloc(len ? len : 1);
-        if (len && (body_read(&rep->body, off, buf, len) < 0 ||
-                    (rep->file_st && !fileio_unchanged(rep->body.fd, rep->file_st)))) {
+        int rc = len ? body_read(&rep->body, off, buf, len) : 0;
+        /* Checked after the read: a write(2) bumps mtime before it copies
+         * data, so an unchanged stat means the bytes read are the old ones. */
+        if (rc == -ENODATA || file_changed(rep)) {
+            free(buf);
+            *err_status = MHD_HTTP_SERVICE_UNAVAILABLE;
+            *changed = 1;
+            return NULL;
+        }
+        if (rc < 0) {
             free(buf);
             *err_status = MHD_HTTP_INTERNAL_SERVER_ERROR;
             return NULL;
@@ -359,6 +376,15 @@ static struct MHD_Response *multipart_response(struct request *rq, struct repres
     s->pieces = pieces;
     s->n_pieces = np;
     return MHD_create_response_from_callback(out, STREAM_BLOCK, stream_read, s, stream_free);
+}
+
+/* The file changed on disk since it was validated; the watcher is already
+ * rescanning it, so the client should retry shortly. */
+static enum MHD_Result respond_file_changed(struct MHD_Connection *conn, struct request *rq)
+{
+    return respond_error(conn, rq, MHD_HTTP_SERVICE_UNAVAILABLE, "file_changed",
+                         "the file changed on disk since it was validated; retry once the "
+                         "daemon has rescanned it");
 }
 
 /* ---- conditional requests ----------------------------------------------- */
@@ -471,8 +497,20 @@ enum MHD_Result respond_body(struct MHD_Connection *conn, struct request *rq,
         return ret;
     }
 
+    /* A streamed or sendfile answer commits to its headers before the first
+     * block is read, and libmicrohttpd 0.9.75 leaves the connection open until
+     * the idle timeout when that first block fails: check a changed file now
+     * (small bodies are checked right after their read). */
+    uint64_t first_len = rr == RANGE_OK ? ranges[0].len : size;
+    int multipart = rr == RANGE_OK && n > 1;
+    if (!rq->is_head && (multipart || first_len > SMALL_BODY_MAX) && file_changed(rep)) {
+        representation_release(rep);
+        return respond_file_changed(conn, rq);
+    }
+
     struct MHD_Response *resp;
     unsigned status = MHD_HTTP_OK, err_status = 0;
+    int changed = 0;
     uint64_t total;
     char content_range[80], ctype[96];
     if (rr == RANGE_OK && n == 1) {
@@ -480,17 +518,19 @@ enum MHD_Result respond_body(struct MHD_Connection *conn, struct request *rq,
         total = ranges[0].len;
         snprintf(content_range, sizeof(content_range), "bytes %" PRIu64 "-%" PRIu64 "/%" PRIu64,
                  ranges[0].start, ranges[0].start + ranges[0].len - 1, size);
-        resp = span_response(rq, rep, ranges[0].start, ranges[0].len, &err_status);
+        resp = span_response(rq, rep, ranges[0].start, ranges[0].len, &err_status, &changed);
     } else if (rr == RANGE_OK) {
         status = MHD_HTTP_PARTIAL_CONTENT;
         metrics_add(MC_MULTIRANGE_REQUESTS, 1);
         resp = multipart_response(rq, rep, ranges, n, ctype, sizeof(ctype), &total);
     } else {
         total = size;
-        resp = span_response(rq, rep, 0, size, &err_status);
+        resp = span_response(rq, rep, 0, size, &err_status, &changed);
     }
     if (!resp) {
         representation_release(rep);
+        if (changed)
+            return respond_file_changed(conn, rq);
         if (err_status == MHD_HTTP_SERVICE_UNAVAILABLE)
             return respond_error(conn, rq, err_status, "overloaded", "out of file descriptors");
         return respond_error(conn, rq, MHD_HTTP_INTERNAL_SERVER_ERROR, "io_error",

@@ -87,10 +87,11 @@ def main():
             if f.startswith("asan-daemon."):
                 os.remove(os.path.join(ROOT, "build", f))
         stage("integration against the ASan+UBSan daemon",
-              [PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x",
+              [PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--maxfail=20",
                "-m", "not slow", "tests/integration"],
               env={"TENSORD_BIN": f"{SAN_BUILD}/tensord",
-                   "ASAN_OPTIONS": "detect_leaks=1:abort_on_error=0:log_path=build/asan-daemon",
+                   "ASAN_OPTIONS": "detect_leaks=1:abort_on_error=0:log_path="
+                                   + os.path.join(ROOT, "build", "asan-daemon"),
                    "TENSORD_SANITIZED": "1"})
         reports = [f for f in os.listdir(os.path.join(ROOT, "build"))
                    if f.startswith("asan-daemon.")]
