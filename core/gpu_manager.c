@@ -15,7 +15,7 @@
 
 #include "gpu.h"
 #include "gpu_load.h"
-#include "ipc.h"
+#include "ipc_server.h"
 #include "log.h"
 #include "metrics.h"
 #include "util.h"

@@ -33,7 +33,7 @@ struct gpu_lease;
 struct gpu_manager *gpu_manager_new(const struct config *cfg, struct registry_holder *holder);
 
 /* Starts the loader thread, queues the config's preloads and starts the
- * lease socket (server/ipc.c). Returns 0, or -1 with err when the socket
+ * lease socket (core/ipc_server.c). Returns 0, or -1 with err when the socket
  * cannot be served; preloads and HTTP state work either way. */
 int gpu_manager_start(struct gpu_manager *gm, char *err, size_t errlen);
 
@@ -80,7 +80,7 @@ void gpu_manager_update_metrics(struct gpu_manager *gm);
  * Workers' mappings stay valid. */
 void gpu_manager_free(struct gpu_manager *gm);
 
-/* ---- for the lease socket (server/ipc.c) ---- */
+/* ---- for the lease socket (core/ipc_server.c) ---- */
 
 /* Opens a lease on model's current instance, which must be ready (and on
  * `device` when that is not empty). On success returns the lease, *answer

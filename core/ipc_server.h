@@ -1,4 +1,4 @@
-/* ipc: the lease socket. A thread serves a Unix stream socket with epoll:
+/* ipc_server: the lease socket. A thread serves a Unix stream socket with epoll:
  * each connection is checked against the allow-list (SO_PEERCRED, plus
  * SO_PEERGROUPS for supplementary groups) when it is accepted, then sends
  * length-prefixed JSON requests (core/ipc_proto.h) and gets answers, "open"
@@ -6,8 +6,8 @@
  * the lease: every model it opened stays held until it closes, however it
  * closes (close op, exit, SIGKILL). A malformed request gets an error answer
  * and never disturbs another connection. */
-#ifndef TENSORD_IPC_H
-#define TENSORD_IPC_H
+#ifndef TENSORD_IPC_SERVER_H
+#define TENSORD_IPC_SERVER_H
 
 #include <stddef.h>
 

@@ -1,5 +1,5 @@
 /* ipc: the lease socket server (one epoll thread). */
-#include "ipc.h"
+#include "ipc_server.h"
 
 #include <errno.h>
 #include <jansson.h>
