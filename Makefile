@@ -82,7 +82,7 @@ CLIENT_OBJ := $(CLIENT_SRC:%.c=$(BUILD)/obj/%.o)
 UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 FUZZ_BIN   := $(FUZZ_SRC:tests/fuzz/%.c=build/fuzz/%)
 
-.PHONY: all deps run test unit fuzz fuzz-smoke install clean integration print-% bench soak tsan-test
+.PHONY: all deps run test unit fuzz fuzz-smoke install clean integration print-% bench bench-header soak tsan-test
 all: $(BUILD)/tensord $(BUILD)/libtensord-client.so $(BUILD)/tensord-client
 
 $(BUILD)/obj/%.o: %.c
@@ -152,7 +152,7 @@ run: deps
 	@echo "  curl -s 'localhost:8077/v1/models/demo-f32/tensors/embed.weight?slice=0:2,1:3&format=npy' -o slice.npy"
 	@echo "  curl -s -H 'Range: bytes=0-7' localhost:8077/v1/models/demo-sharded/files/model-00001-of-00002.safetensors | xxd"
 	@echo
-	exec $(BUILD)/tensord serve --models models --listen 127.0.0.1:8077
+	exec $(BUILD)/tensord serve --models models --listen 127.0.0.1:8077 --ipc-socket $(CURDIR)/$(BUILD)/tensord.sock
 
 test: deps
 	@$(PYTHON) tests/run_all.py
@@ -163,6 +163,12 @@ integration: all
 bench: deps
 	@$(MAKE) --no-print-directory all
 	@$(PYTHON) bench/run.py
+
+# Validation time of a 500,000-tensor header (README quotes it).
+bench-header: $(BUILD)/libtensord-core.a
+	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -o $(BUILD)/bench_st_header bench/bench_st_header.c \
+	  $(BUILD)/libtensord-core.a $(LDLIBS)
+	$(BUILD)/bench_st_header
 
 # Load and soak (not part of `make test`): SOAK_SECONDS of mixed traffic.
 SOAK_SECONDS ?= 60
