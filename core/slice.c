@@ -14,6 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "fileio.h"
 #include "util.h"
 
 /* One parsed item of the spec (one per dimension). */
@@ -333,27 +334,6 @@ static void cursor_next(const struct slice_plan *plan, struct run_cursor *c)
     }
 }
 
-static int pread_full(int fd, void *buf, size_t len, uint64_t off)
-{
-    char *p = buf;
-    while (len) {
-        if (off > (uint64_t)INT64_MAX)
-            return -EOVERFLOW;
-        ssize_t r = pread(fd, p, len, (off_t)off);
-        if (r < 0) {
-            if (errno == EINTR)
-                continue;
-            return -errno;
-        }
-        if (r == 0)
-            return -ENODATA;
-        p += r;
-        len -= (size_t)r;
-        off += (uint64_t)r;
-    }
-    return 0;
-}
-
 #define SLICE_SCRATCH_LEN (1u << 20)
 #define SLICE_DIRECT_MIN (64u << 10) /* pieces this long are read straight into buf */
 #define SLICE_GAP_OK 4096u           /* a gap this small is read through */
@@ -397,13 +377,13 @@ int slice_read_scratch(const struct slice_plan *plan, int fd, uint64_t tensor_of
             }
         }
         if (m == 1) {
-            int r = pread_full(fd, out, (size_t)take0, tensor_off + win_start);
+            int r = fileio_pread_full(fd, out, (size_t)take0, tensor_off + win_start);
             if (r < 0)
                 return r;
             out += take0;
             left -= (size_t)take0;
         } else {
-            int r = pread_full(fd, scratch, (size_t)(win_end - win_start), tensor_off + win_start);
+            int r = fileio_pread_full(fd, scratch, (size_t)(win_end - win_start), tensor_off + win_start);
             if (r < 0)
                 return r;
             const char *s = scratch;

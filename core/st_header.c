@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fileio.h"
 #include "util.h"
 
 #define NONE ((size_t)-1)
@@ -558,27 +559,6 @@ done:
     return rc;
 }
 
-/* Reads exactly n bytes at off; 0, a negative errno, or -ENODATA when the
- * file ends first. */
-static int pread_full(int fd, void *buf, size_t n, uint64_t off)
-{
-    char *p = buf;
-    while (n > 0) {
-        ssize_t r = pread(fd, p, n, (off_t)off);
-        if (r < 0) {
-            if (errno == EINTR)
-                continue;
-            return -errno;
-        }
-        if (r == 0)
-            return -ENODATA;
-        p += r;
-        n -= (size_t)r;
-        off += (uint64_t)r;
-    }
-    return 0;
-}
-
 enum st_status st_header_read_fd(int fd, const char *file, struct st_header **out,
                                  struct st_error *err)
 {
@@ -594,7 +574,7 @@ enum st_status st_header_read_fd(int fd, const char *file, struct st_header **ou
         return st_error_set(err, ST_ERR_IO, "%s: stat: %s", c.file, strerror(errno));
     uint64_t size = st.st_size > 0 ? (uint64_t)st.st_size : 0;
     if (size >= ST_PREFIX_LEN) {
-        int r = pread_full(fd, prefix, ST_PREFIX_LEN, 0);
+        int r = fileio_pread_full(fd, prefix, ST_PREFIX_LEN, 0);
         if (r != 0)
             return st_error_set(err, ST_ERR_IO, "%s: reading the header length: %s", c.file,
                                 r == -ENODATA ? "file shrank while reading" : strerror(-r));
@@ -602,7 +582,7 @@ enum st_status st_header_read_fd(int fd, const char *file, struct st_header **ou
     if ((rc = st_header_check_prefix(prefix, size, file, &n, err)) != ST_OK)
         return rc;
     char *buf = xmalloc((size_t)n);
-    int r = pread_full(fd, buf, (size_t)n, ST_PREFIX_LEN);
+    int r = fileio_pread_full(fd, buf, (size_t)n, ST_PREFIX_LEN);
     if (r != 0)
         rc = st_error_set(err, ST_ERR_IO, "%s: reading the %" PRIu64 "-byte header: %s", c.file, n,
                           r == -ENODATA ? "file shrank while reading" : strerror(-r));
