@@ -26,13 +26,22 @@ def per_run(runs, section, key, server, metric):
     return [get(r, section, key, server, metric) for r in runs]
 
 
-def ratio(runs, section, key, metric, higher_better=True):
+def ratios(runs, section, key, metric, higher_better=True):
+    """tensord's advantage in each run (both servers measured in that run)."""
     out = []
     for r in runs:
         t, n = get(r, section, key, "tensord", metric), get(r, section, key, "nginx", metric)
         if t and n:
             out.append(t / n if higher_better else n / t)
-    return med(out)
+    return out
+
+
+def fx(xs):
+    """Median advantage, with the spread over the runs when there are several."""
+    if not xs:
+        return "-"
+    s = f"{statistics.median(xs):.2f}"
+    return s + (f" ({min(xs):.2f}-{max(xs):.2f})" if len(xs) > 1 else "")
 
 
 def f(v, fmt):
@@ -52,11 +61,9 @@ def table(res):
     mc = get(ceil, "memcpy", "median_gbps")
     rows = []
 
-    def row(test, unit, t, n, x, note="", target=None):
-        rows.append((test, unit, t, n, x, verdict_str(x, target), note))
-
-    def verdict_str(x, target):
-        return verdict(None if x in (None, "-", "") else float(x), target)
+    def row(test, unit, t, n, xs=None, note="", target=None):
+        rows.append((test, unit, t, n, fx(xs) if xs is not None else "",
+                     verdict(med(xs) if xs else None, target), note))
 
     info = res.get("models", {})
     hlen = get(info, "llm", "header_len")
@@ -68,14 +75,14 @@ def table(res):
                 continue
             t = med(per_run(runs, "small", key, "tensord", "rps"))
             n = med(per_run(runs, "small", key, "nginx", "rps"))
-            x = ratio(runs, "small", key, "rps")
+            x = ratios(runs, "small", key, "rps")
             tp = med(per_run(runs, "small", key, "tensord", "lat_p99_us"))
             npp = med(per_run(runs, "small", key, "nginx", "lat_p99_us"))
             tc = cpu_per_req(runs, "small", key, "tensord")
             nc = cpu_per_req(runs, "small", key, "nginx")
             note = (f"p99 {f(tp and tp / 1000, '%.2f')} / {f(npp and npp / 1000, '%.2f')} ms; "
                     f"server CPU/req {f(tc, '%.1f')} / {f(nc, '%.1f')} us")
-            row(f"{label}, {c} conn", "req/s", f(t, "%.0f"), f(n, "%.0f"), f(x, "%.2f"), note,
+            row(f"{label}, {c} conn", "req/s", f(t, "%.0f"), f(n, "%.0f"), x, note,
                 TARGETS["small"])
 
     for name, label in (("bench.4k", "4 KiB"), ("bench.1m", "1 MiB"), ("bench.64m", "64 MiB")):
@@ -84,7 +91,7 @@ def table(res):
         conns = get(res, "config", "tensor_conns", name)
         t = med(per_run(runs, "tensor", name, "tensord", "gbps"))
         n = med(per_run(runs, "tensor", name, "nginx", "gbps"))
-        x = ratio(runs, "tensor", name, "gbps")
+        x = ratios(runs, "tensor", name, "gbps")
         tp = med(per_run(runs, "tensor", name, "tensord", "lat_p99_us"))
         npp = med(per_run(runs, "tensor", name, "nginx", "lat_p99_us"))
         note = f"p99 {f(tp and tp / 1000, '%.2f')} / {f(npp and npp / 1000, '%.2f')} ms"
@@ -96,7 +103,7 @@ def table(res):
             note += (f"; of sendfile ceiling {f(t and 100 * t / sf, '%.0f')}% / "
                      f"{f(n and 100 * n / sf, '%.0f')}%")
         row(f"tensor {label} by name vs byte range, {conns} conn", "GB/s", f(t, "%.2f"),
-            f(n, "%.2f"), f(x, "%.2f"), note, TARGETS["tensor"])
+            f(n, "%.2f"), x, note, TARGETS["tensor"])
 
     for kind, label in (("row", "row block `0:512,:` (32 MiB) of 1 GiB F32"),
                         ("col", "column block `:,0:64` (4 MiB) of 1 GiB F32")):
@@ -104,23 +111,23 @@ def table(res):
             continue
         t = med(per_run(runs, "slice", kind, "tensord", "wall_s"))
         n = med(per_run(runs, "slice", kind, "nginx", "wall_s"))
-        x = ratio(runs, "slice", kind, "wall_s", higher_better=False)
+        x = ratios(runs, "slice", kind, "wall_s", higher_better=False)
         tb = med(per_run(runs, "slice", kind, "tensord", "bytes"))
         nb = med(per_run(runs, "slice", kind, "nginx", "bytes"))
         note = f"moved {f(tb and tb / 2**20, '%.1f')} / {f(nb and nb / 2**20, '%.1f')} MiB"
         row(f"slice {label}: server-side vs fetch covering range + NumPy", "ms",
-            f(t and t * 1000, "%.1f"), f(n and n * 1000, "%.1f"), f(x, "%.2f"), note,
+            f(t and t * 1000, "%.1f"), f(n and n * 1000, "%.1f"), x, note,
             TARGETS.get(f"slice/{kind}"))
 
     if any(get(r, "meta") for r in runs):
         t = med([get(r, "meta", "tensord", "wall_s") for r in runs])
         n = med([get(r, "meta", "nginx", "wall_s") for r in runs])
-        x = med([get(r, "meta", "nginx", "wall_s") / get(r, "meta", "tensord", "wall_s")
-                 for r in runs if get(r, "meta", "tensord") and get(r, "meta", "nginx")])
+        x = [get(r, "meta", "nginx", "wall_s") / get(r, "meta", "tensord", "wall_s")
+             for r in runs if get(r, "meta", "tensord") and get(r, "meta", "nginx")]
         tq, nq = get(runs[0], "meta", "tensord", "requests"), get(runs[0], "meta", "nginx", "requests")
         tb, nb = get(runs[0], "meta", "tensord", "bytes"), get(runs[0], "meta", "nginx", "bytes")
         row("metadata of a 50-shard model, sequential keep-alive client", "ms",
-            f(t and t * 1000, "%.2f"), f(n and n * 1000, "%.2f"), f(x, "%.2f"),
+            f(t and t * 1000, "%.2f"), f(n and n * 1000, "%.2f"), x,
             f"requests {f(tq, '%d')} / {f(nq, '%d')}; "
             f"bytes {f(tb and tb / 1024, '%.0f')} / {f(nb and nb / 1024, '%.0f')} KiB")
 
@@ -129,7 +136,7 @@ def table(res):
                         ("tensors500k", "start-up, one 500k-tensor header")):
         if name in st:
             s = st[name]
-            row(label, "s to ready", f"{s['ready_s']:.3f}", "", "",
+            row(label, "s to ready", f"{s['ready_s']:.3f}", "", None,
                 f"VmRSS {s['rss_kib'] / 1024:.1f} MiB (peak {s['hwm_kib'] / 1024:.1f})")
 
     if mc:
@@ -141,7 +148,8 @@ def table(res):
                      f"{sf:.2f}", "", "", "", f"1 stream {f(s1, '%.2f')} GB/s; "
                      f"2 streams with 8 KiB reads (as wrk reads) {f(s8, '%.2f')} GB/s"))
 
-    head = ("test", "unit", "tensord", "nginx / client", "x", "target", "notes (tensord / nginx)")
+    head = ("test", "unit", "tensord", "nginx / client", "x (spread over runs)", "target",
+            "notes (tensord / nginx)")
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(" --- " for _ in head) + "|"]
     lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
     cfg = res.get("config", {})
@@ -150,7 +158,8 @@ def table(res):
     lines.append(f"medians of {cfg.get('runs')} runs x {cfg.get('seconds')} s; tensord "
                  f"--threads {cfg.get('threads')}, nginx worker_processes {cfg.get('threads')}; "
                  f"{m.get('cpu_model')} ({m.get('cpus')} CPUs), kernel {m.get('kernel')}; "
-                 f"tensord {m.get('tensord_commit')}; total {res.get('total_s', 0):.0f} s")
+                 f"tensord {m.get('tensord_commit')} (binary sha256 {res.get('tensord_sha256')}); "
+                 f"total {res.get('total_s', 0):.0f} s")
     fc = res.get("foreign_cpu") or {}
     if fc.get("median") is not None:
         lines.append(f"CPU taken by other jobs during the wrk runs: median {100 * fc['median']:.0f}%, "

@@ -12,10 +12,12 @@ See docs/PERFORMANCE.md for what each figure means and what limits it.
 """
 import argparse
 import datetime
+import hashlib
 import json
 import os
 import platform
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -167,26 +169,48 @@ def ordered(pairs):
     return pairs[::-1] if RUN_INDEX[0] % 2 else pairs
 
 
+def wrk_once(tag, srv, path, conns, seconds, rng):
+    """One wrk run, with the CPU the server, wrk and everything else used meanwhile."""
+    c0, b0, w0, t0 = srv.cpu_seconds(), machine_busy_s(), children_cpu_s(), time.monotonic()
+    r = clients.run_wrk(srv.port, path, conns, seconds, rng)
+    r["server_cpu_s"] = srv.cpu_seconds() - c0
+    r["wrk_cpu_s"] = children_cpu_s() - w0
+    foreign = machine_busy_s() - b0 - r["server_cpu_s"] - r["wrk_cpu_s"]
+    r["foreign_cpu"] = max(0.0, foreign) / ((time.monotonic() - t0) * os.cpu_count())
+    errs = sum(r["errors"].values())
+    if errs:
+        log(f"  WARNING {tag} {path} c={conns}: {r['errors']}")
+    return r
+
+
 def wrk_pair(td, ng, tpath, npath, conns, seconds, t_range=None, n_range=None):
-    """One wrk run against each server, back to back. Server CPU time is sampled
-    around each run so CPU per request can be compared too, and so is the machine's
-    busy time, so CPU used by anything but this benchmark (other jobs on a shared
-    machine) shows as `foreign_cpu` (fraction of all CPUs over the run)."""
+    """Both servers for `seconds` each, interleaved in 1-second wrk runs (t n t n ...,
+    or n t n t ... on odd runs), so that load from other jobs on a shared machine
+    falls on both alike; a server's rate is its median slice. Server CPU is sampled around each
+    slice so CPU per request can be compared, and the machine's busy time too, so
+    CPU used by anything but this benchmark shows as `foreign_cpu` (fraction of all
+    CPUs). Latency percentiles are the median over the slices."""
+    slices = {}
+    pair = ordered([("tensord", td, tpath, t_range), ("nginx", ng, npath, n_range)])
+    for _ in range(seconds):
+        for tag, srv, path, rng in pair:
+            if srv is not None:
+                slices.setdefault(tag, []).append(wrk_once(tag, srv, path, conns, 1, rng))
     out = {}
-    for tag, srv, path, rng in ordered([("tensord", td, tpath, t_range),
-                                        ("nginx", ng, npath, n_range)]):
-        if srv is None:
-            continue
-        c0, b0, w0, t0 = srv.cpu_seconds(), machine_busy_s(), children_cpu_s(), time.monotonic()
-        r = clients.run_wrk(srv.port, path, conns, seconds, rng)
-        r["server_cpu_s"] = srv.cpu_seconds() - c0
-        r["wrk_cpu_s"] = children_cpu_s() - w0
-        foreign = machine_busy_s() - b0 - r["server_cpu_s"] - r["wrk_cpu_s"]
-        r["foreign_cpu"] = max(0.0, foreign) / ((time.monotonic() - t0) * os.cpu_count())
+    for tag, rs in slices.items():
+        r = {k: sum(x[k] for x in rs) for k in ("requests", "duration_us", "bytes",
+                                                 "server_cpu_s", "wrk_cpu_s")}
+        # The median slice, not the sum: one slice hit by a burst of other work (or a
+        # stall) must not move the figure.
+        r["rps"] = statistics.median(x["rps"] for x in rs)
+        for k in ("lat_mean_us", "lat_p50_us", "lat_p90_us", "lat_p99_us", "lat_max_us"):
+            r[k] = statistics.median(x[k] for x in rs)
+        r["errors"] = {k: sum(x["errors"][k] for x in rs) for k in rs[0]["errors"]}
+        r["foreign_cpu"] = statistics.mean(x["foreign_cpu"] for x in rs)
+        r["slices"] = [{k: x[k] for k in ("requests", "duration_us", "rps", "lat_p99_us",
+                                          "foreign_cpu")} for x in rs]
+        r["argv"] = rs[0]["argv"]
         FOREIGN.append(r["foreign_cpu"])
-        errs = sum(r["errors"].values())
-        if errs:
-            log(f"  WARNING {tag} {path} c={conns}: {r['errors']}")
         out[tag] = r
     return out
 
@@ -217,7 +241,7 @@ def tensor_reads(td, ng, info, seconds):
         r = wrk_pair(td, ng, f"/v1/models/llm/tensors/{name}", f"/llm/{llm['file']}", c, seconds,
                      None, rng)
         for v in r.values():
-            v["gbps"] = v["requests"] * t["nbytes"] / (v["duration_us"] / 1e6) / 1e9
+            v["gbps"] = v["rps"] * t["nbytes"] / 1e9
         res[name] = r
         log("  tensor %-10s %s" % (name, fmt_pair(r, "gbps", "%.2f GB/s")))
     return res
@@ -343,6 +367,15 @@ def main():
     cache = os.path.join(bindir, "models")
     work = os.path.join(bindir, "work-%d" % os.getpid())
     os.makedirs(work)
+    if not args.nginx_only:
+        # Others rebuild build/tensord in this checkout: measure one fixed copy.
+        private = os.path.join(work, "tensord")
+        shutil.copy2(args.tensord, private)
+        with open(private, "rb") as f:
+            tensord_sha = hashlib.sha256(f.read()).hexdigest()[:16]
+        log(f"measuring {args.tensord} (sha256 {tensord_sha}, built "
+            f"{time.ctime(os.path.getmtime(args.tensord))}) from a private copy")
+        args.tensord = private
     build_helpers(bindir)
     info = models.make_data_root(os.path.join(cache, "data"), log)
     data_root = os.path.join(cache, "data")
@@ -353,11 +386,13 @@ def main():
     models.warm_page_cache([data_root])
 
     results = {"machine": machine_info(args.tensord),
+               "tensord_sha256": None if args.nginx_only else tensord_sha,
                "config": {"runs": args.runs, "seconds": args.seconds, "threads": args.threads,
                           "small_conns": SMALL_CONNS, "tensor_conns": TENSOR_CONNS,
                           "nginx_only": args.nginx_only, "sections": sorted(only)},
                "models": info, "runs": []}
     if "ceil" in only:
+        wait_for_quiet(args.quiet_wait)
         results["ceilings"] = ceilings(bindir, os.path.join(data_root, "llm", info["llm"]["file"]))
 
     td = ng = None
