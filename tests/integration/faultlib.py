@@ -23,50 +23,7 @@ SLACK = 3.0 if SANITIZED else 1.0
 
 
 class Daemon(tdutil.Daemon):
-    """tdutil.Daemon with a command prefix (e.g. setpriv to drop privileges)
-    and a readiness probe that can carry headers (a bearer token)."""
-
-    def __init__(self, models, workdir, extra_args=(), prefix=(), probe_headers=None):
-        super().__init__(models, workdir, extra_args)
-        self.prefix = list(prefix)
-        self.probe_headers = probe_headers or {}
-
-    def start(self):
-        binary = tdutil.tensord_bin()
-        if not os.path.exists(binary):
-            raise RuntimeError(f"daemon binary {binary} does not exist (run make, or set TENSORD_BIN)")
-        last = ""
-        for _attempt in range(3):
-            self.port = tdutil.free_port()
-            cmd = self.prefix + [binary, "serve", "--models", self.models,
-                                 "--listen", f"127.0.0.1:{self.port}", "--threads", "2",
-                                 "--ipc-socket", os.path.join(self.workdir, "tensord.sock")]
-            cmd += self.extra_args + shlex.split(os.environ.get("TENSORD_ARGS", ""))
-            with open(self.log_path, "ab") as log:
-                log.write(("\n$ " + " ".join(shlex.quote(c) for c in cmd) + "\n").encode())
-                log.flush()
-                self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log,
-                                             stderr=subprocess.STDOUT, cwd=self.workdir)
-            deadline = time.monotonic() + tdutil.READY_TIMEOUT
-            while time.monotonic() < deadline:
-                if self.proc.poll() is not None:
-                    break
-                try:
-                    r = tdutil.request(self.port, "GET", "/readyz", self.probe_headers, timeout=2)
-                    if r.status == 200:
-                        return self
-                except OSError:
-                    pass
-                time.sleep(0.05)
-            if self.proc.poll() is None:
-                self.proc.kill()
-                self.proc.wait()
-                raise RuntimeError(f"tensord not ready within {tdutil.READY_TIMEOUT}s:\n"
-                                   f"{self.log_tail()}")
-            last = self.log_tail()
-            if "in use" not in last.lower():
-                break
-        raise RuntimeError(f"tensord exited with {self.proc.returncode} before ready:\n{last}")
+    """tdutil.Daemon with what the fault tests read off the process."""
 
     def log_text(self):
         try:

@@ -61,12 +61,16 @@ def free_port():
 
 
 class Daemon:
-    """A running `tensord serve` on a loopback port."""
+    """A running `tensord serve` on a loopback port. `prefix` goes before the
+    binary (e.g. setpriv to drop privileges); `probe_headers` go with the
+    readiness probe (a bearer token when auth is on)."""
 
-    def __init__(self, models, workdir, extra_args=()):
+    def __init__(self, models, workdir, extra_args=(), prefix=(), probe_headers=None):
         self.models = models
         self.workdir = workdir
         self.extra_args = list(extra_args)
+        self.prefix = list(prefix)
+        self.probe_headers = probe_headers or {}
         self.proc = None
         self.port = None
         self.log_path = os.path.join(workdir, "tensord.log")
@@ -89,7 +93,7 @@ class Daemon:
         last = ""
         for _attempt in range(3):
             self.port = free_port()
-            cmd = [binary, "serve", "--models", self.models,
+            cmd = self.prefix + [binary, "serve", "--models", self.models,
                    "--listen", f"127.0.0.1:{self.port}", "--threads", "2",
                    "--ipc-socket", os.path.join(self.workdir, "tensord.sock")]
             cmd += self.extra_args + shlex.split(os.environ.get("TENSORD_ARGS", ""))
@@ -104,7 +108,7 @@ class Daemon:
                 if self.proc.poll() is not None:
                     break
                 try:
-                    r = request(self.port, "GET", "/readyz", timeout=2)
+                    r = request(self.port, "GET", "/readyz", self.probe_headers, timeout=2)
                     if r.status == 200:
                         return self
                 except OSError:
