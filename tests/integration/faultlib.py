@@ -7,7 +7,6 @@ that undo them, so a failing test leaves nothing running or mounted."""
 import contextlib
 import json
 import os
-import shlex
 import shutil
 import socket
 import subprocess
