@@ -1,9 +1,7 @@
 """Limits: every one configurable, with safe defaults, and each enforced with
 the documented answer."""
-import json
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
