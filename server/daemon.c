@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <malloc.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -125,10 +126,20 @@ static void log_invalid_models(const struct registry *r)
                     r->models[i]->error.message);
 }
 
+/* Scans the root and hands the heap that header parsing used back to the
+ * kernel: jansson's tree for a 500k-tensor header is ~500 MB of small blocks
+ * that glibc would otherwise keep, while the snapshot itself needs ~50 MB. */
+static struct registry *scan_and_trim(const char *root, uint64_t generation, struct st_error *err)
+{
+    struct registry *r = registry_scan(root, generation, NULL, err);
+    malloc_trim(0);
+    return r;
+}
+
 static int rescan(struct server *srv, uint64_t generation)
 {
     struct st_error err;
-    struct registry *next = registry_scan(srv->cfg->models, generation, NULL, &err);
+    struct registry *next = scan_and_trim(srv->cfg->models, generation, &err);
     metrics_add(MC_RELOADS, 1);
     if (!next) {
         metrics_add(MC_RELOAD_ERRORS, 1);
@@ -175,7 +186,7 @@ int daemon_run(const struct config *cfg)
 
     notify_systemd("STATUS=scanning %s", cfg->models);
     struct st_error serr;
-    struct registry *reg = registry_scan(cfg->models, generation, NULL, &serr);
+    struct registry *reg = scan_and_trim(cfg->models, generation, &serr);
     if (!reg) {
         log_msg(LOG_ERROR, "cannot serve models root: %s", serr.message);
         goto out;
