@@ -57,8 +57,10 @@ def verdict(x, target):
 def table(res):
     runs = res.get("runs", [])
     ceil = res.get("ceilings", {})
-    sf = get(ceil, "sendfile", "median_gbps")
-    mc = get(ceil, "memcpy", "median_gbps")
+    # A ceiling is what the machine can do: the best run, not the median (on a shared
+    # VM a median of a few runs can fall below what the servers themselves reach).
+    sf = max(get(ceil, "sendfile", "runs") or [0]) or None
+    mc = max(get(ceil, "memcpy", "runs") or [0]) or None
     rows = []
 
     def row(test, unit, t, n, xs=None, note="", target=None):
@@ -139,14 +141,18 @@ def table(res):
             row(label, "s to ready", f"{s['ready_s']:.3f}", "", None,
                 f"VmRSS {s['rss_kib'] / 1024:.1f} MiB (peak {s['hwm_kib'] / 1024:.1f})")
 
+    def best(name):
+        return max(get(ceil, name, "runs") or [0]) or None
+
     if mc:
-        rows.append(("ceiling: memcpy, 1 thread, 256 MiB", "GB/s", f"{mc:.1f}", "", "", "", ""))
+        rows.append(("ceiling: memcpy, 1 thread, 256 MiB (best of 9)", "GB/s", f"{mc:.1f}", "",
+                     "", "", f"median {f(get(ceil, 'memcpy', 'median_gbps'), '%.1f')}"))
     if sf:
-        s8 = get(ceil, "sendfile_8k", "median_gbps")
-        s1 = get(ceil, "sendfile_1stream", "median_gbps")
-        rows.append(("ceiling: loopback TCP sendfile -> read(1 MiB), 2 streams", "GB/s",
-                     f"{sf:.2f}", "", "", "", f"1 stream {f(s1, '%.2f')} GB/s; "
-                     f"2 streams with 8 KiB reads (as wrk reads) {f(s8, '%.2f')} GB/s"))
+        rows.append(("ceiling: loopback TCP sendfile -> read(1 MiB), 2 streams (best of 7)",
+                     "GB/s", f"{sf:.2f}", "", "", "",
+                     f"median {f(get(ceil, 'sendfile', 'median_gbps'), '%.2f')}; best with 1 "
+                     f"stream {f(best('sendfile_1stream'), '%.2f')}, with 8 KiB reads as wrk "
+                     f"reads {f(best('sendfile_8k'), '%.2f')}"))
 
     head = ("test", "unit", "tensord", "nginx / client", "x (spread over runs)", "target",
             "notes (tensord / nginx)")

@@ -420,7 +420,7 @@ def main():
             if "tensor" in only:
                 run["tensor"] = tensor_reads(td, ng, info, args.seconds)
             if "slice" in only:
-                run["slice"] = slices(td, ng, info, buf, reps=3)
+                run["slice"] = slices(td, ng, info, buf, reps=5)
             if "meta" in only:
                 run["meta"] = metadata(td, ng, info, reps=10)
             results["runs"].append(run)
