@@ -493,6 +493,8 @@ static void walk(struct scan *s, int dirfd, const char *rel, unsigned depth)
 
 static void free_model(struct reg_model *m, int rootfd)
 {
+    for (int k = 0; k < REG_DOC_COUNT; k++)
+        free(atomic_load(&m->docs[k].text));
     for (size_t i = 0; i < m->n_files; i++) {
         if (m->files[i].fd >= 0)
             close(m->files[i].fd);
@@ -700,4 +702,31 @@ void registry_holder_destroy(struct registry_holder *h)
     registry_unref(h->cur);
     h->cur = NULL;
     pthread_mutex_destroy(&h->lock);
+}
+
+const char *registry_model_doc(const struct reg_model *m, enum reg_doc_kind kind,
+                               char *(*render)(const struct reg_model *m), size_t *len)
+{
+    /* The snapshot is otherwise immutable; the cache is its one lazily
+     * filled part, published with a compare-and-swap. */
+    struct reg_doc *d = (struct reg_doc *)&m->docs[kind];
+    char *text = atomic_load_explicit(&d->text, memory_order_acquire);
+    if (!text) {
+        char *mine = render(m);
+        if (!mine)
+            return NULL;
+        size_t n = strlen(mine);
+        char *expected = NULL;
+        /* Every renderer stores the same length: the document is deterministic. */
+        atomic_store_explicit(&d->len, n, memory_order_relaxed);
+        if (atomic_compare_exchange_strong_explicit(&d->text, &expected, mine,
+                                                    memory_order_acq_rel, memory_order_acquire)) {
+            text = mine;
+        } else {
+            free(mine);
+            text = expected;
+        }
+    }
+    *len = atomic_load_explicit(&d->len, memory_order_relaxed);
+    return text;
 }

@@ -35,6 +35,8 @@ struct reg_tensor {
 
 enum model_state { MODEL_READY, MODEL_INVALID };
 
+enum reg_doc_kind { REG_DOC_MODEL, REG_DOC_HEADER, REG_DOC_COUNT };
+
 struct reg_model {
     char *name;                /* relative to the root, '/'-separated; "NAME" for NAME.safetensors at the root */
     int dirfd;                 /* the model's directory (the root for single-file models) */
@@ -49,6 +51,13 @@ struct reg_model {
     uint64_t tensor_bytes;     /* sum of tensor sizes */
     struct strmap *by_tensor;  /* name -> struct reg_tensor * */
     struct strmap *by_file;    /* name -> struct reg_file * */
+    /* JSON documents derived from the model (the description and the merged
+     * header), rendered by the first request that needs one and freed with
+     * the snapshot; they cannot change while it lives. */
+    struct reg_doc {
+        _Atomic(char *) text;
+        _Atomic size_t len;    /* valid once text is non-NULL */
+    } docs[REG_DOC_COUNT];
 };
 
 struct registry {
@@ -97,6 +106,13 @@ int registry_dir_is_model(const char *path);
 const struct reg_model *registry_find_model(const struct registry *r, const char *name, size_t len);
 const struct reg_tensor *registry_find_tensor(const struct reg_model *m, const char *name, size_t len);
 const struct reg_file *registry_find_file(const struct reg_model *m, const char *name, size_t len);
+
+/* Returns the cached document `kind` of m, rendering it with render(m) (a
+ * new NUL-terminated string, or NULL on failure) the first time. Safe from
+ * any thread: if two render at once, one copy is kept. The text lives as long
+ * as the snapshot; *len gets its length. */
+const char *registry_model_doc(const struct reg_model *m, enum reg_doc_kind kind,
+                               char *(*render)(const struct reg_model *m), size_t *len);
 
 struct registry *registry_ref(struct registry *r);
 void registry_unref(struct registry *r);

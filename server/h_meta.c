@@ -39,6 +39,14 @@ static json_t *offsets_json(uint64_t begin, uint64_t end)
     return json_pack("[I,I]", (json_int_t)begin, (json_int_t)end);
 }
 
+/* Encodes and frees doc; NULL when it cannot be encoded. */
+static char *dump_json(json_t *doc)
+{
+    char *text = doc ? json_dumps(doc, JSON_COMPACT) : NULL;
+    json_decref(doc);
+    return text;
+}
+
 static json_t *gpu_summary(struct server *srv, const struct reg_model *m)
 {
     if (!srv->gpu)
@@ -73,10 +81,9 @@ enum MHD_Result handle_models(struct MHD_Connection *conn, struct request *rq,
     return respond_json(conn, rq, MHD_HTTP_OK, doc, NULL);
 }
 
-enum MHD_Result handle_model(struct MHD_Connection *conn, struct request *rq,
-                             const struct registry *reg, const struct reg_model *m)
+/* The description of a model (GET /v1/models/{model}), rendered once per snapshot. */
+static char *render_model(const struct reg_model *m)
 {
-    (void)reg;
     json_t *files = json_array(), *metadata = json_object(), *tensors = json_object();
     for (size_t i = 0; i < m->n_files; i++) {
         const struct reg_file *f = &m->files[i];
@@ -116,15 +123,14 @@ enum MHD_Result handle_model(struct MHD_Connection *conn, struct request *rq,
         json_object_set_new(doc, "index", json_string(m->index_file->name));
     if (m->state != MODEL_READY)
         json_object_set_new(doc, "error", error_json(&m->error));
-    char etag[40];
-    model_etag(m, "model", etag, sizeof(etag));
-    return respond_json(conn, rq, MHD_HTTP_OK, doc, etag);
+    return dump_json(doc);
 }
 
-enum MHD_Result handle_model_header(struct MHD_Connection *conn, struct request *rq,
-                                    const struct registry *reg, const struct reg_model *m)
+/* The merged header of all shards (GET /v1/models/{model}/header), rendered
+ * once per snapshot: for thousands of tensors building it is milliseconds of
+ * jansson work, and it only changes when the registry does. */
+static char *render_header(const struct reg_model *m)
 {
-    (void)reg;
     json_t *doc = json_object(), *md = json_object();
     json_object_set_new(doc, "__metadata__", md);
     /* Shards usually repeat the same metadata; the first file to set a key wins. */
@@ -142,9 +148,40 @@ enum MHD_Result handle_model_header(struct MHD_Connection *conn, struct request 
                                       offsets_json(st->begin, st->end), "file",
                                       m->tensors[i].file->name));
     }
+    return dump_json(doc);
+}
+
+/* Answers with a copy of the snapshot's cached document, so the response
+ * does not have to keep the snapshot alive while it is sent. */
+static enum MHD_Result respond_model_doc(struct MHD_Connection *conn, struct request *rq,
+                                         const struct reg_model *m, enum reg_doc_kind kind,
+                                         char *(*render)(const struct reg_model *m),
+                                         const char *etag_kind)
+{
+    size_t len;
+    const char *text = registry_model_doc(m, kind, render, &len);
+    if (!text)
+        return respond_error(conn, rq, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal",
+                             "could not encode model \"%.300s\" as JSON", m->name);
     char etag[40];
-    model_etag(m, "header", etag, sizeof(etag));
-    return respond_json(conn, rq, MHD_HTTP_OK, doc, etag);
+    model_etag(m, etag_kind, etag, sizeof(etag));
+    char *copy = xmalloc(len + 1);
+    memcpy(copy, text, len + 1);
+    return respond_json_text(conn, rq, copy, len, etag);
+}
+
+enum MHD_Result handle_model(struct MHD_Connection *conn, struct request *rq,
+                             const struct registry *reg, const struct reg_model *m)
+{
+    (void)reg;
+    return respond_model_doc(conn, rq, m, REG_DOC_MODEL, render_model, "model");
+}
+
+enum MHD_Result handle_model_header(struct MHD_Connection *conn, struct request *rq,
+                                    const struct registry *reg, const struct reg_model *m)
+{
+    (void)reg;
+    return respond_model_doc(conn, rq, m, REG_DOC_HEADER, render_header, "header");
 }
 
 enum MHD_Result handle_healthz(struct MHD_Connection *conn, struct request *rq)

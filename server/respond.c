@@ -169,8 +169,14 @@ enum MHD_Result respond_json(struct MHD_Connection *conn, struct request *rq, un
         add_common_headers(resp, "application/json");
         return queue(conn, rq, status, resp, len);
     }
+    return respond_json_text(conn, rq, text, strlen(text), etag);
+}
+
+enum MHD_Result respond_json_text(struct MHD_Connection *conn, struct request *rq, char *text,
+                                  size_t len, const char *etag)
+{
     struct representation rep = {
-        .body = {.prefix = text, .prefix_len = strlen(text), .fd = -1},
+        .body = {.prefix = text, .prefix_len = len, .fd = -1},
         .prefix_buf = text,
         .content_type = "application/json",
         .mtime = -1,
@@ -179,7 +185,6 @@ enum MHD_Result respond_json(struct MHD_Connection *conn, struct request *rq, un
         snprintf(rep.etag, sizeof(rep.etag), "%s", etag);
     return respond_body(conn, rq, &rep);
 }
-
 /* ---- streamed bodies ---------------------------------------------------- */
 
 /* A piece of the answer: either literal bytes (multipart framing) or a span
