@@ -20,6 +20,7 @@ struct config {
     unsigned max_connections;       /* total; beyond it new connections get 503 */
     unsigned max_connections_per_ip;/* 0 = unlimited */
     unsigned connection_timeout;    /* idle seconds before a connection is closed */
+    unsigned header_timeout;        /* seconds to send a request's line and headers (slowloris cap) */
     unsigned max_request_header_bytes; /* URL + headers per request (431 beyond) */
     unsigned max_ranges;            /* parts in one multipart/byteranges answer */
     uint64_t max_slice_bytes;       /* largest slice answer, 413 beyond; 0 = unlimited */

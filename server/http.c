@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "auth.h"
+#include "deadline.h"
 #include "handlers.h"
 #include "log.h"
 #include "metrics.h"
@@ -58,9 +59,17 @@ static size_t keep_escaped(void *cls, struct MHD_Connection *c, char *s)
     return strlen(s);
 }
 
+/* The header deadline tracked for conn (its libmicrohttpd socket context). */
+static struct deadline_conn *conn_deadline(struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
 static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
 {
-    (void)conn;
+    deadline_arm(conn_deadline(conn)); /* a request line: its headers are now due */
     struct request *rq = xcalloc(1, sizeof(*rq));
     rq->srv = cls;
     rq->start_ns = time_mono_ns();
@@ -98,14 +107,18 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
                           enum MHD_ConnectionNotificationCode code)
 {
-    (void)conn, (void)socket_context;
     struct server *srv = cls;
     if (code == MHD_CONNECTION_NOTIFY_STARTED) {
         atomic_fetch_add(&srv->connections, 1);
         metrics_conn_opened();
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        *socket_context = ci ? deadlines_add(srv->deadlines, ci->connect_fd) : NULL;
     } else {
         atomic_fetch_sub(&srv->connections, 1);
         metrics_conn_closed();
+        deadlines_remove(srv->deadlines, *socket_context);
+        *socket_context = NULL;
     }
 }
 
@@ -305,6 +318,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
          * that keeps HTTP/1.1 connections alive (measured: 5x the requests/s). */
         snprintf(rq->method, sizeof(rq->method), "%s", method);
         rq->is_head = strcmp(method, MHD_HTTP_METHOD_HEAD) == 0;
+        deadline_disarm(conn_deadline(conn)); /* the headers are complete */
         return MHD_YES;
     }
     if (*upload_data_size) {
@@ -363,6 +377,7 @@ int http_start(struct server *srv, char *errbuf, size_t errlen)
         {MHD_OPTION_HTTPS_MEM_CERT, 0, tls_cert},
         {MHD_OPTION_END, 0, NULL},
     };
+    srv->deadlines = deadlines_start(cfg->header_timeout);
     srv->daemon = MHD_start_daemon(
         flags, 0, NULL, NULL, on_request, srv,
         MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
@@ -382,6 +397,8 @@ int http_start(struct server *srv, char *errbuf, size_t errlen)
     free(tls_key);
     free(tls_cert);
     if (!srv->daemon) {
+        deadlines_stop(srv->deadlines);
+        srv->deadlines = NULL;
         snprintf(errbuf, errlen, "cannot listen on %s: %s", cfg->listen,
                  errno ? strerror(errno) : "libmicrohttpd refused the options");
         return -1;
@@ -398,4 +415,6 @@ void http_stop(struct server *srv, unsigned drain_ms)
         usleep(10000);
     MHD_stop_daemon(srv->daemon);
     srv->daemon = NULL;
+    deadlines_stop(srv->deadlines);
+    srv->deadlines = NULL;
 }

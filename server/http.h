@@ -16,12 +16,14 @@
 #include "registry.h"
 
 struct gpu_manager;
+struct deadlines;
 
 struct server {
     const struct config *cfg;
     struct registry_holder registry;
     struct gpu_manager *gpu;        /* NULL when GPU sharing is not set up */
     struct MHD_Daemon *daemon;
+    struct deadlines *deadlines;    /* header_timeout reaper; NULL when off */
     atomic_uint connections;        /* open HTTP connections */
     atomic_uint in_flight;          /* requests being answered */
     atomic_int ready;               /* first scan done */

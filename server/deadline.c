@@ -1,0 +1,130 @@
+#include "deadline.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include "log.h"
+#include "util.h"
+
+struct deadline_conn {
+    int fd;
+    _Atomic uint64_t since_ns;      /* when the pending request began; 0 when none is pending */
+    struct deadline_conn *prev, *next; /* guarded by deadlines.lock */
+};
+
+struct deadlines {
+    uint64_t timeout_ns;
+    pthread_mutex_t lock;           /* guards the list; taken per connection, not per request */
+    pthread_cond_t wake;
+    struct deadline_conn head;      /* circular list sentinel */
+    int stopping;
+    pthread_t thread;
+};
+
+static void *reaper(void *arg)
+{
+    struct deadlines *d = arg;
+    pthread_mutex_lock(&d->lock);
+    while (!d->stopping) {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += 1;
+        pthread_cond_timedwait(&d->wake, &d->lock, &until);
+        uint64_t now = time_mono_ns();
+        for (struct deadline_conn *c = d->head.next; c != &d->head; c = c->next) {
+            uint64_t since = atomic_load_explicit(&c->since_ns, memory_order_relaxed);
+            if (since && now - since > d->timeout_ns) {
+                /* Holding the lock: libmicrohttpd removes a connection here
+                 * before it closes the descriptor, so fd is still this socket. */
+                shutdown(c->fd, SHUT_RDWR);
+                atomic_store_explicit(&c->since_ns, 0, memory_order_relaxed);
+                log_msg(LOG_DEBUG, "closed a connection that sent no complete headers in time");
+            }
+        }
+    }
+    pthread_mutex_unlock(&d->lock);
+    return NULL;
+}
+
+struct deadlines *deadlines_start(unsigned seconds)
+{
+    if (seconds == 0)
+        return NULL;
+    struct deadlines *d = xcalloc(1, sizeof(*d));
+    d->timeout_ns = (uint64_t)seconds * 1000000000ULL;
+    pthread_mutex_init(&d->lock, NULL);
+    pthread_cond_init(&d->wake, NULL);
+    d->head.next = d->head.prev = &d->head;
+    if (pthread_create(&d->thread, NULL, reaper, d) != 0) {
+        log_msg(LOG_WARN, "header_timeout is off: cannot start its thread");
+        pthread_mutex_destroy(&d->lock);
+        pthread_cond_destroy(&d->wake);
+        free(d);
+        return NULL;
+    }
+    return d;
+}
+
+void deadlines_stop(struct deadlines *d)
+{
+    if (!d)
+        return;
+    pthread_mutex_lock(&d->lock);
+    d->stopping = 1;
+    pthread_cond_signal(&d->wake);
+    pthread_mutex_unlock(&d->lock);
+    pthread_join(d->thread, NULL);
+    /* Connections still listed belong to a daemon that is already stopped. */
+    while (d->head.next != &d->head) {
+        struct deadline_conn *c = d->head.next;
+        c->prev->next = c->next;
+        c->next->prev = c->prev;
+        free(c);
+    }
+    pthread_mutex_destroy(&d->lock);
+    pthread_cond_destroy(&d->wake);
+    free(d);
+}
+
+struct deadline_conn *deadlines_add(struct deadlines *d, int fd)
+{
+    if (!d)
+        return NULL;
+    struct deadline_conn *c = xcalloc(1, sizeof(*c));
+    c->fd = fd;
+    atomic_store(&c->since_ns, time_mono_ns());
+    pthread_mutex_lock(&d->lock);
+    c->next = d->head.next;
+    c->prev = &d->head;
+    d->head.next->prev = c;
+    d->head.next = c;
+    pthread_mutex_unlock(&d->lock);
+    return c;
+}
+
+void deadlines_remove(struct deadlines *d, struct deadline_conn *c)
+{
+    if (!d || !c)
+        return;
+    pthread_mutex_lock(&d->lock);
+    c->prev->next = c->next;
+    c->next->prev = c->prev;
+    pthread_mutex_unlock(&d->lock);
+    free(c);
+}
+
+void deadline_arm(struct deadline_conn *c)
+{
+    if (c)
+        atomic_store_explicit(&c->since_ns, time_mono_ns(), memory_order_relaxed);
+}
+
+void deadline_disarm(struct deadline_conn *c)
+{
+    if (c)
+        atomic_store_explicit(&c->since_ns, 0, memory_order_relaxed);
+}
