@@ -12,6 +12,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "fileio.h"
 #include "util.h"
 
 struct host_alloc {
@@ -153,16 +154,11 @@ static int host_read_back(struct gpu_backend *b, struct gpu_alloc *a, uint64_t o
                           size_t len, char *err, size_t errlen)
 {
     (void)b;
-    size_t done = 0;
-    while (done < len) {
-        ssize_t n = pread(a->fd, (char *)dst + done, len - done, (off_t)(off + done));
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0) {
-            snprintf(err, errlen, "reading the memfd back: %s", n < 0 ? strerror(errno) : "short");
-            return -1;
-        }
-        done += (size_t)n;
+    int rc = fileio_pread_full(a->fd, dst, len, off);
+    if (rc < 0) {
+        snprintf(err, errlen, "reading the memfd back: %s",
+                 rc == -ENODATA ? "short" : strerror(-rc));
+        return -1;
     }
     return 0;
 }

@@ -8,6 +8,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "fileio.h"
 #include "ipc_proto.h"
 #include "util.h"
 
@@ -20,23 +21,6 @@ struct slot {
     size_t dlen;               /* shard bytes in this chunk */
     int direct;                /* read from the O_DIRECT descriptor */
 };
-
-int gpu_pread_full(int fd, void *buf, size_t n, uint64_t off)
-{
-    size_t done = 0;
-    while (done < n) {
-        ssize_t r = pread(fd, (char *)buf + done, n - done, (off_t)(off + done));
-        if (r < 0) {
-            if (errno == EINTR)
-                continue;
-            return -errno;
-        }
-        if (r == 0)
-            return -ENODATA;
-        done += (size_t)r;
-    }
-    return 0;
-}
 
 static size_t slot_bytes(const struct gpu_loader *l)
 {
@@ -113,7 +97,7 @@ static int complete_read(struct slot *s, char *buf, int fd, int res, int *direct
     if (res < 0)
         *direct = 0; /* this filesystem takes O_DIRECT opens but not the reads */
     if (got < need) {
-        int rc = gpu_pread_full(fd, buf + got, need - got, s->a0 + got);
+        int rc = fileio_pread_full(fd, buf + got, need - got, s->a0 + got);
         if (rc < 0) {
             snprintf(err, errlen, "read at %llu: %s", (unsigned long long)(s->a0 + got),
                      rc == -ENODATA ? "the file is shorter than its header says (truncated?)"
@@ -274,7 +258,7 @@ int gpu_loader_verify(struct gpu_loader *l, int fd, uint64_t file_off, uint64_t 
             rc = -1;
             break;
         }
-        int r = gpu_pread_full(fd, mem + n, len, file_off + off);
+        int r = fileio_pread_full(fd, mem + n, len, file_off + off);
         if (r < 0) {
             snprintf(err, errlen, "verify read at %llu: %s",
                      (unsigned long long)(file_off + off), strerror(-r));

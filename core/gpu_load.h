@@ -52,8 +52,4 @@ int gpu_loader_verify(struct gpu_loader *l, int fd, uint64_t file_off, uint64_t 
 
 void gpu_loader_close(struct gpu_loader *l);
 
-/* Reads exactly n bytes at off (retrying EINTR and short reads). Returns 0,
- * -errno, or -ENODATA when the file ended first. */
-int gpu_pread_full(int fd, void *buf, size_t n, uint64_t off);
-
 #endif
