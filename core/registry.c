@@ -25,6 +25,10 @@
 #define REGISTRY_DEFAULT_DEPTH 16
 #define REGISTRY_MAX_DEPTH 256 /* larger max_depth values are clamped (PATH_MAX stops sooner) */
 #define ST_SUFFIX ".safetensors"
+/* A safetensors file's prefix and header are kept in memory up to this size,
+ * so reads of them are answered without touching the file (a typical
+ * shard's header is 20-200 KB; a huge one is served from the file). */
+#define REGISTRY_HEAD_KEEP_MAX (1u << 20)
 #define INDEX_SUFFIX ".safetensors.index.json"
 
 enum entry_kind { ENTRY_SKIP, ENTRY_DIR, ENTRY_REG };
@@ -184,7 +188,7 @@ static void open_file(const struct scan *s, struct reg_file *f, int dirfd, const
     fileio_etag(&f->st, f->etag);
     f->error.code = ST_OK;
     if (f->is_safetensors) {
-        if (st_header_read_fd(f->fd, f->name, &f->header, &f->error) == ST_OK)
+        if (st_header_read_fd(f->fd, f->name, REGISTRY_HEAD_KEEP_MAX, &f->header, &f->error) == ST_OK)
             f->data_start = ST_PREFIX_LEN + f->header->header_len;
         else
             f->header = NULL;

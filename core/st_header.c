@@ -559,8 +559,8 @@ done:
     return rc;
 }
 
-enum st_status st_header_read_fd(int fd, const char *file, struct st_header **out,
-                                 struct st_error *err)
+enum st_status st_header_read_fd(int fd, const char *file, size_t keep_max,
+                                 struct st_header **out, struct st_error *err)
 {
     struct ctx c;
     struct stat st;
@@ -581,13 +581,20 @@ enum st_status st_header_read_fd(int fd, const char *file, struct st_header **ou
     }
     if ((rc = st_header_check_prefix(prefix, size, file, &n, err)) != ST_OK)
         return rc;
-    char *buf = xmalloc((size_t)n);
-    int r = fileio_pread_full(fd, buf, (size_t)n, ST_PREFIX_LEN);
+    /* One buffer for prefix and JSON, so it can be kept as raw. */
+    unsigned char *buf = xmalloc(ST_PREFIX_LEN + (size_t)n);
+    memcpy(buf, prefix, ST_PREFIX_LEN);
+    char *json = (char *)buf + ST_PREFIX_LEN;
+    int r = fileio_pread_full(fd, json, (size_t)n, ST_PREFIX_LEN);
     if (r != 0)
         rc = st_error_set(err, ST_ERR_IO, "%s: reading the %" PRIu64 "-byte header: %s", c.file, n,
                           r == -ENODATA ? "file shrank while reading" : strerror(-r));
     else
-        rc = st_header_parse(buf, (size_t)n, size - ST_PREFIX_LEN - n, file, out, err);
+        rc = st_header_parse(json, (size_t)n, size - ST_PREFIX_LEN - n, file, out, err);
+    if (rc == ST_OK && ST_PREFIX_LEN + n <= keep_max) {
+        (*out)->raw = buf;
+        return rc;
+    }
     free(buf);
     return rc;
 }
@@ -597,5 +604,6 @@ void st_header_free(struct st_header *h)
     if (!h)
         return;
     free(h->arena);
+    free(h->raw);
     free(h);
 }

@@ -41,6 +41,9 @@ struct st_header {
     struct st_kv *metadata;      /* __metadata__ in file order; n_metadata == 0 when absent */
     int has_metadata;            /* 1 when __metadata__ was present (possibly empty) */
     void *arena;                 /* backing storage for names and shapes */
+    unsigned char *raw;          /* the file's first ST_PREFIX_LEN + header_len bytes as read and
+                                  * validated, when st_header_read_fd was asked to keep them;
+                                  * else NULL. Owned by the header. */
 };
 
 /* Checks the 8-byte prefix against the file size and returns N in
@@ -57,9 +60,11 @@ enum st_status st_header_parse(const char *json, size_t len, uint64_t data_len,
                                struct st_error *err);
 
 /* Reads and validates a whole file's header from fd with pread (no mapping).
- * Sets header_len/data_len in the result. */
-enum st_status st_header_read_fd(int fd, const char *file, struct st_header **out,
-                                 struct st_error *err);
+ * Sets header_len/data_len in the result. When the prefix and JSON together
+ * are at most keep_max bytes, the result keeps them in raw, so a server can
+ * answer reads of them without touching the file again. */
+enum st_status st_header_read_fd(int fd, const char *file, size_t keep_max,
+                                 struct st_header **out, struct st_error *err);
 
 
 void st_header_free(struct st_header *h);

@@ -38,9 +38,9 @@ static void derive_etag(char *out, size_t len, const char *file_etag, char kind,
 }
 
 enum MHD_Result handle_file(struct MHD_Connection *conn, struct request *rq,
-                            const struct reg_model *m, const struct reg_file *f, int header_only)
+                            struct registry *reg, const struct reg_file *f, int header_only)
 {
-    (void)m;
+    const struct st_header *h = f->header;
     struct representation rep = {
         .body = {.fd = f->fd, .data_off = 0, .data_len = f->st.size},
         .content_type = content_type_for(f->name),
@@ -52,13 +52,24 @@ enum MHD_Result handle_file(struct MHD_Connection *conn, struct request *rq,
                              "file \"%.300s\" could not be opened: %s", f->name, f->error.message);
     snprintf(rep.etag, sizeof(rep.etag), "%s", f->etag);
     if (header_only) {
-        if (!f->header)
+        if (!h)
             return respond_error(conn, rq, MHD_HTTP_BAD_REQUEST, "not_safetensors",
                                  "\"%.300s\" is not a valid safetensors file", f->name);
         rep.body.data_off = ST_PREFIX_LEN;
-        rep.body.data_len = f->header->header_len;
+        rep.body.data_len = h->header_len;
         rep.content_type = "application/json";
         derive_etag(rep.etag, sizeof(rep.etag), f->etag, 'h', 0);
+        if (h->raw) { /* the validated bytes, kept by the snapshot */
+            rep.body = (struct body){.prefix = (const char *)h->raw + ST_PREFIX_LEN,
+                                     .prefix_len = h->header_len, .fd = -1};
+            rep.pin = reg;
+        }
+    } else if (h && h->raw) {
+        /* Reads inside the prefix and header (a client sizing the header with
+         * bytes=0-7, then fetching it) are answered from memory. */
+        rep.mem = (const char *)h->raw;
+        rep.mem_len = ST_PREFIX_LEN + h->header_len;
+        rep.pin = reg;
     }
     return respond_body(conn, rq, &rep);
 }

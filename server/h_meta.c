@@ -151,10 +151,11 @@ static char *render_header(const struct reg_model *m)
     return dump_json(doc);
 }
 
-/* Answers with a copy of the snapshot's cached document, so the response
- * does not have to keep the snapshot alive while it is sent. */
+/* Answers with the snapshot's cached document; the response keeps the
+ * snapshot alive until it is sent. */
 static enum MHD_Result respond_model_doc(struct MHD_Connection *conn, struct request *rq,
-                                         const struct reg_model *m, enum reg_doc_kind kind,
+                                         struct registry *reg, const struct reg_model *m,
+                                         enum reg_doc_kind kind,
                                          char *(*render)(const struct reg_model *m),
                                          const char *etag_kind)
 {
@@ -165,23 +166,26 @@ static enum MHD_Result respond_model_doc(struct MHD_Connection *conn, struct req
                              "could not encode model \"%.300s\" as JSON", m->name);
     char etag[40];
     model_etag(m, etag_kind, etag, sizeof(etag));
-    char *copy = xmalloc(len + 1);
-    memcpy(copy, text, len + 1);
-    return respond_json_text(conn, rq, copy, len, etag);
+    struct representation rep = {
+        .body = {.prefix = text, .prefix_len = len, .fd = -1},
+        .pin = reg,
+        .content_type = "application/json",
+        .mtime = -1,
+    };
+    snprintf(rep.etag, sizeof(rep.etag), "%s", etag);
+    return respond_body(conn, rq, &rep);
 }
 
 enum MHD_Result handle_model(struct MHD_Connection *conn, struct request *rq,
-                             const struct registry *reg, const struct reg_model *m)
+                             struct registry *reg, const struct reg_model *m)
 {
-    (void)reg;
-    return respond_model_doc(conn, rq, m, REG_DOC_MODEL, render_model, "model");
+    return respond_model_doc(conn, rq, reg, m, REG_DOC_MODEL, render_model, "model");
 }
 
 enum MHD_Result handle_model_header(struct MHD_Connection *conn, struct request *rq,
-                                    const struct registry *reg, const struct reg_model *m)
+                                    struct registry *reg, const struct reg_model *m)
 {
-    (void)reg;
-    return respond_model_doc(conn, rq, m, REG_DOC_HEADER, render_header, "header");
+    return respond_model_doc(conn, rq, reg, m, REG_DOC_HEADER, render_header, "header");
 }
 
 enum MHD_Result handle_healthz(struct MHD_Connection *conn, struct request *rq)

@@ -1,7 +1,8 @@
 /* handlers: one function per endpoint. Each runs on an HTTP worker thread
  * with a registry reference held by the caller for the call's duration;
- * whatever an answer needs after the call (file descriptors, headers) is
- * duplicated or copied into the response. */
+ * whatever an answer needs after the call is duplicated into the response
+ * (file descriptors), copied, or kept alive by a reference to the snapshot
+ * that the response drops when it is sent (cached documents and headers). */
 #ifndef TENSORD_HANDLERS_H
 #define TENSORD_HANDLERS_H
 
@@ -13,11 +14,11 @@
 enum MHD_Result handle_models(struct MHD_Connection *conn, struct request *rq,
                               const struct registry *reg);
 enum MHD_Result handle_model(struct MHD_Connection *conn, struct request *rq,
-                             const struct registry *reg, const struct reg_model *m);
+                             struct registry *reg, const struct reg_model *m);
 enum MHD_Result handle_model_header(struct MHD_Connection *conn, struct request *rq,
-                                    const struct registry *reg, const struct reg_model *m);
+                                    struct registry *reg, const struct reg_model *m);
 enum MHD_Result handle_file(struct MHD_Connection *conn, struct request *rq,
-                            const struct reg_model *m, const struct reg_file *f, int header_only);
+                            struct registry *reg, const struct reg_file *f, int header_only);
 enum MHD_Result handle_tensor(struct MHD_Connection *conn, struct request *rq,
                               const struct reg_model *m, const struct reg_tensor *t);
 enum MHD_Result handle_gpu(struct MHD_Connection *conn, struct request *rq,

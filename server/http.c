@@ -207,7 +207,7 @@ static enum MHD_Result dispatch_model(struct MHD_Connection *conn, struct reques
             ret = respond_error(conn, rq, MHD_HTTP_NOT_FOUND, "file_not_found",
                                 "model \"%.300s\" has no file \"%.300s\"", m->name, rt->name);
         else
-            ret = handle_file(conn, rq, m, f, rt->kind == ROUTE_FILE_HEADER);
+            ret = handle_file(conn, rq, reg, f, rt->kind == ROUTE_FILE_HEADER);
         break;
     }
     case ROUTE_TENSOR: {

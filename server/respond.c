@@ -31,12 +31,33 @@ static int fcntl_dupfd(int fd)
     return fcntl(fd, F_DUPFD_CLOEXEC, 0);
 }
 
+/* IMF-fixdate by arithmetic: gmtime_r and strftime take the time zone lock
+ * and go through the locale on every answer, and the date is always UTC. */
 void http_date_format(int64_t t, char *buf, size_t len)
 {
-    struct tm tm;
-    time_t tt = (time_t)t;
-    gmtime_r(&tt, &tm);
-    strftime(buf, len, "%a, %d %b %Y %H:%M:%S GMT", &tm);
+    static const char wdays[7][4] = {"Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"};
+    static const char months[12][4] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                       "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+    int64_t days = t / 86400, secs = t % 86400;
+    if (secs < 0) {
+        secs += 86400;
+        days--;
+    }
+    int wday = (int)(((days % 7) + 7) % 7); /* 1970-01-01 was a Thursday */
+    /* Civil date from days since the epoch, in 400-year eras starting on
+     * March 1st so the leap day is the era-year's last day. */
+    int64_t z = days + 719468;
+    int64_t era = (z >= 0 ? z : z - 146096) / 146097;
+    int64_t doe = z - era * 146097;
+    int64_t yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    int64_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    int64_t mp = (5 * doy + 2) / 153;
+    int64_t day = doy - (153 * mp + 2) / 5 + 1;
+    int64_t month = mp < 10 ? mp + 3 : mp - 9;
+    int64_t year = yoe + era * 400 + (month <= 2);
+    snprintf(buf, len, "%s, %02d %s %04d %02d:%02d:%02d GMT", wdays[wday], (int)day,
+             months[month - 1], (int)year, (int)(secs / 3600), (int)(secs / 60 % 60),
+             (int)(secs % 60));
 }
 
 int http_date_parse(const char *s, int64_t *out)
@@ -202,6 +223,7 @@ struct stream {
     int verify;             /* check file_st after every block read from the file */
     char *prefix_buf;
     struct slice_plan *plan_buf;
+    struct registry *pin;   /* a reference keeping body.prefix alive, or NULL */
     size_t n_pieces;
     struct piece *pieces;
     char *framing;          /* storage of the multipart framing strings */
@@ -215,6 +237,8 @@ static void stream_free(void *cls)
         close(s->body.fd);
     free(s->prefix_buf);
     free(s->plan_buf);
+    if (s->pin)
+        registry_unref(s->pin);
     free(s->pieces);
     free(s->framing);
     free(s);
@@ -264,6 +288,7 @@ static struct stream *stream_new(struct representation *rep)
     s->plan_buf = rep->plan_buf;
     rep->prefix_buf = NULL;
     rep->plan_buf = NULL;
+    s->pin = rep->pin ? registry_ref(rep->pin) : NULL;
     s->body.fd = rep->body.fd >= 0 ? fcntl_dupfd(rep->body.fd) : -1;
     if (rep->file_st && s->body.fd >= 0) {
         s->file_st = *rep->file_st;
@@ -276,6 +301,48 @@ static ssize_t never_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
     (void)cls, (void)pos, (void)buf, (void)max;
     return MHD_CONTENT_READER_END_WITH_ERROR;
+}
+
+static void unpin(void *cls)
+{
+    registry_unref(cls);
+}
+
+/* Where body bytes [off, off + len) are held in memory that a snapshot
+ * keeps alive (a file's validated header, a cached document), or NULL. */
+static const char *pinned_span(const struct representation *rep, uint64_t off, uint64_t len)
+{
+    if (!rep->pin)
+        return NULL;
+    if (rep->mem && off + len <= rep->mem_len)
+        return rep->mem + off;
+    if (!rep->prefix_buf && off + len <= rep->body.prefix_len)
+        return rep->body.prefix + off;
+    return NULL;
+}
+
+/* Answers body bytes [off, off + len) without reading or copying them when
+ * they are already in memory: pinned memory (the response holds a reference
+ * to the snapshot until it is sent), or the representation's own buffer
+ * when it is the whole body (handed over). Returns NULL otherwise. */
+static struct MHD_Response *memory_response(struct representation *rep, uint64_t off,
+                                            uint64_t len)
+{
+    const struct body *b = &rep->body;
+    const char *mem = pinned_span(rep, off, len);
+    if (mem) {
+        metrics_add(MC_COPIED_BYTES, len);
+        return MHD_create_response_from_buffer_with_free_callback_cls(
+            (size_t)len, (void *)mem, unpin, registry_ref(rep->pin));
+    }
+    if (rep->prefix_buf && b->prefix == rep->prefix_buf && off == 0 && len == b->prefix_len &&
+        b->data_len == 0) {
+        char *buf = rep->prefix_buf;
+        rep->prefix_buf = NULL;
+        metrics_add(MC_COPIED_BYTES, len);
+        return MHD_create_response_from_buffer((size_t)len, buf, MHD_RESPMEM_MUST_FREE);
+    }
+    return NULL;
 }
 
 /* Returns 1 when the body's file no longer has the size and mtime it had when
@@ -294,6 +361,9 @@ static struct MHD_Response *span_response(struct request *rq, struct representat
     uint64_t file_off;
     if (rq->is_head)
         return MHD_create_response_from_callback(len, STREAM_BLOCK, never_read, NULL, NULL);
+    struct MHD_Response *resp = memory_response(rep, off, len);
+    if (resp)
+        return resp;
     if (len <= SMALL_BODY_MAX) {
         char *buf = xmalloc(len ? len : 1);
         int rc = len ? body_read(&rep->body, off, buf, len) : 0;
@@ -506,9 +576,11 @@ enum MHD_Result respond_body(struct MHD_Connection *conn, struct request *rq,
      * block is read, and libmicrohttpd 0.9.75 leaves the connection open until
      * the idle timeout when that first block fails: check a changed file now
      * (small bodies are checked right after their read). */
+    uint64_t first_off = rr == RANGE_OK ? ranges[0].start : 0;
     uint64_t first_len = rr == RANGE_OK ? ranges[0].len : size;
     int multipart = rr == RANGE_OK && n > 1;
-    if (!rq->is_head && (multipart || first_len > SMALL_BODY_MAX) && file_changed(rep)) {
+    if (!rq->is_head && (multipart || first_len > SMALL_BODY_MAX) &&
+        (multipart || !pinned_span(rep, first_off, first_len)) && file_changed(rep)) {
         representation_release(rep);
         return respond_file_changed(conn, rq);
     }

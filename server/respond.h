@@ -11,6 +11,7 @@
 
 #include "body.h"
 #include "fileio.h"
+#include "registry.h"
 #include "st_header.h"
 
 struct request;
@@ -19,6 +20,11 @@ struct representation {
     struct body body;            /* what to send; prefix/plan may point into the owned buffers below */
     char *prefix_buf;            /* owned: handed to the response or freed by respond_body */
     struct slice_plan *plan_buf; /* owned likewise */
+    const char *mem;             /* body bytes [0, mem_len) already in memory (a file's validated
+                                  * header), owned by the snapshot `pin`; NULL when none */
+    size_t mem_len;
+    struct registry *pin;        /* the snapshot that owns body.prefix (when prefix_buf is NULL)
+                                  * and mem; answers sent from them hold a reference to it */
     const char *content_type;
     char etag[FILEIO_ETAG_MAX + 40]; /* strong validator with quotes, or "" for none */
     int64_t mtime;               /* Last-Modified in seconds since the epoch, or -1 */

@@ -166,11 +166,12 @@ def read_head(sock):
 
 
 def read_body(sock, headers, rest, limit=None):
-    """Reads the body announced by Content-Length. Returns (bytes, complete)."""
-    want = int(headers.get("content-length", "0"))
-    if limit is not None:
-        want = min(want, limit)
-    chunks = [rest[:want]]
+    """Reads the body announced by Content-Length, or at least its first
+    `limit` bytes (and whatever already arrived with them: nothing received is
+    dropped). Returns (bytes, complete)."""
+    total = int(headers.get("content-length", "0"))
+    want = total if limit is None else min(total, limit)
+    chunks = [rest[:total]]
     got = len(chunks[0])
     while got < want:
         try:
@@ -181,7 +182,7 @@ def read_body(sock, headers, rest, limit=None):
             break
         chunks.append(c)
         got += len(c)
-    return b"".join(chunks), got == want
+    return b"".join(chunks), got >= want
 
 
 def raw_get(port, path, headers=None, method="GET", timeout=10, source=None):

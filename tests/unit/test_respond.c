@@ -1,6 +1,7 @@
 /* Unit tests for the HTTP helpers in server/respond.c that do not need a
  * connection: dates and entity-tag lists (RFC 9110 §5.6.7, §8.8.3, §13.1). */
 #include <stdlib.h>
+#include <time.h>
 
 #include "respond.h"
 #include "test.h"
@@ -30,6 +31,35 @@ TEST(date_round_trip)
     CHECK_EQ_U64(t, 1700000000);
 }
 
+/* The arithmetic formatter against the C library's gmtime_r + strftime,
+ * across leap days, century years and both sides of the epoch. */
+TEST(date_matches_libc)
+{
+    static const int64_t fixed[] = {0, -1, 59, 86399, 86400, 951782400 /* 2000-02-29 */,
+                                    951868800, 4107542400 /* 2100-03-01 */, 4107456000,
+                                    -2208988800 /* 1900-01-01 */, 253402300799 /* 9999-12-31 */};
+    uint64_t x = 88172645463325252ull;
+    for (int i = 0; i < 20000; i++) {
+        int64_t t;
+        if (i < (int)(sizeof(fixed) / sizeof(fixed[0]))) {
+            t = fixed[i];
+        } else {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17; /* xorshift */
+            t = (int64_t)(x % 253402300800ull) - 2208988800; /* 1900 .. 9999 */
+        }
+        char ours[64], libc[64];
+        struct tm tm;
+        time_t tt = (time_t)t;
+        gmtime_r(&tt, &tm);
+        strftime(libc, sizeof(libc), "%a, %d %b %Y %H:%M:%S GMT", &tm);
+        http_date_format(t, ours, sizeof(ours));
+        if (strcmp(ours, libc) != 0) {
+            CHECK_STR(ours, libc);
+            break;
+        }
+    }
+}
+
 TEST(etag_lists)
 {
     const char *tag = "\"abc-1\"";
@@ -50,6 +80,7 @@ int main(void)
 {
     RUN(date_formats);
     RUN(date_round_trip);
+    RUN(date_matches_libc);
     RUN(etag_lists);
     return TEST_SUMMARY();
 }

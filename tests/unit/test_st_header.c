@@ -601,7 +601,7 @@ TEST(read_fd)
     const char *j = "{\"a\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0,16]}}  ";
     int fd = temp_file(j, UINT64_MAX, 16, 0);
     CHECK(fd >= 0);
-    CHECK(st_header_read_fd(fd, "t.safetensors", &h, &e) == ST_OK);
+    CHECK(st_header_read_fd(fd, "t.safetensors", 0, &h, &e) == ST_OK);
     if (h) {
         CHECK_EQ_U64(h->header_len, strlen(j));
         CHECK_EQ_U64(h->data_len, 16);
@@ -613,50 +613,73 @@ TEST(read_fd)
 
     /* Data truncated by one byte, then one trailing byte. */
     fd = temp_file(j, UINT64_MAX, 15, 0);
-    CHECK(st_header_read_fd(fd, "t.safetensors", &h, &e) == ST_ERR_DATA_LENGTH);
+    CHECK(st_header_read_fd(fd, "t.safetensors", 0, &h, &e) == ST_ERR_DATA_LENGTH);
     CHECK(h == NULL);
     CHECK_CONTAINS(e.message, "t.safetensors: tensor \"a\"");
     close(fd);
     fd = temp_file(j, UINT64_MAX, 17, 0);
-    CHECK(st_header_read_fd(fd, "t.safetensors", &h, &e) == ST_ERR_DATA_LENGTH);
+    CHECK(st_header_read_fd(fd, "t.safetensors", 0, &h, &e) == ST_ERR_DATA_LENGTH);
     close(fd);
 
     /* File cut inside the header. */
     fd = temp_file(j, UINT64_MAX, 16, 20);
-    CHECK(st_header_read_fd(fd, "t.safetensors", &h, &e) == ST_ERR_HEADER_LENGTH);
+    CHECK(st_header_read_fd(fd, "t.safetensors", 0, &h, &e) == ST_ERR_HEADER_LENGTH);
     close(fd);
     /* File shorter than the prefix, and empty. */
     fd = temp_file(j, UINT64_MAX, 0, 5);
-    CHECK(st_header_read_fd(fd, "t.safetensors", &h, &e) == ST_ERR_HEADER_TOO_SMALL);
+    CHECK(st_header_read_fd(fd, "t.safetensors", 0, &h, &e) == ST_ERR_HEADER_TOO_SMALL);
     close(fd);
     fd = temp_file("", 0, 0, 0);
-    CHECK(st_header_read_fd(fd, "t.safetensors", &h, &e) == ST_ERR_HEADER_EMPTY);
+    CHECK(st_header_read_fd(fd, "t.safetensors", 0, &h, &e) == ST_ERR_HEADER_EMPTY);
     close(fd);
     fd = temp_file("{}", 0, 0, 0);
-    CHECK(st_header_read_fd(fd, "t.safetensors", &h, &e) == ST_ERR_HEADER_EMPTY);
+    CHECK(st_header_read_fd(fd, "t.safetensors", 0, &h, &e) == ST_ERR_HEADER_EMPTY);
     close(fd);
     fd = temp_file("{}", ST_MAX_HEADER_LEN + 1, 0, 0);
-    CHECK(st_header_read_fd(fd, "t.safetensors", &h, &e) == ST_ERR_HEADER_TOO_LARGE);
+    CHECK(st_header_read_fd(fd, "t.safetensors", 0, &h, &e) == ST_ERR_HEADER_TOO_LARGE);
     close(fd);
     /* Invalid JSON through the fd path. */
     fd = temp_file("{\"a\":", UINT64_MAX, 0, 0);
-    CHECK(st_header_read_fd(fd, "t.safetensors", &h, &e) == ST_ERR_JSON);
+    CHECK(st_header_read_fd(fd, "t.safetensors", 0, &h, &e) == ST_ERR_JSON);
     close(fd);
     /* Header "{}" and no data: valid. */
     fd = temp_file("{}", UINT64_MAX, 0, 0);
-    CHECK(st_header_read_fd(fd, "t.safetensors", &h, &e) == ST_OK);
+    CHECK(st_header_read_fd(fd, "t.safetensors", 0, &h, &e) == ST_OK);
     if (h)
         CHECK_EQ_U64(h->header_len, 2);
     st_header_free(h);
     close(fd);
     /* A closed descriptor is an I/O error naming the cause. */
-    CHECK(st_header_read_fd(fd, "t.safetensors", &h, &e) == ST_ERR_IO);
+    CHECK(st_header_read_fd(fd, "t.safetensors", 0, &h, &e) == ST_ERR_IO);
     CHECK_CONTAINS(e.message, strerror(EBADF));
+}
+
+/* keep_max: the validated prefix and JSON are kept only when they fit. */
+TEST(read_fd_keeps_raw)
+{
+    struct st_header *h = NULL;
+    struct st_error e;
+    const char *j = "{\"a\":{\"dtype\":\"U8\",\"shape\":[3],\"data_offsets\":[0,3]}}";
+    size_t n = strlen(j);
+    int fd = temp_file(j, UINT64_MAX, 3, 0);
+    CHECK(fd >= 0);
+    CHECK(st_header_read_fd(fd, "t.safetensors", ST_PREFIX_LEN + n, &h, &e) == ST_OK);
+    CHECK(h && h->raw);
+    if (h && h->raw) {
+        CHECK_EQ_U64(h->raw[0], n); /* little-endian length, n < 256 */
+        CHECK(memcmp(h->raw + ST_PREFIX_LEN, j, n) == 0);
+    }
+    st_header_free(h);
+    CHECK(st_header_read_fd(fd, "t.safetensors", ST_PREFIX_LEN + n - 1, &h, &e) == ST_OK);
+    CHECK(h && !h->raw);
+    st_header_free(h);
+    close(fd);
 }
 
 int main(void)
 {
     RUN(empty);
+    RUN(read_fd_keeps_raw);
     RUN(zero_sized_tensor);
     RUN(scalar);
     RUN(whitespace);
