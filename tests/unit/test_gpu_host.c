@@ -1,9 +1,7 @@
-/* Tests for the host (memfd) backend, the staging-ring loader and the
- * manager: sealing, ring sizes and unaligned data through io_uring with and
- * without O_DIRECT (and the pread fallback), truncated files, cancel, verify;
- * then a manager on a scanned models root: preload, a lease through the C
- * client over the real socket, evict while leased, reload generations, and
- * the HTTP answers' status codes. */
+/* Tests for the host (memfd) backend, the staging-ring loader and device
+ * names: sealing, ring sizes and unaligned data through io_uring with and
+ * without O_DIRECT (and the pread fallback), truncated files, cancel, verify.
+ * The manager on top of them is tested in test_gpu_manager.c. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -12,13 +10,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "config.h"
 #include "gpu.h"
 #include "gpu_load.h"
-#include "gpu_manager.h"
 #include "ipc_proto.h"
-#include "registry.h"
-#include "tensord_client.h"
 #include "test.h"
 #include "util.h"
 
@@ -214,192 +208,6 @@ TEST(device_names)
         c->ops->destroy(c);
 }
 
-/* ---- the manager on a real models root ---------------------------------- */
-
-/* A single-file model with three U8/F32 tensors; returns the data bytes. */
-static unsigned char *write_model(const char *name, unsigned seed, size_t *data_len)
-{
-    const size_t n0 = 1000, n1 = 4 * 300, n2 = 0;
-    char hdr[512];
-    int h = snprintf(hdr, sizeof(hdr),
-                     "{\"x\":{\"dtype\":\"U8\",\"shape\":[%zu],\"data_offsets\":[0,%zu]},"
-                     "\"y\":{\"dtype\":\"F32\",\"shape\":[3,100],\"data_offsets\":[%zu,%zu]},"
-                     "\"z\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[%zu,%zu]}}",
-                     n0, n0, n0, n0 + n1, n0 + n1, n0 + n1 + n2);
-    while (h % 8)
-        hdr[h++] = ' ';
-    *data_len = n0 + n1 + n2;
-    unsigned char *data = pattern(*data_len, seed);
-    char *path = xasprintf("%s/models/%s.safetensors", tmpdir, name);
-    char *tmp = xasprintf("%s.tmp", path);
-    FILE *f = fopen(tmp, "wb");
-    uint64_t hl = (uint64_t)h;
-    unsigned char pre[8];
-    for (int i = 0; i < 8; i++)
-        pre[i] = (unsigned char)(hl >> (8 * i));
-    fwrite(pre, 1, 8, f);
-    fwrite(hdr, 1, (size_t)h, f);
-    fwrite(data, 1, *data_len, f);
-    fclose(f);
-    rename(tmp, path); /* a new inode, as a real update makes */
-    free(tmp);
-    free(path);
-    return data;
-}
-
-static json_t *post(struct gpu_manager *gm, const char *model, const char *body, int *status)
-{
-    return gpu_manager_preload(gm, model, body, strlen(body), status);
-}
-
-static const char *state_of(struct gpu_manager *gm, const char *model)
-{
-    static char buf[32];
-    int st;
-    json_t *o = gpu_manager_model_json(gm, model, &st);
-    snprintf(buf, sizeof(buf), "%s", json_string_value(json_object_get(o, "state")));
-    json_decref(o);
-    return buf;
-}
-
-static json_int_t int_of(struct gpu_manager *gm, const char *model, const char *key)
-{
-    int st;
-    json_t *o = gpu_manager_model_json(gm, model, &st);
-    json_int_t v = json_integer_value(json_object_get(o, key));
-    json_decref(o);
-    return v;
-}
-
-static int code_is(json_t *doc, const char *code)
-{
-    const char *c = json_string_value(json_object_get(json_object_get(doc, "error"), "code"));
-    int ok = c && strcmp(c, code) == 0;
-    if (!ok)
-        fprintf(stderr, "  error code %s, want %s\n", c ? c : "(none)", code);
-    json_decref(doc);
-    return ok;
-}
-
-TEST(manager_preload_lease_evict_reload)
-{
-    char *root = xasprintf("%s/models", tmpdir), *sock = xasprintf("%s/t.sock", tmpdir);
-    char err[512];
-    int st;
-    size_t n_a, n_b;
-    mkdir(root, 0755);
-    unsigned char *da = write_model("ma", 1, &n_a), *db = write_model("mb", 2, &n_b);
-    struct st_error serr;
-    struct registry *reg = registry_scan(root, 1, NULL, &serr);
-    CHECK(reg != NULL);
-    struct registry_holder holder;
-    registry_holder_init(&holder, reg);
-    struct config cfg;
-    config_defaults(&cfg);
-    free(cfg.ipc_socket);
-    cfg.ipc_socket = xstrdup(sock);
-    cfg.verify = 1;
-    cfg.n_preload = 1;
-    cfg.preload[0] = xstrdup("ma@host");
-    struct gpu_manager *gm = gpu_manager_new(&cfg, &holder);
-    CHECK(!gpu_manager_ready(gm));
-    CHECK(gpu_manager_start(gm, err, sizeof(err)) == 0);
-    CHECK(gpu_manager_wait_idle(gm, 10000) == 0);
-    CHECK(gpu_manager_ready(gm));
-    CHECK_STR(state_of(gm, "ma"), "ready");
-    CHECK_STR(state_of(gm, "mb"), "none");
-
-    /* HTTP-level answers */
-    CHECK(code_is(post(gm, "mb", "{}", &st), "bad_request") && st == 400);
-    CHECK(code_is(post(gm, "mb", "{\"device\":\"gpu0\"}", &st), "bad_device") && st == 400);
-    json_t *d = post(gm, "mb", "{\"device\":\"cuda:0\"}", &st);
-    CHECK(st == 503 || st == 202);
-    json_decref(d);
-    CHECK(code_is(post(gm, "nope", "{\"device\":\"host\"}", &st), "not_found") && st == 404);
-    CHECK(code_is(gpu_manager_evict(gm, "mb", &st), "not_loaded") && st == 404);
-    d = post(gm, "ma", "{\"device\":\"host\"}", &st);
-    CHECK(st == 200);
-    json_decref(d);
-    json_t *s = gpu_manager_status_json(gm);
-    CHECK(json_is_boolean(json_object_get(s, "available")));
-    CHECK(json_array_size(json_object_get(s, "backends")) >= 1);
-    json_decref(s);
-
-    /* a lease through the C client over the socket */
-    struct tensord_client *c = tensord_connect(sock, err, sizeof(err));
-    CHECK(c != NULL);
-    struct tensord_model *m = tensord_open(c, "ma", "host", err, sizeof(err));
-    CHECK(m != NULL);
-    if (m) {
-        CHECK_EQ_U64(tensord_model_tensor_count(m), 3);
-        const struct tensord_tensor *x = tensord_model_find(m, "x"), *y = tensord_model_find(m, "y");
-        CHECK(x && memcmp(x->data, da, 1000) == 0);
-        CHECK(y && y->ndim == 2 && y->shape[1] == 100 && memcmp(y->data, da + 1000, 1200) == 0);
-        CHECK(tensord_model_verify(m, err, sizeof(err)) == 0);
-        CHECK(tensord_model_find(m, "w") == NULL);
-    }
-    CHECK(tensord_open(c, "ma", "cuda:0", err, sizeof(err)) == NULL);
-    CHECK(tensord_open(c, "mb", NULL, err, sizeof(err)) == NULL);
-    CHECK_CONTAINS(err, "not_loaded");
-    CHECK(int_of(gm, "ma", "leases") == 1);
-    json_int_t gen1 = int_of(gm, "ma", "generation");
-
-    /* a reload with ma rewritten: new generation, the lease keeps the old one */
-    free(da);
-    da = write_model("ma", 7, &n_a);
-    struct registry *reg2 = registry_scan(root, 2, NULL, &serr);
-    gpu_manager_on_reload(gm, reg2);
-    registry_holder_swap(&holder, reg2);
-    CHECK(gpu_manager_wait_idle(gm, 10000) == 0);
-    CHECK_STR(state_of(gm, "ma"), "ready");
-    CHECK(int_of(gm, "ma", "generation") > gen1);
-    if (m) {
-        const struct tensord_tensor *x = tensord_model_find(m, "x");
-        CHECK(tensord_model_generation(m) == (uint64_t)gen1);
-        CHECK(memcmp(x->data, da, 1000) != 0); /* still the old bytes */
-        CHECK(tensord_model_verify(m, err, sizeof(err)) == 0);
-    }
-    struct tensord_client *c2 = tensord_connect(sock, err, sizeof(err));
-    struct tensord_model *m2 = c2 ? tensord_open(c2, "ma", NULL, err, sizeof(err)) : NULL;
-    CHECK(m2 && tensord_model_generation(m2) > (uint64_t)gen1);
-    CHECK(m2 && memcmp(tensord_model_find(m2, "x")->data, da, 1000) == 0);
-
-    /* evict while leased: draining until the lease ends */
-    d = gpu_manager_evict(gm, "ma", &st);
-    CHECK(st == 202);
-    CHECK_STR(json_string_value(json_object_get(d, "state")), "draining");
-    json_decref(d);
-    CHECK_STR(state_of(gm, "ma"), "draining");
-    CHECK(m2 && memcmp(tensord_model_find(m2, "x")->data, da, 1000) == 0);
-    tensord_model_close(m2);
-    tensord_close(c2);
-    tensord_model_close(m);
-    tensord_close(c);
-    for (int i = 0; i < 500 && strcmp(state_of(gm, "ma"), "none") != 0; i++)
-        usleep(10000);
-    CHECK_STR(state_of(gm, "ma"), "none");
-
-    /* a model evicted with no lease goes at once */
-    d = post(gm, "mb", "{\"device\":\"host\"}", &st);
-    CHECK(st == 202);
-    json_decref(d);
-    CHECK(gpu_manager_wait_idle(gm, 10000) == 0);
-    d = gpu_manager_evict(gm, "mb", &st);
-    CHECK(st == 200);
-    json_decref(d);
-    CHECK_STR(state_of(gm, "mb"), "none");
-
-    gpu_manager_update_metrics(gm);
-    gpu_manager_free(gm);
-    CHECK(access(sock, F_OK) != 0); /* the socket file is removed */
-    registry_holder_destroy(&holder);
-    config_free(&cfg);
-    free(da);
-    free(db);
-    free(root);
-    free(sock);
-}
-
 int main(void)
 {
     if (!mkdtemp(tmpdir)) {
@@ -410,7 +218,6 @@ int main(void)
     RUN(loader_ring_shapes);
     RUN(loader_truncated_file_and_cancel);
     RUN(device_names);
-    RUN(manager_preload_lease_evict_reload);
     char *cmd = xasprintf("rm -rf '%s'", tmpdir);
     if (system(cmd) != 0)
         fprintf(stderr, "could not remove %s\n", tmpdir);

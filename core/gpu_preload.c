@@ -1,0 +1,271 @@
+/* gpu_preload: the load queue, the loader thread, and preload requests. */
+#include "gpu_preload.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "gpu_load.h"
+#include "gpu_manager_int.h"
+#include "gpu_render.h"
+#include "log.h"
+#include "metrics.h"
+#include "util.h"
+
+void do_gpu_preload_enqueue(struct gpu_manager *gm, struct gm_model *m)
+{
+    m->refs = 2;
+    m->current = 1;
+    m->next = gm->models;
+    gm->models = m;
+    if (gm->qtail)
+        gm->qtail->qnext = m;
+    else
+        gm->qhead = m;
+    gm->qtail = m;
+    pthread_cond_broadcast(&gm->cond);
+}
+
+/* O_DIRECT descriptor for the same file as f, or -1 (not supported, or the
+ * path now names another file). */
+static int open_direct(const struct reg_model *rm, const struct reg_file *f)
+{
+    int fd = openat(rm->dirfd, f->name, O_RDONLY | O_DIRECT | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+    struct stat st;
+    if (fd < 0)
+        return -1;
+    if (fstat(fd, &st) < 0 || (uint64_t)st.st_ino != f->st.ino || (uint64_t)st.st_dev != f->st.dev) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* Fills every allocation of m. Returns 0, -ECANCELED, or -1 with m->error. */
+static int load_instance(struct gpu_manager *gm, struct gm_model *m)
+{
+    const struct config *cfg = gm->cfg;
+    struct gpu_loader l;
+    char err[512] = "";
+    int rc = -1, have_loader = 0;
+    int legacy = cfg->legacy_ipc && m->be->kind == GPU_KIND_CUDA;
+    int dev = m->be->kind == GPU_KIND_CUDA ? m->be->devices[m->dev].index : 0;
+    for (size_t i = 0; i < m->n_shards; i++) {
+        char label[160];
+        snprintf(label, sizeof(label), "%.80s/%.60s", m->name, m->shards[i].file);
+        if (m->be->ops->alloc(m->be, dev, m->shards[i].size, legacy, label, &m->shards[i].a, err,
+                              sizeof(err)) < 0) {
+            snprintf(m->error, sizeof(m->error), "allocating %llu bytes for %s: %s",
+                     (unsigned long long)m->shards[i].size, m->shards[i].file, err);
+            goto out;
+        }
+    }
+    if (gpu_loader_init(&l, m->be, dev, cfg->staging_buffers, (size_t)cfg->staging_buffer_bytes,
+                        &m->cancel, &m->done, err, sizeof(err)) < 0) {
+        snprintf(m->error, sizeof(m->error), "%s", err);
+        goto out;
+    }
+    have_loader = 1;
+    for (size_t i = 0; i < m->n_shards; i++) {
+        struct gm_shard *s = &m->shards[i];
+        int dfd = open_direct(m->rm, s->rf);
+        int r = gpu_loader_shard(&l, s->rf->fd, dfd, s->data_start, s->size, &s->a, &s->checksum,
+                                 err, sizeof(err));
+        if (dfd >= 0)
+            close(dfd);
+        if (r == -ECANCELED) {
+            rc = r;
+            goto out;
+        }
+        if (r < 0 || m->be->ops->finish(m->be, &s->a, err, sizeof(err)) < 0) {
+            snprintf(m->error, sizeof(m->error), "%s: %s", s->file, err);
+            goto out;
+        }
+    }
+    snprintf(m->io_mode, sizeof(m->io_mode), "%s", l.io_mode);
+    if (cfg->verify) {
+        for (size_t i = 0; i < m->n_shards; i++) {
+            struct gm_shard *s = &m->shards[i];
+            int r = gpu_loader_verify(&l, s->rf->fd, s->data_start, s->size, &s->a, err, sizeof(err));
+            if (r == -ECANCELED) {
+                rc = r;
+                goto out;
+            }
+            if (r < 0) {
+                snprintf(m->error, sizeof(m->error), "%s: %s", s->file, err);
+                goto out;
+            }
+        }
+        m->verified = 1;
+    }
+    rc = 0;
+out:
+    if (have_loader)
+        gpu_loader_close(&l);
+    return rc;
+}
+
+/* The loader thread: takes instances off the queue one at a time, fills
+ * them, and publishes each as ready or failed. */
+static void *loader_main(void *arg)
+{
+    struct gpu_manager *gm = arg;
+    pthread_mutex_lock(&gm->lock);
+    for (;;) {
+        while (!gm->qhead && !gm->stopping)
+            pthread_cond_wait(&gm->cond, &gm->lock);
+        if (gm->stopping)
+            break;
+        struct gm_model *m = gm->qhead;
+        gm->qhead = m->qnext;
+        if (!gm->qhead)
+            gm->qtail = NULL;
+        m->qnext = NULL;
+        gm->loading = 1;
+        m->t_start_ns = time_mono_ns();
+        pthread_mutex_unlock(&gm->lock);
+
+        int rc = atomic_load(&m->cancel) ? -ECANCELED : load_instance(gm, m);
+        if (rc != 0) {
+            /* A failed or cancelled load keeps no memory. Nobody else looks
+             * at the allocations before they are published. */
+            for (size_t i = 0; i < m->n_shards; i++)
+                if (m->shards[i].a.priv || m->shards[i].a.fd >= 0)
+                    m->be->ops->free(m->be, &m->shards[i].a);
+        } else {
+            metrics_add(MC_GPU_PRELOAD_BYTES, m->total);
+        }
+
+        pthread_mutex_lock(&gm->lock);
+        m->t_end_ns = time_mono_ns();
+        for (size_t i = 0; i < m->n_shards; i++)
+            m->shards[i].rf = NULL;
+        struct registry *snap = m->snap;
+        m->snap = NULL;
+        m->rm = NULL;
+        double secs = (double)(m->t_end_ns - m->t_start_ns) / 1e9;
+        if (rc == 0 && !atomic_load(&m->cancel)) {
+            m->state = GM_READY;
+            m->published = 1;
+            gm->last_bps = secs > 0 ? (double)m->total / secs : 0;
+            log_msg(LOG_INFO, "gpu: %s ready on %s (generation %llu): %llu bytes in %.3f s, %s",
+                    m->name, m->device, (unsigned long long)m->generation,
+                    (unsigned long long)m->total, secs, m->io_mode);
+        } else if (rc != 0 && rc != -ECANCELED) {
+            m->state = GM_FAILED;
+            log_msg(LOG_ERROR, "gpu: preloading %s on %s failed: %s", m->name, m->device, m->error);
+        }
+        if (m->startup && gm->startup_pending > 0)
+            gm->startup_pending--;
+        m->startup = 0;
+        gm->loading = 0;
+        struct gm_model *dead = do_gm_unref(gm, m);
+        pthread_cond_broadcast(&gm->cond);
+        pthread_mutex_unlock(&gm->lock);
+        registry_unref(snap);
+        if (dead)
+            gm_instance_free(dead);
+        pthread_mutex_lock(&gm->lock);
+    }
+    pthread_mutex_unlock(&gm->lock);
+    return NULL;
+}
+
+int gpu_preload_request(struct gpu_manager *gm, const char *model, const char *device,
+                        int startup, json_t **doc)
+{
+    struct gpu_backend *be;
+    int dev, status = 0;
+    const char *code;
+    char msg[512];
+    *doc = NULL;
+    int rs = gm_resolve_device(gm, device, &be, &dev, &code, msg, sizeof(msg));
+    if (rs) {
+        *doc = gpu_render_http_error(&status, rs, code, "%s", msg);
+        return status;
+    }
+    struct registry *snap = registry_holder_acquire(gm->holder);
+    const struct reg_model *rm = snap ? registry_find_model(snap, model, strlen(model)) : NULL;
+    if (!rm) {
+        *doc = gpu_render_http_error(&status, 404, "not_found", "no model named \"%.200s\"",
+                                     model);
+        goto out;
+    }
+    if (rm->state != MODEL_READY) {
+        *doc = gpu_render_http_error(&status, 409, "model_invalid", "model %.200s is invalid: %s",
+                                     model, rm->error.message);
+        goto out;
+    }
+    struct gm_model *dead = NULL;
+    pthread_mutex_lock(&gm->lock);
+    struct gm_model *cur = do_gm_find_current(gm, model);
+    if (cur && (cur->be != be || cur->dev != dev)) {
+        *doc = gpu_render_http_error(&status, 409, "loaded_elsewhere",
+                                     "model %.200s is already on %s: evict it first", model,
+                                     cur->device);
+    } else if (cur && cur->state != GM_FAILED) {
+        *doc = do_gpu_render_model(cur);
+        status = 200;
+    } else {
+        if (cur) /* a failed attempt on this device: try again */
+            dead = do_gm_retire(gm, cur);
+        struct gm_model *m = do_gm_instance_new(gm, snap, rm, be, dev);
+        m->startup = startup;
+        if (startup)
+            gm->startup_pending++;
+        do_gpu_preload_enqueue(gm, m);
+        *doc = do_gpu_render_model(m);
+        status = 202;
+    }
+    pthread_mutex_unlock(&gm->lock);
+    if (dead)
+        gm_instance_free(dead);
+out:
+    if (snap)
+        registry_unref(snap);
+    return status;
+}
+
+int gpu_preload_start(struct gpu_manager *gm, char *err, size_t errlen)
+{
+    const struct config *cfg = gm->cfg;
+    if (pthread_create(&gm->loader, NULL, loader_main, gm) != 0) {
+        snprintf(err, errlen, "cannot start the preload thread");
+        return -1;
+    }
+    gm->loader_started = 1;
+    for (unsigned i = 0; i < cfg->n_preload; i++) {
+        const char *spec = cfg->preload[i];
+        const char *at = strrchr(spec, '@');
+        if (!at) {
+            log_msg(LOG_ERROR, "gpu: preload \"%s\" is not MODEL@DEVICE", spec);
+            continue;
+        }
+        char *model = xstrndup(spec, (size_t)(at - spec));
+        json_t *doc;
+        int st = gpu_preload_request(gm, model, at + 1, 1, &doc);
+        if (st >= 400) {
+            const char *m = json_string_value(json_object_get(json_object_get(doc, "error"), "message"));
+            log_msg(LOG_ERROR, "gpu: preload %s: %s", spec, m ? m : "failed");
+        }
+        json_decref(doc);
+        free(model);
+    }
+    return 0;
+}
+
+void gpu_preload_stop(struct gpu_manager *gm)
+{
+    pthread_mutex_lock(&gm->lock);
+    gm->stopping = 1;
+    for (struct gm_model *m = gm->models; m; m = m->next)
+        atomic_store(&m->cancel, 1);
+    pthread_cond_broadcast(&gm->cond);
+    pthread_mutex_unlock(&gm->lock);
+    if (gm->loader_started)
+        pthread_join(gm->loader, NULL);
+}
