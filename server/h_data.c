@@ -50,7 +50,8 @@ enum MHD_Result handle_file(struct MHD_Connection *conn, struct request *rq,
     if (f->fd < 0)
         return respond_error(conn, rq, MHD_HTTP_INTERNAL_SERVER_ERROR, "io_error",
                              "file \"%.300s\" could not be opened: %s", f->name, f->error.message);
-    snprintf(rep.etag, sizeof(rep.etag), "%s", f->etag);
+    _Static_assert(sizeof(rep.etag) >= sizeof(f->etag), "a file's ETag fits");
+    memcpy(rep.etag, f->etag, sizeof(f->etag));
     if (header_only) {
         if (!h)
             return respond_error(conn, rq, MHD_HTTP_BAD_REQUEST, "not_safetensors",

@@ -54,7 +54,10 @@ enum MHD_Result respond_error(struct MHD_Connection *conn, struct request *rq, u
                               const char *code, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 
-/* Formats t as an IMF-fixdate into buf (at least 30 bytes). */
+#define HTTP_DATE_LEN 30 /* "Sun, 06 Nov 1994 08:49:37 GMT" and its NUL */
+
+/* Formats t as an IMF-fixdate into buf (at least HTTP_DATE_LEN bytes); a
+ * time outside years 0-9999 gives the epoch. */
 void http_date_format(int64_t t, char *buf, size_t len);
 /* Parses an HTTP-date (IMF-fixdate, RFC 850 or asctime). Returns 0 or -1. */
 int http_date_parse(const char *s, int64_t *out);

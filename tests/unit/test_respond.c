@@ -60,6 +60,17 @@ TEST(date_matches_libc)
     }
 }
 
+TEST(date_out_of_range)
+{
+    char buf[HTTP_DATE_LEN];
+    http_date_format(INT64_MAX, buf, sizeof(buf));
+    CHECK_STR(buf, "Thu, 01 Jan 1970 00:00:00 GMT");
+    http_date_format(-62167219201, buf, sizeof(buf)); /* the second before year 0 */
+    CHECK_STR(buf, "Thu, 01 Jan 1970 00:00:00 GMT");
+    http_date_format(-62167219200, buf, sizeof(buf));
+    CHECK_STR(buf, "Sat, 01 Jan 0000 00:00:00 GMT");
+}
+
 TEST(etag_lists)
 {
     const char *tag = "\"abc-1\"";
@@ -81,6 +92,7 @@ int main(void)
     RUN(date_formats);
     RUN(date_round_trip);
     RUN(date_matches_libc);
+    RUN(date_out_of_range);
     RUN(etag_lists);
     return TEST_SUMMARY();
 }
