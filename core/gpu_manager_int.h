@@ -24,9 +24,7 @@
  *     shards' rf. Others read the allocations and checksums only once
  *     `published` is set, error only once state is failed, io_mode and
  *     verified only once t_end_ns is set (both set under the lock after the
- *     load). One exception: the GET document's handle_types reads a shard's
- *     a.legacy_size while it may still be loading (gpu_render.c), a race
- *     with the CUDA backend's alloc that is known and left as it was. */
+ *     load). */
 #ifndef TENSORD_GPU_MANAGER_INT_H
 #define TENSORD_GPU_MANAGER_INT_H
 

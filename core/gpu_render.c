@@ -92,7 +92,9 @@ static json_t *allocs_json(const struct gm_model *m, int for_open)
         } else {
             json_t *types = json_array();
             json_array_append_new(types, json_string(m->be->handle_type));
-            if (s->a.legacy_size)
+            /* The legacy copy exists (and legacy_size may be read) once
+             * the loader has published the allocations. */
+            if (ready && s->a.legacy_size)
                 json_array_append_new(types, json_string("cuda_ipc"));
             json_object_set_new(o, "handle_types", types);
         }
