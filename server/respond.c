@@ -374,9 +374,13 @@ static struct MHD_Response *memory_response(struct representation *rep, uint64_t
     const struct body *b = &rep->body;
     const char *mem = pinned_span(rep, off, len);
     if (mem) {
-        metrics_add(MC_COPIED_BYTES, len);
-        return MHD_create_response_from_buffer_with_free_callback_cls(
+        struct MHD_Response *resp = MHD_create_response_from_buffer_with_free_callback_cls(
             (size_t)len, (void *)mem, unpin, registry_ref(rep->pin));
+        if (!resp)
+            registry_unref(rep->pin); /* out of memory: the reference was not taken over */
+        else
+            metrics_add(MC_COPIED_BYTES, len);
+        return resp;
     }
     if (rep->prefix_buf && b->prefix == rep->prefix_buf && off == 0 && len == b->prefix_len &&
         b->data_len == 0) {

@@ -183,6 +183,20 @@ def test_snapshot_memory_outlives_reload(root, what):
             body, expected = [p[4] for p in got], [p[4] for p in want]
         assert body == expected, f"{what}: other bytes than before the reload"
 
+        # Once the answer is sent its reference goes, the old snapshot is
+        # freed and the deleted file's descriptor closed.
+        def deleted_fds():
+            fds = os.path.join("/proc", str(d.pid), "fd")
+            out = []
+            for fd in os.listdir(fds):
+                try:
+                    out.append(os.readlink(os.path.join(fds, fd)))
+                except FileNotFoundError:
+                    pass
+            return [t for t in out if t.endswith("(deleted)")]
+        assert wait_for(lambda: not deleted_fds(), 5, 0.1), \
+            f"{what}: the dropped snapshot still holds {deleted_fds()}"
+
 
 # ---------------------------------------------------------------------------
 # Clients that go away
