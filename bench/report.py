@@ -87,6 +87,23 @@ def table(res):
             row(f"{label}, {c} conn", "req/s", f(t, "%.0f"), f(n, "%.0f"), x, note,
                 TARGETS["small"])
 
+    # Bare libmicrohttpd, per threading mode: "tensord" in these results is the
+    # bare server (bench/mhd_modes.c), so x is its advantage over nginx.
+    for mode, label in (("pool", "epoll thread pool (tensord's mode)"),
+                        ("tpc", "thread per connection"),
+                        ("select", "external select loop, 1 thread")):
+        for c in (1, 16, 256):
+            key = f"{mode}/c{c}"
+            if not any(get(r, "modes", key) for r in runs):
+                continue
+            t = med(per_run(runs, "modes", key, "tensord", "rps"))
+            n = med(per_run(runs, "modes", key, "nginx", "rps"))
+            tc = cpu_per_req(runs, "modes", key, "tensord")
+            nc = cpu_per_req(runs, "modes", key, "nginx")
+            row(f"bare libmicrohttpd, {label}, `bytes=0-7`, {c} conn", "req/s", f(t, "%.0f"),
+                f(n, "%.0f"), ratios(runs, "modes", key, "rps"),
+                f"server CPU/req {f(tc, '%.1f')} / {f(nc, '%.1f')} us")
+
     for name, label in (("bench.4k", "4 KiB"), ("bench.1m", "1 MiB"), ("bench.64m", "64 MiB")):
         if not any(get(r, "tensor", name) for r in runs):
             continue

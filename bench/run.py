@@ -34,7 +34,7 @@ import models  # noqa: E402
 import report  # noqa: E402
 import servers  # noqa: E402
 
-SECTIONS = ("ceil", "small", "tensor", "slice", "meta", "startup")
+SECTIONS = ("ceil", "small", "modes", "tensor", "slice", "meta", "startup")
 SMALL_CONNS = (1, 16, 256)
 # Connections per tensor size: enough to keep both cores busy, few enough that the
 # 64 MiB case measures streaming rather than 2 x N buffers fighting for the cache.
@@ -90,10 +90,11 @@ def machine_info(tensord_bin):
 
 def build_helpers(outdir):
     os.makedirs(outdir, exist_ok=True)
-    for name in ("ceil_memcpy", "ceil_sendfile"):
+    for name, libs in (("ceil_memcpy", []), ("ceil_sendfile", []), ("mhd_modes", ["-lmicrohttpd"])):
         src, exe = os.path.join(HERE, name + ".c"), os.path.join(outdir, name)
         if not os.path.exists(exe) or os.path.getmtime(exe) < os.path.getmtime(src):
-            subprocess.run(["cc", "-O2", "-Wall", "-Wextra", "-pthread", "-o", exe, src], check=True)
+            subprocess.run(["cc", "-O2", "-Wall", "-Wextra", "-pthread", "-o", exe, src] + libs,
+                           check=True)
 
 
 def ceilings(bindir, tensor_file):
@@ -229,6 +230,33 @@ def small_reads(td, ng, info, seconds):
             key = f"{case}/c{c}"
             res[key] = wrk_pair(td, ng, tp, npth, c, seconds, tr, nr)
             log("  small %-14s %s" % (key, fmt_pair(res[key], "rps", "%.0f req/s")))
+    return res
+
+
+MHD_MODES = ("pool", "tpc", "select")
+
+
+def mhd_modes(bindir, data_root, ng, info, threads, seconds, workdir):
+    """A bare libmicrohttpd server (bench/mhd_modes.c) in each threading mode,
+    answering what tensord answers to `bytes=0-7`, against nginx in the same
+    interleaved slices: what libmicrohttpd itself allows on this machine."""
+    f = info["llm"]["file"]
+    path = os.path.join(data_root, "llm", f)
+    res = {}
+    for mode in MHD_MODES:
+        port = servers.free_port()
+        srv = servers.Server("mhd-" + mode,
+                             [os.path.join(bindir, "mhd_modes"), mode, str(port), str(threads),
+                              path], port, "/", os.path.join(workdir, f"mhd-{mode}.log"))
+        try:
+            srv.wait_ready(timeout=10, poll=0.01, ok=(206,))
+            for c in SMALL_CONNS:
+                key = f"{mode}/c{c}"
+                res[key] = wrk_pair(srv, ng, "/", f"/llm/{f}", c, seconds, "bytes=0-7",
+                                    "bytes=0-7")
+                log("  modes %-11s %s" % (key, fmt_pair(res[key], "rps", "%.0f req/s")))
+        finally:
+            srv.stop()
     return res
 
 
@@ -417,6 +445,8 @@ def main():
             run = {}
             if "small" in only:
                 run["small"] = small_reads(td, ng, info, args.seconds)
+            if "modes" in only:
+                run["modes"] = mhd_modes(bindir, data_root, ng, info, args.threads, args.seconds, work)
             if "tensor" in only:
                 run["tensor"] = tensor_reads(td, ng, info, args.seconds)
             if "slice" in only:

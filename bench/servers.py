@@ -74,14 +74,14 @@ class Server:
                                      stdin=subprocess.DEVNULL, start_new_session=True)
         self.ready_s = None
 
-    def wait_ready(self, timeout=180.0, poll=0.002):
-        """Polls until ready_path answers 200; returns seconds since the spawn."""
+    def wait_ready(self, timeout=180.0, poll=0.002, ok=(200,)):
+        """Polls until ready_path answers a status in `ok`; returns seconds since the spawn."""
         deadline = self.t0 + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"{self.name} exited with {self.proc.returncode}; "
                                    f"see {self.log.name}")
-            if http_status(self.port, self.ready_path) == 200:
+            if http_status(self.port, self.ready_path) in ok:
                 self.ready_s = time.monotonic() - self.t0
                 return self.ready_s
             time.sleep(poll)
@@ -112,7 +112,7 @@ class Server:
 
     def stop(self):
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM if self.name == "tensord" else signal.SIGQUIT)
+            self.proc.send_signal(signal.SIGQUIT if self.name == "nginx" else signal.SIGTERM)
             try:
                 self.proc.wait(10)
             except subprocess.TimeoutExpired:
