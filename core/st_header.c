@@ -305,14 +305,15 @@ static enum st_status check_tensor(struct ctx *c, const char *name, size_t nlen,
                                 "%s: tensor \"%s\": shape[%zu] must be an unsigned integer, got %s",
                                 c->file, nm, i, describe(json_array_get(shape, i), d, sizeof(d)));
     }
-    if (!json_is_array(offs) || json_array_size(offs) != 2)
+    if (!json_is_array(offs) || json_array_size(offs) != 2) {
+        char n[32] = "";
+        if (json_is_array(offs))
+            snprintf(n, sizeof(n), " of %zu entries", json_array_size(offs));
         return st_error_set(c->err, ST_ERR_OFFSETS,
                             "%s: tensor \"%s\": data_offsets must be an array of two unsigned "
-                            "integers, got %s%s%zu%s",
-                            c->file, nm, describe(offs, d, sizeof(d)),
-                            json_is_array(offs) ? " of " : "",
-                            json_is_array(offs) ? json_array_size(offs) : 0,
-                            json_is_array(offs) ? " entries" : "");
+                            "integers, got %s%s",
+                            c->file, nm, describe(offs, d, sizeof(d)), n);
+    }
     uint64_t b, e;
     for (size_t i = 0; i < 2; i++) {
         if (get_u64(json_array_get(offs, i), i ? &e : &b) != 0)

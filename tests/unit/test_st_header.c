@@ -468,6 +468,9 @@ TEST(bad_offsets)
     CHECK(parse("{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1,2]}}", 1, &e) ==
           ST_ERR_OFFSETS);
     CHECK_CONTAINS(e.message, "3 entries");
+    CHECK(parse("{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":null}}", 1, &e) ==
+          ST_ERR_OFFSETS);
+    CHECK(strcmp(e.message + strlen(e.message) - strlen("got null"), "got null") == 0);
 }
 
 TEST(bad_shape)
