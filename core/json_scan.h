@@ -6,8 +6,10 @@
  * control bytes or \u0000 in strings, no unpaired surrogates, integers that
  * fit in int64_t), and its first error carries jansson's text, line and
  * column, so messages read the same as before the parsers stopped using it.
- * The input must already be valid UTF-8 with no NUL bytes: callers check that
- * in their own pre-pass, as jansson would have refused it with another text. */
+ * The input must already be valid UTF-8 without NUL bytes (callers check that
+ * in their own pre-pass: jansson refused those with texts of its own, or, for
+ * a NUL outside strings, quirkily). A NUL right after a backslash, which such
+ * a pre-pass may skip as escaped, is an invalid escape, as it was in jansson. */
 #ifndef TENSORD_JSON_SCAN_H
 #define TENSORD_JSON_SCAN_H
 
