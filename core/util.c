@@ -114,6 +114,27 @@ int utf8_valid(const char *str, size_t n)
     return 1;
 }
 
+const char *str_excerpt(const char *s, size_t n, size_t max, char *out)
+{
+    size_t lim = n;
+    if (lim > max) {
+        lim = max;
+        while (lim > 0 && ((unsigned char)s[lim] & 0xC0) == 0x80)
+            lim--;
+    }
+    size_t j = 0;
+    for (size_t i = 0; i < lim; i++) {
+        unsigned char c = (unsigned char)s[i];
+        out[j++] = (c < 0x20 || c == 0x7f) ? '?' : (char)c;
+    }
+    if (lim < n) {
+        memcpy(out + j, "...", 3);
+        j += 3;
+    }
+    out[j] = '\0';
+    return out;
+}
+
 uint64_t time_mono_ns(void)
 {
     struct timespec ts;

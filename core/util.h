@@ -32,6 +32,12 @@ static inline int u64_add(uint64_t a, uint64_t b, uint64_t *out)
 uint64_t hash_fnv1a(const void *data, size_t len, uint64_t seed);
 #define HASH_FNV_SEED 0xcbf29ce484222325ULL
 
+/* Copies at most max bytes of s[0..n) into out (max + 4 bytes), NUL-terminated,
+ * for a message: control bytes become '?', a cut never splits a UTF-8
+ * sequence (s must be UTF-8) and is marked "...". Reads s[max] when n > max.
+ * Returns out. */
+const char *str_excerpt(const char *s, size_t n, size_t max, char *out);
+
 /* Returns 1 when s[0..n) is well-formed UTF-8 (no overlongs, no surrogates). */
 int utf8_valid(const char *s, size_t n);
 

@@ -2,9 +2,10 @@
 """`make test`: every test stage in order, then one "N passed, N failed" line.
 
 Stages: builds (with and without CUDA), C unit tests, the same under
-ASan+UBSan, libFuzzer smoke runs with crash-regression replay, the
-integration suite against the real daemon, the same suite against the
-ASan+UBSan daemon, and the operations checks. Each stage's own count is added
+ASan+UBSan, the st_header differential test (tests/diff/), libFuzzer smoke
+runs with crash-regression replay, the integration suite against the real
+daemon, the same suite against the ASan+UBSan daemon, and the operations
+checks. Each stage's own count is added
 to the total; a stage that cannot run at all counts as one failure. Exits
 non-zero on any failure."""
 import os
@@ -78,6 +79,10 @@ def main():
         stage("unit tests under ASan+UBSan", [PY, "tests/run_unit.py"] + san_bins,
               env={"ASAN_OPTIONS": "detect_leaks=1:abort_on_error=0",
                    "UBSAN_OPTIONS": "print_stacktrace=1"})
+    # One stage, not 20,000 counted cases: it says whether the parser still
+    # agrees with the jansson-based one it replaced, and with Python's json.
+    stage("st_header differential (20,000 generated headers)",
+          [PY, "tests/diff/diff_st_header.py", "--cases", "20000"], counted=False)
     stage("fuzz smoke", ["make", "-j", JOBS, "fuzz-smoke",
                          f"FUZZ_SMOKE_SECONDS={os.environ.get('FUZZ_SMOKE_SECONDS', '5')}"])
     if built:

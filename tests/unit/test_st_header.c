@@ -336,6 +336,9 @@ TEST(json_errors)
     CHECK(code_of("{\"a\\u0000b\":{\"dtype\":\"U8\",\"shape\":[],\"data_offsets\":[0,1]}}", 1) ==
           ST_ERR_JSON);
     CHECK(code_of("{\"__metadata__\":{\"k\":\"a\\u0000b\"}}", 0) == ST_ERR_JSON);
+    /* A NUL right after a backslash (the pre-pass skips escaped bytes). */
+    CHECK(parse_len("{\"a\\\0\":{}}", 10, 0, &e) == ST_ERR_JSON);
+    CHECK_CONTAINS(e.message, "invalid escape");
 }
 
 TEST(duplicate_keys)
@@ -349,6 +352,16 @@ TEST(duplicate_keys)
                   1) == ST_ERR_DUPLICATE_KEY);
     CHECK(code_of("{\"__metadata__\":{\"k\":\"1\",\"k\":\"2\"}}", 0) == ST_ERR_DUPLICATE_KEY);
     CHECK(code_of("{\"__metadata__\":{},\"__metadata__\":{}}", 0) == ST_ERR_DUPLICATE_KEY);
+    /* A duplicate name is an error at its key, before any error inside its
+     * entry (the name table is looked at only once the entry is read). */
+    CHECK(parse("{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]},"
+                "\"a\":{\"dtype\":\"U8\",}}", 1, &e) == ST_ERR_DUPLICATE_KEY);
+    CHECK_STR(e.message, FILE_NAME ": header JSON line 1 column 56: duplicate object key near "
+                         "'\"a\"'");
+    CHECK(parse("{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]},"
+                "\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]},\"a\":1}", 1,
+                &e) == ST_ERR_DUPLICATE_KEY);
+    CHECK_CONTAINS(e.message, "line 1 column 56: duplicate");
     /* Escapes are decoded before comparing. */
     CHECK(code_of("{\"__metadata__\":{\"k\":\"1\",\"\\u006b\":\"2\"}}", 0) == ST_ERR_DUPLICATE_KEY);
 }
@@ -468,6 +481,9 @@ TEST(bad_offsets)
     CHECK(parse("{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1,2]}}", 1, &e) ==
           ST_ERR_OFFSETS);
     CHECK_CONTAINS(e.message, "3 entries");
+    CHECK(parse("{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":null}}", 1, &e) ==
+          ST_ERR_OFFSETS);
+    CHECK(strcmp(e.message + strlen(e.message) - strlen("got null"), "got null") == 0);
 }
 
 TEST(bad_shape)
