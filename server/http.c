@@ -343,6 +343,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     return dispatch(conn, rq, url, method);
 }
 
+/* While draining, connections accepted by the kernel are closed at once.
+ * (MHD_quiesce_daemon would take the listen socket out of the workers' epoll
+ * sets instead, but in epoll mode with a thread pool it races with the
+ * workers doing the same and can abort the process: an open libmicrohttpd
+ * defect.) */
+static enum MHD_Result accept_policy(void *cls, const struct sockaddr *addr, socklen_t len)
+{
+    (void)addr, (void)len;
+    struct server *srv = cls;
+    return atomic_load(&srv->draining) ? MHD_NO : MHD_YES;
+}
+
 int http_start(struct server *srv, char *errbuf, size_t errlen)
 {
     const struct config *cfg = srv->cfg;
@@ -379,7 +391,7 @@ int http_start(struct server *srv, char *errbuf, size_t errlen)
     };
     srv->deadlines = deadlines_start(cfg->header_timeout);
     srv->daemon = MHD_start_daemon(
-        flags, 0, NULL, NULL, on_request, srv,
+        flags, 0, accept_policy, srv, on_request, srv,
         MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
         MHD_OPTION_THREAD_POOL_SIZE, threads,
         MHD_OPTION_CONNECTION_LIMIT, mhd_limit,
@@ -410,7 +422,7 @@ void http_stop(struct server *srv, unsigned drain_ms)
 {
     if (!srv->daemon)
         return;
-    MHD_quiesce_daemon(srv->daemon);
+    atomic_store(&srv->draining, 1);
     for (unsigned waited = 0; waited < drain_ms && atomic_load(&srv->in_flight) > 0; waited += 10)
         usleep(10000);
     MHD_stop_daemon(srv->daemon);

@@ -27,6 +27,7 @@ struct server {
     atomic_uint connections;        /* open HTTP connections */
     atomic_uint in_flight;          /* requests being answered */
     atomic_int ready;               /* first scan done */
+    atomic_int draining;            /* stopping: refuse new connections, close after each answer */
     char *read_token, *admin_token; /* bearer tokens; NULL when auth is off */
 };
 
@@ -53,7 +54,8 @@ struct request {
 
 /* Starts the daemon on cfg->listen. Returns 0 or -1 with errbuf. */
 int http_start(struct server *srv, char *errbuf, size_t errlen);
-/* Stops accepting, waits up to drain_ms for in-flight requests, then stops. */
+/* Stops accepting (new connections are closed at once; answers carry
+ * Connection: close), waits up to drain_ms for in-flight requests, then stops. */
 void http_stop(struct server *srv, unsigned drain_ms);
 
 /* Parses "host:port", "[v6]:port" or ":port" into a socket address.

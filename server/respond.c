@@ -182,7 +182,7 @@ static enum MHD_Result queue(struct MHD_Connection *conn, struct request *rq, un
     rq->status = status;
     rq->body_bytes = rq->is_head ? 0 : body_bytes;
     rq->queued_ns = time_mono_ns();
-    if (rq->close_after)
+    if (rq->close_after || atomic_load(&rq->srv->draining))
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
     enum MHD_Result r = MHD_queue_response(conn, status, resp);
     MHD_destroy_response(resp);

@@ -2,6 +2,7 @@
 away or crawl, connection floods, hostile models roots, and a disk that
 answers EIO. Each test runs its own daemon on its own models root."""
 import os
+import signal
 import socket
 import stat
 import struct
@@ -196,6 +197,30 @@ def test_snapshot_memory_outlives_reload(root, what):
             return [t for t in out if t.endswith("(deleted)")]
         assert wait_for(lambda: not deleted_fds(), 5, 0.1), \
             f"{what}: the dropped snapshot still holds {deleted_fds()}"
+
+
+def test_sigterm_drains_in_flight_and_refuses_new(root):
+    """SIGTERM: a download in flight finishes whole (with Connection: close
+    semantics for anything after it), a new connection gets no answer, and the
+    daemon exits 0 once the download is done."""
+    path, data = faultlib.big_model(root, ROWS, COLS)
+    with running_daemon(root, check_exit=False) as d:
+        idle = connect(d.port)          # a keep-alive client that has not asked yet
+        dl = PausedDownload(d.port, WHOLE)
+        assert dl.status == 200
+        os.kill(d.pid, signal.SIGTERM)
+        time.sleep(0.3)
+        late = raw_get(d.port, "/healthz", timeout=5)
+        assert late.status is None, f"a connection made while draining was answered: {late!r}"
+        idle.sendall(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")
+        status, headers, _ = read_head(idle)
+        assert status == 200 and headers.get("connection", "").lower() == "close", \
+            f"an open connection's request while draining: {status} {headers}"
+        idle.close()
+        body, complete, _ = dl.finish(timeout=10)
+        assert complete and body == data, "the in-flight download was cut by the drain"
+        d.proc.wait(10)
+        assert d.proc.returncode == 0, f"exit status {d.proc.returncode}:\n{d.log_tail()}"
 
 
 # ---------------------------------------------------------------------------
