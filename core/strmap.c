@@ -6,6 +6,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 #include "util.h"
 
@@ -19,16 +20,19 @@ struct strmap_slot {
 struct strmap {
     size_t cap;       /* power of two */
     size_t count;
+    uint64_t seed;    /* random per map: names in a model file cannot be chosen to collide */
     struct strmap_slot *slots;
 };
 
 #define STRMAP_MIN_CAP 8
 
 /* FNV-1a's low bits mix poorly for short keys that differ in their last
- * byte; a finalizer spreads every input bit over the bits used as index. */
-static uint64_t slot_hash(const char *key, size_t len)
+ * byte; a finalizer spreads every input bit over the bits used as index.
+ * The seed is secret, so which names share a slot cannot be known offline:
+ * a hostile file cannot turn 500,000 lookups into a quadratic probe. */
+static uint64_t slot_hash(const struct strmap *m, const char *key, size_t len)
 {
-    uint64_t h = hash_fnv1a(key, len, HASH_FNV_SEED);
+    uint64_t h = hash_fnv1a(key, len, m->seed);
     h ^= h >> 33;
     h *= 0xff51afd7ed558ccdULL;
     h ^= h >> 33;
@@ -48,6 +52,9 @@ struct strmap *strmap_new(size_t expected)
     struct strmap *m = xmalloc(sizeof(*m));
     m->cap = cap_for(expected);
     m->count = 0;
+    if (getrandom(&m->seed, sizeof(m->seed), GRND_NONBLOCK) != sizeof(m->seed))
+        m->seed = time_mono_ns() ^ (uint64_t)(uintptr_t)m; /* entropy not ready (early boot) */
+    m->seed ^= HASH_FNV_SEED;
     m->slots = xcalloc(m->cap, sizeof(*m->slots));
     return m;
 }
@@ -93,7 +100,7 @@ int strmap_put(struct strmap *m, const char *key, size_t len, void *value)
     /* A NULL key would mark its slot empty; the empty key is "" instead. */
     if (!key)
         key = "";
-    uint64_t h = slot_hash(key, len);
+    uint64_t h = slot_hash(m, key, len);
     if (find(m, key, len, h))
         return -1;
     if ((m->count + 1) * 2 > m->cap)
@@ -110,7 +117,7 @@ void *strmap_get(const struct strmap *m, const char *key, size_t len)
         return NULL;
     if (!key)
         key = "";
-    const struct strmap_slot *s = find(m, key, len, slot_hash(key, len));
+    const struct strmap_slot *s = find(m, key, len, slot_hash(m, key, len));
     return s ? s->value : NULL;
 }
 
