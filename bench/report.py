@@ -150,6 +150,13 @@ def table(res):
             f"requests {f(tq, '%d')} / {f(nq, '%d')}; "
             f"bytes {f(tb and tb / 1024, '%.0f')} / {f(nb and nb / 1024, '%.0f')} KiB")
 
+    rss = res.get("tensord_rss", {})
+    if "served" in rss:
+        r0, r1 = rss["ready"], rss["served"]
+        row("tensord resident set: once ready / after every test above", "MiB",
+            f"{r0['VmRSS'] / 1024:.1f} / {r1['VmRSS'] / 1024:.1f}", "", None,
+            f"peak {r1['VmHWM'] / 1024:.1f} MiB; the models served are 1.2 GB")
+
     st = res.get("startup", {})
     for name, label in (("files1000", "start-up, root of 1,000 files"),
                         ("tensors500k", "start-up, one 500k-tensor header")):

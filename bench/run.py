@@ -430,6 +430,7 @@ def main():
         if not args.nginx_only:
             td = servers.start_tensord(args.tensord, data_root, args.threads, work)
             td.wait_ready()
+            results["tensord_rss"] = {"ready": td.proc_status()}
             verify(td, ng, info)
         buf = None
         if "slice" in only:
@@ -454,6 +455,10 @@ def main():
             if "meta" in only:
                 run["meta"] = metadata(td, ng, info, reps=10)
             results["runs"].append(run)
+        if td:
+            # Memory held after serving every test (1.2 GB of models, 1 GiB slices):
+            # it must not grow with what was served.
+            results["tensord_rss"]["served"] = td.proc_status()
     finally:
         for s in (td, ng):
             if s:
