@@ -413,9 +413,20 @@ def build(out_dir, use_reference, sanitize):
     src = os.path.join(out_dir, "st_header_ref.c")
     with open(src, "wb") as f:
         f.write(p.stdout)
+    # The reference is compiled against its own st_header.h (the API has grown
+    # since: st_header_read_fd's keep_max, the raw field at the struct's end, which
+    # the driver never reads), found before core/ on the include path.
+    p = subprocess.run(["git", "-C", ROOT, "show", REFERENCE + ":core/st_header.h"],
+                       capture_output=True, check=True)
+    ref_inc = os.path.join(out_dir, "ref_include")
+    os.makedirs(ref_inc, exist_ok=True)
+    with open(os.path.join(ref_inc, "st_header.h"), "wb") as f:
+        f.write(p.stdout)
+    obj = os.path.join(out_dir, "st_header_ref.o")
+    subprocess.run(["cc", "-I" + ref_inc] + flags + ["-c", "-o", obj, src], check=True)
     ref = os.path.join(out_dir, "driver_ref")
     # The reference's st_header.o comes first, so the library's is never pulled in.
-    subprocess.run(["cc"] + flags + ["-o", ref, driver, src, lib] + libs, check=True)
+    subprocess.run(["cc"] + flags + ["-o", ref, driver, obj, lib] + libs, check=True)
     return new, ref
 
 
