@@ -37,7 +37,7 @@ static void *reaper(void *arg)
         uint64_t now = time_mono_ns();
         for (struct deadline_conn *c = d->head.next; c != &d->head; c = c->next) {
             uint64_t since = atomic_load_explicit(&c->since_ns, memory_order_relaxed);
-            if (since && now - since > d->timeout_ns) {
+            if (deadline_overdue(since, now, d->timeout_ns)) {
                 /* Holding the lock: libmicrohttpd removes a connection here
                  * before it closes the descriptor, so fd is still this socket. */
                 shutdown(c->fd, SHUT_RDWR);

@@ -8,6 +8,8 @@
 #ifndef TENSORD_DEADLINE_H
 #define TENSORD_DEADLINE_H
 
+#include <stdint.h>
+
 struct deadlines;
 struct deadline_conn;
 
@@ -20,6 +22,15 @@ struct deadline_conn *deadlines_add(struct deadlines *d, int fd);
 /* Called from libmicrohttpd's close notification, before it closes fd, so
  * the reaper never shuts down a descriptor number that was reused. */
 void deadlines_remove(struct deadlines *d, struct deadline_conn *c);
+/* Whether a request pending since `since` (0: none) is overdue at `now`.
+ * A request armed after the reaper read its clock has since > now: not
+ * overdue (unsigned now - since would wrap to a huge age and shut down a
+ * connection in the middle of a normal request). */
+static inline int deadline_overdue(uint64_t since, uint64_t now, uint64_t timeout_ns)
+{
+    return since != 0 && now > since && now - since > timeout_ns;
+}
+
 /* A request line arrived: its headers are due within the timeout. */
 void deadline_arm(struct deadline_conn *c);
 /* The headers are complete. */

@@ -25,6 +25,19 @@ TEST(off_when_zero)
     deadlines_stop(NULL);
 }
 
+/* The reaper reads its clock once per pass; a request armed after that has
+ * since > now and must not count as overdue (it once did, through unsigned
+ * wrap-around: the soak test saw about one connection a minute shut down). */
+TEST(overdue_arithmetic)
+{
+    const uint64_t s = 1000000000ULL;
+    CHECK(!deadline_overdue(0, 100 * s, 10 * s));          /* nothing pending */
+    CHECK(!deadline_overdue(95 * s, 100 * s, 10 * s));     /* 5 s old */
+    CHECK(deadline_overdue(89 * s, 100 * s, 10 * s));      /* 11 s old */
+    CHECK(!deadline_overdue(100 * s + 1, 100 * s, 10 * s)); /* armed after the clock read */
+    CHECK(!deadline_overdue(100 * s, 100 * s, 10 * s));
+}
+
 TEST(armed_is_shut_down_disarmed_is_not)
 {
     int slow[2], done[2];
@@ -52,6 +65,7 @@ TEST(armed_is_shut_down_disarmed_is_not)
 int main(void)
 {
     RUN(off_when_zero);
+    RUN(overdue_arithmetic);
     RUN(armed_is_shut_down_disarmed_is_not);
     return TEST_SUMMARY();
 }
