@@ -68,17 +68,6 @@ static void set_error(struct json_scan *s, int duplicate, const char *fmt, ...)
     s->failed = 1;
 }
 
-static int hex_value(unsigned char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 static size_t utf8_len(uint32_t cp)
 {
     return cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
@@ -133,7 +122,7 @@ static int scan_string(struct json_scan *s)
         }
         uint32_t cp = 0;
         for (int i = 0; i < 4; i++) {
-            int d = p < n ? hex_value(b[p]) : -1;
+            int d = p < n ? hex_digit_value(b[p]) : -1;
             if (p < n)
                 p++;
             if (d < 0)
@@ -348,12 +337,12 @@ size_t json_scan_decode(const struct json_scan *s, char *dst, size_t cap)
         }
         uint32_t cp = 0;
         for (int k = 0; k < 4; k++)
-            cp = cp << 4 | (uint32_t)hex_value((unsigned char)r[i + k]);
+            cp = cp << 4 | (uint32_t)hex_digit_value((unsigned char)r[i + k]);
         i += 4;
         if (cp >= 0xD800 && cp <= 0xDBFF) {
             uint32_t lo = 0;
             for (int k = 2; k < 6; k++)
-                lo = lo << 4 | (uint32_t)hex_value((unsigned char)r[i + k]);
+                lo = lo << 4 | (uint32_t)hex_digit_value((unsigned char)r[i + k]);
             i += 6;
             cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
         }

@@ -41,6 +41,9 @@ const char *str_excerpt(const char *s, size_t n, size_t max, char *out);
 /* Returns 1 when s[0..n) is well-formed UTF-8 (no overlongs, no surrogates). */
 int utf8_valid(const char *s, size_t n);
 
+/* The value of hexadecimal digit c (either case), or -1. */
+int hex_digit_value(unsigned char c);
+
 /* Monotonic clock in nanoseconds. */
 uint64_t time_mono_ns(void);
 

@@ -6,17 +6,6 @@
 
 #include "util.h"
 
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 char *route_decode(const char *s, size_t len, size_t *out_len)
 {
     char *d = xmalloc(len + 1);
@@ -24,8 +13,8 @@ char *route_decode(const char *s, size_t len, size_t *out_len)
     for (size_t i = 0; i < len; i++) {
         char c = s[i];
         if (c == '%') {
-            int hi = len - i >= 3 ? hexval(s[i + 1]) : -1;
-            int lo = len - i >= 3 ? hexval(s[i + 2]) : -1;
+            int hi = len - i >= 3 ? hex_digit_value((unsigned char)s[i + 1]) : -1;
+            int lo = len - i >= 3 ? hex_digit_value((unsigned char)s[i + 2]) : -1;
             if (hi < 0 || lo < 0)
                 goto bad;
             c = (char)(hi * 16 + lo);
