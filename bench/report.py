@@ -67,42 +67,35 @@ def table(res):
         rows.append((test, unit, t, n, fx(xs) if xs is not None else "",
                      verdict(med(xs) if xs else None, target), note))
 
-    info = res.get("models", {})
-    hlen = get(info, "llm", "header_len")
-    for case, label in (("range0-7", "`Range: bytes=0-7` of a file"),
-                        ("header", f"file header ({hlen} B): tensord `/header`, nginx Range")):
-        for c in (1, 16, 256):
-            key = f"{case}/c{c}"
-            if not any(get(r, "small", key) for r in runs):
-                continue
-            t = med(per_run(runs, "small", key, "tensord", "rps"))
-            n = med(per_run(runs, "small", key, "nginx", "rps"))
-            x = ratios(runs, "small", key, "rps")
-            tp = med(per_run(runs, "small", key, "tensord", "lat_p99_us"))
-            npp = med(per_run(runs, "small", key, "nginx", "lat_p99_us"))
-            tc = cpu_per_req(runs, "small", key, "tensord")
-            nc = cpu_per_req(runs, "small", key, "nginx")
-            note = (f"p99 {f(tp and tp / 1000, '%.2f')} / {f(npp and npp / 1000, '%.2f')} ms; "
-                    f"server CPU/req {f(tc, '%.1f')} / {f(nc, '%.1f')} us")
-            row(f"{label}, {c} conn", "req/s", f(t, "%.0f"), f(n, "%.0f"), x, note,
-                TARGETS["small"])
+    def rate_rows(section, cases, label_fmt, target, p99):
+        """One row per case and connection count of a wrk req/s section."""
+        for case, label in cases:
+            for c in (1, 16, 256):
+                key = f"{case}/c{c}"
+                if not any(get(r, section, key) for r in runs):
+                    continue
+                t = med(per_run(runs, section, key, "tensord", "rps"))
+                n = med(per_run(runs, section, key, "nginx", "rps"))
+                note = (f"server CPU/req {f(cpu_per_req(runs, section, key, 'tensord'), '%.1f')}"
+                        f" / {f(cpu_per_req(runs, section, key, 'nginx'), '%.1f')} us")
+                if p99:
+                    tp = med(per_run(runs, section, key, "tensord", "lat_p99_us"))
+                    npp = med(per_run(runs, section, key, "nginx", "lat_p99_us"))
+                    note = (f"p99 {f(tp and tp / 1000, '%.2f')} / "
+                            f"{f(npp and npp / 1000, '%.2f')} ms; " + note)
+                row(label_fmt.format(label=label, c=c), "req/s", f(t, "%.0f"), f(n, "%.0f"),
+                    ratios(runs, section, key, "rps"), note, target)
 
+    hlen = get(res.get("models", {}), "llm", "header_len")
+    rate_rows("small", (("range0-7", "`Range: bytes=0-7` of a file"),
+                        ("header", f"file header ({hlen} B): tensord `/header`, nginx Range")),
+              "{label}, {c} conn", TARGETS["small"], p99=True)
     # Bare libmicrohttpd, per threading mode: "tensord" in these results is the
     # bare server (bench/mhd_modes.c), so x is its advantage over nginx.
-    for mode, label in (("pool", "epoll thread pool (tensord's mode)"),
+    rate_rows("modes", (("pool", "epoll thread pool (tensord's mode)"),
                         ("tpc", "thread per connection"),
-                        ("select", "external select loop, 1 thread")):
-        for c in (1, 16, 256):
-            key = f"{mode}/c{c}"
-            if not any(get(r, "modes", key) for r in runs):
-                continue
-            t = med(per_run(runs, "modes", key, "tensord", "rps"))
-            n = med(per_run(runs, "modes", key, "nginx", "rps"))
-            tc = cpu_per_req(runs, "modes", key, "tensord")
-            nc = cpu_per_req(runs, "modes", key, "nginx")
-            row(f"bare libmicrohttpd, {label}, `bytes=0-7`, {c} conn", "req/s", f(t, "%.0f"),
-                f(n, "%.0f"), ratios(runs, "modes", key, "rps"),
-                f"server CPU/req {f(tc, '%.1f')} / {f(nc, '%.1f')} us")
+                        ("select", "external select loop, 1 thread")),
+              "bare libmicrohttpd, {label}, `bytes=0-7`, {c} conn", None, p99=False)
 
     for name, label in (("bench.4k", "4 KiB"), ("bench.1m", "1 MiB"), ("bench.64m", "64 MiB")):
         if not any(get(r, "tensor", name) for r in runs):
