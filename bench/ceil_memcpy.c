@@ -7,18 +7,7 @@
 #include <string.h>
 #include <time.h>
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
+#include "ceil.h"
 
 int main(int argc, char **argv)
 {
@@ -42,17 +31,16 @@ int main(int argc, char **argv)
     unsigned sink = 0;
     for (int i = 0; i < runs; i++) {
         src[(size_t)i * 4099 % n] = (unsigned char)i;
-        double t0 = now();
+        double t0 = ceil_now();
         memcpy(dst, src, n);
-        double t1 = now();
+        double t1 = ceil_now();
         sink += dst[(size_t)i * 4099 % n];
         gbps[i] = (double)n / (t1 - t0) / 1e9;
     }
     printf("{\"bytes\":%zu,\"runs\":[", n);
     for (int i = 0; i < runs; i++)
         printf("%s%.3f", i ? "," : "", gbps[i]);
-    qsort(gbps, (size_t)runs, sizeof(*gbps), cmp_double);
-    printf("],\"median_gbps\":%.3f,\"sink\":%u}\n", gbps[runs / 2], sink & 1);
+    printf("],\"median_gbps\":%.3f,\"sink\":%u}\n", ceil_median(gbps, runs), sink & 1);
     free(src);
     free(dst);
     free(gbps);

@@ -24,6 +24,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ceil.h"
+
 #define MAX_STREAMS 64
 
 struct stream {
@@ -37,19 +39,6 @@ struct stream {
     pthread_barrier_t *end;    /* ... and this one after */
     int err;                   /* errno of a failed call, 0 when all went well */
 };
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 static void *send_runs(void *arg)
 {
@@ -157,9 +146,9 @@ int main(int argc, char **argv)
     double *gbps = calloc((size_t)runs, sizeof(*gbps));
     for (int r = 0; r < runs; r++) {
         pthread_barrier_wait(&start);
-        double t0 = now();
+        double t0 = ceil_now();
         pthread_barrier_wait(&end);
-        gbps[r] = (double)total * nstreams / (now() - t0) / 1e9;
+        gbps[r] = (double)total * nstreams / (ceil_now() - t0) / 1e9;
     }
     int rc = 0;
     for (int i = 0; i < nstreams; i++) {
@@ -178,8 +167,7 @@ int main(int argc, char **argv)
                (long long)st.st_size, (long long)total, bufsz, nstreams);
         for (int i = 0; i < runs; i++)
             printf("%s%.3f", i ? "," : "", gbps[i]);
-        qsort(gbps, (size_t)runs, sizeof(*gbps), cmp_double);
-        printf("],\"median_gbps\":%.3f}\n", gbps[runs / 2]);
+        printf("],\"median_gbps\":%.3f}\n", ceil_median(gbps, runs));
     }
     close(ls);
     close(fd);

@@ -92,7 +92,8 @@ def build_helpers(outdir):
     os.makedirs(outdir, exist_ok=True)
     for name, libs in (("ceil_memcpy", []), ("ceil_sendfile", []), ("mhd_modes", ["-lmicrohttpd"])):
         src, exe = os.path.join(HERE, name + ".c"), os.path.join(outdir, name)
-        if not os.path.exists(exe) or os.path.getmtime(exe) < os.path.getmtime(src):
+        deps = [src, os.path.join(HERE, "ceil.h")]
+        if not os.path.exists(exe) or os.path.getmtime(exe) < max(map(os.path.getmtime, deps)):
             subprocess.run(["cc", "-O2", "-Wall", "-Wextra", "-pthread", "-o", exe, src] + libs,
                            check=True)
 
