@@ -55,12 +55,10 @@ def daemon(models_root):
     except RuntimeError as e:
         pytest.fail(str(e), pytrace=False)
     yield d
-    alive = d.alive()
-    rc = d.stop()
-    log = d.log_tail()
-    shutil.rmtree(workdir, ignore_errors=True)
-    assert alive, f"daemon died during the session (status {d.proc.returncode}):\n{log}"
-    assert rc == 0, f"daemon exited with {rc} on SIGTERM:\n{log}"
+    try:
+        d.stop_checked()
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)

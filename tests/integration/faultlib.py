@@ -64,10 +64,7 @@ def running_daemon(models, *args, prefix=(), workdir=None, check_exit=True, prob
     try:
         yield d
         if check_exit:
-            alive = d.alive()
-            rc = d.stop()
-            assert alive, f"daemon died (status {d.proc.returncode}):\n{d.log_tail()}"
-            assert rc == 0, f"daemon exited with {rc} on SIGTERM:\n{d.log_tail()}"
+            d.stop_checked()
     finally:
         if d.proc and d.proc.poll() is None:
             d.proc.kill()

@@ -138,6 +138,18 @@ class Daemon:
     def alive(self):
         return self.proc is not None and self.proc.poll() is None
 
+    def stop_checked(self):
+        """SIGTERM at the end of a test or fixture: fails unless the daemon was
+        still alive and exits 0 (sanitizer builds exit non-zero on a leak or an
+        error report). The log is read before anything is asserted, so a caller
+        may remove the work directory in a `finally`."""
+        alive = self.alive()
+        status = self.proc.returncode if self.proc else None
+        rc = self.stop()
+        log = self.log_tail()
+        assert alive, f"daemon died (status {status}):\n{log}"
+        assert rc == 0, f"daemon exited with {rc} on SIGTERM:\n{log}"
+
     def rss_kib(self):
         """VmRSS of the daemon in KiB."""
         with open(f"/proc/{self.proc.pid}/status") as f:

@@ -284,9 +284,7 @@ def tlsd(base):
         pytest.fail(f"TLS daemon did not come up:\n{d.log_tail()}")
     d.url, d.cert, d.data = url, cert, data
     yield d
-    alive = d.alive()
-    rc = d.stop()
-    assert alive and rc == 0, d.log_tail()
+    d.stop_checked()
 
 
 def test_tls_with_curl(tlsd):
