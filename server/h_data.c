@@ -56,14 +56,15 @@ enum MHD_Result handle_file(struct MHD_Connection *conn, struct request *rq,
         if (!h)
             return respond_error(conn, rq, MHD_HTTP_BAD_REQUEST, "not_safetensors",
                                  "\"%.300s\" is not a valid safetensors file", f->name);
-        rep.body.data_off = ST_PREFIX_LEN;
-        rep.body.data_len = h->header_len;
         rep.content_type = "application/json";
         derive_etag(rep.etag, sizeof(rep.etag), f->etag, 'h', 0);
         if (h->raw) { /* the validated bytes, kept by the snapshot */
             rep.body = (struct body){.prefix = (const char *)h->raw + ST_PREFIX_LEN,
                                      .prefix_len = h->header_len, .fd = -1};
             rep.pin = reg;
+        } else {
+            rep.body.data_off = ST_PREFIX_LEN;
+            rep.body.data_len = h->header_len;
         }
     } else if (h && h->raw) {
         /* Reads inside the prefix and header (a client sizing the header with

@@ -166,14 +166,7 @@ static enum MHD_Result respond_model_doc(struct MHD_Connection *conn, struct req
                              "could not encode model \"%.300s\" as JSON", m->name);
     char etag[40];
     model_etag(m, etag_kind, etag, sizeof(etag));
-    struct representation rep = {
-        .body = {.prefix = text, .prefix_len = len, .fd = -1},
-        .pin = reg,
-        .content_type = "application/json",
-        .mtime = -1,
-    };
-    snprintf(rep.etag, sizeof(rep.etag), "%s", etag);
-    return respond_body(conn, rq, &rep);
+    return respond_json_text(conn, rq, text, len, etag, reg);
 }
 
 enum MHD_Result handle_model(struct MHD_Connection *conn, struct request *rq,

@@ -233,15 +233,17 @@ enum MHD_Result respond_json(struct MHD_Connection *conn, struct request *rq, un
         add_common_headers(resp, "application/json");
         return queue(conn, rq, status, resp, len);
     }
-    return respond_json_text(conn, rq, text, strlen(text), etag);
+    return respond_json_text(conn, rq, text, strlen(text), etag, NULL);
 }
 
-enum MHD_Result respond_json_text(struct MHD_Connection *conn, struct request *rq, char *text,
-                                  size_t len, const char *etag)
+enum MHD_Result respond_json_text(struct MHD_Connection *conn, struct request *rq,
+                                  const char *text, size_t len, const char *etag,
+                                  struct registry *pin)
 {
     struct representation rep = {
         .body = {.prefix = text, .prefix_len = len, .fd = -1},
-        .prefix_buf = text,
+        .prefix_buf = pin ? NULL : (char *)text,
+        .pin = pin,
         .content_type = "application/json",
         .mtime = -1,
     };
@@ -622,12 +624,14 @@ enum MHD_Result respond_body(struct MHD_Connection *conn, struct request *rq,
     /* A streamed or sendfile answer commits to its headers before the first
      * block is read, and libmicrohttpd 0.9.75 leaves the connection open until
      * the idle timeout when that first block fails: check a changed file now
-     * (small bodies are checked right after their read). */
+     * (small bodies are checked right after their read; bytes sent from the
+     * snapshot's memory are the validated ones and need no check). */
     uint64_t first_off = rr == RANGE_OK ? ranges[0].start : 0;
     uint64_t first_len = rr == RANGE_OK ? ranges[0].len : size;
     int multipart = rr == RANGE_OK && n > 1;
-    if (!rq->is_head && (multipart || first_len > SMALL_BODY_MAX) &&
-        (multipart || !pinned_span(rep, first_off, first_len)) && file_changed(rep)) {
+    if (!rq->is_head &&
+        (multipart || (first_len > SMALL_BODY_MAX && !pinned_span(rep, first_off, first_len))) &&
+        file_changed(rep)) {
         representation_release(rep);
         return respond_file_changed(conn, rq);
     }

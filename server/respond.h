@@ -44,10 +44,12 @@ enum MHD_Result respond_body(struct MHD_Connection *conn, struct request *rq,
 enum MHD_Result respond_json(struct MHD_Connection *conn, struct request *rq, unsigned status,
                              json_t *doc, const char *etag);
 
-/* Answers 200 with JSON text (taken over: freed when sent) as a byte body;
- * etag may be NULL. */
-enum MHD_Result respond_json_text(struct MHD_Connection *conn, struct request *rq, char *text,
-                                  size_t len, const char *etag);
+/* Answers 200 with JSON text as a byte body; etag may be NULL. With pin
+ * NULL, text was malloc'd and is taken over (freed when sent); otherwise it
+ * belongs to snapshot pin, which the answer keeps alive while it is sent. */
+enum MHD_Result respond_json_text(struct MHD_Connection *conn, struct request *rq,
+                                  const char *text, size_t len, const char *etag,
+                                  struct registry *pin);
 
 /* Answers {"error": {"code": code, "message": ...}} with the given status. */
 enum MHD_Result respond_error(struct MHD_Connection *conn, struct request *rq, unsigned status,
