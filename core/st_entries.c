@@ -17,7 +17,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 
 #include "json_scan.h"
 #include "strmap.h"
@@ -185,8 +184,7 @@ static void names_init(struct names *ns, size_t max, const char *base)
     ns->slots = xcalloc(cap, sizeof(*ns->slots));
     ns->mask = cap - 1;
     ns->base = base;
-    if (getrandom(&ns->seed, sizeof(ns->seed), GRND_NONBLOCK) != sizeof(ns->seed))
-        ns->seed = time_mono_ns() ^ (uint64_t)(uintptr_t)ns;
+    ns->seed = hash_seed(ns);
 }
 
 /* Adds a NUL-terminated name that lies in the string region, with its hash

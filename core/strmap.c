@@ -6,7 +6,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 
 #include "util.h"
 
@@ -52,9 +51,7 @@ struct strmap *strmap_new(size_t expected)
     struct strmap *m = xmalloc(sizeof(*m));
     m->cap = cap_for(expected);
     m->count = 0;
-    if (getrandom(&m->seed, sizeof(m->seed), GRND_NONBLOCK) != sizeof(m->seed))
-        m->seed = time_mono_ns() ^ (uint64_t)(uintptr_t)m; /* entropy not ready (early boot) */
-    m->seed ^= HASH_FNV_SEED;
+    m->seed = hash_seed(m);
     m->slots = xcalloc(m->cap, sizeof(*m->slots));
     return m;
 }

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 
 static void oom(size_t n)
@@ -151,4 +152,12 @@ int hex_digit_value(unsigned char c)
     if (c >= 'A' && c <= 'F')
         return c - 'A' + 10;
     return -1;
+}
+
+uint64_t hash_seed(const void *salt)
+{
+    uint64_t seed;
+    if (getrandom(&seed, sizeof(seed), GRND_NONBLOCK) != sizeof(seed))
+        seed = time_mono_ns() ^ (uint64_t)(uintptr_t)salt;
+    return seed;
 }

@@ -46,5 +46,9 @@ int hex_digit_value(unsigned char c);
 
 /* Monotonic clock in nanoseconds. */
 uint64_t time_mono_ns(void);
+/* A secret seed for a hash table that hostile keys must not be able to aim
+ * at: from getrandom, or, while the kernel's pool is not ready (early boot),
+ * from the clock and `salt` (an address). */
+uint64_t hash_seed(const void *salt);
 
 #endif
