@@ -365,11 +365,10 @@ enum st_status st_header_read_fd(int fd, const char *file, size_t keep_max,
                           r == -ENODATA ? "file shrank while reading" : strerror(-r));
     else
         rc = st_header_parse(json, (size_t)n, size - ST_PREFIX_LEN - n, file, out, err);
-    if (rc == ST_OK && ST_PREFIX_LEN + n <= keep_max) {
+    if (rc == ST_OK && ST_PREFIX_LEN + n <= keep_max)
         (*out)->raw = buf;
-        return rc;
-    }
-    free(buf);
+    else
+        free(buf);
     return rc;
 }
 
