@@ -9,7 +9,11 @@ SYSCONFDIR ?= /etc
 DESTDIR    ?=
 CC         ?= cc
 CLANG      ?= clang
-PYTHON     ?= /usr/bin/python3
+SYS_PYTHON ?= /usr/bin/python3
+# The tests' interpreter: Debian's python3 in a virtual environment that adds
+# the pinned packages of tests/requirements.txt (made by `make deps`).
+VENV       ?= .venv
+PYTHON     ?= $(VENV)/bin/python
 CUDA       ?= auto
 CUDA_PATH  ?= /usr/local/cuda
 SANITIZER  ?=
@@ -82,7 +86,7 @@ CLIENT_OBJ := $(CLIENT_SRC:%.c=$(BUILD)/obj/%.o)
 UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 FUZZ_BIN   := $(FUZZ_SRC:tests/fuzz/%.c=build/fuzz/%)
 
-.PHONY: all deps run test unit fuzz fuzz-smoke install clean integration print-% bench bench-header soak tsan-test
+.PHONY: all deps deps-apt run test unit fuzz fuzz-smoke install clean integration print-% bench bench-header soak tsan-test
 all: $(BUILD)/tensord $(BUILD)/libtensord-client.so $(BUILD)/tensord-client
 
 $(BUILD)/obj/%.o: %.c
@@ -132,14 +136,21 @@ fuzz: $(FUZZ_BIN)
 # only when missing, so `make test` on a provisioned machine does not touch apt.
 DEB_PKGS := build-essential pkg-config libmicrohttpd-dev liburing-dev libjansson-dev \
             libdlpack-dev clang libclang-rt-14-dev python3-numpy python3-pytest curl \
-            prometheus systemd nginx-light wrk man-db groff-base
-deps:
+            prometheus systemd nginx-light wrk man-db groff-base python3-venv python3-torch
+deps: deps-apt $(VENV)/.installed
+deps-apt:
 	@missing=$$(for p in $(DEB_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:" $$missing; \
 	  SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$missing; \
 	fi
+
+# Exact versions, no dependency resolution: what the file lists is what runs.
+$(VENV)/.installed: tests/requirements.txt | deps-apt
+	$(SYS_PYTHON) -m venv --system-site-packages $(VENV)
+	$(VENV)/bin/pip install -q --disable-pip-version-check --no-deps -r tests/requirements.txt
+	@touch $@
 
 run: deps
 	@$(MAKE) --no-print-directory all

@@ -15,7 +15,8 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PY = "/usr/bin/python3"
+# The interpreter make runs this with: the tests' virtual environment (make deps).
+PY = sys.executable
 JOBS = str(os.cpu_count() or 2)
 SAN = "address,undefined"
 SAN_BUILD = "build/san-address-undefined"
