@@ -203,8 +203,30 @@ static void put_escaped(char *buf, size_t *n, size_t cap, const char *s, size_t 
     }
 }
 
+/* Returns 1 when the query key raw[0, len) ends in "token" once its
+ * percent-escapes are decoded (so "tok%65n" is caught too). */
+static int key_is_token(const char *raw, size_t len)
+{
+    char tail[5];
+    size_t n = 0;
+    /* Decode from the end: the last five decoded characters are all that matter. */
+    for (size_t i = len; i > 0 && n < sizeof(tail);) {
+        char c = raw[--i];
+        int hi, lo;
+        if (i >= 2 && raw[i - 2] == '%' && (hi = hex_digit_value((unsigned char)raw[i - 1])) >= 0 &&
+            (lo = hex_digit_value((unsigned char)c)) >= 0) {
+            c = (char)(hi * 16 + lo);
+            i -= 2;
+        } else if (c == '+') {
+            c = ' ';
+        }
+        tail[sizeof(tail) - 1 - n++] = c;
+    }
+    return n == sizeof(tail) && strncasecmp(tail, "token", sizeof(tail)) == 0;
+}
+
 /* Copies the path, replacing the value of every query parameter whose name
- * ends in "token" (token=, access_token=...) with "***". Caller frees. */
+ * ends in "token" (token=, access_token=, tok%65n=...) with "***". Caller frees. */
 static char *scrub_query(const char *path)
 {
     const char *q = strchr(path, '?');
@@ -218,7 +240,7 @@ static char *scrub_query(const char *path)
         size_t plen = strcspn(p, "&;");
         const char *eq = memchr(p, '=', plen);
         size_t klen = eq ? (size_t)(eq - p) : plen;
-        if (eq && klen >= 5 && strncasecmp(p + klen - 5, "token", 5) == 0) {
+        if (eq && key_is_token(p, klen)) {
             memcpy(o, p, klen + 1);
             o += klen + 1;
             memcpy(o, "***", 3);

@@ -69,6 +69,23 @@ TEST(token_scrubbed)
     CHECK_STR(after_time(buf), "GET /token=x?tokens=1&mytoken 200 0 0.000 -\n");
 }
 
+/* The key is compared after percent-decoding: a client cannot hide a token
+ * from the scrubber by escaping its name. */
+TEST(token_scrubbed_after_decoding)
+{
+    char buf[4096];
+    log_format_access(buf, sizeof(buf), "GET",
+                      "/v1/models?tok%65n=s1&access%5Ftoken=s2&%54%4F%4B%45%4E=s3&x%74oken=s4", 401,
+                      0, 0, NULL);
+    CHECK_STR(after_time(buf),
+              "GET /v1/models?tok%65n=***&access%5Ftoken=***&%54%4F%4B%45%4E=***&x%74oken=*** 401 0 "
+              "0.000 -\n");
+    CHECK(strstr(buf, "s1") == NULL && strstr(buf, "s2") == NULL && strstr(buf, "s3") == NULL);
+    /* A bad escape is taken literally; "tok%6" decodes to nothing that ends in "token". */
+    log_format_access(buf, sizeof(buf), "GET", "/m?tok%6=keep&%=k2", 400, 0, 0, NULL);
+    CHECK_STR(after_time(buf), "GET /m?tok%6=keep&%=k2 400 0 0.000 -\n");
+}
+
 TEST(long_fields_truncated_below_pipe_buf)
 {
     char *path = xmalloc(20000), buf[4096];
@@ -191,6 +208,7 @@ int main(void)
     RUN(access_line_format);
     RUN(escaping);
     RUN(token_scrubbed);
+    RUN(token_scrubbed_after_decoding);
     RUN(long_fields_truncated_below_pipe_buf);
     RUN(levels);
     RUN(log_msg_to_stderr);
