@@ -355,6 +355,34 @@ static enum MHD_Result accept_policy(void *cls, const struct sockaddr *addr, soc
     return atomic_load(&srv->draining) ? MHD_NO : MHD_YES;
 }
 
+/* Opens the listening socket ourselves rather than through libmicrohttpd:
+ * SO_REUSEADDR only (libmicrohttpd's address-reuse option adds SO_REUSEPORT,
+ * which lets a second daemon bind the same address and take half the
+ * traffic), and a bind error that names the cause. Returns the socket or -1
+ * with errbuf. */
+static int listen_socket(const struct sockaddr_storage *ss, socklen_t len, const char *what,
+                         char *errbuf, size_t errlen)
+{
+    int fd = socket(ss->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    int on = 1;
+    if (fd < 0) {
+        snprintf(errbuf, errlen, "cannot listen on %s: socket: %s", what, strerror(errno));
+        return -1;
+    }
+    if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on)) != 0 ||
+        bind(fd, (const struct sockaddr *)ss, len) != 0 || listen(fd, SOMAXCONN) != 0) {
+        int e = errno;
+        snprintf(errbuf, errlen, "cannot listen on %s: %s%s", what, strerror(e),
+                 e == EADDRINUSE ? " (another process, perhaps another tensord, holds it)" : "");
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* TLS 1.2 is the oldest version accepted (RFC 8996 deprecates 1.0 and 1.1). */
+#define TLS_PRIORITIES "NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2"
+
 int http_start(struct server *srv, char *errbuf, size_t errlen)
 {
     const struct config *cfg = srv->cfg;
@@ -380,6 +408,12 @@ int http_start(struct server *srv, char *errbuf, size_t errlen)
         }
         flags |= MHD_USE_TLS;
     }
+    int lfd = listen_socket(&ss, sslen, cfg->listen, errbuf, errlen);
+    if (lfd < 0) {
+        free(tls_key);
+        free(tls_cert);
+        return -1;
+    }
     /* libmicrohttpd silently drops connections past its own limit; ours is
      * enforced in dispatch with a 503, so leave it headroom to answer. */
     unsigned mhd_limit = cfg->max_connections + 64;
@@ -387,18 +421,18 @@ int http_start(struct server *srv, char *errbuf, size_t errlen)
     struct MHD_OptionItem tls_opts[] = {
         {tls_key ? MHD_OPTION_HTTPS_MEM_KEY : MHD_OPTION_END, 0, tls_key},
         {MHD_OPTION_HTTPS_MEM_CERT, 0, tls_cert},
+        {MHD_OPTION_HTTPS_PRIORITIES, 0, TLS_PRIORITIES},
         {MHD_OPTION_END, 0, NULL},
     };
     srv->deadlines = deadlines_start(cfg->header_timeout);
     srv->daemon = MHD_start_daemon(
         flags, 0, accept_policy, srv, on_request, srv,
-        MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
+        MHD_OPTION_LISTEN_SOCKET, lfd,
         MHD_OPTION_THREAD_POOL_SIZE, threads,
         MHD_OPTION_CONNECTION_LIMIT, mhd_limit,
         MHD_OPTION_PER_IP_CONNECTION_LIMIT, cfg->max_connections_per_ip,
         MHD_OPTION_CONNECTION_TIMEOUT, cfg->connection_timeout,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)cfg->max_request_header_bytes,
-        MHD_OPTION_LISTENING_ADDRESS_REUSE, 1,
         MHD_OPTION_UNESCAPE_CALLBACK, keep_escaped, NULL,
         MHD_OPTION_URI_LOG_CALLBACK, on_uri, srv,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
@@ -409,10 +443,12 @@ int http_start(struct server *srv, char *errbuf, size_t errlen)
     free(tls_key);
     free(tls_cert);
     if (!srv->daemon) {
+        /* lfd is not closed: libmicrohttpd closes it on most of its failure
+         * paths, and the process exits next. */
         deadlines_stop(srv->deadlines);
         srv->deadlines = NULL;
-        snprintf(errbuf, errlen, "cannot listen on %s: %s", cfg->listen,
-                 errno ? strerror(errno) : "libmicrohttpd refused the options");
+        snprintf(errbuf, errlen, "cannot serve on %s: libmicrohttpd refused the options%s",
+                 cfg->listen, (flags & MHD_USE_TLS) ? " (check tls_cert and tls_key)" : "");
         return -1;
     }
     return 0;

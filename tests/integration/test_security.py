@@ -323,3 +323,32 @@ def test_tls_needs_cert_and_key(base):
     rc, out = run_daemon_expect_failure(models, "--tls-cert", cert, "--tls-key",
                                         os.path.join(base, "missing-key.pem"))
     assert rc != 0 and "missing-key.pem" in out, out
+
+
+def tls_handshake(port, version):
+    """Negotiated protocol of a handshake that offers only `version`, or None
+    when the server refused it. SECLEVEL=0 lets this OpenSSL offer TLS 1.0 and
+    1.1 at all, so a refusal is the server's."""
+    import socket
+    import ssl
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    ctx.set_ciphers("DEFAULT:@SECLEVEL=0")
+    ctx.minimum_version = ctx.maximum_version = version
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        try:
+            with ctx.wrap_socket(s, server_hostname="localhost") as t:
+                return t.version()
+        except (ssl.SSLError, ConnectionError):
+            return None
+
+
+def test_tls_minimum_is_1_2(tlsd):
+    """TLS 1.0 and 1.1 are refused (RFC 8996); 1.2 and 1.3 are accepted."""
+    import ssl
+    assert tls_handshake(tlsd.port, ssl.TLSVersion.TLSv1) is None, "TLS 1.0 was accepted"
+    assert tls_handshake(tlsd.port, ssl.TLSVersion.TLSv1_1) is None, "TLS 1.1 was accepted"
+    assert tls_handshake(tlsd.port, ssl.TLSVersion.TLSv1_2) == "TLSv1.2"
+    assert tls_handshake(tlsd.port, ssl.TLSVersion.TLSv1_3) == "TLSv1.3"
+    assert tlsd.alive()
