@@ -35,11 +35,14 @@ static int parse_options(int argc, char **argv, struct config *cfg, int *print_c
 {
     char err[1024];
     for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--config") == 0 && i + 1 < argc) {
-            if (config_load_file(cfg, argv[i + 1], err, sizeof(err)) < 0) {
-                fprintf(stderr, "tensord: %s\n", err);
-                return -1;
-            }
+        const char *path = NULL;
+        if (strcmp(argv[i], "--config") == 0 && i + 1 < argc)
+            path = argv[++i];
+        else if (strncmp(argv[i], "--config=", 9) == 0)
+            path = argv[i] + 9;
+        if (path && config_load_file(cfg, path, err, sizeof(err)) < 0) {
+            fprintf(stderr, "tensord: %s\n", err);
+            return -1;
         }
     }
     for (int i = 0; i < argc; i++) {

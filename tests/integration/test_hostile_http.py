@@ -71,3 +71,28 @@ def test_second_daemon_on_the_same_address_does_not_start(root):
         # Every request still reaches the first daemon.
         for _ in range(20):
             assert d.get("/v1/models/m/tensors/v").body == data["v"]
+
+
+@pytest.mark.parametrize("form", ["equals", "separate"])
+def test_config_file_forms_are_both_read(root, form):
+    """--config=FILE was silently ignored: the daemon started on defaults."""
+    models, _ = root
+    base = os.path.dirname(models)
+    port = tdutil.free_port()
+    conf = os.path.join(base, "t.conf")
+    with open(conf, "w") as f:
+        f.write(f"models = {models}\nlisten = 127.0.0.1:{port}\nmax_ranges = 3\n")
+    arg = [f"--config={conf}"] if form == "equals" else ["--config", conf]
+    p = subprocess.run([tdutil.tensord_bin(), "--print-config"] + arg, capture_output=True,
+                       text=True, timeout=20)
+    assert p.returncode == 0, p.stderr
+    assert "max_ranges = 3" in p.stdout and f"listen = 127.0.0.1:{port}" in p.stdout, p.stdout
+
+
+@pytest.mark.parametrize("arg", [["--config=/nonexistent/tensord.conf"],
+                                 ["--config", "/nonexistent/tensord.conf"], ["--config="]])
+def test_missing_config_file_stops_startup(root, arg):
+    models, _ = root
+    rc, out = faultlib.run_daemon_expect_failure(models, *arg)
+    assert rc != 0, f"started without its configuration file:\n{out}"
+    assert "No such file" in out, out
