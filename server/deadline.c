@@ -1,6 +1,9 @@
 #include "deadline.h"
 
+#include <linux/tcp.h> /* tcpi_bytes_received, which glibc's netinet/tcp.h lacks */
+#include <netinet/in.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -12,7 +15,8 @@
 
 struct deadline_conn {
     int fd;
-    _Atomic uint64_t since_ns;      /* when the pending request began; 0 when none is pending */
+    _Atomic uint64_t since_ns;      /* DEADLINE_RECEIVED, DEADLINE_IDLE or when the request began */
+    _Atomic uint64_t rx_idle;       /* bytes received when it went idle */
     struct deadline_conn *prev, *next; /* guarded by deadlines.lock */
 };
 
@@ -25,6 +29,30 @@ struct deadlines {
     pthread_t thread;
 };
 
+/* Bytes the peer has sent on TCP socket fd; 0 when unknown (not TCP). */
+static uint64_t bytes_received(int fd)
+{
+    struct tcp_info ti;
+    socklen_t len = sizeof(ti);
+    if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0 ||
+        len < offsetof(struct tcp_info, tcpi_bytes_received) + sizeof(ti.tcpi_bytes_received))
+        return 0;
+    return ti.tcpi_bytes_received;
+}
+
+/* An idle connection whose peer sent more bytes has begun its next request:
+ * start its clock. Only the idle -> armed change is made here, with a
+ * compare-and-swap, so a worker that armed or answered the request in the
+ * meantime is never overridden. */
+static void notice_new_request(struct deadline_conn *c, uint64_t now)
+{
+    uint64_t idle = DEADLINE_IDLE;
+    if (atomic_load_explicit(&c->since_ns, memory_order_acquire) == DEADLINE_IDLE &&
+        bytes_received(c->fd) > atomic_load_explicit(&c->rx_idle, memory_order_relaxed))
+        atomic_compare_exchange_strong_explicit(&c->since_ns, &idle, now, memory_order_relaxed,
+                                                memory_order_relaxed);
+}
+
 static void *reaper(void *arg)
 {
     struct deadlines *d = arg;
@@ -36,13 +64,14 @@ static void *reaper(void *arg)
         pthread_cond_timedwait(&d->wake, &d->lock, &until);
         uint64_t now = time_mono_ns();
         for (struct deadline_conn *c = d->head.next; c != &d->head; c = c->next) {
+            notice_new_request(c, now);
             uint64_t since = atomic_load_explicit(&c->since_ns, memory_order_relaxed);
             if (deadline_overdue(since, now, d->timeout_ns)) {
                 /* Holding the lock: libmicrohttpd removes a connection here
                  * before it closes the descriptor, so fd is still this socket. */
                 shutdown(c->fd, SHUT_RDWR);
-                atomic_store_explicit(&c->since_ns, 0, memory_order_relaxed);
-                log_msg(LOG_DEBUG, "closed a connection that sent no complete headers in time");
+                atomic_store_explicit(&c->since_ns, DEADLINE_RECEIVED, memory_order_relaxed);
+                log_msg(LOG_DEBUG, "closed a connection that sent no complete request in time");
             }
         }
     }
@@ -126,5 +155,13 @@ void deadline_arm(struct deadline_conn *c)
 void deadline_disarm(struct deadline_conn *c)
 {
     if (c)
-        atomic_store_explicit(&c->since_ns, 0, memory_order_relaxed);
+        atomic_store_explicit(&c->since_ns, DEADLINE_RECEIVED, memory_order_relaxed);
+}
+
+void deadline_idle(struct deadline_conn *c)
+{
+    if (!c)
+        return;
+    atomic_store_explicit(&c->rx_idle, bytes_received(c->fd), memory_order_relaxed);
+    atomic_store_explicit(&c->since_ns, DEADLINE_IDLE, memory_order_release);
 }

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -59,52 +60,117 @@ static size_t keep_escaped(void *cls, struct MHD_Connection *c, char *s)
     return strlen(s);
 }
 
-/* The header deadline tracked for conn (its libmicrohttpd socket context). */
-static struct deadline_conn *conn_deadline(struct MHD_Connection *conn)
+/* Per-connection state, libmicrohttpd's socket context: created when a
+ * connection is accepted and freed by the close notification, which
+ * libmicrohttpd always sends. A request record therefore always has an owner
+ * that outlives it, whatever libmicrohttpd does with the request itself. */
+struct conn {
+    int fd;                         /* the socket */
+    int tls;                        /* TLS connection: nothing may be written around libmicrohttpd */
+    struct deadline_conn *deadline; /* header_timeout tracking; NULL when off */
+    struct request *rq;             /* the request being received or answered, or NULL */
+};
+
+static struct conn *conn_of(struct MHD_Connection *mc)
 {
     const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+        MHD_get_connection_info(mc, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     return ci ? ci->socket_context : NULL;
 }
 
-static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
+/* Records rq's outcome (metrics, access log) and frees it. `sent` is the body
+ * bytes that reached the client (0 when the answer was cut short). */
+static void request_end(struct request *rq, const char *range, unsigned status, uint64_t sent)
 {
-    deadline_arm(conn_deadline(conn)); /* a request line: its headers are now due */
-    struct request *rq = xcalloc(1, sizeof(*rq));
-    rq->srv = cls;
-    rq->start_ns = time_mono_ns();
-    rq->uri = xstrdup(uri);
-    rq->endpoint = MEP_OTHER;
-    metrics_request_start();
-    atomic_fetch_add(&rq->srv->in_flight, 1);
-    return rq;
-}
-
-static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
-                         enum MHD_RequestTerminationCode toe)
-{
-    struct server *srv = cls;
-    struct request *rq = *con_cls;
-    if (!rq)
-        return;
     uint64_t now = time_mono_ns();
-    const union MHD_ConnectionInfo *mi =
-        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_HTTP_STATUS);
-    unsigned status = rq->status ? rq->status : (mi ? mi->http_status : 0);
-    /* A body cut short (client gone, file shrank) did not deliver what was queued. */
-    uint64_t sent = toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? rq->body_bytes : 0;
     uint64_t ttfb = rq->queued_ns ? rq->queued_ns - rq->start_ns : now - rq->start_ns;
     metrics_request_done((enum metrics_ep)rq->endpoint, status, sent, now - rq->start_ns, ttfb);
-    log_access(rq->method[0] ? rq->method : "-", rq->uri, status, sent, now - rq->start_ns,
-               MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_RANGE));
-    atomic_fetch_sub(&srv->in_flight, 1);
+    log_access(rq->method[0] ? rq->method : "-", rq->uri, status, sent, now - rq->start_ns, range);
+    atomic_fetch_sub(&rq->srv->in_flight, 1);
+    if (rq->owner)
+        rq->owner->rq = NULL;
     free(rq->upload);
     free(rq->uri);
     free(rq);
-    *con_cls = NULL;
 }
 
-static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+/* Query parameters beyond this many make a request 414 before libmicrohttpd
+ * stores them: no endpoint takes more than a few, and each stored one costs
+ * the connection's fixed memory pool 64 bytes. */
+#define QUERY_MAX_PARAMS 32
+/* Header fields beyond this many make a request 431 (Apache's default
+ * LimitRequestFields): each also costs the pool 64 bytes, and 100 of them
+ * fit in POOL_RESERVE beside a request of max_request_header_bytes. */
+#define REQUEST_MAX_FIELDS 100
+
+/* Counts the query parameters of a request target. */
+static size_t query_params(const char *q)
+{
+    size_t n = 0;
+    for (; q && *q; n++) {
+        size_t len = strcspn(q, "&;");
+        q += len + (q[len] != '\0');
+    }
+    return n;
+}
+
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *mc)
+{
+    struct conn *c = conn_of(mc);
+    /* libmicrohttpd 0.9.75 can drop a request without the completion
+     * notification (a request line it failed to store): end that one now. */
+    if (c && c->rq)
+        request_end(c->rq, NULL, 0, 0);
+    deadline_arm(c ? c->deadline : NULL); /* the request is now due */
+    struct request *rq = xcalloc(1, sizeof(*rq));
+    rq->srv = cls;
+    rq->owner = c;
+    rq->start_ns = time_mono_ns();
+    rq->uri = xstrdup(uri);
+    rq->target = uri;
+    rq->target_len = strlen(uri);
+    rq->endpoint = MEP_OTHER;
+    /* This callback sees the request target before libmicrohttpd splits its
+     * query into the connection's memory pool (0.9.75 calls it first, so a
+     * logger sees the raw line). A query of hundreds of parameters, or one
+     * parameter after a target that filled the pool, exhausts that pool, and
+     * libmicrohttpd then neither answers nor completes the request. The query
+     * of a request that will be refused anyway is cut here, in the line
+     * buffer libmicrohttpd owns and parses next; refuse_malformed answers it. */
+    char *query = strchr(uri, '?');
+    if (rq->target_len > rq->srv->cfg->max_request_header_bytes)
+        rq->reject = REJECT_TARGET_TOO_LONG; /* its one parameter may not fit either */
+    else if (query && query_params(query + 1) > QUERY_MAX_PARAMS)
+        rq->reject = REJECT_TOO_MANY_PARAMS;
+    if (query && rq->reject != REJECT_NONE)
+        query[1] = '\0';
+    metrics_request_start();
+    atomic_fetch_add(&rq->srv->in_flight, 1);
+    if (c)
+        c->rq = rq;
+    return rq;
+}
+
+static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    (void)cls;
+    struct request *rq = *con_cls;
+    *con_cls = NULL;
+    if (!rq)
+        return;
+    const union MHD_ConnectionInfo *mi =
+        MHD_get_connection_info(mc, MHD_CONNECTION_INFO_HTTP_STATUS);
+    unsigned status = rq->status ? rq->status : (mi ? mi->http_status : 0);
+    /* A body cut short (client gone, file shrank) did not deliver what was queued. */
+    uint64_t sent = toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? rq->body_bytes : 0;
+    /* Idle until its next request begins (connection_timeout governs that). */
+    deadline_idle(rq->owner ? rq->owner->deadline : NULL);
+    request_end(rq, MHD_lookup_connection_value(mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_RANGE),
+                status, sent);
+}
+
+static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_context,
                           enum MHD_ConnectionNotificationCode code)
 {
     struct server *srv = cls;
@@ -112,12 +178,24 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
         atomic_fetch_add(&srv->connections, 1);
         metrics_conn_opened();
         const union MHD_ConnectionInfo *ci =
-            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-        *socket_context = ci ? deadlines_add(srv->deadlines, ci->connect_fd) : NULL;
+            MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
+        struct conn *c = xcalloc(1, sizeof(*c));
+        c->fd = ci ? ci->connect_fd : -1;
+        c->tls = (srv->daemon_flags & MHD_USE_TLS) != 0;
+        c->deadline = c->fd >= 0 ? deadlines_add(srv->deadlines, c->fd) : NULL;
+        *socket_context = c;
     } else {
+        struct conn *c = *socket_context;
         atomic_fetch_sub(&srv->connections, 1);
         metrics_conn_closed();
-        deadlines_remove(srv->deadlines, *socket_context);
+        if (c) {
+            /* Received, never completed: the connection ended it. Its
+             * headers went with the connection's memory pool. */
+            if (c->rq)
+                request_end(c->rq, NULL, c->rq->status, 0);
+            deadlines_remove(srv->deadlines, c->deadline);
+            free(c);
+        }
         *socket_context = NULL;
     }
 }
@@ -304,25 +382,142 @@ out:
     return ret;
 }
 
-static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+/* The message-framing headers of a request (RFC 9112 §6). */
+struct framing {
+    unsigned n_length;          /* Content-Length fields */
+    const char *length;         /* the first one's value */
+    int length_conflict;        /* two Content-Lengths differ */
+    unsigned n_encoding;        /* Transfer-Encoding fields */
+    const char *encoding;       /* the first one's value */
+};
+
+static enum MHD_Result collect_framing(void *cls, enum MHD_ValueKind kind, const char *key,
+                                       const char *value)
+{
+    (void)kind;
+    struct framing *f = cls;
+    value = value ? value : "";
+    if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) == 0) {
+        if (f->n_length++ == 0)
+            f->length = value;
+        else if (strcmp(f->length, value) != 0)
+            f->length_conflict = 1;
+    } else if (strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) == 0) {
+        if (f->n_encoding++ == 0)
+            f->encoding = value;
+    }
+    return MHD_YES;
+}
+
+static int all_digits(const char *s)
+{
+    if (!*s)
+        return 0;
+    for (; *s; s++)
+        if (*s < '0' || *s > '9')
+            return 0;
+    return 1;
+}
+
+/* Refuses, once its headers are in, a request that could not be answered
+ * safely: one whose target libmicrohttpd cut short, that is larger than the
+ * configured limit, or whose body framing is ambiguous (a request smuggling
+ * vector when a proxy reads the framing differently). Each refusal closes the
+ * connection: where the next request would start is in doubt. Returns
+ * MHD_YES with nothing queued when the request may go on. */
+static enum MHD_Result refuse_malformed(struct MHD_Connection *mc, struct request *rq,
+                                        const char *url, const char *version)
+{
+    const struct config *cfg = rq->srv->cfg;
+    rq->close_after = 1;
+    rq->handled = 1;
+    if (rq->reject == REJECT_TOO_MANY_PARAMS)
+        return respond_error(mc, rq, MHD_HTTP_URI_TOO_LONG, "uri_too_long",
+                             "the query has more than %d parameters", QUERY_MAX_PARAMS);
+    /* libmicrohttpd ends the target at its first NUL byte: the version
+     * string starts right after the target's end only when there was none. */
+    if (url == rq->target && version != rq->target + rq->target_len + 1)
+        return respond_error(mc, rq, MHD_HTTP_BAD_REQUEST, "bad_request",
+                             "the request target contains a NUL byte");
+    /* A request over the limit may have filled libmicrohttpd's memory pool
+     * so that no answer can be built there: on plain HTTP it is answered by
+     * writing to the socket directly. */
+    const union MHD_ConnectionInfo *hs =
+        MHD_get_connection_info(mc, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
+    int raw = rq->owner && !rq->owner->tls && rq->owner->fd >= 0;
+    if (rq->reject == REJECT_TARGET_TOO_LONG) {
+        if (raw)
+            return respond_refusal_raw(rq, rq->owner->fd, MHD_HTTP_URI_TOO_LONG, "uri_too_long",
+                                       "the request target is longer than %u bytes",
+                                       cfg->max_request_header_bytes);
+        return respond_error(mc, rq, MHD_HTTP_URI_TOO_LONG, "uri_too_long",
+                             "the request target is longer than %u bytes",
+                             cfg->max_request_header_bytes);
+    }
+    unsigned fields = (unsigned)MHD_get_connection_values(mc, MHD_HEADER_KIND, NULL, NULL);
+    if (fields > REQUEST_MAX_FIELDS) {
+        if (raw)
+            return respond_refusal_raw(rq, rq->owner->fd, MHD_HTTP_REQUEST_HEADER_FIELDS_TOO_LARGE,
+                                       "headers_too_large", "the request has %u header fields, "
+                                       "more than %d", fields, REQUEST_MAX_FIELDS);
+        return respond_error(mc, rq, MHD_HTTP_REQUEST_HEADER_FIELDS_TOO_LARGE,
+                             "headers_too_large", "the request has %u header fields, more than %d",
+                             fields, REQUEST_MAX_FIELDS);
+    }
+    if (hs && hs->header_size > cfg->max_request_header_bytes) {
+        if (raw)
+            return respond_refusal_raw(rq, rq->owner->fd, MHD_HTTP_REQUEST_HEADER_FIELDS_TOO_LARGE,
+                                       "headers_too_large",
+                                       "the request line and headers are %zu bytes, more than %u",
+                                       hs->header_size, cfg->max_request_header_bytes);
+        return respond_error(mc, rq, MHD_HTTP_REQUEST_HEADER_FIELDS_TOO_LARGE,
+                             "headers_too_large",
+                             "the request line and headers are %zu bytes, more than %u",
+                             hs->header_size, cfg->max_request_header_bytes);
+    }
+    struct framing f = {0};
+    MHD_get_connection_values(mc, MHD_HEADER_KIND, collect_framing, &f);
+    if (f.n_encoding && f.n_length)
+        return respond_error(mc, rq, MHD_HTTP_BAD_REQUEST, "bad_request",
+                             "a request must not carry both Content-Length and "
+                             "Transfer-Encoding");
+    if (f.n_encoding && (f.n_encoding > 1 || strcasecmp(f.encoding, "chunked") != 0))
+        return respond_error(mc, rq, MHD_HTTP_NOT_IMPLEMENTED, "not_implemented",
+                             "the only transfer coding accepted is a single \"chunked\"");
+    if (f.n_encoding && strcmp(version, MHD_HTTP_VERSION_1_0) == 0)
+        return respond_error(mc, rq, MHD_HTTP_BAD_REQUEST, "bad_request",
+                             "Transfer-Encoding is not allowed in an HTTP/1.0 request");
+    if (f.n_length && (f.length_conflict || !all_digits(f.length)))
+        return respond_error(mc, rq, MHD_HTTP_BAD_REQUEST, "bad_request",
+                             "Content-Length must be one decimal number");
+    if (f.n_length && (strlen(f.length) > 9 || strtoul(f.length, NULL, 10) > MAX_UPLOAD))
+        return respond_error(mc, rq, MHD_HTTP_CONTENT_TOO_LARGE, "body_too_large",
+                             "request bodies are limited to %d bytes", MAX_UPLOAD);
+    rq->close_after = 0;
+    rq->handled = 0;
+    return MHD_YES;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const char *url,
                                   const char *method, const char *version,
                                   const char *upload_data, size_t *upload_data_size,
                                   void **con_cls)
 {
-    (void)cls, (void)version;
+    (void)cls;
     struct request *rq = *con_cls;
     if (!rq->method[0]) {
         /* The first call only announces the request. libmicrohttpd answers
          * "Connection: close" to a response queued here (it cannot yet know
          * the request is complete), so the answer waits for the next call:
-         * that keeps HTTP/1.1 connections alive (measured: 5x the requests/s). */
+         * that keeps HTTP/1.1 connections alive (measured: 5x the requests/s).
+         * Only refusals, which close the connection anyway, go out now. */
         snprintf(rq->method, sizeof(rq->method), "%s", method);
         rq->is_head = strcmp(method, MHD_HTTP_METHOD_HEAD) == 0;
-        deadline_disarm(conn_deadline(conn)); /* the headers are complete */
-        return MHD_YES;
+        return refuse_malformed(mc, rq, url, version);
     }
     if (*upload_data_size) {
-        /* Accumulate a bounded body; the answer is queued once it is complete. */
+        /* Accumulate a bounded body (a chunked one can only be found too
+         * large as it arrives; header_timeout bounds how long that takes). */
         if (rq->upload_len + *upload_data_size > MAX_UPLOAD) {
             rq->upload_too_large = 1;
         } else {
@@ -337,10 +532,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (rq->handled)
         return MHD_YES;
     rq->handled = 1;
-    if (rq->upload_too_large)
-        return respond_error(conn, rq, MHD_HTTP_CONTENT_TOO_LARGE, "body_too_large",
+    deadline_disarm(rq->owner ? rq->owner->deadline : NULL); /* the whole request is in */
+    if (rq->upload_too_large) {
+        rq->close_after = 1;
+        return respond_error(mc, rq, MHD_HTTP_CONTENT_TOO_LARGE, "body_too_large",
                              "request bodies are limited to %d bytes", MAX_UPLOAD);
-    return dispatch(conn, rq, url, method);
+    }
+    return dispatch(mc, rq, url, method);
 }
 
 /* While draining, connections accepted by the kernel are closed at once.
@@ -379,6 +577,15 @@ static int listen_socket(const struct sockaddr_storage *ss, socklen_t len, const
     }
     return fd;
 }
+
+/* Each connection's libmicrohttpd memory pool holds the request line and
+ * headers, one 64-byte record per header field and query parameter, and the
+ * answer's header. It is this much larger than max_request_header_bytes so
+ * a request just under the limit still leaves room for its answer; one over
+ * it is refused by refuse_malformed, or by libmicrohttpd itself (431/414)
+ * past the pool. Not larger: libmicrohttpd zeroes the whole pool between
+ * requests of a kept-alive connection. */
+#define POOL_RESERVE (8 * 1024)
 
 /* TLS 1.2 is the oldest version accepted (RFC 8996 deprecates 1.0 and 1.1). */
 #define TLS_PRIORITIES "NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2"
@@ -425,6 +632,7 @@ int http_start(struct server *srv, char *errbuf, size_t errlen)
         {MHD_OPTION_END, 0, NULL},
     };
     srv->deadlines = deadlines_start(cfg->header_timeout);
+    srv->daemon_flags = flags;
     srv->daemon = MHD_start_daemon(
         flags, 0, accept_policy, srv, on_request, srv,
         MHD_OPTION_LISTEN_SOCKET, lfd,
@@ -432,7 +640,7 @@ int http_start(struct server *srv, char *errbuf, size_t errlen)
         MHD_OPTION_CONNECTION_LIMIT, mhd_limit,
         MHD_OPTION_PER_IP_CONNECTION_LIMIT, cfg->max_connections_per_ip,
         MHD_OPTION_CONNECTION_TIMEOUT, cfg->connection_timeout,
-        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)cfg->max_request_header_bytes,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)cfg->max_request_header_bytes + POOL_RESERVE,
         MHD_OPTION_UNESCAPE_CALLBACK, keep_escaped, NULL,
         MHD_OPTION_URI_LOG_CALLBACK, on_uri, srv,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,

@@ -23,6 +23,7 @@ struct server {
     struct registry_holder registry;
     struct gpu_manager *gpu;        /* NULL when GPU sharing is not set up */
     struct MHD_Daemon *daemon;
+    unsigned daemon_flags;          /* the MHD_USE_* flags it was started with */
     struct deadlines *deadlines;    /* header_timeout reaper; NULL when off */
     atomic_uint connections;        /* open HTTP connections */
     atomic_uint in_flight;          /* requests being answered */
@@ -31,9 +32,16 @@ struct server {
     char *read_token, *admin_token; /* bearer tokens; NULL when auth is off */
 };
 
+/* Why a request is refused before dispatch (found while it was received). */
+enum request_reject { REJECT_NONE, REJECT_TOO_MANY_PARAMS, REJECT_TARGET_TOO_LONG };
+
+struct conn;
+
 /* Per-request state, created when the request line arrives. */
 struct request {
     struct server *srv;
+    struct conn *owner;         /* the connection; it frees this record if libmicrohttpd never
+                                 * reports the request complete */
     uint64_t start_ns;
     uint64_t queued_ns;         /* when the response was queued (time to first byte, near enough) */
     unsigned status;
@@ -50,6 +58,9 @@ struct request {
     size_t upload_len;
     int upload_too_large;
     char *uri;                  /* raw request target, for the access log */
+    const char *target;         /* libmicrohttpd's copy of the target (in its line buffer) */
+    size_t target_len;          /* its length up to the first NUL, as first seen */
+    enum request_reject reject;
 };
 
 /* Starts the daemon on cfg->listen. Returns 0 or -1 with errbuf. */

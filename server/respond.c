@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "http.h"
@@ -189,6 +191,17 @@ static enum MHD_Result queue(struct MHD_Connection *conn, struct request *rq, un
     return r;
 }
 
+/* {"error": {"code": code, "message": msg}} as a new string. */
+static char *error_document(const char *code, const char *msg)
+{
+    json_t *doc = json_pack("{s:{s:s,s:s}}", "error", "code", code, "message", msg);
+    char *text = doc ? json_dumps(doc, JSON_COMPACT) : NULL;
+    json_decref(doc);
+    if (!text) /* the message was not valid UTF-8 (it echoes a name): say so plainly */
+        text = xasprintf("{\"error\":{\"code\":\"%s\",\"message\":\"(message not UTF-8)\"}}", code);
+    return text;
+}
+
 enum MHD_Result respond_error(struct MHD_Connection *conn, struct request *rq, unsigned status,
                               const char *code, const char *fmt, ...)
 {
@@ -197,11 +210,7 @@ enum MHD_Result respond_error(struct MHD_Connection *conn, struct request *rq, u
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    json_t *doc = json_pack("{s:{s:s,s:s}}", "error", "code", code, "message", msg);
-    char *text = doc ? json_dumps(doc, JSON_COMPACT) : NULL;
-    json_decref(doc);
-    if (!text) /* the message was not valid UTF-8 (it echoes a name): say so plainly */
-        text = xasprintf("{\"error\":{\"code\":\"%s\",\"message\":\"(message not UTF-8)\"}}", code);
+    char *text = error_document(code, msg);
     size_t len = strlen(text);
     struct MHD_Response *resp =
         MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
@@ -216,6 +225,33 @@ enum MHD_Result respond_error(struct MHD_Connection *conn, struct request *rq, u
         MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer realm=\"tensord\"");
     rq->error_code = code;
     return queue(conn, rq, status, resp, len);
+}
+
+enum MHD_Result respond_refusal_raw(struct request *rq, int fd, unsigned status,
+                                    const char *code, const char *fmt, ...)
+{
+    char msg[512], head[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    char *text = error_document(code, msg);
+    size_t len = strlen(text);
+    int n = snprintf(head, sizeof(head),
+                     "HTTP/1.1 %u %s\r\nContent-Type: application/json\r\n"
+                     "Content-Length: %zu\r\nConnection: close\r\n\r\n",
+                     status, MHD_get_reason_phrase_for(status), len);
+    struct iovec iov[2] = {{head, (size_t)n}, {text, len}};
+    /* The socket has sent nothing on this request and its buffer is empty:
+     * a few hundred bytes go out in one call, or not at all. */
+    struct msghdr mh = {.msg_iov = iov, .msg_iovlen = 2};
+    ssize_t w = sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+    free(text);
+    rq->status = status;
+    rq->error_code = code;
+    rq->queued_ns = time_mono_ns();
+    rq->body_bytes = w == n + (ssize_t)len ? len : 0;
+    return MHD_NO; /* libmicrohttpd closes the connection */
 }
 
 enum MHD_Result respond_json(struct MHD_Connection *conn, struct request *rq, unsigned status,

@@ -56,6 +56,15 @@ enum MHD_Result respond_error(struct MHD_Connection *conn, struct request *rq, u
                               const char *code, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 
+/* Writes an error answer straight to socket fd and returns MHD_NO, so
+ * libmicrohttpd closes the connection. Only for refusing, on a plain-HTTP
+ * connection, a request that reached the edge of libmicrohttpd's
+ * per-connection memory: building the answer there needs room the request
+ * has used up, and libmicrohttpd would close the connection without a word. */
+enum MHD_Result respond_refusal_raw(struct request *rq, int fd, unsigned status,
+                                    const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
 #define HTTP_DATE_LEN 30 /* "Sun, 06 Nov 1994 08:49:37 GMT" and its NUL */
 
 /* Formats t as an IMF-fixdate into buf (at least HTTP_DATE_LEN bytes); a

@@ -96,3 +96,252 @@ def test_missing_config_file_stops_startup(root, arg):
     rc, out = faultlib.run_daemon_expect_failure(models, *arg)
     assert rc != 0, f"started without its configuration file:\n{out}"
     assert "No such file" in out, out
+
+
+# ---------------------------------------------------------------------------
+# Memory: every request gets an answer, and nothing it allocated outlives it
+
+
+def metrics(d):
+    return d.json("/v1/metrics")
+
+
+def test_many_query_parameters_are_answered_and_freed(root):
+    """A query of ~600 parameters filled libmicrohttpd's per-connection
+    memory: the request got no answer, and its record and URI copy were
+    never freed (in_flight never fell; one client loop took RSS from 5 MB to
+    1 GB in 10 s; SIGTERM then waited the whole drain). Each is now answered
+    414 and freed."""
+    models, _ = root
+    with running_daemon(models, check_exit=False) as d:
+        paths = ["/healthz", "/v1/models/m/tensors/w", "/v1/models", "/nope"]
+        q = "&".join(f"a{i}=1" for i in range(600))
+        for p in paths:
+            data, closed = exchange(d.port, faultlib.request_bytes(f"{p}?{q}"))
+            assert status_of(data) == 414 and closed, (p, data[:300])
+        rss0 = d.rss_kib()
+        for i in range(1500):
+            data, _ = exchange(d.port, faultlib.request_bytes(f"{paths[i % 4]}?{q}&i={i}"))
+            assert status_of(data) == 414, (i, data[:200])
+        grown = d.rss_kib() - rss0
+        assert grown < 4096, f"RSS grew by {grown} KiB over 1500 refused requests"
+        m = metrics(d)
+        assert m["requests"]["in_flight"] == 1, m["requests"]  # this request only
+        t0 = time.monotonic()
+        assert d.alive()
+        assert d.stop() == 0, d.log_tail()
+        assert time.monotonic() - t0 < 5, "SIGTERM waited for requests that do not exist"
+
+
+def sweep(port, make, values):
+    """Sends make(v) for each v on its own connection; returns {v: status}
+    for the ones that got no HTTP answer at all."""
+    silent = {}
+    for v in values:
+        data, _ = exchange(port, make(v), timeout=5 * SLACK)
+        if status_of(data) is None:
+            silent[v] = data[:100]
+    return silent
+
+
+def req(target, fields=b""):
+    return b"GET " + target + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" + fields + b"\r\n"
+
+
+@pytest.mark.parametrize("limit", [8192, 32768])
+def test_every_request_near_the_memory_limit_gets_a_status(root, limit):
+    """Requests just under and over max_request_header_bytes (one large
+    field, many small fields, a long path, a long query) could leave
+    libmicrohttpd no room to answer: the connection was closed without a
+    status line. Every one now gets a status."""
+    models, _ = root
+    lo, hi = limit - 2048, limit + 10240
+    step = 41 if limit == 8192 else 97
+    with running_daemon(models, "--max-request-header-bytes", limit) as d:
+        silent = sweep(d.port, lambda n: req(b"/healthz", b"X-Pad: " + b"a" * n + b"\r\n"),
+                       range(lo, hi, step))
+        assert not silent, f"one large field: no answer for sizes {sorted(silent)[:10]}"
+        silent = sweep(d.port, lambda k: req(b"/healthz", b"".join(b"h%d: v\r\n" % i
+                                                                  for i in range(k))),
+                       range(1, 700, 3))
+        assert not silent, f"many fields: no answer for counts {sorted(silent)[:10]}"
+        silent = sweep(d.port, lambda n: req(b"/v1/models/" + b"a" * n), range(lo, hi, step))
+        assert not silent, f"long path: no answer for sizes {sorted(silent)[:10]}"
+        silent = sweep(d.port, lambda n: req(b"/healthz?x=" + b"a" * n), range(lo, hi, step))
+        assert not silent, f"long query: no answer for sizes {sorted(silent)[:10]}"
+        m = metrics(d)
+        assert m["requests"]["in_flight"] == 1, m["requests"]
+
+
+def test_oversized_requests_get_the_right_status(root):
+    models, _ = root
+    with running_daemon(models, "--max-request-header-bytes", 8192) as d:
+        data, closed = exchange(d.port, req(b"/healthz", b"X-Pad: " + b"a" * 9000 + b"\r\n"))
+        assert status_of(data) == 431 and closed, data[:300]
+        data, closed = exchange(d.port, req(b"/v1/models/" + b"a" * 9000))
+        assert status_of(data) == 414 and closed, data[:300]
+        data, closed = exchange(d.port, req(b"/healthz", b"".join(b"h%d: v\r\n" % i
+                                                                 for i in range(150))))
+        assert status_of(data) == 431 and closed, data[:300]
+        # Just under the limits: answered normally.
+        data, _ = exchange(d.port, req(b"/healthz", b"X-Pad: " + b"a" * 7000 + b"\r\n"))
+        assert status_of(data) == 200, data[:300]
+        data, _ = exchange(d.port, req(b"/healthz", b"".join(b"h%d: v\r\n" % i
+                                                            for i in range(90))))
+        assert status_of(data) == 200, data[:300]
+
+
+# ---------------------------------------------------------------------------
+# Slow requests: header_timeout covers every request, headers and body
+
+
+def dribble(sock, data, every, until):
+    """Sends data one byte at a time, `every` seconds apart, until the peer
+    closes or `until` seconds pass. Returns the seconds until the close, or
+    None when it stayed open."""
+    t0 = time.monotonic()
+    for b in data:
+        if time.monotonic() - t0 > until:
+            return None
+        try:
+            sock.sendall(bytes([b]))
+        except (BrokenPipeError, ConnectionResetError):
+            return time.monotonic() - t0
+        time.sleep(every)
+        sock.setblocking(False)
+        try:
+            if sock.recv(65536) == b"":
+                return time.monotonic() - t0
+        except BlockingIOError:
+            pass
+        except ConnectionResetError:
+            return time.monotonic() - t0
+        finally:
+            sock.setblocking(True)
+    return None
+
+
+SLOW_LINE = b"GET /v1/models/m/tensors/w HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 200
+
+
+def test_slow_second_request_on_a_kept_alive_connection_is_cut(root):
+    """header_timeout was armed for a connection's first request only: the
+    next request line on a kept-alive connection could be dribbled forever."""
+    models, _ = root
+    with running_daemon(models, "--header-timeout", 2) as d:
+        s = connect(d.port, timeout=10)
+        for _ in range(2):  # two normal requests first
+            s.sendall(faultlib.request_bytes("/healthz"))
+            status, hdrs, rest = read_head(s)
+            assert status == 200
+            read_body(s, hdrs, rest)
+        took = dribble(s, SLOW_LINE, 0.25, 10 * SLACK)
+        s.close()
+        assert took is not None, "a dribbled second request line was never cut"
+        assert took < 2 + 2.5 * SLACK, f"cut after {took:.1f}s with header_timeout 2"
+
+
+@pytest.mark.parametrize("method, path", [("POST", "/v1/models/m/gpu"),
+                                          ("GET", "/v1/models/m/tensors/w")])
+def test_slow_body_is_cut(root, method, path):
+    """A request body was never timed: its headers complete, it could be sent
+    one byte at a time forever."""
+    models, _ = root
+    with running_daemon(models, "--header-timeout", 2) as d:
+        s = connect(d.port, timeout=10)
+        s.sendall(f"{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Length: 4000\r\n"
+                  "Content-Type: application/json\r\n\r\n".encode())
+        took = dribble(s, b"{" + b" " * 3998 + b"}", 0.25, 10 * SLACK)
+        s.close()
+        assert took is not None, "a dribbled body was never cut"
+        assert took < 2 + 2.5 * SLACK, f"cut after {took:.1f}s with header_timeout 2"
+
+
+def test_dribbling_connections_cannot_lock_everyone_out(root):
+    """max_connections connections each dribbling their second request (or a
+    request after a 401) kept every other client out."""
+    models, _ = root
+    base = os.path.dirname(models)
+    tokens = os.path.join(base, "tokens")
+    with open(tokens, "w") as f:
+        f.write("read r3ad-t0ken-Zq8x1VwQpL2m\n")
+    auth = {"Authorization": "Bearer r3ad-t0ken-Zq8x1VwQpL2m"}
+    with running_daemon(models, "--header-timeout", 2, "--max-connections", 6,
+                        "--auth-token-file", tokens, probe_headers=auth) as d:
+        socks = []
+        for i in range(6 + 64):  # every slot libmicrohttpd has
+            try:
+                s = connect(d.port, timeout=10)
+            except OSError:
+                break
+            s.sendall(faultlib.request_bytes("/v1/models" if i % 2 else "/healthz"))
+            socks.append(s)
+        for s in socks:  # answered (200 or 401), then the slow next request begins
+            read_head(s)
+            s.sendall(SLOW_LINE[:10])
+        time.sleep(2 + 2.5 * SLACK)
+        r = d.get("/v1/models/m/tensors/w", auth)
+        assert r.status == 200, r
+        for s in socks:
+            s.close()
+
+
+# ---------------------------------------------------------------------------
+# Ambiguous framing (request smuggling) and NUL bytes
+
+
+FRAMINGS = [
+    (b"Content-Length: 5\r\nTransfer-Encoding: chunked\r\n", 400),
+    (b"Transfer-Encoding: chunked\r\nContent-Length: 5\r\n", 400),
+    (b"Content-Length: 5\r\nContent-Length: 6\r\n", 400),
+    (b"Content-Length: 5\r\nContent-Length: 5 \r\nContent-Length: 7\r\n", 400),
+    (b"Content-Length: +5\r\n", 400),
+    (b"Content-Length: 5, 5\r\n", 400),
+    (b"Transfer-Encoding: gzip, chunked\r\n", 501),
+    (b"Transfer-Encoding: identity\r\n", 501),
+    (b"Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n", 501),
+]
+
+
+@pytest.mark.parametrize("framing, status", FRAMINGS)
+@pytest.mark.parametrize("path", [b"/v1/models/m/gpu", b"/healthz"])
+def test_ambiguous_body_framing_is_refused_and_closed(root, framing, status, path):
+    """Both Content-Length and Transfer-Encoding, or two Content-Lengths that
+    differ, were answered and the connection kept: a proxy that frames the
+    body the other way sees a second, smuggled request. Now 400 (501 for a
+    transfer coding other than chunked) and the connection is closed, so the
+    bytes after the headers are never read as a request."""
+    models, _ = root
+    with running_daemon(models) as d:
+        smuggled = b"GET /v1/models/m/tensors/w HTTP/1.1\r\nHost: x\r\n\r\n"
+        raw = (b"POST " + path + b" HTTP/1.1\r\nHost: x\r\n" + framing + b"\r\n"
+               b"0\r\n\r\n" + smuggled)
+        data, closed = exchange(d.port, raw)
+        assert status_of(data) == status, data[:400]
+        # libmicrohttpd answers a Content-Length that is not one number itself,
+        # and repeats its own header inside that 400's body; what matters is
+        # that no second answer, to the smuggled request, follows.
+        assert b" 200 OK\r\n" not in data, f"the smuggled request was answered: {data[:600]!r}"
+        assert closed, "the connection stayed open after an ambiguous request"
+
+
+def test_transfer_encoding_in_http_1_0_is_refused(root):
+    models, _ = root
+    with running_daemon(models) as d:
+        data, closed = exchange(d.port, b"POST /v1/models/m/gpu HTTP/1.0\r\n"
+                                        b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n")
+        assert status_of(data) == 400 and closed, data[:300]
+
+
+@pytest.mark.parametrize("target", [b"/v1/models/m\x00/tensors/w", b"/healthz\x00",
+                                    b"/v1/models/m/tensors/w?slice=0\x00:3",
+                                    b"/v1/models/m\x00HTTP/1.1", b"/\x00/v1/models"])
+def test_nul_byte_in_the_target_is_refused(root, target):
+    """libmicrohttpd ends the target at its first NUL byte, so
+    /v1/models/m<NUL>/anything was served as /v1/models/m."""
+    models, _ = root
+    with running_daemon(models) as d:
+        data, _ = exchange(d.port, b"GET " + target + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert status_of(data) == 400, data[:300]
+        assert b"NUL" in data, data[:300]
+        assert d.get("/v1/models/m/tensors/v").status == 200

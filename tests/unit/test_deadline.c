@@ -1,5 +1,6 @@
 /* Tests server/deadline.c with socketpairs: an armed connection past the
  * timeout is shut down (its peer reads EOF); a disarmed one is left alone. */
+#include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -36,6 +37,55 @@ TEST(overdue_arithmetic)
     CHECK(deadline_overdue(89 * s, 100 * s, 10 * s));      /* 11 s old */
     CHECK(!deadline_overdue(100 * s + 1, 100 * s, 10 * s)); /* armed after the clock read */
     CHECK(!deadline_overdue(100 * s, 100 * s, 10 * s));
+    CHECK(!deadline_overdue(DEADLINE_IDLE, 100 * s, 10 * s)); /* between requests */
+}
+
+/* A connected pair of loopback TCP sockets: fd[0] the server side. */
+static int tcp_pair(int fd[2])
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(a);
+    int l = socket(AF_INET, SOCK_STREAM, 0);
+    if (l < 0 || bind(l, (struct sockaddr *)&a, len) != 0 || listen(l, 1) != 0 ||
+        getsockname(l, (struct sockaddr *)&a, &len) != 0)
+        return -1;
+    fd[1] = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd[1] < 0 || connect(fd[1], (struct sockaddr *)&a, len) != 0)
+        return -1;
+    fd[0] = accept(l, NULL, NULL);
+    close(l);
+    return fd[0] < 0 ? -1 : 0;
+}
+
+/* A kept-alive connection waiting for its next request is left alone however
+ * long it idles; the first byte of a new request starts the clock, so a
+ * request line dribbled after the first answer is cut like the first. */
+TEST(idle_connection_is_timed_from_its_next_request)
+{
+    int idle[2], busy[2];
+    CHECK(tcp_pair(idle) == 0);
+    CHECK(tcp_pair(busy) == 0);
+    struct deadlines *d = deadlines_start(1);
+    struct deadline_conn *a = deadlines_add(d, idle[0]);
+    struct deadline_conn *b = deadlines_add(d, busy[0]);
+    char c = 'G';
+    CHECK(write(idle[1], "GET / HTTP/1.1\r\n\r\n", 18) == 18); /* the first request */
+    CHECK(write(busy[1], "GET / HTTP/1.1\r\n\r\n", 18) == 18);
+    CHECK(read(idle[0], (char[64]){0}, 64) == 18);
+    CHECK(read(busy[0], (char[64]){0}, 64) == 18);
+    deadline_idle(a); /* both answered */
+    deadline_idle(b);
+    CHECK(!peer_sees_eof(idle[1], 2500));
+    CHECK(write(busy[1], &c, 1) == 1); /* the next request begins, and stalls */
+    CHECK(peer_sees_eof(busy[1], 3500));
+    CHECK(!peer_sees_eof(idle[1], 200));
+    deadlines_remove(d, a);
+    deadlines_remove(d, b);
+    deadlines_stop(d);
+    for (int i = 0; i < 2; i++) {
+        close(idle[i]);
+        close(busy[i]);
+    }
 }
 
 TEST(armed_is_shut_down_disarmed_is_not)
@@ -67,5 +117,6 @@ int main(void)
     RUN(off_when_zero);
     RUN(overdue_arithmetic);
     RUN(armed_is_shut_down_disarmed_is_not);
+    RUN(idle_connection_is_timed_from_its_next_request);
     return TEST_SUMMARY();
 }
