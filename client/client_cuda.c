@@ -5,14 +5,19 @@
  * made accessible read-only where the driver supports that (else
  * read-write). The driver is loaded at run time like the daemon does, so the
  * library also works on hosts without one (host models only). The device's
- * primary context is used, the one PyTorch and the runtime API use. */
+ * primary context is used, the one PyTorch and the runtime API use.
+ *
+ * Every entry point pushes that context onto the calling thread's context
+ * stack and pops it before returning (cuCtxPushCurrent/cuCtxPopCurrent), so
+ * the caller's current context, and with it PyTorch's current device in a
+ * multi-GPU process, is the one it had before. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <strings.h>
 
 #include "client_int.h"
+#include "cmem.h"
 #include "cuda_api.h"
-#include "util.h"
 
 struct cuda_map {
     CUmemGenericAllocationHandle handle;
@@ -80,12 +85,35 @@ static int find_device(const struct tensord_model *m, CUdevice *dev)
     return -1;
 }
 
+/* Makes cm's context current for this thread on top of whatever was
+ * current (pop_ctx puts that back). */
+static int push_ctx(const struct cuda_model *cm, char *err, size_t errlen)
+{
+    CUresult r = api.CtxPushCurrent(cm->ctx);
+    return r == CUDA_SUCCESS ? 0 : cerr(r, "cuCtxPushCurrent", err, errlen);
+}
+
+static void pop_ctx(void)
+{
+    CUcontext popped;
+    api.CtxPopCurrent(&popped);
+}
+
+static int map_allocs(struct tensord_model *m, struct cuda_model *cm, int ordinal, const int *fds,
+                      char *err, size_t errlen);
+
 int tdc_cuda_map(struct tensord_model *m, const int *fds, char *err, size_t errlen)
 {
     if (load_api(err, errlen) < 0)
         return -1;
-    struct cuda_model *cm = xcalloc(1, sizeof(*cm));
-    cm->maps = xcalloc(m->n_allocs ? m->n_allocs : 1, sizeof(*cm->maps));
+    struct cuda_model *cm = cmem_calloc(1, sizeof(*cm));
+    if (cm)
+        cm->maps = cmem_calloc(m->n_allocs, sizeof(*cm->maps));
+    if (!cm || !cm->maps) {
+        free(cm);
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
     m->cuda = cm;
     int ordinal = find_device(m, &cm->dev);
     if (ordinal < 0) {
@@ -98,8 +126,18 @@ int tdc_cuda_map(struct tensord_model *m, const int *fds, char *err, size_t errl
         cm->ctx = NULL;
         return cerr(r, "cuDevicePrimaryCtxRetain", err, errlen);
     }
-    if ((r = api.CtxSetCurrent(cm->ctx)) != CUDA_SUCCESS)
-        return cerr(r, "cuCtxSetCurrent", err, errlen);
+    if (push_ctx(cm, err, errlen) < 0)
+        return -1;
+    int rc = map_allocs(m, cm, ordinal, fds, err, errlen);
+    pop_ctx();
+    return rc;
+}
+
+/* Imports and maps every allocation (cm's context current). */
+static int map_allocs(struct tensord_model *m, struct cuda_model *cm, int ordinal, const int *fds,
+                      char *err, size_t errlen)
+{
+    CUresult r;
     CUmemAllocationProp prop = {0};
     size_t gran = 0;
     prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
@@ -141,17 +179,21 @@ void tdc_cuda_unmap(struct tensord_model *m)
     struct cuda_model *cm = m->cuda;
     if (!cm)
         return;
-    if (cm->ctx && api.CtxSetCurrent(cm->ctx) == CUDA_SUCCESS) {
-        for (size_t i = 0; i < m->n_allocs; i++) {
-            struct cuda_map *mp = &cm->maps[i];
-            if (mp->mapped)
-                api.MemUnmap(mp->va, m->allocs[i].alloc_size);
-            if (mp->reserved)
-                api.MemAddressFree(mp->va, m->allocs[i].alloc_size);
-            if (mp->imported)
-                api.MemRelease(mp->handle);
-        }
+    /* Each release is tried even if the context cannot be pushed (its own
+     * error then comes back, ignored): a skipped release would leak. */
+    char err[256];
+    int pushed = cm->ctx && push_ctx(cm, err, sizeof(err)) == 0;
+    for (size_t i = 0; i < m->n_allocs; i++) {
+        struct cuda_map *mp = &cm->maps[i];
+        if (mp->mapped)
+            api.MemUnmap(mp->va, m->allocs[i].alloc_size);
+        if (mp->reserved)
+            api.MemAddressFree(mp->va, m->allocs[i].alloc_size);
+        if (mp->imported)
+            api.MemRelease(mp->handle);
     }
+    if (pushed)
+        pop_ctx();
     if (cm->ctx)
         api.DevicePrimaryCtxRelease(cm->dev);
     free(cm->maps);
@@ -163,8 +205,9 @@ int tdc_cuda_read(struct tensord_model *m, void *dst, uint64_t src, size_t n, ch
                   size_t errlen)
 {
     struct cuda_model *cm = m->cuda;
-    CUresult r = api.CtxSetCurrent(cm->ctx);
-    if (r == CUDA_SUCCESS)
-        r = api.MemcpyDtoH(dst, (CUdeviceptr)src, n);
+    if (!cm || push_ctx(cm, err, errlen) < 0)
+        return -1;
+    CUresult r = api.MemcpyDtoH(dst, (CUdeviceptr)src, n);
+    pop_ctx();
     return r == CUDA_SUCCESS ? 0 : cerr(r, "cuMemcpyDtoH", err, errlen);
 }

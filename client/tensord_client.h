@@ -5,9 +5,10 @@
  * the model is on a GPU (the allocations are imported from POSIX fds with
  * cuMemImportFromShareableHandle and mapped read-only where the driver
  * allows), a read-only host pointer when it is on the host backend (the
- * sealed memfds are mmap'ed). The connection is the lease: the daemon keeps
- * the model's memory while it is open. Mappings stay valid after an evict
- * until this process unmaps them.
+ * sealed memfds are mmap'ed). Every open model holds one lease (lease
+ * protocol 2, docs/GPU.md): the daemon keeps the model's memory until the
+ * model is closed and unmapped, or this process's connection ends. Mappings
+ * stay valid after an evict until this process unmaps them.
  *
  *     char err[256];
  *     struct tensord_client *c = tensord_connect(NULL, err, sizeof err);
@@ -17,11 +18,19 @@
  *     tensord_model_close(m);
  *     tensord_close(c);
  *
- * Lifetimes: the connection closes (and the lease ends) when the client and
- * every model opened on it are closed; a model is unmapped when it is closed
- * and every DLManagedTensor made from it has been deleted. Functions are
- * thread-safe except that one client must not run two requests at once.
- * Errors: NULL or -1 with a message in err. */
+ * Lifetimes: a model is unmapped, and its lease released, when it is closed
+ * and every reference (tensord_model_ref) and DLPack tensor made from it is
+ * gone; the connection closes when the client and every model opened on it
+ * are closed. Every function is thread-safe; requests on one client are
+ * serialised. Errors: NULL or -1 with a message in err, never an abort (out
+ * of memory included).
+ *
+ * Writes: host models are mapped read-only (`data`); DLPack tensors of a
+ * host model point at a private copy-on-write view of the same memory
+ * (MAP_PRIVATE), so a consumer that writes in place changes only this
+ * process's pages, never the daemon's or other workers'. CUDA mappings are
+ * read-only where the driver allows: a kernel writing to them faults
+ * (docs/GPU.md, "Writing to shared tensors"). */
 #ifndef TENSORD_CLIENT_H
 #define TENSORD_CLIENT_H
 
@@ -38,6 +47,12 @@ extern "C" {
 struct tensord_client;
 struct tensord_model;
 struct DLManagedTensor;
+struct DLManagedTensorVersioned;
+
+/* tensord_tensor_dlpack_ex / _versioned: the tensor's bytes as a 1-D
+ * uint8 tensor of nbytes elements, whatever its dtype (the fallback for a
+ * dtype the consumer does not know). */
+#define TENSORD_DLPACK_RAW 1u
 
 struct tensord_tensor {
     const char *name;
@@ -60,13 +75,16 @@ struct tensord_alloc {
 };
 
 /* Connects to socket_path (NULL: $TENSORD_SOCKET, else
- * TENSORD_DEFAULT_SOCKET). The daemon refuses peers not on its allow-list;
- * that refusal shows up at the first request. */
+ * TENSORD_DEFAULT_SOCKET) and agrees on lease protocol 2 ("hello"). Fails
+ * when the daemon refuses this peer (allow-list) or speaks only protocol 1.
+ * A connection that holds no lease may be closed by the daemon when idle
+ * (ipc_idle_timeout): the next request reconnects by itself. */
 TENSORD_API struct tensord_client *tensord_connect(const char *socket_path, char *err,
                                                    size_t errlen);
 
 /* Opens model on device (NULL or "": wherever it is loaded; "host",
- * "cuda:N" or a GPU UUID to insist) and maps every allocation. */
+ * "cuda:N" or a GPU UUID to insist), takes a lease and maps every
+ * allocation. On failure no lease stays held. */
 TENSORD_API struct tensord_model *tensord_open(struct tensord_client *c, const char *model,
                                                const char *device, char *err, size_t errlen);
 
@@ -102,11 +120,31 @@ TENSORD_API int tensord_model_verify(const struct tensord_model *m, char *err, s
 TENSORD_API int tensord_tensor_read(const struct tensord_model *m, size_t i, void *dst, char *err,
                                     size_t errlen);
 
-/* Tensor i as a DLPack DLManagedTensor (kDLCPU or kDLCUDA), zero-copy. It
- * holds a reference on the model: the memory stays mapped until its deleter
- * runs. NULL for dtypes DLPack cannot express (F8, F6, F4). */
+/* Tensor i as a DLPack (0.x, unversioned) DLManagedTensor (kDLCPU or
+ * kDLCUDA), zero-copy. It holds a reference on the model: the memory stays
+ * mapped until its deleter runs. Host models: it points at this process's
+ * private copy-on-write view (legacy DLPack cannot say read-only, and
+ * consumers write). BOOL is kDLBool and the F8 types have DLPack 1.1's
+ * codes; NULL for F6 and F4 (DLPack has no packed sub-byte layout): use
+ * TENSORD_DLPACK_RAW. */
 TENSORD_API struct DLManagedTensor *tensord_tensor_dlpack(struct tensord_model *m, size_t i);
+/* The same with flags (TENSORD_DLPACK_RAW); NULL with err on failure. */
+TENSORD_API struct DLManagedTensor *tensord_tensor_dlpack_ex(struct tensord_model *m, size_t i,
+                                                             unsigned flags, char *err,
+                                                             size_t errlen);
+/* Tensor i as a DLPack 1.x DLManagedTensorVersioned with the read-only
+ * flag set, for consumers that honour it (__dlpack__(max_version=(1, x))).
+ * Host models: also over the copy-on-write view, so that a consumer that
+ * ignores the flag still cannot write into the daemon's pages. */
+TENSORD_API struct DLManagedTensorVersioned *
+tensord_tensor_dlpack_versioned(struct tensord_model *m, size_t i, unsigned flags, char *err,
+                                size_t errlen);
 
+/* Another reference on m (for bindings whose arrays outlive the handle the
+ * user closes); each is dropped with tensord_model_close. Returns m. */
+TENSORD_API struct tensord_model *tensord_model_ref(struct tensord_model *m);
+
+/* Drops a reference; the last one unmaps the model and releases its lease. */
 TENSORD_API void tensord_model_close(struct tensord_model *m);
 TENSORD_API void tensord_close(struct tensord_client *c);
 

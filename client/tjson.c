@@ -5,24 +5,28 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cmem.h"
+
 struct parser {
     const char *s, *end;
     const char *what;          /* the first error */
 };
-
-static void *tj_alloc(size_t n)
-{
-    void *p = calloc(1, n ? n : 1);
-    if (!p)
-        abort(); /* as util's xmalloc does: a small allocation failing is fatal */
-    return p;
-}
 
 static int fail(struct parser *p, const char *what)
 {
     if (!p->what)
         p->what = what;
     return -1;
+}
+
+/* A zeroed block, or NULL with the parse failed "out of memory": the client
+ * library never aborts its worker. */
+static void *tj_alloc(struct parser *p, size_t n)
+{
+    void *q = cmem_calloc(1, n);
+    if (!q)
+        fail(p, "out of memory");
+    return q;
 }
 
 static void skip_ws(struct parser *p)
@@ -85,7 +89,9 @@ static char *parse_string(struct parser *p, size_t *len)
             cap++;
         cap++;
     }
-    char *out = tj_alloc(cap + 1), *o = out;
+    char *out = tj_alloc(p, cap + 1), *o = out;
+    if (!out)
+        return NULL;
     while (s < p->end && *s != '"') {
         unsigned char c = (unsigned char)*s;
         if (c < 0x20) {
@@ -218,9 +224,9 @@ static int parse_members(struct parser *p, struct tjson *v, int depth, int objec
     for (;;) {
         if (v->len == cap) {
             cap = cap ? cap * 2 : 4;
-            struct tjson *n = realloc(v->items, cap * sizeof(*n));
+            struct tjson *n = cmem_realloc(v->items, cap * sizeof(*n));
             if (!n)
-                abort();
+                return fail(p, "out of memory");
             v->items = n;
         }
         struct tjson *it = &v->items[v->len];
@@ -317,15 +323,18 @@ void tjson_free(struct tjson *v)
 struct tjson *tjson_parse(const char *s, size_t len, char *err, size_t errlen)
 {
     struct parser p = {.s = s, .end = s + len};
-    struct tjson *v = tj_alloc(sizeof(*v));
-    if (parse_value(&p, v, 0) == 0) {
+    struct tjson *v = tj_alloc(&p, sizeof(*v));
+    if (v && parse_value(&p, v, 0) == 0) {
         skip_ws(&p);
         if (p.s == p.end)
             return v;
         fail(&p, "bytes after the value");
     }
-    snprintf(err, errlen, "bad JSON: %s near byte %td", p.what ? p.what : "syntax error",
-             p.s - s);
+    if (p.what && strcmp(p.what, "out of memory") == 0)
+        snprintf(err, errlen, "out of memory reading a JSON answer of %zu bytes", len);
+    else
+        snprintf(err, errlen, "bad JSON: %s near byte %td", p.what ? p.what : "syntax error",
+                 p.s - s);
     tjson_free(v);
     return NULL;
 }

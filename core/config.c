@@ -100,6 +100,9 @@ static const struct opt options[] = {
      CONFIG_MAX_IDS, NULL, NULL, "user ids allowed on the IPC socket besides the daemon's own"},
     {"allow_gids", "gpu", OPT_IDLIST, "", 0, 4294967294ULL, OFF(allow_gids), OFF(n_allow_gids),
      CONFIG_MAX_IDS, NULL, NULL, "group ids allowed on the IPC socket"},
+    {"ipc_idle_timeout", "gpu", OPT_UINT, "60", 0, 86400, OFF(ipc_idle_timeout), NOLIST,
+     "seconds before the IPC socket closes a connection that holds no lease and sends nothing, "
+     "or that stalls mid-request or mid-answer; 0 = never"},
     {"legacy_ipc", "gpu", OPT_BOOL, "false", 0, 1, OFF(legacy_ipc), NOLIST,
      "also export a legacy cudaIpcMemHandle_t per allocation"},
     {"verify", "gpu", OPT_BOOL, "false", 0, 1, OFF(verify), NOLIST,

@@ -39,6 +39,7 @@ struct config {
     unsigned n_allow_uids, n_allow_gids;
     uint32_t allow_uids[CONFIG_MAX_IDS], allow_gids[CONFIG_MAX_IDS];
     int legacy_ipc;                 /* also export cudaIpcMemHandle_t per allocation */
+    unsigned ipc_idle_timeout;      /* seconds; closes lease-less idle or stalled connections */
     int verify;                     /* compare device bytes with the file before ready */
     unsigned staging_buffers;       /* pinned staging ring depth */
     uint64_t staging_buffer_bytes;  /* size of each staging buffer */

@@ -31,6 +31,8 @@
     X(DevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", (CUcontext *ctx, CUdevice dev))      \
     X(DevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease", (CUdevice dev))                    \
     X(CtxSetCurrent, "cuCtxSetCurrent", (CUcontext ctx))                                       \
+    X(CtxPushCurrent, "cuCtxPushCurrent", (CUcontext ctx))                                     \
+    X(CtxPopCurrent, "cuCtxPopCurrent", (CUcontext *ctx))                                      \
     X(CtxSynchronize, "cuCtxSynchronize", (void))                                              \
     X(GetErrorString, "cuGetErrorString", (CUresult e, const char **s))                        \
     X(MemGetAllocationGranularity, "cuMemGetAllocationGranularity",                            \

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "cuda_api.h"
+#include "log.h"
 #include "util.h"
 
 #define LEGACY_ALIGN (2u << 20)
@@ -51,6 +52,11 @@ static int cerr(struct cuda_backend *cb, CUresult r, const char *what, char *err
 {
     snprintf(err, errlen, "%s: %s (CUresult %d)", what, cuda_api_error(&cb->api, r), (int)r);
     return -1;
+}
+
+static void log_cuda(struct cuda_backend *cb, CUresult r, const char *what)
+{
+    log_msg(LOG_ERROR, "gpu: %s: %s (CUresult %d)", what, cuda_api_error(&cb->api, r), (int)r);
 }
 
 /* Makes dev's primary context current on this thread. */
@@ -145,16 +151,23 @@ static void cuda_free(struct gpu_backend *b, struct gpu_alloc *a)
     struct cuda_backend *cb = b->priv;
     struct cuda_alloc *ca = a->priv;
     char err[256];
-    if (ca && use_device(cb, ca->dev, err, sizeof(err)) == 0) {
-        if (ca->mapped)
-            cb->api.MemUnmap(ca->va, a->alloc_size);
-        if (ca->reserved)
-            cb->api.MemAddressFree(ca->va, a->alloc_size);
+    if (ca) {
+        /* Every release is tried even when the device's context cannot be
+         * made current: skipping them would leak the whole allocation for
+         * the daemon's lifetime. Each failure is logged. */
+        if (use_device(cb, ca->dev, err, sizeof(err)) < 0)
+            log_msg(LOG_ERROR, "gpu: freeing an allocation on device %d: %s; trying anyway",
+                    ca->dev, err);
+        CUresult r;
+        if (ca->mapped && (r = cb->api.MemUnmap(ca->va, a->alloc_size)) != CUDA_SUCCESS)
+            log_cuda(cb, r, "cuMemUnmap");
+        if (ca->reserved && (r = cb->api.MemAddressFree(ca->va, a->alloc_size)) != CUDA_SUCCESS)
+            log_cuda(cb, r, "cuMemAddressFree");
         /* Importers hold their own references: the memory lives until they unmap. */
-        if (ca->have_handle)
-            cb->api.MemRelease(ca->handle);
-        if (ca->legacy)
-            cb->api.MemFree(ca->legacy);
+        if (ca->have_handle && (r = cb->api.MemRelease(ca->handle)) != CUDA_SUCCESS)
+            log_cuda(cb, r, "cuMemRelease");
+        if (ca->legacy && (r = cb->api.MemFree(ca->legacy)) != CUDA_SUCCESS)
+            log_cuda(cb, r, "cuMemFree (legacy IPC copy)");
     }
     free(ca);
     a->priv = NULL;

@@ -10,11 +10,13 @@
 
 #include "fileio.h"
 #include "ipc_proto.h"
+#include "log.h"
 #include "util.h"
 
 /* One staging buffer's state. */
 struct slot {
     int reading;               /* a read into it is in flight */
+    uint64_t k;                /* the chunk being read (the read's user data) */
     int copying;               /* its last copy may not have completed yet */
     uint64_t a0;               /* file offset the read starts at */
     size_t skip;               /* bytes before the shard data in the buffer (O_DIRECT alignment) */
@@ -42,8 +44,10 @@ int gpu_loader_init(struct gpu_loader *l, struct gpu_backend *be, int dev, unsig
     l->stage = be->ops->stage_open(be, dev, l->nbuf, slot_bytes(l), err, errlen);
     if (!l->stage)
         return -1;
-    /* io_uring can be missing (old kernel) or forbidden (seccomp): pread then. */
-    l->have_ring = io_uring_queue_init(l->nbuf < 4 ? 4 : l->nbuf, &l->ring, 0) == 0;
+    /* io_uring can be missing (old kernel) or forbidden (seccomp): pread then.
+     * Room for a cancel per read besides the reads (drain_reads). */
+    l->have_ring = io_uring_queue_init(2 * (l->nbuf < 4 ? 4 : l->nbuf), &l->ring, 0) == 0;
+    l->wait_cqe = io_uring_wait_cqe;
     snprintf(l->io_mode, sizeof(l->io_mode), "%s", l->have_ring ? "io_uring" : "pread");
     return 0;
 }
@@ -53,7 +57,10 @@ void gpu_loader_close(struct gpu_loader *l)
     if (l->have_ring)
         io_uring_queue_exit(&l->ring);
     l->have_ring = 0;
-    if (l->stage)
+    if (l->stage && l->unsafe)
+        log_msg(LOG_ERROR, "gpu: io_uring reads may still be in flight after an error: "
+                           "leaking the staging buffers rather than freeing them");
+    else if (l->stage)
         l->be->ops->stage_close(l->stage);
     l->stage = NULL;
 }
@@ -144,6 +151,48 @@ static int shard_pread(struct gpu_loader *l, struct slot *slots, int fd, uint64_
     return 0;
 }
 
+#define CANCEL_TAG UINT64_MAX /* user data of the cancel requests */
+
+/* After an error: asks the kernel to cancel every read still in flight,
+ * submits whatever is queued, and reaps completions until no read is left.
+ * Returns 0, or -1 when the ring fails so that reads may still land. */
+static int drain_reads(struct gpu_loader *l, struct slot *slots, unsigned *inflight)
+{
+    for (unsigned i = 0; i < l->nbuf; i++) {
+        if (!slots[i].reading)
+            continue;
+        struct io_uring_sqe *sqe = io_uring_get_sqe(&l->ring);
+        if (!sqe)
+            break; /* the reads complete by themselves (files), only later */
+        io_uring_prep_cancel64(sqe, slots[i].k, 0);
+        io_uring_sqe_set_data64(sqe, CANCEL_TAG);
+    }
+    int failures = 0;
+    while (*inflight > 0) {
+        int sr = io_uring_submit(&l->ring);
+        struct io_uring_cqe *cqe;
+        int wr = sr < 0 && sr != -EINTR && sr != -EAGAIN && sr != -EBUSY
+                     ? sr : l->wait_cqe(&l->ring, &cqe);
+        if (wr == -EINTR)
+            continue;
+        if (wr < 0) {
+            if (++failures > 3)
+                return -1;
+            continue;
+        }
+        uint64_t k = io_uring_cqe_get_data64(cqe);
+        io_uring_cqe_seen(&l->ring, cqe);
+        if (k == CANCEL_TAG)
+            continue;
+        struct slot *s = &slots[k % l->nbuf];
+        if (s->reading) {
+            s->reading = 0;
+            (*inflight)--;
+        }
+    }
+    return 0;
+}
+
 static int shard_uring(struct gpu_loader *l, struct slot *slots, int fd, int direct_fd,
                        uint64_t file_off, uint64_t size, struct gpu_alloc *a, uint64_t *acc,
                        char *err, size_t errlen)
@@ -173,6 +222,7 @@ static int shard_uring(struct gpu_loader *l, struct slot *slots, int fd, int dir
                                (unsigned)read_len(s), s->a0);
             io_uring_sqe_set_data64(sqe, next);
             s->reading = 1;
+            s->k = next;
             next++;
             inflight++;
         }
@@ -180,17 +230,20 @@ static int shard_uring(struct gpu_loader *l, struct slot *slots, int fd, int dir
             break;
         int sr = io_uring_submit(&l->ring);
         if (sr < 0 && sr != -EINTR && sr != -EAGAIN && sr != -EBUSY) {
-            /* Nothing was queued: the pending SQEs are dropped with the ring. */
+            /* Reads submitted earlier may still be in flight into the
+             * staging buffers: they must end before the buffers can go. */
             snprintf(err, errlen, "io_uring_submit: %s", strerror(-sr));
-            return -1;
+            rc = -1;
+            break;
         }
         struct io_uring_cqe *cqe;
-        int wr = io_uring_wait_cqe(&l->ring, &cqe);
+        int wr = l->wait_cqe(&l->ring, &cqe);
         if (wr == -EINTR)
             continue;
         if (wr < 0) {
             snprintf(err, errlen, "io_uring_wait_cqe: %s", strerror(-wr));
-            return -1;
+            rc = -1;
+            break;
         }
         uint64_t k = io_uring_cqe_get_data64(cqe);
         int res = cqe->res;
@@ -209,6 +262,8 @@ static int shard_uring(struct gpu_loader *l, struct slot *slots, int fd, int dir
         }
         done++;
     }
+    if (inflight > 0 && drain_reads(l, slots, &inflight) < 0)
+        l->unsafe = 1;
     if (rc == 0)
         snprintf(l->io_mode, sizeof(l->io_mode), "%s", direct ? "io_uring+O_DIRECT" : "io_uring");
     return rc;

@@ -29,6 +29,9 @@ struct gpu_loader {
     const atomic_int *cancel;  /* nonzero: stop at the next chunk */
     _Atomic uint64_t *progress;/* bytes copied so far, for status */
     char io_mode[32];          /* "io_uring+O_DIRECT", "io_uring" or "pread": the last shard's */
+    int unsafe;                /* reads may still land in the staging buffers: never free them */
+    /* io_uring_wait_cqe, replaceable by tests to inject failures. */
+    int (*wait_cqe)(struct io_uring *ring, struct io_uring_cqe **cqe);
 };
 
 /* Opens the staging ring (nbuf buffers of chunk bytes plus alignment slack)
@@ -39,8 +42,13 @@ int gpu_loader_init(struct gpu_loader *l, struct gpu_backend *be, int dev, unsig
 
 /* Copies size bytes at file_off of fd into a[0..size). direct_fd, when not
  * -1, is the same file opened with O_DIRECT and is preferred. Waits for every
- * copy before returning. *checksum gets the ipc_tsum of the bytes. Returns 0,
- * -1 with err, or -ECANCELED when *cancel was set. */
+ * copy, and on every path for every read it started (an error cancels the
+ * reads still in flight and waits for them), before returning: the staging
+ * buffers are then the caller's again. Should the ring itself fail so that
+ * this cannot be known, l->unsafe is set and gpu_loader_close leaks the
+ * buffers rather than free memory the kernel may still write. *checksum
+ * gets the ipc_tsum of the bytes. Returns 0, -1 with err, or -ECANCELED
+ * when *cancel was set. */
 int gpu_loader_shard(struct gpu_loader *l, int fd, int direct_fd, uint64_t file_off,
                      uint64_t size, struct gpu_alloc *a, uint64_t *checksum, char *err,
                      size_t errlen);

@@ -24,6 +24,9 @@
 
 void gm_instance_free(struct gm_model *m)
 {
+    pthread_mutex_destroy(&m->render_lock);
+    free(m->tensors_text);
+    free(m->allocs_text);
     for (size_t i = 0; i < m->n_shards; i++) {
         if (m->shards[i].a.priv || m->shards[i].a.fd >= 0)
             m->be->ops->free(m->be, &m->shards[i].a);
@@ -81,6 +84,7 @@ struct gm_model *do_gm_instance_new(struct gpu_manager *gm, struct registry *sna
                                     const struct reg_model *rm, struct gpu_backend *be, int dev)
 {
     struct gm_model *m = xcalloc(1, sizeof(*m));
+    pthread_mutex_init(&m->render_lock, NULL);
     m->name = xstrdup(rm->name);
     m->be = be;
     m->dev = dev;
@@ -136,6 +140,38 @@ struct gm_model *do_gm_find_current(struct gpu_manager *gm, const char *name)
         if (m->current && strcmp(m->name, name) == 0)
             return m;
     return NULL;
+}
+
+void do_gm_dyn(const struct gm_model *m, struct gm_dyn *d)
+{
+    memset(d, 0, sizeof(*d));
+    d->state = m->state;
+    d->leases = m->leases;
+    d->published = m->published;
+    d->done = atomic_load(&m->done);
+    d->t_start_ns = m->t_start_ns;
+    d->t_end_ns = m->t_end_ns;
+    if (m->t_end_ns) {
+        d->verified = m->verified;
+        memcpy(d->io_mode, m->io_mode, sizeof(d->io_mode));
+    }
+    if (m->state == GM_FAILED)
+        memcpy(d->error, m->error, sizeof(d->error));
+}
+
+char *gm_render_and_unlock(struct gpu_manager *gm, struct gm_model *m)
+{
+    struct gm_dyn d;
+    do_gm_dyn(m, &d);
+    m->refs++;
+    pthread_mutex_unlock(&gm->lock);
+    char *text = gpu_render_model_text(m, &d);
+    pthread_mutex_lock(&gm->lock);
+    struct gm_model *dead = do_gm_unref(gm, m);
+    pthread_mutex_unlock(&gm->lock);
+    if (dead)
+        gm_instance_free(dead);
+    return text;
 }
 
 /* The current instance, else the newest draining one. Caller holds the lock. */
@@ -251,14 +287,25 @@ json_t *gpu_manager_status_json(struct gpu_manager *gm)
     return o;
 }
 
-json_t *gpu_manager_model_json(struct gpu_manager *gm, const char *model, int *http_status)
+char *gpu_manager_model_text(struct gpu_manager *gm, const char *model, int *http_status)
 {
     *http_status = 200;
     pthread_mutex_lock(&gm->lock);
     struct gm_model *m = do_find_shown(gm, model);
-    json_t *o = m ? do_gpu_render_model(m)
-                  : json_pack("{s:s,s:s}", "model", model, "state", "none");
+    if (m)
+        return gm_render_and_unlock(gm, m);
     pthread_mutex_unlock(&gm->lock);
+    json_t *o = json_pack("{s:s,s:s}", "model", model, "state", "none");
+    char *text = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    return text;
+}
+
+json_t *gpu_manager_model_json(struct gpu_manager *gm, const char *model, int *http_status)
+{
+    char *text = gpu_manager_model_text(gm, model, http_status);
+    json_t *o = text ? json_loads(text, 0, NULL) : NULL;
+    free(text);
     return o;
 }
 
@@ -275,21 +322,31 @@ json_t *gpu_manager_model_summary(struct gpu_manager *gm, const char *model)
     return o;
 }
 
-json_t *gpu_manager_preload(struct gpu_manager *gm, const char *model, const char *body,
-                            size_t body_len, int *http_status)
+char *gpu_manager_preload_text(struct gpu_manager *gm, const char *model, const char *body,
+                               size_t body_len, int *http_status)
 {
     json_error_t jerr;
-    json_t *req = json_loadb(body, body_len, JSON_REJECT_DUPLICATES, &jerr), *doc;
+    json_t *req = json_loadb(body, body_len, JSON_REJECT_DUPLICATES, &jerr);
     const char *device = json_string_value(json_object_get(req, "device"));
+    char *doc;
     if (!req || !json_is_object(req) || !device) {
-        doc = gpu_render_http_error(http_status, 400, "bad_request",
-                                    "the body must be a JSON object with \"device\": "
-                                    "\"cuda:N\", a GPU UUID or \"host\"");
+        *http_status = 400;
+        doc = gpu_render_error_text("bad_request", "the body must be a JSON object with "
+                                    "\"device\": \"cuda:N\", a GPU UUID or \"host\"");
     } else {
         *http_status = gpu_preload_request(gm, model, device, 0, &doc);
     }
     json_decref(req);
     return doc;
+}
+
+json_t *gpu_manager_preload(struct gpu_manager *gm, const char *model, const char *body,
+                            size_t body_len, int *http_status)
+{
+    char *text = gpu_manager_preload_text(gm, model, body, body_len, http_status);
+    json_t *o = text ? json_loads(text, 0, NULL) : NULL;
+    free(text);
+    return o;
 }
 
 json_t *gpu_manager_evict(struct gpu_manager *gm, const char *model, int *http_status)
@@ -323,7 +380,11 @@ void gpu_manager_on_reload(struct gpu_manager *gm, struct registry *snap)
 {
     struct gm_model *dead_list = NULL;
     pthread_mutex_lock(&gm->lock);
-    /* New instances go to the list's head: walk a snapshot of the old ones. */
+    /* A preload that took the holder's snapshot before this one is swapped
+     * in must not load the old files: it compares with this (see
+     * gpu_preload_request). */
+    struct registry *old_latest = gm->latest;
+    gm->latest = registry_ref(snap);
     size_t n = 0;
     for (struct gm_model *m = gm->models; m; m = m->next)
         n += m->current;
@@ -359,6 +420,8 @@ void gpu_manager_on_reload(struct gpu_manager *gm, struct registry *snap)
         }
     }
     pthread_mutex_unlock(&gm->lock);
+    if (old_latest)
+        registry_unref(old_latest);
     free(cur);
     while (dead_list) {
         struct gm_model *d = dead_list;
@@ -421,6 +484,8 @@ void gpu_manager_free(struct gpu_manager *gm)
         gm->models = m->next;
         gm_instance_free(m);
     }
+    if (gm->latest)
+        registry_unref(gm->latest);
     if (gm->cuda)
         gm->cuda->ops->destroy(gm->cuda);
     gm->host->ops->destroy(gm->host);
@@ -433,7 +498,8 @@ void gpu_manager_free(struct gpu_manager *gm)
 /* ---- leases ------------------------------------------------------------ */
 
 struct gpu_lease *gpu_manager_open(struct gpu_manager *gm, const char *model, const char *device,
-                                   json_t **answer, int *fds, size_t max_fds, size_t *n_fds)
+                                   uint64_t lease_id, char **answer, int *fds, size_t max_fds,
+                                   size_t *n_fds)
 {
     struct gpu_backend *be = NULL;
     int dev = -1;
@@ -442,34 +508,36 @@ struct gpu_lease *gpu_manager_open(struct gpu_manager *gm, const char *model, co
         const char *code;
         char msg[512];
         if (gm_resolve_device(gm, device, &be, &dev, &code, msg, sizeof(msg))) {
-            *answer = gpu_error_answer(code, "%s", msg);
+            *answer = gpu_error_answer_text(code, "%s", msg);
             return NULL;
         }
     }
     pthread_mutex_lock(&gm->lock);
     struct gm_model *m = do_gm_find_current(gm, model);
     if (!m) {
-        *answer = gpu_error_answer("not_loaded", "model %.200s is not preloaded", model);
+        *answer = gpu_error_answer_text("not_loaded", "model %.200s is not preloaded", model);
         goto fail;
     }
     if (be && (m->be != be || m->dev != dev)) {
-        *answer = gpu_error_answer("wrong_device", "model %.200s is on %s, not %.100s", model,
-                                   m->device, device);
+        *answer = gpu_error_answer_text("wrong_device", "model %.200s is on %s, not %.100s", model,
+                                        m->device, device);
         goto fail;
     }
     if (m->state != GM_READY) {
         uint64_t done = atomic_load(&m->done);
         if (m->state == GM_LOADING)
-            *answer = gpu_error_answer("loading", "model %.200s is still loading (%.0f%%)", model,
-                                       m->total ? 100.0 * (double)done / (double)m->total : 0.0);
+            *answer = gpu_error_answer_text("loading", "model %.200s is still loading (%.0f%%)",
+                                            model, m->total ? 100.0 * (double)done /
+                                                                  (double)m->total : 0.0);
         else
-            *answer = gpu_error_answer("failed", "preloading model %.200s failed: %s", model,
-                                       m->error);
+            *answer = gpu_error_answer_text("failed", "preloading model %.200s failed: %s", model,
+                                            m->error);
         goto fail;
     }
     if (m->n_shards > max_fds) {
-        *answer = gpu_error_answer("too_many_shards", "model %.200s has %zu shards; at most %zu "
-                                   "can be passed on one connection", model, m->n_shards, max_fds);
+        *answer = gpu_error_answer_text("too_many_shards", "model %.200s has %zu shards; at most "
+                                        "%zu can be passed in one answer", model, m->n_shards,
+                                        max_fds);
         goto fail;
     }
     for (size_t i = 0; i < m->n_shards; i++)
@@ -477,8 +545,10 @@ struct gpu_lease *gpu_manager_open(struct gpu_manager *gm, const char *model, co
     *n_fds = m->n_shards;
     m->refs++;
     m->leases++;
-    *answer = do_gpu_render_open(m);
     pthread_mutex_unlock(&gm->lock);
+    /* The lease's reference keeps m, and its published allocations, as
+     * they are: the answer is rendered without the lock. */
+    *answer = gpu_render_open_text(m, lease_id);
     metrics_add(MC_LEASES_TOTAL, 1);
     struct gpu_lease *l = xmalloc(sizeof(*l));
     l->m = m;

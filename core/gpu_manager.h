@@ -25,6 +25,7 @@
 
 #include <jansson.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "config.h"
 #include "registry.h"
@@ -48,21 +49,27 @@ int gpu_manager_start(struct gpu_manager *gm, char *err, size_t errlen);
  * "leases"}]}. */
 json_t *gpu_manager_status_json(struct gpu_manager *gm);
 
-/* GET /v1/models/{model}/gpu: the current instance (or the newest draining
- * one) with state, progress, device, generation, allocations and tensors.
- * A model never preloaded answers 200 {"model": M, "state": "none"}.
- * *http_status is always 200. */
+/* GET /v1/models/{model}/gpu as JSON text (caller frees): the current
+ * instance (or the newest draining one) with state, progress, device,
+ * generation, allocations and tensors. A model never preloaded answers 200
+ * {"model": M, "state": "none"}. *http_status is always 200. Rendered
+ * without the manager's lock; the big parts are rendered once per instance. */
+char *gpu_manager_model_text(struct gpu_manager *gm, const char *model, int *http_status);
+/* The same document parsed (tests, and callers that want a tree). */
 json_t *gpu_manager_model_json(struct gpu_manager *gm, const char *model, int *http_status);
 
 /* The short form for model listings: {"state": "none"} or {"state",
  * "device", "generation"}. */
 json_t *gpu_manager_model_summary(struct gpu_manager *gm, const char *model);
 
-/* POST: body {"device": "cuda:N" | GPU UUID | "host"}. 202 with the model
- * JSON when a load starts, 200 when it is already loaded or loading on that
+/* POST: body {"device": "cuda:N" | GPU UUID | "host"}, answered as JSON
+ * text (caller frees). 202 with the model JSON when a load starts, 200 when it is already loaded or loading on that
  * device; errors ({"error": {"code", "message"}}): 400 bad_request /
  * bad_device, 404 not_found (not in the current snapshot), 409
  * model_invalid / loaded_elsewhere, 503 gpu_unavailable. */
+char *gpu_manager_preload_text(struct gpu_manager *gm, const char *model, const char *body,
+                               size_t body_len, int *http_status);
+/* The same answer parsed. */
 json_t *gpu_manager_preload(struct gpu_manager *gm, const char *model, const char *body,
                             size_t body_len, int *http_status);
 
@@ -89,18 +96,24 @@ void gpu_manager_free(struct gpu_manager *gm);
 
 /* Opens a lease on model's current instance, which must be ready (and on
  * `device` when that is not empty). On success returns the lease, *answer
- * is the "open" answer ({"ok": true, ...}) and fds[0..*n_fds) the
- * allocations' descriptors (borrowed: valid while the lease is held; send,
- * never close). On failure returns NULL with *answer an error answer. */
+ * is the "open" answer as JSON text ({"ok": true, "lease": lease_id, ...};
+ * caller frees) and fds[0..*n_fds) the allocations' descriptors (borrowed:
+ * valid while the lease is held; send, never close). On failure returns
+ * NULL with *answer an error answer's text. The answer is rendered without
+ * the manager's lock. */
 struct gpu_lease *gpu_manager_open(struct gpu_manager *gm, const char *model, const char *device,
-                                   json_t **answer, int *fds, size_t max_fds, size_t *n_fds);
-/* Ends a lease (the connection closed). */
+                                   uint64_t lease_id, char **answer, int *fds, size_t max_fds,
+                                   size_t *n_fds);
+/* Ends a lease (released, or its connection closed). */
 void gpu_lease_release(struct gpu_manager *gm, struct gpu_lease *l);
 /* {"ok": true, "models": [{"name","state","device","generation"}]}. */
 json_t *gpu_manager_list_json(struct gpu_manager *gm);
 
 /* {"ok": false, "error": {"code": code, "message": ...}}. */
 json_t *gpu_error_answer(const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* The same as JSON text; caller frees. */
+char *gpu_error_answer_text(const char *code, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
 /* Tests: waits until no load is queued or running (or timeout_ms passes).

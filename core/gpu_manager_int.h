@@ -24,7 +24,14 @@
  *     shards' rf. Others read the allocations and checksums only once
  *     `published` is set, error only once state is failed, io_mode and
  *     verified only once t_end_ns is set (both set under the lock after the
- *     load). */
+ *     load);
+ *   - m->render_lock: the cached JSON texts.
+ *
+ * Documents are rendered outside gm->lock: the caller takes a reference
+ * and copies the lock-guarded fields (do_gm_dyn) under the lock, releases
+ * it, renders from the copy and the fields that never change, then drops
+ * the reference. The big parts of a document (the tensor table, the
+ * allocations once published) are rendered once per instance and kept. */
 #ifndef TENSORD_GPU_MANAGER_INT_H
 #define TENSORD_GPU_MANAGER_INT_H
 
@@ -96,6 +103,21 @@ struct gm_model {
     struct gm_tensor *tensors;
     struct registry *snap;     /* referenced from creation until the load ends */
     const struct reg_model *rm;
+    pthread_mutex_t render_lock; /* guards the two texts below */
+    char *tensors_text;        /* the "tensors" array as JSON, rendered once */
+    char *allocs_text;         /* the published "allocations" array as GET shows it */
+};
+
+/* The lock-guarded fields a document shows, copied under gm->lock. */
+struct gm_dyn {
+    enum gm_state state;
+    unsigned leases;
+    int published;
+    uint64_t done;
+    uint64_t t_start_ns, t_end_ns;
+    int verified;
+    char io_mode[32];
+    char error[512];
 };
 
 struct gpu_lease {
@@ -121,6 +143,8 @@ struct gpu_manager {
     int started;               /* gm->lock */
     double last_bps;           /* bytes per second of the last finished preload (gm->lock) */
     struct ipc_server *ipc;
+    struct registry *latest;   /* the newest snapshot on_reload saw (gm->lock): preloads
+                                * never load from an older one */
 };
 
 /* ---- instances (core/gpu_manager.c) ---- */
@@ -139,6 +163,11 @@ struct gm_model *do_gm_unref(struct gpu_manager *gm, struct gm_model *m);
  * if loading, draining unless it failed; drops the table's reference.
  * Returns m when it must be freed after unlocking. */
 struct gm_model *do_gm_retire(struct gpu_manager *gm, struct gm_model *m);
+/* Copies m's lock-guarded fields that documents show into d. */
+void do_gm_dyn(const struct gm_model *m, struct gm_dyn *d);
+/* Called with gm->lock held; returns with it released: m's GET document
+ * as text (caller frees), rendered outside the lock under a reference. */
+char *gm_render_and_unlock(struct gpu_manager *gm, struct gm_model *m);
 /* name's current instance, or NULL. */
 struct gm_model *do_gm_find_current(struct gpu_manager *gm, const char *name);
 

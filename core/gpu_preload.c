@@ -176,7 +176,7 @@ static void *loader_main(void *arg)
 }
 
 int gpu_preload_request(struct gpu_manager *gm, const char *model, const char *device,
-                        int startup, json_t **doc)
+                        int startup, char **doc)
 {
     struct gpu_backend *be;
     int dev, status = 0;
@@ -185,31 +185,36 @@ int gpu_preload_request(struct gpu_manager *gm, const char *model, const char *d
     *doc = NULL;
     int rs = gm_resolve_device(gm, device, &be, &dev, &code, msg, sizeof(msg));
     if (rs) {
-        *doc = gpu_render_http_error(&status, rs, code, "%s", msg);
-        return status;
+        *doc = gpu_render_error_text(code, "%s", msg);
+        return rs;
     }
-    struct registry *snap = registry_holder_acquire(gm->holder);
-    const struct reg_model *rm = snap ? registry_find_model(snap, model, strlen(model)) : NULL;
-    if (!rm) {
-        *doc = gpu_render_http_error(&status, 404, "not_found", "no model named \"%.200s\"",
-                                     model);
-        goto out;
-    }
-    if (rm->state != MODEL_READY) {
-        *doc = gpu_render_http_error(&status, 409, "model_invalid", "model %.200s is invalid: %s",
-                                     model, rm->error.message);
-        goto out;
-    }
+    struct registry *snap = registry_holder_acquire(gm->holder), *stale = NULL;
     struct gm_model *dead = NULL;
     pthread_mutex_lock(&gm->lock);
+    /* A reload announces its snapshot before the holder swaps it in: a
+     * request in between must load the new files, or its instance would
+     * keep the old ones (the reload already compared what it saw). */
+    if (gm->latest && (!snap || gm->latest->generation > snap->generation)) {
+        stale = snap;
+        snap = registry_ref(gm->latest);
+    }
+    const struct reg_model *rm = snap ? registry_find_model(snap, model, strlen(model)) : NULL;
     struct gm_model *cur = do_gm_find_current(gm, model);
-    if (cur && (cur->be != be || cur->dev != dev)) {
-        *doc = gpu_render_http_error(&status, 409, "loaded_elsewhere",
-                                     "model %.200s is already on %s: evict it first", model,
-                                     cur->device);
+    if (!rm) {
+        *doc = gpu_render_error_text("not_found", "no model named \"%.200s\"", model);
+        status = 404;
+    } else if (rm->state != MODEL_READY) {
+        *doc = gpu_render_error_text("model_invalid", "model %.200s is invalid: %s", model,
+                                     rm->error.message);
+        status = 409;
+    } else if (cur && (cur->be != be || cur->dev != dev)) {
+        *doc = gpu_render_error_text("loaded_elsewhere", "model %.200s is already on %s: evict "
+                                     "it first", model, cur->device);
+        status = 409;
     } else if (cur && cur->state != GM_FAILED) {
-        *doc = do_gpu_render_model(cur);
         status = 200;
+        *doc = gm_render_and_unlock(gm, cur);
+        goto unlocked;
     } else {
         if (cur) /* a failed attempt on this device: try again */
             dead = do_gm_retire(gm, cur);
@@ -218,13 +223,16 @@ int gpu_preload_request(struct gpu_manager *gm, const char *model, const char *d
         if (startup)
             gm->startup_pending++;
         do_gpu_preload_enqueue(gm, m);
-        *doc = do_gpu_render_model(m);
         status = 202;
+        *doc = gm_render_and_unlock(gm, m);
+        goto unlocked;
     }
     pthread_mutex_unlock(&gm->lock);
+unlocked:
     if (dead)
         gm_instance_free(dead);
-out:
+    if (stale)
+        registry_unref(stale);
     if (snap)
         registry_unref(snap);
     return status;
@@ -246,13 +254,16 @@ int gpu_preload_start(struct gpu_manager *gm, char *err, size_t errlen)
             continue;
         }
         char *model = xstrndup(spec, (size_t)(at - spec));
-        json_t *doc;
+        char *doc;
         int st = gpu_preload_request(gm, model, at + 1, 1, &doc);
         if (st >= 400) {
-            const char *m = json_string_value(json_object_get(json_object_get(doc, "error"), "message"));
+            json_t *o = json_loads(doc, 0, NULL);
+            const char *m = json_string_value(json_object_get(json_object_get(o, "error"),
+                                                              "message"));
             log_msg(LOG_ERROR, "gpu: preload %s: %s", spec, m ? m : "failed");
+            json_decref(o);
         }
-        json_decref(doc);
+        free(doc);
         free(model);
     }
     return 0;

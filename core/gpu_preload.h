@@ -30,14 +30,16 @@ struct gm_model;
  * Returns 0, or -1 with err when the thread cannot start. */
 int gpu_preload_start(struct gpu_manager *gm, char *err, size_t errlen);
 
-/* Starts loading model (in the holder's current snapshot) on device, as the
- * HTTP POST does; startup marks a config preload. Returns the HTTP status:
- * 202 a load started, 200 already loaded or loading there (a failed
- * instance on the same device is retired and tried again); errors (400,
- * 404, 409, 503) with an error document. *doc is always set, a new
- * reference the caller owns. Takes gm->lock itself. */
+/* Starts loading model on device, as the HTTP POST does; startup marks a
+ * config preload. The model comes from the newest snapshot: the holder's
+ * current one, or the one a reload has announced (gpu_manager_on_reload)
+ * and not yet swapped in. Returns the HTTP status: 202 a load started, 200
+ * already loaded or loading there (a failed instance on the same device is
+ * retired and tried again); errors (400, 404, 409, 503) with an error
+ * document. *doc is always set, JSON text the caller frees. Takes gm->lock
+ * itself. */
 int gpu_preload_request(struct gpu_manager *gm, const char *model, const char *device,
-                        int startup, json_t **doc);
+                        int startup, char **doc);
 
 /* Links m (new, from do_gm_instance_new) as its model's current instance
  * and queues it; refs become 2: the table's and the loader's. */

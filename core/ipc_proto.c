@@ -49,6 +49,18 @@ static int get_name(json_t *o, const char *key, int required, char *out, char *e
     return 0;
 }
 
+/* The required non-negative integer member `key`. */
+static int get_count(json_t *o, const char *key, uint64_t *out, char *err, size_t errlen)
+{
+    json_t *v = json_object_get(o, key);
+    if (!json_is_integer(v) || json_integer_value(v) < 0) {
+        snprintf(err, errlen, "\"%s\" (a non-negative integer) is required", key);
+        return -1;
+    }
+    *out = (uint64_t)json_integer_value(v);
+    return 0;
+}
+
 int ipc_request_parse(const char *json, size_t len, struct ipc_request *req, char *err,
                       size_t errlen)
 {
@@ -66,7 +78,8 @@ int ipc_request_parse(const char *json, size_t len, struct ipc_request *req, cha
     json_t *op = json_object_get(doc, "op");
     const char *ops = json_string_value(op);
     if (!ops) {
-        snprintf(err, errlen, "\"op\" (a string: open, list or close) is required");
+        snprintf(err, errlen, "\"op\" (a string: hello, open, release, list or close) is "
+                 "required");
         goto out;
     }
     if (strcmp(ops, "open") == 0) {
@@ -74,12 +87,20 @@ int ipc_request_parse(const char *json, size_t len, struct ipc_request *req, cha
         if (get_name(doc, "model", 1, req->model, err, errlen) < 0 ||
             get_name(doc, "device", 0, req->device, err, errlen) < 0)
             goto out;
+    } else if (strcmp(ops, "release") == 0) {
+        req->op = IPC_OP_RELEASE;
+        if (get_count(doc, "lease", &req->lease, err, errlen) < 0)
+            goto out;
+    } else if (strcmp(ops, "hello") == 0) {
+        req->op = IPC_OP_HELLO;
+        if (get_count(doc, "protocol", &req->protocol, err, errlen) < 0)
+            goto out;
     } else if (strcmp(ops, "list") == 0) {
         req->op = IPC_OP_LIST;
     } else if (strcmp(ops, "close") == 0) {
         req->op = IPC_OP_CLOSE;
     } else {
-        snprintf(err, errlen, "unknown op \"%.64s\" (open, list or close)", ops);
+        snprintf(err, errlen, "unknown op \"%.64s\" (hello, open, release, list or close)", ops);
         goto out;
     }
     rc = 0;

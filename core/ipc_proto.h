@@ -4,10 +4,18 @@
  * Each message is a 4-byte little-endian length followed by that many bytes
  * of JSON (one object). Requests are at most IPC_MAX_REQUEST bytes; a longer
  * length prefix is answered with an error and the connection is closed.
- * Requests: {"op":"open","model":M,"device":D?}, {"op":"list"},
- * {"op":"close"}. Answers: {"ok":true,...} or
- * {"ok":false,"error":{"code":C,"message":M}}. An "open" answer carries one
- * file descriptor per allocation (SCM_RIGHTS, in allocation order).
+ * Requests: {"op":"hello","protocol":N}, {"op":"open","model":M,"device":D?},
+ * {"op":"release","lease":L}, {"op":"list"}, {"op":"close"}. Answers:
+ * {"ok":true,...} or {"ok":false,"error":{"code":C,"message":M}}. An "open"
+ * answer carries one file descriptor per allocation (SCM_RIGHTS, in
+ * allocation order) and the lease's id.
+ *
+ * Protocol 2 (IPC_PROTOCOL) made a lease belong to one open: "release"
+ * ends it while the connection stays; the connection ending still ends
+ * every lease it holds, which is all that protocol 1 clients (which never
+ * say hello) rely on. "hello" lets a client insist on protocol 2: a daemon
+ * without it answers bad_request (unknown op), one with it answers the
+ * protocols it speaks.
  *
  * The checksum helpers are inline so the client library, which links
  * nothing of core but util, computes the same sums. */
@@ -19,17 +27,23 @@
 #include <string.h>
 
 #define IPC_HEADER_BYTES 4
-#define IPC_MAX_REQUEST (1u << 20)          /* 1 MiB */
+/* The largest valid request is an "open" with two names of IPC_MAX_NAME
+ * bytes, each \u-escaped in full (6 bytes per byte): about 48 KiB. */
+#define IPC_MAX_REQUEST (64u << 10)
 #define IPC_MAX_ANSWER (64u << 20)          /* answers carry whole tensor tables */
 #define IPC_MAX_NAME 4096                   /* model and device names */
 #define IPC_MAX_FDS 250                     /* below the kernel's SCM_MAX_FD (253) */
+#define IPC_PROTOCOL 2                      /* the newest protocol; 1 is still served */
+#define IPC_MAX_LEASES 1024                 /* leases one connection may hold at once */
 
-enum ipc_op { IPC_OP_OPEN, IPC_OP_LIST, IPC_OP_CLOSE };
+enum ipc_op { IPC_OP_OPEN, IPC_OP_LIST, IPC_OP_CLOSE, IPC_OP_HELLO, IPC_OP_RELEASE };
 
 struct ipc_request {
     enum ipc_op op;
     char model[IPC_MAX_NAME + 1];   /* "open" only */
     char device[IPC_MAX_NAME + 1];  /* "open" only; "" = wherever the model is loaded */
+    uint64_t lease;                 /* "release" only: the id the open answer gave */
+    uint64_t protocol;              /* "hello" only: the protocol the client speaks */
 };
 
 enum ipc_frame_status { IPC_FRAME_NEED_MORE = 0, IPC_FRAME_READY = 1, IPC_FRAME_TOO_LARGE = -1 };

@@ -1,9 +1,11 @@
-/* ipc: the lease socket server (one epoll thread). */
+/* ipc: the lease socket server (an accept thread and a serve thread). */
 #include "ipc_server.h"
 
 #include <errno.h>
 #include <jansson.h>
+#include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,40 +19,67 @@
 #include "gpu_manager.h"
 #include "ipc_proto.h"
 #include "log.h"
+#include "metrics.h"
 #include "util.h"
 
 #define MAX_CONNS 4096
+#define REFUSAL_UIDS 64            /* peer uids whose refusals are counted at once */
+#define ACCEPT_BATCH 256           /* accepts between two looks at the stop signal */
+
+struct conn_lease {
+    uint64_t id;                   /* what the open answer told the client */
+    struct gpu_lease *l;
+};
 
 struct conn {
-    struct conn *prev, *next;  /* every open connection */
+    struct conn *prev, *next;      /* every open connection (serve thread) */
+    struct conn *qnext;            /* the accept thread's hand-off queue */
     int fd;
     unsigned uid, gid, pid;
-    unsigned char *in;         /* received bytes not yet consumed */
-    size_t in_len, in_cap;
-    unsigned char *out;        /* the answer being sent */
+    unsigned char *in;             /* received bytes not yet consumed */
+    size_t in_len, in_cap;         /* in_cap <= IPC_HEADER_BYTES + IPC_MAX_REQUEST */
+    unsigned char *out;            /* the answer being sent */
     size_t out_len, out_off;
-    int fds[IPC_MAX_FDS];      /* borrowed descriptors to attach to out's first byte */
+    int fds[IPC_MAX_FDS];          /* borrowed descriptors to attach to out's first byte */
     size_t n_fds;
-    int close_after;           /* close once out is flushed */
-    struct gpu_lease **leases;
-    size_t n_leases;
+    int close_after;               /* close once out is flushed */
+    struct conn_lease *leases;
+    size_t n_leases, cap_leases;
+    uint64_t next_lease;           /* the id the next open gets */
+    uint64_t active_ns;            /* last request answered or answer byte sent */
+    uint64_t partial_ns;           /* when the unfinished request in `in` began */
+};
+
+/* Refusals of one peer uid in the current log interval. */
+struct refusal {
+    unsigned uid;
+    int used;
+    uint64_t since_ns;             /* the interval began (with a logged line) */
+    uint64_t unlogged;             /* refusals since, not yet in the log */
 };
 
 struct ipc_server {
     struct gpu_manager *gm;
     char *path;
-    int lfd, efd, stopfd;
-    pthread_t thread;
+    int lfd, efd, stopfd, qfd;     /* listener, epoll, stop eventfd, hand-off eventfd */
+    pthread_t serve_thread, accept_thread;
+    int have_serve, have_accept;
     uint32_t uids[CONFIG_MAX_IDS], gids[CONFIG_MAX_IDS];
     unsigned n_uids, n_gids;
-    size_t n_conns;
-    struct conn *conns;
+    uint64_t idle_ns;              /* ipc_idle_timeout; 0 = none */
+    atomic_size_t n_conns;         /* allowed connections being served or queued */
+    struct conn *conns;            /* serve thread */
+    pthread_mutex_t qlock;
+    struct conn *qhead;            /* accepted, not yet picked up by the serve thread */
+    struct refusal refusals[REFUSAL_UIDS]; /* accept thread */
 };
+
+/* ---- serving allowed peers (serve thread) -------------------------------- */
 
 static void conn_free(struct ipc_server *s, struct conn *c)
 {
     for (size_t i = 0; i < c->n_leases; i++)
-        gpu_lease_release(s->gm, c->leases[i]);
+        gpu_lease_release(s->gm, c->leases[i].l);
     epoll_ctl(s->efd, EPOLL_CTL_DEL, c->fd, NULL);
     close(c->fd);
     free(c->leases);
@@ -63,7 +92,7 @@ static void conn_free(struct ipc_server *s, struct conn *c)
     if (c->next)
         c->next->prev = c->prev;
     free(c);
-    s->n_conns--;
+    atomic_fetch_sub(&s->n_conns, 1);
 }
 
 static void conn_watch(struct ipc_server *s, struct conn *c)
@@ -72,13 +101,17 @@ static void conn_watch(struct ipc_server *s, struct conn *c)
     epoll_ctl(s->efd, EPOLL_CTL_MOD, c->fd, &ev);
 }
 
-/* Queues doc (taking it over) as the next answer, with fds attached. */
-static void conn_answer(struct conn *c, json_t *doc, const int *fds, size_t n_fds)
+/* Queues text (JSON, taken over) as the next answer, with fds attached.
+ * Returns 0, or -1 when there was no text (an error answer went instead,
+ * without the fds). */
+static int conn_answer_text(struct conn *c, char *text, const int *fds, size_t n_fds)
 {
-    char *text = json_dumps(doc, JSON_COMPACT);
-    json_decref(doc);
-    if (!text)
+    int rc = 0;
+    if (!text) {
         text = xstrdup("{\"ok\":false,\"error\":{\"code\":\"internal\",\"message\":\"encoding\"}}");
+        n_fds = 0;
+        rc = -1;
+    }
     size_t n = strlen(text);
     c->out = xmalloc(IPC_HEADER_BYTES + n);
     ipc_put_header(c->out, (uint32_t)n);
@@ -89,6 +122,15 @@ static void conn_answer(struct conn *c, json_t *doc, const int *fds, size_t n_fd
     if (n_fds)
         memcpy(c->fds, fds, n_fds * sizeof(int));
     c->n_fds = n_fds;
+    return rc;
+}
+
+/* The same with a document (taken over). */
+static int conn_answer(struct conn *c, json_t *doc, const int *fds, size_t n_fds)
+{
+    char *text = doc ? json_dumps(doc, JSON_COMPACT) : NULL;
+    json_decref(doc);
+    return conn_answer_text(c, text, fds, n_fds);
 }
 
 /* Sends what it can. Returns 0, or -1 when the connection is gone. */
@@ -119,6 +161,7 @@ static int conn_flush(struct conn *c)
         }
         c->n_fds = 0; /* the descriptors travel with the first byte sent */
         c->out_off += (size_t)n;
+        c->active_ns = time_mono_ns();
     }
     if (c->out) {
         free(c->out);
@@ -127,14 +170,62 @@ static int conn_flush(struct conn *c)
     }
     if (c->close_after) {
         /* Closing with unread input makes the kernel reset the peer, which
-         * can then miss the answer: read what is already here first. */
+         * can then miss the answer: read (a bounded amount of) what is
+         * already here first. */
         char sink[4096];
-        for (int i = 0; i < 512 && recv(c->fd, sink, sizeof(sink), MSG_DONTWAIT) > 0; i++)
+        for (int i = 0; i < 16 && recv(c->fd, sink, sizeof(sink), MSG_DONTWAIT) > 0; i++)
             ;
         shutdown(c->fd, SHUT_WR);
         return -1;
     }
     return 0;
+}
+
+static void do_open(struct ipc_server *s, struct conn *c, const struct ipc_request *req)
+{
+    char *answer = NULL;
+    int fds[IPC_MAX_FDS];
+    size_t n_fds = 0;
+    if (c->n_leases >= IPC_MAX_LEASES) {
+        conn_answer(c, gpu_error_answer("too_many_leases", "this connection holds %d leases, "
+                                        "the most one may: release some first", IPC_MAX_LEASES),
+                    NULL, 0);
+        return;
+    }
+    uint64_t id = c->next_lease + 1;
+    struct gpu_lease *l = gpu_manager_open(s->gm, req->model, req->device, id, &answer, fds,
+                                           IPC_MAX_FDS, &n_fds);
+    if (!l) {
+        conn_answer_text(c, answer, NULL, 0);
+        return;
+    }
+    c->next_lease = id;
+    if (conn_answer_text(c, answer, fds, n_fds) < 0) {
+        gpu_lease_release(s->gm, l); /* the client never learns of it: no lease held by nobody */
+        return;
+    }
+    if (c->n_leases == c->cap_leases) {
+        c->cap_leases = c->cap_leases ? 2 * c->cap_leases : 4;
+        c->leases = xrealloc(c->leases, c->cap_leases * sizeof(*c->leases));
+    }
+    c->leases[c->n_leases++] = (struct conn_lease){.id = id, .l = l};
+    log_msg(LOG_DEBUG, "ipc: pid %u (uid %u) leased %s (lease %llu)", c->pid, c->uid, req->model,
+            (unsigned long long)id);
+}
+
+static void do_release(struct ipc_server *s, struct conn *c, uint64_t id)
+{
+    for (size_t i = 0; i < c->n_leases; i++) {
+        if (c->leases[i].id != id)
+            continue;
+        struct gpu_lease *l = c->leases[i].l;
+        c->leases[i] = c->leases[--c->n_leases];
+        gpu_lease_release(s->gm, l);
+        conn_answer(c, json_pack("{s:b}", "ok", 1), NULL, 0);
+        return;
+    }
+    conn_answer(c, gpu_error_answer("no_such_lease", "this connection holds no lease %llu",
+                                    (unsigned long long)id), NULL, 0);
 }
 
 static void handle_request(struct ipc_server *s, struct conn *c, const unsigned char *p, size_t n)
@@ -146,6 +237,16 @@ static void handle_request(struct ipc_server *s, struct conn *c, const unsigned 
         goto out;
     }
     switch (req->op) {
+    case IPC_OP_HELLO:
+        if (req->protocol < 1 || req->protocol > IPC_PROTOCOL)
+            conn_answer(c, gpu_error_answer("unsupported_protocol", "this daemon speaks lease "
+                                            "protocols 1 to %d, not %llu", IPC_PROTOCOL,
+                                            (unsigned long long)req->protocol), NULL, 0);
+        else
+            conn_answer(c, json_pack("{s:b,s:i,s:[i,i],s:s}", "ok", 1, "protocol", IPC_PROTOCOL,
+                                     "protocols", 1, IPC_PROTOCOL, "server",
+                                     "tensord " TENSORD_VERSION), NULL, 0);
+        break;
     case IPC_OP_LIST:
         conn_answer(c, gpu_manager_list_json(s->gm), NULL, 0);
         break;
@@ -153,20 +254,12 @@ static void handle_request(struct ipc_server *s, struct conn *c, const unsigned 
         conn_answer(c, json_pack("{s:b}", "ok", 1), NULL, 0);
         c->close_after = 1;
         break;
-    case IPC_OP_OPEN: {
-        json_t *answer = NULL;
-        int fds[IPC_MAX_FDS];
-        size_t n_fds = 0;
-        struct gpu_lease *l =
-            gpu_manager_open(s->gm, req->model, req->device, &answer, fds, IPC_MAX_FDS, &n_fds);
-        if (l) {
-            c->leases = xrealloc(c->leases, (c->n_leases + 1) * sizeof(*c->leases));
-            c->leases[c->n_leases++] = l;
-            log_msg(LOG_INFO, "ipc: pid %u (uid %u) leased %s", c->pid, c->uid, req->model);
-        }
-        conn_answer(c, answer, fds, n_fds);
+    case IPC_OP_OPEN:
+        do_open(s, c, req);
         break;
-    }
+    case IPC_OP_RELEASE:
+        do_release(s, c, req->lease);
+        break;
     }
 out:
     free(req);
@@ -196,14 +289,22 @@ static int conn_read(struct ipc_server *s, struct conn *c)
             handle_request(s, c, p, plen);
             memmove(c->in, c->in + used, c->in_len - used);
             c->in_len -= used;
+            c->active_ns = time_mono_ns();
+            c->partial_ns = c->in_len ? c->active_ns : 0;
         }
         if (c->out)
             return 0;
-        if (c->in_len == c->in_cap) {
-            c->in_cap = c->in_cap ? c->in_cap * 2 : 4096;
-            if (c->in_cap > IPC_HEADER_BYTES + IPC_MAX_REQUEST)
-                c->in_cap = IPC_HEADER_BYTES + IPC_MAX_REQUEST;
-            c->in = xrealloc(c->in, c->in_cap);
+        /* Grow to what the frame being received needs, never past one
+         * valid request: an idle half-sent message pins little. */
+        size_t want = c->in_len < IPC_HEADER_BYTES ? 4096
+                                                   : IPC_HEADER_BYTES + ipc_get_header(c->in);
+        if (want < 4096)
+            want = 4096;
+        if (want > IPC_HEADER_BYTES + IPC_MAX_REQUEST)
+            want = IPC_HEADER_BYTES + IPC_MAX_REQUEST;
+        if (c->in_cap < want) {
+            c->in = xrealloc(c->in, want);
+            c->in_cap = want;
         }
         /* recv, not recvmsg: descriptors a client sends are discarded. */
         ssize_t n = recv(c->fd, c->in + c->in_len, c->in_cap - c->in_len, MSG_DONTWAIT);
@@ -213,92 +314,84 @@ static int conn_read(struct ipc_server *s, struct conn *c)
             return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -1;
         if (n == 0)
             return -1; /* closed (maybe mid-frame): the leases end */
+        if (c->in_len == 0)
+            c->partial_ns = time_mono_ns();
         c->in_len += (size_t)n;
     }
 }
 
-static int peer_allowed(const struct ipc_server *s, int fd, struct ucred *cr)
+/* Moves the connections the accept thread queued into the served set. */
+static void adopt_queued(struct ipc_server *s)
 {
-    socklen_t len = sizeof(*cr);
-    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, cr, &len) < 0)
-        return 0;
-    if (cr->uid == geteuid())
-        return 1;
-    for (unsigned i = 0; i < s->n_uids; i++)
-        if (cr->uid == s->uids[i])
-            return 1;
-    gid_t groups[256];
-    socklen_t glen = sizeof(groups);
-    int ng = 0;
-    groups[ng++] = cr->gid;
-#ifdef SO_PEERGROUPS
-    if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups + 1, &glen) == 0)
-        ng += (int)(glen / sizeof(gid_t));
-#endif
-    for (int g = 0; g < ng; g++)
-        for (unsigned i = 0; i < s->n_gids; i++)
-            if (groups[g] == s->gids[i])
-                return 1;
-    return 0;
-}
-
-static void accept_all(struct ipc_server *s)
-{
-    for (;;) {
-        int fd = accept4(s->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0)
-            return;
-        if (s->n_conns >= MAX_CONNS) {
-            close(fd);
-            continue;
-        }
-        struct conn *c = xcalloc(1, sizeof(*c));
-        struct ucred cr = {0};
-        c->fd = fd;
+    uint64_t v;
+    if (read(s->qfd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+        log_msg(LOG_WARN, "ipc: hand-off eventfd: %s", strerror(errno));
+    pthread_mutex_lock(&s->qlock);
+    struct conn *q = s->qhead;
+    s->qhead = NULL;
+    pthread_mutex_unlock(&s->qlock);
+    while (q) {
+        struct conn *c = q;
+        q = q->qnext;
+        c->prev = NULL;
         c->next = s->conns;
         if (s->conns)
             s->conns->prev = c;
         s->conns = c;
-        s->n_conns++;
-        int ok = peer_allowed(s, fd, &cr);
-        c->uid = cr.uid;
-        c->gid = cr.gid;
-        c->pid = (unsigned)cr.pid;
+        c->active_ns = time_mono_ns();
         struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
-        epoll_ctl(s->efd, EPOLL_CTL_ADD, fd, &ev);
-        if (!ok) {
-            log_msg(LOG_WARN, "ipc: refused pid %u uid %u gid %u (not on the allow-list)", c->pid,
-                    c->uid, c->gid);
-            conn_answer(c, gpu_error_answer("forbidden", "uid %u gid %u may not use this socket "
-                                            "(allow_uids / allow_gids)", c->uid, c->gid), NULL, 0);
-            c->close_after = 1;
-            if (conn_flush(c) < 0)
-                conn_free(s, c);
-            else
-                conn_watch(s, c);
+        if (epoll_ctl(s->efd, EPOLL_CTL_ADD, c->fd, &ev) < 0) {
+            log_msg(LOG_WARN, "ipc: cannot watch a connection: %s", strerror(errno));
+            conn_free(s, c);
         }
     }
 }
 
-static void *ipc_main(void *arg)
+/* Closes connections that idled or stalled past ipc_idle_timeout. A
+ * connection holding leases and sending nothing is a worker using them:
+ * it stays. */
+static void sweep_idle(struct ipc_server *s)
+{
+    uint64_t now = time_mono_ns();
+    struct conn *next;
+    for (struct conn *c = s->conns; c; c = next) {
+        next = c->next;
+        const char *why = NULL;
+        if (c->out && now - c->active_ns > s->idle_ns)
+            why = "does not read its answer";
+        else if (!c->out && c->in_len && now - c->partial_ns > s->idle_ns)
+            why = "stalled in the middle of a request";
+        else if (!c->out && !c->in_len && !c->n_leases && now - c->active_ns > s->idle_ns)
+            why = "holds no lease and was idle";
+        if (!why)
+            continue;
+        log_msg(LOG_INFO, "ipc: closing the connection of pid %u (uid %u): it %s for %llu s%s",
+                c->pid, c->uid, why, (unsigned long long)(s->idle_ns / 1000000000ULL),
+                c->n_leases ? "; its leases end" : "");
+        conn_free(s, c);
+    }
+}
+
+static void *serve_main(void *arg)
 {
     struct ipc_server *s = arg;
     struct epoll_event evs[64];
+    uint64_t last_sweep = time_mono_ns();
     for (;;) {
-        int n = epoll_wait(s->efd, evs, 64, -1);
+        int n = epoll_wait(s->efd, evs, 64, s->idle_ns ? 1000 : -1);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0)
             break;
         for (int i = 0; i < n; i++) {
-            if (evs[i].data.ptr == s)
-                accept_all(s);
-            else if (evs[i].data.ptr == &s->stopfd)
+            if (evs[i].data.ptr == &s->stopfd)
                 return NULL;
+            if (evs[i].data.ptr == &s->qfd)
+                adopt_queued(s);
         }
         for (int i = 0; i < n; i++) {
             struct conn *c = evs[i].data.ptr;
-            if (evs[i].data.ptr == s || evs[i].data.ptr == &s->stopfd)
+            if (evs[i].data.ptr == &s->qfd)
                 continue;
             int rc = 0;
             if (c->out)
@@ -313,14 +406,207 @@ static void *ipc_main(void *arg)
                 if (rc == 0)
                     rc = conn_read(s, c);
             }
-            if (rc < 0)
+            if (rc < 0) {
+                /* A later event of this batch may name c: forget them. */
+                for (int j = i + 1; j < n; j++)
+                    if (evs[j].data.ptr == c)
+                        evs[j].data.ptr = &s->qfd;
                 conn_free(s, c);
-            else
+            } else {
                 conn_watch(s, c);
+            }
+        }
+        uint64_t now = time_mono_ns();
+        if (s->idle_ns && now - last_sweep >= 1000000000ULL) {
+            sweep_idle(s);
+            last_sweep = now;
         }
     }
     return NULL;
 }
+
+/* ---- accepting and refusing (accept thread) ------------------------------ */
+
+/* The peer's supplementary groups into *groups (caller frees), sized from
+ * what the kernel reports: a buffer that is too small gets ERANGE and the
+ * size needed, and the groups may change between two calls. Returns the
+ * count, 0 when the kernel has no SO_PEERGROUPS, or -1. */
+static int peer_groups(int fd, gid_t **groups)
+{
+    *groups = NULL;
+#ifdef SO_PEERGROUPS
+    socklen_t len = 64 * sizeof(gid_t);
+    for (int tries = 0; tries < 8; tries++) {
+        gid_t *g = xmalloc(len ? len : sizeof(gid_t));
+        socklen_t got = len;
+        if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, g, &got) == 0) {
+            *groups = g;
+            return (int)(got / sizeof(gid_t));
+        }
+        free(g);
+        if (errno != ERANGE)
+            return errno == ENOPROTOOPT ? 0 : -1;
+        /* got is the size the kernel needs now. */
+        len = got > len ? got : len * 2;
+    }
+    return -1;
+#else
+    (void)fd;
+    return 0;
+#endif
+}
+
+static int peer_allowed(const struct ipc_server *s, int fd, struct ucred *cr)
+{
+    socklen_t len = sizeof(*cr);
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, cr, &len) < 0)
+        return 0;
+    if (cr->uid == geteuid())
+        return 1;
+    for (unsigned i = 0; i < s->n_uids; i++)
+        if (cr->uid == s->uids[i])
+            return 1;
+    if (!s->n_gids)
+        return 0;
+    for (unsigned i = 0; i < s->n_gids; i++)
+        if (cr->gid == s->gids[i])
+            return 1;
+    gid_t *groups;
+    int ng = peer_groups(fd, &groups), ok = 0;
+    for (int g = 0; g < ng && !ok; g++)
+        for (unsigned i = 0; i < s->n_gids; i++)
+            if (groups[g] == s->gids[i])
+                ok = 1;
+    free(groups);
+    return ok;
+}
+
+static void log_suppressed(const struct refusal *r, uint64_t now)
+{
+    log_msg(LOG_WARN, "ipc: refused uid %u %llu more time(s) in the last %.0f s", r->uid,
+            (unsigned long long)r->unlogged, (double)(now - r->since_ns) / 1e9);
+}
+
+/* One log line per peer uid per interval; the others are counted and
+ * summed up in the next line. */
+static void note_refusal(struct ipc_server *s, const struct ucred *cr)
+{
+    const uint64_t interval = IPC_REFUSAL_LOG_SECONDS * 1000000000ULL;
+    uint64_t now = time_mono_ns();
+    struct refusal *r = NULL, *oldest = &s->refusals[0];
+    metrics_add(MC_IPC_REFUSED, 1);
+    for (int i = 0; i < REFUSAL_UIDS && !r; i++) {
+        struct refusal *e = &s->refusals[i];
+        if (e->used && e->uid == cr->uid)
+            r = e;
+        else if (!e->used || (oldest->used && e->since_ns < oldest->since_ns))
+            oldest = e;
+    }
+    if (r && now - r->since_ns < interval) {
+        r->unlogged++;
+        return;
+    }
+    if (!r) {
+        r = oldest;
+        if (r->used && r->unlogged)
+            log_suppressed(r, now);
+        r->uid = cr->uid;
+        r->used = 1;
+    } else if (r->unlogged) {
+        log_suppressed(r, now);
+    }
+    r->since_ns = now;
+    r->unlogged = 0;
+    log_msg(LOG_WARN, "ipc: refused pid %u uid %u gid %u (not on the allow-list; further "
+            "refusals of uid %u are counted, one line per %d s)", (unsigned)cr->pid, cr->uid,
+            cr->gid, cr->uid, IPC_REFUSAL_LOG_SECONDS);
+}
+
+static void flush_refusals(struct ipc_server *s)
+{
+    uint64_t now = time_mono_ns();
+    for (int i = 0; i < REFUSAL_UIDS; i++) {
+        struct refusal *r = &s->refusals[i];
+        if (r->used && r->unlogged &&
+            now - r->since_ns >= IPC_REFUSAL_LOG_SECONDS * 1000000000ULL) {
+            log_suppressed(r, now);
+            r->since_ns = now;
+            r->unlogged = 0;
+        }
+    }
+}
+
+/* Answers forbidden and closes, without ever waiting on the peer. */
+static void refuse(struct ipc_server *s, int fd, const struct ucred *cr)
+{
+    char msg[256];
+    unsigned char frame[IPC_HEADER_BYTES + sizeof(msg)];
+    int n = snprintf(msg, sizeof(msg), "{\"ok\":false,\"error\":{\"code\":\"forbidden\",\"message\":"
+                     "\"uid %u gid %u may not use this socket (allow_uids / allow_gids)\"}}",
+                     cr->uid, cr->gid);
+    ipc_put_header(frame, (uint32_t)n);
+    memcpy(frame + IPC_HEADER_BYTES, msg, (size_t)n);
+    if (send(fd, frame, IPC_HEADER_BYTES + (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL) < 0)
+        (void)0; /* the peer is gone or not reading: nothing more is owed */
+    char sink[4096]; /* see conn_flush: unread input would reset the peer */
+    if (recv(fd, sink, sizeof(sink), MSG_DONTWAIT) < 0)
+        (void)0;
+    shutdown(fd, SHUT_WR);
+    close(fd);
+    note_refusal(s, cr);
+}
+
+static void accept_some(struct ipc_server *s)
+{
+    for (int k = 0; k < ACCEPT_BATCH; k++) {
+        int fd = accept4(s->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0)
+            return;
+        struct ucred cr = {0};
+        if (!peer_allowed(s, fd, &cr)) {
+            refuse(s, fd, &cr);
+            continue;
+        }
+        if (atomic_load(&s->n_conns) >= MAX_CONNS) {
+            log_msg(LOG_WARN, "ipc: %d connections open: closing a new one from pid %u",
+                    MAX_CONNS, (unsigned)cr.pid);
+            close(fd);
+            continue;
+        }
+        struct conn *c = xcalloc(1, sizeof(*c));
+        c->fd = fd;
+        c->uid = cr.uid;
+        c->gid = cr.gid;
+        c->pid = (unsigned)cr.pid;
+        atomic_fetch_add(&s->n_conns, 1);
+        pthread_mutex_lock(&s->qlock);
+        c->qnext = s->qhead;
+        s->qhead = c;
+        pthread_mutex_unlock(&s->qlock);
+        uint64_t one = 1;
+        if (write(s->qfd, &one, sizeof(one)) < 0)
+            log_msg(LOG_WARN, "ipc: hand-off eventfd: %s", strerror(errno));
+    }
+}
+
+static void *accept_main(void *arg)
+{
+    struct ipc_server *s = arg;
+    struct pollfd pfd[2] = {{.fd = s->lfd, .events = POLLIN}, {.fd = s->stopfd, .events = POLLIN}};
+    for (;;) {
+        int n = poll(pfd, 2, 1000);
+        if (n < 0 && errno != EINTR)
+            break;
+        if (n > 0 && pfd[1].revents)
+            break;
+        if (n > 0 && pfd[0].revents)
+            accept_some(s);
+        flush_refusals(s);
+    }
+    return NULL;
+}
+
+/* ---- start and stop ------------------------------------------------------ */
 
 /* 1 when a live server answers at path. */
 static int socket_alive(const char *path)
@@ -332,6 +618,29 @@ static int socket_alive(const char *path)
     if (fd >= 0)
         close(fd);
     return alive;
+}
+
+static void server_free(struct ipc_server *s)
+{
+    while (s->conns)
+        conn_free(s, s->conns);
+    while (s->qhead) {
+        struct conn *c = s->qhead;
+        s->qhead = c->qnext;
+        close(c->fd);
+        free(c);
+    }
+    if (s->lfd >= 0)
+        close(s->lfd);
+    if (s->efd >= 0)
+        close(s->efd);
+    if (s->stopfd >= 0)
+        close(s->stopfd);
+    if (s->qfd >= 0)
+        close(s->qfd);
+    pthread_mutex_destroy(&s->qlock);
+    free(s->path);
+    free(s);
 }
 
 struct ipc_server *ipc_server_start(struct gpu_manager *gm, const char *path,
@@ -359,46 +668,54 @@ struct ipc_server *ipc_server_start(struct gpu_manager *gm, const char *path,
     struct ipc_server *s = xcalloc(1, sizeof(*s));
     s->gm = gm;
     s->path = xstrdup(path);
-    s->efd = s->stopfd = -1;
+    s->efd = s->stopfd = s->qfd = -1;
+    pthread_mutex_init(&s->qlock, NULL);
     s->n_uids = cfg->n_allow_uids;
     s->n_gids = cfg->n_allow_gids;
+    s->idle_ns = (uint64_t)cfg->ipc_idle_timeout * 1000000000ULL;
     memcpy(s->uids, cfg->allow_uids, sizeof(s->uids));
     memcpy(s->gids, cfg->allow_gids, sizeof(s->gids));
     s->lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (s->lfd < 0 || bind(s->lfd, (struct sockaddr *)&a, sizeof(a)) < 0) {
         snprintf(err, errlen, "ipc socket %s: %s", path, strerror(errno));
-        goto fail;
+        server_free(s);
+        return NULL;
     }
     /* Filesystem permissions would only duplicate the allow-list, badly
      * (one group); SO_PEERCRED is the check. */
     chmod(path, 0666);
-    if (listen(s->lfd, 128) < 0) {
+    if (listen(s->lfd, 512) < 0) {
         snprintf(err, errlen, "listen on %s: %s", path, strerror(errno));
-        goto fail_unlink;
+        goto fail;
     }
     s->efd = epoll_create1(EPOLL_CLOEXEC);
     s->stopfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = s};
+    s->qfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     struct epoll_event sev = {.events = EPOLLIN, .data.ptr = &s->stopfd};
-    if (s->efd < 0 || s->stopfd < 0 || epoll_ctl(s->efd, EPOLL_CTL_ADD, s->lfd, &ev) < 0 ||
+    struct epoll_event qev = {.events = EPOLLIN, .data.ptr = &s->qfd};
+    if (s->efd < 0 || s->stopfd < 0 || s->qfd < 0 ||
         epoll_ctl(s->efd, EPOLL_CTL_ADD, s->stopfd, &sev) < 0 ||
-        pthread_create(&s->thread, NULL, ipc_main, s) != 0) {
-        snprintf(err, errlen, "ipc socket %s: cannot start its thread", path);
-        goto fail_unlink;
+        epoll_ctl(s->efd, EPOLL_CTL_ADD, s->qfd, &qev) < 0) {
+        snprintf(err, errlen, "ipc socket %s: %s", path, strerror(errno));
+        goto fail;
+    }
+    s->have_serve = pthread_create(&s->serve_thread, NULL, serve_main, s) == 0;
+    s->have_accept = s->have_serve && pthread_create(&s->accept_thread, NULL, accept_main, s) == 0;
+    if (!s->have_accept) {
+        snprintf(err, errlen, "ipc socket %s: cannot start its threads", path);
+        goto fail;
     }
     log_msg(LOG_INFO, "ipc: leases on %s", path);
     return s;
-fail_unlink:
-    unlink(path);
 fail:
-    if (s->lfd >= 0)
-        close(s->lfd);
-    if (s->efd >= 0)
-        close(s->efd);
-    if (s->stopfd >= 0)
-        close(s->stopfd);
-    free(s->path);
-    free(s);
+    unlink(path);
+    if (s->have_serve) {
+        uint64_t one = 1;
+        if (write(s->stopfd, &one, sizeof(one)) < 0)
+            log_msg(LOG_WARN, "ipc: stop signal: %s", strerror(errno));
+        pthread_join(s->serve_thread, NULL);
+    }
+    server_free(s);
     return NULL;
 }
 
@@ -409,13 +726,8 @@ void ipc_server_stop(struct ipc_server *s)
     uint64_t one = 1;
     if (write(s->stopfd, &one, sizeof(one)) < 0)
         log_msg(LOG_WARN, "ipc: stop signal: %s", strerror(errno));
-    pthread_join(s->thread, NULL);
-    close(s->lfd);
-    while (s->conns)
-        conn_free(s, s->conns);
+    pthread_join(s->accept_thread, NULL);
+    pthread_join(s->serve_thread, NULL);
     unlink(s->path);
-    close(s->efd);
-    close(s->stopfd);
-    free(s->path);
-    free(s);
+    server_free(s);
 }

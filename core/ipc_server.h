@@ -1,17 +1,28 @@
-/* ipc_server: the lease socket. A thread serves a Unix stream socket with epoll:
- * each connection is checked against the allow-list (SO_PEERCRED, plus
- * SO_PEERGROUPS for supplementary groups) when it is accepted, then sends
- * length-prefixed JSON requests (core/ipc_proto.h) and gets answers, "open"
- * answers with the model's allocation fds in SCM_RIGHTS. The connection is
- * the lease: every model it opened stays held until it closes, however it
- * closes (close op, exit, SIGKILL). A malformed request gets an error answer
- * and never disturbs another connection. */
+/* ipc_server: the lease socket. Two threads serve a Unix stream socket:
+ *
+ *   - the accept thread checks each new connection against the allow-list
+ *     (SO_PEERCRED, plus SO_PEERGROUPS for every supplementary group) and
+ *     refuses the others itself: one short answer, close, and a log line
+ *     per peer uid per IPC_REFUSAL_LOG_SECONDS with a count. A flood of
+ *     refused peers never reaches the connections being served;
+ *   - the serve thread (epoll) reads length-prefixed JSON requests
+ *     (core/ipc_proto.h) from allowed peers and answers them, "open"
+ *     answers with the model's allocation fds in SCM_RIGHTS.
+ *
+ * Every "open" takes one lease, which ends on "release" or when the
+ * connection closes, however it closes (close op, exit, SIGKILL). A
+ * connection's input buffer never exceeds one valid request; one that
+ * holds no lease and stays silent, or stalls mid-message or mid-answer,
+ * for ipc_idle_timeout seconds is closed. A malformed request gets an error
+ * answer and never disturbs another connection. */
 #ifndef TENSORD_IPC_SERVER_H
 #define TENSORD_IPC_SERVER_H
 
 #include <stddef.h>
 
 #include "config.h"
+
+#define IPC_REFUSAL_LOG_SECONDS 10
 
 struct gpu_manager;
 struct ipc_server;

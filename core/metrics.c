@@ -384,6 +384,8 @@ static const struct {
      "Connections refused over max_connections or max_connections_per_ip."},
     {MC_GPU_PRELOAD_BYTES, "tensord_gpu_preload_bytes_total", "Bytes copied to devices by preloads."},
     {MC_LEASES_TOTAL, "tensord_gpu_leases_total", "Leases granted on the IPC socket."},
+    {MC_IPC_REFUSED, "tensord_ipc_refused_total",
+     "Connections to the IPC socket refused by the allow-list."},
 };
 
 static void prom_head(struct sb *b, const char *name, const char *type, const char *help)
@@ -523,7 +525,7 @@ static const char *const json_ctr_names[MC_COUNT] = {
     "range_requests",        "multirange_requests", "slice_requests",     "not_modified",
     "range_not_satisfiable", "sendfile_bytes",      "copied_bytes",       "reloads",
     "reload_errors",         "connections_total",   "connections_rejected",
-    "gpu_preload_bytes",     "leases_total"};
+    "gpu_preload_bytes",     "leases_total",        "ipc_refused"};
 
 char *metrics_render_json(void)
 {

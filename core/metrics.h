@@ -41,6 +41,7 @@ enum metrics_ctr {
     MC_CONNECTIONS_REJECTED,  /* over max_connections / max_connections_per_ip */
     MC_GPU_PRELOAD_BYTES,     /* bytes copied to devices by preloads */
     MC_LEASES_TOTAL,          /* IPC leases granted */
+    MC_IPC_REFUSED,           /* IPC connections refused by the allow-list */
     MC_COUNT
 };
 

@@ -195,20 +195,27 @@ enum MHD_Result handle_gpu(struct MHD_Connection *conn, struct request *rq,
 {
     struct gpu_manager *gm = rq->srv->gpu;
     int status = MHD_HTTP_OK;
-    json_t *doc;
+    char *text = NULL;
+    json_t *doc = NULL;
     if (!gm)
         return respond_error(conn, rq, MHD_HTTP_SERVICE_UNAVAILABLE, "gpu_unavailable",
                              "GPU sharing is not running in this daemon");
+    /* GET and POST answer with text the manager rendered outside its lock
+     * (a big model's tensor table is kept, not rebuilt per request). */
     if (strcmp(method, MHD_HTTP_METHOD_POST) == 0)
-        doc = gpu_manager_preload(gm, m->name, rq->upload ? rq->upload : "", rq->upload_len, &status);
+        text = gpu_manager_preload_text(gm, m->name, rq->upload ? rq->upload : "", rq->upload_len,
+                                        &status);
     else if (strcmp(method, MHD_HTTP_METHOD_DELETE) == 0)
         doc = gpu_manager_evict(gm, m->name, &status);
     else
-        doc = gpu_manager_model_json(gm, m->name, &status);
-    if (!doc)
+        text = gpu_manager_model_text(gm, m->name, &status);
+    if (!doc && !text)
         return respond_error(conn, rq, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal",
                              "the GPU manager gave no answer");
     if (status >= 400) {
+        if (!doc)
+            doc = json_loads(text, 0, NULL);
+        free(text);
         json_t *e = json_object_get(doc, "error");
         const char *code = json_string_value(json_object_get(e, "code"));
         const char *msg = json_string_value(json_object_get(e, "message"));
@@ -218,5 +225,13 @@ enum MHD_Result handle_gpu(struct MHD_Connection *conn, struct request *rq,
         return r;
     }
     /* The state changes as loading goes on: no validator. */
+    if (doc)
+        return respond_json(conn, rq, (unsigned)status, doc, NULL);
+    if (status == MHD_HTTP_OK)
+        return respond_json_text(conn, rq, text, strlen(text), NULL, NULL);
+    /* 202 (a load started: the document is small then, no checksums yet);
+     * respond_json_text answers 200 only. */
+    doc = json_loads(text, 0, NULL);
+    free(text);
     return respond_json(conn, rq, (unsigned)status, doc, NULL);
 }

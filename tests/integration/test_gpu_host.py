@@ -29,6 +29,7 @@ CLIENT_CLI = os.path.join(REPO, "build", "tensord-client")
 PYPATH = os.path.join(REPO, "client", "python")
 ALLOWED_UID, ALLOWED_GID, OTHER_UID = 12345, 23456, 34567
 NOBODY = 65534
+MAX_REQUEST = 64 << 10  # IPC_MAX_REQUEST: the largest valid request (two escaped names) fits
 
 # Worker using the Python binding: prints one JSON line per snapshot
 # {"generation", "tensors": {name: [dtype, shape, sha256]}}; with "hold" it
@@ -566,13 +567,13 @@ def test_malformed_messages_do_not_harm_other_clients(gd):
             c.sendall(frame({"op": "list"}) + frame(b"nope") + frame({"op": "list"}))
             assert [recv_answer(c)[0]["ok"] for _ in range(3)] == [True, False, True]
         with connect(gd) as c:  # oversized: error, then the daemon closes
-            c.sendall(struct.pack("<I", (1 << 20) + 1) + b"{}")
+            c.sendall(struct.pack("<I", MAX_REQUEST + 1) + b"{}")
             a, _ = recv_answer(c)
             assert a["ok"] is False and a["error"]["code"] == "too_large"
             assert recv_answer(c) is None
         with connect(gd) as c:  # a request the size limit allows exactly
-            body = b'{"op":"list","pad":"' + b"x" * ((1 << 20) - 22) + b'"}'
-            assert len(body) == 1 << 20
+            body = b'{"op":"list","pad":"' + b"x" * (MAX_REQUEST - 22) + b'"}'
+            assert len(body) == MAX_REQUEST
             assert ask(c, body)["ok"] is True
         for chunk in (b"\x10\x00", b"\x64\x00\x00\x00{\"op\"", b"\xff\xff\xff"):
             with connect(gd) as c:  # truncated, then gone

@@ -118,6 +118,30 @@ TEST(parse_errors_name_the_problem)
     free(big);
 }
 
+/* Protocol 2's ops: hello names a protocol, release a lease id. */
+TEST(parse_hello_and_release)
+{
+    struct ipc_request r;
+    char err[256] = "";
+    const char *hello = "{\"op\":\"hello\",\"protocol\":2}";
+    CHECK(ipc_request_parse(hello, strlen(hello), &r, err, sizeof(err)) == 0);
+    CHECK(r.op == IPC_OP_HELLO && r.protocol == 2);
+    const char *rel = "{\"op\":\"release\",\"lease\":18446744073709551}";
+    CHECK(ipc_request_parse(rel, strlen(rel), &r, err, sizeof(err)) == 0);
+    CHECK(r.op == IPC_OP_RELEASE && r.lease == 18446744073709551ULL);
+    const char *bad[] = {"{\"op\":\"release\"}", "{\"op\":\"release\",\"lease\":-1}",
+                         "{\"op\":\"release\",\"lease\":\"7\"}", "{\"op\":\"hello\"}",
+                         "{\"op\":\"hello\",\"protocol\":1.5}"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        err[0] = '\0';
+        CHECK(ipc_request_parse(bad[i], strlen(bad[i]), &r, err, sizeof(err)) < 0);
+        CHECK(strstr(err, "integer") != NULL);
+    }
+    /* The largest valid request fits the limit: two names of IPC_MAX_NAME
+     * bytes, every byte \u-escaped. */
+    CHECK(2 * (6 * IPC_MAX_NAME + 16) + 64 < IPC_MAX_REQUEST);
+}
+
 TEST(tsum_pieces_add_up)
 {
     unsigned char buf[1000];
@@ -150,6 +174,7 @@ int main(void)
     RUN(frame_back_to_back_and_empty);
     RUN(frame_too_large_before_the_body_arrives);
     RUN(parse_requests);
+    RUN(parse_hello_and_release);
     RUN(parse_errors_name_the_problem);
     RUN(tsum_pieces_add_up);
     return TEST_SUMMARY();
