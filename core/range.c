@@ -49,6 +49,40 @@ static int unit_is_bytes(const char *s, size_t len)
     return 1;
 }
 
+/* Several ranges: refused (0) when together they ask for more bytes than
+ * the body has, which only an amplification attempt does (16 ranges of
+ * "0-" made a 16x answer; the servers fixed after CVE-2011-3192 answer such
+ * a request with the whole body). Otherwise sorted by start, and ranges that
+ * overlap, touch or lie closer than RANGE_MERGE_GAP are merged (RFC 9110
+ * §14.6 allows this whatever the order asked), so no byte is sent twice. */
+static int coalesce(struct byte_range *r, size_t *n, uint64_t size)
+{
+    uint64_t asked = 0;
+    for (size_t i = 0; i < *n; i++)
+        if (__builtin_add_overflow(asked, r[i].len, &asked) || asked > size)
+            return 0;
+    for (size_t i = 1; i < *n; i++) { /* insertion sort: at most max_ranges parts, usually in order */
+        struct byte_range x = r[i];
+        size_t j = i;
+        for (; j > 0 && r[j - 1].start > x.start; j--)
+            r[j] = r[j - 1];
+        r[j] = x;
+    }
+    size_t out = 0;
+    for (size_t i = 1; i < *n; i++) {
+        uint64_t end = r[out].start + r[out].len; /* exclusive */
+        if (r[i].start <= end || r[i].start - end < RANGE_MERGE_GAP) {
+            uint64_t iend = r[i].start + r[i].len;
+            if (iend > end)
+                r[out].len = iend - r[out].start;
+        } else {
+            r[++out] = r[i];
+        }
+    }
+    *n = out + 1;
+    return 1;
+}
+
 enum range_result range_parse(const char *header, uint64_t size, size_t max_ranges,
                               struct byte_range *out, size_t *n)
 {
@@ -117,6 +151,8 @@ enum range_result range_parse(const char *header, uint64_t size, size_t max_rang
         goto none; /* "bytes=" or "bytes=,,": the list needs one element */
     if (nsat == 0)
         return RANGE_UNSATISFIABLE;
+    if (nsat > 1 && !coalesce(out, &nsat, size))
+        goto none;
     *n = nsat;
     return RANGE_OK;
 none:

@@ -42,7 +42,7 @@ def test_metrics_match_the_requests_sent(root):
         for spec in ("0:2", ":,0:4", "-1"):
             assert d.get(TENSOR + "?slice=" + spec).status == 200
         assert d.get(TENSOR, {"Range": "bytes=0-99"}).status == 206
-        assert d.get(TENSOR, {"Range": "bytes=0-9,20-29"}).status == 206
+        assert d.get(TENSOR, {"Range": "bytes=0-9,200-209"}).status == 206
         assert d.get(TENSOR, {"Range": "bytes=5000-"}).status == 416
         etag = d.get(TENSOR).header("ETag")
         assert d.get(TENSOR, {"If-None-Match": etag}).status == 304

@@ -75,19 +75,48 @@ def test_single_range(daemon, full, kind, spec):
 def test_multiple_ranges(daemon, full, kind):
     url, body, g = full[kind]
     size = len(body)
-    r = daemon.get(url, {"Range": "bytes=0-3,10-19,-5"})
+    gap = 81  # RANGE_MERGE_GAP + 1: far enough apart to stay separate parts
+    a, b = 4 + gap, 4 + gap + 10 + gap
+    assert size > b + 10 + gap + 5, f"{kind}: body too small for the test"
+    r = daemon.get(url, {"Range": f"bytes={a}-{a + 9},-5,0-3,{b}-{b + 9}"})
     assert r.status == 206, r
     assert r.header("Content-Range") is None, "multipart answer with a top-level Content-Range"
     parts = parse_multipart_byteranges(r.header("Content-Type"), r.body)
-    want = [(0, 3), (10, 19), (size - 5, size - 1)]
+    want = [(0, 3), (a, a + 9), (b, b + 9), (size - 5, size - 1)]  # in body order
     assert [(p[0], p[1]) for p in parts] == want
     for first, last, psize, ptype, data in parts:
         assert psize == size
         assert data == body[first:last + 1]
         assert ptype, "part without Content-Type"
         assert ptype.split(";")[0].strip() == g.ctype
-    assert b"".join(p[4] for p in parts) == body[0:4] + body[10:20] + body[-5:]
     assert int(r.header("Content-Length")) == len(r.body)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_overlapping_and_close_ranges_are_merged(daemon, full, kind):
+    """Overlapping, touching and nearby ranges are sent once, as one part
+    (RFC 9110 §14.6); a lone part is a plain 206, not multipart."""
+    url, body, _ = full[kind]
+    size = len(body)
+    for spec, first, last in [("0-9,5-19", 0, 19), ("20-29,0-19", 0, 29), ("0-3,10-19,2-5", 0, 19),
+                              ("0-9,40-49", 0, 49), ("-5,-3", size - 5, size - 1)]:
+        r = daemon.get(url, {"Range": "bytes=" + spec})
+        assert r.status == 206 and r.ctype != "multipart/byteranges", (spec, r)
+        assert r.header("Content-Range") == f"bytes {first}-{last}/{size}", spec
+        assert r.body == body[first:last + 1], spec
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_ranges_asking_for_more_than_the_body_get_the_body(daemon, full, kind):
+    """16 overlapping "0-" ranges made a 16x answer (range amplification,
+    CVE-2011-3192's class): ranges adding up to more bytes than the body
+    have are ignored and the body is sent once, 200."""
+    url, body, _ = full[kind]
+    size = len(body)
+    for spec in [",".join(["0-"] * 16), f"0-{size // 2},{size // 4}-", "-1,0-" + str(size - 1),
+                 ",".join(f"{i}-{i + size // 3}" for i in range(0, 8))]:
+        r = daemon.get(url, {"Range": "bytes=" + spec})
+        assert r.status == 200 and r.body == body, (spec, r)
 
 
 @pytest.mark.parametrize("kind", ["file", "tensor"])

@@ -75,23 +75,54 @@ TEST(unit_case_and_whitespace)
     CHECK(res_of("bytes=- 2", 10) == RANGE_NONE);
 }
 
-TEST(multiple_in_request_order)
+TEST(multiple_sorted_and_merged)
 {
     struct byte_range r[MAXR];
     size_t n;
-    CHECK(rp("bytes=5-6, 0-1,-2", 10, r, &n) == RANGE_OK);
+    CHECK(rp("bytes=500-599, 0-99,-100", 1000, r, &n) == RANGE_OK);
     CHECK_EQ_U64(n, 3);
-    CHECK_EQ_U64(r[0].start, 5);
-    CHECK_EQ_U64(r[0].len, 2);
-    CHECK_EQ_U64(r[1].start, 0);
-    CHECK_EQ_U64(r[1].len, 2);
-    CHECK_EQ_U64(r[2].start, 8);
-    CHECK_EQ_U64(r[2].len, 2);
-    /* overlapping ranges are kept as asked */
-    CHECK(rp("bytes=0-4,2-6", 10, r, &n) == RANGE_OK);
+    CHECK_EQ_U64(r[0].start, 0);
+    CHECK_EQ_U64(r[0].len, 100);
+    CHECK_EQ_U64(r[1].start, 500);
+    CHECK_EQ_U64(r[1].len, 100);
+    CHECK_EQ_U64(r[2].start, 900);
+    CHECK_EQ_U64(r[2].len, 100);
+    /* overlapping and touching ranges become one */
+    CHECK(rp("bytes=0-4,2-6", 100, r, &n) == RANGE_OK);
+    CHECK_EQ_U64(n, 1);
+    CHECK_EQ_U64(r[0].start, 0);
+    CHECK_EQ_U64(r[0].len, 7);
+    CHECK(rp("bytes=10-19,0-9,20-29", 100, r, &n) == RANGE_OK);
+    CHECK_EQ_U64(n, 1);
+    CHECK_EQ_U64(r[0].len, 30);
+    /* a range inside another adds nothing */
+    CHECK(rp("bytes=0-49,10-19", 100, r, &n) == RANGE_OK);
+    CHECK_EQ_U64(n, 1);
+    CHECK_EQ_U64(r[0].len, 50);
+    /* a gap smaller than a part's own header is sent rather than framed */
+    CHECK(rp("bytes=0-9,50-59", 1000, r, &n) == RANGE_OK);
+    CHECK_EQ_U64(n, 1);
+    CHECK_EQ_U64(r[0].len, 60);
+    CHECK(rp("bytes=0-9,90-99", 1000, r, &n) == RANGE_OK);
     CHECK_EQ_U64(n, 2);
-    CHECK_EQ_U64(r[1].start, 2);
-    CHECK_EQ_U64(r[1].len, 5);
+}
+
+/* CVE-2011-3192's class: parts asking for more than the whole body (16
+ * times "0-" made a 16x answer) are ignored, and the whole body is sent. */
+TEST(amplification_refused)
+{
+    struct byte_range r[32];
+    size_t n = 99;
+    CHECK(range_parse("bytes=0-,0-,0-,0-,0-,0-,0-,0-,0-,0-,0-,0-,0-,0-,0-,0-", 1000, 32, r, &n) ==
+          RANGE_NONE);
+    CHECK_EQ_U64(n, 0);
+    CHECK(rp("bytes=0-599,400-999", 1000, r, &n) == RANGE_NONE);   /* 1200 bytes of 1000 */
+    CHECK(rp("bytes=-1000,0-0", 1000, r, &n) == RANGE_NONE);
+    CHECK(rp("bytes=0-499,500-999", 1000, r, &n) == RANGE_OK);     /* exactly the body */
+    CHECK_EQ_U64(n, 1);
+    CHECK(rp("bytes=0-18446744073709551614,1-18446744073709551614", UINT64_MAX, r, &n) ==
+          RANGE_NONE); /* the sum overflows */
+    CHECK(one("bytes=0-", 1000, 0, 1000));                          /* one range is never refused */
 }
 
 TEST(unsatisfiable_parts)
@@ -161,14 +192,14 @@ TEST(too_many_parts)
 {
     struct byte_range r[3];
     size_t n;
-    CHECK(range_parse("bytes=0-0,1-1,2-2", 10, 3, r, &n) == RANGE_OK);
+    CHECK(range_parse("bytes=0-0,100-100,200-200", 1000, 3, r, &n) == RANGE_OK);
     CHECK_EQ_U64(n, 3);
-    CHECK(range_parse("bytes=0-0,1-1,2-2,3-3", 10, 3, r, &n) == RANGE_NONE);
+    CHECK(range_parse("bytes=0-0,100-100,200-200,300-300", 1000, 3, r, &n) == RANGE_NONE);
     CHECK_EQ_U64(n, 0);
     /* unsatisfiable parts count too: the bound is on work, not on output */
-    CHECK(range_parse("bytes=0-0,50-,60-,70-", 10, 3, r, &n) == RANGE_NONE);
+    CHECK(range_parse("bytes=0-0,5000-,6000-,7000-", 1000, 3, r, &n) == RANGE_NONE);
     /* empty list elements do not count */
-    CHECK(range_parse("bytes=0-0,,,,1-1,,,2-2", 10, 3, r, &n) == RANGE_OK);
+    CHECK(range_parse("bytes=0-0,,,,100-100,,,200-200", 1000, 3, r, &n) == RANGE_OK);
     CHECK_EQ_U64(n, 3);
     CHECK(range_parse("bytes=0-0", 10, 0, r, &n) == RANGE_NONE);
 }
@@ -178,7 +209,8 @@ int main(void)
     RUN(forms);
     RUN(clamping);
     RUN(unit_case_and_whitespace);
-    RUN(multiple_in_request_order);
+    RUN(multiple_sorted_and_merged);
+    RUN(amplification_refused);
     RUN(unsatisfiable_parts);
     RUN(size_zero);
     RUN(overflowing_numbers);
