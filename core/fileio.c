@@ -67,8 +67,8 @@ int fileio_pread_full(int fd, void *buf, size_t n, uint64_t off)
 
 void fileio_etag(const struct fileio_stat *st, char *buf)
 {
-    /* Longest form: 2 quotes + 3 * 16 hex digits + 2 dashes + NUL = 53. */
-    snprintf(buf, FILEIO_ETAG_MAX, "\"%" PRIx64 "-%" PRIx64 "-%" PRIx64 "\"", st->ino, st->size,
+    /* Longest form: W/ + 2 quotes + 2 * 16 hex digits + a dash + NUL = 37. */
+    snprintf(buf, FILEIO_ETAG_MAX, "W/\"%" PRIx64 "-%" PRIx64 "\"", st->size,
              (uint64_t)st->mtime_ns);
 }
 

@@ -28,8 +28,11 @@ int fileio_pread_full(int fd, void *buf, size_t n, uint64_t off);
  * returns 1 predate any in-place change. */
 int fileio_unchanged(int fd, const struct fileio_stat *st);
 
-/* Writes the strong ETag of a file ("\"<ino>-<size>-<mtime>\"", hex, with
- * the quotes) into buf; buf must hold FILEIO_ETAG_MAX bytes. */
+/* Writes the ETag a file has before its content hash is known into buf
+ * (FILEIO_ETAG_MAX bytes): W/"<size>-<mtime ns>", hex. Size and mtime tell
+ * versions apart across replicas (no inode or device number, which differ
+ * between copies), but a rewrite can keep both, so the tag is weak: it
+ * answers If-None-Match, and never satisfies If-Range or If-Match. */
 #define FILEIO_ETAG_MAX 64
 void fileio_etag(const struct fileio_stat *st, char *buf);
 

@@ -30,7 +30,8 @@ static const char *content_type_for(const char *name)
     return "application/octet-stream";
 }
 
-/* Derives a representation's ETag from its file's: "\"<file tag>-<kind><hash>\"". */
+/* Derives a representation's ETag from its file's, weak when the file's is:
+ * "<file tag>-<kind><hash>" inside the same quotes. */
 static void derive_etag(char *out, size_t len, const char *file_etag, char kind, uint64_t h)
 {
     size_t n = strlen(file_etag);
@@ -200,6 +201,10 @@ enum MHD_Result handle_gpu(struct MHD_Connection *conn, struct request *rq,
     if (!gm)
         return respond_error(conn, rq, MHD_HTTP_SERVICE_UNAVAILABLE, "gpu_unavailable",
                              "GPU sharing is not running in this daemon");
+    if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 && !rq->is_head &&
+        !respond_preconditions_hold(conn))
+        return respond_error(conn, rq, MHD_HTTP_PRECONDITION_FAILED, "precondition_failed",
+                             "If-Match or If-None-Match did not hold; nothing was done");
     /* GET and POST answer with text the manager rendered outside its lock
      * (a big model's tensor table is kept, not rebuilt per request). */
     if (strcmp(method, MHD_HTTP_METHOD_POST) == 0)

@@ -146,8 +146,6 @@ static int etag_equal(const char *tag, size_t len, const char *etag, int weak)
 
 int http_etag_match(const char *list, const char *etag, int weak)
 {
-    if (!etag || !etag[0])
-        return 0;
     const char *p = list;
     while (*p) {
         while (*p == ' ' || *p == '\t' || *p == ',')
@@ -155,7 +153,9 @@ int http_etag_match(const char *list, const char *etag, int weak)
         if (!*p)
             break;
         if (*p == '*')
-            return 1;
+            return 1; /* any current representation, with a validator or not */
+        if (!etag || !etag[0])
+            return 0;
         const char *start = p;
         if (p[0] == 'W' && p[1] == '/')
             p += 2;
@@ -444,8 +444,6 @@ static struct MHD_Response *span_response(struct request *rq, struct representat
                                           int *changed)
 {
     uint64_t file_off;
-    if (rq->is_head)
-        return MHD_create_response_from_callback(len, STREAM_BLOCK, never_read, NULL, NULL);
     struct MHD_Response *resp = memory_response(rep, off, len);
     if (resp)
         return resp;
@@ -526,11 +524,6 @@ static struct MHD_Response *multipart_response(struct request *rq, struct repres
         }
     }
     *total_out = out;
-    if (rq->is_head) {
-        free(framing);
-        free(pieces);
-        return MHD_create_response_from_callback(out, STREAM_BLOCK, never_read, NULL, NULL);
-    }
     struct stream *s = stream_new(rep);
     s->framing = framing;
     s->pieces = pieces;
@@ -551,8 +544,12 @@ static enum MHD_Result respond_file_changed(struct MHD_Connection *conn, struct 
 
 enum cond { COND_PROCEED, COND_NOT_MODIFIED, COND_PRECONDITION_FAILED };
 
-/* RFC 9110 §13.2.2: evaluation order of the preconditions. */
-static enum cond evaluate_conditions(struct MHD_Connection *conn, const struct representation *rep)
+/* RFC 9110 §13.2.2: the preconditions in their evaluation order, for a
+ * representation that exists, with validators etag ("" for none) and mtime
+ * (-1 for none). `safe` is GET or HEAD: only those answer 304 and consider
+ * If-Modified-Since; for a method that acts, a failed If-None-Match is 412. */
+static enum cond evaluate_conditions(struct MHD_Connection *conn, const char *etag, int64_t mtime,
+                                     int safe)
 {
     const char *im = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_IF_MATCH);
     const char *ius =
@@ -563,21 +560,31 @@ static enum cond evaluate_conditions(struct MHD_Connection *conn, const struct r
         MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_IF_MODIFIED_SINCE);
     int64_t t;
     if (im) {
-        if (!http_etag_match(im, rep->etag, 0))
+        if (!http_etag_match(im, etag, 0))
             return COND_PRECONDITION_FAILED;
-    } else if (ius && rep->mtime >= 0 && http_date_parse(ius, &t) == 0 && rep->mtime > t) {
+    } else if (ius && mtime >= 0 && http_date_parse(ius, &t) == 0 && mtime > t) {
         return COND_PRECONDITION_FAILED;
     }
     if (inm) {
-        if (http_etag_match(inm, rep->etag, 1))
-            return COND_NOT_MODIFIED;
-    } else if (ims && rep->mtime >= 0 && http_date_parse(ims, &t) == 0 && rep->mtime <= t) {
+        if (http_etag_match(inm, etag, 1))
+            return safe ? COND_NOT_MODIFIED : COND_PRECONDITION_FAILED;
+    } else if (safe && ims && mtime >= 0 && http_date_parse(ims, &t) == 0 && mtime <= t) {
         return COND_NOT_MODIFIED;
     }
     return COND_PROCEED;
 }
 
-/* If-Range (§13.1.5): the Range applies only when the validator still matches. */
+int respond_preconditions_hold(struct MHD_Connection *conn)
+{
+    return evaluate_conditions(conn, "", -1, 0) == COND_PROCEED;
+}
+
+/* If-Range (RFC 9110 §13.1.5): the Range applies only when the validator
+ * still matches. An entity-tag must match strongly. A date never does here:
+ * it validates only when the server knows the representation changed at most
+ * once in that second (§8.8.2.2), and a file can be rewritten twice in one
+ * second, or given back an old mtime, so a resuming client would splice two
+ * versions. The full representation is sent instead. */
 static int if_range_allows(struct MHD_Connection *conn, const struct representation *rep)
 {
     const char *ir = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_IF_RANGE);
@@ -585,10 +592,7 @@ static int if_range_allows(struct MHD_Connection *conn, const struct representat
         return 1;
     while (*ir == ' ')
         ir++;
-    if (ir[0] == '"' || (ir[0] == 'W' && ir[1] == '/'))
-        return ir[0] == '"' && http_etag_match(ir, rep->etag, 0);
-    int64_t t;
-    return rep->mtime >= 0 && http_date_parse(ir, &t) == 0 && t == rep->mtime;
+    return ir[0] == '"' && http_etag_match(ir, rep->etag, 0);
 }
 
 static void add_validators(struct MHD_Response *resp, const struct representation *rep)
@@ -622,19 +626,28 @@ enum MHD_Result respond_body(struct MHD_Connection *conn, struct request *rq,
 {
     enum MHD_Result ret;
     uint64_t size = body_size(&rep->body);
-    enum cond c = evaluate_conditions(conn, rep);
+    /* Preconditions and Range belong to GET and HEAD; a method that acts
+     * (POST) evaluated its preconditions before acting, and its answer is
+     * never partial. */
+    int safe = rq->is_head || strcmp(rq->method, MHD_HTTP_METHOD_GET) == 0;
+    enum cond c = safe ? evaluate_conditions(conn, rep->etag, rep->mtime, 1) : COND_PROCEED;
     if (c != COND_PROCEED) {
         representation_release(rep);
         if (c == COND_PRECONDITION_FAILED)
             return respond_error(conn, rq, MHD_HTTP_PRECONDITION_FAILED, "precondition_failed",
                                  "If-Match or If-Unmodified-Since did not hold");
         metrics_add(MC_NOT_MODIFIED, 1);
-        struct MHD_Response *resp = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
+        /* No body, but the Content-Length a 200 would have (RFC 9110 §8.6:
+         * a 304 may carry only that one): libmicrohttpd sends the length of
+         * the response and never reads a 304's body. */
+        struct MHD_Response *resp =
+            MHD_create_response_from_callback(size, STREAM_BLOCK, never_read, NULL, NULL);
         add_validators(resp, rep);
         return queue(conn, rq, MHD_HTTP_NOT_MODIFIED, resp, 0);
     }
 
-    const char *range_hdr = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_RANGE);
+    const char *range_hdr =
+        safe ? MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_RANGE) : NULL;
     struct byte_range ranges[RANGE_LIMIT];
     size_t n = 0;
     size_t max_ranges = rq->srv->cfg->max_ranges < RANGE_LIMIT ? rq->srv->cfg->max_ranges : RANGE_LIMIT;
@@ -665,8 +678,7 @@ enum MHD_Result respond_body(struct MHD_Connection *conn, struct request *rq,
     uint64_t first_off = rr == RANGE_OK ? ranges[0].start : 0;
     uint64_t first_len = rr == RANGE_OK ? ranges[0].len : size;
     int multipart = rr == RANGE_OK && n > 1;
-    if (!rq->is_head &&
-        (multipart || (first_len > SMALL_BODY_MAX && !pinned_span(rep, first_off, first_len))) &&
+    if ((multipart || (first_len > SMALL_BODY_MAX && !pinned_span(rep, first_off, first_len))) &&
         file_changed(rep)) {
         representation_release(rep);
         return respond_file_changed(conn, rq);

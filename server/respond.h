@@ -39,6 +39,11 @@ struct representation {
 enum MHD_Result respond_body(struct MHD_Connection *conn, struct request *rq,
                              struct representation *rep);
 
+/* For a method that acts (POST, DELETE) on a resource that exists and has
+ * no validator: whether If-Match and If-None-Match let it go on. Evaluated
+ * before acting (RFC 9110 §13.2.1); when they do not, answer 412. */
+int respond_preconditions_hold(struct MHD_Connection *conn);
+
 /* Answers with a JSON document (consumed: decref'd here) as a byte body, so
  * Range and conditional requests apply; etag may be NULL. */
 enum MHD_Result respond_json(struct MHD_Connection *conn, struct request *rq, unsigned status,

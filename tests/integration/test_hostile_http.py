@@ -4,6 +4,7 @@ and slow-request exhaustion, range amplification), and start-up mistakes
 that would have left the daemon open. Every test says what the defect was;
 each fails on a3a5bfa and passes now. The models-directory side is in
 test_hostile_models.py."""
+import json
 import os
 import shutil
 import socket
@@ -345,3 +346,163 @@ def test_nul_byte_in_the_target_is_refused(root, target):
         assert status_of(data) == 400, data[:300]
         assert b"NUL" in data, data[:300]
         assert d.get("/v1/models/m/tensors/v").status == 200
+
+
+# ---------------------------------------------------------------------------
+# HTTP semantics (RFC 9110)
+
+
+def gpu_state(d):
+    r = d.get("/v1/models/m/gpu")
+    assert r.status == 200, r
+    return r.json().get("state")
+
+
+def wait_ready(d):
+    assert faultlib.wait_for(lambda: gpu_state(d) == "ready", 20 * SLACK), gpu_state(d)
+
+
+def test_post_and_delete_check_preconditions_before_acting(root):
+    """DELETE …/gpu with If-Match: "nope" evicted, then answered 412; POST
+    evaluated its preconditions after preloading. Preconditions now come
+    first, and nothing happens when they fail."""
+    models, _ = root
+    host = json.dumps({"device": "host"}).encode()
+    with running_daemon(models) as d:
+        r = d.request("POST", "/v1/models/m/gpu", {"If-Match": '"nope"'}, host)
+        tdutil.assert_error(r, 412, "precondition_failed")
+        r = d.request("POST", "/v1/models/m/gpu", {"If-None-Match": "*"}, host)
+        tdutil.assert_error(r, 412, "precondition_failed")
+        assert gpu_state(d) in ("none", None), "a failed precondition still preloaded"
+        r = d.request("POST", "/v1/models/m/gpu", {"If-Match": "*"}, host)
+        assert r.status in (200, 202), r
+        wait_ready(d)
+        for hdrs in ({"If-Match": '"nope"'}, {"If-None-Match": "*"},
+                     {"If-Match": '"a", "b"', "If-None-Match": '"c"'}):
+            r = d.request("DELETE", "/v1/models/m/gpu", hdrs)
+            tdutil.assert_error(r, 412, "precondition_failed")
+            assert gpu_state(d) == "ready", f"{hdrs}: evicted although the precondition failed"
+        r = d.request("DELETE", "/v1/models/m/gpu", {"If-None-Match": '"other"'})
+        assert r.status == 200, r
+
+
+def test_range_applies_to_get_only(root):
+    """POST …/gpu with a Range header answered 206 with a slice of its JSON."""
+    models, _ = root
+    host = json.dumps({"device": "host"}).encode()
+    with running_daemon(models) as d:
+        assert d.request("POST", "/v1/models/m/gpu", {}, host).status in (200, 202)
+        wait_ready(d)
+        r = d.request("POST", "/v1/models/m/gpu", {"Range": "bytes=0-5"}, host)
+        assert r.status == 200, r
+        assert r.header("Content-Range") is None
+        assert json.loads(r.body)["model"] == "m", r
+
+
+def test_not_modified_carries_no_zero_length(root):
+    """A 304 carried Content-Length: 0, which RFC 9110 §8.6 forbids unless
+    the 200 would be empty: it now carries the 200's length, or none."""
+    models, data = root
+    with running_daemon(models) as d:
+        for path in ("/v1/models/m/tensors/w", "/v1/models/m", "/v1/models/m/header",
+                     "/v1/models/m/files/model.safetensors"):
+            g = d.get(path)
+            r = d.get(path, {"If-None-Match": g.header("ETag")})
+            assert r.status == 304 and r.body == b"", (path, r)
+            cl = r.header("Content-Length")
+            assert cl is None or int(cl) == len(g.body), (path, cl, len(g.body))
+            raw = faultlib.raw_get(d.port, path, {"If-None-Match": g.header("ETag")})
+            assert raw.status == 304
+
+
+@pytest.mark.parametrize("path", ["/v1/models", "/v1/metrics", "/v1/models/m/gpu", "/readyz"])
+def test_star_preconditions_on_answers_without_an_etag(root, path):
+    """If-Match: * failed (412) and If-None-Match: * was ignored for answers
+    that have no ETag; "*" matches any current representation."""
+    models, _ = root
+    with running_daemon(models) as d:
+        assert d.get(path, {"If-Match": "*"}).status == 200
+        r = d.get(path, {"If-None-Match": "*"})
+        assert r.status == 304 and r.body == b"", r
+        tdutil.assert_error(d.get(path, {"If-Match": '"x"'}), 412, "precondition_failed")
+        assert d.get(path, {"If-None-Match": '"x"'}).status == 200
+
+
+def test_head_answers_what_get_answers_for_a_changed_file(root):
+    """HEAD answered 200 where GET answered 503 for a file changed since it
+    was validated: HEAD now builds the same answer without the body."""
+    models, _ = root
+    path, _ = faultlib.big_model(models, rows=64, cols=4096)
+    with running_daemon(models, "--watch", "false") as d:
+        url = "/v1/models/big/tensors/w"
+        for hdrs in ({}, {"Range": "bytes=0-99"}, {"Range": "bytes=0-9,5000-5009"}):
+            g, h = d.get(url, hdrs), d.head(url, hdrs)
+            assert (g.status, h.status) == (200 if not hdrs else 206,) * 2
+        with open(path, "r+b") as f:  # written in place: same size, new mtime
+            f.seek(200)
+            f.write(b"changed")
+        for u in (url, url + "?slice=0:2", "/v1/models/big/files/model.safetensors"):
+            for hdrs in ({}, {"Range": "bytes=0-99"}, {"Range": "bytes=0-9,5000-5009"}):
+                g, h = d.get(u, hdrs), d.head(u, hdrs)
+                assert g.status == h.status, (u, hdrs, g, h)
+                for k in ("Content-Type", "Content-Length", "ETag", "Content-Range"):
+                    if k != "Content-Length" or g.status < 300:
+                        assert g.header(k) == h.header(k), (u, hdrs, k)
+
+
+# ---------------------------------------------------------------------------
+# Validators: from content identity, never splicing two versions
+
+
+def test_etags_do_not_depend_on_the_inode(root):
+    """The ETag held the inode, so two replicas over identical files
+    disagreed (nginx's slice module cut a download across two replicas with
+    "etag mismatch"). Copies with the same size and mtime now agree."""
+    models, _ = root
+    base = os.path.dirname(models)
+    copy = os.path.join(base, "replica")
+    shutil.copytree(models, copy, copy_function=shutil.copy2)  # same mtime, new inodes
+    paths = ["/v1/models/m/files/model.safetensors", "/v1/models/m/tensors/w",
+             "/v1/models/m/tensors/w?slice=0:2&format=npy", "/v1/models/m/header",
+             "/v1/models/m/files/model.safetensors/header", "/v1/models/m"]
+    with running_daemon(models) as a, running_daemon(copy) as b:
+        assert (os.stat(os.path.join(models, "m", "model.safetensors")).st_ino !=
+                os.stat(os.path.join(copy, "m", "model.safetensors")).st_ino)
+        for p in paths:
+            ea, eb = a.get(p).header("ETag"), b.get(p).header("ETag")
+            assert ea and ea == eb, (p, ea, eb)
+            assert faultlib.raw_get(b.port, p, {"If-None-Match": ea}).status == 304, p
+
+
+def test_if_range_never_joins_two_versions_with_the_same_mtime(root):
+    """Two versions with the same mtime (a rewrite that restores it, or two
+    writes in one second) let a resuming client join version A's first part
+    to version B's rest through If-Range with a date, or with an ETag built
+    from size and mtime. Neither validates now: the client gets B whole."""
+    models, _ = root
+    path, a = faultlib.big_model(models, rows=16, cols=4096)
+    url = "/v1/models/big/files/model.safetensors"
+    with running_daemon(models) as d:
+        g = d.get(url)
+        etag, lm = g.header("ETag"), g.header("Last-Modified")
+        st = os.stat(path)
+        with open(path, "r+b") as f:  # version B: same size, differs in the first half
+            f.seek(len(g.body) // 4)
+            f.write(os.urandom(4096))
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))  # and the same mtime
+        with open(path, "rb") as f:
+            b = f.read()
+        assert b != g.body
+        half = len(b) // 2
+
+        def resumed(validator):
+            r = d.get(url, {"Range": f"bytes={half}-", "If-Range": validator})
+            if r.status == 206:
+                assert g.body[:half] + r.body == b, "a 206 joined two versions"
+            return r
+
+        assert faultlib.wait_for(lambda: d.get(url).status == 200 and d.get(url).body == b,
+                                 10 * SLACK), "the daemon never served version B"
+        for v in (etag, lm):
+            r = resumed(v)
+            assert r.status == 200 and r.body == b, (v, r)

@@ -156,12 +156,18 @@ def test_malformed_range_is_ignored(daemon, full, kind, value):
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_if_range_matching_etag(daemon, full, kind):
+    """The current ETag validates If-Range when it is strong; a weak one (a
+    file whose content hash is not known yet) never does (RFC 9110 §13.1.5),
+    and the whole body comes back."""
     url, body, g = full[kind]
     etag = g.header("ETag")
     assert etag
     r = daemon.get(url, {"Range": "bytes=2-9", "If-Range": etag})
-    assert r.status == 206, r
-    assert r.body == body[2:10]
+    if etag.startswith("W/"):
+        assert r.status == 200 and r.body == body, r
+    else:
+        assert r.status == 206, r
+        assert r.body == body[2:10]
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -173,17 +179,19 @@ def test_if_range_other_etag(daemon, full, kind):
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_if_range_last_modified(daemon, full, kind):
+def test_if_range_date_never_validates(daemon, full, kind):
+    """An If-Range date is strong only when the server knows the
+    representation changed at most once in that second (RFC 9110 §8.8.2.2,
+    §13.1.5); tensord cannot know it, so the whole representation comes back
+    rather than a range that might join two versions."""
     url, body, g = full[kind]
     lm = g.header("Last-Modified")
     assert lm, "no Last-Modified"
-    r = daemon.get(url, {"Range": "bytes=2-9", "If-Range": lm})
-    assert r.status == 206, r
-    assert r.body == body[2:10]
     older = email.utils.formatdate(email.utils.parsedate_to_datetime(lm).timestamp() - 3600,
                                    usegmt=True)
-    r = daemon.get(url, {"Range": "bytes=2-9", "If-Range": older})
-    assert r.status == 200 and r.body == body
+    for date in (lm, older):
+        r = daemon.get(url, {"Range": "bytes=2-9", "If-Range": date})
+        assert r.status == 200 and r.body == body, (date, r)
 
 
 @pytest.mark.parametrize("kind", KINDS)
