@@ -268,7 +268,8 @@ struct stream {
     int verify;             /* check file_st after every block read from the file */
     char *prefix_buf;
     struct slice_plan *plan_buf;
-    struct registry *pin;   /* a reference keeping body.prefix alive, or NULL */
+    void *pieces_buf;
+    struct registry *pin;   /* a reference keeping body.prefix (and the pieces' fds) alive, or NULL */
     size_t n_pieces;
     struct piece *pieces;
     char *framing;          /* storage of the multipart framing strings */
@@ -282,6 +283,7 @@ static void stream_free(void *cls)
         close(s->body.fd);
     free(s->prefix_buf);
     free(s->plan_buf);
+    free(s->pieces_buf);
     if (s->pin)
         registry_unref(s->pin);
     free(s->pieces);
@@ -331,8 +333,10 @@ static struct stream *stream_new(struct representation *rep)
     s->body = rep->body;
     s->prefix_buf = rep->prefix_buf;
     s->plan_buf = rep->plan_buf;
+    s->pieces_buf = rep->pieces_buf;
     rep->prefix_buf = NULL;
     rep->plan_buf = NULL;
+    rep->pieces_buf = NULL;
     s->pin = rep->pin ? registry_ref(rep->pin) : NULL;
     s->body.fd = rep->body.fd >= 0 ? fcntl_dupfd(rep->body.fd) : -1;
     if (rep->file_st && s->body.fd >= 0) {
@@ -432,8 +436,9 @@ static struct MHD_Response *span_response(struct request *rq, struct representat
         metrics_add(MC_COPIED_BYTES, len);
         return MHD_create_response_from_buffer(len, buf, MHD_RESPMEM_MUST_FREE);
     }
-    if (rq->srv->cfg->sendfile && body_file_span(&rep->body, off, len, &file_off)) {
-        int fd = fcntl_dupfd(rep->body.fd);
+    int span_fd;
+    if (rq->srv->cfg->sendfile && body_file_span(&rep->body, off, len, &span_fd, &file_off)) {
+        int fd = fcntl_dupfd(span_fd);
         if (fd < 0) {
             *err_status = MHD_HTTP_SERVICE_UNAVAILABLE;
             return NULL;
@@ -577,8 +582,10 @@ static void representation_release(struct representation *rep)
 {
     free(rep->prefix_buf);
     free(rep->plan_buf);
+    free(rep->pieces_buf);
     rep->prefix_buf = NULL;
     rep->plan_buf = NULL;
+    rep->pieces_buf = NULL;
 }
 
 enum MHD_Result respond_body(struct MHD_Connection *conn, struct request *rq,
