@@ -232,7 +232,7 @@ static enum MHD_Result dispatch(struct MHD_Connection *conn, struct request *rq,
 {
     struct server *srv = rq->srv;
     static const char *const no_args[] = {NULL};
-    static const char *const tensor_args[] = {"slice", "format", NULL};
+    static const char *const tensor_args[] = {"slice", "format", "npy_dtype", NULL};
     static const char *const metrics_args[] = {"format", NULL};
     char err[256];
     struct route rt;
