@@ -18,7 +18,7 @@
 #include "route.h"
 #include "util.h"
 
-/* Largest request body accepted (only POST /v1/models/{model}/gpu has one). */
+/* Largest request body accepted, but for a fetch (max_fetch_body_bytes). */
 #define MAX_UPLOAD 65536
 
 int http_parse_listen(const char *listen, struct sockaddr_storage *ss, unsigned *len)
@@ -152,6 +152,16 @@ static enum MHD_Result check_arg(void *cls, enum MHD_ValueKind kind, const char 
     return MHD_NO;
 }
 
+/* The body bound of the endpoint at url: a fetch request may list many tensors. */
+static size_t upload_limit(const struct server *srv, const char *url)
+{
+    char err[256];
+    struct route rt;
+    enum route_kind kind = route_parse(url, &rt, err, sizeof(err));
+    route_free(&rt);
+    return kind == ROUTE_FETCH ? srv->cfg->max_fetch_body_bytes : MAX_UPLOAD;
+}
+
 static const int endpoint_of_route[] = {
     [ROUTE_NOT_FOUND] = MEP_OTHER,     [ROUTE_BAD_PATH] = MEP_OTHER,
     [ROUTE_HEALTHZ] = MEP_HEALTH,      [ROUTE_READYZ] = MEP_HEALTH,
@@ -159,7 +169,7 @@ static const int endpoint_of_route[] = {
     [ROUTE_MODELS] = MEP_MODELS,       [ROUTE_MODEL] = MEP_MODEL,
     [ROUTE_MODEL_HEADER] = MEP_HEADER, [ROUTE_FILE] = MEP_FILE,
     [ROUTE_FILE_HEADER] = MEP_FILE_HEADER, [ROUTE_TENSOR] = MEP_TENSOR,
-    [ROUTE_GPU] = MEP_GPU,
+    [ROUTE_GPU] = MEP_GPU,             [ROUTE_FETCH] = MEP_FETCH,
 };
 
 static enum MHD_Result dispatch_model(struct MHD_Connection *conn, struct request *rq,
@@ -210,6 +220,9 @@ static enum MHD_Result dispatch_model(struct MHD_Connection *conn, struct reques
             ret = handle_file(conn, rq, reg, f, rt->kind == ROUTE_FILE_HEADER);
         break;
     }
+    case ROUTE_FETCH:
+        ret = handle_fetch(conn, rq, reg, m);
+        break;
     case ROUTE_TENSOR: {
         const struct reg_tensor *t = registry_find_tensor(m, rt->name, rt->name_len);
         if (!t)
@@ -234,6 +247,7 @@ static enum MHD_Result dispatch(struct MHD_Connection *conn, struct request *rq,
     static const char *const no_args[] = {NULL};
     static const char *const tensor_args[] = {"slice", "format", "npy_dtype", NULL};
     static const char *const metrics_args[] = {"format", NULL};
+    static const char *const fetch_args[] = {"q", NULL};
     char err[256];
     struct route rt;
     enum MHD_Result ret;
@@ -262,7 +276,9 @@ static enum MHD_Result dispatch(struct MHD_Connection *conn, struct request *rq,
     int is_get = strcmp(method, MHD_HTTP_METHOD_GET) == 0 || rq->is_head;
     int is_admin = kind == ROUTE_GPU && (strcmp(method, MHD_HTTP_METHOD_POST) == 0 ||
                                          strcmp(method, MHD_HTTP_METHOD_DELETE) == 0);
-    if (!is_get && !is_admin) {
+    /* A fetch POST only reads: it needs the read token, as its GET form does. */
+    int is_fetch_post = kind == ROUTE_FETCH && strcmp(method, MHD_HTTP_METHOD_POST) == 0;
+    if (!is_get && !is_admin && !is_fetch_post) {
         rq->allow = route_allowed_methods(kind);
         ret = respond_error(conn, rq, MHD_HTTP_METHOD_NOT_ALLOWED, "method_not_allowed",
                             "%s is not allowed here; allowed: %s", method, rq->allow);
@@ -276,6 +292,7 @@ static enum MHD_Result dispatch(struct MHD_Connection *conn, struct request *rq,
     }
     struct query_check qc = {
         .allowed = kind == ROUTE_TENSOR ? tensor_args
+                   : kind == ROUTE_FETCH    ? fetch_args
                    : (kind == ROUTE_METRICS || kind == ROUTE_METRICS_TEXT) ? metrics_args
                                                                            : no_args};
     MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, check_arg, &qc);
@@ -323,7 +340,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     }
     if (*upload_data_size) {
         /* Accumulate a bounded body; the answer is queued once it is complete. */
-        if (rq->upload_len + *upload_data_size > MAX_UPLOAD) {
+        if (!rq->upload_limit)
+            rq->upload_limit = upload_limit(rq->srv, url);
+        if (rq->upload_len + *upload_data_size > rq->upload_limit) {
             rq->upload_too_large = 1;
         } else {
             rq->upload = xrealloc(rq->upload, rq->upload_len + *upload_data_size + 1);
@@ -339,7 +358,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     rq->handled = 1;
     if (rq->upload_too_large)
         return respond_error(conn, rq, MHD_HTTP_CONTENT_TOO_LARGE, "body_too_large",
-                             "request bodies are limited to %d bytes", MAX_UPLOAD);
+                             "request bodies are limited to %zu bytes here", rq->upload_limit);
     return dispatch(conn, rq, url, method);
 }
 

@@ -596,9 +596,14 @@ enum MHD_Result respond_body(struct MHD_Connection *conn, struct request *rq,
     enum cond c = evaluate_conditions(conn, rep);
     if (c != COND_PROCEED) {
         representation_release(rep);
-        if (c == COND_PRECONDITION_FAILED)
+        /* RFC 9110 13.1.2: a matching If-None-Match answers 304 only to GET
+         * and HEAD; other methods (a POST fetch) get 412. */
+        int safe = rq->is_head || strcmp(rq->method, MHD_HTTP_METHOD_GET) == 0;
+        if (c == COND_PRECONDITION_FAILED || !safe)
             return respond_error(conn, rq, MHD_HTTP_PRECONDITION_FAILED, "precondition_failed",
-                                 "If-Match or If-Unmodified-Since did not hold");
+                                 c == COND_PRECONDITION_FAILED
+                                     ? "If-Match or If-Unmodified-Since did not hold"
+                                     : "If-None-Match or If-Modified-Since matched");
         metrics_add(MC_NOT_MODIFIED, 1);
         struct MHD_Response *resp = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
         add_validators(resp, rep);
