@@ -86,7 +86,7 @@ CLIENT_OBJ := $(CLIENT_SRC:%.c=$(BUILD)/obj/%.o)
 UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 FUZZ_BIN   := $(FUZZ_SRC:tests/fuzz/%.c=build/fuzz/%)
 
-.PHONY: all deps deps-apt run test unit fuzz fuzz-smoke install clean integration print-% bench bench-header soak tsan-test
+.PHONY: all deps deps-apt run test unit fuzz fuzz-smoke install clean integration print-% bench bench-header soak tsan-test dist
 all: $(BUILD)/tensord $(BUILD)/libtensord-client.so $(BUILD)/tensord-client
 
 $(BUILD)/obj/%.o: %.c
@@ -191,6 +191,16 @@ tsan-test:
 	@$(MAKE) --no-print-directory SANITIZER=thread CUDA=no all
 	TENSORD_BIN=build/san-thread/tensord TSAN_OPTIONS="halt_on_error=1 log_path=$(CURDIR)/build/tsan-daemon" \
 	  $(PYTHON) -m pytest -q -p no:cacheprovider -m concurrent tests/integration
+
+# The Python client (client/python, pure Python) as a wheel in $(BUILD)/dist,
+# built from a copy so that setuptools' build/ and egg-info stay out of the
+# checkout, with the system's setuptools (no download).
+dist: deps
+	@rm -rf $(BUILD)/pysrc && mkdir -p $(BUILD)/pysrc $(BUILD)/dist
+	tar -C client/python --exclude=__pycache__ -cf - pyproject.toml README.md tensord | tar -C $(BUILD)/pysrc -xf -
+	cp LICENSE $(BUILD)/pysrc/
+	$(PYTHON) -m pip wheel -q --no-deps --no-build-isolation --disable-pip-version-check -w $(BUILD)/dist $(BUILD)/pysrc
+	@ls $(BUILD)/dist/tensord-*.whl
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include \
