@@ -34,6 +34,7 @@ struct builder {
     uint64_t data_len;
     size_t n_tensors;
     uint64_t h1, h2;
+    uint64_t glob_budget;       /* matching steps left for the split rules */
     char *err;
     size_t errlen;
 };
@@ -146,8 +147,16 @@ static enum fetch_plan_status add_tensor(struct builder *b, const char *name, si
         shape_text(shape, st->shape, st->ndim);
         return fail(b, FETCH_PLAN_BAD_SLICE, "tensor \"%s\" %s [%s]: %s", NM, dt, shape, e);
     }
+    int exhausted = 0;
     const struct fetch_rule *rule =
-        b->req->has_split ? fetch_req_rule_for(b->req, name, name_len) : NULL;
+        b->req->has_split
+            ? fetch_req_rule_for(b->req, name, name_len, &b->glob_budget, &exhausted)
+            : NULL;
+    if (exhausted)
+        return fail(b, FETCH_PLAN_BAD_SPLIT,
+                    "matching the split rules against the tensors' names took more than %llu "
+                    "steps (at tensor \"%s\"); use fewer rules, or globs with fewer stars",
+                    (unsigned long long)FETCH_GLOB_BUDGET, NM);
     uint64_t lo = 0, hi = 0;
     int64_t dim = -1;
     if (rule && plan.ndim > 0) {
@@ -244,7 +253,8 @@ enum fetch_plan_status fetch_plan_build(const struct reg_model *m, const struct 
                                         struct fetch_plan *out, char *err, size_t errlen)
 {
     struct builder b = {.m = m, .req = req, .lim = lim, .err = err, .errlen = errlen,
-                        .h1 = HASH_FNV_SEED, .h2 = 0x84222325cbf29ce4ULL};
+                        .h1 = HASH_FNV_SEED, .h2 = 0x84222325cbf29ce4ULL,
+                        .glob_budget = FETCH_GLOB_BUDGET};
     enum fetch_plan_status st = FETCH_PLAN_OK;
     memset(out, 0, sizeof(*out));
     err[0] = '\0';

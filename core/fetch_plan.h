@@ -15,7 +15,8 @@
  * then, when the request splits and the first rule whose glob matches the
  * name applies, dimension D of that result cut into `world` parts as
  * numpy.array_split cuts it, part `rank` kept. A result of rank 0 is never
- * split; a matching rule whose D is outside [-ndim, ndim) is an error. */
+ * split; a matching rule whose D is outside [-ndim, ndim) is an error, and
+ * so is matching that spends more than FETCH_GLOB_BUDGET steps. */
 #ifndef TENSORD_FETCH_PLAN_H
 #define TENSORD_FETCH_PLAN_H
 
@@ -38,6 +39,12 @@ struct fetch_plan {
     uint64_t hash[2];           /* identifies the answer's bytes: the files' ETags, every
                                  * tensor's name and the selection sent */
 };
+
+/* Steps the split rules may spend matching one request's tensor names (a
+ * second or so of CPU at worst; a plain request of 100,000 tensors and ten
+ * rules spends well under a tenth). Hostile globs ("*aaaa...ab") cost
+ * name x pattern per name; beyond the budget the request is refused. */
+#define FETCH_GLOB_BUDGET (1ULL << 30)
 
 struct fetch_plan_limits {
     uint64_t max_bytes;         /* largest answer (header included); 0 = no limit */

@@ -63,9 +63,11 @@ enum fetch_req_status {
 enum fetch_req_status fetch_req_parse(const char *text, size_t len, const struct fetch_limits *lim,
                                       struct fetch_req *out, char *err, size_t errlen);
 
-/* The first rule whose glob matches name[0..len), or NULL. */
+/* The first rule whose glob matches name[0..len), or NULL. Matching spends
+ * from *budget (globpat_match_budget; budget may be NULL for no bound); when
+ * it runs out, *exhausted is set and NULL returned. */
 const struct fetch_rule *fetch_req_rule_for(const struct fetch_req *r, const char *name,
-                                            size_t len);
+                                            size_t len, uint64_t *budget, int *exhausted);
 
 void fetch_req_free(struct fetch_req *r);
 

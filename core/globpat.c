@@ -255,7 +255,8 @@ struct globpat *globpat_compile(const char *pat, size_t len)
     return g;
 }
 
-static int tok_matches(const struct globpat *g, const struct tok *t, uint32_t c)
+/* Whether token t matches c; adds the set ranges tried to *steps. */
+static int tok_matches(const struct globpat *g, const struct tok *t, uint32_t c, uint64_t *steps)
 {
     switch (t->kind) {
     case TOK_LIT:
@@ -263,9 +264,11 @@ static int tok_matches(const struct globpat *g, const struct tok *t, uint32_t c)
     case TOK_ANY:
         return 1;
     case TOK_SET:
-        for (size_t r = t->set_off; r < t->set_off + t->set_n; r++)
+        for (size_t r = t->set_off; r < t->set_off + t->set_n; r++) {
+            ++*steps;
             if (c >= g->ranges[2 * r] && c <= g->ranges[2 * r + 1])
                 return !t->negated;
+        }
         return t->negated;
     default:
         return 0;
@@ -273,6 +276,13 @@ static int tok_matches(const struct globpat *g, const struct tok *t, uint32_t c)
 }
 
 int globpat_match(const struct globpat *g, const char *name, size_t len)
+{
+    uint64_t unlimited = UINT64_MAX;
+    return globpat_match_budget(g, name, len, &unlimited);
+}
+
+int globpat_match_budget(const struct globpat *g, const char *name, size_t len,
+                         uint64_t *budget)
 {
     uint32_t stack[256], *s = stack;
     size_t n;
@@ -289,12 +299,17 @@ int globpat_match(const struct globpat *g, const char *name, size_t len)
     }
     const size_t none = (size_t)-1;
     size_t p = 0, k = 0, star_p = none, star_k = 0;
+    uint64_t steps = len; /* the decoding */
     int matched = 0;
     while (k < n) {
+        if (++steps > *budget) {
+            matched = -1;
+            goto out;
+        }
         if (p < g->n_toks && g->toks[p].kind == TOK_STAR) {
             star_p = ++p;
             star_k = k;
-        } else if (p < g->n_toks && tok_matches(g, &g->toks[p], s[k])) {
+        } else if (p < g->n_toks && tok_matches(g, &g->toks[p], s[k], &steps)) {
             p++;
             k++;
         } else if (star_p != none) {
@@ -308,6 +323,7 @@ int globpat_match(const struct globpat *g, const char *name, size_t len)
         p++;
     matched = p == g->n_toks;
 out:
+    *budget = steps >= *budget ? 0 : *budget - steps;
     if (s != stack)
         free(s);
     return matched;

@@ -520,3 +520,30 @@ def test_etag_follows_the_files():
             assert b.header("ETag") != a.header("ETag")
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_hostile_globs_are_bounded():
+    """Globs that cost name x pattern per name ("*aaa...ab" against names of
+    a's) stop at the matching budget with a 400, instead of holding a worker
+    for minutes."""
+    import time
+    base = tempfile.mkdtemp(prefix="tensord-fetch-")
+    try:
+        models = os.path.join(base, "models")
+        names = [("a" * 900) + f"{i:04d}" for i in range(300)]
+        gen_models.write_safetensors(os.path.join(models, "long", "model.safetensors"),
+                                     [(n, "U8", (1,), b"x") for n in names])
+        with faultlib.running_daemon(models) as d:
+            rules = [{"match": "*" + "a" * 1000 + "b", "dim": 0}] * 64
+            t0 = time.monotonic()
+            r = post(d, "long", {"split": {"world": 2, "rank": 0, "rules": rules}})
+            took = time.monotonic() - t0
+            err = assert_error(r, 400, "bad_split")
+            assert "steps" in err["message"], err
+            assert took < 20 * faultlib.SLACK, took
+            # the same names with a plain rule are fine
+            got, _ = answer(post(d, "long", {"split": {"world": 2, "rank": 1, "rules": [
+                {"match": "a*1", "dim": 0}]}}))
+            assert got[names[1]][1] == (0,) and got[names[0]][1] == (1,)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)

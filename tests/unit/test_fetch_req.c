@@ -47,8 +47,12 @@ TEST(full_request)
     CHECK_EQ_U64(r.n_rules, 2);
     CHECK(r.rules[1].dim == -1);
     /* first match wins */
-    CHECK(fetch_req_rule_for(&r, "x.weight", 8) == &r.rules[0]);
-    CHECK(fetch_req_rule_for(&r, "x.bias", 6) == &r.rules[1]);
+    int ex;
+    CHECK(fetch_req_rule_for(&r, "x.weight", 8, NULL, &ex) == &r.rules[0] && !ex);
+    CHECK(fetch_req_rule_for(&r, "x.bias", 6, NULL, &ex) == &r.rules[1] && !ex);
+    /* a budget too small to try the second rule */
+    uint64_t budget = 10;
+    CHECK(fetch_req_rule_for(&r, "x.bias", 6, &budget, &ex) == NULL && ex && budget == 0);
     fetch_req_free(&r);
 }
 
@@ -61,7 +65,8 @@ TEST(defaults)
         CHECK(fetch_req_parse(texts[i], strlen(texts[i]), &lim, &r, err, sizeof(err)) ==
               FETCH_REQ_OK);
         CHECK(r.all && r.n_items == 0 && !r.has_split);
-        CHECK(fetch_req_rule_for(&r, "x", 1) == NULL);
+        int ex;
+        CHECK(fetch_req_rule_for(&r, "x", 1, NULL, &ex) == NULL && !ex);
         fetch_req_free(&r);
     }
     CHECK(fetch_req_parse("{\"tensors\":[]}", 14, &lim, &r, err, sizeof(err)) == FETCH_REQ_OK);

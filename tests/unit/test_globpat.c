@@ -222,6 +222,36 @@ TEST(long_names_and_patterns)
     CHECK(match(pat, name) == 0);
 }
 
+TEST(budget)
+{
+    /* "*" then 100 a's then b, against 200 a's: about 10,000 steps */
+    char pat[104], name[201];
+    pat[0] = '*';
+    memset(pat + 1, 'a', 100);
+    pat[101] = 'b';
+    pat[102] = 0;
+    memset(name, 'a', 200);
+    name[200] = 0;
+    struct globpat *g = globpat_compile(pat, strlen(pat));
+    uint64_t budget = 1000;
+    CHECK(globpat_match_budget(g, name, 200, &budget) == -1 && budget == 0);
+    budget = 1000000;
+    CHECK(globpat_match_budget(g, name, 200, &budget) == 0);
+    uint64_t spent = 1000000 - budget;
+    CHECK(spent > 5000 && spent < 30000);
+    budget = spent;
+    CHECK(globpat_match_budget(g, name, 200, &budget) == 0 && budget == 0);
+    budget = spent - 1;
+    CHECK(globpat_match_budget(g, name, 200, &budget) == -1);
+    globpat_free(g);
+    /* a plain match spends about the name's length */
+    g = globpat_compile("model.*.weight", 14);
+    budget = 1000;
+    CHECK(globpat_match_budget(g, "model.layers.0.weight", 21, &budget) == 1);
+    CHECK(1000 - budget < 100);
+    globpat_free(g);
+}
+
 TEST(nul_inside)
 {
     /* Lengths, not NUL terminators, delimit both. */
@@ -239,6 +269,7 @@ int main(void)
     RUN(tensor_names);
     RUN(invalid_utf8);
     RUN(long_names_and_patterns);
+    RUN(budget);
     RUN(nul_inside);
     return TEST_SUMMARY();
 }
