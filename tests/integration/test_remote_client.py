@@ -466,3 +466,40 @@ def test_plan_chunks():
     assert [(x.start, x.end) for x in chunks] == [(0, 13), (20, 36), (36, 52), (52, 60)]
     assert [len(v) for v in chunks[0].views] == [10, 3]
     assert _loader.plan_chunks([(5, memoryview(bytearray(0)))], 16) == []
+
+
+def test_a_model_replaced_during_a_load_fails_it():
+    """Ranges after the first carry If-Match: a file rewritten in between
+    fails the read with a clear message instead of mixing two versions."""
+    from tensord import _http, _loader
+    base = tempfile.mkdtemp(prefix="tensord-client-")
+    try:
+        models = os.path.join(base, "models")
+        _, data = faultlib.big_model(models, rows=16, cols=65536)  # 1 MiB
+        with faultlib.running_daemon(models) as d:
+            with tensord.safe_open(url(d, "big"), "numpy") as f:
+                first = f.get_tensor("w")
+                assert first.tobytes() == data
+                path = os.path.join(models, "big", "model.safetensors")
+                gen_models.write_safetensors(path, [("w", "U8", (16, 65536), bytes(1 << 20))],
+                                             {"format": "pt"},
+                                             mtime=gen_models.FIXED_MTIME + 99)
+                with pytest.raises(tensord.RemoteError) as e:
+                    for _ in range(100):  # until the daemon has rescanned
+                        f.get_tensor("w")
+                        import time
+                        time.sleep(0.05)
+                # 412 once the daemon has rescanned (the client retries the
+                # 503 file_changed it answers meanwhile, after Retry-After)
+                assert (e.value.status == 412 and "changed on the daemon" in str(e.value)) or \
+                    (e.value.status == 503 and e.value.code == "file_changed"), e.value
+            assert tensord.load_file(url(d, "big"))["w"].tobytes() == bytes(1 << 20)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    del _http, _loader
+
+
+def test_listed_twice_loads_once(daemon):
+    got = tensord.load_file(url(daemon, "org/name"), tensors=["w", "w", "ü.bias"])
+    assert list(got) == ["w", "ü.bias"]
+    same(got["w"], reference(MANIFEST["org/name"]["w"]))

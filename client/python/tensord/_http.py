@@ -87,10 +87,14 @@ class Session:
                 kw["cert_reqs"] = "CERT_NONE"
             elif isinstance(verify, str):
                 kw["ca_certs"] = verify
-        # Connection errors on an idle pooled connection are retried; a
-        # response that started is never retried here (callers resume with Range).
-        retries = urllib3.Retry(total=3, connect=3, read=0, status=0, redirect=0,
-                                raise_on_status=False, allowed_methods=None)
+        # Connection errors on an idle pooled connection are retried, and 503
+        # (overloaded, not ready, a file being rescanned) after its
+        # Retry-After; a response that started is never retried here (callers
+        # resume with Range). Every request here only reads, POST included.
+        retries = urllib3.Retry(total=4, connect=3, read=0, status=3, redirect=0,
+                                status_forcelist=(503,), respect_retry_after_header=True,
+                                backoff_factor=0.2, raise_on_status=False,
+                                allowed_methods=None)
         self.pool = urllib3.connection_from_url(
             origin, maxsize=max(1, connections), block=True, retries=retries,
             timeout=urllib3.Timeout(connect=min(timeout, 30.0), read=timeout), **kw)

@@ -108,7 +108,15 @@ def read_chunk(session, method, path, body, c, etag, progress, what):
         headers = {"Range": f"bytes={first}-{c.end - 1}"}
         if etag:
             headers["If-Match"] = etag
-        resp = session.open(method, path, headers, body, what=what)
+        try:
+            resp = session.open(method, path, headers, body, what=what)
+        except _errors.RemoteError as e:
+            if e.status == 412 and etag:
+                raise _errors.RemoteError(412, e.code, e.message,
+                                          f"{what}: changed on the daemon since this read "
+                                          f"began (it no longer has ETag {etag}); read it "
+                                          "again") from None
+            raise
         counted = [0]
         try:
             if resp.status != 206:

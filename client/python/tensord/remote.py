@@ -379,7 +379,7 @@ def load_file(url, framework="numpy", tensors=None, split=None, device="cpu", *,
             if split is not None:
                 request["split"] = split
             return _load_fetch(model, request, fw, dev, connections, progress, chunk)
-        names = model.offset_order if items is None else items
+        names = model.offset_order if items is None else list(dict.fromkeys(items))
         for n in names:
             model.info(n)
         bufs = model.read_tensors(names, connections, progress, chunk)
