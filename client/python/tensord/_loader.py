@@ -144,17 +144,25 @@ def read_chunk(session, method, path, body, c, etag, progress, what):
 
 
 def run_chunks(session, method, path, body, chunks, etag, connections, progress, what):
-    """Reads the chunks over up to `connections` connections. The first
-    error stops the others (the pending ones are cancelled)."""
-    if not chunks:
+    """Reads the chunks of one resource over up to `connections` connections."""
+    run_jobs(session, method, body, [(path, c, etag, what) for c in chunks], connections,
+             progress)
+
+
+def run_jobs(session, method, body, jobs, connections, progress):
+    """Reads (path, chunk, etag, what) jobs, of one resource or several (a
+    model's files), over one pool of up to `connections` connections, so no
+    resource waits for the last range of the one before. The first error
+    stops the others (the pending ones are cancelled)."""
+    if not jobs:
         return
-    if connections <= 1 or len(chunks) == 1:
-        for c in chunks:
+    if connections <= 1 or len(jobs) == 1:
+        for path, c, etag, what in jobs:
             read_chunk(session, method, path, body, c, etag, progress, what)
         return
     with concurrent.futures.ThreadPoolExecutor(max_workers=connections) as ex:
         futures = [ex.submit(read_chunk, session, method, path, body, c, etag, progress, what)
-                   for c in chunks]
+                   for path, c, etag, what in jobs]
         try:
             for f in concurrent.futures.as_completed(futures):
                 f.result()

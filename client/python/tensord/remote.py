@@ -116,14 +116,15 @@ class _Model:
             start = 8 + f["header_length"] + begin
             by_file.setdefault(f["name"], []).append((start, memoryview(bufs[n]).cast("B")))
         total = sum(b.nbytes for b in bufs.values())
+        jobs = []
+        for fname, spans in by_file.items():
+            spans.sort(key=lambda s: s[0])
+            what = f"file {fname!r} of model {self.url.model!r}"
+            jobs += [(self.url.path("files", fname), c, self.files[fname]["etag"], what)
+                     for c in _loader.plan_chunks(spans, chunk)]
         bar = _loader.Progress(total, progress, self.url.model)
         try:
-            for fname, spans in by_file.items():
-                spans.sort(key=lambda s: s[0])
-                chunks = _loader.plan_chunks(spans, chunk)
-                _loader.run_chunks(self.session, "GET", self.url.path("files", fname), None,
-                                   chunks, self.files[fname]["etag"], connections, bar,
-                                   f"file {fname!r} of model {self.url.model!r}")
+            _loader.run_jobs(self.session, "GET", None, jobs, connections, bar)
         finally:
             bar.close()
         return bufs
