@@ -254,8 +254,11 @@ def main():
     sf = os.path.join(bindir, "ceil_sendfile")
     ceil = json.loads(subprocess.run([sf, paths[0], "7", "1024", "2", "512"], capture_output=True,
                                      text=True, check=True).stdout)
-    results["ceil_sendfile_gbps"] = ceil["median_gbps"]
-    log(f"loopback sendfile ceiling: {ceil['median_gbps']:.2f} GB/s")
+    # The best run is the ceiling, as make bench reports it (the loopback
+    # figure swings with the VM's neighbours); the median is kept too.
+    results["ceil_sendfile_gbps"] = max(ceil["runs"])
+    results["ceil_sendfile_median_gbps"] = ceil["median_gbps"]
+    log(f"loopback sendfile ceiling: {max(ceil['runs']):.2f} GB/s (median {ceil['median_gbps']:.2f})")
 
     td = ng = None
     try:
@@ -391,8 +394,9 @@ def report(res):
         if name != "tensord.load_file":
             note = f"tensord.load_file is {r['median_s'] / td['median_s']:.2f}x faster"
         else:
-            note = (f"{r['gbps'] / ceil:.2f}x the loopback sendfile ceiling ({ceil:.2f} GB/s); "
-                    f"{res['connections']} connections")
+            note = (f"{r['gbps'] / ceil:.2f}x the loopback sendfile ceiling ({ceil:.2f} GB/s, "
+                    f"best of 7; median {res['ceil_sendfile_median_gbps']:.2f}); best run "
+                    f"{nb / min(r['s']) / 1e9:.2f} GB/s; {res['connections']} connections")
         lines.append(f"| whole model ({nb / 2**30:.2f} GiB, 4 shards) into NumPy: {name} | "
                      f"{r['median_s']:.3f} s | {r['gbps']:.2f} | {note} |")
     tp = res["tp"]
