@@ -35,7 +35,10 @@ def _framework(framework, device):
         if str(device) != "cpu":
             raise SafetensorError(f"Device {device} is not supported for framework numpy")
         return fw, "cpu"
-    import torch
+    try:
+        import torch
+    except ImportError:
+        raise SafetensorError("framework \"pt\" needs PyTorch (pip install torch)") from None
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError):
@@ -156,8 +159,7 @@ class RemoteSlice:
         spec, out_shape, sel = _index.plan(key, shape)
         if _dtypes.BITS[dtype] < 8:
             return self._subbyte(dtype, shape, out_shape, sel)
-        data_shape = tuple(s for s in out_shape)
-        raw = np.empty(_dtypes.nbytes(dtype, data_shape), np.uint8)
+        raw = np.empty(_dtypes.nbytes(dtype, out_shape), np.uint8)
         if raw.nbytes:
             self._f._read_slice(self._name, spec, raw)
         return _output(dtype, out_shape, raw, self._f._framework, self._f._device)
