@@ -86,7 +86,7 @@ CLIENT_OBJ := $(CLIENT_SRC:%.c=$(BUILD)/obj/%.o)
 UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 FUZZ_BIN   := $(FUZZ_SRC:tests/fuzz/%.c=build/fuzz/%)
 
-.PHONY: all deps deps-apt run test unit fuzz fuzz-smoke install clean integration print-% bench bench-header bench-leases soak tsan-test
+.PHONY: all deps deps-apt run test unit fuzz fuzz-smoke install clean integration print-% bench bench-header bench-leases bench-remote soak tsan-test dist
 all: $(BUILD)/tensord $(BUILD)/libtensord-client.so $(BUILD)/tensord-client
 
 $(BUILD)/obj/%.o: %.c
@@ -138,7 +138,7 @@ fuzz: $(FUZZ_BIN)
 # only when missing, so `make test` on a provisioned machine does not touch apt.
 DEB_PKGS := build-essential pkg-config libmicrohttpd-dev liburing-dev libjansson-dev \
             libdlpack-dev clang libclang-rt-14-dev python3-numpy python3-pytest curl \
-            prometheus systemd nginx-light wrk man-db groff-base python3-venv python3-torch
+            prometheus systemd nginx-light wrk man-db groff-base python3-venv python3-torch aria2
 deps: deps-apt $(VENV)/.installed
 deps-apt:
 	@missing=$$(for p in $(DEB_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
@@ -177,6 +177,13 @@ bench: deps
 	@$(MAKE) --no-print-directory all
 	@$(PYTHON) bench/run.py
 
+# Remote tensors: tensord.load_file against hf_hub_download and aria2c from
+# nginx and a local safetensors load, tensor-parallel fetches, get_slice
+# (bench/remote.py; about 2.5 GB of models, cached in build/bench/models).
+bench-remote: deps
+	@$(MAKE) --no-print-directory all
+	@$(PYTHON) bench/remote.py $(BENCH_REMOTE_ARGS)
+
 # Validation time of a 500,000-tensor header (README quotes it).
 bench-header: $(BUILD)/libtensord-core.a
 	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -o $(BUILD)/bench_st_header bench/bench_st_header.c \
@@ -198,6 +205,16 @@ tsan-test:
 	@$(MAKE) --no-print-directory SANITIZER=thread CUDA=no all
 	TENSORD_BIN=build/san-thread/tensord TSAN_OPTIONS="halt_on_error=1 log_path=$(CURDIR)/build/tsan-daemon" \
 	  $(PYTHON) -m pytest -q -p no:cacheprovider -m concurrent tests/integration
+
+# The Python client (client/python, pure Python) as a wheel in $(BUILD)/dist,
+# built from a copy so that setuptools' build/ and egg-info stay out of the
+# checkout, with the system's setuptools (no download).
+dist: deps
+	@rm -rf $(BUILD)/pysrc && mkdir -p $(BUILD)/pysrc $(BUILD)/dist
+	tar -C client/python --exclude=__pycache__ -cf - pyproject.toml README.md tensord | tar -C $(BUILD)/pysrc -xf -
+	cp LICENSE $(BUILD)/pysrc/
+	$(PYTHON) -m pip wheel -q --no-deps --no-build-isolation --disable-pip-version-check -w $(BUILD)/dist $(BUILD)/pysrc
+	@ls $(BUILD)/dist/tensord-*.whl
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include \

@@ -76,6 +76,14 @@ static const struct opt options[] = {
      "byte ranges in one multipart/byteranges answer"},
     {"max_slice_bytes", "server", OPT_SIZE, "16G", 0, 1024 * K * K * K * K, OFF(max_slice_bytes),
      NOLIST, "largest slice answer, 400 slice_too_large beyond; 0 = no limit"},
+    {"max_fetch_body_bytes", "server", OPT_SIZE32, "1M", 4 * K, 64 * K * K,
+     OFF(max_fetch_body_bytes), NOLIST,
+     "largest request body of POST /v1/models/{model}/fetch, 413 body_too_large beyond"},
+    {"max_fetch_tensors", "server", OPT_UINT, "100000", 1, 10000000, OFF(max_fetch_tensors),
+     NOLIST, "tensors in one fetch answer (listed, or the model's for a fetch of all), 413 "
+     "too_many_tensors beyond"},
+    {"max_fetch_bytes", "server", OPT_SIZE, "0", 0, 1024 * K * K * K * K, OFF(max_fetch_bytes),
+     NOLIST, "largest fetch answer, 413 fetch_too_large beyond; 0 = no limit"},
     {"sendfile", "server", OPT_BOOL, "true", 0, 1, OFF(sendfile), NOLIST,
      "send contiguous spans over 64 KiB with sendfile (zero-copy); false copies every body "
      "with pread and aborts a download whose file changes in place"},

@@ -23,7 +23,10 @@ struct config {
     unsigned header_timeout;        /* seconds to send a request's line and headers (slowloris cap) */
     unsigned max_request_header_bytes; /* URL + headers per request (431 beyond) */
     unsigned max_ranges;            /* parts in one multipart/byteranges answer */
-    uint64_t max_slice_bytes;       /* largest slice answer, 413 beyond; 0 = unlimited */
+    uint64_t max_slice_bytes;       /* largest slice answer, 400 beyond; 0 = unlimited */
+    unsigned max_fetch_body_bytes;  /* request body of a POST fetch, 413 beyond */
+    unsigned max_fetch_tensors;     /* tensors in one fetch answer, 413 beyond */
+    uint64_t max_fetch_bytes;       /* largest fetch answer, 413 beyond; 0 = unlimited */
     int watch;                      /* rescan on inotify events in the models root */
     int sendfile;                   /* zero-copy contiguous spans; off: copy and verify every block */
     /* [log] */

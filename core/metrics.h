@@ -20,6 +20,7 @@ enum metrics_ep {
     MEP_TENSOR,
     MEP_SLICE,
     MEP_GPU,
+    MEP_FETCH,
     MEP_METRICS,
     MEP_HEALTH,
     MEP_OTHER,

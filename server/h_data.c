@@ -109,6 +109,7 @@ enum MHD_Result handle_tensor(struct MHD_Connection *conn, struct request *rq,
     int bad = 0;
     char *spec = query_value(conn, "slice", &bad);
     char *fmt = query_value(conn, "format", &bad);
+    char *npy_dtype = query_value(conn, "npy_dtype", &bad);
     char err[512];
     struct representation rep = {
         .body = {.fd = f->fd, .data_off = f->data_start + st->begin, .data_len = st->end - st->begin},
@@ -126,6 +127,13 @@ enum MHD_Result handle_tensor(struct MHD_Connection *conn, struct request *rq,
     if (fmt && tformat_parse(fmt, &format) < 0) {
         ret = respond_error(conn, rq, MHD_HTTP_BAD_REQUEST, "bad_format",
                             "format must be raw, npy or safetensors, not \"%.100s\"", fmt);
+        goto out;
+    }
+    /* npy_dtype=raw: dtypes NumPy lacks go out as their bits (tformat.h). */
+    int npy_raw = npy_dtype && strcmp(npy_dtype, "raw") == 0;
+    if (npy_dtype && ((!npy_raw && strcmp(npy_dtype, "native") != 0) || format != TFORMAT_NPY)) {
+        ret = respond_error(conn, rq, MHD_HTTP_BAD_REQUEST, "bad_parameter",
+                            "npy_dtype must be native or raw, with format=npy");
         goto out;
     }
     uint32_t ndim = st->ndim;
@@ -164,8 +172,11 @@ enum MHD_Result handle_tensor(struct MHD_Connection *conn, struct request *rq,
     }
     format_shape(rep.shape, sizeof(rep.shape), shape, ndim);
     if (format == TFORMAT_NPY) {
-        if (tformat_npy_prefix(st->dtype, ndim, shape, &rep.prefix_buf, &rep.body.prefix_len, err,
-                               sizeof(err)) < 0) {
+        snprintf(err, sizeof(err), "dtype %s has no npy form", di->name);
+        if ((npy_raw ? tformat_npy_raw_prefix(st->dtype, ndim, shape, rep.body.data_len,
+                                              &rep.prefix_buf, &rep.body.prefix_len)
+                     : tformat_npy_prefix(st->dtype, ndim, shape, &rep.prefix_buf,
+                                          &rep.body.prefix_len, err, sizeof(err))) < 0) {
             free(rep.plan_buf);
             ret = respond_error(conn, rq, MHD_HTTP_BAD_REQUEST, "bad_format", "%s", err);
             goto out;
@@ -183,11 +194,13 @@ enum MHD_Result handle_tensor(struct MHD_Connection *conn, struct request *rq,
     uint64_t h = hash_fnv1a(st->name, st->name_len + 1, HASH_FNV_SEED);
     h = hash_fnv1a(spec ? spec : "", spec ? strlen(spec) + 1 : 1, h);
     h = hash_fnv1a(&format, sizeof(format), h);
+    h = hash_fnv1a(&npy_raw, sizeof(npy_raw), h);
     derive_etag(rep.etag, sizeof(rep.etag), f->etag, 't', h);
     ret = respond_body(conn, rq, &rep);
 out:
     free(spec);
     free(fmt);
+    free(npy_dtype);
     return ret;
 }
 

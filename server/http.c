@@ -19,7 +19,7 @@
 #include "route.h"
 #include "util.h"
 
-/* Largest request body accepted (only POST /v1/models/{model}/gpu has one). */
+/* Largest request body accepted, but for a fetch (max_fetch_body_bytes). */
 #define MAX_UPLOAD 65536
 
 int http_parse_listen(const char *listen, struct sockaddr_storage *ss, unsigned *len)
@@ -230,6 +230,16 @@ static enum MHD_Result check_arg(void *cls, enum MHD_ValueKind kind, const char 
     return MHD_NO;
 }
 
+/* The body bound of the endpoint at url: a fetch request may list many tensors. */
+static size_t upload_limit(const struct server *srv, const char *url)
+{
+    char err[256];
+    struct route rt;
+    enum route_kind kind = route_parse(url, &rt, err, sizeof(err));
+    route_free(&rt);
+    return kind == ROUTE_FETCH ? srv->cfg->max_fetch_body_bytes : MAX_UPLOAD;
+}
+
 static const int endpoint_of_route[] = {
     [ROUTE_NOT_FOUND] = MEP_OTHER,     [ROUTE_BAD_PATH] = MEP_OTHER,
     [ROUTE_HEALTHZ] = MEP_HEALTH,      [ROUTE_READYZ] = MEP_HEALTH,
@@ -237,7 +247,7 @@ static const int endpoint_of_route[] = {
     [ROUTE_MODELS] = MEP_MODELS,       [ROUTE_MODEL] = MEP_MODEL,
     [ROUTE_MODEL_HEADER] = MEP_HEADER, [ROUTE_FILE] = MEP_FILE,
     [ROUTE_FILE_HEADER] = MEP_FILE_HEADER, [ROUTE_TENSOR] = MEP_TENSOR,
-    [ROUTE_GPU] = MEP_GPU,
+    [ROUTE_GPU] = MEP_GPU,             [ROUTE_FETCH] = MEP_FETCH,
 };
 
 static enum MHD_Result dispatch_model(struct MHD_Connection *conn, struct request *rq,
@@ -288,6 +298,9 @@ static enum MHD_Result dispatch_model(struct MHD_Connection *conn, struct reques
             ret = handle_file(conn, rq, reg, f, rt->kind == ROUTE_FILE_HEADER);
         break;
     }
+    case ROUTE_FETCH:
+        ret = handle_fetch(conn, rq, reg, m);
+        break;
     case ROUTE_TENSOR: {
         const struct reg_tensor *t = registry_find_tensor(m, rt->name, rt->name_len);
         if (!t)
@@ -310,8 +323,9 @@ static enum MHD_Result dispatch(struct MHD_Connection *conn, struct request *rq,
 {
     struct server *srv = rq->srv;
     static const char *const no_args[] = {NULL};
-    static const char *const tensor_args[] = {"slice", "format", NULL};
+    static const char *const tensor_args[] = {"slice", "format", "npy_dtype", NULL};
     static const char *const metrics_args[] = {"format", NULL};
+    static const char *const fetch_args[] = {"q", NULL};
     char err[256];
     struct route rt;
     enum MHD_Result ret;
@@ -340,7 +354,9 @@ static enum MHD_Result dispatch(struct MHD_Connection *conn, struct request *rq,
     int is_get = strcmp(method, MHD_HTTP_METHOD_GET) == 0 || rq->is_head;
     int is_admin = kind == ROUTE_GPU && (strcmp(method, MHD_HTTP_METHOD_POST) == 0 ||
                                          strcmp(method, MHD_HTTP_METHOD_DELETE) == 0);
-    if (!is_get && !is_admin) {
+    /* A fetch POST only reads: it needs the read token, as its GET form does. */
+    int is_fetch_post = kind == ROUTE_FETCH && strcmp(method, MHD_HTTP_METHOD_POST) == 0;
+    if (!is_get && !is_admin && !is_fetch_post) {
         rq->allow = route_allowed_methods(kind);
         ret = respond_error(conn, rq, MHD_HTTP_METHOD_NOT_ALLOWED, "method_not_allowed",
                             "%s is not allowed here; allowed: %s", method, rq->allow);
@@ -354,6 +370,7 @@ static enum MHD_Result dispatch(struct MHD_Connection *conn, struct request *rq,
     }
     struct query_check qc = {
         .allowed = kind == ROUTE_TENSOR ? tensor_args
+                   : kind == ROUTE_FETCH    ? fetch_args
                    : (kind == ROUTE_METRICS || kind == ROUTE_METRICS_TEXT) ? metrics_args
                                                                            : no_args};
     MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, check_arg, &qc);
@@ -490,9 +507,11 @@ static enum MHD_Result refuse_malformed(struct MHD_Connection *mc, struct reques
     if (f.n_length && (f.length_conflict || !all_digits(f.length)))
         return respond_error(mc, rq, MHD_HTTP_BAD_REQUEST, "bad_request",
                              "Content-Length must be one decimal number");
-    if (f.n_length && (strlen(f.length) > 9 || strtoul(f.length, NULL, 10) > MAX_UPLOAD))
+    if (f.n_length || f.n_encoding)
+        rq->upload_limit = upload_limit(rq->srv, url);
+    if (f.n_length && (strlen(f.length) > 19 || strtoull(f.length, NULL, 10) > rq->upload_limit))
         return respond_error(mc, rq, MHD_HTTP_CONTENT_TOO_LARGE, "body_too_large",
-                             "request bodies are limited to %d bytes", MAX_UPLOAD);
+                             "request bodies are limited to %zu bytes here", rq->upload_limit);
     rq->close_after = 0;
     rq->handled = 0;
     return MHD_YES;
@@ -518,7 +537,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
     if (*upload_data_size) {
         /* Accumulate a bounded body (a chunked one can only be found too
          * large as it arrives; header_timeout bounds how long that takes). */
-        if (rq->upload_len + *upload_data_size > MAX_UPLOAD) {
+        if (!rq->upload_limit)
+            rq->upload_limit = upload_limit(rq->srv, url);
+        if (rq->upload_len + *upload_data_size > rq->upload_limit) {
             rq->upload_too_large = 1;
         } else {
             rq->upload = xrealloc(rq->upload, rq->upload_len + *upload_data_size + 1);
@@ -536,7 +557,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
     if (rq->upload_too_large) {
         rq->close_after = 1;
         return respond_error(mc, rq, MHD_HTTP_CONTENT_TOO_LARGE, "body_too_large",
-                             "request bodies are limited to %d bytes", MAX_UPLOAD);
+                             "request bodies are limited to %zu bytes here", rq->upload_limit);
     }
     return dispatch(mc, rq, url, method);
 }

@@ -56,6 +56,7 @@ struct request {
     const char *content_range;  /* extra Content-Range for a 416 */
     char *upload;               /* request body (POST), bounded */
     size_t upload_len;
+    size_t upload_limit;        /* the bound for this endpoint; 0 until the body starts */
     int upload_too_large;
     char *uri;                  /* raw request target, for the access log */
     const char *target;         /* libmicrohttpd's copy of the target (in its line buffer) */

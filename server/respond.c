@@ -304,7 +304,8 @@ struct stream {
     int verify;             /* check file_st after every block read from the file */
     char *prefix_buf;
     struct slice_plan *plan_buf;
-    struct registry *pin;   /* a reference keeping body.prefix alive, or NULL */
+    void *pieces_buf;
+    struct registry *pin;   /* a reference keeping body.prefix (and the pieces' fds) alive, or NULL */
     size_t n_pieces;
     struct piece *pieces;
     char *framing;          /* storage of the multipart framing strings */
@@ -318,6 +319,7 @@ static void stream_free(void *cls)
         close(s->body.fd);
     free(s->prefix_buf);
     free(s->plan_buf);
+    free(s->pieces_buf);
     if (s->pin)
         registry_unref(s->pin);
     free(s->pieces);
@@ -367,8 +369,10 @@ static struct stream *stream_new(struct representation *rep)
     s->body = rep->body;
     s->prefix_buf = rep->prefix_buf;
     s->plan_buf = rep->plan_buf;
+    s->pieces_buf = rep->pieces_buf;
     rep->prefix_buf = NULL;
     rep->plan_buf = NULL;
+    rep->pieces_buf = NULL;
     s->pin = rep->pin ? registry_ref(rep->pin) : NULL;
     s->body.fd = rep->body.fd >= 0 ? fcntl_dupfd(rep->body.fd) : -1;
     if (rep->file_st && s->body.fd >= 0) {
@@ -466,8 +470,9 @@ static struct MHD_Response *span_response(struct request *rq, struct representat
         metrics_add(MC_COPIED_BYTES, len);
         return MHD_create_response_from_buffer(len, buf, MHD_RESPMEM_MUST_FREE);
     }
-    if (rq->srv->cfg->sendfile && body_file_span(&rep->body, off, len, &file_off)) {
-        int fd = fcntl_dupfd(rep->body.fd);
+    int span_fd;
+    if (rq->srv->cfg->sendfile && body_file_span(&rep->body, off, len, &span_fd, &file_off)) {
+        int fd = fcntl_dupfd(span_fd);
         if (fd < 0) {
             *err_status = MHD_HTTP_SERVICE_UNAVAILABLE;
             return NULL;
@@ -617,8 +622,10 @@ static void representation_release(struct representation *rep)
 {
     free(rep->prefix_buf);
     free(rep->plan_buf);
+    free(rep->pieces_buf);
     rep->prefix_buf = NULL;
     rep->plan_buf = NULL;
+    rep->pieces_buf = NULL;
 }
 
 enum MHD_Result respond_body(struct MHD_Connection *conn, struct request *rq,
@@ -633,9 +640,14 @@ enum MHD_Result respond_body(struct MHD_Connection *conn, struct request *rq,
     enum cond c = safe ? evaluate_conditions(conn, rep->etag, rep->mtime, 1) : COND_PROCEED;
     if (c != COND_PROCEED) {
         representation_release(rep);
-        if (c == COND_PRECONDITION_FAILED)
+        /* RFC 9110 13.1.2: a matching If-None-Match answers 304 only to GET
+         * and HEAD; other methods (a POST fetch) get 412. */
+        int safe = rq->is_head || strcmp(rq->method, MHD_HTTP_METHOD_GET) == 0;
+        if (c == COND_PRECONDITION_FAILED || !safe)
             return respond_error(conn, rq, MHD_HTTP_PRECONDITION_FAILED, "precondition_failed",
-                                 "If-Match or If-Unmodified-Since did not hold");
+                                 c == COND_PRECONDITION_FAILED
+                                     ? "If-Match or If-Unmodified-Since did not hold"
+                                     : "If-None-Match or If-Modified-Since matched");
         metrics_add(MC_NOT_MODIFIED, 1);
         /* No body, but the Content-Length a 200 would have (RFC 9110 §8.6:
          * a 304 may carry only that one): libmicrohttpd sends the length of

@@ -20,6 +20,8 @@ struct representation {
     struct body body;            /* what to send; prefix/plan may point into the owned buffers below */
     char *prefix_buf;            /* owned: handed to the response or freed by respond_body */
     struct slice_plan *plan_buf; /* owned likewise */
+    void *pieces_buf;            /* owned likewise: the pieces of a many-piece body (one
+                                  * allocation); their fds belong to the snapshot `pin` */
     const char *mem;             /* body bytes [0, mem_len) already in memory (a file's validated
                                   * header), owned by the snapshot `pin`; NULL when none */
     size_t mem_len;
@@ -35,7 +37,8 @@ struct representation {
 };
 
 /* Answers with rep, honouring the request's conditional and Range headers.
- * Takes ownership of rep->prefix_buf and rep->plan_buf in every case. */
+ * Takes ownership of rep->prefix_buf, rep->plan_buf and rep->pieces_buf in
+ * every case. */
 enum MHD_Result respond_body(struct MHD_Connection *conn, struct request *rq,
                              struct representation *rep);
 

@@ -374,8 +374,10 @@ def random_index(rng, shape):
             idx.append(slice(None))
         elif r < 0.50:
             idx.append(slice(pos(), pos()))
-        elif r < 0.68:
+        elif r < 0.60:
             idx.append(slice(pos(), pos(), int(rng.integers(1, 4))))
+        elif r < 0.68:
+            idx.append(slice(pos(), pos(), -int(rng.integers(1, 4))))
         elif r < 0.78:
             idx.append(slice(pos(), None))
         elif r < 0.88:
