@@ -356,6 +356,7 @@ static enum MHD_Result dispatch(struct MHD_Connection *conn, struct request *rq,
                                          strcmp(method, MHD_HTTP_METHOD_DELETE) == 0);
     /* A fetch POST only reads: it needs the read token, as its GET form does. */
     int is_fetch_post = kind == ROUTE_FETCH && strcmp(method, MHD_HTTP_METHOD_POST) == 0;
+    rq->reads_only = is_get || is_fetch_post;
     if (!is_get && !is_admin && !is_fetch_post) {
         rq->allow = route_allowed_methods(kind);
         ret = respond_error(conn, rq, MHD_HTTP_METHOD_NOT_ALLOWED, "method_not_allowed",

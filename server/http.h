@@ -47,6 +47,9 @@ struct request {
     unsigned status;
     uint64_t body_bytes;        /* body bytes queued (0 for HEAD) */
     int is_head;
+    int reads_only;             /* GET, HEAD, or a POST that only reads (a fetch): preconditions and
+                                 * Range apply to its answer; any other method acts, and its
+                                 * preconditions were evaluated before it did */
     int endpoint;               /* enum metrics_ep */
     int close_after;            /* answer with Connection: close (overload) */
     int handled;                /* the answer has been queued */

@@ -633,21 +633,19 @@ enum MHD_Result respond_body(struct MHD_Connection *conn, struct request *rq,
 {
     enum MHD_Result ret;
     uint64_t size = body_size(&rep->body);
-    /* Preconditions and Range belong to GET and HEAD; a method that acts
-     * (POST) evaluated its preconditions before acting, and its answer is
-     * never partial. */
-    int safe = rq->is_head || strcmp(rq->method, MHD_HTTP_METHOD_GET) == 0;
-    enum cond c = safe ? evaluate_conditions(conn, rep->etag, rep->mtime, 1) : COND_PROCEED;
+    /* Preconditions and Range belong to requests that only read (GET, HEAD,
+     * and a fetch POST, whose Range API.md defines so an interrupted fetch
+     * resumes). A method that acts evaluated its preconditions before acting,
+     * and its answer is never partial. */
+    int get = rq->is_head || strcmp(rq->method, MHD_HTTP_METHOD_GET) == 0;
+    int reads = get || rq->reads_only;
+    enum cond c = reads ? evaluate_conditions(conn, rep->etag, rep->mtime, get) : COND_PROCEED;
     if (c != COND_PROCEED) {
         representation_release(rep);
-        /* RFC 9110 13.1.2: a matching If-None-Match answers 304 only to GET
-         * and HEAD; other methods (a POST fetch) get 412. */
-        int safe = rq->is_head || strcmp(rq->method, MHD_HTTP_METHOD_GET) == 0;
-        if (c == COND_PRECONDITION_FAILED || !safe)
+        if (c == COND_PRECONDITION_FAILED)
             return respond_error(conn, rq, MHD_HTTP_PRECONDITION_FAILED, "precondition_failed",
-                                 c == COND_PRECONDITION_FAILED
-                                     ? "If-Match or If-Unmodified-Since did not hold"
-                                     : "If-None-Match or If-Modified-Since matched");
+                                 get ? "If-Match or If-Unmodified-Since did not hold"
+                                     : "a precondition did not hold");
         metrics_add(MC_NOT_MODIFIED, 1);
         /* No body, but the Content-Length a 200 would have (RFC 9110 §8.6:
          * a 304 may carry only that one): libmicrohttpd sends the length of
@@ -659,7 +657,7 @@ enum MHD_Result respond_body(struct MHD_Connection *conn, struct request *rq,
     }
 
     const char *range_hdr =
-        safe ? MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_RANGE) : NULL;
+        reads ? MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_RANGE) : NULL;
     struct byte_range ranges[RANGE_LIMIT];
     size_t n = 0;
     size_t max_ranges = rq->srv->cfg->max_ranges < RANGE_LIMIT ? rq->srv->cfg->max_ranges : RANGE_LIMIT;
