@@ -68,6 +68,13 @@ int body_read(const struct body *b, uint64_t off, void *buf, size_t len)
     return fileio_pread_full(b->fd, out, len, b->data_off + doff);
 }
 
+const struct fileio_stat *body_piece_stat(const struct body *b, uint64_t off)
+{
+    if (!b->n_pieces || off < b->prefix_len || off - b->prefix_len >= b->data_len)
+        return NULL;
+    return b->pieces[piece_at(b, off - b->prefix_len)].st;
+}
+
 int body_file_span(const struct body *b, uint64_t off, uint64_t len, int *fd, uint64_t *file_off)
 {
     if (off < b->prefix_len || len == 0)

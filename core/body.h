@@ -55,4 +55,8 @@ int body_read(const struct body *b, uint64_t off, void *buf, size_t len);
  * with sendfile). */
 int body_file_span(const struct body *b, uint64_t off, uint64_t len, int *fd, uint64_t *file_off);
 
+/* The validated version of the file that holds data byte `off` of a
+ * many-piece body (body byte off + prefix_len), or NULL when not recorded. */
+const struct fileio_stat *body_piece_stat(const struct body *b, uint64_t off);
+
 #endif

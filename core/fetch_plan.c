@@ -187,7 +187,9 @@ static enum fetch_plan_status add_tensor(struct builder *b, const char *name, si
 
     /* The bytes sent: which file, where, and how they are gathered. */
     hash_both(b, name, name_len + 1);
-    hash_both(b, t->file->etag, strlen(t->file->etag) + 1);
+    char etag[REG_ETAG_MAX];
+    reg_file_etag(t->file, etag);
+    hash_both(b, etag, strlen(etag) + 1);
     hash_u64(b, st->begin);
     hash_u64(b, (uint64_t)st->dtype);
     hash_u64(b, plan.ndim);
@@ -264,7 +266,10 @@ enum fetch_plan_status fetch_plan_build(const struct reg_model *m, const struct 
     /* The model's files (their ETags cover the metadata too) and its name. */
     hash_both(&b, m->name, strlen(m->name) + 1);
     for (size_t i = 0; i < m->n_files; i++) {
-        hash_both(&b, m->files[i].etag, strlen(m->files[i].etag) + 1);
+        char etag[REG_ETAG_MAX];
+        reg_file_etag(&m->files[i], etag);
+        hash_both(&b, etag, strlen(etag) + 1);
+        out->weak |= reg_file_etag_weak(&m->files[i]);
         if (m->files[i].st.mtime_ns > out->mtime_ns)
             out->mtime_ns = m->files[i].st.mtime_ns;
     }

@@ -36,6 +36,7 @@ struct fetch_plan {
     uint64_t data_len;          /* bytes after the prefix */
     size_t n_tensors;           /* in the answer */
     int64_t mtime_ns;           /* the newest mtime of the model's files */
+    int weak;                   /* a file's ETag is weak: so is the answer's */
     uint64_t hash[2];           /* identifies the answer's bytes: the files' ETags, every
                                  * tensor's name and the selection sent */
 };

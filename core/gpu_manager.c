@@ -36,8 +36,7 @@ void gm_instance_free(struct gm_model *m)
         free(m->tensors[i].name);
         free(m->tensors[i].shape);
     }
-    if (m->snap)
-        registry_unref(m->snap);
+    reg_model_unref(m->rm);
     free(m->shards);
     free(m->tensors);
     free(m->name);
@@ -80,8 +79,8 @@ static int same_files(const struct gm_model *m, const struct reg_model *rm)
     return k == m->n_shards;
 }
 
-struct gm_model *do_gm_instance_new(struct gpu_manager *gm, struct registry *snap,
-                                    const struct reg_model *rm, struct gpu_backend *be, int dev)
+struct gm_model *do_gm_instance_new(struct gpu_manager *gm, const struct reg_model *rm,
+                                    struct gpu_backend *be, int dev)
 {
     struct gm_model *m = xcalloc(1, sizeof(*m));
     pthread_mutex_init(&m->render_lock, NULL);
@@ -94,8 +93,7 @@ struct gm_model *do_gm_instance_new(struct gpu_manager *gm, struct registry *sna
         snprintf(m->device, sizeof(m->device), "cuda:%d", be->devices[dev].index);
     m->generation = ++gm->next_generation;
     m->state = GM_LOADING;
-    m->snap = registry_ref(snap);
-    m->rm = rm;
+    m->rm = reg_model_ref(rm);
     size_t *shard_of = xcalloc(rm->n_files ? rm->n_files : 1, sizeof(*shard_of));
     m->shards = xcalloc(rm->n_files ? rm->n_files : 1, sizeof(*m->shards));
     for (size_t i = 0; i < rm->n_files; i++) {
@@ -412,7 +410,7 @@ void gpu_manager_on_reload(struct gpu_manager *gm, struct registry *snap)
             dead_list = dead;
         }
         if (valid) {
-            struct gm_model *nm = do_gm_instance_new(gm, snap, rm, be, dev);
+            struct gm_model *nm = do_gm_instance_new(gm, rm, be, dev);
             nm->startup = startup;
             do_gpu_preload_enqueue(gm, nm);
         } else if (startup && gm->startup_pending > 0) {

@@ -73,6 +73,7 @@ static _Atomic uint64_t last_sec;
 static uint64_t start_ns;
 
 static _Atomic uint64_t g_models, g_invalid, g_files, g_tensors, g_mapped, g_generation;
+static _Atomic uint64_t g_open_files;
 static _Atomic uint64_t g_gpu_resident, g_gpu_leases, g_gpu_bps_bits;
 
 /* Seconds matter here, not nanoseconds: the coarse clock costs a few ns. */
@@ -163,6 +164,7 @@ void metrics_init(void)
     slot_write(start_ns / NS, 0, 0);
     atomic_store(&g_models, 0), atomic_store(&g_invalid, 0), atomic_store(&g_files, 0);
     atomic_store(&g_tensors, 0), atomic_store(&g_mapped, 0), atomic_store(&g_generation, 0);
+    atomic_store(&g_open_files, 0);
     atomic_store(&g_gpu_resident, 0), atomic_store(&g_gpu_leases, 0);
     atomic_store(&g_gpu_bps_bits, 0);
 }
@@ -212,6 +214,11 @@ void metrics_conn_opened(void)
 void metrics_conn_closed(void)
 {
     add(&shard()->conn_closed, 1);
+}
+
+void metrics_set_open_files(uint64_t n)
+{
+    atomic_store_explicit(&g_open_files, n, RELAXED);
 }
 
 void metrics_set_registry(uint64_t models, uint64_t invalid_models, uint64_t files,
@@ -386,6 +393,10 @@ static const struct {
     {MC_LEASES_TOTAL, "tensord_gpu_leases_total", "Leases granted on the IPC socket."},
     {MC_IPC_REFUSED, "tensord_ipc_refused_total",
      "Connections to the IPC socket refused by the allow-list."},
+    {MC_SCAN_ERRORS, "tensord_registry_scan_errors_total",
+     "I/O or resource errors met by rescans; the models they hit kept their previous state."},
+    {MC_TRANSFERS_CUT, "tensord_http_transfers_cut_total",
+     "Answers cut short because the file they were sending was written."},
 };
 
 static void prom_head(struct sb *b, const char *name, const char *type, const char *help)
@@ -476,6 +487,9 @@ char *metrics_render_prometheus(void)
                (double)atomic_load(&g_mapped));
     prom_gauge(&b, "tensord_registry_generation", "Generation of the registry snapshot served.",
                (double)atomic_load(&g_generation));
+    prom_gauge(&b, "tensord_registry_open_files",
+               "Descriptors the served snapshot holds open (one per .safetensors file).",
+               (double)atomic_load(&g_open_files));
     prom_gauge(&b, "tensord_gpu_resident_bytes", "Bytes of model data resident in device memory.",
                (double)atomic_load(&g_gpu_resident));
     prom_gauge(&b, "tensord_gpu_leases_active", "Leases currently held on the IPC socket.",
@@ -525,7 +539,8 @@ static const char *const json_ctr_names[MC_COUNT] = {
     "range_requests",        "multirange_requests", "slice_requests",     "not_modified",
     "range_not_satisfiable", "sendfile_bytes",      "copied_bytes",       "reloads",
     "reload_errors",         "connections_total",   "connections_rejected",
-    "gpu_preload_bytes",     "leases_total",        "ipc_refused"};
+    "gpu_preload_bytes",     "leases_total",        "ipc_refused",        "scan_errors",
+    "transfers_cut"};
 
 char *metrics_render_json(void)
 {
@@ -571,11 +586,12 @@ char *metrics_render_json(void)
     json_histogram(&b, sn->ttfb, sn->ttfb_sum_ns);
     sb_printf(&b,
               ",\"registry\":{\"models\":%llu,\"invalid_models\":%llu,\"files\":%llu,"
-              "\"tensors\":%llu,\"mapped_bytes\":%llu,\"generation\":%llu},",
+              "\"tensors\":%llu,\"mapped_bytes\":%llu,\"generation\":%llu,\"open_files\":%llu},",
               (unsigned long long)atomic_load(&g_models), (unsigned long long)atomic_load(&g_invalid),
               (unsigned long long)atomic_load(&g_files), (unsigned long long)atomic_load(&g_tensors),
               (unsigned long long)atomic_load(&g_mapped),
-              (unsigned long long)atomic_load(&g_generation));
+              (unsigned long long)atomic_load(&g_generation),
+              (unsigned long long)atomic_load(&g_open_files));
     sb_printf(&b,
               "\"gpu\":{\"resident_bytes\":%llu,\"leases_active\":%llu,"
               "\"last_preload_bytes_per_second\":%.1f}}",

@@ -43,6 +43,9 @@ enum metrics_ctr {
     MC_GPU_PRELOAD_BYTES,     /* bytes copied to devices by preloads */
     MC_LEASES_TOTAL,          /* IPC leases granted */
     MC_IPC_REFUSED,           /* IPC connections refused by the allow-list */
+    MC_SCAN_ERRORS,           /* I/O or resource errors met by rescans (the models they hit
+                               * kept their previous state; the rescan is retried) */
+    MC_TRANSFERS_CUT,         /* answers cut short because the file they sent was written */
     MC_COUNT
 };
 
@@ -66,6 +69,8 @@ void metrics_conn_opened(void);
 void metrics_conn_closed(void);
 
 /* Gauges published after each registry scan. */
+/* Descriptors the served snapshot holds open (one per .safetensors file). */
+void metrics_set_open_files(uint64_t n);
 void metrics_set_registry(uint64_t models, uint64_t invalid_models, uint64_t files,
                           uint64_t tensors, uint64_t bytes_mapped, uint64_t generation);
 /* Gauges published by the GPU manager when they change. */

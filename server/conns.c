@@ -1,4 +1,5 @@
-#include "deadline.h"
+/* conns: see conns.h. */
+#include "conns.h"
 
 #include <linux/tcp.h> /* tcpi_bytes_received, which glibc's netinet/tcp.h lacks */
 #include <netinet/in.h>
@@ -13,19 +14,21 @@
 #include "log.h"
 #include "util.h"
 
-struct deadline_conn {
+struct conns_entry {
     int fd;
-    _Atomic uint64_t since_ns;      /* DEADLINE_RECEIVED, DEADLINE_IDLE or when the request began */
+    _Atomic uint64_t send_dev, send_ino; /* the file it sends with sendfile, or 0, 0 */
+    _Atomic uint64_t since_ns;      /* CONN_RECEIVED, CONN_IDLE or when the request began */
     _Atomic uint64_t rx_idle;       /* bytes received when it went idle */
-    struct deadline_conn *prev, *next; /* guarded by deadlines.lock */
+    struct conns_entry *prev, *next; /* guarded by deadlines.lock */
 };
 
-struct deadlines {
-    uint64_t timeout_ns;
+struct conns {
+    uint64_t timeout_ns;            /* 0: no deadline, and no reaper thread */
     pthread_mutex_t lock;           /* guards the list; taken per connection, not per request */
     pthread_cond_t wake;
-    struct deadline_conn head;      /* circular list sentinel */
+    struct conns_entry head;      /* circular list sentinel */
     int stopping;
+    int reaping;                    /* the reaper thread runs */
     pthread_t thread;
 };
 
@@ -44,10 +47,10 @@ static uint64_t bytes_received(int fd)
  * start its clock. Only the idle -> armed change is made here, with a
  * compare-and-swap, so a worker that armed or answered the request in the
  * meantime is never overridden. */
-static void notice_new_request(struct deadline_conn *c, uint64_t now)
+static void notice_new_request(struct conns_entry *c, uint64_t now)
 {
-    uint64_t idle = DEADLINE_IDLE;
-    if (atomic_load_explicit(&c->since_ns, memory_order_acquire) == DEADLINE_IDLE &&
+    uint64_t idle = CONN_IDLE;
+    if (atomic_load_explicit(&c->since_ns, memory_order_acquire) == CONN_IDLE &&
         bytes_received(c->fd) > atomic_load_explicit(&c->rx_idle, memory_order_relaxed))
         atomic_compare_exchange_strong_explicit(&c->since_ns, &idle, now, memory_order_relaxed,
                                                 memory_order_relaxed);
@@ -55,7 +58,7 @@ static void notice_new_request(struct deadline_conn *c, uint64_t now)
 
 static void *reaper(void *arg)
 {
-    struct deadlines *d = arg;
+    struct conns *d = arg;
     pthread_mutex_lock(&d->lock);
     while (!d->stopping) {
         struct timespec until;
@@ -63,14 +66,14 @@ static void *reaper(void *arg)
         until.tv_sec += 1;
         pthread_cond_timedwait(&d->wake, &d->lock, &until);
         uint64_t now = time_mono_ns();
-        for (struct deadline_conn *c = d->head.next; c != &d->head; c = c->next) {
+        for (struct conns_entry *c = d->head.next; c != &d->head; c = c->next) {
             notice_new_request(c, now);
             uint64_t since = atomic_load_explicit(&c->since_ns, memory_order_relaxed);
-            if (deadline_overdue(since, now, d->timeout_ns)) {
+            if (conn_overdue(since, now, d->timeout_ns)) {
                 /* Holding the lock: libmicrohttpd removes a connection here
                  * before it closes the descriptor, so fd is still this socket. */
                 shutdown(c->fd, SHUT_RDWR);
-                atomic_store_explicit(&c->since_ns, DEADLINE_RECEIVED, memory_order_relaxed);
+                atomic_store_explicit(&c->since_ns, CONN_RECEIVED, memory_order_relaxed);
                 log_msg(LOG_DEBUG, "closed a connection that sent no complete request in time");
             }
         }
@@ -79,26 +82,21 @@ static void *reaper(void *arg)
     return NULL;
 }
 
-struct deadlines *deadlines_start(unsigned seconds)
+struct conns *conns_start(unsigned seconds)
 {
-    if (seconds == 0)
-        return NULL;
-    struct deadlines *d = xcalloc(1, sizeof(*d));
+    struct conns *d = xcalloc(1, sizeof(*d));
     d->timeout_ns = (uint64_t)seconds * 1000000000ULL;
     pthread_mutex_init(&d->lock, NULL);
     pthread_cond_init(&d->wake, NULL);
     d->head.next = d->head.prev = &d->head;
-    if (pthread_create(&d->thread, NULL, reaper, d) != 0) {
+    if (seconds && pthread_create(&d->thread, NULL, reaper, d) != 0)
         log_msg(LOG_WARN, "header_timeout is off: cannot start its thread");
-        pthread_mutex_destroy(&d->lock);
-        pthread_cond_destroy(&d->wake);
-        free(d);
-        return NULL;
-    }
+    else
+        d->reaping = seconds > 0;
     return d;
 }
 
-void deadlines_stop(struct deadlines *d)
+void conns_stop(struct conns *d)
 {
     if (!d)
         return;
@@ -106,10 +104,11 @@ void deadlines_stop(struct deadlines *d)
     d->stopping = 1;
     pthread_cond_signal(&d->wake);
     pthread_mutex_unlock(&d->lock);
-    pthread_join(d->thread, NULL);
+    if (d->reaping)
+        pthread_join(d->thread, NULL);
     /* Connections still listed belong to a daemon that is already stopped. */
     while (d->head.next != &d->head) {
-        struct deadline_conn *c = d->head.next;
+        struct conns_entry *c = d->head.next;
         c->prev->next = c->next;
         c->next->prev = c->prev;
         free(c);
@@ -119,11 +118,11 @@ void deadlines_stop(struct deadlines *d)
     free(d);
 }
 
-struct deadline_conn *deadlines_add(struct deadlines *d, int fd)
+struct conns_entry *conns_add(struct conns *d, int fd)
 {
     if (!d)
         return NULL;
-    struct deadline_conn *c = xcalloc(1, sizeof(*c));
+    struct conns_entry *c = xcalloc(1, sizeof(*c));
     c->fd = fd;
     atomic_store(&c->since_ns, time_mono_ns());
     pthread_mutex_lock(&d->lock);
@@ -135,7 +134,7 @@ struct deadline_conn *deadlines_add(struct deadlines *d, int fd)
     return c;
 }
 
-void deadlines_remove(struct deadlines *d, struct deadline_conn *c)
+void conns_remove(struct conns *d, struct conns_entry *c)
 {
     if (!d || !c)
         return;
@@ -146,22 +145,48 @@ void deadlines_remove(struct deadlines *d, struct deadline_conn *c)
     free(c);
 }
 
-void deadline_arm(struct deadline_conn *c)
+void conn_arm(struct conns_entry *c)
 {
     if (c)
         atomic_store_explicit(&c->since_ns, time_mono_ns(), memory_order_relaxed);
 }
 
-void deadline_disarm(struct deadline_conn *c)
+void conn_disarm(struct conns_entry *c)
 {
     if (c)
-        atomic_store_explicit(&c->since_ns, DEADLINE_RECEIVED, memory_order_relaxed);
+        atomic_store_explicit(&c->since_ns, CONN_RECEIVED, memory_order_relaxed);
 }
 
-void deadline_idle(struct deadline_conn *c)
+void conn_sending(struct conns_entry *c, uint64_t dev, uint64_t ino)
+{
+    if (!c)
+        return;
+    atomic_store_explicit(&c->send_dev, dev, memory_order_relaxed);
+    atomic_store_explicit(&c->send_ino, ino, memory_order_relaxed);
+}
+
+unsigned conns_cut_file(struct conns *d, uint64_t dev, uint64_t ino)
+{
+    unsigned n = 0;
+    if (!d)
+        return 0;
+    pthread_mutex_lock(&d->lock);
+    for (struct conns_entry *c = d->head.next; c != &d->head; c = c->next) {
+        if (atomic_load_explicit(&c->send_ino, memory_order_relaxed) == ino &&
+            atomic_load_explicit(&c->send_dev, memory_order_relaxed) == dev && ino != 0) {
+            /* Under the lock, as the reaper: fd is still this socket. */
+            shutdown(c->fd, SHUT_RDWR);
+            n++;
+        }
+    }
+    pthread_mutex_unlock(&d->lock);
+    return n;
+}
+
+void conn_idle(struct conns_entry *c)
 {
     if (!c)
         return;
     atomic_store_explicit(&c->rx_idle, bytes_received(c->fd), memory_order_relaxed);
-    atomic_store_explicit(&c->since_ns, DEADLINE_IDLE, memory_order_release);
+    atomic_store_explicit(&c->since_ns, CONN_IDLE, memory_order_release);
 }

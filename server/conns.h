@@ -1,55 +1,68 @@
-/* deadline: a cap on how long a client may take to send a whole request, its
- * line, headers and body (slowloris). libmicrohttpd 0.9.75 only has an idle
- * timeout, which a client dribbling one byte every few seconds never trips,
- * and it calls no handler until the request line is complete. So each
- * connection is tracked from when it opens, and again from the first byte of
- * each later request, until its request is complete; a reaper thread shuts
- * down the socket of any that overstays, and libmicrohttpd then sees the
- * connection fail and closes it through its own path.
+/* conns: the table of open HTTP connections, for what libmicrohttpd cannot
+ * do itself: cut a connection that takes too long to send its request, and
+ * cut the transfers of a file that changed on disk.
  *
- * Between requests a kept-alive connection is idle, which connection_timeout
- * governs, not this. The first byte of its next request cannot be seen
- * through libmicrohttpd, so the reaper watches the socket's received-byte
- * count (TCP_INFO) of idle connections and starts the clock when it grows:
- * within a second of the first byte, whatever the client sends after it. */
-#ifndef TENSORD_DEADLINE_H
-#define TENSORD_DEADLINE_H
+ * Deadlines (header_timeout, slowloris): libmicrohttpd 0.9.75 only has an
+ * idle timeout, which a client dribbling one byte every few seconds never
+ * trips, and calls no handler until the request line is complete. So each
+ * connection is timed from when it opens, and again from the first byte of
+ * each later request, until its request (line, headers, body) is complete;
+ * a reaper thread shuts down the socket of any that overstays, and
+ * libmicrohttpd then sees the connection fail and closes it through its own
+ * path. Between requests a kept-alive connection is idle, which
+ * connection_timeout governs, not this. The first byte of the next request
+ * cannot be seen through libmicrohttpd, so the reaper watches the socket's
+ * received-byte count (TCP_INFO) of idle connections and starts the clock
+ * when it grows: within a second of the first byte.
+ *
+ * Transfers: a connection sending a file with sendfile records which file
+ * (device and inode); when the watcher learns that a file was written, every
+ * connection sending it is shut down, so its client gets a short body, never
+ * a complete one that mixes two versions. */
+#ifndef TENSORD_CONNS_H
+#define TENSORD_CONNS_H
 
 #include <stdint.h>
 
-struct deadlines;
-struct deadline_conn;
+struct conns;
+struct conns_entry;
 
-/* Starts the reaper for a timeout of `seconds`; returns NULL (no limit) for 0. */
-struct deadlines *deadlines_start(unsigned seconds);
-void deadlines_stop(struct deadlines *d);
+/* A table whose requests must arrive within `seconds` (0: no deadline). */
+struct conns *conns_start(unsigned seconds);
+void conns_stop(struct conns *t);
 
-/* A new connection on socket fd, armed from now. NULL when d is NULL. */
-struct deadline_conn *deadlines_add(struct deadlines *d, int fd);
+/* A new connection on socket fd, timed from now. */
+struct conns_entry *conns_add(struct conns *t, int fd);
 /* Called from libmicrohttpd's close notification, before it closes fd, so
- * the reaper never shuts down a descriptor number that was reused. */
-void deadlines_remove(struct deadlines *d, struct deadline_conn *c);
+ * no socket is ever shut down after its descriptor number was reused. */
+void conns_remove(struct conns *t, struct conns_entry *c);
 
-/* A connection's state word: DEADLINE_RECEIVED while its request is being
- * answered, DEADLINE_IDLE between requests, otherwise the monotonic time (ns)
+/* A connection's state word: CONN_RECEIVED while its request is being
+ * answered, CONN_IDLE between requests, otherwise the monotonic time (ns)
  * its request began, which is larger than both. */
-#define DEADLINE_RECEIVED 0
-#define DEADLINE_IDLE 1
+#define CONN_RECEIVED 0
+#define CONN_IDLE 1
 
 /* Whether a connection in state `since` is overdue at `now`. A request
  * armed after the reaper read its clock has since > now: not overdue
  * (unsigned now - since would wrap to a huge age and shut down a connection
  * in the middle of a normal request). */
-static inline int deadline_overdue(uint64_t since, uint64_t now, uint64_t timeout_ns)
+static inline int conn_overdue(uint64_t since, uint64_t now, uint64_t timeout_ns)
 {
-    return since > DEADLINE_IDLE && now > since && now - since > timeout_ns;
+    return since > CONN_IDLE && now > since && now - since > timeout_ns;
 }
 
 /* A request line arrived: the request is due within the timeout. */
-void deadline_arm(struct deadline_conn *c);
+void conn_arm(struct conns_entry *c);
 /* The whole request (headers and body) has arrived. */
-void deadline_disarm(struct deadline_conn *c);
+void conn_disarm(struct conns_entry *c);
 /* The answer went out: the connection waits for its next request. */
-void deadline_idle(struct deadline_conn *c);
+void conn_idle(struct conns_entry *c);
+/* The connection's answer streams file (dev, ino) from the file itself
+ * (sendfile); (0, 0) when it does not. */
+void conn_sending(struct conns_entry *c, uint64_t dev, uint64_t ino);
+
+/* Shuts down every connection sending file (dev, ino). Returns how many. */
+unsigned conns_cut_file(struct conns *t, uint64_t dev, uint64_t ino);
 
 #endif

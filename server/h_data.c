@@ -1,6 +1,9 @@
 /* Byte endpoints: files, file headers, tensors and slices in every format,
  * and the GPU preload endpoints. */
+#include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,31 +41,65 @@ static void derive_etag(char *out, size_t len, const char *file_etag, char kind,
     snprintf(out, len, "%.*s-%c%016" PRIx64 "\"", (int)(n - 1), file_etag, kind, h);
 }
 
+/* A descriptor of f to answer from: its own when the model keeps it open,
+ * else f opened again below the root (plain files are not kept open), which
+ * *own then tells the caller to close. Answers and returns -1 when f cannot
+ * be read, or is no longer the version the snapshot validated. */
+static int file_fd(struct MHD_Connection *conn, struct request *rq, const struct reg_model *m,
+                   const struct reg_file *f, int *own, enum MHD_Result *ret)
+{
+    *own = 0;
+    if (f->fd >= 0)
+        return f->fd;
+    if (f->error.code != ST_OK) {
+        *ret = respond_error(conn, rq, MHD_HTTP_INTERNAL_SERVER_ERROR, "io_error",
+                             "file \"%.300s\" could not be read: %s", f->name, f->error.message);
+        return -1;
+    }
+    int fd = registry_open_file(m, f, O_RDONLY);
+    if (fd >= 0) {
+        *own = 1;
+        return fd;
+    }
+    if (fd == -ESTALE)
+        *ret = respond_file_changed(conn, rq);
+    else if (fd == -EMFILE || fd == -ENFILE)
+        *ret = respond_error(conn, rq, MHD_HTTP_SERVICE_UNAVAILABLE, "overloaded",
+                             "out of file descriptors");
+    else
+        *ret = respond_error(conn, rq, MHD_HTTP_INTERNAL_SERVER_ERROR, "io_error",
+                             "file \"%.300s\" could not be opened: %s", f->name, strerror(-fd));
+    return -1;
+}
+
 enum MHD_Result handle_file(struct MHD_Connection *conn, struct request *rq,
-                            struct registry *reg, const struct reg_file *f, int header_only)
+                            const struct reg_model *m, const struct reg_file *f, int header_only)
 {
     const struct st_header *h = f->header;
+    enum MHD_Result ret;
+    char file_etag[REG_ETAG_MAX];
     struct representation rep = {
-        .body = {.fd = f->fd, .data_off = 0, .data_len = f->st.size},
+        .body = {.fd = -1, .data_off = 0, .data_len = f->st.size},
         .content_type = content_type_for(f->name),
         .mtime = f->st.mtime_ns / 1000000000,
         .file_st = &f->st,
     };
-    if (f->fd < 0)
-        return respond_error(conn, rq, MHD_HTTP_INTERNAL_SERVER_ERROR, "io_error",
-                             "file \"%.300s\" could not be opened: %s", f->name, f->error.message);
-    _Static_assert(sizeof(rep.etag) >= sizeof(f->etag), "a file's ETag fits");
-    memcpy(rep.etag, f->etag, sizeof(f->etag));
+    if (header_only && !h)
+        return respond_error(conn, rq, MHD_HTTP_BAD_REQUEST, "not_safetensors",
+                             "\"%.300s\" is not a valid safetensors file", f->name);
+    int own;
+    rep.body.fd = file_fd(conn, rq, m, f, &own, &ret);
+    if (rep.body.fd < 0)
+        return ret;
+    reg_file_etag(f, file_etag);
+    snprintf(rep.etag, sizeof(rep.etag), "%s", file_etag);
     if (header_only) {
-        if (!h)
-            return respond_error(conn, rq, MHD_HTTP_BAD_REQUEST, "not_safetensors",
-                                 "\"%.300s\" is not a valid safetensors file", f->name);
         rep.content_type = "application/json";
-        derive_etag(rep.etag, sizeof(rep.etag), f->etag, 'h', 0);
-        if (h->raw) { /* the validated bytes, kept by the snapshot */
+        derive_etag(rep.etag, sizeof(rep.etag), file_etag, 'h', 0);
+        if (h->raw) { /* the validated bytes, kept by the model */
             rep.body = (struct body){.prefix = (const char *)h->raw + ST_PREFIX_LEN,
                                      .prefix_len = h->header_len, .fd = -1};
-            rep.pin = reg;
+            rep.pin = m;
         } else {
             rep.body.data_off = ST_PREFIX_LEN;
             rep.body.data_len = h->header_len;
@@ -72,9 +109,13 @@ enum MHD_Result handle_file(struct MHD_Connection *conn, struct request *rq,
          * bytes=0-7, then fetching it) are answered from memory. */
         rep.mem = (const char *)h->raw;
         rep.mem_len = ST_PREFIX_LEN + h->header_len;
-        rep.pin = reg;
+        rep.pin = m;
     }
-    return respond_body(conn, rq, &rep);
+    int fd = own ? rep.body.fd : -1;
+    ret = respond_body(conn, rq, &rep);
+    if (fd >= 0)
+        close(fd); /* the answer holds its own duplicate */
+    return ret;
 }
 
 /* Returns the decoded value of query parameter `key`, NULL when absent; sets
@@ -195,7 +236,9 @@ enum MHD_Result handle_tensor(struct MHD_Connection *conn, struct request *rq,
     h = hash_fnv1a(spec ? spec : "", spec ? strlen(spec) + 1 : 1, h);
     h = hash_fnv1a(&format, sizeof(format), h);
     h = hash_fnv1a(&npy_raw, sizeof(npy_raw), h);
-    derive_etag(rep.etag, sizeof(rep.etag), f->etag, 't', h);
+    char file_etag[REG_ETAG_MAX];
+    reg_file_etag(f, file_etag);
+    derive_etag(rep.etag, sizeof(rep.etag), file_etag, 't', h);
     ret = respond_body(conn, rq, &rep);
 out:
     free(spec);

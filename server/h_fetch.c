@@ -69,7 +69,7 @@ static enum MHD_Result plan_error(struct MHD_Connection *conn, struct request *r
 }
 
 enum MHD_Result handle_fetch(struct MHD_Connection *conn, struct request *rq,
-                             struct registry *reg, const struct reg_model *m)
+                             const struct reg_model *m)
 {
     const struct config *cfg = rq->srv->cfg;
     int is_post = strcmp(rq->method, MHD_HTTP_METHOD_POST) == 0, bad = 0;
@@ -117,26 +117,26 @@ enum MHD_Result handle_fetch(struct MHD_Connection *conn, struct request *rq,
         ret = plan_error(conn, rq, ps, err);
         goto out;
     }
-    if (!rq->is_head && !files_unchanged(&plan)) {
+    if (!files_unchanged(&plan)) { /* HEAD answers what GET would */
         fetch_plan_free(&plan);
-        ret = respond_error(conn, rq, MHD_HTTP_SERVICE_UNAVAILABLE, "file_changed",
-                            "a file of the model changed on disk since it was validated; retry "
-                            "once the daemon has rescanned it");
+        ret = respond_file_changed(conn, rq);
         goto out;
     }
 
-    /* The pieces borrow the snapshot's descriptors: the answer pins it. */
+    /* The pieces borrow the model's descriptors: the answer pins it. */
     struct representation rep = {
         .body = {.prefix = plan.prefix, .prefix_len = plan.prefix_len, .fd = -1,
                  .data_len = plan.data_len, .pieces = plan.pieces, .n_pieces = plan.n_pieces},
         .prefix_buf = plan.prefix,
         .pieces_buf = plan.pieces_buf,
-        .pin = reg,
+        .pin = m,
         .content_type = "application/octet-stream",
         .mtime = plan.mtime_ns / 1000000000,
     };
-    snprintf(rep.etag, sizeof(rep.etag), "\"f%016" PRIx64 "%016" PRIx64 "\"", plan.hash[0],
-             plan.hash[1]);
+    /* Weak while any file's tag is: the answer is only as provably the same
+     * as the files it is cut from. */
+    snprintf(rep.etag, sizeof(rep.etag), "%s\"f%016" PRIx64 "%016" PRIx64 "\"",
+             plan.weak ? "W/" : "", plan.hash[0], plan.hash[1]);
     ret = respond_body(conn, rq, &rep);
 out:
     free(q);

@@ -10,15 +10,12 @@
 #include "respond.h"
 #include "util.h"
 
-/* A validator for documents derived from a model: its files' ETags determine
- * every byte of them, so equal files give equal documents across restarts. */
-static void model_etag(const struct reg_model *m, const char *kind, char *out, size_t len)
+/* The validator of a model document: a hash of its own bytes, which the
+ * daemon has in full, so it is strong, equal across replicas and restarts
+ * for equal files, and changes whenever a byte of the document does. */
+static void doc_etag(const char *text, size_t len, char *out, size_t outlen)
 {
-    uint64_t h = hash_fnv1a(kind, strlen(kind), HASH_FNV_SEED);
-    h = hash_fnv1a(m->name, strlen(m->name) + 1, h);
-    for (size_t i = 0; i < m->n_files; i++)
-        h = hash_fnv1a(m->files[i].etag, strlen(m->files[i].etag), h);
-    snprintf(out, len, "\"m%016" PRIx64 "\"", h);
+    snprintf(out, outlen, "\"m%016" PRIx64 "\"", hash_fnv1a(text, len, HASH_FNV_SEED));
 }
 
 static json_t *error_json(const struct st_error *e)
@@ -87,8 +84,10 @@ static char *render_model(const struct reg_model *m)
     json_t *files = json_array(), *metadata = json_object(), *tensors = json_object();
     for (size_t i = 0; i < m->n_files; i++) {
         const struct reg_file *f = &m->files[i];
+        char etag[REG_ETAG_MAX];
+        reg_file_etag(f, etag);
         json_t *o = json_pack("{s:s,s:I,s:s}", "name", f->name, "size", (json_int_t)f->st.size,
-                              "etag", f->etag);
+                              "etag", etag);
         if (!o)
             continue;
         json_object_set_new(o, "header_length", f->header ? json_integer((json_int_t)f->header->header_len)
@@ -151,13 +150,11 @@ static char *render_header(const struct reg_model *m)
     return dump_json(doc);
 }
 
-/* Answers with the snapshot's cached document; the response keeps the
- * snapshot alive until it is sent. */
+/* Answers with the model's cached document; the response keeps the model
+ * alive until it is sent. */
 static enum MHD_Result respond_model_doc(struct MHD_Connection *conn, struct request *rq,
-                                         struct registry *reg, const struct reg_model *m,
-                                         enum reg_doc_kind kind,
-                                         char *(*render)(const struct reg_model *m),
-                                         const char *etag_kind)
+                                         const struct reg_model *m, enum reg_doc_kind kind,
+                                         char *(*render)(const struct reg_model *m))
 {
     size_t len;
     const char *text = registry_model_doc(m, kind, render, &len);
@@ -165,20 +162,20 @@ static enum MHD_Result respond_model_doc(struct MHD_Connection *conn, struct req
         return respond_error(conn, rq, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal",
                              "could not encode model \"%.300s\" as JSON", m->name);
     char etag[40];
-    model_etag(m, etag_kind, etag, sizeof(etag));
-    return respond_json_text(conn, rq, text, len, etag, reg);
+    doc_etag(text, len, etag, sizeof(etag));
+    return respond_json_text(conn, rq, text, len, etag, m);
 }
 
 enum MHD_Result handle_model(struct MHD_Connection *conn, struct request *rq,
-                             struct registry *reg, const struct reg_model *m)
+                             const struct reg_model *m)
 {
-    return respond_model_doc(conn, rq, reg, m, REG_DOC_MODEL, render_model, "model");
+    return respond_model_doc(conn, rq, m, REG_DOC_MODEL, render_model);
 }
 
 enum MHD_Result handle_model_header(struct MHD_Connection *conn, struct request *rq,
-                                    struct registry *reg, const struct reg_model *m)
+                                    const struct reg_model *m)
 {
-    return respond_model_doc(conn, rq, reg, m, REG_DOC_HEADER, render_header, "header");
+    return respond_model_doc(conn, rq, m, REG_DOC_HEADER, render_header);
 }
 
 enum MHD_Result handle_healthz(struct MHD_Connection *conn, struct request *rq)

@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "auth.h"
-#include "deadline.h"
+#include "conns.h"
 #include "handlers.h"
 #include "log.h"
 #include "metrics.h"
@@ -67,7 +67,7 @@ static size_t keep_escaped(void *cls, struct MHD_Connection *c, char *s)
 struct conn {
     int fd;                         /* the socket */
     int tls;                        /* TLS connection: nothing may be written around libmicrohttpd */
-    struct deadline_conn *deadline; /* header_timeout tracking; NULL when off */
+    struct conns_entry *entry;    /* its row in the connection table */
     struct request *rq;             /* the request being received or answered, or NULL */
 };
 
@@ -87,8 +87,10 @@ static void request_end(struct request *rq, const char *range, unsigned status, 
     metrics_request_done((enum metrics_ep)rq->endpoint, status, sent, now - rq->start_ns, ttfb);
     log_access(rq->method[0] ? rq->method : "-", rq->uri, status, sent, now - rq->start_ns, range);
     atomic_fetch_sub(&rq->srv->in_flight, 1);
-    if (rq->owner)
+    if (rq->owner) {
+        conn_sending(rq->owner->entry, 0, 0);
         rq->owner->rq = NULL;
+    }
     free(rq->upload);
     free(rq->uri);
     free(rq);
@@ -121,7 +123,7 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *mc)
      * notification (a request line it failed to store): end that one now. */
     if (c && c->rq)
         request_end(c->rq, NULL, 0, 0);
-    deadline_arm(c ? c->deadline : NULL); /* the request is now due */
+    conn_arm(c ? c->entry : NULL); /* the request is now due */
     struct request *rq = xcalloc(1, sizeof(*rq));
     rq->srv = cls;
     rq->owner = c;
@@ -165,7 +167,7 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
     /* A body cut short (client gone, file shrank) did not deliver what was queued. */
     uint64_t sent = toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? rq->body_bytes : 0;
     /* Idle until its next request begins (connection_timeout governs that). */
-    deadline_idle(rq->owner ? rq->owner->deadline : NULL);
+    conn_idle(rq->owner ? rq->owner->entry : NULL);
     request_end(rq, MHD_lookup_connection_value(mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_RANGE),
                 status, sent);
 }
@@ -182,7 +184,7 @@ static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_co
         struct conn *c = xcalloc(1, sizeof(*c));
         c->fd = ci ? ci->connect_fd : -1;
         c->tls = (srv->daemon_flags & MHD_USE_TLS) != 0;
-        c->deadline = c->fd >= 0 ? deadlines_add(srv->deadlines, c->fd) : NULL;
+        c->entry = c->fd >= 0 ? conns_add(srv->conns, c->fd) : NULL;
         *socket_context = c;
     } else {
         struct conn *c = *socket_context;
@@ -193,10 +195,24 @@ static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_co
              * headers went with the connection's memory pool. */
             if (c->rq)
                 request_end(c->rq, NULL, c->rq->status, 0);
-            deadlines_remove(srv->deadlines, c->deadline);
+            conns_remove(srv->conns, c->entry);
             free(c);
         }
         *socket_context = NULL;
+    }
+}
+
+void http_sending(struct request *rq, const struct fileio_stat *st)
+{
+    if (rq->owner && st)
+        conn_sending(rq->owner->entry, st->dev, st->ino);
+}
+
+void http_request_rescan(struct server *srv)
+{
+    uint64_t one = 1;
+    if (srv->rescan_fd >= 0 && write(srv->rescan_fd, &one, sizeof(one)) < 0) {
+        /* EAGAIN: the counter is full, a rescan is asked for already */
     }
 }
 
@@ -272,7 +288,7 @@ static enum MHD_Result dispatch_model(struct MHD_Connection *conn, struct reques
         goto out;
     }
     if (rt->kind == ROUTE_MODEL) {
-        ret = handle_model(conn, rq, reg, m);
+        ret = handle_model(conn, rq, m);
         goto out;
     }
     if (rt->kind == ROUTE_GPU) {
@@ -286,7 +302,7 @@ static enum MHD_Result dispatch_model(struct MHD_Connection *conn, struct reques
     }
     switch (rt->kind) {
     case ROUTE_MODEL_HEADER:
-        ret = handle_model_header(conn, rq, reg, m);
+        ret = handle_model_header(conn, rq, m);
         break;
     case ROUTE_FILE:
     case ROUTE_FILE_HEADER: {
@@ -295,11 +311,11 @@ static enum MHD_Result dispatch_model(struct MHD_Connection *conn, struct reques
             ret = respond_error(conn, rq, MHD_HTTP_NOT_FOUND, "file_not_found",
                                 "model \"%.300s\" has no file \"%.300s\"", m->name, rt->name);
         else
-            ret = handle_file(conn, rq, reg, f, rt->kind == ROUTE_FILE_HEADER);
+            ret = handle_file(conn, rq, m, f, rt->kind == ROUTE_FILE_HEADER);
         break;
     }
     case ROUTE_FETCH:
-        ret = handle_fetch(conn, rq, reg, m);
+        ret = handle_fetch(conn, rq, m);
         break;
     case ROUTE_TENSOR: {
         const struct reg_tensor *t = registry_find_tensor(m, rt->name, rt->name_len);
@@ -554,7 +570,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
     if (rq->handled)
         return MHD_YES;
     rq->handled = 1;
-    deadline_disarm(rq->owner ? rq->owner->deadline : NULL); /* the whole request is in */
+    conn_disarm(rq->owner ? rq->owner->entry : NULL); /* the whole request is in */
     if (rq->upload_too_large) {
         rq->close_after = 1;
         return respond_error(mc, rq, MHD_HTTP_CONTENT_TOO_LARGE, "body_too_large",
@@ -653,7 +669,7 @@ int http_start(struct server *srv, char *errbuf, size_t errlen)
         {MHD_OPTION_HTTPS_PRIORITIES, 0, TLS_PRIORITIES},
         {MHD_OPTION_END, 0, NULL},
     };
-    srv->deadlines = deadlines_start(cfg->header_timeout);
+    srv->conns = conns_start(cfg->header_timeout);
     srv->daemon_flags = flags;
     srv->daemon = MHD_start_daemon(
         flags, 0, accept_policy, srv, on_request, srv,
@@ -675,8 +691,8 @@ int http_start(struct server *srv, char *errbuf, size_t errlen)
     if (!srv->daemon) {
         /* lfd is not closed: libmicrohttpd closes it on most of its failure
          * paths, and the process exits next. */
-        deadlines_stop(srv->deadlines);
-        srv->deadlines = NULL;
+        conns_stop(srv->conns);
+        srv->conns = NULL;
         snprintf(errbuf, errlen, "cannot serve on %s: libmicrohttpd refused the options%s",
                  cfg->listen, (flags & MHD_USE_TLS) ? " (check tls_cert and tls_key)" : "");
         return -1;
@@ -693,6 +709,6 @@ void http_stop(struct server *srv, unsigned drain_ms)
         usleep(10000);
     MHD_stop_daemon(srv->daemon);
     srv->daemon = NULL;
-    deadlines_stop(srv->deadlines);
-    srv->deadlines = NULL;
+    conns_stop(srv->conns);
+    srv->conns = NULL;
 }

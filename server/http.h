@@ -16,7 +16,7 @@
 #include "registry.h"
 
 struct gpu_manager;
-struct deadlines;
+struct conns;
 
 struct server {
     const struct config *cfg;
@@ -24,12 +24,13 @@ struct server {
     struct gpu_manager *gpu;        /* NULL when GPU sharing is not set up */
     struct MHD_Daemon *daemon;
     unsigned daemon_flags;          /* the MHD_USE_* flags it was started with */
-    struct deadlines *deadlines;    /* header_timeout reaper; NULL when off */
+    struct conns *conns;            /* the open connections: header deadlines, files being sent */
     atomic_uint connections;        /* open HTTP connections */
     atomic_uint in_flight;          /* requests being answered */
     atomic_int ready;               /* first scan done */
     atomic_int draining;            /* stopping: refuse new connections, close after each answer */
     char *read_token, *admin_token; /* bearer tokens; NULL when auth is off */
+    int rescan_fd;                  /* eventfd the daemon rescans on (http_request_rescan); -1 */
 };
 
 /* Why a request is refused before dispatch (found while it was received). */
@@ -66,6 +67,15 @@ struct request {
     size_t target_len;          /* its length up to the first NUL, as first seen */
     enum request_reject reject;
 };
+
+/* Records that rq's answer sends file st with sendfile, so that a write to
+ * that file cuts the connection (conns_cut_file). */
+void http_sending(struct request *rq, const struct fileio_stat *st);
+
+/* Asks the daemon's main loop to rescan the models root (a request found a
+ * file changed since its snapshot validated it). Async-signal and thread
+ * safe; never blocks. */
+void http_request_rescan(struct server *srv);
 
 /* Starts the daemon on cfg->listen. Returns 0 or -1 with errbuf. */
 int http_start(struct server *srv, char *errbuf, size_t errlen);

@@ -26,8 +26,8 @@
 /* Most parts one multipart answer can have, whatever max_ranges says. */
 #define RANGE_LIMIT 256
 
-/* Responses own a duplicate of the snapshot's descriptor, so a reload can
- * close the snapshot while a download is still going. */
+/* Responses own a duplicate of the model file's descriptor, so a reload can
+ * free the model while a download is still going. */
 static int fcntl_dupfd(int fd)
 {
     return fcntl(fd, F_DUPFD_CLOEXEC, 0);
@@ -274,7 +274,7 @@ enum MHD_Result respond_json(struct MHD_Connection *conn, struct request *rq, un
 
 enum MHD_Result respond_json_text(struct MHD_Connection *conn, struct request *rq,
                                   const char *text, size_t len, const char *etag,
-                                  struct registry *pin)
+                                  const struct reg_model *pin)
 {
     struct representation rep = {
         .body = {.prefix = text, .prefix_len = len, .fd = -1},
@@ -305,7 +305,8 @@ struct stream {
     char *prefix_buf;
     struct slice_plan *plan_buf;
     void *pieces_buf;
-    struct registry *pin;   /* a reference keeping body.prefix (and the pieces' fds) alive, or NULL */
+    const struct reg_model *pin; /* a reference keeping body.prefix (and the pieces' fds) alive,
+                                  * or NULL */
     size_t n_pieces;
     struct piece *pieces;
     char *framing;          /* storage of the multipart framing strings */
@@ -320,8 +321,7 @@ static void stream_free(void *cls)
     free(s->prefix_buf);
     free(s->plan_buf);
     free(s->pieces_buf);
-    if (s->pin)
-        registry_unref(s->pin);
+    reg_model_unref(s->pin);
     free(s->pieces);
     free(s->framing);
     free(s);
@@ -373,7 +373,7 @@ static struct stream *stream_new(struct representation *rep)
     rep->prefix_buf = NULL;
     rep->plan_buf = NULL;
     rep->pieces_buf = NULL;
-    s->pin = rep->pin ? registry_ref(rep->pin) : NULL;
+    s->pin = reg_model_ref(rep->pin);
     s->body.fd = rep->body.fd >= 0 ? fcntl_dupfd(rep->body.fd) : -1;
     if (rep->file_st && s->body.fd >= 0) {
         s->file_st = *rep->file_st;
@@ -390,11 +390,11 @@ static ssize_t never_read(void *cls, uint64_t pos, char *buf, size_t max)
 
 static void unpin(void *cls)
 {
-    registry_unref(cls);
+    reg_model_unref(cls);
 }
 
-/* Where body bytes [off, off + len) are held in memory that a snapshot
- * keeps alive (a file's validated header, a cached document), or NULL. */
+/* Where body bytes [off, off + len) are held in memory that a model keeps
+ * alive (a file's validated header, a cached document), or NULL. */
 static const char *pinned_span(const struct representation *rep, uint64_t off, uint64_t len)
 {
     if (!rep->pin)
@@ -408,7 +408,7 @@ static const char *pinned_span(const struct representation *rep, uint64_t off, u
 
 /* Answers body bytes [off, off + len) without reading or copying them when
  * they are already in memory: pinned memory (the response holds a reference
- * to the snapshot until it is sent), or the representation's own buffer
+ * to the model until it is sent), or the representation's own buffer
  * when it is the whole body (handed over). Returns NULL otherwise. */
 static struct MHD_Response *memory_response(struct representation *rep, uint64_t off,
                                             uint64_t len)
@@ -417,9 +417,9 @@ static struct MHD_Response *memory_response(struct representation *rep, uint64_t
     const char *mem = pinned_span(rep, off, len);
     if (mem) {
         struct MHD_Response *resp = MHD_create_response_from_buffer_with_free_callback_cls(
-            (size_t)len, (void *)mem, unpin, registry_ref(rep->pin));
+            (size_t)len, (void *)mem, unpin, reg_model_ref(rep->pin));
         if (!resp)
-            registry_unref(rep->pin); /* out of memory: the reference was not taken over */
+            reg_model_unref(rep->pin); /* out of memory: the reference was not taken over */
         else
             metrics_add(MC_COPIED_BYTES, len);
         return resp;
@@ -478,9 +478,13 @@ static struct MHD_Response *span_response(struct request *rq, struct representat
             return NULL;
         }
         metrics_add(MC_SENDFILE_BYTES, len);
+        /* sendfile sends what the file holds as it goes: a write to the file
+         * must cut this connection (the watcher does, through conns). */
+        http_sending(rq, rep->body.n_pieces ? body_piece_stat(&rep->body, off) : rep->file_st);
         return MHD_create_response_from_fd_at_offset64(len, fd, file_off);
     }
     struct stream *s = stream_new(rep);
+    http_sending(rq, rep->file_st); /* a write that keeps size and mtime is cut too */
     s->n_pieces = 1;
     s->pieces = xcalloc(1, sizeof(struct piece));
     s->pieces[0] = (struct piece){.body_off = off, .len = len, .out_off = 0};
@@ -530,16 +534,16 @@ static struct MHD_Response *multipart_response(struct request *rq, struct repres
     }
     *total_out = out;
     struct stream *s = stream_new(rep);
+    http_sending(rq, rep->file_st);
     s->framing = framing;
     s->pieces = pieces;
     s->n_pieces = np;
     return MHD_create_response_from_callback(out, STREAM_BLOCK, stream_read, s, stream_free);
 }
 
-/* The file changed on disk since it was validated; the watcher is already
- * rescanning it, so the client should retry shortly. */
-static enum MHD_Result respond_file_changed(struct MHD_Connection *conn, struct request *rq)
+enum MHD_Result respond_file_changed(struct MHD_Connection *conn, struct request *rq)
 {
+    http_request_rescan(rq->srv);
     return respond_error(conn, rq, MHD_HTTP_SERVICE_UNAVAILABLE, "file_changed",
                          "the file changed on disk since it was validated; retry once the "
                          "daemon has rescanned it");
@@ -684,7 +688,7 @@ enum MHD_Result respond_body(struct MHD_Connection *conn, struct request *rq,
      * block is read, and libmicrohttpd 0.9.75 leaves the connection open until
      * the idle timeout when that first block fails: check a changed file now
      * (small bodies are checked right after their read; bytes sent from the
-     * snapshot's memory are the validated ones and need no check). */
+     * model's memory are the validated ones and need no check). */
     uint64_t first_off = rr == RANGE_OK ? ranges[0].start : 0;
     uint64_t first_len = rr == RANGE_OK ? ranges[0].len : size;
     int multipart = rr == RANGE_OK && n > 1;

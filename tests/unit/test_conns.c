@@ -1,11 +1,12 @@
-/* Tests server/deadline.c with socketpairs: an armed connection past the
- * timeout is shut down (its peer reads EOF); a disarmed one is left alone. */
+/* Tests server/conns.c with socket pairs: an armed connection past the
+ * timeout is shut down (its peer reads EOF), a disarmed or idle one is left
+ * alone, and cutting a file shuts down exactly the connections sending it. */
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "deadline.h"
+#include "conns.h"
 #include "test.h"
 
 /* Returns 1 when fd reads EOF within ms milliseconds. */
@@ -18,12 +19,23 @@ static int peer_sees_eof(int fd, int ms)
 
 TEST(off_when_zero)
 {
-    CHECK(deadlines_start(0) == NULL);
-    CHECK(deadlines_add(NULL, 3) == NULL);
-    deadline_arm(NULL);
-    deadline_disarm(NULL);
-    deadlines_remove(NULL, NULL);
-    deadlines_stop(NULL);
+    /* No deadline: connections are tracked, never timed out. */
+    int p[2];
+    CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, p) == 0);
+    struct conns *t = conns_start(0);
+    CHECK(t != NULL);
+    struct conns_entry *e = conns_add(t, p[0]);
+    conn_arm(e);
+    CHECK(!peer_sees_eof(p[1], 1500));
+    conns_remove(t, e);
+    conns_stop(t);
+    close(p[0]);
+    close(p[1]);
+    conn_arm(NULL);
+    conn_disarm(NULL);
+    conn_sending(NULL, 1, 2);
+    CHECK(conns_cut_file(NULL, 1, 2) == 0);
+    conns_stop(NULL);
 }
 
 /* The reaper reads its clock once per pass; a request armed after that has
@@ -32,12 +44,12 @@ TEST(off_when_zero)
 TEST(overdue_arithmetic)
 {
     const uint64_t s = 1000000000ULL;
-    CHECK(!deadline_overdue(0, 100 * s, 10 * s));          /* nothing pending */
-    CHECK(!deadline_overdue(95 * s, 100 * s, 10 * s));     /* 5 s old */
-    CHECK(deadline_overdue(89 * s, 100 * s, 10 * s));      /* 11 s old */
-    CHECK(!deadline_overdue(100 * s + 1, 100 * s, 10 * s)); /* armed after the clock read */
-    CHECK(!deadline_overdue(100 * s, 100 * s, 10 * s));
-    CHECK(!deadline_overdue(DEADLINE_IDLE, 100 * s, 10 * s)); /* between requests */
+    CHECK(!conn_overdue(0, 100 * s, 10 * s));          /* nothing pending */
+    CHECK(!conn_overdue(95 * s, 100 * s, 10 * s));     /* 5 s old */
+    CHECK(conn_overdue(89 * s, 100 * s, 10 * s));      /* 11 s old */
+    CHECK(!conn_overdue(100 * s + 1, 100 * s, 10 * s)); /* armed after the clock read */
+    CHECK(!conn_overdue(100 * s, 100 * s, 10 * s));
+    CHECK(!conn_overdue(CONN_IDLE, 100 * s, 10 * s)); /* between requests */
 }
 
 /* A connected pair of loopback TCP sockets: fd[0] the server side. */
@@ -65,23 +77,23 @@ TEST(idle_connection_is_timed_from_its_next_request)
     int idle[2], busy[2];
     CHECK(tcp_pair(idle) == 0);
     CHECK(tcp_pair(busy) == 0);
-    struct deadlines *d = deadlines_start(1);
-    struct deadline_conn *a = deadlines_add(d, idle[0]);
-    struct deadline_conn *b = deadlines_add(d, busy[0]);
+    struct conns *d = conns_start(1);
+    struct conns_entry *a = conns_add(d, idle[0]);
+    struct conns_entry *b = conns_add(d, busy[0]);
     char c = 'G';
     CHECK(write(idle[1], "GET / HTTP/1.1\r\n\r\n", 18) == 18); /* the first request */
     CHECK(write(busy[1], "GET / HTTP/1.1\r\n\r\n", 18) == 18);
     CHECK(read(idle[0], (char[64]){0}, 64) == 18);
     CHECK(read(busy[0], (char[64]){0}, 64) == 18);
-    deadline_idle(a); /* both answered */
-    deadline_idle(b);
+    conn_idle(a); /* both answered */
+    conn_idle(b);
     CHECK(!peer_sees_eof(idle[1], 2500));
     CHECK(write(busy[1], &c, 1) == 1); /* the next request begins, and stalls */
     CHECK(peer_sees_eof(busy[1], 3500));
     CHECK(!peer_sees_eof(idle[1], 200));
-    deadlines_remove(d, a);
-    deadlines_remove(d, b);
-    deadlines_stop(d);
+    conns_remove(d, a);
+    conns_remove(d, b);
+    conns_stop(d);
     for (int i = 0; i < 2; i++) {
         close(idle[i]);
         close(busy[i]);
@@ -93,22 +105,52 @@ TEST(armed_is_shut_down_disarmed_is_not)
     int slow[2], done[2];
     CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, slow) == 0);
     CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, done) == 0);
-    struct deadlines *d = deadlines_start(1);
+    struct conns *d = conns_start(1);
     CHECK(d != NULL);
-    struct deadline_conn *a = deadlines_add(d, slow[0]);
-    struct deadline_conn *b = deadlines_add(d, done[0]);
-    deadline_disarm(b); /* its headers arrived */
+    struct conns_entry *a = conns_add(d, slow[0]);
+    struct conns_entry *b = conns_add(d, done[0]);
+    conn_disarm(b); /* its headers arrived */
     CHECK(peer_sees_eof(slow[1], 3500));
     CHECK(!peer_sees_eof(done[1], 200));
     /* Re-armed by a new request line, it is due again. */
-    deadline_arm(b);
+    conn_arm(b);
     CHECK(peer_sees_eof(done[1], 3500));
-    deadlines_remove(d, a);
-    deadlines_remove(d, b);
-    deadlines_stop(d);
+    conns_remove(d, a);
+    conns_remove(d, b);
+    conns_stop(d);
     for (int i = 0; i < 2; i++) {
         close(slow[i]);
         close(done[i]);
+    }
+}
+
+/* Only the connections sending the changed file are cut. */
+TEST(cut_file)
+{
+    int a[2], b[2], c[2];
+    CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, a) == 0);
+    CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, b) == 0);
+    CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, c) == 0);
+    struct conns *t = conns_start(0);
+    struct conns_entry *ea = conns_add(t, a[0]), *eb = conns_add(t, b[0]), *ec = conns_add(t, c[0]);
+    conn_sending(ea, 7, 100);
+    conn_sending(eb, 7, 101);
+    conn_sending(ec, 8, 100); /* same inode number, another device */
+    CHECK(conns_cut_file(t, 7, 100) == 1);
+    CHECK(peer_sees_eof(a[1], 500));
+    CHECK(!peer_sees_eof(b[1], 100) && !peer_sees_eof(c[1], 100));
+    conn_sending(eb, 0, 0); /* its answer ended */
+    CHECK(conns_cut_file(t, 7, 101) == 0);
+    CHECK(conns_cut_file(t, 0, 0) == 0);
+    CHECK(!peer_sees_eof(b[1], 100));
+    conns_remove(t, ea);
+    conns_remove(t, eb);
+    conns_remove(t, ec);
+    conns_stop(t);
+    for (int i = 0; i < 2; i++) {
+        close(a[i]);
+        close(b[i]);
+        close(c[i]);
     }
 }
 
@@ -118,5 +160,6 @@ int main(void)
     RUN(overdue_arithmetic);
     RUN(armed_is_shut_down_disarmed_is_not);
     RUN(idle_connection_is_timed_from_its_next_request);
+    RUN(cut_file);
     return TEST_SUMMARY();
 }

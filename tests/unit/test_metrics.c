@@ -203,7 +203,7 @@ TEST(json_rendering)
     CHECK_CONTAINS(j, "\"models\":{\"requests\":{\"1xx\":0,\"2xx\":1,");
     CHECK_CONTAINS(j, "\"duration_seconds\":{\"count\":1,\"sum\":0.002000000,");
     CHECK_CONTAINS(j, "\"registry\":{\"models\":2,\"invalid_models\":0,\"files\":3,\"tensors\":4,"
-                      "\"mapped_bytes\":5,\"generation\":6}");
+                      "\"mapped_bytes\":5,\"generation\":6,\"open_files\":0}");
     CHECK_CONTAINS(j, "\"last_preload_bytes_per_second\":0.0");
     CHECK(strstr(j, "nan") == NULL);
     CHECK_CONTAINS(j, "\"per_second\":{\"1s\":");
