@@ -86,7 +86,7 @@ CLIENT_OBJ := $(CLIENT_SRC:%.c=$(BUILD)/obj/%.o)
 UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 FUZZ_BIN   := $(FUZZ_SRC:tests/fuzz/%.c=build/fuzz/%)
 
-.PHONY: all deps deps-apt run test unit fuzz fuzz-smoke install clean integration print-% bench bench-header soak tsan-test
+.PHONY: all deps deps-apt run test unit fuzz fuzz-smoke install clean integration print-% bench bench-header bench-sha256 soak tsan-test
 all: $(BUILD)/tensord $(BUILD)/libtensord-client.so $(BUILD)/tensord-client
 
 $(BUILD)/obj/%.o: %.c
@@ -134,8 +134,8 @@ fuzz: $(FUZZ_BIN)
 
 # Debian packages the build, the tests and the benchmarks need. Installed
 # only when missing, so `make test` on a provisioned machine does not touch apt.
-DEB_PKGS := build-essential pkg-config libmicrohttpd-dev liburing-dev libjansson-dev \
-            libdlpack-dev clang libclang-rt-14-dev python3-numpy python3-pytest curl \
+DEB_PKGS := build-essential pkg-config libmicrohttpd-dev liburing-dev libjansson-dev libssl-dev \
+            nettle-dev libdlpack-dev clang libclang-rt-14-dev python3-numpy python3-pytest curl \
             prometheus systemd nginx-light wrk man-db groff-base python3-venv python3-torch
 deps: deps-apt $(VENV)/.installed
 deps-apt:
@@ -180,6 +180,14 @@ bench-header: $(BUILD)/libtensord-core.a
 	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -o $(BUILD)/bench_st_header bench/bench_st_header.c \
 	  $(BUILD)/libtensord-core.a $(LDLIBS)
 	$(BUILD)/bench_st_header
+
+# SHA-256 and SHA-1 GB/s on one core, OpenSSL's libcrypto against nettle
+# (docs/PERFORMANCE.md "Content hashes"). nettle is linked only here.
+bench-sha256:
+	@mkdir -p $(BUILD)
+	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -o $(BUILD)/bench_sha256 bench/bench_sha256.c \
+	  $(shell pkg-config --libs libcrypto nettle)
+	$(BUILD)/bench_sha256
 
 # Load and soak (not part of `make test`): SOAK_SECONDS of mixed traffic.
 SOAK_SECONDS ?= 60
