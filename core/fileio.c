@@ -35,6 +35,7 @@ int fileio_open_regular(int dirfd, const char *name, struct fileio_stat *st)
     if (st) {
         st->size = (uint64_t)sb.st_size;
         st->mtime_ns = (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec;
+        st->ctime_ns = (int64_t)sb.st_ctim.tv_sec * 1000000000 + sb.st_ctim.tv_nsec;
         st->dev = (uint64_t)sb.st_dev;
         st->ino = (uint64_t)sb.st_ino;
     }
