@@ -26,7 +26,7 @@ BUILD      ?= build/san-$(subst $(comma),-,$(SANITIZER))
 endif
 comma := ,
 
-PKGS       := libmicrohttpd liburing jansson
+PKGS       := libmicrohttpd liburing jansson libcrypto
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 
