@@ -26,6 +26,7 @@
 
 #include "auth.h"
 #include "gpu_manager.h"
+#include "hasher.h"
 #include "http.h"
 #include "log.h"
 #include "metrics.h"
@@ -153,6 +154,7 @@ static int rescan(struct server *srv, uint64_t generation)
     publish_registry_metrics(next);
     if (srv->gpu)
         gpu_manager_on_reload(srv->gpu, next);
+    hasher_submit(srv->hasher, next);
     registry_holder_swap(&srv->registry, next);
     notify_systemd("STATUS=serving %zu models (generation %llu)", next->n_models,
                    (unsigned long long)generation);
@@ -184,6 +186,13 @@ int daemon_run(const struct config *cfg)
     pthread_sigmask(SIG_BLOCK, &mask, NULL);
     sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
 
+    char *state_dir = config_state_dir_path(cfg);
+    struct hasher_opts ho = {.threads = cfg->hash_threads,
+                             .max_bytes_per_second = cfg->hash_max_bytes_per_second,
+                             .state_dir = state_dir};
+    srv.hasher = hasher_new(&ho);
+    free(state_dir);
+
     notify_systemd("STATUS=scanning %s", cfg->models);
     struct st_error serr;
     struct registry *reg = scan_and_trim(cfg->models, generation, &serr);
@@ -196,6 +205,7 @@ int daemon_run(const struct config *cfg)
             reg->root, reg->n_models, reg->n_invalid, reg->n_files, reg->n_tensors,
             (double)reg->scan_ns / 1e6);
     publish_registry_metrics(reg);
+    hasher_submit(srv.hasher, reg);
     registry_holder_init(&srv.registry, reg);
 
     srv.gpu = gpu_manager_new(cfg, &srv.registry);
@@ -249,6 +259,7 @@ int daemon_run(const struct config *cfg)
             break;
         }
     }
+    hasher_stop(srv.hasher); /* first: it resumes anyone waiting for a hash */
     http_stop(&srv, DRAIN_MS);
     rc = 0;
 out_registry:
@@ -256,6 +267,7 @@ out_registry:
         gpu_manager_free(srv.gpu);
     registry_holder_destroy(&srv.registry);
 out:
+    hasher_free(srv.hasher);
     if (ifd >= 0)
         close(ifd);
     if (sfd >= 0)

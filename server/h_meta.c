@@ -2,23 +2,54 @@
  * readiness and metrics. */
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "gpu_manager.h"
 #include "handlers.h"
+#include "hasher.h"
 #include "metrics.h"
 #include "respond.h"
 #include "util.h"
 
-/* A validator for documents derived from a model: its files' ETags determine
+/* The hex SHA-256 of each file of a model, "" while unknown. */
+typedef char sha256_hex[2 * DIGEST_SHA256_LEN + 1];
+
+/* A validator for documents derived from a model: its files' ETags and, for
+ * the description, which of their hashes are known (sha, or NULL) determine
  * every byte of them, so equal files give equal documents across restarts. */
-static void model_etag(const struct reg_model *m, const char *kind, char *out, size_t len)
+static void model_etag(const struct reg_model *m, const char *kind, const sha256_hex *sha,
+                       char *out, size_t len)
 {
     uint64_t h = hash_fnv1a(kind, strlen(kind), HASH_FNV_SEED);
     h = hash_fnv1a(m->name, strlen(m->name) + 1, h);
-    for (size_t i = 0; i < m->n_files; i++)
+    for (size_t i = 0; i < m->n_files; i++) {
         h = hash_fnv1a(m->files[i].etag, strlen(m->files[i].etag), h);
+        if (sha)
+            h = hash_fnv1a(sha[i], strlen(sha[i]) + 1, h);
+    }
     snprintf(out, len, "\"m%016" PRIx64 "\"", h);
+}
+
+/* Fills sha[i] for every file of m whose hash is known; returns how many. */
+static size_t model_hashes(struct server *srv, const struct reg_model *m, sha256_hex *sha)
+{
+    size_t known = 0;
+    for (size_t i = 0; i < m->n_files; i++) {
+        struct hash_entry e;
+        sha[i][0] = '\0';
+        if (hasher_lookup(srv->hasher, &m->files[i], &e)) {
+            digest_hex(e.sha256, DIGEST_SHA256_LEN, sha[i]);
+            known++;
+        }
+    }
+    return known;
+}
+
+static json_t *hashes_json(size_t known, size_t files)
+{
+    return json_pack("{s:I,s:I,s:b}", "known", (json_int_t)known, "files", (json_int_t)files,
+                     "complete", known == files);
 }
 
 static json_t *error_json(const struct st_error *e)
@@ -60,6 +91,9 @@ enum MHD_Result handle_models(struct MHD_Connection *conn, struct request *rq,
     json_t *list = json_array();
     for (size_t i = 0; i < reg->n_models; i++) {
         const struct reg_model *m = reg->models[i];
+        size_t known = 0;
+        for (size_t k = 0; k < m->n_files; k++)
+            known += hasher_lookup(rq->srv->hasher, &m->files[k], NULL);
         json_t *o = json_pack("{s:s,s:s,s:b,s:I,s:I,s:I}", "name", m->name, "state",
                               m->state == MODEL_READY ? "ready" : "invalid", "sharded",
                               m->sharded, "files", (json_int_t)m->n_files, "tensors",
@@ -69,20 +103,32 @@ enum MHD_Result handle_models(struct MHD_Connection *conn, struct request *rq,
         if (m->state != MODEL_READY)
             json_object_set_new(o, "error", error_json(&m->error));
         json_object_set_new(o, "gpu", gpu_summary(rq->srv, m));
+        json_object_set_new(o, "hashes", hashes_json(known, m->n_files));
         json_array_append_new(list, o);
     }
     /* Whether this host can preload to a GPU, and if not, why. */
     json_t *gpu = rq->srv->gpu ? gpu_manager_status_json(rq->srv->gpu)
                                : json_pack("{s:b,s:s}", "available", 0, "reason",
                                            "GPU sharing is not running");
-    json_t *doc = json_pack("{s:o,s:I,s:o}", "models", list, "generation",
-                            (json_int_t)reg->generation, "gpu", gpu);
-    /* GPU states change without a reload, so the list carries no validator. */
+    struct hasher_progress hp;
+    hasher_progress(rq->srv->hasher, &hp);
+    json_t *hashing = json_pack(
+        "{s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:f}", "state",
+        hp.files_pending ? "hashing" : "idle", "files", (json_int_t)hp.files, "bytes",
+        (json_int_t)hp.bytes, "files_known", (json_int_t)hp.files_known, "bytes_known",
+        (json_int_t)hp.bytes_known, "files_pending", (json_int_t)hp.files_pending,
+        "bytes_pending", (json_int_t)hp.bytes_pending, "files_failed",
+        (json_int_t)hp.files_failed, "bytes_per_second", hp.bytes_per_second);
+    json_t *doc = json_pack("{s:o,s:I,s:o,s:o}", "models", list, "generation",
+                            (json_int_t)reg->generation, "gpu", gpu, "hashing", hashing);
+    /* GPU states and hashes change without a reload, so the list carries no validator. */
     return respond_json(conn, rq, MHD_HTTP_OK, doc, NULL);
 }
 
-/* The description of a model (GET /v1/models/{model}), rendered once per snapshot. */
-static char *render_model(const struct reg_model *m)
+/* The description of a model (GET /v1/models/{model}) with the hashes
+ * known so far (sha; known of them). Once all are known it cannot change
+ * for the snapshot's lifetime and is rendered once (render_model_cached). */
+static char *render_model(const struct reg_model *m, const sha256_hex *sha, size_t known)
 {
     json_t *files = json_array(), *metadata = json_object(), *tensors = json_object();
     for (size_t i = 0; i < m->n_files; i++) {
@@ -93,6 +139,7 @@ static char *render_model(const struct reg_model *m)
             continue;
         json_object_set_new(o, "header_length", f->header ? json_integer((json_int_t)f->header->header_len)
                                                           : json_null());
+        json_object_set_new(o, "sha256", sha[i][0] ? json_string(sha[i]) : json_null());
         if (f->is_safetensors && f->error.code != ST_OK)
             json_object_set_new(o, "error", error_json(&f->error));
         json_array_append_new(files, o);
@@ -123,7 +170,17 @@ static char *render_model(const struct reg_model *m)
         json_object_set_new(doc, "index", json_string(m->index_file->name));
     if (m->state != MODEL_READY)
         json_object_set_new(doc, "error", error_json(&m->error));
+    json_object_set_new(doc, "hashes", hashes_json(known, m->n_files));
     return dump_json(doc);
+}
+
+/* registry_model_doc's renderers see only the model; the complete hashes
+ * come through this, set by handle_model around the call. */
+static _Thread_local const sha256_hex *render_sha;
+
+static char *render_model_cached(const struct reg_model *m)
+{
+    return render_model(m, render_sha, m->n_files);
 }
 
 /* The merged header of all shards (GET /v1/models/{model}/header), rendered
@@ -157,7 +214,7 @@ static enum MHD_Result respond_model_doc(struct MHD_Connection *conn, struct req
                                          struct registry *reg, const struct reg_model *m,
                                          enum reg_doc_kind kind,
                                          char *(*render)(const struct reg_model *m),
-                                         const char *etag_kind)
+                                         const char *etag_kind, const sha256_hex *sha)
 {
     size_t len;
     const char *text = registry_model_doc(m, kind, render, &len);
@@ -165,20 +222,36 @@ static enum MHD_Result respond_model_doc(struct MHD_Connection *conn, struct req
         return respond_error(conn, rq, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal",
                              "could not encode model \"%.300s\" as JSON", m->name);
     char etag[40];
-    model_etag(m, etag_kind, etag, sizeof(etag));
+    model_etag(m, etag_kind, sha, etag, sizeof(etag));
     return respond_json_text(conn, rq, text, len, etag, reg);
 }
 
 enum MHD_Result handle_model(struct MHD_Connection *conn, struct request *rq,
                              struct registry *reg, const struct reg_model *m)
 {
-    return respond_model_doc(conn, rq, reg, m, REG_DOC_MODEL, render_model, "model");
+    sha256_hex *sha = xmalloc((m->n_files ? m->n_files : 1) * sizeof(*sha));
+    size_t known = model_hashes(rq->srv, m, sha);
+    enum MHD_Result r;
+    if (known == m->n_files) {
+        render_sha = sha;
+        r = respond_model_doc(conn, rq, reg, m, REG_DOC_MODEL, render_model_cached, "model", sha);
+        render_sha = NULL;
+    } else {
+        /* Still hashing: rendered for this answer only. */
+        char *text = render_model(m, sha, known), etag[40];
+        model_etag(m, "model", sha, etag, sizeof(etag));
+        r = text ? respond_json_text(conn, rq, text, strlen(text), etag, NULL)
+                 : respond_error(conn, rq, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal",
+                                 "could not encode model \"%.300s\" as JSON", m->name);
+    }
+    free(sha);
+    return r;
 }
 
 enum MHD_Result handle_model_header(struct MHD_Connection *conn, struct request *rq,
                                     struct registry *reg, const struct reg_model *m)
 {
-    return respond_model_doc(conn, rq, reg, m, REG_DOC_HEADER, render_header, "header");
+    return respond_model_doc(conn, rq, reg, m, REG_DOC_HEADER, render_header, "header", NULL);
 }
 
 enum MHD_Result handle_healthz(struct MHD_Connection *conn, struct request *rq)

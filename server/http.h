@@ -17,11 +17,13 @@
 
 struct gpu_manager;
 struct deadlines;
+struct hasher;
 
 struct server {
     const struct config *cfg;
     struct registry_holder registry;
     struct gpu_manager *gpu;        /* NULL when GPU sharing is not set up */
+    struct hasher *hasher;          /* content hashes of the served files */
     struct MHD_Daemon *daemon;
     struct deadlines *deadlines;    /* header_timeout reaper; NULL when off */
     atomic_uint connections;        /* open HTTP connections */

@@ -74,6 +74,7 @@ class Daemon:
         self.proc = None
         self.port = None
         self.log_path = os.path.join(workdir, "tensord.log")
+        self.state_dir = os.path.join(workdir, "state")
 
     @property
     def pid(self):
@@ -96,6 +97,9 @@ class Daemon:
             cmd = self.prefix + [binary, "serve", "--models", self.models,
                    "--listen", f"127.0.0.1:{self.port}", "--threads", "2",
                    "--ipc-socket", os.path.join(self.workdir, "tensord.sock")]
+            if not any(a.startswith(("--state-dir", "--state_dir")) for a in self.extra_args):
+                # Content hashes persist here, never in the machine's /var/lib/tensord.
+                cmd += ["--state-dir", self.state_dir]
             cmd += self.extra_args + shlex.split(os.environ.get("TENSORD_ARGS", ""))
             log = open(self.log_path, "ab")
             log.write(("\n$ " + " ".join(shlex.quote(c) for c in cmd) + "\n").encode())
