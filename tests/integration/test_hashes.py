@@ -2,8 +2,9 @@
 /v1/models/{m} equals Python's hashlib over the file; a restart from the same
 state directory hashes nothing (the metrics say so); a rewritten file gets a
 new hash even with its size and mtime restored; a file changed while it is
-being hashed never gets a wrong hash recorded; a corrupt or unusable state
-directory costs a re-hash, never the service.
+being hashed never gets a wrong hash recorded; `tensord verify` finds a
+tampered record; a corrupt or unusable state directory costs a re-hash, never
+the service.
 
 The state file is read here by an independent parser written from the format
 in core/hashfile.h, checksum included."""
@@ -11,6 +12,7 @@ import hashlib
 import json
 import os
 import shutil
+import subprocess
 import tempfile
 import time
 
@@ -97,6 +99,15 @@ def parse_state(path):
         entries[key] = (f[5], None if f[6] == "-" else f[6])
     assert int(end[1]) == len(entries)
     return entries
+
+
+def write_state(path, entries):
+    """The state file format, written independently of tensord."""
+    body = "tensord-hashes 1\n" + "".join(
+        f"{k[0]} {k[1]} {k[2]} {k[3]} {k[4]} {v[0]} {v[1] or '-'}\n"
+        for k, v in sorted(entries.items()))
+    with open(path, "w") as f:
+        f.write(body + f"end {len(entries)} {hashlib.sha256(body.encode()).hexdigest()}\n")
 
 
 def identity(path):
@@ -252,6 +263,60 @@ def test_a_file_changed_while_hashed_never_gets_a_wrong_hash(watch):
         assert all(v[0] == sha256_file(path) for k, v in state.items() if k[1] == ino)
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def run_verify(*args):
+    p = subprocess.run([tdutil.tensord_bin(), "verify", *args], capture_output=True, text=True,
+                       timeout=60)
+    return p.returncode, p.stdout, p.stderr
+
+
+def test_verify(tree):
+    base, root, files = tree
+    state_dir = os.path.join(base, "state")
+    with daemon(base, root) as d:
+        wait_hashed(d)
+    rc, out, err = run_verify("--state-dir", state_dir, root)
+    assert rc == 0, out + err
+    lines = out.splitlines()
+    for paths in files.values():
+        for p in paths.values():
+            assert f"OK        {sha256_file(p)}  {p}" in lines, (p, out)
+    assert lines[-1] == "6 files: 6 ok, 0 mismatched, 0 not cached, 0 errors"
+    rc, out, _ = run_verify("--state-dir", state_dir, os.path.join(root, "org", "b"),
+                            files["a"]["config.json"])
+    assert rc == 0 and out.splitlines()[-1].startswith("4 files: 4 ok")
+
+    # A record that disagrees with the bytes (bit rot, or a tampered state file).
+    state_file = os.path.join(state_dir, "hashes")
+    saved = open(state_file, "rb").read()
+    entries = parse_state(state_file)
+    victim = files["org/b"]["model-00002-of-00002.safetensors"]
+    good = entries[identity(victim)]
+    entries[identity(victim)] = ("0" * 64, good[1])
+    write_state(state_file, entries)
+    rc, out, _ = run_verify("--state-dir", state_dir, root)
+    assert rc == 1, out
+    assert f"MISMATCH  {good[0]}  {victim} (recorded {'0' * 64})" in out.splitlines()
+    assert "1 mismatched" in out
+
+    # A file changed since it was hashed has no record for what it is now.
+    with open(state_file, "wb") as f:
+        f.write(saved)
+    os.chmod(files["a"]["config.json"], 0o600)  # ctime moves
+    rc, out, _ = run_verify("--state-dir", state_dir, root)
+    assert rc == 3, out
+    assert f"UNCACHED  {sha256_file(files['a']['config.json'])}  {files['a']['config.json']}" \
+        in out.splitlines()
+
+    assert run_verify("--state-dir", state_dir)[0] == 2
+    assert run_verify("--bogus", root)[0] == 2
+    rc, out, _ = run_verify("--state-dir", state_dir, os.path.join(base, "missing"))
+    assert rc == 1 and "ERROR" in out
+    with open(state_file, "w") as f:
+        f.write("garbage\n")
+    rc, _, err = run_verify("--state-dir", state_dir, root)
+    assert rc == 1 and "hashes:1: not a tensord hash file" in err
 
 
 def test_a_corrupt_state_file_costs_a_rehash(tree):
