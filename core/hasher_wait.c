@@ -85,6 +85,21 @@ void hasher_call_fired(struct hasher *h, struct hwait *fire)
     pthread_mutex_unlock(&h->lock);
 }
 
+/* Drops j's links to waiters that already fired (timed out): a client that
+ * asks again and again for a slow file must not grow the list for as long
+ * as the file takes. */
+static void do_prune(struct job *j)
+{
+    size_t out = 0;
+    for (size_t k = 0; k < j->n_waits; k++) {
+        if (j->waits[k]->fired)
+            hasher_do_release(j->waits[k]);
+        else
+            j->waits[out++] = j->waits[k];
+    }
+    j->n_waits = out;
+}
+
 /* The job each file still waits on, or NULL when its hash is known. Returns
  * -1 when some file will not be hashed. */
 static int pending_jobs(struct hasher *h, const struct reg_file *const *files, size_t n,
@@ -137,6 +152,8 @@ enum hasher_state hasher_want(struct hasher *h, const struct reg_file *const *fi
                 h->waiters->prev = w;
             h->waiters = w;
         }
+        if (j->n_waits == j->cap_waits)
+            do_prune(j);
         if (j->n_waits == j->cap_waits) {
             j->cap_waits = j->cap_waits ? 2 * j->cap_waits : 2;
             j->waits = xrealloc(j->waits, j->cap_waits * sizeof(*j->waits));

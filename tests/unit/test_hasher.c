@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "hashfile.h"
-#include "hasher.h"
+#include "hasher_int.h" /* one test looks at a job's waiter list */
 #include "metrics.h"
 #include "test.h"
 #include "util.h"
@@ -366,6 +366,28 @@ TEST(hard_links_are_hashed_once)
     free(to);
 }
 
+/* A client asking again and again for a file that takes long (here: never
+ * hashed) must not grow the job's waiter list with every timed-out wait. */
+TEST(timed_out_waiters_do_not_pile_up)
+{
+    new_root();
+    write_model("m", 100, 1, NULL);
+    struct registry *r = scan();
+    struct hasher *h = start(3600ull * 1000000000, 0, 0);
+    hasher_submit(h, r);
+    const struct reg_file *f = file_of(r, "m", "model.safetensors");
+    for (int i = 0; i < 200; i++)
+        CHECK(hasher_wait(h, &f, 1, 1) == HASHER_TIMEOUT);
+    struct hash_id id;
+    hash_id_from_stat(&f->st, &id);
+    pthread_mutex_lock(&h->lock);
+    struct job *j = hasher_find_job(h, h->set, &id);
+    CHECK(j != NULL && j->n_waits <= 2);
+    pthread_mutex_unlock(&h->lock);
+    hasher_free(h);
+    registry_unref(r);
+}
+
 struct churn {
     struct hasher *h;
     struct registry *_Atomic cur;
@@ -449,6 +471,7 @@ int main(void)
     RUN(waiters_hear_gone_and_stopped_once);
     RUN(unopened_files_are_unavailable);
     RUN(hard_links_are_hashed_once);
+    RUN(timed_out_waiters_do_not_pile_up);
     RUN(reloads_under_waiters);
     char *cmd = xasprintf("rm -rf %s", base);
     CHECK(system(cmd) == 0);
