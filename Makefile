@@ -26,7 +26,7 @@ BUILD      ?= build/san-$(subst $(comma),-,$(SANITIZER))
 endif
 comma := ,
 
-PKGS       := libmicrohttpd liburing jansson
+PKGS       := libmicrohttpd liburing jansson libcrypto
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 
@@ -86,7 +86,7 @@ CLIENT_OBJ := $(CLIENT_SRC:%.c=$(BUILD)/obj/%.o)
 UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 FUZZ_BIN   := $(FUZZ_SRC:tests/fuzz/%.c=build/fuzz/%)
 
-.PHONY: all deps deps-apt run test unit fuzz fuzz-smoke install clean integration print-% bench bench-header bench-leases bench-remote soak tsan-test dist
+.PHONY: all deps deps-apt run test unit fuzz fuzz-smoke install clean integration print-% bench bench-header bench-leases bench-remote bench-sha256 bench-hash soak tsan-test dist
 all: $(BUILD)/tensord $(BUILD)/libtensord-client.so $(BUILD)/tensord-client
 
 $(BUILD)/obj/%.o: %.c
@@ -136,8 +136,8 @@ fuzz: $(FUZZ_BIN)
 
 # Debian packages the build, the tests and the benchmarks need. Installed
 # only when missing, so `make test` on a provisioned machine does not touch apt.
-DEB_PKGS := build-essential pkg-config libmicrohttpd-dev liburing-dev libjansson-dev \
-            libdlpack-dev clang libclang-rt-14-dev python3-numpy python3-pytest curl \
+DEB_PKGS := build-essential pkg-config libmicrohttpd-dev liburing-dev libjansson-dev libssl-dev \
+            nettle-dev libdlpack-dev clang libclang-rt-14-dev python3-numpy python3-pytest curl \
             prometheus systemd nginx-light wrk man-db groff-base python3-venv python3-torch aria2
 deps: deps-apt $(VENV)/.installed
 deps-apt:
@@ -194,6 +194,21 @@ bench-header: $(BUILD)/libtensord-core.a
 # over 1,000 open/close cycles (docs/GPU.md, issue 12).
 bench-leases: all
 	@$(PYTHON) bench/leases.py
+
+# SHA-256 and SHA-1 GB/s on one core, OpenSSL's libcrypto against nettle
+# (docs/PERFORMANCE.md "Content hashes"). nettle is linked only here.
+bench-sha256:
+	@mkdir -p $(BUILD)
+	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -o $(BUILD)/bench_sha256 bench/bench_sha256.c \
+	  $(shell pkg-config --libs libcrypto nettle)
+	$(BUILD)/bench_sha256
+
+# Time to hash a 2 GB sharded repo with an empty state directory and after a
+# restart (docs/PERFORMANCE.md "Content hashes"); the repo is generated in a
+# temporary directory and removed.
+bench-hash: deps
+	@$(MAKE) --no-print-directory all
+	@$(PYTHON) bench/bench_hash.py
 
 # Load and soak (not part of `make test`): SOAK_SECONDS of mixed traffic.
 SOAK_SECONDS ?= 60

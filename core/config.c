@@ -89,6 +89,15 @@ static const struct opt options[] = {
      "with pread and aborts a download whose file changes in place"},
     {"watch", "server", OPT_BOOL, "true", 0, 1, OFF(watch), NOLIST,
      "rescan the models root when files change (inotify); SIGHUP always rescans"},
+    {"state_dir", "server", OPT_STRING, "", 0, 0, OFF(state_dir), 0, 0, NULL, check_no_ctl,
+     "directory for state kept across restarts (content hashes); empty = $STATE_DIRECTORY, "
+     "else /var/lib/tensord as root, else $XDG_STATE_HOME/tensord or ~/.local/state/tensord"},
+    {"hash_threads", "hash", OPT_UINT, "2", 1, 64, OFF(hash_threads), NOLIST,
+     "threads computing the SHA-256 of served files in the background"},
+    {"hash_max_bytes_per_second", "hash", OPT_SIZE, "0", 0, 1024 * K * K * K * K,
+     OFF(hash_max_bytes_per_second), NOLIST,
+     "read rate of background hashing, all threads together; 0 = no limit (files a client "
+     "waits for are never limited)"},
     {"access_log", "log", OPT_STRING, "-", 0, 0, OFF(access_log), 0, 0, NULL, check_no_ctl,
      "access log: a file path, \"-\" for stderr, or \"off\""},
     {"log_level", "log", OPT_ENUM, "info", 0, 0, OFF(log_level), 0, 0, "error|warn|info|debug",
@@ -683,6 +692,24 @@ char *config_ipc_socket_path(const struct config *cfg)
         return xasprintf("%.*s/tensord.sock", (int)n, rd);
     }
     return xstrdup("/run/tensord/tensord.sock");
+}
+
+char *config_state_dir_path(const struct config *cfg)
+{
+    if (cfg->state_dir && cfg->state_dir[0])
+        return xstrdup(cfg->state_dir);
+    const char *sd = getenv("STATE_DIRECTORY");
+    if (sd && sd[0] == '/')
+        return xasprintf("%.*s", (int)strcspn(sd, ":"), sd);
+    if (geteuid() == 0)
+        return xstrdup("/var/lib/tensord");
+    const char *xdg = getenv("XDG_STATE_HOME");
+    if (xdg && xdg[0] == '/')
+        return xasprintf("%s/tensord", xdg);
+    const char *home = getenv("HOME");
+    if (home && home[0] == '/')
+        return xasprintf("%s/.local/state/tensord", home);
+    return NULL;
 }
 
 unsigned config_effective_threads(const struct config *cfg)

@@ -29,6 +29,10 @@ struct config {
     uint64_t max_fetch_bytes;       /* largest fetch answer, 413 beyond; 0 = unlimited */
     int watch;                      /* rescan on inotify events in the models root */
     int sendfile;                   /* zero-copy contiguous spans; off: copy and verify every block */
+    char *state_dir;                /* state kept across restarts; empty = automatic */
+    /* [hash] */
+    unsigned hash_threads;          /* background SHA-256 threads */
+    uint64_t hash_max_bytes_per_second; /* their combined read rate, 0 = unlimited */
     /* [log] */
     char *access_log;               /* "-" = stderr, "off", or a path */
     char *log_level;                /* error, warn, info, debug */
@@ -69,6 +73,13 @@ void config_free(struct config *cfg);
  * /run/tensord/tensord.sock. Caller frees. When RUNTIME_DIRECTORY holds
  * several ':'-separated paths, the first one is used. */
 char *config_ipc_socket_path(const struct config *cfg);
+/* The state directory: state_dir when set, else $STATE_DIRECTORY
+ * (systemd's StateDirectory=; the first of several ':'-separated paths),
+ * else /var/lib/tensord when running as root, else
+ * $XDG_STATE_HOME/tensord, else $HOME/.local/state/tensord. NULL when none
+ * of these can be had (no HOME): state is then kept in memory only. Caller
+ * frees. */
+char *config_state_dir_path(const struct config *cfg);
 /* threads, with 0 resolved to the number of online CPUs (at least 1). */
 unsigned config_effective_threads(const struct config *cfg);
 

@@ -13,7 +13,8 @@
 struct fileio_stat {
     uint64_t size;
     int64_t mtime_ns;
-    int64_t ctime_ns;
+    int64_t ctime_ns;          /* status change: with the rest, the identity content hashes
+                                * are kept under */
     uint64_t dev, ino;
     uint64_t nlink;            /* links to it: an unlink or rename also changes ctime */
 };

@@ -77,6 +77,14 @@ void metrics_set_registry(uint64_t models, uint64_t invalid_models, uint64_t fil
 void metrics_set_gpu(uint64_t bytes_resident, uint64_t leases_active,
                      double last_preload_bytes_per_second);
 
+/* Content hashing (core/hasher): bytes read into SHA-256, files whose hash
+ * was recorded, files that could not be read. Added as they happen. */
+void metrics_hash_progress(uint64_t bytes, uint64_t files, uint64_t errors);
+/* Gauges about the latest snapshot's files: still to hash (queued, waiting
+ * to retry or being hashed) and their bytes, with a known hash, in all. */
+void metrics_set_hashing(uint64_t files_pending, uint64_t bytes_pending, uint64_t files_known,
+                         uint64_t files);
+
 /* Renderings of a consistent-enough snapshot (each shard is read once).
  * Caller frees. */
 char *metrics_render_json(void);

@@ -449,15 +449,46 @@ int registry_open_file(const struct reg_model *m, const struct reg_file *f, int 
     return fd;
 }
 
+void reg_file_set_hashes(const struct reg_file *cf, const unsigned char sha256[32],
+                         const unsigned char *git_sha1)
+{
+    struct reg_file *f = (struct reg_file *)cf;
+    int none = 0;
+    if (!atomic_compare_exchange_strong_explicit(&f->hashed, &none, REG_HASHING,
+                                                 memory_order_acquire, memory_order_relaxed))
+        return;
+    memcpy(f->sha256, sha256, sizeof(f->sha256));
+    if (git_sha1) {
+        memcpy(f->git_sha1, git_sha1, sizeof(f->git_sha1));
+        f->has_git_sha1 = 1;
+    }
+    atomic_store_explicit(&f->hashed, REG_HASHED, memory_order_release);
+}
+
+int reg_file_hashed(const struct reg_file *f)
+{
+    return atomic_load_explicit(&((struct reg_file *)f)->hashed, memory_order_acquire) ==
+           REG_HASHED;
+}
+
+int reg_file_sha256_hex(const struct reg_file *f, char *out)
+{
+    static const char hex[] = "0123456789abcdef";
+    out[0] = '\0';
+    if (!reg_file_hashed(f))
+        return 0;
+    for (int i = 0; i < 32; i++) {
+        out[2 * i] = hex[f->sha256[i] >> 4];
+        out[2 * i + 1] = hex[f->sha256[i] & 15];
+    }
+    out[64] = '\0';
+    return 1;
+}
+
 void reg_file_etag(const struct reg_file *f, char *out)
 {
-    if (atomic_load_explicit(&((struct reg_file *)f)->hashed, memory_order_acquire)) {
-        static const char hex[] = "0123456789abcdef";
+    if (reg_file_sha256_hex(f, out + 1)) {
         out[0] = '"';
-        for (int i = 0; i < 32; i++) {
-            out[1 + 2 * i] = hex[f->sha256[i] >> 4];
-            out[2 + 2 * i] = hex[f->sha256[i] & 15];
-        }
         out[65] = '"';
         out[66] = '\0';
         return;
@@ -467,7 +498,7 @@ void reg_file_etag(const struct reg_file *f, char *out)
 
 int reg_file_etag_weak(const struct reg_file *f)
 {
-    return !atomic_load_explicit(&((struct reg_file *)f)->hashed, memory_order_acquire);
+    return !reg_file_hashed(f);
 }
 
 const struct reg_tensor *registry_find_tensor(const struct reg_model *m, const char *name, size_t len)

@@ -34,10 +34,14 @@ struct reg_file {
     int fd;                    /* .safetensors files: open for the model's lifetime; -1 for other
                                 * files (opened per answer: registry_open_file) and on errors */
     struct fileio_stat st;     /* the version that was validated and is served */
-    /* The sha256 of this version's content, once known (computed in the
-     * background): written once, then `hashed` is set with release order. */
+    /* This version's content hashes, once known (the hasher computes them
+     * in the background): the one part of a model filled in after it was
+     * built, written once (reg_file_set_hashes) and read after `hashed` says
+     * REG_HASHED. */
     unsigned char sha256[32];
-    atomic_int hashed;
+    unsigned char git_sha1[20]; /* the git blob id, when has_git_sha1 */
+    unsigned char has_git_sha1;
+    atomic_int hashed;         /* 0, REG_HASHING while being written, REG_HASHED */
     int is_safetensors;        /* name ends in ".safetensors" */
     struct st_header *header;  /* parsed header; NULL for plain or invalid files */
     uint64_t data_start;       /* file offset of the data buffer: 8 + header_len */
@@ -151,6 +155,19 @@ const struct reg_file *registry_find_file(const struct reg_model *m, const char 
  * the descriptor, -ESTALE when the path now leads to another file or another
  * version of it, or another negative errno. */
 int registry_open_file(const struct reg_model *m, const struct reg_file *f, int flags);
+
+#define REG_HASHING 1
+#define REG_HASHED 2
+
+/* Records f's content hashes (git_sha1 may be NULL). The first call wins;
+ * later ones change nothing. Any thread. */
+void reg_file_set_hashes(const struct reg_file *f, const unsigned char sha256[32],
+                         const unsigned char *git_sha1);
+/* Whether f's hashes are known. */
+int reg_file_hashed(const struct reg_file *f);
+/* Writes f's sha256 as 64 hex digits and a NUL into out (65 bytes) and
+ * returns 1 when it is known; returns 0 (out "") otherwise. */
+int reg_file_sha256_hex(const struct reg_file *f, char *out);
 
 /* The ETag of file f's content: "<sha256 hex>" once its hash is known,
  * before that W/"<size>-<mtime ns>" (see fileio_etag: a weak tag, which never

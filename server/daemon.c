@@ -27,6 +27,7 @@
 #include "auth.h"
 #include "conns.h"
 #include "gpu_manager.h"
+#include "hasher.h"
 #include "http.h"
 #include "log.h"
 #include "metrics.h"
@@ -192,6 +193,7 @@ static void rescan(struct loop *l)
     check_fd_budget(srv, next);
     if (srv->gpu)
         gpu_manager_on_reload(srv->gpu, next);
+    hasher_submit(srv->hasher, next);
     registry_holder_swap(&srv->registry, next);
     watch_files(l->watch, next); /* the holder keeps next alive: its descriptors are valid */
     notify_systemd("STATUS=serving %zu models (generation %llu)", next->n_models,
@@ -251,6 +253,13 @@ int daemon_run(const struct config *cfg)
     sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
     srv.rescan_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 
+    char *state_dir = config_state_dir_path(cfg);
+    struct hasher_opts ho = {.threads = cfg->hash_threads,
+                             .max_bytes_per_second = cfg->hash_max_bytes_per_second,
+                             .state_dir = state_dir};
+    srv.hasher = hasher_new(&ho);
+    free(state_dir);
+
     notify_systemd("STATUS=scanning %s", cfg->models);
     if (cfg->watch) {
         char *real = realpath(cfg->models, NULL);
@@ -277,6 +286,7 @@ int daemon_run(const struct config *cfg)
                 reg->scan_errors, reg->scan_errors == 1 ? "" : "s");
     }
     publish_registry_metrics(reg);
+    hasher_submit(srv.hasher, reg);
     registry_holder_init(&srv.registry, reg);
 
     srv.gpu = gpu_manager_new(cfg, &srv.registry);
@@ -330,6 +340,7 @@ int daemon_run(const struct config *cfg)
             rescan(&l);
         }
     }
+    hasher_stop(srv.hasher); /* first: it resumes anyone waiting for a hash */
     http_stop(&srv, DRAIN_MS);
     rc = 0;
 out_registry:
@@ -337,6 +348,7 @@ out_registry:
         gpu_manager_free(srv.gpu);
     registry_holder_destroy(&srv.registry);
 out:
+    hasher_free(srv.hasher);
     watch_free(l.watch);
     if (sfd >= 0)
         close(sfd);

@@ -2,20 +2,38 @@
  * readiness and metrics. */
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "gpu_manager.h"
 #include "handlers.h"
+#include "hasher.h"
 #include "metrics.h"
 #include "respond.h"
 #include "util.h"
 
 /* The validator of a model document: a hash of its own bytes, which the
  * daemon has in full, so it is strong, equal across replicas and restarts
- * for equal files, and changes whenever a byte of the document does. */
+ * for equal files, and changes whenever a byte of the document does (a
+ * file's hash becoming known included). */
 static void doc_etag(const char *text, size_t len, char *out, size_t outlen)
 {
     snprintf(out, outlen, "\"m%016" PRIx64 "\"", hash_fnv1a(text, len, HASH_FNV_SEED));
+}
+
+/* The files of m whose content hash is known. */
+static size_t model_hashes_known(const struct reg_model *m)
+{
+    size_t known = 0;
+    for (size_t i = 0; i < m->n_files; i++)
+        known += reg_file_hashed(&m->files[i]);
+    return known;
+}
+
+static json_t *hashes_json(size_t known, size_t files)
+{
+    return json_pack("{s:I,s:I,s:b}", "known", (json_int_t)known, "files", (json_int_t)files,
+                     "complete", known == files);
 }
 
 static json_t *error_json(const struct st_error *e)
@@ -57,6 +75,7 @@ enum MHD_Result handle_models(struct MHD_Connection *conn, struct request *rq,
     json_t *list = json_array();
     for (size_t i = 0; i < reg->n_models; i++) {
         const struct reg_model *m = reg->models[i];
+        size_t known = model_hashes_known(m);
         json_t *o = json_pack("{s:s,s:s,s:b,s:I,s:I,s:I}", "name", m->name, "state",
                               m->state == MODEL_READY ? "ready" : "invalid", "sharded",
                               m->sharded, "files", (json_int_t)m->n_files, "tensors",
@@ -66,32 +85,48 @@ enum MHD_Result handle_models(struct MHD_Connection *conn, struct request *rq,
         if (m->state != MODEL_READY)
             json_object_set_new(o, "error", error_json(&m->error));
         json_object_set_new(o, "gpu", gpu_summary(rq->srv, m));
+        json_object_set_new(o, "hashes", hashes_json(known, m->n_files));
         json_array_append_new(list, o);
     }
     /* Whether this host can preload to a GPU, and if not, why. */
     json_t *gpu = rq->srv->gpu ? gpu_manager_status_json(rq->srv->gpu)
                                : json_pack("{s:b,s:s}", "available", 0, "reason",
                                            "GPU sharing is not running");
-    json_t *doc = json_pack("{s:o,s:I,s:o}", "models", list, "generation",
-                            (json_int_t)reg->generation, "gpu", gpu);
-    /* GPU states change without a reload, so the list carries no validator. */
+    struct hasher_progress hp;
+    hasher_progress(rq->srv->hasher, &hp);
+    json_t *hashing = json_pack(
+        "{s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:f}", "state",
+        hp.files_pending ? "hashing" : "idle", "files", (json_int_t)hp.files, "bytes",
+        (json_int_t)hp.bytes, "files_known", (json_int_t)hp.files_known, "bytes_known",
+        (json_int_t)hp.bytes_known, "files_pending", (json_int_t)hp.files_pending,
+        "bytes_pending", (json_int_t)hp.bytes_pending, "files_failed",
+        (json_int_t)hp.files_failed, "bytes_per_second", hp.bytes_per_second);
+    json_t *doc = json_pack("{s:o,s:I,s:o,s:o}", "models", list, "generation",
+                            (json_int_t)reg->generation, "gpu", gpu, "hashing", hashing);
+    /* GPU states and hashes change without a reload, so the list carries no validator. */
     return respond_json(conn, rq, MHD_HTTP_OK, doc, NULL);
 }
 
-/* The description of a model (GET /v1/models/{model}), rendered once per snapshot. */
+/* The description of a model (GET /v1/models/{model}) with the hashes
+ * known so far. Once all are known it cannot change for the model's
+ * lifetime and is rendered once (handle_model). */
 static char *render_model(const struct reg_model *m)
 {
     json_t *files = json_array(), *metadata = json_object(), *tensors = json_object();
+    size_t known = 0;
     for (size_t i = 0; i < m->n_files; i++) {
         const struct reg_file *f = &m->files[i];
-        char etag[REG_ETAG_MAX];
+        char etag[REG_ETAG_MAX], sha[2 * DIGEST_SHA256_LEN + 1];
         reg_file_etag(f, etag);
+        int hashed = reg_file_sha256_hex(f, sha);
+        known += (size_t)hashed;
         json_t *o = json_pack("{s:s,s:I,s:s}", "name", f->name, "size", (json_int_t)f->st.size,
                               "etag", etag);
         if (!o)
             continue;
         json_object_set_new(o, "header_length", f->header ? json_integer((json_int_t)f->header->header_len)
                                                           : json_null());
+        json_object_set_new(o, "sha256", hashed ? json_string(sha) : json_null());
         if (f->is_safetensors && f->error.code != ST_OK)
             json_object_set_new(o, "error", error_json(&f->error));
         json_array_append_new(files, o);
@@ -122,6 +157,7 @@ static char *render_model(const struct reg_model *m)
         json_object_set_new(doc, "index", json_string(m->index_file->name));
     if (m->state != MODEL_READY)
         json_object_set_new(doc, "error", error_json(&m->error));
+    json_object_set_new(doc, "hashes", hashes_json(known, m->n_files));
     return dump_json(doc);
 }
 
@@ -169,7 +205,15 @@ static enum MHD_Result respond_model_doc(struct MHD_Connection *conn, struct req
 enum MHD_Result handle_model(struct MHD_Connection *conn, struct request *rq,
                              const struct reg_model *m)
 {
-    return respond_model_doc(conn, rq, m, REG_DOC_MODEL, render_model);
+    if (model_hashes_known(m) == m->n_files)
+        return respond_model_doc(conn, rq, m, REG_DOC_MODEL, render_model);
+    /* Still hashing: rendered for this answer only. */
+    char *text = render_model(m), etag[40];
+    if (!text)
+        return respond_error(conn, rq, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal",
+                             "could not encode model \"%.300s\" as JSON", m->name);
+    doc_etag(text, strlen(text), etag, sizeof(etag));
+    return respond_json_text(conn, rq, text, strlen(text), etag, NULL);
 }
 
 enum MHD_Result handle_model_header(struct MHD_Connection *conn, struct request *rq,

@@ -17,11 +17,13 @@
 
 struct gpu_manager;
 struct conns;
+struct hasher;
 
 struct server {
     const struct config *cfg;
     struct registry_holder registry;
     struct gpu_manager *gpu;        /* NULL when GPU sharing is not set up */
+    struct hasher *hasher;          /* content hashes of the served files */
     struct MHD_Daemon *daemon;
     unsigned daemon_flags;          /* the MHD_USE_* flags it was started with */
     struct conns *conns;            /* the open connections: header deadlines, files being sent */

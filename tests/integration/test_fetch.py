@@ -333,10 +333,10 @@ def test_range_resumes_an_interrupted_fetch(daemon):
     r = get_q(daemon, "sharded", req, headers={"Range": "bytes=10-", "If-Range": '"stale"'})
     assert r.status == 200 and r.body == whole.body
     # several ranges: multipart
-    r = get_q(daemon, "sharded", req, headers={"Range": "bytes=0-7,20-29,-5"})
+    r = get_q(daemon, "sharded", req, headers={"Range": "bytes=0-7,200-209,-5"})
     assert r.status == 206
     parts = tdutil.parse_multipart_byteranges(r.header("Content-Type"), r.body)
-    assert [p[4] for p in parts] == [whole.body[0:8], whole.body[20:30], whole.body[-5:]]
+    assert [p[4] for p in parts] == [whole.body[0:8], whole.body[200:210], whole.body[-5:]]
     r = get_q(daemon, "sharded", req, headers={"Range": f"bytes={n}-"})
     assert_error(r, 416, "range_not_satisfiable")
     assert r.header("Content-Range") == f"bytes */{n}"

@@ -41,6 +41,12 @@ TEST(open_regular)
     CHECK(fd >= 0);
     CHECK_EQ_U64(st.size, 11);
     CHECK(st.ino != 0);
+    struct stat sb;
+    CHECK(fstat(fd, &sb) == 0);
+    /* Content hashes are kept per identity, ctime included (hashstore.h). */
+    CHECK(st.ctime_ns == (int64_t)sb.st_ctim.tv_sec * 1000000000 + sb.st_ctim.tv_nsec);
+    CHECK(st.mtime_ns == (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec);
+    CHECK(st.dev == (uint64_t)sb.st_dev);
     int fl = fcntl(fd, F_GETFL);
     CHECK(!(fl & O_NONBLOCK));
     CHECK(fcntl(fd, F_GETFD) & FD_CLOEXEC);

@@ -99,26 +99,42 @@ def _skip_views(views, n):
     return out
 
 
+def _changed(etag, what):
+    return _errors.RemoteError(412, "precondition_failed", "changed",
+                               f"{what}: changed on the daemon since this read began (it no "
+                               f"longer has ETag {etag}); read it again")
+
+
+def _same_version(a, b):
+    """Weak comparison of two entity-tags (RFC 9110 §8.8.3.2)."""
+    if a is None or b is None:
+        return False
+    return (a[2:] if a.startswith("W/") else a) == (b[2:] if b.startswith("W/") else b)
+
+
 def read_chunk(session, method, path, body, c, etag, progress, what):
-    """Fills chunk c from a Range request (If-Match etag when given); resumes
-    after a broken connection. Returns the answer's ETag."""
+    """Fills chunk c from a Range request; resumes after a broken connection.
+    With etag given, every part must come from that version: a strong tag
+    goes in If-Match, so the daemon refuses another version (412); a weak
+    one (a file whose content hash the daemon does not know yet) never
+    satisfies If-Match, so each answer's tag is compared with it instead.
+    Returns the answer's ETag."""
     done, attempt = 0, 0
     while True:
         first = c.start + done
         headers = {"Range": f"bytes={first}-{c.end - 1}"}
-        if etag:
+        if etag and not etag.startswith("W/"):
             headers["If-Match"] = etag
         try:
             resp = session.open(method, path, headers, body, what=what)
         except _errors.RemoteError as e:
             if e.status == 412 and etag:
-                raise _errors.RemoteError(412, e.code, e.message,
-                                          f"{what}: changed on the daemon since this read "
-                                          f"began (it no longer has ETag {etag}); read it "
-                                          "again") from None
+                raise _changed(etag, what) from None
             raise
         counted = [0]
         try:
+            if etag and not _same_version(etag, resp.headers.get("ETag")):
+                raise _changed(etag, what)
             if resp.status != 206:
                 raise _errors.RemoteError(resp.status, None, "range ignored",
                                           f"{what}: expected 206 for a range, got {resp.status}")
