@@ -7,6 +7,10 @@
  * for, and hosts without a driver only see an error. Member names drop the
  * "cu" prefix because cuda.h #defines many cu* names to their _v2 symbols.
  *
+ * Tests load the CUDA driver test double (tests/cuda_double/) in place of
+ * the driver through this same path, by putting its directory first on
+ * LD_LIBRARY_PATH; there is no other way in, and none is needed.
+ *
  * Included by *_cuda.c files only (the daemon's backend and the client
  * library, which links nothing of core but util), hence the inline loader. */
 #ifndef TENSORD_CUDA_API_H
