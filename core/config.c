@@ -164,7 +164,7 @@ static const char *check_preload(const char *v)
     int index;
     const char *uuid;
     if (gpu_parse_device(at + 1, &kind, &index, &uuid) < 0)
-        return "device must be cuda, cuda:N, a GPU-... or MIG-... UUID, or host";
+        return "device must be cuda:N, cuda, a GPU-... or MIG-... UUID, or host";
     return check_no_ctl(v);
 }
 

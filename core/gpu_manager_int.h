@@ -120,9 +120,9 @@ struct gm_dyn {
     char error[512];
 };
 
-/* A start-up preload that could not even start (no usable driver, no such
- * device): GET shows it as failed with the reason until a preload of that
- * model starts. */
+/* A start-up preload that could not even start because of its device (no
+ * usable driver, no such device, a device that cannot be used): GET shows
+ * it as failed with the reason until a preload of that model starts. */
 struct gm_refused {
     struct gm_refused *next;
     char *model;

@@ -105,3 +105,14 @@ def test_worker_without_readonly_access_maps_readwrite(start):
     rep = read_report(d.work, w.pid)
     assert any("read-only access" in e for e in rep["errors"])
     d.finish()
+
+
+def test_startup_preload_to_a_missing_device_shows_failed(start):
+    d = start(args=["--preload", "cm-small@cuda:5"])
+    s = d.gpu("cm-small")
+    assert s["state"] == "failed" and "no CUDA device cuda:5" in s["reason"], s
+    summary = [m for m in d.json("/v1/models")["models"] if m["name"] == "cm-small"][0]["gpu"]
+    assert summary == {"state": "failed", "device": "cuda:5"}, summary
+    # A preload that starts replaces the record.
+    assert d.preload("cm-small", "cuda:0")["state"] == "ready"
+    d.finish()
