@@ -18,6 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "gpu.h"
 #include "util.h"
 
 enum opt_type {
@@ -112,7 +113,7 @@ static const struct opt options[] = {
      "Unix socket for GPU leases; empty = $RUNTIME_DIRECTORY/tensord.sock, "
      "else /run/tensord/tensord.sock"},
     {"preload", "gpu", OPT_STRLIST, "", 0, 0, OFF(preload), OFF(n_preload), CONFIG_MAX_PRELOAD,
-     NULL, check_preload, "models loaded at start-up, MODEL@DEVICE (cuda:N, GPU-UUID or host)"},
+     NULL, check_preload, "models loaded at start-up, MODEL@DEVICE (cuda:N, GPU-/MIG-UUID or host)"},
     {"allow_uids", "gpu", OPT_IDLIST, "", 0, 4294967294ULL, OFF(allow_uids), OFF(n_allow_uids),
      CONFIG_MAX_IDS, NULL, NULL, "user ids allowed on the IPC socket besides the daemon's own"},
     {"allow_gids", "gpu", OPT_IDLIST, "", 0, 4294967294ULL, OFF(allow_gids), OFF(n_allow_gids),
@@ -175,11 +176,12 @@ static const char *check_preload(const char *v)
     const char *at = strrchr(v, '@');
     if (!at || at == v || !at[1])
         return "expected MODEL@DEVICE";
-    const char *dev = at + 1;
-    if (strcmp(dev, "host") == 0 || strncmp(dev, "GPU-", 4) == 0)
-        return check_no_ctl(v);
-    if (strncmp(dev, "cuda:", 5) != 0 || !dev[5] || strspn(dev + 5, "0123456789") != strlen(dev + 5))
-        return "device must be cuda:N, GPU-UUID or host";
+    /* The same names POST .../gpu takes (core/gpu.c). */
+    enum gpu_kind kind;
+    int index;
+    const char *uuid;
+    if (gpu_parse_device(at + 1, &kind, &index, &uuid) < 0)
+        return "device must be cuda:N, cuda, a GPU-... or MIG-... UUID, or host";
     return check_no_ctl(v);
 }
 

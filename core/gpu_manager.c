@@ -172,6 +172,39 @@ char *gm_render_and_unlock(struct gpu_manager *gm, struct gm_model *m)
     return text;
 }
 
+void do_gm_refused_clear(struct gpu_manager *gm, const char *model)
+{
+    for (struct gm_refused **pp = &gm->refused; *pp; pp = &(*pp)->next) {
+        if (strcmp((*pp)->model, model) == 0) {
+            struct gm_refused *r = *pp;
+            *pp = r->next;
+            free(r->model);
+            free(r);
+            return;
+        }
+    }
+}
+
+void do_gm_refused_set(struct gpu_manager *gm, const char *model, const char *device,
+                       const char *reason)
+{
+    do_gm_refused_clear(gm, model);
+    struct gm_refused *r = xcalloc(1, sizeof(*r));
+    r->model = xstrdup(model);
+    snprintf(r->device, sizeof(r->device), "%s", device);
+    snprintf(r->reason, sizeof(r->reason), "%s", reason);
+    r->next = gm->refused;
+    gm->refused = r;
+}
+
+const struct gm_refused *do_gm_refused_find(struct gpu_manager *gm, const char *model)
+{
+    for (const struct gm_refused *r = gm->refused; r; r = r->next)
+        if (strcmp(r->model, model) == 0)
+            return r;
+    return NULL;
+}
+
 /* The current instance, else the newest draining one. Caller holds the lock. */
 static struct gm_model *do_find_shown(struct gpu_manager *gm, const char *model)
 {
@@ -204,7 +237,8 @@ int gm_resolve_device(struct gpu_manager *gm, const char *name, struct gpu_backe
     const char *uuid;
     if (gpu_parse_device(name, &kind, &index, &uuid) < 0) {
         *code = "bad_device";
-        snprintf(msg, msglen, "device \"%.100s\" is not \"host\", \"cuda:N\" or a GPU UUID", name);
+        snprintf(msg, msglen, "device \"%.100s\" is not \"host\", \"cuda:N\", or a GPU-... or "
+                 "MIG-... UUID as nvidia-smi -L prints it", name);
         return 400;
     }
     if (kind == GPU_KIND_HOST) {
@@ -222,6 +256,13 @@ int gm_resolve_device(struct gpu_manager *gm, const char *name, struct gpu_backe
         *code = "bad_device";
         snprintf(msg, msglen, "no CUDA device %.100s (%zu present)", name, gm->cuda->n_devices);
         return 400;
+    }
+    const struct gpu_device *d = &gm->cuda->devices[*dev];
+    if (d->error[0]) {
+        *code = "gpu_unavailable";
+        snprintf(msg, msglen, "CUDA device %d (%.60s) cannot be used: %s", d->index, d->name,
+                 d->error);
+        return 503;
     }
     *be = gm->cuda;
     return 0;
@@ -265,9 +306,11 @@ json_t *gpu_manager_status_json(struct gpu_manager *gm)
         json_array_append_new(backends, json_string("cuda"));
         for (size_t i = 0; i < gm->cuda->n_devices; i++) {
             const struct gpu_device *d = &gm->cuda->devices[i];
-            json_array_append_new(devs, json_pack("{s:i,s:s,s:s,s:I}", "index", d->index, "uuid",
-                                                  d->uuid, "name", d->name, "memory_bytes",
-                                                  (json_int_t)d->memory_bytes));
+            json_t *o = json_pack("{s:i,s:s,s:s,s:I}", "index", d->index, "uuid", d->uuid, "name",
+                                  d->name, "memory_bytes", (json_int_t)d->memory_bytes);
+            if (d->error[0])
+                json_object_set_new(o, "error", json_string(d->error));
+            json_array_append_new(devs, o);
         }
     }
     pthread_mutex_lock(&gm->lock);
@@ -292,9 +335,12 @@ char *gpu_manager_model_text(struct gpu_manager *gm, const char *model, int *htt
     struct gm_model *m = do_find_shown(gm, model);
     if (m)
         return gm_render_and_unlock(gm, m);
+    const struct gm_refused *r = do_gm_refused_find(gm, model);
+    json_t *o = r ? json_pack("{s:s,s:s,s:s,s:s}", "model", model, "state", "failed", "device",
+                              r->device, "reason", r->reason)
+                  : json_pack("{s:s,s:s}", "model", model, "state", "none");
     pthread_mutex_unlock(&gm->lock);
-    json_t *o = json_pack("{s:s,s:s}", "model", model, "state", "none");
-    char *text = json_dumps(o, JSON_COMPACT);
+    char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
     return text;
 }
@@ -311,7 +357,10 @@ json_t *gpu_manager_model_summary(struct gpu_manager *gm, const char *model)
 {
     pthread_mutex_lock(&gm->lock);
     struct gm_model *m = do_find_shown(gm, model);
-    json_t *o = json_pack("{s:s}", "state", m ? gm_state_name(m->state) : "none");
+    const struct gm_refused *r = m ? NULL : do_gm_refused_find(gm, model);
+    json_t *o = json_pack("{s:s}", "state", m ? gm_state_name(m->state) : r ? "failed" : "none");
+    if (r)
+        json_object_set_new(o, "device", json_string(r->device));
     if (m) {
         json_object_set_new(o, "device", json_string(m->device));
         json_object_set_new(o, "generation", json_integer((json_int_t)m->generation));
@@ -484,6 +533,8 @@ void gpu_manager_free(struct gpu_manager *gm)
     }
     if (gm->latest)
         registry_unref(gm->latest);
+    while (gm->refused)
+        do_gm_refused_clear(gm, gm->refused->model);
     if (gm->cuda)
         gm->cuda->ops->destroy(gm->cuda);
     gm->host->ops->destroy(gm->host);

@@ -119,6 +119,16 @@ struct gm_dyn {
     char error[512];
 };
 
+/* A start-up preload that could not even start because of its device (no
+ * usable driver, no such device, a device that cannot be used): GET shows
+ * it as failed with the reason until a preload of that model starts. */
+struct gm_refused {
+    struct gm_refused *next;
+    char *model;
+    char device[64];
+    char reason[512];
+};
+
 struct gpu_lease {
     struct gm_model *m;        /* holds one reference and counts in m->leases */
 };
@@ -144,7 +154,15 @@ struct gpu_manager {
     struct ipc_server *ipc;
     struct registry *latest;   /* the newest snapshot on_reload saw (gm->lock): preloads
                                 * never load from an older one */
+    struct gm_refused *refused; /* start-up preloads refused before they began (gm->lock) */
 };
+
+/* Records (startup) or forgets (a preload of model started) a refused
+ * start-up preload. Caller holds the lock. */
+void do_gm_refused_set(struct gpu_manager *gm, const char *model, const char *device,
+                       const char *reason);
+void do_gm_refused_clear(struct gpu_manager *gm, const char *model);
+const struct gm_refused *do_gm_refused_find(struct gpu_manager *gm, const char *model);
 
 /* ---- instances (core/gpu_manager.c) ---- */
 

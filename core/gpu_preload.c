@@ -208,6 +208,7 @@ int gpu_preload_request(struct gpu_manager *gm, const char *model, const char *d
         *doc = gm_render_and_unlock(gm, cur);
         goto unlocked;
     } else {
+        do_gm_refused_clear(gm, model);
         if (cur) /* a failed attempt on this device: try again */
             dead = do_gm_retire(gm, cur);
         struct gm_model *m = do_gm_instance_new(gm, rm, be, dev);
@@ -253,6 +254,16 @@ int gpu_preload_start(struct gpu_manager *gm, char *err, size_t errlen)
             const char *m = json_string_value(json_object_get(json_object_get(o, "error"),
                                                               "message"));
             log_msg(LOG_ERROR, "gpu: preload %s: %s", spec, m ? m : "failed");
+            /* The device could not take it (no usable driver, no such
+             * device): GET shows it failed, with why, rather than never
+             * asked for. A model that does not exist is only logged. */
+            const char *code = json_string_value(json_object_get(json_object_get(o, "error"),
+                                                                 "code"));
+            if (code && (strcmp(code, "gpu_unavailable") == 0 || strcmp(code, "bad_device") == 0)) {
+                pthread_mutex_lock(&gm->lock);
+                do_gm_refused_set(gm, model, at + 1, m ? m : "failed");
+                pthread_mutex_unlock(&gm->lock);
+            }
             json_decref(o);
         }
         free(doc);
