@@ -169,12 +169,25 @@ $(BUILD)/tests/%: tests/unit/%.c $(SERVER_LIB_OBJ) $(CLIENT_OBJ) $(BUILD)/libten
 unit: $(UNIT_BIN)
 	@$(PYTHON) tests/run_unit.py $(UNIT_BIN)
 
-# libFuzzer targets are built with clang into build/fuzz, from the sources
-# directly (they need -fsanitize=fuzzer on every object for coverage).
-FUZZ_FLAGS := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
-build/fuzz/%: tests/fuzz/%.c $(CORE_SRC) $(filter-out server/main.c,$(SERVER_SRC)) $(CLIENT_SRC)
+# libFuzzer targets are built with clang into build/fuzz. Every object needs
+# the fuzzer's coverage instrumentation (fuzzer-no-link), so the library is
+# compiled once for all targets into build/fuzz/libtensord-fuzz.a, and each
+# target links it with the fuzzer's main.
+FUZZ_SAN   := -fsanitize=address,undefined -fno-sanitize-recover=undefined
+FUZZ_FLAGS := -g -O1 $(FUZZ_SAN)
+FUZZ_LIB_SRC := $(CORE_SRC) $(filter-out server/main.c,$(SERVER_SRC)) $(CLIENT_SRC)
+FUZZ_LIB_OBJ := $(FUZZ_LIB_SRC:%.c=build/fuzz/obj/%.o)
+build/fuzz/obj/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CLANG) $(CPPFLAGS) -std=c11 -pthread $(PKG_CFLAGS) $(FUZZ_FLAGS) -o $@ $^ $(LDLIBS)
+	$(CLANG) $(CPPFLAGS) -std=c11 -pthread $(PKG_CFLAGS) $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link \
+	  -MMD -MP -c $< -o $@
+build/fuzz/libtensord-fuzz.a: $(FUZZ_LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+build/fuzz/%: tests/fuzz/%.c build/fuzz/libtensord-fuzz.a
+	@mkdir -p $(dir $@)
+	$(CLANG) $(CPPFLAGS) -std=c11 -pthread $(PKG_CFLAGS) $(FUZZ_FLAGS) -fsanitize=fuzzer -o $@ $^ \
+	  $(LDLIBS)
 
 fuzz-build: $(FUZZ_BIN)
 # Short smoke run of every target plus a replay of past crash inputs.
@@ -304,4 +317,4 @@ clean:
 print-%:
 	@echo $($*)
 
--include $(shell find $(BUILD)/obj $(BUILD)/pic -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD)/obj $(BUILD)/pic build/fuzz/obj -name '*.d' 2>/dev/null)
