@@ -19,6 +19,10 @@ struct conns_entry {
     _Atomic uint64_t send_dev, send_ino; /* the file it sends with sendfile, or 0, 0 */
     _Atomic uint64_t since_ns;      /* CONN_RECEIVED, CONN_IDLE or when the request began */
     _Atomic uint64_t rx_idle;       /* bytes received when it went idle */
+    uint64_t consumed;              /* bytes of the requests answered so far (conn_idle's
+                                     * thread only); valid while `exact` */
+    int exact;                      /* consumed counts every byte received: plain TCP, and no
+                                     * request whose wire size was unknown */
     struct conns_entry *prev, *next; /* guarded by deadlines.lock */
 };
 
@@ -43,10 +47,10 @@ static uint64_t bytes_received(int fd)
     return ti.tcpi_bytes_received;
 }
 
-/* An idle connection whose peer sent more bytes has begun its next request:
- * start its clock. Only the idle -> armed change is made here, with a
- * compare-and-swap, so a worker that armed or answered the request in the
- * meantime is never overridden. */
+/* An idle connection whose peer sent more bytes than it had when it went
+ * idle has begun its next request: start its clock. Only the idle -> armed
+ * change is made here, with a compare-and-swap, so a worker that armed or
+ * answered the request in the meantime is never overridden. */
 static void notice_new_request(struct conns_entry *c, uint64_t now)
 {
     uint64_t idle = CONN_IDLE;
@@ -118,12 +122,13 @@ void conns_stop(struct conns *d)
     free(d);
 }
 
-struct conns_entry *conns_add(struct conns *d, int fd)
+struct conns_entry *conns_add(struct conns *d, int fd, int tls)
 {
     if (!d)
         return NULL;
     struct conns_entry *c = xcalloc(1, sizeof(*c));
     c->fd = fd;
+    c->exact = !tls;
     atomic_store(&c->since_ns, time_mono_ns());
     pthread_mutex_lock(&d->lock);
     c->next = d->head.next;
@@ -183,10 +188,18 @@ unsigned conns_cut_file(struct conns *d, uint64_t dev, uint64_t ino)
     return n;
 }
 
-void conn_idle(struct conns_entry *c)
+void conn_idle(struct conns_entry *c, uint64_t request_bytes)
 {
     if (!c)
         return;
-    atomic_store_explicit(&c->rx_idle, bytes_received(c->fd), memory_order_relaxed);
+    /* The bytes received so far are the requests answered: counted, with no
+     * system call on the request path, while every request's size on the
+     * wire is known; asked of the kernel otherwise (TLS records, chunked
+     * bodies), which costs about a microsecond. */
+    if (request_bytes == CONN_BYTES_UNKNOWN)
+        c->exact = 0;
+    c->consumed += c->exact ? request_bytes : 0;
+    atomic_store_explicit(&c->rx_idle, c->exact ? c->consumed : bytes_received(c->fd),
+                          memory_order_relaxed);
     atomic_store_explicit(&c->since_ns, CONN_IDLE, memory_order_release);
 }

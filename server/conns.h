@@ -13,7 +13,8 @@
  * connection_timeout governs, not this. The first byte of the next request
  * cannot be seen through libmicrohttpd, so the reaper watches the socket's
  * received-byte count (TCP_INFO) of idle connections and starts the clock
- * when it grows: within a second of the first byte.
+ * when it grows past the bytes of the requests already answered: within a
+ * second of the first byte.
  *
  * Transfers: a connection sending a file with sendfile records which file
  * (device and inode); when the watcher learns that a file was written, every
@@ -31,8 +32,8 @@ struct conns_entry;
 struct conns *conns_start(unsigned seconds);
 void conns_stop(struct conns *t);
 
-/* A new connection on socket fd, timed from now. */
-struct conns_entry *conns_add(struct conns *t, int fd);
+/* A new connection on socket fd (a TLS one when tls), timed from now. */
+struct conns_entry *conns_add(struct conns *t, int fd, int tls);
 /* Called from libmicrohttpd's close notification, before it closes fd, so
  * no socket is ever shut down after its descriptor number was reused. */
 void conns_remove(struct conns *t, struct conns_entry *c);
@@ -56,8 +57,11 @@ static inline int conn_overdue(uint64_t since, uint64_t now, uint64_t timeout_ns
 void conn_arm(struct conns_entry *c);
 /* The whole request (headers and body) has arrived. */
 void conn_disarm(struct conns_entry *c);
-/* The answer went out: the connection waits for its next request. */
-void conn_idle(struct conns_entry *c);
+/* The answer went out: the connection waits for its next request. The
+ * request that was answered took request_bytes on the wire (its line,
+ * headers and body), or CONN_BYTES_UNKNOWN. */
+#define CONN_BYTES_UNKNOWN UINT64_MAX
+void conn_idle(struct conns_entry *c, uint64_t request_bytes);
 /* The connection's answer streams file (dev, ino) from the file itself
  * (sendfile); (0, 0) when it does not. */
 void conn_sending(struct conns_entry *c, uint64_t dev, uint64_t ino);

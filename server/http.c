@@ -167,7 +167,7 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
     /* A body cut short (client gone, file shrank) did not deliver what was queued. */
     uint64_t sent = toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? rq->body_bytes : 0;
     /* Idle until its next request begins (connection_timeout governs that). */
-    conn_idle(rq->owner ? rq->owner->entry : NULL);
+    conn_idle(rq->owner ? rq->owner->entry : NULL, rq->wire_bytes);
     request_end(rq, MHD_lookup_connection_value(mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_RANGE),
                 status, sent);
 }
@@ -184,7 +184,7 @@ static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_co
         struct conn *c = xcalloc(1, sizeof(*c));
         c->fd = ci ? ci->connect_fd : -1;
         c->tls = (srv->daemon_flags & MHD_USE_TLS) != 0;
-        c->entry = c->fd >= 0 ? conns_add(srv->conns, c->fd) : NULL;
+        c->entry = c->fd >= 0 ? conns_add(srv->conns, c->fd, c->tls) : NULL;
         *socket_context = c;
     } else {
         struct conn *c = *socket_context;
@@ -478,6 +478,7 @@ static enum MHD_Result refuse_malformed(struct MHD_Connection *mc, struct reques
      * writing to the socket directly. */
     const union MHD_ConnectionInfo *hs =
         MHD_get_connection_info(mc, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
+    rq->wire_bytes = hs ? hs->header_size : CONN_BYTES_UNKNOWN;
     int raw = rq->owner && !rq->owner->tls && rq->owner->fd >= 0;
     if (rq->reject == REJECT_TARGET_TOO_LONG) {
         if (raw)
@@ -526,6 +527,8 @@ static enum MHD_Result refuse_malformed(struct MHD_Connection *mc, struct reques
                              "Content-Length must be one decimal number");
     if (f.n_length || f.n_encoding)
         rq->upload_limit = upload_limit(rq->srv, url);
+    if (f.n_encoding)
+        rq->wire_bytes = CONN_BYTES_UNKNOWN; /* the chunks' framing is not counted below */
     if (f.n_length && (strlen(f.length) > 19 || strtoull(f.length, NULL, 10) > rq->upload_limit))
         return respond_error(mc, rq, MHD_HTTP_CONTENT_TOO_LARGE, "body_too_large",
                              "request bodies are limited to %zu bytes here", rq->upload_limit);
@@ -556,6 +559,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
          * large as it arrives; header_timeout bounds how long that takes). */
         if (!rq->upload_limit)
             rq->upload_limit = upload_limit(rq->srv, url);
+        if (rq->wire_bytes != CONN_BYTES_UNKNOWN)
+            rq->wire_bytes += *upload_data_size;
         if (rq->upload_len + *upload_data_size > rq->upload_limit) {
             rq->upload_too_large = 1;
         } else {

@@ -68,6 +68,8 @@ struct request {
     const char *target;         /* libmicrohttpd's copy of the target (in its line buffer) */
     size_t target_len;          /* its length up to the first NUL, as first seen */
     enum request_reject reject;
+    uint64_t wire_bytes;        /* its line, headers and body as received, for the connection
+                                 * table (CONN_BYTES_UNKNOWN when the framing hides it) */
 };
 
 /* Records that rq's answer sends file st with sendfile, so that a write to

@@ -24,7 +24,7 @@ TEST(off_when_zero)
     CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, p) == 0);
     struct conns *t = conns_start(0);
     CHECK(t != NULL);
-    struct conns_entry *e = conns_add(t, p[0]);
+    struct conns_entry *e = conns_add(t, p[0], 0);
     conn_arm(e);
     CHECK(!peer_sees_eof(p[1], 1500));
     conns_remove(t, e);
@@ -78,15 +78,15 @@ TEST(idle_connection_is_timed_from_its_next_request)
     CHECK(tcp_pair(idle) == 0);
     CHECK(tcp_pair(busy) == 0);
     struct conns *d = conns_start(1);
-    struct conns_entry *a = conns_add(d, idle[0]);
-    struct conns_entry *b = conns_add(d, busy[0]);
+    struct conns_entry *a = conns_add(d, idle[0], 0);
+    struct conns_entry *b = conns_add(d, busy[0], 0);
     char c = 'G';
     CHECK(write(idle[1], "GET / HTTP/1.1\r\n\r\n", 18) == 18); /* the first request */
     CHECK(write(busy[1], "GET / HTTP/1.1\r\n\r\n", 18) == 18);
     CHECK(read(idle[0], (char[64]){0}, 64) == 18);
     CHECK(read(busy[0], (char[64]){0}, 64) == 18);
-    conn_idle(a); /* both answered */
-    conn_idle(b);
+    conn_idle(a, 18); /* both answered: 18 bytes each */
+    conn_idle(b, 18);
     CHECK(!peer_sees_eof(idle[1], 2500));
     CHECK(write(busy[1], &c, 1) == 1); /* the next request begins, and stalls */
     CHECK(peer_sees_eof(busy[1], 3500));
@@ -107,8 +107,8 @@ TEST(armed_is_shut_down_disarmed_is_not)
     CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, done) == 0);
     struct conns *d = conns_start(1);
     CHECK(d != NULL);
-    struct conns_entry *a = conns_add(d, slow[0]);
-    struct conns_entry *b = conns_add(d, done[0]);
+    struct conns_entry *a = conns_add(d, slow[0], 0);
+    struct conns_entry *b = conns_add(d, done[0], 0);
     conn_disarm(b); /* its headers arrived */
     CHECK(peer_sees_eof(slow[1], 3500));
     CHECK(!peer_sees_eof(done[1], 200));
@@ -124,6 +124,27 @@ TEST(armed_is_shut_down_disarmed_is_not)
     }
 }
 
+/* A request whose size on the wire is unknown (TLS records, a chunked
+ * body): the kernel's count is the baseline, and a partial next request
+ * sent right after the answer is still timed. */
+TEST(idle_after_a_request_of_unknown_size)
+{
+    int p[2];
+    CHECK(tcp_pair(p) == 0);
+    struct conns *d = conns_start(1);
+    struct conns_entry *e = conns_add(d, p[0], 1);
+    CHECK(write(p[1], "POST / HTTP/1.1\r\n\r\n", 19) == 19);
+    CHECK(read(p[0], (char[64]){0}, 64) == 19);
+    conn_idle(e, CONN_BYTES_UNKNOWN);
+    CHECK(!peer_sees_eof(p[1], 2500)); /* idle: left alone */
+    CHECK(write(p[1], "GE", 2) == 2); /* a partial next request, then nothing */
+    CHECK(peer_sees_eof(p[1], 3500));
+    conns_remove(d, e);
+    conns_stop(d);
+    close(p[0]);
+    close(p[1]);
+}
+
 /* Only the connections sending the changed file are cut. */
 TEST(cut_file)
 {
@@ -132,7 +153,7 @@ TEST(cut_file)
     CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, b) == 0);
     CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, c) == 0);
     struct conns *t = conns_start(0);
-    struct conns_entry *ea = conns_add(t, a[0]), *eb = conns_add(t, b[0]), *ec = conns_add(t, c[0]);
+    struct conns_entry *ea = conns_add(t, a[0], 0), *eb = conns_add(t, b[0], 0), *ec = conns_add(t, c[0], 0);
     conn_sending(ea, 7, 100);
     conn_sending(eb, 7, 101);
     conn_sending(ec, 8, 100); /* same inode number, another device */
@@ -160,6 +181,7 @@ int main(void)
     RUN(overdue_arithmetic);
     RUN(armed_is_shut_down_disarmed_is_not);
     RUN(idle_connection_is_timed_from_its_next_request);
+    RUN(idle_after_a_request_of_unknown_size);
     RUN(cut_file);
     return TEST_SUMMARY();
 }
