@@ -431,6 +431,7 @@ def main():
         if not args.nginx_only:
             td = servers.start_tensord(args.tensord, data_root, args.threads, work)
             td.wait_ready()
+            servers.wait_hashed(td)
             results["tensord_rss"] = {"ready": td.proc_status()}
             verify(td, ng, info)
         buf = None

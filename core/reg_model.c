@@ -457,7 +457,15 @@ void reg_file_set_hashes(const struct reg_file *cf, const unsigned char sha256[3
     if (!atomic_compare_exchange_strong_explicit(&f->hashed, &none, REG_HASHING,
                                                  memory_order_acquire, memory_order_relaxed))
         return;
+    static const char hex[] = "0123456789abcdef";
     memcpy(f->sha256, sha256, sizeof(f->sha256));
+    f->sha256_etag[0] = '"';
+    for (int i = 0; i < 32; i++) {
+        f->sha256_etag[1 + 2 * i] = hex[sha256[i] >> 4];
+        f->sha256_etag[2 + 2 * i] = hex[sha256[i] & 15];
+    }
+    f->sha256_etag[65] = '"';
+    f->sha256_etag[66] = '\0';
     if (git_sha1) {
         memcpy(f->git_sha1, git_sha1, sizeof(f->git_sha1));
         f->has_git_sha1 = 1;
@@ -473,27 +481,20 @@ int reg_file_hashed(const struct reg_file *f)
 
 int reg_file_sha256_hex(const struct reg_file *f, char *out)
 {
-    static const char hex[] = "0123456789abcdef";
     out[0] = '\0';
     if (!reg_file_hashed(f))
         return 0;
-    for (int i = 0; i < 32; i++) {
-        out[2 * i] = hex[f->sha256[i] >> 4];
-        out[2 * i + 1] = hex[f->sha256[i] & 15];
-    }
+    memcpy(out, f->sha256_etag + 1, 64);
     out[64] = '\0';
     return 1;
 }
 
 void reg_file_etag(const struct reg_file *f, char *out)
 {
-    if (reg_file_sha256_hex(f, out + 1)) {
-        out[0] = '"';
-        out[65] = '"';
-        out[66] = '\0';
-        return;
-    }
-    fileio_etag(&f->st, out);
+    if (reg_file_hashed(f))
+        memcpy(out, f->sha256_etag, sizeof(f->sha256_etag));
+    else
+        fileio_etag(&f->st, out);
 }
 
 int reg_file_etag_weak(const struct reg_file *f)

@@ -39,6 +39,7 @@ struct reg_file {
      * built, written once (reg_file_set_hashes) and read after `hashed` says
      * REG_HASHED. */
     unsigned char sha256[32];
+    char sha256_etag[67];      /* the sha256 in hex between quotes: the file's ETag */
     unsigned char git_sha1[20]; /* the git blob id, when has_git_sha1 */
     unsigned char has_git_sha1;
     atomic_int hashed;         /* 0, REG_HASHING while being written, REG_HASHED */

@@ -92,7 +92,7 @@ enum MHD_Result handle_file(struct MHD_Connection *conn, struct request *rq,
     if (rep.body.fd < 0)
         return ret;
     reg_file_etag(f, file_etag);
-    snprintf(rep.etag, sizeof(rep.etag), "%s", file_etag);
+    memcpy(rep.etag, file_etag, strlen(file_etag) + 1);
     if (header_only) {
         rep.content_type = "application/json";
         derive_etag(rep.etag, sizeof(rep.etag), file_etag, 'h', 0);

@@ -102,8 +102,24 @@ static void request_end(struct request *rq, const char *range, unsigned status, 
 #define QUERY_MAX_PARAMS 32
 /* Header fields beyond this many make a request 431 (Apache's default
  * LimitRequestFields): each also costs the pool 64 bytes, and 100 of them
- * fit in POOL_RESERVE beside a request of max_request_header_bytes. */
+ * fit in POOL_RESERVE. */
 #define REQUEST_MAX_FIELDS 100
+
+/* Each connection's libmicrohttpd memory pool (max_request_header_bytes)
+ * holds the request line and headers, one 64-byte record per header field
+ * and query parameter, and the answer's header. A request may use all but
+ * this much of it (a quarter of small pools), so one just under the limit
+ * still leaves room for its answer; one over it is refused by
+ * refuse_malformed, or by libmicrohttpd itself (431/414) past the pool. The
+ * pool is not made larger instead: libmicrohttpd zeroes all of it between
+ * the requests of a kept-alive connection, which every request pays for. */
+#define POOL_RESERVE (8 * 1024)
+
+size_t http_request_limit(const struct config *cfg)
+{
+    size_t pool = cfg->max_request_header_bytes;
+    return pool - (pool / 4 < POOL_RESERVE ? pool / 4 : POOL_RESERVE);
+}
 
 /* Counts the query parameters of a request target. */
 static size_t query_params(const char *q)
@@ -140,7 +156,7 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *mc)
      * of a request that will be refused anyway is cut here, in the line
      * buffer libmicrohttpd owns and parses next; refuse_malformed answers it. */
     char *query = strchr(uri, '?');
-    if (rq->target_len > rq->srv->cfg->max_request_header_bytes)
+    if (rq->target_len > http_request_limit(rq->srv->cfg))
         rq->reject = REJECT_TARGET_TOO_LONG; /* its one parameter may not fit either */
     else if (query && query_params(query + 1) > QUERY_MAX_PARAMS)
         rq->reject = REJECT_TOO_MANY_PARAMS;
@@ -480,14 +496,13 @@ static enum MHD_Result refuse_malformed(struct MHD_Connection *mc, struct reques
         MHD_get_connection_info(mc, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
     rq->wire_bytes = hs ? hs->header_size : CONN_BYTES_UNKNOWN;
     int raw = rq->owner && !rq->owner->tls && rq->owner->fd >= 0;
+    size_t limit = http_request_limit(cfg);
     if (rq->reject == REJECT_TARGET_TOO_LONG) {
         if (raw)
             return respond_refusal_raw(rq, rq->owner->fd, MHD_HTTP_URI_TOO_LONG, "uri_too_long",
-                                       "the request target is longer than %u bytes",
-                                       cfg->max_request_header_bytes);
+                                       "the request target is longer than %zu bytes", limit);
         return respond_error(mc, rq, MHD_HTTP_URI_TOO_LONG, "uri_too_long",
-                             "the request target is longer than %u bytes",
-                             cfg->max_request_header_bytes);
+                             "the request target is longer than %zu bytes", limit);
     }
     unsigned fields = (unsigned)MHD_get_connection_values(mc, MHD_HEADER_KIND, NULL, NULL);
     if (fields > REQUEST_MAX_FIELDS) {
@@ -499,16 +514,16 @@ static enum MHD_Result refuse_malformed(struct MHD_Connection *mc, struct reques
                              "headers_too_large", "the request has %u header fields, more than %d",
                              fields, REQUEST_MAX_FIELDS);
     }
-    if (hs && hs->header_size > cfg->max_request_header_bytes) {
+    if (hs && hs->header_size > limit) {
         if (raw)
             return respond_refusal_raw(rq, rq->owner->fd, MHD_HTTP_REQUEST_HEADER_FIELDS_TOO_LARGE,
                                        "headers_too_large",
-                                       "the request line and headers are %zu bytes, more than %u",
-                                       hs->header_size, cfg->max_request_header_bytes);
+                                       "the request line and headers are %zu bytes, more than %zu",
+                                       hs->header_size, limit);
         return respond_error(mc, rq, MHD_HTTP_REQUEST_HEADER_FIELDS_TOO_LARGE,
                              "headers_too_large",
-                             "the request line and headers are %zu bytes, more than %u",
-                             hs->header_size, cfg->max_request_header_bytes);
+                             "the request line and headers are %zu bytes, more than %zu",
+                             hs->header_size, limit);
     }
     struct framing f = {0};
     MHD_get_connection_values(mc, MHD_HEADER_KIND, collect_framing, &f);
@@ -621,14 +636,6 @@ static int listen_socket(const struct sockaddr_storage *ss, socklen_t len, const
     return fd;
 }
 
-/* Each connection's libmicrohttpd memory pool holds the request line and
- * headers, one 64-byte record per header field and query parameter, and the
- * answer's header. It is this much larger than max_request_header_bytes so
- * a request just under the limit still leaves room for its answer; one over
- * it is refused by refuse_malformed, or by libmicrohttpd itself (431/414)
- * past the pool. Not larger: libmicrohttpd zeroes the whole pool between
- * requests of a kept-alive connection. */
-#define POOL_RESERVE (8 * 1024)
 
 /* TLS 1.2 is the oldest version accepted (RFC 8996 deprecates 1.0 and 1.1). */
 #define TLS_PRIORITIES "NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2"
@@ -683,7 +690,7 @@ int http_start(struct server *srv, char *errbuf, size_t errlen)
         MHD_OPTION_CONNECTION_LIMIT, mhd_limit,
         MHD_OPTION_PER_IP_CONNECTION_LIMIT, cfg->max_connections_per_ip,
         MHD_OPTION_CONNECTION_TIMEOUT, cfg->connection_timeout,
-        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)cfg->max_request_header_bytes + POOL_RESERVE,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)cfg->max_request_header_bytes,
         MHD_OPTION_UNESCAPE_CALLBACK, keep_escaped, NULL,
         MHD_OPTION_URI_LOG_CALLBACK, on_uri, srv,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,

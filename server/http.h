@@ -72,6 +72,10 @@ struct request {
                                  * table (CONN_BYTES_UNKNOWN when the framing hides it) */
 };
 
+/* The largest request line and headers accepted: max_request_header_bytes
+ * (each connection's memory) less the room kept for the answer. */
+size_t http_request_limit(const struct config *cfg);
+
 /* Records that rq's answer sends file st with sendfile, so that a write to
  * that file cuts the connection (conns_cut_file). */
 void http_sending(struct request *rq, const struct fileio_stat *st);
