@@ -233,7 +233,12 @@ static struct st_index *load_index(struct reg_file *f)
                      f->name, (unsigned long long)f->st.size, (unsigned long long)ST_INDEX_MAX_LEN);
         return NULL;
     }
-    char *buf = xmalloc(f->st.size + 1);
+    char *buf = malloc(f->st.size + 1); /* up to 100 MB, the file's choice: fallible */
+    if (!buf) {
+        st_error_set(&f->error, ST_ERR_NO_MEMORY, "%s: not enough memory to read the %llu-byte index",
+                     f->name, (unsigned long long)f->st.size);
+        return NULL;
+    }
     int rc = fileio_pread_full(f->fd, buf, f->st.size, 0);
     if (rc != 0)
         st_error_set(&f->error, ST_ERR_IO, "%s: read: %s", f->name, strerror(-rc));

@@ -221,16 +221,18 @@ def make_many_tensors(path, count, shape=(1,), fmt="model.layers.%07d.self_attn.
 
 
 def make_big_index_model(directory, count, shards=2, fmt="model.layers.%07d.mlp.gate_proj.weight",
-                         mtime=FIXED_MTIME):
-    """A valid sharded model of `count` U8[1] tensors spread over `shards`
-    shards, with an indented model.safetensors.index.json as transformers
-    writes it (a million tensors make an index of ~90 MB). Returns the
-    index's size in bytes."""
+                         held=None, mtime=FIXED_MTIME):
+    """A sharded model of `count` U8[1] tensors spread over `shards` shards,
+    with an indented model.safetensors.index.json as transformers writes it
+    (a million tensors make an index of ~90 MB). Valid, unless `held` is
+    given: then each shard holds only the first `held` tensors the index
+    maps to it (the model is invalid, tensor_not_in_shard, once the whole
+    index has been read). Returns the index's size in bytes."""
     names = many_tensor_names(count, fmt)
     per = -(-count // shards)
     files = ["model-%05d-of-%05d.safetensors" % (k + 1, shards) for k in range(shards)]
     for k, fname in enumerate(files):
-        part = names[k * per:(k + 1) * per]
+        part = names[k * per:(k + 1) * per][:held]
         hdr = _many_tensors_header(part, (1,))
         _write(os.path.join(directory, fname),
                struct.pack("<Q", len(hdr)) + hdr + b"\x02" * len(part), mtime)

@@ -11,6 +11,7 @@ memory in quarantine, so RSS says nothing there)."""
 import os
 import re
 import shutil
+import signal
 import tempfile
 import threading
 import time
@@ -136,3 +137,59 @@ def test_first_get_of_each_document_is_bounded(big_header_daemon):
     assert again.status == 200 and len(again.body) > 90 * MIB
     assert time.monotonic() - t0 < 3.0
     assert proc_status(d.pid)["VmRSS"] - before <= 16 * MIB
+
+
+INDEX_ENTRIES = 1_070_000    # a ~91 MB model.safetensors.index.json
+
+
+def wait_for_log(d, text, count, timeout=60):
+    """Waits until the daemon's log holds `text` more than `count` times;
+    returns the last line holding it."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        lines = [l for l in d.log_tail(1 << 20).splitlines() if text in l]
+        if len(lines) > count:
+            return lines[-1]
+        time.sleep(0.02)
+    raise AssertionError(f"no new {text!r} in the log within {timeout}s:\n{d.log_tail()}")
+
+
+def test_rescan_of_a_big_index_is_bounded():
+    """Every rescan reads every index again. The index here maps 1.07M
+    tensors (91 MB); its shards hold only a few of them, so the model is
+    invalid (tensor_not_in_shard) once the whole index has been read, and
+    what a rescan costs is the index: the file read plus the parse, about
+    twice its size, not a tree of it (+300 MiB and 5 s before)."""
+    base = tempfile.mkdtemp(prefix="tensord-bigidx-")
+    models = os.path.join(base, "models")
+    size = gen_models.make_big_index_model(os.path.join(models, "sharded"), INDEX_ENTRIES, held=4)
+    assert 88_000_000 < size < 100_000_000
+    d = tdutil.Daemon(models, base)
+    try:
+        d.start()
+        m = d.json("/v1/models/sharded")
+        assert m["state"] == "invalid" and m["error"]["code"] == "tensor_not_in_shard", m["error"]
+        assert "model.layers.0000004.mlp.gate_proj.weight" in m["error"]["message"]
+        figures = []
+        for _ in range(2):
+            seen = len([l for l in d.log_tail(1 << 20).splitlines() if "reloaded" in l])
+            before = proc_status(d.pid)["VmRSS"]
+            with PeakRss(d.pid) as p:
+                t0 = time.monotonic()
+                os.kill(d.pid, signal.SIGHUP)
+                line = wait_for_log(d, "reloaded", seen)
+                took = time.monotonic() - t0
+            time.sleep(0.2)
+            after = proc_status(d.pid)["VmRSS"]
+            figures.append(f"rescan in {took:.2f} s ({line.split(' in ')[-1].strip()}), RSS "
+                           f"{before / MIB:.0f} -> peak {p.peak / MIB:.0f} -> {after / MIB:.0f} MiB")
+            assert p.peak - before <= 2.5 * size + 48 * MIB, figures[-1]
+            assert after - before <= 32 * MIB, figures[-1]
+            assert took < 3.0, figures[-1]
+        print("\n  " + "\n  ".join(figures))
+        assert d.json("/v1/models/sharded")["state"] == "invalid"
+    finally:
+        try:
+            d.stop_checked()
+        finally:
+            shutil.rmtree(base, ignore_errors=True)
