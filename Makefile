@@ -1,5 +1,6 @@
 # tensord: plain Makefile. Optional parts switch with variables:
 #   CUDA=auto|yes|no               build the CUDA backend (headers only; libcuda is dlopen'ed at run time)
+#   CUDA_PATH=/usr/local/cuda      where cuda.h is looked for first (CUDA_INCLUDE=DIR: only there)
 #   SANITIZER=address,undefined    build with sanitizers (into their own BUILD dir by default)
 #   CI=true                        adds -Werror
 #   PREFIX=/usr/local DESTDIR=     install locations
@@ -26,21 +27,49 @@ BUILD      ?= build/san-$(subst $(comma),-,$(SANITIZER))
 endif
 comma := ,
 
-PKGS       := libmicrohttpd liburing jansson
+PKGS       := libmicrohttpd liburing jansson libcrypto
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 
-# CUDA=auto builds the CUDA parts when the toolkit's cuda.h is present.
+# cuda.h (the CUDA 12.0 headers or newer; libcuda itself is dlopen'ed at run
+# time) is looked for, first found first, in CUDA_INCLUDE when given, else in
+# $(CUDA_PATH)/include, /usr/include (Debian's nvidia-cuda-dev), and the
+# include directories of the CUDA wheels (nvidia-cuda-runtime-cu12:
+# nvidia/cuda_runtime/include; CUDA 13's nvidia-cuda-runtime: nvidia/cu13/include)
+# in the tests' virtual environment, the system's and the user's Python.
+# CUDA=auto builds the CUDA parts when one is found; CUDA=yes stops otherwise.
+CUDA_MIN_VERSION := 12000
+CUDA_INCLUDE ?=
+PY_SITES := $(VENV)/lib/python3*/site-packages /usr/local/lib/python3*/dist-packages \
+            /usr/lib/python3/dist-packages $(HOME)/.local/lib/python3*/site-packages
+ifeq ($(CUDA),no)
+CUDA_CANDIDATES :=
+else ifneq ($(CUDA_INCLUDE),)
+CUDA_CANDIDATES := $(CUDA_INCLUDE)
+else
+CUDA_CANDIDATES := $(CUDA_PATH)/include /usr/include \
+  $(wildcard $(foreach s,$(PY_SITES),$(s)/nvidia/cuda_runtime/include $(s)/nvidia/cu13/include))
+endif
+# "ok DIR VERSION" for the first header new enough, else "old DIR VERSION"
+# for the first one found, else nothing.
+CUDA_PROBE := $(if $(CUDA_CANDIDATES),$(shell old=; for d in $(CUDA_CANDIDATES); do \
+  f=$$d/cuda.h; [ -f $$f ] || continue; \
+  v=$$(sed -n 's/^\#define CUDA_VERSION *\([0-9][0-9]*\).*/\1/p' $$f | head -n 1); \
+  if [ "$${v:-0}" -ge $(CUDA_MIN_VERSION) ]; then echo "ok $$d $$v"; exit 0; fi; \
+  [ -n "$$old" ] || old="old $$d $${v:-0}"; done; echo "$$old"))
+CUDA_INC := $(word 2,$(CUDA_PROBE))
+CUDA_HEADER_VERSION := $(word 3,$(CUDA_PROBE))
+CUDA_NOT_FOUND = $(if $(filter old,$(word 1,$(CUDA_PROBE))),$(CUDA_INC)/cuda.h declares \
+  CUDA_VERSION $(CUDA_HEADER_VERSION); tensord needs the CUDA 12.0 headers (CUDA_VERSION 12000) or newer,no \
+  cuda.h of CUDA 12.0 or newer in $(or $(CUDA_CANDIDATES),CUDA_PATH/include /usr/include or the \
+  CUDA wheels (nvidia-cuda-runtime-cu12)); set CUDA_PATH or CUDA_INCLUDE)
+
 ifeq ($(CUDA),auto)
-  ifneq ($(wildcard $(CUDA_PATH)/include/cuda.h),)
-    WITH_CUDA := 1
-  else
-    WITH_CUDA := 0
-  endif
+  WITH_CUDA := $(if $(filter ok,$(word 1,$(CUDA_PROBE))),1,0)
 else ifeq ($(CUDA),yes)
   WITH_CUDA := 1
-  ifeq ($(wildcard $(CUDA_PATH)/include/cuda.h),)
-    $(error CUDA=yes but $(CUDA_PATH)/include/cuda.h does not exist; set CUDA_PATH)
+  ifneq ($(word 1,$(CUDA_PROBE)),ok)
+    $(error CUDA=yes but $(CUDA_NOT_FOUND))
   endif
 else
   WITH_CUDA := 0
@@ -58,7 +87,7 @@ ALL_CFLAGS = -std=c11 -pthread -fno-strict-aliasing $(WARN) $(CFLAGS) $(PKG_CFLA
 LDLIBS   += $(PKG_LIBS) -ldl -lpthread -lm
 
 ifeq ($(WITH_CUDA),1)
-CPPFLAGS += -DTENSORD_CUDA=1 -isystem $(CUDA_PATH)/include
+CPPFLAGS += -DTENSORD_CUDA=1 -isystem $(CUDA_INC)
 endif
 ifneq ($(SANITIZER),)
 ALL_CFLAGS += -fsanitize=$(SANITIZER) -fno-omit-frame-pointer -fno-sanitize-recover=all
@@ -86,7 +115,28 @@ CLIENT_OBJ := $(CLIENT_SRC:%.c=$(BUILD)/obj/%.o)
 UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 FUZZ_BIN   := $(FUZZ_SRC:tests/fuzz/%.c=build/fuzz/%)
 
-.PHONY: all deps deps-apt run test unit fuzz fuzz-smoke install clean integration print-% bench bench-header bench-leases soak tsan-test
+# The CUDA driver test double (tests/cuda_double/): a libcuda.so.1 over host
+# memory that the daemon and the client load through LD_LIBRARY_PATH in
+# `make test-cuda-double`. Built with the same flags (and sanitizers).
+CUDA_DOUBLE_SRC := $(wildcard tests/cuda_double/*.c)
+CUDA_DOUBLE     := $(BUILD)/cuda-double/libcuda.so.1
+$(CUDA_DOUBLE): $(CUDA_DOUBLE_SRC) tests/cuda_double/cuda_double.h
+	@test -n "$(CUDA_INC)" || { echo "the CUDA driver test double needs cuda.h: $(CUDA_NOT_FOUND)" >&2; exit 1; }
+	@mkdir -p $(dir $@)
+	$(CC) -D_GNU_SOURCE -isystem $(CUDA_INC) $(ALL_CFLAGS) $(LDFLAGS) -fPIC -fvisibility=hidden -shared \
+	  -Wl,-soname,libcuda.so.1 -o $@ $(CUDA_DOUBLE_SRC) -lpthread
+cuda-double: $(CUDA_DOUBLE)
+
+# The daemon's CUDA backend and the client's CUDA path against the double,
+# under ASan+UBSan (docs/GPU.md, "Testing"). Part of `make test`.
+CUDA_DOUBLE_BUILD := build/san-address-undefined
+test-cuda-double: deps
+	@$(MAKE) --no-print-directory SANITIZER=address,undefined CUDA=yes \
+	  $(CUDA_DOUBLE_BUILD)/tensord $(CUDA_DOUBLE_BUILD)/tensord-client \
+	  $(CUDA_DOUBLE_BUILD)/libtensord-client.so $(CUDA_DOUBLE_BUILD)/cuda-double/libcuda.so.1
+	@TENSORD_CUDA_BUILD=$(CUDA_DOUBLE_BUILD) $(PYTHON) tests/cuda_double/run.py
+
+.PHONY: all deps deps-apt run test test-cuda-double cuda-double unit fuzz fuzz-smoke install clean integration print-% bench bench-header bench-leases bench-remote bench-sha256 bench-hash soak tsan-test dist
 all: $(BUILD)/tensord $(BUILD)/libtensord-client.so $(BUILD)/tensord-client
 
 $(BUILD)/obj/%.o: %.c
@@ -119,12 +169,25 @@ $(BUILD)/tests/%: tests/unit/%.c $(SERVER_LIB_OBJ) $(CLIENT_OBJ) $(BUILD)/libten
 unit: $(UNIT_BIN)
 	@$(PYTHON) tests/run_unit.py $(UNIT_BIN)
 
-# libFuzzer targets are built with clang into build/fuzz, from the sources
-# directly (they need -fsanitize=fuzzer on every object for coverage).
-FUZZ_FLAGS := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
-build/fuzz/%: tests/fuzz/%.c $(CORE_SRC) $(filter-out server/main.c,$(SERVER_SRC)) $(CLIENT_SRC)
+# libFuzzer targets are built with clang into build/fuzz. Every object needs
+# the fuzzer's coverage instrumentation (fuzzer-no-link), so the library is
+# compiled once for all targets into build/fuzz/libtensord-fuzz.a, and each
+# target links it with the fuzzer's main.
+FUZZ_SAN   := -fsanitize=address,undefined -fno-sanitize-recover=undefined
+FUZZ_FLAGS := -g -O1 $(FUZZ_SAN)
+FUZZ_LIB_SRC := $(CORE_SRC) $(filter-out server/main.c,$(SERVER_SRC)) $(CLIENT_SRC)
+FUZZ_LIB_OBJ := $(FUZZ_LIB_SRC:%.c=build/fuzz/obj/%.o)
+build/fuzz/obj/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CLANG) $(CPPFLAGS) -std=c11 -pthread $(PKG_CFLAGS) $(FUZZ_FLAGS) -o $@ $^ $(LDLIBS)
+	$(CLANG) $(CPPFLAGS) -std=c11 -pthread $(PKG_CFLAGS) $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link \
+	  -MMD -MP -c $< -o $@
+build/fuzz/libtensord-fuzz.a: $(FUZZ_LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+build/fuzz/%: tests/fuzz/%.c build/fuzz/libtensord-fuzz.a
+	@mkdir -p $(dir $@)
+	$(CLANG) $(CPPFLAGS) -std=c11 -pthread $(PKG_CFLAGS) $(FUZZ_FLAGS) -fsanitize=fuzzer -o $@ $^ \
+	  $(LDLIBS)
 
 fuzz-build: $(FUZZ_BIN)
 # Short smoke run of every target plus a replay of past crash inputs.
@@ -136,9 +199,9 @@ fuzz: $(FUZZ_BIN)
 
 # Debian packages the build, the tests and the benchmarks need. Installed
 # only when missing, so `make test` on a provisioned machine does not touch apt.
-DEB_PKGS := build-essential pkg-config libmicrohttpd-dev liburing-dev libjansson-dev \
-            libdlpack-dev clang libclang-rt-14-dev python3-numpy python3-pytest curl \
-            prometheus systemd nginx-light wrk man-db groff-base python3-venv python3-torch
+DEB_PKGS := build-essential pkg-config libmicrohttpd-dev liburing-dev libjansson-dev libssl-dev \
+            nettle-dev libdlpack-dev clang libclang-rt-14-dev python3-numpy python3-pytest curl \
+            prometheus systemd nginx-light wrk man-db groff-base python3-venv python3-torch aria2
 deps: deps-apt $(VENV)/.installed
 deps-apt:
 	@missing=$$(for p in $(DEB_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
@@ -177,6 +240,13 @@ bench: deps
 	@$(MAKE) --no-print-directory all
 	@$(PYTHON) bench/run.py
 
+# Remote tensors: tensord.load_file against hf_hub_download and aria2c from
+# nginx and a local safetensors load, tensor-parallel fetches, get_slice
+# (bench/remote.py; about 2.5 GB of models, cached in build/bench/models).
+bench-remote: deps
+	@$(MAKE) --no-print-directory all
+	@$(PYTHON) bench/remote.py $(BENCH_REMOTE_ARGS)
+
 # Validation time of a 500,000-tensor header (README quotes it).
 bench-header: $(BUILD)/libtensord-core.a
 	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -o $(BUILD)/bench_st_header bench/bench_st_header.c \
@@ -188,6 +258,21 @@ bench-header: $(BUILD)/libtensord-core.a
 bench-leases: all
 	@$(PYTHON) bench/leases.py
 
+# SHA-256 and SHA-1 GB/s on one core, OpenSSL's libcrypto against nettle
+# (docs/PERFORMANCE.md "Content hashes"). nettle is linked only here.
+bench-sha256:
+	@mkdir -p $(BUILD)
+	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -o $(BUILD)/bench_sha256 bench/bench_sha256.c \
+	  $(shell pkg-config --libs libcrypto nettle)
+	$(BUILD)/bench_sha256
+
+# Time to hash a 2 GB sharded repo with an empty state directory and after a
+# restart (docs/PERFORMANCE.md "Content hashes"); the repo is generated in a
+# temporary directory and removed.
+bench-hash: deps
+	@$(MAKE) --no-print-directory all
+	@$(PYTHON) bench/bench_hash.py
+
 # Load and soak (not part of `make test`): SOAK_SECONDS of mixed traffic.
 SOAK_SECONDS ?= 60
 soak: all
@@ -198,6 +283,16 @@ tsan-test:
 	@$(MAKE) --no-print-directory SANITIZER=thread CUDA=no all
 	TENSORD_BIN=build/san-thread/tensord TSAN_OPTIONS="halt_on_error=1 log_path=$(CURDIR)/build/tsan-daemon" \
 	  $(PYTHON) -m pytest -q -p no:cacheprovider -m concurrent tests/integration
+
+# The Python client (client/python, pure Python) as a wheel in $(BUILD)/dist,
+# built from a copy so that setuptools' build/ and egg-info stay out of the
+# checkout, with the system's setuptools (no download).
+dist: deps
+	@rm -rf $(BUILD)/pysrc && mkdir -p $(BUILD)/pysrc $(BUILD)/dist
+	tar -C client/python --exclude=__pycache__ -cf - pyproject.toml README.md tensord | tar -C $(BUILD)/pysrc -xf -
+	cp LICENSE $(BUILD)/pysrc/
+	$(PYTHON) -m pip wheel -q --no-deps --no-build-isolation --disable-pip-version-check -w $(BUILD)/dist $(BUILD)/pysrc
+	@ls $(BUILD)/dist/tensord-*.whl
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include \
@@ -222,4 +317,4 @@ clean:
 print-%:
 	@echo $($*)
 
--include $(shell find $(BUILD)/obj $(BUILD)/pic -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD)/obj $(BUILD)/pic build/fuzz/obj -name '*.d' 2>/dev/null)

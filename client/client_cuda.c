@@ -45,7 +45,9 @@ static int load_api(char *err, size_t errlen)
         if (api_state == 1) {
             CUresult r = api.Init(0);
             if (r != CUDA_SUCCESS) {
-                snprintf(api_err, sizeof(api_err), "cuInit: %s", cuda_api_error(&api, r));
+                char d[160];
+                snprintf(api_err, sizeof(api_err), "cuInit: %s",
+                         cuda_api_describe(&api, r, d, sizeof(d)));
                 api_state = -1;
             }
         }
@@ -59,12 +61,14 @@ static int load_api(char *err, size_t errlen)
 
 static int cerr(CUresult r, const char *what, char *err, size_t errlen)
 {
-    snprintf(err, errlen, "%s: %s (CUresult %d)", what, cuda_api_error(&api, r), (int)r);
+    char d[160];
+    snprintf(err, errlen, "%s: %s", what, cuda_api_describe(&api, r, d, sizeof(d)));
     return -1;
 }
 
-/* The local ordinal of the device with the model's UUID (CUDA_VISIBLE_DEVICES
- * may renumber devices in this process), else its index. */
+/* The local ordinal of the device with the model's UUID ("GPU-..." or
+ * "MIG-...", formatted as the daemon does; CUDA_VISIBLE_DEVICES may renumber
+ * devices in this process), or -1. */
 static int find_device(const struct tensord_model *m, CUdevice *dev)
 {
     int count = 0;
@@ -72,11 +76,10 @@ static int find_device(const struct tensord_model *m, CUdevice *dev)
         return -1;
     for (int i = 0; i < count; i++) {
         CUdevice d;
-        CUuuid u;
         char s[64];
-        if (api.DeviceGet(&d, i) != CUDA_SUCCESS || api.DeviceGetUuid(&u, d) != CUDA_SUCCESS)
+        if (api.DeviceGet(&d, i) != CUDA_SUCCESS ||
+            cuda_api_device_uuid(&api, d, s, sizeof(s)) != CUDA_SUCCESS)
             continue;
-        cuda_api_uuid_str(&u, s, sizeof(s));
         if (strcasecmp(s, m->uuid) == 0) {
             *dev = d;
             return i;

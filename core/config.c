@@ -18,6 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "gpu.h"
 #include "util.h"
 
 enum opt_type {
@@ -76,11 +77,28 @@ static const struct opt options[] = {
      "byte ranges in one multipart/byteranges answer"},
     {"max_slice_bytes", "server", OPT_SIZE, "16G", 0, 1024 * K * K * K * K, OFF(max_slice_bytes),
      NOLIST, "largest slice answer, 400 slice_too_large beyond; 0 = no limit"},
+    {"max_fetch_body_bytes", "server", OPT_SIZE32, "1M", 4 * K, 64 * K * K,
+     OFF(max_fetch_body_bytes), NOLIST,
+     "largest request body of POST /v1/models/{model}/fetch, 413 body_too_large beyond"},
+    {"max_fetch_tensors", "server", OPT_UINT, "100000", 1, 10000000, OFF(max_fetch_tensors),
+     NOLIST, "tensors in one fetch answer (listed, or the model's for a fetch of all), 413 "
+     "too_many_tensors beyond"},
+    {"max_fetch_bytes", "server", OPT_SIZE, "0", 0, 1024 * K * K * K * K, OFF(max_fetch_bytes),
+     NOLIST, "largest fetch answer, 413 fetch_too_large beyond; 0 = no limit"},
     {"sendfile", "server", OPT_BOOL, "true", 0, 1, OFF(sendfile), NOLIST,
      "send contiguous spans over 64 KiB with sendfile (zero-copy); false copies every body "
      "with pread and aborts a download whose file changes in place"},
     {"watch", "server", OPT_BOOL, "true", 0, 1, OFF(watch), NOLIST,
      "rescan the models root when files change (inotify); SIGHUP always rescans"},
+    {"state_dir", "server", OPT_STRING, "", 0, 0, OFF(state_dir), 0, 0, NULL, check_no_ctl,
+     "directory for state kept across restarts (content hashes); empty = $STATE_DIRECTORY, "
+     "else /var/lib/tensord as root, else $XDG_STATE_HOME/tensord or ~/.local/state/tensord"},
+    {"hash_threads", "hash", OPT_UINT, "2", 1, 64, OFF(hash_threads), NOLIST,
+     "threads computing the SHA-256 of served files in the background"},
+    {"hash_max_bytes_per_second", "hash", OPT_SIZE, "0", 0, 1024 * K * K * K * K,
+     OFF(hash_max_bytes_per_second), NOLIST,
+     "read rate of background hashing, all threads together; 0 = no limit (files a client "
+     "waits for are never limited)"},
     {"access_log", "log", OPT_STRING, "-", 0, 0, OFF(access_log), 0, 0, NULL, check_no_ctl,
      "access log: a file path, \"-\" for stderr, or \"off\""},
     {"log_level", "log", OPT_ENUM, "info", 0, 0, OFF(log_level), 0, 0, "error|warn|info|debug",
@@ -95,7 +113,7 @@ static const struct opt options[] = {
      "Unix socket for GPU leases; empty = $RUNTIME_DIRECTORY/tensord.sock, "
      "else /run/tensord/tensord.sock"},
     {"preload", "gpu", OPT_STRLIST, "", 0, 0, OFF(preload), OFF(n_preload), CONFIG_MAX_PRELOAD,
-     NULL, check_preload, "models loaded at start-up, MODEL@DEVICE (cuda:N, GPU-UUID or host)"},
+     NULL, check_preload, "models loaded at start-up, MODEL@DEVICE (cuda:N, GPU-/MIG-UUID or host)"},
     {"allow_uids", "gpu", OPT_IDLIST, "", 0, 4294967294ULL, OFF(allow_uids), OFF(n_allow_uids),
      CONFIG_MAX_IDS, NULL, NULL, "user ids allowed on the IPC socket besides the daemon's own"},
     {"allow_gids", "gpu", OPT_IDLIST, "", 0, 4294967294ULL, OFF(allow_gids), OFF(n_allow_gids),
@@ -158,11 +176,12 @@ static const char *check_preload(const char *v)
     const char *at = strrchr(v, '@');
     if (!at || at == v || !at[1])
         return "expected MODEL@DEVICE";
-    const char *dev = at + 1;
-    if (strcmp(dev, "host") == 0 || strncmp(dev, "GPU-", 4) == 0)
-        return check_no_ctl(v);
-    if (strncmp(dev, "cuda:", 5) != 0 || !dev[5] || strspn(dev + 5, "0123456789") != strlen(dev + 5))
-        return "device must be cuda:N, GPU-UUID or host";
+    /* The same names POST .../gpu takes (core/gpu.c). */
+    enum gpu_kind kind;
+    int index;
+    const char *uuid;
+    if (gpu_parse_device(at + 1, &kind, &index, &uuid) < 0)
+        return "device must be cuda:N, cuda, a GPU-... or MIG-... UUID, or host";
     return check_no_ctl(v);
 }
 
@@ -675,6 +694,24 @@ char *config_ipc_socket_path(const struct config *cfg)
         return xasprintf("%.*s/tensord.sock", (int)n, rd);
     }
     return xstrdup("/run/tensord/tensord.sock");
+}
+
+char *config_state_dir_path(const struct config *cfg)
+{
+    if (cfg->state_dir && cfg->state_dir[0])
+        return xstrdup(cfg->state_dir);
+    const char *sd = getenv("STATE_DIRECTORY");
+    if (sd && sd[0] == '/')
+        return xasprintf("%.*s", (int)strcspn(sd, ":"), sd);
+    if (geteuid() == 0)
+        return xstrdup("/var/lib/tensord");
+    const char *xdg = getenv("XDG_STATE_HOME");
+    if (xdg && xdg[0] == '/')
+        return xasprintf("%s/tensord", xdg);
+    const char *home = getenv("HOME");
+    if (home && home[0] == '/')
+        return xasprintf("%s/.local/state/tensord", home);
+    return NULL;
 }
 
 unsigned config_effective_threads(const struct config *cfg)

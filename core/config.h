@@ -23,9 +23,16 @@ struct config {
     unsigned header_timeout;        /* seconds to send a request's line and headers (slowloris cap) */
     unsigned max_request_header_bytes; /* URL + headers per request (431 beyond) */
     unsigned max_ranges;            /* parts in one multipart/byteranges answer */
-    uint64_t max_slice_bytes;       /* largest slice answer, 413 beyond; 0 = unlimited */
+    uint64_t max_slice_bytes;       /* largest slice answer, 400 beyond; 0 = unlimited */
+    unsigned max_fetch_body_bytes;  /* request body of a POST fetch, 413 beyond */
+    unsigned max_fetch_tensors;     /* tensors in one fetch answer, 413 beyond */
+    uint64_t max_fetch_bytes;       /* largest fetch answer, 413 beyond; 0 = unlimited */
     int watch;                      /* rescan on inotify events in the models root */
     int sendfile;                   /* zero-copy contiguous spans; off: copy and verify every block */
+    char *state_dir;                /* state kept across restarts; empty = automatic */
+    /* [hash] */
+    unsigned hash_threads;          /* background SHA-256 threads */
+    uint64_t hash_max_bytes_per_second; /* their combined read rate, 0 = unlimited */
     /* [log] */
     char *access_log;               /* "-" = stderr, "off", or a path */
     char *log_level;                /* error, warn, info, debug */
@@ -66,6 +73,13 @@ void config_free(struct config *cfg);
  * /run/tensord/tensord.sock. Caller frees. When RUNTIME_DIRECTORY holds
  * several ':'-separated paths, the first one is used. */
 char *config_ipc_socket_path(const struct config *cfg);
+/* The state directory: state_dir when set, else $STATE_DIRECTORY
+ * (systemd's StateDirectory=; the first of several ':'-separated paths),
+ * else /var/lib/tensord when running as root, else
+ * $XDG_STATE_HOME/tensord, else $HOME/.local/state/tensord. NULL when none
+ * of these can be had (no HOME): state is then kept in memory only. Caller
+ * frees. */
+char *config_state_dir_path(const struct config *cfg);
 /* threads, with 0 resolved to the number of online CPUs (at least 1). */
 unsigned config_effective_threads(const struct config *cfg);
 

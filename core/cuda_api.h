@@ -7,6 +7,10 @@
  * for, and hosts without a driver only see an error. Member names drop the
  * "cu" prefix because cuda.h #defines many cu* names to their _v2 symbols.
  *
+ * Tests load the CUDA driver test double (tests/cuda_double/) in place of
+ * the driver through this same path, by putting its directory first on
+ * LD_LIBRARY_PATH; there is no other way in, and none is needed.
+ *
  * Included by *_cuda.c files only (the daemon's backend and the client
  * library, which links nothing of core but util), hence the inline loader. */
 #ifndef TENSORD_CUDA_API_H
@@ -14,6 +18,12 @@
 
 #include <cuda.h>
 #include <dlfcn.h>
+
+/* The prototypes below are the CUDA 12.0 ABI: older headers lack some of
+ * the types (CUdriverProcAddressQueryResult) and symbols they name. */
+#if !defined(CUDA_VERSION) || CUDA_VERSION < 12000
+#error "tensord's CUDA backend needs the CUDA 12.0 headers (cuda.h with CUDA_VERSION >= 12000) or newer"
+#endif
 #include <stdio.h>
 #include <string.h>
 
@@ -35,6 +45,7 @@
     X(CtxPopCurrent, "cuCtxPopCurrent", (CUcontext *ctx))                                      \
     X(CtxSynchronize, "cuCtxSynchronize", (void))                                              \
     X(GetErrorString, "cuGetErrorString", (CUresult e, const char **s))                        \
+    X(GetErrorName, "cuGetErrorName", (CUresult e, const char **s))                            \
     X(MemGetAllocationGranularity, "cuMemGetAllocationGranularity",                            \
       (size_t *g, const CUmemAllocationProp *p, CUmemAllocationGranularity_flags f))           \
     X(MemCreate, "cuMemCreate",                                                                \
@@ -79,6 +90,11 @@ struct cuda_api {
 #define CUDA_API_MEMBER(m, sym, params) CUresult (*m) params;
     CUDA_API_FUNCS(CUDA_API_MEMBER)
 #undef CUDA_API_MEMBER
+    /* cuDeviceGetUuid as CUDA 11.0 had it (NULL where the driver has none):
+     * for a MIG instance it gives the physical GPU's UUID where the 12.0
+     * variant (_v2) gives the instance's own, which is how a MIG instance
+     * is told apart. */
+    CUresult (*DeviceGetUuidV1)(CUuuid *uuid, CUdevice dev);
 };
 
 /* Loads the driver and every entry point. Returns 0, or -1 with a reason
@@ -125,6 +141,13 @@ static inline int cuda_api_load(struct cuda_api *api, char *err, size_t errlen)
     }
     CUDA_API_FUNCS(CUDA_API_RESOLVE)
 #undef CUDA_API_RESOLVE
+    {
+        void *fn = NULL;
+        CUresult r = proc2 ? proc2("cuDeviceGetUuid", &fn, 11000, CU_GET_PROC_ADDRESS_DEFAULT, NULL)
+                           : proc1("cuDeviceGetUuid", &fn, 11000, CU_GET_PROC_ADDRESS_DEFAULT);
+        if (r == CUDA_SUCCESS && fn)
+            memcpy(&api->DeviceGetUuidV1, &fn, sizeof(fn));
+    }
     return 0;
 fail:
     dlclose(api->lib);
@@ -132,23 +155,45 @@ fail:
     return -1;
 }
 
-/* "CUDA_ERROR_X: description" style text for r. */
-static inline const char *cuda_api_error(const struct cuda_api *api, CUresult r)
+/* "CUDA_ERROR_X (N): description" for r, in buf (returned). */
+static inline const char *cuda_api_describe(const struct cuda_api *api, CUresult r, char *buf,
+                                            size_t len)
 {
-    const char *s = NULL;
-    if (api->GetErrorString && api->GetErrorString(r, &s) == CUDA_SUCCESS && s)
-        return s;
-    return "unknown CUDA error";
+    const char *name = NULL, *text = NULL;
+    if (!api->GetErrorName || api->GetErrorName(r, &name) != CUDA_SUCCESS)
+        name = NULL;
+    if (!api->GetErrorString || api->GetErrorString(r, &text) != CUDA_SUCCESS)
+        text = NULL;
+    snprintf(buf, len, "%s (%d): %s", name ? name : "CUDA error", (int)r,
+             text ? text : "unknown CUDA error");
+    return buf;
 }
 
-/* Formats a device UUID the way nvidia-smi prints it: GPU-xxxxxxxx-xxxx-... */
-static inline void cuda_api_uuid_str(const CUuuid *u, char *out, size_t outlen)
+/* dev's UUID as `nvidia-smi -L` prints it: "MIG-" and the instance's UUID
+ * for a MIG instance, "GPU-" and the GPU's otherwise. A MIG instance is one
+ * whose UUID differs from what the pre-11.4 cuDeviceGetUuid reports (its
+ * GPU's); where the driver lacks that variant, one whose name says MIG
+ * ("NVIDIA A100-SXM4-40GB MIG 1g.5gb"). Returns CUDA_SUCCESS or the error. */
+static inline CUresult cuda_api_device_uuid(const struct cuda_api *api, CUdevice dev, char *out,
+                                            size_t outlen)
 {
-    const unsigned char *b = (const unsigned char *)u->bytes;
+    CUuuid u, parent;
+    char name[256];
+    CUresult r = api->DeviceGetUuid(&u, dev);
+    if (r != CUDA_SUCCESS)
+        return r;
+    int mig;
+    if (api->DeviceGetUuidV1 && api->DeviceGetUuidV1(&parent, dev) == CUDA_SUCCESS)
+        mig = memcmp(parent.bytes, u.bytes, sizeof(u.bytes)) != 0;
+    else
+        mig = api->DeviceGetName(name, (int)sizeof(name), dev) == CUDA_SUCCESS &&
+              strstr(name, " MIG ") != NULL;
+    const unsigned char *b = (const unsigned char *)u.bytes;
     snprintf(out, outlen,
-             "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
-             b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
-             b[14], b[15]);
+             "%s-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+             mig ? "MIG" : "GPU", b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9],
+             b[10], b[11], b[12], b[13], b[14], b[15]);
+    return CUDA_SUCCESS;
 }
 
 #endif

@@ -8,15 +8,26 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* O_NONBLOCK makes open() of a FIFO with no writer return at once instead of
- * waiting forever; fstat then tells us what we opened and anything but a
- * regular file is closed again. Regular files ignore O_NONBLOCK, but it is
- * cleared anyway so the flag never leaks into later reads. */
-int fileio_open_regular(int dirfd, const char *name, struct fileio_stat *st)
+void fileio_stat_from(const struct stat *sb, struct fileio_stat *st)
 {
-    int fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-    if (fd < 0)
-        return -errno;
+    st->size = (uint64_t)sb->st_size;
+    st->mtime_ns = (int64_t)sb->st_mtim.tv_sec * 1000000000 + sb->st_mtim.tv_nsec;
+    st->ctime_ns = (int64_t)sb->st_ctim.tv_sec * 1000000000 + sb->st_ctim.tv_nsec;
+    st->dev = (uint64_t)sb->st_dev;
+    st->ino = (uint64_t)sb->st_ino;
+    st->nlink = (uint64_t)sb->st_nlink;
+}
+
+int fileio_same_version(const struct fileio_stat *a, const struct fileio_stat *b)
+{
+    return a->dev == b->dev && a->ino == b->ino && a->size == b->size &&
+           a->mtime_ns == b->mtime_ns && a->ctime_ns == b->ctime_ns;
+}
+
+/* Regular files ignore O_NONBLOCK, but it is cleared anyway so the flag
+ * never leaks into later reads. */
+int fileio_regular(int fd, struct fileio_stat *st)
+{
     struct stat sb;
     int rc;
     if (fstat(fd, &sb) != 0) {
@@ -32,12 +43,8 @@ int fileio_open_regular(int dirfd, const char *name, struct fileio_stat *st)
         rc = -errno;
         goto fail;
     }
-    if (st) {
-        st->size = (uint64_t)sb.st_size;
-        st->mtime_ns = (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec;
-        st->dev = (uint64_t)sb.st_dev;
-        st->ino = (uint64_t)sb.st_ino;
-    }
+    if (st)
+        fileio_stat_from(&sb, st);
     return fd;
 fail:
     close(fd);
@@ -74,9 +81,11 @@ void fileio_etag(const struct fileio_stat *st, char *buf)
 
 int fileio_unchanged(int fd, const struct fileio_stat *st)
 {
-    struct stat now;
-    if (fstat(fd, &now) < 0)
+    struct stat sb;
+    struct fileio_stat now;
+    if (fstat(fd, &sb) < 0)
         return 0;
-    int64_t mtime = (int64_t)now.st_mtim.tv_sec * 1000000000 + now.st_mtim.tv_nsec;
-    return (uint64_t)now.st_size == st->size && mtime == st->mtime_ns;
+    fileio_stat_from(&sb, &now);
+    return now.size == st->size && now.mtime_ns == st->mtime_ns &&
+           (now.ctime_ns == st->ctime_ns || now.nlink != st->nlink);
 }

@@ -8,24 +8,39 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+/* A version of a file: which file (dev, ino) and which content (size, and
+ * the times a write changes; ctime cannot be set back by a writer). */
 struct fileio_stat {
     uint64_t size;
     int64_t mtime_ns;
+    int64_t ctime_ns;          /* status change: with the rest, the identity content hashes
+                                * are kept under */
     uint64_t dev, ino;
+    uint64_t nlink;            /* links to it: an unlink or rename also changes ctime */
 };
 
-/* Opens dirfd/name read-only for serving (O_CLOEXEC, O_NOCTTY, never blocks on
- * a FIFO) and fills *st. Refuses anything but a regular file with -EINVAL.
- * Returns the fd or a negative errno. */
-int fileio_open_regular(int dirfd, const char *name, struct fileio_stat *st);
+struct stat;
+void fileio_stat_from(const struct stat *sb, struct fileio_stat *st);
+
+/* Whether a and b are the same version of the same file. */
+int fileio_same_version(const struct fileio_stat *a, const struct fileio_stat *b);
+
+/* Makes fd, opened read-only with O_NONBLOCK (so opening a FIFO did not
+ * block), a descriptor to serve from: refuses anything but a regular file
+ * with -EINVAL, clears O_NONBLOCK and fills *st. Returns fd, or a negative
+ * errno after closing fd. */
+int fileio_regular(int fd, struct fileio_stat *st);
 
 /* Reads exactly n bytes at off. Returns 0, a negative errno, or -ENODATA when
  * the file ended first (it was truncated). Retries EINTR and short reads. */
 int fileio_pread_full(int fd, void *buf, size_t n, uint64_t off);
 
-/* Returns 1 when fd still has the size and mtime recorded in *st. A write(2)
- * updates mtime before it copies data, so bytes read before a call that
- * returns 1 predate any in-place change. */
+/* Returns 1 when fd still holds the version recorded in *st: the same size
+ * and mtime, and the same ctime unless its link count changed (the file was
+ * unlinked or renamed over, which leaves its content as it was). A write(2)
+ * updates both times before it copies data, so bytes read before a call that
+ * returns 1 predate any in-place change, even one whose writer set mtime
+ * back afterwards (ctime cannot be set back). */
 int fileio_unchanged(int fd, const struct fileio_stat *st);
 
 /* Writes the ETag a file has before its content hash is known into buf

@@ -33,7 +33,7 @@ int gpu_parse_device(const char *s, enum gpu_kind *kind, int *index, const char 
         *index = atoi(d);
         return *index < GPU_MAX_DEVICES ? 0 : -1;
     }
-    if (strncmp(s, "GPU-", 4) == 0 && strlen(s) < GPU_UUID_MAX) {
+    if ((strncmp(s, "GPU-", 4) == 0 || strncmp(s, "MIG-", 4) == 0) && strlen(s) < GPU_UUID_MAX) {
         for (const char *p = s + 4; *p; p++)
             if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f') || (*p >= 'A' && *p <= 'F') ||
                   *p == '-'))
@@ -48,7 +48,8 @@ int gpu_parse_device(const char *s, enum gpu_kind *kind, int *index, const char 
 int gpu_find_device(const struct gpu_backend *b, int index, const char *uuid)
 {
     for (size_t i = 0; i < b->n_devices; i++) {
-        if (uuid ? strcasecmp(b->devices[i].uuid, uuid) == 0 : b->devices[i].index == index)
+        if (uuid ? b->devices[i].uuid[0] && strcasecmp(b->devices[i].uuid, uuid) == 0
+                 : b->devices[i].index == index)
             return (int)i;
     }
     return -1;

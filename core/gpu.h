@@ -16,17 +16,20 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define GPU_UUID_MAX 48        /* "GPU-8-4-4-4-12" hex plus NUL fits */
+#define GPU_UUID_MAX 48        /* "GPU-8-4-4-4-12" or "MIG-..." hex plus NUL fits */
 #define GPU_LEGACY_HANDLE_BYTES 64 /* sizeof(CUipcMemHandle) */
 #define GPU_MAX_DEVICES 64
 
 enum gpu_kind { GPU_KIND_HOST, GPU_KIND_CUDA };
 
+/* One device; a backend's devices[i] is always ordinal i. */
 struct gpu_device {
-    int index;
-    char uuid[GPU_UUID_MAX];   /* "GPU-...", or "host" */
+    int index;                 /* the ordinal (= its position in devices[]) */
+    char uuid[GPU_UUID_MAX];   /* "GPU-...", "MIG-..." (as nvidia-smi -L prints), or "host";
+                                * "" when it could not be read */
     char name[128];
     uint64_t memory_bytes;
+    char error[192];           /* why the device cannot be used; "" when it can */
 };
 
 /* One shard's memory. The fd stays owned by the allocation: senders dup it
@@ -90,12 +93,14 @@ struct gpu_backend *gpu_host_new(void);
  * without CUDA support) in reason. */
 struct gpu_backend *gpu_cuda_probe(char *reason, size_t reasonlen);
 
-/* Parses a device name: "host", "cuda" (cuda:0), "cuda:N", or a GPU UUID
- * ("GPU-..."). Sets *kind and *index (-1 with *uuid for a UUID, to be
- * resolved against the backend's devices). Returns 0 or -1 on bad syntax. */
+/* Parses a device name: "host", "cuda" (cuda:0), "cuda:N", or a UUID as
+ * nvidia-smi -L prints it ("GPU-...", or "MIG-..." for a MIG instance). Sets
+ * *kind and *index (-1 with *uuid for a UUID, to be resolved against the
+ * backend's devices). Returns 0 or -1 on bad syntax. */
 int gpu_parse_device(const char *s, enum gpu_kind *kind, int *index, const char **uuid);
 
-/* Index of the device named by index or uuid in b, or -1. */
+/* Index (= ordinal) of the device named by index or uuid in b, or -1.
+ * The device may be one that cannot be used (its error is set). */
 int gpu_find_device(const struct gpu_backend *b, int index, const char *uuid);
 
 #endif

@@ -50,13 +50,15 @@ struct gpu_stage {
 
 static int cerr(struct cuda_backend *cb, CUresult r, const char *what, char *err, size_t errlen)
 {
-    snprintf(err, errlen, "%s: %s (CUresult %d)", what, cuda_api_error(&cb->api, r), (int)r);
+    char d[160];
+    snprintf(err, errlen, "%s: %s", what, cuda_api_describe(&cb->api, r, d, sizeof(d)));
     return -1;
 }
 
 static void log_cuda(struct cuda_backend *cb, CUresult r, const char *what)
 {
-    log_msg(LOG_ERROR, "gpu: %s: %s (CUresult %d)", what, cuda_api_error(&cb->api, r), (int)r);
+    char d[160];
+    log_msg(LOG_ERROR, "gpu: %s: %s", what, cuda_api_describe(&cb->api, r, d, sizeof(d)));
 }
 
 /* Makes dev's primary context current on this thread. */
@@ -315,24 +317,70 @@ static const struct gpu_backend_ops cuda_ops = {
     .destroy = cuda_destroy,
 };
 
+/* Fills devices[i] for ordinal i: every device the driver reports keeps its
+ * slot, so a table index is always the ordinal. One that cannot be used
+ * (no handle, no UUID, no POSIX fd export) keeps the reason in error. */
+static void probe_device(struct cuda_backend *cb, struct gpu_device *d, int i)
+{
+    char e[160];
+    size_t mem = 0;
+    int vmm = 0, pfd = 0;
+    CUresult r;
+    d->index = i;
+    snprintf(d->name, sizeof(d->name), "CUDA device %d", i);
+    if ((r = cb->api.DeviceGet(&cb->dev[i], i)) != CUDA_SUCCESS) {
+        snprintf(d->error, sizeof(d->error), "cuDeviceGet: %s",
+                 cuda_api_describe(&cb->api, r, e, sizeof(e)));
+        return;
+    }
+    cb->api.DeviceGetName(d->name, (int)sizeof(d->name), cb->dev[i]);
+    if ((r = cuda_api_device_uuid(&cb->api, cb->dev[i], d->uuid, sizeof(d->uuid))) != CUDA_SUCCESS) {
+        d->uuid[0] = '\0';
+        snprintf(d->error, sizeof(d->error), "cuDeviceGetUuid: %s",
+                 cuda_api_describe(&cb->api, r, e, sizeof(e)));
+        return;
+    }
+    if (cb->api.DeviceTotalMem(&mem, cb->dev[i]) == CUDA_SUCCESS)
+        d->memory_bytes = mem;
+    if (cb->api.DeviceGetAttribute(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
+                                   cb->dev[i]) != CUDA_SUCCESS)
+        vmm = 0;
+    if (cb->api.DeviceGetAttribute(&pfd, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,
+                                   cb->dev[i]) != CUDA_SUCCESS)
+        pfd = 0;
+    cb->posix_fd[i] = vmm && pfd;
+    if (!cb->posix_fd[i])
+        snprintf(d->error, sizeof(d->error), "the device cannot share memory as POSIX file "
+                 "descriptors (virtual memory management %s, POSIX fd handles %s)",
+                 vmm ? "supported" : "unsupported", pfd ? "supported" : "unsupported");
+}
+
 struct gpu_backend *gpu_cuda_probe(char *reason, size_t reasonlen)
 {
     struct cuda_backend *cb = xcalloc(1, sizeof(*cb));
+    char e[160];
     int count = 0;
     CUresult r;
     if (cuda_api_load(&cb->api, reason, reasonlen) < 0)
         goto fail;
     r = cb->api.Init(0);
     if (r != CUDA_SUCCESS) {
-        snprintf(reason, reasonlen, "cuInit: %s (CUresult %d)", cuda_api_error(&cb->api, r),
-                 (int)r);
+        snprintf(reason, reasonlen, "cuInit: %s", cuda_api_describe(&cb->api, r, e, sizeof(e)));
         goto fail;
     }
     r = cb->api.DeviceGetCount(&count);
-    if (r != CUDA_SUCCESS || count <= 0) {
+    if (r != CUDA_SUCCESS) {
+        snprintf(reason, reasonlen, "cuDeviceGetCount: %s",
+                 cuda_api_describe(&cb->api, r, e, sizeof(e)));
+        goto fail;
+    }
+    if (count <= 0) {
         snprintf(reason, reasonlen, "no CUDA devices");
         goto fail;
     }
+    if (count > GPU_MAX_DEVICES)
+        log_msg(LOG_WARN, "gpu: %d CUDA devices; only the first %d are used", count,
+                GPU_MAX_DEVICES);
     struct gpu_backend *b = xcalloc(1, sizeof(*b));
     pthread_mutex_init(&cb->lock, NULL);
     b->ops = &cuda_ops;
@@ -340,26 +388,15 @@ struct gpu_backend *gpu_cuda_probe(char *reason, size_t reasonlen)
     b->kind = GPU_KIND_CUDA;
     b->handle_type = "posix_fd";
     b->priv = cb;
-    for (int i = 0; i < count && i < GPU_MAX_DEVICES; i++) {
-        struct gpu_device *d = &b->devices[b->n_devices];
-        CUuuid u;
-        size_t mem = 0;
-        int vmm = 0, pfd = 0;
-        if (cb->api.DeviceGet(&cb->dev[i], i) != CUDA_SUCCESS)
-            continue;
-        d->index = i;
-        if (cb->api.DeviceGetName(d->name, (int)sizeof(d->name), cb->dev[i]) != CUDA_SUCCESS)
-            snprintf(d->name, sizeof(d->name), "CUDA device %d", i);
-        if (cb->api.DeviceGetUuid(&u, cb->dev[i]) == CUDA_SUCCESS)
-            cuda_api_uuid_str(&u, d->uuid, sizeof(d->uuid));
-        if (cb->api.DeviceTotalMem(&mem, cb->dev[i]) == CUDA_SUCCESS)
-            d->memory_bytes = mem;
-        cb->api.DeviceGetAttribute(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
-                                   cb->dev[i]);
-        cb->api.DeviceGetAttribute(&pfd, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,
-                                   cb->dev[i]);
-        cb->posix_fd[i] = vmm && pfd;
-        b->n_devices++;
+    b->n_devices = (size_t)(count < GPU_MAX_DEVICES ? count : GPU_MAX_DEVICES);
+    for (int i = 0; i < (int)b->n_devices; i++) {
+        struct gpu_device *d = &b->devices[i];
+        probe_device(cb, d, i);
+        if (d->error[0])
+            log_msg(LOG_WARN, "gpu: cuda:%d (%s) cannot be used: %s", i, d->name, d->error);
+        else
+            log_msg(LOG_INFO, "gpu: cuda:%d %s, %s, %llu MiB", i, d->uuid, d->name,
+                    (unsigned long long)(d->memory_bytes >> 20));
     }
     return b;
 fail:

@@ -36,8 +36,7 @@ void gm_instance_free(struct gm_model *m)
         free(m->tensors[i].name);
         free(m->tensors[i].shape);
     }
-    if (m->snap)
-        registry_unref(m->snap);
+    reg_model_unref(m->rm);
     free(m->shards);
     free(m->tensors);
     free(m->name);
@@ -80,8 +79,8 @@ static int same_files(const struct gm_model *m, const struct reg_model *rm)
     return k == m->n_shards;
 }
 
-struct gm_model *do_gm_instance_new(struct gpu_manager *gm, struct registry *snap,
-                                    const struct reg_model *rm, struct gpu_backend *be, int dev)
+struct gm_model *do_gm_instance_new(struct gpu_manager *gm, const struct reg_model *rm,
+                                    struct gpu_backend *be, int dev)
 {
     struct gm_model *m = xcalloc(1, sizeof(*m));
     pthread_mutex_init(&m->render_lock, NULL);
@@ -94,8 +93,7 @@ struct gm_model *do_gm_instance_new(struct gpu_manager *gm, struct registry *sna
         snprintf(m->device, sizeof(m->device), "cuda:%d", be->devices[dev].index);
     m->generation = ++gm->next_generation;
     m->state = GM_LOADING;
-    m->snap = registry_ref(snap);
-    m->rm = rm;
+    m->rm = reg_model_ref(rm);
     size_t *shard_of = xcalloc(rm->n_files ? rm->n_files : 1, sizeof(*shard_of));
     m->shards = xcalloc(rm->n_files ? rm->n_files : 1, sizeof(*m->shards));
     for (size_t i = 0; i < rm->n_files; i++) {
@@ -174,6 +172,39 @@ char *gm_render_and_unlock(struct gpu_manager *gm, struct gm_model *m)
     return text;
 }
 
+void do_gm_refused_clear(struct gpu_manager *gm, const char *model)
+{
+    for (struct gm_refused **pp = &gm->refused; *pp; pp = &(*pp)->next) {
+        if (strcmp((*pp)->model, model) == 0) {
+            struct gm_refused *r = *pp;
+            *pp = r->next;
+            free(r->model);
+            free(r);
+            return;
+        }
+    }
+}
+
+void do_gm_refused_set(struct gpu_manager *gm, const char *model, const char *device,
+                       const char *reason)
+{
+    do_gm_refused_clear(gm, model);
+    struct gm_refused *r = xcalloc(1, sizeof(*r));
+    r->model = xstrdup(model);
+    snprintf(r->device, sizeof(r->device), "%s", device);
+    snprintf(r->reason, sizeof(r->reason), "%s", reason);
+    r->next = gm->refused;
+    gm->refused = r;
+}
+
+const struct gm_refused *do_gm_refused_find(struct gpu_manager *gm, const char *model)
+{
+    for (const struct gm_refused *r = gm->refused; r; r = r->next)
+        if (strcmp(r->model, model) == 0)
+            return r;
+    return NULL;
+}
+
 /* The current instance, else the newest draining one. Caller holds the lock. */
 static struct gm_model *do_find_shown(struct gpu_manager *gm, const char *model)
 {
@@ -206,7 +237,8 @@ int gm_resolve_device(struct gpu_manager *gm, const char *name, struct gpu_backe
     const char *uuid;
     if (gpu_parse_device(name, &kind, &index, &uuid) < 0) {
         *code = "bad_device";
-        snprintf(msg, msglen, "device \"%.100s\" is not \"host\", \"cuda:N\" or a GPU UUID", name);
+        snprintf(msg, msglen, "device \"%.100s\" is not \"host\", \"cuda:N\", or a GPU-... or "
+                 "MIG-... UUID as nvidia-smi -L prints it", name);
         return 400;
     }
     if (kind == GPU_KIND_HOST) {
@@ -224,6 +256,13 @@ int gm_resolve_device(struct gpu_manager *gm, const char *name, struct gpu_backe
         *code = "bad_device";
         snprintf(msg, msglen, "no CUDA device %.100s (%zu present)", name, gm->cuda->n_devices);
         return 400;
+    }
+    const struct gpu_device *d = &gm->cuda->devices[*dev];
+    if (d->error[0]) {
+        *code = "gpu_unavailable";
+        snprintf(msg, msglen, "CUDA device %d (%.60s) cannot be used: %s", d->index, d->name,
+                 d->error);
+        return 503;
     }
     *be = gm->cuda;
     return 0;
@@ -267,9 +306,11 @@ json_t *gpu_manager_status_json(struct gpu_manager *gm)
         json_array_append_new(backends, json_string("cuda"));
         for (size_t i = 0; i < gm->cuda->n_devices; i++) {
             const struct gpu_device *d = &gm->cuda->devices[i];
-            json_array_append_new(devs, json_pack("{s:i,s:s,s:s,s:I}", "index", d->index, "uuid",
-                                                  d->uuid, "name", d->name, "memory_bytes",
-                                                  (json_int_t)d->memory_bytes));
+            json_t *o = json_pack("{s:i,s:s,s:s,s:I}", "index", d->index, "uuid", d->uuid, "name",
+                                  d->name, "memory_bytes", (json_int_t)d->memory_bytes);
+            if (d->error[0])
+                json_object_set_new(o, "error", json_string(d->error));
+            json_array_append_new(devs, o);
         }
     }
     pthread_mutex_lock(&gm->lock);
@@ -294,9 +335,12 @@ char *gpu_manager_model_text(struct gpu_manager *gm, const char *model, int *htt
     struct gm_model *m = do_find_shown(gm, model);
     if (m)
         return gm_render_and_unlock(gm, m);
+    const struct gm_refused *r = do_gm_refused_find(gm, model);
+    json_t *o = r ? json_pack("{s:s,s:s,s:s,s:s}", "model", model, "state", "failed", "device",
+                              r->device, "reason", r->reason)
+                  : json_pack("{s:s,s:s}", "model", model, "state", "none");
     pthread_mutex_unlock(&gm->lock);
-    json_t *o = json_pack("{s:s,s:s}", "model", model, "state", "none");
-    char *text = json_dumps(o, JSON_COMPACT);
+    char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
     return text;
 }
@@ -313,7 +357,10 @@ json_t *gpu_manager_model_summary(struct gpu_manager *gm, const char *model)
 {
     pthread_mutex_lock(&gm->lock);
     struct gm_model *m = do_find_shown(gm, model);
-    json_t *o = json_pack("{s:s}", "state", m ? gm_state_name(m->state) : "none");
+    const struct gm_refused *r = m ? NULL : do_gm_refused_find(gm, model);
+    json_t *o = json_pack("{s:s}", "state", m ? gm_state_name(m->state) : r ? "failed" : "none");
+    if (r)
+        json_object_set_new(o, "device", json_string(r->device));
     if (m) {
         json_object_set_new(o, "device", json_string(m->device));
         json_object_set_new(o, "generation", json_integer((json_int_t)m->generation));
@@ -412,7 +459,7 @@ void gpu_manager_on_reload(struct gpu_manager *gm, struct registry *snap)
             dead_list = dead;
         }
         if (valid) {
-            struct gm_model *nm = do_gm_instance_new(gm, snap, rm, be, dev);
+            struct gm_model *nm = do_gm_instance_new(gm, rm, be, dev);
             nm->startup = startup;
             do_gpu_preload_enqueue(gm, nm);
         } else if (startup && gm->startup_pending > 0) {
@@ -486,6 +533,8 @@ void gpu_manager_free(struct gpu_manager *gm)
     }
     if (gm->latest)
         registry_unref(gm->latest);
+    while (gm->refused)
+        do_gm_refused_clear(gm, gm->refused->model);
     if (gm->cuda)
         gm->cuda->ops->destroy(gm->cuda);
     gm->host->ops->destroy(gm->host);

@@ -11,7 +11,7 @@
  * frees an instance. A do_ function that drops the last reference returns
  * the instance (already unlinked) and the caller calls gm_instance_free on
  * it after unlocking, because freeing releases backend memory and a
- * registry snapshot, which must not happen under the lock.
+ * registry model (closing its files), which must not happen under the lock.
  *
  * What an instance's fields may be read under:
  *   - set by gm_instance_new and never changed: name, be, dev, device,
@@ -20,7 +20,7 @@
  *   - gm->lock: the fields marked so below;
  *   - atomics: done, cancel;
  *   - the loader thread alone, while the instance is loading: the shards'
- *     allocations and checksums, error, io_mode, verified, snap, rm and the
+ *     allocations and checksums, error, io_mode, verified, rm and the
  *     shards' rf. Others read the allocations and checksums only once
  *     `published` is set, error only once state is failed, io_mode and
  *     verified only once t_end_ns is set (both set under the lock after the
@@ -59,7 +59,7 @@ struct gm_shard {
     char *file;                /* name within the model */
     uint64_t data_start, size; /* the data buffer in the file */
     struct fileio_stat st;     /* of the file loaded, to notice changes on reload */
-    const struct reg_file *rf; /* while loading (the instance holds the snapshot) */
+    const struct reg_file *rf; /* while loading (the instance holds the model) */
     struct gpu_alloc a;
     uint64_t checksum;         /* ipc_tsum of the bytes */
 };
@@ -101,8 +101,7 @@ struct gm_model {
     struct gm_shard *shards;
     size_t n_tensors;
     struct gm_tensor *tensors;
-    struct registry *snap;     /* referenced from creation until the load ends */
-    const struct reg_model *rm;
+    const struct reg_model *rm; /* referenced from creation until the load ends */
     pthread_mutex_t render_lock; /* guards the two texts below */
     char *tensors_text;        /* the "tensors" array as JSON, rendered once */
     char *allocs_text;         /* the published "allocations" array as GET shows it */
@@ -118,6 +117,16 @@ struct gm_dyn {
     int verified;
     char io_mode[32];
     char error[512];
+};
+
+/* A start-up preload that could not even start because of its device (no
+ * usable driver, no such device, a device that cannot be used): GET shows
+ * it as failed with the reason until a preload of that model starts. */
+struct gm_refused {
+    struct gm_refused *next;
+    char *model;
+    char device[64];
+    char reason[512];
 };
 
 struct gpu_lease {
@@ -145,16 +154,24 @@ struct gpu_manager {
     struct ipc_server *ipc;
     struct registry *latest;   /* the newest snapshot on_reload saw (gm->lock): preloads
                                 * never load from an older one */
+    struct gm_refused *refused; /* start-up preloads refused before they began (gm->lock) */
 };
+
+/* Records (startup) or forgets (a preload of model started) a refused
+ * start-up preload. Caller holds the lock. */
+void do_gm_refused_set(struct gpu_manager *gm, const char *model, const char *device,
+                       const char *reason);
+void do_gm_refused_clear(struct gpu_manager *gm, const char *model);
+const struct gm_refused *do_gm_refused_find(struct gpu_manager *gm, const char *model);
 
 /* ---- instances (core/gpu_manager.c) ---- */
 
 /* Builds an instance of rm (which must be valid) on be/dev, loading, with a
- * new generation and a reference to snap; refs is 0 until it is enqueued.
+ * new generation and a reference to rm; refs is 0 until it is enqueued.
  * Caller holds the lock (for the generation counter). */
-struct gm_model *do_gm_instance_new(struct gpu_manager *gm, struct registry *snap,
-                                    const struct reg_model *rm, struct gpu_backend *be, int dev);
-/* Frees an unlinked instance: its allocations, its snapshot reference. */
+struct gm_model *do_gm_instance_new(struct gpu_manager *gm, const struct reg_model *rm,
+                                    struct gpu_backend *be, int dev);
+/* Frees an unlinked instance: its allocations, its model reference. */
 void gm_instance_free(struct gm_model *m);
 /* Drops one reference. Returns m, unlinked, when it must be freed after the
  * lock is released, else NULL. */

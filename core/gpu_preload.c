@@ -30,19 +30,12 @@ void do_gpu_preload_enqueue(struct gpu_manager *gm, struct gm_model *m)
     pthread_cond_broadcast(&gm->cond);
 }
 
-/* O_DIRECT descriptor for the same file as f, or -1 (not supported, or the
- * path now names another file). */
+/* O_DIRECT descriptor for the same version of f, or -1 (not supported, or
+ * the path now leads to another file or version). */
 static int open_direct(const struct reg_model *rm, const struct reg_file *f)
 {
-    int fd = openat(rm->dirfd, f->name, O_RDONLY | O_DIRECT | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-    struct stat st;
-    if (fd < 0)
-        return -1;
-    if (fstat(fd, &st) < 0 || (uint64_t)st.st_ino != f->st.ino || (uint64_t)st.st_dev != f->st.dev) {
-        close(fd);
-        return -1;
-    }
-    return fd;
+    int fd = registry_open_file(rm, f, O_RDONLY | O_DIRECT);
+    return fd >= 0 ? fd : -1;
 }
 
 /* Fills every allocation of m. Returns 0, -ECANCELED, or -1 with m->error. */
@@ -144,8 +137,7 @@ static void *loader_main(void *arg)
         m->t_end_ns = time_mono_ns();
         for (size_t i = 0; i < m->n_shards; i++)
             m->shards[i].rf = NULL;
-        struct registry *snap = m->snap;
-        m->snap = NULL;
+        const struct reg_model *rm = m->rm;
         m->rm = NULL;
         double secs = (double)(m->t_end_ns - m->t_start_ns) / 1e9;
         if (rc == 0 && !atomic_load(&m->cancel)) {
@@ -166,7 +158,7 @@ static void *loader_main(void *arg)
         struct gm_model *dead = do_gm_unref(gm, m);
         pthread_cond_broadcast(&gm->cond);
         pthread_mutex_unlock(&gm->lock);
-        registry_unref(snap);
+        reg_model_unref(rm); /* closes files: outside the lock */
         if (dead)
             gm_instance_free(dead);
         pthread_mutex_lock(&gm->lock);
@@ -216,9 +208,10 @@ int gpu_preload_request(struct gpu_manager *gm, const char *model, const char *d
         *doc = gm_render_and_unlock(gm, cur);
         goto unlocked;
     } else {
+        do_gm_refused_clear(gm, model);
         if (cur) /* a failed attempt on this device: try again */
             dead = do_gm_retire(gm, cur);
-        struct gm_model *m = do_gm_instance_new(gm, snap, rm, be, dev);
+        struct gm_model *m = do_gm_instance_new(gm, rm, be, dev);
         m->startup = startup;
         if (startup)
             gm->startup_pending++;
@@ -261,6 +254,16 @@ int gpu_preload_start(struct gpu_manager *gm, char *err, size_t errlen)
             const char *m = json_string_value(json_object_get(json_object_get(o, "error"),
                                                               "message"));
             log_msg(LOG_ERROR, "gpu: preload %s: %s", spec, m ? m : "failed");
+            /* The device could not take it (no usable driver, no such
+             * device): GET shows it failed, with why, rather than never
+             * asked for. A model that does not exist is only logged. */
+            const char *code = json_string_value(json_object_get(json_object_get(o, "error"),
+                                                                 "code"));
+            if (code && (strcmp(code, "gpu_unavailable") == 0 || strcmp(code, "bad_device") == 0)) {
+                pthread_mutex_lock(&gm->lock);
+                do_gm_refused_set(gm, model, at + 1, m ? m : "failed");
+                pthread_mutex_unlock(&gm->lock);
+            }
             json_decref(o);
         }
         free(doc);

@@ -46,7 +46,7 @@ static const char *const bound_labels[NBUCKETS] = {
 static const char *const class_labels[NCLASS] = {"1xx", "2xx", "3xx", "4xx", "5xx", "other"};
 static const char *const ep_names[MEP_COUNT] = {
     "models", "model", "header", "file", "file_header", "tensor",
-    "slice",  "gpu",   "metrics", "health", "other"};
+    "slice",  "gpu",   "fetch",   "metrics", "health", "other"};
 
 struct shard {
     counter started, conn_opened, conn_closed;
@@ -73,7 +73,11 @@ static _Atomic uint64_t last_sec;
 static uint64_t start_ns;
 
 static _Atomic uint64_t g_models, g_invalid, g_files, g_tensors, g_mapped, g_generation;
+static _Atomic uint64_t g_open_files;
 static _Atomic uint64_t g_gpu_resident, g_gpu_leases, g_gpu_bps_bits;
+/* Hashing: a few updates per MiB hashed, so plain shared atomics do. */
+static _Atomic uint64_t h_bytes, h_files, h_errors;
+static _Atomic uint64_t g_hash_pending, g_hash_pending_bytes, g_hash_known, g_hash_files;
 
 /* Seconds matter here, not nanoseconds: the coarse clock costs a few ns. */
 static uint64_t coarse_ns(void)
@@ -163,8 +167,12 @@ void metrics_init(void)
     slot_write(start_ns / NS, 0, 0);
     atomic_store(&g_models, 0), atomic_store(&g_invalid, 0), atomic_store(&g_files, 0);
     atomic_store(&g_tensors, 0), atomic_store(&g_mapped, 0), atomic_store(&g_generation, 0);
+    atomic_store(&g_open_files, 0);
     atomic_store(&g_gpu_resident, 0), atomic_store(&g_gpu_leases, 0);
     atomic_store(&g_gpu_bps_bits, 0);
+    atomic_store(&h_bytes, 0), atomic_store(&h_files, 0), atomic_store(&h_errors, 0);
+    atomic_store(&g_hash_pending, 0), atomic_store(&g_hash_pending_bytes, 0);
+    atomic_store(&g_hash_known, 0), atomic_store(&g_hash_files, 0);
 }
 
 void metrics_add(enum metrics_ctr c, uint64_t n)
@@ -214,6 +222,11 @@ void metrics_conn_closed(void)
     add(&shard()->conn_closed, 1);
 }
 
+void metrics_set_open_files(uint64_t n)
+{
+    atomic_store_explicit(&g_open_files, n, RELAXED);
+}
+
 void metrics_set_registry(uint64_t models, uint64_t invalid_models, uint64_t files,
                           uint64_t tensors, uint64_t bytes_mapped, uint64_t generation)
 {
@@ -233,6 +246,22 @@ void metrics_set_gpu(uint64_t bytes_resident, uint64_t leases_active,
     atomic_store_explicit(&g_gpu_resident, bytes_resident, RELAXED);
     atomic_store_explicit(&g_gpu_leases, leases_active, RELAXED);
     atomic_store_explicit(&g_gpu_bps_bits, bits, RELAXED);
+}
+
+void metrics_hash_progress(uint64_t bytes, uint64_t files, uint64_t errors)
+{
+    atomic_fetch_add_explicit(&h_bytes, bytes, RELAXED);
+    atomic_fetch_add_explicit(&h_files, files, RELAXED);
+    atomic_fetch_add_explicit(&h_errors, errors, RELAXED);
+}
+
+void metrics_set_hashing(uint64_t files_pending, uint64_t bytes_pending, uint64_t files_known,
+                         uint64_t files)
+{
+    atomic_store_explicit(&g_hash_pending, files_pending, RELAXED);
+    atomic_store_explicit(&g_hash_pending_bytes, bytes_pending, RELAXED);
+    atomic_store_explicit(&g_hash_known, files_known, RELAXED);
+    atomic_store_explicit(&g_hash_files, files, RELAXED);
 }
 
 const char *metrics_ep_name(enum metrics_ep ep)
@@ -386,6 +415,10 @@ static const struct {
     {MC_LEASES_TOTAL, "tensord_gpu_leases_total", "Leases granted on the IPC socket."},
     {MC_IPC_REFUSED, "tensord_ipc_refused_total",
      "Connections to the IPC socket refused by the allow-list."},
+    {MC_SCAN_ERRORS, "tensord_registry_scan_errors_total",
+     "I/O or resource errors met by rescans; the models they hit kept their previous state."},
+    {MC_TRANSFERS_CUT, "tensord_http_transfers_cut_total",
+     "Answers cut short because the file they were sending was written."},
 };
 
 static void prom_head(struct sb *b, const char *name, const char *type, const char *help)
@@ -476,12 +509,31 @@ char *metrics_render_prometheus(void)
                (double)atomic_load(&g_mapped));
     prom_gauge(&b, "tensord_registry_generation", "Generation of the registry snapshot served.",
                (double)atomic_load(&g_generation));
+    prom_gauge(&b, "tensord_registry_open_files",
+               "Descriptors the served snapshot holds open (one per .safetensors file).",
+               (double)atomic_load(&g_open_files));
     prom_gauge(&b, "tensord_gpu_resident_bytes", "Bytes of model data resident in device memory.",
                (double)atomic_load(&g_gpu_resident));
     prom_gauge(&b, "tensord_gpu_leases_active", "Leases currently held on the IPC socket.",
                (double)atomic_load(&g_gpu_leases));
     prom_gauge(&b, "tensord_gpu_preload_bytes_per_second", "Throughput of the last preload.",
                gpu_bps());
+    prom_head(&b, "tensord_hash_bytes_total", "counter", "Bytes read into SHA-256 by content hashing.");
+    sb_printf(&b, "tensord_hash_bytes_total %llu\n", (unsigned long long)atomic_load(&h_bytes));
+    prom_head(&b, "tensord_hash_files_total", "counter", "Files whose content hash was computed.");
+    sb_printf(&b, "tensord_hash_files_total %llu\n", (unsigned long long)atomic_load(&h_files));
+    prom_head(&b, "tensord_hash_errors_total", "counter",
+              "Files that could not be read for their content hash.");
+    sb_printf(&b, "tensord_hash_errors_total %llu\n", (unsigned long long)atomic_load(&h_errors));
+    prom_gauge(&b, "tensord_hash_files_pending",
+               "Files of the registry still to hash (queued, waiting to retry, or being hashed).",
+               (double)atomic_load(&g_hash_pending));
+    prom_gauge(&b, "tensord_hash_pending_bytes", "Bytes of the files still to hash.",
+               (double)atomic_load(&g_hash_pending_bytes));
+    prom_gauge(&b, "tensord_hash_files_known", "Files of the registry whose content hash is known.",
+               (double)atomic_load(&g_hash_known));
+    prom_gauge(&b, "tensord_hash_files", "Distinct files of the registry (hard links count once).",
+               (double)atomic_load(&g_hash_files));
     free(sn);
     return b.p;
 }
@@ -525,7 +577,8 @@ static const char *const json_ctr_names[MC_COUNT] = {
     "range_requests",        "multirange_requests", "slice_requests",     "not_modified",
     "range_not_satisfiable", "sendfile_bytes",      "copied_bytes",       "reloads",
     "reload_errors",         "connections_total",   "connections_rejected",
-    "gpu_preload_bytes",     "leases_total",        "ipc_refused"};
+    "gpu_preload_bytes",     "leases_total",        "ipc_refused",        "scan_errors",
+    "transfers_cut"};
 
 char *metrics_render_json(void)
 {
@@ -571,16 +624,27 @@ char *metrics_render_json(void)
     json_histogram(&b, sn->ttfb, sn->ttfb_sum_ns);
     sb_printf(&b,
               ",\"registry\":{\"models\":%llu,\"invalid_models\":%llu,\"files\":%llu,"
-              "\"tensors\":%llu,\"mapped_bytes\":%llu,\"generation\":%llu},",
+              "\"tensors\":%llu,\"mapped_bytes\":%llu,\"generation\":%llu,\"open_files\":%llu},",
               (unsigned long long)atomic_load(&g_models), (unsigned long long)atomic_load(&g_invalid),
               (unsigned long long)atomic_load(&g_files), (unsigned long long)atomic_load(&g_tensors),
               (unsigned long long)atomic_load(&g_mapped),
-              (unsigned long long)atomic_load(&g_generation));
+              (unsigned long long)atomic_load(&g_generation),
+              (unsigned long long)atomic_load(&g_open_files));
     sb_printf(&b,
               "\"gpu\":{\"resident_bytes\":%llu,\"leases_active\":%llu,"
-              "\"last_preload_bytes_per_second\":%.1f}}",
+              "\"last_preload_bytes_per_second\":%.1f},",
               (unsigned long long)atomic_load(&g_gpu_resident),
               (unsigned long long)atomic_load(&g_gpu_leases), gpu_bps());
+    sb_printf(&b,
+              "\"hashing\":{\"bytes_hashed\":%llu,\"files_hashed\":%llu,\"errors\":%llu,"
+              "\"files_pending\":%llu,\"bytes_pending\":%llu,\"files_known\":%llu,"
+              "\"files\":%llu}}",
+              (unsigned long long)atomic_load(&h_bytes), (unsigned long long)atomic_load(&h_files),
+              (unsigned long long)atomic_load(&h_errors),
+              (unsigned long long)atomic_load(&g_hash_pending),
+              (unsigned long long)atomic_load(&g_hash_pending_bytes),
+              (unsigned long long)atomic_load(&g_hash_known),
+              (unsigned long long)atomic_load(&g_hash_files));
     free(sn);
     return b.p;
 }

@@ -20,6 +20,7 @@ enum metrics_ep {
     MEP_TENSOR,
     MEP_SLICE,
     MEP_GPU,
+    MEP_FETCH,
     MEP_METRICS,
     MEP_HEALTH,
     MEP_OTHER,
@@ -42,6 +43,9 @@ enum metrics_ctr {
     MC_GPU_PRELOAD_BYTES,     /* bytes copied to devices by preloads */
     MC_LEASES_TOTAL,          /* IPC leases granted */
     MC_IPC_REFUSED,           /* IPC connections refused by the allow-list */
+    MC_SCAN_ERRORS,           /* I/O or resource errors met by rescans (the models they hit
+                               * kept their previous state; the rescan is retried) */
+    MC_TRANSFERS_CUT,         /* answers cut short because the file they sent was written */
     MC_COUNT
 };
 
@@ -65,11 +69,21 @@ void metrics_conn_opened(void);
 void metrics_conn_closed(void);
 
 /* Gauges published after each registry scan. */
+/* Descriptors the served snapshot holds open (one per .safetensors file). */
+void metrics_set_open_files(uint64_t n);
 void metrics_set_registry(uint64_t models, uint64_t invalid_models, uint64_t files,
                           uint64_t tensors, uint64_t bytes_mapped, uint64_t generation);
 /* Gauges published by the GPU manager when they change. */
 void metrics_set_gpu(uint64_t bytes_resident, uint64_t leases_active,
                      double last_preload_bytes_per_second);
+
+/* Content hashing (core/hasher): bytes read into SHA-256, files whose hash
+ * was recorded, files that could not be read. Added as they happen. */
+void metrics_hash_progress(uint64_t bytes, uint64_t files, uint64_t errors);
+/* Gauges about the latest snapshot's files: still to hash (queued, waiting
+ * to retry or being hashed) and their bytes, with a known hash, in all. */
+void metrics_set_hashing(uint64_t files_pending, uint64_t bytes_pending, uint64_t files_known,
+                         uint64_t files);
 
 /* Renderings of a consistent-enough snapshot (each shard is read once).
  * Caller frees. */

@@ -1,43 +1,46 @@
 /* registry: walks the models root into an immutable snapshot.
  *
- * The walk opens every directory with openat and every served file with
- * fileio_open_regular, so nothing is resolved twice by path except symlinks,
- * whose targets are resolved with realpath and must stay inside the root.
- * Each model is then validated on its own: headers, the index if sharded and
- * the cross-checks between them. Nothing here is fatal except a root that
- * cannot be opened. */
+ * Directories are listed, and every directory the walk enters is opened
+ * below the root (core/beneath): a listing only says which names to try,
+ * and what a name is, and whether it may be followed, is decided by opening
+ * it. Each directory that directly holds a .safetensors file is a model
+ * (core/reg_model builds it). A rescan hands every model whose entries are
+ * the same versions as before to the new snapshot unchanged, so a reload
+ * costs what changed; and where an I/O or resource error (EMFILE, EIO, ...)
+ * keeps a directory or a model from being read, the previous snapshot's
+ * models stand in for what could not be read, and scan_errors tells the
+ * caller to try again. Nothing here is fatal except a root that cannot be
+ * read. */
 #include "registry.h"
 
 #include <dirent.h>
 #include <errno.h>
-#include <stdint.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "st_index.h"
+#include "beneath.h"
+#include "reg_model.h"
 #include "strmap.h"
 #include "util.h"
 
 #define REGISTRY_DEFAULT_DEPTH 16
 #define REGISTRY_MAX_DEPTH 256 /* larger max_depth values are clamped (PATH_MAX stops sooner) */
 #define ST_SUFFIX ".safetensors"
-/* A safetensors file's prefix and header are kept in memory up to this size,
- * so reads of them are answered without touching the file (a typical
- * shard's header is 20-200 KB; a huge one is served from the file). */
-#define REGISTRY_HEAD_KEEP_MAX (1u << 20)
-#define INDEX_SUFFIX ".safetensors.index.json"
 
-enum entry_kind { ENTRY_SKIP, ENTRY_DIR, ENTRY_REG };
+enum entry_kind { ENTRY_DIR, ENTRY_REG };
 
-/* One directory entry worth keeping. */
+/* One directory entry worth trying: what stat says it is now. The open
+ * decides; this only chooses which names a model is built from and lets a
+ * rescan see that nothing changed without opening anything. */
 struct entry {
     char *name;
     enum entry_kind kind;
-    char *target; /* symlinks only: the target relative to the root ("." for the root) */
+    struct fileio_stat st;
 };
 
 struct dir_id {
@@ -46,13 +49,15 @@ struct dir_id {
 };
 
 struct scan {
-    const char *root; /* realpath */
-    size_t rootlen;
-    int rootfd;
+    struct reg_root *root;
+    const struct registry *prev; /* the snapshot being replaced, or NULL */
     unsigned max_depth;
-    struct dir_id *path; /* directories from the root down to the current one */
+    struct dir_id *path;         /* directories from the root down to the current one */
     struct reg_model **models;
     size_t n_models, cap_models;
+    char **lost;                 /* directories an I/O or resource error kept from being read */
+    size_t n_lost, cap_lost;
+    size_t errors, reused;
 };
 
 static int has_suffix(const char *s, const char *suffix)
@@ -68,98 +73,9 @@ static int cmp_entry(const void *a, const void *b)
 
 static void free_entries(struct entry *e, size_t n)
 {
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < n; i++)
         free(e[i].name);
-        free(e[i].target);
-    }
     free(e);
-}
-
-static int inside_root(const struct scan *s, const char *real)
-{
-    if (s->rootlen == 1) /* the root is "/" */
-        return 1;
-    return strncmp(real, s->root, s->rootlen) == 0 &&
-           (real[s->rootlen] == '/' || real[s->rootlen] == '\0');
-}
-
-static enum entry_kind kind_of(mode_t mode)
-{
-    if (S_ISDIR(mode))
-        return ENTRY_DIR;
-    if (S_ISREG(mode))
-        return ENTRY_REG;
-    return ENTRY_SKIP; /* FIFOs, sockets, devices: never opened */
-}
-
-/* Classifies dirfd/name (rel is the directory's path below the root). A
- * symlink counts as what it points to when realpath keeps it inside the
- * root; then *target is set to that path relative to the root. */
-static enum entry_kind classify(const struct scan *s, int dirfd, const char *rel,
-                                const char *name, char **target)
-{
-    struct stat sb;
-    *target = NULL;
-    if (fstatat(dirfd, name, &sb, AT_SYMLINK_NOFOLLOW) != 0)
-        return ENTRY_SKIP;
-    if (!S_ISLNK(sb.st_mode))
-        return kind_of(sb.st_mode);
-    char *full = rel[0] ? xasprintf("%s/%s/%s", s->root, rel, name)
-                        : xasprintf("%s/%s", s->root, name);
-    char *real = realpath(full, NULL);
-    free(full);
-    if (!real)
-        return ENTRY_SKIP; /* dangling or a loop of links */
-    enum entry_kind k = ENTRY_SKIP;
-    if (inside_root(s, real) && stat(real, &sb) == 0) {
-        k = kind_of(sb.st_mode);
-        const char *r = real + (s->rootlen == 1 ? 1 : s->rootlen + (real[s->rootlen] == '/'));
-        if (k != ENTRY_SKIP)
-            *target = xstrdup(r[0] ? r : ".");
-    }
-    free(real);
-    return k;
-}
-
-/* Reads dirfd's entries (hidden or non-UTF-8 names and anything not a directory or
- * regular file left out), sorted by name. */
-static struct entry *list_dir(const struct scan *s, int dirfd, const char *rel, size_t *n_out)
-{
-    size_t n = 0, cap = 16;
-    struct entry *e = xmalloc(cap * sizeof(*e));
-    *n_out = 0;
-    int fd = dup(dirfd);
-    if (fd < 0)
-        return e;
-    DIR *d = fdopendir(fd);
-    if (!d) {
-        close(fd);
-        return e;
-    }
-    rewinddir(d);
-    struct dirent *de;
-    while ((de = readdir(d)) != NULL) {
-        /* Names go into URLs and JSON verbatim: one that is not UTF-8 could
-         * not be addressed or listed, so it is left out like a hidden one. */
-        if (de->d_name[0] == '.' || !utf8_valid(de->d_name, strlen(de->d_name)))
-            continue;
-        char *target;
-        enum entry_kind k = classify(s, dirfd, rel, de->d_name, &target);
-        if (k == ENTRY_SKIP)
-            continue;
-        if (n == cap) {
-            cap *= 2;
-            e = xrealloc(e, cap * sizeof(*e));
-        }
-        e[n].name = xstrdup(de->d_name);
-        e[n].kind = k;
-        e[n].target = target;
-        n++;
-    }
-    closedir(d);
-    qsort(e, n, sizeof(*e), cmp_entry);
-    *n_out = n;
-    return e;
 }
 
 static void add_model(struct scan *s, struct reg_model *m)
@@ -171,317 +87,107 @@ static void add_model(struct scan *s, struct reg_model *m)
     s->models[s->n_models++] = m;
 }
 
-/* Opens one served file and, for a .safetensors file, validates its header.
- * A failure is recorded in f->error. */
-static void open_file(const struct scan *s, struct reg_file *f, int dirfd, const struct entry *e)
+/* rel could not be read because of err: keep what the previous snapshot had
+ * below it. */
+static void lose(struct scan *s, const char *rel)
 {
-    memset(f, 0, sizeof(*f));
-    f->name = xstrdup(e->name);
-    f->is_safetensors = has_suffix(e->name, ST_SUFFIX);
-    f->fd = e->target ? fileio_open_regular(s->rootfd, e->target, &f->st)
-                      : fileio_open_regular(dirfd, e->name, &f->st);
-    if (f->fd < 0) {
-        st_error_set(&f->error, ST_ERR_IO, "%s: open: %s", e->name, strerror(-f->fd));
-        f->fd = -1;
-        return;
+    s->errors++;
+    if (s->n_lost == s->cap_lost) {
+        s->cap_lost = s->cap_lost ? s->cap_lost * 2 : 8;
+        s->lost = xrealloc(s->lost, s->cap_lost * sizeof(*s->lost));
     }
-    fileio_etag(&f->st, f->etag);
-    f->error.code = ST_OK;
-    if (f->is_safetensors) {
-        if (st_header_read_fd(f->fd, f->name, REGISTRY_HEAD_KEEP_MAX, &f->header, &f->error) == ST_OK)
-            f->data_start = ST_PREFIX_LEN + f->header->header_len;
-        else
-            f->header = NULL;
-    }
+    s->lost[s->n_lost++] = xstrdup(rel);
 }
 
-/* Marks m invalid. The first error wins. Users see the message inside JSON,
- * so a message cut short (by "%.200s" or the buffer's end) in the middle of
- * a UTF-8 sequence is shortened to the last whole character. */
-static void set_invalid(struct reg_model *m, const struct st_error *e)
+/* Lists dirfd's entries that are directories or regular files (after
+ * following symlinks, which only the open will judge), hidden and non-UTF-8
+ * names left out, sorted by name. Returns NULL when the directory could not
+ * be read (*err the errno). */
+static struct entry *list_dir(int dirfd, size_t *n_out, int *err)
 {
-    if (m->state == MODEL_INVALID)
-        return;
-    m->state = MODEL_INVALID;
-    m->error = *e;
-    size_t n = strlen(m->error.message);
-    while (n > 0 && !utf8_valid(m->error.message, n))
-        m->error.message[--n] = '\0';
-}
-
-/* The model's message for an invalid file: the file's own message, which
- * st_header starts with the file's name, prefixed with it if it does not. */
-static void shard_invalid(struct reg_model *m, const struct reg_file *f)
-{
-    struct st_error e;
-    size_t n = strlen(f->name);
-    /* Out of memory says nothing about the file: the model keeps that code. */
-    enum st_status code = f->error.code == ST_ERR_NO_MEMORY ? ST_ERR_NO_MEMORY : ST_ERR_SHARD_INVALID;
-    if (strncmp(f->error.message, f->name, n) == 0 && f->error.message[n] == ':')
-        st_error_set(&e, code, "%s", f->error.message);
-    else
-        st_error_set(&e, code, "%s: %s", f->name, f->error.message);
-    set_invalid(m, &e);
-}
-
-/* Marks m invalid because the memory for its n tensors (the count its
- * files chose) could not be had. The message names `file`, or when that is
- * NULL the file holding the most of them. */
-static void tensors_out_of_memory(struct reg_model *m, const char *file, size_t n)
-{
-    struct st_error e;
-    size_t most = 0;
-    for (size_t i = 0; !file && i < m->n_files; i++)
-        if (m->files[i].header && m->files[i].header->n_tensors >= most) {
-            most = m->files[i].header->n_tensors;
-            file = m->files[i].name;
-        }
-    st_error_set(&e, ST_ERR_NO_MEMORY, "%s: not enough memory to index the model's %zu tensors",
-                 file ? file : m->name, n);
-    set_invalid(m, &e);
-}
-
-/* Reads and parses the index file f. On failure f->error holds the reason. */
-static struct st_index *load_index(struct reg_file *f)
-{
-    struct st_index *idx = NULL;
-    if (f->fd < 0)
-        return NULL;
-    if (f->st.size > ST_INDEX_MAX_LEN) {
-        st_error_set(&f->error, ST_ERR_INDEX_JSON, "%s: index is %llu bytes, more than the %llu allowed",
-                     f->name, (unsigned long long)f->st.size, (unsigned long long)ST_INDEX_MAX_LEN);
+    size_t n = 0, cap = 16;
+    *n_out = 0;
+    int fd = dup(dirfd);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!d) {
+        *err = errno;
+        if (fd >= 0)
+            close(fd);
         return NULL;
     }
-    char *buf = malloc(f->st.size + 1); /* up to 100 MB, the file's choice: fallible */
-    if (!buf) {
-        st_error_set(&f->error, ST_ERR_NO_MEMORY, "%s: not enough memory to read the %llu-byte index",
-                     f->name, (unsigned long long)f->st.size);
+    rewinddir(d);
+    struct entry *e = xmalloc(cap * sizeof(*e));
+    struct dirent *de;
+    for (;;) {
+        errno = 0;
+        if (!(de = readdir(d)))
+            break;
+        /* Names go into URLs and JSON verbatim: one that is not UTF-8 could
+         * not be addressed or listed, so it is left out like a hidden one. */
+        if (de->d_name[0] == '.' || !utf8_valid(de->d_name, strlen(de->d_name)))
+            continue;
+        struct stat sb;
+        if (fstatat(dirfd, de->d_name, &sb, 0) != 0) {
+            if (!reg_errno_transient(errno))
+                continue; /* dangling, a loop of links, no permission: as if absent */
+            break;
+        }
+        if (!S_ISDIR(sb.st_mode) && !S_ISREG(sb.st_mode))
+            continue; /* FIFOs, sockets, devices: never opened */
+        if (n == cap) {
+            cap *= 2;
+            e = xrealloc(e, cap * sizeof(*e));
+        }
+        e[n].name = xstrdup(de->d_name);
+        e[n].kind = S_ISDIR(sb.st_mode) ? ENTRY_DIR : ENTRY_REG;
+        fileio_stat_from(&sb, &e[n].st);
+        n++;
+    }
+    *err = errno;
+    closedir(d);
+    if (*err) {
+        free_entries(e, n);
         return NULL;
     }
-    int rc = fileio_pread_full(f->fd, buf, f->st.size, 0);
-    if (rc != 0)
-        st_error_set(&f->error, ST_ERR_IO, "%s: read: %s", f->name, strerror(-rc));
-    else
-        st_index_parse(buf, f->st.size, f->name, &idx, &f->error);
-    free(buf);
-    return idx;
+    qsort(e, n, sizeof(*e), cmp_entry);
+    *n_out = n;
+    return e;
 }
 
-static void add_tensors(struct reg_model *m, const struct reg_file *f, size_t *n)
+/* Adds model `name` made of the regular files among e[0..n): the previous
+ * snapshot's when it was built from the same versions of the same files, or
+ * when building it again met an I/O or resource error. */
+static void take_model(struct scan *s, const char *name, const char *dir, const struct entry *e,
+                       size_t n)
 {
-    for (size_t i = 0; i < f->header->n_tensors; i++) {
-        m->tensors[*n].t = &f->header->tensors[i];
-        m->tensors[*n].file = f;
-        (*n)++;
-    }
-}
-
-/* Sharded: the index names the shards, and each tensor's shard must hold it
- * and hold nothing else. Returns 0 or -1 with m invalid. */
-static int check_sharded(struct reg_model *m, const struct st_index *idx, const char *index_name)
-{
-    struct st_error e;
-    int rc = -1;
-    /* Sized by the files, so fallible; each map is sized for all it will
-     * hold, so the strmap_put calls below never allocate. */
-    struct strmap *mapped = strmap_try_new(idx->n_entries); /* tensor -> shard name */
-    struct strmap **held = calloc(idx->n_shards, sizeof(*held)); /* per shard: tensor -> st_tensor */
-    const struct reg_file **shard_file = calloc(idx->n_shards, sizeof(*shard_file));
-    struct strmap *shard_no = strmap_try_new(idx->n_shards); /* shard name -> index + 1 */
-    size_t total = 0;
-    if (!mapped || !held || !shard_file || !shard_no)
-        goto oom;
-
-    for (size_t i = 0; i < idx->n_shards; i++) {
-        const char *sh = idx->shards[i];
-        const struct reg_file *f = strmap_get(m->by_file, sh, strlen(sh));
-        if (!f || !f->is_safetensors || !f->header) {
-            st_error_set(&e, ST_ERR_SHARD_MISSING, "%s: shard \"%.200s\" %s", index_name, sh,
-                         !f ? "does not exist" : "is not a .safetensors file");
-            set_invalid(m, &e);
-            goto done;
-        }
-        shard_file[i] = f;
-        strmap_put(shard_no, sh, strlen(sh), (void *)(uintptr_t)(i + 1));
-        held[i] = strmap_try_new(f->header->n_tensors);
-        if (!held[i])
-            goto oom;
-        for (size_t k = 0; k < f->header->n_tensors; k++) {
-            const struct st_tensor *t = &f->header->tensors[k];
-            strmap_put(held[i], t->name, t->name_len, (void *)t);
-        }
-        total += f->header->n_tensors;
-    }
-    for (size_t i = 0; i < idx->n_entries; i++) {
-        const struct st_index_entry *en = &idx->entries[i];
-        size_t no = (uintptr_t)strmap_get(shard_no, en->shard, strlen(en->shard));
-        if (!strmap_get(held[no - 1], en->tensor, strlen(en->tensor))) {
-            st_error_set(&e, ST_ERR_TENSOR_NOT_IN_SHARD,
-                         "%s: tensor \"%.200s\" is mapped to shard \"%.200s\" which does not hold it",
-                         index_name, en->tensor, en->shard);
-            set_invalid(m, &e);
-            goto done;
-        }
-        strmap_put(mapped, en->tensor, strlen(en->tensor), (void *)en->shard);
-    }
-    for (size_t i = 0; i < idx->n_shards; i++) {
-        const struct st_header *h = shard_file[i]->header;
-        for (size_t k = 0; k < h->n_tensors; k++) {
-            const char *want = strmap_get(mapped, h->tensors[k].name, h->tensors[k].name_len);
-            if (want != idx->shards[i]) {
-                st_error_set(&e, ST_ERR_TENSOR_NOT_IN_INDEX,
-                             "%s: shard \"%.200s\" holds tensor \"%.200s\" which the index %s%.200s%s",
-                             index_name, idx->shards[i], h->tensors[k].name,
-                             want ? "maps to \"" : "does not map",
-                             want ? want : "", want ? "\"" : "");
-                set_invalid(m, &e);
-                goto done;
-            }
-        }
-    }
-    /* Every entry found in its shard and every shard tensor mapped to it:
-     * the counts agree and names are unique. Files are sorted by name, so
-     * walking them in order gives (file, begin) order. */
-    m->tensors = malloc((total ? total : 1) * sizeof(*m->tensors));
-    if (!m->tensors)
-        goto oom;
-    size_t n = 0;
-    for (size_t i = 0; i < m->n_files; i++) {
-        const char *name = m->files[i].name;
-        if (m->files[i].header && strmap_get(shard_no, name, strlen(name)))
-            add_tensors(m, &m->files[i], &n);
-    }
-    m->n_tensors = n;
-    rc = 0;
-    goto done;
-oom:
-    tensors_out_of_memory(m, index_name, idx->n_entries);
-done:
-    for (size_t i = 0; held && i < idx->n_shards; i++)
-        strmap_free(held[i]);
-    free(held);
-    free(shard_file);
-    strmap_free(shard_no);
-    strmap_free(mapped);
-    return rc;
-}
-
-/* Unsharded: every .safetensors file contributes its tensors. */
-static void collect_unsharded(struct reg_model *m)
-{
-    size_t total = 0;
-    for (size_t i = 0; i < m->n_files; i++)
-        if (m->files[i].header)
-            total += m->files[i].header->n_tensors;
-    m->tensors = malloc((total ? total : 1) * sizeof(*m->tensors));
-    if (!m->tensors) {
-        tensors_out_of_memory(m, NULL, total);
-        return;
-    }
-    size_t n = 0;
-    for (size_t i = 0; i < m->n_files; i++)
-        if (m->files[i].header)
-            add_tensors(m, &m->files[i], &n);
-    m->n_tensors = n;
-}
-
-/* Builds by_tensor; fails on a name held by two files (unsharded models:
- * the sharded checks already exclude it). */
-static int index_tensors(struct reg_model *m)
-{
-    m->by_tensor = strmap_try_new(m->n_tensors); /* sized: the puts never allocate */
-    if (!m->by_tensor) {
-        tensors_out_of_memory(m, NULL, m->n_tensors);
-        return -1;
-    }
-    for (size_t i = 0; i < m->n_tensors; i++) {
-        const struct reg_tensor *t = &m->tensors[i];
-        if (strmap_put(m->by_tensor, t->t->name, t->t->name_len, (void *)t) != 0) {
-            const struct reg_tensor *o = strmap_get(m->by_tensor, t->t->name, t->t->name_len);
-            struct st_error e;
-            st_error_set(&e, ST_ERR_DUPLICATE_TENSOR, "tensor \"%.200s\" is in both %.120s and %.120s",
-                         t->t->name, o->file->name, t->file->name);
-            set_invalid(m, &e);
-            return -1;
-        }
-    }
-    return 0;
-}
-
-static void drop_tensors(struct reg_model *m)
-{
-    free(m->tensors);
-    m->tensors = NULL;
-    m->n_tensors = 0;
-    m->tensor_bytes = 0;
-    strmap_free(m->by_tensor);
-    m->by_tensor = strmap_new(0);
-}
-
-/* Validates m (files already opened and headers read) and fills its tensors. */
-static void validate_model(struct reg_model *m)
-{
-    struct st_error e;
-    struct reg_file *index = NULL;
-    size_t n_index = 0;
-    for (size_t i = 0; i < m->n_files; i++) {
-        if (has_suffix(m->files[i].name, INDEX_SUFFIX)) {
-            if (n_index++ == 0)
-                index = &m->files[i];
-            else {
-                st_error_set(&e, ST_ERR_MULTIPLE_INDEXES, "%s and %s are both indexes", index->name,
-                             m->files[i].name);
-                set_invalid(m, &e);
-            }
-        }
-    }
-    m->sharded = n_index > 0;
-    struct st_index *idx = NULL;
-    if (n_index == 1) {
-        m->index_file = index;
-        idx = load_index(index);
-        if (!idx)
-            set_invalid(m, &index->error);
-    }
-    for (size_t i = 0; i < m->n_files; i++)
-        if (m->files[i].is_safetensors && m->files[i].error.code != ST_OK)
-            shard_invalid(m, &m->files[i]);
-    if (m->state == MODEL_READY) {
-        if (idx) {
-            if (check_sharded(m, idx, index->name) == 0)
-                index_tensors(m);
-        } else {
-            collect_unsharded(m);
-            index_tensors(m);
-        }
-    }
-    st_index_free(idx);
-    if (m->state != MODEL_READY) {
-        drop_tensors(m);
-        return;
-    }
-    for (size_t i = 0; i < m->n_tensors; i++)
-        m->tensor_bytes += m->tensors[i].t->end - m->tensors[i].t->begin;
-}
-
-/* A model from entries of dirfd (only the regular files among them are
- * used). dirfd is owned by the model from now on. */
-static struct reg_model *build_model(const struct scan *s, const char *name, int dirfd,
-                                     const struct entry *e, size_t n)
-{
-    struct reg_model *m = xcalloc(1, sizeof(*m));
-    m->name = xstrdup(name);
-    m->dirfd = dirfd;
-    m->state = MODEL_READY;
-    m->files = xcalloc(n ? n : 1, sizeof(*m->files));
+    struct reg_entry_id *ids = xcalloc(n ? n : 1, sizeof(*ids));
+    size_t k = 0;
     for (size_t i = 0; i < n; i++)
         if (e[i].kind == ENTRY_REG)
-            open_file(s, &m->files[m->n_files++], dirfd, &e[i]);
-    m->by_file = strmap_new(m->n_files);
-    for (size_t i = 0; i < m->n_files; i++)
-        strmap_put(m->by_file, m->files[i].name, strlen(m->files[i].name), &m->files[i]);
-    validate_model(m);
-    return m;
+            ids[k++] = (struct reg_entry_id){.name = e[i].name, .st = e[i].st};
+    const struct reg_model *old = s->prev ? registry_find_model(s->prev, name, strlen(name)) : NULL;
+    if (old && reg_model_unchanged(old, ids, k)) {
+        add_model(s, reg_model_ref(old));
+        s->reused++;
+    } else {
+        struct reg_model *m = reg_model_build(s->root, name, dir, ids, k, NULL);
+        if (!m->transient && !reg_model_has_safetensors(m)) {
+            /* Every .safetensors entry led outside the root, or was not a
+             * regular file once opened: not a model at all. */
+            reg_model_unref(m);
+            free(ids);
+            return;
+        }
+        if (m->transient) {
+            s->errors++;
+            if (old && !old->transient) {
+                reg_model_unref(m);
+                m = reg_model_ref(old);
+            }
+        }
+        add_model(s, m);
+    }
+    free(ids);
 }
 
 static int on_path(const struct scan *s, unsigned depth, const struct stat *sb)
@@ -492,70 +198,62 @@ static int on_path(const struct scan *s, unsigned depth, const struct stat *sb)
     return 0;
 }
 
-/* Walks the directory dirfd at rel (depth levels below the root). Takes
- * ownership of dirfd: a model keeps it, otherwise it is closed. */
+/* Walks the directory dirfd at rel (depth levels below the root). */
 static void walk(struct scan *s, int dirfd, const char *rel, unsigned depth)
 {
     size_t n;
-    struct entry *e = list_dir(s, dirfd, rel, &n);
-    int is_model = 0;
+    int err;
+    struct entry *e = list_dir(dirfd, &n, &err);
+    if (!e) {
+        if (reg_errno_transient(err))
+            lose(s, rel);
+        return;
+    }
     if (depth == 0) {
         for (size_t i = 0; i < n; i++) {
             if (e[i].kind != ENTRY_REG || !has_suffix(e[i].name, ST_SUFFIX))
                 continue;
             char *name = xstrndup(e[i].name, strlen(e[i].name) - strlen(ST_SUFFIX));
-            add_model(s, build_model(s, name, s->rootfd, &e[i], 1));
+            take_model(s, name, "", &e[i], 1);
             free(name);
         }
     } else {
+        int is_model = 0;
         for (size_t i = 0; i < n && !is_model; i++)
             is_model = e[i].kind == ENTRY_REG && has_suffix(e[i].name, ST_SUFFIX);
         if (is_model)
-            add_model(s, build_model(s, rel, dirfd, e, n));
+            take_model(s, rel, rel, e, n);
     }
     for (size_t i = 0; i < n && depth < s->max_depth; i++) {
         if (e[i].kind != ENTRY_DIR)
             continue;
-        int fd = e[i].target
-                     ? openat(s->rootfd, e[i].target, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NONBLOCK)
-                     : openat(dirfd, e[i].name,
-                              O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
-        if (fd < 0)
-            continue;
-        struct stat sb;
-        if (fstat(fd, &sb) != 0 || on_path(s, depth, &sb)) {
-            close(fd); /* a symlink back to a directory above: a loop */
-            continue;
-        }
-        s->path[depth + 1].dev = sb.st_dev;
-        s->path[depth + 1].ino = sb.st_ino;
         char *sub = depth == 0 ? xstrdup(e[i].name) : xasprintf("%s/%s", rel, e[i].name);
-        walk(s, fd, sub, depth + 1);
+        int fd = beneath_open(s->root->fd, s->root->path, sub,
+                              O_RDONLY | O_DIRECTORY | O_NONBLOCK);
+        struct stat sb;
+        if (fd < 0 || fstat(fd, &sb) != 0) {
+            int e2 = fd < 0 ? -fd : errno;
+            if (reg_errno_transient(e2))
+                lose(s, sub);
+        } else if (!on_path(s, depth, &sb)) { /* a link back to a directory above: a loop */
+            s->path[depth + 1].dev = sb.st_dev;
+            s->path[depth + 1].ino = sb.st_ino;
+            walk(s, fd, sub, depth + 1);
+        }
+        if (fd >= 0)
+            close(fd);
         free(sub);
     }
     free_entries(e, n);
-    if (depth > 0 && !is_model)
-        close(dirfd);
 }
 
-static void free_model(struct reg_model *m, int rootfd)
+/* Whether model m lives in directory `dir` or below it. */
+static int below(const struct reg_model *m, const char *dir)
 {
-    for (int k = 0; k < REG_DOC_COUNT; k++)
-        free(atomic_load(&m->docs[k].text));
-    for (size_t i = 0; i < m->n_files; i++) {
-        if (m->files[i].fd >= 0)
-            close(m->files[i].fd);
-        st_header_free(m->files[i].header);
-        free(m->files[i].name);
-    }
-    free(m->files);
-    free(m->tensors);
-    strmap_free(m->by_tensor);
-    strmap_free(m->by_file);
-    if (m->dirfd >= 0 && m->dirfd != rootfd)
-        close(m->dirfd);
-    free(m->name);
-    free(m);
+    size_t n = strlen(dir);
+    if (n == 0)
+        return 1;
+    return strncmp(m->dir, dir, n) == 0 && (m->dir[n] == '\0' || m->dir[n] == '/');
 }
 
 static int cmp_model(const void *a, const void *b)
@@ -564,11 +262,35 @@ static int cmp_model(const void *a, const void *b)
                   (*(const struct reg_model *const *)b)->name);
 }
 
+/* The previous snapshot's models below directories that could not be read
+ * are kept, unless a model of that name was found anyway. */
+static void keep_lost(struct scan *s)
+{
+    if (!s->prev || !s->n_lost)
+        return;
+    struct strmap *seen = strmap_new(s->n_models);
+    for (size_t i = 0; i < s->n_models; i++)
+        strmap_put(seen, s->models[i]->name, strlen(s->models[i]->name), s->models[i]);
+    for (size_t i = 0; i < s->prev->n_models; i++) {
+        const struct reg_model *m = s->prev->models[i];
+        if (strmap_get(seen, m->name, strlen(m->name)))
+            continue;
+        for (size_t k = 0; k < s->n_lost; k++) {
+            if (below(m, s->lost[k])) {
+                add_model(s, reg_model_ref(m));
+                break;
+            }
+        }
+    }
+    strmap_free(seen);
+}
+
 /* Sorts the models and resolves NAME.safetensors at the root against a
- * directory model NAME: one invalid model NAME with the directory's files.
- * Names are otherwise unique (distinct paths, distinct root file names), so
- * equal names come in pairs of one root file model (dirfd == rootfd) and one
- * directory model. */
+ * directory model NAME: one invalid model NAME with the directory's files,
+ * built afresh (the two may be reused, shared with the previous snapshot,
+ * which must not change). Names are otherwise unique (distinct paths,
+ * distinct root file names), so equal names come in pairs of one root file
+ * model (dir "") and one directory model. */
 static void settle_names(struct scan *s, struct registry *r)
 {
     if (s->n_models > 1)
@@ -577,20 +299,16 @@ static void settle_names(struct scan *s, struct registry *r)
     for (size_t i = 0; i < s->n_models; i++) {
         struct reg_model *m = s->models[i];
         if (out > 0 && strcmp(s->models[out - 1]->name, m->name) == 0) {
-            struct reg_model *keep = s->models[out - 1];
-            if (keep->dirfd == s->rootfd) {
-                s->models[out - 1] = m;
-                m = keep;
-                keep = s->models[out - 1];
-            }
+            struct reg_model *a = s->models[out - 1];
+            struct reg_model *dirm = a->dir[0] ? a : m;
             struct st_error e;
             st_error_set(&e, ST_ERR_NAME_CONFLICT,
                          "model \"%.200s\": both %.200s.safetensors at the root and directory %.200s/ hold a model",
                          m->name, m->name, m->name);
-            keep->state = MODEL_READY; /* so the conflict, not an earlier error, is the reason */
-            set_invalid(keep, &e);
-            drop_tensors(keep);
-            free_model(m, s->rootfd);
+            s->models[out - 1] = reg_model_build(s->root, dirm->name, dirm->dir, dirm->ids,
+                                                 dirm->n_ids, &e);
+            reg_model_unref(a);
+            reg_model_unref(m);
             continue;
         }
         s->models[out++] = m;
@@ -605,39 +323,63 @@ static void settle_names(struct scan *s, struct registry *r)
         r->n_files += m->n_files;
         r->n_tensors += m->n_tensors;
         r->n_invalid += m->state != MODEL_READY;
+        r->n_open += reg_model_open_fds(m);
         for (size_t k = 0; k < m->n_files; k++)
             r->bytes += m->files[k].st.size;
     }
+}
+
+/* The root opened for this scan: the previous snapshot's when it is the
+ * same directory, so models built in different scans share one root. */
+static struct reg_root *open_root(const char *root, const struct registry *prev,
+                                  struct st_error *err)
+{
+    char *real = realpath(root, NULL);
+    if (!real) {
+        st_error_set(err, ST_ERR_IO, "models root \"%.300s\": %s", root, strerror(errno));
+        return NULL;
+    }
+    int fd = open(real, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NONBLOCK);
+    struct stat sb, pb;
+    if (fd < 0 || fstat(fd, &sb) != 0) {
+        st_error_set(err, ST_ERR_IO, "models root \"%.300s\": %s", root, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        free(real);
+        return NULL;
+    }
+    if (prev && strcmp(prev->root->path, real) == 0 && fstat(prev->root->fd, &pb) == 0 &&
+        pb.st_dev == sb.st_dev && pb.st_ino == sb.st_ino) {
+        close(fd);
+        free(real);
+        return reg_root_ref(prev->root);
+    }
+    struct reg_root *rr = xcalloc(1, sizeof(*rr));
+    atomic_init(&rr->refs, 1);
+    rr->fd = fd;
+    rr->path = real;
+    return rr;
 }
 
 struct registry *registry_scan(const char *root, uint64_t generation,
                                const struct registry_scan_opts *opts, struct st_error *err)
 {
     uint64_t t0 = time_mono_ns();
-    char *real = realpath(root, NULL);
-    if (!real) {
-        st_error_set(err, ST_ERR_IO, "models root \"%.300s\": %s", root, strerror(errno));
+    struct st_error e0;
+    const struct registry *prev = opts ? opts->prev : NULL;
+    struct reg_root *rr = open_root(root, prev, err ? err : &e0);
+    if (!rr)
         return NULL;
-    }
-    int rootfd = open(real, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NONBLOCK);
     struct stat sb;
-    if (rootfd < 0 || fstat(rootfd, &sb) != 0) {
-        st_error_set(err, ST_ERR_IO, "models root \"%.300s\": %s", root, strerror(errno));
-        if (rootfd >= 0)
-            close(rootfd);
-        free(real);
+    if (fstat(rr->fd, &sb) != 0) {
+        st_error_set(err ? err : &e0, ST_ERR_IO, "models root \"%.300s\": %s", root,
+                     strerror(errno));
+        reg_root_unref(rr);
         return NULL;
     }
-    struct registry *r = xcalloc(1, sizeof(*r));
-    atomic_init(&r->refs, 1);
-    r->root = real;
-    r->rootfd = rootfd;
-    r->generation = generation;
-
     struct scan s = {
-        .root = real,
-        .rootlen = strlen(real),
-        .rootfd = rootfd,
+        .root = rr,
+        .prev = prev,
         .max_depth = opts && opts->max_depth ? opts->max_depth : REGISTRY_DEFAULT_DEPTH,
     };
     if (s.max_depth > REGISTRY_MAX_DEPTH)
@@ -647,15 +389,34 @@ struct registry *registry_scan(const char *root, uint64_t generation,
     s.path[0].ino = sb.st_ino;
     if (opts && opts->single_model) {
         size_t n;
-        struct entry *e = list_dir(&s, rootfd, "", &n);
-        const char *base = strrchr(real, '/');
-        base = base && base[1] ? base + 1 : real;
-        add_model(&s, build_model(&s, base, rootfd, e, n));
+        int lerr;
+        struct entry *e = list_dir(rr->fd, &n, &lerr);
+        const char *base = strrchr(rr->path, '/');
+        base = base && base[1] ? base + 1 : rr->path;
+        if (e)
+            take_model(&s, base, "", e, n);
+        else
+            lose(&s, "");
         free_entries(e, n);
     } else {
-        walk(&s, rootfd, "", 0);
+        walk(&s, rr->fd, "", 0);
     }
     free(s.path);
+    if (s.n_lost == 1 && s.lost[0][0] == '\0' && !prev) {
+        /* The root itself could not be listed and there is nothing to keep. */
+        st_error_set(err ? err : &e0, ST_ERR_IO, "models root \"%.300s\": cannot list it", root);
+    }
+    keep_lost(&s);
+    for (size_t i = 0; i < s.n_lost; i++)
+        free(s.lost[i]);
+    free(s.lost);
+
+    struct registry *r = xcalloc(1, sizeof(*r));
+    atomic_init(&r->refs, 1);
+    r->root = rr;
+    r->generation = generation;
+    r->scan_errors = s.errors;
+    r->n_reused = s.reused;
     settle_names(&s, r);
     r->scanned_at = (int64_t)time(NULL);
     r->scan_ns = time_mono_ns() - t0;
@@ -690,16 +451,6 @@ const struct reg_model *registry_find_model(const struct registry *r, const char
     return r ? strmap_get(r->by_name, name, len) : NULL;
 }
 
-const struct reg_tensor *registry_find_tensor(const struct reg_model *m, const char *name, size_t len)
-{
-    return m ? strmap_get(m->by_tensor, name, len) : NULL;
-}
-
-const struct reg_file *registry_find_file(const struct reg_model *m, const char *name, size_t len)
-{
-    return m ? strmap_get(m->by_file, name, len) : NULL;
-}
-
 struct registry *registry_ref(struct registry *r)
 {
     if (r)
@@ -712,12 +463,10 @@ void registry_unref(struct registry *r)
     if (!r || atomic_fetch_sub_explicit(&r->refs, 1, memory_order_acq_rel) != 1)
         return;
     for (size_t i = 0; i < r->n_models; i++)
-        free_model(r->models[i], r->rootfd);
+        reg_model_unref(r->models[i]);
     free(r->models);
     strmap_free(r->by_name);
-    if (r->rootfd >= 0)
-        close(r->rootfd);
-    free(r->root);
+    reg_root_unref(r->root);
     free(r);
 }
 
@@ -749,31 +498,4 @@ void registry_holder_destroy(struct registry_holder *h)
     registry_unref(h->cur);
     h->cur = NULL;
     pthread_mutex_destroy(&h->lock);
-}
-
-const char *registry_model_doc(const struct reg_model *m, enum reg_doc_kind kind,
-                               char *(*render)(const struct reg_model *m), size_t *len)
-{
-    /* The snapshot is otherwise immutable; the cache is its one lazily
-     * filled part, published with a compare-and-swap. */
-    struct reg_doc *d = (struct reg_doc *)&m->docs[kind];
-    char *text = atomic_load_explicit(&d->text, memory_order_acquire);
-    if (!text) {
-        char *mine = render(m);
-        if (!mine)
-            return NULL;
-        size_t n = strlen(mine);
-        char *expected = NULL;
-        /* Every renderer stores the same length: the document is deterministic. */
-        atomic_store_explicit(&d->len, n, memory_order_relaxed);
-        if (atomic_compare_exchange_strong_explicit(&d->text, &expected, mine,
-                                                    memory_order_acq_rel, memory_order_acquire)) {
-            text = mine;
-        } else {
-            free(mine);
-            text = expected;
-        }
-    }
-    *len = atomic_load_explicit(&d->len, memory_order_relaxed);
-    return text;
 }

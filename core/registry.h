@@ -3,8 +3,11 @@
  * A snapshot is built once by registry_scan and never changes; lookups are
  * O(1) hash lookups without locks. Reloads build a new snapshot and swap it
  * into a registry_holder; requests that hold the old one finish on it and the
- * last registry_unref frees it (closing its file descriptors). Invalid files
- * and models are recorded with their error, never fatal. */
+ * last registry_unref frees it. Models are refcounted too: a rescan reuses
+ * every model whose files are the same versions as before (so an unchanged
+ * model keeps its descriptors, headers and rendered documents), and an
+ * answer or a GPU load pins the one model it reads, not the snapshot.
+ * Invalid files and models are recorded with their error, never fatal. */
 #ifndef TENSORD_REGISTRY_H
 #define TENSORD_REGISTRY_H
 
@@ -17,11 +20,28 @@
 #include "st_error.h"
 #include "st_header.h"
 
+/* The models root: opened once per scan, shared by its snapshot and every
+ * model built in it, which open their files below it. */
+struct reg_root {
+    atomic_uint refs;
+    int fd;
+    char *path;                /* its real path */
+};
+
 struct reg_file {
-    char *name;                /* path relative to the model directory, '/'-separated */
-    int fd;                    /* open for the snapshot's lifetime; -1 if it could not be opened */
-    struct fileio_stat st;
-    char etag[FILEIO_ETAG_MAX];
+    char *name;                /* relative to the model directory */
+    char *path;                /* relative to the root, '/'-separated */
+    int fd;                    /* .safetensors files: open for the model's lifetime; -1 for other
+                                * files (opened per answer: registry_open_file) and on errors */
+    struct fileio_stat st;     /* the version that was validated and is served */
+    /* This version's content hashes, once known (the hasher computes them
+     * in the background): the one part of a model filled in after it was
+     * built, written once (reg_file_set_hashes) and read after `hashed` says
+     * REG_HASHED. */
+    unsigned char sha256[32];
+    unsigned char git_sha1[20]; /* the git blob id, when has_git_sha1 */
+    unsigned char has_git_sha1;
+    atomic_int hashed;         /* 0, REG_HASHING while being written, REG_HASHED */
     int is_safetensors;        /* name ends in ".safetensors" */
     struct st_header *header;  /* parsed header; NULL for plain or invalid files */
     uint64_t data_start;       /* file offset of the data buffer: 8 + header_len */
@@ -37,11 +57,22 @@ enum model_state { MODEL_READY, MODEL_INVALID };
 
 enum reg_doc_kind { REG_DOC_MODEL, REG_DOC_HEADER, REG_DOC_COUNT };
 
+/* One entry of a model directory as a rescan compares it: the model is
+ * reused while every entry is still the same version of the same file. */
+struct reg_entry_id {
+    char *name;
+    struct fileio_stat st;
+};
+
 struct reg_model {
+    atomic_uint refs;
+    struct reg_root *root;
     char *name;                /* relative to the root, '/'-separated; "NAME" for NAME.safetensors at the root */
-    int dirfd;                 /* the model's directory (the root for single-file models) */
+    char *dir;                 /* its directory relative to the root; "" for NAME.safetensors */
     enum model_state state;
     struct st_error error;     /* why the model is invalid */
+    int transient;             /* invalid because of an I/O or resource error (out of descriptors
+                                * or memory, a failing disk), not because of its files' contents */
     int sharded;               /* has a *.safetensors.index.json */
     const struct reg_file *index_file; /* the index among files, or NULL */
     size_t n_files;
@@ -51,9 +82,11 @@ struct reg_model {
     uint64_t tensor_bytes;     /* sum of tensor sizes */
     struct strmap *by_tensor;  /* name -> struct reg_tensor * */
     struct strmap *by_file;    /* name -> struct reg_file * */
+    size_t n_ids;
+    struct reg_entry_id *ids;  /* what the directory held when the model was built, by name */
     /* JSON documents derived from the model (the description and the merged
      * header), rendered by the first request that needs one and freed with
-     * the snapshot; they cannot change while it lives. */
+     * the model; they cannot change while it lives. */
     struct reg_doc {
         _Atomic(char *) text;
         _Atomic size_t len;    /* valid once text is non-NULL */
@@ -62,22 +95,28 @@ struct reg_model {
 
 struct registry {
     atomic_uint refs;
-    char *root;                /* realpath of the models root */
-    int rootfd;                /* the root directory; single-file models share it as dirfd */
+    struct reg_root *root;
     uint64_t generation;       /* given by the caller, bumps on every reload */
     int64_t scanned_at;        /* wall-clock seconds of the scan */
     uint64_t scan_ns;          /* how long the scan took */
     size_t n_models;
-    struct reg_model **models; /* sorted by name */
+    struct reg_model **models; /* sorted by name; each holds a reference */
     struct strmap *by_name;
     size_t n_files, n_tensors, n_invalid;
     uint64_t bytes;            /* sum of served file sizes */
+    size_t n_open;             /* descriptors its models hold open */
+    size_t n_reused;           /* models taken over from the previous snapshot unchanged */
+    size_t scan_errors;        /* I/O or resource errors met while scanning; the scan should
+                                * be retried (models they hit kept their previous state) */
 };
 
 struct registry_scan_opts {
     unsigned max_depth;        /* directory levels below the root; 0 means 16, at most 256 */
     int single_model;          /* the root itself is one model, named after its last path
                                   component; nothing below it is scanned (tensord inspect DIR) */
+    const struct registry *prev; /* the snapshot being replaced: its unchanged models are reused,
+                                  * and its models stand in for ones an I/O error kept from
+                                  * being read again */
 };
 
 /* Model rules (API.md "Models on disk"): a directory below the root that
@@ -85,17 +124,21 @@ struct registry_scan_opts {
  * relative path, whose files are all regular files directly in it (it may also
  * have subdirectories that are models of their own); NAME.safetensors directly
  * in the root is model NAME with that one file. Names starting with '.' and
- * names that are not UTF-8 are skipped. A symlink is followed only when its target resolves inside the
- * root; one pointing outside (or dangling) is ignored as if absent. Directory
- * loops are cut by remembering the directories on the current path. FIFOs,
- * sockets and devices are skipped without being opened.
+ * names that are not UTF-8 are skipped. Every file and directory is opened
+ * below the root (core/beneath): a symlink is followed only when what it
+ * leads to stays inside the root, decided while opening; one that leads
+ * outside (or dangles) is ignored as if absent. Directory loops are cut by
+ * remembering the directories on the current path. FIFOs, sockets and
+ * devices are never served.
  *
- * Every file is kept open for the snapshot's lifetime: the process needs an
- * RLIMIT_NOFILE above (files + model directories) * 2 to reload without
- * running out (a file that cannot be opened is recorded with ST_ERR_IO).
+ * Descriptors: a snapshot holds one per .safetensors file (other files are
+ * opened per answer), and a reload adds only those of models that changed.
  *
- * Scans root. Returns a snapshot with one reference the caller owns, or NULL
- * with err set when the root itself cannot be opened. */
+ * An I/O or resource error (EMFILE, ENOMEM, EIO, ...) while reading a model
+ * or a directory never makes a model vanish or turn invalid when opts->prev
+ * has it: the previous model is kept, and scan_errors counts the error so the
+ * caller retries. Scans root. Returns a snapshot with one reference the
+ * caller owns, or NULL with err set when the root itself cannot be read. */
 struct registry *registry_scan(const char *root, uint64_t generation,
                                const struct registry_scan_opts *opts, struct st_error *err);
 
@@ -107,15 +150,47 @@ const struct reg_model *registry_find_model(const struct registry *r, const char
 const struct reg_tensor *registry_find_tensor(const struct reg_model *m, const char *name, size_t len);
 const struct reg_file *registry_find_file(const struct reg_model *m, const char *name, size_t len);
 
+/* Opens file f of model m again, below the root, with `flags` (e.g. for a
+ * plain file, which is not kept open, or O_DIRECT for a GPU load). Returns
+ * the descriptor, -ESTALE when the path now leads to another file or another
+ * version of it, or another negative errno. */
+int registry_open_file(const struct reg_model *m, const struct reg_file *f, int flags);
+
+#define REG_HASHING 1
+#define REG_HASHED 2
+
+/* Records f's content hashes (git_sha1 may be NULL). The first call wins;
+ * later ones change nothing. Any thread. */
+void reg_file_set_hashes(const struct reg_file *f, const unsigned char sha256[32],
+                         const unsigned char *git_sha1);
+/* Whether f's hashes are known. */
+int reg_file_hashed(const struct reg_file *f);
+/* Writes f's sha256 as 64 hex digits and a NUL into out (65 bytes) and
+ * returns 1 when it is known; returns 0 (out "") otherwise. */
+int reg_file_sha256_hex(const struct reg_file *f, char *out);
+
+/* The ETag of file f's content: "<sha256 hex>" once its hash is known,
+ * before that W/"<size>-<mtime ns>" (see fileio_etag: a weak tag, which never
+ * satisfies If-Range or If-Match). Writes at most REG_ETAG_MAX bytes. */
+#define REG_ETAG_MAX 72
+void reg_file_etag(const struct reg_file *f, char *out);
+
+/* Whether the ETag reg_file_etag gives f is weak. */
+int reg_file_etag_weak(const struct reg_file *f);
+
 /* Returns the cached document `kind` of m, rendering it with render(m) (a
  * new NUL-terminated string, or NULL on failure) the first time. Safe from
  * any thread: if two render at once, one copy is kept. The text lives as long
- * as the snapshot; *len gets its length. */
+ * as the model; *len gets its length. */
 const char *registry_model_doc(const struct reg_model *m, enum reg_doc_kind kind,
                                char *(*render)(const struct reg_model *m), size_t *len);
 
 struct registry *registry_ref(struct registry *r);
 void registry_unref(struct registry *r);
+
+/* A model outlives every snapshot that lists it while someone holds it. */
+struct reg_model *reg_model_ref(const struct reg_model *m);
+void reg_model_unref(const struct reg_model *m);
 
 /* Holds the current snapshot for concurrent readers. */
 struct registry_holder {

@@ -27,7 +27,8 @@ struct slice_item {
 
 /* One dimension's selection after resolving against its length. */
 struct slice_sel {
-    uint64_t start, count, step;   /* step is 1 whenever count <= 1 */
+    uint64_t start, count;         /* first selected index (the highest for a negative step) */
+    int64_t step;                  /* 1 whenever count <= 1 */
     int dropped;                   /* integer index: not in the result shape */
 };
 
@@ -143,15 +144,19 @@ static long parse_spec(const char *spec, size_t len, struct slice_item *items, s
     }
 }
 
-/* Python's rule for a slice bound with a positive step: negatives count from
- * the end, and the result is clamped to [0, dim_len]. */
-static uint64_t clamp_bound(int64_t v, uint64_t dim_len)
+/* A slice bound resolved as Python's slice.indices() does: negatives count
+ * from the end, then the bound is clamped to [0, len] for a positive step, or
+ * to [-1, len - 1] for a negative one. `shift` is 0 for a positive step and 1
+ * for a negative one, whose result comes back shifted by one so that "before
+ * the first element" (-1) is 0 and stays unsigned: both clamp to [0, len]. */
+static uint64_t clamp_bound(int64_t v, uint64_t len, unsigned shift)
 {
     if (v < 0) {
         uint64_t mag = (uint64_t)(-(v + 1)) + 1;
-        return mag >= dim_len ? 0 : dim_len - mag;
+        return mag > len + shift ? 0 : len + shift - mag;
     }
-    return (uint64_t)v > dim_len ? dim_len : (uint64_t)v;
+    uint64_t r = (uint64_t)v + shift;
+    return r > len ? len : r;
 }
 
 static int resolve(const struct slice_item *it, uint32_t d, uint64_t dim_len, struct slice_sel *s,
@@ -173,14 +178,21 @@ static int resolve(const struct slice_item *it, uint32_t d, uint64_t dim_len, st
     }
     if (it->has_step && it->step == 0)
         return fail(errbuf, errlen, "dimension %" PRIu32 ": step must not be zero", d);
-    if (it->has_step && it->step < 0)
-        return fail(errbuf, errlen, "dimension %" PRIu32 ": negative step %" PRId64 " not supported",
-                    d, it->step);
-    uint64_t step = it->has_step ? (uint64_t)it->step : 1;
-    uint64_t start = it->has_start ? clamp_bound(it->start, dim_len) : 0;
-    uint64_t stop = it->has_stop ? clamp_bound(it->stop, dim_len) : dim_len;
-    s->start = start;
-    s->count = stop > start ? (stop - start - 1) / step + 1 : 0;
+    int64_t step = it->has_step ? it->step : 1;
+    if (step > 0) {
+        uint64_t start = it->has_start ? clamp_bound(it->start, dim_len, 0) : 0;
+        uint64_t stop = it->has_stop ? clamp_bound(it->stop, dim_len, 0) : dim_len;
+        s->start = start;
+        s->count = stop > start ? (stop - start - 1) / (uint64_t)step + 1 : 0;
+    } else {
+        /* Shifted bounds (see clamp_bound): the defaults are the last
+         * element (len) and "before the first" (0). */
+        uint64_t mag = (uint64_t)(-(step + 1)) + 1;
+        uint64_t start = it->has_start ? clamp_bound(it->start, dim_len, 1) : dim_len;
+        uint64_t stop = it->has_stop ? clamp_bound(it->stop, dim_len, 1) : 0;
+        s->start = start ? start - 1 : 0;
+        s->count = start > stop ? (start - stop - 1) / mag + 1 : 0;
+    }
     s->step = s->count > 1 ? step : 1;
     if (s->count == 0)
         s->start = 0;
@@ -196,9 +208,44 @@ static int misaligned(char *errbuf, size_t errlen, uint32_t d, int has_dim, enum
                 d, name);
 }
 
+/* Cuts result dimension n->dim of the selection to [n->lo, n->hi). */
+static int narrow_sel(struct slice_sel *sel, uint32_t ndim, const struct slice_narrow *n,
+                      char *errbuf, size_t errlen)
+{
+    uint32_t r = 0;
+    for (uint32_t d = 0; d < ndim; d++) {
+        if (sel[d].dropped)
+            continue;
+        if (r++ != n->dim)
+            continue;
+        if (n->lo > n->hi || n->hi > sel[d].count)
+            return fail(errbuf, errlen, "dimension %" PRIu32 ": cut [%" PRIu64 ", %" PRIu64
+                        ") is not inside its %" PRIu64 " elements", n->dim, n->lo, n->hi,
+                        sel[d].count);
+        uint64_t count = n->hi - n->lo;
+        /* start + lo * step, in modular arithmetic: the result lies in the dimension */
+        sel[d].start += n->lo * (uint64_t)sel[d].step;
+        sel[d].count = count;
+        if (count <= 1)
+            sel[d].step = 1;
+        if (count == 0)
+            sel[d].start = 0;
+        return 0;
+    }
+    return fail(errbuf, errlen, "dimension %" PRIu32 " to cut does not exist: the result has %"
+                PRIu32, n->dim, r);
+}
+
 int slice_plan_build(const char *spec, size_t len, enum dtype dt, uint32_t ndim,
                      const uint64_t *shape, struct slice_plan *plan, char *errbuf,
                      size_t errlen)
+{
+    return slice_plan_build_narrowed(spec, len, dt, ndim, shape, NULL, plan, errbuf, errlen);
+}
+
+int slice_plan_build_narrowed(const char *spec, size_t len, enum dtype dt, uint32_t ndim,
+                              const uint64_t *shape, const struct slice_narrow *narrow,
+                              struct slice_plan *plan, char *errbuf, size_t errlen)
 {
     struct slice_item items[ST_MAX_NDIM];
     struct slice_sel sel[ST_MAX_NDIM];
@@ -220,20 +267,23 @@ int slice_plan_build(const char *spec, size_t len, enum dtype dt, uint32_t ndim,
         return fail(errbuf, errlen, "too many indices: tensor has %" PRIu32
                     " dimensions, slice has %ld", ndim, n_items);
 
-    int empty = 0;
     for (uint32_t d = 0; d < ndim; d++) {
         static const struct slice_item whole = {0};
         if (resolve(d < (uint32_t)n_items ? &items[d] : &whole, d, shape[d], &sel[d], errbuf,
                     errlen) < 0)
             return -1;
+    }
+    if (narrow && narrow_sel(sel, ndim, narrow, errbuf, errlen) < 0)
+        return -1;
+    int empty = 0;
+    for (uint32_t d = 0; d < ndim; d++) {
         if (sel[d].count == 0)
             empty = 1;
         if (!sel[d].dropped)
             plan->shape[plan->ndim++] = sel[d].count;
     }
-    if (empty) {
+    if (empty)
         return 0; /* nelems, nbytes, n_runs all 0 */
-    }
 
     /* Strides in bits, checked: the validator bounds the byte size, but 8x
      * that can exceed 64 bits for an (absurd) tensor over 2 EiB. */
@@ -245,7 +295,8 @@ int slice_plan_build(const char *spec, size_t len, enum dtype dt, uint32_t ndim,
     }
 
     /* The run: trailing dimensions taken whole, then the innermost partial
-     * one when it is contiguous (step 1; a single index counts as one). */
+     * one when it is contiguous (step 1; a single index counts as one). A
+     * reversed dimension is never part of a run: its elements go backwards. */
     uint64_t run_bits = info->bits, nelems = 1;
     int32_t d = (int32_t)ndim - 1;
     while (d >= 0 && sel[d].start == 0 && sel[d].count == shape[d] && sel[d].step == 1) {
@@ -275,11 +326,13 @@ int slice_plan_build(const char *spec, size_t len, enum dtype dt, uint32_t ndim,
     for (int32_t i = 0; i <= d; i++) {
         if (sel[i].count == 1)
             continue; /* folded into base */
-        uint64_t st = sel[i].step * stride[i]; /* < total bits */
+        /* |step| * stride < total bits, as count > 1 elements fit in the dimension */
+        uint64_t mag = sel[i].step < 0 ? (uint64_t)(-(sel[i].step + 1)) + 1 : (uint64_t)sel[i].step;
+        uint64_t st = mag * stride[i];
         if (st % 8)
             return misaligned(errbuf, errlen, (uint32_t)i, 1, dt);
         plan->outer_count[plan->n_outer] = sel[i].count;
-        plan->outer_stride[plan->n_outer] = st / 8;
+        plan->outer_stride[plan->n_outer] = sel[i].step < 0 ? -(int64_t)(st / 8) : (int64_t)(st / 8);
         plan->n_outer++;
     }
     plan->nelems = nelems;
@@ -292,14 +345,62 @@ int slice_plan_build(const char *spec, size_t len, enum dtype dt, uint32_t ndim,
     return 0;
 }
 
-uint64_t slice_run_offset(const struct slice_plan *plan, uint64_t k)
+/* ---- the run grid ---- */
+
+/* What reading needs of a plan or of its compact copy: the runs are
+ * base + sum(idx[i] * stride[i]) for idx[i] < count[i], in row-major order.
+ * Offsets are computed modulo 2^64 (strides may be negative); every run
+ * offset itself lies inside the tensor. */
+struct grid {
+    uint64_t base, run_bytes, nbytes;
+    uint32_t n_outer;
+    const uint64_t *count;
+    const int64_t *stride;
+};
+
+static struct grid plan_grid(const struct slice_plan *p)
 {
-    uint64_t off = plan->base;
-    for (uint32_t i = plan->n_outer; i-- > 0;) {
-        off += (k % plan->outer_count[i]) * plan->outer_stride[i];
-        k /= plan->outer_count[i];
+    return (struct grid){p->base, p->run_bytes, p->nbytes, p->n_outer, p->outer_count,
+                         p->outer_stride};
+}
+
+static struct grid runs_grid(const struct slice_runs *r)
+{
+    return (struct grid){r->base, r->run_bytes, r->nbytes, r->n_outer, r->v,
+                         (const int64_t *)(r->v + r->n_outer)};
+}
+
+static uint64_t grid_run_offset(const struct grid *g, uint64_t k)
+{
+    uint64_t off = g->base;
+    for (uint32_t i = g->n_outer; i-- > 0;) {
+        off += (k % g->count[i]) * (uint64_t)g->stride[i];
+        k /= g->count[i];
     }
     return off;
+}
+
+uint64_t slice_run_offset(const struct slice_plan *plan, uint64_t k)
+{
+    struct grid g = plan_grid(plan);
+    return grid_run_offset(&g, k);
+}
+
+size_t slice_runs_size(const struct slice_plan *plan)
+{
+    return sizeof(struct slice_runs) + 2 * (size_t)plan->n_outer * sizeof(uint64_t);
+}
+
+void slice_runs_init(struct slice_runs *r, const struct slice_plan *plan)
+{
+    r->base = plan->base;
+    r->run_bytes = plan->run_bytes;
+    r->nbytes = plan->nbytes;
+    r->n_outer = plan->n_outer;
+    for (uint32_t i = 0; i < plan->n_outer; i++) {
+        r->v[i] = plan->outer_count[i];
+        r->v[plan->n_outer + i] = (uint64_t)plan->outer_stride[i];
+    }
 }
 
 /* ---- reading ---- */
@@ -311,25 +412,25 @@ struct run_cursor {
     uint64_t idx[ST_MAX_NDIM];
 };
 
-static void cursor_seek(const struct slice_plan *plan, struct run_cursor *c, uint64_t k)
+static void cursor_seek(const struct grid *g, struct run_cursor *c, uint64_t k)
 {
-    c->src = plan->base;
-    for (uint32_t i = plan->n_outer; i-- > 0;) {
-        c->idx[i] = k % plan->outer_count[i];
-        c->src += c->idx[i] * plan->outer_stride[i];
-        k /= plan->outer_count[i];
+    c->src = g->base;
+    for (uint32_t i = g->n_outer; i-- > 0;) {
+        c->idx[i] = k % g->count[i];
+        c->src += c->idx[i] * (uint64_t)g->stride[i];
+        k /= g->count[i];
     }
 }
 
-static void cursor_next(const struct slice_plan *plan, struct run_cursor *c)
+static void cursor_next(const struct grid *g, struct run_cursor *c)
 {
-    for (uint32_t i = plan->n_outer; i-- > 0;) {
-        c->src += plan->outer_stride[i];
-        if (++c->idx[i] < plan->outer_count[i])
+    for (uint32_t i = g->n_outer; i-- > 0;) {
+        c->src += (uint64_t)g->stride[i];
+        if (++c->idx[i] < g->count[i])
             return;
         /* wrap: modular arithmetic gives the right offset even if the
          * intermediate product is large */
-        c->src -= plan->outer_count[i] * plan->outer_stride[i];
+        c->src -= g->count[i] * (uint64_t)g->stride[i];
         c->idx[i] = 0;
     }
 }
@@ -338,70 +439,85 @@ static void cursor_next(const struct slice_plan *plan, struct run_cursor *c)
 #define SLICE_DIRECT_MIN (64u << 10) /* pieces this long are read straight into buf */
 #define SLICE_GAP_OK 4096u           /* a gap this small is read through */
 
-int slice_read_scratch(const struct slice_plan *plan, int fd, uint64_t tensor_off, uint64_t off,
-                       void *buf, size_t len, void *scratch, size_t scratch_len)
+/* Reads output bytes [off, off + len) of the grid's runs. Short runs are
+ * gathered from one read of a window [lo, hi) of the file that holds several
+ * of them; the window grows in either direction, so reversed dimensions are
+ * batched too. */
+static int grid_read(const struct grid *g, int fd, uint64_t tensor_off, uint64_t off, void *buf,
+                     size_t len, void *scratch, size_t scratch_len)
 {
     if (len == 0)
         return 0;
-    if (off > plan->nbytes || len > plan->nbytes - off)
+    if (off > g->nbytes || len > g->nbytes - off)
         return -EINVAL;
     if (!scratch)
         scratch_len = 0;
     struct run_cursor cur, peek;
-    cursor_seek(plan, &cur, off / plan->run_bytes);
-    uint64_t in_run = off % plan->run_bytes; /* bytes of the current run already consumed */
+    cursor_seek(g, &cur, off / g->run_bytes);
+    uint64_t in_run = off % g->run_bytes; /* bytes of the current run already consumed */
     char *out = buf;
     size_t left = len;
 
     while (left) {
-        uint64_t take0 = plan->run_bytes - in_run;
+        uint64_t take0 = g->run_bytes - in_run;
         if (take0 > left)
             take0 = left;
-        uint64_t win_start = cur.src + in_run, win_end = win_start + take0, useful = take0;
+        uint64_t first = cur.src + in_run, lo = first, hi = first + take0, useful = take0;
         size_t m = 1; /* pieces in the window */
         if (take0 < SLICE_DIRECT_MIN && scratch_len >= take0) {
             peek = cur;
             while (useful < left) {
-                cursor_next(plan, &peek);
-                uint64_t take = plan->run_bytes;
+                cursor_next(g, &peek);
+                uint64_t take = g->run_bytes;
                 if (take > left - useful)
                     take = left - useful;
-                uint64_t end = peek.src + take;
-                if (end - win_start > scratch_len)
+                uint64_t nlo = peek.src < lo ? peek.src : lo;
+                uint64_t nhi = peek.src + take > hi ? peek.src + take : hi;
+                if (nhi - nlo > scratch_len)
                     break;
-                if (peek.src - win_end >= SLICE_GAP_OK && end - win_start > 4 * (useful + take))
+                /* The window grew by more than the run: a gap. Worth reading
+                 * through only when it is small or the window stays dense. */
+                if ((nhi - nlo) - (hi - lo) >= take + SLICE_GAP_OK && nhi - nlo > 4 * (useful + take))
                     break;
-                win_end = end;
+                lo = nlo;
+                hi = nhi;
                 useful += take;
                 m++;
             }
         }
         if (m == 1) {
-            int r = fileio_pread_full(fd, out, (size_t)take0, tensor_off + win_start);
+            int r = fileio_pread_full(fd, out, (size_t)take0, tensor_off + first);
             if (r < 0)
                 return r;
             out += take0;
             left -= (size_t)take0;
         } else {
-            int r = fileio_pread_full(fd, scratch, (size_t)(win_end - win_start), tensor_off + win_start);
+            int r = fileio_pread_full(fd, scratch, (size_t)(hi - lo), tensor_off + lo);
             if (r < 0)
                 return r;
             const char *s = scratch;
-            memcpy(out, s, (size_t)take0);
+            memcpy(out, s + (first - lo), (size_t)take0);
             out += take0;
             left -= (size_t)take0;
             for (size_t j = 1; j < m; j++) {
-                cursor_next(plan, &cur);
-                size_t take = plan->run_bytes < left ? (size_t)plan->run_bytes : left;
-                memcpy(out, s + (cur.src - win_start), take);
+                cursor_next(g, &cur);
+                size_t take = g->run_bytes < left ? (size_t)g->run_bytes : left;
+                memcpy(out, s + (cur.src - lo), take);
                 out += take;
                 left -= take;
             }
         }
-        cursor_next(plan, &cur);
+        cursor_next(g, &cur);
         in_run = 0;
     }
     return 0;
+}
+
+int slice_read_scratch(const struct slice_plan *plan, int fd, uint64_t tensor_off, uint64_t off,
+                       void *buf, size_t len, void *scratch, size_t scratch_len)
+{
+    struct grid g = plan_grid(plan);
+    return grid_read(&g, fd, tensor_off, off, buf, len, scratch, scratch_len);
 }
 
 /* Per-thread scratch for slice_read, freed when the thread exits. */
@@ -414,8 +530,8 @@ static void scratch_key_init(void)
     scratch_key_ok = pthread_key_create(&scratch_key, free) == 0;
 }
 
-int slice_read(const struct slice_plan *plan, int fd, uint64_t tensor_off, uint64_t off,
-               void *buf, size_t len)
+/* The calling thread's scratch buffer (SLICE_SCRATCH_LEN bytes), or NULL. */
+static void *thread_scratch(void)
 {
     void *scratch = NULL;
     pthread_once(&scratch_once, scratch_key_init);
@@ -429,6 +545,21 @@ int slice_read(const struct slice_plan *plan, int fd, uint64_t tensor_off, uint6
             }
         }
     }
+    return scratch;
+}
+
+int slice_read(const struct slice_plan *plan, int fd, uint64_t tensor_off, uint64_t off,
+               void *buf, size_t len)
+{
+    void *scratch = thread_scratch();
     return slice_read_scratch(plan, fd, tensor_off, off, buf, len, scratch,
                               scratch ? SLICE_SCRATCH_LEN : 0);
+}
+
+int slice_runs_read(const struct slice_runs *runs, int fd, uint64_t tensor_off, uint64_t off,
+                    void *buf, size_t len)
+{
+    struct grid g = runs_grid(runs);
+    void *scratch = thread_scratch();
+    return grid_read(&g, fd, tensor_off, off, buf, len, scratch, scratch ? SLICE_SCRATCH_LEN : 0);
 }

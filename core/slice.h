@@ -5,7 +5,8 @@
  * bytes has the same length, and run k's source offset follows from k by a
  * mixed-radix decomposition. So the plan is O(ndim) in size whatever the
  * slice, and any output byte maps to its source byte in O(ndim): a 4 GB slice
- * is streamed without materialising anything. */
+ * is streamed without materialising anything. A negative step makes its
+ * dimension's stride negative; runs themselves always go forwards. */
 #ifndef TENSORD_SLICE_H
 #define TENSORD_SLICE_H
 
@@ -26,16 +27,33 @@ struct slice_plan {
     uint64_t base;                      /* source offset of run 0, relative to the tensor's first byte */
     uint32_t n_outer;                   /* dimensions that enumerate runs, outermost first */
     uint64_t outer_count[ST_MAX_NDIM];  /* runs along each of them */
-    uint64_t outer_stride[ST_MAX_NDIM]; /* source bytes between consecutive runs along each */
+    int64_t outer_stride[ST_MAX_NDIM];  /* source bytes between consecutive runs along each
+                                         * (negative for a reversed dimension) */
 };
 
-/* Parses spec[0..len) (e.g. "0,2:10:2,-1") against a tensor of dtype dt and
- * shape[0..ndim) and fills *plan. Returns 0, or -1 with a message in errbuf
- * naming the dimension and the reason (out of range, step <= 0, too many
- * indices, syntax, a cut that is not on a byte boundary for sub-byte dtypes). */
+/* A cut of one dimension of a slice's result to [lo, hi), applied as if the
+ * result were sliced again: what a tensor-parallel split takes of it. */
+struct slice_narrow {
+    uint32_t dim;                       /* dimension of the result */
+    uint64_t lo, hi;                    /* hi <= that dimension's length */
+};
+
+/* Parses spec[0..len) (e.g. "0,2:10:2,-1,::-1") against a tensor of dtype dt
+ * and shape[0..ndim) and fills *plan. Each dimension takes NumPy's basic
+ * indexing: an index, or start:stop:step with any non-zero step and Python's
+ * clamping. Returns 0, or -1 with a message in errbuf naming the dimension and
+ * the reason (out of range, step 0, too many indices, syntax, a cut that is
+ * not on a byte boundary for sub-byte dtypes). */
 int slice_plan_build(const char *spec, size_t len, enum dtype dt, uint32_t ndim,
                      const uint64_t *shape, struct slice_plan *plan, char *errbuf,
                      size_t errlen);
+
+/* slice_plan_build, then the result's dimension narrow->dim cut to
+ * [narrow->lo, narrow->hi) (narrow may be NULL). -1 with a message also when
+ * that dimension does not exist or the cut is not inside it. */
+int slice_plan_build_narrowed(const char *spec, size_t len, enum dtype dt, uint32_t ndim,
+                              const uint64_t *shape, const struct slice_narrow *narrow,
+                              struct slice_plan *plan, char *errbuf, size_t errlen);
 
 /* Source offset (relative to the tensor's first byte) of run k < n_runs. */
 uint64_t slice_run_offset(const struct slice_plan *plan, uint64_t k);
@@ -55,5 +73,23 @@ int slice_read(const struct slice_plan *plan, int fd, uint64_t tensor_off, uint6
  * is not inside the slice. */
 int slice_read_scratch(const struct slice_plan *plan, int fd, uint64_t tensor_off, uint64_t off,
                        void *buf, size_t len, void *scratch, size_t scratch_len);
+
+/* The part of a plan that reading needs, without the result shape: 40 bytes
+ * plus 16 per outer dimension, where a slice_plan is about 1.6 KB whatever
+ * the slice. For answers that keep thousands of plans (a fetch of many
+ * strided tensors). */
+struct slice_runs {
+    uint64_t base, run_bytes, nbytes;
+    uint32_t n_outer;
+    uint64_t v[];                       /* n_outer counts, then n_outer strides (int64_t bits) */
+};
+
+/* Bytes a slice_runs copy of plan takes. */
+size_t slice_runs_size(const struct slice_plan *plan);
+/* Fills r (slice_runs_size(plan) bytes) from plan. */
+void slice_runs_init(struct slice_runs *r, const struct slice_plan *plan);
+/* slice_read over a compact copy. */
+int slice_runs_read(const struct slice_runs *runs, int fd, uint64_t tensor_off, uint64_t off,
+                    void *buf, size_t len);
 
 #endif

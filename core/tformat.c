@@ -49,31 +49,24 @@ static void put(char *buf, size_t cap, size_t *len, const char *fmt, ...)
 /* Worst case of the shape part: each dimension is up to 20 digits + ", ". */
 #define SHAPE_MAX_CHARS(ndim) ((size_t)(ndim) * 22 + 8)
 
-int tformat_npy_prefix(enum dtype dt, uint32_t ndim, const uint64_t *shape, char **out,
-                       size_t *out_len, char *errbuf, size_t errlen)
+/* The npy framing around a header dict `{'descr': descr, ..., 'shape': shape}`
+ * followed, when comment is not NULL, by " # " and the comment (NumPy reads
+ * the dict with ast.literal_eval, which skips a Python comment). */
+static void npy_build(const char *descr, uint32_t ndim, const uint64_t *shape, const char *comment,
+                      char **out, size_t *out_len)
 {
-    const struct dtype_info *info = dtype_info(dt);
-    *out = NULL;
-    *out_len = 0;
-    if (!info) {
-        snprintf(errbuf, errlen, "invalid dtype");
-        return -1;
-    }
-    if (!info->npy_descr) {
-        snprintf(errbuf, errlen,
-                 "dtype %s has no NumPy equivalent; use format=raw or format=safetensors",
-                 info->name);
-        return -1;
-    }
-    /* magic(6) + version(2) + length(4 max) + dict + padding(< 64) + '\n' */
-    size_t cap = 12 + 64 + SHAPE_MAX_CHARS(ndim) + 64 + NPY_ALIGN + 1;
+    /* magic(6) + version(2) + length(4 max) + dict + comment + padding(< 64) + '\n' */
+    size_t cap = 12 + 64 + SHAPE_MAX_CHARS(ndim) + 64 + (comment ? strlen(comment) + 3 : 0) +
+                 NPY_ALIGN + 1;
     char *buf = xmalloc(cap);
     size_t dict = 12; /* dict is written after the longest (v2) preamble, moved later */
     size_t len = dict;
-    put(buf, cap, &len, "{'descr': '%s', 'fortran_order': False, 'shape': (", info->npy_descr);
+    put(buf, cap, &len, "{'descr': '%s', 'fortran_order': False, 'shape': (", descr);
     for (uint32_t i = 0; i < ndim; i++)
         put(buf, cap, &len, i ? ", %" PRIu64 : "%" PRIu64, shape[i]);
     put(buf, cap, &len, ndim == 1 ? ",), }" : "), }");
+    if (comment)
+        put(buf, cap, &len, " # %s", comment);
     size_t dict_len = len - dict;
 
     /* Version 1.0 has a 2-byte header length, 2.0 a 4-byte one. */
@@ -95,17 +88,73 @@ int tformat_npy_prefix(enum dtype dt, uint32_t ndim, const uint64_t *shape, char
         buf[8 + i] = (char)((hlen >> (8 * i)) & 0xff);
     *out = buf;
     *out_len = total;
+}
+
+int tformat_npy_prefix(enum dtype dt, uint32_t ndim, const uint64_t *shape, char **out,
+                       size_t *out_len, char *errbuf, size_t errlen)
+{
+    const struct dtype_info *info = dtype_info(dt);
+    *out = NULL;
+    *out_len = 0;
+    if (!info) {
+        snprintf(errbuf, errlen, "invalid dtype");
+        return -1;
+    }
+    if (!info->npy_descr) {
+        snprintf(errbuf, errlen,
+                 "dtype %s has no NumPy equivalent; use npy_dtype=raw for its bits as unsigned "
+                 "integers, or format=raw or format=safetensors",
+                 info->name);
+        return -1;
+    }
+    npy_build(info->npy_descr, ndim, shape, NULL, out, out_len);
     return 0;
 }
 
-/* JSON string body for s (without the quotes): ", \ and control
+int tformat_npy_raw_prefix(enum dtype dt, uint32_t ndim, const uint64_t *shape, uint64_t nbytes,
+                           char **out, size_t *out_len)
+{
+    const struct dtype_info *info = dtype_info(dt);
+    char err[160];
+    if (info && info->npy_descr)
+        return tformat_npy_prefix(dt, ndim, shape, out, out_len, err, sizeof(err));
+    *out = NULL;
+    *out_len = 0;
+    if (!info || ndim > ST_MAX_NDIM)
+        return -1;
+    /* "dtype=BF16 shape=3,5": the shape is the tensor's, in X-Tensor-Shape's form */
+    char comment[64 + SHAPE_MAX_CHARS(ST_MAX_NDIM)];
+    size_t clen = 0;
+    put(comment, sizeof(comment), &clen, "tensord: dtype=%s shape=", info->name);
+    for (uint32_t i = 0; i < ndim; i++)
+        put(comment, sizeof(comment), &clen, i ? ",%" PRIu64 : "%" PRIu64, shape[i]);
+    if (info->bits == 8 || info->bits == 16) {
+        npy_build(info->bits == 8 ? "|u1" : "<u2", ndim, shape, comment, out, out_len);
+        return 0;
+    }
+    /* Sub-byte types stay packed: the last dimension counts bytes when its
+     * elements fill whole bytes, else the array is the flat bytes. */
+    uint64_t packed[ST_MAX_NDIM];
+    uint64_t last_bits = ndim ? shape[ndim - 1] * info->bits : 0;
+    if (ndim && last_bits / info->bits == shape[ndim - 1] && last_bits % 8 == 0) {
+        memcpy(packed, shape, ndim * sizeof(*shape));
+        packed[ndim - 1] = last_bits / 8;
+        npy_build("|u1", ndim, packed, comment, out, out_len);
+    } else {
+        packed[0] = nbytes;
+        npy_build("|u1", 1, packed, comment, out, out_len);
+    }
+    return 0;
+}
+
+/* JSON string body for s[0..n) (without the quotes): ", \ and control
  * characters escaped, everything else (UTF-8 included) passed through.
- * dst must hold 6 * strlen(s) bytes. Returns the length written. */
-static size_t json_escape(char *dst, const char *s)
+ * dst must hold 6 * n bytes. Returns the length written. */
+static size_t json_escape(char *dst, const char *s, size_t len)
 {
     static const char hex[] = "0123456789abcdef";
     size_t n = 0;
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+    for (const unsigned char *p = (const unsigned char *)s, *end = p + len; p < end; p++) {
         unsigned char c = *p;
         switch (c) {
         case '"': dst[n++] = '\\'; dst[n++] = '"'; break;
@@ -129,27 +178,98 @@ static size_t json_escape(char *dst, const char *s)
     return n;
 }
 
+/* Makes room for `more` bytes (and a NUL) after w->len. */
+static void st_reserve(struct tformat_st *w, size_t more)
+{
+    if (w->cap - w->len > more)
+        return;
+    size_t cap = w->cap ? w->cap : 256;
+    while (cap - w->len <= more)
+        cap *= 2;
+    w->buf = xrealloc(w->buf, cap);
+    w->cap = cap;
+}
+
+static void st_string(struct tformat_st *w, const char *s, size_t n)
+{
+    st_reserve(w, 6 * n + 2);
+    w->buf[w->len++] = '"';
+    w->len += json_escape(w->buf + w->len, s, n);
+    w->buf[w->len++] = '"';
+}
+
+static void st_key(struct tformat_st *w, const char *s, size_t n)
+{
+    st_reserve(w, 1);
+    w->buf[w->len++] = w->n++ ? ',' : '{';
+    st_string(w, s, n);
+    st_reserve(w, 1);
+    w->buf[w->len++] = ':';
+}
+
+void tformat_st_begin(struct tformat_st *w)
+{
+    memset(w, 0, sizeof(*w));
+    st_reserve(w, ST_ALIGN);
+    w->len = ST_ALIGN; /* the length prefix, written by tformat_st_end */
+}
+
+void tformat_st_metadata(struct tformat_st *w, const char *const *kv, size_t n)
+{
+    st_key(w, "__metadata__", 12);
+    st_reserve(w, 1);
+    w->buf[w->len++] = '{';
+    for (size_t i = 0; i < n; i++) {
+        if (i) {
+            st_reserve(w, 1);
+            w->buf[w->len++] = ',';
+        }
+        st_string(w, kv[2 * i], strlen(kv[2 * i]));
+        st_reserve(w, 1);
+        w->buf[w->len++] = ':';
+        st_string(w, kv[2 * i + 1], strlen(kv[2 * i + 1]));
+    }
+    st_reserve(w, 1);
+    w->buf[w->len++] = '}';
+}
+
+void tformat_st_tensor(struct tformat_st *w, const char *name, size_t name_len, enum dtype dt,
+                       uint32_t ndim, const uint64_t *shape, uint64_t nbytes)
+{
+    const struct dtype_info *info = dtype_info(dt);
+    st_key(w, name, name_len);
+    st_reserve(w, 64 + SHAPE_MAX_CHARS(ndim) + 2 * 21);
+    put(w->buf, w->cap, &w->len, "{\"dtype\":\"%s\",\"shape\":[", info ? info->name : "?");
+    for (uint32_t i = 0; i < ndim; i++)
+        put(w->buf, w->cap, &w->len, i ? ",%" PRIu64 : "%" PRIu64, shape[i]);
+    put(w->buf, w->cap, &w->len, "],\"data_offsets\":[%" PRIu64 ",%" PRIu64 "]}", w->data_len,
+        w->data_len + nbytes);
+    w->data_len += nbytes;
+}
+
+void tformat_st_end(struct tformat_st *w, char **out, size_t *out_len)
+{
+    st_reserve(w, 2 + ST_ALIGN);
+    if (!w->n)
+        w->buf[w->len++] = '{';
+    w->buf[w->len++] = '}';
+    while (w->len % ST_ALIGN)
+        w->buf[w->len++] = ' ';
+    uint64_t n = w->len - ST_ALIGN;
+    for (int i = 0; i < 8; i++)
+        w->buf[i] = (char)((n >> (8 * i)) & 0xff);
+    w->buf[w->len] = '\0';
+    *out = w->buf;
+    *out_len = w->len;
+    w->buf = NULL;
+}
+
 void tformat_safetensors_prefix(const char *name, enum dtype dt, uint32_t ndim,
                                 const uint64_t *shape, uint64_t nbytes, char **out,
                                 size_t *out_len)
 {
-    const struct dtype_info *info = dtype_info(dt);
-    size_t name_len = strlen(name);
-    size_t cap = 8 + 2 + 6 * name_len + 96 + SHAPE_MAX_CHARS(ndim) + 2 * 21 + ST_ALIGN + 1;
-    char *buf = xmalloc(cap);
-    size_t len = 8;
-    put(buf, cap, &len, "{\"");
-    len += json_escape(buf + len, name);
-    put(buf, cap, &len, "\":{\"dtype\":\"%s\",\"shape\":[", info ? info->name : "?");
-    for (uint32_t i = 0; i < ndim; i++)
-        put(buf, cap, &len, i ? ",%" PRIu64 : "%" PRIu64, shape[i]);
-    put(buf, cap, &len, "],\"data_offsets\":[0,%" PRIu64 "]}}", nbytes);
-    while (len % ST_ALIGN)
-        buf[len++] = ' ';
-    uint64_t n = len - 8;
-    for (int i = 0; i < 8; i++)
-        buf[i] = (char)((n >> (8 * i)) & 0xff);
-    buf[len] = '\0';
-    *out = buf;
-    *out_len = len;
+    struct tformat_st w;
+    tformat_st_begin(&w);
+    tformat_st_tensor(&w, name, strlen(name), dt, ndim, shape, nbytes);
+    tformat_st_end(&w, out, out_len);
 }

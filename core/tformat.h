@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "dtype.h"
+#include "st_header.h" /* ST_MAX_NDIM */
 
 enum tformat { TFORMAT_RAW, TFORMAT_NPY, TFORMAT_SAFETENSORS };
 
@@ -21,10 +22,41 @@ int tformat_parse(const char *s, enum tformat *out);
 int tformat_npy_prefix(enum dtype dt, uint32_t ndim, const uint64_t *shape, char **out,
                        size_t *out_len, char *errbuf, size_t errlen);
 
+/* tformat_npy_prefix, except that a dtype NumPy lacks is stored as its raw
+ * bits (npy_dtype=raw): 8-bit types as "|u1" and 16-bit ones as "<u2" with
+ * the tensor's shape; the sub-byte F4/F6 types packed as "|u1", the last
+ * dimension counting bytes when its elements fill whole bytes, else one
+ * dimension of nbytes. The real dtype and shape follow the header dict as a
+ * Python comment, "# tensord: dtype=BF16 shape=3,5" (NumPy reads the dict with
+ * ast.literal_eval, which skips it). Dtypes NumPy has get the plain header.
+ * Returns 0, or -1 for an invalid dtype. */
+int tformat_npy_raw_prefix(enum dtype dt, uint32_t ndim, const uint64_t *shape, uint64_t nbytes,
+                           char **out, size_t *out_len);
+
 /* Builds the 8-byte length and JSON header of a one-tensor safetensors file
  * holding `name` (padded with spaces to a multiple of 8). Caller frees *out. */
 void tformat_safetensors_prefix(const char *name, enum dtype dt, uint32_t ndim,
                                 const uint64_t *shape, uint64_t nbytes, char **out,
                                 size_t *out_len);
+
+/* A safetensors header built one tensor at a time, for an answer holding
+ * many: the tensors' data follows in the order they are added, so their
+ * data_offsets are consecutive from 0. */
+struct tformat_st {
+    char *buf;             /* owned until tformat_st_end hands it over */
+    size_t len, cap;
+    uint64_t data_len;     /* sum of the sizes added so far */
+    size_t n;              /* entries written (__metadata__ counts as one) */
+};
+
+void tformat_st_begin(struct tformat_st *w);
+/* Adds __metadata__ with n key/value pairs, kv[2i] and kv[2i + 1] (UTF-8). */
+void tformat_st_metadata(struct tformat_st *w, const char *const *kv, size_t n);
+void tformat_st_tensor(struct tformat_st *w, const char *name, size_t name_len, enum dtype dt,
+                       uint32_t ndim, const uint64_t *shape, uint64_t nbytes);
+/* Pads the JSON with spaces to a multiple of 8, writes its length before it,
+ * and hands the buffer over in *out (caller frees; NUL-terminated after
+ * *out_len bytes). The header length is *out_len - 8. */
+void tformat_st_end(struct tformat_st *w, char **out, size_t *out_len);
 
 #endif

@@ -16,7 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/inotify.h>
+#include <sys/eventfd.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
@@ -25,17 +25,23 @@
 #include <unistd.h>
 
 #include "auth.h"
+#include "conns.h"
 #include "gpu_manager.h"
+#include "hasher.h"
 #include "http.h"
 #include "log.h"
 #include "metrics.h"
 #include "util.h"
+#include "watch.h"
 
 /* Quiet time after the last inotify event before rescanning, so a copy of
  * many shards triggers one rescan, not one per file. */
 #define RESCAN_DEBOUNCE_MS 500
 #define DRAIN_MS 30000
-#define WATCH_MAX_DEPTH 16
+/* A file written continuously must not postpone the rescan forever. */
+#define RESCAN_MAX_DELAY_MS 5000
+/* Directories watched below the root: as deep as a scan looks by default. */
+#define REGISTRY_WATCH_DEPTH 16
 
 /* sd_notify without libsystemd: one datagram to $NOTIFY_SOCKET. */
 static void notify_systemd(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -64,7 +70,8 @@ static void notify_systemd(const char *fmt, ...)
     close(fd);
 }
 
-/* Serving keeps one descriptor per file of the snapshot (two during a swap). */
+/* A snapshot holds one descriptor per .safetensors file; a reload adds
+ * those of the models that changed until the old snapshot is released. */
 static void raise_fd_limit(void)
 {
     struct rlimit rl;
@@ -74,97 +81,158 @@ static void raise_fd_limit(void)
     }
 }
 
-/* Watches dir and every directory below it (not following symlinks). */
-static void watch_tree(int ifd, const char *dir, unsigned depth)
+/* Warns when the snapshot's descriptors leave too few for the connections. */
+static void check_fd_budget(const struct server *srv, const struct registry *r)
 {
-    /* IN_MODIFY catches truncate(2) and in-place writes, which send no
-     * IN_CLOSE_WRITE; the debounce folds a long copy into one rescan. */
-    const uint32_t mask = IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_CLOSE_WRITE |
-                          IN_MODIFY |
-                          IN_ATTRIB | IN_DELETE_SELF | IN_ONLYDIR;
-    if (inotify_add_watch(ifd, dir, mask) < 0 || depth >= WATCH_MAX_DEPTH)
-        return;
-    DIR *d = opendir(dir);
-    if (!d)
-        return;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        if (e->d_name[0] == '.' || e->d_type != DT_DIR)
-            continue;
-        char path[PATH_MAX];
-        if ((size_t)snprintf(path, sizeof(path), "%s/%s", dir, e->d_name) < sizeof(path))
-            watch_tree(ifd, path, depth + 1);
-    }
-    closedir(d);
-}
-
-/* A fresh inotify instance for the current tree (directories come and go). */
-static int rewatch(int old_fd, const char *root)
-{
-    if (old_fd >= 0)
-        close(old_fd);
-    int ifd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
-    if (ifd < 0) {
-        log_msg(LOG_WARN, "inotify unavailable (%s); reload with SIGHUP", strerror(errno));
-        return -1;
-    }
-    watch_tree(ifd, root, 0);
-    return ifd;
+    struct rlimit rl;
+    uint64_t need = (uint64_t)r->n_open * 2 + (uint64_t)srv->cfg->max_connections * 2 + 64;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need)
+        log_msg(LOG_WARN, "RLIMIT_NOFILE is %llu: the snapshot holds %zu files open and "
+                          "max_connections is %u; raise it to %llu or more (LimitNOFILE=)",
+                (unsigned long long)rl.rlim_cur, r->n_open, srv->cfg->max_connections,
+                (unsigned long long)need);
 }
 
 static void publish_registry_metrics(const struct registry *r)
 {
     metrics_set_registry(r->n_models, r->n_invalid, r->n_files, r->n_tensors, r->bytes,
                          r->generation);
+    metrics_set_open_files(r->n_open);
 }
 
-static void log_invalid_models(const struct registry *r)
+static void log_invalid_models(const struct registry *r, const struct registry *prev)
 {
-    for (size_t i = 0; i < r->n_models; i++)
-        if (r->models[i]->state != MODEL_READY)
-            log_msg(LOG_WARN, "model %s is invalid: %s", r->models[i]->name,
-                    r->models[i]->error.message);
+    for (size_t i = 0; i < r->n_models; i++) {
+        const struct reg_model *m = r->models[i];
+        const struct reg_model *was = prev ? registry_find_model(prev, m->name, strlen(m->name)) : NULL;
+        if (m->state != MODEL_READY && m != was) /* reused models were reported already */
+            log_msg(LOG_WARN, "model %s is invalid: %s", m->name, m->error.message);
+    }
 }
 
-/* Scans the root and hands the heap that header parsing used back to the
- * kernel: jansson's tree for a 500k-tensor header is ~500 MB of small blocks
- * that glibc would otherwise keep, while the snapshot itself needs ~50 MB. */
-static struct registry *scan_and_trim(const char *root, uint64_t generation, struct st_error *err)
+/* Scans the root (reusing prev's unchanged models) and hands the heap that
+ * header parsing used back to the kernel. */
+static struct registry *scan_and_trim(const struct config *cfg, uint64_t generation,
+                                      const struct registry *prev, struct st_error *err)
 {
-    struct registry *r = registry_scan(root, generation, NULL, err);
+    struct registry_scan_opts opts = {.prev = prev};
+    struct registry *r = registry_scan(cfg->models, generation, &opts, err);
     malloc_trim(0);
     return r;
 }
 
-static int rescan(struct server *srv, uint64_t generation)
+/* The daemon's main loop state. */
+struct loop {
+    struct server *srv;
+    struct watch *watch;       /* NULL without inotify or with watch = false */
+    uint64_t generation;
+    int pending;               /* a rescan is due once things are quiet */
+    uint64_t pending_since;    /* monotonic ns of the first event of the burst */
+    uint64_t last_event;       /* ... and of its latest */
+    uint64_t retry_at;         /* monotonic ns of the next retry of a scan that met errors; 0 */
+    unsigned retry_ms;         /* its back-off */
+};
+
+/* The watcher saw file (dev, ino) written: no answer may go on sending it. */
+static void cut_transfers(uint64_t dev, uint64_t ino, void *arg)
 {
+    struct loop *l = arg;
+    unsigned n = conns_cut_file(l->srv->conns, dev, ino);
+    if (n) {
+        metrics_add(MC_TRANSFERS_CUT, n);
+        log_msg(LOG_INFO, "cut %u transfer%s of a file written on disk", n, n == 1 ? "" : "s");
+    }
+}
+
+/* The next retry of a scan that failed or met errors, backing off from 1 s
+ * to 30 s. */
+static void schedule_retry(struct loop *l)
+{
+    l->retry_ms = l->retry_ms ? (l->retry_ms * 2 > 30000 ? 30000 : l->retry_ms * 2) : 1000;
+    l->retry_at = time_mono_ns() + (uint64_t)l->retry_ms * 1000000;
+}
+
+static void rescan(struct loop *l)
+{
+    struct server *srv = l->srv;
     struct st_error err;
-    struct registry *next = scan_and_trim(srv->cfg->models, generation, &err);
+    /* Watch before reading: what changes after this is an event, and what
+     * changed before it is in the listing. */
+    watch_dirs(l->watch, REGISTRY_WATCH_DEPTH);
+    struct registry *prev = registry_holder_acquire(&srv->registry);
+    struct registry *next = scan_and_trim(srv->cfg, ++l->generation, prev, &err);
     metrics_add(MC_RELOADS, 1);
     if (!next) {
         metrics_add(MC_RELOAD_ERRORS, 1);
-        log_msg(LOG_ERROR, "reload failed, still serving the previous snapshot: %s", err.message);
-        return -1;
+        metrics_add(MC_SCAN_ERRORS, 1);
+        schedule_retry(l);
+        log_msg(LOG_ERROR, "reload failed, still serving the previous snapshot (retrying in %u "
+                           "ms): %s", l->retry_ms, err.message);
+        registry_unref(prev);
+        return;
     }
-    log_invalid_models(next);
-    log_msg(LOG_INFO, "reloaded %s: %zu models (%zu invalid), %zu files, %zu tensors in %.1f ms",
-            next->root, next->n_models, next->n_invalid, next->n_files, next->n_tensors,
-            (double)next->scan_ns / 1e6);
+    log_invalid_models(next, prev);
+    log_msg(LOG_INFO, "reloaded %s: %zu models (%zu invalid, %zu unchanged), %zu files, %zu "
+                      "tensors in %.1f ms",
+            next->root->path, next->n_models, next->n_invalid, next->n_reused, next->n_files,
+            next->n_tensors, (double)next->scan_ns / 1e6);
+    registry_unref(prev);
+    if (next->scan_errors) {
+        /* Out of descriptors, memory, a failing disk: the models it hit kept
+         * their previous state. Try again, backing off. */
+        metrics_add(MC_SCAN_ERRORS, next->scan_errors);
+        schedule_retry(l);
+        log_msg(LOG_WARN, "the rescan met %zu I/O or resource error%s; the models involved keep "
+                          "their previous state; retrying in %u ms",
+                next->scan_errors, next->scan_errors == 1 ? "" : "s", l->retry_ms);
+    } else {
+        l->retry_ms = 0;
+        l->retry_at = 0;
+    }
     publish_registry_metrics(next);
+    check_fd_budget(srv, next);
     if (srv->gpu)
         gpu_manager_on_reload(srv->gpu, next);
+    hasher_submit(srv->hasher, next);
     registry_holder_swap(&srv->registry, next);
+    watch_files(l->watch, next); /* the holder keeps next alive: its descriptors are valid */
     notify_systemd("STATUS=serving %zu models (generation %llu)", next->n_models,
-                   (unsigned long long)generation);
-    return 0;
+                   (unsigned long long)l->generation);
+}
+
+/* Milliseconds until the loop must wake, or -1. */
+static int loop_timeout(const struct loop *l)
+{
+    uint64_t now = time_mono_ns(), due = 0;
+    if (l->pending) {
+        /* Quiet for the debounce, but never postponed past RESCAN_MAX_DELAY
+         * by a file that keeps being written. */
+        due = l->pending_since + (uint64_t)RESCAN_MAX_DELAY_MS * 1000000;
+        uint64_t quiet = l->last_event + (uint64_t)RESCAN_DEBOUNCE_MS * 1000000;
+        if (quiet < due)
+            due = quiet;
+    }
+    if (l->retry_at && (!due || l->retry_at < due))
+        due = l->retry_at;
+    if (!due)
+        return -1;
+    return due <= now ? 0 : (int)((due - now + 999999) / 1000000);
+}
+
+static void want_rescan(struct loop *l)
+{
+    l->last_event = time_mono_ns();
+    if (!l->pending)
+        l->pending_since = l->last_event;
+    l->pending = 1;
 }
 
 int daemon_run(const struct config *cfg)
 {
-    struct server srv = {.cfg = cfg};
+    struct server srv = {.cfg = cfg, .rescan_fd = -1};
+    struct loop l = {.srv = &srv, .generation = 1};
     char err[1024];
-    int rc = 1, sfd = -1, ifd = -1;
-    uint64_t generation = 1;
+    int rc = 1, sfd = -1;
 
     raise_fd_limit();
     signal(SIGPIPE, SIG_IGN);
@@ -183,19 +251,42 @@ int daemon_run(const struct config *cfg)
     sigaddset(&mask, SIGHUP);
     pthread_sigmask(SIG_BLOCK, &mask, NULL);
     sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+    srv.rescan_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+
+    char *state_dir = config_state_dir_path(cfg);
+    struct hasher_opts ho = {.threads = cfg->hash_threads,
+                             .max_bytes_per_second = cfg->hash_max_bytes_per_second,
+                             .state_dir = state_dir};
+    srv.hasher = hasher_new(&ho);
+    free(state_dir);
 
     notify_systemd("STATUS=scanning %s", cfg->models);
+    if (cfg->watch) {
+        char *real = realpath(cfg->models, NULL);
+        l.watch = real ? watch_new(real) : NULL;
+        free(real);
+        watch_dirs(l.watch, REGISTRY_WATCH_DEPTH); /* before the scan: nothing is missed */
+    }
     struct st_error serr;
-    struct registry *reg = scan_and_trim(cfg->models, generation, &serr);
+    struct registry *reg = scan_and_trim(cfg, l.generation, NULL, &serr);
     if (!reg) {
         log_msg(LOG_ERROR, "cannot serve models root: %s", serr.message);
         goto out;
     }
-    log_invalid_models(reg);
-    log_msg(LOG_INFO, "scanned %s: %zu models (%zu invalid), %zu files, %zu tensors in %.1f ms",
-            reg->root, reg->n_models, reg->n_invalid, reg->n_files, reg->n_tensors,
-            (double)reg->scan_ns / 1e6);
+    log_invalid_models(reg, NULL);
+    log_msg(LOG_INFO, "scanned %s: %zu models (%zu invalid), %zu files (%zu open), %zu tensors "
+                      "in %.1f ms",
+            reg->root->path, reg->n_models, reg->n_invalid, reg->n_files, reg->n_open,
+            reg->n_tensors, (double)reg->scan_ns / 1e6);
+    if (reg->scan_errors) {
+        metrics_add(MC_SCAN_ERRORS, reg->scan_errors);
+        l.retry_ms = 1000;
+        l.retry_at = time_mono_ns() + 1000000000ULL;
+        log_msg(LOG_WARN, "the scan met %zu I/O or resource error%s; retrying in 1 s",
+                reg->scan_errors, reg->scan_errors == 1 ? "" : "s");
+    }
     publish_registry_metrics(reg);
+    hasher_submit(srv.hasher, reg);
     registry_holder_init(&srv.registry, reg);
 
     srv.gpu = gpu_manager_new(cfg, &srv.registry);
@@ -203,31 +294,27 @@ int daemon_run(const struct config *cfg)
         log_msg(LOG_ERROR, "%s", err);
         goto out_registry;
     }
+    check_fd_budget(&srv, reg);
+    watch_files(l.watch, reg);
     if (srv.gpu && gpu_manager_start(srv.gpu, err, sizeof(err)) < 0)
         log_msg(LOG_WARN, "GPU sharing is off: %s", err);
     atomic_store(&srv.ready, 1);
     log_msg(LOG_INFO, "tensord %s listening on %s", TENSORD_VERSION, cfg->listen);
     notify_systemd("READY=1\nSTATUS=serving %zu models on %s", reg->n_models, cfg->listen);
 
-    if (cfg->watch)
-        ifd = rewatch(-1, cfg->models);
-    int pending = 0;
     for (;;) {
-        struct pollfd pfd[2] = {{.fd = sfd, .events = POLLIN}, {.fd = ifd, .events = POLLIN}};
-        int n = poll(pfd, 2, pending ? RESCAN_DEBOUNCE_MS : -1);
+        struct pollfd pfd[3] = {{.fd = sfd, .events = POLLIN},
+                                {.fd = watch_fd(l.watch), .events = POLLIN},
+                                {.fd = srv.rescan_fd, .events = POLLIN}};
+        int n = poll(pfd, 3, loop_timeout(&l));
         if (n < 0 && errno != EINTR)
             break;
-        if (n == 0 && pending) { /* quiet for the debounce interval */
-            pending = 0;
-            rescan(&srv, ++generation);
-            ifd = rewatch(ifd, cfg->models);
-            continue;
-        }
-        if (pfd[1].revents & POLLIN) {
-            char buf[16384];
-            while (read(ifd, buf, sizeof(buf)) > 0)
-                ;
-            pending = 1;
+        if (pfd[1].revents & POLLIN && watch_read(l.watch, cut_transfers, &l) != WATCH_QUIET)
+            want_rescan(&l);
+        if (pfd[2].revents & POLLIN) { /* a request met a file changed on disk */
+            uint64_t count;
+            if (read(srv.rescan_fd, &count, sizeof(count)) == sizeof(count))
+                want_rescan(&l);
         }
         if (pfd[0].revents & POLLIN) {
             struct signalfd_siginfo si;
@@ -237,9 +324,8 @@ int daemon_run(const struct config *cfg)
                 log_msg(LOG_INFO, "SIGHUP: reloading");
                 notify_systemd("RELOADING=1");
                 log_reopen();
-                rescan(&srv, ++generation);
-                if (cfg->watch)
-                    ifd = rewatch(ifd, cfg->models);
+                l.pending = 0;
+                rescan(&l);
                 notify_systemd("READY=1");
                 continue;
             }
@@ -248,7 +334,13 @@ int daemon_run(const struct config *cfg)
             notify_systemd("STOPPING=1");
             break;
         }
+        if (loop_timeout(&l) == 0) { /* quiet long enough, or a retry is due */
+            l.pending = 0;
+            l.retry_at = 0;
+            rescan(&l);
+        }
     }
+    hasher_stop(srv.hasher); /* first: it resumes anyone waiting for a hash */
     http_stop(&srv, DRAIN_MS);
     rc = 0;
 out_registry:
@@ -256,10 +348,12 @@ out_registry:
         gpu_manager_free(srv.gpu);
     registry_holder_destroy(&srv.registry);
 out:
-    if (ifd >= 0)
-        close(ifd);
+    hasher_free(srv.hasher);
+    watch_free(l.watch);
     if (sfd >= 0)
         close(sfd);
+    if (srv.rescan_fd >= 0)
+        close(srv.rescan_fd);
     free(srv.read_token);
     free(srv.admin_token);
     log_msg(LOG_INFO, "stopped");

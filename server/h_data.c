@@ -1,6 +1,9 @@
 /* Byte endpoints: files, file headers, tensors and slices in every format,
  * and the GPU preload endpoints. */
+#include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,31 +41,65 @@ static void derive_etag(char *out, size_t len, const char *file_etag, char kind,
     snprintf(out, len, "%.*s-%c%016" PRIx64 "\"", (int)(n - 1), file_etag, kind, h);
 }
 
+/* A descriptor of f to answer from: its own when the model keeps it open,
+ * else f opened again below the root (plain files are not kept open), which
+ * *own then tells the caller to close. Answers and returns -1 when f cannot
+ * be read, or is no longer the version the snapshot validated. */
+static int file_fd(struct MHD_Connection *conn, struct request *rq, const struct reg_model *m,
+                   const struct reg_file *f, int *own, enum MHD_Result *ret)
+{
+    *own = 0;
+    if (f->fd >= 0)
+        return f->fd;
+    if (f->error.code != ST_OK) {
+        *ret = respond_error(conn, rq, MHD_HTTP_INTERNAL_SERVER_ERROR, "io_error",
+                             "file \"%.300s\" could not be read: %s", f->name, f->error.message);
+        return -1;
+    }
+    int fd = registry_open_file(m, f, O_RDONLY);
+    if (fd >= 0) {
+        *own = 1;
+        return fd;
+    }
+    if (fd == -ESTALE)
+        *ret = respond_file_changed(conn, rq);
+    else if (fd == -EMFILE || fd == -ENFILE)
+        *ret = respond_error(conn, rq, MHD_HTTP_SERVICE_UNAVAILABLE, "overloaded",
+                             "out of file descriptors");
+    else
+        *ret = respond_error(conn, rq, MHD_HTTP_INTERNAL_SERVER_ERROR, "io_error",
+                             "file \"%.300s\" could not be opened: %s", f->name, strerror(-fd));
+    return -1;
+}
+
 enum MHD_Result handle_file(struct MHD_Connection *conn, struct request *rq,
-                            struct registry *reg, const struct reg_file *f, int header_only)
+                            const struct reg_model *m, const struct reg_file *f, int header_only)
 {
     const struct st_header *h = f->header;
+    enum MHD_Result ret;
+    char file_etag[REG_ETAG_MAX];
     struct representation rep = {
-        .body = {.fd = f->fd, .data_off = 0, .data_len = f->st.size},
+        .body = {.fd = -1, .data_off = 0, .data_len = f->st.size},
         .content_type = content_type_for(f->name),
         .mtime = f->st.mtime_ns / 1000000000,
         .file_st = &f->st,
     };
-    if (f->fd < 0)
-        return respond_error(conn, rq, MHD_HTTP_INTERNAL_SERVER_ERROR, "io_error",
-                             "file \"%.300s\" could not be opened: %s", f->name, f->error.message);
-    _Static_assert(sizeof(rep.etag) >= sizeof(f->etag), "a file's ETag fits");
-    memcpy(rep.etag, f->etag, sizeof(f->etag));
+    if (header_only && !h)
+        return respond_error(conn, rq, MHD_HTTP_BAD_REQUEST, "not_safetensors",
+                             "\"%.300s\" is not a valid safetensors file", f->name);
+    int own;
+    rep.body.fd = file_fd(conn, rq, m, f, &own, &ret);
+    if (rep.body.fd < 0)
+        return ret;
+    reg_file_etag(f, file_etag);
+    snprintf(rep.etag, sizeof(rep.etag), "%s", file_etag);
     if (header_only) {
-        if (!h)
-            return respond_error(conn, rq, MHD_HTTP_BAD_REQUEST, "not_safetensors",
-                                 "\"%.300s\" is not a valid safetensors file", f->name);
         rep.content_type = "application/json";
-        derive_etag(rep.etag, sizeof(rep.etag), f->etag, 'h', 0);
-        if (h->raw) { /* the validated bytes, kept by the snapshot */
+        derive_etag(rep.etag, sizeof(rep.etag), file_etag, 'h', 0);
+        if (h->raw) { /* the validated bytes, kept by the model */
             rep.body = (struct body){.prefix = (const char *)h->raw + ST_PREFIX_LEN,
                                      .prefix_len = h->header_len, .fd = -1};
-            rep.pin = reg;
+            rep.pin = m;
         } else {
             rep.body.data_off = ST_PREFIX_LEN;
             rep.body.data_len = h->header_len;
@@ -72,9 +109,13 @@ enum MHD_Result handle_file(struct MHD_Connection *conn, struct request *rq,
          * bytes=0-7, then fetching it) are answered from memory. */
         rep.mem = (const char *)h->raw;
         rep.mem_len = ST_PREFIX_LEN + h->header_len;
-        rep.pin = reg;
+        rep.pin = m;
     }
-    return respond_body(conn, rq, &rep);
+    int fd = own ? rep.body.fd : -1;
+    ret = respond_body(conn, rq, &rep);
+    if (fd >= 0)
+        close(fd); /* the answer holds its own duplicate */
+    return ret;
 }
 
 /* Returns the decoded value of query parameter `key`, NULL when absent; sets
@@ -109,6 +150,7 @@ enum MHD_Result handle_tensor(struct MHD_Connection *conn, struct request *rq,
     int bad = 0;
     char *spec = query_value(conn, "slice", &bad);
     char *fmt = query_value(conn, "format", &bad);
+    char *npy_dtype = query_value(conn, "npy_dtype", &bad);
     char err[512];
     struct representation rep = {
         .body = {.fd = f->fd, .data_off = f->data_start + st->begin, .data_len = st->end - st->begin},
@@ -126,6 +168,13 @@ enum MHD_Result handle_tensor(struct MHD_Connection *conn, struct request *rq,
     if (fmt && tformat_parse(fmt, &format) < 0) {
         ret = respond_error(conn, rq, MHD_HTTP_BAD_REQUEST, "bad_format",
                             "format must be raw, npy or safetensors, not \"%.100s\"", fmt);
+        goto out;
+    }
+    /* npy_dtype=raw: dtypes NumPy lacks go out as their bits (tformat.h). */
+    int npy_raw = npy_dtype && strcmp(npy_dtype, "raw") == 0;
+    if (npy_dtype && ((!npy_raw && strcmp(npy_dtype, "native") != 0) || format != TFORMAT_NPY)) {
+        ret = respond_error(conn, rq, MHD_HTTP_BAD_REQUEST, "bad_parameter",
+                            "npy_dtype must be native or raw, with format=npy");
         goto out;
     }
     uint32_t ndim = st->ndim;
@@ -164,8 +213,11 @@ enum MHD_Result handle_tensor(struct MHD_Connection *conn, struct request *rq,
     }
     format_shape(rep.shape, sizeof(rep.shape), shape, ndim);
     if (format == TFORMAT_NPY) {
-        if (tformat_npy_prefix(st->dtype, ndim, shape, &rep.prefix_buf, &rep.body.prefix_len, err,
-                               sizeof(err)) < 0) {
+        snprintf(err, sizeof(err), "dtype %s has no npy form", di->name);
+        if ((npy_raw ? tformat_npy_raw_prefix(st->dtype, ndim, shape, rep.body.data_len,
+                                              &rep.prefix_buf, &rep.body.prefix_len)
+                     : tformat_npy_prefix(st->dtype, ndim, shape, &rep.prefix_buf,
+                                          &rep.body.prefix_len, err, sizeof(err))) < 0) {
             free(rep.plan_buf);
             ret = respond_error(conn, rq, MHD_HTTP_BAD_REQUEST, "bad_format", "%s", err);
             goto out;
@@ -183,11 +235,15 @@ enum MHD_Result handle_tensor(struct MHD_Connection *conn, struct request *rq,
     uint64_t h = hash_fnv1a(st->name, st->name_len + 1, HASH_FNV_SEED);
     h = hash_fnv1a(spec ? spec : "", spec ? strlen(spec) + 1 : 1, h);
     h = hash_fnv1a(&format, sizeof(format), h);
-    derive_etag(rep.etag, sizeof(rep.etag), f->etag, 't', h);
+    h = hash_fnv1a(&npy_raw, sizeof(npy_raw), h);
+    char file_etag[REG_ETAG_MAX];
+    reg_file_etag(f, file_etag);
+    derive_etag(rep.etag, sizeof(rep.etag), file_etag, 't', h);
     ret = respond_body(conn, rq, &rep);
 out:
     free(spec);
     free(fmt);
+    free(npy_dtype);
     return ret;
 }
 

@@ -3,24 +3,39 @@
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "gpu_manager.h"
 #include "handlers.h"
+#include "hasher.h"
 #include "metrics.h"
 #include "model_doc.h"
 #include "respond.h"
 #include "util.h"
 
-/* A validator for documents derived from a model: its files' ETags determine
- * every byte of them, so equal files give equal documents across restarts. */
-static void model_etag(const struct reg_model *m, const char *kind, char *out, size_t len)
+/* The validator of a model document: a hash of its own bytes, which the
+ * daemon has in full, so it is strong, equal across replicas and restarts
+ * for equal files, and changes whenever a byte of the document does (a
+ * file's hash becoming known included). */
+static void doc_etag(const char *text, size_t len, char *out, size_t outlen)
 {
-    uint64_t h = hash_fnv1a(kind, strlen(kind), HASH_FNV_SEED);
-    h = hash_fnv1a(m->name, strlen(m->name) + 1, h);
+    snprintf(out, outlen, "\"m%016" PRIx64 "\"", hash_fnv1a(text, len, HASH_FNV_SEED));
+}
+
+/* The files of m whose content hash is known. */
+static size_t model_hashes_known(const struct reg_model *m)
+{
+    size_t known = 0;
     for (size_t i = 0; i < m->n_files; i++)
-        h = hash_fnv1a(m->files[i].etag, strlen(m->files[i].etag), h);
-    snprintf(out, len, "\"m%016" PRIx64 "\"", h);
+        known += reg_file_hashed(&m->files[i]);
+    return known;
+}
+
+static json_t *hashes_json(size_t known, size_t files)
+{
+    return json_pack("{s:I,s:I,s:b}", "known", (json_int_t)known, "files", (json_int_t)files,
+                     "complete", known == files);
 }
 
 static json_t *error_json(const struct st_error *e)
@@ -41,6 +56,7 @@ enum MHD_Result handle_models(struct MHD_Connection *conn, struct request *rq,
     json_t *list = json_array();
     for (size_t i = 0; i < reg->n_models; i++) {
         const struct reg_model *m = reg->models[i];
+        size_t known = model_hashes_known(m);
         json_t *o = json_pack("{s:s,s:s,s:b,s:I,s:I,s:I}", "name", m->name, "state",
                               m->state == MODEL_READY ? "ready" : "invalid", "sharded",
                               m->sharded, "files", (json_int_t)m->n_files, "tensors",
@@ -50,15 +66,25 @@ enum MHD_Result handle_models(struct MHD_Connection *conn, struct request *rq,
         if (m->state != MODEL_READY)
             json_object_set_new(o, "error", error_json(&m->error));
         json_object_set_new(o, "gpu", gpu_summary(rq->srv, m));
+        json_object_set_new(o, "hashes", hashes_json(known, m->n_files));
         json_array_append_new(list, o);
     }
     /* Whether this host can preload to a GPU, and if not, why. */
     json_t *gpu = rq->srv->gpu ? gpu_manager_status_json(rq->srv->gpu)
                                : json_pack("{s:b,s:s}", "available", 0, "reason",
                                            "GPU sharing is not running");
-    json_t *doc = json_pack("{s:o,s:I,s:o}", "models", list, "generation",
-                            (json_int_t)reg->generation, "gpu", gpu);
-    /* GPU states change without a reload, so the list carries no validator. */
+    struct hasher_progress hp;
+    hasher_progress(rq->srv->hasher, &hp);
+    json_t *hashing = json_pack(
+        "{s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:f}", "state",
+        hp.files_pending ? "hashing" : "idle", "files", (json_int_t)hp.files, "bytes",
+        (json_int_t)hp.bytes, "files_known", (json_int_t)hp.files_known, "bytes_known",
+        (json_int_t)hp.bytes_known, "files_pending", (json_int_t)hp.files_pending,
+        "bytes_pending", (json_int_t)hp.bytes_pending, "files_failed",
+        (json_int_t)hp.files_failed, "bytes_per_second", hp.bytes_per_second);
+    json_t *doc = json_pack("{s:o,s:I,s:o,s:o}", "models", list, "generation",
+                            (json_int_t)reg->generation, "gpu", gpu, "hashing", hashing);
+    /* GPU states and hashes change without a reload, so the list carries no validator. */
     return respond_json(conn, rq, MHD_HTTP_OK, doc, NULL);
 }
 
@@ -76,13 +102,23 @@ static char *not_cached(const struct reg_model *m)
  * behind the render find it cached. */
 static pthread_mutex_t g_render_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* Answers with the snapshot's cached document; the response keeps the
- * snapshot alive until it is sent. */
+/* Rendering fails only when memory runs out: a condition of the host, not
+ * of the model, so the answer says to try again. */
+static enum MHD_Result respond_no_memory(struct MHD_Connection *conn, struct request *rq,
+                                         const struct reg_model *m, enum reg_doc_kind kind)
+{
+    return respond_error(conn, rq, MHD_HTTP_SERVICE_UNAVAILABLE, "out_of_memory",
+                         "not enough memory to render the %s of model \"%.300s\" "
+                         "(%zu tensors); try again later",
+                         kind == REG_DOC_MODEL ? "description" : "merged header", m->name,
+                         m->n_tensors);
+}
+
+/* Answers with the model's cached document; the response keeps the model
+ * alive until it is sent. */
 static enum MHD_Result respond_model_doc(struct MHD_Connection *conn, struct request *rq,
-                                         struct registry *reg, const struct reg_model *m,
-                                         enum reg_doc_kind kind,
-                                         char *(*render)(const struct reg_model *m),
-                                         const char *etag_kind)
+                                         const struct reg_model *m, enum reg_doc_kind kind,
+                                         char *(*render)(const struct reg_model *m))
 {
     size_t len;
     const char *text = registry_model_doc(m, kind, not_cached, &len);
@@ -91,29 +127,33 @@ static enum MHD_Result respond_model_doc(struct MHD_Connection *conn, struct req
         text = registry_model_doc(m, kind, render, &len);
         pthread_mutex_unlock(&g_render_lock);
     }
-    /* Rendering fails only when memory runs out: a condition of the host,
-     * not of the model, so the answer says to try again. */
     if (!text)
-        return respond_error(conn, rq, MHD_HTTP_SERVICE_UNAVAILABLE, "out_of_memory",
-                             "not enough memory to render the %s of model \"%.300s\" "
-                             "(%zu tensors); try again later",
-                             kind == REG_DOC_MODEL ? "description" : "merged header", m->name,
-                             m->n_tensors);
+        return respond_no_memory(conn, rq, m, kind);
     char etag[40];
-    model_etag(m, etag_kind, etag, sizeof(etag));
-    return respond_json_text(conn, rq, text, len, etag, reg);
+    doc_etag(text, len, etag, sizeof(etag));
+    return respond_json_text(conn, rq, text, len, etag, m);
 }
 
 enum MHD_Result handle_model(struct MHD_Connection *conn, struct request *rq,
-                             struct registry *reg, const struct reg_model *m)
+                             const struct reg_model *m)
 {
-    return respond_model_doc(conn, rq, reg, m, REG_DOC_MODEL, model_doc_description, "model");
+    if (model_hashes_known(m) == m->n_files)
+        return respond_model_doc(conn, rq, m, REG_DOC_MODEL, model_doc_description);
+    /* Still hashing: rendered for this answer only (one at a time too). */
+    pthread_mutex_lock(&g_render_lock);
+    char *text = model_doc_description(m), etag[40];
+    pthread_mutex_unlock(&g_render_lock);
+    if (!text)
+        return respond_no_memory(conn, rq, m, REG_DOC_MODEL);
+    size_t len = strlen(text);
+    doc_etag(text, len, etag, sizeof(etag));
+    return respond_json_text(conn, rq, text, len, etag, NULL);
 }
 
 enum MHD_Result handle_model_header(struct MHD_Connection *conn, struct request *rq,
-                                    struct registry *reg, const struct reg_model *m)
+                                    const struct reg_model *m)
 {
-    return respond_model_doc(conn, rq, reg, m, REG_DOC_HEADER, model_doc_header, "header");
+    return respond_model_doc(conn, rq, m, REG_DOC_HEADER, model_doc_header);
 }
 
 enum MHD_Result handle_healthz(struct MHD_Connection *conn, struct request *rq)

@@ -14,15 +14,17 @@
 enum MHD_Result handle_models(struct MHD_Connection *conn, struct request *rq,
                               const struct registry *reg);
 enum MHD_Result handle_model(struct MHD_Connection *conn, struct request *rq,
-                             struct registry *reg, const struct reg_model *m);
+                             const struct reg_model *m);
 enum MHD_Result handle_model_header(struct MHD_Connection *conn, struct request *rq,
-                                    struct registry *reg, const struct reg_model *m);
+                                    const struct reg_model *m);
 enum MHD_Result handle_file(struct MHD_Connection *conn, struct request *rq,
-                            struct registry *reg, const struct reg_file *f, int header_only);
+                            const struct reg_model *m, const struct reg_file *f, int header_only);
 enum MHD_Result handle_tensor(struct MHD_Connection *conn, struct request *rq,
                               const struct reg_model *m, const struct reg_tensor *t);
 enum MHD_Result handle_gpu(struct MHD_Connection *conn, struct request *rq,
                            const struct reg_model *m, const char *method);
+enum MHD_Result handle_fetch(struct MHD_Connection *conn, struct request *rq,
+                             const struct reg_model *m);
 enum MHD_Result handle_healthz(struct MHD_Connection *conn, struct request *rq);
 enum MHD_Result handle_readyz(struct MHD_Connection *conn, struct request *rq);
 enum MHD_Result handle_metrics(struct MHD_Connection *conn, struct request *rq, int text);

@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "auth.h"
-#include "deadline.h"
+#include "conns.h"
 #include "handlers.h"
 #include "log.h"
 #include "metrics.h"
@@ -19,7 +19,7 @@
 #include "route.h"
 #include "util.h"
 
-/* Largest request body accepted (only POST /v1/models/{model}/gpu has one). */
+/* Largest request body accepted, but for a fetch (max_fetch_body_bytes). */
 #define MAX_UPLOAD 65536
 
 int http_parse_listen(const char *listen, struct sockaddr_storage *ss, unsigned *len)
@@ -67,7 +67,7 @@ static size_t keep_escaped(void *cls, struct MHD_Connection *c, char *s)
 struct conn {
     int fd;                         /* the socket */
     int tls;                        /* TLS connection: nothing may be written around libmicrohttpd */
-    struct deadline_conn *deadline; /* header_timeout tracking; NULL when off */
+    struct conns_entry *entry;    /* its row in the connection table */
     struct request *rq;             /* the request being received or answered, or NULL */
 };
 
@@ -87,8 +87,10 @@ static void request_end(struct request *rq, const char *range, unsigned status, 
     metrics_request_done((enum metrics_ep)rq->endpoint, status, sent, now - rq->start_ns, ttfb);
     log_access(rq->method[0] ? rq->method : "-", rq->uri, status, sent, now - rq->start_ns, range);
     atomic_fetch_sub(&rq->srv->in_flight, 1);
-    if (rq->owner)
+    if (rq->owner) {
+        conn_sending(rq->owner->entry, 0, 0);
         rq->owner->rq = NULL;
+    }
     free(rq->upload);
     free(rq->uri);
     free(rq);
@@ -121,7 +123,7 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *mc)
      * notification (a request line it failed to store): end that one now. */
     if (c && c->rq)
         request_end(c->rq, NULL, 0, 0);
-    deadline_arm(c ? c->deadline : NULL); /* the request is now due */
+    conn_arm(c ? c->entry : NULL); /* the request is now due */
     struct request *rq = xcalloc(1, sizeof(*rq));
     rq->srv = cls;
     rq->owner = c;
@@ -165,7 +167,7 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
     /* A body cut short (client gone, file shrank) did not deliver what was queued. */
     uint64_t sent = toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? rq->body_bytes : 0;
     /* Idle until its next request begins (connection_timeout governs that). */
-    deadline_idle(rq->owner ? rq->owner->deadline : NULL);
+    conn_idle(rq->owner ? rq->owner->entry : NULL, rq->wire_bytes);
     request_end(rq, MHD_lookup_connection_value(mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_RANGE),
                 status, sent);
 }
@@ -182,7 +184,7 @@ static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_co
         struct conn *c = xcalloc(1, sizeof(*c));
         c->fd = ci ? ci->connect_fd : -1;
         c->tls = (srv->daemon_flags & MHD_USE_TLS) != 0;
-        c->deadline = c->fd >= 0 ? deadlines_add(srv->deadlines, c->fd) : NULL;
+        c->entry = c->fd >= 0 ? conns_add(srv->conns, c->fd, c->tls) : NULL;
         *socket_context = c;
     } else {
         struct conn *c = *socket_context;
@@ -193,10 +195,24 @@ static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_co
              * headers went with the connection's memory pool. */
             if (c->rq)
                 request_end(c->rq, NULL, c->rq->status, 0);
-            deadlines_remove(srv->deadlines, c->deadline);
+            conns_remove(srv->conns, c->entry);
             free(c);
         }
         *socket_context = NULL;
+    }
+}
+
+void http_sending(struct request *rq, const struct fileio_stat *st)
+{
+    if (rq->owner && st)
+        conn_sending(rq->owner->entry, st->dev, st->ino);
+}
+
+void http_request_rescan(struct server *srv)
+{
+    uint64_t one = 1;
+    if (srv->rescan_fd >= 0 && write(srv->rescan_fd, &one, sizeof(one)) < 0) {
+        /* EAGAIN: the counter is full, a rescan is asked for already */
     }
 }
 
@@ -230,6 +246,16 @@ static enum MHD_Result check_arg(void *cls, enum MHD_ValueKind kind, const char 
     return MHD_NO;
 }
 
+/* The body bound of the endpoint at url: a fetch request may list many tensors. */
+static size_t upload_limit(const struct server *srv, const char *url)
+{
+    char err[256];
+    struct route rt;
+    enum route_kind kind = route_parse(url, &rt, err, sizeof(err));
+    route_free(&rt);
+    return kind == ROUTE_FETCH ? srv->cfg->max_fetch_body_bytes : MAX_UPLOAD;
+}
+
 static const int endpoint_of_route[] = {
     [ROUTE_NOT_FOUND] = MEP_OTHER,     [ROUTE_BAD_PATH] = MEP_OTHER,
     [ROUTE_HEALTHZ] = MEP_HEALTH,      [ROUTE_READYZ] = MEP_HEALTH,
@@ -237,7 +263,7 @@ static const int endpoint_of_route[] = {
     [ROUTE_MODELS] = MEP_MODELS,       [ROUTE_MODEL] = MEP_MODEL,
     [ROUTE_MODEL_HEADER] = MEP_HEADER, [ROUTE_FILE] = MEP_FILE,
     [ROUTE_FILE_HEADER] = MEP_FILE_HEADER, [ROUTE_TENSOR] = MEP_TENSOR,
-    [ROUTE_GPU] = MEP_GPU,
+    [ROUTE_GPU] = MEP_GPU,             [ROUTE_FETCH] = MEP_FETCH,
 };
 
 static enum MHD_Result dispatch_model(struct MHD_Connection *conn, struct request *rq,
@@ -262,7 +288,7 @@ static enum MHD_Result dispatch_model(struct MHD_Connection *conn, struct reques
         goto out;
     }
     if (rt->kind == ROUTE_MODEL) {
-        ret = handle_model(conn, rq, reg, m);
+        ret = handle_model(conn, rq, m);
         goto out;
     }
     if (rt->kind == ROUTE_GPU) {
@@ -276,7 +302,7 @@ static enum MHD_Result dispatch_model(struct MHD_Connection *conn, struct reques
     }
     switch (rt->kind) {
     case ROUTE_MODEL_HEADER:
-        ret = handle_model_header(conn, rq, reg, m);
+        ret = handle_model_header(conn, rq, m);
         break;
     case ROUTE_FILE:
     case ROUTE_FILE_HEADER: {
@@ -285,9 +311,12 @@ static enum MHD_Result dispatch_model(struct MHD_Connection *conn, struct reques
             ret = respond_error(conn, rq, MHD_HTTP_NOT_FOUND, "file_not_found",
                                 "model \"%.300s\" has no file \"%.300s\"", m->name, rt->name);
         else
-            ret = handle_file(conn, rq, reg, f, rt->kind == ROUTE_FILE_HEADER);
+            ret = handle_file(conn, rq, m, f, rt->kind == ROUTE_FILE_HEADER);
         break;
     }
+    case ROUTE_FETCH:
+        ret = handle_fetch(conn, rq, m);
+        break;
     case ROUTE_TENSOR: {
         const struct reg_tensor *t = registry_find_tensor(m, rt->name, rt->name_len);
         if (!t)
@@ -310,8 +339,9 @@ static enum MHD_Result dispatch(struct MHD_Connection *conn, struct request *rq,
 {
     struct server *srv = rq->srv;
     static const char *const no_args[] = {NULL};
-    static const char *const tensor_args[] = {"slice", "format", NULL};
+    static const char *const tensor_args[] = {"slice", "format", "npy_dtype", NULL};
     static const char *const metrics_args[] = {"format", NULL};
+    static const char *const fetch_args[] = {"q", NULL};
     char err[256];
     struct route rt;
     enum MHD_Result ret;
@@ -340,7 +370,10 @@ static enum MHD_Result dispatch(struct MHD_Connection *conn, struct request *rq,
     int is_get = strcmp(method, MHD_HTTP_METHOD_GET) == 0 || rq->is_head;
     int is_admin = kind == ROUTE_GPU && (strcmp(method, MHD_HTTP_METHOD_POST) == 0 ||
                                          strcmp(method, MHD_HTTP_METHOD_DELETE) == 0);
-    if (!is_get && !is_admin) {
+    /* A fetch POST only reads: it needs the read token, as its GET form does. */
+    int is_fetch_post = kind == ROUTE_FETCH && strcmp(method, MHD_HTTP_METHOD_POST) == 0;
+    rq->reads_only = is_get || is_fetch_post;
+    if (!is_get && !is_admin && !is_fetch_post) {
         rq->allow = route_allowed_methods(kind);
         ret = respond_error(conn, rq, MHD_HTTP_METHOD_NOT_ALLOWED, "method_not_allowed",
                             "%s is not allowed here; allowed: %s", method, rq->allow);
@@ -354,6 +387,7 @@ static enum MHD_Result dispatch(struct MHD_Connection *conn, struct request *rq,
     }
     struct query_check qc = {
         .allowed = kind == ROUTE_TENSOR ? tensor_args
+                   : kind == ROUTE_FETCH    ? fetch_args
                    : (kind == ROUTE_METRICS || kind == ROUTE_METRICS_TEXT) ? metrics_args
                                                                            : no_args};
     MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, check_arg, &qc);
@@ -444,6 +478,7 @@ static enum MHD_Result refuse_malformed(struct MHD_Connection *mc, struct reques
      * writing to the socket directly. */
     const union MHD_ConnectionInfo *hs =
         MHD_get_connection_info(mc, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
+    rq->wire_bytes = hs ? hs->header_size : CONN_BYTES_UNKNOWN;
     int raw = rq->owner && !rq->owner->tls && rq->owner->fd >= 0;
     if (rq->reject == REJECT_TARGET_TOO_LONG) {
         if (raw)
@@ -490,9 +525,13 @@ static enum MHD_Result refuse_malformed(struct MHD_Connection *mc, struct reques
     if (f.n_length && (f.length_conflict || !all_digits(f.length)))
         return respond_error(mc, rq, MHD_HTTP_BAD_REQUEST, "bad_request",
                              "Content-Length must be one decimal number");
-    if (f.n_length && (strlen(f.length) > 9 || strtoul(f.length, NULL, 10) > MAX_UPLOAD))
+    if (f.n_length || f.n_encoding)
+        rq->upload_limit = upload_limit(rq->srv, url);
+    if (f.n_encoding)
+        rq->wire_bytes = CONN_BYTES_UNKNOWN; /* the chunks' framing is not counted below */
+    if (f.n_length && (strlen(f.length) > 19 || strtoull(f.length, NULL, 10) > rq->upload_limit))
         return respond_error(mc, rq, MHD_HTTP_CONTENT_TOO_LARGE, "body_too_large",
-                             "request bodies are limited to %d bytes", MAX_UPLOAD);
+                             "request bodies are limited to %zu bytes here", rq->upload_limit);
     rq->close_after = 0;
     rq->handled = 0;
     return MHD_YES;
@@ -518,7 +557,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
     if (*upload_data_size) {
         /* Accumulate a bounded body (a chunked one can only be found too
          * large as it arrives; header_timeout bounds how long that takes). */
-        if (rq->upload_len + *upload_data_size > MAX_UPLOAD) {
+        if (!rq->upload_limit)
+            rq->upload_limit = upload_limit(rq->srv, url);
+        if (rq->wire_bytes != CONN_BYTES_UNKNOWN)
+            rq->wire_bytes += *upload_data_size;
+        if (rq->upload_len + *upload_data_size > rq->upload_limit) {
             rq->upload_too_large = 1;
         } else {
             rq->upload = xrealloc(rq->upload, rq->upload_len + *upload_data_size + 1);
@@ -532,11 +575,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
     if (rq->handled)
         return MHD_YES;
     rq->handled = 1;
-    deadline_disarm(rq->owner ? rq->owner->deadline : NULL); /* the whole request is in */
+    conn_disarm(rq->owner ? rq->owner->entry : NULL); /* the whole request is in */
     if (rq->upload_too_large) {
         rq->close_after = 1;
         return respond_error(mc, rq, MHD_HTTP_CONTENT_TOO_LARGE, "body_too_large",
-                             "request bodies are limited to %d bytes", MAX_UPLOAD);
+                             "request bodies are limited to %zu bytes here", rq->upload_limit);
     }
     return dispatch(mc, rq, url, method);
 }
@@ -631,7 +674,7 @@ int http_start(struct server *srv, char *errbuf, size_t errlen)
         {MHD_OPTION_HTTPS_PRIORITIES, 0, TLS_PRIORITIES},
         {MHD_OPTION_END, 0, NULL},
     };
-    srv->deadlines = deadlines_start(cfg->header_timeout);
+    srv->conns = conns_start(cfg->header_timeout);
     srv->daemon_flags = flags;
     srv->daemon = MHD_start_daemon(
         flags, 0, accept_policy, srv, on_request, srv,
@@ -653,8 +696,8 @@ int http_start(struct server *srv, char *errbuf, size_t errlen)
     if (!srv->daemon) {
         /* lfd is not closed: libmicrohttpd closes it on most of its failure
          * paths, and the process exits next. */
-        deadlines_stop(srv->deadlines);
-        srv->deadlines = NULL;
+        conns_stop(srv->conns);
+        srv->conns = NULL;
         snprintf(errbuf, errlen, "cannot serve on %s: libmicrohttpd refused the options%s",
                  cfg->listen, (flags & MHD_USE_TLS) ? " (check tls_cert and tls_key)" : "");
         return -1;
@@ -671,6 +714,6 @@ void http_stop(struct server *srv, unsigned drain_ms)
         usleep(10000);
     MHD_stop_daemon(srv->daemon);
     srv->daemon = NULL;
-    deadlines_stop(srv->deadlines);
-    srv->deadlines = NULL;
+    conns_stop(srv->conns);
+    srv->conns = NULL;
 }

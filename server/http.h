@@ -16,20 +16,23 @@
 #include "registry.h"
 
 struct gpu_manager;
-struct deadlines;
+struct conns;
+struct hasher;
 
 struct server {
     const struct config *cfg;
     struct registry_holder registry;
     struct gpu_manager *gpu;        /* NULL when GPU sharing is not set up */
+    struct hasher *hasher;          /* content hashes of the served files */
     struct MHD_Daemon *daemon;
     unsigned daemon_flags;          /* the MHD_USE_* flags it was started with */
-    struct deadlines *deadlines;    /* header_timeout reaper; NULL when off */
+    struct conns *conns;            /* the open connections: header deadlines, files being sent */
     atomic_uint connections;        /* open HTTP connections */
     atomic_uint in_flight;          /* requests being answered */
     atomic_int ready;               /* first scan done */
     atomic_int draining;            /* stopping: refuse new connections, close after each answer */
     char *read_token, *admin_token; /* bearer tokens; NULL when auth is off */
+    int rescan_fd;                  /* eventfd the daemon rescans on (http_request_rescan); -1 */
 };
 
 /* Why a request is refused before dispatch (found while it was received). */
@@ -47,6 +50,9 @@ struct request {
     unsigned status;
     uint64_t body_bytes;        /* body bytes queued (0 for HEAD) */
     int is_head;
+    int reads_only;             /* GET, HEAD, or a POST that only reads (a fetch): preconditions and
+                                 * Range apply to its answer; any other method acts, and its
+                                 * preconditions were evaluated before it did */
     int endpoint;               /* enum metrics_ep */
     int close_after;            /* answer with Connection: close (overload) */
     int handled;                /* the answer has been queued */
@@ -56,12 +62,24 @@ struct request {
     const char *content_range;  /* extra Content-Range for a 416 */
     char *upload;               /* request body (POST), bounded */
     size_t upload_len;
+    size_t upload_limit;        /* the bound for this endpoint; 0 until the body starts */
     int upload_too_large;
     char *uri;                  /* raw request target, for the access log */
     const char *target;         /* libmicrohttpd's copy of the target (in its line buffer) */
     size_t target_len;          /* its length up to the first NUL, as first seen */
     enum request_reject reject;
+    uint64_t wire_bytes;        /* its line, headers and body as received, for the connection
+                                 * table (CONN_BYTES_UNKNOWN when the framing hides it) */
 };
+
+/* Records that rq's answer sends file st with sendfile, so that a write to
+ * that file cuts the connection (conns_cut_file). */
+void http_sending(struct request *rq, const struct fileio_stat *st);
+
+/* Asks the daemon's main loop to rescan the models root (a request found a
+ * file changed since its snapshot validated it). Async-signal and thread
+ * safe; never blocks. */
+void http_request_rescan(struct server *srv);
 
 /* Starts the daemon on cfg->listen. Returns 0 or -1 with errbuf. */
 int http_start(struct server *srv, char *errbuf, size_t errlen);

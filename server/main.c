@@ -7,12 +7,14 @@
 #include "daemon.h"
 #include "inspect.h"
 #include "log.h"
+#include "verify.h"
 
 static void usage(FILE *f)
 {
     fprintf(f,
             "usage: tensord [serve] [--config FILE] [--OPTION VALUE]...\n"
             "       tensord inspect PATH...\n"
+            "       tensord verify [--config FILE] [--state-dir DIR] PATH...\n"
             "       tensord --print-config [--config FILE] [--OPTION VALUE]...\n"
             "       tensord --version | --help\n"
             "\n"
@@ -26,7 +28,12 @@ static void usage(FILE *f)
             "  --print-config      print the effective configuration and exit\n"
             "\n"
             "inspect validates .safetensors files and model directories and prints their\n"
-            "tensors; it exits 0 when all are valid, 1 when any is invalid, 2 on usage errors.\n");
+            "tensors; it exits 0 when all are valid, 1 when any is invalid, 2 on usage errors.\n"
+            "\n"
+            "verify re-hashes files, model directories or a models root and compares each\n"
+            "SHA-256 with the one the daemon recorded in its state directory; it exits 0\n"
+            "when all match, 1 on a mismatch or read error, 2 on usage errors, 3 when some\n"
+            "file has no recorded hash yet.\n");
 }
 
 /* Applies --config first, then every other --name value in order, so the
@@ -96,6 +103,8 @@ int main(int argc, char **argv)
     }
     if (argc >= 2 && strcmp(argv[1], "inspect") == 0)
         return inspect_main(argc - 2, argv + 2, stdout, stderr);
+    if (argc >= 2 && strcmp(argv[1], "verify") == 0)
+        return verify_main(argc - 2, argv + 2, stdout, stderr);
 
     int first = 1;
     if (argc >= 2 && strcmp(argv[1], "serve") == 0)

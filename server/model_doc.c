@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "digest.h"
 #include "strbuf.h"
 #include "strmap.h"
 
@@ -64,17 +65,26 @@ static char *finish(struct strbuf *sb)
     return text;
 }
 
-static void put_file(struct strbuf *sb, const struct reg_file *f)
+/* One entry of "files"; returns whether the file's hash is known. */
+static int put_file(struct strbuf *sb, const struct reg_file *f)
 {
+    char etag[REG_ETAG_MAX], sha[2 * DIGEST_SHA256_LEN + 1];
+    reg_file_etag(f, etag);
+    int hashed = reg_file_sha256_hex(f, sha);
     strbuf_puts(sb, "{\"name\":");
     strbuf_json_cstr(sb, f->name);
     strbuf_puts(sb, ",\"size\":");
     strbuf_json_int(sb, (int64_t)f->st.size);
     strbuf_puts(sb, ",\"etag\":");
-    strbuf_json_cstr(sb, f->etag);
+    strbuf_json_cstr(sb, etag);
     strbuf_puts(sb, ",\"header_length\":");
     if (f->header)
         strbuf_json_int(sb, (int64_t)f->header->header_len);
+    else
+        strbuf_puts(sb, "null");
+    strbuf_puts(sb, ",\"sha256\":");
+    if (hashed)
+        strbuf_json_cstr(sb, sha);
     else
         strbuf_puts(sb, "null");
     if (f->is_safetensors && f->error.code != ST_OK) {
@@ -82,6 +92,7 @@ static void put_file(struct strbuf *sb, const struct reg_file *f)
         put_error(sb, &f->error);
     }
     strbuf_putc(sb, '}');
+    return hashed;
 }
 
 /* "metadata": each file's own __metadata__, under the file's name. */
@@ -121,10 +132,11 @@ char *model_doc_description(const struct reg_model *m)
     strbuf_puts(&sb, ",\"bytes\":");
     strbuf_json_int(&sb, (int64_t)m->tensor_bytes);
     strbuf_puts(&sb, ",\"files\":[");
+    size_t known = 0;
     for (size_t i = 0; i < m->n_files; i++) {
         if (i)
             strbuf_putc(&sb, ',');
-        put_file(&sb, &m->files[i]);
+        known += (size_t)put_file(&sb, &m->files[i]);
     }
     strbuf_puts(&sb, "],\"metadata\":");
     put_metadata_by_file(&sb, m);
@@ -155,6 +167,13 @@ char *model_doc_description(const struct reg_model *m)
         strbuf_puts(&sb, ",\"error\":");
         put_error(&sb, &m->error);
     }
+    /* the hashes known when this was rendered (the caller caches it only
+     * once all are) */
+    strbuf_puts(&sb, ",\"hashes\":{\"known\":");
+    strbuf_json_int(&sb, (int64_t)known);
+    strbuf_puts(&sb, ",\"files\":");
+    strbuf_json_int(&sb, (int64_t)m->n_files);
+    strbuf_puts(&sb, known == m->n_files ? ",\"complete\":true}" : ",\"complete\":false}");
     strbuf_putc(&sb, '}');
     return finish(&sb);
 }

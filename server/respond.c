@@ -26,8 +26,8 @@
 /* Most parts one multipart answer can have, whatever max_ranges says. */
 #define RANGE_LIMIT 256
 
-/* Responses own a duplicate of the snapshot's descriptor, so a reload can
- * close the snapshot while a download is still going. */
+/* Responses own a duplicate of the model file's descriptor, so a reload can
+ * free the model while a download is still going. */
 static int fcntl_dupfd(int fd)
 {
     return fcntl(fd, F_DUPFD_CLOEXEC, 0);
@@ -274,7 +274,7 @@ enum MHD_Result respond_json(struct MHD_Connection *conn, struct request *rq, un
 
 enum MHD_Result respond_json_text(struct MHD_Connection *conn, struct request *rq,
                                   const char *text, size_t len, const char *etag,
-                                  struct registry *pin)
+                                  const struct reg_model *pin)
 {
     struct representation rep = {
         .body = {.prefix = text, .prefix_len = len, .fd = -1},
@@ -304,7 +304,9 @@ struct stream {
     int verify;             /* check file_st after every block read from the file */
     char *prefix_buf;
     struct slice_plan *plan_buf;
-    struct registry *pin;   /* a reference keeping body.prefix alive, or NULL */
+    void *pieces_buf;
+    const struct reg_model *pin; /* a reference keeping body.prefix (and the pieces' fds) alive,
+                                  * or NULL */
     size_t n_pieces;
     struct piece *pieces;
     char *framing;          /* storage of the multipart framing strings */
@@ -318,8 +320,8 @@ static void stream_free(void *cls)
         close(s->body.fd);
     free(s->prefix_buf);
     free(s->plan_buf);
-    if (s->pin)
-        registry_unref(s->pin);
+    free(s->pieces_buf);
+    reg_model_unref(s->pin);
     free(s->pieces);
     free(s->framing);
     free(s);
@@ -367,9 +369,11 @@ static struct stream *stream_new(struct representation *rep)
     s->body = rep->body;
     s->prefix_buf = rep->prefix_buf;
     s->plan_buf = rep->plan_buf;
+    s->pieces_buf = rep->pieces_buf;
     rep->prefix_buf = NULL;
     rep->plan_buf = NULL;
-    s->pin = rep->pin ? registry_ref(rep->pin) : NULL;
+    rep->pieces_buf = NULL;
+    s->pin = reg_model_ref(rep->pin);
     s->body.fd = rep->body.fd >= 0 ? fcntl_dupfd(rep->body.fd) : -1;
     if (rep->file_st && s->body.fd >= 0) {
         s->file_st = *rep->file_st;
@@ -386,11 +390,11 @@ static ssize_t never_read(void *cls, uint64_t pos, char *buf, size_t max)
 
 static void unpin(void *cls)
 {
-    registry_unref(cls);
+    reg_model_unref(cls);
 }
 
-/* Where body bytes [off, off + len) are held in memory that a snapshot
- * keeps alive (a file's validated header, a cached document), or NULL. */
+/* Where body bytes [off, off + len) are held in memory that a model keeps
+ * alive (a file's validated header, a cached document), or NULL. */
 static const char *pinned_span(const struct representation *rep, uint64_t off, uint64_t len)
 {
     if (!rep->pin)
@@ -404,7 +408,7 @@ static const char *pinned_span(const struct representation *rep, uint64_t off, u
 
 /* Answers body bytes [off, off + len) without reading or copying them when
  * they are already in memory: pinned memory (the response holds a reference
- * to the snapshot until it is sent), or the representation's own buffer
+ * to the model until it is sent), or the representation's own buffer
  * when it is the whole body (handed over). Returns NULL otherwise. */
 static struct MHD_Response *memory_response(struct representation *rep, uint64_t off,
                                             uint64_t len)
@@ -413,9 +417,9 @@ static struct MHD_Response *memory_response(struct representation *rep, uint64_t
     const char *mem = pinned_span(rep, off, len);
     if (mem) {
         struct MHD_Response *resp = MHD_create_response_from_buffer_with_free_callback_cls(
-            (size_t)len, (void *)mem, unpin, registry_ref(rep->pin));
+            (size_t)len, (void *)mem, unpin, reg_model_ref(rep->pin));
         if (!resp)
-            registry_unref(rep->pin); /* out of memory: the reference was not taken over */
+            reg_model_unref(rep->pin); /* out of memory: the reference was not taken over */
         else
             metrics_add(MC_COPIED_BYTES, len);
         return resp;
@@ -466,16 +470,21 @@ static struct MHD_Response *span_response(struct request *rq, struct representat
         metrics_add(MC_COPIED_BYTES, len);
         return MHD_create_response_from_buffer(len, buf, MHD_RESPMEM_MUST_FREE);
     }
-    if (rq->srv->cfg->sendfile && body_file_span(&rep->body, off, len, &file_off)) {
-        int fd = fcntl_dupfd(rep->body.fd);
+    int span_fd;
+    if (rq->srv->cfg->sendfile && body_file_span(&rep->body, off, len, &span_fd, &file_off)) {
+        int fd = fcntl_dupfd(span_fd);
         if (fd < 0) {
             *err_status = MHD_HTTP_SERVICE_UNAVAILABLE;
             return NULL;
         }
         metrics_add(MC_SENDFILE_BYTES, len);
+        /* sendfile sends what the file holds as it goes: a write to the file
+         * must cut this connection (the watcher does, through conns). */
+        http_sending(rq, rep->body.n_pieces ? body_piece_stat(&rep->body, off) : rep->file_st);
         return MHD_create_response_from_fd_at_offset64(len, fd, file_off);
     }
     struct stream *s = stream_new(rep);
+    http_sending(rq, rep->file_st); /* a write that keeps size and mtime is cut too */
     s->n_pieces = 1;
     s->pieces = xcalloc(1, sizeof(struct piece));
     s->pieces[0] = (struct piece){.body_off = off, .len = len, .out_off = 0};
@@ -525,16 +534,16 @@ static struct MHD_Response *multipart_response(struct request *rq, struct repres
     }
     *total_out = out;
     struct stream *s = stream_new(rep);
+    http_sending(rq, rep->file_st);
     s->framing = framing;
     s->pieces = pieces;
     s->n_pieces = np;
     return MHD_create_response_from_callback(out, STREAM_BLOCK, stream_read, s, stream_free);
 }
 
-/* The file changed on disk since it was validated; the watcher is already
- * rescanning it, so the client should retry shortly. */
-static enum MHD_Result respond_file_changed(struct MHD_Connection *conn, struct request *rq)
+enum MHD_Result respond_file_changed(struct MHD_Connection *conn, struct request *rq)
 {
+    http_request_rescan(rq->srv);
     return respond_error(conn, rq, MHD_HTTP_SERVICE_UNAVAILABLE, "file_changed",
                          "the file changed on disk since it was validated; retry once the "
                          "daemon has rescanned it");
@@ -617,8 +626,10 @@ static void representation_release(struct representation *rep)
 {
     free(rep->prefix_buf);
     free(rep->plan_buf);
+    free(rep->pieces_buf);
     rep->prefix_buf = NULL;
     rep->plan_buf = NULL;
+    rep->pieces_buf = NULL;
 }
 
 enum MHD_Result respond_body(struct MHD_Connection *conn, struct request *rq,
@@ -626,16 +637,19 @@ enum MHD_Result respond_body(struct MHD_Connection *conn, struct request *rq,
 {
     enum MHD_Result ret;
     uint64_t size = body_size(&rep->body);
-    /* Preconditions and Range belong to GET and HEAD; a method that acts
-     * (POST) evaluated its preconditions before acting, and its answer is
-     * never partial. */
-    int safe = rq->is_head || strcmp(rq->method, MHD_HTTP_METHOD_GET) == 0;
-    enum cond c = safe ? evaluate_conditions(conn, rep->etag, rep->mtime, 1) : COND_PROCEED;
+    /* Preconditions and Range belong to requests that only read (GET, HEAD,
+     * and a fetch POST, whose Range API.md defines so an interrupted fetch
+     * resumes). A method that acts evaluated its preconditions before acting,
+     * and its answer is never partial. */
+    int get = rq->is_head || strcmp(rq->method, MHD_HTTP_METHOD_GET) == 0;
+    int reads = get || rq->reads_only;
+    enum cond c = reads ? evaluate_conditions(conn, rep->etag, rep->mtime, get) : COND_PROCEED;
     if (c != COND_PROCEED) {
         representation_release(rep);
         if (c == COND_PRECONDITION_FAILED)
             return respond_error(conn, rq, MHD_HTTP_PRECONDITION_FAILED, "precondition_failed",
-                                 "If-Match or If-Unmodified-Since did not hold");
+                                 get ? "If-Match or If-Unmodified-Since did not hold"
+                                     : "a precondition did not hold");
         metrics_add(MC_NOT_MODIFIED, 1);
         /* No body, but the Content-Length a 200 would have (RFC 9110 §8.6:
          * a 304 may carry only that one): libmicrohttpd sends the length of
@@ -647,7 +661,7 @@ enum MHD_Result respond_body(struct MHD_Connection *conn, struct request *rq,
     }
 
     const char *range_hdr =
-        safe ? MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_RANGE) : NULL;
+        reads ? MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_RANGE) : NULL;
     struct byte_range ranges[RANGE_LIMIT];
     size_t n = 0;
     size_t max_ranges = rq->srv->cfg->max_ranges < RANGE_LIMIT ? rq->srv->cfg->max_ranges : RANGE_LIMIT;
@@ -674,7 +688,7 @@ enum MHD_Result respond_body(struct MHD_Connection *conn, struct request *rq,
      * block is read, and libmicrohttpd 0.9.75 leaves the connection open until
      * the idle timeout when that first block fails: check a changed file now
      * (small bodies are checked right after their read; bytes sent from the
-     * snapshot's memory are the validated ones and need no check). */
+     * model's memory are the validated ones and need no check). */
     uint64_t first_off = rr == RANGE_OK ? ranges[0].start : 0;
     uint64_t first_len = rr == RANGE_OK ? ranges[0].len : size;
     int multipart = rr == RANGE_OK && n > 1;

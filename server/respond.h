@@ -20,13 +20,16 @@ struct representation {
     struct body body;            /* what to send; prefix/plan may point into the owned buffers below */
     char *prefix_buf;            /* owned: handed to the response or freed by respond_body */
     struct slice_plan *plan_buf; /* owned likewise */
+    void *pieces_buf;            /* owned likewise: the pieces of a many-piece body (one
+                                  * allocation); their fds belong to the model `pin` */
     const char *mem;             /* body bytes [0, mem_len) already in memory (a file's validated
-                                  * header), owned by the snapshot `pin`; NULL when none */
+                                  * header), owned by the model `pin`; NULL when none */
     size_t mem_len;
-    struct registry *pin;        /* the snapshot that owns body.prefix (when prefix_buf is NULL)
-                                  * and mem; answers sent from them hold a reference to it */
+    const struct reg_model *pin; /* the model that owns body.prefix (when prefix_buf is NULL), mem
+                                  * and the pieces' fds; answers sent from them hold a reference
+                                  * to it (to it alone: not to a whole snapshot) */
     const char *content_type;
-    char etag[FILEIO_ETAG_MAX + 40]; /* strong validator with quotes, or "" for none */
+    char etag[REG_ETAG_MAX + 40]; /* validator with quotes (W/ when weak), or "" for none */
     int64_t mtime;               /* Last-Modified in seconds since the epoch, or -1 */
     const struct fileio_stat *file_st; /* the snapshot's stat of body.fd: every copied block is
                                         * checked against it; NULL for in-memory bodies */
@@ -35,7 +38,8 @@ struct representation {
 };
 
 /* Answers with rep, honouring the request's conditional and Range headers.
- * Takes ownership of rep->prefix_buf and rep->plan_buf in every case. */
+ * Takes ownership of rep->prefix_buf, rep->plan_buf and rep->pieces_buf in
+ * every case. */
 enum MHD_Result respond_body(struct MHD_Connection *conn, struct request *rq,
                              struct representation *rep);
 
@@ -51,10 +55,15 @@ enum MHD_Result respond_json(struct MHD_Connection *conn, struct request *rq, un
 
 /* Answers 200 with JSON text as a byte body; etag may be NULL. With pin
  * NULL, text was malloc'd and is taken over (freed when sent); otherwise it
- * belongs to snapshot pin, which the answer keeps alive while it is sent. */
+ * belongs to model pin, which the answer keeps alive while it is sent. */
 enum MHD_Result respond_json_text(struct MHD_Connection *conn, struct request *rq,
                                   const char *text, size_t len, const char *etag,
-                                  struct registry *pin);
+                                  const struct reg_model *pin);
+
+/* Answers 503 file_changed: the file changed on disk since it was
+ * validated. Asks the daemon to rescan (the watcher usually already is), so
+ * the client's retry gets the new version. */
+enum MHD_Result respond_file_changed(struct MHD_Connection *conn, struct request *rq);
 
 /* Answers {"error": {"code": code, "message": ...}} with the given status. */
 enum MHD_Result respond_error(struct MHD_Connection *conn, struct request *rq, unsigned status,

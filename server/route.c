@@ -134,7 +134,7 @@ enum route_kind route_parse(const char *path, struct route *r, char *err, size_t
     /* The model is every segment up to the first keyword segment. */
     size_t k = 2;
     while (k < n && !seg_is(&segs[k], "tensors") && !seg_is(&segs[k], "files") &&
-           !seg_is(&segs[k], "header") && !seg_is(&segs[k], "gpu"))
+           !seg_is(&segs[k], "header") && !seg_is(&segs[k], "gpu") && !seg_is(&segs[k], "fetch"))
         k++;
     if (k == 2)
         return r->kind = ROUTE_NOT_FOUND;
@@ -150,6 +150,8 @@ enum route_kind route_parse(const char *path, struct route *r, char *err, size_t
         return r->kind = ROUTE_MODEL_HEADER;
     if (seg_is(kw, "gpu") && rest == 0)
         return r->kind = ROUTE_GPU;
+    if (seg_is(kw, "fetch") && rest == 0)
+        return r->kind = ROUTE_FETCH;
     if (seg_is(kw, "tensors") && rest >= 1) {
         /* Tensor names may contain '/' and are map keys only: everything after
          * "tensors" is the name, with no component rules beyond decoding. */
@@ -183,6 +185,8 @@ const char *route_allowed_methods(enum route_kind kind)
     switch (kind) {
     case ROUTE_GPU:
         return "GET, HEAD, POST, DELETE";
+    case ROUTE_FETCH:
+        return "GET, HEAD, POST";
     default:
         return "GET, HEAD";
     }

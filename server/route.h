@@ -24,6 +24,7 @@ enum route_kind {
     ROUTE_FILE_HEADER,  /* /v1/models/{model}/files/{file}/header */
     ROUTE_TENSOR,       /* /v1/models/{model}/tensors/{tensor} */
     ROUTE_GPU,          /* /v1/models/{model}/gpu */
+    ROUTE_FETCH,        /* /v1/models/{model}/fetch */
 };
 
 struct route {

@@ -4,7 +4,8 @@
 Stages: builds (with and without CUDA), C unit tests, the same under
 ASan+UBSan, the st_header differential test (tests/diff/), libFuzzer smoke
 runs with crash-regression replay, the integration suite against the real
-daemon, the same suite against the ASan+UBSan daemon, and the operations
+daemon, the same suite against the ASan+UBSan daemon, the CUDA backend against
+the CUDA driver test double (make test-cuda-double), and the operations
 checks. Each stage's own count is added
 to the total; a stage that cannot run at all counts as one failure. Exits
 non-zero on any failure."""
@@ -106,6 +107,10 @@ def main():
             print(open(os.path.join(ROOT, "build", f), errors="replace").read()[-6000:])
         totals["passed" if not reports else "failed"] += 1
         print(f"--- {len(reports)} sanitizer report(s)")
+        # The CUDA backend and the client's CUDA path against the driver test
+        # double (tests/cuda_double/), ASan+UBSan; prints its own count.
+        stage("CUDA backend against the driver test double",
+              ["make", "--no-print-directory", "test-cuda-double"])
         if os.path.isdir(os.path.join(ROOT, "tests/ops")):
             stage("operations checks", [PY, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                                         "tests/ops"])

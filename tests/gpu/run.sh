@@ -111,6 +111,24 @@ fi
 BUILD=${TENSORD_GPU_BUILD:-build/gpu}
 CUDA_FLAG=yes
 case "$DEVICE" in host) CUDA_FLAG=auto ;; esac
+# cuda.h as the Makefile finds it (CUDA_PATH/include, /usr/include, the CUDA
+# wheels' include directories; CUDA_INCLUDE=DIR to name one): the CUDA 12.0
+# headers or newer. Say which, or why none will do.
+CUDA_PROBE=$(make -s --no-print-directory CUDA=auto "${MAKE_VARS[@]}" print-CUDA_PROBE)
+case "$CUDA_PROBE" in
+ok\ *)
+    set -- $CUDA_PROBE
+    say "cuda.h: $2/cuda.h (CUDA_VERSION $3)" ;;
+old\ *)
+    set -- $CUDA_PROBE
+    msg="$2/cuda.h declares CUDA_VERSION $3; tensord needs the CUDA 12.0 headers (12000) or newer"
+    if [ "$CUDA_FLAG" = yes ]; then echo "$msg (set CUDA_PATH or CUDA_INCLUDE)" >&2; exit 2; fi
+    say "$msg: building without CUDA" ;;
+*)
+    msg="no cuda.h (CUDA 12.0 or newer) in \$CUDA_PATH/include, /usr/include (nvidia-cuda-dev) or the CUDA wheels (pip install nvidia-cuda-runtime-cu12)"
+    if [ "$CUDA_FLAG" = yes ]; then echo "$msg; set CUDA_PATH or CUDA_INCLUDE" >&2; exit 2; fi
+    say "$msg: building without CUDA" ;;
+esac
 say "building ($BUILD, CUDA=$CUDA_FLAG)"
 make -s -j"$(nproc)" BUILD="$BUILD" CUDA="$CUDA_FLAG" "${MAKE_VARS[@]}" \
     "$BUILD/tensord" "$BUILD/tensord-client" "$BUILD/libtensord-client.so" >&2

@@ -5,6 +5,7 @@ serving them on a free loopback port.
 Environment: TENSORD_BIN (default build/tensord), TENSORD_ARGS (extra
 command-line arguments for `tensord serve`), TENSORD_SANITIZED=1 (the daemon
 is a sanitizer build: memory bounds are not checked)."""
+import atexit
 import os
 import shutil
 import tempfile
@@ -15,6 +16,13 @@ import tdutil
 from tdutil import gen_models
 
 from tdutil import EVIL_FILE_LINK, EVIL_REL_LINK, OUTSIDE_DIR_LINK, OUTSIDE_FILE_LINK
+
+
+# Daemons the tests start without tdutil.Daemon (which gives each its own
+# --state-dir) keep their content hashes here, not in /var/lib/tensord.
+if "STATE_DIRECTORY" not in os.environ:
+    os.environ["STATE_DIRECTORY"] = tempfile.mkdtemp(prefix="tensord-state-")
+    atexit.register(shutil.rmtree, os.environ["STATE_DIRECTORY"], True)
 
 
 def pytest_configure(config):
@@ -52,6 +60,7 @@ def daemon(models_root):
     d = tdutil.Daemon(models_root[0], workdir)
     try:
         d.start()
+        d.wait_hashed()  # strong ETags from here on
     except RuntimeError as e:
         pytest.fail(str(e), pytrace=False)
     yield d

@@ -74,6 +74,7 @@ class Daemon:
         self.proc = None
         self.port = None
         self.log_path = os.path.join(workdir, "tensord.log")
+        self.state_dir = os.path.join(workdir, "state")
 
     @property
     def pid(self):
@@ -96,6 +97,9 @@ class Daemon:
             cmd = self.prefix + [binary, "serve", "--models", self.models,
                    "--listen", f"127.0.0.1:{self.port}", "--threads", "2",
                    "--ipc-socket", os.path.join(self.workdir, "tensord.sock")]
+            if not any(a.startswith(("--state-dir", "--state_dir")) for a in self.extra_args):
+                # Content hashes persist here, never in the machine's /var/lib/tensord.
+                cmd += ["--state-dir", self.state_dir]
             cmd += self.extra_args + shlex.split(os.environ.get("TENSORD_ARGS", ""))
             log = open(self.log_path, "ab")
             log.write(("\n$ " + " ".join(shlex.quote(c) for c in cmd) + "\n").encode())
@@ -122,6 +126,20 @@ class Daemon:
             if "in use" not in last.lower():
                 break
         raise RuntimeError(f"tensord exited with {self.proc.returncode} before ready:\n{last}")
+
+    def wait_hashed(self, timeout=30):
+        """Waits until every served file's content hash is known, so ETags
+        are strong (a weak one never satisfies If-Range or If-Match). Files
+        changed in the last 2 s wait that long first (hasher.h)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            r = request(self.port, "GET", "/v1/models", self.probe_headers, timeout=5)
+            if r.status == 200:
+                h = json.loads(r.body)["hashing"]
+                if h["files_pending"] == 0 and h["files_known"] == h["files"]:
+                    return self
+            time.sleep(0.1)
+        raise RuntimeError(f"content hashes still unknown after {timeout}s")
 
     def stop(self, timeout=15):
         """SIGTERM; returns the exit status (kills after timeout and returns None)."""
@@ -374,8 +392,10 @@ def random_index(rng, shape):
             idx.append(slice(None))
         elif r < 0.50:
             idx.append(slice(pos(), pos()))
-        elif r < 0.68:
+        elif r < 0.60:
             idx.append(slice(pos(), pos(), int(rng.integers(1, 4))))
+        elif r < 0.68:
+            idx.append(slice(pos(), pos(), -int(rng.integers(1, 4))))
         elif r < 0.78:
             idx.append(slice(pos(), None))
         elif r < 0.88:

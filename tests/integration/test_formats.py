@@ -1,5 +1,6 @@
 """?format=npy and ?format=safetensors, whole tensors and slices."""
 import io
+import re
 
 import numpy as np
 import pytest
@@ -69,6 +70,71 @@ def test_npy_unsupported_dtype_slice(daemon):
     r = daemon.get(tensor_url("sharded", "model.layers.0.self_attn.q_proj.weight",
                               slice_query("0:2", "npy")))
     assert_error(r, 400, "bad_format")
+
+
+RAW_CASES = [(d, n) for d in NON_NP_DTYPES for n in MANIFEST[model_of(d)]]
+
+
+def raw_comment(body):
+    """The dtype and shape the npy header's comment carries."""
+    line = body[: body.index(b"\n") + 1].decode("latin-1")
+    m = re.search(r"\} # tensord: dtype=(\S+) shape=(\S*) *\n$", line)
+    assert m, f"no tensord comment in {line!r}"
+    shape = tuple(int(x) for x in m.group(2).split(",")) if m.group(2) else ()
+    return m.group(1), shape
+
+
+@pytest.mark.parametrize("dtype,name", RAW_CASES)
+def test_npy_raw_bits(daemon, dtype, name):
+    """npy_dtype=raw: the bits as unsigned integers, the real dtype in a comment."""
+    t = MANIFEST[model_of(dtype)][name]
+    r = daemon.get(tensor_url(model_of(dtype), name, "format=npy&npy_dtype=raw"))
+    a = load_npy(r)
+    assert raw_comment(r.body) == (dtype, t.shape)
+    assert a.tobytes() == t.data
+    bits = gen_models.dtype_bits(dtype)
+    if bits >= 8:
+        assert a.dtype == np.dtype({8: "u1", 16: "<u2"}[bits]) and a.shape == t.shape
+    else:
+        assert a.dtype == np.uint8
+        last = t.shape[-1] * bits
+        want = t.shape[:-1] + (last // 8,) if last % 8 == 0 else (len(t.data),)
+        assert a.shape == want
+    if dtype == "BF16" or dtype.startswith("F8"):
+        import ml_dtypes
+        real = {"BF16": ml_dtypes.bfloat16, "F8_E4M3": ml_dtypes.float8_e4m3fn,
+                "F8_E5M2": ml_dtypes.float8_e5m2, "F8_E4M3FNUZ": ml_dtypes.float8_e4m3fnuz,
+                "F8_E5M2FNUZ": ml_dtypes.float8_e5m2fnuz,
+                "F8_E8M0": ml_dtypes.float8_e8m0fnu}[dtype]
+        assert a.view(real).shape == t.shape
+
+
+def test_npy_raw_slice_and_native(daemon):
+    t = MANIFEST["sharded"]["model.layers.0.self_attn.q_proj.weight"]
+    idx = (slice(None, None, -2), slice(1, 3))
+    want, shape = expected_slice(t.dtype, t.shape, t.data, idx)
+    r = daemon.get(tensor_url("sharded", "model.layers.0.self_attn.q_proj.weight",
+                              slice_query("::-2,1:3", "npy") + "&npy_dtype=raw"))
+    a = load_npy(r)
+    assert (a.dtype, a.shape, a.tobytes()) == (np.dtype("<u2"), shape, want)
+    assert raw_comment(r.body) == ("BF16", shape)
+    # a dtype NumPy has: the plain file, raw changes nothing
+    t = MANIFEST["dtype-f32"]["vec"]
+    r = daemon.get(tensor_url("dtype-f32", "vec", "format=npy&npy_dtype=raw"))
+    assert load_npy(r).tobytes() == t.data and b"tensord" not in r.body[:128]
+    r2 = daemon.get(tensor_url("dtype-f32", "vec", "format=npy&npy_dtype=native"))
+    assert r2.body == r.body
+    # the ETag tells the two representations of a BF16 tensor apart
+    a = daemon.get(tensor_url("dtype-bf16", "vec", "format=npy&npy_dtype=raw"))
+    b = daemon.get(tensor_url("dtype-bf16", "vec", "format=raw"))
+    assert a.header("ETag") != b.header("ETag")
+
+
+@pytest.mark.parametrize("query", ["format=npy&npy_dtype=bits", "npy_dtype=raw",
+                                   "format=safetensors&npy_dtype=raw"])
+def test_npy_dtype_bad(daemon, query):
+    r = daemon.get(tensor_url("dtype-bf16", "vec", query))
+    assert_error(r, 400, "bad_parameter", query)
 
 
 def check_safetensors(r, name, dtype, shape, want):

@@ -125,7 +125,10 @@ def test_many_query_parameters_are_answered_and_freed(root):
             data, _ = exchange(d.port, faultlib.request_bytes(f"{paths[i % 4]}?{q}&i={i}"))
             assert status_of(data) == 414, (i, data[:200])
         grown = d.rss_kib() - rss0
-        assert grown < 4096, f"RSS grew by {grown} KiB over 1500 refused requests"
+        # Under ASan freed memory waits in its quarantine (RSS grows whatever
+        # the daemon frees); there LeakSanitizer's report at exit is the check.
+        if not faultlib.SANITIZED:
+            assert grown < 4096, f"RSS grew by {grown} KiB over 1500 refused requests"
         m = metrics(d)
         assert m["requests"]["in_flight"] == 1, m["requests"]  # this request only
         t0 = time.monotonic()

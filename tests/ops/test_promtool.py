@@ -60,6 +60,10 @@ def test_expected_families(exposition):
         "tensord_gpu_resident_bytes": "gauge", "tensord_gpu_leases_active": "gauge",
         "tensord_gpu_preload_bytes_per_second": "gauge",
         "tensord_uptime_seconds": "gauge", "tensord_build_info": "gauge",
+        "tensord_hash_bytes_total": "counter", "tensord_hash_files_total": "counter",
+        "tensord_hash_errors_total": "counter", "tensord_hash_files_pending": "gauge",
+        "tensord_hash_pending_bytes": "gauge", "tensord_hash_files_known": "gauge",
+        "tensord_hash_files": "gauge",
     }
     for name, kind in want.items():
         assert types.get(name) == kind, name

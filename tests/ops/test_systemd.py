@@ -100,5 +100,18 @@ def test_unit_has_the_required_settings():
         assert needle in text, needle
     gpu = open(DROPIN).read()
     for needle in ["PrivateDevices=no", "DevicePolicy=closed", "DeviceAllow=/dev/nvidiactl rw",
-                   "DeviceAllow=/dev/nvidia-uvm rw", "DeviceAllow=char-nvidia-frontend rw"]:
+                   "DeviceAllow=/dev/nvidia-uvm rw", "DeviceAllow=char-nvidia-frontend rw",
+                   "DeviceAllow=char-nvidia-uvm rw", "After=systemd-modules-load.service"]:
         assert needle in gpu, needle
+
+
+def test_gpu_dropin_keeps_the_module_and_privilege_fences():
+    """nvidia-uvm loaded on demand cannot work inside the sandbox (the
+    drop-in explains why and what to do instead); the drop-in must not
+    "fix" that by reopening module loading or privilege gain."""
+    gpu = open(DROPIN).read()
+    settings = [line for line in gpu.splitlines() if line and not line.startswith("#")]
+    for forbidden in ("ProtectKernelModules=", "NoNewPrivileges=", "CapabilityBoundingSet=",
+                      "AmbientCapabilities="):
+        assert not any(x.startswith(forbidden) for x in settings), forbidden
+    assert "modules-load.d" in gpu and "nvidia-modprobe" in gpu

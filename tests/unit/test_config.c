@@ -335,6 +335,37 @@ TEST(ipc_socket_path)
     config_free(&c);
 }
 
+TEST(state_dir_path)
+{
+    struct config c;
+    char err[128];
+    config_defaults(&c);
+    char *saved = getenv("STATE_DIRECTORY") ? xstrdup(getenv("STATE_DIRECTORY")) : NULL;
+    setenv("STATE_DIRECTORY", "/var/lib/x:/var/lib/y", 1);
+    char *p = config_state_dir_path(&c);
+    CHECK_STR(p, "/var/lib/x"); /* systemd's StateDirectory=, the first of several */
+    free(p);
+    setenv("STATE_DIRECTORY", "relative", 1); /* not systemd's: ignored */
+    setenv("XDG_STATE_HOME", "/xdg", 1);
+    setenv("HOME", "/home/u", 1);
+    p = config_state_dir_path(&c);
+    CHECK_STR(p, geteuid() == 0 ? "/var/lib/tensord" : "/xdg/tensord");
+    free(p);
+    unsetenv("STATE_DIRECTORY");
+    unsetenv("XDG_STATE_HOME");
+    p = config_state_dir_path(&c);
+    CHECK_STR(p, geteuid() == 0 ? "/var/lib/tensord" : "/home/u/.local/state/tensord");
+    free(p);
+    CHECK(config_set(&c, "state_dir", "/srv/st", err, sizeof(err)) == 0);
+    p = config_state_dir_path(&c);
+    CHECK_STR(p, "/srv/st");
+    free(p);
+    if (saved)
+        setenv("STATE_DIRECTORY", saved, 1);
+    free(saved);
+    config_free(&c);
+}
+
 TEST(shipped_config_loads_and_lists_every_option)
 {
     char *text = read_repo_file("config/tensord.conf");
@@ -398,6 +429,7 @@ int main(void)
     RUN(load_file);
     RUN(print_round_trip);
     RUN(ipc_socket_path);
+    RUN(state_dir_path);
     RUN(shipped_config_loads_and_lists_every_option);
     RUN(docs_list_every_option);
     return TEST_SUMMARY();

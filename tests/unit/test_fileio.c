@@ -13,6 +13,15 @@
 #include "test.h"
 #include "util.h"
 
+/* Opens dirfd/name as the registry does a file it serves (never blocking on a
+ * FIFO) and makes it a served descriptor with fileio_regular. */
+static int open_regular(int dirfd, const char *name, struct fileio_stat *st)
+{
+    int fd = openat(dirfd, name, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    return fd < 0 ? -errno : fileio_regular(fd, st);
+}
+
+
 static char dir[] = "/tmp/test_fileio.XXXXXX";
 static int dfd = -1;
 
@@ -28,15 +37,21 @@ TEST(open_regular)
 {
     write_file("a.bin", "hello world", 11);
     struct fileio_stat st;
-    int fd = fileio_open_regular(dfd, "a.bin", &st);
+    int fd = open_regular(dfd, "a.bin", &st);
     CHECK(fd >= 0);
     CHECK_EQ_U64(st.size, 11);
     CHECK(st.ino != 0);
+    struct stat sb;
+    CHECK(fstat(fd, &sb) == 0);
+    /* Content hashes are kept per identity, ctime included (hashstore.h). */
+    CHECK(st.ctime_ns == (int64_t)sb.st_ctim.tv_sec * 1000000000 + sb.st_ctim.tv_nsec);
+    CHECK(st.mtime_ns == (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec);
+    CHECK(st.dev == (uint64_t)sb.st_dev);
     int fl = fcntl(fd, F_GETFL);
     CHECK(!(fl & O_NONBLOCK));
     CHECK(fcntl(fd, F_GETFD) & FD_CLOEXEC);
     close(fd);
-    CHECK(fileio_open_regular(dfd, "missing", &st) == -ENOENT);
+    CHECK(open_regular(dfd, "missing", &st) == -ENOENT);
 }
 
 TEST(fifo_refused_without_blocking)
@@ -44,7 +59,7 @@ TEST(fifo_refused_without_blocking)
     CHECK(mkfifoat(dfd, "fifo", 0644) == 0);
     struct fileio_stat st;
     uint64_t t0 = time_mono_ns();
-    CHECK(fileio_open_regular(dfd, "fifo", &st) == -EINVAL);
+    CHECK(open_regular(dfd, "fifo", &st) == -EINVAL);
     CHECK(time_mono_ns() - t0 < 1000000000ULL);
 }
 
@@ -52,17 +67,17 @@ TEST(directory_and_socket_refused)
 {
     CHECK(mkdirat(dfd, "sub", 0755) == 0);
     struct fileio_stat st;
-    CHECK(fileio_open_regular(dfd, "sub", &st) == -EINVAL);
+    CHECK(open_regular(dfd, "sub", &st) == -EINVAL);
     /* A socket cannot be opened at all (ENXIO); either way it is refused. */
     int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
     snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/sock", dir);
     CHECK(bind(s, (struct sockaddr *)&sa, sizeof(sa)) == 0);
-    CHECK(fileio_open_regular(dfd, "sock", &st) < 0);
+    CHECK(open_regular(dfd, "sock", &st) < 0);
     close(s);
     /* /dev/null is a character device */
     int devfd = open("/dev", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    CHECK(fileio_open_regular(devfd, "null", &st) == -EINVAL);
+    CHECK(open_regular(devfd, "null", &st) == -EINVAL);
     close(devfd);
 }
 
@@ -70,7 +85,7 @@ TEST(pread_full)
 {
     write_file("p.bin", "0123456789", 10);
     struct fileio_stat st;
-    int fd = fileio_open_regular(dfd, "p.bin", &st);
+    int fd = open_regular(dfd, "p.bin", &st);
     char buf[16] = {0};
     CHECK(fileio_pread_full(fd, buf, 4, 3) == 0);
     CHECK(memcmp(buf, "3456", 4) == 0);
@@ -93,7 +108,7 @@ TEST(etag)
 {
     write_file("e.bin", "abc", 3);
     struct fileio_stat st1, st2, st3;
-    int fd = fileio_open_regular(dfd, "e.bin", &st1);
+    int fd = open_regular(dfd, "e.bin", &st1);
     close(fd);
     char t1[FILEIO_ETAG_MAX], t2[FILEIO_ETAG_MAX], t3[FILEIO_ETAG_MAX];
     fileio_etag(&st1, t1);
@@ -110,7 +125,7 @@ TEST(etag)
     /* same file, new mtime: a new tag */
     struct timespec ts[2] = {{.tv_sec = 1000000000, .tv_nsec = 5}, {.tv_sec = 1000000000, .tv_nsec = 5}};
     CHECK(utimensat(dfd, "e.bin", ts, 0) == 0);
-    fd = fileio_open_regular(dfd, "e.bin", &st2);
+    fd = open_regular(dfd, "e.bin", &st2);
     close(fd);
     CHECK(st2.mtime_ns == 1000000000LL * 1000000000LL + 5);
     fileio_etag(&st2, t2);
@@ -118,7 +133,7 @@ TEST(etag)
     /* same mtime again, different size: new tag */
     write_file("e.bin", "abcd", 4);
     CHECK(utimensat(dfd, "e.bin", ts, 0) == 0);
-    fd = fileio_open_regular(dfd, "e.bin", &st3);
+    fd = open_regular(dfd, "e.bin", &st3);
     close(fd);
     fileio_etag(&st3, t3);
     CHECK(strcmp(t2, t3) != 0);

@@ -125,6 +125,31 @@ TEST(status_classes_and_gauges)
     metrics_request_done(MEP_OTHER, 200, 0, 0, 0);
 }
 
+TEST(hashing)
+{
+    metrics_init();
+    metrics_hash_progress(1 << 20, 0, 0);
+    metrics_hash_progress(5, 1, 0);
+    metrics_hash_progress(0, 0, 2);
+    metrics_set_hashing(3, 4096, 7, 10);
+    char *p = metrics_render_prometheus();
+    CHECK(sample(p, "tensord_hash_bytes_total") == (1 << 20) + 5);
+    CHECK(sample(p, "tensord_hash_files_total") == 1);
+    CHECK(sample(p, "tensord_hash_errors_total") == 2);
+    CHECK(sample(p, "tensord_hash_files_pending") == 3);
+    CHECK(sample(p, "tensord_hash_pending_bytes") == 4096);
+    CHECK(sample(p, "tensord_hash_files_known") == 7);
+    CHECK(sample(p, "tensord_hash_files") == 10);
+    CHECK_CONTAINS(p, "# TYPE tensord_hash_bytes_total counter\n");
+    CHECK_CONTAINS(p, "# TYPE tensord_hash_files_pending gauge\n");
+    free(p);
+    char *j = metrics_render_json();
+    CHECK_CONTAINS(j, "\"hashing\":{\"bytes_hashed\":1048581,\"files_hashed\":1,\"errors\":2,"
+                      "\"files_pending\":3,\"bytes_pending\":4096,\"files_known\":7,"
+                      "\"files\":10}}");
+    free(j);
+}
+
 static uint64_t fake_now;
 static uint64_t fake_clock(void)
 {
@@ -203,7 +228,7 @@ TEST(json_rendering)
     CHECK_CONTAINS(j, "\"models\":{\"requests\":{\"1xx\":0,\"2xx\":1,");
     CHECK_CONTAINS(j, "\"duration_seconds\":{\"count\":1,\"sum\":0.002000000,");
     CHECK_CONTAINS(j, "\"registry\":{\"models\":2,\"invalid_models\":0,\"files\":3,\"tensors\":4,"
-                      "\"mapped_bytes\":5,\"generation\":6}");
+                      "\"mapped_bytes\":5,\"generation\":6,\"open_files\":0}");
     CHECK_CONTAINS(j, "\"last_preload_bytes_per_second\":0.0");
     CHECK(strstr(j, "nan") == NULL);
     CHECK_CONTAINS(j, "\"per_second\":{\"1s\":");
@@ -224,6 +249,8 @@ static void dump_for_promtool(const char *path)
     metrics_conn_opened();
     metrics_set_registry(3, 1, 7, 1000, 1 << 30, 2);
     metrics_set_gpu(1 << 30, 1, 1.5e10);
+    metrics_hash_progress(3 << 30, 40, 1);
+    metrics_set_hashing(2, 1 << 30, 40, 42);
     char *p = metrics_render_prometheus();
     FILE *f = fopen(path, "w");
     if (f) {
@@ -241,6 +268,7 @@ int main(void)
     RUN(status_classes_and_gauges);
     RUN(rates);
     RUN(json_rendering);
+    RUN(hashing);
     const char *dump = getenv("TENSORD_METRICS_DUMP");
     if (dump) {
         test_failed_flag = 0;

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "digest.h"
 #include "model_doc.h"
 #include "registry.h"
 #include "strmap.h"
@@ -51,14 +52,20 @@ static char *ref_dump(json_t *doc)
 static char *ref_description(const struct reg_model *m)
 {
     json_t *files = json_array(), *metadata = json_object(), *tensors = json_object();
+    size_t known = 0;
     for (size_t i = 0; i < m->n_files; i++) {
         const struct reg_file *f = &m->files[i];
+        char etag[REG_ETAG_MAX], sha[2 * DIGEST_SHA256_LEN + 1];
+        reg_file_etag(f, etag);
+        int hashed = reg_file_sha256_hex(f, sha);
+        known += (size_t)hashed;
         json_t *o = json_pack("{s:s,s:I,s:s}", "name", f->name, "size", (json_int_t)f->st.size,
-                              "etag", f->etag);
+                              "etag", etag);
         if (!o)
             continue;
         json_object_set_new(o, "header_length",
                             f->header ? json_integer((json_int_t)f->header->header_len) : json_null());
+        json_object_set_new(o, "sha256", hashed ? json_string(sha) : json_null());
         if (f->is_safetensors && f->error.code != ST_OK)
             json_object_set_new(o, "error", ref_error(&f->error));
         json_array_append_new(files, o);
@@ -89,6 +96,9 @@ static char *ref_description(const struct reg_model *m)
         json_object_set_new(doc, "index", json_string(m->index_file->name));
     if (m->state != MODEL_READY)
         json_object_set_new(doc, "error", ref_error(&m->error));
+    json_object_set_new(doc, "hashes",
+                        json_pack("{s:I,s:I,s:b}", "known", (json_int_t)known, "files",
+                                  (json_int_t)m->n_files, "complete", known == m->n_files));
     return ref_dump(doc);
 }
 

@@ -98,6 +98,7 @@ TEST(allowed_methods)
 {
     CHECK_STR(route_allowed_methods(ROUTE_TENSOR), "GET, HEAD");
     CHECK_CONTAINS(route_allowed_methods(ROUTE_GPU), "POST");
+    CHECK_STR(route_allowed_methods(ROUTE_FETCH), "GET, HEAD, POST");
 }
 
 int main(void)

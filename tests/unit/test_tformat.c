@@ -43,12 +43,13 @@ static int npy_framing_ok(const char *h, size_t len)
 
 /* Writes prefix + data to a temp .npy and has NumPy load it and evaluate
  * `check` (a Python expression over the loaded array `a`). */
-static int numpy_accepts(enum dtype dt, uint32_t ndim, const uint64_t *shape, const void *data,
-                         size_t nbytes, const char *check)
+static int numpy_loads(enum dtype dt, uint32_t ndim, const uint64_t *shape, const void *data,
+                       size_t nbytes, const char *check, int raw)
 {
-    char *pre, err[256];
+    char *pre, err[256] = "raw";
     size_t pre_len;
-    if (tformat_npy_prefix(dt, ndim, shape, &pre, &pre_len, err, sizeof(err)) != 0) {
+    if ((raw ? tformat_npy_raw_prefix(dt, ndim, shape, nbytes, &pre, &pre_len)
+             : tformat_npy_prefix(dt, ndim, shape, &pre, &pre_len, err, sizeof(err))) != 0) {
         fprintf(stderr, "  npy prefix failed: %s\n", err);
         return 0;
     }
@@ -63,9 +64,11 @@ static int numpy_accepts(enum dtype dt, uint32_t ndim, const uint64_t *shape, co
         if (fd >= 0)
             close(fd);
         char cmd[1024];
+        /* h: the header dict's line as stored, for the checks of the comment */
         snprintf(cmd, sizeof(cmd),
                  PY " -c 'import sys, numpy; a = numpy.load(sys.argv[1]); "
-                 "sys.exit(0 if (%s) else 3)' %s", check, path);
+                 "h = open(sys.argv[1], \"rb\").read(%zu).decode(\"latin-1\"); "
+                 "sys.exit(0 if (%s) else 3)' %s", pre_len, check, path);
         if (ok && system(cmd) != 0) {
             fprintf(stderr, "  numpy rejected: %s\n", check);
             ok = 0;
@@ -74,6 +77,12 @@ static int numpy_accepts(enum dtype dt, uint32_t ndim, const uint64_t *shape, co
     }
     free(pre);
     return ok;
+}
+
+static int numpy_accepts(enum dtype dt, uint32_t ndim, const uint64_t *shape, const void *data,
+                         size_t nbytes, const char *check)
+{
+    return numpy_loads(dt, ndim, shape, data, nbytes, check, 0);
 }
 
 TEST(parse)
@@ -125,7 +134,35 @@ TEST(npy_no_numpy_dtype)
         CHECK(pre == NULL && len == 0);
     }
     CHECK(tformat_npy_prefix(DT_BF16, 1, shape, &pre, &len, err, sizeof(err)) == -1);
-    CHECK_STR(err, "dtype BF16 has no NumPy equivalent; use format=raw or format=safetensors");
+    CHECK_CONTAINS(err, "dtype BF16 has no NumPy equivalent; use npy_dtype=raw");
+}
+
+TEST(npy_raw_bits)
+{
+    uint16_t bf[6] = {0x3f80, 0xc000, 0, 1, 2, 0xffff};
+    uint64_t s23[2] = {2, 3}, s4[1] = {4}, s48[2] = {4, 8}, s44[2] = {4, 4}, s23f4[2] = {2, 3};
+    CHECK(numpy_loads(DT_BF16, 2, s23, bf, 12, "a.dtype == numpy.uint16 and a.shape == (2, 3) "
+                      "and a[0, 0] == 0x3f80 and \"# tensord: dtype=BF16 shape=2,3 \" in h", 1));
+    uint8_t f8[32];
+    for (int i = 0; i < 32; i++)
+        f8[i] = (uint8_t)(i * 7);
+    CHECK(numpy_loads(DT_F8_E4M3, 1, s4, f8, 4, "a.dtype == numpy.uint8 and list(a) == [0, 7, 14, "
+                      "21] and \"dtype=F8_E4M3 shape=4 \" in h", 1));
+    CHECK(numpy_loads(DT_F8_E8M0, 0, NULL, f8 + 1, 1, "a.shape == () and a == 7 and "
+                      "\"dtype=F8_E8M0 shape= \" in h", 1));
+    /* sub-byte: packed, the last dimension in bytes, or flat */
+    CHECK(numpy_loads(DT_F4, 2, s48, f8, 16, "a.dtype == numpy.uint8 and a.shape == (4, 4) and "
+                      "\"dtype=F4 shape=4,8 \" in h", 1));
+    CHECK(numpy_loads(DT_F6_E3M2, 2, s44, f8, 12, "a.shape == (4, 3) and a[3, 2] == 77", 1));
+    CHECK(numpy_loads(DT_F4, 2, s23f4, f8, 3, "a.shape == (3,) and \"dtype=F4 shape=2,3 \" in h",
+                      1));
+    /* dtypes NumPy has are not changed by raw */
+    float f[2] = {1.5f, 2.5f};
+    uint64_t s2[1] = {2};
+    CHECK(numpy_loads(DT_F32, 1, s2, f, 8, "a.dtype == numpy.float32 and \"tensord\" not in h", 1));
+    char *pre;
+    size_t len;
+    CHECK(tformat_npy_raw_prefix(DT_COUNT, 1, s2, 2, &pre, &len) == -1);
 }
 
 TEST(npy_loads_in_numpy)
@@ -270,6 +307,7 @@ int main(void)
     RUN(parse);
     RUN(npy_exact_header);
     RUN(npy_no_numpy_dtype);
+    RUN(npy_raw_bits);
     RUN(npy_loads_in_numpy);
     RUN(npy_version2_for_huge_dicts);
     RUN(safetensors_exact);

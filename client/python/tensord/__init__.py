@@ -470,3 +470,10 @@ class Client:
 def connect(socket=None):
     """Connects to the lease socket (None: $TENSORD_SOCKET or /run/tensord/tensord.sock)."""
     return Client(socket)
+
+
+# Remote tensors over HTTP: the safetensors API against a daemon (remote.py).
+from ._errors import RemoteError, SafetensorError  # noqa: E402
+from .remote import RemoteSlice, load_file, safe_open  # noqa: E402
+
+__all__ += ["safe_open", "load_file", "RemoteSlice", "RemoteError", "SafetensorError"]

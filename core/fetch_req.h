@@ -1,0 +1,74 @@
+/* fetch_req: the request of POST /v1/models/{model}/fetch (its body, or the
+ * ?q= of the GET form), parsed and checked with json_scan, bounded.
+ *
+ *   {"tensors": [NAME | {"name": NAME, "slice": SPEC}, ...],
+ *    "split": {"world": W, "rank": R, "rules": [{"match": GLOB, "dim": D}, ...]}}
+ *
+ * Both keys are optional (no "tensors": every tensor of the model; an empty
+ * text counts as {}); any other key, a duplicate key, a value of the wrong
+ * type, W < 1, R outside [0, W), more than FETCH_MAX_RULES rules or a GLOB
+ * longer than FETCH_MAX_GLOB bytes is an error naming the place. Whether the
+ * names exist, the slices parse and the dims fit is fetch_plan's business:
+ * it has the model. */
+#ifndef TENSORD_FETCH_REQ_H
+#define TENSORD_FETCH_REQ_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define FETCH_MAX_RULES 64
+#define FETCH_MAX_GLOB 1024
+
+struct globpat;
+
+struct fetch_item {
+    const char *name;        /* decoded, NUL-terminated; in the request's arena */
+    size_t name_len;
+    const char *slice;       /* the SPEC, or NULL when the item has none */
+    size_t slice_len;
+};
+
+struct fetch_rule {
+    const char *match;       /* the GLOB as sent, decoded; in the arena */
+    size_t match_len;
+    struct globpat *glob;    /* owned */
+    int64_t dim;             /* may be negative: counts from the last dimension */
+};
+
+struct fetch_req {
+    int all;                 /* no "tensors": every tensor of the model */
+    size_t n_items;
+    struct fetch_item *items;
+    int has_split;
+    uint64_t world, rank;
+    size_t n_rules;
+    struct fetch_rule *rules;
+    char *arena;             /* the decoded strings */
+};
+
+struct fetch_limits {
+    size_t max_tensors;      /* entries of "tensors"; more is FETCH_REQ_TOO_MANY */
+};
+
+enum fetch_req_status {
+    FETCH_REQ_OK,
+    FETCH_REQ_NOT_UTF8,      /* the text is not UTF-8, or holds a NUL byte */
+    FETCH_REQ_BAD_JSON,      /* not JSON (the message has json_scan's text, line, column) */
+    FETCH_REQ_INVALID,       /* JSON, but not a fetch request */
+    FETCH_REQ_TOO_MANY,      /* more tensors than lim->max_tensors */
+};
+
+/* Parses text[0..len). On FETCH_REQ_OK *out holds the request (free with
+ * fetch_req_free); otherwise *out is empty and err says what and where. */
+enum fetch_req_status fetch_req_parse(const char *text, size_t len, const struct fetch_limits *lim,
+                                      struct fetch_req *out, char *err, size_t errlen);
+
+/* The first rule whose glob matches name[0..len), or NULL. Matching spends
+ * from *budget (globpat_match_budget; budget may be NULL for no bound); when
+ * it runs out, *exhausted is set and NULL returned. */
+const struct fetch_rule *fetch_req_rule_for(const struct fetch_req *r, const char *name,
+                                            size_t len, uint64_t *budget, int *exhausted);
+
+void fetch_req_free(struct fetch_req *r);
+
+#endif

@@ -1,0 +1,131 @@
+/* hasher: the background SHA-256 of every served file.
+ *
+ * After each scan the daemon hands the new snapshot to hasher_submit. Every
+ * file whose identity (hashstore.h) has no known hash becomes a job; a
+ * small pool of threads hashes the jobs in snapshot order with pread into a
+ * fixed buffer each (digest.h), optionally paced to a byte rate, and records
+ * the results in the store, which is saved to the state directory when the
+ * queue runs dry and every HASHER_SAVE_INTERVAL_S while it does not. A
+ * restart or reload therefore hashes only what changed. Nothing here runs on
+ * an HTTP thread, and nothing a request thread calls waits for I/O.
+ *
+ * A hash is recorded only when the bytes read were one version of the file:
+ * the identity is taken before the first read and compared after the last,
+ * and a file whose ctime is within HASHER_RACY_NS of that first look is
+ * hashed later instead, because a change inside the same timestamp tick
+ * could otherwise go unseen (git's "racily clean" problem).
+ *
+ * Snapshots: the hasher keeps a reference to the latest snapshot only while
+ * some of its files still wait to be hashed, and a worker hashes through its
+ * own dup of the file's descriptor, so a reload frees the old snapshot at
+ * once and a finished queue pins none.
+ *
+ * Waiting for a hash (for routes that must not answer without one, issue
+ * 13): hasher_lookup never blocks; hasher_want moves files to the front of
+ * the queue and calls back once when they are hashed, one fails, or a
+ * deadline passes, so an HTTP handler can suspend its connection and resume
+ * it from the callback instead of holding a worker thread; hasher_retry_after
+ * estimates a Retry-After for a 503 instead. The two combine: wait a bounded
+ * time (a wanted file is read unpaced and a background job with more than a
+ * second left makes way for it), then answer 503 with Retry-After. A bare 503
+ * would fail huggingface_hub's first download, whose metadata HEAD does not
+ * retry 5xx and falls back to a local cache that is empty. */
+#ifndef TENSORD_HASHER_H
+#define TENSORD_HASHER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hashstore.h"
+#include "registry.h"
+
+/* A ctime this close to the first look (or after it) makes a file wait:
+ * more than the coarsest timestamp granularity Linux file systems use (1 s)
+ * plus a clock tick. */
+#define HASHER_RACY_NS 2000000000ull
+/* How often a long hashing run saves what it has so far. */
+#define HASHER_SAVE_INTERVAL_S 30
+/* Tries per file (a file that keeps changing, or whose ctime is in the
+ * future) before it counts as failed until the next scan. */
+#define HASHER_MAX_ATTEMPTS 10
+#define HASHER_MAX_THREADS 64
+
+struct hasher_opts {
+    unsigned threads;               /* worker threads, 1..HASHER_MAX_THREADS */
+    uint64_t max_bytes_per_second;  /* pace of background hashing, 0 = unpaced; files someone
+                                       waits for (hasher_want) are never paced */
+    const char *state_dir;          /* NULL or "": hashes are kept in memory only */
+    uint64_t racy_ns;               /* 0 = HASHER_RACY_NS (tests shorten it) */
+    unsigned save_interval_s;       /* 0 = HASHER_SAVE_INTERVAL_S */
+};
+
+/* Starts the workers and loads STATE_DIR/hashes (creating the directory,
+ * 0700, when it is missing). A state directory that cannot be used or a
+ * state file that does not load is logged and the hasher works in memory or
+ * from an empty store: the daemon serves either way. Call after signals are
+ * blocked (the threads inherit the mask). Never returns NULL. */
+struct hasher *hasher_new(const struct hasher_opts *o);
+
+/* Hands the hasher a new snapshot (it takes its own reference for as long as
+ * it needs one); files of the previous snapshot that are not in this one are
+ * no longer hashed. Called by the thread that swaps snapshots. */
+void hasher_submit(struct hasher *h, struct registry *snap);
+
+/* Returns 1 and copies f's hashes into *out when they are known for the
+ * identity f was opened with, else 0. Any thread; never waits for I/O. */
+int hasher_lookup(struct hasher *h, const struct reg_file *f, struct hash_entry *out);
+
+enum hasher_state {
+    HASHER_KNOWN,       /* every file's hash is known now; no callback */
+    HASHER_PENDING,     /* the callback will be called exactly once */
+    HASHER_UNAVAILABLE, /* a file will not be hashed: it could not be opened, it failed
+                           or changed, it is not in the latest snapshot, or the hasher
+                           stopped; no callback */
+};
+
+enum hasher_result {
+    HASHER_DONE,    /* every file's hash is known now (hasher_lookup finds it) */
+    HASHER_TIMEOUT, /* the deadline passed first */
+    HASHER_FAILED,  /* a file could not be hashed (read error, or it changed) */
+    HASHER_GONE,    /* a reload dropped a file before it was hashed */
+    HASHER_STOPPED, /* the daemon is stopping */
+};
+
+typedef void (*hasher_cb)(void *arg, enum hasher_result r);
+
+/* Moves files[0..n) (of a snapshot the caller holds) to the front of the
+ * queue, and when cb is not NULL and some hash is not known yet, calls
+ * cb(arg, result) once, on a hasher thread and without any hasher lock
+ * held, within timeout_ms. The callback must be short (resume a suspended
+ * connection, signal a condition). With cb NULL the files are only moved
+ * up. */
+enum hasher_state hasher_want(struct hasher *h, const struct reg_file *const *files, size_t n,
+                              unsigned timeout_ms, hasher_cb cb, void *arg);
+/* hasher_want that blocks the calling thread until the result (HASHER_DONE
+ * for files already known). For threads that may block: tests, tools. */
+enum hasher_result hasher_wait(struct hasher *h, const struct reg_file *const *files, size_t n,
+                               unsigned timeout_ms);
+/* Whole seconds until files[0..n) are probably hashed, from their unhashed
+ * bytes and the recent hashing rate, in 1..3600: a Retry-After value. */
+unsigned hasher_retry_after(struct hasher *h, const struct reg_file *const *files, size_t n);
+
+struct hasher_progress {
+    uint64_t files, bytes;                 /* distinct files of the latest snapshot */
+    uint64_t files_known, bytes_known;     /* ... whose hashes are known */
+    uint64_t files_pending, bytes_pending; /* ... queued, waiting to retry, or being hashed */
+    uint64_t files_failed;                 /* ... that could not be hashed until the next scan */
+    uint64_t store_entries;                /* identities in the store (all snapshots) */
+    double bytes_per_second;               /* recent hashing rate */
+    const char *state_file;                /* path of the state file, or NULL (memory only) */
+};
+void hasher_progress(struct hasher *h, struct hasher_progress *p);
+
+/* Stops the workers (a file being hashed is abandoned), calls every pending
+ * callback with HASHER_STOPPED, releases the snapshot and saves the store.
+ * Lookups keep working; hasher_want answers HASHER_UNAVAILABLE. Call before
+ * the HTTP server stops, so suspended connections are resumed. */
+void hasher_stop(struct hasher *h);
+/* hasher_stop if needed, then frees everything. */
+void hasher_free(struct hasher *h);
+
+#endif

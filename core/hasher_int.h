@@ -1,0 +1,131 @@
+/* hasher internals shared by hasher.c (job sets, the API), hasher_work.c
+ * (workers, housekeeper) and hasher_wait.c (callers waiting for hashes).
+ * Not part of the API. Functions named hasher_do_* expect the caller to
+ * hold the hasher's lock. */
+#ifndef TENSORD_HASHER_INT_H
+#define TENSORD_HASHER_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <time.h>
+
+#include "hasher.h"
+
+#define HASHER_BLOCK DIGEST_BLOCK /* each worker's read buffer */
+
+enum job_state { JOB_QUEUED, JOB_DELAYED, JOB_RUNNING, JOB_DONE, JOB_FAILED };
+
+/* Someone waiting for files (hasher_want). Guarded by the hasher's lock. */
+struct hwait {
+    hasher_cb cb;
+    void *arg;
+    size_t remaining;        /* links still to finish */
+    uint64_t deadline_ns;    /* monotonic */
+    int fired;
+    enum hasher_result result;
+    unsigned refs;           /* job links + 1 while live or about to be called */
+    struct hwait *prev, *next; /* the live list */
+    struct hwait *fire_next;   /* the list of callbacks to make */
+};
+
+/* One distinct identity of a snapshot. */
+struct job {
+    struct hash_id id;
+    const struct reg_file *f;  /* in the set's snapshot; valid while set->snap is held */
+    const struct reg_model *model; /* f's model (to open f again when it is not kept open) */
+    const struct reg_file **same; /* other files of the snapshot with this identity (links) */
+    size_t n_same;
+    enum job_state state;
+    uint8_t in_ready, in_urgent; /* an index of it sits in that queue */
+    uint8_t urgent_live;       /* counted in urgent_queued: wanted and still queued */
+    unsigned attempts;
+    uint64_t not_before_ns;    /* JOB_DELAYED: when to try again (monotonic) */
+    struct hwait **waits;      /* waiters linked to this job */
+    size_t n_waits, cap_waits;
+};
+
+/* The jobs of one snapshot. */
+struct jobset {
+    struct registry *snap;     /* held while n_open > 0 */
+    struct job *jobs;
+    size_t n;
+    uint32_t *index;           /* identity -> job, open addressing; index_cap a power of two */
+    size_t index_cap;
+    uint32_t *ready;           /* ring of job numbers in hashing order */
+    size_t ready_head, ready_n;
+    uint32_t *urgent;          /* stack of job numbers someone waits for */
+    size_t n_urgent;
+    size_t n_open, n_delayed;  /* jobs queued, delayed or running / delayed */
+};
+
+/* Makes e the hashes of file f (reg_file_set_hashes), where requests read
+ * them without a lock. */
+void hasher_publish(const struct reg_file *f, const struct hash_entry *e);
+
+struct hasher {
+    struct hasher_opts o;
+    char *state_file;          /* for messages; NULL when memory only */
+    int dirfd;                 /* the state directory, or -1 */
+    struct hashstore *store;
+    uint64_t seed;
+
+    pthread_mutex_t lock;      /* everything below */
+    pthread_cond_t work;       /* workers: a job is ready, or stop */
+    pthread_cond_t hk;         /* housekeeper: a deadline, a delay or a save to look at */
+    pthread_cond_t nap;        /* paced workers sleep on it; broadcast on stop */
+    atomic_int stopping;
+    int stopped;
+    struct jobset *set;        /* the latest snapshot's jobs, or NULL */
+    uint64_t epoch;            /* submits so far: marks the store entries in use */
+    struct hwait *waiters;     /* live waiters */
+    struct hash_id *running;   /* per worker: the identity it hashes */
+    uint8_t *is_running;
+    atomic_int *urgent_run;    /* per worker: someone waits for the file it hashes */
+    atomic_int *drop_run;      /* per worker: a reload dropped the file it hashes */
+    atomic_size_t urgent_queued; /* wanted jobs still queued: pacing is lifted meanwhile */
+    uint64_t files, bytes, files_known, bytes_known, files_failed, bytes_pending;
+    uint64_t unsaved;          /* results recorded since the last save */
+    uint64_t pace_next_ns;     /* pacing: when the next block may be read */
+    _Atomic uint64_t rate_bps; /* recent hashing rate (moving average) */
+    int save_warned;
+    unsigned n_workers;
+    pthread_t *workers, housekeeper;
+};
+
+/* hasher.c */
+struct job *hasher_find_job(const struct hasher *h, const struct jobset *set,
+                            const struct hash_id *id);
+/* Moves a queued job to the front; a running one stops being paced. */
+void hasher_do_prioritize(struct hasher *h, struct jobset *set, struct job *j);
+void hasher_ready_push(struct jobset *set, struct job *j);
+/* The next queued job, wanted ones first (*urgent says which), or NULL. */
+struct job *hasher_take_job(struct hasher *h, struct jobset *set, int *urgent);
+void hasher_do_publish(struct hasher *h);
+/* The set's snapshot when no job needs it any more (the caller unrefs it
+ * after releasing the lock), else NULL. */
+struct registry *hasher_do_maybe_release(struct jobset *set);
+void hasher_deadline_ts(uint64_t mono_ns, struct timespec *ts);
+
+/* hasher_work.c */
+void *hasher_worker_main(void *arg);
+void *hasher_housekeeper_main(void *arg);
+/* Saves the store, keeping the entries used by epoch (see hashstore_plan_save). */
+void hasher_save(struct hasher *h, uint64_t epoch);
+
+/* hasher_wait.c; the caller holds the lock. Firing adds w to *fire; the
+ * callbacks are made by hasher_call_fired after the lock is released. */
+void hasher_do_fire(struct hasher *h, struct hwait *w, enum hasher_result r, struct hwait **fire);
+/* A job finished (DONE: one link less per waiter; otherwise the waiters fail
+ * with r) and drops its links. */
+void hasher_do_finish_waits(struct hasher *h, struct job *j, enum hasher_result r,
+                            struct hwait **fire);
+/* Fires waiters whose deadline passed; returns the next deadline or UINT64_MAX. */
+uint64_t hasher_do_expire(struct hasher *h, uint64_t now, struct hwait **fire);
+void hasher_do_fire_all(struct hasher *h, enum hasher_result r, struct hwait **fire);
+/* Makes the callbacks of fire, then drops their references (takes the
+ * lock for that: call it without). */
+void hasher_call_fired(struct hasher *h, struct hwait *fire);
+/* Drops one reference (caller holds the lock). */
+void hasher_do_release(struct hwait *w);
+
+#endif

@@ -1,0 +1,224 @@
+/* hasher_wait: callers that need a hash before they can answer.
+ *
+ * A waiter is linked to the job of every file it waits for; each job that
+ * finishes takes one from its count, and the last one, a failure, the
+ * deadline (the housekeeper's) or a stop fires it. A fired waiter is
+ * unlinked lazily: jobs drop their references as they finish or their set
+ * is freed, and the waiter is freed with the last one. Callbacks are made
+ * after the hasher's lock is released, so one may call back into the
+ * hasher (hasher_lookup) or into libmicrohttpd. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "hasher_int.h"
+#include "util.h"
+
+#define NS 1000000000ull
+
+void hasher_do_release(struct hwait *w)
+{
+    if (--w->refs == 0)
+        free(w);
+}
+
+void hasher_do_fire(struct hasher *h, struct hwait *w, enum hasher_result r, struct hwait **fire)
+{
+    if (w->fired)
+        return;
+    w->fired = 1;
+    w->result = r;
+    if (w->prev)
+        w->prev->next = w->next;
+    else
+        h->waiters = w->next;
+    if (w->next)
+        w->next->prev = w->prev;
+    w->prev = w->next = NULL;
+    w->fire_next = *fire; /* the live list's reference now belongs to the fire list */
+    *fire = w;
+}
+
+void hasher_do_finish_waits(struct hasher *h, struct job *j, enum hasher_result r,
+                            struct hwait **fire)
+{
+    for (size_t k = 0; k < j->n_waits; k++) {
+        struct hwait *w = j->waits[k];
+        if (!w->fired && (r != HASHER_DONE || --w->remaining == 0))
+            hasher_do_fire(h, w, r, fire);
+        hasher_do_release(w);
+    }
+    free(j->waits);
+    j->waits = NULL;
+    j->n_waits = j->cap_waits = 0;
+}
+
+uint64_t hasher_do_expire(struct hasher *h, uint64_t now, struct hwait **fire)
+{
+    uint64_t next = UINT64_MAX;
+    for (struct hwait *w = h->waiters, *nx; w; w = nx) {
+        nx = w->next;
+        if (w->deadline_ns <= now)
+            hasher_do_fire(h, w, HASHER_TIMEOUT, fire);
+        else if (w->deadline_ns < next)
+            next = w->deadline_ns;
+    }
+    return next;
+}
+
+void hasher_do_fire_all(struct hasher *h, enum hasher_result r, struct hwait **fire)
+{
+    while (h->waiters)
+        hasher_do_fire(h, h->waiters, r, fire);
+}
+
+void hasher_call_fired(struct hasher *h, struct hwait *fire)
+{
+    if (!fire)
+        return;
+    for (struct hwait *w = fire; w; w = w->fire_next)
+        w->cb(w->arg, w->result);
+    pthread_mutex_lock(&h->lock);
+    for (struct hwait *w = fire, *nx; w; w = nx) {
+        nx = w->fire_next;
+        hasher_do_release(w);
+    }
+    pthread_mutex_unlock(&h->lock);
+}
+
+/* Drops j's links to waiters that already fired (timed out): a client that
+ * asks again and again for a slow file must not grow the list for as long
+ * as the file takes. */
+static void do_prune(struct job *j)
+{
+    size_t out = 0;
+    for (size_t k = 0; k < j->n_waits; k++) {
+        if (j->waits[k]->fired)
+            hasher_do_release(j->waits[k]);
+        else
+            j->waits[out++] = j->waits[k];
+    }
+    j->n_waits = out;
+}
+
+/* The job each file still waits on, or NULL when its hash is known. Returns
+ * -1 when some file will not be hashed. */
+static int pending_jobs(struct hasher *h, const struct reg_file *const *files, size_t n,
+                        struct job **jobs)
+{
+    for (size_t i = 0; i < n; i++) {
+        struct hash_id id;
+        jobs[i] = NULL;
+        if (files[i]->error.code != ST_OK && files[i]->fd < 0)
+            return -1; /* it could not be opened: it will not be hashed */
+        hash_id_from_stat(&files[i]->st, &id);
+        if (hashstore_lookup(h->store, &id, NULL))
+            continue;
+        struct job *j = hasher_find_job(h, h->set, &id);
+        if (!j || j->state == JOB_FAILED)
+            return -1;
+        if (j->state != JOB_DONE)
+            jobs[i] = j;
+    }
+    return 0;
+}
+
+enum hasher_state hasher_want(struct hasher *h, const struct reg_file *const *files, size_t n,
+                              unsigned timeout_ms, hasher_cb cb, void *arg)
+{
+    struct job *one, **jobs = n > 1 ? xmalloc(n * sizeof(*jobs)) : &one;
+    enum hasher_state st = HASHER_KNOWN;
+    pthread_mutex_lock(&h->lock);
+    if (h->stopped || pending_jobs(h, files, n, jobs) != 0) {
+        st = HASHER_UNAVAILABLE;
+        goto out;
+    }
+    struct hwait *w = NULL;
+    for (size_t i = 0; i < n; i++) {
+        struct job *j = jobs[i];
+        if (!j)
+            continue;
+        st = HASHER_PENDING;
+        hasher_do_prioritize(h, h->set, j);
+        if (!cb)
+            continue;
+        if (!w) {
+            w = xcalloc(1, sizeof(*w));
+            w->cb = cb;
+            w->arg = arg;
+            w->deadline_ns = time_mono_ns() + (uint64_t)timeout_ms * 1000000u;
+            w->refs = 1; /* the live list's */
+            w->next = h->waiters;
+            if (h->waiters)
+                h->waiters->prev = w;
+            h->waiters = w;
+        }
+        if (j->n_waits == j->cap_waits)
+            do_prune(j);
+        if (j->n_waits == j->cap_waits) {
+            j->cap_waits = j->cap_waits ? 2 * j->cap_waits : 2;
+            j->waits = xrealloc(j->waits, j->cap_waits * sizeof(*j->waits));
+        }
+        j->waits[j->n_waits++] = w;
+        w->refs++;
+        w->remaining++;
+    }
+    if (st == HASHER_PENDING) {
+        pthread_cond_broadcast(&h->work);
+        pthread_cond_signal(&h->hk); /* a new deadline */
+    }
+out:
+    pthread_mutex_unlock(&h->lock);
+    if (jobs != &one)
+        free(jobs);
+    return st;
+}
+
+struct blocking {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int done;
+    enum hasher_result r;
+};
+
+static void wake(void *arg, enum hasher_result r)
+{
+    struct blocking *b = arg;
+    pthread_mutex_lock(&b->lock);
+    b->r = r;
+    b->done = 1;
+    pthread_cond_signal(&b->cond);
+    pthread_mutex_unlock(&b->lock);
+}
+
+enum hasher_result hasher_wait(struct hasher *h, const struct reg_file *const *files, size_t n,
+                               unsigned timeout_ms)
+{
+    struct blocking b = {.done = 0};
+    pthread_mutex_init(&b.lock, NULL);
+    pthread_cond_init(&b.cond, NULL);
+    enum hasher_state st = hasher_want(h, files, n, timeout_ms, wake, &b);
+    enum hasher_result r = st == HASHER_KNOWN ? HASHER_DONE : HASHER_FAILED;
+    if (st == HASHER_PENDING) {
+        /* The callback comes exactly once (the deadline is the hasher's). */
+        pthread_mutex_lock(&b.lock);
+        while (!b.done)
+            pthread_cond_wait(&b.cond, &b.lock);
+        r = b.r;
+        pthread_mutex_unlock(&b.lock);
+    }
+    pthread_mutex_destroy(&b.lock);
+    pthread_cond_destroy(&b.cond);
+    return r;
+}
+
+unsigned hasher_retry_after(struct hasher *h, const struct reg_file *const *files, size_t n)
+{
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!hasher_lookup(h, files[i], NULL))
+            bytes += files[i]->st.size;
+    double rate = (double)atomic_load(&h->rate_bps);
+    rate = rate > 50e6 ? rate : 50e6;
+    double secs = (double)bytes / rate + 1.0; /* plus whatever is being hashed right now */
+    return secs >= 3600 ? 3600u : (unsigned)secs;
+}

@@ -1,0 +1,347 @@
+/* hasher_work: the worker threads that hash files and the housekeeper
+ * that retries, expires waiters and saves (design in hasher.h).
+ *
+ * Someone waiting: while any queued job is wanted (h->urgent_queued), the
+ * byte-rate limit is lifted for everyone, so the workers free up quickly,
+ * and a background job with more than about a second of reading left
+ * yields (it goes back to the queue and starts over later) so a wanted file
+ * never waits behind a 100 GB shard. A job that is wanted while it runs is
+ * told so through its worker's urgent flag, and one that a reload dropped
+ * (the file changed or left) through its drop flag: it stops at once. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "digest.h"
+#include "hashfile.h"
+#include "hasher_int.h"
+#include "log.h"
+#include "metrics.h"
+#include "util.h"
+
+#define NS 1000000000ull
+#define RETRY_MAX_NS (10 * NS) /* the longest wait before another try */
+#define RETRY_MIN_NS (NS / 100)
+#define YIELD_NS NS            /* reading left beyond which a background job yields */
+
+enum outcome {
+    OUT_OK,      /* e holds the hashes of the identity */
+    OUT_RETRY,   /* too fresh to trust, or no descriptor to be had: later */
+    OUT_YIELD,   /* made way for a wanted file: again from the start, later */
+    OUT_CHANGED, /* not the identity the snapshot saw, or it changed while read */
+    OUT_ERROR,   /* a read error (errno) */
+    OUT_STOPPED,
+};
+
+struct pace_ctx {
+    struct hasher *h;
+    unsigned worker;
+    uint64_t size, done; /* bytes of the file / handed to pread so far */
+    int yielded;
+};
+
+/* Before each block: stop on shutdown, count progress, yield to wanted
+ * files, and keep background hashing to max_bytes_per_second over all
+ * workers together (each block takes the next slot of a shared clock). */
+static int pace(void *arg, size_t n)
+{
+    struct pace_ctx *c = arg;
+    struct hasher *h = c->h;
+    if (atomic_load(&h->stopping))
+        return 1;
+    if (atomic_load(&h->drop_run[c->worker])) {
+        c->yielded = 1; /* the job is gone: its finish finds nothing to update */
+        return 1;
+    }
+    uint64_t left = c->size - c->done;
+    c->done += n;
+    metrics_hash_progress(n, 0, 0);
+    if (atomic_load(&h->urgent_run[c->worker]))
+        return 0;
+    if (atomic_load(&h->urgent_queued) > 0) {
+        double rate = (double)atomic_load(&h->rate_bps);
+        if ((double)left > rate * (double)YIELD_NS / 1e9) {
+            c->yielded = 1;
+            return 1;
+        }
+        return 0;
+    }
+    if (h->o.max_bytes_per_second == 0)
+        return 0;
+    pthread_mutex_lock(&h->lock);
+    uint64_t now = time_mono_ns();
+    uint64_t start = h->pace_next_ns > now ? h->pace_next_ns : now;
+    h->pace_next_ns = start + (uint64_t)((double)n * 1e9 / (double)h->o.max_bytes_per_second);
+    struct timespec ts;
+    hasher_deadline_ts(start, &ts);
+    while (!atomic_load(&h->stopping) && !atomic_load(&h->urgent_queued) &&
+           !atomic_load(&h->urgent_run[c->worker]) && !atomic_load(&h->drop_run[c->worker]) &&
+           time_mono_ns() < start)
+        pthread_cond_timedwait(&h->nap, &h->lock, &ts);
+    pthread_mutex_unlock(&h->lock);
+    return atomic_load(&h->stopping);
+}
+
+static void id_of(const struct stat *sb, struct hash_id *id)
+{
+    struct fileio_stat st = {
+        .size = (uint64_t)sb->st_size, .dev = (uint64_t)sb->st_dev, .ino = (uint64_t)sb->st_ino,
+        .mtime_ns = (int64_t)sb->st_mtim.tv_sec * 1000000000 + sb->st_mtim.tv_nsec,
+        .ctime_ns = (int64_t)sb->st_ctim.tv_sec * 1000000000 + sb->st_ctim.tv_nsec};
+    hash_id_from_stat(&st, id);
+}
+
+static int64_t now_real_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Hashes fd, which should be `want`, into *e. *retry_at gets when to try
+ * again after OUT_RETRY. */
+static enum outcome hash_one(struct hasher *h, unsigned worker, int fd, const struct hash_id *want,
+                             void *buf, struct hash_entry *e, uint64_t *retry_at)
+{
+    struct stat sb;
+    struct hash_id before, after;
+    struct digest_result d;
+    int64_t t0 = now_real_ns();
+    if (fstat(fd, &sb) != 0)
+        return OUT_ERROR;
+    id_of(&sb, &before);
+    if (!hash_id_equal(&before, want))
+        return OUT_CHANGED;
+    /* A change in the same timestamp tick as the ctime we saw would leave
+     * the identity as it is: such a file is read only once that tick is
+     * safely past. */
+    int64_t racy = (int64_t)(h->o.racy_ns ? h->o.racy_ns : HASHER_RACY_NS);
+    if (before.ctime_ns > t0 - racy) {
+        uint64_t wait = (uint64_t)(before.ctime_ns - (t0 - racy));
+        wait = wait > RETRY_MAX_NS ? RETRY_MAX_NS : wait < RETRY_MIN_NS ? RETRY_MIN_NS : wait;
+        *retry_at = time_mono_ns() + wait;
+        return OUT_RETRY;
+    }
+    struct pace_ctx pc = {.h = h, .worker = worker, .size = before.size};
+    int rc = digest_fd(fd, before.size, buf, HASHER_BLOCK, pace, &pc, &d);
+    if (rc == -ECANCELED)
+        return pc.yielded ? OUT_YIELD : OUT_STOPPED;
+    if (rc == -ENODATA)
+        return OUT_CHANGED; /* truncated under us */
+    if (rc != 0) {
+        errno = -rc;
+        return OUT_ERROR;
+    }
+    if (fstat(fd, &sb) != 0)
+        return OUT_ERROR;
+    id_of(&sb, &after);
+    if (!hash_id_equal(&before, &after))
+        return OUT_CHANGED;
+    memset(e, 0, sizeof(*e));
+    e->id = before;
+    memcpy(e->sha256, d.sha256, sizeof(e->sha256));
+    memcpy(e->git_sha1, d.git_sha1, sizeof(e->git_sha1));
+    e->has_git_sha1 = (uint8_t)d.has_git_sha1;
+    return OUT_OK;
+}
+
+/* Records a worker's outcome for id (caller holds the lock). The job is
+ * looked up by identity in the current set: a reload while it ran may have
+ * replaced the set, and the new one may still have it. */
+static void do_finish(struct hasher *h, const struct hash_id *id, enum outcome out,
+                      const struct hash_entry *e, uint64_t retry_at, struct hwait **fire)
+{
+    struct jobset *set = h->set;
+    struct job *j = hasher_find_job(h, set, id);
+    if (!j || j->state != JOB_RUNNING)
+        return;
+    if (out == OUT_YIELD || out == OUT_STOPPED) {
+        j->state = JOB_QUEUED;
+        hasher_ready_push(set, j);
+        return;
+    }
+    if (out == OUT_RETRY && ++j->attempts < HASHER_MAX_ATTEMPTS) {
+        j->state = JOB_DELAYED;
+        j->not_before_ns = retry_at;
+        set->n_delayed++;
+        pthread_cond_signal(&h->hk);
+        return;
+    }
+    set->n_open--;
+    h->bytes_pending -= j->id.size;
+    if (out == OUT_OK) {
+        j->state = JOB_DONE;
+        hasher_publish(j->f, e);
+        for (size_t i = 0; i < j->n_same; i++)
+            hasher_publish(j->same[i], e);
+        h->files_known++;
+        h->bytes_known += j->id.size;
+        hasher_do_finish_waits(h, j, HASHER_DONE, fire);
+    } else {
+        j->state = JOB_FAILED;
+        h->files_failed++;
+        hasher_do_finish_waits(h, j, HASHER_FAILED, fire);
+    }
+}
+
+/* Hashes without the lock; returns the outcome and fills *e. */
+static enum outcome run_job(struct hasher *h, unsigned me, int fd, const struct hash_id *id,
+                            uint64_t epoch, void *buf, struct hash_entry *e, uint64_t *retry_at)
+{
+    uint64_t t0 = time_mono_ns();
+    *retry_at = t0 + NS;
+    enum outcome out = fd < 0 ? OUT_RETRY : hash_one(h, me, fd, id, buf, e, retry_at);
+    int err = errno;
+    if (out == OUT_OK && hashstore_put(h->store, e, epoch) != 0) {
+        out = OUT_ERROR;
+        err = ENOSPC;
+    }
+    if (out == OUT_OK) {
+        double secs = (double)(time_mono_ns() - t0) / 1e9;
+        if (id->size >= (1u << 20) && secs > 0) /* small files say little about throughput */
+            atomic_store(&h->rate_bps, (uint64_t)((double)atomic_load(&h->rate_bps) * 0.7 +
+                                                  (double)id->size / secs * 0.3));
+        metrics_hash_progress(0, 1, 0);
+    } else if (out == OUT_ERROR) {
+        metrics_hash_progress(0, 0, 1);
+        log_msg(LOG_WARN, "content hash: inode %llu on device %llu: %s",
+                (unsigned long long)id->ino, (unsigned long long)id->dev, strerror(err));
+    }
+    return out;
+}
+
+void *hasher_worker_main(void *arg)
+{
+    struct hasher *h = ((void **)arg)[0];
+    unsigned me = (unsigned)(uintptr_t)((void **)arg)[1];
+    free(arg);
+    void *buf = xmalloc(HASHER_BLOCK);
+    pthread_mutex_lock(&h->lock);
+    for (;;) {
+        struct job *j = NULL;
+        int urgent = 0;
+        while (!atomic_load(&h->stopping) && !(h->set && (j = hasher_take_job(h, h->set, &urgent))))
+            pthread_cond_wait(&h->work, &h->lock);
+        if (!j)
+            break;
+        struct hash_id id = j->id;
+        uint64_t epoch = h->epoch, retry_at = 0;
+        enum outcome out = OUT_OK;
+        struct hash_entry e;
+        j->state = JOB_RUNNING;
+        /* A worker that finished just as a reload built this set may have
+         * recorded it already: then there is nothing to read. */
+        if (!hashstore_lookup(h->store, &id, &e)) {
+            /* Our own descriptor: the snapshot may be freed while we read.
+             * A file the snapshot does not keep open is opened again below
+             * the root, as an answer would (the same version, or nothing). */
+            int fd = j->f->fd >= 0 ? fcntl(j->f->fd, F_DUPFD_CLOEXEC, 0)
+                                   : registry_open_file(j->model, j->f, O_RDONLY);
+            h->running[me] = id;
+            h->is_running[me] = 1;
+            atomic_store(&h->urgent_run[me], urgent);
+            atomic_store(&h->drop_run[me], 0);
+            pthread_mutex_unlock(&h->lock);
+            out = run_job(h, me, fd, &id, epoch, buf, &e, &retry_at);
+            if (fd >= 0)
+                close(fd);
+            pthread_mutex_lock(&h->lock);
+            h->is_running[me] = 0;
+            atomic_store(&h->urgent_run[me], 0);
+            h->unsaved += out == OUT_OK;
+        }
+        struct hwait *fire = NULL;
+        do_finish(h, &id, out, &e, retry_at, &fire);
+        struct registry *drop = hasher_do_maybe_release(h->set);
+        hasher_do_publish(h);
+        if (!h->set || h->set->n_open == h->set->n_delayed)
+            pthread_cond_signal(&h->hk); /* nothing left to read now: save, or retry later */
+        if (fire || drop) {
+            pthread_mutex_unlock(&h->lock);
+            registry_unref(drop);
+            hasher_call_fired(h, fire);
+            pthread_mutex_lock(&h->lock);
+        }
+    }
+    pthread_mutex_unlock(&h->lock);
+    free(buf);
+    return NULL;
+}
+
+void hasher_save(struct hasher *h, uint64_t epoch)
+{
+    int rc = hashfile_save_store(h->store, epoch, h->dirfd, HASHFILE_NAME);
+    if (rc != 0 && !h->save_warned) /* once: a read-only state directory stays read-only */
+        log_msg(LOG_WARN, "content hashes: cannot save %s: %s; they are kept in memory",
+                h->state_file, strerror(-rc));
+    h->save_warned = h->save_warned || rc != 0;
+}
+
+/* Jobs whose retry time came go back to the queue; returns the next retry
+ * time or UINT64_MAX (caller holds the lock). */
+static uint64_t do_promote(struct hasher *h, uint64_t now)
+{
+    struct jobset *set = h->set;
+    uint64_t next = UINT64_MAX;
+    for (size_t i = 0; set && set->n_delayed && i < set->n; i++) {
+        struct job *j = &set->jobs[i];
+        if (j->state != JOB_DELAYED)
+            continue;
+        if (j->not_before_ns > now) {
+            next = j->not_before_ns < next ? j->not_before_ns : next;
+            continue;
+        }
+        j->state = JOB_QUEUED;
+        set->n_delayed--;
+        hasher_ready_push(set, j);
+        if (j->n_waits)
+            hasher_do_prioritize(h, set, j);
+        pthread_cond_signal(&h->work);
+    }
+    return next;
+}
+
+void *hasher_housekeeper_main(void *arg)
+{
+    struct hasher *h = arg;
+    uint64_t interval = (uint64_t)(h->o.save_interval_s ? h->o.save_interval_s
+                                                        : HASHER_SAVE_INTERVAL_S) * NS;
+    uint64_t last_save = time_mono_ns();
+    pthread_mutex_lock(&h->lock);
+    while (!atomic_load(&h->stopping)) {
+        uint64_t now = time_mono_ns();
+        struct hwait *fire = NULL;
+        uint64_t next = hasher_do_expire(h, now, &fire);
+        uint64_t retry = do_promote(h, now);
+        next = retry < next ? retry : next;
+        int idle = !h->set || h->set->n_open == h->set->n_delayed;
+        int due = h->unsaved && h->dirfd >= 0 && (idle || now - last_save >= interval);
+        if (fire || due) {
+            uint64_t epoch = h->epoch;
+            h->unsaved = due ? 0 : h->unsaved;
+            pthread_mutex_unlock(&h->lock);
+            hasher_call_fired(h, fire);
+            if (due) {
+                hasher_save(h, epoch);
+                last_save = time_mono_ns();
+            }
+            pthread_mutex_lock(&h->lock);
+            continue;
+        }
+        if (h->unsaved && h->dirfd >= 0 && last_save + interval < next)
+            next = last_save + interval;
+        if (next == UINT64_MAX) {
+            pthread_cond_wait(&h->hk, &h->lock);
+        } else {
+            struct timespec ts;
+            hasher_deadline_ts(next, &ts);
+            pthread_cond_timedwait(&h->hk, &h->lock, &ts);
+        }
+    }
+    pthread_mutex_unlock(&h->lock);
+    return NULL;
+}

@@ -1,0 +1,75 @@
+/* hashfile: the state file that keeps content hashes across restarts.
+ *
+ * STATE_DIR/hashes (docs/OPERATIONS.md "Content hashes"):
+ *
+ *   tensord-hashes 1
+ *   DEV INO SIZE MTIME_NS CTIME_NS SHA256 GIT_SHA1      one line per file
+ *   end COUNT SHA256-OF-EVERYTHING-ABOVE
+ *
+ * Numbers in decimal without leading zeros (the two times may be negative),
+ * digests in lowercase hex, GIT_SHA1 "-" exactly for files over
+ * DIGEST_GIT_SHA1_MAX, one space between fields, '\n' after every line.
+ *
+ * The file is input like any other: it is read in blocks through a parser
+ * with bounded lines and a bounded entry count, and accepted all or
+ * nothing. A torn, corrupt, foreign or newer-version file costs a re-hash,
+ * never a wrong hash. It is replaced crash-safely: a temporary file, fsync,
+ * rename, fsync of the directory, under an flock of the directory (another
+ * tensord, or `tensord verify`, may share it).
+ *
+ * Whoever can write the state directory can make tensord report a wrong
+ * hash, as they could by changing the models; `tensord verify` finds it. */
+#ifndef TENSORD_HASHFILE_H
+#define TENSORD_HASHFILE_H
+
+#include <stddef.h>
+
+#include "hashstore.h"
+
+#define HASHFILE_NAME "hashes"
+
+enum hashfile_status {
+    HF_OK,
+    HF_ERR_IO,       /* the file could not be read */
+    HF_ERR_FORMAT,   /* a line is not what the format says */
+    HF_ERR_VERSION,  /* another format version (a newer tensord's) */
+    HF_ERR_CHECKSUM, /* torn: no end line, or its count or digest does not match */
+    HF_ERR_LIMIT,    /* more than HASHSTORE_MAX_ENTRIES entries, or too many bytes */
+};
+
+struct hashfile_error {
+    enum hashfile_status code;
+    char message[256]; /* "LABEL:LINE: reason" */
+};
+
+/* Receives each entry as it is parsed: returns 0 when taken, 1 when an
+ * entry with that identity was already taken (the file is then invalid),
+ * -1 when no more fit. */
+typedef int (*hashfile_add_fn)(void *ctx, const struct hash_entry *e);
+
+/* Parses a state file's bytes buf[0..len) (label names it in messages).
+ * Entries go to add as they are read; on an error the caller discards them. */
+enum hashfile_status hashfile_parse(const char *buf, size_t len, const char *label,
+                                    hashfile_add_fn add, void *ctx, struct hashfile_error *err);
+/* Reads dirfd/name the same way, in blocks (never all of it at once). A
+ * missing file is HF_OK with *found = 0. */
+enum hashfile_status hashfile_read(int dirfd, const char *name, const char *label,
+                                   hashfile_add_fn add, void *ctx, int *found,
+                                   struct hashfile_error *err);
+
+/* The text of a state file holding e[0..n) in that order. Caller frees;
+ * *len gets the length (the text is also NUL-terminated). */
+char *hashfile_format(const struct hash_entry *e, size_t n, size_t *len);
+/* Replaces dirfd/name with that text crash-safely. Returns 0 or a
+ * negative errno (the old file is then untouched). */
+int hashfile_replace(int dirfd, const char *name, const struct hash_entry *e, size_t n);
+
+/* Loads dirfd/name into s (which should be empty), all or nothing, and
+ * counts it as saved. */
+enum hashfile_status hashfile_load_store(struct hashstore *s, int dirfd, const char *name,
+                                         const char *label, struct hashfile_error *err);
+/* Saves s (see hashstore_plan_save) to dirfd/name. Returns 0 (also when
+ * there was nothing to save) or a negative errno. */
+int hashfile_save_store(struct hashstore *s, uint64_t epoch, int dirfd, const char *name);
+
+#endif
