@@ -65,6 +65,7 @@ static void set_error(struct json_scan *s, int duplicate, const char *fmt, ...)
         s->column += (b[i] & 0xC0) != 0x80;
     s->position = s->pos;
     s->duplicate = duplicate;
+    s->no_memory = 0;
     s->failed = 1;
 }
 
@@ -219,8 +220,10 @@ static int scan_number(struct json_scan *s)
     s->pos = p;
     char small[64], *text = small;
     size_t tlen = p - s->start;
-    if (tlen >= sizeof(small))
-        text = xmalloc(tlen + 1);
+    if (tlen >= sizeof(small) && !(text = malloc(tlen + 1))) {
+        json_scan_fail(s, JSON_ERR_NO_MEMORY); /* a number of tlen digits */
+        return s->tok = JSON_TOK_INVALID;
+    }
     memcpy(text, s->buf + s->start, tlen);
     text[tlen] = '\0';
     errno = 0;
@@ -291,11 +294,15 @@ int json_scan_fail(struct json_scan *s, enum json_scan_err e)
         [JSON_ERR_KEY_NUL] = "NUL byte in object key not supported",
         [JSON_ERR_VALUE_NUL] = "\\u0000 is not allowed without JSON_ALLOW_NUL",
         [JSON_ERR_DEPTH] = "maximum parsing depth reached",
+        [JSON_ERR_NO_MEMORY] = "out of memory",
     };
     const char *t = text[e];
     if (e == JSON_ERR_VALUE && s->tok == JSON_TOK_INVALID)
         t = "invalid token";
+    int was_failed = s->failed;
     set_error(s, e == JSON_ERR_DUPLICATE_KEY, "%s", t);
+    if (!was_failed)
+        s->no_memory = e == JSON_ERR_NO_MEMORY;
     return -1;
 }
 
@@ -374,7 +381,7 @@ int json_scan_value_start(struct json_scan *s)
 {
     switch (s->tok) {
     case JSON_TOK_STRING:
-        return s->str_nul ? json_scan_fail(s, JSON_ERR_VALUE_NUL) : 0;
+        return s->str_nul && !s->allow_nul ? json_scan_fail(s, JSON_ERR_VALUE_NUL) : 0;
     case JSON_TOK_INTEGER: case JSON_TOK_REAL: case JSON_TOK_TRUE: case JSON_TOK_FALSE:
     case JSON_TOK_NULL: case '{': case '[':
         return 0;
@@ -425,31 +432,51 @@ static int scan_array(struct json_scan *s, unsigned depth, unsigned max_depth)
     }
 }
 
-/* Keys without escapes are compared in place; the others are decoded into
- * copies that live until the object ends. */
+int json_scan_keys_add(struct json_scan *s, struct json_scan_keys *k)
+{
+    const char *key = s->buf + s->start + 1;
+    if (!k->map && !(k->map = strmap_try_new(8)))
+        return json_scan_fail(s, JSON_ERR_NO_MEMORY);
+    if (s->str_escaped) {
+        if (k->n_copies == k->cap_copies) {
+            size_t cap = k->cap_copies ? k->cap_copies * 2 : 8;
+            char **c = cap < SIZE_MAX / sizeof(*c) ? realloc(k->copies, cap * sizeof(*c)) : NULL;
+            if (!c)
+                return json_scan_fail(s, JSON_ERR_NO_MEMORY);
+            k->copies = c;
+            k->cap_copies = cap;
+        }
+        char *copy = malloc(s->str_len + 1);
+        if (!copy)
+            return json_scan_fail(s, JSON_ERR_NO_MEMORY);
+        json_scan_decode(s, copy, s->str_len);
+        k->copies[k->n_copies++] = copy;
+        key = copy;
+    }
+    int rc = strmap_try_put(k->map, key, s->str_len, NULL);
+    if (rc == -EEXIST)
+        return json_scan_fail(s, JSON_ERR_DUPLICATE_KEY);
+    return rc == 0 ? 0 : json_scan_fail(s, JSON_ERR_NO_MEMORY);
+}
+
+void json_scan_keys_free(struct json_scan_keys *k)
+{
+    strmap_free(k->map);
+    for (size_t i = 0; i < k->n_copies; i++)
+        free(k->copies[i]);
+    free(k->copies);
+    *k = (struct json_scan_keys)JSON_SCAN_KEYS_INIT;
+}
+
 static int scan_object(struct json_scan *s, unsigned depth, unsigned max_depth)
 {
     if (json_scan_next(s) == '}')
         return 0;
-    struct strmap *keys = strmap_new(8);
-    char **copies = NULL;
-    size_t n_copies = 0;
+    struct json_scan_keys keys = JSON_SCAN_KEYS_INIT;
     int rc = -1;
     for (;;) {
-        if (json_scan_key(s) != 0)
+        if (json_scan_key(s) != 0 || json_scan_keys_add(s, &keys) != 0)
             goto done;
-        const char *k = s->buf + s->start + 1;
-        if (s->str_escaped) {
-            char *c = xmalloc(s->str_len + 1);
-            json_scan_decode(s, c, s->str_len);
-            copies = xrealloc(copies, (n_copies + 1) * sizeof(*copies));
-            copies[n_copies++] = c;
-            k = c;
-        }
-        if (strmap_put(keys, k, s->str_len, NULL) != 0) {
-            json_scan_fail(s, JSON_ERR_DUPLICATE_KEY);
-            goto done;
-        }
         if (json_scan_colon(s) != 0 || json_scan_value(s, depth + 1, max_depth) != 0)
             goto done;
         int more = json_scan_more(s, '}');
@@ -459,10 +486,7 @@ static int scan_object(struct json_scan *s, unsigned depth, unsigned max_depth)
         }
     }
 done:
-    strmap_free(keys);
-    for (size_t i = 0; i < n_copies; i++)
-        free(copies[i]);
-    free(copies);
+    json_scan_keys_free(&keys);
     return rc;
 }
 

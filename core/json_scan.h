@@ -41,6 +41,7 @@ enum json_scan_err {
     JSON_ERR_KEY_NUL,       /* "NUL byte in object key not supported" */
     JSON_ERR_VALUE_NUL,     /* "\u0000 is not allowed without JSON_ALLOW_NUL" */
     JSON_ERR_DEPTH,         /* "maximum parsing depth reached" */
+    JSON_ERR_NO_MEMORY,     /* "out of memory": what the text holds needed more than there is */
 };
 
 #define JSON_SCAN_TEXT_MAX 160 /* jansson's JSON_ERROR_TEXT_LENGTH */
@@ -58,9 +59,12 @@ struct json_scan {
     int str_nul;            /* it decodes to a string holding a NUL (\u0000) */
     int64_t integer;        /* JSON_TOK_INTEGER */
     double real;            /* JSON_TOK_REAL */
+    int allow_nul;          /* set by the caller: string values may hold \u0000 (jansson's
+                             * JSON_ALLOW_NUL); keys never may */
     /* The first error; every later call then answers JSON_TOK_INVALID / -1. */
     int failed;
     int duplicate;          /* the error is a duplicate key */
+    int no_memory;          /* the error is JSON_ERR_NO_MEMORY: the text may well be valid */
     int line, column;       /* jansson's: 1-based line, characters since its start */
     size_t position;        /* bytes read when it happened */
     char text[JSON_SCAN_TEXT_MAX]; /* e.g. "'}' expected near ']'" */
@@ -85,7 +89,7 @@ int json_scan_fail_at(struct json_scan *s, enum json_scan_err e, size_t start, s
 size_t json_scan_decode(const struct json_scan *s, char *dst, size_t cap);
 
 /* Checks that the current token may start a value (and, for a string, that
- * it holds no NUL). Returns 0 or -1. */
+ * it holds no NUL unless allow_nul). Returns 0 or -1. */
 int json_scan_value_start(struct json_scan *s);
 
 /* Checks that the current token is a key (a string without NUL). */
@@ -98,9 +102,27 @@ int json_scan_colon(struct json_scan *s);
  * Returns 1 after ',' (with the next token read), 0 at the close, or -1. */
 int json_scan_more(struct json_scan *s, int close);
 
+/* The keys of one object being read, to find a duplicate: keys without
+ * escapes are compared in place, the others decoded into copies kept until
+ * json_scan_keys_free. Memory grows with the object, so it is fallible. */
+struct json_scan_keys {
+    struct strmap *map;     /* created at the first key */
+    char **copies;
+    size_t n_copies, cap_copies;
+};
+
+#define JSON_SCAN_KEYS_INIT {NULL, NULL, 0, 0}
+
+/* Adds the current token, a key already checked with json_scan_key. Returns
+ * 0, or -1 with the error set: JSON_ERR_DUPLICATE_KEY, or JSON_ERR_NO_MEMORY. */
+int json_scan_keys_add(struct json_scan *s, struct json_scan_keys *k);
+void json_scan_keys_free(struct json_scan_keys *k);
+
 /* Reads the whole value starting at the current token, rejecting duplicate
  * keys in its objects and nesting past max_depth (the value itself is at
- * `depth`). Leaves the scanner on the value's last token. Returns 0 or -1. */
+ * `depth`). Leaves the scanner on the value's last token. Returns 0 or -1;
+ * it allocates only for objects' keys, and running out of memory is an
+ * error (JSON_ERR_NO_MEMORY), never an abort. */
 int json_scan_value(struct json_scan *s, unsigned depth, unsigned max_depth);
 
 /* Validates a whole document like json_loadb(JSON_REJECT_DUPLICATES): one

@@ -65,11 +65,31 @@ static void shard_invalid(struct reg_model *m, const struct reg_file *f)
 {
     struct st_error e;
     size_t n = strlen(f->name);
+    /* Out of memory says nothing about the file: the model keeps that code. */
+    enum st_status code = f->error.code == ST_ERR_NO_MEMORY ? ST_ERR_NO_MEMORY : ST_ERR_SHARD_INVALID;
     if (strncmp(f->error.message, f->name, n) == 0 && f->error.message[n] == ':')
-        st_error_set(&e, ST_ERR_SHARD_INVALID, "%s", f->error.message);
+        st_error_set(&e, code, "%s", f->error.message);
     else
-        st_error_set(&e, ST_ERR_SHARD_INVALID, "%s: %s", f->name, f->error.message);
+        st_error_set(&e, code, "%s: %s", f->name, f->error.message);
     set_invalid(m, &e);
+}
+
+/* Marks m invalid because the memory for its n tensors (the count its
+ * files chose) could not be had: a resource error, so m is transient. The
+ * message names `file`, or when that is NULL the file holding the most. */
+static void tensors_out_of_memory(struct reg_model *m, const char *file, size_t n)
+{
+    struct st_error e;
+    size_t most = 0;
+    for (size_t i = 0; !file && i < m->n_files; i++)
+        if (m->files[i].header && m->files[i].header->n_tensors >= most) {
+            most = m->files[i].header->n_tensors;
+            file = m->files[i].name;
+        }
+    st_error_set(&e, ST_ERR_NO_MEMORY, "%s: not enough memory to index the model's %zu tensors",
+                 file ? file : m->name, n);
+    set_invalid(m, &e);
+    m->transient = 1;
 }
 
 /* Reads and parses the index file f. On failure f->error holds the reason. */
@@ -83,7 +103,12 @@ static struct st_index *load_index(struct reg_file *f)
                      f->name, (unsigned long long)f->st.size, (unsigned long long)ST_INDEX_MAX_LEN);
         return NULL;
     }
-    char *buf = xmalloc(f->st.size + 1);
+    char *buf = malloc(f->st.size + 1); /* up to 100 MB, the file's choice: fallible */
+    if (!buf) {
+        st_error_set(&f->error, ST_ERR_NO_MEMORY, "%s: not enough memory to read the %llu-byte index",
+                     f->name, (unsigned long long)f->st.size);
+        return NULL;
+    }
     int rc = fileio_pread_full(f->fd, buf, f->st.size, 0);
     if (rc != 0)
         st_error_set(&f->error, ST_ERR_IO, "%s: read: %s", f->name, strerror(-rc));
@@ -108,11 +133,15 @@ static int check_sharded(struct reg_model *m, const struct st_index *idx, const 
 {
     struct st_error e;
     int rc = -1;
-    struct strmap *mapped = strmap_new(idx->n_entries); /* tensor -> shard name */
-    struct strmap **held = xcalloc(idx->n_shards, sizeof(*held)); /* per shard: tensor -> st_tensor */
-    const struct reg_file **shard_file = xcalloc(idx->n_shards, sizeof(*shard_file));
-    struct strmap *shard_no = strmap_new(idx->n_shards); /* shard name -> index + 1 */
+    /* Sized by the files, so fallible; each map is sized for all it will
+     * hold, so the strmap_put calls below never allocate. */
+    struct strmap *mapped = strmap_try_new(idx->n_entries); /* tensor -> shard name */
+    struct strmap **held = calloc(idx->n_shards, sizeof(*held)); /* per shard: tensor -> st_tensor */
+    const struct reg_file **shard_file = calloc(idx->n_shards, sizeof(*shard_file));
+    struct strmap *shard_no = strmap_try_new(idx->n_shards); /* shard name -> index + 1 */
     size_t total = 0;
+    if (!mapped || !held || !shard_file || !shard_no)
+        goto oom;
 
     for (size_t i = 0; i < idx->n_shards; i++) {
         const char *sh = idx->shards[i];
@@ -125,7 +154,9 @@ static int check_sharded(struct reg_model *m, const struct st_index *idx, const 
         }
         shard_file[i] = f;
         strmap_put(shard_no, sh, strlen(sh), (void *)(uintptr_t)(i + 1));
-        held[i] = strmap_new(f->header->n_tensors);
+        held[i] = strmap_try_new(f->header->n_tensors);
+        if (!held[i])
+            goto oom;
         for (size_t k = 0; k < f->header->n_tensors; k++) {
             const struct st_tensor *t = &f->header->tensors[k];
             strmap_put(held[i], t->name, t->name_len, (void *)t);
@@ -162,7 +193,9 @@ static int check_sharded(struct reg_model *m, const struct st_index *idx, const 
     /* Every entry found in its shard and every shard tensor mapped to it:
      * the counts agree and names are unique. Files are sorted by name, so
      * walking them in order gives (file, begin) order. */
-    m->tensors = xmalloc((total ? total : 1) * sizeof(*m->tensors));
+    m->tensors = malloc((total ? total : 1) * sizeof(*m->tensors));
+    if (!m->tensors)
+        goto oom;
     size_t n = 0;
     for (size_t i = 0; i < m->n_files; i++) {
         const char *name = m->files[i].name;
@@ -171,8 +204,11 @@ static int check_sharded(struct reg_model *m, const struct st_index *idx, const 
     }
     m->n_tensors = n;
     rc = 0;
+    goto done;
+oom:
+    tensors_out_of_memory(m, index_name, idx->n_entries);
 done:
-    for (size_t i = 0; i < idx->n_shards; i++)
+    for (size_t i = 0; held && i < idx->n_shards; i++)
         strmap_free(held[i]);
     free(held);
     free(shard_file);
@@ -188,7 +224,11 @@ static void collect_unsharded(struct reg_model *m)
     for (size_t i = 0; i < m->n_files; i++)
         if (m->files[i].header)
             total += m->files[i].header->n_tensors;
-    m->tensors = xmalloc((total ? total : 1) * sizeof(*m->tensors));
+    m->tensors = malloc((total ? total : 1) * sizeof(*m->tensors));
+    if (!m->tensors) {
+        tensors_out_of_memory(m, NULL, total);
+        return;
+    }
     size_t n = 0;
     for (size_t i = 0; i < m->n_files; i++)
         if (m->files[i].header)
@@ -200,7 +240,11 @@ static void collect_unsharded(struct reg_model *m)
  * the sharded checks already exclude it). */
 static int index_tensors(struct reg_model *m)
 {
-    m->by_tensor = strmap_new(m->n_tensors);
+    m->by_tensor = strmap_try_new(m->n_tensors); /* sized: the puts never allocate */
+    if (!m->by_tensor) {
+        tensors_out_of_memory(m, NULL, m->n_tensors);
+        return -1;
+    }
     for (size_t i = 0; i < m->n_tensors; i++) {
         const struct reg_tensor *t = &m->tensors[i];
         if (strmap_put(m->by_tensor, t->t->name, t->t->name_len, (void *)t) != 0) {
@@ -247,8 +291,10 @@ static void validate_model(struct reg_model *m)
     if (n_index == 1) {
         m->index_file = index;
         idx = load_index(index);
-        if (!idx)
+        if (!idx) {
             set_invalid(m, &index->error);
+            m->transient |= index->error.code == ST_ERR_NO_MEMORY;
+        }
     }
     for (size_t i = 0; i < m->n_files; i++)
         if (m->files[i].is_safetensors && m->files[i].error.code != ST_OK)
@@ -304,7 +350,8 @@ static int open_file(struct reg_model *m, const char *dir, const char *name, str
             f->data_start = ST_PREFIX_LEN + f->header->header_len;
         } else {
             f->header = NULL;
-            m->transient |= f->error.code == ST_ERR_IO;
+            /* not a verdict on the file either: a later scan may read it */
+            m->transient |= f->error.code == ST_ERR_IO || f->error.code == ST_ERR_NO_MEMORY;
         }
     }
     return 1;

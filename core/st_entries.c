@@ -13,12 +13,14 @@
  * counts; a name, key or value is decoded straight to its place in it. */
 #include "st_entries.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "json_scan.h"
+#include "nameset.h"
 #include "strmap.h"
 #include "util.h"
 
@@ -145,65 +147,6 @@ static enum st_status check_entry(const char *file, struct st_error *err, const 
 #undef NM
 }
 
-/* The tensor names seen so far, for duplicates. Open addressing, at most half
- * full, over 8-byte slots: the top bits of the name's hash and its offset in
- * the string region + 1 (0 marks a free slot). A strmap slot takes 32 bytes,
- * which for 500,000 names was a quarter of the parse's memory and most of its
- * cache misses. The hash is seeded per parse, so no file can be made of names
- * that all land in one run of slots. */
-#define NAME_OFFSET_BITS 40
-#define NAME_OFFSET_MASK ((1ULL << NAME_OFFSET_BITS) - 1)
-struct names {
-    uint64_t *slots;
-    size_t mask;          /* slots - 1, a power of two minus one */
-    uint64_t seed;
-    const char *base;     /* the string region, where offsets count from */
-};
-
-static uint64_t name_hash(uint64_t seed, const char *s, size_t n)
-{
-    uint64_t h = seed ^ (n * 0x9E3779B97F4A7C15ULL), w;
-    for (; n >= 8; s += 8, n -= 8) {
-        memcpy(&w, s, 8);
-        h = (h ^ w) * 0xff51afd7ed558ccdULL;
-        h ^= h >> 32;
-    }
-    w = 0;
-    memcpy(&w, s, n);
-    h = (h ^ w) * 0xff51afd7ed558ccdULL;
-    h ^= h >> 33;
-    h *= 0xc4ceb9fe1a85ec53ULL;
-    return h ^ (h >> 33);
-}
-
-static void names_init(struct names *ns, size_t max, const char *base)
-{
-    size_t cap = 16;
-    while (cap / 2 < max)
-        cap *= 2;
-    ns->slots = xcalloc(cap, sizeof(*ns->slots));
-    ns->mask = cap - 1;
-    ns->base = base;
-    ns->seed = hash_seed(ns);
-}
-
-/* Adds a NUL-terminated name that lies in the string region, with its hash
- * from name_hash; returns -1 when it is already there. */
-static int names_add(struct names *ns, uint64_t h, const char *name, size_t len)
-{
-    uint64_t tag = h & ~NAME_OFFSET_MASK;
-    for (size_t i = (size_t)h & ns->mask;; i = (i + 1) & ns->mask) {
-        uint64_t v = ns->slots[i];
-        if (v == 0) {
-            ns->slots[i] = tag | (uint64_t)(name - ns->base + 1);
-            return 0;
-        }
-        const char *other = ns->base + (v & NAME_OFFSET_MASK) - 1;
-        if ((v & ~NAME_OFFSET_MASK) == tag && memcmp(other, name, len) == 0 && other[len] == '\0')
-            return -1;
-    }
-}
-
 /* One read: the scanner, the free room left in each region of the arena,
  * and the first entry errors, which wait until all the JSON has been read. */
 struct reader {
@@ -213,7 +156,7 @@ struct reader {
     size_t max_tensors, max_metadata;
     uint64_t *dims, *dims_end;    /* next free dimension */
     char *str, *str_end;          /* next free string byte */
-    struct names names;           /* top-level keys but __metadata__ */
+    struct nameset names;         /* top-level keys but __metadata__, for duplicates */
     int seen_metadata;
     struct st_error meta_err;     /* first __metadata__ error: reported before any tensor's */
     struct st_error tensor_err;   /* first tensor error in file order */
@@ -358,10 +301,10 @@ static int read_tensor(struct reader *r, const char *name, size_t nlen)
         e.has |= field;
         if (!field) {
             keep_string(r, klen);
-            if (!unknown)
-                unknown = strmap_new(4);
-            if (strmap_put(unknown, key, klen, NULL) != 0) {
-                json_scan_fail(js, JSON_ERR_DUPLICATE_KEY);
+            int added = (unknown || (unknown = strmap_try_new(4)))
+                            ? strmap_try_put(unknown, key, klen, NULL) : -ENOMEM;
+            if (added != 0) {
+                json_scan_fail(js, added == -EEXIST ? JSON_ERR_DUPLICATE_KEY : JSON_ERR_NO_MEMORY);
                 goto fail;
             }
             if (!e.unknown) {
@@ -403,7 +346,9 @@ static int read_metadata(struct reader *r)
     }
     if (json_scan_next(js) == '}')
         return 0;
-    struct strmap *keys = strmap_new(8);
+    struct strmap *keys = strmap_try_new(8); /* grows with the keys: fallible */
+    if (!keys)
+        return json_scan_fail(js, JSON_ERR_NO_MEMORY);
     int more = 1;
     while (more > 0) {
         size_t klen, vlen;
@@ -412,8 +357,9 @@ static int read_metadata(struct reader *r)
             break;
         char *key = peek_string(r, &klen);
         keep_string(r, klen);
-        if (strmap_put(keys, key, klen, NULL) != 0) {
-            json_scan_fail(js, JSON_ERR_DUPLICATE_KEY);
+        int added = strmap_try_put(keys, key, klen, NULL);
+        if (added != 0) {
+            json_scan_fail(js, added == -EEXIST ? JSON_ERR_DUPLICATE_KEY : JSON_ERR_NO_MEMORY);
             break;
         }
         if (json_scan_colon(js) != 0)
@@ -464,14 +410,15 @@ static int read_root(struct reader *r)
              * it now, look at it once the entry is read. A duplicate is still
              * reported at its key, before any error inside the entry. */
             size_t key_start = js->start, key_end = js->pos;
-            uint64_t h = name_hash(r->names.seed, name, nlen);
-            __builtin_prefetch(&r->names.slots[h & r->names.mask], 1);
+            uint64_t h = nameset_hash(&r->names, name, nlen);
+            nameset_prefetch(&r->names, h);
             keep_string(r, nlen);
             int bad = json_scan_colon(js) != 0 || read_tensor(r, name, nlen) != 0;
-            if (names_add(&r->names, h, name, nlen) != 0)
+            int added = nameset_add(&r->names, h, name, nlen, NULL); /* sized: never grows */
+            if (added == -EEXIST)
                 return json_scan_fail_at(js, JSON_ERR_DUPLICATE_KEY, key_start, key_end);
-            if (bad)
-                return -1;
+            if (bad || added != 0)
+                return added != 0 ? json_scan_fail(js, JSON_ERR_NO_MEMORY) : -1;
         }
         if ((more = json_scan_more(js, '}')) < 0)
             return -1;
@@ -482,8 +429,9 @@ static int read_root(struct reader *r)
 }
 
 /* Gives h one arena with room for what the pre-pass counted. Pages never
- * written to stay virtual: only what the header holds becomes resident. */
-static void alloc_arena(struct reader *r, const struct st_entries_room *room, size_t len)
+ * written to stay virtual: only what the header holds becomes resident.
+ * Returns -1 when it cannot be had (its size is the file's to choose). */
+static int alloc_arena(struct reader *r, const struct st_entries_room *room, size_t len)
 {
     struct st_header *h = r->h;
     r->max_tensors = room->entries + 1;
@@ -492,7 +440,10 @@ static void alloc_arena(struct reader *r, const struct st_entries_room *room, si
     size_t sz_t = r->max_tensors * sizeof(struct st_tensor);
     size_t sz_d = n_dims * sizeof(uint64_t);
     size_t sz_m = r->max_metadata * sizeof(struct st_kv);
-    char *arena = xmalloc(sz_t + sz_d + sz_m + len + 1);
+    /* Each count is below len, so none of these sums can overflow. */
+    char *arena = malloc(sz_t + sz_d + sz_m + len + 1);
+    if (!arena)
+        return -1;
     h->arena = arena;
     h->tensors = (struct st_tensor *)(void *)arena;
     r->dims = (uint64_t *)(void *)(arena + sz_t);
@@ -500,6 +451,7 @@ static void alloc_arena(struct reader *r, const struct st_entries_room *room, si
     h->metadata = (struct st_kv *)(void *)(arena + sz_t + sz_d);
     r->str = arena + sz_t + sz_d + sz_m;
     r->str_end = r->str + len + 1;
+    return 0;
 }
 
 enum st_status st_entries_read(const char *json, size_t len, const struct st_entries_room *room,
@@ -510,9 +462,18 @@ enum st_status st_entries_read(const char *json, size_t len, const struct st_ent
     json_scan_init(&r->js, json, len);
     r->file = file;
     r->h = h;
-    alloc_arena(r, room, len);
-    names_init(&r->names, room->entries + 1, r->str);
-    if (read_root(r) != 0 || r->js.failed) {
+    int ready = alloc_arena(r, room, len) == 0 &&
+                nameset_init(&r->names, room->entries + 1, r->str) == 0;
+    int bad = !ready || read_root(r) != 0 || r->js.failed;
+    if (!ready) {
+        rc = st_error_set(err, ST_ERR_NO_MEMORY,
+                          "%s: not enough memory to read the %zu-byte header (%zu entries)", file,
+                          len, room->entries);
+    } else if (bad && r->js.no_memory) {
+        rc = st_error_set(err, ST_ERR_NO_MEMORY,
+                          "%s: not enough memory to read the %zu-byte header (at line %d column %d)",
+                          file, len, r->js.line, r->js.column);
+    } else if (bad) {
         char txt[ST_NAME_SHOW * 2 + 4];
         rc = st_error_set(err, r->js.duplicate ? ST_ERR_DUPLICATE_KEY : ST_ERR_JSON,
                           "%s: header JSON line %d column %d: %s", file, r->js.line, r->js.column,
@@ -521,7 +482,7 @@ enum st_status st_entries_read(const char *json, size_t len, const struct st_ent
         const struct st_error *e = r->meta_err.code != ST_OK ? &r->meta_err : &r->tensor_err;
         rc = st_error_set(err, e->code, "%s", e->message);
     }
-    free(r->names.slots);
+    nameset_free(&r->names);
     free(r);
     return rc;
 }

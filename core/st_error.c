@@ -6,6 +6,7 @@
 static const char *const names[ST_STATUS_COUNT] = {
     [ST_OK] = "ok",
     [ST_ERR_IO] = "io_error",
+    [ST_ERR_NO_MEMORY] = "out_of_memory",
     [ST_ERR_HEADER_TOO_SMALL] = "header_too_small",
     [ST_ERR_HEADER_EMPTY] = "header_empty",
     [ST_ERR_HEADER_TOO_LARGE] = "header_too_large",

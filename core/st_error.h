@@ -8,6 +8,8 @@
 enum st_status {
     ST_OK = 0,
     ST_ERR_IO,                 /* read/open/stat failed (errno in the message) */
+    ST_ERR_NO_MEMORY,          /* not enough memory to read or check the file: the file
+                                * may be fine (a resource error, not a verdict on it) */
     /* safetensors files, in the order the reference crate checks them */
     ST_ERR_HEADER_TOO_SMALL,   /* file shorter than the 8-byte length prefix */
     ST_ERR_HEADER_EMPTY,       /* N == 0 */

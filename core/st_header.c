@@ -355,8 +355,13 @@ enum st_status st_header_read_fd(int fd, const char *file, size_t keep_max,
     }
     if ((rc = st_header_check_prefix(prefix, size, file, &n, err)) != ST_OK)
         return rc;
-    /* One buffer for prefix and JSON, so it can be kept as raw. */
-    unsigned char *buf = xmalloc(ST_PREFIX_LEN + (size_t)n);
+    /* One buffer for prefix and JSON, so it can be kept as raw. The file
+     * chooses its size (up to 100 MB): not having it is an answer, not an
+     * abort. */
+    unsigned char *buf = malloc(ST_PREFIX_LEN + (size_t)n);
+    if (!buf)
+        return st_error_set(err, ST_ERR_NO_MEMORY,
+                            "%s: not enough memory to read the %" PRIu64 "-byte header", c.file, n);
     memcpy(buf, prefix, ST_PREFIX_LEN);
     char *json = (char *)buf + ST_PREFIX_LEN;
     int r = fileio_pread_full(fd, json, (size_t)n, ST_PREFIX_LEN);

@@ -1,17 +1,28 @@
-/* st_index: *.safetensors.index.json parsing.
+/* st_index: *.safetensors.index.json parsing, in one pass over json_scan's
+ * tokens with no JSON tree (a 91 MB index took 820 MB and 8 s as a jansson
+ * tree; now its names and 40 bytes an entry).
  *
- * Checks before jansson sees the bytes: size cap, UTF-8, nesting depth (so a
- * deep document cannot exhaust the parser's stack). jansson then rejects
- * duplicate keys and trailing bytes. The result lives in one arena: the
- * entry array, the sorted shard-name array and every string. */
+ * Checks before the scan: size cap, UTF-8, nesting depth (so a deep
+ * document cannot exhaust the stack), no NUL byte. The scan then accepts and rejects
+ * what jansson's json_loadb(JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL |
+ * JSON_DECODE_ANY) did, with its messages, and the checks of the index's
+ * shape come after, in the order they were made on the tree: a JSON error
+ * anywhere is reported before any of them, so they are set aside while the
+ * rest of the text is read. Names are decoded straight into one string
+ * region (a decoded string is never longer than its JSON text, so the
+ * region is the text's size; pages never written stay virtual), equal shard
+ * names once. "metadata" is re-encoded into a strbuf as it is read. Every
+ * allocation is fallible: out of memory is ST_ERR_NO_MEMORY. */
 #include "st_index.h"
 
-#include <jansson.h>
+#include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "strmap.h"
+#include "json_scan.h"
+#include "nameset.h"
+#include "strbuf.h"
 #include "util.h"
 
 /* Length of the well-formed UTF-8 sequence at s[0..n), or 0. */
@@ -93,11 +104,13 @@ int st_index_path_ok(const char *path)
 }
 
 /* Largest nesting depth of arrays/objects in json[0..len), stopping early
- * once it exceeds limit. Strings are skipped with their escapes. */
-static unsigned max_depth(const char *json, size_t len, unsigned limit)
+ * once it exceeds limit. Strings are skipped with their escapes. *keys2
+ * gets the number of ':' at depth 2: weight_map's entries and a few more. */
+static unsigned max_depth(const char *json, size_t len, unsigned limit, size_t *keys2)
 {
     unsigned depth = 0, max = 0;
     int in_str = 0;
+    *keys2 = 0;
     for (size_t i = 0; i < len; i++) {
         char c = json[i];
         if (in_str) {
@@ -115,6 +128,8 @@ static unsigned max_depth(const char *json, size_t len, unsigned limit)
             }
         } else if ((c == '}' || c == ']') && depth > 0) {
             depth--;
+        } else if (c == ':') {
+            *keys2 += depth == 2;
         }
     }
     return max;
@@ -125,16 +140,295 @@ static int cmp_str(const void *a, const void *b)
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
+/* One parse: the scanner, the string region's free end, what has been read,
+ * and the first error of the index's shape, which waits for the JSON. */
+struct reader {
+    struct json_scan js;
+    const char *file;
+    char *str;                      /* next free byte of the string region */
+    struct st_index_entry *entries;
+    size_t n_entries, cap_entries;
+    const char **shards;            /* distinct shard names, in order of appearance */
+    size_t n_shards, cap_shards;
+    struct nameset tensors, shard_names;
+    struct strbuf meta;             /* "metadata", re-encoded */
+    int not_object, has_meta, meta_not_object, has_map, map_not_object;
+    struct st_error entry_err;      /* the first bad weight_map entry, in file order */
+};
+
+/* Decodes the current string, NUL-terminated, at the free end of the
+ * string region without claiming it; keep() claims it. */
+static char *peek_string(struct reader *r, size_t *len)
+{
+    *len = json_scan_decode(&r->js, r->str, r->js.str_len);
+    r->str[*len] = '\0';
+    return r->str;
+}
+
+static void keep(struct reader *r, size_t len)
+{
+    r->str += len + 1;
+}
+
+/* Appends one element to a growing array; -1 when it cannot grow. */
+static int push(void **arr, size_t *n, size_t *cap, size_t size, const void *elem)
+{
+    if (*n == *cap) {
+        size_t c = *cap ? *cap * 2 : 64;
+        void *p = c < SIZE_MAX / size ? realloc(*arr, c * size) : NULL;
+        if (!p)
+            return -1;
+        *arr = p;
+        *cap = c;
+    }
+    memcpy((char *)*arr + *n * size, elem, size);
+    (*n)++;
+    return 0;
+}
+
+static int copy_value(struct reader *r, unsigned depth);
+
+/* An array of "metadata", from its '[' (the checks are json_scan_value's). */
+static int copy_array(struct reader *r, unsigned depth)
+{
+    struct json_scan *js = &r->js;
+    strbuf_putc(&r->meta, '[');
+    if (json_scan_next(js) != ']') {
+        for (;;) {
+            if (js->tok == JSON_TOK_EOF)
+                return json_scan_fail(js, JSON_ERR_ARRAY_END);
+            if (copy_value(r, depth + 1) != 0)
+                return -1;
+            int more = json_scan_more(js, ']');
+            if (more <= 0) {
+                if (more < 0)
+                    return -1;
+                break;
+            }
+            strbuf_putc(&r->meta, ',');
+        }
+    }
+    strbuf_putc(&r->meta, ']');
+    return 0;
+}
+
+/* An object of "metadata", from its '{': keys in file order, each once. */
+static int copy_object(struct reader *r, unsigned depth)
+{
+    struct json_scan *js = &r->js;
+    struct json_scan_keys keys = JSON_SCAN_KEYS_INIT;
+    int rc = -1;
+    strbuf_putc(&r->meta, '{');
+    if (json_scan_next(js) != '}') {
+        for (;;) {
+            size_t n;
+            if (json_scan_key(js) != 0 || json_scan_keys_add(js, &keys) != 0)
+                goto done;
+            const char *key = peek_string(r, &n);
+            strbuf_json_string(&r->meta, key, n);
+            strbuf_putc(&r->meta, ':');
+            if (json_scan_colon(js) != 0 || copy_value(r, depth + 1) != 0)
+                goto done;
+            int more = json_scan_more(js, '}');
+            if (more < 0)
+                goto done;
+            if (!more)
+                break;
+            strbuf_putc(&r->meta, ',');
+        }
+    }
+    strbuf_putc(&r->meta, '}');
+    rc = 0;
+done:
+    json_scan_keys_free(&keys);
+    return rc;
+}
+
+/* A value inside "metadata", at `depth` as jansson counted, written to
+ * r->meta as json_dumps(JSON_COMPACT) writes it. */
+static int copy_value(struct reader *r, unsigned depth)
+{
+    struct json_scan *js = &r->js;
+    size_t n;
+    if (depth > JSON_SCAN_MAX_DEPTH)
+        return json_scan_fail(js, JSON_ERR_DEPTH);
+    if (json_scan_value_start(js) != 0)
+        return -1;
+    switch (js->tok) {
+    case JSON_TOK_STRING: {
+        const char *str = peek_string(r, &n);
+        strbuf_json_string(&r->meta, str, n);
+        return 0;
+    }
+    case JSON_TOK_INTEGER: strbuf_json_int(&r->meta, js->integer); return 0;
+    case JSON_TOK_REAL: strbuf_json_real(&r->meta, js->real); return 0;
+    case JSON_TOK_TRUE: strbuf_puts(&r->meta, "true"); return 0;
+    case JSON_TOK_FALSE: strbuf_puts(&r->meta, "false"); return 0;
+    case JSON_TOK_NULL: strbuf_puts(&r->meta, "null"); return 0;
+    case '[': return copy_array(r, depth);
+    default: return copy_object(r, depth);
+    }
+}
+
+/* The value of weight_map entry `name`, from its first token: a shard path
+ * is checked, kept once per distinct name, and the entry recorded. */
+static int read_entry(struct reader *r, const char *name, size_t nlen)
+{
+    struct json_scan *js = &r->js;
+    char sa[SHOW_MAX + 4], sb[SHOW_MAX + 4];
+    if (js->tok != JSON_TOK_STRING) {
+        if (json_scan_value(js, 3, JSON_SCAN_MAX_DEPTH) != 0)
+            return -1;
+        if (r->entry_err.code == ST_OK)
+            st_error_set(&r->entry_err, ST_ERR_INDEX_SHAPE,
+                         "%s: weight_map entry for tensor \"%s\" is not a string", r->file,
+                         show(name, nlen, sa));
+        return 0;
+    }
+    if (json_scan_value_start(js) != 0 || r->entry_err.code != ST_OK)
+        return r->js.failed ? -1 : 0; /* after a bad entry only the JSON matters */
+    size_t slen;
+    const char *shard = peek_string(r, &slen), *same;
+    const char *why = path_problem(shard, slen);
+    if (why) {
+        st_error_set(&r->entry_err, ST_ERR_INDEX_SHARD_PATH,
+                     "%s: shard path \"%s\" for tensor \"%s\" %s", r->file, show(shard, slen, sb),
+                     show(name, nlen, sa), why);
+        return 0;
+    }
+    /* A valid path holds no NUL, as the name set needs. */
+    int added = nameset_add(&r->shard_names, nameset_hash(&r->shard_names, shard, slen), shard,
+                            slen, &same);
+    if (added == 0) {
+        keep(r, slen);
+        same = shard;
+        if (push((void **)&r->shards, &r->n_shards, &r->cap_shards, sizeof(*r->shards), &same))
+            return json_scan_fail(js, JSON_ERR_NO_MEMORY);
+    } else if (added != -EEXIST) {
+        return json_scan_fail(js, JSON_ERR_NO_MEMORY);
+    }
+    struct st_index_entry e = {name, same};
+    if (push((void **)&r->entries, &r->n_entries, &r->cap_entries, sizeof(e), &e) != 0)
+        return json_scan_fail(js, JSON_ERR_NO_MEMORY);
+    return 0;
+}
+
+/* weight_map, from its '{'. Tensor names are keys, so they hold no NUL.
+ * The name's slot in the (big) set is a cache miss: it is fetched at the
+ * key and looked at after the value; a duplicate is still reported at its
+ * key, before any error inside the value, as jansson did. */
+static int read_map(struct reader *r)
+{
+    struct json_scan *js = &r->js;
+    if (json_scan_next(js) == '}')
+        return 0;
+    for (;;) {
+        size_t nlen;
+        if (json_scan_key(js) != 0)
+            return -1;
+        size_t key_start = js->start, key_end = js->pos;
+        const char *name = peek_string(r, &nlen);
+        uint64_t h = nameset_hash(&r->tensors, name, nlen);
+        nameset_prefetch(&r->tensors, h);
+        keep(r, nlen);
+        int bad = json_scan_colon(js) != 0 || read_entry(r, name, nlen) != 0;
+        int added = nameset_add(&r->tensors, h, name, nlen, NULL);
+        if (added == -EEXIST)
+            return json_scan_fail_at(js, JSON_ERR_DUPLICATE_KEY, key_start, key_end);
+        if (added != 0)
+            return json_scan_fail(js, JSON_ERR_NO_MEMORY);
+        if (bad)
+            return -1;
+        int more = json_scan_more(js, '}');
+        if (more <= 0)
+            return more;
+    }
+}
+
+/* The top-level object, from its '{'. */
+static int read_root(struct reader *r)
+{
+    struct json_scan *js = &r->js;
+    struct json_scan_keys keys = JSON_SCAN_KEYS_INIT;
+    int rc = -1;
+    if (json_scan_next(js) == '}')
+        return 0;
+    for (;;) {
+        size_t klen;
+        if (json_scan_key(js) != 0 || json_scan_keys_add(js, &keys) != 0)
+            goto done;
+        const char *key = peek_string(r, &klen);
+        int is_meta = klen == 8 && memcmp(key, "metadata", 8) == 0;
+        int is_map = klen == 10 && memcmp(key, "weight_map", 10) == 0;
+        if (json_scan_colon(js) != 0)
+            goto done;
+        int bad;
+        r->has_meta |= is_meta;
+        r->has_map |= is_map;
+        if (is_meta && js->tok == '{')
+            bad = copy_value(r, 2);
+        else if (is_map && js->tok == '{')
+            bad = read_map(r);
+        else {
+            r->meta_not_object |= is_meta;
+            r->map_not_object |= is_map;
+            bad = json_scan_value(js, 2, JSON_SCAN_MAX_DEPTH);
+        }
+        int more = bad ? -1 : json_scan_more(js, '}');
+        if (more <= 0) {
+            rc = more;
+            goto done;
+        }
+    }
+done:
+    json_scan_keys_free(&keys);
+    return rc;
+}
+
+/* The whole text: any JSON value (JSON_DECODE_ANY), then only whitespace. */
+static int read_document(struct reader *r)
+{
+    struct json_scan *js = &r->js;
+    if (json_scan_next(js) == '{') {
+        if (read_root(r) != 0)
+            return -1;
+    } else {
+        if (json_scan_value(js, 1, JSON_SCAN_MAX_DEPTH) != 0)
+            return -1;
+        r->not_object = 1;
+    }
+    if (json_scan_next(js) != JSON_TOK_EOF)
+        return json_scan_fail(js, JSON_ERR_TRAILING);
+    return 0;
+}
+
+/* The first error once the text is known to be JSON, in the order the
+ * checks were made on the tree; ST_OK when there is none. */
+static enum st_status shape_error(const struct reader *r, struct st_error *err)
+{
+    const char *file = r->file;
+    if (r->not_object)
+        return st_error_set(err, ST_ERR_INDEX_SHAPE, "%s: top level is not a JSON object", file);
+    if (r->meta_not_object)
+        return st_error_set(err, ST_ERR_INDEX_SHAPE, "%s: \"metadata\" is not an object", file);
+    if (!r->has_map)
+        return st_error_set(err, ST_ERR_INDEX_SHAPE, "%s: \"weight_map\" is missing", file);
+    if (r->map_not_object)
+        return st_error_set(err, ST_ERR_INDEX_SHAPE, "%s: \"weight_map\" is not an object", file);
+    if (r->tensors.count == 0)
+        return st_error_set(err, ST_ERR_INDEX_EMPTY, "%s: \"weight_map\" has no entries", file);
+    if (r->entry_err.code != ST_OK)
+        return st_error_set(err, r->entry_err.code, "%s", r->entry_err.message);
+    return ST_OK;
+}
+
 enum st_status st_index_parse(const char *json, size_t len, const char *file,
                               struct st_index **out, struct st_error *err)
 {
     enum st_status rc = ST_OK;
-    json_t *root = NULL;
-    char *meta = NULL;
-    struct strmap *distinct = NULL;
-    const char **uniq = NULL; /* distinct shard strings, owned by root */
-    struct st_index *idx = NULL;
-    char sa[SHOW_MAX + 4], sb[SHOW_MAX + 4];
+    char *region = NULL;
+    struct reader *r = NULL;
+    char txt[SHOW_MAX + 4];
 
     *out = NULL;
     if (!file)
@@ -144,122 +438,77 @@ enum st_status st_index_parse(const char *json, size_t len, const char *file,
                             file, len, (unsigned long long)ST_INDEX_MAX_LEN);
     if (!utf8_valid(json, len))
         return st_error_set(err, ST_ERR_INDEX_JSON, "%s: index is not valid UTF-8", file);
-    if (max_depth(json, len, ST_INDEX_MAX_DEPTH) > ST_INDEX_MAX_DEPTH)
+    size_t keys2;
+    if (max_depth(json, len, ST_INDEX_MAX_DEPTH, &keys2) > ST_INDEX_MAX_DEPTH)
         return st_error_set(err, ST_ERR_INDEX_JSON, "%s: JSON nesting deeper than %d", file,
                             ST_INDEX_MAX_DEPTH);
+    /* JSON has no raw NUL byte. jansson dropped one that followed a number
+     * or a word (and so accepted "1\0}"); json_scan needs them gone. */
+    const char *nul = memchr(json, '\0', len);
+    if (nul)
+        return st_error_set(err, ST_ERR_INDEX_JSON, "%s: index has a NUL byte at offset %zu", file,
+                            (size_t)(nul - json));
 
-    /* JSON_ALLOW_NUL lets "\u0000" in a shard path reach the path check and
-     * its precise message; jansson still refuses NUL in keys (tensor names). */
-    json_error_t jerr;
-    root = json_loadb(json, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL | JSON_DECODE_ANY, &jerr);
-    if (!root) {
-        /* jansson quotes the input near the error, possibly cut mid-sequence */
-        rc = st_error_set(err, ST_ERR_INDEX_JSON, "%s: line %d column %d: %s", file, jerr.line,
-                          jerr.column, show(jerr.text, strlen(jerr.text), sa));
+    /* Sized for the entries the pre-pass counted, as far as an entry of 32
+     * bytes (real ones are 60-100) would take: a file of tiny keys elsewhere
+     * cannot make this much bigger than itself; past it, the tables grow. */
+    size_t expect = keys2 < len / 32 ? keys2 : len / 32;
+    r = calloc(1, sizeof(*r));
+    region = malloc(len + 1);
+    if (!r || !region || nameset_init(&r->tensors, expect, region) != 0 ||
+        nameset_init(&r->shard_names, 0, region) != 0 ||
+        (expect && !(r->entries = malloc(expect * sizeof(*r->entries))))) {
+        rc = st_error_set(err, ST_ERR_NO_MEMORY,
+                          "%s: not enough memory to read the %zu-byte index", file, len);
         goto done;
     }
-    if (!json_is_object(root)) {
-        rc = st_error_set(err, ST_ERR_INDEX_SHAPE, "%s: top level is not a JSON object", file);
+    r->cap_entries = expect;
+    json_scan_init(&r->js, json, len);
+    r->js.allow_nul = 1; /* "\u0000" in a shard path gets the path check's message */
+    r->file = file;
+    r->str = region;
+    if (read_document(r) != 0 || r->js.failed || r->meta.failed) {
+        if (r->js.no_memory || r->meta.failed)
+            rc = st_error_set(err, ST_ERR_NO_MEMORY,
+                              "%s: not enough memory to read the %zu-byte index (at line %d)",
+                              file, len, r->js.line);
+        else
+            rc = st_error_set(err, ST_ERR_INDEX_JSON, "%s: line %d column %d: %s", file,
+                              r->js.line, r->js.column, show(r->js.text, strlen(r->js.text), txt));
         goto done;
     }
-    json_t *meta_v = json_object_get(root, "metadata");
-    if (meta_v) {
-        if (!json_is_object(meta_v)) {
-            rc = st_error_set(err, ST_ERR_INDEX_SHAPE, "%s: \"metadata\" is not an object", file);
-            goto done;
-        }
-        meta = json_dumps(meta_v, JSON_COMPACT | JSON_ENCODE_ANY);
-        if (!meta)
-            abort(); /* only fails on allocation */
-    }
-    json_t *map = json_object_get(root, "weight_map");
-    if (!map) {
-        rc = st_error_set(err, ST_ERR_INDEX_SHAPE, "%s: \"weight_map\" is missing", file);
+    if ((rc = shape_error(r, err)) != ST_OK)
+        goto done;
+    struct st_index *idx = calloc(1, sizeof(*idx));
+    char *meta = r->has_meta ? strbuf_detach(&r->meta, NULL) : NULL;
+    if (!idx || (r->has_meta && !meta)) {
+        free(idx);
+        free(meta);
+        rc = st_error_set(err, ST_ERR_NO_MEMORY,
+                          "%s: not enough memory to read the %zu-byte index", file, len);
         goto done;
     }
-    if (!json_is_object(map)) {
-        rc = st_error_set(err, ST_ERR_INDEX_SHAPE, "%s: \"weight_map\" is not an object", file);
-        goto done;
-    }
-    size_t n = json_object_size(map);
-    if (n == 0) {
-        rc = st_error_set(err, ST_ERR_INDEX_EMPTY, "%s: \"weight_map\" has no entries", file);
-        goto done;
-    }
-
-    /* Pass 1: check every entry, count bytes and distinct shards. */
-    distinct = strmap_new(16);
-    uniq = xmalloc(n * sizeof(*uniq));
-    size_t n_uniq = 0, bytes = 0;
-    const char *key;
-    size_t klen;
-    json_t *val;
-    json_object_keylen_foreach(map, key, klen, val)
-    {
-        if (!json_is_string(val)) {
-            rc = st_error_set(err, ST_ERR_INDEX_SHAPE,
-                              "%s: weight_map entry for tensor \"%s\" is not a string", file,
-                              show(key, klen, sa));
-            goto done;
-        }
-        const char *shard = json_string_value(val);
-        size_t slen = json_string_length(val);
-        const char *why = path_problem(shard, slen);
-        if (why) {
-            rc = st_error_set(err, ST_ERR_INDEX_SHARD_PATH,
-                              "%s: shard path \"%s\" for tensor \"%s\" %s", file,
-                              show(shard, slen, sb), show(key, klen, sa), why);
-            goto done;
-        }
-        bytes += klen + 1;
-        if (strmap_put(distinct, shard, slen, NULL) == 0) {
-            uniq[n_uniq++] = shard;
-            bytes += slen + 1;
-        }
-    }
-
-    /* Pass 2: one arena, [entries][shard pointers][strings]. */
-    size_t hdr = n * sizeof(struct st_index_entry) + n_uniq * sizeof(const char *);
-    char *arena = xmalloc(hdr + bytes);
-    idx = xcalloc(1, sizeof(*idx));
-    idx->arena = arena;
-    idx->entries = (struct st_index_entry *)(void *)arena;
-    idx->shards = (const char **)(void *)(arena + n * sizeof(struct st_index_entry));
-    idx->n_entries = n;
-    idx->n_shards = n_uniq;
-    char *sp = arena + hdr;
-    struct strmap *interned = strmap_new(n_uniq);
-    for (size_t i = 0; i < n_uniq; i++) {
-        size_t slen = strlen(uniq[i]);
-        memcpy(sp, uniq[i], slen + 1);
-        idx->shards[i] = sp;
-        strmap_put(interned, sp, slen, sp);
-        sp += slen + 1;
-    }
-    qsort(idx->shards, n_uniq, sizeof(*idx->shards), cmp_str);
-    size_t i = 0;
-    json_object_keylen_foreach(map, key, klen, val)
-    {
-        memcpy(sp, key, klen);
-        sp[klen] = '\0';
-        idx->entries[i].tensor = sp;
-        sp += klen + 1;
-        idx->entries[i].shard =
-            strmap_get(interned, json_string_value(val), json_string_length(val));
-        i++;
-    }
-    strmap_free(interned);
-    if (meta) {
-        idx->metadata_json = xstrdup(meta);
-    }
+    qsort(r->shards, r->n_shards, sizeof(*r->shards), cmp_str);
+    idx->n_entries = r->n_entries;
+    idx->entries = r->entries;
+    idx->n_shards = r->n_shards;
+    idx->shards = r->shards;
+    idx->metadata_json = meta;
+    idx->arena = region;
+    r->entries = NULL;
+    r->shards = NULL;
+    region = NULL;
     *out = idx;
-    idx = NULL;
 done:
-    free(meta);
-    free(uniq);
-    strmap_free(distinct);
-    json_decref(root);
-    st_index_free(idx);
+    if (r) {
+        nameset_free(&r->tensors);
+        nameset_free(&r->shard_names);
+        strbuf_release(&r->meta);
+        free(r->entries);
+        free(r->shards);
+        free(r);
+    }
+    free(region);
     if (rc == ST_OK && err)
         st_error_set(err, ST_OK, "%s", "");
     return rc;
@@ -270,6 +519,8 @@ void st_index_free(struct st_index *idx)
     if (!idx)
         return;
     free(idx->metadata_json);
+    free((void *)idx->entries);
+    free((void *)idx->shards);
     free(idx->arena);
     free(idx);
 }

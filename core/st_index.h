@@ -22,12 +22,15 @@ struct st_index {
     struct st_index_entry *entries; /* in file order */
     size_t n_shards;
     const char **shards;            /* distinct shard names, sorted */
-    char *metadata_json;            /* the "metadata" object re-encoded compactly, or NULL */
-    void *arena;
+    char *metadata_json;            /* the "metadata" object re-encoded compactly (as jansson's
+                                     * json_dumps(JSON_COMPACT) writes it), or NULL */
+    void *arena;                    /* the names' storage */
 };
 
 /* Parses json[0..len); `file` labels messages. ST_OK and a new index in *out
- * (caller frees with st_index_free), or an ST_ERR_INDEX_* code with err filled. */
+ * (caller frees with st_index_free), or an ST_ERR_INDEX_* code with err
+ * filled, or ST_ERR_NO_MEMORY when the index could not be held (the memory
+ * it takes is its names, about its own size, plus 40 bytes an entry). */
 enum st_status st_index_parse(const char *json, size_t len, const char *file,
                               struct st_index **out, struct st_error *err);
 void st_index_free(struct st_index *idx);

@@ -4,6 +4,9 @@
  * and growing never rehashes a key. */
 #include "strmap.h"
 
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -56,6 +59,24 @@ struct strmap *strmap_new(size_t expected)
     return m;
 }
 
+struct strmap *strmap_try_new(size_t expected)
+{
+    if (expected > SIZE_MAX / 4 / sizeof(struct strmap_slot))
+        return NULL;
+    struct strmap *m = malloc(sizeof(*m));
+    if (!m)
+        return NULL;
+    m->cap = cap_for(expected);
+    m->count = 0;
+    m->seed = hash_seed(m);
+    m->slots = calloc(m->cap, sizeof(*m->slots));
+    if (!m->slots) {
+        free(m);
+        return NULL;
+    }
+    return m;
+}
+
 static void insert_slot(struct strmap_slot *slots, size_t cap, const struct strmap_slot *s)
 {
     size_t mask = cap - 1;
@@ -67,16 +88,20 @@ static void insert_slot(struct strmap_slot *slots, size_t cap, const struct strm
     }
 }
 
-static void grow(struct strmap *m)
+/* Doubles the table; -1 (the map unchanged) when that cannot be allocated. */
+static int grow(struct strmap *m)
 {
     size_t ncap = m->cap * 2;
-    struct strmap_slot *ns = xcalloc(ncap, sizeof(*ns));
+    struct strmap_slot *ns = ncap > m->cap ? calloc(ncap, sizeof(*ns)) : NULL;
+    if (!ns)
+        return -1;
     for (size_t i = 0; i < m->cap; i++)
         if (m->slots[i].key)
             insert_slot(ns, ncap, &m->slots[i]);
     free(m->slots);
     m->slots = ns;
     m->cap = ncap;
+    return 0;
 }
 
 static const struct strmap_slot *find(const struct strmap *m, const char *key, size_t len,
@@ -92,20 +117,30 @@ static const struct strmap_slot *find(const struct strmap *m, const char *key, s
     }
 }
 
-int strmap_put(struct strmap *m, const char *key, size_t len, void *value)
+int strmap_try_put(struct strmap *m, const char *key, size_t len, void *value)
 {
     /* A NULL key would mark its slot empty; the empty key is "" instead. */
     if (!key)
         key = "";
     uint64_t h = slot_hash(m, key, len);
     if (find(m, key, len, h))
-        return -1;
-    if ((m->count + 1) * 2 > m->cap)
-        grow(m);
+        return -EEXIST;
+    if ((m->count + 1) * 2 > m->cap && grow(m) != 0)
+        return -ENOMEM;
     struct strmap_slot s = { key, len, h, value };
     insert_slot(m->slots, m->cap, &s);
     m->count++;
     return 0;
+}
+
+int strmap_put(struct strmap *m, const char *key, size_t len, void *value)
+{
+    int rc = strmap_try_put(m, key, len, value);
+    if (rc == -ENOMEM) {
+        fprintf(stderr, "tensord: out of memory growing a %zu-entry map\n", m->count);
+        abort();
+    }
+    return rc == 0 ? 0 : -1;
 }
 
 void *strmap_get(const struct strmap *m, const char *key, size_t len)

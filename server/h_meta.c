@@ -1,6 +1,7 @@
 /* JSON endpoints: the model list, one model's description, the merged header,
  * readiness and metrics. */
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +10,7 @@
 #include "handlers.h"
 #include "hasher.h"
 #include "metrics.h"
+#include "model_doc.h"
 #include "respond.h"
 #include "util.h"
 
@@ -39,27 +41,6 @@ static json_t *hashes_json(size_t known, size_t files)
 static json_t *error_json(const struct st_error *e)
 {
     return json_pack("{s:s,s:s}", "code", st_status_name(e->code), "message", e->message);
-}
-
-static json_t *shape_json(const uint64_t *shape, uint32_t ndim)
-{
-    json_t *a = json_array();
-    for (uint32_t i = 0; i < ndim; i++)
-        json_array_append_new(a, json_integer((json_int_t)shape[i]));
-    return a;
-}
-
-static json_t *offsets_json(uint64_t begin, uint64_t end)
-{
-    return json_pack("[I,I]", (json_int_t)begin, (json_int_t)end);
-}
-
-/* Encodes and frees doc; NULL when it cannot be encoded. */
-static char *dump_json(json_t *doc)
-{
-    char *text = doc ? json_dumps(doc, JSON_COMPACT) : NULL;
-    json_decref(doc);
-    return text;
 }
 
 static json_t *gpu_summary(struct server *srv, const struct reg_model *m)
@@ -107,83 +88,30 @@ enum MHD_Result handle_models(struct MHD_Connection *conn, struct request *rq,
     return respond_json(conn, rq, MHD_HTTP_OK, doc, NULL);
 }
 
-/* The description of a model (GET /v1/models/{model}) with the hashes
- * known so far. Once all are known it cannot change for the model's
- * lifetime and is rendered once (handle_model). */
-static char *render_model(const struct reg_model *m)
+/* Never renders: registry_model_doc answers NULL through it when the
+ * document is not cached yet. */
+static char *not_cached(const struct reg_model *m)
 {
-    json_t *files = json_array(), *metadata = json_object(), *tensors = json_object();
-    size_t known = 0;
-    for (size_t i = 0; i < m->n_files; i++) {
-        const struct reg_file *f = &m->files[i];
-        char etag[REG_ETAG_MAX], sha[2 * DIGEST_SHA256_LEN + 1];
-        reg_file_etag(f, etag);
-        int hashed = reg_file_sha256_hex(f, sha);
-        known += (size_t)hashed;
-        json_t *o = json_pack("{s:s,s:I,s:s}", "name", f->name, "size", (json_int_t)f->st.size,
-                              "etag", etag);
-        if (!o)
-            continue;
-        json_object_set_new(o, "header_length", f->header ? json_integer((json_int_t)f->header->header_len)
-                                                          : json_null());
-        json_object_set_new(o, "sha256", hashed ? json_string(sha) : json_null());
-        if (f->is_safetensors && f->error.code != ST_OK)
-            json_object_set_new(o, "error", error_json(&f->error));
-        json_array_append_new(files, o);
-        if (f->header && f->header->has_metadata) {
-            json_t *md = json_object();
-            for (size_t k = 0; k < f->header->n_metadata; k++)
-                json_object_set_new(md, f->header->metadata[k].key,
-                                    json_string(f->header->metadata[k].value));
-            json_object_set_new(metadata, f->name, md);
-        }
-    }
-    for (size_t i = 0; i < m->n_tensors; i++) {
-        const struct reg_tensor *t = &m->tensors[i];
-        const struct st_tensor *st = t->t;
-        json_object_set_new(tensors, st->name,
-                            json_pack("{s:s,s:o,s:s,s:o,s:I}", "dtype", dtype_info(st->dtype)->name,
-                                      "shape", shape_json(st->shape, st->ndim), "file",
-                                      t->file->name, "data_offsets",
-                                      offsets_json(st->begin, st->end), "nbytes",
-                                      (json_int_t)(st->end - st->begin)));
-    }
-    json_t *doc = json_pack("{s:s,s:s,s:b,s:I,s:I,s:o,s:o,s:o}", "name", m->name, "state",
-                            m->state == MODEL_READY ? "ready" : "invalid", "sharded", m->sharded,
-                            "tensor_count", (json_int_t)m->n_tensors, "bytes",
-                            (json_int_t)m->tensor_bytes, "files", files, "metadata", metadata,
-                            "tensors", tensors);
-    if (m->index_file)
-        json_object_set_new(doc, "index", json_string(m->index_file->name));
-    if (m->state != MODEL_READY)
-        json_object_set_new(doc, "error", error_json(&m->error));
-    json_object_set_new(doc, "hashes", hashes_json(known, m->n_files));
-    return dump_json(doc);
+    (void)m;
+    return NULL;
 }
 
-/* The merged header of all shards (GET /v1/models/{model}/header), rendered
- * once per snapshot: for thousands of tensors building it is milliseconds of
- * jansson work, and it only changes when the registry does. */
-static char *render_header(const struct reg_model *m)
+/* One document is rendered at a time, process-wide: a burst of first
+ * requests for a model with a million tensors (or for many such models)
+ * then costs one document's memory at a time, and the requests queued
+ * behind the render find it cached. */
+static pthread_mutex_t g_render_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Rendering fails only when memory runs out: a condition of the host, not
+ * of the model, so the answer says to try again. */
+static enum MHD_Result respond_no_memory(struct MHD_Connection *conn, struct request *rq,
+                                         const struct reg_model *m, enum reg_doc_kind kind)
 {
-    json_t *doc = json_object(), *md = json_object();
-    json_object_set_new(doc, "__metadata__", md);
-    /* Shards usually repeat the same metadata; the first file to set a key wins. */
-    for (size_t i = 0; i < m->n_files; i++) {
-        const struct st_header *h = m->files[i].header;
-        for (size_t k = 0; h && k < h->n_metadata; k++)
-            if (!json_object_get(md, h->metadata[k].key))
-                json_object_set_new(md, h->metadata[k].key, json_string(h->metadata[k].value));
-    }
-    for (size_t i = 0; i < m->n_tensors; i++) {
-        const struct st_tensor *st = m->tensors[i].t;
-        json_object_set_new(doc, st->name,
-                            json_pack("{s:s,s:o,s:o,s:s}", "dtype", dtype_info(st->dtype)->name,
-                                      "shape", shape_json(st->shape, st->ndim), "data_offsets",
-                                      offsets_json(st->begin, st->end), "file",
-                                      m->tensors[i].file->name));
-    }
-    return dump_json(doc);
+    return respond_error(conn, rq, MHD_HTTP_SERVICE_UNAVAILABLE, "out_of_memory",
+                         "not enough memory to render the %s of model \"%.300s\" "
+                         "(%zu tensors); try again later",
+                         kind == REG_DOC_MODEL ? "description" : "merged header", m->name,
+                         m->n_tensors);
 }
 
 /* Answers with the model's cached document; the response keeps the model
@@ -193,10 +121,14 @@ static enum MHD_Result respond_model_doc(struct MHD_Connection *conn, struct req
                                          char *(*render)(const struct reg_model *m))
 {
     size_t len;
-    const char *text = registry_model_doc(m, kind, render, &len);
+    const char *text = registry_model_doc(m, kind, not_cached, &len);
+    if (!text) {
+        pthread_mutex_lock(&g_render_lock);
+        text = registry_model_doc(m, kind, render, &len);
+        pthread_mutex_unlock(&g_render_lock);
+    }
     if (!text)
-        return respond_error(conn, rq, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal",
-                             "could not encode model \"%.300s\" as JSON", m->name);
+        return respond_no_memory(conn, rq, m, kind);
     char etag[40];
     doc_etag(text, len, etag, sizeof(etag));
     return respond_json_text(conn, rq, text, len, etag, m);
@@ -206,20 +138,22 @@ enum MHD_Result handle_model(struct MHD_Connection *conn, struct request *rq,
                              const struct reg_model *m)
 {
     if (model_hashes_known(m) == m->n_files)
-        return respond_model_doc(conn, rq, m, REG_DOC_MODEL, render_model);
-    /* Still hashing: rendered for this answer only. */
-    char *text = render_model(m), etag[40];
+        return respond_model_doc(conn, rq, m, REG_DOC_MODEL, model_doc_description);
+    /* Still hashing: rendered for this answer only (one at a time too). */
+    pthread_mutex_lock(&g_render_lock);
+    char *text = model_doc_description(m), etag[40];
+    pthread_mutex_unlock(&g_render_lock);
     if (!text)
-        return respond_error(conn, rq, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal",
-                             "could not encode model \"%.300s\" as JSON", m->name);
-    doc_etag(text, strlen(text), etag, sizeof(etag));
-    return respond_json_text(conn, rq, text, strlen(text), etag, NULL);
+        return respond_no_memory(conn, rq, m, REG_DOC_MODEL);
+    size_t len = strlen(text);
+    doc_etag(text, len, etag, sizeof(etag));
+    return respond_json_text(conn, rq, text, len, etag, NULL);
 }
 
 enum MHD_Result handle_model_header(struct MHD_Connection *conn, struct request *rq,
                                     const struct reg_model *m)
 {
-    return respond_model_doc(conn, rq, m, REG_DOC_HEADER, render_header);
+    return respond_model_doc(conn, rq, m, REG_DOC_HEADER, model_doc_header);
 }
 
 enum MHD_Result handle_healthz(struct MHD_Connection *conn, struct request *rq)

@@ -3,7 +3,9 @@
  * parsed index must satisfy its documented invariants (shards sorted,
  * distinct, safe, shared by pointer with the entries; metadata re-encoded as
  * a JSON object), and every error must be an index code with a UTF-8 message
- * (users see it verbatim inside JSON responses). */
+ * (users see it verbatim inside JSON responses). And it is differential: the
+ * jansson-based parser it replaced (tests/ref/) must give the same status,
+ * message, entries, shards and metadata for every input. */
 #include <jansson.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -12,6 +14,8 @@
 
 #include "st_index.h"
 #include "util.h"
+
+#include "../ref/st_index_compare.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -63,6 +67,11 @@ static void check_index(const struct st_index *idx)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+    char why[1024];
+    if (st_index_compare((const char *)data, size, why, sizeof(why)) != 0) {
+        fprintf(stderr, "differs from the jansson parser: %s\n", why);
+        abort();
+    }
     struct st_index *idx = NULL;
     struct st_error err;
     enum st_status rc = st_index_parse((const char *)data, size, "fuzz.index.json", &idx, &err);

@@ -17,6 +17,8 @@ API (for the tests):
   make_test_models(root) -> Manifest: {model: {tensor: Tensor(dtype, shape, data)}}
   test_manifest() -> the same Manifest without writing anything
   make_big(path, rows, cols, dtype="U8")
+  make_many_tensors(path, count, ...)   a valid header of `count` tensors (~100 bytes each)
+  make_big_index_model(dir, count, ...) a valid sharded model with a big index
 """
 import argparse
 import collections
@@ -182,6 +184,63 @@ def make_big(path, rows=32768, cols=65536, dtype="U8", name="w", mtime=FIXED_MTI
     if mtime is not None:
         os.utime(path, (mtime, mtime))
     return 8 + len(hdr) + nb
+
+
+def _many_tensors_header(names, shape, first_offset=0, metadata=None):
+    """Header bytes (padded to 8) for U8 tensors of one shape, in order."""
+    nb = nelems(shape)
+    dims = ",".join(str(int(d)) for d in shape).encode()
+    parts = [b"{"]
+    if metadata is not None:
+        parts.append(json.dumps({"__metadata__": metadata}, separators=(",", ":")).encode()[1:-1])
+    off = first_offset
+    for name in names:
+        parts.append(b'%s"%s":{"dtype":"U8","shape":[%s],"data_offsets":[%d,%d]}' % (
+            b"," if len(parts) > 1 else b"", name, dims, off, off + nb))
+        off += nb
+    parts.append(b"}")
+    hdr = b"".join(parts)
+    return hdr + b" " * (-len(hdr) % 8)
+
+
+def many_tensor_names(count, fmt="model.layers.%07d.self_attn.q_proj.weight"):
+    """`count` distinct ASCII tensor names (bytes), as big models name them."""
+    pat = fmt.encode()
+    return [pat % i for i in range(count)]
+
+
+def make_many_tensors(path, count, shape=(1,), fmt="model.layers.%07d.self_attn.q_proj.weight",
+                      metadata=None, mtime=FIXED_MTIME):
+    """A valid file of `count` U8 tensors of one shape (data all 0x01), written
+    fast enough for headers of ~100 MB (a million tensors). Returns the header
+    length N."""
+    names = many_tensor_names(count, fmt)
+    hdr = _many_tensors_header(names, shape, metadata=metadata)
+    _write(path, struct.pack("<Q", len(hdr)) + hdr + b"\x01" * (count * nelems(shape)), mtime)
+    return len(hdr)
+
+
+def make_big_index_model(directory, count, shards=2, fmt="model.layers.%07d.mlp.gate_proj.weight",
+                         held=None, mtime=FIXED_MTIME):
+    """A sharded model of `count` U8[1] tensors spread over `shards` shards,
+    with an indented model.safetensors.index.json as transformers writes it
+    (a million tensors make an index of ~90 MB). Valid, unless `held` is
+    given: then each shard holds only the first `held` tensors the index
+    maps to it (the model is invalid, tensor_not_in_shard, once the whole
+    index has been read). Returns the index's size in bytes."""
+    names = many_tensor_names(count, fmt)
+    per = -(-count // shards)
+    files = ["model-%05d-of-%05d.safetensors" % (k + 1, shards) for k in range(shards)]
+    for k, fname in enumerate(files):
+        part = names[k * per:(k + 1) * per][:held]
+        hdr = _many_tensors_header(part, (1,))
+        _write(os.path.join(directory, fname),
+               struct.pack("<Q", len(hdr)) + hdr + b"\x02" * len(part), mtime)
+    body = b",\n".join(b'    "%s": "%s"' % (n, files[i // per].encode()) for i, n in enumerate(names))
+    index = (b'{\n  "metadata": {\n    "total_size": %d\n  },\n  "weight_map": {\n' % count +
+             body + b"\n  }\n}\n")
+    _write(os.path.join(directory, "model.safetensors.index.json"), index, mtime)
+    return len(index)
 
 
 # ---------------------------------------------------------------------------

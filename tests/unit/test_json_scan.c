@@ -3,6 +3,7 @@
  * target fuzz_json_scan compares it with jansson itself. */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "json_scan.h"
 #include "test.h"
@@ -297,6 +298,97 @@ TEST(depth)
     CHECK(json_scan_next(&s) == JSON_TOK_EOF);
 }
 
+TEST(allow_nul_in_values_only)
+{
+    struct json_scan s;
+    const char *t = "{\"k\":[\"a\\u0000b\"]}";
+    CHECK_STR(fails(&s, t), "\\u0000 is not allowed without JSON_ALLOW_NUL near '\"a\\u0000b\"'");
+    json_scan_init(&s, t, strlen(t));
+    s.allow_nul = 1;
+    CHECK(json_scan_document(&s) == 0);
+    /* a key never may hold one */
+    t = "{\"k\\u0000\":1}";
+    json_scan_init(&s, t, strlen(t));
+    s.allow_nul = 1;
+    CHECK(json_scan_document(&s) == -1);
+    CHECK_STR(s.text, "NUL byte in object key not supported near '\"k\\u0000\"'");
+}
+
+TEST(keys_find_duplicates_through_escapes)
+{
+    /* "a\u0062" and "ab" are one key */
+    struct json_scan s;
+    const char *t = "{\"x\":1,\"a\\u0062\":2,\"ab\":3}";
+    CHECK_STR(fails(&s, t), "duplicate object key near '\"ab\"'");
+    CHECK(s.duplicate && !s.no_memory);
+    /* the same through the keys API, as a caller reading its own object does */
+    json_scan_init(&s, "\"q\\\"\" \"q\\u0022\" \"r\"", 19);
+    struct json_scan_keys k = JSON_SCAN_KEYS_INIT;
+    CHECK(json_scan_next(&s) == JSON_TOK_STRING && json_scan_keys_add(&s, &k) == 0);
+    CHECK(json_scan_next(&s) == JSON_TOK_STRING && json_scan_keys_add(&s, &k) == -1);
+    CHECK(s.duplicate);
+    json_scan_keys_free(&k);
+    json_scan_keys_free(&k); /* freeing twice is harmless: it resets */
+}
+
+static size_t vm_size_bytes(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    size_t kib = 0;
+    while (f && fgets(line, sizeof(line), f))
+        if (sscanf(line, "VmSize: %zu kB", &kib) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return kib * 1024;
+}
+
+TEST(out_of_memory_is_an_error)
+{
+#if defined(__SANITIZE_ADDRESS__)
+    printf("  SKIP: ASan needs its address space, no RLIMIT_AS test\n");
+    return;
+#endif
+    /* An object of 1.5M keys needs a 128 MB key table; a 200k-digit number
+     * a 200 KB copy. Under a tight address-space limit both fail cleanly. */
+    size_t n = 1500000, cap = n * 16 + 16, len = 0;
+    char *t = xmalloc(cap);
+    t[len++] = '{';
+    for (size_t i = 0; i < n; i++)
+        len += (size_t)snprintf(t + len, cap - len, "%s\"%zu\":0", i ? "," : "", i);
+    t[len++] = '}';
+    size_t digits = 200000;
+    char *num = xmalloc(digits + 8);
+    memcpy(num, "[0.", 3);
+    memset(num + 3, '7', digits);
+    memcpy(num + 3 + digits, "]", 2);
+    struct rlimit old, tight;
+    CHECK(getrlimit(RLIMIT_AS, &old) == 0);
+    tight = old;
+    tight.rlim_cur = vm_size_bytes() + (16 << 20);
+    CHECK(setrlimit(RLIMIT_AS, &tight) == 0);
+    struct json_scan s;
+    json_scan_init(&s, t, len);
+    int rc = json_scan_document(&s);
+    tight.rlim_cur = vm_size_bytes();
+    setrlimit(RLIMIT_AS, &tight); /* not a byte more for the number */
+    struct json_scan s2;
+    json_scan_init(&s2, num, strlen(num));
+    int rc2 = json_scan_document(&s2);
+    CHECK(setrlimit(RLIMIT_AS, &old) == 0);
+    CHECK(rc == -1 && s.failed && s.no_memory && !s.duplicate);
+    CHECK_CONTAINS(s.text, "out of memory");
+    CHECK(rc2 == -1 && s2.no_memory);
+    /* with room, both are fine */
+    json_scan_init(&s, t, len);
+    CHECK(json_scan_document(&s) == 0);
+    json_scan_init(&s2, num, strlen(num));
+    CHECK(json_scan_document(&s2) == 0);
+    free(t);
+    free(num);
+}
+
 int main(void)
 {
     RUN(tokens);
@@ -310,5 +402,8 @@ int main(void)
     RUN(first_error_wins);
     RUN(fail_at);
     RUN(depth);
+    RUN(allow_nul_in_values_only);
+    RUN(keys_find_duplicates_through_escapes);
+    RUN(out_of_memory_is_an_error);
     return TEST_SUMMARY();
 }

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "st_header.h"
@@ -670,6 +671,66 @@ TEST(read_fd)
     CHECK_CONTAINS(e.message, strerror(EBADF));
 }
 
+static size_t vm_size_bytes(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    size_t kib = 0;
+    while (f && fgets(line, sizeof(line), f))
+        if (sscanf(line, "VmSize: %zu kB", &kib) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return kib * 1024;
+}
+
+/* Out of memory at each step of reading a big header (the read buffer, the
+ * arena, the name table) is ST_ERR_NO_MEMORY naming the file, never an
+ * abort; with room again the same file is valid. */
+TEST(read_fd_out_of_memory)
+{
+#if defined(__SANITIZE_ADDRESS__)
+    printf("  SKIP: ASan needs its address space, no RLIMIT_AS test\n");
+    return;
+#endif
+    size_t n = 200000, cap = n * 80 + 16, len = 1;
+    char *json = xmalloc(cap);
+    json[0] = '{';
+    for (size_t i = 0; i < n; i++)
+        len += (size_t)snprintf(json + len, cap - len,
+                                "%s\"t%07zu\":{\"dtype\":\"U8\",\"shape\":[1,1],\"data_offsets\":[%zu,%zu]}",
+                                i ? "," : "", i, i, i + 1);
+    json[len++] = '}';
+    json[len] = '\0';
+    int fd = temp_file(json, UINT64_MAX, n, 0);
+    free(json);
+    CHECK(fd >= 0);
+    struct rlimit old, tight;
+    CHECK(getrlimit(RLIMIT_AS, &old) == 0);
+    /* the buffer is 12 MB, the arena ~30 MB, the name table 4 MB */
+    static const size_t room_mib[] = {1, 8, 16, 24, 32, 40};
+    for (size_t k = 0; k < ARRAY_LEN(room_mib); k++) {
+        tight = old;
+        tight.rlim_cur = vm_size_bytes() + (room_mib[k] << 20);
+        CHECK(setrlimit(RLIMIT_AS, &tight) == 0);
+        struct st_header *h = (struct st_header *)1;
+        struct st_error e;
+        enum st_status rc = st_header_read_fd(fd, "big.safetensors", 0, &h, &e);
+        CHECK(setrlimit(RLIMIT_AS, &old) == 0);
+        if (rc != ST_ERR_NO_MEMORY)
+            fprintf(stderr, "  %zu MiB of room: %s %s\n", room_mib[k], st_status_name(rc), e.message);
+        CHECK(rc == ST_ERR_NO_MEMORY);
+        CHECK(h == NULL);
+        CHECK_CONTAINS(e.message, "big.safetensors: not enough memory to read the");
+    }
+    struct st_header *h = NULL;
+    struct st_error e;
+    CHECK(st_header_read_fd(fd, "big.safetensors", 0, &h, &e) == ST_OK);
+    CHECK(h && h->n_tensors == n);
+    st_header_free(h);
+    close(fd);
+}
+
 /* keep_max: the validated prefix and JSON are kept only when they fit. */
 TEST(read_fd_keeps_raw)
 {
@@ -722,5 +783,6 @@ int main(void)
     RUN(negative_and_huge_numbers);
     RUN(messages);
     RUN(read_fd);
+    RUN(read_fd_out_of_memory);
     return TEST_SUMMARY();
 }

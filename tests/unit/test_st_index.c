@@ -1,10 +1,13 @@
 /* st_index: a valid index in all its parts, then one test per error code
  * and per shard path rule, checking the message names file, tensor, value. */
 #include <stdlib.h>
+#include <sys/resource.h>
 
 #include "st_index.h"
 #include "test.h"
 #include "util.h"
+
+#include "../ref/st_index_compare.h"
 
 static enum st_status parse(const char *json, struct st_index **idx, struct st_error *err)
 {
@@ -248,6 +251,191 @@ TEST(large_index)
     free(j);
 }
 
+TEST(raw_nul_byte)
+{
+    /* jansson dropped a NUL after a number and accepted this */
+    const char j[] = "{\"weight_map\":{\"a\":\"x\"},\"n\":1\0}";
+    struct st_index *idx = NULL;
+    struct st_error err;
+    CHECK(st_index_parse(j, sizeof(j) - 1, "m.safetensors.index.json", &idx, &err) ==
+          ST_ERR_INDEX_JSON);
+    CHECK(idx == NULL);
+    CHECK_CONTAINS(err.message, "NUL byte at offset 29");
+}
+
+TEST(metadata_reencoded_as_jansson_writes_it)
+{
+    struct st_index *idx;
+    struct st_error err;
+    CHECK(parse("{\"metadata\":{\"r\":1E+5,\"z\":-0,\"s\":\"\\u00e9\\/\\u0000\\ud83d\\ude00\","
+                "\"e\":{},\"a\":[ ]},\"weight_map\":{\"t\":\"x\"}}", &idx, &err) == ST_OK);
+    CHECK_STR(idx->metadata_json,
+              "{\"r\":100000.0,\"z\":0,\"s\":\"\xc3\xa9/\\u0000\xf0\x9f\x98\x80\",\"e\":{},\"a\":[]}");
+    st_index_free(idx);
+}
+
+static size_t vm_size_bytes(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    size_t kib = 0;
+    while (f && fgets(line, sizeof(line), f))
+        if (sscanf(line, "VmSize: %zu kB", &kib) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return kib * 1024;
+}
+
+TEST(out_of_memory_is_reported)
+{
+#if defined(__SANITIZE_ADDRESS__)
+    printf("  SKIP: ASan needs its address space, no RLIMIT_AS test\n");
+    return;
+#endif
+    size_t n = 300000, cap = n * 64 + 64, len = 0;
+    char *j = xmalloc(cap);
+    len += (size_t)sprintf(j, "{\"weight_map\":{");
+    for (size_t i = 0; i < n; i++)
+        len += (size_t)sprintf(j + len, "%s\"model.layers.%zu.w\":\"model-%05zu.safetensors\"",
+                               i ? "," : "", i, i % 7);
+    len += (size_t)sprintf(j + len, "}}");
+    struct rlimit old, tight;
+    CHECK(getrlimit(RLIMIT_AS, &old) == 0);
+    /* a few MB: the index needs about 25 */
+    for (size_t room = 1 << 20; room <= (8u << 20); room *= 2) {
+        tight = old;
+        tight.rlim_cur = vm_size_bytes() + room;
+        CHECK(setrlimit(RLIMIT_AS, &tight) == 0);
+        struct st_index *idx = (struct st_index *)1;
+        struct st_error err;
+        enum st_status rc = st_index_parse(j, len, "big.index.json", &idx, &err);
+        CHECK(setrlimit(RLIMIT_AS, &old) == 0);
+        CHECK(rc == ST_ERR_NO_MEMORY);
+        CHECK(idx == NULL);
+        CHECK_CONTAINS(err.message, "big.index.json: not enough memory");
+    }
+    struct st_index *idx;
+    struct st_error err;
+    CHECK(st_index_parse(j, len, "big.index.json", &idx, &err) == ST_OK);
+    CHECK_EQ_U64(idx->n_entries, n);
+    st_index_free(idx);
+    free(j);
+}
+
+/* ---- against the jansson-based parser it replaced ---- */
+
+static unsigned rnd(unsigned *seed, unsigned n)
+{
+    return (unsigned)rand_r(seed) % n;
+}
+
+static const char *const NAME_PARTS[] = {
+    "model", ".layers.", "0", "17", ".weight", "caf\xc3\xa9", "\xe6\x97\xa5", "\xf0\x9f\x98\x80",
+    "\\\"", "\\\\", "\\n", "\\u00e9", "\\ud83d\\ude00", "\\/", "a/b", " ", "\\u0041", "\\t",
+};
+static const char *const SHARDS[] = {
+    "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors", "x.safetensors",
+    "caf\xc3\xa9.safetensors", "a\\u002fb", "../up", "", "a\\u0000b", "sub/x", "\\\\", ".", "x\\ny",
+};
+static const char *const META_VALUES[] = {
+    "24", "-0", "1.5", "1e5", "1E-7", "-2.5e300", "0.1", "true", "false", "null", "\"s\"",
+    "\"\\u0000\"", "\"\\ud83d\\ude00\\/\\u001f\"", "[]", "{}", "[1,[2,[3]],{\"k\":\"v\"}]",
+    "{\"a\":{\"b\":[null,1.0,\"x\"]}}", "9223372036854775807", "-9223372036854775808", "1e-400",
+};
+
+/* A random index, valid or nearly: names with escapes, every kind of
+ * metadata value, sometimes other keys, sometimes odd whitespace. */
+static size_t gen_index(unsigned *seed, char *out, size_t cap)
+{
+    size_t n = 0;
+#define PUT(...) (n += (size_t)snprintf(out + n, cap > n ? cap - n : 0, __VA_ARGS__))
+    const char *ws = rnd(seed, 3) ? "" : " \n\t";
+    PUT("%s{", ws);
+    int parts = 0;
+    if (rnd(seed, 2)) {
+        PUT("\"metadata\":%s{", ws);
+        int k = (int)rnd(seed, 4);
+        for (int i = 0; i < k; i++)
+            PUT("%s\"k%d%s\":%s", i ? "," : "", i, rnd(seed, 4) ? "" : "\\u00e9",
+                META_VALUES[rnd(seed, ARRAY_LEN(META_VALUES))]);
+        PUT("}");
+        parts++;
+    }
+    if (rnd(seed, 5) == 0)
+        PUT("%s\"other\":[1,{\"x\":true}]", parts++ ? "," : "");
+    PUT("%s\"weight_map\":{", parts++ ? "," : "");
+    int entries = (int)rnd(seed, 6);
+    for (int i = 0; i < entries; i++) {
+        PUT("%s\"t%d", i ? "," : "", i);
+        for (int p = (int)rnd(seed, 3); p > 0; p--)
+            PUT("%s", NAME_PARTS[rnd(seed, ARRAY_LEN(NAME_PARTS))]);
+        unsigned sh = rnd(seed, 10) ? rnd(seed, 4) : rnd(seed, ARRAY_LEN(SHARDS));
+        PUT("\":%s\"%s\"", ws, SHARDS[sh]);
+    }
+    PUT("}}%s", ws);
+#undef PUT
+    return n < cap ? n : cap - 1;
+}
+
+static const char *const INSERTS[] = {
+    "{", "}", "[", "]", ":", ",", "\"", "\\", " ", "-", "0", "1", "e", ".", "true", "null", "\x01",
+    "\xc3\xa9", "\xff", "\xed\xa0\x80", "\\u0000", "\\ud800", "\"weight_map\":{}", "\"metadata\":1",
+    "\"t0\":\"x\"", "1e999", "99999999999999999999", "\t", "\n", "/", "\x7f",
+};
+
+/* One random edit of buf[0..n) (capacity cap): delete, insert or replace. */
+static size_t mutate(unsigned *seed, char *buf, size_t n, size_t cap)
+{
+    size_t at = n ? rnd(seed, (unsigned)n + 1) : 0;
+    switch (rnd(seed, 3)) {
+    case 0: { /* delete 1-3 bytes */
+        size_t k = 1 + rnd(seed, 3);
+        if (at + k > n)
+            k = n - at;
+        memmove(buf + at, buf + at + k, n - at - k);
+        return n - k;
+    }
+    case 1: { /* insert a token */
+        const char *t = INSERTS[rnd(seed, ARRAY_LEN(INSERTS))];
+        size_t k = strlen(t);
+        if (n + k >= cap)
+            return n;
+        memmove(buf + at + k, buf + at, n - at);
+        memcpy(buf + at, t, k);
+        return n + k;
+    }
+    default: /* replace a byte */
+        if (at < n)
+            buf[at] = (char)rnd(seed, 256);
+        return n;
+    }
+}
+
+TEST(agrees_with_the_jansson_parser)
+{
+    unsigned seed = 20240611;
+    char buf[4096], why[1024];
+    int cases = 0, valid = 0, differ = 0;
+    for (int i = 0; i < 30000; i++) {
+        size_t n = gen_index(&seed, buf, sizeof(buf));
+        for (int m = (int)rnd(&seed, 4); m > 0; m--)
+            n = mutate(&seed, buf, n, sizeof(buf));
+        cases++;
+        struct st_index *idx = NULL;
+        struct st_error e;
+        valid += st_index_parse(buf, n, "x", &idx, &e) == ST_OK;
+        st_index_free(idx);
+        if (st_index_compare(buf, n, why, sizeof(why)) != 0) {
+            if (++differ <= 10)
+                fprintf(stderr, "  input %.*s\n    %s\n", (int)n, buf, why);
+        }
+    }
+    printf("  %d cases against the jansson parser (%d valid), %d differ\n", cases, valid, differ);
+    CHECK(differ == 0);
+    CHECK(valid > 3000);
+}
+
 int main(void)
 {
     RUN(valid);
@@ -261,5 +449,9 @@ int main(void)
     RUN(path_ok);
     RUN(long_names_in_messages);
     RUN(large_index);
+    RUN(raw_nul_byte);
+    RUN(metadata_reencoded_as_jansson_writes_it);
+    RUN(out_of_memory_is_reported);
+    RUN(agrees_with_the_jansson_parser);
     return TEST_SUMMARY();
 }

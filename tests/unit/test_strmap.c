@@ -1,5 +1,6 @@
 /* strmap: put/get, duplicates, keys that differ only in length or one
  * byte, growth from a tiny size hint, and 500k keys in well under a second. */
+#include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <time.h>
@@ -116,6 +117,28 @@ TEST(half_million_keys)
     free(len);
 }
 
+TEST(fallible_variants)
+{
+    /* try_new: up to `expected` keys go in without the table growing */
+    struct strmap *m = strmap_try_new(1000);
+    CHECK(m != NULL);
+    char keys[1000][8];
+    for (int i = 0; i < 1000; i++) {
+        snprintf(keys[i], sizeof(keys[i]), "k%d", i);
+        CHECK(strmap_try_put(m, keys[i], strlen(keys[i]), keys[i]) == 0);
+    }
+    CHECK(strmap_try_put(m, "k7", 2, NULL) == -EEXIST);
+    CHECK(strmap_get(m, "k7", 2) == keys[7]);
+    /* past it, the table grows (and could fail with -ENOMEM, unchanged) */
+    CHECK(strmap_try_put(m, "extra", 5, NULL) == 0);
+    CHECK_EQ_U64(strmap_count(m), 1001);
+    CHECK(strmap_get(m, "k999", 4) == keys[999]);
+    strmap_free(m);
+    /* a count no table can hold is refused, not attempted */
+    CHECK(strmap_try_new(SIZE_MAX / 2) == NULL);
+    CHECK(strmap_try_new((size_t)1 << 62) == NULL);
+}
+
 int main(void)
 {
     RUN(basic);
@@ -124,5 +147,6 @@ int main(void)
     RUN(null_map);
     RUN(collisions);
     RUN(half_million_keys);
+    RUN(fallible_variants);
     return TEST_SUMMARY();
 }
