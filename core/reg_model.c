@@ -293,7 +293,7 @@ static void validate_model(struct reg_model *m)
         idx = load_index(index);
         if (!idx) {
             set_invalid(m, &index->error);
-            m->transient |= index->error.code == ST_ERR_NO_MEMORY;
+            m->transient |= index->error.code == ST_ERR_NO_MEMORY || index->error.code == ST_ERR_IO;
         }
     }
     for (size_t i = 0; i < m->n_files; i++)
@@ -560,7 +560,8 @@ const struct reg_file *registry_find_file(const struct reg_model *m, const char 
 }
 
 const char *registry_model_doc(const struct reg_model *m, enum reg_doc_kind kind,
-                               char *(*render)(const struct reg_model *m), size_t *len)
+                               char *(*render)(const struct reg_model *m), size_t *len,
+                               uint64_t *hash)
 {
     /* The model is otherwise immutable; the cache is its one lazily filled
      * part, published with a compare-and-swap. */
@@ -572,8 +573,10 @@ const char *registry_model_doc(const struct reg_model *m, enum reg_doc_kind kind
             return NULL;
         size_t n = strlen(mine);
         char *expected = NULL;
-        /* Every renderer stores the same length: the document is deterministic. */
+        /* Every renderer stores the same length and hash: the document is
+         * deterministic. */
         atomic_store_explicit(&d->len, n, memory_order_relaxed);
+        atomic_store_explicit(&d->hash, hash_fnv1a(mine, n, HASH_FNV_SEED), memory_order_relaxed);
         if (atomic_compare_exchange_strong_explicit(&d->text, &expected, mine,
                                                     memory_order_acq_rel, memory_order_acquire)) {
             text = mine;
@@ -583,5 +586,7 @@ const char *registry_model_doc(const struct reg_model *m, enum reg_doc_kind kind
         }
     }
     *len = atomic_load_explicit(&d->len, memory_order_relaxed);
+    if (hash)
+        *hash = atomic_load_explicit(&d->hash, memory_order_relaxed);
     return text;
 }

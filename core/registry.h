@@ -91,6 +91,7 @@ struct reg_model {
     struct reg_doc {
         _Atomic(char *) text;
         _Atomic size_t len;    /* valid once text is non-NULL */
+        _Atomic uint64_t hash; /* FNV-1a of the text, likewise (its ETag) */
     } docs[REG_DOC_COUNT];
 };
 
@@ -182,9 +183,11 @@ int reg_file_etag_weak(const struct reg_file *f);
 /* Returns the cached document `kind` of m, rendering it with render(m) (a
  * new NUL-terminated string, or NULL on failure) the first time. Safe from
  * any thread: if two render at once, one copy is kept. The text lives as long
- * as the model; *len gets its length. */
+ * as the model; *len gets its length and *hash (when not NULL) the FNV-1a
+ * hash of its bytes, computed once. */
 const char *registry_model_doc(const struct reg_model *m, enum reg_doc_kind kind,
-                               char *(*render)(const struct reg_model *m), size_t *len);
+                               char *(*render)(const struct reg_model *m), size_t *len,
+                               uint64_t *hash);
 
 struct registry *registry_ref(struct registry *r);
 void registry_unref(struct registry *r);

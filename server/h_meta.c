@@ -121,16 +121,17 @@ static enum MHD_Result respond_model_doc(struct MHD_Connection *conn, struct req
                                          char *(*render)(const struct reg_model *m))
 {
     size_t len;
-    const char *text = registry_model_doc(m, kind, not_cached, &len);
+    uint64_t hash;
+    const char *text = registry_model_doc(m, kind, not_cached, &len, &hash);
     if (!text) {
         pthread_mutex_lock(&g_render_lock);
-        text = registry_model_doc(m, kind, render, &len);
+        text = registry_model_doc(m, kind, render, &len, &hash);
         pthread_mutex_unlock(&g_render_lock);
     }
     if (!text)
         return respond_no_memory(conn, rq, m, kind);
     char etag[40];
-    doc_etag(text, len, etag, sizeof(etag));
+    snprintf(etag, sizeof(etag), "\"m%016" PRIx64 "\"", hash); /* as doc_etag, hashed once */
     return respond_json_text(conn, rq, text, len, etag, m);
 }
 
