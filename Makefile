@@ -19,6 +19,7 @@ CUDA       ?= auto
 CUDA_PATH  ?= /usr/local/cuda
 SANITIZER  ?=
 FUZZ_SECONDS ?= 10
+.DEFAULT_GOAL := all
 
 ifeq ($(SANITIZER),)
 BUILD      ?= build
@@ -136,10 +137,19 @@ test-cuda-double: deps
 	  $(CUDA_DOUBLE_BUILD)/libtensord-client.so $(CUDA_DOUBLE_BUILD)/cuda-double/libcuda.so.1
 	@TENSORD_CUDA_BUILD=$(CUDA_DOUBLE_BUILD) $(PYTHON) tests/cuda_double/run.py
 
-.PHONY: all deps deps-apt run test test-cuda-double cuda-double unit fuzz fuzz-smoke install clean integration print-% bench bench-header bench-leases bench-remote bench-sha256 bench-hash soak tsan-test dist
+.PHONY: FORCE all deps deps-apt run test test-cuda-double cuda-double unit fuzz fuzz-smoke install clean integration print-% bench bench-header bench-leases bench-remote bench-sha256 bench-hash soak tsan-test dist
 all: $(BUILD)/tensord $(BUILD)/libtensord-client.so $(BUILD)/tensord-client
 
-$(BUILD)/obj/%.o: %.c
+# The flags a build directory was compiled with: objects depend on this
+# file, which is rewritten only when the flags change (make CUDA=no after a
+# CUDA build, CFLAGS=...), so one directory never mixes two configurations.
+BUILD_FLAGS := $(CC) $(CPPFLAGS) $(ALL_CFLAGS) $(LDFLAGS) $(LDLIBS)
+$(BUILD)/flags: FORCE
+	@mkdir -p $(dir $@)
+	@echo '$(subst ','\'',$(BUILD_FLAGS))' | cmp -s - $@ || echo '$(subst ','\'',$(BUILD_FLAGS))' > $@
+FORCE:
+
+$(BUILD)/obj/%.o: %.c $(BUILD)/flags
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -MMD -MP -c $< -o $@
 
@@ -152,7 +162,7 @@ $(BUILD)/tensord: $(SERVER_OBJ) $(BUILD)/libtensord-core.a
 
 # The client library is position-independent and links only libc (+dl for CUDA).
 CLIENT_PIC_OBJ := $(CLIENT_SRC:%.c=$(BUILD)/pic/%.o)
-$(BUILD)/pic/%.o: %.c
+$(BUILD)/pic/%.o: %.c $(BUILD)/flags
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -fPIC -fvisibility=hidden -MMD -MP -c $< -o $@
 # It links nothing of core (whose allocation wrappers abort on OOM): a
