@@ -1,7 +1,9 @@
 #include "st_error.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 static const char *const names[ST_STATUS_COUNT] = {
     [ST_OK] = "ok",
@@ -39,13 +41,78 @@ static const char *const names[ST_STATUS_COUNT] = {
     [ST_ERR_DUPLICATE_TENSOR] = "duplicate_tensor",
     [ST_ERR_MULTIPLE_INDEXES] = "multiple_indexes",
     [ST_ERR_NAME_CONFLICT] = "name_conflict",
+    [ST_ERR_INVALID_ARGUMENT] = "invalid_argument",
+    [ST_ERR_NOT_FOUND] = "not_found",
+    [ST_ERR_CONFLICT] = "conflict",
+    [ST_ERR_NO_DEVICE] = "no_device",
+    [ST_ERR_DEVICE] = "device_error",
+    [ST_ERR_DEVICE_MEMORY] = "device_out_of_memory",
+    [ST_ERR_LIMIT] = "limit_reached",
 };
+
+int st_status_errno(enum st_status s)
+{
+    switch (s) {
+    case ST_OK:
+        return 0;
+    case ST_ERR_IO:
+    case ST_ERR_DEVICE:
+        return -EIO;
+    case ST_ERR_NO_MEMORY:
+        return -ENOMEM;
+    case ST_ERR_NOT_FOUND:
+    case ST_ERR_SHARD_MISSING:
+        return -ENOENT;
+    case ST_ERR_NO_DEVICE:
+        return -ENODEV;
+    case ST_ERR_DEVICE_MEMORY:
+        return -ENOSPC;
+    case ST_ERR_CONFLICT:
+        return -EBUSY;
+    case ST_ERR_LIMIT:
+        return -EAGAIN;
+    default:
+        return -EINVAL;
+    }
+}
 
 const char *st_status_name(enum st_status s)
 {
     if ((int)s < 0 || s >= ST_STATUS_COUNT || !names[s])
         return "unknown_error";
     return names[s];
+}
+
+static void set_message(struct st_error *err, enum st_status code, const char *fmt, va_list ap)
+{
+    err->code = code;
+    vsnprintf(err->message, sizeof(err->message), fmt, ap);
+}
+
+int st_error_fail(struct st_error *err, enum st_status code, const char *fmt, ...)
+{
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        set_message(err, code, fmt, ap);
+        va_end(ap);
+    }
+    return st_status_errno(code);
+}
+
+int st_error_errno(struct st_error *err, int errnum, const char *fmt, ...)
+{
+    if (errnum <= 0)
+        errnum = EIO;
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        set_message(err, errnum == ENOMEM ? ST_ERR_NO_MEMORY : ST_ERR_IO, fmt, ap);
+        va_end(ap);
+        size_t n = strlen(err->message);
+        snprintf(err->message + n, sizeof(err->message) - n, ": %s", strerror(errnum));
+    }
+    return -errnum;
 }
 
 enum st_status st_error_set(struct st_error *err, enum st_status code, const char *fmt, ...)

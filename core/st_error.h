@@ -1,7 +1,18 @@
-/* st_error: the one error enum shared by every parser and the registry,
- * with a message that names the file, the tensor and the offending value.
- * Users see the message verbatim; the name (st_status_name) is the stable
- * machine-readable code. */
+/* st_error: the one error convention of core/.
+ *
+ * A core function that can fail returns an int: 0 (or a count) on success,
+ * a negative errno on failure. When its caller needs more than the errno (a
+ * user will read why), it takes an optional `struct st_error *err` as its
+ * last argument and fills it on failure: a code from the one enum below and
+ * a message that names the file, the tensor and the offending value. Users
+ * see the message verbatim; the name (st_status_name) is the stable
+ * machine-readable code; server/ alone maps codes to HTTP statuses.
+ *
+ *     if (bad)
+ *         return st_error_fail(err, ST_ERR_DTYPE, "%s: tensor %s: ...", ...);
+ *
+ * st_error_fail returns the errno that goes with the code (st_status_errno),
+ * so a caller that only propagates failure never looks at the code. */
 #ifndef TENSORD_ST_ERROR_H
 #define TENSORD_ST_ERROR_H
 
@@ -45,6 +56,14 @@ enum st_status {
     ST_ERR_DUPLICATE_TENSOR,   /* a tensor name appears in two files of one model */
     ST_ERR_MULTIPLE_INDEXES,   /* several *.safetensors.index.json in one directory */
     ST_ERR_NAME_CONFLICT,      /* NAME.safetensors at the root and a directory NAME/ */
+    /* requests and resources (the daemon's own operations) */
+    ST_ERR_INVALID_ARGUMENT,   /* a request, option or argument out of its domain */
+    ST_ERR_NOT_FOUND,          /* no such model, tensor, instance or device */
+    ST_ERR_CONFLICT,           /* the object is in a state that forbids the operation */
+    ST_ERR_NO_DEVICE,          /* no GPU, no driver, or a device that cannot be used */
+    ST_ERR_DEVICE,             /* a device call failed (the driver's message follows) */
+    ST_ERR_DEVICE_MEMORY,      /* not enough device memory, or over the configured budget */
+    ST_ERR_LIMIT,              /* a configured limit (leases, connections, sizes) is reached */
     ST_STATUS_COUNT
 };
 
@@ -55,6 +74,21 @@ struct st_error {
 
 /* Stable machine-readable name of a status, e.g. "invalid_offset". */
 const char *st_status_name(enum st_status s);
+
+/* The negative errno that goes with a code: -EIO, -ENOMEM, -ENOENT,
+ * -ENODEV, -ENOSPC, -EBUSY, -EAGAIN, and -EINVAL for everything that is a
+ * verdict on the input. 0 for ST_OK. */
+int st_status_errno(enum st_status s);
+
+/* Fills err (when non-NULL) and returns st_status_errno(code). */
+int st_error_fail(struct st_error *err, enum st_status code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* For a failed system call: code ST_ERR_NO_MEMORY when errnum is ENOMEM,
+ * ST_ERR_IO otherwise; the message gets ": strerror(errnum)" appended.
+ * Returns -errnum. */
+int st_error_errno(struct st_error *err, int errnum, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 /* Fills err (when non-NULL) and returns code, so callers can write
  * `return st_error_set(err, ST_ERR_DTYPE, "...", ...);`. */
