@@ -40,6 +40,15 @@ enum request_reject { REJECT_NONE, REJECT_TOO_MANY_PARAMS, REJECT_TARGET_TOO_LON
 
 struct conn;
 
+/* A Hugging Face answer that waits for content hashes (server/h_hub.c):
+ * its connection is suspended until the hasher calls back. */
+enum request_wait {
+    WAIT_NONE,
+    WAIT_SUSPENDED,             /* suspended; the hasher's callback resumes it */
+    WAIT_RESUMED,               /* resumed: the next handler call dispatches again */
+    WAIT_DONE,                  /* dispatched again: answer with what there is, never wait twice */
+};
+
 /* Per-request state, created when the request line arrives. */
 struct request {
     struct server *srv;
@@ -68,6 +77,9 @@ struct request {
     const char *target;         /* libmicrohttpd's copy of the target (in its line buffer) */
     size_t target_len;          /* its length up to the first NUL, as first seen */
     enum request_reject reject;
+    struct MHD_Connection *mhd; /* the connection, for resuming it from another thread */
+    atomic_int wait;            /* enum request_wait */
+    atomic_int wait_result;     /* enum hasher_result, once resumed */
 };
 
 /* Records that rq's answer sends file st with sendfile, so that a write to
