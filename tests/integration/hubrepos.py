@@ -46,7 +46,8 @@ def make_repos(root, big_bytes=11 * 1024 * 1024):
 
     cfg = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "n_embd": 8}
     put_st("single", "model.safetensors",
-           [_tensor(rng, "wte.weight", "F32", (16, 8)), _tensor(rng, "ln.bias", "F16", (8,))])
+           [_tensor(rng, "wte.weight", "F32", (16, 8)), _tensor(rng, "ln.bias", "F16", (8,)),
+            _tensor(rng, "emb/ü \"q\".weight", "F32", (3, 2))])
     put("single", "config.json", json.dumps(cfg).encode())
     put("single", "README.md", "# single\n\nA tiny repo. Ünïcödé too.\n".encode())
 
