@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "json_scan.h"
+#include "strmap.h"
 #include "util.h"
 
 static enum hub_req_status fail(char *err, size_t errlen, enum hub_req_status st,
@@ -69,35 +70,44 @@ static enum hub_req_status parse_json(const char *text, size_t len, struct hub_p
     if (memchr(text, '\0', len) || !utf8_valid(text, len))
         return fail(err, errlen, HUB_REQ_BAD, "the body is not UTF-8 text without NUL bytes");
     json_scan_init(&s, text, len);
-    if (json_scan_next(&s) != '{')
-        goto json_error;
-    int seen_paths = 0;
+    if (json_scan_next(&s) != '{') {
+        if (!s.failed)
+            json_scan_fail(&s, JSON_ERR_DOCUMENT);
+        return fail(err, errlen, HUB_REQ_BAD, "the body must be a JSON object: %s", s.text);
+    }
+    /* The top-level keys, to refuse one given twice (json_scan_value does
+     * that for nested objects); the copies live in one arena. */
+    struct strmap *keys = strmap_new(8);
+    char *arena = xmalloc(len + 1), *next = arena;
+    st = HUB_REQ_BAD;
     if (json_scan_next(&s) != '}') {
         for (;;) {
-            char key[16];
             if (json_scan_key(&s) != 0)
                 goto json_error;
-            size_t klen = json_scan_decode(&s, key, sizeof(key) - 1);
-            key[klen < sizeof(key) ? klen : sizeof(key) - 1] = '\0';
-            int is_paths = klen == 5 && memcmp(key, "paths", 5) == 0;
-            if (is_paths && seen_paths++)
-                return fail(err, errlen, HUB_REQ_BAD, "\"paths\" is given twice");
+            size_t klen = json_scan_decode(&s, next, s.str_len);
+            int is_paths = klen == 5 && memcmp(next, "paths", 5) == 0;
+            if (strmap_put(keys, next, klen, (void *)1) != 0) {
+                json_scan_fail(&s, JSON_ERR_DUPLICATE_KEY);
+                goto json_error;
+            }
+            next += klen;
             if (json_scan_colon(&s) != 0)
                 goto json_error;
             if (is_paths && s.tok == JSON_TOK_STRING) {
                 if ((st = json_string(&s, p, err, errlen)) != HUB_REQ_OK)
-                    return st;
+                    goto out;
             } else if (is_paths && s.tok == '[') {
                 if (json_scan_next(&s) != ']') {
                     for (;;) {
                         if (s.tok != JSON_TOK_STRING) {
                             if (s.tok == JSON_TOK_INVALID)
                                 goto json_error;
-                            return fail(err, errlen, HUB_REQ_BAD, "paths[%zu] must be a string",
-                                        p->n);
+                            st = fail(err, errlen, HUB_REQ_BAD, "paths[%zu] must be a string",
+                                      p->n);
+                            goto out;
                         }
                         if ((st = json_string(&s, p, err, errlen)) != HUB_REQ_OK)
-                            return st;
+                            goto out;
                         int more = json_scan_more(&s, ']');
                         if (more < 0)
                             goto json_error;
@@ -108,8 +118,9 @@ static enum hub_req_status parse_json(const char *text, size_t len, struct hub_p
             } else if (is_paths) {
                 if (s.tok == JSON_TOK_INVALID)
                     goto json_error;
-                return fail(err, errlen, HUB_REQ_BAD,
-                            "\"paths\" must be a string or an array of strings");
+                st = fail(err, errlen, HUB_REQ_BAD,
+                          "\"paths\" must be a string or an array of strings");
+                goto out;
             } else if (json_scan_value(&s, 1, 32) != 0) {
                 goto json_error;
             }
@@ -124,12 +135,17 @@ static enum hub_req_status parse_json(const char *text, size_t len, struct hub_p
         json_scan_fail(&s, JSON_ERR_TRAILING);
         goto json_error;
     }
-    return HUB_REQ_OK;
+    st = HUB_REQ_OK;
+    goto out;
 json_error:
     if (!s.failed)
-        json_scan_fail(&s, s.tok == '{' || s.pos == 0 ? JSON_ERR_VALUE : JSON_ERR_DOCUMENT);
-    return fail(err, errlen, HUB_REQ_BAD, "the body is not a JSON object of paths: %s at line %d, "
-                "column %d", s.text, s.line, s.column);
+        json_scan_fail(&s, JSON_ERR_VALUE);
+    st = fail(err, errlen, HUB_REQ_BAD, "the body is not a JSON object of paths: %s at line %d, "
+              "column %d", s.text, s.line, s.column);
+out:
+    strmap_free(keys);
+    free(arena);
+    return st;
 }
 
 /* ---- forms ---- */
