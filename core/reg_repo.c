@@ -101,6 +101,71 @@ int reg_repo_unchanged(const struct reg_repo *r, const struct reg_entry_id *ids,
     return 1;
 }
 
+struct reg_repo_walk {
+    char *id;
+    size_t prefix;               /* strlen(id) + 1: what to cut from a path to get a file's name */
+    struct reg_entry_id *ids;    /* every regular file below it so far; names owned */
+    size_t n, cap;
+    size_t errors_at_start;      /* scan errors before the walk entered it */
+};
+
+struct reg_repo_walk *reg_repo_walk_begin(const char *id, size_t errors)
+{
+    struct reg_repo_walk *w = xcalloc(1, sizeof(*w));
+    w->id = xstrdup(id);
+    w->prefix = strlen(id) + 1;
+    w->errors_at_start = errors;
+    return w;
+}
+
+void reg_repo_walk_add(struct reg_repo_walk *w, const char *rel, const char *name,
+                       const struct fileio_stat *st)
+{
+    const char *below = strlen(rel) >= w->prefix ? rel + w->prefix : "";
+    if (w->n == w->cap) {
+        w->cap = w->cap ? w->cap * 2 : 16;
+        w->ids = xrealloc(w->ids, w->cap * sizeof(*w->ids));
+    }
+    w->ids[w->n].name = below[0] ? xasprintf("%s/%s", below, name) : xstrdup(name);
+    w->ids[w->n].st = *st;
+    w->n++;
+}
+
+const char *reg_repo_walk_id(const struct reg_repo_walk *w)
+{
+    return w->id;
+}
+
+struct reg_repo *reg_repo_walk_end(struct reg_repo_walk *w, struct reg_root *root,
+                                   const struct reg_repo *old, size_t errors, int *transient)
+{
+    struct reg_repo *r = NULL;
+    *transient = 0;
+    qsort(w->ids, w->n, sizeof(*w->ids), cmp_id);
+    if (old && (errors > w->errors_at_start || reg_repo_unchanged(old, w->ids, w->n))) {
+        r = reg_repo_ref(old);
+    } else if (w->n) {
+        r = reg_repo_build(root, w->id, w->ids, w->n);
+        if (r->transient) {
+            *transient = 1;
+            if (old) {
+                reg_repo_unref(r);
+                r = reg_repo_ref(old);
+            }
+        }
+        if (!r->n_files) {
+            reg_repo_unref(r);
+            r = NULL;
+        }
+    }
+    for (size_t i = 0; i < w->n; i++)
+        free(w->ids[i].name);
+    free(w->ids);
+    free(w->id);
+    free(w);
+    return r;
+}
+
 static void rev_free(struct reg_repo_rev *rev)
 {
     if (!rev)

@@ -48,6 +48,25 @@ struct reg_repo_rev {
 struct reg_repo *reg_repo_build(struct reg_root *root, const char *id,
                                 const struct reg_entry_id *ids, size_t n);
 
+/* Collecting a repo's files while the registry walks below its directory
+ * (internal to the registry): begin at the repo's directory (with the scan
+ * errors so far), add every regular file of every directory below it, end
+ * when the walk leaves it. */
+struct reg_repo_walk;
+struct reg_repo_walk *reg_repo_walk_begin(const char *id, size_t errors);
+/* Adds file `name` of directory rel (relative to the root, at or below the repo's). */
+void reg_repo_walk_add(struct reg_repo_walk *w, const char *rel, const char *name,
+                       const struct fileio_stat *st);
+const char *reg_repo_walk_id(const struct reg_repo_walk *w);
+/* Frees w and returns the repo to list, with a reference, or NULL for none
+ * (no file below it): old (the previous snapshot's repo of this id, or NULL)
+ * when its files are the same versions, or when scan errors met below the
+ * directory (errors is the count now) or while building it again kept it
+ * from being read; else a new one. *transient is set when building met an
+ * I/O or resource error (the scan should be retried). */
+struct reg_repo *reg_repo_walk_end(struct reg_repo_walk *w, struct reg_root *root,
+                                   const struct reg_repo *old, size_t errors, int *transient);
+
 /* Whether r was built from exactly these entries (sorted by name). */
 int reg_repo_unchanged(const struct reg_repo *r, const struct reg_entry_id *ids, size_t n);
 

@@ -49,15 +49,6 @@ struct dir_id {
     ino_t ino;
 };
 
-/* The repo being collected while the walk is below its directory. */
-struct repo_walk {
-    char *id;
-    size_t prefix;               /* strlen(id) + 1: what to cut from a path to get the repo's name */
-    struct reg_entry_id *ids;    /* every regular file below it so far; names owned */
-    size_t n, cap;
-    size_t errors_at_start;      /* scan errors before entering it */
-};
-
 struct scan {
     struct reg_root *root;
     const struct registry *prev; /* the snapshot being replaced, or NULL */
@@ -66,7 +57,7 @@ struct scan {
     struct reg_model **models;
     size_t n_models, cap_models;
     int repos;                   /* collect repos (not for single_model) */
-    struct repo_walk *repo;      /* the repo the walk is in, or NULL */
+    struct reg_repo_walk *repo;  /* the repo the walk is in, or NULL */
     struct reg_repo **repo_list;
     size_t n_repos, cap_repos;
     char **lost;                 /* directories an I/O or resource error kept from being read */
@@ -110,65 +101,18 @@ static void add_repo(struct scan *s, struct reg_repo *r)
     s->repo_list[s->n_repos++] = r;
 }
 
-/* Adds the regular files among e[0..n) of directory rel to the repo being
- * collected. */
-static void repo_collect(struct scan *s, const char *rel, const struct entry *e, size_t n)
-{
-    struct repo_walk *w = s->repo;
-    const char *below = strlen(rel) >= w->prefix ? rel + w->prefix : "";
-    for (size_t i = 0; i < n; i++) {
-        if (e[i].kind != ENTRY_REG)
-            continue;
-        if (w->n == w->cap) {
-            w->cap = w->cap ? w->cap * 2 : 16;
-            w->ids = xrealloc(w->ids, w->cap * sizeof(*w->ids));
-        }
-        w->ids[w->n].name = below[0] ? xasprintf("%s/%s", below, e[i].name) : xstrdup(e[i].name);
-        w->ids[w->n].st = e[i].st;
-        w->n++;
-    }
-}
-
-static int cmp_id_name(const void *a, const void *b)
-{
-    return strcmp(((const struct reg_entry_id *)a)->name, ((const struct reg_entry_id *)b)->name);
-}
-
-static const struct reg_repo *prev_repo(const struct scan *s, const char *id)
-{
-    return s->prev ? registry_find_repo(s->prev, id, strlen(id)) : NULL;
-}
-
-/* The walk left the repo's directory: adds the repo, the previous
- * snapshot's when nothing changed or when an I/O or resource error kept
- * part of it from being read. A directory holding no file is no repo. */
+/* The walk left the repo's directory: adds the repo (reg_repo_walk_end
+ * says which object). */
 static void repo_finish(struct scan *s)
 {
-    struct repo_walk *w = s->repo;
+    const char *id = reg_repo_walk_id(s->repo);
+    const struct reg_repo *old = s->prev ? registry_find_repo(s->prev, id, strlen(id)) : NULL;
+    int transient = 0;
+    struct reg_repo *r = reg_repo_walk_end(s->repo, s->root, old, s->errors, &transient);
     s->repo = NULL;
-    const struct reg_repo *old = prev_repo(s, w->id);
-    qsort(w->ids, w->n, sizeof(*w->ids), cmp_id_name);
-    if (old && (s->errors > w->errors_at_start || reg_repo_unchanged(old, w->ids, w->n))) {
-        add_repo(s, reg_repo_ref(old));
-    } else if (w->n) {
-        struct reg_repo *r = reg_repo_build(s->root, w->id, w->ids, w->n);
-        if (r->transient) {
-            s->errors++;
-            if (old) {
-                reg_repo_unref(r);
-                r = reg_repo_ref(old);
-            }
-        }
-        if (r->n_files)
-            add_repo(s, r);
-        else
-            reg_repo_unref(r);
-    }
-    for (size_t i = 0; i < w->n; i++)
-        free(w->ids[i].name);
-    free(w->ids);
-    free(w->id);
-    free(w);
+    s->errors += (size_t)transient;
+    if (r)
+        add_repo(s, r);
 }
 
 /* rel could not be read because of err: keep what the previous snapshot had
@@ -301,14 +245,11 @@ static void walk(struct scan *s, int dirfd, const char *rel, unsigned depth)
         for (size_t i = 0; i < n && !starts_repo; i++)
             starts_repo = e[i].kind == ENTRY_REG;
     }
-    if (starts_repo) {
-        s->repo = xcalloc(1, sizeof(*s->repo));
-        s->repo->id = xstrdup(rel);
-        s->repo->prefix = strlen(rel) + 1;
-        s->repo->errors_at_start = s->errors;
-    }
-    if (s->repo)
-        repo_collect(s, rel, e, n);
+    if (starts_repo)
+        s->repo = reg_repo_walk_begin(rel, s->errors);
+    for (size_t i = 0; s->repo && i < n; i++)
+        if (e[i].kind == ENTRY_REG)
+            reg_repo_walk_add(s->repo, rel, e[i].name, &e[i].st);
     if (depth == 0) {
         for (size_t i = 0; i < n; i++) {
             if (e[i].kind != ENTRY_REG || !has_suffix(e[i].name, ST_SUFFIX))

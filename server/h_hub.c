@@ -411,6 +411,25 @@ static enum MHD_Result hub_info(struct MHD_Connection *conn, struct request *rq,
     return send_doc(conn, rq, &w, by_commit, rev->commit);
 }
 
+/* Query parameter key decoded as a form value ('+' is a space, as Python's
+ * urlencode writes it), or NULL when absent; *bad is set on a malformed
+ * escape. Caller frees. (libmicrohttpd leaves values escaped: http.c.) */
+static char *query_arg(struct MHD_Connection *conn, const char *key, int *bad)
+{
+    const char *raw = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, key);
+    if (!raw)
+        return NULL;
+    char *plus = xstrdup(raw);
+    for (char *c = plus; *c; c++)
+        if (*c == '+')
+            *c = ' ';
+    char *v = route_decode(plus, strlen(plus), NULL);
+    free(plus);
+    if (!v)
+        *bad = 1;
+    return v;
+}
+
 /* Whether a query flag is set the way Python's str(True) or JS writes it. */
 static int query_true(struct MHD_Connection *conn, const char *key)
 {
@@ -504,19 +523,27 @@ static enum MHD_Result hub_paths_info(struct MHD_Connection *conn, struct reques
 static enum MHD_Result hub_models(struct MHD_Connection *conn, struct request *rq,
                                   const struct registry *reg)
 {
-    const char *search = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "search");
-    const char *author = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "author");
+    int bad = 0;
+    char *search = query_arg(conn, "search", &bad), *author = query_arg(conn, "author", &bad);
     const char *limit_s = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "limit");
     int full = query_true(conn, "full");
     uint64_t limit = UINT64_MAX;
+    enum MHD_Result ret;
+    if (bad) {
+        ret = respond_hub_error(conn, rq, MHD_HTTP_BAD_REQUEST, NULL, NULL, 0,
+                                "a query parameter has a malformed percent-escape");
+        goto out;
+    }
     if (limit_s) {
         char *end;
         errno = 0;
         unsigned long long v = strtoull(limit_s, &end, 10);
-        if (!limit_s[0] || *end || errno || limit_s[0] == '-')
-            return respond_hub_error(conn, rq, MHD_HTTP_BAD_REQUEST, NULL, NULL, 0,
-                                     "limit must be a non-negative integer, not \"%.50s\"",
-                                     limit_s);
+        if (!limit_s[0] || *end || errno || limit_s[0] == '-') {
+            ret = respond_hub_error(conn, rq, MHD_HTTP_BAD_REQUEST, NULL, NULL, 0,
+                                    "limit must be a non-negative integer, not \"%.50s\"",
+                                    limit_s);
+            goto out;
+        }
         limit = v;
     }
     struct jsonw w;
@@ -547,7 +574,11 @@ static enum MHD_Result hub_models(struct MHD_Connection *conn, struct request *r
         n++;
     }
     jsonw_arr_end(&w);
-    return send_doc(conn, rq, &w, 0, NULL);
+    ret = send_doc(conn, rq, &w, 0, NULL);
+out:
+    free(search);
+    free(author);
+    return ret;
 }
 
 enum MHD_Result handle_hub(struct MHD_Connection *conn, struct request *rq,

@@ -28,7 +28,7 @@ def hub():
     root = os.path.join(base, "models")
     files = hubrepos.make_repos(root, big_bytes=(10 << 20) + 1)
     d = tdutil.Daemon(root, base)
-    d.start()
+    d.start().wait_hashed(60 * SLACK)  # the list leaves out revisions not known yet
     d.files, d.root = files, root
     try:
         yield d
@@ -194,6 +194,9 @@ def test_model_list_filters(hub):
     assert [m["id"] for m in hub.json("/api/models?author=org")] == \
         ["org/deep", "org/sd", "org/sharded"]
     assert [m["id"] for m in hub.json("/api/models?search=SHAR")] == ["org/sharded"]
+    assert [m["id"] for m in hub.json("/api/models?search=g%2Fs")] == ["org/sd", "org/sharded"]
+    assert hub.json("/api/models?search=no+such") == []
+    hub_error(hub.get("/api/models?search=%zz"), 400)
     assert [m["id"] for m in hub.json("/api/models?limit=2")] == ["org/deep", "org/sd"]
     full = hub.json("/api/models?search=single&full=true")
     assert [s["rfilename"] for s in full[0]["siblings"]] == sorted(hub.files["single"])
