@@ -141,7 +141,8 @@ struct reg_repo *reg_repo_walk_end(struct reg_repo_walk *w, struct reg_root *roo
 {
     struct reg_repo *r = NULL;
     *transient = 0;
-    qsort(w->ids, w->n, sizeof(*w->ids), cmp_id);
+    if (w->n > 1)
+        qsort(w->ids, w->n, sizeof(*w->ids), cmp_id);
     if (old && (errors > w->errors_at_start || reg_repo_unchanged(old, w->ids, w->n))) {
         r = reg_repo_ref(old);
     } else if (w->n) {
