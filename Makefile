@@ -137,7 +137,7 @@ test-cuda-double: deps
 	  $(CUDA_DOUBLE_BUILD)/libtensord-client.so $(CUDA_DOUBLE_BUILD)/cuda-double/libcuda.so.1
 	@TENSORD_CUDA_BUILD=$(CUDA_DOUBLE_BUILD) $(PYTHON) tests/cuda_double/run.py
 
-.PHONY: FORCE all deps deps-apt run test test-cuda-double cuda-double unit fuzz fuzz-smoke install clean integration print-% bench bench-header bench-leases bench-remote bench-sha256 bench-hash soak tsan-test dist
+.PHONY: FORCE all deps deps-apt run test test-cuda-double cuda-double unit fuzz fuzz-smoke install clean integration print-% bench bench-header bench-hub bench-leases bench-remote bench-sha256 bench-hash soak tsan-test dist
 all: $(BUILD)/tensord $(BUILD)/libtensord-client.so $(BUILD)/tensord-client
 
 # The flags a build directory was compiled with: objects depend on this
@@ -211,7 +211,7 @@ fuzz: $(FUZZ_BIN)
 # only when missing, so `make test` on a provisioned machine does not touch apt.
 DEB_PKGS := build-essential pkg-config libmicrohttpd-dev liburing-dev libjansson-dev libssl-dev \
             nettle-dev libdlpack-dev clang libclang-rt-14-dev python3-numpy python3-pytest curl \
-            prometheus systemd nginx-light wrk man-db groff-base python3-venv python3-torch aria2
+            prometheus systemd nginx nginx-light git wrk man-db groff-base python3-venv python3-torch aria2
 deps: deps-apt $(VENV)/.installed
 deps-apt:
 	@missing=$$(for p in $(DEB_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
@@ -256,6 +256,13 @@ bench: deps
 bench-remote: deps
 	@$(MAKE) --no-print-directory all
 	@$(PYTHON) bench/remote.py $(BENCH_REMOTE_ARGS)
+
+# snapshot_download of a 2 GiB sharded repo from tensord's Hugging Face
+# endpoint against nginx serving the same files in a static Hub layout
+# (bench/hub.py; docs/PERFORMANCE.md "Hugging Face endpoint").
+bench-hub: deps
+	@$(MAKE) --no-print-directory all
+	@$(PYTHON) bench/hub.py $(BENCH_HUB_ARGS)
 
 # Validation time of a 500,000-tensor header (README quotes it).
 bench-header: $(BUILD)/libtensord-core.a

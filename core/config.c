@@ -99,6 +99,9 @@ static const struct opt options[] = {
      OFF(hash_max_bytes_per_second), NOLIST,
      "read rate of background hashing, all threads together; 0 = no limit (files a client "
      "waits for are never limited)"},
+    {"hash_wait", "hash", OPT_UINT, "8", 0, 300, OFF(hash_wait), NOLIST,
+     "seconds a Hugging Face request waits for the content hashes of its repo (hashed first) "
+     "before it is answered 503 with Retry-After; 0 = answer 503 at once"},
     {"access_log", "log", OPT_STRING, "-", 0, 0, OFF(access_log), 0, 0, NULL, check_no_ctl,
      "access log: a file path, \"-\" for stderr, or \"off\""},
     {"log_level", "log", OPT_ENUM, "info", 0, 0, OFF(log_level), 0, 0, "error|warn|info|debug",

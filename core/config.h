@@ -33,6 +33,7 @@ struct config {
     /* [hash] */
     unsigned hash_threads;          /* background SHA-256 threads */
     uint64_t hash_max_bytes_per_second; /* their combined read rate, 0 = unlimited */
+    unsigned hash_wait;             /* seconds a Hugging Face answer waits for a repo's hashes */
     /* [log] */
     char *access_log;               /* "-" = stderr, "off", or a path */
     char *log_level;                /* error, warn, info, debug */

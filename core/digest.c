@@ -92,6 +92,24 @@ done:
     return rc;
 }
 
+struct digest_sha1 *digest_sha1_new(void)
+{
+    return (struct digest_sha1 *)md_new(EVP_sha1());
+}
+
+void digest_sha1_update(struct digest_sha1 *d, const void *p, size_t n)
+{
+    if (n && EVP_DigestUpdate((EVP_MD_CTX *)d, p, n) != 1) {
+        fprintf(stderr, "tensord: libcrypto cannot update a digest\n");
+        abort();
+    }
+}
+
+void digest_sha1_final(struct digest_sha1 *d, uint8_t out[DIGEST_SHA1_LEN])
+{
+    md_final((EVP_MD_CTX *)d, out);
+}
+
 void digest_hex(const uint8_t *bytes, size_t n, char *out)
 {
     static const char hex[] = "0123456789abcdef";

@@ -47,6 +47,14 @@ typedef int (*digest_pace_fn)(void *ctx, size_t n);
 int digest_fd(int fd, uint64_t size, void *buf, size_t buflen, digest_pace_fn pace, void *ctx,
               struct digest_result *out);
 
+/* An incremental SHA-1 over bytes in memory (a repo's commit id and git
+ * tree and blob ids, core/reg_repo). */
+struct digest_sha1;
+struct digest_sha1 *digest_sha1_new(void);
+void digest_sha1_update(struct digest_sha1 *d, const void *p, size_t n);
+/* Writes the digest into out and frees d. */
+void digest_sha1_final(struct digest_sha1 *d, uint8_t out[DIGEST_SHA1_LEN]);
+
 /* Writes n bytes as 2n lowercase hex digits and a NUL into out. */
 void digest_hex(const uint8_t *bytes, size_t n, char *out);
 /* Parses exactly 2n lowercase hex digits from s into out. Returns 0 or -1. */

@@ -115,48 +115,57 @@ struct job *hasher_take_job(struct hasher *h, struct jobset *set, int *urgent)
     return NULL;
 }
 
+/* Adds file f (of a model or repo built in root) to set: a new job, or one
+ * more file with the identity of a job already listed. */
+static void jobset_add(struct hasher *h, struct jobset *set, uint64_t epoch,
+                       const struct reg_root *root, const struct reg_file *f)
+{
+    struct hash_id id;
+    struct hash_entry e;
+    if (f->error.code != ST_OK && f->fd < 0)
+        return; /* it could not be opened */
+    hash_id_from_stat(&f->st, &id);
+    struct job *j = hasher_find_job(h, set, &id);
+    if (j) { /* a hard link, a symlink, or a repo's view of a model's file */
+        j->same = xrealloc(j->same, (j->n_same + 1) * sizeof(*j->same));
+        j->same[j->n_same++] = f;
+        if (j->state == JOB_DONE && hashstore_lookup(h->store, &id, &e))
+            hasher_publish(f, &e);
+        return;
+    }
+    size_t k = id_slot(h, &id, set->index_cap);
+    while (set->index[k] != UINT32_MAX)
+        k = (k + 1) & (set->index_cap - 1);
+    set->index[k] = (uint32_t)set->n;
+    j = &set->jobs[set->n++];
+    j->id = id;
+    j->f = f;
+    j->root = root;
+    j->state = hashstore_touch(h->store, &id, epoch, &e) ? JOB_DONE : JOB_QUEUED;
+    if (j->state == JOB_DONE)
+        hasher_publish(f, &e);
+}
+
 /* The set of snap's distinct identities: known ones DONE (and marked as used
- * by epoch in the store), the rest QUEUED in snapshot order. */
+ * by epoch in the store), the rest QUEUED in snapshot order. The models'
+ * files come first, so a job reads through a descriptor the model keeps
+ * open where it has one; a repo's files add to their jobs. */
 static struct jobset *jobset_new(struct hasher *h, struct registry *snap, uint64_t epoch)
 {
     struct jobset *set = xcalloc(1, sizeof(*set));
-    size_t cap = 1;
-    while (cap < 2 * (snap->n_files + 1))
+    size_t total = snap->n_files + snap->n_repo_files, cap = 1;
+    while (cap < 2 * (total + 1))
         cap *= 2;
-    set->jobs = xcalloc(snap->n_files ? snap->n_files : 1, sizeof(*set->jobs));
+    set->jobs = xcalloc(total ? total : 1, sizeof(*set->jobs));
     set->index = xmalloc(cap * sizeof(*set->index));
     memset(set->index, 0xff, cap * sizeof(*set->index));
     set->index_cap = cap;
-    for (size_t m = 0; m < snap->n_models; m++) {
-        const struct reg_model *model = snap->models[m];
-        for (size_t i = 0; i < model->n_files; i++) {
-            const struct reg_file *f = &model->files[i];
-            struct hash_id id;
-            struct hash_entry e;
-            if (f->error.code != ST_OK && f->fd < 0)
-                continue; /* it could not be opened */
-            hash_id_from_stat(&f->st, &id);
-            struct job *j = hasher_find_job(h, set, &id);
-            if (j) { /* a hard link or a symlink to a file already listed */
-                j->same = xrealloc(j->same, (j->n_same + 1) * sizeof(*j->same));
-                j->same[j->n_same++] = f;
-                if (j->state == JOB_DONE && hashstore_lookup(h->store, &id, &e))
-                    hasher_publish(f, &e);
-                continue;
-            }
-            size_t k = id_slot(h, &id, cap);
-            while (set->index[k] != UINT32_MAX)
-                k = (k + 1) & (cap - 1);
-            set->index[k] = (uint32_t)set->n;
-            j = &set->jobs[set->n++];
-            j->id = id;
-            j->f = f;
-            j->model = model;
-            j->state = hashstore_touch(h->store, &id, epoch, &e) ? JOB_DONE : JOB_QUEUED;
-            if (j->state == JOB_DONE)
-                hasher_publish(f, &e);
-        }
-    }
+    for (size_t m = 0; m < snap->n_models; m++)
+        for (size_t i = 0; i < snap->models[m]->n_files; i++)
+            jobset_add(h, set, epoch, snap->models[m]->root, &snap->models[m]->files[i]);
+    for (size_t r = 0; r < snap->n_repos; r++)
+        for (size_t i = 0; i < snap->repos[r]->n_files; i++)
+            jobset_add(h, set, epoch, snap->repos[r]->root, &snap->repos[r]->files[i]);
     set->ready = xmalloc((set->n ? set->n : 1) * sizeof(*set->ready));
     set->urgent = xmalloc((set->n ? set->n : 1) * sizeof(*set->urgent));
     for (size_t i = 0; i < set->n; i++)

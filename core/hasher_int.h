@@ -32,7 +32,8 @@ struct hwait {
 struct job {
     struct hash_id id;
     const struct reg_file *f;  /* in the set's snapshot; valid while set->snap is held */
-    const struct reg_model *model; /* f's model (to open f again when it is not kept open) */
+    const struct reg_root *root; /* the root f's model or repo opens it below (when f is not
+                                  * kept open) */
     const struct reg_file **same; /* other files of the snapshot with this identity (links) */
     size_t n_same;
     enum job_state state;

@@ -240,7 +240,7 @@ void *hasher_worker_main(void *arg)
              * A file the snapshot does not keep open is opened again below
              * the root, as an answer would (the same version, or nothing). */
             int fd = j->f->fd >= 0 ? fcntl(j->f->fd, F_DUPFD_CLOEXEC, 0)
-                                   : registry_open_file(j->model, j->f, O_RDONLY);
+                                   : registry_open_below(j->root, j->f, O_RDONLY);
             h->running[me] = id;
             h->is_running[me] = 1;
             atomic_store(&h->urgent_run[me], urgent);

@@ -46,7 +46,7 @@ static const char *const bound_labels[NBUCKETS] = {
 static const char *const class_labels[NCLASS] = {"1xx", "2xx", "3xx", "4xx", "5xx", "other"};
 static const char *const ep_names[MEP_COUNT] = {
     "models", "model", "header", "file", "file_header", "tensor",
-    "slice",  "gpu",   "fetch",   "metrics", "health", "other"};
+    "slice",  "gpu",   "fetch",   "hub_file", "hub_api", "metrics", "health", "other"};
 
 struct shard {
     counter started, conn_opened, conn_closed;

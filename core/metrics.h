@@ -21,6 +21,8 @@ enum metrics_ep {
     MEP_SLICE,
     MEP_GPU,
     MEP_FETCH,
+    MEP_HUB_FILE,   /* /{repo}/resolve|raw/... */
+    MEP_HUB_API,    /* /api/models... */
     MEP_METRICS,
     MEP_HEALTH,
     MEP_OTHER,

@@ -481,7 +481,12 @@ void reg_root_unref(struct reg_root *r)
 
 int registry_open_file(const struct reg_model *m, const struct reg_file *f, int flags)
 {
-    int fd = beneath_open(m->root->fd, m->root->path, f->path, flags | O_NONBLOCK | O_NOCTTY);
+    return registry_open_below(m->root, f, flags);
+}
+
+int registry_open_below(const struct reg_root *root, const struct reg_file *f, int flags)
+{
+    int fd = beneath_open(root->fd, root->path, f->path, flags | O_NONBLOCK | O_NOCTTY);
     struct fileio_stat now;
     if (fd < 0)
         return fd == -EXDEV || fd == -ENOENT || fd == -ELOOP || fd == -ENOTDIR ? -ESTALE : fd;

@@ -25,6 +25,7 @@
 
 #include "beneath.h"
 #include "reg_model.h"
+#include "reg_repo.h"
 #include "strmap.h"
 #include "util.h"
 
@@ -55,6 +56,10 @@ struct scan {
     struct dir_id *path;         /* directories from the root down to the current one */
     struct reg_model **models;
     size_t n_models, cap_models;
+    int repos;                   /* collect repos (not for single_model) */
+    struct reg_repo_walk *repo;  /* the repo the walk is in, or NULL */
+    struct reg_repo **repo_list;
+    size_t n_repos, cap_repos;
     char **lost;                 /* directories an I/O or resource error kept from being read */
     size_t n_lost, cap_lost;
     size_t errors, reused;
@@ -85,6 +90,29 @@ static void add_model(struct scan *s, struct reg_model *m)
         s->models = xrealloc(s->models, s->cap_models * sizeof(*s->models));
     }
     s->models[s->n_models++] = m;
+}
+
+static void add_repo(struct scan *s, struct reg_repo *r)
+{
+    if (s->n_repos == s->cap_repos) {
+        s->cap_repos = s->cap_repos ? s->cap_repos * 2 : 64;
+        s->repo_list = xrealloc(s->repo_list, s->cap_repos * sizeof(*s->repo_list));
+    }
+    s->repo_list[s->n_repos++] = r;
+}
+
+/* The walk left the repo's directory: adds the repo (reg_repo_walk_end
+ * says which object). */
+static void repo_finish(struct scan *s)
+{
+    const char *id = reg_repo_walk_id(s->repo);
+    const struct reg_repo *old = s->prev ? registry_find_repo(s->prev, id, strlen(id)) : NULL;
+    int transient = 0;
+    struct reg_repo *r = reg_repo_walk_end(s->repo, s->root, old, s->errors, &transient);
+    s->repo = NULL;
+    s->errors += (size_t)transient;
+    if (r)
+        add_repo(s, r);
 }
 
 /* rel could not be read because of err: keep what the previous snapshot had
@@ -209,6 +237,19 @@ static void walk(struct scan *s, int dirfd, const char *rel, unsigned depth)
             lose(s, rel);
         return;
     }
+    /* Repos (reg_repo.h): a depth-1 directory that directly holds a file,
+     * or any directory below a depth-1 directory that holds none. */
+    int starts_repo = 0;
+    if (s->repos && !s->repo && (depth == 2 || depth == 1)) {
+        starts_repo = depth == 2;
+        for (size_t i = 0; i < n && !starts_repo; i++)
+            starts_repo = e[i].kind == ENTRY_REG;
+    }
+    if (starts_repo)
+        s->repo = reg_repo_walk_begin(rel, s->errors);
+    for (size_t i = 0; s->repo && i < n; i++)
+        if (e[i].kind == ENTRY_REG)
+            reg_repo_walk_add(s->repo, rel, e[i].name, &e[i].st);
     if (depth == 0) {
         for (size_t i = 0; i < n; i++) {
             if (e[i].kind != ENTRY_REG || !has_suffix(e[i].name, ST_SUFFIX))
@@ -245,6 +286,8 @@ static void walk(struct scan *s, int dirfd, const char *rel, unsigned depth)
         free(sub);
     }
     free_entries(e, n);
+    if (starts_repo)
+        repo_finish(s);
 }
 
 /* Whether model m lives in directory `dir` or below it. */
@@ -262,12 +305,42 @@ static int cmp_model(const void *a, const void *b)
                   (*(const struct reg_model *const *)b)->name);
 }
 
+static int cmp_repo(const void *a, const void *b)
+{
+    return strcmp((*(const struct reg_repo *const *)a)->id, (*(const struct reg_repo *const *)b)->id);
+}
+
+/* The previous snapshot's repos below directories that could not be read
+ * are kept, unless a repo of that id was found anyway. */
+static void keep_lost_repos(struct scan *s)
+{
+    struct strmap *seen = strmap_new(s->n_repos);
+    for (size_t i = 0; i < s->n_repos; i++)
+        strmap_put(seen, s->repo_list[i]->id, strlen(s->repo_list[i]->id), s->repo_list[i]);
+    for (size_t i = 0; i < s->prev->n_repos; i++) {
+        const struct reg_repo *r = s->prev->repos[i];
+        size_t idlen = strlen(r->id);
+        if (strmap_get(seen, r->id, idlen))
+            continue;
+        for (size_t k = 0; k < s->n_lost; k++) {
+            size_t n = strlen(s->lost[k]);
+            if (n == 0 || (n <= idlen && strncmp(r->id, s->lost[k], n) == 0 &&
+                           (r->id[n] == '\0' || r->id[n] == '/'))) {
+                add_repo(s, reg_repo_ref(r));
+                break;
+            }
+        }
+    }
+    strmap_free(seen);
+}
+
 /* The previous snapshot's models below directories that could not be read
  * are kept, unless a model of that name was found anyway. */
 static void keep_lost(struct scan *s)
 {
     if (!s->prev || !s->n_lost)
         return;
+    keep_lost_repos(s);
     struct strmap *seen = strmap_new(s->n_models);
     for (size_t i = 0; i < s->n_models; i++)
         strmap_put(seen, s->models[i]->name, strlen(s->models[i]->name), s->models[i]);
@@ -317,6 +390,15 @@ static void settle_names(struct scan *s, struct registry *r)
     r->n_models = out;
     r->models = s->models;
     r->by_name = strmap_new(out);
+    if (s->n_repos > 1)
+        qsort(s->repo_list, s->n_repos, sizeof(*s->repo_list), cmp_repo);
+    r->n_repos = s->n_repos;
+    r->repos = s->repo_list;
+    r->by_repo = strmap_new(s->n_repos);
+    for (size_t i = 0; i < s->n_repos; i++) {
+        strmap_put(r->by_repo, r->repos[i]->id, strlen(r->repos[i]->id), r->repos[i]);
+        r->n_repo_files += r->repos[i]->n_files;
+    }
     for (size_t i = 0; i < out; i++) {
         struct reg_model *m = r->models[i];
         strmap_put(r->by_name, m->name, strlen(m->name), m);
@@ -381,6 +463,7 @@ struct registry *registry_scan(const char *root, uint64_t generation,
         .root = rr,
         .prev = prev,
         .max_depth = opts && opts->max_depth ? opts->max_depth : REGISTRY_DEFAULT_DEPTH,
+        .repos = !(opts && opts->single_model),
     };
     if (s.max_depth > REGISTRY_MAX_DEPTH)
         s.max_depth = REGISTRY_MAX_DEPTH;
@@ -451,6 +534,11 @@ const struct reg_model *registry_find_model(const struct registry *r, const char
     return r ? strmap_get(r->by_name, name, len) : NULL;
 }
 
+const struct reg_repo *registry_find_repo(const struct registry *r, const char *id, size_t len)
+{
+    return r && r->by_repo ? strmap_get(r->by_repo, id, len) : NULL;
+}
+
 struct registry *registry_ref(struct registry *r)
 {
     if (r)
@@ -466,6 +554,10 @@ void registry_unref(struct registry *r)
         reg_model_unref(r->models[i]);
     free(r->models);
     strmap_free(r->by_name);
+    for (size_t i = 0; i < r->n_repos; i++)
+        reg_repo_unref(r->repos[i]);
+    free(r->repos);
+    strmap_free(r->by_repo);
     reg_root_unref(r->root);
     free(r);
 }

@@ -95,6 +95,24 @@ struct reg_model {
     } docs[REG_DOC_COUNT];
 };
 
+/* A Hugging Face repo (core/reg_repo.h): a directory of files below the
+ * root, under a repo id. */
+struct reg_repo_rev;
+struct reg_repo {
+    atomic_uint refs;
+    struct reg_root *root;
+    char *id;                  /* "name" or "org/name": its directory relative to the root */
+    int transient;             /* an I/O or resource error kept a file from being checked */
+    size_t n_files;
+    struct reg_file *files;    /* sorted by name (the '/'-separated path below the repo); fd is
+                                * always -1: answers open them below the root */
+    struct strmap *by_name;    /* name -> struct reg_file * */
+    size_t n_ids;
+    struct reg_entry_id *ids;  /* the entries it was built from, by name (names below the repo) */
+    uint64_t bytes;            /* sum of file sizes */
+    _Atomic(struct reg_repo_rev *) rev; /* computed once every hash is known */
+};
+
 struct registry {
     atomic_uint refs;
     struct reg_root *root;
@@ -104,6 +122,11 @@ struct registry {
     size_t n_models;
     struct reg_model **models; /* sorted by name; each holds a reference */
     struct strmap *by_name;
+    size_t n_repos;
+    struct reg_repo **repos;   /* sorted by id; each holds a reference */
+    struct strmap *by_repo;
+    size_t n_repo_files;       /* files of all repos (each also counted in a model's files when
+                                * it belongs to one) */
     size_t n_files, n_tensors, n_invalid;
     uint64_t bytes;            /* sum of served file sizes */
     size_t n_open;             /* descriptors its models hold open */
@@ -115,7 +138,8 @@ struct registry {
 struct registry_scan_opts {
     unsigned max_depth;        /* directory levels below the root; 0 means 16, at most 256 */
     int single_model;          /* the root itself is one model, named after its last path
-                                  component; nothing below it is scanned (tensord inspect DIR) */
+                                  component; nothing below it is scanned (tensord inspect DIR);
+                                  no repos */
     const struct registry *prev; /* the snapshot being replaced: its unchanged models are reused,
                                   * and its models stand in for ones an I/O error kept from
                                   * being read again */
@@ -149,6 +173,8 @@ struct registry *registry_scan(const char *root, uint64_t generation,
 int registry_dir_is_model(const char *path);
 
 const struct reg_model *registry_find_model(const struct registry *r, const char *name, size_t len);
+/* The repo with this id ("name" or "org/name"), or NULL. */
+const struct reg_repo *registry_find_repo(const struct registry *r, const char *id, size_t len);
 const struct reg_tensor *registry_find_tensor(const struct reg_model *m, const char *name, size_t len);
 const struct reg_file *registry_find_file(const struct reg_model *m, const char *name, size_t len);
 
@@ -157,6 +183,8 @@ const struct reg_file *registry_find_file(const struct reg_model *m, const char 
  * the descriptor, -ESTALE when the path now leads to another file or another
  * version of it, or another negative errno. */
 int registry_open_file(const struct reg_model *m, const struct reg_file *f, int flags);
+/* The same for a file of any model or repo built in root. */
+int registry_open_below(const struct reg_root *root, const struct reg_file *f, int flags);
 
 #define REG_HASHING 1
 #define REG_HASHED 2

@@ -16,22 +16,10 @@
 #include "tformat.h"
 #include "util.h"
 
-static const char *content_type_for(const char *name)
-{
-    static const struct {
-        const char *suffix, *type;
-    } types[] = {
-        {".json", "application/json"}, {".txt", "text/plain; charset=utf-8"},
-        {".md", "text/markdown; charset=utf-8"}, {".model", "application/octet-stream"},
-    };
-    size_t n = strlen(name);
-    for (size_t i = 0; i < ARRAY_LEN(types); i++) {
-        size_t s = strlen(types[i].suffix);
-        if (n >= s && strcmp(name + n - s, types[i].suffix) == 0)
-            return types[i].type;
-    }
-    return "application/octet-stream";
-}
+/* Bytes of a tensor's name kept in the file name of its download: file
+ * names stop at 255 bytes, and the header must fit in the connection's
+ * memory. */
+#define TENSOR_FILENAME_MAX 200
 
 /* Derives a representation's ETag from its file's, weak when the file's is:
  * "<file tag>-<kind><hash>" inside the same quotes. */
@@ -80,7 +68,7 @@ enum MHD_Result handle_file(struct MHD_Connection *conn, struct request *rq,
     char file_etag[REG_ETAG_MAX];
     struct representation rep = {
         .body = {.fd = -1, .data_off = 0, .data_len = f->st.size},
-        .content_type = content_type_for(f->name),
+        .content_type = respond_content_type(f->name),
         .mtime = f->st.mtime_ns / 1000000000,
         .file_st = &f->st,
     };
@@ -239,6 +227,20 @@ enum MHD_Result handle_tensor(struct MHD_Connection *conn, struct request *rq,
     char file_etag[REG_ETAG_MAX];
     reg_file_etag(f, file_etag);
     derive_etag(rep.etag, sizeof(rep.etag), file_etag, 't', h);
+    /* A name to save it under (curl -OJ, browsers): the tensor's, cut to fit
+     * a file name, with the format's extension. */
+    char fname[TENSOR_FILENAME_MAX + 16], disp[4 * sizeof(fname) + 64];
+    size_t cut = st->name_len;
+    if (cut > TENSOR_FILENAME_MAX) {
+        cut = TENSOR_FILENAME_MAX;
+        while (cut > 0 && ((unsigned char)st->name[cut] & 0xc0) == 0x80)
+            cut--; /* not inside a UTF-8 sequence */
+    }
+    int flen = snprintf(fname, sizeof(fname), "%.*s%s", (int)cut, st->name,
+                        format == TFORMAT_NPY           ? ".npy"
+                        : format == TFORMAT_SAFETENSORS ? ".safetensors"
+                                                        : ".bin");
+    rep.disposition = respond_disposition(disp, sizeof(disp), "attachment", fname, (size_t)flen);
     ret = respond_body(conn, rq, &rep);
 out:
     free(spec);

@@ -25,6 +25,10 @@ enum MHD_Result handle_gpu(struct MHD_Connection *conn, struct request *rq,
                            const struct reg_model *m, const char *method);
 enum MHD_Result handle_fetch(struct MHD_Connection *conn, struct request *rq,
                              const struct reg_model *m);
+struct route;
+/* The Hugging Face endpoint (server/h_hub.c): every ROUTE_HUB_* route. */
+enum MHD_Result handle_hub(struct MHD_Connection *conn, struct request *rq,
+                           const struct registry *reg, const struct route *rt);
 enum MHD_Result handle_healthz(struct MHD_Connection *conn, struct request *rq);
 enum MHD_Result handle_readyz(struct MHD_Connection *conn, struct request *rq);
 enum MHD_Result handle_metrics(struct MHD_Connection *conn, struct request *rq, int text);

@@ -269,7 +269,20 @@ static size_t upload_limit(const struct server *srv, const char *url)
     struct route rt;
     enum route_kind kind = route_parse(url, &rt, err, sizeof(err));
     route_free(&rt);
-    return kind == ROUTE_FETCH ? srv->cfg->max_fetch_body_bytes : MAX_UPLOAD;
+    /* A paths-info request may list many paths (hub_req.h bounds them). */
+    return kind == ROUTE_FETCH || strncmp(url, "/api/", 5) == 0 ? srv->cfg->max_fetch_body_bytes
+                                                                 : MAX_UPLOAD;
+}
+
+static int repo_exists(void *ctx, const char *id, size_t len)
+{
+    return registry_find_repo(ctx, id, len) != NULL;
+}
+
+static int is_hub_route(enum route_kind k)
+{
+    return k == ROUTE_HUB_FILE || k == ROUTE_HUB_MODELS || k == ROUTE_HUB_INFO ||
+           k == ROUTE_HUB_TREE || k == ROUTE_HUB_PATHS_INFO || k == ROUTE_HUB_NOT_FOUND;
 }
 
 static const int endpoint_of_route[] = {
@@ -280,19 +293,26 @@ static const int endpoint_of_route[] = {
     [ROUTE_MODEL_HEADER] = MEP_HEADER, [ROUTE_FILE] = MEP_FILE,
     [ROUTE_FILE_HEADER] = MEP_FILE_HEADER, [ROUTE_TENSOR] = MEP_TENSOR,
     [ROUTE_GPU] = MEP_GPU,             [ROUTE_FETCH] = MEP_FETCH,
+    [ROUTE_HUB_FILE] = MEP_HUB_FILE,   [ROUTE_HUB_MODELS] = MEP_HUB_API,
+    [ROUTE_HUB_INFO] = MEP_HUB_API,    [ROUTE_HUB_TREE] = MEP_HUB_API,
+    [ROUTE_HUB_PATHS_INFO] = MEP_HUB_API, [ROUTE_HUB_NOT_FOUND] = MEP_HUB_API,
 };
 
 static enum MHD_Result dispatch_model(struct MHD_Connection *conn, struct request *rq,
-                                      const struct route *rt, const char *method)
+                                      const struct route *rt, const char *method,
+                                      const struct registry *reg)
 {
-    struct server *srv = rq->srv;
-    struct registry *reg = registry_holder_acquire(&srv->registry);
     enum MHD_Result ret;
     if (!reg) {
+        if (is_hub_route(rt->kind))
+            return respond_hub_error(conn, rq, MHD_HTTP_SERVICE_UNAVAILABLE, NULL, NULL, 1,
+                                     "the models root has not been scanned yet");
         ret = respond_error(conn, rq, MHD_HTTP_SERVICE_UNAVAILABLE, "not_ready",
                             "the models root has not been scanned yet");
         return ret;
     }
+    if (is_hub_route(rt->kind))
+        return handle_hub(conn, rq, reg, rt);
     if (rt->kind == ROUTE_MODELS) {
         ret = handle_models(conn, rq, reg);
         goto out;
@@ -346,7 +366,6 @@ static enum MHD_Result dispatch_model(struct MHD_Connection *conn, struct reques
         ret = respond_error(conn, rq, MHD_HTTP_NOT_FOUND, "not_found", "no such endpoint");
     }
 out:
-    registry_unref(reg);
     return ret;
 }
 
@@ -362,20 +381,40 @@ static enum MHD_Result dispatch(struct MHD_Connection *conn, struct request *rq,
     struct route rt;
     enum MHD_Result ret;
 
-    enum route_kind kind = route_parse(url, &rt, err, sizeof(err));
+    /* One snapshot for the whole request: it also tells "name" from
+     * "org/name" in a Hub path. */
+    struct registry *reg = registry_holder_acquire(&srv->registry);
+    enum route_kind kind = route_parse_with(url, repo_exists, reg, &rt, err, sizeof(err));
+    /* Errors on the Hub's paths speak its dialect ({"error": "message"}). */
+    int hub = is_hub_route(kind) || (kind == ROUTE_BAD_PATH && strncmp(url, "/v1/", 4) != 0);
     rq->endpoint = endpoint_of_route[kind];
+    rq->mhd = conn;
     if (kind == ROUTE_TENSOR && MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "slice"))
         rq->endpoint = MEP_SLICE;
 
     if (atomic_load(&srv->connections) > srv->cfg->max_connections) {
         metrics_add(MC_CONNECTIONS_REJECTED, 1);
         rq->close_after = 1;
-        ret = respond_error(conn, rq, MHD_HTTP_SERVICE_UNAVAILABLE, "overloaded",
-                            "more than %u connections are open", srv->cfg->max_connections);
+        if (hub)
+            ret = respond_hub_error(conn, rq, MHD_HTTP_SERVICE_UNAVAILABLE, NULL, NULL, 1,
+                                    "more than %u connections are open",
+                                    srv->cfg->max_connections);
+        else
+            ret = respond_error(conn, rq, MHD_HTTP_SERVICE_UNAVAILABLE, "overloaded",
+                                "more than %u connections are open", srv->cfg->max_connections);
+        goto out;
+    }
+    if (kind == ROUTE_BAD_PATH && hub) {
+        ret = respond_hub_error(conn, rq, MHD_HTTP_BAD_REQUEST, NULL, NULL, 0, "%s", err);
         goto out;
     }
     if (kind == ROUTE_BAD_PATH) {
         ret = respond_error(conn, rq, MHD_HTTP_BAD_REQUEST, "bad_path", "%s", err);
+        goto out;
+    }
+    if (kind == ROUTE_HUB_NOT_FOUND) {
+        ret = respond_hub_error(conn, rq, MHD_HTTP_NOT_FOUND, NULL, NULL, 0,
+                                "no such endpoint: this server serves the read-only model API");
         goto out;
     }
     if (kind == ROUTE_NOT_FOUND) {
@@ -388,11 +427,28 @@ static enum MHD_Result dispatch(struct MHD_Connection *conn, struct request *rq,
                                          strcmp(method, MHD_HTTP_METHOD_DELETE) == 0);
     /* A fetch POST only reads: it needs the read token, as its GET form does. */
     int is_fetch_post = kind == ROUTE_FETCH && strcmp(method, MHD_HTTP_METHOD_POST) == 0;
-    rq->reads_only = is_get || is_fetch_post;
-    if (!is_get && !is_admin && !is_fetch_post) {
+    /* paths-info is a POST that only reads, and only a POST. */
+    int is_post = strcmp(method, MHD_HTTP_METHOD_POST) == 0;
+    int method_ok = kind == ROUTE_HUB_PATHS_INFO ? is_post : is_get || is_admin || is_fetch_post;
+    rq->reads_only = is_get || is_fetch_post || (kind == ROUTE_HUB_PATHS_INFO && is_post);
+    if (!method_ok) {
         rq->allow = route_allowed_methods(kind);
-        ret = respond_error(conn, rq, MHD_HTTP_METHOD_NOT_ALLOWED, "method_not_allowed",
-                            "%s is not allowed here; allowed: %s", method, rq->allow);
+        if (hub)
+            ret = respond_hub_error(conn, rq, MHD_HTTP_METHOD_NOT_ALLOWED, NULL, NULL, 0,
+                                    "%s is not allowed here; allowed: %s", method, rq->allow);
+        else
+            ret = respond_error(conn, rq, MHD_HTTP_METHOD_NOT_ALLOWED, "method_not_allowed",
+                                "%s is not allowed here; allowed: %s", method, rq->allow);
+        goto out;
+    }
+    if (hub && !auth_check(srv, conn, 0)) {
+        /* huggingface_hub reads a 401 as "no such repo" unless the message
+         * says the credentials were wrong; both are worth telling apart. */
+        int sent = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                               MHD_HTTP_HEADER_AUTHORIZATION) != NULL;
+        ret = respond_hub_error(conn, rq, MHD_HTTP_UNAUTHORIZED, NULL, NULL, 0, "%s",
+                                sent ? "Invalid credentials in Authorization header"
+                                     : "a bearer token is required (Authorization: Bearer TOKEN)");
         goto out;
     }
     if (kind != ROUTE_HEALTHZ && !auth_check(srv, conn, is_admin)) {
@@ -406,7 +462,10 @@ static enum MHD_Result dispatch(struct MHD_Connection *conn, struct request *rq,
                    : kind == ROUTE_FETCH    ? fetch_args
                    : (kind == ROUTE_METRICS || kind == ROUTE_METRICS_TEXT) ? metrics_args
                                                                            : no_args};
-    MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, check_arg, &qc);
+    /* Hugging Face clients send parameters the Hub ignores as often as
+     * ones it reads (expand, full, blobs, ...): the Hub routes take any. */
+    if (!hub)
+        MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, check_arg, &qc);
     if (qc.bad) {
         ret = respond_error(conn, rq, MHD_HTTP_BAD_REQUEST, "bad_parameter",
                             "unknown query parameter \"%.100s\"", qc.bad);
@@ -425,10 +484,11 @@ static enum MHD_Result dispatch(struct MHD_Connection *conn, struct request *rq,
         ret = handle_metrics(conn, rq, kind == ROUTE_METRICS_TEXT);
         break;
     default:
-        ret = dispatch_model(conn, rq, &rt, method);
+        ret = dispatch_model(conn, rq, &rt, method, reg);
     }
 out:
     route_free(&rt);
+    registry_unref(reg);
     return ret;
 }
 
@@ -587,8 +647,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
         *upload_data_size = 0;
         return MHD_YES;
     }
-    if (rq->handled)
+    if (rq->handled) {
+        /* A Hub answer that waited for content hashes was resumed: it is
+         * dispatched again, and answers with what it finds this time. */
+        int resumed = WAIT_RESUMED;
+        if (atomic_compare_exchange_strong(&rq->wait, &resumed, WAIT_DONE))
+            return dispatch(mc, rq, url, method);
         return MHD_YES;
+    }
     rq->handled = 1;
     conn_disarm(rq->owner ? rq->owner->entry : NULL); /* the whole request is in */
     if (rq->upload_too_large) {
@@ -651,8 +717,10 @@ int http_start(struct server *srv, char *errbuf, size_t errlen)
         return -1;
     }
     unsigned threads = config_effective_threads(cfg);
+    /* Suspend/resume: a Hub answer waits for content hashes without
+     * holding a worker thread (server/h_hub.c). */
     unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_ITC | MHD_USE_ERROR_LOG |
-                     MHD_USE_TURBO;
+                     MHD_USE_TURBO | MHD_ALLOW_SUSPEND_RESUME;
     if (ss.ss_family == AF_INET6)
         flags |= MHD_USE_IPv6;
 

@@ -40,6 +40,15 @@ enum request_reject { REJECT_NONE, REJECT_TOO_MANY_PARAMS, REJECT_TARGET_TOO_LON
 
 struct conn;
 
+/* A Hugging Face answer that waits for content hashes (server/h_hub.c):
+ * its connection is suspended until the hasher calls back. */
+enum request_wait {
+    WAIT_NONE,
+    WAIT_SUSPENDED,             /* suspended; the hasher's callback resumes it */
+    WAIT_RESUMED,               /* resumed: the next handler call dispatches again */
+    WAIT_DONE,                  /* dispatched again: answer with what there is, never wait twice */
+};
+
 /* Per-request state, created when the request line arrives. */
 struct request {
     struct server *srv;
@@ -70,6 +79,9 @@ struct request {
     enum request_reject reject;
     uint64_t wire_bytes;        /* its line, headers and body as received, for the connection
                                  * table (CONN_BYTES_UNKNOWN when the framing hides it) */
+    struct MHD_Connection *mhd; /* the connection, for resuming it from another thread */
+    atomic_int wait;            /* enum request_wait */
+    atomic_int wait_result;     /* enum hasher_result, once resumed */
 };
 
 /* The largest request line and headers accepted: max_request_header_bytes

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "http.h"
+#include "jsonw.h"
 #include "metrics.h"
 #include "range.h"
 #include "util.h"
@@ -225,6 +226,110 @@ enum MHD_Result respond_error(struct MHD_Connection *conn, struct request *rq, u
         MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer realm=\"tensord\"");
     rq->error_code = code;
     return queue(conn, rq, status, resp, len);
+}
+
+enum MHD_Result respond_hub_error(struct MHD_Connection *conn, struct request *rq, unsigned status,
+                                  const char *code, const char *const *extra, unsigned retry_after,
+                                  const char *fmt, ...)
+{
+    char msg[1024], ra[16];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    struct jsonw w;
+    jsonw_init(&w);
+    jsonw_obj(&w);
+    jsonw_kstr(&w, "error", msg);
+    jsonw_obj_end(&w);
+    size_t len;
+    char *text = jsonw_take(&w, &len);
+    struct MHD_Response *resp = MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
+    add_common_headers(resp, "application/json");
+    if (code)
+        MHD_add_response_header(resp, "X-Error-Code", code);
+    /* A header value is one line of visible ASCII: the message is given
+     * there only when it is one (the body always has it). */
+    int plain = 1;
+    for (const char *c = msg; *c && plain; c++)
+        plain = *c >= 0x20 && *c < 0x7f;
+    if (plain && msg[0])
+        MHD_add_response_header(resp, "X-Error-Message", msg);
+    for (const char *const *e = extra; e && e[0]; e += 2)
+        MHD_add_response_header(resp, e[0], e[1]);
+    if (status == MHD_HTTP_SERVICE_UNAVAILABLE) {
+        snprintf(ra, sizeof(ra), "%u", retry_after ? retry_after : 1);
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, ra);
+    }
+    if (rq->content_range)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_RANGE, rq->content_range);
+    if (status == MHD_HTTP_METHOD_NOT_ALLOWED && rq->allow)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, rq->allow);
+    if (status == MHD_HTTP_UNAUTHORIZED)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer realm=\"tensord\"");
+    rq->error_code = code ? code : "hub_error";
+    return queue(conn, rq, status, resp, len);
+}
+
+enum MHD_Result respond_redirect(struct MHD_Connection *conn, struct request *rq, unsigned status,
+                                 const char *location, const char *const *extra)
+{
+    char *text = xasprintf("Found. Redirecting to %s\n", location);
+    size_t len = strlen(text);
+    struct MHD_Response *resp = MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
+    add_common_headers(resp, "text/plain; charset=utf-8");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_LOCATION, location);
+    for (const char *const *e = extra; e && e[0]; e += 2)
+        MHD_add_response_header(resp, e[0], e[1]);
+    return queue(conn, rq, status, resp, len);
+}
+
+char *respond_disposition(char *out, size_t len, const char *type, const char *name, size_t n)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    size_t need = strlen(type) + 40 + 4 * n;
+    if (need > len)
+        return NULL;
+    char *p = out;
+    p += sprintf(p, "%s; filename=\"", type);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)name[i];
+        *p++ = c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '/' ? '_' : (char)c;
+    }
+    p += sprintf(p, "\"; filename*=UTF-8''");
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)name[i];
+        if (c == '/')
+            c = '_';
+        /* RFC 8187 attr-char; everything else is percent-encoded. */
+        if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+            strchr("!#$&+-.^_`|~", c)) {
+            *p++ = (char)c;
+        } else {
+            *p++ = '%';
+            *p++ = hex[c >> 4];
+            *p++ = hex[c & 15];
+        }
+    }
+    *p = '\0';
+    return out;
+}
+
+const char *respond_content_type(const char *name)
+{
+    static const struct {
+        const char *suffix, *type;
+    } types[] = {
+        {".json", "application/json"}, {".txt", "text/plain; charset=utf-8"},
+        {".md", "text/markdown; charset=utf-8"}, {".model", "application/octet-stream"},
+    };
+    size_t n = strlen(name);
+    for (size_t i = 0; i < ARRAY_LEN(types); i++) {
+        size_t s = strlen(types[i].suffix);
+        if (n >= s && strcmp(name + n - s, types[i].suffix) == 0)
+            return types[i].type;
+    }
+    return "application/octet-stream";
 }
 
 enum MHD_Result respond_refusal_raw(struct request *rq, int fd, unsigned status,
@@ -607,6 +712,12 @@ static int if_range_allows(struct MHD_Connection *conn, const struct representat
 static void add_validators(struct MHD_Response *resp, const struct representation *rep)
 {
     char date[40];
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL,
+                            rep->cache_control ? rep->cache_control : "no-cache");
+    if (rep->disposition)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_DISPOSITION, rep->disposition);
+    for (const char *const *e = rep->extra; e && e[0]; e += 2)
+        MHD_add_response_header(resp, e[0], e[1]);
     if (rep->etag[0])
         MHD_add_response_header(resp, MHD_HTTP_HEADER_ETAG, rep->etag);
     if (rep->mtime >= 0) {

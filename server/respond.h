@@ -33,6 +33,11 @@ struct representation {
     int64_t mtime;               /* Last-Modified in seconds since the epoch, or -1 */
     const struct fileio_stat *file_st; /* the snapshot's stat of body.fd: every copied block is
                                         * checked against it; NULL for in-memory bodies */
+    const char *cache_control;   /* Cache-Control; NULL means "no-cache" (revalidate with the
+                                  * validators before each reuse) */
+    const char *disposition;     /* Content-Disposition (respond_disposition), or NULL */
+    const char *const *extra;    /* more headers, name/value pairs ended by NULL, or NULL; sent
+                                  * on 200, 206 and 304 */
     const char *dtype;           /* X-Tensor-Dtype, or NULL when not a tensor */
     char shape[ST_MAX_NDIM * 21 + 1]; /* X-Tensor-Shape ("2,3"; "" for a scalar) */
 };
@@ -69,6 +74,31 @@ enum MHD_Result respond_file_changed(struct MHD_Connection *conn, struct request
 enum MHD_Result respond_error(struct MHD_Connection *conn, struct request *rq, unsigned status,
                               const char *code, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
+
+/* Answers in the Hugging Face Hub's dialect: {"error": message} with
+ * X-Error-Message, X-Error-Code when code is not NULL (RepoNotFound,
+ * RevisionNotFound, EntryNotFound: what clients branch on), and the
+ * headers of extra (name/value pairs ended by NULL; may be NULL). A 503
+ * carries Retry-After: retry_after seconds (at least 1). */
+enum MHD_Result respond_hub_error(struct MHD_Connection *conn, struct request *rq, unsigned status,
+                                  const char *code, const char *const *extra, unsigned retry_after,
+                                  const char *fmt, ...) __attribute__((format(printf, 7, 8)));
+
+/* Answers status (a 3xx) with Location: location (a path on this server,
+ * already percent-encoded) and the extra headers. */
+enum MHD_Result respond_redirect(struct MHD_Connection *conn, struct request *rq, unsigned status,
+                                 const char *location, const char *const *extra);
+
+/* Writes a Content-Disposition value for a file named name[0..n) (UTF-8)
+ * into out: type (attachment or inline), then filename="..." with an ASCII
+ * stand-in ('_' for bytes outside printable ASCII, '"', '\\' and '/'), then
+ * filename*=UTF-8''<percent-encoded name> (RFC 6266 and 8187), which
+ * clients that know it prefer. '/' in the name becomes '_'. Returns out, or
+ * NULL when it would not fit in len bytes. */
+char *respond_disposition(char *out, size_t len, const char *type, const char *name, size_t n);
+
+/* The Content-Type served for a file name (".json" -> application/json, ...). */
+const char *respond_content_type(const char *name);
 
 /* Writes an error answer straight to socket fd and returns MHD_NO, so
  * libmicrohttpd closes the connection. Only for refusing, on a plain-HTTP

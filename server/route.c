@@ -90,7 +90,101 @@ bad:
     return NULL;
 }
 
+/* One reading of a Hub path: the repo id is segs[from, from + k). */
+struct hub_reading {
+    enum route_kind kind;
+    size_t from, k;        /* repo id segments */
+    size_t rev;            /* segment of the revision, or 0 when none */
+    size_t path_from;      /* first segment of the path in the repo (n when none) */
+    int raw;
+};
+
+/* /api/models/<repo...>/...: which endpoint the segments after a k-segment
+ * repo id name, or ROUTE_NOT_FOUND. */
+static int read_api(const struct seg *segs, size_t n, size_t k, struct hub_reading *h)
+{
+    size_t a = 2 + k; /* first segment after the repo id */
+    if (a > n)
+        return 0;
+    *h = (struct hub_reading){.from = 2, .k = k, .path_from = n};
+    if (a == n)
+        h->kind = ROUTE_HUB_INFO;
+    else if (seg_is(&segs[a], "revision") && n == a + 2)
+        h->kind = ROUTE_HUB_INFO, h->rev = a + 1;
+    else if (seg_is(&segs[a], "tree") && n >= a + 2)
+        h->kind = ROUTE_HUB_TREE, h->rev = a + 1, h->path_from = a + 2;
+    else if (seg_is(&segs[a], "paths-info") && n == a + 2)
+        h->kind = ROUTE_HUB_PATHS_INFO, h->rev = a + 1;
+    else
+        return 0;
+    return 1;
+}
+
+/* /<repo...>/resolve|raw/<rev>/<path...> with a k-segment repo id. */
+static int read_file(const struct seg *segs, size_t n, size_t k, struct hub_reading *h)
+{
+    if (n < k + 3)
+        return 0;
+    const struct seg *kw = &segs[k];
+    if (!seg_is(kw, "resolve") && !seg_is(kw, "raw"))
+        return 0;
+    *h = (struct hub_reading){.kind = ROUTE_HUB_FILE, .from = 0, .k = k, .rev = k + 1,
+                              .path_from = k + 2, .raw = seg_is(kw, "raw")};
+    return 1;
+}
+
+/* Whether the k-segment repo id of reading h names an existing repo. */
+static int reading_exists(const struct seg *segs, const struct hub_reading *h,
+                          route_repo_exists exists, void *ctx)
+{
+    char err[8];
+    size_t len;
+    char *id = join_segments(segs, h->from, h->from + h->k, 1, &len, "repo", err, sizeof(err));
+    int yes = id && exists(ctx, id, len);
+    free(id);
+    return yes;
+}
+
+static enum route_kind parse_hub(const struct seg *segs, size_t n, int api,
+                                 route_repo_exists exists, void *ctx, struct route *r, char *err,
+                                 size_t errlen)
+{
+    struct hub_reading cand[2], *h = NULL;
+    int ok[2];
+    for (size_t k = 1; k <= 2; k++)
+        ok[k - 1] = api ? read_api(segs, n, k, &cand[k - 1]) : read_file(segs, n, k, &cand[k - 1]);
+    if (ok[0] && ok[1] && exists)
+        h = reading_exists(segs, &cand[1], exists, ctx) ? &cand[1] : &cand[0];
+    else if (ok[0] || ok[1])
+        h = ok[0] ? &cand[0] : &cand[1];
+    if (!h)
+        return r->kind = api ? ROUTE_HUB_NOT_FOUND : ROUTE_NOT_FOUND;
+    r->model = join_segments(segs, h->from, h->from + h->k, 1, &r->model_len, "repo", err, errlen);
+    if (!r->model)
+        return r->kind = ROUTE_BAD_PATH;
+    if (h->rev) {
+        r->rev = route_decode(segs[h->rev].p, segs[h->rev].len, &r->rev_len);
+        if (!r->rev || r->rev_len == 0) {
+            snprintf(err, errlen, "revision has a malformed percent-escape or a NUL byte, or is empty");
+            return r->kind = ROUTE_BAD_PATH;
+        }
+    }
+    if (h->path_from < n) {
+        r->name = join_segments(segs, h->path_from, n, 1, &r->name_len, "path", err, errlen);
+        if (!r->name)
+            return r->kind = ROUTE_BAD_PATH;
+    }
+    r->raw = h->raw;
+    return r->kind = h->kind;
+}
+
 enum route_kind route_parse(const char *path, struct route *r, char *err, size_t errlen)
+{
+    return route_parse_with(path, NULL, NULL, r, err, errlen);
+}
+
+enum route_kind route_parse_with(const char *path, route_repo_exists exists, void *ctx,
+                                 struct route *r, char *err, size_t errlen)
 {
     memset(r, 0, sizeof(*r));
     err[0] = '\0';
@@ -122,12 +216,21 @@ enum route_kind route_parse(const char *path, struct route *r, char *err, size_t
         return r->kind = ROUTE_READYZ;
     if (n == 1 && seg_is(&segs[0], "metrics"))
         return r->kind = ROUTE_METRICS_TEXT;
-    if (n < 2 || !seg_is(&segs[0], "v1"))
-        return r->kind = ROUTE_NOT_FOUND;
+    if (seg_is(&segs[0], "api")) {
+        if (n >= 2 && seg_is(&segs[1], "models")) {
+            if (n == 2)
+                return r->kind = ROUTE_HUB_MODELS;
+            return parse_hub(segs, n, 1, exists, ctx, r, err, errlen);
+        }
+        return r->kind = ROUTE_HUB_NOT_FOUND;
+    }
+    /* /v1/... is tensord's own API; any other path may be a Hub file (a
+     * repo named "v1" has its files at /v1/resolve/...). */
+    if (n < 2 || !seg_is(&segs[0], "v1") ||
+        !(seg_is(&segs[1], "models") || (n == 2 && seg_is(&segs[1], "metrics"))))
+        return parse_hub(segs, n, 0, exists, ctx, r, err, errlen);
     if (n == 2 && seg_is(&segs[1], "metrics"))
         return r->kind = ROUTE_METRICS;
-    if (!seg_is(&segs[1], "models"))
-        return r->kind = ROUTE_NOT_FOUND;
     if (n == 2)
         return r->kind = ROUTE_MODELS;
 
@@ -177,7 +280,8 @@ void route_free(struct route *r)
 {
     free(r->model);
     free(r->name);
-    r->model = r->name = NULL;
+    free(r->rev);
+    r->model = r->name = r->rev = NULL;
 }
 
 const char *route_allowed_methods(enum route_kind kind)
@@ -187,6 +291,8 @@ const char *route_allowed_methods(enum route_kind kind)
         return "GET, HEAD, POST, DELETE";
     case ROUTE_FETCH:
         return "GET, HEAD, POST";
+    case ROUTE_HUB_PATHS_INFO:
+        return "POST";
     default:
         return "GET, HEAD";
     }

@@ -25,6 +25,14 @@ enum route_kind {
     ROUTE_TENSOR,       /* /v1/models/{model}/tensors/{tensor} */
     ROUTE_GPU,          /* /v1/models/{model}/gpu */
     ROUTE_FETCH,        /* /v1/models/{model}/fetch */
+    /* The Hugging Face endpoint: model is the repo id, rev the revision
+     * (decoded), name the path in the repo (NULL for the root). */
+    ROUTE_HUB_FILE,     /* /{repo}/resolve/{rev}/{path}, /{repo}/raw/{rev}/{path} (raw set) */
+    ROUTE_HUB_MODELS,   /* /api/models */
+    ROUTE_HUB_INFO,     /* /api/models/{repo}, /api/models/{repo}/revision/{rev} */
+    ROUTE_HUB_TREE,     /* /api/models/{repo}/tree/{rev}[/{path}] */
+    ROUTE_HUB_PATHS_INFO, /* /api/models/{repo}/paths-info/{rev} */
+    ROUTE_HUB_NOT_FOUND, /* no such endpoint under /api/ (answered in the Hub's dialect) */
 };
 
 struct route {
@@ -33,11 +41,23 @@ struct route {
     size_t model_len;
     char *name;         /* decoded tensor or file name; owned, NULL when absent */
     size_t name_len;
+    char *rev;          /* hub routes: the revision, decoded; owned, NULL when absent */
+    size_t rev_len;
+    int raw;            /* ROUTE_HUB_FILE: /raw/ rather than /resolve/ */
 };
+
+/* Whether a repo with this id exists, for telling "name" from "org/name"
+ * in a Hub path (a depth-1 directory is a repo or an org, never both). */
+typedef int (*route_repo_exists)(void *ctx, const char *id, size_t len);
 
 /* Parses path (no query string). Returns r->kind; on ROUTE_BAD_PATH err holds
  * the reason. Free with route_free. */
 enum route_kind route_parse(const char *path, struct route *r, char *err, size_t errlen);
+/* route_parse for a daemon that serves repos: a Hub path whose repo id
+ * could be one or two segments is read the way that names an existing repo
+ * (exists may be NULL: the one-segment reading wins). */
+enum route_kind route_parse_with(const char *path, route_repo_exists exists, void *ctx,
+                                 struct route *r, char *err, size_t errlen);
 void route_free(struct route *r);
 
 /* Percent-decodes s[0..len) into a new NUL-terminated string (caller frees).

@@ -1,5 +1,6 @@
 /* Fuzzes request-path routing and percent-decoding: no crash, and a routed
- * model or file name never has an empty, "." or ".." component. */
+ * model or file name, a repo id or a path in a repo never has an empty, "."
+ * or ".." component. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +34,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort();
         check_components(r.model, r.model_len);
     }
+    if ((k == ROUTE_HUB_FILE || k == ROUTE_HUB_TREE) && r.name) {
+        if (strlen(r.name) != r.name_len)
+            abort();
+        check_components(r.name, r.name_len);
+    }
+    if (k != ROUTE_BAD_PATH && r.rev && (strlen(r.rev) != r.rev_len || r.rev_len == 0))
+        abort();
     if (k == ROUTE_FILE || k == ROUTE_FILE_HEADER) {
         check_components(r.name, r.name_len);
         if (memchr(r.name, '/', r.name_len))

@@ -17,6 +17,7 @@
 #include "hashfile.h"
 #include "hasher_int.h" /* one test looks at a job's waiter list */
 #include "metrics.h"
+#include "reg_repo.h"
 #include "test.h"
 #include "util.h"
 
@@ -375,6 +376,45 @@ TEST(hard_links_are_hashed_once)
     free(to);
 }
 
+/* A repo's files are hashed too, those no model has included (opened below
+ * the root, as they are not kept open), and published to the repo's own
+ * reg_files as well as to the model's for the files they share. */
+TEST(repo_files_are_hashed)
+{
+    new_root();
+    write_model("m", 70000, 7, NULL);
+    char *p = xasprintf("%s/m/sub", root);
+    CHECK(mkdir(p, 0755) == 0);
+    free(p);
+    p = xasprintf("%s/m/sub/notes.txt", root);
+    int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    CHECK(fd >= 0 && write(fd, "notes\n", 6) == 6);
+    close(fd);
+    free(p);
+    struct registry *r = scan();
+    const struct reg_repo *repo = registry_find_repo(r, "m", 1);
+    CHECK(repo && repo->n_files == 3);
+    struct hasher *h = start(1, 0, 0);
+    hasher_submit(h, r);
+    if (repo) {
+        const struct reg_file *notes = reg_repo_find_file(repo, "sub/notes.txt", 13);
+        CHECK(notes && hasher_wait(h, &notes, 1, 10000) == HASHER_DONE);
+    }
+    CHECK(wait_idle(h, 10000) == 0);
+    struct hasher_progress pr;
+    hasher_progress(h, &pr);
+    CHECK_EQ_U64(pr.files, 3); /* the model's two files, and the repo's one more */
+    for (size_t i = 0; repo && i < repo->n_files; i++)
+        CHECK(reg_file_hashed(&repo->files[i]));
+    CHECK(repo && reg_repo_revision(repo) != NULL);
+    const struct reg_file *mf = file_of(r, "m", "model.safetensors");
+    const struct reg_file *rf = repo ? reg_repo_find_file(repo, "model.safetensors", 17) : NULL;
+    CHECK(mf && rf && mf != rf && reg_file_hashed(mf) && reg_file_hashed(rf) &&
+          memcmp(mf->sha256, rf->sha256, 32) == 0);
+    hasher_free(h);
+    registry_unref(r);
+}
+
 /* A client asking again and again for a file that takes long (here: never
  * hashed) must not grow the job's waiter list with every timed-out wait. */
 TEST(timed_out_waiters_do_not_pile_up)
@@ -480,6 +520,7 @@ int main(void)
     RUN(waiters_hear_gone_and_stopped_once);
     RUN(unopened_files_are_unavailable);
     RUN(hard_links_are_hashed_once);
+    RUN(repo_files_are_hashed);
     RUN(timed_out_waiters_do_not_pile_up);
     RUN(reloads_under_waiters);
     char *cmd = xasprintf("rm -rf %s", base);

@@ -101,8 +101,88 @@ TEST(allowed_methods)
     CHECK_STR(route_allowed_methods(ROUTE_FETCH), "GET, HEAD, POST");
 }
 
+static int exists_org_name(void *ctx, const char *id, size_t len)
+{
+    (void)ctx;
+    return (len == 8 && memcmp(id, "org/tree", 8) == 0) || (len == 3 && memcmp(id, "one", 3) == 0);
+}
+
+static enum route_kind parse_hub(const char *path, struct route *r)
+{
+    char err[256];
+    return route_parse_with(path, exists_org_name, NULL, r, err, sizeof(err));
+}
+
+TEST(hub_routes)
+{
+    struct route r;
+    CHECK(parse("/api/models", &r) == ROUTE_HUB_MODELS);
+    CHECK(parse("/api/models/", &r) == ROUTE_HUB_MODELS);
+    CHECK(parse("/api/datasets/x", &r) == ROUTE_HUB_NOT_FOUND);
+    CHECK(parse("/org/name/resolve/main/unet/config.json", &r) == ROUTE_HUB_FILE);
+    CHECK_STR(r.model, "org/name");
+    CHECK_STR(r.rev, "main");
+    CHECK_STR(r.name, "unet/config.json");
+    CHECK(!r.raw);
+    route_free(&r);
+    CHECK(parse("/one/raw/refs%2Fpr%2F1/a%20b.txt", &r) == ROUTE_HUB_FILE);
+    CHECK_STR(r.model, "one");
+    CHECK_STR(r.rev, "refs/pr/1");
+    CHECK_STR(r.name, "a b.txt");
+    CHECK(r.raw);
+    route_free(&r);
+    CHECK(parse("/api/models/org/name", &r) == ROUTE_HUB_INFO && r.rev == NULL);
+    CHECK_STR(r.model, "org/name");
+    route_free(&r);
+    CHECK(parse("/api/models/one/revision/abc", &r) == ROUTE_HUB_INFO);
+    CHECK_STR(r.model, "one");
+    CHECK_STR(r.rev, "abc");
+    route_free(&r);
+    CHECK(parse("/api/models/org/name/tree/main/unet%2Fsub", &r) == ROUTE_HUB_TREE);
+    CHECK_STR(r.name, "unet/sub");
+    route_free(&r);
+    CHECK(parse("/api/models/org/name/tree/main", &r) == ROUTE_HUB_TREE && r.name == NULL);
+    route_free(&r);
+    CHECK(parse("/api/models/org/name/paths-info/main", &r) == ROUTE_HUB_PATHS_INFO);
+    route_free(&r);
+    CHECK(parse("/api/models/org/name/other", &r) == ROUTE_HUB_NOT_FOUND);
+    route_free(&r);
+    /* Both readings parse: the one naming an existing repo wins. */
+    CHECK(parse_hub("/api/models/org/tree/tree/main", &r) == ROUTE_HUB_TREE);
+    CHECK_STR(r.model, "org/tree");
+    CHECK_STR(r.rev, "main");
+    route_free(&r);
+    CHECK(parse("/api/models/org/tree/tree/main", &r) == ROUTE_HUB_TREE);
+    CHECK_STR(r.model, "org"); /* without a snapshot: one segment */
+    route_free(&r);
+    CHECK(parse_hub("/one/resolve/resolve/main/x", &r) == ROUTE_HUB_FILE);
+    CHECK_STR(r.model, "one");
+    CHECK_STR(r.rev, "resolve");
+    route_free(&r);
+    /* /v1 stays tensord's; other paths may be a repo's files. */
+    CHECK(parse("/v1/models/x", &r) == ROUTE_MODEL);
+    route_free(&r);
+    CHECK(parse("/v1/resolve/main/x", &r) == ROUTE_HUB_FILE);
+    route_free(&r);
+    CHECK(parse("/org/name/blob/main/x", &r) == ROUTE_NOT_FOUND);
+    route_free(&r);
+    /* Paths in repos follow the model-name rules. */
+    CHECK(parse("/one/resolve/main/../x", &r) == ROUTE_BAD_PATH);
+    route_free(&r);
+    CHECK(parse("/one/resolve/main/a%2F..%2Fb", &r) == ROUTE_BAD_PATH);
+    route_free(&r);
+    CHECK(parse("/one/resolve/%00/x", &r) == ROUTE_BAD_PATH);
+    route_free(&r);
+    CHECK(parse("/../resolve/main/x", &r) == ROUTE_BAD_PATH);
+    route_free(&r);
+    CHECK(parse("/one/resolve/main/x//y", &r) == ROUTE_BAD_PATH);
+    route_free(&r);
+    CHECK_STR(route_allowed_methods(ROUTE_HUB_PATHS_INFO), "POST");
+}
+
 int main(void)
 {
+    RUN(hub_routes);
     RUN(fixed_endpoints);
     RUN(model_endpoints);
     RUN(tensor_names_keep_slashes_and_decode_once);

@@ -1,0 +1,228 @@
+/* hub_req: see hub_req.h. */
+#include "hub_req.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "json_scan.h"
+#include "strmap.h"
+#include "util.h"
+
+static enum hub_req_status fail(char *err, size_t errlen, enum hub_req_status st,
+                                const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static enum hub_req_status fail(char *err, size_t errlen, enum hub_req_status st,
+                                const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+/* Takes ownership of path (len bytes, NUL-terminated). */
+static enum hub_req_status add(struct hub_paths *p, char *path, size_t len, char *err,
+                               size_t errlen)
+{
+    if (memchr(path, '\0', len) || !utf8_valid(path, len)) {
+        free(path);
+        return fail(err, errlen, HUB_REQ_BAD, "paths[%zu] is not UTF-8 text without NUL bytes",
+                    p->n);
+    }
+    if (len > HUB_PATH_MAX) {
+        free(path);
+        return fail(err, errlen, HUB_REQ_TOO_MANY, "paths[%zu] is longer than %d bytes", p->n,
+                    HUB_PATH_MAX);
+    }
+    if (p->n == HUB_PATHS_MAX) {
+        free(path);
+        return fail(err, errlen, HUB_REQ_TOO_MANY, "more than %d paths", HUB_PATHS_MAX);
+    }
+    if ((p->n & (p->n - 1)) == 0) /* 0, 1, 2, 4, ...: grow to the next power of two */
+        p->paths = xrealloc(p->paths, (p->n ? 2 * p->n : 1) * sizeof(*p->paths));
+    p->paths[p->n++] = path;
+    return HUB_REQ_OK;
+}
+
+/* ---- JSON ---- */
+
+static enum hub_req_status json_string(struct json_scan *s, struct hub_paths *p, char *err,
+                                       size_t errlen)
+{
+    size_t n = s->str_len;
+    char *v = xmalloc(n + 1);
+    json_scan_decode(s, v, n);
+    v[n] = '\0';
+    if (s->str_nul) {
+        free(v);
+        return fail(err, errlen, HUB_REQ_BAD, "paths[%zu] holds a NUL character", p->n);
+    }
+    return add(p, v, n, err, errlen);
+}
+
+static enum hub_req_status parse_json(const char *text, size_t len, struct hub_paths *p,
+                                      char *err, size_t errlen)
+{
+    struct json_scan s;
+    enum hub_req_status st;
+    if (memchr(text, '\0', len) || !utf8_valid(text, len))
+        return fail(err, errlen, HUB_REQ_BAD, "the body is not UTF-8 text without NUL bytes");
+    json_scan_init(&s, text, len);
+    if (json_scan_next(&s) != '{') {
+        if (!s.failed)
+            json_scan_fail(&s, JSON_ERR_DOCUMENT);
+        return fail(err, errlen, HUB_REQ_BAD, "the body must be a JSON object: %s", s.text);
+    }
+    /* The top-level keys, to refuse one given twice (json_scan_value does
+     * that for nested objects); the copies live in one arena. */
+    struct strmap *keys = strmap_new(8);
+    char *arena = xmalloc(len + 1), *next = arena;
+    st = HUB_REQ_BAD;
+    if (json_scan_next(&s) != '}') {
+        for (;;) {
+            if (json_scan_key(&s) != 0)
+                goto json_error;
+            size_t klen = json_scan_decode(&s, next, s.str_len);
+            int is_paths = klen == 5 && memcmp(next, "paths", 5) == 0;
+            if (strmap_put(keys, next, klen, (void *)1) != 0) {
+                json_scan_fail(&s, JSON_ERR_DUPLICATE_KEY);
+                goto json_error;
+            }
+            next += klen;
+            if (json_scan_colon(&s) != 0)
+                goto json_error;
+            if (is_paths && s.tok == JSON_TOK_STRING) {
+                if ((st = json_string(&s, p, err, errlen)) != HUB_REQ_OK)
+                    goto out;
+            } else if (is_paths && s.tok == '[') {
+                if (json_scan_next(&s) != ']') {
+                    for (;;) {
+                        if (s.tok != JSON_TOK_STRING) {
+                            if (s.tok == JSON_TOK_INVALID)
+                                goto json_error;
+                            st = fail(err, errlen, HUB_REQ_BAD, "paths[%zu] must be a string",
+                                      p->n);
+                            goto out;
+                        }
+                        if ((st = json_string(&s, p, err, errlen)) != HUB_REQ_OK)
+                            goto out;
+                        int more = json_scan_more(&s, ']');
+                        if (more < 0)
+                            goto json_error;
+                        if (!more)
+                            break;
+                    }
+                }
+            } else if (is_paths) {
+                if (s.tok == JSON_TOK_INVALID)
+                    goto json_error;
+                st = fail(err, errlen, HUB_REQ_BAD,
+                          "\"paths\" must be a string or an array of strings");
+                goto out;
+            } else if (json_scan_value(&s, 1, 32) != 0) {
+                goto json_error;
+            }
+            int more = json_scan_more(&s, '}');
+            if (more < 0)
+                goto json_error;
+            if (!more)
+                break;
+        }
+    }
+    if (json_scan_next(&s) != JSON_TOK_EOF) {
+        json_scan_fail(&s, JSON_ERR_TRAILING);
+        goto json_error;
+    }
+    st = HUB_REQ_OK;
+    goto out;
+json_error:
+    if (!s.failed)
+        json_scan_fail(&s, JSON_ERR_VALUE);
+    st = fail(err, errlen, HUB_REQ_BAD, "the body is not a JSON object of paths: %s at line %d, "
+              "column %d", s.text, s.line, s.column);
+out:
+    strmap_free(keys);
+    free(arena);
+    return st;
+}
+
+/* ---- forms ---- */
+
+/* Decodes a form component: '+' is a space, %XX a byte. NULL on a bad escape. */
+static char *form_decode(const char *s, size_t n, size_t *out_len)
+{
+    char *d = xmalloc(n + 1);
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] == '+') {
+            d[k++] = ' ';
+        } else if (s[i] == '%') {
+            int hi = i + 2 < n ? hex_digit_value((unsigned char)s[i + 1]) : -1;
+            int lo = i + 2 < n ? hex_digit_value((unsigned char)s[i + 2]) : -1;
+            if (hi < 0 || lo < 0) {
+                free(d);
+                return NULL;
+            }
+            d[k++] = (char)(hi * 16 + lo);
+            i += 2;
+        } else {
+            d[k++] = s[i];
+        }
+    }
+    d[k] = '\0';
+    *out_len = k;
+    return d;
+}
+
+static enum hub_req_status parse_form(const char *text, size_t len, struct hub_paths *p,
+                                      char *err, size_t errlen)
+{
+    size_t i = 0;
+    while (i < len) {
+        const char *amp = memchr(text + i, '&', len - i);
+        size_t end = amp ? (size_t)(amp - text) : len;
+        const char *eq = memchr(text + i, '=', end - i);
+        size_t kend = eq ? (size_t)(eq - text) : end;
+        size_t klen;
+        char *key = form_decode(text + i, kend - i, &klen);
+        if (!key)
+            return fail(err, errlen, HUB_REQ_BAD, "the form has a malformed %%-escape");
+        int is_paths = strcmp(key, "paths") == 0 || strcmp(key, "paths[]") == 0;
+        free(key);
+        if (is_paths) {
+            size_t vlen;
+            char *v = eq ? form_decode(eq + 1, end - kend - 1, &vlen) : xstrdup("");
+            if (!eq)
+                vlen = 0;
+            if (!v)
+                return fail(err, errlen, HUB_REQ_BAD, "the form has a malformed %%-escape");
+            enum hub_req_status st = add(p, v, vlen, err, errlen);
+            if (st != HUB_REQ_OK)
+                return st;
+        }
+        i = end + 1;
+    }
+    return HUB_REQ_OK;
+}
+
+enum hub_req_status hub_paths_parse(const char *text, size_t len, int json,
+                                    struct hub_paths *out, char *err, size_t errlen)
+{
+    memset(out, 0, sizeof(*out));
+    err[0] = '\0';
+    enum hub_req_status st = json ? parse_json(text, len, out, err, errlen)
+                                  : parse_form(text, len, out, err, errlen);
+    if (st != HUB_REQ_OK)
+        hub_paths_free(out);
+    return st;
+}
+
+void hub_paths_free(struct hub_paths *p)
+{
+    for (size_t i = 0; i < p->n; i++)
+        free(p->paths[i]);
+    free(p->paths);
+    memset(p, 0, sizeof(*p));
+}

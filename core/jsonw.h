@@ -1,0 +1,43 @@
+/* jsonw: a JSON writer into a growing buffer, for documents rendered per
+ * request (the Hugging Face endpoint's). Commas between members and
+ * elements are placed by the writer; strings are escaped, and a string that
+ * is not valid UTF-8 is written as if it were Latin-1 (every byte a code
+ * point), so the output is always valid JSON. */
+#ifndef TENSORD_JSONW_H
+#define TENSORD_JSONW_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define JSONW_MAX_DEPTH 32
+
+struct jsonw {
+    char *buf;                  /* NUL-terminated; owned until jsonw_take */
+    size_t len, cap;
+    unsigned depth;
+    unsigned char first[JSONW_MAX_DEPTH]; /* per open container: nothing written in it yet */
+    int after_key;              /* a key was written: the next value needs no comma */
+};
+
+void jsonw_init(struct jsonw *w);
+/* The text (caller frees) and its length; w is empty afterwards. */
+char *jsonw_take(struct jsonw *w, size_t *len);
+void jsonw_free(struct jsonw *w);
+
+void jsonw_obj(struct jsonw *w);      /* { */
+void jsonw_obj_end(struct jsonw *w);  /* } */
+void jsonw_arr(struct jsonw *w);      /* [ */
+void jsonw_arr_end(struct jsonw *w);  /* ] */
+void jsonw_key(struct jsonw *w, const char *key);
+void jsonw_str(struct jsonw *w, const char *s);
+void jsonw_strn(struct jsonw *w, const char *s, size_t n);
+void jsonw_u64(struct jsonw *w, uint64_t v);
+void jsonw_bool(struct jsonw *w, int v);
+void jsonw_null(struct jsonw *w);
+
+/* key: value shorthands. */
+void jsonw_kstr(struct jsonw *w, const char *key, const char *s);
+void jsonw_ku64(struct jsonw *w, const char *key, uint64_t v);
+void jsonw_kbool(struct jsonw *w, const char *key, int v);
+
+#endif

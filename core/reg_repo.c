@@ -1,0 +1,443 @@
+/* reg_repo: a repo's files and, once their hashes are known, its revision
+ * (design in reg_repo.h).
+ *
+ * The revision is what Hugging Face clients key their caches on, so it is
+ * derived from content alone and two replicas over the same files agree:
+ *
+ *   commit = SHA-1 over every file, in byte order of its path, of
+ *            path NUL size-in-decimal NUL sha256-in-lowercase-hex LF
+ *
+ * Blob and tree ids are git's, for a repository whose LFS files (see
+ * REG_REPO_LFS_MIN) are stored as LFS pointers, as on the Hub: a small
+ * file's blob id is its git blob SHA-1, an LFS file's is that of its
+ * pointer text, and a directory's is the git tree of its entries (mode
+ * 100644 for every file). */
+#include "reg_repo.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "beneath.h"
+#include "digest.h"
+#include "reg_model.h"
+#include "strmap.h"
+#include "util.h"
+
+#define ST_SUFFIX ".safetensors"
+
+static int cmp_id(const void *a, const void *b)
+{
+    return strcmp(((const struct reg_entry_id *)a)->name, ((const struct reg_entry_id *)b)->name);
+}
+
+/* Opens file `name` of repo r below the root to learn whether it may be
+ * served and which version it is. Returns 1 with f filled, 0 when it is
+ * not to be served (it leads outside the root, dangles, loops, or is not a
+ * regular file). Other errors are kept in f->error. */
+static int check_file(struct reg_repo *r, const char *name, struct reg_file *f)
+{
+    memset(f, 0, sizeof(*f));
+    f->fd = -1;
+    f->path = xasprintf("%s/%s", r->id, name);
+    int fd = beneath_open(r->root->fd, r->root->path, f->path, O_RDONLY | O_NOCTTY | O_NONBLOCK);
+    if (fd >= 0)
+        fd = fileio_regular(fd, &f->st);
+    if (fd == -EXDEV || fd == -ENOENT || fd == -ELOOP || fd == -ENOTDIR || fd == -EINVAL ||
+        fd == -ENXIO) {
+        free(f->path);
+        return 0;
+    }
+    f->name = xstrdup(name);
+    size_t n = strlen(name), k = strlen(ST_SUFFIX);
+    f->is_safetensors = n > k && memcmp(name + n - k, ST_SUFFIX, k) == 0;
+    if (fd < 0) {
+        st_error_set(&f->error, ST_ERR_IO, "%s: open: %s", name, strerror(-fd));
+        r->transient |= reg_errno_transient(-fd);
+        return 1;
+    }
+    close(fd);
+    f->error.code = ST_OK;
+    return 1;
+}
+
+struct reg_repo *reg_repo_build(struct reg_root *root, const char *id,
+                                const struct reg_entry_id *ids, size_t n)
+{
+    struct reg_repo *r = xcalloc(1, sizeof(*r));
+    atomic_init(&r->refs, 1);
+    r->root = reg_root_ref(root);
+    r->id = xstrdup(id);
+    r->n_ids = n;
+    r->ids = xcalloc(n ? n : 1, sizeof(*r->ids));
+    for (size_t i = 0; i < n; i++) {
+        r->ids[i].name = xstrdup(ids[i].name);
+        r->ids[i].st = ids[i].st;
+    }
+    qsort(r->ids, n, sizeof(*r->ids), cmp_id);
+    r->files = xcalloc(n ? n : 1, sizeof(*r->files));
+    for (size_t i = 0; i < n; i++)
+        r->n_files += (size_t)check_file(r, r->ids[i].name, &r->files[r->n_files]);
+    r->by_name = strmap_new(r->n_files);
+    for (size_t i = 0; i < r->n_files; i++) {
+        strmap_put(r->by_name, r->files[i].name, strlen(r->files[i].name), &r->files[i]);
+        r->bytes += r->files[i].st.size;
+    }
+    return r;
+}
+
+int reg_repo_unchanged(const struct reg_repo *r, const struct reg_entry_id *ids, size_t n)
+{
+    if (r->transient || n != r->n_ids)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(ids[i].name, r->ids[i].name) != 0 ||
+            !fileio_same_version(&ids[i].st, &r->ids[i].st))
+            return 0;
+    return 1;
+}
+
+struct reg_repo_walk {
+    char *id;
+    size_t prefix;               /* strlen(id) + 1: what to cut from a path to get a file's name */
+    struct reg_entry_id *ids;    /* every regular file below it so far; names owned */
+    size_t n, cap;
+    size_t errors_at_start;      /* scan errors before the walk entered it */
+};
+
+struct reg_repo_walk *reg_repo_walk_begin(const char *id, size_t errors)
+{
+    struct reg_repo_walk *w = xcalloc(1, sizeof(*w));
+    w->id = xstrdup(id);
+    w->prefix = strlen(id) + 1;
+    w->errors_at_start = errors;
+    return w;
+}
+
+void reg_repo_walk_add(struct reg_repo_walk *w, const char *rel, const char *name,
+                       const struct fileio_stat *st)
+{
+    const char *below = strlen(rel) >= w->prefix ? rel + w->prefix : "";
+    if (w->n == w->cap) {
+        w->cap = w->cap ? w->cap * 2 : 16;
+        w->ids = xrealloc(w->ids, w->cap * sizeof(*w->ids));
+    }
+    w->ids[w->n].name = below[0] ? xasprintf("%s/%s", below, name) : xstrdup(name);
+    w->ids[w->n].st = *st;
+    w->n++;
+}
+
+const char *reg_repo_walk_id(const struct reg_repo_walk *w)
+{
+    return w->id;
+}
+
+struct reg_repo *reg_repo_walk_end(struct reg_repo_walk *w, struct reg_root *root,
+                                   const struct reg_repo *old, size_t errors, int *transient)
+{
+    struct reg_repo *r = NULL;
+    *transient = 0;
+    if (w->n > 1)
+        qsort(w->ids, w->n, sizeof(*w->ids), cmp_id);
+    if (old && (errors > w->errors_at_start || reg_repo_unchanged(old, w->ids, w->n))) {
+        r = reg_repo_ref(old);
+    } else if (w->n) {
+        r = reg_repo_build(root, w->id, w->ids, w->n);
+        if (r->transient) {
+            *transient = 1;
+            if (old) {
+                reg_repo_unref(r);
+                r = reg_repo_ref(old);
+            }
+        }
+        if (!r->n_files) {
+            reg_repo_unref(r);
+            r = NULL;
+        }
+    }
+    for (size_t i = 0; i < w->n; i++)
+        free(w->ids[i].name);
+    free(w->ids);
+    free(w->id);
+    free(w);
+    return r;
+}
+
+static void rev_free(struct reg_repo_rev *rev)
+{
+    if (!rev)
+        return;
+    for (size_t i = 0; i < rev->n_dirs; i++)
+        free((char *)rev->dirs[i].path);
+    free(rev->dirs);
+    free(rev->blob);
+    strmap_free(rev->by_dir);
+    free(rev);
+}
+
+struct reg_repo *reg_repo_ref(const struct reg_repo *r)
+{
+    struct reg_repo *rr = (struct reg_repo *)r;
+    if (rr)
+        atomic_fetch_add_explicit(&rr->refs, 1, memory_order_relaxed);
+    return rr;
+}
+
+void reg_repo_unref(const struct reg_repo *cr)
+{
+    struct reg_repo *r = (struct reg_repo *)cr;
+    if (!r || atomic_fetch_sub_explicit(&r->refs, 1, memory_order_acq_rel) != 1)
+        return;
+    rev_free(atomic_load(&r->rev));
+    for (size_t i = 0; i < r->n_files; i++) {
+        free(r->files[i].name);
+        free(r->files[i].path);
+    }
+    for (size_t i = 0; i < r->n_ids; i++)
+        free(r->ids[i].name);
+    free(r->ids);
+    free(r->files);
+    strmap_free(r->by_name);
+    reg_root_unref(r->root);
+    free(r->id);
+    free(r);
+}
+
+const struct reg_file *reg_repo_find_file(const struct reg_repo *r, const char *path, size_t len)
+{
+    return r ? strmap_get(r->by_name, path, len) : NULL;
+}
+
+const struct reg_file *reg_repo_unreadable(const struct reg_repo *r)
+{
+    for (size_t i = 0; i < r->n_files; i++)
+        if (r->files[i].error.code != ST_OK)
+            return &r->files[i];
+    return NULL;
+}
+
+int reg_repo_file_is_lfs(const struct reg_file *f)
+{
+    return f->is_safetensors || f->st.size > REG_REPO_LFS_MIN || !f->has_git_sha1;
+}
+
+int64_t reg_repo_mtime_ns(const struct reg_repo *r)
+{
+    int64_t t = 0;
+    for (size_t i = 0; i < r->n_files; i++)
+        if (r->files[i].st.mtime_ns > t)
+            t = r->files[i].st.mtime_ns;
+    return t;
+}
+
+/* ---- the revision -------------------------------------------------------- */
+
+/* git's id of an object: SHA-1 of "<type> <size>\0" and the content. */
+static void git_object_id(const char *type, const void *p, size_t n, uint8_t out[20])
+{
+    char head[48];
+    int k = snprintf(head, sizeof(head), "%s %zu", type, n);
+    struct digest_sha1 *d = digest_sha1_new();
+    digest_sha1_update(d, head, (size_t)k + 1);
+    digest_sha1_update(d, p, n);
+    digest_sha1_final(d, out);
+}
+
+static void blob_id(const struct reg_file *f, uint8_t out[20])
+{
+    if (!reg_repo_file_is_lfs(f)) {
+        memcpy(out, f->git_sha1, 20);
+        return;
+    }
+    char hex[65], ptr[200];
+    digest_hex(f->sha256, 32, hex);
+    int n = snprintf(ptr, sizeof(ptr),
+                     "version https://git-lfs.github.com/spec/v1\noid sha256:%s\nsize %" PRIu64 "\n",
+                     hex, f->st.size);
+    git_object_id("blob", ptr, (size_t)n, out);
+}
+
+/* One entry of a git tree being built. */
+struct tree_entry {
+    const char *name;
+    size_t len;
+    int is_dir;
+    const uint8_t *oid;
+};
+
+/* git's order: names compared bytewise, a directory's as if followed by '/'. */
+static int cmp_tree_entry(const void *pa, const void *pb)
+{
+    const struct tree_entry *a = pa, *b = pb;
+    size_t n = a->len < b->len ? a->len : b->len;
+    int c = memcmp(a->name, b->name, n);
+    if (c)
+        return c;
+    unsigned ca = a->len > n ? (unsigned char)a->name[n] : a->is_dir ? '/' : 0;
+    unsigned cb = b->len > n ? (unsigned char)b->name[n] : b->is_dir ? '/' : 0;
+    return (int)ca - (int)cb;
+}
+
+static int cmp_dir(const void *a, const void *b)
+{
+    return strcmp(((const struct reg_repo_dir *)a)->path, ((const struct reg_repo_dir *)b)->path);
+}
+
+/* The git tree id of dirs[d]: its files and its subdirectories (whose ids
+ * are computed already: deeper paths come first in the caller's order). */
+static void tree_id(const struct reg_repo *r, struct reg_repo_rev *rev, struct reg_repo_dir *d)
+{
+    size_t cap = 16, n = 0;
+    struct tree_entry *e = xmalloc(cap * sizeof(*e));
+    size_t skip = d->len ? d->len + 1 : 0;
+    for (size_t i = d->first; i < d->end; i++) {
+        const char *rest = r->files[i].name + skip;
+        const char *slash = strchr(rest, '/');
+        if (n == cap) {
+            cap *= 2;
+            e = xrealloc(e, cap * sizeof(*e));
+        }
+        if (!slash) {
+            e[n++] = (struct tree_entry){rest, strlen(rest), 0, rev->blob[i]};
+            continue;
+        }
+        /* A subdirectory: one entry for all its files, which are adjacent. */
+        size_t sublen = (size_t)(slash - r->files[i].name);
+        const struct reg_repo_dir *sub = reg_repo_find_dir(rev, r->files[i].name, sublen);
+        e[n++] = (struct tree_entry){rest, (size_t)(slash - rest), 1, sub->tree};
+        i = sub->end - 1;
+    }
+    qsort(e, n, sizeof(*e), cmp_tree_entry);
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++)
+        total += (e[i].is_dir ? 6 : 7) + e[i].len + 1 + 20;
+    char *buf = xmalloc(total ? total : 1), *p = buf;
+    for (size_t i = 0; i < n; i++) {
+        memcpy(p, e[i].is_dir ? "40000 " : "100644 ", e[i].is_dir ? 6 : 7);
+        p += e[i].is_dir ? 6 : 7;
+        memcpy(p, e[i].name, e[i].len);
+        p += e[i].len;
+        *p++ = '\0';
+        memcpy(p, e[i].oid, 20);
+        p += 20;
+    }
+    git_object_id("tree", buf, total, d->tree);
+    free(buf);
+    free(e);
+}
+
+static size_t depth_of(const char *path)
+{
+    size_t n = path[0] != '\0';
+    for (; *path; path++)
+        n += *path == '/';
+    return n;
+}
+
+static int cmp_depth_desc(const void *a, const void *b)
+{
+    size_t da = depth_of((*(struct reg_repo_dir *const *)a)->path);
+    size_t db = depth_of((*(struct reg_repo_dir *const *)b)->path);
+    return da < db ? 1 : da > db ? -1 : 0;
+}
+
+static struct reg_repo_rev *rev_compute(const struct reg_repo *r)
+{
+    struct reg_repo_rev *rev = xcalloc(1, sizeof(*rev));
+    rev->blob = xcalloc(r->n_files ? r->n_files : 1, sizeof(*rev->blob));
+    struct digest_sha1 *c = digest_sha1_new();
+    struct strmap *seen = strmap_new(16);
+    size_t cap = 16;
+    rev->dirs = xcalloc(cap, sizeof(*rev->dirs));
+    rev->dirs[rev->n_dirs++] = (struct reg_repo_dir){.path = xstrdup(""), .len = 0};
+    for (size_t i = 0; i < r->n_files; i++) {
+        const struct reg_file *f = &r->files[i];
+        char hex[65], size[24];
+        digest_hex(f->sha256, 32, hex);
+        int k = snprintf(size, sizeof(size), "%" PRIu64, f->st.size);
+        digest_sha1_update(c, f->name, strlen(f->name) + 1);
+        digest_sha1_update(c, size, (size_t)k + 1);
+        digest_sha1_update(c, hex, 64);
+        digest_sha1_update(c, "\n", 1);
+        blob_id(f, rev->blob[i]);
+        /* Every directory on its path, once. */
+        for (const char *s = f->name; (s = strchr(s, '/')) != NULL; s++) {
+            size_t len = (size_t)(s - f->name);
+            if (strmap_get(seen, f->name, len))
+                continue;
+            if (rev->n_dirs == cap) {
+                cap *= 2;
+                rev->dirs = xrealloc(rev->dirs, cap * sizeof(*rev->dirs));
+            }
+            rev->dirs[rev->n_dirs++] = (struct reg_repo_dir){.path = xstrndup(f->name, len),
+                                                             .len = len};
+            strmap_put(seen, f->name, len, (void *)1);
+        }
+    }
+    strmap_free(seen);
+    uint8_t commit[20];
+    digest_sha1_final(c, commit);
+    digest_hex(commit, 20, rev->commit);
+    qsort(rev->dirs, rev->n_dirs, sizeof(*rev->dirs), cmp_dir);
+    rev->by_dir = strmap_new(rev->n_dirs);
+    for (size_t i = 0; i < rev->n_dirs; i++) {
+        struct reg_repo_dir *d = &rev->dirs[i];
+        strmap_put(rev->by_dir, d->path, d->len, d);
+        /* Files below d are adjacent in byte order, from the first name
+         * not below "d/" in that order. */
+        size_t lo = 0, hi = r->n_files;
+        if (d->len) {
+            char *key = xasprintf("%s/", d->path);
+            size_t a = 0, b = r->n_files;
+            while (a < b) {
+                size_t mid = a + (b - a) / 2;
+                if (strcmp(r->files[mid].name, key) < 0)
+                    a = mid + 1;
+                else
+                    b = mid;
+            }
+            lo = hi = a;
+            while (hi < r->n_files && strncmp(r->files[hi].name, key, d->len + 1) == 0)
+                hi++;
+            free(key);
+        }
+        d->first = lo;
+        d->end = hi;
+    }
+    /* Trees bottom-up: a directory's id needs its subdirectories'. */
+    struct reg_repo_dir **order = xmalloc(rev->n_dirs * sizeof(*order));
+    for (size_t i = 0; i < rev->n_dirs; i++)
+        order[i] = &rev->dirs[i];
+    qsort(order, rev->n_dirs, sizeof(*order), cmp_depth_desc);
+    for (size_t i = 0; i < rev->n_dirs; i++)
+        tree_id(r, rev, order[i]);
+    free(order);
+    return rev;
+}
+
+const struct reg_repo_rev *reg_repo_revision(const struct reg_repo *cr)
+{
+    struct reg_repo *r = (struct reg_repo *)cr;
+    struct reg_repo_rev *rev = atomic_load_explicit(&r->rev, memory_order_acquire);
+    if (rev)
+        return rev;
+    for (size_t i = 0; i < r->n_files; i++)
+        if (!reg_file_hashed(&r->files[i]))
+            return NULL;
+    struct reg_repo_rev *mine = rev_compute(r), *expected = NULL;
+    if (atomic_compare_exchange_strong_explicit(&r->rev, &expected, mine, memory_order_acq_rel,
+                                                memory_order_acquire))
+        return mine;
+    rev_free(mine);
+    return expected;
+}
+
+const struct reg_repo_dir *reg_repo_find_dir(const struct reg_repo_rev *rev, const char *path,
+                                             size_t len)
+{
+    return rev ? strmap_get(rev->by_dir, path, len) : NULL;
+}

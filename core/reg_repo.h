@@ -1,0 +1,98 @@
+/* reg_repo: the Hugging Face view of the models root (API.md "Hugging Face
+ * endpoint"). A repo is a directory at depth 1 that directly holds a
+ * regular file (repo "name"), or any directory below a depth-1 directory
+ * that holds only directories (repo "org/name"); its files are every
+ * regular file below it, under their '/'-separated paths, with the walk's
+ * rules (core/registry.c): hidden and non-UTF-8 names skipped, symlinks
+ * followed only inside the root, nothing deeper than max_depth.
+ *
+ * A repo is immutable and refcounted like a model, and reused by a rescan
+ * when its entries are the same versions. Its files are never kept open
+ * (an answer opens one below the root, as for a model's plain files), and
+ * get their content hashes from the hasher like every served file. Once
+ * all of them are known, the repo's revision (its commit id and the git ids
+ * of its blobs and trees) is computed once and kept. */
+#ifndef TENSORD_REG_REPO_H
+#define TENSORD_REG_REPO_H
+
+#include "registry.h"
+
+/* Files larger than this, and every .safetensors file, are "LFS" files to
+ * Hugging Face clients: their ETag and blob are the SHA-256 (X-Linked-Etag,
+ * lfs.oid), and their git blob is the LFS pointer's. Smaller files' ETag and
+ * blob id are their git blob SHA-1. The Hub's own 10 MB line. */
+#define REG_REPO_LFS_MIN (10ull * 1024 * 1024)
+
+/* A directory of a repo ("" is the repo itself). */
+struct reg_repo_dir {
+    const char *path;          /* owned by the revision; "" for the root */
+    size_t len;
+    uint8_t tree[20];          /* its git tree id */
+    size_t first, end;         /* the repo's files below it: files[first .. end) */
+};
+
+/* What a repo's content names, once every hash is known. */
+struct reg_repo_rev {
+    char commit[41];           /* the revision id, 40 lowercase hex digits */
+    uint8_t (*blob)[20];       /* per file of the repo, in its order: the git blob id */
+    size_t n_dirs;
+    struct reg_repo_dir *dirs; /* sorted by path; dirs[0] is the root */
+    struct strmap *by_dir;     /* path -> struct reg_repo_dir * */
+};
+
+/* Builds repo `id` from its files ids[0..n) (names relative to the repo
+ * directory, sorted or not): each is opened below root to make sure it may
+ * be served, and closed. Returns a repo with one reference, never NULL;
+ * `transient` is set when an I/O or resource error kept a file from being
+ * checked. Internal to the registry. */
+struct reg_repo *reg_repo_build(struct reg_root *root, const char *id,
+                                const struct reg_entry_id *ids, size_t n);
+
+/* Collecting a repo's files while the registry walks below its directory
+ * (internal to the registry): begin at the repo's directory (with the scan
+ * errors so far), add every regular file of every directory below it, end
+ * when the walk leaves it. */
+struct reg_repo_walk;
+struct reg_repo_walk *reg_repo_walk_begin(const char *id, size_t errors);
+/* Adds file `name` of directory rel (relative to the root, at or below the repo's). */
+void reg_repo_walk_add(struct reg_repo_walk *w, const char *rel, const char *name,
+                       const struct fileio_stat *st);
+const char *reg_repo_walk_id(const struct reg_repo_walk *w);
+/* Frees w and returns the repo to list, with a reference, or NULL for none
+ * (no file below it): old (the previous snapshot's repo of this id, or NULL)
+ * when its files are the same versions, or when scan errors met below the
+ * directory (errors is the count now) or while building it again kept it
+ * from being read; else a new one. *transient is set when building met an
+ * I/O or resource error (the scan should be retried). */
+struct reg_repo *reg_repo_walk_end(struct reg_repo_walk *w, struct reg_root *root,
+                                   const struct reg_repo *old, size_t errors, int *transient);
+
+/* Whether r was built from exactly these entries (sorted by name). */
+int reg_repo_unchanged(const struct reg_repo *r, const struct reg_entry_id *ids, size_t n);
+
+struct reg_repo *reg_repo_ref(const struct reg_repo *r);
+void reg_repo_unref(const struct reg_repo *r);
+
+/* The file at path (relative to the repo), or NULL. */
+const struct reg_file *reg_repo_find_file(const struct reg_repo *r, const char *path, size_t len);
+
+/* The first file that could not be opened when the repo was built (no
+ * permission, say), or NULL: such a repo has no revision. */
+const struct reg_file *reg_repo_unreadable(const struct reg_repo *r);
+
+/* Whether f is an LFS file to Hugging Face clients (see REG_REPO_LFS_MIN). */
+int reg_repo_file_is_lfs(const struct reg_file *f);
+
+/* r's revision, computed the first time every file's hash is known (any
+ * thread; if two compute it at once one copy is kept). NULL while some hash
+ * is missing. Lives as long as r. */
+const struct reg_repo_rev *reg_repo_revision(const struct reg_repo *r);
+
+/* The directory at path ("" for the root) of a revision, or NULL. */
+const struct reg_repo_dir *reg_repo_find_dir(const struct reg_repo_rev *rev, const char *path,
+                                             size_t len);
+
+/* The newest modification time of r's files, in nanoseconds. */
+int64_t reg_repo_mtime_ns(const struct reg_repo *r);
+
+#endif
