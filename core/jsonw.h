@@ -1,26 +1,30 @@
-/* jsonw: a JSON writer into a growing buffer, for documents rendered per
- * request (the Hugging Face endpoint's). Commas between members and
- * elements are placed by the writer; strings are escaped, and a string that
- * is not valid UTF-8 is written as if it were Latin-1 (every byte a code
- * point), so the output is always valid JSON. */
+/* jsonw: a JSON writer that places the commas, on top of a strbuf.
+ *
+ * strbuf writes JSON values; jsonw adds the structure (objects, arrays,
+ * keys) for documents rendered per request (the Hugging Face endpoint's,
+ * error documents). Strings go through strbuf_json_string, so the output is
+ * always valid JSON, and like a strbuf the writer never aborts: a failed
+ * allocation makes jsonw_take answer NULL. */
 #ifndef TENSORD_JSONW_H
 #define TENSORD_JSONW_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include "strbuf.h"
+
 #define JSONW_MAX_DEPTH 32
 
 struct jsonw {
-    char *buf;                  /* NUL-terminated; owned until jsonw_take */
-    size_t len, cap;
+    struct strbuf sb;
     unsigned depth;
     unsigned char first[JSONW_MAX_DEPTH]; /* per open container: nothing written in it yet */
     int after_key;              /* a key was written: the next value needs no comma */
 };
 
 void jsonw_init(struct jsonw *w);
-/* The text (caller frees) and its length; w is empty afterwards. */
+/* The text (caller frees) and its length; NULL when an allocation failed.
+ * w is empty afterwards either way. */
 char *jsonw_take(struct jsonw *w, size_t *len);
 void jsonw_free(struct jsonw *w);
 

@@ -267,6 +267,9 @@ static enum MHD_Result send_doc(struct MHD_Connection *conn, struct request *rq,
 {
     size_t len;
     char *text = jsonw_take(w, &len);
+    if (!text)
+        return respond_hub_error(conn, rq, MHD_HTTP_SERVICE_UNAVAILABLE, "out_of_memory", NULL, 1,
+                                 "out of memory rendering the answer");
     const char *extra[] = {"X-Repo-Commit", commit, NULL};
     struct representation rep = {
         .body = {.prefix = text, .prefix_len = len, .fd = -1},

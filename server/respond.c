@@ -192,65 +192,49 @@ static enum MHD_Result queue(struct MHD_Connection *conn, struct request *rq, un
     return r;
 }
 
-/* {"error": {"code": code, "message": msg}} as a new string. */
-static char *error_document(const char *code, const char *msg)
+/* The error document: {"error": {"code": code, "message": msg}}, or in the
+ * Hub's dialect (hub) {"error": msg}. NULL when out of memory. */
+static char *error_document(const char *code, const char *msg, int hub, size_t *len)
 {
-    json_t *doc = json_pack("{s:{s:s,s:s}}", "error", "code", code, "message", msg);
-    char *text = doc ? json_dumps(doc, JSON_COMPACT) : NULL;
-    json_decref(doc);
-    if (!text) /* the message was not valid UTF-8 (it echoes a name): say so plainly */
-        text = xasprintf("{\"error\":{\"code\":\"%s\",\"message\":\"(message not UTF-8)\"}}", code);
-    return text;
-}
-
-enum MHD_Result respond_error(struct MHD_Connection *conn, struct request *rq, unsigned status,
-                              const char *code, const char *fmt, ...)
-{
-    char msg[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    char *text = error_document(code, msg);
-    size_t len = strlen(text);
-    struct MHD_Response *resp =
-        MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
-    add_common_headers(resp, "application/json");
-    if (status == MHD_HTTP_METHOD_NOT_ALLOWED && rq->allow)
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, rq->allow);
-    if (rq->content_range)
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_RANGE, rq->content_range);
-    if (status == MHD_HTTP_SERVICE_UNAVAILABLE)
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "1");
-    if (status == MHD_HTTP_UNAUTHORIZED)
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer realm=\"tensord\"");
-    rq->error_code = code;
-    return queue(conn, rq, status, resp, len);
-}
-
-enum MHD_Result respond_hub_error(struct MHD_Connection *conn, struct request *rq, unsigned status,
-                                  const char *code, const char *const *extra, unsigned retry_after,
-                                  const char *fmt, ...)
-{
-    char msg[1024], ra[16];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
     struct jsonw w;
     jsonw_init(&w);
     jsonw_obj(&w);
-    jsonw_kstr(&w, "error", msg);
+    if (hub) {
+        jsonw_kstr(&w, "error", msg);
+    } else {
+        jsonw_key(&w, "error");
+        jsonw_obj(&w);
+        jsonw_kstr(&w, "code", code);
+        jsonw_kstr(&w, "message", msg);
+        jsonw_obj_end(&w);
+    }
     jsonw_obj_end(&w);
+    return jsonw_take(&w, len);
+}
+
+/* Queues an error answer; extra holds header name/value pairs (NULL-ended). */
+static enum MHD_Result send_error(struct MHD_Connection *conn, struct request *rq,
+                                  unsigned status, const char *code, int hub,
+                                  const char *const *extra, unsigned retry_after,
+                                  const char *msg)
+{
+    static const char oom_doc[] = "{\"error\":{\"code\":\"internal\",\"message\":\"out of memory\"}}";
     size_t len;
-    char *text = jsonw_take(&w, &len);
-    struct MHD_Response *resp = MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
+    char *text = error_document(code ? code : "hub_error", msg, hub, &len);
+    struct MHD_Response *resp =
+        text ? MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE)
+             : MHD_create_response_from_buffer(len = sizeof(oom_doc) - 1, (void *)oom_doc,
+                                               MHD_RESPMEM_PERSISTENT);
+    if (!resp) {
+        free(text);
+        return MHD_NO;
+    }
     add_common_headers(resp, "application/json");
-    if (code)
+    if (hub && code)
         MHD_add_response_header(resp, "X-Error-Code", code);
     /* A header value is one line of visible ASCII: the message is given
      * there only when it is one (the body always has it). */
-    int plain = 1;
+    int plain = hub;
     for (const char *c = msg; *c && plain; c++)
         plain = *c >= 0x20 && *c < 0x7f;
     if (plain && msg[0])
@@ -258,6 +242,7 @@ enum MHD_Result respond_hub_error(struct MHD_Connection *conn, struct request *r
     for (const char *const *e = extra; e && e[0]; e += 2)
         MHD_add_response_header(resp, e[0], e[1]);
     if (status == MHD_HTTP_SERVICE_UNAVAILABLE) {
+        char ra[16];
         snprintf(ra, sizeof(ra), "%u", retry_after ? retry_after : 1);
         MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, ra);
     }
@@ -269,6 +254,29 @@ enum MHD_Result respond_hub_error(struct MHD_Connection *conn, struct request *r
         MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer realm=\"tensord\"");
     rq->error_code = code ? code : "hub_error";
     return queue(conn, rq, status, resp, len);
+}
+
+enum MHD_Result respond_error(struct MHD_Connection *conn, struct request *rq, unsigned status,
+                              const char *code, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    return send_error(conn, rq, status, code, 0, NULL, 0, msg);
+}
+
+enum MHD_Result respond_hub_error(struct MHD_Connection *conn, struct request *rq, unsigned status,
+                                  const char *code, const char *const *extra, unsigned retry_after,
+                                  const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    return send_error(conn, rq, status, code, 1, extra, retry_after, msg);
 }
 
 enum MHD_Result respond_redirect(struct MHD_Connection *conn, struct request *rq, unsigned status,
@@ -340,8 +348,10 @@ enum MHD_Result respond_refusal_raw(struct request *rq, int fd, unsigned status,
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    char *text = error_document(code, msg);
-    size_t len = strlen(text);
+    size_t len;
+    char *text = error_document(code, msg, 0, &len);
+    if (!text)
+        return MHD_NO;
     int n = snprintf(head, sizeof(head),
                      "HTTP/1.1 %u %s\r\nContent-Type: application/json\r\n"
                      "Content-Length: %zu\r\nConnection: close\r\n\r\n",
