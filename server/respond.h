@@ -1,7 +1,8 @@
 /* respond: turns a representation (a body plus its validators) into an HTTP
- * answer: conditional requests (RFC 9110 §13), Range (§14) with
- * multipart/byteranges, HEAD, and the choice between sendfile, a small
- * copied buffer and a streamed reader. Also JSON documents and JSON errors. */
+ * answer: conditional requests (RFC 9110 §13, decided by conditional.c),
+ * Range (§14) with multipart/byteranges, HEAD, and the body (built by
+ * stream.c: sendfile, a small copied buffer or a streamed reader). Also JSON
+ * documents and JSON errors. */
 #ifndef TENSORD_RESPOND_H
 #define TENSORD_RESPOND_H
 
@@ -10,6 +11,7 @@
 #include <stdint.h>
 
 #include "body.h"
+#include "conditional.h"
 #include "fileio.h"
 #include "registry.h"
 #include "st_header.h"
@@ -108,16 +110,5 @@ const char *respond_content_type(const char *name);
 enum MHD_Result respond_refusal_raw(struct request *rq, int fd, unsigned status,
                                     const char *code, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
-
-#define HTTP_DATE_LEN 30 /* "Sun, 06 Nov 1994 08:49:37 GMT" and its NUL */
-
-/* Formats t as an IMF-fixdate into buf (at least HTTP_DATE_LEN bytes); a
- * time outside years 0-9999 gives the epoch. */
-void http_date_format(int64_t t, char *buf, size_t len);
-/* Parses an HTTP-date (IMF-fixdate, RFC 850 or asctime). Returns 0 or -1. */
-int http_date_parse(const char *s, int64_t *out);
-/* Returns 1 when the If-None-Match/If-Match style list matches etag (weak
- * comparison when weak != 0, strong otherwise; "*" matches any). */
-int http_etag_match(const char *list, const char *etag, int weak);
 
 #endif

@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "respond.h"
+#include "conditional.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
