@@ -12,15 +12,11 @@
 
 #include "auth.h"
 #include "conns.h"
-#include "handlers.h"
+#include "dispatch.h"
 #include "log.h"
 #include "metrics.h"
 #include "respond.h"
-#include "route.h"
 #include "util.h"
-
-/* Largest request body accepted, but for a fetch (max_fetch_body_bytes). */
-#define MAX_UPLOAD 65536
 
 int http_parse_listen(const char *listen, struct sockaddr_storage *ss, unsigned *len)
 {
@@ -243,255 +239,6 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
     log_msg(LOG_DEBUG, "libmicrohttpd: %s", msg);
 }
 
-/* ---- dispatch ----------------------------------------------------------- */
-
-struct query_check {
-    const char *const *allowed;
-    const char *bad;
-};
-
-static enum MHD_Result check_arg(void *cls, enum MHD_ValueKind kind, const char *key,
-                                 const char *value)
-{
-    (void)kind, (void)value;
-    struct query_check *qc = cls;
-    for (const char *const *a = qc->allowed; *a; a++)
-        if (strcmp(*a, key) == 0)
-            return MHD_YES;
-    qc->bad = key;
-    return MHD_NO;
-}
-
-/* The body bound of the endpoint at url: a fetch request may list many tensors. */
-static size_t upload_limit(const struct server *srv, const char *url)
-{
-    char err[256];
-    struct route rt;
-    enum route_kind kind = route_parse(url, &rt, err, sizeof(err));
-    route_free(&rt);
-    /* A paths-info request may list many paths (hub_req.h bounds them). */
-    return kind == ROUTE_FETCH || strncmp(url, "/api/", 5) == 0 ? srv->cfg->max_fetch_body_bytes
-                                                                 : MAX_UPLOAD;
-}
-
-static int repo_exists(void *ctx, const char *id, size_t len)
-{
-    return registry_find_repo(ctx, id, len) != NULL;
-}
-
-static int is_hub_route(enum route_kind k)
-{
-    return k == ROUTE_HUB_FILE || k == ROUTE_HUB_MODELS || k == ROUTE_HUB_INFO ||
-           k == ROUTE_HUB_TREE || k == ROUTE_HUB_PATHS_INFO || k == ROUTE_HUB_NOT_FOUND;
-}
-
-static const int endpoint_of_route[] = {
-    [ROUTE_NOT_FOUND] = MEP_OTHER,     [ROUTE_BAD_PATH] = MEP_OTHER,
-    [ROUTE_HEALTHZ] = MEP_HEALTH,      [ROUTE_READYZ] = MEP_HEALTH,
-    [ROUTE_METRICS_TEXT] = MEP_METRICS, [ROUTE_METRICS] = MEP_METRICS,
-    [ROUTE_MODELS] = MEP_MODELS,       [ROUTE_MODEL] = MEP_MODEL,
-    [ROUTE_MODEL_HEADER] = MEP_HEADER, [ROUTE_FILE] = MEP_FILE,
-    [ROUTE_FILE_HEADER] = MEP_FILE_HEADER, [ROUTE_TENSOR] = MEP_TENSOR,
-    [ROUTE_GPU] = MEP_GPU,             [ROUTE_FETCH] = MEP_FETCH,
-    [ROUTE_HUB_FILE] = MEP_HUB_FILE,   [ROUTE_HUB_MODELS] = MEP_HUB_API,
-    [ROUTE_HUB_INFO] = MEP_HUB_API,    [ROUTE_HUB_TREE] = MEP_HUB_API,
-    [ROUTE_HUB_PATHS_INFO] = MEP_HUB_API, [ROUTE_HUB_NOT_FOUND] = MEP_HUB_API,
-};
-
-static enum MHD_Result dispatch_model(struct MHD_Connection *conn, struct request *rq,
-                                      const struct route *rt, const char *method,
-                                      const struct registry *reg)
-{
-    enum MHD_Result ret;
-    if (!reg) {
-        if (is_hub_route(rt->kind))
-            return respond_hub_error(conn, rq, MHD_HTTP_SERVICE_UNAVAILABLE, NULL, NULL, 1,
-                                     "the models root has not been scanned yet");
-        ret = respond_error(conn, rq, MHD_HTTP_SERVICE_UNAVAILABLE, "not_ready",
-                            "the models root has not been scanned yet");
-        return ret;
-    }
-    if (is_hub_route(rt->kind))
-        return handle_hub(conn, rq, reg, rt);
-    if (rt->kind == ROUTE_MODELS) {
-        ret = handle_models(conn, rq, reg);
-        goto out;
-    }
-    const struct reg_model *m = registry_find_model(reg, rt->model, rt->model_len);
-    if (!m) {
-        ret = respond_error(conn, rq, MHD_HTTP_NOT_FOUND, "model_not_found",
-                            "no model named \"%.300s\"", rt->model);
-        goto out;
-    }
-    if (rt->kind == ROUTE_MODEL) {
-        ret = handle_model(conn, rq, m);
-        goto out;
-    }
-    if (rt->kind == ROUTE_GPU) {
-        ret = handle_gpu(conn, rq, m, method);
-        goto out;
-    }
-    if (m->state != MODEL_READY) {
-        ret = respond_error(conn, rq, MHD_HTTP_CONFLICT, "model_invalid",
-                            "model \"%.300s\" is invalid: %s", m->name, m->error.message);
-        goto out;
-    }
-    switch (rt->kind) {
-    case ROUTE_MODEL_HEADER:
-        ret = handle_model_header(conn, rq, m);
-        break;
-    case ROUTE_FILE:
-    case ROUTE_FILE_HEADER: {
-        const struct reg_file *f = registry_find_file(m, rt->name, rt->name_len);
-        if (!f)
-            ret = respond_error(conn, rq, MHD_HTTP_NOT_FOUND, "file_not_found",
-                                "model \"%.300s\" has no file \"%.300s\"", m->name, rt->name);
-        else
-            ret = handle_file(conn, rq, m, f, rt->kind == ROUTE_FILE_HEADER);
-        break;
-    }
-    case ROUTE_FETCH:
-        ret = handle_fetch(conn, rq, m);
-        break;
-    case ROUTE_TENSOR: {
-        const struct reg_tensor *t = registry_find_tensor(m, rt->name, rt->name_len);
-        if (!t)
-            ret = respond_error(conn, rq, MHD_HTTP_NOT_FOUND, "tensor_not_found",
-                                "model \"%.300s\" has no tensor \"%.300s\"", m->name, rt->name);
-        else
-            ret = handle_tensor(conn, rq, m, t);
-        break;
-    }
-    default:
-        ret = respond_error(conn, rq, MHD_HTTP_NOT_FOUND, "not_found", "no such endpoint");
-    }
-out:
-    return ret;
-}
-
-static enum MHD_Result dispatch(struct MHD_Connection *conn, struct request *rq, const char *url,
-                                const char *method)
-{
-    struct server *srv = rq->srv;
-    static const char *const no_args[] = {NULL};
-    static const char *const tensor_args[] = {"slice", "format", "npy_dtype", NULL};
-    static const char *const metrics_args[] = {"format", NULL};
-    static const char *const fetch_args[] = {"q", NULL};
-    char err[256];
-    struct route rt;
-    enum MHD_Result ret;
-
-    /* One snapshot for the whole request: it also tells "name" from
-     * "org/name" in a Hub path. */
-    struct registry *reg = registry_holder_acquire(&srv->registry);
-    enum route_kind kind = route_parse_with(url, repo_exists, reg, &rt, err, sizeof(err));
-    /* Errors on the Hub's paths speak its dialect ({"error": "message"}). */
-    int hub = is_hub_route(kind) || (kind == ROUTE_BAD_PATH && strncmp(url, "/v1/", 4) != 0);
-    rq->endpoint = endpoint_of_route[kind];
-    rq->mhd = conn;
-    if (kind == ROUTE_TENSOR && MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "slice"))
-        rq->endpoint = MEP_SLICE;
-
-    if (atomic_load(&srv->connections) > srv->cfg->max_connections) {
-        metrics_add(MC_CONNECTIONS_REJECTED, 1);
-        rq->close_after = 1;
-        if (hub)
-            ret = respond_hub_error(conn, rq, MHD_HTTP_SERVICE_UNAVAILABLE, NULL, NULL, 1,
-                                    "more than %u connections are open",
-                                    srv->cfg->max_connections);
-        else
-            ret = respond_error(conn, rq, MHD_HTTP_SERVICE_UNAVAILABLE, "overloaded",
-                                "more than %u connections are open", srv->cfg->max_connections);
-        goto out;
-    }
-    if (kind == ROUTE_BAD_PATH && hub) {
-        ret = respond_hub_error(conn, rq, MHD_HTTP_BAD_REQUEST, NULL, NULL, 0, "%s", err);
-        goto out;
-    }
-    if (kind == ROUTE_BAD_PATH) {
-        ret = respond_error(conn, rq, MHD_HTTP_BAD_REQUEST, "bad_path", "%s", err);
-        goto out;
-    }
-    if (kind == ROUTE_HUB_NOT_FOUND) {
-        ret = respond_hub_error(conn, rq, MHD_HTTP_NOT_FOUND, NULL, NULL, 0,
-                                "no such endpoint: this server serves the read-only model API");
-        goto out;
-    }
-    if (kind == ROUTE_NOT_FOUND) {
-        ret = respond_error(conn, rq, MHD_HTTP_NOT_FOUND, "not_found",
-                            "no endpoint at this path; see /v1/models");
-        goto out;
-    }
-    int is_get = strcmp(method, MHD_HTTP_METHOD_GET) == 0 || rq->is_head;
-    int is_admin = kind == ROUTE_GPU && (strcmp(method, MHD_HTTP_METHOD_POST) == 0 ||
-                                         strcmp(method, MHD_HTTP_METHOD_DELETE) == 0);
-    /* A fetch POST only reads: it needs the read token, as its GET form does. */
-    int is_fetch_post = kind == ROUTE_FETCH && strcmp(method, MHD_HTTP_METHOD_POST) == 0;
-    /* paths-info is a POST that only reads, and only a POST. */
-    int is_post = strcmp(method, MHD_HTTP_METHOD_POST) == 0;
-    int method_ok = kind == ROUTE_HUB_PATHS_INFO ? is_post : is_get || is_admin || is_fetch_post;
-    rq->reads_only = is_get || is_fetch_post || (kind == ROUTE_HUB_PATHS_INFO && is_post);
-    if (!method_ok) {
-        rq->allow = route_allowed_methods(kind);
-        if (hub)
-            ret = respond_hub_error(conn, rq, MHD_HTTP_METHOD_NOT_ALLOWED, NULL, NULL, 0,
-                                    "%s is not allowed here; allowed: %s", method, rq->allow);
-        else
-            ret = respond_error(conn, rq, MHD_HTTP_METHOD_NOT_ALLOWED, "method_not_allowed",
-                                "%s is not allowed here; allowed: %s", method, rq->allow);
-        goto out;
-    }
-    if (hub && !auth_check(srv, conn, 0)) {
-        /* huggingface_hub reads a 401 as "no such repo" unless the message
-         * says the credentials were wrong; both are worth telling apart. */
-        int sent = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
-                                               MHD_HTTP_HEADER_AUTHORIZATION) != NULL;
-        ret = respond_hub_error(conn, rq, MHD_HTTP_UNAUTHORIZED, NULL, NULL, 0, "%s",
-                                sent ? "Invalid credentials in Authorization header"
-                                     : "a bearer token is required (Authorization: Bearer TOKEN)");
-        goto out;
-    }
-    if (kind != ROUTE_HEALTHZ && !auth_check(srv, conn, is_admin)) {
-        ret = respond_error(conn, rq, MHD_HTTP_UNAUTHORIZED, "unauthorized",
-                            is_admin ? "this endpoint needs the admin bearer token"
-                                     : "a bearer token is required");
-        goto out;
-    }
-    struct query_check qc = {
-        .allowed = kind == ROUTE_TENSOR ? tensor_args
-                   : kind == ROUTE_FETCH    ? fetch_args
-                   : (kind == ROUTE_METRICS || kind == ROUTE_METRICS_TEXT) ? metrics_args
-                                                                           : no_args};
-    /* Hugging Face clients send parameters the Hub ignores as often as
-     * ones it reads (expand, full, blobs, ...): the Hub routes take any. */
-    if (!hub)
-        MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, check_arg, &qc);
-    if (qc.bad) {
-        ret = respond_error(conn, rq, MHD_HTTP_BAD_REQUEST, "bad_parameter",
-                            "unknown query parameter \"%.100s\"", qc.bad);
-        goto out;
-    }
-
-    switch (kind) {
-    case ROUTE_HEALTHZ:
-        ret = handle_healthz(conn, rq);
-        break;
-    case ROUTE_READYZ:
-        ret = handle_readyz(conn, rq);
-        break;
-    case ROUTE_METRICS:
-    case ROUTE_METRICS_TEXT:
-        ret = handle_metrics(conn, rq, kind == ROUTE_METRICS_TEXT);
-        break;
-    default:
-        ret = dispatch_model(conn, rq, &rt, method, reg);
-    }
-out:
-    route_free(&rt);
-    registry_unref(reg);
-    return ret;
-}
-
 /* The message-framing headers of a request (RFC 9112 §6). */
 struct framing {
     unsigned n_length;          /* Content-Length fields */
@@ -557,33 +304,27 @@ static enum MHD_Result refuse_malformed(struct MHD_Connection *mc, struct reques
     rq->wire_bytes = hs ? hs->header_size : CONN_BYTES_UNKNOWN;
     int raw = rq->owner && !rq->owner->tls && rq->owner->fd >= 0;
     size_t limit = http_request_limit(cfg);
-    if (rq->reject == REJECT_TARGET_TOO_LONG) {
-        if (raw)
-            return respond_refusal_raw(rq, rq->owner->fd, MHD_HTTP_URI_TOO_LONG, "uri_too_long",
-                                       "the request target is longer than %zu bytes", limit);
-        return respond_error(mc, rq, MHD_HTTP_URI_TOO_LONG, "uri_too_long",
-                             "the request target is longer than %zu bytes", limit);
-    }
+    char msg[160];
+    unsigned status = 0;
     unsigned fields = (unsigned)MHD_get_connection_values(mc, MHD_HEADER_KIND, NULL, NULL);
-    if (fields > REQUEST_MAX_FIELDS) {
-        if (raw)
-            return respond_refusal_raw(rq, rq->owner->fd, MHD_HTTP_REQUEST_HEADER_FIELDS_TOO_LARGE,
-                                       "headers_too_large", "the request has %u header fields, "
-                                       "more than %d", fields, REQUEST_MAX_FIELDS);
-        return respond_error(mc, rq, MHD_HTTP_REQUEST_HEADER_FIELDS_TOO_LARGE,
-                             "headers_too_large", "the request has %u header fields, more than %d",
-                             fields, REQUEST_MAX_FIELDS);
+    if (rq->reject == REJECT_TARGET_TOO_LONG) {
+        status = MHD_HTTP_URI_TOO_LONG;
+        snprintf(msg, sizeof(msg), "the request target is longer than %zu bytes", limit);
+    } else if (fields > REQUEST_MAX_FIELDS) {
+        status = MHD_HTTP_REQUEST_HEADER_FIELDS_TOO_LARGE;
+        snprintf(msg, sizeof(msg), "the request has %u header fields, more than %d", fields,
+                 REQUEST_MAX_FIELDS);
+    } else if (hs && hs->header_size > limit) {
+        status = MHD_HTTP_REQUEST_HEADER_FIELDS_TOO_LARGE;
+        snprintf(msg, sizeof(msg), "the request line and headers are %zu bytes, more than %zu",
+                 hs->header_size, limit);
     }
-    if (hs && hs->header_size > limit) {
+    if (status) {
+        const char *code =
+            status == MHD_HTTP_URI_TOO_LONG ? "uri_too_long" : "headers_too_large";
         if (raw)
-            return respond_refusal_raw(rq, rq->owner->fd, MHD_HTTP_REQUEST_HEADER_FIELDS_TOO_LARGE,
-                                       "headers_too_large",
-                                       "the request line and headers are %zu bytes, more than %zu",
-                                       hs->header_size, limit);
-        return respond_error(mc, rq, MHD_HTTP_REQUEST_HEADER_FIELDS_TOO_LARGE,
-                             "headers_too_large",
-                             "the request line and headers are %zu bytes, more than %zu",
-                             hs->header_size, limit);
+            return respond_refusal_raw(rq, rq->owner->fd, status, code, "%s", msg);
+        return respond_error(mc, rq, status, code, "%s", msg);
     }
     struct framing f = {0};
     MHD_get_connection_values(mc, MHD_HEADER_KIND, collect_framing, &f);
@@ -601,7 +342,7 @@ static enum MHD_Result refuse_malformed(struct MHD_Connection *mc, struct reques
         return respond_error(mc, rq, MHD_HTTP_BAD_REQUEST, "bad_request",
                              "Content-Length must be one decimal number");
     if (f.n_length || f.n_encoding)
-        rq->upload_limit = upload_limit(rq->srv, url);
+        rq->upload_limit = dispatch_upload_limit(rq->srv, url);
     if (f.n_encoding)
         rq->wire_bytes = CONN_BYTES_UNKNOWN; /* the chunks' framing is not counted below */
     if (f.n_length && (strlen(f.length) > 19 || strtoull(f.length, NULL, 10) > rq->upload_limit))
@@ -633,7 +374,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
         /* Accumulate a bounded body (a chunked one can only be found too
          * large as it arrives; header_timeout bounds how long that takes). */
         if (!rq->upload_limit)
-            rq->upload_limit = upload_limit(rq->srv, url);
+            rq->upload_limit = dispatch_upload_limit(rq->srv, url);
         if (rq->wire_bytes != CONN_BYTES_UNKNOWN)
             rq->wire_bytes += *upload_data_size;
         if (rq->upload_len + *upload_data_size > rq->upload_limit) {
@@ -652,7 +393,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
          * dispatched again, and answers with what it finds this time. */
         int resumed = WAIT_RESUMED;
         if (atomic_compare_exchange_strong(&rq->wait, &resumed, WAIT_DONE))
-            return dispatch(mc, rq, url, method);
+            return dispatch_request(mc, rq, url, method);
         return MHD_YES;
     }
     rq->handled = 1;
@@ -662,7 +403,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
         return respond_error(mc, rq, MHD_HTTP_CONTENT_TOO_LARGE, "body_too_large",
                              "request bodies are limited to %zu bytes here", rq->upload_limit);
     }
-    return dispatch(mc, rq, url, method);
+    return dispatch_request(mc, rq, url, method);
 }
 
 /* While draining, connections accepted by the kernel are closed at once.
