@@ -16,6 +16,18 @@
  * (max_fetch_body_bytes). */
 #define MAX_UPLOAD 65536
 
+char *handler_query(struct MHD_Connection *conn, const char *key, int form, size_t *len,
+                    int *bad)
+{
+    const char *raw = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, key);
+    if (!raw)
+        return NULL;
+    char *v = (form ? route_decode_form : route_decode)(raw, strlen(raw), len);
+    if (!v)
+        *bad = 1;
+    return v;
+}
+
 struct query_check {
     const char *const *allowed;
     const char *bad;

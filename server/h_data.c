@@ -106,19 +106,6 @@ enum MHD_Result handle_file(struct MHD_Connection *conn, struct request *rq,
     return ret;
 }
 
-/* Returns the decoded value of query parameter `key`, NULL when absent; sets
- * *bad when it is present but malformed. Caller frees. */
-static char *query_value(struct MHD_Connection *conn, const char *key, int *bad)
-{
-    const char *raw = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, key);
-    if (!raw)
-        return NULL;
-    char *v = route_decode(raw, strlen(raw), NULL);
-    if (!v)
-        *bad = 1;
-    return v;
-}
-
 static void format_shape(char *out, size_t len, const uint64_t *shape, uint32_t ndim)
 {
     size_t n = 0;
@@ -136,9 +123,9 @@ enum MHD_Result handle_tensor(struct MHD_Connection *conn, struct request *rq,
     const struct dtype_info *di = dtype_info(st->dtype);
     enum MHD_Result ret;
     int bad = 0;
-    char *spec = query_value(conn, "slice", &bad);
-    char *fmt = query_value(conn, "format", &bad);
-    char *npy_dtype = query_value(conn, "npy_dtype", &bad);
+    char *spec = handler_query(conn, "slice", 0, NULL, &bad);
+    char *fmt = handler_query(conn, "format", 0, NULL, &bad);
+    char *npy_dtype = handler_query(conn, "npy_dtype", 0, NULL, &bad);
     char err[512];
     struct representation rep = {
         .body = {.fd = f->fd, .data_off = f->data_start + st->begin, .data_len = st->end - st->begin},

@@ -16,24 +16,6 @@
 #include "route.h"
 #include "util.h"
 
-/* The q parameter decoded as a form value ('+' is a space, as every HTML
- * form and urlencode() writes it). NULL when absent; *bad when malformed. */
-static char *form_value(struct MHD_Connection *conn, const char *key, size_t *len, int *bad)
-{
-    const char *raw = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, key);
-    if (!raw)
-        return NULL;
-    char *plus = xstrdup(raw);
-    for (char *p = plus; *p; p++)
-        if (*p == '+')
-            *p = ' ';
-    char *v = route_decode(plus, strlen(plus), len);
-    free(plus);
-    if (!v)
-        *bad = 1;
-    return v;
-}
-
 /* Checks, before any header goes out, that no file of the answer changed
  * since it was validated (respond_body checks single-file bodies itself).
  * Pieces of one file are usually adjacent, so this is one fstat per file. */
@@ -74,7 +56,7 @@ enum MHD_Result handle_fetch(struct MHD_Connection *conn, struct request *rq,
     const struct config *cfg = rq->srv->cfg;
     int is_post = strcmp(rq->method, MHD_HTTP_METHOD_POST) == 0, bad = 0;
     size_t qlen = 0;
-    char *q = form_value(conn, "q", &qlen, &bad);
+    char *q = handler_query(conn, "q", 1, &qlen, &bad);
     char err[1024];
     enum MHD_Result ret;
     struct fetch_req req;

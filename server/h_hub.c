@@ -414,25 +414,6 @@ static enum MHD_Result hub_info(struct MHD_Connection *conn, struct request *rq,
     return send_doc(conn, rq, &w, by_commit, rev->commit);
 }
 
-/* Query parameter key decoded as a form value ('+' is a space, as Python's
- * urlencode writes it), or NULL when absent; *bad is set on a malformed
- * escape. Caller frees. (libmicrohttpd leaves values escaped: http.c.) */
-static char *query_arg(struct MHD_Connection *conn, const char *key, int *bad)
-{
-    const char *raw = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, key);
-    if (!raw)
-        return NULL;
-    char *plus = xstrdup(raw);
-    for (char *c = plus; *c; c++)
-        if (*c == '+')
-            *c = ' ';
-    char *v = route_decode(plus, strlen(plus), NULL);
-    free(plus);
-    if (!v)
-        *bad = 1;
-    return v;
-}
-
 /* Whether a query flag is set the way Python's str(True) or JS writes it. */
 static int query_true(struct MHD_Connection *conn, const char *key)
 {
@@ -527,7 +508,7 @@ static enum MHD_Result hub_models(struct MHD_Connection *conn, struct request *r
                                   const struct registry *reg)
 {
     int bad = 0;
-    char *search = query_arg(conn, "search", &bad), *author = query_arg(conn, "author", &bad);
+    char *search = handler_query(conn, "search", 1, NULL, &bad), *author = handler_query(conn, "author", 1, NULL, &bad);
     const char *limit_s = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "limit");
     int full = query_true(conn, "full");
     uint64_t limit = UINT64_MAX;

@@ -11,6 +11,13 @@
 #include "http.h"
 #include "registry.h"
 
+/* The decoded value of query parameter key (libmicrohttpd leaves values
+ * escaped: http.c), as a form value ('+' a space) when form is set; NULL
+ * when absent. *bad is set when it is malformed; *len (may be NULL) gets
+ * its length. Caller frees. */
+char *handler_query(struct MHD_Connection *conn, const char *key, int form, size_t *len,
+                    int *bad);
+
 enum MHD_Result handle_models(struct MHD_Connection *conn, struct request *rq,
                               const struct registry *reg);
 enum MHD_Result handle_model(struct MHD_Connection *conn, struct request *rq,

@@ -6,13 +6,16 @@
 
 #include "util.h"
 
-char *route_decode(const char *s, size_t len, size_t *out_len)
+/* Percent-decoding, with '+' a space when form is set. */
+static char *decode(const char *s, size_t len, int form, size_t *out_len)
 {
     char *d = xmalloc(len + 1);
     size_t n = 0;
     for (size_t i = 0; i < len; i++) {
         char c = s[i];
-        if (c == '%') {
+        if (c == '+' && form) {
+            c = ' ';
+        } else if (c == '%') {
             int hi = len - i >= 3 ? hex_digit_value((unsigned char)s[i + 1]) : -1;
             int lo = len - i >= 3 ? hex_digit_value((unsigned char)s[i + 2]) : -1;
             if (hi < 0 || lo < 0)
@@ -31,6 +34,16 @@ char *route_decode(const char *s, size_t len, size_t *out_len)
 bad:
     free(d);
     return NULL;
+}
+
+char *route_decode(const char *s, size_t len, size_t *out_len)
+{
+    return decode(s, len, 0, out_len);
+}
+
+char *route_decode_form(const char *s, size_t len, size_t *out_len)
+{
+    return decode(s, len, 1, out_len);
 }
 
 /* A path segment: raw bytes [start, start+len) of the request path. */

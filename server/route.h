@@ -64,6 +64,9 @@ void route_free(struct route *r);
  * '+' is kept literally. Returns NULL on a bad escape or a decoded NUL; *out_len
  * gets the decoded length. */
 char *route_decode(const char *s, size_t len, size_t *out_len);
+/* route_decode for a form value: '+' is a space, as HTML forms and Python's
+ * urlencode write it (an escaped %2B stays '+'). */
+char *route_decode_form(const char *s, size_t len, size_t *out_len);
 
 /* Methods each endpoint accepts, for 405 answers (an "Allow" header value). */
 const char *route_allowed_methods(enum route_kind kind);

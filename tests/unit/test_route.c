@@ -92,6 +92,12 @@ TEST(decode)
     CHECK(route_decode("%4", 2, &n) == NULL);
     CHECK(route_decode("%00", 3, &n) == NULL);
     CHECK(route_decode("%g0", 3, &n) == NULL);
+    /* A form value: '+' is a space, an escaped plus stays one. */
+    d = route_decode_form("a+b%2B%20c", 10, &n);
+    CHECK_STR(d, "a b+ c");
+    CHECK_EQ_U64(n, 6);
+    free(d);
+    CHECK(route_decode_form("+%", 2, &n) == NULL);
 }
 
 TEST(allowed_methods)
