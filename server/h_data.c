@@ -114,109 +114,118 @@ static void format_shape(char *out, size_t len, const uint64_t *shape, uint32_t 
         n += (size_t)snprintf(out + n, len - n, "%s%" PRIu64, i ? "," : "", shape[i]);
 }
 
-enum MHD_Result handle_tensor(struct MHD_Connection *conn, struct request *rq,
-                              const struct reg_model *m, const struct reg_tensor *t)
-{
-    (void)m;
-    const struct st_tensor *st = t->t;
-    const struct reg_file *f = t->file;
-    const struct dtype_info *di = dtype_info(st->dtype);
-    enum MHD_Result ret;
-    int bad = 0;
-    char *spec = handler_query(conn, "slice", 0, NULL, &bad);
-    char *fmt = handler_query(conn, "format", 0, NULL, &bad);
-    char *npy_dtype = handler_query(conn, "npy_dtype", 0, NULL, &bad);
-    char err[512];
-    struct representation rep = {
-        .body = {.fd = f->fd, .data_off = f->data_start + st->begin, .data_len = st->end - st->begin},
-        .content_type = "application/octet-stream",
-        .mtime = f->st.mtime_ns / 1000000000,
-        .file_st = &f->st,
-        .dtype = di->name,
-    };
-    enum tformat format = TFORMAT_RAW;
-    if (bad) {
-        ret = respond_error(conn, rq, MHD_HTTP_BAD_REQUEST, "bad_parameter",
-                            "a query parameter has a malformed percent-escape");
-        goto out;
-    }
-    if (fmt && tformat_parse(fmt, &format) < 0) {
-        ret = respond_error(conn, rq, MHD_HTTP_BAD_REQUEST, "bad_format",
-                            "format must be raw, npy or safetensors, not \"%.100s\"", fmt);
-        goto out;
-    }
-    /* npy_dtype=raw: dtypes NumPy lacks go out as their bits (tformat.h). */
-    int npy_raw = npy_dtype && strcmp(npy_dtype, "raw") == 0;
-    if (npy_dtype && ((!npy_raw && strcmp(npy_dtype, "native") != 0) || format != TFORMAT_NPY)) {
-        ret = respond_error(conn, rq, MHD_HTTP_BAD_REQUEST, "bad_parameter",
-                            "npy_dtype must be native or raw, with format=npy");
-        goto out;
-    }
-    uint32_t ndim = st->ndim;
-    const uint64_t *shape = st->shape;
-    if (spec) {
-        metrics_add(MC_SLICE_REQUESTS, 1);
-        struct slice_plan *plan = xmalloc(sizeof(*plan));
-        if (slice_plan_build(spec, strlen(spec), st->dtype, st->ndim, st->shape, plan, err,
-                             sizeof(err)) < 0) {
-            free(plan);
-            format_shape(rep.shape, sizeof(rep.shape), st->shape, st->ndim);
-            ret = respond_error(conn, rq, MHD_HTTP_BAD_REQUEST, "bad_slice",
-                                "tensor \"%.200s\" %s [%s]: %s", st->name, di->name, rep.shape,
-                                err);
-            goto out;
-        }
-        uint64_t limit = rq->srv->cfg->max_slice_bytes, nbytes = plan->nbytes;
-        if (limit && nbytes > limit) {
-            free(plan);
-            ret = respond_error(conn, rq, MHD_HTTP_BAD_REQUEST, "slice_too_large",
-                                "the slice is %" PRIu64 " bytes; max_slice_bytes is %" PRIu64,
-                                nbytes, limit);
-            goto out;
-        }
-        rep.body.data_len = plan->nbytes;
-        if (plan->n_runs <= 1) {
-            /* One run (a row block): contiguous, so it can go out with sendfile. */
-            rep.body.data_off += plan->base;
-            rep.plan_buf = plan;
-        } else {
-            rep.body.plan = plan;
-            rep.plan_buf = plan;
-        }
-        ndim = plan->ndim;
-        shape = plan->shape;
-    }
-    format_shape(rep.shape, sizeof(rep.shape), shape, ndim);
-    if (format == TFORMAT_NPY) {
-        snprintf(err, sizeof(err), "dtype %s has no npy form", di->name);
-        if ((npy_raw ? tformat_npy_raw_prefix(st->dtype, ndim, shape, rep.body.data_len,
-                                              &rep.prefix_buf, &rep.body.prefix_len)
-                     : tformat_npy_prefix(st->dtype, ndim, shape, &rep.prefix_buf,
-                                          &rep.body.prefix_len, err, sizeof(err))) < 0) {
-            free(rep.plan_buf);
-            ret = respond_error(conn, rq, MHD_HTTP_BAD_REQUEST, "bad_format", "%s", err);
-            goto out;
-        }
-        rep.content_type = "application/x-npy";
-    } else if (format == TFORMAT_SAFETENSORS) {
-        tformat_safetensors_prefix(st->name, st->dtype, ndim, shape, rep.body.data_len,
-                                   &rep.prefix_buf, &rep.body.prefix_len);
-    }
-    rep.body.prefix = rep.prefix_buf;
-    if (rep.body.data_len == 0)
-        rep.body.fd = -1;
+/* What a tensor request asks for besides the tensor: its query parameters. */
+struct tensor_query {
+    char *spec, *fmt, *npy_dtype; /* decoded values, NULL when absent (owned) */
+    enum tformat format;
+    int npy_raw;                  /* npy_dtype=raw: dtypes NumPy lacks go out as their bits */
+};
 
-    /* The representation depends on the file, the tensor, the slice and the format. */
-    uint64_t h = hash_fnv1a(st->name, st->name_len + 1, HASH_FNV_SEED);
-    h = hash_fnv1a(spec ? spec : "", spec ? strlen(spec) + 1 : 1, h);
-    h = hash_fnv1a(&format, sizeof(format), h);
-    h = hash_fnv1a(&npy_raw, sizeof(npy_raw), h);
-    char file_etag[REG_ETAG_MAX];
-    reg_file_etag(f, file_etag);
-    derive_etag(rep.etag, sizeof(rep.etag), file_etag, 't', h);
-    /* A name to save it under (curl -OJ, browsers): the tensor's, cut to fit
-     * a file name, with the format's extension. */
-    char fname[TENSOR_FILENAME_MAX + 16], disp[4 * sizeof(fname) + 64];
+static void tensor_query_free(struct tensor_query *q)
+{
+    free(q->spec);
+    free(q->fmt);
+    free(q->npy_dtype);
+}
+
+/* Reads and checks the query; answers 400 and returns 1 when it is wrong. */
+static int tensor_query_read(struct MHD_Connection *conn, struct request *rq,
+                             struct tensor_query *q, enum MHD_Result *ret)
+{
+    int bad = 0;
+    q->spec = handler_query(conn, "slice", 0, NULL, &bad);
+    q->fmt = handler_query(conn, "format", 0, NULL, &bad);
+    q->npy_dtype = handler_query(conn, "npy_dtype", 0, NULL, &bad);
+    q->format = TFORMAT_RAW;
+    if (bad) {
+        *ret = respond_error(conn, rq, MHD_HTTP_BAD_REQUEST, "bad_parameter",
+                             "a query parameter has a malformed percent-escape");
+        return 1;
+    }
+    if (q->fmt && tformat_parse(q->fmt, &q->format) < 0) {
+        *ret = respond_error(conn, rq, MHD_HTTP_BAD_REQUEST, "bad_format",
+                             "format must be raw, npy or safetensors, not \"%.100s\"", q->fmt);
+        return 1;
+    }
+    q->npy_raw = q->npy_dtype && strcmp(q->npy_dtype, "raw") == 0;
+    if (q->npy_dtype && ((!q->npy_raw && strcmp(q->npy_dtype, "native") != 0) ||
+                         q->format != TFORMAT_NPY)) {
+        *ret = respond_error(conn, rq, MHD_HTTP_BAD_REQUEST, "bad_parameter",
+                             "npy_dtype must be native or raw, with format=npy");
+        return 1;
+    }
+    return 0;
+}
+
+/* Narrows rep's body to the slice spec of tensor st: one contiguous run
+ * stays a plain span (sendfile), more become a plan. *ndim and *shape get
+ * the slice's. Answers 400 and returns 1 when the slice is wrong or too large. */
+static int apply_slice(struct MHD_Connection *conn, struct request *rq, const struct st_tensor *st,
+                       const char *spec, struct representation *rep, uint32_t *ndim,
+                       const uint64_t **shape, enum MHD_Result *ret)
+{
+    char err[512];
+    metrics_add(MC_SLICE_REQUESTS, 1);
+    struct slice_plan *plan = xmalloc(sizeof(*plan));
+    if (slice_plan_build(spec, strlen(spec), st->dtype, st->ndim, st->shape, plan, err,
+                         sizeof(err)) < 0) {
+        free(plan);
+        format_shape(rep->shape, sizeof(rep->shape), st->shape, st->ndim);
+        *ret = respond_error(conn, rq, MHD_HTTP_BAD_REQUEST, "bad_slice",
+                             "tensor \"%.200s\" %s [%s]: %s", st->name, rep->dtype, rep->shape,
+                             err);
+        return 1;
+    }
+    uint64_t limit = rq->srv->cfg->max_slice_bytes, nbytes = plan->nbytes;
+    if (limit && nbytes > limit) {
+        free(plan);
+        *ret = respond_error(conn, rq, MHD_HTTP_BAD_REQUEST, "slice_too_large",
+                             "the slice is %" PRIu64 " bytes; max_slice_bytes is %" PRIu64,
+                             nbytes, limit);
+        return 1;
+    }
+    rep->body.data_len = plan->nbytes;
+    if (plan->n_runs <= 1)
+        rep->body.data_off += plan->base; /* one run (a row block): contiguous */
+    else
+        rep->body.plan = plan;
+    rep->plan_buf = plan;
+    *ndim = plan->ndim;
+    *shape = plan->shape;
+    return 0;
+}
+
+/* Puts the format's prefix (the npy or safetensors header) before the body.
+ * Answers 400 and returns 1 when the dtype has no such form. */
+static int apply_format(struct MHD_Connection *conn, struct request *rq, const struct st_tensor *st,
+                        const struct tensor_query *q, uint32_t ndim, const uint64_t *shape,
+                        struct representation *rep, enum MHD_Result *ret)
+{
+    char err[256];
+    if (q->format == TFORMAT_NPY) {
+        snprintf(err, sizeof(err), "dtype %s has no npy form", rep->dtype);
+        if ((q->npy_raw ? tformat_npy_raw_prefix(st->dtype, ndim, shape, rep->body.data_len,
+                                                 &rep->prefix_buf, &rep->body.prefix_len)
+                        : tformat_npy_prefix(st->dtype, ndim, shape, &rep->prefix_buf,
+                                             &rep->body.prefix_len, err, sizeof(err))) < 0) {
+            *ret = respond_error(conn, rq, MHD_HTTP_BAD_REQUEST, "bad_format", "%s", err);
+            return 1;
+        }
+        rep->content_type = "application/x-npy";
+    } else if (q->format == TFORMAT_SAFETENSORS) {
+        tformat_safetensors_prefix(st->name, st->dtype, ndim, shape, rep->body.data_len,
+                                   &rep->prefix_buf, &rep->body.prefix_len);
+    }
+    rep->body.prefix = rep->prefix_buf;
+    return 0;
+}
+
+/* A name to save the answer under (curl -OJ, browsers): the tensor's, cut
+ * to fit a file name, with the format's extension. */
+static const char *tensor_disposition(char *out, size_t len, const struct st_tensor *st,
+                                      enum tformat format)
+{
+    char fname[TENSOR_FILENAME_MAX + 16];
     size_t cut = st->name_len;
     if (cut > TENSOR_FILENAME_MAX) {
         cut = TENSOR_FILENAME_MAX;
@@ -227,12 +236,49 @@ enum MHD_Result handle_tensor(struct MHD_Connection *conn, struct request *rq,
                         format == TFORMAT_NPY           ? ".npy"
                         : format == TFORMAT_SAFETENSORS ? ".safetensors"
                                                         : ".bin");
-    rep.disposition = respond_disposition(disp, sizeof(disp), "attachment", fname, (size_t)flen);
+    return respond_disposition(out, len, "attachment", fname, (size_t)flen);
+}
+
+enum MHD_Result handle_tensor(struct MHD_Connection *conn, struct request *rq,
+                              const struct reg_model *m, const struct reg_tensor *t)
+{
+    (void)m;
+    const struct st_tensor *st = t->t;
+    const struct reg_file *f = t->file;
+    enum MHD_Result ret;
+    struct tensor_query q = {0};
+    struct representation rep = {
+        .body = {.fd = f->fd, .data_off = f->data_start + st->begin, .data_len = st->end - st->begin},
+        .content_type = "application/octet-stream",
+        .mtime = f->st.mtime_ns / 1000000000,
+        .file_st = &f->st,
+        .dtype = dtype_info(st->dtype)->name,
+    };
+    uint32_t ndim = st->ndim;
+    const uint64_t *shape = st->shape;
+    if (tensor_query_read(conn, rq, &q, &ret) ||
+        (q.spec && apply_slice(conn, rq, st, q.spec, &rep, &ndim, &shape, &ret)))
+        goto out;
+    format_shape(rep.shape, sizeof(rep.shape), shape, ndim);
+    if (apply_format(conn, rq, st, &q, ndim, shape, &rep, &ret)) {
+        free(rep.plan_buf);
+        goto out;
+    }
+    if (rep.body.data_len == 0)
+        rep.body.fd = -1;
+
+    /* The representation depends on the file, the tensor, the slice and the format. */
+    uint64_t h = hash_fnv1a(st->name, st->name_len + 1, HASH_FNV_SEED);
+    h = hash_fnv1a(q.spec ? q.spec : "", q.spec ? strlen(q.spec) + 1 : 1, h);
+    h = hash_fnv1a(&q.format, sizeof(q.format), h);
+    h = hash_fnv1a(&q.npy_raw, sizeof(q.npy_raw), h);
+    char file_etag[REG_ETAG_MAX], disp[4 * (TENSOR_FILENAME_MAX + 16) + 64];
+    reg_file_etag(f, file_etag);
+    derive_etag(rep.etag, sizeof(rep.etag), file_etag, 't', h);
+    rep.disposition = tensor_disposition(disp, sizeof(disp), st, q.format);
     ret = respond_body(conn, rq, &rep);
 out:
-    free(spec);
-    free(fmt);
-    free(npy_dtype);
+    tensor_query_free(&q);
     return ret;
 }
 
