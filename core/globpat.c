@@ -100,94 +100,83 @@ static void add_range(struct globpat *g, uint32_t lo, uint32_t hi)
     g->n_ranges++;
 }
 
-/* The set whose text is p[i..j) (between '[' and ']'). Fills *t. Returns 0,
- * or -1 for a range the regex engine refuses (Python raises re.error). */
-static int compile_set(struct globpat *g, const uint32_t *p, size_t i, size_t j, struct tok *t)
+/* The items of a set with a '-' in p[i..j), as Python's fnmatch.translate
+ * writes them: chunks cut at each '-' found from k, where k skips the first
+ * character (or "!x") and, after a cut, the character following it; chunks
+ * whose facing ends make a reversed range merge without those ends; the
+ * chunks are then joined by unescaped '-' items. Appends to items. */
+static size_t dashed_items(const uint32_t *p, size_t i, size_t j, struct item *items)
 {
     size_t n_items = 0;
-    struct item *items = xmalloc((2 * (j - i) + 1) * sizeof(*items));
-    int has_dash = 0, rc = -1;
-    for (size_t k = i; k < j; k++)
-        has_dash |= p[k] == '-';
-    if (!has_dash) {
-        for (size_t k = i; k < j; k++)
-            items[n_items++] = (struct item){p[k], 0};
-    } else {
-        /* Chunks: cut at each '-' found from k, where k skips the first
-         * character (or "!x") and, after a cut, the character following it. */
-        size_t *cs = xmalloc((j - i + 2) * sizeof(*cs)), *ce = xmalloc((j - i + 2) * sizeof(*ce));
-        size_t nc = 0, start = i, k = p[i] == '!' ? i + 2 : i + 1;
-        for (;;) {
-            size_t d = k;
-            while (d < j && p[d] != '-')
-                d++;
-            if (d >= j)
-                break;
-            cs[nc] = start, ce[nc] = d, nc++;
-            start = d + 1;
-            k = d + 3;
-        }
-        /* The last chunk; when it is empty, the '-' before it becomes a
-         * member at the end of the chunk before. */
-        int trailing_dash = start >= j;
-        if (!trailing_dash)
-            cs[nc] = start, ce[nc] = j, nc++;
-        /* Chunks as item lists, so merging can splice them. */
-        struct item **ch = xmalloc(nc * sizeof(*ch));
-        size_t *chn = xmalloc(nc * sizeof(*chn));
-        for (size_t c = 0; c < nc; c++) {
-            size_t extra = trailing_dash && c == nc - 1;
-            ch[c] = xmalloc((ce[c] - cs[c] + extra + 1) * sizeof(**ch));
-            chn[c] = 0;
-            for (size_t x = cs[c]; x < ce[c]; x++)
-                ch[c][chn[c]++] = (struct item){p[x], 0};
-            if (extra)
-                ch[c][chn[c]++] = (struct item){'-', 0};
-        }
-        /* Drop reversed ranges, from the end: chunks c-1 and c merge without
-         * their facing ends. */
-        for (size_t c = nc ? nc - 1 : 0; c > 0; c--) {
-            if (chn[c - 1] == 0 || chn[c] == 0)
-                continue; /* cannot happen: a merged chunk is empty only at index 0 */
-            if (ch[c - 1][chn[c - 1] - 1].cp > ch[c][0].cp) {
-                struct item *m = xmalloc((chn[c - 1] + chn[c]) * sizeof(*m));
-                size_t mn = 0;
-                for (size_t x = 0; x + 1 < chn[c - 1]; x++)
-                    m[mn++] = ch[c - 1][x];
-                for (size_t x = 1; x < chn[c]; x++)
-                    m[mn++] = ch[c][x];
-                free(ch[c - 1]);
-                free(ch[c]);
-                ch[c - 1] = m;
-                chn[c - 1] = mn;
-                for (size_t x = c; x + 1 < nc; x++)
-                    ch[x] = ch[x + 1], chn[x] = chn[x + 1];
-                nc--;
-            }
-        }
-        for (size_t c = 0; c < nc; c++) {
-            if (c)
-                items[n_items++] = (struct item){'-', 1};
-            for (size_t x = 0; x < chn[c]; x++)
-                items[n_items++] = ch[c][x];
+    size_t *cs = xmalloc((j - i + 2) * sizeof(*cs)), *ce = xmalloc((j - i + 2) * sizeof(*ce));
+    size_t nc = 0, start = i, k = p[i] == '!' ? i + 2 : i + 1;
+    for (;;) {
+        size_t d = k;
+        while (d < j && p[d] != '-')
+            d++;
+        if (d >= j)
+            break;
+        cs[nc] = start, ce[nc] = d, nc++;
+        start = d + 1;
+        k = d + 3;
+    }
+    /* The last chunk; when it is empty, the '-' before it becomes a member
+     * at the end of the chunk before. */
+    int trailing_dash = start >= j;
+    if (!trailing_dash)
+        cs[nc] = start, ce[nc] = j, nc++;
+    /* Chunks as item lists, so merging can splice them. */
+    struct item **ch = xmalloc(nc * sizeof(*ch));
+    size_t *chn = xmalloc(nc * sizeof(*chn));
+    for (size_t c = 0; c < nc; c++) {
+        size_t extra = trailing_dash && c == nc - 1;
+        ch[c] = xmalloc((ce[c] - cs[c] + extra + 1) * sizeof(**ch));
+        chn[c] = 0;
+        for (size_t x = cs[c]; x < ce[c]; x++)
+            ch[c][chn[c]++] = (struct item){p[x], 0};
+        if (extra)
+            ch[c][chn[c]++] = (struct item){'-', 0};
+    }
+    /* Drop reversed ranges, from the end: chunks c-1 and c merge without
+     * their facing ends. */
+    for (size_t c = nc ? nc - 1 : 0; c > 0; c--) {
+        if (chn[c - 1] == 0 || chn[c] == 0)
+            continue; /* cannot happen: a merged chunk is empty only at index 0 */
+        if (ch[c - 1][chn[c - 1] - 1].cp > ch[c][0].cp) {
+            struct item *m = xmalloc((chn[c - 1] + chn[c]) * sizeof(*m));
+            size_t mn = 0;
+            for (size_t x = 0; x + 1 < chn[c - 1]; x++)
+                m[mn++] = ch[c - 1][x];
+            for (size_t x = 1; x < chn[c]; x++)
+                m[mn++] = ch[c][x];
+            free(ch[c - 1]);
             free(ch[c]);
+            ch[c - 1] = m;
+            chn[c - 1] = mn;
+            for (size_t x = c; x + 1 < nc; x++)
+                ch[x] = ch[x + 1], chn[x] = chn[x + 1];
+            nc--;
         }
-        free(ch);
-        free(chn);
-        free(cs);
-        free(ce);
     }
+    for (size_t c = 0; c < nc; c++) {
+        if (c)
+            items[n_items++] = (struct item){'-', 1};
+        for (size_t x = 0; x < chn[c]; x++)
+            items[n_items++] = ch[c][x];
+        free(ch[c]);
+    }
+    free(ch);
+    free(chn);
+    free(cs);
+    free(ce);
+    return n_items;
+}
 
-    t->kind = TOK_SET;
-    t->set_off = g->n_ranges;
-    t->negated = 0;
-    size_t a = 0;
-    if (n_items && !items[0].dash && items[0].cp == '!') {
-        t->negated = 1; /* "[!]"-like sets left with no member match any character */
-        a = 1;
-    }
-    /* The regex set: an item followed by an unescaped '-' and another item
-     * is a range; a '-' with nothing after it is a member. */
+/* The regex set of items into g's ranges: an item followed by an unescaped
+ * '-' and another item is a range; a '-' with nothing after it is a member.
+ * Returns 0, or -1 for a reversed range. */
+static int add_items(struct globpat *g, const struct item *items, size_t n_items, size_t a)
+{
     while (a < n_items) {
         uint32_t lo = items[a].cp;
         if (a + 1 < n_items && items[a + 1].dash) {
@@ -199,7 +188,7 @@ static int compile_set(struct globpat *g, const uint32_t *p, size_t i, size_t j,
             }
             uint32_t hi = items[a + 2].cp;
             if (lo > hi)
-                goto out;
+                return -1;
             add_range(g, lo, hi);
             a += 3;
             continue;
@@ -207,9 +196,34 @@ static int compile_set(struct globpat *g, const uint32_t *p, size_t i, size_t j,
         add_range(g, lo, lo);
         a++;
     }
+    return 0;
+}
+
+/* The set whose text is p[i..j) (between '[' and ']'). Fills *t. Returns 0,
+ * or -1 for a range the regex engine refuses (Python raises re.error). */
+static int compile_set(struct globpat *g, const uint32_t *p, size_t i, size_t j, struct tok *t)
+{
+    size_t n_items = 0;
+    struct item *items = xmalloc((2 * (j - i) + 1) * sizeof(*items));
+    int has_dash = 0;
+    for (size_t k = i; k < j; k++)
+        has_dash |= p[k] == '-';
+    if (has_dash) {
+        n_items = dashed_items(p, i, j, items);
+    } else {
+        for (size_t k = i; k < j; k++)
+            items[n_items++] = (struct item){p[k], 0};
+    }
+    t->kind = TOK_SET;
+    t->set_off = g->n_ranges;
+    t->negated = 0;
+    size_t a = 0;
+    if (n_items && !items[0].dash && items[0].cp == '!') {
+        t->negated = 1; /* "[!]"-like sets left with no member match any character */
+        a = 1;
+    }
+    int rc = add_items(g, items, n_items, a);
     t->set_n = g->n_ranges - t->set_off;
-    rc = 0;
-out:
     free(items);
     return rc;
 }
