@@ -191,62 +191,32 @@ static enum route_kind parse_hub(const struct seg *segs, size_t n, int api,
     return r->kind = h->kind;
 }
 
-enum route_kind route_parse(const char *path, struct route *r, char *err, size_t errlen)
+/* Splits path (after its leading '/') into segs at each '/'; a trailing
+ * slash is tolerated ("/v1/models/"). Returns the count, 0 when there are
+ * more than MAX_SEGS. */
+static size_t split_path(const char *p, struct seg *segs)
 {
-    return route_parse_with(path, NULL, NULL, r, err, errlen);
-}
-
-enum route_kind route_parse_with(const char *path, route_repo_exists exists, void *ctx,
-                                 struct route *r, char *err, size_t errlen)
-{
-    memset(r, 0, sizeof(*r));
-    err[0] = '\0';
-    if (!path || path[0] != '/')
-        return r->kind = ROUTE_BAD_PATH;
-
-    struct seg segs[MAX_SEGS];
     size_t n = 0;
-    const char *p = path + 1;
     for (;;) {
         const char *slash = strchr(p, '/');
         size_t len = slash ? (size_t)(slash - p) : strlen(p);
-        if (n == MAX_SEGS) {
-            snprintf(err, errlen, "path has more than %d segments", MAX_SEGS);
-            return r->kind = ROUTE_BAD_PATH;
-        }
+        if (n == MAX_SEGS)
+            return 0;
         segs[n++] = (struct seg){p, len};
         if (!slash)
             break;
         p = slash + 1;
     }
-    /* A trailing slash is tolerated ("/v1/models/"). */
     if (n > 1 && segs[n - 1].len == 0)
         n--;
+    return n;
+}
 
-    if (n == 1 && seg_is(&segs[0], "healthz"))
-        return r->kind = ROUTE_HEALTHZ;
-    if (n == 1 && seg_is(&segs[0], "readyz"))
-        return r->kind = ROUTE_READYZ;
-    if (n == 1 && seg_is(&segs[0], "metrics"))
-        return r->kind = ROUTE_METRICS_TEXT;
-    if (seg_is(&segs[0], "api")) {
-        if (n >= 2 && seg_is(&segs[1], "models")) {
-            if (n == 2)
-                return r->kind = ROUTE_HUB_MODELS;
-            return parse_hub(segs, n, 1, exists, ctx, r, err, errlen);
-        }
-        return r->kind = ROUTE_HUB_NOT_FOUND;
-    }
-    /* /v1/... is tensord's own API; any other path may be a Hub file (a
-     * repo named "v1" has its files at /v1/resolve/...). */
-    if (n < 2 || !seg_is(&segs[0], "v1") ||
-        !(seg_is(&segs[1], "models") || (n == 2 && seg_is(&segs[1], "metrics"))))
-        return parse_hub(segs, n, 0, exists, ctx, r, err, errlen);
-    if (n == 2 && seg_is(&segs[1], "metrics"))
-        return r->kind = ROUTE_METRICS;
-    if (n == 2)
-        return r->kind = ROUTE_MODELS;
-
+/* /v1/models/{model}[/{keyword}[/...]]: the model is every segment up to
+ * the first keyword segment. */
+static enum route_kind parse_model_path(const struct seg *segs, size_t n, struct route *r,
+                                        char *err, size_t errlen)
+{
     /* The model is every segment up to the first keyword segment. */
     size_t k = 2;
     while (k < n && !seg_is(&segs[k], "tensors") && !seg_is(&segs[k], "files") &&
@@ -287,6 +257,54 @@ enum route_kind route_parse_with(const char *path, route_repo_exists exists, voi
         return r->kind = rest == 1 ? ROUTE_FILE : ROUTE_FILE_HEADER;
     }
     return r->kind = ROUTE_NOT_FOUND;
+}
+
+
+enum route_kind route_parse(const char *path, struct route *r, char *err, size_t errlen)
+{
+    return route_parse_with(path, NULL, NULL, r, err, errlen);
+}
+
+enum route_kind route_parse_with(const char *path, route_repo_exists exists, void *ctx,
+                                 struct route *r, char *err, size_t errlen)
+{
+    memset(r, 0, sizeof(*r));
+    err[0] = '\0';
+    if (!path || path[0] != '/')
+        return r->kind = ROUTE_BAD_PATH;
+
+    struct seg segs[MAX_SEGS];
+    size_t n = split_path(path + 1, segs);
+    if (n == 0) {
+        snprintf(err, errlen, "path has more than %d segments", MAX_SEGS);
+        return r->kind = ROUTE_BAD_PATH;
+    }
+
+    if (n == 1 && seg_is(&segs[0], "healthz"))
+        return r->kind = ROUTE_HEALTHZ;
+    if (n == 1 && seg_is(&segs[0], "readyz"))
+        return r->kind = ROUTE_READYZ;
+    if (n == 1 && seg_is(&segs[0], "metrics"))
+        return r->kind = ROUTE_METRICS_TEXT;
+    if (seg_is(&segs[0], "api")) {
+        if (n >= 2 && seg_is(&segs[1], "models")) {
+            if (n == 2)
+                return r->kind = ROUTE_HUB_MODELS;
+            return parse_hub(segs, n, 1, exists, ctx, r, err, errlen);
+        }
+        return r->kind = ROUTE_HUB_NOT_FOUND;
+    }
+    /* /v1/... is tensord's own API; any other path may be a Hub file (a
+     * repo named "v1" has its files at /v1/resolve/...). */
+    if (n < 2 || !seg_is(&segs[0], "v1") ||
+        !(seg_is(&segs[1], "models") || (n == 2 && seg_is(&segs[1], "metrics"))))
+        return parse_hub(segs, n, 0, exists, ctx, r, err, errlen);
+    if (n == 2 && seg_is(&segs[1], "metrics"))
+        return r->kind = ROUTE_METRICS;
+    if (n == 2)
+        return r->kind = ROUTE_MODELS;
+
+    return parse_model_path(segs, n, r, err, errlen);
 }
 
 void route_free(struct route *r)
