@@ -23,9 +23,11 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 
 import pytest
 
@@ -81,9 +83,9 @@ def run(hub, tmp_path):
     daemon and an empty cache; runpy(code) -> the JSON its last line prints."""
     env = _child_env(hub.port, tmp_path / "cache")
 
-    def _run(argv, timeout=120):
-        return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout,
-                              cwd=str(tmp_path))
+    def _run(argv, timeout=120, env_extra=None):
+        return subprocess.run(argv, env=dict(env, **(env_extra or {})), capture_output=True,
+                              text=True, timeout=timeout, cwd=str(tmp_path))
     return _run
 
 
@@ -218,6 +220,139 @@ def test_cli_downloads_by_commit(hub, run, cli, tmp_path):
     assert f"/snapshots/{commit}/config.json" in printed.group(1)
     with open(printed.group(1), "rb") as f:
         assert f.read() == hub.files["single"]["config.json"]
+
+
+class _CuttingProxy:
+    """A TCP relay to the daemon that closes the connection once, after `cut`
+    bytes of the first response to a GET of `target` without a Range
+    header, and records the request lines with their Range headers and the
+    status lines of the answers."""
+
+    def __init__(self, port, target, cut):
+        self.upstream, self.target, self.cut = port, target, cut
+        self.done = False
+        self.requests, self.statuses = [], []
+        self.lock = threading.Lock()
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def close(self):
+        self.sock.close()
+
+    def _accept(self):
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            u = socket.create_connection(("127.0.0.1", self.upstream))
+            state = {"armed": False, "sent": 0}
+            threading.Thread(target=self._up, args=(c, u, state), daemon=True).start()
+            threading.Thread(target=self._down, args=(u, c, state), daemon=True).start()
+
+    def _up(self, c, u, state):
+        try:
+            while data := c.recv(65536):
+                head = data.split(b"\r\n\r\n")[0].decode("latin-1").split("\r\n")
+                if head[0].split(" ")[0] in ("GET", "HEAD"):
+                    rng = [h.split(":", 1)[1].strip() for h in head[1:] if h.lower().startswith("range:")]
+                    with self.lock:
+                        self.requests.append((head[0], rng[0] if rng else None))
+                        if (head[0].startswith("GET ") and self.target in head[0] and not rng
+                                and not self.done):
+                            state["armed"] = True
+                u.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (u, c):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def _down(self, u, c, state):
+        try:
+            while data := u.recv(65536):
+                if data.startswith(b"HTTP/1.1 "):
+                    with self.lock:
+                        self.statuses.append(data.split(b"\r\n")[0].decode())
+                if state["armed"]:
+                    room = self.cut - state["sent"]
+                    if len(data) >= room:
+                        c.sendall(data[:room])
+                        with self.lock:
+                            self.done = True
+                        break
+                    state["sent"] += len(data)
+                c.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (u, c):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                    s.close()
+                except OSError:
+                    pass
+
+
+def test_cli_resumes_a_broken_download_with_range(hub, run, cli, tmp_path):
+    """A connection that breaks mid-file: the client asks for the rest with
+    Range and gets a 206 it can append (huggingface_hub 2.x resumes within
+    a run only: a new run starts over in a fresh temporary file)."""
+    data = hub.files["org/sharded"]["big.bin"]
+    commit = hubrepos.commit_of(hub.files["org/sharded"])
+    # The client writes what it got in 10 MiB chunks (DOWNLOAD_CHUNK_SIZE):
+    # cut after the first, or it starts over without Range.
+    proxy = _CuttingProxy(hub.port, f"/resolve/{commit}/big.bin", 10 * 1024 * 1024 + 300_000)
+    try:
+        d = str(tmp_path / "out")
+        p = run([cli, "download", "org/sharded", "big.bin", "--local-dir", d],
+                env_extra={"HF_ENDPOINT": f"http://127.0.0.1:{proxy.port}"})
+    finally:
+        proxy.close()
+    out = _clean(p.stdout + p.stderr)
+    assert p.returncode == 0, out
+    assert proxy.done, f"the proxy never cut the download: {proxy.requests}"
+    with open(os.path.join(d, "big.bin"), "rb") as f:
+        assert f.read() == data
+    ranged = [r for line, r in proxy.requests if "big.bin" in line and r]
+    assert ranged and re.fullmatch(r"bytes=[1-9][0-9]*-", ranged[-1]), proxy.requests
+    assert any(st.startswith("HTTP/1.1 206") for st in proxy.statuses), proxy.statuses
+
+
+def test_cli_downloads_a_folder_and_dry_runs(hub, run, cli, tmp_path):
+    d = str(tmp_path / "out")
+    p = run([cli, "download", "org/sd", "unet/", "--local-dir", d])
+    assert p.returncode == 0, _clean(p.stdout + p.stderr)
+    _assert_local_dir(hub, "org/sd", d, ["unet/config.json", "unet/diffusion_pytorch_model.safetensors"])
+    p = run([cli, "download", "org/sharded", "--dry-run"])
+    out = _clean(p.stdout + p.stderr)
+    assert p.returncode == 0, out
+    assert f"Will download {len(hub.files['org/sharded'])} files" in out, out
+    for path in hub.files["org/sharded"]:
+        assert path in out, out
+
+
+def test_cli_models_info_and_ls(hub, run, cli):
+    """`hf models info` / `hf models ls` read the /api/models documents."""
+    def js(args):
+        p = run([cli, "models"] + args + ["--format", "json"])
+        assert p.returncode == 0, _clean(p.stdout + p.stderr)
+        return json.loads(p.stdout)
+    info = js(["info", "org/sharded"])
+    files = hub.files["org/sharded"]
+    assert info["id"] == "org/sharded" and info["sha"] == hubrepos.commit_of(files)
+    assert {s["rfilename"]: s["size"] for s in info["siblings"]} == {k: len(v) for k, v in files.items()}
+    assert sorted(m["id"] for m in js(["ls", "--author", "org"])) == sorted(
+        r for r in hub.files if r.startswith("org/"))
+    assert [m["id"] for m in js(["ls", "--search", "TINY"])] == [TINY]
+    tree = js(["ls", "org/deep", "-R"])
+    assert sorted(e["path"] for e in tree if "size" in e) == sorted(hub.files["org/deep"])
+    p = run([cli, "models", "info", "org/nope"])
+    assert p.returncode != 0 and "Error: Model 'org/nope' not found." in _clean(p.stderr + p.stdout)
 
 
 @pytest.mark.parametrize("args, message", [
