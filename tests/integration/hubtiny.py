@@ -16,7 +16,6 @@ import torch
 from torch import nn
 
 WORDS = ["[UNK]", "[PAD]"] + "the a tensor daemon serves model weights over http to every worker fast".split()
-SENTENCE = "the daemon serves model weights to every worker over http fast"
 
 
 def config_kwargs():

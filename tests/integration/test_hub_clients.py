@@ -42,6 +42,7 @@ BIN = os.path.dirname(sys.executable)
 # had `huggingface-cli`. Each one the pinned release installs is tested.
 CLIS = [c for c in ("hf", "huggingface-cli") if os.path.exists(os.path.join(BIN, c))]
 TINY = "org/tiny"
+SENTENCE = "the daemon serves model weights to every worker over http fast"
 
 
 def _child_env(port, cache):
@@ -133,6 +134,12 @@ def _assert_local_dir(hub, repo, d, want_paths):
         with open(meta) as f:
             lines = f.read().splitlines()
         assert lines[0] == commit and lines[1] == _etag(path, files[path]), f"{repo}/{path}: {lines}"
+
+
+def _want_ids(hub):
+    """SENTENCE's token ids, read from the tokenizer.json written to disk."""
+    vocab = json.loads(hub.files[TINY]["tokenizer.json"])["model"]["vocab"]
+    return [vocab[w] for w in SENTENCE.split()]
 
 
 def _clean(text):
@@ -375,6 +382,47 @@ def test_cli_errors_are_the_clients_own_messages(hub, run, cli, tmp_path, args, 
         assert _tree(str(d)) == {}, "a failed download left files behind"
 
 
+def test_cli_and_transformers_with_tokens(hub, tmp_path):
+    """With auth_token_file set: HF_TOKEN or --token is sent as a bearer
+    token and works; none, or a wrong one, is a 401 the CLI reports in
+    words, never a traceback."""
+    token = "hub-read-token-0123456789abcdef"
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"read {token}\n")
+    tokens.chmod(0o600)
+    d = tdutil.Daemon(hub.root, str(tmp_path), ["--auth-token-file", str(tokens)],
+                      probe_headers={"Authorization": f"Bearer {token}"})
+    d.start()
+    try:
+        env = _child_env(d.port, tmp_path / "cache")
+        cli = os.path.join(BIN, CLIS[0] if CLIS else "hf")
+
+        def run(argv, **extra):
+            return subprocess.run(argv, env=dict(env, **extra), capture_output=True, text=True,
+                                  timeout=120, cwd=str(tmp_path))
+        for extra, message in (({}, "a bearer token is required"),
+                               ({"HF_TOKEN": "wrong"}, "Invalid credentials in Authorization header")):
+            p = run([cli, "download", "single", "--local-dir", str(tmp_path / "no")], **extra)
+            out = _clean(p.stdout + p.stderr)
+            assert p.returncode != 0 and "401" in out and message in out, out
+            assert "Traceback" not in out, out
+        p = run([cli, "download", "org/sd", "--local-dir", str(tmp_path / "env")], HF_TOKEN=token)
+        assert p.returncode == 0, _clean(p.stdout + p.stderr)
+        _assert_local_dir(hub, "org/sd", str(tmp_path / "env"), list(hub.files["org/sd"]))
+        p = run([cli, "download", "single", "--local-dir", str(tmp_path / "arg"), "--token", token])
+        assert p.returncode == 0, _clean(p.stdout + p.stderr)
+        _assert_local_dir(hub, "single", str(tmp_path / "arg"), list(hub.files["single"]))
+        code = ("import json\nfrom transformers import AutoConfig, AutoTokenizer\n"
+                f"c = AutoConfig.from_pretrained({TINY!r}, token={token!r})\n"
+                f"t = AutoTokenizer.from_pretrained({TINY!r}, token={token!r})\n"
+                f"print(json.dumps([c.n_layer, t({SENTENCE!r})['input_ids']]))")
+        p = run([sys.executable, "-c", code], HF_HUB_CACHE=str(tmp_path / "tcache"))
+        assert p.returncode == 0, p.stderr
+        assert json.loads(p.stdout.splitlines()[-1]) == [2, _want_ids(hub)]
+    finally:
+        d.stop_checked()
+
+
 # ---------------------------------------------------------------------------
 # transformers
 
@@ -385,7 +433,6 @@ def test_transformers_config_and_tokenizer_from_pretrained(hub, runpy):
     out = runpy(f"""
 import json
 from transformers import AutoConfig, AutoTokenizer
-import hubtiny
 res = {{}}
 for name, src, rev in (("hub", {TINY!r}, None), ("commit", {TINY!r}, {commit!r}),
                        ("local", {local!r}, None)):
@@ -394,13 +441,11 @@ for name, src, rev in (("hub", {TINY!r}, None), ("commit", {TINY!r}, {commit!r})
     d = c.to_dict()
     d.pop("_name_or_path", None)
     res[name] = {{"config_class": type(c).__name__, "config": d,
-                 "tok_class": type(t).__name__, "ids": t(hubtiny.SENTENCE)["input_ids"],
+                 "tok_class": type(t).__name__, "ids": t({SENTENCE!r})["input_ids"],
                  "files": sorted(getattr(t, "vocab_files_names", {{}})), "pad": t.pad_token}}
 print(json.dumps(res))
 """)
-    words = json.loads(hub.files[TINY]["tokenizer.json"])["model"]["vocab"]
-    want_ids = [words[w] for w in "the daemon serves model weights to every worker over http fast".split()]
-    assert out["local"]["ids"] == want_ids
+    assert out["local"]["ids"] == _want_ids(hub)
     assert out["local"]["config_class"] == "GPT2Config" and out["local"]["pad"] == "[PAD]"
     for name in ("hub", "commit"):
         assert out[name] == out["local"], name
@@ -428,7 +473,7 @@ def model_from(paths):
         state.update(load_file(p))
     m = hubtiny.TinyGPT2(**hubtiny.config_kwargs())
     m.load_state_dict(state, strict=True)
-    ids = torch.tensor([[hubtiny.WORDS.index(w) for w in hubtiny.SENTENCE.split()]])
+    ids = torch.tensor([[hubtiny.WORDS.index(w) for w in {SENTENCE!r}.split()]])
     with torch.no_grad():
         return state, m(ids)
 got_state, got = model_from(shards)
@@ -450,7 +495,7 @@ print(json.dumps({{"single": single, "shards": shards, "keys": meta["all_checkpo
         with open(s, "rb") as f:
             assert f.read() == hub.files[TINY][os.path.basename(s)]
     assert out["same_weights"] and out["same_output"] and out["finite"]
-    assert out["shape"] == [1, len("the daemon serves model weights to every worker over http fast".split()), 32]
+    assert out["shape"] == [1, len(SENTENCE.split()), 32]
     assert out["has"] == [True, True, False, False]
 
 
@@ -503,7 +548,7 @@ print(json.dumps({"ok": is_torch_available(), "torch": torch.__version__}))
 import json, torch
 from transformers import AutoModel
 import hubtiny
-ids = torch.tensor([[hubtiny.WORDS.index(w) for w in hubtiny.SENTENCE.split()]])
+ids = torch.tensor([[hubtiny.WORDS.index(w) for w in {SENTENCE!r}.split()]])
 res = {{}}
 states = []
 for name, src in (("hub", {TINY!r}), ("local", {local!r})):
