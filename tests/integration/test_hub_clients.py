@@ -42,6 +42,7 @@ BIN = os.path.dirname(sys.executable)
 # had `huggingface-cli`. Each one the pinned release installs is tested.
 CLIS = [c for c in ("hf", "huggingface-cli") if os.path.exists(os.path.join(BIN, c))]
 TINY = "org/tiny"
+ODD = "org/odd"
 SENTENCE = "the daemon serves model weights to every worker over http fast"
 
 
@@ -64,6 +65,14 @@ def hub():
                        env=_child_env(1, os.path.join(base, "gen-cache")), capture_output=True,
                        text=True, timeout=120, cwd=base)
     assert p.returncode == 0, f"generating {TINY} failed:\n{p.stderr}"
+    # Names a URL must carry percent-encoded: space, non-ASCII, & # % + ; = , ' " [ ].
+    odd = {"ü b&c#%20+.txt": b"hello\n", "sub dir/a=b;c,d.json": b'{"a": 1}',
+           "quote'q\"uote.txt": b"q\n", "plus+name[1].md": b"# odd\n"}
+    for path, data in odd.items():
+        os.makedirs(os.path.dirname(os.path.join(root, ODD, path)), exist_ok=True)
+        with open(os.path.join(root, ODD, path), "wb") as f:
+            f.write(data)
+    files[ODD] = odd
     files[TINY] = {}
     for name in os.listdir(tiny):
         with open(os.path.join(tiny, name), "rb") as f:
@@ -157,7 +166,7 @@ def cli(request):
     return path
 
 
-@pytest.mark.parametrize("repo", hubrepos.REPOS)
+@pytest.mark.parametrize("repo", hubrepos.REPOS + (ODD, TINY))
 def test_cli_downloads_a_whole_repo_into_a_local_dir(hub, run, cli, tmp_path, repo):
     d = tmp_path / "out"
     p = run([cli, "download", repo, "--local-dir", str(d)])
@@ -204,6 +213,8 @@ def test_cli_downloads_named_files_and_patterns(hub, run, cli, tmp_path):
         (["org/sharded", "--include", "model-*.safetensors"], "org/sharded",
          ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]),
         (["org/deep", "--include", "a/b/*"], "org/deep", ["a/b/c/d.txt"]),
+        ([ODD, "ü b&c#%20+.txt", "sub dir/a=b;c,d.json"], ODD,
+         ["ü b&c#%20+.txt", "sub dir/a=b;c,d.json"]),
     ]
     for i, (args, repo, want) in enumerate(cases):
         d = str(tmp_path / f"out{i}")
