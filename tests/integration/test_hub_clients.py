@@ -357,6 +357,28 @@ def test_cli_downloads_a_folder_and_dry_runs(hub, run, cli, tmp_path):
         assert path in out, out
 
 
+def test_cli_cache_verify_checks_files_against_the_servers_hashes(hub, run, cli, tmp_path):
+    """`hf cache verify` hashes what is cached (SHA-256 for LFS files, git blob
+    SHA-1 for the others) and compares with the tree tensord lists."""
+    repo, files = "org/sharded", hub.files["org/sharded"]
+    assert run([cli, "download", repo]).returncode == 0
+    p = run([cli, "cache", "verify", repo])
+    out = _clean(p.stdout + p.stderr)
+    assert p.returncode == 0 and f"Verified {len(files)} file(s)" in out, out
+    snap = tmp_path / "cache" / "models--org--sharded" / "snapshots" / hubrepos.commit_of(files)
+    for path in ("config.json", "model-00002-of-00002.safetensors"):
+        blob = os.path.realpath(snap / path)
+        os.chmod(blob, 0o644)
+        with open(blob, "r+b") as f:
+            f.write(b"X")
+    p = run([cli, "cache", "verify", repo])
+    out = _clean(p.stdout + p.stderr)
+    assert p.returncode != 0, out
+    for path in ("config.json", "model-00002-of-00002.safetensors"):
+        assert f"{path}: expected {_etag(path, files[path])}" in out, out
+    assert "model-00001-of-00002.safetensors:" not in out, out
+
+
 def test_cli_models_info_and_ls(hub, run, cli):
     """`hf models info` / `hf models ls` read the /api/models documents."""
     def js(args):
