@@ -161,15 +161,9 @@ static const char *check_listen(const char *v)
     if (v[0] != '[' && memchr(v, ':', (size_t)(colon - v)))
         return "an IPv6 address needs brackets: [ADDR]:PORT";
     const char *p = colon + 1;
-    if (!*p || strlen(p) > 5)
-        return "port must be 0..65535";
-    unsigned long port = 0;
-    for (; *p; p++) {
-        if (*p < '0' || *p > '9')
-            return "port must be 0..65535";
-        port = port * 10 + (unsigned long)(*p - '0');
-    }
-    if (port > 65535)
+    size_t n = strlen(p), used;
+    uint64_t port;
+    if (n > 5 || decimal_u64(p, n, &port, &used) < 0 || used != n || port > 65535)
         return "port must be 0..65535";
     return check_no_ctl(v);
 }
@@ -190,18 +184,15 @@ static const char *check_preload(const char *v)
 
 /* ---- value parsing ------------------------------------------------------ */
 
+/* The whole of s as a decimal number: 0, -1 when it is not one, -2 when it
+ * does not fit in 64 bits. */
 static int parse_u64(const char *s, uint64_t *out)
 {
-    if (*s < '0' || *s > '9')
-        return -1;
-    uint64_t v = 0;
-    for (; *s >= '0' && *s <= '9'; s++)
-        if (u64_mul(v, 10, &v) < 0 || u64_add(v, (uint64_t)(*s - '0'), &v) < 0)
-            return -2;
-    if (*s)
-        return -1;
-    *out = v;
-    return 0;
+    size_t n = strlen(s), used;
+    int rc = decimal_u64(s, n, out, &used);
+    if (rc == -ERANGE)
+        return -2;
+    return rc == 0 && used == n ? 0 : -1;
 }
 
 /* "64M", "16G", "32k", "4096", "1GiB", "2MB": binary multiples. */
@@ -250,9 +241,12 @@ static int parse_bool(const char *s, int *out)
     return -1;
 }
 
-static int fail(char *err, size_t errlen, const char *where, const char *name, const char *fmt,
-                ...) __attribute__((format(printf, 5, 6)));
-static int fail(char *err, size_t errlen, const char *where, const char *name, const char *fmt, ...)
+/* Writes "WHERE: option NAME: reason" (or "WHERE: reason") into err and
+ * returns -1. */
+static int option_error(char *err, size_t errlen, const char *where, const char *name,
+                        const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+static int option_error(char *err, size_t errlen, const char *where, const char *name,
+                        const char *fmt, ...)
 {
     char reason[256];
     va_list ap;
@@ -272,9 +266,9 @@ static int check_range(const struct opt *o, uint64_t v, char *err, size_t errlen
                        const char *where)
 {
     if (v < o->min || v > o->max)
-        return fail(err, errlen, where, o->name, "%llu is out of range %llu..%llu",
-                    (unsigned long long)v, (unsigned long long)o->min,
-                    (unsigned long long)o->max);
+        return option_error(err, errlen, where, o->name, "%llu is out of range %llu..%llu",
+                            (unsigned long long)v, (unsigned long long)o->min,
+                            (unsigned long long)o->max);
     return 0;
 }
 
@@ -318,7 +312,7 @@ static int opt_apply(struct config *cfg, const struct opt *o, const char *value,
     case OPT_STRING:
     case OPT_ENUM:
         if (o->check && (why = o->check(value)))
-            return fail(err, errlen, where, o->name, "%s", why);
+            return option_error(err, errlen, where, o->name, "%s", why);
         if (o->type == OPT_ENUM) {
             size_t n = strlen(value);
             const char *c = o->choices;
@@ -329,8 +323,8 @@ static int opt_apply(struct config *cfg, const struct opt *o, const char *value,
                 c += len + (c[len] == '|');
             }
             if (!found)
-                return fail(err, errlen, where, o->name, "\"%.64s\" is not one of %s", value,
-                            o->choices);
+                return option_error(err, errlen, where, o->name, "\"%.64s\" is not one of %s",
+                                    value, o->choices);
         }
         char **sp = (char **)(base + o->off);
         free(*sp);
@@ -341,11 +335,12 @@ static int opt_apply(struct config *cfg, const struct opt *o, const char *value,
     case OPT_SIZE:
         rc = o->type == OPT_UINT ? parse_u64(value, &v) : parse_size(value, &v);
         if (rc == -2)
-            return fail(err, errlen, where, o->name, "number too large");
+            return option_error(err, errlen, where, o->name, "number too large");
         if (rc < 0)
-            return fail(err, errlen, where, o->name, "\"%.64s\" is not %s", value,
-                        o->type == OPT_UINT ? "an unsigned integer"
-                                            : "a size (a number with an optional K, M, G or T)");
+            return option_error(
+                err, errlen, where, o->name, "\"%.64s\" is not %s", value,
+                o->type == OPT_UINT ? "an unsigned integer"
+                                    : "a size (a number with an optional K, M, G or T)");
         if (check_range(o, v, err, errlen, where) < 0)
             return -1;
         if (o->type == OPT_SIZE)
@@ -355,8 +350,8 @@ static int opt_apply(struct config *cfg, const struct opt *o, const char *value,
         return 0;
     case OPT_BOOL:
         if (parse_bool(value, &b) < 0)
-            return fail(err, errlen, where, o->name, "\"%.64s\" is not a boolean (true/false)",
-                        value);
+            return option_error(err, errlen, where, o->name,
+                                "\"%.64s\" is not a boolean (true/false)", value);
         *(int *)(base + o->off) = b;
         return 0;
     case OPT_STRLIST:
@@ -368,18 +363,19 @@ static int opt_apply(struct config *cfg, const struct opt *o, const char *value,
         uint32_t ids[CONFIG_MAX_IDS];
         rc = -1;
         if (split_list(buf, items, o->max_items, &n, &why) < 0) {
-            fail(err, errlen, where, o->name, "%s (at most %u)", why, o->max_items);
+            option_error(err, errlen, where, o->name, "%s (at most %u)", why, o->max_items);
             goto out;
         }
         for (unsigned i = 0; i < n; i++) {
             if (o->type == OPT_STRLIST) {
                 if (o->check && (why = o->check(items[i]))) {
-                    fail(err, errlen, where, o->name, "\"%.64s\": %s", items[i], why);
+                    option_error(err, errlen, where, o->name, "\"%.64s\": %s", items[i], why);
                     goto out;
                 }
             } else {
                 if (parse_u64(items[i], &v) < 0) {
-                    fail(err, errlen, where, o->name, "\"%.64s\" is not a numeric id", items[i]);
+                    option_error(err, errlen, where, o->name, "\"%.64s\" is not a numeric id",
+                                 items[i]);
                     goto out;
                 }
                 if (check_range(o, v, err, errlen, where) < 0)
@@ -457,7 +453,7 @@ int config_load_buffer(struct config *cfg, const char *buf, size_t len, const ch
         lineno++;
         snprintf(where, sizeof(where), "%s:%u", file, lineno);
         if (memchr(line, '\0', n))
-            return fail(errbuf, errlen, where, NULL, "NUL byte in line");
+            return option_error(errbuf, errlen, where, NULL, "NUL byte in line");
 
         size_t b = 0, e = n;
         while (b < e && is_blank(line[b]))
@@ -469,12 +465,13 @@ int config_load_buffer(struct config *cfg, const char *buf, size_t len, const ch
         if (line[b] == '[') {
             const char *close = memchr(line + b, ']', e - b);
             if (!close)
-                return fail(errbuf, errlen, where, NULL, "missing ']' in section header");
+                return option_error(errbuf, errlen, where, NULL,
+                                    "missing ']' in section header");
             size_t rest = (size_t)(close - line) + 1;
             while (rest < e && is_blank(line[rest]))
                 rest++;
             if (rest < e && line[rest] != '#' && line[rest] != ';')
-                return fail(errbuf, errlen, where, NULL, "text after section header");
+                return option_error(errbuf, errlen, where, NULL, "text after section header");
             const char *s = line + b + 1;
             size_t slen = (size_t)(close - s);
             while (slen && is_blank(*s))
@@ -482,31 +479,32 @@ int config_load_buffer(struct config *cfg, const char *buf, size_t len, const ch
             while (slen && is_blank(s[slen - 1]))
                 slen--;
             if (!section_known(s, slen))
-                return fail(errbuf, errlen, where, NULL, "unknown section [%.*s]",
-                            (int)(slen > 64 ? 64 : slen), s);
+                return option_error(errbuf, errlen, where, NULL, "unknown section [%.*s]",
+                                    (int)(slen > 64 ? 64 : slen), s);
             memcpy(section, s, slen);
             section[slen] = '\0';
             continue;
         }
         const char *eq = memchr(line + b, '=', e - b);
         if (!eq)
-            return fail(errbuf, errlen, where, NULL, "missing '=' in \"%.*s\"",
-                        (int)(e - b > 64 ? 64 : e - b), line + b);
+            return option_error(errbuf, errlen, where, NULL, "missing '=' in \"%.*s\"",
+                                (int)(e - b > 64 ? 64 : e - b), line + b);
         size_t ke = (size_t)(eq - line);
         while (ke > b && is_blank(line[ke - 1]))
             ke--;
         if (ke == b)
-            return fail(errbuf, errlen, where, NULL, "missing option name before '='");
+            return option_error(errbuf, errlen, where, NULL,
+                                "missing option name before '='");
         char name[64];
         size_t klen = ke - b > sizeof(name) - 1 ? sizeof(name) - 1 : ke - b;
         memcpy(name, line + b, klen);
         name[klen] = '\0';
         const struct opt *o = ke - b < sizeof(name) ? opt_find(line + b, ke - b) : NULL;
         if (!o)
-            return fail(errbuf, errlen, where, name, "unknown option");
+            return option_error(errbuf, errlen, where, name, "unknown option");
         if (section[0] && strcmp(section, o->section) != 0)
-            return fail(errbuf, errlen, where, name, "belongs in [%s], not [%s]", o->section,
-                        section);
+            return option_error(errbuf, errlen, where, name, "belongs in [%s], not [%s]",
+                                o->section, section);
 
         /* The value: quoted, or up to a comment that follows whitespace. */
         size_t vb = (size_t)(eq - line) + 1, ve = e;
@@ -515,12 +513,12 @@ int config_load_buffer(struct config *cfg, const char *buf, size_t len, const ch
         if (vb < ve && line[vb] == '"') {
             const char *q = memchr(line + vb + 1, '"', ve - vb - 1);
             if (!q)
-                return fail(errbuf, errlen, where, name, "missing closing '\"'");
+                return option_error(errbuf, errlen, where, name, "missing closing '\"'");
             size_t after = (size_t)(q - line) + 1;
             while (after < ve && is_blank(line[after]))
                 after++;
             if (after < ve && line[after] != '#' && line[after] != ';')
-                return fail(errbuf, errlen, where, name, "text after closing '\"'");
+                return option_error(errbuf, errlen, where, name, "text after closing '\"'");
             vb++;
             ve = (size_t)(q - line);
         } else {
@@ -580,7 +578,7 @@ int config_set(struct config *cfg, const char *name, const char *value, char *er
 {
     const struct opt *o = opt_find(name, strlen(name));
     if (!o)
-        return fail(errbuf, errlen, "command line", name, "unknown option");
+        return option_error(errbuf, errlen, "command line", name, "unknown option");
     return opt_apply(cfg, o, value, errbuf, errlen, "command line");
 }
 
