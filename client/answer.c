@@ -203,38 +203,61 @@ enum {
     BAD_SHAPE = 1 << 9,        /* a dimension that is no non-negative integer */
 };
 
+struct open_reader;
+
+/* A table being read, the allocations or the tensors: the model's rows,
+ * and per row what was found well-formed and the index it names (fd_index,
+ * alloc), kept for the checks at the end. */
+struct table {
+    void **rows;                /* &m->allocs or &m->tensors */
+    size_t *n;                  /* &m->n_allocs or &m->n_tensors */
+    size_t row_size, cap;
+    unsigned *flags;            /* HAVE_* per row */
+    uint64_t *index;
+    member_fn member;           /* reads one member of a row */
+    struct open_reader *r;
+};
+
 struct open_reader {
     struct tensord_model *m;
     int have_generation, have_allocs, have_tensors;
-    size_t cap_allocs, cap_tensors;
-    unsigned *alloc_flags, *tensor_flags;  /* HAVE_* per entry */
-    uint64_t *fd_index, *alloc_index;      /* as read, checked later */
-    size_t n_dims;                         /* of the tensor being read ... */
-    int64_t dims[MAX_DIMS];                /* ... and its dimensions */
+    struct table allocs, tensors;
+    size_t n_dims;              /* of the tensor being read ... */
+    int64_t dims[MAX_DIMS];     /* ... and its dimensions */
 };
 
-/* Grows *arr (of size elements) and its flags so that index n fits; zeroes
- * what it adds. */
-static int grow(void **arr, unsigned **flags, uint64_t **extra, size_t *cap, size_t n, size_t size)
+/* Makes room for one more row, zeroed. */
+static int grow(struct table *t)
 {
-    if (n < *cap)
+    size_t cap = t->cap ? t->cap * 2 : 16;
+    if (*t->n < t->cap)
         return 0;
-    size_t cap2 = *cap ? *cap * 2 : 16;
-    void *a = cap2 < SIZE_MAX / size ? cmem_realloc(*arr, cap2 * size) : NULL;
-    if (a)
-        *arr = a;
-    unsigned *f = a ? cmem_realloc(*flags, cap2 * sizeof(**flags)) : NULL;
-    if (f)
-        *flags = f;
-    uint64_t *x = f ? cmem_realloc(*extra, cap2 * sizeof(**extra)) : NULL;
-    if (!x)
+    void *rows = cap < SIZE_MAX / t->row_size ? cmem_realloc(*t->rows, cap * t->row_size) : NULL;
+    if (rows)
+        *t->rows = rows;
+    unsigned *flags = rows ? cmem_realloc(t->flags, cap * sizeof(*flags)) : NULL;
+    if (flags)
+        t->flags = flags;
+    uint64_t *index = flags ? cmem_realloc(t->index, cap * sizeof(*index)) : NULL;
+    if (!index)
         return -1;
-    *extra = x;
-    memset((char *)a + *cap * size, 0, (cap2 - *cap) * size);
-    memset(f + *cap, 0, (cap2 - *cap) * sizeof(*f));
-    memset(x + *cap, 0, (cap2 - *cap) * sizeof(*x));
-    *cap = cap2;
+    t->index = index;
+    memset((char *)rows + t->cap * t->row_size, 0, (cap - t->cap) * t->row_size);
+    memset(flags + t->cap, 0, (cap - t->cap) * sizeof(*flags));
+    memset(index + t->cap, 0, (cap - t->cap) * sizeof(*index));
+    t->cap = cap;
     return 0;
+}
+
+/* One row of a table: an object read with the table's member function. */
+static int table_row(struct json_scan *s, const char *key, unsigned depth, void *ctx)
+{
+    struct table *t = ctx;
+    (void)key;
+    if (grow(t) < 0)
+        return json_scan_fail(s, JSON_ERR_NO_MEMORY);
+    (*t->n)++;
+    return s->tok == '{' ? read_object(s, depth, t->member, t->r) : skip_value(s, depth);
 }
 
 /* The checksum: 16 hex digits, as the daemon writes it. */
@@ -271,12 +294,12 @@ static int alloc_member(struct json_scan *s, const char *key, unsigned depth, vo
     struct open_reader *r = ctx;
     size_t i = r->m->n_allocs - 1;
     struct tensord_alloc *a = &r->m->allocs[i];
-    unsigned *f = &r->alloc_flags[i];
+    unsigned *f = &r->allocs.flags[i];
     int rc = 0;
     if (strcmp(key, "file") == 0)
         return read_name(s, depth, (char **)&a->file);
     if (strcmp(key, "fd_index") == 0)
-        *f |= read_uint(s, depth, &r->fd_index[i], &rc) ? HAVE_FD_INDEX : 0;
+        *f |= read_uint(s, depth, &r->allocs.index[i], &rc) ? HAVE_FD_INDEX : 0;
     else if (strcmp(key, "byte_size") == 0)
         *f |= read_uint(s, depth, &a->byte_size, &rc) ? HAVE_BYTE_SIZE : 0;
     else if (strcmp(key, "alloc_size") == 0)
@@ -288,22 +311,10 @@ static int alloc_member(struct json_scan *s, const char *key, unsigned depth, vo
     return rc;
 }
 
-static int alloc_element(struct json_scan *s, const char *key, unsigned depth, void *ctx)
-{
-    struct open_reader *r = ctx;
-    struct tensord_model *m = r->m;
-    (void)key;
-    if (grow((void **)&m->allocs, &r->alloc_flags, &r->fd_index, &r->cap_allocs, m->n_allocs,
-             sizeof(*m->allocs)) < 0)
-        return json_scan_fail(s, JSON_ERR_NO_MEMORY);
-    m->n_allocs++;
-    return s->tok == '{' ? read_object(s, depth, alloc_member, r) : skip_value(s, depth);
-}
-
 static int dim_element(struct json_scan *s, const char *key, unsigned depth, void *ctx)
 {
     struct open_reader *r = ctx;
-    unsigned *f = &r->tensor_flags[r->m->n_tensors - 1];
+    unsigned *f = &r->tensors.flags[r->m->n_tensors - 1];
     uint64_t v;
     int rc;
     (void)key;
@@ -330,7 +341,7 @@ static int read_shape(struct json_scan *s, unsigned depth, struct open_reader *r
     memcpy(dims, r->dims, r->n_dims * sizeof(*dims));
     t->shape = dims;
     t->ndim = (int)r->n_dims;
-    r->tensor_flags[r->m->n_tensors - 1] |= HAVE_SHAPE;
+    r->tensors.flags[r->m->n_tensors - 1] |= HAVE_SHAPE;
     return 0;
 }
 
@@ -339,7 +350,7 @@ static int tensor_member(struct json_scan *s, const char *key, unsigned depth, v
     struct open_reader *r = ctx;
     size_t i = r->m->n_tensors - 1;
     struct tensord_tensor *t = &r->m->tensors[i];
-    unsigned *f = &r->tensor_flags[i];
+    unsigned *f = &r->tensors.flags[i];
     int rc = 0;
     if (strcmp(key, "name") == 0)
         return read_name(s, depth, (char **)&t->name);
@@ -348,7 +359,7 @@ static int tensor_member(struct json_scan *s, const char *key, unsigned depth, v
     if (strcmp(key, "shape") == 0)
         return read_shape(s, depth, r);
     if (strcmp(key, "alloc") == 0)
-        *f |= read_uint(s, depth, &r->alloc_index[i], &rc) ? HAVE_ALLOC : 0;
+        *f |= read_uint(s, depth, &r->tensors.index[i], &rc) ? HAVE_ALLOC : 0;
     else if (strcmp(key, "offset") == 0)
         *f |= read_uint(s, depth, &t->offset, &rc) ? HAVE_OFFSET : 0;
     else if (strcmp(key, "nbytes") == 0)
@@ -356,18 +367,6 @@ static int tensor_member(struct json_scan *s, const char *key, unsigned depth, v
     else
         rc = skip_value(s, depth);
     return rc;
-}
-
-static int tensor_element(struct json_scan *s, const char *key, unsigned depth, void *ctx)
-{
-    struct open_reader *r = ctx;
-    struct tensord_model *m = r->m;
-    (void)key;
-    if (grow((void **)&m->tensors, &r->tensor_flags, &r->alloc_index, &r->cap_tensors,
-             m->n_tensors, sizeof(*m->tensors)) < 0)
-        return json_scan_fail(s, JSON_ERR_NO_MEMORY);
-    m->n_tensors++;
-    return s->tok == '{' ? read_object(s, depth, tensor_member, r) : skip_value(s, depth);
 }
 
 static int open_member(struct json_scan *s, const char *key, unsigned depth, void *ctx)
@@ -391,10 +390,10 @@ static int open_member(struct json_scan *s, const char *key, unsigned depth, voi
         r->have_generation = read_uint(s, depth, &m->generation, &rc);
     } else if (strcmp(key, "allocations") == 0 && s->tok == '[') {
         r->have_allocs = 1;
-        rc = read_array(s, depth, alloc_element, r);
+        rc = read_array(s, depth, table_row, &r->allocs);
     } else if (strcmp(key, "tensors") == 0 && s->tok == '[') {
         r->have_tensors = 1;
-        rc = read_array(s, depth, tensor_element, r);
+        rc = read_array(s, depth, table_row, &r->tensors);
     } else {
         rc = skip_value(s, depth);
     }
@@ -419,20 +418,21 @@ static int check_open(struct open_reader *r, size_t n_fds, char *err, size_t err
                         m->n_allocs, n_fds), -1;
     for (size_t i = 0; i < m->n_allocs; i++) {
         const struct tensord_alloc *a = &m->allocs[i];
-        if ((r->alloc_flags[i] & alloc_fields) != alloc_fields || r->fd_index[i] != i ||
+        if ((r->allocs.flags[i] & alloc_fields) != alloc_fields || r->allocs.index[i] != i ||
             a->byte_size > a->alloc_size || a->alloc_size == 0)
             return snprintf(err, errlen, "malformed allocation %zu in the open answer", i), -1;
     }
     for (size_t i = 0; i < m->n_tensors; i++) {
         struct tensord_tensor *t = &m->tensors[i];
         uint64_t end;
-        if ((r->tensor_flags[i] & tensor_fields) != tensor_fields ||
-            (r->tensor_flags[i] & BAD_RANK) || r->alloc_index[i] >= m->n_allocs ||
-            u64_add(t->offset, t->nbytes, &end) < 0 || end > m->allocs[r->alloc_index[i]].byte_size)
+        uint64_t alloc = r->tensors.index[i];
+        if ((r->tensors.flags[i] & tensor_fields) != tensor_fields ||
+            (r->tensors.flags[i] & BAD_RANK) || alloc >= m->n_allocs ||
+            u64_add(t->offset, t->nbytes, &end) < 0 || end > m->allocs[alloc].byte_size)
             return snprintf(err, errlen, "malformed tensor %zu in the open answer", i), -1;
-        if (r->tensor_flags[i] & BAD_SHAPE)
+        if (r->tensors.flags[i] & BAD_SHAPE)
             return snprintf(err, errlen, "malformed shape of tensor %s", t->name), -1;
-        t->alloc = (uint32_t)r->alloc_index[i];
+        t->alloc = (uint32_t)alloc;
     }
     return 0;
 }
@@ -461,6 +461,10 @@ int answer_open(const char *body, size_t len, size_t n_fds, struct tensord_model
 {
     struct json_scan s;
     struct open_reader r = {.m = m};
+    r.allocs = (struct table){.rows = (void **)&m->allocs, .n = &m->n_allocs,
+                              .row_size = sizeof(*m->allocs), .member = alloc_member, .r = &r};
+    r.tensors = (struct table){.rows = (void **)&m->tensors, .n = &m->n_tensors,
+                               .row_size = sizeof(*m->tensors), .member = tensor_member, .r = &r};
     char discard[1];
     int rc = -1;
     if (!err || !errlen) {
@@ -475,10 +479,10 @@ int answer_open(const char *body, size_t len, size_t n_fds, struct tensord_model
     }
     rc = check_open(&r, n_fds, err, errlen);
 out:
-    free(r.alloc_flags);
-    free(r.tensor_flags);
-    free(r.fd_index);
-    free(r.alloc_index);
+    free(r.allocs.flags);
+    free(r.allocs.index);
+    free(r.tensors.flags);
+    free(r.tensors.index);
     return rc;
 }
 
