@@ -40,11 +40,23 @@ static size_t depth_of(const json_t *v)
     return d + 1;
 }
 
+/* The refusal answer_read must give for a valid answer that does not say
+ * ok: the daemon's code and message (cut as answer.c cuts them), or the
+ * defaults. */
+static void expected_refusal(json_t *root, char *out, size_t cap)
+{
+    json_t *e = json_object_get(root, "error");
+    const char *code = json_string_value(json_object_get(e, "code"));
+    const char *msg = json_string_value(json_object_get(e, "message"));
+    snprintf(out, cap, "%.63s: %.511s", code && *code ? code : "error",
+             msg && *msg ? msg : "request failed");
+}
+
 /* answer_read against jansson on the same bytes. */
 static void check_answer(const unsigned char *p, size_t n)
 {
     struct answer a;
-    char err[512] = "";
+    char err[512] = "", want[512];
     int rc = answer_read((const char *)p, n, &a, err, sizeof(err));
     if (rc != 0 && err[0] == '\0')
         abort(); /* every refusal explains itself */
@@ -54,8 +66,10 @@ static void check_answer(const unsigned char *p, size_t n)
      * never writes one, and answer_read refuses them all. */
     int valid = root && json_is_object(root) && depth_of(root) <= ANSWER_MAX_DEPTH &&
                 !memchr(p, '\0', n);
-    int is_json_error = rc != 0 && strncmp(err, "bad answer", 10) == 0;
-    if (valid == is_json_error && !strstr(err, "out of memory"))
+    if (!valid && rc == 0)
+        abort();
+    if (!valid && strncmp(err, "bad answer from tensord: ", 25) != 0 &&
+        !strstr(err, "out of memory"))
         abort();
     if (valid) {
         json_t *ok = json_object_get(root, "ok"), *lease = json_object_get(root, "lease");
@@ -63,6 +77,11 @@ static void check_answer(const unsigned char *p, size_t n)
         if (a.ok != json_is_true(ok) || (rc == 0) != a.ok || a.has_lease != has_lease ||
             (has_lease && a.lease != (uint64_t)json_integer_value(lease)))
             abort();
+        if (!a.ok) {
+            expected_refusal(root, want, sizeof(want));
+            if (strcmp(err, want) != 0 && !strstr(err, "out of memory"))
+                abort();
+        }
     }
     json_decref(root);
     if (rc != 0)
