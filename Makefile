@@ -160,15 +160,21 @@ $(BUILD)/libtensord-core.a: $(CORE_OBJ)
 $(BUILD)/tensord: $(SERVER_OBJ) $(BUILD)/libtensord-core.a
 	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-# The client library is position-independent and links only libc (+dl for CUDA).
-CLIENT_PIC_OBJ := $(CLIENT_SRC:%.c=$(BUILD)/pic/%.o)
+# The client library is position-independent and links only libc (+dl for
+# CUDA). Of core it takes the answer reader's tokenizer, json_scan, and what
+# that calls (strmap's fallible half, util's UTF-8 and hex helpers); every
+# function is its own section and the link drops those nothing calls, so
+# core's allocation wrappers, which abort on OOM, never reach it: a worker
+# must get errors from it, never an abort. Only tensord_* is exported.
+CLIENT_CORE_SRC := core/json_scan.c core/strmap.c core/util.c
+CLIENT_PIC_OBJ := $(CLIENT_SRC:%.c=$(BUILD)/pic/%.o) $(CLIENT_CORE_SRC:%.c=$(BUILD)/pic/%.o)
 $(BUILD)/pic/%.o: %.c $(BUILD)/flags
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -fPIC -fvisibility=hidden -MMD -MP -c $< -o $@
-# It links nothing of core (whose allocation wrappers abort on OOM): a
-# worker must get errors from it, never an abort.
+	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -fPIC -fvisibility=hidden -ffunction-sections -fdata-sections \
+	  -MMD -MP -c $< -o $@
 $(BUILD)/libtensord-client.so: $(CLIENT_PIC_OBJ)
-	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -shared -Wl,-soname,libtensord-client.so.0 -o $@ $^ -ldl -lpthread
+	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -shared -Wl,-soname,libtensord-client.so.0 -Wl,--gc-sections \
+	  -o $@ $^ -ldl -lpthread
 $(BUILD)/tensord-client: $(BUILD)/obj/client/cli.o $(CLIENT_OBJ) $(BUILD)/libtensord-core.a
 	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 

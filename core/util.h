@@ -44,6 +44,13 @@ int utf8_valid(const char *s, size_t n);
 /* The value of hexadecimal digit c (either case), or -1. */
 int hex_digit_value(unsigned char c);
 
+/* Reads the run of decimal digits that starts s[0..n) (no sign, no blanks;
+ * leading zeros allowed: callers that refuse them check s[0]) into *value
+ * and its length into *used; what follows the run is the caller's to check.
+ * Returns 0, -EINVAL when s does not start with a digit, or -ERANGE when
+ * the number does not fit in 64 bits (nothing is stored then). */
+int decimal_u64(const char *s, size_t n, uint64_t *value, size_t *used);
+
 /* Monotonic clock in nanoseconds. */
 uint64_t time_mono_ns(void);
 /* A secret seed for a hash table that hostile keys must not be able to aim

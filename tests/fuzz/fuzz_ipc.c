@@ -1,38 +1,109 @@
 /* Fuzzes the lease socket's parsers: the input is a byte stream as a client
  * would send it, split into frames (ipc_frame_next) and parsed as requests
- * (ipc_request_parse); each payload also goes through the client's JSON
- * reader (tjson). Oracles: frames never overrun the input; an accepted "open"
- * has a non-empty model of at most IPC_MAX_NAME bytes and survives a
- * re-encode/re-parse round trip unchanged; tjson's exact integers agree with
- * the text they came from. */
+ * (ipc_request_parse); each payload also goes through the client's reader of
+ * the daemon's answers (client/answer.c, over json_scan). Oracles: frames
+ * never overrun the input; an accepted "open" has a non-empty model of at
+ * most IPC_MAX_NAME bytes and survives a re-encode/re-parse round trip
+ * unchanged; answer_read accepts exactly the objects jansson accepts (with
+ * duplicate keys rejected) that nest at most ANSWER_MAX_DEPTH deep and hold
+ * no NUL byte, and reads
+ * the same "ok" and "lease" from them; an open answer that answer_open
+ * accepts has every tensor inside its allocation. */
 #include <jansson.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "answer.h"
+#include "client_int.h"
 #include "ipc_proto.h"
-#include "tjson.h"
 #include "util.h"
 
-static void check_tjson(const struct tjson *v, int depth)
+static size_t depth_of(const json_t *v)
 {
-    if (depth > TJSON_MAX_DEPTH + 1)
-        abort();
-    if (v->type == TJ_NUMBER && v->is_uint) {
-        char buf[32];
-        snprintf(buf, sizeof(buf), "%llu", (unsigned long long)v->u);
-        if (strtoull(buf, NULL, 10) != v->u)
-            abort();
-    }
-    if (v->type == TJ_STRING && (!v->str || strlen(v->str) > v->len))
-        abort();
-    if (v->type == TJ_ARRAY || v->type == TJ_OBJECT)
-        for (size_t i = 0; i < v->len; i++) {
-            if ((v->type == TJ_OBJECT) != (v->items[i].key != NULL))
-                abort();
-            check_tjson(&v->items[i], depth + 1);
+    size_t d = 0, k;
+    const char *key;
+    json_t *x;
+    if (json_is_object(v))
+        json_object_foreach((json_t *)v, key, x) {
+            k = depth_of(x);
+            d = k > d ? k : d;
         }
+    else if (json_is_array(v))
+        json_array_foreach(v, k, x) {
+            size_t e = depth_of(x);
+            d = e > d ? e : d;
+        }
+    else
+        return 0;
+    return d + 1;
+}
+
+/* The refusal answer_read must give for a valid answer that does not say
+ * ok: the daemon's code and message (cut as answer.c cuts them), or the
+ * defaults. */
+static void expected_refusal(json_t *root, char *out, size_t cap)
+{
+    json_t *e = json_object_get(root, "error");
+    const char *code = json_string_value(json_object_get(e, "code"));
+    const char *msg = json_string_value(json_object_get(e, "message"));
+    snprintf(out, cap, "%.63s: %.511s", code && *code ? code : "error",
+             msg && *msg ? msg : "request failed");
+}
+
+/* answer_read against jansson on the same bytes. */
+static void check_answer(const unsigned char *p, size_t n)
+{
+    struct answer a;
+    char err[512] = "", want[512];
+    int rc = answer_read((const char *)p, n, &a, err, sizeof(err));
+    if (rc != 0 && err[0] == '\0')
+        abort(); /* every refusal explains itself */
+    json_error_t je;
+    json_t *root = json_loadb((const char *)p, n, JSON_REJECT_DUPLICATES, &je);
+    /* jansson reads some NUL bytes outside strings as nothing; the daemon
+     * never writes one, and answer_read refuses them all. */
+    int valid = root && json_is_object(root) && depth_of(root) <= ANSWER_MAX_DEPTH &&
+                !memchr(p, '\0', n);
+    if (!valid && rc == 0)
+        abort();
+    if (!valid && strncmp(err, "bad answer from tensord: ", 25) != 0 &&
+        !strstr(err, "out of memory"))
+        abort();
+    if (valid) {
+        json_t *ok = json_object_get(root, "ok"), *lease = json_object_get(root, "lease");
+        int has_lease = json_is_integer(lease) && json_integer_value(lease) >= 0;
+        if (a.ok != json_is_true(ok) || (rc == 0) != a.ok || a.has_lease != has_lease ||
+            (has_lease && a.lease != (uint64_t)json_integer_value(lease)))
+            abort();
+        if (!a.ok) {
+            expected_refusal(root, want, sizeof(want));
+            if (strcmp(err, want) != 0 && !strstr(err, "out of memory"))
+                abort();
+        }
+    }
+    json_decref(root);
+    if (rc != 0)
+        return;
+    /* As an open answer with one descriptor (the corpus's have one allocation). */
+    struct tensord_model m;
+    memset(&m, 0, sizeof(m));
+    if (answer_open((const char *)p, n, 1, &m, err, sizeof(err)) == 0) {
+        if (m.n_allocs != 1 || !m.name || !m.backend || !m.device || !m.uuid ||
+            m.allocs[0].byte_size > m.allocs[0].alloc_size)
+            abort();
+        for (size_t i = 0; i < m.n_tensors; i++) {
+            const struct tensord_tensor *t = &m.tensors[i];
+            if (t->alloc != 0 || t->offset > m.allocs[0].byte_size ||
+                t->nbytes > m.allocs[0].byte_size - t->offset || t->ndim > 64 || !t->shape ||
+                !t->name || !t->dtype)
+                abort();
+        }
+    } else if (err[0] == '\0') {
+        abort();
+    }
+    answer_open_free(&m);
 }
 
 static void one_request(const unsigned char *p, size_t n)
@@ -56,12 +127,7 @@ static void one_request(const unsigned char *p, size_t n)
     } else if (err[0] == '\0') {
         abort(); /* every refusal explains itself */
     }
-    struct tjson *v = tjson_parse((const char *)p, n, err, sizeof(err));
-    if (v)
-        check_tjson(v, 0);
-    else if (err[0] == '\0')
-        abort();
-    tjson_free(v);
+    check_answer(p, n);
     free(req);
     free(again);
 }

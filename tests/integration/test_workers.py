@@ -584,3 +584,14 @@ def test_client_library_never_aborts():
                          text=True, check=True)
     syms = {ln.split()[-1].split("@")[0] for ln in out.stdout.splitlines() if ln.strip()}
     assert not syms & {"abort", "exit", "_exit"}, syms & {"abort", "exit", "_exit"}
+
+
+def test_client_library_exports_only_its_api():
+    """libtensord-client.so compiles core's json_scan (and what it calls) for
+    reading answers: none of it, nor the library's own internals, is
+    exported, so it cannot clash with a worker's symbols."""
+    out = subprocess.run(["nm", "-D", "--defined-only", CLIENT_LIB], capture_output=True,
+                         text=True, check=True)
+    syms = {ln.split()[-1].split("@")[0] for ln in out.stdout.splitlines() if ln.strip()}
+    assert "tensord_open" in syms and "tensord_tensor_dlpack_versioned" in syms, syms
+    assert {s for s in syms if not s.startswith("tensord_")} == set(), syms

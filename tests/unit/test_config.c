@@ -189,6 +189,9 @@ TEST(errors_name_file_line_option)
     expect_error("listen = ::1:8077\n", "needs brackets");
     expect_error("listen = 0.0.0.0:70000\n", "port must be 0..65535");
     expect_error("listen = 0.0.0.0:\n", "port must be");
+    expect_error("listen = 0.0.0.0:8a\n", "port must be");
+    expect_error("listen = 0.0.0.0:-1\n", "port must be");
+    expect_error("listen = 0.0.0.0:123456\n", "port must be");
     expect_error("preload = model\n", "option preload: \"model\": expected MODEL@DEVICE");
     expect_error("preload = m@gpu0\n", "device must be cuda:N");
     expect_error("preload = a@host,,b@host\n", "option preload: empty list entry");

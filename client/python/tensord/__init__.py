@@ -232,8 +232,44 @@ class DLPackTensor:
         return self._model._capsule(self._index, self._flags, versioned)
 
 
-class Model(collections.abc.Mapping):
-    """A mapped model holding one lease: tensor name -> array, zero-copy."""
+class _Handle:
+    """What Model and Client share: a library handle, given back once by
+    close() (or `with`, or garbage collection); using it after that raises
+    TensordError. Subclasses set _h and _lock, and say how to give the
+    handle back (_release) and what a closed one is called (_closed)."""
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: the library may be gone already
+            pass
+
+    def close(self):
+        """Gives the handle back (the class says what outlives it)."""
+        with self._lock:
+            h, self._h = getattr(self, "_h", None), None
+        if h:
+            self._release(h)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _handle(self):
+        h = self._h
+        if not h:
+            raise TensordError(f"{self._closed()} is closed")
+        return h
+
+
+class Model(_Handle, collections.abc.Mapping):
+    """A mapped model holding one lease: tensor name -> array, zero-copy.
+
+    close() drops this object's hold on the model. Arrays and tensors made
+    from it keep the mapping and the lease until the last of them is gone;
+    the Model itself cannot be used any more."""
 
     def __init__(self, client, handle, framework):
         self._lib = _load()
@@ -262,36 +298,15 @@ class Model(collections.abc.Mapping):
             self._info.append(info)
         self._h = handle
 
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:  # interpreter shutdown: the library may be gone already
-            pass
-
     @property
     def closed(self):
         return self._h is None
 
-    def close(self):
-        """Drops this object's hold on the model. Arrays and tensors made
-        from it keep the mapping and the lease until the last of them is
-        gone; the Model itself cannot be used any more."""
-        with self._lock:
-            h, self._h = getattr(self, "_h", None), None
-        if h:
-            self._lib.tensord_model_close(h)
+    def _release(self, h):
+        self._lib.tensord_model_close(h)
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def _handle(self):
-        h = self._h
-        if not h:
-            raise TensordError(f"model {self.name} is closed")
-        return h
+    def _closed(self):
+        return f"model {self.name}"
 
     def _i(self, name):
         if name not in self._index:
@@ -399,8 +414,11 @@ class Model(collections.abc.Mapping):
         return t.view(target).reshape(info["shape"])
 
 
-class Client:
-    """A connection to the daemon's lease socket (lease protocol 2)."""
+class Client(_Handle):
+    """A connection to the daemon's lease socket (lease protocol 2).
+
+    close() ends this object's hold; open models keep the connection until
+    they are closed."""
 
     def __init__(self, socket=None):
         self._lib = _load()
@@ -411,30 +429,11 @@ class Client:
         if not self._h:
             raise TensordError(_text(err))
 
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
+    def _release(self, h):
+        self._lib.tensord_close(h)
 
-    def close(self):
-        """Ends this object's hold; open models keep the connection until closed."""
-        with self._lock:
-            h, self._h = getattr(self, "_h", None), None
-        if h:
-            self._lib.tensord_close(h)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def _handle(self):
-        h = self._h
-        if not h:
-            raise TensordError("the client is closed")
-        return h
+    def _closed(self):
+        return "the client"
 
     def list(self):
         """[{"name","state","device","generation"}] of the preloaded models."""

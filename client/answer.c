@@ -1,0 +1,505 @@
+/* answer: the lease socket's answers, read with json_scan. answer_read
+ * walks the whole text once (which also proves it is JSON within the
+ * limits); answer_open then walks the same text again for the open
+ * answer's tables, so its errors are only about what the fields hold. */
+#include "answer.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client_int.h"
+#include "cmem.h"
+#include "json_scan.h"
+#include "util.h"
+
+#define KEY_MAX 32        /* longer keys are none of ours: compared as unknown */
+#define MAX_DIMS 64       /* a tensor's dimensions, at most */
+
+/* Called with the scanner on the first token of the value of member `key`;
+ * leaves it on the value's last token. The value is at `depth`. */
+typedef int (*member_fn)(struct json_scan *s, const char *key, unsigned depth, void *ctx);
+
+/* Consumes the value at the current token, whatever it is. */
+static int skip_value(struct json_scan *s, unsigned depth)
+{
+    return json_scan_value(s, depth, ANSWER_MAX_DEPTH);
+}
+
+/* Reads the object whose '{' is the current token (at depth), calling fn
+ * for every member; duplicate keys are an error. */
+static int read_object(struct json_scan *s, unsigned depth, member_fn fn, void *ctx)
+{
+    struct json_scan_keys keys = JSON_SCAN_KEYS_INIT;
+    char key[KEY_MAX];
+    int rc = -1;
+    if (depth > ANSWER_MAX_DEPTH)
+        return json_scan_fail(s, JSON_ERR_DEPTH);
+    if (json_scan_next(s) == '}')
+        return 0;
+    for (;;) {
+        if (json_scan_key(s) != 0 || json_scan_keys_add(s, &keys) != 0)
+            goto out;
+        size_t n = json_scan_decode(s, key, sizeof(key) - 1);
+        key[n < sizeof(key) ? n : 0] = '\0'; /* too long: "" matches nothing */
+        if (json_scan_colon(s) != 0 || json_scan_value_start(s) != 0 ||
+            fn(s, key, depth + 1, ctx) != 0)
+            goto out;
+        int more = json_scan_more(s, '}');
+        if (more <= 0) {
+            rc = more;
+            goto out;
+        }
+    }
+out:
+    json_scan_keys_free(&keys);
+    return rc;
+}
+
+/* Reads the array whose '[' is the current token (at depth), calling fn for
+ * every element (key NULL). */
+static int read_array(struct json_scan *s, unsigned depth, member_fn fn, void *ctx)
+{
+    if (depth > ANSWER_MAX_DEPTH)
+        return json_scan_fail(s, JSON_ERR_DEPTH);
+    if (json_scan_next(s) == ']')
+        return 0;
+    for (;;) {
+        if (s->tok == JSON_TOK_EOF)
+            return json_scan_fail(s, JSON_ERR_ARRAY_END);
+        if (json_scan_value_start(s) != 0 || fn(s, NULL, depth + 1, ctx) != 0)
+            return -1;
+        int more = json_scan_more(s, ']');
+        if (more <= 0)
+            return more;
+    }
+}
+
+/* The current token as a non-negative integer: 1 with *v, else 0 (the
+ * value is consumed either way). */
+static int read_uint(struct json_scan *s, unsigned depth, uint64_t *v, int *rc)
+{
+    if (s->tok == JSON_TOK_INTEGER && s->integer >= 0) {
+        *v = (uint64_t)s->integer;
+        *rc = 0;
+        return 1;
+    }
+    *rc = skip_value(s, depth);
+    return 0;
+}
+
+/* The current string, decoded into a new NUL-terminated block (NULL when
+ * out of memory). */
+static char *decode_string(const struct json_scan *s)
+{
+    char *p = s->str_len < SIZE_MAX ? cmem_malloc(s->str_len + 1) : NULL;
+    if (p) {
+        json_scan_decode(s, p, s->str_len);
+        p[s->str_len] = '\0';
+    }
+    return p;
+}
+
+/* ---- every answer --------------------------------------------------------- */
+
+struct envelope {
+    struct answer *a;
+    char code[64], message[512]; /* the daemon's error, cut to fit */
+};
+
+static void copy_string(const struct json_scan *s, char *dst, size_t cap)
+{
+    size_t n = json_scan_decode(s, dst, cap - 1);
+    dst[n < cap - 1 ? n : cap - 1] = '\0';
+}
+
+static int error_member(struct json_scan *s, const char *key, unsigned depth, void *ctx)
+{
+    struct envelope *e = ctx;
+    if (s->tok == JSON_TOK_STRING && strcmp(key, "code") == 0)
+        copy_string(s, e->code, sizeof(e->code));
+    else if (s->tok == JSON_TOK_STRING && strcmp(key, "message") == 0)
+        copy_string(s, e->message, sizeof(e->message));
+    else
+        return skip_value(s, depth);
+    return 0;
+}
+
+static int envelope_member(struct json_scan *s, const char *key, unsigned depth, void *ctx)
+{
+    struct envelope *e = ctx;
+    int rc = 0;
+    if (strcmp(key, "ok") == 0 && (s->tok == JSON_TOK_TRUE || s->tok == JSON_TOK_FALSE))
+        e->a->ok = s->tok == JSON_TOK_TRUE;
+    else if (strcmp(key, "lease") == 0)
+        e->a->has_lease = read_uint(s, depth, &e->a->lease, &rc);
+    else if (strcmp(key, "error") == 0 && s->tok == '{')
+        rc = read_object(s, depth, error_member, e);
+    else
+        rc = skip_value(s, depth);
+    return rc;
+}
+
+/* err for a scan that failed (json_scan's own text, line and column). */
+static int scan_error(const struct json_scan *s, char *err, size_t errlen)
+{
+    if (s->no_memory)
+        snprintf(err, errlen, "out of memory reading an answer of %zu bytes", s->len);
+    else if (s->failed)
+        snprintf(err, errlen, "bad answer from tensord: %s (line %d, column %d)", s->text,
+                 s->line, s->column);
+    else
+        snprintf(err, errlen, "bad answer from tensord: invalid token at byte %zu", s->start);
+    return -1;
+}
+
+/* Reads the whole of body as one object, each member going to fn: first
+ * what json_scan leaves to its callers (valid UTF-8, no NUL byte). */
+static int read_answer(struct json_scan *s, const char *body, size_t len, member_fn fn,
+                       void *ctx, char *err, size_t errlen)
+{
+    json_scan_init(s, body, len);
+    if (!utf8_valid(body, len))
+        return snprintf(err, errlen, "bad answer from tensord: not valid UTF-8"), -1;
+    if (memchr(body, '\0', len))
+        return snprintf(err, errlen, "bad answer from tensord: a NUL byte"), -1;
+    if (json_scan_next(s) != '{')
+        json_scan_fail(s, s->tok == JSON_TOK_INVALID ? JSON_ERR_VALUE : JSON_ERR_DOCUMENT);
+    else if (read_object(s, 1, fn, ctx) == 0 && json_scan_next(s) != JSON_TOK_EOF)
+        json_scan_fail(s, JSON_ERR_TRAILING);
+    return s->failed ? scan_error(s, err, errlen) : 0;
+}
+
+int answer_read(const char *body, size_t len, struct answer *a, char *err, size_t errlen)
+{
+    struct json_scan s;
+    struct envelope e = {.a = a, .code = "", .message = ""};
+    char discard[1];
+    if (!err || !errlen) {
+        err = discard;
+        errlen = sizeof(discard);
+    }
+    memset(a, 0, sizeof(*a));
+    if (read_answer(&s, body, len, envelope_member, &e, err, errlen) != 0)
+        return -1;
+    if (!a->ok) {
+        snprintf(err, errlen, "%s: %s", e.code[0] ? e.code : "error",
+                 e.message[0] ? e.message : "request failed");
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- the open answer ------------------------------------------------------ */
+
+/* Fields of an allocation or a tensor found well-formed, checked once the
+ * whole answer is read (the old reader's order, so the first error named
+ * is the same). */
+enum {
+    HAVE_FD_INDEX = 1 << 0, HAVE_BYTE_SIZE = 1 << 1, HAVE_ALLOC_SIZE = 1 << 2,
+    HAVE_CHECKSUM = 1 << 3,
+    HAVE_ALLOC = 1 << 4, HAVE_OFFSET = 1 << 5, HAVE_NBYTES = 1 << 6, HAVE_SHAPE = 1 << 7,
+    BAD_RANK = 1 << 8,         /* more than MAX_DIMS dimensions */
+    BAD_SHAPE = 1 << 9,        /* a dimension that is no non-negative integer */
+};
+
+struct open_reader;
+
+/* A table being read, the allocations or the tensors: the model's rows,
+ * and per row what was found well-formed and the index it names (fd_index,
+ * alloc), kept for the checks at the end. */
+struct table {
+    void **rows;                /* &m->allocs or &m->tensors */
+    size_t *n;                  /* &m->n_allocs or &m->n_tensors */
+    size_t row_size, cap;
+    unsigned *flags;            /* HAVE_* per row */
+    uint64_t *index;
+    member_fn member;           /* reads one member of a row */
+    struct open_reader *r;
+};
+
+struct open_reader {
+    struct tensord_model *m;
+    int have_generation, have_allocs, have_tensors;
+    struct table allocs, tensors;
+    size_t n_dims;              /* of the tensor being read ... */
+    int64_t dims[MAX_DIMS];     /* ... and its dimensions */
+};
+
+/* Makes room for one more row, zeroed. */
+static int grow(struct table *t)
+{
+    size_t cap = t->cap ? t->cap * 2 : 16;
+    if (*t->n < t->cap)
+        return 0;
+    void *rows = cap < SIZE_MAX / t->row_size ? cmem_realloc(*t->rows, cap * t->row_size) : NULL;
+    if (rows)
+        *t->rows = rows;
+    unsigned *flags = rows ? cmem_realloc(t->flags, cap * sizeof(*flags)) : NULL;
+    if (flags)
+        t->flags = flags;
+    uint64_t *index = flags ? cmem_realloc(t->index, cap * sizeof(*index)) : NULL;
+    if (!index)
+        return -1;
+    t->index = index;
+    memset((char *)rows + t->cap * t->row_size, 0, (cap - t->cap) * t->row_size);
+    memset(flags + t->cap, 0, (cap - t->cap) * sizeof(*flags));
+    memset(index + t->cap, 0, (cap - t->cap) * sizeof(*index));
+    t->cap = cap;
+    return 0;
+}
+
+/* One row of a table: an object read with the table's member function. */
+static int table_row(struct json_scan *s, const char *key, unsigned depth, void *ctx)
+{
+    struct table *t = ctx;
+    (void)key;
+    if (grow(t) < 0)
+        return json_scan_fail(s, JSON_ERR_NO_MEMORY);
+    (*t->n)++;
+    return s->tok == '{' ? read_object(s, depth, t->member, t->r) : skip_value(s, depth);
+}
+
+/* The checksum: 16 hex digits, as the daemon writes it. */
+static int read_checksum(const struct json_scan *s, uint64_t *out)
+{
+    char hex[17];
+    if (s->tok != JSON_TOK_STRING || s->str_len != 16)
+        return -1;
+    json_scan_decode(s, hex, 16);
+    uint64_t v = 0;
+    for (int i = 0; i < 16; i++) {
+        int d = hex_digit_value((unsigned char)hex[i]);
+        if (d < 0)
+            return -1;
+        v = v << 4 | (uint64_t)d;
+    }
+    *out = v;
+    return 0;
+}
+
+/* A string member: a copy (of "" when the value is no string). */
+static int read_name(struct json_scan *s, unsigned depth, char **dst)
+{
+    int rc = 0;
+    free(*dst); /* a repeated key is refused, but never leak */
+    *dst = s->tok == JSON_TOK_STRING ? decode_string(s) : cmem_strdup("");
+    if (s->tok != JSON_TOK_STRING)
+        rc = skip_value(s, depth);
+    return *dst ? rc : json_scan_fail(s, JSON_ERR_NO_MEMORY);
+}
+
+static int alloc_member(struct json_scan *s, const char *key, unsigned depth, void *ctx)
+{
+    struct open_reader *r = ctx;
+    size_t i = r->m->n_allocs - 1;
+    struct tensord_alloc *a = &r->m->allocs[i];
+    unsigned *f = &r->allocs.flags[i];
+    int rc = 0;
+    if (strcmp(key, "file") == 0)
+        return read_name(s, depth, (char **)&a->file);
+    if (strcmp(key, "fd_index") == 0)
+        *f |= read_uint(s, depth, &r->allocs.index[i], &rc) ? HAVE_FD_INDEX : 0;
+    else if (strcmp(key, "byte_size") == 0)
+        *f |= read_uint(s, depth, &a->byte_size, &rc) ? HAVE_BYTE_SIZE : 0;
+    else if (strcmp(key, "alloc_size") == 0)
+        *f |= read_uint(s, depth, &a->alloc_size, &rc) ? HAVE_ALLOC_SIZE : 0;
+    else if (strcmp(key, "checksum") == 0 && read_checksum(s, &a->checksum) == 0)
+        *f |= HAVE_CHECKSUM;
+    else
+        rc = skip_value(s, depth);
+    return rc;
+}
+
+static int dim_element(struct json_scan *s, const char *key, unsigned depth, void *ctx)
+{
+    struct open_reader *r = ctx;
+    unsigned *f = &r->tensors.flags[r->m->n_tensors - 1];
+    uint64_t v;
+    int rc;
+    (void)key;
+    if (!read_uint(s, depth, &v, &rc))
+        *f |= BAD_SHAPE;
+    else if (r->n_dims == MAX_DIMS)
+        *f |= BAD_RANK;
+    else
+        r->dims[r->n_dims++] = (int64_t)v; /* an int64 token: at most INT64_MAX */
+    return rc;
+}
+
+static int read_shape(struct json_scan *s, unsigned depth, struct open_reader *r)
+{
+    struct tensord_tensor *t = &r->m->tensors[r->m->n_tensors - 1];
+    if (s->tok != '[')
+        return skip_value(s, depth);
+    r->n_dims = 0;
+    if (read_array(s, depth, dim_element, r) != 0)
+        return -1;
+    int64_t *dims = cmem_calloc(r->n_dims, sizeof(*dims));
+    if (!dims)
+        return json_scan_fail(s, JSON_ERR_NO_MEMORY);
+    memcpy(dims, r->dims, r->n_dims * sizeof(*dims));
+    t->shape = dims;
+    t->ndim = (int)r->n_dims;
+    r->tensors.flags[r->m->n_tensors - 1] |= HAVE_SHAPE;
+    return 0;
+}
+
+static int tensor_member(struct json_scan *s, const char *key, unsigned depth, void *ctx)
+{
+    struct open_reader *r = ctx;
+    size_t i = r->m->n_tensors - 1;
+    struct tensord_tensor *t = &r->m->tensors[i];
+    unsigned *f = &r->tensors.flags[i];
+    int rc = 0;
+    if (strcmp(key, "name") == 0)
+        return read_name(s, depth, (char **)&t->name);
+    if (strcmp(key, "dtype") == 0)
+        return read_name(s, depth, (char **)&t->dtype);
+    if (strcmp(key, "shape") == 0)
+        return read_shape(s, depth, r);
+    if (strcmp(key, "alloc") == 0)
+        *f |= read_uint(s, depth, &r->tensors.index[i], &rc) ? HAVE_ALLOC : 0;
+    else if (strcmp(key, "offset") == 0)
+        *f |= read_uint(s, depth, &t->offset, &rc) ? HAVE_OFFSET : 0;
+    else if (strcmp(key, "nbytes") == 0)
+        *f |= read_uint(s, depth, &t->nbytes, &rc) ? HAVE_NBYTES : 0;
+    else
+        rc = skip_value(s, depth);
+    return rc;
+}
+
+static int open_member(struct json_scan *s, const char *key, unsigned depth, void *ctx)
+{
+    struct open_reader *r = ctx;
+    struct tensord_model *m = r->m;
+    uint64_t v;
+    int rc = 0;
+    if (strcmp(key, "model") == 0)
+        return read_name(s, depth, &m->name);
+    if (strcmp(key, "backend") == 0)
+        return read_name(s, depth, &m->backend);
+    if (strcmp(key, "device") == 0)
+        return read_name(s, depth, &m->device);
+    if (strcmp(key, "device_uuid") == 0)
+        return read_name(s, depth, &m->uuid);
+    if (strcmp(key, "device_index") == 0) {
+        if (read_uint(s, depth, &v, &rc) && v <= INT32_MAX)
+            m->dev_index = (int)v;
+    } else if (strcmp(key, "generation") == 0) {
+        r->have_generation = read_uint(s, depth, &m->generation, &rc);
+    } else if (strcmp(key, "allocations") == 0 && s->tok == '[') {
+        r->have_allocs = 1;
+        rc = read_array(s, depth, table_row, &r->allocs);
+    } else if (strcmp(key, "tensors") == 0 && s->tok == '[') {
+        r->have_tensors = 1;
+        rc = read_array(s, depth, table_row, &r->tensors);
+    } else {
+        rc = skip_value(s, depth);
+    }
+    return rc;
+}
+
+/* The checks that need the whole answer, in the order the fields are
+ * described in docs/GPU.md: the model, its allocations, its tensors. */
+static int check_open(struct open_reader *r, size_t n_fds, char *err, size_t errlen)
+{
+    struct tensord_model *m = r->m;
+    const unsigned alloc_fields = HAVE_FD_INDEX | HAVE_BYTE_SIZE | HAVE_ALLOC_SIZE | HAVE_CHECKSUM;
+    const unsigned tensor_fields = HAVE_ALLOC | HAVE_OFFSET | HAVE_NBYTES | HAVE_SHAPE;
+    if (!r->have_generation || !r->have_allocs || !r->have_tensors)
+        return snprintf(err, errlen, "malformed open answer (generation, allocations, tensors)"),
+               -1;
+    m->is_cuda = strcmp(m->backend, "cuda") == 0;
+    if (!m->is_cuda && strcmp(m->backend, "host") != 0)
+        return snprintf(err, errlen, "unknown backend \"%s\"", m->backend), -1;
+    if (m->n_allocs != n_fds)
+        return snprintf(err, errlen, "the answer lists %zu allocations but carried %zu descriptors",
+                        m->n_allocs, n_fds), -1;
+    for (size_t i = 0; i < m->n_allocs; i++) {
+        const struct tensord_alloc *a = &m->allocs[i];
+        if ((r->allocs.flags[i] & alloc_fields) != alloc_fields || r->allocs.index[i] != i ||
+            a->byte_size > a->alloc_size || a->alloc_size == 0)
+            return snprintf(err, errlen, "malformed allocation %zu in the open answer", i), -1;
+    }
+    for (size_t i = 0; i < m->n_tensors; i++) {
+        struct tensord_tensor *t = &m->tensors[i];
+        uint64_t end;
+        uint64_t alloc = r->tensors.index[i];
+        if ((r->tensors.flags[i] & tensor_fields) != tensor_fields ||
+            (r->tensors.flags[i] & BAD_RANK) || alloc >= m->n_allocs ||
+            u64_add(t->offset, t->nbytes, &end) < 0 || end > m->allocs[alloc].byte_size)
+            return snprintf(err, errlen, "malformed tensor %zu in the open answer", i), -1;
+        if (r->tensors.flags[i] & BAD_SHAPE)
+            return snprintf(err, errlen, "malformed shape of tensor %s", t->name), -1;
+        t->alloc = (uint32_t)alloc;
+    }
+    return 0;
+}
+
+/* Strings the answer may leave out read as "", as they always did. */
+static int default_names(struct tensord_model *m)
+{
+    char **names[] = {&m->name, &m->backend, &m->device, &m->uuid};
+    for (size_t i = 0; i < ARRAY_LEN(names); i++)
+        if (!*names[i] && !(*names[i] = cmem_strdup("")))
+            return -1;
+    for (size_t i = 0; i < m->n_allocs; i++)
+        if (!m->allocs[i].file && !(m->allocs[i].file = cmem_strdup("")))
+            return -1;
+    for (size_t i = 0; i < m->n_tensors; i++) {
+        struct tensord_tensor *t = &m->tensors[i];
+        if ((!t->name && !(t->name = cmem_strdup(""))) ||
+            (!t->dtype && !(t->dtype = cmem_strdup(""))))
+            return -1;
+    }
+    return 0;
+}
+
+int answer_open(const char *body, size_t len, size_t n_fds, struct tensord_model *m, char *err,
+                size_t errlen)
+{
+    struct json_scan s;
+    struct open_reader r = {.m = m};
+    r.allocs = (struct table){.rows = (void **)&m->allocs, .n = &m->n_allocs,
+                              .row_size = sizeof(*m->allocs), .member = alloc_member, .r = &r};
+    r.tensors = (struct table){.rows = (void **)&m->tensors, .n = &m->n_tensors,
+                               .row_size = sizeof(*m->tensors), .member = tensor_member, .r = &r};
+    char discard[1];
+    int rc = -1;
+    if (!err || !errlen) {
+        err = discard;
+        errlen = sizeof(discard);
+    }
+    if (read_answer(&s, body, len, open_member, &r, err, errlen) != 0)
+        goto out;
+    if (default_names(m) < 0 || !(m->cow = cmem_calloc(m->n_allocs, sizeof(*m->cow)))) {
+        snprintf(err, errlen, "out of memory reading the open answer");
+        goto out;
+    }
+    rc = check_open(&r, n_fds, err, errlen);
+out:
+    free(r.allocs.flags);
+    free(r.allocs.index);
+    free(r.tensors.flags);
+    free(r.tensors.index);
+    return rc;
+}
+
+void answer_open_free(struct tensord_model *m)
+{
+    for (size_t i = 0; m->allocs && i < m->n_allocs; i++)
+        free((char *)m->allocs[i].file);
+    for (size_t i = 0; m->tensors && i < m->n_tensors; i++) {
+        free((char *)m->tensors[i].name);
+        free((char *)m->tensors[i].dtype);
+        free((int64_t *)m->tensors[i].shape);
+    }
+    free(m->cow);
+    free(m->allocs);
+    free(m->tensors);
+    free(m->name);
+    free(m->backend);
+    free(m->device);
+    free(m->uuid);
+}

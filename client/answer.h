@@ -1,0 +1,43 @@
+/* answer: reading the daemon's answers on the lease socket (docs/GPU.md,
+ * "Framing"). They are untrusted input for the worker that links this
+ * library, so they go through the daemon's own strict, bounded tokenizer
+ * (core/json_scan) after a UTF-8 and NUL check: one JSON object, no
+ * duplicate keys, nesting at most ANSWER_MAX_DEPTH deep, integers within
+ * int64. Nothing here aborts: running out of memory is an error return, and
+ * no tree is built (an answer is read in place, twice for an open: once
+ * whole, once for its tables). */
+#ifndef TENSORD_ANSWER_H
+#define TENSORD_ANSWER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct tensord_model;
+
+#define ANSWER_MAX_DEPTH 32 /* the open answer needs 4 (object, tensors, tensor, shape) */
+
+/* What every answer carries. */
+struct answer {
+    int ok;                    /* "ok": true */
+    int has_lease;             /* "lease" is there, a non-negative integer ... */
+    uint64_t lease;            /* ... this one */
+};
+
+/* Reads the whole of body[0..len) and fills *a. Returns 0 when the answer
+ * says ok; -1 with err when it is not valid (err says where and why, as
+ * "bad answer from tensord: ...") or when it does not say ok (err is the
+ * daemon's "CODE: message"; a->ok is 0). */
+int answer_read(const char *body, size_t len, struct answer *a, char *err, size_t errlen);
+
+/* Fills m's name, device, generation, allocation and tensor tables from an
+ * open answer that answer_read accepted, and checks every number against
+ * the others: n_fds descriptors came with it, one per allocation; a tensor
+ * lies inside its allocation. Returns 0, or -1 with err; what was filled in
+ * is m's to free either way. */
+int answer_open(const char *body, size_t len, size_t n_fds, struct tensord_model *m, char *err,
+                size_t errlen);
+/* Frees what answer_open filled in (m itself and its mappings are the
+ * caller's). */
+void answer_open_free(struct tensord_model *m);
+
+#endif

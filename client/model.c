@@ -1,0 +1,314 @@
+/* model: opening a model (its lease, mapping its allocations) and what a
+ * mapped model answers: its tables, checksums, tensor bytes. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "answer.h"
+#include "client_int.h"
+#include "cmem.h"
+#include "ipc_proto.h"
+#include "tensord_client.h"
+
+/* JSON string literal of s (for requests), or NULL. Caller frees. */
+static char *json_quote(const char *s)
+{
+    size_t n = strlen(s);
+    char *o = cmem_malloc(n * 6 + 3), *p = o;
+    if (!o)
+        return NULL;
+    *p++ = '"';
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\') {
+            *p++ = '\\';
+            *p++ = (char)ch;
+        } else if (ch < 0x20) {
+            p += sprintf(p, "\\u%04x", ch);
+        } else {
+            *p++ = (char)ch;
+        }
+    }
+    *p++ = '"';
+    *p = '\0';
+    return o;
+}
+
+static void model_free(struct tensord_model *m)
+{
+    if (m->is_cuda)
+        tdc_cuda_unmap(m);
+    for (size_t i = 0; m->allocs && i < m->n_allocs; i++) {
+        if (m->allocs[i].host_ptr)
+            munmap(m->allocs[i].host_ptr, m->allocs[i].alloc_size);
+        if (m->cow && m->cow[i])
+            munmap(m->cow[i], m->allocs[i].alloc_size);
+    }
+    /* Unmapped first: the daemon may free its hold as soon as it hears. */
+    if (m->c && m->lease)
+        tdc_release_lease(m->c, m->lease, m->epoch);
+    answer_open_free(m);
+    if (m->c)
+        tdc_client_unref(m->c);
+    free(m);
+}
+
+void tdc_model_unref(struct tensord_model *m)
+{
+    if (atomic_fetch_sub(&m->refs, 1) == 1)
+        model_free(m);
+}
+
+/* Maps every allocation twice: read-only and shared (the daemon's bytes,
+ * for `data`), and private copy-on-write for DLPack consumers, which may
+ * write (the pages are copied on the first write, in this process only;
+ * the sealed memfd refuses shared writable mappings anyway). */
+static int map_host(struct tensord_model *m, const int *fds, char *err, size_t errlen)
+{
+    for (size_t i = 0; i < m->n_allocs; i++) {
+        struct tensord_alloc *a = &m->allocs[i];
+        void *p = mmap(NULL, a->alloc_size, PROT_READ, MAP_SHARED, fds[i], 0);
+        if (p == MAP_FAILED) {
+            tdc_seterr(err, errlen, "mmap of allocation %zu (%llu bytes): %s", i,
+                       (unsigned long long)a->alloc_size, strerror(errno));
+            return -1;
+        }
+        a->host_ptr = p;
+        a->device_ptr = (uint64_t)(uintptr_t)p;
+        p = mmap(NULL, a->alloc_size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fds[i], 0);
+        if (p == MAP_FAILED) {
+            tdc_seterr(err, errlen, "private mmap of allocation %zu (%llu bytes): %s", i,
+                       (unsigned long long)a->alloc_size, strerror(errno));
+            return -1;
+        }
+        m->cow[i] = p;
+    }
+    return 0;
+}
+
+/* The open request for model on device, or NULL when out of memory. */
+static char *open_request(const char *model, const char *device)
+{
+    char *qm = json_quote(model), *qd = json_quote(device ? device : "");
+    size_t reqlen = (qm ? strlen(qm) : 0) + (qd ? strlen(qd) : 0) + 64;
+    char *req = qm && qd ? cmem_malloc(reqlen) : NULL;
+    if (req)
+        snprintf(req, reqlen, "{\"op\":\"open\",\"model\":%s,\"device\":%s}", qm, qd);
+    free(qm);
+    free(qd);
+    return req;
+}
+
+/* Sends the open request and takes the lease its answer names (counted on
+ * c): RT_OK with *lease, *epoch, the descriptors and the answer's text
+ * (caller frees), or an RT_ code with err and nothing held. */
+static int take_lease(struct tensord_client *c, const char *req, int *fds, size_t *n_fds,
+                      char **raw, uint64_t *lease, unsigned *epoch, char *err, size_t errlen)
+{
+    struct answer a;
+    pthread_mutex_lock(&c->lock);
+    int rc = tdc_roundtrip(c, req, fds, IPC_MAX_FDS, n_fds, &a, raw, err, errlen);
+    *epoch = c->epoch;
+    if (rc == RT_OK && (!a.has_lease || a.lease == 0)) {
+        tdc_seterr(err, errlen, "the open answer names no lease");
+        tdc_close_fds(fds, *n_fds);
+        *n_fds = 0;
+        free(*raw);
+        *raw = NULL;
+        rc = RT_REFUSED;
+    } else if (rc == RT_OK) {
+        *lease = a.lease;
+        c->leases++;
+    }
+    pthread_mutex_unlock(&c->lock);
+    return rc;
+}
+
+/* Points every tensor at its bytes in this process (host) or on the device. */
+static void place_tensors(struct tensord_model *m)
+{
+    for (size_t i = 0; i < m->n_tensors; i++) {
+        struct tensord_tensor *t = &m->tensors[i];
+        struct tensord_alloc *a = &m->allocs[t->alloc];
+        t->device_ptr = a->device_ptr + t->offset;
+        t->data = m->is_cuda ? NULL : (char *)a->host_ptr + t->offset;
+    }
+}
+
+TENSORD_API struct tensord_model *tensord_open(struct tensord_client *c, const char *model,
+                                               const char *device, char *err, size_t errlen)
+{
+    int fds[IPC_MAX_FDS];
+    size_t n_fds = 0;
+    char *req, *raw = NULL;
+    uint64_t lease = 0;
+    unsigned epoch;
+    if (!c || !model) {
+        tdc_seterr(err, errlen, "no client or no model name");
+        return NULL;
+    }
+    if (!(req = open_request(model, device))) {
+        tdc_seterr(err, errlen, "%s", tdc_oom);
+        return NULL;
+    }
+    int rc = take_lease(c, req, fds, &n_fds, &raw, &lease, &epoch, err, errlen);
+    free(req);
+    if (rc != RT_OK)
+        return NULL;
+    /* From here every failure gives the lease back (model_free does). */
+    atomic_fetch_add(&c->refs, 1);
+    struct tensord_model *m = cmem_calloc(1, sizeof(*m));
+    if (!m) {
+        tdc_seterr(err, errlen, "%s", tdc_oom);
+        tdc_close_fds(fds, n_fds);
+        free(raw);
+        tdc_release_lease(c, lease, epoch);
+        tdc_client_unref(c);
+        return NULL;
+    }
+    atomic_init(&m->refs, 1);
+    m->c = c;
+    m->lease = lease;
+    m->epoch = epoch;
+    rc = answer_open(raw, strlen(raw), n_fds, m, err, errlen);
+    free(raw);
+    if (rc == 0)
+        rc = m->is_cuda ? tdc_cuda_map(m, fds, err, errlen) : map_host(m, fds, err, errlen);
+    tdc_close_fds(fds, n_fds); /* the mappings hold the memory now */
+    if (rc < 0) {
+        model_free(m);
+        return NULL;
+    }
+    place_tensors(m);
+    return m;
+}
+
+TENSORD_API struct tensord_model *tensord_model_ref(struct tensord_model *m)
+{
+    if (m)
+        atomic_fetch_add(&m->refs, 1);
+    return m;
+}
+
+TENSORD_API void tensord_model_close(struct tensord_model *m)
+{
+    if (m)
+        tdc_model_unref(m);
+}
+
+TENSORD_API const char *tensord_model_name(const struct tensord_model *m) { return m->name; }
+TENSORD_API const char *tensord_model_backend(const struct tensord_model *m) { return m->backend; }
+TENSORD_API const char *tensord_model_device(const struct tensord_model *m) { return m->device; }
+TENSORD_API const char *tensord_model_device_uuid(const struct tensord_model *m) { return m->uuid; }
+TENSORD_API int tensord_model_device_index(const struct tensord_model *m) { return m->dev_index; }
+TENSORD_API uint64_t tensord_model_generation(const struct tensord_model *m)
+{
+    return m->generation;
+}
+TENSORD_API size_t tensord_model_tensor_count(const struct tensord_model *m)
+{
+    return m->n_tensors;
+}
+TENSORD_API size_t tensord_model_alloc_count(const struct tensord_model *m)
+{
+    return m->n_allocs;
+}
+
+TENSORD_API const struct tensord_tensor *tensord_model_tensor(const struct tensord_model *m,
+                                                              size_t i)
+{
+    return i < m->n_tensors ? &m->tensors[i] : NULL;
+}
+
+TENSORD_API const struct tensord_alloc *tensord_model_alloc(const struct tensord_model *m, size_t i)
+{
+    return i < m->n_allocs ? &m->allocs[i] : NULL;
+}
+
+TENSORD_API const struct tensord_tensor *tensord_model_find(const struct tensord_model *m,
+                                                            const char *name)
+{
+    for (size_t i = 0; i < m->n_tensors; i++)
+        if (strcmp(m->tensors[i].name, name) == 0)
+            return &m->tensors[i];
+    return NULL;
+}
+
+TENSORD_API int tensord_model_verify(const struct tensord_model *m, char *err, size_t errlen)
+{
+    const size_t step = 16u << 20; /* a multiple of 8, as the checksum's pieces must be */
+    char *buf = NULL;
+    int rc = 0;
+    for (size_t i = 0; i < m->n_allocs && rc == 0; i++) {
+        const struct tensord_alloc *a = &m->allocs[i];
+        uint64_t acc = 0;
+        if (!m->is_cuda) {
+            acc = ipc_tsum_add(0, a->host_ptr, (size_t)a->byte_size, 0);
+        } else {
+            if (!buf && !(buf = cmem_malloc(step))) {
+                tdc_seterr(err, errlen, "%s for a %zu-byte read buffer", tdc_oom, step);
+                return -1;
+            }
+            for (uint64_t off = 0; off < a->byte_size && rc == 0; off += step) {
+                size_t n = (size_t)(a->byte_size - off < step ? a->byte_size - off : step);
+                rc = tdc_cuda_read((struct tensord_model *)m, buf, a->device_ptr + off, n, err,
+                                   errlen);
+                acc = ipc_tsum_add(acc, buf, n, off);
+            }
+        }
+        if (rc == 0 && ipc_tsum_final(acc, a->byte_size) != a->checksum) {
+            tdc_seterr(err, errlen,
+                       "allocation %zu (%s): checksum %016llx, the daemon loaded %016llx", i,
+                       a->file, (unsigned long long)ipc_tsum_final(acc, a->byte_size),
+                       (unsigned long long)a->checksum);
+            rc = -1;
+        }
+    }
+    free(buf);
+    return rc;
+}
+
+TENSORD_API int tensord_tensor_read(const struct tensord_model *m, size_t i, void *dst, char *err,
+                                    size_t errlen)
+{
+    if (!m || i >= m->n_tensors) {
+        tdc_seterr(err, errlen, "no tensor %zu", i);
+        return -1;
+    }
+    const struct tensord_tensor *t = &m->tensors[i];
+    if (!m->is_cuda) {
+        memcpy(dst, t->data, (size_t)t->nbytes);
+        return 0;
+    }
+    return tdc_cuda_read((struct tensord_model *)m, dst, t->device_ptr, (size_t)t->nbytes, err,
+                         errlen);
+}
+
+
+#ifndef TENSORD_CUDA
+int tdc_cuda_map(struct tensord_model *m, const int *fds, char *err, size_t errlen)
+{
+    (void)m;
+    (void)fds;
+    tdc_seterr(err, errlen, "this client library was built without CUDA support");
+    return -1;
+}
+
+void tdc_cuda_unmap(struct tensord_model *m)
+{
+    (void)m;
+}
+
+int tdc_cuda_read(struct tensord_model *m, void *dst, uint64_t src, size_t n, char *err,
+                  size_t errlen)
+{
+    (void)m;
+    (void)dst;
+    (void)src;
+    (void)n;
+    tdc_seterr(err, errlen, "this client library was built without CUDA support");
+    return -1;
+}
+#endif

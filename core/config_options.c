@@ -1,0 +1,182 @@
+/* config_options: the table of every option, with its type, default, range
+ * and doc, and the syntax checks of the values that need more than a type.
+ * The defaults, the INI reader, command-line overrides, config_print and the
+ * docs check all read this table, so an option cannot exist in one place and
+ * not another. */
+#include <stddef.h>
+#include <string.h>
+
+#include "config_int.h"
+#include "gpu.h"
+#include "util.h"
+
+#define K 1024ULL
+#define OFF(f) offsetof(struct config, f)
+#define NOLIST 0, 0, NULL, NULL
+
+static const char *check_listen(const char *v);
+static const char *check_preload(const char *v);
+static const char *check_no_ctl(const char *v);
+
+const struct opt config_options[] = {
+    {"models", "server", OPT_STRING, "./models", 0, 0, OFF(models), 0, 0, NULL, check_no_ctl,
+     "root directory of the models served"},
+    {"listen", "server", OPT_STRING, "127.0.0.1:8077", 0, 0, OFF(listen), 0, 0, NULL,
+     check_listen, "HTTP listen address, ADDR:PORT or [IPV6]:PORT"},
+    {"threads", "server", OPT_UINT, "0", 0, 1024, OFF(threads), NOLIST,
+     "HTTP worker threads; 0 = one per online CPU"},
+    {"max_connections", "server", OPT_UINT, "1024", 1, 1000000, OFF(max_connections), NOLIST,
+     "open connections in total; beyond it new connections get 503"},
+    {"max_connections_per_ip", "server", OPT_UINT, "0", 0, 1000000,
+     OFF(max_connections_per_ip), NOLIST, "open connections per client address; 0 = no limit"},
+    {"connection_timeout", "server", OPT_UINT, "60", 0, 86400, OFF(connection_timeout), NOLIST,
+     "seconds an idle connection stays open; 0 = no timeout"},
+    {"header_timeout", "server", OPT_UINT, "10", 0, 3600, OFF(header_timeout), NOLIST,
+     "seconds a client has to send a request line and its headers; 0 = no limit"},
+    {"max_request_header_bytes", "server", OPT_SIZE32, "32K", 4096, 1024 * K,
+     OFF(max_request_header_bytes), NOLIST,
+     "bytes of request line and headers per request; larger requests get 431"},
+    {"max_ranges", "server", OPT_UINT, "16", 1, 256, OFF(max_ranges), NOLIST,
+     "byte ranges in one multipart/byteranges answer"},
+    {"max_slice_bytes", "server", OPT_SIZE, "16G", 0, 1024 * K * K * K * K, OFF(max_slice_bytes),
+     NOLIST, "largest slice answer, 400 slice_too_large beyond; 0 = no limit"},
+    {"max_fetch_body_bytes", "server", OPT_SIZE32, "1M", 4 * K, 64 * K * K,
+     OFF(max_fetch_body_bytes), NOLIST,
+     "largest request body of POST /v1/models/{model}/fetch, 413 body_too_large beyond"},
+    {"max_fetch_tensors", "server", OPT_UINT, "100000", 1, 10000000, OFF(max_fetch_tensors),
+     NOLIST, "tensors in one fetch answer (listed, or the model's for a fetch of all), 413 "
+     "too_many_tensors beyond"},
+    {"max_fetch_bytes", "server", OPT_SIZE, "0", 0, 1024 * K * K * K * K, OFF(max_fetch_bytes),
+     NOLIST, "largest fetch answer, 413 fetch_too_large beyond; 0 = no limit"},
+    {"sendfile", "server", OPT_BOOL, "true", 0, 1, OFF(sendfile), NOLIST,
+     "send contiguous spans over 64 KiB with sendfile (zero-copy); false copies every body "
+     "with pread and aborts a download whose file changes in place"},
+    {"watch", "server", OPT_BOOL, "true", 0, 1, OFF(watch), NOLIST,
+     "rescan the models root when files change (inotify); SIGHUP always rescans"},
+    {"state_dir", "server", OPT_STRING, "", 0, 0, OFF(state_dir), 0, 0, NULL, check_no_ctl,
+     "directory for state kept across restarts (content hashes); empty = $STATE_DIRECTORY, "
+     "else /var/lib/tensord as root, else $XDG_STATE_HOME/tensord or ~/.local/state/tensord"},
+    {"hash_threads", "hash", OPT_UINT, "2", 1, 64, OFF(hash_threads), NOLIST,
+     "threads computing the SHA-256 of served files in the background"},
+    {"hash_max_bytes_per_second", "hash", OPT_SIZE, "0", 0, 1024 * K * K * K * K,
+     OFF(hash_max_bytes_per_second), NOLIST,
+     "read rate of background hashing, all threads together; 0 = no limit (files a client "
+     "waits for are never limited)"},
+    {"hash_wait", "hash", OPT_UINT, "8", 0, 300, OFF(hash_wait), NOLIST,
+     "seconds a Hugging Face request waits for the content hashes of its repo (hashed first) "
+     "before it is answered 503 with Retry-After; 0 = answer 503 at once"},
+    {"access_log", "log", OPT_STRING, "-", 0, 0, OFF(access_log), 0, 0, NULL, check_no_ctl,
+     "access log: a file path, \"-\" for stderr, or \"off\""},
+    {"log_level", "log", OPT_ENUM, "info", 0, 0, OFF(log_level), 0, 0, "error|warn|info|debug",
+     NULL, "daemon messages at this level and more severe go to stderr"},
+    {"auth_token_file", "security", OPT_STRING, "", 0, 0, OFF(auth_token_file), 0, 0, NULL,
+     check_no_ctl, "file of bearer tokens; empty = no authentication"},
+    {"tls_cert", "security", OPT_STRING, "", 0, 0, OFF(tls_cert), 0, 0, NULL, check_no_ctl,
+     "PEM certificate chain; with tls_key, serve HTTPS"},
+    {"tls_key", "security", OPT_STRING, "", 0, 0, OFF(tls_key), 0, 0, NULL, check_no_ctl,
+     "PEM private key for tls_cert"},
+    {"ipc_socket", "gpu", OPT_STRING, "", 0, 0, OFF(ipc_socket), 0, 0, NULL, check_no_ctl,
+     "Unix socket for GPU leases; empty = $RUNTIME_DIRECTORY/tensord.sock, "
+     "else /run/tensord/tensord.sock"},
+    {"preload", "gpu", OPT_STRLIST, "", 0, 0, OFF(preload), OFF(n_preload), CONFIG_MAX_PRELOAD,
+     NULL, check_preload,
+     "models loaded at start-up, MODEL@DEVICE (cuda:N, GPU-/MIG-UUID or host)"},
+    {"allow_uids", "gpu", OPT_IDLIST, "", 0, 4294967294ULL, OFF(allow_uids), OFF(n_allow_uids),
+     CONFIG_MAX_IDS, NULL, NULL, "user ids allowed on the IPC socket besides the daemon's own"},
+    {"allow_gids", "gpu", OPT_IDLIST, "", 0, 4294967294ULL, OFF(allow_gids), OFF(n_allow_gids),
+     CONFIG_MAX_IDS, NULL, NULL, "group ids allowed on the IPC socket"},
+    {"ipc_idle_timeout", "gpu", OPT_UINT, "60", 0, 86400, OFF(ipc_idle_timeout), NOLIST,
+     "seconds before the IPC socket closes a connection that holds no lease and sends nothing, "
+     "or that stalls mid-request or mid-answer; 0 = never"},
+    {"legacy_ipc", "gpu", OPT_BOOL, "false", 0, 1, OFF(legacy_ipc), NOLIST,
+     "also export a legacy cudaIpcMemHandle_t per allocation"},
+    {"verify", "gpu", OPT_BOOL, "false", 0, 1, OFF(verify), NOLIST,
+     "compare device memory with the file after a preload, before ready"},
+    {"staging_buffers", "gpu", OPT_UINT, "4", 1, 64, OFF(staging_buffers), NOLIST,
+     "pinned host staging buffers in the preload ring"},
+    {"staging_buffer_bytes", "gpu", OPT_SIZE, "64M", 64 * K, 1024 * K * K,
+     OFF(staging_buffer_bytes), NOLIST, "size of each staging buffer"},
+};
+
+/* ---- value checks ------------------------------------------------------- */
+
+/* No value holds a '"', so config_print can always quote one. */
+static const char *check_no_ctl(const char *v)
+{
+    for (const unsigned char *p = (const unsigned char *)v; *p; p++) {
+        if (*p < 0x20 || *p == 0x7f)
+            return "control character in value";
+        if (*p == '"')
+            return "'\"' inside a value";
+    }
+    return NULL;
+}
+
+static const char *check_listen(const char *v)
+{
+    const char *colon = strrchr(v, ':');
+    if (!colon)
+        return "expected ADDR:PORT";
+    if (v[0] == '[' && (colon == v || colon[-1] != ']'))
+        return "expected [IPV6]:PORT";
+    if (v[0] != '[' && memchr(v, ':', (size_t)(colon - v)))
+        return "an IPv6 address needs brackets: [ADDR]:PORT";
+    const char *p = colon + 1;
+    size_t n = strlen(p), used;
+    uint64_t port;
+    if (n > 5 || decimal_u64(p, n, &port, &used) < 0 || used != n || port > 65535)
+        return "port must be 0..65535";
+    return check_no_ctl(v);
+}
+
+static const char *check_preload(const char *v)
+{
+    const char *at = strrchr(v, '@');
+    if (!at || at == v || !at[1])
+        return "expected MODEL@DEVICE";
+    /* The same names POST .../gpu takes (core/gpu.c). */
+    enum gpu_kind kind;
+    int index;
+    const char *uuid;
+    if (gpu_parse_device(at + 1, &kind, &index, &uuid) < 0)
+        return "device must be cuda:N, cuda, a GPU-... or MIG-... UUID, or host";
+    return check_no_ctl(v);
+}
+
+const size_t config_n_options = ARRAY_LEN(config_options);
+
+const struct opt *config_opt_find(const char *name, size_t len)
+{
+    for (size_t i = 0; i < config_n_options; i++)
+        if (strlen(config_options[i].name) == len && memcmp(config_options[i].name, name, len) == 0)
+            return &config_options[i];
+    return NULL;
+}
+
+int config_section_known(const char *s, size_t len)
+{
+    for (size_t i = 0; i < config_n_options; i++)
+        if (strlen(config_options[i].section) == len &&
+            memcmp(config_options[i].section, s, len) == 0)
+            return 1;
+    return 0;
+}
+
+size_t config_option_count(void)
+{
+    return config_n_options;
+}
+
+int config_option_info(size_t i, struct config_option_info *info)
+{
+    static const char *const type_names[] = {"string", "enum", "uint", "size",
+                                             "size",   "bool", "list", "list"};
+    if (i >= config_n_options)
+        return -1;
+    const struct opt *o = &config_options[i];
+    *info = (struct config_option_info){.name = o->name, .section = o->section,
+                                        .type = type_names[o->type], .def = o->def,
+                                        .min = o->min, .max = o->max, .choices = o->choices,
+                                        .doc = o->doc};
+    return 0;
+}

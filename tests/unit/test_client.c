@@ -1,0 +1,383 @@
+/* Tests for the client library's connection and open path (client/client.c,
+ * client/model.c) against a fake daemon on a Unix socket that answers what
+ * each test scripts: hostile answers over the wire, the descriptors and
+ * leases of answers that cannot be used, a protocol-1 daemon, and every
+ * allocation failing in turn. tests/unit/test_gpu_manager.c runs the client
+ * against the real lease socket. */
+#include <dirent.h>
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cmem.h"
+#include "ipc_proto.h"
+#include "tensord_client.h"
+#include "test.h"
+
+/* An answer for req: its text and how many descriptors go with it. */
+typedef const char *(*script_fn)(const char *req, int *n_fds);
+
+struct fake {
+    char path[108];
+    int lfd;
+    pthread_t th;
+    script_fn script;
+    volatile int stop;
+    pthread_mutex_t lock;
+    char log[16384];          /* the requests received, one a line */
+    size_t log_len;
+};
+
+static struct fake fake;
+
+static int read_full(int fd, void *p, size_t n)
+{
+    char *d = p;
+    while (n) {
+        ssize_t r = read(fd, d, n);
+        if (r <= 0)
+            return -1;
+        d += r;
+        n -= (size_t)r;
+    }
+    return 0;
+}
+
+/* Sends the framed answer with n_fds new memfds of 4096 bytes (ours closed
+ * once sent). */
+static void send_answer(int fd, const char *text, int n_fds)
+{
+    size_t n = strlen(text);
+    char *msg = malloc(n + IPC_HEADER_BYTES);
+    ipc_put_header((unsigned char *)msg, (uint32_t)n);
+    memcpy(msg + IPC_HEADER_BYTES, text, n);
+    int fds[8];
+    union {
+        char buf[CMSG_SPACE(sizeof(fds))];
+        struct cmsghdr align;
+    } ctl;
+    struct iovec iov = {.iov_base = msg, .iov_len = n + IPC_HEADER_BYTES};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+    for (int i = 0; i < n_fds; i++) {
+        fds[i] = memfd_create("fake-alloc", MFD_CLOEXEC);
+        if (fds[i] < 0 || ftruncate(fds[i], 4096) < 0)
+            abort();
+    }
+    if (n_fds) {
+        mh.msg_control = ctl.buf;
+        mh.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)n_fds);
+        struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+        cm->cmsg_level = SOL_SOCKET;
+        cm->cmsg_type = SCM_RIGHTS;
+        cm->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)n_fds);
+        memcpy(CMSG_DATA(cm), fds, sizeof(int) * (size_t)n_fds);
+    }
+    ssize_t w = sendmsg(fd, &mh, MSG_NOSIGNAL);
+    (void)w; /* a client that left does not read it */
+    for (int i = 0; i < n_fds; i++)
+        close(fds[i]);
+    free(msg);
+}
+
+/* Answers one connection's requests until it closes. */
+static void serve(int fd)
+{
+    unsigned char hdr[IPC_HEADER_BYTES];
+    while (read_full(fd, hdr, sizeof(hdr)) == 0) {
+        uint32_t n = ipc_get_header(hdr);
+        char *req = n < (1u << 20) ? calloc(1, n + 1) : NULL;
+        if (!req || read_full(fd, req, n) < 0) {
+            free(req);
+            break;
+        }
+        pthread_mutex_lock(&fake.lock);
+        fake.log_len += (size_t)snprintf(fake.log + fake.log_len, sizeof(fake.log) - fake.log_len,
+                                         "%s\n", req);
+        if (fake.log_len >= sizeof(fake.log))
+            fake.log_len = sizeof(fake.log) - 1;
+        pthread_mutex_unlock(&fake.lock);
+        int n_fds = 0;
+        const char *text = fake.script(req, &n_fds);
+        free(req);
+        if (!text)
+            break;
+        send_answer(fd, text, n_fds);
+    }
+    close(fd);
+}
+
+static void *fake_main(void *arg)
+{
+    (void)arg;
+    while (!fake.stop) {
+        struct pollfd p = {.fd = fake.lfd, .events = POLLIN};
+        if (poll(&p, 1, 50) <= 0)
+            continue;
+        int fd = accept4(fake.lfd, NULL, NULL, SOCK_CLOEXEC);
+        if (fd >= 0)
+            serve(fd);
+    }
+    return NULL;
+}
+
+static void fake_start(script_fn script)
+{
+    memset(&fake, 0, sizeof(fake));
+    pthread_mutex_init(&fake.lock, NULL);
+    fake.script = script;
+    snprintf(fake.path, sizeof(fake.path), "/tmp/tensord-test-client-%d.sock", (int)getpid());
+    unlink(fake.path);
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    memcpy(a.sun_path, fake.path, strlen(fake.path) + 1);
+    fake.lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fake.lfd < 0 || bind(fake.lfd, (struct sockaddr *)&a, sizeof(a)) < 0 ||
+        listen(fake.lfd, 8) < 0 || pthread_create(&fake.th, NULL, fake_main, NULL) != 0)
+        abort();
+}
+
+static void fake_stop(void)
+{
+    fake.stop = 1;
+    pthread_join(fake.th, NULL);
+    close(fake.lfd);
+    unlink(fake.path);
+    pthread_mutex_destroy(&fake.lock);
+}
+
+static int log_has(const char *s)
+{
+    pthread_mutex_lock(&fake.lock);
+    int found = strstr(fake.log, s) != NULL;
+    pthread_mutex_unlock(&fake.lock);
+    return found;
+}
+
+/* Descriptors of the fake's memfds open in this process. */
+static int count_memfds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    struct dirent *e;
+    int n = 0;
+    char path[300], target[256];
+    while (d && (e = readdir(d))) {
+        snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
+        ssize_t k = readlink(path, target, sizeof(target) - 1);
+        if (k > 0) {
+            target[k] = '\0';
+            n += strstr(target, "memfd:fake-alloc") != NULL;
+        }
+    }
+    if (d)
+        closedir(d);
+    return n;
+}
+
+/* Waits up to 2 s for the count to come back to want (the fake closes its
+ * own copies just after sending). */
+static int memfds_back_to(int want)
+{
+    for (int i = 0; i < 200; i++) {
+        if (count_memfds() == want)
+            return 1;
+        usleep(10000);
+    }
+    return 0;
+}
+
+#define HELLO_OK "{\"ok\":true,\"protocol\":2,\"protocols\":[1,2],\"server\":\"fake\"}"
+#define TENSOR "{\"name\":\"x\",\"dtype\":\"U8\",\"shape\":[16],\"alloc\":0,\"offset\":0," \
+               "\"nbytes\":16}"
+#define OPEN_HEAD "{\"ok\":true,\"model\":\"m\",\"generation\":1,\"backend\":\"host\"," \
+                  "\"device\":\"host\",\"device_index\":0,\"device_uuid\":\"\","
+
+/* What the open request gets, per test. */
+static const char *open_answer;
+static int open_fds;
+
+/* An open answer with `lease` (a member and its comma, or "") and one
+ * allocation of 16 zero bytes (the fake's memfds hold zeros) holding
+ * `tensors`. */
+static const char *open_with(const char *lease, const char *tensors)
+{
+    static char text[2048];
+    static const char zeros[16];
+    uint64_t sum = ipc_tsum_final(ipc_tsum_add(0, zeros, sizeof(zeros), 0), sizeof(zeros));
+    snprintf(text, sizeof(text),
+             OPEN_HEAD "%s\"allocations\":[{\"id\":0,\"file\":\"a\",\"byte_size\":16,"
+                       "\"alloc_size\":4096,\"handle_type\":\"memfd\",\"fd_index\":0,"
+                       "\"checksum\":\"%016llx\"}],\"tensors\":[%s]}",
+             lease, (unsigned long long)sum, tensors);
+    return text;
+}
+
+static const char *scripted(const char *req, int *n_fds)
+{
+    if (strstr(req, "\"hello\""))
+        return HELLO_OK;
+    if (strstr(req, "\"open\"")) {
+        *n_fds = open_fds;
+        return open_answer;
+    }
+    if (strstr(req, "\"list\""))
+        return "{\"ok\":true,\"models\":[]}";
+    return "{\"ok\":true}";
+}
+
+TEST(open_and_release)
+{
+    char err[256] = "";
+    open_answer = open_with("\"lease\":5,", TENSOR);
+    open_fds = 1;
+    fake_start(scripted);
+    int before = count_memfds();
+    struct tensord_client *c = tensord_connect(fake.path, err, sizeof(err));
+    CHECK(c != NULL);
+    struct tensord_model *m = c ? tensord_open(c, "m", NULL, err, sizeof(err)) : NULL;
+    CHECK(m != NULL);
+    if (m) {
+        CHECK(tensord_model_tensor_count(m) == 1 && tensord_model_find(m, "x"));
+        CHECK(tensord_model_verify(m, err, sizeof(err)) == 0); /* 16 zero bytes */
+        tensord_model_close(m);
+    }
+    tensord_close(c);
+    CHECK(memfds_back_to(before));
+    CHECK(log_has("{\"op\":\"release\",\"lease\":5}"));
+    fake_stop();
+}
+
+/* An ok answer that names no lease: refused, and the descriptors that came
+ * with it are closed (they leaked before: fails without the fix in
+ * take_lease). */
+TEST(open_without_lease_closes_its_descriptors)
+{
+    char err[256] = "";
+    open_answer = open_with("", TENSOR);
+    open_fds = 1;
+    fake_start(scripted);
+    int before = count_memfds();
+    struct tensord_client *c = tensord_connect(fake.path, err, sizeof(err));
+    CHECK(c && tensord_open(c, "m", NULL, err, sizeof(err)) == NULL);
+    CHECK_CONTAINS(err, "names no lease");
+    CHECK(memfds_back_to(before));
+    tensord_close(c);
+    fake_stop();
+}
+
+/* A lease whose answer cannot be used is given back at once. */
+TEST(malformed_open_gives_the_lease_back)
+{
+    char err[256] = "";
+    open_answer = open_with("\"lease\":7,", "{\"name\":\"x\",\"dtype\":\"U8\",\"shape\":[16],"
+                                            "\"alloc\":0,\"offset\":8,\"nbytes\":16}");
+    open_fds = 1;
+    fake_start(scripted);
+    int before = count_memfds();
+    struct tensord_client *c = tensord_connect(fake.path, err, sizeof(err));
+    CHECK(c && tensord_open(c, "m", NULL, err, sizeof(err)) == NULL);
+    CHECK_CONTAINS(err, "malformed tensor 0");
+    CHECK(log_has("{\"op\":\"release\",\"lease\":7}"));
+    CHECK(memfds_back_to(before));
+    tensord_close(c);
+    fake_stop();
+}
+
+/* Hostile answers over the wire: an error naming the problem, and the
+ * connection stays in step (the whole answer was read). */
+TEST(hostile_answers_over_the_wire)
+{
+    static const struct {
+        const char *answer, *want;
+    } cases[] = {
+        {"{\"ok\":true,\"lease\":99999999999999999999}", "too big integer"},
+        {"{\"ok\":true,\"lease\":1,\"lease\":2}", "duplicate object key"},
+        {"{\"ok\":true,\"x\":\"\xff\"}", "not valid UTF-8"},
+        {"{\"ok\":true,\"x\":[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}",
+         "maximum parsing depth"},
+        {"{\"ok\":true} trailing", "end of file expected"},
+        {"{\"ok\":false,\"error\":{\"code\":\"not_loaded\",\"message\":\"no\"}}", "not_loaded: no"},
+    };
+    char err[256];
+    open_fds = 0;
+    fake_start(scripted);
+    struct tensord_client *c = tensord_connect(fake.path, err, sizeof(err));
+    CHECK(c != NULL);
+    for (size_t i = 0; c && i < sizeof(cases) / sizeof(cases[0]); i++) {
+        open_answer = cases[i].answer;
+        err[0] = '\0';
+        CHECK(tensord_open(c, "m", NULL, err, sizeof(err)) == NULL);
+        CHECK_CONTAINS(err, cases[i].want);
+        char *list = tensord_list(c, err, sizeof(err));
+        CHECK(list && strcmp(list, "{\"ok\":true,\"models\":[]}") == 0);
+        free(list);
+    }
+    tensord_close(c);
+    fake_stop();
+}
+
+static const char *protocol_1(const char *req, int *n_fds)
+{
+    (void)n_fds;
+    if (strstr(req, "\"hello\""))
+        return "{\"ok\":false,\"error\":{\"code\":\"bad_request\",\"message\":\"unknown op "
+               "\\\"hello\\\"\"}}";
+    return "{\"ok\":true}";
+}
+
+TEST(protocol_1_daemon)
+{
+    char err[256] = "";
+    fake_start(protocol_1);
+    CHECK(tensord_connect(fake.path, err, sizeof(err)) == NULL);
+    CHECK_CONTAINS(err, "speaks lease protocol 1 only");
+    fake_stop();
+}
+
+/* Every allocation of connect, open and close failing in turn: an error
+ * each time, never a crash, a leaked descriptor or (under ASan) memory; a
+ * lease taken is given back. */
+TEST(out_of_memory_in_turn)
+{
+    char err[256];
+    open_answer = open_with("\"lease\":9,", TENSOR);
+    open_fds = 1;
+    fake_start(scripted);
+    int before = count_memfds(), opened = 0, failures = 0;
+    for (long n = 0; n < 500 && !opened; n++) {
+        err[0] = '\0';
+        cmem_fail_after(n);
+        struct tensord_client *c = tensord_connect(fake.path, err, sizeof(err));
+        struct tensord_model *m = c ? tensord_open(c, "m", NULL, err, sizeof(err)) : NULL;
+        cmem_fail_after(-1);
+        if (m) {
+            opened = 1;
+            tensord_model_close(m);
+        } else {
+            failures++;
+            CHECK_CONTAINS(err, "out of memory");
+        }
+        tensord_close(c);
+    }
+    CHECK(opened && failures > 10);
+    CHECK(memfds_back_to(before));
+    fake_stop();
+}
+
+int main(void)
+{
+    RUN(open_and_release);
+    RUN(open_without_lease_closes_its_descriptors);
+    RUN(malformed_open_gives_the_lease_back);
+    RUN(hostile_answers_over_the_wire);
+    RUN(protocol_1_daemon);
+    RUN(out_of_memory_in_turn);
+    return TEST_SUMMARY();
+}
