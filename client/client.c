@@ -15,7 +15,7 @@
 #include "client_int.h"
 #include "cmem.h"
 #include "dlpack_v1.h"
-#include "ipc_proto.h"
+#include "gpu/ipc_proto.h"
 #include "tjson.h"
 #include "util.h"
 

@@ -18,7 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "gpu.h"
+#include "gpu/gpu.h"
 #include "util.h"
 
 enum opt_type {

@@ -16,8 +16,8 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "gpu_manager.h"
-#include "ipc_proto.h"
+#include "gpu/gpu_manager.h"
+#include "gpu/ipc_proto.h"
 #include "log.h"
 #include "metrics.h"
 #include "util.h"

@@ -6,7 +6,7 @@
  *     per peer uid per IPC_REFUSAL_LOG_SECONDS with a count. A flood of
  *     refused peers never reaches the connections being served;
  *   - the serve thread (epoll) reads length-prefixed JSON requests
- *     (core/ipc_proto.h) from allowed peers and answers them, "open"
+ *     (core/gpu/ipc_proto.h) from allowed peers and answers them, "open"
  *     answers with the model's allocation fds in SCM_RIGHTS.
  *
  * Every "open" takes one lease, which ends on "release" or when the

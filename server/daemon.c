@@ -26,7 +26,7 @@
 
 #include "auth.h"
 #include "conns.h"
-#include "gpu_manager.h"
+#include "gpu/gpu_manager.h"
 #include "hasher.h"
 #include "http.h"
 #include "log.h"

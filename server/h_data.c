@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpu_manager.h"
+#include "gpu/gpu_manager.h"
 #include "handlers.h"
 #include "metrics.h"
 #include "respond.h"

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpu_manager.h"
+#include "gpu/gpu_manager.h"
 #include "handlers.h"
 #include "hasher.h"
 #include "metrics.h"

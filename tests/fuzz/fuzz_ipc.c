@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ipc_proto.h"
+#include "gpu/ipc_proto.h"
 #include "tjson.h"
 #include "util.h"
 

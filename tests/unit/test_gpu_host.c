@@ -10,9 +10,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "gpu.h"
-#include "gpu_load.h"
-#include "ipc_proto.h"
+#include "gpu/gpu.h"
+#include "gpu/gpu_load.h"
+#include "gpu/ipc_proto.h"
 #include "test.h"
 #include "util.h"
 

@@ -1,4 +1,4 @@
-/* Tests for core/gpu_load.c: the read -> staging ring -> copy pipeline on
+/* Tests for core/gpu/gpu_load.c: the read -> staging ring -> copy pipeline on
  * the host backend. A shard read from a file lands byte for byte with the
  * right checksum, with io_uring and without it; and an io_uring failure in
  * the middle of a shard never returns while a read is still in flight into
@@ -13,9 +13,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "gpu.h"
-#include "gpu_load.h"
-#include "ipc_proto.h"
+#include "gpu/gpu.h"
+#include "gpu/gpu_load.h"
+#include "gpu/ipc_proto.h"
 #include "test.h"
 #include "util.h"
 

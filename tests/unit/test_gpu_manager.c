@@ -1,4 +1,4 @@
-/* Tests for the GPU manager (core/gpu_manager.c, gpu_preload.c,
+/* Tests for the GPU manager (core/gpu/gpu_manager.c, gpu_preload.c,
  * gpu_render.c) on the host backend, no daemon: each test scans its own
  * models root, starts a manager on it and drives it through the public
  * calls. Start-up preloads and readiness, the GET document, leases opened
@@ -22,9 +22,9 @@
 #include "cmem.h"
 #include "config.h"
 #include "dlpack_v1.h"
-#include "gpu_manager.h"
-#include "gpu_manager_int.h"
-#include "ipc_proto.h"
+#include "gpu/gpu_manager.h"
+#include "gpu/gpu_manager_int.h"
+#include "gpu/ipc_proto.h"
 #include "metrics.h"
 #include "registry.h"
 #include "tensord_client.h"

@@ -1,7 +1,7 @@
 /* gpu_manager: the instance table and its lock, instance refcounts, leases,
- * evict and reload. The loader thread is in core/gpu_preload.c, the JSON
- * documents of one instance in core/gpu_render.c; the structures all three
- * share, and the locking rules, in core/gpu_manager_int.h. */
+ * evict and reload. The loader thread is in core/gpu/gpu_preload.c, the JSON
+ * documents of one instance in core/gpu/gpu_render.c; the structures all three
+ * share, and the locking rules, in core/gpu/gpu_manager_int.h. */
 #include "gpu_manager.h"
 
 #include <pthread.h>

@@ -1,10 +1,10 @@
 /* gpu_manager_int: the private half of gpu_manager, shared by the three
  * files that implement it and included by nothing else:
  *
- *   core/gpu_manager.c  the instance table, its lock, instance refcounts,
+ *   core/gpu/gpu_manager.c  the instance table, its lock, instance refcounts,
  *                       leases, evict and reload (the public API)
- *   core/gpu_preload.c  the load queue and the loader thread
- *   core/gpu_render.c   the JSON documents of one instance, error documents
+ *   core/gpu/gpu_preload.c  the load queue and the loader thread
+ *   core/gpu/gpu_render.c   the JSON documents of one instance, error documents
  *
  * gm_ is the private prefix. Locking follows memcached: a function named
  * do_* must be called with gm->lock held; it never takes the lock and never
@@ -164,7 +164,7 @@ void do_gm_refused_set(struct gpu_manager *gm, const char *model, const char *de
 void do_gm_refused_clear(struct gpu_manager *gm, const char *model);
 const struct gm_refused *do_gm_refused_find(struct gpu_manager *gm, const char *model);
 
-/* ---- instances (core/gpu_manager.c) ---- */
+/* ---- instances (core/gpu/gpu_manager.c) ---- */
 
 /* Builds an instance of rm (which must be valid) on be/dev, loading, with a
  * new generation and a reference to rm; refs is 0 until it is enqueued.

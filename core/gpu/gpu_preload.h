@@ -1,6 +1,6 @@
 /* gpu_preload: the GPU manager's load queue and its loader thread.
  *
- * A preload request makes a new instance (core/gpu_manager_int.h), links it
+ * A preload request makes a new instance (core/gpu/gpu_manager_int.h), links it
  * into the table as the model's current one and queues it. The loader
  * thread takes queued instances one at a time and runs the preload state
  * machine:

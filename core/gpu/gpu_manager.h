@@ -16,9 +16,9 @@
  * Every call is thread-safe. JSON answers are new references the caller
  * owns.
  *
- * Three files implement it: core/gpu_manager.c (the instance table, leases,
- * evict, reload), core/gpu_preload.c (the loader thread) and
- * core/gpu_render.c (the JSON documents); core/gpu_manager_int.h holds what
+ * Three files implement it: core/gpu/gpu_manager.c (the instance table, leases,
+ * evict, reload), core/gpu/gpu_preload.c (the loader thread) and
+ * core/gpu/gpu_render.c (the JSON documents); core/gpu/gpu_manager_int.h holds what
  * they share and the locking rules. */
 #ifndef TENSORD_GPU_MANAGER_H
 #define TENSORD_GPU_MANAGER_H

@@ -1,10 +1,10 @@
 /* gpu_render: the JSON documents the GPU manager answers with, built from
- * one instance (core/gpu_manager_int.h), and its error documents.
+ * one instance (core/gpu/gpu_manager_int.h), and its error documents.
  *
  * Every function returns a new reference or string the caller owns. The
  * document functions run without gm->lock: the caller holds a reference
  * on the instance and passes its lock-guarded fields as a struct gm_dyn
- * (core/gpu_manager_int.h). gpu_error_answer, the lease socket's error
+ * (core/gpu/gpu_manager_int.h). gpu_error_answer, the lease socket's error
  * answer, is declared in gpu_manager.h and defined here. */
 #ifndef TENSORD_GPU_RENDER_H
 #define TENSORD_GPU_RENDER_H
