@@ -15,7 +15,6 @@
 #include "gpu_manager_int.h"
 #include "gpu_preload.h"
 #include "gpu_render.h"
-#include "ipc_server.h"
 #include "log.h"
 #include "metrics.h"
 #include "util.h"
@@ -294,8 +293,7 @@ int gpu_manager_start(struct gpu_manager *gm, char *err, size_t errlen)
     pthread_mutex_lock(&gm->lock);
     gm->started = 1;
     pthread_mutex_unlock(&gm->lock);
-    gm->ipc = ipc_server_start(gm, gm->socket_path, gm->cfg, err, errlen);
-    return gm->ipc ? 0 : -1;
+    return 0;
 }
 
 json_t *gpu_manager_status_json(struct gpu_manager *gm)
@@ -522,9 +520,6 @@ void gpu_manager_free(struct gpu_manager *gm)
 {
     if (!gm)
         return;
-    if (gm->ipc)
-        ipc_server_stop(gm->ipc); /* releases every lease */
-    gm->ipc = NULL;
     gpu_preload_stop(gm);
     while (gm->models) {
         struct gm_model *m = gm->models;

@@ -38,9 +38,9 @@ struct gpu_lease;
  * must outlive the manager. */
 struct gpu_manager *gpu_manager_new(const struct config *cfg, struct registry_holder *holder);
 
-/* Starts the loader thread, queues the config's preloads and starts the
- * lease socket (core/ipc_server.c). Returns 0, or -1 with err when the socket
- * cannot be served; preloads and HTTP state work either way. */
+/* Starts the loader thread and queues the config's preloads. Returns 0, or
+ * -1 with err when the thread cannot start. The lease socket is the
+ * daemon's (server/lease_server.c), started after this. */
 int gpu_manager_start(struct gpu_manager *gm, char *err, size_t errlen);
 
 /* {"available": bool, "reason": "..." (when not), "devices": [{"index",
@@ -88,11 +88,12 @@ int gpu_manager_ready(struct gpu_manager *gm);
 /* Publishes resident bytes, active leases and the last preload rate. */
 void gpu_manager_update_metrics(struct gpu_manager *gm);
 
-/* Stops the socket and the loader (cancelling loads) and frees everything.
- * Workers' mappings stay valid. */
+/* Stops the loader (cancelling loads) and frees everything; the lease
+ * socket must be stopped first (it holds leases). Workers' mappings stay
+ * valid. */
 void gpu_manager_free(struct gpu_manager *gm);
 
-/* ---- for the lease socket (core/ipc_server.c) ---- */
+/* ---- for the lease socket (server/lease_server.c) ---- */
 
 /* Opens a lease on model's current instance, which must be ready (and on
  * `device` when that is not empty). On success returns the lease, *answer

@@ -151,7 +151,6 @@ struct gpu_manager {
     unsigned startup_pending;  /* config preloads not yet ended (gm->lock) */
     int started;               /* gm->lock */
     double last_bps;           /* bytes per second of the last finished preload (gm->lock) */
-    struct ipc_server *ipc;
     struct registry *latest;   /* the newest snapshot on_reload saw (gm->lock): preloads
                                 * never load from an older one */
     struct gm_refused *refused; /* start-up preloads refused before they began (gm->lock) */

@@ -25,6 +25,7 @@
 #include "gpu/gpu_manager.h"
 #include "gpu/gpu_manager_int.h"
 #include "gpu/ipc_proto.h"
+#include "lease_server.h"
 #include "metrics.h"
 #include "registry.h"
 #include "tensord_client.h"
@@ -39,6 +40,7 @@ struct fx {
     struct registry_holder holder;
     struct config cfg;
     struct gpu_manager *gm;
+    struct lease_server *ls;       /* the daemon's lease socket over gm */
     uint64_t reg_generation;
 };
 
@@ -78,6 +80,8 @@ static void fx_start(struct fx *f, const char *const *preloads)
     f->gm = gpu_manager_new(&f->cfg, &f->holder);
     CHECK(!gpu_manager_ready(f->gm));
     CHECK(gpu_manager_start(f->gm, err, sizeof(err)) == 0);
+    f->ls = lease_server_start(f->gm, f->sock, &f->cfg, err, sizeof(err));
+    CHECK(f->ls != NULL);
     if (err[0])
         fprintf(stderr, "  start: %s\n", err);
 }
@@ -92,6 +96,7 @@ static void fx_reload(struct fx *f)
 
 static void fx_free(struct fx *f)
 {
+    lease_server_stop(f->ls);
     gpu_manager_free(f->gm);
     CHECK(access(f->sock, F_OK) != 0); /* the socket file is removed */
     registry_holder_destroy(&f->holder);

@@ -1,5 +1,6 @@
-/* ipc: the lease socket server (an accept thread and a serve thread). */
-#include "ipc_server.h"
+/* lease_server: the lease socket's two threads: accepting (and refusing,
+ * server/lease_peer.c) and serving allowed connections. */
+#include "lease_server.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -18,12 +19,12 @@
 
 #include "gpu/gpu_manager.h"
 #include "gpu/ipc_proto.h"
+#include "lease_peer.h"
 #include "log.h"
 #include "metrics.h"
 #include "util.h"
 
 #define MAX_CONNS 4096
-#define REFUSAL_UIDS 64            /* peer uids whose refusals are counted at once */
 #define ACCEPT_BATCH 256           /* accepts between two looks at the stop signal */
 
 struct conn_lease {
@@ -50,33 +51,24 @@ struct conn {
     uint64_t partial_ns;           /* when the unfinished request in `in` began */
 };
 
-/* Refusals of one peer uid in the current log interval. */
-struct refusal {
-    unsigned uid;
-    int used;
-    uint64_t since_ns;             /* the interval began (with a logged line) */
-    uint64_t unlogged;             /* refusals since, not yet in the log */
-};
-
-struct ipc_server {
+struct lease_server {
     struct gpu_manager *gm;
     char *path;
     int lfd, efd, stopfd, qfd;     /* listener, epoll, stop eventfd, hand-off eventfd */
     pthread_t serve_thread, accept_thread;
     int have_serve, have_accept;
-    uint32_t uids[CONFIG_MAX_IDS], gids[CONFIG_MAX_IDS];
-    unsigned n_uids, n_gids;
+    struct lease_allow allow;
     uint64_t idle_ns;              /* ipc_idle_timeout; 0 = none */
     atomic_size_t n_conns;         /* allowed connections being served or queued */
     struct conn *conns;            /* serve thread */
     pthread_mutex_t qlock;
     struct conn *qhead;            /* accepted, not yet picked up by the serve thread */
-    struct refusal refusals[REFUSAL_UIDS]; /* accept thread */
+    struct lease_refusals refusals; /* accept thread */
 };
 
 /* ---- serving allowed peers (serve thread) -------------------------------- */
 
-static void conn_free(struct ipc_server *s, struct conn *c)
+static void conn_free(struct lease_server *s, struct conn *c)
 {
     for (size_t i = 0; i < c->n_leases; i++)
         gpu_lease_release(s->gm, c->leases[i].l);
@@ -95,7 +87,7 @@ static void conn_free(struct ipc_server *s, struct conn *c)
     atomic_fetch_sub(&s->n_conns, 1);
 }
 
-static void conn_watch(struct ipc_server *s, struct conn *c)
+static void conn_watch(struct lease_server *s, struct conn *c)
 {
     struct epoll_event ev = {.events = c->out ? EPOLLOUT : EPOLLIN, .data.ptr = c};
     epoll_ctl(s->efd, EPOLL_CTL_MOD, c->fd, &ev);
@@ -181,7 +173,7 @@ static int conn_flush(struct conn *c)
     return 0;
 }
 
-static void do_open(struct ipc_server *s, struct conn *c, const struct ipc_request *req)
+static void do_open(struct lease_server *s, struct conn *c, const struct ipc_request *req)
 {
     char *answer = NULL;
     int fds[IPC_MAX_FDS];
@@ -213,7 +205,7 @@ static void do_open(struct ipc_server *s, struct conn *c, const struct ipc_reque
             (unsigned long long)id);
 }
 
-static void do_release(struct ipc_server *s, struct conn *c, uint64_t id)
+static void do_release(struct lease_server *s, struct conn *c, uint64_t id)
 {
     for (size_t i = 0; i < c->n_leases; i++) {
         if (c->leases[i].id != id)
@@ -228,7 +220,7 @@ static void do_release(struct ipc_server *s, struct conn *c, uint64_t id)
                                     (unsigned long long)id), NULL, 0);
 }
 
-static void handle_request(struct ipc_server *s, struct conn *c, const unsigned char *p, size_t n)
+static void handle_request(struct lease_server *s, struct conn *c, const unsigned char *p, size_t n)
 {
     struct ipc_request *req = xmalloc(sizeof(*req));
     char err[512];
@@ -267,7 +259,7 @@ out:
 
 /* Reads and answers whole frames until an answer is pending. Returns -1 when
  * the connection must go. */
-static int conn_read(struct ipc_server *s, struct conn *c)
+static int conn_read(struct lease_server *s, struct conn *c)
 {
     for (;;) {
         /* Answer the frames already here, one at a time. */
@@ -321,7 +313,7 @@ static int conn_read(struct ipc_server *s, struct conn *c)
 }
 
 /* Moves the connections the accept thread queued into the served set. */
-static void adopt_queued(struct ipc_server *s)
+static void adopt_queued(struct lease_server *s)
 {
     uint64_t v;
     if (read(s->qfd, &v, sizeof(v)) < 0 && errno != EAGAIN)
@@ -350,7 +342,7 @@ static void adopt_queued(struct ipc_server *s)
 /* Closes connections that idled or stalled past ipc_idle_timeout. A
  * connection holding leases and sending nothing is a worker using them:
  * it stays. */
-static void sweep_idle(struct ipc_server *s)
+static void sweep_idle(struct lease_server *s)
 {
     uint64_t now = time_mono_ns();
     struct conn *next;
@@ -374,7 +366,7 @@ static void sweep_idle(struct ipc_server *s)
 
 static void *serve_main(void *arg)
 {
-    struct ipc_server *s = arg;
+    struct lease_server *s = arg;
     struct epoll_event evs[64];
     uint64_t last_sweep = time_mono_ns();
     for (;;) {
@@ -427,144 +419,15 @@ static void *serve_main(void *arg)
 
 /* ---- accepting and refusing (accept thread) ------------------------------ */
 
-/* The peer's supplementary groups into *groups (caller frees), sized from
- * what the kernel reports: a buffer that is too small gets ERANGE and the
- * size needed, and the groups may change between two calls. Returns the
- * count, 0 when the kernel has no SO_PEERGROUPS, or -1. */
-static int peer_groups(int fd, gid_t **groups)
-{
-    *groups = NULL;
-#ifdef SO_PEERGROUPS
-    socklen_t len = 64 * sizeof(gid_t);
-    for (int tries = 0; tries < 8; tries++) {
-        gid_t *g = xmalloc(len ? len : sizeof(gid_t));
-        socklen_t got = len;
-        if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, g, &got) == 0) {
-            *groups = g;
-            return (int)(got / sizeof(gid_t));
-        }
-        free(g);
-        if (errno != ERANGE)
-            return errno == ENOPROTOOPT ? 0 : -1;
-        /* got is the size the kernel needs now. */
-        len = got > len ? got : len * 2;
-    }
-    return -1;
-#else
-    (void)fd;
-    return 0;
-#endif
-}
-
-static int peer_allowed(const struct ipc_server *s, int fd, struct ucred *cr)
-{
-    socklen_t len = sizeof(*cr);
-    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, cr, &len) < 0)
-        return 0;
-    if (cr->uid == geteuid())
-        return 1;
-    for (unsigned i = 0; i < s->n_uids; i++)
-        if (cr->uid == s->uids[i])
-            return 1;
-    if (!s->n_gids)
-        return 0;
-    for (unsigned i = 0; i < s->n_gids; i++)
-        if (cr->gid == s->gids[i])
-            return 1;
-    gid_t *groups;
-    int ng = peer_groups(fd, &groups), ok = 0;
-    for (int g = 0; g < ng && !ok; g++)
-        for (unsigned i = 0; i < s->n_gids; i++)
-            if (groups[g] == s->gids[i])
-                ok = 1;
-    free(groups);
-    return ok;
-}
-
-static void log_suppressed(const struct refusal *r, uint64_t now)
-{
-    log_msg(LOG_WARN, "ipc: refused uid %u %llu more time(s) in the last %.0f s", r->uid,
-            (unsigned long long)r->unlogged, (double)(now - r->since_ns) / 1e9);
-}
-
-/* One log line per peer uid per interval; the others are counted and
- * summed up in the next line. */
-static void note_refusal(struct ipc_server *s, const struct ucred *cr)
-{
-    const uint64_t interval = IPC_REFUSAL_LOG_SECONDS * 1000000000ULL;
-    uint64_t now = time_mono_ns();
-    struct refusal *r = NULL, *oldest = &s->refusals[0];
-    metrics_add(MC_IPC_REFUSED, 1);
-    for (int i = 0; i < REFUSAL_UIDS && !r; i++) {
-        struct refusal *e = &s->refusals[i];
-        if (e->used && e->uid == cr->uid)
-            r = e;
-        else if (!e->used || (oldest->used && e->since_ns < oldest->since_ns))
-            oldest = e;
-    }
-    if (r && now - r->since_ns < interval) {
-        r->unlogged++;
-        return;
-    }
-    if (!r) {
-        r = oldest;
-        if (r->used && r->unlogged)
-            log_suppressed(r, now);
-        r->uid = cr->uid;
-        r->used = 1;
-    } else if (r->unlogged) {
-        log_suppressed(r, now);
-    }
-    r->since_ns = now;
-    r->unlogged = 0;
-    log_msg(LOG_WARN, "ipc: refused pid %u uid %u gid %u (not on the allow-list; further "
-            "refusals of uid %u are counted, one line per %d s)", (unsigned)cr->pid, cr->uid,
-            cr->gid, cr->uid, IPC_REFUSAL_LOG_SECONDS);
-}
-
-static void flush_refusals(struct ipc_server *s)
-{
-    uint64_t now = time_mono_ns();
-    for (int i = 0; i < REFUSAL_UIDS; i++) {
-        struct refusal *r = &s->refusals[i];
-        if (r->used && r->unlogged &&
-            now - r->since_ns >= IPC_REFUSAL_LOG_SECONDS * 1000000000ULL) {
-            log_suppressed(r, now);
-            r->since_ns = now;
-            r->unlogged = 0;
-        }
-    }
-}
-
-/* Answers forbidden and closes, without ever waiting on the peer. */
-static void refuse(struct ipc_server *s, int fd, const struct ucred *cr)
-{
-    char msg[256];
-    unsigned char frame[IPC_HEADER_BYTES + sizeof(msg)];
-    int n = snprintf(msg, sizeof(msg), "{\"ok\":false,\"error\":{\"code\":\"forbidden\",\"message\":"
-                     "\"uid %u gid %u may not use this socket (allow_uids / allow_gids)\"}}",
-                     cr->uid, cr->gid);
-    ipc_put_header(frame, (uint32_t)n);
-    memcpy(frame + IPC_HEADER_BYTES, msg, (size_t)n);
-    if (send(fd, frame, IPC_HEADER_BYTES + (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL) < 0)
-        (void)0; /* the peer is gone or not reading: nothing more is owed */
-    char sink[4096]; /* see conn_flush: unread input would reset the peer */
-    if (recv(fd, sink, sizeof(sink), MSG_DONTWAIT) < 0)
-        (void)0;
-    shutdown(fd, SHUT_WR);
-    close(fd);
-    note_refusal(s, cr);
-}
-
-static void accept_some(struct ipc_server *s)
+static void accept_some(struct lease_server *s)
 {
     for (int k = 0; k < ACCEPT_BATCH; k++) {
         int fd = accept4(s->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0)
             return;
         struct ucred cr = {0};
-        if (!peer_allowed(s, fd, &cr)) {
-            refuse(s, fd, &cr);
+        if (!lease_peer_allowed(&s->allow, fd, &cr)) {
+            lease_peer_refuse(&s->refusals, fd, &cr);
             continue;
         }
         if (atomic_load(&s->n_conns) >= MAX_CONNS) {
@@ -591,7 +454,7 @@ static void accept_some(struct ipc_server *s)
 
 static void *accept_main(void *arg)
 {
-    struct ipc_server *s = arg;
+    struct lease_server *s = arg;
     struct pollfd pfd[2] = {{.fd = s->lfd, .events = POLLIN}, {.fd = s->stopfd, .events = POLLIN}};
     for (;;) {
         int n = poll(pfd, 2, 1000);
@@ -601,7 +464,7 @@ static void *accept_main(void *arg)
             break;
         if (n > 0 && pfd[0].revents)
             accept_some(s);
-        flush_refusals(s);
+        lease_refusals_flush(&s->refusals);
     }
     return NULL;
 }
@@ -620,7 +483,7 @@ static int socket_alive(const char *path)
     return alive;
 }
 
-static void server_free(struct ipc_server *s)
+static void server_free(struct lease_server *s)
 {
     while (s->conns)
         conn_free(s, s->conns);
@@ -643,7 +506,7 @@ static void server_free(struct ipc_server *s)
     free(s);
 }
 
-struct ipc_server *ipc_server_start(struct gpu_manager *gm, const char *path,
+struct lease_server *lease_server_start(struct gpu_manager *gm, const char *path,
                                     const struct config *cfg, char *err, size_t errlen)
 {
     struct sockaddr_un a = {.sun_family = AF_UNIX};
@@ -665,16 +528,13 @@ struct ipc_server *ipc_server_start(struct gpu_manager *gm, const char *path,
         }
         unlink(path); /* stale, from a daemon that did not exit cleanly */
     }
-    struct ipc_server *s = xcalloc(1, sizeof(*s));
+    struct lease_server *s = xcalloc(1, sizeof(*s));
     s->gm = gm;
     s->path = xstrdup(path);
     s->efd = s->stopfd = s->qfd = -1;
     pthread_mutex_init(&s->qlock, NULL);
-    s->n_uids = cfg->n_allow_uids;
-    s->n_gids = cfg->n_allow_gids;
+    lease_allow_init(&s->allow, cfg);
     s->idle_ns = (uint64_t)cfg->ipc_idle_timeout * 1000000000ULL;
-    memcpy(s->uids, cfg->allow_uids, sizeof(s->uids));
-    memcpy(s->gids, cfg->allow_gids, sizeof(s->gids));
     s->lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (s->lfd < 0 || bind(s->lfd, (struct sockaddr *)&a, sizeof(a)) < 0) {
         snprintf(err, errlen, "ipc socket %s: %s", path, strerror(errno));
@@ -719,7 +579,7 @@ fail:
     return NULL;
 }
 
-void ipc_server_stop(struct ipc_server *s)
+void lease_server_stop(struct lease_server *s)
 {
     if (!s)
         return;
