@@ -27,6 +27,7 @@
 #include "auth.h"
 #include "conns.h"
 #include "gpu/gpu_manager.h"
+#include "gpu_doc.h"
 #include "lease_server.h"
 #include "hasher.h"
 #include "http.h"
@@ -235,10 +236,13 @@ static struct lease_server *start_gpu_sharing(struct gpu_manager *gm, const stru
                                               char *err, size_t errlen)
 {
     struct lease_server *ls = NULL;
-    if (gpu_manager_start(gm, err, errlen) == 0) {
+    struct st_error serr;
+    if (gpu_manager_start(gm, &serr) == 0) {
         char *path = config_ipc_socket_path(cfg);
         ls = lease_server_start(gm, path, cfg, err, errlen);
         free(path);
+    } else {
+        snprintf(err, errlen, "%s", serr.message);
     }
     if (!ls)
         log_msg(LOG_WARN, "GPU sharing is off: %s", err);
@@ -308,7 +312,9 @@ int daemon_run(const struct config *cfg)
     hasher_submit(srv.hasher, reg);
     registry_holder_init(&srv.registry, reg);
 
-    srv.gpu = gpu_manager_new(cfg, &srv.registry);
+    struct gm_options gopt;
+    gpu_doc_options(&gopt, cfg);
+    srv.gpu = gpu_manager_new(&gopt, &srv.registry);
     if (http_start(&srv, err, sizeof(err)) < 0) {
         log_msg(LOG_ERROR, "%s", err);
         goto out_registry;

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "gpu/gpu_manager.h"
+#include "gpu_doc.h"
 #include "gpu/ipc_proto.h"
 #include "lease_peer.h"
 #include "log.h"
@@ -94,21 +95,29 @@ static void conn_watch(struct lease_server *s, struct conn *c)
 }
 
 /* Queues text (JSON, taken over) as the next answer, with fds attached.
- * Returns 0, or -1 when there was no text (an error answer went instead,
- * without the fds). */
+ * Returns 0, or -1 when there was no text or no memory for its frame (a
+ * short error answer went instead, without the fds). The frame of a big
+ * answer (its size comes from the model's files) is allocated fallibly;
+ * only the short one goes through xmalloc. */
 static int conn_answer_text(struct conn *c, char *text, const int *fds, size_t n_fds)
 {
+    static const char fallback[] =
+        "{\"ok\":false,\"error\":{\"code\":\"internal\",\"message\":\"encoding\"}}";
+    size_t n = text ? strlen(text) : 0;
+    unsigned char *out = text ? malloc(IPC_HEADER_BYTES + n) : NULL;
     int rc = 0;
-    if (!text) {
-        text = xstrdup("{\"ok\":false,\"error\":{\"code\":\"internal\",\"message\":\"encoding\"}}");
+    if (!out) {
+        free(text);
+        text = NULL;
+        n = sizeof(fallback) - 1;
+        out = xmalloc(IPC_HEADER_BYTES + n);
         n_fds = 0;
         rc = -1;
     }
-    size_t n = strlen(text);
-    c->out = xmalloc(IPC_HEADER_BYTES + n);
-    ipc_put_header(c->out, (uint32_t)n);
-    memcpy(c->out + IPC_HEADER_BYTES, text, n);
+    ipc_put_header(out, (uint32_t)n);
+    memcpy(out + IPC_HEADER_BYTES, text ? text : fallback, n);
     free(text);
+    c->out = out;
     c->out_len = IPC_HEADER_BYTES + n;
     c->out_off = 0;
     if (n_fds)
@@ -179,13 +188,13 @@ static void do_open(struct lease_server *s, struct conn *c, const struct ipc_req
     int fds[IPC_MAX_FDS];
     size_t n_fds = 0;
     if (c->n_leases >= IPC_MAX_LEASES) {
-        conn_answer(c, gpu_error_answer("too_many_leases", "this connection holds %d leases, "
+        conn_answer(c, gpu_doc_answer_error("too_many_leases", "this connection holds %d leases, "
                                         "the most one may: release some first", IPC_MAX_LEASES),
                     NULL, 0);
         return;
     }
     uint64_t id = c->next_lease + 1;
-    struct gpu_lease *l = gpu_manager_open(s->gm, req->model, req->device, id, &answer, fds,
+    struct gpu_lease *l = gpu_doc_open(s->gm, req->model, req->device, id, &answer, fds,
                                            IPC_MAX_FDS, &n_fds);
     if (!l) {
         conn_answer_text(c, answer, NULL, 0);
@@ -216,7 +225,7 @@ static void do_release(struct lease_server *s, struct conn *c, uint64_t id)
         conn_answer(c, json_pack("{s:b}", "ok", 1), NULL, 0);
         return;
     }
-    conn_answer(c, gpu_error_answer("no_such_lease", "this connection holds no lease %llu",
+    conn_answer(c, gpu_doc_answer_error("no_such_lease", "this connection holds no lease %llu",
                                     (unsigned long long)id), NULL, 0);
 }
 
@@ -225,13 +234,13 @@ static void handle_request(struct lease_server *s, struct conn *c, const unsigne
     struct ipc_request *req = xmalloc(sizeof(*req));
     char err[512];
     if (ipc_request_parse((const char *)p, n, req, err, sizeof(err)) < 0) {
-        conn_answer(c, gpu_error_answer("bad_request", "%s", err), NULL, 0);
+        conn_answer(c, gpu_doc_answer_error("bad_request", "%s", err), NULL, 0);
         goto out;
     }
     switch (req->op) {
     case IPC_OP_HELLO:
         if (req->protocol < 1 || req->protocol > IPC_PROTOCOL)
-            conn_answer(c, gpu_error_answer("unsupported_protocol", "this daemon speaks lease "
+            conn_answer(c, gpu_doc_answer_error("unsupported_protocol", "this daemon speaks lease "
                                             "protocols 1 to %d, not %llu", IPC_PROTOCOL,
                                             (unsigned long long)req->protocol), NULL, 0);
         else
@@ -240,7 +249,7 @@ static void handle_request(struct lease_server *s, struct conn *c, const unsigne
                                      "tensord " TENSORD_VERSION), NULL, 0);
         break;
     case IPC_OP_LIST:
-        conn_answer(c, gpu_manager_list_json(s->gm), NULL, 0);
+        conn_answer(c, gpu_doc_list_json(s->gm), NULL, 0);
         break;
     case IPC_OP_CLOSE:
         conn_answer(c, json_pack("{s:b}", "ok", 1), NULL, 0);
@@ -271,7 +280,7 @@ static int conn_read(struct lease_server *s, struct conn *c)
             if (st == IPC_FRAME_NEED_MORE)
                 break;
             if (st == IPC_FRAME_TOO_LARGE) {
-                conn_answer(c, gpu_error_answer("too_large", "a request is at most %u bytes; "
+                conn_answer(c, gpu_doc_answer_error("too_large", "a request is at most %u bytes; "
                                                 "this one announces %u", IPC_MAX_REQUEST,
                                                 ipc_get_header(c->in)), NULL, 0);
                 c->close_after = 1;

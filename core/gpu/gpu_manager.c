@@ -1,9 +1,10 @@
-/* gpu_manager: the instance table and its lock, instance refcounts, leases,
- * evict and reload. The loader thread is in core/gpu/gpu_preload.c, the JSON
- * documents of one instance in core/gpu/gpu_render.c; the structures all three
- * share, and the locking rules, in core/gpu/gpu_manager_int.h. */
+/* gpu_manager: the instance table and its lock, instance refcounts, views,
+ * leases, evict and reload. Preload requests and the loader thread are in
+ * core/gpu/gpu_preload.c; the structures both share, and the locking
+ * rules, in core/gpu/gpu_manager_int.h. */
 #include "gpu_manager.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -14,39 +15,39 @@
 #include "gpu.h"
 #include "gpu_manager_int.h"
 #include "gpu_preload.h"
-#include "gpu_render.h"
 #include "log.h"
 #include "metrics.h"
 #include "util.h"
 
 /* ---- instances --------------------------------------------------------- */
 
-void gm_instance_free(struct gm_model *m)
+void gm_instance_free(struct gm_instance *m)
 {
-    pthread_mutex_destroy(&m->render_lock);
-    free(m->tensors_text);
-    free(m->allocs_text);
-    for (size_t i = 0; i < m->n_shards; i++) {
+    pthread_mutex_destroy(&m->text_lock);
+    for (int i = 0; i < GM_TEXT_COUNT; i++)
+        free(m->texts[i]);
+    for (size_t i = 0; m->shards && i < m->n_shards; i++) {
         if (m->shards[i].a.priv || m->shards[i].a.fd >= 0)
             m->be->ops->free(m->be, &m->shards[i].a);
         free(m->shards[i].file);
     }
-    for (size_t i = 0; i < m->n_tensors; i++) {
+    for (size_t i = 0; m->tensors && i < m->n_tensors; i++) {
         free(m->tensors[i].name);
         free(m->tensors[i].shape);
     }
-    reg_model_unref(m->rm);
+    if (m->rm)
+        reg_model_unref(m->rm);
     free(m->shards);
     free(m->tensors);
     free(m->name);
     free(m);
 }
 
-struct gm_model *do_gm_unref(struct gpu_manager *gm, struct gm_model *m)
+struct gm_instance *do_gm_instance_unref(struct gpu_manager *gm, struct gm_instance *m)
 {
     if (--m->refs > 0)
         return NULL;
-    for (struct gm_model **pp = &gm->models; *pp; pp = &(*pp)->next) {
+    for (struct gm_instance **pp = &gm->models; *pp; pp = &(*pp)->next) {
         if (*pp == m) {
             *pp = m->next;
             break;
@@ -61,7 +62,7 @@ static int is_shard(const struct reg_file *f)
 }
 
 /* Whether rm's shards are the files m was loaded from. */
-static int same_files(const struct gm_model *m, const struct reg_model *rm)
+static int same_files(const struct gm_instance *m, const struct reg_model *rm)
 {
     size_t k = 0;
     for (size_t i = 0; i < rm->n_files; i++) {
@@ -78,97 +79,125 @@ static int same_files(const struct gm_model *m, const struct reg_model *rm)
     return k == m->n_shards;
 }
 
-struct gm_model *do_gm_instance_new(struct gpu_manager *gm, const struct reg_model *rm,
-                                    struct gpu_backend *be, int dev)
+/* m's shards: one per valid safetensors file of rm; shard_of[i] is file
+ * i's shard, or SIZE_MAX. Returns 0 or -ENOMEM. */
+static int add_shards(struct gm_instance *m, const struct reg_model *rm, size_t *shard_of)
 {
-    struct gm_model *m = xcalloc(1, sizeof(*m));
-    pthread_mutex_init(&m->render_lock, NULL);
-    m->name = xstrdup(rm->name);
-    m->be = be;
-    m->dev = dev;
-    if (be->kind == GPU_KIND_HOST)
-        snprintf(m->device, sizeof(m->device), "host");
-    else
-        snprintf(m->device, sizeof(m->device), "cuda:%d", be->devices[dev].index);
-    m->generation = ++gm->next_generation;
-    m->state = GM_LOADING;
-    m->rm = reg_model_ref(rm);
-    size_t *shard_of = xcalloc(rm->n_files ? rm->n_files : 1, sizeof(*shard_of));
-    m->shards = xcalloc(rm->n_files ? rm->n_files : 1, sizeof(*m->shards));
+    m->shards = calloc(rm->n_files ? rm->n_files : 1, sizeof(*m->shards));
+    if (!m->shards)
+        return -ENOMEM;
     for (size_t i = 0; i < rm->n_files; i++) {
         const struct reg_file *f = &rm->files[i];
         shard_of[i] = SIZE_MAX;
         if (!is_shard(f))
             continue;
         struct gm_shard *s = &m->shards[m->n_shards];
-        s->file = xstrdup(f->name);
+        s->a.fd = -1;
+        s->file = strdup(f->name);
+        if (!s->file)
+            return -ENOMEM;
         s->data_start = f->data_start;
         s->size = f->header->data_len;
         s->st = f->st;
         s->rf = f;
-        s->a.fd = -1;
         m->total += s->size;
         shard_of[i] = m->n_shards++;
     }
-    m->tensors = xcalloc(rm->n_tensors ? rm->n_tensors : 1, sizeof(*m->tensors));
+    return 0;
+}
+
+/* m's tensors: those of rm that live in a shard. Returns 0 or -ENOMEM. */
+static int add_tensors(struct gm_instance *m, const struct reg_model *rm, const size_t *shard_of)
+{
+    m->tensors = calloc(rm->n_tensors ? rm->n_tensors : 1, sizeof(*m->tensors));
+    if (!m->tensors)
+        return -ENOMEM;
     for (size_t i = 0; i < rm->n_tensors; i++) {
         const struct reg_tensor *rt = &rm->tensors[i];
         size_t fi = (size_t)(rt->file - rm->files);
         if (fi >= rm->n_files || shard_of[fi] == SIZE_MAX)
             continue;
         struct gm_tensor *t = &m->tensors[m->n_tensors++];
-        t->name = xstrndup(rt->t->name, rt->t->name_len);
+        t->name = strndup(rt->t->name, rt->t->name_len);
+        t->shape = calloc(rt->t->ndim ? rt->t->ndim : 1, sizeof(*t->shape));
+        if (!t->name || !t->shape)
+            return -ENOMEM;
         t->dtype = rt->t->dtype;
         t->ndim = rt->t->ndim;
-        t->shape = xcalloc(t->ndim ? t->ndim : 1, sizeof(*t->shape));
         if (t->ndim)
             memcpy(t->shape, rt->t->shape, t->ndim * sizeof(*t->shape));
         t->alloc = (uint32_t)shard_of[fi];
         t->offset = rt->t->begin;
         t->nbytes = rt->t->end - rt->t->begin;
     }
+    return 0;
+}
+
+struct gm_instance *do_gm_instance_new(struct gpu_manager *gm, const struct reg_model *rm,
+                                       const struct gm_device *where)
+{
+    struct gm_instance *m = calloc(1, sizeof(*m));
+    if (!m)
+        return NULL;
+    pthread_mutex_init(&m->text_lock, NULL);
+    m->be = where->be;
+    m->dev = where->dev;
+    if (m->be->kind == GPU_KIND_HOST)
+        snprintf(m->device, sizeof(m->device), "host");
+    else
+        snprintf(m->device, sizeof(m->device), "cuda:%d", m->be->devices[m->dev].index);
+    m->state = GM_LOADING;
+    m->name = strdup(rm->name);
+    size_t *shard_of = calloc(rm->n_files ? rm->n_files : 1, sizeof(*shard_of));
+    if (!m->name || !shard_of || add_shards(m, rm, shard_of) < 0 ||
+        add_tensors(m, rm, shard_of) < 0) {
+        free(shard_of);
+        gm_instance_free(m);
+        return NULL;
+    }
     free(shard_of);
+    m->rm = reg_model_ref(rm);
+    m->generation = ++gm->next_generation;
     return m;
 }
 
-struct gm_model *do_gm_find_current(struct gpu_manager *gm, const char *name)
+struct gm_instance *do_gm_find_current(struct gpu_manager *gm, const char *name)
 {
-    for (struct gm_model *m = gm->models; m; m = m->next)
+    for (struct gm_instance *m = gm->models; m; m = m->next)
         if (m->current && strcmp(m->name, name) == 0)
             return m;
     return NULL;
 }
 
-void do_gm_dyn(const struct gm_model *m, struct gm_dyn *d)
+void do_gm_view(struct gm_instance *m, struct gm_view *v)
 {
-    memset(d, 0, sizeof(*d));
-    d->state = m->state;
-    d->leases = m->leases;
-    d->published = m->published;
-    d->done = atomic_load(&m->done);
-    d->t_start_ns = m->t_start_ns;
-    d->t_end_ns = m->t_end_ns;
+    memset(v, 0, sizeof(*v));
+    if (!m)
+        return;
+    m->refs++;
+    v->inst = m;
+    v->name = m->name;
+    v->device = m->device;
+    v->be = m->be;
+    v->dev = m->dev;
+    v->generation = m->generation;
+    v->total = m->total;
+    v->n_shards = m->n_shards;
+    v->shards = m->shards;
+    v->n_tensors = m->n_tensors;
+    v->tensors = m->tensors;
+    v->state = m->state;
+    v->leases = m->leases;
+    v->published = m->published;
+    v->done = atomic_load(&m->done);
+    v->t_start_ns = m->t_start_ns;
+    v->t_end_ns = m->t_end_ns;
     if (m->t_end_ns) {
-        d->verified = m->verified;
-        memcpy(d->io_mode, m->io_mode, sizeof(d->io_mode));
+        v->verified = m->verified;
+        memcpy(v->io_mode, m->io_mode, sizeof(v->io_mode));
     }
     if (m->state == GM_FAILED)
-        memcpy(d->error, m->error, sizeof(d->error));
-}
-
-char *gm_render_and_unlock(struct gpu_manager *gm, struct gm_model *m)
-{
-    struct gm_dyn d;
-    do_gm_dyn(m, &d);
-    m->refs++;
-    pthread_mutex_unlock(&gm->lock);
-    char *text = gpu_render_model_text(m, &d);
-    pthread_mutex_lock(&gm->lock);
-    struct gm_model *dead = do_gm_unref(gm, m);
-    pthread_mutex_unlock(&gm->lock);
-    if (dead)
-        gm_instance_free(dead);
-    return text;
+        memcpy(v->error, m->error, sizeof(v->error));
 }
 
 void do_gm_refused_clear(struct gpu_manager *gm, const char *model)
@@ -205,9 +234,9 @@ const struct gm_refused *do_gm_refused_find(struct gpu_manager *gm, const char *
 }
 
 /* The current instance, else the newest draining one. Caller holds the lock. */
-static struct gm_model *do_find_shown(struct gpu_manager *gm, const char *model)
+static struct gm_instance *do_gm_find_shown(struct gpu_manager *gm, const char *model)
 {
-    struct gm_model *m = do_gm_find_current(gm, model);
+    struct gm_instance *m = do_gm_find_current(gm, model);
     if (m)
         return m;
     for (m = gm->models; m; m = m->next) /* newest first */
@@ -216,69 +245,60 @@ static struct gm_model *do_find_shown(struct gpu_manager *gm, const char *model)
     return NULL;
 }
 
-struct gm_model *do_gm_retire(struct gpu_manager *gm, struct gm_model *m)
+struct gm_instance *do_gm_instance_retire(struct gpu_manager *gm, struct gm_instance *m)
 {
     m->current = 0;
     if (m->state == GM_LOADING)
         atomic_store(&m->cancel, 1);
     if (m->state != GM_FAILED)
         m->state = GM_DRAINING;
-    return do_gm_unref(gm, m);
+    return do_gm_instance_unref(gm, m);
 }
 
 /* ---- device names ------------------------------------------------------ */
 
-int gm_resolve_device(struct gpu_manager *gm, const char *name, struct gpu_backend **be, int *dev,
-                      const char **code, char *msg, size_t msglen)
+int gm_resolve_device(struct gpu_manager *gm, const char *name, struct gm_device *where,
+                      struct st_error *err)
 {
     enum gpu_kind kind;
     int index;
     const char *uuid;
-    if (gpu_parse_device(name, &kind, &index, &uuid) < 0) {
-        *code = "bad_device";
-        snprintf(msg, msglen, "device \"%.100s\" is not \"host\", \"cuda:N\", or a GPU-... or "
-                 "MIG-... UUID as nvidia-smi -L prints it", name);
-        return 400;
-    }
+    if (gpu_parse_device(name, &kind, &index, &uuid) < 0)
+        return st_error_fail(err, ST_ERR_INVALID_ARGUMENT, "device \"%.100s\" is not \"host\", "
+                             "\"cuda:N\", or a GPU-... or MIG-... UUID as nvidia-smi -L prints it",
+                             name);
+    where->name = name;
     if (kind == GPU_KIND_HOST) {
-        *be = gm->host;
-        *dev = 0;
+        where->be = gm->host;
+        where->dev = 0;
         return 0;
     }
-    if (!gm->cuda) {
-        *code = "gpu_unavailable";
-        snprintf(msg, msglen, "no GPU: %s", gm->cuda_reason);
-        return 503;
-    }
-    *dev = gpu_find_device(gm->cuda, index, uuid);
-    if (*dev < 0) {
-        *code = "bad_device";
-        snprintf(msg, msglen, "no CUDA device %.100s (%zu present)", name, gm->cuda->n_devices);
-        return 400;
-    }
-    const struct gpu_device *d = &gm->cuda->devices[*dev];
-    if (d->error[0]) {
-        *code = "gpu_unavailable";
-        snprintf(msg, msglen, "CUDA device %d (%.60s) cannot be used: %s", d->index, d->name,
-                 d->error);
-        return 503;
-    }
-    *be = gm->cuda;
+    if (!gm->cuda)
+        return st_error_fail(err, ST_ERR_NO_DEVICE, "no GPU: %s", gm->cuda_reason);
+    int dev = gpu_find_device(gm->cuda, index, uuid);
+    if (dev < 0)
+        return st_error_fail(err, ST_ERR_INVALID_ARGUMENT, "no CUDA device %.100s (%zu present)",
+                             name, gm->cuda->n_devices);
+    const struct gpu_device *d = &gm->cuda->devices[dev];
+    if (d->error[0])
+        return st_error_fail(err, ST_ERR_NO_DEVICE, "CUDA device %d (%.60s) cannot be used: %s",
+                             d->index, d->name, d->error);
+    where->be = gm->cuda;
+    where->dev = dev;
     return 0;
 }
 
 /* ---- public API -------------------------------------------------------- */
 
-struct gpu_manager *gpu_manager_new(const struct config *cfg, struct registry_holder *holder)
+struct gpu_manager *gpu_manager_new(const struct gm_options *opt, struct registry_holder *holder)
 {
     struct gpu_manager *gm = xcalloc(1, sizeof(*gm));
-    gm->cfg = cfg;
+    gm->opt = *opt;
     gm->holder = holder;
     pthread_mutex_init(&gm->lock, NULL);
     pthread_cond_init(&gm->cond, NULL);
     gm->host = gpu_host_new();
     gm->cuda = gpu_cuda_probe(gm->cuda_reason, sizeof(gm->cuda_reason));
-    gm->socket_path = config_ipc_socket_path(cfg);
     if (gm->cuda)
         log_msg(LOG_INFO, "gpu: %zu CUDA device(s)", gm->cuda->n_devices);
     else
@@ -286,144 +306,132 @@ struct gpu_manager *gpu_manager_new(const struct config *cfg, struct registry_ho
     return gm;
 }
 
-int gpu_manager_start(struct gpu_manager *gm, char *err, size_t errlen)
+int gpu_manager_start(struct gpu_manager *gm, struct st_error *err)
 {
-    if (gpu_preload_start(gm, err, errlen) < 0)
-        return -1;
+    int rc = gpu_preload_start(gm, err);
+    if (rc < 0)
+        return rc;
     pthread_mutex_lock(&gm->lock);
     gm->started = 1;
     pthread_mutex_unlock(&gm->lock);
     return 0;
 }
 
-json_t *gpu_manager_status_json(struct gpu_manager *gm)
+const struct gpu_backend *gpu_manager_cuda(struct gpu_manager *gm, const char **reason)
 {
-    json_t *devs = json_array(), *backends = json_array(), *models = json_array();
-    json_array_append_new(backends, json_string("host"));
-    if (gm->cuda) {
-        json_array_append_new(backends, json_string("cuda"));
-        for (size_t i = 0; i < gm->cuda->n_devices; i++) {
-            const struct gpu_device *d = &gm->cuda->devices[i];
-            json_t *o = json_pack("{s:i,s:s,s:s,s:I}", "index", d->index, "uuid", d->uuid, "name",
-                                  d->name, "memory_bytes", (json_int_t)d->memory_bytes);
-            if (d->error[0])
-                json_object_set_new(o, "error", json_string(d->error));
-            json_array_append_new(devs, o);
-        }
-    }
-    pthread_mutex_lock(&gm->lock);
-    for (struct gm_model *m = gm->models; m; m = m->next)
-        json_array_append_new(models, json_pack("{s:s,s:s,s:s,s:I,s:i}", "name", m->name, "state",
-                                                gm_state_name(m->state), "device", m->device,
-                                                "generation", (json_int_t)m->generation, "leases",
-                                                (int)m->leases));
-    pthread_mutex_unlock(&gm->lock);
-    json_t *o = json_pack("{s:b,s:o,s:o,s:s,s:o}", "available", gm->cuda != NULL, "devices", devs,
-                          "backends", backends, "ipc_socket", gm->socket_path ? gm->socket_path : "",
-                          "models", models);
-    if (!gm->cuda)
-        json_object_set_new(o, "reason", json_string(gm->cuda_reason));
-    return o;
+    *reason = gm->cuda ? NULL : gm->cuda_reason;
+    return gm->cuda;
 }
 
-char *gpu_manager_model_text(struct gpu_manager *gm, const char *model, int *http_status)
+void gm_rows_free(struct gm_row *rows, size_t n)
 {
-    *http_status = 200;
+    for (size_t i = 0; rows && i < n; i++)
+        free(rows[i].name);
+    free(rows);
+}
+
+int gpu_manager_rows(struct gpu_manager *gm, int current_only, struct gm_row **rows, size_t *n)
+{
+    int rc = 0;
+    *rows = NULL;
+    *n = 0;
     pthread_mutex_lock(&gm->lock);
-    struct gm_model *m = do_find_shown(gm, model);
-    if (m)
-        return gm_render_and_unlock(gm, m);
-    const struct gm_refused *r = do_gm_refused_find(gm, model);
-    json_t *o = r ? json_pack("{s:s,s:s,s:s,s:s}", "model", model, "state", "failed", "device",
-                              r->device, "reason", r->reason)
-                  : json_pack("{s:s,s:s}", "model", model, "state", "none");
+    size_t count = 0;
+    for (struct gm_instance *m = gm->models; m; m = m->next)
+        count += !current_only || m->current;
+    struct gm_row *r = calloc(count ? count : 1, sizeof(*r));
+    if (!r) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    for (struct gm_instance *m = gm->models; m; m = m->next) {
+        if (current_only && !m->current)
+            continue;
+        struct gm_row *row = &r[(*n)++];
+        row->name = strdup(m->name);
+        if (!row->name) {
+            rc = -ENOMEM;
+            break;
+        }
+        row->state = m->state;
+        memcpy(row->device, m->device, sizeof(row->device));
+        row->generation = m->generation;
+        row->leases = m->leases;
+    }
+out:
     pthread_mutex_unlock(&gm->lock);
-    char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
-    json_decref(o);
+    if (rc < 0) {
+        gm_rows_free(r, *n);
+        *n = 0;
+        return rc;
+    }
+    *rows = r;
+    return 0;
+}
+
+void gpu_manager_view(struct gpu_manager *gm, const char *model, struct gm_view *v)
+{
+    pthread_mutex_lock(&gm->lock);
+    struct gm_instance *m = do_gm_find_shown(gm, model);
+    do_gm_view(m, v);
+    const struct gm_refused *r = m ? NULL : do_gm_refused_find(gm, model);
+    if (r) {
+        v->refused = 1;
+        v->state = GM_FAILED;
+        snprintf(v->refused_device, sizeof(v->refused_device), "%s", r->device);
+        snprintf(v->error, sizeof(v->error), "%s", r->reason);
+        v->device = v->refused_device;
+    }
+    pthread_mutex_unlock(&gm->lock);
+}
+
+void gpu_manager_view_release(struct gpu_manager *gm, struct gm_view *v)
+{
+    if (!v->inst)
+        return;
+    pthread_mutex_lock(&gm->lock);
+    struct gm_instance *dead = do_gm_instance_unref(gm, v->inst);
+    pthread_mutex_unlock(&gm->lock);
+    v->inst = NULL;
+    if (dead)
+        gm_instance_free(dead);
+}
+
+const char *gm_view_text(const struct gm_view *v, enum gm_text slot,
+                         char *(*make)(const struct gm_view *v))
+{
+    struct gm_instance *m = v->inst;
+    pthread_mutex_lock(&m->text_lock);
+    if (!m->texts[slot])
+        m->texts[slot] = make(v);
+    const char *text = m->texts[slot];
+    pthread_mutex_unlock(&m->text_lock);
     return text;
 }
 
-json_t *gpu_manager_model_json(struct gpu_manager *gm, const char *model, int *http_status)
-{
-    char *text = gpu_manager_model_text(gm, model, http_status);
-    json_t *o = text ? json_loads(text, 0, NULL) : NULL;
-    free(text);
-    return o;
-}
-
-json_t *gpu_manager_model_summary(struct gpu_manager *gm, const char *model)
+int gpu_manager_evict(struct gpu_manager *gm, const char *model, struct gm_evicted *out,
+                      struct st_error *err)
 {
     pthread_mutex_lock(&gm->lock);
-    struct gm_model *m = do_find_shown(gm, model);
-    const struct gm_refused *r = m ? NULL : do_gm_refused_find(gm, model);
-    json_t *o = json_pack("{s:s}", "state", m ? gm_state_name(m->state) : r ? "failed" : "none");
-    if (r)
-        json_object_set_new(o, "device", json_string(r->device));
-    if (m) {
-        json_object_set_new(o, "device", json_string(m->device));
-        json_object_set_new(o, "generation", json_integer((json_int_t)m->generation));
-    }
-    pthread_mutex_unlock(&gm->lock);
-    return o;
-}
-
-char *gpu_manager_preload_text(struct gpu_manager *gm, const char *model, const char *body,
-                               size_t body_len, int *http_status)
-{
-    json_error_t jerr;
-    json_t *req = json_loadb(body, body_len, JSON_REJECT_DUPLICATES, &jerr);
-    const char *device = json_string_value(json_object_get(req, "device"));
-    char *doc;
-    if (!req || !json_is_object(req) || !device) {
-        *http_status = 400;
-        doc = gpu_render_error_text("bad_request", "the body must be a JSON object with "
-                                    "\"device\": \"cuda:N\", a GPU UUID or \"host\"");
-    } else {
-        *http_status = gpu_preload_request(gm, model, device, 0, &doc);
-    }
-    json_decref(req);
-    return doc;
-}
-
-json_t *gpu_manager_preload(struct gpu_manager *gm, const char *model, const char *body,
-                            size_t body_len, int *http_status)
-{
-    char *text = gpu_manager_preload_text(gm, model, body, body_len, http_status);
-    json_t *o = text ? json_loads(text, 0, NULL) : NULL;
-    free(text);
-    return o;
-}
-
-json_t *gpu_manager_evict(struct gpu_manager *gm, const char *model, int *http_status)
-{
-    json_t *doc;
-    pthread_mutex_lock(&gm->lock);
-    struct gm_model *m = do_gm_find_current(gm, model);
+    struct gm_instance *m = do_gm_find_current(gm, model);
     if (!m) {
         pthread_mutex_unlock(&gm->lock);
-        return gpu_render_http_error(http_status, 404, "not_loaded",
-                                     "model %.200s is not preloaded", model);
+        return st_error_fail(err, ST_ERR_NOT_FOUND, "model %.200s is not preloaded", model);
     }
-    struct gm_model *dead = do_gm_retire(gm, m);
-    if (dead) {
-        doc = json_pack("{s:s,s:s,s:I}", "model", model, "state", "none", "generation",
-                        (json_int_t)m->generation);
-        *http_status = 200;
-    } else {
-        doc = json_pack("{s:s,s:s,s:I,s:i}", "model", model, "state", "draining", "generation",
-                        (json_int_t)m->generation, "leases", (int)m->leases);
-        *http_status = 202;
-    }
+    struct gm_instance *dead = do_gm_instance_retire(gm, m);
+    out->generation = m->generation;
+    out->draining = dead == NULL;
+    out->leases = m->leases;
     pthread_mutex_unlock(&gm->lock);
     log_msg(LOG_INFO, "gpu: evicted %s%s", model, dead ? "" : " (draining until leases end)");
     if (dead)
         gm_instance_free(dead);
-    return doc;
+    return 0;
 }
 
 void gpu_manager_on_reload(struct gpu_manager *gm, struct registry *snap)
 {
-    struct gm_model *dead_list = NULL;
+    struct gm_instance *dead_list = NULL;
     pthread_mutex_lock(&gm->lock);
     /* A preload that took the holder's snapshot before this one is swapped
      * in must not load the old files: it compares with this (see
@@ -431,36 +439,39 @@ void gpu_manager_on_reload(struct gpu_manager *gm, struct registry *snap)
     struct registry *old_latest = gm->latest;
     gm->latest = registry_ref(snap);
     size_t n = 0;
-    for (struct gm_model *m = gm->models; m; m = m->next)
+    for (struct gm_instance *m = gm->models; m; m = m->next)
         n += m->current;
-    struct gm_model **cur = xcalloc(n ? n : 1, sizeof(*cur));
+    struct gm_instance **cur = xcalloc(n ? n : 1, sizeof(*cur));
     n = 0;
-    for (struct gm_model *m = gm->models; m; m = m->next)
+    for (struct gm_instance *m = gm->models; m; m = m->next)
         if (m->current)
             cur[n++] = m;
     for (size_t i = 0; i < n; i++) {
-        struct gm_model *m = cur[i];
+        struct gm_instance *m = cur[i];
         const struct reg_model *rm = registry_find_model(snap, m->name, strlen(m->name));
         int valid = rm && rm->state == MODEL_READY;
         if (valid && same_files(m, rm))
             continue;
-        struct gpu_backend *be = m->be;
-        int dev = m->dev, startup = m->startup;
+        struct gm_device where = {.be = m->be, .dev = m->dev};
+        int startup = m->startup;
         log_msg(LOG_INFO, "gpu: %s changed on disk: %s", m->name,
                 valid ? "reloading it into a new generation" : "evicting it");
         if (startup) { /* the replacement inherits the start-up accounting */
             m->startup = 0;
         }
-        struct gm_model *dead = do_gm_retire(gm, m);
+        struct gm_instance *dead = do_gm_instance_retire(gm, m);
         if (dead) {
             dead->qnext = dead_list;
             dead_list = dead;
         }
-        if (valid) {
-            struct gm_model *nm = do_gm_instance_new(gm, rm, be, dev);
+        struct gm_instance *nm = valid ? do_gm_instance_new(gm, rm, &where) : NULL;
+        if (nm) {
             nm->startup = startup;
-            do_gpu_preload_enqueue(gm, nm);
-        } else if (startup && gm->startup_pending > 0) {
+            do_gm_enqueue(gm, nm);
+        } else if (valid) {
+            log_msg(LOG_ERROR, "gpu: %s: out of memory for its new generation: evicted", m->name);
+        }
+        if (!nm && startup && gm->startup_pending > 0) {
             gm->startup_pending--;
         }
     }
@@ -469,7 +480,7 @@ void gpu_manager_on_reload(struct gpu_manager *gm, struct registry *snap)
         registry_unref(old_latest);
     free(cur);
     while (dead_list) {
-        struct gm_model *d = dead_list;
+        struct gm_instance *d = dead_list;
         dead_list = d->qnext;
         gm_instance_free(d);
     }
@@ -487,7 +498,7 @@ void gpu_manager_update_metrics(struct gpu_manager *gm)
 {
     uint64_t bytes = 0, leases = 0;
     pthread_mutex_lock(&gm->lock);
-    for (struct gm_model *m = gm->models; m; m = m->next) {
+    for (struct gm_instance *m = gm->models; m; m = m->next) {
         leases += m->leases;
         if (m->published)
             for (size_t i = 0; i < m->n_shards; i++)
@@ -522,7 +533,7 @@ void gpu_manager_free(struct gpu_manager *gm)
         return;
     gpu_preload_stop(gm);
     while (gm->models) {
-        struct gm_model *m = gm->models;
+        struct gm_instance *m = gm->models;
         gm->models = m->next;
         gm_instance_free(m);
     }
@@ -535,71 +546,65 @@ void gpu_manager_free(struct gpu_manager *gm)
     gm->host->ops->destroy(gm->host);
     pthread_cond_destroy(&gm->cond);
     pthread_mutex_destroy(&gm->lock);
-    free(gm->socket_path);
     free(gm);
 }
 
 /* ---- leases ------------------------------------------------------------ */
 
-struct gpu_lease *gpu_manager_open(struct gpu_manager *gm, const char *model, const char *device,
-                                   uint64_t lease_id, char **answer, int *fds, size_t max_fds,
-                                   size_t *n_fds)
+/* Whether m can be leased on where (NULL: anywhere) with max_fds
+ * descriptors. Returns 0 or -errno with err (see gpu_manager_open). */
+static int do_gm_leasable(const struct gm_instance *m, const char *model,
+                          const struct gm_device *where, size_t max_fds, struct st_error *err)
 {
-    struct gpu_backend *be = NULL;
-    int dev = -1;
+    if (!m)
+        return st_error_fail(err, ST_ERR_NOT_FOUND, "model %.200s is not preloaded", model);
+    if (where && (m->be != where->be || m->dev != where->dev))
+        return st_error_fail(err, ST_ERR_INVALID_ARGUMENT, "model %.200s is on %s, not %.100s",
+                             model, m->device, where->name);
+    if (m->state == GM_LOADING) {
+        uint64_t done = atomic_load(&m->done);
+        return st_error_fail(err, ST_ERR_CONFLICT, "model %.200s is still loading (%.0f%%)", model,
+                             m->total ? 100.0 * (double)done / (double)m->total : 0.0);
+    }
+    if (m->state != GM_READY)
+        return st_error_fail(err, ST_ERR_DEVICE, "preloading model %.200s failed: %s", model,
+                             m->error);
+    if (m->n_shards > max_fds)
+        return st_error_fail(err, ST_ERR_LIMIT, "model %.200s has %zu shards; at most %zu can "
+                             "be passed in one answer", model, m->n_shards, max_fds);
+    return 0;
+}
+
+struct gpu_lease *gpu_manager_open(struct gpu_manager *gm, const char *model,
+                                   const struct gm_device *where, struct gm_view *v, int *fds,
+                                   size_t max_fds, size_t *n_fds, struct st_error *err)
+{
     *n_fds = 0;
-    if (device && *device) {
-        const char *code;
-        char msg[512];
-        if (gm_resolve_device(gm, device, &be, &dev, &code, msg, sizeof(msg))) {
-            *answer = gpu_error_answer_text(code, "%s", msg);
-            return NULL;
-        }
+    memset(v, 0, sizeof(*v));
+    struct gpu_lease *l = malloc(sizeof(*l));
+    if (!l) {
+        st_error_fail(err, ST_ERR_NO_MEMORY, "out of memory opening a lease");
+        return NULL;
     }
     pthread_mutex_lock(&gm->lock);
-    struct gm_model *m = do_gm_find_current(gm, model);
-    if (!m) {
-        *answer = gpu_error_answer_text("not_loaded", "model %.200s is not preloaded", model);
-        goto fail;
-    }
-    if (be && (m->be != be || m->dev != dev)) {
-        *answer = gpu_error_answer_text("wrong_device", "model %.200s is on %s, not %.100s", model,
-                                        m->device, device);
-        goto fail;
-    }
-    if (m->state != GM_READY) {
-        uint64_t done = atomic_load(&m->done);
-        if (m->state == GM_LOADING)
-            *answer = gpu_error_answer_text("loading", "model %.200s is still loading (%.0f%%)",
-                                            model, m->total ? 100.0 * (double)done /
-                                                                  (double)m->total : 0.0);
-        else
-            *answer = gpu_error_answer_text("failed", "preloading model %.200s failed: %s", model,
-                                            m->error);
-        goto fail;
-    }
-    if (m->n_shards > max_fds) {
-        *answer = gpu_error_answer_text("too_many_shards", "model %.200s has %zu shards; at most "
-                                        "%zu can be passed in one answer", model, m->n_shards,
-                                        max_fds);
-        goto fail;
+    struct gm_instance *m = do_gm_find_current(gm, model);
+    if (do_gm_leasable(m, model, where, max_fds, err) < 0) {
+        pthread_mutex_unlock(&gm->lock);
+        free(l);
+        return NULL;
     }
     for (size_t i = 0; i < m->n_shards; i++)
         fds[i] = m->shards[i].a.fd;
     *n_fds = m->n_shards;
     m->refs++;
     m->leases++;
-    pthread_mutex_unlock(&gm->lock);
-    /* The lease's reference keeps m, and its published allocations, as
-     * they are: the answer is rendered without the lock. */
-    *answer = gpu_render_open_text(m, lease_id);
-    metrics_add(MC_LEASES_TOTAL, 1);
-    struct gpu_lease *l = xmalloc(sizeof(*l));
     l->m = m;
-    return l;
-fail:
+    /* The view's own reference keeps m, and its published allocations,
+     * as they are while the caller renders the answer without the lock. */
+    do_gm_view(m, v);
     pthread_mutex_unlock(&gm->lock);
-    return NULL;
+    metrics_add(MC_LEASES_TOTAL, 1);
+    return l;
 }
 
 void gpu_lease_release(struct gpu_manager *gm, struct gpu_lease *l)
@@ -607,9 +612,9 @@ void gpu_lease_release(struct gpu_manager *gm, struct gpu_lease *l)
     if (!l)
         return;
     pthread_mutex_lock(&gm->lock);
-    struct gm_model *m = l->m;
+    struct gm_instance *m = l->m;
     m->leases--;
-    struct gm_model *dead = do_gm_unref(gm, m);
+    struct gm_instance *dead = do_gm_instance_unref(gm, m);
     pthread_mutex_unlock(&gm->lock);
     if (dead) {
         log_msg(LOG_INFO, "gpu: last lease on %s (generation %llu) ended: memory released",
@@ -617,17 +622,4 @@ void gpu_lease_release(struct gpu_manager *gm, struct gpu_lease *l)
         gm_instance_free(dead);
     }
     free(l);
-}
-
-json_t *gpu_manager_list_json(struct gpu_manager *gm)
-{
-    json_t *models = json_array();
-    pthread_mutex_lock(&gm->lock);
-    for (struct gm_model *m = gm->models; m; m = m->next)
-        if (m->current)
-            json_array_append_new(models, json_pack("{s:s,s:s,s:s,s:I}", "name", m->name, "state",
-                                                    gm_state_name(m->state), "device", m->device,
-                                                    "generation", (json_int_t)m->generation));
-    pthread_mutex_unlock(&gm->lock);
-    return json_pack("{s:b,s:o}", "ok", 1, "models", models);
 }

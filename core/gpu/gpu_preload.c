@@ -1,4 +1,4 @@
-/* gpu_preload: the load queue, the loader thread, and preload requests. */
+/* gpu_preload: preload requests, the load queue and the loader thread. */
 #include "gpu_preload.h"
 
 #include <errno.h>
@@ -11,12 +11,11 @@
 
 #include "gpu_load.h"
 #include "gpu_manager_int.h"
-#include "gpu_render.h"
 #include "log.h"
 #include "metrics.h"
 #include "util.h"
 
-void do_gpu_preload_enqueue(struct gpu_manager *gm, struct gm_model *m)
+void do_gm_enqueue(struct gpu_manager *gm, struct gm_instance *m)
 {
     m->refs = 2;
     m->current = 1;
@@ -39,9 +38,9 @@ static int open_direct(const struct reg_model *rm, const struct reg_file *f)
 }
 
 /* Fills every allocation of m. Returns 0, -ECANCELED, or -1 with m->error. */
-static int load_instance(struct gpu_manager *gm, struct gm_model *m)
+static int load_instance(struct gpu_manager *gm, struct gm_instance *m)
 {
-    const struct config *cfg = gm->cfg;
+    const struct gm_options *cfg = &gm->opt;
     struct gpu_loader l;
     char err[512] = "";
     int rc = -1, have_loader = 0;
@@ -113,7 +112,7 @@ static void *loader_main(void *arg)
             pthread_cond_wait(&gm->cond, &gm->lock);
         if (gm->stopping)
             break;
-        struct gm_model *m = gm->qhead;
+        struct gm_instance *m = gm->qhead;
         gm->qhead = m->qnext;
         if (!gm->qhead)
             gm->qtail = NULL;
@@ -155,7 +154,7 @@ static void *loader_main(void *arg)
             gm->startup_pending--;
         m->startup = 0;
         gm->loading = 0;
-        struct gm_model *dead = do_gm_unref(gm, m);
+        struct gm_instance *dead = do_gm_instance_unref(gm, m);
         pthread_cond_broadcast(&gm->cond);
         pthread_mutex_unlock(&gm->lock);
         reg_model_unref(rm); /* closes files: outside the lock */
@@ -167,21 +166,30 @@ static void *loader_main(void *arg)
     return NULL;
 }
 
-int gpu_preload_request(struct gpu_manager *gm, const char *model, const char *device,
-                        int startup, char **doc)
+/* Under gm->lock: whether model (rm in the newest snapshot) may be loaded
+ * on *where, and if it is already there. Returns 1 to start a load, 0 when
+ * cur already is the answer, or -errno with err. */
+static int do_preload_check(const struct reg_model *rm, const struct gm_instance *cur,
+                            const char *model, const struct gm_device *where,
+                            struct st_error *err)
 {
-    struct gpu_backend *be;
-    int dev, status = 0;
-    const char *code;
-    char msg[512];
-    *doc = NULL;
-    int rs = gm_resolve_device(gm, device, &be, &dev, &code, msg, sizeof(msg));
-    if (rs) {
-        *doc = gpu_render_error_text(code, "%s", msg);
-        return rs;
-    }
+    if (!rm)
+        return st_error_fail(err, ST_ERR_NOT_FOUND, "no model named \"%.200s\"", model);
+    if (rm->state != MODEL_READY)
+        return st_error_fail(err, ST_ERR_INVALID_ARGUMENT, "model %.200s is invalid: %s", model,
+                             rm->error.message);
+    if (cur && (cur->be != where->be || cur->dev != where->dev))
+        return st_error_fail(err, ST_ERR_CONFLICT, "model %.200s is already on %s: evict it "
+                             "first", model, cur->device);
+    return cur && cur->state != GM_FAILED ? 0 : 1;
+}
+
+int gpu_preload_request(struct gpu_manager *gm, const char *model, const struct gm_device *where,
+                        int startup, struct gm_view *v, struct st_error *err)
+{
     struct registry *snap = registry_holder_acquire(gm->holder), *stale = NULL;
-    struct gm_model *dead = NULL;
+    struct gm_instance *dead = NULL;
+    memset(v, 0, sizeof(*v));
     pthread_mutex_lock(&gm->lock);
     /* A reload announces its snapshot before the holder swaps it in: a
      * request in between must load the new files, or its instance would
@@ -191,84 +199,72 @@ int gpu_preload_request(struct gpu_manager *gm, const char *model, const char *d
         snap = registry_ref(gm->latest);
     }
     const struct reg_model *rm = snap ? registry_find_model(snap, model, strlen(model)) : NULL;
-    struct gm_model *cur = do_gm_find_current(gm, model);
-    if (!rm) {
-        *doc = gpu_render_error_text("not_found", "no model named \"%.200s\"", model);
-        status = 404;
-    } else if (rm->state != MODEL_READY) {
-        *doc = gpu_render_error_text("model_invalid", "model %.200s is invalid: %s", model,
-                                     rm->error.message);
-        status = 409;
-    } else if (cur && (cur->be != be || cur->dev != dev)) {
-        *doc = gpu_render_error_text("loaded_elsewhere", "model %.200s is already on %s: evict "
-                                     "it first", model, cur->device);
-        status = 409;
-    } else if (cur && cur->state != GM_FAILED) {
-        status = 200;
-        *doc = gm_render_and_unlock(gm, cur);
-        goto unlocked;
-    } else {
+    struct gm_instance *cur = do_gm_find_current(gm, model);
+    int rc = do_preload_check(rm, cur, model, where, err);
+    if (rc == 0) {
+        do_gm_view(cur, v);
+    } else if (rc == 1) {
+        struct gm_instance *m = do_gm_instance_new(gm, rm, where);
+        if (!m) {
+            rc = st_error_fail(err, ST_ERR_NO_MEMORY, "model %.200s: not enough memory for its "
+                               "instance", model);
+            goto out;
+        }
         do_gm_refused_clear(gm, model);
         if (cur) /* a failed attempt on this device: try again */
-            dead = do_gm_retire(gm, cur);
-        struct gm_model *m = do_gm_instance_new(gm, rm, be, dev);
+            dead = do_gm_instance_retire(gm, cur);
         m->startup = startup;
         if (startup)
             gm->startup_pending++;
-        do_gpu_preload_enqueue(gm, m);
-        status = 202;
-        *doc = gm_render_and_unlock(gm, m);
-        goto unlocked;
+        do_gm_enqueue(gm, m);
+        do_gm_view(m, v);
     }
+out:
     pthread_mutex_unlock(&gm->lock);
-unlocked:
     if (dead)
         gm_instance_free(dead);
     if (stale)
         registry_unref(stale);
     if (snap)
         registry_unref(snap);
-    return status;
+    return rc;
 }
 
-int gpu_preload_start(struct gpu_manager *gm, char *err, size_t errlen)
+/* One start-up preload, "MODEL@DEVICE". A device that cannot take it (no
+ * usable driver, no such device) leaves it shown failed, with why, rather
+ * than never asked for; a model that does not exist is only logged. */
+static void preload_spec(struct gpu_manager *gm, const char *spec)
 {
-    const struct config *cfg = gm->cfg;
-    if (pthread_create(&gm->loader, NULL, loader_main, gm) != 0) {
-        snprintf(err, errlen, "cannot start the preload thread");
-        return -1;
+    const char *at = strrchr(spec, '@');
+    if (!at) {
+        log_msg(LOG_ERROR, "gpu: preload \"%s\" is not MODEL@DEVICE", spec);
+        return;
     }
+    char *model = xstrndup(spec, (size_t)(at - spec));
+    struct gm_device where;
+    struct gm_view v;
+    struct st_error err;
+    if (gm_resolve_device(gm, at + 1, &where, &err) < 0) {
+        log_msg(LOG_ERROR, "gpu: preload %s: %s", spec, err.message);
+        pthread_mutex_lock(&gm->lock);
+        do_gm_refused_set(gm, model, at + 1, err.message);
+        pthread_mutex_unlock(&gm->lock);
+    } else if (gpu_preload_request(gm, model, &where, 1, &v, &err) < 0) {
+        log_msg(LOG_ERROR, "gpu: preload %s: %s", spec, err.message);
+    } else {
+        gpu_manager_view_release(gm, &v);
+    }
+    free(model);
+}
+
+int gpu_preload_start(struct gpu_manager *gm, struct st_error *err)
+{
+    int rc = pthread_create(&gm->loader, NULL, loader_main, gm);
+    if (rc != 0)
+        return st_error_errno(err, rc, "cannot start the preload thread");
     gm->loader_started = 1;
-    for (unsigned i = 0; i < cfg->n_preload; i++) {
-        const char *spec = cfg->preload[i];
-        const char *at = strrchr(spec, '@');
-        if (!at) {
-            log_msg(LOG_ERROR, "gpu: preload \"%s\" is not MODEL@DEVICE", spec);
-            continue;
-        }
-        char *model = xstrndup(spec, (size_t)(at - spec));
-        char *doc;
-        int st = gpu_preload_request(gm, model, at + 1, 1, &doc);
-        if (st >= 400) {
-            json_t *o = json_loads(doc, 0, NULL);
-            const char *m = json_string_value(json_object_get(json_object_get(o, "error"),
-                                                              "message"));
-            log_msg(LOG_ERROR, "gpu: preload %s: %s", spec, m ? m : "failed");
-            /* The device could not take it (no usable driver, no such
-             * device): GET shows it failed, with why, rather than never
-             * asked for. A model that does not exist is only logged. */
-            const char *code = json_string_value(json_object_get(json_object_get(o, "error"),
-                                                                 "code"));
-            if (code && (strcmp(code, "gpu_unavailable") == 0 || strcmp(code, "bad_device") == 0)) {
-                pthread_mutex_lock(&gm->lock);
-                do_gm_refused_set(gm, model, at + 1, m ? m : "failed");
-                pthread_mutex_unlock(&gm->lock);
-            }
-            json_decref(o);
-        }
-        free(doc);
-        free(model);
-    }
+    for (unsigned i = 0; i < gm->opt.n_preload; i++)
+        preload_spec(gm, gm->opt.preload[i]);
     return 0;
 }
 
@@ -276,7 +272,7 @@ void gpu_preload_stop(struct gpu_manager *gm)
 {
     pthread_mutex_lock(&gm->lock);
     gm->stopping = 1;
-    for (struct gm_model *m = gm->models; m; m = m->next)
+    for (struct gm_instance *m = gm->models; m; m = m->next)
         atomic_store(&m->cancel, 1);
     pthread_cond_broadcast(&gm->cond);
     pthread_mutex_unlock(&gm->lock);

@@ -1,5 +1,5 @@
 /* Tests for the GPU manager (core/gpu/gpu_manager.c, gpu_preload.c,
- * gpu_render.c) on the host backend, no daemon: each test scans its own
+ * server/gpu_doc.c, server/lease_server.c) on the host backend, no daemon: each test scans its own
  * models root, starts a manager on it and drives it through the public
  * calls. Start-up preloads and readiness, the GET document, leases opened
  * directly (fds that map the file bytes), evict while leased (draining, the
@@ -25,6 +25,7 @@
 #include "gpu/gpu_manager.h"
 #include "gpu/gpu_manager_int.h"
 #include "gpu/ipc_proto.h"
+#include "gpu_doc.h"
 #include "lease_server.h"
 #include "metrics.h"
 #include "registry.h"
@@ -77,9 +78,12 @@ static void fx_start(struct fx *f, const char *const *preloads)
     f->cfg.verify = 1;
     for (; preloads && *preloads; preloads++)
         f->cfg.preload[f->cfg.n_preload++] = xstrdup(*preloads);
-    f->gm = gpu_manager_new(&f->cfg, &f->holder);
+    struct gm_options opt;
+    struct st_error serr;
+    gpu_doc_options(&opt, &f->cfg);
+    f->gm = gpu_manager_new(&opt, &f->holder);
     CHECK(!gpu_manager_ready(f->gm));
-    CHECK(gpu_manager_start(f->gm, err, sizeof(err)) == 0);
+    CHECK(gpu_manager_start(f->gm, &serr) == 0);
     f->ls = lease_server_start(f->gm, f->sock, &f->cfg, err, sizeof(err));
     CHECK(f->ls != NULL);
     if (err[0])
@@ -172,14 +176,14 @@ static void remove_model(const struct fx *f, const char *name)
 
 static json_t *post(struct gpu_manager *gm, const char *model, const char *body, int *status)
 {
-    return gpu_manager_preload(gm, model, body, strlen(body), status);
+    return gpu_doc_preload(gm, model, body, strlen(body), status);
 }
 
 static const char *state_of(struct gpu_manager *gm, const char *model)
 {
     static char buf[32];
     int st;
-    json_t *o = gpu_manager_model_json(gm, model, &st);
+    json_t *o = gpu_doc_model_json(gm, model, &st);
     snprintf(buf, sizeof(buf), "%s", json_string_value(json_object_get(o, "state")));
     json_decref(o);
     return buf;
@@ -188,7 +192,7 @@ static const char *state_of(struct gpu_manager *gm, const char *model)
 static json_int_t int_of(struct gpu_manager *gm, const char *model, const char *key)
 {
     int st;
-    json_t *o = gpu_manager_model_json(gm, model, &st);
+    json_t *o = gpu_doc_model_json(gm, model, &st);
     json_int_t v = json_integer_value(json_object_get(o, key));
     json_decref(o);
     return v;
@@ -208,7 +212,7 @@ static int code_is(json_t *doc, const char *code)
 /* The status document's model rows named name. */
 static size_t status_rows(struct gpu_manager *gm, const char *name)
 {
-    json_t *s = gpu_manager_status_json(gm), *row;
+    json_t *s = gpu_doc_status_json(gm, NULL), *row;
     size_t i, n = 0;
     json_array_foreach(json_object_get(s, "models"), i, row)
         n += strcmp(json_string_value(json_object_get(row, "name")), name) == 0;
@@ -246,12 +250,12 @@ static int fds_on_file(int fd)
     return n;
 }
 
-/* gpu_manager_open with its answer parsed into *ans (lease id 1). */
+/* gpu_doc_open with its answer parsed into *ans (lease id 1). */
 static struct gpu_lease *open_lease(struct gpu_manager *gm, const char *model, const char *device,
                                     json_t **ans, int *fds, size_t max_fds, size_t *n)
 {
     char *text = NULL;
-    struct gpu_lease *l = gpu_manager_open(gm, model, device, 1, &text, fds, max_fds, n);
+    struct gpu_lease *l = gpu_doc_open(gm, model, device, 1, &text, fds, max_fds, n);
     *ans = text ? json_loads(text, 0, NULL) : NULL;
     CHECK(*ans != NULL);
     free(text);
@@ -260,7 +264,7 @@ static struct gpu_lease *open_lease(struct gpu_manager *gm, const char *model, c
 
 static int cuda_available(struct gpu_manager *gm)
 {
-    json_t *s = gpu_manager_status_json(gm);
+    json_t *s = gpu_doc_status_json(gm, NULL);
     int yes = json_is_true(json_object_get(s, "available"));
     json_decref(s);
     return yes;
@@ -287,7 +291,7 @@ TEST(startup_preloads_and_the_get_document)
     CHECK_STR(state_of(f.gm, "nope"), "none");
 
     int st = 0;
-    json_t *o = gpu_manager_model_json(f.gm, "ma", &st);
+    json_t *o = gpu_doc_model_json(f.gm, "ma", &st);
     CHECK(st == 200);
     CHECK_STR(json_string_value(json_object_get(o, "state")), "ready");
     CHECK_STR(json_string_value(json_object_get(o, "backend")), "host");
@@ -327,15 +331,15 @@ TEST(startup_preloads_and_the_get_document)
     CHECK(json_integer_value(json_object_get(json_array_get(ts, 2), "nbytes")) == 0);
     json_decref(o);
 
-    o = gpu_manager_model_summary(f.gm, "ma");
+    o = gpu_doc_summary(f.gm, "ma");
     CHECK_STR(json_string_value(json_object_get(o, "state")), "ready");
     CHECK_STR(json_string_value(json_object_get(o, "device")), "host");
     json_decref(o);
-    o = gpu_manager_model_summary(f.gm, "nope");
+    o = gpu_doc_summary(f.gm, "nope");
     CHECK_STR(json_string_value(json_object_get(o, "state")), "none");
     CHECK(json_object_size(o) == 1);
     json_decref(o);
-    o = gpu_manager_status_json(f.gm);
+    o = gpu_doc_status_json(f.gm, f.sock);
     CHECK_STR(json_string_value(json_object_get(o, "ipc_socket")), f.sock);
     CHECK_STR(json_string_value(json_array_get(json_object_get(o, "backends"), 0)), "host");
     CHECK(json_array_size(json_object_get(o, "models")) == 1);
@@ -472,7 +476,7 @@ TEST(leases_hand_out_the_shards)
     CHECK(code_is(ans, "bad_device"));
     CHECK(open_lease(f.gm, "sh", "cuda:0", &ans, fds, 4, &n) == NULL);
     CHECK(code_is(ans, cuda_available(f.gm) ? "wrong_device" : "gpu_unavailable"));
-    ans = gpu_error_answer("forbidden", "uid %d", 7);
+    ans = gpu_doc_answer_error("forbidden", "uid %d", 7);
     CHECK(json_is_false(json_object_get(ans, "ok")));
     CHECK_STR(json_string_value(json_object_get(json_object_get(ans, "error"), "message")), "uid 7");
     CHECK(code_is(ans, "forbidden"));
@@ -484,7 +488,7 @@ TEST(leases_hand_out_the_shards)
     CHECK(int_of(f.gm, "sh", "leases") == 0);
     CHECK(gpu_metric(f.gm, "tensord_gpu_leases_active") == 0);
     CHECK_STR(state_of(f.gm, "sh"), "ready"); /* leases ending do not unload */
-    ans = gpu_manager_list_json(f.gm);
+    ans = gpu_doc_list_json(f.gm);
     CHECK(json_array_size(json_object_get(ans, "models")) == 1);
     json_decref(ans);
     fx_free(&f);
@@ -515,7 +519,7 @@ TEST(evict_while_leased_drains)
     CHECK(map != MAP_FAILED);
     CHECK(fds_on_file(worker_fd) == 2); /* the daemon's and the worker's */
 
-    json_t *d = gpu_manager_evict(f.gm, "ma", &st);
+    json_t *d = gpu_doc_evict(f.gm, "ma", &st);
     CHECK(st == 202);
     CHECK_STR(json_string_value(json_object_get(d, "state")), "draining");
     CHECK(json_integer_value(json_object_get(d, "leases")) == 1);
@@ -523,16 +527,16 @@ TEST(evict_while_leased_drains)
     json_decref(d);
     CHECK_STR(state_of(f.gm, "ma"), "draining");
     CHECK(int_of(f.gm, "ma", "leases") == 1);
-    d = gpu_manager_model_summary(f.gm, "ma");
+    d = gpu_doc_summary(f.gm, "ma");
     CHECK_STR(json_string_value(json_object_get(d, "state")), "draining");
     json_decref(d);
     CHECK(status_rows(f.gm, "ma") == 1);
-    d = gpu_manager_list_json(f.gm); /* lists what can be opened: mb only */
+    d = gpu_doc_list_json(f.gm); /* lists what can be opened: mb only */
     CHECK(json_array_size(json_object_get(d, "models")) == 1);
     json_decref(d);
     CHECK(open_lease(f.gm, "ma", NULL, &ans, fds, 2, &n) == NULL);
     CHECK(code_is(ans, "not_loaded"));
-    CHECK(code_is(gpu_manager_evict(f.gm, "ma", &st), "not_loaded") && st == 404);
+    CHECK(code_is(gpu_doc_evict(f.gm, "ma", &st), "not_loaded") && st == 404);
 
     gpu_lease_release(f.gm, l);
     CHECK_STR(state_of(f.gm, "ma"), "none");
@@ -544,7 +548,7 @@ TEST(evict_while_leased_drains)
     if (worker_fd >= 0)
         close(worker_fd);
 
-    d = gpu_manager_evict(f.gm, "mb", &st);
+    d = gpu_doc_evict(f.gm, "mb", &st);
     CHECK(st == 200);
     CHECK_STR(json_string_value(json_object_get(d, "state")), "none");
     json_decref(d);
@@ -638,7 +642,7 @@ TEST(failed_preload_then_retry)
     wait_idle(f.gm);
     CHECK_STR(state_of(f.gm, "mt"), "failed");
     json_int_t gen = int_of(f.gm, "mt", "generation");
-    d = gpu_manager_model_json(f.gm, "mt", &st);
+    d = gpu_doc_model_json(f.gm, "mt", &st);
     CHECK_CONTAINS(json_string_value(json_object_get(d, "reason")), "mt.safetensors");
     json_t *a0 = json_array_get(json_object_get(d, "allocations"), 0);
     CHECK(a0 && json_object_get(a0, "checksum") == NULL); /* nothing published */
@@ -686,11 +690,11 @@ TEST(lease_through_the_client)
     CHECK(st == 503 || st == 202);
     json_decref(d);
     CHECK(code_is(post(gm, "nope", "{\"device\":\"host\"}", &st), "not_found") && st == 404);
-    CHECK(code_is(gpu_manager_evict(gm, "mb", &st), "not_loaded") && st == 404);
+    CHECK(code_is(gpu_doc_evict(gm, "mb", &st), "not_loaded") && st == 404);
     d = post(gm, "ma", "{\"device\":\"host\"}", &st);
     CHECK(st == 200);
     json_decref(d);
-    json_t *s = gpu_manager_status_json(gm);
+    json_t *s = gpu_doc_status_json(gm, NULL);
     CHECK(json_is_boolean(json_object_get(s, "available")));
     CHECK(json_array_size(json_object_get(s, "backends")) >= 1);
     json_decref(s);
@@ -733,7 +737,7 @@ TEST(lease_through_the_client)
     CHECK(m2 && memcmp(tensord_model_find(m2, "x")->data, da, 1000) == 0);
 
     /* evict while leased: draining until the lease ends */
-    d = gpu_manager_evict(gm, "ma", &st);
+    d = gpu_doc_evict(gm, "ma", &st);
     CHECK(st == 202);
     CHECK_STR(json_string_value(json_object_get(d, "state")), "draining");
     json_decref(d);
@@ -752,7 +756,7 @@ TEST(lease_through_the_client)
     CHECK(st == 202);
     json_decref(d);
     CHECK(gpu_manager_wait_idle(gm, 10000) == 0);
-    d = gpu_manager_evict(gm, "mb", &st);
+    d = gpu_doc_evict(gm, "mb", &st);
     CHECK(st == 200);
     json_decref(d);
     CHECK_STR(state_of(gm, "mb"), "none");
@@ -808,7 +812,7 @@ TEST(legacy_handle_only_in_the_open_answer)
     fx_start(&f, preloads);
     wait_idle(f.gm);
     pthread_mutex_lock(&f.gm->lock);
-    struct gm_model *m = f.gm->models;
+    struct gm_instance *m = f.gm->models;
     CHECK(m && m->published);
     if (m) {
         m->shards[0].a.legacy_size = 2u << 20;
@@ -817,7 +821,7 @@ TEST(legacy_handle_only_in_the_open_answer)
     pthread_mutex_unlock(&f.gm->lock);
     int st, fds[1];
     size_t n;
-    char *text = gpu_manager_model_text(f.gm, "ma", &st);
+    char *text = gpu_doc_model_text(f.gm, "ma", &st);
     CHECK(text && !strstr(text, "raw_handle") && strstr(text, "cuda_ipc"));
     free(text);
     json_t *ans;
@@ -846,7 +850,7 @@ static void *poll_gpu_doc(void *arg)
     struct poller *p = arg;
     while (!atomic_load(&p->stop)) {
         int st;
-        free(gpu_manager_model_text(p->gm, "big", &st));
+        free(gpu_doc_model_text(p->gm, "big", &st));
         p->renders++;
     }
     return NULL;
@@ -888,7 +892,7 @@ TEST(documents_render_outside_the_lock)
     /* What one render costs the first time (nothing cached). */
     int st;
     uint64_t t0 = time_mono_ns();
-    free(gpu_manager_model_text(f.gm, "big", &st));
+    free(gpu_doc_model_text(f.gm, "big", &st));
     uint64_t first = time_mono_ns() - t0;
     struct poller p[3];
     pthread_t th[3];
