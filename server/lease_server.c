@@ -1,5 +1,5 @@
 /* lease_server: the lease socket's two threads: accepting (and refusing,
- * server/lease_peer.c) and serving allowed connections. */
+ * server/lease_access.c) and serving allowed connections. */
 #include "lease_server.h"
 
 #include <errno.h>
@@ -20,7 +20,7 @@
 #include "gpu/gpu_manager.h"
 #include "gpu_doc.h"
 #include "gpu/ipc_proto.h"
-#include "lease_peer.h"
+#include "lease_access.h"
 #include "log.h"
 #include "metrics.h"
 #include "util.h"
@@ -435,8 +435,8 @@ static void accept_some(struct lease_server *s)
         if (fd < 0)
             return;
         struct ucred cr = {0};
-        if (!lease_peer_allowed(&s->allow, fd, &cr)) {
-            lease_peer_refuse(&s->refusals, fd, &cr);
+        if (!lease_access_allowed(&s->allow, fd, &cr)) {
+            lease_access_refuse(&s->refusals, fd, &cr);
             continue;
         }
         if (atomic_load(&s->n_conns) >= MAX_CONNS) {
@@ -473,24 +473,12 @@ static void *accept_main(void *arg)
             break;
         if (n > 0 && pfd[0].revents)
             accept_some(s);
-        lease_refusals_flush(&s->refusals);
+        lease_access_flush(&s->refusals);
     }
     return NULL;
 }
 
 /* ---- start and stop ------------------------------------------------------ */
-
-/* 1 when a live server answers at path. */
-static int socket_alive(const char *path)
-{
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_un a = {.sun_family = AF_UNIX};
-    snprintf(a.sun_path, sizeof(a.sun_path), "%s", path);
-    int alive = fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
-    if (fd >= 0)
-        close(fd);
-    return alive;
-}
 
 static void server_free(struct lease_server *s)
 {
@@ -516,47 +504,19 @@ static void server_free(struct lease_server *s)
 }
 
 struct lease_server *lease_server_start(struct gpu_manager *gm, const char *path,
-                                    const struct config *cfg, char *err, size_t errlen)
+                                        const struct config *cfg, char *err, size_t errlen)
 {
-    struct sockaddr_un a = {.sun_family = AF_UNIX};
-    struct stat st;
-    if (!path || strlen(path) >= sizeof(a.sun_path)) {
-        snprintf(err, errlen, "ipc socket path \"%s\" is longer than %zu bytes", path ? path : "",
-                 sizeof(a.sun_path) - 1);
+    int lfd = lease_access_listen(path, err, errlen);
+    if (lfd < 0)
         return NULL;
-    }
-    memcpy(a.sun_path, path, strlen(path) + 1);
-    if (lstat(path, &st) == 0) {
-        if (!S_ISSOCK(st.st_mode)) {
-            snprintf(err, errlen, "ipc socket %s exists and is not a socket", path);
-            return NULL;
-        }
-        if (socket_alive(path)) {
-            snprintf(err, errlen, "ipc socket %s is in use by another process", path);
-            return NULL;
-        }
-        unlink(path); /* stale, from a daemon that did not exit cleanly */
-    }
     struct lease_server *s = xcalloc(1, sizeof(*s));
     s->gm = gm;
     s->path = xstrdup(path);
     s->efd = s->stopfd = s->qfd = -1;
     pthread_mutex_init(&s->qlock, NULL);
-    lease_allow_init(&s->allow, cfg);
+    lease_access_init(&s->allow, cfg);
     s->idle_ns = (uint64_t)cfg->ipc_idle_timeout * 1000000000ULL;
-    s->lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (s->lfd < 0 || bind(s->lfd, (struct sockaddr *)&a, sizeof(a)) < 0) {
-        snprintf(err, errlen, "ipc socket %s: %s", path, strerror(errno));
-        server_free(s);
-        return NULL;
-    }
-    /* Filesystem permissions would only duplicate the allow-list, badly
-     * (one group); SO_PEERCRED is the check. */
-    chmod(path, 0666);
-    if (listen(s->lfd, 512) < 0) {
-        snprintf(err, errlen, "listen on %s: %s", path, strerror(errno));
-        goto fail;
-    }
+    s->lfd = lfd;
     s->efd = epoll_create1(EPOLL_CLOEXEC);
     s->stopfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     s->qfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);

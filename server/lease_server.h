@@ -4,7 +4,7 @@
  *
  *   - the accept thread checks each new connection against the allow-list
  *     (SO_PEERCRED, plus SO_PEERGROUPS for every supplementary group) and
- *     refuses the others itself (server/lease_peer.c): one short answer,
+ *     refuses the others itself (server/lease_access.c): one short answer,
  *     close, and a log line per peer uid per LEASE_REFUSAL_LOG_SECONDS with
  *     a count. A flood of refused peers never reaches the connections being
  *     served;

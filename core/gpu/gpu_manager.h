@@ -22,9 +22,10 @@
  * runs with that mutex held (memcached's do_ convention) and never frees an
  * instance (core/gpu/gpu_manager_int.h has the rules).
  *
- * Three files implement it: core/gpu/gpu_manager.c (the instance table,
- * views, leases, evict, reload), core/gpu/gpu_preload.c (preload requests
- * and the loader thread) and core/gpu/gpu_manager_int.h (what they share). */
+ * It is implemented by core/gpu/gpu_manager.c (the instance table, views,
+ * leases, evict, reload), core/gpu/gpu_instance.c (one instance),
+ * core/gpu/gpu_preload.c (preload requests and the loader thread), and
+ * core/gpu/gpu_manager_int.h (what they share). */
 #ifndef TENSORD_GPU_MANAGER_H
 #define TENSORD_GPU_MANAGER_H
 

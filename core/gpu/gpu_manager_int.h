@@ -1,8 +1,10 @@
 /* gpu_manager_int: the private half of gpu_manager, shared by the three
  * files that implement it and included by nothing else:
  *
- *   core/gpu/gpu_manager.c  the instance table, its lock, instance refcounts,
- *                           views, leases, evict and reload
+ *   core/gpu/gpu_manager.c  the instance table, its lock, views, leases,
+ *                           evict and reload
+ *   core/gpu/gpu_instance.c one instance: building, refcounts, retiring,
+ *                           views, freeing
  *   core/gpu/gpu_preload.c  preload requests, the load queue and the loader
  *                           thread
  *
@@ -121,7 +123,7 @@ void do_gm_refused_set(struct gpu_manager *gm, const char *model, const char *de
 void do_gm_refused_clear(struct gpu_manager *gm, const char *model);
 const struct gm_refused *do_gm_refused_find(struct gpu_manager *gm, const char *model);
 
-/* ---- instances (core/gpu/gpu_manager.c) ---- */
+/* ---- instances (core/gpu/gpu_instance.c) ---- */
 
 /* Builds an instance of rm (which must be valid) on *where, loading, with
  * a new generation and a reference to rm; refs is 0 until it is enqueued.
@@ -129,6 +131,9 @@ const struct gm_refused *do_gm_refused_find(struct gpu_manager *gm, const char *
  * holds the lock (for the generation counter). */
 struct gm_instance *do_gm_instance_new(struct gpu_manager *gm, const struct reg_model *rm,
                                        const struct gm_device *where);
+/* Whether rm's shards are the files m was loaded from (size, mtime,
+ * inode). */
+int gm_instance_same_files(const struct gm_instance *m, const struct reg_model *rm);
 /* Frees an unlinked instance: its allocations, its model reference. */
 void gm_instance_free(struct gm_instance *m);
 /* Drops one reference. Returns m, unlinked, when it must be freed after the

@@ -1,11 +1,14 @@
-/* lease_peer: the lease socket's allow-list check and its refusals. */
-#include "lease_peer.h"
+/* lease_access: the lease socket's file, its allow-list check and its
+ * refusals. */
+#include "lease_access.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "gpu/ipc_proto.h"
@@ -13,12 +16,64 @@
 #include "metrics.h"
 #include "util.h"
 
-void lease_allow_init(struct lease_allow *a, const struct config *cfg)
+void lease_access_init(struct lease_allow *a, const struct config *cfg)
 {
     a->n_uids = cfg->n_allow_uids;
     a->n_gids = cfg->n_allow_gids;
     memcpy(a->uids, cfg->allow_uids, sizeof(a->uids));
     memcpy(a->gids, cfg->allow_gids, sizeof(a->gids));
+}
+
+/* 1 when a live server answers at path. */
+static int socket_alive(const char *path)
+{
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    snprintf(a.sun_path, sizeof(a.sun_path), "%s", path);
+    int alive = fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
+    if (fd >= 0)
+        close(fd);
+    return alive;
+}
+
+int lease_access_listen(const char *path, char *err, size_t errlen)
+{
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    struct stat st;
+    if (!path || strlen(path) >= sizeof(a.sun_path)) {
+        snprintf(err, errlen, "ipc socket path \"%s\" is longer than %zu bytes", path ? path : "",
+                 sizeof(a.sun_path) - 1);
+        return -1;
+    }
+    memcpy(a.sun_path, path, strlen(path) + 1);
+    if (lstat(path, &st) == 0) {
+        if (!S_ISSOCK(st.st_mode)) {
+            snprintf(err, errlen, "ipc socket %s exists and is not a socket", path);
+            return -1;
+        }
+        if (socket_alive(path)) {
+            snprintf(err, errlen, "ipc socket %s is in use by another process", path);
+            return -1;
+        }
+        unlink(path); /* stale, from a daemon that did not exit cleanly */
+    }
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
+        snprintf(err, errlen, "ipc socket %s: %s", path, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    /* Filesystem permissions would only duplicate the allow-list, badly
+     * (one group); SO_PEERCRED is the check. */
+    chmod(path, 0666);
+    if (listen(fd, 512) < 0) {
+        snprintf(err, errlen, "listen on %s: %s", path, strerror(errno));
+        close(fd);
+        unlink(path);
+        return -1;
+    }
+    return fd;
 }
 
 /* The peer's supplementary groups into *groups (caller frees), sized from
@@ -52,7 +107,7 @@ static int peer_groups(int fd, gid_t **groups)
 #endif
 }
 
-int lease_peer_allowed(const struct lease_allow *s, int fd, struct ucred *cr)
+int lease_access_allowed(const struct lease_allow *s, int fd, struct ucred *cr)
 {
     socklen_t len = sizeof(*cr);
     if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, cr, &len) < 0)
@@ -118,7 +173,7 @@ static void note_refusal(struct lease_refusals *s, const struct ucred *cr)
             cr->gid, cr->uid, LEASE_REFUSAL_LOG_SECONDS);
 }
 
-void lease_refusals_flush(struct lease_refusals *s)
+void lease_access_flush(struct lease_refusals *s)
 {
     uint64_t now = time_mono_ns();
     for (int i = 0; i < LEASE_REFUSAL_UIDS; i++) {
@@ -133,7 +188,7 @@ void lease_refusals_flush(struct lease_refusals *s)
 }
 
 /* Answers forbidden and closes, without ever waiting on the peer. */
-void lease_peer_refuse(struct lease_refusals *s, int fd, const struct ucred *cr)
+void lease_access_refuse(struct lease_refusals *s, int fd, const struct ucred *cr)
 {
     char msg[256];
     unsigned char frame[IPC_HEADER_BYTES + sizeof(msg)];
