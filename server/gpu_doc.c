@@ -250,7 +250,8 @@ static char *instance_text(const struct gm_view *v, int for_open, uint64_t lease
 }
 
 /* {"error": {"code", "message"}} as text. */
-static char *error_text(const char *code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static char *error_text(const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 static char *error_text(const char *code, const char *fmt, ...)
 {
     va_list ap;

@@ -192,7 +192,8 @@ void lease_access_refuse(struct lease_refusals *s, int fd, const struct ucred *c
 {
     char msg[256];
     unsigned char frame[IPC_HEADER_BYTES + sizeof(msg)];
-    int n = snprintf(msg, sizeof(msg), "{\"ok\":false,\"error\":{\"code\":\"forbidden\",\"message\":"
+    int n = snprintf(msg, sizeof(msg),
+                     "{\"ok\":false,\"error\":{\"code\":\"forbidden\",\"message\":"
                      "\"uid %u gid %u may not use this socket (allow_uids / allow_gids)\"}}",
                      cr->uid, cr->gid);
     ipc_put_header(frame, (uint32_t)n);

@@ -187,5 +187,5 @@ void do_gm_view(struct gm_instance *m, struct gm_view *v)
         memcpy(v->io_mode, m->io_mode, sizeof(v->io_mode));
     }
     if (m->state == GM_FAILED)
-        memcpy(v->error, m->error, sizeof(v->error));
+        memcpy(v->error, m->error.message, sizeof(v->error));
 }

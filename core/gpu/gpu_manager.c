@@ -385,7 +385,7 @@ static int do_gm_leasable(const struct gm_instance *m, const char *model,
     }
     if (m->state != GM_READY)
         return st_error_fail(err, ST_ERR_DEVICE, "preloading model %.200s failed: %s", model,
-                             m->error);
+                             m->error.message);
     if (m->n_shards > max_fds)
         return st_error_fail(err, ST_ERR_LIMIT, "model %.200s has %zu shards; at most %zu can "
                              "be passed in one answer", model, m->n_shards, max_fds);

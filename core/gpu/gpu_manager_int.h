@@ -63,7 +63,7 @@ struct gm_instance {
     char device[24];           /* "host" or "cuda:N" */
     uint64_t generation;
     enum gm_state state;       /* guarded by gm->lock */
-    char error[512];           /* why it failed */
+    struct st_error error;     /* why it failed */
     _Atomic uint64_t done;     /* bytes copied */
     uint64_t total;
     uint64_t t_start_ns, t_end_ns; /* written under gm->lock by the loader */

@@ -37,67 +37,73 @@ static int open_direct(const struct reg_model *rm, const struct reg_file *f)
     return fd >= 0 ? fd : -1;
 }
 
-/* Fills every allocation of m. Returns 0, -ECANCELED, or -1 with m->error. */
-static int load_instance(struct gpu_manager *gm, struct gm_instance *m)
+/* Allocates every shard of m on its device. Returns 0 or -errno with
+ * m->error. */
+static int alloc_shards(const struct gm_options *opt, struct gm_instance *m, int dev)
 {
-    const struct gm_options *cfg = &gm->opt;
-    struct gpu_loader l;
-    char err[512] = "";
-    int rc = -1, have_loader = 0;
-    int legacy = cfg->legacy_ipc && m->be->kind == GPU_KIND_CUDA;
-    int dev = m->be->kind == GPU_KIND_CUDA ? m->be->devices[m->dev].index : 0;
+    int legacy = opt->legacy_ipc && m->be->kind == GPU_KIND_CUDA;
+    struct st_error e;
     for (size_t i = 0; i < m->n_shards; i++) {
+        struct gm_shard *s = &m->shards[i];
         char label[160];
-        snprintf(label, sizeof(label), "%.80s/%.60s", m->name, m->shards[i].file);
-        if (m->be->ops->alloc(m->be, dev, m->shards[i].size, legacy, label, &m->shards[i].a, err,
-                              sizeof(err)) < 0) {
-            snprintf(m->error, sizeof(m->error), "allocating %llu bytes for %s: %s",
-                     (unsigned long long)m->shards[i].size, m->shards[i].file, err);
-            goto out;
-        }
+        snprintf(label, sizeof(label), "%.80s/%.60s", m->name, s->file);
+        if (m->be->ops->alloc(m->be, dev, s->size, legacy, label, &s->a, &e) < 0)
+            return st_error_fail(&m->error, e.code, "allocating %llu bytes for %s: %s",
+                                 (unsigned long long)s->size, s->file, e.message);
     }
-    if (gpu_loader_init(&l, m->be, dev, cfg->staging_buffers, (size_t)cfg->staging_buffer_bytes,
-                        &m->cancel, &m->done, err, sizeof(err)) < 0) {
-        snprintf(m->error, sizeof(m->error), "%s", err);
-        goto out;
-    }
-    have_loader = 1;
+    return 0;
+}
+
+/* Copies every shard of m through l, then (verify) reads each back and
+ * compares it with its file. Returns 0, -ECANCELED, or -errno with
+ * m->error naming the shard. */
+static int copy_shards(struct gpu_loader *l, struct gm_instance *m, int verify)
+{
+    struct st_error e;
     for (size_t i = 0; i < m->n_shards; i++) {
         struct gm_shard *s = &m->shards[i];
         int dfd = open_direct(m->rm, s->rf);
-        int r = gpu_loader_shard(&l, s->rf->fd, dfd, s->data_start, s->size, &s->a, &s->checksum,
-                                 err, sizeof(err));
+        int r = gpu_loader_shard(l, s->rf->fd, dfd, s->data_start, s->size, &s->a, &s->checksum,
+                                 &e);
         if (dfd >= 0)
             close(dfd);
-        if (r == -ECANCELED) {
-            rc = r;
-            goto out;
-        }
-        if (r < 0 || m->be->ops->finish(m->be, &s->a, err, sizeof(err)) < 0) {
-            snprintf(m->error, sizeof(m->error), "%s: %s", s->file, err);
-            goto out;
-        }
+        if (r == -ECANCELED)
+            return r;
+        if (r < 0 || (r = m->be->ops->finish(m->be, &s->a, &e)) < 0)
+            return st_error_fail(&m->error, e.code, "%s: %s", s->file, e.message);
     }
-    snprintf(m->io_mode, sizeof(m->io_mode), "%s", l.io_mode);
-    if (cfg->verify) {
-        for (size_t i = 0; i < m->n_shards; i++) {
-            struct gm_shard *s = &m->shards[i];
-            int r = gpu_loader_verify(&l, s->rf->fd, s->data_start, s->size, &s->a, err, sizeof(err));
-            if (r == -ECANCELED) {
-                rc = r;
-                goto out;
-            }
-            if (r < 0) {
-                snprintf(m->error, sizeof(m->error), "%s: %s", s->file, err);
-                goto out;
-            }
-        }
-        m->verified = 1;
+    snprintf(m->io_mode, sizeof(m->io_mode), "%s", l->io_mode);
+    for (size_t i = 0; verify && i < m->n_shards; i++) {
+        struct gm_shard *s = &m->shards[i];
+        int r = gpu_loader_verify(l, s->rf->fd, s->data_start, s->size, &s->a, &e);
+        if (r == -ECANCELED)
+            return r;
+        if (r < 0)
+            return st_error_fail(&m->error, e.code, "%s: %s", s->file, e.message);
     }
-    rc = 0;
-out:
-    if (have_loader)
-        gpu_loader_close(&l);
+    m->verified = verify;
+    return 0;
+}
+
+/* Fills every allocation of m. Returns 0, -ECANCELED, or -errno with
+ * m->error. */
+static int load_instance(struct gpu_manager *gm, struct gm_instance *m)
+{
+    const struct gm_options *opt = &gm->opt;
+    struct gpu_loader l;
+    struct st_error e;
+    int dev = m->be->kind == GPU_KIND_CUDA ? m->be->devices[m->dev].index : 0;
+    int rc = alloc_shards(opt, m, dev);
+    if (rc < 0)
+        return rc;
+    rc = gpu_loader_init(&l, m->be, dev, opt->staging_buffers, (size_t)opt->staging_buffer_bytes,
+                         &m->cancel, &m->done, &e);
+    if (rc < 0) {
+        m->error = e;
+        return rc;
+    }
+    rc = copy_shards(&l, m, opt->verify);
+    gpu_loader_close(&l);
     return rc;
 }
 
@@ -148,7 +154,8 @@ static void *loader_main(void *arg)
                     (unsigned long long)m->total, secs, m->io_mode);
         } else if (rc != 0 && rc != -ECANCELED) {
             m->state = GM_FAILED;
-            log_msg(LOG_ERROR, "gpu: preloading %s on %s failed: %s", m->name, m->device, m->error);
+            log_msg(LOG_ERROR, "gpu: preloading %s on %s failed: %s", m->name, m->device,
+                    m->error.message);
         }
         if (m->startup && gm->startup_pending > 0)
             gm->startup_pending--;
