@@ -1,7 +1,9 @@
 /* Fuzzes the lease socket's parsers: the input is a byte stream as a client
  * would send it, split into frames (ipc_frame_next) and parsed as requests
  * (ipc_request_parse); each payload also goes through the client's JSON
- * reader (tjson). Oracles: frames never overrun the input; an accepted "open"
+ * reader (tjson). Oracles: the parser agrees with the jansson-based one it
+ * replaced (tests/ref/ipc_proto_jansson.c) on the outcome, the fields and,
+ * for UTF-8 input, the message; frames never overrun the input; an accepted "open"
  * has a non-empty model of at most IPC_MAX_NAME bytes and survives a
  * re-encode/re-parse round trip unchanged; tjson's exact integers agree with
  * the text they came from. */
@@ -14,6 +16,8 @@
 #include "gpu/ipc_proto.h"
 #include "tjson.h"
 #include "util.h"
+
+#include "../ref/ipc_proto_jansson.c"
 
 static void check_tjson(const struct tjson *v, int depth)
 {
@@ -38,7 +42,11 @@ static void check_tjson(const struct tjson *v, int depth)
 static void one_request(const unsigned char *p, size_t n)
 {
     struct ipc_request *req = xmalloc(sizeof(*req)), *again = xmalloc(sizeof(*again));
-    char err[512];
+    char err[512], why[1200];
+    if (ipc_proto_compare((const char *)p, n, why, sizeof(why))) {
+        fprintf(stderr, "ipc_request_parse and jansson disagree: %s\n", why);
+        abort();
+    }
     if (ipc_request_parse((const char *)p, n, req, err, sizeof(err)) == 0) {
         if (req->op == IPC_OP_OPEN) {
             size_t ml = strlen(req->model);
