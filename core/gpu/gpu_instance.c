@@ -1,6 +1,8 @@
 /* gpu_instance: one instance of the GPU manager (core/gpu/gpu_manager_int.h):
  * built from a registry model, its references, retiring it from the table,
- * its views, and freeing it. */
+ * its views, and freeing it; and the table's lookups (the current instance
+ * of a model, the refused start-up preloads). It calls nothing else of the
+ * manager: gpu_preload.c builds on it, and gpu_manager.c on both. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -9,6 +11,7 @@
 #include <string.h>
 
 #include "gpu_manager_int.h"
+#include "util.h"
 
 void gm_instance_free(struct gm_instance *m)
 {
@@ -188,4 +191,45 @@ void do_gm_view(struct gm_instance *m, struct gm_view *v)
     }
     if (m->state == GM_FAILED)
         memcpy(v->error, m->error.message, sizeof(v->error));
+}
+
+struct gm_instance *do_gm_find_current(struct gpu_manager *gm, const char *name)
+{
+    for (struct gm_instance *m = gm->models; m; m = m->next)
+        if (m->current && strcmp(m->name, name) == 0)
+            return m;
+    return NULL;
+}
+
+void do_gm_refused_clear(struct gpu_manager *gm, const char *model)
+{
+    for (struct gm_refused **pp = &gm->refused; *pp; pp = &(*pp)->next) {
+        if (strcmp((*pp)->model, model) == 0) {
+            struct gm_refused *r = *pp;
+            *pp = r->next;
+            free(r->model);
+            free(r);
+            return;
+        }
+    }
+}
+
+void do_gm_refused_set(struct gpu_manager *gm, const char *model, const char *device,
+                       const char *reason)
+{
+    do_gm_refused_clear(gm, model);
+    struct gm_refused *r = xcalloc(1, sizeof(*r));
+    r->model = xstrdup(model);
+    snprintf(r->device, sizeof(r->device), "%s", device);
+    snprintf(r->reason, sizeof(r->reason), "%s", reason);
+    r->next = gm->refused;
+    gm->refused = r;
+}
+
+const struct gm_refused *do_gm_refused_find(struct gpu_manager *gm, const char *model)
+{
+    for (const struct gm_refused *r = gm->refused; r; r = r->next)
+        if (strcmp(r->model, model) == 0)
+            return r;
+    return NULL;
 }

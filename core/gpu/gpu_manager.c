@@ -19,47 +19,6 @@
 #include "metrics.h"
 #include "util.h"
 
-struct gm_instance *do_gm_find_current(struct gpu_manager *gm, const char *name)
-{
-    for (struct gm_instance *m = gm->models; m; m = m->next)
-        if (m->current && strcmp(m->name, name) == 0)
-            return m;
-    return NULL;
-}
-
-void do_gm_refused_clear(struct gpu_manager *gm, const char *model)
-{
-    for (struct gm_refused **pp = &gm->refused; *pp; pp = &(*pp)->next) {
-        if (strcmp((*pp)->model, model) == 0) {
-            struct gm_refused *r = *pp;
-            *pp = r->next;
-            free(r->model);
-            free(r);
-            return;
-        }
-    }
-}
-
-void do_gm_refused_set(struct gpu_manager *gm, const char *model, const char *device,
-                       const char *reason)
-{
-    do_gm_refused_clear(gm, model);
-    struct gm_refused *r = xcalloc(1, sizeof(*r));
-    r->model = xstrdup(model);
-    snprintf(r->device, sizeof(r->device), "%s", device);
-    snprintf(r->reason, sizeof(r->reason), "%s", reason);
-    r->next = gm->refused;
-    gm->refused = r;
-}
-
-const struct gm_refused *do_gm_refused_find(struct gpu_manager *gm, const char *model)
-{
-    for (const struct gm_refused *r = gm->refused; r; r = r->next)
-        if (strcmp(r->model, model) == 0)
-            return r;
-    return NULL;
-}
-
 /* The current instance, else the newest draining one. Caller holds the lock. */
 static struct gm_instance *do_gm_find_shown(struct gpu_manager *gm, const char *model)
 {
@@ -123,11 +82,40 @@ struct gpu_manager *gpu_manager_new(const struct gm_options *opt, struct registr
     return gm;
 }
 
+/* One start-up preload, "MODEL@DEVICE". A device that cannot take it (no
+ * usable driver, no such device) leaves it shown failed, with why, rather
+ * than never asked for; a model that does not exist is only logged. */
+static void preload_spec(struct gpu_manager *gm, const char *spec)
+{
+    const char *at = strrchr(spec, '@');
+    if (!at) {
+        log_msg(LOG_ERROR, "gpu: preload \"%s\" is not MODEL@DEVICE", spec);
+        return;
+    }
+    char *model = xstrndup(spec, (size_t)(at - spec));
+    struct gm_device where;
+    struct gm_view v;
+    struct st_error err;
+    if (gm_resolve_device(gm, at + 1, &where, &err) < 0) {
+        log_msg(LOG_ERROR, "gpu: preload %s: %s", spec, err.message);
+        pthread_mutex_lock(&gm->lock);
+        do_gm_refused_set(gm, model, at + 1, err.message);
+        pthread_mutex_unlock(&gm->lock);
+    } else if (gpu_preload_request(gm, model, &where, 1, &v, &err) < 0) {
+        log_msg(LOG_ERROR, "gpu: preload %s: %s", spec, err.message);
+    } else {
+        gpu_manager_view_release(gm, &v);
+    }
+    free(model);
+}
+
 int gpu_manager_start(struct gpu_manager *gm, struct st_error *err)
 {
     int rc = gpu_preload_start(gm, err);
     if (rc < 0)
         return rc;
+    for (unsigned i = 0; i < gm->opt.n_preload; i++)
+        preload_spec(gm, gm->opt.preload[i]);
     pthread_mutex_lock(&gm->lock);
     gm->started = 1;
     pthread_mutex_unlock(&gm->lock);

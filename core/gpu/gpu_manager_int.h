@@ -1,12 +1,16 @@
 /* gpu_manager_int: the private half of gpu_manager, shared by the three
- * files that implement it and included by nothing else:
+ * files that implement it and included by nothing else but tests:
  *
- *   core/gpu/gpu_manager.c  the instance table, its lock, views, leases,
- *                           evict and reload
  *   core/gpu/gpu_instance.c one instance: building, refcounts, retiring,
- *                           views, freeing
+ *                           views, freeing; the table's lookups
  *   core/gpu/gpu_preload.c  preload requests, the load queue and the loader
  *                           thread
+ *   core/gpu/gpu_manager.c  the instance table, its lock, views, leases,
+ *                           evict and reload
+ *
+ * They depend on each other in that order only: gpu_instance.c on nothing
+ * else of the manager, gpu_preload.c on gpu_instance.c, gpu_manager.c on
+ * both.
  *
  * gm_ is the private prefix. Locking follows memcached: a function named
  * do_* must be called with gm->lock held; it never takes the lock and never
@@ -117,7 +121,7 @@ struct gpu_manager {
 };
 
 /* Records (startup) or forgets (a preload of model started) a refused
- * start-up preload. Caller holds the lock. */
+ * start-up preload. Caller holds the lock. (core/gpu/gpu_instance.c) */
 void do_gm_refused_set(struct gpu_manager *gm, const char *model, const char *device,
                        const char *reason);
 void do_gm_refused_clear(struct gpu_manager *gm, const char *model);

@@ -237,41 +237,12 @@ out:
     return rc;
 }
 
-/* One start-up preload, "MODEL@DEVICE". A device that cannot take it (no
- * usable driver, no such device) leaves it shown failed, with why, rather
- * than never asked for; a model that does not exist is only logged. */
-static void preload_spec(struct gpu_manager *gm, const char *spec)
-{
-    const char *at = strrchr(spec, '@');
-    if (!at) {
-        log_msg(LOG_ERROR, "gpu: preload \"%s\" is not MODEL@DEVICE", spec);
-        return;
-    }
-    char *model = xstrndup(spec, (size_t)(at - spec));
-    struct gm_device where;
-    struct gm_view v;
-    struct st_error err;
-    if (gm_resolve_device(gm, at + 1, &where, &err) < 0) {
-        log_msg(LOG_ERROR, "gpu: preload %s: %s", spec, err.message);
-        pthread_mutex_lock(&gm->lock);
-        do_gm_refused_set(gm, model, at + 1, err.message);
-        pthread_mutex_unlock(&gm->lock);
-    } else if (gpu_preload_request(gm, model, &where, 1, &v, &err) < 0) {
-        log_msg(LOG_ERROR, "gpu: preload %s: %s", spec, err.message);
-    } else {
-        gpu_manager_view_release(gm, &v);
-    }
-    free(model);
-}
-
 int gpu_preload_start(struct gpu_manager *gm, struct st_error *err)
 {
     int rc = pthread_create(&gm->loader, NULL, loader_main, gm);
     if (rc != 0)
         return st_error_errno(err, rc, "cannot start the preload thread");
     gm->loader_started = 1;
-    for (unsigned i = 0; i < gm->opt.n_preload; i++)
-        preload_spec(gm, gm->opt.preload[i]);
     return 0;
 }
 

@@ -24,10 +24,8 @@
 
 struct gm_instance;
 
-/* Starts the loader thread, then requests the start-up preloads
- * ("MODEL@DEVICE"; a malformed or refused one is logged and skipped, and
- * one its device refused is shown failed, with why). Returns 0, or -errno
- * with err when the thread cannot start. */
+/* Starts the loader thread. Returns 0, or -errno with err when it cannot
+ * start. */
 int gpu_preload_start(struct gpu_manager *gm, struct st_error *err);
 
 /* Starts loading model on *where, as the HTTP POST does; startup marks a
