@@ -45,30 +45,20 @@ static const char *wire_code(enum gpu_op op, enum st_status code, int *http_stat
     return code == ST_ERR_NO_MEMORY ? "out_of_memory" : "internal";
 }
 
-static json_t *error_doc(const char *code, const char *fmt, va_list ap)
+/* {"error": {"code": code, "message": msg}}. */
+static json_t *error_json(const char *code, const char *msg)
 {
-    char msg[1024];
-    vsnprintf(msg, sizeof(msg), fmt, ap);
     return json_pack("{s:{s:s,s:s}}", "error", "code", code, "message", msg);
-}
-
-static json_t *error_doc_f(const char *code, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static json_t *error_doc_f(const char *code, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    json_t *doc = error_doc(code, fmt, ap);
-    va_end(ap);
-    return doc;
 }
 
 json_t *gpu_doc_answer_error(const char *code, const char *fmt, ...)
 {
+    char msg[1024];
     va_list ap;
     va_start(ap, fmt);
-    json_t *doc = error_doc(code, fmt, ap);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
+    json_t *doc = error_json(code, msg);
     json_object_set_new(doc, "ok", json_false());
     return doc;
 }
@@ -249,17 +239,6 @@ static char *instance_text(const struct gm_view *v, int for_open, uint64_t lease
     return text;
 }
 
-/* {"error": {"code", "message"}} as text. */
-static char *error_text(const char *code, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static char *error_text(const char *code, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    json_t *doc = error_doc(code, fmt, ap);
-    va_end(ap);
-    return dump(doc);
-}
 
 void gpu_doc_options(struct gm_options *opt, const struct config *cfg)
 {
@@ -273,11 +252,32 @@ void gpu_doc_options(struct gm_options *opt, const struct config *cfg)
 
 /* ---- HTTP ------------------------------------------------------------------ */
 
+/* The instance table: every instance with its leases (the status), or
+ * the current ones only (what the socket's "list" shows). */
+static json_t *rows_json(struct gpu_manager *gm, int current_only)
+{
+    json_t *models = json_array();
+    struct gm_row *rows;
+    size_t n;
+    if (gpu_manager_rows(gm, current_only, &rows, &n) < 0)
+        n = 0;
+    for (size_t i = 0; i < n; i++) {
+        json_t *o = json_pack("{s:s,s:s,s:s,s:I}", "name", rows[i].name, "state",
+                              gm_state_name(rows[i].state), "device", rows[i].device,
+                              "generation", (json_int_t)rows[i].generation);
+        if (o && !current_only)
+            json_object_set_new(o, "leases", json_integer((int)rows[i].leases));
+        json_array_append_new(models, o);
+    }
+    gm_rows_free(rows, n);
+    return models;
+}
+
 json_t *gpu_doc_status_json(struct gpu_manager *gm, const char *socket_path)
 {
     const char *reason;
     const struct gpu_backend *cuda = gpu_manager_cuda(gm, &reason);
-    json_t *devs = json_array(), *backends = json_array(), *models = json_array();
+    json_t *devs = json_array(), *backends = json_array(), *models = rows_json(gm, 0);
     json_array_append_new(backends, json_string("host"));
     if (cuda) {
         json_array_append_new(backends, json_string("cuda"));
@@ -290,17 +290,6 @@ json_t *gpu_doc_status_json(struct gpu_manager *gm, const char *socket_path)
             json_array_append_new(devs, o);
         }
     }
-    struct gm_row *rows;
-    size_t n;
-    if (gpu_manager_rows(gm, 0, &rows, &n) < 0)
-        n = 0;
-    for (size_t i = 0; i < n; i++)
-        json_array_append_new(models, json_pack("{s:s,s:s,s:s,s:I,s:i}", "name", rows[i].name,
-                                                "state", gm_state_name(rows[i].state), "device",
-                                                rows[i].device, "generation",
-                                                (json_int_t)rows[i].generation, "leases",
-                                                (int)rows[i].leases));
-    gm_rows_free(rows, n);
     json_t *o = json_pack("{s:b,s:o,s:o,s:s,s:o}", "available", cuda != NULL, "devices", devs,
                           "backends", backends, "ipc_socket", socket_path ? socket_path : "",
                           "models", models);
@@ -362,10 +351,10 @@ static char *preload_device(struct gpu_manager *gm, const char *model, const cha
     struct gm_view v;
     struct st_error err;
     if (gm_resolve_device(gm, device, &where, &err) < 0)
-        return error_text(wire_code(GPU_OP_DEVICE, err.code, http_status), "%s", err.message);
+        return dump(error_json(wire_code(GPU_OP_DEVICE, err.code, http_status), err.message));
     int rc = gpu_preload_request(gm, model, &where, 0, &v, &err);
     if (rc < 0)
-        return error_text(wire_code(GPU_OP_PRELOAD, err.code, http_status), "%s", err.message);
+        return dump(error_json(wire_code(GPU_OP_PRELOAD, err.code, http_status), err.message));
     *http_status = rc == 1 ? 202 : 200;
     char *text = instance_text(&v, 0, 0);
     gpu_manager_view_release(gm, &v);
@@ -381,8 +370,8 @@ char *gpu_doc_preload_text(struct gpu_manager *gm, const char *model, const char
     char *doc;
     if (!req || !json_is_object(req) || !device) {
         *http_status = 400;
-        doc = error_text("bad_request", "the body must be a JSON object with \"device\": "
-                         "\"cuda:N\", a GPU UUID or \"host\"");
+        doc = dump(error_json("bad_request", "the body must be a JSON object with \"device\": "
+                                             "\"cuda:N\", a GPU UUID or \"host\""));
     } else {
         doc = preload_device(gm, model, device, http_status);
     }
@@ -402,7 +391,7 @@ json_t *gpu_doc_evict(struct gpu_manager *gm, const char *model, int *http_statu
     struct st_error err;
     if (gpu_manager_evict(gm, model, &ev, &err) < 0) {
         const char *code = wire_code(GPU_OP_EVICT, err.code, http_status);
-        return error_doc_f(code, "%s", err.message);
+        return error_json(code, err.message);
     }
     *http_status = ev.draining ? 202 : 200;
     if (!ev.draining)
@@ -442,16 +431,6 @@ struct gpu_lease *gpu_doc_open(struct gpu_manager *gm, const char *model, const 
 
 json_t *gpu_doc_list_json(struct gpu_manager *gm)
 {
-    json_t *models = json_array();
-    struct gm_row *rows;
-    size_t n;
-    if (gpu_manager_rows(gm, 1, &rows, &n) < 0)
-        n = 0;
-    for (size_t i = 0; i < n; i++)
-        json_array_append_new(models, json_pack("{s:s,s:s,s:s,s:I}", "name", rows[i].name,
-                                                "state", gm_state_name(rows[i].state), "device",
-                                                rows[i].device, "generation",
-                                                (json_int_t)rows[i].generation));
-    gm_rows_free(rows, n);
+    json_t *models = rows_json(gm, 1);
     return json_pack("{s:b,s:o}", "ok", 1, "models", models);
 }
