@@ -95,11 +95,12 @@ ALL_CFLAGS += -fsanitize=$(SANITIZER) -fno-omit-frame-pointer -fno-sanitize-reco
 LDFLAGS    += -fsanitize=$(SANITIZER)
 endif
 
-# Sources: every core/*.c is part of the library; files ending in _cuda.c
-# only when CUDA is on.
-CORE_SRC   := $(filter-out %_cuda.c,$(wildcard core/*.c))
+# Sources: every core/*.c and core/gpu/*.c (GPU sharing, included as
+# "gpu/NAME.h") is part of the library; files ending in _cuda.c only when
+# CUDA is on.
+CORE_SRC   := $(filter-out %_cuda.c,$(wildcard core/*.c core/gpu/*.c))
 ifeq ($(WITH_CUDA),1)
-CORE_SRC   += $(wildcard core/*_cuda.c)
+CORE_SRC   += $(wildcard core/*_cuda.c core/gpu/*_cuda.c)
 endif
 SERVER_SRC := $(wildcard server/*.c)
 CLIENT_SRC := $(filter-out %_cuda.c client/cli.c,$(wildcard client/*.c))

@@ -16,7 +16,7 @@
 #include "answer.h"
 #include "client_int.h"
 #include "cmem.h"
-#include "ipc_proto.h"
+#include "gpu/ipc_proto.h"
 
 const char tdc_oom[] = "out of memory";
 

@@ -9,7 +9,7 @@
 #include "answer.h"
 #include "client_int.h"
 #include "cmem.h"
-#include "ipc_proto.h"
+#include "gpu/ipc_proto.h"
 #include "tensord_client.h"
 
 /* JSON string literal of s (for requests), or NULL. Caller frees. */

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "config_int.h"
-#include "gpu.h"
+#include "gpu/gpu.h"
 #include "util.h"
 
 #define K 1024ULL

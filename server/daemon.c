@@ -26,7 +26,9 @@
 
 #include "auth.h"
 #include "conns.h"
-#include "gpu_manager.h"
+#include "gpu/gpu_manager.h"
+#include "gpu_doc.h"
+#include "lease_server.h"
 #include "hasher.h"
 #include "http.h"
 #include "log.h"
@@ -227,10 +229,31 @@ static void want_rescan(struct loop *l)
     l->pending = 1;
 }
 
+/* Starts the manager's loader (and the config's preloads), then the lease
+ * socket over it. Without the socket, preloads and the HTTP side still
+ * work. Returns the socket's server, or NULL. */
+static struct lease_server *start_gpu_sharing(struct gpu_manager *gm, const struct config *cfg,
+                                              char *err, size_t errlen)
+{
+    struct lease_server *ls = NULL;
+    struct st_error serr;
+    if (gpu_manager_start(gm, &serr) == 0) {
+        char *path = config_ipc_socket_path(cfg);
+        ls = lease_server_start(gm, path, cfg, err, errlen);
+        free(path);
+    } else {
+        snprintf(err, errlen, "%s", serr.message);
+    }
+    if (!ls)
+        log_msg(LOG_WARN, "GPU sharing is off: %s", err);
+    return ls;
+}
+
 int daemon_run(const struct config *cfg)
 {
     struct server srv = {.cfg = cfg, .rescan_fd = -1};
     struct loop l = {.srv = &srv, .generation = 1};
+    struct lease_server *leases = NULL;
     char err[1024];
     int rc = 1, sfd = -1;
 
@@ -289,15 +312,17 @@ int daemon_run(const struct config *cfg)
     hasher_submit(srv.hasher, reg);
     registry_holder_init(&srv.registry, reg);
 
-    srv.gpu = gpu_manager_new(cfg, &srv.registry);
+    struct gm_options gopt;
+    gpu_doc_options(&gopt, cfg);
+    srv.gpu = gpu_manager_new(&gopt, &srv.registry);
     if (http_start(&srv, err, sizeof(err)) < 0) {
         log_msg(LOG_ERROR, "%s", err);
         goto out_registry;
     }
     check_fd_budget(&srv, reg);
     watch_files(l.watch, reg);
-    if (srv.gpu && gpu_manager_start(srv.gpu, err, sizeof(err)) < 0)
-        log_msg(LOG_WARN, "GPU sharing is off: %s", err);
+    if (srv.gpu)
+        leases = start_gpu_sharing(srv.gpu, cfg, err, sizeof(err));
     atomic_store(&srv.ready, 1);
     log_msg(LOG_INFO, "tensord %s listening on %s", TENSORD_VERSION, cfg->listen);
     notify_systemd("READY=1\nSTATUS=serving %zu models on %s", reg->n_models, cfg->listen);
@@ -344,6 +369,7 @@ int daemon_run(const struct config *cfg)
     http_stop(&srv, DRAIN_MS);
     rc = 0;
 out_registry:
+    lease_server_stop(leases); /* first: it ends leases the manager owns */
     if (srv.gpu)
         gpu_manager_free(srv.gpu);
     registry_holder_destroy(&srv.registry);

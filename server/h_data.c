@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpu_manager.h"
+#include "gpu_doc.h"
 #include "handlers.h"
 #include "metrics.h"
 #include "respond.h"
@@ -296,15 +296,15 @@ enum MHD_Result handle_gpu(struct MHD_Connection *conn, struct request *rq,
         !respond_preconditions_hold(conn))
         return respond_error(conn, rq, MHD_HTTP_PRECONDITION_FAILED, "precondition_failed",
                              "If-Match or If-None-Match did not hold; nothing was done");
-    /* GET and POST answer with text the manager rendered outside its lock
+    /* GET and POST answer with text rendered outside the manager's lock
      * (a big model's tensor table is kept, not rebuilt per request). */
     if (strcmp(method, MHD_HTTP_METHOD_POST) == 0)
-        text = gpu_manager_preload_text(gm, m->name, rq->upload ? rq->upload : "", rq->upload_len,
+        text = gpu_doc_preload_text(gm, m->name, rq->upload ? rq->upload : "", rq->upload_len,
                                         &status);
     else if (strcmp(method, MHD_HTTP_METHOD_DELETE) == 0)
-        doc = gpu_manager_evict(gm, m->name, &status);
+        doc = gpu_doc_evict(gm, m->name, &status);
     else
-        text = gpu_manager_model_text(gm, m->name, &status);
+        text = gpu_doc_model_text(gm, m->name, &status);
     if (!doc && !text)
         return respond_error(conn, rq, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal",
                              "the GPU manager gave no answer");

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpu_manager.h"
+#include "gpu_doc.h"
 #include "handlers.h"
 #include "hasher.h"
 #include "metrics.h"
@@ -47,7 +47,15 @@ static json_t *gpu_summary(struct server *srv, const struct reg_model *m)
 {
     if (!srv->gpu)
         return json_pack("{s:s}", "state", "none");
-    return gpu_manager_model_summary(srv->gpu, m->name);
+    return gpu_doc_summary(srv->gpu, m->name);
+}
+
+static json_t *gpu_status(struct server *srv)
+{
+    char *sock = config_ipc_socket_path(srv->cfg);
+    json_t *o = gpu_doc_status_json(srv->gpu, sock);
+    free(sock);
+    return o;
 }
 
 enum MHD_Result handle_models(struct MHD_Connection *conn, struct request *rq,
@@ -70,7 +78,7 @@ enum MHD_Result handle_models(struct MHD_Connection *conn, struct request *rq,
         json_array_append_new(list, o);
     }
     /* Whether this host can preload to a GPU, and if not, why. */
-    json_t *gpu = rq->srv->gpu ? gpu_manager_status_json(rq->srv->gpu)
+    json_t *gpu = rq->srv->gpu ? gpu_status(rq->srv)
                                : json_pack("{s:b,s:s}", "available", 0, "reason",
                                            "GPU sharing is not running");
     struct hasher_progress hp;

@@ -1,14 +1,16 @@
 /* Fuzzes the lease socket's parsers: the input is a byte stream as a client
  * would send it, split into frames (ipc_frame_next) and parsed as requests
  * (ipc_request_parse); each payload also goes through the client's reader of
- * the daemon's answers (client/answer.c, over json_scan). Oracles: frames
- * never overrun the input; an accepted "open" has a non-empty model of at
- * most IPC_MAX_NAME bytes and survives a re-encode/re-parse round trip
- * unchanged; answer_read accepts exactly the objects jansson accepts (with
- * duplicate keys rejected) that nest at most ANSWER_MAX_DEPTH deep and hold
- * no NUL byte, and reads
- * the same "ok" and "lease" from them; an open answer that answer_open
- * accepts has every tensor inside its allocation. */
+ * the daemon's answers (client/answer.c, over json_scan). Oracles: the
+ * request parser agrees with the jansson-based one it replaced
+ * (tests/ref/ipc_proto_jansson.c) on the outcome, the fields and, for UTF-8
+ * input, the message; frames never overrun the input; an accepted "open"
+ * has a non-empty model of at most IPC_MAX_NAME bytes and survives a
+ * re-encode/re-parse round trip unchanged; answer_read accepts exactly the
+ * objects jansson accepts (with duplicate keys rejected) that nest at most
+ * ANSWER_MAX_DEPTH deep and hold no NUL byte, and reads the same "ok" and
+ * "lease" from them; an open answer that answer_open accepts has every
+ * tensor inside its allocation. */
 #include <jansson.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -17,8 +19,10 @@
 
 #include "answer.h"
 #include "client_int.h"
-#include "ipc_proto.h"
+#include "gpu/ipc_proto.h"
 #include "util.h"
+
+#include "../ref/ipc_proto_jansson.c"
 
 static size_t depth_of(const json_t *v)
 {
@@ -109,7 +113,11 @@ static void check_answer(const unsigned char *p, size_t n)
 static void one_request(const unsigned char *p, size_t n)
 {
     struct ipc_request *req = xmalloc(sizeof(*req)), *again = xmalloc(sizeof(*again));
-    char err[512];
+    char err[512], why[1200];
+    if (ipc_proto_compare((const char *)p, n, why, sizeof(why))) {
+        fprintf(stderr, "ipc_request_parse and jansson disagree: %s\n", why);
+        abort();
+    }
     if (ipc_request_parse((const char *)p, n, req, err, sizeof(err)) == 0) {
         if (req->op == IPC_OP_OPEN) {
             size_t ml = strlen(req->model);

@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "cmem.h"
-#include "ipc_proto.h"
+#include "gpu/ipc_proto.h"
 #include "tensord_client.h"
 #include "test.h"
 

@@ -10,9 +10,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "gpu.h"
-#include "gpu_load.h"
-#include "ipc_proto.h"
+#include "gpu/gpu.h"
+#include "gpu/gpu_load.h"
+#include "gpu/ipc_proto.h"
 #include "test.h"
 #include "util.h"
 
@@ -59,19 +59,19 @@ TEST(host_alloc_seal_read_back)
 {
     struct gpu_backend *b = gpu_host_new();
     struct gpu_alloc a = {.fd = -1};
-    char err[256];
+    struct st_error err = {0};
     CHECK(b->n_devices == 1 && strcmp(b->handle_type, "memfd") == 0);
-    CHECK(b->ops->alloc(b, 0, 10000, 0, "t", &a, err, sizeof(err)) == 0);
+    CHECK(b->ops->alloc(b, 0, 10000, 0, "t", &a, &err) == 0);
     CHECK(a.alloc_size >= 10000 && a.alloc_size % 4096 == 0);
-    struct gpu_stage *s = b->ops->stage_open(b, 0, 2, 8192, err, sizeof(err));
+    struct gpu_stage *s = b->ops->stage_open(b, 0, 2, 8192, &err);
     unsigned char *src = pattern(10000, 1);
     memcpy(b->ops->stage_buf(s, 1), src, 8192);
-    CHECK(b->ops->stage_copy(s, 1, &a, 0, b->ops->stage_buf(s, 1), 8192, err, sizeof(err)) == 0);
-    CHECK(b->ops->stage_copy(s, 0, &a, 8192, src + 8192, 10000 - 8192, err, sizeof(err)) == 0);
-    CHECK(b->ops->stage_copy(s, 0, &a, 9000, src, 2000, err, sizeof(err)) == -1); /* past size */
-    CHECK(b->ops->stage_wait(s, 1, err, sizeof(err)) == 0);
+    CHECK(b->ops->stage_copy(s, 1, &a, 0, b->ops->stage_buf(s, 1), 8192, &err) == 0);
+    CHECK(b->ops->stage_copy(s, 0, &a, 8192, src + 8192, 10000 - 8192, &err) == 0);
+    CHECK(b->ops->stage_copy(s, 0, &a, 9000, src, 2000, &err) < 0); /* past size */
+    CHECK(b->ops->stage_wait(s, 1, &err) == 0);
     b->ops->stage_close(s);
-    CHECK(b->ops->finish(b, &a, err, sizeof(err)) == 0);
+    CHECK(b->ops->finish(b, &a, &err) == 0);
     int seals = fcntl(a.fd, F_GET_SEALS);
     CHECK((seals & (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL)) ==
           (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL));
@@ -80,7 +80,7 @@ TEST(host_alloc_seal_read_back)
     void *ro = mmap(NULL, a.alloc_size, PROT_READ, MAP_SHARED, a.fd, 0);
     CHECK(ro != MAP_FAILED && memcmp(ro, src, 10000) == 0);
     unsigned char back[100];
-    CHECK(b->ops->read_back(b, &a, 9900, back, 100, err, sizeof(err)) == 0);
+    CHECK(b->ops->read_back(b, &a, 9900, back, 100, &err) == 0);
     CHECK(memcmp(back, src + 9900, 100) == 0);
     munmap(ro, a.alloc_size);
     b->ops->free(b, &a);
@@ -98,39 +98,40 @@ static void load_case(size_t head, size_t n, unsigned nbuf, size_t chunk, int mo
     struct gpu_backend *b = gpu_host_new();
     struct gpu_loader l;
     struct gpu_alloc a = {.fd = -1};
-    char err[256] = "";
+    struct st_error err = {0};
     atomic_int cancel = 0;
     _Atomic uint64_t progress = 0;
     unsigned char *src = pattern(n, (unsigned)(head + n));
     int fd = data_file("load.bin", head, src, n), dfd = mode == 1 ? direct_fd("load.bin") : -1;
     uint64_t sum = 0;
-    CHECK(b->ops->alloc(b, 0, n, 0, "load", &a, err, sizeof(err)) == 0);
-    CHECK(gpu_loader_init(&l, b, 0, nbuf, chunk, &cancel, &progress, err, sizeof(err)) == 0);
+    CHECK(b->ops->alloc(b, 0, n, 0, "load", &a, &err) == 0);
+    CHECK(gpu_loader_init(&l, b, 0, nbuf, chunk, &cancel, &progress, &err) == 0);
     if (mode == 2) { /* as if io_uring were unavailable */
         if (l.have_ring)
             io_uring_queue_exit(&l.ring);
         l.have_ring = 0;
     }
-    int rc = gpu_loader_shard(&l, fd, dfd, head, n, &a, &sum, err, sizeof(err));
+    int rc = gpu_loader_shard(&l, fd, dfd, head, n, &a, &sum, &err);
     if (rc != 0)
         fprintf(stderr, "  head %zu n %zu nbuf %u chunk %zu mode %d: %s\n", head, n, nbuf, chunk,
-                mode, err);
+                mode, err.message);
     CHECK(rc == 0);
     CHECK_EQ_U64(atomic_load(&progress), n);
     CHECK_EQ_U64(sum, ipc_tsum_final(ipc_tsum_add(0, src, n, 0), n));
-    CHECK(b->ops->finish(b, &a, err, sizeof(err)) == 0);
-    CHECK(gpu_loader_verify(&l, fd, head, n, &a, err, sizeof(err)) == 0);
+    CHECK(b->ops->finish(b, &a, &err) == 0);
+    CHECK(gpu_loader_verify(&l, fd, head, n, &a, &err) == 0);
     /* verify against other bytes names the first difference */
     if (n > 1 && head > 0) {
-        CHECK(gpu_loader_verify(&l, fd, head - 1, n, &a, err, sizeof(err)) == -1);
-        CHECK_CONTAINS(err, "differs");
+        CHECK(gpu_loader_verify(&l, fd, head - 1, n, &a, &err) < 0);
+        CHECK_CONTAINS(err.message, "differs");
+        CHECK(err.code == ST_ERR_DEVICE);
     }
     if (mode == 1 && dfd >= 0)
         CHECK(strcmp(l.io_mode, "io_uring+O_DIRECT") == 0 || strcmp(l.io_mode, "io_uring") == 0);
     if (mode == 2)
         CHECK_STR(l.io_mode, "pread");
     unsigned char *got = xmalloc(n ? n : 1);
-    CHECK(b->ops->read_back(b, &a, 0, got, n, err, sizeof(err)) == 0);
+    CHECK(b->ops->read_back(b, &a, 0, got, n, &err) == 0);
     CHECK(memcmp(got, src, n) == 0);
     gpu_loader_close(&l);
     b->ops->free(b, &a);
@@ -160,17 +161,18 @@ TEST(loader_truncated_file_and_cancel)
     struct gpu_backend *b = gpu_host_new();
     struct gpu_loader l;
     struct gpu_alloc a = {.fd = -1};
-    char err[256] = "";
+    struct st_error err = {0};
     atomic_int cancel = 0;
     uint64_t sum;
     unsigned char *src = pattern(50000, 5);
     int fd = data_file("short.bin", 100, src, 50000), dfd = direct_fd("short.bin");
-    CHECK(b->ops->alloc(b, 0, 60000, 0, "short", &a, err, sizeof(err)) == 0);
-    CHECK(gpu_loader_init(&l, b, 0, 2, 4096, &cancel, NULL, err, sizeof(err)) == 0);
-    CHECK(gpu_loader_shard(&l, fd, dfd, 100, 60000, &a, &sum, err, sizeof(err)) == -1);
-    CHECK_CONTAINS(err, "shorter than its header says");
+    CHECK(b->ops->alloc(b, 0, 60000, 0, "short", &a, &err) == 0);
+    CHECK(gpu_loader_init(&l, b, 0, 2, 4096, &cancel, NULL, &err) == 0);
+    CHECK(gpu_loader_shard(&l, fd, dfd, 100, 60000, &a, &sum, &err) < 0);
+    CHECK_CONTAINS(err.message, "shorter than its header says");
+    CHECK(err.code == ST_ERR_IO);
     atomic_store(&cancel, 1);
-    CHECK(gpu_loader_shard(&l, fd, dfd, 100, 50000, &a, &sum, err, sizeof(err)) == -ECANCELED);
+    CHECK(gpu_loader_shard(&l, fd, dfd, 100, 50000, &a, &sum, &err) == -ECANCELED);
     gpu_loader_close(&l);
     b->ops->free(b, &a);
     b->ops->destroy(b);

@@ -1,4 +1,4 @@
-/* Tests for core/gpu_load.c: the read -> staging ring -> copy pipeline on
+/* Tests for core/gpu/gpu_load.c: the read -> staging ring -> copy pipeline on
  * the host backend. A shard read from a file lands byte for byte with the
  * right checksum, with io_uring and without it; and an io_uring failure in
  * the middle of a shard never returns while a read is still in flight into
@@ -13,9 +13,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "gpu.h"
-#include "gpu_load.h"
-#include "ipc_proto.h"
+#include "gpu/gpu.h"
+#include "gpu/gpu_load.h"
+#include "gpu/ipc_proto.h"
 #include "test.h"
 #include "util.h"
 
@@ -45,20 +45,20 @@ static void load_and_compare(int use_ring)
     struct gpu_backend *be = gpu_host_new();
     struct gpu_alloc a = {.fd = -1};
     struct gpu_loader l;
-    char err[256] = "";
+    struct st_error err = {0};
     _Atomic uint64_t progress = 0;
-    CHECK(be->ops->alloc(be, 0, n, 0, "t", &a, err, sizeof(err)) == 0);
-    CHECK(gpu_loader_init(&l, be, 0, 3, 4096, NULL, &progress, err, sizeof(err)) == 0);
+    CHECK(be->ops->alloc(be, 0, n, 0, "t", &a, &err) == 0);
+    CHECK(gpu_loader_init(&l, be, 0, 3, 4096, NULL, &progress, &err) == 0);
     if (!use_ring && l.have_ring) {
         io_uring_queue_exit(&l.ring);
         l.have_ring = 0;
     }
     uint64_t sum = 0;
-    CHECK(gpu_loader_shard(&l, fd, -1, 100, n, &a, &sum, err, sizeof(err)) == 0);
+    CHECK(gpu_loader_shard(&l, fd, -1, 100, n, &a, &sum, &err) == 0);
     CHECK(sum == ipc_tsum_final(ipc_tsum_add(0, data, n, 0), n));
     CHECK(atomic_load(&progress) == n);
-    CHECK(be->ops->finish(be, &a, err, sizeof(err)) == 0);
-    CHECK(gpu_loader_verify(&l, fd, 100, n, &a, err, sizeof(err)) == 0);
+    CHECK(be->ops->finish(be, &a, &err) == 0);
+    CHECK(gpu_loader_verify(&l, fd, 100, n, &a, &err) == 0);
     gpu_loader_close(&l);
     unsigned char *back = xmalloc(n);
     CHECK(pread(a.fd, back, n, 0) == (ssize_t)n && memcmp(back, data, n) == 0);
@@ -96,9 +96,9 @@ TEST(ring_error_leaves_no_read_in_flight)
     struct gpu_backend *be = gpu_host_new();
     struct gpu_alloc a = {.fd = -1};
     struct gpu_loader l;
-    char err[256] = "";
-    CHECK(be->ops->alloc(be, 0, 3 * 4096, 0, "t", &a, err, sizeof(err)) == 0);
-    CHECK(gpu_loader_init(&l, be, 0, 3, 4096, NULL, NULL, err, sizeof(err)) == 0);
+    struct st_error err = {0};
+    CHECK(be->ops->alloc(be, 0, 3 * 4096, 0, "t", &a, &err) == 0);
+    CHECK(gpu_loader_init(&l, be, 0, 3, 4096, NULL, NULL, &err) == 0);
     if (!l.have_ring) {
         fprintf(stderr, "  (no io_uring here: nothing to test)\n");
     } else {
@@ -106,8 +106,8 @@ TEST(ring_error_leaves_no_read_in_flight)
         waits = 0;
         l.wait_cqe = failing_wait;
         /* Three reads of the (empty) pipe are queued; the wait fails. */
-        CHECK(gpu_loader_shard(&l, p[0], -1, 0, 3 * 4096, &a, &sum, err, sizeof(err)) == -1);
-        CHECK_CONTAINS(err, "io_uring_wait_cqe");
+        CHECK(gpu_loader_shard(&l, p[0], -1, 0, 3 * 4096, &a, &sum, &err) < 0);
+        CHECK_CONTAINS(err.message, "io_uring_wait_cqe");
         CHECK(!l.unsafe);
         /* Nothing may still be reading: bytes written now stay in the pipe. */
         char buf[100];

@@ -1,11 +1,13 @@
-/* Tests for core/ipc_proto.c: framing (partial, exact, oversized, back to
+/* Tests for core/gpu/ipc_proto.c: framing (partial, exact, oversized, back to
  * back), request parsing and its error messages, and the tsum64 checksum's
  * split property that the loader and the client rely on. */
 #include <stdlib.h>
 #include <string.h>
 
-#include "ipc_proto.h"
+#include "gpu/ipc_proto.h"
 #include "test.h"
+
+#include "../ref/ipc_proto_jansson.c"
 #include "util.h"
 
 static int parse(const char *json, struct ipc_request *req, char *err)
@@ -168,6 +170,55 @@ TEST(tsum_pieces_add_up)
     CHECK(ipc_tsum_final(0, 0) == ipc_tsum_final(ipc_tsum_add(0, z + 1, 0, 0), 0));
 }
 
+/* The json_scan parser answers every request exactly as the jansson one
+ * it replaced (tests/ref/ipc_proto_jansson.c): the outcome, the fields, and
+ * for UTF-8 input the whole message, syntax errors with their byte. */
+TEST(parse_agrees_with_jansson)
+{
+    static const char *const inputs[] = {
+        "", " ", "{", "}", "[", "[]", "[1,2", "1", "-0", "1e5", "\"open\"", "null", "true",
+        "{}", "{\"op\":\"list\"}", "{\"op\":\"list\"} x", "{\"op\":\"list\"}  \n",
+        "{\"op\":\"list\",}", "{\"op\" \"list\"}", "{op:1}", "{\"op\":\"li\\u0073t\"}",
+        "{\"\\u006fp\":\"close\"}", "{\"op\":\"list\",\"op\":\"list\"}",
+        "{\"op\":\"list\",\"o\\u0070\":\"list\"}", "{\"op\":1}", "{\"op\":null}", "{\"op\":[]}",
+        "{\"op\":\"fly\"}", "{\"op\":\"openx\"}", "{\"op\":\"ope\"}",
+        "{\"op\":\"open\"}", "{\"op\":\"open\",\"model\":3}", "{\"op\":\"open\",\"model\":\"\"}",
+        "{\"op\":\"open\",\"model\":\"m\",\"device\":null}",
+        "{\"op\":\"open\",\"model\":\"m\",\"device\":\"\"}",
+        "{\"op\":\"open\",\"model\":\"a\\u0000b\"}", "{\"op\":\"open\",\"model\":\"\\ud800\"}",
+        "{\"op\":\"open\",\"model\":\"\\u00e9\\ud83d\\ude00/x\",\"device\":\"cuda:1\",\"x\":{}}",
+        "{\"op\":\"release\"}", "{\"op\":\"release\",\"lease\":-1}", "{\"op\":\"release\",\"lease\":1.0}",
+        "{\"op\":\"release\",\"lease\":9223372036854775807}",
+        "{\"op\":\"release\",\"lease\":9223372036854775808}", "{\"op\":\"release\",\"lease\":01}",
+        "{\"op\":\"hello\",\"protocol\":2}", "{\"op\":\"hello\",\"protocol\":\"2\"}",
+        "{\"op\":\"close\",\"nested\":[[[{\"a\":[1,{\"b\":null}]}]]]}", "{\"op\":\"close\",\"n\":NaN}",
+        "{\"op\":\"\\u0000\"}", "{\"a\\u0000\":1}", "{\"op\":\"x\x01\"}", "\xef\xbb\xbf{}",
+        "{\"op\":\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"}",
+    };
+    char why[1200];
+    for (size_t i = 0; i < sizeof(inputs) / sizeof(inputs[0]); i++) {
+        if (ipc_proto_compare(inputs[i], strlen(inputs[i]), why, sizeof(why))) {
+            fprintf(stderr, "  %s: %s\n", inputs[i], why);
+            test_failed_flag = 1;
+        }
+    }
+    /* Nesting at jansson's limit and one past it. */
+    for (int depth = 2046; depth <= 2049; depth++) {
+        char *doc = xmalloc((size_t)depth * 2 + 64);
+        int n = sprintf(doc, "{\"op\":\"list\",\"x\":");
+        for (int d = 1; d < depth; d++)
+            doc[n++] = '[';
+        for (int d = 1; d < depth; d++)
+            doc[n++] = ']';
+        strcpy(doc + n, "}");
+        if (ipc_proto_compare(doc, strlen(doc), why, sizeof(why))) {
+            fprintf(stderr, "  depth %d: %s\n", depth, why);
+            test_failed_flag = 1;
+        }
+        free(doc);
+    }
+}
+
 int main(void)
 {
     RUN(frame_partial_and_exact);
@@ -176,6 +227,7 @@ int main(void)
     RUN(parse_requests);
     RUN(parse_hello_and_release);
     RUN(parse_errors_name_the_problem);
+    RUN(parse_agrees_with_jansson);
     RUN(tsum_pieces_add_up);
     return TEST_SUMMARY();
 }

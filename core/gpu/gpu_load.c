@@ -30,8 +30,8 @@ static size_t slot_bytes(const struct gpu_loader *l)
 }
 
 int gpu_loader_init(struct gpu_loader *l, struct gpu_backend *be, int dev, unsigned nbuf,
-                    size_t chunk, const atomic_int *cancel, _Atomic uint64_t *progress, char *err,
-                    size_t errlen)
+                    size_t chunk, const atomic_int *cancel, _Atomic uint64_t *progress,
+                    struct st_error *err)
 {
     memset(l, 0, sizeof(*l));
     l->be = be;
@@ -41,7 +41,7 @@ int gpu_loader_init(struct gpu_loader *l, struct gpu_backend *be, int dev, unsig
         l->chunk = GPU_LOAD_ALIGN;
     l->cancel = cancel;
     l->progress = progress;
-    l->stage = be->ops->stage_open(be, dev, l->nbuf, slot_bytes(l), err, errlen);
+    l->stage = be->ops->stage_open(be, dev, l->nbuf, slot_bytes(l), err);
     if (!l->stage)
         return -1;
     /* io_uring can be missing (old kernel) or forbidden (seccomp): pread then.
@@ -92,36 +92,36 @@ static size_t read_len(const struct slot *s)
 /* A read finished with res: completes it with buffered preads when it came
  * back short (end of an O_DIRECT range, or a filesystem that refused
  * O_DIRECT after all). Returns 0 or -1 with err. */
-static int complete_read(struct slot *s, char *buf, int fd, int res, int *direct, char *err,
-                         size_t errlen)
+static int complete_read(struct slot *s, char *buf, int fd, int res, int *direct,
+                         struct st_error *err)
 {
     size_t need = s->skip + s->dlen;
     size_t got = res > 0 ? (size_t)res : 0;
     if (res < 0 && !(s->direct && res == -EINVAL)) {
-        snprintf(err, errlen, "read at %llu: %s", (unsigned long long)s->a0, strerror(-res));
-        return -1;
+        return st_error_fail(err, ST_ERR_IO, "read at %llu: %s", (unsigned long long)s->a0,
+                             strerror(-res));
     }
     if (res < 0)
         *direct = 0; /* this filesystem takes O_DIRECT opens but not the reads */
     if (got < need) {
         int rc = fileio_pread_full(fd, buf + got, need - got, s->a0 + got);
         if (rc < 0) {
-            snprintf(err, errlen, "read at %llu: %s", (unsigned long long)(s->a0 + got),
-                     rc == -ENODATA ? "the file is shorter than its header says (truncated?)"
-                                    : strerror(-rc));
-            return -1;
+            return st_error_fail(
+                err, ST_ERR_IO, "read at %llu: %s", (unsigned long long)(s->a0 + got),
+                rc == -ENODATA ? "the file is shorter than its header says (truncated?)"
+                               : strerror(-rc));
         }
     }
     return 0;
 }
 
 static int copy_chunk(struct gpu_loader *l, unsigned i, struct slot *s, uint64_t k,
-                      struct gpu_alloc *a, uint64_t *acc, char *err, size_t errlen)
+                      struct gpu_alloc *a, uint64_t *acc, struct st_error *err)
 {
     const char *src = (const char *)l->be->ops->stage_buf(l->stage, i) + s->skip;
     uint64_t doff = k * l->chunk;
     *acc = ipc_tsum_add(*acc, src, s->dlen, doff);
-    if (l->be->ops->stage_copy(l->stage, i, a, doff, src, s->dlen, err, errlen) < 0)
+    if (l->be->ops->stage_copy(l->stage, i, a, doff, src, s->dlen, err) < 0)
         return -1;
     s->copying = 1;
     if (l->progress)
@@ -130,7 +130,7 @@ static int copy_chunk(struct gpu_loader *l, unsigned i, struct slot *s, uint64_t
 }
 
 static int shard_pread(struct gpu_loader *l, struct slot *slots, int fd, uint64_t file_off,
-                       uint64_t size, struct gpu_alloc *a, uint64_t *acc, char *err, size_t errlen)
+                       uint64_t size, struct gpu_alloc *a, uint64_t *acc, struct st_error *err)
 {
     uint64_t nchunks = (size + l->chunk - 1) / l->chunk;
     snprintf(l->io_mode, sizeof(l->io_mode), "pread");
@@ -139,13 +139,13 @@ static int shard_pread(struct gpu_loader *l, struct slot *slots, int fd, uint64_
         struct slot *s = &slots[i];
         if (cancelled(l))
             return -ECANCELED;
-        if (s->copying && l->be->ops->stage_wait(l->stage, i, err, errlen) < 0)
+        if (s->copying && l->be->ops->stage_wait(l->stage, i, err) < 0)
             return -1;
         s->copying = 0;
         plan_chunk(l, s, k, file_off, size, 0);
         char *buf = l->be->ops->stage_buf(l->stage, i);
-        if (complete_read(s, buf, fd, 0, &(int){0}, err, errlen) < 0 ||
-            copy_chunk(l, i, s, k, a, acc, err, errlen) < 0)
+        if (complete_read(s, buf, fd, 0, &(int){0}, err) < 0 ||
+            copy_chunk(l, i, s, k, a, acc, err) < 0)
             return -1;
     }
     return 0;
@@ -195,7 +195,7 @@ static int drain_reads(struct gpu_loader *l, struct slot *slots, unsigned *infli
 
 static int shard_uring(struct gpu_loader *l, struct slot *slots, int fd, int direct_fd,
                        uint64_t file_off, uint64_t size, struct gpu_alloc *a, uint64_t *acc,
-                       char *err, size_t errlen)
+                       struct st_error *err)
 {
     uint64_t nchunks = (size + l->chunk - 1) / l->chunk, next = 0, done = 0;
     unsigned inflight = 0;
@@ -209,7 +209,7 @@ static int shard_uring(struct gpu_loader *l, struct slot *slots, int fd, int dir
             struct slot *s = &slots[i];
             if (s->reading)
                 break;
-            if (s->copying && l->be->ops->stage_wait(l->stage, i, err, errlen) < 0) {
+            if (s->copying && l->be->ops->stage_wait(l->stage, i, err) < 0) {
                 rc = -1;
                 break;
             }
@@ -232,8 +232,7 @@ static int shard_uring(struct gpu_loader *l, struct slot *slots, int fd, int dir
         if (sr < 0 && sr != -EINTR && sr != -EAGAIN && sr != -EBUSY) {
             /* Reads submitted earlier may still be in flight into the
              * staging buffers: they must end before the buffers can go. */
-            snprintf(err, errlen, "io_uring_submit: %s", strerror(-sr));
-            rc = -1;
+            rc = st_error_fail(err, ST_ERR_IO, "io_uring_submit: %s", strerror(-sr));
             break;
         }
         struct io_uring_cqe *cqe;
@@ -241,8 +240,7 @@ static int shard_uring(struct gpu_loader *l, struct slot *slots, int fd, int dir
         if (wr == -EINTR)
             continue;
         if (wr < 0) {
-            snprintf(err, errlen, "io_uring_wait_cqe: %s", strerror(-wr));
-            rc = -1;
+            rc = st_error_fail(err, ST_ERR_IO, "io_uring_wait_cqe: %s", strerror(-wr));
             break;
         }
         uint64_t k = io_uring_cqe_get_data64(cqe);
@@ -255,8 +253,8 @@ static int shard_uring(struct gpu_loader *l, struct slot *slots, int fd, int dir
         if (rc != 0)
             continue; /* draining after an error or a cancel */
         char *buf = l->be->ops->stage_buf(l->stage, i);
-        if (complete_read(s, buf, fd, res, &direct, err, errlen) < 0 ||
-            copy_chunk(l, i, s, k, a, acc, err, errlen) < 0) {
+        if (complete_read(s, buf, fd, res, &direct, err) < 0 ||
+            copy_chunk(l, i, s, k, a, acc, err) < 0) {
             rc = -1;
             continue;
         }
@@ -270,22 +268,22 @@ static int shard_uring(struct gpu_loader *l, struct slot *slots, int fd, int dir
 }
 
 int gpu_loader_shard(struct gpu_loader *l, int fd, int direct_fd, uint64_t file_off,
-                     uint64_t size, struct gpu_alloc *a, uint64_t *checksum, char *err,
-                     size_t errlen)
+                     uint64_t size, struct gpu_alloc *a, uint64_t *checksum, struct st_error *err)
 {
     struct slot *slots = xcalloc(l->nbuf, sizeof(*slots));
     uint64_t acc = 0;
     int rc;
     if (l->have_ring)
-        rc = shard_uring(l, slots, fd, direct_fd, file_off, size, a, &acc, err, errlen);
+        rc = shard_uring(l, slots, fd, direct_fd, file_off, size, a, &acc, err);
     else
-        rc = shard_pread(l, slots, fd, file_off, size, a, &acc, err, errlen);
+        rc = shard_pread(l, slots, fd, file_off, size, a, &acc, err);
     /* Every copy must be done before the buffers are reused or freed. */
     for (unsigned i = 0; i < l->nbuf; i++) {
-        char e2[256];
-        if (slots[i].copying && l->be->ops->stage_wait(l->stage, i, e2, sizeof(e2)) < 0 && rc == 0) {
-            snprintf(err, errlen, "%s", e2);
-            rc = -1;
+        struct st_error e2;
+        if (slots[i].copying && l->be->ops->stage_wait(l->stage, i, &e2) < 0 && rc == 0) {
+            if (err)
+                *err = e2;
+            rc = st_status_errno(e2.code);
         }
     }
     free(slots);
@@ -294,13 +292,12 @@ int gpu_loader_shard(struct gpu_loader *l, int fd, int direct_fd, uint64_t file_
 }
 
 int gpu_loader_verify(struct gpu_loader *l, int fd, uint64_t file_off, uint64_t size,
-                      struct gpu_alloc *a, char *err, size_t errlen)
+                      struct gpu_alloc *a, struct st_error *err)
 {
     size_t n = l->chunk;
     char *mem = mmap(NULL, 2 * n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (mem == MAP_FAILED) {
-        snprintf(err, errlen, "verify buffers: %s", strerror(errno));
-        return -1;
+        return st_error_fail(err, ST_ERR_IO, "verify buffers: %s", strerror(errno));
     }
     int rc = 0;
     for (uint64_t off = 0; off < size && rc == 0; off += n) {
@@ -309,24 +306,22 @@ int gpu_loader_verify(struct gpu_loader *l, int fd, uint64_t file_off, uint64_t 
             rc = -ECANCELED;
             break;
         }
-        if (l->be->ops->read_back(l->be, a, off, mem, len, err, errlen) < 0) {
+        if (l->be->ops->read_back(l->be, a, off, mem, len, err) < 0) {
             rc = -1;
             break;
         }
         int r = fileio_pread_full(fd, mem + n, len, file_off + off);
         if (r < 0) {
-            snprintf(err, errlen, "verify read at %llu: %s",
+            rc = st_error_fail(err, ST_ERR_IO, "verify read at %llu: %s",
                      (unsigned long long)(file_off + off), strerror(-r));
-            rc = -1;
             break;
         }
         if (memcmp(mem, mem + n, len) != 0) {
             size_t j = 0;
             while (mem[j] == mem[n + j])
                 j++;
-            snprintf(err, errlen, "verify: device byte %llu differs from the file",
+            rc = st_error_fail(err, ST_ERR_DEVICE, "verify: device byte %llu differs from the file",
                      (unsigned long long)(off + j));
-            rc = -1;
         }
     }
     munmap(mem, 2 * n);

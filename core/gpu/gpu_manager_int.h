@@ -1,10 +1,16 @@
 /* gpu_manager_int: the private half of gpu_manager, shared by the three
- * files that implement it and included by nothing else:
+ * files that implement it and included by nothing else but tests:
  *
- *   core/gpu_manager.c  the instance table, its lock, instance refcounts,
- *                       leases, evict and reload (the public API)
- *   core/gpu_preload.c  the load queue and the loader thread
- *   core/gpu_render.c   the JSON documents of one instance, error documents
+ *   core/gpu/gpu_instance.c one instance: building, refcounts, retiring,
+ *                           views, freeing; the table's lookups
+ *   core/gpu/gpu_preload.c  preload requests, the load queue and the loader
+ *                           thread
+ *   core/gpu/gpu_manager.c  the instance table, its lock, views, leases,
+ *                           evict and reload
+ *
+ * They depend on each other in that order only: gpu_instance.c on nothing
+ * else of the manager, gpu_preload.c on gpu_instance.c, gpu_manager.c on
+ * both.
  *
  * gm_ is the private prefix. Locking follows memcached: a function named
  * do_* must be called with gm->lock held; it never takes the lock and never
@@ -25,13 +31,13 @@
  *     `published` is set, error only once state is failed, io_mode and
  *     verified only once t_end_ns is set (both set under the lock after the
  *     load);
- *   - m->render_lock: the cached JSON texts.
+ *   - m->text_lock: the cached texts (gm_view_text).
  *
- * Documents are rendered outside gm->lock: the caller takes a reference
- * and copies the lock-guarded fields (do_gm_dyn) under the lock, releases
- * it, renders from the copy and the fields that never change, then drops
- * the reference. The big parts of a document (the tensor table, the
- * allocations once published) are rendered once per instance and kept. */
+ * Callers render outside gm->lock: a view (do_gm_view) takes a reference
+ * and copies the lock-guarded fields under the lock; the caller renders
+ * from the copy and the fields that never change, then releases the view.
+ * The big parts of a document (the tensor table, the allocations once
+ * published) are rendered once per instance and kept in it. */
 #ifndef TENSORD_GPU_MANAGER_INT_H
 #define TENSORD_GPU_MANAGER_INT_H
 
@@ -40,45 +46,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "config.h"
 #include "fileio.h"
 #include "gpu.h"
 #include "gpu_manager.h"
 #include "registry.h"
 
-enum gm_state { GM_LOADING, GM_READY, GM_FAILED, GM_DRAINING };
-
-static inline const char *gm_state_name(enum gm_state s)
-{
-    static const char *const names[] = {"loading", "ready", "failed", "draining"};
-    return names[s];
-}
-
-/* One safetensors shard of an instance: one backend allocation. */
-struct gm_shard {
-    char *file;                /* name within the model */
-    uint64_t data_start, size; /* the data buffer in the file */
-    struct fileio_stat st;     /* of the file loaded, to notice changes on reload */
-    const struct reg_file *rf; /* while loading (the instance holds the model) */
-    struct gpu_alloc a;
-    uint64_t checksum;         /* ipc_tsum of the bytes */
-};
-
-struct gm_tensor {
-    char *name;
-    enum dtype dtype;
-    uint32_t ndim;
-    uint64_t *shape;
-    uint32_t alloc;            /* shard index */
-    uint64_t offset, nbytes;   /* within the allocation */
-};
-
 /* One instance: one model loaded (or loading) on one device, one
  * generation. Refcounted: the table's reference while it is current, the
  * loader's while it is queued or loading, and one per lease. */
-struct gm_model {
-    struct gm_model *next;     /* every live instance, newest first (gm->lock) */
-    struct gm_model *qnext;    /* load queue (gm->lock) */
+struct gm_instance {
+    struct gm_instance *next;  /* every live instance, newest first (gm->lock) */
+    struct gm_instance *qnext; /* load queue (gm->lock) */
     unsigned refs;             /* guarded by gm->lock: table + loader + one per lease */
     unsigned leases;           /* guarded by gm->lock */
     int current;               /* what new opens get; 0 once evicted or replaced (gm->lock) */
@@ -89,7 +67,7 @@ struct gm_model {
     char device[24];           /* "host" or "cuda:N" */
     uint64_t generation;
     enum gm_state state;       /* guarded by gm->lock */
-    char error[512];           /* why it failed */
+    struct st_error error;     /* why it failed */
     _Atomic uint64_t done;     /* bytes copied */
     uint64_t total;
     uint64_t t_start_ns, t_end_ns; /* written under gm->lock by the loader */
@@ -102,21 +80,8 @@ struct gm_model {
     size_t n_tensors;
     struct gm_tensor *tensors;
     const struct reg_model *rm; /* referenced from creation until the load ends */
-    pthread_mutex_t render_lock; /* guards the two texts below */
-    char *tensors_text;        /* the "tensors" array as JSON, rendered once */
-    char *allocs_text;         /* the published "allocations" array as GET shows it */
-};
-
-/* The lock-guarded fields a document shows, copied under gm->lock. */
-struct gm_dyn {
-    enum gm_state state;
-    unsigned leases;
-    int published;
-    uint64_t done;
-    uint64_t t_start_ns, t_end_ns;
-    int verified;
-    char io_mode[32];
-    char error[512];
+    pthread_mutex_t text_lock; /* guards texts */
+    char *texts[GM_TEXT_COUNT]; /* gm_view_text: rendered once, kept */
 };
 
 /* A start-up preload that could not even start because of its device (no
@@ -130,19 +95,18 @@ struct gm_refused {
 };
 
 struct gpu_lease {
-    struct gm_model *m;        /* holds one reference and counts in m->leases */
+    struct gm_instance *m;     /* holds one reference and counts in m->leases */
 };
 
 struct gpu_manager {
-    const struct config *cfg;
+    struct gm_options opt;
     struct registry_holder *holder;
     struct gpu_backend *host, *cuda; /* set by gpu_manager_new, then read-only */
     char cuda_reason[256];
-    char *socket_path;
     pthread_mutex_t lock;
     pthread_cond_t cond;       /* queue changes and load completions */
-    struct gm_model *models;   /* the table (gm->lock) */
-    struct gm_model *qhead, *qtail; /* the load queue (gm->lock) */
+    struct gm_instance *models; /* the table (gm->lock) */
+    struct gm_instance *qhead, *qtail; /* the load queue (gm->lock) */
     int loading;               /* the loader is working on an instance (gm->lock) */
     pthread_t loader;
     int loader_started;        /* written before other threads run, read by free */
@@ -151,47 +115,42 @@ struct gpu_manager {
     unsigned startup_pending;  /* config preloads not yet ended (gm->lock) */
     int started;               /* gm->lock */
     double last_bps;           /* bytes per second of the last finished preload (gm->lock) */
-    struct ipc_server *ipc;
     struct registry *latest;   /* the newest snapshot on_reload saw (gm->lock): preloads
                                 * never load from an older one */
     struct gm_refused *refused; /* start-up preloads refused before they began (gm->lock) */
 };
 
 /* Records (startup) or forgets (a preload of model started) a refused
- * start-up preload. Caller holds the lock. */
+ * start-up preload. Caller holds the lock. (core/gpu/gpu_instance.c) */
 void do_gm_refused_set(struct gpu_manager *gm, const char *model, const char *device,
                        const char *reason);
 void do_gm_refused_clear(struct gpu_manager *gm, const char *model);
 const struct gm_refused *do_gm_refused_find(struct gpu_manager *gm, const char *model);
 
-/* ---- instances (core/gpu_manager.c) ---- */
+/* ---- instances (core/gpu/gpu_instance.c) ---- */
 
-/* Builds an instance of rm (which must be valid) on be/dev, loading, with a
- * new generation and a reference to rm; refs is 0 until it is enqueued.
- * Caller holds the lock (for the generation counter). */
-struct gm_model *do_gm_instance_new(struct gpu_manager *gm, const struct reg_model *rm,
-                                    struct gpu_backend *be, int dev);
+/* Builds an instance of rm (which must be valid) on *where, loading, with
+ * a new generation and a reference to rm; refs is 0 until it is enqueued.
+ * NULL when memory runs out (the sizes come from the model's files). Caller
+ * holds the lock (for the generation counter). */
+struct gm_instance *do_gm_instance_new(struct gpu_manager *gm, const struct reg_model *rm,
+                                       const struct gm_device *where);
+/* Whether rm's shards are the files m was loaded from (size, mtime,
+ * inode). */
+int gm_instance_same_files(const struct gm_instance *m, const struct reg_model *rm);
 /* Frees an unlinked instance: its allocations, its model reference. */
-void gm_instance_free(struct gm_model *m);
+void gm_instance_free(struct gm_instance *m);
 /* Drops one reference. Returns m, unlinked, when it must be freed after the
  * lock is released, else NULL. */
-struct gm_model *do_gm_unref(struct gpu_manager *gm, struct gm_model *m);
+struct gm_instance *do_gm_instance_unref(struct gpu_manager *gm, struct gm_instance *m);
 /* Takes m out of the table (evict, replace): no longer current, cancelled
  * if loading, draining unless it failed; drops the table's reference.
  * Returns m when it must be freed after unlocking. */
-struct gm_model *do_gm_retire(struct gpu_manager *gm, struct gm_model *m);
-/* Copies m's lock-guarded fields that documents show into d. */
-void do_gm_dyn(const struct gm_model *m, struct gm_dyn *d);
-/* Called with gm->lock held; returns with it released: m's GET document
- * as text (caller frees), rendered outside the lock under a reference. */
-char *gm_render_and_unlock(struct gpu_manager *gm, struct gm_model *m);
+struct gm_instance *do_gm_instance_retire(struct gpu_manager *gm, struct gm_instance *m);
+/* Fills v from m (m may be NULL: no instance) and takes a reference for
+ * it. */
+void do_gm_view(struct gm_instance *m, struct gm_view *v);
 /* name's current instance, or NULL. */
-struct gm_model *do_gm_find_current(struct gpu_manager *gm, const char *name);
-
-/* Resolves a device name to a backend and device ordinal. Returns 0, or an
- * HTTP status (400, 503) with code and message. Takes no lock (the
- * backends never change). */
-int gm_resolve_device(struct gpu_manager *gm, const char *name, struct gpu_backend **be, int *dev,
-                      const char **code, char *msg, size_t msglen);
+struct gm_instance *do_gm_find_current(struct gpu_manager *gm, const char *name);
 
 #endif

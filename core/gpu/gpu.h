@@ -16,6 +16,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "st_error.h"
+
 #define GPU_UUID_MAX 48        /* "GPU-8-4-4-4-12" or "MIG-..." hex plus NUL fits */
 #define GPU_LEGACY_HANDLE_BYTES 64 /* sizeof(CUipcMemHandle) */
 #define GPU_MAX_DEVICES 64
@@ -49,29 +51,29 @@ struct gpu_stage;
 struct gpu_backend_ops {
     /* Creates an allocation of at least size bytes on device dev (legacy: also
      * a cuMemAlloc copy with an IPC handle). `label` names it (memfd name).
-     * Returns 0, or -1 with err set and *a left freeable. */
+     * Returns 0, or -errno with err (ST_ERR_DEVICE_MEMORY when the memory is not there) and *a left freeable. */
     int (*alloc)(struct gpu_backend *b, int dev, uint64_t size, int legacy, const char *label,
-                 struct gpu_alloc *a, char *err, size_t errlen);
+                 struct gpu_alloc *a, struct st_error *err);
     /* Releases the backend's hold on the memory; mappings that workers
      * imported keep it alive until they unmap. Safe on a failed alloc. */
     void (*free)(struct gpu_backend *b, struct gpu_alloc *a);
     /* A ring of nbuf staging buffers of bytes each (page-aligned), for
      * copies to device dev. NULL with err on failure. */
     struct gpu_stage *(*stage_open)(struct gpu_backend *b, int dev, unsigned nbuf, size_t bytes,
-                                    char *err, size_t errlen);
+                                    struct st_error *err);
     void *(*stage_buf)(struct gpu_stage *s, unsigned i);
     /* Starts copying len bytes at src (inside buffer i) to a at offset off. */
     int (*stage_copy)(struct gpu_stage *s, unsigned i, struct gpu_alloc *a, uint64_t off,
-                      const void *src, size_t len, char *err, size_t errlen);
+                      const void *src, size_t len, struct st_error *err);
     /* Returns once buffer i's last copy completed (the buffer may be refilled). */
-    int (*stage_wait)(struct gpu_stage *s, unsigned i, char *err, size_t errlen);
+    int (*stage_wait)(struct gpu_stage *s, unsigned i, struct st_error *err);
     void (*stage_close)(struct gpu_stage *s);
     /* All copies into a landed: make it read-only for sharing (host: seal
-     * the memfd; cuda: fill the legacy copy). Returns 0 or -1 with err. */
-    int (*finish)(struct gpu_backend *b, struct gpu_alloc *a, char *err, size_t errlen);
+     * the memfd; cuda: fill the legacy copy). Returns 0 or -errno with err. */
+    int (*finish)(struct gpu_backend *b, struct gpu_alloc *a, struct st_error *err);
     /* Copies len bytes at off of a into dst (verification). */
     int (*read_back)(struct gpu_backend *b, struct gpu_alloc *a, uint64_t off, void *dst,
-                     size_t len, char *err, size_t errlen);
+                     size_t len, struct st_error *err);
     void (*destroy)(struct gpu_backend *b);
 };
 

@@ -34,7 +34,7 @@ static uint64_t page_round(uint64_t n)
 }
 
 static int host_alloc(struct gpu_backend *b, int dev, uint64_t size, int legacy, const char *label,
-                      struct gpu_alloc *a, char *err, size_t errlen)
+                      struct gpu_alloc *a, struct st_error *err)
 {
     (void)b;
     (void)dev;
@@ -47,20 +47,17 @@ static int host_alloc(struct gpu_backend *b, int dev, uint64_t size, int legacy,
     a->alloc_size = page_round(size);
     a->fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (a->fd < 0) {
-        snprintf(err, errlen, "memfd_create: %s", strerror(errno));
-        return -1;
+        return st_error_fail(err, ST_ERR_IO, "memfd_create: %s", strerror(errno));
     }
     if (ftruncate(a->fd, (off_t)a->alloc_size) < 0) {
-        snprintf(err, errlen, "memfd of %llu bytes: %s", (unsigned long long)a->alloc_size,
-                 strerror(errno));
-        return -1;
+        return st_error_fail(err, ST_ERR_DEVICE_MEMORY, "memfd of %llu bytes: %s",
+                             (unsigned long long)a->alloc_size, strerror(errno));
     }
     h->map = mmap(NULL, a->alloc_size, PROT_READ | PROT_WRITE, MAP_SHARED, a->fd, 0);
     if (h->map == MAP_FAILED) {
         h->map = NULL;
-        snprintf(err, errlen, "mmap memfd of %llu bytes: %s", (unsigned long long)a->alloc_size,
-                 strerror(errno));
-        return -1;
+        return st_error_fail(err, ST_ERR_IO, "mmap memfd of %llu bytes: %s",
+                             (unsigned long long)a->alloc_size, strerror(errno));
     }
     return 0;
 }
@@ -78,8 +75,8 @@ static void host_free(struct gpu_backend *b, struct gpu_alloc *a)
     a->fd = -1;
 }
 
-static struct gpu_stage *host_stage_open(struct gpu_backend *b, int dev, unsigned nbuf, size_t bytes,
-                                         char *err, size_t errlen)
+static struct gpu_stage *host_stage_open(struct gpu_backend *b, int dev, unsigned nbuf,
+                                         size_t bytes, struct st_error *err)
 {
     (void)b;
     (void)dev;
@@ -89,7 +86,8 @@ static struct gpu_stage *host_stage_open(struct gpu_backend *b, int dev, unsigne
     s->mem = mmap(NULL, (size_t)nbuf * bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
                   -1, 0);
     if (s->mem == MAP_FAILED) {
-        snprintf(err, errlen, "staging buffers (%u x %zu bytes): %s", nbuf, bytes, strerror(errno));
+        st_error_fail(err, ST_ERR_NO_MEMORY, "staging buffers (%u x %zu bytes): %s", nbuf, bytes,
+                      strerror(errno));
         free(s);
         return NULL;
     }
@@ -103,26 +101,24 @@ static void *host_stage_buf(struct gpu_stage *s, unsigned i)
 
 /* The copy is synchronous: buffers are free again as soon as it returns. */
 static int host_stage_copy(struct gpu_stage *s, unsigned i, struct gpu_alloc *a, uint64_t off,
-                           const void *src, size_t len, char *err, size_t errlen)
+                           const void *src, size_t len, struct st_error *err)
 {
     (void)s;
     (void)i;
     struct host_alloc *h = a->priv;
     if (!h || !h->map || off > a->size || len > a->size - off) {
-        snprintf(err, errlen, "copy of %zu bytes at %llu outside the allocation", len,
-                 (unsigned long long)off);
-        return -1;
+        return st_error_fail(err, ST_ERR_IO, "copy of %zu bytes at %llu outside the allocation",
+                             len, (unsigned long long)off);
     }
     memcpy((char *)h->map + off, src, len);
     return 0;
 }
 
-static int host_stage_wait(struct gpu_stage *s, unsigned i, char *err, size_t errlen)
+static int host_stage_wait(struct gpu_stage *s, unsigned i, struct st_error *err)
 {
     (void)s;
     (void)i;
     (void)err;
-    (void)errlen;
     return 0;
 }
 
@@ -134,7 +130,7 @@ static void host_stage_close(struct gpu_stage *s)
     free(s);
 }
 
-static int host_finish(struct gpu_backend *b, struct gpu_alloc *a, char *err, size_t errlen)
+static int host_finish(struct gpu_backend *b, struct gpu_alloc *a, struct st_error *err)
 {
     (void)b;
     struct host_alloc *h = a->priv;
@@ -144,21 +140,19 @@ static int host_finish(struct gpu_backend *b, struct gpu_alloc *a, char *err, si
         h->map = NULL;
     }
     if (fcntl(a->fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) < 0) {
-        snprintf(err, errlen, "sealing the memfd: %s", strerror(errno));
-        return -1;
+        return st_error_fail(err, ST_ERR_IO, "sealing the memfd: %s", strerror(errno));
     }
     return 0;
 }
 
 static int host_read_back(struct gpu_backend *b, struct gpu_alloc *a, uint64_t off, void *dst,
-                          size_t len, char *err, size_t errlen)
+                          size_t len, struct st_error *err)
 {
     (void)b;
     int rc = fileio_pread_full(a->fd, dst, len, off);
     if (rc < 0) {
-        snprintf(err, errlen, "reading the memfd back: %s",
+        return st_error_fail(err, ST_ERR_IO, "reading the memfd back: %s",
                  rc == -ENODATA ? "short" : strerror(-rc));
-        return -1;
     }
     return 0;
 }

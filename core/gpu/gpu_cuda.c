@@ -48,11 +48,14 @@ struct gpu_stage {
     CUevent *events;           /* one per buffer, recorded after its copy */
 };
 
-static int cerr(struct cuda_backend *cb, CUresult r, const char *what, char *err, size_t errlen)
+/* The one place a CUresult becomes an error: out of device memory is
+ * ST_ERR_DEVICE_MEMORY, anything else ST_ERR_DEVICE; the message names the
+ * call and the driver's description. Returns the errno that goes with it. */
+static int cuda_fail(struct cuda_backend *cb, CUresult r, const char *what, struct st_error *err)
 {
     char d[160];
-    snprintf(err, errlen, "%s: %s", what, cuda_api_describe(&cb->api, r, d, sizeof(d)));
-    return -1;
+    return st_error_fail(err, r == CUDA_ERROR_OUT_OF_MEMORY ? ST_ERR_DEVICE_MEMORY : ST_ERR_DEVICE,
+                         "%s: %s", what, cuda_api_describe(&cb->api, r, d, sizeof(d)));
 }
 
 static void log_cuda(struct cuda_backend *cb, CUresult r, const char *what)
@@ -62,7 +65,7 @@ static void log_cuda(struct cuda_backend *cb, CUresult r, const char *what)
 }
 
 /* Makes dev's primary context current on this thread. */
-static int use_device(struct cuda_backend *cb, int dev, char *err, size_t errlen)
+static int use_device(struct cuda_backend *cb, int dev, struct st_error *err)
 {
     CUresult r = CUDA_SUCCESS;
     pthread_mutex_lock(&cb->lock);
@@ -71,9 +74,9 @@ static int use_device(struct cuda_backend *cb, int dev, char *err, size_t errlen
     CUcontext ctx = cb->ctx[dev];
     pthread_mutex_unlock(&cb->lock);
     if (r != CUDA_SUCCESS)
-        return cerr(cb, r, "cuDevicePrimaryCtxRetain", err, errlen);
+        return cuda_fail(cb, r, "cuDevicePrimaryCtxRetain", err);
     r = cb->api.CtxSetCurrent(ctx);
-    return r == CUDA_SUCCESS ? 0 : cerr(cb, r, "cuCtxSetCurrent", err, errlen);
+    return r == CUDA_SUCCESS ? 0 : cuda_fail(cb, r, "cuCtxSetCurrent", err);
 }
 
 static void fill_prop(CUmemAllocationProp *p, int dev)
@@ -86,7 +89,7 @@ static void fill_prop(CUmemAllocationProp *p, int dev)
 }
 
 static int cuda_alloc(struct gpu_backend *b, int dev, uint64_t size, int legacy, const char *label,
-                      struct gpu_alloc *a, char *err, size_t errlen)
+                      struct gpu_alloc *a, struct st_error *err)
 {
     (void)label;
     struct cuda_backend *cb = b->priv;
@@ -98,50 +101,50 @@ static int cuda_alloc(struct gpu_backend *b, int dev, uint64_t size, int legacy,
     a->priv = ca;
     a->fd = -1;
     a->size = size;
-    if (use_device(cb, dev, err, errlen) < 0)
+    if (use_device(cb, dev, err) < 0)
         return -1;
     if (!cb->posix_fd[dev]) {
-        snprintf(err, errlen, "device %d cannot export memory as POSIX file descriptors", dev);
-        return -1;
+        return st_error_fail(err, ST_ERR_NO_DEVICE,
+                             "device %d cannot export memory as POSIX file descriptors", dev);
     }
     fill_prop(&prop, dev);
     r = cb->api.MemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
     if (r != CUDA_SUCCESS || gran == 0)
-        return cerr(cb, r, "cuMemGetAllocationGranularity", err, errlen);
+        return cuda_fail(cb, r, "cuMemGetAllocationGranularity", err);
     a->alloc_size = ((size ? size : 1) + gran - 1) / gran * gran;
     r = cb->api.MemCreate(&ca->handle, a->alloc_size, &prop, 0);
     if (r != CUDA_SUCCESS)
-        return cerr(cb, r, "cuMemCreate", err, errlen);
+        return cuda_fail(cb, r, "cuMemCreate", err);
     ca->have_handle = 1;
     r = cb->api.MemAddressReserve(&ca->va, a->alloc_size, gran, 0, 0);
     if (r != CUDA_SUCCESS)
-        return cerr(cb, r, "cuMemAddressReserve", err, errlen);
+        return cuda_fail(cb, r, "cuMemAddressReserve", err);
     ca->reserved = 1;
     r = cb->api.MemMap(ca->va, a->alloc_size, 0, ca->handle, 0);
     if (r != CUDA_SUCCESS)
-        return cerr(cb, r, "cuMemMap", err, errlen);
+        return cuda_fail(cb, r, "cuMemMap", err);
     ca->mapped = 1;
     CUmemAccessDesc acc = {.location = prop.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
     r = cb->api.MemSetAccess(ca->va, a->alloc_size, &acc, 1);
     if (r != CUDA_SUCCESS)
-        return cerr(cb, r, "cuMemSetAccess", err, errlen);
+        return cuda_fail(cb, r, "cuMemSetAccess", err);
     int fd = -1;
-    r = cb->api.MemExportToShareableHandle(&fd, ca->handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
-                                           0);
+    r = cb->api.MemExportToShareableHandle(&fd, ca->handle,
+                                           CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
     if (r != CUDA_SUCCESS)
-        return cerr(cb, r, "cuMemExportToShareableHandle", err, errlen);
+        return cuda_fail(cb, r, "cuMemExportToShareableHandle", err);
     a->fd = fd;
     if (legacy) {
         a->legacy_size = ((size ? size : 1) + LEGACY_ALIGN - 1) / LEGACY_ALIGN * LEGACY_ALIGN;
         r = cb->api.MemAlloc(&ca->legacy, a->legacy_size);
         if (r != CUDA_SUCCESS) {
             a->legacy_size = 0;
-            return cerr(cb, r, "cuMemAlloc (legacy IPC copy)", err, errlen);
+            return cuda_fail(cb, r, "cuMemAlloc (legacy IPC copy)", err);
         }
         CUipcMemHandle h;
         r = cb->api.IpcGetMemHandle(&h, ca->legacy);
         if (r != CUDA_SUCCESS)
-            return cerr(cb, r, "cuIpcGetMemHandle", err, errlen);
+            return cuda_fail(cb, r, "cuIpcGetMemHandle", err);
         memcpy(a->legacy_handle, &h, sizeof(h) < GPU_LEGACY_HANDLE_BYTES ? sizeof(h)
                                                                          : GPU_LEGACY_HANDLE_BYTES);
     }
@@ -152,14 +155,14 @@ static void cuda_free(struct gpu_backend *b, struct gpu_alloc *a)
 {
     struct cuda_backend *cb = b->priv;
     struct cuda_alloc *ca = a->priv;
-    char err[256];
+    struct st_error err;
     if (ca) {
         /* Every release is tried even when the device's context cannot be
          * made current: skipping them would leak the whole allocation for
          * the daemon's lifetime. Each failure is logged. */
-        if (use_device(cb, ca->dev, err, sizeof(err)) < 0)
+        if (use_device(cb, ca->dev, &err) < 0)
             log_msg(LOG_ERROR, "gpu: freeing an allocation on device %d: %s; trying anyway",
-                    ca->dev, err);
+                    ca->dev, err.message);
         CUresult r;
         if (ca->mapped && (r = cb->api.MemUnmap(ca->va, a->alloc_size)) != CUDA_SUCCESS)
             log_cuda(cb, r, "cuMemUnmap");
@@ -181,7 +184,7 @@ static void cuda_free(struct gpu_backend *b, struct gpu_alloc *a)
 static void cuda_stage_close(struct gpu_stage *s);
 
 static struct gpu_stage *cuda_stage_open(struct gpu_backend *b, int dev, unsigned nbuf,
-                                         size_t bytes, char *err, size_t errlen)
+                                         size_t bytes, struct st_error *err)
 {
     struct cuda_backend *cb = b->priv;
     struct gpu_stage *s = xcalloc(1, sizeof(*s));
@@ -191,25 +194,25 @@ static struct gpu_stage *cuda_stage_open(struct gpu_backend *b, int dev, unsigne
     s->nbuf = nbuf;
     s->bytes = bytes;
     s->events = xcalloc(nbuf, sizeof(*s->events));
-    if (use_device(cb, dev, err, errlen) < 0)
+    if (use_device(cb, dev, err) < 0)
         goto fail;
     r = cb->api.MemHostAlloc(&s->host, (size_t)nbuf * bytes, 0);
     if (r != CUDA_SUCCESS) {
         s->host = NULL;
-        cerr(cb, r, "cuMemHostAlloc (staging buffers)", err, errlen);
+        cuda_fail(cb, r, "cuMemHostAlloc (staging buffers)", err);
         goto fail;
     }
     r = cb->api.StreamCreate(&s->stream, CU_STREAM_NON_BLOCKING);
     if (r != CUDA_SUCCESS) {
         s->stream = NULL;
-        cerr(cb, r, "cuStreamCreate", err, errlen);
+        cuda_fail(cb, r, "cuStreamCreate", err);
         goto fail;
     }
     for (unsigned i = 0; i < nbuf; i++) {
         r = cb->api.EventCreate(&s->events[i], CU_EVENT_DISABLE_TIMING);
         if (r != CUDA_SUCCESS) {
             s->events[i] = NULL;
-            cerr(cb, r, "cuEventCreate", err, errlen);
+            cuda_fail(cb, r, "cuEventCreate", err);
             goto fail;
         }
     }
@@ -225,23 +228,23 @@ static void *cuda_stage_buf(struct gpu_stage *s, unsigned i)
 }
 
 static int cuda_stage_copy(struct gpu_stage *s, unsigned i, struct gpu_alloc *a, uint64_t off,
-                           const void *src, size_t len, char *err, size_t errlen)
+                           const void *src, size_t len, struct st_error *err)
 {
     struct cuda_backend *cb = s->cb;
     struct cuda_alloc *ca = a->priv;
-    if (use_device(cb, s->dev, err, errlen) < 0)
+    if (use_device(cb, s->dev, err) < 0)
         return -1;
     CUresult r = cb->api.MemcpyHtoDAsync(ca->va + off, src, len, s->stream);
     if (r != CUDA_SUCCESS)
-        return cerr(cb, r, "cuMemcpyHtoDAsync", err, errlen);
+        return cuda_fail(cb, r, "cuMemcpyHtoDAsync", err);
     r = cb->api.EventRecord(s->events[i], s->stream);
-    return r == CUDA_SUCCESS ? 0 : cerr(cb, r, "cuEventRecord", err, errlen);
+    return r == CUDA_SUCCESS ? 0 : cuda_fail(cb, r, "cuEventRecord", err);
 }
 
-static int cuda_stage_wait(struct gpu_stage *s, unsigned i, char *err, size_t errlen)
+static int cuda_stage_wait(struct gpu_stage *s, unsigned i, struct st_error *err)
 {
     CUresult r = s->cb->api.EventSynchronize(s->events[i]);
-    return r == CUDA_SUCCESS ? 0 : cerr(s->cb, r, "cuEventSynchronize", err, errlen);
+    return r == CUDA_SUCCESS ? 0 : cuda_fail(s->cb, r, "cuEventSynchronize", err);
 }
 
 static void cuda_stage_close(struct gpu_stage *s)
@@ -249,8 +252,7 @@ static void cuda_stage_close(struct gpu_stage *s)
     if (!s)
         return;
     struct cuda_backend *cb = s->cb;
-    char err[256];
-    if (use_device(cb, s->dev, err, sizeof(err)) == 0) {
+    if (use_device(cb, s->dev, NULL) == 0) {
         if (s->stream)
             cb->api.StreamSynchronize(s->stream);
         for (unsigned i = 0; i < s->nbuf; i++)
@@ -265,31 +267,31 @@ static void cuda_stage_close(struct gpu_stage *s)
     free(s);
 }
 
-static int cuda_finish(struct gpu_backend *b, struct gpu_alloc *a, char *err, size_t errlen)
+static int cuda_finish(struct gpu_backend *b, struct gpu_alloc *a, struct st_error *err)
 {
     struct cuda_backend *cb = b->priv;
     struct cuda_alloc *ca = a->priv;
-    if (use_device(cb, ca->dev, err, errlen) < 0)
+    if (use_device(cb, ca->dev, err) < 0)
         return -1;
     CUresult r;
     if (ca->legacy && a->size) {
         r = cb->api.MemcpyDtoD(ca->legacy, ca->va, a->size);
         if (r != CUDA_SUCCESS)
-            return cerr(cb, r, "cuMemcpyDtoD (legacy IPC copy)", err, errlen);
+            return cuda_fail(cb, r, "cuMemcpyDtoD (legacy IPC copy)", err);
     }
     r = cb->api.CtxSynchronize();
-    return r == CUDA_SUCCESS ? 0 : cerr(cb, r, "cuCtxSynchronize", err, errlen);
+    return r == CUDA_SUCCESS ? 0 : cuda_fail(cb, r, "cuCtxSynchronize", err);
 }
 
 static int cuda_read_back(struct gpu_backend *b, struct gpu_alloc *a, uint64_t off, void *dst,
-                          size_t len, char *err, size_t errlen)
+                          size_t len, struct st_error *err)
 {
     struct cuda_backend *cb = b->priv;
     struct cuda_alloc *ca = a->priv;
-    if (use_device(cb, ca->dev, err, errlen) < 0)
+    if (use_device(cb, ca->dev, err) < 0)
         return -1;
     CUresult r = cb->api.MemcpyDtoH(dst, ca->va + off, len);
-    return r == CUDA_SUCCESS ? 0 : cerr(cb, r, "cuMemcpyDtoH", err, errlen);
+    return r == CUDA_SUCCESS ? 0 : cuda_fail(cb, r, "cuMemcpyDtoH", err);
 }
 
 static void cuda_destroy(struct gpu_backend *b)
@@ -334,7 +336,8 @@ static void probe_device(struct cuda_backend *cb, struct gpu_device *d, int i)
         return;
     }
     cb->api.DeviceGetName(d->name, (int)sizeof(d->name), cb->dev[i]);
-    if ((r = cuda_api_device_uuid(&cb->api, cb->dev[i], d->uuid, sizeof(d->uuid))) != CUDA_SUCCESS) {
+    if ((r = cuda_api_device_uuid(&cb->api, cb->dev[i], d->uuid, sizeof(d->uuid))) !=
+        CUDA_SUCCESS) {
         d->uuid[0] = '\0';
         snprintf(d->error, sizeof(d->error), "cuDeviceGetUuid: %s",
                  cuda_api_describe(&cb->api, r, e, sizeof(e)));
@@ -345,7 +348,8 @@ static void probe_device(struct cuda_backend *cb, struct gpu_device *d, int i)
     if (cb->api.DeviceGetAttribute(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
                                    cb->dev[i]) != CUDA_SUCCESS)
         vmm = 0;
-    if (cb->api.DeviceGetAttribute(&pfd, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,
+    if (cb->api.DeviceGetAttribute(&pfd,
+                                   CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,
                                    cb->dev[i]) != CUDA_SUCCESS)
         pfd = 0;
     cb->posix_fd[i] = vmm && pfd;

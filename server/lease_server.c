@@ -1,5 +1,6 @@
-/* ipc: the lease socket server (an accept thread and a serve thread). */
-#include "ipc_server.h"
+/* lease_server: the lease socket's two threads: accepting (and refusing,
+ * server/lease_access.c) and serving allowed connections. */
+#include "lease_server.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -16,14 +17,15 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "gpu_manager.h"
-#include "ipc_proto.h"
+#include "gpu/gpu_manager.h"
+#include "gpu_doc.h"
+#include "gpu/ipc_proto.h"
+#include "lease_access.h"
 #include "log.h"
 #include "metrics.h"
 #include "util.h"
 
 #define MAX_CONNS 4096
-#define REFUSAL_UIDS 64            /* peer uids whose refusals are counted at once */
 #define ACCEPT_BATCH 256           /* accepts between two looks at the stop signal */
 
 struct conn_lease {
@@ -50,33 +52,24 @@ struct conn {
     uint64_t partial_ns;           /* when the unfinished request in `in` began */
 };
 
-/* Refusals of one peer uid in the current log interval. */
-struct refusal {
-    unsigned uid;
-    int used;
-    uint64_t since_ns;             /* the interval began (with a logged line) */
-    uint64_t unlogged;             /* refusals since, not yet in the log */
-};
-
-struct ipc_server {
+struct lease_server {
     struct gpu_manager *gm;
     char *path;
     int lfd, efd, stopfd, qfd;     /* listener, epoll, stop eventfd, hand-off eventfd */
     pthread_t serve_thread, accept_thread;
     int have_serve, have_accept;
-    uint32_t uids[CONFIG_MAX_IDS], gids[CONFIG_MAX_IDS];
-    unsigned n_uids, n_gids;
+    struct lease_allow allow;
     uint64_t idle_ns;              /* ipc_idle_timeout; 0 = none */
     atomic_size_t n_conns;         /* allowed connections being served or queued */
     struct conn *conns;            /* serve thread */
     pthread_mutex_t qlock;
     struct conn *qhead;            /* accepted, not yet picked up by the serve thread */
-    struct refusal refusals[REFUSAL_UIDS]; /* accept thread */
+    struct lease_refusals refusals; /* accept thread */
 };
 
 /* ---- serving allowed peers (serve thread) -------------------------------- */
 
-static void conn_free(struct ipc_server *s, struct conn *c)
+static void conn_free(struct lease_server *s, struct conn *c)
 {
     for (size_t i = 0; i < c->n_leases; i++)
         gpu_lease_release(s->gm, c->leases[i].l);
@@ -95,28 +88,36 @@ static void conn_free(struct ipc_server *s, struct conn *c)
     atomic_fetch_sub(&s->n_conns, 1);
 }
 
-static void conn_watch(struct ipc_server *s, struct conn *c)
+static void conn_watch(struct lease_server *s, struct conn *c)
 {
     struct epoll_event ev = {.events = c->out ? EPOLLOUT : EPOLLIN, .data.ptr = c};
     epoll_ctl(s->efd, EPOLL_CTL_MOD, c->fd, &ev);
 }
 
 /* Queues text (JSON, taken over) as the next answer, with fds attached.
- * Returns 0, or -1 when there was no text (an error answer went instead,
- * without the fds). */
+ * Returns 0, or -1 when there was no text or no memory for its frame (a
+ * short error answer went instead, without the fds). The frame of a big
+ * answer (its size comes from the model's files) is allocated fallibly;
+ * only the short one goes through xmalloc. */
 static int conn_answer_text(struct conn *c, char *text, const int *fds, size_t n_fds)
 {
+    static const char fallback[] =
+        "{\"ok\":false,\"error\":{\"code\":\"internal\",\"message\":\"encoding\"}}";
+    size_t n = text ? strlen(text) : 0;
+    unsigned char *out = text ? malloc(IPC_HEADER_BYTES + n) : NULL;
     int rc = 0;
-    if (!text) {
-        text = xstrdup("{\"ok\":false,\"error\":{\"code\":\"internal\",\"message\":\"encoding\"}}");
+    if (!out) {
+        free(text);
+        text = NULL;
+        n = sizeof(fallback) - 1;
+        out = xmalloc(IPC_HEADER_BYTES + n);
         n_fds = 0;
         rc = -1;
     }
-    size_t n = strlen(text);
-    c->out = xmalloc(IPC_HEADER_BYTES + n);
-    ipc_put_header(c->out, (uint32_t)n);
-    memcpy(c->out + IPC_HEADER_BYTES, text, n);
+    ipc_put_header(out, (uint32_t)n);
+    memcpy(out + IPC_HEADER_BYTES, text ? text : fallback, n);
     free(text);
+    c->out = out;
     c->out_len = IPC_HEADER_BYTES + n;
     c->out_off = 0;
     if (n_fds)
@@ -181,19 +182,19 @@ static int conn_flush(struct conn *c)
     return 0;
 }
 
-static void do_open(struct ipc_server *s, struct conn *c, const struct ipc_request *req)
+static void do_open(struct lease_server *s, struct conn *c, const struct ipc_request *req)
 {
     char *answer = NULL;
     int fds[IPC_MAX_FDS];
     size_t n_fds = 0;
     if (c->n_leases >= IPC_MAX_LEASES) {
-        conn_answer(c, gpu_error_answer("too_many_leases", "this connection holds %d leases, "
+        conn_answer(c, gpu_doc_answer_error("too_many_leases", "this connection holds %d leases, "
                                         "the most one may: release some first", IPC_MAX_LEASES),
                     NULL, 0);
         return;
     }
     uint64_t id = c->next_lease + 1;
-    struct gpu_lease *l = gpu_manager_open(s->gm, req->model, req->device, id, &answer, fds,
+    struct gpu_lease *l = gpu_doc_open(s->gm, req->model, req->device, id, &answer, fds,
                                            IPC_MAX_FDS, &n_fds);
     if (!l) {
         conn_answer_text(c, answer, NULL, 0);
@@ -213,7 +214,7 @@ static void do_open(struct ipc_server *s, struct conn *c, const struct ipc_reque
             (unsigned long long)id);
 }
 
-static void do_release(struct ipc_server *s, struct conn *c, uint64_t id)
+static void do_release(struct lease_server *s, struct conn *c, uint64_t id)
 {
     for (size_t i = 0; i < c->n_leases; i++) {
         if (c->leases[i].id != id)
@@ -224,22 +225,22 @@ static void do_release(struct ipc_server *s, struct conn *c, uint64_t id)
         conn_answer(c, json_pack("{s:b}", "ok", 1), NULL, 0);
         return;
     }
-    conn_answer(c, gpu_error_answer("no_such_lease", "this connection holds no lease %llu",
+    conn_answer(c, gpu_doc_answer_error("no_such_lease", "this connection holds no lease %llu",
                                     (unsigned long long)id), NULL, 0);
 }
 
-static void handle_request(struct ipc_server *s, struct conn *c, const unsigned char *p, size_t n)
+static void handle_request(struct lease_server *s, struct conn *c, const unsigned char *p, size_t n)
 {
     struct ipc_request *req = xmalloc(sizeof(*req));
     char err[512];
     if (ipc_request_parse((const char *)p, n, req, err, sizeof(err)) < 0) {
-        conn_answer(c, gpu_error_answer("bad_request", "%s", err), NULL, 0);
+        conn_answer(c, gpu_doc_answer_error("bad_request", "%s", err), NULL, 0);
         goto out;
     }
     switch (req->op) {
     case IPC_OP_HELLO:
         if (req->protocol < 1 || req->protocol > IPC_PROTOCOL)
-            conn_answer(c, gpu_error_answer("unsupported_protocol", "this daemon speaks lease "
+            conn_answer(c, gpu_doc_answer_error("unsupported_protocol", "this daemon speaks lease "
                                             "protocols 1 to %d, not %llu", IPC_PROTOCOL,
                                             (unsigned long long)req->protocol), NULL, 0);
         else
@@ -248,7 +249,7 @@ static void handle_request(struct ipc_server *s, struct conn *c, const unsigned 
                                      "tensord " TENSORD_VERSION), NULL, 0);
         break;
     case IPC_OP_LIST:
-        conn_answer(c, gpu_manager_list_json(s->gm), NULL, 0);
+        conn_answer(c, gpu_doc_list_json(s->gm), NULL, 0);
         break;
     case IPC_OP_CLOSE:
         conn_answer(c, json_pack("{s:b}", "ok", 1), NULL, 0);
@@ -267,7 +268,7 @@ out:
 
 /* Reads and answers whole frames until an answer is pending. Returns -1 when
  * the connection must go. */
-static int conn_read(struct ipc_server *s, struct conn *c)
+static int conn_read(struct lease_server *s, struct conn *c)
 {
     for (;;) {
         /* Answer the frames already here, one at a time. */
@@ -279,7 +280,7 @@ static int conn_read(struct ipc_server *s, struct conn *c)
             if (st == IPC_FRAME_NEED_MORE)
                 break;
             if (st == IPC_FRAME_TOO_LARGE) {
-                conn_answer(c, gpu_error_answer("too_large", "a request is at most %u bytes; "
+                conn_answer(c, gpu_doc_answer_error("too_large", "a request is at most %u bytes; "
                                                 "this one announces %u", IPC_MAX_REQUEST,
                                                 ipc_get_header(c->in)), NULL, 0);
                 c->close_after = 1;
@@ -321,7 +322,7 @@ static int conn_read(struct ipc_server *s, struct conn *c)
 }
 
 /* Moves the connections the accept thread queued into the served set. */
-static void adopt_queued(struct ipc_server *s)
+static void adopt_queued(struct lease_server *s)
 {
     uint64_t v;
     if (read(s->qfd, &v, sizeof(v)) < 0 && errno != EAGAIN)
@@ -350,7 +351,7 @@ static void adopt_queued(struct ipc_server *s)
 /* Closes connections that idled or stalled past ipc_idle_timeout. A
  * connection holding leases and sending nothing is a worker using them:
  * it stays. */
-static void sweep_idle(struct ipc_server *s)
+static void sweep_idle(struct lease_server *s)
 {
     uint64_t now = time_mono_ns();
     struct conn *next;
@@ -374,7 +375,7 @@ static void sweep_idle(struct ipc_server *s)
 
 static void *serve_main(void *arg)
 {
-    struct ipc_server *s = arg;
+    struct lease_server *s = arg;
     struct epoll_event evs[64];
     uint64_t last_sweep = time_mono_ns();
     for (;;) {
@@ -427,144 +428,15 @@ static void *serve_main(void *arg)
 
 /* ---- accepting and refusing (accept thread) ------------------------------ */
 
-/* The peer's supplementary groups into *groups (caller frees), sized from
- * what the kernel reports: a buffer that is too small gets ERANGE and the
- * size needed, and the groups may change between two calls. Returns the
- * count, 0 when the kernel has no SO_PEERGROUPS, or -1. */
-static int peer_groups(int fd, gid_t **groups)
-{
-    *groups = NULL;
-#ifdef SO_PEERGROUPS
-    socklen_t len = 64 * sizeof(gid_t);
-    for (int tries = 0; tries < 8; tries++) {
-        gid_t *g = xmalloc(len ? len : sizeof(gid_t));
-        socklen_t got = len;
-        if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, g, &got) == 0) {
-            *groups = g;
-            return (int)(got / sizeof(gid_t));
-        }
-        free(g);
-        if (errno != ERANGE)
-            return errno == ENOPROTOOPT ? 0 : -1;
-        /* got is the size the kernel needs now. */
-        len = got > len ? got : len * 2;
-    }
-    return -1;
-#else
-    (void)fd;
-    return 0;
-#endif
-}
-
-static int peer_allowed(const struct ipc_server *s, int fd, struct ucred *cr)
-{
-    socklen_t len = sizeof(*cr);
-    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, cr, &len) < 0)
-        return 0;
-    if (cr->uid == geteuid())
-        return 1;
-    for (unsigned i = 0; i < s->n_uids; i++)
-        if (cr->uid == s->uids[i])
-            return 1;
-    if (!s->n_gids)
-        return 0;
-    for (unsigned i = 0; i < s->n_gids; i++)
-        if (cr->gid == s->gids[i])
-            return 1;
-    gid_t *groups;
-    int ng = peer_groups(fd, &groups), ok = 0;
-    for (int g = 0; g < ng && !ok; g++)
-        for (unsigned i = 0; i < s->n_gids; i++)
-            if (groups[g] == s->gids[i])
-                ok = 1;
-    free(groups);
-    return ok;
-}
-
-static void log_suppressed(const struct refusal *r, uint64_t now)
-{
-    log_msg(LOG_WARN, "ipc: refused uid %u %llu more time(s) in the last %.0f s", r->uid,
-            (unsigned long long)r->unlogged, (double)(now - r->since_ns) / 1e9);
-}
-
-/* One log line per peer uid per interval; the others are counted and
- * summed up in the next line. */
-static void note_refusal(struct ipc_server *s, const struct ucred *cr)
-{
-    const uint64_t interval = IPC_REFUSAL_LOG_SECONDS * 1000000000ULL;
-    uint64_t now = time_mono_ns();
-    struct refusal *r = NULL, *oldest = &s->refusals[0];
-    metrics_add(MC_IPC_REFUSED, 1);
-    for (int i = 0; i < REFUSAL_UIDS && !r; i++) {
-        struct refusal *e = &s->refusals[i];
-        if (e->used && e->uid == cr->uid)
-            r = e;
-        else if (!e->used || (oldest->used && e->since_ns < oldest->since_ns))
-            oldest = e;
-    }
-    if (r && now - r->since_ns < interval) {
-        r->unlogged++;
-        return;
-    }
-    if (!r) {
-        r = oldest;
-        if (r->used && r->unlogged)
-            log_suppressed(r, now);
-        r->uid = cr->uid;
-        r->used = 1;
-    } else if (r->unlogged) {
-        log_suppressed(r, now);
-    }
-    r->since_ns = now;
-    r->unlogged = 0;
-    log_msg(LOG_WARN, "ipc: refused pid %u uid %u gid %u (not on the allow-list; further "
-            "refusals of uid %u are counted, one line per %d s)", (unsigned)cr->pid, cr->uid,
-            cr->gid, cr->uid, IPC_REFUSAL_LOG_SECONDS);
-}
-
-static void flush_refusals(struct ipc_server *s)
-{
-    uint64_t now = time_mono_ns();
-    for (int i = 0; i < REFUSAL_UIDS; i++) {
-        struct refusal *r = &s->refusals[i];
-        if (r->used && r->unlogged &&
-            now - r->since_ns >= IPC_REFUSAL_LOG_SECONDS * 1000000000ULL) {
-            log_suppressed(r, now);
-            r->since_ns = now;
-            r->unlogged = 0;
-        }
-    }
-}
-
-/* Answers forbidden and closes, without ever waiting on the peer. */
-static void refuse(struct ipc_server *s, int fd, const struct ucred *cr)
-{
-    char msg[256];
-    unsigned char frame[IPC_HEADER_BYTES + sizeof(msg)];
-    int n = snprintf(msg, sizeof(msg), "{\"ok\":false,\"error\":{\"code\":\"forbidden\",\"message\":"
-                     "\"uid %u gid %u may not use this socket (allow_uids / allow_gids)\"}}",
-                     cr->uid, cr->gid);
-    ipc_put_header(frame, (uint32_t)n);
-    memcpy(frame + IPC_HEADER_BYTES, msg, (size_t)n);
-    if (send(fd, frame, IPC_HEADER_BYTES + (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL) < 0)
-        (void)0; /* the peer is gone or not reading: nothing more is owed */
-    char sink[4096]; /* see conn_flush: unread input would reset the peer */
-    if (recv(fd, sink, sizeof(sink), MSG_DONTWAIT) < 0)
-        (void)0;
-    shutdown(fd, SHUT_WR);
-    close(fd);
-    note_refusal(s, cr);
-}
-
-static void accept_some(struct ipc_server *s)
+static void accept_some(struct lease_server *s)
 {
     for (int k = 0; k < ACCEPT_BATCH; k++) {
         int fd = accept4(s->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0)
             return;
         struct ucred cr = {0};
-        if (!peer_allowed(s, fd, &cr)) {
-            refuse(s, fd, &cr);
+        if (!lease_access_allowed(&s->allow, fd, &cr)) {
+            lease_access_refuse(&s->refusals, fd, &cr);
             continue;
         }
         if (atomic_load(&s->n_conns) >= MAX_CONNS) {
@@ -591,7 +463,7 @@ static void accept_some(struct ipc_server *s)
 
 static void *accept_main(void *arg)
 {
-    struct ipc_server *s = arg;
+    struct lease_server *s = arg;
     struct pollfd pfd[2] = {{.fd = s->lfd, .events = POLLIN}, {.fd = s->stopfd, .events = POLLIN}};
     for (;;) {
         int n = poll(pfd, 2, 1000);
@@ -601,26 +473,14 @@ static void *accept_main(void *arg)
             break;
         if (n > 0 && pfd[0].revents)
             accept_some(s);
-        flush_refusals(s);
+        lease_access_flush(&s->refusals);
     }
     return NULL;
 }
 
 /* ---- start and stop ------------------------------------------------------ */
 
-/* 1 when a live server answers at path. */
-static int socket_alive(const char *path)
-{
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_un a = {.sun_family = AF_UNIX};
-    snprintf(a.sun_path, sizeof(a.sun_path), "%s", path);
-    int alive = fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
-    if (fd >= 0)
-        close(fd);
-    return alive;
-}
-
-static void server_free(struct ipc_server *s)
+static void server_free(struct lease_server *s)
 {
     while (s->conns)
         conn_free(s, s->conns);
@@ -643,51 +503,20 @@ static void server_free(struct ipc_server *s)
     free(s);
 }
 
-struct ipc_server *ipc_server_start(struct gpu_manager *gm, const char *path,
-                                    const struct config *cfg, char *err, size_t errlen)
+struct lease_server *lease_server_start(struct gpu_manager *gm, const char *path,
+                                        const struct config *cfg, char *err, size_t errlen)
 {
-    struct sockaddr_un a = {.sun_family = AF_UNIX};
-    struct stat st;
-    if (!path || strlen(path) >= sizeof(a.sun_path)) {
-        snprintf(err, errlen, "ipc socket path \"%s\" is longer than %zu bytes", path ? path : "",
-                 sizeof(a.sun_path) - 1);
+    int lfd = lease_access_listen(path, err, errlen);
+    if (lfd < 0)
         return NULL;
-    }
-    memcpy(a.sun_path, path, strlen(path) + 1);
-    if (lstat(path, &st) == 0) {
-        if (!S_ISSOCK(st.st_mode)) {
-            snprintf(err, errlen, "ipc socket %s exists and is not a socket", path);
-            return NULL;
-        }
-        if (socket_alive(path)) {
-            snprintf(err, errlen, "ipc socket %s is in use by another process", path);
-            return NULL;
-        }
-        unlink(path); /* stale, from a daemon that did not exit cleanly */
-    }
-    struct ipc_server *s = xcalloc(1, sizeof(*s));
+    struct lease_server *s = xcalloc(1, sizeof(*s));
     s->gm = gm;
     s->path = xstrdup(path);
     s->efd = s->stopfd = s->qfd = -1;
     pthread_mutex_init(&s->qlock, NULL);
-    s->n_uids = cfg->n_allow_uids;
-    s->n_gids = cfg->n_allow_gids;
+    lease_access_init(&s->allow, cfg);
     s->idle_ns = (uint64_t)cfg->ipc_idle_timeout * 1000000000ULL;
-    memcpy(s->uids, cfg->allow_uids, sizeof(s->uids));
-    memcpy(s->gids, cfg->allow_gids, sizeof(s->gids));
-    s->lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (s->lfd < 0 || bind(s->lfd, (struct sockaddr *)&a, sizeof(a)) < 0) {
-        snprintf(err, errlen, "ipc socket %s: %s", path, strerror(errno));
-        server_free(s);
-        return NULL;
-    }
-    /* Filesystem permissions would only duplicate the allow-list, badly
-     * (one group); SO_PEERCRED is the check. */
-    chmod(path, 0666);
-    if (listen(s->lfd, 512) < 0) {
-        snprintf(err, errlen, "listen on %s: %s", path, strerror(errno));
-        goto fail;
-    }
+    s->lfd = lfd;
     s->efd = epoll_create1(EPOLL_CLOEXEC);
     s->stopfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     s->qfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -719,7 +548,7 @@ fail:
     return NULL;
 }
 
-void ipc_server_stop(struct ipc_server *s)
+void lease_server_stop(struct lease_server *s)
 {
     if (!s)
         return;

@@ -35,10 +35,10 @@ struct gpu_loader {
 };
 
 /* Opens the staging ring (nbuf buffers of chunk bytes plus alignment slack)
- * on device dev and the io_uring. Returns 0 or -1 with err. */
+ * on device dev and the io_uring. Returns 0 or -errno with err. */
 int gpu_loader_init(struct gpu_loader *l, struct gpu_backend *be, int dev, unsigned nbuf,
-                    size_t chunk, const atomic_int *cancel, _Atomic uint64_t *progress, char *err,
-                    size_t errlen);
+                    size_t chunk, const atomic_int *cancel, _Atomic uint64_t *progress,
+                    struct st_error *err);
 
 /* Copies size bytes at file_off of fd into a[0..size). direct_fd, when not
  * -1, is the same file opened with O_DIRECT and is preferred. Waits for every
@@ -47,16 +47,16 @@ int gpu_loader_init(struct gpu_loader *l, struct gpu_backend *be, int dev, unsig
  * buffers are then the caller's again. Should the ring itself fail so that
  * this cannot be known, l->unsafe is set and gpu_loader_close leaks the
  * buffers rather than free memory the kernel may still write. *checksum
- * gets the ipc_tsum of the bytes. Returns 0, -1 with err, or -ECANCELED
+ * gets the ipc_tsum of the bytes. Returns 0, -errno with err, or -ECANCELED
  * when *cancel was set. */
 int gpu_loader_shard(struct gpu_loader *l, int fd, int direct_fd, uint64_t file_off,
-                     uint64_t size, struct gpu_alloc *a, uint64_t *checksum, char *err,
-                     size_t errlen);
+                     uint64_t size, struct gpu_alloc *a, uint64_t *checksum, struct st_error *err);
 
 /* Compares a[0..size) (read back from the backend) with the file bytes.
- * Returns 0, or -1 with err naming the first differing offset. */
+ * Returns 0, -ECANCELED, or -errno with err naming the first differing
+ * offset (ST_ERR_DEVICE) or the failed read. */
 int gpu_loader_verify(struct gpu_loader *l, int fd, uint64_t file_off, uint64_t size,
-                      struct gpu_alloc *a, char *err, size_t errlen);
+                      struct gpu_alloc *a, struct st_error *err);
 
 void gpu_loader_close(struct gpu_loader *l);
 

@@ -1,6 +1,6 @@
 /* gpu_preload: the GPU manager's load queue and its loader thread.
  *
- * A preload request makes a new instance (core/gpu_manager_int.h), links it
+ * A preload request makes a new instance (core/gpu/gpu_manager_int.h), links it
  * into the table as the model's current one and queues it. The loader
  * thread takes queued instances one at a time and runs the preload state
  * machine:
@@ -19,31 +19,31 @@
 #ifndef TENSORD_GPU_PRELOAD_H
 #define TENSORD_GPU_PRELOAD_H
 
-#include <jansson.h>
-#include <stddef.h>
+#include "gpu_manager.h"
+#include "st_error.h"
 
-struct gpu_manager;
-struct gm_model;
+struct gm_instance;
 
-/* Starts the loader thread, then requests the config's preloads
- * ("MODEL@DEVICE"; a malformed or refused one is logged and skipped).
- * Returns 0, or -1 with err when the thread cannot start. */
-int gpu_preload_start(struct gpu_manager *gm, char *err, size_t errlen);
+/* Starts the loader thread. Returns 0, or -errno with err when it cannot
+ * start. */
+int gpu_preload_start(struct gpu_manager *gm, struct st_error *err);
 
-/* Starts loading model on device, as the HTTP POST does; startup marks a
+/* Starts loading model on *where, as the HTTP POST does; startup marks a
  * config preload. The model comes from the newest snapshot: the holder's
  * current one, or the one a reload has announced (gpu_manager_on_reload)
- * and not yet swapped in. Returns the HTTP status: 202 a load started, 200
+ * and not yet swapped in. Returns 1 when a load started, 0 when it is
  * already loaded or loading there (a failed instance on the same device is
- * retired and tried again); errors (400, 404, 409, 503) with an error
- * document. *doc is always set, JSON text the caller frees. Takes gm->lock
- * itself. */
-int gpu_preload_request(struct gpu_manager *gm, const char *model, const char *device,
-                        int startup, char **doc);
+ * retired and tried again), *v the instance's view either way (release it
+ * with gpu_manager_view_release); or -errno with err: ST_ERR_NOT_FOUND (no
+ * such model), ST_ERR_INVALID_ARGUMENT (the model is invalid),
+ * ST_ERR_CONFLICT (loaded on another device), ST_ERR_NO_MEMORY. Takes
+ * gm->lock itself. */
+int gpu_preload_request(struct gpu_manager *gm, const char *model, const struct gm_device *where,
+                        int startup, struct gm_view *v, struct st_error *err);
 
 /* Links m (new, from do_gm_instance_new) as its model's current instance
  * and queues it; refs become 2: the table's and the loader's. */
-void do_gpu_preload_enqueue(struct gpu_manager *gm, struct gm_model *m);
+void do_gm_enqueue(struct gpu_manager *gm, struct gm_instance *m);
 
 /* Tells the loader to stop, cancels every instance's load (the one running
  * stops at its next chunk), and joins the thread. Queued instances stay in

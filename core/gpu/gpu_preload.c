@@ -1,0 +1,259 @@
+/* gpu_preload: preload requests, the load queue and the loader thread. */
+#include "gpu_preload.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "gpu_load.h"
+#include "gpu_manager_int.h"
+#include "log.h"
+#include "metrics.h"
+#include "util.h"
+
+void do_gm_enqueue(struct gpu_manager *gm, struct gm_instance *m)
+{
+    m->refs = 2;
+    m->current = 1;
+    m->next = gm->models;
+    gm->models = m;
+    if (gm->qtail)
+        gm->qtail->qnext = m;
+    else
+        gm->qhead = m;
+    gm->qtail = m;
+    pthread_cond_broadcast(&gm->cond);
+}
+
+/* O_DIRECT descriptor for the same version of f, or -1 (not supported, or
+ * the path now leads to another file or version). */
+static int open_direct(const struct reg_model *rm, const struct reg_file *f)
+{
+    int fd = registry_open_file(rm, f, O_RDONLY | O_DIRECT);
+    return fd >= 0 ? fd : -1;
+}
+
+/* Allocates every shard of m on its device. Returns 0 or -errno with
+ * m->error. */
+static int alloc_shards(const struct gm_options *opt, struct gm_instance *m, int dev)
+{
+    int legacy = opt->legacy_ipc && m->be->kind == GPU_KIND_CUDA;
+    struct st_error e;
+    for (size_t i = 0; i < m->n_shards; i++) {
+        struct gm_shard *s = &m->shards[i];
+        char label[160];
+        snprintf(label, sizeof(label), "%.80s/%.60s", m->name, s->file);
+        if (m->be->ops->alloc(m->be, dev, s->size, legacy, label, &s->a, &e) < 0)
+            return st_error_fail(&m->error, e.code, "allocating %llu bytes for %s: %s",
+                                 (unsigned long long)s->size, s->file, e.message);
+    }
+    return 0;
+}
+
+/* Copies every shard of m through l, then (verify) reads each back and
+ * compares it with its file. Returns 0, -ECANCELED, or -errno with
+ * m->error naming the shard. */
+static int copy_shards(struct gpu_loader *l, struct gm_instance *m, int verify)
+{
+    struct st_error e;
+    for (size_t i = 0; i < m->n_shards; i++) {
+        struct gm_shard *s = &m->shards[i];
+        int dfd = open_direct(m->rm, s->rf);
+        int r = gpu_loader_shard(l, s->rf->fd, dfd, s->data_start, s->size, &s->a, &s->checksum,
+                                 &e);
+        if (dfd >= 0)
+            close(dfd);
+        if (r == -ECANCELED)
+            return r;
+        if (r < 0 || (r = m->be->ops->finish(m->be, &s->a, &e)) < 0)
+            return st_error_fail(&m->error, e.code, "%s: %s", s->file, e.message);
+    }
+    snprintf(m->io_mode, sizeof(m->io_mode), "%s", l->io_mode);
+    for (size_t i = 0; verify && i < m->n_shards; i++) {
+        struct gm_shard *s = &m->shards[i];
+        int r = gpu_loader_verify(l, s->rf->fd, s->data_start, s->size, &s->a, &e);
+        if (r == -ECANCELED)
+            return r;
+        if (r < 0)
+            return st_error_fail(&m->error, e.code, "%s: %s", s->file, e.message);
+    }
+    m->verified = verify;
+    return 0;
+}
+
+/* Fills every allocation of m. Returns 0, -ECANCELED, or -errno with
+ * m->error. */
+static int load_instance(struct gpu_manager *gm, struct gm_instance *m)
+{
+    const struct gm_options *opt = &gm->opt;
+    struct gpu_loader l;
+    struct st_error e;
+    int dev = m->be->kind == GPU_KIND_CUDA ? m->be->devices[m->dev].index : 0;
+    int rc = alloc_shards(opt, m, dev);
+    if (rc < 0)
+        return rc;
+    rc = gpu_loader_init(&l, m->be, dev, opt->staging_buffers, (size_t)opt->staging_buffer_bytes,
+                         &m->cancel, &m->done, &e);
+    if (rc < 0) {
+        m->error = e;
+        return rc;
+    }
+    rc = copy_shards(&l, m, opt->verify);
+    gpu_loader_close(&l);
+    return rc;
+}
+
+/* The loader thread: takes instances off the queue one at a time, fills
+ * them, and publishes each as ready or failed. */
+static void *loader_main(void *arg)
+{
+    struct gpu_manager *gm = arg;
+    pthread_mutex_lock(&gm->lock);
+    for (;;) {
+        while (!gm->qhead && !gm->stopping)
+            pthread_cond_wait(&gm->cond, &gm->lock);
+        if (gm->stopping)
+            break;
+        struct gm_instance *m = gm->qhead;
+        gm->qhead = m->qnext;
+        if (!gm->qhead)
+            gm->qtail = NULL;
+        m->qnext = NULL;
+        gm->loading = 1;
+        m->t_start_ns = time_mono_ns();
+        pthread_mutex_unlock(&gm->lock);
+
+        int rc = atomic_load(&m->cancel) ? -ECANCELED : load_instance(gm, m);
+        if (rc != 0) {
+            /* A failed or cancelled load keeps no memory. Nobody else looks
+             * at the allocations before they are published. */
+            for (size_t i = 0; i < m->n_shards; i++)
+                if (m->shards[i].a.priv || m->shards[i].a.fd >= 0)
+                    m->be->ops->free(m->be, &m->shards[i].a);
+        } else {
+            metrics_add(MC_GPU_PRELOAD_BYTES, m->total);
+        }
+
+        pthread_mutex_lock(&gm->lock);
+        m->t_end_ns = time_mono_ns();
+        for (size_t i = 0; i < m->n_shards; i++)
+            m->shards[i].rf = NULL;
+        const struct reg_model *rm = m->rm;
+        m->rm = NULL;
+        double secs = (double)(m->t_end_ns - m->t_start_ns) / 1e9;
+        if (rc == 0 && !atomic_load(&m->cancel)) {
+            m->state = GM_READY;
+            m->published = 1;
+            gm->last_bps = secs > 0 ? (double)m->total / secs : 0;
+            log_msg(LOG_INFO, "gpu: %s ready on %s (generation %llu): %llu bytes in %.3f s, %s",
+                    m->name, m->device, (unsigned long long)m->generation,
+                    (unsigned long long)m->total, secs, m->io_mode);
+        } else if (rc != 0 && rc != -ECANCELED) {
+            m->state = GM_FAILED;
+            log_msg(LOG_ERROR, "gpu: preloading %s on %s failed: %s", m->name, m->device,
+                    m->error.message);
+        }
+        if (m->startup && gm->startup_pending > 0)
+            gm->startup_pending--;
+        m->startup = 0;
+        gm->loading = 0;
+        struct gm_instance *dead = do_gm_instance_unref(gm, m);
+        pthread_cond_broadcast(&gm->cond);
+        pthread_mutex_unlock(&gm->lock);
+        reg_model_unref(rm); /* closes files: outside the lock */
+        if (dead)
+            gm_instance_free(dead);
+        pthread_mutex_lock(&gm->lock);
+    }
+    pthread_mutex_unlock(&gm->lock);
+    return NULL;
+}
+
+/* Under gm->lock: whether model (rm in the newest snapshot) may be loaded
+ * on *where, and if it is already there. Returns 1 to start a load, 0 when
+ * cur already is the answer, or -errno with err. */
+static int do_preload_check(const struct reg_model *rm, const struct gm_instance *cur,
+                            const char *model, const struct gm_device *where,
+                            struct st_error *err)
+{
+    if (!rm)
+        return st_error_fail(err, ST_ERR_NOT_FOUND, "no model named \"%.200s\"", model);
+    if (rm->state != MODEL_READY)
+        return st_error_fail(err, ST_ERR_INVALID_ARGUMENT, "model %.200s is invalid: %s", model,
+                             rm->error.message);
+    if (cur && (cur->be != where->be || cur->dev != where->dev))
+        return st_error_fail(err, ST_ERR_CONFLICT, "model %.200s is already on %s: evict it "
+                             "first", model, cur->device);
+    return cur && cur->state != GM_FAILED ? 0 : 1;
+}
+
+int gpu_preload_request(struct gpu_manager *gm, const char *model, const struct gm_device *where,
+                        int startup, struct gm_view *v, struct st_error *err)
+{
+    struct registry *snap = registry_holder_acquire(gm->holder), *stale = NULL;
+    struct gm_instance *dead = NULL;
+    memset(v, 0, sizeof(*v));
+    pthread_mutex_lock(&gm->lock);
+    /* A reload announces its snapshot before the holder swaps it in: a
+     * request in between must load the new files, or its instance would
+     * keep the old ones (the reload already compared what it saw). */
+    if (gm->latest && (!snap || gm->latest->generation > snap->generation)) {
+        stale = snap;
+        snap = registry_ref(gm->latest);
+    }
+    const struct reg_model *rm = snap ? registry_find_model(snap, model, strlen(model)) : NULL;
+    struct gm_instance *cur = do_gm_find_current(gm, model);
+    int rc = do_preload_check(rm, cur, model, where, err);
+    if (rc == 0) {
+        do_gm_view(cur, v);
+    } else if (rc == 1) {
+        struct gm_instance *m = do_gm_instance_new(gm, rm, where);
+        if (!m) {
+            rc = st_error_fail(err, ST_ERR_NO_MEMORY, "model %.200s: not enough memory for its "
+                               "instance", model);
+            goto out;
+        }
+        do_gm_refused_clear(gm, model);
+        if (cur) /* a failed attempt on this device: try again */
+            dead = do_gm_instance_retire(gm, cur);
+        m->startup = startup;
+        if (startup)
+            gm->startup_pending++;
+        do_gm_enqueue(gm, m);
+        do_gm_view(m, v);
+    }
+out:
+    pthread_mutex_unlock(&gm->lock);
+    if (dead)
+        gm_instance_free(dead);
+    if (stale)
+        registry_unref(stale);
+    if (snap)
+        registry_unref(snap);
+    return rc;
+}
+
+int gpu_preload_start(struct gpu_manager *gm, struct st_error *err)
+{
+    int rc = pthread_create(&gm->loader, NULL, loader_main, gm);
+    if (rc != 0)
+        return st_error_errno(err, rc, "cannot start the preload thread");
+    gm->loader_started = 1;
+    return 0;
+}
+
+void gpu_preload_stop(struct gpu_manager *gm)
+{
+    pthread_mutex_lock(&gm->lock);
+    gm->stopping = 1;
+    for (struct gm_instance *m = gm->models; m; m = m->next)
+        atomic_store(&m->cancel, 1);
+    pthread_cond_broadcast(&gm->cond);
+    pthread_mutex_unlock(&gm->lock);
+    if (gm->loader_started)
+        pthread_join(gm->loader, NULL);
+}

@@ -1,0 +1,207 @@
+/* ipc_proto: framing and request parsing for the lease socket. Requests
+ * come from workers, so they are read with json_scan (the project's
+ * bounded, strict tokenizer), building no tree. */
+#include "ipc_proto.h"
+
+#include <stddef.h>
+#include <stdio.h>
+
+#include "json_scan.h"
+#include "util.h"
+
+enum ipc_frame_status ipc_frame_next(const unsigned char *buf, size_t len, size_t max,
+                                     const unsigned char **payload, size_t *payload_len,
+                                     size_t *consumed)
+{
+    if (len < IPC_HEADER_BYTES)
+        return IPC_FRAME_NEED_MORE;
+    uint32_t n = ipc_get_header(buf);
+    if (n > max)
+        return IPC_FRAME_TOO_LARGE;
+    if (len - IPC_HEADER_BYTES < n)
+        return IPC_FRAME_NEED_MORE;
+    *payload = buf + IPC_HEADER_BYTES;
+    *payload_len = n;
+    *consumed = IPC_HEADER_BYTES + (size_t)n;
+    return IPC_FRAME_READY;
+}
+
+/* One member of a request the parser looks at: its value's kind and, for
+ * strings, its decoded text (cut to the buffer; len is the whole length). */
+struct member {
+    int tok;                   /* 0: absent; else the value's first token */
+    char *str;                 /* where a string value is decoded */
+    size_t cap, len;
+    int64_t integer;
+};
+
+struct fields {
+    struct member op, model, device, lease, protocol;
+    char op_text[72];          /* enough to name an unknown op (64 bytes) and tell it apart */
+};
+
+static struct member *member_of(struct fields *f, const struct json_scan *s)
+{
+    static const struct {
+        const char *key;
+        size_t off;
+    } keys[] = {
+        {"op", offsetof(struct fields, op)},
+        {"model", offsetof(struct fields, model)},
+        {"device", offsetof(struct fields, device)},
+        {"lease", offsetof(struct fields, lease)},
+        {"protocol", offsetof(struct fields, protocol)},
+    };
+    char key[16];
+    if (s->str_len >= sizeof(key))
+        return NULL;
+    json_scan_decode(s, key, sizeof(key) - 1);
+    key[s->str_len] = '\0';
+    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
+        if (strcmp(key, keys[i].key) == 0)
+            return (struct member *)((char *)f + keys[i].off);
+    return NULL;
+}
+
+/* Reads the object whose '{' is the current token, keeping the members of
+ * f. Returns 0 or -1 (s has the error). */
+static int read_object(struct json_scan *s, struct fields *f)
+{
+    struct json_scan_keys keys = JSON_SCAN_KEYS_INIT;
+    int rc = -1, more = json_scan_next(s) == '}' ? 0 : 1;
+    while (more == 1) {
+        if (json_scan_key(s) != 0 || json_scan_keys_add(s, &keys) != 0)
+            goto out;
+        struct member *m = member_of(f, s);
+        if (json_scan_colon(s) != 0 || json_scan_value_start(s) != 0)
+            goto out;
+        if (m) {
+            m->tok = s->tok;
+            m->integer = s->integer;
+            m->len = s->tok == JSON_TOK_STRING ? s->str_len : 0;
+            if (s->tok == JSON_TOK_STRING && m->str) {
+                size_t n = json_scan_decode(s, m->str, m->cap);
+                m->str[n < m->cap ? n : m->cap] = '\0';
+            }
+        }
+        if (json_scan_value(s, 2, JSON_SCAN_MAX_DEPTH) != 0) /* members of the depth-1 object */
+            goto out;
+        more = json_scan_more(s, '}');
+    }
+    rc = more;
+out:
+    json_scan_keys_free(&keys);
+    return rc;
+}
+
+/* The string member m (`key`); absent is fine when optional. */
+static int check_name(const struct member *m, const char *key, int required, char *err,
+                      size_t errlen)
+{
+    if (!m->tok) {
+        if (required)
+            snprintf(err, errlen, "\"%s\" is required", key);
+        return required ? -1 : 0;
+    }
+    if (m->tok != JSON_TOK_STRING) {
+        snprintf(err, errlen, "\"%s\" must be a string", key);
+        return -1;
+    }
+    if (m->len > IPC_MAX_NAME) {
+        snprintf(err, errlen, "\"%s\" must be at most %d bytes without NUL", key, IPC_MAX_NAME);
+        return -1;
+    }
+    if (required && m->len == 0) {
+        snprintf(err, errlen, "\"%s\" must not be empty", key);
+        return -1;
+    }
+    return 0;
+}
+
+/* The required non-negative integer member m (`key`). */
+static int check_count(const struct member *m, const char *key, uint64_t *out, char *err,
+                       size_t errlen)
+{
+    if (m->tok != JSON_TOK_INTEGER || m->integer < 0) {
+        snprintf(err, errlen, "\"%s\" (a non-negative integer) is required", key);
+        return -1;
+    }
+    *out = (uint64_t)m->integer;
+    return 0;
+}
+
+/* Whether the op member names op. */
+static int op_is(const struct fields *f, const char *op)
+{
+    return f->op.len == strlen(op) && strcmp(f->op_text, op) == 0;
+}
+
+/* The request's meaning, once the text is known to be one JSON object. */
+static int check_request(const struct fields *f, struct ipc_request *req, char *err,
+                         size_t errlen)
+{
+    if (f->op.tok != JSON_TOK_STRING) {
+        snprintf(err, errlen, "\"op\" (a string: hello, open, release, list or close) is "
+                 "required");
+        return -1;
+    }
+    if (op_is(f, "open")) {
+        req->op = IPC_OP_OPEN;
+        return check_name(&f->model, "model", 1, err, errlen) < 0 ||
+                       check_name(&f->device, "device", 0, err, errlen) < 0
+                   ? -1
+                   : 0;
+    }
+    if (op_is(f, "release")) {
+        req->op = IPC_OP_RELEASE;
+        return check_count(&f->lease, "lease", &req->lease, err, errlen);
+    }
+    if (op_is(f, "hello")) {
+        req->op = IPC_OP_HELLO;
+        return check_count(&f->protocol, "protocol", &req->protocol, err, errlen);
+    }
+    if (op_is(f, "list")) {
+        req->op = IPC_OP_LIST;
+        return 0;
+    }
+    if (op_is(f, "close")) {
+        req->op = IPC_OP_CLOSE;
+        return 0;
+    }
+    snprintf(err, errlen, "unknown op \"%.64s\" (hello, open, release, list or close)",
+             f->op_text);
+    return -1;
+}
+
+int ipc_request_parse(const char *json, size_t len, struct ipc_request *req, char *err,
+                      size_t errlen)
+{
+    struct fields f;
+    memset(&f, 0, sizeof(f));
+    f.op = (struct member){.str = f.op_text, .cap = sizeof(f.op_text) - 1};
+    f.model = (struct member){.str = req->model, .cap = IPC_MAX_NAME};
+    f.device = (struct member){.str = req->device, .cap = IPC_MAX_NAME};
+    req->model[0] = req->device[0] = '\0';
+    if (memchr(json, '\0', len) || !utf8_valid(json, len)) {
+        snprintf(err, errlen, "not JSON: the request is not UTF-8 text without NUL bytes");
+        return -1;
+    }
+    struct json_scan s;
+    json_scan_init(&s, json, len);
+    int rc, tok = json_scan_next(&s);
+    if (tok == '{')
+        rc = read_object(&s, &f);
+    else
+        rc = json_scan_value_start(&s) == 0 ? json_scan_value(&s, 1, JSON_SCAN_MAX_DEPTH) : -1;
+    if (rc == 0 && json_scan_next(&s) != JSON_TOK_EOF)
+        rc = json_scan_fail(&s, JSON_ERR_TRAILING);
+    if (rc != 0) {
+        snprintf(err, errlen, "not JSON: %s at byte %zu", s.text, s.position);
+        return -1;
+    }
+    if (tok != '{') {
+        snprintf(err, errlen, "a request must be a JSON object");
+        return -1;
+    }
+    return check_request(&f, req, err, errlen);
+}
