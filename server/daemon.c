@@ -249,6 +249,100 @@ static struct lease_server *start_gpu_sharing(struct gpu_manager *gm, const stru
     return ls;
 }
 
+/* Blocks the signals this thread takes and returns a signalfd for them.
+ * Called before any other thread exists, so every thread inherits the mask. */
+static int take_signals(void)
+{
+    sigset_t mask;
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGINT);
+    sigaddset(&mask, SIGTERM);
+    sigaddset(&mask, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &mask, NULL);
+    return signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+}
+
+/* The first scan of the models root, logged, its I/O errors retried from the
+ * loop, its files handed to the hasher. NULL when the root cannot be served. */
+static struct registry *first_scan(struct loop *l)
+{
+    const struct config *cfg = l->srv->cfg;
+    struct st_error serr;
+    struct registry *reg = scan_and_trim(cfg, l->generation, NULL, &serr);
+    if (!reg) {
+        log_msg(LOG_ERROR, "cannot serve models root: %s", serr.message);
+        return NULL;
+    }
+    log_invalid_models(reg, NULL);
+    log_msg(LOG_INFO, "scanned %s: %zu models (%zu invalid), %zu files (%zu open), %zu tensors "
+                      "in %.1f ms",
+            reg->root->path, reg->n_models, reg->n_invalid, reg->n_files, reg->n_open,
+            reg->n_tensors, (double)reg->scan_ns / 1e6);
+    if (reg->scan_errors) {
+        metrics_add(MC_SCAN_ERRORS, reg->scan_errors);
+        l->retry_ms = 1000;
+        l->retry_at = time_mono_ns() + 1000000000ULL;
+        log_msg(LOG_WARN, "the scan met %zu I/O or resource error%s; retrying in 1 s",
+                reg->scan_errors, reg->scan_errors == 1 ? "" : "s");
+    }
+    publish_registry_metrics(reg);
+    hasher_submit(l->srv->hasher, reg);
+    return reg;
+}
+
+/* Handles one signal; returns 1 when the daemon should stop. */
+static int on_signal(struct loop *l, const struct signalfd_siginfo *si)
+{
+    if (si->ssi_signo == SIGHUP) {
+        log_msg(LOG_INFO, "SIGHUP: reloading");
+        notify_systemd("RELOADING=1");
+        log_reopen();
+        l->pending = 0;
+        rescan(l);
+        notify_systemd("READY=1");
+        return 0;
+    }
+    log_msg(LOG_INFO, "%s: draining %u in-flight requests",
+            si->ssi_signo == SIGINT ? "SIGINT" : "SIGTERM", atomic_load(&l->srv->in_flight));
+    notify_systemd("STOPPING=1");
+    return 1;
+}
+
+/* The main thread's loop: signals, the watcher, rescans asked for by
+ * requests, debounced and retried rescans. Returns on SIGINT or SIGTERM. */
+static void serve_loop(struct loop *l, int sfd)
+{
+    struct server *srv = l->srv;
+    for (;;) {
+        struct pollfd pfd[3] = {{.fd = sfd, .events = POLLIN},
+                                {.fd = watch_fd(l->watch), .events = POLLIN},
+                                {.fd = srv->rescan_fd, .events = POLLIN}};
+        int n = poll(pfd, 3, loop_timeout(l));
+        if (n < 0 && errno != EINTR)
+            return;
+        if (pfd[1].revents & POLLIN && watch_read(l->watch, cut_transfers, l) != WATCH_QUIET)
+            want_rescan(l);
+        if (pfd[2].revents & POLLIN) { /* a request met a file changed on disk */
+            uint64_t count;
+            if (read(srv->rescan_fd, &count, sizeof(count)) == sizeof(count))
+                want_rescan(l);
+        }
+        if (pfd[0].revents & POLLIN) {
+            struct signalfd_siginfo si;
+            if (read(sfd, &si, sizeof(si)) != sizeof(si))
+                continue;
+            if (on_signal(l, &si))
+                return;
+            continue;
+        }
+        if (loop_timeout(l) == 0) { /* quiet long enough, or a retry is due */
+            l->pending = 0;
+            l->retry_at = 0;
+            rescan(l);
+        }
+    }
+}
+
 int daemon_run(const struct config *cfg)
 {
     struct server srv = {.cfg = cfg, .rescan_fd = -1};
@@ -264,16 +358,7 @@ int daemon_run(const struct config *cfg)
         log_msg(LOG_ERROR, "auth_token_file: %s", err);
         return 1;
     }
-
-    /* Signals are taken synchronously by this thread only: block them before
-     * any other thread exists so every thread inherits the mask. */
-    sigset_t mask;
-    sigemptyset(&mask);
-    sigaddset(&mask, SIGINT);
-    sigaddset(&mask, SIGTERM);
-    sigaddset(&mask, SIGHUP);
-    pthread_sigmask(SIG_BLOCK, &mask, NULL);
-    sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+    sfd = take_signals();
     srv.rescan_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 
     char *state_dir = config_state_dir_path(cfg);
@@ -290,26 +375,9 @@ int daemon_run(const struct config *cfg)
         free(real);
         watch_dirs(l.watch, REGISTRY_WATCH_DEPTH); /* before the scan: nothing is missed */
     }
-    struct st_error serr;
-    struct registry *reg = scan_and_trim(cfg, l.generation, NULL, &serr);
-    if (!reg) {
-        log_msg(LOG_ERROR, "cannot serve models root: %s", serr.message);
+    struct registry *reg = first_scan(&l);
+    if (!reg)
         goto out;
-    }
-    log_invalid_models(reg, NULL);
-    log_msg(LOG_INFO, "scanned %s: %zu models (%zu invalid), %zu files (%zu open), %zu tensors "
-                      "in %.1f ms",
-            reg->root->path, reg->n_models, reg->n_invalid, reg->n_files, reg->n_open,
-            reg->n_tensors, (double)reg->scan_ns / 1e6);
-    if (reg->scan_errors) {
-        metrics_add(MC_SCAN_ERRORS, reg->scan_errors);
-        l.retry_ms = 1000;
-        l.retry_at = time_mono_ns() + 1000000000ULL;
-        log_msg(LOG_WARN, "the scan met %zu I/O or resource error%s; retrying in 1 s",
-                reg->scan_errors, reg->scan_errors == 1 ? "" : "s");
-    }
-    publish_registry_metrics(reg);
-    hasher_submit(srv.hasher, reg);
     registry_holder_init(&srv.registry, reg);
 
     struct gm_options gopt;
@@ -327,44 +395,7 @@ int daemon_run(const struct config *cfg)
     log_msg(LOG_INFO, "tensord %s listening on %s", TENSORD_VERSION, cfg->listen);
     notify_systemd("READY=1\nSTATUS=serving %zu models on %s", reg->n_models, cfg->listen);
 
-    for (;;) {
-        struct pollfd pfd[3] = {{.fd = sfd, .events = POLLIN},
-                                {.fd = watch_fd(l.watch), .events = POLLIN},
-                                {.fd = srv.rescan_fd, .events = POLLIN}};
-        int n = poll(pfd, 3, loop_timeout(&l));
-        if (n < 0 && errno != EINTR)
-            break;
-        if (pfd[1].revents & POLLIN && watch_read(l.watch, cut_transfers, &l) != WATCH_QUIET)
-            want_rescan(&l);
-        if (pfd[2].revents & POLLIN) { /* a request met a file changed on disk */
-            uint64_t count;
-            if (read(srv.rescan_fd, &count, sizeof(count)) == sizeof(count))
-                want_rescan(&l);
-        }
-        if (pfd[0].revents & POLLIN) {
-            struct signalfd_siginfo si;
-            if (read(sfd, &si, sizeof(si)) != sizeof(si))
-                continue;
-            if (si.ssi_signo == SIGHUP) {
-                log_msg(LOG_INFO, "SIGHUP: reloading");
-                notify_systemd("RELOADING=1");
-                log_reopen();
-                l.pending = 0;
-                rescan(&l);
-                notify_systemd("READY=1");
-                continue;
-            }
-            log_msg(LOG_INFO, "%s: draining %u in-flight requests",
-                    si.ssi_signo == SIGINT ? "SIGINT" : "SIGTERM", atomic_load(&srv.in_flight));
-            notify_systemd("STOPPING=1");
-            break;
-        }
-        if (loop_timeout(&l) == 0) { /* quiet long enough, or a retry is due */
-            l.pending = 0;
-            l.retry_at = 0;
-            rescan(&l);
-        }
-    }
+    serve_loop(&l, sfd);
     hasher_stop(srv.hasher); /* first: it resumes anyone waiting for a hash */
     http_stop(&srv, DRAIN_MS);
     rc = 0;
