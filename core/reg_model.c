@@ -346,7 +346,7 @@ static int open_file(struct reg_model *m, const char *dir, const char *name, str
     f->fd = fd;
     f->error.code = ST_OK;
     if (f->is_safetensors) {
-        if (st_header_read_fd(f->fd, f->name, HEAD_KEEP_MAX, &f->header, &f->error) == ST_OK) {
+        if (st_header_read_fd(f->fd, f->name, HEAD_KEEP_MAX, &f->header, &f->error) == 0) {
             f->data_start = ST_PREFIX_LEN + f->header->header_len;
         } else {
             f->header = NULL;

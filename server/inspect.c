@@ -47,10 +47,10 @@ static int inspect_file(const char *path, FILE *out, FILE *err)
     }
     struct st_header *h;
     struct st_error e;
-    enum st_status s = st_header_read_fd(fd, path, 0, &h, &e);
+    int rc = st_header_read_fd(fd, path, 0, &h, &e);
     close(fd);
-    if (s != ST_OK) {
-        fprintf(err, "%s: invalid (%s): %s\n", path, st_status_name(s), e.message);
+    if (rc != 0) {
+        fprintf(err, "%s: invalid (%s): %s\n", path, st_status_name(e.code), e.message);
         return 0;
     }
     fprintf(out, "%s\n", path);

@@ -228,7 +228,7 @@ static struct st_header *answer(const char *text, struct fetch_plan *p, uint8_t 
     struct st_header *h = NULL;
     struct st_error e;
     uint64_t hl = p->prefix_len - 8;
-    if (st_header_parse((const char *)*blob + 8, hl, len - 8 - hl, "answer", &h, &e) != ST_OK) {
+    if (st_header_parse((const char *)*blob + 8, hl, len - 8 - hl, "answer", &h, &e) != 0) {
         fprintf(stderr, "  %s: the answer is not valid safetensors: %s\n", text, e.message);
         return NULL;
     }
