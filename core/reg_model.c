@@ -111,7 +111,7 @@ static struct st_index *load_index(struct reg_file *f)
     }
     int rc = fileio_pread_full(f->fd, buf, f->st.size, 0);
     if (rc != 0)
-        st_error_set(&f->error, ST_ERR_IO, "%s: read: %s", f->name, strerror(-rc));
+        st_error_errno(&f->error, -rc, "%s: read", f->name);
     else
         st_index_parse(buf, f->st.size, f->name, &idx, &f->error);
     free(buf);
