@@ -128,7 +128,7 @@ static void verify_dir(struct tally *t, const char *path, FILE *err)
 /* Loads the state file; returns 0, or -1 after a message on err. */
 static int load_state(struct hashstore *store, const char *dir, FILE *err)
 {
-    struct hashfile_error e;
+    struct st_error e;
     if (!dir) {
         fprintf(err, "tensord verify: no state directory (set --state-dir)\n");
         return -1;
@@ -139,7 +139,7 @@ static int load_state(struct hashstore *store, const char *dir, FILE *err)
     if (dfd < 0) {
         fprintf(err, "tensord verify: state directory %s: %s\n", dir, strerror(errno));
         rc = -1;
-    } else if (hashfile_load_store(store, dfd, HASHFILE_NAME, label, &e) != HF_OK) {
+    } else if (hashfile_load_store(store, dfd, HASHFILE_NAME, label, &e) != 0) {
         fprintf(err, "tensord verify: %s\n", e.message);
         rc = -1;
     } else if (hashstore_count(store) == 0) {
