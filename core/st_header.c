@@ -287,7 +287,8 @@ int st_header_parse(const char *json, size_t len, uint64_t data_len,
     while (first < len && is_json_ws(json[first]))
         first++;
     if (first == len)
-        return st_error_fail(err, ST_ERR_HEADER_START, "%s: header holds no JSON, only %zu bytes of whitespace",
+        return st_error_fail(err, ST_ERR_HEADER_START,
+                             "%s: header holds no JSON, only %zu bytes of whitespace",
                              c.file, len);
     if (json[first] != '{')
         return st_error_fail(err, ST_ERR_HEADER_START,

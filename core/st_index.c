@@ -428,7 +428,8 @@ static int check_text(const char *json, size_t len, const char *file, size_t *ke
                       struct st_error *err)
 {
     if (len > ST_INDEX_MAX_LEN)
-        return st_error_fail(err, ST_ERR_INDEX_JSON, "%s: index is %zu bytes, more than the %llu allowed",
+        return st_error_fail(err, ST_ERR_INDEX_JSON,
+                             "%s: index is %zu bytes, more than the %llu allowed",
                              file, len, (unsigned long long)ST_INDEX_MAX_LEN);
     if (!utf8_valid(json, len))
         return st_error_fail(err, ST_ERR_INDEX_JSON, "%s: index is not valid UTF-8", file);

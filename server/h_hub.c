@@ -489,13 +489,11 @@ static enum MHD_Result hub_paths_info(struct MHD_Connection *conn, struct reques
                                                  MHD_HTTP_HEADER_CONTENT_TYPE);
     int json = ct && strncasecmp(ct, "application/json", 16) == 0;
     struct hub_paths p;
-    char err[256];
-    enum hub_req_status st =
-        hub_paths_parse(rq->upload ? rq->upload : "", rq->upload_len, json, &p, err, sizeof(err));
-    if (st != HUB_REQ_OK)
-        return respond_hub_error(conn, rq, st == HUB_REQ_TOO_MANY ? MHD_HTTP_CONTENT_TOO_LARGE
-                                                                   : MHD_HTTP_BAD_REQUEST,
-                                 NULL, NULL, 0, "%s", err);
+    struct st_error err;
+    if (hub_paths_parse(rq->upload ? rq->upload : "", rq->upload_len, json, &p, &err) != 0)
+        return respond_hub_error(conn, rq, err.code == ST_ERR_LIMIT ? MHD_HTTP_CONTENT_TOO_LARGE
+                                                                    : MHD_HTTP_BAD_REQUEST,
+                                 NULL, NULL, 0, "%.255s", err.message);
     struct jsonw w;
     jsonw_init(&w);
     jsonw_arr(&w);
