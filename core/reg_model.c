@@ -68,9 +68,9 @@ static void shard_invalid(struct reg_model *m, const struct reg_file *f)
     /* Out of memory says nothing about the file: the model keeps that code. */
     enum st_status code = f->error.code == ST_ERR_NO_MEMORY ? ST_ERR_NO_MEMORY : ST_ERR_SHARD_INVALID;
     if (strncmp(f->error.message, f->name, n) == 0 && f->error.message[n] == ':')
-        st_error_set(&e, code, "%s", f->error.message);
+        st_error_fail(&e, code, "%s", f->error.message);
     else
-        st_error_set(&e, code, "%s: %s", f->name, f->error.message);
+        st_error_fail(&e, code, "%s: %s", f->name, f->error.message);
     set_invalid(m, &e);
 }
 
@@ -86,8 +86,8 @@ static void tensors_out_of_memory(struct reg_model *m, const char *file, size_t 
             most = m->files[i].header->n_tensors;
             file = m->files[i].name;
         }
-    st_error_set(&e, ST_ERR_NO_MEMORY, "%s: not enough memory to index the model's %zu tensors",
-                 file ? file : m->name, n);
+    st_error_fail(&e, ST_ERR_NO_MEMORY, "%s: not enough memory to index the model's %zu tensors",
+                  file ? file : m->name, n);
     set_invalid(m, &e);
     m->transient = 1;
 }
@@ -99,14 +99,16 @@ static struct st_index *load_index(struct reg_file *f)
     if (f->fd < 0)
         return NULL;
     if (f->st.size > ST_INDEX_MAX_LEN) {
-        st_error_set(&f->error, ST_ERR_INDEX_JSON, "%s: index is %llu bytes, more than the %llu allowed",
-                     f->name, (unsigned long long)f->st.size, (unsigned long long)ST_INDEX_MAX_LEN);
+        st_error_fail(&f->error, ST_ERR_INDEX_JSON,
+                      "%s: index is %llu bytes, more than the %llu allowed",
+                      f->name, (unsigned long long)f->st.size, (unsigned long long)ST_INDEX_MAX_LEN);
         return NULL;
     }
     char *buf = malloc(f->st.size + 1); /* up to 100 MB, the file's choice: fallible */
     if (!buf) {
-        st_error_set(&f->error, ST_ERR_NO_MEMORY, "%s: not enough memory to read the %llu-byte index",
-                     f->name, (unsigned long long)f->st.size);
+        st_error_fail(&f->error, ST_ERR_NO_MEMORY,
+                      "%s: not enough memory to read the %llu-byte index",
+                      f->name, (unsigned long long)f->st.size);
         return NULL;
     }
     int rc = fileio_pread_full(f->fd, buf, f->st.size, 0);
@@ -147,8 +149,8 @@ static int check_sharded(struct reg_model *m, const struct st_index *idx, const 
         const char *sh = idx->shards[i];
         const struct reg_file *f = strmap_get(m->by_file, sh, strlen(sh));
         if (!f || !f->is_safetensors || !f->header) {
-            st_error_set(&e, ST_ERR_SHARD_MISSING, "%s: shard \"%.200s\" %s", index_name, sh,
-                         !f ? "does not exist" : "is not a .safetensors file");
+            st_error_fail(&e, ST_ERR_SHARD_MISSING, "%s: shard \"%.200s\" %s", index_name, sh,
+                          !f ? "does not exist" : "is not a .safetensors file");
             set_invalid(m, &e);
             goto done;
         }
@@ -167,9 +169,9 @@ static int check_sharded(struct reg_model *m, const struct st_index *idx, const 
         const struct st_index_entry *en = &idx->entries[i];
         size_t no = (uintptr_t)strmap_get(shard_no, en->shard, strlen(en->shard));
         if (!strmap_get(held[no - 1], en->tensor, strlen(en->tensor))) {
-            st_error_set(&e, ST_ERR_TENSOR_NOT_IN_SHARD,
-                         "%s: tensor \"%.200s\" is mapped to shard \"%.200s\" which does not hold it",
-                         index_name, en->tensor, en->shard);
+            st_error_fail(&e, ST_ERR_TENSOR_NOT_IN_SHARD,
+                          "%s: tensor \"%.200s\" is mapped to shard \"%.200s\" which does not hold it",
+                          index_name, en->tensor, en->shard);
             set_invalid(m, &e);
             goto done;
         }
@@ -180,11 +182,11 @@ static int check_sharded(struct reg_model *m, const struct st_index *idx, const 
         for (size_t k = 0; k < h->n_tensors; k++) {
             const char *want = strmap_get(mapped, h->tensors[k].name, h->tensors[k].name_len);
             if (want != idx->shards[i]) {
-                st_error_set(&e, ST_ERR_TENSOR_NOT_IN_INDEX,
-                             "%s: shard \"%.200s\" holds tensor \"%.200s\" which the index %s%.200s%s",
-                             index_name, idx->shards[i], h->tensors[k].name,
-                             want ? "maps to \"" : "does not map",
-                             want ? want : "", want ? "\"" : "");
+                st_error_fail(&e, ST_ERR_TENSOR_NOT_IN_INDEX,
+                              "%s: shard \"%.200s\" holds tensor \"%.200s\" which the index %s%.200s%s",
+                              index_name, idx->shards[i], h->tensors[k].name,
+                              want ? "maps to \"" : "does not map",
+                              want ? want : "", want ? "\"" : "");
                 set_invalid(m, &e);
                 goto done;
             }
@@ -250,8 +252,9 @@ static int index_tensors(struct reg_model *m)
         if (strmap_put(m->by_tensor, t->t->name, t->t->name_len, (void *)t) != 0) {
             const struct reg_tensor *o = strmap_get(m->by_tensor, t->t->name, t->t->name_len);
             struct st_error e;
-            st_error_set(&e, ST_ERR_DUPLICATE_TENSOR, "tensor \"%.200s\" is in both %.120s and %.120s",
-                         t->t->name, o->file->name, t->file->name);
+            st_error_fail(&e, ST_ERR_DUPLICATE_TENSOR,
+                          "tensor \"%.200s\" is in both %.120s and %.120s",
+                          t->t->name, o->file->name, t->file->name);
             set_invalid(m, &e);
             return -1;
         }
@@ -280,8 +283,9 @@ static void validate_model(struct reg_model *m)
             if (n_index++ == 0)
                 index = &m->files[i];
             else {
-                st_error_set(&e, ST_ERR_MULTIPLE_INDEXES, "%s and %s are both indexes", index->name,
-                             m->files[i].name);
+                st_error_fail(&e, ST_ERR_MULTIPLE_INDEXES,
+                              "%s and %s are both indexes", index->name,
+                              m->files[i].name);
                 set_invalid(m, &e);
             }
         }
@@ -339,7 +343,7 @@ static int open_file(struct reg_model *m, const char *dir, const char *name, str
     f->name = xstrdup(name);
     f->is_safetensors = has_suffix(name, ST_SUFFIX);
     if (fd < 0) {
-        st_error_set(&f->error, ST_ERR_IO, "%s: open: %s", name, strerror(-fd));
+        st_error_errno(&f->error, -fd, "%s: open", name);
         m->transient |= reg_errno_transient(-fd);
         return 1;
     }

@@ -56,7 +56,7 @@ static int check_file(struct reg_repo *r, const char *name, struct reg_file *f)
     size_t n = strlen(name), k = strlen(ST_SUFFIX);
     f->is_safetensors = n > k && memcmp(name + n - k, ST_SUFFIX, k) == 0;
     if (fd < 0) {
-        st_error_set(&f->error, ST_ERR_IO, "%s: open: %s", name, strerror(-fd));
+        st_error_errno(&f->error, -fd, "%s: open", name);
         r->transient |= reg_errno_transient(-fd);
         return 1;
     }

@@ -375,9 +375,9 @@ static void settle_names(struct scan *s, struct registry *r)
             struct reg_model *a = s->models[out - 1];
             struct reg_model *dirm = a->dir[0] ? a : m;
             struct st_error e;
-            st_error_set(&e, ST_ERR_NAME_CONFLICT,
-                         "model \"%.200s\": both %.200s.safetensors at the root and directory %.200s/ hold a model",
-                         m->name, m->name, m->name);
+            st_error_fail(&e, ST_ERR_NAME_CONFLICT,
+                          "model \"%.200s\": both %.200s.safetensors at the root and directory %.200s/ hold a model",
+                          m->name, m->name, m->name);
             s->models[out - 1] = reg_model_build(s->root, dirm->name, dirm->dir, dirm->ids,
                                                  dirm->n_ids, &e);
             reg_model_unref(a);
@@ -418,13 +418,13 @@ static struct reg_root *open_root(const char *root, const struct registry *prev,
 {
     char *real = realpath(root, NULL);
     if (!real) {
-        st_error_set(err, ST_ERR_IO, "models root \"%.300s\": %s", root, strerror(errno));
+        st_error_errno(err, errno, "models root \"%.300s\"", root);
         return NULL;
     }
     int fd = open(real, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NONBLOCK);
     struct stat sb, pb;
     if (fd < 0 || fstat(fd, &sb) != 0) {
-        st_error_set(err, ST_ERR_IO, "models root \"%.300s\": %s", root, strerror(errno));
+        st_error_errno(err, errno, "models root \"%.300s\"", root);
         if (fd >= 0)
             close(fd);
         free(real);
@@ -447,15 +447,13 @@ struct registry *registry_scan(const char *root, uint64_t generation,
                                const struct registry_scan_opts *opts, struct st_error *err)
 {
     uint64_t t0 = time_mono_ns();
-    struct st_error e0;
     const struct registry *prev = opts ? opts->prev : NULL;
-    struct reg_root *rr = open_root(root, prev, err ? err : &e0);
+    struct reg_root *rr = open_root(root, prev, err);
     if (!rr)
         return NULL;
     struct stat sb;
     if (fstat(rr->fd, &sb) != 0) {
-        st_error_set(err ? err : &e0, ST_ERR_IO, "models root \"%.300s\": %s", root,
-                     strerror(errno));
+        st_error_errno(err, errno, "models root \"%.300s\"", root);
         reg_root_unref(rr);
         return NULL;
     }
@@ -487,7 +485,7 @@ struct registry *registry_scan(const char *root, uint64_t generation,
     free(s.path);
     if (s.n_lost == 1 && s.lost[0][0] == '\0' && !prev) {
         /* The root itself could not be listed and there is nothing to keep. */
-        st_error_set(err ? err : &e0, ST_ERR_IO, "models root \"%.300s\": cannot list it", root);
+        st_error_fail(err, ST_ERR_IO, "models root \"%.300s\": cannot list it", root);
     }
     keep_lost(&s);
     for (size_t i = 0; i < s.n_lost; i++)
@@ -504,7 +502,7 @@ struct registry *registry_scan(const char *root, uint64_t generation,
     r->scanned_at = (int64_t)time(NULL);
     r->scan_ns = time_mono_ns() - t0;
     if (err)
-        st_error_set(err, ST_OK, "%s", "");
+        st_error_fail(err, ST_OK, "%s", "");
     return r;
 }
 
