@@ -65,18 +65,14 @@ static int fail_sys(struct parser *p, int errnum, const char *what)
 /* One decimal field followed by `sep` (' ', or '\0' for the end of the
  * line): digits only, no leading zero, no overflow. Returns the position
  * after the separator (the end for '\0') or NULL. */
-static const char *parse_u64(const char *q, const char *end, char sep, uint64_t *out)
+static const char *parse_field(const char *q, const char *end, char sep, uint64_t *out)
 {
-    const char *start = q;
-    uint64_t v = 0;
-    while (q < end && *q >= '0' && *q <= '9') {
-        if (q - start == 1 && start[0] == '0')
-            return NULL;
-        if (u64_mul(v, 10, &v) != 0 || u64_add(v, (uint64_t)(*q - '0'), &v) != 0)
-            return NULL;
-        q++;
-    }
-    if (q == start || (sep == '\0' ? q != end : (q == end || *q != sep)))
+    size_t used;
+    uint64_t v;
+    if (str_parse_u64(q, (size_t)(end - q), &used, &v) != 0 || used == 0 || (used > 1 && q[0] == '0'))
+        return NULL;
+    q += used;
+    if (sep == '\0' ? q != end : (q == end || *q != sep))
         return NULL;
     *out = v;
     return sep == '\0' ? q : q + 1;
@@ -86,7 +82,7 @@ static const char *parse_i64(const char *q, const char *end, int64_t *out)
 {
     int neg = q < end && *q == '-';
     uint64_t v;
-    const char *r = parse_u64(q + neg, end, ' ', &v);
+    const char *r = parse_field(q + neg, end, ' ', &v);
     if (!r || (neg && v == 0) || v > (uint64_t)INT64_MAX + (uint64_t)neg)
         return NULL;
     *out = neg ? (int64_t)(0 - v) : (int64_t)v;
@@ -113,8 +109,8 @@ static int parse_entry(struct parser *p, const char *q, const char *end)
 {
     struct hash_entry e;
     memset(&e, 0, sizeof(e));
-    if (!(q = parse_u64(q, end, ' ', &e.id.dev)) || !(q = parse_u64(q, end, ' ', &e.id.ino)) ||
-        !(q = parse_u64(q, end, ' ', &e.id.size)) || !(q = parse_i64(q, end, &e.id.mtime_ns)) ||
+    if (!(q = parse_field(q, end, ' ', &e.id.dev)) || !(q = parse_field(q, end, ' ', &e.id.ino)) ||
+        !(q = parse_field(q, end, ' ', &e.id.size)) || !(q = parse_i64(q, end, &e.id.mtime_ns)) ||
         !(q = parse_i64(q, end, &e.id.ctime_ns)) ||
         !(q = parse_digest(q, end, DIGEST_SHA256_LEN, ' ', e.sha256)))
         return fail(p, ST_ERR_STATE_FORMAT,
@@ -144,7 +140,7 @@ static int parse_end(struct parser *p, const char *q, const char *end)
     uint64_t count = 0;
     uint8_t want[DIGEST_SHA256_LEN], got[DIGEST_SHA256_LEN];
     unsigned n = 0;
-    if (!(q = parse_u64(q, end, ' ', &count)) ||
+    if (!(q = parse_field(q, end, ' ', &count)) ||
         !parse_digest(q, end, DIGEST_SHA256_LEN, '\0', want))
         return fail(p, ST_ERR_STATE_FORMAT, "not an end line (end COUNT SHA256)");
     if (count != p->count)
@@ -174,7 +170,7 @@ static int parse_line(struct parser *p, const char *line, size_t len)
         return parse_entry(p, line, end);
     uint64_t v;
     size_t k = sizeof(MAGIC " ") - 1;
-    if (len < k || memcmp(line, MAGIC " ", k) != 0 || !parse_u64(line + k, end, '\0', &v))
+    if (len < k || memcmp(line, MAGIC " ", k) != 0 || !parse_field(line + k, end, '\0', &v))
         return fail(p, ST_ERR_STATE_FORMAT, "not a tensord hash file (no \"%s N\" line)", MAGIC);
     if (v != VERSION)
         return fail(p, ST_ERR_STATE_VERSION, "format version %" PRIu64 ", this tensord reads %d", v,

@@ -187,13 +187,10 @@ static int scan_number(struct json_scan *s)
     }
     if (p == n || (b[p] != '.' && b[p] != 'e' && b[p] != 'E')) {
         s->pos = p;
-        uint64_t limit = neg ? (uint64_t)INT64_MAX + 1 : (uint64_t)INT64_MAX, v = 0;
-        for (size_t i = digits; i < p; i++) {
-            unsigned d = b[i] - '0';
-            if (v > (limit - d) / 10)
-                LEX_FAIL(s, p, neg ? "too big negative integer" : "too big integer");
-            v = v * 10 + d;
-        }
+        uint64_t limit = neg ? (uint64_t)INT64_MAX + 1 : (uint64_t)INT64_MAX, v;
+        size_t used;
+        if (str_parse_u64(s->buf + digits, p - digits, &used, &v) != 0 || v > limit)
+            LEX_FAIL(s, p, neg ? "too big negative integer" : "too big integer");
         s->integer = neg ? (int64_t)(0 - v) : (int64_t)v;
         return s->tok = JSON_TOK_INTEGER;
     }

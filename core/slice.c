@@ -80,21 +80,15 @@ static int parse_int(const char *spec, size_t len, size_t *pos, uint32_t dim, in
             return syntax_error(spec, len, p, dim, errbuf, errlen);
         return 1;
     }
-    uint64_t mag = 0;
-    size_t digits = p;
-    for (; p < len && spec[p] >= '0' && spec[p] <= '9'; p++) {
-        if (u64_mul(mag, 10, &mag) < 0 || u64_add(mag, (uint64_t)(spec[p] - '0'), &mag) < 0 ||
-            mag > (uint64_t)INT64_MAX + 1)
-            goto overflow;
-    }
-    if (!neg && mag > (uint64_t)INT64_MAX)
-        goto overflow;
+    uint64_t mag;
+    size_t used;
+    if (str_parse_u64(spec + p, len - p, &used, &mag) != 0 || mag > (uint64_t)INT64_MAX + neg)
+        return fail(errbuf, errlen,
+                    "dimension %" PRIu32 ": integer at position %zu does not fit in 64 bits", dim,
+                    p + 1);
     *out = neg ? (mag == (uint64_t)INT64_MAX + 1 ? INT64_MIN : -(int64_t)mag) : (int64_t)mag;
-    *pos = p;
+    *pos = p + used;
     return 0;
-overflow:
-    return fail(errbuf, errlen, "dimension %" PRIu32 ": integer at position %zu does not fit in 64 bits",
-                dim, digits + 1);
 }
 
 /* Parses the whole spec; items beyond max_items are checked but not stored.

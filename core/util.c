@@ -1,5 +1,6 @@
 #include "util.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -152,6 +153,21 @@ int hex_digit_value(unsigned char c)
     if (c >= 'A' && c <= 'F')
         return c - 'A' + 10;
     return -1;
+}
+
+const char hex_lower[] = "0123456789abcdef";
+const char hex_upper[] = "0123456789ABCDEF";
+
+int str_parse_u64(const char *s, size_t n, size_t *used, uint64_t *out)
+{
+    uint64_t v = 0;
+    size_t i = 0;
+    for (; i < n && s[i] >= '0' && s[i] <= '9'; i++)
+        if (u64_mul(v, 10, &v) != 0 || u64_add(v, (uint64_t)(s[i] - '0'), &v) != 0)
+            return -ERANGE;
+    *used = i;
+    *out = v;
+    return 0;
 }
 
 uint64_t hash_seed(const void *salt)

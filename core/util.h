@@ -43,6 +43,16 @@ int utf8_valid(const char *s, size_t n);
 
 /* The value of hexadecimal digit c (either case), or -1. */
 int hex_digit_value(unsigned char c);
+/* Hexadecimal digits by value: hex_lower[v & 15] is '0'..'9', 'a'..'f'. */
+extern const char hex_lower[];
+extern const char hex_upper[];
+
+/* The decimal digits at the start of s[0..n): *used gets how many there
+ * are (0 when s does not start with one; leading zeros count) and *out
+ * their value. A NUL or any other non-digit ends them, so a NUL-terminated
+ * s may pass n = SIZE_MAX. Returns 0, or -ERANGE (with *used and *out
+ * unset) when the value does not fit in 64 bits. */
+int str_parse_u64(const char *s, size_t n, size_t *used, uint64_t *out);
 
 /* Monotonic clock in nanoseconds. */
 uint64_t time_mono_ns(void);

@@ -1,0 +1,44 @@
+/* util: the small shared helpers (decimal parsing, hex digits, shapes). */
+#include <errno.h>
+#include <stdint.h>
+
+#include "test.h"
+#include "util.h"
+
+TEST(parse_u64)
+{
+    uint64_t v = 7;
+    size_t used = 9;
+    CHECK(str_parse_u64("12345,", 6, &used, &v) == 0);
+    CHECK(used == 5 && v == 12345);
+    CHECK(str_parse_u64("12345", 3, &used, &v) == 0); /* n bounds the digits */
+    CHECK(used == 3 && v == 123);
+    CHECK(str_parse_u64("x1", 2, &used, &v) == 0);
+    CHECK(used == 0 && v == 0);
+    CHECK(str_parse_u64("", 0, &used, &v) == 0 && used == 0);
+    CHECK(str_parse_u64("007", SIZE_MAX, &used, &v) == 0); /* NUL ends a C string */
+    CHECK(used == 3 && v == 7);
+    CHECK(str_parse_u64("18446744073709551615", 20, &used, &v) == 0);
+    CHECK(used == 20 && v == UINT64_MAX);
+    used = 9, v = 7;
+    CHECK(str_parse_u64("18446744073709551616", 20, &used, &v) == -ERANGE);
+    CHECK(used == 9 && v == 7); /* untouched */
+    CHECK(str_parse_u64("99999999999999999999999", 23, &used, &v) == -ERANGE);
+    CHECK(str_parse_u64("-1", 2, &used, &v) == 0 && used == 0);
+}
+
+TEST(hex_digits)
+{
+    for (unsigned i = 0; i < 16; i++) {
+        CHECK(hex_digit_value((unsigned char)hex_lower[i]) == (int)i);
+        CHECK(hex_digit_value((unsigned char)hex_upper[i]) == (int)i);
+    }
+    CHECK(hex_lower[10] == 'a' && hex_upper[15] == 'F');
+}
+
+int main(void)
+{
+    RUN(parse_u64);
+    RUN(hex_digits);
+    return TEST_SUMMARY();
+}
