@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "beneath.h"
+#include "digest.h"
 #include "st_index.h"
 #include "strmap.h"
 #include "util.h"
@@ -513,13 +514,9 @@ void reg_file_set_hashes(const struct reg_file *cf, const unsigned char sha256[3
     if (!atomic_compare_exchange_strong_explicit(&f->hashed, &none, REG_HASHING,
                                                  memory_order_acquire, memory_order_relaxed))
         return;
-    static const char hex[] = "0123456789abcdef";
     memcpy(f->sha256, sha256, sizeof(f->sha256));
     f->sha256_etag[0] = '"';
-    for (int i = 0; i < 32; i++) {
-        f->sha256_etag[1 + 2 * i] = hex[sha256[i] >> 4];
-        f->sha256_etag[2 + 2 * i] = hex[sha256[i] & 15];
-    }
+    digest_hex(sha256, 32, f->sha256_etag + 1);
     f->sha256_etag[65] = '"';
     f->sha256_etag[66] = '\0';
     if (git_sha1) {
