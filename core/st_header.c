@@ -46,15 +46,11 @@ static void ctx_init(struct ctx *c, const char *file, struct st_error *err)
 /* "[2, 3]" with at most SHAPE_SHOW dimensions before "...". */
 static const char *fmt_shape(const uint64_t *shape, uint32_t ndim, char *out, size_t outlen)
 {
-    size_t j = 0;
-    out[j++] = '[';
-    for (uint32_t i = 0; i < ndim && j < outlen; i++) {
-        if (i == SHAPE_SHOW) {
-            j += (size_t)snprintf(out + j, outlen - j, ", ... (%" PRIu32 " dims)", ndim);
-            break;
-        }
-        j += (size_t)snprintf(out + j, outlen - j, "%s%" PRIu64, i ? ", " : "", shape[i]);
-    }
+    size_t j = 1;
+    out[0] = '[';
+    j += shape_format(out + 1, outlen - 1, shape, ndim < SHAPE_SHOW ? ndim : SHAPE_SHOW, ", ");
+    if (ndim > SHAPE_SHOW && j < outlen)
+        j += (size_t)snprintf(out + j, outlen - j, ", ... (%" PRIu32 " dims)", ndim);
     if (j < outlen - 1) {
         out[j++] = ']';
         out[j] = '\0';

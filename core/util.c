@@ -1,6 +1,7 @@
 #include "util.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -157,6 +158,17 @@ int hex_digit_value(unsigned char c)
 
 const char hex_lower[] = "0123456789abcdef";
 const char hex_upper[] = "0123456789ABCDEF";
+
+size_t shape_format(char *out, size_t cap, const uint64_t *shape, uint32_t ndim, const char *sep)
+{
+    size_t n = 0;
+    out[0] = '\0';
+    for (uint32_t i = 0; i < ndim && n < cap - 1; i++) {
+        int w = snprintf(out + n, cap - n, "%s%" PRIu64, i ? sep : "", shape[i]);
+        n = w < 0 || (size_t)w >= cap - n ? cap - 1 : n + (size_t)w;
+    }
+    return n;
+}
 
 int str_parse_u64(const char *s, size_t n, size_t *used, uint64_t *out)
 {

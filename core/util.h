@@ -47,6 +47,12 @@ int hex_digit_value(unsigned char c);
 extern const char hex_lower[];
 extern const char hex_upper[];
 
+/* Writes the first ndim dimensions of shape in decimal, separated by sep
+ * (", " or ","), into out[0..cap) (cap > 0), always NUL-terminated, cut
+ * short when it does not fit. Returns the length written. The shape forms
+ * of messages ("[2, 3]"), X-Tensor-Shape ("2,3") and inspect all use it. */
+size_t shape_format(char *out, size_t cap, const uint64_t *shape, uint32_t ndim, const char *sep);
+
 /* The decimal digits at the start of s[0..n): *used gets how many there
  * are (0 when s does not start with one; leading zeros count) and *out
  * their value. A NUL or any other non-digit ends them, so a NUL-terminated

@@ -36,9 +36,27 @@ TEST(hex_digits)
     CHECK(hex_lower[10] == 'a' && hex_upper[15] == 'F');
 }
 
+TEST(shape_format)
+{
+    char buf[64];
+    const uint64_t shape[] = {2, 3, 18446744073709551615ULL};
+    CHECK(shape_format(buf, sizeof(buf), shape, 2, ", ") == 4);
+    CHECK_STR(buf, "2, 3");
+    CHECK(shape_format(buf, sizeof(buf), shape, 3, ",") == 24);
+    CHECK_STR(buf, "2,3,18446744073709551615");
+    CHECK(shape_format(buf, sizeof(buf), shape, 0, ",") == 0);
+    CHECK_STR(buf, "");
+    /* cut short, still terminated */
+    CHECK(shape_format(buf, 6, shape, 3, ", ") == 5);
+    CHECK_STR(buf, "2, 3,");
+    CHECK(shape_format(buf, 1, shape, 3, ", ") == 0);
+    CHECK_STR(buf, "");
+}
+
 int main(void)
 {
     RUN(parse_u64);
     RUN(hex_digits);
+    RUN(shape_format);
     return TEST_SUMMARY();
 }
