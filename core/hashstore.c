@@ -37,6 +37,13 @@ void hash_id_from_stat(const struct fileio_stat *st, struct hash_id *id)
                            .mtime_ns = st->mtime_ns, .ctime_ns = st->ctime_ns};
 }
 
+void hash_id_from_sys_stat(const struct stat *sb, struct hash_id *id)
+{
+    struct fileio_stat st;
+    fileio_stat_from(sb, &st);
+    hash_id_from_stat(&st, id);
+}
+
 int hash_id_equal(const struct hash_id *a, const struct hash_id *b)
 {
     return a->dev == b->dev && a->ino == b->ino && a->size == b->size &&

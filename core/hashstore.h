@@ -41,6 +41,8 @@ struct hash_entry {
 };
 
 void hash_id_from_stat(const struct fileio_stat *st, struct hash_id *id);
+/* The identity of the file a stat(2) result describes. */
+void hash_id_from_sys_stat(const struct stat *sb, struct hash_id *id);
 int hash_id_equal(const struct hash_id *a, const struct hash_id *b);
 
 struct hashstore;

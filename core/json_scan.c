@@ -161,6 +161,17 @@ static int is_digit(const unsigned char *b, size_t p, size_t n)
     return p < n && b[p] >= '0' && b[p] <= '9';
 }
 
+/* 1*DIGIT at b[p..n): *end gets where the digits stop; -1 when there is
+ * none (*end = p). */
+static int skip_digits(const unsigned char *b, size_t p, size_t n, size_t *end)
+{
+    size_t q = p;
+    while (is_digit(b, q, n))
+        q++;
+    *end = q;
+    return q > p ? 0 : -1;
+}
+
 /* A number starting at s->start: an int64_t integer (like strtoll) or a
  * double (like strtod). A malformed one is an invalid token without a lexer
  * error ("invalid token" comes from the parser), as in jansson. */
@@ -194,25 +205,19 @@ static int scan_number(struct json_scan *s)
         s->integer = neg ? (int64_t)(0 - v) : (int64_t)v;
         return s->tok = JSON_TOK_INTEGER;
     }
-    if (b[p] == '.') {
-        p++;
-        if (!is_digit(b, p, n)) {
-            s->pos = p;
-            return s->tok = JSON_TOK_INVALID;
-        }
-        while (is_digit(b, p, n))
-            p++;
-    }
-    if (p < n && (b[p] == 'e' || b[p] == 'E')) {
+    /* fraction and exponent: 1*DIGIT after '.', and after 'e' [sign] */
+    int bad = 0;
+    if (b[p] == '.')
+        bad = skip_digits(b, ++p, n, &p);
+    if (!bad && p < n && (b[p] == 'e' || b[p] == 'E')) {
         p++;
         if (p < n && (b[p] == '+' || b[p] == '-'))
             p++;
-        if (!is_digit(b, p, n)) {
-            s->pos = p;
-            return s->tok = JSON_TOK_INVALID;
-        }
-        while (is_digit(b, p, n))
-            p++;
+        bad = skip_digits(b, p, n, &p);
+    }
+    if (bad) {
+        s->pos = p;
+        return s->tok = JSON_TOK_INVALID;
     }
     s->pos = p;
     char small[64], *text = small;

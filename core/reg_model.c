@@ -378,12 +378,7 @@ struct reg_model *reg_model_build(struct reg_root *root, const char *name, const
     m->dir = xstrdup(dir);
     m->state = MODEL_READY;
     m->n_ids = n_ids;
-    m->ids = xcalloc(n_ids ? n_ids : 1, sizeof(*m->ids));
-    for (size_t i = 0; i < n_ids; i++) {
-        m->ids[i].name = xstrdup(ids[i].name);
-        m->ids[i].st = ids[i].st;
-    }
-    qsort(m->ids, n_ids, sizeof(*m->ids), cmp_id);
+    m->ids = reg_ids_sorted_copy(ids, n_ids);
     m->files = xcalloc(n_ids ? n_ids : 1, sizeof(*m->files));
     for (size_t i = 0; i < n_ids; i++)
         m->n_files += (size_t)open_file(m, dir, m->ids[i].name, &m->files[m->n_files]);
@@ -449,17 +444,8 @@ void reg_model_unref(const struct reg_model *cm)
         return;
     for (int k = 0; k < REG_DOC_COUNT; k++)
         free(atomic_load(&m->docs[k].text));
-    for (size_t i = 0; i < m->n_files; i++) {
-        if (m->files[i].fd >= 0)
-            close(m->files[i].fd);
-        st_header_free(m->files[i].header);
-        free(m->files[i].name);
-        free(m->files[i].path);
-    }
-    for (size_t i = 0; i < m->n_ids; i++)
-        free(m->ids[i].name);
-    free(m->ids);
-    free(m->files);
+    reg_files_free(m->files, m->n_files);
+    reg_ids_free(m->ids, m->n_ids);
     free(m->tensors);
     strmap_free(m->by_tensor);
     strmap_free(m->by_file);
@@ -467,6 +453,36 @@ void reg_model_unref(const struct reg_model *cm)
     free(m->dir);
     free(m->name);
     free(m);
+}
+
+struct reg_entry_id *reg_ids_sorted_copy(const struct reg_entry_id *ids, size_t n)
+{
+    struct reg_entry_id *copy = xcalloc(n ? n : 1, sizeof(*copy));
+    for (size_t i = 0; i < n; i++) {
+        copy[i].name = xstrdup(ids[i].name);
+        copy[i].st = ids[i].st;
+    }
+    qsort(copy, n, sizeof(*copy), cmp_id);
+    return copy;
+}
+
+void reg_ids_free(struct reg_entry_id *ids, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(ids[i].name);
+    free(ids);
+}
+
+void reg_files_free(struct reg_file *files, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (files[i].fd >= 0)
+            close(files[i].fd);
+        st_header_free(files[i].header);
+        free(files[i].name);
+        free(files[i].path);
+    }
+    free(files);
 }
 
 struct reg_root *reg_root_ref(struct reg_root *r)

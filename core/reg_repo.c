@@ -73,12 +73,7 @@ struct reg_repo *reg_repo_build(struct reg_root *root, const char *id,
     r->root = reg_root_ref(root);
     r->id = xstrdup(id);
     r->n_ids = n;
-    r->ids = xcalloc(n ? n : 1, sizeof(*r->ids));
-    for (size_t i = 0; i < n; i++) {
-        r->ids[i].name = xstrdup(ids[i].name);
-        r->ids[i].st = ids[i].st;
-    }
-    qsort(r->ids, n, sizeof(*r->ids), cmp_id);
+    r->ids = reg_ids_sorted_copy(ids, n);
     r->files = xcalloc(n ? n : 1, sizeof(*r->files));
     for (size_t i = 0; i < n; i++)
         r->n_files += (size_t)check_file(r, r->ids[i].name, &r->files[r->n_files]);
@@ -193,14 +188,8 @@ void reg_repo_unref(const struct reg_repo *cr)
     if (!r || atomic_fetch_sub_explicit(&r->refs, 1, memory_order_acq_rel) != 1)
         return;
     rev_free(atomic_load(&r->rev));
-    for (size_t i = 0; i < r->n_files; i++) {
-        free(r->files[i].name);
-        free(r->files[i].path);
-    }
-    for (size_t i = 0; i < r->n_ids; i++)
-        free(r->ids[i].name);
-    free(r->ids);
-    free(r->files);
+    reg_files_free(r->files, r->n_files);
+    reg_ids_free(r->ids, r->n_ids);
     strmap_free(r->by_name);
     reg_root_unref(r->root);
     free(r->id);
