@@ -69,11 +69,6 @@ static void set_error(struct json_scan *s, int duplicate, const char *fmt, ...)
     s->failed = 1;
 }
 
-static size_t utf8_len(uint32_t cp)
-{
-    return cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
-}
-
 /* A lexer error: the token is invalid and the error names why. */
 #define LEX_FAIL(s, at, ...)                                                     \
     do {                                                                         \
@@ -356,22 +351,7 @@ size_t json_scan_decode(const struct json_scan *s, char *dst, size_t cap)
             cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
         }
         unsigned char u[4];
-        size_t un = utf8_len(cp);
-        if (un == 1) {
-            u[0] = (unsigned char)cp;
-        } else if (un == 2) {
-            u[0] = (unsigned char)(0xC0 | cp >> 6);
-            u[1] = (unsigned char)(0x80 | (cp & 0x3F));
-        } else if (un == 3) {
-            u[0] = (unsigned char)(0xE0 | cp >> 12);
-            u[1] = (unsigned char)(0x80 | (cp >> 6 & 0x3F));
-            u[2] = (unsigned char)(0x80 | (cp & 0x3F));
-        } else {
-            u[0] = (unsigned char)(0xF0 | cp >> 18);
-            u[1] = (unsigned char)(0x80 | (cp >> 12 & 0x3F));
-            u[2] = (unsigned char)(0x80 | (cp >> 6 & 0x3F));
-            u[3] = (unsigned char)(0x80 | (cp & 0x3F));
-        }
+        size_t un = utf8_encode(cp, u);
         for (size_t k = 0; k < un; k++, o++)
             if (o < cap)
                 dst[o] = (char)u[k];

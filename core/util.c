@@ -145,6 +145,21 @@ uint64_t time_mono_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
 }
 
+size_t utf8_len(uint32_t cp)
+{
+    return cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
+}
+
+size_t utf8_encode(uint32_t cp, unsigned char out[4])
+{
+    size_t n = utf8_len(cp);
+    static const unsigned char lead[5] = {0, 0x00, 0xC0, 0xE0, 0xF0};
+    for (size_t k = n - 1; k > 0; k--, cp >>= 6)
+        out[k] = (unsigned char)(0x80 | (cp & 0x3F));
+    out[0] = (unsigned char)(lead[n] | cp);
+    return n;
+}
+
 int hex_digit_value(unsigned char c)
 {
     if (c >= '0' && c <= '9')

@@ -40,6 +40,11 @@ const char *str_excerpt(const char *s, size_t n, size_t max, char *out);
 
 /* Returns 1 when s[0..n) is well-formed UTF-8 (no overlongs, no surrogates). */
 int utf8_valid(const char *s, size_t n);
+/* The length of code point cp (<= 0x10FFFF) in UTF-8, 1..4 bytes. */
+size_t utf8_len(uint32_t cp);
+/* Writes cp (<= 0x10FFFF, not a surrogate) in UTF-8 into out; returns its
+ * length, utf8_len(cp). */
+size_t utf8_encode(uint32_t cp, unsigned char out[4]);
 
 /* The value of hexadecimal digit c (either case), or -1. */
 int hex_digit_value(unsigned char c);

@@ -53,10 +53,31 @@ TEST(shape_format)
     CHECK_STR(buf, "");
 }
 
+TEST(utf8_encode)
+{
+    /* each boundary of each length, checked against the validator and the bytes */
+    static const struct {
+        uint32_t cp;
+        const char *utf8;
+    } cases[] = {{0, "\0"},          {0x41, "A"},        {0x7F, "\x7F"},
+                 {0x80, "\xC2\x80"},  {0x7FF, "\xDF\xBF"}, {0x800, "\xE0\xA0\x80"},
+                 {0xFFFD, "\xEF\xBF\xBD"}, {0xFFFF, "\xEF\xBF\xBF"},
+                 {0x10000, "\xF0\x90\x80\x80"}, {0x10FFFF, "\xF4\x8F\xBF\xBF"}};
+    for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+        unsigned char u[4];
+        size_t n = utf8_encode(cases[i].cp, u);
+        size_t want = cases[i].cp ? strlen(cases[i].utf8) : 1;
+        CHECK(n == want && n == utf8_len(cases[i].cp));
+        CHECK(memcmp(u, cases[i].utf8, want) == 0);
+        CHECK(utf8_valid((const char *)u, n));
+    }
+}
+
 int main(void)
 {
     RUN(parse_u64);
     RUN(hex_digits);
     RUN(shape_format);
+    RUN(utf8_encode);
     return TEST_SUMMARY();
 }
