@@ -59,7 +59,8 @@ int hashstore_lookup(struct hashstore *s, const struct hash_id *id, struct hash_
 int hashstore_touch(struct hashstore *s, const struct hash_id *id, uint64_t epoch,
                     struct hash_entry *out);
 /* Records e, replacing the entry with the same identity, used by epoch.
- * Beyond HASHSTORE_MAX_ENTRIES the entry is not recorded (returns -1). */
+ * Returns 0; beyond HASHSTORE_MAX_ENTRIES the entry is not recorded
+ * (-ENOSPC), nor when memory for it is short (-ENOMEM). */
 int hashstore_put(struct hashstore *s, const struct hash_entry *e, uint64_t epoch);
 size_t hashstore_count(struct hashstore *s);
 
