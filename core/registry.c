@@ -130,7 +130,8 @@ static void lose(struct scan *s, const char *rel)
 /* Lists dirfd's entries that are directories or regular files (after
  * following symlinks, which only the open will judge), hidden and non-UTF-8
  * names left out, sorted by name. Returns NULL when the directory could not
- * be read (*err the errno). */
+ * be read (*err the errno; ENOMEM when its listing did not fit in memory:
+ * the directory's size is not ours to choose, so that never aborts). */
 static struct entry *list_dir(int dirfd, size_t *n_out, int *err)
 {
     size_t n = 0, cap = 16;
@@ -144,8 +145,13 @@ static struct entry *list_dir(int dirfd, size_t *n_out, int *err)
         return NULL;
     }
     rewinddir(d);
-    struct entry *e = xmalloc(cap * sizeof(*e));
+    struct entry *e = malloc(cap * sizeof(*e));
     struct dirent *de;
+    if (!e) {
+        closedir(d);
+        *err = ENOMEM;
+        return NULL;
+    }
     for (;;) {
         errno = 0;
         if (!(de = readdir(d)))
@@ -162,11 +168,17 @@ static struct entry *list_dir(int dirfd, size_t *n_out, int *err)
         }
         if (!S_ISDIR(sb.st_mode) && !S_ISREG(sb.st_mode))
             continue; /* FIFOs, sockets, devices: never opened */
-        if (n == cap) {
-            cap *= 2;
-            e = xrealloc(e, cap * sizeof(*e));
+        struct entry *grown = n == cap ? realloc(e, 2 * cap * sizeof(*e)) : e;
+        char *name = grown ? strdup(de->d_name) : NULL;
+        if (!name) {
+            e = grown ? grown : e;
+            errno = ENOMEM;
+            break;
         }
-        e[n].name = xstrdup(de->d_name);
+        if (n == cap)
+            cap *= 2;
+        e = grown;
+        e[n].name = name;
         e[n].kind = S_ISDIR(sb.st_mode) ? ENTRY_DIR : ENTRY_REG;
         fileio_stat_from(&sb, &e[n].st);
         n++;
@@ -188,12 +200,18 @@ static struct entry *list_dir(int dirfd, size_t *n_out, int *err)
 static void take_model(struct scan *s, const char *name, const char *dir, const struct entry *e,
                        size_t n)
 {
-    struct reg_entry_id *ids = xcalloc(n ? n : 1, sizeof(*ids));
+    struct reg_entry_id *ids = calloc(n ? n : 1, sizeof(*ids));
+    const struct reg_model *old = s->prev ? registry_find_model(s->prev, name, strlen(name)) : NULL;
+    if (!ids) { /* a resource error: keep the previous model, rescan later */
+        s->errors++;
+        if (old)
+            add_model(s, reg_model_ref(old));
+        return;
+    }
     size_t k = 0;
     for (size_t i = 0; i < n; i++)
         if (e[i].kind == ENTRY_REG)
             ids[k++] = (struct reg_entry_id){.name = e[i].name, .st = e[i].st};
-    const struct reg_model *old = s->prev ? registry_find_model(s->prev, name, strlen(name)) : NULL;
     if (old && reg_model_unchanged(old, ids, k)) {
         add_model(s, reg_model_ref(old));
         s->reused++;
