@@ -35,17 +35,6 @@ static int has_suffix(const char *s, const char *suffix)
     return n > k && memcmp(s + n - k, suffix, k) == 0;
 }
 
-int reg_errno_transient(int e)
-{
-    switch (e) {
-    case EMFILE: case ENFILE: case ENOMEM: case ENOBUFS: case EIO: case EAGAIN:
-    case EINTR: case ETIMEDOUT: case ESTALE: case ENOLCK: case EDEADLK:
-        return 1;
-    default:
-        return 0;
-    }
-}
-
 /* Marks m invalid. The first error wins. Users see the message inside JSON,
  * so a message cut short (by "%.200s" or the buffer's end) in the middle of
  * a UTF-8 sequence is shortened to the last whole character. */
@@ -362,11 +351,6 @@ static int open_file(struct reg_model *m, const char *dir, const char *name, str
     return 1;
 }
 
-static int cmp_id(const void *a, const void *b)
-{
-    return strcmp(((const struct reg_entry_id *)a)->name, ((const struct reg_entry_id *)b)->name);
-}
-
 struct reg_model *reg_model_build(struct reg_root *root, const char *name, const char *dir,
                                   const struct reg_entry_id *ids, size_t n_ids,
                                   const struct st_error *forced)
@@ -453,51 +437,6 @@ void reg_model_unref(const struct reg_model *cm)
     free(m->dir);
     free(m->name);
     free(m);
-}
-
-struct reg_entry_id *reg_ids_sorted_copy(const struct reg_entry_id *ids, size_t n)
-{
-    struct reg_entry_id *copy = xcalloc(n ? n : 1, sizeof(*copy));
-    for (size_t i = 0; i < n; i++) {
-        copy[i].name = xstrdup(ids[i].name);
-        copy[i].st = ids[i].st;
-    }
-    qsort(copy, n, sizeof(*copy), cmp_id);
-    return copy;
-}
-
-void reg_ids_free(struct reg_entry_id *ids, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        free(ids[i].name);
-    free(ids);
-}
-
-void reg_files_free(struct reg_file *files, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        if (files[i].fd >= 0)
-            close(files[i].fd);
-        st_header_free(files[i].header);
-        free(files[i].name);
-        free(files[i].path);
-    }
-    free(files);
-}
-
-struct reg_root *reg_root_ref(struct reg_root *r)
-{
-    atomic_fetch_add_explicit(&r->refs, 1, memory_order_relaxed);
-    return r;
-}
-
-void reg_root_unref(struct reg_root *r)
-{
-    if (!r || atomic_fetch_sub_explicit(&r->refs, 1, memory_order_acq_rel) != 1)
-        return;
-    close(r->fd);
-    free(r->path);
-    free(r);
 }
 
 int registry_open_file(const struct reg_model *m, const struct reg_file *f, int flags)

@@ -4,6 +4,7 @@
 #ifndef TENSORD_REG_MODEL_H
 #define TENSORD_REG_MODEL_H
 
+#include "reg_common.h"
 #include "registry.h"
 
 /* Builds model `name` from the entries ids[0..n) of its directory `dir`
@@ -25,19 +26,5 @@ int reg_model_has_safetensors(const struct reg_model *m);
 
 /* Descriptors m holds open. */
 size_t reg_model_open_fds(const struct reg_model *m);
-
-/* Whether errno e is an I/O or resource error (a later attempt may succeed)
- * rather than something the files or their permissions say. */
-int reg_errno_transient(int e);
-
-/* What models and repos share: a copy of the entries ids[0..n) (names
- * duplicated) sorted by name, and freeing it; freeing files[0..n) and what
- * each owns (its descriptor, header, name and path). */
-struct reg_entry_id *reg_ids_sorted_copy(const struct reg_entry_id *ids, size_t n);
-void reg_ids_free(struct reg_entry_id *ids, size_t n);
-void reg_files_free(struct reg_file *files, size_t n);
-
-struct reg_root *reg_root_ref(struct reg_root *r);
-void reg_root_unref(struct reg_root *r);
 
 #endif

@@ -429,44 +429,12 @@ static void settle_names(struct scan *s, struct registry *r)
     }
 }
 
-/* The root opened for this scan: the previous snapshot's when it is the
- * same directory, so models built in different scans share one root. */
-static struct reg_root *open_root(const char *root, const struct registry *prev,
-                                  struct st_error *err)
-{
-    char *real = realpath(root, NULL);
-    if (!real) {
-        st_error_errno(err, errno, "models root \"%.300s\"", root);
-        return NULL;
-    }
-    int fd = open(real, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NONBLOCK);
-    struct stat sb, pb;
-    if (fd < 0 || fstat(fd, &sb) != 0) {
-        st_error_errno(err, errno, "models root \"%.300s\"", root);
-        if (fd >= 0)
-            close(fd);
-        free(real);
-        return NULL;
-    }
-    if (prev && strcmp(prev->root->path, real) == 0 && fstat(prev->root->fd, &pb) == 0 &&
-        pb.st_dev == sb.st_dev && pb.st_ino == sb.st_ino) {
-        close(fd);
-        free(real);
-        return reg_root_ref(prev->root);
-    }
-    struct reg_root *rr = xcalloc(1, sizeof(*rr));
-    atomic_init(&rr->refs, 1);
-    rr->fd = fd;
-    rr->path = real;
-    return rr;
-}
-
 struct registry *registry_scan(const char *root, uint64_t generation,
                                const struct registry_scan_opts *opts, struct st_error *err)
 {
     uint64_t t0 = time_mono_ns();
     const struct registry *prev = opts ? opts->prev : NULL;
-    struct reg_root *rr = open_root(root, prev, err);
+    struct reg_root *rr = reg_root_open(root, prev ? prev->root : NULL, err);
     if (!rr)
         return NULL;
     struct stat sb;
