@@ -119,22 +119,33 @@ static void add_tensors(struct reg_model *m, const struct reg_file *f, size_t *n
     }
 }
 
-/* Sharded: the index names the shards, and each tensor's shard must hold it
- * and hold nothing else. Returns 0 or -1 with m invalid. */
-static int check_sharded(struct reg_model *m, const struct st_index *idx, const char *index_name)
+/* The lookups a sharded model is checked with. Sized by the files, so
+ * fallible; each map is sized for all it will hold, so strmap_put never
+ * allocates. */
+struct shard_maps {
+    struct strmap *mapped;             /* tensor -> shard name */
+    struct strmap **held;              /* per shard: tensor -> st_tensor */
+    const struct reg_file **shard_file;
+    struct strmap *shard_no;           /* shard name -> index + 1 */
+    size_t n_shards, total;            /* total: tensors the shards hold */
+};
+
+static void shard_maps_free(struct shard_maps *sm)
+{
+    for (size_t i = 0; sm->held && i < sm->n_shards; i++)
+        strmap_free(sm->held[i]);
+    free(sm->held);
+    free(sm->shard_file);
+    strmap_free(sm->shard_no);
+    strmap_free(sm->mapped);
+}
+
+/* Each shard the index names is a valid .safetensors file of the model;
+ * its tensors go into held. -EINVAL (m invalid) or -ENOMEM. */
+static int shards_present(struct reg_model *m, const struct st_index *idx, const char *index_name,
+                          struct shard_maps *sm)
 {
     struct st_error e;
-    int rc = -1;
-    /* Sized by the files, so fallible; each map is sized for all it will
-     * hold, so the strmap_put calls below never allocate. */
-    struct strmap *mapped = strmap_try_new(idx->n_entries); /* tensor -> shard name */
-    struct strmap **held = calloc(idx->n_shards, sizeof(*held)); /* per shard: tensor -> st_tensor */
-    const struct reg_file **shard_file = calloc(idx->n_shards, sizeof(*shard_file));
-    struct strmap *shard_no = strmap_try_new(idx->n_shards); /* shard name -> index + 1 */
-    size_t total = 0;
-    if (!mapped || !held || !shard_file || !shard_no)
-        goto oom;
-
     for (size_t i = 0; i < idx->n_shards; i++) {
         const char *sh = idx->shards[i];
         const struct reg_file *f = strmap_get(m->by_file, sh, strlen(sh));
@@ -142,35 +153,44 @@ static int check_sharded(struct reg_model *m, const struct st_index *idx, const 
             st_error_fail(&e, ST_ERR_SHARD_MISSING, "%s: shard \"%.200s\" %s", index_name, sh,
                           !f ? "does not exist" : "is not a .safetensors file");
             set_invalid(m, &e);
-            goto done;
+            return -EINVAL;
         }
-        shard_file[i] = f;
-        strmap_put(shard_no, sh, strlen(sh), (void *)(uintptr_t)(i + 1));
-        held[i] = strmap_try_new(f->header->n_tensors);
-        if (!held[i])
-            goto oom;
+        sm->shard_file[i] = f;
+        strmap_put(sm->shard_no, sh, strlen(sh), (void *)(uintptr_t)(i + 1));
+        sm->held[i] = strmap_try_new(f->header->n_tensors);
+        if (!sm->held[i])
+            return -ENOMEM;
         for (size_t k = 0; k < f->header->n_tensors; k++) {
             const struct st_tensor *t = &f->header->tensors[k];
-            strmap_put(held[i], t->name, t->name_len, (void *)t);
+            strmap_put(sm->held[i], t->name, t->name_len, (void *)t);
         }
-        total += f->header->n_tensors;
+        sm->total += f->header->n_tensors;
     }
+    return 0;
+}
+
+/* Every index entry is in the shard it names, and every shard tensor is
+ * mapped to its own shard. -EINVAL (m invalid) when not. */
+static int entries_match(struct reg_model *m, const struct st_index *idx, const char *index_name,
+                         struct shard_maps *sm)
+{
+    struct st_error e;
     for (size_t i = 0; i < idx->n_entries; i++) {
         const struct st_index_entry *en = &idx->entries[i];
-        size_t no = (uintptr_t)strmap_get(shard_no, en->shard, strlen(en->shard));
-        if (!strmap_get(held[no - 1], en->tensor, strlen(en->tensor))) {
+        size_t no = (uintptr_t)strmap_get(sm->shard_no, en->shard, strlen(en->shard));
+        if (!strmap_get(sm->held[no - 1], en->tensor, strlen(en->tensor))) {
             st_error_fail(&e, ST_ERR_TENSOR_NOT_IN_SHARD,
                           "%s: tensor \"%.200s\" is mapped to shard \"%.200s\" which does not hold it",
                           index_name, en->tensor, en->shard);
             set_invalid(m, &e);
-            goto done;
+            return -EINVAL;
         }
-        strmap_put(mapped, en->tensor, strlen(en->tensor), (void *)en->shard);
+        strmap_put(sm->mapped, en->tensor, strlen(en->tensor), (void *)en->shard);
     }
     for (size_t i = 0; i < idx->n_shards; i++) {
-        const struct st_header *h = shard_file[i]->header;
+        const struct st_header *h = sm->shard_file[i]->header;
         for (size_t k = 0; k < h->n_tensors; k++) {
-            const char *want = strmap_get(mapped, h->tensors[k].name, h->tensors[k].name_len);
+            const char *want = strmap_get(sm->mapped, h->tensors[k].name, h->tensors[k].name_len);
             if (want != idx->shards[i]) {
                 st_error_fail(&e, ST_ERR_TENSOR_NOT_IN_INDEX,
                               "%s: shard \"%.200s\" holds tensor \"%.200s\" which the index %s%.200s%s",
@@ -178,35 +198,47 @@ static int check_sharded(struct reg_model *m, const struct st_index *idx, const 
                               want ? "maps to \"" : "does not map",
                               want ? want : "", want ? "\"" : "");
                 set_invalid(m, &e);
-                goto done;
+                return -EINVAL;
             }
         }
     }
+    return 0;
+}
+
+/* Sharded: the index names the shards, and each tensor's shard must hold it
+ * and hold nothing else. Returns 0 or -1 with m invalid. */
+static int check_sharded(struct reg_model *m, const struct st_index *idx, const char *index_name)
+{
+    struct shard_maps sm = {
+        .mapped = strmap_try_new(idx->n_entries),
+        .held = calloc(idx->n_shards, sizeof(*sm.held)),
+        .shard_file = calloc(idx->n_shards, sizeof(*sm.shard_file)),
+        .shard_no = strmap_try_new(idx->n_shards),
+        .n_shards = idx->n_shards,
+    };
+    int rc = !sm.mapped || !sm.held || !sm.shard_file || !sm.shard_no ? -ENOMEM : 0;
+    if (rc == 0)
+        rc = shards_present(m, idx, index_name, &sm);
+    if (rc == 0)
+        rc = entries_match(m, idx, index_name, &sm);
     /* Every entry found in its shard and every shard tensor mapped to it:
      * the counts agree and names are unique. Files are sorted by name, so
      * walking them in order gives (file, begin) order. */
-    m->tensors = malloc((total ? total : 1) * sizeof(*m->tensors));
-    if (!m->tensors)
-        goto oom;
-    size_t n = 0;
-    for (size_t i = 0; i < m->n_files; i++) {
-        const char *name = m->files[i].name;
-        if (m->files[i].header && strmap_get(shard_no, name, strlen(name)))
-            add_tensors(m, &m->files[i], &n);
+    if (rc == 0 && !(m->tensors = malloc((sm.total ? sm.total : 1) * sizeof(*m->tensors))))
+        rc = -ENOMEM;
+    if (rc == 0) {
+        size_t n = 0;
+        for (size_t i = 0; i < m->n_files; i++) {
+            const char *name = m->files[i].name;
+            if (m->files[i].header && strmap_get(sm.shard_no, name, strlen(name)))
+                add_tensors(m, &m->files[i], &n);
+        }
+        m->n_tensors = n;
     }
-    m->n_tensors = n;
-    rc = 0;
-    goto done;
-oom:
-    tensors_out_of_memory(m, index_name, idx->n_entries);
-done:
-    for (size_t i = 0; held && i < idx->n_shards; i++)
-        strmap_free(held[i]);
-    free(held);
-    free(shard_file);
-    strmap_free(shard_no);
-    strmap_free(mapped);
-    return rc;
+    if (rc == -ENOMEM)
+        tensors_out_of_memory(m, index_name, idx->n_entries);
+    shard_maps_free(&sm);
+    return rc == 0 ? 0 : -1;
 }
 
 /* Unsharded: every .safetensors file contributes its tensors. */
