@@ -76,6 +76,21 @@ static inline enum st_status test_st_code(const char *file, int line, const char
     return e->code;
 }
 
+/* The process's address-space size, for tests that leave it only so much
+ * room with RLIMIT_AS (out-of-memory paths; skipped under ASan). */
+static inline size_t vm_size_bytes(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    size_t kib = 0;
+    while (f && fgets(line, sizeof(line), f))
+        if (sscanf(line, "VmSize: %zu kB", &kib) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return kib * 1024;
+}
+
 #define RUN(name)                                                                \
     do {                                                                         \
         test_failed_flag = 0;                                                    \

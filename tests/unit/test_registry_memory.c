@@ -50,19 +50,6 @@ static void write_many(const char *path, const char *prefix, size_t n)
     free(buf);
 }
 
-static size_t vm_size_bytes(void)
-{
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    size_t kib = 0;
-    while (f && fgets(line, sizeof(line), f))
-        if (sscanf(line, "VmSize: %zu kB", &kib) == 1)
-            break;
-    if (f)
-        fclose(f);
-    return kib * 1024;
-}
-
 /* Scans root with `room` bytes of address space beyond what is in use. */
 static struct registry *scan_with_room(const char *root, size_t room)
 {

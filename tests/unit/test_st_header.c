@@ -671,19 +671,6 @@ TEST(read_fd)
     CHECK_CONTAINS(e.message, strerror(EBADF));
 }
 
-static size_t vm_size_bytes(void)
-{
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    size_t kib = 0;
-    while (f && fgets(line, sizeof(line), f))
-        if (sscanf(line, "VmSize: %zu kB", &kib) == 1)
-            break;
-    if (f)
-        fclose(f);
-    return kib * 1024;
-}
-
 /* Out of memory at each step of reading a big header (the read buffer, the
  * arena, the name table) is ST_ERR_NO_MEMORY naming the file, never an
  * abort; with room again the same file is valid. */

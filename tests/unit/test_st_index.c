@@ -277,19 +277,6 @@ TEST(metadata_reencoded_as_jansson_writes_it)
     st_index_free(idx);
 }
 
-static size_t vm_size_bytes(void)
-{
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    size_t kib = 0;
-    while (f && fgets(line, sizeof(line), f))
-        if (sscanf(line, "VmSize: %zu kB", &kib) == 1)
-            break;
-    if (f)
-        fclose(f);
-    return kib * 1024;
-}
-
 TEST(out_of_memory_is_reported)
 {
 #if defined(__SANITIZE_ADDRESS__)
