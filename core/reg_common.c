@@ -29,11 +29,16 @@ static int cmp_id(const void *a, const void *b)
 
 struct reg_entry_id *reg_ids_sorted_copy(const struct reg_entry_id *ids, size_t n)
 {
-    struct reg_entry_id *copy = xcalloc(n ? n : 1, sizeof(*copy));
-    for (size_t i = 0; i < n; i++) {
-        copy[i].name = xstrdup(ids[i].name);
+    struct reg_entry_id *copy = calloc(n ? n : 1, sizeof(*copy));
+    for (size_t i = 0; copy && i < n; i++) {
+        if (!(copy[i].name = strdup(ids[i].name))) {
+            reg_ids_free(copy, i);
+            return NULL;
+        }
         copy[i].st = ids[i].st;
     }
+    if (!copy)
+        return NULL;
     qsort(copy, n, sizeof(*copy), cmp_id);
     return copy;
 }

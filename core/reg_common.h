@@ -22,7 +22,8 @@ struct reg_root *reg_root_open(const char *root, const struct reg_root *prev,
 struct reg_root *reg_root_ref(struct reg_root *r);
 void reg_root_unref(struct reg_root *r);
 
-/* A copy of the entries ids[0..n) (names duplicated) sorted by name, and
+/* A copy of the entries ids[0..n) (names duplicated) sorted by name, NULL
+ * when memory is short (a directory's size is not ours to choose), and
  * freeing it; freeing files[0..n) and what each owns (its descriptor,
  * header, name and path). */
 struct reg_entry_id *reg_ids_sorted_copy(const struct reg_entry_id *ids, size_t n);

@@ -393,15 +393,23 @@ struct reg_model *reg_model_build(struct reg_root *root, const char *name, const
     m->name = xstrdup(name);
     m->dir = xstrdup(dir);
     m->state = MODEL_READY;
-    m->n_ids = n_ids;
     m->ids = reg_ids_sorted_copy(ids, n_ids);
-    m->files = xcalloc(n_ids ? n_ids : 1, sizeof(*m->files));
-    for (size_t i = 0; i < n_ids; i++)
+    m->n_ids = m->ids ? n_ids : 0;
+    m->files = m->ids ? calloc(n_ids ? n_ids : 1, sizeof(*m->files)) : NULL;
+    for (size_t i = 0; m->files && i < n_ids; i++)
         m->n_files += (size_t)open_file(m, dir, m->ids[i].name, &m->files[m->n_files]);
-    m->by_file = strmap_new(m->n_files);
-    for (size_t i = 0; i < m->n_files; i++)
+    m->by_file = strmap_try_new(m->n_files);
+    for (size_t i = 0; m->by_file && i < m->n_files; i++)
         strmap_put(m->by_file, m->files[i].name, strlen(m->files[i].name), &m->files[i]);
-    validate_model(m);
+    if (!m->files || !m->by_file) { /* the directory chose how many: a resource error */
+        struct st_error e;
+        st_error_fail(&e, ST_ERR_NO_MEMORY, "%s: not enough memory to list the model's %zu files",
+                      name, n_ids);
+        set_invalid(m, &e);
+        m->transient = 1;
+    } else {
+        validate_model(m);
+    }
     if (forced) {
         m->state = MODEL_READY; /* so the forced reason, not an earlier one, is given */
         set_invalid(m, forced);
