@@ -305,7 +305,7 @@ int json_scan_fail(struct json_scan *s, enum json_scan_err e)
 
 int json_scan_fail_at(struct json_scan *s, enum json_scan_err e, size_t start, size_t end)
 {
-    if (s->failed && s->position <= end)
+    if (s->failed && s->position < end) /* one found at end came after the token */
         return -1;
     s->failed = 0;
     s->start = start;

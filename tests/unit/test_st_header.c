@@ -363,6 +363,10 @@ TEST(duplicate_keys)
                 "\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]},\"a\":1}", 1,
                 &e) == ST_ERR_DUPLICATE_KEY);
     CHECK_CONTAINS(e.message, "line 1 column 56: duplicate");
+    /* ... also when the text ends right after it (found by fuzz_st_index) */
+    CHECK(parse("{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]},\"a\"", 1,
+                &e) == ST_ERR_DUPLICATE_KEY);
+    CHECK_CONTAINS(e.message, "duplicate object key");
     /* Escapes are decoded before comparing. */
     CHECK(code_of("{\"__metadata__\":{\"k\":\"1\",\"\\u006b\":\"2\"}}", 0) == ST_ERR_DUPLICATE_KEY);
 }

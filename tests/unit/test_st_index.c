@@ -79,6 +79,10 @@ TEST(json_errors)
     expect("{", ST_ERR_INDEX_JSON, NULL, NULL);
     expect("{\"weight_map\":{\"a\":\"x\"}} x", ST_ERR_INDEX_JSON, NULL, NULL);
     expect("{\"weight_map\":{\"a\":\"x\",\"a\":\"y\"}}", ST_ERR_INDEX_JSON, "duplicate", NULL);
+    /* Regression (fuzz_st_index): a duplicate key the text ends right after
+     * is the duplicate, as jansson says, not "':' expected". */
+    expect("{\"weight_map\":{\"a\":\"x\",\"a\"", ST_ERR_INDEX_JSON, "duplicate object key",
+           NULL);
     expect("{\"weight_map\":{\"a\":\"x\"},\"weight_map\":{\"b\":\"x\"}}", ST_ERR_INDEX_JSON,
            "duplicate", NULL);
     expect("{\"weight_map\":{\"a\":\"x\xff\"}}", ST_ERR_INDEX_JSON, "UTF-8", NULL);
