@@ -70,10 +70,10 @@ int main(int argc, char **argv)
         struct st_header *h;
         struct st_error e;
         uint64_t t0 = time_mono_ns();
-        enum st_status rc = st_header_parse(json, len, data_len, "bench.safetensors", &h, &e);
+        int rc = st_header_parse(json, len, data_len, "bench.safetensors", &h, &e);
         ns[r] = time_mono_ns() - t0;
-        if (rc != ST_OK) {
-            fprintf(stderr, "bench: %s: %s\n", st_status_name(rc), e.message);
+        if (rc != 0) {
+            fprintf(stderr, "bench: %s: %s\n", st_status_name(e.code), e.message);
             return 1;
         }
         kept = h->n_tensors;

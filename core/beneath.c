@@ -90,6 +90,62 @@ static void walk_pop_to(struct walk *w, size_t depth)
         close(w->dirs[w->depth--]);
 }
 
+/* Splits the next component off p (after any '/'): comp gets it, *rest
+ * what follows it (its slashes skipped), *last whether it is the final one.
+ * Returns 0, 1 when no component is left, or -ENAMETOOLONG. */
+static int next_component(const char *p, char comp[NAME_MAX + 1], const char **rest, int *last)
+{
+    while (*p == '/')
+        p++;
+    if (!*p)
+        return 1;
+    const char *slash = strchr(p, '/');
+    size_t len = slash ? (size_t)(slash - p) : strlen(p);
+    if (len > NAME_MAX)
+        return -ENAMETOOLONG;
+    memcpy(comp, p, len);
+    comp[len] = '\0';
+    *rest = p + len;
+    while (**rest == '/')
+        (*rest)++;
+    *last = **rest == '\0';
+    return 0;
+}
+
+/* The symlink fd (an O_PATH descriptor, closed here) has its target take
+ * its place: *path becomes target + "/" + rest (rest points into the old
+ * *path, which is freed). An absolute target must lie inside root and
+ * restarts the walk at the root. */
+static int expand_link(struct walk *w, const char *root, int fd, const char *rest, char *link,
+                       int *links, char **path)
+{
+    ssize_t n = ++*links > MAX_LINKS ? -1 : readlinkat(fd, "", link, PATH_MAX - 1);
+    int e = errno;
+    close(fd);
+    if (n < 0)
+        return *links > MAX_LINKS ? -ELOOP : -e;
+    link[n] = '\0';
+    const char *target = link;
+    if (link[0] == '/') {
+        target = inside_root(root, link);
+        if (!target)
+            return -EXDEV;
+        walk_pop_to(w, 0);
+    }
+    size_t tlen = strlen(target), rlen = strlen(rest);
+    char *next = malloc(tlen + 1 + rlen + 1);
+    if (!next)
+        return -ENOMEM;
+    memcpy(next, target, tlen);
+    next[tlen] = '/';
+    memcpy(next + tlen + 1, rest, rlen + 1);
+    if (rlen == 0)
+        next[tlen] = '\0'; /* the link was the last component: so is its target's */
+    free(*path);
+    *path = next;
+    return 0;
+}
+
 int beneath_open_walk(int rootfd, const char *root, const char *rel, int flags)
 {
     struct walk w = {.dirs = {rootfd}, .depth = 0};
@@ -101,26 +157,17 @@ int beneath_open_walk(int rootfd, const char *root, const char *rel, int flags)
     memcpy(path, rel, cap);
     const char *p = path;
     for (;;) {
-        while (*p == '/')
-            p++;
-        if (!*p) { /* the path ended on a directory already walked ("a/..", a link to ".") */
+        char comp[NAME_MAX + 1];
+        const char *rest;
+        int last;
+        rc = next_component(p, comp, &rest, &last);
+        if (rc == 1) { /* the path ended on a directory already walked ("a/..", a link to ".") */
             int fd = openat(w.dirs[w.depth], ".", flags | O_CLOEXEC);
             rc = fd >= 0 ? fd : -errno;
             goto out;
         }
-        const char *slash = strchr(p, '/');
-        size_t len = slash ? (size_t)(slash - p) : strlen(p);
-        const char *rest = p + len;
-        while (*rest == '/')
-            rest++;
-        int last = *rest == '\0';
-        char comp[NAME_MAX + 1];
-        if (len > NAME_MAX) {
-            rc = -ENAMETOOLONG;
+        if (rc < 0)
             goto out;
-        }
-        memcpy(comp, p, len);
-        comp[len] = '\0';
         if (strcmp(comp, ".") == 0 || strcmp(comp, "..") == 0) {
             if (comp[1] == '.') {
                 if (w.depth == 0) {
@@ -135,12 +182,8 @@ int beneath_open_walk(int rootfd, const char *root, const char *rel, int flags)
         int fd;
         if (last) {
             fd = openat(w.dirs[w.depth], comp, flags | O_NOFOLLOW | O_CLOEXEC);
-            if (fd >= 0) {
-                rc = fd;
-                goto out;
-            }
-            if (errno != ELOOP && errno != ENOTDIR) {
-                rc = -errno;
+            if (fd >= 0 || (errno != ELOOP && errno != ENOTDIR)) {
+                rc = fd >= 0 ? fd : -errno;
                 goto out;
             }
             /* ELOOP: it is a symlink. ENOTDIR with O_DIRECTORY: maybe a
@@ -169,36 +212,8 @@ int beneath_open_walk(int rootfd, const char *root, const char *rel, int flags)
             rc = -ENOTDIR;
             goto out;
         }
-        /* A symlink: its target replaces this component. */
-        ssize_t n = ++links > MAX_LINKS ? -1 : readlinkat(fd, "", link, PATH_MAX - 1);
-        close(fd);
-        if (n < 0) {
-            rc = links > MAX_LINKS ? -ELOOP : -errno;
+        if ((rc = expand_link(&w, root, fd, rest, link, &links, &path)) != 0)
             goto out;
-        }
-        link[n] = '\0';
-        const char *target = link;
-        if (link[0] == '/') {
-            target = inside_root(root, link);
-            if (!target) {
-                rc = -EXDEV;
-                goto out;
-            }
-            walk_pop_to(&w, 0);
-        }
-        size_t tlen = strlen(target), rlen = strlen(rest);
-        char *next = malloc(tlen + 1 + rlen + 1);
-        if (!next) {
-            rc = -ENOMEM;
-            goto out;
-        }
-        memcpy(next, target, tlen);
-        next[tlen] = '/';
-        memcpy(next + tlen + 1, rest, rlen + 1);
-        if (rlen == 0)
-            next[tlen] = '\0'; /* the link was the last component: so is its target's */
-        free(path);
-        path = next;
         p = path;
     }
 out:

@@ -112,10 +112,9 @@ void digest_sha1_final(struct digest_sha1 *d, uint8_t out[DIGEST_SHA1_LEN])
 
 void digest_hex(const uint8_t *bytes, size_t n, char *out)
 {
-    static const char hex[] = "0123456789abcdef";
     for (size_t i = 0; i < n; i++) {
-        out[2 * i] = hex[bytes[i] >> 4];
-        out[2 * i + 1] = hex[bytes[i] & 15];
+        out[2 * i] = hex_lower[bytes[i] >> 4];
+        out[2 * i + 1] = hex_lower[bytes[i] & 15];
     }
     out[2 * n] = '\0';
 }

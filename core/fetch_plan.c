@@ -71,10 +71,7 @@ void fetch_split_bounds(uint64_t n, uint64_t world, uint64_t rank, uint64_t *lo,
 
 static void shape_text(char *out, const uint64_t *shape, uint32_t ndim)
 {
-    size_t n = 0;
-    out[0] = '\0';
-    for (uint32_t i = 0; i < ndim; i++)
-        n += (size_t)snprintf(out + n, SHAPE_TEXT - n, "%s%" PRIu64, i ? "," : "", shape[i]);
+    shape_format(out, SHAPE_TEXT, shape, ndim, ",");
 }
 
 static struct body_piece *new_piece(struct builder *b, size_t runs_at)

@@ -23,27 +23,28 @@ struct parser {
     struct fetch_req *r;
     const struct fetch_limits *lim;
     size_t arena_used;
-    enum fetch_req_status status;  /* of the first error */
-    char *err;
-    size_t errlen;
+    int rc;                        /* the errno of the first error */
+    struct st_error *err;
 };
 
-static int fail(struct parser *p, enum fetch_req_status st, const char *fmt, ...)
+/* Records the first error (code and message); returns -1 to unwind. */
+static int fail(struct parser *p, enum st_status code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-static int fail(struct parser *p, enum fetch_req_status st, const char *fmt, ...)
+static int fail(struct parser *p, enum st_status code, const char *fmt, ...)
 {
+    char msg[sizeof(p->err->message)];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(p->err, p->errlen, fmt, ap);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    p->status = st;
+    p->rc = st_error_fail(p->err, code, "%s", msg);
     return -1;
 }
 
 /* After json_scan reported an error. */
 static int json_fail(struct parser *p)
 {
-    return fail(p, FETCH_REQ_BAD_JSON, "request is not valid JSON: %s at line %d, column %d",
+    return fail(p, ST_ERR_JSON, "request is not valid JSON: %s at line %d, column %d",
                 p->s.text, p->s.line, p->s.column);
 }
 
@@ -81,7 +82,7 @@ static int expect(struct parser *p, int tok, const char *where)
         return json_fail(p);
     if (p->s.tok == tok)
         return 0;
-    return fail(p, FETCH_REQ_INVALID, "%s must be %s, not %s", where, kind_of(tok),
+    return fail(p, ST_ERR_INVALID_ARGUMENT, "%s must be %s, not %s", where, kind_of(tok),
                 kind_of(p->s.tok));
 }
 
@@ -110,11 +111,11 @@ static int object(struct parser *p, const char *where, const char *const *known,
         if (!known[k]) {
             char raw[KEY_SHOW + 1], shown[KEY_SHOW + 4];
             size_t n = json_scan_decode(&p->s, raw, sizeof(raw));
-            return fail(p, FETCH_REQ_INVALID, "%s: unknown key \"%s\"", where,
+            return fail(p, ST_ERR_INVALID_ARGUMENT, "%s: unknown key \"%s\"", where,
                         str_excerpt(raw, n < sizeof(raw) ? n : sizeof(raw), KEY_SHOW, shown));
         }
         if (seen & (1u << k))
-            return fail(p, FETCH_REQ_INVALID, "%s: duplicate key \"%s\"", where, known[k]);
+            return fail(p, ST_ERR_INVALID_ARGUMENT, "%s: duplicate key \"%s\"", where, known[k]);
         seen |= 1u << k;
         if (json_scan_colon(&p->s) != 0)
             return json_fail(p);
@@ -135,7 +136,7 @@ static int require(struct parser *p, const char *where, unsigned have, unsigned 
 {
     for (unsigned k = 0; known[k]; k++)
         if ((need & (1u << k)) && !(have & (1u << k)))
-            return fail(p, FETCH_REQ_INVALID, "%s: \"%s\" is missing", where, known[k]);
+            return fail(p, ST_ERR_INVALID_ARGUMENT, "%s: \"%s\" is missing", where, known[k]);
     return 0;
 }
 
@@ -181,7 +182,7 @@ static int tensors_member(struct parser *p)
             return json_fail(p);
         }
         if (r->n_items == p->lim->max_tensors)
-            return fail(p, FETCH_REQ_TOO_MANY, "more than %zu tensors in one request "
+            return fail(p, ST_ERR_LIMIT, "more than %zu tensors in one request "
                         "(max_fetch_tensors)", p->lim->max_tensors);
         if (r->n_items == cap) {
             cap = cap ? 2 * cap : 16;
@@ -200,7 +201,7 @@ static int tensors_member(struct parser *p)
                 require(p, c.where, c.have, 1, item_keys) != 0)
                 return -1;
         } else {
-            return fail(p, FETCH_REQ_INVALID, "%s must be a tensor name or an object "
+            return fail(p, ST_ERR_INVALID_ARGUMENT, "%s must be a tensor name or an object "
                         "{\"name\": ..., \"slice\": ...}, not %s", c.where, kind_of(p->s.tok));
         }
         r->n_items++;
@@ -232,11 +233,11 @@ static int rule_member(struct parser *p, const char *key, void *ctx)
         if (expect(p, JSON_TOK_STRING, where) != 0)
             return -1;
         if (p->s.str_len > FETCH_MAX_GLOB)
-            return fail(p, FETCH_REQ_INVALID, "%s is longer than %d bytes", where, FETCH_MAX_GLOB);
+            return fail(p, ST_ERR_INVALID_ARGUMENT, "%s is longer than %d bytes", where, FETCH_MAX_GLOB);
         c->rule->match = take_string(p, &c->rule->match_len);
         c->rule->glob = globpat_compile(c->rule->match, c->rule->match_len);
         if (!c->rule->glob)
-            return fail(p, FETCH_REQ_INVALID, "%s has a reversed character range", where);
+            return fail(p, ST_ERR_INVALID_ARGUMENT, "%s has a reversed character range", where);
         c->have |= 1;
     } else {
         if (expect(p, JSON_TOK_INTEGER, where) != 0)
@@ -261,7 +262,7 @@ static int rules_value(struct parser *p)
             return json_fail(p);
         }
         if (r->n_rules == FETCH_MAX_RULES)
-            return fail(p, FETCH_REQ_INVALID, "split.rules has more than %d rules",
+            return fail(p, ST_ERR_INVALID_ARGUMENT, "split.rules has more than %d rules",
                         FETCH_MAX_RULES);
         struct rule_ctx c = {.rule = &r->rules[r->n_rules]};
         snprintf(c.where, sizeof(c.where), "split.rules[%zu]", r->n_rules);
@@ -310,9 +311,9 @@ static int split_value(struct parser *p)
         require(p, "split", c.have, 7, split_keys) != 0)
         return -1;
     if (c.world < 1)
-        return fail(p, FETCH_REQ_INVALID, "split.world must be at least 1, not %" PRId64, c.world);
+        return fail(p, ST_ERR_INVALID_ARGUMENT, "split.world must be at least 1, not %" PRId64, c.world);
     if (c.rank < 0 || c.rank >= c.world)
-        return fail(p, FETCH_REQ_INVALID, "split.rank must be in [0, %" PRId64 "), not %" PRId64,
+        return fail(p, ST_ERR_INVALID_ARGUMENT, "split.rank must be in [0, %" PRId64 "), not %" PRId64,
                     c.world, c.rank);
     p->r->has_split = 1;
     p->r->world = (uint64_t)c.world;
@@ -330,27 +331,28 @@ static int top_member(struct parser *p, const char *key, void *ctx)
     return strcmp(key, "tensors") == 0 ? tensors_member(p) : split_value(p);
 }
 
-enum fetch_req_status fetch_req_parse(const char *text, size_t len, const struct fetch_limits *lim,
-                                      struct fetch_req *out, char *err, size_t errlen)
+int fetch_req_parse(const char *text, size_t len, const struct fetch_limits *lim,
+                    struct fetch_req *out, struct st_error *err)
 {
-    struct parser p = {.r = out, .lim = lim, .status = FETCH_REQ_OK, .err = err, .errlen = errlen};
+    struct parser p = {.r = out, .lim = lim, .err = err};
     memset(out, 0, sizeof(*out));
     out->all = 1;
-    err[0] = '\0';
+    if (err)
+        err->message[0] = '\0';
     if (memchr(text, '\0', len) || !utf8_valid(text, len)) {
-        fail(&p, FETCH_REQ_NOT_UTF8, "request is not UTF-8 text without NUL bytes");
+        fail(&p, ST_ERR_UTF8, "request is not UTF-8 text without NUL bytes");
         goto bad;
     }
     out->arena = xmalloc(len + 1);
     json_scan_init(&p.s, text, len);
     if (json_scan_next(&p.s) == JSON_TOK_EOF) /* no text at all: {} */
-        return FETCH_REQ_OK;
+        return 0;
     if (p.s.tok == JSON_TOK_INVALID) {
         json_fail(&p);
         goto bad;
     }
     if (p.s.tok != '{') {
-        fail(&p, FETCH_REQ_INVALID, "request must be a JSON object, not %s", kind_of(p.s.tok));
+        fail(&p, ST_ERR_INVALID_ARGUMENT, "request must be a JSON object, not %s", kind_of(p.s.tok));
         goto bad;
     }
     if (object(&p, "request", top_keys, top_member, NULL) != 0)
@@ -360,10 +362,10 @@ enum fetch_req_status fetch_req_parse(const char *text, size_t len, const struct
         json_fail(&p);
         goto bad;
     }
-    return FETCH_REQ_OK;
+    return 0;
 bad:
     fetch_req_free(out);
-    return p.status;
+    return p.rc;
 }
 
 const struct fetch_rule *fetch_req_rule_for(const struct fetch_req *r, const char *name,

@@ -16,6 +16,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "st_error.h"
+
 #define FETCH_MAX_RULES 64
 #define FETCH_MAX_GLOB 1024
 
@@ -47,21 +49,17 @@ struct fetch_req {
 };
 
 struct fetch_limits {
-    size_t max_tensors;      /* entries of "tensors"; more is FETCH_REQ_TOO_MANY */
+    size_t max_tensors;      /* entries of "tensors"; more is ST_ERR_LIMIT */
 };
 
-enum fetch_req_status {
-    FETCH_REQ_OK,
-    FETCH_REQ_NOT_UTF8,      /* the text is not UTF-8, or holds a NUL byte */
-    FETCH_REQ_BAD_JSON,      /* not JSON (the message has json_scan's text, line, column) */
-    FETCH_REQ_INVALID,       /* JSON, but not a fetch request */
-    FETCH_REQ_TOO_MANY,      /* more tensors than lim->max_tensors */
-};
-
-/* Parses text[0..len). On FETCH_REQ_OK *out holds the request (free with
- * fetch_req_free); otherwise *out is empty and err says what and where. */
-enum fetch_req_status fetch_req_parse(const char *text, size_t len, const struct fetch_limits *lim,
-                                      struct fetch_req *out, char *err, size_t errlen);
+/* Parses text[0..len). On 0 *out holds the request (free with
+ * fetch_req_free); otherwise a negative errno, *out is empty and err
+ * (optional) says what and where: ST_ERR_UTF8 (the text is not UTF-8, or
+ * holds a NUL byte), ST_ERR_JSON (not JSON; the message has json_scan's
+ * text, line, column), ST_ERR_INVALID_ARGUMENT (JSON, but not a fetch
+ * request), ST_ERR_LIMIT (more tensors than lim->max_tensors). */
+int fetch_req_parse(const char *text, size_t len, const struct fetch_limits *lim,
+                    struct fetch_req *out, struct st_error *err);
 
 /* The first rule whose glob matches name[0..len), or NULL. Matching spends
  * from *budget (globpat_match_budget; budget may be NULL for no bound); when

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -88,4 +89,36 @@ int fileio_unchanged(int fd, const struct fileio_stat *st)
     fileio_stat_from(&sb, &now);
     return now.size == st->size && now.mtime_ns == st->mtime_ns &&
            (now.ctime_ns == st->ctime_ns || now.nlink != st->nlink);
+}
+
+int fileio_read_small(const char *path, size_t max, char **out, size_t *len)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0)
+        return -errno;
+    char *buf = malloc(max + 2);
+    size_t n = 0;
+    int rc = buf ? 0 : -ENOMEM;
+    while (rc == 0 && n <= max) {
+        ssize_t r = read(fd, buf + n, max + 1 - n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            rc = -errno;
+        else if (r == 0)
+            break;
+        else
+            n += (size_t)r;
+    }
+    close(fd);
+    if (rc == 0 && n > max)
+        rc = -EFBIG;
+    if (rc != 0) {
+        free(buf);
+        return rc;
+    }
+    buf[n] = '\0';
+    *out = buf;
+    *len = n;
+    return 0;
 }

@@ -51,4 +51,10 @@ int fileio_unchanged(int fd, const struct fileio_stat *st);
 #define FILEIO_ETAG_MAX 64
 void fileio_etag(const struct fileio_stat *st, char *buf);
 
+/* Reads the whole of a small file (a token file, a certificate, a config)
+ * into a new NUL-terminated buffer the caller frees: *out and *len. Returns
+ * 0, -EFBIG when it holds more than max bytes, or another negative errno
+ * (open or read failed, -ENOMEM). Never more than max + 1 bytes are read. */
+int fileio_read_small(const char *path, size_t max, char **out, size_t *len);
+
 #endif

@@ -336,7 +336,7 @@ static int make_dirs(const char *path)
 
 static void open_state(struct hasher *h, const char *dir)
 {
-    struct hashfile_error err;
+    struct st_error err;
     int rc = make_dirs(dir);
     if (rc == 0) {
         h->dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -349,7 +349,7 @@ static void open_state(struct hasher *h, const char *dir)
     }
     h->state_file = xasprintf("%s/%s", dir, HASHFILE_NAME);
     uint64_t t0 = time_mono_ns();
-    if (hashfile_load_store(h->store, h->dirfd, HASHFILE_NAME, h->state_file, &err) != HF_OK)
+    if (hashfile_load_store(h->store, h->dirfd, HASHFILE_NAME, h->state_file, &err) != 0)
         log_msg(LOG_WARN, "content hashes: ignoring %s, every file is hashed again", err.message);
     else
         log_msg(LOG_INFO, "content hashes: %zu known from %s (%.1f ms)", hashstore_count(h->store),

@@ -86,15 +86,6 @@ static int pace(void *arg, size_t n)
     return atomic_load(&h->stopping);
 }
 
-static void id_of(const struct stat *sb, struct hash_id *id)
-{
-    struct fileio_stat st = {
-        .size = (uint64_t)sb->st_size, .dev = (uint64_t)sb->st_dev, .ino = (uint64_t)sb->st_ino,
-        .mtime_ns = (int64_t)sb->st_mtim.tv_sec * 1000000000 + sb->st_mtim.tv_nsec,
-        .ctime_ns = (int64_t)sb->st_ctim.tv_sec * 1000000000 + sb->st_ctim.tv_nsec};
-    hash_id_from_stat(&st, id);
-}
-
 static int64_t now_real_ns(void)
 {
     struct timespec ts;
@@ -113,7 +104,7 @@ static enum outcome hash_one(struct hasher *h, unsigned worker, int fd, const st
     int64_t t0 = now_real_ns();
     if (fstat(fd, &sb) != 0)
         return OUT_ERROR;
-    id_of(&sb, &before);
+    hash_id_from_sys_stat(&sb, &before);
     if (!hash_id_equal(&before, want))
         return OUT_CHANGED;
     /* A change in the same timestamp tick as the ctime we saw would leave
@@ -138,7 +129,7 @@ static enum outcome hash_one(struct hasher *h, unsigned worker, int fd, const st
     }
     if (fstat(fd, &sb) != 0)
         return OUT_ERROR;
-    id_of(&sb, &after);
+    hash_id_from_sys_stat(&sb, &after);
     if (!hash_id_equal(&before, &after))
         return OUT_CHANGED;
     memset(e, 0, sizeof(*e));

@@ -37,43 +37,42 @@ struct parser {
     const char *label;
     hashfile_add_fn add;
     void *ctx;
-    struct hashfile_error *err;
+    struct st_error *err;
     size_t line_no, count;
     int seen_magic, seen_end;
     EVP_MD_CTX *sha; /* over every byte before the end line */
 };
 
-static enum hashfile_status fail(struct parser *p, enum hashfile_status code, const char *fmt,
-                                 ...) __attribute__((format(printf, 3, 4)));
-static enum hashfile_status fail(struct parser *p, enum hashfile_status code, const char *fmt,
-                                 ...)
+/* Fails with "LABEL:LINE: why"; returns the errno that goes with code. */
+static int fail(struct parser *p, enum st_status code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int fail(struct parser *p, enum st_status code, const char *fmt, ...)
 {
     char why[160];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(why, sizeof(why), fmt, ap);
     va_end(ap);
-    p->err->code = code;
-    snprintf(p->err->message, sizeof(p->err->message), "%.80s:%zu: %s", p->label, p->line_no,
-             why);
-    return code;
+    return st_error_fail(p->err, code, "%.80s:%zu: %s", p->label, p->line_no, why);
+}
+
+/* A failed system call: "LABEL:LINE: what: strerror", returns -errnum. */
+static int fail_sys(struct parser *p, int errnum, const char *what)
+{
+    return st_error_errno(p->err, errnum, "%.80s:%zu: %s", p->label, p->line_no, what);
 }
 
 /* One decimal field followed by `sep` (' ', or '\0' for the end of the
  * line): digits only, no leading zero, no overflow. Returns the position
  * after the separator (the end for '\0') or NULL. */
-static const char *parse_u64(const char *q, const char *end, char sep, uint64_t *out)
+static const char *parse_field(const char *q, const char *end, char sep, uint64_t *out)
 {
-    const char *start = q;
-    uint64_t v = 0;
-    while (q < end && *q >= '0' && *q <= '9') {
-        if (q - start == 1 && start[0] == '0')
-            return NULL;
-        if (u64_mul(v, 10, &v) != 0 || u64_add(v, (uint64_t)(*q - '0'), &v) != 0)
-            return NULL;
-        q++;
-    }
-    if (q == start || (sep == '\0' ? q != end : (q == end || *q != sep)))
+    size_t used;
+    uint64_t v;
+    if (decimal_u64(q, (size_t)(end - q), &v, &used) != 0 || used == 0 || (used > 1 && q[0] == '0'))
+        return NULL;
+    q += used;
+    if (sep == '\0' ? q != end : (q == end || *q != sep))
         return NULL;
     *out = v;
     return sep == '\0' ? q : q + 1;
@@ -83,7 +82,7 @@ static const char *parse_i64(const char *q, const char *end, int64_t *out)
 {
     int neg = q < end && *q == '-';
     uint64_t v;
-    const char *r = parse_u64(q + neg, end, ' ', &v);
+    const char *r = parse_field(q + neg, end, ' ', &v);
     if (!r || (neg && v == 0) || v > (uint64_t)INT64_MAX + (uint64_t)neg)
         return NULL;
     *out = neg ? (int64_t)(0 - v) : (int64_t)v;
@@ -106,62 +105,63 @@ static const char *parse_digest(const char *q, const char *end, size_t n, char s
     return q < end && *q == sep ? q + 1 : NULL;
 }
 
-static enum hashfile_status parse_entry(struct parser *p, const char *q, const char *end)
+static int parse_entry(struct parser *p, const char *q, const char *end)
 {
     struct hash_entry e;
     memset(&e, 0, sizeof(e));
-    if (!(q = parse_u64(q, end, ' ', &e.id.dev)) || !(q = parse_u64(q, end, ' ', &e.id.ino)) ||
-        !(q = parse_u64(q, end, ' ', &e.id.size)) || !(q = parse_i64(q, end, &e.id.mtime_ns)) ||
+    if (!(q = parse_field(q, end, ' ', &e.id.dev)) || !(q = parse_field(q, end, ' ', &e.id.ino)) ||
+        !(q = parse_field(q, end, ' ', &e.id.size)) || !(q = parse_i64(q, end, &e.id.mtime_ns)) ||
         !(q = parse_i64(q, end, &e.id.ctime_ns)) ||
         !(q = parse_digest(q, end, DIGEST_SHA256_LEN, ' ', e.sha256)))
-        return fail(p, HF_ERR_FORMAT, "not an entry (DEV INO SIZE MTIME CTIME SHA256 GIT_SHA1)");
+        return fail(p, ST_ERR_STATE_FORMAT,
+                    "not an entry (DEV INO SIZE MTIME CTIME SHA256 GIT_SHA1)");
     if (end - q == 1 && q[0] == '-')
         e.has_git_sha1 = 0;
     else if (parse_digest(q, end, DIGEST_SHA1_LEN, '\0', e.git_sha1))
         e.has_git_sha1 = 1;
     else
-        return fail(p, HF_ERR_FORMAT, "the git blob id is neither 40 hex digits nor \"-\"");
+        return fail(p, ST_ERR_STATE_FORMAT, "the git blob id is neither 40 hex digits nor \"-\"");
     if (e.has_git_sha1 != (e.id.size <= DIGEST_GIT_SHA1_MAX))
-        return fail(p, HF_ERR_FORMAT, "a git blob id %s for a file of %" PRIu64 " bytes",
+        return fail(p, ST_ERR_STATE_FORMAT, "a git blob id %s for a file of %" PRIu64 " bytes",
                     e.has_git_sha1 ? "present" : "missing", e.id.size);
     if (p->count >= HASHSTORE_MAX_ENTRIES)
-        return fail(p, HF_ERR_LIMIT, "more than %u entries", HASHSTORE_MAX_ENTRIES);
+        return fail(p, ST_ERR_LIMIT, "more than %u entries", HASHSTORE_MAX_ENTRIES);
     int rc = p->add(p->ctx, &e);
     if (rc > 0)
-        return fail(p, HF_ERR_FORMAT, "a second entry for the same file");
+        return fail(p, ST_ERR_STATE_FORMAT, "a second entry for the same file");
     if (rc < 0)
-        return fail(p, HF_ERR_LIMIT, "no room for entry %zu", p->count + 1);
+        return fail(p, ST_ERR_LIMIT, "no room for entry %zu", p->count + 1);
     p->count++;
-    return HF_OK;
+    return 0;
 }
 
-static enum hashfile_status parse_end(struct parser *p, const char *q, const char *end)
+static int parse_end(struct parser *p, const char *q, const char *end)
 {
     uint64_t count = 0;
     uint8_t want[DIGEST_SHA256_LEN], got[DIGEST_SHA256_LEN];
     unsigned n = 0;
-    if (!(q = parse_u64(q, end, ' ', &count)) ||
+    if (!(q = parse_field(q, end, ' ', &count)) ||
         !parse_digest(q, end, DIGEST_SHA256_LEN, '\0', want))
-        return fail(p, HF_ERR_FORMAT, "not an end line (end COUNT SHA256)");
+        return fail(p, ST_ERR_STATE_FORMAT, "not an end line (end COUNT SHA256)");
     if (count != p->count)
-        return fail(p, HF_ERR_CHECKSUM, "the end line counts %" PRIu64 " entries, the file has %zu",
+        return fail(p, ST_ERR_STATE_TORN, "the end line counts %" PRIu64 " entries, the file has %zu",
                     count, p->count);
     EVP_DigestFinal_ex(p->sha, got, &n);
     if (memcmp(want, got, sizeof(got)) != 0)
-        return fail(p, HF_ERR_CHECKSUM, "checksum mismatch: the file was changed or torn");
+        return fail(p, ST_ERR_STATE_TORN, "checksum mismatch: the file was changed or torn");
     p->seen_end = 1;
-    return HF_OK;
+    return 0;
 }
 
 /* One line, without its '\n'. */
-static enum hashfile_status parse_line(struct parser *p, const char *line, size_t len)
+static int parse_line(struct parser *p, const char *line, size_t len)
 {
     const char *end = line + len;
     p->line_no++;
     if (p->seen_end)
-        return fail(p, HF_ERR_FORMAT, "text after the end line");
+        return fail(p, ST_ERR_STATE_FORMAT, "text after the end line");
     if (len > LINE_MAX_LEN)
-        return fail(p, HF_ERR_FORMAT, "a line longer than %d bytes", LINE_MAX_LEN);
+        return fail(p, ST_ERR_STATE_FORMAT, "a line longer than %d bytes", LINE_MAX_LEN);
     if (p->seen_magic && len >= 4 && memcmp(line, "end ", 4) == 0)
         return parse_end(p, line + 4, end);
     EVP_DigestUpdate(p->sha, line, len);
@@ -170,44 +170,45 @@ static enum hashfile_status parse_line(struct parser *p, const char *line, size_
         return parse_entry(p, line, end);
     uint64_t v;
     size_t k = sizeof(MAGIC " ") - 1;
-    if (len < k || memcmp(line, MAGIC " ", k) != 0 || !parse_u64(line + k, end, '\0', &v))
-        return fail(p, HF_ERR_FORMAT, "not a tensord hash file (no \"%s N\" line)", MAGIC);
+    if (len < k || memcmp(line, MAGIC " ", k) != 0 || !parse_field(line + k, end, '\0', &v))
+        return fail(p, ST_ERR_STATE_FORMAT, "not a tensord hash file (no \"%s N\" line)", MAGIC);
     if (v != VERSION)
-        return fail(p, HF_ERR_VERSION, "format version %" PRIu64 ", this tensord reads %d", v,
+        return fail(p, ST_ERR_STATE_VERSION, "format version %" PRIu64 ", this tensord reads %d", v,
                     VERSION);
     p->seen_magic = 1;
-    return HF_OK;
+    return 0;
 }
 
 static void parser_init(struct parser *p, const char *label, hashfile_add_fn add, void *ctx,
-                        struct hashfile_error *err)
+                        struct st_error *err)
 {
     *p = (struct parser){.label = label, .add = add, .ctx = ctx, .err = err, .sha = sha256_new()};
-    err->code = HF_OK;
-    err->message[0] = '\0';
+    if (err) {
+        err->code = ST_OK;
+        err->message[0] = '\0';
+    }
 }
 
-static enum hashfile_status parser_finish(struct parser *p, enum hashfile_status rc,
-                                          size_t partial)
+static int parser_finish(struct parser *p, int rc, size_t partial)
 {
-    if (rc == HF_OK && partial) {
+    if (rc == 0 && partial) {
         p->line_no++;
-        rc = fail(p, HF_ERR_CHECKSUM, "the last line has no newline: the file is truncated");
-    } else if (rc == HF_OK && !p->seen_end) {
-        rc = fail(p, HF_ERR_CHECKSUM, "no end line: the file is truncated");
+        rc = fail(p, ST_ERR_STATE_TORN, "the last line has no newline: the file is truncated");
+    } else if (rc == 0 && !p->seen_end) {
+        rc = fail(p, ST_ERR_STATE_TORN, "no end line: the file is truncated");
     }
     EVP_MD_CTX_free(p->sha);
     return rc;
 }
 
-enum hashfile_status hashfile_parse(const char *buf, size_t len, const char *label,
-                                    hashfile_add_fn add, void *ctx, struct hashfile_error *err)
+int hashfile_parse(const char *buf, size_t len, const char *label,
+                   hashfile_add_fn add, void *ctx, struct st_error *err)
 {
     struct parser p;
-    enum hashfile_status rc = HF_OK;
+    int rc = 0;
     size_t pos = 0;
     parser_init(&p, label, add, ctx, err);
-    while (rc == HF_OK && pos < len) {
+    while (rc == 0 && pos < len) {
         const char *nl = memchr(buf + pos, '\n', len - pos);
         if (!nl)
             break; /* a partial last line */
@@ -215,15 +216,15 @@ enum hashfile_status hashfile_parse(const char *buf, size_t len, const char *lab
         rc = parse_line(&p, buf + pos, n);
         pos += n + 1;
     }
-    return parser_finish(&p, rc, rc == HF_OK ? len - pos : 0);
+    return parser_finish(&p, rc, rc == 0 ? len - pos : 0);
 }
 
-enum hashfile_status hashfile_read(int dirfd, const char *name, const char *label,
-                                   hashfile_add_fn add, void *ctx, int *found,
-                                   struct hashfile_error *err)
+int hashfile_read(int dirfd, const char *name, const char *label,
+                  hashfile_add_fn add, void *ctx, int *found,
+                  struct st_error *err)
 {
     struct parser p;
-    enum hashfile_status rc = HF_OK;
+    int rc = 0;
     char *block = NULL, line[LINE_MAX_LEN + 1];
     size_t line_len = 0;
     uint64_t total = 0;
@@ -234,31 +235,34 @@ enum hashfile_status hashfile_read(int dirfd, const char *name, const char *labe
     int fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
     if (fd < 0) {
         if (errno != ENOENT)
-            rc = fail(&p, HF_ERR_IO, "open: %s", strerror(errno));
+            rc = fail_sys(&p, errno, "open");
         EVP_MD_CTX_free(p.sha);
         return rc;
     }
     *found = 1;
     if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        rc = fail(&p, HF_ERR_IO, "not a regular file");
+        rc = fail(&p, ST_ERR_IO, "not a regular file");
         goto done;
     }
-    block = xmalloc(IO_BLOCK);
-    while (rc == HF_OK) {
+    if (!(block = malloc(IO_BLOCK))) {
+        rc = fail_sys(&p, ENOMEM, "read");
+        goto done;
+    }
+    while (rc == 0) {
         ssize_t r = read(fd, block, IO_BLOCK);
         if (r < 0 && errno == EINTR)
             continue;
         if (r < 0) {
-            rc = fail(&p, HF_ERR_IO, "read: %s", strerror(errno));
+            rc = fail_sys(&p, errno, "read");
             break;
         }
         if (r == 0)
             break;
         if ((total += (uint64_t)r) > FILE_MAX) {
-            rc = fail(&p, HF_ERR_LIMIT, "more bytes than %u entries take", HASHSTORE_MAX_ENTRIES);
+            rc = fail(&p, ST_ERR_LIMIT, "more bytes than %u entries take", HASHSTORE_MAX_ENTRIES);
             break;
         }
-        for (ssize_t i = 0; i < r && rc == HF_OK; i++) {
+        for (ssize_t i = 0; i < r && rc == 0; i++) {
             if (block[i] != '\n') {
                 if (line_len <= LINE_MAX_LEN) /* one byte over is enough to fail the line */
                     line[line_len++] = block[i];
@@ -271,7 +275,7 @@ enum hashfile_status hashfile_read(int dirfd, const char *name, const char *labe
 done:
     free(block);
     close(fd);
-    return parser_finish(&p, rc, rc == HF_OK ? line_len : 0);
+    return parser_finish(&p, rc, rc == 0 ? line_len : 0);
 }
 
 /* ---- writing ------------------------------------------------------------ */
@@ -406,12 +410,12 @@ static int add_to_store(void *ctx, const struct hash_entry *e)
     return hashstore_put(s, e, 0) == 0 ? 0 : -1;
 }
 
-enum hashfile_status hashfile_load_store(struct hashstore *s, int dirfd, const char *name,
-                                         const char *label, struct hashfile_error *err)
+int hashfile_load_store(struct hashstore *s, int dirfd, const char *name,
+                        const char *label, struct st_error *err)
 {
     int found;
-    enum hashfile_status rc = hashfile_read(dirfd, name, label, add_to_store, s, &found, err);
-    if (rc != HF_OK)
+    int rc = hashfile_read(dirfd, name, label, add_to_store, s, &found, err);
+    if (rc != 0)
         hashstore_clear(s);
     hashstore_mark_clean(s);
     return rc;

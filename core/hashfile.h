@@ -25,22 +25,9 @@
 #include <stddef.h>
 
 #include "hashstore.h"
+#include "st_error.h"
 
 #define HASHFILE_NAME "hashes"
-
-enum hashfile_status {
-    HF_OK,
-    HF_ERR_IO,       /* the file could not be read */
-    HF_ERR_FORMAT,   /* a line is not what the format says */
-    HF_ERR_VERSION,  /* another format version (a newer tensord's) */
-    HF_ERR_CHECKSUM, /* torn: no end line, or its count or digest does not match */
-    HF_ERR_LIMIT,    /* more than HASHSTORE_MAX_ENTRIES entries, or too many bytes */
-};
-
-struct hashfile_error {
-    enum hashfile_status code;
-    char message[256]; /* "LABEL:LINE: reason" */
-};
 
 /* Receives each entry as it is parsed: returns 0 when taken, 1 when an
  * entry with that identity was already taken (the file is then invalid),
@@ -48,14 +35,19 @@ struct hashfile_error {
 typedef int (*hashfile_add_fn)(void *ctx, const struct hash_entry *e);
 
 /* Parses a state file's bytes buf[0..len) (label names it in messages).
- * Entries go to add as they are read; on an error the caller discards them. */
-enum hashfile_status hashfile_parse(const char *buf, size_t len, const char *label,
-                                    hashfile_add_fn add, void *ctx, struct hashfile_error *err);
+ * Entries go to add as they are read; on an error the caller discards them.
+ * Returns 0 or a negative errno, with err (optional) saying why as
+ * "LABEL:LINE: reason": ST_ERR_IO (the file could not be read),
+ * ST_ERR_STATE_FORMAT (a line is not what the format says),
+ * ST_ERR_STATE_VERSION (a newer tensord's format), ST_ERR_STATE_TORN (no end
+ * line, or its count or digest does not match), ST_ERR_LIMIT (more than
+ * HASHSTORE_MAX_ENTRIES entries, or too many bytes). */
+int hashfile_parse(const char *buf, size_t len, const char *label, hashfile_add_fn add, void *ctx,
+                   struct st_error *err);
 /* Reads dirfd/name the same way, in blocks (never all of it at once). A
- * missing file is HF_OK with *found = 0. */
-enum hashfile_status hashfile_read(int dirfd, const char *name, const char *label,
-                                   hashfile_add_fn add, void *ctx, int *found,
-                                   struct hashfile_error *err);
+ * missing file is 0 with *found = 0. */
+int hashfile_read(int dirfd, const char *name, const char *label, hashfile_add_fn add, void *ctx,
+                  int *found, struct st_error *err);
 
 /* The text of a state file holding e[0..n) in that order. Caller frees;
  * *len gets the length (the text is also NUL-terminated). */
@@ -66,8 +58,8 @@ int hashfile_replace(int dirfd, const char *name, const struct hash_entry *e, si
 
 /* Loads dirfd/name into s (which should be empty), all or nothing, and
  * counts it as saved. */
-enum hashfile_status hashfile_load_store(struct hashstore *s, int dirfd, const char *name,
-                                         const char *label, struct hashfile_error *err);
+int hashfile_load_store(struct hashstore *s, int dirfd, const char *name, const char *label,
+                        struct st_error *err);
 /* Saves s (see hashstore_plan_save) to dirfd/name. Returns 0 (also when
  * there was nothing to save) or a negative errno. */
 int hashfile_save_store(struct hashstore *s, uint64_t epoch, int dirfd, const char *name);

@@ -7,6 +7,7 @@
  * are still the same slots when its end takes the write lock. */
 #include "hashstore.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +36,13 @@ void hash_id_from_stat(const struct fileio_stat *st, struct hash_id *id)
 {
     *id = (struct hash_id){.dev = st->dev, .ino = st->ino, .size = st->size,
                            .mtime_ns = st->mtime_ns, .ctime_ns = st->ctime_ns};
+}
+
+void hash_id_from_sys_stat(const struct stat *sb, struct hash_id *id)
+{
+    struct fileio_stat st;
+    fileio_stat_from(sb, &st);
+    hash_id_from_stat(&st, id);
 }
 
 int hash_id_equal(const struct hash_id *a, const struct hash_id *b)
@@ -94,11 +102,18 @@ static size_t do_find(const struct hashstore *s, const struct hash_id *id)
     }
 }
 
-static void do_reindex(struct hashstore *s, size_t cap)
+/* Rebuilds the index at cap slots (in place when the size stays); -ENOMEM
+ * (the old one kept) when a bigger one cannot be had: the state file sizes
+ * the store, so this never aborts. */
+static int do_reindex(struct hashstore *s, size_t cap)
 {
-    free(s->index);
+    uint32_t *index = s->index && cap == s->index_cap ? s->index : malloc(cap * sizeof(*index));
+    if (!index)
+        return -ENOMEM;
+    if (index != s->index)
+        free(s->index);
     s->index_cap = cap;
-    s->index = xmalloc(cap * sizeof(*s->index));
+    s->index = index;
     memset(s->index, 0xff, cap * sizeof(*s->index));
     for (size_t k = 0; k < s->n; k++) {
         size_t i = id_hash(s, &s->slots[k].e.id) & (cap - 1);
@@ -106,9 +121,11 @@ static void do_reindex(struct hashstore *s, size_t cap)
             i = (i + 1) & (cap - 1);
         s->index[i] = (uint32_t)k;
     }
+    return 0;
 }
 
-/* Returns 0, or -1 when the identity is new and the store is full. */
+/* Returns 0, -ENOSPC when the identity is new and the store is full, or
+ * -ENOMEM (nothing changed) when its tables could not grow. */
 static int do_put(struct hashstore *s, const struct hash_entry *e, uint64_t used)
 {
     size_t k = do_find(s, &e->id);
@@ -119,23 +136,29 @@ static int do_put(struct hashstore *s, const struct hash_entry *e, uint64_t used
         return 0;
     }
     if (s->n >= HASHSTORE_MAX_ENTRIES)
-        return -1;
+        return -ENOSPC;
     if (s->n == s->cap) {
-        s->cap = s->cap ? s->cap * 2 : 256;
-        s->slots = xrealloc(s->slots, s->cap * sizeof(*s->slots));
+        size_t cap = s->cap ? s->cap * 2 : 256;
+        struct slot *slots = realloc(s->slots, cap * sizeof(*slots));
+        if (!slots)
+            return -ENOMEM;
+        s->slots = slots;
+        s->cap = cap;
     }
+    /* The index grows before the entry goes in, so a failure leaves the
+     * store as it was; the new entry then takes the next free index slot,
+     * where a rebuild after it would have put it too. */
+    if (2 * (s->n + 1) > s->index_cap &&
+        do_reindex(s, s->index_cap ? s->index_cap * 2 : 512) != 0)
+        return -ENOMEM;
     k = s->n++;
-    s->slots[k].e = *e; /* before indexing: a rebuild hashes every slot */
+    s->slots[k].e = *e;
     s->slots[k].used = used;
     s->version++;
-    if (2 * s->n > s->index_cap) {
-        do_reindex(s, s->index_cap ? s->index_cap * 2 : 512);
-    } else {
-        size_t i = id_hash(s, &e->id) & (s->index_cap - 1);
-        while (s->index[i] != EMPTY)
-            i = (i + 1) & (s->index_cap - 1);
-        s->index[i] = (uint32_t)k;
-    }
+    size_t i = id_hash(s, &e->id) & (s->index_cap - 1);
+    while (s->index[i] != EMPTY)
+        i = (i + 1) & (s->index_cap - 1);
+    s->index[i] = (uint32_t)k;
     return 0;
 }
 
@@ -265,8 +288,10 @@ void hashstore_end_save(struct hashstore *s, struct hashstore_plan *p, int ok)
         return;
     if (ok) {
         pthread_rwlock_wrlock(&s->lock);
-        if (p->n_drop) {
-            uint8_t *gone = xcalloc(s->n, 1);
+        /* Without memory for the marks nothing is dropped (the next save
+         * tries again): the state file sizes this, so it never aborts. */
+        uint8_t *gone = p->n_drop ? calloc(s->n ? s->n : 1, 1) : NULL;
+        if (gone) {
             for (size_t i = 0; i < p->n_drop; i++) /* unless used again since the plan */
                 if (p->drop[i].slot < s->n)
                     gone[p->drop[i].slot] = s->slots[p->drop[i].slot].used == p->drop[i].used;
@@ -276,7 +301,7 @@ void hashstore_end_save(struct hashstore *s, struct hashstore_plan *p, int ok)
                     s->slots[out++] = s->slots[k];
             s->n = out;
             free(gone);
-            do_reindex(s, s->index_cap);
+            do_reindex(s, s->index_cap); /* same size: in place, cannot fail */
         }
         if (s->saved_version < p->version)
             s->saved_version = p->version;

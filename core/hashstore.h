@@ -41,6 +41,8 @@ struct hash_entry {
 };
 
 void hash_id_from_stat(const struct fileio_stat *st, struct hash_id *id);
+/* The identity of the file a stat(2) result describes. */
+void hash_id_from_sys_stat(const struct stat *sb, struct hash_id *id);
 int hash_id_equal(const struct hash_id *a, const struct hash_id *b);
 
 struct hashstore;
@@ -57,7 +59,8 @@ int hashstore_lookup(struct hashstore *s, const struct hash_id *id, struct hash_
 int hashstore_touch(struct hashstore *s, const struct hash_id *id, uint64_t epoch,
                     struct hash_entry *out);
 /* Records e, replacing the entry with the same identity, used by epoch.
- * Beyond HASHSTORE_MAX_ENTRIES the entry is not recorded (returns -1). */
+ * Returns 0; beyond HASHSTORE_MAX_ENTRIES the entry is not recorded
+ * (-ENOSPC), nor when memory for it is short (-ENOMEM). */
 int hashstore_put(struct hashstore *s, const struct hash_entry *e, uint64_t epoch);
 size_t hashstore_count(struct hashstore *s);
 

@@ -1,7 +1,7 @@
 /* hub_req: see hub_req.h. */
 #include "hub_req.h"
 
-#include <stdarg.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,46 +10,33 @@
 #include "strmap.h"
 #include "util.h"
 
-static enum hub_req_status fail(char *err, size_t errlen, enum hub_req_status st,
-                                const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-static enum hub_req_status fail(char *err, size_t errlen, enum hub_req_status st,
-                                const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return st;
-}
-
 /* Takes ownership of path (len bytes, NUL-terminated). */
-static enum hub_req_status add(struct hub_paths *p, char *path, size_t len, char *err,
-                               size_t errlen)
+static int add(struct hub_paths *p, char *path, size_t len, struct st_error *err)
 {
     if (memchr(path, '\0', len) || !utf8_valid(path, len)) {
         free(path);
-        return fail(err, errlen, HUB_REQ_BAD, "paths[%zu] is not UTF-8 text without NUL bytes",
-                    p->n);
+        return st_error_fail(err, ST_ERR_INVALID_ARGUMENT,
+                             "paths[%zu] is not UTF-8 text without NUL bytes",
+                             p->n);
     }
     if (len > HUB_PATH_MAX) {
         free(path);
-        return fail(err, errlen, HUB_REQ_TOO_MANY, "paths[%zu] is longer than %d bytes", p->n,
-                    HUB_PATH_MAX);
+        return st_error_fail(err, ST_ERR_LIMIT, "paths[%zu] is longer than %d bytes", p->n,
+                             HUB_PATH_MAX);
     }
     if (p->n == HUB_PATHS_MAX) {
         free(path);
-        return fail(err, errlen, HUB_REQ_TOO_MANY, "more than %d paths", HUB_PATHS_MAX);
+        return st_error_fail(err, ST_ERR_LIMIT, "more than %d paths", HUB_PATHS_MAX);
     }
     if ((p->n & (p->n - 1)) == 0) /* 0, 1, 2, 4, ...: grow to the next power of two */
         p->paths = xrealloc(p->paths, (p->n ? 2 * p->n : 1) * sizeof(*p->paths));
     p->paths[p->n++] = path;
-    return HUB_REQ_OK;
+    return 0;
 }
 
 /* ---- JSON ---- */
 
-static enum hub_req_status json_string(struct json_scan *s, struct hub_paths *p, char *err,
-                                       size_t errlen)
+static int json_string(struct json_scan *s, struct hub_paths *p, struct st_error *err)
 {
     size_t n = s->str_len;
     char *v = xmalloc(n + 1);
@@ -57,29 +44,32 @@ static enum hub_req_status json_string(struct json_scan *s, struct hub_paths *p,
     v[n] = '\0';
     if (s->str_nul) {
         free(v);
-        return fail(err, errlen, HUB_REQ_BAD, "paths[%zu] holds a NUL character", p->n);
+        return st_error_fail(err, ST_ERR_INVALID_ARGUMENT,
+                             "paths[%zu] holds a NUL character", p->n);
     }
-    return add(p, v, n, err, errlen);
+    return add(p, v, n, err);
 }
 
-static enum hub_req_status parse_json(const char *text, size_t len, struct hub_paths *p,
-                                      char *err, size_t errlen)
+static int parse_json(const char *text, size_t len, struct hub_paths *p,
+                      struct st_error *err)
 {
     struct json_scan s;
-    enum hub_req_status st;
+    int st;
     if (memchr(text, '\0', len) || !utf8_valid(text, len))
-        return fail(err, errlen, HUB_REQ_BAD, "the body is not UTF-8 text without NUL bytes");
+        return st_error_fail(err, ST_ERR_INVALID_ARGUMENT,
+                             "the body is not UTF-8 text without NUL bytes");
     json_scan_init(&s, text, len);
     if (json_scan_next(&s) != '{') {
         if (!s.failed)
             json_scan_fail(&s, JSON_ERR_DOCUMENT);
-        return fail(err, errlen, HUB_REQ_BAD, "the body must be a JSON object: %s", s.text);
+        return st_error_fail(err, ST_ERR_INVALID_ARGUMENT,
+                             "the body must be a JSON object: %s", s.text);
     }
     /* The top-level keys, to refuse one given twice (json_scan_value does
      * that for nested objects); the copies live in one arena. */
     struct strmap *keys = strmap_new(8);
     char *arena = xmalloc(len + 1), *next = arena;
-    st = HUB_REQ_BAD;
+    st = -EINVAL;
     if (json_scan_next(&s) != '}') {
         for (;;) {
             if (json_scan_key(&s) != 0)
@@ -94,7 +84,7 @@ static enum hub_req_status parse_json(const char *text, size_t len, struct hub_p
             if (json_scan_colon(&s) != 0)
                 goto json_error;
             if (is_paths && s.tok == JSON_TOK_STRING) {
-                if ((st = json_string(&s, p, err, errlen)) != HUB_REQ_OK)
+                if ((st = json_string(&s, p, err)) != 0)
                     goto out;
             } else if (is_paths && s.tok == '[') {
                 if (json_scan_next(&s) != ']') {
@@ -102,11 +92,12 @@ static enum hub_req_status parse_json(const char *text, size_t len, struct hub_p
                         if (s.tok != JSON_TOK_STRING) {
                             if (s.tok == JSON_TOK_INVALID)
                                 goto json_error;
-                            st = fail(err, errlen, HUB_REQ_BAD, "paths[%zu] must be a string",
-                                      p->n);
+                            st = st_error_fail(err, ST_ERR_INVALID_ARGUMENT,
+                                               "paths[%zu] must be a string",
+                                               p->n);
                             goto out;
                         }
-                        if ((st = json_string(&s, p, err, errlen)) != HUB_REQ_OK)
+                        if ((st = json_string(&s, p, err)) != 0)
                             goto out;
                         int more = json_scan_more(&s, ']');
                         if (more < 0)
@@ -118,8 +109,8 @@ static enum hub_req_status parse_json(const char *text, size_t len, struct hub_p
             } else if (is_paths) {
                 if (s.tok == JSON_TOK_INVALID)
                     goto json_error;
-                st = fail(err, errlen, HUB_REQ_BAD,
-                          "\"paths\" must be a string or an array of strings");
+                st = st_error_fail(err, ST_ERR_INVALID_ARGUMENT,
+                                   "\"paths\" must be a string or an array of strings");
                 goto out;
             } else if (json_scan_value(&s, 1, 32) != 0) {
                 goto json_error;
@@ -135,13 +126,14 @@ static enum hub_req_status parse_json(const char *text, size_t len, struct hub_p
         json_scan_fail(&s, JSON_ERR_TRAILING);
         goto json_error;
     }
-    st = HUB_REQ_OK;
+    st = 0;
     goto out;
 json_error:
     if (!s.failed)
         json_scan_fail(&s, JSON_ERR_VALUE);
-    st = fail(err, errlen, HUB_REQ_BAD, "the body is not a JSON object of paths: %s at line %d, "
-              "column %d", s.text, s.line, s.column);
+    st = st_error_fail(err, ST_ERR_INVALID_ARGUMENT,
+                       "the body is not a JSON object of paths: %s at line %d, "
+                       "column %d", s.text, s.line, s.column);
 out:
     strmap_free(keys);
     free(arena);
@@ -176,8 +168,8 @@ static char *form_decode(const char *s, size_t n, size_t *out_len)
     return d;
 }
 
-static enum hub_req_status parse_form(const char *text, size_t len, struct hub_paths *p,
-                                      char *err, size_t errlen)
+static int parse_form(const char *text, size_t len, struct hub_paths *p,
+                      struct st_error *err)
 {
     size_t i = 0;
     while (i < len) {
@@ -188,7 +180,8 @@ static enum hub_req_status parse_form(const char *text, size_t len, struct hub_p
         size_t klen;
         char *key = form_decode(text + i, kend - i, &klen);
         if (!key)
-            return fail(err, errlen, HUB_REQ_BAD, "the form has a malformed %%-escape");
+            return st_error_fail(err, ST_ERR_INVALID_ARGUMENT,
+                                 "the form has a malformed %%-escape");
         int is_paths = strcmp(key, "paths") == 0 || strcmp(key, "paths[]") == 0;
         free(key);
         if (is_paths) {
@@ -197,24 +190,25 @@ static enum hub_req_status parse_form(const char *text, size_t len, struct hub_p
             if (!eq)
                 vlen = 0;
             if (!v)
-                return fail(err, errlen, HUB_REQ_BAD, "the form has a malformed %%-escape");
-            enum hub_req_status st = add(p, v, vlen, err, errlen);
-            if (st != HUB_REQ_OK)
+                return st_error_fail(err, ST_ERR_INVALID_ARGUMENT,
+                                     "the form has a malformed %%-escape");
+            int st = add(p, v, vlen, err);
+            if (st != 0)
                 return st;
         }
         i = end + 1;
     }
-    return HUB_REQ_OK;
+    return 0;
 }
 
-enum hub_req_status hub_paths_parse(const char *text, size_t len, int json,
-                                    struct hub_paths *out, char *err, size_t errlen)
+int hub_paths_parse(const char *text, size_t len, int json,
+                    struct hub_paths *out, struct st_error *err)
 {
     memset(out, 0, sizeof(*out));
-    err[0] = '\0';
-    enum hub_req_status st = json ? parse_json(text, len, out, err, errlen)
-                                  : parse_form(text, len, out, err, errlen);
-    if (st != HUB_REQ_OK)
+    if (err)
+        err->message[0] = '\0';
+    int st = json ? parse_json(text, len, out, err) : parse_form(text, len, out, err);
+    if (st != 0)
         hub_paths_free(out);
     return st;
 }

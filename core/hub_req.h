@@ -15,6 +15,8 @@
 
 #include <stddef.h>
 
+#include "st_error.h"
+
 #define HUB_PATHS_MAX 10000
 #define HUB_PATH_MAX 4096
 
@@ -23,16 +25,13 @@ struct hub_paths {
     char **paths;            /* decoded, NUL-terminated, in request order; owned */
 };
 
-enum hub_req_status {
-    HUB_REQ_OK,
-    HUB_REQ_BAD,             /* not a paths-info body; err says why */
-    HUB_REQ_TOO_MANY,        /* more than HUB_PATHS_MAX paths, or one longer than HUB_PATH_MAX */
-};
-
-/* Parses text[0..len) as JSON when `json` is set, else as a form. On an
- * error out is empty and err holds a message. Free out with hub_paths_free. */
-enum hub_req_status hub_paths_parse(const char *text, size_t len, int json,
-                                    struct hub_paths *out, char *err, size_t errlen);
+/* Parses text[0..len) as JSON when `json` is set, else as a form. Returns 0,
+ * or a negative errno with out empty and err (optional) saying why:
+ * ST_ERR_INVALID_ARGUMENT (not a paths-info body) or ST_ERR_LIMIT (more than
+ * HUB_PATHS_MAX paths, or one longer than HUB_PATH_MAX). Free out with
+ * hub_paths_free. */
+int hub_paths_parse(const char *text, size_t len, int json, struct hub_paths *out,
+                    struct st_error *err);
 void hub_paths_free(struct hub_paths *p);
 
 #endif

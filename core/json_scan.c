@@ -69,11 +69,6 @@ static void set_error(struct json_scan *s, int duplicate, const char *fmt, ...)
     s->failed = 1;
 }
 
-static size_t utf8_len(uint32_t cp)
-{
-    return cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
-}
-
 /* A lexer error: the token is invalid and the error names why. */
 #define LEX_FAIL(s, at, ...)                                                     \
     do {                                                                         \
@@ -161,6 +156,17 @@ static int is_digit(const unsigned char *b, size_t p, size_t n)
     return p < n && b[p] >= '0' && b[p] <= '9';
 }
 
+/* 1*DIGIT at b[p..n): *end gets where the digits stop; -1 when there is
+ * none (*end = p). */
+static int skip_digits(const unsigned char *b, size_t p, size_t n, size_t *end)
+{
+    size_t q = p;
+    while (is_digit(b, q, n))
+        q++;
+    *end = q;
+    return q > p ? 0 : -1;
+}
+
 /* A number starting at s->start: an int64_t integer (like strtoll) or a
  * double (like strtod). A malformed one is an invalid token without a lexer
  * error ("invalid token" comes from the parser), as in jansson. */
@@ -187,35 +193,26 @@ static int scan_number(struct json_scan *s)
     }
     if (p == n || (b[p] != '.' && b[p] != 'e' && b[p] != 'E')) {
         s->pos = p;
-        uint64_t limit = neg ? (uint64_t)INT64_MAX + 1 : (uint64_t)INT64_MAX, v = 0;
-        for (size_t i = digits; i < p; i++) {
-            unsigned d = b[i] - '0';
-            if (v > (limit - d) / 10)
-                LEX_FAIL(s, p, neg ? "too big negative integer" : "too big integer");
-            v = v * 10 + d;
-        }
+        uint64_t limit = neg ? (uint64_t)INT64_MAX + 1 : (uint64_t)INT64_MAX, v;
+        size_t used;
+        if (decimal_u64(s->buf + digits, p - digits, &v, &used) != 0 || v > limit)
+            LEX_FAIL(s, p, neg ? "too big negative integer" : "too big integer");
         s->integer = neg ? (int64_t)(0 - v) : (int64_t)v;
         return s->tok = JSON_TOK_INTEGER;
     }
-    if (b[p] == '.') {
-        p++;
-        if (!is_digit(b, p, n)) {
-            s->pos = p;
-            return s->tok = JSON_TOK_INVALID;
-        }
-        while (is_digit(b, p, n))
-            p++;
-    }
-    if (p < n && (b[p] == 'e' || b[p] == 'E')) {
+    /* fraction and exponent: 1*DIGIT after '.', and after 'e' [sign] */
+    int bad = 0;
+    if (b[p] == '.')
+        bad = skip_digits(b, ++p, n, &p);
+    if (!bad && p < n && (b[p] == 'e' || b[p] == 'E')) {
         p++;
         if (p < n && (b[p] == '+' || b[p] == '-'))
             p++;
-        if (!is_digit(b, p, n)) {
-            s->pos = p;
-            return s->tok = JSON_TOK_INVALID;
-        }
-        while (is_digit(b, p, n))
-            p++;
+        bad = skip_digits(b, p, n, &p);
+    }
+    if (bad) {
+        s->pos = p;
+        return s->tok = JSON_TOK_INVALID;
     }
     s->pos = p;
     char small[64], *text = small;
@@ -308,7 +305,7 @@ int json_scan_fail(struct json_scan *s, enum json_scan_err e)
 
 int json_scan_fail_at(struct json_scan *s, enum json_scan_err e, size_t start, size_t end)
 {
-    if (s->failed && s->position <= end)
+    if (s->failed && s->position < end) /* one found at end came after the token */
         return -1;
     s->failed = 0;
     s->start = start;
@@ -354,22 +351,7 @@ size_t json_scan_decode(const struct json_scan *s, char *dst, size_t cap)
             cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
         }
         unsigned char u[4];
-        size_t un = utf8_len(cp);
-        if (un == 1) {
-            u[0] = (unsigned char)cp;
-        } else if (un == 2) {
-            u[0] = (unsigned char)(0xC0 | cp >> 6);
-            u[1] = (unsigned char)(0x80 | (cp & 0x3F));
-        } else if (un == 3) {
-            u[0] = (unsigned char)(0xE0 | cp >> 12);
-            u[1] = (unsigned char)(0x80 | (cp >> 6 & 0x3F));
-            u[2] = (unsigned char)(0x80 | (cp & 0x3F));
-        } else {
-            u[0] = (unsigned char)(0xF0 | cp >> 18);
-            u[1] = (unsigned char)(0x80 | (cp >> 12 & 0x3F));
-            u[2] = (unsigned char)(0x80 | (cp >> 6 & 0x3F));
-            u[3] = (unsigned char)(0x80 | (cp & 0x3F));
-        }
+        size_t un = utf8_encode(cp, u);
         for (size_t k = 0; k < un; k++, o++)
             if (o < cap)
                 dst[o] = (char)u[k];

@@ -184,7 +184,6 @@ static int must_escape(unsigned char c)
 /* Appends s, escaped, to buf[*n..cap); stops (with "...") at max bytes. */
 static void put_escaped(char *buf, size_t *n, size_t cap, const char *s, size_t max)
 {
-    static const char hex[] = "0123456789ABCDEF";
     size_t start = *n;
     for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
         size_t need = must_escape(*p) ? 3 : 1;
@@ -195,8 +194,8 @@ static void put_escaped(char *buf, size_t *n, size_t cap, const char *s, size_t 
         }
         if (need == 3) {
             buf[(*n)++] = '%';
-            buf[(*n)++] = hex[*p >> 4];
-            buf[(*n)++] = hex[*p & 15];
+            buf[(*n)++] = hex_upper[*p >> 4];
+            buf[(*n)++] = hex_upper[*p & 15];
         } else {
             buf[(*n)++] = (char)*p;
         }

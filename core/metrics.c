@@ -14,47 +14,41 @@
  * reconstruct the totals at any second from the neighbouring snapshots. */
 #include "metrics.h"
 
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "util.h"
-
-#ifndef TENSORD_VERSION
-#define TENSORD_VERSION "unknown"
-#endif
+#include "metrics_int.h"
 
 #define NSHARDS 32
-#define NCLASS 6 /* 1xx..5xx, other */
-#define NBOUNDS 16
-#define NBUCKETS (NBOUNDS + 1) /* the last one is +Inf */
-#define RING 64                /* > 60 seconds of history */
+#define NBOUNDS METRICS_NBOUNDS
+#define NBUCKETS METRICS_NBUCKETS
+#define NKINDS METRICS_MAX_KINDS
+#define NOUTCOMES METRICS_MAX_OUTCOMES
+#define RING 64 /* > 60 seconds of history */
 #define NS 1000000000ULL
 #define RELAXED memory_order_relaxed
 
 typedef _Atomic uint64_t counter;
 
-static const uint64_t bounds_ns[NBOUNDS] = {
+const uint64_t metrics_bounds_ns[NBOUNDS] = {
     100000,    250000,    500000,    1000000,    2500000,    5000000,    10000000,   25000000,
     50000000,  100000000, 250000000, 500000000, 1000000000, 2500000000, 5000000000, 10000000000};
-static const char *const bound_labels[NBUCKETS] = {
-    "0.0001", "0.00025", "0.0005", "0.001", "0.0025", "0.005", "0.01", "0.025", "0.05",
-    "0.1",    "0.25",    "0.5",    "1",     "2.5",    "5",     "10",   "+Inf"};
-static const char *const class_labels[NCLASS] = {"1xx", "2xx", "3xx", "4xx", "5xx", "other"};
-static const char *const ep_names[MEP_COUNT] = {
-    "models", "model", "header", "file", "file_header", "tensor",
-    "slice",  "gpu",   "fetch",   "hub_file", "hub_api", "metrics", "health", "other"};
+#define bounds_ns metrics_bounds_ns
+
+/* Until a caller names them, requests have one kind and one outcome. */
+static const char *const unnamed[] = {"other"};
+static struct metrics_labels labels = {"kind", "outcome", unnamed, 1, unnamed, 1};
 
 struct shard {
     counter started, conn_opened, conn_closed;
     counter ctr[MC_COUNT];
-    counter requests[MEP_COUNT][NCLASS];
-    counter bytes[MEP_COUNT];
-    counter duration[MEP_COUNT][NBUCKETS];
-    counter duration_sum_ns[MEP_COUNT];
+    counter requests[NKINDS][NOUTCOMES];
+    counter bytes[NKINDS];
+    counter duration[NKINDS][NBUCKETS];
+    counter duration_sum_ns[NKINDS];
     counter ttfb[NBUCKETS];
     counter ttfb_sum_ns;
 } __attribute__((aligned(128))); /* 128: adjacent-line prefetch pairs lines */
@@ -72,7 +66,7 @@ static struct slot ring[RING];
 static _Atomic uint64_t last_sec;
 static uint64_t start_ns;
 
-static _Atomic uint64_t g_models, g_invalid, g_files, g_tensors, g_mapped, g_generation;
+static _Atomic uint64_t g_models, g_invalid, g_files, g_tensors, g_file_bytes, g_generation;
 static _Atomic uint64_t g_open_files;
 static _Atomic uint64_t g_gpu_resident, g_gpu_leases, g_gpu_bps_bits;
 /* Hashing: a few updates per MiB hashed, so plain shared atomics do. */
@@ -109,8 +103,8 @@ static void totals(uint64_t *requests, uint64_t *bytes)
 {
     uint64_t r = 0, b = 0;
     for (int s = 0; s < NSHARDS; s++)
-        for (int e = 0; e < MEP_COUNT; e++) {
-            for (int c = 0; c < NCLASS; c++)
+        for (int e = 0; e < NKINDS; e++) {
+            for (int c = 0; c < NOUTCOMES; c++)
                 r += atomic_load_explicit(&shards[s].requests[e][c], RELAXED);
             b += atomic_load_explicit(&shards[s].bytes[e], RELAXED);
         }
@@ -166,13 +160,22 @@ void metrics_init(void)
     atomic_store(&last_sec, start_ns / NS);
     slot_write(start_ns / NS, 0, 0);
     atomic_store(&g_models, 0), atomic_store(&g_invalid, 0), atomic_store(&g_files, 0);
-    atomic_store(&g_tensors, 0), atomic_store(&g_mapped, 0), atomic_store(&g_generation, 0);
+    atomic_store(&g_tensors, 0), atomic_store(&g_file_bytes, 0), atomic_store(&g_generation, 0);
     atomic_store(&g_open_files, 0);
     atomic_store(&g_gpu_resident, 0), atomic_store(&g_gpu_leases, 0);
     atomic_store(&g_gpu_bps_bits, 0);
     atomic_store(&h_bytes, 0), atomic_store(&h_files, 0), atomic_store(&h_errors, 0);
     atomic_store(&g_hash_pending, 0), atomic_store(&g_hash_pending_bytes, 0);
     atomic_store(&g_hash_known, 0), atomic_store(&g_hash_files, 0);
+}
+
+void metrics_set_labels(const struct metrics_labels *l)
+{
+    labels = *l;
+    if (labels.n_kinds > NKINDS)
+        labels.n_kinds = NKINDS;
+    if (labels.n_outcomes > NOUTCOMES)
+        labels.n_outcomes = NOUTCOMES;
 }
 
 void metrics_add(enum metrics_ctr c, uint64_t n)
@@ -194,18 +197,19 @@ static unsigned bucket_of(uint64_t ns)
     return i;
 }
 
-void metrics_request_done(enum metrics_ep ep, unsigned status, uint64_t bytes_sent,
+void metrics_request_done(unsigned kind, unsigned outcome, uint64_t bytes_sent,
                           uint64_t duration_ns, uint64_t ttfb_ns)
 {
     struct shard *s = shard();
-    if ((unsigned)ep >= MEP_COUNT)
-        ep = MEP_OTHER;
-    unsigned cls = status >= 100 && status <= 599 ? status / 100 - 1 : NCLASS - 1;
+    if (kind >= labels.n_kinds)
+        kind = labels.n_kinds - 1;
+    if (outcome >= labels.n_outcomes)
+        outcome = labels.n_outcomes - 1;
     tick(clock_fn());
-    add(&s->requests[ep][cls], 1);
-    add(&s->bytes[ep], bytes_sent);
-    add(&s->duration[ep][bucket_of(duration_ns)], 1);
-    add(&s->duration_sum_ns[ep], duration_ns);
+    add(&s->requests[kind][outcome], 1);
+    add(&s->bytes[kind], bytes_sent);
+    add(&s->duration[kind][bucket_of(duration_ns)], 1);
+    add(&s->duration_sum_ns[kind], duration_ns);
     add(&s->ttfb[bucket_of(ttfb_ns)], 1);
     add(&s->ttfb_sum_ns, ttfb_ns);
 }
@@ -228,13 +232,13 @@ void metrics_set_open_files(uint64_t n)
 }
 
 void metrics_set_registry(uint64_t models, uint64_t invalid_models, uint64_t files,
-                          uint64_t tensors, uint64_t bytes_mapped, uint64_t generation)
+                          uint64_t tensors, uint64_t file_bytes, uint64_t generation)
 {
     atomic_store_explicit(&g_models, models, RELAXED);
     atomic_store_explicit(&g_invalid, invalid_models, RELAXED);
     atomic_store_explicit(&g_files, files, RELAXED);
     atomic_store_explicit(&g_tensors, tensors, RELAXED);
-    atomic_store_explicit(&g_mapped, bytes_mapped, RELAXED);
+    atomic_store_explicit(&g_file_bytes, file_bytes, RELAXED);
     atomic_store_explicit(&g_generation, generation, RELAXED);
 }
 
@@ -262,11 +266,6 @@ void metrics_set_hashing(uint64_t files_pending, uint64_t bytes_pending, uint64_
     atomic_store_explicit(&g_hash_pending_bytes, bytes_pending, RELAXED);
     atomic_store_explicit(&g_hash_known, files_known, RELAXED);
     atomic_store_explicit(&g_hash_files, files, RELAXED);
-}
-
-const char *metrics_ep_name(enum metrics_ep ep)
-{
-    return (unsigned)ep < MEP_COUNT ? ep_names[ep] : "other";
 }
 
 /* ---- rates ---------------------------------------------------------------- */
@@ -308,49 +307,6 @@ void metrics_rates(unsigned seconds, struct metrics_rates *out)
 
 /* ---- snapshot and rendering ------------------------------------------------ */
 
-struct snapshot {
-    uint64_t started, done, conn_opened, conn_closed;
-    uint64_t ctr[MC_COUNT];
-    uint64_t requests[MEP_COUNT][NCLASS];
-    uint64_t bytes[MEP_COUNT];
-    uint64_t duration[MEP_COUNT][NBUCKETS];
-    uint64_t duration_sum_ns[MEP_COUNT];
-    uint64_t ttfb[NBUCKETS];
-    uint64_t ttfb_sum_ns;
-};
-
-static void snapshot_take(struct snapshot *sn)
-{
-    memset(sn, 0, sizeof(*sn));
-    for (int i = 0; i < NSHARDS; i++) {
-        struct shard *s = &shards[i];
-        /* Read completions before starts so in-flight never goes negative. */
-        for (int e = 0; e < MEP_COUNT; e++)
-            for (int c = 0; c < NCLASS; c++) {
-                uint64_t v = atomic_load_explicit(&s->requests[e][c], memory_order_acquire);
-                sn->requests[e][c] += v;
-                sn->done += v;
-            }
-        sn->conn_closed += atomic_load_explicit(&s->conn_closed, memory_order_acquire);
-    }
-    for (int i = 0; i < NSHARDS; i++) {
-        struct shard *s = &shards[i];
-        sn->started += atomic_load_explicit(&s->started, RELAXED);
-        sn->conn_opened += atomic_load_explicit(&s->conn_opened, RELAXED);
-        for (int c = 0; c < MC_COUNT; c++)
-            sn->ctr[c] += atomic_load_explicit(&s->ctr[c], RELAXED);
-        for (int e = 0; e < MEP_COUNT; e++) {
-            sn->bytes[e] += atomic_load_explicit(&s->bytes[e], RELAXED);
-            sn->duration_sum_ns[e] += atomic_load_explicit(&s->duration_sum_ns[e], RELAXED);
-            for (int b = 0; b < NBUCKETS; b++)
-                sn->duration[e][b] += atomic_load_explicit(&s->duration[e][b], RELAXED);
-        }
-        for (int b = 0; b < NBUCKETS; b++)
-            sn->ttfb[b] += atomic_load_explicit(&s->ttfb[b], RELAXED);
-        sn->ttfb_sum_ns += atomic_load_explicit(&s->ttfb_sum_ns, RELAXED);
-    }
-}
-
 static uint64_t gauge_sub(uint64_t a, uint64_t b)
 {
     return a > b ? a - b : 0;
@@ -364,287 +320,59 @@ static double gpu_bps(void)
     return __builtin_isfinite(d) && d >= 0 ? d : 0; /* JSON has no NaN */
 }
 
-struct sb {
-    char *p;
-    size_t len, cap;
-};
-
-static void sb_printf(struct sb *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(struct sb *b, const char *fmt, ...)
+/* The gauges, read one by one (each is consistent on its own). */
+static void gauges_take(struct metrics_snapshot *sn)
 {
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
-        va_end(ap);
-        if (n >= 0 && (size_t)n < b->cap - b->len) {
-            b->len += (size_t)n;
-            return;
+    sn->models = atomic_load(&g_models), sn->invalid = atomic_load(&g_invalid);
+    sn->files = atomic_load(&g_files), sn->tensors = atomic_load(&g_tensors);
+    sn->file_bytes = atomic_load(&g_file_bytes), sn->generation = atomic_load(&g_generation);
+    sn->open_files = atomic_load(&g_open_files);
+    sn->gpu_resident = atomic_load(&g_gpu_resident), sn->gpu_leases = atomic_load(&g_gpu_leases);
+    sn->gpu_bps = gpu_bps();
+    sn->hash_bytes = atomic_load(&h_bytes), sn->hash_files = atomic_load(&h_files);
+    sn->hash_errors = atomic_load(&h_errors), sn->hash_pending = atomic_load(&g_hash_pending);
+    sn->hash_pending_bytes = atomic_load(&g_hash_pending_bytes);
+    sn->hash_known = atomic_load(&g_hash_known), sn->hash_files_all = atomic_load(&g_hash_files);
+}
+
+void metrics_snapshot_take(struct metrics_snapshot *sn, int with_rates)
+{
+    memset(sn, 0, sizeof(*sn));
+    if (with_rates) {
+        metrics_rates(1, &sn->r1);
+        metrics_rates(10, &sn->r10);
+        metrics_rates(60, &sn->r60);
+    }
+    sn->labels = labels;
+    sn->uptime_seconds = (double)(clock_fn() - start_ns) / 1e9;
+    for (int i = 0; i < NSHARDS; i++) {
+        struct shard *s = &shards[i];
+        /* Read completions before starts so in-flight never goes negative. */
+        for (int e = 0; e < NKINDS; e++)
+            for (int c = 0; c < NOUTCOMES; c++) {
+                uint64_t v = atomic_load_explicit(&s->requests[e][c], memory_order_acquire);
+                sn->requests[e][c] += v;
+                sn->done += v;
+            }
+        sn->conn_closed += atomic_load_explicit(&s->conn_closed, memory_order_acquire);
+    }
+    for (int i = 0; i < NSHARDS; i++) {
+        struct shard *s = &shards[i];
+        sn->started += atomic_load_explicit(&s->started, RELAXED);
+        sn->conn_opened += atomic_load_explicit(&s->conn_opened, RELAXED);
+        for (int c = 0; c < MC_COUNT; c++)
+            sn->ctr[c] += atomic_load_explicit(&s->ctr[c], RELAXED);
+        for (int e = 0; e < NKINDS; e++) {
+            sn->bytes[e] += atomic_load_explicit(&s->bytes[e], RELAXED);
+            sn->duration_sum_ns[e] += atomic_load_explicit(&s->duration_sum_ns[e], RELAXED);
+            for (int b = 0; b < NBUCKETS; b++)
+                sn->duration[e][b] += atomic_load_explicit(&s->duration[e][b], RELAXED);
         }
-        b->cap = b->cap * 2 + (n > 0 ? (size_t)n : 0);
-        b->p = xrealloc(b->p, b->cap);
+        for (int b = 0; b < NBUCKETS; b++)
+            sn->ttfb[b] += atomic_load_explicit(&s->ttfb[b], RELAXED);
+        sn->ttfb_sum_ns += atomic_load_explicit(&s->ttfb_sum_ns, RELAXED);
     }
-}
-
-static void sb_init(struct sb *b)
-{
-    b->cap = 16384;
-    b->len = 0;
-    b->p = xmalloc(b->cap);
-    b->p[0] = '\0';
-}
-
-static const struct {
-    enum metrics_ctr c;
-    const char *name, *help;
-} prom_counters[] = {
-    {MC_RANGE_REQUESTS, "tensord_http_range_requests_total", "Answers to Range requests (206)."},
-    {MC_MULTIRANGE_REQUESTS, "tensord_http_multirange_requests_total",
-     "Range answers with several parts (multipart/byteranges)."},
-    {MC_SLICE_REQUESTS, "tensord_slice_requests_total", "Tensor slice requests."},
-    {MC_NOT_MODIFIED, "tensord_http_not_modified_total", "Answers 304 Not Modified."},
-    {MC_RANGE_NOT_SATISFIABLE, "tensord_http_range_not_satisfiable_total",
-     "Answers 416 Range Not Satisfiable."},
-    {MC_RELOADS, "tensord_registry_reloads_total", "Rescans of the models root."},
-    {MC_RELOAD_ERRORS, "tensord_registry_reload_errors_total",
-     "Rescans that failed (the previous snapshot kept serving)."},
-    {MC_CONNECTIONS_TOTAL, "tensord_http_connections_total", "Connections accepted."},
-    {MC_CONNECTIONS_REJECTED, "tensord_http_connections_rejected_total",
-     "Connections refused over max_connections or max_connections_per_ip."},
-    {MC_GPU_PRELOAD_BYTES, "tensord_gpu_preload_bytes_total", "Bytes copied to devices by preloads."},
-    {MC_LEASES_TOTAL, "tensord_gpu_leases_total", "Leases granted on the IPC socket."},
-    {MC_IPC_REFUSED, "tensord_ipc_refused_total",
-     "Connections to the IPC socket refused by the allow-list."},
-    {MC_SCAN_ERRORS, "tensord_registry_scan_errors_total",
-     "I/O or resource errors met by rescans; the models they hit kept their previous state."},
-    {MC_TRANSFERS_CUT, "tensord_http_transfers_cut_total",
-     "Answers cut short because the file they were sending was written."},
-};
-
-static void prom_head(struct sb *b, const char *name, const char *type, const char *help)
-{
-    sb_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
-}
-
-static void prom_gauge(struct sb *b, const char *name, const char *help, double v)
-{
-    prom_head(b, name, "gauge", help);
-    sb_printf(b, "%s %.17g\n", name, v);
-}
-
-static void prom_histogram(struct sb *b, const char *name, const char *label,
-                           const uint64_t *buckets, uint64_t sum_ns)
-{
-    uint64_t cum = 0;
-    const char *sep = label[0] ? "," : "";
-    for (int i = 0; i < NBUCKETS; i++) {
-        cum += buckets[i];
-        sb_printf(b, "%s_bucket{%s%sle=\"%s\"} %llu\n", name, label, sep, bound_labels[i],
-                  (unsigned long long)cum);
-    }
-    const char *open = label[0] ? "{" : "", *close = label[0] ? "}" : "";
-    sb_printf(b, "%s_sum%s%s%s %.9f\n", name, open, label, close, (double)sum_ns / 1e9);
-    sb_printf(b, "%s_count%s%s%s %llu\n", name, open, label, close, (unsigned long long)cum);
-}
-
-char *metrics_render_prometheus(void)
-{
-    struct snapshot *sn = xmalloc(sizeof(*sn)); /* ~12 KiB: off the worker's stack */
-    snapshot_take(sn);
-    struct sb b;
-    sb_init(&b);
-    char label[64];
-
-    prom_head(&b, "tensord_build_info", "gauge", "Build information; the value is always 1.");
-    sb_printf(&b, "tensord_build_info{version=\"%s\"} 1\n", TENSORD_VERSION);
-    prom_gauge(&b, "tensord_uptime_seconds", "Seconds since the daemon started.",
-               (double)(clock_fn() - start_ns) / 1e9);
-
-    prom_head(&b, "tensord_http_requests_total", "counter",
-              "Finished HTTP requests by endpoint and status class.");
-    for (int e = 0; e < MEP_COUNT; e++)
-        for (int c = 0; c < NCLASS; c++)
-            sb_printf(&b, "tensord_http_requests_total{endpoint=\"%s\",code=\"%s\"} %llu\n",
-                      ep_names[e], class_labels[c], (unsigned long long)sn->requests[e][c]);
-    prom_head(&b, "tensord_http_response_bytes_total", "counter",
-              "Response body bytes sent, by endpoint.");
-    for (int e = 0; e < MEP_COUNT; e++)
-        sb_printf(&b, "tensord_http_response_bytes_total{endpoint=\"%s\"} %llu\n", ep_names[e],
-                  (unsigned long long)sn->bytes[e]);
-    prom_head(&b, "tensord_http_request_duration_seconds", "histogram",
-              "Time from request line to the last byte queued, by endpoint.");
-    for (int e = 0; e < MEP_COUNT; e++) {
-        snprintf(label, sizeof(label), "endpoint=\"%s\"", ep_names[e]);
-        prom_histogram(&b, "tensord_http_request_duration_seconds", label, sn->duration[e],
-                       sn->duration_sum_ns[e]);
-    }
-    prom_head(&b, "tensord_http_time_to_first_byte_seconds", "histogram",
-              "Time from request line to the answer's headers being queued.");
-    prom_histogram(&b, "tensord_http_time_to_first_byte_seconds", "", sn->ttfb, sn->ttfb_sum_ns);
-    prom_gauge(&b, "tensord_http_requests_in_flight", "Requests being answered.",
-               (double)gauge_sub(sn->started, sn->done));
-    prom_gauge(&b, "tensord_http_connections_open", "Open HTTP connections.",
-               (double)gauge_sub(sn->conn_opened, sn->conn_closed));
-
-    for (size_t i = 0; i < ARRAY_LEN(prom_counters); i++) {
-        prom_head(&b, prom_counters[i].name, "counter", prom_counters[i].help);
-        sb_printf(&b, "%s %llu\n", prom_counters[i].name,
-                  (unsigned long long)sn->ctr[prom_counters[i].c]);
-    }
-    prom_head(&b, "tensord_sent_bytes_total", "counter",
-              "Body bytes sent, by method: sendfile (zero copy) or copy (from a buffer).");
-    sb_printf(&b, "tensord_sent_bytes_total{method=\"sendfile\"} %llu\n",
-              (unsigned long long)sn->ctr[MC_SENDFILE_BYTES]);
-    sb_printf(&b, "tensord_sent_bytes_total{method=\"copy\"} %llu\n",
-              (unsigned long long)sn->ctr[MC_COPIED_BYTES]);
-
-    prom_gauge(&b, "tensord_models", "Models in the registry (valid and invalid).",
-               (double)atomic_load(&g_models));
-    prom_gauge(&b, "tensord_models_invalid", "Models that failed validation.",
-               (double)atomic_load(&g_invalid));
-    prom_gauge(&b, "tensord_files", "Files in the registry.", (double)atomic_load(&g_files));
-    prom_gauge(&b, "tensord_tensors", "Tensors in the registry.",
-               (double)atomic_load(&g_tensors));
-    prom_gauge(&b, "tensord_mapped_bytes", "Bytes of safetensors files mapped.",
-               (double)atomic_load(&g_mapped));
-    prom_gauge(&b, "tensord_registry_generation", "Generation of the registry snapshot served.",
-               (double)atomic_load(&g_generation));
-    prom_gauge(&b, "tensord_registry_open_files",
-               "Descriptors the served snapshot holds open (one per .safetensors file).",
-               (double)atomic_load(&g_open_files));
-    prom_gauge(&b, "tensord_gpu_resident_bytes", "Bytes of model data resident in device memory.",
-               (double)atomic_load(&g_gpu_resident));
-    prom_gauge(&b, "tensord_gpu_leases_active", "Leases currently held on the IPC socket.",
-               (double)atomic_load(&g_gpu_leases));
-    prom_gauge(&b, "tensord_gpu_preload_bytes_per_second", "Throughput of the last preload.",
-               gpu_bps());
-    prom_head(&b, "tensord_hash_bytes_total", "counter", "Bytes read into SHA-256 by content hashing.");
-    sb_printf(&b, "tensord_hash_bytes_total %llu\n", (unsigned long long)atomic_load(&h_bytes));
-    prom_head(&b, "tensord_hash_files_total", "counter", "Files whose content hash was computed.");
-    sb_printf(&b, "tensord_hash_files_total %llu\n", (unsigned long long)atomic_load(&h_files));
-    prom_head(&b, "tensord_hash_errors_total", "counter",
-              "Files that could not be read for their content hash.");
-    sb_printf(&b, "tensord_hash_errors_total %llu\n", (unsigned long long)atomic_load(&h_errors));
-    prom_gauge(&b, "tensord_hash_files_pending",
-               "Files of the registry still to hash (queued, waiting to retry, or being hashed).",
-               (double)atomic_load(&g_hash_pending));
-    prom_gauge(&b, "tensord_hash_pending_bytes", "Bytes of the files still to hash.",
-               (double)atomic_load(&g_hash_pending_bytes));
-    prom_gauge(&b, "tensord_hash_files_known", "Files of the registry whose content hash is known.",
-               (double)atomic_load(&g_hash_known));
-    prom_gauge(&b, "tensord_hash_files", "Distinct files of the registry (hard links count once).",
-               (double)atomic_load(&g_hash_files));
-    free(sn);
-    return b.p;
-}
-
-/* Linear interpolation inside the bucket holding quantile q (seconds). */
-static double quantile(const uint64_t *buckets, double q)
-{
-    uint64_t total = 0;
-    for (int i = 0; i < NBUCKETS; i++)
-        total += buckets[i];
-    if (!total)
-        return 0;
-    double rank = q * (double)total, cum = 0;
-    for (int i = 0; i < NBUCKETS; i++) {
-        if (cum + (double)buckets[i] >= rank && buckets[i]) {
-            if (i == NBOUNDS)
-                return (double)bounds_ns[NBOUNDS - 1] / 1e9;
-            double lo = i ? (double)bounds_ns[i - 1] : 0, hi = (double)bounds_ns[i];
-            return (lo + (hi - lo) * (rank - cum) / (double)buckets[i]) / 1e9;
-        }
-        cum += (double)buckets[i];
-    }
-    return (double)bounds_ns[NBOUNDS - 1] / 1e9;
-}
-
-static void json_histogram(struct sb *b, const uint64_t *buckets, uint64_t sum_ns)
-{
-    uint64_t count = 0;
-    for (int i = 0; i < NBUCKETS; i++)
-        count += buckets[i];
-    sb_printf(b, "{\"count\":%llu,\"sum\":%.9f,\"p50\":%.6f,\"p90\":%.6f,\"p99\":%.6f,\"buckets\":{",
-              (unsigned long long)count, (double)sum_ns / 1e9, quantile(buckets, 0.5),
-              quantile(buckets, 0.9), quantile(buckets, 0.99));
-    for (int i = 0; i < NBUCKETS; i++)
-        sb_printf(b, "%s\"%s\":%llu", i ? "," : "", bound_labels[i],
-                  (unsigned long long)buckets[i]);
-    sb_printf(b, "}}");
-}
-
-static const char *const json_ctr_names[MC_COUNT] = {
-    "range_requests",        "multirange_requests", "slice_requests",     "not_modified",
-    "range_not_satisfiable", "sendfile_bytes",      "copied_bytes",       "reloads",
-    "reload_errors",         "connections_total",   "connections_rejected",
-    "gpu_preload_bytes",     "leases_total",        "ipc_refused",        "scan_errors",
-    "transfers_cut"};
-
-char *metrics_render_json(void)
-{
-    struct snapshot *sn = xmalloc(sizeof(*sn));
-    snapshot_take(sn);
-    struct metrics_rates r1, r10, r60;
-    metrics_rates(1, &r1);
-    metrics_rates(10, &r10);
-    metrics_rates(60, &r60);
-    struct sb b;
-    sb_init(&b);
-    sb_printf(&b, "{\"version\":\"%s\",\"uptime_seconds\":%.3f,", TENSORD_VERSION,
-              (double)(clock_fn() - start_ns) / 1e9);
-    sb_printf(&b,
-              "\"requests\":{\"total\":%llu,\"in_flight\":%llu,\"per_second\":{\"1s\":%.3f,"
-              "\"10s\":%.3f,\"60s\":%.3f}},",
-              (unsigned long long)sn->done, (unsigned long long)gauge_sub(sn->started, sn->done),
-              r1.requests_per_second, r10.requests_per_second, r60.requests_per_second);
-    uint64_t bytes = 0;
-    for (int e = 0; e < MEP_COUNT; e++)
-        bytes += sn->bytes[e];
-    sb_printf(&b,
-              "\"bytes\":{\"total\":%llu,\"per_second\":{\"1s\":%.3f,\"10s\":%.3f,\"60s\":%.3f}},",
-              (unsigned long long)bytes, r1.bytes_per_second, r10.bytes_per_second,
-              r60.bytes_per_second);
-    sb_printf(&b, "\"connections\":{\"open\":%llu},",
-              (unsigned long long)gauge_sub(sn->conn_opened, sn->conn_closed));
-    sb_printf(&b, "\"counters\":{");
-    for (int c = 0; c < MC_COUNT; c++)
-        sb_printf(&b, "%s\"%s\":%llu", c ? "," : "", json_ctr_names[c],
-                  (unsigned long long)sn->ctr[c]);
-    sb_printf(&b, "},\"endpoints\":{");
-    for (int e = 0; e < MEP_COUNT; e++) {
-        sb_printf(&b, "%s\"%s\":{\"requests\":{", e ? "," : "", ep_names[e]);
-        for (int c = 0; c < NCLASS; c++)
-            sb_printf(&b, "%s\"%s\":%llu", c ? "," : "", class_labels[c],
-                      (unsigned long long)sn->requests[e][c]);
-        sb_printf(&b, "},\"bytes\":%llu,\"duration_seconds\":", (unsigned long long)sn->bytes[e]);
-        json_histogram(&b, sn->duration[e], sn->duration_sum_ns[e]);
-        sb_printf(&b, "}");
-    }
-    sb_printf(&b, "},\"time_to_first_byte_seconds\":");
-    json_histogram(&b, sn->ttfb, sn->ttfb_sum_ns);
-    sb_printf(&b,
-              ",\"registry\":{\"models\":%llu,\"invalid_models\":%llu,\"files\":%llu,"
-              "\"tensors\":%llu,\"mapped_bytes\":%llu,\"generation\":%llu,\"open_files\":%llu},",
-              (unsigned long long)atomic_load(&g_models), (unsigned long long)atomic_load(&g_invalid),
-              (unsigned long long)atomic_load(&g_files), (unsigned long long)atomic_load(&g_tensors),
-              (unsigned long long)atomic_load(&g_mapped),
-              (unsigned long long)atomic_load(&g_generation),
-              (unsigned long long)atomic_load(&g_open_files));
-    sb_printf(&b,
-              "\"gpu\":{\"resident_bytes\":%llu,\"leases_active\":%llu,"
-              "\"last_preload_bytes_per_second\":%.1f},",
-              (unsigned long long)atomic_load(&g_gpu_resident),
-              (unsigned long long)atomic_load(&g_gpu_leases), gpu_bps());
-    sb_printf(&b,
-              "\"hashing\":{\"bytes_hashed\":%llu,\"files_hashed\":%llu,\"errors\":%llu,"
-              "\"files_pending\":%llu,\"bytes_pending\":%llu,\"files_known\":%llu,"
-              "\"files\":%llu}}",
-              (unsigned long long)atomic_load(&h_bytes), (unsigned long long)atomic_load(&h_files),
-              (unsigned long long)atomic_load(&h_errors),
-              (unsigned long long)atomic_load(&g_hash_pending),
-              (unsigned long long)atomic_load(&g_hash_pending_bytes),
-              (unsigned long long)atomic_load(&g_hash_known),
-              (unsigned long long)atomic_load(&g_hash_files));
-    free(sn);
-    return b.p;
+    sn->in_flight = gauge_sub(sn->started, sn->done);
+    sn->conn_open = gauge_sub(sn->conn_opened, sn->conn_closed);
+    gauges_take(sn);
 }

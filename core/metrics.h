@@ -1,5 +1,10 @@
 /* metrics: lock-free counters, gauges and latency histograms, rendered as
- * JSON (GET /v1/metrics) or Prometheus text (GET /metrics).
+ * JSON or Prometheus text.
+ *
+ * Requests are counted by kind x outcome, two small label sets the caller
+ * names (metrics_set_labels): the daemon's kinds are its endpoints and its
+ * outcomes the HTTP status classes (server/http_metrics), which this
+ * library does not know.
  *
  * Every hot-path call is a few relaxed atomic adds on a cache-line-padded
  * shard that belongs to the calling thread (threads are spread over the
@@ -10,23 +15,18 @@
 
 #include <stdint.h>
 
-/* The endpoint a request was routed to (label endpoint="..."). */
-enum metrics_ep {
-    MEP_MODELS,
-    MEP_MODEL,
-    MEP_HEADER,
-    MEP_FILE,
-    MEP_FILE_HEADER,
-    MEP_TENSOR,
-    MEP_SLICE,
-    MEP_GPU,
-    MEP_FETCH,
-    MEP_HUB_FILE,   /* /{repo}/resolve|raw/... */
-    MEP_HUB_API,    /* /api/models... */
-    MEP_METRICS,
-    MEP_HEALTH,
-    MEP_OTHER,
-    MEP_COUNT
+#define METRICS_MAX_KINDS 16
+#define METRICS_MAX_OUTCOMES 8
+
+/* The labels requests are counted under. The last kind and the last
+ * outcome also take every index out of range ("other"). */
+struct metrics_labels {
+    const char *kind_key;          /* the label's name, e.g. "endpoint" */
+    const char *outcome_key;       /* e.g. "code" */
+    const char *const *kinds;      /* n_kinds names, 1..METRICS_MAX_KINDS */
+    unsigned n_kinds;
+    const char *const *outcomes;   /* n_outcomes names, 1..METRICS_MAX_OUTCOMES */
+    unsigned n_outcomes;
 };
 
 /* Monotonic counters bumped with metrics_add. */
@@ -54,16 +54,19 @@ enum metrics_ctr {
 /* Zeroes everything and starts the uptime clock. Call once before any
  * other thread uses metrics (not safe against concurrent updates). */
 void metrics_init(void);
+/* Names the request labels (the strings must outlive the metrics); call
+ * after metrics_init, before any request is counted. Until then requests
+ * have one kind and one outcome, both "other". */
+void metrics_set_labels(const struct metrics_labels *labels);
 
 void metrics_add(enum metrics_ctr c, uint64_t n);
 
 /* A request began (in-flight + 1). Pair each call with metrics_request_done. */
 void metrics_request_start(void);
-/* A request ended: in-flight - 1, requests by endpoint x status class
- * (status outside 100..599, e.g. 0 for "client left before an answer",
- * counts under code="other"), body bytes by endpoint, duration and
- * time-to-first-byte histograms. Durations in nanoseconds. */
-void metrics_request_done(enum metrics_ep ep, unsigned status, uint64_t bytes_sent,
+/* A request ended: in-flight - 1, requests by kind x outcome, body bytes
+ * by kind, duration and time-to-first-byte histograms. Durations in
+ * nanoseconds. */
+void metrics_request_done(unsigned kind, unsigned outcome, uint64_t bytes_sent,
                           uint64_t duration_ns, uint64_t ttfb_ns);
 
 /* A connection opened (also counts MC_CONNECTIONS_TOTAL) / closed. */
@@ -73,8 +76,9 @@ void metrics_conn_closed(void);
 /* Gauges published after each registry scan. */
 /* Descriptors the served snapshot holds open (one per .safetensors file). */
 void metrics_set_open_files(uint64_t n);
+/* file_bytes: the sum of the sizes of the models' files. */
 void metrics_set_registry(uint64_t models, uint64_t invalid_models, uint64_t files,
-                          uint64_t tensors, uint64_t bytes_mapped, uint64_t generation);
+                          uint64_t tensors, uint64_t file_bytes, uint64_t generation);
 /* Gauges published by the GPU manager when they change. */
 void metrics_set_gpu(uint64_t bytes_resident, uint64_t leases_active,
                      double last_preload_bytes_per_second);
@@ -87,13 +91,10 @@ void metrics_hash_progress(uint64_t bytes, uint64_t files, uint64_t errors);
 void metrics_set_hashing(uint64_t files_pending, uint64_t bytes_pending, uint64_t files_known,
                          uint64_t files);
 
-/* Renderings of a consistent-enough snapshot (each shard is read once).
- * Caller frees. */
+/* Renderings of a consistent-enough snapshot (each shard is read once,
+ * metrics_render.c). Caller frees; NULL when memory ran out. */
 char *metrics_render_json(void);
 char *metrics_render_prometheus(void);
-
-/* Endpoint label as used in both renderings ("tensor", "file_header"...). */
-const char *metrics_ep_name(enum metrics_ep ep);
 
 /* Tests only: replaces the monotonic clock used for uptime and rates
  * (NULL restores time_mono_ns). */

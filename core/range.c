@@ -6,7 +6,10 @@
  * are met; on any failure *n is reset to 0. */
 #include "range.h"
 
+#include <stdint.h>
 #include <string.h>
+
+#include "util.h"
 
 static int is_ows(char c)
 {
@@ -19,18 +22,12 @@ static int is_digit(char c)
 }
 
 /* Parses 1*DIGIT at *p; returns -1 when there is no digit or on overflow. */
-static int parse_u64(const char **p, uint64_t *out)
+static int parse_digits(const char **p, uint64_t *out)
 {
-    const char *s = *p;
-    uint64_t v = 0;
-    if (!is_digit(*s))
+    size_t used;
+    if (decimal_u64(*p, SIZE_MAX, out, &used) != 0 || used == 0)
         return -1;
-    for (; is_digit(*s); s++) {
-        if (__builtin_mul_overflow(v, 10, &v) || __builtin_add_overflow(v, (uint64_t)(*s - '0'), &v))
-            return -1;
-    }
-    *p = s;
-    *out = v;
+    *p += used;
     return 0;
 }
 
@@ -110,7 +107,7 @@ enum range_result range_parse(const char *header, uint64_t size, size_t max_rang
         uint64_t first = 0, last = 0;
         int has_first = 0, has_last = 0;
         if (is_digit(*p)) {
-            if (parse_u64(&p, &first) < 0)
+            if (parse_digits(&p, &first) < 0)
                 goto none;
             has_first = 1;
         }
@@ -118,7 +115,7 @@ enum range_result range_parse(const char *header, uint64_t size, size_t max_rang
             goto none;
         p++;
         if (is_digit(*p)) {
-            if (parse_u64(&p, &last) < 0)
+            if (parse_digits(&p, &last) < 0)
                 goto none;
             has_last = 1;
         }

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "beneath.h"
+#include "digest.h"
 #include "st_index.h"
 #include "strmap.h"
 #include "util.h"
@@ -32,17 +33,6 @@ static int has_suffix(const char *s, const char *suffix)
 {
     size_t n = strlen(s), k = strlen(suffix);
     return n > k && memcmp(s + n - k, suffix, k) == 0;
-}
-
-int reg_errno_transient(int e)
-{
-    switch (e) {
-    case EMFILE: case ENFILE: case ENOMEM: case ENOBUFS: case EIO: case EAGAIN:
-    case EINTR: case ETIMEDOUT: case ESTALE: case ENOLCK: case EDEADLK:
-        return 1;
-    default:
-        return 0;
-    }
 }
 
 /* Marks m invalid. The first error wins. Users see the message inside JSON,
@@ -68,9 +58,9 @@ static void shard_invalid(struct reg_model *m, const struct reg_file *f)
     /* Out of memory says nothing about the file: the model keeps that code. */
     enum st_status code = f->error.code == ST_ERR_NO_MEMORY ? ST_ERR_NO_MEMORY : ST_ERR_SHARD_INVALID;
     if (strncmp(f->error.message, f->name, n) == 0 && f->error.message[n] == ':')
-        st_error_set(&e, code, "%s", f->error.message);
+        st_error_fail(&e, code, "%s", f->error.message);
     else
-        st_error_set(&e, code, "%s: %s", f->name, f->error.message);
+        st_error_fail(&e, code, "%s: %s", f->name, f->error.message);
     set_invalid(m, &e);
 }
 
@@ -86,8 +76,8 @@ static void tensors_out_of_memory(struct reg_model *m, const char *file, size_t 
             most = m->files[i].header->n_tensors;
             file = m->files[i].name;
         }
-    st_error_set(&e, ST_ERR_NO_MEMORY, "%s: not enough memory to index the model's %zu tensors",
-                 file ? file : m->name, n);
+    st_error_fail(&e, ST_ERR_NO_MEMORY, "%s: not enough memory to index the model's %zu tensors",
+                  file ? file : m->name, n);
     set_invalid(m, &e);
     m->transient = 1;
 }
@@ -99,19 +89,21 @@ static struct st_index *load_index(struct reg_file *f)
     if (f->fd < 0)
         return NULL;
     if (f->st.size > ST_INDEX_MAX_LEN) {
-        st_error_set(&f->error, ST_ERR_INDEX_JSON, "%s: index is %llu bytes, more than the %llu allowed",
-                     f->name, (unsigned long long)f->st.size, (unsigned long long)ST_INDEX_MAX_LEN);
+        st_error_fail(&f->error, ST_ERR_INDEX_JSON,
+                      "%s: index is %llu bytes, more than the %llu allowed",
+                      f->name, (unsigned long long)f->st.size, (unsigned long long)ST_INDEX_MAX_LEN);
         return NULL;
     }
     char *buf = malloc(f->st.size + 1); /* up to 100 MB, the file's choice: fallible */
     if (!buf) {
-        st_error_set(&f->error, ST_ERR_NO_MEMORY, "%s: not enough memory to read the %llu-byte index",
-                     f->name, (unsigned long long)f->st.size);
+        st_error_fail(&f->error, ST_ERR_NO_MEMORY,
+                      "%s: not enough memory to read the %llu-byte index",
+                      f->name, (unsigned long long)f->st.size);
         return NULL;
     }
     int rc = fileio_pread_full(f->fd, buf, f->st.size, 0);
     if (rc != 0)
-        st_error_set(&f->error, ST_ERR_IO, "%s: read: %s", f->name, strerror(-rc));
+        st_error_errno(&f->error, -rc, "%s: read", f->name);
     else
         st_index_parse(buf, f->st.size, f->name, &idx, &f->error);
     free(buf);
@@ -127,94 +119,126 @@ static void add_tensors(struct reg_model *m, const struct reg_file *f, size_t *n
     }
 }
 
-/* Sharded: the index names the shards, and each tensor's shard must hold it
- * and hold nothing else. Returns 0 or -1 with m invalid. */
-static int check_sharded(struct reg_model *m, const struct st_index *idx, const char *index_name)
+/* The lookups a sharded model is checked with. Sized by the files, so
+ * fallible; each map is sized for all it will hold, so strmap_put never
+ * allocates. */
+struct shard_maps {
+    struct strmap *mapped;             /* tensor -> shard name */
+    struct strmap **held;              /* per shard: tensor -> st_tensor */
+    const struct reg_file **shard_file;
+    struct strmap *shard_no;           /* shard name -> index + 1 */
+    size_t n_shards, total;            /* total: tensors the shards hold */
+};
+
+static void shard_maps_free(struct shard_maps *sm)
+{
+    for (size_t i = 0; sm->held && i < sm->n_shards; i++)
+        strmap_free(sm->held[i]);
+    free(sm->held);
+    free(sm->shard_file);
+    strmap_free(sm->shard_no);
+    strmap_free(sm->mapped);
+}
+
+/* Each shard the index names is a valid .safetensors file of the model;
+ * its tensors go into held. -EINVAL (m invalid) or -ENOMEM. */
+static int shards_present(struct reg_model *m, const struct st_index *idx, const char *index_name,
+                          struct shard_maps *sm)
 {
     struct st_error e;
-    int rc = -1;
-    /* Sized by the files, so fallible; each map is sized for all it will
-     * hold, so the strmap_put calls below never allocate. */
-    struct strmap *mapped = strmap_try_new(idx->n_entries); /* tensor -> shard name */
-    struct strmap **held = calloc(idx->n_shards, sizeof(*held)); /* per shard: tensor -> st_tensor */
-    const struct reg_file **shard_file = calloc(idx->n_shards, sizeof(*shard_file));
-    struct strmap *shard_no = strmap_try_new(idx->n_shards); /* shard name -> index + 1 */
-    size_t total = 0;
-    if (!mapped || !held || !shard_file || !shard_no)
-        goto oom;
-
     for (size_t i = 0; i < idx->n_shards; i++) {
         const char *sh = idx->shards[i];
         const struct reg_file *f = strmap_get(m->by_file, sh, strlen(sh));
         if (!f || !f->is_safetensors || !f->header) {
-            st_error_set(&e, ST_ERR_SHARD_MISSING, "%s: shard \"%.200s\" %s", index_name, sh,
-                         !f ? "does not exist" : "is not a .safetensors file");
+            st_error_fail(&e, ST_ERR_SHARD_MISSING, "%s: shard \"%.200s\" %s", index_name, sh,
+                          !f ? "does not exist" : "is not a .safetensors file");
             set_invalid(m, &e);
-            goto done;
+            return -EINVAL;
         }
-        shard_file[i] = f;
-        strmap_put(shard_no, sh, strlen(sh), (void *)(uintptr_t)(i + 1));
-        held[i] = strmap_try_new(f->header->n_tensors);
-        if (!held[i])
-            goto oom;
+        sm->shard_file[i] = f;
+        strmap_put(sm->shard_no, sh, strlen(sh), (void *)(uintptr_t)(i + 1));
+        sm->held[i] = strmap_try_new(f->header->n_tensors);
+        if (!sm->held[i])
+            return -ENOMEM;
         for (size_t k = 0; k < f->header->n_tensors; k++) {
             const struct st_tensor *t = &f->header->tensors[k];
-            strmap_put(held[i], t->name, t->name_len, (void *)t);
+            strmap_put(sm->held[i], t->name, t->name_len, (void *)t);
         }
-        total += f->header->n_tensors;
+        sm->total += f->header->n_tensors;
     }
+    return 0;
+}
+
+/* Every index entry is in the shard it names, and every shard tensor is
+ * mapped to its own shard. -EINVAL (m invalid) when not. */
+static int entries_match(struct reg_model *m, const struct st_index *idx, const char *index_name,
+                         struct shard_maps *sm)
+{
+    struct st_error e;
     for (size_t i = 0; i < idx->n_entries; i++) {
         const struct st_index_entry *en = &idx->entries[i];
-        size_t no = (uintptr_t)strmap_get(shard_no, en->shard, strlen(en->shard));
-        if (!strmap_get(held[no - 1], en->tensor, strlen(en->tensor))) {
-            st_error_set(&e, ST_ERR_TENSOR_NOT_IN_SHARD,
-                         "%s: tensor \"%.200s\" is mapped to shard \"%.200s\" which does not hold it",
-                         index_name, en->tensor, en->shard);
+        size_t no = (uintptr_t)strmap_get(sm->shard_no, en->shard, strlen(en->shard));
+        if (!strmap_get(sm->held[no - 1], en->tensor, strlen(en->tensor))) {
+            st_error_fail(&e, ST_ERR_TENSOR_NOT_IN_SHARD,
+                          "%s: tensor \"%.200s\" is mapped to shard \"%.200s\" which does not hold it",
+                          index_name, en->tensor, en->shard);
             set_invalid(m, &e);
-            goto done;
+            return -EINVAL;
         }
-        strmap_put(mapped, en->tensor, strlen(en->tensor), (void *)en->shard);
+        strmap_put(sm->mapped, en->tensor, strlen(en->tensor), (void *)en->shard);
     }
     for (size_t i = 0; i < idx->n_shards; i++) {
-        const struct st_header *h = shard_file[i]->header;
+        const struct st_header *h = sm->shard_file[i]->header;
         for (size_t k = 0; k < h->n_tensors; k++) {
-            const char *want = strmap_get(mapped, h->tensors[k].name, h->tensors[k].name_len);
+            const char *want = strmap_get(sm->mapped, h->tensors[k].name, h->tensors[k].name_len);
             if (want != idx->shards[i]) {
-                st_error_set(&e, ST_ERR_TENSOR_NOT_IN_INDEX,
-                             "%s: shard \"%.200s\" holds tensor \"%.200s\" which the index %s%.200s%s",
-                             index_name, idx->shards[i], h->tensors[k].name,
-                             want ? "maps to \"" : "does not map",
-                             want ? want : "", want ? "\"" : "");
+                st_error_fail(&e, ST_ERR_TENSOR_NOT_IN_INDEX,
+                              "%s: shard \"%.200s\" holds tensor \"%.200s\" which the index %s%.200s%s",
+                              index_name, idx->shards[i], h->tensors[k].name,
+                              want ? "maps to \"" : "does not map",
+                              want ? want : "", want ? "\"" : "");
                 set_invalid(m, &e);
-                goto done;
+                return -EINVAL;
             }
         }
     }
+    return 0;
+}
+
+/* Sharded: the index names the shards, and each tensor's shard must hold it
+ * and hold nothing else. Returns 0 or -1 with m invalid. */
+static int check_sharded(struct reg_model *m, const struct st_index *idx, const char *index_name)
+{
+    struct shard_maps sm = {
+        .mapped = strmap_try_new(idx->n_entries),
+        .held = calloc(idx->n_shards, sizeof(*sm.held)),
+        .shard_file = calloc(idx->n_shards, sizeof(*sm.shard_file)),
+        .shard_no = strmap_try_new(idx->n_shards),
+        .n_shards = idx->n_shards,
+    };
+    int rc = !sm.mapped || !sm.held || !sm.shard_file || !sm.shard_no ? -ENOMEM : 0;
+    if (rc == 0)
+        rc = shards_present(m, idx, index_name, &sm);
+    if (rc == 0)
+        rc = entries_match(m, idx, index_name, &sm);
     /* Every entry found in its shard and every shard tensor mapped to it:
      * the counts agree and names are unique. Files are sorted by name, so
      * walking them in order gives (file, begin) order. */
-    m->tensors = malloc((total ? total : 1) * sizeof(*m->tensors));
-    if (!m->tensors)
-        goto oom;
-    size_t n = 0;
-    for (size_t i = 0; i < m->n_files; i++) {
-        const char *name = m->files[i].name;
-        if (m->files[i].header && strmap_get(shard_no, name, strlen(name)))
-            add_tensors(m, &m->files[i], &n);
+    if (rc == 0 && !(m->tensors = malloc((sm.total ? sm.total : 1) * sizeof(*m->tensors))))
+        rc = -ENOMEM;
+    if (rc == 0) {
+        size_t n = 0;
+        for (size_t i = 0; i < m->n_files; i++) {
+            const char *name = m->files[i].name;
+            if (m->files[i].header && strmap_get(sm.shard_no, name, strlen(name)))
+                add_tensors(m, &m->files[i], &n);
+        }
+        m->n_tensors = n;
     }
-    m->n_tensors = n;
-    rc = 0;
-    goto done;
-oom:
-    tensors_out_of_memory(m, index_name, idx->n_entries);
-done:
-    for (size_t i = 0; held && i < idx->n_shards; i++)
-        strmap_free(held[i]);
-    free(held);
-    free(shard_file);
-    strmap_free(shard_no);
-    strmap_free(mapped);
-    return rc;
+    if (rc == -ENOMEM)
+        tensors_out_of_memory(m, index_name, idx->n_entries);
+    shard_maps_free(&sm);
+    return rc == 0 ? 0 : -1;
 }
 
 /* Unsharded: every .safetensors file contributes its tensors. */
@@ -250,8 +274,9 @@ static int index_tensors(struct reg_model *m)
         if (strmap_put(m->by_tensor, t->t->name, t->t->name_len, (void *)t) != 0) {
             const struct reg_tensor *o = strmap_get(m->by_tensor, t->t->name, t->t->name_len);
             struct st_error e;
-            st_error_set(&e, ST_ERR_DUPLICATE_TENSOR, "tensor \"%.200s\" is in both %.120s and %.120s",
-                         t->t->name, o->file->name, t->file->name);
+            st_error_fail(&e, ST_ERR_DUPLICATE_TENSOR,
+                          "tensor \"%.200s\" is in both %.120s and %.120s",
+                          t->t->name, o->file->name, t->file->name);
             set_invalid(m, &e);
             return -1;
         }
@@ -280,8 +305,9 @@ static void validate_model(struct reg_model *m)
             if (n_index++ == 0)
                 index = &m->files[i];
             else {
-                st_error_set(&e, ST_ERR_MULTIPLE_INDEXES, "%s and %s are both indexes", index->name,
-                             m->files[i].name);
+                st_error_fail(&e, ST_ERR_MULTIPLE_INDEXES,
+                              "%s and %s are both indexes", index->name,
+                              m->files[i].name);
                 set_invalid(m, &e);
             }
         }
@@ -339,14 +365,14 @@ static int open_file(struct reg_model *m, const char *dir, const char *name, str
     f->name = xstrdup(name);
     f->is_safetensors = has_suffix(name, ST_SUFFIX);
     if (fd < 0) {
-        st_error_set(&f->error, ST_ERR_IO, "%s: open: %s", name, strerror(-fd));
+        st_error_errno(&f->error, -fd, "%s: open", name);
         m->transient |= reg_errno_transient(-fd);
         return 1;
     }
     f->fd = fd;
     f->error.code = ST_OK;
     if (f->is_safetensors) {
-        if (st_header_read_fd(f->fd, f->name, HEAD_KEEP_MAX, &f->header, &f->error) == ST_OK) {
+        if (st_header_read_fd(f->fd, f->name, HEAD_KEEP_MAX, &f->header, &f->error) == 0) {
             f->data_start = ST_PREFIX_LEN + f->header->header_len;
         } else {
             f->header = NULL;
@@ -355,11 +381,6 @@ static int open_file(struct reg_model *m, const char *dir, const char *name, str
         }
     }
     return 1;
-}
-
-static int cmp_id(const void *a, const void *b)
-{
-    return strcmp(((const struct reg_entry_id *)a)->name, ((const struct reg_entry_id *)b)->name);
 }
 
 struct reg_model *reg_model_build(struct reg_root *root, const char *name, const char *dir,
@@ -372,20 +393,23 @@ struct reg_model *reg_model_build(struct reg_root *root, const char *name, const
     m->name = xstrdup(name);
     m->dir = xstrdup(dir);
     m->state = MODEL_READY;
-    m->n_ids = n_ids;
-    m->ids = xcalloc(n_ids ? n_ids : 1, sizeof(*m->ids));
-    for (size_t i = 0; i < n_ids; i++) {
-        m->ids[i].name = xstrdup(ids[i].name);
-        m->ids[i].st = ids[i].st;
-    }
-    qsort(m->ids, n_ids, sizeof(*m->ids), cmp_id);
-    m->files = xcalloc(n_ids ? n_ids : 1, sizeof(*m->files));
-    for (size_t i = 0; i < n_ids; i++)
+    m->ids = reg_ids_sorted_copy(ids, n_ids);
+    m->n_ids = m->ids ? n_ids : 0;
+    m->files = m->ids ? calloc(n_ids ? n_ids : 1, sizeof(*m->files)) : NULL;
+    for (size_t i = 0; m->files && i < n_ids; i++)
         m->n_files += (size_t)open_file(m, dir, m->ids[i].name, &m->files[m->n_files]);
-    m->by_file = strmap_new(m->n_files);
-    for (size_t i = 0; i < m->n_files; i++)
+    m->by_file = strmap_try_new(m->n_files);
+    for (size_t i = 0; m->by_file && i < m->n_files; i++)
         strmap_put(m->by_file, m->files[i].name, strlen(m->files[i].name), &m->files[i]);
-    validate_model(m);
+    if (!m->files || !m->by_file) { /* the directory chose how many: a resource error */
+        struct st_error e;
+        st_error_fail(&e, ST_ERR_NO_MEMORY, "%s: not enough memory to list the model's %zu files",
+                      name, n_ids);
+        set_invalid(m, &e);
+        m->transient = 1;
+    } else {
+        validate_model(m);
+    }
     if (forced) {
         m->state = MODEL_READY; /* so the forced reason, not an earlier one, is given */
         set_invalid(m, forced);
@@ -444,17 +468,8 @@ void reg_model_unref(const struct reg_model *cm)
         return;
     for (int k = 0; k < REG_DOC_COUNT; k++)
         free(atomic_load(&m->docs[k].text));
-    for (size_t i = 0; i < m->n_files; i++) {
-        if (m->files[i].fd >= 0)
-            close(m->files[i].fd);
-        st_header_free(m->files[i].header);
-        free(m->files[i].name);
-        free(m->files[i].path);
-    }
-    for (size_t i = 0; i < m->n_ids; i++)
-        free(m->ids[i].name);
-    free(m->ids);
-    free(m->files);
+    reg_files_free(m->files, m->n_files);
+    reg_ids_free(m->ids, m->n_ids);
     free(m->tensors);
     strmap_free(m->by_tensor);
     strmap_free(m->by_file);
@@ -462,21 +477,6 @@ void reg_model_unref(const struct reg_model *cm)
     free(m->dir);
     free(m->name);
     free(m);
-}
-
-struct reg_root *reg_root_ref(struct reg_root *r)
-{
-    atomic_fetch_add_explicit(&r->refs, 1, memory_order_relaxed);
-    return r;
-}
-
-void reg_root_unref(struct reg_root *r)
-{
-    if (!r || atomic_fetch_sub_explicit(&r->refs, 1, memory_order_acq_rel) != 1)
-        return;
-    close(r->fd);
-    free(r->path);
-    free(r);
 }
 
 int registry_open_file(const struct reg_model *m, const struct reg_file *f, int flags)
@@ -509,13 +509,9 @@ void reg_file_set_hashes(const struct reg_file *cf, const unsigned char sha256[3
     if (!atomic_compare_exchange_strong_explicit(&f->hashed, &none, REG_HASHING,
                                                  memory_order_acquire, memory_order_relaxed))
         return;
-    static const char hex[] = "0123456789abcdef";
     memcpy(f->sha256, sha256, sizeof(f->sha256));
     f->sha256_etag[0] = '"';
-    for (int i = 0; i < 32; i++) {
-        f->sha256_etag[1 + 2 * i] = hex[sha256[i] >> 4];
-        f->sha256_etag[2 + 2 * i] = hex[sha256[i] & 15];
-    }
+    digest_hex(sha256, 32, f->sha256_etag + 1);
     f->sha256_etag[65] = '"';
     f->sha256_etag[66] = '\0';
     if (git_sha1) {

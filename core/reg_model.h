@@ -4,6 +4,7 @@
 #ifndef TENSORD_REG_MODEL_H
 #define TENSORD_REG_MODEL_H
 
+#include "reg_common.h"
 #include "registry.h"
 
 /* Builds model `name` from the entries ids[0..n) of its directory `dir`
@@ -25,12 +26,5 @@ int reg_model_has_safetensors(const struct reg_model *m);
 
 /* Descriptors m holds open. */
 size_t reg_model_open_fds(const struct reg_model *m);
-
-/* Whether errno e is an I/O or resource error (a later attempt may succeed)
- * rather than something the files or their permissions say. */
-int reg_errno_transient(int e);
-
-struct reg_root *reg_root_ref(struct reg_root *r);
-void reg_root_unref(struct reg_root *r);
 
 #endif

@@ -43,7 +43,8 @@ static int check_file(struct reg_repo *r, const char *name, struct reg_file *f)
 {
     memset(f, 0, sizeof(*f));
     f->fd = -1;
-    f->path = xasprintf("%s/%s", r->id, name);
+    if (asprintf(&f->path, "%s/%s", r->id, name) < 0)
+        return -1;
     int fd = beneath_open(r->root->fd, r->root->path, f->path, O_RDONLY | O_NOCTTY | O_NONBLOCK);
     if (fd >= 0)
         fd = fileio_regular(fd, &f->st);
@@ -52,11 +53,16 @@ static int check_file(struct reg_repo *r, const char *name, struct reg_file *f)
         free(f->path);
         return 0;
     }
-    f->name = xstrdup(name);
+    if (!(f->name = strdup(name))) {
+        if (fd >= 0)
+            close(fd);
+        free(f->path);
+        return -1;
+    }
     size_t n = strlen(name), k = strlen(ST_SUFFIX);
     f->is_safetensors = n > k && memcmp(name + n - k, ST_SUFFIX, k) == 0;
     if (fd < 0) {
-        st_error_set(&f->error, ST_ERR_IO, "%s: open: %s", name, strerror(-fd));
+        st_error_errno(&f->error, -fd, "%s: open", name);
         r->transient |= reg_errno_transient(-fd);
         return 1;
     }
@@ -68,26 +74,33 @@ static int check_file(struct reg_repo *r, const char *name, struct reg_file *f)
 struct reg_repo *reg_repo_build(struct reg_root *root, const char *id,
                                 const struct reg_entry_id *ids, size_t n)
 {
-    struct reg_repo *r = xcalloc(1, sizeof(*r));
+    struct reg_repo *r = calloc(1, sizeof(*r));
+    if (!r)
+        return NULL;
     atomic_init(&r->refs, 1);
     r->root = reg_root_ref(root);
-    r->id = xstrdup(id);
-    r->n_ids = n;
-    r->ids = xcalloc(n ? n : 1, sizeof(*r->ids));
+    r->id = strdup(id);
+    r->ids = reg_ids_sorted_copy(ids, n);
+    r->n_ids = r->ids ? n : 0;
+    r->files = calloc(n ? n : 1, sizeof(*r->files));
+    if (!r->id || !r->ids || !r->files)
+        goto oom;
     for (size_t i = 0; i < n; i++) {
-        r->ids[i].name = xstrdup(ids[i].name);
-        r->ids[i].st = ids[i].st;
+        int ok = check_file(r, r->ids[i].name, &r->files[r->n_files]);
+        if (ok < 0)
+            goto oom;
+        r->n_files += (size_t)ok;
     }
-    qsort(r->ids, n, sizeof(*r->ids), cmp_id);
-    r->files = xcalloc(n ? n : 1, sizeof(*r->files));
-    for (size_t i = 0; i < n; i++)
-        r->n_files += (size_t)check_file(r, r->ids[i].name, &r->files[r->n_files]);
-    r->by_name = strmap_new(r->n_files);
+    if (!(r->by_name = strmap_try_new(r->n_files)))
+        goto oom;
     for (size_t i = 0; i < r->n_files; i++) {
         strmap_put(r->by_name, r->files[i].name, strlen(r->files[i].name), &r->files[i]);
         r->bytes += r->files[i].st.size;
     }
     return r;
+oom:
+    reg_repo_unref(r);
+    return NULL;
 }
 
 int reg_repo_unchanged(const struct reg_repo *r, const struct reg_entry_id *ids, size_t n)
@@ -107,6 +120,7 @@ struct reg_repo_walk {
     struct reg_entry_id *ids;    /* every regular file below it so far; names owned */
     size_t n, cap;
     size_t errors_at_start;      /* scan errors before the walk entered it */
+    int no_memory;               /* a file could not be added: the repo is not built */
 };
 
 struct reg_repo_walk *reg_repo_walk_begin(const char *id, size_t errors)
@@ -122,11 +136,24 @@ void reg_repo_walk_add(struct reg_repo_walk *w, const char *rel, const char *nam
                        const struct fileio_stat *st)
 {
     const char *below = strlen(rel) >= w->prefix ? rel + w->prefix : "";
+    if (w->no_memory)
+        return;
     if (w->n == w->cap) {
-        w->cap = w->cap ? w->cap * 2 : 16;
-        w->ids = xrealloc(w->ids, w->cap * sizeof(*w->ids));
+        size_t cap = w->cap ? w->cap * 2 : 16;
+        struct reg_entry_id *ids = realloc(w->ids, cap * sizeof(*ids));
+        if (!ids) {
+            w->no_memory = 1;
+            return;
+        }
+        w->ids = ids;
+        w->cap = cap;
     }
-    w->ids[w->n].name = below[0] ? xasprintf("%s/%s", below, name) : xstrdup(name);
+    char *full = NULL;
+    if (below[0] ? asprintf(&full, "%s/%s", below, name) < 0 : !(full = strdup(name))) {
+        w->no_memory = 1;
+        return;
+    }
+    w->ids[w->n].name = full;
     w->ids[w->n].st = *st;
     w->n++;
 }
@@ -143,10 +170,15 @@ struct reg_repo *reg_repo_walk_end(struct reg_repo_walk *w, struct reg_root *roo
     *transient = 0;
     if (w->n > 1)
         qsort(w->ids, w->n, sizeof(*w->ids), cmp_id);
-    if (old && (errors > w->errors_at_start || reg_repo_unchanged(old, w->ids, w->n))) {
+    if (w->no_memory) { /* as for an I/O error: keep the previous one, retry */
+        *transient = 1;
+        r = old ? reg_repo_ref(old) : NULL;
+    } else if (old && (errors > w->errors_at_start || reg_repo_unchanged(old, w->ids, w->n))) {
         r = reg_repo_ref(old);
+    } else if (w->n && !(r = reg_repo_build(root, w->id, w->ids, w->n))) {
+        *transient = 1;
+        r = old ? reg_repo_ref(old) : NULL;
     } else if (w->n) {
-        r = reg_repo_build(root, w->id, w->ids, w->n);
         if (r->transient) {
             *transient = 1;
             if (old) {
@@ -193,14 +225,8 @@ void reg_repo_unref(const struct reg_repo *cr)
     if (!r || atomic_fetch_sub_explicit(&r->refs, 1, memory_order_acq_rel) != 1)
         return;
     rev_free(atomic_load(&r->rev));
-    for (size_t i = 0; i < r->n_files; i++) {
-        free(r->files[i].name);
-        free(r->files[i].path);
-    }
-    for (size_t i = 0; i < r->n_ids; i++)
-        free(r->ids[i].name);
-    free(r->ids);
-    free(r->files);
+    reg_files_free(r->files, r->n_files);
+    reg_ids_free(r->ids, r->n_ids);
     strmap_free(r->by_name);
     reg_root_unref(r->root);
     free(r->id);

@@ -42,7 +42,8 @@ struct reg_repo_rev {
 
 /* Builds repo `id` from its files ids[0..n) (names relative to the repo
  * directory, sorted or not): each is opened below root to make sure it may
- * be served, and closed. Returns a repo with one reference, never NULL;
+ * be served, and closed. Returns a repo with one reference, or NULL when
+ * memory ran out (the number of files is the directory's choice);
  * `transient` is set when an I/O or resource error kept a file from being
  * checked. Internal to the registry. */
 struct reg_repo *reg_repo_build(struct reg_root *root, const char *id,

@@ -130,7 +130,8 @@ static void lose(struct scan *s, const char *rel)
 /* Lists dirfd's entries that are directories or regular files (after
  * following symlinks, which only the open will judge), hidden and non-UTF-8
  * names left out, sorted by name. Returns NULL when the directory could not
- * be read (*err the errno). */
+ * be read (*err the errno; ENOMEM when its listing did not fit in memory:
+ * the directory's size is not ours to choose, so that never aborts). */
 static struct entry *list_dir(int dirfd, size_t *n_out, int *err)
 {
     size_t n = 0, cap = 16;
@@ -144,8 +145,13 @@ static struct entry *list_dir(int dirfd, size_t *n_out, int *err)
         return NULL;
     }
     rewinddir(d);
-    struct entry *e = xmalloc(cap * sizeof(*e));
+    struct entry *e = malloc(cap * sizeof(*e));
     struct dirent *de;
+    if (!e) {
+        closedir(d);
+        *err = ENOMEM;
+        return NULL;
+    }
     for (;;) {
         errno = 0;
         if (!(de = readdir(d)))
@@ -162,11 +168,17 @@ static struct entry *list_dir(int dirfd, size_t *n_out, int *err)
         }
         if (!S_ISDIR(sb.st_mode) && !S_ISREG(sb.st_mode))
             continue; /* FIFOs, sockets, devices: never opened */
-        if (n == cap) {
-            cap *= 2;
-            e = xrealloc(e, cap * sizeof(*e));
+        struct entry *grown = n == cap ? realloc(e, 2 * cap * sizeof(*e)) : e;
+        char *name = grown ? strdup(de->d_name) : NULL;
+        if (!name) {
+            e = grown ? grown : e;
+            errno = ENOMEM;
+            break;
         }
-        e[n].name = xstrdup(de->d_name);
+        if (n == cap)
+            cap *= 2;
+        e = grown;
+        e[n].name = name;
         e[n].kind = S_ISDIR(sb.st_mode) ? ENTRY_DIR : ENTRY_REG;
         fileio_stat_from(&sb, &e[n].st);
         n++;
@@ -188,12 +200,18 @@ static struct entry *list_dir(int dirfd, size_t *n_out, int *err)
 static void take_model(struct scan *s, const char *name, const char *dir, const struct entry *e,
                        size_t n)
 {
-    struct reg_entry_id *ids = xcalloc(n ? n : 1, sizeof(*ids));
+    struct reg_entry_id *ids = calloc(n ? n : 1, sizeof(*ids));
+    const struct reg_model *old = s->prev ? registry_find_model(s->prev, name, strlen(name)) : NULL;
+    if (!ids) { /* a resource error: keep the previous model, rescan later */
+        s->errors++;
+        if (old)
+            add_model(s, reg_model_ref(old));
+        return;
+    }
     size_t k = 0;
     for (size_t i = 0; i < n; i++)
         if (e[i].kind == ENTRY_REG)
             ids[k++] = (struct reg_entry_id){.name = e[i].name, .st = e[i].st};
-    const struct reg_model *old = s->prev ? registry_find_model(s->prev, name, strlen(name)) : NULL;
     if (old && reg_model_unchanged(old, ids, k)) {
         add_model(s, reg_model_ref(old));
         s->reused++;
@@ -375,9 +393,9 @@ static void settle_names(struct scan *s, struct registry *r)
             struct reg_model *a = s->models[out - 1];
             struct reg_model *dirm = a->dir[0] ? a : m;
             struct st_error e;
-            st_error_set(&e, ST_ERR_NAME_CONFLICT,
-                         "model \"%.200s\": both %.200s.safetensors at the root and directory %.200s/ hold a model",
-                         m->name, m->name, m->name);
+            st_error_fail(&e, ST_ERR_NAME_CONFLICT,
+                          "model \"%.200s\": both %.200s.safetensors at the root and directory %.200s/ hold a model",
+                          m->name, m->name, m->name);
             s->models[out - 1] = reg_model_build(s->root, dirm->name, dirm->dir, dirm->ids,
                                                  dirm->n_ids, &e);
             reg_model_unref(a);
@@ -411,51 +429,17 @@ static void settle_names(struct scan *s, struct registry *r)
     }
 }
 
-/* The root opened for this scan: the previous snapshot's when it is the
- * same directory, so models built in different scans share one root. */
-static struct reg_root *open_root(const char *root, const struct registry *prev,
-                                  struct st_error *err)
-{
-    char *real = realpath(root, NULL);
-    if (!real) {
-        st_error_set(err, ST_ERR_IO, "models root \"%.300s\": %s", root, strerror(errno));
-        return NULL;
-    }
-    int fd = open(real, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NONBLOCK);
-    struct stat sb, pb;
-    if (fd < 0 || fstat(fd, &sb) != 0) {
-        st_error_set(err, ST_ERR_IO, "models root \"%.300s\": %s", root, strerror(errno));
-        if (fd >= 0)
-            close(fd);
-        free(real);
-        return NULL;
-    }
-    if (prev && strcmp(prev->root->path, real) == 0 && fstat(prev->root->fd, &pb) == 0 &&
-        pb.st_dev == sb.st_dev && pb.st_ino == sb.st_ino) {
-        close(fd);
-        free(real);
-        return reg_root_ref(prev->root);
-    }
-    struct reg_root *rr = xcalloc(1, sizeof(*rr));
-    atomic_init(&rr->refs, 1);
-    rr->fd = fd;
-    rr->path = real;
-    return rr;
-}
-
 struct registry *registry_scan(const char *root, uint64_t generation,
                                const struct registry_scan_opts *opts, struct st_error *err)
 {
     uint64_t t0 = time_mono_ns();
-    struct st_error e0;
     const struct registry *prev = opts ? opts->prev : NULL;
-    struct reg_root *rr = open_root(root, prev, err ? err : &e0);
+    struct reg_root *rr = reg_root_open(root, prev ? prev->root : NULL, err);
     if (!rr)
         return NULL;
     struct stat sb;
     if (fstat(rr->fd, &sb) != 0) {
-        st_error_set(err ? err : &e0, ST_ERR_IO, "models root \"%.300s\": %s", root,
-                     strerror(errno));
+        st_error_errno(err, errno, "models root \"%.300s\"", root);
         reg_root_unref(rr);
         return NULL;
     }
@@ -487,7 +471,7 @@ struct registry *registry_scan(const char *root, uint64_t generation,
     free(s.path);
     if (s.n_lost == 1 && s.lost[0][0] == '\0' && !prev) {
         /* The root itself could not be listed and there is nothing to keep. */
-        st_error_set(err ? err : &e0, ST_ERR_IO, "models root \"%.300s\": cannot list it", root);
+        st_error_fail(err, ST_ERR_IO, "models root \"%.300s\": cannot list it", root);
     }
     keep_lost(&s);
     for (size_t i = 0; i < s.n_lost; i++)
@@ -504,7 +488,7 @@ struct registry *registry_scan(const char *root, uint64_t generation,
     r->scanned_at = (int64_t)time(NULL);
     r->scan_ns = time_mono_ns() - t0;
     if (err)
-        st_error_set(err, ST_OK, "%s", "");
+        st_error_fail(err, ST_OK, "%s", "");
     return r;
 }
 

@@ -80,21 +80,15 @@ static int parse_int(const char *spec, size_t len, size_t *pos, uint32_t dim, in
             return syntax_error(spec, len, p, dim, errbuf, errlen);
         return 1;
     }
-    uint64_t mag = 0;
-    size_t digits = p;
-    for (; p < len && spec[p] >= '0' && spec[p] <= '9'; p++) {
-        if (u64_mul(mag, 10, &mag) < 0 || u64_add(mag, (uint64_t)(spec[p] - '0'), &mag) < 0 ||
-            mag > (uint64_t)INT64_MAX + 1)
-            goto overflow;
-    }
-    if (!neg && mag > (uint64_t)INT64_MAX)
-        goto overflow;
+    uint64_t mag;
+    size_t used;
+    if (decimal_u64(spec + p, len - p, &mag, &used) != 0 || mag > (uint64_t)INT64_MAX + neg)
+        return fail(errbuf, errlen,
+                    "dimension %" PRIu32 ": integer at position %zu does not fit in 64 bits", dim,
+                    p + 1);
     *out = neg ? (mag == (uint64_t)INT64_MAX + 1 ? INT64_MIN : -(int64_t)mag) : (int64_t)mag;
-    *pos = p;
+    *pos = p + used;
     return 0;
-overflow:
-    return fail(errbuf, errlen, "dimension %" PRIu32 ": integer at position %zu does not fit in 64 bits",
-                dim, digits + 1);
 }
 
 /* Parses the whole spec; items beyond max_items are checked but not stored.
@@ -243,21 +237,12 @@ int slice_plan_build(const char *spec, size_t len, enum dtype dt, uint32_t ndim,
     return slice_plan_build_narrowed(spec, len, dt, ndim, shape, NULL, plan, errbuf, errlen);
 }
 
-int slice_plan_build_narrowed(const char *spec, size_t len, enum dtype dt, uint32_t ndim,
-                              const uint64_t *shape, const struct slice_narrow *narrow,
-                              struct slice_plan *plan, char *errbuf, size_t errlen)
+/* Step 1: what each of the ndim dimensions selects (spec, then the cut). */
+static int select_dims(const char *spec, size_t len, uint32_t ndim, const uint64_t *shape,
+                       const struct slice_narrow *narrow, struct slice_sel *sel, char *errbuf,
+                       size_t errlen)
 {
     struct slice_item items[ST_MAX_NDIM];
-    struct slice_sel sel[ST_MAX_NDIM];
-    uint64_t stride[ST_MAX_NDIM]; /* source bits between neighbours along each dimension */
-
-    memset(plan, 0, sizeof(*plan));
-    const struct dtype_info *info = dtype_info(dt);
-    if (!info)
-        return fail(errbuf, errlen, "slice: invalid dtype");
-    if (ndim > ST_MAX_NDIM)
-        return fail(errbuf, errlen, "slice: tensor has %" PRIu32 " dimensions, more than %d",
-                    ndim, ST_MAX_NDIM);
     if (!spec)
         len = 0;
     long n_items = parse_spec(spec, len, items, ndim, errbuf, errlen);
@@ -266,7 +251,6 @@ int slice_plan_build_narrowed(const char *spec, size_t len, enum dtype dt, uint3
     if ((unsigned long)n_items > ndim)
         return fail(errbuf, errlen, "too many indices: tensor has %" PRIu32
                     " dimensions, slice has %ld", ndim, n_items);
-
     for (uint32_t d = 0; d < ndim; d++) {
         static const struct slice_item whole = {0};
         if (resolve(d < (uint32_t)n_items ? &items[d] : &whole, d, shape[d], &sel[d], errbuf,
@@ -275,43 +259,59 @@ int slice_plan_build_narrowed(const char *spec, size_t len, enum dtype dt, uint3
     }
     if (narrow && narrow_sel(sel, ndim, narrow, errbuf, errlen) < 0)
         return -1;
-    int empty = 0;
-    for (uint32_t d = 0; d < ndim; d++) {
-        if (sel[d].count == 0)
-            empty = 1;
-        if (!sel[d].dropped)
-            plan->shape[plan->ndim++] = sel[d].count;
-    }
-    if (empty)
-        return 0; /* nelems, nbytes, n_runs all 0 */
+    return 0;
+}
 
-    /* Strides in bits, checked: the validator bounds the byte size, but 8x
-     * that can exceed 64 bits for an (absurd) tensor over 2 EiB. */
-    uint64_t acc = info->bits;
+/* Step 2: source bits between neighbours along each dimension, checked: the
+ * validator bounds the byte size, but 8x that can exceed 64 bits for an
+ * (absurd) tensor over 2 EiB. */
+static int bit_strides(unsigned bits, uint32_t ndim, const uint64_t *shape, uint64_t *stride,
+                       char *errbuf, size_t errlen)
+{
+    uint64_t acc = bits;
     for (uint32_t d = ndim; d-- > 0;) {
         stride[d] = acc;
         if (u64_mul(acc, shape[d], &acc) < 0)
             return fail(errbuf, errlen, "slice: tensor size in bits overflows 64 bits");
     }
+    return 0;
+}
 
-    /* The run: trailing dimensions taken whole, then the innermost partial
-     * one when it is contiguous (step 1; a single index counts as one). A
-     * reversed dimension is never part of a run: its elements go backwards. */
-    uint64_t run_bits = info->bits, nelems = 1;
+/* Step 3: the run: trailing dimensions taken whole, then the innermost
+ * partial one when it is contiguous (step 1; a single index counts as one).
+ * A reversed dimension is never part of a run: its elements go backwards.
+ * Sets *run_bits and *last_outer, the innermost dimension that enumerates
+ * runs (-1 when there is one run). */
+static int plan_run(const struct slice_sel *sel, uint32_t ndim, const uint64_t *shape,
+                    enum dtype dt, uint64_t *run_bits, int32_t *last_outer, char *errbuf,
+                    size_t errlen)
+{
+    uint64_t bits = dtype_info(dt)->bits;
     int32_t d = (int32_t)ndim - 1;
     while (d >= 0 && sel[d].start == 0 && sel[d].count == shape[d] && sel[d].step == 1) {
-        run_bits *= shape[d];
+        bits *= shape[d];
         d--;
     }
     int32_t run_dim = d; /* the dimension that cuts the run, -1 if none */
     if (d >= 0 && sel[d].step == 1) {
-        run_bits *= sel[d].count;
+        bits *= sel[d].count;
         d--;
     }
-    if (run_bits % 8)
+    if (bits % 8)
         return misaligned(errbuf, errlen, (uint32_t)(run_dim < 0 ? 0 : run_dim), ndim > 0, dt);
+    *run_bits = bits;
+    *last_outer = d;
+    return 0;
+}
 
-    uint64_t base_bits = 0;
+/* Step 4: the first run's offset, the element count, and the dimensions
+ * 0..last_outer that enumerate runs (those of one element fold into the
+ * base), each on a byte boundary. */
+static int plan_outer(const struct slice_sel *sel, uint32_t ndim, const uint64_t *stride,
+                      int32_t last_outer, enum dtype dt, struct slice_plan *plan, char *errbuf,
+                      size_t errlen)
+{
+    uint64_t base_bits = 0, nelems = 1;
     int32_t bad_base_dim = -1;
     for (uint32_t i = 0; i < ndim; i++) {
         uint64_t contrib = sel[i].start * stride[i]; /* < total bits: no overflow */
@@ -322,8 +322,7 @@ int slice_plan_build_narrowed(const char *spec, size_t len, enum dtype dt, uint3
     }
     if (base_bits % 8)
         return misaligned(errbuf, errlen, (uint32_t)bad_base_dim, 1, dt);
-
-    for (int32_t i = 0; i <= d; i++) {
+    for (int32_t i = 0; i <= last_outer; i++) {
         if (sel[i].count == 1)
             continue; /* folded into base */
         /* |step| * stride < total bits, as count > 1 elements fit in the dimension */
@@ -336,8 +335,41 @@ int slice_plan_build_narrowed(const char *spec, size_t len, enum dtype dt, uint3
         plan->n_outer++;
     }
     plan->nelems = nelems;
-    plan->run_bytes = run_bits / 8;
     plan->base = base_bits / 8;
+    return 0;
+}
+
+int slice_plan_build_narrowed(const char *spec, size_t len, enum dtype dt, uint32_t ndim,
+                              const uint64_t *shape, const struct slice_narrow *narrow,
+                              struct slice_plan *plan, char *errbuf, size_t errlen)
+{
+    struct slice_sel sel[ST_MAX_NDIM];
+    uint64_t stride[ST_MAX_NDIM], run_bits = 0;
+    int32_t last_outer = -1;
+
+    memset(plan, 0, sizeof(*plan));
+    const struct dtype_info *info = dtype_info(dt);
+    if (!info)
+        return fail(errbuf, errlen, "slice: invalid dtype");
+    if (ndim > ST_MAX_NDIM)
+        return fail(errbuf, errlen, "slice: tensor has %" PRIu32 " dimensions, more than %d",
+                    ndim, ST_MAX_NDIM);
+    if (select_dims(spec, len, ndim, shape, narrow, sel, errbuf, errlen) < 0)
+        return -1;
+    int empty = 0;
+    for (uint32_t d = 0; d < ndim; d++) {
+        if (sel[d].count == 0)
+            empty = 1;
+        if (!sel[d].dropped)
+            plan->shape[plan->ndim++] = sel[d].count;
+    }
+    if (empty)
+        return 0; /* nelems, nbytes, n_runs all 0 */
+    if (bit_strides(info->bits, ndim, shape, stride, errbuf, errlen) < 0 ||
+        plan_run(sel, ndim, shape, dt, &run_bits, &last_outer, errbuf, errlen) < 0 ||
+        plan_outer(sel, ndim, stride, last_outer, dt, plan, errbuf, errlen) < 0)
+        return -1;
+    plan->run_bytes = run_bits / 8;
     plan->n_runs = 1;
     for (uint32_t i = 0; i < plan->n_outer; i++)
         plan->n_runs *= plan->outer_count[i];

@@ -83,67 +83,67 @@ struct entry {
 
 /* The rules for one tensor entry, in the order they were always checked.
  * Sizes and offsets against each other are st_header's offset walk. */
-static enum st_status check_entry(const char *file, struct st_error *err, const char *name,
-                                  size_t nlen, const struct entry *e, enum dtype *dt)
+static int check_entry(const char *file, struct st_error *err, const char *name,
+                       size_t nlen, const struct entry *e, enum dtype *dt)
 {
     char nm[ST_NAME_SHOW + 4], d[ST_NAME_SHOW * 2], k[ST_NAME_SHOW + 4];
 #define NM str_excerpt(name, nlen, ST_NAME_SHOW, nm) /* quoted only once there is an error */
     if (e->whole.tok != '{')
-        return st_error_set(err, ST_ERR_TENSOR_INFO,
-                            "%s: tensor \"%s\": entry must be an object, got %s", file, NM,
-                            describe(&e->whole, d, sizeof(d)));
+        return st_error_fail(err, ST_ERR_TENSOR_INFO,
+                             "%s: tensor \"%s\": entry must be an object, got %s", file, NM,
+                             describe(&e->whole, d, sizeof(d)));
     const char *missing = !(e->has & HAS_DTYPE)     ? "dtype"
                           : !(e->has & HAS_SHAPE)   ? "shape"
                           : !(e->has & HAS_OFFSETS) ? "data_offsets"
                                                     : NULL;
     if (missing)
-        return st_error_set(err, ST_ERR_TENSOR_INFO, "%s: tensor \"%s\": \"%s\" is missing",
-                            file, NM, missing);
+        return st_error_fail(err, ST_ERR_TENSOR_INFO, "%s: tensor \"%s\": \"%s\" is missing",
+                             file, NM, missing);
     if (e->unknown)
-        return st_error_set(err, ST_ERR_UNKNOWN_FIELD,
-                            "%s: tensor \"%s\": unknown field \"%s\" (only dtype, shape "
-                            "and data_offsets are allowed)",
-                            file, NM, str_excerpt(e->unknown, e->unknown_len, ST_NAME_SHOW, k));
+        return st_error_fail(err, ST_ERR_UNKNOWN_FIELD,
+                             "%s: tensor \"%s\": unknown field \"%s\" (only dtype, shape "
+                             "and data_offsets are allowed)",
+                             file, NM, str_excerpt(e->unknown, e->unknown_len, ST_NAME_SHOW, k));
     if (e->dtype.tok != JSON_TOK_STRING)
-        return st_error_set(err, ST_ERR_TENSOR_INFO,
-                            "%s: tensor \"%s\": dtype must be a string, got %s", file, NM,
-                            describe(&e->dtype, d, sizeof(d)));
+        return st_error_fail(err, ST_ERR_TENSOR_INFO,
+                             "%s: tensor \"%s\": dtype must be a string, got %s", file, NM,
+                             describe(&e->dtype, d, sizeof(d)));
     *dt = e->dtype.len <= DESC_KEEP ? dtype_from_name(e->dtype.str, e->dtype.len) : DT_INVALID;
     if (*dt == DT_INVALID)
-        return st_error_set(err, ST_ERR_DTYPE, "%s: tensor \"%s\": unknown dtype %s", file, NM,
-                            describe(&e->dtype, d, sizeof(d)));
+        return st_error_fail(err, ST_ERR_DTYPE, "%s: tensor \"%s\": unknown dtype %s", file, NM,
+                             describe(&e->dtype, d, sizeof(d)));
     if (e->shape.whole.tok != '[')
-        return st_error_set(err, ST_ERR_SHAPE,
-                            "%s: tensor \"%s\": shape must be an array of unsigned integers, got %s",
-                            file, NM, describe(&e->shape.whole, d, sizeof(d)));
+        return st_error_fail(err, ST_ERR_SHAPE,
+                             "%s: tensor \"%s\": shape must be an array of unsigned integers, got %s",
+                             file, NM, describe(&e->shape.whole, d, sizeof(d)));
     if (e->shape.n > ST_MAX_NDIM)
-        return st_error_set(err, ST_ERR_SHAPE,
-                            "%s: tensor \"%s\": shape has %zu dimensions, more than the %d allowed",
-                            file, NM, e->shape.n, ST_MAX_NDIM);
+        return st_error_fail(err, ST_ERR_SHAPE,
+                             "%s: tensor \"%s\": shape has %zu dimensions, more than the %d allowed",
+                             file, NM, e->shape.n, ST_MAX_NDIM);
     if (e->shape.bad != NONE)
-        return st_error_set(err, ST_ERR_SHAPE,
-                            "%s: tensor \"%s\": shape[%zu] must be an unsigned integer, got %s",
-                            file, NM, e->shape.bad, describe(&e->shape.bad_desc, d, sizeof(d)));
+        return st_error_fail(err, ST_ERR_SHAPE,
+                             "%s: tensor \"%s\": shape[%zu] must be an unsigned integer, got %s",
+                             file, NM, e->shape.bad, describe(&e->shape.bad_desc, d, sizeof(d)));
     if (e->offsets.whole.tok != '[' || e->offsets.n != 2) {
         char n[32] = "";
         if (e->offsets.whole.tok == '[')
             snprintf(n, sizeof(n), " of %zu entries", e->offsets.n);
-        return st_error_set(err, ST_ERR_OFFSETS,
-                            "%s: tensor \"%s\": data_offsets must be an array of two unsigned "
-                            "integers, got %s%s",
-                            file, NM, describe(&e->offsets.whole, d, sizeof(d)), n);
+        return st_error_fail(err, ST_ERR_OFFSETS,
+                             "%s: tensor \"%s\": data_offsets must be an array of two unsigned "
+                             "integers, got %s%s",
+                             file, NM, describe(&e->offsets.whole, d, sizeof(d)), n);
     }
     if (e->offsets.bad != NONE)
-        return st_error_set(err, ST_ERR_OFFSETS,
-                            "%s: tensor \"%s\": data_offsets[%zu] must be an unsigned integer, "
-                            "got %s",
-                            file, NM, e->offsets.bad, describe(&e->offsets.bad_desc, d, sizeof(d)));
+        return st_error_fail(err, ST_ERR_OFFSETS,
+                             "%s: tensor \"%s\": data_offsets[%zu] must be an unsigned integer, "
+                             "got %s",
+                             file, NM, e->offsets.bad, describe(&e->offsets.bad_desc, d, sizeof(d)));
     if (e->off[0] > e->off[1])
-        return st_error_set(err, ST_ERR_OFFSETS,
-                            "%s: tensor \"%s\": data_offsets [%" PRIu64 ", %" PRIu64
-                            "] begin after they end",
-                            file, NM, e->off[0], e->off[1]);
-    return ST_OK;
+        return st_error_fail(err, ST_ERR_OFFSETS,
+                             "%s: tensor \"%s\": data_offsets [%" PRIu64 ", %" PRIu64
+                             "] begin after they end",
+                             file, NM, e->off[0], e->off[1]);
+    return 0;
 #undef NM
 }
 
@@ -255,7 +255,7 @@ static void add_tensor(struct reader *r, const char *name, size_t nlen, const st
 {
     enum dtype dt;
     if (r->tensor_err.code != ST_OK ||
-        check_entry(r->file, &r->tensor_err, name, nlen, e, &dt) != ST_OK)
+        check_entry(r->file, &r->tensor_err, name, nlen, e, &dt) != 0)
         return;
     ARENA_ROOM(r->h->n_tensors < r->max_tensors);
     struct st_tensor *t = &r->h->tensors[r->h->n_tensors++];
@@ -339,9 +339,9 @@ static int read_metadata(struct reader *r)
     if (js->tok != '{') {
         if (take_value(r, 2, &v) != 0)
             return -1;
-        st_error_set(&r->meta_err, ST_ERR_METADATA,
-                     "%s: __metadata__ must be an object of strings, got %s", r->file,
-                     describe(&v, d, sizeof(d)));
+        st_error_fail(&r->meta_err, ST_ERR_METADATA,
+                      "%s: __metadata__ must be an object of strings, got %s", r->file,
+                      describe(&v, d, sizeof(d)));
         return 0;
     }
     if (json_scan_next(js) == '}')
@@ -375,10 +375,10 @@ static int read_metadata(struct reader *r)
             if (take_value(r, 3, &v) != 0)
                 break;
             if (r->meta_err.code == ST_OK)
-                st_error_set(&r->meta_err, ST_ERR_METADATA,
-                             "%s: __metadata__ value for key \"%s\" must be a string, got %s",
-                             r->file, str_excerpt(key, klen, ST_NAME_SHOW, k),
-                             describe(&v, d, sizeof(d)));
+                st_error_fail(&r->meta_err, ST_ERR_METADATA,
+                              "%s: __metadata__ value for key \"%s\" must be a string, got %s",
+                              r->file, str_excerpt(key, klen, ST_NAME_SHOW, k),
+                              describe(&v, d, sizeof(d)));
         }
         more = json_scan_more(js, '}');
     }
@@ -454,11 +454,14 @@ static int alloc_arena(struct reader *r, const struct st_entries_room *room, siz
     return 0;
 }
 
-enum st_status st_entries_read(const char *json, size_t len, const struct st_entries_room *room,
-                               const char *file, struct st_header *h, struct st_error *err)
+int st_entries_read(const char *json, size_t len, const struct st_entries_room *room,
+                    const char *file, struct st_header *h, struct st_error *err)
 {
-    struct reader *r = xcalloc(1, sizeof(*r));
-    enum st_status rc = ST_OK;
+    struct reader *r = calloc(1, sizeof(*r));
+    int rc = 0;
+    if (!r)
+        return st_error_fail(err, ST_ERR_NO_MEMORY,
+                             "%s: not enough memory to read the %zu-byte header", file, len);
     json_scan_init(&r->js, json, len);
     r->file = file;
     r->h = h;
@@ -466,21 +469,21 @@ enum st_status st_entries_read(const char *json, size_t len, const struct st_ent
                 nameset_init(&r->names, room->entries + 1, r->str) == 0;
     int bad = !ready || read_root(r) != 0 || r->js.failed;
     if (!ready) {
-        rc = st_error_set(err, ST_ERR_NO_MEMORY,
-                          "%s: not enough memory to read the %zu-byte header (%zu entries)", file,
-                          len, room->entries);
+        rc = st_error_fail(err, ST_ERR_NO_MEMORY,
+                           "%s: not enough memory to read the %zu-byte header (%zu entries)", file,
+                           len, room->entries);
     } else if (bad && r->js.no_memory) {
-        rc = st_error_set(err, ST_ERR_NO_MEMORY,
-                          "%s: not enough memory to read the %zu-byte header (at line %d column %d)",
-                          file, len, r->js.line, r->js.column);
+        rc = st_error_fail(err, ST_ERR_NO_MEMORY,
+                           "%s: not enough memory to read the %zu-byte header (at line %d column %d)",
+                           file, len, r->js.line, r->js.column);
     } else if (bad) {
         char txt[ST_NAME_SHOW * 2 + 4];
-        rc = st_error_set(err, r->js.duplicate ? ST_ERR_DUPLICATE_KEY : ST_ERR_JSON,
-                          "%s: header JSON line %d column %d: %s", file, r->js.line, r->js.column,
-                          str_excerpt(r->js.text, strlen(r->js.text), ST_NAME_SHOW * 2, txt));
+        rc = st_error_fail(err, r->js.duplicate ? ST_ERR_DUPLICATE_KEY : ST_ERR_JSON,
+                           "%s: header JSON line %d column %d: %s", file, r->js.line, r->js.column,
+                           str_excerpt(r->js.text, strlen(r->js.text), ST_NAME_SHOW * 2, txt));
     } else if (r->meta_err.code != ST_OK || r->tensor_err.code != ST_OK) {
         const struct st_error *e = r->meta_err.code != ST_OK ? &r->meta_err : &r->tensor_err;
-        rc = st_error_set(err, e->code, "%s", e->message);
+        rc = st_error_fail(err, e->code, "%s", e->message);
     }
     nameset_free(&r->names);
     free(r);

@@ -30,7 +30,7 @@ struct st_entries_room {
  * ST_ERR_DUPLICATE_KEY) before any entry's; __metadata__'s before the
  * tensors'; then the first bad tensor in file order. On error h may hold a
  * partial arena, which st_header_free releases. */
-enum st_status st_entries_read(const char *json, size_t len, const struct st_entries_room *room,
-                               const char *file, struct st_header *h, struct st_error *err);
+int st_entries_read(const char *json, size_t len, const struct st_entries_room *room,
+                    const char *file, struct st_header *h, struct st_error *err);
 
 #endif

@@ -46,15 +46,11 @@ static void ctx_init(struct ctx *c, const char *file, struct st_error *err)
 /* "[2, 3]" with at most SHAPE_SHOW dimensions before "...". */
 static const char *fmt_shape(const uint64_t *shape, uint32_t ndim, char *out, size_t outlen)
 {
-    size_t j = 0;
-    out[j++] = '[';
-    for (uint32_t i = 0; i < ndim && j < outlen; i++) {
-        if (i == SHAPE_SHOW) {
-            j += (size_t)snprintf(out + j, outlen - j, ", ... (%" PRIu32 " dims)", ndim);
-            break;
-        }
-        j += (size_t)snprintf(out + j, outlen - j, "%s%" PRIu64, i ? ", " : "", shape[i]);
-    }
+    size_t j = 1;
+    out[0] = '[';
+    j += shape_format(out + 1, outlen - 1, shape, ndim < SHAPE_SHOW ? ndim : SHAPE_SHOW, ", ");
+    if (ndim > SHAPE_SHOW && j < outlen)
+        j += (size_t)snprintf(out + j, outlen - j, ", ... (%" PRIu32 " dims)", ndim);
     if (j < outlen - 1) {
         out[j++] = ']';
         out[j] = '\0';
@@ -64,34 +60,34 @@ static const char *fmt_shape(const uint64_t *shape, uint32_t ndim, char *out, si
     return out;
 }
 
-enum st_status st_header_check_prefix(const unsigned char prefix[ST_PREFIX_LEN],
-                                      uint64_t file_size, const char *file,
-                                      uint64_t *header_len, struct st_error *err)
+int st_header_check_prefix(const unsigned char prefix[ST_PREFIX_LEN],
+                           uint64_t file_size, const char *file,
+                           uint64_t *header_len, struct st_error *err)
 {
     struct ctx c;
     ctx_init(&c, file, err);
     *header_len = 0;
     if (file_size < ST_PREFIX_LEN)
-        return st_error_set(err, ST_ERR_HEADER_TOO_SMALL,
-                            "%s: file is %" PRIu64 " bytes, shorter than the %d-byte header length prefix",
-                            c.file, file_size, ST_PREFIX_LEN);
+        return st_error_fail(err, ST_ERR_HEADER_TOO_SMALL,
+                             "%s: file is %" PRIu64 " bytes, shorter than the %d-byte header length prefix",
+                             c.file, file_size, ST_PREFIX_LEN);
     uint64_t n = 0;
     for (int i = ST_PREFIX_LEN - 1; i >= 0; i--)
         n = n << 8 | prefix[i];
     if (n == 0)
-        return st_error_set(err, ST_ERR_HEADER_EMPTY, "%s: header length is 0", c.file);
+        return st_error_fail(err, ST_ERR_HEADER_EMPTY, "%s: header length is 0", c.file);
     if (n > ST_MAX_HEADER_LEN)
-        return st_error_set(err, ST_ERR_HEADER_TOO_LARGE,
-                            "%s: header length %" PRIu64 " exceeds the limit of %llu bytes", c.file,
-                            n, ST_MAX_HEADER_LEN);
+        return st_error_fail(err, ST_ERR_HEADER_TOO_LARGE,
+                             "%s: header length %" PRIu64 " exceeds the limit of %llu bytes", c.file,
+                             n, ST_MAX_HEADER_LEN);
     uint64_t end;
     if (u64_add(n, ST_PREFIX_LEN, &end) != 0 || end > file_size)
-        return st_error_set(err, ST_ERR_HEADER_LENGTH,
-                            "%s: header length %" PRIu64 " runs past the end of the %" PRIu64
-                            "-byte file",
-                            c.file, n, file_size);
+        return st_error_fail(err, ST_ERR_HEADER_LENGTH,
+                             "%s: header length %" PRIu64 " runs past the end of the %" PRIu64
+                             "-byte file",
+                             c.file, n, file_size);
     *header_len = n;
-    return ST_OK;
+    return 0;
 }
 
 /* What the pre-pass learns about the raw bytes. */
@@ -200,7 +196,7 @@ static int cmp_tensor(const void *pa, const void *pb)
 
 /* The crate's validate(): sorted offsets start at 0 and are contiguous, and
  * each tensor's span is exactly what its shape and dtype need. Fills nelems. */
-static enum st_status check_layout(struct ctx *c, struct st_header *h)
+static int check_layout(struct ctx *c, struct st_header *h)
 {
     char nm[NAME_SHOW + 4], pv[NAME_SHOW + 4], sh[128];
     uint64_t start = 0;
@@ -211,69 +207,69 @@ static enum st_status check_layout(struct ctx *c, struct st_header *h)
         if (t->begin != start) {
             str_excerpt(t->name, t->name_len, NAME_SHOW, nm);
             if (!prev)
-                return st_error_set(c->err, ST_ERR_INVALID_OFFSET,
-                                    "%s: tensor \"%s\": data_offsets [%" PRIu64 ", %" PRIu64
-                                    "] but the first tensor must begin at 0",
-                                    c->file, nm, t->begin, t->end);
-            return st_error_set(c->err, ST_ERR_INVALID_OFFSET,
-                                "%s: tensor \"%s\": data_offsets [%" PRIu64 ", %" PRIu64
-                                "] %s tensor \"%s\", which ends at %" PRIu64,
-                                c->file, nm, t->begin, t->end,
-                                t->begin < start ? "overlap" : "leave a hole after",
-                                str_excerpt(prev->name, prev->name_len, NAME_SHOW, pv), start);
+                return st_error_fail(c->err, ST_ERR_INVALID_OFFSET,
+                                     "%s: tensor \"%s\": data_offsets [%" PRIu64 ", %" PRIu64
+                                     "] but the first tensor must begin at 0",
+                                     c->file, nm, t->begin, t->end);
+            return st_error_fail(c->err, ST_ERR_INVALID_OFFSET,
+                                 "%s: tensor \"%s\": data_offsets [%" PRIu64 ", %" PRIu64
+                                 "] %s tensor \"%s\", which ends at %" PRIu64,
+                                 c->file, nm, t->begin, t->end,
+                                 t->begin < start ? "overlap" : "leave a hole after",
+                                 str_excerpt(prev->name, prev->name_len, NAME_SHOW, pv), start);
         }
         uint64_t n = 1, bits;
         for (uint32_t k = 0; k < t->ndim; k++) {
             if (u64_mul(n, t->shape[k], &n) != 0)
-                return st_error_set(c->err, ST_ERR_OVERFLOW,
-                                    "%s: tensor \"%s\": element count of shape %s overflows 64 bits",
-                                    c->file, str_excerpt(t->name, t->name_len, NAME_SHOW, nm),
-                                    fmt_shape(t->shape, t->ndim, sh, sizeof(sh)));
+                return st_error_fail(c->err, ST_ERR_OVERFLOW,
+                                     "%s: tensor \"%s\": element count of shape %s overflows 64 bits",
+                                     c->file, str_excerpt(t->name, t->name_len, NAME_SHOW, nm),
+                                     fmt_shape(t->shape, t->ndim, sh, sizeof(sh)));
         }
         t->nelems = n;
         if (u64_mul(n, di->bits, &bits) != 0)
-            return st_error_set(c->err, ST_ERR_OVERFLOW,
-                                "%s: tensor \"%s\": size of %s %s (%" PRIu64
-                                " elements) overflows 64 bits",
-                                c->file, str_excerpt(t->name, t->name_len, NAME_SHOW, nm), di->name,
-                                fmt_shape(t->shape, t->ndim, sh, sizeof(sh)), n);
+            return st_error_fail(c->err, ST_ERR_OVERFLOW,
+                                 "%s: tensor \"%s\": size of %s %s (%" PRIu64
+                                 " elements) overflows 64 bits",
+                                 c->file, str_excerpt(t->name, t->name_len, NAME_SHOW, nm), di->name,
+                                 fmt_shape(t->shape, t->ndim, sh, sizeof(sh)), n);
         if (bits % 8 != 0)
-            return st_error_set(c->err, ST_ERR_MISALIGNED,
-                                "%s: tensor \"%s\": %s %s is %" PRIu64
-                                " bits, not a whole number of bytes",
-                                c->file, str_excerpt(t->name, t->name_len, NAME_SHOW, nm), di->name,
-                                fmt_shape(t->shape, t->ndim, sh, sizeof(sh)), bits);
+            return st_error_fail(c->err, ST_ERR_MISALIGNED,
+                                 "%s: tensor \"%s\": %s %s is %" PRIu64
+                                 " bits, not a whole number of bytes",
+                                 c->file, str_excerpt(t->name, t->name_len, NAME_SHOW, nm), di->name,
+                                 fmt_shape(t->shape, t->ndim, sh, sizeof(sh)), bits);
         if (t->end - t->begin != bits / 8)
-            return st_error_set(c->err, ST_ERR_SIZE_MISMATCH,
-                                "%s: tensor \"%s\": data_offsets [%" PRIu64 ", %" PRIu64
-                                "] span %" PRIu64 " bytes but %s %s needs %" PRIu64,
-                                c->file, str_excerpt(t->name, t->name_len, NAME_SHOW, nm), t->begin,
-                                t->end, t->end - t->begin, di->name,
-                                fmt_shape(t->shape, t->ndim, sh, sizeof(sh)), bits / 8);
+            return st_error_fail(c->err, ST_ERR_SIZE_MISMATCH,
+                                 "%s: tensor \"%s\": data_offsets [%" PRIu64 ", %" PRIu64
+                                 "] span %" PRIu64 " bytes but %s %s needs %" PRIu64,
+                                 c->file, str_excerpt(t->name, t->name_len, NAME_SHOW, nm), t->begin,
+                                 t->end, t->end - t->begin, di->name,
+                                 fmt_shape(t->shape, t->ndim, sh, sizeof(sh)), bits / 8);
         start = t->end;
         prev = t;
     }
     if (start != h->data_len) {
         if (!prev)
-            return st_error_set(c->err, ST_ERR_DATA_LENGTH,
-                                "%s: the header has no tensors but %" PRIu64
-                                " data bytes follow it",
-                                c->file, h->data_len);
-        return st_error_set(c->err, ST_ERR_DATA_LENGTH,
-                            "%s: tensor \"%s\" ends at data offset %" PRIu64
-                            " but the data buffer holds %" PRIu64 " bytes (%s)",
-                            c->file, str_excerpt(prev->name, prev->name_len, NAME_SHOW, nm), start,
-                            h->data_len, start > h->data_len ? "file truncated" : "trailing bytes");
+            return st_error_fail(c->err, ST_ERR_DATA_LENGTH,
+                                 "%s: the header has no tensors but %" PRIu64
+                                 " data bytes follow it",
+                                 c->file, h->data_len);
+        return st_error_fail(c->err, ST_ERR_DATA_LENGTH,
+                             "%s: tensor \"%s\" ends at data offset %" PRIu64
+                             " but the data buffer holds %" PRIu64 " bytes (%s)",
+                             c->file, str_excerpt(prev->name, prev->name_len, NAME_SHOW, nm), start,
+                             h->data_len, start > h->data_len ? "file truncated" : "trailing bytes");
     }
-    return ST_OK;
+    return 0;
 }
 
-enum st_status st_header_parse(const char *json, size_t len, uint64_t data_len,
-                               const char *file, struct st_header **out,
-                               struct st_error *err)
+int st_header_parse(const char *json, size_t len, uint64_t data_len,
+                    const char *file, struct st_header **out,
+                    struct st_error *err)
 {
     struct ctx c;
-    enum st_status rc = ST_OK;
+    int rc = 0;
     struct st_header *h = NULL;
     struct scan sc;
 
@@ -281,38 +277,42 @@ enum st_status st_header_parse(const char *json, size_t len, uint64_t data_len,
     ctx_init(&c, file, err);
     scan_bytes(json, len, &sc);
     if (sc.bad_utf8 != NONE)
-        return st_error_set(err, ST_ERR_UTF8, "%s: header is not valid UTF-8 (byte %zu)", c.file,
-                            sc.bad_utf8);
+        return st_error_fail(err, ST_ERR_UTF8, "%s: header is not valid UTF-8 (byte %zu)", c.file,
+                             sc.bad_utf8);
     size_t first = 0;
     while (first < len && is_json_ws(json[first]))
         first++;
     if (first == len)
-        return st_error_set(err, ST_ERR_HEADER_START, "%s: header holds no JSON, only %zu bytes of whitespace",
-                            c.file, len);
+        return st_error_fail(err, ST_ERR_HEADER_START,
+                             "%s: header holds no JSON, only %zu bytes of whitespace",
+                             c.file, len);
     if (json[first] != '{')
-        return st_error_set(err, ST_ERR_HEADER_START,
-                            "%s: header must start with '{', found byte 0x%02x at offset %zu", c.file,
-                            (unsigned char)json[first], first);
+        return st_error_fail(err, ST_ERR_HEADER_START,
+                             "%s: header must start with '{', found byte 0x%02x at offset %zu", c.file,
+                             (unsigned char)json[first], first);
     if (sc.depth > ST_MAX_DEPTH)
-        return st_error_set(err, ST_ERR_DEPTH, "%s: header nesting depth exceeds %d", c.file,
-                            ST_MAX_DEPTH);
+        return st_error_fail(err, ST_ERR_DEPTH, "%s: header nesting depth exceeds %d", c.file,
+                             ST_MAX_DEPTH);
     if (sc.nul != NONE)
-        return st_error_set(err, ST_ERR_JSON, "%s: header has a NUL byte at offset %zu", c.file,
-                            sc.nul);
+        return st_error_fail(err, ST_ERR_JSON, "%s: header has a NUL byte at offset %zu", c.file,
+                             sc.nul);
 
-    h = xcalloc(1, sizeof(*h));
+    h = calloc(1, sizeof(*h));
+    if (!h)
+        return st_error_fail(err, ST_ERR_NO_MEMORY, "%s: not enough memory to read the header",
+                             c.file);
     h->header_len = len;
     h->data_len = data_len;
     struct st_entries_room room = {sc.keys1, sc.keys2, sc.elems3};
-    if ((rc = st_entries_read(json, len, &room, c.file, h, err)) != ST_OK)
+    if ((rc = st_entries_read(json, len, &room, c.file, h, err)) != 0)
         goto done;
     /* Every number left is an unsigned integer, so a '-' outside strings can
      * only be "-0", which reads as 0 and the crate refuses. */
     if (sc.minus != NONE) {
-        rc = st_error_set(err, ST_ERR_JSON,
-                          "%s: header has a negative number at offset %zu (shape and "
-                          "data_offsets hold unsigned integers)",
-                          c.file, sc.minus);
+        rc = st_error_fail(err, ST_ERR_JSON,
+                           "%s: header has a negative number at offset %zu (shape and "
+                           "data_offsets hold unsigned integers)",
+                           c.file, sc.minus);
         goto done;
     }
     /* Writers usually emit tensors in offset order; skipping qsort then also
@@ -322,55 +322,60 @@ enum st_status st_header_parse(const char *json, size_t len, uint64_t data_len,
         i++;
     if (i < h->n_tensors)
         qsort(h->tensors, h->n_tensors, sizeof(*h->tensors), cmp_tensor);
-    if ((rc = check_layout(&c, h)) != ST_OK)
+    if ((rc = check_layout(&c, h)) != 0)
         goto done;
     *out = h;
     h = NULL;
 done:
     st_header_free(h);
-    if (rc == ST_OK && err)
-        st_error_set(err, ST_OK, "%s", "");
+    if (rc == 0 && err)
+        st_error_fail(err, ST_OK, "%s", "");
     return rc;
 }
 
-enum st_status st_header_read_fd(int fd, const char *file, size_t keep_max,
-                                 struct st_header **out, struct st_error *err)
+int st_header_read_fd(int fd, const char *file, size_t keep_max,
+                      struct st_header **out, struct st_error *err)
 {
     struct ctx c;
     struct stat st;
     unsigned char prefix[ST_PREFIX_LEN] = {0};
     uint64_t n;
-    enum st_status rc;
+    int rc;
 
     *out = NULL;
     ctx_init(&c, file, err);
     if (fstat(fd, &st) != 0)
-        return st_error_set(err, ST_ERR_IO, "%s: stat: %s", c.file, strerror(errno));
+        return st_error_errno(err, errno, "%s: stat", c.file);
     uint64_t size = st.st_size > 0 ? (uint64_t)st.st_size : 0;
     if (size >= ST_PREFIX_LEN) {
         int r = fileio_pread_full(fd, prefix, ST_PREFIX_LEN, 0);
+        if (r == -ENODATA)
+            return st_error_fail(err, ST_ERR_IO,
+                                 "%s: reading the header length: file shrank while reading", c.file);
         if (r != 0)
-            return st_error_set(err, ST_ERR_IO, "%s: reading the header length: %s", c.file,
-                                r == -ENODATA ? "file shrank while reading" : strerror(-r));
+            return st_error_errno(err, -r, "%s: reading the header length", c.file);
     }
-    if ((rc = st_header_check_prefix(prefix, size, file, &n, err)) != ST_OK)
+    if ((rc = st_header_check_prefix(prefix, size, file, &n, err)) != 0)
         return rc;
     /* One buffer for prefix and JSON, so it can be kept as raw. The file
      * chooses its size (up to 100 MB): not having it is an answer, not an
      * abort. */
     unsigned char *buf = malloc(ST_PREFIX_LEN + (size_t)n);
     if (!buf)
-        return st_error_set(err, ST_ERR_NO_MEMORY,
-                            "%s: not enough memory to read the %" PRIu64 "-byte header", c.file, n);
+        return st_error_fail(err, ST_ERR_NO_MEMORY,
+                             "%s: not enough memory to read the %" PRIu64 "-byte header", c.file, n);
     memcpy(buf, prefix, ST_PREFIX_LEN);
     char *json = (char *)buf + ST_PREFIX_LEN;
     int r = fileio_pread_full(fd, json, (size_t)n, ST_PREFIX_LEN);
-    if (r != 0)
-        rc = st_error_set(err, ST_ERR_IO, "%s: reading the %" PRIu64 "-byte header: %s", c.file, n,
-                          r == -ENODATA ? "file shrank while reading" : strerror(-r));
+    if (r == -ENODATA)
+        rc = st_error_fail(err, ST_ERR_IO,
+                           "%s: reading the %" PRIu64 "-byte header: file shrank while reading",
+                           c.file, n);
+    else if (r != 0)
+        rc = st_error_errno(err, -r, "%s: reading the %" PRIu64 "-byte header", c.file, n);
     else
         rc = st_header_parse(json, (size_t)n, size - ST_PREFIX_LEN - n, file, out, err);
-    if (rc == ST_OK && ST_PREFIX_LEN + n <= keep_max)
+    if (rc == 0 && ST_PREFIX_LEN + n <= keep_max)
         (*out)->raw = buf;
     else
         free(buf);

@@ -48,23 +48,23 @@ struct st_header {
 
 /* Checks the 8-byte prefix against the file size and returns N in
  * *header_len. `file` only labels messages. */
-enum st_status st_header_check_prefix(const unsigned char prefix[ST_PREFIX_LEN],
-                                      uint64_t file_size, const char *file,
-                                      uint64_t *header_len, struct st_error *err);
+int st_header_check_prefix(const unsigned char prefix[ST_PREFIX_LEN],
+                           uint64_t file_size, const char *file,
+                           uint64_t *header_len, struct st_error *err);
 
 /* Parses and validates the JSON header json[0..len) of a file whose data
  * buffer holds data_len bytes. On ST_OK *out is a new header the caller frees
  * with st_header_free; on error *out is NULL and err is filled. */
-enum st_status st_header_parse(const char *json, size_t len, uint64_t data_len,
-                               const char *file, struct st_header **out,
-                               struct st_error *err);
+int st_header_parse(const char *json, size_t len, uint64_t data_len,
+                    const char *file, struct st_header **out,
+                    struct st_error *err);
 
 /* Reads and validates a whole file's header from fd with pread (no mapping).
  * Sets header_len/data_len in the result. When the prefix and JSON together
  * are at most keep_max bytes, the result keeps them in raw, so a server can
  * answer reads of them without touching the file again. */
-enum st_status st_header_read_fd(int fd, const char *file, size_t keep_max,
-                                 struct st_header **out, struct st_error *err);
+int st_header_read_fd(int fd, const char *file, size_t keep_max,
+                      struct st_header **out, struct st_error *err);
 
 
 void st_header_free(struct st_header *h);

@@ -280,9 +280,9 @@ static int read_entry(struct reader *r, const char *name, size_t nlen)
         if (json_scan_value(js, 3, JSON_SCAN_MAX_DEPTH) != 0)
             return -1;
         if (r->entry_err.code == ST_OK)
-            st_error_set(&r->entry_err, ST_ERR_INDEX_SHAPE,
-                         "%s: weight_map entry for tensor \"%s\" is not a string", r->file,
-                         show(name, nlen, sa));
+            st_error_fail(&r->entry_err, ST_ERR_INDEX_SHAPE,
+                          "%s: weight_map entry for tensor \"%s\" is not a string", r->file,
+                          show(name, nlen, sa));
         return 0;
     }
     if (json_scan_value_start(js) != 0 || r->entry_err.code != ST_OK)
@@ -291,9 +291,9 @@ static int read_entry(struct reader *r, const char *name, size_t nlen)
     const char *shard = peek_string(r, &slen), *same;
     const char *why = path_problem(shard, slen);
     if (why) {
-        st_error_set(&r->entry_err, ST_ERR_INDEX_SHARD_PATH,
-                     "%s: shard path \"%s\" for tensor \"%s\" %s", r->file, show(shard, slen, sb),
-                     show(name, nlen, sa), why);
+        st_error_fail(&r->entry_err, ST_ERR_INDEX_SHARD_PATH,
+                      "%s: shard path \"%s\" for tensor \"%s\" %s", r->file, show(shard, slen, sb),
+                      show(name, nlen, sa), why);
         return 0;
     }
     /* A valid path holds no NUL, as the name set needs. */
@@ -403,90 +403,105 @@ static int read_document(struct reader *r)
 }
 
 /* The first error once the text is known to be JSON, in the order the
- * checks were made on the tree; ST_OK when there is none. */
-static enum st_status shape_error(const struct reader *r, struct st_error *err)
+ * checks were made on the tree; 0 when there is none. */
+static int shape_error(const struct reader *r, struct st_error *err)
 {
     const char *file = r->file;
     if (r->not_object)
-        return st_error_set(err, ST_ERR_INDEX_SHAPE, "%s: top level is not a JSON object", file);
+        return st_error_fail(err, ST_ERR_INDEX_SHAPE, "%s: top level is not a JSON object", file);
     if (r->meta_not_object)
-        return st_error_set(err, ST_ERR_INDEX_SHAPE, "%s: \"metadata\" is not an object", file);
+        return st_error_fail(err, ST_ERR_INDEX_SHAPE, "%s: \"metadata\" is not an object", file);
     if (!r->has_map)
-        return st_error_set(err, ST_ERR_INDEX_SHAPE, "%s: \"weight_map\" is missing", file);
+        return st_error_fail(err, ST_ERR_INDEX_SHAPE, "%s: \"weight_map\" is missing", file);
     if (r->map_not_object)
-        return st_error_set(err, ST_ERR_INDEX_SHAPE, "%s: \"weight_map\" is not an object", file);
+        return st_error_fail(err, ST_ERR_INDEX_SHAPE, "%s: \"weight_map\" is not an object", file);
     if (r->tensors.count == 0)
-        return st_error_set(err, ST_ERR_INDEX_EMPTY, "%s: \"weight_map\" has no entries", file);
+        return st_error_fail(err, ST_ERR_INDEX_EMPTY, "%s: \"weight_map\" has no entries", file);
     if (r->entry_err.code != ST_OK)
-        return st_error_set(err, r->entry_err.code, "%s", r->entry_err.message);
-    return ST_OK;
+        return st_error_fail(err, r->entry_err.code, "%s", r->entry_err.message);
+    return 0;
 }
 
-enum st_status st_index_parse(const char *json, size_t len, const char *file,
-                              struct st_index **out, struct st_error *err)
+/* The checks on the raw bytes before any token is read: size, UTF-8,
+ * nesting depth (which also counts the depth-2 keys into *keys2) and NUL. */
+static int check_text(const char *json, size_t len, const char *file, size_t *keys2,
+                      struct st_error *err)
 {
-    enum st_status rc = ST_OK;
-    char *region = NULL;
-    struct reader *r = NULL;
-    char txt[SHOW_MAX + 4];
-
-    *out = NULL;
-    if (!file)
-        file = "(index)";
     if (len > ST_INDEX_MAX_LEN)
-        return st_error_set(err, ST_ERR_INDEX_JSON, "%s: index is %zu bytes, more than the %llu allowed",
-                            file, len, (unsigned long long)ST_INDEX_MAX_LEN);
+        return st_error_fail(err, ST_ERR_INDEX_JSON,
+                             "%s: index is %zu bytes, more than the %llu allowed",
+                             file, len, (unsigned long long)ST_INDEX_MAX_LEN);
     if (!utf8_valid(json, len))
-        return st_error_set(err, ST_ERR_INDEX_JSON, "%s: index is not valid UTF-8", file);
-    size_t keys2;
-    if (max_depth(json, len, ST_INDEX_MAX_DEPTH, &keys2) > ST_INDEX_MAX_DEPTH)
-        return st_error_set(err, ST_ERR_INDEX_JSON, "%s: JSON nesting deeper than %d", file,
-                            ST_INDEX_MAX_DEPTH);
+        return st_error_fail(err, ST_ERR_INDEX_JSON, "%s: index is not valid UTF-8", file);
+    if (max_depth(json, len, ST_INDEX_MAX_DEPTH, keys2) > ST_INDEX_MAX_DEPTH)
+        return st_error_fail(err, ST_ERR_INDEX_JSON, "%s: JSON nesting deeper than %d", file,
+                             ST_INDEX_MAX_DEPTH);
     /* JSON has no raw NUL byte. jansson dropped one that followed a number
      * or a word (and so accepted "1\0}"); json_scan needs them gone. */
     const char *nul = memchr(json, '\0', len);
     if (nul)
-        return st_error_set(err, ST_ERR_INDEX_JSON, "%s: index has a NUL byte at offset %zu", file,
-                            (size_t)(nul - json));
+        return st_error_fail(err, ST_ERR_INDEX_JSON, "%s: index has a NUL byte at offset %zu", file,
+                             (size_t)(nul - json));
+    return 0;
+}
 
-    /* Sized for the entries the pre-pass counted, as far as an entry of 32
-     * bytes (real ones are 60-100) would take: a file of tiny keys elsewhere
-     * cannot make this much bigger than itself; past it, the tables grow. */
+/* A reader over json[0..len) whose names go into `region` (len + 1 bytes).
+ * Its tables are sized for the entries the pre-pass counted, as far as an
+ * entry of 32 bytes (real ones are 60-100) would take: a file of tiny keys
+ * elsewhere cannot make them much bigger than itself; past it, they grow.
+ * -ENOMEM when memory ran out (reader_free takes what was made). */
+static int reader_init(struct reader *r, const char *json, size_t len, size_t keys2,
+                       const char *file, char *region)
+{
     size_t expect = keys2 < len / 32 ? keys2 : len / 32;
-    r = calloc(1, sizeof(*r));
-    region = malloc(len + 1);
-    if (!r || !region || nameset_init(&r->tensors, expect, region) != 0 ||
+    if (nameset_init(&r->tensors, expect, region) != 0 ||
         nameset_init(&r->shard_names, 0, region) != 0 ||
-        (expect && !(r->entries = malloc(expect * sizeof(*r->entries))))) {
-        rc = st_error_set(err, ST_ERR_NO_MEMORY,
-                          "%s: not enough memory to read the %zu-byte index", file, len);
-        goto done;
-    }
+        (expect && !(r->entries = malloc(expect * sizeof(*r->entries)))))
+        return -ENOMEM;
     r->cap_entries = expect;
     json_scan_init(&r->js, json, len);
     r->js.allow_nul = 1; /* "\u0000" in a shard path gets the path check's message */
     r->file = file;
     r->str = region;
-    if (read_document(r) != 0 || r->js.failed || r->meta.failed) {
-        if (r->js.no_memory || r->meta.failed)
-            rc = st_error_set(err, ST_ERR_NO_MEMORY,
-                              "%s: not enough memory to read the %zu-byte index (at line %d)",
-                              file, len, r->js.line);
-        else
-            rc = st_error_set(err, ST_ERR_INDEX_JSON, "%s: line %d column %d: %s", file,
-                              r->js.line, r->js.column, show(r->js.text, strlen(r->js.text), txt));
-        goto done;
-    }
-    if ((rc = shape_error(r, err)) != ST_OK)
-        goto done;
+    return 0;
+}
+
+static void reader_free(struct reader *r)
+{
+    if (!r)
+        return;
+    nameset_free(&r->tensors);
+    nameset_free(&r->shard_names);
+    strbuf_release(&r->meta);
+    free(r->entries);
+    free(r->shards);
+    free(r);
+}
+
+/* Why read_document failed: memory, or the JSON error json_scan found. */
+static int read_error(const struct reader *r, size_t len, struct st_error *err)
+{
+    char txt[SHOW_MAX + 4];
+    if (r->js.no_memory || r->meta.failed)
+        return st_error_fail(err, ST_ERR_NO_MEMORY,
+                             "%s: not enough memory to read the %zu-byte index (at line %d)",
+                             r->file, len, r->js.line);
+    return st_error_fail(err, ST_ERR_INDEX_JSON, "%s: line %d column %d: %s", r->file,
+                         r->js.line, r->js.column, show(r->js.text, strlen(r->js.text), txt));
+}
+
+/* Moves what the reader collected (and the region of names) into a new
+ * index; on success the reader no longer owns its tables nor `*region`. */
+static int index_take(struct reader *r, char **region, size_t len, struct st_index **out,
+                      struct st_error *err)
+{
     struct st_index *idx = calloc(1, sizeof(*idx));
     char *meta = r->has_meta ? strbuf_detach(&r->meta, NULL) : NULL;
     if (!idx || (r->has_meta && !meta)) {
         free(idx);
         free(meta);
-        rc = st_error_set(err, ST_ERR_NO_MEMORY,
-                          "%s: not enough memory to read the %zu-byte index", file, len);
-        goto done;
+        return st_error_fail(err, ST_ERR_NO_MEMORY,
+                             "%s: not enough memory to read the %zu-byte index", r->file, len);
     }
     qsort(r->shards, r->n_shards, sizeof(*r->shards), cmp_str);
     idx->n_entries = r->n_entries;
@@ -494,23 +509,44 @@ enum st_status st_index_parse(const char *json, size_t len, const char *file,
     idx->n_shards = r->n_shards;
     idx->shards = r->shards;
     idx->metadata_json = meta;
-    idx->arena = region;
+    idx->arena = *region;
     r->entries = NULL;
     r->shards = NULL;
-    region = NULL;
+    *region = NULL;
     *out = idx;
-done:
-    if (r) {
-        nameset_free(&r->tensors);
-        nameset_free(&r->shard_names);
-        strbuf_release(&r->meta);
-        free(r->entries);
-        free(r->shards);
-        free(r);
+    return 0;
+}
+
+int st_index_parse(const char *json, size_t len, const char *file, struct st_index **out,
+                   struct st_error *err)
+{
+    int rc;
+    size_t keys2 = 0;
+
+    *out = NULL;
+    if (!file)
+        file = "(index)";
+    if ((rc = check_text(json, len, file, &keys2, err)) != 0)
+        return rc;
+    struct reader *r = calloc(1, sizeof(*r));
+    char *region = malloc(len + 1);
+    if (!r || !region || reader_init(r, json, len, keys2, file, region) != 0) {
+        rc = st_error_fail(err, ST_ERR_NO_MEMORY,
+                           "%s: not enough memory to read the %zu-byte index", file, len);
+        goto done;
     }
+    if (read_document(r) != 0 || r->js.failed || r->meta.failed) {
+        rc = read_error(r, len, err);
+        goto done;
+    }
+    if ((rc = shape_error(r, err)) != 0)
+        goto done;
+    rc = index_take(r, &region, len, out, err);
+done:
+    reader_free(r);
     free(region);
-    if (rc == ST_OK && err)
-        st_error_set(err, ST_OK, "%s", "");
+    if (rc == 0 && err)
+        st_error_fail(err, ST_OK, "%s", "");
     return rc;
 }
 

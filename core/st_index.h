@@ -27,12 +27,13 @@ struct st_index {
     void *arena;                    /* the names' storage */
 };
 
-/* Parses json[0..len); `file` labels messages. ST_OK and a new index in *out
- * (caller frees with st_index_free), or an ST_ERR_INDEX_* code with err
- * filled, or ST_ERR_NO_MEMORY when the index could not be held (the memory
- * it takes is its names, about its own size, plus 40 bytes an entry). */
-enum st_status st_index_parse(const char *json, size_t len, const char *file,
-                              struct st_index **out, struct st_error *err);
+/* Parses json[0..len); `file` labels messages. 0 and a new index in *out
+ * (caller frees with st_index_free), or -EINVAL with an ST_ERR_INDEX_* code
+ * in err, or -ENOMEM (ST_ERR_NO_MEMORY) when the index could not be held
+ * (the memory it takes is its names, about its own size, plus 40 bytes an
+ * entry). */
+int st_index_parse(const char *json, size_t len, const char *file, struct st_index **out,
+                   struct st_error *err);
 void st_index_free(struct st_index *idx);
 
 /* Returns 1 when `path` is a safe relative path that stays inside the model

@@ -127,7 +127,6 @@ static int json_plain(unsigned char c)
 
 void strbuf_json_string(struct strbuf *sb, const char *str, size_t n)
 {
-    static const char hex[] = "0123456789ABCDEF";
     const unsigned char *s = (const unsigned char *)str;
     /* Most names need no escape: reserve for the plain case once. */
     if (strbuf_reserve(sb, n + 2) != 0)
@@ -167,8 +166,8 @@ void strbuf_json_string(struct strbuf *sb, const char *str, size_t n)
         case '\t': esc[1] = 't'; break;
         default:
             memcpy(esc + 1, "u00", 3);
-            esc[4] = hex[c >> 4];
-            esc[5] = hex[c & 15];
+            esc[4] = hex_upper[c >> 4];
+            esc[5] = hex_upper[c & 15];
             elen = 6;
             break;
         }

@@ -152,7 +152,6 @@ int tformat_npy_raw_prefix(enum dtype dt, uint32_t ndim, const uint64_t *shape, 
  * dst must hold 6 * n bytes. Returns the length written. */
 static size_t json_escape(char *dst, const char *s, size_t len)
 {
-    static const char hex[] = "0123456789abcdef";
     size_t n = 0;
     for (const unsigned char *p = (const unsigned char *)s, *end = p + len; p < end; p++) {
         unsigned char c = *p;
@@ -167,8 +166,8 @@ static size_t json_escape(char *dst, const char *s, size_t len)
         default:
             if (c < 0x20) {
                 memcpy(dst + n, "\\u00", 4);
-                dst[n + 4] = hex[c >> 4];
-                dst[n + 5] = hex[c & 15];
+                dst[n + 4] = hex_lower[c >> 4];
+                dst[n + 5] = hex_lower[c & 15];
                 n += 6;
             } else {
                 dst[n++] = (char)c;

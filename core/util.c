@@ -1,6 +1,7 @@
 #include "util.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -144,6 +145,21 @@ uint64_t time_mono_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
 }
 
+size_t utf8_len(uint32_t cp)
+{
+    return cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
+}
+
+size_t utf8_encode(uint32_t cp, unsigned char out[4])
+{
+    size_t n = utf8_len(cp);
+    static const unsigned char lead[5] = {0, 0x00, 0xC0, 0xE0, 0xF0};
+    for (size_t k = n - 1; k > 0; k--, cp >>= 6)
+        out[k] = (unsigned char)(0x80 | (cp & 0x3F));
+    out[0] = (unsigned char)(lead[n] | cp);
+    return n;
+}
+
 int hex_digit_value(unsigned char c)
 {
     if (c >= '0' && c <= '9')
@@ -153,6 +169,20 @@ int hex_digit_value(unsigned char c)
     if (c >= 'A' && c <= 'F')
         return c - 'A' + 10;
     return -1;
+}
+
+const char hex_lower[] = "0123456789abcdef";
+const char hex_upper[] = "0123456789ABCDEF";
+
+size_t shape_format(char *out, size_t cap, const uint64_t *shape, uint32_t ndim, const char *sep)
+{
+    size_t n = 0;
+    out[0] = '\0';
+    for (uint32_t i = 0; i < ndim && n < cap - 1; i++) {
+        int w = snprintf(out + n, cap - n, "%s%" PRIu64, i ? sep : "", shape[i]);
+        n = w < 0 || (size_t)w >= cap - n ? cap - 1 : n + (size_t)w;
+    }
+    return n;
 }
 
 int decimal_u64(const char *s, size_t n, uint64_t *value, size_t *used)

@@ -40,13 +40,29 @@ const char *str_excerpt(const char *s, size_t n, size_t max, char *out);
 
 /* Returns 1 when s[0..n) is well-formed UTF-8 (no overlongs, no surrogates). */
 int utf8_valid(const char *s, size_t n);
+/* The length of code point cp (<= 0x10FFFF) in UTF-8, 1..4 bytes. */
+size_t utf8_len(uint32_t cp);
+/* Writes cp (<= 0x10FFFF, not a surrogate) in UTF-8 into out; returns its
+ * length, utf8_len(cp). */
+size_t utf8_encode(uint32_t cp, unsigned char out[4]);
 
 /* The value of hexadecimal digit c (either case), or -1. */
 int hex_digit_value(unsigned char c);
+/* Hexadecimal digits by value: hex_lower[v & 15] is '0'..'9', 'a'..'f'. */
+extern const char hex_lower[];
+extern const char hex_upper[];
+
+/* Writes the first ndim dimensions of shape in decimal, separated by sep
+ * (", " or ","), into out[0..cap) (cap > 0), always NUL-terminated, cut
+ * short when it does not fit. Returns the length written. The shape forms
+ * of messages ("[2, 3]"), X-Tensor-Shape ("2,3") and inspect all use it. */
+size_t shape_format(char *out, size_t cap, const uint64_t *shape, uint32_t ndim, const char *sep);
 
 /* Reads the run of decimal digits that starts s[0..n) (no sign, no blanks;
  * leading zeros allowed: callers that refuse them check s[0]) into *value
  * and its length into *used; what follows the run is the caller's to check.
+ * A NUL or any other non-digit ends the run, so a NUL-terminated s may pass
+ * n = SIZE_MAX.
  * Returns 0, -EINVAL when s does not start with a digit, or -ERANGE when
  * the number does not fit in 64 bits (nothing is stored then). */
 int decimal_u64(const char *s, size_t n, uint64_t *value, size_t *used);

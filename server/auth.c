@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "fileio.h"
 #include "http.h"
 #include "util.h"
 
@@ -13,23 +14,12 @@
 
 static int read_small_file(const char *path, char **out, size_t *len, char *errbuf, size_t errlen)
 {
-    FILE *f = fopen(path, "re");
-    if (!f) {
-        snprintf(errbuf, errlen, "%s: %s", path, strerror(errno));
+    int rc = fileio_read_small(path, MAX_TOKEN_FILE, out, len);
+    if (rc != 0) {
+        snprintf(errbuf, errlen, "%s: %s", path,
+                 rc == -EFBIG ? "larger than 64 KiB" : strerror(-rc));
         return -1;
     }
-    char *buf = xmalloc(MAX_TOKEN_FILE + 1);
-    size_t n = fread(buf, 1, MAX_TOKEN_FILE + 1, f);
-    int bad = ferror(f);
-    fclose(f);
-    if (bad || n > MAX_TOKEN_FILE) {
-        snprintf(errbuf, errlen, "%s: %s", path, bad ? "read error" : "larger than 64 KiB");
-        free(buf);
-        return -1;
-    }
-    buf[n] = '\0';
-    *out = buf;
-    *len = n;
     return 0;
 }
 

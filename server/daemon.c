@@ -32,6 +32,7 @@
 #include "hasher.h"
 #include "http.h"
 #include "log.h"
+#include "http_metrics.h"
 #include "metrics.h"
 #include "util.h"
 #include "watch.h"
@@ -353,7 +354,7 @@ int daemon_run(const struct config *cfg)
 
     raise_fd_limit();
     signal(SIGPIPE, SIG_IGN);
-    metrics_init();
+    http_metrics_init();
     if (auth_load(&srv, cfg->auth_token_file, err, sizeof(err)) < 0) {
         log_msg(LOG_ERROR, "auth_token_file: %s", err);
         return 1;

@@ -8,6 +8,7 @@
 
 #include "auth.h"
 #include "handlers.h"
+#include "http_metrics.h"
 #include "metrics.h"
 #include "respond.h"
 #include "route.h"

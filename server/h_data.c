@@ -106,14 +106,6 @@ enum MHD_Result handle_file(struct MHD_Connection *conn, struct request *rq,
     return ret;
 }
 
-static void format_shape(char *out, size_t len, const uint64_t *shape, uint32_t ndim)
-{
-    size_t n = 0;
-    out[0] = '\0';
-    for (uint32_t i = 0; i < ndim && n < len; i++)
-        n += (size_t)snprintf(out + n, len - n, "%s%" PRIu64, i ? "," : "", shape[i]);
-}
-
 /* What a tensor request asks for besides the tensor: its query parameters. */
 struct tensor_query {
     char *spec, *fmt, *npy_dtype; /* decoded values, NULL when absent (owned) */
@@ -170,7 +162,7 @@ static int apply_slice(struct MHD_Connection *conn, struct request *rq, const st
     if (slice_plan_build(spec, strlen(spec), st->dtype, st->ndim, st->shape, plan, err,
                          sizeof(err)) < 0) {
         free(plan);
-        format_shape(rep->shape, sizeof(rep->shape), st->shape, st->ndim);
+        shape_format(rep->shape, sizeof(rep->shape), st->shape, st->ndim, ",");
         *ret = respond_error(conn, rq, MHD_HTTP_BAD_REQUEST, "bad_slice",
                              "tensor \"%.200s\" %s [%s]: %s", st->name, rep->dtype, rep->shape,
                              err);
@@ -259,7 +251,7 @@ enum MHD_Result handle_tensor(struct MHD_Connection *conn, struct request *rq,
     if (tensor_query_read(conn, rq, &q, &ret) ||
         (q.spec && apply_slice(conn, rq, st, q.spec, &rep, &ndim, &shape, &ret)))
         goto out;
-    format_shape(rep.shape, sizeof(rep.shape), shape, ndim);
+    shape_format(rep.shape, sizeof(rep.shape), shape, ndim, ",");
     if (apply_format(conn, rq, st, &q, ndim, shape, &rep, &ret)) {
         free(rep.plan_buf);
         goto out;

@@ -75,13 +75,13 @@ enum MHD_Result handle_fetch(struct MHD_Connection *conn, struct request *rq,
     const char *text = is_post ? (rq->upload ? rq->upload : "") : (q ? q : "");
     size_t len = is_post ? rq->upload_len : qlen;
     struct fetch_limits lim = {.max_tensors = cfg->max_fetch_tensors};
-    enum fetch_req_status rs = fetch_req_parse(text, len, &lim, &req, err, sizeof(err));
-    if (rs == FETCH_REQ_TOO_MANY) {
-        ret = respond_error(conn, rq, MHD_HTTP_CONTENT_TOO_LARGE, "too_many_tensors", "%s", err);
-        goto out;
-    }
-    if (rs != FETCH_REQ_OK) {
-        ret = respond_error(conn, rq, MHD_HTTP_BAD_REQUEST, "bad_request", "%s", err);
+    struct st_error rerr;
+    if (fetch_req_parse(text, len, &lim, &req, &rerr) != 0) {
+        if (rerr.code == ST_ERR_LIMIT)
+            ret = respond_error(conn, rq, MHD_HTTP_CONTENT_TOO_LARGE, "too_many_tensors", "%s",
+                                rerr.message);
+        else
+            ret = respond_error(conn, rq, MHD_HTTP_BAD_REQUEST, "bad_request", "%s", rerr.message);
         goto out;
     }
     if (req.all && m->n_tensors > cfg->max_fetch_tensors) {

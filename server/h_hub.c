@@ -123,7 +123,6 @@ static enum MHD_Result revision_not_found(struct MHD_Connection *conn, struct re
 /* Appends s percent-encoded, keeping '/' and RFC 3986 unreserved bytes. */
 static void put_path(char **buf, size_t *len, size_t *cap, const char *s)
 {
-    static const char hex[] = "0123456789ABCDEF";
     for (; *s; s++) {
         if (*len + 4 > *cap) {
             *cap *= 2;
@@ -135,8 +134,8 @@ static void put_path(char **buf, size_t *len, size_t *cap, const char *s)
             (*buf)[(*len)++] = (char)c;
         } else {
             (*buf)[(*len)++] = '%';
-            (*buf)[(*len)++] = hex[c >> 4];
-            (*buf)[(*len)++] = hex[c & 15];
+            (*buf)[(*len)++] = hex_upper[c >> 4];
+            (*buf)[(*len)++] = hex_upper[c & 15];
         }
     }
     (*buf)[*len] = '\0';
@@ -470,13 +469,11 @@ static enum MHD_Result hub_paths_info(struct MHD_Connection *conn, struct reques
                                                  MHD_HTTP_HEADER_CONTENT_TYPE);
     int json = ct && strncasecmp(ct, "application/json", 16) == 0;
     struct hub_paths p;
-    char err[256];
-    enum hub_req_status st =
-        hub_paths_parse(rq->upload ? rq->upload : "", rq->upload_len, json, &p, err, sizeof(err));
-    if (st != HUB_REQ_OK)
-        return respond_hub_error(conn, rq, st == HUB_REQ_TOO_MANY ? MHD_HTTP_CONTENT_TOO_LARGE
-                                                                   : MHD_HTTP_BAD_REQUEST,
-                                 NULL, NULL, 0, "%s", err);
+    struct st_error err;
+    if (hub_paths_parse(rq->upload ? rq->upload : "", rq->upload_len, json, &p, &err) != 0)
+        return respond_hub_error(conn, rq, err.code == ST_ERR_LIMIT ? MHD_HTTP_CONTENT_TOO_LARGE
+                                                                    : MHD_HTTP_BAD_REQUEST,
+                                 NULL, NULL, 0, "%.255s", err.message);
     struct jsonw w;
     jsonw_init(&w);
     jsonw_arr(&w);

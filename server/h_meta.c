@@ -197,6 +197,9 @@ enum MHD_Result handle_metrics(struct MHD_Connection *conn, struct request *rq, 
     if (rq->srv->gpu)
         gpu_manager_update_metrics(rq->srv->gpu);
     char *body = text ? metrics_render_prometheus() : metrics_render_json();
+    if (!body)
+        return respond_error(conn, rq, MHD_HTTP_SERVICE_UNAVAILABLE, "out_of_memory",
+                             "not enough memory to render the metrics");
     struct representation rep = {
         .body = {.prefix = body, .prefix_len = strlen(body), .fd = -1},
         .prefix_buf = body,

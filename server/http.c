@@ -14,6 +14,7 @@
 #include "conns.h"
 #include "dispatch.h"
 #include "log.h"
+#include "http_metrics.h"
 #include "metrics.h"
 #include "respond.h"
 #include "util.h"
@@ -80,7 +81,7 @@ static void request_end(struct request *rq, const char *range, unsigned status, 
 {
     uint64_t now = time_mono_ns();
     uint64_t ttfb = rq->queued_ns ? rq->queued_ns - rq->start_ns : now - rq->start_ns;
-    metrics_request_done((enum metrics_ep)rq->endpoint, status, sent, now - rq->start_ns, ttfb);
+    http_metrics_request_done((enum metrics_ep)rq->endpoint, status, sent, now - rq->start_ns, ttfb);
     log_access(rq->method[0] ? rq->method : "-", rq->uri, status, sent, now - rq->start_ns, range);
     atomic_fetch_sub(&rq->srv->in_flight, 1);
     if (rq->owner) {

@@ -16,11 +16,9 @@
 
 static void print_shape(FILE *out, const uint64_t *shape, uint32_t ndim)
 {
-    char buf[ST_MAX_NDIM * 21 + 3];
-    size_t n = 0;
-    buf[n++] = '[';
-    for (uint32_t i = 0; i < ndim; i++)
-        n += (size_t)snprintf(buf + n, sizeof(buf) - n, "%s%" PRIu64, i ? ", " : "", shape[i]);
+    char buf[ST_MAX_NDIM * 22 + 3];
+    buf[0] = '[';
+    size_t n = 1 + shape_format(buf + 1, sizeof(buf) - 2, shape, ndim, ", ");
     snprintf(buf + n, sizeof(buf) - n, "]");
     fprintf(out, "%-20s", buf);
 }
@@ -47,10 +45,10 @@ static int inspect_file(const char *path, FILE *out, FILE *err)
     }
     struct st_header *h;
     struct st_error e;
-    enum st_status s = st_header_read_fd(fd, path, 0, &h, &e);
+    int rc = st_header_read_fd(fd, path, 0, &h, &e);
     close(fd);
-    if (s != ST_OK) {
-        fprintf(err, "%s: invalid (%s): %s\n", path, st_status_name(s), e.message);
+    if (rc != 0) {
+        fprintf(err, "%s: invalid (%s): %s\n", path, st_status_name(e.code), e.message);
         return 0;
     }
     fprintf(out, "%s\n", path);

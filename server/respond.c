@@ -159,7 +159,6 @@ enum MHD_Result respond_redirect(struct MHD_Connection *conn, struct request *rq
 
 char *respond_disposition(char *out, size_t len, const char *type, const char *name, size_t n)
 {
-    static const char hex[] = "0123456789ABCDEF";
     size_t need = strlen(type) + 40 + 4 * n;
     if (need > len)
         return NULL;
@@ -180,8 +179,8 @@ char *respond_disposition(char *out, size_t len, const char *type, const char *n
             *p++ = (char)c;
         } else {
             *p++ = '%';
-            *p++ = hex[c >> 4];
-            *p++ = hex[c & 15];
+            *p++ = hex_upper[c >> 4];
+            *p++ = hex_upper[c & 15];
         }
     }
     *p = '\0';

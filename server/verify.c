@@ -32,15 +32,6 @@ struct tally {
     FILE *out;
 };
 
-static void id_of(const struct stat *sb, struct hash_id *id)
-{
-    struct fileio_stat st = {
-        .size = (uint64_t)sb->st_size, .dev = (uint64_t)sb->st_dev, .ino = (uint64_t)sb->st_ino,
-        .mtime_ns = (int64_t)sb->st_mtim.tv_sec * 1000000000 + sb->st_mtim.tv_nsec,
-        .ctime_ns = (int64_t)sb->st_ctim.tv_sec * 1000000000 + sb->st_ctim.tv_nsec};
-    hash_id_from_stat(&st, id);
-}
-
 static void verify_fd(struct tally *t, int fd, const char *path)
 {
     struct stat sb;
@@ -53,10 +44,10 @@ static void verify_fd(struct tally *t, int fd, const char *path)
         t->errors++;
         return;
     }
-    id_of(&sb, &before);
+    hash_id_from_sys_stat(&sb, &before);
     int rc = digest_fd(fd, before.size, t->buf, BLOCK, NULL, NULL, &d);
     if (rc == 0 && fstat(fd, &sb) == 0)
-        id_of(&sb, &after);
+        hash_id_from_sys_stat(&sb, &after);
     if (rc != 0 || !hash_id_equal(&before, &after)) {
         fprintf(t->out, "ERROR     -  %s: %s\n", path,
                 rc == 0 || rc == -ENODATA ? "changed while being read" : strerror(-rc));
@@ -128,7 +119,7 @@ static void verify_dir(struct tally *t, const char *path, FILE *err)
 /* Loads the state file; returns 0, or -1 after a message on err. */
 static int load_state(struct hashstore *store, const char *dir, FILE *err)
 {
-    struct hashfile_error e;
+    struct st_error e;
     if (!dir) {
         fprintf(err, "tensord verify: no state directory (set --state-dir)\n");
         return -1;
@@ -139,7 +130,7 @@ static int load_state(struct hashstore *store, const char *dir, FILE *err)
     if (dfd < 0) {
         fprintf(err, "tensord verify: state directory %s: %s\n", dir, strerror(errno));
         rc = -1;
-    } else if (hashfile_load_store(store, dfd, HASHFILE_NAME, label, &e) != HF_OK) {
+    } else if (hashfile_load_store(store, dfd, HASHFILE_NAME, label, &e) != 0) {
         fprintf(err, "tensord verify: %s\n", e.message);
         rc = -1;
     } else if (hashstore_count(store) == 0) {

@@ -64,8 +64,8 @@ int main(void)
             return 2;
         struct st_header *h = NULL;
         struct st_error e;
-        enum st_status rc = st_header_parse(json, len, data_len, "d.safetensors", &h, &e);
-        printf("%s ", st_status_name(rc));
+        int rc = st_header_parse(json, len, data_len, "d.safetensors", &h, &e);
+        printf("%s ", st_status_name(rc == 0 ? ST_OK : e.code));
         hex(e.message, strlen(e.message));
         printf(" ");
         if (h) {

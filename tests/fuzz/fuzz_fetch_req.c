@@ -32,11 +32,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     struct fetch_limits lim = {.max_tensors = 1 + (size % 50)};
     struct fetch_req r;
-    char err[200];
-    memset(err, 'z', sizeof(err));
-    enum fetch_req_status st = fetch_req_parse(text, len, &lim, &r, err, sizeof(err));
-    if (st != FETCH_REQ_OK) {
-        if (!err[0] || !memchr(err, 0, sizeof(err)))
+    struct st_error err;
+    memset(&err, 'z', sizeof(err));
+    int st = fetch_req_parse(text, len, &lim, &r, &err);
+    if (st != 0) {
+        if (!err.message[0] || !memchr(err.message, 0, sizeof(err.message)) ||
+            st != st_status_errno(err.code))
             abort();
         if (r.arena || r.items || r.rules)
             abort();

@@ -42,9 +42,9 @@ static int same(const struct hash_entry *a, const struct hash_entry *b)
            (!a->has_git_sha1 || memcmp(a->git_sha1, b->git_sha1, sizeof(a->git_sha1)) == 0);
 }
 
-static void check_error(const struct hashfile_error *err, enum hashfile_status rc)
+static void check_error(const struct st_error *err, int rc)
 {
-    if (err->code != rc || strncmp(err->message, "fuzz:", 5) != 0) {
+    if (rc != st_status_errno(err->code) || strncmp(err->message, "fuzz:", 5) != 0) {
         fprintf(stderr, "error %d without \"fuzz:LINE:\": %s\n", rc, err->message);
         abort();
     }
@@ -80,9 +80,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         in = text;
     }
     struct bag b = {.s = hashstore_new()};
-    struct hashfile_error err;
-    enum hashfile_status rc = hashfile_parse(in, len, "fuzz", add, &b, &err);
-    if (rc != HF_OK) {
+    struct st_error err;
+    int rc = hashfile_parse(in, len, "fuzz", add, &b, &err);
+    if (rc != 0) {
         check_error(&err, rc);
     } else {
         const struct hash_entry *kept = NULL;
@@ -93,7 +93,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         size_t flen;
         char *again = hashfile_format(kept, n, &flen);
         struct bag c = {.s = hashstore_new()};
-        if (hashfile_parse(again, flen, "fuzz", add, &c, &err) != HF_OK || c.n != n) {
+        if (hashfile_parse(again, flen, "fuzz", add, &c, &err) != 0 || c.n != n) {
             fprintf(stderr, "formatted text does not parse back: %s\n", err.message);
             abort();
         }

@@ -22,11 +22,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const char *text = (const char *)data + 1;
     size_t len = size - 1;
     struct hub_paths p;
-    char err[200];
-    memset(err, 'z', sizeof(err));
-    enum hub_req_status st = hub_paths_parse(text, len, json, &p, err, sizeof(err));
-    if (st != HUB_REQ_OK) {
-        if (!err[0] || !memchr(err, 0, sizeof(err)) || p.n || p.paths)
+    struct st_error err;
+    memset(&err, 'z', sizeof(err));
+    int st = hub_paths_parse(text, len, json, &p, &err);
+    if (st != 0) {
+        if (!err.message[0] || !memchr(err.message, 0, sizeof(err.message)) || p.n || p.paths ||
+            st != st_status_errno(err.code) ||
+            (err.code != ST_ERR_INVALID_ARGUMENT && err.code != ST_ERR_LIMIT))
             abort();
         return 0;
     }

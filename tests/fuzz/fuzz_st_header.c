@@ -49,10 +49,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     uint64_t n;
     unsigned char prefix[ST_PREFIX_LEN] = {0};
     memcpy(prefix, data, size < ST_PREFIX_LEN ? size : ST_PREFIX_LEN);
-    enum st_status rc = st_header_check_prefix(prefix, size, "fuzz.safetensors", &n, &err);
-    if (rc != ST_OK && rc != err.code)
+    int rc = st_header_check_prefix(prefix, size, "fuzz.safetensors", &n, &err);
+    if (rc != 0 && rc != st_status_errno(err.code))
         abort();
-    if (rc != ST_OK)
+    if (rc != 0)
         return 0;
     /* A private copy of exactly n bytes, so reading past the header is an ASan error. */
     char *json = malloc(n);
@@ -62,9 +62,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct st_header *h = NULL;
     uint64_t data_len = size - ST_PREFIX_LEN - n;
     rc = st_header_parse(json, n, data_len, "fuzz.safetensors", &h, &err);
-    if (rc != err.code || (rc == ST_OK) != (h != NULL) || strlen(err.message) >= 500)
+    if (rc != st_status_errno(err.code) || (rc == 0) != (h != NULL) || strlen(err.message) >= 500)
         abort();
-    if (rc != ST_OK && strncmp(err.message, "fuzz.safetensors: ", 18) != 0)
+    if (rc != 0 && strncmp(err.message, "fuzz.safetensors: ", 18) != 0)
         abort();
     if (h)
         check_result(h, n, data_len);

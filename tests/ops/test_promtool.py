@@ -2,8 +2,9 @@
 naming lints: units, _total suffixes, HELP on every family).
 
 tests/unit/test_metrics.c writes a populated rendering to the file named by
-TENSORD_METRICS_DUMP; it is built here straight from core/metrics.c so this
-check does not depend on the rest of the tree building."""
+TENSORD_METRICS_DUMP; it is built here straight from core/metrics*.c (and
+server/http_metrics.c, which names the endpoints) so this check does not
+depend on the rest of the tree building."""
 import os
 import re
 import shutil
@@ -22,8 +23,10 @@ def exposition(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("promtool")
     exe, dump = tmp / "test_metrics", tmp / "metrics.prom"
     subprocess.run([cc, "-std=c11", "-pthread", "-D_GNU_SOURCE", '-DTENSORD_VERSION="0.1.0"',
-                    "-Icore", "-Itests/unit", "-o", str(exe), "tests/unit/test_metrics.c",
-                    "core/metrics.c", "core/util.c"], cwd=ROOT, check=True)
+                    "-Icore", "-Iserver", "-Itests/unit", "-o", str(exe),
+                    "tests/unit/test_metrics.c", "core/metrics.c", "core/metrics_render.c",
+                    "core/strbuf.c", "core/util.c", "server/http_metrics.c", "-lm"],
+                   cwd=ROOT, check=True)
     p = subprocess.run([str(exe)], env={**os.environ, "TENSORD_METRICS_DUMP": str(dump)},
                        capture_output=True, text=True)
     assert p.returncode == 0, p.stdout + p.stderr
@@ -48,7 +51,8 @@ def test_expected_families(exposition):
         "tensord_http_requests_in_flight": "gauge",
         "tensord_http_connections_open": "gauge",
         "tensord_models": "gauge", "tensord_models_invalid": "gauge", "tensord_files": "gauge",
-        "tensord_tensors": "gauge", "tensord_mapped_bytes": "gauge",
+        "tensord_tensors": "gauge", "tensord_model_file_bytes": "gauge",
+        "tensord_mapped_bytes": "gauge",
         "tensord_registry_reloads_total": "counter",
         "tensord_registry_reload_errors_total": "counter",
         "tensord_http_range_requests_total": "counter",

@@ -21,7 +21,7 @@ static int st_index_compare(const char *json, size_t len, char *why, size_t whyl
 {
     struct st_index *a = NULL, *b = NULL;
     struct st_error ea, eb;
-    enum st_status ra = st_index_parse(json, len, "cmp.index.json", &a, &ea);
+    enum st_status ra = st_index_parse(json, len, "cmp.index.json", &a, &ea) == 0 ? ST_OK : ea.code;
     enum st_status rb = ref_st_index_parse(json, len, "cmp.index.json", &b, &eb);
     int bad = 1;
     /* The one intended difference: a raw NUL byte is refused before the

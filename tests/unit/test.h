@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "st_error.h"
+
 static int test_failed_flag;
 static int tests_passed, tests_failed;
 
@@ -53,6 +55,41 @@ static int tests_passed, tests_failed;
             test_failed_flag = 1;                                                \
         }                                                                        \
     } while (0)
+
+/* The outcome of a core call (0 / -errno plus a struct st_error) as one
+ * status, so tests compare codes: ST_OK on success, else the error's code.
+ * The check fails when the errno returned does not go with the code (I/O
+ * errors return the system's errno, any negative one). */
+#define ST_CODE(call, e) test_st_code(__FILE__, __LINE__, #call, (call), (e))
+
+static inline enum st_status test_st_code(const char *file, int line, const char *what, int rc,
+                                          const struct st_error *e)
+{
+    if (rc == 0)
+        return ST_OK;
+    int io = e->code == ST_ERR_IO || e->code == ST_ERR_NO_MEMORY;
+    if (rc > 0 || (!io && rc != st_status_errno(e->code))) {
+        fprintf(stderr, "  %s:%d: %s returned %d with code %s\n", file, line, what, rc,
+                st_status_name(e->code));
+        test_failed_flag = 1;
+    }
+    return e->code;
+}
+
+/* The process's address-space size, for tests that leave it only so much
+ * room with RLIMIT_AS (out-of-memory paths; skipped under ASan). */
+static inline size_t vm_size_bytes(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    size_t kib = 0;
+    while (f && fgets(line, sizeof(line), f))
+        if (sscanf(line, "VmSize: %zu kB", &kib) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return kib * 1024;
+}
 
 #define RUN(name)                                                                \
     do {                                                                         \

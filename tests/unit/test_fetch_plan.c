@@ -124,8 +124,9 @@ static enum fetch_plan_status plan(const char *text, uint64_t max_bytes, struct 
 {
     struct fetch_req req;
     struct fetch_limits lim = {.max_tensors = 100};
-    if (fetch_req_parse(text, strlen(text), &lim, &req, err, errlen) != FETCH_REQ_OK) {
-        fprintf(stderr, "  request does not parse: %s\n", err);
+    struct st_error rerr;
+    if (fetch_req_parse(text, strlen(text), &lim, &req, &rerr) != 0) {
+        fprintf(stderr, "  request does not parse: %s\n", rerr.message);
         return (enum fetch_plan_status)-1;
     }
     struct fetch_plan_limits pl = {.max_bytes = max_bytes};
@@ -228,7 +229,7 @@ static struct st_header *answer(const char *text, struct fetch_plan *p, uint8_t 
     struct st_header *h = NULL;
     struct st_error e;
     uint64_t hl = p->prefix_len - 8;
-    if (st_header_parse((const char *)*blob + 8, hl, len - 8 - hl, "answer", &h, &e) != ST_OK) {
+    if (st_header_parse((const char *)*blob + 8, hl, len - 8 - hl, "answer", &h, &e) != 0) {
         fprintf(stderr, "  %s: the answer is not valid safetensors: %s\n", text, e.message);
         return NULL;
     }

@@ -2,7 +2,9 @@
  * exact preads (truncation is -ENODATA), ETags that follow the file. */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -144,6 +146,26 @@ TEST(etag)
     CHECK_STR(tb, "W/\"ffffffffffffffff-ffffffffffffffff\"");
 }
 
+TEST(read_small)
+{
+    char path[128], *text = NULL;
+    size_t len = 0;
+    write_file("small", "token\n", 6);
+    snprintf(path, sizeof(path), "%s/small", dir);
+    CHECK(fileio_read_small(path, 6, &text, &len) == 0);
+    CHECK(len == 6 && text && strcmp(text, "token\n") == 0);
+    free(text);
+    CHECK(fileio_read_small(path, 5, &text, &len) == -EFBIG); /* one byte over */
+    write_file("empty", "", 0);
+    snprintf(path, sizeof(path), "%s/empty", dir);
+    CHECK(fileio_read_small(path, 5, &text, &len) == 0);
+    CHECK(len == 0 && text[0] == '\0');
+    free(text);
+    snprintf(path, sizeof(path), "%s/missing", dir);
+    CHECK(fileio_read_small(path, 5, &text, &len) == -ENOENT);
+    CHECK(fileio_read_small(dir, 5, &text, &len) == -EISDIR);
+}
+
 int main(void)
 {
     if (!mkdtemp(dir)) {
@@ -156,6 +178,7 @@ int main(void)
     RUN(directory_and_socket_refused);
     RUN(pread_full);
     RUN(etag);
+    RUN(read_small);
     char cmd[128];
     snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
     if (system(cmd) != 0)

@@ -210,9 +210,9 @@ TEST(a_corrupt_state_file_costs_a_rehash)
     CHECK(wait_idle(h, 10000) == 0);
     hasher_free(h);
     struct hashstore *s = hashstore_new();
-    struct hashfile_error err;
+    struct st_error err;
     int dfd = open(state, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    CHECK(hashfile_load_store(s, dfd, HASHFILE_NAME, path, &err) == HF_OK);
+    CHECK(hashfile_load_store(s, dfd, HASHFILE_NAME, path, &err) == 0);
     CHECK_EQ_U64(hashstore_count(s), 2);
     close(dfd);
     hashstore_free(s);

@@ -46,10 +46,10 @@ static int collect(void *ctx, const struct hash_entry *e)
     return 0;
 }
 
-static enum hashfile_status parse(const char *text, struct hashfile_error *err)
+static enum st_status parse(const char *text, struct st_error *err)
 {
     struct sink s = {.n = 0};
-    return hashfile_parse(text, strlen(text), "st", collect, &s, err);
+    return ST_CODE(hashfile_parse(text, strlen(text), "st", collect, &s, err), err);
 }
 
 /* A valid file of three entries with line `line` (1-based, 2..4 are the
@@ -77,7 +77,7 @@ static char *with_line(int line, const char *repl)
         return free(text), out;
     /* Recompute the end line over what is there now. */
     struct sink s = {.n = 0};
-    struct hashfile_error err;
+    struct st_error err;
     (void)hashfile_parse(out, strlen(out), "x", collect, &s, &err);
     free(text);
     text = hashfile_format(s.e, s.n, &len);
@@ -96,13 +96,13 @@ TEST(round_trip)
     CHECK_EQ_U64(strlen(text), len);
     CHECK(strncmp(text, "tensord-hashes 1\n", 17) == 0);
     struct sink s = {.n = 0};
-    struct hashfile_error err;
-    CHECK(hashfile_parse(text, len, "st", collect, &s, &err) == HF_OK);
+    struct st_error err;
+    CHECK(ST_CODE(hashfile_parse(text, len, "st", collect, &s, &err), &err) == ST_OK);
     CHECK_EQ_U64(s.n, 4);
     CHECK(memcmp(s.e, e, sizeof(e)) == 0);
     free(text);
     text = hashfile_format(NULL, 0, &len); /* an empty store is a valid file */
-    CHECK(hashfile_parse(text, len, "st", collect, &s, &err) == HF_OK);
+    CHECK(ST_CODE(hashfile_parse(text, len, "st", collect, &s, &err), &err) == ST_OK);
     free(text);
 }
 
@@ -111,48 +111,48 @@ TEST(damage_is_refused_with_its_line)
     static const struct {
         int line;
         const char *text;
-        enum hashfile_status code;
+        enum st_status code;
         const char *msg;
     } cases[] = {
-        {1, "tensord-hashes 2", HF_ERR_VERSION, "st:1: format version 2"},
-        {1, "tensord-hashes 01", HF_ERR_FORMAT, "st:1: not a tensord hash file"},
-        {1, "sha256sum output", HF_ERR_FORMAT, "st:1: not a tensord hash file"},
-        {2, "1 2 3 4 5", HF_ERR_FORMAT, "st:2: not an entry"},
+        {1, "tensord-hashes 2", ST_ERR_STATE_VERSION, "st:1: format version 2"},
+        {1, "tensord-hashes 01", ST_ERR_STATE_FORMAT, "st:1: not a tensord hash file"},
+        {1, "sha256sum output", ST_ERR_STATE_FORMAT, "st:1: not a tensord hash file"},
+        {2, "1 2 3 4 5", ST_ERR_STATE_FORMAT, "st:2: not an entry"},
         {2, "01 2 10 4 5 " "0000000000000000000000000000000000000000000000000000000000000000 -",
-         HF_ERR_FORMAT, "st:2: not an entry"},
+         ST_ERR_STATE_FORMAT, "st:2: not an entry"},
         {2, "18446744073709551616 2 10 4 5 "
             "0000000000000000000000000000000000000000000000000000000000000000 -",
-         HF_ERR_FORMAT, "st:2: not an entry"},
+         ST_ERR_STATE_FORMAT, "st:2: not an entry"},
         {2, "1 2 10 -0 5 " "0000000000000000000000000000000000000000000000000000000000000000 -",
-         HF_ERR_FORMAT, "st:2: not an entry"},
+         ST_ERR_STATE_FORMAT, "st:2: not an entry"},
         {2, "1 2 10 9223372036854775808 5 "
             "0000000000000000000000000000000000000000000000000000000000000000 -",
-         HF_ERR_FORMAT, "st:2: not an entry"},
+         ST_ERR_STATE_FORMAT, "st:2: not an entry"},
         {2, "1 2 10 4 5 " "000000000000000000000000000000000000000000000000000000000000000A -",
-         HF_ERR_FORMAT, "st:2: not an entry"},
+         ST_ERR_STATE_FORMAT, "st:2: not an entry"},
         {2, "1 2 10 4 5  " "0000000000000000000000000000000000000000000000000000000000000000 -",
-         HF_ERR_FORMAT, "st:2: not an entry"},
+         ST_ERR_STATE_FORMAT, "st:2: not an entry"},
         {2, "1 2 10 4 5 " "0000000000000000000000000000000000000000000000000000000000000000 -\r",
-         HF_ERR_FORMAT, "git blob id is neither"},
+         ST_ERR_STATE_FORMAT, "git blob id is neither"},
         {2, "1 2 10 4 5 " "0000000000000000000000000000000000000000000000000000000000000000 -",
-         HF_ERR_FORMAT, "st:2: a git blob id missing for a file of 10 bytes"},
+         ST_ERR_STATE_FORMAT, "st:2: a git blob id missing for a file of 10 bytes"},
         {2, "1 2 10485761 4 5 " "0000000000000000000000000000000000000000000000000000000000000000 "
             "0000000000000000000000000000000000000000",
-         HF_ERR_FORMAT, "st:2: a git blob id present"},
+         ST_ERR_STATE_FORMAT, "st:2: a git blob id present"},
         {3, "1 18446744073709551614 10 -9223372036854775808 9223372036854775807 "
             "0000000000000000000000000000000000000000000000000000000000000000 "
             "0000000000000000000000000000000000000000",
-         HF_ERR_FORMAT, "st:3: a second entry for the same file"},
-        {5, "end 3 0000000000000000000000000000000000000000000000000000000000000000", HF_ERR_CHECKSUM,
+         ST_ERR_STATE_FORMAT, "st:3: a second entry for the same file"},
+        {5, "end 3 0000000000000000000000000000000000000000000000000000000000000000", ST_ERR_STATE_TORN,
          "st:5: checksum mismatch"},
-        {5, "end 4 0000000000000000000000000000000000000000000000000000000000000000", HF_ERR_CHECKSUM,
+        {5, "end 4 0000000000000000000000000000000000000000000000000000000000000000", ST_ERR_STATE_TORN,
          "st:5: the end line counts 4 entries"},
-        {5, "end 3", HF_ERR_FORMAT, "st:5: not an end line"},
+        {5, "end 3", ST_ERR_STATE_FORMAT, "st:5: not an end line"},
     };
     for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
         char *text = with_line(cases[i].line, cases[i].text);
-        struct hashfile_error err;
-        enum hashfile_status rc = parse(text, &err);
+        struct st_error err;
+        enum st_status rc = parse(text, &err);
         if (rc != cases[i].code || !strstr(err.message, cases[i].msg))
             fprintf(stderr, "  case %zu: %d \"%s\"\n", i, rc, err.message);
         CHECK(rc == cases[i].code);
@@ -166,19 +166,19 @@ TEST(truncation_and_trailing_text)
     struct hash_entry e[2] = {entry(1, 1), entry(2, 2)};
     size_t len;
     char *text = hashfile_format(e, 2, &len);
-    struct hashfile_error err;
+    struct st_error err;
     struct sink s = {.n = 0};
     /* Every proper prefix is refused. */
     for (size_t cut = 0; cut < len; cut++) {
         s.n = 0;
-        CHECK(hashfile_parse(text, cut, "st", collect, &s, &err) != HF_OK);
+        CHECK(ST_CODE(hashfile_parse(text, cut, "st", collect, &s, &err), &err) != ST_OK);
     }
     s.n = 0;
-    CHECK(hashfile_parse(text, len - 1, "st", collect, &s, &err) == HF_ERR_CHECKSUM);
+    CHECK(ST_CODE(hashfile_parse(text, len - 1, "st", collect, &s, &err), &err) == ST_ERR_STATE_TORN);
     CHECK_CONTAINS(err.message, "no newline");
     char *more = xasprintf("%sx\n", text);
     s.n = 0;
-    CHECK(hashfile_parse(more, strlen(more), "st", collect, &s, &err) == HF_ERR_FORMAT);
+    CHECK(ST_CODE(hashfile_parse(more, strlen(more), "st", collect, &s, &err), &err) == ST_ERR_STATE_FORMAT);
     CHECK_CONTAINS(err.message, "st:5: text after the end line");
     free(more);
     /* A NUL or a flipped bit anywhere in an entry is caught. */
@@ -187,7 +187,7 @@ TEST(truncation_and_trailing_text)
         char saved = text[i];
         text[i] = text[i] == '\n' ? '\0' : (char)(text[i] ^ 1);
         s.n = 0;
-        CHECK(hashfile_parse(text, len, "st", collect, &s, &err) != HF_OK);
+        CHECK(ST_CODE(hashfile_parse(text, len, "st", collect, &s, &err), &err) != ST_OK);
         text[i] = saved;
     }
     free(text);
@@ -195,7 +195,7 @@ TEST(truncation_and_trailing_text)
     memset(line, '7', sizeof(line));
     memcpy(line, "tensord-hashes 1\n", 17);
     line[sizeof(line) - 1] = '\n';
-    CHECK(hashfile_parse(line, sizeof(line), "st", collect, &s, &err) == HF_ERR_FORMAT);
+    CHECK(ST_CODE(hashfile_parse(line, sizeof(line), "st", collect, &s, &err), &err) == ST_ERR_STATE_FORMAT);
     CHECK_CONTAINS(err.message, "st:2: a line longer than 256 bytes");
 }
 
@@ -207,8 +207,8 @@ TEST(a_full_consumer_is_a_limit)
     size_t len;
     char *text = hashfile_format(e, 17, &len);
     struct sink s = {.n = 0};
-    struct hashfile_error err;
-    CHECK(hashfile_parse(text, len, "st", collect, &s, &err) == HF_ERR_LIMIT);
+    struct st_error err;
+    CHECK(ST_CODE(hashfile_parse(text, len, "st", collect, &s, &err), &err) == ST_ERR_LIMIT);
     free(text);
 }
 
@@ -220,26 +220,26 @@ TEST(replace_and_read_back)
     CHECK(fstatat(dfd, "hashes", &sb, 0) == 0 && (sb.st_mode & 0777) == 0640);
     CHECK(fstatat(dfd, "hashes.tmp", &sb, 0) != 0); /* renamed, not copied */
     struct sink s = {.n = 0};
-    struct hashfile_error err;
+    struct st_error err;
     int found = 0;
-    CHECK(hashfile_read(dfd, "hashes", "st", collect, &s, &found, &err) == HF_OK);
+    CHECK(ST_CODE(hashfile_read(dfd, "hashes", "st", collect, &s, &found, &err), &err) == ST_OK);
     CHECK(found && s.n == 2 && memcmp(s.e, e, sizeof(e)) == 0);
     s.n = 0;
-    CHECK(hashfile_read(dfd, "missing", "st", collect, &s, &found, &err) == HF_OK);
+    CHECK(ST_CODE(hashfile_read(dfd, "missing", "st", collect, &s, &found, &err), &err) == ST_OK);
     CHECK(!found && s.n == 0);
 }
 
 TEST(hostile_paths)
 {
     struct sink s = {.n = 0};
-    struct hashfile_error err;
+    struct st_error err;
     int found;
     CHECK(mkfifoat(dfd, "fifo", 0600) == 0);
     uint64_t t0 = time_mono_ns();
-    CHECK(hashfile_read(dfd, "fifo", "st", collect, &s, &found, &err) == HF_ERR_IO);
+    CHECK(ST_CODE(hashfile_read(dfd, "fifo", "st", collect, &s, &found, &err), &err) == ST_ERR_IO);
     CHECK(time_mono_ns() - t0 < 1000000000ull);
     CHECK(symlinkat("hashes", dfd, "link") == 0);
-    CHECK(hashfile_read(dfd, "link", "st", collect, &s, &found, &err) == HF_ERR_IO);
+    CHECK(ST_CODE(hashfile_read(dfd, "link", "st", collect, &s, &found, &err), &err) == ST_ERR_IO);
     CHECK(s.n == 0);
     /* A symlink planted at the temporary name is replaced, not followed. */
     CHECK(symlinkat("/etc/passwd-should-not-be-written", dfd, "victim.tmp") == 0);
@@ -252,8 +252,8 @@ TEST(load_store_is_all_or_nothing)
     struct hash_entry e[2] = {entry(8, 8), entry(9, 9)};
     CHECK(hashfile_replace(dfd, "good", e, 2) == 0);
     struct hashstore *st = hashstore_new();
-    struct hashfile_error err;
-    CHECK(hashfile_load_store(st, dfd, "good", "good", &err) == HF_OK);
+    struct st_error err;
+    CHECK(ST_CODE(hashfile_load_store(st, dfd, "good", "good", &err), &err) == ST_OK);
     CHECK_EQ_U64(hashstore_count(st), 2);
     const struct hash_entry *kept;
     size_t n;
@@ -268,7 +268,7 @@ TEST(load_store_is_all_or_nothing)
     close(fd);
     free(text);
     st = hashstore_new();
-    CHECK(hashfile_load_store(st, dfd, "bad", "bad", &err) != HF_OK);
+    CHECK(ST_CODE(hashfile_load_store(st, dfd, "bad", "bad", &err), &err) != ST_OK);
     CHECK_CONTAINS(err.message, "bad:");
     CHECK_EQ_U64(hashstore_count(st), 0);
     hashstore_free(st);
@@ -282,8 +282,8 @@ TEST(save_store_writes_what_is_used)
     hashstore_put(st, &b, 7);
     CHECK(hashfile_save_store(st, 7, dfd, "saved") == 0);
     struct hashstore *again = hashstore_new();
-    struct hashfile_error err;
-    CHECK(hashfile_load_store(again, dfd, "saved", "saved", &err) == HF_OK);
+    struct st_error err;
+    CHECK(ST_CODE(hashfile_load_store(again, dfd, "saved", "saved", &err), &err) == ST_OK);
     CHECK(hashstore_lookup(again, &a.id, NULL) && hashstore_lookup(again, &b.id, NULL));
     hashstore_free(again);
     hashstore_free(st);

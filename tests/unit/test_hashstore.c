@@ -1,8 +1,10 @@
 /* hashstore: a hash is found for exactly the identity it was recorded
  * under; saves keep what is in use and a bounded number of others;
  * concurrent readers see whole entries. */
+#include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 
 #include "hashstore.h"
 #include "test.h"
@@ -166,6 +168,42 @@ TEST(concurrent_lookups_see_whole_entries)
     hashstore_free(shared);
 }
 
+/* Regression: the store's growth (its size is the state file's choice)
+ * went through xrealloc and aborted the daemon when memory ran out. Now a
+ * put that cannot grow returns -ENOMEM and leaves the store as it was. */
+TEST(out_of_memory_leaves_the_store_intact)
+{
+#if defined(__SANITIZE_ADDRESS__)
+    printf("  SKIP: ASan needs its address space, no RLIMIT_AS test\n");
+    return;
+#endif
+    struct hashstore *s = hashstore_new();
+    struct rlimit old, tight;
+    CHECK(getrlimit(RLIMIT_AS, &old) == 0);
+    tight = old;
+    tight.rlim_cur = vm_size_bytes() + (4u << 20); /* room for ~30k entries, not 1M */
+    CHECK(setrlimit(RLIMIT_AS, &tight) == 0);
+    uint64_t n = 0;
+    int rc = 0;
+    while (n < HASHSTORE_MAX_ENTRIES) {
+        struct hash_entry e = entry(n);
+        if ((rc = hashstore_put(s, &e, 1)) != 0)
+            break;
+        n++;
+    }
+    CHECK(setrlimit(RLIMIT_AS, &old) == 0);
+    CHECK(rc == -ENOMEM);
+    CHECK(n > 0 && n < HASHSTORE_MAX_ENTRIES);
+    CHECK(hashstore_count(s) == n);
+    struct hash_entry e = entry(n);
+    CHECK(hashstore_put(s, &e, 1) == 0); /* with room again it grows */
+    for (uint64_t i = 0; i <= n; i++) {
+        e = entry(i);
+        CHECK(hashstore_lookup(s, &e.id, NULL) == 1);
+    }
+    hashstore_free(s);
+}
+
 int main(void)
 {
     RUN(every_entry_is_found);
@@ -174,5 +212,6 @@ int main(void)
     RUN(save_plan_keeps_in_use_and_bounded_spares);
     RUN(clear_and_mark_clean);
     RUN(concurrent_lookups_see_whole_entries);
+    RUN(out_of_memory_leaves_the_store_intact);
     return TEST_SUMMARY();
 }

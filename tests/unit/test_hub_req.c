@@ -6,51 +6,51 @@
 #include "test.h"
 #include "util.h"
 
-static enum hub_req_status parse(const char *text, int json, struct hub_paths *p)
+static enum st_status parse(const char *text, int json, struct hub_paths *p)
 {
-    char err[256];
-    enum hub_req_status st = hub_paths_parse(text, strlen(text), json, p, err, sizeof(err));
-    if (st != HUB_REQ_OK)
-        CHECK(err[0] != '\0');
+    struct st_error err;
+    enum st_status st = ST_CODE(hub_paths_parse(text, strlen(text), json, p, &err), &err);
+    if (st != ST_OK)
+        CHECK(err.message[0] != '\0');
     return st;
 }
 
 TEST(forms)
 {
     struct hub_paths p;
-    CHECK(parse("paths=unet&paths=model_index.json&expand=False", 0, &p) == HUB_REQ_OK);
+    CHECK(parse("paths=unet&paths=model_index.json&expand=False", 0, &p) == ST_OK);
     CHECK(p.n == 2);
     CHECK_STR(p.paths[0], "unet");
     CHECK_STR(p.paths[1], "model_index.json");
     hub_paths_free(&p);
-    CHECK(parse("paths%5B%5D=a+b%2Fc&other=1&paths", 0, &p) == HUB_REQ_OK);
+    CHECK(parse("paths%5B%5D=a+b%2Fc&other=1&paths", 0, &p) == ST_OK);
     CHECK(p.n == 2);
     CHECK_STR(p.paths[0], "a b/c");
     CHECK_STR(p.paths[1], "");
     hub_paths_free(&p);
-    CHECK(parse("", 0, &p) == HUB_REQ_OK && p.n == 0);
-    CHECK(parse("paths=%zz", 0, &p) == HUB_REQ_BAD && p.n == 0);
-    CHECK(parse("paths=%4", 0, &p) == HUB_REQ_BAD);
-    CHECK(parse("paths=a%00b", 0, &p) == HUB_REQ_BAD);
-    CHECK(parse("paths=%ff", 0, &p) == HUB_REQ_BAD);
+    CHECK(parse("", 0, &p) == ST_OK && p.n == 0);
+    CHECK(parse("paths=%zz", 0, &p) == ST_ERR_INVALID_ARGUMENT && p.n == 0);
+    CHECK(parse("paths=%4", 0, &p) == ST_ERR_INVALID_ARGUMENT);
+    CHECK(parse("paths=a%00b", 0, &p) == ST_ERR_INVALID_ARGUMENT);
+    CHECK(parse("paths=%ff", 0, &p) == ST_ERR_INVALID_ARGUMENT);
 }
 
 TEST(json)
 {
     struct hub_paths p;
     CHECK(parse("{\"paths\": [\"a\", \"b/\\u00fc\"], \"expand\": true, \"x\": {\"y\": [1]}}", 1,
-                &p) == HUB_REQ_OK);
+                &p) == ST_OK);
     CHECK(p.n == 2);
     CHECK_STR(p.paths[1], "b/ü");
     hub_paths_free(&p);
-    CHECK(parse("{\"paths\": \"one\"}", 1, &p) == HUB_REQ_OK && p.n == 1);
+    CHECK(parse("{\"paths\": \"one\"}", 1, &p) == ST_OK && p.n == 1);
     hub_paths_free(&p);
-    CHECK(parse("{}", 1, &p) == HUB_REQ_OK && p.n == 0);
+    CHECK(parse("{}", 1, &p) == ST_OK && p.n == 0);
     const char *bad[] = {"", "[]", "{\"paths\": [1]}", "{\"paths\": 1}", "{\"paths\": [\"a\",]}",
                          "{\"paths\": [], \"paths\": []}", "{\"paths\": [\"a\\u0000\"]}",
                          "{\"paths\": []} x", "{\"a\": 1, \"a\": 2}", "{\"paths\": [\"\xff\"]}"};
     for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
-        if (parse(bad[i], 1, &p) != HUB_REQ_BAD) {
+        if (parse(bad[i], 1, &p) != ST_ERR_INVALID_ARGUMENT) {
             fprintf(stderr, "  accepted: %s\n", bad[i]);
             CHECK(!bad[i]);
         }
@@ -67,15 +67,15 @@ TEST(bounds)
     for (size_t i = 0; i < n; i++)
         q += sprintf(q, "%s\"x\"", i ? "," : "");
     sprintf(q, "]}");
-    CHECK(parse(text, 1, &p) == HUB_REQ_TOO_MANY);
+    CHECK(parse(text, 1, &p) == ST_ERR_LIMIT);
     free(text);
     char *longp = xmalloc(HUB_PATH_MAX + 16);
     memcpy(longp, "paths=", 6);
     memset(longp + 6, 'a', HUB_PATH_MAX + 1);
     longp[6 + HUB_PATH_MAX + 1] = '\0';
-    CHECK(parse(longp, 0, &p) == HUB_REQ_TOO_MANY);
+    CHECK(parse(longp, 0, &p) == ST_ERR_LIMIT);
     longp[6 + HUB_PATH_MAX] = '\0';
-    CHECK(parse(longp, 0, &p) == HUB_REQ_OK && p.n == 1);
+    CHECK(parse(longp, 0, &p) == ST_OK && p.n == 1);
     hub_paths_free(&p);
     free(longp);
 }

@@ -331,19 +331,6 @@ TEST(keys_find_duplicates_through_escapes)
     json_scan_keys_free(&k); /* freeing twice is harmless: it resets */
 }
 
-static size_t vm_size_bytes(void)
-{
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    size_t kib = 0;
-    while (f && fgets(line, sizeof(line), f))
-        if (sscanf(line, "VmSize: %zu kB", &kib) == 1)
-            break;
-    if (f)
-        fclose(f);
-    return kib * 1024;
-}
-
 TEST(out_of_memory_is_an_error)
 {
 #if defined(__SANITIZE_ADDRESS__)

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "http_metrics.h"
 #include "metrics.h"
 #include "test.h"
 
@@ -30,7 +31,7 @@ static void *hammer(void *arg)
         metrics_request_start();
         metrics_add(MC_SENDFILE_BYTES, 3);
         metrics_conn_opened();
-        metrics_request_done(MEP_TENSOR, 200 + (unsigned)(i % 2) * 6, 10, 1000, 500);
+        http_metrics_request_done(MEP_TENSOR, 200 + (unsigned)(i % 2) * 6, 10, 1000, 500);
         metrics_conn_closed();
     }
     return NULL;
@@ -38,7 +39,7 @@ static void *hammer(void *arg)
 
 TEST(threads_sum_exactly)
 {
-    metrics_init();
+    http_metrics_init();
     pthread_t t[THREADS];
     for (int i = 0; i < THREADS; i++)
         pthread_create(&t[i], NULL, hammer, NULL);
@@ -60,11 +61,11 @@ TEST(threads_sum_exactly)
 
 TEST(histogram_buckets)
 {
-    metrics_init();
-    metrics_request_done(MEP_SLICE, 206, 0, 50000, 1000);        /* 50 us */
-    metrics_request_done(MEP_SLICE, 206, 0, 100000, 1000);       /* le is inclusive */
-    metrics_request_done(MEP_SLICE, 206, 0, 150000, 1000);       /* 150 us */
-    metrics_request_done(MEP_SLICE, 206, 0, 20000000000, 1000);  /* 20 s: +Inf only */
+    http_metrics_init();
+    http_metrics_request_done(MEP_SLICE, 206, 0, 50000, 1000);        /* 50 us */
+    http_metrics_request_done(MEP_SLICE, 206, 0, 100000, 1000);       /* le is inclusive */
+    http_metrics_request_done(MEP_SLICE, 206, 0, 150000, 1000);       /* 150 us */
+    http_metrics_request_done(MEP_SLICE, 206, 0, 20000000000, 1000);  /* 20 s: +Inf only */
     char *p = metrics_render_prometheus();
     const char *h = "tensord_http_request_duration_seconds_bucket{endpoint=\"slice\",le=";
     char key[160];
@@ -86,11 +87,11 @@ TEST(histogram_buckets)
 
 TEST(status_classes_and_gauges)
 {
-    metrics_init();
+    http_metrics_init();
     unsigned statuses[] = {101, 200, 304, 404, 416, 503, 0, 999};
     for (size_t i = 0; i < sizeof(statuses) / sizeof(statuses[0]); i++)
-        metrics_request_done(MEP_FILE, statuses[i], 1, 1, 1);
-    metrics_request_done((enum metrics_ep)77, 200, 1, 1, 1); /* out of range: "other" */
+        http_metrics_request_done(MEP_FILE, statuses[i], 1, 1, 1);
+    http_metrics_request_done((enum metrics_ep)77, 200, 1, 1, 1); /* out of range: "other" */
     metrics_request_start();
     metrics_request_start();
     metrics_conn_opened();
@@ -111,7 +112,8 @@ TEST(status_classes_and_gauges)
     CHECK(sample(p, "tensord_models_invalid") == 1);
     CHECK(sample(p, "tensord_files") == 12);
     CHECK(sample(p, "tensord_tensors") == 3400);
-    CHECK(sample(p, "tensord_mapped_bytes") == 1099511627776.0);
+    CHECK(sample(p, "tensord_model_file_bytes") == 1099511627776.0);
+    CHECK(sample(p, "tensord_mapped_bytes") == 1099511627776.0); /* the deprecated alias */
     CHECK(sample(p, "tensord_registry_generation") == 7);
     CHECK(sample(p, "tensord_gpu_resident_bytes") == 123456789);
     CHECK(sample(p, "tensord_gpu_leases_active") == 3);
@@ -122,12 +124,12 @@ TEST(status_classes_and_gauges)
     CHECK_CONTAINS(p, "# TYPE tensord_http_requests_total counter\n");
     CHECK_CONTAINS(p, "# HELP tensord_models ");
     free(p);
-    metrics_request_done(MEP_OTHER, 200, 0, 0, 0);
+    http_metrics_request_done(MEP_OTHER, 200, 0, 0, 0);
 }
 
 TEST(hashing)
 {
-    metrics_init();
+    http_metrics_init();
     metrics_hash_progress(1 << 20, 0, 0);
     metrics_hash_progress(5, 1, 0);
     metrics_hash_progress(0, 0, 2);
@@ -161,12 +163,12 @@ TEST(rates)
     const uint64_t s = 1000000000ULL;
     fake_now = 1000 * s;
     metrics_set_clock(fake_clock);
-    metrics_init();
+    http_metrics_init();
     /* 10 requests of 100 bytes in each of seconds 1000..1019. */
     for (int sec = 0; sec < 20; sec++) {
         fake_now = (1000 + (uint64_t)sec) * s + s / 2;
         for (int i = 0; i < 10; i++)
-            metrics_request_done(MEP_TENSOR, 200, 100, 1000, 1000);
+            http_metrics_request_done(MEP_TENSOR, 200, 100, 1000, 1000);
     }
     struct metrics_rates r;
     fake_now = 1020 * s; /* exactly at the start of second 1020 */
@@ -192,7 +194,7 @@ TEST(rates)
     /* A burst after the idle time counts in every window. */
     fake_now = 1050 * s + s / 4;
     for (int i = 0; i < 30; i++)
-        metrics_request_done(MEP_TENSOR, 200, 1, 1, 1);
+        http_metrics_request_done(MEP_TENSOR, 200, 1, 1, 1);
     fake_now = 1051 * s;
     metrics_rates(1, &r);
     CHECK(r.requests_per_second == 30.0);
@@ -212,9 +214,9 @@ TEST(rates)
 
 TEST(json_rendering)
 {
-    metrics_init();
+    http_metrics_init();
     metrics_request_start();
-    metrics_request_done(MEP_MODELS, 200, 42, 2000000, 1000000);
+    http_metrics_request_done(MEP_MODELS, 200, 42, 2000000, 1000000);
     metrics_request_start();
     metrics_add(MC_RELOADS, 3);
     metrics_set_registry(2, 0, 3, 4, 5, 6);
@@ -228,7 +230,7 @@ TEST(json_rendering)
     CHECK_CONTAINS(j, "\"models\":{\"requests\":{\"1xx\":0,\"2xx\":1,");
     CHECK_CONTAINS(j, "\"duration_seconds\":{\"count\":1,\"sum\":0.002000000,");
     CHECK_CONTAINS(j, "\"registry\":{\"models\":2,\"invalid_models\":0,\"files\":3,\"tensors\":4,"
-                      "\"mapped_bytes\":5,\"generation\":6,\"open_files\":0}");
+                      "\"file_bytes\":5,\"mapped_bytes\":5,\"generation\":6,\"open_files\":0}");
     CHECK_CONTAINS(j, "\"last_preload_bytes_per_second\":0.0");
     CHECK(strstr(j, "nan") == NULL);
     CHECK_CONTAINS(j, "\"per_second\":{\"1s\":");
@@ -238,12 +240,12 @@ TEST(json_rendering)
 /* A registry with some of everything, for promtool. */
 static void dump_for_promtool(const char *path)
 {
-    metrics_init();
+    http_metrics_init();
     for (int e = 0; e < MEP_COUNT; e++) {
         metrics_request_start();
-        metrics_request_done((enum metrics_ep)e, 200, 1024, 3000000, 100000);
+        http_metrics_request_done((enum metrics_ep)e, 200, 1024, 3000000, 100000);
     }
-    metrics_request_done(MEP_TENSOR, 404, 80, 200000, 200000);
+    http_metrics_request_done(MEP_TENSOR, 404, 80, 200000, 200000);
     for (int c = 0; c < MC_COUNT; c++)
         metrics_add((enum metrics_ctr)c, (uint64_t)c + 1);
     metrics_conn_opened();

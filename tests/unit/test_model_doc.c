@@ -264,19 +264,6 @@ TEST(escapes_metadata_and_errors_match_the_tree)
     free(out);
 }
 
-static size_t vm_size_bytes(void)
-{
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    size_t kib = 0;
-    while (f && fgets(line, sizeof(line), f))
-        if (sscanf(line, "VmSize: %zu kB", &kib) == 1)
-            break;
-    if (f)
-        fclose(f);
-    return kib * 1024;
-}
-
 TEST(out_of_memory_gives_null)
 {
 #if defined(__SANITIZE_ADDRESS__)
