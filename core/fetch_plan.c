@@ -128,7 +128,7 @@ static enum fetch_plan_status add_tensor(struct builder *b, const char *name, si
 {
     char nm[ST_NAME_SHOW + 4], e[320], shape[SHAPE_TEXT];
 #define NM str_excerpt(name, name_len, ST_NAME_SHOW, nm)
-    const struct reg_tensor *t = registry_find_tensor(b->m, name, name_len);
+    const struct reg_tensor *t = reg_model_find_tensor(b->m, name, name_len);
     if (!t)
         return fail(b, FETCH_PLAN_NO_TENSOR, "model \"%s\" has no tensor \"%s\"", b->m->name, NM);
     if (t->file->fd < 0)

@@ -150,7 +150,7 @@ static void jobset_add(struct hasher *h, struct jobset *set, uint64_t epoch,
  * by epoch in the store), the rest QUEUED in snapshot order. The models'
  * files come first, so a job reads through a descriptor the model keeps
  * open where it has one; a repo's files add to their jobs. */
-static struct jobset *jobset_new(struct hasher *h, struct registry *snap, uint64_t epoch)
+static struct jobset *jobset_new(struct hasher *h, struct reg_snapshot *snap, uint64_t epoch)
 {
     struct jobset *set = xcalloc(1, sizeof(*set));
     size_t total = snap->n_files + snap->n_repo_files, cap = 1;
@@ -198,11 +198,11 @@ void hasher_do_publish(struct hasher *h)
     metrics_set_hashing(h->set ? h->set->n_open : 0, h->bytes_pending, h->files_known, h->files);
 }
 
-struct registry *hasher_do_maybe_release(struct jobset *set)
+struct reg_snapshot *hasher_do_maybe_release(struct jobset *set)
 {
     if (!set || set->n_open || !set->snap)
         return NULL;
-    struct registry *r = set->snap;
+    struct reg_snapshot *r = set->snap;
     set->snap = NULL;
     for (size_t i = 0; i < set->n; i++)
         set->jobs[i].f = NULL;
@@ -211,7 +211,7 @@ struct registry *hasher_do_maybe_release(struct jobset *set)
 
 /* ---- the API ---------------------------------------------------------------- */
 
-void hasher_submit(struct hasher *h, struct registry *snap)
+void hasher_submit(struct hasher *h, struct reg_snapshot *snap)
 {
     pthread_mutex_lock(&h->lock);
     uint64_t epoch = ++h->epoch;
@@ -265,9 +265,9 @@ void hasher_submit(struct hasher *h, struct registry *snap)
             h->bytes_pending += set->jobs[i].id.size;
         }
     }
-    struct registry *drop_old = old ? old->snap : NULL;
+    struct reg_snapshot *drop_old = old ? old->snap : NULL;
     if (set->n_open)
-        set->snap = registry_ref(snap);
+        set->snap = reg_snapshot_ref(snap);
     for (size_t i = 0; !set->snap && i < set->n; i++)
         set->jobs[i].f = NULL; /* nothing to read: no pointer into a snapshot we do not hold */
     size_t n = set->n, n_open = set->n_open;
@@ -276,7 +276,7 @@ void hasher_submit(struct hasher *h, struct registry *snap)
     pthread_cond_broadcast(&h->nap); /* a paced worker whose file was dropped */
     pthread_cond_signal(&h->hk);
     pthread_mutex_unlock(&h->lock);
-    registry_unref(drop_old); /* without the lock: the last reference closes many fds */
+    reg_snapshot_unref(drop_old); /* without the lock: the last reference closes many fds */
     hasher_call_fired(h, fire);
     pthread_mutex_lock(&h->lock);
     jobset_free(old);
@@ -422,7 +422,7 @@ void hasher_stop(struct hasher *h)
     struct hwait *fire = NULL;
     pthread_mutex_lock(&h->lock);
     hasher_do_fire_all(h, HASHER_STOPPED, &fire);
-    struct registry *drop = h->set ? h->set->snap : NULL;
+    struct reg_snapshot *drop = h->set ? h->set->snap : NULL;
     uint64_t epoch = h->epoch;
     if (h->set) {
         h->set->snap = NULL;
@@ -431,7 +431,7 @@ void hasher_stop(struct hasher *h)
     }
     pthread_mutex_unlock(&h->lock);
     hasher_call_fired(h, fire);
-    registry_unref(drop);
+    reg_snapshot_unref(drop);
     if (h->dirfd >= 0)
         hasher_save(h, epoch);
 }

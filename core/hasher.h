@@ -69,7 +69,7 @@ struct hasher *hasher_new(const struct hasher_opts *o);
 /* Hands the hasher a new snapshot (it takes its own reference for as long as
  * it needs one); files of the previous snapshot that are not in this one are
  * no longer hashed. Called by the thread that swaps snapshots. */
-void hasher_submit(struct hasher *h, struct registry *snap);
+void hasher_submit(struct hasher *h, struct reg_snapshot *snap);
 
 /* Returns 1 and copies f's hashes into *out when they are known for the
  * identity f was opened with, else 0. Any thread; never waits for I/O. */

@@ -47,7 +47,7 @@ struct job {
 
 /* The jobs of one snapshot. */
 struct jobset {
-    struct registry *snap;     /* held while n_open > 0 */
+    struct reg_snapshot *snap; /* held while n_open > 0 */
     struct job *jobs;
     size_t n;
     uint32_t *index;           /* identity -> job, open addressing; index_cap a power of two */
@@ -104,7 +104,7 @@ struct job *hasher_take_job(struct hasher *h, struct jobset *set, int *urgent);
 void hasher_do_publish(struct hasher *h);
 /* The set's snapshot when no job needs it any more (the caller unrefs it
  * after releasing the lock), else NULL. */
-struct registry *hasher_do_maybe_release(struct jobset *set);
+struct reg_snapshot *hasher_do_maybe_release(struct jobset *set);
 void hasher_deadline_ts(uint64_t mono_ns, struct timespec *ts);
 
 /* hasher_work.c */

@@ -231,7 +231,7 @@ void *hasher_worker_main(void *arg)
              * A file the snapshot does not keep open is opened again below
              * the root, as an answer would (the same version, or nothing). */
             int fd = j->f->fd >= 0 ? fcntl(j->f->fd, F_DUPFD_CLOEXEC, 0)
-                                   : registry_open_below(j->root, j->f, O_RDONLY);
+                                   : reg_open_below(j->root, j->f, O_RDONLY);
             h->running[me] = id;
             h->is_running[me] = 1;
             atomic_store(&h->urgent_run[me], urgent);
@@ -247,13 +247,13 @@ void *hasher_worker_main(void *arg)
         }
         struct hwait *fire = NULL;
         do_finish(h, &id, out, &e, retry_at, &fire);
-        struct registry *drop = hasher_do_maybe_release(h->set);
+        struct reg_snapshot *drop = hasher_do_maybe_release(h->set);
         hasher_do_publish(h);
         if (!h->set || h->set->n_open == h->set->n_delayed)
             pthread_cond_signal(&h->hk); /* nothing left to read now: save, or retry later */
         if (fire || drop) {
             pthread_mutex_unlock(&h->lock);
-            registry_unref(drop);
+            reg_snapshot_unref(drop);
             hasher_call_fired(h, fire);
             pthread_mutex_lock(&h->lock);
         }

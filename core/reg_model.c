@@ -479,12 +479,12 @@ void reg_model_unref(const struct reg_model *cm)
     free(m);
 }
 
-int registry_open_file(const struct reg_model *m, const struct reg_file *f, int flags)
+int reg_model_open_file(const struct reg_model *m, const struct reg_file *f, int flags)
 {
-    return registry_open_below(m->root, f, flags);
+    return reg_open_below(m->root, f, flags);
 }
 
-int registry_open_below(const struct reg_root *root, const struct reg_file *f, int flags)
+int reg_open_below(const struct reg_root *root, const struct reg_file *f, int flags)
 {
     int fd = beneath_open(root->fd, root->path, f->path, flags | O_NONBLOCK | O_NOCTTY);
     struct fileio_stat now;
@@ -550,19 +550,19 @@ int reg_file_etag_weak(const struct reg_file *f)
     return !reg_file_hashed(f);
 }
 
-const struct reg_tensor *registry_find_tensor(const struct reg_model *m, const char *name, size_t len)
+const struct reg_tensor *reg_model_find_tensor(const struct reg_model *m, const char *name, size_t len)
 {
     return m ? strmap_get(m->by_tensor, name, len) : NULL;
 }
 
-const struct reg_file *registry_find_file(const struct reg_model *m, const char *name, size_t len)
+const struct reg_file *reg_model_find_file(const struct reg_model *m, const char *name, size_t len)
 {
     return m ? strmap_get(m->by_file, name, len) : NULL;
 }
 
-const char *registry_model_doc(const struct reg_model *m, enum reg_doc_kind kind,
-                               char *(*render)(const struct reg_model *m), size_t *len,
-                               uint64_t *hash)
+const char *reg_model_doc(const struct reg_model *m, enum reg_doc_kind kind,
+                          char *(*render)(const struct reg_model *m), size_t *len,
+                          uint64_t *hash)
 {
     /* The model is otherwise immutable; the cache is its one lazily filled
      * part, published with a compare-and-swap. */

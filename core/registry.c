@@ -51,7 +51,7 @@ struct dir_id {
 
 struct scan {
     struct reg_root *root;
-    const struct registry *prev; /* the snapshot being replaced, or NULL */
+    const struct reg_snapshot *prev; /* the snapshot being replaced, or NULL */
     unsigned max_depth;
     struct dir_id *path;         /* directories from the root down to the current one */
     struct reg_model **models;
@@ -106,7 +106,7 @@ static void add_repo(struct scan *s, struct reg_repo *r)
 static void repo_finish(struct scan *s)
 {
     const char *id = reg_repo_walk_id(s->repo);
-    const struct reg_repo *old = s->prev ? registry_find_repo(s->prev, id, strlen(id)) : NULL;
+    const struct reg_repo *old = s->prev ? reg_snapshot_find_repo(s->prev, id, strlen(id)) : NULL;
     int transient = 0;
     struct reg_repo *r = reg_repo_walk_end(s->repo, s->root, old, s->errors, &transient);
     s->repo = NULL;
@@ -201,7 +201,8 @@ static void take_model(struct scan *s, const char *name, const char *dir, const 
                        size_t n)
 {
     struct reg_entry_id *ids = calloc(n ? n : 1, sizeof(*ids));
-    const struct reg_model *old = s->prev ? registry_find_model(s->prev, name, strlen(name)) : NULL;
+    const struct reg_model *old =
+        s->prev ? reg_snapshot_find_model(s->prev, name, strlen(name)) : NULL;
     if (!ids) { /* a resource error: keep the previous model, rescan later */
         s->errors++;
         if (old)
@@ -382,7 +383,7 @@ static void keep_lost(struct scan *s)
  * which must not change). Names are otherwise unique (distinct paths,
  * distinct root file names), so equal names come in pairs of one root file
  * model (dir "") and one directory model. */
-static void settle_names(struct scan *s, struct registry *r)
+static void settle_names(struct scan *s, struct reg_snapshot *r)
 {
     if (s->n_models > 1)
         qsort(s->models, s->n_models, sizeof(*s->models), cmp_model);
@@ -429,11 +430,11 @@ static void settle_names(struct scan *s, struct registry *r)
     }
 }
 
-struct registry *registry_scan(const char *root, uint64_t generation,
-                               const struct registry_scan_opts *opts, struct st_error *err)
+struct reg_snapshot *reg_snapshot_scan(const char *root, uint64_t generation,
+                                       const struct reg_scan_opts *opts, struct st_error *err)
 {
     uint64_t t0 = time_mono_ns();
-    const struct registry *prev = opts ? opts->prev : NULL;
+    const struct reg_snapshot *prev = opts ? opts->prev : NULL;
     struct reg_root *rr = reg_root_open(root, prev ? prev->root : NULL, err);
     if (!rr)
         return NULL;
@@ -478,7 +479,7 @@ struct registry *registry_scan(const char *root, uint64_t generation,
         free(s.lost[i]);
     free(s.lost);
 
-    struct registry *r = xcalloc(1, sizeof(*r));
+    struct reg_snapshot *r = xcalloc(1, sizeof(*r));
     atomic_init(&r->refs, 1);
     r->root = rr;
     r->generation = generation;
@@ -513,24 +514,26 @@ int registry_dir_is_model(const char *path)
     return found;
 }
 
-const struct reg_model *registry_find_model(const struct registry *r, const char *name, size_t len)
+const struct reg_model *reg_snapshot_find_model(const struct reg_snapshot *r, const char *name,
+                                                size_t len)
 {
     return r ? strmap_get(r->by_name, name, len) : NULL;
 }
 
-const struct reg_repo *registry_find_repo(const struct registry *r, const char *id, size_t len)
+const struct reg_repo *reg_snapshot_find_repo(const struct reg_snapshot *r, const char *id,
+                                              size_t len)
 {
     return r && r->by_repo ? strmap_get(r->by_repo, id, len) : NULL;
 }
 
-struct registry *registry_ref(struct registry *r)
+struct reg_snapshot *reg_snapshot_ref(struct reg_snapshot *r)
 {
     if (r)
         atomic_fetch_add_explicit(&r->refs, 1, memory_order_relaxed);
     return r;
 }
 
-void registry_unref(struct registry *r)
+void reg_snapshot_unref(struct reg_snapshot *r)
 {
     if (!r || atomic_fetch_sub_explicit(&r->refs, 1, memory_order_acq_rel) != 1)
         return;
@@ -546,32 +549,32 @@ void registry_unref(struct registry *r)
     free(r);
 }
 
-void registry_holder_init(struct registry_holder *h, struct registry *initial)
+void registry_init(struct registry *h, struct reg_snapshot *initial)
 {
     pthread_mutex_init(&h->lock, NULL);
     h->cur = initial;
 }
 
-struct registry *registry_holder_acquire(struct registry_holder *h)
+struct reg_snapshot *registry_acquire(struct registry *h)
 {
     pthread_mutex_lock(&h->lock);
-    struct registry *r = registry_ref(h->cur);
+    struct reg_snapshot *r = reg_snapshot_ref(h->cur);
     pthread_mutex_unlock(&h->lock);
     return r;
 }
 
-void registry_holder_swap(struct registry_holder *h, struct registry *next)
+void registry_swap(struct registry *h, struct reg_snapshot *next)
 {
     pthread_mutex_lock(&h->lock);
-    struct registry *old = h->cur;
+    struct reg_snapshot *old = h->cur;
     h->cur = next;
     pthread_mutex_unlock(&h->lock);
-    registry_unref(old); /* outside the lock: freeing closes many fds */
+    reg_snapshot_unref(old); /* outside the lock: freeing closes many fds */
 }
 
-void registry_holder_destroy(struct registry_holder *h)
+void registry_destroy(struct registry *h)
 {
-    registry_unref(h->cur);
+    reg_snapshot_unref(h->cur);
     h->cur = NULL;
     pthread_mutex_destroy(&h->lock);
 }

@@ -1,9 +1,9 @@
 /* registry: the models root scanned into an immutable, refcounted snapshot.
  *
- * A snapshot is built once by registry_scan and never changes; lookups are
+ * A snapshot is built once by reg_snapshot_scan and never changes; lookups are
  * O(1) hash lookups without locks. Reloads build a new snapshot and swap it
- * into a registry_holder; requests that hold the old one finish on it and the
- * last registry_unref frees it. Models are refcounted too: a rescan reuses
+ * into the registry (struct registry); requests that hold the old one
+ * finish on it and the last reg_snapshot_unref frees it. Models are refcounted too: a rescan reuses
  * every model whose files are the same versions as before (so an unchanged
  * model keeps its descriptors, headers and rendered documents), and an
  * answer or a GPU load pins the one model it reads, not the snapshot.
@@ -32,7 +32,7 @@ struct reg_file {
     char *name;                /* relative to the model directory */
     char *path;                /* relative to the root, '/'-separated */
     int fd;                    /* .safetensors files: open for the model's lifetime; -1 for other
-                                * files (opened per answer: registry_open_file) and on errors */
+                                * files (opened per answer: reg_model_open_file) and on errors */
     struct fileio_stat st;     /* the version that was validated and is served */
     /* This version's content hashes, once known (the hasher computes them
      * in the background): the one part of a model filled in after it was
@@ -113,7 +113,7 @@ struct reg_repo {
     _Atomic(struct reg_repo_rev *) rev; /* computed once every hash is known */
 };
 
-struct registry {
+struct reg_snapshot {
     atomic_uint refs;
     struct reg_root *root;
     uint64_t generation;       /* given by the caller, bumps on every reload */
@@ -135,14 +135,14 @@ struct registry {
                                 * be retried (models they hit kept their previous state) */
 };
 
-struct registry_scan_opts {
+struct reg_scan_opts {
     unsigned max_depth;        /* directory levels below the root; 0 means 16, at most 256 */
     int single_model;          /* the root itself is one model, named after its last path
                                   component; nothing below it is scanned (tensord inspect DIR);
                                   no repos */
-    const struct registry *prev; /* the snapshot being replaced: its unchanged models are reused,
-                                  * and its models stand in for ones an I/O error kept from
-                                  * being read again */
+    /* The snapshot being replaced: its unchanged models are reused, and its
+     * models stand in for ones an I/O error kept from being read again. */
+    const struct reg_snapshot *prev;
 };
 
 /* Model rules (API.md "Models on disk"): a directory below the root that
@@ -165,26 +165,29 @@ struct registry_scan_opts {
  * has it: the previous model is kept, and scan_errors counts the error so the
  * caller retries. Scans root. Returns a snapshot with one reference the
  * caller owns, or NULL with err set when the root itself cannot be read. */
-struct registry *registry_scan(const char *root, uint64_t generation,
-                               const struct registry_scan_opts *opts, struct st_error *err);
+struct reg_snapshot *reg_snapshot_scan(const char *root, uint64_t generation,
+                                       const struct reg_scan_opts *opts, struct st_error *err);
 
 /* Returns 1 when the directory at path directly holds a *.safetensors file
  * (so it is a model itself rather than a models root). */
 int registry_dir_is_model(const char *path);
 
-const struct reg_model *registry_find_model(const struct registry *r, const char *name, size_t len);
+const struct reg_model *reg_snapshot_find_model(const struct reg_snapshot *r, const char *name,
+                                                size_t len);
 /* The repo with this id ("name" or "org/name"), or NULL. */
-const struct reg_repo *registry_find_repo(const struct registry *r, const char *id, size_t len);
-const struct reg_tensor *registry_find_tensor(const struct reg_model *m, const char *name, size_t len);
-const struct reg_file *registry_find_file(const struct reg_model *m, const char *name, size_t len);
+const struct reg_repo *reg_snapshot_find_repo(const struct reg_snapshot *r, const char *id,
+                                              size_t len);
+const struct reg_tensor *reg_model_find_tensor(const struct reg_model *m, const char *name,
+                                               size_t len);
+const struct reg_file *reg_model_find_file(const struct reg_model *m, const char *name, size_t len);
 
 /* Opens file f of model m again, below the root, with `flags` (e.g. for a
  * plain file, which is not kept open, or O_DIRECT for a GPU load). Returns
  * the descriptor, -ESTALE when the path now leads to another file or another
  * version of it, or another negative errno. */
-int registry_open_file(const struct reg_model *m, const struct reg_file *f, int flags);
+int reg_model_open_file(const struct reg_model *m, const struct reg_file *f, int flags);
 /* The same for a file of any model or repo built in root. */
-int registry_open_below(const struct reg_root *root, const struct reg_file *f, int flags);
+int reg_open_below(const struct reg_root *root, const struct reg_file *f, int flags);
 
 #define REG_HASHING 1
 #define REG_HASHED 2
@@ -213,28 +216,31 @@ int reg_file_etag_weak(const struct reg_file *f);
  * any thread: if two render at once, one copy is kept. The text lives as long
  * as the model; *len gets its length and *hash (when not NULL) the FNV-1a
  * hash of its bytes, computed once. */
-const char *registry_model_doc(const struct reg_model *m, enum reg_doc_kind kind,
+const char *reg_model_doc(const struct reg_model *m, enum reg_doc_kind kind,
                                char *(*render)(const struct reg_model *m), size_t *len,
                                uint64_t *hash);
 
-struct registry *registry_ref(struct registry *r);
-void registry_unref(struct registry *r);
+struct reg_snapshot *reg_snapshot_ref(struct reg_snapshot *r);
+void reg_snapshot_unref(struct reg_snapshot *r);
 
 /* A model outlives every snapshot that lists it while someone holds it. */
 struct reg_model *reg_model_ref(const struct reg_model *m);
 void reg_model_unref(const struct reg_model *m);
 
-/* Holds the current snapshot for concurrent readers. */
-struct registry_holder {
+/* The registry: the current snapshot, for concurrent readers; the daemon
+ * has one, and swaps a new snapshot in after each rescan. */
+struct registry {
     pthread_mutex_t lock;      /* guards cur while a reader takes its reference */
-    struct registry *cur;
+    struct reg_snapshot *cur;
 };
 
-void registry_holder_init(struct registry_holder *h, struct registry *initial);
-/* Returns the current snapshot with a new reference (release with registry_unref), or NULL. */
-struct registry *registry_holder_acquire(struct registry_holder *h);
-/* Installs next (taking over the caller's reference) and drops the holder's reference to the old one. */
-void registry_holder_swap(struct registry_holder *h, struct registry *next);
-void registry_holder_destroy(struct registry_holder *h);
+void registry_init(struct registry *h, struct reg_snapshot *initial);
+/* Returns the current snapshot with a new reference (release with
+ * reg_snapshot_unref), or NULL. */
+struct reg_snapshot *registry_acquire(struct registry *h);
+/* Installs next (taking over the caller's reference) and drops the
+ * registry's reference to the old one. */
+void registry_swap(struct registry *h, struct reg_snapshot *next);
+void registry_destroy(struct registry *h);
 
 #endif

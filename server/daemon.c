@@ -85,7 +85,7 @@ static void raise_fd_limit(void)
 }
 
 /* Warns when the snapshot's descriptors leave too few for the connections. */
-static void check_fd_budget(const struct server *srv, const struct registry *r)
+static void check_fd_budget(const struct server *srv, const struct reg_snapshot *r)
 {
     struct rlimit rl;
     uint64_t need = (uint64_t)r->n_open * 2 + (uint64_t)srv->cfg->max_connections * 2 + 64;
@@ -96,18 +96,18 @@ static void check_fd_budget(const struct server *srv, const struct registry *r)
                 (unsigned long long)need);
 }
 
-static void publish_registry_metrics(const struct registry *r)
+static void publish_registry_metrics(const struct reg_snapshot *r)
 {
     metrics_set_registry(r->n_models, r->n_invalid, r->n_files, r->n_tensors, r->bytes,
                          r->generation);
     metrics_set_open_files(r->n_open);
 }
 
-static void log_invalid_models(const struct registry *r, const struct registry *prev)
+static void log_invalid_models(const struct reg_snapshot *r, const struct reg_snapshot *prev)
 {
     for (size_t i = 0; i < r->n_models; i++) {
         const struct reg_model *m = r->models[i];
-        const struct reg_model *was = prev ? registry_find_model(prev, m->name, strlen(m->name)) : NULL;
+        const struct reg_model *was = prev ? reg_snapshot_find_model(prev, m->name, strlen(m->name)) : NULL;
         if (m->state != MODEL_READY && m != was) /* reused models were reported already */
             log_msg(LOG_WARN, "model %s is invalid: %s", m->name, m->error.message);
     }
@@ -115,11 +115,11 @@ static void log_invalid_models(const struct registry *r, const struct registry *
 
 /* Scans the root (reusing prev's unchanged models) and hands the heap that
  * header parsing used back to the kernel. */
-static struct registry *scan_and_trim(const struct config *cfg, uint64_t generation,
-                                      const struct registry *prev, struct st_error *err)
+static struct reg_snapshot *scan_and_trim(const struct config *cfg, uint64_t generation,
+                                          const struct reg_snapshot *prev, struct st_error *err)
 {
-    struct registry_scan_opts opts = {.prev = prev};
-    struct registry *r = registry_scan(cfg->models, generation, &opts, err);
+    struct reg_scan_opts opts = {.prev = prev};
+    struct reg_snapshot *r = reg_snapshot_scan(cfg->models, generation, &opts, err);
     malloc_trim(0);
     return r;
 }
@@ -162,8 +162,8 @@ static void rescan(struct loop *l)
     /* Watch before reading: what changes after this is an event, and what
      * changed before it is in the listing. */
     watch_dirs(l->watch, REGISTRY_WATCH_DEPTH);
-    struct registry *prev = registry_holder_acquire(&srv->registry);
-    struct registry *next = scan_and_trim(srv->cfg, ++l->generation, prev, &err);
+    struct reg_snapshot *prev = registry_acquire(&srv->registry);
+    struct reg_snapshot *next = scan_and_trim(srv->cfg, ++l->generation, prev, &err);
     metrics_add(MC_RELOADS, 1);
     if (!next) {
         metrics_add(MC_RELOAD_ERRORS, 1);
@@ -171,7 +171,7 @@ static void rescan(struct loop *l)
         schedule_retry(l);
         log_msg(LOG_ERROR, "reload failed, still serving the previous snapshot (retrying in %u "
                            "ms): %s", l->retry_ms, err.message);
-        registry_unref(prev);
+        reg_snapshot_unref(prev);
         return;
     }
     log_invalid_models(next, prev);
@@ -179,7 +179,7 @@ static void rescan(struct loop *l)
                       "tensors in %.1f ms",
             next->root->path, next->n_models, next->n_invalid, next->n_reused, next->n_files,
             next->n_tensors, (double)next->scan_ns / 1e6);
-    registry_unref(prev);
+    reg_snapshot_unref(prev);
     if (next->scan_errors) {
         /* Out of descriptors, memory, a failing disk: the models it hit kept
          * their previous state. Try again, backing off. */
@@ -197,8 +197,8 @@ static void rescan(struct loop *l)
     if (srv->gpu)
         gpu_manager_on_reload(srv->gpu, next);
     hasher_submit(srv->hasher, next);
-    registry_holder_swap(&srv->registry, next);
-    watch_files(l->watch, next); /* the holder keeps next alive: its descriptors are valid */
+    registry_swap(&srv->registry, next);
+    watch_files(l->watch, next); /* the registry keeps next alive: its descriptors are valid */
     notify_systemd("STATUS=serving %zu models (generation %llu)", next->n_models,
                    (unsigned long long)l->generation);
 }
@@ -265,11 +265,11 @@ static int take_signals(void)
 
 /* The first scan of the models root, logged, its I/O errors retried from the
  * loop, its files handed to the hasher. NULL when the root cannot be served. */
-static struct registry *first_scan(struct loop *l)
+static struct reg_snapshot *first_scan(struct loop *l)
 {
     const struct config *cfg = l->srv->cfg;
     struct st_error serr;
-    struct registry *reg = scan_and_trim(cfg, l->generation, NULL, &serr);
+    struct reg_snapshot *reg = scan_and_trim(cfg, l->generation, NULL, &serr);
     if (!reg) {
         log_msg(LOG_ERROR, "cannot serve models root: %s", serr.message);
         return NULL;
@@ -376,10 +376,10 @@ int daemon_run(const struct config *cfg)
         free(real);
         watch_dirs(l.watch, REGISTRY_WATCH_DEPTH); /* before the scan: nothing is missed */
     }
-    struct registry *reg = first_scan(&l);
+    struct reg_snapshot *reg = first_scan(&l);
     if (!reg)
         goto out;
-    registry_holder_init(&srv.registry, reg);
+    registry_init(&srv.registry, reg);
 
     struct gm_options gopt;
     gpu_doc_options(&gopt, cfg);
@@ -404,7 +404,7 @@ out_registry:
     lease_server_stop(leases); /* first: it ends leases the manager owns */
     if (srv.gpu)
         gpu_manager_free(srv.gpu);
-    registry_holder_destroy(&srv.registry);
+    registry_destroy(&srv.registry);
 out:
     hasher_free(srv.hasher);
     watch_free(l.watch);

@@ -59,7 +59,7 @@ size_t dispatch_upload_limit(const struct server *srv, const char *url)
 
 static int repo_exists(void *ctx, const char *id, size_t len)
 {
-    return registry_find_repo(ctx, id, len) != NULL;
+    return reg_snapshot_find_repo(ctx, id, len) != NULL;
 }
 
 static int is_hub_route(enum route_kind k)
@@ -83,7 +83,7 @@ static const int endpoint_of_route[] = {
 
 static enum MHD_Result dispatch_model(struct MHD_Connection *conn, struct request *rq,
                                       const struct route *rt, const char *method,
-                                      const struct registry *reg)
+                                      const struct reg_snapshot *reg)
 {
     enum MHD_Result ret;
     if (!reg) {
@@ -100,7 +100,7 @@ static enum MHD_Result dispatch_model(struct MHD_Connection *conn, struct reques
         ret = handle_models(conn, rq, reg);
         goto out;
     }
-    const struct reg_model *m = registry_find_model(reg, rt->model, rt->model_len);
+    const struct reg_model *m = reg_snapshot_find_model(reg, rt->model, rt->model_len);
     if (!m) {
         ret = respond_error(conn, rq, MHD_HTTP_NOT_FOUND, "model_not_found",
                             "no model named \"%.300s\"", rt->model);
@@ -125,7 +125,7 @@ static enum MHD_Result dispatch_model(struct MHD_Connection *conn, struct reques
         break;
     case ROUTE_FILE:
     case ROUTE_FILE_HEADER: {
-        const struct reg_file *f = registry_find_file(m, rt->name, rt->name_len);
+        const struct reg_file *f = reg_model_find_file(m, rt->name, rt->name_len);
         if (!f)
             ret = respond_error(conn, rq, MHD_HTTP_NOT_FOUND, "file_not_found",
                                 "model \"%.300s\" has no file \"%.300s\"", m->name, rt->name);
@@ -137,7 +137,7 @@ static enum MHD_Result dispatch_model(struct MHD_Connection *conn, struct reques
         ret = handle_fetch(conn, rq, m);
         break;
     case ROUTE_TENSOR: {
-        const struct reg_tensor *t = registry_find_tensor(m, rt->name, rt->name_len);
+        const struct reg_tensor *t = reg_model_find_tensor(m, rt->name, rt->name_len);
         if (!t)
             ret = respond_error(conn, rq, MHD_HTTP_NOT_FOUND, "tensor_not_found",
                                 "model \"%.300s\" has no tensor \"%.300s\"", m->name, rt->name);
@@ -267,7 +267,7 @@ enum MHD_Result dispatch_request(struct MHD_Connection *conn, struct request *rq
 
     /* One snapshot for the whole request: it also tells "name" from
      * "org/name" in a Hub path. */
-    struct registry *reg = registry_holder_acquire(&rq->srv->registry);
+    struct reg_snapshot *reg = registry_acquire(&rq->srv->registry);
     enum route_kind kind = route_parse_with(url, repo_exists, reg, &rt, err, sizeof(err));
     /* Errors on the Hub's paths speak its dialect ({"error": "message"}). */
     int hub = is_hub_route(kind) || (kind == ROUTE_BAD_PATH && strncmp(url, "/v1/", 4) != 0);
@@ -294,6 +294,6 @@ enum MHD_Result dispatch_request(struct MHD_Connection *conn, struct request *rq
     }
 out:
     route_free(&rt);
-    registry_unref(reg);
+    reg_snapshot_unref(reg);
     return ret;
 }

@@ -44,7 +44,7 @@ static int file_fd(struct MHD_Connection *conn, struct request *rq, const struct
                              "file \"%.300s\" could not be read: %s", f->name, f->error.message);
         return -1;
     }
-    int fd = registry_open_file(m, f, O_RDONLY);
+    int fd = reg_model_open_file(m, f, O_RDONLY);
     if (fd >= 0) {
         *own = 1;
         return fd;

@@ -195,7 +195,7 @@ static enum MHD_Result serve_file(struct MHD_Connection *conn, struct request *r
         blen = 255;
     while (blen > 0 && blen < strlen(base) && ((unsigned char)base[blen] & 0xc0) == 0x80)
         blen--;
-    int fd = registry_open_below(r->root, f, O_RDONLY);
+    int fd = reg_open_below(r->root, f, O_RDONLY);
     if (fd < 0) {
         if (fd == -ESTALE) {
             http_request_rescan(rq->srv);
@@ -324,9 +324,10 @@ static void dir_entry(struct jsonw *w, const struct reg_repo_dir *d)
 
 /* "safetensors": parameters by dtype of the repo's own model (the /v1
  * model in the repo's directory), when there is one and it is valid. */
-static void safetensors_info(struct jsonw *w, const struct registry *reg, const struct reg_repo *r)
+static void safetensors_info(struct jsonw *w, const struct reg_snapshot *reg,
+                             const struct reg_repo *r)
 {
-    const struct reg_model *m = registry_find_model(reg, r->id, strlen(r->id));
+    const struct reg_model *m = reg_snapshot_find_model(reg, r->id, strlen(r->id));
     if (!m || m->state != MODEL_READY || m->n_tensors == 0)
         return;
     uint64_t by_dtype[DT_COUNT] = {0}, total = 0;
@@ -379,7 +380,7 @@ static void repo_summary(struct jsonw *w, const struct reg_repo *r, const struct
 }
 
 static enum MHD_Result hub_info(struct MHD_Connection *conn, struct request *rq,
-                                const struct registry *reg, const struct reg_repo *r,
+                                const struct reg_snapshot *reg, const struct reg_repo *r,
                                 const struct reg_repo_rev *rev, const struct route *rt)
 {
     int by_commit = 0;
@@ -502,7 +503,7 @@ static enum MHD_Result hub_paths_info(struct MHD_Connection *conn, struct reques
  * page: no Link header to follow. Revisions are given where already
  * known; the list never waits for hashes. */
 static enum MHD_Result hub_models(struct MHD_Connection *conn, struct request *rq,
-                                  const struct registry *reg)
+                                  const struct reg_snapshot *reg)
 {
     int bad = 0;
     char *search = handler_query(conn, "search", 1, NULL, &bad), *author = handler_query(conn, "author", 1, NULL, &bad);
@@ -563,12 +564,12 @@ out:
 }
 
 enum MHD_Result handle_hub(struct MHD_Connection *conn, struct request *rq,
-                           const struct registry *reg, const struct route *rt)
+                           const struct reg_snapshot *reg, const struct route *rt)
 {
     enum MHD_Result ret = MHD_YES;
     if (rt->kind == ROUTE_HUB_MODELS)
         return hub_models(conn, rq, reg);
-    const struct reg_repo *r = registry_find_repo(reg, rt->model, rt->model_len);
+    const struct reg_repo *r = reg_snapshot_find_repo(reg, rt->model, rt->model_len);
     if (!r)
         return respond_hub_error(conn, rq, MHD_HTTP_NOT_FOUND, "RepoNotFound", NULL, 0,
                                  "Repository not found: %.300s", rt->model);

@@ -59,7 +59,7 @@ static json_t *gpu_status(struct server *srv)
 }
 
 enum MHD_Result handle_models(struct MHD_Connection *conn, struct request *rq,
-                              const struct registry *reg)
+                              const struct reg_snapshot *reg)
 {
     json_t *list = json_array();
     for (size_t i = 0; i < reg->n_models; i++) {
@@ -96,7 +96,7 @@ enum MHD_Result handle_models(struct MHD_Connection *conn, struct request *rq,
     return respond_json(conn, rq, MHD_HTTP_OK, doc, NULL);
 }
 
-/* Never renders: registry_model_doc answers NULL through it when the
+/* Never renders: reg_model_doc answers NULL through it when the
  * document is not cached yet. */
 static char *not_cached(const struct reg_model *m)
 {
@@ -130,10 +130,10 @@ static enum MHD_Result respond_model_doc(struct MHD_Connection *conn, struct req
 {
     size_t len;
     uint64_t hash;
-    const char *text = registry_model_doc(m, kind, not_cached, &len, &hash);
+    const char *text = reg_model_doc(m, kind, not_cached, &len, &hash);
     if (!text) {
         pthread_mutex_lock(&g_render_lock);
-        text = registry_model_doc(m, kind, render, &len, &hash);
+        text = reg_model_doc(m, kind, render, &len, &hash);
         pthread_mutex_unlock(&g_render_lock);
     }
     if (!text)

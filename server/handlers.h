@@ -19,7 +19,7 @@ char *handler_query(struct MHD_Connection *conn, const char *key, int form, size
                     int *bad);
 
 enum MHD_Result handle_models(struct MHD_Connection *conn, struct request *rq,
-                              const struct registry *reg);
+                              const struct reg_snapshot *reg);
 enum MHD_Result handle_model(struct MHD_Connection *conn, struct request *rq,
                              const struct reg_model *m);
 enum MHD_Result handle_model_header(struct MHD_Connection *conn, struct request *rq,
@@ -35,7 +35,7 @@ enum MHD_Result handle_fetch(struct MHD_Connection *conn, struct request *rq,
 struct route;
 /* The Hugging Face endpoint (server/h_hub.c): every ROUTE_HUB_* route. */
 enum MHD_Result handle_hub(struct MHD_Connection *conn, struct request *rq,
-                           const struct registry *reg, const struct route *rt);
+                           const struct reg_snapshot *reg, const struct route *rt);
 enum MHD_Result handle_healthz(struct MHD_Connection *conn, struct request *rq);
 enum MHD_Result handle_readyz(struct MHD_Connection *conn, struct request *rq);
 enum MHD_Result handle_metrics(struct MHD_Connection *conn, struct request *rq, int text);

@@ -21,7 +21,7 @@ struct hasher;
 
 struct server {
     const struct config *cfg;
-    struct registry_holder registry;
+    struct registry registry;
     struct gpu_manager *gpu;        /* NULL when GPU sharing is not set up */
     struct hasher *hasher;          /* content hashes of the served files */
     struct MHD_Daemon *daemon;

@@ -101,9 +101,9 @@ static int has_subdirectory(const char *path)
 static int inspect_dir(const char *path, FILE *out, FILE *err)
 {
     struct st_error e;
-    struct registry_scan_opts opts = {
+    struct reg_scan_opts opts = {
         .single_model = registry_dir_is_model(path) && !has_subdirectory(path)};
-    struct registry *r = registry_scan(path, 1, &opts, &e);
+    struct reg_snapshot *r = reg_snapshot_scan(path, 1, &opts, &e);
     if (!r) {
         fprintf(err, "%s: %s\n", path, e.message);
         return 0;
@@ -113,7 +113,7 @@ static int inspect_dir(const char *path, FILE *out, FILE *err)
         fprintf(out, "%s: no models\n", path);
     for (size_t i = 0; i < r->n_models; i++)
         ok &= print_model(r->models[i], out, err);
-    registry_unref(r);
+    reg_snapshot_unref(r);
     return ok;
 }
 

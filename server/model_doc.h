@@ -12,7 +12,7 @@
 #include "registry.h"
 
 /* Each returns a new NUL-terminated document the caller frees (the shape
- * registry_model_doc's render callback has), or NULL when memory ran out:
+ * reg_model_doc's render callback has), or NULL when memory ran out:
  * they never abort, whatever the model's files hold. */
 char *model_doc_description(const struct reg_model *m);
 char *model_doc_header(const struct reg_model *m);

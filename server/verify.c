@@ -1,6 +1,6 @@
 /* verify: re-hash and compare with the state directory's record.
  *
- * A directory is scanned the way the daemon scans it (registry_scan), so
+ * A directory is scanned the way the daemon scans it (reg_snapshot_scan), so
  * exactly the files it serves are checked, through the same symlink rules.
  * Each file is read once, with the identity taken before and after as the
  * hasher does; the record looked up is the one for that identity, so a file
@@ -75,8 +75,8 @@ static void verify_fd(struct tally *t, int fd, const char *path)
 static void verify_scan(struct tally *t, const char *path, int single, FILE *err)
 {
     struct st_error e;
-    struct registry_scan_opts opts = {.single_model = single};
-    struct registry *r = registry_scan(path, 0, &opts, &e);
+    struct reg_scan_opts opts = {.single_model = single};
+    struct reg_snapshot *r = reg_snapshot_scan(path, 0, &opts, &e);
     if (!r) {
         fprintf(err, "tensord verify: %s\n", e.message);
         t->errors++;
@@ -90,7 +90,7 @@ static void verify_scan(struct tally *t, const char *path, int single, FILE *err
             const struct reg_file *f = &m->files[k];
             char *shown = single ? xasprintf("%s/%s", path, f->name)
                                  : xasprintf("%s/%s/%s", path, m->name, f->name);
-            int fd = f->fd >= 0 ? f->fd : f->error.code == ST_OK ? registry_open_file(m, f, O_RDONLY)
+            int fd = f->fd >= 0 ? f->fd : f->error.code == ST_OK ? reg_model_open_file(m, f, O_RDONLY)
                                                                  : -1;
             if (fd < 0) {
                 fprintf(t->out, "ERROR     -  %s: %s\n", shown,
@@ -104,7 +104,7 @@ static void verify_scan(struct tally *t, const char *path, int single, FILE *err
             free(shown);
         }
     }
-    registry_unref(r);
+    reg_snapshot_unref(r);
 }
 
 /* A directory may be a model, a models root, or both (a root with

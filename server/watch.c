@@ -174,7 +174,7 @@ void watch_dirs(struct watch *w, unsigned max_depth)
     wlist_replace(w, &w->dirs, &next);
 }
 
-void watch_files(struct watch *w, const struct registry *snap)
+void watch_files(struct watch *w, const struct reg_snapshot *snap)
 {
     if (!w || !snap)
         return;

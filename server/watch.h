@@ -16,7 +16,7 @@
 
 #include <stdint.h>
 
-struct registry;
+struct reg_snapshot;
 struct watch;
 
 /* A watcher for the tree below root (a real path). NULL when inotify is
@@ -32,7 +32,7 @@ void watch_dirs(struct watch *w, unsigned max_depth);
 
 /* Watches the inodes of the files snap holds open, and stops watching the
  * ones it no longer holds. Call it when snap is installed. */
-void watch_files(struct watch *w, const struct registry *snap);
+void watch_files(struct watch *w, const struct reg_snapshot *snap);
 
 enum watch_news {
     WATCH_QUIET = 0,        /* nothing that concerns the root */

@@ -66,11 +66,11 @@ int gm_resolve_device(struct gpu_manager *gm, const char *name, struct gm_device
 
 /* ---- public API -------------------------------------------------------- */
 
-struct gpu_manager *gpu_manager_new(const struct gm_options *opt, struct registry_holder *holder)
+struct gpu_manager *gpu_manager_new(const struct gm_options *opt, struct registry *registry)
 {
     struct gpu_manager *gm = xcalloc(1, sizeof(*gm));
     gm->opt = *opt;
-    gm->holder = holder;
+    gm->registry = registry;
     pthread_mutex_init(&gm->lock, NULL);
     pthread_cond_init(&gm->cond, NULL);
     gm->host = gpu_host_new();
@@ -234,15 +234,15 @@ int gpu_manager_evict(struct gpu_manager *gm, const char *model, struct gm_evict
     return 0;
 }
 
-void gpu_manager_on_reload(struct gpu_manager *gm, struct registry *snap)
+void gpu_manager_on_reload(struct gpu_manager *gm, struct reg_snapshot *snap)
 {
     struct gm_instance *dead_list = NULL;
     pthread_mutex_lock(&gm->lock);
-    /* A preload that took the holder's snapshot before this one is swapped
+    /* A preload that took the registry's snapshot before this one is swapped
      * in must not load the old files: it compares with this (see
      * gpu_preload_request). */
-    struct registry *old_latest = gm->latest;
-    gm->latest = registry_ref(snap);
+    struct reg_snapshot *old_latest = gm->latest;
+    gm->latest = reg_snapshot_ref(snap);
     size_t n = 0;
     for (struct gm_instance *m = gm->models; m; m = m->next)
         n += m->current;
@@ -253,7 +253,7 @@ void gpu_manager_on_reload(struct gpu_manager *gm, struct registry *snap)
             cur[n++] = m;
     for (size_t i = 0; i < n; i++) {
         struct gm_instance *m = cur[i];
-        const struct reg_model *rm = registry_find_model(snap, m->name, strlen(m->name));
+        const struct reg_model *rm = reg_snapshot_find_model(snap, m->name, strlen(m->name));
         int valid = rm && rm->state == MODEL_READY;
         if (valid && gm_instance_same_files(m, rm))
             continue;
@@ -282,7 +282,7 @@ void gpu_manager_on_reload(struct gpu_manager *gm, struct registry *snap)
     }
     pthread_mutex_unlock(&gm->lock);
     if (old_latest)
-        registry_unref(old_latest);
+        reg_snapshot_unref(old_latest);
     free(cur);
     while (dead_list) {
         struct gm_instance *d = dead_list;
@@ -343,7 +343,7 @@ void gpu_manager_free(struct gpu_manager *gm)
         gm_instance_free(m);
     }
     if (gm->latest)
-        registry_unref(gm->latest);
+        reg_snapshot_unref(gm->latest);
     while (gm->refused)
         do_gm_refused_clear(gm, gm->refused->model);
     if (gm->cuda)

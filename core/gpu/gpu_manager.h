@@ -124,8 +124,8 @@ struct gm_row {
 
 /* Probes the backends (host always; cuda when a driver and a device are
  * there). Never fails because there is no GPU. opt (copied; its strings
- * borrowed) and the holder must outlive the manager. */
-struct gpu_manager *gpu_manager_new(const struct gm_options *opt, struct registry_holder *holder);
+ * borrowed) and the registry must outlive the manager. */
+struct gpu_manager *gpu_manager_new(const struct gm_options *opt, struct registry *registry);
 
 /* Starts the loader thread and queues the start-up preloads. Returns 0, or
  * -errno with err when the thread cannot start. The lease socket is the
@@ -178,7 +178,7 @@ int gpu_manager_evict(struct gpu_manager *gm, const char *model, struct gm_evict
 /* A reload built snap (before it is swapped in): every loaded model whose
  * shard files changed (size, mtime, inode) or disappeared is replaced by a
  * new instance with a new generation, loaded from snap; the old one drains. */
-void gpu_manager_on_reload(struct gpu_manager *gm, struct registry *snap);
+void gpu_manager_on_reload(struct gpu_manager *gm, struct reg_snapshot *snap);
 
 /* 1 once the start-up preloads have all ended (ready or failed). */
 int gpu_manager_ready(struct gpu_manager *gm);

@@ -100,7 +100,7 @@ struct gpu_lease {
 
 struct gpu_manager {
     struct gm_options opt;
-    struct registry_holder *holder;
+    struct registry *registry;
     struct gpu_backend *host, *cuda; /* set by gpu_manager_new, then read-only */
     char cuda_reason[256];
     pthread_mutex_t lock;
@@ -115,8 +115,8 @@ struct gpu_manager {
     unsigned startup_pending;  /* config preloads not yet ended (gm->lock) */
     int started;               /* gm->lock */
     double last_bps;           /* bytes per second of the last finished preload (gm->lock) */
-    struct registry *latest;   /* the newest snapshot on_reload saw (gm->lock): preloads
-                                * never load from an older one */
+    struct reg_snapshot *latest;   /* the newest snapshot on_reload saw (gm->lock): preloads
+                                    * never load from an older one */
     struct gm_refused *refused; /* start-up preloads refused before they began (gm->lock) */
 };
 

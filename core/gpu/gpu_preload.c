@@ -33,7 +33,7 @@ void do_gm_enqueue(struct gpu_manager *gm, struct gm_instance *m)
  * the path now leads to another file or version). */
 static int open_direct(const struct reg_model *rm, const struct reg_file *f)
 {
-    int fd = registry_open_file(rm, f, O_RDONLY | O_DIRECT);
+    int fd = reg_model_open_file(rm, f, O_RDONLY | O_DIRECT);
     return fd >= 0 ? fd : -1;
 }
 
@@ -194,18 +194,18 @@ static int do_preload_check(const struct reg_model *rm, const struct gm_instance
 int gpu_preload_request(struct gpu_manager *gm, const char *model, const struct gm_device *where,
                         int startup, struct gm_view *v, struct st_error *err)
 {
-    struct registry *snap = registry_holder_acquire(gm->holder), *stale = NULL;
+    struct reg_snapshot *snap = registry_acquire(gm->registry), *stale = NULL;
     struct gm_instance *dead = NULL;
     memset(v, 0, sizeof(*v));
     pthread_mutex_lock(&gm->lock);
-    /* A reload announces its snapshot before the holder swaps it in: a
+    /* A reload announces its snapshot before the registry swaps it in: a
      * request in between must load the new files, or its instance would
      * keep the old ones (the reload already compared what it saw). */
     if (gm->latest && (!snap || gm->latest->generation > snap->generation)) {
         stale = snap;
-        snap = registry_ref(gm->latest);
+        snap = reg_snapshot_ref(gm->latest);
     }
-    const struct reg_model *rm = snap ? registry_find_model(snap, model, strlen(model)) : NULL;
+    const struct reg_model *rm = snap ? reg_snapshot_find_model(snap, model, strlen(model)) : NULL;
     struct gm_instance *cur = do_gm_find_current(gm, model);
     int rc = do_preload_check(rm, cur, model, where, err);
     if (rc == 0) {
@@ -231,9 +231,9 @@ out:
     if (dead)
         gm_instance_free(dead);
     if (stale)
-        registry_unref(stale);
+        reg_snapshot_unref(stale);
     if (snap)
-        registry_unref(snap);
+        reg_snapshot_unref(snap);
     return rc;
 }
 

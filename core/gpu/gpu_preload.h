@@ -29,7 +29,7 @@ struct gm_instance;
 int gpu_preload_start(struct gpu_manager *gm, struct st_error *err);
 
 /* Starts loading model on *where, as the HTTP POST does; startup marks a
- * config preload. The model comes from the newest snapshot: the holder's
+ * config preload. The model comes from the newest snapshot: the registry's
  * current one, or the one a reload has announced (gpu_manager_on_reload)
  * and not yet swapped in. Returns 1 when a load started, 0 when it is
  * already loaded or loading there (a failed instance on the same device is

@@ -37,7 +37,7 @@ static char tmpdir[] = "/tmp/tensord-gpu-manager-XXXXXX";
 /* One manager on its own models root, with its socket beside the root. */
 struct fx {
     char *root, *sock;
-    struct registry_holder holder;
+    struct registry holder;
     struct config cfg;
     struct gpu_manager *gm;
     struct lease_server *ls;       /* the daemon's lease socket over gm */
@@ -57,10 +57,10 @@ static void fx_init(struct fx *f)
     free(dir);
 }
 
-static struct registry *fx_scan(struct fx *f)
+static struct reg_snapshot *fx_scan(struct fx *f)
 {
     struct st_error serr;
-    struct registry *reg = registry_scan(f->root, ++f->reg_generation, NULL, &serr);
+    struct reg_snapshot *reg = reg_snapshot_scan(f->root, ++f->reg_generation, NULL, &serr);
     CHECK(reg != NULL);
     return reg;
 }
@@ -70,7 +70,7 @@ static struct registry *fx_scan(struct fx *f)
 static void fx_start(struct fx *f, const char *const *preloads)
 {
     char err[512] = "";
-    registry_holder_init(&f->holder, fx_scan(f));
+    registry_init(&f->holder, fx_scan(f));
     config_defaults(&f->cfg);
     free(f->cfg.ipc_socket);
     f->cfg.ipc_socket = xstrdup(f->sock);
@@ -92,9 +92,9 @@ static void fx_start(struct fx *f, const char *const *preloads)
 /* A reload as the daemon does it: scan, tell the manager, swap. */
 static void fx_reload(struct fx *f)
 {
-    struct registry *next = fx_scan(f);
+    struct reg_snapshot *next = fx_scan(f);
     gpu_manager_on_reload(f->gm, next);
-    registry_holder_swap(&f->holder, next);
+    registry_swap(&f->holder, next);
 }
 
 static void fx_free(struct fx *f)
@@ -102,7 +102,7 @@ static void fx_free(struct fx *f)
     lease_server_stop(f->ls);
     gpu_manager_free(f->gm);
     CHECK(access(f->sock, F_OK) != 0); /* the socket file is removed */
-    registry_holder_destroy(&f->holder);
+    registry_destroy(&f->holder);
     config_free(&f->cfg);
     free(f->root);
     free(f->sock);

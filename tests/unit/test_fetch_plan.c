@@ -18,7 +18,7 @@
 #include "util.h"
 
 static char root[] = "/tmp/test_fetch_plan.XXXXXX";
-static struct registry *reg;
+static struct reg_snapshot *reg;
 static const struct reg_model *model;
 
 /* Byte i of a tensor's data: a pattern that differs between tensors. */
@@ -103,9 +103,9 @@ static void setup(void)
                "\"model-2.safetensors\",\"d\":\"model-2.safetensors\"}}");
     fclose(f);
     struct st_error err;
-    reg = registry_scan(root, 1, NULL, &err);
+    reg = reg_snapshot_scan(root, 1, NULL, &err);
     CHECK(reg != NULL);
-    model = reg ? registry_find_model(reg, "m", 1) : NULL;
+    model = reg ? reg_snapshot_find_model(reg, "m", 1) : NULL;
     CHECK(model && model->state == MODEL_READY);
     free(dir), free(p1), free(p2), free(idx);
 }
@@ -464,7 +464,7 @@ int main(void)
     RUN(errors);
     RUN(identity);
     RUN(file_changed_after_validation);
-    registry_unref(reg);
+    reg_snapshot_unref(reg);
     char *cmd = xasprintf("rm -rf %s", root);
     if (system(cmd) != 0)
         fprintf(stderr, "  could not remove %s\n", root);

@@ -379,7 +379,7 @@ TEST(preload_during_reload_loads_the_new_files)
     unsigned char *old = write_model(&f, "ma", 11);
     fx_start(&f, NULL);
     unsigned char *now = write_model(&f, "ma", 12);
-    struct registry *next = fx_scan(&f);
+    struct reg_snapshot *next = fx_scan(&f);
     gpu_manager_on_reload(f.gm, next); /* announced, not yet swapped in */
     int st, fds[1];
     size_t n;
@@ -387,7 +387,7 @@ TEST(preload_during_reload_loads_the_new_files)
     CHECK(st == 202);
     json_decref(d);
     wait_idle(f.gm);
-    registry_holder_swap(&f.holder, next); /* no later reload will come to fix it */
+    registry_swap(&f.holder, next); /* no later reload will come to fix it */
     json_t *ans;
     struct gpu_lease *l = open_lease(f.gm, "ma", NULL, &ans, fds, 1, &n);
     CHECK(l != NULL);

@@ -1,5 +1,5 @@
 /* hasher: real model trees in a temp directory, scanned with
- * registry_scan and hashed in the background. Every hash equals the
+ * reg_snapshot_scan and hashed in the background. Every hash equals the
  * SHA-256 of the bytes written; a restart from the state directory hashes
  * nothing; a changed file gets a new hash and a file changed while it is
  * read gets none; a fresh file waits out the racy window; waiters are
@@ -75,10 +75,10 @@ static void write_model(const char *model, size_t n, unsigned seed, uint8_t sha[
     free(dir);
 }
 
-static struct registry *scan(void)
+static struct reg_snapshot *scan(void)
 {
     struct st_error e;
-    struct registry *r = registry_scan(root, 1, NULL, &e);
+    struct reg_snapshot *r = reg_snapshot_scan(root, 1, NULL, &e);
     CHECK(r != NULL);
     return r;
 }
@@ -90,9 +90,10 @@ static struct hasher *start(uint64_t racy_ns, uint64_t rate, int with_state)
     return hasher_new(&o);
 }
 
-static const struct reg_file *file_of(struct registry *r, const char *model, const char *name)
+static const struct reg_file *file_of(struct reg_snapshot *r, const char *model, const char *name)
 {
-    return registry_find_file(registry_find_model(r, model, strlen(model)), name, strlen(name));
+    return reg_model_find_file(reg_snapshot_find_model(r, model, strlen(model)), name,
+                               strlen(name));
 }
 
 /* Polls until nothing is pending; returns 0, or -1 after timeout_ms. */
@@ -109,14 +110,14 @@ static int wait_idle(struct hasher *h, unsigned timeout_ms)
     return -1;
 }
 
-static unsigned refs(struct registry *r)
+static unsigned refs(struct reg_snapshot *r)
 {
     return atomic_load(&r->refs);
 }
 
 /* The worker that finishes the last job lets go of the snapshot just after
  * it publishes "nothing pending": give it a moment. */
-static unsigned refs_settled(struct registry *r, unsigned want)
+static unsigned refs_settled(struct reg_snapshot *r, unsigned want)
 {
     for (int i = 0; i < 200 && refs(r) != want; i++)
         usleep(5000);
@@ -129,7 +130,7 @@ TEST(hashes_equal_the_bytes_written)
     uint8_t a[32], b[32];
     write_model("a", 100000, 3, a);
     write_model("org/b", 3 * MiB + 17, 5, b);
-    struct registry *r = scan();
+    struct reg_snapshot *r = scan();
     struct hasher *h = start(1, 0, 0);
     hasher_submit(h, r);
     CHECK(wait_idle(h, 10000) == 0);
@@ -146,14 +147,14 @@ TEST(hashes_equal_the_bytes_written)
     CHECK_EQ_U64(p.bytes_known, p.bytes);
     CHECK(refs_settled(r, 1) == 1); /* done: the hasher holds no snapshot */
     hasher_free(h);
-    registry_unref(r);
+    reg_snapshot_unref(r);
 }
 
 TEST(fresh_files_wait_out_the_racy_window)
 {
     new_root();
     write_model("m", 1000, 1, NULL);
-    struct registry *r = scan();
+    struct reg_snapshot *r = scan();
     struct hasher *h = start(3600ull * 1000000000, 0, 0);
     hasher_submit(h, r);
     const struct reg_file *f = file_of(r, "m", "model.safetensors");
@@ -167,7 +168,7 @@ TEST(fresh_files_wait_out_the_racy_window)
     CHECK(ra >= 1 && ra <= 3600);
     hasher_free(h);
     CHECK(refs(r) == 1);
-    registry_unref(r);
+    reg_snapshot_unref(r);
 }
 
 TEST(a_restart_hashes_nothing)
@@ -175,7 +176,7 @@ TEST(a_restart_hashes_nothing)
     new_root();
     write_model("m", 200000, 7, NULL);
     write_model("n", 300, 9, NULL);
-    struct registry *r = scan();
+    struct reg_snapshot *r = scan();
     struct hasher *h = start(1, 0, 1);
     hasher_submit(h, r);
     CHECK(wait_idle(h, 10000) == 0);
@@ -192,7 +193,7 @@ TEST(a_restart_hashes_nothing)
     CHECK_EQ_U64(p.files_known, 4);
     CHECK(refs(r) == 1);
     hasher_free(h);
-    registry_unref(r);
+    reg_snapshot_unref(r);
 }
 
 TEST(a_corrupt_state_file_costs_a_rehash)
@@ -204,7 +205,7 @@ TEST(a_corrupt_state_file_costs_a_rehash)
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     CHECK(write(fd, "tensord-hashes 1\ngarbage\n", 25) == 25);
     close(fd);
-    struct registry *r = scan();
+    struct reg_snapshot *r = scan();
     struct hasher *h = start(1, 0, 1);
     hasher_submit(h, r);
     CHECK(wait_idle(h, 10000) == 0);
@@ -217,7 +218,7 @@ TEST(a_corrupt_state_file_costs_a_rehash)
     close(dfd);
     hashstore_free(s);
     free(path);
-    registry_unref(r);
+    reg_snapshot_unref(r);
 }
 
 TEST(a_changed_file_gets_a_new_hash)
@@ -225,12 +226,12 @@ TEST(a_changed_file_gets_a_new_hash)
     new_root();
     uint8_t before[32], after[32];
     write_model("m", 4000, 1, before);
-    struct registry *r1 = scan();
+    struct reg_snapshot *r1 = scan();
     struct hasher *h = start(1, 0, 0);
     hasher_submit(h, r1);
     CHECK(wait_idle(h, 10000) == 0);
     write_model("m", 4000, 2, after); /* same size, rewritten in place */
-    struct registry *r2 = scan();
+    struct reg_snapshot *r2 = scan();
     hasher_submit(h, r2);
     CHECK(wait_idle(h, 10000) == 0);
     struct hash_entry e;
@@ -241,15 +242,15 @@ TEST(a_changed_file_gets_a_new_hash)
     CHECK(hasher_lookup(h, file_of(r1, "m", "model.safetensors"), &e));
     CHECK(memcmp(e.sha256, before, 32) == 0);
     hasher_free(h);
-    registry_unref(r1);
-    registry_unref(r2);
+    reg_snapshot_unref(r1);
+    reg_snapshot_unref(r2);
 }
 
 TEST(a_file_changed_while_read_gets_no_hash)
 {
     new_root();
     write_model("m", 3 * MiB, 1, NULL);
-    struct registry *r = scan();
+    struct reg_snapshot *r = scan();
     /* 1 MiB/s: three seconds of reading, changed after the first block. */
     struct hasher *h = start(1, MiB, 0);
     hasher_submit(h, r);
@@ -266,7 +267,7 @@ TEST(a_file_changed_while_read_gets_no_hash)
     CHECK(!hasher_lookup(h, file_of(r, "m", "model.safetensors"), NULL));
     CHECK(hasher_lookup(h, file_of(r, "m", "config.json"), NULL));
     hasher_free(h);
-    registry_unref(r);
+    reg_snapshot_unref(r);
 }
 
 TEST(a_wanted_file_jumps_the_queue)
@@ -276,7 +277,7 @@ TEST(a_wanted_file_jumps_the_queue)
     write_model("b", 2 * MiB, 2, NULL);
     write_model("c", 2 * MiB, 3, NULL);
     write_model("z", 2 * MiB, 4, NULL);
-    struct registry *r = scan();
+    struct reg_snapshot *r = scan();
     struct hasher *h = start(1, 256 * 1024, 0); /* background: half a minute */
     hasher_submit(h, r);
     const struct reg_file *f = file_of(r, "z", "model.safetensors");
@@ -287,7 +288,7 @@ TEST(a_wanted_file_jumps_the_queue)
     CHECK(!hasher_lookup(h, file_of(r, "c", "model.safetensors"), NULL));
     CHECK(hasher_want(h, &f, 1, 0, NULL, NULL) == HASHER_KNOWN);
     hasher_free(h);
-    registry_unref(r);
+    reg_snapshot_unref(r);
 }
 
 struct seen {
@@ -307,7 +308,7 @@ TEST(waiters_hear_gone_and_stopped_once)
     new_root();
     write_model("keep", 100, 1, NULL);
     write_model("drop", 100, 2, NULL);
-    struct registry *r1 = scan();
+    struct reg_snapshot *r1 = scan();
     struct hasher *h = start(3600ull * 1000000000, 0, 0); /* nothing gets hashed */
     hasher_submit(h, r1);
     const struct reg_file *files[2] = {file_of(r1, "drop", "model.safetensors"),
@@ -318,7 +319,7 @@ TEST(waiters_hear_gone_and_stopped_once)
     char *cmd = xasprintf("rm -r %s/drop", root);
     CHECK(system(cmd) == 0);
     free(cmd);
-    struct registry *r2 = scan();
+    struct reg_snapshot *r2 = scan();
     hasher_submit(h, r2);
     CHECK(refs(r1) == 1); /* the old snapshot is let go at once */
     CHECK(atomic_load(&gone.calls) == 1 && atomic_load(&gone.result) == HASHER_GONE);
@@ -334,15 +335,15 @@ TEST(waiters_hear_gone_and_stopped_once)
     hasher_free(h);
     CHECK(atomic_load(&last.calls) == 1);
     CHECK(atomic_load(&gone.calls) == 1 && atomic_load(&stopped.calls) == 1);
-    registry_unref(r1);
-    registry_unref(r2);
+    reg_snapshot_unref(r1);
+    reg_snapshot_unref(r2);
 }
 
 TEST(unopened_files_are_unavailable)
 {
     new_root();
     write_model("m", 10, 1, NULL);
-    struct registry *r = scan();
+    struct reg_snapshot *r = scan();
     struct hasher *h = start(1, 0, 0);
     hasher_submit(h, r);
     struct reg_file bad = {.fd = -1};
@@ -351,7 +352,7 @@ TEST(unopened_files_are_unavailable)
     CHECK(hasher_wait(h, &f, 1, 100) == HASHER_FAILED);
     CHECK(!hasher_lookup(h, f, NULL));
     hasher_free(h);
-    registry_unref(r);
+    reg_snapshot_unref(r);
 }
 
 TEST(hard_links_are_hashed_once)
@@ -361,7 +362,7 @@ TEST(hard_links_are_hashed_once)
     char *dir = xasprintf("%s/n", root), *from = xasprintf("%s/m/model.safetensors", root),
          *to = xasprintf("%s/n/model.safetensors", root);
     CHECK(mkdir(dir, 0755) == 0 && link(from, to) == 0);
-    struct registry *r = scan();
+    struct reg_snapshot *r = scan();
     struct hasher *h = start(1, 0, 0);
     hasher_submit(h, r);
     CHECK(wait_idle(h, 10000) == 0);
@@ -370,7 +371,7 @@ TEST(hard_links_are_hashed_once)
     CHECK_EQ_U64(p.files, 2); /* config.json and the linked model file */
     CHECK(hasher_lookup(h, file_of(r, "n", "model.safetensors"), NULL));
     hasher_free(h);
-    registry_unref(r);
+    reg_snapshot_unref(r);
     free(dir);
     free(from);
     free(to);
@@ -391,8 +392,8 @@ TEST(repo_files_are_hashed)
     CHECK(fd >= 0 && write(fd, "notes\n", 6) == 6);
     close(fd);
     free(p);
-    struct registry *r = scan();
-    const struct reg_repo *repo = registry_find_repo(r, "m", 1);
+    struct reg_snapshot *r = scan();
+    const struct reg_repo *repo = reg_snapshot_find_repo(r, "m", 1);
     CHECK(repo && repo->n_files == 3);
     struct hasher *h = start(1, 0, 0);
     hasher_submit(h, r);
@@ -412,7 +413,7 @@ TEST(repo_files_are_hashed)
     CHECK(mf && rf && mf != rf && reg_file_hashed(mf) && reg_file_hashed(rf) &&
           memcmp(mf->sha256, rf->sha256, 32) == 0);
     hasher_free(h);
-    registry_unref(r);
+    reg_snapshot_unref(r);
 }
 
 /* A client asking again and again for a file that takes long (here: never
@@ -421,7 +422,7 @@ TEST(timed_out_waiters_do_not_pile_up)
 {
     new_root();
     write_model("m", 100, 1, NULL);
-    struct registry *r = scan();
+    struct reg_snapshot *r = scan();
     struct hasher *h = start(3600ull * 1000000000, 0, 0);
     hasher_submit(h, r);
     const struct reg_file *f = file_of(r, "m", "model.safetensors");
@@ -434,12 +435,12 @@ TEST(timed_out_waiters_do_not_pile_up)
     CHECK(j != NULL && j->n_waits <= 2);
     pthread_mutex_unlock(&h->lock);
     hasher_free(h);
-    registry_unref(r);
+    reg_snapshot_unref(r);
 }
 
 struct churn {
     struct hasher *h;
-    struct registry *_Atomic cur;
+    struct reg_snapshot *_Atomic cur;
     pthread_mutex_t lock; /* guards taking a reference to cur */
     atomic_int stop;
     atomic_size_t waits;
@@ -450,7 +451,7 @@ static void *churn_reader(void *arg)
     struct churn *c = arg;
     while (!atomic_load(&c->stop)) {
         pthread_mutex_lock(&c->lock);
-        struct registry *r = registry_ref(atomic_load(&c->cur));
+        struct reg_snapshot *r = reg_snapshot_ref(atomic_load(&c->cur));
         pthread_mutex_unlock(&c->lock);
         const struct reg_model *m = r->models[atomic_load(&c->waits) % r->n_models];
         const struct reg_file *f = &m->files[0];
@@ -459,7 +460,7 @@ static void *churn_reader(void *arg)
               res == HASHER_FAILED);
         hasher_lookup(c->h, &m->files[m->n_files - 1], NULL);
         atomic_fetch_add(&c->waits, 1);
-        registry_unref(r);
+        reg_snapshot_unref(r);
     }
     return NULL;
 }
@@ -484,12 +485,12 @@ TEST(reloads_under_waiters)
     for (int round = 0; round < 15; round++) {
         if (round % 3 == 0)
             write_model("m05", 70000, (unsigned)round + 100, NULL); /* a changed file */
-        struct registry *next = scan(), *old;
+        struct reg_snapshot *next = scan(), *old;
         hasher_submit(c.h, next);
         pthread_mutex_lock(&c.lock);
         old = atomic_exchange(&c.cur, next);
         pthread_mutex_unlock(&c.lock);
-        registry_unref(old);
+        reg_snapshot_unref(old);
         usleep(20000);
     }
     atomic_store(&c.stop, 1);
@@ -502,7 +503,7 @@ TEST(reloads_under_waiters)
     CHECK(atomic_load(&c.waits) > 0);
     hasher_free(c.h);
     CHECK(refs(atomic_load(&c.cur)) == 1);
-    registry_unref(atomic_load(&c.cur));
+    reg_snapshot_unref(atomic_load(&c.cur));
     pthread_mutex_destroy(&c.lock);
 }
 

@@ -157,7 +157,7 @@ static void write_st(const char *path, const char *json, size_t data_len)
 static size_t compare_all(const char *root, const char *out)
 {
     struct st_error err;
-    struct registry *r = registry_scan(root, 1, NULL, &err);
+    struct reg_snapshot *r = reg_snapshot_scan(root, 1, NULL, &err);
     CHECK(r != NULL);
     if (!r)
         return 0;
@@ -183,7 +183,7 @@ static size_t compare_all(const char *root, const char *out)
         }
     }
     size_t n = r->n_models;
-    registry_unref(r);
+    reg_snapshot_unref(r);
     return n;
 }
 
@@ -285,10 +285,10 @@ TEST(out_of_memory_gives_null)
     write_st(p, json, n);
     free(json);
     struct st_error err;
-    struct registry *r = registry_scan(root, 1, NULL, &err);
+    struct reg_snapshot *r = reg_snapshot_scan(root, 1, NULL, &err);
     CHECK(r && r->n_models == 1 && r->models[0]->state == MODEL_READY);
     if (!r || r->n_models != 1) {
-        registry_unref(r);
+        reg_snapshot_unref(r);
         return;
     }
     struct rlimit old, tight;
@@ -309,7 +309,7 @@ TEST(out_of_memory_gives_null)
     CHECK(b && strlen(b) > n * 60);
     free(a);
     free(b);
-    registry_unref(r);
+    reg_snapshot_unref(r);
     free(p);
     free(root);
 }

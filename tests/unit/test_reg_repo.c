@@ -54,18 +54,18 @@ static void write_st(const char *rel)
     write_file(rel, buf, sizeof(buf));
 }
 
-static struct registry *scan(const struct registry *prev)
+static struct reg_snapshot *scan(const struct reg_snapshot *prev)
 {
     struct st_error err;
-    struct registry_scan_opts o = {.prev = prev};
-    struct registry *r = registry_scan(root, 1, &o, &err);
+    struct reg_scan_opts o = {.prev = prev};
+    struct reg_snapshot *r = reg_snapshot_scan(root, 1, &o, &err);
     CHECK(r != NULL);
     return r;
 }
 
-static const struct reg_repo *repo(const struct registry *r, const char *id)
+static const struct reg_repo *repo(const struct reg_snapshot *r, const char *id)
 {
-    return registry_find_repo(r, id, strlen(id));
+    return reg_snapshot_find_repo(r, id, strlen(id));
 }
 
 static int has(const struct reg_repo *r, const char *name)
@@ -79,7 +79,7 @@ static void hash_all(const struct reg_repo *r)
     void *buf = xmalloc(DIGEST_BLOCK);
     for (size_t i = 0; i < r->n_files; i++) {
         const struct reg_file *f = &r->files[i];
-        int fd = registry_open_below(r->root, f, O_RDONLY);
+        int fd = reg_open_below(r->root, f, O_RDONLY);
         CHECK(fd >= 0);
         struct digest_result d;
         CHECK(digest_fd(fd, f->st.size, buf, DIGEST_BLOCK, NULL, NULL, &d) == 0);
@@ -109,7 +109,7 @@ TEST(which_directories_are_repos)
     p = xasprintf("%s/org/deep/index.json", root);
     CHECK(symlink("../sd/model_index.json", p) == 0);
     free(p);
-    struct registry *r = scan(NULL);
+    struct reg_snapshot *r = scan(NULL);
     CHECK_EQ_U64(r->n_repos, 3);
     CHECK(repo(r, "top") == NULL && repo(r, "org") == NULL && repo(r, "org/empty") == NULL);
     const struct reg_repo *s = repo(r, "single");
@@ -118,14 +118,14 @@ TEST(which_directories_are_repos)
     const struct reg_repo *sd = repo(r, "org/sd");
     CHECK(sd && sd->n_files == 3 && has(sd, "unet/diffusion_pytorch_model.safetensors"));
     /* The component is a /v1 model of its own. */
-    CHECK(registry_find_model(r, "org/sd/unet", 11) != NULL);
+    CHECK(reg_snapshot_find_model(r, "org/sd/unet", 11) != NULL);
     const struct reg_repo *deep = repo(r, "org/deep");
     CHECK(deep && has(deep, "a/b/c.txt") && has(deep, "index.json") && !has(deep, "passwd"));
     CHECK(deep && strcmp(deep->files[0].name, "a/b/c.txt") == 0); /* sorted */
     CHECK_EQ_U64(r->n_repo_files, 2 + 3 + 2);
     for (size_t i = 0; s && i < s->n_files; i++)
         CHECK(s->files[i].fd == -1); /* never kept open */
-    registry_unref(r);
+    reg_snapshot_unref(r);
 }
 
 TEST(revision_and_git_ids)
@@ -134,11 +134,11 @@ TEST(revision_and_git_ids)
     write_text("r/a.txt", "hi\n");
     write_text("r/b.bin", "x");
     write_text("r/d/w.safetensors", "12345678");
-    struct registry *r = scan(NULL);
+    struct reg_snapshot *r = scan(NULL);
     const struct reg_repo *p = repo(r, "r");
     CHECK(p && p->n_files == 3);
     if (!p) {
-        registry_unref(r);
+        reg_snapshot_unref(r);
         return;
     }
     CHECK(reg_repo_revision(p) == NULL); /* no hash yet */
@@ -165,7 +165,7 @@ TEST(revision_and_git_ids)
         CHECK_STR(hex, "2cb08f114de09e5550c9dc19b1323acbb64f75cc");
         CHECK(!reg_repo_file_is_lfs(&p->files[0]) && reg_repo_file_is_lfs(&p->files[2]));
     }
-    registry_unref(r);
+    reg_snapshot_unref(r);
 }
 
 TEST(reused_until_a_file_changes)
@@ -173,21 +173,21 @@ TEST(reused_until_a_file_changes)
     new_root();
     write_text("a/x.txt", "1");
     write_text("b/y.txt", "2");
-    struct registry *r1 = scan(NULL);
-    struct registry *r2 = scan(r1);
+    struct reg_snapshot *r1 = scan(NULL);
+    struct reg_snapshot *r2 = scan(r1);
     CHECK(repo(r1, "a") == repo(r2, "a") && repo(r1, "b") == repo(r2, "b"));
     sleep(0); /* mtime granularity is ns here; the size changes anyway */
     write_text("a/x.txt", "changed");
-    struct registry *r3 = scan(r2);
+    struct reg_snapshot *r3 = scan(r2);
     CHECK(repo(r3, "a") != repo(r2, "a") && repo(r3, "b") == repo(r2, "b"));
     CHECK(repo(r3, "a") && repo(r3, "a")->files[0].st.size == 7);
     write_text("a/new.txt", "n");
-    struct registry *r4 = scan(r3);
+    struct reg_snapshot *r4 = scan(r3);
     CHECK(repo(r4, "a") != repo(r3, "a") && repo(r4, "a")->n_files == 2);
-    registry_unref(r1);
-    registry_unref(r2);
-    registry_unref(r3);
-    registry_unref(r4);
+    reg_snapshot_unref(r1);
+    reg_snapshot_unref(r2);
+    reg_snapshot_unref(r3);
+    reg_snapshot_unref(r4);
 }
 
 TEST(no_repos_for_a_single_model)
@@ -196,10 +196,10 @@ TEST(no_repos_for_a_single_model)
     write_st("m/model.safetensors");
     struct st_error err;
     char *dir = xasprintf("%s/m", root);
-    struct registry_scan_opts o = {.single_model = 1};
-    struct registry *r = registry_scan(dir, 1, &o, &err);
+    struct reg_scan_opts o = {.single_model = 1};
+    struct reg_snapshot *r = reg_snapshot_scan(dir, 1, &o, &err);
     CHECK(r && r->n_repos == 0);
-    registry_unref(r);
+    reg_snapshot_unref(r);
     free(dir);
 }
 

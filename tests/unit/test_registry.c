@@ -101,29 +101,29 @@ static void symlink_at(const char *target, const char *rel)
     free(p);
 }
 
-static struct registry *scan(void)
+static struct reg_snapshot *scan(void)
 {
     struct st_error err;
-    struct registry *r = registry_scan(root, 7, NULL, &err);
+    struct reg_snapshot *r = reg_snapshot_scan(root, 7, NULL, &err);
     CHECK(r != NULL);
     if (!r)
         fprintf(stderr, "  scan: %s\n", err.message);
     return r;
 }
 
-static const struct reg_model *model(const struct registry *r, const char *name)
+static const struct reg_model *model(const struct reg_snapshot *r, const char *name)
 {
-    return registry_find_model(r, name, strlen(name));
+    return reg_snapshot_find_model(r, name, strlen(name));
 }
 
 static int has_tensor(const struct reg_model *m, const char *name)
 {
-    return registry_find_tensor(m, name, strlen(name)) != NULL;
+    return reg_model_find_tensor(m, name, strlen(name)) != NULL;
 }
 
 /* Checks that model name exists and is invalid with code and a message
  * containing needle (when non-NULL). */
-static void expect_invalid(const struct registry *r, const char *name, enum st_status code,
+static void expect_invalid(const struct reg_snapshot *r, const char *name, enum st_status code,
                            const char *needle)
 {
     const struct reg_model *m = model(r, name);
@@ -139,7 +139,7 @@ static void expect_invalid(const struct registry *r, const char *name, enum st_s
         CHECK_CONTAINS(m->error.message, needle);
     CHECK_EQ_U64(m->n_tensors, 0);
     CHECK(m->n_files > 0);
-    CHECK(registry_find_tensor(m, "a", 1) == NULL);
+    CHECK(reg_model_find_tensor(m, "a", 1) == NULL);
 }
 
 TEST(single_file_root_model)
@@ -148,7 +148,7 @@ TEST(single_file_root_model)
     write_tensors("solo.safetensors", "a,b");
     write_text("README.txt", "not a model");
     write_text("notes.safetensors.txt", "not a model either");
-    struct registry *r = scan();
+    struct reg_snapshot *r = scan();
     CHECK_EQ_U64(r->n_models, 1);
     CHECK_EQ_U64(r->generation, 7);
     const struct reg_model *m = model(r, "solo");
@@ -169,7 +169,7 @@ TEST(single_file_root_model)
     CHECK_EQ_U64(r->n_files, 1);
     CHECK_EQ_U64(r->bytes, m->files[0].st.size);
     CHECK(r->scanned_at > 0);
-    registry_unref(r);
+    reg_snapshot_unref(r);
 }
 
 TEST(directory_model)
@@ -179,29 +179,29 @@ TEST(directory_model)
     write_text("llama/config.json", "{}");
     write_text("llama/.hidden", "x");
     write_text("llama/tokenizer.json", "{\"t\":1}");
-    struct registry *r = scan();
+    struct reg_snapshot *r = scan();
     const struct reg_model *m = model(r, "llama");
     CHECK(m && m->state == MODEL_READY);
     CHECK_EQ_U64(m->n_files, 3);
     CHECK_STR(m->files[0].name, "config.json");
     CHECK_STR(m->files[1].name, "model.safetensors");
     CHECK_STR(m->files[2].name, "tokenizer.json");
-    const struct reg_file *f = registry_find_file(m, "config.json", 11);
+    const struct reg_file *f = reg_model_find_file(m, "config.json", 11);
     /* Plain files are not kept open: an answer opens them again, below the root. */
     CHECK(f && !f->is_safetensors && !f->header && f->fd == -1 && f->error.code == ST_OK);
-    int pfd = f ? registry_open_file(m, f, O_RDONLY) : -1;
+    int pfd = f ? reg_model_open_file(m, f, O_RDONLY) : -1;
     char buf[16] = "";
     CHECK(pfd >= 0 && read(pfd, buf, sizeof(buf) - 1) == 2 && strcmp(buf, "{}") == 0);
     if (pfd >= 0)
         close(pfd);
     CHECK(m->files[1].fd >= 0); /* the .safetensors file is */
-    CHECK(registry_find_file(m, ".hidden", 7) == NULL);
+    CHECK(reg_model_find_file(m, ".hidden", 7) == NULL);
     CHECK_EQ_U64(m->n_tensors, 2);
-    const struct reg_tensor *t = registry_find_tensor(m, "head", 4);
+    const struct reg_tensor *t = reg_model_find_tensor(m, "head", 4);
     CHECK(t && t->file == &m->files[1] && t->t->begin == 4);
     CHECK(strcmp(m->dir, m->name) == 0);
     CHECK(m->tensors[0].t->begin == 0 && m->tensors[1].t->begin == 4);
-    registry_unref(r);
+    reg_snapshot_unref(r);
 }
 
 TEST(nested_models)
@@ -212,7 +212,7 @@ TEST(nested_models)
     write_text("org/README.md", "org is not a model");
     write_tensors("top/model.safetensors", "t");
     write_tensors("top/sub/model.safetensors", "s"); /* a model inside a model */
-    struct registry *r = scan();
+    struct reg_snapshot *r = scan();
     CHECK_EQ_U64(r->n_models, 4);
     CHECK(model(r, "org") == NULL);
     CHECK(model(r, "org/name") && model(r, "org/name")->state == MODEL_READY);
@@ -224,15 +224,15 @@ TEST(nested_models)
     /* sorted by name */
     for (size_t i = 1; i < r->n_models; i++)
         CHECK(strcmp(r->models[i - 1]->name, r->models[i]->name) < 0);
-    registry_unref(r);
+    reg_snapshot_unref(r);
 
     /* max_depth: directories deeper than it are not looked at */
-    struct registry_scan_opts o = {.max_depth = 2};
+    struct reg_scan_opts o = {.max_depth = 2};
     struct st_error err;
-    r = registry_scan(root, 1, &o, &err);
+    r = reg_snapshot_scan(root, 1, &o, &err);
     CHECK(model(r, "org/name") != NULL);
     CHECK(model(r, "org/other/deeper") == NULL);
-    registry_unref(r);
+    reg_snapshot_unref(r);
 }
 
 static const char *index_json(const char *map)
@@ -254,7 +254,7 @@ TEST(sharded_valid)
                           "\"d\":\"model-00002-of-00002.safetensors\","
                           "\"b\":\"model-00001-of-00002.safetensors\""));
     write_text("sh/config.json", "{}");
-    struct registry *r = scan();
+    struct reg_snapshot *r = scan();
     const struct reg_model *m = model(r, "sh");
     CHECK(m && m->state == MODEL_READY);
     if (m && m->state != MODEL_READY)
@@ -264,16 +264,16 @@ TEST(sharded_valid)
     CHECK_EQ_U64(m->n_files, 5);
     CHECK_EQ_U64(m->n_tensors, 4);
     CHECK_EQ_U64(m->tensor_bytes, 16);
-    const struct reg_tensor *c = registry_find_tensor(m, "c", 1);
+    const struct reg_tensor *c = reg_model_find_tensor(m, "c", 1);
     CHECK(c && !strcmp(c->file->name, "model-00002-of-00002.safetensors"));
     /* (file, begin) order */
     CHECK_STR(m->tensors[0].t->name, "a");
     CHECK_STR(m->tensors[1].t->name, "b");
     CHECK_STR(m->tensors[2].t->name, "c");
     CHECK_STR(m->tensors[3].t->name, "d");
-    CHECK(registry_find_file(m, "consolidated.safetensors", 24) != NULL);
+    CHECK(reg_model_find_file(m, "consolidated.safetensors", 24) != NULL);
     CHECK_EQ_U64(r->n_tensors, 4);
-    registry_unref(r);
+    reg_snapshot_unref(r);
 }
 
 TEST(sharded_failures)
@@ -319,7 +319,7 @@ TEST(sharded_failures)
                index_json("\"a\":\"s1.safetensors\",\"b\":\"s2.safetensors\""));
     write_tensors("fine/model.safetensors", "a");
 
-    struct registry *r = scan();
+    struct reg_snapshot *r = scan();
     expect_invalid(r, "missing", ST_ERR_SHARD_MISSING, "s2.safetensors");
     expect_invalid(r, "notst", ST_ERR_SHARD_MISSING, "config.json");
     expect_invalid(r, "notin", ST_ERR_TENSOR_NOT_IN_SHARD, "\"a\"");
@@ -334,12 +334,12 @@ TEST(sharded_failures)
     expect_invalid(r, "empty", ST_ERR_INDEX_EMPTY, NULL);
     expect_invalid(r, "badshard", ST_ERR_SHARD_INVALID, "s2.safetensors");
     const struct reg_model *bs = model(r, "badshard");
-    const struct reg_file *f = registry_find_file(bs, "s2.safetensors", 14);
+    const struct reg_file *f = reg_model_find_file(bs, "s2.safetensors", 14);
     CHECK(f && f->error.code != ST_OK && f->header == NULL);
     CHECK(model(r, "fine")->state == MODEL_READY);
     CHECK_EQ_U64(r->n_invalid, 10);
     CHECK_EQ_U64(r->n_tensors, 1);
-    registry_unref(r);
+    reg_snapshot_unref(r);
 }
 
 TEST(duplicate_tensor)
@@ -349,13 +349,13 @@ TEST(duplicate_tensor)
     write_tensors("dup/b.safetensors", "z,y");
     write_tensors("merge/a.safetensors", "x");
     write_tensors("merge/b.safetensors", "y");
-    struct registry *r = scan();
+    struct reg_snapshot *r = scan();
     expect_invalid(r, "dup", ST_ERR_DUPLICATE_TENSOR, "\"y\"");
     CHECK_CONTAINS(model(r, "dup")->error.message, "a.safetensors");
     CHECK_CONTAINS(model(r, "dup")->error.message, "b.safetensors");
     const struct reg_model *m = model(r, "merge");
     CHECK(m->state == MODEL_READY && m->n_tensors == 2 && has_tensor(m, "x") && has_tensor(m, "y"));
-    registry_unref(r);
+    reg_snapshot_unref(r);
 
     /* a 301-byte name of 2-byte characters is cut inside the message, never mid-character */
     new_root();
@@ -368,7 +368,7 @@ TEST(duplicate_tensor)
     expect_invalid(r, "long", ST_ERR_DUPLICATE_TENSOR, NULL);
     const char *msg = model(r, "long")->error.message;
     CHECK(utf8_valid(msg, strlen(msg)));
-    registry_unref(r);
+    reg_snapshot_unref(r);
 }
 
 TEST(name_conflict)
@@ -378,14 +378,14 @@ TEST(name_conflict)
     write_tensors("dup/model.safetensors", "b");
     write_text("dup/config.json", "{}");
     write_tensors("dupe.safetensors", "a"); /* a similar name is no conflict */
-    struct registry *r = scan();
+    struct reg_snapshot *r = scan();
     CHECK_EQ_U64(r->n_models, 2);
     expect_invalid(r, "dup", ST_ERR_NAME_CONFLICT, "dup");
     const struct reg_model *m = model(r, "dup");
     CHECK(m && m->n_files == 2 && m->dir[0] != 0); /* the directory's files */
     CHECK(model(r, "dupe")->state == MODEL_READY);
     CHECK_EQ_U64(r->n_invalid, 1);
-    registry_unref(r);
+    reg_snapshot_unref(r);
 }
 
 TEST(invalid_beside_valid)
@@ -396,16 +396,16 @@ TEST(invalid_beside_valid)
     write_raw("tiny.safetensors", "abc", 3);
     write_tensors("good/model.safetensors", "w");
     write_tensors("good2.safetensors", "w");
-    struct registry *r = scan();
+    struct reg_snapshot *r = scan();
     CHECK_EQ_U64(r->n_models, 4);
     expect_invalid(r, "bad", ST_ERR_SHARD_INVALID, "model.safetensors");
     CHECK(model(r, "bad")->files[1].error.code != ST_OK);
-    CHECK(registry_find_file(model(r, "bad"), "config.json", 11) != NULL);
+    CHECK(reg_model_find_file(model(r, "bad"), "config.json", 11) != NULL);
     expect_invalid(r, "tiny", ST_ERR_SHARD_INVALID, "tiny.safetensors");
     CHECK(model(r, "good")->state == MODEL_READY);
     CHECK(model(r, "good2")->state == MODEL_READY);
     CHECK_EQ_U64(r->n_invalid, 2);
-    registry_unref(r);
+    reg_snapshot_unref(r);
 }
 
 TEST(symlinks)
@@ -434,20 +434,20 @@ TEST(symlinks)
     symlink_at("real", "alias");                             /* directory inside */
     symlink_at("/nonexistent/x", "m/dangling.json");
     symlink_at("../..", "m/up");                             /* escapes via .. */
-    struct registry *r = scan();
+    struct reg_snapshot *r = scan();
     CHECK(model(r, "ext") == NULL);
     CHECK(model(r, "linked") == NULL);
     const struct reg_model *m = model(r, "m");
     CHECK(m && m->state == MODEL_READY && m->n_files == 1);
     CHECK(!has_tensor(m, "secret"));
-    CHECK(registry_find_file(m, "passwd", 6) == NULL);
-    CHECK(registry_find_file(m, "dangling.json", 13) == NULL);
+    CHECK(reg_model_find_file(m, "passwd", 6) == NULL);
+    CHECK(reg_model_find_file(m, "dangling.json", 13) == NULL);
     const struct reg_model *in = model(r, "inside");
     CHECK(in && in->state == MODEL_READY && has_tensor(in, "w"));
     CHECK(model(r, "alias") && has_tensor(model(r, "alias"), "w"));
     for (size_t i = 0; i < r->n_models; i++)
         CHECK(!has_tensor(r->models[i], "secret"));
-    registry_unref(r);
+    reg_snapshot_unref(r);
     free(outside);
     free(ofile);
     free(pw);
@@ -464,7 +464,7 @@ TEST(symlink_loops)
     symlink_at("a", "loop/b");
     symlink_at(".", "dot");
     uint64_t t0 = time_mono_ns();
-    struct registry *r = scan();
+    struct reg_snapshot *r = scan();
     CHECK(time_mono_ns() - t0 < 5000000000ULL);
     CHECK(model(r, "loop") && model(r, "loop")->state == MODEL_READY);
     /* loop/x/back leads to loop, which is on the path: not entered */
@@ -472,7 +472,7 @@ TEST(symlink_loops)
     CHECK(model(r, "loop/self") == NULL);
     CHECK(model(r, "dot/loop") == NULL);
     CHECK_EQ_U64(r->n_models, 1);
-    registry_unref(r);
+    reg_snapshot_unref(r);
 }
 
 TEST(special_files_skipped)
@@ -495,13 +495,13 @@ TEST(special_files_skipped)
     symlink_at("pipe", "fm/link-to-pipe");
     symlink_at("/dev/null", "fm/null");
     alarm(20); /* a blocking open would hang here */
-    struct registry *r = scan();
+    struct reg_snapshot *r = scan();
     alarm(0);
     CHECK_EQ_U64(r->n_models, 1);
     const struct reg_model *m = model(r, "fm");
     CHECK(m && m->state == MODEL_READY && m->n_files == 1);
     CHECK(model(r, "fifo") == NULL && model(r, "onlyfifo") == NULL);
-    registry_unref(r);
+    reg_snapshot_unref(r);
 }
 
 TEST(unreadable_file)
@@ -517,11 +517,11 @@ TEST(unreadable_file)
     char *p = at("u/extra.safetensors");
     CHECK(chmod(p, 0) == 0);
     free(p);
-    struct registry *r = scan();
+    struct reg_snapshot *r = scan();
     expect_invalid(r, "u", ST_ERR_SHARD_INVALID, "extra.safetensors");
-    const struct reg_file *f = registry_find_file(model(r, "u"), "extra.safetensors", 17);
+    const struct reg_file *f = reg_model_find_file(model(r, "u"), "extra.safetensors", 17);
     CHECK(f && f->fd == -1 && f->error.code == ST_ERR_IO);
-    registry_unref(r);
+    reg_snapshot_unref(r);
 }
 
 TEST(single_model_option)
@@ -533,33 +533,33 @@ TEST(single_model_option)
     char *dir = at("one");
     CHECK(registry_dir_is_model(dir));
     CHECK(!registry_dir_is_model(root));
-    struct registry_scan_opts o = {.single_model = 1};
+    struct reg_scan_opts o = {.single_model = 1};
     struct st_error err;
-    struct registry *r = registry_scan(dir, 1, &o, &err);
+    struct reg_snapshot *r = reg_snapshot_scan(dir, 1, &o, &err);
     CHECK_EQ_U64(r->n_models, 1);
     const struct reg_model *m = model(r, "one");
     CHECK(m && m->state == MODEL_READY && m->n_files == 2 && has_tensor(m, "w"));
-    registry_unref(r);
+    reg_snapshot_unref(r);
     free(dir);
 }
 
 TEST(scan_errors)
 {
     struct st_error err;
-    CHECK(registry_scan("/nonexistent/models", 1, NULL, &err) == NULL);
+    CHECK(reg_snapshot_scan("/nonexistent/models", 1, NULL, &err) == NULL);
     CHECK(err.code == ST_ERR_IO);
     CHECK_CONTAINS(err.message, "/nonexistent/models");
     new_root();
     write_text("file", "x");
     char *p = at("file");
-    CHECK(registry_scan(p, 1, NULL, &err) == NULL);
+    CHECK(reg_snapshot_scan(p, 1, NULL, &err) == NULL);
     CHECK(err.code == ST_ERR_IO);
     free(p);
     /* an empty root is fine */
-    struct registry *r = scan();
+    struct reg_snapshot *r = scan();
     CHECK_EQ_U64(r->n_models, 0);
     CHECK(model(r, "x") == NULL);
-    registry_unref(r);
+    reg_snapshot_unref(r);
 }
 
 TEST(thousands_of_models)
@@ -577,7 +577,7 @@ TEST(thousands_of_models)
         write_tensors(rel, "w");
     }
     uint64_t t0 = time_mono_ns();
-    struct registry *r = scan();
+    struct reg_snapshot *r = scan();
     double dt = (double)(time_mono_ns() - t0) / 1e9;
     printf("  scan of %d models: %.3f s\n", N + 500, dt);
     CHECK_EQ_U64(r->n_models, N + 500);
@@ -586,7 +586,7 @@ TEST(thousands_of_models)
     CHECK_EQ_U64(r->n_tensors, 2 * N + 500);
     CHECK(model(r, "many/m1999") && model(r, "r499"));
     CHECK(dt < 10.0);
-    registry_unref(r);
+    reg_snapshot_unref(r);
 }
 
 TEST(half_million_tensors)
@@ -605,7 +605,7 @@ TEST(half_million_tensors)
     write_st("big/model.safetensors", json, N);
     free(json);
     uint64_t t0 = time_mono_ns();
-    struct registry *r = scan();
+    struct reg_snapshot *r = scan();
     double dt = (double)(time_mono_ns() - t0) / 1e9;
     printf("  scan of one file with %d tensors: %.3f s\n", N, dt);
     const struct reg_model *m = model(r, "big");
@@ -614,46 +614,46 @@ TEST(half_million_tensors)
     CHECK(has_tensor(m, "t0") && has_tensor(m, "t499999"));
     CHECK(m->tensors[N - 1].t->begin == N - 1);
     CHECK(dt < 20.0);
-    registry_unref(r);
+    reg_snapshot_unref(r);
 }
 
 TEST(holder)
 {
     new_root();
     write_tensors("a/model.safetensors", "w");
-    struct registry *r1 = scan();
-    struct registry_holder h;
-    registry_holder_init(&h, r1);
-    struct registry *got = registry_holder_acquire(&h);
+    struct reg_snapshot *r1 = scan();
+    struct registry h;
+    registry_init(&h, r1);
+    struct reg_snapshot *got = registry_acquire(&h);
     CHECK(got == r1);
     CHECK_EQ_U64(atomic_load(&r1->refs), 2);
 
     write_tensors("b/model.safetensors", "v");
-    struct registry *r2 = registry_scan(root, 8, NULL, NULL);
-    registry_holder_swap(&h, r2);
+    struct reg_snapshot *r2 = reg_snapshot_scan(root, 8, NULL, NULL);
+    registry_swap(&h, r2);
     /* the old snapshot is still whole for its reader */
     CHECK_EQ_U64(atomic_load(&r1->refs), 1);
     const struct reg_model *m = model(got, "a");
     CHECK(m && model(got, "b") == NULL);
-    const struct reg_tensor *t = registry_find_tensor(m, "w", 1);
+    const struct reg_tensor *t = reg_model_find_tensor(m, "w", 1);
     unsigned char buf[4] = {1, 1, 1, 1};
     CHECK(fileio_pread_full(t->file->fd, buf, 4, t->file->data_start + t->t->begin) == 0);
     CHECK(buf[0] == 0 && buf[3] == 0);
-    struct registry *now = registry_holder_acquire(&h);
+    struct reg_snapshot *now = registry_acquire(&h);
     CHECK(now == r2 && now->generation == 8 && model(now, "b") != NULL);
-    registry_unref(now);
-    registry_unref(got); /* frees r1 */
-    CHECK(registry_ref(NULL) == NULL);
-    registry_unref(NULL);
-    registry_holder_destroy(&h);
+    reg_snapshot_unref(now);
+    reg_snapshot_unref(got); /* frees r1 */
+    CHECK(reg_snapshot_ref(NULL) == NULL);
+    reg_snapshot_unref(NULL);
+    registry_destroy(&h);
 
-    struct registry_holder empty;
-    registry_holder_init(&empty, NULL);
-    CHECK(registry_holder_acquire(&empty) == NULL);
-    registry_holder_destroy(&empty);
+    struct registry empty;
+    registry_init(&empty, NULL);
+    CHECK(registry_acquire(&empty) == NULL);
+    registry_destroy(&empty);
 }
 
-/* Every descriptor the scans opened is closed again by registry_unref. */
+/* Every descriptor the scans opened is closed again by reg_snapshot_unref. */
 static int count_fds(void)
 {
     int n = 0;

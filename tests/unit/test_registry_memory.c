@@ -51,7 +51,7 @@ static void write_many(const char *path, const char *prefix, size_t n)
 }
 
 /* Scans root with `room` bytes of address space beyond what is in use. */
-static struct registry *scan_with_room(const char *root, size_t room)
+static struct reg_snapshot *scan_with_room(const char *root, size_t room)
 {
     struct rlimit old, tight;
     struct st_error err;
@@ -60,7 +60,7 @@ static struct registry *scan_with_room(const char *root, size_t room)
     tight = old;
     tight.rlim_cur = vm_size_bytes() + room;
     CHECK(setrlimit(RLIMIT_AS, &tight) == 0);
-    struct registry *r = registry_scan(root, 1, NULL, &err);
+    struct reg_snapshot *r = reg_snapshot_scan(root, 1, NULL, &err);
     CHECK(setrlimit(RLIMIT_AS, &old) == 0);
     CHECK(r != NULL);
     return r;
@@ -73,11 +73,11 @@ static unsigned sweep(const char *root, const char *name, const char *file, size
 {
     unsigned seen = 0;
     for (size_t room = 512 << 10; room <= max_room && !(seen & 8); room += 512 << 10) {
-        struct registry *r = scan_with_room(root, room);
+        struct reg_snapshot *r = scan_with_room(root, room);
         if (!r)
             continue;
-        const struct reg_model *m = registry_find_model(r, name, strlen(name));
-        const struct reg_model *small = registry_find_model(r, "small", 5);
+        const struct reg_model *m = reg_snapshot_find_model(r, name, strlen(name));
+        const struct reg_model *small = reg_snapshot_find_model(r, "small", 5);
         CHECK(small && small->state == MODEL_READY && small->n_tensors == 3);
         CHECK(m != NULL);
         if (m && m->state == MODEL_READY) {
@@ -88,14 +88,14 @@ static unsigned sweep(const char *root, const char *name, const char *file, size
                 fprintf(stderr, "  %zu KiB: %s: %s\n", room >> 10, st_status_name(m->error.code),
                         m->error.message);
             CHECK(m->error.code == ST_ERR_NO_MEMORY);
-            CHECK(m->n_tensors == 0 && registry_find_tensor(m, "t0000000", 8) == NULL);
+            CHECK(m->n_tensors == 0 && reg_model_find_tensor(m, "t0000000", 8) == NULL);
             CHECK_CONTAINS(m->error.message, file);
             CHECK_CONTAINS(m->error.message, "not enough memory");
             seen |= strstr(m->error.message, "-byte header") ? 1
                     : strstr(m->error.message, "-byte index") ? 2
                     : strstr(m->error.message, "index the model's") ? 4 : 0;
         }
-        registry_unref(r);
+        reg_snapshot_unref(r);
     }
     return seen;
 }
@@ -181,15 +181,15 @@ TEST(big_directory)
     }
     int seen_error = 0, complete = 0;
     for (size_t room = 512 << 10; room <= (16u << 20) && !complete; room += 256 << 10) {
-        struct registry *r = scan_with_room(root, room);
-        const struct reg_model *small = registry_find_model(r, "small", 5);
+        struct reg_snapshot *r = scan_with_room(root, room);
+        const struct reg_model *small = reg_snapshot_find_model(r, "small", 5);
         CHECK(small && small->state == MODEL_READY);
-        const struct reg_repo *many = registry_find_repo(r, "many", 4);
+        const struct reg_repo *many = reg_snapshot_find_repo(r, "many", 4);
         if (r->scan_errors)
             seen_error = 1;
         else
             complete = many && many->n_files == n;
-        registry_unref(r);
+        reg_snapshot_unref(r);
     }
     printf("  directory: %s%s\n", seen_error ? "OOM seen " : "", complete ? "complete" : "");
     CHECK(seen_error);
