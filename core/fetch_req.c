@@ -28,9 +28,9 @@ struct parser {
 };
 
 /* Records the first error (code and message); returns -1 to unwind. */
-static int fail(struct parser *p, enum st_status code, const char *fmt, ...)
+static int request_error(struct parser *p, enum st_status code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-static int fail(struct parser *p, enum st_status code, const char *fmt, ...)
+static int request_error(struct parser *p, enum st_status code, const char *fmt, ...)
 {
     char msg[sizeof(p->err->message)];
     va_list ap;
@@ -44,8 +44,8 @@ static int fail(struct parser *p, enum st_status code, const char *fmt, ...)
 /* After json_scan reported an error. */
 static int json_fail(struct parser *p)
 {
-    return fail(p, ST_ERR_JSON, "request is not valid JSON: %s at line %d, column %d",
-                p->s.text, p->s.line, p->s.column);
+    return request_error(p, ST_ERR_JSON, "request is not valid JSON: %s at line %d, column %d",
+                         p->s.text, p->s.line, p->s.column);
 }
 
 /* What a value is, for a message. */
@@ -82,8 +82,8 @@ static int expect(struct parser *p, int tok, const char *where)
         return json_fail(p);
     if (p->s.tok == tok)
         return 0;
-    return fail(p, ST_ERR_INVALID_ARGUMENT, "%s must be %s, not %s", where, kind_of(tok),
-                kind_of(p->s.tok));
+    return request_error(p, ST_ERR_INVALID_ARGUMENT, "%s must be %s, not %s", where, kind_of(tok),
+                         kind_of(p->s.tok));
 }
 
 /* Object members: calls member(p, key, keylen, ctx) with the scanner on the
@@ -111,11 +111,13 @@ static int object(struct parser *p, const char *where, const char *const *known,
         if (!known[k]) {
             char raw[KEY_SHOW + 1], shown[KEY_SHOW + 4];
             size_t n = json_scan_decode(&p->s, raw, sizeof(raw));
-            return fail(p, ST_ERR_INVALID_ARGUMENT, "%s: unknown key \"%s\"", where,
-                        str_excerpt(raw, n < sizeof(raw) ? n : sizeof(raw), KEY_SHOW, shown));
+            return request_error(
+                p, ST_ERR_INVALID_ARGUMENT, "%s: unknown key \"%s\"", where,
+                str_excerpt(raw, n < sizeof(raw) ? n : sizeof(raw), KEY_SHOW, shown));
         }
         if (seen & (1u << k))
-            return fail(p, ST_ERR_INVALID_ARGUMENT, "%s: duplicate key \"%s\"", where, known[k]);
+            return request_error(p, ST_ERR_INVALID_ARGUMENT, "%s: duplicate key \"%s\"", where,
+                                 known[k]);
         seen |= 1u << k;
         if (json_scan_colon(&p->s) != 0)
             return json_fail(p);
@@ -136,7 +138,8 @@ static int require(struct parser *p, const char *where, unsigned have, unsigned 
 {
     for (unsigned k = 0; known[k]; k++)
         if ((need & (1u << k)) && !(have & (1u << k)))
-            return fail(p, ST_ERR_INVALID_ARGUMENT, "%s: \"%s\" is missing", where, known[k]);
+            return request_error(p, ST_ERR_INVALID_ARGUMENT, "%s: \"%s\" is missing", where,
+                                 known[k]);
     return 0;
 }
 
@@ -182,8 +185,10 @@ static int tensors_member(struct parser *p)
             return json_fail(p);
         }
         if (r->n_items == p->lim->max_tensors)
-            return fail(p, ST_ERR_LIMIT, "more than %zu tensors in one request "
-                        "(max_fetch_tensors)", p->lim->max_tensors);
+            return request_error(p, ST_ERR_LIMIT,
+                                 "more than %zu tensors in one request "
+                                 "(max_fetch_tensors)",
+                                 p->lim->max_tensors);
         if (r->n_items == cap) {
             cap = cap ? 2 * cap : 16;
             r->items = xrealloc(r->items, cap * sizeof(*r->items));
@@ -201,8 +206,10 @@ static int tensors_member(struct parser *p)
                 require(p, c.where, c.have, 1, item_keys) != 0)
                 return -1;
         } else {
-            return fail(p, ST_ERR_INVALID_ARGUMENT, "%s must be a tensor name or an object "
-                        "{\"name\": ..., \"slice\": ...}, not %s", c.where, kind_of(p->s.tok));
+            return request_error(p, ST_ERR_INVALID_ARGUMENT,
+                                 "%s must be a tensor name or an object "
+                                 "{\"name\": ..., \"slice\": ...}, not %s",
+                                 c.where, kind_of(p->s.tok));
         }
         r->n_items++;
         int more = json_scan_more(&p->s, ']');
@@ -233,11 +240,13 @@ static int rule_member(struct parser *p, const char *key, void *ctx)
         if (expect(p, JSON_TOK_STRING, where) != 0)
             return -1;
         if (p->s.str_len > FETCH_MAX_GLOB)
-            return fail(p, ST_ERR_INVALID_ARGUMENT, "%s is longer than %d bytes", where, FETCH_MAX_GLOB);
+            return request_error(p, ST_ERR_INVALID_ARGUMENT, "%s is longer than %d bytes", where,
+                                 FETCH_MAX_GLOB);
         c->rule->match = take_string(p, &c->rule->match_len);
         c->rule->glob = globpat_compile(c->rule->match, c->rule->match_len);
         if (!c->rule->glob)
-            return fail(p, ST_ERR_INVALID_ARGUMENT, "%s has a reversed character range", where);
+            return request_error(p, ST_ERR_INVALID_ARGUMENT, "%s has a reversed character range",
+                                 where);
         c->have |= 1;
     } else {
         if (expect(p, JSON_TOK_INTEGER, where) != 0)
@@ -262,8 +271,8 @@ static int rules_value(struct parser *p)
             return json_fail(p);
         }
         if (r->n_rules == FETCH_MAX_RULES)
-            return fail(p, ST_ERR_INVALID_ARGUMENT, "split.rules has more than %d rules",
-                        FETCH_MAX_RULES);
+            return request_error(p, ST_ERR_INVALID_ARGUMENT, "split.rules has more than %d rules",
+                                 FETCH_MAX_RULES);
         struct rule_ctx c = {.rule = &r->rules[r->n_rules]};
         snprintf(c.where, sizeof(c.where), "split.rules[%zu]", r->n_rules);
         r->n_rules++; /* counted now, so that fetch_req_free frees a half-read glob */
@@ -311,10 +320,12 @@ static int split_value(struct parser *p)
         require(p, "split", c.have, 7, split_keys) != 0)
         return -1;
     if (c.world < 1)
-        return fail(p, ST_ERR_INVALID_ARGUMENT, "split.world must be at least 1, not %" PRId64, c.world);
+        return request_error(p, ST_ERR_INVALID_ARGUMENT,
+                             "split.world must be at least 1, not %" PRId64, c.world);
     if (c.rank < 0 || c.rank >= c.world)
-        return fail(p, ST_ERR_INVALID_ARGUMENT, "split.rank must be in [0, %" PRId64 "), not %" PRId64,
-                    c.world, c.rank);
+        return request_error(p, ST_ERR_INVALID_ARGUMENT,
+                             "split.rank must be in [0, %" PRId64 "), not %" PRId64, c.world,
+                             c.rank);
     p->r->has_split = 1;
     p->r->world = (uint64_t)c.world;
     p->r->rank = (uint64_t)c.rank;
@@ -340,7 +351,7 @@ int fetch_req_parse(const char *text, size_t len, const struct fetch_limits *lim
     if (err)
         err->message[0] = '\0';
     if (memchr(text, '\0', len) || !utf8_valid(text, len)) {
-        fail(&p, ST_ERR_UTF8, "request is not UTF-8 text without NUL bytes");
+        request_error(&p, ST_ERR_UTF8, "request is not UTF-8 text without NUL bytes");
         goto bad;
     }
     out->arena = xmalloc(len + 1);
@@ -352,7 +363,8 @@ int fetch_req_parse(const char *text, size_t len, const struct fetch_limits *lim
         goto bad;
     }
     if (p.s.tok != '{') {
-        fail(&p, ST_ERR_INVALID_ARGUMENT, "request must be a JSON object, not %s", kind_of(p.s.tok));
+        request_error(&p, ST_ERR_INVALID_ARGUMENT, "request must be a JSON object, not %s",
+                      kind_of(p.s.tok));
         goto bad;
     }
     if (object(&p, "request", top_keys, top_member, NULL) != 0)

@@ -44,9 +44,9 @@ struct parser {
 };
 
 /* Fails with "LABEL:LINE: why"; returns the errno that goes with code. */
-static int fail(struct parser *p, enum st_status code, const char *fmt, ...)
+static int state_error(struct parser *p, enum st_status code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-static int fail(struct parser *p, enum st_status code, const char *fmt, ...)
+static int state_error(struct parser *p, enum st_status code, const char *fmt, ...)
 {
     char why[160];
     va_list ap;
@@ -57,7 +57,7 @@ static int fail(struct parser *p, enum st_status code, const char *fmt, ...)
 }
 
 /* A failed system call: "LABEL:LINE: what: strerror", returns -errnum. */
-static int fail_sys(struct parser *p, int errnum, const char *what)
+static int state_sys_error(struct parser *p, int errnum, const char *what)
 {
     return st_error_errno(p->err, errnum, "%.80s:%zu: %s", p->label, p->line_no, what);
 }
@@ -113,24 +113,26 @@ static int parse_entry(struct parser *p, const char *q, const char *end)
         !(q = parse_field(q, end, ' ', &e.id.size)) || !(q = parse_i64(q, end, &e.id.mtime_ns)) ||
         !(q = parse_i64(q, end, &e.id.ctime_ns)) ||
         !(q = parse_digest(q, end, DIGEST_SHA256_LEN, ' ', e.sha256)))
-        return fail(p, ST_ERR_STATE_FORMAT,
-                    "not an entry (DEV INO SIZE MTIME CTIME SHA256 GIT_SHA1)");
+        return state_error(p, ST_ERR_STATE_FORMAT,
+                           "not an entry (DEV INO SIZE MTIME CTIME SHA256 GIT_SHA1)");
     if (end - q == 1 && q[0] == '-')
         e.has_git_sha1 = 0;
     else if (parse_digest(q, end, DIGEST_SHA1_LEN, '\0', e.git_sha1))
         e.has_git_sha1 = 1;
     else
-        return fail(p, ST_ERR_STATE_FORMAT, "the git blob id is neither 40 hex digits nor \"-\"");
+        return state_error(p, ST_ERR_STATE_FORMAT,
+                           "the git blob id is neither 40 hex digits nor \"-\"");
     if (e.has_git_sha1 != (e.id.size <= DIGEST_GIT_SHA1_MAX))
-        return fail(p, ST_ERR_STATE_FORMAT, "a git blob id %s for a file of %" PRIu64 " bytes",
-                    e.has_git_sha1 ? "present" : "missing", e.id.size);
+        return state_error(p, ST_ERR_STATE_FORMAT,
+                           "a git blob id %s for a file of %" PRIu64 " bytes",
+                           e.has_git_sha1 ? "present" : "missing", e.id.size);
     if (p->count >= HASHSTORE_MAX_ENTRIES)
-        return fail(p, ST_ERR_LIMIT, "more than %u entries", HASHSTORE_MAX_ENTRIES);
+        return state_error(p, ST_ERR_LIMIT, "more than %u entries", HASHSTORE_MAX_ENTRIES);
     int rc = p->add(p->ctx, &e);
     if (rc > 0)
-        return fail(p, ST_ERR_STATE_FORMAT, "a second entry for the same file");
+        return state_error(p, ST_ERR_STATE_FORMAT, "a second entry for the same file");
     if (rc < 0)
-        return fail(p, ST_ERR_LIMIT, "no room for entry %zu", p->count + 1);
+        return state_error(p, ST_ERR_LIMIT, "no room for entry %zu", p->count + 1);
     p->count++;
     return 0;
 }
@@ -142,13 +144,14 @@ static int parse_end(struct parser *p, const char *q, const char *end)
     unsigned n = 0;
     if (!(q = parse_field(q, end, ' ', &count)) ||
         !parse_digest(q, end, DIGEST_SHA256_LEN, '\0', want))
-        return fail(p, ST_ERR_STATE_FORMAT, "not an end line (end COUNT SHA256)");
+        return state_error(p, ST_ERR_STATE_FORMAT, "not an end line (end COUNT SHA256)");
     if (count != p->count)
-        return fail(p, ST_ERR_STATE_TORN, "the end line counts %" PRIu64 " entries, the file has %zu",
-                    count, p->count);
+        return state_error(p, ST_ERR_STATE_TORN,
+                           "the end line counts %" PRIu64 " entries, the file has %zu", count,
+                           p->count);
     EVP_DigestFinal_ex(p->sha, got, &n);
     if (memcmp(want, got, sizeof(got)) != 0)
-        return fail(p, ST_ERR_STATE_TORN, "checksum mismatch: the file was changed or torn");
+        return state_error(p, ST_ERR_STATE_TORN, "checksum mismatch: the file was changed or torn");
     p->seen_end = 1;
     return 0;
 }
@@ -159,9 +162,9 @@ static int parse_line(struct parser *p, const char *line, size_t len)
     const char *end = line + len;
     p->line_no++;
     if (p->seen_end)
-        return fail(p, ST_ERR_STATE_FORMAT, "text after the end line");
+        return state_error(p, ST_ERR_STATE_FORMAT, "text after the end line");
     if (len > LINE_MAX_LEN)
-        return fail(p, ST_ERR_STATE_FORMAT, "a line longer than %d bytes", LINE_MAX_LEN);
+        return state_error(p, ST_ERR_STATE_FORMAT, "a line longer than %d bytes", LINE_MAX_LEN);
     if (p->seen_magic && len >= 4 && memcmp(line, "end ", 4) == 0)
         return parse_end(p, line + 4, end);
     EVP_DigestUpdate(p->sha, line, len);
@@ -171,10 +174,11 @@ static int parse_line(struct parser *p, const char *line, size_t len)
     uint64_t v;
     size_t k = sizeof(MAGIC " ") - 1;
     if (len < k || memcmp(line, MAGIC " ", k) != 0 || !parse_field(line + k, end, '\0', &v))
-        return fail(p, ST_ERR_STATE_FORMAT, "not a tensord hash file (no \"%s N\" line)", MAGIC);
+        return state_error(p, ST_ERR_STATE_FORMAT, "not a tensord hash file (no \"%s N\" line)",
+                           MAGIC);
     if (v != VERSION)
-        return fail(p, ST_ERR_STATE_VERSION, "format version %" PRIu64 ", this tensord reads %d", v,
-                    VERSION);
+        return state_error(p, ST_ERR_STATE_VERSION,
+                           "format version %" PRIu64 ", this tensord reads %d", v, VERSION);
     p->seen_magic = 1;
     return 0;
 }
@@ -193,9 +197,10 @@ static int parser_finish(struct parser *p, int rc, size_t partial)
 {
     if (rc == 0 && partial) {
         p->line_no++;
-        rc = fail(p, ST_ERR_STATE_TORN, "the last line has no newline: the file is truncated");
+        rc = state_error(p, ST_ERR_STATE_TORN,
+                         "the last line has no newline: the file is truncated");
     } else if (rc == 0 && !p->seen_end) {
-        rc = fail(p, ST_ERR_STATE_TORN, "no end line: the file is truncated");
+        rc = state_error(p, ST_ERR_STATE_TORN, "no end line: the file is truncated");
     }
     EVP_MD_CTX_free(p->sha);
     return rc;
@@ -235,17 +240,17 @@ int hashfile_read(int dirfd, const char *name, const char *label,
     int fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
     if (fd < 0) {
         if (errno != ENOENT)
-            rc = fail_sys(&p, errno, "open");
+            rc = state_sys_error(&p, errno, "open");
         EVP_MD_CTX_free(p.sha);
         return rc;
     }
     *found = 1;
     if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        rc = fail(&p, ST_ERR_IO, "not a regular file");
+        rc = state_error(&p, ST_ERR_IO, "not a regular file");
         goto done;
     }
     if (!(block = malloc(IO_BLOCK))) {
-        rc = fail_sys(&p, ENOMEM, "read");
+        rc = state_sys_error(&p, ENOMEM, "read");
         goto done;
     }
     while (rc == 0) {
@@ -253,13 +258,14 @@ int hashfile_read(int dirfd, const char *name, const char *label,
         if (r < 0 && errno == EINTR)
             continue;
         if (r < 0) {
-            rc = fail_sys(&p, errno, "read");
+            rc = state_sys_error(&p, errno, "read");
             break;
         }
         if (r == 0)
             break;
         if ((total += (uint64_t)r) > FILE_MAX) {
-            rc = fail(&p, ST_ERR_LIMIT, "more bytes than %u entries take", HASHSTORE_MAX_ENTRIES);
+            rc = state_error(&p, ST_ERR_LIMIT, "more bytes than %u entries take",
+                             HASHSTORE_MAX_ENTRIES);
             break;
         }
         for (ssize_t i = 0; i < r && rc == 0; i++) {

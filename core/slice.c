@@ -32,9 +32,9 @@ struct slice_sel {
     int dropped;                   /* integer index: not in the result shape */
 };
 
-static int fail(char *errbuf, size_t errlen, const char *fmt, ...)
+static int spec_error(char *errbuf, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-static int fail(char *errbuf, size_t errlen, const char *fmt, ...)
+static int spec_error(char *errbuf, size_t errlen, const char *fmt, ...)
 {
     if (errbuf && errlen) {
         va_list ap;
@@ -50,17 +50,20 @@ static int syntax_error(const char *spec, size_t len, size_t pos, uint32_t dim, 
                         size_t errlen)
 {
     if (pos >= len)
-        return fail(errbuf, errlen,
-                    "dimension %" PRIu32 ": slice syntax error at position %zu: unexpected end of slice",
-                    dim, pos + 1);
+        return spec_error(errbuf, errlen,
+                          "dimension %" PRIu32
+                          ": slice syntax error at position %zu: unexpected end of slice",
+                          dim, pos + 1);
     unsigned char c = (unsigned char)spec[pos];
     if (c > 0x20 && c < 0x7f)
-        return fail(errbuf, errlen,
-                    "dimension %" PRIu32 ": slice syntax error at position %zu: unexpected '%c'",
-                    dim, pos + 1, c);
-    return fail(errbuf, errlen,
-                "dimension %" PRIu32 ": slice syntax error at position %zu: unexpected byte 0x%02x",
-                dim, pos + 1, c);
+        return spec_error(errbuf, errlen,
+                          "dimension %" PRIu32
+                          ": slice syntax error at position %zu: unexpected '%c'",
+                          dim, pos + 1, c);
+    return spec_error(errbuf, errlen,
+                      "dimension %" PRIu32
+                      ": slice syntax error at position %zu: unexpected byte 0x%02x",
+                      dim, pos + 1, c);
 }
 
 /* INT = [+-] 1*DIGIT, parsed at *pos. Returns 0, 1 when there is no INT here
@@ -83,9 +86,9 @@ static int parse_int(const char *spec, size_t len, size_t *pos, uint32_t dim, in
     uint64_t mag;
     size_t used;
     if (decimal_u64(spec + p, len - p, &mag, &used) != 0 || mag > (uint64_t)INT64_MAX + neg)
-        return fail(errbuf, errlen,
-                    "dimension %" PRIu32 ": integer at position %zu does not fit in 64 bits", dim,
-                    p + 1);
+        return spec_error(errbuf, errlen,
+                          "dimension %" PRIu32 ": integer at position %zu does not fit in 64 bits",
+                          dim, p + 1);
     *out = neg ? (mag == (uint64_t)INT64_MAX + 1 ? INT64_MIN : -(int64_t)mag) : (int64_t)mag;
     *pos = p + used;
     return 0;
@@ -162,16 +165,17 @@ static int resolve(const struct slice_item *it, uint32_t d, uint64_t dim_len, st
         int64_t i = it->index;
         uint64_t mag = i < 0 ? (uint64_t)(-(i + 1)) + 1 : (uint64_t)i;
         if ((i < 0 && mag > dim_len) || (i >= 0 && mag >= dim_len))
-            return fail(errbuf, errlen,
-                        "dimension %" PRIu32 ": index %" PRId64 " out of range for size %" PRIu64,
-                        d, i, dim_len);
+            return spec_error(errbuf, errlen,
+                              "dimension %" PRIu32 ": index %" PRId64
+                              " out of range for size %" PRIu64,
+                              d, i, dim_len);
         s->start = i < 0 ? dim_len - mag : mag;
         s->count = 1;
         s->dropped = 1;
         return 0;
     }
     if (it->has_step && it->step == 0)
-        return fail(errbuf, errlen, "dimension %" PRIu32 ": step must not be zero", d);
+        return spec_error(errbuf, errlen, "dimension %" PRIu32 ": step must not be zero", d);
     int64_t step = it->has_step ? it->step : 1;
     if (step > 0) {
         uint64_t start = it->has_start ? clamp_bound(it->start, dim_len, 0) : 0;
@@ -197,9 +201,9 @@ static int misaligned(char *errbuf, size_t errlen, uint32_t d, int has_dim, enum
 {
     const char *name = dtype_info(dt)->name;
     if (!has_dim)
-        return fail(errbuf, errlen, "slice cuts %s elements off a byte boundary", name);
-    return fail(errbuf, errlen, "dimension %" PRIu32 ": slice cuts %s elements off a byte boundary",
-                d, name);
+        return spec_error(errbuf, errlen, "slice cuts %s elements off a byte boundary", name);
+    return spec_error(errbuf, errlen,
+                      "dimension %" PRIu32 ": slice cuts %s elements off a byte boundary", d, name);
 }
 
 /* Cuts result dimension n->dim of the selection to [n->lo, n->hi). */
@@ -213,9 +217,10 @@ static int narrow_sel(struct slice_sel *sel, uint32_t ndim, const struct slice_n
         if (r++ != n->dim)
             continue;
         if (n->lo > n->hi || n->hi > sel[d].count)
-            return fail(errbuf, errlen, "dimension %" PRIu32 ": cut [%" PRIu64 ", %" PRIu64
-                        ") is not inside its %" PRIu64 " elements", n->dim, n->lo, n->hi,
-                        sel[d].count);
+            return spec_error(errbuf, errlen,
+                              "dimension %" PRIu32 ": cut [%" PRIu64 ", %" PRIu64
+                              ") is not inside its %" PRIu64 " elements",
+                              n->dim, n->lo, n->hi, sel[d].count);
         uint64_t count = n->hi - n->lo;
         /* start + lo * step, in modular arithmetic: the result lies in the dimension */
         sel[d].start += n->lo * (uint64_t)sel[d].step;
@@ -226,8 +231,9 @@ static int narrow_sel(struct slice_sel *sel, uint32_t ndim, const struct slice_n
             sel[d].start = 0;
         return 0;
     }
-    return fail(errbuf, errlen, "dimension %" PRIu32 " to cut does not exist: the result has %"
-                PRIu32, n->dim, r);
+    return spec_error(errbuf, errlen,
+                      "dimension %" PRIu32 " to cut does not exist: the result has %" PRIu32,
+                      n->dim, r);
 }
 
 int slice_plan_build(const char *spec, size_t len, enum dtype dt, uint32_t ndim,
@@ -249,8 +255,9 @@ static int select_dims(const char *spec, size_t len, uint32_t ndim, const uint64
     if (n_items < 0)
         return -1;
     if ((unsigned long)n_items > ndim)
-        return fail(errbuf, errlen, "too many indices: tensor has %" PRIu32
-                    " dimensions, slice has %ld", ndim, n_items);
+        return spec_error(errbuf, errlen,
+                          "too many indices: tensor has %" PRIu32 " dimensions, slice has %ld",
+                          ndim, n_items);
     for (uint32_t d = 0; d < ndim; d++) {
         static const struct slice_item whole = {0};
         if (resolve(d < (uint32_t)n_items ? &items[d] : &whole, d, shape[d], &sel[d], errbuf,
@@ -272,7 +279,7 @@ static int bit_strides(unsigned bits, uint32_t ndim, const uint64_t *shape, uint
     for (uint32_t d = ndim; d-- > 0;) {
         stride[d] = acc;
         if (u64_mul(acc, shape[d], &acc) < 0)
-            return fail(errbuf, errlen, "slice: tensor size in bits overflows 64 bits");
+            return spec_error(errbuf, errlen, "slice: tensor size in bits overflows 64 bits");
     }
     return 0;
 }
@@ -350,10 +357,10 @@ int slice_plan_build_narrowed(const char *spec, size_t len, enum dtype dt, uint3
     memset(plan, 0, sizeof(*plan));
     const struct dtype_info *info = dtype_info(dt);
     if (!info)
-        return fail(errbuf, errlen, "slice: invalid dtype");
+        return spec_error(errbuf, errlen, "slice: invalid dtype");
     if (ndim > ST_MAX_NDIM)
-        return fail(errbuf, errlen, "slice: tensor has %" PRIu32 " dimensions, more than %d",
-                    ndim, ST_MAX_NDIM);
+        return spec_error(errbuf, errlen, "slice: tensor has %" PRIu32 " dimensions, more than %d",
+                          ndim, ST_MAX_NDIM);
     if (select_dims(spec, len, ndim, shape, narrow, sel, errbuf, errlen) < 0)
         return -1;
     int empty = 0;
