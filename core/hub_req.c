@@ -50,6 +50,39 @@ static int json_string(struct json_scan *s, struct hub_paths *p, struct st_error
     return add(p, v, n, err);
 }
 
+/* The value of "paths": a string or an array of strings. Returns 0, a
+ * negative errno with err set when the value has the wrong type, or 1 on a
+ * JSON syntax error (in s). */
+static int json_paths(struct json_scan *s, struct hub_paths *p, struct st_error *err)
+{
+    if (s->tok == JSON_TOK_STRING)
+        return json_string(s, p, err);
+    if (s->tok != '[') {
+        if (s->tok == JSON_TOK_INVALID)
+            return 1;
+        return st_error_fail(err, ST_ERR_INVALID_ARGUMENT,
+                             "\"paths\" must be a string or an array of strings");
+    }
+    if (json_scan_next(s) == ']')
+        return 0;
+    for (;;) {
+        if (s->tok != JSON_TOK_STRING) {
+            if (s->tok == JSON_TOK_INVALID)
+                return 1;
+            return st_error_fail(err, ST_ERR_INVALID_ARGUMENT, "paths[%zu] must be a string",
+                                 p->n);
+        }
+        int st = json_string(s, p, err);
+        if (st != 0)
+            return st;
+        int more = json_scan_more(s, ']');
+        if (more < 0)
+            return 1;
+        if (!more)
+            return 0;
+    }
+}
+
 static int parse_json(const char *text, size_t len, struct hub_paths *p,
                       struct st_error *err)
 {
@@ -83,35 +116,11 @@ static int parse_json(const char *text, size_t len, struct hub_paths *p,
             next += klen;
             if (json_scan_colon(&s) != 0)
                 goto json_error;
-            if (is_paths && s.tok == JSON_TOK_STRING) {
-                if ((st = json_string(&s, p, err)) != 0)
-                    goto out;
-            } else if (is_paths && s.tok == '[') {
-                if (json_scan_next(&s) != ']') {
-                    for (;;) {
-                        if (s.tok != JSON_TOK_STRING) {
-                            if (s.tok == JSON_TOK_INVALID)
-                                goto json_error;
-                            st = st_error_fail(err, ST_ERR_INVALID_ARGUMENT,
-                                               "paths[%zu] must be a string",
-                                               p->n);
-                            goto out;
-                        }
-                        if ((st = json_string(&s, p, err)) != 0)
-                            goto out;
-                        int more = json_scan_more(&s, ']');
-                        if (more < 0)
-                            goto json_error;
-                        if (!more)
-                            break;
-                    }
-                }
-            } else if (is_paths) {
-                if (s.tok == JSON_TOK_INVALID)
+            if (is_paths) {
+                if ((st = json_paths(&s, p, err)) > 0)
                     goto json_error;
-                st = st_error_fail(err, ST_ERR_INVALID_ARGUMENT,
-                                   "\"paths\" must be a string or an array of strings");
-                goto out;
+                if (st < 0)
+                    goto out;
             } else if (json_scan_value(&s, 1, 32) != 0) {
                 goto json_error;
             }
