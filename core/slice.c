@@ -49,21 +49,17 @@ static int spec_error(char *errbuf, size_t errlen, const char *fmt, ...)
 static int syntax_error(const char *spec, size_t len, size_t pos, uint32_t dim, char *errbuf,
                         size_t errlen)
 {
+    char what[32];
+    unsigned char c = pos < len ? (unsigned char)spec[pos] : 0;
     if (pos >= len)
-        return spec_error(errbuf, errlen,
-                          "dimension %" PRIu32
-                          ": slice syntax error at position %zu: unexpected end of slice",
-                          dim, pos + 1);
-    unsigned char c = (unsigned char)spec[pos];
-    if (c > 0x20 && c < 0x7f)
-        return spec_error(errbuf, errlen,
-                          "dimension %" PRIu32
-                          ": slice syntax error at position %zu: unexpected '%c'",
-                          dim, pos + 1, c);
+        snprintf(what, sizeof(what), "end of slice");
+    else if (c > 0x20 && c < 0x7f)
+        snprintf(what, sizeof(what), "'%c'", c);
+    else
+        snprintf(what, sizeof(what), "byte 0x%02x", c);
     return spec_error(errbuf, errlen,
-                      "dimension %" PRIu32
-                      ": slice syntax error at position %zu: unexpected byte 0x%02x",
-                      dim, pos + 1, c);
+                      "dimension %" PRIu32 ": slice syntax error at position %zu: unexpected %s",
+                      dim, pos + 1, what);
 }
 
 /* INT = [+-] 1*DIGIT, parsed at *pos. Returns 0, 1 when there is no INT here
