@@ -116,10 +116,16 @@ static int ipc_proto_compare(const char *json, size_t len, char *why, size_t why
     }
     int ra = ipc_request_parse(json, len, a, ea, sizeof(ea));
     int rb = ipc_request_parse_jansson(json, len, b, eb, sizeof(eb));
+    /* Text with a NUL byte or invalid UTF-8 is refused before it is read
+     * (jansson's lexer reads some of it): only that it is refused is checked. */
     int plain = !memchr(json, '\0', len) && utf8_valid(json, len);
-    if (ra != rb)
+    if (!plain && ra == 0)
+        bad = snprintf(why, whylen, "accepted a request that is not UTF-8 text without NUL") > 0;
+    else if (!plain)
+        bad = 0;
+    else if (ra != rb)
         bad = snprintf(why, whylen, "rc %d vs jansson %d (%s | %s)", ra, rb, ea, eb) > 0;
-    else if (ra != 0 && plain && strcmp(ea, eb) != 0)
+    else if (ra != 0 && strcmp(ea, eb) != 0)
         bad = snprintf(why, whylen, "message \"%s\" vs jansson \"%s\"", ea, eb) > 0;
     else if (ra == 0 && (a->op != b->op || (a->op == IPC_OP_OPEN && (strcmp(a->model, b->model) ||
                                                                    strcmp(a->device, b->device))) ||
