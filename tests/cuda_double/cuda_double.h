@@ -191,6 +191,15 @@ extern struct cd_state cd;
 /* cd_core.c */
 void cd_lock(void);
 void cd_unlock(void);
+/* The calling thread's current context, or NULL. */
+struct CUctx_st *cd_current(void);
+/* CUDA_SUCCESS, or the error for a call that needs a current, active
+ * context (and, lost, the device's vanish error). */
+CUresult cd_need_ctx(const char *fn, struct CUctx_st **ctx);
+CUresult cd_check_init(const char *fn);
+int cd_valid_dev(int dev);
+
+/* cd_report.c: error names, what the double records, the exit report. */
 /* Records a documented refusal: logs "fn: why (CUDA_ERROR_X)" and returns r. */
 CUresult cd_fail(CUresult r, const char *fn, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -199,14 +208,13 @@ void cd_violation(const char *fn, const char *fmt, ...) __attribute__((format(pr
 /* Records an injected fault and returns r. */
 CUresult cd_inject(CUresult r, const char *fn, const char *what);
 void cd_trace(const char *fn, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* The calling thread's current context, or NULL. */
-struct CUctx_st *cd_current(void);
-/* CUDA_SUCCESS, or the error for a call that needs a current, active
- * context (and, lost, the device's vanish error). */
-CUresult cd_need_ctx(const char *fn, struct CUctx_st **ctx);
-CUresult cd_check_init(const char *fn);
-int cd_valid_dev(int dev);
 const char *cd_error_name(CUresult r);
+/* The CUresult named by s ("CUDA_ERROR_X" or a number); dflt when s is NULL
+ * or empty. */
+CUresult cd_parse_error(const char *s, CUresult dflt);
+/* cd_report.c's entry points. */
+CUresult cd_GetErrorString(CUresult e, const char **s);
+CUresult cd_GetErrorName(CUresult e, const char **s);
 
 /* cd_vmm.c: cuMem* virtual memory management. */
 CUresult cd_MemGetAllocationGranularity(size_t *g, const CUmemAllocationProp *p,
