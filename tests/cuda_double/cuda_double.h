@@ -191,6 +191,15 @@ extern struct cd_state cd;
 /* cd_core.c */
 void cd_lock(void);
 void cd_unlock(void);
+/* The calling thread's current context, or NULL. */
+struct CUctx_st *cd_current(void);
+/* CUDA_SUCCESS, or the error for a call that needs a current, active
+ * context (and, lost, the device's vanish error). */
+CUresult cd_need_ctx(const char *fn, struct CUctx_st **ctx);
+CUresult cd_check_init(const char *fn);
+int cd_valid_dev(int dev);
+
+/* cd_report.c: error names, what the double records, the exit report. */
 /* Records a documented refusal: logs "fn: why (CUDA_ERROR_X)" and returns r. */
 CUresult cd_fail(CUresult r, const char *fn, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -199,16 +208,13 @@ void cd_violation(const char *fn, const char *fmt, ...) __attribute__((format(pr
 /* Records an injected fault and returns r. */
 CUresult cd_inject(CUresult r, const char *fn, const char *what);
 void cd_trace(const char *fn, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* The calling thread's current context, or NULL. */
-struct CUctx_st *cd_current(void);
-/* CUDA_SUCCESS, or the error for a call that needs a current, active
- * context (and, lost, the device's vanish error). */
-CUresult cd_need_ctx(const char *fn, struct CUctx_st **ctx);
-CUresult cd_check_init(const char *fn);
-int cd_valid_dev(int dev);
 const char *cd_error_name(CUresult r);
-/* Whether [p, p+n) lies inside pinned host memory. */
-int cd_is_pinned(const void *p, size_t n);
+/* The CUresult named by s ("CUDA_ERROR_X" or a number); dflt when s is NULL
+ * or empty. */
+CUresult cd_parse_error(const char *s, CUresult dflt);
+/* cd_report.c's entry points. */
+CUresult cd_GetErrorString(CUresult e, const char **s);
+CUresult cd_GetErrorName(CUresult e, const char **s);
 
 /* cd_vmm.c: cuMem* virtual memory management. */
 CUresult cd_MemGetAllocationGranularity(size_t *g, const CUmemAllocationProp *p,
@@ -238,19 +244,18 @@ int cd_memfd(size_t size, int dev);
 /* "\"handles\": N, ..." counts of live VMM objects, for the report. */
 void cd_vmm_report(char *buf, size_t len);
 
-/* cd_mem.c: linear memory, host memory, IPC, streams, events, copies. */
-/* Runs s's queued copies up to (and including) position seq. Returns the
- * first error one of them had (left on the stream), else CUDA_SUCCESS. */
-CUresult cd_stream_run(struct CUstream_st *s, uint64_t seq);
-/* Runs every pending copy of ctx's streams (all = also non-blocking ones). */
-CUresult cd_ctx_run(struct CUctx_st *ctx, int all);
-/* Whether a pending copy reads or writes [p, p+n). */
-int cd_pending_touches(const char *p, size_t n);
-/* Destroys what a primary context reset takes with it. Returns how many. */
+/* cd_mem.c: linear memory, host memory, IPC. */
+/* Whether [p, p+n) lies inside pinned host memory. */
+int cd_is_pinned(const void *p, size_t n);
+/* Destroys what a primary context reset takes with it (streams, events and
+ * linear memory). Returns how many. */
 size_t cd_ctx_reset(struct CUctx_st *ctx);
 /* Like cd_need_ctx for calls that release something: a lost device still
  * releases (*lost is set and the caller returns the vanish error after). */
 CUresult cd_release_ctx(const char *fn, struct CUctx_st **ctx, int *lost);
+/* After a release: CUDA_SUCCESS, or (lost) the vanish error for dev, recorded
+ * under fn. */
+CUresult cd_lost_after(const char *fn, int lost, int dev);
 void cd_mem_report(char *buf, size_t len);
 /* cd_mem.c's entry points. */
 CUresult cd_MemAlloc(CUdeviceptr *p, size_t size);
@@ -263,6 +268,16 @@ CUresult cd_MemHostAlloc(void **p, size_t size, unsigned int flags);
 CUresult cd_MemFreeHost(void *p);
 CUresult cd_MemHostRegister(void *p, size_t size, unsigned int flags);
 CUresult cd_MemHostUnregister(void *p);
+
+/* cd_stream.c: streams, events, copies. */
+/* Runs s's queued copies up to (and including) position seq. Returns the
+ * first error one of them had (left on the stream), else CUDA_SUCCESS. */
+CUresult cd_stream_run(struct CUstream_st *s, uint64_t seq);
+/* Runs every pending copy of ctx's streams (all = also non-blocking ones). */
+CUresult cd_ctx_run(struct CUctx_st *ctx, int all);
+/* Whether a pending copy reads or writes [p, p+n). */
+int cd_pending_touches(const char *p, size_t n);
+/* cd_stream.c's entry points. */
 CUresult cd_StreamCreate(CUstream *s, unsigned int flags);
 CUresult cd_StreamDestroy(CUstream s);
 CUresult cd_StreamSynchronize(CUstream s);

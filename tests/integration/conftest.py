@@ -12,6 +12,7 @@ import tempfile
 
 import pytest
 
+import gpuhost
 import tdutil
 from tdutil import gen_models
 
@@ -68,6 +69,13 @@ def daemon(models_root):
         d.stop_checked()
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def gd():
+    """A daemon of its own with the GPU options set (host backend), one per
+    module: test_gpu_host.py and test_gpu_socket.py (gpuhost.gpu_daemon)."""
+    yield from gpuhost.gpu_daemon()
 
 
 @pytest.fixture(autouse=True)

@@ -1,114 +1,34 @@
 """The tools users point at a Hub, run unchanged against tensord with
-HF_ENDPOINT: the `hf` command line (`hf download` into a --local-dir) and
-transformers' from_pretrained. Every file is compared byte for byte with the
+HF_ENDPOINT: the `hf` command line (`hf download` into a --local-dir; with
+tokens, also transformers). transformers' from_pretrained is in
+test_hub_transformers.py; the repos, the daemon and the fixtures are in
+hubclients.py. Every file is compared byte for byte with the
 one on disk, each client's local metadata with the commit and ETags
 hubrepos.py and hashlib compute independently, and errors must be the
 clients' own messages.
-
-transformers (tests/requirements.txt) is 5.23.0: the first release that
-accepts huggingface_hub 2.x is 5.18.0, and every such release needs
-torch >= 2.5 (>= 2.6 from 5.20; with the version check forced off, 5.23.0
-fails building a model class on `import torch.distributed.tensor`, which
-torch 1.13 lacks), while Debian 12 has torch 1.13, PyTorch's own wheel
-index is not reachable from the machines this was built on, and the
-index's torch wheels (CUDA builds, with their nvidia-* dependencies) are
-far too big for `make deps`. transformers then turns PyTorch off ("Disabling PyTorch because
-PyTorch >= 2.6 is required") and AutoModel is an ImportError. So here
-transformers resolves and downloads everything from_pretrained does
-(AutoConfig, AutoTokenizer, the sharded checkpoint through its own
-cached_file / get_checkpoint_shard_files) and the weights are loaded into a
-GPT-2 written in torch 1.13 (hubtiny.TinyGPT2); the full
-AutoModel.from_pretrained test runs where transformers enables PyTorch and is
-skipped, saying why, where it does not."""
+"""
 import hashlib
 import json
 import os
 import re
-import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 
 import pytest
 
 import hubrepos
 import tdutil
+from hubclients import ODD, SENTENCE, TINY, child_env, want_ids
+from hubclients import hub, run  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 BIN = os.path.dirname(sys.executable)
 # huggingface_hub 2.x installs its CLI as `hf`; older releases also (or only)
 # had `huggingface-cli`. Each one the pinned release installs is tested.
 CLIS = [c for c in ("hf", "huggingface-cli") if os.path.exists(os.path.join(BIN, c))]
-TINY = "org/tiny"
-ODD = "org/odd"
-SENTENCE = "the daemon serves model weights to every worker over http fast"
-
-
-def _child_env(port, cache):
-    env = dict(os.environ, HF_ENDPOINT=f"http://127.0.0.1:{port}", HF_HUB_CACHE=str(cache),
-               HF_HOME=os.path.join(str(cache), "home"), HF_HUB_DISABLE_TELEMETRY="1",
-               HF_HUB_DISABLE_XET="1", NO_COLOR="1", TRANSFORMERS_VERBOSITY="error",
-               PYTHONPATH=HERE + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    env.pop("HF_TOKEN", None)
-    return env
-
-
-@pytest.fixture(scope="module")
-def hub():
-    base = tempfile.mkdtemp(prefix="tensord-hubc-")
-    root = os.path.join(base, "models")
-    files = hubrepos.make_repos(root)
-    tiny = os.path.join(root, TINY)
-    p = subprocess.run([sys.executable, "-c", f"import hubtiny; hubtiny.make_repo({tiny!r})"],
-                       env=dict(_child_env(1, os.path.join(base, "gen-cache")), HF_HUB_OFFLINE="1"),
-                       capture_output=True,
-                       text=True, timeout=120, cwd=base)
-    assert p.returncode == 0, f"generating {TINY} failed:\n{p.stderr}"
-    # Names a URL must carry percent-encoded: space, non-ASCII, & # % + ; = , ' " [ ].
-    odd = {"ü b&c#%20+.txt": b"hello\n", "sub dir/a=b;c,d.json": b'{"a": 1}',
-           "quote'q\"uote.txt": b"q\n", "plus+name[1].md": b"# odd\n"}
-    for path, data in odd.items():
-        os.makedirs(os.path.dirname(os.path.join(root, ODD, path)), exist_ok=True)
-        with open(os.path.join(root, ODD, path), "wb") as f:
-            f.write(data)
-    files[ODD] = odd
-    files[TINY] = {}
-    for name in os.listdir(tiny):
-        with open(os.path.join(tiny, name), "rb") as f:
-            files[TINY][name] = f.read()
-    d = tdutil.Daemon(root, base)
-    d.start()
-    d.files, d.root = files, root
-    try:
-        yield d
-        d.stop_checked()
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
-
-
-@pytest.fixture
-def run(hub, tmp_path):
-    """run(argv) -> CompletedProcess of a client with HF_ENDPOINT at the
-    daemon and an empty cache; runpy(code) -> the JSON its last line prints."""
-    env = _child_env(hub.port, tmp_path / "cache")
-
-    def _run(argv, timeout=120, env_extra=None):
-        return subprocess.run(argv, env=dict(env, **(env_extra or {})), capture_output=True,
-                              text=True, timeout=timeout, cwd=str(tmp_path))
-    return _run
-
-
-@pytest.fixture
-def runpy(run):
-    def _runpy(code):
-        p = run([sys.executable, "-c", code])
-        assert p.returncode == 0, f"client failed:\n{p.stdout}\n{p.stderr}"
-        return json.loads(p.stdout.strip().splitlines()[-1])
-    return _runpy
 
 
 def _git_blob(data):
@@ -146,12 +66,6 @@ def _assert_local_dir(hub, repo, d, want_paths):
         with open(meta) as f:
             lines = f.read().splitlines()
         assert lines[0] == commit and lines[1] == _etag(path, files[path]), f"{repo}/{path}: {lines}"
-
-
-def _want_ids(hub):
-    """SENTENCE's token ids, read from the tokenizer.json written to disk."""
-    vocab = json.loads(hub.files[TINY]["tokenizer.json"])["model"]["vocab"]
-    return [vocab[w] for w in SENTENCE.split()]
 
 
 def _clean(text):
@@ -430,7 +344,7 @@ def test_cli_and_transformers_with_tokens(hub, tmp_path):
                       probe_headers={"Authorization": f"Bearer {token}"})
     d.start()
     try:
-        env = _child_env(d.port, tmp_path / "cache")
+        env = child_env(d.port, tmp_path / "cache")
         cli = os.path.join(BIN, CLIS[0] if CLIS else "hf")
 
         def run(argv, **extra):
@@ -454,151 +368,6 @@ def test_cli_and_transformers_with_tokens(hub, tmp_path):
                 f"print(json.dumps([c.n_layer, t({SENTENCE!r})['input_ids']]))")
         p = run([sys.executable, "-c", code], HF_HUB_CACHE=str(tmp_path / "tcache"))
         assert p.returncode == 0, p.stderr
-        assert json.loads(p.stdout.splitlines()[-1]) == [2, _want_ids(hub)]
+        assert json.loads(p.stdout.splitlines()[-1]) == [2, want_ids(hub)]
     finally:
         d.stop_checked()
-
-
-# ---------------------------------------------------------------------------
-# transformers
-
-
-def test_transformers_config_and_tokenizer_from_pretrained(hub, runpy):
-    commit = hubrepos.commit_of(hub.files[TINY])
-    local = os.path.join(hub.root, TINY)
-    out = runpy(f"""
-import json
-from transformers import AutoConfig, AutoTokenizer
-res = {{}}
-for name, src, rev in (("hub", {TINY!r}, None), ("commit", {TINY!r}, {commit!r}),
-                       ("local", {local!r}, None)):
-    c = AutoConfig.from_pretrained(src, revision=rev)
-    t = AutoTokenizer.from_pretrained(src, revision=rev)
-    d = c.to_dict()
-    d.pop("_name_or_path", None)
-    res[name] = {{"config_class": type(c).__name__, "config": d,
-                 "tok_class": type(t).__name__, "ids": t({SENTENCE!r})["input_ids"],
-                 "files": sorted(getattr(t, "vocab_files_names", {{}})), "pad": t.pad_token}}
-print(json.dumps(res))
-""")
-    assert out["local"]["ids"] == _want_ids(hub)
-    assert out["local"]["config_class"] == "GPT2Config" and out["local"]["pad"] == "[PAD]"
-    for name in ("hub", "commit"):
-        assert out[name] == out["local"], name
-
-
-def test_transformers_resolves_a_sharded_checkpoint_and_the_weights_load_into_torch(hub, runpy):
-    """What from_pretrained does before it builds the model, with
-    transformers' own functions: look for model.safetensors (absent: a
-    404 the client must take as "no such file"), then the index, then every
-    shard. The shards are loaded into hubtiny.TinyGPT2 with torch and give the
-    same output as the files on disk."""
-    local = os.path.join(hub.root, TINY)
-    out = runpy(f"""
-import json, os, torch
-from safetensors.torch import load_file
-from transformers.utils.hub import cached_file, get_checkpoint_shard_files, has_file
-import hubtiny
-single = cached_file({TINY!r}, "model.safetensors", _raise_exceptions_for_missing_entries=False,
-                     _raise_exceptions_for_connection_errors=False)
-index = cached_file({TINY!r}, "model.safetensors.index.json")
-shards, meta = get_checkpoint_shard_files({TINY!r}, index)
-def model_from(paths):
-    state = {{}}
-    for p in paths:
-        state.update(load_file(p))
-    m = hubtiny.TinyGPT2(**hubtiny.config_kwargs())
-    m.load_state_dict(state, strict=True)
-    ids = torch.tensor([[hubtiny.WORDS.index(w) for w in {SENTENCE!r}.split()]])
-    with torch.no_grad():
-        return state, m(ids)
-got_state, got = model_from(shards)
-want_state, want = model_from([os.path.join({local!r}, s) for s in sorted(set(meta["weight_map"].values()))])
-print(json.dumps({{"single": single, "shards": shards, "keys": meta["all_checkpoint_keys"],
-                  "same_weights": sorted(got_state) == sorted(want_state) and
-                                  all(torch.equal(got_state[k], want_state[k]) for k in got_state),
-                  "same_output": bool(torch.equal(got, want)), "shape": list(got.shape),
-                  "finite": bool(torch.isfinite(got).all()),
-                  "has": [has_file({TINY!r}, f) for f in ("config.json", "model-00001-of-00002.safetensors",
-                                                         "model.safetensors", "pytorch_model.bin")]}}))
-""")
-    commit = hubrepos.commit_of(hub.files[TINY])
-    assert out["single"] is None
-    names = ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
-    assert [os.path.basename(s) for s in out["shards"]] == names
-    for s in out["shards"]:
-        assert f"/snapshots/{commit}/" in s
-        with open(s, "rb") as f:
-            assert f.read() == hub.files[TINY][os.path.basename(s)]
-    assert out["same_weights"] and out["same_output"] and out["finite"]
-    assert out["shape"] == [1, len(SENTENCE.split()), 32]
-    assert out["has"] == [True, True, False, False]
-
-
-def test_transformers_errors_are_its_own_messages(hub, runpy):
-    sd = os.path.join(hub.root, "org/sd")
-    out = runpy(f"""
-import json
-from transformers import AutoConfig, AutoTokenizer
-res = []
-for call in (lambda: AutoConfig.from_pretrained("org/nope"),
-             lambda: AutoConfig.from_pretrained({TINY!r}, revision="v2"),
-             lambda: AutoConfig.from_pretrained({TINY!r}, revision="0" * 40),
-             lambda: AutoConfig.from_pretrained("org/sd"),
-             lambda: AutoConfig.from_pretrained({sd!r}),
-             lambda: AutoTokenizer.from_pretrained("org/sd"),
-             lambda: AutoTokenizer.from_pretrained({sd!r})):
-    try:
-        call()
-        res.append("no error")
-    except Exception as e:
-        res.append(type(e).__name__ + ": " + str(e))
-print(json.dumps(res))
-""")
-    assert out[0].startswith("OSError: org/nope is not a local folder and is not a valid model identifier"), out[0]
-    assert out[1].startswith("OSError: v2 is not a valid git identifier"), out[1]
-    assert out[2].startswith("OSError: " + "0" * 40 + " is not a valid git identifier"), out[2]
-    # A diffusers repo has no config.json or tokenizer at its top: through
-    # tensord (404 EntryNotFound for each file transformers looks for) the
-    # error is the one the same directory gives from disk.
-    assert out[3] == out[4].replace(sd, "org/sd") and out[3] != "no error", out[3:5]
-    assert out[5] == out[6].replace(sd, "org/sd") and out[5] != "no error", out[5:7]
-    for o in out:
-        assert "JSONDecodeError" not in o and "Expecting value" not in o, o
-
-
-def test_transformers_automodel_from_pretrained(hub, runpy):
-    """The full from_pretrained. Runs only where transformers enables PyTorch
-    (torch >= 2.6 for 5.23.0): not with Debian 12's torch 1.13 (see the
-    module's docstring); the test above covers everything before the model
-    is built."""
-    local = os.path.join(hub.root, TINY)
-    out = runpy("""
-import json, torch
-from transformers.utils import is_torch_available
-print(json.dumps({"ok": is_torch_available(), "torch": torch.__version__}))
-""")
-    if not out["ok"]:
-        pytest.skip(f"transformers turns PyTorch off with torch {out['torch']} (needs >= 2.6)")
-    out = runpy(f"""
-import json, torch
-from transformers import AutoModel
-import hubtiny
-ids = torch.tensor([[hubtiny.WORDS.index(w) for w in {SENTENCE!r}.split()]])
-res = {{}}
-states = []
-for name, src in (("hub", {TINY!r}), ("local", {local!r})):
-    m = AutoModel.from_pretrained(src).eval()
-    with torch.no_grad():
-        res[name] = m(ids).last_hidden_state
-    states.append(m.state_dict())
-mine = hubtiny.TinyGPT2(**hubtiny.config_kwargs())
-mine.load_state_dict({{k: v for k, v in states[0].items() if not k.endswith("attn.bias")}})
-with torch.no_grad():
-    ref = mine(ids)
-print(json.dumps({{"class": type(m).__name__,
-                  "same_weights": all(torch.equal(states[0][k], states[1][k]) for k in states[1]),
-                  "same_output": bool(torch.equal(res["hub"], res["local"])),
-                  "close_to_mine": bool(torch.allclose(res["hub"], ref, atol=1e-5))}}))
-""")
-    assert out == {"class": "GPT2Model", "same_weights": True, "same_output": True, "close_to_mine": True}

@@ -1,146 +1,15 @@
 /* registry: model trees built in a temp directory, one per test, scanned
  * and checked model by model: the discovery rules, every cross-check of a
- * sharded model, symlinks (outside ignored, inside followed, loops cut),
- * special files skipped without blocking, scale, and the snapshot holder. */
-#include <errno.h>
-#include <fcntl.h>
-#include <signal.h>
-#include <stdarg.h>
+ * sharded model, the single-model option, scan errors and the snapshot
+ * holder. Symlinks, special files and scale are in test_registry_fs.c. */
+#include <stdatomic.h>
 #include <stdlib.h>
-#include <sys/resource.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "registry.h"
+#include "registry_fixture.h"
 #include "strmap.h"
 #include "test.h"
 #include "util.h"
-
-static char base[] = "/tmp/test_registry.XXXXXX";
-static char root[600];
-static int n_roots;
-
-/* A fresh, empty root for one test. */
-static void new_root(void)
-{
-    snprintf(root, sizeof(root), "%s/r%d", base, n_roots++);
-    CHECK(mkdir(root, 0755) == 0);
-}
-
-static char *at(const char *rel)
-{
-    return xasprintf("%s/%s", root, rel);
-}
-
-/* mkdir -p for the directories above rel. */
-static void mkparents(const char *rel)
-{
-    char *p = at(rel);
-    for (char *s = p + strlen(root) + 1; (s = strchr(s, '/')) != NULL; s++) {
-        *s = '\0';
-        if (mkdir(p, 0755) != 0 && errno != EEXIST)
-            CHECK(!"mkdir");
-        *s = '/';
-    }
-    free(p);
-}
-
-static void write_raw(const char *rel, const void *data, size_t n)
-{
-    mkparents(rel);
-    char *p = at(rel);
-    int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    CHECK(fd >= 0);
-    CHECK(write(fd, data, n) == (ssize_t)n);
-    close(fd);
-    free(p);
-}
-
-/* A safetensors file from its header JSON and the data length (zeros). */
-static void write_st(const char *rel, const char *json, size_t data_len)
-{
-    size_t n = strlen(json);
-    unsigned char *buf = xcalloc(1, 8 + n + data_len);
-    for (int i = 0; i < 8; i++)
-        buf[i] = (unsigned char)((uint64_t)n >> (8 * i));
-    memcpy(buf + 8, json, n);
-    write_raw(rel, buf, 8 + n + data_len);
-    free(buf);
-}
-
-/* A valid file holding the comma-separated tensors, each U8 [4]. */
-static void write_tensors(const char *rel, const char *names)
-{
-    char *json = xstrdup("{");
-    size_t off = 0;
-    char *list = xstrdup(names), *save = NULL;
-    for (char *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-        char *next = xasprintf("%s%s\"%s\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[%zu,%zu]}",
-                               json, off ? "," : "", t, off, off + 4);
-        free(json);
-        json = next;
-        off += 4;
-    }
-    char *next = xasprintf("%s}", json);
-    write_st(rel, next, off);
-    free(next);
-    free(json);
-    free(list);
-}
-
-static void write_text(const char *rel, const char *text)
-{
-    write_raw(rel, text, strlen(text));
-}
-
-static void symlink_at(const char *target, const char *rel)
-{
-    mkparents(rel);
-    char *p = at(rel);
-    CHECK(symlink(target, p) == 0);
-    free(p);
-}
-
-static struct reg_snapshot *scan(void)
-{
-    struct st_error err;
-    struct reg_snapshot *r = reg_snapshot_scan(root, 7, NULL, &err);
-    CHECK(r != NULL);
-    if (!r)
-        fprintf(stderr, "  scan: %s\n", err.message);
-    return r;
-}
-
-static const struct reg_model *model(const struct reg_snapshot *r, const char *name)
-{
-    return reg_snapshot_find_model(r, name, strlen(name));
-}
-
-static int has_tensor(const struct reg_model *m, const char *name)
-{
-    return reg_model_find_tensor(m, name, strlen(name)) != NULL;
-}
-
-/* Checks that model name exists and is invalid with code and a message
- * containing needle (when non-NULL). */
-static void expect_invalid(const struct reg_snapshot *r, const char *name, enum st_status code,
-                           const char *needle)
-{
-    const struct reg_model *m = model(r, name);
-    CHECK(m != NULL);
-    if (!m)
-        return;
-    if (m->state != MODEL_INVALID || m->error.code != code)
-        fprintf(stderr, "  model %s: state %d, %s: %s (wanted %s)\n", name, m->state,
-                st_status_name(m->error.code), m->error.message, st_status_name(code));
-    CHECK(m->state == MODEL_INVALID);
-    CHECK(m->error.code == code);
-    if (needle)
-        CHECK_CONTAINS(m->error.message, needle);
-    CHECK_EQ_U64(m->n_tensors, 0);
-    CHECK(m->n_files > 0);
-    CHECK(reg_model_find_tensor(m, "a", 1) == NULL);
-}
 
 TEST(single_file_root_model)
 {
@@ -408,122 +277,6 @@ TEST(invalid_beside_valid)
     reg_snapshot_unref(r);
 }
 
-TEST(symlinks)
-{
-    new_root();
-    char *outside = xasprintf("%s/outside%d", base, n_roots);
-    CHECK(mkdir(outside, 0755) == 0);
-    char *ofile = xasprintf("%s/model.safetensors", outside);
-    {
-        /* a valid file outside the root, written by hand */
-        char *saved = xstrdup(root);
-        snprintf(root, sizeof(root), "%s", outside);
-        write_tensors("model.safetensors", "secret");
-        write_text("passwd", "root:x:0:0");
-        snprintf(root, sizeof(root), "%s", saved);
-        free(saved);
-    }
-    write_tensors("real/model.safetensors", "w");
-    symlink_at(outside, "ext");                              /* directory outside */
-    symlink_at(ofile, "linked.safetensors");                 /* root file outside */
-    write_tensors("m/model.safetensors", "w");
-    symlink_at(ofile, "m/extra.safetensors");                /* model file outside */
-    char *pw = xasprintf("%s/passwd", outside);
-    symlink_at(pw, "m/passwd");                              /* plain file outside */
-    symlink_at("../real/model.safetensors", "inside/model.safetensors"); /* file inside */
-    symlink_at("real", "alias");                             /* directory inside */
-    symlink_at("/nonexistent/x", "m/dangling.json");
-    symlink_at("../..", "m/up");                             /* escapes via .. */
-    struct reg_snapshot *r = scan();
-    CHECK(model(r, "ext") == NULL);
-    CHECK(model(r, "linked") == NULL);
-    const struct reg_model *m = model(r, "m");
-    CHECK(m && m->state == MODEL_READY && m->n_files == 1);
-    CHECK(!has_tensor(m, "secret"));
-    CHECK(reg_model_find_file(m, "passwd", 6) == NULL);
-    CHECK(reg_model_find_file(m, "dangling.json", 13) == NULL);
-    const struct reg_model *in = model(r, "inside");
-    CHECK(in && in->state == MODEL_READY && has_tensor(in, "w"));
-    CHECK(model(r, "alias") && has_tensor(model(r, "alias"), "w"));
-    for (size_t i = 0; i < r->n_models; i++)
-        CHECK(!has_tensor(r->models[i], "secret"));
-    reg_snapshot_unref(r);
-    free(outside);
-    free(ofile);
-    free(pw);
-}
-
-TEST(symlink_loops)
-{
-    new_root();
-    write_tensors("loop/model.safetensors", "w");
-    symlink_at("..", "loop/up");           /* back to the root */
-    symlink_at("../loop", "loop/self");    /* back to itself */
-    symlink_at("../../loop", "loop/x/back");
-    symlink_at("b", "loop/a");             /* a <-> b: realpath fails */
-    symlink_at("a", "loop/b");
-    symlink_at(".", "dot");
-    uint64_t t0 = time_mono_ns();
-    struct reg_snapshot *r = scan();
-    CHECK(time_mono_ns() - t0 < 5000000000ULL);
-    CHECK(model(r, "loop") && model(r, "loop")->state == MODEL_READY);
-    /* loop/x/back leads to loop, which is on the path: not entered */
-    CHECK(model(r, "loop/x/back") == NULL);
-    CHECK(model(r, "loop/self") == NULL);
-    CHECK(model(r, "dot/loop") == NULL);
-    CHECK_EQ_U64(r->n_models, 1);
-    reg_snapshot_unref(r);
-}
-
-TEST(special_files_skipped)
-{
-    new_root();
-    write_tensors("fm/model.safetensors", "w");
-    char *p = at("fm/pipe");
-    CHECK(mkfifo(p, 0644) == 0);
-    free(p);
-    p = at("fm/pipe.safetensors");
-    CHECK(mkfifo(p, 0644) == 0);
-    free(p);
-    p = at("fifo.safetensors");
-    CHECK(mkfifo(p, 0644) == 0);
-    free(p);
-    mkparents("onlyfifo/x");
-    p = at("onlyfifo/model.safetensors");
-    CHECK(mkfifo(p, 0644) == 0);
-    free(p);
-    symlink_at("pipe", "fm/link-to-pipe");
-    symlink_at("/dev/null", "fm/null");
-    alarm(20); /* a blocking open would hang here */
-    struct reg_snapshot *r = scan();
-    alarm(0);
-    CHECK_EQ_U64(r->n_models, 1);
-    const struct reg_model *m = model(r, "fm");
-    CHECK(m && m->state == MODEL_READY && m->n_files == 1);
-    CHECK(model(r, "fifo") == NULL && model(r, "onlyfifo") == NULL);
-    reg_snapshot_unref(r);
-}
-
-TEST(unreadable_file)
-{
-    if (geteuid() == 0) {
-        printf("  note: running as root, which reads mode-000 files: unreadable case skipped\n");
-        return;
-    }
-    new_root();
-    write_tensors("u/model.safetensors", "w");
-    write_tensors("u/extra.safetensors", "x");
-    write_text("u/config.json", "{}");
-    char *p = at("u/extra.safetensors");
-    CHECK(chmod(p, 0) == 0);
-    free(p);
-    struct reg_snapshot *r = scan();
-    expect_invalid(r, "u", ST_ERR_SHARD_INVALID, "extra.safetensors");
-    const struct reg_file *f = reg_model_find_file(model(r, "u"), "extra.safetensors", 17);
-    CHECK(f && f->fd == -1 && f->error.code == ST_ERR_IO);
-    reg_snapshot_unref(r);
-}
-
 TEST(single_model_option)
 {
     new_root();
@@ -559,61 +312,6 @@ TEST(scan_errors)
     struct reg_snapshot *r = scan();
     CHECK_EQ_U64(r->n_models, 0);
     CHECK(model(r, "x") == NULL);
-    reg_snapshot_unref(r);
-}
-
-TEST(thousands_of_models)
-{
-    new_root();
-    enum { N = 2000 };
-    for (int i = 0; i < N; i++) {
-        char rel[64];
-        snprintf(rel, sizeof(rel), "many/m%04d/model.safetensors", i);
-        write_tensors(rel, "w,b");
-    }
-    for (int i = 0; i < 500; i++) {
-        char rel[64];
-        snprintf(rel, sizeof(rel), "r%03d.safetensors", i);
-        write_tensors(rel, "w");
-    }
-    uint64_t t0 = time_mono_ns();
-    struct reg_snapshot *r = scan();
-    double dt = (double)(time_mono_ns() - t0) / 1e9;
-    printf("  scan of %d models: %.3f s\n", N + 500, dt);
-    CHECK_EQ_U64(r->n_models, N + 500);
-    CHECK_EQ_U64(r->n_invalid, 0);
-    CHECK_EQ_U64(r->n_files, N + 500);
-    CHECK_EQ_U64(r->n_tensors, 2 * N + 500);
-    CHECK(model(r, "many/m1999") && model(r, "r499"));
-    CHECK(dt < 10.0);
-    reg_snapshot_unref(r);
-}
-
-TEST(half_million_tensors)
-{
-    new_root();
-    enum { N = 500000 };
-    size_t cap = (size_t)N * 80 + 16, len = 0;
-    char *json = xmalloc(cap);
-    json[len++] = '{';
-    for (size_t i = 0; i < N; i++)
-        len += (size_t)snprintf(json + len, cap - len,
-                                "%s\"t%zu\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[%zu,%zu]}",
-                                i ? "," : "", i, i, i + 1);
-    json[len++] = '}';
-    json[len] = '\0';
-    write_st("big/model.safetensors", json, N);
-    free(json);
-    uint64_t t0 = time_mono_ns();
-    struct reg_snapshot *r = scan();
-    double dt = (double)(time_mono_ns() - t0) / 1e9;
-    printf("  scan of one file with %d tensors: %.3f s\n", N, dt);
-    const struct reg_model *m = model(r, "big");
-    CHECK(m && m->state == MODEL_READY);
-    CHECK_EQ_U64(m->n_tensors, N);
-    CHECK(has_tensor(m, "t0") && has_tensor(m, "t499999"));
-    CHECK(m->tensors[N - 1].t->begin == N - 1);
-    CHECK(dt < 20.0);
     reg_snapshot_unref(r);
 }
 
@@ -653,29 +351,11 @@ TEST(holder)
     registry_destroy(&empty);
 }
 
-/* Every descriptor the scans opened is closed again by reg_snapshot_unref. */
-static int count_fds(void)
-{
-    int n = 0;
-    for (int fd = 0; fd < 65536; fd++)
-        if (fcntl(fd, F_GETFD) != -1)
-            n++;
-    return n;
-}
-
 int main(void)
 {
-    if (!mkdtemp(base)) {
-        perror("mkdtemp");
+    int fds;
+    if (registry_fixture_begin(&fds))
         return 1;
-    }
-    /* every served file stays open: 2500 models need more than the default 1024 */
-    struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < 8192) {
-        rl.rlim_cur = rl.rlim_max < 8192 ? rl.rlim_max : 8192;
-        setrlimit(RLIMIT_NOFILE, &rl);
-    }
-    int fds = count_fds();
     RUN(single_file_root_model);
     RUN(directory_model);
     RUN(nested_models);
@@ -684,22 +364,9 @@ int main(void)
     RUN(duplicate_tensor);
     RUN(name_conflict);
     RUN(invalid_beside_valid);
-    RUN(symlinks);
-    RUN(symlink_loops);
-    RUN(special_files_skipped);
-    RUN(unreadable_file);
     RUN(single_model_option);
     RUN(scan_errors);
-    RUN(thousands_of_models);
-    RUN(half_million_tensors);
     RUN(holder);
-    if (count_fds() != fds) {
-        fprintf(stderr, "FAIL descriptors leaked: %d open, %d before\n", count_fds(), fds);
-        tests_failed++;
-    }
-    char *cmd = xasprintf("rm -rf %s", base);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", base);
-    free(cmd);
+    registry_fixture_end(fds);
     return TEST_SUMMARY();
 }
