@@ -4,7 +4,8 @@
 Stages: builds (with and without CUDA), C unit tests, the same under
 ASan+UBSan, the st_header differential test (tests/diff/), libFuzzer smoke
 runs with crash-regression replay, the integration suite against the real
-daemon, the same suite against the ASan+UBSan daemon, the CUDA backend against
+daemon and, side by side with it, the same suite against the ASan+UBSan
+daemon, the CUDA backend against
 the CUDA driver test double (make test-cuda-double), and the operations
 checks. Each stage's own count is added
 to the total; a stage that cannot run at all counts as one failure. Exits
@@ -13,6 +14,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -43,13 +45,23 @@ def count(output):
     return None
 
 
-def stage(name, cmd, env=None, counted=True):
+def start(cmd, env=None):
+    """Starts a stage's command, its output going to a temporary file (so
+    two stages side by side never block on a full pipe); finish() collects it."""
+    log = tempfile.TemporaryFile(mode="w+", errors="replace")
+    p = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, **(env or {})}, stdout=log,
+                         stderr=subprocess.STDOUT, text=True)
+    return (time.time(), p, log)
+
+
+def finish(name, started, counted=True):
+    """Prints a started stage's output and adds its count to the totals."""
+    t0, p, log = started
+    p.wait()
+    log.seek(0)
+    out = log.read()
+    log.close()
     banner(name)
-    t0 = time.time()
-    p = subprocess.run(cmd, cwd=ROOT, env={**os.environ, **(env or {})},
-                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                       errors="replace")
-    out = p.stdout
     print(out[-20000:] if p.returncode else out[-6000:], end="")
     c = count(out) if counted else None
     if c is None:
@@ -62,6 +74,10 @@ def stage(name, cmd, env=None, counted=True):
     print(f"--- {name}: {c['passed']} passed, {c['failed']} failed, {c['skipped']} skipped "
           f"({time.time() - t0:.0f}s)", flush=True)
     return p.returncode == 0
+
+
+def stage(name, cmd, env=None, counted=True):
+    return finish(name, start(cmd, env), counted)
 
 
 def main():
@@ -88,18 +104,22 @@ def main():
     stage("fuzz smoke", ["make", "-j", JOBS, "fuzz-smoke",
                          f"FUZZ_SMOKE_SECONDS={os.environ.get('FUZZ_SMOKE_SECONDS', '5')}"])
     if built:
-        stage("integration", [PY, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                              "tests/integration"])
+        # The two integration runs go side by side: they spend most of their
+        # time waiting on the daemons they start (each in its own temporary
+        # directory, on its own port), not on the CPU.
         for f in os.listdir(os.path.join(ROOT, "build")):
             if f.startswith("asan-daemon."):
                 os.remove(os.path.join(ROOT, "build", f))
-        stage("integration against the ASan+UBSan daemon",
-              [PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--maxfail=20",
-               "-m", "not slow", "tests/integration"],
-              env={"TENSORD_BIN": f"{SAN_BUILD}/tensord",
-                   "ASAN_OPTIONS": "detect_leaks=1:abort_on_error=0:log_path="
-                                   + os.path.join(ROOT, "build", "asan-daemon"),
-                   "TENSORD_SANITIZED": "1"})
+        plain = start([PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/integration"])
+        sanitized = start(
+            [PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--maxfail=20",
+             "-m", "not slow", "tests/integration"],
+            env={"TENSORD_BIN": f"{SAN_BUILD}/tensord",
+                 "ASAN_OPTIONS": "detect_leaks=1:abort_on_error=0:log_path="
+                                 + os.path.join(ROOT, "build", "asan-daemon"),
+                 "TENSORD_SANITIZED": "1"})
+        finish("integration", plain)
+        finish("integration against the ASan+UBSan daemon", sanitized)
         reports = [f for f in os.listdir(os.path.join(ROOT, "build"))
                    if f.startswith("asan-daemon.")]
         banner("sanitizer reports from the daemon")
