@@ -36,36 +36,23 @@ static inline char *at(const char *rel)
 static inline void mkparents(const char *rel)
 {
     char *p = at(rel);
-    for (char *s = p + strlen(root) + 1; (s = strchr(s, '/')) != NULL; s++) {
-        *s = '\0';
-        if (mkdir(p, 0755) != 0 && errno != EEXIST)
-            CHECK(!"mkdir");
-        *s = '/';
-    }
+    test_mkparents(p);
     free(p);
 }
 
 static inline void write_raw(const char *rel, const void *data, size_t n)
 {
-    mkparents(rel);
     char *p = at(rel);
-    int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    CHECK(fd >= 0);
-    CHECK(write(fd, data, n) == (ssize_t)n);
-    close(fd);
+    test_write_file(p, data, n);
     free(p);
 }
 
 /* A safetensors file from its header JSON and the data length (zeros). */
 static inline void write_st(const char *rel, const char *json, size_t data_len)
 {
-    size_t n = strlen(json);
-    unsigned char *buf = xcalloc(1, 8 + n + data_len);
-    for (int i = 0; i < 8; i++)
-        buf[i] = (unsigned char)((uint64_t)n >> (8 * i));
-    memcpy(buf + 8, json, n);
-    write_raw(rel, buf, 8 + n + data_len);
-    free(buf);
+    char *p = at(rel);
+    test_write_st(p, json, data_len);
+    free(p);
 }
 
 /* A valid file holding the comma-separated tensors, each U8 [4]. */

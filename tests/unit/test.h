@@ -4,9 +4,14 @@
 #ifndef TENSORD_TEST_H
 #define TENSORD_TEST_H
 
+#include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "st_error.h"
 
@@ -89,6 +94,47 @@ static inline size_t vm_size_bytes(void)
     if (f)
         fclose(f);
     return kib * 1024;
+}
+
+/* mkdir -p for the directories above path (absolute; those that exist,
+ * the temporary base included, are left alone). */
+static inline void test_mkparents(const char *path)
+{
+    char *p = strdup(path);
+    CHECK(p != NULL);
+    for (char *s = p ? p + 1 : NULL; s && (s = strchr(s, '/')) != NULL; s++) {
+        *s = '\0';
+        if (mkdir(p, 0755) != 0 && errno != EEXIST)
+            CHECK(!"mkdir");
+        *s = '/';
+    }
+    free(p);
+}
+
+/* Writes data[0..n) to path, creating the directories above it. */
+static inline void test_write_file(const char *path, const void *data, size_t n)
+{
+    test_mkparents(path);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    CHECK(fd >= 0);
+    CHECK(write(fd, data, n) == (ssize_t)n);
+    close(fd);
+}
+
+/* A safetensors file at path from its header JSON; data_len zero bytes
+ * follow the header. */
+static inline void test_write_st(const char *path, const char *json, size_t data_len)
+{
+    size_t n = strlen(json);
+    unsigned char *buf = calloc(1, 8 + n + data_len);
+    CHECK(buf != NULL);
+    if (!buf)
+        return;
+    for (int i = 0; i < 8; i++)
+        buf[i] = (unsigned char)((uint64_t)n >> (8 * i));
+    memcpy(buf + 8, json, n);
+    test_write_file(path, buf, 8 + n + data_len);
+    free(buf);
 }
 
 #define RUN(name)                                                                \

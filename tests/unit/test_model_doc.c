@@ -125,33 +125,6 @@ static char *ref_header(const struct reg_model *m)
 
 /* ---- models on disk ---- */
 
-static void write_file(const char *path, const void *data, size_t n)
-{
-    char *dir = xstrdup(path);
-    for (char *s = dir + 1; (s = strchr(s, '/')) != NULL; s++) {
-        *s = '\0';
-        mkdir(dir, 0755);
-        *s = '/';
-    }
-    free(dir);
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    CHECK(fd >= 0);
-    CHECK(write(fd, data, n) == (ssize_t)n);
-    close(fd);
-}
-
-/* A safetensors file from its header JSON; data_len zero bytes follow. */
-static void write_st(const char *path, const char *json, size_t data_len)
-{
-    size_t n = strlen(json);
-    unsigned char *buf = xcalloc(1, 8 + n + data_len);
-    for (int i = 0; i < 8; i++)
-        buf[i] = (unsigned char)((uint64_t)n >> (8 * i));
-    memcpy(buf + 8, json, n);
-    write_file(path, buf, 8 + n + data_len);
-    free(buf);
-}
-
 /* Renders every model of root both ways; each new document is also written
  * to out/<n>.json for Python. Returns the number of models. */
 static size_t compare_all(const char *root, const char *out)
@@ -176,7 +149,7 @@ static size_t compare_all(const char *root, const char *out)
             }
             char *path = xasprintf("%s/%zu.%d.json", out, i, k);
             if (a)
-                write_file(path, a, strlen(a));
+                test_write_file(path, a, strlen(a));
             free(path);
             free(a);
             free(b);
@@ -226,7 +199,7 @@ TEST(escapes_metadata_and_errors_match_the_tree)
     /* names and metadata needing every escape, non-ASCII, '/', an empty
      * metadata object in one shard and a key two shards both set */
     p = xasprintf("%s/esc/model-1.safetensors", root);
-    write_st(p,
+    test_write_st(p,
              "{\"__metadata__\":{\"q\\\"k\":\"v\\\\1\\n\",\"ctl\\u0001\":\"\\t\\b\\f\\r\\u001f\\u007f\","
              "\"caf\\u00e9\":\"\\ud83d\\ude00 \\/ \\u2028\",\"both\":\"first\"},"
              "\"w\\\"1\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,24]},"
@@ -235,28 +208,28 @@ TEST(escapes_metadata_and_errors_match_the_tree)
              25);
     free(p);
     p = xasprintf("%s/esc/model-2.safetensors", root);
-    write_st(p, "{\"__metadata__\":{\"both\":\"second\",\"only2\":\"x\"},"
+    test_write_st(p, "{\"__metadata__\":{\"both\":\"second\",\"only2\":\"x\"},"
                 "\"z\":{\"dtype\":\"I64\",\"shape\":[1],\"data_offsets\":[0,8]}}", 8);
     free(p);
     p = xasprintf("%s/esc/tok\"en\\izer.json", root);
-    write_file(p, "{}", 2);
+    test_write_file(p, "{}", 2);
     free(p);
     p = xasprintf("%s/emptymeta/model.safetensors", root);
-    write_st(p, "{\"__metadata__\":{},\"x\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1);
+    test_write_st(p, "{\"__metadata__\":{},\"x\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1);
     free(p);
     /* invalid: a message quoting a name with a quote, a sharded model */
     p = xasprintf("%s/bad/model.safetensors", root);
-    write_st(p, "{\"t\\\"q\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,4]}}", 4);
+    test_write_st(p, "{\"t\\\"q\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,4]}}", 4);
     free(p);
     p = xasprintf("%s/shard/model-00001-of-00001.safetensors", root);
-    write_st(p, "{\"s\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[0,2]}}", 2);
+    test_write_st(p, "{\"s\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[0,2]}}", 2);
     free(p);
     p = xasprintf("%s/shard/model.safetensors.index.json", root);
     const char *idx = "{\"weight_map\":{\"s\":\"model-00001-of-00001.safetensors\"}}";
-    write_file(p, idx, strlen(idx));
+    test_write_file(p, idx, strlen(idx));
     free(p);
     p = xasprintf("%s/top.safetensors", root);
-    write_st(p, "{\"k\":{\"dtype\":\"U8\",\"shape\":[3],\"data_offsets\":[0,3]}}", 3);
+    test_write_st(p, "{\"k\":{\"dtype\":\"U8\",\"shape\":[3],\"data_offsets\":[0,3]}}", 3);
     free(p);
     CHECK_EQ_U64(compare_all(root, out), 5);
     python_reads(out);
@@ -282,7 +255,7 @@ TEST(out_of_memory_gives_null)
     json[len++] = '}';
     json[len] = '\0';
     char *root = xasprintf("%s/oom", base), *p = xasprintf("%s/big/model.safetensors", root);
-    write_st(p, json, n);
+    test_write_st(p, json, n);
     free(json);
     struct st_error err;
     struct reg_snapshot *r = reg_snapshot_scan(root, 1, NULL, &err);

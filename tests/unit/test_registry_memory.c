@@ -17,21 +17,6 @@
 
 static char base[] = "/tmp/test_registry_memory.XXXXXX";
 
-static void write_file(const char *path, const void *data, size_t n)
-{
-    char *dir = xstrdup(path);
-    for (char *s = dir + 1; (s = strchr(s, '/')) != NULL; s++) {
-        *s = '\0';
-        mkdir(dir, 0755);
-        *s = '/';
-    }
-    free(dir);
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    CHECK(fd >= 0);
-    CHECK(write(fd, data, n) == (ssize_t)n);
-    close(fd);
-}
-
 /* A valid file of n U8[1] tensors "<prefix>NNNNNNN" (data all zero). */
 static void write_many(const char *path, const char *prefix, size_t n)
 {
@@ -46,7 +31,7 @@ static void write_many(const char *path, const char *prefix, size_t n)
     uint64_t hl = len - 8;
     for (int i = 0; i < 8; i++)
         buf[i] = (char)(hl >> (8 * i));
-    write_file(path, buf, len + n);
+    test_write_file(path, buf, len + n);
     free(buf);
 }
 
@@ -128,7 +113,7 @@ TEST(big_index)
                                 i ? "," : "", i, i % 2 + 1);
     len += (size_t)snprintf(idx + len, cap - len, "}}");
     p = xasprintf("%s/sharded/model.safetensors.index.json", root);
-    write_file(p, idx, len);
+    test_write_file(p, idx, len);
     free(p);
     free(idx);
     /* the shards hold what the index maps to them: even to one, odd to two */
@@ -144,7 +129,7 @@ TEST(big_index)
         for (int b = 0; b < 8; b++)
             h[b] = (char)((uint64_t)(hl - 8) >> (8 * b));
         p = xasprintf("%s/sharded/model-%05d.safetensors", root, k);
-        write_file(p, h, hl + n / 2);
+        test_write_file(p, h, hl + n / 2);
         free(p);
         free(h);
     }
@@ -176,7 +161,7 @@ TEST(big_directory)
     for (size_t i = 0; i < n; i++) {
         snprintf(name + 230, sizeof(name) - 230, "%06zu", i);
         p = xasprintf("%s/many/%s", root, name);
-        write_file(p, "x", 1);
+        test_write_file(p, "x", 1);
         free(p);
     }
     int seen_error = 0, complete = 0;
