@@ -179,9 +179,11 @@ $(BUILD)/libtensord-client.so: $(CLIENT_PIC_OBJ)
 $(BUILD)/tensord-client: $(BUILD)/obj/client/cli.o $(CLIENT_OBJ) $(BUILD)/libtensord-core.a
 	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
+# -MMD: a test is rebuilt when a header it includes (test.h, a fixture)
+# changes, not only its own .c.
 $(BUILD)/tests/%: tests/unit/%.c $(SERVER_LIB_OBJ) $(CLIENT_OBJ) $(BUILD)/libtensord-core.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) -Itests/unit $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(CC) $(CPPFLAGS) -Itests/unit $(ALL_CFLAGS) -MMD -MP -MF $@.d $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 unit: $(UNIT_BIN)
 	@$(PYTHON) tests/run_unit.py $(UNIT_BIN)
@@ -341,4 +343,4 @@ clean:
 print-%:
 	@echo $($*)
 
--include $(shell find $(BUILD)/obj $(BUILD)/pic build/fuzz/obj -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD)/obj $(BUILD)/pic $(BUILD)/tests build/fuzz/obj -name '*.d' 2>/dev/null)
