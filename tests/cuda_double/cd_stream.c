@@ -67,7 +67,8 @@ CUresult cd_stream_run(struct CUstream_st *s, uint64_t seq)
         }
         s->done = op->seq;
     }
-    memmove(s->ops, s->ops + k, (s->n_ops - k) * sizeof(*s->ops));
+    if (k) /* a stream that never queued a copy has no ops array */
+        memmove(s->ops, s->ops + k, (s->n_ops - k) * sizeof(*s->ops));
     s->n_ops -= k;
     CUresult e = s->error;
     s->error = CUDA_SUCCESS; /* reported once (a real GPU's fault would be sticky) */
