@@ -49,8 +49,9 @@ struct config {
     int legacy_ipc;                 /* also export cudaIpcMemHandle_t per allocation */
     unsigned ipc_idle_timeout;      /* seconds; closes lease-less idle or stalled connections */
     int verify;                     /* compare device bytes with the file before ready */
-    unsigned staging_buffers;       /* pinned staging ring depth */
+    unsigned staging_buffers;       /* preload disk reads in flight (one staging buffer each) */
     uint64_t staging_buffer_bytes;  /* size of each staging buffer */
+    unsigned preload_threads;       /* page-cache copy threads; 0 = one per CPU, at most 16 */
 };
 
 /* Fills cfg with the built-in defaults (strings are heap copies). */

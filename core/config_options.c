@@ -93,9 +93,12 @@ const struct opt config_options[] = {
     {"verify", "gpu", OPT_BOOL, "false", 0, 1, OFF(verify), NOLIST,
      "compare device memory with the file after a preload, before ready"},
     {"staging_buffers", "gpu", OPT_UINT, "4", 1, 64, OFF(staging_buffers), NOLIST,
-     "pinned host staging buffers in the preload ring"},
+     "preload reads from the disk in flight, each into a staging buffer of its own"},
     {"staging_buffer_bytes", "gpu", OPT_SIZE, "64M", 64 * K, 1024 * K * K,
-     OFF(staging_buffer_bytes), NOLIST, "size of each staging buffer"},
+     OFF(staging_buffer_bytes), NOLIST, "size of each staging buffer (and of a preload's chunks)"},
+    {"preload_threads", "gpu", OPT_UINT, "0", 0, 64, OFF(preload_threads), NOLIST,
+     "threads copying preload bytes from the page cache (each with two staging buffers on a "
+     "GPU); 0 = one per CPU, at most 16"},
 };
 
 /* ---- value checks ------------------------------------------------------- */

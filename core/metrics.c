@@ -68,7 +68,7 @@ static uint64_t start_ns;
 
 static _Atomic uint64_t g_models, g_invalid, g_files, g_tensors, g_file_bytes, g_generation;
 static _Atomic uint64_t g_open_files;
-static _Atomic uint64_t g_gpu_resident, g_gpu_leases, g_gpu_bps_bits;
+static _Atomic uint64_t g_gpu_resident, g_gpu_leases, g_gpu_bps_bits, g_gpu_staging;
 /* Hashing: a few updates per MiB hashed, so plain shared atomics do. */
 static _Atomic uint64_t h_bytes, h_files, h_errors;
 static _Atomic uint64_t g_hash_pending, g_hash_pending_bytes, g_hash_known, g_hash_files;
@@ -164,6 +164,7 @@ void metrics_init(void)
     atomic_store(&g_open_files, 0);
     atomic_store(&g_gpu_resident, 0), atomic_store(&g_gpu_leases, 0);
     atomic_store(&g_gpu_bps_bits, 0);
+    atomic_store(&g_gpu_staging, 0);
     atomic_store(&h_bytes, 0), atomic_store(&h_files, 0), atomic_store(&h_errors, 0);
     atomic_store(&g_hash_pending, 0), atomic_store(&g_hash_pending_bytes, 0);
     atomic_store(&g_hash_known, 0), atomic_store(&g_hash_files, 0);
@@ -243,13 +244,14 @@ void metrics_set_registry(uint64_t models, uint64_t invalid_models, uint64_t fil
 }
 
 void metrics_set_gpu(uint64_t bytes_resident, uint64_t leases_active,
-                     double last_preload_bytes_per_second)
+                     double last_preload_bytes_per_second, uint64_t staging_bytes)
 {
     uint64_t bits;
     memcpy(&bits, &last_preload_bytes_per_second, sizeof(bits));
     atomic_store_explicit(&g_gpu_resident, bytes_resident, RELAXED);
     atomic_store_explicit(&g_gpu_leases, leases_active, RELAXED);
     atomic_store_explicit(&g_gpu_bps_bits, bits, RELAXED);
+    atomic_store_explicit(&g_gpu_staging, staging_bytes, RELAXED);
 }
 
 void metrics_hash_progress(uint64_t bytes, uint64_t files, uint64_t errors)
@@ -328,6 +330,7 @@ static void gauges_take(struct metrics_snapshot *sn)
     sn->file_bytes = atomic_load(&g_file_bytes), sn->generation = atomic_load(&g_generation);
     sn->open_files = atomic_load(&g_open_files);
     sn->gpu_resident = atomic_load(&g_gpu_resident), sn->gpu_leases = atomic_load(&g_gpu_leases);
+    sn->gpu_staging = atomic_load(&g_gpu_staging);
     sn->gpu_bps = gpu_bps();
     sn->hash_bytes = atomic_load(&h_bytes), sn->hash_files = atomic_load(&h_files);
     sn->hash_errors = atomic_load(&h_errors), sn->hash_pending = atomic_load(&g_hash_pending);

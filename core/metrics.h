@@ -48,6 +48,8 @@ enum metrics_ctr {
     MC_SCAN_ERRORS,           /* I/O or resource errors met by rescans (the models they hit
                                * kept their previous state; the rescan is retried) */
     MC_TRANSFERS_CUT,         /* answers cut short because the file they sent was written */
+    MC_GPU_PRELOAD_PAGE_CACHE_BYTES, /* preload bytes copied from the page cache */
+    MC_GPU_PRELOAD_DISK_BYTES,       /* preload bytes read from the disk */
     MC_COUNT
 };
 
@@ -79,9 +81,10 @@ void metrics_set_open_files(uint64_t n);
 /* file_bytes: the sum of the sizes of the models' files. */
 void metrics_set_registry(uint64_t models, uint64_t invalid_models, uint64_t files,
                           uint64_t tensors, uint64_t file_bytes, uint64_t generation);
-/* Gauges published by the GPU manager when they change. */
+/* Gauges published by the GPU manager when they change. staging_bytes:
+ * the memory the devices' staging rings hold between preloads. */
 void metrics_set_gpu(uint64_t bytes_resident, uint64_t leases_active,
-                     double last_preload_bytes_per_second);
+                     double last_preload_bytes_per_second, uint64_t staging_bytes);
 
 /* Content hashing (core/hasher): bytes read into SHA-256, files whose hash
  * was recorded, files that could not be read. Added as they happen. */

@@ -27,7 +27,7 @@ struct metrics_snapshot {
     uint64_t ttfb[METRICS_NBUCKETS];
     uint64_t ttfb_sum_ns;
     uint64_t models, invalid, files, tensors, file_bytes, generation, open_files;
-    uint64_t gpu_resident, gpu_leases;
+    uint64_t gpu_resident, gpu_leases, gpu_staging;
     double gpu_bps;
     uint64_t hash_bytes, hash_files, hash_errors, hash_pending, hash_pending_bytes, hash_known,
         hash_files_all;

@@ -42,6 +42,10 @@ static const struct {
      "I/O or resource errors met by rescans; the models they hit kept their previous state."},
     {MC_TRANSFERS_CUT, "tensord_http_transfers_cut_total",
      "Answers cut short because the file they were sending was written."},
+    {MC_GPU_PRELOAD_PAGE_CACHE_BYTES, "tensord_gpu_preload_page_cache_bytes_total",
+     "Preload bytes copied from the page cache."},
+    {MC_GPU_PRELOAD_DISK_BYTES, "tensord_gpu_preload_disk_bytes_total",
+     "Preload bytes read from the disk."},
 };
 
 static void prom_head(struct strbuf *b, const char *name, const char *type, const char *help)
@@ -154,6 +158,9 @@ char *metrics_render_prometheus(void)
                (double)sn->gpu_leases);
     prom_gauge(&b, "tensord_gpu_preload_bytes_per_second", "Throughput of the last preload.",
                sn->gpu_bps);
+    prom_gauge(&b, "tensord_gpu_staging_bytes",
+               "Memory the devices' preload staging rings hold (pinned for CUDA).",
+               (double)sn->gpu_staging);
     prom_head(&b, "tensord_hash_bytes_total", "counter", "Bytes read into SHA-256 by content hashing.");
     strbuf_printf(&b, "tensord_hash_bytes_total %llu\n", (unsigned long long)sn->hash_bytes);
     prom_head(&b, "tensord_hash_files_total", "counter", "Files whose content hash was computed.");
@@ -214,7 +221,7 @@ static const char *const json_ctr_names[MC_COUNT] = {
     "range_not_satisfiable", "sendfile_bytes",      "copied_bytes",       "reloads",
     "reload_errors",         "connections_total",   "connections_rejected",
     "gpu_preload_bytes",     "leases_total",        "ipc_refused",        "scan_errors",
-    "transfers_cut"};
+    "transfers_cut",         "gpu_preload_page_cache_bytes", "gpu_preload_disk_bytes"};
 
 /* "endpoints": per kind, its requests by outcome, bytes and durations. */
 static void json_kinds(struct strbuf *b, const struct metrics_snapshot *sn)
@@ -273,8 +280,9 @@ char *metrics_render_json(void)
                   (unsigned long long)sn->generation, (unsigned long long)sn->open_files);
     strbuf_printf(&b,
                   "\"gpu\":{\"resident_bytes\":%llu,\"leases_active\":%llu,"
-                  "\"last_preload_bytes_per_second\":%.1f},",
-                  (unsigned long long)sn->gpu_resident, (unsigned long long)sn->gpu_leases, sn->gpu_bps);
+                  "\"last_preload_bytes_per_second\":%.1f,\"staging_bytes\":%llu},",
+                  (unsigned long long)sn->gpu_resident, (unsigned long long)sn->gpu_leases, sn->gpu_bps,
+                  (unsigned long long)sn->gpu_staging);
     strbuf_printf(&b,
                   "\"hashing\":{\"bytes_hashed\":%llu,\"files_hashed\":%llu,\"errors\":%llu,"
                   "\"files_pending\":%llu,\"bytes_pending\":%llu,\"files_known\":%llu,"

@@ -193,6 +193,16 @@ static char *splice(json_t *envelope, const char *allocs, const char *tensors)
     return out;
 }
 
+/* Where a preload's bytes came from. */
+static json_t *io_json(const struct gm_io *io)
+{
+    return json_pack("{s:I,s:I,s:I,s:s,s:i,s:i}", "page_cache_bytes",
+                     (json_int_t)io->page_cache_bytes, "disk_bytes", (json_int_t)io->disk_bytes,
+                     "handed_over_bytes", (json_int_t)io->handed_over_bytes, "disk_reads",
+                     io->disk_reads[0] ? io->disk_reads : "none", "threads", (int)io->threads,
+                     "depth", (int)io->depth);
+}
+
 /* What GET adds to the envelope: progress, leases, why it failed, and the
  * preload's timing once it ended. */
 static void add_progress(json_t *o, const struct gm_view *v)
@@ -206,10 +216,11 @@ static void add_progress(json_t *o, const struct gm_view *v)
         json_object_set_new(o, "reason", json_string(v->error));
     if (v->t_end_ns) {
         double secs = (double)(v->t_end_ns - v->t_start_ns) / 1e9;
-        json_object_set_new(o, "preload",
-                            json_pack("{s:f,s:f,s:s,s:b}", "seconds", secs, "bytes_per_second",
-                                      secs > 0 ? (double)v->done / secs : 0.0, "io", v->io_mode,
-                                      "verified", v->verified));
+        json_t *p = json_pack("{s:f,s:f,s:b}", "seconds", secs, "bytes_per_second",
+                              secs > 0 ? (double)v->done / secs : 0.0, "verified", v->verified);
+        if (v->state != GM_FAILED)
+            json_object_set_new(p, "io", io_json(&v->io));
+        json_object_set_new(o, "preload", p);
     }
 }
 
@@ -246,6 +257,7 @@ void gpu_doc_options(struct gm_options *opt, const struct config *cfg)
                                .n_preload = cfg->n_preload,
                                .staging_buffers = cfg->staging_buffers,
                                .staging_buffer_bytes = cfg->staging_buffer_bytes,
+                               .preload_threads = cfg->preload_threads,
                                .verify = cfg->verify,
                                .legacy_ipc = cfg->legacy_ipc};
 }
@@ -290,9 +302,14 @@ json_t *gpu_doc_status_json(struct gpu_manager *gm, const char *socket_path)
             json_array_append_new(devs, o);
         }
     }
-    json_t *o = json_pack("{s:b,s:o,s:o,s:s,s:o}", "available", cuda != NULL, "devices", devs,
+    struct gm_staging staging[16];
+    size_t n_staging = gpu_manager_staging(gm, staging, 16);
+    json_t *rings = json_object();
+    for (size_t i = 0; i < n_staging && i < 16; i++)
+        json_object_set_new(rings, staging[i].device, json_integer((json_int_t)staging[i].bytes));
+    json_t *o = json_pack("{s:b,s:o,s:o,s:s,s:o,s:o}", "available", cuda != NULL, "devices", devs,
                           "backends", backends, "ipc_socket", socket_path ? socket_path : "",
-                          "models", models);
+                          "staging_bytes", rings, "models", models);
     if (!cuda)
         json_object_set_new(o, "reason", json_string(reason));
     return o;

@@ -6,10 +6,12 @@
  * as a POSIX file descriptor, with the driver loaded at run time so the same
  * binary runs on hosts without a GPU. Both hand workers one fd per shard.
  *
- * Copies go through a ring of staging buffers owned by the backend (pinned
- * host memory for cuda): the loader reads file bytes into buffer i, starts
- * the copy with stage_copy, and calls stage_wait before it reads into buffer
- * i again. */
+ * Copies to a device go through a ring of staging buffers owned by the
+ * backend (pinned host memory for cuda), one copy queue (stream) per
+ * buffer: a loader fills buffer i, starts its copy with stage_copy, and
+ * calls stage_wait before it fills buffer i again. Several threads may
+ * each own some of the buffers. A backend whose memory the CPU can write
+ * (host) also takes plain synchronous writes from any memory (write). */
 #ifndef TENSORD_GPU_H
 #define TENSORD_GPU_H
 
@@ -57,8 +59,10 @@ struct gpu_backend_ops {
     /* Releases the backend's hold on the memory; mappings that workers
      * imported keep it alive until they unmap. Safe on a failed alloc. */
     void (*free)(struct gpu_backend *b, struct gpu_alloc *a);
-    /* A ring of nbuf staging buffers of bytes each (page-aligned), for
-     * copies to device dev. NULL with err on failure. */
+    /* A ring of nbuf staging buffers of bytes each (page-aligned), each with
+     * its own copy queue, for copies to device dev. NULL with err on
+     * failure. Buffers may be used from several threads, one thread per
+     * buffer at a time. */
     struct gpu_stage *(*stage_open)(struct gpu_backend *b, int dev, unsigned nbuf, size_t bytes,
                                     struct st_error *err);
     void *(*stage_buf)(struct gpu_stage *s, unsigned i);
@@ -68,6 +72,11 @@ struct gpu_backend_ops {
     /* Returns once buffer i's last copy completed (the buffer may be refilled). */
     int (*stage_wait)(struct gpu_stage *s, unsigned i, struct st_error *err);
     void (*stage_close)(struct gpu_stage *s);
+    /* Copies len bytes from any memory to a at offset off and returns when
+     * they are there; NULL for backends that copy only from their staging
+     * buffers (cuda). Safe from several threads on disjoint ranges. */
+    int (*write)(struct gpu_backend *b, struct gpu_alloc *a, uint64_t off, const void *src,
+                 size_t len, struct st_error *err);
     /* All copies into a landed: make it read-only for sharing (host: seal
      * the memfd; cuda: fill the legacy copy). Returns 0 or -errno with err. */
     int (*finish)(struct gpu_backend *b, struct gpu_alloc *a, struct st_error *err);

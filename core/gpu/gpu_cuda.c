@@ -2,8 +2,9 @@
  * shareable as a POSIX file descriptor (CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
  * and mapped into the daemon's address space for the copies; with legacy IPC
  * also a cuMemAlloc copy (2 MiB-rounded) exported with cuIpcGetMemHandle.
- * Staging buffers are pinned (cuMemHostAlloc); each copy is a
- * cuMemcpyHtoDAsync on the ring's stream followed by an event that
+ * Staging buffers are pinned (cuMemHostAlloc), each with its own stream so
+ * that the loader's threads copy side by side; each copy is a
+ * cuMemcpyHtoDAsync on its buffer's stream followed by an event that
  * stage_wait synchronises before the buffer is refilled.
  *
  * Every entry point makes the device's primary context current first: the
@@ -44,7 +45,7 @@ struct gpu_stage {
     unsigned nbuf;
     size_t bytes;
     void *host;                /* nbuf * bytes pinned */
-    CUstream stream;
+    CUstream *streams;         /* one per buffer */
     CUevent *events;           /* one per buffer, recorded after its copy */
 };
 
@@ -194,6 +195,7 @@ static struct gpu_stage *cuda_stage_open(struct gpu_backend *b, int dev, unsigne
     s->nbuf = nbuf;
     s->bytes = bytes;
     s->events = xcalloc(nbuf, sizeof(*s->events));
+    s->streams = xcalloc(nbuf, sizeof(*s->streams));
     if (use_device(cb, dev, err) < 0)
         goto fail;
     r = cb->api.MemHostAlloc(&s->host, (size_t)nbuf * bytes, 0);
@@ -202,13 +204,13 @@ static struct gpu_stage *cuda_stage_open(struct gpu_backend *b, int dev, unsigne
         cuda_fail(cb, r, "cuMemHostAlloc (staging buffers)", err);
         goto fail;
     }
-    r = cb->api.StreamCreate(&s->stream, CU_STREAM_NON_BLOCKING);
-    if (r != CUDA_SUCCESS) {
-        s->stream = NULL;
-        cuda_fail(cb, r, "cuStreamCreate", err);
-        goto fail;
-    }
     for (unsigned i = 0; i < nbuf; i++) {
+        r = cb->api.StreamCreate(&s->streams[i], CU_STREAM_NON_BLOCKING);
+        if (r != CUDA_SUCCESS) {
+            s->streams[i] = NULL;
+            cuda_fail(cb, r, "cuStreamCreate", err);
+            goto fail;
+        }
         r = cb->api.EventCreate(&s->events[i], CU_EVENT_DISABLE_TIMING);
         if (r != CUDA_SUCCESS) {
             s->events[i] = NULL;
@@ -234,10 +236,10 @@ static int cuda_stage_copy(struct gpu_stage *s, unsigned i, struct gpu_alloc *a,
     struct cuda_alloc *ca = a->priv;
     if (use_device(cb, s->dev, err) < 0)
         return -1;
-    CUresult r = cb->api.MemcpyHtoDAsync(ca->va + off, src, len, s->stream);
+    CUresult r = cb->api.MemcpyHtoDAsync(ca->va + off, src, len, s->streams[i]);
     if (r != CUDA_SUCCESS)
         return cuda_fail(cb, r, "cuMemcpyHtoDAsync", err);
-    r = cb->api.EventRecord(s->events[i], s->stream);
+    r = cb->api.EventRecord(s->events[i], s->streams[i]);
     return r == CUDA_SUCCESS ? 0 : cuda_fail(cb, r, "cuEventRecord", err);
 }
 
@@ -253,16 +255,18 @@ static void cuda_stage_close(struct gpu_stage *s)
         return;
     struct cuda_backend *cb = s->cb;
     if (use_device(cb, s->dev, NULL) == 0) {
-        if (s->stream)
-            cb->api.StreamSynchronize(s->stream);
-        for (unsigned i = 0; i < s->nbuf; i++)
+        for (unsigned i = 0; i < s->nbuf; i++) {
+            if (s->streams[i])
+                cb->api.StreamSynchronize(s->streams[i]);
             if (s->events[i])
                 cb->api.EventDestroy(s->events[i]);
-        if (s->stream)
-            cb->api.StreamDestroy(s->stream);
+            if (s->streams[i])
+                cb->api.StreamDestroy(s->streams[i]);
+        }
         if (s->host)
             cb->api.MemFreeHost(s->host);
     }
+    free(s->streams);
     free(s->events);
     free(s);
 }

@@ -187,7 +187,7 @@ void do_gm_view(struct gm_instance *m, struct gm_view *v)
     v->t_end_ns = m->t_end_ns;
     if (m->t_end_ns) {
         v->verified = m->verified;
-        memcpy(v->io_mode, m->io_mode, sizeof(v->io_mode));
+        v->io = m->io;
     }
     if (m->state == GM_FAILED)
         memcpy(v->error, m->error.message, sizeof(v->error));

@@ -1,178 +1,417 @@
-/* gpu_load: the io_uring -> staging ring -> backend copy pipeline. */
+/* gpu_load: the page-cache copy threads and the disk pipeline (see
+ * gpu_load.h). */
 #include "gpu_load.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "fileio.h"
 #include "ipc_proto.h"
-#include "log.h"
 #include "util.h"
 
-/* One staging buffer's state. */
-struct slot {
-    int reading;               /* a read into it is in flight */
-    uint64_t k;                /* the chunk being read (the read's user data) */
-    int copying;               /* its last copy may not have completed yet */
-    uint64_t a0;               /* file offset the read starts at */
-    size_t skip;               /* bytes before the shard data in the buffer (O_DIRECT alignment) */
-    size_t dlen;               /* shard bytes in this chunk */
-    int direct;                /* read from the O_DIRECT descriptor */
+/* Bytes read and summed at a time: small enough to stay in the cache
+ * between the read and the sum (and, with a write backend, the write). */
+#define PIECE (256u << 10)
+#define CANCEL_TAG UINT64_MAX /* user data of io_uring cancel requests */
+
+/* One gpu_load_run: what both movers share. */
+struct run {
+    struct gpu_load *l;
+    struct gpu_load_shard *shards;
+    const struct gpu_chunk *pc;    /* the plan's page-cache chunks */
+    size_t n_pc;
+    _Atomic size_t next_pc;        /* the next one a copy thread takes */
+    const struct gpu_chunk *dk;    /* the plan's disk chunks */
+    size_t n_dk, next_dk;          /* next_dk: the disk mover's alone */
+    _Atomic uint64_t *sums;        /* per shard: ipc_tsum accumulators */
+    _Atomic uint64_t bytes[GPU_SRC_COUNT];
+    _Atomic uint64_t handed_bytes;
+    atomic_int stop;               /* a failure or a cancel: stop at the next chunk */
+    atomic_int no_nowait;          /* the file system refused RWF_NOWAIT: plain reads */
+    pthread_mutex_t lock;          /* guards what follows */
+    pthread_cond_t cond;           /* a hand-over, a failure, or a copy thread ended */
+    struct gpu_chunk *handed;      /* chunks the copy threads handed to the disk queue */
+    size_t n_handed, cap_handed, next_handed;
+    unsigned active;               /* copy threads still running */
+    int rc;                        /* the first failure, with err and failed_shard */
+    int failed_shard;
+    struct st_error err;
 };
 
-static size_t slot_bytes(const struct gpu_loader *l)
+unsigned gpu_load_stage_buffers(const struct gpu_backend *be, unsigned threads, unsigned depth)
 {
-    return l->chunk + 2 * GPU_LOAD_ALIGN;
+    return depth + (be->ops->write ? 0 : 2 * threads);
 }
 
-int gpu_loader_init(struct gpu_loader *l, struct gpu_backend *be, int dev, unsigned nbuf,
-                    size_t chunk, const atomic_int *cancel, _Atomic uint64_t *progress,
-                    struct st_error *err)
+size_t gpu_load_stage_bytes(size_t chunk)
 {
-    memset(l, 0, sizeof(*l));
-    l->be = be;
-    l->nbuf = nbuf ? nbuf : 1;
-    l->chunk = (chunk + GPU_LOAD_ALIGN - 1) / GPU_LOAD_ALIGN * GPU_LOAD_ALIGN;
-    if (l->chunk == 0)
-        l->chunk = GPU_LOAD_ALIGN;
-    l->cancel = cancel;
-    l->progress = progress;
-    l->stage = be->ops->stage_open(be, dev, l->nbuf, slot_bytes(l), err);
-    if (!l->stage)
-        return -1;
-    /* io_uring can be missing (old kernel) or forbidden (seccomp): pread then.
-     * Room for a cancel per read besides the reads (drain_reads). */
-    l->have_ring = io_uring_queue_init(2 * (l->nbuf < 4 ? 4 : l->nbuf), &l->ring, 0) == 0;
-    l->wait_cqe = io_uring_wait_cqe;
-    snprintf(l->io_mode, sizeof(l->io_mode), "%s", l->have_ring ? "io_uring" : "pread");
+    return chunk + 2 * GPU_LOAD_ALIGN;
+}
+
+/* Records the first failure (about shard, or -1) and tells everyone to
+ * stop. Returns rc. */
+static int run_fail(struct run *r, int shard, int rc, const struct st_error *e)
+{
+    pthread_mutex_lock(&r->lock);
+    if (r->rc == 0) {
+        r->rc = rc;
+        r->failed_shard = shard;
+        if (e)
+            r->err = *e;
+    }
+    atomic_store(&r->stop, 1);
+    pthread_cond_broadcast(&r->cond);
+    pthread_mutex_unlock(&r->lock);
+    return rc;
+}
+
+static int run_stopped(struct run *r)
+{
+    if (atomic_load(&r->stop))
+        return 1;
+    if (r->l->cancel && atomic_load(r->l->cancel)) {
+        run_fail(r, -1, -ECANCELED, NULL);
+        return 1;
+    }
     return 0;
 }
 
-void gpu_loader_close(struct gpu_loader *l)
+static void sum_piece(struct run *r, uint32_t shard, const void *p, size_t len, uint64_t off)
 {
-    if (l->have_ring)
-        io_uring_queue_exit(&l->ring);
-    l->have_ring = 0;
-    if (l->stage && l->unsafe)
-        log_msg(LOG_ERROR, "gpu: io_uring reads may still be in flight after an error: "
-                           "leaking the staging buffers rather than freeing them");
-    else if (l->stage)
-        l->be->ops->stage_close(l->stage);
-    l->stage = NULL;
+    atomic_fetch_add(&r->sums[shard], ipc_tsum_add(0, p, len, off));
 }
 
-static int cancelled(const struct gpu_loader *l)
+static void copied(struct run *r, enum gpu_src src, uint64_t n)
 {
-    return l->cancel && atomic_load(l->cancel);
+    atomic_fetch_add(&r->bytes[src], n);
+    if (r->l->progress)
+        atomic_fetch_add(r->l->progress, n);
 }
 
-/* Plans chunk k's read into slot s. */
-static void plan_chunk(const struct gpu_loader *l, struct slot *s, uint64_t k, uint64_t file_off,
-                       uint64_t size, int direct)
+/* ---- page cache ---------------------------------------------------------- */
+
+struct copier {
+    struct run *r;
+    unsigned id;
+    pthread_t thread;
+    char *bounce;                  /* write backends: PIECE bytes of its own */
+    int pending[2];                /* staged: the buffer's copy may still run */
+    int shard[2];                  /* ... and the shard it copies to */
+};
+
+/* Reads up to len bytes at off of fd from the page cache into buf. Returns
+ * the bytes read (fewer than len when the next page is not cached), or
+ * -errno; -ENODATA when the file ends first (it was truncated). */
+static ssize_t read_cached(struct run *r, int fd, char *buf, size_t len, uint64_t off)
 {
-    uint64_t doff = k * l->chunk;
-    uint64_t foff = file_off + doff;
-    s->dlen = (size_t)(size - doff < l->chunk ? size - doff : l->chunk);
-    s->direct = direct;
-    s->a0 = direct ? foff / GPU_LOAD_ALIGN * GPU_LOAD_ALIGN : foff;
+    size_t got = 0;
+    while (got < len) {
+        ssize_t n;
+        if (!atomic_load(&r->no_nowait)) {
+            struct iovec iov = {.iov_base = buf + got, .iov_len = len - got};
+            n = preadv2(fd, &iov, 1, (off_t)(off + got), RWF_NOWAIT);
+            if (n < 0 && errno == EOPNOTSUPP) {
+                atomic_store(&r->no_nowait, 1);
+                continue;
+            }
+            if (n < 0 && errno == EAGAIN)
+                break; /* not cached: the rest goes to the disk queue */
+        } else {
+            n = pread(fd, buf + got, len - got, (off_t)(off + got));
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return -errno;
+        if (n == 0)
+            return -ENODATA;
+        got += (size_t)n;
+    }
+    return (ssize_t)got;
+}
+
+/* Queues [off, end) of chunk c for the disk mover. */
+static int hand_over(struct run *r, const struct gpu_chunk *c, uint64_t off)
+{
+    struct gpu_chunk rest = {.shard = c->shard, .src = GPU_SRC_DISK, .off = off,
+                             .len = c->off + c->len - off};
+    int rc = 0;
+    pthread_mutex_lock(&r->lock);
+    if (r->n_handed == r->cap_handed) {
+        size_t cap = r->cap_handed ? 2 * r->cap_handed : 16;
+        struct gpu_chunk *v = realloc(r->handed, cap * sizeof(*v));
+        if (v) {
+            r->handed = v;
+            r->cap_handed = cap;
+        } else {
+            rc = -ENOMEM;
+        }
+    }
+    if (rc == 0) {
+        r->handed[r->n_handed++] = rest;
+        atomic_fetch_add(&r->handed_bytes, rest.len);
+        pthread_cond_broadcast(&r->cond);
+    }
+    pthread_mutex_unlock(&r->lock);
+    if (rc < 0) {
+        struct st_error e;
+        st_error_fail(&e, ST_ERR_NO_MEMORY, "no memory for the preload's disk queue");
+        return run_fail(r, -1, rc, &e);
+    }
+    return 0;
+}
+
+/* Reads what the page cache holds of chunk c into dst (a staging buffer),
+ * or piece by piece through the bounce buffer into the allocation, summing
+ * each piece. *done: the bytes from the chunk's start that were copied (a
+ * multiple of GPU_LOAD_ALIGN unless the whole chunk). Returns 0 or -errno
+ * (recorded). */
+static int read_chunk_cached(struct copier *cp, const struct gpu_chunk *c, char *dst,
+                             uint64_t *done)
+{
+    struct run *r = cp->r;
+    struct gpu_load_shard *s = &r->shards[c->shard];
+    struct st_error e;
+    uint64_t p = 0;
+    while (p < c->len) {
+        size_t want = (size_t)(c->len - p < PIECE ? c->len - p : PIECE);
+        char *buf = cp->bounce ? cp->bounce : dst + p;
+        uint64_t foff = s->data_start + c->off + p;
+        ssize_t got = read_cached(r, s->fd, buf, want, foff);
+        if (got < 0) {
+            st_error_fail(&e, ST_ERR_IO, "read at %llu: %s", (unsigned long long)foff,
+                          got == -ENODATA ? "the file is shorter than its header says "
+                                            "(truncated?)" : strerror((int)-got));
+            return run_fail(r, (int)c->shard, (int)got, &e);
+        }
+        size_t keep = (size_t)got == want ? want : (size_t)got / GPU_LOAD_ALIGN * GPU_LOAD_ALIGN;
+        sum_piece(r, c->shard, buf, keep, c->off + p);
+        if (cp->bounce && keep &&
+            r->l->be->ops->write(r->l->be, s->a, c->off + p, buf, keep, &e) < 0)
+            return run_fail(r, (int)c->shard, -EIO, &e);
+        p += keep;
+        if (keep < want)
+            break;
+    }
+    *done = p;
+    return 0;
+}
+
+/* Copies chunk c, using staging buffer `which` of the thread's two when
+ * the backend has no write. Returns 0 or -errno (recorded). */
+static int copy_chunk_cached(struct copier *cp, const struct gpu_chunk *c, unsigned which)
+{
+    struct run *r = cp->r;
+    struct gpu_load *l = r->l;
+    struct st_error e;
+    unsigned b = l->depth + 2 * cp->id + which;
+    char *dst = NULL;
+    uint64_t done = 0;
+    if (!cp->bounce) {
+        if (cp->pending[which] && l->be->ops->stage_wait(l->stage, b, &e) < 0)
+            return run_fail(r, cp->shard[which], -EIO, &e);
+        cp->pending[which] = 0;
+        dst = l->be->ops->stage_buf(l->stage, b);
+    }
+    if (read_chunk_cached(cp, c, dst, &done) < 0)
+        return -1;
+    if (!cp->bounce && done > 0) {
+        if (l->be->ops->stage_copy(l->stage, b, r->shards[c->shard].a, c->off, dst, (size_t)done,
+                                   &e) < 0)
+            return run_fail(r, (int)c->shard, -EIO, &e);
+        cp->pending[which] = 1;
+        cp->shard[which] = (int)c->shard;
+    }
+    copied(r, GPU_SRC_PAGE_CACHE, done);
+    return done < c->len ? hand_over(r, c, c->off + done) : 0;
+}
+
+static void *copier_main(void *arg)
+{
+    struct copier *cp = arg;
+    struct run *r = cp->r;
+    unsigned which = 0;
+    while (!run_stopped(r)) {
+        size_t k = atomic_fetch_add(&r->next_pc, 1);
+        if (k >= r->n_pc || copy_chunk_cached(cp, &r->pc[k], which) < 0)
+            break;
+        which ^= 1;
+    }
+    for (unsigned i = 0; i < 2; i++) {
+        struct st_error e;
+        unsigned b = r->l->depth + 2 * cp->id + i;
+        if (cp->pending[i] && r->l->be->ops->stage_wait(r->l->stage, b, &e) < 0)
+            run_fail(r, cp->shard[i], -EIO, &e);
+        cp->pending[i] = 0;
+    }
+    pthread_mutex_lock(&r->lock);
+    r->active--;
+    pthread_cond_broadcast(&r->cond);
+    pthread_mutex_unlock(&r->lock);
+    return NULL;
+}
+
+/* ---- disk ---------------------------------------------------------------- */
+
+/* The next chunk for the disk mover: the plan's, then the handed ones.
+ * Returns 1 with *c; 0 when none is there now but copy threads may still
+ * hand one over (never when block is set: it waits); -1 when none will
+ * come (or the load stops). */
+static int take_disk(struct run *r, struct gpu_chunk *c, int block)
+{
+    if (run_stopped(r))
+        return -1;
+    if (r->next_dk < r->n_dk) {
+        *c = r->dk[r->next_dk++];
+        return 1;
+    }
+    pthread_mutex_lock(&r->lock);
+    while (block && !atomic_load(&r->stop) && r->next_handed == r->n_handed && r->active > 0)
+        pthread_cond_wait(&r->cond, &r->lock);
+    int got = !atomic_load(&r->stop) && r->next_handed < r->n_handed;
+    if (got)
+        *c = r->handed[r->next_handed++];
+    int more = !atomic_load(&r->stop) && r->active > 0;
+    pthread_mutex_unlock(&r->lock);
+    return got ? 1 : more ? 0 : -1;
+}
+
+/* One disk staging buffer. */
+struct slot {
+    int reading;                   /* a read into it is in flight */
+    int copying;                   /* its last copy may not have completed yet */
+    struct gpu_chunk c;            /* the chunk it holds */
+    uint64_t a0;                   /* file offset the read starts at */
+    size_t skip;                   /* bytes before the chunk in the buffer (O_DIRECT alignment) */
+    int direct;                    /* read from the O_DIRECT descriptor */
+};
+
+struct disk {
+    struct run *r;
+    struct slot *slots;            /* l->depth */
+    int *direct;                   /* per shard: O_DIRECT still works */
+    struct io_uring ring;
+    int have_ring;
+    unsigned inflight;
+    int buffered;                  /* some disk bytes were read without O_DIRECT */
+};
+
+static void plan_read(struct disk *d, struct slot *s, const struct gpu_chunk *c)
+{
+    const struct gpu_load_shard *sh = &d->r->shards[c->shard];
+    uint64_t foff = sh->data_start + c->off;
+    s->c = *c;
+    s->direct = d->have_ring && d->direct[c->shard] && sh->direct_fd >= 0;
+    s->a0 = s->direct ? foff / GPU_LOAD_ALIGN * GPU_LOAD_ALIGN : foff;
     s->skip = (size_t)(foff - s->a0);
 }
 
 /* Read length: O_DIRECT wants whole aligned blocks (the file may end sooner). */
 static size_t read_len(const struct slot *s)
 {
-    size_t need = s->skip + s->dlen;
+    size_t need = s->skip + (size_t)s->c.len;
     return s->direct ? (need + GPU_LOAD_ALIGN - 1) / GPU_LOAD_ALIGN * GPU_LOAD_ALIGN : need;
 }
 
-/* A read finished with res: completes it with buffered preads when it came
- * back short (end of an O_DIRECT range, or a filesystem that refused
- * O_DIRECT after all). Returns 0 or -1 with err. */
-static int complete_read(struct slot *s, char *buf, int fd, int res, int *direct,
-                         struct st_error *err)
+/* Slot i's read ended with res (0 for pread, which reads everything
+ * itself): completes a short one with buffered reads (the end of an
+ * O_DIRECT range, a file system that took O_DIRECT opens but not the
+ * reads), sums the bytes and starts their copy. Returns 0 or -errno
+ * (recorded). */
+static int finish_read(struct disk *d, unsigned i, int res)
 {
-    size_t need = s->skip + s->dlen;
-    size_t got = res > 0 ? (size_t)res : 0;
+    struct run *r = d->r;
+    struct gpu_load *l = r->l;
+    struct slot *s = &d->slots[i];
+    struct gpu_load_shard *sh = &r->shards[s->c.shard];
+    char *buf = l->be->ops->stage_buf(l->stage, i);
+    size_t need = s->skip + (size_t)s->c.len, got = res > 0 ? (size_t)res : 0;
+    struct st_error e;
     if (res < 0 && !(s->direct && res == -EINVAL)) {
-        return st_error_fail(err, ST_ERR_IO, "read at %llu: %s", (unsigned long long)s->a0,
-                             strerror(-res));
+        st_error_fail(&e, ST_ERR_IO, "read at %llu: %s", (unsigned long long)s->a0,
+                      strerror(-res));
+        return run_fail(r, (int)s->c.shard, res, &e);
     }
     if (res < 0)
-        *direct = 0; /* this filesystem takes O_DIRECT opens but not the reads */
+        d->direct[s->c.shard] = 0; /* this file system takes O_DIRECT opens but not the reads */
+    if (!s->direct || got < need)
+        d->buffered = 1;
     if (got < need) {
-        int rc = fileio_pread_full(fd, buf + got, need - got, s->a0 + got);
+        int rc = fileio_pread_full(sh->fd, buf + got, need - got, s->a0 + got);
         if (rc < 0) {
-            return st_error_fail(
-                err, ST_ERR_IO, "read at %llu: %s", (unsigned long long)(s->a0 + got),
-                rc == -ENODATA ? "the file is shorter than its header says (truncated?)"
-                               : strerror(-rc));
+            st_error_fail(&e, ST_ERR_IO, "read at %llu: %s", (unsigned long long)(s->a0 + got),
+                          rc == -ENODATA ? "the file is shorter than its header says (truncated?)"
+                                         : strerror(-rc));
+            return run_fail(r, (int)s->c.shard, rc, &e);
         }
     }
-    return 0;
-}
-
-static int copy_chunk(struct gpu_loader *l, unsigned i, struct slot *s, uint64_t k,
-                      struct gpu_alloc *a, uint64_t *acc, struct st_error *err)
-{
-    const char *src = (const char *)l->be->ops->stage_buf(l->stage, i) + s->skip;
-    uint64_t doff = k * l->chunk;
-    *acc = ipc_tsum_add(*acc, src, s->dlen, doff);
-    if (l->be->ops->stage_copy(l->stage, i, a, doff, src, s->dlen, err) < 0)
-        return -1;
+    sum_piece(r, s->c.shard, buf + s->skip, (size_t)s->c.len, s->c.off);
+    if (l->be->ops->stage_copy(l->stage, i, sh->a, s->c.off, buf + s->skip, (size_t)s->c.len,
+                               &e) < 0)
+        return run_fail(r, (int)s->c.shard, -EIO, &e);
     s->copying = 1;
-    if (l->progress)
-        atomic_fetch_add(l->progress, s->dlen);
+    copied(r, GPU_SRC_DISK, s->c.len);
     return 0;
 }
 
-static int shard_pread(struct gpu_loader *l, struct slot *slots, int fd, uint64_t file_off,
-                       uint64_t size, struct gpu_alloc *a, uint64_t *acc, struct st_error *err)
+/* A free slot whose last copy is done, or -1 when every slot is reading. */
+static int free_slot(struct disk *d)
 {
-    uint64_t nchunks = (size + l->chunk - 1) / l->chunk;
-    snprintf(l->io_mode, sizeof(l->io_mode), "pread");
-    for (uint64_t k = 0; k < nchunks; k++) {
-        unsigned i = (unsigned)(k % l->nbuf);
-        struct slot *s = &slots[i];
-        if (cancelled(l))
-            return -ECANCELED;
-        if (s->copying && l->be->ops->stage_wait(l->stage, i, err) < 0)
+    struct gpu_load *l = d->r->l;
+    for (unsigned i = 0; i < l->depth; i++) {
+        struct slot *s = &d->slots[i];
+        if (s->reading)
+            continue;
+        struct st_error e;
+        if (s->copying && l->be->ops->stage_wait(l->stage, i, &e) < 0) {
+            run_fail(d->r, (int)s->c.shard, -EIO, &e);
             return -1;
+        }
         s->copying = 0;
-        plan_chunk(l, s, k, file_off, size, 0);
-        char *buf = l->be->ops->stage_buf(l->stage, i);
-        if (complete_read(s, buf, fd, 0, &(int){0}, err) < 0 ||
-            copy_chunk(l, i, s, k, a, acc, err) < 0)
-            return -1;
+        return (int)i;
     }
-    return 0;
+    return -1;
 }
 
-#define CANCEL_TAG UINT64_MAX /* user data of the cancel requests */
+/* Without io_uring: one chunk at a time with pread. */
+static void disk_pread(struct disk *d)
+{
+    struct gpu_chunk c;
+    while (take_disk(d->r, &c, 1) > 0) {
+        int i = free_slot(d);
+        if (i < 0)
+            return;
+        plan_read(d, &d->slots[i], &c);
+        if (finish_read(d, (unsigned)i, 0) < 0)
+            return;
+    }
+}
 
 /* After an error: asks the kernel to cancel every read still in flight,
- * submits whatever is queued, and reaps completions until no read is left.
- * Returns 0, or -1 when the ring fails so that reads may still land. */
-static int drain_reads(struct gpu_loader *l, struct slot *slots, unsigned *inflight)
+ * submits, and reaps completions until no read is left. Returns 0, or -1
+ * when the ring fails so that reads may still land. */
+static int drain_reads(struct disk *d)
 {
-    for (unsigned i = 0; i < l->nbuf; i++) {
-        if (!slots[i].reading)
-            continue;
-        struct io_uring_sqe *sqe = io_uring_get_sqe(&l->ring);
-        if (!sqe)
-            break; /* the reads complete by themselves (files), only later */
-        io_uring_prep_cancel64(sqe, slots[i].k, 0);
+    struct gpu_load *l = d->r->l;
+    for (unsigned i = 0; i < l->depth; i++) {
+        struct io_uring_sqe *sqe;
+        if (!d->slots[i].reading || !(sqe = io_uring_get_sqe(&d->ring)))
+            continue; /* without an sqe the read completes by itself (files), only later */
+        io_uring_prep_cancel64(sqe, i, 0);
         io_uring_sqe_set_data64(sqe, CANCEL_TAG);
     }
     int failures = 0;
-    while (*inflight > 0) {
-        int sr = io_uring_submit(&l->ring);
+    while (d->inflight > 0) {
+        int sr = io_uring_submit(&d->ring);
         struct io_uring_cqe *cqe;
         int wr = sr < 0 && sr != -EINTR && sr != -EAGAIN && sr != -EBUSY
-                     ? sr : l->wait_cqe(&l->ring, &cqe);
+                     ? sr : l->wait_cqe(&d->ring, &cqe);
         if (wr == -EINTR)
             continue;
         if (wr < 0) {
@@ -181,139 +420,216 @@ static int drain_reads(struct gpu_loader *l, struct slot *slots, unsigned *infli
             continue;
         }
         uint64_t k = io_uring_cqe_get_data64(cqe);
-        io_uring_cqe_seen(&l->ring, cqe);
-        if (k == CANCEL_TAG)
-            continue;
-        struct slot *s = &slots[k % l->nbuf];
-        if (s->reading) {
-            s->reading = 0;
-            (*inflight)--;
+        io_uring_cqe_seen(&d->ring, cqe);
+        if (k < l->depth && d->slots[k].reading) {
+            d->slots[k].reading = 0;
+            d->inflight--;
         }
     }
     return 0;
 }
 
-static int shard_uring(struct gpu_loader *l, struct slot *slots, int fd, int direct_fd,
-                       uint64_t file_off, uint64_t size, struct gpu_alloc *a, uint64_t *acc,
-                       struct st_error *err)
+/* Starts reads into every free slot. Returns 1 when no chunk is left to
+ * read (nor will be), else 0. */
+static int fill_slots(struct disk *d)
 {
-    uint64_t nchunks = (size + l->chunk - 1) / l->chunk, next = 0, done = 0;
-    unsigned inflight = 0;
-    int direct = direct_fd >= 0, rc = 0;
-    while (inflight > 0 || (rc == 0 && done < nchunks)) {
-        if (rc == 0 && cancelled(l))
-            rc = -ECANCELED;
-        /* Fill every free buffer, in ring order, whose last copy is done. */
-        while (rc == 0 && next < nchunks) {
-            unsigned i = (unsigned)(next % l->nbuf);
-            struct slot *s = &slots[i];
-            if (s->reading)
-                break;
-            if (s->copying && l->be->ops->stage_wait(l->stage, i, err) < 0) {
-                rc = -1;
-                break;
-            }
-            s->copying = 0;
-            struct io_uring_sqe *sqe = io_uring_get_sqe(&l->ring);
-            if (!sqe)
-                break;
-            plan_chunk(l, s, next, file_off, size, direct);
-            io_uring_prep_read(sqe, direct ? direct_fd : fd, l->be->ops->stage_buf(l->stage, i),
-                               (unsigned)read_len(s), s->a0);
-            io_uring_sqe_set_data64(sqe, next);
-            s->reading = 1;
-            s->k = next;
-            next++;
-            inflight++;
+    struct run *r = d->r;
+    struct st_error e;
+    for (;;) {
+        int i = free_slot(d);
+        if (i < 0)
+            return atomic_load(&r->stop);
+        struct gpu_chunk c;
+        int t = take_disk(r, &c, d->inflight == 0);
+        if (t <= 0)
+            return t < 0;
+        struct slot *s = &d->slots[i];
+        struct io_uring_sqe *sqe = io_uring_get_sqe(&d->ring);
+        if (!sqe) { /* the ring has room for every slot: cannot happen */
+            st_error_fail(&e, ST_ERR_IO, "io_uring: no submission entry free");
+            run_fail(r, -1, -EIO, &e);
+            return 1;
         }
-        if (inflight == 0)
-            break;
-        int sr = io_uring_submit(&l->ring);
+        plan_read(d, s, &c);
+        const struct gpu_load_shard *sh = &r->shards[c.shard];
+        io_uring_prep_read(sqe, s->direct ? sh->direct_fd : sh->fd,
+                           r->l->be->ops->stage_buf(r->l->stage, (unsigned)i),
+                           (unsigned)read_len(s), s->a0);
+        io_uring_sqe_set_data64(sqe, (uint64_t)i);
+        s->reading = 1;
+        d->inflight++;
+    }
+}
+
+static void disk_uring(struct disk *d)
+{
+    struct run *r = d->r;
+    struct st_error e;
+    for (;;) {
+        int finished = atomic_load(&r->stop) ? 1 : fill_slots(d);
+        if (d->inflight == 0) {
+            if (finished)
+                break;
+            continue;
+        }
+        int sr = io_uring_submit(&d->ring);
         if (sr < 0 && sr != -EINTR && sr != -EAGAIN && sr != -EBUSY) {
-            /* Reads submitted earlier may still be in flight into the
-             * staging buffers: they must end before the buffers can go. */
-            rc = st_error_fail(err, ST_ERR_IO, "io_uring_submit: %s", strerror(-sr));
+            st_error_fail(&e, ST_ERR_IO, "io_uring_submit: %s", strerror(-sr));
+            run_fail(r, -1, sr, &e);
             break;
         }
         struct io_uring_cqe *cqe;
-        int wr = l->wait_cqe(&l->ring, &cqe);
+        int wr = r->l->wait_cqe(&d->ring, &cqe);
         if (wr == -EINTR)
             continue;
         if (wr < 0) {
-            rc = st_error_fail(err, ST_ERR_IO, "io_uring_wait_cqe: %s", strerror(-wr));
+            st_error_fail(&e, ST_ERR_IO, "io_uring_wait_cqe: %s", strerror(-wr));
+            run_fail(r, -1, wr, &e);
             break;
         }
         uint64_t k = io_uring_cqe_get_data64(cqe);
         int res = cqe->res;
-        io_uring_cqe_seen(&l->ring, cqe);
-        unsigned i = (unsigned)(k % l->nbuf);
-        struct slot *s = &slots[i];
-        s->reading = 0;
-        inflight--;
-        if (rc != 0)
-            continue; /* draining after an error or a cancel */
-        char *buf = l->be->ops->stage_buf(l->stage, i);
-        if (complete_read(s, buf, fd, res, &direct, err) < 0 ||
-            copy_chunk(l, i, s, k, a, acc, err) < 0) {
-            rc = -1;
-            continue;
-        }
-        done++;
+        io_uring_cqe_seen(&d->ring, cqe);
+        if (k >= r->l->depth || !d->slots[k].reading)
+            continue; /* a cancel's own completion */
+        d->slots[k].reading = 0;
+        d->inflight--;
+        if (!atomic_load(&r->stop))
+            finish_read(d, (unsigned)k, res);
     }
-    if (inflight > 0 && drain_reads(l, slots, &inflight) < 0)
-        l->unsafe = 1;
-    if (rc == 0)
-        snprintf(l->io_mode, sizeof(l->io_mode), "%s", direct ? "io_uring+O_DIRECT" : "io_uring");
-    return rc;
+    if (d->inflight > 0 && drain_reads(d) < 0)
+        r->l->unsafe = 1;
 }
 
-int gpu_loader_shard(struct gpu_loader *l, int fd, int direct_fd, uint64_t file_off,
-                     uint64_t size, struct gpu_alloc *a, uint64_t *checksum, struct st_error *err)
+/* The disk mover, on the calling thread. Waits for its copies before it
+ * returns. */
+static void disk_main(struct run *r, size_t n_shards, struct gpu_load_stats *st)
 {
-    struct slot *slots = xcalloc(l->nbuf, sizeof(*slots));
-    uint64_t acc = 0;
-    int rc;
-    if (l->have_ring)
-        rc = shard_uring(l, slots, fd, direct_fd, file_off, size, a, &acc, err);
+    struct gpu_load *l = r->l;
+    struct disk d = {.r = r};
+    d.slots = xcalloc(l->depth, sizeof(*d.slots));
+    d.direct = xcalloc(n_shards ? n_shards : 1, sizeof(*d.direct));
+    for (size_t i = 0; i < n_shards; i++)
+        d.direct[i] = 1;
+    /* io_uring can be missing (old kernel) or forbidden (seccomp): pread
+     * then. Room for a cancel per read besides the reads (drain_reads). */
+    d.have_ring = !l->no_uring && io_uring_queue_init(2 * l->depth, &d.ring, 0) == 0;
+    if (d.have_ring)
+        disk_uring(&d);
     else
-        rc = shard_pread(l, slots, fd, file_off, size, a, &acc, err);
-    /* Every copy must be done before the buffers are reused or freed. */
-    for (unsigned i = 0; i < l->nbuf; i++) {
-        struct st_error e2;
-        if (slots[i].copying && l->be->ops->stage_wait(l->stage, i, &e2) < 0 && rc == 0) {
-            if (err)
-                *err = e2;
-            rc = st_status_errno(e2.code);
-        }
+        disk_pread(&d);
+    for (unsigned i = 0; i < l->depth; i++) {
+        struct st_error e;
+        if (d.slots[i].copying && l->be->ops->stage_wait(l->stage, i, &e) < 0)
+            run_fail(r, (int)d.slots[i].c.shard, -EIO, &e);
     }
-    free(slots);
-    *checksum = ipc_tsum_final(acc, size);
-    return rc;
+    if (d.have_ring)
+        io_uring_queue_exit(&d.ring);
+    if (atomic_load(&r->bytes[GPU_SRC_DISK]))
+        snprintf(st->disk_io, sizeof(st->disk_io), "%s",
+                 !d.have_ring ? "pread" : d.buffered ? "io_uring" : "io_uring+O_DIRECT");
+    free(d.direct);
+    free(d.slots);
 }
 
-int gpu_loader_verify(struct gpu_loader *l, int fd, uint64_t file_off, uint64_t size,
-                      struct gpu_alloc *a, struct st_error *err)
+/* ---- a load ---------------------------------------------------------------- */
+
+/* Starts up to l->threads copy threads (no more than there are chunks).
+ * Returns how many started. */
+static unsigned start_copiers(struct run *r, struct copier *cps)
 {
-    size_t n = l->chunk;
-    char *mem = mmap(NULL, 2 * n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (mem == MAP_FAILED) {
-        return st_error_fail(err, ST_ERR_IO, "verify buffers: %s", strerror(errno));
+    struct gpu_load *l = r->l;
+    unsigned want = l->threads < GPU_LOAD_MAX_THREADS ? l->threads : GPU_LOAD_MAX_THREADS, n = 0;
+    if (want > r->n_pc)
+        want = (unsigned)r->n_pc;
+    for (unsigned t = 0; t < want; t++) {
+        cps[t] = (struct copier){.r = r, .id = t};
+        if (l->be->ops->write && !(cps[t].bounce = malloc(PIECE)))
+            break;
+        pthread_mutex_lock(&r->lock);
+        r->active++;
+        pthread_mutex_unlock(&r->lock);
+        if (pthread_create(&cps[t].thread, NULL, copier_main, &cps[t]) != 0) {
+            pthread_mutex_lock(&r->lock);
+            r->active--;
+            pthread_mutex_unlock(&r->lock);
+            free(cps[t].bounce);
+            break;
+        }
+        n++;
     }
+    return n;
+}
+
+int gpu_load_run(struct gpu_load *l, struct gpu_load_shard *shards, size_t n,
+                 const struct gpu_plan *plan, struct gpu_load_stats *st, struct st_error *err)
+{
+    struct run r = {.l = l, .shards = shards};
+    struct copier cps[GPU_LOAD_MAX_THREADS];
+    memset(st, 0, sizeof(*st));
+    if (l->depth == 0 || l->depth > GPU_LOAD_MAX_DEPTH)
+        return st_error_fail(err, ST_ERR_INVALID_ARGUMENT, "%u disk reads in flight: 1 to %d",
+                             l->depth, GPU_LOAD_MAX_DEPTH);
+    r.pc = plan->chunks;
+    r.n_pc = plan->n_src[GPU_SRC_PAGE_CACHE];
+    r.dk = plan->chunks + r.n_pc;
+    r.n_dk = plan->n_src[GPU_SRC_DISK];
+    r.sums = xcalloc(n ? n : 1, sizeof(*r.sums));
+    pthread_mutex_init(&r.lock, NULL);
+    pthread_cond_init(&r.cond, NULL);
+    unsigned started = start_copiers(&r, cps);
+    if (started == 0 && r.n_pc > 0) {
+        /* No thread could start: copy the page-cache chunks here first. */
+        struct copier self = {.r = &r, .id = 0};
+        if (l->be->ops->write)
+            self.bounce = xmalloc(PIECE);
+        r.active = 1;
+        copier_main(&self);
+        free(self.bounce);
+    }
+    disk_main(&r, n, st);
+    for (unsigned t = 0; t < started; t++) {
+        pthread_join(cps[t].thread, NULL);
+        free(cps[t].bounce);
+    }
+    for (size_t i = 0; i < n; i++)
+        shards[i].checksum = ipc_tsum_final(atomic_load(&r.sums[i]), shards[i].size);
+    for (int s = 0; s < GPU_SRC_COUNT; s++)
+        st->bytes[s] = atomic_load(&r.bytes[s]);
+    st->handed_over = atomic_load(&r.handed_bytes);
+    st->threads = started ? started : r.n_pc > 0;
+    st->failed_shard = r.rc < 0 ? r.failed_shard : -1;
+    if (r.rc < 0 && err)
+        *err = r.err;
+    pthread_cond_destroy(&r.cond);
+    pthread_mutex_destroy(&r.lock);
+    free(r.handed);
+    free(r.sums);
+    return r.rc;
+}
+
+int gpu_load_verify(struct gpu_backend *be, struct gpu_alloc *a, int fd, uint64_t file_off,
+                    uint64_t size, size_t chunk, const atomic_int *cancel, struct st_error *err)
+{
+    size_t n = chunk;
+    char *mem = mmap(NULL, 2 * n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (mem == MAP_FAILED)
+        return st_error_fail(err, ST_ERR_IO, "verify buffers: %s", strerror(errno));
     int rc = 0;
     for (uint64_t off = 0; off < size && rc == 0; off += n) {
         size_t len = (size_t)(size - off < n ? size - off : n);
-        if (cancelled(l)) {
+        if (cancel && atomic_load(cancel)) {
             rc = -ECANCELED;
             break;
         }
-        if (l->be->ops->read_back(l->be, a, off, mem, len, err) < 0) {
-            rc = -1;
+        if (be->ops->read_back(be, a, off, mem, len, err) < 0) {
+            rc = -EIO;
             break;
         }
         int r = fileio_pread_full(fd, mem + n, len, file_off + off);
         if (r < 0) {
             rc = st_error_fail(err, ST_ERR_IO, "verify read at %llu: %s",
-                     (unsigned long long)(file_off + off), strerror(-r));
+                               (unsigned long long)(file_off + off), strerror(-r));
             break;
         }
         if (memcmp(mem, mem + n, len) != 0) {
@@ -321,7 +637,7 @@ int gpu_loader_verify(struct gpu_loader *l, int fd, uint64_t file_off, uint64_t 
             while (mem[j] == mem[n + j])
                 j++;
             rc = st_error_fail(err, ST_ERR_DEVICE, "verify: device byte %llu differs from the file",
-                     (unsigned long long)(off + j));
+                               (unsigned long long)(off + j));
         }
     }
     munmap(mem, 2 * n);

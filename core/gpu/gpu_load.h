@@ -1,12 +1,31 @@
-/* gpu_load: streams shard bytes from files into backend allocations.
+/* gpu_load: moves a plan's chunks (core/gpu/gpu_plan.h) from the files into
+ * backend allocations.
  *
- * Reads go through io_uring (O_DIRECT where the filesystem allows it,
- * buffered otherwise; plain pread when io_uring is unavailable) into the
- * backend's ring of staging buffers. A buffer's copy to the allocation is
- * started as soon as its read completes, while the next reads are in flight,
- * and the buffer is refilled only after stage_wait says that copy is done.
- * The allocation checksum (ipc_tsum) is summed from the staging buffers on
- * the way. */
+ * Two movers run side by side:
+ *
+ *   - page cache: `threads` copy threads take the plan's page-cache chunks
+ *     in turn and read them with preadv2(RWF_NOWAIT), which copies from the
+ *     page cache and never waits for the disk. With a backend that takes
+ *     plain writes (host) a thread reads into a small buffer of its own and
+ *     writes that into the allocation; otherwise (cuda) it owns two staging
+ *     buffers, fills one while the other's copy to the device runs. Bytes
+ *     a thread finds missing (evicted meanwhile, or a plan that could only
+ *     guess) are handed to the disk queue;
+ *   - disk: the calling thread reads the plan's disk chunks, and what was
+ *     handed over, with io_uring (O_DIRECT where the file system serves it,
+ *     buffered otherwise, pread where io_uring is missing), `depth` reads in
+ *     flight across every shard, each into a staging buffer whose copy to the
+ *     allocation starts as soon as its read completes.
+ *
+ * Staging layout: buffers [0, depth) are the disk reads', and with a backend
+ * that has no `write`, buffers [depth + 2t, depth + 2t + 2) are copy thread
+ * t's (gpu_load_stage_buffers). Each buffer holds a chunk plus O_DIRECT
+ * alignment slack (gpu_load_stage_bytes). The ring belongs to the caller,
+ * which may keep it for the next load (core/gpu/gpu_preload.c keeps one per
+ * device).
+ *
+ * The allocation checksums (ipc_tsum) are summed from the bytes on the way,
+ * each piece right after it was read, while it is still in the cache. */
 #ifndef TENSORD_GPU_LOAD_H
 #define TENSORD_GPU_LOAD_H
 
@@ -16,48 +35,66 @@
 #include <stdint.h>
 
 #include "gpu.h"
+#include "gpu_plan.h"
 
 #define GPU_LOAD_ALIGN 4096   /* O_DIRECT offset/length/buffer alignment */
+#define GPU_LOAD_MAX_THREADS 64
+#define GPU_LOAD_MAX_DEPTH 64
 
-struct gpu_loader {
+/* One shard to fill. */
+struct gpu_load_shard {
+    int fd;                    /* the file, buffered */
+    int direct_fd;             /* the same file opened with O_DIRECT, or -1 */
+    uint64_t data_start, size; /* the data buffer in the file */
+    struct gpu_alloc *a;       /* where it goes */
+    uint64_t checksum;         /* out: ipc_tsum of the bytes */
+};
+
+/* What a load did. */
+struct gpu_load_stats {
+    uint64_t bytes[GPU_SRC_COUNT]; /* bytes that came from the page cache and from the disk */
+    uint64_t handed_over;      /* of the disk bytes, those the plan had put on the page cache */
+    char disk_io[32];          /* "io_uring+O_DIRECT", "io_uring" or "pread" for the disk
+                                * bytes; "" when there were none */
+    unsigned threads;          /* copy threads that ran */
+    int failed_shard;          /* the shard the error is about, or -1 */
+};
+
+struct gpu_load {
     struct gpu_backend *be;
-    struct gpu_stage *stage;
-    unsigned nbuf;
-    size_t chunk;              /* shard bytes per staging buffer (multiple of GPU_LOAD_ALIGN) */
-    int have_ring;
-    struct io_uring ring;
-    const atomic_int *cancel;  /* nonzero: stop at the next chunk */
-    _Atomic uint64_t *progress;/* bytes copied so far, for status */
-    char io_mode[32];          /* "io_uring+O_DIRECT", "io_uring" or "pread": the last shard's */
-    int unsafe;                /* reads may still land in the staging buffers: never free them */
+    struct gpu_stage *stage;   /* gpu_load_stage_buffers() buffers of gpu_load_stage_bytes() */
+    unsigned threads;          /* page-cache copy threads, 1..GPU_LOAD_MAX_THREADS */
+    unsigned depth;            /* disk reads in flight, 1..GPU_LOAD_MAX_DEPTH */
+    size_t chunk;              /* the plan's chunk size (a multiple of GPU_LOAD_ALIGN) */
+    const atomic_int *cancel;  /* nonzero: stop at the next chunk (may be NULL) */
+    _Atomic uint64_t *progress;/* bytes copied so far (may be NULL) */
+    int unsafe;                /* out: reads may still land in the staging buffers: the
+                                * ring must never be reused or freed */
+    int no_uring;              /* tests: read the disk with pread, as where io_uring is
+                                * missing */
     /* io_uring_wait_cqe, replaceable by tests to inject failures. */
     int (*wait_cqe)(struct io_uring *ring, struct io_uring_cqe **cqe);
 };
 
-/* Opens the staging ring (nbuf buffers of chunk bytes plus alignment slack)
- * on device dev and the io_uring. Returns 0 or -errno with err. */
-int gpu_loader_init(struct gpu_loader *l, struct gpu_backend *be, int dev, unsigned nbuf,
-                    size_t chunk, const atomic_int *cancel, _Atomic uint64_t *progress,
-                    struct st_error *err);
+/* Staging buffers a load with this backend, threads and depth uses, and
+ * the bytes of each for chunks of chunk bytes. */
+unsigned gpu_load_stage_buffers(const struct gpu_backend *be, unsigned threads, unsigned depth);
+size_t gpu_load_stage_bytes(size_t chunk);
 
-/* Copies size bytes at file_off of fd into a[0..size). direct_fd, when not
- * -1, is the same file opened with O_DIRECT and is preferred. Waits for every
- * copy, and on every path for every read it started (an error cancels the
- * reads still in flight and waits for them), before returning: the staging
- * buffers are then the caller's again. Should the ring itself fail so that
- * this cannot be known, l->unsafe is set and gpu_loader_close leaks the
- * buffers rather than free memory the kernel may still write. *checksum
- * gets the ipc_tsum of the bytes. Returns 0, -errno with err, or -ECANCELED
- * when *cancel was set. */
-int gpu_loader_shard(struct gpu_loader *l, int fd, int direct_fd, uint64_t file_off,
-                     uint64_t size, struct gpu_alloc *a, uint64_t *checksum, struct st_error *err);
+/* Fills shards[i].a from shards[i]'s file as plan (built from the same
+ * shards, in the same order, with l->chunk) says, then waits for every
+ * copy; on every path it also waits for every read it started (an error
+ * cancels the reads still in flight), unless the ring itself failed
+ * (l->unsafe). Sets each shard's checksum and *st. Returns 0, -ECANCELED
+ * when *l->cancel was set, or -errno with err (the first failure). */
+int gpu_load_run(struct gpu_load *l, struct gpu_load_shard *shards, size_t n,
+                 const struct gpu_plan *plan, struct gpu_load_stats *st, struct st_error *err);
 
-/* Compares a[0..size) (read back from the backend) with the file bytes.
- * Returns 0, -ECANCELED, or -errno with err naming the first differing
- * offset (ST_ERR_DEVICE) or the failed read. */
-int gpu_loader_verify(struct gpu_loader *l, int fd, uint64_t file_off, uint64_t size,
-                      struct gpu_alloc *a, struct st_error *err);
-
-void gpu_loader_close(struct gpu_loader *l);
+/* Compares a[0..size) (read back from the backend) with the size bytes at
+ * file_off of fd, chunk bytes at a time. Returns 0, -ECANCELED, or -errno
+ * with err naming the first differing offset (ST_ERR_DEVICE) or the failed
+ * read. */
+int gpu_load_verify(struct gpu_backend *be, struct gpu_alloc *a, int fd, uint64_t file_off,
+                    uint64_t size, size_t chunk, const atomic_int *cancel, struct st_error *err);
 
 #endif

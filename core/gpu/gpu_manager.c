@@ -310,8 +310,32 @@ void gpu_manager_update_metrics(struct gpu_manager *gm)
                 bytes += m->shards[i].a.alloc_size;
     }
     double bps = gm->last_bps;
+    uint64_t staging = 0;
+    for (size_t i = 0; i < gm->n_stages; i++)
+        staging += (uint64_t)gm->stages[i].nbuf * gm->stages[i].buf_bytes;
     pthread_mutex_unlock(&gm->lock);
-    metrics_set_gpu(bytes, leases, bps);
+    metrics_set_gpu(bytes, leases, bps, staging);
+}
+
+size_t gpu_manager_staging(struct gpu_manager *gm, struct gm_staging *out, size_t max)
+{
+    size_t n = 0;
+    pthread_mutex_lock(&gm->lock);
+    for (size_t i = 0; i < gm->n_stages; i++) {
+        const struct gm_stage *st = &gm->stages[i];
+        if (!st->stage)
+            continue;
+        if (n < max) {
+            if (st->be->kind == GPU_KIND_HOST)
+                snprintf(out[n].device, sizeof(out[n].device), "host");
+            else
+                snprintf(out[n].device, sizeof(out[n].device), "cuda:%d", st->dev);
+            out[n].bytes = (uint64_t)st->nbuf * st->buf_bytes;
+        }
+        n++;
+    }
+    pthread_mutex_unlock(&gm->lock);
+    return n;
 }
 
 int gpu_manager_wait_idle(struct gpu_manager *gm, int timeout_ms)
@@ -346,6 +370,9 @@ void gpu_manager_free(struct gpu_manager *gm)
         reg_snapshot_unref(gm->latest);
     while (gm->refused)
         do_gm_refused_clear(gm, gm->refused->model);
+    for (size_t i = 0; i < gm->n_stages; i++) /* the loader has stopped: nobody copies */
+        if (gm->stages[i].stage)
+            gm->stages[i].be->ops->stage_close(gm->stages[i].stage);
     if (gm->cuda)
         gm->cuda->ops->destroy(gm->cuda);
     gm->host->ops->destroy(gm->host);

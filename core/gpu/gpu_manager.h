@@ -47,8 +47,9 @@ struct gm_instance;
 struct gm_options {
     const char *const *preload;    /* start-up preloads, "MODEL@DEVICE" each */
     unsigned n_preload;
-    unsigned staging_buffers;      /* staging ring depth */
-    uint64_t staging_buffer_bytes; /* size of each staging buffer */
+    unsigned staging_buffers;      /* disk reads in flight, one staging buffer each */
+    uint64_t staging_buffer_bytes; /* size of each staging buffer (a chunk of a shard) */
+    unsigned preload_threads;      /* page-cache copy threads; 0: one per CPU, at most 16 */
     int verify;                    /* read every allocation back before ready */
     int legacy_ipc;                /* also export a legacy CUDA IPC handle per allocation */
 };
@@ -60,6 +61,23 @@ static inline const char *gm_state_name(enum gm_state s)
     static const char *const names[] = {"loading", "ready", "failed", "draining"};
     return names[s];
 }
+
+/* Where a finished preload's bytes came from (core/gpu/gpu_load.h). */
+struct gm_io {
+    uint64_t page_cache_bytes; /* copied from the page cache by the copy threads */
+    uint64_t disk_bytes;       /* read from the disk by the disk pipeline */
+    uint64_t handed_over_bytes;/* of the disk bytes, those planned on the page cache but
+                                * found missing */
+    char disk_reads[32];       /* "io_uring+O_DIRECT", "io_uring", "pread"; "" with no disk bytes */
+    unsigned threads;          /* copy threads that ran */
+    unsigned depth;            /* disk reads in flight at most */
+};
+
+/* The staging ring a device keeps between preloads. */
+struct gm_staging {
+    char device[24];           /* "host" or "cuda:N" */
+    uint64_t bytes;            /* memory it holds (pinned for cuda) */
+};
 
 /* One safetensors shard of an instance: one backend allocation. */
 struct gm_shard {
@@ -108,7 +126,7 @@ struct gm_view {
     uint64_t done;             /* bytes copied */
     uint64_t t_start_ns, t_end_ns; /* t_end_ns != 0 once the load ended */
     int verified;
-    char io_mode[32];
+    struct gm_io io;           /* valid once t_end_ns is set and the load succeeded */
     char error[512];           /* why it failed (or why the device refused it) */
     char refused_device[64];
 };
@@ -182,6 +200,10 @@ void gpu_manager_on_reload(struct gpu_manager *gm, struct reg_snapshot *snap);
 
 /* 1 once the start-up preloads have all ended (ready or failed). */
 int gpu_manager_ready(struct gpu_manager *gm);
+
+/* The staging rings kept for later preloads, one per device that has
+ * preloaded, into out[0..max). Returns how many there are. */
+size_t gpu_manager_staging(struct gpu_manager *gm, struct gm_staging *out, size_t max);
 
 /* Publishes resident bytes, active leases and the last preload rate. */
 void gpu_manager_update_metrics(struct gpu_manager *gm);

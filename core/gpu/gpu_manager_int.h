@@ -26,11 +26,10 @@
  *   - gm->lock: the fields marked so below;
  *   - atomics: done, cancel;
  *   - the loader thread alone, while the instance is loading: the shards'
- *     allocations and checksums, error, io_mode, verified, rm and the
- *     shards' rf. Others read the allocations and checksums only once
- *     `published` is set, error only once state is failed, io_mode and
- *     verified only once t_end_ns is set (both set under the lock after the
- *     load);
+ *     allocations and checksums, error, io, verified, rm and the shards'
+ *     rf. Others read the allocations and checksums only once `published`
+ *     is set, error only once state is failed, io and verified only once
+ *     t_end_ns is set (both set under the lock after the load);
  *   - m->text_lock: the cached texts (gm_view_text).
  *
  * Callers render outside gm->lock: a view (do_gm_view) takes a reference
@@ -71,7 +70,7 @@ struct gm_instance {
     _Atomic uint64_t done;     /* bytes copied */
     uint64_t total;
     uint64_t t_start_ns, t_end_ns; /* written under gm->lock by the loader */
-    char io_mode[32];
+    struct gm_io io;
     int verified;
     int published;             /* ready was reached: allocations are filled (guarded by gm->lock) */
     atomic_int cancel;         /* evicted or replaced while loading */
@@ -92,6 +91,19 @@ struct gm_refused {
     char *model;
     char device[64];
     char reason[512];
+};
+
+/* A device's staging ring, kept from one preload to the next: pinned
+ * memory costs most of a second per GiB to allocate. Made by the loader
+ * thread on a device's first preload; only the loader uses the ring, while
+ * HTTP threads read the sizes under gm->lock. */
+#define GM_MAX_STAGES 16
+struct gm_stage {
+    struct gpu_backend *be;
+    int dev;
+    struct gpu_stage *stage;
+    unsigned nbuf;             /* buffers of gpu_load_stage_bytes(chunk) bytes */
+    size_t buf_bytes;
 };
 
 struct gpu_lease {
@@ -118,6 +130,8 @@ struct gpu_manager {
     struct reg_snapshot *latest;   /* the newest snapshot on_reload saw (gm->lock): preloads
                                     * never load from an older one */
     struct gm_refused *refused; /* start-up preloads refused before they began (gm->lock) */
+    struct gm_stage stages[GM_MAX_STAGES]; /* the devices' staging rings (sizes: gm->lock) */
+    size_t n_stages;           /* gm->lock */
 };
 
 /* Records (startup) or forgets (a preload of model started) a refused

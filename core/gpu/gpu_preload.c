@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,7 @@
 #include <unistd.h>
 
 #include "gpu_load.h"
+#include "gpu_plan.h"
 #include "gpu_manager_int.h"
 #include "log.h"
 #include "metrics.h"
@@ -54,34 +56,146 @@ static int alloc_shards(const struct gm_options *opt, struct gm_instance *m, int
     return 0;
 }
 
-/* Copies every shard of m through l, then (verify) reads each back and
- * compares it with its file. Returns 0, -ECANCELED, or -errno with
+/* Copy threads: the option, or one per CPU this process may run on, at
+ * most 16 (on 16 cores, 12 threads copied 36.6 GB/s from the page cache
+ * into pinned memory; docs/PERFORMANCE.md). */
+static unsigned copy_threads(const struct gm_options *opt)
+{
+    if (opt->preload_threads)
+        return opt->preload_threads;
+    cpu_set_t set;
+    int n = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
+    return n < 1 ? 1 : n > 16 ? 16 : (unsigned)n;
+}
+
+/* The staging ring of m's device, made on the device's first preload and
+ * kept. Loader thread only. Returns it, or NULL with m->error. */
+static struct gm_stage *device_stage(struct gpu_manager *gm, struct gm_instance *m, int dev,
+                                     unsigned nbuf, size_t buf_bytes)
+{
+    struct gm_stage *st = NULL;
+    for (size_t i = 0; i < gm->n_stages && !st; i++)
+        if (gm->stages[i].be == m->be && gm->stages[i].dev == dev)
+            st = &gm->stages[i];
+    if (st && st->stage)
+        return st;
+    if (!st && gm->n_stages == GM_MAX_STAGES) {
+        st_error_fail(&m->error, ST_ERR_LIMIT, "staging rings for more than %d devices",
+                      GM_MAX_STAGES);
+        return NULL;
+    }
+    struct st_error e;
+    struct gpu_stage *stage = m->be->ops->stage_open(m->be, dev, nbuf, buf_bytes, &e);
+    if (!stage) {
+        st_error_fail(&m->error, e.code, "%s (%u staging buffers of %zu bytes: lower "
+                      "preload_threads, staging_buffers or staging_buffer_bytes)", e.message,
+                      nbuf, buf_bytes);
+        return NULL;
+    }
+    pthread_mutex_lock(&gm->lock);
+    if (!st)
+        st = &gm->stages[gm->n_stages++];
+    *st = (struct gm_stage){.be = m->be, .dev = dev, .stage = stage, .nbuf = nbuf,
+                            .buf_bytes = buf_bytes};
+    pthread_mutex_unlock(&gm->lock);
+    log_msg(LOG_INFO, "gpu: %s: staging ring of %u x %zu bytes", m->device, nbuf, buf_bytes);
+    return st;
+}
+
+/* After a load that failed: a ring whose reads may still land is leaked
+ * (never freed, never reused); one that saw a device error is closed, so
+ * that the next preload starts from fresh streams. */
+static void drop_stage(struct gpu_manager *gm, struct gm_stage *st, int leak)
+{
+    struct gpu_stage *stage = st->stage;
+    pthread_mutex_lock(&gm->lock);
+    st->stage = NULL;
+    st->nbuf = 0;
+    pthread_mutex_unlock(&gm->lock);
+    if (leak)
+        log_msg(LOG_ERROR, "gpu: io_uring reads may still be in flight after an error: "
+                           "leaking the staging buffers rather than freeing them");
+    else
+        st->be->ops->stage_close(stage);
+}
+
+/* Plans and copies every shard of m through the device's staging ring.
+ * Returns 0, -ECANCELED, or -errno with m->error. */
+static int copy_shards(struct gpu_manager *gm, struct gm_instance *m, int dev)
+{
+    const struct gm_options *opt = &gm->opt;
+    struct gpu_load l = {.be = m->be, .threads = copy_threads(opt),
+                         .depth = opt->staging_buffers, .cancel = &m->cancel,
+                         .progress = &m->done, .wait_cqe = io_uring_wait_cqe};
+    l.chunk = (size_t)(opt->staging_buffer_bytes + GPU_LOAD_ALIGN - 1) / GPU_LOAD_ALIGN *
+              GPU_LOAD_ALIGN;
+    struct gpu_plan_shard *ps = xcalloc(m->n_shards + 1, sizeof(*ps));
+    struct gpu_load_shard *ls = xcalloc(m->n_shards + 1, sizeof(*ls));
+    struct gpu_plan plan = {0};
+    struct gpu_load_stats stats;
+    struct st_error e;
+    int rc;
+    for (size_t i = 0; i < m->n_shards; i++) {
+        struct gm_shard *s = &m->shards[i];
+        ps[i] = (struct gpu_plan_shard){s->rf->fd, s->data_start, s->size};
+        ls[i] = (struct gpu_load_shard){.fd = s->rf->fd, .direct_fd = open_direct(m->rm, s->rf),
+                                        .data_start = s->data_start, .size = s->size, .a = &s->a};
+    }
+    struct gm_stage *st = device_stage(gm, m, dev, gpu_load_stage_buffers(m->be, l.threads,
+                                       l.depth), gpu_load_stage_bytes(l.chunk));
+    if (!st) {
+        rc = -EIO;
+        goto out;
+    }
+    l.stage = st->stage;
+    if ((rc = gpu_plan_build(&plan, ps, m->n_shards, l.chunk, -1, &m->error)) < 0)
+        goto out;
+    rc = gpu_load_run(&l, ls, m->n_shards, &plan, &stats, &e);
+    if (rc < 0 && rc != -ECANCELED && stats.failed_shard >= 0)
+        st_error_fail(&m->error, e.code, "%s: %s", m->shards[stats.failed_shard].file, e.message);
+    else if (rc < 0 && rc != -ECANCELED)
+        m->error = e;
+    if (l.unsafe || (rc < 0 && rc != -ECANCELED && e.code == ST_ERR_DEVICE))
+        drop_stage(gm, st, l.unsafe);
+    for (size_t i = 0; rc == 0 && i < m->n_shards; i++)
+        m->shards[i].checksum = ls[i].checksum;
+    m->io = (struct gm_io){.page_cache_bytes = stats.bytes[GPU_SRC_PAGE_CACHE],
+                           .disk_bytes = stats.bytes[GPU_SRC_DISK],
+                           .handed_over_bytes = stats.handed_over, .threads = stats.threads,
+                           .depth = l.depth};
+    snprintf(m->io.disk_reads, sizeof(m->io.disk_reads), "%s", stats.disk_io);
+out:
+    for (size_t i = 0; i < m->n_shards; i++)
+        if (ls[i].direct_fd >= 0)
+            close(ls[i].direct_fd);
+    gpu_plan_free(&plan);
+    free(ls);
+    free(ps);
+    return rc;
+}
+
+/* Makes every shard read-only for sharing, then (verify) reads each back
+ * and compares it with its file. Returns 0, -ECANCELED, or -errno with
  * m->error naming the shard. */
-static int copy_shards(struct gpu_loader *l, struct gm_instance *m, int verify)
+static int finish_shards(const struct gm_options *opt, struct gm_instance *m)
 {
     struct st_error e;
     for (size_t i = 0; i < m->n_shards; i++) {
         struct gm_shard *s = &m->shards[i];
-        int dfd = open_direct(m->rm, s->rf);
-        int r = gpu_loader_shard(l, s->rf->fd, dfd, s->data_start, s->size, &s->a, &s->checksum,
-                                 &e);
-        if (dfd >= 0)
-            close(dfd);
-        if (r == -ECANCELED)
-            return r;
-        if (r < 0 || (r = m->be->ops->finish(m->be, &s->a, &e)) < 0)
+        if (m->be->ops->finish(m->be, &s->a, &e) < 0)
             return st_error_fail(&m->error, e.code, "%s: %s", s->file, e.message);
     }
-    snprintf(m->io_mode, sizeof(m->io_mode), "%s", l->io_mode);
-    for (size_t i = 0; verify && i < m->n_shards; i++) {
+    size_t chunk = (size_t)opt->staging_buffer_bytes;
+    for (size_t i = 0; opt->verify && i < m->n_shards; i++) {
         struct gm_shard *s = &m->shards[i];
-        int r = gpu_loader_verify(l, s->rf->fd, s->data_start, s->size, &s->a, &e);
+        int r = gpu_load_verify(m->be, &s->a, s->rf->fd, s->data_start, s->size, chunk,
+                                &m->cancel, &e);
         if (r == -ECANCELED)
             return r;
         if (r < 0)
             return st_error_fail(&m->error, e.code, "%s: %s", s->file, e.message);
     }
-    m->verified = verify;
+    m->verified = opt->verify;
     return 0;
 }
 
@@ -89,21 +203,12 @@ static int copy_shards(struct gpu_loader *l, struct gm_instance *m, int verify)
  * m->error. */
 static int load_instance(struct gpu_manager *gm, struct gm_instance *m)
 {
-    const struct gm_options *opt = &gm->opt;
-    struct gpu_loader l;
-    struct st_error e;
     int dev = m->be->kind == GPU_KIND_CUDA ? m->be->devices[m->dev].index : 0;
-    int rc = alloc_shards(opt, m, dev);
-    if (rc < 0)
-        return rc;
-    rc = gpu_loader_init(&l, m->be, dev, opt->staging_buffers, (size_t)opt->staging_buffer_bytes,
-                         &m->cancel, &m->done, &e);
-    if (rc < 0) {
-        m->error = e;
-        return rc;
-    }
-    rc = copy_shards(&l, m, opt->verify);
-    gpu_loader_close(&l);
+    int rc = alloc_shards(&gm->opt, m, dev);
+    if (rc == 0)
+        rc = copy_shards(gm, m, dev);
+    if (rc == 0)
+        rc = finish_shards(&gm->opt, m);
     return rc;
 }
 
@@ -136,6 +241,8 @@ static void *loader_main(void *arg)
                     m->be->ops->free(m->be, &m->shards[i].a);
         } else {
             metrics_add(MC_GPU_PRELOAD_BYTES, m->total);
+            metrics_add(MC_GPU_PRELOAD_PAGE_CACHE_BYTES, m->io.page_cache_bytes);
+            metrics_add(MC_GPU_PRELOAD_DISK_BYTES, m->io.disk_bytes);
         }
 
         pthread_mutex_lock(&gm->lock);
@@ -149,9 +256,13 @@ static void *loader_main(void *arg)
             m->state = GM_READY;
             m->published = 1;
             gm->last_bps = secs > 0 ? (double)m->total / secs : 0;
-            log_msg(LOG_INFO, "gpu: %s ready on %s (generation %llu): %llu bytes in %.3f s, %s",
+            log_msg(LOG_INFO, "gpu: %s ready on %s (generation %llu): %llu bytes in %.3f s "
+                    "(%.2f GB/s): %llu from the page cache (%u threads), %llu from the disk%s%s",
                     m->name, m->device, (unsigned long long)m->generation,
-                    (unsigned long long)m->total, secs, m->io_mode);
+                    (unsigned long long)m->total, secs, secs > 0 ? (double)m->total / secs / 1e9 : 0.0,
+                    (unsigned long long)m->io.page_cache_bytes, m->io.threads,
+                    (unsigned long long)m->io.disk_bytes, m->io.disk_reads[0] ? " with " : "",
+                    m->io.disk_reads);
         } else if (rc != 0 && rc != -ECANCELED) {
             m->state = GM_FAILED;
             log_msg(LOG_ERROR, "gpu: preloading %s on %s failed: %s", m->name, m->device,

@@ -240,3 +240,51 @@ def test_evict_while_loading_cancels_and_frees(start):
     d.wait("cm-big", lambda s: s["state"] in ("none", "ready", "draining"))
     assert d.preload("cm-big")["state"] == "ready"
     d.finish()
+
+
+def set_page_cache(path, cached):
+    """Reads path into the page cache, or writes it back and drops it."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        if cached:
+            while os.read(fd, 1 << 20):
+                pass
+        else:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def test_cold_and_warm_preloads_share_one_staging_ring(start):
+    """Three copy threads, each with two staging buffers and a stream per
+    buffer, and three disk reads in flight: a cold preload reads the disk, a
+    warm one copies the page cache from several threads at once, both land
+    the files' bytes (the double performs an asynchronous copy only when it
+    is waited for, so a buffer refilled too early shows as wrong bytes), and
+    the pinned ring is allocated once for both."""
+    d = start(args=["--preload-threads", "3"])
+    d.wait_hashed()  # the hasher reads every file once: it would bring the pages back
+    path = os.path.join(d.root, "cm-big.safetensors")
+    ios = []
+    for cached in (False, True):
+        set_page_cache(path, cached)
+        s = d.preload("cm-big")
+        assert s["state"] == "ready", s
+        total, io = s["progress"]["bytes_total"], s["preload"]["io"]
+        assert io["page_cache_bytes"] + io["disk_bytes"] == total
+        ios.append(io)
+        out = c_client(d, "cm-big")
+        assert out.returncode == 0 and "checksum: ok" in out.stdout, out
+        py = py_worker(d, "cm-big")
+        assert read_line(py)["tensors"] == expected(d.root, "cm-big")
+        end_worker(py, d.work)
+        assert d.evict("cm-big").status in (200, 202)
+        d.wait("cm-big", lambda s: s["state"] == "none")
+    cold, warm = ios
+    assert cold["disk_bytes"] > 0 and cold["disk_reads"].startswith("io_uring"), cold
+    assert warm["page_cache_bytes"] == total and warm["threads"] == 3, warm
+    ring = d.json("/v1/models")["gpu"]["staging_bytes"]
+    assert ring == {"cuda:0": (3 + 2 * 3) * (64 * 1024 + 2 * 4096)}, ring
+    assert d.log_tail(100000).count("staging ring of") == 1
+    d.finish()

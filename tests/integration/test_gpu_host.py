@@ -135,14 +135,90 @@ def expected_io(path):
     return "io_uring+O_DIRECT" if direct_reads_work(path) else "io_uring"
 
 
-def test_preload_big_through_the_ring(gd):
+def set_page_cache(path, cached):
+    """Reads path into the page cache, or drops it from there (posix_fadvise
+    drops clean pages at once; tmpfs keeps them, and the test then expects
+    the page cache)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        if cached:
+            while os.read(fd, 1 << 20):
+                pass
+        else:
+            os.fsync(fd)  # dirty pages stay cached: written back first, they can go
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def on_tmpfs(path):
+    best, fstype = "", ""
+    with open("/proc/self/mounts") as f:
+        for line in f:
+            mnt, typ = line.split()[1:3]
+            if os.path.realpath(path).startswith(mnt.rstrip("/") + "/") and len(mnt) > len(best):
+                best, fstype = mnt, typ
+    return fstype == "tmpfs"
+
+
+def test_preload_cold_then_warm(gd):
+    """A file dropped from the page cache is read from the disk (O_DIRECT
+    where the file system serves it); read into the page cache, it is copied
+    from there by the copy threads. GET says how many bytes went each way,
+    and the metrics add them up."""
+    path = os.path.join(gd.root, "gm-big.safetensors")
+    # The hasher reads every file once after the start: wait, or it brings
+    # the pages back.
+    gd.wait_hashed()
+    before = gd.json("/v1/metrics")["counters"]
+    set_page_cache(path, cached=False)
     s = preload(gd, "gm-big")
     assert s["state"] == "ready", s
-    assert s["progress"]["bytes_done"] == s["progress"]["bytes_total"] > 6_000_000
-    assert s["preload"]["io"] == expected_io(os.path.join(gd.root, "gm-big.safetensors"))
+    total = s["progress"]["bytes_total"]
+    assert s["progress"]["bytes_done"] == total > 6_000_000
+    io = s["preload"]["io"]
+    assert io["page_cache_bytes"] + io["disk_bytes"] == total
+    assert io["depth"] == 3 and (io["threads"] >= 1) == (io["page_cache_bytes"] > 0)
+    if on_tmpfs(path):
+        assert io["page_cache_bytes"] == total and io["disk_reads"] == "none"
+    else:
+        # The header's page (read at the scan) may still be cached; the
+        # data, dropped, comes from the disk.
+        assert io["disk_bytes"] >= total - 2 * 2**20, io
+        assert io["disk_reads"] == expected_io(path)
     out = subprocess.run([CLIENT_CLI, "--socket", gd.sock, "open", "gm-big"],
                          capture_output=True, text=True, env=worker_env())
     assert out.returncode == 0 and "checksum: ok" in out.stdout, out
+
+    assert evict(gd, "gm-big").status == 200
+    set_page_cache(path, cached=True)
+    s = preload(gd, "gm-big")
+    assert s["state"] == "ready", s
+    io = s["preload"]["io"]
+    assert io["page_cache_bytes"] == total and io["disk_bytes"] == 0, io
+    assert io["disk_reads"] == "none" and io["handed_over_bytes"] == 0
+    out = subprocess.run([CLIENT_CLI, "--socket", gd.sock, "open", "gm-big"],
+                         capture_output=True, text=True, env=worker_env())
+    assert out.returncode == 0 and "checksum: ok" in out.stdout, out
+    after = gd.json("/v1/metrics")["counters"]
+    moved = sum(after[k] - before[k] for k in ("gpu_preload_page_cache_bytes",
+                                               "gpu_preload_disk_bytes"))
+    assert moved == 2 * total
+    assert after["gpu_preload_bytes"] - before["gpu_preload_bytes"] == 2 * total
+    assert evict(gd, "gm-big").status == 200
+
+
+def test_staging_ring_is_kept_and_shown(gd):
+    """The host device's staging ring (3 disk buffers of 64 KiB plus
+    alignment slack) outlives the preloads and is reported in /v1/models'
+    "gpu" and in the metrics, JSON and Prometheus."""
+    preload(gd, "gm-small")
+    ring = gd.json("/v1/models")["gpu"]["staging_bytes"]
+    assert ring == {"host": 3 * (64 * 1024 + 2 * 4096)}, ring
+    assert gd.json("/v1/metrics")["gpu"]["staging_bytes"] == ring["host"]
+    prom = gd.get("/metrics").body.decode()
+    assert f"tensord_gpu_staging_bytes {ring['host']}" in prom
+    assert "tensord_gpu_preload_disk_bytes_total" in prom
 
 
 def test_preload_again_same_device_is_200(gd):

@@ -1,82 +1,252 @@
-/* Tests for core/gpu/gpu_load.c: the read -> staging ring -> copy pipeline on
- * the host backend. A shard read from a file lands byte for byte with the
- * right checksum, with io_uring and without it; and an io_uring failure in
- * the middle of a shard never returns while a read is still in flight into
- * a staging buffer (which the caller then frees): the file here is a pipe,
- * whose reads stay pending until someone writes, so a read left behind
- * would swallow bytes written after the loader returned. */
+/* Tests for core/gpu/gpu_load.c on the host backend: every byte of every
+ * shard lands where it belongs with the right checksum, whichever way it
+ * came (page-cache threads writing straight into the memfd, or through
+ * staging buffers as on a GPU; O_DIRECT io_uring, buffered io_uring or
+ * pread from the disk; chunks handed from the threads to the disk queue
+ * because their pages were gone), and the byte counts say which way; a
+ * truncated file fails, a cancel stops, and an io_uring failure never
+ * returns while a read is still in flight into a staging buffer (which the
+ * caller may then free or reuse): the file there is a pipe, whose reads
+ * stay pending until someone writes, so a read left behind would swallow
+ * bytes written after the loader returned. */
 #include <errno.h>
-#include <fcntl.h>
-#include <stdlib.h>
-#include <string.h>
 #include <sys/ioctl.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include "gpu/gpu.h"
 #include "gpu/gpu_load.h"
+#include "gpu/gpu_plan.h"
 #include "gpu/ipc_proto.h"
-#include "test.h"
-#include "util.h"
+#include "gpu_files.h"
 
-static char tmpl[] = "/tmp/tensord-gpu-load-XXXXXX";
+/* The host backend without `write`: copy threads then go through staging
+ * buffers of their own, as they do on a GPU. */
+static struct gpu_backend_ops staged_ops;
 
-/* A file of n bytes (after a 100-byte prefix, so the data is unaligned). */
-static int data_file(unsigned char **data, size_t n)
+static struct gpu_backend *backend(int staged)
 {
-    int fd = mkstemp(tmpl);
-    CHECK(fd >= 0);
-    unlink(tmpl);
-    memcpy(tmpl + strlen(tmpl) - 6, "XXXXXX", 6);
-    *data = xmalloc(n);
-    for (size_t i = 0; i < n; i++)
-        (*data)[i] = (unsigned char)(i * 7 + (i >> 9));
-    char pre[100] = {0};
-    CHECK(write(fd, pre, sizeof(pre)) == (ssize_t)sizeof(pre));
-    CHECK(write(fd, *data, n) == (ssize_t)n);
-    return fd;
-}
-
-static void load_and_compare(int use_ring)
-{
-    const size_t n = 200000;
-    unsigned char *data;
-    int fd = data_file(&data, n);
-    struct gpu_backend *be = gpu_host_new();
-    struct gpu_alloc a = {.fd = -1};
-    struct gpu_loader l;
-    struct st_error err = {0};
-    _Atomic uint64_t progress = 0;
-    CHECK(be->ops->alloc(be, 0, n, 0, "t", &a, &err) == 0);
-    CHECK(gpu_loader_init(&l, be, 0, 3, 4096, NULL, &progress, &err) == 0);
-    if (!use_ring && l.have_ring) {
-        io_uring_queue_exit(&l.ring);
-        l.have_ring = 0;
+    struct gpu_backend *b = gpu_host_new();
+    if (staged) {
+        staged_ops = *b->ops;
+        staged_ops.write = NULL;
+        b->ops = &staged_ops;
     }
-    uint64_t sum = 0;
-    CHECK(gpu_loader_shard(&l, fd, -1, 100, n, &a, &sum, &err) == 0);
-    CHECK(sum == ipc_tsum_final(ipc_tsum_add(0, data, n, 0), n));
-    CHECK(atomic_load(&progress) == n);
-    CHECK(be->ops->finish(be, &a, &err) == 0);
-    CHECK(gpu_loader_verify(&l, fd, 100, n, &a, &err) == 0);
-    gpu_loader_close(&l);
-    unsigned char *back = xmalloc(n);
-    CHECK(pread(a.fd, back, n, 0) == (ssize_t)n && memcmp(back, data, n) == 0);
-    be->ops->free(be, &a);
-    be->ops->destroy(be);
-    free(back);
-    free(data);
+    return b;
+}
+
+struct load_case {
+    unsigned n_shards;
+    size_t sizes[4];
+    size_t heads[4];
+    int force;                 /* plan: -1 from the page cache, or a gpu_src */
+    int staged, direct, no_uring;
+    unsigned threads, depth;
+    size_t chunk;
+    int drop;                  /* drop the files from the page cache after planning */
+};
+
+/* Loads the case and checks bytes, checksums, counts and progress. */
+static void run_case(const struct load_case *lc)
+{
+    struct gpu_backend *b = backend(lc->staged);
+    struct gpu_load_shard ls[4];
+    struct gpu_plan_shard ps[4];
+    struct gpu_alloc a[4];
+    unsigned char *data[4];
+    uint64_t total = 0;
+    struct st_error err = {0};
+    for (unsigned i = 0; i < lc->n_shards; i++) {
+        char name[32];
+        snprintf(name, sizeof(name), "load%u.bin", i);
+        data[i] = pattern(lc->sizes[i], (unsigned)(lc->sizes[i] + 31 * i));
+        int fd = data_file(name, lc->heads[i], data[i], lc->sizes[i]);
+        a[i] = (struct gpu_alloc){.fd = -1};
+        CHECK(b->ops->alloc(b, 0, lc->sizes[i], 0, name, &a[i], &err) == 0);
+        ls[i] = (struct gpu_load_shard){.fd = fd, .direct_fd = lc->direct ? direct_fd(name) : -1,
+                                        .data_start = lc->heads[i], .size = lc->sizes[i],
+                                        .a = &a[i]};
+        ps[i] = (struct gpu_plan_shard){fd, lc->heads[i], lc->sizes[i]};
+        total += lc->sizes[i];
+    }
+    struct gpu_plan plan;
+    CHECK(gpu_plan_build(&plan, ps, lc->n_shards, lc->chunk, lc->force, &err) == 0);
+    for (unsigned i = 0; lc->drop && i < lc->n_shards; i++)
+        drop_cached(ls[i].fd, 0, lc->heads[i] + lc->sizes[i]);
+    _Atomic uint64_t progress = 0;
+    atomic_int cancel = 0;
+    struct gpu_load l = {.be = b, .threads = lc->threads, .depth = lc->depth, .chunk = lc->chunk,
+                         .cancel = &cancel, .progress = &progress, .no_uring = lc->no_uring,
+                         .wait_cqe = io_uring_wait_cqe};
+    l.stage = b->ops->stage_open(b, 0, gpu_load_stage_buffers(b, l.threads, l.depth),
+                                 gpu_load_stage_bytes(l.chunk), &err);
+    CHECK(l.stage != NULL);
+    struct gpu_load_stats st;
+    int rc = gpu_load_run(&l, ls, lc->n_shards, &plan, &st, &err);
+    if (rc != 0)
+        fprintf(stderr, "  shards %u force %d staged %d direct %d threads %u depth %u: %s\n",
+                lc->n_shards, lc->force, lc->staged, lc->direct, lc->threads, lc->depth,
+                err.message);
+    CHECK(rc == 0 && !l.unsafe);
+    CHECK_EQ_U64(atomic_load(&progress), total);
+    CHECK_EQ_U64(st.bytes[GPU_SRC_PAGE_CACHE] + st.bytes[GPU_SRC_DISK], total);
+    if (lc->force == GPU_SRC_DISK) {
+        CHECK_EQ_U64(st.bytes[GPU_SRC_DISK], total);
+        CHECK_STR(st.disk_io, !total ? "" : lc->no_uring ? "pread"
+                                       : lc->direct && ls[0].direct_fd >= 0 ? "io_uring+O_DIRECT"
+                                                                            : "io_uring");
+    }
+    if (lc->force == GPU_SRC_PAGE_CACHE && !lc->drop) /* just written: all cached */
+        CHECK_EQ_U64(st.bytes[GPU_SRC_PAGE_CACHE], total);
+    CHECK(st.handed_over <= st.bytes[GPU_SRC_DISK]);
+    for (unsigned i = 0; i < lc->n_shards; i++) {
+        size_t n = lc->sizes[i];
+        CHECK_EQ_U64(ls[i].checksum, ipc_tsum_final(ipc_tsum_add(0, data[i], n, 0), n));
+        CHECK(b->ops->finish(b, &a[i], &err) == 0);
+        unsigned char *got = xmalloc(n ? n : 1);
+        CHECK(b->ops->read_back(b, &a[i], 0, got, n, &err) == 0);
+        CHECK(memcmp(got, data[i], n) == 0);
+        CHECK(gpu_load_verify(b, &a[i], ls[i].fd, lc->heads[i], n, lc->chunk, NULL, &err) == 0);
+        if (n > 1 && lc->heads[i] > 0) { /* verify names the first difference */
+            CHECK(gpu_load_verify(b, &a[i], ls[i].fd, lc->heads[i] - 1, n, lc->chunk, NULL,
+                                  &err) < 0);
+            CHECK(err.code == ST_ERR_DEVICE);
+            CHECK_CONTAINS(err.message, "differs");
+        }
+        free(got);
+        b->ops->free(b, &a[i]);
+        close(ls[i].fd);
+        if (ls[i].direct_fd >= 0)
+            close(ls[i].direct_fd);
+        free(data[i]);
+    }
+    gpu_plan_free(&plan);
+    b->ops->stage_close(l.stage);
+    b->ops->destroy(b);
+}
+
+TEST(both_sources_every_shape)
+{
+    static const size_t heads[] = {0, 8, 4096, 5000};
+    static const size_t sizes[] = {0, 1, 4095, 4096, 4097, 200000};
+    for (int force = 0; force < GPU_SRC_COUNT; force++)
+        for (int staged = 0; staged < 2; staged++)
+            for (size_t h = 0; h < ARRAY_LEN(heads); h++)
+                for (size_t s = 0; s < ARRAY_LEN(sizes); s++) {
+                    struct load_case lc = {.n_shards = 1, .sizes = {sizes[s]},
+                                           .heads = {heads[h]}, .force = force,
+                                           .staged = staged, .direct = 1, .threads = 2,
+                                           .depth = 3, .chunk = 8192};
+                    run_case(&lc);
+                }
+}
+
+TEST(disk_reads_with_and_without_o_direct_and_io_uring)
+{
+    for (int mode = 0; mode < 3; mode++) {
+        struct load_case lc = {.n_shards = 3, .sizes = {3 << 20, 12345, 1 << 20},
+                               .heads = {123, 8, 4096}, .force = GPU_SRC_DISK, .staged = 1,
+                               .direct = mode == 0, .no_uring = mode == 2, .threads = 2,
+                               .depth = 4, .chunk = 64 << 10, .drop = 1};
+        run_case(&lc);
+    }
+}
+
+TEST(planned_mixed_many_threads)
+{
+    /* 3 shards, the middle of the first dropped from the page cache: the
+     * real plan mixes both movers, four threads and four reads in flight. */
+    for (int staged = 0; staged < 2; staged++) {
+        struct load_case lc = {.n_shards = 3, .sizes = {6 << 20, 5 << 20, 777},
+                               .heads = {4096, 40, 4096}, .force = -1, .staged = staged,
+                               .direct = 1, .threads = 4, .depth = 4, .chunk = 1 << 20};
+        run_case(&lc); /* everything cached */
+        lc.drop = 1;   /* planned on the page cache, found missing: handed over */
+        run_case(&lc);
+    }
+}
+
+TEST(handed_over_bytes_are_counted)
+{
+    size_t n = 4 << 20;
+    unsigned char *d = pattern(n, 9);
+    int fd = data_file("gone.bin", 4096, d, n);
+    if (!drop_cached(fd, 0, 4096 + n)) {
+        fprintf(stderr, "  (the kernel kept the pages: nothing to hand over)\n");
+        close(fd);
+        free(d);
+        return;
+    }
+    struct gpu_backend *b = backend(0);
+    struct gpu_alloc a = {.fd = -1};
+    struct st_error err;
+    CHECK(b->ops->alloc(b, 0, n, 0, "gone", &a, &err) == 0);
+    struct gpu_load_shard ls = {.fd = fd, .direct_fd = direct_fd("gone.bin"), .data_start = 4096,
+                                .size = n, .a = &a};
+    struct gpu_plan_shard ps = {fd, 4096, n};
+    struct gpu_plan plan;
+    CHECK(gpu_plan_build(&plan, &ps, 1, 1 << 20, GPU_SRC_PAGE_CACHE, &err) == 0);
+    struct gpu_load l = {.be = b, .threads = 2, .depth = 2, .chunk = 1 << 20,
+                         .wait_cqe = io_uring_wait_cqe};
+    l.stage = b->ops->stage_open(b, 0, gpu_load_stage_buffers(b, 2, 2), gpu_load_stage_bytes(1 << 20),
+                                 &err);
+    struct gpu_load_stats st;
+    CHECK(gpu_load_run(&l, &ls, 1, &plan, &st, &err) == 0);
+    /* RWF_NOWAIT starts readahead as it fails, so a few pages may be there
+     * by the time a thread reads on; most come from the disk. */
+    CHECK(st.handed_over > 0 && st.handed_over == st.bytes[GPU_SRC_DISK]);
+    CHECK(st.bytes[GPU_SRC_DISK] >= n / 2);
+    CHECK_EQ_U64(ls.checksum, ipc_tsum_final(ipc_tsum_add(0, d, n, 0), n));
+    CHECK(gpu_load_verify(b, &a, fd, 4096, n, 1 << 20, NULL, &err) == 0);
+    gpu_plan_free(&plan);
+    b->ops->stage_close(l.stage);
+    b->ops->free(b, &a);
+    b->ops->destroy(b);
     close(fd);
+    if (ls.direct_fd >= 0)
+        close(ls.direct_fd);
+    free(d);
 }
 
-TEST(shard_through_io_uring)
+/* Loads a file 60000 bytes long as if it held 80000 (truncated under the
+ * daemon) from either source: the load fails saying so. */
+TEST(truncated_file_and_cancel)
 {
-    load_and_compare(1);
-}
-
-TEST(shard_through_pread)
-{
-    load_and_compare(0);
+    unsigned char *d = pattern(60000, 5);
+    int fd = data_file("short.bin", 100, d, 60000);
+    for (int force = 0; force < GPU_SRC_COUNT; force++) {
+        for (int staged = 0; staged < 2; staged++) {
+            struct gpu_backend *b = backend(staged);
+            struct gpu_alloc a = {.fd = -1};
+            struct st_error err = {0};
+            atomic_int cancel = 0;
+            CHECK(b->ops->alloc(b, 0, 80000, 0, "short", &a, &err) == 0);
+            struct gpu_load_shard ls = {.fd = fd, .direct_fd = direct_fd("short.bin"),
+                                        .data_start = 100, .size = 80000, .a = &a};
+            struct gpu_plan_shard ps = {fd, 100, 80000};
+            struct gpu_plan plan;
+            CHECK(gpu_plan_build(&plan, &ps, 1, 8192, force, &err) == 0);
+            struct gpu_load l = {.be = b, .threads = 3, .depth = 2, .chunk = 8192,
+                                 .cancel = &cancel, .wait_cqe = io_uring_wait_cqe};
+            l.stage = b->ops->stage_open(b, 0, gpu_load_stage_buffers(b, 3, 2),
+                                         gpu_load_stage_bytes(8192), &err);
+            struct gpu_load_stats st;
+            CHECK(gpu_load_run(&l, &ls, 1, &plan, &st, &err) < 0);
+            CHECK_CONTAINS(err.message, "shorter than its header says");
+            CHECK(err.code == ST_ERR_IO && !l.unsafe);
+            atomic_store(&cancel, 1);
+            CHECK(gpu_load_run(&l, &ls, 1, &plan, &st, &err) == -ECANCELED);
+            l.depth = 0;
+            CHECK(gpu_load_run(&l, &ls, 1, &plan, &st, &err) < 0);
+            CHECK(err.code == ST_ERR_INVALID_ARGUMENT);
+            gpu_plan_free(&plan);
+            b->ops->stage_close(l.stage);
+            b->ops->free(b, &a);
+            b->ops->destroy(b);
+            if (ls.direct_fd >= 0)
+                close(ls.direct_fd);
+        }
+    }
+    close(fd);
+    free(d);
 }
 
 static int waits;
@@ -91,22 +261,33 @@ static int failing_wait(struct io_uring *ring, struct io_uring_cqe **cqe)
 
 TEST(ring_error_leaves_no_read_in_flight)
 {
+    struct io_uring probe;
+    if (io_uring_queue_init(2, &probe, 0) != 0) {
+        fprintf(stderr, "  (no io_uring here: nothing to test)\n");
+        return;
+    }
+    io_uring_queue_exit(&probe);
     int p[2];
     CHECK(pipe(p) == 0);
-    struct gpu_backend *be = gpu_host_new();
+    struct gpu_backend *b = backend(0);
     struct gpu_alloc a = {.fd = -1};
-    struct gpu_loader l;
     struct st_error err = {0};
-    CHECK(be->ops->alloc(be, 0, 3 * 4096, 0, "t", &a, &err) == 0);
-    CHECK(gpu_loader_init(&l, be, 0, 3, 4096, NULL, NULL, &err) == 0);
-    if (!l.have_ring) {
-        fprintf(stderr, "  (no io_uring here: nothing to test)\n");
-    } else {
-        uint64_t sum;
-        waits = 0;
-        l.wait_cqe = failing_wait;
-        /* Three reads of the (empty) pipe are queued; the wait fails. */
-        CHECK(gpu_loader_shard(&l, p[0], -1, 0, 3 * 4096, &a, &sum, &err) < 0);
+    CHECK(b->ops->alloc(b, 0, 3 * 4096, 0, "t", &a, &err) == 0);
+    struct gpu_load_shard ls = {.fd = p[0], .direct_fd = -1, .data_start = 0, .size = 3 * 4096,
+                                .a = &a};
+    struct gpu_plan_shard ps = {p[0], 0, 3 * 4096};
+    struct gpu_plan plan;
+    CHECK(gpu_plan_build(&plan, &ps, 1, 4096, GPU_SRC_DISK, &err) == 0);
+    struct gpu_load l = {.be = b, .threads = 1, .depth = 3, .chunk = 4096,
+                         .wait_cqe = failing_wait};
+    l.stage = b->ops->stage_open(b, 0, 3, gpu_load_stage_bytes(4096), &err);
+    struct gpu_load_stats st;
+    waits = 0;
+    /* Three reads of the (empty) pipe are queued; the wait fails. */
+    int rc = gpu_load_run(&l, &ls, 1, &plan, &st, &err);
+    CHECK(waits > 0);
+    {
+        CHECK(rc < 0);
         CHECK_CONTAINS(err.message, "io_uring_wait_cqe");
         CHECK(!l.unsafe);
         /* Nothing may still be reading: bytes written now stay in the pipe. */
@@ -118,17 +299,24 @@ TEST(ring_error_leaves_no_read_in_flight)
         CHECK(ioctl(p[0], FIONREAD, &queued) == 0);
         CHECK(queued == (int)sizeof(buf));
     }
-    gpu_loader_close(&l);
-    be->ops->free(be, &a);
-    be->ops->destroy(be);
+    gpu_plan_free(&plan);
+    b->ops->stage_close(l.stage);
+    b->ops->free(b, &a);
+    b->ops->destroy(b);
     close(p[0]);
     close(p[1]);
 }
 
 int main(void)
 {
-    RUN(shard_through_io_uring);
-    RUN(shard_through_pread);
+    if (gpu_files_setup() < 0)
+        return 1;
+    RUN(both_sources_every_shape);
+    RUN(disk_reads_with_and_without_o_direct_and_io_uring);
+    RUN(planned_mixed_many_threads);
+    RUN(handed_over_bytes_are_counted);
+    RUN(truncated_file_and_cancel);
     RUN(ring_error_leaves_no_read_in_flight);
+    gpu_files_teardown();
     return TEST_SUMMARY();
 }

@@ -39,7 +39,14 @@ TEST(startup_preloads_and_the_get_document)
     CHECK(json_real_value(json_object_get(pr, "fraction")) == 1.0);
     json_t *pl = json_object_get(o, "preload");
     CHECK(json_is_true(json_object_get(pl, "verified")));
-    CHECK(json_string_length(json_object_get(pl, "io")) > 0);
+    json_t *io = json_object_get(pl, "io");
+    CHECK(json_integer_value(json_object_get(io, "page_cache_bytes")) +
+              json_integer_value(json_object_get(io, "disk_bytes")) == MODEL_BYTES);
+    CHECK(json_integer_value(json_object_get(io, "handed_over_bytes")) <=
+          json_integer_value(json_object_get(io, "disk_bytes")));
+    CHECK(json_string_length(json_object_get(io, "disk_reads")) > 0);
+    CHECK(json_integer_value(json_object_get(io, "threads")) >= 1);
+    CHECK(json_integer_value(json_object_get(io, "depth")) == f.cfg.staging_buffers);
     json_t *allocs = json_object_get(o, "allocations");
     CHECK(json_array_size(allocs) == 1);
     json_t *a0 = json_array_get(allocs, 0);

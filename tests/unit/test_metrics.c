@@ -98,7 +98,7 @@ TEST(status_classes_and_gauges)
     metrics_add(MC_RANGE_NOT_SATISFIABLE, 2);
     metrics_add((enum metrics_ctr)99, 1); /* ignored */
     metrics_set_registry(5, 1, 12, 3400, 1ULL << 40, 7);
-    metrics_set_gpu(123456789, 3, 2.5e9);
+    metrics_set_gpu(123456789, 3, 2.5e9, 1 << 20);
     char *p = metrics_render_prometheus();
     CHECK(sample(p, "tensord_http_requests_total{endpoint=\"file\",code=\"1xx\"}") == 1);
     CHECK(sample(p, "tensord_http_requests_total{endpoint=\"file\",code=\"4xx\"}") == 2);
@@ -220,7 +220,7 @@ TEST(json_rendering)
     metrics_request_start();
     metrics_add(MC_RELOADS, 3);
     metrics_set_registry(2, 0, 3, 4, 5, 6);
-    metrics_set_gpu(0, 0, 0.0 / 0.0); /* NaN must not reach the JSON */
+    metrics_set_gpu(0, 0, 0.0 / 0.0, 0); /* NaN must not reach the JSON */
     char *j = metrics_render_json();
     CHECK(j[0] == '{' && j[strlen(j) - 1] == '}');
     CHECK_CONTAINS(j, "\"version\":\"" TENSORD_VERSION "\"");
@@ -250,7 +250,7 @@ static void dump_for_promtool(const char *path)
         metrics_add((enum metrics_ctr)c, (uint64_t)c + 1);
     metrics_conn_opened();
     metrics_set_registry(3, 1, 7, 1000, 1 << 30, 2);
-    metrics_set_gpu(1 << 30, 1, 1.5e10);
+    metrics_set_gpu(1 << 30, 1, 1.5e10, 0);
     metrics_hash_progress(3 << 30, 40, 1);
     metrics_set_hashing(2, 1 << 30, 40, 42);
     char *p = metrics_render_prometheus();
