@@ -138,7 +138,7 @@ test-cuda-double: deps
 	  $(CUDA_DOUBLE_BUILD)/libtensord-client.so $(CUDA_DOUBLE_BUILD)/cuda-double/libcuda.so.1
 	@TENSORD_CUDA_BUILD=$(CUDA_DOUBLE_BUILD) $(PYTHON) tests/cuda_double/run.py
 
-.PHONY: FORCE all deps deps-apt run test test-cuda-double cuda-double unit fuzz fuzz-smoke install clean integration print-% bench bench-header bench-hub bench-leases bench-remote bench-sha256 bench-hash soak tsan-test dist
+.PHONY: FORCE all deps deps-apt run test test-cuda-double cuda-double unit fuzz fuzz-smoke install clean integration print-% bench bench-gpu bench-header bench-hub bench-leases bench-remote bench-sha256 bench-hash soak tsan-test dist
 all: $(BUILD)/tensord $(BUILD)/libtensord-client.so $(BUILD)/tensord-client
 
 # The flags a build directory was compiled with: objects depend on this
@@ -278,6 +278,22 @@ bench-header: $(BUILD)/libtensord-core.a
 	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -o $(BUILD)/bench_st_header bench/bench_st_header.c \
 	  $(BUILD)/libtensord-core.a $(LDLIBS)
 	$(BUILD)/bench_st_header
+
+# The GPU preload against the machine's limits in the same run (pinned copy,
+# page cache, O_DIRECT, safetensors; bench/preload.py, docs/PERFORMANCE.md
+# "GPU preload"): on cuda:0 where a GPU is usable, else on the host backend
+# and on the CUDA driver test double. BENCH_GPU_ARGS="--device cuda:1 ...".
+BENCH_GPU_ARGS ?=
+$(BUILD)/bench/ceil_preload: bench/ceil_preload.c bench/ceil.h core/gpu/cuda_api.h $(BUILD)/flags
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -o $@ $< $(PKG_LIBS) -ldl -lpthread
+bench-gpu: deps
+	@$(MAKE) --no-print-directory all $(BUILD)/bench/ceil_preload
+	@if [ -n "$(BENCH_GPU_ARGS)" ]; then $(PYTHON) bench/preload.py $(BENCH_GPU_ARGS); \
+	elif nvidia-smi -L >/dev/null 2>&1; then $(PYTHON) bench/preload.py --device cuda:0; \
+	else $(PYTHON) bench/preload.py --device host && \
+	  $(MAKE) --no-print-directory CUDA=yes $(BUILD)/cuda-double/libcuda.so.1 && \
+	  $(PYTHON) bench/preload.py --double; fi
 
 # Leases opened and closed per second on the host backend, and worker RSS
 # over 1,000 open/close cycles (docs/GPU.md, issue 12).
