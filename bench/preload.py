@@ -175,6 +175,10 @@ def safetensors_load(files, device):
     total = sum(os.path.getsize(f) for f in files)
     try:
         if device == "host":
+            try:
+                import ml_dtypes  # noqa: F401  (NumPy's bfloat16, which safetensors asks for)
+            except ImportError:
+                pass
             from safetensors.numpy import load_file
             t0 = time.perf_counter()
             keep = [load_file(f) for f in files]

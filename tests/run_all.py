@@ -6,7 +6,8 @@ ASan+UBSan, the st_header differential test (tests/diff/), libFuzzer smoke
 runs with crash-regression replay, the integration suite against the real
 daemon and, side by side with it, the same suite against the ASan+UBSan
 daemon, the CUDA backend against
-the CUDA driver test double (make test-cuda-double), and the operations
+the CUDA driver test double (make test-cuda-double), the GPU check script
+dry on the host backend (built from fetched .debs), and the operations
 checks. Each stage's own count is added
 to the total; a stage that cannot run at all counts as one failure. Exits
 non-zero on any failure."""
@@ -131,6 +132,17 @@ def main():
         # double (tests/cuda_double/), ASan+UBSan; prints its own count.
         stage("CUDA backend against the driver test double",
               ["make", "--no-print-directory", "test-cuda-double"])
+        # tests/gpu/run.sh as it runs on a bare GPU machine, dry (host
+        # backend): built from .debs fetched here (TENSORD_USE_DEBS=1, so a
+        # library the build gains and the script's package list lacks fails
+        # here), the preload, workers, evict and the preload benchmark.
+        debs = "build/debs-check"
+        stage("GPU check script (tests/gpu/run.sh --device host, built from .debs)",
+              ["bash", "-c",
+               f"tests/gpu/run.sh --fetch-debs --no-model --debs {debs} >/dev/null && "
+               f"tests/gpu/run.sh --device host --size-mb 64 --bench-gib 0.25 --debs {debs}"],
+              env={"TENSORD_USE_DEBS": "1", "TENSORD_GPU_BUILD": "build/gpu-check",
+                   "PYTHON": PY}, counted=False)
         if os.path.isdir(os.path.join(ROOT, "tests/ops")):
             stage("operations checks", [PY, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                                         "tests/ops"])

