@@ -410,8 +410,20 @@ dist: deps-test
 	$(PYTHON) -m pip wheel -q --no-deps --no-build-isolation --disable-pip-version-check -w $(BUILD)/dist $(BUILD)/pysrc
 	@ls $(BUILD)/dist/tensord-*.whl
 
+# What `make install` puts under DESTDIR/PREFIX (uninstall removes the same).
+MAN_PAGES := docs/tensord.8 docs/tensord-client.1 docs/tensord.conf.5
+INSTALLED  = bin/tensord bin/tensord-client lib/libtensord-client.so.0 lib/libtensord-client.so \
+             include/tensord_client.h share/man/man8/tensord.8 share/man/man1/tensord-client.1 \
+             share/man/man5/tensord.conf.5 lib/systemd/system/tensord.service \
+             share/doc/tensord/OPERATIONS.md share/doc/tensord/CONFIG.md \
+             share/doc/tensord/API.md share/doc/tensord/tensord-gpu.conf
+# The dynamic linker's cache learns of the new library (so the Python
+# client and C workers load it by name); not for a DESTDIR staging tree,
+# whose package runs ldconfig when it is installed.
+LDCONFIG  ?= $(if $(DESTDIR),,ldconfig)
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include \
+	  $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man5 \
 	  $(DESTDIR)$(PREFIX)/share/man/man8 $(DESTDIR)$(PREFIX)/share/doc/tensord \
 	  $(DESTDIR)$(PREFIX)/lib/systemd/system $(DESTDIR)$(SYSCONFDIR)/tensord
 	install -m 0755 $(BUILD)/tensord $(BUILD)/tensord-client $(DESTDIR)$(PREFIX)/bin/
@@ -419,6 +431,8 @@ install: all
 	ln -sf libtensord-client.so.0 $(DESTDIR)$(PREFIX)/lib/libtensord-client.so
 	install -m 0644 client/tensord_client.h $(DESTDIR)$(PREFIX)/include/
 	install -m 0644 docs/tensord.8 $(DESTDIR)$(PREFIX)/share/man/man8/
+	install -m 0644 docs/tensord-client.1 $(DESTDIR)$(PREFIX)/share/man/man1/
+	install -m 0644 docs/tensord.conf.5 $(DESTDIR)$(PREFIX)/share/man/man5/
 	install -m 0644 systemd/tensord.service $(DESTDIR)$(PREFIX)/lib/systemd/system/
 	install -m 0644 docs/OPERATIONS.md docs/CONFIG.md docs/API.md systemd/tensord-gpu.conf \
 	  $(DESTDIR)$(PREFIX)/share/doc/tensord/
@@ -426,6 +440,18 @@ install: all
 	@if [ -e $(DESTDIR)$(SYSCONFDIR)/tensord/tensord.conf ]; then \
 	  echo "keeping existing $(DESTDIR)$(SYSCONFDIR)/tensord/tensord.conf"; \
 	else install -m 0644 config/tensord.conf $(DESTDIR)$(SYSCONFDIR)/tensord/; fi
+	$(if $(LDCONFIG),$(LDCONFIG))
+
+# The configuration goes only when it is the shipped one, unedited.
+uninstall:
+	rm -f $(addprefix $(DESTDIR)$(PREFIX)/,$(INSTALLED))
+	@if cmp -s config/tensord.conf $(DESTDIR)$(SYSCONFDIR)/tensord/tensord.conf; then \
+	  rm -f $(DESTDIR)$(SYSCONFDIR)/tensord/tensord.conf; \
+	  rmdir $(DESTDIR)$(SYSCONFDIR)/tensord 2>/dev/null || true; \
+	elif [ -e $(DESTDIR)$(SYSCONFDIR)/tensord/tensord.conf ]; then \
+	  echo "keeping $(DESTDIR)$(SYSCONFDIR)/tensord/tensord.conf (edited)"; fi
+	-rmdir $(DESTDIR)$(PREFIX)/share/doc/tensord 2>/dev/null
+	$(if $(LDCONFIG),$(LDCONFIG))
 
 clean:
 	rm -rf build
