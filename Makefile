@@ -47,6 +47,8 @@ bad=; for m in $(PKG_MIN); do lib=$${m%%:*}; rest=$${m#*:}; min=$${rest%%:*}; de
   if ! pkg-config --exists $$lib; then bad="$$bad\n  $$lib >= $$min: not found (Debian: $$deb)"; \
   elif ! pkg-config --atleast-version=$$min $$lib; then \
     bad="$$bad\n  $$lib >= $$min: found $$(pkg-config --modversion $$lib) (Debian 12 and Ubuntu 24.04 have new enough ones)"; fi; done; \
+echo '#include <dlpack/dlpack.h>' | $(CC) $(CPPFLAGS) -E -x c - >/dev/null 2>&1 || \
+  bad="$$bad\n  dlpack/dlpack.h (DLPack 0.6 or newer, for the client library): not found (Debian: libdlpack-dev)"; \
 if [ -n "$$bad" ]; then printf "tensord needs:$$bad\n(make deps-run installs them on Debian; PKG_CONFIG_PATH finds others)\n" >&2; exit 1; fi
 endef
 
@@ -267,9 +269,10 @@ fuzz: $(FUZZ_BIN)
 # Nothing in DEB_BUILD or DEB_RUN starts a service; the test and bench lists
 # are installed with services kept from starting (policy-rc.d), since nginx
 # and prometheus would otherwise listen on :80 and :9090.
-DEB_BUILD := build-essential pkg-config libmicrohttpd-dev liburing-dev libjansson-dev libssl-dev
+DEB_BUILD := build-essential pkg-config libmicrohttpd-dev liburing-dev libjansson-dev libssl-dev \
+             libdlpack-dev
 DEB_RUN   := python3 python3-numpy python3-urllib3 curl xxd
-DEB_TEST  := libdlpack-dev clang libclang-rt-14-dev python3-pytest python3-venv python3-torch \
+DEB_TEST  := clang libclang-rt-14-dev python3-pytest python3-venv python3-torch \
              git man-db groff-base systemd prometheus nginx-light
 DEB_BENCH := nettle-dev nginx wrk aria2
 # Kept for scripts that read it: every list.
