@@ -338,7 +338,7 @@ run: deps-run
 	echo "  curl -s -H 'Range: bytes=0-7' $(RUN_URL)/v1/models/demo-sharded/files/model-00001-of-00002.safetensors | xxd" && \
 	echo "  build/tensord-client ls                 # the lease socket, found as the daemon chose it" && \
 	echo "  build/tensord-client open demo-f32" && \
-	echo "  PYTHONPATH=client/python python3 -c 'import tensord; print(tensord.connect().open(\"demo-f32\").keys())'" && \
+	echo "  PYTHONPATH=client/python python3 -c 'import tensord; m = tensord.connect().open(\"demo-f32\"); print(m.backend, m[\"embed.weight\"][:2])'" && \
 	echo
 	@$(RUN_CMD); rc=$$?; [ $$rc = 0 ] || echo "make run: tensord exited with status $$rc (port $(RUN_PORT) taken? make run PORT=N, or LISTEN=ADDR:PORT)" >&2; exit $$rc
 

@@ -22,7 +22,9 @@ command -v debootstrap >/dev/null || apt-get install -y -qq debootstrap
 mounted=
 cleanup() {
     for m in $mounted; do umount -l "$R$m" 2>/dev/null || true; done
-    [ -n "${KEEP:-}" ] || rm -rf "$R"
+    # Never remove a tree that still has the host's /dev or /proc in it.
+    if grep -q " $R/" /proc/mounts; then echo "fresh_root.sh: $R still has mounts" >&2; return; fi
+    [ -n "${KEEP:-}" ] || rm -rf "$R" "$R".*
 }
 trap cleanup EXIT
 bind() { mkdir -p "$R$1"; mount --bind "$1" "$R$1"; mounted="$1 $mounted"; }
@@ -45,7 +47,9 @@ mkdir -p "$R/src/tensord"
      tar --null -T - -cf -) | tar -C "$R/src/tensord" -xf -
 
 packages() { in_root dpkg-query -W -f='${Package} ${Installed-Size}\n' | sort; }
+services() { ls "$R/etc/init.d" "$R/lib/systemd/system" 2>/dev/null | grep -v ':$' | sort -u; }
 packages > "$R.before"
+services > "$R.services-before"
 
 echo "== make run PORT=18477 (installs, builds, serves)"
 # Its own process group (setsid), ended as one below.
@@ -71,8 +75,9 @@ echo "== make run installed $n packages, $((kib / 1024)) MiB installed size"
 bad=$(echo "$added" | tr ' ' '\n' |
       grep -E '^(clang|python3-torch|nginx|prometheus|wrk|aria2|systemd|python3-pytest|git)$' || true)
 [ -z "$bad" ] || { echo "make run installed test or bench packages: $bad"; exit 1; }
-services=$(ls "$R/etc/init.d" 2>/dev/null | tr '\n' ' ')
-echo "init scripts in the root: ${services:-none}"
+new_services=$(comm -13 "$R.services-before" <(services) | tr '\n' ' ')
+echo "init scripts and systemd units make run added: ${new_services:-none}"
+[ -z "$new_services" ] || { echo "make run installed a service"; exit 1; }
 
 echo "== the tour, as written, in a network namespace of its own"
 unshare --fork --kill-child --mount --net bash -c "
