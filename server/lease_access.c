@@ -64,8 +64,10 @@ static void socket_error(const char *path, int e, char *err, size_t errlen)
     struct stat st;
     snprintf(dir, sizeof(dir), "%s", path);
     char *slash = strrchr(dir, '/');
-    if (slash)
-        *slash = slash == dir ? dir[1] = '\0', '/' : '\0';
+    if (slash == dir)
+        slash[1] = '\0'; /* a socket in / */
+    else if (slash)
+        *slash = '\0';
     if ((e == EACCES || e == EPERM || e == EROFS) && slash && stat(dir, &st) == 0)
         snprintf(err, errlen,
                  "ipc socket %s: %s (the directory %s belongs to uid %u and has mode %03o; "

@@ -66,7 +66,7 @@ static int parse_options(int argc, char **argv, struct config *cfg, int *print)
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--print-config") == 0 || strcmp(a, "--print-socket") == 0) {
-            *print = a[8] == 'c' ? PRINT_CONFIG : PRINT_SOCKET;
+            *print = strcmp(a, "--print-config") == 0 ? PRINT_CONFIG : PRINT_SOCKET;
             continue;
         }
         if (strncmp(a, "--", 2) != 0 || a[2] == '\0') {
