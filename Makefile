@@ -3,7 +3,9 @@
 #   CUDA_PATH=/usr/local/cuda      where cuda.h is looked for first (CUDA_INCLUDE=DIR: only there)
 #   SANITIZER=address,undefined    build with sanitizers (into their own BUILD dir by default)
 #   CI=true                        adds -Werror
+#   V=1                            print full compiler lines (default: "CC build/obj/x.o")
 #   PREFIX=/usr/local DESTDIR=     install locations
+#   PORT=8077 or LISTEN=ADDR:PORT  where `make run` serves
 VERSION    := 0.1.0
 PREFIX     ?= /usr/local
 SYSCONFDIR ?= /etc
@@ -31,6 +33,39 @@ comma := ,
 PKGS       := libmicrohttpd liburing jansson libcrypto
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+
+# The oldest library versions the sources need, checked before anything is
+# compiled (README "Building" says why each): liburing 2.2 brought
+# io_uring_prep_cancel64 and the *_data64 helpers; libmicrohttpd 0.9.75 is
+# the oldest built against (MHD_HTTP_CONTENT_TOO_LARGE); jansson 2.7 added
+# json_stringn_nocheck; OpenSSL 1.1.0 EVP_MD_CTX_new.
+PKG_MIN    := libmicrohttpd:0.9.75:libmicrohttpd-dev liburing:2.2:liburing-dev \
+              jansson:2.7:libjansson-dev libcrypto:1.1.0:libssl-dev
+define check_libs
+command -v pkg-config >/dev/null || { echo "tensord: pkg-config is missing (Debian: apt-get install pkg-config build-essential, or make deps-run)" >&2; exit 1; }; \
+bad=; for m in $(PKG_MIN); do lib=$${m%%:*}; rest=$${m#*:}; min=$${rest%%:*}; deb=$${rest#*:}; \
+  if ! pkg-config --exists $$lib; then bad="$$bad\n  $$lib >= $$min: not found (Debian: $$deb)"; \
+  elif ! pkg-config --atleast-version=$$min $$lib; then \
+    bad="$$bad\n  $$lib >= $$min: found $$(pkg-config --modversion $$lib) (Debian 12 and Ubuntu 24.04 have new enough ones)"; fi; done; \
+echo '#include <dlpack/dlpack.h>' | $(CC) $(CPPFLAGS) -E -x c - >/dev/null 2>&1 || \
+  bad="$$bad\n  dlpack/dlpack.h (DLPack 0.6 or newer, for the client library): not found (Debian: libdlpack-dev)"; \
+if [ -n "$$bad" ]; then printf "tensord needs:$$bad\n(make deps-run installs them on Debian; PKG_CONFIG_PATH finds others)\n" >&2; exit 1; fi
+endef
+# Flags named on the command line (tests/gpu/run.sh's unpacked packages):
+# the caller vouches for the libraries, pkg-config may not even see them.
+ifeq ($(origin PKG_LIBS),command line)
+check_libs := :
+endif
+
+# Quiet by default, like kbuild: one "CC file" line per step; V=1 prints
+# the commands in full.
+ifeq ($(V),1)
+Q    :=
+show  = @:
+else
+Q    := @
+show  = @printf '  %-6s %s\n' '$(1)' '$(2)'
+endif
 
 # cuda.h (the CUDA 12.0 headers or newer; libcuda itself is dlopen'ed at run
 # time) is looked for, first found first, in CUDA_INCLUDE when given, else in
@@ -125,20 +160,21 @@ CUDA_DOUBLE     := $(BUILD)/cuda-double/libcuda.so.1
 $(CUDA_DOUBLE): $(CUDA_DOUBLE_SRC) tests/cuda_double/cuda_double.h
 	@test -n "$(CUDA_INC)" || { echo "the CUDA driver test double needs cuda.h: $(CUDA_NOT_FOUND)" >&2; exit 1; }
 	@mkdir -p $(dir $@)
-	$(CC) -D_GNU_SOURCE -isystem $(CUDA_INC) $(ALL_CFLAGS) $(LDFLAGS) -fPIC -fvisibility=hidden -shared \
+	$(call show,CCLD,$@)
+	$(Q)$(CC) -D_GNU_SOURCE -isystem $(CUDA_INC) $(ALL_CFLAGS) $(LDFLAGS) -fPIC -fvisibility=hidden -shared \
 	  -Wl,-soname,libcuda.so.1 -o $@ $(CUDA_DOUBLE_SRC) -lpthread
 cuda-double: $(CUDA_DOUBLE)
 
 # The daemon's CUDA backend and the client's CUDA path against the double,
 # under ASan+UBSan (docs/GPU.md, "Testing"). Part of `make test`.
 CUDA_DOUBLE_BUILD := build/san-address-undefined
-test-cuda-double: deps
+test-cuda-double: deps-test
 	@$(MAKE) --no-print-directory SANITIZER=address,undefined CUDA=yes \
 	  $(CUDA_DOUBLE_BUILD)/tensord $(CUDA_DOUBLE_BUILD)/tensord-client \
 	  $(CUDA_DOUBLE_BUILD)/libtensord-client.so $(CUDA_DOUBLE_BUILD)/cuda-double/libcuda.so.1
 	@TENSORD_CUDA_BUILD=$(CUDA_DOUBLE_BUILD) $(PYTHON) tests/cuda_double/run.py
 
-.PHONY: FORCE all deps deps-apt run test test-cuda-double cuda-double unit fuzz fuzz-smoke install clean integration print-% bench bench-gpu bench-header bench-hub bench-leases bench-remote bench-sha256 bench-hash soak tsan-test dist
+.PHONY: FORCE all deps deps-apt deps-run deps-test deps-test-apt deps-bench deps-bench-apt run uninstall test test-cuda-double cuda-double unit fuzz fuzz-smoke install clean integration print-% bench bench-gpu bench-header bench-hub bench-leases bench-remote bench-sha256 bench-hash soak tsan-test dist
 all: $(BUILD)/tensord $(BUILD)/libtensord-client.so $(BUILD)/tensord-client
 
 # The flags a build directory was compiled with: objects depend on this
@@ -146,20 +182,24 @@ all: $(BUILD)/tensord $(BUILD)/libtensord-client.so $(BUILD)/tensord-client
 # CUDA build, CFLAGS=...), so one directory never mixes two configurations.
 BUILD_FLAGS := $(CC) $(CPPFLAGS) $(ALL_CFLAGS) $(LDFLAGS) $(LDLIBS)
 $(BUILD)/flags: FORCE
+	@$(check_libs)
 	@mkdir -p $(dir $@)
 	@echo '$(subst ','\'',$(BUILD_FLAGS))' | cmp -s - $@ || echo '$(subst ','\'',$(BUILD_FLAGS))' > $@
 FORCE:
 
 $(BUILD)/obj/%.o: %.c $(BUILD)/flags
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -MMD -MP -c $< -o $@
+	$(call show,CC,$@)
+	$(Q)$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -MMD -MP -c $< -o $@
 
 $(BUILD)/libtensord-core.a: $(CORE_OBJ)
 	@rm -f $@
-	ar rcs $@ $^
+	$(call show,AR,$@)
+	$(Q)ar rcs $@ $^
 
 $(BUILD)/tensord: $(SERVER_OBJ) $(BUILD)/libtensord-core.a
-	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(call show,LD,$@)
+	$(Q)$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # The client library is position-independent and links only libc (+dl for
 # CUDA). Of core it takes the answer reader's tokenizer, json_scan, and what
@@ -171,19 +211,23 @@ CLIENT_CORE_SRC := core/json_scan.c core/strmap.c core/util.c
 CLIENT_PIC_OBJ := $(CLIENT_SRC:%.c=$(BUILD)/pic/%.o) $(CLIENT_CORE_SRC:%.c=$(BUILD)/pic/%.o)
 $(BUILD)/pic/%.o: %.c $(BUILD)/flags
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -fPIC -fvisibility=hidden -ffunction-sections -fdata-sections \
+	$(call show,CC,$@)
+	$(Q)$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -fPIC -fvisibility=hidden -ffunction-sections -fdata-sections \
 	  -MMD -MP -c $< -o $@
 $(BUILD)/libtensord-client.so: $(CLIENT_PIC_OBJ)
-	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -shared -Wl,-soname,libtensord-client.so.0 -Wl,--gc-sections \
+	$(call show,LD,$@)
+	$(Q)$(CC) $(ALL_CFLAGS) $(LDFLAGS) -shared -Wl,-soname,libtensord-client.so.0 -Wl,--gc-sections \
 	  -o $@ $^ -ldl -lpthread
 $(BUILD)/tensord-client: $(BUILD)/obj/client/cli.o $(CLIENT_OBJ) $(BUILD)/libtensord-core.a
-	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(call show,LD,$@)
+	$(Q)$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # -MMD: a test is rebuilt when a header it includes (test.h, a fixture)
 # changes, not only its own .c.
 $(BUILD)/tests/%: tests/unit/%.c $(SERVER_LIB_OBJ) $(CLIENT_OBJ) $(BUILD)/libtensord-core.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) -Itests/unit $(ALL_CFLAGS) -MMD -MP -MF $@.d $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(call show,CCLD,$@)
+	$(Q)$(CC) $(CPPFLAGS) -Itests/unit $(ALL_CFLAGS) -MMD -MP -MF $@.d $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 unit: $(UNIT_BIN)
 	@$(PYTHON) tests/run_unit.py $(UNIT_BIN)
@@ -198,14 +242,17 @@ FUZZ_LIB_SRC := $(CORE_SRC) $(filter-out server/main.c,$(SERVER_SRC)) $(CLIENT_S
 FUZZ_LIB_OBJ := $(FUZZ_LIB_SRC:%.c=build/fuzz/obj/%.o)
 build/fuzz/obj/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CLANG) $(CPPFLAGS) -std=c11 -pthread $(PKG_CFLAGS) $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link \
+	$(call show,CLANG,$@)
+	$(Q)$(CLANG) $(CPPFLAGS) -std=c11 -pthread $(PKG_CFLAGS) $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link \
 	  -MMD -MP -c $< -o $@
 build/fuzz/libtensord-fuzz.a: $(FUZZ_LIB_OBJ)
 	@rm -f $@
-	ar rcs $@ $^
+	$(call show,AR,$@)
+	$(Q)ar rcs $@ $^
 build/fuzz/%: tests/fuzz/%.c build/fuzz/libtensord-fuzz.a
 	@mkdir -p $(dir $@)
-	$(CLANG) $(CPPFLAGS) -std=c11 -pthread $(PKG_CFLAGS) $(FUZZ_FLAGS) -fsanitize=fuzzer -o $@ $^ \
+	$(call show,CLANG,$@)
+	$(Q)$(CLANG) $(CPPFLAGS) -std=c11 -pthread $(PKG_CFLAGS) $(FUZZ_FLAGS) -fsanitize=fuzzer -o $@ $^ \
 	  $(LDLIBS)
 
 fuzz-build: $(FUZZ_BIN)
@@ -216,60 +263,111 @@ FUZZ_SMOKE_SECONDS ?= 5
 fuzz: $(FUZZ_BIN)
 	@$(PYTHON) tests/fuzz/run.py --seconds $(FUZZ_SECONDS) $(FUZZ_BIN)
 
-# Debian packages the build, the tests and the benchmarks need. Installed
-# only when missing, so `make test` on a provisioned machine does not touch apt.
-DEB_PKGS := build-essential pkg-config libmicrohttpd-dev liburing-dev libjansson-dev libssl-dev \
-            nettle-dev libdlpack-dev clang libclang-rt-14-dev python3-numpy python3-pytest curl \
-            prometheus systemd nginx nginx-light git wrk man-db groff-base python3-venv python3-torch aria2
-deps: deps-apt $(VENV)/.installed
-deps-apt:
-	@missing=$$(for p in $(DEB_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
-	if [ -n "$$missing" ]; then \
-	  echo "installing:" $$missing; \
-	  SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$missing; \
-	fi
+# Debian packages, by what needs them; each list is installed only where a
+# package is missing, so a provisioned machine never touches apt. Add a
+# package to the list of the first target that needs it:
+#   DEB_BUILD  compiling (make all)
+#   DEB_RUN    make run and the README tour (demo models, curl, the Python
+#              client's imports); with DEB_BUILD the whole of `make deps-run`
+#   DEB_TEST   make test (with the virtual environment of tests/requirements.txt)
+#   DEB_BENCH  make bench, bench-remote, bench-hub, bench-sha256, soak
+# Nothing in DEB_BUILD or DEB_RUN starts a service; the test and bench lists
+# are installed with services kept from starting (policy-rc.d), since nginx
+# and prometheus would otherwise listen on :80 and :9090.
+DEB_BUILD := build-essential pkg-config libmicrohttpd-dev liburing-dev libjansson-dev libssl-dev \
+             libdlpack-dev
+DEB_RUN   := python3 python3-numpy python3-urllib3 curl xxd
+DEB_TEST  := clang libclang-rt-14-dev python3-pytest python3-venv python3-torch \
+             git man-db groff-base systemd prometheus nginx-light
+DEB_BENCH := nettle-dev nginx wrk aria2
+# Kept for scripts that read it: every list.
+DEB_PKGS   = $(DEB_BUILD) $(DEB_RUN) $(DEB_TEST) $(DEB_BENCH)
+
+# $(call apt_install,PACKAGES): installs those missing, as root or through sudo.
+define apt_install
+@missing=$$(for p in $(1); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
+if [ -n "$$missing" ]; then \
+  echo "installing:" $$missing; \
+  SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+  $$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive TENSORD_NO_START=$(2) sh -c '\
+    [ -z "$$TENSORD_NO_START" ] || [ -e /usr/sbin/policy-rc.d ] || { \
+      printf "#!/bin/sh\nexit 101\n" > /usr/sbin/policy-rc.d; chmod 755 /usr/sbin/policy-rc.d; \
+      trap "rm -f /usr/sbin/policy-rc.d" EXIT; }; \
+    apt-get install -y -qq --no-install-recommends "$$@"' sh $$missing; \
+fi
+endef
+
+deps-run:
+	$(call apt_install,$(DEB_BUILD) $(DEB_RUN))
+deps-test-apt: deps-run
+	$(call apt_install,$(DEB_TEST),1)
+deps-bench-apt: deps-test-apt
+	$(call apt_install,$(DEB_BENCH),1)
+# The tests' (and benchmarks') virtual environment.
+deps-test: deps-test-apt $(VENV)/.installed
+deps-bench: deps-bench-apt $(VENV)/.installed
+deps: deps-bench
+deps-apt: deps-bench-apt
 
 # Exact versions, no dependency resolution: what the file lists is what runs.
-$(VENV)/.installed: tests/requirements.txt | deps-apt
+$(VENV)/.installed: tests/requirements.txt | deps-test-apt
 	$(SYS_PYTHON) -m venv --system-site-packages $(VENV)
 	$(VENV)/bin/pip install -q --disable-pip-version-check --no-deps -r tests/requirements.txt
 	@touch $@
 
-run: deps
+# `make run`: the runtime set only, the demo models under ./models, the
+# daemon on LISTEN with its state under build/run/ and one demo model
+# preloaded for leases (on GPU 0 when the build has CUDA and a GPU is
+# there, else on the host backend). Extra daemon options: RUN_ARGS=...
+PORT       ?= 8077
+LISTEN     ?= 127.0.0.1:$(PORT)
+RUN_PORT    = $(lastword $(subst :, ,$(LISTEN)))
+RUN_HOSTPART = $(patsubst %:$(RUN_PORT),%,$(LISTEN))
+RUN_HOST    = $(if $(filter 127.0.0.1 0.0.0.0 [::] [::1],$(RUN_HOSTPART)),localhost,$(RUN_HOSTPART))
+RUN_URL     = $(RUN_HOST):$(RUN_PORT)
+RUN_DEVICE ?= $(if $(and $(filter 1,$(WITH_CUDA)),$(wildcard /dev/nvidia0)),cuda:0,host)
+RUN_ARGS   ?=
+RUN_CMD     = $(BUILD)/tensord serve --models models --listen $(LISTEN) \
+              --state-dir $(CURDIR)/$(BUILD)/run/state --preload demo-f32@$(RUN_DEVICE) $(RUN_ARGS)
+run: deps-run
 	@$(MAKE) --no-print-directory all
-	@$(PYTHON) tests/gen/gen_models.py --demo models
-	@echo
-	@echo "tensord is starting on http://127.0.0.1:8077 serving ./models. Try:"
-	@echo "  curl -s localhost:8077/v1/models"
-	@echo "  curl -s localhost:8077/v1/models/demo-f32/header"
-	@echo "  curl -s localhost:8077/v1/models/demo-f32/tensors/embed.weight -o embed.bin"
-	@echo "  curl -s 'localhost:8077/v1/models/demo-f32/tensors/embed.weight?slice=0:2,1:3&format=npy' -o slice.npy"
-	@echo "  curl -s -H 'Range: bytes=0-7' localhost:8077/v1/models/demo-sharded/files/model-00001-of-00002.safetensors | xxd"
-	@echo
-	exec $(BUILD)/tensord serve --models models --listen 127.0.0.1:8077 --ipc-socket $(CURDIR)/$(BUILD)/tensord.sock
+	@$(SYS_PYTHON) tests/gen/gen_models.py --demo models
+	@mkdir -p $(BUILD)/run/state $(BUILD)/tour
+	@sock=$$($(RUN_CMD) --print-socket) && echo && \
+	echo "tensord is starting on http://$(LISTEN) serving ./models (another port: make run PORT=N)." && \
+	echo "demo-f32 is preloaded on $(RUN_DEVICE) for leases on $$sock. Try:" && \
+	echo "  curl -s $(RUN_URL)/v1/models" && \
+	echo "  curl -s $(RUN_URL)/v1/models/demo-f32/header" && \
+	echo "  curl -s $(RUN_URL)/v1/models/demo-f32/tensors/embed.weight -o build/tour/embed.bin" && \
+	echo "  curl -s '$(RUN_URL)/v1/models/demo-f32/tensors/embed.weight?slice=0:2,1:3&format=npy' -o build/tour/slice.npy" && \
+	echo "  curl -s -H 'Range: bytes=0-7' $(RUN_URL)/v1/models/demo-sharded/files/model-00001-of-00002.safetensors | xxd" && \
+	echo "  build/tensord-client ls                 # the lease socket, found as the daemon chose it" && \
+	echo "  build/tensord-client open demo-f32" && \
+	echo "  PYTHONPATH=client/python python3 -c 'import tensord; m = tensord.connect().open(\"demo-f32\"); print(m.backend, m[\"embed.weight\"][:2])'" && \
+	echo
+	@$(RUN_CMD); rc=$$?; [ $$rc = 0 ] || echo "make run: tensord exited with status $$rc (port $(RUN_PORT) taken? make run PORT=N, or LISTEN=ADDR:PORT)" >&2; exit $$rc
 
-test: deps
+test: deps-test
 	@$(PYTHON) tests/run_all.py
 
 integration: all
 	@$(PYTHON) -m pytest -q tests/integration
 
-bench: deps
+bench: deps-bench
 	@$(MAKE) --no-print-directory all
 	@$(PYTHON) bench/run.py
 
 # Remote tensors: tensord.load_file against hf_hub_download and aria2c from
 # nginx and a local safetensors load, tensor-parallel fetches, get_slice
 # (bench/remote.py; about 2.5 GB of models, cached in build/bench/models).
-bench-remote: deps
+bench-remote: deps-bench
 	@$(MAKE) --no-print-directory all
 	@$(PYTHON) bench/remote.py $(BENCH_REMOTE_ARGS)
 
 # snapshot_download of a 2 GiB sharded repo from tensord's Hugging Face
 # endpoint against nginx serving the same files in a static Hub layout
 # (bench/hub.py; docs/PERFORMANCE.md "Hugging Face endpoint").
-bench-hub: deps
+bench-hub: deps-bench
 	@$(MAKE) --no-print-directory all
 	@$(PYTHON) bench/hub.py $(BENCH_HUB_ARGS)
 
@@ -285,9 +383,10 @@ bench-header: $(BUILD)/libtensord-core.a
 # and on the CUDA driver test double. BENCH_GPU_ARGS="--device cuda:1 ...".
 BENCH_GPU_ARGS ?=
 $(BUILD)/bench/ceil_preload: bench/ceil_preload.c bench/ceil.h core/gpu/cuda_api.h $(BUILD)/flags
+	$(call show,CCLD,$@)
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -o $@ $< $(PKG_LIBS) -ldl -lpthread
-bench-gpu: deps
+	$(Q)$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -o $@ $< $(PKG_LIBS) -ldl -lpthread
+bench-gpu: deps-bench
 	@$(MAKE) --no-print-directory all $(BUILD)/bench/ceil_preload
 	@if [ -n "$(BENCH_GPU_ARGS)" ]; then $(PYTHON) bench/preload.py $(BENCH_GPU_ARGS); \
 	elif nvidia-smi -L >/dev/null 2>&1; then $(PYTHON) bench/preload.py --device cuda:0; \
@@ -311,7 +410,7 @@ bench-sha256:
 # Time to hash a 2 GB sharded repo with an empty state directory and after a
 # restart (docs/PERFORMANCE.md "Content hashes"); the repo is generated in a
 # temporary directory and removed.
-bench-hash: deps
+bench-hash: deps-bench
 	@$(MAKE) --no-print-directory all
 	@$(PYTHON) bench/bench_hash.py
 
@@ -329,15 +428,27 @@ tsan-test:
 # The Python client (client/python, pure Python) as a wheel in $(BUILD)/dist,
 # built from a copy so that setuptools' build/ and egg-info stay out of the
 # checkout, with the system's setuptools (no download).
-dist: deps
+dist: deps-test
 	@rm -rf $(BUILD)/pysrc && mkdir -p $(BUILD)/pysrc $(BUILD)/dist
 	tar -C client/python --exclude=__pycache__ -cf - pyproject.toml README.md tensord | tar -C $(BUILD)/pysrc -xf -
 	cp LICENSE $(BUILD)/pysrc/
 	$(PYTHON) -m pip wheel -q --no-deps --no-build-isolation --disable-pip-version-check -w $(BUILD)/dist $(BUILD)/pysrc
 	@ls $(BUILD)/dist/tensord-*.whl
 
+# What `make install` puts under DESTDIR/PREFIX (uninstall removes the same).
+MAN_PAGES := docs/tensord.8 docs/tensord-client.1 docs/tensord.conf.5
+INSTALLED  = bin/tensord bin/tensord-client lib/libtensord-client.so.0 lib/libtensord-client.so \
+             include/tensord_client.h share/man/man8/tensord.8 share/man/man1/tensord-client.1 \
+             share/man/man5/tensord.conf.5 lib/systemd/system/tensord.service \
+             share/doc/tensord/OPERATIONS.md share/doc/tensord/CONFIG.md \
+             share/doc/tensord/API.md share/doc/tensord/tensord-gpu.conf
+# The dynamic linker's cache learns of the new library (so the Python
+# client and C workers load it by name); not for a DESTDIR staging tree,
+# whose package runs ldconfig when it is installed.
+LDCONFIG  ?= $(if $(DESTDIR),,ldconfig)
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include \
+	  $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man5 \
 	  $(DESTDIR)$(PREFIX)/share/man/man8 $(DESTDIR)$(PREFIX)/share/doc/tensord \
 	  $(DESTDIR)$(PREFIX)/lib/systemd/system $(DESTDIR)$(SYSCONFDIR)/tensord
 	install -m 0755 $(BUILD)/tensord $(BUILD)/tensord-client $(DESTDIR)$(PREFIX)/bin/
@@ -345,6 +456,8 @@ install: all
 	ln -sf libtensord-client.so.0 $(DESTDIR)$(PREFIX)/lib/libtensord-client.so
 	install -m 0644 client/tensord_client.h $(DESTDIR)$(PREFIX)/include/
 	install -m 0644 docs/tensord.8 $(DESTDIR)$(PREFIX)/share/man/man8/
+	install -m 0644 docs/tensord-client.1 $(DESTDIR)$(PREFIX)/share/man/man1/
+	install -m 0644 docs/tensord.conf.5 $(DESTDIR)$(PREFIX)/share/man/man5/
 	install -m 0644 systemd/tensord.service $(DESTDIR)$(PREFIX)/lib/systemd/system/
 	install -m 0644 docs/OPERATIONS.md docs/CONFIG.md docs/API.md systemd/tensord-gpu.conf \
 	  $(DESTDIR)$(PREFIX)/share/doc/tensord/
@@ -352,6 +465,18 @@ install: all
 	@if [ -e $(DESTDIR)$(SYSCONFDIR)/tensord/tensord.conf ]; then \
 	  echo "keeping existing $(DESTDIR)$(SYSCONFDIR)/tensord/tensord.conf"; \
 	else install -m 0644 config/tensord.conf $(DESTDIR)$(SYSCONFDIR)/tensord/; fi
+	$(if $(LDCONFIG),$(LDCONFIG))
+
+# The configuration goes only when it is the shipped one, unedited.
+uninstall:
+	rm -f $(addprefix $(DESTDIR)$(PREFIX)/,$(INSTALLED))
+	@if cmp -s config/tensord.conf $(DESTDIR)$(SYSCONFDIR)/tensord/tensord.conf; then \
+	  rm -f $(DESTDIR)$(SYSCONFDIR)/tensord/tensord.conf; \
+	  rmdir $(DESTDIR)$(SYSCONFDIR)/tensord 2>/dev/null || true; \
+	elif [ -e $(DESTDIR)$(SYSCONFDIR)/tensord/tensord.conf ]; then \
+	  echo "keeping $(DESTDIR)$(SYSCONFDIR)/tensord/tensord.conf (edited)"; fi
+	-rmdir $(DESTDIR)$(PREFIX)/share/doc/tensord 2>/dev/null
+	$(if $(LDCONFIG),$(LDCONFIG))
 
 clean:
 	rm -rf build

@@ -1,26 +1,61 @@
 /* tensord-client: list preloaded models, open one and check it.
  *
- *   tensord-client [--socket PATH] ls
- *   tensord-client [--socket PATH] open MODEL [--device D] [--dump DIR] [--hold]
+ *   tensord-client [--socket PATH | --config FILE] ls
+ *   tensord-client [--socket PATH | --config FILE] open MODEL [--device D] [--dump DIR] [--hold]
  *
  * `open` maps the model, prints its allocation and tensor tables and the
  * time the open took, recomputes every allocation's checksum from the mapped
  * memory and compares it with the daemon's (exit 1 on a mismatch). --dump
  * writes each tensor's bytes to DIR/NAME.bin ('/' in names becomes '%2F');
- * --hold keeps the lease until a line (or EOF) arrives on stdin. */
+ * --hold keeps the lease until a line (or EOF) arrives on stdin.
+ *
+ * Without --socket the daemon is looked for where it puts its socket
+ * (config_ipc_socket_path): the config file's ipc_socket, $TENSORD_SOCKET,
+ * $XDG_RUNTIME_DIR/tensord.sock, /run/tensord/tensord.sock. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
+#include "config.h"
 #include "tensord_client.h"
 
-static void usage(void)
+#define DEFAULT_CONFIG "/etc/tensord/tensord.conf"
+#define MAX_CANDIDATES 8
+
+static void usage(FILE *f)
 {
-    fprintf(stderr, "usage: tensord-client [--socket PATH] ls\n"
-                    "       tensord-client [--socket PATH] open MODEL [--device D] [--dump DIR] "
-                    "[--hold]\n");
+    fprintf(f,
+            "usage: tensord-client [--socket PATH | --config FILE] ls\n"
+            "       tensord-client [--socket PATH | --config FILE] open MODEL [--device D]\n"
+            "                      [--dump DIR] [--hold]\n"
+            "       tensord-client --help | --version\n"
+            "\n"
+            "Talks to tensord's lease socket (GPU and host memory sharing).\n"
+            "commands:\n"
+            "  ls                  the preloaded models, their state and device (JSON)\n"
+            "  open MODEL          map MODEL under a lease, print its allocations and\n"
+            "                      tensors and check every allocation's checksum\n"
+            "options:\n"
+            "  --socket PATH       the daemon's lease socket\n"
+            "  --config FILE       read ipc_socket from FILE (default " DEFAULT_CONFIG ",\n"
+            "                      when it exists)\n"
+            "  --device D          open: insist on a device (host, cuda:N or a GPU UUID)\n"
+            "  --dump DIR          open: write each tensor's bytes to DIR/NAME.bin\n"
+            "  --hold              open: keep the lease until a line or EOF on stdin\n"
+            "  --help, --version\n"
+            "Without --socket the socket is looked for where the daemon puts it: the config\n"
+            "file's ipc_socket, $TENSORD_SOCKET, $XDG_RUNTIME_DIR/tensord.sock, then\n"
+            "/run/tensord/tensord.sock; the first that exists is used.\n"
+            "Exit status: 0 ok, 1 the daemon refused or a checksum did not match, 2 usage.\n");
+}
+
+static void usage_error(const char *what, const char *arg)
+{
+    fprintf(stderr, "tensord-client: %s%s%s\n\n", what, arg ? " " : "", arg ? arg : "");
+    usage(stderr);
     exit(2);
 }
 
@@ -114,38 +149,95 @@ static int cmd_open(struct tensord_client *c, const char *model, const char *dev
     return rc;
 }
 
+/* Connects to --socket, else to the first candidate that exists (see the
+ * top of this file). NULL, with every path tried named, when none does. */
+static struct tensord_client *connect_daemon(const char *sock, const char *config_path)
+{
+    char err[1024];
+    struct tensord_client *c = NULL;
+    if (sock) {
+        if (!(c = tensord_connect(sock, err, sizeof(err))))
+            fprintf(stderr, "tensord-client: %s\n", err);
+        return c;
+    }
+    struct config cfg;
+    config_defaults(&cfg);
+    const char *file = config_path ? config_path : DEFAULT_CONFIG;
+    if ((config_path || access(file, R_OK) == 0) &&
+        config_load_file(&cfg, file, err, sizeof(err)) < 0) {
+        fprintf(stderr, "tensord-client: %s\n", err);
+        config_free(&cfg);
+        return NULL;
+    }
+    char *paths[MAX_CANDIDATES];
+    size_t n = config_ipc_socket_candidates(&cfg, paths, MAX_CANDIDATES), i;
+    config_free(&cfg);
+    for (i = 0; i < n && access(paths[i], F_OK) != 0; i++) {
+    }
+    if (i < n && !(c = tensord_connect(paths[i], err, sizeof(err))))
+        fprintf(stderr, "tensord-client: %s\n", err);
+    if (i == n) {
+        fprintf(stderr, "tensord-client: no lease socket found; tried:\n");
+        for (size_t k = 0; k < n; k++)
+            fprintf(stderr, "  %s: %s\n", paths[k], strerror(ENOENT));
+        fprintf(stderr, "(ipc_socket of %s, $TENSORD_SOCKET, $XDG_RUNTIME_DIR/tensord.sock, "
+                        "/run/tensord/tensord.sock). Is tensord running? `tensord "
+                        "--print-socket` with its options names its socket; pass it with "
+                        "--socket.\n", file);
+    }
+    for (size_t k = 0; k < n; k++)
+        free(paths[k]);
+    return c;
+}
+
 int main(int argc, char **argv)
 {
-    const char *sock = NULL, *device = NULL, *dump = NULL, *cmd = NULL, *model = NULL;
+    const char *sock = NULL, *config = NULL, *device = NULL, *dump = NULL, *cmd = NULL,
+               *model = NULL;
     int hold = 0;
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--socket") == 0 && i + 1 < argc)
-            sock = argv[++i];
-        else if (strcmp(argv[i], "--device") == 0 && i + 1 < argc)
-            device = argv[++i];
-        else if (strcmp(argv[i], "--dump") == 0 && i + 1 < argc)
-            dump = argv[++i];
-        else if (strcmp(argv[i], "--hold") == 0)
+        const char *a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            usage(stdout);
+            return 0;
+        }
+        if (strcmp(a, "--version") == 0) {
+            printf("tensord-client %s\n", TENSORD_VERSION);
+            return 0;
+        }
+        const char **opt = strcmp(a, "--socket") == 0   ? &sock
+                           : strcmp(a, "--config") == 0 ? &config
+                           : strcmp(a, "--device") == 0 ? &device
+                           : strcmp(a, "--dump") == 0   ? &dump
+                                                        : NULL;
+        if (opt && i + 1 >= argc)
+            usage_error("option needs a value:", a);
+        if (opt)
+            *opt = argv[++i];
+        else if (strcmp(a, "--hold") == 0)
             hold = 1;
-        else if (argv[i][0] == '-')
-            usage();
+        else if (a[0] == '-')
+            usage_error("unknown option", a);
         else if (!cmd)
-            cmd = argv[i];
+            cmd = a;
         else if (!model)
-            model = argv[i];
+            model = a;
         else
-            usage();
+            usage_error("unexpected argument", a);
     }
-    if (!cmd || (strcmp(cmd, "open") == 0 && !model) ||
-        (strcmp(cmd, "ls") != 0 && strcmp(cmd, "open") != 0))
-        usage();
-    char err[512];
-    struct tensord_client *c = tensord_connect(sock, err, sizeof(err));
-    if (!c) {
-        fprintf(stderr, "tensord-client: %s\n", err);
+    if (!cmd)
+        usage_error("no command given (ls or open)", NULL);
+    if (strcmp(cmd, "ls") != 0 && strcmp(cmd, "open") != 0)
+        usage_error("unknown command", cmd);
+    if (strcmp(cmd, "open") == 0 && !model)
+        usage_error("open needs a MODEL", NULL);
+    if (strcmp(cmd, "ls") == 0 && model)
+        usage_error("unexpected argument", model);
+    struct tensord_client *c = connect_daemon(sock, config);
+    if (!c)
         return 1;
-    }
     int rc = 0;
+    char err[512];
     if (strcmp(cmd, "ls") == 0) {
         char *list = tensord_list(c, err, sizeof(err));
         if (list)

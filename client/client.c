@@ -237,12 +237,35 @@ int tdc_roundtrip(struct tensord_client *c, const char *req, int *fds, size_t ma
     return rc;
 }
 
+/* The socket tensord_connect(NULL) uses: the first that exists of
+ * $TENSORD_SOCKET, $XDG_RUNTIME_DIR/tensord.sock and TENSORD_DEFAULT_SOCKET,
+ * the places a daemon without ipc_socket chooses (core/config.c). NULL, with
+ * every path tried in err, when none does. buf holds the XDG path. */
+static const char *find_socket(char *buf, size_t buflen, char *err, size_t errlen)
+{
+    const char *env = getenv("TENSORD_SOCKET"), *xdg = getenv("XDG_RUNTIME_DIR");
+    const char *tried[3];
+    size_t n = 0;
+    if (env && *env)
+        tried[n++] = env;
+    if (xdg && xdg[0] == '/' && (size_t)snprintf(buf, buflen, "%s/tensord.sock", xdg) < buflen)
+        tried[n++] = buf;
+    tried[n++] = TENSORD_DEFAULT_SOCKET;
+    for (size_t i = 0; i < n; i++)
+        if (access(tried[i], F_OK) == 0)
+            return tried[i];
+    tdc_seterr(err, errlen, "no tensord lease socket: none of %s%s%s%s%s exists (looked at "
+               "$TENSORD_SOCKET, $XDG_RUNTIME_DIR/tensord.sock, then the system's); is the "
+               "daemon running? Give it the socket's path (ipc_socket)", tried[0],
+               n > 1 ? ", " : "", n > 1 ? tried[1] : "", n > 2 ? ", " : "", n > 2 ? tried[2] : "");
+    return NULL;
+}
+
 TENSORD_API struct tensord_client *tensord_connect(const char *path, char *err, size_t errlen)
 {
-    if (!path || !*path)
-        path = getenv("TENSORD_SOCKET");
-    if (!path || !*path)
-        path = TENSORD_DEFAULT_SOCKET;
+    char xdg[sizeof(((struct sockaddr_un *)0)->sun_path) + 16];
+    if ((!path || !*path) && !(path = find_socket(xdg, sizeof(xdg), err, errlen)))
+        return NULL;
     struct tensord_client *c = cmem_calloc(1, sizeof(*c));
     if (!c || !(c->path = cmem_strdup(path))) {
         free(c);

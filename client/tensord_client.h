@@ -74,8 +74,10 @@ struct tensord_alloc {
     const char *file;          /* the shard's file name within the model */
 };
 
-/* Connects to socket_path (NULL: $TENSORD_SOCKET, else
- * TENSORD_DEFAULT_SOCKET) and agrees on lease protocol 2 ("hello"). Fails
+/* Connects to socket_path (NULL: the first that exists of $TENSORD_SOCKET,
+ * $XDG_RUNTIME_DIR/tensord.sock and TENSORD_DEFAULT_SOCKET, where a daemon
+ * without ipc_socket puts it; err names every path tried when none does)
+ * and agrees on lease protocol 2 ("hello"). Fails
  * when the daemon refuses this peer (allow-list) or speaks only protocol 1.
  * A connection that holds no lease may be closed by the daemon when idle
  * (ipc_idle_timeout): the next request reconnects by itself. */

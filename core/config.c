@@ -4,7 +4,10 @@
  * table (config_options.c). */
 #include "config.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -316,12 +319,94 @@ char *config_ipc_socket_path(const struct config *cfg)
 {
     if (cfg->ipc_socket && cfg->ipc_socket[0])
         return xstrdup(cfg->ipc_socket);
+    const char *env = getenv("TENSORD_SOCKET");
+    if (env && env[0])
+        return xstrdup(env);
     const char *rd = getenv("RUNTIME_DIRECTORY");
     if (rd && rd[0] == '/') {
         size_t n = strcspn(rd, ":");
         return xasprintf("%.*s/tensord.sock", (int)n, rd);
     }
-    return xstrdup("/run/tensord/tensord.sock");
+    /* Root serves the system-wide socket that every user's client tries
+     * last; anyone else cannot create /run/tensord, but owns its
+     * XDG_RUNTIME_DIR (as with state_dir: system paths for root only). */
+    const char *xdg = getenv("XDG_RUNTIME_DIR");
+    if (geteuid() != 0 && xdg && xdg[0] == '/')
+        return xasprintf("%s/tensord.sock", xdg);
+    return xstrdup(TENSORD_SYSTEM_SOCKET);
+}
+
+static size_t add_candidate(char **paths, size_t n, size_t max, char *p)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(paths[i], p) == 0) {
+            free(p);
+            return n;
+        }
+    if (n == max) {
+        free(p);
+        return n;
+    }
+    paths[n] = p;
+    return n + 1;
+}
+
+size_t config_ipc_socket_candidates(const struct config *cfg, char **paths, size_t max)
+{
+    size_t n = 0;
+    if (cfg && cfg->ipc_socket && cfg->ipc_socket[0])
+        n = add_candidate(paths, n, max, xstrdup(cfg->ipc_socket));
+    const char *env = getenv("TENSORD_SOCKET");
+    if (env && env[0])
+        n = add_candidate(paths, n, max, xstrdup(env));
+    const char *xdg = getenv("XDG_RUNTIME_DIR");
+    if (xdg && xdg[0] == '/')
+        n = add_candidate(paths, n, max, xasprintf("%s/tensord.sock", xdg));
+    return add_candidate(paths, n, max, xstrdup(TENSORD_SYSTEM_SOCKET));
+}
+
+int config_listen_is_loopback(const char *listen)
+{
+    const char *colon = strrchr(listen, ':');
+    if (!colon || colon == listen)
+        return 0;
+    char host[256];
+    size_t n = (size_t)(colon - listen);
+    if (listen[0] == '[' && n >= 2 && colon[-1] == ']') {
+        listen++;
+        n -= 2;
+    }
+    if (n >= sizeof(host))
+        return 0;
+    memcpy(host, listen, n);
+    host[n] = '\0';
+    /* Every address the name stands for must be a loopback one. */
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE};
+    struct addrinfo *res;
+    if (getaddrinfo(host, NULL, &hints, &res) != 0)
+        return 0;
+    int loop = 1;
+    for (struct addrinfo *a = res; a && loop; a = a->ai_next) {
+        if (a->ai_family == AF_INET) {
+            const struct sockaddr_in *in = (const struct sockaddr_in *)a->ai_addr;
+            loop = (ntohl(in->sin_addr.s_addr) >> 24) == 127;
+        } else if (a->ai_family == AF_INET6) {
+            const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)a->ai_addr;
+            loop = IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr) ||
+                   (IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr) && in6->sin6_addr.s6_addr[12] == 127);
+        } else {
+            loop = 0;
+        }
+    }
+    freeaddrinfo(res);
+    return loop;
+}
+
+int config_option_is_bool(const char *name)
+{
+    const struct opt *o = config_opt_find(name, strlen(name));
+    return o && o->type == OPT_BOOL;
 }
 
 char *config_state_dir_path(const struct config *cfg)

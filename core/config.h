@@ -10,6 +10,9 @@
 #include <stdio.h>
 
 #define CONFIG_MAX_PRELOAD 64
+/* The lease socket of a daemon run as root without ipc_socket; the last
+ * place a client looks. */
+#define TENSORD_SYSTEM_SOCKET "/run/tensord/tensord.sock"
 #define CONFIG_MAX_IDS 64
 
 struct config {
@@ -39,6 +42,7 @@ struct config {
     char *log_level;                /* error, warn, info, debug */
     /* [security] */
     char *auth_token_file;          /* tokens file; empty = no authentication */
+    int insecure_listen;            /* beyond loopback without auth_token_file is allowed */
     char *tls_cert, *tls_key;       /* PEM paths; both set = HTTPS */
     /* [gpu] */
     char *ipc_socket;               /* Unix socket path for leases */
@@ -70,11 +74,23 @@ int config_set(struct config *cfg, const char *name, const char *value, char *er
 void config_print(const struct config *cfg, FILE *out);
 void config_free(struct config *cfg);
 
-/* The Unix socket for GPU leases: ipc_socket when set, else
- * $RUNTIME_DIRECTORY/tensord.sock (systemd's RuntimeDirectory=), else
- * /run/tensord/tensord.sock. Caller frees. When RUNTIME_DIRECTORY holds
- * several ':'-separated paths, the first one is used. */
+/* The Unix socket for GPU leases: ipc_socket when set, else $TENSORD_SOCKET,
+ * else $RUNTIME_DIRECTORY/tensord.sock (systemd's RuntimeDirectory=; the
+ * first of several ':'-separated paths), else, when not running as root,
+ * $XDG_RUNTIME_DIR/tensord.sock, else /run/tensord/tensord.sock. Caller
+ * frees. Clients look for it the same way (config_ipc_socket_candidates). */
 char *config_ipc_socket_path(const struct config *cfg);
+/* The paths a client tries, in order, to find the daemon's socket: cfg's
+ * ipc_socket (when cfg is not NULL and it is set), $TENSORD_SOCKET,
+ * $XDG_RUNTIME_DIR/tensord.sock and /run/tensord/tensord.sock, without
+ * duplicates. Returns how many were written to paths[0..max), each a heap
+ * string the caller frees. */
+size_t config_ipc_socket_candidates(const struct config *cfg, char **paths, size_t max);
+/* 1 when the listen address reaches only the local host: a loopback
+ * address (127.0.0.0/8, ::1) or a name that resolves only to those. */
+int config_listen_is_loopback(const char *listen);
+/* 1 when name is a boolean option (so `--name` alone means true). */
+int config_option_is_bool(const char *name);
 /* The state directory: state_dir when set, else $STATE_DIRECTORY
  * (systemd's StateDirectory=; the first of several ':'-separated paths),
  * else /var/lib/tensord when running as root, else

@@ -71,13 +71,17 @@ const struct opt config_options[] = {
      NULL, "daemon messages at this level and more severe go to stderr"},
     {"auth_token_file", "security", OPT_STRING, "", 0, 0, OFF(auth_token_file), 0, 0, NULL,
      check_no_ctl, "file of bearer tokens; empty = no authentication"},
+    {"insecure_listen", "security", OPT_BOOL, "false", 0, 1, OFF(insecure_listen), NOLIST,
+     "allow a listen address beyond loopback without auth_token_file (logged as a warning); "
+     "without it such a daemon refuses to start"},
     {"tls_cert", "security", OPT_STRING, "", 0, 0, OFF(tls_cert), 0, 0, NULL, check_no_ctl,
      "PEM certificate chain; with tls_key, serve HTTPS"},
     {"tls_key", "security", OPT_STRING, "", 0, 0, OFF(tls_key), 0, 0, NULL, check_no_ctl,
      "PEM private key for tls_cert"},
     {"ipc_socket", "gpu", OPT_STRING, "", 0, 0, OFF(ipc_socket), 0, 0, NULL, check_no_ctl,
-     "Unix socket for GPU leases; empty = $RUNTIME_DIRECTORY/tensord.sock, "
-     "else /run/tensord/tensord.sock"},
+     "Unix socket for GPU leases; empty = $TENSORD_SOCKET, else "
+     "$RUNTIME_DIRECTORY/tensord.sock, else $XDG_RUNTIME_DIR/tensord.sock when not root, else "
+     "/run/tensord/tensord.sock"},
     {"preload", "gpu", OPT_STRLIST, "", 0, 0, OFF(preload), OFF(n_preload), CONFIG_MAX_PRELOAD,
      NULL, check_preload,
      "models loaded at start-up, MODEL@DEVICE (cuda:N, GPU-/MIG-UUID or host)"},
@@ -124,6 +128,10 @@ static const char *check_listen(const char *v)
         return "expected [IPV6]:PORT";
     if (v[0] != '[' && memchr(v, ':', (size_t)(colon - v)))
         return "an IPv6 address needs brackets: [ADDR]:PORT";
+    /* ":8077" would mean every interface: say so with 0.0.0.0 or [::]. */
+    if (colon == v || (v[0] == '[' && colon == v + 2))
+        return "the address is empty (write 127.0.0.1:PORT for loopback, 0.0.0.0:PORT or "
+               "[::]:PORT for every interface)";
     const char *p = colon + 1;
     size_t n = strlen(p), used;
     uint64_t port;

@@ -245,7 +245,7 @@ static struct lease_server *start_gpu_sharing(struct gpu_manager *gm, const stru
     } else {
         snprintf(err, errlen, "%s", serr.message);
     }
-    if (!ls)
+    if (!ls && cfg->n_preload == 0)
         log_msg(LOG_WARN, "GPU sharing is off: %s", err);
     return ls;
 }
@@ -392,6 +392,15 @@ int daemon_run(const struct config *cfg)
     watch_files(l.watch, reg);
     if (srv.gpu)
         leases = start_gpu_sharing(srv.gpu, cfg, err, sizeof(err));
+    /* Preloads are there to be leased: a daemon that cannot serve them
+     * stops, rather than look healthy while sharing nothing. */
+    if (srv.gpu && !leases && cfg->n_preload > 0) {
+        log_msg(LOG_ERROR, "preload is configured but the lease socket cannot be served: %s",
+                err);
+        hasher_stop(srv.hasher);
+        http_stop(&srv, 0);
+        goto out_registry;
+    }
     atomic_store(&srv.ready, 1);
     log_msg(LOG_INFO, "tensord %s listening on %s", TENSORD_VERSION, cfg->listen);
     notify_systemd("READY=1\nSTATUS=serving %zu models on %s", reg->n_models, cfg->listen);

@@ -266,6 +266,8 @@ static enum MHD_Result send_doc(struct MHD_Connection *conn, struct request *rq,
 {
     size_t len;
     char *text = jsonw_take(w, &len);
+    if (text)
+        text = respond_json_line(text, &len);
     if (!text)
         return respond_hub_error(conn, rq, MHD_HTTP_SERVICE_UNAVAILABLE, "out_of_memory", NULL, 1,
                                  "out of memory rendering the answer");

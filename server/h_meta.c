@@ -197,11 +197,14 @@ enum MHD_Result handle_metrics(struct MHD_Connection *conn, struct request *rq, 
     if (rq->srv->gpu)
         gpu_manager_update_metrics(rq->srv->gpu);
     char *body = text ? metrics_render_prometheus() : metrics_render_json();
+    size_t len = body ? strlen(body) : 0;
+    if (body && !text)
+        body = respond_json_line(body, &len);
     if (!body)
         return respond_error(conn, rq, MHD_HTTP_SERVICE_UNAVAILABLE, "out_of_memory",
                              "not enough memory to render the metrics");
     struct representation rep = {
-        .body = {.prefix = body, .prefix_len = strlen(body), .fd = -1},
+        .body = {.prefix = body, .prefix_len = len, .fd = -1},
         .prefix_buf = body,
         .content_type = text ? "text/plain; version=0.0.4; charset=utf-8" : "application/json",
         .mtime = -1,

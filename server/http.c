@@ -437,7 +437,9 @@ static int listen_socket(const struct sockaddr_storage *ss, socklen_t len, const
         bind(fd, (const struct sockaddr *)ss, len) != 0 || listen(fd, SOMAXCONN) != 0) {
         int e = errno;
         snprintf(errbuf, errlen, "cannot listen on %s: %s%s", what, strerror(e),
-                 e == EADDRINUSE ? " (another process, perhaps another tensord, holds it)" : "");
+                 e == EADDRINUSE ? " (another process, perhaps another tensord, holds it: "
+                                   "choose another port with --listen ADDR:PORT or the listen "
+                                   "option; `make run` takes PORT=N)" : "");
         close(fd);
         return -1;
     }

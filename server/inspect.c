@@ -35,6 +35,20 @@ static void print_header_row(FILE *out)
     fprintf(out, "%-48s %-12s %-20s %14s  %s\n", "TENSOR", "DTYPE", "SHAPE", "BYTES", "FILE");
 }
 
+/* 1 when fd starts as every safetensors file does: 8 bytes of header
+ * length, then '{' (perhaps after spaces). A file that does not (a text
+ * file, an archive) is named as such rather than by the header check that
+ * happened to fail on it first. */
+static int looks_like_safetensors(int fd)
+{
+    unsigned char b[16];
+    ssize_t n = pread(fd, b, sizeof(b), 0);
+    for (ssize_t i = 8; i < n; i++)
+        if (b[i] != ' ')
+            return b[i] == '{';
+    return 0;
+}
+
 /* One .safetensors file on its own. Returns 1 when valid. */
 static int inspect_file(const char *path, FILE *out, FILE *err)
 {
@@ -46,7 +60,14 @@ static int inspect_file(const char *path, FILE *out, FILE *err)
     struct st_header *h;
     struct st_error e;
     int rc = st_header_read_fd(fd, path, 0, &h, &e);
+    int foreign = rc != 0 && !looks_like_safetensors(fd);
     close(fd);
+    if (foreign) {
+        fprintf(err, "%s: not a safetensors file: it does not start with an 8-byte header "
+                     "length and a JSON object (invalid (%s): %s)\n",
+                path, st_status_name(e.code), e.message);
+        return 0;
+    }
     if (rc != 0) {
         fprintf(err, "%s: invalid (%s): %s\n", path, st_status_name(e.code), e.message);
         return 0;
@@ -123,12 +144,14 @@ int inspect_main(int argc, char **argv, FILE *out, FILE *err)
         fprintf(err, "usage: tensord inspect PATH...\n");
         return 2;
     }
-    int ok = 1, files = 0;
+    int ok = 1, files = 0, missing = 0;
     for (int i = 0; i < argc; i++) {
         struct stat st;
+        /* A path that is not there is a usage error (exit 2): nothing was
+         * inspected, so nothing can be called invalid. */
         if (stat(argv[i], &st) < 0) {
             fprintf(err, "%s: %s\n", argv[i], strerror(errno));
-            ok = 0;
+            missing++;
             continue;
         }
         files++;
@@ -141,7 +164,8 @@ int inspect_main(int argc, char **argv, FILE *out, FILE *err)
             ok = 0;
         }
     }
-    fprintf(out, "%d path%s checked: %s\n", files, files == 1 ? "" : "s",
-            ok ? "all valid" : "INVALID (reasons above)");
-    return ok ? 0 : 1;
+    fprintf(out, "%d path%s checked: %s%s\n", files, files == 1 ? "" : "s",
+            ok ? "all valid" : "INVALID (reasons above)",
+            missing ? "; some paths do not exist (above)" : "");
+    return missing ? 2 : ok ? 0 : 1;
 }

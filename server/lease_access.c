@@ -36,6 +36,48 @@ static int socket_alive(const char *path)
     return alive;
 }
 
+/* The socket's directory, one level (its parent must exist), 0755 so that
+ * workers of other users can reach the socket: the daemon started by hand
+ * as root makes /run/tensord itself. Returns 0 or -1 (errno). */
+static int make_socket_dir(const char *path)
+{
+    char dir[sizeof(((struct sockaddr_un *)0)->sun_path)];
+    snprintf(dir, sizeof(dir), "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash || slash == dir) {
+        errno = ENOENT;
+        return -1;
+    }
+    *slash = '\0';
+    if (mkdir(dir, 0755) < 0)
+        return -1;
+    chmod(dir, 0755); /* whatever the umask */
+    log_msg(LOG_INFO, "created the ipc socket directory %s", dir);
+    return 0;
+}
+
+/* "ipc socket PATH: reason", naming the owner of a directory the daemon
+ * may not write (a root-owned bind mount in a container, typically). */
+static void socket_error(const char *path, int e, char *err, size_t errlen)
+{
+    char dir[sizeof(((struct sockaddr_un *)0)->sun_path)];
+    struct stat st;
+    snprintf(dir, sizeof(dir), "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash == dir)
+        slash[1] = '\0'; /* a socket in / */
+    else if (slash)
+        *slash = '\0';
+    if ((e == EACCES || e == EPERM || e == EROFS) && slash && stat(dir, &st) == 0)
+        snprintf(err, errlen,
+                 "ipc socket %s: %s (the directory %s belongs to uid %u and has mode %03o; "
+                 "tensord runs as uid %u: give it the directory, or set ipc_socket)",
+                 path, strerror(e), dir, (unsigned)st.st_uid, (unsigned)(st.st_mode & 0777),
+                 (unsigned)geteuid());
+    else
+        snprintf(err, errlen, "ipc socket %s: %s", path, strerror(e));
+}
+
 int lease_access_listen(const char *path, char *err, size_t errlen)
 {
     struct sockaddr_un a = {.sun_family = AF_UNIX};
@@ -58,8 +100,12 @@ int lease_access_listen(const char *path, char *err, size_t errlen)
         unlink(path); /* stale, from a daemon that did not exit cleanly */
     }
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
-        snprintf(err, errlen, "ipc socket %s: %s", path, strerror(errno));
+    int bound = fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
+    if (!bound && fd >= 0 && errno == ENOENT && make_socket_dir(path) == 0)
+        bound = bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
+    if (!bound) {
+        int e = errno;
+        socket_error(path, e, err, errlen);
         if (fd >= 0)
             close(fd);
         return -1;

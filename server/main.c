@@ -16,6 +16,7 @@ static void usage(FILE *f)
             "       tensord inspect PATH...\n"
             "       tensord verify [--config FILE] [--state-dir DIR] PATH...\n"
             "       tensord --print-config [--config FILE] [--OPTION VALUE]...\n"
+            "       tensord --print-socket [--config FILE] [--OPTION VALUE]...\n"
             "       tensord --version | --help\n"
             "\n"
             "serve (the default) serves the safetensors models under --models over HTTP.\n"
@@ -24,8 +25,16 @@ static void usage(FILE *f)
             "  --listen ADDR:PORT  listen address (default 127.0.0.1:8077; [::1]:8077 for IPv6)\n"
             "  --threads N         HTTP worker threads (default: one per CPU)\n"
             "  --config FILE       INI configuration file (see docs/CONFIG.md)\n"
-            "  --ipc-socket PATH   Unix socket for GPU/host memory leases\n"
+            "  --ipc-socket PATH   Unix socket for GPU/host memory leases (default:\n"
+            "                      $TENSORD_SOCKET, else $XDG_RUNTIME_DIR/tensord.sock when not\n"
+            "                      root, else /run/tensord/tensord.sock)\n"
+            "  --preload MODEL@DEVICE  load a model for leases at start (DEVICE host or cuda:N)\n"
+            "  --state-dir DIR     where the content hashes are kept\n"
+            "  --auth-token-file FILE  bearer tokens; needed to listen beyond loopback\n"
+            "  --insecure-listen   listen beyond loopback without tokens (logged); boolean\n"
+            "                      options alone mean true\n"
             "  --print-config      print the effective configuration and exit\n"
+            "  --print-socket      print the lease socket path the daemon would use and exit\n"
             "\n"
             "inspect validates .safetensors files and model directories and prints their\n"
             "tensors; it exits 0 when all are valid, 1 when any is invalid, 2 on usage errors.\n"
@@ -36,9 +45,11 @@ static void usage(FILE *f)
             "file has no recorded hash yet.\n");
 }
 
+enum print { PRINT_NOTHING, PRINT_CONFIG, PRINT_SOCKET };
+
 /* Applies --config first, then every other --name value in order, so the
  * command line overrides the file whatever the argument order. */
-static int parse_options(int argc, char **argv, struct config *cfg, int *print_config)
+static int parse_options(int argc, char **argv, struct config *cfg, int *print)
 {
     char err[1024];
     for (int i = 0; i < argc; i++) {
@@ -54,8 +65,8 @@ static int parse_options(int argc, char **argv, struct config *cfg, int *print_c
     }
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
-        if (strcmp(a, "--print-config") == 0) {
-            *print_config = 1;
+        if (strcmp(a, "--print-config") == 0 || strcmp(a, "--print-socket") == 0) {
+            *print = strcmp(a, "--print-config") == 0 ? PRINT_CONFIG : PRINT_SOCKET;
             continue;
         }
         if (strncmp(a, "--", 2) != 0 || a[2] == '\0') {
@@ -73,6 +84,10 @@ static int parse_options(int argc, char **argv, struct config *cfg, int *print_c
             name[k] = a[2 + k] == '-' ? '_' : a[2 + k];
         name[nlen] = '\0';
         const char *value = eq ? eq + 1 : NULL;
+        /* A boolean option alone (--insecure-listen) means true. */
+        if (!value && config_option_is_bool(name) &&
+            (i + 1 >= argc || strncmp(argv[i + 1], "--", 2) == 0))
+            value = "true";
         if (!value) {
             if (i + 1 >= argc) {
                 fprintf(stderr, "tensord: option --%s needs a value\n", name);
@@ -88,6 +103,27 @@ static int parse_options(int argc, char **argv, struct config *cfg, int *print_c
         }
     }
     return 0;
+}
+
+/* Anyone who can reach a listen address beyond loopback can read every
+ * model: without tokens that takes an explicit insecure_listen, and is
+ * logged. Returns 1 when the daemon may start. */
+static int exposure_accepted(const struct config *cfg)
+{
+    if ((cfg->auth_token_file && cfg->auth_token_file[0]) ||
+        config_listen_is_loopback(cfg->listen))
+        return 1;
+    if (!cfg->insecure_listen) {
+        log_msg(LOG_ERROR,
+                "listen = %s reaches beyond loopback and auth_token_file is not set: anyone "
+                "who can reach it may read every model. Set auth_token_file, listen on "
+                "127.0.0.1 (or [::1]), or accept it with --insecure-listen (insecure_listen = "
+                "true)", cfg->listen);
+        return 0;
+    }
+    log_msg(LOG_WARN, "listening on %s beyond loopback without authentication "
+                      "(insecure_listen = true)", cfg->listen);
+    return 1;
 }
 
 int main(int argc, char **argv)
@@ -115,14 +151,20 @@ int main(int argc, char **argv)
         return 2;
     }
     struct config cfg;
-    int print_config = 0;
+    int print = PRINT_NOTHING;
     config_defaults(&cfg);
-    if (parse_options(argc - first, argv + first, &cfg, &print_config) < 0) {
+    if (parse_options(argc - first, argv + first, &cfg, &print) < 0) {
         config_free(&cfg);
         return 2;
     }
-    if (print_config) {
-        config_print(&cfg, stdout);
+    if (print != PRINT_NOTHING) {
+        if (print == PRINT_CONFIG) {
+            config_print(&cfg, stdout);
+        } else {
+            char *sock = config_ipc_socket_path(&cfg);
+            printf("%s\n", sock);
+            free(sock);
+        }
         config_free(&cfg);
         return 0;
     }
@@ -130,6 +172,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "tensord: cannot open access_log \"%s\"\n", cfg.access_log);
         config_free(&cfg);
         return 1;
+    }
+    if (!exposure_accepted(&cfg)) {
+        config_free(&cfg);
+        return 2;
     }
     int rc = daemon_run(&cfg);
     config_free(&cfg);

@@ -59,6 +59,7 @@ static void put_offsets(struct strbuf *sb, const struct st_tensor *t)
 static char *finish(struct strbuf *sb)
 {
     size_t len;
+    strbuf_putc(sb, '\n'); /* the answer's last line ends (respond.h) */
     char *text = strbuf_detach(sb, &len);
     if (!text || len >= TRIM_AFTER_BYTES)
         malloc_trim(0);

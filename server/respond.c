@@ -74,7 +74,22 @@ static char *error_document(const char *code, const char *msg, int hub, size_t *
         jsonw_obj_end(&w);
     }
     jsonw_obj_end(&w);
-    return jsonw_take(&w, len);
+    char *text = jsonw_take(&w, len);
+    return text ? respond_json_line(text, len) : NULL;
+}
+
+char *respond_json_line(char *text, size_t *len)
+{
+    if (*len && text[*len - 1] == '\n')
+        return text;
+    char *grown = realloc(text, *len + 2);
+    if (!grown) {
+        free(text);
+        return NULL;
+    }
+    grown[(*len)++] = '\n';
+    grown[*len] = '\0';
+    return grown;
 }
 
 /* Queues an error answer; extra holds header name/value pairs (NULL-ended). */
@@ -83,7 +98,8 @@ static enum MHD_Result send_error(struct MHD_Connection *conn, struct request *r
                                   const char *const *extra, unsigned retry_after,
                                   const char *msg)
 {
-    static const char oom_doc[] = "{\"error\":{\"code\":\"internal\",\"message\":\"out of memory\"}}";
+    static const char oom_doc[] =
+        "{\"error\":{\"code\":\"internal\",\"message\":\"out of memory\"}}\n";
     size_t len;
     char *text = error_document(code ? code : "hub_error", msg, hub, &len);
     struct MHD_Response *resp =
@@ -238,23 +254,28 @@ enum MHD_Result respond_json(struct MHD_Connection *conn, struct request *rq, un
 {
     char *text = json_dumps(doc, JSON_COMPACT);
     json_decref(doc);
+    size_t len = text ? strlen(text) : 0;
+    if (text)
+        text = respond_json_line(text, &len);
     if (!text)
         return respond_error(conn, rq, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal",
                              "could not encode the answer as JSON");
     if (status != MHD_HTTP_OK) {
-        size_t len = strlen(text);
         struct MHD_Response *resp =
             MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
         add_common_headers(resp, "application/json");
         return queue(conn, rq, status, resp, len);
     }
-    return respond_json_text(conn, rq, text, strlen(text), etag, NULL);
+    return respond_json_text(conn, rq, text, len, etag, NULL);
 }
 
 enum MHD_Result respond_json_text(struct MHD_Connection *conn, struct request *rq,
                                   const char *text, size_t len, const char *etag,
                                   const struct reg_model *pin)
 {
+    if (!pin && !(text = respond_json_line((char *)text, &len)))
+        return respond_error(conn, rq, MHD_HTTP_SERVICE_UNAVAILABLE, "out_of_memory",
+                             "out of memory");
     struct representation rep = {
         .body = {.prefix = text, .prefix_len = len, .fd = -1},
         .prefix_buf = pin ? NULL : (char *)text,

@@ -55,14 +55,23 @@ enum MHD_Result respond_body(struct MHD_Connection *conn, struct request *rq,
  * before acting (RFC 9110 §13.2.1); when they do not, answer 412. */
 int respond_preconditions_hold(struct MHD_Connection *conn);
 
+/* Every JSON answer ends with a newline (so `curl` output ends a line); the
+ * exception is a file's own header bytes (GET .../files/NAME/header), sent
+ * as stored. */
+
+/* text (malloc'd, len bytes) with a '\n' appended unless it ends with one;
+ * *len is updated. NULL (text freed) when out of memory. */
+char *respond_json_line(char *text, size_t *len);
+
 /* Answers with a JSON document (consumed: decref'd here) as a byte body, so
  * Range and conditional requests apply; etag may be NULL. */
 enum MHD_Result respond_json(struct MHD_Connection *conn, struct request *rq, unsigned status,
                              json_t *doc, const char *etag);
 
 /* Answers 200 with JSON text as a byte body; etag may be NULL. With pin
- * NULL, text was malloc'd and is taken over (freed when sent); otherwise it
- * belongs to model pin, which the answer keeps alive while it is sent. */
+ * NULL, text was malloc'd and is taken over (freed when sent; a newline is
+ * added); otherwise it belongs to model pin, which the answer keeps alive
+ * while it is sent, and ends with its newline already. */
 enum MHD_Result respond_json_text(struct MHD_Connection *conn, struct request *rq,
                                   const char *text, size_t len, const char *etag,
                                   const struct reg_model *pin);

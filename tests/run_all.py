@@ -111,9 +111,11 @@ def main():
         for f in os.listdir(os.path.join(ROOT, "build")):
             if f.startswith("asan-daemon."):
                 os.remove(os.path.join(ROOT, "build", f))
-        plain = start([PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/integration"])
+        # -rs: every skip says why in the summary.
+        plain = start([PY, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
+                       "tests/integration"])
         sanitized = start(
-            [PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--maxfail=20",
+            [PY, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "--maxfail=20",
              "-m", "not slow", "tests/integration"],
             env={"TENSORD_BIN": f"{SAN_BUILD}/tensord",
                  "ASAN_OPTIONS": "detect_leaks=1:abort_on_error=0:log_path="
@@ -144,7 +146,7 @@ def main():
               env={"TENSORD_USE_DEBS": "1", "TENSORD_GPU_BUILD": "build/gpu-check",
                    "PYTHON": PY}, counted=False)
         if os.path.isdir(os.path.join(ROOT, "tests/ops")):
-            stage("operations checks", [PY, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+            stage("operations checks", [PY, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
                                         "tests/ops"])
     print(f"\nmake test took {time.time() - t0:.0f}s")
     print(f"{totals['passed']} passed, {totals['failed']} failed, {totals['skipped']} skipped")

@@ -55,4 +55,4 @@ def test_root_with_a_broken_model_exits_1(models):
 def test_usage_errors():
     assert inspect().returncode == 2
     p = inspect("/nonexistent/x.safetensors")
-    assert p.returncode == 1 and "No such file" in p.stderr
+    assert p.returncode == 2 and "No such file" in p.stderr

@@ -46,7 +46,7 @@ def test_print_config_round_trip(tmp_path):
     p = run("--print-config", "--config", shipped, "--max-ranges", "32", "--listen=[::1]:9")
     assert p.returncode == 0, p.stderr
     assert "max_ranges = 32\n" in p.stdout and "listen = [::1]:9\n" in p.stdout
-    assert "models = /var/lib/tensord/models\n" in p.stdout
+    assert "models = /srv/tensord/models\n" in p.stdout
     printed = tmp_path / "printed.conf"
     printed.write_text(p.stdout)
     again = run("--print-config", "--config", str(printed))

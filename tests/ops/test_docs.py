@@ -1,11 +1,22 @@
 """The man page renders without groff warnings and covers what operators
 look for; the operations guide covers deployment, scraping and reloads."""
 import os
+import re
 import subprocess
 
-from conftest import ROOT, tool
+import pytest
+
+from conftest import ROOT, daemon_binary, tool
 
 MAN = os.path.join(ROOT, "docs", "tensord.8")
+PAGES = ["tensord.8", "tensord-client.1", "tensord.conf.5"]
+
+
+def render(page):
+    p = subprocess.run([tool("man"), "--warnings", "-l", os.path.join(ROOT, "docs", page)],
+                       capture_output=True, text=True,
+                       env={**os.environ, "MANPAGER": "cat", "PAGER": "cat", "MANWIDTH": "80"})
+    return p
 
 
 def test_man_page_renders_cleanly():
@@ -30,3 +41,84 @@ def test_operations_guide_sections():
     for needle in ["systemctl reload tensord", "docker run", "scrape_configs", "tensord-gpu.conf",
                    "SIGHUP", "access_log", "systemd-analyze security"]:
         assert needle in text, needle
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_man_pages_have_no_warnings(page):
+    """`man --warnings` (groff -ww) prints nothing on stderr for each page."""
+    p = render(page)
+    assert p.returncode == 0 and not p.stderr.strip(), p.stderr
+    assert "\nNAME\n" in p.stdout and "\nSEE ALSO\n" in p.stdout
+
+
+def test_config_page_lists_every_option():
+    """tensord.conf(5) names every option --print-config prints."""
+    text = render("tensord.conf.5").stdout
+    conf = subprocess.run([daemon_binary(), "--print-config"], capture_output=True,
+                          text=True).stdout
+    names = re.findall(r"^(\w+) = ", conf, re.M)
+    assert len(names) > 30
+    for name in names:
+        assert re.search(rf"^ {{7}}{name}\b", text, re.M), name
+
+
+def client_binary():
+    path = os.path.join(os.path.dirname(daemon_binary()), "tensord-client")
+    if not os.access(path, os.X_OK):
+        pytest.skip(f"{path} is not built")
+    return path
+
+
+def test_client_help_and_version():
+    """--help: stdout, exit 0, every command and option of the CLI and of
+    its man page; --version; usage errors exit 2 on stderr."""
+    cli = client_binary()
+    p = subprocess.run([cli, "--help"], capture_output=True, text=True)
+    assert p.returncode == 0 and not p.stderr, p.stderr
+    page = render("tensord-client.1").stdout
+    for word in ["ls", "open MODEL", "--socket", "--config", "--device", "--dump", "--hold",
+                 "--help", "--version", "$TENSORD_SOCKET", "$XDG_RUNTIME_DIR",
+                 "/run/tensord/tensord.sock"]:
+        assert word in p.stdout, word
+        assert word.split()[0].replace("$", "") in page, word
+    v = subprocess.run([cli, "--version"], capture_output=True, text=True)
+    assert v.returncode == 0 and re.fullmatch(r"tensord-client \d+\.\d+\.\d+\n", v.stdout)
+    for bad in (["frobnicate"], ["open"], ["--socket"], ["--bogus", "ls"]):
+        b = subprocess.run([cli, *bad], capture_output=True, text=True)
+        assert b.returncode == 2 and "usage:" in b.stderr and not b.stdout, bad
+
+
+def test_client_names_every_path_it_tried(tmp_path):
+    cli = client_binary()
+    env = {**os.environ, "TENSORD_SOCKET": str(tmp_path / "a.sock"),
+           "XDG_RUNTIME_DIR": str(tmp_path / "xdg")}
+    conf = tmp_path / "c.conf"
+    conf.write_text(f"[gpu]\nipc_socket = {tmp_path / 'conf.sock'}\n")
+    p = subprocess.run([cli, "--config", str(conf), "ls"], capture_output=True, text=True,
+                       env=env)
+    assert p.returncode == 1
+    tried = [str(tmp_path / "conf.sock"), str(tmp_path / "a.sock"),
+             str(tmp_path / "xdg" / "tensord.sock")]
+    at = [p.stderr.find(t) for t in tried]
+    assert all(i >= 0 for i in at) and at == sorted(at), p.stderr
+    if not os.path.exists("/run/tensord/tensord.sock"):
+        assert "/run/tensord/tensord.sock" in p.stderr
+
+
+def test_daemon_and_client_agree_on_the_socket(tmp_path):
+    """Without ipc_socket, the daemon's socket is where the client looks
+    first: $TENSORD_SOCKET, else (not root) $XDG_RUNTIME_DIR/tensord.sock."""
+    env = {k: v for k, v in os.environ.items() if k not in ("TENSORD_SOCKET",
+                                                            "RUNTIME_DIRECTORY")}
+    env["XDG_RUNTIME_DIR"] = str(tmp_path)
+    p = subprocess.run([daemon_binary(), "--print-socket"], capture_output=True, text=True,
+                       env=env)
+    want = "/run/tensord/tensord.sock" if os.geteuid() == 0 else f"{tmp_path}/tensord.sock"
+    assert p.returncode == 0 and p.stdout == want + "\n"
+    env["TENSORD_SOCKET"] = str(tmp_path / "t.sock")
+    p = subprocess.run([daemon_binary(), "--print-socket"], capture_output=True, text=True,
+                       env=env)
+    assert p.stdout == f"{tmp_path}/t.sock\n"
+    p = subprocess.run([daemon_binary(), "--print-socket", "--ipc-socket", "/x/y.sock"],
+                       capture_output=True, text=True, env=env)
+    assert p.stdout == "/x/y.sock\n"

@@ -322,19 +322,81 @@ TEST(ipc_socket_path)
     struct config c;
     config_defaults(&c);
     unsetenv("RUNTIME_DIRECTORY");
+    unsetenv("TENSORD_SOCKET");
+    unsetenv("XDG_RUNTIME_DIR");
     char *p = config_ipc_socket_path(&c);
     CHECK_STR(p, "/run/tensord/tensord.sock");
+    free(p);
+    /* Root keeps the system socket; anyone else uses their runtime dir. */
+    setenv("XDG_RUNTIME_DIR", "/run/user/1000", 1);
+    p = config_ipc_socket_path(&c);
+    CHECK_STR(p, geteuid() == 0 ? "/run/tensord/tensord.sock" : "/run/user/1000/tensord.sock");
     free(p);
     setenv("RUNTIME_DIRECTORY", "/run/x:/run/y", 1);
     p = config_ipc_socket_path(&c);
     CHECK_STR(p, "/run/x/tensord.sock");
+    free(p);
+    setenv("TENSORD_SOCKET", "rel/t.sock", 1);
+    p = config_ipc_socket_path(&c);
+    CHECK_STR(p, "rel/t.sock");
     free(p);
     char err[128];
     CHECK(config_set(&c, "ipc_socket", "/tmp/s.sock", err, sizeof(err)) == 0);
     p = config_ipc_socket_path(&c);
     CHECK_STR(p, "/tmp/s.sock");
     free(p);
+    /* A client's candidates: the same places, in the same order, once each. */
+    char *paths[8];
+    size_t n = config_ipc_socket_candidates(&c, paths, 8);
+    CHECK_EQ_U64(n, 4);
+    const char *want[] = {"/tmp/s.sock", "rel/t.sock", "/run/user/1000/tensord.sock",
+                          "/run/tensord/tensord.sock"};
+    for (size_t i = 0; i < n && i < 4; i++)
+        CHECK_STR(paths[i], want[i]);
+    for (size_t i = 0; i < n; i++)
+        free(paths[i]);
+    setenv("TENSORD_SOCKET", "/run/tensord/tensord.sock", 1);
+    unsetenv("XDG_RUNTIME_DIR");
+    n = config_ipc_socket_candidates(NULL, paths, 8);
+    CHECK_EQ_U64(n, 1);
+    CHECK_STR(paths[0], "/run/tensord/tensord.sock");
+    free(paths[0]);
+    n = config_ipc_socket_candidates(&c, paths, 1); /* capacity bounds it */
+    CHECK_EQ_U64(n, 1);
+    free(paths[0]);
+    unsetenv("TENSORD_SOCKET");
     unsetenv("RUNTIME_DIRECTORY");
+    config_free(&c);
+}
+
+TEST(listen_checks)
+{
+    struct config c;
+    char err[256];
+    config_defaults(&c);
+    /* ":PORT" would listen everywhere without saying so. */
+    CHECK(config_set(&c, "listen", ":18078", err, sizeof(err)) < 0);
+    CHECK_CONTAINS(err, "the address is empty");
+    CHECK(config_set(&c, "listen", "[]:18078", err, sizeof(err)) < 0);
+    CHECK(config_set(&c, "listen", "0.0.0.0:18078", err, sizeof(err)) == 0);
+    CHECK(config_set(&c, "listen", "[::]:0", err, sizeof(err)) == 0);
+    CHECK(config_listen_is_loopback("127.0.0.1:8077"));
+    CHECK(config_listen_is_loopback("127.3.2.1:1"));
+    CHECK(config_listen_is_loopback("[::1]:8077"));
+    CHECK(config_listen_is_loopback("[::ffff:127.0.0.1]:8077"));
+    CHECK(!config_listen_is_loopback("0.0.0.0:8077"));
+    CHECK(!config_listen_is_loopback("[::]:8077"));
+    CHECK(!config_listen_is_loopback("10.1.2.3:8077"));
+    CHECK(!config_listen_is_loopback("[fe80::1]:8077"));
+    CHECK(!config_listen_is_loopback(":8077"));
+    CHECK(!config_listen_is_loopback("8077"));
+    CHECK(config_option_is_bool("insecure_listen"));
+    CHECK(config_option_is_bool("watch"));
+    CHECK(!config_option_is_bool("listen"));
+    CHECK(!config_option_is_bool("nonesuch"));
+    CHECK_EQ_U64(c.insecure_listen, 0);
+    CHECK(config_set(&c, "insecure_listen", "true", err, sizeof(err)) == 0);
+    CHECK_EQ_U64(c.insecure_listen, 1);
     config_free(&c);
 }
 
@@ -432,6 +494,7 @@ int main(void)
     RUN(load_file);
     RUN(print_round_trip);
     RUN(ipc_socket_path);
+    RUN(listen_checks);
     RUN(state_dir_path);
     RUN(shipped_config_loads_and_lists_every_option);
     RUN(docs_list_every_option);

@@ -42,11 +42,15 @@ static json_t *ref_offsets(uint64_t begin, uint64_t end)
     return json_pack("[I,I]", (json_int_t)begin, (json_int_t)end);
 }
 
+/* jansson's compact rendering, then the newline every JSON answer ends
+ * with (server/respond.h). */
 static char *ref_dump(json_t *doc)
 {
     char *text = doc ? json_dumps(doc, JSON_COMPACT) : NULL;
     json_decref(doc);
-    return text;
+    char *line = text ? xasprintf("%s\n", text) : NULL;
+    free(text);
+    return line;
 }
 
 static char *ref_description(const struct reg_model *m)

@@ -23,13 +23,17 @@ other workers'. CUDA mappings are read-only on the device where the driver
 allows it: see docs/GPU.md before writing to them (clone first).
 
 The library is found through $TENSORD_CLIENT_LIB, then the repository's
-build/ directory (for a source checkout), then the system's library path.
+build/ directory (for a source checkout), then PREFIX/lib beside the
+tensord-client on PATH (`make install`), then the system's library path.
+connect() with no path finds the socket where the daemon puts it:
+$TENSORD_SOCKET, $XDG_RUNTIME_DIR/tensord.sock, /run/tensord/tensord.sock.
 """
 import collections.abc
 import ctypes
 import ctypes.util
 import json
 import os
+import shutil
 import threading
 
 __all__ = ["connect", "Client", "Model", "TensordError"]
@@ -83,6 +87,18 @@ _lib = None
 _lib_lock = threading.Lock()
 
 
+def _beside_cli():
+    """PREFIX/lib/libtensord-client.so.0 of the tensord-client on PATH: what
+    `make install` put there, found even where the dynamic linker's cache
+    does not list PREFIX/lib (no ldconfig run, a PREFIX outside its paths)."""
+    cli = shutil.which("tensord-client")
+    if not cli:
+        return None
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(cli))), "lib",
+                        "libtensord-client.so.0")
+    return path if os.path.exists(path) else None
+
+
 def _load():
     global _lib
     with _lib_lock:
@@ -91,7 +107,8 @@ def _load():
         here = os.path.dirname(os.path.abspath(__file__))
         candidates = [os.environ.get("TENSORD_CLIENT_LIB"),
                       os.path.join(here, "..", "..", "..", "build", "libtensord-client.so"),
-                      ctypes.util.find_library("tensord-client"), "libtensord-client.so.0"]
+                      _beside_cli(), ctypes.util.find_library("tensord-client"),
+                      "libtensord-client.so.0"]
         last = None
         for path in candidates:
             if not path:
@@ -467,7 +484,8 @@ class Client(_Handle):
 
 
 def connect(socket=None):
-    """Connects to the lease socket (None: $TENSORD_SOCKET or /run/tensord/tensord.sock)."""
+    """Connects to the lease socket (None: the first that exists of
+    $TENSORD_SOCKET, $XDG_RUNTIME_DIR/tensord.sock and /run/tensord/tensord.sock)."""
     return Client(socket)
 
 
