@@ -67,7 +67,7 @@
     if (!byDtype || typeof byDtype !== "object") return "—";
     const parts = Object.entries(byDtype).filter(([, n]) => typeof n === "number");
     if (!parts.length) return "—";
-    return parts.map(([d, n]) => d + " " + fmtSI(n, "")).join(" · ");
+    return parts.map(([d, n]) => d + "\u00a0" + fmtSI(n, "").replace(" ", "\u00a0")).join(" · ");
   }
 
   function paramsTitle(byDtype) {
@@ -236,16 +236,16 @@
     const count = el("span", { class: "muted small", "aria-live": "polite" });
     const hashing = el("span", { class: "muted small" });
     const body = el("tbody");
-    const table = el("table", { class: "grid", id: "models" },
+    const table = el("table", { class: "grid stack", id: "models" },
       el("caption", { class: "muted small", text: "Models served, from GET /v1/models" }),
       el("thead", {}, el("tr", {},
         el("th", { scope: "col", text: "Name" }), el("th", { scope: "col", text: "State" }),
         el("th", { scope: "col", class: "num", text: "Size" }),
         el("th", { scope: "col", class: "num", text: "Files" }),
-        el("th", { scope: "col", class: "num hide-narrow", text: "Tensors" }),
+        el("th", { scope: "col", class: "num", text: "Tensors" }),
         el("th", { scope: "col", text: "Parameters" }),
-        el("th", { scope: "col", class: "hide-narrow", text: "Commit" }),
-        el("th", { scope: "col", class: "hide-narrow", text: "GPU" }))),
+        el("th", { scope: "col", text: "Commit" }),
+        el("th", { scope: "col", text: "GPU" }))),
       body);
     main.append(el("h2", { text: "Models" }),
                 el("div", { class: "toolbar" }, search, count, hashing),
@@ -259,15 +259,17 @@
       const rows = shown.map((m) => {
         const commit = commits.get(m.name);
         const gpu = m.gpu && m.gpu.state && m.gpu.state !== "none" ? m.gpu.state + (m.gpu.device ? " on " + m.gpu.device : "") : "";
+        const state = modelState(m);
+        state.dataset.label = "State";
         return el("tr", {},
           el("td", { class: "name" }, el("a", { href: "#/model/" + enc(m.name), text: m.name })),
-          modelState(m),
-          el("td", { class: "num", text: fmtBytes(m.bytes) }),
-          el("td", { class: "num", text: fmtInt(m.files) }),
-          el("td", { class: "num hide-narrow", text: fmtInt(m.tensors) }),
-          el("td", { class: "small", title: paramsTitle(m.parameters), text: fmtParams(m.parameters) }),
-          el("td", { class: "mono small hide-narrow", title: commit || null, text: commit ? commit.slice(0, 12) : "—" }),
-          el("td", { class: "small hide-narrow", text: gpu || "—" }));
+          state,
+          el("td", { class: "num", "data-label": "Size", text: fmtBytes(m.bytes) }),
+          el("td", { class: "num", "data-label": "Files", text: fmtInt(m.files) }),
+          el("td", { class: "num", "data-label": "Tensors", text: fmtInt(m.tensors) }),
+          el("td", { class: "small", "data-label": "Parameters", title: paramsTitle(m.parameters), text: fmtParams(m.parameters) }),
+          el("td", { class: "mono small", "data-label": "Commit", title: commit || null, text: commit ? commit.slice(0, 12) : "—" }),
+          el("td", { class: "small", "data-label": "GPU", text: gpu || "—" }));
       });
       body.replaceChildren(...rows);
       if (!rows.length) {
@@ -527,7 +529,7 @@
 
   function hashCell(f) {
     if (typeof f.sha256 === "string" && f.sha256) {
-      return el("td", { class: "mono small", title: f.sha256, text: f.sha256 });
+      return el("td", { class: "mono small", text: f.sha256 });
     }
     // A file still being hashed; progress fields, where the daemon gives them.
     const p = f.hash_progress || f.hashing || null;
@@ -585,11 +587,13 @@
         const href = modelPath(name) + "/files/" + enc(f.name);
         const a = el("a", { href, download: "", text: "download" });
         a.addEventListener("click", (e) => download(e, href, f.name));
+        const hash = hashCell(f);
+        hash.dataset.label = "SHA-256";
         return el("tr", {}, el("td", { class: "name", text: f.name }),
-                  el("td", { class: "num", text: fmtBytes(f.size), title: fmtInt(f.size) + " bytes" }),
-                  hashCell(f), el("td", {}, a));
+                  el("td", { class: "num", "data-label": "Size", text: fmtBytes(f.size), title: fmtInt(f.size) + " bytes" }),
+                  hash, el("td", {}, a));
       });
-      parts.push(el("h3", { text: "Files" }), el("div", { class: "scroll-x" }, el("table", { class: "grid", id: "files" },
+      parts.push(el("h3", { text: "Files" }), el("div", { class: "scroll-x" }, el("table", { class: "grid stack", id: "files" },
         el("thead", {}, el("tr", {}, el("th", { scope: "col", text: "Name" }), el("th", { scope: "col", class: "num", text: "Size" }),
                        el("th", { scope: "col", text: "SHA-256" }), el("th", { scope: "col", text: "" }))),
         el("tbody", {}, fileRows))));
@@ -733,20 +737,20 @@
         const pre = d.preload && typeof d.preload === "object" ? d.preload : null;
         return el("tr", {},
           el("td", { class: "name" }, el("a", { href: "#/model/" + enc(name), text: name })),
-          el("td", { text: String(d.device || inst[i].device || "") }),
-          el("td", {}, el("span", { class: "pill " + stateClass(d.state), text: String(d.state) }),
+          el("td", { "data-label": "Device", text: String(d.device || inst[i].device || "") }),
+          el("td", { "data-label": "State" }, el("span", { class: "pill " + stateClass(d.state), text: String(d.state) }),
              d.reason ? el("span", { class: "reason", text: String(d.reason) }) : null),
-          el("td", {}, typeof prog.fraction === "number"
+          el("td", { "data-label": "Progress" }, typeof prog.fraction === "number"
             ? [el("progress", { max: 1, value: prog.fraction, "aria-label": "loaded" }), " " + Math.round(prog.fraction * 100) + "%",
                el("span", { class: "small muted", text: " " + fmtBytes(prog.bytes_done) + " / " + fmtBytes(prog.bytes_total) })] : "—"),
-          el("td", { class: "num", text: fmtInt(typeof d.leases === "number" ? d.leases : inst[i].leases) }),
-          el("td", { class: "num hide-narrow", text: fmtInt(d.generation) }),
-          el("td", { class: "small" }, pre ? kvList(pre, []) : "—"),
+          el("td", { class: "num", "data-label": "Leases", text: fmtInt(typeof d.leases === "number" ? d.leases : inst[i].leases) }),
+          el("td", { class: "num", "data-label": "Generation", text: fmtInt(d.generation) }),
+          el("td", { class: "small", "data-label": "Preload" }, pre ? kvList(pre, []) : "—"),
           el("td", {}, btn));
       });
-      loaded.replaceChildren(rows.length ? el("div", { class: "scroll-x" }, el("table", { class: "grid", id: "instances" },
+      loaded.replaceChildren(rows.length ? el("div", { class: "scroll-x" }, el("table", { class: "grid stack", id: "instances" },
         el("thead", {}, el("tr", {}, ["Model", "Device", "State", "Progress", "Leases", "Generation", "Preload", ""].map((h, i) =>
-          el("th", { scope: "col", class: i === 4 ? "num" : i === 5 ? "num hide-narrow" : null, text: h })))),
+          el("th", { scope: "col", class: i === 4 || i === 5 ? "num" : null, text: h })))),
         el("tbody", {}, rows)))
         : el("p", { class: "muted small", text: "No model is preloaded." }));
       return busy ? 1000 : 3000;
@@ -883,6 +887,14 @@
         pen = true;
       }
       ctx.stroke();
+      // The latest point, so that a series of one sample shows too.
+      const lastPt = s.values.length ? s.values[s.values.length - 1] : null;
+      if (lastPt && lastPt[1] !== null) {
+        ctx.fillStyle = s.color;
+        ctx.beginPath();
+        ctx.arc(left + pw - ((now - lastPt[0]) / span) * pw, top + ph - (max ? (lastPt[1] / max) * ph : 0), 2.5, 0, 2 * Math.PI);
+        ctx.fill();
+      }
     }
     ctx.restore();
   }

@@ -123,7 +123,9 @@ class Browser:
     # ---- page
     def goto(self, url):
         self._events.clear()
-        self.call("Page.navigate", {"url": url}, session=True)
+        r = self.call("Page.navigate", {"url": url}, session=True)
+        if not r.get("loaderId"):
+            return  # the same document, another fragment: no load event
         deadline = time.monotonic() + self.timeout
         while not any(e.get("method") == "Page.loadEventFired" for e in self._events):
             self._note(self._read(deadline))
@@ -138,9 +140,8 @@ class Browser:
     def wait_for(self, expr, timeout=None):
         deadline = time.monotonic() + (timeout or self.timeout)
         while True:
-            v = self.eval(expr)
-            if v:
-                return v
+            if self.eval(f"!!({expr})"):
+                return True
             if time.monotonic() > deadline:
                 raise CDPError(f"timed out waiting for {expr}")
             self.pump(0.05)

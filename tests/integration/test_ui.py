@@ -15,6 +15,7 @@ import shutil
 import tempfile
 import threading
 import time
+import urllib.parse
 
 import pytest
 
@@ -79,6 +80,9 @@ def shot(b, name):
 
 
 def open_view(b, d, view):
+    """A fresh load of the page at view (a new fragment alone would keep the
+    old view's elements around until the page's hashchange handler runs)."""
+    b.goto("about:blank")
     b.goto(f"http://127.0.0.1:{d.port}/ui/{view}")
 
 
@@ -126,7 +130,7 @@ def test_models_list_and_search(ui_daemon, desktop):
     row = b.eval("""(() => { const r = [...document.querySelectorAll('#models tbody tr')]
         .find(r => r.cells[0].textContent === 'many'); return [...r.cells].map(c => c.textContent); })()""")
     assert row[1] == "ready" and row[3] == "1" and row[4] == "100,000"
-    assert row[5] == "U8 100.0 k"                    # parameters by dtype
+    assert row[5] == "U8\u00a0100.0\u00a0k"            # parameters by dtype
     assert re.fullmatch(r"[0-9a-f]{12}", row[6])    # the repo's commit
     broken = b.eval("""[...document.querySelectorAll('#models tbody tr')]
         .find(r => r.cells[0].textContent === 'broken').cells[1].textContent""")
@@ -191,7 +195,7 @@ def test_big_model_table_filter_scroll_keys(ui_daemon, desktop):
 
 def test_hostile_names_stay_text(ui_daemon, desktop):
     b, d = desktop, ui_daemon
-    open_view(b, d, "#/model/" + json.dumps(EVIL_MODEL)[1:-1].replace('"', "%22").replace(" ", "%20"))
+    open_view(b, d, "#/model/" + urllib.parse.quote(EVIL_MODEL, safe=""))
     b.wait_for("document.querySelector('#tensors .vrow')")
     assert EVIL_MODEL in b.eval("document.querySelector('h2').textContent")
     names = b.eval("[...document.querySelectorAll('#tensors .vrow span:first-child')].map(s => s.textContent)")
@@ -283,15 +287,15 @@ def test_token_from_the_page(tmp_path):
     root = tmp_path / "models"
     gen_models.make_demo_models(str(root))
     tokens = tmp_path / "tokens"
-    tokens.write_text("read-secret\nadmin admin-secret\n")
+    tokens.write_text("read read-secret-0123456789\nadmin admin-secret-0123456789\n")
     d = tdutil.Daemon(str(root), str(tmp_path), ["--auth-token-file", str(tokens)],
-                      probe_headers={"Authorization": "Bearer read-secret"}).start()
+                      probe_headers={"Authorization": "Bearer read-secret-0123456789"}).start()
     try:
         assert d.get("/ui/").status == 200
         with cdp.Browser(1280, 800) as b:
             open_view(b, d, "#/models")
             b.wait_for("/token/.test(document.getElementById('status').textContent)")
-            b.eval("document.getElementById('token').value = 'read-secret'")
+            b.eval("document.getElementById('token').value = 'read-secret-0123456789'")
             b.eval("document.getElementById('token-form').requestSubmit()")
             b.wait_for("document.querySelectorAll('#models tbody tr').length === 4")
             open_view(b, d, "#/gpu")
