@@ -132,6 +132,7 @@ static enum MHD_Result send_error(struct MHD_Connection *conn, struct request *r
     if (status == MHD_HTTP_UNAUTHORIZED)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer realm=\"tensord\"");
     rq->error_code = code ? code : "hub_error";
+    rq->body_method = BODY_UNCOUNTED; /* also when a body could not be built after all */
     return queue(conn, rq, status, resp, len);
 }
 

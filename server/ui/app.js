@@ -624,13 +624,22 @@
 
   // ---- GPU -------------------------------------------------------------------
 
+  // Scalar fields of a document as a definition list, one level of nested
+  // objects flattened ("staging.bytes"): what the daemon adds to its GPU
+  // documents (staging ring, I/O counts) shows without a new page.
   function kvList(obj, skip) {
     const items = [];
+    const add = (k, v) => {
+      const text = typeof v === "number" && /per_second/.test(k) ? fmtSI(v, "B/s")
+                 : typeof v === "number" && /bytes/.test(k) ? fmtBytes(v) : String(v);
+      items.push(el("dt", { text: k.replace(/_/g, " ") }), el("dd", { text }));
+    };
     for (const [k, v] of Object.entries(obj || {})) {
-      if (skip.includes(k) || v === null || typeof v === "object") continue;
-      items.push(el("dt", { text: k.replace(/_/g, " ") }),
-                 el("dd", { text: typeof v === "number" && /bytes/.test(k) && !/per_second/.test(k) ? fmtBytes(v)
-                                 : typeof v === "number" && /per_second/.test(k) ? fmtSI(v, "B/s") : String(v) }));
+      if (skip.includes(k) || v === null || Array.isArray(v)) continue;
+      if (typeof v !== "object") { add(k, v); continue; }
+      for (const [k2, v2] of Object.entries(v)) {
+        if (v2 !== null && typeof v2 !== "object") add(k + "." + k2, v2);
+      }
     }
     return items.length ? el("dl", { class: "kv small" }, items) : null;
   }
