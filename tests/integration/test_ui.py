@@ -277,7 +277,38 @@ def test_phone_width(ui_daemon, phone, view, ready):
     assert b.eval("document.documentElement.scrollWidth") <= 390
     name = {"#/models": "models", "#/model/demo-sharded": "model", "#/gpu": "gpu", "#/metrics": "metrics"}[view]
     shot(b, name + "-390")
+    if name == "model":
+        b.eval("document.getElementById('tensors').scrollIntoView()")
+        b.eval("document.querySelector('#tensors .vrow').click()")
+        b.wait_for("document.getElementById('snippets')")
+        assert b.eval("document.documentElement.scrollWidth") <= 390
+        shot(b, "model-tensors-390")
     assert_clean(b)
+
+
+def test_hashing_progress(tmp_path, desktop):
+    """While a file's SHA-256 is being computed (paced here to 4 MiB/s), the
+    list says "hashing" with the files done and the model page says so for
+    the file; once known, the hash shows."""
+    root = tmp_path / "models"
+    gen_models.make_demo_models(str(root))
+    gen_models.make_big(str(root / "slow" / "model.safetensors"), 512, 65536)   # 32 MiB
+    d = tdutil.Daemon(str(root), str(tmp_path), ["--hash-max-bytes-per-second", "4M"]).start()
+    try:
+        b = desktop
+        open_view(b, d, "#/models")
+        b.wait_for("document.querySelectorAll('#models tbody tr').length === 5")
+        cell = b.eval("""[...document.querySelectorAll('#models tbody tr')]
+            .find(r => r.cells[0].textContent === 'slow').cells[1].textContent""")
+        assert cell.startswith("hashing") and "0/1 files" in cell
+        assert b.eval("!!document.querySelector('#models progress')")
+        shot(b, "models-hashing-1280")
+        open_view(b, d, "#/model/slow")
+        b.wait_for("document.querySelector('#files')")
+        assert "hashing" in b.eval("document.querySelector('#files tbody').textContent")
+        assert_clean(b)
+    finally:
+        d.stop_checked()
 
 
 def test_token_from_the_page(tmp_path):
