@@ -190,14 +190,16 @@
     if (focus) main.focus({ preventScroll: true });
   }
 
-  // Runs fn now and every ms (adjusted by fn's return value) until stopped.
+  // Runs fn now and every ms until stopped; fn may return the next delay,
+  // or null when there is nothing more to poll.
   function poller(fn, ms) {
     let timer = 0, stopped = false;
     const tick = async () => {
       let next = ms;
       try {
         const r = await fn();
-        if (typeof r === "number") next = r;
+        if (r === null) return;
+        if (typeof r === "number" && r > 0) next = r;
       } catch (e) {
         setStatus(explain(e), true);
       }
@@ -417,6 +419,10 @@
       node: el("div", {}, el("div", { class: "toolbar" }, filter, count), el("div", { class: "scroll-x" }, grid)),
       start() { draw(); },
       stop() { window.removeEventListener("resize", queueDraw); },
+      // A re-render moves the table out of the page and back, which resets
+      // its scroll position: keep it.
+      scroll() { return vbody.scrollTop; },
+      restore(top) { vbody.scrollTop = top; draw(); },
     };
   }
 
@@ -547,16 +553,20 @@
     const title = el("h2", {}, el("span", { class: "muted", text: "Model " }), name);
     const top = el("div", {});
     main.append(el("p", { class: "small" }, el("a", { href: "#/models", text: "← All models" })), title, top);
-    let table = null, lastHashes = "", stopped = false;
+    let table = null, tensorsPart = null, lastHashes = "", stopped = false;
 
+    // Polled while the files' hashes are being computed (less often for a
+    // big document), re-rendered only when they change; the tensor table,
+    // which hashing does not change, is built once and kept.
     async function load() {
       const [{ doc }, hub] = await Promise.all([api(modelPath(name)), hubCommits()]);
-      if (stopped) return 0;
+      if (stopped) return null;
       const known = JSON.stringify(doc.hashes || null) + JSON.stringify((doc.files || []).map((f) => [f.sha256, f.hash_progress || f.hashing || null]));
-      if (table && known === lastHashes) return hashesDone(doc) ? 0 : 2000;
-      lastHashes = known;
-      render(doc, hub);
-      return hashesDone(doc) ? 0 : 2000;
+      if (known !== lastHashes) {
+        lastHashes = known;
+        render(doc, hub);
+      }
+      return hashesDone(doc) ? null : Math.max(2000, (doc.tensor_count || 0) / 20);
     }
 
     function hashesDone(doc) {
@@ -605,17 +615,20 @@
         if (items.length) metaParts.push(el("h4", { class: "small muted", text: file }), el("dl", { class: "kv small" }, items));
       }
       parts.push(el("h3", { text: "Metadata" }), metaParts.length ? el("div", {}, metaParts) : el("p", { class: "muted small", text: "No __metadata__." }));
-      if (doc.state === "ready") {
+      const fresh = doc.state === "ready" && !table;
+      if (fresh) {
         const sel = el("div", {});
         const repo = commit !== undefined ? { id: name } : null;
-        if (table) table.stop();
         table = tensorTable(doc, (t) => {
           sel.replaceChildren(snippets(name, t, repo ? { id: repo.id, file: t.file } : null));
         });
-        parts.push(el("h3", { text: "Tensors" }), table.node, sel);
+        tensorsPart = [el("h3", { text: "Tensors" }), table.node, sel];
       }
+      if (tensorsPart) parts.push(...tensorsPart);
+      const scrolled = table && !fresh ? table.scroll() : 0;
       top.replaceChildren(...parts);
-      if (table) table.start();
+      if (fresh) table.start();
+      else if (table) table.restore(scrolled);
     }
 
     const p = poller(load, 2000);

@@ -86,6 +86,11 @@ def open_view(b, d, view):
     b.goto(f"http://127.0.0.1:{d.port}/ui/{view}")
 
 
+def access_lines_for(d, needle):
+    with open(d.access_log) as f:
+        return [ln for ln in f if needle in ln]
+
+
 def assert_clean(b):
     assert b.errors() == [], b.errors()
     assert b.eval("window.pwned === undefined && !document.querySelector('main img, main script')")
@@ -149,6 +154,10 @@ def test_big_model_table_filter_scroll_keys(ui_daemon, desktop):
     open_view(b, d, "#/model/many")
     b.wait_for("document.querySelector('#tensors .vrow')", timeout=30)
     shown_s = time.monotonic() - t0
+    # A model whose hashes are all known is fetched once, not polled.
+    fetched = len(access_lines_for(d, " /v1/models/many "))
+    b.pump(2.5)
+    assert len(access_lines_for(d, " /v1/models/many ")) == fetched == 1
     assert b.eval("document.querySelector('#tensors').getAttribute('aria-rowcount')") == str(MANY + 1)
     rows = b.eval("document.querySelectorAll('#tensors .vrow').length")
     assert 5 < rows < 80, rows                      # virtualised: a window of rows
