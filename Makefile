@@ -145,8 +145,13 @@ endif
 UNIT_SRC   := $(wildcard tests/unit/test_*.c)
 FUZZ_SRC   := $(wildcard tests/fuzz/fuzz_*.c)
 
+# The web console's files (server/ui/), compiled into the daemon as one
+# generated C file by server/ui/embed.py (Python's standard library only).
+UI_FILES   := $(wildcard server/ui/*.html server/ui/*.css server/ui/*.js)
+UI_GEN     := $(BUILD)/gen/ui_assets.c
+
 CORE_OBJ   := $(CORE_SRC:%.c=$(BUILD)/obj/%.o)
-SERVER_OBJ := $(SERVER_SRC:%.c=$(BUILD)/obj/%.o)
+SERVER_OBJ := $(SERVER_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/gen/ui_assets.o
 SERVER_LIB_OBJ := $(filter-out $(BUILD)/obj/server/main.o,$(SERVER_OBJ))
 CLIENT_OBJ := $(CLIENT_SRC:%.c=$(BUILD)/obj/%.o)
 UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
@@ -191,6 +196,13 @@ $(BUILD)/obj/%.o: %.c $(BUILD)/flags
 	@mkdir -p $(dir $@)
 	$(call show,CC,$@)
 	$(Q)$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -MMD -MP -c $< -o $@
+
+%/gen/ui_assets.c: server/ui/embed.py $(UI_FILES)
+	@mkdir -p $(dir $@)
+	$(SYS_PYTHON) server/ui/embed.py $@ $(UI_FILES)
+$(BUILD)/obj/gen/ui_assets.o: $(UI_GEN) $(BUILD)/flags
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -c $< -o $@
 
 $(BUILD)/libtensord-core.a: $(CORE_OBJ)
 	@rm -f $@
@@ -238,7 +250,7 @@ unit: $(UNIT_BIN)
 # target links it with the fuzzer's main.
 FUZZ_SAN   := -fsanitize=address,undefined -fno-sanitize-recover=undefined
 FUZZ_FLAGS := -g -O1 $(FUZZ_SAN)
-FUZZ_LIB_SRC := $(CORE_SRC) $(filter-out server/main.c,$(SERVER_SRC)) $(CLIENT_SRC)
+FUZZ_LIB_SRC := $(CORE_SRC) $(filter-out server/main.c,$(SERVER_SRC)) $(CLIENT_SRC) build/gen/ui_assets.c
 FUZZ_LIB_OBJ := $(FUZZ_LIB_SRC:%.c=build/fuzz/obj/%.o)
 build/fuzz/obj/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -266,19 +278,20 @@ fuzz: $(FUZZ_BIN)
 # Debian packages, by what needs them; each list is installed only where a
 # package is missing, so a provisioned machine never touches apt. Add a
 # package to the list of the first target that needs it:
-#   DEB_BUILD  compiling (make all)
+#   DEB_BUILD  compiling (make all; python3 runs server/ui/embed.py)
 #   DEB_RUN    make run and the README tour (demo models, curl, the Python
 #              client's imports); with DEB_BUILD the whole of `make deps-run`
-#   DEB_TEST   make test (with the virtual environment of tests/requirements.txt)
+#   DEB_TEST   make test (with the virtual environment of tests/requirements.txt;
+#              chromium drives the web console's tests)
 #   DEB_BENCH  make bench, bench-remote, bench-hub, bench-sha256, soak
 # Nothing in DEB_BUILD or DEB_RUN starts a service; the test and bench lists
 # are installed with services kept from starting (policy-rc.d), since nginx
 # and prometheus would otherwise listen on :80 and :9090.
 DEB_BUILD := build-essential pkg-config libmicrohttpd-dev liburing-dev libjansson-dev libssl-dev \
-             libdlpack-dev
-DEB_RUN   := python3 python3-numpy python3-urllib3 curl xxd
+             libdlpack-dev python3
+DEB_RUN   := python3-numpy python3-urllib3 curl xxd
 DEB_TEST  := clang libclang-rt-14-dev python3-pytest python3-venv python3-torch \
-             git man-db groff-base systemd prometheus nginx-light
+             git man-db groff-base systemd prometheus nginx-light chromium
 DEB_BENCH := nettle-dev nginx wrk aria2
 # Kept for scripts that read it: every list.
 DEB_PKGS   = $(DEB_BUILD) $(DEB_RUN) $(DEB_TEST) $(DEB_BENCH)

@@ -32,6 +32,7 @@ struct config {
     uint64_t max_fetch_bytes;       /* largest fetch answer, 413 beyond; 0 = unlimited */
     int watch;                      /* rescan on inotify events in the models root */
     int sendfile;                   /* zero-copy contiguous spans; off: copy and verify every block */
+    int ui;                         /* serve the web console at /ui/ */
     char *state_dir;                /* state kept across restarts; empty = automatic */
     /* [hash] */
     unsigned hash_threads;          /* background SHA-256 threads */

@@ -51,6 +51,9 @@ const struct opt config_options[] = {
     {"sendfile", "server", OPT_BOOL, "true", 0, 1, OFF(sendfile), NOLIST,
      "send contiguous spans over 64 KiB with sendfile (zero-copy); false copies every body "
      "with pread and aborts a download whose file changes in place"},
+    {"ui", "server", OPT_BOOL, "true", 0, 1, OFF(ui), NOLIST,
+     "serve the web console at /ui/ (its page and scripts need no token; the data it shows "
+     "does); false answers 404 there"},
     {"watch", "server", OPT_BOOL, "true", 0, 1, OFF(watch), NOLIST,
      "rescan the models root when files change (inotify); SIGHUP always rescans"},
     {"state_dir", "server", OPT_STRING, "", 0, 0, OFF(state_dir), 0, 0, NULL, check_no_ctl,

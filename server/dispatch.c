@@ -72,6 +72,7 @@ static const int endpoint_of_route[] = {
     [ROUTE_NOT_FOUND] = MEP_OTHER,     [ROUTE_BAD_PATH] = MEP_OTHER,
     [ROUTE_HEALTHZ] = MEP_HEALTH,      [ROUTE_READYZ] = MEP_HEALTH,
     [ROUTE_METRICS_TEXT] = MEP_METRICS, [ROUTE_METRICS] = MEP_METRICS,
+    [ROUTE_UI] = MEP_UI,
     [ROUTE_MODELS] = MEP_MODELS,       [ROUTE_MODEL] = MEP_MODEL,
     [ROUTE_MODEL_HEADER] = MEP_HEADER, [ROUTE_FILE] = MEP_FILE,
     [ROUTE_FILE_HEADER] = MEP_FILE_HEADER, [ROUTE_TENSOR] = MEP_TENSOR,
@@ -237,7 +238,9 @@ static int refuse_request(struct MHD_Connection *conn, struct request *rq, enum 
                       "%s is not allowed here; allowed: %s", method, rq->allow);
         return 1;
     }
-    if (kind != ROUTE_HEALTHZ && !auth_check(srv, conn, is_admin)) {
+    /* The console's page and scripts are the same for everyone and hold no
+     * data: they load without a token, and ask for one for what they read. */
+    if (kind != ROUTE_HEALTHZ && kind != ROUTE_UI && !auth_check(srv, conn, is_admin)) {
         *ret = refuse_unauthorized(conn, rq, hub, is_admin);
         return 1;
     }
@@ -284,6 +287,9 @@ enum MHD_Result dispatch_request(struct MHD_Connection *conn, struct request *rq
         break;
     case ROUTE_READYZ:
         ret = handle_readyz(conn, rq);
+        break;
+    case ROUTE_UI:
+        ret = handle_ui(conn, rq, rt.name, rt.raw);
         break;
     case ROUTE_METRICS:
     case ROUTE_METRICS_TEXT:

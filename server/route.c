@@ -286,6 +286,14 @@ enum route_kind route_parse_with(const char *path, route_repo_exists exists, voi
         return r->kind = ROUTE_READYZ;
     if (n == 1 && seg_is(&segs[0], "metrics"))
         return r->kind = ROUTE_METRICS_TEXT;
+    if (seg_is(&segs[0], "ui") && n <= 2) {
+        /* "/ui/" is the page and "/ui/NAME" an asset (plain names: the raw
+         * segment is the name); "/ui" is redirected to "/ui/". */
+        r->name = xstrndup(n == 2 ? segs[1].p : "", n == 2 ? segs[1].len : 0);
+        r->name_len = n == 2 ? segs[1].len : 0;
+        r->raw = strcmp(path, "/ui") == 0;
+        return r->kind = ROUTE_UI;
+    }
     if (seg_is(&segs[0], "api")) {
         if (n >= 2 && seg_is(&segs[1], "models")) {
             if (n == 2)

@@ -17,6 +17,7 @@ enum route_kind {
     ROUTE_READYZ,       /* /readyz */
     ROUTE_METRICS_TEXT, /* /metrics */
     ROUTE_METRICS,      /* /v1/metrics */
+    ROUTE_UI,           /* /ui/{asset} (name: the asset, "" for the page); /ui alone too */
     ROUTE_MODELS,       /* /v1/models */
     ROUTE_MODEL,        /* /v1/models/{model} */
     ROUTE_MODEL_HEADER, /* /v1/models/{model}/header */

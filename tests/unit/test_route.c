@@ -1,4 +1,5 @@
 #include <stdlib.h>
+#include <string.h>
 
 #include "route.h"
 #include "test.h"
@@ -22,6 +23,28 @@ TEST(fixed_endpoints)
     CHECK(parse("/v2/models", &r) == ROUTE_NOT_FOUND);
     CHECK(parse("/v1/other", &r) == ROUTE_NOT_FOUND);
     CHECK(parse("relative", &r) == ROUTE_BAD_PATH);
+}
+
+TEST(console)
+{
+    struct route r;
+    CHECK(parse("/ui/", &r) == ROUTE_UI);
+    CHECK(strcmp(r.name, "") == 0 && !r.raw);
+    route_free(&r);
+    CHECK(parse("/ui", &r) == ROUTE_UI);
+    CHECK(strcmp(r.name, "") == 0 && r.raw); /* redirected to /ui/ */
+    route_free(&r);
+    CHECK(parse("/ui/app.js", &r) == ROUTE_UI);
+    CHECK(strcmp(r.name, "app.js") == 0 && !r.raw);
+    route_free(&r);
+    /* An asset name is looked up as sent: an escape names no asset. */
+    CHECK(parse("/ui/app%2Ejs", &r) == ROUTE_UI);
+    CHECK(strcmp(r.name, "app%2Ejs") == 0);
+    route_free(&r);
+    /* Deeper paths are a Hub repo named "ui", as before. */
+    CHECK(parse("/ui/resolve/main/config.json", &r) == ROUTE_HUB_FILE);
+    CHECK(strcmp(r.model, "ui") == 0);
+    route_free(&r);
 }
 
 TEST(model_endpoints)
@@ -190,6 +213,7 @@ int main(void)
 {
     RUN(hub_routes);
     RUN(fixed_endpoints);
+    RUN(console);
     RUN(model_endpoints);
     RUN(tensor_names_keep_slashes_and_decode_once);
     RUN(traversal_refused);
