@@ -199,10 +199,12 @@ $(BUILD)/obj/%.o: %.c $(BUILD)/flags
 
 %/gen/ui_assets.c: server/ui/embed.py $(UI_FILES)
 	@mkdir -p $(dir $@)
-	$(SYS_PYTHON) server/ui/embed.py $@ $(UI_FILES)
+	$(call show,GEN,$@)
+	$(Q)$(SYS_PYTHON) server/ui/embed.py $@ $(UI_FILES)
 $(BUILD)/obj/gen/ui_assets.o: $(UI_GEN) $(BUILD)/flags
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -c $< -o $@
+	$(call show,CC,$@)
+	$(Q)$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -c $< -o $@
 
 $(BUILD)/libtensord-core.a: $(CORE_OBJ)
 	@rm -f $@
