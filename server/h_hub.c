@@ -196,8 +196,22 @@ static enum MHD_Result hub_file(struct MHD_Connection *conn, struct request *rq,
     put_path(&loc, &len, &cap, rev->commit);
     put_path(&loc, &len, &cap, "/");
     put_path(&loc, &len, &cap, f->name);
-    const char *extra[] = {"X-Repo-Commit", rev->commit, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache",
-                           NULL};
+    /* An LFS file's redirect says what the Hub's says (its 302 to the CDN,
+     * where huggingface_hub stops and takes the file's metadata from): the
+     * linked file's ETag and size. */
+    char etag[68], size[24];
+    const char *extra[9] = {"X-Repo-Commit", rev->commit, MHD_HTTP_HEADER_CACHE_CONTROL,
+                            "no-cache"};
+    if (reg_repo_file_is_lfs(f)) {
+        char sha[65];
+        digest_hex(f->sha256, 32, sha);
+        snprintf(etag, sizeof(etag), "\"%s\"", sha);
+        snprintf(size, sizeof(size), "%" PRIu64, f->st.size);
+        extra[4] = "X-Linked-Etag";
+        extra[5] = etag;
+        extra[6] = "X-Linked-Size";
+        extra[7] = size;
+    }
     enum MHD_Result ret = respond_redirect(conn, rq, MHD_HTTP_FOUND, loc, extra);
     free(loc);
     return ret;
@@ -209,6 +223,12 @@ enum MHD_Result handle_hub(struct MHD_Connection *conn, struct request *rq,
     enum MHD_Result ret = MHD_YES;
     if (rt->kind == ROUTE_HUB_MODELS)
         return hub_models(conn, rq, reg);
+    if (rt->kind == ROUTE_HUB_NO_REPOS)
+        return hub_no_repos(conn, rq);
+    if (rt->kind == ROUTE_HUB_NO_REPO)
+        return respond_hub_error(conn, rq, MHD_HTTP_NOT_FOUND, "RepoNotFound", NULL, 0,
+                                 "Repository not found: %.300s (tensord serves models only: no "
+                                 "datasets, no spaces)", rt->model);
     const struct reg_repo *r = reg_snapshot_find_repo(reg, rt->model, rt->model_len);
     if (!r)
         return respond_hub_error(conn, rq, MHD_HTTP_NOT_FOUND, "RepoNotFound", NULL, 0,
@@ -227,6 +247,10 @@ enum MHD_Result handle_hub(struct MHD_Connection *conn, struct request *rq,
         return hub_info(conn, rq, reg, r, rev, rt);
     case ROUTE_HUB_TREE:
         return hub_tree(conn, rq, r, rev, rt);
+    case ROUTE_HUB_REFS:
+        return hub_refs(conn, rq, rev);
+    case ROUTE_HUB_COMMITS:
+        return hub_commits(conn, rq, r, rev, rt);
     default:
         return hub_paths_info(conn, rq, r, rev, rt);
     }

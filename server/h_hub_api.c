@@ -5,18 +5,22 @@
  * request from the repo's revision, and is a function of the content alone
  * where a commit id addresses it (API.md "Replicas"). */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
+#include "card_yaml.h"
 #include "digest.h"
 #include "dtype.h"
 #include "h_hub_int.h"
 #include "handlers.h"
 #include "hub_req.h"
 #include "jsonw.h"
+#include "log.h"
 #include "respond.h"
 #include "route.h"
 #include "strmap.h"
@@ -177,9 +181,52 @@ static void repo_summary(struct jsonw *w, const struct reg_repo *r, const struct
     jsonw_arr_end(w);
 }
 
+/* ---- the model card ---------------------------------------------------------- */
+
+/* A README larger than this has its front matter read from its first
+ * CARD_README_MAX bytes. */
+#define CARD_README_MAX (1u << 20)
+
+/* Writes "cardData" (the README.md's YAML front matter as JSON, see
+ * core/card_yaml.h) into w when the repo has one that reads as a mapping.
+ * Returns 0, or -ESTALE when README.md changed since it was hashed: the
+ * card would not be the commit's (the caller answers 503). Other failures
+ * leave the card out and are logged. */
+static int card_data(struct jsonw *w, const struct reg_repo *r)
+{
+    const struct reg_file *f = reg_repo_find_file(r, "README.md", 9);
+    if (!f)
+        return 0;
+    size_t n = f->st.size < CARD_README_MAX ? (size_t)f->st.size : CARD_README_MAX;
+    int fd = reg_open_below(r->root, f, O_RDONLY);
+    if (fd < 0) {
+        log_msg(LOG_DEBUG, "hub: %s/README.md: %s", r->id, strerror(-fd));
+        return fd == -ESTALE ? -ESTALE : 0;
+    }
+    char *text = malloc(n + 1), *json = NULL;
+    const char *yaml;
+    size_t yaml_len, json_len;
+    struct st_error err = {0};
+    int rc = !text ? -ENOMEM : fileio_pread_full(fd, text, n, 0);
+    if (rc == 0 && !fileio_unchanged(fd, &f->st))
+        rc = -ESTALE;
+    close(fd);
+    if (rc == 0 && card_yaml_front_matter(text, n, &yaml, &yaml_len) &&
+        card_yaml_to_json(yaml, yaml_len, &json, &json_len, &err) == 1) {
+        jsonw_key(w, "cardData");
+        jsonw_raw(w, json, json_len);
+    } else if (rc != 0 || err.message[0]) {
+        log_msg(LOG_DEBUG, "hub: %s/README.md: no cardData: %s", r->id,
+                rc ? strerror(-rc) : err.message);
+    }
+    free(json);
+    free(text);
+    return rc == -ESTALE ? rc : 0;
+}
+
 enum MHD_Result hub_info(struct MHD_Connection *conn, struct request *rq,
-                                const struct reg_snapshot *reg, const struct reg_repo *r,
-                                const struct reg_repo_rev *rev, const struct route *rt)
+                         const struct reg_snapshot *reg, const struct reg_repo *r,
+                         const struct reg_repo_rev *rev, const struct route *rt)
 {
     int by_commit = 0;
     if (rt->rev && !hub_revision_matches(rt->rev, rev, &by_commit))
@@ -190,6 +237,13 @@ enum MHD_Result hub_info(struct MHD_Connection *conn, struct request *rq,
     repo_summary(&w, r, rev);
     jsonw_ku64(&w, "usedStorage", r->bytes);
     safetensors_info(&w, reg, r);
+    if (card_data(&w, r) == -ESTALE) {
+        jsonw_free(&w);
+        http_request_rescan(rq->srv);
+        return respond_hub_error(conn, rq, MHD_HTTP_SERVICE_UNAVAILABLE, NULL, NULL, 1,
+                                 "%s/README.md changed on disk since it was hashed; retry once "
+                                 "the daemon has rescanned it", r->id);
+    }
     jsonw_key(&w, "siblings");
     jsonw_arr(&w);
     for (size_t i = 0; i < r->n_files; i++) {
@@ -219,9 +273,8 @@ static int query_true(struct MHD_Connection *conn, const char *key)
     return v && (strcasecmp(v, "true") == 0 || strcmp(v, "1") == 0);
 }
 
-enum MHD_Result hub_tree(struct MHD_Connection *conn, struct request *rq,
-                                const struct reg_repo *r, const struct reg_repo_rev *rev,
-                                const struct route *rt)
+enum MHD_Result hub_tree(struct MHD_Connection *conn, struct request *rq, const struct reg_repo *r,
+                         const struct reg_repo_rev *rev, const struct route *rt)
 {
     int by_commit;
     if (!hub_revision_matches(rt->rev, rev, &by_commit))
@@ -258,8 +311,8 @@ enum MHD_Result hub_tree(struct MHD_Connection *conn, struct request *rq,
 }
 
 enum MHD_Result hub_paths_info(struct MHD_Connection *conn, struct request *rq,
-                                      const struct reg_repo *r, const struct reg_repo_rev *rev,
-                                      const struct route *rt)
+                               const struct reg_repo *r, const struct reg_repo_rev *rev,
+                               const struct route *rt)
 {
     int by_commit;
     if (!hub_revision_matches(rt->rev, rev, &by_commit))
@@ -301,7 +354,7 @@ enum MHD_Result hub_paths_info(struct MHD_Connection *conn, struct request *rq,
  * page: no Link header to follow. Revisions are given where already
  * known; the list never waits for hashes. */
 enum MHD_Result hub_models(struct MHD_Connection *conn, struct request *rq,
-                                  const struct reg_snapshot *reg)
+                           const struct reg_snapshot *reg)
 {
     int bad = 0;
     char *search = handler_query(conn, "search", 1, NULL, &bad), *author = handler_query(conn, "author", 1, NULL, &bad);
@@ -359,4 +412,70 @@ out:
     free(search);
     free(author);
     return ret;
+}
+
+enum MHD_Result hub_no_repos(struct MHD_Connection *conn, struct request *rq)
+{
+    struct jsonw w;
+    jsonw_init(&w);
+    jsonw_arr(&w);
+    jsonw_arr_end(&w);
+    return send_doc(conn, rq, &w, 0, NULL);
+}
+
+/* ---- refs and commits -------------------------------------------------------- */
+
+/* /api/models/{repo}/refs: one branch, main, at the current commit (the
+ * content has no tags, conversions or pull requests). */
+enum MHD_Result hub_refs(struct MHD_Connection *conn, struct request *rq,
+                         const struct reg_repo_rev *rev)
+{
+    struct jsonw w;
+    jsonw_init(&w);
+    jsonw_obj(&w);
+    jsonw_key(&w, "branches");
+    jsonw_arr(&w);
+    jsonw_obj(&w);
+    jsonw_kstr(&w, "name", "main");
+    jsonw_kstr(&w, "ref", "refs/heads/main");
+    jsonw_kstr(&w, "targetCommit", rev->commit);
+    jsonw_obj_end(&w);
+    jsonw_arr_end(&w);
+    static const char *const empty[] = {"converts", "tags", "pullRequests"};
+    for (size_t i = 0; i < ARRAY_LEN(empty); i++) {
+        jsonw_key(&w, empty[i]);
+        jsonw_arr(&w);
+        jsonw_arr_end(&w);
+    }
+    jsonw_obj_end(&w);
+    return send_doc(conn, rq, &w, 0, rev->commit);
+}
+
+/* /api/models/{repo}/commits/{rev}: the history of rev, which is one
+ * commit: tensord keeps no history, and a commit id names one content
+ * state (a function of the content alone: no author, the epoch's date). */
+enum MHD_Result hub_commits(struct MHD_Connection *conn, struct request *rq,
+                            const struct reg_repo *r, const struct reg_repo_rev *rev,
+                            const struct route *rt)
+{
+    int by_commit;
+    if (!hub_revision_matches(rt->rev, rev, &by_commit))
+        return hub_revision_not_found(conn, rq, rt->rev);
+    char *message = xasprintf("The files of %s as tensord serves them. tensord keeps no "
+                              "history: this commit's id is a hash of the content.", r->id);
+    struct jsonw w;
+    jsonw_init(&w);
+    jsonw_arr(&w);
+    jsonw_obj(&w);
+    jsonw_kstr(&w, "id", rev->commit);
+    jsonw_kstr(&w, "title", "Content as served by tensord");
+    jsonw_kstr(&w, "message", message);
+    free(message);
+    jsonw_key(&w, "authors");
+    jsonw_arr(&w);
+    jsonw_arr_end(&w);
+    jsonw_kstr(&w, "date", HUB_REVISION_DATE);
+    jsonw_obj_end(&w);
+    jsonw_arr_end(&w);
+    return send_doc(conn, rq, &w, by_commit, rev->commit);
 }

@@ -46,6 +46,8 @@ enum MHD_Result hub_refs(struct MHD_Connection *conn, struct request *rq,
 enum MHD_Result hub_commits(struct MHD_Connection *conn, struct request *rq,
                             const struct reg_repo *r, const struct reg_repo_rev *rev,
                             const struct route *rt);
+/* /api/datasets, /api/spaces: tensord has none, "[]". */
+enum MHD_Result hub_no_repos(struct MHD_Connection *conn, struct request *rq);
 /* /api/models: the repo list (never waits for hashes). */
 enum MHD_Result hub_models(struct MHD_Connection *conn, struct request *rq,
                            const struct reg_snapshot *reg);

@@ -38,6 +38,11 @@ def replicas():
     base = tempfile.mkdtemp(prefix="tensord-replicas-")
     roots = [os.path.join(base, "a", "models"), os.path.join(base, "b", "models")]
     files = hubrepos.make_repos(roots[0], big_bytes=(10 << 20) + 1)
+    card = b"---\nlicense: apache-2.0\ntags: [a, b]\nn: 1.5\n---\n# carded\n"
+    os.makedirs(os.path.join(roots[0], "org", "carded"))
+    with open(os.path.join(roots[0], "org", "carded", "README.md"), "wb") as f:
+        f.write(card)
+    files["org/carded"] = {"README.md": card}
     copy_as_cp_r(roots[0], roots[1])
     daemons = []
     try:
@@ -86,6 +91,7 @@ def commit_addressed(repo, commit, files, dirs):
     out = [("GET", f"{api}/revision/{commit}", (), None),
            ("GET", f"{api}/revision/{commit}?expand=cardData", (), None),
            ("HEAD", f"{api}/revision/{commit}", (), None),
+           ("GET", f"{api}/commits/{commit}", (), None),
            ("GET", f"{api}/tree/{commit}", (), None),
            ("GET", f"{api}/tree/{commit}?recursive=true", (), None),
            ("POST", f"{api}/paths-info/{commit}", (("Content-Type", "application/json"),),
@@ -102,7 +108,7 @@ def commit_addressed(repo, commit, files, dirs):
 def test_commit_addressed_answers_are_byte_identical(replicas):
     (a, b), files = replicas
     n = 0
-    for repo in hubrepos.REPOS:
+    for repo in sorted(files):
         commit = hubrepos.commit_of(files[repo])
         dirs = {os.path.dirname(p) for p in files[repo]} - {""}
         dirs |= {"/".join(d.split("/")[:i]) for d in dirs for i in range(1, d.count("/") + 1)}
@@ -113,3 +119,8 @@ def test_commit_addressed_answers_are_byte_identical(replicas):
             assert ra == rb, f"{method} {path} differs:\n{ra[:1500]!r}\n{rb[:1500]!r}"
             n += 1
     assert n > 100
+    # the card is in the commit's document (so it is compared above)
+    commit = hubrepos.commit_of(files["org/carded"])
+    doc = json.loads(raw_answer(a.port, "GET", f"/api/models/org/carded/revision/{commit}")
+                     .partition(b"\r\n\r\n")[2])
+    assert doc["cardData"] == {"license": "apache-2.0", "tags": ["a", "b"], "n": 1.5}
