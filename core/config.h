@@ -14,6 +14,7 @@
  * place a client looks. */
 #define TENSORD_SYSTEM_SOCKET "/run/tensord/tensord.sock"
 #define CONFIG_MAX_IDS 64
+#define CONFIG_MAX_CORS_ORIGINS 64
 
 struct config {
     /* [server] */
@@ -45,6 +46,8 @@ struct config {
     char *auth_token_file;          /* tokens file; empty = no authentication */
     int insecure_listen;            /* beyond loopback without auth_token_file is allowed */
     char *tls_cert, *tls_key;       /* PEM paths; both set = HTTPS */
+    unsigned n_cors_origins;        /* 0 = CORS off */
+    char *cors_origins[CONFIG_MAX_CORS_ORIGINS]; /* "scheme://host[:port]", or one "*" */
     /* [gpu] */
     char *ipc_socket;               /* Unix socket path for leases */
     unsigned n_preload;

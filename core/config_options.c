@@ -17,6 +17,7 @@
 static const char *check_listen(const char *v);
 static const char *check_preload(const char *v);
 static const char *check_no_ctl(const char *v);
+static const char *check_origin(const char *v);
 
 const struct opt config_options[] = {
     {"models", "server", OPT_STRING, "./models", 0, 0, OFF(models), 0, 0, NULL, check_no_ctl,
@@ -81,6 +82,10 @@ const struct opt config_options[] = {
      "PEM certificate chain; with tls_key, serve HTTPS"},
     {"tls_key", "security", OPT_STRING, "", 0, 0, OFF(tls_key), 0, 0, NULL, check_no_ctl,
      "PEM private key for tls_cert"},
+    {"cors_origins", "security", OPT_STRLIST, "", 0, 0, OFF(cors_origins), OFF(n_cors_origins),
+     CONFIG_MAX_CORS_ORIGINS, NULL, check_origin,
+     "origins (scheme://host[:port]) whose scripts may read the answers (CORS, with "
+     "credentials), or * alone for any origin (without credentials); empty = off"},
     {"ipc_socket", "gpu", OPT_STRING, "", 0, 0, OFF(ipc_socket), 0, 0, NULL, check_no_ctl,
      "Unix socket for GPU leases; empty = $TENSORD_SOCKET, else "
      "$RUNTIME_DIRECTORY/tensord.sock, else $XDG_RUNTIME_DIR/tensord.sock when not root, else "
@@ -155,6 +160,28 @@ static const char *check_preload(const char *v)
     if (gpu_parse_device(at + 1, &kind, &index, &uuid) < 0)
         return "device must be cuda:N, cuda, a GPU-... or MIG-... UUID, or host";
     return check_no_ctl(v);
+}
+
+/* A browser's serialization of an origin (RFC 6454 §6.2): http or https,
+ * a lowercase host with an optional port, no path; or "*". Whether "*"
+ * stands alone is the server's check (server/cors.c). */
+static const char *check_origin(const char *v)
+{
+    if (strcmp(v, "*") == 0)
+        return NULL;
+    const char *host = strncmp(v, "https://", 8) == 0  ? v + 8
+                       : strncmp(v, "http://", 7) == 0 ? v + 7
+                                                        : NULL;
+    if (!host || !*host)
+        return "an origin is http://HOST[:PORT] or https://HOST[:PORT] (or * alone)";
+    for (const char *p = host; *p; p++) {
+        if (*p >= 'A' && *p <= 'Z')
+            return "browsers send origins in lower case: write it so";
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || strchr("-.:[]_", *p)))
+            return "an origin has no path, query, user or other characters than a host's "
+                   "and a port's (no trailing '/')";
+    }
+    return NULL;
 }
 
 const size_t config_n_options = ARRAY_LEN(config_options);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "auth.h"
+#include "cors.h"
 #include "handlers.h"
 #include "http_metrics.h"
 #include "metrics.h"
@@ -226,6 +227,11 @@ static int refuse_request(struct MHD_Connection *conn, struct request *rq, enum 
     if (kind == ROUTE_NOT_FOUND) {
         *ret = respond_error(conn, rq, MHD_HTTP_NOT_FOUND, "not_found",
                              "no endpoint at this path; see /v1/models");
+        return 1;
+    }
+    /* A browser's preflight carries no credentials: answered before the token. */
+    if (cors_is_preflight(srv->cfg, conn, method)) {
+        *ret = respond_preflight(conn, rq, route_allowed_methods(kind));
         return 1;
     }
     int is_get = strcmp(method, MHD_HTTP_METHOD_GET) == 0 || rq->is_head;
