@@ -56,6 +56,8 @@ struct config {
     uint32_t allow_uids[CONFIG_MAX_IDS], allow_gids[CONFIG_MAX_IDS];
     int legacy_ipc;                 /* also export cudaIpcMemHandle_t per allocation */
     unsigned ipc_idle_timeout;      /* seconds; closes lease-less idle or stalled connections */
+    unsigned ipc_max_connections_per_uid; /* lease socket connections of one peer uid; 0 = no limit */
+    unsigned ipc_max_leases_per_uid; /* leases held by one peer uid's connections; 0 = no limit */
     int verify;                     /* compare device bytes with the file before ready */
     unsigned staging_buffers;       /* preload disk reads in flight (one staging buffer each) */
     uint64_t staging_buffer_bytes;  /* size of each staging buffer */

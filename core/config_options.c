@@ -100,6 +100,13 @@ const struct opt config_options[] = {
     {"ipc_idle_timeout", "gpu", OPT_UINT, "60", 0, 86400, OFF(ipc_idle_timeout), NOLIST,
      "seconds before the IPC socket closes a connection that holds no lease and sends nothing, "
      "or that stalls mid-request or mid-answer; 0 = never"},
+    {"ipc_max_connections_per_uid", "gpu", OPT_UINT, "256", 0, 4096,
+     OFF(ipc_max_connections_per_uid), NOLIST,
+     "lease socket connections one peer uid may have open (4,096 in all); beyond, a new one "
+     "is answered too_many_connections and closed; 0 = no limit"},
+    {"ipc_max_leases_per_uid", "gpu", OPT_UINT, "16384", 0, 4194304, OFF(ipc_max_leases_per_uid),
+     NOLIST, "leases the connections of one peer uid may hold together (1,024 per connection); "
+     "an open beyond is answered too_many_leases; 0 = no limit"},
     {"legacy_ipc", "gpu", OPT_BOOL, "false", 0, 1, OFF(legacy_ipc), NOLIST,
      "also export a legacy cudaIpcMemHandle_t per allocation"},
     {"verify", "gpu", OPT_BOOL, "false", 0, 1, OFF(verify), NOLIST,
