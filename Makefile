@@ -238,11 +238,14 @@ $(BUILD)/tensord-client: $(BUILD)/obj/client/cli.o $(CLIENT_OBJ) $(BUILD)/libten
 	$(Q)$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # -MMD: a test is rebuilt when a header it includes (test.h, a fixture)
-# changes, not only its own .c.
+# changes, not only its own .c. Those headers (and the tests/ref/ sources a
+# test includes) become prerequisites: only the test's .c and the objects
+# are compiled and linked.
 $(BUILD)/tests/%: tests/unit/%.c $(SERVER_LIB_OBJ) $(CLIENT_OBJ) $(BUILD)/libtensord-core.a
 	@mkdir -p $(dir $@)
 	$(call show,CCLD,$@)
-	$(Q)$(CC) $(CPPFLAGS) -Itests/unit $(ALL_CFLAGS) -MMD -MP -MF $@.d $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(Q)$(CC) $(CPPFLAGS) -Itests/unit $(ALL_CFLAGS) -MMD -MP -MF $@.d $(LDFLAGS) -o $@ $< \
+	  $(filter %.o %.a,$^) $(LDLIBS)
 
 unit: $(UNIT_BIN)
 	@$(PYTHON) tests/run_unit.py $(UNIT_BIN)
