@@ -288,7 +288,7 @@ fuzz: $(FUZZ_BIN)
 #   DEB_RUN    make run and the README tour (demo models, curl, the Python
 #              client's imports); with DEB_BUILD the whole of `make deps-run`
 #   DEB_TEST   make test (with the virtual environment of tests/requirements.txt;
-#              chromium drives the web console's tests)
+#              chromium drives the web console's tests and the CORS test)
 #   DEB_BENCH  make bench, bench-remote, bench-hub, bench-sha256, soak
 # Nothing in DEB_BUILD or DEB_RUN starts a service; the test and bench lists
 # are installed with services kept from starting (policy-rc.d), since nginx
