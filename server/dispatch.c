@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "auth.h"
+#include "cors.h"
 #include "handlers.h"
 #include "http_metrics.h"
 #include "metrics.h"
@@ -65,7 +66,9 @@ static int repo_exists(void *ctx, const char *id, size_t len)
 static int is_hub_route(enum route_kind k)
 {
     return k == ROUTE_HUB_FILE || k == ROUTE_HUB_MODELS || k == ROUTE_HUB_INFO ||
-           k == ROUTE_HUB_TREE || k == ROUTE_HUB_PATHS_INFO || k == ROUTE_HUB_NOT_FOUND;
+           k == ROUTE_HUB_TREE || k == ROUTE_HUB_PATHS_INFO || k == ROUTE_HUB_NOT_FOUND ||
+           k == ROUTE_HUB_REFS || k == ROUTE_HUB_COMMITS || k == ROUTE_HUB_NO_REPO ||
+           k == ROUTE_HUB_NO_REPOS;
 }
 
 static const int endpoint_of_route[] = {
@@ -80,6 +83,8 @@ static const int endpoint_of_route[] = {
     [ROUTE_HUB_FILE] = MEP_HUB_FILE,   [ROUTE_HUB_MODELS] = MEP_HUB_API,
     [ROUTE_HUB_INFO] = MEP_HUB_API,    [ROUTE_HUB_TREE] = MEP_HUB_API,
     [ROUTE_HUB_PATHS_INFO] = MEP_HUB_API, [ROUTE_HUB_NOT_FOUND] = MEP_HUB_API,
+    [ROUTE_HUB_REFS] = MEP_HUB_API,    [ROUTE_HUB_COMMITS] = MEP_HUB_API,
+    [ROUTE_HUB_NO_REPO] = MEP_HUB_API, [ROUTE_HUB_NO_REPOS] = MEP_HUB_API,
 };
 
 static enum MHD_Result dispatch_model(struct MHD_Connection *conn, struct request *rq,
@@ -224,14 +229,23 @@ static int refuse_request(struct MHD_Connection *conn, struct request *rq, enum 
                              "no endpoint at this path; see /v1/models");
         return 1;
     }
+    /* A browser's preflight carries no credentials: answered before the token. */
+    if (cors_is_preflight(srv->cfg, conn, method)) {
+        *ret = respond_preflight(conn, rq, route_allowed_methods(kind));
+        return 1;
+    }
     int is_get = strcmp(method, MHD_HTTP_METHOD_GET) == 0 || rq->is_head;
     int is_post = strcmp(method, MHD_HTTP_METHOD_POST) == 0;
     int is_admin = kind == ROUTE_GPU && (is_post || strcmp(method, MHD_HTTP_METHOD_DELETE) == 0);
     /* A fetch POST only reads: it needs the read token, as its GET form does. */
     int is_fetch_post = kind == ROUTE_FETCH && is_post;
-    /* paths-info is a POST that only reads, and only a POST. */
-    int method_ok = kind == ROUTE_HUB_PATHS_INFO ? is_post : is_get || is_admin || is_fetch_post;
-    rq->reads_only = is_get || is_fetch_post || (kind == ROUTE_HUB_PATHS_INFO && is_post);
+    /* paths-info is a POST that only reads, and only a POST; a dataset's or
+     * space's routes (paths-info among them) are all "no such repo". */
+    int method_ok = kind == ROUTE_HUB_PATHS_INFO ? is_post
+                    : kind == ROUTE_HUB_NO_REPO  ? is_get || is_post
+                                                 : is_get || is_admin || is_fetch_post;
+    rq->reads_only = is_get || is_fetch_post ||
+                     ((kind == ROUTE_HUB_PATHS_INFO || kind == ROUTE_HUB_NO_REPO) && is_post);
     if (!method_ok) {
         rq->allow = route_allowed_methods(kind);
         *ret = refuse(conn, rq, hub, MHD_HTTP_METHOD_NOT_ALLOWED, "method_not_allowed",

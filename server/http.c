@@ -12,6 +12,7 @@
 
 #include "auth.h"
 #include "conns.h"
+#include "cors.h"
 #include "dispatch.h"
 #include "log.h"
 #include "http_metrics.h"
@@ -554,6 +555,8 @@ int http_start(struct server *srv, char *errbuf, size_t errlen)
                  cfg->listen);
         return -1;
     }
+    if (cors_check_config(cfg, errbuf, errlen) < 0)
+        return -1;
     unsigned threads = config_effective_threads(cfg);
     /* Suspend/resume: a Hub answer waits for content hashes without
      * holding a worker thread (server/h_hub.c). */

@@ -78,6 +78,7 @@ struct request {
     int handled;                /* the answer has been queued */
     char method[16];            /* request method, copied for the access log */
     const char *allow;          /* Allow header for 405 */
+    const char *cors_methods;   /* a CORS preflight's answer: its Allow-Methods (server/cors.h) */
     const char *error_code;     /* set by respond_error, for the log */
     const char *content_range;  /* extra Content-Range for a 416 */
     char *upload;               /* request body (POST), bounded */

@@ -33,6 +33,11 @@ enum route_kind {
     ROUTE_HUB_INFO,     /* /api/models/{repo}, /api/models/{repo}/revision/{rev} */
     ROUTE_HUB_TREE,     /* /api/models/{repo}/tree/{rev}[/{path}] */
     ROUTE_HUB_PATHS_INFO, /* /api/models/{repo}/paths-info/{rev} */
+    ROUTE_HUB_REFS,     /* /api/models/{repo}/refs */
+    ROUTE_HUB_COMMITS,  /* /api/models/{repo}/commits/{rev} */
+    ROUTE_HUB_NO_REPO,  /* a dataset's or a space's routes (model is its id, as far as the path
+                         * tells): tensord serves models only */
+    ROUTE_HUB_NO_REPOS, /* /api/datasets, /api/spaces: the lists, empty */
     ROUTE_HUB_NOT_FOUND, /* no such endpoint under /api/ (answered in the Hub's dialect) */
 };
 
