@@ -62,21 +62,24 @@ class RemoteConnectionError(SafetensorError, ConnectionError):
 _LIKE = {}
 
 
-def builtin_like(cls):
+def builtin_like(*classes):
     """The class that derives from SafetensorError and the builtin exception
-    class `cls` (made once per class): `SafetensorIndexError` for
-    IndexError. SafetensorError itself for classes that are not builtins."""
-    if cls.__module__ != "builtins" or not issubclass(cls, Exception):
+    classes given (made once per set): `SafetensorIndexError` for
+    IndexError. Classes that are not builtins are left out; SafetensorError
+    itself when none is left."""
+    bases = tuple(dict.fromkeys(c for c in classes if c.__module__ == "builtins" and
+                                issubclass(c, Exception) and
+                                not issubclass(c, SafetensorError)))
+    if not bases:
         return SafetensorError
-    if issubclass(cls, SafetensorError):
-        return cls
-    like = _LIKE.get(cls)
+    like = _LIKE.get(bases)
     if like is None:
-        like = type(f"Safetensor{cls.__name__}", (SafetensorError, cls),
+        names = "".join(c.__name__ for c in bases)
+        like = type(f"Safetensor{names}", (SafetensorError,) + bases,
                     {"__module__": __name__,
-                     "__doc__": f"{cls.__name__} as safetensors raises it, and a "
-                                "SafetensorError"})
-        _LIKE[cls] = like
+                     "__doc__": f"{' and '.join(c.__name__ for c in bases)} as safetensors "
+                                "raises it, and a SafetensorError"})
+        _LIKE[bases] = like
     return like
 
 

@@ -53,7 +53,8 @@ def _torch_key(key, shape):
     bools (torch reads them as 1 and 0), and (for the check only) slices
     with negative or huge steps become slices of the same length that torch
     takes (it refuses negative steps, and huge ones overflow). Only the
-    key's own items are changed: lists keep torch's own reading."""
+    key's own items are changed: lists keep torch's own reading. Returns
+    key itself when nothing changed."""
     items = key if isinstance(key, tuple) else (key,)
     used = sum(_dims_used(k) for k in items if k is not Ellipsis)
     out, dim = [], 0
@@ -64,6 +65,8 @@ def _torch_key(key, shape):
             k = _torch_slice(k, shape[dim])
         dim += len(shape) - used if k is Ellipsis else _dims_used(k)
         out.append(k)
+    if all(a is b for a, b in zip(out, items)):
+        return key
     return tuple(out) if isinstance(key, tuple) else out[0]
 
 
@@ -92,15 +95,17 @@ def _check(key, shape, framework):
     """Indexes a data-less array of `shape` with key: raises what the
     framework raises (as the class safetensors raises, see _errors), else
     returns the result's shape."""
+    if framework == "numpy":
+        _check_slice_bounds(key)
     try:
         if framework == "numpy":
             dummy = np.broadcast_to(np.zeros((), np.uint8), tuple(shape))
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", DeprecationWarning)
                 return tuple(np.asarray(dummy[key]).shape)
-        import torch
-        dummy = torch.zeros((), dtype=torch.uint8).expand(tuple(shape))
-        return tuple(dummy[_torch_key(key, shape)].shape)
+        return _check_torch(key, shape)
+    except _errors.SafetensorError:
+        raise
     except Exception as e:
         if framework == "numpy":
             # safetensors' NumPy backend raises SafetensorError for a bad
@@ -109,6 +114,43 @@ def _check(key, shape, framework):
                 raise _errors.SafetensorTypeError(str(e)) from None
             raise _errors.SafetensorError(str(e)) from None
         raise _errors.reraise_like(e) from None
+
+
+def _check_torch(key, shape):
+    """_check for torch. Where the key has slices torch refuses and NumPy
+    takes, torch's refusal of them is no error; but when the key is refused
+    for something else too, which torch would have met after them, the error
+    raised is also of the class torch raised first (safetensors' class)."""
+    import torch
+    dummy = torch.zeros((), dtype=torch.uint8).expand(tuple(shape))
+    changed = _torch_key(key, shape)
+    if changed is key:
+        return tuple(dummy[_torch_key_np(key)].shape)
+    first = None
+    try:
+        dummy[_torch_key_np(key)]  # over zero strides, a huge step may not even fail
+    except (ValueError, RuntimeError) as e:
+        first = e
+    try:
+        return tuple(dummy[changed].shape)
+    except Exception as e:
+        raise _errors.builtin_like(type(e), *(type(first),) if first else ())(str(e)) \
+            from None
+
+
+def _check_slice_bounds(key):
+    """safetensors reads a slice's bounds before anything else of the key:
+    one that is no integer is its TypeError, whatever else is wrong."""
+    for k in key if isinstance(key, tuple) else (key,):
+        if isinstance(k, slice):
+            for v in (k.start, k.stop, k.step):
+                if v is not None:
+                    try:
+                        operator.index(v)
+                    except TypeError:
+                        raise _errors.SafetensorTypeError(
+                            f"'{type(v).__name__}' object cannot be interpreted as an "
+                            "integer") from None
 
 
 # ---------------------------------------------------------------------------
@@ -144,6 +186,8 @@ def _component(k, framework):
     if _is_torch_tensor(k):
         if k.device.type != "cpu":
             return None
+        if framework == "numpy" and k.dim() == 0:
+            return None  # NumPy reads these as integers or bools by the array's rank
         k = k.numpy()
     elif isinstance(k, list):
         if framework == "pt":
@@ -365,26 +409,45 @@ def apply(arr, local, framework):
     return out
 
 
+def _odd_step(c, n):
+    """Whether item c is a slice whose step torch refuses or mishandles on a
+    dimension of n: negative, or past the end."""
+    return c[0] == "slice" and c[1].step is not None and \
+        not 0 < operator.index(c[1].step) <= max(n, 1)
+
+
 def _torch_apply(t, key):
-    """t[key], a slice with a negative step taken as NumPy takes it: the
-    dimension flipped and the slice mirrored."""
+    """t[key], a slice with a negative step taken as NumPy takes it (the
+    dimension flipped and the slice mirrored), one with a step past the end
+    as a step of the dimension's length."""
     import torch
     key = _torch_key_np(key)
-    if not isinstance(key, tuple):
+    if isinstance(key, list) or (not isinstance(key, tuple) and not isinstance(key, slice)):
         return t[key]
+    key = key if isinstance(key, tuple) else (key,)
     comps = _components(key, t.dim(), "pt")
-    if comps is None or not any(c[0] == "slice" and (c[1].step or 1) < 0 for c in comps):
+    if comps is None:
+        return t[key]
+    sizes, d = [], 0
+    for c in comps:
+        sizes.append(t.shape[d] if c[0] not in ("none", "bool") and d < t.dim() else 0)
+        d += 0 if c[0] in ("none", "bool") else c[1].ndim if c[0] == "mask" else 1
+    if not any(_odd_step(c, n) for c, n in zip(comps, sizes)):
         return t[key]
     flips, items, d = [], [], 0
     for c in comps:
         if c[0] in ("none", "bool"):
             items.append(None if c[0] == "none" else c[1])
             continue
-        if c[0] == "slice" and (c[1].step or 1) < 0:
+        if _odd_step(c, t.shape[d]):
             n = t.shape[d]
             a, b, s = c[1].indices(n)
-            flips.append(d)
-            items.append(slice(n - 1 - a, n - 1 - b, -s) if a > b else slice(0, 0))
+            if s > 0:
+                items.append(slice(a, b, max(n, 1)))
+            else:
+                flips.append(d)
+                items.append(slice(n - 1 - a, n - 1 - b, min(-s, max(n, 1))) if a > b
+                             else slice(0, 0))
         elif c[0] in ("ints", "mask"):
             items.append(torch.from_numpy(np.ascontiguousarray(c[1])))
         else:

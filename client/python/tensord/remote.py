@@ -136,6 +136,8 @@ class RemoteSlice:
     def __getitem__(self, key):
         f, dtype, shape = self._f, self._info["dtype"], tuple(self._info["shape"])
         fw = f._framework
+        if fw == "pt":
+            _dtypes.torch_dtype(dtype)  # a dtype torch lacks fails first, as in safetensors
         sub = None
         if _dtypes.BITS[dtype] < 8:
             row_bits = _dtypes.BITS[dtype] * int(np.prod(shape[1:], dtype=object))
@@ -197,7 +199,6 @@ class safe_open:
 
     def __exit__(self, *exc):
         self.close()
-        return False
 
     def close(self):
         """Closes the connections; every later call raises
