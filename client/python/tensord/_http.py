@@ -384,14 +384,15 @@ class _Reading:
 
 
 def read_capped(resp, cap, deadline, what):
-    """(body, over): at most cap bytes of resp's body; over is True when it
-    holds more (then the connection is dropped, not drained)."""
+    """(body, over): resp's body (a bytearray) when it holds at most cap
+    bytes; else its first bytes and over=True, and the connection is
+    dropped, not drained."""
     raw = _raw(resp)
     length = resp.headers.get("Content-Length", "")
     buf = bytearray()
     if length.isdigit() and int(length) > cap:
         abandon(resp)
-        return bytes(buf), True
+        return buf, True
     try:
         with _Reading(deadline, what):
             while len(buf) <= cap:
@@ -402,12 +403,12 @@ def read_capped(resp, cap, deadline, what):
     except BaseException:
         abandon(resp)
         raise
-    over = len(buf) > cap
-    if over:
+    if len(buf) > cap:
         abandon(resp)
-    else:
-        finish(resp, deadline)
-    return bytes(buf[:cap]), over
+        del buf[4096:]  # enough to quote, without a copy of the rest
+        return buf, True
+    finish(resp, deadline)
+    return buf, False
 
 
 _CONTENT_RANGE = re.compile(r"bytes (\d{1,20})-(\d{1,20})/(\d{1,20})$")
