@@ -501,7 +501,9 @@ def test_differences_are_listed():
     """Every kind of difference the cases above met is in the README's list
     (run after them: pytest keeps the file's order)."""
     with open(README, encoding="utf-8") as fh:
-        text = fh.read()
+        text = " ".join(fh.read().split())
+    if not _parity.cases:
+        pytest.skip("runs after the cases of this file (not selected)")
     print(f"\n{_parity.cases} cases, differences: {dict(_parity.seen)}, {dict(_surface)}")
     assert _parity.cases > 5000, _parity.cases
     assert set(_parity.seen) == set(DIFFERENCES), _parity.seen
