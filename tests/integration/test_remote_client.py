@@ -217,8 +217,9 @@ def test_get_slice_errors_are_numpys(daemon):
                 continue
             with pytest.raises(safetensors.SafetensorError) as e:
                 s[key]
-            assert str(e.value) == str(err), key
             assert isinstance(e.value, TypeError) == isinstance(err, TypeError), key
+            if not isinstance(err, TypeError):  # (those say what safetensors says)
+                assert str(e.value) == str(err), key
         assert len(s) == 5
         assert s[np.int64(1), np.int32(-1)].shape == ()
 
