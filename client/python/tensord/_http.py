@@ -48,9 +48,22 @@ MAX_RETRY_AFTER = 30.0      # a longer Retry-After is an error at once
 # Sockets whose every operation is bounded by the call's deadline
 
 
+_REARM = 0.05  # seconds a socket's timeout may lag behind the deadline
+
+
 def _arm(sock):
+    """Sets sock's timeout to what is left of the bound deadline. Setting
+    it costs a system call or two (the blocking mode), so it is set again
+    only once it is _REARM away from the time left: a recv may then wait
+    that much past the deadline, at most."""
     t = _deadline.socket_timeout()
-    if t is not False:
+    if t is False:
+        return
+    cur = sock.gettimeout()
+    if t is None:
+        if cur is not None:
+            sock.settimeout(None)
+    elif cur is None or abs(cur - t) > _REARM:
         sock.settimeout(t)
 
 
