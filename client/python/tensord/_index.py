@@ -334,9 +334,9 @@ def _local_array(a, framework):
 
 
 def _plan_rows(comps, shape, out_shape, framework):
-    """F4/F6: the rows of dimension 0 that the key selects, when rows fill
-    whole bytes (the caller checks), else the whole tensor; the key, moved
-    by the first row, is applied here to the unpacked elements."""
+    """F4/F6 whose rows fill whole bytes: the rows of dimension 0 that the
+    key selects (all of them for a mask over dimension 0); the key, moved by
+    the first row, is applied here to the unpacked elements."""
     if not shape:
         return Plan("", shape, tuple(c[1] if c[0] != "none" else None for c in comps),
                     out_shape)
@@ -353,7 +353,8 @@ def _plan_rows(comps, shape, out_shape, framework):
             continue
         if d == 0 and kind != "mask":
             lo, hi, first = _rows_of(c, n)
-            local.append(first)
+            local.append(_local_array(first, framework) if isinstance(first, np.ndarray)
+                         else first)
         elif kind == "mask":
             local.append(_local_array(c[1], framework))
             d += c[1].ndim
