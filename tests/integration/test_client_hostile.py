@@ -550,6 +550,48 @@ def test_trickled_tensor_bytes(where):
         raises(tensord.DeadlineExceeded, calls[where])
 
 
+def big_model(n):
+    """A description of one U8 tensor of n bytes (the file is zeros)."""
+    return {**model_doc(), "tensors": {"t": {
+        "dtype": "U8", "shape": [n], "file": "model.safetensors", "data_offsets": [0, n],
+        "nbytes": n}}, "files": [{"name": "model.safetensors", "size": n + 16, "etag": '"x"',
+                                  "header_length": 8}]}
+
+
+def paced(every, piece):
+    """Serves ranges of zeros, `piece` bytes every `every` seconds."""
+    def answer(req, c):
+        if req.path == "/v1/models/m":
+            return send_json(c, big_model(8 << 20))
+        a, b = (int(x) for x in req.headers["range"][6:].split("-"))
+        try:
+            c.sendall((f"HTTP/1.1 206 X\r\nContent-Range: bytes {a}-{b}/{(8 << 20) + 16}\r\n"
+                       f"ETag: \"x\"\r\nContent-Length: {b - a + 1}\r\n\r\n").encode())
+            left = b - a + 1
+            while left:
+                c.sendall(bytes(min(piece, left)))
+                left -= min(piece, left)
+                time.sleep(every)
+        except OSError:
+            pass
+        return False
+    return answer
+
+
+def test_default_deadline_grows_with_what_arrives(monkeypatch):
+    """timeout=None: a base (1 s here, 60 s really) pushed back 1 s per MiB
+    received. 8 MiB at 4 MiB/s take 2 s and load; 8 MiB trickled end at
+    the base, whatever size the description announced."""
+    from tensord import _deadline
+    monkeypatch.setattr(_deadline, "DEFAULT_TIMEOUT", 1.0)
+    with script(paced(0.25, 1 << 20)) as s:
+        got = tensord.load_file(s.url(), connections=1)
+        assert got["t"].nbytes == 8 << 20
+    with script(paced(0.1, 1)) as s, bounded(1.0 + 1.5, (8 << 20) + (2 << 20)):
+        e = raises(tensord.DeadlineExceeded, lambda: tensord.load_file(s.url(), connections=1))
+        assert "default deadline" in str(e)
+
+
 def test_a_refused_connection_is_a_clean_error():
     s = socket.socket()
     s.bind(("127.0.0.1", 0))

@@ -7,9 +7,10 @@ bounds each recv, which a server that trickles one byte at a time never
 trips; so every socket the client opens is made a _DeadlineSocket
 (_http.py), whose every recv, recv_into and send first sets the socket's
 timeout to what is left of the deadline of the call running on that thread
-(`Deadline.bind`), and fails once nothing is left. TLS reads are bounded the
-same way: Python's ssl module applies a socket's timeout as a deadline
-across the reads of one record.
+(`Deadline.bind`), and fails once nothing is left; what a recv returns is
+counted (`received`), since the default deadline grows with it. TLS reads
+are bounded the same way: Python's ssl module applies a socket's timeout
+as a deadline across the reads of one record.
 """
 import contextlib
 import threading
@@ -17,11 +18,13 @@ import time
 
 from ._errors import DeadlineExceeded
 
-# timeout=None: this much, plus the time the call's tensor bytes take at
-# DEFAULT_MIN_RATE. A fixed default would fail the load of a big model on
-# a slow link; this one still ends a call that a server stalls or trickles.
+# timeout=None: this much, plus 1 s per DEFAULT_RATE bytes received. A fixed
+# default would fail the load of a big model on a slow link, and one grown
+# by the size the server announces would let the server choose it; this one
+# ends a call that a server stalls or trickles, and lets any load go on that
+# moves DEFAULT_RATE bytes per second.
 DEFAULT_TIMEOUT = 60.0
-DEFAULT_MIN_RATE = 1 << 20  # bytes per second
+DEFAULT_RATE = 1 << 20
 
 _local = threading.local()
 
@@ -33,8 +36,8 @@ def current():
 
 class Deadline:
     """When a call must be over. `timeout`: seconds (a number), None (the
-    default: DEFAULT_TIMEOUT, stretched by `allow` for the bytes the call
-    reads) or math.inf (no deadline)."""
+    default: DEFAULT_TIMEOUT, pushed back by `received`) or math.inf (no
+    deadline). Shared by the threads of one call."""
 
     def __init__(self, timeout, what):
         self.what = what
@@ -45,14 +48,14 @@ class Deadline:
                              f"{timeout!r}")
         self.seconds = seconds
         self.at = time.monotonic() + seconds if seconds != float("inf") else None
+        self.lock = threading.Lock()
 
-    def allow(self, nbytes):
-        """A call that will read nbytes of tensor data: with the default
-        timeout, the time they take at DEFAULT_MIN_RATE is added."""
-        if self.auto and self.at is not None and nbytes > 0:
-            extra = nbytes / DEFAULT_MIN_RATE
-            self.at += extra
-            self.seconds += extra
+    def received(self, nbytes):
+        """nbytes arrived on a socket of the call: with the default timeout,
+        the deadline moves 1 s later per DEFAULT_RATE of them."""
+        if self.auto and self.at is not None and nbytes:
+            with self.lock:
+                self.at += nbytes / DEFAULT_RATE
 
     def remaining(self):
         """Seconds left (None: no deadline); raises DeadlineExceeded when
@@ -69,9 +72,10 @@ class Deadline:
 
     def exceeded(self, doing=None):
         doing = f" ({doing})" if doing else ""
-        return DeadlineExceeded(f"{self.what}: not done within its deadline of "
-                                f"{self.seconds:.3g} s{doing}; pass a larger timeout= (in "
-                                "seconds, math.inf for none)")
+        limit = f"its deadline of {self.seconds:.3g} s" if not self.auto else \
+            f"its default deadline ({DEFAULT_TIMEOUT:g} s, plus 1 s per MiB received)"
+        return DeadlineExceeded(f"{self.what}: not done within {limit}{doing}; pass a larger "
+                                "timeout= (in seconds, math.inf for none)")
 
     def sleep(self, seconds):
         """Sleeps, never past the deadline (raises DeadlineExceeded when the

@@ -40,7 +40,6 @@ def load(model, request, asked_items, framework, connections, progress, chunk, d
         for n in asked:
             model.info(n)
     bound = sum(model.nbytes(n) for n in (model.tensors if asked is None else set(asked)))
-    deadline.allow(bound)
     pin = _loader.Pin()
     try:
         doc, bufs = _read(model, request, asked, bound, pin, connections, progress, chunk,

@@ -67,6 +67,14 @@ def _arm(sock):
         sock.settimeout(t)
 
 
+def _got(data):
+    """Counts what a recv returned (the default deadline grows with it)."""
+    dl = _deadline.current()
+    if dl is not None:
+        dl.received(data if isinstance(data, int) else len(data))
+    return data
+
+
 class _DeadlineSocket(socket.socket):
     """A socket whose every blocking operation first takes the time left to
     the deadline bound to its thread as its timeout (see _deadline.py)."""
@@ -74,11 +82,11 @@ class _DeadlineSocket(socket.socket):
 
     def recv(self, *args):
         _arm(self)
-        return super().recv(*args)
+        return _got(super().recv(*args))
 
     def recv_into(self, *args):
         _arm(self)
-        return super().recv_into(*args)
+        return _got(super().recv_into(*args))
 
     def send(self, *args):
         _arm(self)
@@ -94,11 +102,11 @@ class _DeadlineSSLSocket(ssl.SSLSocket):
 
     def recv(self, *args):
         _arm(self)
-        return super().recv(*args)
+        return _got(super().recv(*args))
 
     def recv_into(self, *args):
         _arm(self)
-        return super().recv_into(*args)
+        return _got(super().recv_into(*args))
 
     def send(self, *args):
         _arm(self)

@@ -89,7 +89,6 @@ class _Model:
         model's files (whole tensors in file order make long ranges)."""
         bufs, by_file = {}, {}
         total = sum(self.nbytes(n) for n in names)
-        deadline.allow(total)
         for n in names:
             info = self.tensors[n]
             f = self.files[info["file"]]
@@ -148,7 +147,6 @@ class RemoteSlice:
         if raw.nbytes:
             deadline = Deadline(f._timeout, f"tensor {self._name!r} of model "
                                             f"{f._model.url.model!r}")
-            deadline.allow(raw.nbytes)
             f._read_slice(self._name, p.spec, raw, deadline)
         if sub:
             codes = _dtypes.unpack(dtype, raw, p.fetch_shape)
@@ -177,7 +175,7 @@ class safe_open:
     torch.device. backend: safetensors' "mmap"/"pread", accepted and unused.
     token: bearer token (default $TENSORD_TOKEN, see the README). timeout:
     the deadline of each call (opening, get_tensor, a slice, ...) in seconds;
-    None: 60 s plus 1 s per MiB the call reads; math.inf: none.
+    None: 60 s plus 1 s per MiB received; math.inf: none.
     connections: parallel connections for large reads. verify: TLS
     verification (False, or a CA bundle path). A sharded model opens as one:
     keys() lists every shard's tensors."""
