@@ -495,7 +495,9 @@ def connect(socket=None):
 from ._errors import (BadAnswer, DeadlineExceeded, ModelNotFound,  # noqa: E402
                       RemoteConnectionError, RemoteError, SafetensorError, TensorNotFound)
 from .remote import RemoteSlice, load_file, safe_open  # noqa: E402
-from . import numpy, torch  # noqa: E402,F401
+# (imported for their attributes tensord.numpy and tensord.torch: under
+# other names, as functions of this module import the real torch)
+from . import numpy as _numpy_loaders, torch as _torch_loaders  # noqa: E402,F401
 
 __all__ += ["safe_open", "load_file", "RemoteSlice", "RemoteError", "SafetensorError",
             "BadAnswer", "DeadlineExceeded", "RemoteConnectionError", "TensorNotFound",

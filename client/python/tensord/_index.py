@@ -41,7 +41,8 @@ class Plan:
     result's shape."""
 
     def __init__(self, spec, fetch_shape, local, out_shape):
-        self.spec, self.fetch_shape, self.local, self.out_shape = spec, fetch_shape, local, out_shape
+        self.spec, self.fetch_shape = spec, fetch_shape
+        self.local, self.out_shape = local, out_shape
 
 
 # ---------------------------------------------------------------------------
