@@ -31,6 +31,8 @@ sys.path.insert(0, os.path.join(REPO, "client", "python"))
 import tensord  # noqa: E402
 
 README = os.path.join(REPO, "client", "python", "README.md")
+# NumPy warns that np.bool_ keys will be errors one day; both sides meet them.
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 SUB = gen_models.SUB_BYTE
 ML = {"BF16": ml_dtypes.bfloat16, "F8_E4M3": ml_dtypes.float8_e4m3fn,
       "F8_E5M2": ml_dtypes.float8_e5m2, "F8_E4M3FNUZ": ml_dtypes.float8_e4m3fnuz,
