@@ -218,11 +218,12 @@ $(BUILD)/tensord: $(SERVER_OBJ) $(BUILD)/libtensord-core.a
 
 # The client library is position-independent and links only libc (+dl for
 # CUDA). Of core it takes the answer reader's tokenizer, json_scan, and what
-# that calls (strmap's fallible half, util's UTF-8 and hex helpers); every
+# that calls (strmap's fallible half, util's UTF-8 and hex helpers), and the
+# dtype table (the open answer's tensor sizes are checked with it); every
 # function is its own section and the link drops those nothing calls, so
 # core's allocation wrappers, which abort on OOM, never reach it: a worker
 # must get errors from it, never an abort. Only tensord_* is exported.
-CLIENT_CORE_SRC := core/json_scan.c core/strmap.c core/util.c
+CLIENT_CORE_SRC := core/dtype.c core/json_scan.c core/strmap.c core/util.c
 CLIENT_PIC_OBJ := $(CLIENT_SRC:%.c=$(BUILD)/pic/%.o) $(CLIENT_CORE_SRC:%.c=$(BUILD)/pic/%.o)
 $(BUILD)/pic/%.o: %.c $(BUILD)/flags
 	@mkdir -p $(dir $@)

@@ -10,6 +10,7 @@
 
 #include "client_int.h"
 #include "cmem.h"
+#include "dtype.h"
 #include "json_scan.h"
 #include "util.h"
 
@@ -400,6 +401,31 @@ static int open_member(struct json_scan *s, const char *key, unsigned depth, voi
     return rc;
 }
 
+/* Whether t's dtype and shape make exactly its nbytes (F4 and F6: in whole
+ * bytes), counted in bits with every product checked for overflow: a DLPack
+ * tensor is built from the shape, so a shape bigger than the bytes the
+ * daemon vouched for would reach past them. 0 when they agree; else -1
+ * with err. */
+static int check_tensor_size(const struct tensord_tensor *t, char *err, size_t errlen)
+{
+    enum dtype dt = dtype_from_name(t->dtype, strlen(t->dtype));
+    uint64_t bits;
+    if (dt == DT_INVALID)
+        return snprintf(err, errlen, "tensor \"%s\" in the open answer has an unknown dtype "
+                        "\"%s\"", t->name, t->dtype), -1;
+    bits = dtype_info(dt)->bits;
+    for (int d = 0; d < t->ndim; d++) {
+        if (u64_mul(bits, (uint64_t)t->shape[d], &bits) < 0)
+            return snprintf(err, errlen, "tensor \"%s\" in the open answer: its shape "
+                            "overflows", t->name), -1;
+    }
+    if (bits % 8 != 0 || bits / 8 != t->nbytes)
+        return snprintf(err, errlen, "tensor \"%s\" in the open answer: a %s tensor of its "
+                        "shape is %llu bits, not its nbytes %llu", t->name, t->dtype,
+                        (unsigned long long)bits, (unsigned long long)t->nbytes), -1;
+    return 0;
+}
+
 /* The checks that need the whole answer, in the order the fields are
  * described in docs/GPU.md: the model, its allocations, its tensors. */
 static int check_open(struct open_reader *r, size_t n_fds, char *err, size_t errlen)
@@ -432,6 +458,8 @@ static int check_open(struct open_reader *r, size_t n_fds, char *err, size_t err
             return snprintf(err, errlen, "malformed tensor %zu in the open answer", i), -1;
         if (r->tensors.flags[i] & BAD_SHAPE)
             return snprintf(err, errlen, "malformed shape of tensor %s", t->name), -1;
+        if (check_tensor_size(t, err, errlen) != 0)
+            return -1;
         t->alloc = (uint32_t)alloc;
     }
     return 0;

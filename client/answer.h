@@ -32,8 +32,9 @@ int answer_read(const char *body, size_t len, struct answer *a, char *err, size_
 /* Fills m's name, device, generation, allocation and tensor tables from an
  * open answer that answer_read accepted, and checks every number against
  * the others: n_fds descriptors came with it, one per allocation; a tensor
- * lies inside its allocation. Returns 0, or -1 with err; what was filled in
- * is m's to free either way. */
+ * lies inside its allocation, and its dtype (one the library knows) and
+ * shape make exactly its nbytes. Returns 0, or -1 with err; what was
+ * filled in is m's to free either way. */
 int answer_open(const char *body, size_t len, size_t n_fds, struct tensord_model *m, char *err,
                 size_t errlen);
 /* Frees what answer_open filled in (m itself and its mappings are the

@@ -1,10 +1,12 @@
 /* model: opening a model (its lease, mapping its allocations) and what a
  * mapped model answers: its tables, checksums, tensor bytes. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 
 #include "answer.h"
 #include "client_int.h"
@@ -61,14 +63,56 @@ void tdc_model_unref(struct tensord_model *m)
         model_free(m);
 }
 
-/* Maps every allocation twice: read-only and shared (the daemon's bytes,
- * for `data`), and private copy-on-write for DLPack consumers, which may
- * write (the pages are copied on the first write, in this process only;
- * the sealed memfd refuses shared writable mappings anyway). */
+/* The seals the daemon puts on a host allocation's memfd once it is filled
+ * (core/gpu/gpu_host.c): it can no longer change size or bytes, nor lose
+ * those seals. */
+#define HOST_SEALS (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL)
+
+/* Checks descriptor fd of allocation i before it is mapped: a file shorter
+ * than the mapping kills the worker with SIGBUS on the first read past its
+ * end, and one that is not sealed could be shrunk (the same) or rewritten
+ * under the worker by whoever else holds it. 0, or -1 with err. */
+static int check_host_fd(size_t i, int fd, const struct tensord_alloc *a, char *err,
+                         size_t errlen)
+{
+    struct stat st;
+    if (fstat(fd, &st) < 0) {
+        tdc_seterr(err, errlen, "allocation %zu: fstat of its descriptor: %s", i,
+                   strerror(errno));
+        return -1;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        tdc_seterr(err, errlen, "allocation %zu: its descriptor is no memfd (mode %#o)", i,
+                   (unsigned)st.st_mode & S_IFMT);
+        return -1;
+    }
+    if (st.st_size < 0 || (uint64_t)st.st_size < a->alloc_size) {
+        tdc_seterr(err, errlen, "allocation %zu: its memfd holds %lld bytes, fewer than the "
+                   "%llu to map", i, (long long)st.st_size, (unsigned long long)a->alloc_size);
+        return -1;
+    }
+    int seals = fcntl(fd, F_GET_SEALS);
+    if (seals < 0 || (seals & HOST_SEALS) != HOST_SEALS) {
+        tdc_seterr(err, errlen, "allocation %zu: its memfd is not sealed against shrinking, "
+                   "growing and writing (seals %#x, want %#x)", i, seals < 0 ? 0 : seals,
+                   HOST_SEALS);
+        return -1;
+    }
+    return 0;
+}
+
+/* Maps every allocation twice, once its descriptor passed check_host_fd:
+ * read-only and shared (the daemon's bytes, for `data`), and private
+ * copy-on-write for DLPack consumers, which may write (the pages are copied
+ * on the first write, in this process only; the sealed memfd refuses shared
+ * writable mappings anyway). CUDA handles are opaque: the driver refuses
+ * to map more than the exported allocation holds (cuMemMap). */
 static int map_host(struct tensord_model *m, const int *fds, char *err, size_t errlen)
 {
     for (size_t i = 0; i < m->n_allocs; i++) {
         struct tensord_alloc *a = &m->allocs[i];
+        if (check_host_fd(i, fds[i], a, err, errlen) != 0)
+            return -1;
         void *p = mmap(NULL, a->alloc_size, PROT_READ, MAP_SHARED, fds[i], 0);
         if (p == MAP_FAILED) {
             tdc_seterr(err, errlen, "mmap of allocation %zu (%llu bytes): %s", i,

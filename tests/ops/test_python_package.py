@@ -33,7 +33,8 @@ def wheel_path():
 def test_wheel_is_pure_python():
     whl = wheel_path()
     names = zipfile.ZipFile(whl).namelist()
-    for mod in ("__init__", "remote", "_http", "_dtypes", "_index", "_loader", "_errors"):
+    for mod in ("__init__", "remote", "numpy", "torch", "_http", "_deadline", "_dtypes",
+                "_index", "_loader", "_errors", "_fetch", "_frameworks", "_validate"):
         assert f"tensord/{mod}.py" in names, mod
     assert not [n for n in names if n.endswith((".so", ".pyd", ".c"))], names
     assert any(n.endswith("LICENSE") for n in names), names

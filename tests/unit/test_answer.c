@@ -295,6 +295,24 @@ TEST(open_cross_checks)
     expect_open_refused("\"shape\":[5,5]", "\"shape\":[5,[5]]", 2, "malformed shape of tensor w");
     expect_open_refused("\"shape\":[5,5]", "\"shape\":[5,5],\"shape\":[5,5]", 2,
                         "duplicate object key");
+    /* dtype and shape must make exactly nbytes (a DLPack tensor is built
+     * from the shape): more elements, fewer, sub-byte sizes off a byte,
+     * products that overflow, dtypes the library does not know. */
+    expect_open_refused("\"shape\":[5,5]", "\"shape\":[5,6]", 2,
+                        "tensor \"w\" in the open answer: a F32 tensor of its shape is 960 bits, "
+                        "not its nbytes 100");
+    expect_open_refused("\"shape\":[5,5]", "\"shape\":[5,4]", 2, "640 bits, not its nbytes 100");
+    expect_open_refused("\"shape\":[5,5]", "\"shape\":[5,5,0]", 2, "0 bits, not its nbytes 100");
+    expect_open_refused("\"dtype\":\"F32\"", "\"dtype\":\"F4\"", 2,
+                        "a F4 tensor of its shape is 100 bits");
+    expect_open_refused("\"dtype\":\"F32\"", "\"dtype\":\"f32\"", 2,
+                        "tensor \"w\" in the open answer has an unknown dtype \"f32\"");
+    expect_open_refused("\"dtype\":\"F32\"", "\"dtype\":7", 2, "unknown dtype \"\"");
+    expect_open_refused("\"shape\":[5,5]",
+                        "\"shape\":[9223372036854775807,9223372036854775807]", 2,
+                        "tensor \"w\" in the open answer: its shape overflows");
+    expect_open_refused("\"shape\":[5,5]", "\"shape\":[2305843009213693952]", 2,
+                        "its shape overflows"); /* 2^61 elements of 32 bits: 2^66 bits */
     /* The first bad tensor is named, and only a tensor's own fields come
      * before its shape. */
     expect_open_refused("\"shape\":[5,5],\"alloc\":0", "\"shape\":[-1],\"alloc\":9", 2,

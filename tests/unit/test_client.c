@@ -1,11 +1,13 @@
 /* Tests for the client library's connection and open path (client/client.c,
  * client/model.c) against a fake daemon on a Unix socket that answers what
  * each test scripts: hostile answers over the wire, the descriptors and
- * leases of answers that cannot be used, a protocol-1 daemon, and every
- * allocation failing in turn. tests/unit/test_gpu_manager.c runs the client
+ * leases of answers that cannot be used, descriptors unfit to map (short,
+ * unsealed, no memfd), tensors whose shape does not make their bytes, a
+ * protocol-1 daemon, and every allocation failing in turn. tests/unit/test_gpu_manager.c runs the client
  * against the real lease socket. */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -54,8 +56,40 @@ static int read_full(int fd, void *p, size_t n)
     return 0;
 }
 
-/* Sends the framed answer with n_fds new memfds of 4096 bytes (ours closed
- * once sent). */
+/* What the fake hands as an allocation's descriptor: a memfd of 4096 bytes
+ * sealed as the daemon seals its own (core/gpu/gpu_host.c), or one of the
+ * ways a descriptor can be unfit to map. */
+enum fd_kind {
+    FD_SEALED,        /* what the daemon sends */
+    FD_SHORT,         /* sealed, but 1024 bytes behind a 4096-byte allocation */
+    FD_UNSEALED,      /* could be shrunk under the mapping */
+    FD_WRITABLE,      /* sealed against resizing only: could be rewritten */
+    FD_PIPE,          /* no file at all */
+};
+static enum fd_kind fd_kind;
+
+/* A new descriptor of fd_kind (the fake closes it once sent). */
+static int make_fd(void)
+{
+    int pipefd[2];
+    if (fd_kind == FD_PIPE) {
+        if (pipe2(pipefd, O_CLOEXEC) < 0)
+            abort();
+        close(pipefd[1]);
+        return pipefd[0];
+    }
+    int fd = memfd_create("fake-alloc", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    int seals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL;
+    if (fd_kind == FD_WRITABLE)
+        seals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
+    if (fd < 0 || ftruncate(fd, fd_kind == FD_SHORT ? 1024 : 4096) < 0 ||
+        (fd_kind != FD_UNSEALED && fcntl(fd, F_ADD_SEALS, seals) < 0))
+        abort();
+    return fd;
+}
+
+/* Sends the framed answer with n_fds new descriptors of fd_kind (ours
+ * closed once sent). */
 static void send_answer(int fd, const char *text, int n_fds)
 {
     size_t n = strlen(text);
@@ -69,11 +103,8 @@ static void send_answer(int fd, const char *text, int n_fds)
     } ctl;
     struct iovec iov = {.iov_base = msg, .iov_len = n + IPC_HEADER_BYTES};
     struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
-    for (int i = 0; i < n_fds; i++) {
-        fds[i] = memfd_create("fake-alloc", MFD_CLOEXEC);
-        if (fds[i] < 0 || ftruncate(fds[i], 4096) < 0)
-            abort();
-    }
+    for (int i = 0; i < n_fds; i++)
+        fds[i] = make_fd();
     if (n_fds) {
         mh.msg_control = ctl.buf;
         mh.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)n_fds);
@@ -141,6 +172,7 @@ static void *fake_main(void *arg)
 
 static void fake_start(script_fn script)
 {
+    fd_kind = FD_SEALED;
     memset(&fake, 0, sizeof(fake));
     pthread_mutex_init(&fake.lock, NULL);
     fake.script = script;
@@ -171,7 +203,8 @@ static int log_has(const char *s)
     return found;
 }
 
-/* Descriptors of the fake's memfds open in this process. */
+/* Descriptors of the fake's memfds (and pipes: FD_PIPE) open in this
+ * process. */
 static int count_memfds(void)
 {
     DIR *d = opendir("/proc/self/fd");
@@ -183,7 +216,7 @@ static int count_memfds(void)
         ssize_t k = readlink(path, target, sizeof(target) - 1);
         if (k > 0) {
             target[k] = '\0';
-            n += strstr(target, "memfd:fake-alloc") != NULL;
+            n += strstr(target, "memfd:fake-alloc") != NULL || strncmp(target, "pipe:", 5) == 0;
         }
     }
     if (d)
@@ -333,6 +366,100 @@ TEST(hostile_answers_over_the_wire)
     fake_stop();
 }
 
+/* Descriptors unfit to map (issue 22): each refused before mmap with an
+ * error naming the allocation and why, its lease given back, every
+ * descriptor closed, and the connection still in step. Mapping a short
+ * memfd would kill this process with SIGBUS on the first read past its
+ * end; an unsealed one could be shrunk or rewritten under it. */
+TEST(unfit_descriptors_are_refused)
+{
+    static const struct {
+        enum fd_kind kind;
+        const char *want;
+    } cases[] = {
+        {FD_SHORT, "allocation 0: its memfd holds 1024 bytes, fewer than the 4096 to map"},
+        {FD_UNSEALED, "allocation 0: its memfd is not sealed"},
+        {FD_WRITABLE, "allocation 0: its memfd is not sealed"},
+        {FD_PIPE, "allocation 0: its descriptor is no memfd"},
+    };
+    char err[256];
+    fake_start(scripted);
+    open_fds = 1;
+    int before = count_memfds();
+    struct tensord_client *c = tensord_connect(fake.path, err, sizeof(err));
+    CHECK(c != NULL);
+    for (size_t i = 0; c && i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char lease[64], release[64];
+        snprintf(lease, sizeof(lease), "\"lease\":%zu,", 40 + i);
+        snprintf(release, sizeof(release), "{\"op\":\"release\",\"lease\":%zu}", 40 + i);
+        open_answer = open_with(lease, TENSOR);
+        fd_kind = cases[i].kind;
+        err[0] = '\0';
+        CHECK(tensord_open(c, "m", NULL, err, sizeof(err)) == NULL);
+        CHECK_CONTAINS(err, cases[i].want);
+        CHECK(log_has(release));
+        CHECK(memfds_back_to(before));
+        char *list = tensord_list(c, err, sizeof(err));
+        CHECK(list != NULL);
+        free(list);
+    }
+    /* The same answer with the descriptor the daemon sends opens. */
+    fd_kind = FD_SEALED;
+    open_answer = open_with("\"lease\":50,", TENSOR);
+    struct tensord_model *m = c ? tensord_open(c, "m", NULL, err, sizeof(err)) : NULL;
+    CHECK(m != NULL);
+    tensord_model_close(m);
+    tensord_close(c);
+    CHECK(memfds_back_to(before));
+    fake_stop();
+}
+
+/* A tensor whose dtype and shape make more (or other) bytes than its
+ * nbytes: a DLPack tensor built from that shape would reach past the bytes
+ * checked against the allocation. Refused, the lease given back. */
+TEST(tensor_shape_must_make_its_bytes)
+{
+    static const struct {
+        const char *tensor, *want;
+    } cases[] = {
+        {"{\"name\":\"x\",\"dtype\":\"U8\",\"shape\":[4096],\"alloc\":0,\"offset\":0,"
+         "\"nbytes\":16}", "a U8 tensor of its shape is 32768 bits, not its nbytes 16"},
+        {"{\"name\":\"x\",\"dtype\":\"F32\",\"shape\":[2,2],\"alloc\":0,\"offset\":0,"
+         "\"nbytes\":15}", "a F32 tensor of its shape is 128 bits, not its nbytes 15"},
+        {"{\"name\":\"x\",\"dtype\":\"F64\",\"shape\":[4294967296,4294967296],\"alloc\":0,"
+         "\"offset\":0,\"nbytes\":0}", "its shape overflows"},
+        {"{\"name\":\"x\",\"dtype\":\"Q7\",\"shape\":[16],\"alloc\":0,\"offset\":0,"
+         "\"nbytes\":16}", "unknown dtype \"Q7\""},
+    };
+    char err[256];
+    fake_start(scripted);
+    open_fds = 1;
+    int before = count_memfds();
+    struct tensord_client *c = tensord_connect(fake.path, err, sizeof(err));
+    CHECK(c != NULL);
+    for (size_t i = 0; c && i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char lease[64], release[64];
+        snprintf(lease, sizeof(lease), "\"lease\":%zu,", 60 + i);
+        snprintf(release, sizeof(release), "{\"op\":\"release\",\"lease\":%zu}", 60 + i);
+        open_answer = open_with(lease, cases[i].tensor);
+        err[0] = '\0';
+        CHECK(tensord_open(c, "m", NULL, err, sizeof(err)) == NULL);
+        CHECK_CONTAINS(err, cases[i].want);
+        CHECK(log_has(release));
+        CHECK(memfds_back_to(before));
+    }
+    /* F4: 32 elements in 16 bytes agree; the same bytes read as F32 do too. */
+    open_answer = open_with("\"lease\":70,",
+                            "{\"name\":\"p\",\"dtype\":\"F4\",\"shape\":[4,8],\"alloc\":0,"
+                            "\"offset\":0,\"nbytes\":16},{\"name\":\"f\",\"dtype\":\"F32\","
+                            "\"shape\":[2,2],\"alloc\":0,\"offset\":0,\"nbytes\":16}");
+    struct tensord_model *m = c ? tensord_open(c, "m", NULL, err, sizeof(err)) : NULL;
+    CHECK(m != NULL && tensord_model_tensor_count(m) == 2);
+    tensord_model_close(m);
+    tensord_close(c);
+    fake_stop();
+}
+
 static const char *protocol_1(const char *req, int *n_fds)
 {
     (void)n_fds;
@@ -464,6 +591,8 @@ int main(void)
     RUN(open_without_lease_closes_its_descriptors);
     RUN(malformed_open_gives_the_lease_back);
     RUN(hostile_answers_over_the_wire);
+    RUN(unfit_descriptors_are_refused);
+    RUN(tensor_shape_must_make_its_bytes);
     RUN(protocol_1_daemon);
     RUN(out_of_memory_in_turn);
     RUN(unreadable_frame_reports_the_leases_lost);

@@ -489,8 +489,16 @@ def connect(socket=None):
     return Client(socket)
 
 
-# Remote tensors over HTTP: the safetensors API against a daemon (remote.py).
-from ._errors import RemoteError, SafetensorError  # noqa: E402
+# Remote tensors over HTTP: the safetensors API against a daemon (remote.py),
+# and safetensors.numpy's and safetensors.torch's loaders (tensord.numpy,
+# tensord.torch; neither imports torch until it is called).
+from ._errors import (BadAnswer, DeadlineExceeded, ModelNotFound,  # noqa: E402
+                      RemoteConnectionError, RemoteError, SafetensorError, TensorNotFound)
 from .remote import RemoteSlice, load_file, safe_open  # noqa: E402
+# (imported for their attributes tensord.numpy and tensord.torch: under
+# other names, as functions of this module import the real torch)
+from . import numpy as _numpy_loaders, torch as _torch_loaders  # noqa: E402,F401
 
-__all__ += ["safe_open", "load_file", "RemoteSlice", "RemoteError", "SafetensorError"]
+__all__ += ["safe_open", "load_file", "RemoteSlice", "RemoteError", "SafetensorError",
+            "BadAnswer", "DeadlineExceeded", "RemoteConnectionError", "TensorNotFound",
+            "ModelNotFound"]

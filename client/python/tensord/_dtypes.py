@@ -106,14 +106,16 @@ def as_numpy(dtype, raw, shape):
 def torch_dtype(dtype):
     """(torch dtype, packed) for a safetensors dtype: packed is True for F4
     as float4_e2m1fn_x2; torch.uint8 carries the raw codes where torch has no
-    such type. Raises SafetensorError for the unsigned ints torch lacks."""
+    such type. Raises an AttributeError (as safetensors does: it looks the
+    dtype up on the torch module) that is a SafetensorError too, for the
+    unsigned ints torch lacks."""
     import torch
-    from ._errors import SafetensorError
+    from ._errors import SafetensorAttributeError
     name = _TORCH.get(dtype)
     t = getattr(torch, name, None) if name else None
     if t is not None:
         return t, dtype == "F4"
     if dtype in ("U16", "U32", "U64"):
-        raise SafetensorError(f"torch {torch.__version__} has no {name} for {dtype} tensors "
-                              "(torch >= 2.3 has); use framework=\"numpy\"")
+        raise SafetensorAttributeError(f"torch {torch.__version__} has no {name} for {dtype} "
+                                       "tensors (torch >= 2.3 has); use framework=\"numpy\"")
     return torch.uint8, False

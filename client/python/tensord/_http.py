@@ -1,5 +1,10 @@
 """HTTP for the remote API: model URLs, a pooled keep-alive session on urllib3,
-errors, and reading a response body straight into a caller's buffer.
+errors, and reading a response body, bounded, straight into a caller's buffer.
+
+Everything here treats the server as untrusted: every call has a deadline
+(_deadline.py) that bounds connecting, waiting, retrying and reading; every
+document and error body is read with a size limit; a body longer than what
+was asked is dropped with its connection, never drained.
 
 urllib3's own HTTPResponse.readinto reads into a temporary bytes object and
 copies it; `read_into` goes one level down, to the http.client response that
@@ -7,18 +12,136 @@ urllib3 wraps, whose readinto fills the caller's memoryview from the socket
 (recv_into), so tensor bytes land in their final array with no copy in
 between. The connection goes back to the pool once the body is read whole.
 """
+import email.utils
+import http.client
+import ipaddress
 import json
 import os
 import re
+import socket
+import ssl
+import time
 import urllib.parse
 
 import urllib3
+import urllib3.connection
+import urllib3.exceptions
 
-from . import _errors
+from . import _deadline, _errors
 
 VERSION = "0.1.0"
 USER_AGENT = f"tensord-python/{VERSION}"
 _MODELS = "/v1/models/"
+
+# Size limits of what the client reads into memory without knowing its size
+# from a document it already checked. A model description takes about 140
+# bytes per tensor: 64 MiB is some 450,000 tensors.
+MAX_DOCUMENT_BYTES = 64 << 20
+MAX_ERROR_BODY = 64 << 10
+_DRAIN = 64 << 10           # what is read of a body's unread end to keep its connection
+_STATUS_RETRIES = 3         # 503 answers retried, after their Retry-After
+_CONNECT_RETRIES = 2        # connections refused or timed out, retried
+MAX_RETRY_AFTER = 30.0      # a longer Retry-After is an error at once
+
+
+# ---------------------------------------------------------------------------
+# Sockets whose every operation is bounded by the call's deadline
+
+
+_REARM = 0.05  # seconds a socket's timeout may lag behind the deadline
+
+
+def _arm(sock):
+    """Sets sock's timeout to what is left of the bound deadline. Setting
+    it costs a system call or two (the blocking mode), so it is set again
+    only once it is _REARM away from the time left: a recv may then wait
+    that much past the deadline, at most."""
+    t = _deadline.socket_timeout()
+    if t is False:
+        return
+    cur = sock.gettimeout()
+    if t is None:
+        if cur is not None:
+            sock.settimeout(None)
+    elif cur is None or abs(cur - t) > _REARM:
+        sock.settimeout(t)
+
+
+def _got(data):
+    """Counts what a recv returned (the default deadline grows with it)."""
+    dl = _deadline.current()
+    if dl is not None:
+        dl.received(data if isinstance(data, int) else len(data))
+    return data
+
+
+class _DeadlineSocket(socket.socket):
+    """A socket whose every blocking operation first takes the time left to
+    the deadline bound to its thread as its timeout (see _deadline.py)."""
+    __slots__ = ()
+
+    def recv(self, *args):
+        _arm(self)
+        return _got(super().recv(*args))
+
+    def recv_into(self, *args):
+        _arm(self)
+        return _got(super().recv_into(*args))
+
+    def send(self, *args):
+        _arm(self)
+        return super().send(*args)
+
+    def sendall(self, *args):
+        _arm(self)
+        return super().sendall(*args)
+
+
+class _DeadlineSSLSocket(ssl.SSLSocket):
+    """The same for TLS (ssl applies the timeout across one record's reads)."""
+
+    def recv(self, *args):
+        _arm(self)
+        return _got(super().recv(*args))
+
+    def recv_into(self, *args):
+        _arm(self)
+        return _got(super().recv_into(*args))
+
+    def send(self, *args):
+        _arm(self)
+        return super().send(*args)
+
+    def sendall(self, *args):
+        _arm(self)
+        return super().sendall(*args)
+
+
+class _Connection(urllib3.connection.HTTPConnection):
+    def _new_conn(self):
+        sock = super()._new_conn()
+        if type(sock) is socket.socket:  # same layout: the class can be swapped
+            sock.__class__ = _DeadlineSocket
+        return sock
+
+
+class _HTTPSConnection(urllib3.connection.HTTPSConnection):
+    def connect(self):
+        super().connect()
+        if type(self.sock) is ssl.SSLSocket:
+            self.sock.__class__ = _DeadlineSSLSocket
+
+
+class _Pool(urllib3.HTTPConnectionPool):
+    ConnectionCls = _Connection
+
+
+class _HTTPSPool(urllib3.HTTPSConnectionPool):
+    ConnectionCls = _HTTPSConnection
+
+
+# ---------------------------------------------------------------------------
+# URLs and the token
 
 
 class ModelURL:
@@ -31,7 +154,7 @@ class ModelURL:
         if not isinstance(url, str):
             url = os.fspath(url)
         parts = urllib.parse.urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
+        if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"{url!r} is not an http:// or https:// URL of a tensord model "
                              "(http://HOST:PORT/v1/models/MODEL)")
         at = parts.path.find(_MODELS)
@@ -55,17 +178,64 @@ class ModelURL:
         return p
 
 
-def _error_from(resp, body, what):
+def _origin_key(url):
+    """(scheme, host, port) of a URL, the port made explicit; None when it
+    is no http(s) URL."""
+    try:
+        p = urllib.parse.urlsplit(url)
+        port = p.port or {"http": 80, "https": 443}.get(p.scheme)
+    except ValueError:
+        return None
+    if p.scheme not in ("http", "https") or not p.hostname:
+        return None
+    return p.scheme, p.hostname.lower(), port
+
+
+def _is_loopback(host):
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def env_token_for(origin):
+    """$TENSORD_TOKEN when it may go to origin: the origin of $TENSORD_URL
+    (the daemon the token was given for) or a loopback address. Elsewhere,
+    over plain http above all, a token read from the environment would leak
+    to whatever host a URL names: only token= sends it there."""
+    token = os.environ.get("TENSORD_TOKEN")
+    if not token:
+        return None, False
+    key = _origin_key(origin)
+    if key is not None and (_is_loopback(key[1]) or
+                            key == _origin_key(os.environ.get("TENSORD_URL", ""))):
+        return token, False
+    return None, True
+
+
+# ---------------------------------------------------------------------------
+# Errors
+
+
+def _error_from(status, reason, body, what, withheld=False):
     """A RemoteError (or the safetensors-like error the code maps to) for a
     status >= 400, from the daemon's JSON error document."""
     code, message = None, None
     try:
         doc = json.loads(body)
         code, message = doc["error"]["code"], doc["error"]["message"]
-    except (ValueError, KeyError, TypeError):
-        message = body[:300].decode("utf-8", "replace").strip() or resp.reason
-    status = resp.status
+        if not isinstance(code, str) or not isinstance(message, str):
+            code, message = None, None
+    except (ValueError, KeyError, TypeError, RecursionError):
+        pass
+    if message is None:
+        message = body[:300].decode("utf-8", "replace").strip() or reason
     text = f"{what}: {status} {code or ''}: {message}".replace(" : ", ": ")
+    if status == 401 and withheld:
+        text += (" ($TENSORD_TOKEN is sent only to the origin of $TENSORD_URL and to loopback "
+                 "addresses: pass token= to send it to this one)")
     if status == 404 and code == "model_not_found":
         return _errors.ModelNotFound(status, code, message, text)
     if status == 404 and code == "tensor_not_found":
@@ -73,108 +243,250 @@ def _error_from(resp, body, what):
     return _errors.RemoteError(status, code, message, text)
 
 
-class Session:
-    """A pool of keep-alive connections to one daemon (thread-safe)."""
+def _retry_after(resp, attempt):
+    """Seconds a 503 asks to wait (delta-seconds or an HTTP date); a short
+    backoff when it does not say."""
+    v = (resp.headers.get("Retry-After") or "").strip()
+    if v.isdigit():
+        return float(v)
+    if v:
+        try:
+            when = email.utils.parsedate_to_datetime(v)
+            return max(0.0, when.timestamp() - time.time())
+        except (TypeError, ValueError, IndexError, OverflowError):
+            pass
+    return 0.2 * (2 ** attempt)
 
-    def __init__(self, origin, token=None, timeout=60.0, connections=8, verify=True):
-        token = token if token is not None else os.environ.get("TENSORD_TOKEN")
+
+def _timed_out(e, deadline):
+    """Whether e is a socket timing out, which under a deadline means the
+    deadline passed (every timeout is set to what is left of it)."""
+    if deadline.at is None or isinstance(e, urllib3.exceptions.NewConnectionError):
+        return False
+    return isinstance(e, (TimeoutError, socket.timeout, urllib3.exceptions.TimeoutError))
+
+
+class Session:
+    """A pool of keep-alive connections to one daemon (thread-safe).
+
+    token: sent as a bearer token; None reads $TENSORD_TOKEN, which goes
+    only where env_token_for allows."""
+
+    def __init__(self, origin, token=None, connections=8, verify=True):
+        withheld = False
+        if token is None:
+            token, withheld = env_token_for(origin)
+        self.withheld = withheld
         self.headers = {"User-Agent": USER_AGENT, "Accept-Encoding": "identity"}
         if token:
             self.headers["Authorization"] = f"Bearer {token}"
+        u = urllib3.util.parse_url(origin)
         kw = {}
-        if origin.startswith("https:"):
+        pool = _Pool
+        if u.scheme == "https":
+            pool = _HTTPSPool
             if verify is False:
                 kw["cert_reqs"] = "CERT_NONE"
             elif isinstance(verify, str):
                 kw["ca_certs"] = verify
-        # Connection errors on an idle pooled connection are retried, and 503
-        # (overloaded, not ready, a file being rescanned) after its
-        # Retry-After; a response that started is never retried here (callers
-        # resume with Range). Every request here only reads, POST included.
-        retries = urllib3.Retry(total=4, connect=3, read=0, status=3, redirect=0,
-                                status_forcelist=(503,), respect_retry_after_header=True,
-                                backoff_factor=0.2, raise_on_status=False,
-                                allowed_methods=None)
-        self.pool = urllib3.connection_from_url(
-            origin, maxsize=max(1, connections), block=True, retries=retries,
-            timeout=urllib3.Timeout(connect=min(timeout, 30.0), read=timeout), **kw)
+        # Retries are this class's (open): urllib3's would sleep whatever
+        # Retry-After says and retry past the call's deadline.
+        self.pool = pool(u.host, u.port, maxsize=max(1, connections), block=True,
+                         retries=False, **kw)
         self.origin = origin
 
     def close(self):
         self.pool.close()
 
-    def open(self, method, path, headers=None, body=None, what=None):
+    def _urlopen(self, method, path, h, body, deadline):
+        left = deadline.remaining()
+        with deadline.bind():
+            return self.pool.urlopen(method, path, body=body, headers=h, preload_content=False,
+                                     decode_content=False, redirect=False, retries=False,
+                                     timeout=urllib3.Timeout(connect=left, read=left))
+
+    def open(self, method, path, deadline, headers=None, body=None, what=None):
         """Sends a request; returns the urllib3 response with its body unread.
-        Raises RemoteError (and its kinds) for statuses >= 400, ConnectionError
-        when the daemon cannot be reached."""
+        Retries a refused connection and a 503 (after its Retry-After) while
+        the deadline allows. Raises RemoteError (and its kinds) for statuses
+        >= 400, RemoteConnectionError when the daemon cannot be reached,
+        DeadlineExceeded when the deadline passes."""
+        what = what or f"{method} {path}"
         h = dict(self.headers)
         if headers:
             h.update(headers)
         if body is not None and not isinstance(body, (bytes, bytearray)):
             body = json.dumps(body, separators=(",", ":")).encode()
             h.setdefault("Content-Type", "application/json")
+        refused = statuses = 0
+        while True:
+            try:
+                resp = self._urlopen(method, path, h, body, deadline)
+            except _errors.DeadlineExceeded:
+                raise deadline.exceeded(what) from None
+            except (urllib3.exceptions.HTTPError, OSError) as e:
+                if deadline.expired():
+                    raise deadline.exceeded(what) from None
+                if isinstance(e, urllib3.exceptions.NewConnectionError) and \
+                        refused < _CONNECT_RETRIES:
+                    deadline.sleep(0.1 * (2 ** refused))
+                    refused += 1
+                    continue
+                if _timed_out(e, deadline):
+                    raise deadline.exceeded(what) from None
+                reason = getattr(e, "reason", None) or e
+                raise _errors.RemoteConnectionError(
+                    f"{what}: cannot reach tensord at {self.origin}: {reason}") from None
+            if resp.status < 400:
+                return resp
+            data, _ = read_capped(resp, MAX_ERROR_BODY, deadline, what)
+            err = _error_from(resp.status, resp.reason, data, what, self.withheld)
+            if resp.status == 503 and statuses < _STATUS_RETRIES:
+                wait = _retry_after(resp, statuses)
+                left = deadline.remaining()
+                if wait <= MAX_RETRY_AFTER and (left is None or wait < left):
+                    deadline.sleep(wait)
+                    statuses += 1
+                    continue
+                err.args = (f"{err.args[0]} (it asked to retry after {wait:g} s, past this "
+                            "call's deadline)",)
+            raise err
+
+    def json(self, path, deadline, what=None):
+        """GET path as JSON, at most MAX_DOCUMENT_BYTES of it."""
+        resp = self.open("GET", path, deadline, what=what)
+        data, over = read_capped(resp, MAX_DOCUMENT_BYTES, deadline, what)
+        if over:
+            raise _errors.BadAnswer(f"{what}: the answer is larger than {MAX_DOCUMENT_BYTES} "
+                                    "bytes (tensord._http.MAX_DOCUMENT_BYTES)")
+        if resp.status != 200:
+            raise _errors.BadAnswer(f"{what}: expected 200, got {resp.status}")
         try:
-            resp = self.pool.urlopen(method, path, body=body, headers=h, preload_content=False,
-                                     decode_content=False, redirect=False)
-        except urllib3.exceptions.MaxRetryError as e:
-            raise ConnectionError(f"cannot reach tensord at {self.origin}: {e.reason}") from None
-        except urllib3.exceptions.HTTPError as e:
-            raise ConnectionError(f"{method} {self.origin}{path}: {e}") from None
-        if resp.status >= 400:
-            data = resp.read()
-            resp.release_conn()
-            raise _error_from(resp, data, what or f"{method} {path}")
-        return resp
-
-    def json(self, path, what=None):
-        resp = self.open("GET", path, what=what)
-        try:
-            return json.loads(resp.read())
-        finally:
-            resp.release_conn()
+            return json.loads(data)
+        except (ValueError, RecursionError) as e:
+            raise _errors.BadAnswer(f"{what}: the answer is not JSON ({e})") from None
 
 
-_CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+)$")
+# ---------------------------------------------------------------------------
+# Reading bodies
 
 
-def content_range(resp):
-    """(first, last, size) of a 206 answer."""
-    m = _CONTENT_RANGE.match(resp.headers.get("Content-Range", ""))
-    if not m:
-        raise _errors.RemoteError(resp.status, None, "bad Content-Range",
-                                  f"unexpected Content-Range {resp.headers.get('Content-Range')!r}")
-    return tuple(int(x) for x in m.groups())
-
-
-def read_into(resp, view, progress=None, counter=None):
-    """Fills the writable memoryview `view` (bytes) from resp's body; raises
-    ConnectionError when the body ends first (and OSError when the socket
-    fails). counter[0] grows by every byte stored, as it is stored;
-    progress(n) is called as bytes arrive, at most every 1 MiB."""
+def _raw(resp):
+    """The http.client response under urllib3's (reads into buffers without
+    a copy, and raises socket errors as they are)."""
     raw = getattr(resp, "_fp", None)
-    reader = raw.readinto if raw is not None and hasattr(raw, "readinto") else resp.readinto
+    return raw if raw is not None and hasattr(raw, "readinto") else resp
+
+
+class _Reading:
+    """Turns what reading a body can raise into the client's errors."""
+
+    def __init__(self, deadline, what):
+        self.deadline, self.what = deadline, what
+
+    def __enter__(self):
+        self.bound = self.deadline.bind()
+        self.bound.__enter__()
+        return self
+
+    def __exit__(self, kind, exc, tb):
+        self.bound.__exit__(kind, exc, tb)
+        if exc is None or isinstance(exc, _errors.SafetensorError):
+            if isinstance(exc, _errors.DeadlineExceeded):
+                raise self.deadline.exceeded(self.what) from None
+            return False
+        if isinstance(exc, (OSError, http.client.HTTPException, ssl.SSLError,
+                            urllib3.exceptions.HTTPError)):
+            if self.deadline.expired() or _timed_out(exc, self.deadline):
+                raise self.deadline.exceeded(self.what) from None
+            raise _errors.RemoteConnectionError(f"{self.what}: the answer broke off ({exc})") \
+                from None
+        return False
+
+
+def read_capped(resp, cap, deadline, what):
+    """(body, over): resp's body (a bytearray) when it holds at most cap
+    bytes; else its first bytes and over=True, and the connection is
+    dropped, not drained."""
+    raw = _raw(resp)
+    length = resp.headers.get("Content-Length", "")
+    buf = bytearray()
+    if length.isdigit() and int(length) > cap:
+        abandon(resp)
+        return buf, True
+    try:
+        with _Reading(deadline, what):
+            while len(buf) <= cap:
+                chunk = raw.read(min(1 << 16, cap + 1 - len(buf)))
+                if not chunk:
+                    break
+                buf += chunk
+    except BaseException:
+        abandon(resp)
+        raise
+    if len(buf) > cap:
+        abandon(resp)
+        del buf[4096:]  # enough to quote, without a copy of the rest
+        return buf, True
+    finish(resp, deadline)
+    return buf, False
+
+
+_CONTENT_RANGE = re.compile(r"bytes (\d{1,20})-(\d{1,20})/(\d{1,20})$")
+
+
+def content_range(resp, what="answer"):
+    """(first, last, size) of a 206 answer."""
+    v = resp.headers.get("Content-Range", "")
+    m = _CONTENT_RANGE.match(v)
+    first, last, size = (int(x) for x in m.groups()) if m else (1, 0, 0)
+    if not m or first > last or last >= size:
+        raise _errors.BadAnswer(f"{what}: unexpected Content-Range {v!r}")
+    return first, last, size
+
+
+def read_into(resp, view, deadline, what="answer", progress=None, counter=None):
+    """Fills the writable memoryview `view` (bytes) from resp's body; raises
+    RemoteConnectionError when the body ends first or the connection fails,
+    DeadlineExceeded when the deadline passes. counter[0] grows by every
+    byte stored, as it is stored; progress(n) is called as bytes arrive, at
+    most every 1 MiB."""
+    reader = _raw(resp).readinto
     got, n, pending = 0, len(view), 0
     try:
-        while got < n:
-            k = reader(view[got:])
-            if not k:
-                raise ConnectionError(f"the answer ended after {got} of {n} bytes")
-            got += k
-            if counter is not None:
-                counter[0] += k
-            pending += k
-            if progress is not None and (pending >= (1 << 20) or got == n):
-                progress(pending)
-                pending = 0
+        with _Reading(deadline, what):
+            while got < n:
+                k = reader(view[got:])
+                if not k:
+                    raise _errors.RemoteConnectionError(
+                        f"{what}: the answer ended after {got} of {n} bytes")
+                got += k
+                if counter is not None:
+                    counter[0] += k
+                pending += k
+                if progress is not None and (pending >= (1 << 20) or got == n):
+                    progress(pending)
+                    pending = 0
     finally:
         if progress is not None and pending and got < n:
             progress(pending)
 
 
-def finish(resp):
-    """Reads what is left of a body (nothing, normally) and returns the
-    connection to the pool."""
-    resp.read()
+def finish(resp, deadline):
+    """Returns the connection to the pool once the body is read whole; a
+    body with more left than a few bytes of padding is dropped with its
+    connection (a server that sends more than it was asked for is not
+    read to its end)."""
+    raw = _raw(resp)
+    if hasattr(raw, "isclosed") and not raw.isclosed():
+        try:
+            with deadline.bind():
+                raw.read(_DRAIN)
+        except Exception:
+            pass
+        if not raw.isclosed():
+            abandon(resp)
+            return
     resp.release_conn()
 
 
