@@ -90,6 +90,9 @@ def test_client_help_and_version():
 
 def test_client_names_every_path_it_tried(tmp_path):
     cli = client_binary()
+    if os.path.exists("/run/tensord/tensord.sock"):
+        pytest.skip("a daemon serves /run/tensord/tensord.sock on this machine: the client's "
+                    "last candidate exists, so it cannot fail to find one")
     env = {**os.environ, "TENSORD_SOCKET": str(tmp_path / "a.sock"),
            "XDG_RUNTIME_DIR": str(tmp_path / "xdg")}
     conf = tmp_path / "c.conf"
@@ -101,8 +104,7 @@ def test_client_names_every_path_it_tried(tmp_path):
              str(tmp_path / "xdg" / "tensord.sock")]
     at = [p.stderr.find(t) for t in tried]
     assert all(i >= 0 for i in at) and at == sorted(at), p.stderr
-    if not os.path.exists("/run/tensord/tensord.sock"):
-        assert "/run/tensord/tensord.sock" in p.stderr
+    assert "/run/tensord/tensord.sock" in p.stderr
 
 
 def test_daemon_and_client_agree_on_the_socket(tmp_path):
