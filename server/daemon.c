@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "auth.h"
+#include "blob_index.h"
 #include "conns.h"
 #include "gpu/gpu_manager.h"
 #include "gpu_doc.h"
@@ -368,6 +369,7 @@ int daemon_run(const struct config *cfg)
                              .state_dir = state_dir};
     srv.hasher = hasher_new(&ho);
     free(state_dir);
+    srv.blobs = blob_index_new();
 
     notify_systemd("STATUS=scanning %s", cfg->models);
     if (cfg->watch) {
@@ -416,6 +418,7 @@ out_registry:
     registry_destroy(&srv.registry);
 out:
     hasher_free(srv.hasher);
+    blob_index_free(srv.blobs);
     watch_free(l.watch);
     if (sfd >= 0)
         close(sfd);

@@ -79,6 +79,7 @@ static const int endpoint_of_route[] = {
     [ROUTE_HUB_FILE] = MEP_HUB_FILE,   [ROUTE_HUB_MODELS] = MEP_HUB_API,
     [ROUTE_HUB_INFO] = MEP_HUB_API,    [ROUTE_HUB_TREE] = MEP_HUB_API,
     [ROUTE_HUB_PATHS_INFO] = MEP_HUB_API, [ROUTE_HUB_NOT_FOUND] = MEP_HUB_API,
+    [ROUTE_BLOB] = MEP_BLOB,
 };
 
 static enum MHD_Result dispatch_model(struct MHD_Connection *conn, struct request *rq,
@@ -96,6 +97,8 @@ static enum MHD_Result dispatch_model(struct MHD_Connection *conn, struct reques
     }
     if (is_hub_route(rt->kind))
         return handle_hub(conn, rq, reg, rt);
+    if (rt->kind == ROUTE_BLOB)
+        return handle_blob(conn, rq, reg, rt);
     if (rt->kind == ROUTE_MODELS) {
         ret = handle_models(conn, rq, reg);
         goto out;

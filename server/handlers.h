@@ -36,6 +36,9 @@ struct route;
 /* The Hugging Face endpoint (server/h_hub.c): every ROUTE_HUB_* route. */
 enum MHD_Result handle_hub(struct MHD_Connection *conn, struct request *rq,
                            const struct reg_snapshot *reg, const struct route *rt);
+/* Content by digest (server/h_blob.c): ROUTE_BLOB. */
+enum MHD_Result handle_blob(struct MHD_Connection *conn, struct request *rq,
+                            const struct reg_snapshot *reg, const struct route *rt);
 enum MHD_Result handle_healthz(struct MHD_Connection *conn, struct request *rq);
 enum MHD_Result handle_readyz(struct MHD_Connection *conn, struct request *rq);
 enum MHD_Result handle_metrics(struct MHD_Connection *conn, struct request *rq, int text);

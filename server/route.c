@@ -294,6 +294,15 @@ enum route_kind route_parse_with(const char *path, route_repo_exists exists, voi
         }
         return r->kind = ROUTE_HUB_NOT_FOUND;
     }
+    /* /v1/blobs/{digest}: the segment decoded, checked by its handler. */
+    if (n == 3 && seg_is(&segs[0], "v1") && seg_is(&segs[1], "blobs")) {
+        r->name = route_decode(segs[2].p, segs[2].len, &r->name_len);
+        if (!r->name) {
+            snprintf(err, errlen, "digest has a malformed percent-escape or a NUL byte");
+            return r->kind = ROUTE_BAD_PATH;
+        }
+        return r->kind = ROUTE_BLOB;
+    }
     /* /v1/... is tensord's own API; any other path may be a Hub file (a
      * repo named "v1" has its files at /v1/resolve/...). */
     if (n < 2 || !seg_is(&segs[0], "v1") ||

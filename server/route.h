@@ -33,6 +33,8 @@ enum route_kind {
     ROUTE_HUB_TREE,     /* /api/models/{repo}/tree/{rev}[/{path}] */
     ROUTE_HUB_PATHS_INFO, /* /api/models/{repo}/paths-info/{rev} */
     ROUTE_HUB_NOT_FOUND, /* no such endpoint under /api/ (answered in the Hub's dialect) */
+    /* Content by digest (server/h_blob.c): name is the digest as sent. */
+    ROUTE_BLOB,         /* /v1/blobs/{digest} */
 };
 
 struct route {

@@ -9,6 +9,23 @@ static enum route_kind parse(const char *path, struct route *r)
     return route_parse(path, r, err, sizeof(err));
 }
 
+TEST(blob_routes)
+{
+    struct route r;
+    CHECK(parse("/v1/blobs/sha256:ab", &r) == ROUTE_BLOB);
+    CHECK_STR(r.name, "sha256:ab");
+    route_free(&r);
+    CHECK(parse("/v1/blobs/sha256%3Aab", &r) == ROUTE_BLOB);
+    CHECK_STR(r.name, "sha256:ab");
+    route_free(&r);
+    CHECK(parse("/v1/blobs/%00", &r) == ROUTE_BAD_PATH);
+    route_free(&r);
+    CHECK(parse("/v1/blobs/a/b", &r) != ROUTE_BLOB);
+    route_free(&r);
+    CHECK(parse("/v1/blobs", &r) != ROUTE_BLOB);
+    route_free(&r);
+}
+
 TEST(fixed_endpoints)
 {
     struct route r;
@@ -189,6 +206,7 @@ TEST(hub_routes)
 int main(void)
 {
     RUN(hub_routes);
+    RUN(blob_routes);
     RUN(fixed_endpoints);
     RUN(model_endpoints);
     RUN(tensor_names_keep_slashes_and_decode_once);
