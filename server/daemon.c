@@ -26,6 +26,7 @@
 
 #include "auth.h"
 #include "blob_index.h"
+#include "s3_auth.h"
 #include "conns.h"
 #include "gpu/gpu_manager.h"
 #include "gpu_doc.h"
@@ -360,6 +361,12 @@ int daemon_run(const struct config *cfg)
         log_msg(LOG_ERROR, "auth_token_file: %s", err);
         return 1;
     }
+    if (s3_auth_load(&srv, err, sizeof(err)) < 0) {
+        log_msg(LOG_ERROR, "%s", err);
+        free(srv.read_token);
+        free(srv.admin_token);
+        return 1;
+    }
     sfd = take_signals();
     srv.rescan_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 
@@ -426,6 +433,7 @@ out:
         close(srv.rescan_fd);
     free(srv.read_token);
     free(srv.admin_token);
+    s3_auth_free(&srv);
     log_msg(LOG_INFO, "stopped");
     return rc;
 }

@@ -34,6 +34,8 @@ struct server {
     atomic_int ready;               /* first scan done */
     atomic_int draining;            /* stopping: refuse new connections, close after each answer */
     char *read_token, *admin_token; /* bearer tokens; NULL when auth is off */
+    char *s3_secret;                /* the S3 API's SigV4 secret key; NULL: anonymous */
+    size_t s3_secret_len;
     int rescan_fd;                  /* eventfd the daemon rescans on (http_request_rescan); -1 */
 };
 
