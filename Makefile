@@ -30,7 +30,7 @@ BUILD      ?= build/san-$(subst $(comma),-,$(SANITIZER))
 endif
 comma := ,
 
-PKGS       := libmicrohttpd liburing jansson libcrypto
+PKGS       := libmicrohttpd liburing jansson libcrypto yaml-0.1
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 
@@ -38,9 +38,10 @@ PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 # compiled (README "Building" says why each): liburing 2.2 brought
 # io_uring_prep_cancel64 and the *_data64 helpers; libmicrohttpd 0.9.75 is
 # the oldest built against (MHD_HTTP_CONTENT_TOO_LARGE); jansson 2.7 added
-# json_stringn_nocheck; OpenSSL 1.1.0 EVP_MD_CTX_new.
+# json_stringn_nocheck; OpenSSL 1.1.0 EVP_MD_CTX_new; libyaml 0.2.5 is the
+# one the model card reader was built and fuzzed with.
 PKG_MIN    := libmicrohttpd:0.9.75:libmicrohttpd-dev liburing:2.2:liburing-dev \
-              jansson:2.7:libjansson-dev libcrypto:1.1.0:libssl-dev
+              jansson:2.7:libjansson-dev libcrypto:1.1.0:libssl-dev yaml-0.1:0.2.5:libyaml-dev
 define check_libs
 command -v pkg-config >/dev/null || { echo "tensord: pkg-config is missing (Debian: apt-get install pkg-config build-essential, or make deps-run)" >&2; exit 1; }; \
 bad=; for m in $(PKG_MIN); do lib=$${m%%:*}; rest=$${m#*:}; min=$${rest%%:*}; deb=$${rest#*:}; \
@@ -145,8 +146,13 @@ endif
 UNIT_SRC   := $(wildcard tests/unit/test_*.c)
 FUZZ_SRC   := $(wildcard tests/fuzz/fuzz_*.c)
 
+# The web console's files (server/ui/), compiled into the daemon as one
+# generated C file by server/ui/embed.py (Python's standard library only).
+UI_FILES   := $(wildcard server/ui/*.html server/ui/*.css server/ui/*.js)
+UI_GEN     := $(BUILD)/gen/ui_assets.c
+
 CORE_OBJ   := $(CORE_SRC:%.c=$(BUILD)/obj/%.o)
-SERVER_OBJ := $(SERVER_SRC:%.c=$(BUILD)/obj/%.o)
+SERVER_OBJ := $(SERVER_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/gen/ui_assets.o
 SERVER_LIB_OBJ := $(filter-out $(BUILD)/obj/server/main.o,$(SERVER_OBJ))
 CLIENT_OBJ := $(CLIENT_SRC:%.c=$(BUILD)/obj/%.o)
 UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
@@ -192,6 +198,15 @@ $(BUILD)/obj/%.o: %.c $(BUILD)/flags
 	$(call show,CC,$@)
 	$(Q)$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -MMD -MP -c $< -o $@
 
+%/gen/ui_assets.c: server/ui/embed.py $(UI_FILES)
+	@mkdir -p $(dir $@)
+	$(call show,GEN,$@)
+	$(Q)$(SYS_PYTHON) server/ui/embed.py $@ $(UI_FILES)
+$(BUILD)/obj/gen/ui_assets.o: $(UI_GEN) $(BUILD)/flags
+	@mkdir -p $(dir $@)
+	$(call show,CC,$@)
+	$(Q)$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -c $< -o $@
+
 $(BUILD)/libtensord-core.a: $(CORE_OBJ)
 	@rm -f $@
 	$(call show,AR,$@)
@@ -223,11 +238,14 @@ $(BUILD)/tensord-client: $(BUILD)/obj/client/cli.o $(CLIENT_OBJ) $(BUILD)/libten
 	$(Q)$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # -MMD: a test is rebuilt when a header it includes (test.h, a fixture)
-# changes, not only its own .c.
+# changes, not only its own .c. Those headers (and the tests/ref/ sources a
+# test includes) become prerequisites: only the test's .c and the objects
+# are compiled and linked.
 $(BUILD)/tests/%: tests/unit/%.c $(SERVER_LIB_OBJ) $(CLIENT_OBJ) $(BUILD)/libtensord-core.a
 	@mkdir -p $(dir $@)
 	$(call show,CCLD,$@)
-	$(Q)$(CC) $(CPPFLAGS) -Itests/unit $(ALL_CFLAGS) -MMD -MP -MF $@.d $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(Q)$(CC) $(CPPFLAGS) -Itests/unit $(ALL_CFLAGS) -MMD -MP -MF $@.d $(LDFLAGS) -o $@ $< \
+	  $(filter %.o %.a,$^) $(LDLIBS)
 
 unit: $(UNIT_BIN)
 	@$(PYTHON) tests/run_unit.py $(UNIT_BIN)
@@ -238,7 +256,7 @@ unit: $(UNIT_BIN)
 # target links it with the fuzzer's main.
 FUZZ_SAN   := -fsanitize=address,undefined -fno-sanitize-recover=undefined
 FUZZ_FLAGS := -g -O1 $(FUZZ_SAN)
-FUZZ_LIB_SRC := $(CORE_SRC) $(filter-out server/main.c,$(SERVER_SRC)) $(CLIENT_SRC)
+FUZZ_LIB_SRC := $(CORE_SRC) $(filter-out server/main.c,$(SERVER_SRC)) $(CLIENT_SRC) build/gen/ui_assets.c
 FUZZ_LIB_OBJ := $(FUZZ_LIB_SRC:%.c=build/fuzz/obj/%.o)
 build/fuzz/obj/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -266,19 +284,20 @@ fuzz: $(FUZZ_BIN)
 # Debian packages, by what needs them; each list is installed only where a
 # package is missing, so a provisioned machine never touches apt. Add a
 # package to the list of the first target that needs it:
-#   DEB_BUILD  compiling (make all)
+#   DEB_BUILD  compiling (make all; python3 runs server/ui/embed.py)
 #   DEB_RUN    make run and the README tour (demo models, curl, the Python
 #              client's imports); with DEB_BUILD the whole of `make deps-run`
-#   DEB_TEST   make test (with the virtual environment of tests/requirements.txt)
+#   DEB_TEST   make test (with the virtual environment of tests/requirements.txt;
+#              chromium drives the web console's tests and the CORS test)
 #   DEB_BENCH  make bench, bench-remote, bench-hub, bench-sha256, soak
 # Nothing in DEB_BUILD or DEB_RUN starts a service; the test and bench lists
 # are installed with services kept from starting (policy-rc.d), since nginx
 # and prometheus would otherwise listen on :80 and :9090.
 DEB_BUILD := build-essential pkg-config libmicrohttpd-dev liburing-dev libjansson-dev libssl-dev \
-             libdlpack-dev
-DEB_RUN   := python3 python3-numpy python3-urllib3 curl xxd
+             libdlpack-dev python3 libyaml-dev
+DEB_RUN   := python3-numpy python3-urllib3 curl xxd
 DEB_TEST  := clang libclang-rt-14-dev python3-pytest python3-venv python3-torch \
-             git man-db groff-base systemd prometheus nginx-light
+             git man-db groff-base systemd prometheus nginx-light chromium
 DEB_BENCH := nettle-dev nginx wrk aria2
 # Kept for scripts that read it: every list.
 DEB_PKGS   = $(DEB_BUILD) $(DEB_RUN) $(DEB_TEST) $(DEB_BENCH)

@@ -104,6 +104,25 @@ void tdc_close_fds(int *fds, size_t n)
         close(fds[i]);
 }
 
+/* Closes c's connection (c->lock held) after a frame could not be read,
+ * appending to err what that cost: the leases the connection held. */
+static void lost_connection(struct tensord_client *c, char *err, size_t errlen)
+{
+    unsigned held = c->leases;
+    close(c->fd);
+    c->fd = -1;
+    c->leases = 0;
+    c->epoch++;
+    if (!held)
+        return;
+    char why[160];
+    snprintf(why, sizeof(why), "%s", err && errlen ? err : "an answer could not be read");
+    snprintf(c->lost, sizeof(c->lost), "%s; the connection to tensord is closed and the %u "
+             "lease%s it held ended (the models stay mapped; open them again to hold leases)",
+             why, held, held == 1 ? "" : "s");
+    tdc_seterr(err, errlen, "%s", c->lost);
+}
+
 /* Sends one request on c->fd (c->lock held) and reads the answer. RT_OK
  * with *a (and *raw when asked) when it says ok; RT_REFUSED with err
  * "CODE: message" when the daemon said no (or answered nonsense);
@@ -167,11 +186,10 @@ out:
 desync:
     /* An answer that was not read whole leaves the stream out of step:
      * this connection is done, and the daemon ends its leases with it
-     * (the mappings this process made stay valid). */
-    close(c->fd);
-    c->fd = -1;
-    c->leases = 0;
-    c->epoch++;
+     * (the mappings this process made stay valid). Never silently: the
+     * error says so, and is kept for the next call in case this one's
+     * caller cannot report it (a release). */
+    lost_connection(c, err, errlen);
     goto out;
 }
 
@@ -230,8 +248,17 @@ static int redial(struct tensord_client *c, char *err, size_t errlen)
 int tdc_roundtrip(struct tensord_client *c, const char *req, int *fds, size_t max_fds,
                   size_t *n_fds, struct answer *a, char **raw, char *err, size_t errlen)
 {
+    if (c->lost[0]) {
+        /* An earlier call lost the connection and could not say so. */
+        *n_fds = 0;
+        memset(a, 0, sizeof(*a));
+        tdc_seterr(err, errlen, "%s", c->lost);
+        c->lost[0] = '\0';
+        return RT_TRANSPORT;
+    }
     unsigned held = c->leases;
     int rc = exchange(c, req, fds, max_fds, n_fds, a, raw, err, errlen);
+    c->lost[0] = '\0'; /* said in err */
     if (rc == RT_TRANSPORT && held == 0 && redial(c, err, errlen) == RT_OK)
         rc = exchange(c, req, fds, max_fds, n_fds, a, raw, err, errlen);
     return rc;
@@ -316,10 +343,11 @@ void tdc_release_lease(struct tensord_client *c, uint64_t lease, unsigned epoch)
     if (c->fd >= 0 && c->epoch == epoch) {
         snprintf(req, sizeof(req), "{\"op\":\"release\",\"lease\":%llu}",
                  (unsigned long long)lease);
-        /* Failing here only means the connection went, taking the lease with it. */
+        /* Not counted any more whatever the answer: failing here only
+         * means the connection went, taking this lease (and any other, which
+         * the next call reports) with it. */
+        c->leases -= c->leases > 0;
         exchange(c, req, NULL, 0, &n_fds, &a, NULL, err, sizeof(err));
-        if (c->epoch == epoch && c->leases)
-            c->leases--;
     }
     pthread_mutex_unlock(&c->lock);
 }

@@ -20,6 +20,9 @@ struct tensord_client {
     char *path;                /* to reconnect while no lease is held */
     unsigned leases;           /* leases this connection holds */
     unsigned epoch;            /* bumped by every (re)connection and loss of one */
+    char lost[320];            /* why the last connection and its leases were lost, for the next
+                                * call to report when the call that lost them could not (a
+                                * release); "" when reported */
 };
 
 struct tensord_model {

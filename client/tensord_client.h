@@ -80,7 +80,11 @@ struct tensord_alloc {
  * and agrees on lease protocol 2 ("hello"). Fails
  * when the daemon refuses this peer (allow-list) or speaks only protocol 1.
  * A connection that holds no lease may be closed by the daemon when idle
- * (ipc_idle_timeout): the next request reconnects by itself. */
+ * (ipc_idle_timeout): the next request reconnects by itself. An answer
+ * that cannot be read whole (longer than 64 MiB, cut short) ends the
+ * connection and the leases it held: the call that met it fails saying so
+ * and how many leases ended (or, when that was a model's release, the next
+ * call does, once); the models stay mapped, and later calls reconnect. */
 TENSORD_API struct tensord_client *tensord_connect(const char *socket_path, char *err,
                                                    size_t errlen);
 

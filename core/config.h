@@ -14,6 +14,7 @@
  * place a client looks. */
 #define TENSORD_SYSTEM_SOCKET "/run/tensord/tensord.sock"
 #define CONFIG_MAX_IDS 64
+#define CONFIG_MAX_CORS_ORIGINS 64
 
 struct config {
     /* [server] */
@@ -32,6 +33,7 @@ struct config {
     uint64_t max_fetch_bytes;       /* largest fetch answer, 413 beyond; 0 = unlimited */
     int watch;                      /* rescan on inotify events in the models root */
     int sendfile;                   /* zero-copy contiguous spans; off: copy and verify every block */
+    int ui;                         /* serve the web console at /ui/ */
     char *state_dir;                /* state kept across restarts; empty = automatic */
     /* [hash] */
     unsigned hash_threads;          /* background SHA-256 threads */
@@ -44,6 +46,8 @@ struct config {
     char *auth_token_file;          /* tokens file; empty = no authentication */
     int insecure_listen;            /* beyond loopback without auth_token_file is allowed */
     char *tls_cert, *tls_key;       /* PEM paths; both set = HTTPS */
+    unsigned n_cors_origins;        /* 0 = CORS off */
+    char *cors_origins[CONFIG_MAX_CORS_ORIGINS]; /* "scheme://host[:port]", or one "*" */
     /* [gpu] */
     char *ipc_socket;               /* Unix socket path for leases */
     unsigned n_preload;
@@ -52,6 +56,8 @@ struct config {
     uint32_t allow_uids[CONFIG_MAX_IDS], allow_gids[CONFIG_MAX_IDS];
     int legacy_ipc;                 /* also export cudaIpcMemHandle_t per allocation */
     unsigned ipc_idle_timeout;      /* seconds; closes lease-less idle or stalled connections */
+    unsigned ipc_max_connections_per_uid; /* lease socket connections of one peer uid; 0 = no limit */
+    unsigned ipc_max_leases_per_uid; /* leases held by one peer uid's connections; 0 = no limit */
     int verify;                     /* compare device bytes with the file before ready */
     unsigned staging_buffers;       /* preload disk reads in flight (one staging buffer each) */
     uint64_t staging_buffer_bytes;  /* size of each staging buffer */

@@ -17,6 +17,7 @@
 static const char *check_listen(const char *v);
 static const char *check_preload(const char *v);
 static const char *check_no_ctl(const char *v);
+static const char *check_origin(const char *v);
 
 const struct opt config_options[] = {
     {"models", "server", OPT_STRING, "./models", 0, 0, OFF(models), 0, 0, NULL, check_no_ctl,
@@ -51,6 +52,9 @@ const struct opt config_options[] = {
     {"sendfile", "server", OPT_BOOL, "true", 0, 1, OFF(sendfile), NOLIST,
      "send contiguous spans over 64 KiB with sendfile (zero-copy); false copies every body "
      "with pread and aborts a download whose file changes in place"},
+    {"ui", "server", OPT_BOOL, "true", 0, 1, OFF(ui), NOLIST,
+     "serve the web console at /ui/ (its page and scripts need no token; the data it shows "
+     "does); false answers 404 there"},
     {"watch", "server", OPT_BOOL, "true", 0, 1, OFF(watch), NOLIST,
      "rescan the models root when files change (inotify); SIGHUP always rescans"},
     {"state_dir", "server", OPT_STRING, "", 0, 0, OFF(state_dir), 0, 0, NULL, check_no_ctl,
@@ -78,6 +82,10 @@ const struct opt config_options[] = {
      "PEM certificate chain; with tls_key, serve HTTPS"},
     {"tls_key", "security", OPT_STRING, "", 0, 0, OFF(tls_key), 0, 0, NULL, check_no_ctl,
      "PEM private key for tls_cert"},
+    {"cors_origins", "security", OPT_STRLIST, "", 0, 0, OFF(cors_origins), OFF(n_cors_origins),
+     CONFIG_MAX_CORS_ORIGINS, NULL, check_origin,
+     "origins (scheme://host[:port]) whose scripts may read the answers (CORS, with "
+     "credentials), or * alone for any origin (without credentials); empty = off"},
     {"ipc_socket", "gpu", OPT_STRING, "", 0, 0, OFF(ipc_socket), 0, 0, NULL, check_no_ctl,
      "Unix socket for GPU leases; empty = $TENSORD_SOCKET, else "
      "$RUNTIME_DIRECTORY/tensord.sock, else $XDG_RUNTIME_DIR/tensord.sock when not root, else "
@@ -92,6 +100,13 @@ const struct opt config_options[] = {
     {"ipc_idle_timeout", "gpu", OPT_UINT, "60", 0, 86400, OFF(ipc_idle_timeout), NOLIST,
      "seconds before the IPC socket closes a connection that holds no lease and sends nothing, "
      "or that stalls mid-request or mid-answer; 0 = never"},
+    {"ipc_max_connections_per_uid", "gpu", OPT_UINT, "256", 0, 4096,
+     OFF(ipc_max_connections_per_uid), NOLIST,
+     "lease socket connections one peer uid may have open (4,096 in all); beyond, a new one "
+     "is answered too_many_connections and closed; 0 = no limit"},
+    {"ipc_max_leases_per_uid", "gpu", OPT_UINT, "16384", 0, 4194304, OFF(ipc_max_leases_per_uid),
+     NOLIST, "leases the connections of one peer uid may hold together (1,024 per connection); "
+     "an open beyond is answered too_many_leases; 0 = no limit"},
     {"legacy_ipc", "gpu", OPT_BOOL, "false", 0, 1, OFF(legacy_ipc), NOLIST,
      "also export a legacy cudaIpcMemHandle_t per allocation"},
     {"verify", "gpu", OPT_BOOL, "false", 0, 1, OFF(verify), NOLIST,
@@ -159,6 +174,28 @@ static const char *check_preload(const char *v)
     if (gpu_parse_device(at + 1, &kind, &index, &uuid) < 0)
         return "device must be cuda:N, cuda, a GPU-... or MIG-... UUID, or host";
     return check_no_ctl(v);
+}
+
+/* A browser's serialization of an origin (RFC 6454 §6.2): http or https,
+ * a lowercase host with an optional port, no path; or "*". Whether "*"
+ * stands alone is the server's check (server/cors.c). */
+static const char *check_origin(const char *v)
+{
+    if (strcmp(v, "*") == 0)
+        return NULL;
+    const char *host = strncmp(v, "https://", 8) == 0  ? v + 8
+                       : strncmp(v, "http://", 7) == 0 ? v + 7
+                                                        : NULL;
+    if (!host || !*host)
+        return "an origin is http://HOST[:PORT] or https://HOST[:PORT] (or * alone)";
+    for (const char *p = host; *p; p++) {
+        if (*p >= 'A' && *p <= 'Z')
+            return "browsers send origins in lower case: write it so";
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || strchr("-.:[]_", *p)))
+            return "an origin has no path, query, user or other characters than a host's "
+                   "and a port's (no trailing '/')";
+    }
+    return NULL;
 }
 
 const size_t config_n_options = ARRAY_LEN(config_options);

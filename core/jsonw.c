@@ -65,6 +65,14 @@ void jsonw_key(struct jsonw *w, const char *key)
     w->after_key = 1;
 }
 
+void jsonw_keyn(struct jsonw *w, const char *key, size_t n)
+{
+    sep(w);
+    strbuf_json_string(&w->sb, key, n);
+    strbuf_putc(&w->sb, ':');
+    w->after_key = 1;
+}
+
 void jsonw_strn(struct jsonw *w, const char *s, size_t n)
 {
     sep(w);
@@ -92,6 +100,24 @@ void jsonw_null(struct jsonw *w)
 {
     sep(w);
     strbuf_puts(&w->sb, "null");
+}
+
+void jsonw_i64(struct jsonw *w, int64_t v)
+{
+    sep(w);
+    strbuf_json_int(&w->sb, v);
+}
+
+void jsonw_real(struct jsonw *w, double v)
+{
+    sep(w);
+    strbuf_json_real(&w->sb, v);
+}
+
+void jsonw_raw(struct jsonw *w, const char *json, size_t n)
+{
+    sep(w);
+    strbuf_append(&w->sb, json, n);
 }
 
 void jsonw_kstr(struct jsonw *w, const char *key, const char *s)

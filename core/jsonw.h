@@ -33,11 +33,18 @@ void jsonw_obj_end(struct jsonw *w);  /* } */
 void jsonw_arr(struct jsonw *w);      /* [ */
 void jsonw_arr_end(struct jsonw *w);  /* ] */
 void jsonw_key(struct jsonw *w, const char *key);
+void jsonw_keyn(struct jsonw *w, const char *key, size_t n); /* key[0..n), NULs allowed */
 void jsonw_str(struct jsonw *w, const char *s);
 void jsonw_strn(struct jsonw *w, const char *s, size_t n);
 void jsonw_u64(struct jsonw *w, uint64_t v);
 void jsonw_bool(struct jsonw *w, int v);
 void jsonw_null(struct jsonw *w);
+void jsonw_i64(struct jsonw *w, int64_t v);
+/* A double as strbuf_json_real writes it (null when not finite). */
+void jsonw_real(struct jsonw *w, double v);
+/* A value that is JSON text already (one whole value, written by another
+ * writer): copied as it is. */
+void jsonw_raw(struct jsonw *w, const char *json, size_t n);
 
 /* key: value shorthands. */
 void jsonw_kstr(struct jsonw *w, const char *key, const char *s);

@@ -36,8 +36,9 @@ enum metrics_ctr {
     MC_SLICE_REQUESTS,
     MC_NOT_MODIFIED,          /* 304 */
     MC_RANGE_NOT_SATISFIABLE, /* 416 */
-    MC_SENDFILE_BYTES,        /* body bytes sent with sendfile (zero copy) */
-    MC_COPIED_BYTES,          /* body bytes sent from a buffer */
+    MC_SENDFILE_BYTES,        /* body bytes sent with sendfile (zero copy), added when the answer
+                               * ends: the bytes the kernel accepted, not the ones queued */
+    MC_COPIED_BYTES,          /* body bytes sent from a buffer (likewise) */
     MC_RELOADS,               /* registry rescans (SIGHUP, inotify) */
     MC_RELOAD_ERRORS,
     MC_CONNECTIONS_TOTAL,     /* bumped by metrics_conn_opened; no need to add it */
@@ -50,6 +51,8 @@ enum metrics_ctr {
     MC_TRANSFERS_CUT,         /* answers cut short because the file they sent was written */
     MC_GPU_PRELOAD_PAGE_CACHE_BYTES, /* preload bytes copied from the page cache */
     MC_GPU_PRELOAD_DISK_BYTES,       /* preload bytes read from the disk */
+    MC_RESPONSES_ABORTED,     /* answers whose body did not go out whole (client left, timeout,
+                               * write error, file written): their bytes count what was sent */
     MC_COUNT
 };
 

@@ -46,6 +46,9 @@ static const struct {
      "Preload bytes copied from the page cache."},
     {MC_GPU_PRELOAD_DISK_BYTES, "tensord_gpu_preload_disk_bytes_total",
      "Preload bytes read from the disk."},
+    {MC_RESPONSES_ABORTED, "tensord_http_responses_aborted_total",
+     "Answers whose body did not go out whole (the client left, a timeout, a write error, "
+     "the file was written); their bytes count only what the client acknowledged."},
 };
 
 static void prom_head(struct strbuf *b, const char *name, const char *type, const char *help)
@@ -88,7 +91,7 @@ static void prom_requests(struct strbuf *b, const struct metrics_snapshot *sn)
                           l->kind_key, l->kinds[e], l->outcome_key, l->outcomes[c],
                           (unsigned long long)sn->requests[e][c]);
     prom_head(b, "tensord_http_response_bytes_total", "counter",
-              "Response body bytes sent, by endpoint.");
+              "Response body bytes the kernel accepted for the client, by endpoint.");
     for (unsigned e = 0; e < l->n_kinds; e++)
         strbuf_printf(b, "tensord_http_response_bytes_total{%s=\"%s\"} %llu\n", l->kind_key,
                       l->kinds[e], (unsigned long long)sn->bytes[e]);
@@ -129,7 +132,7 @@ char *metrics_render_prometheus(void)
                       (unsigned long long)sn->ctr[prom_counters[i].c]);
     }
     prom_head(&b, "tensord_sent_bytes_total", "counter",
-              "Body bytes sent, by method: sendfile (zero copy) or copy (from a buffer).");
+              "Body bytes the kernel accepted, by method: sendfile (zero copy) or copy (from a buffer).");
     strbuf_printf(&b, "tensord_sent_bytes_total{method=\"sendfile\"} %llu\n",
                   (unsigned long long)sn->ctr[MC_SENDFILE_BYTES]);
     strbuf_printf(&b, "tensord_sent_bytes_total{method=\"copy\"} %llu\n",
@@ -221,7 +224,8 @@ static const char *const json_ctr_names[MC_COUNT] = {
     "range_not_satisfiable", "sendfile_bytes",      "copied_bytes",       "reloads",
     "reload_errors",         "connections_total",   "connections_rejected",
     "gpu_preload_bytes",     "leases_total",        "ipc_refused",        "scan_errors",
-    "transfers_cut",         "gpu_preload_page_cache_bytes", "gpu_preload_disk_bytes"};
+    "transfers_cut",         "gpu_preload_page_cache_bytes", "gpu_preload_disk_bytes",
+    "responses_aborted"};
 
 /* "endpoints": per kind, its requests by outcome, bytes and durations. */
 static void json_kinds(struct strbuf *b, const struct metrics_snapshot *sn)

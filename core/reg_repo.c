@@ -251,15 +251,6 @@ int reg_repo_file_is_lfs(const struct reg_file *f)
     return f->is_safetensors || f->st.size > REG_REPO_LFS_MIN || !f->has_git_sha1;
 }
 
-int64_t reg_repo_mtime_ns(const struct reg_repo *r)
-{
-    int64_t t = 0;
-    for (size_t i = 0; i < r->n_files; i++)
-        if (r->files[i].st.mtime_ns > t)
-            t = r->files[i].st.mtime_ns;
-    return t;
-}
-
 /* ---- the revision -------------------------------------------------------- */
 
 /* git's id of an object: SHA-1 of "<type> <size>\0" and the content. */

@@ -93,7 +93,4 @@ const struct reg_repo_rev *reg_repo_revision(const struct reg_repo *r);
 const struct reg_repo_dir *reg_repo_find_dir(const struct reg_repo_rev *rev, const char *path,
                                              size_t len);
 
-/* The newest modification time of r's files, in nanoseconds. */
-int64_t reg_repo_mtime_ns(const struct reg_repo *r);
-
 #endif

@@ -8,6 +8,8 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <linux/sockios.h> /* SIOCOUTQ */
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <time.h>
 
@@ -45,6 +47,34 @@ static uint64_t bytes_received(int fd)
         len < offsetof(struct tcp_info, tcpi_bytes_received) + sizeof(ti.tcpi_bytes_received))
         return 0;
     return ti.tcpi_bytes_received;
+}
+
+/* Bytes of the connection's socket that its peer acknowledged, or
+ * CONN_BYTES_UNKNOWN (not TCP). */
+static uint64_t bytes_acked(int fd)
+{
+    struct tcp_info ti;
+    socklen_t len = sizeof(ti);
+    if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0 ||
+        len < offsetof(struct tcp_info, tcpi_bytes_acked) + sizeof(ti.tcpi_bytes_acked))
+        return CONN_BYTES_UNKNOWN;
+    return ti.tcpi_bytes_acked;
+}
+
+uint64_t conn_bytes_written(const struct conns_entry *c)
+{
+    int queued;
+    uint64_t acked = c ? bytes_acked(c->fd) : CONN_BYTES_UNKNOWN;
+    /* Acknowledged plus still queued is every byte written since the
+     * connection opened (write_seq less the initial sequence number). */
+    if (acked == CONN_BYTES_UNKNOWN || ioctl(c->fd, SIOCOUTQ, &queued) != 0 || queued < 0)
+        return CONN_BYTES_UNKNOWN;
+    return acked + (uint64_t)queued;
+}
+
+uint64_t conn_bytes_delivered(const struct conns_entry *c)
+{
+    return c ? bytes_acked(c->fd) : CONN_BYTES_UNKNOWN;
 }
 
 /* An idle connection whose peer sent more bytes than it had when it went

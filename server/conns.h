@@ -66,6 +66,13 @@ void conn_idle(struct conns_entry *c, uint64_t request_bytes);
  * (sendfile); (0, 0) when it does not. */
 void conn_sending(struct conns_entry *c, uint64_t dev, uint64_t ino);
 
+/* Bytes written to the connection's socket since it opened (acknowledged
+ * by the peer, or still queued to it), and of those the bytes the peer
+ * acknowledged: what it got. CONN_BYTES_UNKNOWN when not TCP. A system call
+ * or two, about a microsecond: for answers large enough that this is noise. */
+uint64_t conn_bytes_written(const struct conns_entry *c);
+uint64_t conn_bytes_delivered(const struct conns_entry *c);
+
 /* Shuts down every connection sending file (dev, ino). Returns how many. */
 unsigned conns_cut_file(struct conns *t, uint64_t dev, uint64_t ino);
 

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "auth.h"
+#include "cors.h"
 #include "handlers.h"
 #include "http_metrics.h"
 #include "metrics.h"
@@ -66,13 +67,16 @@ static int repo_exists(void *ctx, const char *id, size_t len)
 static int is_hub_route(enum route_kind k)
 {
     return k == ROUTE_HUB_FILE || k == ROUTE_HUB_MODELS || k == ROUTE_HUB_INFO ||
-           k == ROUTE_HUB_TREE || k == ROUTE_HUB_PATHS_INFO || k == ROUTE_HUB_NOT_FOUND;
+           k == ROUTE_HUB_TREE || k == ROUTE_HUB_PATHS_INFO || k == ROUTE_HUB_NOT_FOUND ||
+           k == ROUTE_HUB_REFS || k == ROUTE_HUB_COMMITS || k == ROUTE_HUB_NO_REPO ||
+           k == ROUTE_HUB_NO_REPOS;
 }
 
 static const int endpoint_of_route[] = {
     [ROUTE_NOT_FOUND] = MEP_OTHER,     [ROUTE_BAD_PATH] = MEP_OTHER,
     [ROUTE_HEALTHZ] = MEP_HEALTH,      [ROUTE_READYZ] = MEP_HEALTH,
     [ROUTE_METRICS_TEXT] = MEP_METRICS, [ROUTE_METRICS] = MEP_METRICS,
+    [ROUTE_UI] = MEP_UI,
     [ROUTE_MODELS] = MEP_MODELS,       [ROUTE_MODEL] = MEP_MODEL,
     [ROUTE_MODEL_HEADER] = MEP_HEADER, [ROUTE_FILE] = MEP_FILE,
     [ROUTE_FILE_HEADER] = MEP_FILE_HEADER, [ROUTE_TENSOR] = MEP_TENSOR,
@@ -81,6 +85,8 @@ static const int endpoint_of_route[] = {
     [ROUTE_HUB_INFO] = MEP_HUB_API,    [ROUTE_HUB_TREE] = MEP_HUB_API,
     [ROUTE_HUB_PATHS_INFO] = MEP_HUB_API, [ROUTE_HUB_NOT_FOUND] = MEP_HUB_API,
     [ROUTE_BLOB] = MEP_BLOB,           [ROUTE_S3] = MEP_S3,
+    [ROUTE_HUB_REFS] = MEP_HUB_API,    [ROUTE_HUB_COMMITS] = MEP_HUB_API,
+    [ROUTE_HUB_NO_REPO] = MEP_HUB_API, [ROUTE_HUB_NO_REPOS] = MEP_HUB_API,
 };
 
 static enum MHD_Result dispatch_model(struct MHD_Connection *conn, struct request *rq,
@@ -232,21 +238,32 @@ static int refuse_request(struct MHD_Connection *conn, struct request *rq, enum 
                              "no endpoint at this path; see /v1/models");
         return 1;
     }
+    /* A browser's preflight carries no credentials: answered before the token. */
+    if (cors_is_preflight(srv->cfg, conn, method)) {
+        *ret = respond_preflight(conn, rq, route_allowed_methods(kind));
+        return 1;
+    }
     int is_get = strcmp(method, MHD_HTTP_METHOD_GET) == 0 || rq->is_head;
     int is_post = strcmp(method, MHD_HTTP_METHOD_POST) == 0;
     int is_admin = kind == ROUTE_GPU && (is_post || strcmp(method, MHD_HTTP_METHOD_DELETE) == 0);
     /* A fetch POST only reads: it needs the read token, as its GET form does. */
     int is_fetch_post = kind == ROUTE_FETCH && is_post;
-    /* paths-info is a POST that only reads, and only a POST. */
-    int method_ok = kind == ROUTE_HUB_PATHS_INFO ? is_post : is_get || is_admin || is_fetch_post;
-    rq->reads_only = is_get || is_fetch_post || (kind == ROUTE_HUB_PATHS_INFO && is_post);
+    /* paths-info is a POST that only reads, and only a POST; a dataset's or
+     * space's routes (paths-info among them) are all "no such repo". */
+    int method_ok = kind == ROUTE_HUB_PATHS_INFO ? is_post
+                    : kind == ROUTE_HUB_NO_REPO  ? is_get || is_post
+                                                 : is_get || is_admin || is_fetch_post;
+    rq->reads_only = is_get || is_fetch_post ||
+                     ((kind == ROUTE_HUB_PATHS_INFO || kind == ROUTE_HUB_NO_REPO) && is_post);
     if (!method_ok) {
         rq->allow = route_allowed_methods(kind);
         *ret = refuse(conn, rq, hub, MHD_HTTP_METHOD_NOT_ALLOWED, "method_not_allowed",
                       "%s is not allowed here; allowed: %s", method, rq->allow);
         return 1;
     }
-    if (kind != ROUTE_HEALTHZ && !auth_check(srv, conn, is_admin)) {
+    /* The console's page and scripts are the same for everyone and hold no
+     * data: they load without a token, and ask for one for what they read. */
+    if (kind != ROUTE_HEALTHZ && kind != ROUTE_UI && !auth_check(srv, conn, is_admin)) {
         *ret = refuse_unauthorized(conn, rq, hub, is_admin);
         return 1;
     }
@@ -294,6 +311,9 @@ enum MHD_Result dispatch_request(struct MHD_Connection *conn, struct request *rq
         break;
     case ROUTE_READYZ:
         ret = handle_readyz(conn, rq);
+        break;
+    case ROUTE_UI:
+        ret = handle_ui(conn, rq, rt.name, rt.raw);
         break;
     case ROUTE_METRICS:
     case ROUTE_METRICS_TEXT:

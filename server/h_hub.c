@@ -17,25 +17,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "digest.h"
-#include "dtype.h"
+#include "h_hub_int.h"
 #include "handlers.h"
 #include "hasher.h"
-#include "hub_req.h"
-#include "jsonw.h"
-#include "log.h"
 #include "reg_repo.h"
 #include "respond.h"
 #include "route.h"
-#include "strmap.h"
 #include "util.h"
 
-/* Commit-addressed answers never change: a cache may keep them a year. */
-#define CACHE_IMMUTABLE "public, max-age=31536000, immutable"
 
 /* ---- waiting for a repo's hashes ---------------------------------------- */
 
@@ -103,22 +95,7 @@ static const struct reg_repo_rev *need_revision(struct MHD_Connection *conn, str
     return NULL;
 }
 
-/* ---- names --------------------------------------------------------------- */
-
-/* Whether revision rev (decoded) names the repo's current revision, and
- * whether it does so by its commit id (an immutable URL). */
-static int revision_matches(const char *rev, const struct reg_repo_rev *cur, int *by_commit)
-{
-    *by_commit = strcmp(rev, cur->commit) == 0;
-    return *by_commit || strcmp(rev, "main") == 0 || strcmp(rev, "HEAD") == 0;
-}
-
-static enum MHD_Result revision_not_found(struct MHD_Connection *conn, struct request *rq,
-                                          const char *rev)
-{
-    return respond_hub_error(conn, rq, MHD_HTTP_NOT_FOUND, "RevisionNotFound", NULL, 0,
-                             "Invalid rev id: %.300s", rev);
-}
+/* ---- files ----------------------------------------------------------------- */
 
 /* Appends s percent-encoded, keeping '/' and RFC 3986 unreserved bytes. */
 static void put_path(char **buf, size_t *len, size_t *cap, const char *s)
@@ -139,37 +116,6 @@ static void put_path(char **buf, size_t *len, size_t *cap, const char *s)
         }
     }
     (*buf)[*len] = '\0';
-}
-
-static size_t lfs_pointer_size(uint64_t size)
-{
-    char digits[24];
-    /* "version https://git-lfs.github.com/spec/v1\n" "oid sha256:<64>\n" "size <n>\n" */
-    return 43 + 76 + 6 + (size_t)snprintf(digits, sizeof(digits), "%" PRIu64, size);
-}
-
-static void iso_time(int64_t ns, char *out, size_t len)
-{
-    time_t t = (time_t)(ns / 1000000000);
-    struct tm tm;
-    if (gmtime_r(&t, &tm) == NULL || tm.tm_year < -1900 || tm.tm_year > 9999 - 1900)
-        memset(&tm, 0, sizeof(tm)), tm.tm_year = 70, tm.tm_mday = 1;
-    snprintf(out, len, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", (tm.tm_year + 1900) % 10000,
-             (tm.tm_mon + 1) % 100, tm.tm_mday % 100, tm.tm_hour % 100, tm.tm_min % 100,
-             tm.tm_sec % 100, (int)(ns / 1000000 % 1000 + 1000) % 1000);
-}
-
-/* ---- files ----------------------------------------------------------------- */
-
-static enum MHD_Result entry_not_found(struct MHD_Connection *conn, struct request *rq,
-                                       const struct reg_repo *r, const struct reg_repo_rev *rev,
-                                       const char *path)
-{
-    /* huggingface_hub caches "absent at this commit" from X-Repo-Commit. */
-    const char *extra[] = {"X-Repo-Commit", rev->commit, NULL};
-    return respond_hub_error(conn, rq, MHD_HTTP_NOT_FOUND, "EntryNotFound", extra, 0,
-                             "%.300s does not exist in repo %s at revision %s", path, r->id,
-                             rev->commit);
 }
 
 static enum MHD_Result serve_file(struct MHD_Connection *conn, struct request *rq,
@@ -212,9 +158,9 @@ static enum MHD_Result serve_file(struct MHD_Connection *conn, struct request *r
     struct representation rep = {
         .body = {.fd = fd, .data_off = 0, .data_len = f->st.size},
         .content_type = respond_content_type(f->name),
-        .mtime = f->st.mtime_ns / 1000000000,
+        .mtime = -1, /* no Last-Modified: the file's mtime is not content (h_hub_int.h, HUB_REVISION_DATE) */
         .file_st = &f->st,
-        .cache_control = CACHE_IMMUTABLE,
+        .cache_control = HUB_CACHE_IMMUTABLE,
         .disposition = respond_disposition(disp, sizeof(disp), raw ? "inline" : "attachment",
                                            base, blen),
         .extra = extra,
@@ -230,11 +176,11 @@ static enum MHD_Result hub_file(struct MHD_Connection *conn, struct request *rq,
                                 const struct route *rt)
 {
     int by_commit;
-    if (!revision_matches(rt->rev, rev, &by_commit))
-        return revision_not_found(conn, rq, rt->rev);
+    if (!hub_revision_matches(rt->rev, rev, &by_commit))
+        return hub_revision_not_found(conn, rq, rt->rev);
     const struct reg_file *f = reg_repo_find_file(r, rt->name, rt->name_len);
     if (!f)
-        return entry_not_found(conn, rq, r, rev, rt->name);
+        return hub_entry_not_found(conn, rq, r, rev, rt->name);
     if (by_commit)
         return serve_file(conn, rq, r, rev, f, rt->raw);
     /* A branch name: to the commit's URL, so that a client's metadata
@@ -250,318 +196,24 @@ static enum MHD_Result hub_file(struct MHD_Connection *conn, struct request *rq,
     put_path(&loc, &len, &cap, rev->commit);
     put_path(&loc, &len, &cap, "/");
     put_path(&loc, &len, &cap, f->name);
-    const char *extra[] = {"X-Repo-Commit", rev->commit, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache",
-                           NULL};
+    /* An LFS file's redirect says what the Hub's says (its 302 to the CDN,
+     * where huggingface_hub stops and takes the file's metadata from): the
+     * linked file's ETag and size. */
+    char etag[68], size[24];
+    const char *extra[9] = {"X-Repo-Commit", rev->commit, MHD_HTTP_HEADER_CACHE_CONTROL,
+                            "no-cache"};
+    if (reg_repo_file_is_lfs(f)) {
+        char sha[65];
+        digest_hex(f->sha256, 32, sha);
+        snprintf(etag, sizeof(etag), "\"%s\"", sha);
+        snprintf(size, sizeof(size), "%" PRIu64, f->st.size);
+        extra[4] = "X-Linked-Etag";
+        extra[5] = etag;
+        extra[6] = "X-Linked-Size";
+        extra[7] = size;
+    }
     enum MHD_Result ret = respond_redirect(conn, rq, MHD_HTTP_FOUND, loc, extra);
     free(loc);
-    return ret;
-}
-
-/* ---- documents ------------------------------------------------------------ */
-
-/* Answers a rendered JSON document (w, consumed) with a validator from its
- * bytes, immutable when it was asked for by commit. */
-static enum MHD_Result send_doc(struct MHD_Connection *conn, struct request *rq, struct jsonw *w,
-                                int by_commit, const char *commit)
-{
-    size_t len;
-    char *text = jsonw_take(w, &len);
-    if (text)
-        text = respond_json_line(text, &len);
-    if (!text)
-        return respond_hub_error(conn, rq, MHD_HTTP_SERVICE_UNAVAILABLE, "out_of_memory", NULL, 1,
-                                 "out of memory rendering the answer");
-    const char *extra[] = {"X-Repo-Commit", commit, NULL};
-    struct representation rep = {
-        .body = {.prefix = text, .prefix_len = len, .fd = -1},
-        .prefix_buf = text,
-        .content_type = "application/json",
-        .mtime = -1,
-        .cache_control = by_commit ? CACHE_IMMUTABLE : "no-cache",
-        .extra = commit ? extra : NULL,
-    };
-    snprintf(rep.etag, sizeof(rep.etag), "\"h%016" PRIx64 "\"",
-             hash_fnv1a(text, len, HASH_FNV_SEED));
-    return respond_body(conn, rq, &rep);
-}
-
-static void lfs_object(struct jsonw *w, const struct reg_file *f, const char *hash_key)
-{
-    char sha[65];
-    digest_hex(f->sha256, 32, sha);
-    jsonw_key(w, "lfs");
-    jsonw_obj(w);
-    jsonw_kstr(w, hash_key, sha);
-    jsonw_ku64(w, "size", f->st.size);
-    jsonw_ku64(w, "pointerSize", lfs_pointer_size(f->st.size));
-    jsonw_obj_end(w);
-}
-
-static void file_entry(struct jsonw *w, const struct reg_repo *r, const struct reg_repo_rev *rev,
-                       const struct reg_file *f)
-{
-    char oid[41];
-    digest_hex(rev->blob[f - r->files], 20, oid);
-    jsonw_obj(w);
-    jsonw_kstr(w, "type", "file");
-    jsonw_kstr(w, "oid", oid);
-    jsonw_ku64(w, "size", f->st.size);
-    jsonw_kstr(w, "path", f->name);
-    if (reg_repo_file_is_lfs(f))
-        lfs_object(w, f, "oid");
-    jsonw_obj_end(w);
-}
-
-static void dir_entry(struct jsonw *w, const struct reg_repo_dir *d)
-{
-    char oid[41];
-    digest_hex(d->tree, 20, oid);
-    jsonw_obj(w);
-    jsonw_kstr(w, "type", "directory");
-    jsonw_kstr(w, "oid", oid);
-    jsonw_ku64(w, "size", 0);
-    jsonw_kstr(w, "path", d->path);
-    jsonw_obj_end(w);
-}
-
-/* "safetensors": parameters by dtype of the repo's own model (the /v1
- * model in the repo's directory), when there is one and it is valid. */
-static void safetensors_info(struct jsonw *w, const struct reg_snapshot *reg,
-                             const struct reg_repo *r)
-{
-    const struct reg_model *m = reg_snapshot_find_model(reg, r->id, strlen(r->id));
-    if (!m || m->state != MODEL_READY || m->n_tensors == 0)
-        return;
-    uint64_t by_dtype[DT_COUNT] = {0}, total = 0;
-    for (size_t i = 0; i < m->n_tensors; i++) {
-        by_dtype[m->tensors[i].t->dtype] += m->tensors[i].t->nelems;
-        total += m->tensors[i].t->nelems;
-    }
-    jsonw_key(w, "safetensors");
-    jsonw_obj(w);
-    jsonw_key(w, "parameters");
-    jsonw_obj(w);
-    for (int d = 0; d < DT_COUNT; d++)
-        if (by_dtype[d])
-            jsonw_ku64(w, dtype_info((enum dtype)d)->name, by_dtype[d]);
-    jsonw_obj_end(w);
-    jsonw_ku64(w, "total", total);
-    jsonw_obj_end(w);
-}
-
-/* The fields a repo has in both the list and its own document. */
-static void repo_summary(struct jsonw *w, const struct reg_repo *r, const struct reg_repo_rev *rev)
-{
-    char when[40];
-    iso_time(reg_repo_mtime_ns(r), when, sizeof(when));
-    const char *slash = strchr(r->id, '/');
-    jsonw_kstr(w, "_id", r->id);
-    jsonw_kstr(w, "id", r->id);
-    jsonw_kstr(w, "modelId", r->id);
-    if (slash) {
-        jsonw_key(w, "author");
-        jsonw_strn(w, r->id, (size_t)(slash - r->id));
-    }
-    if (rev)
-        jsonw_kstr(w, "sha", rev->commit);
-    jsonw_kstr(w, "lastModified", when);
-    jsonw_kstr(w, "createdAt", when);
-    jsonw_kbool(w, "private", 0);
-    jsonw_kbool(w, "gated", 0);
-    jsonw_kbool(w, "disabled", 0);
-    jsonw_ku64(w, "downloads", 0);
-    jsonw_ku64(w, "likes", 0);
-    int st = 0;
-    for (size_t i = 0; i < r->n_files && !st; i++)
-        st = r->files[i].is_safetensors;
-    jsonw_key(w, "tags");
-    jsonw_arr(w);
-    if (st)
-        jsonw_str(w, "safetensors");
-    jsonw_arr_end(w);
-}
-
-static enum MHD_Result hub_info(struct MHD_Connection *conn, struct request *rq,
-                                const struct reg_snapshot *reg, const struct reg_repo *r,
-                                const struct reg_repo_rev *rev, const struct route *rt)
-{
-    int by_commit = 0;
-    if (rt->rev && !revision_matches(rt->rev, rev, &by_commit))
-        return revision_not_found(conn, rq, rt->rev);
-    struct jsonw w;
-    jsonw_init(&w);
-    jsonw_obj(&w);
-    repo_summary(&w, r, rev);
-    jsonw_ku64(&w, "usedStorage", r->bytes);
-    safetensors_info(&w, reg, r);
-    jsonw_key(&w, "siblings");
-    jsonw_arr(&w);
-    for (size_t i = 0; i < r->n_files; i++) {
-        const struct reg_file *f = &r->files[i];
-        char oid[41];
-        digest_hex(rev->blob[i], 20, oid);
-        jsonw_obj(&w);
-        jsonw_kstr(&w, "rfilename", f->name);
-        jsonw_ku64(&w, "size", f->st.size);
-        jsonw_kstr(&w, "blobId", oid);
-        if (reg_repo_file_is_lfs(f))
-            lfs_object(&w, f, "sha256");
-        jsonw_obj_end(&w);
-    }
-    jsonw_arr_end(&w);
-    jsonw_key(&w, "spaces");
-    jsonw_arr(&w);
-    jsonw_arr_end(&w);
-    jsonw_obj_end(&w);
-    return send_doc(conn, rq, &w, by_commit, rev->commit);
-}
-
-/* Whether a query flag is set the way Python's str(True) or JS writes it. */
-static int query_true(struct MHD_Connection *conn, const char *key)
-{
-    const char *v = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, key);
-    return v && (strcasecmp(v, "true") == 0 || strcmp(v, "1") == 0);
-}
-
-static enum MHD_Result hub_tree(struct MHD_Connection *conn, struct request *rq,
-                                const struct reg_repo *r, const struct reg_repo_rev *rev,
-                                const struct route *rt)
-{
-    int by_commit;
-    if (!revision_matches(rt->rev, rev, &by_commit))
-        return revision_not_found(conn, rq, rt->rev);
-    const char *path = rt->name ? rt->name : "";
-    const struct reg_repo_dir *d = reg_repo_find_dir(rev, path, strlen(path));
-    if (!d)
-        return entry_not_found(conn, rq, r, rev, path);
-    int recursive = query_true(conn, "recursive");
-    size_t skip = d->len ? d->len + 1 : 0;
-    struct jsonw w;
-    jsonw_init(&w);
-    jsonw_arr(&w);
-    /* Files below d are files[first, end) in path order; each directory on
-     * the way is listed once, before its contents (only d's children when
-     * not recursive). */
-    struct strmap *listed = strmap_new(16);
-    for (size_t i = d->first; i < d->end; i++) {
-        const struct reg_file *f = &r->files[i];
-        const char *rest = f->name + skip;
-        for (const char *s = rest; (s = strchr(s, '/')) != NULL; s++) {
-            size_t len = (size_t)(s - f->name);
-            if (strmap_put(listed, f->name, len, (void *)1) == 0)
-                dir_entry(&w, reg_repo_find_dir(rev, f->name, len));
-            if (!recursive)
-                break;
-        }
-        if (recursive || !strchr(rest, '/'))
-            file_entry(&w, r, rev, f);
-    }
-    strmap_free(listed);
-    jsonw_arr_end(&w);
-    return send_doc(conn, rq, &w, by_commit, rev->commit);
-}
-
-static enum MHD_Result hub_paths_info(struct MHD_Connection *conn, struct request *rq,
-                                      const struct reg_repo *r, const struct reg_repo_rev *rev,
-                                      const struct route *rt)
-{
-    int by_commit;
-    if (!revision_matches(rt->rev, rev, &by_commit))
-        return revision_not_found(conn, rq, rt->rev);
-    const char *ct = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
-                                                 MHD_HTTP_HEADER_CONTENT_TYPE);
-    int json = ct && strncasecmp(ct, "application/json", 16) == 0;
-    struct hub_paths p;
-    struct st_error err;
-    if (hub_paths_parse(rq->upload ? rq->upload : "", rq->upload_len, json, &p, &err) != 0)
-        return respond_hub_error(conn, rq, err.code == ST_ERR_LIMIT ? MHD_HTTP_CONTENT_TOO_LARGE
-                                                                    : MHD_HTTP_BAD_REQUEST,
-                                 NULL, NULL, 0, "%.255s", err.message);
-    struct jsonw w;
-    jsonw_init(&w);
-    jsonw_arr(&w);
-    struct strmap *seen = strmap_new(p.n);
-    for (size_t i = 0; i < p.n; i++) {
-        size_t len = strlen(p.paths[i]);
-        while (len > 0 && p.paths[i][len - 1] == '/')
-            len--;
-        if (strmap_put(seen, p.paths[i], len, (void *)1) != 0)
-            continue; /* asked twice: listed once */
-        const struct reg_file *f = reg_repo_find_file(r, p.paths[i], len);
-        const struct reg_repo_dir *d = len ? reg_repo_find_dir(rev, p.paths[i], len) : NULL;
-        if (f)
-            file_entry(&w, r, rev, f);
-        else if (d)
-            dir_entry(&w, d);
-    }
-    strmap_free(seen);
-    hub_paths_free(&p);
-    jsonw_arr_end(&w);
-    return send_doc(conn, rq, &w, 0, rev->commit);
-}
-
-/* /api/models: every repo, filtered by search (a case-insensitive
- * substring of the id) and author (the namespace), at most limit. One
- * page: no Link header to follow. Revisions are given where already
- * known; the list never waits for hashes. */
-static enum MHD_Result hub_models(struct MHD_Connection *conn, struct request *rq,
-                                  const struct reg_snapshot *reg)
-{
-    int bad = 0;
-    char *search = handler_query(conn, "search", 1, NULL, &bad), *author = handler_query(conn, "author", 1, NULL, &bad);
-    const char *limit_s = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "limit");
-    int full = query_true(conn, "full");
-    uint64_t limit = UINT64_MAX;
-    enum MHD_Result ret;
-    if (bad) {
-        ret = respond_hub_error(conn, rq, MHD_HTTP_BAD_REQUEST, NULL, NULL, 0,
-                                "a query parameter has a malformed percent-escape");
-        goto out;
-    }
-    if (limit_s) {
-        char *end;
-        errno = 0;
-        unsigned long long v = strtoull(limit_s, &end, 10);
-        if (!limit_s[0] || *end || errno || limit_s[0] == '-') {
-            ret = respond_hub_error(conn, rq, MHD_HTTP_BAD_REQUEST, NULL, NULL, 0,
-                                    "limit must be a non-negative integer, not \"%.50s\"",
-                                    limit_s);
-            goto out;
-        }
-        limit = v;
-    }
-    struct jsonw w;
-    jsonw_init(&w);
-    jsonw_arr(&w);
-    uint64_t n = 0;
-    for (size_t i = 0; i < reg->n_repos && n < limit; i++) {
-        const struct reg_repo *r = reg->repos[i];
-        const char *slash = strchr(r->id, '/');
-        if (author && !(slash && strlen(author) == (size_t)(slash - r->id) &&
-                        strncmp(author, r->id, (size_t)(slash - r->id)) == 0))
-            continue;
-        if (search && search[0] && !strcasestr(r->id, search))
-            continue;
-        jsonw_obj(&w);
-        repo_summary(&w, r, reg_repo_unreadable(r) ? NULL : reg_repo_revision(r));
-        if (full) {
-            jsonw_key(&w, "siblings");
-            jsonw_arr(&w);
-            for (size_t k = 0; k < r->n_files; k++) {
-                jsonw_obj(&w);
-                jsonw_kstr(&w, "rfilename", r->files[k].name);
-                jsonw_obj_end(&w);
-            }
-            jsonw_arr_end(&w);
-        }
-        jsonw_obj_end(&w);
-        n++;
-    }
-    jsonw_arr_end(&w);
-    ret = send_doc(conn, rq, &w, 0, NULL);
-out:
-    free(search);
-    free(author);
     return ret;
 }
 
@@ -571,6 +223,12 @@ enum MHD_Result handle_hub(struct MHD_Connection *conn, struct request *rq,
     enum MHD_Result ret = MHD_YES;
     if (rt->kind == ROUTE_HUB_MODELS)
         return hub_models(conn, rq, reg);
+    if (rt->kind == ROUTE_HUB_NO_REPOS)
+        return hub_no_repos(conn, rq);
+    if (rt->kind == ROUTE_HUB_NO_REPO)
+        return respond_hub_error(conn, rq, MHD_HTTP_NOT_FOUND, "RepoNotFound", NULL, 0,
+                                 "Repository not found: %.300s (tensord serves models only: no "
+                                 "datasets, no spaces)", rt->model);
     const struct reg_repo *r = reg_snapshot_find_repo(reg, rt->model, rt->model_len);
     if (!r)
         return respond_hub_error(conn, rq, MHD_HTTP_NOT_FOUND, "RepoNotFound", NULL, 0,
@@ -578,7 +236,7 @@ enum MHD_Result handle_hub(struct MHD_Connection *conn, struct request *rq,
     /* A revision that can never match needs no hashes to be refused. */
     if (rt->rev && strcmp(rt->rev, "main") != 0 && strcmp(rt->rev, "HEAD") != 0 &&
         !(rt->rev_len == 40 && digest_unhex(rt->rev, 20, (uint8_t[20]){0}) == 0))
-        return revision_not_found(conn, rq, rt->rev);
+        return hub_revision_not_found(conn, rq, rt->rev);
     const struct reg_repo_rev *rev = need_revision(conn, rq, r, &ret);
     if (!rev)
         return ret;
@@ -589,6 +247,10 @@ enum MHD_Result handle_hub(struct MHD_Connection *conn, struct request *rq,
         return hub_info(conn, rq, reg, r, rev, rt);
     case ROUTE_HUB_TREE:
         return hub_tree(conn, rq, r, rev, rt);
+    case ROUTE_HUB_REFS:
+        return hub_refs(conn, rq, rev);
+    case ROUTE_HUB_COMMITS:
+        return hub_commits(conn, rq, r, rev, rt);
     default:
         return hub_paths_info(conn, rq, r, rev, rt);
     }

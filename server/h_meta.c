@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dtype.h"
 #include "gpu_doc.h"
 #include "handlers.h"
 #include "hasher.h"
@@ -43,6 +44,20 @@ static json_t *error_json(const struct st_error *e)
     return json_pack("{s:s,s:s}", "code", st_status_name(e->code), "message", e->message);
 }
 
+/* Parameters (elements) of m's tensors by dtype, as the Hub's
+ * "safetensors.parameters" counts them; {} for an invalid model. */
+static json_t *parameters_json(const struct reg_model *m)
+{
+    uint64_t by_dtype[DT_COUNT] = {0};
+    for (size_t i = 0; i < m->n_tensors; i++)
+        by_dtype[m->tensors[i].t->dtype] += m->tensors[i].t->nelems;
+    json_t *o = json_object();
+    for (int d = 0; d < DT_COUNT; d++)
+        if (by_dtype[d])
+            json_object_set_new(o, dtype_info((enum dtype)d)->name, json_integer((json_int_t)by_dtype[d]));
+    return o;
+}
+
 static json_t *gpu_summary(struct server *srv, const struct reg_model *m)
 {
     if (!srv->gpu)
@@ -73,6 +88,7 @@ enum MHD_Result handle_models(struct MHD_Connection *conn, struct request *rq,
             continue;
         if (m->state != MODEL_READY)
             json_object_set_new(o, "error", error_json(&m->error));
+        json_object_set_new(o, "parameters", parameters_json(m));
         json_object_set_new(o, "gpu", gpu_summary(rq->srv, m));
         json_object_set_new(o, "hashes", hashes_json(known, m->n_files));
         json_array_append_new(list, o);

@@ -308,7 +308,11 @@ static enum MHD_Result list_buckets(struct MHD_Connection *conn, struct request 
     xmlw_open(&w, "Buckets", NULL);
     for (size_t i = 0; i < reg->n_repos; i++) {
         char when[40], *name = bucket_of(reg->repos[i]->id);
-        iso_time(reg_repo_mtime_ns(reg->repos[i]), when, sizeof(when));
+        int64_t newest = 0;
+        for (size_t k = 0; k < reg->repos[i]->n_files; k++)
+            if (reg->repos[i]->files[k].st.mtime_ns > newest)
+                newest = reg->repos[i]->files[k].st.mtime_ns;
+        iso_time(newest, when, sizeof(when));
         xmlw_open(&w, "Bucket", NULL);
         xmlw_cstr(&w, "Name", name);
         xmlw_cstr(&w, "CreationDate", when);

@@ -45,6 +45,10 @@ enum MHD_Result handle_s3(struct MHD_Connection *conn, struct request *rq,
                           const char *method);
 enum MHD_Result handle_healthz(struct MHD_Connection *conn, struct request *rq);
 enum MHD_Result handle_readyz(struct MHD_Connection *conn, struct request *rq);
+/* The web console (server/ui.c): asset `name` ("" for the page); `bare`
+ * for "/ui", which is redirected to "/ui/". */
+enum MHD_Result handle_ui(struct MHD_Connection *conn, struct request *rq, const char *name,
+                          int bare);
 enum MHD_Result handle_metrics(struct MHD_Connection *conn, struct request *rq, int text);
 
 #endif

@@ -12,6 +12,7 @@
 
 #include "auth.h"
 #include "conns.h"
+#include "cors.h"
 #include "dispatch.h"
 #include "log.h"
 #include "http_metrics.h"
@@ -75,12 +76,36 @@ static struct conn *conn_of(struct MHD_Connection *mc)
     return ci ? ci->socket_context : NULL;
 }
 
-/* Records rq's outcome (metrics, access log) and frees it. `sent` is the body
- * bytes that reached the client (0 when the answer was cut short). */
-static void request_end(struct request *rq, const char *range, unsigned status, uint64_t sent)
+/* Body bytes of rq's answer that the client got when the answer was cut
+ * short: what the client's TCP acknowledged since the answer was queued
+ * (what was still queued never reaches it), less the headers (libmicrohttpd
+ * sends them whole before the first body byte of an answer this large).
+ * An answer of 64 KiB or less is not measured, to keep small answers free
+ * of system calls: cut short, it counts nothing. */
+static uint64_t body_bytes_cut(const struct request *rq)
+{
+    if (rq->sock_sent0 == CONN_BYTES_UNKNOWN || !rq->owner)
+        return 0;
+    uint64_t now = conn_bytes_delivered(rq->owner->entry);
+    if (now == CONN_BYTES_UNKNOWN || now < rq->sock_sent0 + rq->head_bytes)
+        return 0;
+    uint64_t body = now - rq->sock_sent0 - rq->head_bytes;
+    return body < rq->body_bytes ? body : rq->body_bytes;
+}
+
+/* Records rq's outcome (metrics, access log) and frees it. `delivered` says
+ * whether its answer went out whole; when it did not, the bytes the client
+ * got are counted, and the answer counts as aborted. */
+static void request_end(struct request *rq, const char *range, unsigned status, int delivered)
 {
     uint64_t now = time_mono_ns();
     uint64_t ttfb = rq->queued_ns ? rq->queued_ns - rq->start_ns : now - rq->start_ns;
+    delivered |= rq->answered_raw;
+    uint64_t sent = delivered ? rq->body_bytes : body_bytes_cut(rq);
+    if (!delivered && rq->queued_ns && rq->body_bytes)
+        metrics_add(MC_RESPONSES_ABORTED, 1);
+    if (rq->body_method != BODY_UNCOUNTED)
+        metrics_add(rq->body_method == BODY_SENDFILE ? MC_SENDFILE_BYTES : MC_COPIED_BYTES, sent);
     http_metrics_request_done((enum metrics_ep)rq->endpoint, status, sent, now - rq->start_ns, ttfb);
     log_access(rq->method[0] ? rq->method : "-", rq->uri, status, sent, now - rq->start_ns, range);
     atomic_fetch_sub(&rq->srv->in_flight, 1);
@@ -145,6 +170,7 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *mc)
     rq->target = uri;
     rq->target_len = strlen(uri);
     rq->endpoint = MEP_OTHER;
+    rq->sock_sent0 = CONN_BYTES_UNKNOWN;
     /* This callback sees the request target before libmicrohttpd splits its
      * query into the connection's memory pool (0.9.75 calls it first, so a
      * logger sees the raw line). A query of hundreds of parameters, or one
@@ -177,12 +203,12 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
     const union MHD_ConnectionInfo *mi =
         MHD_get_connection_info(mc, MHD_CONNECTION_INFO_HTTP_STATUS);
     unsigned status = rq->status ? rq->status : (mi ? mi->http_status : 0);
-    /* A body cut short (client gone, file shrank) did not deliver what was queued. */
-    uint64_t sent = toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? rq->body_bytes : 0;
     /* Idle until its next request begins (connection_timeout governs that). */
     conn_idle(rq->owner ? rq->owner->entry : NULL, rq->wire_bytes);
+    /* A body cut short (client gone, timeout, file written or shrunk) did
+     * not deliver all that was queued: request_end counts what it did. */
     request_end(rq, MHD_lookup_connection_value(mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_RANGE),
-                status, sent);
+                status, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK);
 }
 
 static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_context,
@@ -213,6 +239,74 @@ static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_co
         }
         *socket_context = NULL;
     }
+}
+
+/* Whether the request's header `name` lists token (case-insensitive). */
+static int header_has_token(struct MHD_Connection *mc, const char *name, const char *token)
+{
+    const char *v = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, name);
+    size_t n = strlen(token);
+    while (v && *v) {
+        v += strspn(v, " \t,");
+        size_t len = strcspn(v, " \t,");
+        if (len == n && strncasecmp(v, token, n) == 0)
+            return 1;
+        v += len;
+    }
+    return 0;
+}
+
+struct head_size {
+    uint64_t bytes;
+    int has_connection;         /* the answer sets Connection itself */
+};
+
+static enum MHD_Result add_header_size(void *cls, enum MHD_ValueKind kind, const char *key,
+                                       const char *value)
+{
+    struct head_size *h = cls;
+    if (kind == MHD_HEADER_KIND) {
+        h->bytes += strlen(key) + 2 + strlen(value) + 2;
+        h->has_connection |= strcasecmp(key, MHD_HTTP_HEADER_CONNECTION) == 0;
+    }
+    return MHD_YES;
+}
+
+/* The bytes of the status line and headers libmicrohttpd 0.9.75 writes for
+ * resp (connection.c, build_header_response): "HTTP/1.1 CODE REASON", Date
+ * (37 bytes), Connection when it must close or keep an HTTP/1.0 connection
+ * alive and the answer does not set it, the answer's own headers,
+ * Content-Length, the blank line. tests/integration/test_aborted.py checks
+ * it against what a client's kernel received. */
+static uint64_t answer_head_bytes(struct MHD_Connection *mc, const struct request *rq,
+                                  unsigned status, struct MHD_Response *resp, uint64_t body)
+{
+    struct head_size h = {0};
+    char digits[24];
+    MHD_get_response_headers(resp, add_header_size, &h);
+    h.bytes += 9 + 4 + MHD_get_reason_phrase_len_for(status) + 2 + 37;
+    if (!h.has_connection) {
+        int keep10 = rq->http10 && header_has_token(mc, MHD_HTTP_HEADER_CONNECTION, "keep-alive");
+        if (header_has_token(mc, MHD_HTTP_HEADER_CONNECTION, "close") || (rq->http10 && !keep10))
+            h.bytes += sizeof("Connection: close\r\n") - 1;
+        else if (keep10)
+            h.bytes += sizeof("Connection: Keep-Alive\r\n") - 1;
+    }
+    h.bytes += sizeof("Content-Length: \r\n") - 1 + (uint64_t)snprintf(digits, sizeof(digits),
+                                                                     "%llu", (unsigned long long)body);
+    return h.bytes + 2;
+}
+
+void http_answer_queued(struct MHD_Connection *mc, struct request *rq, unsigned status,
+                        struct MHD_Response *resp, uint64_t body_bytes)
+{
+    rq->status = status;
+    rq->body_bytes = body_bytes;
+    rq->queued_ns = time_mono_ns();
+    if (body_bytes <= HTTP_MEASURED_BODY_MIN || !rq->owner)
+        return;
+    rq->sock_sent0 = conn_bytes_written(rq->owner->entry);
+    rq->head_bytes = answer_head_bytes(mc, rq, status, resp, body_bytes);
 }
 
 void http_sending(struct request *rq, const struct fileio_stat *st)
@@ -369,6 +463,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
          * Only refusals, which close the connection anyway, go out now. */
         snprintf(rq->method, sizeof(rq->method), "%s", method);
         rq->is_head = strcmp(method, MHD_HTTP_METHOD_HEAD) == 0;
+        rq->http10 = strcmp(version, MHD_HTTP_VERSION_1_0) == 0;
         return refuse_malformed(mc, rq, url, version);
     }
     if (*upload_data_size) {
@@ -460,6 +555,8 @@ int http_start(struct server *srv, char *errbuf, size_t errlen)
                  cfg->listen);
         return -1;
     }
+    if (cors_check_config(cfg, errbuf, errlen) < 0)
+        return -1;
     unsigned threads = config_effective_threads(cfg);
     /* Suspend/resume: a Hub answer waits for content hashes without
      * holding a worker thread (server/h_hub.c). */

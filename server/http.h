@@ -53,6 +53,10 @@ enum request_wait {
     WAIT_DONE,                  /* dispatched again: answer with what there is, never wait twice */
 };
 
+/* How an answer's body goes out, for the sendfile and copy byte counters
+ * (stream.c sets it; error documents and redirects count in neither). */
+enum http_body_method { BODY_UNCOUNTED, BODY_COPY, BODY_SENDFILE };
+
 /* Per-request state, created when the request line arrives. */
 struct request {
     struct server *srv;
@@ -62,6 +66,13 @@ struct request {
     uint64_t queued_ns;         /* when the response was queued (time to first byte, near enough) */
     unsigned status;
     uint64_t body_bytes;        /* body bytes queued (0 for HEAD) */
+    int body_method;            /* enum http_body_method: which sent-bytes counter it adds to */
+    uint64_t sock_sent0;        /* the socket's bytes sent when the answer was queued, or
+                                 * CONN_BYTES_UNKNOWN when not measured (small answers) */
+    uint64_t head_bytes;        /* the size of the answer's status line and headers */
+    int http10;                 /* an HTTP/1.0 request */
+    int answered_raw;           /* written to the socket directly (respond_refusal_raw), whole
+                                 * or not at all: body_bytes says which */
     int is_head;
     int reads_only;             /* GET, HEAD, or a POST that only reads (a fetch): preconditions and
                                  * Range apply to its answer; any other method acts, and its
@@ -71,6 +82,7 @@ struct request {
     int handled;                /* the answer has been queued */
     char method[16];            /* request method, copied for the access log */
     const char *allow;          /* Allow header for 405 */
+    const char *cors_methods;   /* a CORS preflight's answer: its Allow-Methods (server/cors.h) */
     const char *error_code;     /* set by respond_error, for the log */
     const char *content_range;  /* extra Content-Range for a 416 */
     char *upload;               /* request body (POST), bounded */
@@ -91,6 +103,14 @@ struct request {
 /* The largest request line and headers accepted: max_request_header_bytes
  * (each connection's memory) less the room kept for the answer. */
 size_t http_request_limit(const struct config *cfg);
+
+/* The answer resp (status, a body of body_bytes) was queued for rq: its
+ * headers are all set. An answer whose body is over 64 KiB has the
+ * connection's sent-byte count taken now, so that if it is cut short the
+ * bytes the client got are known (http.c, on_completed). */
+#define HTTP_MEASURED_BODY_MIN (64 * 1024)
+void http_answer_queued(struct MHD_Connection *mc, struct request *rq, unsigned status,
+                        struct MHD_Response *resp, uint64_t body_bytes);
 
 /* Records that rq's answer sends file st with sendfile, so that a write to
  * that file cuts the connection (conns_cut_file). */

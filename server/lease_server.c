@@ -1,5 +1,12 @@
 /* lease_server: the lease socket's two threads: accepting (and refusing,
- * server/lease_access.c) and serving allowed connections. */
+ * server/lease_access.c) and serving allowed connections.
+ *
+ * The limits of the protocol are the daemon's to keep, not its clients':
+ * an answer never exceeds what a client reads (IPC_MAX_ANSWER; a client
+ * that meets a longer frame must drop the connection and every lease on
+ * it), a connection holds at most IPC_MAX_LEASES leases, and the
+ * connections of one peer uid at most ipc_max_connections_per_uid
+ * connections and ipc_max_leases_per_uid leases together. */
 #include "lease_server.h"
 
 #include <errno.h>
@@ -21,6 +28,7 @@
 #include "gpu_doc.h"
 #include "gpu/ipc_proto.h"
 #include "lease_access.h"
+#include "lease_int.h"
 #include "log.h"
 #include "metrics.h"
 #include "util.h"
@@ -28,28 +36,10 @@
 #define MAX_CONNS 4096
 #define ACCEPT_BATCH 256           /* accepts between two looks at the stop signal */
 
-struct conn_lease {
-    uint64_t id;                   /* what the open answer told the client */
-    struct gpu_lease *l;
-};
-
-struct conn {
-    struct conn *prev, *next;      /* every open connection (serve thread) */
-    struct conn *qnext;            /* the accept thread's hand-off queue */
-    int fd;
-    unsigned uid, gid, pid;
-    unsigned char *in;             /* received bytes not yet consumed */
-    size_t in_len, in_cap;         /* in_cap <= IPC_HEADER_BYTES + IPC_MAX_REQUEST */
-    unsigned char *out;            /* the answer being sent */
-    size_t out_len, out_off;
-    int fds[IPC_MAX_FDS];          /* borrowed descriptors to attach to out's first byte */
-    size_t n_fds;
-    int close_after;               /* close once out is flushed */
-    struct conn_lease *leases;
-    size_t n_leases, cap_leases;
-    uint64_t next_lease;           /* the id the next open gets */
-    uint64_t active_ns;            /* last request answered or answer byte sent */
-    uint64_t partial_ns;           /* when the unfinished request in `in` began */
+/* What the connections of one peer uid hold (serve thread). */
+struct uid_use {
+    unsigned uid;
+    unsigned conns, leases;
 };
 
 struct lease_server {
@@ -60,6 +50,10 @@ struct lease_server {
     int have_serve, have_accept;
     struct lease_allow allow;
     uint64_t idle_ns;              /* ipc_idle_timeout; 0 = none */
+    unsigned max_conns_per_uid;    /* ipc_max_connections_per_uid; 0 = none */
+    unsigned max_leases_per_uid;   /* ipc_max_leases_per_uid; 0 = none */
+    struct uid_use *uses;          /* per peer uid with a connection (serve thread) */
+    size_t n_uses, cap_uses;
     atomic_size_t n_conns;         /* allowed connections being served or queued */
     struct conn *conns;            /* serve thread */
     pthread_mutex_t qlock;
@@ -69,10 +63,38 @@ struct lease_server {
 
 /* ---- serving allowed peers (serve thread) -------------------------------- */
 
+/* The use of uid, created (zero) when missing. Peers are the allowed uids,
+ * few: a linear search. */
+static struct uid_use *uid_use(struct lease_server *s, unsigned uid)
+{
+    for (size_t i = 0; i < s->n_uses; i++)
+        if (s->uses[i].uid == uid)
+            return &s->uses[i];
+    if (s->n_uses == s->cap_uses) {
+        s->cap_uses = s->cap_uses ? 2 * s->cap_uses : 8;
+        s->uses = xrealloc(s->uses, s->cap_uses * sizeof(*s->uses));
+    }
+    s->uses[s->n_uses] = (struct uid_use){.uid = uid};
+    return &s->uses[s->n_uses++];
+}
+
+/* Forgets uid's use once it holds nothing. */
+static void uid_use_drop_empty(struct lease_server *s, struct uid_use *u)
+{
+    if (u->conns == 0 && u->leases == 0)
+        *u = s->uses[--s->n_uses];
+}
+
 static void conn_free(struct lease_server *s, struct conn *c)
 {
     for (size_t i = 0; i < c->n_leases; i++)
         gpu_lease_release(s->gm, c->leases[i].l);
+    if (c->counted) {
+        struct uid_use *u = uid_use(s, c->uid);
+        u->conns--;
+        u->leases -= (unsigned)c->n_leases;
+        uid_use_drop_empty(s, u);
+    }
     epoll_ctl(s->efd, EPOLL_CTL_DEL, c->fd, NULL);
     close(c->fd);
     free(c->leases);
@@ -94,114 +116,33 @@ static void conn_watch(struct lease_server *s, struct conn *c)
     epoll_ctl(s->efd, EPOLL_CTL_MOD, c->fd, &ev);
 }
 
-/* Queues text (JSON, taken over) as the next answer, with fds attached.
- * Returns 0, or -1 when there was no text or no memory for its frame (a
- * short error answer went instead, without the fds). The frame of a big
- * answer (its size comes from the model's files) is allocated fallibly;
- * only the short one goes through xmalloc. */
-static int conn_answer_text(struct conn *c, char *text, const int *fds, size_t n_fds)
-{
-    static const char fallback[] =
-        "{\"ok\":false,\"error\":{\"code\":\"internal\",\"message\":\"encoding\"}}";
-    size_t n = text ? strlen(text) : 0;
-    unsigned char *out = text ? malloc(IPC_HEADER_BYTES + n) : NULL;
-    int rc = 0;
-    if (!out) {
-        free(text);
-        text = NULL;
-        n = sizeof(fallback) - 1;
-        out = xmalloc(IPC_HEADER_BYTES + n);
-        n_fds = 0;
-        rc = -1;
-    }
-    ipc_put_header(out, (uint32_t)n);
-    memcpy(out + IPC_HEADER_BYTES, text ? text : fallback, n);
-    free(text);
-    c->out = out;
-    c->out_len = IPC_HEADER_BYTES + n;
-    c->out_off = 0;
-    if (n_fds)
-        memcpy(c->fds, fds, n_fds * sizeof(int));
-    c->n_fds = n_fds;
-    return rc;
-}
-
-/* The same with a document (taken over). */
-static int conn_answer(struct conn *c, json_t *doc, const int *fds, size_t n_fds)
-{
-    char *text = doc ? json_dumps(doc, JSON_COMPACT) : NULL;
-    json_decref(doc);
-    return conn_answer_text(c, text, fds, n_fds);
-}
-
-/* Sends what it can. Returns 0, or -1 when the connection is gone. */
-static int conn_flush(struct conn *c)
-{
-    while (c->out && c->out_off < c->out_len) {
-        struct iovec iov = {.iov_base = c->out + c->out_off, .iov_len = c->out_len - c->out_off};
-        struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
-        union {
-            char buf[CMSG_SPACE(sizeof(int) * IPC_MAX_FDS)];
-            struct cmsghdr align;
-        } ctl;
-        if (c->n_fds) {
-            memset(&ctl, 0, sizeof(ctl));
-            msg.msg_control = ctl.buf;
-            msg.msg_controllen = CMSG_SPACE(sizeof(int) * c->n_fds);
-            struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
-            cm->cmsg_level = SOL_SOCKET;
-            cm->cmsg_type = SCM_RIGHTS;
-            cm->cmsg_len = CMSG_LEN(sizeof(int) * c->n_fds);
-            memcpy(CMSG_DATA(cm), c->fds, sizeof(int) * c->n_fds);
-        }
-        ssize_t n = sendmsg(c->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -1;
-        }
-        c->n_fds = 0; /* the descriptors travel with the first byte sent */
-        c->out_off += (size_t)n;
-        c->active_ns = time_mono_ns();
-    }
-    if (c->out) {
-        free(c->out);
-        c->out = NULL;
-        c->out_len = c->out_off = 0;
-    }
-    if (c->close_after) {
-        /* Closing with unread input makes the kernel reset the peer, which
-         * can then miss the answer: read (a bounded amount of) what is
-         * already here first. */
-        char sink[4096];
-        for (int i = 0; i < 16 && recv(c->fd, sink, sizeof(sink), MSG_DONTWAIT) > 0; i++)
-            ;
-        shutdown(c->fd, SHUT_WR);
-        return -1;
-    }
-    return 0;
-}
-
 static void do_open(struct lease_server *s, struct conn *c, const struct ipc_request *req)
 {
     char *answer = NULL;
     int fds[IPC_MAX_FDS];
     size_t n_fds = 0;
     if (c->n_leases >= IPC_MAX_LEASES) {
-        conn_answer(c, gpu_doc_answer_error("too_many_leases", "this connection holds %d leases, "
+        lease_frame_doc(c, gpu_doc_answer_error("too_many_leases", "this connection holds %d leases, "
                                         "the most one may: release some first", IPC_MAX_LEASES),
                     NULL, 0);
+        return;
+    }
+    struct uid_use *u = uid_use(s, c->uid);
+    if (s->max_leases_per_uid && u->leases >= s->max_leases_per_uid) {
+        lease_frame_doc(c, gpu_doc_answer_error("too_many_leases", "uid %u holds %u leases on its "
+                                        "connections, the most ipc_max_leases_per_uid allows: "
+                                        "release some first", c->uid, u->leases), NULL, 0);
         return;
     }
     uint64_t id = c->next_lease + 1;
     struct gpu_lease *l = gpu_doc_open(s->gm, req->model, req->device, id, &answer, fds,
                                            IPC_MAX_FDS, &n_fds);
     if (!l) {
-        conn_answer_text(c, answer, NULL, 0);
+        lease_frame_text(c, answer, NULL, 0);
         return;
     }
     c->next_lease = id;
-    if (conn_answer_text(c, answer, fds, n_fds) < 0) {
+    if (lease_frame_text(c, answer, fds, n_fds) < 0) {
         gpu_lease_release(s->gm, l); /* the client never learns of it: no lease held by nobody */
         return;
     }
@@ -210,6 +151,7 @@ static void do_open(struct lease_server *s, struct conn *c, const struct ipc_req
         c->leases = xrealloc(c->leases, c->cap_leases * sizeof(*c->leases));
     }
     c->leases[c->n_leases++] = (struct conn_lease){.id = id, .l = l};
+    u->leases++;
     log_msg(LOG_DEBUG, "ipc: pid %u (uid %u) leased %s (lease %llu)", c->pid, c->uid, req->model,
             (unsigned long long)id);
 }
@@ -222,10 +164,11 @@ static void do_release(struct lease_server *s, struct conn *c, uint64_t id)
         struct gpu_lease *l = c->leases[i].l;
         c->leases[i] = c->leases[--c->n_leases];
         gpu_lease_release(s->gm, l);
-        conn_answer(c, json_pack("{s:b}", "ok", 1), NULL, 0);
+        uid_use(s, c->uid)->leases--;
+        lease_frame_doc(c, json_pack("{s:b}", "ok", 1), NULL, 0);
         return;
     }
-    conn_answer(c, gpu_doc_answer_error("no_such_lease", "this connection holds no lease %llu",
+    lease_frame_doc(c, gpu_doc_answer_error("no_such_lease", "this connection holds no lease %llu",
                                     (unsigned long long)id), NULL, 0);
 }
 
@@ -234,25 +177,25 @@ static void handle_request(struct lease_server *s, struct conn *c, const unsigne
     struct ipc_request *req = xmalloc(sizeof(*req));
     char err[512];
     if (ipc_request_parse((const char *)p, n, req, err, sizeof(err)) < 0) {
-        conn_answer(c, gpu_doc_answer_error("bad_request", "%s", err), NULL, 0);
+        lease_frame_doc(c, gpu_doc_answer_error("bad_request", "%s", err), NULL, 0);
         goto out;
     }
     switch (req->op) {
     case IPC_OP_HELLO:
         if (req->protocol < 1 || req->protocol > IPC_PROTOCOL)
-            conn_answer(c, gpu_doc_answer_error("unsupported_protocol", "this daemon speaks lease "
+            lease_frame_doc(c, gpu_doc_answer_error("unsupported_protocol", "this daemon speaks lease "
                                             "protocols 1 to %d, not %llu", IPC_PROTOCOL,
                                             (unsigned long long)req->protocol), NULL, 0);
         else
-            conn_answer(c, json_pack("{s:b,s:i,s:[i,i],s:s}", "ok", 1, "protocol", IPC_PROTOCOL,
+            lease_frame_doc(c, json_pack("{s:b,s:i,s:[i,i],s:s}", "ok", 1, "protocol", IPC_PROTOCOL,
                                      "protocols", 1, IPC_PROTOCOL, "server",
                                      "tensord " TENSORD_VERSION), NULL, 0);
         break;
     case IPC_OP_LIST:
-        conn_answer(c, gpu_doc_list_json(s->gm), NULL, 0);
+        lease_frame_doc(c, gpu_doc_list_json(s->gm), NULL, 0);
         break;
     case IPC_OP_CLOSE:
-        conn_answer(c, json_pack("{s:b}", "ok", 1), NULL, 0);
+        lease_frame_doc(c, json_pack("{s:b}", "ok", 1), NULL, 0);
         c->close_after = 1;
         break;
     case IPC_OP_OPEN:
@@ -280,7 +223,7 @@ static int conn_read(struct lease_server *s, struct conn *c)
             if (st == IPC_FRAME_NEED_MORE)
                 break;
             if (st == IPC_FRAME_TOO_LARGE) {
-                conn_answer(c, gpu_doc_answer_error("too_large", "a request is at most %u bytes; "
+                lease_frame_doc(c, gpu_doc_answer_error("too_large", "a request is at most %u bytes; "
                                                 "this one announces %u", IPC_MAX_REQUEST,
                                                 ipc_get_header(c->in)), NULL, 0);
                 c->close_after = 1;
@@ -340,7 +283,22 @@ static void adopt_queued(struct lease_server *s)
             s->conns->prev = c;
         s->conns = c;
         c->active_ns = time_mono_ns();
-        struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
+        struct uid_use *u = uid_use(s, c->uid);
+        if (s->max_conns_per_uid && u->conns >= s->max_conns_per_uid) {
+            /* Answered (whatever it asks first) and closed once that is sent. */
+            lease_frame_doc(c, gpu_doc_answer_error("too_many_connections", "uid %u has %u "
+                                            "connections open, the most "
+                                            "ipc_max_connections_per_uid allows", c->uid,
+                                            u->conns), NULL, 0);
+            c->close_after = 1;
+            uid_use_drop_empty(s, u);
+            log_msg(LOG_WARN, "ipc: pid %u (uid %u): more than %u connections of its uid: "
+                    "refused", c->pid, c->uid, s->max_conns_per_uid);
+        } else {
+            u->conns++;
+            c->counted = 1;
+        }
+        struct epoll_event ev = {.events = c->out ? EPOLLOUT : EPOLLIN, .data.ptr = c};
         if (epoll_ctl(s->efd, EPOLL_CTL_ADD, c->fd, &ev) < 0) {
             log_msg(LOG_WARN, "ipc: cannot watch a connection: %s", strerror(errno));
             conn_free(s, c);
@@ -396,12 +354,12 @@ static void *serve_main(void *arg)
                 continue;
             int rc = 0;
             if (c->out)
-                rc = conn_flush(c);
+                rc = lease_frame_flush(c);
             else if (evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR))
                 rc = conn_read(s, c);
             /* An answer just queued is sent at once; then more requests. */
             while (rc == 0 && c->out) {
-                rc = conn_flush(c);
+                rc = lease_frame_flush(c);
                 if (rc == 0 && c->out)
                     break; /* the socket is full: wait for EPOLLOUT */
                 if (rc == 0)
@@ -499,6 +457,7 @@ static void server_free(struct lease_server *s)
     if (s->qfd >= 0)
         close(s->qfd);
     pthread_mutex_destroy(&s->qlock);
+    free(s->uses);
     free(s->path);
     free(s);
 }
@@ -516,6 +475,8 @@ struct lease_server *lease_server_start(struct gpu_manager *gm, const char *path
     pthread_mutex_init(&s->qlock, NULL);
     lease_access_init(&s->allow, cfg);
     s->idle_ns = (uint64_t)cfg->ipc_idle_timeout * 1000000000ULL;
+    s->max_conns_per_uid = cfg->ipc_max_connections_per_uid;
+    s->max_leases_per_uid = cfg->ipc_max_leases_per_uid;
     s->lfd = lfd;
     s->efd = epoll_create1(EPOLL_CLOEXEC);
     s->stopfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);

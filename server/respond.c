@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "conditional.h"
+#include "cors.h"
 #include "http.h"
 #include "jsonw.h"
 #include "metrics.h"
@@ -47,11 +48,10 @@ static void add_common_headers(struct MHD_Response *resp, const char *content_ty
 static enum MHD_Result queue(struct MHD_Connection *conn, struct request *rq, unsigned status,
                              struct MHD_Response *resp, uint64_t body_bytes)
 {
-    rq->status = status;
-    rq->body_bytes = rq->is_head ? 0 : body_bytes;
-    rq->queued_ns = time_mono_ns();
     if (rq->close_after || atomic_load(&rq->srv->draining))
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+    cors_add_headers(rq->srv->cfg, conn, resp, rq->cors_methods);
+    http_answer_queued(conn, rq, status, resp, rq->is_head ? 0 : body_bytes);
     enum MHD_Result r = MHD_queue_response(conn, status, resp);
     MHD_destroy_response(resp);
     return r;
@@ -134,6 +134,7 @@ static enum MHD_Result send_error(struct MHD_Connection *conn, struct request *r
     if (status == MHD_HTTP_UNAUTHORIZED)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer realm=\"tensord\"");
     rq->error_code = code ? code : "hub_error";
+    rq->body_method = BODY_UNCOUNTED; /* also when a body could not be built after all */
     return queue(conn, rq, status, resp, len);
 }
 
@@ -171,6 +172,17 @@ enum MHD_Result respond_redirect(struct MHD_Connection *conn, struct request *rq
     for (const char *const *e = extra; e && e[0]; e += 2)
         MHD_add_response_header(resp, e[0], e[1]);
     return queue(conn, rq, status, resp, len);
+}
+
+enum MHD_Result respond_preflight(struct MHD_Connection *conn, struct request *rq,
+                                  const char *methods)
+{
+    struct MHD_Response *resp = MHD_create_response_from_buffer(0, (void *)"",
+                                                                MHD_RESPMEM_PERSISTENT);
+    if (!resp)
+        return MHD_NO;
+    rq->cors_methods = methods;
+    return queue(conn, rq, MHD_HTTP_NO_CONTENT, resp, 0);
 }
 
 char *respond_disposition(char *out, size_t len, const char *type, const char *name, size_t n)
@@ -246,6 +258,7 @@ enum MHD_Result respond_refusal_raw(struct request *rq, int fd, unsigned status,
     rq->error_code = code;
     rq->queued_ns = time_mono_ns();
     rq->body_bytes = w == n + (ssize_t)len ? len : 0;
+    rq->answered_raw = 1;
     return MHD_NO; /* libmicrohttpd closes the connection */
 }
 

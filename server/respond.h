@@ -109,6 +109,11 @@ enum MHD_Result respond_doc(struct MHD_Connection *conn, struct request *rq, uns
 enum MHD_Result respond_redirect(struct MHD_Connection *conn, struct request *rq, unsigned status,
                                  const char *location, const char *const *extra);
 
+/* Answers a CORS preflight: 204 with the CORS headers (server/cors.h),
+ * methods the route's. */
+enum MHD_Result respond_preflight(struct MHD_Connection *conn, struct request *rq,
+                                  const char *methods);
+
 /* Writes a Content-Disposition value for a file named name[0..n) (UTF-8)
  * into out: type (attachment or inline), then filename="..." with an ASCII
  * stand-in ('_' for bytes outside printable ASCII, '"', '\\' and '/'), then

@@ -59,6 +59,15 @@ static int seg_is(const struct seg *s, const char *lit)
     return s->len == strlen(lit) && memcmp(s->p, lit, s->len) == 0;
 }
 
+/* Whether s is one of the NULL-ended words. */
+static int seg_in(const struct seg *s, const char *const *words)
+{
+    for (; *words; words++)
+        if (seg_is(s, *words))
+            return 1;
+    return 0;
+}
+
 /* Decodes segments [from, to) and joins them with '/'. With `strict`, every
  * component of the result (after decoding, so "%2F" splits too) must be
  * non-empty and neither "." nor "..". Returns NULL and fills err otherwise. */
@@ -128,9 +137,41 @@ static int read_api(const struct seg *segs, size_t n, size_t k, struct hub_readi
         h->kind = ROUTE_HUB_TREE, h->rev = a + 1, h->path_from = a + 2;
     else if (seg_is(&segs[a], "paths-info") && n == a + 2)
         h->kind = ROUTE_HUB_PATHS_INFO, h->rev = a + 1;
+    else if (seg_is(&segs[a], "refs") && n == a + 1)
+        h->kind = ROUTE_HUB_REFS;
+    else if (seg_is(&segs[a], "commits") && n == a + 2)
+        h->kind = ROUTE_HUB_COMMITS, h->rev = a + 1;
     else
         return 0;
     return 1;
+}
+
+/* A dataset's or a space's route: /api/{datasets|spaces}/{id}[/...] (api)
+ * or /{datasets|spaces}/{id}/{resolve|raw}/{rev}/{path...}. Every one is
+ * ROUTE_HUB_NO_REPO (the lists are ROUTE_HUB_NO_REPOS); the id is the
+ * reading of one or two segments that a Hub keyword follows, for the
+ * message. Returns ROUTE_NOT_FOUND for a path of neither shape. */
+static enum route_kind parse_other_repo(const struct seg *segs, size_t n, int api,
+                                        struct route *r, char *err, size_t errlen)
+{
+    static const char *const api_words[] = {"revision", "tree", "paths-info", "refs", "commits",
+                                            NULL};
+    size_t from = api ? 2 : 1, k = 0;
+    if (api && n == 2)
+        return r->kind = ROUTE_HUB_NO_REPOS;
+    for (size_t cand = 2; cand >= 1 && !k; cand--) {
+        size_t a = from + cand;
+        if (api && (a == n || (a < n && seg_in(&segs[a], api_words))))
+            k = cand;
+        if (!api && a + 2 < n && (seg_is(&segs[a], "resolve") || seg_is(&segs[a], "raw")))
+            k = cand;
+    }
+    if (!k && !api)
+        return r->kind = ROUTE_NOT_FOUND;
+    if (!k)
+        k = n - from >= 2 ? 2 : 1;
+    r->model = join_segments(segs, from, from + k, 1, &r->model_len, "repo", err, errlen);
+    return r->kind = r->model ? ROUTE_HUB_NO_REPO : ROUTE_BAD_PATH;
 }
 
 /* /<repo...>/resolve|raw/<rev>/<path...> with a k-segment repo id. */
@@ -318,12 +359,22 @@ enum route_kind route_parse_with(const char *path, route_repo_exists exists, voi
         return r->kind = ROUTE_READYZ;
     if (n == 1 && seg_is(&segs[0], "metrics"))
         return r->kind = ROUTE_METRICS_TEXT;
+    if (seg_is(&segs[0], "ui") && n <= 2) {
+        /* "/ui/" is the page and "/ui/NAME" an asset (plain names: the raw
+         * segment is the name); "/ui" is redirected to "/ui/". */
+        r->name = xstrndup(n == 2 ? segs[1].p : "", n == 2 ? segs[1].len : 0);
+        r->name_len = n == 2 ? segs[1].len : 0;
+        r->raw = strcmp(path, "/ui") == 0;
+        return r->kind = ROUTE_UI;
+    }
     if (seg_is(&segs[0], "api")) {
         if (n >= 2 && seg_is(&segs[1], "models")) {
             if (n == 2)
                 return r->kind = ROUTE_HUB_MODELS;
             return parse_hub(segs, n, 1, exists, ctx, r, err, errlen);
         }
+        if (n >= 2 && (seg_is(&segs[1], "datasets") || seg_is(&segs[1], "spaces")))
+            return parse_other_repo(segs, n, 1, r, err, errlen);
         return r->kind = ROUTE_HUB_NOT_FOUND;
     }
     /* /s3/...: the S3 API, unless the path reads as a Hub file of an
@@ -349,8 +400,22 @@ enum route_kind route_parse_with(const char *path, route_repo_exists exists, voi
     /* /v1/... is tensord's own API; any other path may be a Hub file (a
      * repo named "v1" has its files at /v1/resolve/...). */
     if (n < 2 || !seg_is(&segs[0], "v1") ||
-        !(seg_is(&segs[1], "models") || (n == 2 && seg_is(&segs[1], "metrics"))))
-        return parse_hub(segs, n, 0, exists, ctx, r, err, errlen);
+        !(seg_is(&segs[1], "models") || (n == 2 && seg_is(&segs[1], "metrics")))) {
+        /* A model repo's reading wins over a dataset's or a space's when it
+         * names an existing repo (or nothing can tell). */
+        enum route_kind k = parse_hub(segs, n, 0, exists, ctx, r, err, errlen);
+        int other = seg_is(&segs[0], "datasets") || seg_is(&segs[0], "spaces");
+        if (other && k == ROUTE_HUB_FILE && exists && !exists(ctx, r->model, r->model_len)) {
+            route_free(r);
+            if (parse_other_repo(segs, n, 0, r, err, errlen) == ROUTE_HUB_NO_REPO)
+                return r->kind;
+            route_free(r);
+            return parse_hub(segs, n, 0, exists, ctx, r, err, errlen);
+        }
+        if (other && k == ROUTE_NOT_FOUND)
+            k = parse_other_repo(segs, n, 0, r, err, errlen);
+        return k;
+    }
     if (n == 2 && seg_is(&segs[1], "metrics"))
         return r->kind = ROUTE_METRICS;
     if (n == 2)
@@ -376,6 +441,8 @@ const char *route_allowed_methods(enum route_kind kind)
         return "GET, HEAD, POST";
     case ROUTE_HUB_PATHS_INFO:
         return "POST";
+    case ROUTE_HUB_NO_REPO:
+        return "GET, HEAD, POST";
     default:
         return "GET, HEAD";
     }

@@ -17,6 +17,7 @@ enum route_kind {
     ROUTE_READYZ,       /* /readyz */
     ROUTE_METRICS_TEXT, /* /metrics */
     ROUTE_METRICS,      /* /v1/metrics */
+    ROUTE_UI,           /* /ui/{asset} (name: the asset, "" for the page); /ui alone too */
     ROUTE_MODELS,       /* /v1/models */
     ROUTE_MODEL,        /* /v1/models/{model} */
     ROUTE_MODEL_HEADER, /* /v1/models/{model}/header */
@@ -32,6 +33,11 @@ enum route_kind {
     ROUTE_HUB_INFO,     /* /api/models/{repo}, /api/models/{repo}/revision/{rev} */
     ROUTE_HUB_TREE,     /* /api/models/{repo}/tree/{rev}[/{path}] */
     ROUTE_HUB_PATHS_INFO, /* /api/models/{repo}/paths-info/{rev} */
+    ROUTE_HUB_REFS,     /* /api/models/{repo}/refs */
+    ROUTE_HUB_COMMITS,  /* /api/models/{repo}/commits/{rev} */
+    ROUTE_HUB_NO_REPO,  /* a dataset's or a space's routes (model is its id, as far as the path
+                         * tells): tensord serves models only */
+    ROUTE_HUB_NO_REPOS, /* /api/datasets, /api/spaces: the lists, empty */
     ROUTE_HUB_NOT_FOUND, /* no such endpoint under /api/ (answered in the Hub's dialect) */
     /* Content by digest (server/h_blob.c): name is the digest as sent. */
     ROUTE_BLOB,         /* /v1/blobs/{digest} */

@@ -90,7 +90,6 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
         if (in + n == p->len)
             i++;
     }
-    metrics_add(MC_COPIED_BYTES, done);
     return (ssize_t)done;
 }
 
@@ -144,15 +143,12 @@ static struct MHD_Response *memory_response(struct representation *rep, uint64_t
             (size_t)len, (void *)mem, unpin, reg_model_ref(rep->pin));
         if (!resp)
             reg_model_unref(rep->pin); /* out of memory: the reference was not taken over */
-        else
-            metrics_add(MC_COPIED_BYTES, len);
         return resp;
     }
     if (rep->prefix_buf && b->prefix == rep->prefix_buf && off == 0 && len == b->prefix_len &&
         b->data_len == 0) {
         char *buf = rep->prefix_buf;
         rep->prefix_buf = NULL;
-        metrics_add(MC_COPIED_BYTES, len);
         return MHD_create_response_from_buffer((size_t)len, buf, MHD_RESPMEM_MUST_FREE);
     }
     return NULL;
@@ -167,6 +163,8 @@ struct MHD_Response *stream_span(struct request *rq, struct representation *rep,
                                  uint64_t len, unsigned *err_status, int *changed)
 {
     uint64_t file_off;
+    /* What the body counts under (http.c adds the bytes sent when it ends). */
+    rq->body_method = BODY_COPY;
     struct MHD_Response *resp = memory_response(rep, off, len);
     if (resp)
         return resp;
@@ -186,7 +184,6 @@ struct MHD_Response *stream_span(struct request *rq, struct representation *rep,
             *err_status = MHD_HTTP_INTERNAL_SERVER_ERROR;
             return NULL;
         }
-        metrics_add(MC_COPIED_BYTES, len);
         return MHD_create_response_from_buffer(len, buf, MHD_RESPMEM_MUST_FREE);
     }
     int span_fd;
@@ -196,7 +193,7 @@ struct MHD_Response *stream_span(struct request *rq, struct representation *rep,
             *err_status = MHD_HTTP_SERVICE_UNAVAILABLE;
             return NULL;
         }
-        metrics_add(MC_SENDFILE_BYTES, len);
+        rq->body_method = BODY_SENDFILE;
         /* sendfile sends what the file holds as it goes: a write to the file
          * must cut this connection (the watcher does, through conns). */
         http_sending(rq, rep->body.n_pieces ? body_piece_stat(&rep->body, off) : rep->file_st);
@@ -251,6 +248,7 @@ struct MHD_Response *stream_multipart(struct request *rq, struct representation 
         }
     }
     *total_out = out;
+    rq->body_method = BODY_COPY;
     struct stream *s = stream_new(rep);
     http_sending(rq, rep->file_st);
     s->framing = framing;

@@ -138,7 +138,7 @@ static int copy_shards(struct gpu_manager *gm, struct gm_instance *m, int dev)
     for (size_t i = 0; i < m->n_shards; i++) {
         struct gm_shard *s = &m->shards[i];
         ps[i] = (struct gpu_plan_shard){s->rf->fd, s->data_start, s->size};
-        ls[i] = (struct gpu_load_shard){.fd = s->rf->fd, .direct_fd = open_direct(m->rm, s->rf),
+        ls[i] = (struct gpu_load_shard){.fd = s->rf->fd, .direct_fd = -1,
                                         .data_start = s->data_start, .size = s->size, .a = &s->a};
     }
     struct gm_stage *st = device_stage(gm, m, dev, gpu_load_stage_buffers(m->be, l.threads,
@@ -150,6 +150,15 @@ static int copy_shards(struct gpu_manager *gm, struct gm_instance *m, int dev)
     l.stage = st->stage;
     if ((rc = gpu_plan_build(&plan, ps, m->n_shards, l.chunk, -1, &m->error)) < 0)
         goto out;
+    /* O_DIRECT descriptors only for the shards with bytes on the disk: a
+     * warm load of many shards opens none (bytes handed over from the page
+     * cache of another shard are read buffered). */
+    size_t first = plan.n_src[GPU_SRC_PAGE_CACHE];
+    for (size_t k = first; k < plan.n_chunks; k++) { /* disk chunks come shard by shard */
+        uint32_t i = plan.chunks[k].shard;
+        if (k == first || plan.chunks[k - 1].shard != i)
+            ls[i].direct_fd = open_direct(m->rm, m->shards[i].rf);
+    }
     rc = gpu_load_run(&l, ls, m->n_shards, &plan, &stats, &e);
     if (rc < 0 && rc != -ECANCELED && stats.failed_shard >= 0)
         st_error_fail(&m->error, e.code, "%s: %s", m->shards[stats.failed_shard].file, e.message);

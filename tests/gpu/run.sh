@@ -59,7 +59,7 @@ MODEL_PREP=1
 DEBS="$ROOT/.debs"
 PY=${PYTHON:-python3}
 DEB_PKGS="libmicrohttpd-dev libmicrohttpd12 liburing-dev liburing2 libjansson-dev libjansson4
-libssl-dev libssl3 libdlpack-dev pkgconf pkgconf-bin libpkgconf3"
+libssl-dev libssl3 libyaml-dev libyaml-0-2 libdlpack-dev pkgconf pkgconf-bin libpkgconf3"
 
 while [ $# -gt 0 ]; do
     case "$1" in

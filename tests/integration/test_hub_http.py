@@ -150,7 +150,7 @@ def test_errors_speak_the_hubs_dialect(hub):
     hub_error(hub.get("/single/resolve/main/missing.bin"), 404, "EntryNotFound")
     hub_error(hub.get("/api/models/org/deep/tree/main/nope"), 404, "EntryNotFound")
     hub_error(hub.get("/api/models/org/deep/tree/main/top.json"), 404, "EntryNotFound")
-    hub_error(hub.get("/api/spaces"), 404)
+    hub_error(hub.get("/api/collections"), 404)  # /api/spaces is [] (test_hub_routes.py)
     hub_error(hub.get("/api/models/single/nothing/here"), 404)
     hub_error(hub.request("DELETE", "/single/resolve/main/config.json"), 405)
     hub_error(hub.get("/api/models/single/paths-info/main"), 405)

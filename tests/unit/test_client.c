@@ -23,7 +23,9 @@
 #include "tensord_client.h"
 #include "test.h"
 
-/* An answer for req: its text and how many descriptors go with it. */
+/* An answer for req: its text and how many descriptors go with it;
+ * BIG_FRAME sends a frame header announcing more than IPC_MAX_ANSWER. */
+#define BIG_FRAME "!big-frame"
 typedef const char *(*script_fn)(const char *req, int *n_fds);
 
 struct fake {
@@ -110,6 +112,14 @@ static void serve(int fd)
         free(req);
         if (!text)
             break;
+        if (strcmp(text, BIG_FRAME) == 0) {
+            /* A frame longer than any answer a client reads. */
+            unsigned char big[IPC_HEADER_BYTES + 8] = {0};
+            ipc_put_header(big, IPC_MAX_ANSWER + 1);
+            if (write(fd, big, sizeof(big)) < 0)
+                break;
+            continue;
+        }
         send_answer(fd, text, n_fds);
     }
     close(fd);
@@ -371,6 +381,83 @@ TEST(out_of_memory_in_turn)
     fake_stop();
 }
 
+/* The fake's answers for the lost-frame tests: opens get leases 5, 6, ...
+ * until open number `bad_open` (1-based; 0 = never), which gets a frame
+ * too long to read; a release gets one when bad_release is set. */
+static int opens, bad_open, bad_release;
+
+static const char *lossy(const char *req, int *n_fds)
+{
+    static char text[2048];
+    if (strstr(req, "\"hello\""))
+        return HELLO_OK;
+    if (strstr(req, "\"open\"")) {
+        if (++opens == bad_open)
+            return BIG_FRAME;
+        char lease[32];
+        snprintf(lease, sizeof(lease), "\"lease\":%d,", 4 + opens);
+        snprintf(text, sizeof(text), "%s", open_with(lease, TENSOR));
+        *n_fds = 1;
+        return text;
+    }
+    if (strstr(req, "\"release\"") && bad_release)
+        return BIG_FRAME;
+    if (strstr(req, "\"list\""))
+        return "{\"ok\":true,\"models\":[]}";
+    return "{\"ok\":true}";
+}
+
+/* A frame the client cannot read ends the connection, and the error says
+ * that the connection's leases ended with it (it said nothing of them
+ * before: fails on e868279). The models stay mapped; their leases are not
+ * "released" on the new connection. */
+TEST(unreadable_frame_reports_the_leases_lost)
+{
+    char err[512] = "";
+    opens = 0, bad_open = 2, bad_release = 0;
+    fake_start(lossy);
+    struct tensord_client *c = tensord_connect(fake.path, err, sizeof(err));
+    struct tensord_model *m = c ? tensord_open(c, "m", NULL, err, sizeof(err)) : NULL;
+    CHECK(m != NULL);
+    CHECK(c && tensord_open(c, "m", NULL, err, sizeof(err)) == NULL);
+    CHECK_CONTAINS(err, "answered");
+    CHECK_CONTAINS(err, "the connection to tensord is closed and the 1 lease it held ended");
+    if (m)
+        CHECK(tensord_model_verify(m, err, sizeof(err)) == 0); /* still mapped */
+    char *list = c ? tensord_list(c, err, sizeof(err)) : NULL; /* reconnected, no leases */
+    CHECK(list != NULL);
+    free(list);
+    tensord_model_close(m);
+    tensord_close(c);
+    CHECK(!log_has("{\"op\":\"release\",\"lease\":5}"));
+    fake_stop();
+}
+
+/* A release's answer cannot be read: the release had no one to tell, so
+ * the next call reports the loss of the other lease, once (on e868279 the
+ * next call reconnected silently). */
+TEST(unreadable_release_answer_is_reported_next)
+{
+    char err[512] = "";
+    opens = 0, bad_open = 0, bad_release = 1;
+    fake_start(lossy);
+    struct tensord_client *c = tensord_connect(fake.path, err, sizeof(err));
+    struct tensord_model *m1 = c ? tensord_open(c, "m", NULL, err, sizeof(err)) : NULL;
+    struct tensord_model *m2 = c ? tensord_open(c, "m", NULL, err, sizeof(err)) : NULL;
+    CHECK(m1 && m2);
+    tensord_model_close(m1); /* its release's answer is the bad frame */
+    err[0] = '\0';
+    CHECK(c && tensord_list(c, err, sizeof(err)) == NULL);
+    CHECK_CONTAINS(err, "the 1 lease it held ended");
+    char *list = c ? tensord_list(c, err, sizeof(err)) : NULL;
+    CHECK(list != NULL);
+    free(list);
+    tensord_model_close(m2);
+    tensord_close(c);
+    CHECK(!log_has("{\"op\":\"release\",\"lease\":6}"));
+    fake_stop();
+}
+
 int main(void)
 {
     RUN(open_and_release);
@@ -379,5 +466,7 @@ int main(void)
     RUN(hostile_answers_over_the_wire);
     RUN(protocol_1_daemon);
     RUN(out_of_memory_in_turn);
+    RUN(unreadable_frame_reports_the_leases_lost);
+    RUN(unreadable_release_answer_is_reported_next);
     return TEST_SUMMARY();
 }

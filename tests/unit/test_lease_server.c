@@ -169,10 +169,164 @@ TEST(client_leases_per_open_and_out_of_memory)
     free(data);
 }
 
+/* Restarts the lease socket of f with its configuration as it is now. */
+static void fx_restart_socket(struct fx *f)
+{
+    char err[512] = "";
+    lease_server_stop(f->ls);
+    f->ls = lease_server_start(f->gm, f->sock, &f->cfg, err, sizeof(err));
+    CHECK(f->ls != NULL);
+}
+
+/* The daemon keeps the per-uid limits, whatever a client does: leases
+ * across connections (on e868279 only 1,024 per connection, so a uid could
+ * hold 4 million), and connections. */
+TEST(per_uid_limits)
+{
+    struct fx f;
+    char err[512];
+    fx_init(&f);
+    unsigned char *data = write_model(&f, "ma", 3);
+    static const char *const preloads[] = {"ma@host", NULL};
+    fx_start(&f, preloads);
+    wait_idle(f.gm);
+    f.cfg.ipc_max_leases_per_uid = 3;
+    f.cfg.ipc_max_connections_per_uid = 2;
+    fx_restart_socket(&f);
+    struct tensord_client *c1 = tensord_connect(f.sock, err, sizeof(err));
+    struct tensord_client *c2 = tensord_connect(f.sock, err, sizeof(err));
+    CHECK(c1 && c2);
+    /* a third connection of this uid is refused, with the reason */
+    CHECK(tensord_connect(f.sock, err, sizeof(err)) == NULL);
+    CHECK_CONTAINS(err, "too_many_connections");
+    struct tensord_model *m[4] = {0};
+    m[0] = c1 ? tensord_open(c1, "ma", NULL, err, sizeof(err)) : NULL;
+    m[1] = c2 ? tensord_open(c2, "ma", NULL, err, sizeof(err)) : NULL;
+    m[2] = c2 ? tensord_open(c2, "ma", NULL, err, sizeof(err)) : NULL;
+    CHECK(m[0] && m[1] && m[2]);
+    CHECK(c1 && tensord_open(c1, "ma", NULL, err, sizeof(err)) == NULL);
+    CHECK_CONTAINS(err, "too_many_leases");
+    CHECK_CONTAINS(err, "ipc_max_leases_per_uid");
+    CHECK(int_of(f.gm, "ma", "leases") == 3);
+    /* a release makes room, on any of the uid's connections */
+    tensord_model_close(m[1]);
+    m[3] = c1 ? tensord_open(c1, "ma", NULL, err, sizeof(err)) : NULL;
+    CHECK(m[3] != NULL);
+    /* a connection that ends gives its leases and its place back */
+    tensord_model_close(m[2]);
+    tensord_close(c2);
+    c2 = NULL;
+    for (int i = 0; i < 200 && int_of(f.gm, "ma", "leases") != 2; i++)
+        usleep(5000);
+    struct tensord_client *c3 = NULL;
+    for (int i = 0; i < 200 && !c3; i++) /* the daemon sees the close soon after */
+        if (!(c3 = tensord_connect(f.sock, err, sizeof(err))))
+            usleep(5000);
+    CHECK(c3 != NULL);
+    struct tensord_model *m4 = c3 ? tensord_open(c3, "ma", NULL, err, sizeof(err)) : NULL;
+    CHECK(m4 != NULL);
+    CHECK(int_of(f.gm, "ma", "leases") == 3);
+    tensord_model_close(m4);
+    tensord_model_close(m[0]);
+    tensord_model_close(m[3]);
+    tensord_close(c3);
+    tensord_close(c1);
+    fx_free(&f);
+    free(data);
+}
+
+/* Writes NAME.safetensors with n tensors of zero bytes whose names are
+ * name_len bytes long, and one of 8 bytes: a model whose open answer, its
+ * tensor table, is about n * (name_len + 70) bytes. */
+static void write_wide_model(const struct fx *f, const char *name, size_t n, size_t name_len)
+{
+    char *path = xasprintf("%s/%s.safetensors", f->root, name);
+    FILE *fp = fopen(path, "wb");
+    CHECK(fp != NULL);
+    char *tname = xmalloc(name_len + 1);
+    memset(tname, 'n', name_len);
+    tname[name_len] = '\0';
+    /* the header's length first: every entry has the same size */
+    static const char entry[] = "\"%s%010zu\":{\"dtype\":\"U8\",\"shape\":[0],"
+                                "\"data_offsets\":[0,0]},";
+    static const char last[] = "\"last\":{\"dtype\":\"U8\",\"shape\":[8],"
+                               "\"data_offsets\":[0,8]}}";
+    size_t one = (size_t)snprintf(NULL, 0, entry, tname, (size_t)0);
+    uint64_t hlen = 1 + n * one + strlen(last);
+    unsigned char pre[8];
+    for (int i = 0; i < 8; i++)
+        pre[i] = (unsigned char)(hlen >> (8 * i));
+    fwrite(pre, 1, 8, fp);
+    fputc('{', fp);
+    for (size_t i = 0; i < n; i++)
+        fprintf(fp, entry, tname, i);
+    fputs(last, fp);
+    fwrite("abcdefgh", 1, 8, fp);
+    CHECK(fclose(fp) == 0);
+    free(tname);
+    free(path);
+}
+
+/* A field of model's row in the status document (no tensor table: cheap
+ * for a model with a huge one). */
+static json_t *status_field(struct gpu_manager *gm, const char *model, const char *key)
+{
+    json_t *st = gpu_doc_status_json(gm, NULL), *row, *v = NULL;
+    size_t i;
+    json_array_foreach(json_object_get(st, "models"), i, row)
+        if (strcmp(json_string_value(json_object_get(row, "name")), model) == 0)
+            v = json_incref(json_object_get(row, key));
+    json_decref(st);
+    return v;
+}
+
+/* An open answer longer than a client reads (IPC_MAX_ANSWER) is never
+ * sent: the daemon answers answer_too_large, gives that lease back, and
+ * the connection and its other leases stay (on e868279 the frame went out,
+ * the client dropped the connection and every lease on it). */
+TEST(answer_longer_than_a_client_reads)
+{
+    struct fx f;
+    char err[512];
+    fx_init(&f);
+    unsigned char *data = write_model(&f, "small", 5);
+    /* 16,500 names of 4,000 bytes: about 67.2 MB of tensor table */
+    write_wide_model(&f, "wide", 16500, 4000);
+    static const char *const preloads[] = {"small@host", "wide@host", NULL};
+    fx_start(&f, preloads);
+    wait_idle(f.gm);
+    json_t *state = status_field(f.gm, "wide", "state");
+    CHECK_STR(json_string_value(state), "ready");
+    json_decref(state);
+    struct tensord_client *c = tensord_connect(f.sock, err, sizeof(err));
+    struct tensord_model *s1 = c ? tensord_open(c, "small", NULL, err, sizeof(err)) : NULL;
+    CHECK(s1 != NULL);
+    CHECK(c && tensord_open(c, "wide", NULL, err, sizeof(err)) == NULL);
+    CHECK_CONTAINS(err, "answer_too_large");
+    json_t *leases = status_field(f.gm, "wide", "leases");
+    CHECK(json_integer_value(leases) == 0 && json_is_integer(leases));
+    json_decref(leases);
+    /* the connection is still in step and still holds its lease */
+    CHECK(int_of(f.gm, "small", "leases") == 1);
+    char *list = c ? tensord_list(c, err, sizeof(err)) : NULL;
+    CHECK(list != NULL);
+    free(list);
+    struct tensord_model *s2 = c ? tensord_open(c, "small", NULL, err, sizeof(err)) : NULL;
+    CHECK(s2 != NULL);
+    CHECK(int_of(f.gm, "small", "leases") == 2);
+    tensord_model_close(s2);
+    tensord_model_close(s1);
+    tensord_close(c);
+    fx_free(&f);
+    free(data);
+}
+
 static int run(void)
 {
     RUN(lease_through_the_client);
     RUN(client_leases_per_open_and_out_of_memory);
+    RUN(per_uid_limits);
+    RUN(answer_longer_than_a_client_reads);
     return TEST_SUMMARY();
 }
 

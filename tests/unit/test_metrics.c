@@ -227,6 +227,8 @@ TEST(json_rendering)
     CHECK_CONTAINS(j, "\"in_flight\":1");
     CHECK_CONTAINS(j, "\"bytes\":{\"total\":42,");
     CHECK_CONTAINS(j, "\"reloads\":3");
+    CHECK_CONTAINS(j, "\"responses_aborted\":0},\"endpoints\":{");
+    CHECK_CONTAINS(j, "\"ui\":{\"requests\":{");
     CHECK_CONTAINS(j, "\"models\":{\"requests\":{\"1xx\":0,\"2xx\":1,");
     CHECK_CONTAINS(j, "\"duration_seconds\":{\"count\":1,\"sum\":0.002000000,");
     CHECK_CONTAINS(j, "\"registry\":{\"models\":2,\"invalid_models\":0,\"files\":3,\"tensors\":4,"
@@ -235,6 +237,11 @@ TEST(json_rendering)
     CHECK(strstr(j, "nan") == NULL);
     CHECK_CONTAINS(j, "\"per_second\":{\"1s\":");
     free(j);
+    metrics_add(MC_RESPONSES_ABORTED, 2);
+    char *p = metrics_render_prometheus();
+    CHECK_CONTAINS(p, "# TYPE tensord_http_responses_aborted_total counter\n"
+                      "tensord_http_responses_aborted_total 2\n");
+    free(p);
 }
 
 /* A registry with some of everything, for promtool. */

@@ -77,6 +77,28 @@ TEST(fixed_endpoints)
     CHECK(parse("relative", &r) == ROUTE_BAD_PATH);
 }
 
+TEST(console)
+{
+    struct route r;
+    CHECK(parse("/ui/", &r) == ROUTE_UI);
+    CHECK(strcmp(r.name, "") == 0 && !r.raw);
+    route_free(&r);
+    CHECK(parse("/ui", &r) == ROUTE_UI);
+    CHECK(strcmp(r.name, "") == 0 && r.raw); /* redirected to /ui/ */
+    route_free(&r);
+    CHECK(parse("/ui/app.js", &r) == ROUTE_UI);
+    CHECK(strcmp(r.name, "app.js") == 0 && !r.raw);
+    route_free(&r);
+    /* An asset name is looked up as sent: an escape names no asset. */
+    CHECK(parse("/ui/app%2Ejs", &r) == ROUTE_UI);
+    CHECK(strcmp(r.name, "app%2Ejs") == 0);
+    route_free(&r);
+    /* Deeper paths are a Hub repo named "ui", as before. */
+    CHECK(parse("/ui/resolve/main/config.json", &r) == ROUTE_HUB_FILE);
+    CHECK(strcmp(r.model, "ui") == 0);
+    route_free(&r);
+}
+
 TEST(model_endpoints)
 {
     struct route r;
@@ -177,7 +199,7 @@ TEST(hub_routes)
     struct route r;
     CHECK(parse("/api/models", &r) == ROUTE_HUB_MODELS);
     CHECK(parse("/api/models/", &r) == ROUTE_HUB_MODELS);
-    CHECK(parse("/api/datasets/x", &r) == ROUTE_HUB_NOT_FOUND);
+    CHECK(parse("/api/other/x", &r) == ROUTE_HUB_NOT_FOUND);
     CHECK(parse("/org/name/resolve/main/unet/config.json", &r) == ROUTE_HUB_FILE);
     CHECK_STR(r.model, "org/name");
     CHECK_STR(r.rev, "main");
@@ -237,6 +259,75 @@ TEST(hub_routes)
     CHECK(parse("/one/resolve/main/x//y", &r) == ROUTE_BAD_PATH);
     route_free(&r);
     CHECK_STR(route_allowed_methods(ROUTE_HUB_PATHS_INFO), "POST");
+    CHECK_STR(route_allowed_methods(ROUTE_HUB_NO_REPO), "GET, HEAD, POST");
+}
+
+/* refs and commits; a dataset's or a space's routes, whose id is read as
+ * far as the path tells (for the message). */
+TEST(hub_git_and_other_repo_types)
+{
+    static const struct {
+        const char *path;
+        enum route_kind kind;
+        const char *model, *rev;
+    } cases[] = {
+        {"/api/models/org/name/refs", ROUTE_HUB_REFS, "org/name", NULL},
+        {"/api/models/one/refs", ROUTE_HUB_REFS, "one", NULL},
+        {"/api/models/org/name/commits/main", ROUTE_HUB_COMMITS, "org/name", "main"},
+        {"/api/models/one/commits/refs%2Fpr%2F1", ROUTE_HUB_COMMITS, "one", "refs/pr/1"},
+        {"/api/models/org/name/refs/x", ROUTE_HUB_NOT_FOUND, NULL, NULL},
+        {"/api/models/org/name/commits", ROUTE_HUB_NOT_FOUND, NULL, NULL},
+        {"/api/datasets", ROUTE_HUB_NO_REPOS, NULL, NULL},
+        {"/api/spaces/", ROUTE_HUB_NO_REPOS, NULL, NULL},
+        {"/api/datasets/x", ROUTE_HUB_NO_REPO, "x", NULL},
+        {"/api/datasets/org/x", ROUTE_HUB_NO_REPO, "org/x", NULL},
+        {"/api/datasets/x/revision/main", ROUTE_HUB_NO_REPO, "x", NULL},
+        {"/api/datasets/org/x/tree/main/a/b", ROUTE_HUB_NO_REPO, "org/x", NULL},
+        {"/api/spaces/org/x/paths-info/main", ROUTE_HUB_NO_REPO, "org/x", NULL},
+        {"/api/spaces/org/x/anything/else", ROUTE_HUB_NO_REPO, "org/x", NULL},
+        {"/datasets/org/x/resolve/main/data.csv", ROUTE_HUB_NO_REPO, "org/x", NULL},
+        {"/spaces/org/x/resolve/main/app.py", ROUTE_HUB_NO_REPO, "org/x", NULL},
+        {"/datasets/org/x/blob/main/y", ROUTE_NOT_FOUND, NULL, NULL},
+        {"/api/datasets/..", ROUTE_BAD_PATH, NULL, NULL},
+        /* without a snapshot to ask, a model repo's reading comes first */
+        {"/datasets/org/resolve/main/x", ROUTE_HUB_FILE, "datasets/org", "main"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct route r;
+        enum route_kind k = parse(cases[i].path, &r);
+        if (k != cases[i].kind)
+            fprintf(stderr, "  %s: kind %d, not %d\n", cases[i].path, k, cases[i].kind);
+        CHECK(k == cases[i].kind);
+        if (cases[i].model)
+            CHECK_STR(r.model, cases[i].model);
+        if (cases[i].rev)
+            CHECK_STR(r.rev, cases[i].rev);
+        route_free(&r);
+    }
+    /* with one, the model reading wins only when it names a repo */
+    struct route r;
+    CHECK(parse_hub("/datasets/x/raw/main/a/b.csv", &r) == ROUTE_HUB_NO_REPO);
+    CHECK_STR(r.model, "x");
+    route_free(&r);
+    CHECK(parse_hub("/spaces/one/resolve/main/app.py", &r) == ROUTE_HUB_NO_REPO);
+    route_free(&r);
+}
+
+static int exists_datasets_x(void *ctx, const char *id, size_t len)
+{
+    (void)ctx;
+    return len == 10 && memcmp(id, "datasets/x", 10) == 0;
+}
+
+TEST(hub_model_repo_named_datasets)
+{
+    struct route r;
+    char err[256];
+    CHECK(route_parse_with("/datasets/x/raw/main/a.csv", exists_datasets_x, NULL, &r, err,
+                           sizeof(err)) == ROUTE_HUB_FILE);
+    CHECK_STR(r.model, "datasets/x");
+    CHECK_STR(r.name, "a.csv");
+    route_free(&r);
 }
 
 int main(void)
@@ -244,7 +335,10 @@ int main(void)
     RUN(hub_routes);
     RUN(blob_routes);
     RUN(s3_routes);
+    RUN(hub_git_and_other_repo_types);
+    RUN(hub_model_repo_named_datasets);
     RUN(fixed_endpoints);
+    RUN(console);
     RUN(model_endpoints);
     RUN(tensor_names_keep_slashes_and_decode_once);
     RUN(traversal_refused);

@@ -1,0 +1,44 @@
+/* cors: Cross-Origin Resource Sharing (the Fetch standard's CORS protocol)
+ * for scripts on other origins, such as huggingface.js in a browser.
+ *
+ * Off unless cors_origins is set. With a list of origins, an answer to a
+ * request whose Origin is in the list carries Access-Control-Allow-Origin
+ * with that origin and Access-Control-Allow-Credentials: true, and every
+ * answer carries Vary: Origin (a cache must not give one origin's answer to
+ * another, or to a request without Origin). With "*" (alone), every answer
+ * carries Access-Control-Allow-Origin: * and never credentials, and varies
+ * by nothing. Allowed answers also expose the headers scripts read
+ * (CORS_EXPOSE). A preflight (OPTIONS with an allowed Origin and
+ * Access-Control-Request-Method) is answered 204 before authentication
+ * (browsers send it without credentials), with the route's methods and
+ * CORS_ALLOW_HEADERS. */
+#ifndef TENSORD_CORS_H
+#define TENSORD_CORS_H
+
+#include <microhttpd.h>
+
+#include "config.h"
+
+#define CORS_ALLOW_HEADERS "Range, Authorization, Content-Type"
+#define CORS_EXPOSE                                                                          \
+    "ETag, Content-Range, Content-Length, Content-Disposition, Accept-Ranges, X-Repo-Commit, " \
+    "X-Linked-Etag, X-Linked-Size, X-Error-Code, X-Error-Message, Location, X-Tensor-Dtype, "  \
+    "X-Tensor-Shape, Retry-After"
+/* How long a browser may keep a preflight's answer (Chromium keeps 2 h at most). */
+#define CORS_MAX_AGE "600"
+
+/* Checks cors_origins as a whole: "*" must be its only entry. Returns 0,
+ * or -1 with the reason in err. */
+int cors_check_config(const struct config *cfg, char *err, size_t errlen);
+
+/* Whether conn's request is a preflight to answer: CORS on, method OPTIONS,
+ * an Origin that may read answers and an Access-Control-Request-Method. */
+int cors_is_preflight(const struct config *cfg, struct MHD_Connection *conn, const char *method);
+
+/* Adds to resp, an answer to conn's request, the CORS headers its Origin
+ * gets (nothing when CORS is off). methods: the Allow-Methods of a
+ * preflight's answer, NULL for any other answer. */
+void cors_add_headers(const struct config *cfg, struct MHD_Connection *conn,
+                      struct MHD_Response *resp, const char *methods);
+
+#endif

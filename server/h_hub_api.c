@@ -1,0 +1,481 @@
+/* h_hub_api: the Hugging Face endpoint's /api documents (h_hub.c answers
+ * files and waits for hashes, then calls these): a repo's document, its
+ * tree and paths-info entries, the repo list, its refs and its one commit;
+ * and the names and errors both files use. Every document is rendered per
+ * request from the repo's revision, and is a function of the content alone
+ * where a commit id addresses it (API.md "Replicas"). */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "card_yaml.h"
+#include "digest.h"
+#include "dtype.h"
+#include "h_hub_int.h"
+#include "handlers.h"
+#include "hub_req.h"
+#include "jsonw.h"
+#include "log.h"
+#include "respond.h"
+#include "route.h"
+#include "strmap.h"
+#include "util.h"
+
+/* ---- names and errors ------------------------------------------------------ */
+
+int hub_revision_matches(const char *rev, const struct reg_repo_rev *cur, int *by_commit)
+{
+    *by_commit = strcmp(rev, cur->commit) == 0;
+    return *by_commit || strcmp(rev, "main") == 0 || strcmp(rev, "HEAD") == 0;
+}
+
+enum MHD_Result hub_revision_not_found(struct MHD_Connection *conn, struct request *rq,
+                                       const char *rev)
+{
+    return respond_hub_error(conn, rq, MHD_HTTP_NOT_FOUND, "RevisionNotFound", NULL, 0,
+                             "Invalid rev id: %.300s", rev);
+}
+
+enum MHD_Result hub_entry_not_found(struct MHD_Connection *conn, struct request *rq,
+                                    const struct reg_repo *r, const struct reg_repo_rev *rev,
+                                    const char *path)
+{
+    /* huggingface_hub caches "absent at this commit" from X-Repo-Commit. */
+    const char *extra[] = {"X-Repo-Commit", rev->commit, NULL};
+    return respond_hub_error(conn, rq, MHD_HTTP_NOT_FOUND, "EntryNotFound", extra, 0,
+                             "%.300s does not exist in repo %s at revision %s", path, r->id,
+                             rev->commit);
+}
+
+static size_t lfs_pointer_size(uint64_t size)
+{
+    char digits[24];
+    /* "version https://git-lfs.github.com/spec/v1\n" "oid sha256:<64>\n" "size <n>\n" */
+    return 43 + 76 + 6 + (size_t)snprintf(digits, sizeof(digits), "%" PRIu64, size);
+}
+
+/* ---- documents ------------------------------------------------------------ */
+
+/* Answers a rendered JSON document (w, consumed) with a validator from its
+ * bytes, immutable when it was asked for by commit. */
+static enum MHD_Result send_doc(struct MHD_Connection *conn, struct request *rq, struct jsonw *w,
+                                int by_commit, const char *commit)
+{
+    size_t len;
+    char *text = jsonw_take(w, &len);
+    if (text)
+        text = respond_json_line(text, &len);
+    if (!text)
+        return respond_hub_error(conn, rq, MHD_HTTP_SERVICE_UNAVAILABLE, "out_of_memory", NULL, 1,
+                                 "out of memory rendering the answer");
+    const char *extra[] = {"X-Repo-Commit", commit, NULL};
+    struct representation rep = {
+        .body = {.prefix = text, .prefix_len = len, .fd = -1},
+        .prefix_buf = text,
+        .content_type = "application/json",
+        .mtime = -1,
+        .cache_control = by_commit ? HUB_CACHE_IMMUTABLE : "no-cache",
+        .extra = commit ? extra : NULL,
+    };
+    snprintf(rep.etag, sizeof(rep.etag), "\"h%016" PRIx64 "\"",
+             hash_fnv1a(text, len, HASH_FNV_SEED));
+    return respond_body(conn, rq, &rep);
+}
+
+static void lfs_object(struct jsonw *w, const struct reg_file *f, const char *hash_key)
+{
+    char sha[65];
+    digest_hex(f->sha256, 32, sha);
+    jsonw_key(w, "lfs");
+    jsonw_obj(w);
+    jsonw_kstr(w, hash_key, sha);
+    jsonw_ku64(w, "size", f->st.size);
+    jsonw_ku64(w, "pointerSize", lfs_pointer_size(f->st.size));
+    jsonw_obj_end(w);
+}
+
+static void file_entry(struct jsonw *w, const struct reg_repo *r, const struct reg_repo_rev *rev,
+                       const struct reg_file *f)
+{
+    char oid[41];
+    digest_hex(rev->blob[f - r->files], 20, oid);
+    jsonw_obj(w);
+    jsonw_kstr(w, "type", "file");
+    jsonw_kstr(w, "oid", oid);
+    jsonw_ku64(w, "size", f->st.size);
+    jsonw_kstr(w, "path", f->name);
+    if (reg_repo_file_is_lfs(f))
+        lfs_object(w, f, "oid");
+    jsonw_obj_end(w);
+}
+
+static void dir_entry(struct jsonw *w, const struct reg_repo_dir *d)
+{
+    char oid[41];
+    digest_hex(d->tree, 20, oid);
+    jsonw_obj(w);
+    jsonw_kstr(w, "type", "directory");
+    jsonw_kstr(w, "oid", oid);
+    jsonw_ku64(w, "size", 0);
+    jsonw_kstr(w, "path", d->path);
+    jsonw_obj_end(w);
+}
+
+/* "safetensors": parameters by dtype of the repo's own model (the /v1
+ * model in the repo's directory), when there is one and it is valid. */
+static void safetensors_info(struct jsonw *w, const struct reg_snapshot *reg,
+                             const struct reg_repo *r)
+{
+    const struct reg_model *m = reg_snapshot_find_model(reg, r->id, strlen(r->id));
+    if (!m || m->state != MODEL_READY || m->n_tensors == 0)
+        return;
+    uint64_t by_dtype[DT_COUNT] = {0}, total = 0;
+    for (size_t i = 0; i < m->n_tensors; i++) {
+        by_dtype[m->tensors[i].t->dtype] += m->tensors[i].t->nelems;
+        total += m->tensors[i].t->nelems;
+    }
+    jsonw_key(w, "safetensors");
+    jsonw_obj(w);
+    jsonw_key(w, "parameters");
+    jsonw_obj(w);
+    for (int d = 0; d < DT_COUNT; d++)
+        if (by_dtype[d])
+            jsonw_ku64(w, dtype_info((enum dtype)d)->name, by_dtype[d]);
+    jsonw_obj_end(w);
+    jsonw_ku64(w, "total", total);
+    jsonw_obj_end(w);
+}
+
+/* The fields a repo has in both the list and its own document. */
+static void repo_summary(struct jsonw *w, const struct reg_repo *r, const struct reg_repo_rev *rev)
+{
+    const char *slash = strchr(r->id, '/');
+    jsonw_kstr(w, "_id", r->id);
+    jsonw_kstr(w, "id", r->id);
+    jsonw_kstr(w, "modelId", r->id);
+    if (slash) {
+        jsonw_key(w, "author");
+        jsonw_strn(w, r->id, (size_t)(slash - r->id));
+    }
+    if (rev)
+        jsonw_kstr(w, "sha", rev->commit);
+    jsonw_kstr(w, "lastModified", HUB_REVISION_DATE);
+    jsonw_kstr(w, "createdAt", HUB_REVISION_DATE);
+    jsonw_kbool(w, "private", 0);
+    jsonw_kbool(w, "gated", 0);
+    jsonw_kbool(w, "disabled", 0);
+    jsonw_ku64(w, "downloads", 0);
+    jsonw_ku64(w, "likes", 0);
+    int st = 0;
+    for (size_t i = 0; i < r->n_files && !st; i++)
+        st = r->files[i].is_safetensors;
+    jsonw_key(w, "tags");
+    jsonw_arr(w);
+    if (st)
+        jsonw_str(w, "safetensors");
+    jsonw_arr_end(w);
+}
+
+/* ---- the model card ---------------------------------------------------------- */
+
+/* A README larger than this has its front matter read from its first
+ * CARD_README_MAX bytes. */
+#define CARD_README_MAX (1u << 20)
+
+/* Writes "cardData" (the README.md's YAML front matter as JSON, see
+ * core/card_yaml.h) into w when the repo has one that reads as a mapping.
+ * Returns 0, or -ESTALE when README.md changed since it was hashed: the
+ * card would not be the commit's (the caller answers 503). Other failures
+ * leave the card out and are logged. */
+static int card_data(struct jsonw *w, const struct reg_repo *r)
+{
+    const struct reg_file *f = reg_repo_find_file(r, "README.md", 9);
+    if (!f)
+        return 0;
+    size_t n = f->st.size < CARD_README_MAX ? (size_t)f->st.size : CARD_README_MAX;
+    int fd = reg_open_below(r->root, f, O_RDONLY);
+    if (fd < 0) {
+        log_msg(LOG_DEBUG, "hub: %s/README.md: %s", r->id, strerror(-fd));
+        return fd == -ESTALE ? -ESTALE : 0;
+    }
+    char *text = malloc(n + 1), *json = NULL;
+    const char *yaml;
+    size_t yaml_len, json_len;
+    struct st_error err = {0};
+    int rc = !text ? -ENOMEM : fileio_pread_full(fd, text, n, 0);
+    if (rc == 0 && !fileio_unchanged(fd, &f->st))
+        rc = -ESTALE;
+    close(fd);
+    if (rc == 0 && card_yaml_front_matter(text, n, &yaml, &yaml_len) &&
+        card_yaml_to_json(yaml, yaml_len, &json, &json_len, &err) == 1) {
+        jsonw_key(w, "cardData");
+        jsonw_raw(w, json, json_len);
+    } else if (rc != 0 || err.message[0]) {
+        log_msg(LOG_DEBUG, "hub: %s/README.md: no cardData: %s", r->id,
+                rc ? strerror(-rc) : err.message);
+    }
+    free(json);
+    free(text);
+    return rc == -ESTALE ? rc : 0;
+}
+
+enum MHD_Result hub_info(struct MHD_Connection *conn, struct request *rq,
+                         const struct reg_snapshot *reg, const struct reg_repo *r,
+                         const struct reg_repo_rev *rev, const struct route *rt)
+{
+    int by_commit = 0;
+    if (rt->rev && !hub_revision_matches(rt->rev, rev, &by_commit))
+        return hub_revision_not_found(conn, rq, rt->rev);
+    struct jsonw w;
+    jsonw_init(&w);
+    jsonw_obj(&w);
+    repo_summary(&w, r, rev);
+    jsonw_ku64(&w, "usedStorage", r->bytes);
+    safetensors_info(&w, reg, r);
+    if (card_data(&w, r) == -ESTALE) {
+        jsonw_free(&w);
+        http_request_rescan(rq->srv);
+        return respond_hub_error(conn, rq, MHD_HTTP_SERVICE_UNAVAILABLE, NULL, NULL, 1,
+                                 "%s/README.md changed on disk since it was hashed; retry once "
+                                 "the daemon has rescanned it", r->id);
+    }
+    jsonw_key(&w, "siblings");
+    jsonw_arr(&w);
+    for (size_t i = 0; i < r->n_files; i++) {
+        const struct reg_file *f = &r->files[i];
+        char oid[41];
+        digest_hex(rev->blob[i], 20, oid);
+        jsonw_obj(&w);
+        jsonw_kstr(&w, "rfilename", f->name);
+        jsonw_ku64(&w, "size", f->st.size);
+        jsonw_kstr(&w, "blobId", oid);
+        if (reg_repo_file_is_lfs(f))
+            lfs_object(&w, f, "sha256");
+        jsonw_obj_end(&w);
+    }
+    jsonw_arr_end(&w);
+    jsonw_key(&w, "spaces");
+    jsonw_arr(&w);
+    jsonw_arr_end(&w);
+    jsonw_obj_end(&w);
+    return send_doc(conn, rq, &w, by_commit, rev->commit);
+}
+
+/* Whether a query flag is set the way Python's str(True) or JS writes it. */
+static int query_true(struct MHD_Connection *conn, const char *key)
+{
+    const char *v = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, key);
+    return v && (strcasecmp(v, "true") == 0 || strcmp(v, "1") == 0);
+}
+
+enum MHD_Result hub_tree(struct MHD_Connection *conn, struct request *rq, const struct reg_repo *r,
+                         const struct reg_repo_rev *rev, const struct route *rt)
+{
+    int by_commit;
+    if (!hub_revision_matches(rt->rev, rev, &by_commit))
+        return hub_revision_not_found(conn, rq, rt->rev);
+    const char *path = rt->name ? rt->name : "";
+    const struct reg_repo_dir *d = reg_repo_find_dir(rev, path, strlen(path));
+    if (!d)
+        return hub_entry_not_found(conn, rq, r, rev, path);
+    int recursive = query_true(conn, "recursive");
+    size_t skip = d->len ? d->len + 1 : 0;
+    struct jsonw w;
+    jsonw_init(&w);
+    jsonw_arr(&w);
+    /* Files below d are files[first, end) in path order; each directory on
+     * the way is listed once, before its contents (only d's children when
+     * not recursive). */
+    struct strmap *listed = strmap_new(16);
+    for (size_t i = d->first; i < d->end; i++) {
+        const struct reg_file *f = &r->files[i];
+        const char *rest = f->name + skip;
+        for (const char *s = rest; (s = strchr(s, '/')) != NULL; s++) {
+            size_t len = (size_t)(s - f->name);
+            if (strmap_put(listed, f->name, len, (void *)1) == 0)
+                dir_entry(&w, reg_repo_find_dir(rev, f->name, len));
+            if (!recursive)
+                break;
+        }
+        if (recursive || !strchr(rest, '/'))
+            file_entry(&w, r, rev, f);
+    }
+    strmap_free(listed);
+    jsonw_arr_end(&w);
+    return send_doc(conn, rq, &w, by_commit, rev->commit);
+}
+
+enum MHD_Result hub_paths_info(struct MHD_Connection *conn, struct request *rq,
+                               const struct reg_repo *r, const struct reg_repo_rev *rev,
+                               const struct route *rt)
+{
+    int by_commit;
+    if (!hub_revision_matches(rt->rev, rev, &by_commit))
+        return hub_revision_not_found(conn, rq, rt->rev);
+    const char *ct = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                 MHD_HTTP_HEADER_CONTENT_TYPE);
+    int json = ct && strncasecmp(ct, "application/json", 16) == 0;
+    struct hub_paths p;
+    struct st_error err;
+    if (hub_paths_parse(rq->upload ? rq->upload : "", rq->upload_len, json, &p, &err) != 0)
+        return respond_hub_error(conn, rq, err.code == ST_ERR_LIMIT ? MHD_HTTP_CONTENT_TOO_LARGE
+                                                                    : MHD_HTTP_BAD_REQUEST,
+                                 NULL, NULL, 0, "%.255s", err.message);
+    struct jsonw w;
+    jsonw_init(&w);
+    jsonw_arr(&w);
+    struct strmap *seen = strmap_new(p.n);
+    for (size_t i = 0; i < p.n; i++) {
+        size_t len = strlen(p.paths[i]);
+        while (len > 0 && p.paths[i][len - 1] == '/')
+            len--;
+        if (strmap_put(seen, p.paths[i], len, (void *)1) != 0)
+            continue; /* asked twice: listed once */
+        const struct reg_file *f = reg_repo_find_file(r, p.paths[i], len);
+        const struct reg_repo_dir *d = len ? reg_repo_find_dir(rev, p.paths[i], len) : NULL;
+        if (f)
+            file_entry(&w, r, rev, f);
+        else if (d)
+            dir_entry(&w, d);
+    }
+    strmap_free(seen);
+    hub_paths_free(&p);
+    jsonw_arr_end(&w);
+    return send_doc(conn, rq, &w, 0, rev->commit);
+}
+
+/* /api/models: every repo, filtered by search (a case-insensitive
+ * substring of the id) and author (the namespace), at most limit. One
+ * page: no Link header to follow. Revisions are given where already
+ * known; the list never waits for hashes. */
+enum MHD_Result hub_models(struct MHD_Connection *conn, struct request *rq,
+                           const struct reg_snapshot *reg)
+{
+    int bad = 0;
+    char *search = handler_query(conn, "search", 1, NULL, &bad), *author = handler_query(conn, "author", 1, NULL, &bad);
+    const char *limit_s = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "limit");
+    int full = query_true(conn, "full");
+    uint64_t limit = UINT64_MAX;
+    enum MHD_Result ret;
+    if (bad) {
+        ret = respond_hub_error(conn, rq, MHD_HTTP_BAD_REQUEST, NULL, NULL, 0,
+                                "a query parameter has a malformed percent-escape");
+        goto out;
+    }
+    if (limit_s) {
+        char *end;
+        errno = 0;
+        unsigned long long v = strtoull(limit_s, &end, 10);
+        if (!limit_s[0] || *end || errno || limit_s[0] == '-') {
+            ret = respond_hub_error(conn, rq, MHD_HTTP_BAD_REQUEST, NULL, NULL, 0,
+                                    "limit must be a non-negative integer, not \"%.50s\"",
+                                    limit_s);
+            goto out;
+        }
+        limit = v;
+    }
+    struct jsonw w;
+    jsonw_init(&w);
+    jsonw_arr(&w);
+    uint64_t n = 0;
+    for (size_t i = 0; i < reg->n_repos && n < limit; i++) {
+        const struct reg_repo *r = reg->repos[i];
+        const char *slash = strchr(r->id, '/');
+        if (author && !(slash && strlen(author) == (size_t)(slash - r->id) &&
+                        strncmp(author, r->id, (size_t)(slash - r->id)) == 0))
+            continue;
+        if (search && search[0] && !strcasestr(r->id, search))
+            continue;
+        jsonw_obj(&w);
+        repo_summary(&w, r, reg_repo_unreadable(r) ? NULL : reg_repo_revision(r));
+        if (full) {
+            jsonw_key(&w, "siblings");
+            jsonw_arr(&w);
+            for (size_t k = 0; k < r->n_files; k++) {
+                jsonw_obj(&w);
+                jsonw_kstr(&w, "rfilename", r->files[k].name);
+                jsonw_obj_end(&w);
+            }
+            jsonw_arr_end(&w);
+        }
+        jsonw_obj_end(&w);
+        n++;
+    }
+    jsonw_arr_end(&w);
+    ret = send_doc(conn, rq, &w, 0, NULL);
+out:
+    free(search);
+    free(author);
+    return ret;
+}
+
+enum MHD_Result hub_no_repos(struct MHD_Connection *conn, struct request *rq)
+{
+    struct jsonw w;
+    jsonw_init(&w);
+    jsonw_arr(&w);
+    jsonw_arr_end(&w);
+    return send_doc(conn, rq, &w, 0, NULL);
+}
+
+/* ---- refs and commits -------------------------------------------------------- */
+
+/* /api/models/{repo}/refs: one branch, main, at the current commit (the
+ * content has no tags, conversions or pull requests). */
+enum MHD_Result hub_refs(struct MHD_Connection *conn, struct request *rq,
+                         const struct reg_repo_rev *rev)
+{
+    struct jsonw w;
+    jsonw_init(&w);
+    jsonw_obj(&w);
+    jsonw_key(&w, "branches");
+    jsonw_arr(&w);
+    jsonw_obj(&w);
+    jsonw_kstr(&w, "name", "main");
+    jsonw_kstr(&w, "ref", "refs/heads/main");
+    jsonw_kstr(&w, "targetCommit", rev->commit);
+    jsonw_obj_end(&w);
+    jsonw_arr_end(&w);
+    static const char *const empty[] = {"converts", "tags", "pullRequests"};
+    for (size_t i = 0; i < ARRAY_LEN(empty); i++) {
+        jsonw_key(&w, empty[i]);
+        jsonw_arr(&w);
+        jsonw_arr_end(&w);
+    }
+    jsonw_obj_end(&w);
+    return send_doc(conn, rq, &w, 0, rev->commit);
+}
+
+/* /api/models/{repo}/commits/{rev}: the history of rev, which is one
+ * commit: tensord keeps no history, and a commit id names one content
+ * state (a function of the content alone: no author, the epoch's date). */
+enum MHD_Result hub_commits(struct MHD_Connection *conn, struct request *rq,
+                            const struct reg_repo *r, const struct reg_repo_rev *rev,
+                            const struct route *rt)
+{
+    int by_commit;
+    if (!hub_revision_matches(rt->rev, rev, &by_commit))
+        return hub_revision_not_found(conn, rq, rt->rev);
+    char *message = xasprintf("The files of %s as tensord serves them. tensord keeps no "
+                              "history: this commit's id is a hash of the content.", r->id);
+    struct jsonw w;
+    jsonw_init(&w);
+    jsonw_arr(&w);
+    jsonw_obj(&w);
+    jsonw_kstr(&w, "id", rev->commit);
+    jsonw_kstr(&w, "title", "Content as served by tensord");
+    jsonw_kstr(&w, "message", message);
+    free(message);
+    jsonw_key(&w, "authors");
+    jsonw_arr(&w);
+    jsonw_arr_end(&w);
+    jsonw_kstr(&w, "date", HUB_REVISION_DATE);
+    jsonw_obj_end(&w);
+    jsonw_arr_end(&w);
+    return send_doc(conn, rq, &w, by_commit, rev->commit);
+}

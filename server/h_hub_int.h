@@ -1,0 +1,55 @@
+/* h_hub_int: what the Hugging Face endpoint's two files share. h_hub.c
+ * waits for a repo's hashes, answers files and routes every Hub request;
+ * h_hub_api.c renders the /api documents, and holds the revision names and
+ * errors both use. h_hub.c calls h_hub_api.c, never the other way. */
+#ifndef TENSORD_H_HUB_INT_H
+#define TENSORD_H_HUB_INT_H
+
+#include <microhttpd.h>
+
+#include "http.h"
+#include "reg_repo.h"
+
+struct route;
+
+/* Commit-addressed answers never change: a cache may keep them a year. */
+#define HUB_CACHE_IMMUTABLE "public, max-age=31536000, immutable"
+/* The date of every revision. A commit id names content alone, and what it
+ * addresses must be the same on every replica of the same files (copies
+ * have other mtimes), so no file time may show: the content has no date of
+ * its own, and the Unix epoch says so. */
+#define HUB_REVISION_DATE "1970-01-01T00:00:00.000Z"
+
+/* Whether revision rev (decoded) names the repo's current revision, and
+ * whether it does so by its commit id (an immutable URL). */
+int hub_revision_matches(const char *rev, const struct reg_repo_rev *cur, int *by_commit);
+enum MHD_Result hub_revision_not_found(struct MHD_Connection *conn, struct request *rq,
+                                       const char *rev);
+/* 404 EntryNotFound for path in r at rev (with X-Repo-Commit). */
+enum MHD_Result hub_entry_not_found(struct MHD_Connection *conn, struct request *rq,
+                                    const struct reg_repo *r, const struct reg_repo_rev *rev,
+                                    const char *path);
+
+/* The documents, once the repo's revision is known (rt->rev checked
+ * against it by each). */
+enum MHD_Result hub_info(struct MHD_Connection *conn, struct request *rq,
+                         const struct reg_snapshot *reg, const struct reg_repo *r,
+                         const struct reg_repo_rev *rev, const struct route *rt);
+enum MHD_Result hub_tree(struct MHD_Connection *conn, struct request *rq,
+                         const struct reg_repo *r, const struct reg_repo_rev *rev,
+                         const struct route *rt);
+enum MHD_Result hub_paths_info(struct MHD_Connection *conn, struct request *rq,
+                               const struct reg_repo *r, const struct reg_repo_rev *rev,
+                               const struct route *rt);
+enum MHD_Result hub_refs(struct MHD_Connection *conn, struct request *rq,
+                         const struct reg_repo_rev *rev);
+enum MHD_Result hub_commits(struct MHD_Connection *conn, struct request *rq,
+                            const struct reg_repo *r, const struct reg_repo_rev *rev,
+                            const struct route *rt);
+/* /api/datasets, /api/spaces: tensord has none, "[]". */
+enum MHD_Result hub_no_repos(struct MHD_Connection *conn, struct request *rq);
+/* /api/models: the repo list (never waits for hashes). */
+enum MHD_Result hub_models(struct MHD_Connection *conn, struct request *rq,
+                           const struct reg_snapshot *reg);
+
+#endif
