@@ -256,3 +256,29 @@ def test_runai_streamer_loads_a_sharded_model(mode, repos, monkeypatch, request)
         # Bit for bit: compared as integers of the same width.
         ints = {2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
         assert torch.equal(t.contiguous().view(ints), a.contiguous().view(ints)), name
+
+
+def test_etags_wait_for_hashes(tmp_path):
+    """Right after start-up nothing is hashed: an object's ETag waits for
+    its file (hashed first, unpaced); with hash_wait 0 the answer is 503
+    SlowDown with Retry-After, never a guessed ETag."""
+    root = tmp_path / "models"
+    files = hubrepos.make_repos(str(root), big_bytes=32 << 20)
+    big = files["org/sharded"]["big.bin"]
+    slow = ["--hash-max-bytes-per-second", "64K", "--hash-threads", "1"]
+    d = tdutil.Daemon(str(root), str(tmp_path), slow).start()
+    try:
+        h = client(d).head_object(Bucket="org--sharded", Key="big.bin")
+        assert h["ETag"] == '"%s"' % hashlib.sha256(big).hexdigest()
+    finally:
+        d.stop_checked()
+    shutil.rmtree(d.state_dir)
+    d = tdutil.Daemon(str(root), str(tmp_path), ["--hash-wait", "0"] + slow).start()
+    try:
+        r = d.get("/s3/org--sharded/big.bin")
+        assert r.status == 503 and b"<Code>SlowDown</Code>" in r.body, r
+        assert int(r.header("Retry-After")) >= 1
+        r = d.get("/s3/org--sharded?list-type=2")
+        assert r.status == 503 and b"<Code>SlowDown</Code>" in r.body, r
+    finally:
+        d.stop_checked()
