@@ -313,6 +313,15 @@ static enum route_kind parse_s3(const struct seg *segs, size_t n, struct route *
             snprintf(err, errlen, "bucket has a malformed percent-escape or a NUL byte");
             return r->kind = ROUTE_BAD_PATH;
         }
+        /* No bucket is named so (nor does any hold '/'): refused with the
+         * other paths that name nothing. */
+        if (memchr(r->model, '/', r->model_len) || strcmp(r->model, ".") == 0 ||
+            strcmp(r->model, "..") == 0) {
+            snprintf(err, errlen, "a bucket name is not \".\" or \"..\" and holds no '/'");
+            free(r->model);
+            r->model = NULL;
+            return r->kind = ROUTE_BAD_PATH;
+        }
     }
     if (n >= 3) {
         r->name = join_segments(segs, 2, n, 0, &r->name_len, "key", err, errlen);

@@ -50,6 +50,10 @@ TEST(s3_routes)
     route_free(&r);
     CHECK(parse("/s3/b/%zz", &r) == ROUTE_BAD_PATH);
     route_free(&r);
+    CHECK(parse("/s3/../k", &r) == ROUTE_BAD_PATH);
+    route_free(&r);
+    CHECK(parse("/s3/a%2Fb/k", &r) == ROUTE_BAD_PATH);
+    route_free(&r);
     /* A repo named "s3" keeps its Hub file URLs; others are the S3 API. */
     CHECK(route_parse_with("/s3/resolve/main/a.txt", only_s3_exists, NULL, &r, err,
                            sizeof(err)) == ROUTE_HUB_FILE);
