@@ -180,7 +180,7 @@ test-cuda-double: deps-test
 	  $(CUDA_DOUBLE_BUILD)/libtensord-client.so $(CUDA_DOUBLE_BUILD)/cuda-double/libcuda.so.1
 	@TENSORD_CUDA_BUILD=$(CUDA_DOUBLE_BUILD) $(PYTHON) tests/cuda_double/run.py
 
-.PHONY: FORCE all deps deps-apt deps-run deps-test deps-test-apt deps-bench deps-bench-apt run uninstall test test-cuda-double cuda-double unit fuzz fuzz-smoke install clean integration print-% bench bench-gpu bench-header bench-hub bench-leases bench-remote bench-sha256 bench-hash soak tsan-test dist
+.PHONY: FORCE all deps deps-apt deps-run deps-test deps-test-apt deps-bench deps-bench-apt run uninstall test test-cuda-double cuda-double unit fuzz fuzz-smoke install clean integration print-% bench bench-gpu bench-header bench-hub bench-leases bench-remote bench-s3 bench-sha256 bench-hash soak tsan-test dist
 all: $(BUILD)/tensord $(BUILD)/libtensord-client.so $(BUILD)/tensord-client
 
 # The flags a build directory was compiled with: objects depend on this
@@ -390,6 +390,12 @@ bench-remote: deps-bench
 bench-hub: deps-bench
 	@$(MAKE) --no-print-directory all
 	@$(PYTHON) bench/hub.py $(BENCH_HUB_ARGS)
+
+# The Run:ai Model Streamer through the S3 API against the same streamer on
+# local files and a plain read (bench/s3.py; BENCH_S3_ARGS="--gib 4").
+bench-s3: deps-bench
+	@$(MAKE) --no-print-directory all
+	@$(PYTHON) bench/s3.py $(BENCH_S3_ARGS)
 
 # Validation time of a 500,000-tensor header (README quotes it).
 bench-header: $(BUILD)/libtensord-core.a

@@ -62,6 +62,10 @@ struct config {
     unsigned staging_buffers;       /* preload disk reads in flight (one staging buffer each) */
     uint64_t staging_buffer_bytes;  /* size of each staging buffer */
     unsigned preload_threads;       /* page-cache copy threads; 0 = one per CPU, at most 16 */
+    /* [s3] */
+    int s3;                         /* serve the read-only S3 API under /s3/ */
+    char *s3_access_key;            /* SigV4 access key id; empty = anonymous reads */
+    char *s3_secret_key_file;       /* file holding its secret key */
 };
 
 /* Fills cfg with the built-in defaults (strings are heap copies). */

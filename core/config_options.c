@@ -118,6 +118,13 @@ const struct opt config_options[] = {
     {"preload_threads", "gpu", OPT_UINT, "0", 0, 64, OFF(preload_threads), NOLIST,
      "threads copying preload bytes from the page cache (each with two staging buffers on a "
      "GPU); 0 = one per CPU, at most 16"},
+    {"s3", "s3", OPT_BOOL, "true", 0, 1, OFF(s3), NOLIST,
+     "serve the read-only S3 API under /s3/ (buckets are repos)"},
+    {"s3_access_key", "s3", OPT_STRING, "", 0, 0, OFF(s3_access_key), 0, 0, NULL, check_no_ctl,
+     "access key id the S3 API accepts (AWS SigV4, checked); empty = anonymous reads, only "
+     "while auth_token_file is empty"},
+    {"s3_secret_key_file", "s3", OPT_STRING, "", 0, 0, OFF(s3_secret_key_file), 0, 0, NULL,
+     check_no_ctl, "file holding the secret key of s3_access_key (its first line)"},
 };
 
 /* ---- value checks ------------------------------------------------------- */

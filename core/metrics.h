@@ -15,7 +15,7 @@
 
 #include <stdint.h>
 
-#define METRICS_MAX_KINDS 16
+#define METRICS_MAX_KINDS 24
 #define METRICS_MAX_OUTCOMES 8
 
 /* The labels requests are counted under. The last kind and the last

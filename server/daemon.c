@@ -25,6 +25,8 @@
 #include <unistd.h>
 
 #include "auth.h"
+#include "blob_index.h"
+#include "s3_auth.h"
 #include "conns.h"
 #include "gpu/gpu_manager.h"
 #include "gpu_doc.h"
@@ -359,6 +361,12 @@ int daemon_run(const struct config *cfg)
         log_msg(LOG_ERROR, "auth_token_file: %s", err);
         return 1;
     }
+    if (s3_auth_load(&srv, err, sizeof(err)) < 0) {
+        log_msg(LOG_ERROR, "%s", err);
+        free(srv.read_token);
+        free(srv.admin_token);
+        return 1;
+    }
     sfd = take_signals();
     srv.rescan_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 
@@ -368,6 +376,7 @@ int daemon_run(const struct config *cfg)
                              .state_dir = state_dir};
     srv.hasher = hasher_new(&ho);
     free(state_dir);
+    srv.blobs = blob_index_new();
 
     notify_systemd("STATUS=scanning %s", cfg->models);
     if (cfg->watch) {
@@ -416,6 +425,7 @@ out_registry:
     registry_destroy(&srv.registry);
 out:
     hasher_free(srv.hasher);
+    blob_index_free(srv.blobs);
     watch_free(l.watch);
     if (sfd >= 0)
         close(sfd);
@@ -423,6 +433,7 @@ out:
         close(srv.rescan_fd);
     free(srv.read_token);
     free(srv.admin_token);
+    s3_auth_free(&srv);
     log_msg(LOG_INFO, "stopped");
     return rc;
 }

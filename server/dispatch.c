@@ -51,6 +51,7 @@ size_t dispatch_upload_limit(const struct server *srv, const char *url)
 {
     char err[256];
     struct route rt;
+    url = route_origin_form(url);
     enum route_kind kind = route_parse(url, &rt, err, sizeof(err));
     route_free(&rt);
     /* A paths-info request may list many paths (hub_req.h bounds them). */
@@ -83,6 +84,7 @@ static const int endpoint_of_route[] = {
     [ROUTE_HUB_FILE] = MEP_HUB_FILE,   [ROUTE_HUB_MODELS] = MEP_HUB_API,
     [ROUTE_HUB_INFO] = MEP_HUB_API,    [ROUTE_HUB_TREE] = MEP_HUB_API,
     [ROUTE_HUB_PATHS_INFO] = MEP_HUB_API, [ROUTE_HUB_NOT_FOUND] = MEP_HUB_API,
+    [ROUTE_BLOB] = MEP_BLOB,           [ROUTE_S3] = MEP_S3,
     [ROUTE_HUB_REFS] = MEP_HUB_API,    [ROUTE_HUB_COMMITS] = MEP_HUB_API,
     [ROUTE_HUB_NO_REPO] = MEP_HUB_API, [ROUTE_HUB_NO_REPOS] = MEP_HUB_API,
 };
@@ -102,6 +104,10 @@ static enum MHD_Result dispatch_model(struct MHD_Connection *conn, struct reques
     }
     if (is_hub_route(rt->kind))
         return handle_hub(conn, rq, reg, rt);
+    if (rt->kind == ROUTE_BLOB)
+        return handle_blob(conn, rq, reg, rt);
+    if (rt->kind == ROUTE_S3)
+        return handle_s3(conn, rq, reg, rt, method);
     if (rt->kind == ROUTE_MODELS) {
         ret = handle_models(conn, rq, reg);
         goto out;
@@ -214,6 +220,9 @@ static int refuse_request(struct MHD_Connection *conn, struct request *rq, enum 
                       "more than %u connections are open", srv->cfg->max_connections);
         return 1;
     }
+    /* The S3 API checks its own method and signature (server/s3_auth). */
+    if (kind == ROUTE_S3 && srv->cfg->s3)
+        return 0;
     if (kind == ROUTE_BAD_PATH) {
         *ret = hub ? respond_hub_error(conn, rq, MHD_HTTP_BAD_REQUEST, NULL, NULL, 0, "%s", path_err)
                    : respond_error(conn, rq, MHD_HTTP_BAD_REQUEST, "bad_path", "%s", path_err);
@@ -224,7 +233,7 @@ static int refuse_request(struct MHD_Connection *conn, struct request *rq, enum 
                                  "no such endpoint: this server serves the read-only model API");
         return 1;
     }
-    if (kind == ROUTE_NOT_FOUND) {
+    if (kind == ROUTE_NOT_FOUND || kind == ROUTE_S3) {
         *ret = respond_error(conn, rq, MHD_HTTP_NOT_FOUND, "not_found",
                              "no endpoint at this path; see /v1/models");
         return 1;
@@ -284,6 +293,7 @@ enum MHD_Result dispatch_request(struct MHD_Connection *conn, struct request *rq
 
     /* One snapshot for the whole request: it also tells "name" from
      * "org/name" in a Hub path. */
+    url = route_origin_form(url);
     struct reg_snapshot *reg = registry_acquire(&rq->srv->registry);
     enum route_kind kind = route_parse_with(url, repo_exists, reg, &rt, err, sizeof(err));
     /* Errors on the Hub's paths speak its dialect ({"error": "message"}). */

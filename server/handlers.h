@@ -36,6 +36,13 @@ struct route;
 /* The Hugging Face endpoint (server/h_hub.c): every ROUTE_HUB_* route. */
 enum MHD_Result handle_hub(struct MHD_Connection *conn, struct request *rq,
                            const struct reg_snapshot *reg, const struct route *rt);
+/* Content by digest (server/h_blob.c): ROUTE_BLOB. */
+enum MHD_Result handle_blob(struct MHD_Connection *conn, struct request *rq,
+                            const struct reg_snapshot *reg, const struct route *rt);
+/* The S3 API (server/h_s3.c): ROUTE_S3, every method (it answers 405 itself). */
+enum MHD_Result handle_s3(struct MHD_Connection *conn, struct request *rq,
+                          const struct reg_snapshot *reg, const struct route *rt,
+                          const char *method);
 enum MHD_Result handle_healthz(struct MHD_Connection *conn, struct request *rq);
 enum MHD_Result handle_readyz(struct MHD_Connection *conn, struct request *rq);
 /* The web console (server/ui.c): asset `name` ("" for the page); `bare`

@@ -18,12 +18,14 @@
 struct gpu_manager;
 struct conns;
 struct hasher;
+struct blob_index;
 
 struct server {
     const struct config *cfg;
     struct registry registry;
     struct gpu_manager *gpu;        /* NULL when GPU sharing is not set up */
     struct hasher *hasher;          /* content hashes of the served files */
+    struct blob_index *blobs;       /* which file has a digest (GET /v1/blobs/...) */
     struct MHD_Daemon *daemon;
     unsigned daemon_flags;          /* the MHD_USE_* flags it was started with */
     struct conns *conns;            /* the open connections: header deadlines, files being sent */
@@ -32,6 +34,8 @@ struct server {
     atomic_int ready;               /* first scan done */
     atomic_int draining;            /* stopping: refuse new connections, close after each answer */
     char *read_token, *admin_token; /* bearer tokens; NULL when auth is off */
+    char *s3_secret;                /* the S3 API's SigV4 secret key; NULL: anonymous */
+    size_t s3_secret_len;
     int rescan_fd;                  /* eventfd the daemon rescans on (http_request_rescan); -1 */
 };
 

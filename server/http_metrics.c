@@ -6,7 +6,7 @@
 static const char *const ep_names[MEP_COUNT] = {
     "models", "model", "header",   "file",    "file_header", "tensor", "slice",
     "gpu",    "fetch", "hub_file", "hub_api", "metrics",     "health", "ui",
-    "other"};
+    "blob",   "s3",    "other"};
 static const char *const class_names[NCLASS] = {"1xx", "2xx", "3xx", "4xx", "5xx", "other"};
 
 _Static_assert(MEP_COUNT <= METRICS_MAX_KINDS, "more endpoints than metrics can count");

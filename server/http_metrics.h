@@ -25,6 +25,8 @@ enum metrics_ep {
     MEP_METRICS,
     MEP_HEALTH,
     MEP_UI,         /* /ui/... */
+    MEP_BLOB,       /* /v1/blobs/{digest} */
+    MEP_S3,         /* /s3/... */
     MEP_OTHER,      /* also every value out of range */
     MEP_COUNT
 };

@@ -502,3 +502,20 @@ enum MHD_Result respond_body(struct MHD_Connection *conn, struct request *rq,
     representation_release(rep);
     return queue(conn, rq, status, resp, total);
 }
+
+enum MHD_Result respond_doc(struct MHD_Connection *conn, struct request *rq, unsigned status,
+                            const char *content_type, char *text, size_t len,
+                            const char *const *extra, const char *error_code)
+{
+    struct MHD_Response *resp = MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
+    if (!resp) {
+        free(text);
+        return MHD_NO;
+    }
+    add_common_headers(resp, content_type);
+    for (const char *const *e = extra; e && e[0]; e += 2)
+        MHD_add_response_header(resp, e[0], e[1]);
+    if (error_code)
+        rq->error_code = error_code;
+    return queue(conn, rq, status, resp, len);
+}

@@ -95,6 +95,15 @@ enum MHD_Result respond_hub_error(struct MHD_Connection *conn, struct request *r
                                   const char *code, const char *const *extra, unsigned retry_after,
                                   const char *fmt, ...) __attribute__((format(printf, 7, 8)));
 
+/* Answers status with text (malloc'd, len bytes, taken over in every case)
+ * as the whole body: no Range, no preconditions. For documents in another
+ * dialect than tensord's JSON (the S3 API's XML listings and errors);
+ * extra holds header name/value pairs ended by NULL (may be NULL);
+ * error_code, when not NULL, is what the access log names. */
+enum MHD_Result respond_doc(struct MHD_Connection *conn, struct request *rq, unsigned status,
+                            const char *content_type, char *text, size_t len,
+                            const char *const *extra, const char *error_code);
+
 /* Answers status (a 3xx) with Location: location (a path on this server,
  * already percent-encoded) and the extra headers. */
 enum MHD_Result respond_redirect(struct MHD_Connection *conn, struct request *rq, unsigned status,

@@ -301,6 +301,47 @@ static enum route_kind parse_model_path(const struct seg *segs, size_t n, struct
 }
 
 
+/* /s3[/{bucket}[/{key...}]]: the bucket one decoded segment, the key the
+ * rest joined with '/' (S3 keys have no component rules: they are only
+ * looked up). */
+static enum route_kind parse_s3(const struct seg *segs, size_t n, struct route *r, char *err,
+                                size_t errlen)
+{
+    if (n >= 2 && segs[1].len > 0) {
+        r->model = route_decode(segs[1].p, segs[1].len, &r->model_len);
+        if (!r->model) {
+            snprintf(err, errlen, "bucket has a malformed percent-escape or a NUL byte");
+            return r->kind = ROUTE_BAD_PATH;
+        }
+        /* No bucket is named so (nor does any hold '/'): refused with the
+         * other paths that name nothing. */
+        if (memchr(r->model, '/', r->model_len) || strcmp(r->model, ".") == 0 ||
+            strcmp(r->model, "..") == 0) {
+            snprintf(err, errlen, "a bucket name is not \".\" or \"..\" and holds no '/'");
+            free(r->model);
+            r->model = NULL;
+            return r->kind = ROUTE_BAD_PATH;
+        }
+    }
+    if (n >= 3) {
+        r->name = join_segments(segs, 2, n, 0, &r->name_len, "key", err, errlen);
+        if (!r->name)
+            return r->kind = ROUTE_BAD_PATH;
+    }
+    return r->kind = ROUTE_S3;
+}
+
+const char *route_origin_form(const char *target)
+{
+    size_t skip = strncmp(target, "http://", 7) == 0    ? 7
+                  : strncmp(target, "https://", 8) == 0 ? 8
+                                                         : 0;
+    if (!skip)
+        return target;
+    const char *slash = strchr(target + skip, '/');
+    return slash ? slash : "/";
+}
+
 enum route_kind route_parse(const char *path, struct route *r, char *err, size_t errlen)
 {
     return route_parse_with(path, NULL, NULL, r, err, errlen);
@@ -344,6 +385,26 @@ enum route_kind route_parse_with(const char *path, route_repo_exists exists, voi
         if (n >= 2 && (seg_is(&segs[1], "datasets") || seg_is(&segs[1], "spaces")))
             return parse_other_repo(segs, n, 1, r, err, errlen);
         return r->kind = ROUTE_HUB_NOT_FOUND;
+    }
+    /* /s3/...: the S3 API, unless the path reads as a Hub file of an
+     * existing repo named "s3" (or of an org "s3"), which keeps its URLs. */
+    if (seg_is(&segs[0], "s3")) {
+        enum route_kind k = parse_hub(segs, n, 0, exists, ctx, r, err, errlen);
+        if (k == ROUTE_HUB_FILE && exists && exists(ctx, r->model, r->model_len))
+            return k;
+        route_free(r);
+        memset(r, 0, sizeof(*r));
+        err[0] = '\0';
+        return parse_s3(segs, n, r, err, errlen);
+    }
+    /* /v1/blobs/{digest}: the segment decoded, checked by its handler. */
+    if (n == 3 && seg_is(&segs[0], "v1") && seg_is(&segs[1], "blobs")) {
+        r->name = route_decode(segs[2].p, segs[2].len, &r->name_len);
+        if (!r->name) {
+            snprintf(err, errlen, "digest has a malformed percent-escape or a NUL byte");
+            return r->kind = ROUTE_BAD_PATH;
+        }
+        return r->kind = ROUTE_BLOB;
     }
     /* /v1/... is tensord's own API; any other path may be a Hub file (a
      * repo named "v1" has its files at /v1/resolve/...). */

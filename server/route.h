@@ -39,6 +39,12 @@ enum route_kind {
                          * tells): tensord serves models only */
     ROUTE_HUB_NO_REPOS, /* /api/datasets, /api/spaces: the lists, empty */
     ROUTE_HUB_NOT_FOUND, /* no such endpoint under /api/ (answered in the Hub's dialect) */
+    /* Content by digest (server/h_blob.c): name is the digest as sent. */
+    ROUTE_BLOB,         /* /v1/blobs/{digest} */
+    /* The S3 API (server/h_s3.c): model is the bucket (NULL for ListBuckets),
+     * name the key (decoded segments joined with '/', any components; NULL
+     * for the bucket itself). */
+    ROUTE_S3,           /* /s3/, /s3/{bucket}, /s3/{bucket}/{key...} */
 };
 
 struct route {
@@ -73,6 +79,11 @@ char *route_decode(const char *s, size_t len, size_t *out_len);
 /* route_decode for a form value: '+' is a space, as HTML forms and Python's
  * urlencode write it (an escaped %2B stays '+'). */
 char *route_decode_form(const char *s, size_t len, size_t *out_len);
+
+/* The origin-form of a request target: past "http://authority" or
+ * "https://authority" when the target is in absolute-form (RFC 9112 §3.2.2,
+ * which AWS's CRT S3 client sends), else target itself. */
+const char *route_origin_form(const char *target);
 
 /* Methods each endpoint accepts, for 405 answers (an "Allow" header value). */
 const char *route_allowed_methods(enum route_kind kind);

@@ -10,6 +10,62 @@ static enum route_kind parse(const char *path, struct route *r)
     return route_parse(path, r, err, sizeof(err));
 }
 
+TEST(blob_routes)
+{
+    struct route r;
+    CHECK(parse("/v1/blobs/sha256:ab", &r) == ROUTE_BLOB);
+    CHECK_STR(r.name, "sha256:ab");
+    route_free(&r);
+    CHECK(parse("/v1/blobs/sha256%3Aab", &r) == ROUTE_BLOB);
+    CHECK_STR(r.name, "sha256:ab");
+    route_free(&r);
+    CHECK(parse("/v1/blobs/%00", &r) == ROUTE_BAD_PATH);
+    route_free(&r);
+    CHECK(parse("/v1/blobs/a/b", &r) != ROUTE_BLOB);
+    route_free(&r);
+    CHECK(parse("/v1/blobs", &r) != ROUTE_BLOB);
+    route_free(&r);
+}
+
+static int only_s3_exists(void *ctx, const char *id, size_t len)
+{
+    (void)ctx;
+    return len == 2 && memcmp(id, "s3", 2) == 0;
+}
+
+TEST(s3_routes)
+{
+    struct route r;
+    char err[256];
+    CHECK(parse("/s3", &r) == ROUTE_S3 && r.model == NULL && r.name == NULL);
+    route_free(&r);
+    CHECK(parse("/s3/", &r) == ROUTE_S3 && r.model == NULL);
+    route_free(&r);
+    CHECK(parse("/s3/org--name", &r) == ROUTE_S3 && r.name == NULL);
+    CHECK_STR(r.model, "org--name");
+    route_free(&r);
+    /* Keys keep every component: they are looked up, never opened. */
+    CHECK(parse("/s3/b/a/../%2E/x%20y", &r) == ROUTE_S3);
+    CHECK_STR(r.name, "a/.././x y");
+    route_free(&r);
+    CHECK(parse("/s3/b/%zz", &r) == ROUTE_BAD_PATH);
+    route_free(&r);
+    CHECK(parse("/s3/../k", &r) == ROUTE_BAD_PATH);
+    route_free(&r);
+    CHECK(parse("/s3/a%2Fb/k", &r) == ROUTE_BAD_PATH);
+    route_free(&r);
+    /* A repo named "s3" keeps its Hub file URLs; others are the S3 API. */
+    CHECK(route_parse_with("/s3/resolve/main/a.txt", only_s3_exists, NULL, &r, err,
+                           sizeof(err)) == ROUTE_HUB_FILE);
+    route_free(&r);
+    CHECK(route_parse_with("/s3/resolve/main/a.txt", NULL, NULL, &r, err, sizeof(err)) ==
+          ROUTE_S3);
+    route_free(&r);
+    CHECK_STR(route_origin_form("http://h:1/s3/b?x"), "/s3/b?x");
+    CHECK_STR(route_origin_form("https://h"), "/");
+    CHECK_STR(route_origin_form("/v1/models"), "/v1/models");
+}
+
 TEST(fixed_endpoints)
 {
     struct route r;
@@ -281,6 +337,8 @@ TEST(hub_model_repo_named_datasets)
 int main(void)
 {
     RUN(hub_routes);
+    RUN(blob_routes);
+    RUN(s3_routes);
     RUN(hub_git_and_other_repo_types);
     RUN(hub_model_repo_named_datasets);
     RUN(fixed_endpoints);

@@ -1,0 +1,114 @@
+/* xmlw: see xmlw.h. */
+#include "xmlw.h"
+
+#include <inttypes.h>
+#include <string.h>
+
+#include "util.h"
+
+void xmlw_init(struct xmlw *w)
+{
+    w->sb = (struct strbuf)STRBUF_INIT;
+    strbuf_puts(&w->sb, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+}
+
+void xmlw_open(struct xmlw *w, const char *name, const char *ns)
+{
+    strbuf_putc(&w->sb, '<');
+    strbuf_puts(&w->sb, name);
+    if (ns) {
+        strbuf_puts(&w->sb, " xmlns=\"");
+        strbuf_puts(&w->sb, ns);
+        strbuf_putc(&w->sb, '"');
+    }
+    strbuf_putc(&w->sb, '>');
+}
+
+void xmlw_close(struct xmlw *w, const char *name)
+{
+    strbuf_puts(&w->sb, "</");
+    strbuf_puts(&w->sb, name);
+    strbuf_putc(&w->sb, '>');
+}
+
+/* The length of the valid UTF-8 sequence at s[0..n), or 0. */
+static size_t utf8_seq(const unsigned char *s, size_t n)
+{
+    size_t len = s[0] < 0x80 ? 1 : (s[0] & 0xe0) == 0xc0 ? 2 : (s[0] & 0xf0) == 0xe0 ? 3
+                 : (s[0] & 0xf8) == 0xf0                 ? 4
+                                                         : 0;
+    return len && len <= n && utf8_valid((const char *)s, len) ? len : 0;
+}
+
+static void put_escaped(struct strbuf *sb, const char *text, size_t n)
+{
+    const unsigned char *s = (const unsigned char *)text;
+    for (size_t i = 0; i < n;) {
+        unsigned char c = s[i];
+        size_t len = utf8_seq(s + i, n - i);
+        if (c == '&')
+            strbuf_puts(sb, "&amp;");
+        else if (c == '<')
+            strbuf_puts(sb, "&lt;");
+        else if (c == '>')
+            strbuf_puts(sb, "&gt;");
+        else if (c == '"')
+            strbuf_puts(sb, "&quot;");
+        else if (c == '\'')
+            strbuf_puts(sb, "&apos;");
+        else if (c == '\r')
+            strbuf_puts(sb, "&#13;"); /* a literal CR would be read as a line end */
+        else if (len == 0 || (c < 0x20 && c != '\t' && c != '\n'))
+            strbuf_puts(sb, "\xef\xbf\xbd"); /* U+FFFD */
+        else
+            strbuf_append(sb, s + i, len);
+        i += len ? len : 1;
+    }
+}
+
+void xmlw_text(struct xmlw *w, const char *name, const char *text, size_t n)
+{
+    xmlw_open(w, name, NULL);
+    put_escaped(&w->sb, text, n);
+    xmlw_close(w, name);
+}
+
+void xmlw_cstr(struct xmlw *w, const char *name, const char *text)
+{
+    xmlw_text(w, name, text, strlen(text));
+}
+
+void xmlw_u64(struct xmlw *w, const char *name, uint64_t v)
+{
+    xmlw_open(w, name, NULL);
+    strbuf_printf(&w->sb, "%" PRIu64, v);
+    xmlw_close(w, name);
+}
+
+void xmlw_bool(struct xmlw *w, const char *name, int v)
+{
+    xmlw_cstr(w, name, v ? "true" : "false");
+}
+
+void xmlw_url_text(struct xmlw *w, const char *name, const char *text, size_t n)
+{
+    xmlw_open(w, name, NULL);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)text[i];
+        if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+            c == '-' || c == '_' || c == '.' || c == '~' || c == '/') {
+            strbuf_putc(&w->sb, (char)c);
+        } else {
+            char esc[3] = {'%', hex_upper[c >> 4], hex_upper[c & 15]};
+            strbuf_append(&w->sb, esc, 3);
+        }
+    }
+    xmlw_close(w, name);
+}
+
+char *xmlw_take(struct xmlw *w, size_t *len)
+{
+    strbuf_putc(&w->sb, '\n');
+    char *text = strbuf_detach(&w->sb, len);
+    return text;
+}

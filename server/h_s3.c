@@ -1,0 +1,453 @@
+/* h_s3: the read-only S3 API (API.md "S3 API"), path-style, under /s3/:
+ *
+ *   GET /s3/                      ListBuckets: one bucket per repo
+ *   GET /s3/{bucket}?list-type=2  ListObjectsV2 (prefix, delimiter, max-keys,
+ *                                 continuation-token, start-after; and
+ *                                 ListObjects version 1 with marker)
+ *   HEAD /s3/{bucket}, GET ?location
+ *   GET, HEAD /s3/{bucket}/{key}  the object, with Range
+ *
+ * A bucket is a repo (core/reg_repo): "name", or "org/name" spelled
+ * "org--name" (a bucket name holds no '/'); a key is a file's path in the
+ * repo. The ETag is the file's SHA-256 in quotes: a request that needs one
+ * while the hasher has not reached the file waits for it on a suspended
+ * connection, as the Hub routes do (hash_wait), then answers 503. Errors
+ * are S3's XML documents with S3's codes, the one dialect S3 clients read;
+ * who may ask is server/s3_auth's decision. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "conditional.h"
+#include "handlers.h"
+#include "hasher.h"
+#include "range.h"
+#include "reg_repo.h"
+#include "respond.h"
+#include "route.h"
+#include "s3_auth.h"
+#include "s3_req.h"
+#include "util.h"
+#include "xmlw.h"
+
+#define S3_NS "http://s3.amazonaws.com/doc/2006-03-01/"
+#define S3_XML "application/xml"
+#define S3_REGION "us-east-1"
+
+/* ---- answers ---------------------------------------------------------------- */
+
+static enum MHD_Result send_xml(struct MHD_Connection *conn, struct request *rq, unsigned status,
+                                struct xmlw *w, const char *const *extra, const char *code)
+{
+    size_t len;
+    char *text = xmlw_take(w, &len);
+    if (!text)
+        return respond_error(conn, rq, MHD_HTTP_SERVICE_UNAVAILABLE, "out_of_memory",
+                             "out of memory rendering the answer");
+    return respond_doc(conn, rq, status, S3_XML, text, len, extra, code);
+}
+
+/* S3's error document: <Error><Code>..</Code><Message>..</Message>...</Error>. */
+static enum MHD_Result s3_error(struct MHD_Connection *conn, struct request *rq, unsigned status,
+                                const char *code, const char *resource, const char *const *extra,
+                                const char *fmt, ...) __attribute__((format(printf, 7, 8)));
+
+static enum MHD_Result s3_error(struct MHD_Connection *conn, struct request *rq, unsigned status,
+                                const char *code, const char *resource, const char *const *extra,
+                                const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    struct xmlw w;
+    xmlw_init(&w);
+    xmlw_open(&w, "Error", NULL);
+    xmlw_cstr(&w, "Code", code);
+    xmlw_cstr(&w, "Message", msg);
+    if (resource)
+        xmlw_cstr(&w, "Resource", resource);
+    xmlw_cstr(&w, "RequestId", "tensord");
+    xmlw_close(&w, "Error");
+    return send_xml(conn, rq, status, &w, extra, code);
+}
+
+static void iso_time(int64_t ns, char *out, size_t len)
+{
+    time_t t = (time_t)(ns / 1000000000);
+    struct tm tm;
+    if (!gmtime_r(&t, &tm) || tm.tm_year < 0 || tm.tm_year > 9999 - 1900)
+        memset(&tm, 0, sizeof(tm)), tm.tm_year = 70, tm.tm_mday = 1;
+    snprintf(out, len, "%04d-%02d-%02dT%02d:%02d:%02d.000Z", (tm.tm_year + 1900) % 10000,
+             (tm.tm_mon + 1) % 100, tm.tm_mday % 100, tm.tm_hour % 100, tm.tm_min % 100,
+             tm.tm_sec % 100);
+}
+
+/* ---- buckets ---------------------------------------------------------------- */
+
+/* The bucket name of repo id (caller frees): '/' spelled "--". */
+static char *bucket_of(const char *id)
+{
+    const char *slash = strchr(id, '/');
+    if (!slash)
+        return xstrdup(id);
+    return xasprintf("%.*s--%s", (int)(slash - id), id, slash + 1);
+}
+
+/* The repo a bucket names: the repo with that very id, else "org/name"
+ * for the first "--" that splits it into an existing one. */
+static const struct reg_repo *repo_of(const struct reg_snapshot *reg, const char *bucket,
+                                      size_t len)
+{
+    if (memchr(bucket, '/', len))
+        return NULL;
+    const struct reg_repo *r = reg_snapshot_find_repo(reg, bucket, len);
+    char *id = xstrndup(bucket, len);
+    for (char *d = id; !r && (d = strstr(d, "--")) != NULL; d++) {
+        /* "a--b" -> "a/b": the id loses one byte. */
+        char *joined = xasprintf("%.*s/%s", (int)(d - id), id, d + 2);
+        r = reg_snapshot_find_repo(reg, joined, strlen(joined));
+        free(joined);
+    }
+    free(id);
+    return r;
+}
+
+/* ---- waiting for hashes ------------------------------------------------------ */
+
+static void wait_done(void *arg, enum hasher_result r)
+{
+    struct request *rq = arg;
+    atomic_store(&rq->wait_result, (int)r);
+    atomic_store(&rq->wait, WAIT_RESUMED);
+    MHD_resume_connection(rq->mhd);
+}
+
+/* 1 when every file of files[0..n) has its hash; otherwise 0 after
+ * suspending the request until they do (it is dispatched again) or, when it
+ * waited already, answering 503 SlowDown with Retry-After in *ret. */
+static int need_hashes(struct MHD_Connection *conn, struct request *rq,
+                       const struct reg_file **files, size_t n, enum MHD_Result *ret)
+{
+    size_t missing = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!reg_file_hashed(files[i]))
+            files[missing++] = files[i];
+    if (missing == 0)
+        return 1;
+    struct hasher *h = rq->srv->hasher;
+    unsigned wait_s = rq->srv->cfg->hash_wait;
+    if (atomic_load(&rq->wait) == WAIT_NONE && wait_s > 0 && h) {
+        atomic_store(&rq->wait, WAIT_SUSPENDED);
+        MHD_suspend_connection(conn);
+        enum hasher_state st = hasher_want(h, files, missing, wait_s * 1000u, wait_done, rq);
+        if (st != HASHER_PENDING) {
+            atomic_store(&rq->wait_result, (int)HASHER_DONE);
+            atomic_store(&rq->wait, WAIT_RESUMED);
+            MHD_resume_connection(conn);
+        }
+        *ret = MHD_YES; /* answered when dispatched again */
+        return 0;
+    }
+    unsigned after = h ? hasher_retry_after(h, files, missing) : 1;
+    char ra[16];
+    snprintf(ra, sizeof(ra), "%u", after);
+    const char *extra[] = {MHD_HTTP_HEADER_RETRY_AFTER, ra, NULL};
+    *ret = s3_error(conn, rq, MHD_HTTP_SERVICE_UNAVAILABLE, "SlowDown", NULL, extra,
+                    "the content hashes (ETags) of %zu object(s) are being computed; retry in "
+                    "%u s", missing, after);
+    return 0;
+}
+
+/* ---- listings ------------------------------------------------------------------ */
+
+static int key_cmp(const char *a, size_t an, const char *b, size_t bn)
+{
+    int c = memcmp(a, b, an < bn ? an : bn);
+    return c ? c : (an > bn) - (an < bn);
+}
+
+static void put_value(struct xmlw *w, const char *name, const char *v, size_t n, int url)
+{
+    (url ? xmlw_url_text : xmlw_text)(w, name, v, n);
+}
+
+/* One entry of a listing page: a file, or a common prefix of key[0..len). */
+struct entry {
+    const struct reg_file *f;
+    size_t len;
+};
+
+static enum MHD_Result list_objects(struct MHD_Connection *conn, struct request *rq,
+                                    const struct reg_repo *r, const char *bucket,
+                                    const struct s3_query *q)
+{
+    struct s3_list l;
+    struct st_error err;
+    enum MHD_Result ret;
+    if (s3_list_parse(q, &l, &err) < 0) {
+        ret = s3_error(conn, rq, MHD_HTTP_BAD_REQUEST, "InvalidArgument", NULL, NULL, "%s",
+                       err.message);
+        goto out_list;
+    }
+    struct entry *page = xmalloc((l.max_keys + 1) * sizeof(*page));
+    const struct reg_file **files = xmalloc((l.max_keys + 1) * sizeof(*files));
+    size_t n = 0, n_files = 0;
+    int truncated = 0;
+    const char *last_cp = NULL;
+    size_t last_cp_len = 0;
+    for (size_t i = 0; i < r->n_files && !truncated; i++) {
+        const struct reg_file *f = &r->files[i];
+        size_t klen = strlen(f->name);
+        if (l.prefix && (klen < l.prefix_len || memcmp(f->name, l.prefix, l.prefix_len) != 0))
+            continue;
+        if (l.after && key_cmp(f->name, klen, l.after, l.after_len) <= 0)
+            continue;
+        size_t len = klen, plen = l.prefix ? l.prefix_len : 0;
+        if (l.delimiter) {
+            const char *d = memmem(f->name + plen, klen - plen, l.delimiter, l.delimiter_len);
+            if (d)
+                len = (size_t)(d - f->name) + l.delimiter_len;
+        }
+        int is_cp = len < klen;
+        if (is_cp && last_cp && last_cp_len == len && memcmp(last_cp, f->name, len) == 0)
+            continue; /* this common prefix is listed already */
+        if (n == l.max_keys) {
+            truncated = 1;
+            break;
+        }
+        page[n++] = (struct entry){f, len};
+        if (is_cp)
+            last_cp = f->name, last_cp_len = len;
+        else
+            files[n_files++] = f;
+    }
+    if (!need_hashes(conn, rq, files, n_files, &ret))
+        goto out;
+
+    struct xmlw w;
+    xmlw_init(&w);
+    xmlw_open(&w, "ListBucketResult", S3_NS);
+    xmlw_cstr(&w, "Name", bucket);
+    put_value(&w, "Prefix", l.prefix ? l.prefix : "", l.prefix ? l.prefix_len : 0,
+              l.url_encoding);
+    if (l.delimiter)
+        put_value(&w, "Delimiter", l.delimiter, l.delimiter_len, l.url_encoding);
+    xmlw_u64(&w, "MaxKeys", l.max_keys);
+    if (l.url_encoding)
+        xmlw_cstr(&w, "EncodingType", "url");
+    xmlw_bool(&w, "IsTruncated", truncated);
+    char *token = NULL;
+    if (truncated && n > 0) {
+        const struct entry *e = &page[n - 1];
+        token = xmalloc(2 * e->len + 3);
+        s3_list_token(e->f->name, e->len, e->len < strlen(e->f->name), token);
+    }
+    if (l.v2) {
+        xmlw_u64(&w, "KeyCount", n);
+        if (l.token)
+            xmlw_text(&w, "ContinuationToken", l.token, l.token_len);
+        if (token)
+            xmlw_cstr(&w, "NextContinuationToken", token);
+        if (l.start_after)
+            put_value(&w, "StartAfter", l.start_after, l.start_after_len, l.url_encoding);
+    } else {
+        put_value(&w, "Marker", l.marker ? l.marker : "", l.marker ? l.marker_len : 0,
+                  l.url_encoding);
+        if (truncated && n > 0)
+            put_value(&w, "NextMarker", page[n - 1].f->name, page[n - 1].len, l.url_encoding);
+    }
+    free(token);
+    for (size_t i = 0; i < n; i++) {
+        const struct reg_file *f = page[i].f;
+        if (page[i].len < strlen(f->name))
+            continue;
+        char when[40];
+        iso_time(f->st.mtime_ns, when, sizeof(when));
+        xmlw_open(&w, "Contents", NULL);
+        put_value(&w, "Key", f->name, page[i].len, l.url_encoding);
+        xmlw_cstr(&w, "LastModified", when);
+        xmlw_cstr(&w, "ETag", f->sha256_etag);
+        xmlw_u64(&w, "Size", f->st.size);
+        xmlw_cstr(&w, "StorageClass", "STANDARD");
+        xmlw_close(&w, "Contents");
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (page[i].len == strlen(page[i].f->name))
+            continue;
+        xmlw_open(&w, "CommonPrefixes", NULL);
+        put_value(&w, "Prefix", page[i].f->name, page[i].len, l.url_encoding);
+        xmlw_close(&w, "CommonPrefixes");
+    }
+    xmlw_close(&w, "ListBucketResult");
+    ret = send_xml(conn, rq, MHD_HTTP_OK, &w, NULL, NULL);
+out:
+    free(page);
+    free(files);
+out_list:
+    s3_list_free(&l);
+    return ret;
+}
+
+static enum MHD_Result list_buckets(struct MHD_Connection *conn, struct request *rq,
+                                    const struct reg_snapshot *reg)
+{
+    struct xmlw w;
+    xmlw_init(&w);
+    xmlw_open(&w, "ListAllMyBucketsResult", S3_NS);
+    xmlw_open(&w, "Owner", NULL);
+    xmlw_cstr(&w, "ID", "tensord");
+    xmlw_cstr(&w, "DisplayName", "tensord");
+    xmlw_close(&w, "Owner");
+    xmlw_open(&w, "Buckets", NULL);
+    for (size_t i = 0; i < reg->n_repos; i++) {
+        char when[40], *name = bucket_of(reg->repos[i]->id);
+        int64_t newest = 0;
+        for (size_t k = 0; k < reg->repos[i]->n_files; k++)
+            if (reg->repos[i]->files[k].st.mtime_ns > newest)
+                newest = reg->repos[i]->files[k].st.mtime_ns;
+        iso_time(newest, when, sizeof(when));
+        xmlw_open(&w, "Bucket", NULL);
+        xmlw_cstr(&w, "Name", name);
+        xmlw_cstr(&w, "CreationDate", when);
+        xmlw_close(&w, "Bucket");
+        free(name);
+    }
+    xmlw_close(&w, "Buckets");
+    xmlw_close(&w, "ListAllMyBucketsResult");
+    return send_xml(conn, rq, MHD_HTTP_OK, &w, NULL, NULL);
+}
+
+/* ---- objects ------------------------------------------------------------------- */
+
+static enum MHD_Result get_object(struct MHD_Connection *conn, struct request *rq,
+                                  const struct reg_repo *r, const struct route *rt,
+                                  const struct s3_query *q, const char *resource)
+{
+    const struct reg_file *f = reg_repo_find_file(r, rt->name, rt->name_len);
+    if (!f)
+        return s3_error(conn, rq, MHD_HTTP_NOT_FOUND, "NoSuchKey", resource, NULL,
+                        "The specified key does not exist.");
+    size_t pn_len;
+    const char *pn = s3_query_get(q, "partNumber", &pn_len);
+    if (pn && !(pn_len == 1 && pn[0] == '1'))
+        return s3_error(conn, rq, MHD_HTTP_RANGE_NOT_SATISFIABLE, "InvalidPartNumber",
+                        resource, NULL, "the object has one part");
+    enum MHD_Result ret;
+    const struct reg_file *want[1] = {f};
+    if (!need_hashes(conn, rq, want, 1, &ret))
+        return ret;
+    /* A Range none of whose parts overlaps the object is S3's InvalidRange
+     * (respond_body's 416 speaks tensord's JSON). */
+    const char *range = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_RANGE);
+    if (range && cond_if_range_allows(MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                                  MHD_HTTP_HEADER_IF_RANGE),
+                                      f->sha256_etag)) {
+        struct byte_range br[16];
+        size_t nr;
+        unsigned max = rq->srv->cfg->max_ranges < 16 ? rq->srv->cfg->max_ranges : 16;
+        if (range_parse(range, f->st.size, max, br, &nr) == RANGE_UNSATISFIABLE) {
+            char cr[48];
+            snprintf(cr, sizeof(cr), "bytes */%" PRIu64, f->st.size);
+            const char *extra[] = {MHD_HTTP_HEADER_CONTENT_RANGE, cr, NULL};
+            return s3_error(conn, rq, MHD_HTTP_RANGE_NOT_SATISFIABLE, "InvalidRange", resource,
+                            extra, "The requested range is not satisfiable");
+        }
+    }
+    int fd = reg_open_below(r->root, f, O_RDONLY);
+    if (fd < 0) {
+        if (fd == -ESTALE)
+            http_request_rescan(rq->srv);
+        return s3_error(conn, rq, fd == -ESTALE || fd == -EMFILE || fd == -ENFILE
+                                      ? MHD_HTTP_SERVICE_UNAVAILABLE
+                                      : MHD_HTTP_INTERNAL_SERVER_ERROR,
+                        fd == -ESTALE ? "SlowDown" : "InternalError", resource, NULL,
+                        "%s could not be opened: %s", f->name,
+                        fd == -ESTALE ? "it changed on disk; retry" : strerror(-fd));
+    }
+    struct representation rep = {
+        .body = {.fd = fd, .data_off = 0, .data_len = f->st.size},
+        .content_type = respond_content_type(f->name),
+        .mtime = f->st.mtime_ns / 1000000000,
+        .file_st = &f->st,
+    };
+    snprintf(rep.etag, sizeof(rep.etag), "%s", f->sha256_etag);
+    ret = respond_body(conn, rq, &rep);
+    close(fd); /* the answer holds its own duplicate */
+    return ret;
+}
+
+/* ---- the route ----------------------------------------------------------------- */
+
+static const char *const auth_codes[] = {
+    [S3A_DENIED] = "AccessDenied",           [S3A_MALFORMED] = "AuthorizationHeaderMalformed",
+    [S3A_UNKNOWN_KEY] = "InvalidAccessKeyId", [S3A_BAD_SIGNATURE] = "SignatureDoesNotMatch",
+    [S3A_SKEWED] = "RequestTimeTooSkewed",
+};
+
+enum MHD_Result handle_s3(struct MHD_Connection *conn, struct request *rq,
+                          const struct reg_snapshot *reg, const struct route *rt,
+                          const char *method)
+{
+    enum MHD_Result ret;
+    int is_get = strcmp(method, MHD_HTTP_METHOD_GET) == 0;
+    if (!is_get && !rq->is_head) {
+        const char *extra[] = {MHD_HTTP_HEADER_ALLOW, "GET, HEAD", NULL};
+        return s3_error(conn, rq, MHD_HTTP_METHOD_NOT_ALLOWED, "MethodNotAllowed", NULL, extra,
+                        "this S3 API is read-only: %.20s is not allowed", method);
+    }
+    /* The raw target (absolute-form stripped): its path is what a SigV4
+     * signature covers, its query what the listing reads. */
+    const char *target = route_origin_form(rq->uri ? rq->uri : "/");
+    const char *qmark = strchr(target, '?');
+    size_t path_len = qmark ? (size_t)(qmark - target) : strlen(target);
+    struct s3_query q;
+    struct st_error err;
+    if (s3_query_parse(qmark ? qmark + 1 : "", qmark ? strlen(qmark + 1) : 0, &q, &err) < 0) {
+        ret = s3_error(conn, rq, MHD_HTTP_BAD_REQUEST, "InvalidArgument", NULL, NULL, "%s",
+                       err.message);
+        goto out;
+    }
+    char msg[256];
+    enum s3_auth_result a = s3_auth_check(rq->srv, conn, method, target, path_len, &q, msg,
+                                          sizeof(msg));
+    if (a != S3A_OK) {
+        ret = s3_error(conn, rq, a == S3A_MALFORMED ? MHD_HTTP_BAD_REQUEST : MHD_HTTP_FORBIDDEN,
+                       auth_codes[a], NULL, NULL, "%s", msg);
+        goto out;
+    }
+    if (!rt->model) {
+        ret = list_buckets(conn, rq, reg);
+        goto out;
+    }
+    char *resource = xasprintf("/%s%s%s", rt->model, rt->name ? "/" : "",
+                               rt->name ? rt->name : "");
+    const struct reg_repo *r = repo_of(reg, rt->model, rt->model_len);
+    if (!r)
+        ret = s3_error(conn, rq, MHD_HTTP_NOT_FOUND, "NoSuchBucket", resource, NULL,
+                       "The specified bucket does not exist");
+    else if (rt->name)
+        ret = get_object(conn, rq, r, rt, &q, resource);
+    else if (rq->is_head)
+        ret = respond_doc(conn, rq, MHD_HTTP_OK, S3_XML, xstrdup(""), 0,
+                          (const char *[]){"x-amz-bucket-region", S3_REGION, NULL}, NULL);
+    else if (s3_query_get(&q, "location", NULL)) {
+        struct xmlw w;
+        xmlw_init(&w);
+        xmlw_open(&w, "LocationConstraint", S3_NS);
+        xmlw_close(&w, "LocationConstraint");
+        ret = send_xml(conn, rq, MHD_HTTP_OK, &w, NULL, NULL);
+    } else {
+        ret = list_objects(conn, rq, r, rt->model, &q);
+    }
+    free(resource);
+out:
+    s3_query_free(&q);
+    return ret;
+}
