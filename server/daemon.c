@@ -397,8 +397,12 @@ int daemon_run(const struct config *cfg)
     notify_systemd("READY=1\nSTATUS=serving %zu models on %s", reg->n_models, cfg->listen);
 
     serve_loop(&l, sfd);
+    /* Within the drain time whatever a save or a file system does: the
+     * hasher's stop is bounded (hasher.h) and the HTTP drain gets the rest. */
+    uint64_t t_stop = time_mono_ns();
     hasher_stop(srv.hasher); /* first: it resumes anyone waiting for a hash */
-    http_stop(&srv, DRAIN_MS);
+    uint64_t spent_ms = (time_mono_ns() - t_stop) / 1000000;
+    http_stop(&srv, spent_ms < DRAIN_MS ? DRAIN_MS - (unsigned)spent_ms : 0);
     rc = 0;
 out_registry:
     lease_server_stop(leases); /* first: it ends leases the manager owns */
