@@ -48,6 +48,7 @@ enum metrics_ctr {
     MC_SCAN_ERRORS,           /* I/O or resource errors met by rescans (the models they hit
                                * kept their previous state; the rescan is retried) */
     MC_TRANSFERS_CUT,         /* answers cut short because the file they sent was written */
+    MC_DOCS_RENDERED,         /* model documents rendered (server/doc_cache) */
     MC_COUNT
 };
 

@@ -42,6 +42,9 @@ static const struct {
      "I/O or resource errors met by rescans; the models they hit kept their previous state."},
     {MC_TRANSFERS_CUT, "tensord_http_transfers_cut_total",
      "Answers cut short because the file they were sending was written."},
+    {MC_DOCS_RENDERED, "tensord_documents_rendered_total",
+     "Model documents rendered: a description's tensors once per model, each state of its "
+     "hashes, each merged header."},
 };
 
 static void prom_head(struct strbuf *b, const char *name, const char *type, const char *help)
@@ -214,7 +217,7 @@ static const char *const json_ctr_names[MC_COUNT] = {
     "range_not_satisfiable", "sendfile_bytes",      "copied_bytes",       "reloads",
     "reload_errors",         "connections_total",   "connections_rejected",
     "gpu_preload_bytes",     "leases_total",        "ipc_refused",        "scan_errors",
-    "transfers_cut"};
+    "transfers_cut",         "documents_rendered"};
 
 /* "endpoints": per kind, its requests by outcome, bytes and durations. */
 static void json_kinds(struct strbuf *b, const struct metrics_snapshot *sn)

@@ -26,6 +26,7 @@
 
 #include "auth.h"
 #include "conns.h"
+#include "doc_cache.h"
 #include "gpu/gpu_manager.h"
 #include "gpu_doc.h"
 #include "lease_server.h"
@@ -384,6 +385,7 @@ int daemon_run(const struct config *cfg)
     struct gm_options gopt;
     gpu_doc_options(&gopt, cfg);
     srv.gpu = gpu_manager_new(&gopt, &srv.registry);
+    srv.docs = doc_cache_start();
     if (http_start(&srv, err, sizeof(err)) < 0) {
         log_msg(LOG_ERROR, "%s", err);
         goto out_registry;
@@ -401,6 +403,7 @@ int daemon_run(const struct config *cfg)
      * hasher's stop is bounded (hasher.h) and the HTTP drain gets the rest. */
     uint64_t t_stop = time_mono_ns();
     hasher_stop(srv.hasher); /* first: it resumes anyone waiting for a hash */
+    doc_cache_stop(srv.docs); /* ... or for a document */
     uint64_t spent_ms = (time_mono_ns() - t_stop) / 1000000;
     http_stop(&srv, spent_ms < DRAIN_MS ? DRAIN_MS - (unsigned)spent_ms : 0);
     rc = 0;
@@ -408,6 +411,7 @@ out_registry:
     lease_server_stop(leases); /* first: it ends leases the manager owns */
     if (srv.gpu)
         gpu_manager_free(srv.gpu);
+    doc_cache_free(srv.docs);
     registry_destroy(&srv.registry);
 out:
     hasher_free(srv.hasher);
