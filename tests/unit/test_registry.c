@@ -385,8 +385,9 @@ static void *race_reader(void *arg)
         if (d && d->len != 5)
             atomic_fetch_add(&rc->bad, 1);
         shared_doc_unref(d);
-        reg_model_set_doc(pin, REG_DOC_HEADER, shared_doc_new(xstrdup("{\"x\"}"), 5, 0));
-        shared_doc_unref(reg_model_doc(pin, REG_DOC_HEADER)); /* not leaked: set took its own */
+        d = shared_doc_new(xstrdup("{\"x\"}"), 5, 0);
+        reg_model_set_doc(pin, REG_DOC_HEADER, d); /* takes its own reference */
+        shared_doc_unref(d);
         reg_model_unref(pin);
         atomic_fetch_add(&rc->reads, 1);
     }
