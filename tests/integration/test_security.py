@@ -237,7 +237,8 @@ def test_tokenless_uploads_hold_no_memory(authd):
             status, rh, rest = faultlib.read_head(s)
             assert status in (401, None), status
         grown = authd.rss_kib() - rss0
-        assert grown < 20 * 1024, f"resident memory grew by {grown} KiB"
+        if not faultlib.SANITIZED:  # ASan's quarantine keeps what is freed
+            assert grown < 20 * 1024, f"resident memory grew by {grown} KiB"
     finally:
         for s in socks:
             s.close()
