@@ -128,7 +128,7 @@ static enum fetch_plan_status plan_item(const struct fetch_plan *p, size_t k, st
     if (it->t->file->fd < 0)
         return fail(ck, FETCH_PLAN_IO, "tensor \"%s\": file \"%s\" could not be opened", NM,
                     it->t->file->name);
-    if (ck && strmap_put(ck->names, it->name, it->name_len, (void *)it->t) != 0)
+    if (ck && ck->names && strmap_put(ck->names, it->name, it->name_len, (void *)it->t) != 0)
         return fail(ck, FETCH_PLAN_DUPLICATE,
                     "tensor \"%s\" is asked for twice; an answer holds each name once", NM);
     const struct st_tensor *st = it->t->t;
@@ -263,7 +263,6 @@ static enum fetch_plan_status plan_all(struct fetch_plan *p, const struct fetch_
     struct fetch_cursor *c = p->cur;
     size_t n = n_items(p);
     uint64_t at = ST_PREFIX_LEN + p->meta_len, doff = 0;
-    p->marks = xmalloc((n / FETCH_MARK_EVERY + 1) * sizeof(*p->marks));
     for (size_t k = 0; k < n; k++) {
         if (k % FETCH_MARK_EVERY == 0)
             p->marks[p->n_marks++] = (struct fetch_mark){.item = k, .at = at, .doff = doff};
@@ -307,11 +306,18 @@ enum fetch_plan_status fetch_plan_build(const struct reg_model *m, struct fetch_
     p->m = m;
     p->req = *req;
     memset(req, 0, sizeof(*req));
+    /* What the plan keeps is allocated before what planning uses for a
+     * while (the name set), so freeing that leaves one hole the next plan
+     * reuses, rather than holes around a kept piece that the heap cannot. */
     p->cur = xcalloc(1, sizeof(*p->cur));
     p->used = xcalloc(m->n_files / 8 + 1, 1);
+    p->marks = xmalloc((n_items(p) / FETCH_MARK_EVERY + 1) * sizeof(*p->marks));
+    p->cur->text.buf = xmalloc(p->cur->text.cap = 4096);
     err[0] = '\0';
-    struct checker ck = {.names = strmap_new(n_items(p)), .glob_budget = FETCH_GLOB_BUDGET,
-                         .err = err, .errlen = errlen};
+    /* A model's tensor names are unique (the registry checked): only a list
+     * can name one twice. */
+    struct checker ck = {.names = p->req.all ? NULL : strmap_new(p->req.n_items),
+                         .glob_budget = FETCH_GLOB_BUDGET, .err = err, .errlen = errlen};
     uint64_t h[2] = {HASH_FNV_SEED, 0x84222325cbf29ce4ULL};
 
     /* The model's files (their ETags cover the metadata too) and its name. */

@@ -145,7 +145,9 @@ static struct MHD_Response *source_memory_response(struct representation *rep, u
     const struct body *b = &rep->body;
     const void *p[3];
     size_t n[3];
-    unsigned k = b->src->mem && rep->src_buf && len ? b->src->mem(b->src_ctx, off, len, p, n) : 0;
+    unsigned k = b->src->mem && rep->src_buf && len && len <= STREAM_DOC_BLOCK
+                     ? b->src->mem(b->src_ctx, off, len, p, n)
+                     : 0;
     if (!k)
         return NULL;
     struct MHD_IoVec iov[3];
@@ -234,12 +236,15 @@ struct MHD_Response *stream_span(struct request *rq, struct representation *rep,
         http_sending(rq, rep->body.n_pieces ? body_piece_stat(&rep->body, off) : rep->file_st);
         return MHD_create_response_from_fd_at_offset64(len, fd, file_off);
     }
+    /* A document in memory goes in smaller blocks: each is a copy, and
+     * other connections get their turn sooner (STREAM_DOC_BLOCK). */
+    size_t block = rep->body.src && rep->body.src->mem ? STREAM_DOC_BLOCK : STREAM_BLOCK;
     struct stream *s = stream_new(rep);
     http_sending(rq, rep->file_st); /* a write that keeps size and mtime is cut too */
     s->n_pieces = 1;
     s->pieces = xcalloc(1, sizeof(struct piece));
     s->pieces[0] = (struct piece){.body_off = off, .len = len, .out_off = 0};
-    return MHD_create_response_from_callback(len, STREAM_BLOCK, stream_read, s, stream_free);
+    return MHD_create_response_from_callback(len, block, stream_read, s, stream_free);
 }
 
 static atomic_uint_fast64_t boundary_counter;
