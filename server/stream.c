@@ -233,7 +233,8 @@ struct MHD_Response *stream_span(struct request *rq, struct representation *rep,
         metrics_add(MC_SENDFILE_BYTES, len);
         /* sendfile sends what the file holds as it goes: a write to the file
          * must cut this connection (the watcher does, through conns). */
-        http_sending(rq, rep->body.n_pieces ? body_piece_stat(&rep->body, off) : rep->file_st);
+        http_sending(rq, rep->body.n_pieces || rep->body.src ? body_piece_stat(&rep->body, off)
+                                                            : rep->file_st);
         return MHD_create_response_from_fd_at_offset64(len, fd, file_off);
     }
     /* A document in memory goes in smaller blocks: each is a copy, and
