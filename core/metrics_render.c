@@ -49,6 +49,9 @@ static const struct {
     {MC_RESPONSES_ABORTED, "tensord_http_responses_aborted_total",
      "Answers whose body did not go out whole (the client left, a timeout, a write error, "
      "the file was written); their bytes count only what the client acknowledged."},
+    {MC_DOCS_RENDERED, "tensord_documents_rendered_total",
+     "Model documents rendered: a description's tensors once per model, each state of its "
+     "hashes, each merged header."},
 };
 
 static void prom_head(struct strbuf *b, const char *name, const char *type, const char *help)
@@ -225,7 +228,7 @@ static const char *const json_ctr_names[MC_COUNT] = {
     "reload_errors",         "connections_total",   "connections_rejected",
     "gpu_preload_bytes",     "leases_total",        "ipc_refused",        "scan_errors",
     "transfers_cut",         "gpu_preload_page_cache_bytes", "gpu_preload_disk_bytes",
-    "responses_aborted"};
+    "responses_aborted",     "documents_rendered"};
 
 /* "endpoints": per kind, its requests by outcome, bytes and durations. */
 static void json_kinds(struct strbuf *b, const struct metrics_snapshot *sn)
