@@ -30,7 +30,7 @@ BUILD      ?= build/san-$(subst $(comma),-,$(SANITIZER))
 endif
 comma := ,
 
-PKGS       := libmicrohttpd liburing jansson libcrypto yaml-0.1
+PKGS       := libmicrohttpd liburing jansson libcrypto yaml-0.1 libcurl
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 
@@ -39,9 +39,12 @@ PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 # io_uring_prep_cancel64 and the *_data64 helpers; libmicrohttpd 0.9.75 is
 # the oldest built against (MHD_HTTP_CONTENT_TOO_LARGE); jansson 2.7 added
 # json_stringn_nocheck; OpenSSL 1.1.0 EVP_MD_CTX_new; libyaml 0.2.5 is the
-# one the model card reader was built and fuzzed with.
+# one the model card reader was built and fuzzed with; libcurl 7.68.0 (the
+# mirror's upstream client) keeps a custom Authorization header from a
+# redirect to another host (7.58) and has CURLINFO_RETRY_AFTER (7.66).
 PKG_MIN    := libmicrohttpd:0.9.75:libmicrohttpd-dev liburing:2.2:liburing-dev \
-              jansson:2.7:libjansson-dev libcrypto:1.1.0:libssl-dev yaml-0.1:0.2.5:libyaml-dev
+              jansson:2.7:libjansson-dev libcrypto:1.1.0:libssl-dev yaml-0.1:0.2.5:libyaml-dev \
+              libcurl:7.68.0:libcurl4-openssl-dev
 define check_libs
 command -v pkg-config >/dev/null || { echo "tensord: pkg-config is missing (Debian: apt-get install pkg-config build-essential, or make deps-run)" >&2; exit 1; }; \
 bad=; for m in $(PKG_MIN); do lib=$${m%%:*}; rest=$${m#*:}; min=$${rest%%:*}; deb=$${rest#*:}; \
@@ -295,7 +298,7 @@ fuzz: $(FUZZ_BIN)
 # are installed with services kept from starting (policy-rc.d), since nginx
 # and prometheus would otherwise listen on :80 and :9090.
 DEB_BUILD := build-essential pkg-config libmicrohttpd-dev liburing-dev libjansson-dev libssl-dev \
-             libdlpack-dev python3 libyaml-dev
+             libdlpack-dev python3 libyaml-dev libcurl4-openssl-dev
 DEB_RUN   := python3-numpy python3-urllib3 curl xxd
 DEB_TEST  := clang libclang-rt-14-dev python3-pytest python3-venv python3-torch \
              git man-db groff-base systemd prometheus nginx-light chromium

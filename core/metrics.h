@@ -53,6 +53,12 @@ enum metrics_ctr {
     MC_GPU_PRELOAD_DISK_BYTES,       /* preload bytes read from the disk */
     MC_RESPONSES_ABORTED,     /* answers whose body did not go out whole (client left, timeout,
                                * write error, file written): their bytes count what was sent */
+    MC_MIRROR_UPSTREAM_BYTES, /* bytes the mirror fetched from its upstream */
+    MC_MIRROR_BLOCKS,         /* blocks it fetched whole */
+    MC_MIRROR_VERIFY_FAILURES,/* files whose bytes did not hash to the digest they were asked by */
+    MC_MIRROR_EVICTIONS,      /* files evicted from its cache */
+    MC_GPU_PRELOAD_UPSTREAM_BYTES, /* preload bytes a mirror brought from its upstream during the
+                                    * preload (counted in neither page cache nor disk) */
     MC_COUNT
 };
 

@@ -49,6 +49,16 @@ static const struct {
     {MC_RESPONSES_ABORTED, "tensord_http_responses_aborted_total",
      "Answers whose body did not go out whole (the client left, a timeout, a write error, "
      "the file was written); their bytes count only what the client acknowledged."},
+    {MC_MIRROR_UPSTREAM_BYTES, "tensord_mirror_upstream_bytes_total",
+     "Bytes the mirror fetched from its upstream."},
+    {MC_MIRROR_BLOCKS, "tensord_mirror_blocks_fetched_total",
+     "Blocks the mirror fetched whole from its upstream."},
+    {MC_MIRROR_VERIFY_FAILURES, "tensord_mirror_verify_failures_total",
+     "Mirrored files whose bytes did not hash to the digest the upstream named (discarded)."},
+    {MC_MIRROR_EVICTIONS, "tensord_mirror_evictions_total",
+     "Files evicted from the mirror's cache."},
+    {MC_GPU_PRELOAD_UPSTREAM_BYTES, "tensord_gpu_preload_upstream_bytes_total",
+     "Preload bytes that a mirror fetched from its upstream while the preload waited for them."},
 };
 
 static void prom_head(struct strbuf *b, const char *name, const char *type, const char *help)
@@ -225,7 +235,8 @@ static const char *const json_ctr_names[MC_COUNT] = {
     "reload_errors",         "connections_total",   "connections_rejected",
     "gpu_preload_bytes",     "leases_total",        "ipc_refused",        "scan_errors",
     "transfers_cut",         "gpu_preload_page_cache_bytes", "gpu_preload_disk_bytes",
-    "responses_aborted"};
+    "responses_aborted",     "mirror_upstream_bytes", "mirror_blocks_fetched",
+    "mirror_verify_failures", "mirror_evictions",   "gpu_preload_upstream_bytes"};
 
 /* "endpoints": per kind, its requests by outcome, bytes and durations. */
 static void json_kinds(struct strbuf *b, const struct metrics_snapshot *sn)

@@ -36,6 +36,8 @@
 #include "log.h"
 #include "http_metrics.h"
 #include "metrics.h"
+#include "mirror.h"
+#include "mirror_start.h"
 #include "util.h"
 #include "watch.h"
 
@@ -367,6 +369,15 @@ int daemon_run(const struct config *cfg)
         free(srv.admin_token);
         return 1;
     }
+    srv.mirror = mirror_start(cfg, &rc, err, sizeof(err));
+    if (rc < 0) {
+        log_msg(LOG_ERROR, "%s", err);
+        free(srv.read_token);
+        free(srv.admin_token);
+        s3_auth_free(&srv);
+        return 1;
+    }
+    rc = 1;
     sfd = take_signals();
     srv.rescan_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 
@@ -421,9 +432,10 @@ int daemon_run(const struct config *cfg)
 out_registry:
     lease_server_stop(leases); /* first: it ends leases the manager owns */
     if (srv.gpu)
-        gpu_manager_free(srv.gpu);
+        gpu_manager_free(srv.gpu); /* before the mirror: its instances hold mirrored files */
     registry_destroy(&srv.registry);
 out:
+    mirror_free(srv.mirror);
     hasher_free(srv.hasher);
     blob_index_free(srv.blobs);
     watch_free(l.watch);

@@ -19,6 +19,9 @@ struct gpu_manager;
 struct conns;
 struct hasher;
 struct blob_index;
+struct mirror;
+struct mirror_job;
+struct mirror_file;
 
 struct server {
     const struct config *cfg;
@@ -26,6 +29,7 @@ struct server {
     struct gpu_manager *gpu;        /* NULL when GPU sharing is not set up */
     struct hasher *hasher;          /* content hashes of the served files */
     struct blob_index *blobs;       /* which file has a digest (GET /v1/blobs/...) */
+    struct mirror *mirror;          /* the pull-through mirror (upstream = URL), or NULL */
     struct MHD_Daemon *daemon;
     unsigned daemon_flags;          /* the MHD_USE_* flags it was started with */
     struct conns *conns;            /* the open connections: header deadlines, files being sent */
@@ -44,11 +48,12 @@ enum request_reject { REJECT_NONE, REJECT_TOO_MANY_PARAMS, REJECT_TARGET_TOO_LON
 
 struct conn;
 
-/* A Hugging Face answer that waits for content hashes (server/h_hub.c):
- * its connection is suspended until the hasher calls back. */
+/* A Hugging Face answer that waits for content hashes (server/h_hub.c), or
+ * a mirror's answer waiting for its upstream (server/h_mirror.c): its
+ * connection is suspended until the hasher or the mirror's job calls back. */
 enum request_wait {
     WAIT_NONE,
-    WAIT_SUSPENDED,             /* suspended; the hasher's callback resumes it */
+    WAIT_SUSPENDED,             /* suspended; the callback resumes it */
     WAIT_RESUMED,               /* resumed: the next handler call dispatches again */
     WAIT_DONE,                  /* dispatched again: answer with what there is, never wait twice */
 };
@@ -98,6 +103,8 @@ struct request {
     struct MHD_Connection *mhd; /* the connection, for resuming it from another thread */
     atomic_int wait;            /* enum request_wait */
     atomic_int wait_result;     /* enum hasher_result, once resumed */
+    struct mirror_job *mjob;    /* the mirror's job it waited for (released when it ends) */
+    struct mirror_file *mirror_pin; /* a complete mirrored file it sends (released likewise) */
 };
 
 /* The largest request line and headers accepted: max_request_header_bytes

@@ -68,7 +68,7 @@ static void run_case(const struct load_case *lc)
         total += lc->sizes[i];
     }
     struct gpu_plan plan;
-    CHECK(gpu_plan_build(&plan, ps, lc->n_shards, lc->chunk, lc->force, &err) == 0);
+    CHECK(gpu_plan_build(&plan, ps, lc->n_shards, lc->chunk, lc->force, NULL, &err) == 0);
     for (unsigned i = 0; lc->drop && i < lc->n_shards; i++)
         drop_cached(ls[i].fd, 0, lc->heads[i] + lc->sizes[i]);
     _Atomic uint64_t progress = 0;
@@ -183,7 +183,7 @@ TEST(handed_over_bytes_are_counted)
                                 .size = n, .a = &a};
     struct gpu_plan_shard ps = {fd, 4096, n};
     struct gpu_plan plan;
-    CHECK(gpu_plan_build(&plan, &ps, 1, 1 << 20, GPU_SRC_PAGE_CACHE, &err) == 0);
+    CHECK(gpu_plan_build(&plan, &ps, 1, 1 << 20, GPU_SRC_PAGE_CACHE, NULL, &err) == 0);
     struct gpu_load l = {.be = b, .threads = 2, .depth = 2, .chunk = 1 << 20,
                          .wait_cqe = io_uring_wait_cqe};
     l.stage = b->ops->stage_open(b, 0, gpu_load_stage_buffers(b, 2, 2), gpu_load_stage_bytes(1 << 20),
@@ -223,7 +223,7 @@ TEST(truncated_file_and_cancel)
                                         .data_start = 100, .size = 80000, .a = &a};
             struct gpu_plan_shard ps = {fd, 100, 80000};
             struct gpu_plan plan;
-            CHECK(gpu_plan_build(&plan, &ps, 1, 8192, force, &err) == 0);
+            CHECK(gpu_plan_build(&plan, &ps, 1, 8192, force, NULL, &err) == 0);
             struct gpu_load l = {.be = b, .threads = 3, .depth = 2, .chunk = 8192,
                                  .cancel = &cancel, .wait_cqe = io_uring_wait_cqe};
             l.stage = b->ops->stage_open(b, 0, gpu_load_stage_buffers(b, 3, 2),
@@ -277,7 +277,7 @@ TEST(ring_error_leaves_no_read_in_flight)
                                 .a = &a};
     struct gpu_plan_shard ps = {p[0], 0, 3 * 4096};
     struct gpu_plan plan;
-    CHECK(gpu_plan_build(&plan, &ps, 1, 4096, GPU_SRC_DISK, &err) == 0);
+    CHECK(gpu_plan_build(&plan, &ps, 1, 4096, GPU_SRC_DISK, NULL, &err) == 0);
     struct gpu_load l = {.be = b, .threads = 1, .depth = 3, .chunk = 4096,
                          .wait_cqe = failing_wait};
     l.stage = b->ops->stage_open(b, 0, 3, gpu_load_stage_bytes(4096), &err);

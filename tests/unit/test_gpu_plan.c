@@ -70,7 +70,7 @@ TEST(resident_file_is_all_page_cache)
     struct gpu_plan p;
     struct st_error err;
     CHECK(gpu_plan_mincore_trusted(fd)); /* the test owns the file */
-    CHECK(gpu_plan_build(&p, &s, 1, 1 << 20, -1, &err) == 0);
+    CHECK(gpu_plan_build(&p, &s, 1, 1 << 20, -1, NULL, &err) == 0);
     check_cover(&p, &s, 1, 1 << 20);
     if (cached_pages(fd, 0, 777 + n) == (777 + n + 4095) / 4096) {
         CHECK_EQ_U64(p.bytes[GPU_SRC_PAGE_CACHE], n);
@@ -95,7 +95,7 @@ TEST(dropped_segments_go_to_the_disk)
     struct gpu_plan_shard s = {fd, head, n};
     struct gpu_plan p;
     struct st_error err;
-    CHECK(gpu_plan_build(&p, &s, 1, 3 << 20, -1, &err) == 0);
+    CHECK(gpu_plan_build(&p, &s, 1, 3 << 20, -1, NULL, &err) == 0);
     check_cover(&p, &s, 1, 3 << 20);
     if (!dropped || cached_pages(fd, head, SEG) != SEG / 4096) {
         fprintf(stderr, "  (the page cache did not do as asked: residency not checked)\n");
@@ -130,7 +130,7 @@ TEST(shards_forced_and_empty)
         for (uint64_t chunk = 4096; chunk <= (8u << 20); chunk *= 16) {
             struct gpu_plan p;
             struct st_error err;
-            CHECK(gpu_plan_build(&p, s, 5, chunk, force, &err) == 0);
+            CHECK(gpu_plan_build(&p, s, 5, chunk, force, NULL, &err) == 0);
             check_cover(&p, s, 5, chunk);
             if (force >= 0)
                 CHECK_EQ_U64(p.n_src[force], p.n_chunks);
@@ -139,7 +139,7 @@ TEST(shards_forced_and_empty)
     }
     struct gpu_plan p;
     struct st_error err;
-    CHECK(gpu_plan_build(&p, s, 0, 4096, -1, &err) == 0 && p.n_chunks == 0 && !p.chunks);
+    CHECK(gpu_plan_build(&p, s, 0, 4096, -1, NULL, &err) == 0 && p.n_chunks == 0 && !p.chunks);
     gpu_plan_free(&p);
     for (int i = 0; i < 5; i++) {
         close(s[i].fd);
@@ -170,7 +170,7 @@ TEST(untrusted_mincore_is_a_guess)
         struct st_error err;
         if (gpu_plan_mincore_trusted(fd))
             _exit(4);
-        if (gpu_plan_build(&p, &s, 1, 1 << 20, -1, &err) != 0)
+        if (gpu_plan_build(&p, &s, 1, 1 << 20, -1, NULL, &err) != 0)
             _exit(5);
         int ok = p.n_guessed == 1 && p.bytes[GPU_SRC_PAGE_CACHE] == n;
         gpu_plan_free(&p);
