@@ -686,7 +686,8 @@ static int load_cache(struct mirror *m, struct st_error *err)
         v[n++] = (struct found){f, (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec};
     }
     closedir(d);
-    qsort(v, n, sizeof(*v), by_mtime);
+    if (n)
+        qsort(v, n, sizeof(*v), by_mtime);
     for (size_t i = 0; i < n; i++) {
         do_insert(m, v[i].f);
         m->used += v[i].f->held;
@@ -763,6 +764,7 @@ struct mirror *mirror_new(const struct mirror_options *o, struct st_error *err)
     pthread_mutex_init(&m->lock, NULL);
     pthread_cond_init(&m->work, NULL);
     pthread_cond_init(&m->changed, NULL);
+    pthread_mutex_init(&m->pace_lock, NULL);
     int rc = make_dirs(o->cache_dir);
     if (rc < 0) {
         st_error_errno(err, -rc, "mirror cache directory %s", o->cache_dir);
@@ -778,8 +780,7 @@ struct mirror *mirror_new(const struct mirror_options *o, struct st_error *err)
         st_error_errno(err, errno, "mirror cache directory %s", o->cache_dir);
         goto fail;
     }
-    m->up = upstream_new(o->upstream,
-                         o->max_bps ? (o->max_bps + o->fetch_threads - 1) / o->fetch_threads : 0);
+    m->up = upstream_new(o->upstream, 0); /* the fetchers pace themselves, all together */
     if (!m->up) {
         st_error_fail(err, ST_ERR_NO_MEMORY, "no memory for the upstream client");
         goto fail;
@@ -830,6 +831,7 @@ void mirror_free(struct mirror *m)
     free(m->s_own_auth);
     pthread_cond_destroy(&m->work);
     pthread_cond_destroy(&m->changed);
+    pthread_mutex_destroy(&m->pace_lock);
     pthread_mutex_destroy(&m->lock);
     free(m);
 }

@@ -185,10 +185,33 @@ struct sink {
     uint64_t off;              /* the block's first byte */
 };
 
+/* upstream_max_bytes_per_second, for all fetchers together: each piece
+ * that arrives takes its time on one schedule, and its fetcher waits for
+ * that time before it reads more (TCP then slows the sender). No credit
+ * is saved up while nothing arrives. */
+static void pace(struct mirror *m, size_t len)
+{
+    if (!m->opt.max_bps)
+        return;
+    pthread_mutex_lock(&m->pace_lock);
+    uint64_t now = time_mono_ns();
+    if (m->pace_next < now)
+        m->pace_next = now;
+    m->pace_next += (uint64_t)((double)len * 1e9 / (double)m->opt.max_bps);
+    uint64_t until = m->pace_next;
+    pthread_mutex_unlock(&m->pace_lock);
+    while (!stopping(m) && (now = time_mono_ns()) < until) {
+        uint64_t ns = until - now < 50000000u ? until - now : 50000000u;
+        struct timespec ts = {(time_t)(ns / 1000000000u), (long)(ns % 1000000000u)};
+        nanosleep(&ts, NULL);
+    }
+}
+
 static int sink_write(void *arg, const void *data, size_t len)
 {
     struct sink *s = arg;
     struct mirror *m = s->m;
+    pace(m, len);
     if (stopping(m))
         return -ECANCELED;
     int rc = fileio_pwrite_full(s->fd, data, len, s->off + s->fe->done);

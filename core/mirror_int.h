@@ -71,6 +71,9 @@ struct mirror {
     unsigned n_fetchers;
     struct mirror_fetcher *fetchers;
     struct mirror_jobs *jobs;      /* mirror_job.c */
+    pthread_mutex_t pace_lock;     /* guards pace_next (a leaf: nothing else is taken with it) */
+    uint64_t pace_next;            /* when the next byte from the upstream may come, for
+                                    * upstream_max_bytes_per_second (monotonic ns) */
 };
 
 static inline int bit_get(const uint8_t *bm, uint64_t b)

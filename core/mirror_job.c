@@ -246,14 +246,18 @@ int mirror_meta_from_answer(const struct upstream_answer *a, struct mirror_meta 
     if (!found)
         return 0;
     meta->status = 200;
-    if (!is_hex(a->commit, 40))
-        return st_error_fail(err, ST_ERR_IO, "the upstream named no commit (X-Repo-Commit)");
+    if (!is_hex(a->commit, 40)) {
+        st_error_fail(err, ST_ERR_IO, "the upstream named no commit (X-Repo-Commit)");
+        return -EPROTO;
+    }
     memcpy(meta->commit, a->commit, 41);
     meta->lfs = a->linked_etag[0] != '\0';
     const char *tag = meta->lfs ? a->linked_etag : a->etag;
-    if (meta->lfs ? !a->has_linked_size : !a->has_length)
-        return st_error_fail(err, ST_ERR_IO, "the upstream gave no size (%s)",
-                             meta->lfs ? "X-Linked-Size" : "Content-Length");
+    if (meta->lfs ? !a->has_linked_size : !a->has_length) {
+        st_error_fail(err, ST_ERR_IO, "the upstream gave no size (%s)",
+                      meta->lfs ? "X-Linked-Size" : "Content-Length");
+        return -EPROTO;
+    }
     meta->id.size = meta->lfs ? a->linked_size : a->length;
     if (is_hex(tag, 64)) {
         meta->id.kind = MIRROR_SHA256;
@@ -262,9 +266,10 @@ int mirror_meta_from_answer(const struct upstream_answer *a, struct mirror_meta 
         meta->id.kind = MIRROR_GIT_SHA1;
         digest_unhex(tag, 20, meta->id.digest);
     } else {
-        return st_error_fail(err, ST_ERR_IO, "the upstream's %s \"%.80s\" is neither a SHA-256 "
-                             "nor a git blob id: the mirror could not check the bytes",
-                             meta->lfs ? "X-Linked-Etag" : "ETag", tag);
+        st_error_fail(err, ST_ERR_IO, "the upstream's %s \"%.80s\" is neither a SHA-256 nor a "
+                      "git blob id: the mirror could not check the bytes",
+                      meta->lfs ? "X-Linked-Etag" : "ETag", tag);
+        return -EPROTO;
     }
     return 0;
 }

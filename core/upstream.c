@@ -494,7 +494,7 @@ struct range_xfer {
     uint64_t got;
     int checked;               /* the answer's headers were found to be the range asked for */
     int rc;                    /* why the transfer was stopped */
-    char why[256];
+    char why[320];
 };
 
 /* Whether the answer is the range asked for, of the version asked for;
@@ -509,6 +509,10 @@ static int range_answer_ok(struct range_xfer *x)
         x->rc = -ENOENT;
         snprintf(x->why, sizeof(x->why), "the upstream no longer has it (%ld%s%s)", a->status,
                  a->error_code[0] ? " " : "", a->error_code);
+    } else if (a->status == 429 || a->status >= 500) {
+        x->rc = -EAGAIN; /* busy or failing: asked again, after its Retry-After */
+        snprintf(x->why, sizeof(x->why), "the upstream answered %ld%s%.160s", a->status,
+                 a->error_message[0] ? ": " : "", a->error_message);
     } else if (a->status != 206 || !a->has_range) {
         x->rc = -EPROTO;
         snprintf(x->why, sizeof(x->why), "the upstream answered %ld, not 206 with a "

@@ -369,17 +369,16 @@ int daemon_run(const struct config *cfg)
         free(srv.admin_token);
         return 1;
     }
+    sfd = take_signals();
+    srv.rescan_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    /* After take_signals: its threads must block the signals too. */
     srv.mirror = mirror_start(cfg, &rc, err, sizeof(err));
     if (rc < 0) {
         log_msg(LOG_ERROR, "%s", err);
-        free(srv.read_token);
-        free(srv.admin_token);
-        s3_auth_free(&srv);
-        return 1;
+        rc = 1;
+        goto out;
     }
     rc = 1;
-    sfd = take_signals();
-    srv.rescan_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 
     char *state_dir = config_state_dir_path(cfg);
     struct hasher_opts ho = {.threads = cfg->hash_threads,

@@ -203,7 +203,9 @@ int gpu_plan_build(struct gpu_plan *p, const struct gpu_plan_shard *shards, size
         rc = interleave(&lists[GPU_SRC_PAGE_CACHE], n);
     if (rc == 0)
         rc = interleave(&lists[GPU_SRC_UPSTREAM], n);
-    size_t total = lists[GPU_SRC_PAGE_CACHE].n + lists[GPU_SRC_DISK].n;
+    size_t total = 0;
+    for (int s = 0; s < GPU_SRC_COUNT; s++)
+        total += lists[s].n;
     if (rc == 0 && total) {
         p->chunks = malloc(total * sizeof(*p->chunks));
         if (!p->chunks)

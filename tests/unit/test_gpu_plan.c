@@ -48,7 +48,7 @@ static void check_cover(const struct gpu_plan *p, const struct gpu_plan_shard *s
     uint64_t total = 0;
     for (size_t i = 0; i < n; i++)
         total += s[i].size;
-    CHECK_EQ_U64(bytes[0] + bytes[1], total);
+    CHECK_EQ_U64(bytes[GPU_SRC_PAGE_CACHE] + bytes[GPU_SRC_DISK] + bytes[GPU_SRC_UPSTREAM], total);
     for (int src = 0; src < GPU_SRC_COUNT; src++) {
         CHECK_EQ_U64(p->bytes[src], bytes[src]);
         CHECK_EQ_U64(p->n_src[src], counts[src]);
@@ -66,7 +66,7 @@ TEST(resident_file_is_all_page_cache)
     size_t n = 5 * SEG + 12345;
     unsigned char *d = pattern(n, 1);
     int fd = data_file("warm.bin", 777, d, n);
-    struct gpu_plan_shard s = {fd, 777, n};
+    struct gpu_plan_shard s = {fd, 777, n, NULL};
     struct gpu_plan p;
     struct st_error err;
     CHECK(gpu_plan_mincore_trusted(fd)); /* the test owns the file */
@@ -92,7 +92,7 @@ TEST(dropped_segments_go_to_the_disk)
     int fd = data_file("mixed.bin", head, d, n);
     /* Drop segments 1, 2 and 5; the rest stays cached. */
     int dropped = drop_cached(fd, head + 1 * SEG, 2 * SEG) && drop_cached(fd, head + 5 * SEG, SEG);
-    struct gpu_plan_shard s = {fd, head, n};
+    struct gpu_plan_shard s = {fd, head, n, NULL};
     struct gpu_plan p;
     struct st_error err;
     CHECK(gpu_plan_build(&p, &s, 1, 3 << 20, -1, NULL, &err) == 0);
@@ -124,7 +124,7 @@ TEST(shards_forced_and_empty)
         snprintf(name, sizeof(name), "s%d.bin", i);
         d[i] = pattern(sizes[i], (unsigned)i);
         s[i] = (struct gpu_plan_shard){data_file(name, 8 + (size_t)i * 13, d[i], sizes[i]),
-                                       8 + (uint64_t)i * 13, sizes[i]};
+                                       8 + (uint64_t)i * 13, sizes[i], NULL};
     }
     for (int force = -1; force < GPU_SRC_COUNT; force++) {
         for (uint64_t chunk = 4096; chunk <= (8u << 20); chunk *= 16) {
@@ -165,7 +165,7 @@ TEST(untrusted_mincore_is_a_guess)
     if (pid == 0) {
         if (setresgid(65534, 65534, 65534) != 0 || setresuid(65534, 65534, 65534) != 0)
             _exit(3);
-        struct gpu_plan_shard s = {fd, 4096, n};
+        struct gpu_plan_shard s = {fd, 4096, n, NULL};
         struct gpu_plan p;
         struct st_error err;
         if (gpu_plan_mincore_trusted(fd))
