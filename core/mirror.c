@@ -287,6 +287,8 @@ struct mirror_file *mirror_open(struct mirror *m, const struct mirror_id *id,
         goto out;
     }
     do_lru_touch(m, f);
+    if (src && !src->auth)
+        f->anonymous = 1;
     if (src && !f->complete && (!f->src_repo || (f->failed && !f->downloading))) {
         set_src(f, src);
         f->failed = 0;
@@ -307,7 +309,7 @@ struct mirror_file *mirror_find_complete(struct mirror *m, const uint8_t sha256[
     mirror_key(&id, key);
     pthread_mutex_lock(&m->lock);
     struct mirror_file *f = do_find(m, key);
-    if (f && (!f->complete || do_mirror_ref(m, f, NULL) < 0))
+    if (f && (!f->complete || !f->anonymous || do_mirror_ref(m, f, NULL) < 0))
         f = NULL;
     if (f)
         do_lru_touch(m, f);

@@ -124,8 +124,10 @@ struct upstream *mirror_upstream(struct mirror *m);
  * size: one of the two answers lied), or an I/O error. */
 struct mirror_file *mirror_open(struct mirror *m, const struct mirror_id *id,
                                 const struct mirror_src *src, struct st_error *err);
-/* A complete file with this SHA-256, with a reference, or NULL (the
- * by-digest route). */
+/* A complete file with this SHA-256 that the upstream gave to a caller
+ * without a token since this start, with a reference, or NULL (the
+ * by-digest route: a digest names no repo, so nothing of a gated repo may
+ * be found by it). */
 struct mirror_file *mirror_find_complete(struct mirror *m, const uint8_t sha256[32]);
 /* Another reference to f, which the caller holds one of. */
 void mirror_ref(struct mirror *m, struct mirror_file *f);

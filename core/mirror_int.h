@@ -35,6 +35,8 @@ struct mirror_file {
     uint64_t cursor;               /* the block fetched next (from here, in order, wrapping) */
     uint64_t held;                 /* bytes it counts in m->used */
     int downloading;               /* holds a reference while blocks are queued or in flight */
+    int anonymous;                 /* the upstream gave it to a caller without a token (so the
+                                    * by-digest route may serve it); not kept across restarts */
     char *src_repo, *src_commit, *src_path, *src_auth; /* where its bytes come from, or NULL */
     uint64_t hashed;               /* bytes hashed, from 0 (a prefix of present blocks) */
     int hashing;                   /* a thread is hashing it (then only it touches hash_ctx) */

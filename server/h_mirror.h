@@ -16,8 +16,9 @@ enum MHD_Result handle_mirror_hub(struct MHD_Connection *conn, struct request *r
 /* /v1/models/{model}/gpu for a model the models root does not hold. */
 enum MHD_Result handle_mirror_gpu(struct MHD_Connection *conn, struct request *rq,
                                   const char *model, const char *method);
-/* A complete mirrored file with this SHA-256, with a reference (release
- * with mirror_unref), or NULL (also without a mirror). */
+/* A complete mirrored file with this SHA-256 that the upstream gave out
+ * without a token (mirror_find_complete), with a reference (release with
+ * mirror_unref), or NULL (also without a mirror). */
 struct mirror_file *mirror_blob_find(struct server *srv, const uint8_t sha256[32]);
 
 #endif

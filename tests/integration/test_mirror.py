@@ -441,17 +441,17 @@ def test_tokens_forwarded_and_checked(tmp_path):
     appears in no log."""
     base = str(tmp_path)
     up = Upstream(os.path.join(base, "up"), auth=True)
-    data = np.random.default_rng(1).bytes(300_000)
-    up.add("org/gated", None, raw={"w.bin": data})
+    up.add("org/gated", np.random.default_rng(1), shards=1, elems=80_000)
+    data = up.files["org/gated"]["model.safetensors"]  # an LFS file: found by its SHA-256
     up.d.start()
     up.d.wait_hashed(30)
     m = start_mirror(up, os.path.join(base, "m"), "--mirror-auth-ttl", "60")
     try:
         good = {"Authorization": f"Bearer {TOKEN}"}
         bad = {"Authorization": "Bearer not-the-token-at-all-1234"}
-        r = m.get("/org/gated/resolve/main/w.bin")
+        r = m.get("/org/gated/resolve/main/model.safetensors")
         assert r.status == 401, r
-        r = m.get("/org/gated/resolve/main/w.bin", good)
+        r = m.get("/org/gated/resolve/main/model.safetensors", good)
         assert r.status == 302, r
         url = r.header("Location")
         r = m.get(url, good)
@@ -460,6 +460,9 @@ def test_tokens_forwarded_and_checked(tmp_path):
         assert m.get(url).status == 401
         assert m.get(url, bad).status == 401
         assert m.get(url, good).body == data
+        # A digest names no repo: a gated repo's file is not found by it.
+        r = m.get(f"/v1/blobs/sha256:{sha(data)}")
+        assert r.status == 404, r
         r = m.get("/api/models/org/gated")
         assert r.status == 401
         assert m.get("/api/models/org/gated", good).status == 200
