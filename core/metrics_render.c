@@ -190,6 +190,12 @@ char *metrics_render_prometheus(void)
                (double)sn->hash_known);
     prom_gauge(&b, "tensord_hash_files", "Distinct files of the registry (hard links count once).",
                (double)sn->hash_files_all);
+    prom_gauge(&b, "tensord_mirror_cache_bytes",
+               "Bytes a mirror's cache holds (its files' fetched blocks and those being fetched).",
+               (double)sn->mirror_bytes);
+    prom_gauge(&b, "tensord_mirror_files", "Files in a mirror's cache.", (double)sn->mirror_files);
+    prom_gauge(&b, "tensord_mirror_partial_files",
+               "Files in a mirror's cache that are not complete yet.", (double)sn->mirror_partial);
     free(sn);
     return strbuf_detach(&b, NULL);
 }
@@ -301,11 +307,14 @@ char *metrics_render_json(void)
     strbuf_printf(&b,
                   "\"hashing\":{\"bytes_hashed\":%llu,\"files_hashed\":%llu,\"errors\":%llu,"
                   "\"files_pending\":%llu,\"bytes_pending\":%llu,\"files_known\":%llu,"
-                  "\"files\":%llu}}",
+                  "\"files\":%llu},",
                   (unsigned long long)sn->hash_bytes, (unsigned long long)sn->hash_files,
                   (unsigned long long)sn->hash_errors, (unsigned long long)sn->hash_pending,
                   (unsigned long long)sn->hash_pending_bytes, (unsigned long long)sn->hash_known,
                   (unsigned long long)sn->hash_files_all);
+    strbuf_printf(&b, "\"mirror\":{\"cache_bytes\":%llu,\"files\":%llu,\"partial_files\":%llu}}",
+                  (unsigned long long)sn->mirror_bytes, (unsigned long long)sn->mirror_files,
+                  (unsigned long long)sn->mirror_partial);
     free(sn);
     return strbuf_detach(&b, NULL);
 }

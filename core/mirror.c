@@ -74,6 +74,7 @@ static void do_insert(struct mirror *m, struct mirror_file *f)
     do_lru_touch(m, f);
     m->n_files++;
     m->n_partial += !f->complete;
+    do_mirror_gauges(m);
 }
 
 static void file_free(struct mirror_file *f)
@@ -119,11 +120,22 @@ static void do_evict(struct mirror *m, struct mirror_file *f)
         pp = &(*pp)->hnext;
     *pp = f->hnext;
     do_lru_unlink(m, f);
+    if (f->in_ring) { /* queued for hashing by an opener that has gone since */
+        struct mirror_file **rp = &m->ring_head, *prev = NULL;
+        while (*rp != f) {
+            prev = *rp;
+            rp = &(*rp)->ring_next;
+        }
+        *rp = f->ring_next;
+        if (m->ring_tail == f)
+            m->ring_tail = prev;
+    }
     m->used -= f->held;
     m->n_files--;
     m->n_partial -= !f->complete;
     m->evictions++;
     metrics_add(MC_MIRROR_EVICTIONS, 1);
+    do_mirror_gauges(m);
     char name[96];
     snprintf(name, sizeof(name), "blobs/%s.state", f->key);
     unlinkat(m->dirfd, name, 0);
@@ -131,6 +143,11 @@ static void do_evict(struct mirror *m, struct mirror_file *f)
     unlinkat(m->dirfd, name, 0);
     log_msg(LOG_INFO, "mirror: evicted %s (%" PRIu64 " bytes held)", f->key, f->held);
     file_free(f);
+}
+
+void do_mirror_gauges(const struct mirror *m)
+{
+    metrics_set_mirror(m->used, m->n_files, m->n_partial);
 }
 
 int do_mirror_reserve(struct mirror *m, struct mirror_file *f, uint64_t len)
@@ -147,6 +164,7 @@ int do_mirror_reserve(struct mirror *m, struct mirror_file *f, uint64_t len)
     }
     m->used += len;
     f->held += len;
+    do_mirror_gauges(m);
     return 0;
 }
 
@@ -154,6 +172,7 @@ void do_mirror_release_bytes(struct mirror *m, struct mirror_file *f, uint64_t l
 {
     m->used -= len;
     f->held -= len;
+    do_mirror_gauges(m);
 }
 
 /* ---- references ------------------------------------------------------------- */
@@ -378,7 +397,9 @@ uint64_t do_mirror_prefix(const struct mirror_file *f)
 
 int do_mirror_hash_ready(const struct mirror_file *f)
 {
-    return !f->complete && !f->hashing && !f->failed && do_mirror_prefix(f) > f->hashed;
+    /* An empty file has nothing to wait for: its hash is the empty one's. */
+    return !f->complete && !f->hashing && !f->failed &&
+           (do_mirror_prefix(f) > f->hashed || f->id.size == 0);
 }
 
 static void do_want(struct mirror *m, struct mirror_file *f, uint64_t off, uint64_t len)
@@ -469,7 +490,7 @@ void do_mirror_collect(struct mirror *m, struct mirror_file *f, struct mirror_wa
         if (f->failed || do_readable(m, f, w->off, 1) > 0) {
             *pp = w->next;
             w->linked = 0;
-            atomic_store(&w->firing, 1);
+            atomic_fetch_add(&w->firing, 1);
             w->next = *fire;
             *fire = w;
         } else {
@@ -484,7 +505,7 @@ void mirror_fire(struct mirror_waiter *list)
         struct mirror_waiter *w = list;
         list = w->next; /* read before the callback: w may be freed once firing is 0 */
         w->cb(w->arg);
-        atomic_store(&w->firing, 0);
+        atomic_fetch_sub(&w->firing, 1);
     }
 }
 
@@ -529,6 +550,7 @@ int mirror_wait_range(struct mirror *m, struct mirror_file *f, uint64_t off, uin
     int rc = 0;
     pthread_mutex_lock(&m->lock);
     do_want(m, f, off, len);
+    m->range_waiters++;
     for (;;) {
         if (len == 0 || do_readable(m, f, off, len) == len)
             break;
@@ -550,8 +572,8 @@ int mirror_wait_range(struct mirror *m, struct mirror_file *f, uint64_t off, uin
             ts.tv_nsec -= 1000000000L;
         }
         pthread_cond_timedwait(&m->changed, &m->lock, &ts); /* wakes for a cancel too */
-        /* An upstream failure may clear a download: ask again after a retry. */
     }
+    m->range_waiters--;
     pthread_mutex_unlock(&m->lock);
     return rc;
 }
@@ -788,7 +810,11 @@ struct mirror *mirror_new(const struct mirror_options *o, struct st_error *err)
         goto fail;
     }
     clear_models(m);
-    if (load_cache(m, err) < 0 || mirror_fetch_start(m, err) < 0 ||
+    if (load_cache(m, err) == 0)
+        do_mirror_gauges(m); /* no thread yet: the lock is not needed */
+    else
+        goto fail;
+    if (mirror_fetch_start(m, err) < 0 ||
         mirror_jobs_start(m, JOB_THREADS, err) < 0)
         goto fail;
     log_msg(LOG_INFO, "mirror of %s: cache %s holds %" PRIu64 " files (%" PRIu64 " partial), "

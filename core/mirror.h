@@ -35,9 +35,9 @@
  * file's descriptors, the one-byte bitmap write when a block completes,
  * unlinking an evicted file), so a file can never be reopened between its
  * eviction and its unlink. Functions named do_* run with it held. Waiter
- * callbacks run after it is released; a waiter is marked `firing` while
- * its callback runs, and mirror_unwait waits that out, so an answer freed
- * meanwhile is never called. mirror_job.c has one lock of its own for its
+ * callbacks run after it is released; a waiter counts the callbacks of it
+ * that are running (`firing`), and mirror_unwait waits for none, so an
+ * answer freed meanwhile is never called. mirror_job.c has one lock of its own for its
  * queue and its metadata cache; no thread holds both (docs/ARCHITECTURE.md
  * "Lock order").
  *
@@ -163,7 +163,7 @@ struct mirror_waiter {
     struct mirror_file *f;
     uint64_t off;
     int linked;                    /* m->lock */
-    atomic_int firing;
+    atomic_int firing;             /* callbacks of it running (a fetcher's, at most two at once) */
 };
 
 /* Registers w to be called back once bytes at off are readable or the

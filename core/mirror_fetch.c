@@ -121,6 +121,7 @@ static void do_finish_hash(struct mirror *m, struct mirror_file *f, struct mirro
         pthread_mutex_lock(&m->lock);
         f->complete = 1;
         m->n_partial--;
+        do_mirror_gauges(m);
         if (f->state_fd >= 0)
             close(f->state_fd);
         f->state_fd = -1;
@@ -223,6 +224,8 @@ static int sink_write(void *arg, const void *data, size_t len)
     m->upstream_bytes += len;
     if (s->f->waiters)
         do_mirror_collect(m, s->f, &fire);
+    if (m->range_waiters) /* a model's header may be all it waits for */
+        pthread_cond_broadcast(&m->changed);
     pthread_mutex_unlock(&m->lock);
     metrics_add(MC_MIRROR_UPSTREAM_BYTES, len);
     mirror_fire(fire);

@@ -70,6 +70,7 @@ struct mirror {
     uint64_t used, n_files, n_partial; /* (lock) */
     uint64_t upstream_bytes, blocks_fetched, evictions, verify_failures; /* (lock) */
     uint64_t model_seq;            /* names of models/<n> (lock) */
+    unsigned range_waiters;        /* threads in mirror_wait_range: woken by progress too (lock) */
     unsigned n_fetchers;
     struct mirror_fetcher *fetchers;
     struct mirror_jobs *jobs;      /* mirror_job.c */
@@ -115,6 +116,8 @@ uint64_t do_mirror_prefix(const struct mirror_file *f);
  * held. */
 int do_mirror_reserve(struct mirror *m, struct mirror_file *f, uint64_t len);
 void do_mirror_release_bytes(struct mirror *m, struct mirror_file *f, uint64_t len);
+/* Publishes the cache's gauges (metrics_set_mirror). */
+void do_mirror_gauges(const struct mirror *m);
 /* Fails f's download: wanted blocks dropped, every waiter called back
  * (moved to *fire, to call after unlocking). */
 void do_mirror_fail(struct mirror *m, struct mirror_file *f, const struct st_error *e,

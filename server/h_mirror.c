@@ -219,10 +219,9 @@ static enum MHD_Result mirror_file_route(struct MHD_Connection *conn, struct req
     struct mirror_meta meta;
     if (rq->mjob) {
         struct st_error e;
-        if (mirror_job_status(rq->mjob, &e) < 0)
-            return e.code == ST_ERR_IO && strstr(e.message, "stopping")
-                       ? stopping(conn, rq, 1)
-                       : bad_gateway(conn, rq, &e);
+        int rc = mirror_job_status(rq->mjob, &e);
+        if (rc < 0)
+            return rc == -ECANCELED ? stopping(conn, rq, 1) : bad_gateway(conn, rq, &e);
         meta = *mirror_job_meta_result(rq->mjob);
     } else if (!mirror_meta_cached(m, rt->model, rt->rev, rt->name, auth, &meta)) {
         struct file_ctx c = {rt, auth};
@@ -283,9 +282,9 @@ static enum MHD_Result mirror_doc_route(struct MHD_Connection *conn, struct requ
     if (!rq->mjob)
         return suspend_for(conn, rq, submit_doc, conn);
     struct st_error e;
-    if (mirror_job_status(rq->mjob, &e) < 0)
-        return e.code == ST_ERR_IO && strstr(e.message, "stopping") ? stopping(conn, rq, 1)
-                                                                    : bad_gateway(conn, rq, &e);
+    int rc = mirror_job_status(rq->mjob, &e);
+    if (rc < 0)
+        return rc == -ECANCELED ? stopping(conn, rq, 1) : bad_gateway(conn, rq, &e);
     const struct mirror_doc *d = mirror_job_doc_result(rq->mjob);
     const struct upstream_answer *a = &d->a;
     char etag[100], *link = a->link[0] ? local_link(conn, rq, a->link) : NULL;
@@ -404,9 +403,10 @@ static enum MHD_Result mirror_preload(struct MHD_Connection *conn, struct reques
     }
     struct mirror_model *mm;
     struct st_error e;
-    if (mirror_job_model_take(rq->mjob, &mm, &e) < 0) {
+    int rc = mirror_job_model_take(rq->mjob, &mm, &e);
+    if (rc < 0) {
         free(device);
-        if (strstr(e.message, "mirror is stopping"))
+        if (rc == -ECANCELED)
             return stopping(conn, rq, 0);
         unsigned st = e.code == ST_ERR_NOT_FOUND          ? MHD_HTTP_NOT_FOUND
                       : e.code == ST_ERR_INVALID_ARGUMENT ? MHD_HTTP_CONFLICT

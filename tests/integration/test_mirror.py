@@ -346,6 +346,9 @@ def test_cache_stays_under_its_cap(env, tmp_path):
         assert m.get(f"/cap/f0/resolve/{commit_of(up.d, 'cap/f0')}/w.bin").status == 200
         assert kept() == [0, 2, 4, 5]
         assert blobs_usage(cache) <= cap + BLOCK + 64 * 1024, blobs_usage(cache)
+        g = m.json("/v1/metrics")["mirror"]
+        assert g == {"cache_bytes": 4 * 256 * 1024, "files": 4, "partial_files": 0}, g
+        assert m.json("/v1/metrics")["counters"]["mirror_evictions"] == 3
         # Larger than the whole cache: refused, saying why.
         repo = "cap/huge"
         r = m.get(f"/{repo}/resolve/{commit_of(up.d, repo)}/w.bin")

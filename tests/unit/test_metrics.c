@@ -148,7 +148,18 @@ TEST(hashing)
     char *j = metrics_render_json();
     CHECK_CONTAINS(j, "\"hashing\":{\"bytes_hashed\":1048581,\"files_hashed\":1,\"errors\":2,"
                       "\"files_pending\":3,\"bytes_pending\":4096,\"files_known\":7,"
-                      "\"files\":10}}");
+                      "\"files\":10},");
+    free(j);
+    /* A mirror's cache gauges, in both renderings. */
+    metrics_set_mirror(123456789, 12, 3);
+    p = metrics_render_prometheus();
+    CHECK(sample(p, "tensord_mirror_cache_bytes") == 123456789);
+    CHECK(sample(p, "tensord_mirror_files") == 12);
+    CHECK(sample(p, "tensord_mirror_partial_files") == 3);
+    CHECK_CONTAINS(p, "# TYPE tensord_mirror_cache_bytes gauge\n");
+    free(p);
+    j = metrics_render_json();
+    CHECK_CONTAINS(j, "\"mirror\":{\"cache_bytes\":123456789,\"files\":12,\"partial_files\":3}}");
     free(j);
 }
 
