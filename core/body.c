@@ -49,6 +49,8 @@ static int pieces_read(const struct body *b, uint64_t doff, unsigned char *out, 
 int body_read(const struct body *b, uint64_t off, void *buf, size_t len)
 {
     unsigned char *out = buf;
+    if (b->src)
+        return b->src->read(b->src_ctx, off, buf, len);
     if (off < b->prefix_len) {
         size_t n = (size_t)(b->prefix_len - off);
         if (n > len)
@@ -70,6 +72,13 @@ int body_read(const struct body *b, uint64_t off, void *buf, size_t len)
 
 const struct fileio_stat *body_piece_stat(const struct body *b, uint64_t off)
 {
+    if (b->src) {
+        int fd;
+        uint64_t file_off;
+        const struct fileio_stat *st = NULL;
+        return b->src->file_span && b->src->file_span(b->src_ctx, off, 1, &fd, &file_off, &st)
+                   ? st : NULL;
+    }
     if (!b->n_pieces || off < b->prefix_len || off - b->prefix_len >= b->data_len)
         return NULL;
     return b->pieces[piece_at(b, off - b->prefix_len)].st;
@@ -77,6 +86,11 @@ const struct fileio_stat *body_piece_stat(const struct body *b, uint64_t off)
 
 int body_file_span(const struct body *b, uint64_t off, uint64_t len, int *fd, uint64_t *file_off)
 {
+    if (b->src) {
+        const struct fileio_stat *st;
+        return b->src->file_span && len &&
+               b->src->file_span(b->src_ctx, off, len, fd, file_off, &st);
+    }
     if (off < b->prefix_len || len == 0)
         return 0;
     uint64_t doff = off - b->prefix_len;

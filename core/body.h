@@ -6,8 +6,9 @@
  * contiguous span, which can go out with sendfile, or a slice plan whose
  * runs are gathered with pread, or a list of pieces (each a span or a
  * strided selection, from any of a model's files) for an answer made of many
- * tensors. Nothing is materialised: any byte range of the body is produced
- * on demand. */
+ * tensors; or a source (struct body_source) that produces all its bytes.
+ * Nothing is materialised: any byte range of the body is produced on
+ * demand. */
 #ifndef TENSORD_BODY_H
 #define TENSORD_BODY_H
 
@@ -28,6 +29,24 @@ struct body_piece {
     const struct slice_runs *runs;  /* borrowed; NULL when the piece is contiguous */
 };
 
+/* The producer of a body made on demand (a shared document's segments, a
+ * streamed fetch answer), whatever holds its bytes. */
+struct body_source {
+    /* Copies body bytes [off, off + len) into buf: 0 or a negative errno
+     * (-ENODATA when a file no longer is the version validated). */
+    int (*read)(void *ctx, uint64_t off, void *buf, size_t len);
+    /* Optional: 1 with the file, the offset in it and its validated version
+     * (may be NULL) when [off, off + len) is one contiguous span of one file
+     * (so it can go out with sendfile), else 0. */
+    int (*file_span)(void *ctx, uint64_t off, uint64_t len, int *fd, uint64_t *file_off,
+                     const struct fileio_stat **st);
+    /* Optional: the pieces of memory, valid as long as ctx, that hold
+     * [off, off + len) in order (at most 3); returns how many, 0 when the
+     * bytes are not in memory. */
+    unsigned (*mem)(void *ctx, uint64_t off, uint64_t len, const void *p[3], size_t n[3]);
+    void (*free)(void *ctx);    /* frees ctx */
+};
+
 struct body {
     const char *prefix;             /* borrowed; may be NULL when prefix_len == 0 */
     size_t prefix_len;
@@ -38,6 +57,9 @@ struct body {
     const struct body_piece *pieces;/* borrowed; when n_pieces > 0 the data is these, in order
                                      * and adjacent (fd, data_off and plan are then unused) */
     size_t n_pieces;
+    const struct body_source *src;  /* when set, every byte comes from src (data_len bytes; no
+                                     * prefix, fd, plan or pieces) */
+    void *src_ctx;                  /* borrowed: its argument */
 };
 
 static inline uint64_t body_size(const struct body *b)
@@ -55,8 +77,8 @@ int body_read(const struct body *b, uint64_t off, void *buf, size_t len);
  * with sendfile). */
 int body_file_span(const struct body *b, uint64_t off, uint64_t len, int *fd, uint64_t *file_off);
 
-/* The validated version of the file that holds data byte `off` of a
- * many-piece body (body byte off + prefix_len), or NULL when not recorded. */
+/* The validated version of the file that holds body byte `off` of a
+ * many-piece body or a source's, or NULL when not recorded. */
 const struct fileio_stat *body_piece_stat(const struct body *b, uint64_t off);
 
 #endif

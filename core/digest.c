@@ -35,60 +35,97 @@ static void md_final(EVP_MD_CTX *c, uint8_t *out)
     EVP_MD_CTX_free(c);
 }
 
-int digest_fd(int fd, uint64_t size, void *buf, size_t buflen, digest_pace_fn pace, void *ctx,
-              struct digest_result *out)
+struct digest_pass {
+    EVP_MD_CTX *sha256;
+    EVP_MD_CTX *sha1;   /* NULL for files over DIGEST_GIT_SHA1_MAX */
+    uint64_t size, off; /* the file's size; bytes hashed so far */
+    uint64_t ahead;     /* prefetch asked for up to here */
+};
+
+struct digest_pass *digest_pass_new(uint64_t size)
 {
-    int rc = 0;
-    memset(out, 0, sizeof(*out));
     if (size > (uint64_t)INT64_MAX)
-        return -EOVERFLOW;
-    EVP_MD_CTX *sha256 = md_new(EVP_sha256());
-    EVP_MD_CTX *sha1 = NULL;
+        return NULL;
+    struct digest_pass *p = xcalloc(1, sizeof(*p));
+    p->size = size;
+    p->sha256 = md_new(EVP_sha256());
     if (size <= DIGEST_GIT_SHA1_MAX) {
         char head[32];
         int n = snprintf(head, sizeof(head), "blob %" PRIu64, size);
-        sha1 = md_new(EVP_sha1());
-        EVP_DigestUpdate(sha1, head, (size_t)n + 1); /* the NUL is part of the header */
+        p->sha1 = md_new(EVP_sha1());
+        EVP_DigestUpdate(p->sha1, head, (size_t)n + 1); /* the NUL is part of the header */
     }
-    uint64_t off = 0, ahead = 0;
-    while (off < size) {
-        size_t want = size - off < buflen ? (size_t)(size - off) : buflen;
-        if (off >= ahead && ahead < size) {
+    return p;
+}
+
+int digest_pass_run(struct digest_pass *p, int fd, void *buf, size_t buflen, digest_pace_fn pace,
+                    void *ctx)
+{
+    p->ahead = p->off; /* a resumed pass asks for its window again */
+    while (p->off < p->size) {
+        size_t want = p->size - p->off < buflen ? (size_t)(p->size - p->off) : buflen;
+        if (p->off >= p->ahead && p->ahead < p->size) {
             /* Small copies, large disk reads: ask for the next window early
              * (it leaves the descriptor's own readahead state alone, which
              * the serving side shares through dup). */
-            uint64_t from = off > ahead ? off : ahead;
-            posix_fadvise(fd, (off_t)from, (off_t)DIGEST_PREFETCH, POSIX_FADV_WILLNEED);
-            ahead = from + DIGEST_PREFETCH / 2;
+            posix_fadvise(fd, (off_t)p->off, (off_t)DIGEST_PREFETCH, POSIX_FADV_WILLNEED);
+            p->ahead = p->off + DIGEST_PREFETCH / 2;
         }
-        if (pace && pace(ctx, want) != 0) {
-            rc = -ECANCELED;
-            goto done;
-        }
-        ssize_t r = pread(fd, buf, want, (off_t)off);
+        if (pace && pace(ctx, want) != 0)
+            return -ECANCELED;
+        ssize_t r = pread(fd, buf, want, (off_t)p->off);
         if (r < 0) {
             if (errno == EINTR)
                 continue;
-            rc = -errno;
-            goto done;
+            return -errno;
         }
-        if (r == 0) {
-            rc = -ENODATA;
-            goto done;
-        }
-        EVP_DigestUpdate(sha256, buf, (size_t)r);
-        if (sha1)
-            EVP_DigestUpdate(sha1, buf, (size_t)r);
-        off += (uint64_t)r;
+        if (r == 0)
+            return -ENODATA;
+        EVP_DigestUpdate(p->sha256, buf, (size_t)r);
+        if (p->sha1)
+            EVP_DigestUpdate(p->sha1, buf, (size_t)r);
+        p->off += (uint64_t)r;
     }
-done:
-    md_final(sha256, out->sha256);
-    if (sha1) {
-        md_final(sha1, out->git_sha1);
-        out->has_git_sha1 = rc == 0;
+    return 0;
+}
+
+uint64_t digest_pass_offset(const struct digest_pass *p)
+{
+    return p->off;
+}
+
+void digest_pass_final(struct digest_pass *p, struct digest_result *out)
+{
+    memset(out, 0, sizeof(*out));
+    md_final(p->sha256, out->sha256);
+    if (p->sha1) {
+        md_final(p->sha1, out->git_sha1);
+        out->has_git_sha1 = 1;
     }
-    if (rc != 0)
-        memset(out, 0, sizeof(*out)); /* never a digest of part of a file */
+    free(p);
+}
+
+void digest_pass_free(struct digest_pass *p)
+{
+    if (!p)
+        return;
+    EVP_MD_CTX_free(p->sha256);
+    EVP_MD_CTX_free(p->sha1);
+    free(p);
+}
+
+int digest_fd(int fd, uint64_t size, void *buf, size_t buflen, digest_pace_fn pace, void *ctx,
+              struct digest_result *out)
+{
+    memset(out, 0, sizeof(*out)); /* never a digest of part of a file */
+    struct digest_pass *p = digest_pass_new(size);
+    if (!p)
+        return -EOVERFLOW;
+    int rc = digest_pass_run(p, fd, buf, buflen, pace, ctx);
+    if (rc == 0)
+        digest_pass_final(p, out);
+    else
+        digest_pass_free(p);
     return rc;
 }
 

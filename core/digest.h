@@ -47,6 +47,27 @@ typedef int (*digest_pace_fn)(void *ctx, size_t n);
 int digest_fd(int fd, uint64_t size, void *buf, size_t buflen, digest_pace_fn pace, void *ctx,
               struct digest_result *out);
 
+/* A pass over one file that can stop and later resume where it stopped,
+ * keeping its digest contexts in between (the hasher's yielded jobs): a
+ * yield costs nothing already read. digest_fd is one pass run to its end. */
+struct digest_pass;
+/* A pass over a file of size bytes (the git blob id is taken too when size
+ * is at most DIGEST_GIT_SHA1_MAX). NULL when size is over INT64_MAX. */
+struct digest_pass *digest_pass_new(uint64_t size);
+/* Hashes fd from where the pass stopped to its end, in blocks of buflen
+ * through buf, calling pace before each read. Returns 0 once every byte is
+ * in (take the result with digest_pass_final), -ECANCELED when pace stopped
+ * it (it may be run again later, on the same version of the file),
+ * -ENODATA when the file ended early, or another negative errno of pread
+ * (then free it). */
+int digest_pass_run(struct digest_pass *p, int fd, void *buf, size_t buflen, digest_pace_fn pace,
+                    void *ctx);
+/* Bytes hashed so far. */
+uint64_t digest_pass_offset(const struct digest_pass *p);
+/* The digests of a pass that ran to its end; frees it. */
+void digest_pass_final(struct digest_pass *p, struct digest_result *out);
+void digest_pass_free(struct digest_pass *p);
+
 /* An incremental SHA-1 over bytes in memory (a repo's commit id and git
  * tree and blob ids, core/reg_repo). */
 struct digest_sha1;

@@ -1,10 +1,12 @@
-/* fetch_plan: one pass over the requested tensors builds the header, the
- * pieces and the identity hash together (see fetch_plan.h). Slice plans are
- * built on the stack, ~1.6 KB each whatever the tensor; only the compact
- * runs of strided pieces are kept, so a request for 100,000 column slices
- * keeps a few megabytes, not 160. */
+/* fetch_plan: see fetch_plan.h. The request is walked once to check and
+ * size the answer (plan_item with a checker), and then as often as a reader
+ * needs, from the nearest mark (plan_item without one): both walks plan each
+ * tensor the same way, so the bytes are the ones the sizes promised. Slice
+ * plans are ~1.6 KB whatever the tensor; the reader keeps two (the header
+ * entry it is writing, the tensor it is reading). */
 #include "fetch_plan.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -17,49 +19,65 @@
 #include "tformat.h"
 #include "util.h"
 
-#define NO_RUNS SIZE_MAX
 #define SHAPE_TEXT (ST_MAX_NDIM * 21 + 1)
+/* Tensors a sendfile check walks at most (a range over more goes out
+ * through the streamed reader): it runs on an HTTP thread. */
+#define SPAN_WALK_MAX 4096
 
-struct builder {
-    const struct reg_model *m;
-    const struct fetch_req *req;
-    const struct fetch_plan_limits *lim;
-    struct tformat_st hdr;
-    struct body_piece *pieces;
-    size_t *runs_at;            /* per piece: offset of its runs in runs, or NO_RUNS */
-    size_t n_pieces, cap_pieces;
-    unsigned char *runs;        /* the compact runs, 8-byte aligned one after the other */
-    size_t runs_len, runs_cap;
+/* Where a reader can start: tensor `item`, its header entry at answer
+ * offset `at`, its bytes at data offset `doff`. */
+struct fetch_mark {
+    size_t item;
+    uint64_t at;
+    uint64_t doff;
+};
+
+/* One tensor of the answer, planned. */
+struct item {
+    const struct reg_tensor *t;
+    const char *name;
+    size_t name_len;
+    struct slice_plan plan;     /* its bytes: the slice, cut to its part of the split */
+};
+
+/* The reader's place, moved by every read. */
+struct fetch_cursor {
+    /* the header entry being copied (unit 0 is __metadata__ when there is
+     * one, then one per tensor), its text in `text` */
+    int have_unit;
+    size_t unit;
+    uint64_t unit_at;           /* its answer offset */
+    uint64_t unit_doff;         /* its tensor's data offset (the entry's data_offsets) */
+    uint64_t unit_nbytes;       /* ... and size */
+    struct tformat_st text;
+    struct item hit;            /* the tensor of that entry */
+    /* the tensor being read */
+    int have_item;
+    size_t k;
+    uint64_t k_at;              /* its data offset */
+    struct item it;
+};
+
+/* The first walk's checks. */
+struct checker {
     struct strmap *names;       /* names already in the answer */
-    uint64_t data_len;
-    size_t n_tensors;
-    uint64_t h1, h2;
     uint64_t glob_budget;       /* matching steps left for the split rules */
     char *err;
     size_t errlen;
 };
 
-static enum fetch_plan_status fail(struct builder *b, enum fetch_plan_status st,
+static enum fetch_plan_status fail(struct checker *ck, enum fetch_plan_status st,
                                    const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static enum fetch_plan_status fail(struct builder *b, enum fetch_plan_status st,
+static enum fetch_plan_status fail(struct checker *ck, enum fetch_plan_status st,
                                    const char *fmt, ...)
 {
+    if (!ck)
+        return st; /* a later walk: the first one checked the same */
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(b->err, b->errlen, fmt, ap);
+    vsnprintf(ck->err, ck->errlen, fmt, ap);
     va_end(ap);
     return st;
-}
-
-static void hash_both(struct builder *b, const void *data, size_t len)
-{
-    b->h1 = hash_fnv1a(data, len, b->h1);
-    b->h2 = hash_fnv1a(data, len, b->h2);
-}
-
-static void hash_u64(struct builder *b, uint64_t v)
-{
-    hash_both(b, &v, sizeof(v));
 }
 
 void fetch_split_bounds(uint64_t n, uint64_t world, uint64_t rank, uint64_t *lo, uint64_t *hi)
@@ -74,142 +92,106 @@ static void shape_text(char *out, const uint64_t *shape, uint32_t ndim)
     shape_format(out, SHAPE_TEXT, shape, ndim, ",");
 }
 
-static struct body_piece *new_piece(struct builder *b, size_t runs_at)
+static size_t n_items(const struct fetch_plan *p)
 {
-    if (b->n_pieces == b->cap_pieces) {
-        b->cap_pieces = b->cap_pieces ? 2 * b->cap_pieces : 16;
-        b->pieces = xrealloc(b->pieces, b->cap_pieces * sizeof(*b->pieces));
-        b->runs_at = xrealloc(b->runs_at, b->cap_pieces * sizeof(*b->runs_at));
-    }
-    b->runs_at[b->n_pieces] = runs_at;
-    struct body_piece *p = &b->pieces[b->n_pieces++];
-    memset(p, 0, sizeof(*p));
-    return p;
+    return p->req.all ? p->m->n_tensors : p->req.n_items;
 }
 
-/* Appends the data of one planned tensor as a piece. */
-static void add_piece(struct builder *b, const struct reg_tensor *t, const struct slice_plan *plan)
+static uint64_t tensor_off(const struct item *it)
 {
-    const struct reg_file *f = t->file;
-    uint64_t tensor_off = f->data_start + t->t->begin;
-    if (plan->nbytes == 0)
-        return;
-    if (plan->n_runs <= 1) {
-        uint64_t off = tensor_off + plan->base;
-        struct body_piece *prev = b->n_pieces ? &b->pieces[b->n_pieces - 1] : NULL;
-        if (prev && b->runs_at[b->n_pieces - 1] == NO_RUNS && prev->fd == f->fd &&
-            prev->file_off + prev->len == off) {
-            prev->len += plan->nbytes; /* continues the previous span */
-        } else {
-            struct body_piece *p = new_piece(b, NO_RUNS);
-            *p = (struct body_piece){.at = b->data_len, .len = plan->nbytes, .fd = f->fd,
-                                     .st = &f->st, .file_off = off};
-        }
-        return;
-    }
-    size_t need = slice_runs_size(plan);
-    size_t at = (b->runs_len + 7) & ~(size_t)7;
-    if (at + need > b->runs_cap) {
-        b->runs_cap = b->runs_cap ? 2 * b->runs_cap : 4096;
-        while (b->runs_cap < at + need)
-            b->runs_cap *= 2;
-        b->runs = xrealloc(b->runs, b->runs_cap);
-    }
-    slice_runs_init((struct slice_runs *)(b->runs + at), plan);
-    b->runs_len = at + need;
-    struct body_piece *p = new_piece(b, at);
-    *p = (struct body_piece){.at = b->data_len, .len = plan->nbytes, .fd = f->fd, .st = &f->st,
-                             .file_off = tensor_off};
+    return it->t->file->data_start + it->t->t->begin;
 }
 
-/* Plans one tensor of the answer: its slice, its part of the split. */
-static enum fetch_plan_status add_tensor(struct builder *b, const char *name, size_t name_len,
-                                         const char *spec, size_t spec_len)
+/* Plans tensor k of the answer: its slice, its part of the split. With a
+ * checker, every check and its error; without, what reading needs. */
+static enum fetch_plan_status plan_item(const struct fetch_plan *p, size_t k, struct item *it,
+                                        struct checker *ck)
 {
     char nm[ST_NAME_SHOW + 4], e[320], shape[SHAPE_TEXT];
-#define NM str_excerpt(name, name_len, ST_NAME_SHOW, nm)
-    const struct reg_tensor *t = reg_model_find_tensor(b->m, name, name_len);
-    if (!t)
-        return fail(b, FETCH_PLAN_NO_TENSOR, "model \"%s\" has no tensor \"%s\"", b->m->name, NM);
-    if (t->file->fd < 0)
-        return fail(b, FETCH_PLAN_IO, "tensor \"%s\": file \"%s\" could not be opened", NM,
-                    t->file->name);
-    if (strmap_put(b->names, name, name_len, (void *)t) != 0)
-        return fail(b, FETCH_PLAN_DUPLICATE,
+    const char *spec = NULL;
+    size_t spec_len = 0;
+    if (p->req.all) {
+        it->t = &p->m->tensors[k];
+        it->name = it->t->t->name;
+        it->name_len = it->t->t->name_len;
+    } else {
+        const struct fetch_item *fi = &p->req.items[k];
+        it->name = fi->name;
+        it->name_len = fi->name_len;
+        spec = fi->slice;
+        spec_len = fi->slice ? fi->slice_len : 0;
+        it->t = reg_model_find_tensor(p->m, it->name, it->name_len);
+    }
+#define NM str_excerpt(it->name, it->name_len, ST_NAME_SHOW, nm)
+    if (!it->t)
+        return fail(ck, FETCH_PLAN_NO_TENSOR, "model \"%s\" has no tensor \"%s\"", p->m->name, NM);
+    if (it->t->file->fd < 0)
+        return fail(ck, FETCH_PLAN_IO, "tensor \"%s\": file \"%s\" could not be opened", NM,
+                    it->t->file->name);
+    if (ck && ck->names && strmap_put(ck->names, it->name, it->name_len, (void *)it->t) != 0)
+        return fail(ck, FETCH_PLAN_DUPLICATE,
                     "tensor \"%s\" is asked for twice; an answer holds each name once", NM);
-    const struct st_tensor *st = t->t;
+    const struct st_tensor *st = it->t->t;
     const char *dt = dtype_info(st->dtype)->name;
-    struct slice_plan plan;
-    if (slice_plan_build(spec, spec_len, st->dtype, st->ndim, st->shape, &plan, e, sizeof(e)) < 0) {
+    struct slice_plan *plan = &it->plan;
+    if (slice_plan_build(spec, spec_len, st->dtype, st->ndim, st->shape, plan, e, sizeof(e)) < 0) {
         shape_text(shape, st->shape, st->ndim);
-        return fail(b, FETCH_PLAN_BAD_SLICE, "tensor \"%s\" %s [%s]: %s", NM, dt, shape, e);
+        return fail(ck, FETCH_PLAN_BAD_SLICE, "tensor \"%s\" %s [%s]: %s", NM, dt, shape, e);
     }
     int exhausted = 0;
     const struct fetch_rule *rule =
-        b->req->has_split
-            ? fetch_req_rule_for(b->req, name, name_len, &b->glob_budget, &exhausted)
-            : NULL;
+        p->req.has_split ? fetch_req_rule_for(&p->req, it->name, it->name_len,
+                                               ck ? &ck->glob_budget : NULL, &exhausted)
+                         : NULL;
     if (exhausted)
-        return fail(b, FETCH_PLAN_BAD_SPLIT,
+        return fail(ck, FETCH_PLAN_BAD_SPLIT,
                     "matching the split rules against the tensors' names took more than %llu "
                     "steps (at tensor \"%s\"); use fewer rules, or globs with fewer stars",
                     (unsigned long long)FETCH_GLOB_BUDGET, NM);
-    uint64_t lo = 0, hi = 0;
-    int64_t dim = -1;
-    if (rule && plan.ndim > 0) {
-        dim = rule->dim < 0 ? rule->dim + (int64_t)plan.ndim : rule->dim;
-        if (dim < 0 || dim >= (int64_t)plan.ndim) {
-            shape_text(shape, plan.shape, plan.ndim);
-            return fail(b, FETCH_PLAN_BAD_SPLIT,
-                        "tensor \"%s\" [%s]: split dim %" PRId64 " (rule \"%.100s\") is out of "
-                        "range for %" PRIu32 " dimensions",
-                        NM, shape, rule->dim, rule->match, plan.ndim);
-        }
-        fetch_split_bounds(plan.shape[dim], b->req->world, b->req->rank, &lo, &hi);
-        struct slice_narrow cut = {(uint32_t)dim, lo, hi};
-        if (slice_plan_build_narrowed(spec, spec_len, st->dtype, st->ndim, st->shape, &cut, &plan,
-                                      e, sizeof(e)) < 0)
-            return fail(b, FETCH_PLAN_BAD_SPLIT, "tensor \"%s\" %s: part %" PRIu64 " of %" PRIu64
-                        " of dim %" PRId64 ": %s", NM, dt, b->req->rank, b->req->world, dim, e);
+    if (!rule || plan->ndim == 0)
+        return FETCH_PLAN_OK;
+    int64_t dim = rule->dim < 0 ? rule->dim + (int64_t)plan->ndim : rule->dim;
+    if (dim < 0 || dim >= (int64_t)plan->ndim) {
+        shape_text(shape, plan->shape, plan->ndim);
+        return fail(ck, FETCH_PLAN_BAD_SPLIT,
+                    "tensor \"%s\" [%s]: split dim %" PRId64 " (rule \"%.100s\") is out of "
+                    "range for %" PRIu32 " dimensions",
+                    NM, shape, rule->dim, rule->match, plan->ndim);
     }
-    uint64_t end;
-    if (u64_add(b->data_len, plan.nbytes, &end) < 0 || (b->lim->max_bytes && end > b->lim->max_bytes))
-        return fail(b, FETCH_PLAN_TOO_LARGE, "the answer would hold more than %" PRIu64
-                    " bytes of tensor data (max_fetch_bytes); ask for fewer tensors or split them",
-                    b->lim->max_bytes);
-    tformat_st_tensor(&b->hdr, name, name_len, st->dtype, plan.ndim, plan.shape, plan.nbytes);
-    add_piece(b, t, &plan); /* at the current end, b->data_len */
-    b->data_len = end;
-    b->n_tensors++;
-
-    /* The bytes sent: which file, where, and how they are gathered. */
-    hash_both(b, name, name_len + 1);
-    char etag[REG_ETAG_MAX];
-    reg_file_etag(t->file, etag);
-    hash_both(b, etag, strlen(etag) + 1);
-    hash_u64(b, st->begin);
-    hash_u64(b, (uint64_t)st->dtype);
-    hash_u64(b, plan.ndim);
-    hash_both(b, plan.shape, plan.ndim * sizeof(plan.shape[0]));
-    uint64_t grid[3] = {plan.base, plan.run_bytes, plan.nbytes};
-    hash_both(b, grid, sizeof(grid));
-    hash_both(b, plan.outer_count, plan.n_outer * sizeof(plan.outer_count[0]));
-    hash_both(b, plan.outer_stride, plan.n_outer * sizeof(plan.outer_stride[0]));
+    uint64_t lo, hi;
+    fetch_split_bounds(plan->shape[dim], p->req.world, p->req.rank, &lo, &hi);
+    struct slice_narrow cut = {(uint32_t)dim, lo, hi};
+    if (slice_plan_build_narrowed(spec, spec_len, st->dtype, st->ndim, st->shape, &cut, plan, e,
+                                  sizeof(e)) < 0)
+        return fail(ck, FETCH_PLAN_BAD_SPLIT, "tensor \"%s\" %s: part %" PRIu64 " of %" PRIu64
+                    " of dim %" PRId64 ": %s", NM, dt, p->req.rank, p->req.world, dim, e);
     return FETCH_PLAN_OK;
 #undef NM
 }
 
+/* Writes the header entry of a tensor into w: its ',' (or the '{' of the
+ * header) when `entries` come before it, its data at data offset doff. */
+static void tensor_entry(struct tformat_st *w, size_t entries, uint64_t doff,
+                         const struct item *it)
+{
+    tformat_st_resume(w, entries, doff);
+    tformat_st_tensor(w, it->name, it->name_len, it->t->t->dtype, it->plan.ndim, it->plan.shape,
+                      it->plan.nbytes);
+}
+
 /* __metadata__ merged over the files in name order, the first file to set a
- * key winning (as GET /v1/models/{model}/header does). */
-static void add_metadata(struct builder *b)
+ * key winning (as GET /v1/models/{model}/header does), written into w as
+ * the header's first entry; hashed into h when h is not NULL. Returns the
+ * number of keys (nothing is written for none). */
+static size_t metadata_entry(const struct reg_model *m, struct tformat_st *w, uint64_t *h)
 {
     size_t n = 0, cap = 0;
     const char **kv = NULL;
     struct strmap *keys = strmap_new(16);
-    for (size_t i = 0; i < b->m->n_files; i++) {
-        const struct st_header *h = b->m->files[i].header;
-        for (size_t k = 0; h && k < h->n_metadata; k++) {
-            const char *key = h->metadata[k].key;
+    for (size_t i = 0; i < m->n_files; i++) {
+        const struct st_header *hd = m->files[i].header;
+        for (size_t k = 0; hd && k < hd->n_metadata; k++) {
+            const char *key = hd->metadata[k].key, *value = hd->metadata[k].value;
             if (strmap_put(keys, key, strlen(key), NULL) != 0)
                 continue;
             if (n == cap) {
@@ -217,96 +199,432 @@ static void add_metadata(struct builder *b)
                 kv = xrealloc(kv, 2 * cap * sizeof(*kv));
             }
             kv[2 * n] = key;
-            kv[2 * n + 1] = h->metadata[k].value;
+            kv[2 * n + 1] = value;
             n++;
-            hash_both(b, key, strlen(key) + 1);
-            hash_both(b, h->metadata[k].value, strlen(h->metadata[k].value) + 1);
+            if (h) {
+                h[0] = hash_fnv1a(key, strlen(key) + 1, h[0]);
+                h[1] = hash_fnv1a(key, strlen(key) + 1, h[1]);
+                h[0] = hash_fnv1a(value, strlen(value) + 1, h[0]);
+                h[1] = hash_fnv1a(value, strlen(value) + 1, h[1]);
+            }
         }
     }
+    tformat_st_resume(w, 0, 0);
     if (n)
-        tformat_st_metadata(&b->hdr, kv, n);
+        tformat_st_metadata(w, kv, n);
     free(kv);
     strmap_free(keys);
+    return n;
 }
 
-/* Moves the pieces and their runs into one allocation. */
-static void pack(struct builder *b, struct fetch_plan *out)
+/* ---- planning --------------------------------------------------------------- */
+
+static void hash_both(uint64_t *h, const void *data, size_t len)
 {
-    size_t pieces_bytes = (b->n_pieces * sizeof(struct body_piece) + 7) & ~(size_t)7;
-    unsigned char *buf = xmalloc(pieces_bytes + b->runs_len + 1);
-    struct body_piece *p = (struct body_piece *)buf;
-    if (b->n_pieces)
-        memcpy(p, b->pieces, b->n_pieces * sizeof(*p));
-    if (b->runs_len)
-        memcpy(buf + pieces_bytes, b->runs, b->runs_len);
-    for (size_t i = 0; i < b->n_pieces; i++)
-        if (b->runs_at[i] != NO_RUNS)
-            p[i].runs = (const struct slice_runs *)(buf + pieces_bytes + b->runs_at[i]);
-    out->pieces_buf = buf;
-    out->pieces = p;
-    out->n_pieces = b->n_pieces;
+    h[0] = hash_fnv1a(data, len, h[0]);
+    h[1] = hash_fnv1a(data, len, h[1]);
 }
 
-enum fetch_plan_status fetch_plan_build(const struct reg_model *m, const struct fetch_req *req,
+/* The bytes sent for a tensor: which file, where, and how they are gathered. */
+static void hash_item(uint64_t *h, const struct item *it)
+{
+    const struct slice_plan *plan = &it->plan;
+    char etag[REG_ETAG_MAX];
+    hash_both(h, it->name, it->name_len + 1);
+    reg_file_etag(it->t->file, etag);
+    hash_both(h, etag, strlen(etag) + 1);
+    uint64_t v[3] = {it->t->t->begin, (uint64_t)it->t->t->dtype, plan->ndim};
+    for (int i = 0; i < 3; i++)
+        hash_both(h, &v[i], sizeof(v[i]));
+    hash_both(h, plan->shape, plan->ndim * sizeof(plan->shape[0]));
+    uint64_t grid[3] = {plan->base, plan->run_bytes, plan->nbytes};
+    hash_both(h, grid, sizeof(grid));
+    hash_both(h, plan->outer_count, plan->n_outer * sizeof(plan->outer_count[0]));
+    hash_both(h, plan->outer_stride, plan->n_outer * sizeof(plan->outer_stride[0]));
+}
+
+/* The closing of the header: '}' (after a '{' when it has no entry) and the
+ * spaces that make the prefix a multiple of 8 bytes. */
+static size_t header_end(const struct fetch_plan *p, char out[16])
+{
+    size_t n = 0;
+    if (!p->has_meta && !p->n_tensors)
+        out[n++] = '{';
+    out[n++] = '}';
+    while ((ST_PREFIX_LEN + p->json_len + n) % 8)
+        out[n++] = ' ';
+    return n;
+}
+
+/* Walks every tensor once: checks, sizes, marks, hash. */
+static enum fetch_plan_status plan_all(struct fetch_plan *p, const struct fetch_plan_limits *lim,
+                                       struct checker *ck, uint64_t *h)
+{
+    struct fetch_cursor *c = p->cur;
+    size_t n = n_items(p);
+    uint64_t at = ST_PREFIX_LEN + p->meta_len, doff = 0;
+    for (size_t k = 0; k < n; k++) {
+        if (k % FETCH_MARK_EVERY == 0)
+            p->marks[p->n_marks++] = (struct fetch_mark){.item = k, .at = at, .doff = doff};
+        enum fetch_plan_status st = plan_item(p, k, &c->it, ck);
+        if (st != FETCH_PLAN_OK)
+            return st;
+        uint64_t end;
+        if (u64_add(doff, c->it.plan.nbytes, &end) < 0 || (lim->max_bytes && end > lim->max_bytes))
+            return fail(ck, FETCH_PLAN_TOO_LARGE, "the answer would hold more than %" PRIu64
+                        " bytes of tensor data (max_fetch_bytes); ask for fewer tensors or split "
+                        "them", lim->max_bytes);
+        tensor_entry(&c->text, (size_t)p->has_meta + k, doff, &c->it);
+        at += c->text.len;
+        doff = end;
+        if (c->it.plan.nbytes) {
+            size_t f = (size_t)(c->it.t->file - p->m->files);
+            p->used[f / 8] |= (unsigned char)(1u << (f % 8));
+        }
+        hash_item(h, &c->it);
+    }
+    p->n_tensors = n;
+    p->json_len = at - ST_PREFIX_LEN;
+    p->data_len = doff;
+    char end[16];
+    p->prefix_len = (size_t)(at + header_end(p, end));
+    if (p->prefix_len - ST_PREFIX_LEN > ST_MAX_HEADER_LEN)
+        return fail(ck, FETCH_PLAN_TOO_LARGE, "the answer's header would be %zu bytes, more than "
+                    "the %llu a safetensors file may have; ask for fewer tensors",
+                    p->prefix_len - ST_PREFIX_LEN, ST_MAX_HEADER_LEN);
+    if (lim->max_bytes && p->data_len + p->prefix_len > lim->max_bytes)
+        return fail(ck, FETCH_PLAN_TOO_LARGE, "the answer would be %" PRIu64 " bytes, more than "
+                    "%" PRIu64 " (max_fetch_bytes)", p->data_len + p->prefix_len, lim->max_bytes);
+    return FETCH_PLAN_OK;
+}
+
+enum fetch_plan_status fetch_plan_build(const struct reg_model *m, struct fetch_req *req,
                                         const struct fetch_plan_limits *lim,
-                                        struct fetch_plan *out, char *err, size_t errlen)
+                                        struct fetch_plan **out, char *err, size_t errlen)
 {
-    struct builder b = {.m = m, .req = req, .lim = lim, .err = err, .errlen = errlen,
-                        .h1 = HASH_FNV_SEED, .h2 = 0x84222325cbf29ce4ULL,
-                        .glob_budget = FETCH_GLOB_BUDGET};
-    enum fetch_plan_status st = FETCH_PLAN_OK;
-    memset(out, 0, sizeof(*out));
+    struct fetch_plan *p = xcalloc(1, sizeof(*p));
+    p->m = m;
+    p->req = *req;
+    memset(req, 0, sizeof(*req));
+    /* What the plan keeps is allocated before what planning uses for a
+     * while (the name set), so freeing that leaves one hole the next plan
+     * reuses, rather than holes around a kept piece that the heap cannot. */
+    p->cur = xcalloc(1, sizeof(*p->cur));
+    p->used = xcalloc(m->n_files / 8 + 1, 1);
+    p->marks = xmalloc((n_items(p) / FETCH_MARK_EVERY + 1) * sizeof(*p->marks));
+    p->cur->text.buf = xmalloc(p->cur->text.cap = 4096);
     err[0] = '\0';
-    b.names = strmap_new(req->all ? m->n_tensors : req->n_items);
-    tformat_st_begin(&b.hdr);
+    /* A model's tensor names are unique (the registry checked): only a list
+     * can name one twice. */
+    struct checker ck = {.names = p->req.all ? NULL : strmap_new(p->req.n_items),
+                         .glob_budget = FETCH_GLOB_BUDGET, .err = err, .errlen = errlen};
+    uint64_t h[2] = {HASH_FNV_SEED, 0x84222325cbf29ce4ULL};
 
     /* The model's files (their ETags cover the metadata too) and its name. */
-    hash_both(&b, m->name, strlen(m->name) + 1);
+    hash_both(h, m->name, strlen(m->name) + 1);
     for (size_t i = 0; i < m->n_files; i++) {
         char etag[REG_ETAG_MAX];
         reg_file_etag(&m->files[i], etag);
-        hash_both(&b, etag, strlen(etag) + 1);
-        out->weak |= reg_file_etag_weak(&m->files[i]);
-        if (m->files[i].st.mtime_ns > out->mtime_ns)
-            out->mtime_ns = m->files[i].st.mtime_ns;
+        hash_both(h, etag, strlen(etag) + 1);
+        p->weak |= reg_file_etag_weak(&m->files[i]);
+        if (m->files[i].st.mtime_ns > p->mtime_ns)
+            p->mtime_ns = m->files[i].st.mtime_ns;
     }
-    add_metadata(&b);
-    if (req->all) {
-        for (size_t i = 0; i < m->n_tensors && st == FETCH_PLAN_OK; i++)
-            st = add_tensor(&b, m->tensors[i].t->name, m->tensors[i].t->name_len, NULL, 0);
-    } else {
-        for (size_t i = 0; i < req->n_items && st == FETCH_PLAN_OK; i++) {
-            const struct fetch_item *it = &req->items[i];
-            st = add_tensor(&b, it->name, it->name_len, it->slice, it->slice ? it->slice_len : 0);
-        }
+    p->has_meta = metadata_entry(m, &p->cur->text, h) > 0;
+    p->meta_len = p->cur->text.len;
+    enum fetch_plan_status st = plan_all(p, lim, &ck, h);
+    strmap_free(ck.names);
+    if (st != FETCH_PLAN_OK) {
+        fetch_plan_free(p);
+        *out = NULL;
+        return st;
     }
-    tformat_st_end(&b.hdr, &out->prefix, &out->prefix_len);
-    if (st == FETCH_PLAN_OK && out->prefix_len - ST_PREFIX_LEN > ST_MAX_HEADER_LEN)
-        st = fail(&b, FETCH_PLAN_TOO_LARGE, "the answer's header would be %zu bytes, more than "
-                  "the %llu a safetensors file may have; ask for fewer tensors",
-                  out->prefix_len - ST_PREFIX_LEN, ST_MAX_HEADER_LEN);
-    if (st == FETCH_PLAN_OK && lim->max_bytes && b.data_len + out->prefix_len > lim->max_bytes)
-        st = fail(&b, FETCH_PLAN_TOO_LARGE, "the answer would be %" PRIu64 " bytes, more than "
-                  "%" PRIu64 " (max_fetch_bytes)", b.data_len + out->prefix_len, lim->max_bytes);
-    if (st == FETCH_PLAN_OK) {
-        pack(&b, out);
-        out->data_len = b.data_len;
-        out->n_tensors = b.n_tensors;
-        out->hash[0] = b.h1;
-        out->hash[1] = b.h2;
-    } else {
-        fetch_plan_free(out);
-    }
-    free(b.pieces);
-    free(b.runs_at);
-    free(b.runs);
-    strmap_free(b.names);
-    return st;
+    p->hash[0] = h[0];
+    p->hash[1] = h[1];
+    *out = p;
+    return FETCH_PLAN_OK;
+}
+
+uint64_t fetch_plan_size(const struct fetch_plan *p)
+{
+    return p->prefix_len + p->data_len;
+}
+
+int fetch_plan_files_unchanged(const struct fetch_plan *p)
+{
+    for (size_t f = 0; f < p->m->n_files; f++)
+        if ((p->used[f / 8] >> (f % 8) & 1) &&
+            !fileio_unchanged(p->m->files[f].fd, &p->m->files[f].st))
+            return 0;
+    return 1;
 }
 
 void fetch_plan_free(struct fetch_plan *p)
 {
-    free(p->prefix);
-    free(p->pieces_buf);
-    memset(p, 0, sizeof(*p));
+    if (!p)
+        return;
+    fetch_req_free(&p->req);
+    free(p->marks);
+    free(p->used);
+    if (p->cur)
+        free(p->cur->text.buf);
+    free(p->cur);
+    free(p);
 }
+
+/* ---- reading: the header ------------------------------------------------------ */
+
+/* The last mark whose `at` (header) or `doff` (data) is at most v. */
+static const struct fetch_mark *mark_before(const struct fetch_plan *p, uint64_t v, int data)
+{
+    size_t lo = 0, hi = p->n_marks;
+    while (hi - lo > 1) {
+        size_t mid = lo + (hi - lo) / 2;
+        if ((data ? p->marks[mid].doff : p->marks[mid].at) <= v)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return &p->marks[lo];
+}
+
+/* Makes the cursor's entry tensor k's, at answer offset at, data at doff. */
+static int entry_of(struct fetch_plan *p, size_t k, uint64_t at, uint64_t doff)
+{
+    struct fetch_cursor *c = p->cur;
+    c->have_unit = 0;
+    if (plan_item(p, k, &c->hit, NULL) != FETCH_PLAN_OK)
+        return -EIO; /* planned once already: cannot happen */
+    tensor_entry(&c->text, (size_t)p->has_meta + k, doff, &c->hit);
+    c->unit = (size_t)p->has_meta + k;
+    c->unit_at = at;
+    c->unit_doff = doff;
+    c->unit_nbytes = c->hit.plan.nbytes;
+    c->have_unit = 1;
+    return 0;
+}
+
+/* Moves the cursor to the header entry holding answer byte off (in the
+ * JSON, before its closing). */
+static int seek_entry(struct fetch_plan *p, uint64_t off)
+{
+    struct fetch_cursor *c = p->cur;
+    if (!c->have_unit || off < c->unit_at) {
+        if (p->has_meta && off < ST_PREFIX_LEN + p->meta_len) {
+            metadata_entry(p->m, &c->text, NULL);
+            c->unit = 0;
+            c->unit_at = ST_PREFIX_LEN;
+            c->unit_doff = c->unit_nbytes = 0;
+            c->have_unit = 1;
+        } else {
+            const struct fetch_mark *mk = mark_before(p, off, 0);
+            int rc = entry_of(p, mk->item, mk->at, mk->doff);
+            if (rc)
+                return rc;
+        }
+    }
+    while (off >= c->unit_at + c->text.len) {
+        size_t k = c->unit + 1 - (size_t)p->has_meta; /* the next tensor */
+        int rc = entry_of(p, k, c->unit_at + c->text.len, c->unit_doff + c->unit_nbytes);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+/* Copies prefix bytes [off, off + len) (inside it). */
+static int read_header(struct fetch_plan *p, uint64_t off, char *out, size_t len)
+{
+    struct fetch_cursor *c = p->cur;
+    while (len) {
+        size_t n;
+        if (off < ST_PREFIX_LEN) {
+            unsigned char le[ST_PREFIX_LEN];
+            uint64_t hl = p->prefix_len - ST_PREFIX_LEN;
+            for (int i = 0; i < ST_PREFIX_LEN; i++)
+                le[i] = (unsigned char)(hl >> (8 * i));
+            n = ST_PREFIX_LEN - (size_t)off < len ? ST_PREFIX_LEN - (size_t)off : len;
+            memcpy(out, le + off, n);
+        } else if (off >= ST_PREFIX_LEN + p->json_len) {
+            char end[16];
+            size_t in = (size_t)(off - ST_PREFIX_LEN - p->json_len);
+            n = header_end(p, end) - in < len ? header_end(p, end) - in : len;
+            memcpy(out, end + in, n);
+        } else {
+            int rc = seek_entry(p, off);
+            if (rc)
+                return rc;
+            size_t in = (size_t)(off - c->unit_at);
+            n = c->text.len - in < len ? c->text.len - in : len;
+            memcpy(out, c->text.buf + in, n);
+        }
+        out += n;
+        off += n;
+        len -= n;
+    }
+    return 0;
+}
+
+/* ---- reading: the data ---------------------------------------------------------- */
+
+/* Moves the cursor to the tensor holding data byte d (< data_len). */
+static int seek_item(struct fetch_plan *p, uint64_t d)
+{
+    struct fetch_cursor *c = p->cur;
+    if (!c->have_item || d < c->k_at) {
+        const struct fetch_mark *mk = mark_before(p, d, 1);
+        c->have_item = 0;
+        if (plan_item(p, mk->item, &c->it, NULL) != FETCH_PLAN_OK)
+            return -EIO;
+        c->k = mk->item;
+        c->k_at = mk->doff;
+        c->have_item = 1;
+    }
+    while (d >= c->k_at + c->it.plan.nbytes) {
+        c->k_at += c->it.plan.nbytes;
+        c->k++;
+        c->have_item = 0;
+        if (c->k >= p->n_tensors || plan_item(p, c->k, &c->it, NULL) != FETCH_PLAN_OK)
+            return -EIO;
+        c->have_item = 1;
+    }
+    return 0;
+}
+
+/* A contiguous read not made yet, so the next tensor can extend it. */
+struct span {
+    int fd;
+    uint64_t off;
+    size_t len;
+    unsigned char *dst;
+};
+
+static int span_flush(struct span *s)
+{
+    int rc = s->len ? fileio_pread_full(s->fd, s->dst, s->len, s->off) : 0;
+    s->len = 0;
+    return rc;
+}
+
+/* Copies data bytes [d, d + len) (inside the data). A file is checked
+ * against its validated version once its last bytes in this call are read
+ * (consecutive tensors usually share one file), so the bytes copied predate
+ * any change to it. */
+static int read_data(struct fetch_plan *p, uint64_t d, unsigned char *out, size_t len)
+{
+    struct fetch_cursor *c = p->cur;
+    struct span pend = {.fd = -1};
+    const struct reg_file *last = NULL;
+    int rc = 0;
+    while (len) {
+        if ((rc = seek_item(p, d)) != 0)
+            break;
+        const struct item *it = &c->it;
+        const struct reg_file *f = it->t->file;
+        if (last && f != last) {
+            if ((rc = span_flush(&pend)) != 0)
+                break;
+            if (!fileio_unchanged(last->fd, &last->st)) {
+                rc = -ENODATA;
+                break;
+            }
+        }
+        last = f;
+        uint64_t in = d - c->k_at;
+        size_t n = it->plan.nbytes - in < len ? (size_t)(it->plan.nbytes - in) : len;
+        if (it->plan.n_runs <= 1) {
+            uint64_t off = tensor_off(it) + it->plan.base + in;
+            if (pend.len && pend.fd == f->fd && pend.off + pend.len == off &&
+                pend.dst + pend.len == out) {
+                pend.len += n; /* continues the previous tensor's bytes */
+            } else {
+                if ((rc = span_flush(&pend)) != 0)
+                    break;
+                pend = (struct span){.fd = f->fd, .off = off, .len = n, .dst = out};
+            }
+        } else {
+            if ((rc = span_flush(&pend)) != 0)
+                break;
+            if ((rc = slice_read(&it->plan, f->fd, tensor_off(it), in, out, n)) != 0)
+                break;
+        }
+        out += n;
+        d += n;
+        len -= n;
+    }
+    if (rc == 0)
+        rc = span_flush(&pend);
+    if (rc == 0 && last && !fileio_unchanged(last->fd, &last->st))
+        rc = -ENODATA;
+    return rc;
+}
+
+int fetch_plan_read(struct fetch_plan *p, uint64_t off, void *buf, size_t len)
+{
+    unsigned char *out = buf;
+    if (off < p->prefix_len) {
+        size_t n = p->prefix_len - (size_t)off < len ? p->prefix_len - (size_t)off : len;
+        int rc = read_header(p, off, (char *)out, n);
+        if (rc)
+            return rc;
+        out += n;
+        off += n;
+        len -= n;
+    }
+    return len ? read_data(p, off - p->prefix_len, out, len) : 0;
+}
+
+int fetch_plan_file_span(struct fetch_plan *p, uint64_t off, uint64_t len, int *fd,
+                         uint64_t *file_off, const struct fileio_stat **st)
+{
+    if (off < p->prefix_len || len == 0 || seek_item(p, off - p->prefix_len) != 0)
+        return 0;
+    const struct fetch_cursor *c = p->cur;
+    const struct item *it = &c->it;
+    if (it->plan.n_runs > 1)
+        return 0;
+    const struct reg_file *f = it->t->file;
+    uint64_t in = off - p->prefix_len - c->k_at;
+    uint64_t start = tensor_off(it) + it->plan.base + in, expect = start + it->plan.nbytes - in;
+    uint64_t left = len > it->plan.nbytes - in ? len - (it->plan.nbytes - in) : 0;
+    struct item next;
+    for (size_t k = c->k + 1; left && k < p->n_tensors && k - c->k <= SPAN_WALK_MAX; k++) {
+        if (plan_item(p, k, &next, NULL) != FETCH_PLAN_OK)
+            return 0;
+        if (!next.plan.nbytes)
+            continue;
+        if (next.plan.n_runs > 1 || next.t->file != f || tensor_off(&next) + next.plan.base != expect)
+            return 0;
+        uint64_t take = left < next.plan.nbytes ? left : next.plan.nbytes;
+        expect += take;
+        left -= take;
+    }
+    if (left)
+        return 0;
+    *fd = f->fd;
+    *file_off = start;
+    *st = &f->st;
+    return 1;
+}
+
+/* ---- as a body ------------------------------------------------------------------- */
+
+static int source_read(void *ctx, uint64_t off, void *buf, size_t len)
+{
+    return fetch_plan_read(ctx, off, buf, len);
+}
+
+static int source_file_span(void *ctx, uint64_t off, uint64_t len, int *fd, uint64_t *file_off,
+                            const struct fileio_stat **st)
+{
+    return fetch_plan_file_span(ctx, off, len, fd, file_off, st);
+}
+
+static void source_free(void *ctx)
+{
+    fetch_plan_free(ctx);
+}
+
+const struct body_source fetch_plan_source = {
+    .read = source_read, .file_span = source_file_span, .free = source_free,
+};

@@ -1,22 +1,32 @@
 /* fetch_plan: the answer to a fetch request, planned over one model of a
- * registry snapshot without reading any tensor data.
+ * registry snapshot without reading any tensor data, and produced on
+ * demand.
  *
- * The answer is one safetensors file: a header (built here) naming the
- * requested tensors in request order (every tensor of the model, in file
- * order, when the request lists none), each under its own name with the
- * dtype and the shape of what is sent, and the model's merged __metadata__;
- * then each tensor's bytes, described as body pieces (core/body.h) that
- * point into the model's files: a contiguous span (merged with the previous
- * piece when it continues it in the same file, so a run of whole tensors is
- * one sendfile-able span) or a strided selection read through compact slice
- * runs.
+ * The answer is one safetensors file: a header naming the requested tensors
+ * in request order (every tensor of the model, in file order, when the
+ * request lists none), each under its own name with the dtype and the shape
+ * of what is sent, and the model's merged __metadata__; then each tensor's
+ * bytes, read from the model's files: a contiguous span (read together with
+ * the next when it continues it in the same file, and sent with sendfile
+ * when a range lies in one) or a strided selection read through its slice
+ * plan.
  *
  * A tensor's data is its slice (the item's SPEC, default the whole tensor),
  * then, when the request splits and the first rule whose glob matches the
  * name applies, dimension D of that result cut into `world` parts as
  * numpy.array_split cuts it, part `rank` kept. A result of rank 0 is never
  * split; a matching rule whose D is outside [-ndim, ndim) is an error, and
- * so is matching that spends more than FETCH_GLOB_BUDGET steps. */
+ * so is matching that spends more than FETCH_GLOB_BUDGET steps.
+ *
+ * Planning walks the request once: it checks every tensor (the errors
+ * below), sizes the header and the data, and computes the identity hash,
+ * but keeps neither the header nor a list of pieces. The plan holds the
+ * request, where every FETCH_MARK_EVERY-th tensor starts, and the reader's
+ * place; reading any byte range regenerates the header entries and tensor
+ * plans from the nearest mark. So an answer that is not being read holds a
+ * few kilobytes besides its request, whatever it sends: a fetch of every
+ * tensor of a 100,000-tensor model no longer keeps a 10 MB header per
+ * connection. */
 #ifndef TENSORD_FETCH_PLAN_H
 #define TENSORD_FETCH_PLAN_H
 
@@ -27,18 +37,30 @@
 #include "fetch_req.h"
 #include "registry.h"
 
+/* Tensors between two places the reader can start from. */
+#define FETCH_MARK_EVERY 256
+
+struct fetch_mark;
+struct fetch_cursor;
+
 struct fetch_plan {
-    char *prefix;               /* owned: the 8-byte length and the JSON header */
-    size_t prefix_len;
-    void *pieces_buf;           /* owned: one allocation holding pieces and their slice runs */
-    const struct body_piece *pieces; /* in pieces_buf; fds and stats borrowed from the snapshot */
-    size_t n_pieces;
+    const struct reg_model *m;  /* borrowed: must outlive the plan (the answer pins it) */
+    struct fetch_req req;       /* owned: the request it answers */
+    size_t prefix_len;          /* the 8-byte length and the JSON header (padded) */
     uint64_t data_len;          /* bytes after the prefix */
     size_t n_tensors;           /* in the answer */
     int64_t mtime_ns;           /* the newest mtime of the model's files */
     int weak;                   /* a file's ETag is weak: so is the answer's */
     uint64_t hash[2];           /* identifies the answer's bytes: the files' ETags, every
                                  * tensor's name and the selection sent */
+    /* private to fetch_plan.c */
+    int has_meta;               /* the header starts with __metadata__ */
+    size_t meta_len;            /* its entry's bytes */
+    uint64_t json_len;          /* the header's JSON before its closing '}' and padding */
+    unsigned char *used;        /* bit per model file: the answer reads from it */
+    struct fetch_mark *marks;
+    size_t n_marks;
+    struct fetch_cursor *cur;
 };
 
 /* Steps the split rules may spend matching one request's tensor names (a
@@ -61,13 +83,36 @@ enum fetch_plan_status {
     FETCH_PLAN_IO,              /* a file of the model could not be opened at scan time */
 };
 
-/* Plans the answer to req over model m (which must be MODEL_READY). On
- * FETCH_PLAN_OK fills *out (free with fetch_plan_free; it borrows from the
- * snapshot, which must outlive it); otherwise err names the tensor and the
- * reason. */
-enum fetch_plan_status fetch_plan_build(const struct reg_model *m, const struct fetch_req *req,
+/* Plans the answer to req over model m (which must be MODEL_READY), taking
+ * req over in every case. On FETCH_PLAN_OK *out is the plan (free with
+ * fetch_plan_free; it borrows from m, which must outlive it); otherwise
+ * *out is NULL and err names the tensor and the reason. */
+enum fetch_plan_status fetch_plan_build(const struct reg_model *m, struct fetch_req *req,
                                         const struct fetch_plan_limits *lim,
-                                        struct fetch_plan *out, char *err, size_t errlen);
+                                        struct fetch_plan **out, char *err, size_t errlen);
+
+/* The answer's size: prefix_len + data_len. */
+uint64_t fetch_plan_size(const struct fetch_plan *p);
+
+/* Copies answer bytes [off, off + len) (inside the answer) into buf.
+ * Returns 0 or a negative errno: -ENODATA when a file it read from no
+ * longer is the version validated (checked after the bytes are read). One
+ * thread at a time per plan: it moves the reader's place. */
+int fetch_plan_read(struct fetch_plan *p, uint64_t off, void *buf, size_t len);
+
+/* Returns 1 with the file, the offset in it and its validated version when
+ * answer bytes [off, off + len) are one contiguous span of one file (so they
+ * can go out with sendfile), else 0. */
+int fetch_plan_file_span(struct fetch_plan *p, uint64_t off, uint64_t len, int *fd,
+                         uint64_t *file_off, const struct fileio_stat **st);
+
+/* Whether every file the answer reads from is still the version validated
+ * (one fstat each). */
+int fetch_plan_files_unchanged(const struct fetch_plan *p);
+
+/* A body (core/body.h) over a plan: ctx is the plan, owned by the body and
+ * freed by its free. */
+extern const struct body_source fetch_plan_source;
 
 void fetch_plan_free(struct fetch_plan *p);
 

@@ -63,6 +63,16 @@ void hasher_ready_push(struct jobset *set, struct job *j)
     j->in_ready = 1;
 }
 
+void hasher_ready_push_front(struct jobset *set, struct job *j)
+{
+    if (j->in_ready)
+        return;
+    set->ready_head = (set->ready_head + set->n - 1) % set->n;
+    set->ready[set->ready_head] = (uint32_t)(j - set->jobs);
+    set->ready_n++;
+    j->in_ready = 1;
+}
+
 void hasher_do_prioritize(struct hasher *h, struct jobset *set, struct job *j)
 {
     if (j->state == JOB_RUNNING) {
@@ -185,6 +195,7 @@ static void jobset_free(struct jobset *set)
             hasher_do_release(set->jobs[i].waits[k]);
         free(set->jobs[i].waits);
         free(set->jobs[i].same);
+        digest_pass_free(set->jobs[i].partial);
     }
     free(set->jobs);
     free(set->index);
@@ -234,12 +245,17 @@ void hasher_submit(struct hasher *h, struct reg_snapshot *snap)
         else if (!j)
             atomic_store(&h->drop_run[w], 1); /* nobody needs it any more */
     }
-    /* Waiters follow their files into the new set when it has them. */
+    /* Waiters, and what yielded jobs had hashed, follow their files into
+     * the new set when it has them. */
     for (size_t i = 0; old && i < old->n; i++) {
         struct job *o = &old->jobs[i];
+        struct job *j = o->partial || o->n_waits ? hasher_find_job(h, set, &o->id) : NULL;
+        if (o->partial && j && j->state == JOB_QUEUED && !j->partial) {
+            j->partial = o->partial;
+            o->partial = NULL;
+        }
         if (!o->n_waits)
             continue;
-        struct job *j = hasher_find_job(h, set, &o->id);
         if (j && j->state == JOB_DONE) {
             hasher_do_finish_waits(h, o, HASHER_DONE, &fire);
         } else if (j && j->state != JOB_FAILED) {
@@ -376,6 +392,7 @@ struct hasher *hasher_new(const struct hasher_opts *o)
     pthread_cond_init(&h->work, &ca);
     pthread_cond_init(&h->hk, &ca);
     pthread_cond_init(&h->nap, &ca);
+    pthread_cond_init(&h->sv, &ca);
     pthread_condattr_destroy(&ca);
     if (o->state_dir && o->state_dir[0])
         open_state(h, o->state_dir);
@@ -400,7 +417,32 @@ struct hasher *hasher_new(const struct hasher_opts *o)
         abort();
     }
     pthread_setname_np(h->housekeeper, "tensord-hashkeep");
+    if (pthread_create(&h->saver, NULL, hasher_saver_main, h) != 0) {
+        fprintf(stderr, "tensord: cannot start the hash saver\n");
+        abort();
+    }
+    pthread_setname_np(h->saver, "tensord-hashsave");
     return h;
+}
+
+/* Joins t unless it is still running at deadline (CLOCK_REALTIME ns): then
+ * it is left to itself and counted in threads_left. A thread stuck in a
+ * read or a save on a hung file system must not keep the daemon from
+ * stopping. */
+static void join_by(struct hasher *h, pthread_t t, uint64_t deadline)
+{
+    struct timespec ts = {.tv_sec = (time_t)(deadline / NS), .tv_nsec = (long)(deadline % NS)};
+    if (pthread_timedjoin_np(t, NULL, &ts) == 0)
+        return;
+    pthread_detach(t);
+    h->threads_left++;
+}
+
+static uint64_t real_ns_after(unsigned ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * NS + (uint64_t)ts.tv_nsec + (uint64_t)ms * 1000000u;
 }
 
 void hasher_stop(struct hasher *h)
@@ -416,24 +458,39 @@ void hasher_stop(struct hasher *h)
     pthread_cond_broadcast(&h->hk);
     pthread_cond_broadcast(&h->nap);
     pthread_mutex_unlock(&h->lock);
+    /* Workers stop at their next block, the housekeeper at once. */
+    uint64_t deadline = real_ns_after(HASHER_STOP_MS);
     for (unsigned i = 0; i < h->n_workers; i++)
-        pthread_join(h->workers[i], NULL);
-    pthread_join(h->housekeeper, NULL);
+        join_by(h, h->workers[i], deadline);
+    join_by(h, h->housekeeper, deadline);
     struct hwait *fire = NULL;
     pthread_mutex_lock(&h->lock);
     hasher_do_fire_all(h, HASHER_STOPPED, &fire);
-    struct reg_snapshot *drop = h->set ? h->set->snap : NULL;
-    uint64_t epoch = h->epoch;
-    if (h->set) {
+    struct reg_snapshot *drop = NULL;
+    if (h->set && !h->threads_left) { /* a worker left running may still read from it */
+        drop = h->set->snap;
         h->set->snap = NULL;
         for (size_t i = 0; i < h->set->n; i++)
             h->set->jobs[i].f = NULL;
     }
+    /* The last save, on the saver's thread; it exits after it. */
+    h->save_epoch = h->epoch;
+    h->save_asked++;
+    h->save_final = 1;
+    h->save_final_until = time_mono_ns() + (uint64_t)HASHER_SAVE_WAIT_MS * 1000000u;
+    pthread_cond_signal(&h->sv);
     pthread_mutex_unlock(&h->lock);
     hasher_call_fired(h, fire);
     reg_snapshot_unref(drop);
-    if (h->dirfd >= 0)
-        hasher_save(h, epoch);
+    /* The saver gives up on a locked directory at save_final_until; well
+     * past that (a loaded machine can be late by a lot) it is stuck in the
+     * file system. */
+    join_by(h, h->saver, real_ns_after(HASHER_SAVE_WAIT_MS + HASHER_STUCK_MS));
+    if (h->threads_left)
+        log_msg(LOG_WARN, "content hashes: %d hashing thread%s did not stop within %u ms (a "
+                          "file system not answering?); stopping without them",
+                h->threads_left, h->threads_left == 1 ? "" : "s",
+                HASHER_STOP_MS + HASHER_SAVE_WAIT_MS + HASHER_STUCK_MS);
 }
 
 void hasher_free(struct hasher *h)
@@ -441,6 +498,8 @@ void hasher_free(struct hasher *h)
     if (!h)
         return;
     hasher_stop(h);
+    if (h->threads_left)
+        return; /* a thread still uses it; the process is ending */
     pthread_mutex_lock(&h->lock);
     jobset_free(h->set);
     h->set = NULL;
@@ -449,6 +508,7 @@ void hasher_free(struct hasher *h)
     pthread_cond_destroy(&h->work);
     pthread_cond_destroy(&h->hk);
     pthread_cond_destroy(&h->nap);
+    pthread_cond_destroy(&h->sv);
     hashstore_free(h->store);
     if (h->dirfd >= 0)
         close(h->dirfd);

@@ -7,7 +7,15 @@
  * the results in the store, which is saved to the state directory when the
  * queue runs dry and every HASHER_SAVE_INTERVAL_S while it does not. A
  * restart or reload therefore hashes only what changed. Nothing here runs on
- * an HTTP thread, and nothing a request thread calls waits for I/O.
+ * an HTTP thread, and nothing a request thread calls waits for I/O: no file
+ * is opened, read or written under the lock that hasher_want and
+ * hasher_progress take. Saves run on their own thread, which only tries the
+ * state directory's lock and comes back later when another process holds
+ * it, so the deadlines of waiters (the housekeeper's) fire on time whatever
+ * a save does, and hasher_stop returns within a bounded time.
+ *
+ * A background job that yields to a wanted file (below) keeps what it has
+ * hashed (its digest contexts and offset) and resumes there.
  *
  * A hash is recorded only when the bytes read were one version of the file:
  * the identity is taken before the first read and compared after the last,
@@ -49,6 +57,21 @@
  * future) before it counts as failed until the next scan. */
 #define HASHER_MAX_ATTEMPTS 10
 #define HASHER_MAX_THREADS 64
+/* hasher_stop waits HASHER_STOP_MS for the workers and the housekeeper,
+ * then for the last save, which gives up on a locked state directory after
+ * HASHER_SAVE_WAIT_MS; a thread that has not ended HASHER_STUCK_MS after
+ * that is stuck on a file system that does not answer, and the stop goes
+ * on without it. */
+#define HASHER_STOP_MS 5000
+#define HASHER_SAVE_WAIT_MS 2000
+#define HASHER_STUCK_MS 3000
+/* A save that finds the state directory locked by another process (another
+ * tensord sharing it, `tensord verify`) tries again after this long,
+ * doubling up to HASHER_SAVE_RETRY_MAX_MS; the last save at stop retries
+ * every HASHER_FINAL_RETRY_MS for at most HASHER_SAVE_WAIT_MS. */
+#define HASHER_SAVE_RETRY_MS 1000
+#define HASHER_SAVE_RETRY_MAX_MS 30000
+#define HASHER_FINAL_RETRY_MS 100
 
 struct hasher_opts {
     unsigned threads;               /* worker threads, 1..HASHER_MAX_THREADS */
@@ -123,7 +146,11 @@ void hasher_progress(struct hasher *h, struct hasher_progress *p);
 /* Stops the workers (a file being hashed is abandoned), calls every pending
  * callback with HASHER_STOPPED, releases the snapshot and saves the store.
  * Lookups keep working; hasher_want answers HASHER_UNAVAILABLE. Call before
- * the HTTP server stops, so suspended connections are resumed. */
+ * the HTTP server stops, so suspended connections are resumed. Returns
+ * within HASHER_STOP_MS + HASHER_SAVE_WAIT_MS + HASHER_STUCK_MS (10 s)
+ * whatever the file systems do:
+ * a save that cannot take the state directory's lock by then is given up
+ * (logged; what it would have kept is hashed again after a restart). */
 void hasher_stop(struct hasher *h);
 /* hasher_stop if needed, then frees everything. */
 void hasher_free(struct hasher *h);

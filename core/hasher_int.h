@@ -9,6 +9,7 @@
 #include <stdatomic.h>
 #include <time.h>
 
+#include "digest.h"
 #include "hasher.h"
 
 #define HASHER_BLOCK DIGEST_BLOCK /* each worker's read buffer */
@@ -43,6 +44,8 @@ struct job {
     uint64_t not_before_ns;    /* JOB_DELAYED: when to try again (monotonic) */
     struct hwait **waits;      /* waiters linked to this job */
     size_t n_waits, cap_waits;
+    struct digest_pass *partial; /* what it hashed before it yielded (owned), resumed from
+                                  * there by the next worker; NULL when it never ran */
 };
 
 /* The jobs of one snapshot. */
@@ -74,6 +77,7 @@ struct hasher {
     pthread_cond_t work;       /* workers: a job is ready, or stop */
     pthread_cond_t hk;         /* housekeeper: a deadline, a delay or a save to look at */
     pthread_cond_t nap;        /* paced workers sleep on it; broadcast on stop */
+    pthread_cond_t sv;         /* the saver: a save is asked for, or stop */
     atomic_int stopping;
     int stopped;
     struct jobset *set;        /* the latest snapshot's jobs, or NULL */
@@ -88,9 +92,18 @@ struct hasher {
     uint64_t unsaved;          /* results recorded since the last save */
     uint64_t pace_next_ns;     /* pacing: when the next block may be read */
     _Atomic uint64_t rate_bps; /* recent hashing rate (moving average) */
+    /* Saves are the saver thread's (hasher_saver_main): the housekeeper
+     * asks, and never waits for the state directory. */
+    uint64_t save_asked;       /* saves asked for so far */
+    uint64_t save_done;        /* ... of them the saver has finished (or given up) */
+    uint64_t save_epoch;       /* the epoch whose entries the latest ask keeps */
+    int save_final;            /* hasher_stop's last save: the saver exits after it */
+    uint64_t save_final_until; /* ... which gives up on a locked directory then (monotonic) */
     int save_warned;
     unsigned n_workers;
-    pthread_t *workers, housekeeper;
+    pthread_t *workers, housekeeper, saver;
+    int threads_left;          /* threads that had not ended when hasher_stop gave up on them
+                                * (a hung file system): the hasher is then never freed */
 };
 
 /* hasher.c */
@@ -99,6 +112,9 @@ struct job *hasher_find_job(const struct hasher *h, const struct jobset *set,
 /* Moves a queued job to the front; a running one stops being paced. */
 void hasher_do_prioritize(struct hasher *h, struct jobset *set, struct job *j);
 void hasher_ready_push(struct jobset *set, struct job *j);
+/* Puts j first in the queue (a job that yielded resumes before new ones
+ * start, so few passes wait half-done). */
+void hasher_ready_push_front(struct jobset *set, struct job *j);
 /* The next queued job, wanted ones first (*urgent says which), or NULL. */
 struct job *hasher_take_job(struct hasher *h, struct jobset *set, int *urgent);
 void hasher_do_publish(struct hasher *h);
@@ -110,8 +126,7 @@ void hasher_deadline_ts(uint64_t mono_ns, struct timespec *ts);
 /* hasher_work.c */
 void *hasher_worker_main(void *arg);
 void *hasher_housekeeper_main(void *arg);
-/* Saves the store, keeping the entries used by epoch (see hashstore_plan_save). */
-void hasher_save(struct hasher *h, uint64_t epoch);
+void *hasher_saver_main(void *arg);
 
 /* hasher_wait.c; the caller holds the lock. Firing adds w to *fire; the
  * callbacks are made by hasher_call_fired after the lock is released. */

@@ -4,8 +4,9 @@
  * Someone waiting: while any queued job is wanted (h->urgent_queued), the
  * byte-rate limit is lifted for everyone, so the workers free up quickly,
  * and a background job with more than about a second of reading left
- * yields (it goes back to the queue and starts over later) so a wanted file
- * never waits behind a 100 GB shard. A job that is wanted while it runs is
+ * yields (it goes back to the front of the queue with what it has hashed,
+ * and resumes at that offset) so a wanted file never waits behind a 100 GB
+ * shard. A job that is wanted while it runs is
  * told so through its worker's urgent flag, and one that a reload dropped
  * (the file changed or left) through its drop flag: it stops at once. */
 #include <errno.h>
@@ -31,7 +32,7 @@
 enum outcome {
     OUT_OK,      /* e holds the hashes of the identity */
     OUT_RETRY,   /* too fresh to trust, or no descriptor to be had: later */
-    OUT_YIELD,   /* made way for a wanted file: again from the start, later */
+    OUT_YIELD,   /* made way for a wanted file: resumed later where it stopped */
     OUT_CHANGED, /* not the identity the snapshot saw, or it changed while read */
     OUT_ERROR,   /* a read error (errno) */
     OUT_STOPPED,
@@ -44,8 +45,8 @@ struct pace_ctx {
     int yielded;
 };
 
-/* Before each block: stop on shutdown, count progress, yield to wanted
- * files, and keep background hashing to max_bytes_per_second over all
+/* Before each block: stop on shutdown, yield to wanted files, count
+ * progress, and keep background hashing to max_bytes_per_second over all
  * workers together (each block takes the next slot of a shared clock). */
 static int pace(void *arg, size_t n)
 {
@@ -57,20 +58,17 @@ static int pace(void *arg, size_t n)
         c->yielded = 1; /* the job is gone: its finish finds nothing to update */
         return 1;
     }
-    uint64_t left = c->size - c->done;
-    c->done += n;
-    metrics_hash_progress(n, 0, 0);
-    if (atomic_load(&h->urgent_run[c->worker]))
-        return 0;
-    if (atomic_load(&h->urgent_queued) > 0) {
+    int wanted = atomic_load(&h->urgent_run[c->worker]);
+    if (!wanted && atomic_load(&h->urgent_queued) > 0) {
         double rate = (double)atomic_load(&h->rate_bps);
-        if ((double)left > rate * (double)YIELD_NS / 1e9) {
+        if ((double)(c->size - c->done) > rate * (double)YIELD_NS / 1e9) {
             c->yielded = 1;
             return 1;
         }
-        return 0;
     }
-    if (h->o.max_bytes_per_second == 0)
+    c->done += n;
+    metrics_hash_progress(n, 0, 0);
+    if (wanted || atomic_load(&h->urgent_queued) > 0 || h->o.max_bytes_per_second == 0)
         return 0;
     pthread_mutex_lock(&h->lock);
     uint64_t now = time_mono_ns();
@@ -93,10 +91,12 @@ static int64_t now_real_ns(void)
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-/* Hashes fd, which should be `want`, into *e. *retry_at gets when to try
- * again after OUT_RETRY. */
+/* Hashes fd, which should be `want`, into *e, going on from *pass when a
+ * yielded job left one (else starting one there). *pass stays set only
+ * after OUT_YIELD. *retry_at gets when to try again after OUT_RETRY. */
 static enum outcome hash_one(struct hasher *h, unsigned worker, int fd, const struct hash_id *want,
-                             void *buf, struct hash_entry *e, uint64_t *retry_at)
+                             void *buf, struct hash_entry *e, uint64_t *retry_at,
+                             struct digest_pass **pass)
 {
     struct stat sb;
     struct hash_id before, after;
@@ -109,16 +109,22 @@ static enum outcome hash_one(struct hasher *h, unsigned worker, int fd, const st
         return OUT_CHANGED;
     /* A change in the same timestamp tick as the ctime we saw would leave
      * the identity as it is: such a file is read only once that tick is
-     * safely past. */
+     * safely past. A resumed pass was past it when it started, and any
+     * write since would have moved the identity. */
     int64_t racy = (int64_t)(h->o.racy_ns ? h->o.racy_ns : HASHER_RACY_NS);
-    if (before.ctime_ns > t0 - racy) {
+    if (!*pass && before.ctime_ns > t0 - racy) {
         uint64_t wait = (uint64_t)(before.ctime_ns - (t0 - racy));
         wait = wait > RETRY_MAX_NS ? RETRY_MAX_NS : wait < RETRY_MIN_NS ? RETRY_MIN_NS : wait;
         *retry_at = time_mono_ns() + wait;
         return OUT_RETRY;
     }
-    struct pace_ctx pc = {.h = h, .worker = worker, .size = before.size};
-    int rc = digest_fd(fd, before.size, buf, HASHER_BLOCK, pace, &pc, &d);
+    if (!*pass && !(*pass = digest_pass_new(before.size))) {
+        errno = EOVERFLOW;
+        return OUT_ERROR;
+    }
+    struct pace_ctx pc = {.h = h, .worker = worker, .size = before.size,
+                          .done = digest_pass_offset(*pass)};
+    int rc = digest_pass_run(*pass, fd, buf, HASHER_BLOCK, pace, &pc);
     if (rc == -ECANCELED)
         return pc.yielded ? OUT_YIELD : OUT_STOPPED;
     if (rc == -ENODATA)
@@ -132,6 +138,8 @@ static enum outcome hash_one(struct hasher *h, unsigned worker, int fd, const st
     hash_id_from_sys_stat(&sb, &after);
     if (!hash_id_equal(&before, &after))
         return OUT_CHANGED;
+    digest_pass_final(*pass, &d);
+    *pass = NULL;
     memset(e, 0, sizeof(*e));
     e->id = before;
     memcpy(e->sha256, d.sha256, sizeof(e->sha256));
@@ -144,17 +152,23 @@ static enum outcome hash_one(struct hasher *h, unsigned worker, int fd, const st
  * looked up by identity in the current set: a reload while it ran may have
  * replaced the set, and the new one may still have it. */
 static void do_finish(struct hasher *h, const struct hash_id *id, enum outcome out,
-                      const struct hash_entry *e, uint64_t retry_at, struct hwait **fire)
+                      const struct hash_entry *e, uint64_t retry_at, struct digest_pass *pass,
+                      struct hwait **fire)
 {
     struct jobset *set = h->set;
     struct job *j = hasher_find_job(h, set, id);
-    if (!j || j->state != JOB_RUNNING)
-        return;
-    if (out == OUT_YIELD || out == OUT_STOPPED) {
-        j->state = JOB_QUEUED;
-        hasher_ready_push(set, j);
+    if (!j || j->state != JOB_RUNNING) {
+        digest_pass_free(pass);
         return;
     }
+    if (out == OUT_YIELD || out == OUT_STOPPED) {
+        j->state = JOB_QUEUED;
+        digest_pass_free(j->partial);
+        j->partial = pass; /* resumed from there */
+        hasher_ready_push_front(set, j);
+        return;
+    }
+    digest_pass_free(pass);
     if (out == OUT_RETRY && ++j->attempts < HASHER_MAX_ATTEMPTS) {
         j->state = JOB_DELAYED;
         j->not_before_ns = retry_at;
@@ -179,13 +193,15 @@ static void do_finish(struct hasher *h, const struct hash_id *id, enum outcome o
     }
 }
 
-/* Hashes without the lock; returns the outcome and fills *e. */
+/* Hashes without the lock; returns the outcome and fills *e (*pass: see
+ * hash_one). */
 static enum outcome run_job(struct hasher *h, unsigned me, int fd, const struct hash_id *id,
-                            uint64_t epoch, void *buf, struct hash_entry *e, uint64_t *retry_at)
+                            uint64_t epoch, void *buf, struct hash_entry *e, uint64_t *retry_at,
+                            struct digest_pass **pass)
 {
     uint64_t t0 = time_mono_ns();
     *retry_at = t0 + NS;
-    enum outcome out = fd < 0 ? OUT_RETRY : hash_one(h, me, fd, id, buf, e, retry_at);
+    enum outcome out = fd < 0 ? OUT_RETRY : hash_one(h, me, fd, id, buf, e, retry_at, pass);
     int err = errno;
     if (out == OUT_OK && hashstore_put(h->store, e, epoch) != 0) {
         out = OUT_ERROR;
@@ -203,6 +219,17 @@ static enum outcome run_job(struct hasher *h, unsigned me, int fd, const struct 
                 (unsigned long long)id->ino, (unsigned long long)id->dev, strerror(err));
     }
     return out;
+}
+
+/* The worker's own descriptor of job j's file: the snapshot may be freed
+ * while it reads. A file the snapshot does not keep open is opened again
+ * below the root, as an answer would (the same version, or nothing). Called
+ * without the hasher's lock, holding a reference to the snapshot that has j:
+ * an open can wait on a slow or hung file system, and hasher_want and
+ * hasher_progress (HTTP threads) take that lock. */
+static int job_fd(const struct reg_file *f, const struct reg_root *root)
+{
+    return f->fd >= 0 ? fcntl(f->fd, F_DUPFD_CLOEXEC, 0) : reg_open_below(root, f, O_RDONLY);
 }
 
 void *hasher_worker_main(void *arg)
@@ -223,30 +250,39 @@ void *hasher_worker_main(void *arg)
         uint64_t epoch = h->epoch, retry_at = 0;
         enum outcome out = OUT_OK;
         struct hash_entry e;
+        struct digest_pass *pass = NULL;
         j->state = JOB_RUNNING;
         /* A worker that finished just as a reload built this set may have
          * recorded it already: then there is nothing to read. */
         if (!hashstore_lookup(h->store, &id, &e)) {
-            /* Our own descriptor: the snapshot may be freed while we read.
-             * A file the snapshot does not keep open is opened again below
-             * the root, as an answer would (the same version, or nothing). */
-            int fd = j->f->fd >= 0 ? fcntl(j->f->fd, F_DUPFD_CLOEXEC, 0)
-                                   : reg_open_below(j->root, j->f, O_RDONLY);
+            pass = j->partial;
+            j->partial = NULL;
+            /* An open job's set holds its snapshot; this reference keeps
+             * j->f valid for the open after the lock is let go. */
+            struct reg_snapshot *snap = reg_snapshot_ref(h->set->snap);
+            const struct reg_file *f = j->f;
+            const struct reg_root *root = j->root;
             h->running[me] = id;
             h->is_running[me] = 1;
             atomic_store(&h->urgent_run[me], urgent);
             atomic_store(&h->drop_run[me], 0);
             pthread_mutex_unlock(&h->lock);
-            out = run_job(h, me, fd, &id, epoch, buf, &e, &retry_at);
+            int fd = job_fd(f, root);
+            reg_snapshot_unref(snap);
+            out = run_job(h, me, fd, &id, epoch, buf, &e, &retry_at, &pass);
             if (fd >= 0)
                 close(fd);
+            if (out != OUT_YIELD) {
+                digest_pass_free(pass);
+                pass = NULL;
+            }
             pthread_mutex_lock(&h->lock);
             h->is_running[me] = 0;
             atomic_store(&h->urgent_run[me], 0);
             h->unsaved += out == OUT_OK;
         }
         struct hwait *fire = NULL;
-        do_finish(h, &id, out, &e, retry_at, &fire);
+        do_finish(h, &id, out, &e, retry_at, pass, &fire);
         struct reg_snapshot *drop = hasher_do_maybe_release(h->set);
         hasher_do_publish(h);
         if (!h->set || h->set->n_open == h->set->n_delayed)
@@ -263,13 +299,17 @@ void *hasher_worker_main(void *arg)
     return NULL;
 }
 
-void hasher_save(struct hasher *h, uint64_t epoch)
+/* Writes the state file (hashfile_save_store): returns 0, -EWOULDBLOCK when
+ * another process holds the directory's lock, or another negative errno
+ * (warned about once: a read-only state directory stays read-only). */
+static int save_store(struct hasher *h, uint64_t epoch)
 {
     int rc = hashfile_save_store(h->store, epoch, h->dirfd, HASHFILE_NAME);
-    if (rc != 0 && !h->save_warned) /* once: a read-only state directory stays read-only */
+    if (rc != 0 && rc != -EWOULDBLOCK && !h->save_warned)
         log_msg(LOG_WARN, "content hashes: cannot save %s: %s; they are kept in memory",
                 h->state_file, strerror(-rc));
-    h->save_warned = h->save_warned || rc != 0;
+    h->save_warned = h->save_warned || (rc != 0 && rc != -EWOULDBLOCK);
+    return rc;
 }
 
 /* Jobs whose retry time came go back to the queue; returns the next retry
@@ -310,16 +350,18 @@ void *hasher_housekeeper_main(void *arg)
         uint64_t retry = do_promote(h, now);
         next = retry < next ? retry : next;
         int idle = !h->set || h->set->n_open == h->set->n_delayed;
-        int due = h->unsaved && h->dirfd >= 0 && (idle || now - last_save >= interval);
-        if (fire || due) {
-            uint64_t epoch = h->epoch;
-            h->unsaved = due ? 0 : h->unsaved;
+        if (h->unsaved && h->dirfd >= 0 && (idle || now - last_save >= interval)) {
+            /* Asked of the saver, never done here: a save can wait on the
+             * state directory's lock or its file system, deadlines cannot. */
+            h->unsaved = 0;
+            h->save_epoch = h->epoch;
+            h->save_asked++;
+            last_save = now;
+            pthread_cond_signal(&h->sv);
+        }
+        if (fire) {
             pthread_mutex_unlock(&h->lock);
             hasher_call_fired(h, fire);
-            if (due) {
-                hasher_save(h, epoch);
-                last_save = time_mono_ns();
-            }
             pthread_mutex_lock(&h->lock);
             continue;
         }
@@ -332,6 +374,76 @@ void *hasher_housekeeper_main(void *arg)
             hasher_deadline_ts(next, &ts);
             pthread_cond_timedwait(&h->hk, &h->lock, &ts);
         }
+    }
+    pthread_mutex_unlock(&h->lock);
+    return NULL;
+}
+
+/* Sleeps on the saver's condition until mono_ns (or a signal). Caller holds
+ * the lock. */
+static void saver_nap(struct hasher *h, uint64_t mono_ns)
+{
+    struct timespec ts;
+    hasher_deadline_ts(mono_ns, &ts);
+    pthread_cond_timedwait(&h->sv, &h->lock, &ts);
+}
+
+/* The saver: writes the state file whenever the housekeeper (or
+ * hasher_stop, last) asks. It only tries the state directory's lock: while
+ * another process holds it the save waits HASHER_SAVE_RETRY_MS (doubling)
+ * and tries again, and the last save gives up after HASHER_SAVE_WAIT_MS. A
+ * save writes without the hasher's lock: a slow disk holds up this thread
+ * alone. */
+void *hasher_saver_main(void *arg)
+{
+    struct hasher *h = arg;
+    uint64_t retry_at = 0;
+    int final_tried = 0;
+    unsigned backoff_ms = HASHER_SAVE_RETRY_MS;
+    int told = 0;
+    pthread_mutex_lock(&h->lock);
+    for (;;) {
+        uint64_t now = time_mono_ns();
+        if (h->save_done == h->save_asked) {
+            if (h->save_final)
+                break;
+            pthread_cond_wait(&h->sv, &h->lock);
+            continue;
+        }
+        if (h->save_final && !final_tried) {
+            final_tried = 1;
+            retry_at = 0; /* the last save tries at once */
+        }
+        if (retry_at > now) {
+            saver_nap(h, retry_at);
+            continue;
+        }
+        uint64_t asked = h->save_asked, epoch = h->save_epoch;
+        int final = h->save_final;
+        pthread_mutex_unlock(&h->lock);
+        int rc = h->dirfd >= 0 ? save_store(h, epoch) : 0;
+        pthread_mutex_lock(&h->lock);
+        now = time_mono_ns();
+        if (rc == -EWOULDBLOCK && (!final || now < h->save_final_until)) {
+            if (!told)
+                log_msg(LOG_INFO, "content hashes: %s is locked by another process; saving "
+                                  "again later", h->state_file);
+            told = 1;
+            retry_at = now + (uint64_t)(final ? HASHER_FINAL_RETRY_MS : backoff_ms) * 1000000u;
+            backoff_ms = backoff_ms * 2 > HASHER_SAVE_RETRY_MAX_MS ? HASHER_SAVE_RETRY_MAX_MS
+                                                                   : backoff_ms * 2;
+            continue;
+        }
+        if (rc == -EWOULDBLOCK)
+            log_msg(LOG_WARN, "content hashes: %s stayed locked by another process; the hashes "
+                              "found since the last save are not saved (they are computed "
+                              "again after a restart)", h->state_file);
+        else if (rc == 0 && told)
+            log_msg(LOG_INFO, "content hashes: saved %s", h->state_file);
+        told = rc == -EWOULDBLOCK && told;
+        backoff_ms = HASHER_SAVE_RETRY_MS;
+        retry_at = 0;
+        h->save_done = asked;
     }
     pthread_mutex_unlock(&h->lock);
     return NULL;

@@ -382,8 +382,10 @@ int hashfile_replace(int dirfd, const char *name, const struct hash_entry *e, si
     int rc = 0, fd = -1;
     struct sink k = {.fd = -1};
     snprintf(tmp, sizeof(tmp), "%.200s.tmp", name);
-    if (flock(dirfd, LOCK_EX) != 0)
-        return -errno;
+    /* Only tried: the caller comes back later rather than wait behind
+     * another process (or hang with it on a file system not answering). */
+    if (flock(dirfd, LOCK_EX | LOCK_NB) != 0)
+        return errno == EWOULDBLOCK ? -EWOULDBLOCK : -errno;
     fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0640);
     if (fd < 0) {
         rc = -errno;

@@ -52,8 +52,10 @@ int hashfile_read(int dirfd, const char *name, const char *label, hashfile_add_f
 /* The text of a state file holding e[0..n) in that order. Caller frees;
  * *len gets the length (the text is also NUL-terminated). */
 char *hashfile_format(const struct hash_entry *e, size_t n, size_t *len);
-/* Replaces dirfd/name with that text crash-safely. Returns 0 or a
- * negative errno (the old file is then untouched). */
+/* Replaces dirfd/name with that text crash-safely, under an flock of
+ * dirfd that is only tried. Returns 0, -EWOULDBLOCK when another holder has
+ * that lock (try again later), or another negative errno (the old file is
+ * then untouched). */
 int hashfile_replace(int dirfd, const char *name, const struct hash_entry *e, size_t n);
 
 /* Loads dirfd/name into s (which should be empty), all or nothing, and
@@ -61,7 +63,8 @@ int hashfile_replace(int dirfd, const char *name, const struct hash_entry *e, si
 int hashfile_load_store(struct hashstore *s, int dirfd, const char *name, const char *label,
                         struct st_error *err);
 /* Saves s (see hashstore_plan_save) to dirfd/name. Returns 0 (also when
- * there was nothing to save) or a negative errno. */
+ * there was nothing to save), -EWOULDBLOCK (the directory is locked: s is
+ * still unsaved) or another negative errno. */
 int hashfile_save_store(struct hashstore *s, uint64_t epoch, int dirfd, const char *name);
 
 #endif

@@ -53,6 +53,7 @@ enum metrics_ctr {
     MC_GPU_PRELOAD_DISK_BYTES,       /* preload bytes read from the disk */
     MC_RESPONSES_ABORTED,     /* answers whose body did not go out whole (client left, timeout,
                                * write error, file written): their bytes count what was sent */
+    MC_DOCS_RENDERED,         /* model documents rendered (server/doc_cache) */
     MC_MIRROR_UPSTREAM_BYTES, /* bytes the mirror fetched from its upstream */
     MC_MIRROR_BLOCKS,         /* blocks it fetched whole */
     MC_MIRROR_VERIFY_FAILURES,/* files whose bytes did not hash to the digest they were asked by */

@@ -49,6 +49,9 @@ static const struct {
     {MC_RESPONSES_ABORTED, "tensord_http_responses_aborted_total",
      "Answers whose body did not go out whole (the client left, a timeout, a write error, "
      "the file was written); their bytes count only what the client acknowledged."},
+    {MC_DOCS_RENDERED, "tensord_documents_rendered_total",
+     "Model documents rendered: a description's tensors once per model, each state of its "
+     "hashes, each merged header."},
     {MC_MIRROR_UPSTREAM_BYTES, "tensord_mirror_upstream_bytes_total",
      "Bytes the mirror fetched from its upstream."},
     {MC_MIRROR_BLOCKS, "tensord_mirror_blocks_fetched_total",
@@ -241,8 +244,9 @@ static const char *const json_ctr_names[MC_COUNT] = {
     "reload_errors",         "connections_total",   "connections_rejected",
     "gpu_preload_bytes",     "leases_total",        "ipc_refused",        "scan_errors",
     "transfers_cut",         "gpu_preload_page_cache_bytes", "gpu_preload_disk_bytes",
-    "responses_aborted",     "mirror_upstream_bytes", "mirror_blocks_fetched",
-    "mirror_verify_failures", "mirror_evictions",   "gpu_preload_upstream_bytes"};
+    "responses_aborted",     "documents_rendered",  "mirror_upstream_bytes",
+    "mirror_blocks_fetched", "mirror_verify_failures", "mirror_evictions",
+    "gpu_preload_upstream_bytes"};
 
 /* "endpoints": per kind, its requests by outcome, bytes and durations. */
 static void json_kinds(struct strbuf *b, const struct metrics_snapshot *sn)

@@ -18,6 +18,7 @@
 
 #include "beneath.h"
 #include "digest.h"
+#include "shared_doc.h"
 #include "st_index.h"
 #include "strmap.h"
 #include "util.h"
@@ -389,6 +390,7 @@ struct reg_model *reg_model_build(struct reg_root *root, const char *name, const
 {
     struct reg_model *m = xcalloc(1, sizeof(*m));
     atomic_init(&m->refs, 1);
+    pthread_mutex_init(&m->doc_lock, NULL);
     m->root = reg_root_ref(root);
     m->name = xstrdup(name);
     m->dir = xstrdup(dir);
@@ -467,7 +469,8 @@ void reg_model_unref(const struct reg_model *cm)
     if (!m || atomic_fetch_sub_explicit(&m->refs, 1, memory_order_acq_rel) != 1)
         return;
     for (int k = 0; k < REG_DOC_COUNT; k++)
-        free(atomic_load(&m->docs[k].text));
+        shared_doc_unref(m->docs[k]);
+    pthread_mutex_destroy(&m->doc_lock);
     reg_files_free(m->files, m->n_files);
     reg_ids_free(m->ids, m->n_ids);
     free(m->tensors);
@@ -560,34 +563,24 @@ const struct reg_file *reg_model_find_file(const struct reg_model *m, const char
     return m ? strmap_get(m->by_file, name, len) : NULL;
 }
 
-const char *reg_model_doc(const struct reg_model *m, enum reg_doc_kind kind,
-                          char *(*render)(const struct reg_model *m), size_t *len,
-                          uint64_t *hash)
+struct shared_doc *reg_model_doc(const struct reg_model *m, enum reg_doc_kind kind)
 {
-    /* The model is otherwise immutable; the cache is its one lazily filled
-     * part, published with a compare-and-swap. */
-    struct reg_doc *d = (struct reg_doc *)&m->docs[kind];
-    char *text = atomic_load_explicit(&d->text, memory_order_acquire);
-    if (!text) {
-        char *mine = render(m);
-        if (!mine)
-            return NULL;
-        size_t n = strlen(mine);
-        char *expected = NULL;
-        /* Every renderer stores the same length and hash: the document is
-         * deterministic. */
-        atomic_store_explicit(&d->len, n, memory_order_relaxed);
-        atomic_store_explicit(&d->hash, hash_fnv1a(mine, n, HASH_FNV_SEED), memory_order_relaxed);
-        if (atomic_compare_exchange_strong_explicit(&d->text, &expected, mine,
-                                                    memory_order_acq_rel, memory_order_acquire)) {
-            text = mine;
-        } else {
-            free(mine);
-            text = expected;
-        }
-    }
-    *len = atomic_load_explicit(&d->len, memory_order_relaxed);
-    if (hash)
-        *hash = atomic_load_explicit(&d->hash, memory_order_relaxed);
-    return text;
+    /* The model is otherwise immutable; its documents are the part filled
+     * in (and replaced) after it was built. */
+    struct reg_model *mm = (struct reg_model *)m;
+    pthread_mutex_lock(&mm->doc_lock);
+    struct shared_doc *d = shared_doc_ref(mm->docs[kind]);
+    pthread_mutex_unlock(&mm->doc_lock);
+    return d;
+}
+
+void reg_model_set_doc(const struct reg_model *m, enum reg_doc_kind kind, struct shared_doc *d)
+{
+    struct reg_model *mm = (struct reg_model *)m;
+    shared_doc_ref(d);
+    pthread_mutex_lock(&mm->doc_lock);
+    struct shared_doc *old = mm->docs[kind];
+    mm->docs[kind] = d;
+    pthread_mutex_unlock(&mm->doc_lock);
+    shared_doc_unref(old);
 }

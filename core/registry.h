@@ -56,7 +56,12 @@ struct reg_tensor {
 
 enum model_state { MODEL_READY, MODEL_INVALID };
 
-enum reg_doc_kind { REG_DOC_MODEL, REG_DOC_HEADER, REG_DOC_COUNT };
+/* The documents a model caches (rendered by server/doc_cache): its
+ * description as of some hash progress, the part of the description that
+ * hashes do not change (shared by its states), and the merged header. */
+enum reg_doc_kind { REG_DOC_MODEL, REG_DOC_MODEL_BODY, REG_DOC_HEADER, REG_DOC_COUNT };
+
+struct shared_doc;
 
 /* One entry of a model directory as a rescan compares it: the model is
  * reused while every entry is still the same version of the same file. */
@@ -86,13 +91,13 @@ struct reg_model {
     size_t n_ids;
     struct reg_entry_id *ids;  /* what the directory held when the model was built, by name */
     /* JSON documents derived from the model (the description and the merged
-     * header), rendered by the first request that needs one and freed with
-     * the model; they cannot change while it lives. */
-    struct reg_doc {
-        _Atomic(char *) text;
-        _Atomic size_t len;    /* valid once text is non-NULL */
-        _Atomic uint64_t hash; /* FNV-1a of the text, likewise (its ETag) */
-    } docs[REG_DOC_COUNT];
+     * header), rendered off the HTTP threads (server/doc_cache). Each slot
+     * holds one reference to a shared document, dropped when it is replaced
+     * (a description with more hashes known) or the model is freed.
+     * doc_lock guards the slots; it is held to copy or swap a pointer (and
+     * take a reference), never to render. */
+    pthread_mutex_t doc_lock;
+    struct shared_doc *docs[REG_DOC_COUNT];
 };
 
 /* A Hugging Face repo (core/reg_repo.h): a directory of files below the
@@ -211,14 +216,13 @@ void reg_file_etag(const struct reg_file *f, char *out);
 /* Whether the ETag reg_file_etag gives f is weak. */
 int reg_file_etag_weak(const struct reg_file *f);
 
-/* Returns the cached document `kind` of m, rendering it with render(m) (a
- * new NUL-terminated string, or NULL on failure) the first time. Safe from
- * any thread: if two render at once, one copy is kept. The text lives as long
- * as the model; *len gets its length and *hash (when not NULL) the FNV-1a
- * hash of its bytes, computed once. */
-const char *reg_model_doc(const struct reg_model *m, enum reg_doc_kind kind,
-                               char *(*render)(const struct reg_model *m), size_t *len,
-                               uint64_t *hash);
+/* A new reference to m's cached document `kind` (the caller drops it with
+ * shared_doc_unref), or NULL when there is none. Any thread; never waits
+ * for more than a pointer copy. */
+struct shared_doc *reg_model_doc(const struct reg_model *m, enum reg_doc_kind kind);
+/* Makes d (may be NULL) m's document `kind`, taking a reference to it; the
+ * one it replaces is dropped (outside the lock). */
+void reg_model_set_doc(const struct reg_model *m, enum reg_doc_kind kind, struct shared_doc *d);
 
 struct reg_snapshot *reg_snapshot_ref(struct reg_snapshot *r);
 void reg_snapshot_unref(struct reg_snapshot *r);

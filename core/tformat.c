@@ -213,6 +213,13 @@ void tformat_st_begin(struct tformat_st *w)
     w->len = ST_ALIGN; /* the length prefix, written by tformat_st_end */
 }
 
+void tformat_st_resume(struct tformat_st *w, size_t entries, uint64_t data_len)
+{
+    w->len = 0;
+    w->n = entries;
+    w->data_len = data_len;
+}
+
 void tformat_st_metadata(struct tformat_st *w, const char *const *kv, size_t n)
 {
     st_key(w, "__metadata__", 12);

@@ -54,6 +54,13 @@ void tformat_st_begin(struct tformat_st *w);
 void tformat_st_metadata(struct tformat_st *w, const char *const *kv, size_t n);
 void tformat_st_tensor(struct tformat_st *w, const char *name, size_t name_len, enum dtype dt,
                        uint32_t ndim, const uint64_t *shape, uint64_t nbytes);
+/* Empties w's text (keeping its buffer) for the next entry of a header that
+ * has `entries` entries so far whose tensors hold data_len bytes: the next
+ * tformat_st_metadata or tformat_st_tensor writes just that entry, its ','
+ * (or the opening '{') included, into w->buf[0..w->len). For a header
+ * written entry by entry and never held whole (a streamed fetch answer).
+ * Free w->buf when done. */
+void tformat_st_resume(struct tformat_st *w, size_t entries, uint64_t data_len);
 /* Pads the JSON with spaces to a multiple of 8, writes its length before it,
  * and hands the buffer over in *out (caller frees; NUL-terminated after
  * *out_len bytes). The header length is *out_len - 8. */

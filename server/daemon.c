@@ -28,6 +28,7 @@
 #include "blob_index.h"
 #include "s3_auth.h"
 #include "conns.h"
+#include "doc_cache.h"
 #include "gpu/gpu_manager.h"
 #include "gpu_doc.h"
 #include "lease_server.h"
@@ -403,6 +404,7 @@ int daemon_run(const struct config *cfg)
     struct gm_options gopt;
     gpu_doc_options(&gopt, cfg);
     srv.gpu = gpu_manager_new(&gopt, &srv.registry);
+    srv.docs = doc_cache_start();
     if (http_start(&srv, err, sizeof(err)) < 0) {
         log_msg(LOG_ERROR, "%s", err);
         goto out_registry;
@@ -425,13 +427,19 @@ int daemon_run(const struct config *cfg)
     notify_systemd("READY=1\nSTATUS=serving %zu models on %s", reg->n_models, cfg->listen);
 
     serve_loop(&l, sfd);
+    /* Within the drain time whatever a save or a file system does: the
+     * hasher's stop is bounded (hasher.h) and the HTTP drain gets the rest. */
+    uint64_t t_stop = time_mono_ns();
     hasher_stop(srv.hasher); /* first: it resumes anyone waiting for a hash */
-    http_stop(&srv, DRAIN_MS);
+    doc_cache_stop(srv.docs); /* ... or for a document */
+    uint64_t spent_ms = (time_mono_ns() - t_stop) / 1000000;
+    http_stop(&srv, spent_ms < DRAIN_MS ? DRAIN_MS - (unsigned)spent_ms : 0);
     rc = 0;
 out_registry:
     lease_server_stop(leases); /* first: it ends leases the manager owns */
     if (srv.gpu)
         gpu_manager_free(srv.gpu); /* before the mirror: its instances hold mirrored files */
+    doc_cache_free(srv.docs);
     registry_destroy(&srv.registry);
 out:
     mirror_free(srv.mirror);

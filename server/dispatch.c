@@ -292,26 +292,47 @@ static int refuse_request(struct MHD_Connection *conn, struct request *rq, enum 
     return 0;
 }
 
+/* Routes url (over snapshot reg, which tells "name" from "org/name" in a
+ * Hub path) into *rt and runs the checks every endpoint shares; returns 1
+ * when one refused the request (answered in *ret). */
+static int route_and_check(struct MHD_Connection *conn, struct request *rq, const char *url,
+                           const char *method, struct reg_snapshot *reg,
+                           struct route *rt, enum route_kind *kind, enum MHD_Result *ret)
+{
+    char err[256];
+    url = route_origin_form(url); /* absolute-form targets (the AWS CRT client sends them) */
+    *kind = route_parse_with(url, repo_exists, reg, rt, err, sizeof(err));
+    /* Errors on the Hub's paths speak its dialect ({"error": "message"}). */
+    int hub = is_hub_route(*kind) || (*kind == ROUTE_BAD_PATH && strncmp(url, "/v1/", 4) != 0);
+    rq->endpoint = endpoint_of_route[*kind];
+    rq->mhd = conn;
+    if (*kind == ROUTE_TENSOR && MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "slice"))
+        rq->endpoint = MEP_SLICE;
+    return refuse_request(conn, rq, *kind, hub, method, err, ret);
+}
+
+int dispatch_refuse_early(struct MHD_Connection *conn, struct request *rq, const char *url,
+                          const char *method, enum MHD_Result *ret)
+{
+    struct route rt;
+    enum route_kind kind;
+    struct reg_snapshot *reg = registry_acquire(&rq->srv->registry);
+    int refused = route_and_check(conn, rq, url, method, reg, &rt, &kind, ret);
+    route_free(&rt);
+    reg_snapshot_unref(reg);
+    return refused;
+}
+
 enum MHD_Result dispatch_request(struct MHD_Connection *conn, struct request *rq,
                                  const char *url, const char *method)
 {
-    char err[256];
     struct route rt;
+    enum route_kind kind;
     enum MHD_Result ret;
 
-    /* One snapshot for the whole request: it also tells "name" from
-     * "org/name" in a Hub path. */
-    url = route_origin_form(url);
+    /* One snapshot for the whole request. */
     struct reg_snapshot *reg = registry_acquire(&rq->srv->registry);
-    enum route_kind kind = route_parse_with(url, repo_exists, reg, &rt, err, sizeof(err));
-    /* Errors on the Hub's paths speak its dialect ({"error": "message"}). */
-    int hub = is_hub_route(kind) || (kind == ROUTE_BAD_PATH && strncmp(url, "/v1/", 4) != 0);
-    rq->endpoint = endpoint_of_route[kind];
-    rq->mhd = conn;
-    if (kind == ROUTE_TENSOR && MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "slice"))
-        rq->endpoint = MEP_SLICE;
-
-    if (refuse_request(conn, rq, kind, hub, method, err, &ret))
+    if (route_and_check(conn, rq, url, method, reg, &rt, &kind, &ret))
         goto out;
     switch (kind) {
     case ROUTE_HEALTHZ:

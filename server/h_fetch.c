@@ -1,9 +1,9 @@
 /* POST /v1/models/{model}/fetch and its GET ?q= form: many tensors, slices
  * and tensor-parallel parts as one safetensors file. The request is parsed
  * by core/fetch_req, the answer planned by core/fetch_plan; this file maps
- * their outcomes to HTTP and hands the planned body to respond_body, so
- * Range, conditional requests, sendfile of contiguous spans and the streamed
- * reader all apply as for any other byte body. */
+ * their outcomes to HTTP and hands the plan to respond_body as the body's
+ * source, so Range, conditional requests, sendfile of contiguous spans and
+ * the streamed reader all apply as for any other byte body. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,21 +15,6 @@
 #include "respond.h"
 #include "route.h"
 #include "util.h"
-
-/* Checks, before any header goes out, that no file of the answer changed
- * since it was validated (respond_body checks single-file bodies itself).
- * Pieces of one file are usually adjacent, so this is one fstat per file. */
-static int files_unchanged(const struct fetch_plan *plan)
-{
-    for (size_t i = 0; i < plan->n_pieces; i++) {
-        const struct body_piece *p = &plan->pieces[i];
-        if (i && plan->pieces[i - 1].fd == p->fd)
-            continue;
-        if (!fileio_unchanged(p->fd, p->st))
-            return 0;
-    }
-    return 1;
-}
 
 static enum MHD_Result plan_error(struct MHD_Connection *conn, struct request *rq,
                                   enum fetch_plan_status st, const char *err)
@@ -60,7 +45,7 @@ enum MHD_Result handle_fetch(struct MHD_Connection *conn, struct request *rq,
     char err[1024];
     enum MHD_Result ret;
     struct fetch_req req;
-    struct fetch_plan plan;
+    struct fetch_plan *plan;
 
     if (bad) {
         ret = respond_error(conn, rq, MHD_HTTP_BAD_REQUEST, "bad_parameter",
@@ -76,7 +61,13 @@ enum MHD_Result handle_fetch(struct MHD_Connection *conn, struct request *rq,
     size_t len = is_post ? rq->upload_len : qlen;
     struct fetch_limits lim = {.max_tensors = cfg->max_fetch_tensors};
     struct st_error rerr;
-    if (fetch_req_parse(text, len, &lim, &req, &rerr) != 0) {
+    int parsed = fetch_req_parse(text, len, &lim, &req, &rerr);
+    /* The request is in req now: the body it came in goes, so a connection
+     * that does not read its answer holds no more than the parsed request. */
+    free(rq->upload);
+    rq->upload = NULL;
+    rq->upload_len = 0;
+    if (parsed != 0) {
         if (rerr.code == ST_ERR_LIMIT)
             ret = respond_error(conn, rq, MHD_HTTP_CONTENT_TOO_LARGE, "too_many_tensors", "%s",
                                 rerr.message);
@@ -94,31 +85,32 @@ enum MHD_Result handle_fetch(struct MHD_Connection *conn, struct request *rq,
     }
     struct fetch_plan_limits plim = {.max_bytes = cfg->max_fetch_bytes};
     enum fetch_plan_status ps = fetch_plan_build(m, &req, &plim, &plan, err, sizeof(err));
-    fetch_req_free(&req);
     if (ps != FETCH_PLAN_OK) {
         ret = plan_error(conn, rq, ps, err);
         goto out;
     }
-    if (!files_unchanged(&plan)) { /* HEAD answers what GET would */
-        fetch_plan_free(&plan);
+    /* Checked before any header goes out: no file of the answer changed
+     * since it was validated (each block read is checked again). */
+    if (!fetch_plan_files_unchanged(plan)) { /* HEAD answers what GET would */
+        fetch_plan_free(plan);
         ret = respond_file_changed(conn, rq);
         goto out;
     }
 
-    /* The pieces borrow the model's descriptors: the answer pins it. */
+    /* The answer is produced on demand from the plan, which reads the
+     * model's descriptors: the answer pins the model and owns the plan. */
     struct representation rep = {
-        .body = {.prefix = plan.prefix, .prefix_len = plan.prefix_len, .fd = -1,
-                 .data_len = plan.data_len, .pieces = plan.pieces, .n_pieces = plan.n_pieces},
-        .prefix_buf = plan.prefix,
-        .pieces_buf = plan.pieces_buf,
+        .body = {.fd = -1, .data_len = fetch_plan_size(plan), .src = &fetch_plan_source,
+                 .src_ctx = plan},
+        .src_buf = plan,
         .pin = m,
         .content_type = "application/octet-stream",
-        .mtime = plan.mtime_ns / 1000000000,
+        .mtime = plan->mtime_ns / 1000000000,
     };
     /* Weak while any file's tag is: the answer is only as provably the same
      * as the files it is cut from. */
     snprintf(rep.etag, sizeof(rep.etag), "%s\"f%016" PRIx64 "%016" PRIx64 "\"",
-             plan.weak ? "W/" : "", plan.hash[0], plan.hash[1]);
+             plan->weak ? "W/" : "", plan->hash[0], plan->hash[1]);
     ret = respond_body(conn, rq, &rep);
 out:
     free(q);

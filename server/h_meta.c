@@ -1,28 +1,18 @@
 /* JSON endpoints: the model list, one model's description, the merged header,
  * readiness and metrics. */
 #include <inttypes.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "dtype.h"
+#include "doc_cache.h"
 #include "gpu_doc.h"
 #include "handlers.h"
 #include "hasher.h"
 #include "metrics.h"
-#include "model_doc.h"
 #include "respond.h"
 #include "util.h"
-
-/* The validator of a model document: a hash of its own bytes, which the
- * daemon has in full, so it is strong, equal across replicas and restarts
- * for equal files, and changes whenever a byte of the document does (a
- * file's hash becoming known included). */
-static void doc_etag(const char *text, size_t len, char *out, size_t outlen)
-{
-    snprintf(out, outlen, "\"m%016" PRIx64 "\"", hash_fnv1a(text, len, HASH_FNV_SEED));
-}
 
 /* The files of m whose content hash is known. */
 static size_t model_hashes_known(const struct reg_model *m)
@@ -112,73 +102,84 @@ enum MHD_Result handle_models(struct MHD_Connection *conn, struct request *rq,
     return respond_json(conn, rq, MHD_HTTP_OK, doc, NULL);
 }
 
-/* Never renders: reg_model_doc answers NULL through it when the
- * document is not cached yet. */
-static char *not_cached(const struct reg_model *m)
-{
-    (void)m;
-    return NULL;
-}
-
-/* One document is rendered at a time, process-wide: a burst of first
- * requests for a model with a million tensors (or for many such models)
- * then costs one document's memory at a time, and the requests queued
- * behind the render find it cached. */
-static pthread_mutex_t g_render_lock = PTHREAD_MUTEX_INITIALIZER;
-
 /* Rendering fails only when memory runs out: a condition of the host, not
  * of the model, so the answer says to try again. */
 static enum MHD_Result respond_no_memory(struct MHD_Connection *conn, struct request *rq,
-                                         const struct reg_model *m, enum reg_doc_kind kind)
+                                         const struct reg_model *m, enum doc_kind kind)
 {
     return respond_error(conn, rq, MHD_HTTP_SERVICE_UNAVAILABLE, "out_of_memory",
                          "not enough memory to render the %s of model \"%.300s\" "
                          "(%zu tensors); try again later",
-                         kind == REG_DOC_MODEL ? "description" : "merged header", m->name,
+                         kind == DOC_DESCRIPTION ? "description" : "merged header", m->name,
                          m->n_tensors);
 }
 
-/* Answers with the model's cached document; the response keeps the model
- * alive until it is sent. */
-static enum MHD_Result respond_model_doc(struct MHD_Connection *conn, struct request *rq,
-                                         const struct reg_model *m, enum reg_doc_kind kind,
-                                         char *(*render)(const struct reg_model *m))
+/* The renderer's callback: the document is there (or cannot be), dispatch
+ * the request again (http.c). */
+static void doc_ready(void *arg, enum doc_result r)
 {
-    size_t len;
-    uint64_t hash;
-    const char *text = reg_model_doc(m, kind, not_cached, &len, &hash);
-    if (!text) {
-        pthread_mutex_lock(&g_render_lock);
-        text = reg_model_doc(m, kind, render, &len, &hash);
-        pthread_mutex_unlock(&g_render_lock);
-    }
-    if (!text)
+    struct request *rq = arg;
+    atomic_store(&rq->wait_result, (int)r);
+    atomic_store(&rq->wait, WAIT_RESUMED);
+    MHD_resume_connection(rq->mhd);
+}
+
+/* Answers with d (the reference is handed to the answer, which keeps it
+ * until the last byte is sent: a reader that does not read holds a
+ * reference, never a copy). */
+static enum MHD_Result send_doc(struct MHD_Connection *conn, struct request *rq,
+                                struct shared_doc *d)
+{
+    struct representation rep = {
+        .body = {.fd = -1, .data_len = d->len, .src = &shared_doc_source, .src_ctx = d},
+        .src_buf = d,
+        .content_type = "application/json",
+        .mtime = -1,
+    };
+    /* The validator is a hash of the document's own bytes, which the daemon
+     * has in full, so it is strong, equal across replicas and restarts for
+     * equal files, and changes whenever a byte of the document does (a
+     * file's hash becoming known included). */
+    snprintf(rep.etag, sizeof(rep.etag), "\"m%016" PRIx64 "\"", d->hash);
+    return respond_body(conn, rq, &rep);
+}
+
+/* Answers with m's document `kind` when the cache has it fresh; otherwise
+ * asks the renderer and suspends the connection until it calls back, then
+ * answers (dispatched again) with what the cache holds. The HTTP thread
+ * neither renders nor waits. */
+static enum MHD_Result respond_model_doc(struct MHD_Connection *conn, struct request *rq,
+                                         const struct reg_model *m, enum doc_kind kind)
+{
+    int waited = atomic_load(&rq->wait) == WAIT_DONE;
+    struct shared_doc *d = doc_cache_get(m, kind, !waited);
+    if (d)
+        return send_doc(conn, rq, d);
+    int result = atomic_load(&rq->wait_result);
+    if (waited && result == DOC_NO_MEMORY)
         return respond_no_memory(conn, rq, m, kind);
-    char etag[40];
-    snprintf(etag, sizeof(etag), "\"m%016" PRIx64 "\"", hash); /* as doc_etag, hashed once */
-    return respond_json_text(conn, rq, text, len, etag, m);
+    if (waited && result == DOC_STOPPED)
+        return respond_error(conn, rq, MHD_HTTP_SERVICE_UNAVAILABLE, "stopping",
+                             "the daemon is stopping");
+    /* Not rendered yet (or, after a wait, a reload brought a new version of
+     * the model): suspended before asking, as the callback may come at once. */
+    atomic_store(&rq->wait, WAIT_SUSPENDED);
+    MHD_suspend_connection(conn);
+    if (doc_cache_render(rq->srv->docs, m, kind, doc_ready, rq) != 0)
+        doc_ready(rq, DOC_STOPPED);
+    return MHD_YES; /* answered when dispatched again */
 }
 
 enum MHD_Result handle_model(struct MHD_Connection *conn, struct request *rq,
                              const struct reg_model *m)
 {
-    if (model_hashes_known(m) == m->n_files)
-        return respond_model_doc(conn, rq, m, REG_DOC_MODEL, model_doc_description);
-    /* Still hashing: rendered for this answer only (one at a time too). */
-    pthread_mutex_lock(&g_render_lock);
-    char *text = model_doc_description(m), etag[40];
-    pthread_mutex_unlock(&g_render_lock);
-    if (!text)
-        return respond_no_memory(conn, rq, m, REG_DOC_MODEL);
-    size_t len = strlen(text);
-    doc_etag(text, len, etag, sizeof(etag));
-    return respond_json_text(conn, rq, text, len, etag, NULL);
+    return respond_model_doc(conn, rq, m, DOC_DESCRIPTION);
 }
 
 enum MHD_Result handle_model_header(struct MHD_Connection *conn, struct request *rq,
                                     const struct reg_model *m)
 {
-    return respond_model_doc(conn, rq, m, REG_DOC_HEADER, model_doc_header);
+    return respond_model_doc(conn, rq, m, DOC_HEADER);
 }
 
 enum MHD_Result handle_healthz(struct MHD_Connection *conn, struct request *rq)

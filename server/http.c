@@ -383,7 +383,8 @@ static int all_digits(const char *s)
  * connection: where the next request would start is in doubt. Returns
  * MHD_YES with nothing queued when the request may go on. */
 static enum MHD_Result refuse_malformed(struct MHD_Connection *mc, struct request *rq,
-                                        const char *url, const char *version)
+                                        const char *url, const char *method,
+                                        const char *version)
 {
     const struct config *cfg = rq->srv->cfg;
     rq->close_after = 1;
@@ -448,6 +449,15 @@ static enum MHD_Result refuse_malformed(struct MHD_Connection *mc, struct reques
     if (f.n_length && (strlen(f.length) > 19 || strtoull(f.length, NULL, 10) > rq->upload_limit))
         return respond_error(mc, rq, MHD_HTTP_CONTENT_TOO_LARGE, "body_too_large",
                              "request bodies are limited to %zu bytes here", rq->upload_limit);
+    /* A request that announces a body is checked now (token, method, path),
+     * so one that will be refused never has its body read or buffered: a
+     * client without the token cannot make the daemon hold a megabyte per
+     * connection. The refusal closes the connection, the body unread. One
+     * without a body is checked when dispatched, keeping its connection. */
+    enum MHD_Result ret;
+    if ((f.n_encoding || (f.n_length && strcmp(f.length, "0") != 0)) &&
+        dispatch_refuse_early(mc, rq, url, method, &ret))
+        return ret;
     rq->close_after = 0;
     rq->handled = 0;
     return MHD_YES;
@@ -469,7 +479,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
         snprintf(rq->method, sizeof(rq->method), "%s", method);
         rq->is_head = strcmp(method, MHD_HTTP_METHOD_HEAD) == 0;
         rq->http10 = strcmp(version, MHD_HTTP_VERSION_1_0) == 0;
-        return refuse_malformed(mc, rq, url, version);
+        return refuse_malformed(mc, rq, url, method, version);
     }
     if (*upload_data_size) {
         /* Accumulate a bounded body (a chunked one can only be found too

@@ -19,6 +19,7 @@ struct gpu_manager;
 struct conns;
 struct hasher;
 struct blob_index;
+struct doc_cache;
 struct mirror;
 struct mirror_job;
 struct mirror_file;
@@ -29,6 +30,7 @@ struct server {
     struct gpu_manager *gpu;        /* NULL when GPU sharing is not set up */
     struct hasher *hasher;          /* content hashes of the served files */
     struct blob_index *blobs;       /* which file has a digest (GET /v1/blobs/...) */
+    struct doc_cache *docs;         /* renders the model documents off the HTTP threads */
     struct mirror *mirror;          /* the pull-through mirror (upstream = URL), or NULL */
     struct MHD_Daemon *daemon;
     unsigned daemon_flags;          /* the MHD_USE_* flags it was started with */
@@ -48,14 +50,17 @@ enum request_reject { REJECT_NONE, REJECT_TOO_MANY_PARAMS, REJECT_TARGET_TOO_LON
 
 struct conn;
 
-/* A Hugging Face answer that waits for content hashes (server/h_hub.c), or
- * a mirror's answer waiting for its upstream (server/h_mirror.c): its
- * connection is suspended until the hasher or the mirror's job calls back. */
+/* An answer that waits on another thread, its connection suspended until
+ * that thread calls back: a Hugging Face answer waiting for content hashes
+ * (server/h_hub.c, the hasher's callback), a model document waiting for
+ * its render (server/h_meta.c, doc_cache's), or a mirror's answer waiting
+ * for its upstream (server/h_mirror.c, the mirror's job's). */
 enum request_wait {
     WAIT_NONE,
     WAIT_SUSPENDED,             /* suspended; the callback resumes it */
     WAIT_RESUMED,               /* resumed: the next handler call dispatches again */
-    WAIT_DONE,                  /* dispatched again: answer with what there is, never wait twice */
+    WAIT_DONE,                  /* dispatched again: answer with what there is (a Hub answer
+                                 * never waits twice) */
 };
 
 /* How an answer's body goes out, for the sendfile and copy byte counters
@@ -102,7 +107,7 @@ struct request {
                                  * table (CONN_BYTES_UNKNOWN when the framing hides it) */
     struct MHD_Connection *mhd; /* the connection, for resuming it from another thread */
     atomic_int wait;            /* enum request_wait */
-    atomic_int wait_result;     /* enum hasher_result, once resumed */
+    atomic_int wait_result;     /* enum hasher_result or enum doc_result, once resumed */
     struct mirror_job *mjob;    /* the mirror's job it waited for (released when it ends) */
     struct mirror_file *mirror_pin; /* a complete mirrored file it sends (released likewise) */
 };

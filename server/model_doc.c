@@ -55,23 +55,26 @@ static void put_offsets(struct strbuf *sb, const struct st_tensor *t)
     strbuf_putc(sb, ']');
 }
 
-/* The text, or NULL when an append ran out of memory. */
-static char *finish(struct strbuf *sb)
+/* The text (its length in *len), or NULL when an append ran out of memory. */
+static char *finish(struct strbuf *sb, size_t *len)
 {
-    size_t len;
-    strbuf_putc(sb, '\n'); /* the answer's last line ends (respond.h) */
-    char *text = strbuf_detach(sb, &len);
-    if (!text || len >= TRIM_AFTER_BYTES)
+    char *text = strbuf_detach(sb, len);
+    if (!text || *len >= TRIM_AFTER_BYTES)
         malloc_trim(0);
     return text;
 }
 
-/* One entry of "files"; returns whether the file's hash is known. */
+/* One entry of "files"; returns whether the file's hash is known. The
+ * hash is looked at once, so the entry's etag and sha256 always agree even
+ * when it becomes known meanwhile. */
 static int put_file(struct strbuf *sb, const struct reg_file *f)
 {
     char etag[REG_ETAG_MAX], sha[2 * DIGEST_SHA256_LEN + 1];
-    reg_file_etag(f, etag);
     int hashed = reg_file_sha256_hex(f, sha);
+    if (hashed)
+        snprintf(etag, sizeof(etag), "\"%s\"", sha);
+    else
+        fileio_etag(&f->st, etag);
     strbuf_puts(sb, "{\"name\":");
     strbuf_json_cstr(sb, f->name);
     strbuf_puts(sb, ",\"size\":");
@@ -121,62 +124,102 @@ static void put_metadata_by_file(struct strbuf *sb, const struct reg_model *m)
     strbuf_putc(sb, '}');
 }
 
+/* The head: the model's name, state, counts and files (with the hashes
+ * known now; *known gets how many). */
+static void put_head(struct strbuf *sb, const struct reg_model *m, size_t *known)
+{
+    strbuf_puts(sb, "{\"name\":");
+    strbuf_json_cstr(sb, m->name);
+    strbuf_puts(sb, m->state == MODEL_READY ? ",\"state\":\"ready\"" : ",\"state\":\"invalid\"");
+    strbuf_puts(sb, m->sharded ? ",\"sharded\":true" : ",\"sharded\":false");
+    strbuf_puts(sb, ",\"tensor_count\":");
+    strbuf_json_int(sb, (int64_t)m->n_tensors);
+    strbuf_puts(sb, ",\"bytes\":");
+    strbuf_json_int(sb, (int64_t)m->tensor_bytes);
+    strbuf_puts(sb, ",\"files\":[");
+    *known = 0;
+    for (size_t i = 0; i < m->n_files; i++) {
+        if (i)
+            strbuf_putc(sb, ',');
+        *known += (size_t)put_file(sb, &m->files[i]);
+    }
+    strbuf_putc(sb, ']');
+}
+
+/* The middle: metadata, tensors, index and error, which hashes never
+ * change. */
+static void put_middle(struct strbuf *sb, const struct reg_model *m)
+{
+    strbuf_puts(sb, ",\"metadata\":");
+    put_metadata_by_file(sb, m);
+    strbuf_puts(sb, ",\"tensors\":{");
+    for (size_t i = 0; i < m->n_tensors && !sb->failed; i++) {
+        const struct st_tensor *t = m->tensors[i].t;
+        if (i)
+            strbuf_putc(sb, ',');
+        put_key(sb, t->name, t->name_len);
+        strbuf_puts(sb, "{\"dtype\":");
+        strbuf_json_cstr(sb, dtype_info(t->dtype)->name);
+        strbuf_puts(sb, ",\"shape\":");
+        put_shape(sb, t->shape, t->ndim);
+        strbuf_puts(sb, ",\"file\":");
+        strbuf_json_cstr(sb, m->tensors[i].file->name);
+        strbuf_puts(sb, ",\"data_offsets\":");
+        put_offsets(sb, t);
+        strbuf_puts(sb, ",\"nbytes\":");
+        strbuf_json_int(sb, (int64_t)(t->end - t->begin));
+        strbuf_putc(sb, '}');
+    }
+    strbuf_putc(sb, '}');
+    if (m->index_file) {
+        strbuf_puts(sb, ",\"index\":");
+        strbuf_json_cstr(sb, m->index_file->name);
+    }
+    if (m->state != MODEL_READY) {
+        strbuf_puts(sb, ",\"error\":");
+        put_error(sb, &m->error);
+    }
+}
+
+/* The tail: the hash progress the head showed. */
+static void put_tail(struct strbuf *sb, const struct reg_model *m, size_t known)
+{
+    strbuf_puts(sb, ",\"hashes\":{\"known\":");
+    strbuf_json_int(sb, (int64_t)known);
+    strbuf_puts(sb, ",\"files\":");
+    strbuf_json_int(sb, (int64_t)m->n_files);
+    strbuf_puts(sb, known == m->n_files ? ",\"complete\":true}" : ",\"complete\":false}");
+    strbuf_putc(sb, '}');
+}
+
 char *model_doc_description(const struct reg_model *m)
 {
     struct strbuf sb = STRBUF_INIT;
-    strbuf_puts(&sb, "{\"name\":");
-    strbuf_json_cstr(&sb, m->name);
-    strbuf_puts(&sb, m->state == MODEL_READY ? ",\"state\":\"ready\"" : ",\"state\":\"invalid\"");
-    strbuf_puts(&sb, m->sharded ? ",\"sharded\":true" : ",\"sharded\":false");
-    strbuf_puts(&sb, ",\"tensor_count\":");
-    strbuf_json_int(&sb, (int64_t)m->n_tensors);
-    strbuf_puts(&sb, ",\"bytes\":");
-    strbuf_json_int(&sb, (int64_t)m->tensor_bytes);
-    strbuf_puts(&sb, ",\"files\":[");
-    size_t known = 0;
-    for (size_t i = 0; i < m->n_files; i++) {
-        if (i)
-            strbuf_putc(&sb, ',');
-        known += (size_t)put_file(&sb, &m->files[i]);
-    }
-    strbuf_puts(&sb, "],\"metadata\":");
-    put_metadata_by_file(&sb, m);
-    strbuf_puts(&sb, ",\"tensors\":{");
-    for (size_t i = 0; i < m->n_tensors && !sb.failed; i++) {
-        const struct st_tensor *t = m->tensors[i].t;
-        if (i)
-            strbuf_putc(&sb, ',');
-        put_key(&sb, t->name, t->name_len);
-        strbuf_puts(&sb, "{\"dtype\":");
-        strbuf_json_cstr(&sb, dtype_info(t->dtype)->name);
-        strbuf_puts(&sb, ",\"shape\":");
-        put_shape(&sb, t->shape, t->ndim);
-        strbuf_puts(&sb, ",\"file\":");
-        strbuf_json_cstr(&sb, m->tensors[i].file->name);
-        strbuf_puts(&sb, ",\"data_offsets\":");
-        put_offsets(&sb, t);
-        strbuf_puts(&sb, ",\"nbytes\":");
-        strbuf_json_int(&sb, (int64_t)(t->end - t->begin));
-        strbuf_putc(&sb, '}');
-    }
-    strbuf_putc(&sb, '}');
-    if (m->index_file) {
-        strbuf_puts(&sb, ",\"index\":");
-        strbuf_json_cstr(&sb, m->index_file->name);
-    }
-    if (m->state != MODEL_READY) {
-        strbuf_puts(&sb, ",\"error\":");
-        put_error(&sb, &m->error);
-    }
-    /* the hashes known when this was rendered (the caller caches it only
-     * once all are) */
-    strbuf_puts(&sb, ",\"hashes\":{\"known\":");
-    strbuf_json_int(&sb, (int64_t)known);
-    strbuf_puts(&sb, ",\"files\":");
-    strbuf_json_int(&sb, (int64_t)m->n_files);
-    strbuf_puts(&sb, known == m->n_files ? ",\"complete\":true}" : ",\"complete\":false}");
-    strbuf_putc(&sb, '}');
-    return finish(&sb);
+    size_t known;
+    put_head(&sb, m, &known);
+    put_middle(&sb, m);
+    put_tail(&sb, m, known);
+    strbuf_putc(&sb, '\n'); /* the answer's last line ends (respond.h) */
+    size_t len;
+    return finish(&sb, &len);
+}
+
+char *model_doc_description_middle(const struct reg_model *m, size_t *len)
+{
+    struct strbuf sb = STRBUF_INIT;
+    put_middle(&sb, m);
+    return finish(&sb, len);
+}
+
+char *model_doc_description_ends(const struct reg_model *m, size_t *head_len, size_t *len,
+                                 size_t *known)
+{
+    struct strbuf sb = STRBUF_INIT;
+    put_head(&sb, m, known);
+    *head_len = sb.len;
+    put_tail(&sb, m, *known);
+    strbuf_putc(&sb, '\n'); /* the tail ends the answer, whose last line ends */
+    return strbuf_detach(&sb, len);
 }
 
 /* "__metadata__" of the merged header: the files' metadata in file order,
@@ -233,6 +276,7 @@ char *model_doc_header(const struct reg_model *m)
         strbuf_json_cstr(&sb, m->tensors[i].file->name);
         strbuf_putc(&sb, '}');
     }
-    strbuf_putc(&sb, '}');
-    return finish(&sb);
+    strbuf_puts(&sb, "}\n"); /* the answer's last line ends (respond.h) */
+    size_t len;
+    return finish(&sb, &len);
 }

@@ -11,10 +11,20 @@
 
 #include "registry.h"
 
-/* Each returns a new NUL-terminated document the caller frees (the shape
- * reg_model_doc's render callback has), or NULL when memory ran out:
- * they never abort, whatever the model's files hold. */
+/* Each returns a new NUL-terminated document the caller frees, or NULL
+ * when memory ran out: they never abort, whatever the model's files hold. */
 char *model_doc_description(const struct reg_model *m);
 char *model_doc_header(const struct reg_model *m);
+
+/* The description in the parts server/doc_cache keeps: its middle
+ * (metadata, tensors, index, error: the bulk, which hashes never change;
+ * *len its length), and its ends as of the hashes known now: the head
+ * (name, state, counts, files) in [0, *head_len), the tail (the "hashes"
+ * progress) after it up to *len, *known the files whose hash they show.
+ * head + middle + tail is model_doc_description's text. Both fail like the
+ * documents above. */
+char *model_doc_description_middle(const struct reg_model *m, size_t *len);
+char *model_doc_description_ends(const struct reg_model *m, size_t *head_len, size_t *len,
+                                 size_t *known);
 
 #endif

@@ -364,9 +364,12 @@ static void representation_release(struct representation *rep)
     free(rep->prefix_buf);
     free(rep->plan_buf);
     free(rep->pieces_buf);
+    if (rep->src_buf)
+        rep->body.src->free(rep->src_buf);
     rep->prefix_buf = NULL;
     rep->plan_buf = NULL;
     rep->pieces_buf = NULL;
+    rep->src_buf = NULL;
 }
 
 /* Answers a failed precondition: 412, or 304 with the validators. */

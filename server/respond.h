@@ -25,6 +25,7 @@ struct representation {
     struct slice_plan *plan_buf; /* owned likewise */
     void *pieces_buf;            /* owned likewise: the pieces of a many-piece body (one
                                   * allocation); their fds belong to the model `pin` */
+    void *src_buf;               /* owned likewise: body.src_ctx, freed with body.src->free */
     const char *mem;             /* body bytes [0, mem_len) already in memory (a file's validated
                                   * header), owned by the model `pin`; NULL when none */
     size_t mem_len;
@@ -50,8 +51,8 @@ struct representation {
 };
 
 /* Answers with rep, honouring the request's conditional and Range headers.
- * Takes ownership of rep->prefix_buf, rep->plan_buf and rep->pieces_buf in
- * every case. */
+ * Takes ownership of rep->prefix_buf, rep->plan_buf, rep->pieces_buf and
+ * rep->src_buf in every case. */
 enum MHD_Result respond_body(struct MHD_Connection *conn, struct request *rq,
                              struct representation *rep);
 

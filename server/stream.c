@@ -38,6 +38,7 @@ struct stream {
     char *prefix_buf;
     struct slice_plan *plan_buf;
     void *pieces_buf;
+    void *src_buf;          /* body.src_ctx, owned (freed with body.src->free) */
     const struct reg_model *pin; /* a reference keeping body.prefix (and the pieces' fds) alive,
                                   * or NULL */
     size_t n_pieces;
@@ -65,6 +66,8 @@ static void stream_free(void *cls)
     free(s->prefix_buf);
     free(s->plan_buf);
     free(s->pieces_buf);
+    if (s->src_buf)
+        s->body.src->free(s->src_buf);
     reg_model_unref(s->pin);
     free(s->pieces);
     free(s->framing);
@@ -149,9 +152,11 @@ static struct stream *stream_new(struct request *rq, struct representation *rep)
     s->prefix_buf = rep->prefix_buf;
     s->plan_buf = rep->plan_buf;
     s->pieces_buf = rep->pieces_buf;
+    s->src_buf = rep->src_buf;
     rep->prefix_buf = NULL;
     rep->plan_buf = NULL;
     rep->pieces_buf = NULL;
+    rep->src_buf = NULL;
     s->pin = reg_model_ref(rep->pin);
     s->body.fd = rep->body.fd >= 0 ? fcntl_dupfd(rep->body.fd) : -1;
     if (rep->mirror) {
@@ -185,14 +190,41 @@ const char *stream_pinned_span(const struct representation *rep, uint64_t off, u
     return NULL;
 }
 
+/* Answers body bytes [off, off + len) that a source holds in memory (a
+ * shared document) straight from there, the source handed to the answer,
+ * which frees it once sent: a connection that does not read holds it, not
+ * a copy. NULL when they are not in memory. */
+static struct MHD_Response *source_memory_response(struct representation *rep, uint64_t off,
+                                                   uint64_t len)
+{
+    const struct body *b = &rep->body;
+    const void *p[3];
+    size_t n[3];
+    unsigned k = b->src->mem && rep->src_buf && len && len <= STREAM_DOC_BLOCK
+                     ? b->src->mem(b->src_ctx, off, len, p, n)
+                     : 0;
+    if (!k)
+        return NULL;
+    struct MHD_IoVec iov[3];
+    for (unsigned i = 0; i < k; i++)
+        iov[i] = (struct MHD_IoVec){.iov_base = p[i], .iov_len = n[i]};
+    struct MHD_Response *resp = MHD_create_response_from_iovec(iov, k, b->src->free, rep->src_buf);
+    if (resp)
+        rep->src_buf = NULL; /* the response frees it; http.c counts the bytes sent */
+    return resp;
+}
+
 /* Answers body bytes [off, off + len) without reading or copying them when
  * they are already in memory: pinned memory (the response holds a reference
- * to the model until it is sent), or the representation's own buffer
- * when it is the whole body (handed over). Returns NULL otherwise. */
+ * to the model until it is sent), a source's memory, or the
+ * representation's own buffer when it is the whole body (handed over).
+ * Returns NULL otherwise. */
 static struct MHD_Response *memory_response(struct representation *rep, uint64_t off,
                                             uint64_t len)
 {
     const struct body *b = &rep->body;
+    if (b->src)
+        return source_memory_response(rep, off, len);
     const char *mem = stream_pinned_span(rep, off, len);
     if (mem) {
         struct MHD_Response *resp = MHD_create_response_from_buffer_with_free_callback_cls(
@@ -269,15 +301,19 @@ struct MHD_Response *stream_span(struct request *rq, struct representation *rep,
         rq->body_method = BODY_SENDFILE;
         /* sendfile sends what the file holds as it goes: a write to the file
          * must cut this connection (the watcher does, through conns). */
-        http_sending(rq, rep->body.n_pieces ? body_piece_stat(&rep->body, off) : rep->file_st);
+        http_sending(rq, rep->body.n_pieces || rep->body.src ? body_piece_stat(&rep->body, off)
+                                                            : rep->file_st);
         return MHD_create_response_from_fd_at_offset64(len, fd, file_off);
     }
+    /* A document in memory goes in smaller blocks: each is a copy, and
+     * other connections get their turn sooner (STREAM_DOC_BLOCK). */
+    size_t block = rep->body.src && rep->body.src->mem ? STREAM_DOC_BLOCK : STREAM_BLOCK;
     struct stream *s = stream_new(rq, rep);
     http_sending(rq, rep->file_st); /* a write that keeps size and mtime is cut too */
     s->n_pieces = 1;
     s->pieces = xcalloc(1, sizeof(struct piece));
     s->pieces[0] = (struct piece){.body_off = off, .len = len, .out_off = 0};
-    return MHD_create_response_from_callback(len, STREAM_BLOCK, stream_read, s, stream_free);
+    return MHD_create_response_from_callback(len, block, stream_read, s, stream_free);
 }
 
 static atomic_uint_fast64_t boundary_counter;

@@ -18,6 +18,14 @@
 #define STREAM_SMALL_BODY_MAX (64 * 1024)
 /* Block size libmicrohttpd asks streamed readers for. */
 #define STREAM_BLOCK (256 * 1024)
+/* A document in memory (a shared model document) up to this size goes out
+ * in one write straight from its memory; a larger one is streamed in
+ * blocks of this size. libmicrohttpd writes as much of a memory answer as
+ * the socket takes (megabytes on loopback) before it looks at another
+ * connection, so 200 clients of a 14 MB description kept every other
+ * request waiting a tenth of a second; in blocks, each connection gets its
+ * turn after 64 KiB, as files get theirs after a 128 KiB sendfile. */
+#define STREAM_DOC_BLOCK (64 * 1024)
 
 /* Where body bytes [off, off + len) are held in memory that a model keeps
  * alive (a file's validated header, a cached document), or NULL. */

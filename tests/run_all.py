@@ -2,7 +2,7 @@
 """`make test`: every test stage in order, then one "N passed, N failed" line.
 
 Stages: builds (with and without CUDA), C unit tests, the same under
-ASan+UBSan, the st_header differential test (tests/diff/), libFuzzer smoke
+ASan+UBSan, the concurrent ones under ThreadSanitizer, the st_header differential test (tests/diff/), libFuzzer smoke
 runs with crash-regression replay, the integration suite against the real
 daemon and, side by side with it, the same suite against the ASan+UBSan
 daemon, the CUDA backend against
@@ -98,6 +98,10 @@ def main():
         stage("unit tests under ASan+UBSan", [PY, "tests/run_unit.py"] + san_bins,
               env={"ASAN_OPTIONS": "detect_leaks=1:abort_on_error=0",
                    "UBSAN_OPTIONS": "print_stacktrace=1"})
+    # The unit tests whose threads share state, under ThreadSanitizer
+    # (`make tsan`; about 30 s, most of it test_conns' timeouts).
+    stage("unit tests under ThreadSanitizer", ["make", "--no-print-directory", "-j", JOBS, "tsan",
+                                               f"PYTHON={PY}"])
     # One stage, not 20,000 counted cases: it says whether the parser still
     # agrees with the jansson-based one it replaced, and with Python's json.
     stage("st_header differential (20,000 generated headers)",

@@ -338,3 +338,53 @@ def test_an_unusable_state_dir_keeps_hashes_in_memory(tree):
         wait_hashed(d)
         assert d.json("/v1/models/a")["files"][1]["sha256"] == sha256_file(files["a"]["model.safetensors"])
         assert "hashes are kept in memory only" in d.log_text()
+
+
+def test_a_locked_state_dir_neither_stalls_nor_hangs_the_daemon(tree):
+    """Another process holds the state directory's lock (another tensord
+    sharing it, `tensord verify`): the save waits and retries on its own
+    thread, so waiting Hub requests still get their answers on time and
+    SIGTERM still ends the daemon within the drain time (issue 23, item 4).
+    Once the lock is free the state file is written."""
+    import fcntl
+    base, root, files = tree
+    state = os.path.join(base, "state")
+    os.makedirs(state)
+    lock = os.open(state, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        with daemon(base, root) as d:
+            wait_hashed(d)
+            time.sleep(0.3)  # a save is due: it finds the lock taken
+            assert d.get("/healthz").status == 200
+            assert not os.path.exists(os.path.join(state, "hashes"))
+            fcntl.flock(lock, fcntl.LOCK_UN)
+            deadline = time.monotonic() + 10 * SLACK
+            while not os.path.exists(os.path.join(state, "hashes")):
+                assert time.monotonic() < deadline, "the save never went through\n" + d.log_tail()
+                time.sleep(0.1)
+            assert "locked by another process" in d.log_text()
+        assert len(parse_state(os.path.join(state, "hashes"))) == 6
+        # Locked again with new hashes to save: SIGTERM still ends it.
+        shutil.rmtree(state)
+        os.makedirs(state)
+        os.close(lock)
+        lock = os.open(state, os.O_RDONLY | os.O_DIRECTORY)
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        d = faultlib.Daemon(root, base, ["--state-dir", state])
+        d.start()
+        try:
+            wait_hashed(d)
+            time.sleep(0.3)
+            t0 = time.monotonic()
+            rc = d.stop(timeout=20)
+            took = time.monotonic() - t0
+            assert rc == 0, f"SIGTERM: exit status {rc} after {took:.1f} s\n{d.log_tail()}"
+            assert "stayed locked by another process" in d.log_text()
+        finally:
+            if d.alive():
+                d.proc.kill()
+                d.proc.wait()
+        assert not os.path.exists(os.path.join(state, "hashes"))
+    finally:
+        os.close(lock)

@@ -288,7 +288,7 @@ def test_changes_during_a_rescan_are_not_lost(base):
 
 
 @pytest.mark.parametrize("sendfile", ["true", "false"])
-@pytest.mark.parametrize("kind", ["file", "tensor", "range"])
+@pytest.mark.parametrize("kind", ["file", "tensor", "range", "fetch"])
 @pytest.mark.parametrize("how", ["write", "write-keep-mtime", "truncate"])
 def test_in_place_write_during_a_download_never_gives_mixed_bytes(base, sendfile, kind, how):
     """An in-place write during a download gave a complete 200 (or 206) that
@@ -298,8 +298,11 @@ def test_in_place_write_during_a_download_never_gives_mixed_bytes(base, sendfile
     models = os.path.join(base, "models")
     path, data = faultlib.big_model(models, rows=512, cols=65536)  # 32 MiB
     url = {"file": "/v1/models/big/files/model.safetensors",
-           "tensor": "/v1/models/big/tensors/w", "range": "/v1/models/big/tensors/w"}[kind]
-    hdrs = {"Range": "bytes=1000-30000000"} if kind == "range" else None
+           "tensor": "/v1/models/big/tensors/w", "range": "/v1/models/big/tensors/w",
+           "fetch": "/v1/models/big/fetch?q=%7B%22tensors%22%3A%5B%22w%22%5D%7D"}[kind]
+    # A fetch range inside one tensor's bytes goes out with sendfile too.
+    hdrs = ({"Range": "bytes=1000-30000000"} if kind == "range" else
+            {"Range": "bytes=100000-30000000"} if kind == "fetch" else None)
     with running_daemon(models, "--sendfile", sendfile) as d:
         full = d.get(url, hdrs).body
         before = metrics(d)["counters"].get("transfers_cut", 0)

@@ -3,6 +3,7 @@ tokens never logged, TLS with a certificate made here."""
 import json
 import os
 import shutil
+import socket
 import subprocess
 import tempfile
 
@@ -174,6 +175,73 @@ def test_admin_endpoints_need_the_admin_token(authd, method):
         assert r.header("WWW-Authenticate", "").startswith("Bearer")
     r = authd.request(method, "/v1/models/m/gpu", bearer(ADMIN), body)
     assert r.status != 401, r
+
+
+BODY_URLS = [("/v1/models/m/fetch", "Content-Length: 1048576"),
+             ("/api/models/m/paths-info/main", "Content-Length: 1048576"),
+             ("/v1/models/m/fetch", "Transfer-Encoding: chunked")]
+
+
+@pytest.mark.parametrize("url,framing", BODY_URLS)
+def test_token_is_checked_before_the_body(authd, url, framing):
+    """A request that announces a body and has no token gets its 401 from its
+    headers alone: the daemon never waits for, reads or buffers the body
+    (issue 23, item 3). With the token, the same request waits for its body."""
+    for hdrs in ({}, bearer("wrong-token-but-long-enough")):
+        s = faultlib.connect(authd.port, timeout=5)
+        try:
+            head = [f"POST {url} HTTP/1.1", "Host: 127.0.0.1", framing,
+                    "Content-Type: application/json"] + [f"{k}: {v}" for k, v in hdrs.items()]
+            s.sendall(("\r\n".join(head) + "\r\n\r\n").encode())
+            status, rh, rest = faultlib.read_head(s)  # no byte of the body sent
+            assert status == 401, f"{url} {hdrs}: {status} {rh}"
+            assert rh.get("connection", "").lower() == "close", rh
+            assert faultlib.wait_closed(s, 5) is not None, "the connection stayed open"
+        finally:
+            s.close()
+    s = faultlib.connect(authd.port, timeout=1)
+    try:
+        body = b"{}"
+        length = framing if framing.startswith("Transfer") else f"Content-Length: {len(body)}"
+        head = [f"POST {url} HTTP/1.1", "Host: 127.0.0.1", length,
+                "Content-Type: application/json", f"Authorization: Bearer {READ}"]
+        s.sendall(("\r\n".join(head) + "\r\n\r\n").encode())
+        with pytest.raises(socket.timeout):
+            s.recv(1)  # a request with the token waits for its body
+        s.settimeout(10)
+        s.sendall(b"2\r\n{}\r\n0\r\n\r\n" if framing.startswith("Transfer") else body)
+        status, rh, rest = faultlib.read_head(s)
+        assert status != 401 and status < 500, (status, rh)
+    finally:
+        s.close()
+
+
+def test_tokenless_uploads_hold_no_memory(authd):
+    """200 connections each sending a 1 MiB body without a token leave the
+    daemon's resident memory where it was: the bodies are never buffered."""
+    rss0 = authd.rss_kib()
+    socks = []
+    try:
+        head = ("POST /v1/models/m/fetch HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                "Content-Length: 1048576\r\n\r\n").encode()
+        chunk = b" " * (1 << 20)
+        for _ in range(200):
+            s = faultlib.connect(authd.port, timeout=5)
+            socks.append(s)
+            s.sendall(head)
+            try:
+                s.send(chunk, socket.MSG_DONTWAIT)
+            except (BlockingIOError, ConnectionError):
+                pass  # the daemon answered and closed already
+        for s in socks:
+            status, rh, rest = faultlib.read_head(s)
+            assert status in (401, None), status
+        grown = authd.rss_kib() - rss0
+        if not faultlib.SANITIZED:  # ASan's quarantine keeps what is freed
+            assert grown < 20 * 1024, f"resident memory grew by {grown} KiB"
+    finally:
+        for s in socks:
+            s.close()
 
 
 def test_tokens_never_logged(authd):

@@ -104,6 +104,45 @@ TEST(short_file_or_stop_gives_nothing)
     CHECK(digest_fd(-1, 10, buf, sizeof(buf), NULL, NULL, &r) == -EBADF);
 }
 
+/* Stops the pass every third block. */
+static int stop_every_third(void *ctx, size_t n)
+{
+    (void)n;
+    return ++*(int *)ctx % 3 == 0;
+}
+
+TEST(a_stopped_pass_resumes_where_it_stopped)
+{
+    size_t n = 100000;
+    uint8_t *data = xmalloc(n);
+    for (size_t i = 0; i < n; i++)
+        data[i] = (uint8_t)(i * 31 + (i >> 9));
+    int fd = file_with("resume", data, n);
+    char buf[4096];
+    struct digest_result whole, resumed;
+    CHECK(digest_fd(fd, n, buf, sizeof(buf), NULL, NULL, &whole) == 0);
+    struct digest_pass *p = digest_pass_new(n);
+    int calls = 0, stops = 0, rc;
+    uint64_t last = 0;
+    while ((rc = digest_pass_run(p, fd, buf, sizeof(buf), stop_every_third, &calls)) ==
+           -ECANCELED) {
+        CHECK(digest_pass_offset(p) >= last); /* never back to an earlier byte */
+        last = digest_pass_offset(p);
+        stops++;
+    }
+    CHECK(rc == 0 && stops > 5);
+    /* each byte was read once: one pace call per block, plus one per stop */
+    CHECK_EQ_U64(calls, (n + sizeof(buf) - 1) / sizeof(buf) + (size_t)stops);
+    digest_pass_final(p, &resumed);
+    CHECK(memcmp(whole.sha256, resumed.sha256, 32) == 0);
+    CHECK(whole.has_git_sha1 && resumed.has_git_sha1);
+    CHECK(memcmp(whole.git_sha1, resumed.git_sha1, 20) == 0);
+    digest_pass_free(digest_pass_new(n)); /* one never run */
+    CHECK(digest_pass_new(UINT64_MAX) == NULL);
+    close(fd);
+    free(data);
+}
+
 TEST(hex_round_trip)
 {
     uint8_t in[3] = {0x00, 0xab, 0xff}, out[3];
@@ -123,6 +162,7 @@ int main(void)
     RUN(block_size_does_not_matter);
     RUN(large_files_have_no_git_id);
     RUN(short_file_or_stop_gives_nothing);
+    RUN(a_stopped_pass_resumes_where_it_stopped);
     RUN(hex_round_trip);
     char *cmd = xasprintf("rm -rf %s", dir);
     CHECK(system(cmd) == 0);

@@ -88,6 +88,50 @@ static void write_shard(const char *path, int first, int last)
     close(fd);
 }
 
+/* Model "n": N_MANY tensors t0000.. of U8 [2, c], c = i % 3 + 1, byte
+ * (r, col) of tensor i being many_byte(i, r, col): enough tensors for the
+ * reader to start from many marks. */
+#define N_MANY 1000
+static const struct reg_model *many;
+
+static uint8_t many_byte(unsigned i, unsigned r, unsigned col)
+{
+    return (uint8_t)(i * 13 + r * 7 + col);
+}
+
+static void write_many(void)
+{
+    size_t cap = N_MANY * 96 + 64, n = 0;
+    char *json = xmalloc(cap);
+    uint8_t *data = xmalloc(N_MANY * 6);
+    size_t off = 0;
+    n += (size_t)snprintf(json + n, cap - n, "{");
+    for (unsigned i = 0; i < N_MANY; i++) {
+        unsigned c = i % 3 + 1;
+        n += (size_t)snprintf(json + n, cap - n,
+                              "%s\"t%04u\":{\"dtype\":\"U8\",\"shape\":[2,%u],\"data_offsets\":[%zu,%zu]}",
+                              i ? "," : "", i, c, off, off + 2 * c);
+        for (unsigned r = 0; r < 2; r++)
+            for (unsigned col = 0; col < c; col++)
+                data[off++] = many_byte(i, r, col);
+    }
+    n += (size_t)snprintf(json + n, cap - n, "}");
+    while (n % 8)
+        json[n++] = ' ';
+    char *path = xasprintf("%s/n/model.safetensors", root);
+    test_mkparents(path);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    uint8_t len[8];
+    for (int i = 0; i < 8; i++)
+        len[i] = (uint8_t)((uint64_t)n >> (8 * i));
+    CHECK(fd >= 0 && write(fd, len, 8) == 8 && write(fd, json, n) == (ssize_t)n &&
+          write(fd, data, off) == (ssize_t)off);
+    close(fd);
+    free(path);
+    free(json);
+    free(data);
+}
+
 static void setup(void)
 {
     CHECK(mkdtemp(root) != NULL);
@@ -97,6 +141,7 @@ static void setup(void)
     CHECK(mkdir(dir, 0755) == 0);
     write_shard(p1, 0, 4);
     write_shard(p2, 4, 6);
+    write_many();
     FILE *f = fopen(idx, "w");
     fprintf(f, "{\"metadata\":{},\"weight_map\":{\"a\":\"model-1.safetensors\",\"b\":\"model-1."
                "safetensors\",\"s\":\"model-1.safetensors\",\"e\":\"model-1.safetensors\",\"c\":"
@@ -107,7 +152,26 @@ static void setup(void)
     CHECK(reg != NULL);
     model = reg ? reg_snapshot_find_model(reg, "m", 1) : NULL;
     CHECK(model && model->state == MODEL_READY);
+    many = reg ? reg_snapshot_find_model(reg, "n", 1) : NULL;
+    CHECK(many && many->state == MODEL_READY && many->n_tensors == N_MANY);
     free(dir), free(p1), free(p2), free(idx);
+}
+
+/* Plans text over model m (see plan). */
+static enum fetch_plan_status plan_of(const struct reg_model *m, const char *text,
+                                      uint64_t max_bytes, struct fetch_plan **p, char *err,
+                                      size_t errlen)
+{
+    struct fetch_req req;
+    struct fetch_limits lim = {.max_tensors = 100000};
+    struct st_error rerr;
+    *p = NULL;
+    if (fetch_req_parse(text, strlen(text), &lim, &req, &rerr) != 0) {
+        fprintf(stderr, "  request does not parse: %s\n", rerr.message);
+        return (enum fetch_plan_status)-1;
+    }
+    struct fetch_plan_limits pl = {.max_bytes = max_bytes};
+    return fetch_plan_build(m, &req, &pl, p, err, errlen);
 }
 
 static int spec_index(const char *name)
@@ -118,33 +182,22 @@ static int spec_index(const char *name)
     return -1;
 }
 
-/* Plans text; returns the status, with *p filled on success. */
-static enum fetch_plan_status plan(const char *text, uint64_t max_bytes, struct fetch_plan *p,
+/* Plans text; returns the status, with *p the plan on success (NULL
+ * otherwise). */
+static enum fetch_plan_status plan(const char *text, uint64_t max_bytes, struct fetch_plan **p,
                                    char *err, size_t errlen)
 {
-    struct fetch_req req;
-    struct fetch_limits lim = {.max_tensors = 100};
-    struct st_error rerr;
-    if (fetch_req_parse(text, strlen(text), &lim, &req, &rerr) != 0) {
-        fprintf(stderr, "  request does not parse: %s\n", rerr.message);
-        return (enum fetch_plan_status)-1;
-    }
-    struct fetch_plan_limits pl = {.max_bytes = max_bytes};
-    enum fetch_plan_status st = fetch_plan_build(model, &req, &pl, p, err, errlen);
-    fetch_req_free(&req);
-    return st;
+    return plan_of(model, text, max_bytes, p, err, errlen);
 }
 
-/* The whole answer, read through body_read in chunks of `chunk` bytes. */
-static uint8_t *read_answer(const struct fetch_plan *p, size_t chunk, uint64_t *len)
+/* The whole answer, read through fetch_plan_read in chunks of `chunk` bytes. */
+static uint8_t *read_answer(struct fetch_plan *p, size_t chunk, uint64_t *len)
 {
-    struct body b = {.prefix = p->prefix, .prefix_len = p->prefix_len, .fd = -1,
-                     .data_len = p->data_len, .pieces = p->pieces, .n_pieces = p->n_pieces};
-    *len = body_size(&b);
+    *len = fetch_plan_size(p);
     uint8_t *buf = xmalloc(*len + 1);
     for (uint64_t off = 0; off < *len; off += chunk) {
         size_t n = *len - off < chunk ? (size_t)(*len - off) : chunk;
-        if (body_read(&b, off, buf + off, n) != 0) {
+        if (fetch_plan_read(p, off, buf + off, n) != 0) {
             free(buf);
             return NULL;
         }
@@ -213,7 +266,7 @@ static struct sel whole(const char *name)
 }
 
 /* Plans, validates the header and returns the parsed header and data. */
-static struct st_header *answer(const char *text, struct fetch_plan *p, uint8_t **blob,
+static struct st_header *answer(const char *text, struct fetch_plan **p, uint8_t **blob,
                                 const uint8_t **data)
 {
     char err[512];
@@ -223,12 +276,12 @@ static struct st_header *answer(const char *text, struct fetch_plan *p, uint8_t 
         return NULL;
     }
     uint64_t len;
-    *blob = read_answer(p, 7, &len);
+    *blob = read_answer(*p, 7, &len);
     if (!*blob)
         return NULL;
     struct st_header *h = NULL;
     struct st_error e;
-    uint64_t hl = p->prefix_len - 8;
+    uint64_t hl = (*p)->prefix_len - 8;
     if (st_header_parse((const char *)*blob + 8, hl, len - 8 - hl, "answer", &h, &e) != 0) {
         fprintf(stderr, "  %s: the answer is not valid safetensors: %s\n", text, e.message);
         return NULL;
@@ -239,41 +292,42 @@ static struct st_header *answer(const char *text, struct fetch_plan *p, uint8_t 
 
 TEST(whole_model)
 {
-    struct fetch_plan p;
+    struct fetch_plan *p;
     uint8_t *blob;
     const uint8_t *data;
     struct st_header *h = answer("{}", &p, &blob, &data);
     CHECK(h != NULL);
     if (!h)
         return;
-    CHECK_EQ_U64(p.n_tensors, 6);
+    CHECK_EQ_U64(p->n_tensors, 6);
     CHECK_EQ_U64(h->n_tensors, 6);
     for (int t = 0; t < N_SPECS; t++) {
         struct sel w = whole(specs[t].name);
         CHECK(check_tensor(h, data, specs[t].name, &w));
     }
-    /* one contiguous piece per shard: whole tensors in file order merge */
-    CHECK_EQ_U64(p.n_pieces, 2);
-    CHECK(p.pieces[0].runs == NULL && p.pieces[1].runs == NULL);
     /* the merged metadata: first file wins, keys of both */
     CHECK(h->n_metadata == 3);
-    /* a span inside a piece can go out with sendfile; one across pieces cannot */
-    struct body b = {.prefix = p.prefix, .prefix_len = p.prefix_len, .fd = -1,
-                     .data_len = p.data_len, .pieces = p.pieces, .n_pieces = p.n_pieces};
+    /* Whole tensors in file order are one contiguous span per shard: a
+     * span inside one can go out with sendfile, one across the shards or
+     * the header cannot. Shard 1 holds a (120 bytes), b (4), s (8), e (0). */
+    const struct reg_file *f1 = reg_model_find_file(model, "model-1.safetensors", 19);
     int fd;
     uint64_t off;
-    CHECK(body_file_span(&b, p.prefix_len + 4, 10, &fd, &off) == 1);
-    CHECK(fd == p.pieces[0].fd && off == p.pieces[0].file_off + 4);
-    CHECK(body_file_span(&b, p.prefix_len + p.pieces[1].at - 2, 4, &fd, &off) == 0);
-    CHECK(body_file_span(&b, p.prefix_len - 2, 4, &fd, &off) == 0);
+    const struct fileio_stat *st;
+    CHECK(fetch_plan_file_span(p, p->prefix_len + 4, 10, &fd, &off, &st) == 1);
+    CHECK(fd == f1->fd && off == f1->data_start + 4 && st == &f1->st);
+    CHECK(fetch_plan_file_span(p, p->prefix_len + 100, 32, &fd, &off, &st) == 1); /* a into b, s */
+    CHECK(off == f1->data_start + 100);
+    CHECK(fetch_plan_file_span(p, p->prefix_len + 130, 4, &fd, &off, &st) == 0);
+    CHECK(fetch_plan_file_span(p, p->prefix_len - 2, 4, &fd, &off, &st) == 0);
     st_header_free(h);
     free(blob);
-    fetch_plan_free(&p);
+    fetch_plan_free(p);
 }
 
 TEST(listed_and_sliced)
 {
-    struct fetch_plan p;
+    struct fetch_plan *p;
     uint8_t *blob;
     const uint8_t *data;
     struct st_header *h = answer("{\"tensors\":[\"d\",{\"name\":\"a\",\"slice\":\"::-2,1:4\"},"
@@ -297,7 +351,7 @@ TEST(listed_and_sliced)
     CHECK_STR(h->tensors[1].name, "a");
     st_header_free(h);
     free(blob);
-    fetch_plan_free(&p);
+    fetch_plan_free(p);
 }
 
 TEST(split)
@@ -309,7 +363,7 @@ TEST(split)
         snprintf(text, sizeof(text), "{\"tensors\":[\"a\",{\"name\":\"c\",\"slice\":\"::-1\"},\"s\","
                  "\"b\"],\"split\":{\"world\":4,\"rank\":%d,\"rules\":[{\"match\":\"[a]\",\"dim\":-1},"
                  "{\"match\":\"?\",\"dim\":0}]}}", rank);
-        struct fetch_plan p;
+        struct fetch_plan *p;
         uint8_t *blob;
         const uint8_t *data;
         struct st_header *h = answer(text, &p, &blob, &data);
@@ -335,7 +389,7 @@ TEST(split)
         CHECK(check_tensor(h, data, "b", &b));
         st_header_free(h);
         free(blob);
-        fetch_plan_free(&p);
+        fetch_plan_free(p);
     }
 }
 
@@ -372,16 +426,16 @@ TEST(array_split_bounds)
 static int plan_fails(const char *text, uint64_t max_bytes, enum fetch_plan_status want,
                       const char *msg)
 {
-    struct fetch_plan p;
+    struct fetch_plan *p;
     char err[512];
     enum fetch_plan_status st = plan(text, max_bytes, &p, err, sizeof(err));
     if (st == FETCH_PLAN_OK)
-        fetch_plan_free(&p);
+        fetch_plan_free(p);
     if (st != want || !strstr(err, msg)) {
         fprintf(stderr, "  %s: status %d \"%s\", want %d \"%s\"\n", text, st, err, want, msg);
         return 0;
     }
-    return p.prefix == NULL && p.pieces_buf == NULL;
+    return p == NULL;
 }
 
 TEST(errors)
@@ -409,45 +463,134 @@ TEST(errors)
 
 TEST(identity)
 {
-    struct fetch_plan p, q;
+    struct fetch_plan *p, *q;
     char err[256];
     CHECK(plan("{\"tensors\":[\"a\",\"b\"]}", 0, &p, err, sizeof(err)) == FETCH_PLAN_OK);
     CHECK(plan(" {\"tensors\" : [{\"name\":\"a\"}, {\"slice\":\"\",\"name\":\"b\"}]}", 0, &q, err,
                sizeof(err)) == FETCH_PLAN_OK);
-    CHECK(p.hash[0] == q.hash[0] && p.hash[1] == q.hash[1]); /* the same bytes */
-    fetch_plan_free(&q);
+    CHECK(p->hash[0] == q->hash[0] && p->hash[1] == q->hash[1]); /* the same bytes */
+    fetch_plan_free(q);
     CHECK(plan("{\"tensors\":[\"b\",\"a\"]}", 0, &q, err, sizeof(err)) == FETCH_PLAN_OK);
-    CHECK(p.hash[0] != q.hash[0] && p.hash[1] != q.hash[1]);
-    fetch_plan_free(&q);
+    CHECK(p->hash[0] != q->hash[0] && p->hash[1] != q->hash[1]);
+    fetch_plan_free(q);
     CHECK(plan("{\"tensors\":[\"a\",{\"name\":\"b\",\"slice\":\"1:\"}]}", 0, &q, err, sizeof(err)) ==
           FETCH_PLAN_OK);
-    CHECK(p.hash[0] != q.hash[0]);
-    fetch_plan_free(&q);
-    fetch_plan_free(&p);
+    CHECK(p->hash[0] != q->hash[0]);
+    fetch_plan_free(q);
+    fetch_plan_free(p);
 }
 
 TEST(file_changed_after_validation)
 {
-    struct fetch_plan p;
+    struct fetch_plan *p;
     char err[256];
     CHECK(plan("{\"tensors\":[\"c\",{\"name\":\"a\",\"slice\":\":,1\"}]}", 0, &p, err,
                sizeof(err)) == FETCH_PLAN_OK);
     uint64_t len;
-    uint8_t *ok = read_answer(&p, 1 << 20, &len);
+    uint8_t *ok = read_answer(p, 1 << 20, &len);
     CHECK(ok != NULL);
     free(ok);
-    /* shard 2 grows: reads of its pieces now fail, the others still work */
+    CHECK(fetch_plan_files_unchanged(p));
+    /* shard 2 grows: reads of c (its 48 bytes) now fail, those of a still work */
     char *p2 = xasprintf("%s/m/model-2.safetensors", root);
     int fd = open(p2, O_WRONLY | O_APPEND | O_CLOEXEC);
     CHECK(fd >= 0 && write(fd, "x", 1) == 1);
     close(fd);
-    struct body b = {.prefix = p.prefix, .prefix_len = p.prefix_len, .fd = -1,
-                     .data_len = p.data_len, .pieces = p.pieces, .n_pieces = p.n_pieces};
     uint8_t buf[64];
-    CHECK(body_read(&b, p.prefix_len, buf, 4) == -ENODATA);
-    CHECK(body_read(&b, p.prefix_len + p.pieces[1].at, buf, 4) == 0);
+    CHECK(!fetch_plan_files_unchanged(p));
+    CHECK(fetch_plan_read(p, p->prefix_len, buf, 4) == -ENODATA);
+    CHECK(fetch_plan_read(p, p->prefix_len + 48, buf, 4) == 0);
+    CHECK(fetch_plan_read(p, 0, buf, 16) == 0); /* the header is not the file's */
     free(p2);
-    fetch_plan_free(&p);
+    fetch_plan_free(p);
+}
+
+/* Tensor i of the "n" answer h over data: columns [lo, hi) of each row. */
+static int many_tensor_is(const struct st_header *h, const uint8_t *data, unsigned i,
+                          unsigned lo, unsigned hi)
+{
+    char name[16];
+    snprintf(name, sizeof(name), "t%04u", i);
+    const struct st_tensor *e = NULL;
+    for (size_t k = 0; k < h->n_tensors && !e; k++)
+        if (strcmp(h->tensors[k].name, name) == 0)
+            e = &h->tensors[k];
+    if (!e || e->ndim != 2 || e->shape[0] != 2 || e->shape[1] != hi - lo ||
+        e->end - e->begin != 2 * (hi - lo))
+        return 0;
+    uint64_t at = e->begin;
+    for (unsigned r = 0; r < 2; r++)
+        for (unsigned col = lo; col < hi; col++)
+            if (data[at++] != many_byte(i, r, col))
+                return 0;
+    return 1;
+}
+
+/* Reads of any range, forwards or backwards, near a mark or far from one,
+ * give the bytes of one sequential read; that read is a valid safetensors
+ * file whose tensors hold the source bytes picked. */
+TEST(any_range_reads_the_same_bytes)
+{
+    /* whole; every tensor's last dimension split (strided runs); a list
+     * backwards, every other tensor */
+    char listed[N_MANY * 12 + 32];
+    size_t n = (size_t)snprintf(listed, sizeof(listed), "{\"tensors\":[");
+    for (int i = N_MANY - 1; i >= 0; i -= 2)
+        n += (size_t)snprintf(listed + n, sizeof(listed) - n, "%s\"t%04d\"",
+                              i == N_MANY - 1 ? "" : ",", i);
+    snprintf(listed + n, sizeof(listed) - n, "]}");
+    const char *reqs[3] = {
+        "{}",
+        "{\"split\":{\"world\":2,\"rank\":1,\"rules\":[{\"match\":\"t*\",\"dim\":-1}]}}",
+        listed};
+    uint64_t rng = 12345;
+    for (int q = 0; q < 3; q++) {
+        struct fetch_plan *p;
+        char err[512];
+        CHECK(plan_of(many, reqs[q], 0, &p, err, sizeof(err)) == FETCH_PLAN_OK);
+        if (!p)
+            continue;
+        CHECK(p->n_marks > 1);
+        uint64_t len;
+        uint8_t *full = read_answer(p, 1 << 20, &len);
+        CHECK(full != NULL && len == fetch_plan_size(p));
+        struct st_header *h = NULL;
+        struct st_error e;
+        uint64_t hl = p->prefix_len - 8;
+        CHECK(full && st_header_parse((const char *)full + 8, hl, len - 8 - hl, "answer", &h,
+                                      &e) == 0);
+        for (unsigned i = 0; h && i < N_MANY; i++) {
+            unsigned c = i % 3 + 1;
+            if (q == 0)
+                CHECK(many_tensor_is(h, full + 8 + hl, i, 0, c));
+            else if (q == 1) /* numpy.array_split(range(c), 2)[1] */
+                CHECK(many_tensor_is(h, full + 8 + hl, i, c == 1 ? 1 : c == 2 ? 1 : 2, c));
+            else if (i % 2 == 1)
+                CHECK(many_tensor_is(h, full + 8 + hl, i, 0, c));
+        }
+        CHECK(h && h->n_tensors == (q == 2 ? N_MANY / 2 : N_MANY));
+        st_header_free(h);
+        uint8_t *chunked = read_answer(p, 7, &len);
+        CHECK(full && chunked && memcmp(full, chunked, len) == 0);
+        free(chunked);
+        uint8_t *buf = xmalloc(6000);
+        for (int k = 0; full && k < 400; k++) {
+            rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
+            uint64_t off = (rng >> 17) % len;
+            size_t want = (size_t)((rng >> 40) % 6000) + 1;
+            if (want > len - off)
+                want = (size_t)(len - off);
+            CHECK(fetch_plan_read(p, off, buf, want) == 0);
+            if (memcmp(buf, full + off, want) != 0) {
+                fprintf(stderr, "  request %d: bytes %" PRIu64 "+%zu differ\n", q, off, want);
+                CHECK(!"a range read differs");
+                break;
+            }
+        }
+        free(buf);
+        free(full);
+        fetch_plan_free(p);
+    }
 }
 
 int main(void)
@@ -464,6 +607,7 @@ int main(void)
     RUN(errors);
     RUN(identity);
     RUN(file_changed_after_validation);
+    RUN(any_range_reads_the_same_bytes);
     reg_snapshot_unref(reg);
     char *cmd = xasprintf("rm -rf %s", root);
     if (system(cmd) != 0)

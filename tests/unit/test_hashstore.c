@@ -173,8 +173,8 @@ TEST(concurrent_lookups_see_whole_entries)
  * put that cannot grow returns -ENOMEM and leaves the store as it was. */
 TEST(out_of_memory_leaves_the_store_intact)
 {
-#if defined(__SANITIZE_ADDRESS__)
-    printf("  SKIP: ASan needs its address space, no RLIMIT_AS test\n");
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    printf("  SKIP: ASan and TSan need their address space, no RLIMIT_AS test\n");
     return;
 #endif
     struct hashstore *s = hashstore_new();

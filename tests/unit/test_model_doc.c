@@ -127,6 +127,35 @@ static char *ref_header(const struct reg_model *m)
     return ref_dump(doc);
 }
 
+/* The description in the parts doc_cache keeps (middle, and ends at the
+ * hashes known now), put together, is the reference's document. */
+static void check_parts(const struct reg_model *m)
+{
+    size_t mid_len, head_len, len, known;
+    char *mid = model_doc_description_middle(m, &mid_len);
+    char *ends = model_doc_description_ends(m, &head_len, &len, &known);
+    char *ref = ref_description(m);
+    CHECK(mid && ends && ref);
+    if (!mid || !ends || !ref)
+        goto out;
+    size_t n = 0;
+    for (size_t i = 0; i < m->n_files; i++)
+        n += (size_t)reg_file_hashed(&m->files[i]);
+    CHECK_EQ_U64(known, n);
+    CHECK_EQ_U64(strlen(mid), mid_len);
+    char *whole = xasprintf("%.*s%s%s", (int)head_len, ends, mid, ends + head_len);
+    if (strcmp(whole, ref) != 0) {
+        fprintf(stderr, "  model %s, description in parts:\n    new %.300s\n    ref %.300s\n",
+                m->name, whole, ref);
+        CHECK(!"documents differ");
+    }
+    free(whole);
+out:
+    free(mid);
+    free(ends);
+    free(ref);
+}
+
 /* ---- models on disk ---- */
 
 /* Renders every model of root both ways; each new document is also written
@@ -158,6 +187,14 @@ static size_t compare_all(const char *root, const char *out)
             free(a);
             free(b);
         }
+        check_parts(m);
+        /* and with the hashes of every other file known */
+        for (size_t f = 0; f < m->n_files; f += 2) {
+            unsigned char sha[32];
+            memset(sha, (int)(f * 7 + 1), sizeof(sha));
+            reg_file_set_hashes(&m->files[f], sha, NULL);
+        }
+        check_parts(m);
     }
     size_t n = r->n_models;
     reg_snapshot_unref(r);

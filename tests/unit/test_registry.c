@@ -2,11 +2,13 @@
  * and checked model by model: the discovery rules, every cross-check of a
  * sharded model, the single-model option, scan errors and the snapshot
  * holder. Symlinks, special files and scale are in test_registry_fs.c. */
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 
 #include "registry.h"
 #include "registry_fixture.h"
+#include "shared_doc.h"
 #include "strmap.h"
 #include "test.h"
 #include "util.h"
@@ -351,6 +353,75 @@ TEST(holder)
     registry_destroy(&empty);
 }
 
+/* Readers racing reloads, as request threads race the main thread: each
+ * takes the snapshot, pins a model beyond it, reads a tensor and the
+ * model's cached document (and replaces it, as the renderer does), while
+ * snapshots that reuse the model are swapped in and dropped. Run under
+ * ThreadSanitizer by `make tsan`, which reports any unordered access. */
+struct racer {
+    struct registry *h;
+    _Atomic int stop;
+    _Atomic unsigned reads, bad;
+};
+
+static void *race_reader(void *arg)
+{
+    struct racer *rc = arg;
+    while (!atomic_load(&rc->stop)) {
+        struct reg_snapshot *r = registry_acquire(rc->h);
+        const struct reg_model *m = r ? model(r, "a") : NULL;
+        struct reg_model *pin = reg_model_ref(m);
+        reg_snapshot_unref(r); /* the model outlives the snapshot it came from */
+        if (!pin) {
+            atomic_fetch_add(&rc->bad, 1);
+            break;
+        }
+        const struct reg_tensor *t = reg_model_find_tensor(pin, "w", 1);
+        unsigned char buf[4] = {1, 1, 1, 1};
+        if (!t || fileio_pread_full(t->file->fd, buf, 4, t->file->data_start + t->t->begin) != 0 ||
+            buf[0] != 0)
+            atomic_fetch_add(&rc->bad, 1);
+        struct shared_doc *d = reg_model_doc(pin, REG_DOC_HEADER);
+        if (d && d->len != 5)
+            atomic_fetch_add(&rc->bad, 1);
+        shared_doc_unref(d);
+        d = shared_doc_new(xstrdup("{\"x\"}"), 5, 0);
+        reg_model_set_doc(pin, REG_DOC_HEADER, d); /* takes its own reference */
+        shared_doc_unref(d);
+        reg_model_unref(pin);
+        atomic_fetch_add(&rc->reads, 1);
+    }
+    return NULL;
+}
+
+TEST(readers_race_reloads)
+{
+    new_root();
+    write_tensors("a/model.safetensors", "w");
+    struct registry h;
+    registry_init(&h, scan());
+    struct racer rc = {.h = &h};
+    pthread_t t[4];
+    for (int i = 0; i < 4; i++)
+        CHECK(pthread_create(&t[i], NULL, race_reader, &rc) == 0);
+    for (int i = 0; i < 40; i++) {
+        struct reg_snapshot *prev = registry_acquire(&h);
+        struct reg_scan_opts opts = {.prev = prev};
+        struct st_error err;
+        struct reg_snapshot *next = reg_snapshot_scan(root, (uint64_t)i + 10, &opts, &err);
+        CHECK(next && model(next, "a") == model(prev, "a")); /* reused */
+        reg_snapshot_unref(prev);
+        registry_swap(&h, next);
+    }
+    while (atomic_load(&rc.reads) < 1000)
+        usleep(1000);
+    atomic_store(&rc.stop, 1);
+    for (int i = 0; i < 4; i++)
+        pthread_join(t[i], NULL);
+    CHECK_EQ_U64(atomic_load(&rc.bad), 0);
+    registry_destroy(&h);
+}
+
 int main(void)
 {
     int fds;
@@ -367,6 +438,7 @@ int main(void)
     RUN(single_model_option);
     RUN(scan_errors);
     RUN(holder);
+    RUN(readers_race_reloads);
     registry_fixture_end(fds);
     return TEST_SUMMARY();
 }

@@ -1,0 +1,117 @@
+/* shared_doc: see shared_doc.h. */
+#include "shared_doc.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+struct shared_doc *shared_doc_new(char *text, size_t len, uint64_t key)
+{
+    struct shared_doc *d = xcalloc(1, sizeof(*d));
+    atomic_init(&d->refs, 1);
+    d->own = text;
+    d->len = len;
+    d->n_segs = 1;
+    d->seg[0] = (struct shared_doc_seg){text, len};
+    d->hash = hash_fnv1a(text, len, HASH_FNV_SEED);
+    d->key = key;
+    d->made_ns = time_mono_ns();
+    return d;
+}
+
+struct shared_doc *shared_doc_join(const char *head, size_t head_len, struct shared_doc *middle,
+                                   const char *tail, size_t tail_len, uint64_t key)
+{
+    struct shared_doc *d = calloc(1, sizeof(*d));
+    char *own = malloc(head_len + tail_len + 1);
+    if (!d || !own) {
+        free(d);
+        free(own);
+        return NULL;
+    }
+    memcpy(own, head, head_len);
+    memcpy(own + head_len, tail, tail_len);
+    atomic_init(&d->refs, 1);
+    d->own = own;
+    d->middle = shared_doc_ref(middle);
+    d->n_segs = 3;
+    d->seg[0] = (struct shared_doc_seg){own, head_len};
+    d->seg[1] = (struct shared_doc_seg){middle->seg[0].p, middle->len};
+    d->seg[2] = (struct shared_doc_seg){own + head_len, tail_len};
+    d->len = head_len + middle->len + tail_len;
+    /* FNV-1a runs byte after byte: the segments' hash is the whole text's. */
+    uint64_t h = hash_fnv1a(own, head_len, HASH_FNV_SEED);
+    h = hash_fnv1a(d->seg[1].p, d->seg[1].n, h);
+    d->hash = hash_fnv1a(d->seg[2].p, d->seg[2].n, h);
+    d->key = key;
+    d->made_ns = time_mono_ns();
+    return d;
+}
+
+struct shared_doc *shared_doc_ref(struct shared_doc *d)
+{
+    if (d)
+        atomic_fetch_add_explicit(&d->refs, 1, memory_order_relaxed);
+    return d;
+}
+
+void shared_doc_unref(struct shared_doc *d)
+{
+    if (!d || atomic_fetch_sub_explicit(&d->refs, 1, memory_order_acq_rel) != 1)
+        return;
+    shared_doc_unref(d->middle);
+    free(d->own);
+    free(d);
+}
+
+unsigned shared_doc_spans(const struct shared_doc *d, uint64_t off, uint64_t len,
+                          const void *p[3], size_t n[3])
+{
+    unsigned k = 0;
+    for (unsigned i = 0; i < d->n_segs && len; i++) {
+        const struct shared_doc_seg *s = &d->seg[i];
+        if (off >= s->n) {
+            off -= s->n;
+            continue;
+        }
+        size_t take = s->n - off < len ? (size_t)(s->n - off) : (size_t)len;
+        p[k] = s->p + off;
+        n[k++] = take;
+        len -= take;
+        off = 0;
+    }
+    return k;
+}
+
+void shared_doc_copy(const struct shared_doc *d, uint64_t off, void *buf, size_t len)
+{
+    const void *p[3];
+    size_t n[3];
+    unsigned k = shared_doc_spans(d, off, len, p, n);
+    char *out = buf;
+    for (unsigned i = 0; i < k; i++) {
+        memcpy(out, p[i], n[i]);
+        out += n[i];
+    }
+}
+
+static int source_read(void *ctx, uint64_t off, void *buf, size_t len)
+{
+    shared_doc_copy(ctx, off, buf, len);
+    return 0;
+}
+
+static unsigned source_mem(void *ctx, uint64_t off, uint64_t len, const void *p[3], size_t n[3])
+{
+    return shared_doc_spans(ctx, off, len, p, n);
+}
+
+static void source_free(void *ctx)
+{
+    shared_doc_unref(ctx);
+}
+
+const struct body_source shared_doc_source = {
+    .read = source_read, .mem = source_mem, .free = source_free,
+};

@@ -1,0 +1,63 @@
+/* shared_doc: a rendered document (a model's description or merged header)
+ * shared by reference between the model that caches it and every answer
+ * that sends it. It is immutable once made and freed by its last
+ * shared_doc_unref, so a connection that reads slowly holds a reference,
+ * never a copy, and a newer rendering can replace it in the cache at any
+ * time.
+ *
+ * Its bytes are one text, or three segments: a head and a tail of its own
+ * around the middle of another shared_doc that it holds a reference to. A
+ * model's description is made that way while its content hashes come in:
+ * the files and the hash progress change, the tensors (the bulk of it) do
+ * not, so each new state costs its head and tail, not another copy of the
+ * tensors. */
+#ifndef TENSORD_SHARED_DOC_H
+#define TENSORD_SHARED_DOC_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "body.h"
+
+struct shared_doc_seg {
+    const char *p;
+    size_t n;
+};
+
+struct shared_doc {
+    atomic_uint refs;
+    size_t len;                  /* bytes in all segments */
+    uint64_t hash;               /* FNV-1a of the bytes (HASH_FNV_SEED): a model document's ETag */
+    uint64_t key;                /* what it was made from (a description: the hashes it shows) */
+    uint64_t made_ns;            /* when it was made (monotonic) */
+    unsigned n_segs;             /* 1 or 3 */
+    struct shared_doc_seg seg[3];
+    struct shared_doc *middle;   /* the document seg[1] lies in (held), or NULL */
+    char *own;                   /* the text this document owns */
+};
+
+/* A document holding text[0..len) (taken over: freed with it), with one
+ * reference. Never NULL. */
+struct shared_doc *shared_doc_new(char *text, size_t len, uint64_t key);
+/* A document of head[0..head_len), all of middle's bytes and tail[0..tail_len)
+ * (head and tail copied; middle referenced), with one reference. NULL when
+ * memory ran out. */
+struct shared_doc *shared_doc_join(const char *head, size_t head_len, struct shared_doc *middle,
+                                   const char *tail, size_t tail_len, uint64_t key);
+/* Another reference to d (may be NULL). */
+struct shared_doc *shared_doc_ref(struct shared_doc *d);
+/* Drops a reference (d may be NULL); the last one frees d. Any thread. */
+void shared_doc_unref(struct shared_doc *d);
+/* Copies bytes [off, off + len) (inside the document) into buf. */
+void shared_doc_copy(const struct shared_doc *d, uint64_t off, void *buf, size_t len);
+/* The pieces of memory holding bytes [off, off + len) in order, into p and
+ * n (3 each); returns how many. */
+unsigned shared_doc_spans(const struct shared_doc *d, uint64_t off, uint64_t len,
+                          const void *p[3], size_t n[3]);
+
+/* A body (core/body.h) over a shared document: its ctx is a reference the
+ * body owns, dropped by its free. */
+extern const struct body_source shared_doc_source;
+
+#endif

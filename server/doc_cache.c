@@ -1,0 +1,294 @@
+/* doc_cache: see doc_cache.h.
+ *
+ * Locking: the cache's mutex guards the queue and is held only to add or
+ * take a job or a waiter, never across a render or a callback; a model's
+ * doc_lock (core/registry.h) only to copy or swap a document pointer. The
+ * two are never held together. */
+#include "doc_cache.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "metrics.h"
+#include "model_doc.h"
+#include "util.h"
+
+struct doc_waiter {
+    doc_cb cb;
+    void *arg;
+    struct doc_waiter *next;
+};
+
+/* One document to render, and who waits for it. */
+struct doc_job {
+    const struct reg_model *m;  /* held */
+    enum doc_kind kind;
+    struct doc_waiter *waiters;
+    struct doc_job *next;
+};
+
+struct doc_cache {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;        /* the renderer: a job, or stop */
+    struct doc_job *head, *tail;
+    struct doc_job *current;    /* being rendered (off the queue) */
+    int stopping;
+    int stopped;                /* the thread has been joined */
+    atomic_uint_fast64_t renders;
+    pthread_t thread;
+};
+
+/* The files of m whose content hash is known. */
+static size_t hashes_known(const struct reg_model *m)
+{
+    size_t known = 0;
+    for (size_t i = 0; i < m->n_files; i++)
+        known += (size_t)reg_file_hashed(&m->files[i]);
+    return known;
+}
+
+/* Whether description d of m may be sent as it is (doc_cache.h). */
+static int description_fresh(const struct reg_model *m, const struct shared_doc *d)
+{
+    size_t known = hashes_known(m);
+    if (d->key == known)
+        return 1;
+    if (known == m->n_files)
+        return 0; /* complete now: the next answer shows it */
+    return time_mono_ns() - d->made_ns < (uint64_t)DOC_REFRESH_MS * 1000000u;
+}
+
+struct shared_doc *doc_cache_get(const struct reg_model *m, enum doc_kind kind, int fresh)
+{
+    if (kind == DOC_HEADER)
+        return reg_model_doc(m, REG_DOC_HEADER);
+    struct shared_doc *d = reg_model_doc(m, REG_DOC_MODEL);
+    if (d && fresh && !description_fresh(m, d)) {
+        shared_doc_unref(d);
+        d = NULL;
+    }
+    return d;
+}
+
+/* ---- rendering (the renderer's thread) ---------------------------------- */
+
+/* The description's middle: cached while the model's hashes come in, so
+ * each state of the description shares it. NULL when out of memory. */
+static struct shared_doc *description_middle(const struct reg_model *m,
+                                             const struct shared_doc *cur, uint64_t *renders)
+{
+    struct shared_doc *mid = reg_model_doc(m, REG_DOC_MODEL_BODY);
+    if (!mid && cur)
+        mid = shared_doc_ref(cur->middle);
+    if (mid)
+        return mid;
+    size_t len;
+    char *text = model_doc_description_middle(m, &len);
+    if (!text)
+        return NULL;
+    ++*renders;
+    return shared_doc_new(text, len, 0);
+}
+
+static enum doc_result render_description(const struct reg_model *m, uint64_t *renders)
+{
+    struct shared_doc *cur = reg_model_doc(m, REG_DOC_MODEL), *mid = NULL, *d = NULL;
+    enum doc_result r = DOC_NO_MEMORY;
+    char *ends = NULL;
+    if (cur && description_fresh(m, cur)) {
+        r = DOC_READY; /* made for an earlier request, after this one asked */
+        goto out;
+    }
+    mid = description_middle(m, cur, renders);
+    if (!mid)
+        goto out;
+    size_t head_len, len, known;
+    ends = model_doc_description_ends(m, &head_len, &len, &known);
+    if (!ends)
+        goto out;
+    d = shared_doc_join(ends, head_len, mid, ends + head_len, len - head_len, known);
+    if (!d)
+        goto out;
+    ++*renders;
+    reg_model_set_doc(m, REG_DOC_MODEL, d);
+    /* Complete: the description never changes again and holds the middle
+     * itself; until then the model keeps it for the next state. */
+    reg_model_set_doc(m, REG_DOC_MODEL_BODY, known == m->n_files ? NULL : mid);
+    r = DOC_READY;
+out:
+    free(ends);
+    shared_doc_unref(d);
+    shared_doc_unref(mid);
+    shared_doc_unref(cur);
+    return r;
+}
+
+static enum doc_result render_header(const struct reg_model *m, uint64_t *renders)
+{
+    struct shared_doc *cur = reg_model_doc(m, REG_DOC_HEADER);
+    if (cur) {
+        shared_doc_unref(cur);
+        return DOC_READY;
+    }
+    char *text = model_doc_header(m);
+    if (!text)
+        return DOC_NO_MEMORY;
+    struct shared_doc *d = shared_doc_new(text, strlen(text), 0);
+    ++*renders;
+    reg_model_set_doc(m, REG_DOC_HEADER, d);
+    shared_doc_unref(d);
+    return DOC_READY;
+}
+
+static void call_waiters(struct doc_waiter *w, enum doc_result r)
+{
+    while (w) {
+        struct doc_waiter *next = w->next;
+        w->cb(w->arg, r);
+        free(w);
+        w = next;
+    }
+}
+
+static void *renderer_main(void *arg)
+{
+    struct doc_cache *dc = arg;
+    pthread_mutex_lock(&dc->lock);
+    for (;;) {
+        while (!dc->stopping && !dc->head)
+            pthread_cond_wait(&dc->cond, &dc->lock);
+        if (dc->stopping)
+            break;
+        struct doc_job *j = dc->head;
+        dc->head = j->next;
+        if (!dc->head)
+            dc->tail = NULL;
+        dc->current = j;
+        pthread_mutex_unlock(&dc->lock);
+        uint64_t n = 0;
+        enum doc_result r = j->kind == DOC_HEADER ? render_header(j->m, &n)
+                                                  : render_description(j->m, &n);
+        atomic_fetch_add(&dc->renders, n);
+        metrics_add(MC_DOCS_RENDERED, n);
+        if (r == DOC_NO_MEMORY)
+            log_msg(LOG_WARN, "out of memory rendering the %s of model %s (%zu tensors)",
+                    j->kind == DOC_HEADER ? "merged header" : "description", j->m->name,
+                    j->m->n_tensors);
+        pthread_mutex_lock(&dc->lock);
+        dc->current = NULL;
+        struct doc_waiter *w = j->waiters; /* NULL when doc_cache_stop took them */
+        pthread_mutex_unlock(&dc->lock);
+        call_waiters(w, r);
+        reg_model_unref(j->m);
+        free(j);
+        pthread_mutex_lock(&dc->lock);
+    }
+    pthread_mutex_unlock(&dc->lock);
+    return NULL;
+}
+
+/* ---- the API ------------------------------------------------------------- */
+
+struct doc_cache *doc_cache_start(void)
+{
+    struct doc_cache *dc = xcalloc(1, sizeof(*dc));
+    pthread_mutex_init(&dc->lock, NULL);
+    pthread_cond_init(&dc->cond, NULL);
+    if (pthread_create(&dc->thread, NULL, renderer_main, dc) != 0) {
+        fprintf(stderr, "tensord: cannot start the document renderer\n");
+        abort();
+    }
+    pthread_setname_np(dc->thread, "tensord-docs");
+    return dc;
+}
+
+/* The job for (m, kind), queued or being rendered, or NULL. Caller holds
+ * the lock. */
+static struct doc_job *do_find_job(struct doc_cache *dc, const struct reg_model *m,
+                                   enum doc_kind kind)
+{
+    if (dc->current && dc->current->m == m && dc->current->kind == kind)
+        return dc->current;
+    for (struct doc_job *j = dc->head; j; j = j->next)
+        if (j->m == m && j->kind == kind)
+            return j;
+    return NULL;
+}
+
+int doc_cache_render(struct doc_cache *dc, const struct reg_model *m, enum doc_kind kind,
+                     doc_cb cb, void *arg)
+{
+    struct doc_waiter *w = xcalloc(1, sizeof(*w));
+    w->cb = cb;
+    w->arg = arg;
+    pthread_mutex_lock(&dc->lock);
+    if (dc->stopping) {
+        pthread_mutex_unlock(&dc->lock);
+        free(w);
+        return -1;
+    }
+    struct doc_job *j = do_find_job(dc, m, kind);
+    if (!j) {
+        j = xcalloc(1, sizeof(*j));
+        j->m = reg_model_ref(m);
+        j->kind = kind;
+        if (dc->tail)
+            dc->tail->next = j;
+        else
+            dc->head = j;
+        dc->tail = j;
+        pthread_cond_signal(&dc->cond);
+    }
+    w->next = j->waiters;
+    j->waiters = w;
+    pthread_mutex_unlock(&dc->lock);
+    return 0;
+}
+
+void doc_cache_stop(struct doc_cache *dc)
+{
+    pthread_mutex_lock(&dc->lock);
+    if (dc->stopped) {
+        pthread_mutex_unlock(&dc->lock);
+        return;
+    }
+    dc->stopping = 1;
+    struct doc_job *queued = dc->head;
+    dc->head = dc->tail = NULL;
+    struct doc_waiter *rendering = dc->current ? dc->current->waiters : NULL;
+    if (dc->current)
+        dc->current->waiters = NULL;
+    pthread_cond_signal(&dc->cond);
+    pthread_mutex_unlock(&dc->lock);
+    call_waiters(rendering, DOC_STOPPED);
+    while (queued) {
+        struct doc_job *next = queued->next;
+        call_waiters(queued->waiters, DOC_STOPPED);
+        reg_model_unref(queued->m);
+        free(queued);
+        queued = next;
+    }
+    pthread_join(dc->thread, NULL);
+    pthread_mutex_lock(&dc->lock);
+    dc->stopped = 1;
+    pthread_mutex_unlock(&dc->lock);
+}
+
+void doc_cache_free(struct doc_cache *dc)
+{
+    if (!dc)
+        return;
+    doc_cache_stop(dc);
+    pthread_mutex_destroy(&dc->lock);
+    pthread_cond_destroy(&dc->cond);
+    free(dc);
+}
+
+uint64_t doc_cache_renders(const struct doc_cache *dc)
+{
+    return atomic_load(&((struct doc_cache *)dc)->renders);
+}
