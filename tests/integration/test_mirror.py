@@ -123,14 +123,14 @@ class Upstream:
             return f.read()
 
 
-def start_mirror(up, workdir, *extra):
+def start_mirror(up, workdir, *extra, probe_headers=None):
     os.makedirs(workdir, exist_ok=True)
     root = os.path.join(workdir, "models")
     os.makedirs(root, exist_ok=True)
     args = ["--upstream", f"http://127.0.0.1:{up.d.port}", "--mirror-block-bytes", str(BLOCK),
             "--mirror-cache-dir", os.path.join(workdir, "cache"),
             "--access-log", os.path.join(workdir, "access.log")] + list(extra)
-    return tdutil.Daemon(root, workdir, args).start()
+    return tdutil.Daemon(root, workdir, args, probe_headers=probe_headers).start()
 
 
 @pytest.fixture(scope="module")
@@ -448,9 +448,27 @@ def test_tokens_forwarded_and_checked(tmp_path):
     data = up.files["org/gated"]["model.safetensors"]  # an LFS file: found by its SHA-256
     up.d.start()
     up.d.wait_hashed(30)
-    m = start_mirror(up, os.path.join(base, "m"), "--mirror-auth-ttl", "60")
+    mine = "mirror-own-token-0123456789abcdef"
+    with open(os.path.join(base, "mirror-tokens"), "w") as f:
+        f.write(f"read {mine}\n")
+    m = start_mirror(up, os.path.join(base, "m"), "--mirror-auth-ttl", "60",
+                     "--auth-token-file", os.path.join(base, "mirror-tokens"),
+                     probe_headers={"Authorization": f"Bearer {mine}"})
     try:
         good = {"Authorization": f"Bearer {TOKEN}"}
+        # The mirror's own tokens guard its /v1 routes; its Hub routes are
+        # the upstream's to check (even for a request with a body, which the
+        # daemon checks when its headers arrive).
+        assert m.get("/v1/models").status == 401
+        assert m.get("/v1/models", {"Authorization": f"Bearer {mine}"}).status == 200
+        r = m.request("POST", "/api/models/org/gated/paths-info/main",
+                      dict(good, **{"Content-Type": "application/x-www-form-urlencoded"}),
+                      b"paths=model.safetensors")
+        assert r.status == 200 and r.json()[0]["path"] == "model.safetensors", r
+        r = m.request("POST", "/api/models/org/gated/paths-info/main",
+                      {"Content-Type": "application/x-www-form-urlencoded"},
+                      b"paths=model.safetensors")
+        assert r.status == 401, r
         bad = {"Authorization": "Bearer not-the-token-at-all-1234"}
         r = m.get("/org/gated/resolve/main/model.safetensors")
         assert r.status == 401, r
@@ -464,7 +482,7 @@ def test_tokens_forwarded_and_checked(tmp_path):
         assert m.get(url, bad).status == 401
         assert m.get(url, good).body == data
         # A digest names no repo: a gated repo's file is not found by it.
-        r = m.get(f"/v1/blobs/sha256:{sha(data)}")
+        r = m.get(f"/v1/blobs/sha256:{sha(data)}", {"Authorization": f"Bearer {mine}"})
         assert r.status == 404, r
         r = m.get("/api/models/org/gated")
         assert r.status == 401
