@@ -99,7 +99,9 @@ int upstream_request(struct upstream_conn *c, const char *method, const char *ta
  * following every redirect. The answer must be a 206 whose Content-Range
  * starts at off, ends within the range and names a file of `size` bytes,
  * whose X-Repo-Commit (when sent) is commit and whose X-Linked-Etag (when
- * sent) or 64-hex-digit ETag (when sent) is sha256_hex (when not NULL).
+ * sent) or 64-hex-digit ETag (when the upstream itself sent it, not where a
+ * redirect led: a CDN's ETag names its own object) is sha256_hex (when not
+ * NULL).
  * *got counts the bytes the sink took (also on failure: a retry resumes
  * there). Returns 0 when the answer ended (*got may be less than len when
  * the upstream sent less), -ESTALE with err when it named another version
