@@ -188,7 +188,7 @@ test-cuda-double: deps-test
 	  $(CUDA_DOUBLE_BUILD)/libtensord-client.so $(CUDA_DOUBLE_BUILD)/cuda-double/libcuda.so.1
 	@TENSORD_CUDA_BUILD=$(CUDA_DOUBLE_BUILD) $(PYTHON) tests/cuda_double/run.py
 
-.PHONY: FORCE all deps deps-apt deps-run deps-test deps-test-apt deps-bench deps-bench-apt run uninstall test test-cuda-double cuda-double unit fuzz fuzz-smoke install clean integration print-% bench bench-gpu bench-header bench-hub bench-leases bench-remote bench-s3 bench-mirror bench-sha256 bench-hash soak tsan tsan-test dist
+.PHONY: FORCE all deps deps-apt deps-run deps-test deps-test-apt deps-bench deps-bench-apt run uninstall test test-cuda-double cuda-double unit fuzz fuzz-smoke install clean integration print-% bench bench-gpu bench-header bench-hub bench-leases bench-remote bench-s3 bench-mirror bench-swarm bench-sha256 bench-hash soak tsan tsan-test dist
 all: $(BUILD)/tensord $(BUILD)/libtensord-client.so $(BUILD)/tensord-client
 
 # The flags a build directory was compiled with: objects depend on this
@@ -307,7 +307,7 @@ DEB_BUILD := build-essential pkg-config libmicrohttpd-dev liburing-dev libjansso
 DEB_RUN   := python3-numpy python3-urllib3 curl xxd
 DEB_TEST  := clang libclang-rt-14-dev python3-pytest python3-venv python3-torch \
              git man-db groff-base systemd prometheus nginx-light chromium
-DEB_BENCH := nettle-dev nginx wrk aria2 iperf3 iproute2
+DEB_BENCH := nettle-dev nginx wrk aria2 iperf3 iproute2 python3-libtorrent
 # Kept for scripts that read it: every list.
 DEB_PKGS   = $(DEB_BUILD) $(DEB_RUN) $(DEB_TEST) $(DEB_BENCH)
 
@@ -413,6 +413,13 @@ bench-s3: deps-bench
 bench-mirror: deps-bench
 	@$(MAKE) --no-print-directory all
 	@$(PYTHON) bench/mirror.py $(BENCH_MIRROR_ARGS)
+
+# A libtorrent swarm (Debian's python3-libtorrent, --peers sessions in
+# network namespaces over tbf-capped links) with tensord as its HTTP web
+# seed (bench/swarm.py, as root; docs/PERFORMANCE.md "A libtorrent swarm").
+bench-swarm: deps-bench
+	@$(MAKE) --no-print-directory all
+	@$(PYTHON) bench/swarm.py $(BENCH_SWARM_ARGS)
 
 # Validation time of a 500,000-tensor header (README quotes it).
 bench-header: $(BUILD)/libtensord-core.a
