@@ -534,3 +534,85 @@ def test_preload_from_the_mirror(env):
     # A repo the upstream lacks is 404.
     r = mirror.request("POST", "/v1/models/org/none/gpu", body=b'{"device": "host"}')
     tdutil.assert_error(r, 404, "model_not_found")
+
+
+class LyingUpstream:
+    """A Hugging Face endpoint that lies: HEAD names one file's SHA-256 and
+    size, the ranges send other bytes (mode "bytes"), or a Content-Range
+    other than the one asked for (mode "range")."""
+
+    COMMIT = "c0ffee" + "0" * 34
+
+    def __init__(self, named, sent, mode):
+        import http.server
+        outer = self
+        self.named, self.sent, self.mode = named, sent, mode
+
+        class H(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a):
+                pass
+
+            def do_HEAD(self):
+                self.send_response(200)
+                self.send_header("X-Repo-Commit", outer.COMMIT)
+                self.send_header("X-Linked-Etag", f'"{sha(outer.named)}"')
+                self.send_header("X-Linked-Size", str(len(outer.named)))
+                self.send_header("Content-Length", str(len(outer.named)))
+                self.end_headers()
+
+            def do_GET(self):
+                m = re.match(r"bytes=(\d+)-(\d+)", self.headers.get("Range", ""))
+                a, b = int(m.group(1)), int(m.group(2))
+                body = outer.sent[a:b + 1]
+                if outer.mode == "range":
+                    a, b = a + 1, b + 1
+                self.send_response(206)
+                self.send_header("Content-Range", f"bytes {a}-{b}/{len(outer.named)}")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+
+
+@pytest.mark.parametrize("mode", ["bytes", "range"])
+def test_lying_upstream_fails_loudly(tmp_path, mode):
+    """Bytes that do not hash to what the upstream named, or a range that is
+    not the one asked for: the client's answer is cut short (never its last
+    byte), the cache keeps nothing complete, and the log says why."""
+    named = np.random.default_rng(3).bytes(300_000)
+    sent = bytes(b ^ 1 for b in named) if mode == "bytes" else named
+    liar = LyingUpstream(named, sent, mode)
+
+    class Up:  # what start_mirror reads of an upstream
+        class d:
+            port = liar.port
+    m = start_mirror(Up, str(tmp_path / "m"))
+    try:
+        url = f"/org/x/resolve/{LyingUpstream.COMMIT}/model.safetensors"
+        got = b""
+        try:
+            r = m.get(url)
+            got = r.body
+        except Exception:  # noqa: BLE001 (the cut answer)
+            pass
+        assert len(got) < len(named), "a lying upstream's file was answered whole"
+        blobs = tmp_path / "m" / "cache" / "blobs"
+        key = f"sha256-{sha(named)}"
+        assert not (blobs / key).exists() or (blobs / f"{key}.state").exists()
+        log = m.log_tail(20000)
+        why = "hash to" if mode == "bytes" else "sent bytes"
+        assert why in log, log
+        counters = m.json("/v1/metrics")["counters"]
+        assert counters["mirror_verify_failures"] == (1 if mode == "bytes" else 0)
+        m.stop_checked()
+    finally:
+        m.stop()
+        liar.close()
