@@ -804,7 +804,7 @@ struct mirror *mirror_new(const struct mirror_options *o, struct st_error *err)
         st_error_errno(err, errno, "mirror cache directory %s", o->cache_dir);
         goto fail;
     }
-    m->up = upstream_new(o->upstream, 0); /* the fetchers pace themselves, all together */
+    m->up = upstream_new(o->upstream); /* the fetchers pace themselves, all together */
     if (!m->up) {
         st_error_fail(err, ST_ERR_NO_MEMORY, "no memory for the upstream client");
         goto fail;
@@ -864,24 +864,7 @@ void mirror_free(struct mirror *m)
     free(m);
 }
 
-const struct mirror_options *mirror_options(const struct mirror *m)
-{
-    return &m->opt;
-}
-
 struct upstream *mirror_upstream(struct mirror *m)
 {
     return m->up;
-}
-
-void mirror_stats(struct mirror *m, struct mirror_stats *out)
-{
-    pthread_mutex_lock(&m->lock);
-    *out = (struct mirror_stats){.bytes_held = m->used, .files = m->n_files,
-                                 .partial_files = m->n_partial,
-                                 .upstream_bytes = m->upstream_bytes,
-                                 .blocks_fetched = m->blocks_fetched,
-                                 .evictions = m->evictions,
-                                 .verify_failures = m->verify_failures};
-    pthread_mutex_unlock(&m->lock);
 }

@@ -113,7 +113,7 @@ struct mirror *mirror_new(const struct mirror_options *o, struct st_error *err);
  * been released. */
 void mirror_free(struct mirror *m);
 
-const struct mirror_options *mirror_options(const struct mirror *m);
+/* The upstream client (its base URL, for answers that name it). */
 struct upstream *mirror_upstream(struct mirror *m);
 
 /* The cache's file for id, made (sparse, with its state file) when the
@@ -179,13 +179,6 @@ void mirror_unwait(struct mirror *m, struct mirror_waiter *w);
  * threads that may block: a preload's copy threads. */
 int mirror_wait_range(struct mirror *m, struct mirror_file *f, uint64_t off, uint64_t len,
                       const atomic_int *cancel, struct st_error *err);
-
-/* Figures for metrics and tests. */
-struct mirror_stats {
-    uint64_t bytes_held, files, partial_files;
-    uint64_t upstream_bytes, blocks_fetched, evictions, verify_failures;
-};
-void mirror_stats(struct mirror *m, struct mirror_stats *out);
 
 /* The key of an id ("sha256-<hex>" or "gitsha1-<hex>") into out (72 bytes). */
 void mirror_key(const struct mirror_id *id, char out[72]);

@@ -34,7 +34,7 @@ struct mirror_model {
     char **names;                  /* the model's files ... */
     struct mirror_file **files;    /* ... and the cache's file of each (a reference) */
     char dir[48];                  /* models/<n>, "" when not made */
-    uint64_t missing;
+    uint64_t missing;              /* bytes still to fetch when it was prepared (logged) */
 };
 
 /* ---- the repo document ---------------------------------------------------------- */
@@ -226,16 +226,6 @@ bad:
 const struct reg_model *mirror_model_reg(const struct mirror_model *mm)
 {
     return mm->rm;
-}
-
-const char *mirror_model_commit(const struct mirror_model *mm)
-{
-    return mm->commit;
-}
-
-uint64_t mirror_model_missing(const struct mirror_model *mm)
-{
-    return mm->missing;
 }
 
 static struct mirror_file *file_of(const struct mirror_model *mm, const struct reg_file *rf)

@@ -37,8 +37,6 @@ int mirror_job_model_take(struct mirror_job *j, struct mirror_model **out, struc
 
 /* The registry model over the cache's files (valid while mm lives). */
 const struct reg_model *mirror_model_reg(const struct mirror_model *mm);
-/* The commit it was resolved to. */
-const char *mirror_model_commit(const struct mirror_model *mm);
 /* Whether bytes [off, off + len) of file rf (one of the model's) are
  * readable now. */
 int mirror_model_present(struct mirror_model *mm, const struct reg_file *rf, uint64_t off,
@@ -47,9 +45,6 @@ int mirror_model_present(struct mirror_model *mm, const struct reg_file *rf, uin
  * (mirror_wait_range). */
 int mirror_model_wait(struct mirror_model *mm, const struct reg_file *rf, uint64_t off,
                       uint64_t len, const atomic_int *cancel, struct st_error *err);
-/* Bytes the mirror still had to fetch for the model's files when it was
- * prepared. */
-uint64_t mirror_model_missing(const struct mirror_model *mm);
 /* Releases the files, the registry model and its directory. */
 void mirror_model_free(struct mirror_model *mm);
 

@@ -20,7 +20,6 @@
 struct upstream {
     char *base;                /* without a trailing '/' */
     size_t origin_len;         /* base[0..origin_len): scheme://authority */
-    uint64_t max_bps;
 };
 
 struct upstream_conn {
@@ -34,7 +33,7 @@ int upstream_global_init(void)
     return curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK ? 0 : -1;
 }
 
-struct upstream *upstream_new(const char *base_url, uint64_t max_bps)
+struct upstream *upstream_new(const char *base_url)
 {
     struct upstream *u = calloc(1, sizeof(*u));
     if (!u)
@@ -50,7 +49,6 @@ struct upstream *upstream_new(const char *base_url, uint64_t max_bps)
     const char *auth = strstr(u->base, "://");
     auth = auth ? auth + 3 : u->base;
     u->origin_len = (size_t)(auth - u->base) + strcspn(auth, "/");
-    u->max_bps = max_bps;
     return u;
 }
 
@@ -609,8 +607,6 @@ int upstream_get_range(struct upstream_conn *c, const char *repo, const char *co
     curl_easy_setopt(c->h, CURLOPT_WRITEDATA, &x);
     curl_easy_setopt(c->h, CURLOPT_LOW_SPEED_LIMIT, 1L);
     curl_easy_setopt(c->h, CURLOPT_LOW_SPEED_TIME, STALL_TIMEOUT_S);
-    if (c->u->max_bps)
-        curl_easy_setopt(c->h, CURLOPT_MAX_RECV_SPEED_LARGE, (curl_off_t)c->u->max_bps);
     CURLcode cr = curl_easy_perform(c->h);
     curl_slist_free_all(hdrs);
     *got = x.got;

@@ -62,9 +62,9 @@ typedef int (*upstream_sink)(void *arg, const void *data, size_t len);
 int upstream_global_init(void);
 
 /* The upstream at base_url (http[s]://host[:port][/prefix], no trailing
- * '/' needed), each transfer at most max_bps bytes per second (0: no
- * limit). NULL when memory runs out. */
-struct upstream *upstream_new(const char *base_url, uint64_t max_bps);
+ * '/' needed). NULL when memory runs out. (Pacing is the caller's: the
+ * mirror paces all its fetchers on one schedule.) */
+struct upstream *upstream_new(const char *base_url);
 void upstream_free(struct upstream *u);
 /* The base URL, as configured (without a trailing '/'). */
 const char *upstream_base(const struct upstream *u);

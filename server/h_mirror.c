@@ -373,13 +373,6 @@ static struct mirror_job *submit_model(struct request *rq, void *ctx)
     return mirror_job_model(rq->srv->mirror, c->model, "main", job_done, rq);
 }
 
-/* Answers GPU text (a gpu_doc answer) as handle_gpu does. */
-static enum MHD_Result answer_gpu(struct MHD_Connection *conn, struct request *rq, char *text,
-                                  int status)
-{
-    return handle_gpu_text(conn, rq, text, status);
-}
-
 static enum MHD_Result mirror_preload(struct MHD_Connection *conn, struct request *rq,
                                       const char *model)
 {
@@ -388,13 +381,13 @@ static enum MHD_Result mirror_preload(struct MHD_Connection *conn, struct reques
     int status = 0;
     if (gpu_doc_preload_device(rq->upload ? rq->upload : "", rq->upload_len, &device, &text,
                                &status) < 0)
-        return answer_gpu(conn, rq, text, status);
+        return handle_gpu_text(conn, rq, text, status);
     if (!rq->mjob) {
         /* Loaded or loading already: that instance, without asking the upstream. */
         text = gpu_doc_preload_model_text(gm, model, device, NULL, NULL, &status);
         if (status != MHD_HTTP_NOT_FOUND) {
             free(device);
-            return answer_gpu(conn, rq, text, status);
+            return handle_gpu_text(conn, rq, text, status);
         }
         free(text);
         free(device);
@@ -421,7 +414,7 @@ static enum MHD_Result mirror_preload(struct MHD_Connection *conn, struct reques
     if (src) /* no new instance took it: the model goes */
         src->release(src);
     free(device);
-    return answer_gpu(conn, rq, text, status);
+    return handle_gpu_text(conn, rq, text, status);
 }
 
 enum MHD_Result handle_mirror_gpu(struct MHD_Connection *conn, struct request *rq,
