@@ -133,7 +133,6 @@ static void do_evict(struct mirror *m, struct mirror_file *f)
     m->used -= f->held;
     m->n_files--;
     m->n_partial -= !f->complete;
-    m->evictions++;
     metrics_add(MC_MIRROR_EVICTIONS, 1);
     do_mirror_gauges(m);
     char name[96];
@@ -608,7 +607,6 @@ void do_mirror_discard(struct mirror *m, struct mirror_file *f)
     f->n_present = 0;
     f->hashed = 0;
     f->gen++;
-    m->verify_failures++;
     /* The bitmap and the bytes on disk go too (a hole). */
     uint64_t nbytes = (f->nblocks + 7) / 8;
     if (f->state_fd >= 0 && (ftruncate(f->state_fd, MIRROR_STATE_HEADER) < 0 ||

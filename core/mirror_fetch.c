@@ -221,7 +221,6 @@ static int sink_write(void *arg, const void *data, size_t len)
     struct mirror_waiter *fire = NULL;
     pthread_mutex_lock(&m->lock);
     s->fe->done += len;
-    m->upstream_bytes += len;
     if (s->f->waiters)
         do_mirror_collect(m, s->f, &fire);
     if (m->range_waiters) /* a model's header may be all it waits for */
@@ -313,7 +312,6 @@ static void do_fetch_block(struct mirror *m, struct mirror_fetcher *fe, struct m
     if (rc == 0 && same) {
         bit_set(f->present, b);
         f->n_present++;
-        m->blocks_fetched++;
         metrics_add(MC_MIRROR_BLOCKS, 1);
         if (f->state_fd >= 0 && mirror_state_put(f->state_fd, b, f->present[b / 8]) < 0)
             log_msg(LOG_WARN, "mirror: blobs/%s.state: %s (the block is fetched again after a "

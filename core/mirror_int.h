@@ -68,7 +68,6 @@ struct mirror {
     size_t nbuckets;
     struct mirror_file *lru_head, *lru_tail, *ring_head, *ring_tail; /* (lock) */
     uint64_t used, n_files, n_partial; /* (lock) */
-    uint64_t upstream_bytes, blocks_fetched, evictions, verify_failures; /* (lock) */
     uint64_t model_seq;            /* names of models/<n> (lock) */
     unsigned range_waiters;        /* threads in mirror_wait_range: woken by progress too (lock) */
     unsigned n_fetchers;
