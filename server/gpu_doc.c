@@ -196,8 +196,9 @@ static char *splice(json_t *envelope, const char *allocs, const char *tensors)
 /* Where a preload's bytes came from. */
 static json_t *io_json(const struct gm_io *io)
 {
-    return json_pack("{s:I,s:I,s:I,s:s,s:i,s:i}", "page_cache_bytes",
+    return json_pack("{s:I,s:I,s:I,s:I,s:s,s:i,s:i}", "page_cache_bytes",
                      (json_int_t)io->page_cache_bytes, "disk_bytes", (json_int_t)io->disk_bytes,
+                     "upstream_bytes", (json_int_t)io->upstream_bytes,
                      "handed_over_bytes", (json_int_t)io->handed_over_bytes, "disk_reads",
                      io->disk_reads[0] ? io->disk_reads : "none", "threads", (int)io->threads,
                      "depth", (int)io->depth);
@@ -361,15 +362,20 @@ json_t *gpu_doc_model_json(struct gpu_manager *gm, const char *model, int *http_
 }
 
 /* Resolves device, then asks for the preload. */
+/* Preloads model on device: the registry's model, or (src not NULL) rm
+ * with *src, which the new instance takes over (*src set to NULL then). */
 static char *preload_device(struct gpu_manager *gm, const char *model, const char *device,
-                            int *http_status)
+                            const struct reg_model *rm, struct gm_source **src, int *http_status)
 {
     struct gm_device where;
     struct gm_view v;
     struct st_error err;
     if (gm_resolve_device(gm, device, &where, &err) < 0)
         return dump(error_json(wire_code(GPU_OP_DEVICE, err.code, http_status), err.message));
-    int rc = gpu_preload_request(gm, model, &where, 0, &v, &err);
+    int rc = src ? gpu_preload_request_model(gm, model, rm, *src, &where, &v, &err)
+                 : gpu_preload_request(gm, model, &where, 0, &v, &err);
+    if (rc == 1 && src)
+        *src = NULL; /* the instance took it */
     if (rc < 0)
         return dump(error_json(wire_code(GPU_OP_PRELOAD, err.code, http_status), err.message));
     *http_status = rc == 1 ? 202 : 200;
@@ -378,20 +384,50 @@ static char *preload_device(struct gpu_manager *gm, const char *model, const cha
     return text;
 }
 
-char *gpu_doc_preload_text(struct gpu_manager *gm, const char *model, const char *body,
-                           size_t body_len, int *http_status)
+/* The device a POST body names, or NULL with the 400 document in *doc. */
+static json_t *preload_body(const char *body, size_t body_len, const char **device, char **doc,
+                            int *http_status)
 {
     json_error_t jerr;
     json_t *req = json_loadb(body, body_len, JSON_REJECT_DUPLICATES, &jerr);
-    const char *device = json_string_value(json_object_get(req, "device"));
-    char *doc;
-    if (!req || !json_is_object(req) || !device) {
+    *device = json_string_value(json_object_get(req, "device"));
+    if (!req || !json_is_object(req) || !*device) {
         *http_status = 400;
-        doc = dump(error_json("bad_request", "the body must be a JSON object with \"device\": "
-                                             "\"cuda:N\", a GPU UUID or \"host\""));
-    } else {
-        doc = preload_device(gm, model, device, http_status);
+        *doc = dump(error_json("bad_request", "the body must be a JSON object with \"device\": "
+                                              "\"cuda:N\", a GPU UUID or \"host\""));
+        json_decref(req);
+        return NULL;
     }
+    return req;
+}
+
+int gpu_doc_preload_device(const char *body, size_t body_len, char **device, char **doc,
+                           int *http_status)
+{
+    const char *d;
+    json_t *req = preload_body(body, body_len, &d, doc, http_status);
+    if (!req)
+        return -1;
+    *device = strdup(d);
+    json_decref(req);
+    return *device ? 0 : -1;
+}
+
+char *gpu_doc_preload_model_text(struct gpu_manager *gm, const char *model, const char *device,
+                                 const struct reg_model *rm, struct gm_source **src,
+                                 int *http_status)
+{
+    return preload_device(gm, model, device, rm, src, http_status);
+}
+
+char *gpu_doc_preload_text(struct gpu_manager *gm, const char *model, const char *body,
+                           size_t body_len, int *http_status)
+{
+    const char *device;
+    char *doc = NULL;
+    json_t *req = preload_body(body, body_len, &device, &doc, http_status);
+    if (req)
+        doc = preload_device(gm, model, device, NULL, NULL, http_status);
     json_decref(req);
     return doc;
 }

@@ -53,6 +53,18 @@ char *gpu_doc_preload_text(struct gpu_manager *gm, const char *model, const char
 /* The same answer parsed (tests). */
 json_t *gpu_doc_preload(struct gpu_manager *gm, const char *model, const char *body,
                         size_t body_len, int *http_status);
+/* The device of a POST .../gpu body (a new string the caller frees), or
+ * -1 with the 400 document (*doc, malloc'd) and *http_status. */
+int gpu_doc_preload_device(const char *body, size_t body_len, char **device, char **doc,
+                           int *http_status);
+/* gpu_doc_preload_text for a model the registry does not hold: rm, whose
+ * bytes *src delivers (a mirror's); *src becomes NULL when the new
+ * instance took it over, otherwise the caller still owns it. With rm and
+ * *src NULL it answers the model's current instance on that device, or
+ * 404 not_found when there is none (or it failed). */
+char *gpu_doc_preload_model_text(struct gpu_manager *gm, const char *model, const char *device,
+                                 const struct reg_model *rm, struct gm_source **src,
+                                 int *http_status);
 
 /* DELETE: 200 {"model", "state": "none", "generation"} when the memory was
  * released at once, 202 {..., "state": "draining", "leases": N} while leases

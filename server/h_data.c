@@ -274,35 +274,15 @@ out:
     return ret;
 }
 
-enum MHD_Result handle_gpu(struct MHD_Connection *conn, struct request *rq,
-                           const struct reg_model *m, const char *method)
+enum MHD_Result handle_gpu_text(struct MHD_Connection *conn, struct request *rq, char *text,
+                                int status)
 {
-    struct gpu_manager *gm = rq->srv->gpu;
-    int status = MHD_HTTP_OK;
-    char *text = NULL;
-    json_t *doc = NULL;
-    if (!gm)
-        return respond_error(conn, rq, MHD_HTTP_SERVICE_UNAVAILABLE, "gpu_unavailable",
-                             "GPU sharing is not running in this daemon");
-    if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 && !rq->is_head &&
-        !respond_preconditions_hold(conn))
-        return respond_error(conn, rq, MHD_HTTP_PRECONDITION_FAILED, "precondition_failed",
-                             "If-Match or If-None-Match did not hold; nothing was done");
-    /* GET and POST answer with text rendered outside the manager's lock
-     * (a big model's tensor table is kept, not rebuilt per request). */
-    if (strcmp(method, MHD_HTTP_METHOD_POST) == 0)
-        text = gpu_doc_preload_text(gm, m->name, rq->upload ? rq->upload : "", rq->upload_len,
-                                        &status);
-    else if (strcmp(method, MHD_HTTP_METHOD_DELETE) == 0)
-        doc = gpu_doc_evict(gm, m->name, &status);
-    else
-        text = gpu_doc_model_text(gm, m->name, &status);
-    if (!doc && !text)
+    if (!text)
         return respond_error(conn, rq, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal",
                              "the GPU manager gave no answer");
+    json_t *doc;
     if (status >= 400) {
-        if (!doc)
-            doc = json_loads(text, 0, NULL);
+        doc = json_loads(text, 0, NULL);
         free(text);
         json_t *e = json_object_get(doc, "error");
         const char *code = json_string_value(json_object_get(e, "code"));
@@ -313,8 +293,6 @@ enum MHD_Result handle_gpu(struct MHD_Connection *conn, struct request *rq,
         return r;
     }
     /* The state changes as loading goes on: no validator. */
-    if (doc)
-        return respond_json(conn, rq, (unsigned)status, doc, NULL);
     if (status == MHD_HTTP_OK)
         return respond_json_text(conn, rq, text, strlen(text), NULL, NULL);
     /* 202 (a load started: the document is small then, no checksums yet);
@@ -322,4 +300,33 @@ enum MHD_Result handle_gpu(struct MHD_Connection *conn, struct request *rq,
     doc = json_loads(text, 0, NULL);
     free(text);
     return respond_json(conn, rq, (unsigned)status, doc, NULL);
+}
+
+enum MHD_Result handle_gpu(struct MHD_Connection *conn, struct request *rq, const char *model,
+                           const char *method)
+{
+    struct gpu_manager *gm = rq->srv->gpu;
+    int status = MHD_HTTP_OK;
+    if (!gm)
+        return respond_error(conn, rq, MHD_HTTP_SERVICE_UNAVAILABLE, "gpu_unavailable",
+                             "GPU sharing is not running in this daemon");
+    if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 && !rq->is_head &&
+        !respond_preconditions_hold(conn))
+        return respond_error(conn, rq, MHD_HTTP_PRECONDITION_FAILED, "precondition_failed",
+                             "If-Match or If-None-Match did not hold; nothing was done");
+    /* GET and POST answer with text rendered outside the manager's lock
+     * (a big model's tensor table is kept, not rebuilt per request). */
+    if (strcmp(method, MHD_HTTP_METHOD_DELETE) == 0) {
+        json_t *doc = gpu_doc_evict(gm, model, &status);
+        if (status < 400)
+            return respond_json(conn, rq, (unsigned)status, doc, NULL);
+        char *text = json_dumps(doc, JSON_COMPACT);
+        json_decref(doc);
+        return handle_gpu_text(conn, rq, text, status);
+    }
+    char *text = strcmp(method, MHD_HTTP_METHOD_POST) == 0
+                     ? gpu_doc_preload_text(gm, model, rq->upload ? rq->upload : "",
+                                            rq->upload_len, &status)
+                     : gpu_doc_model_text(gm, model, &status);
+    return handle_gpu_text(conn, rq, text, status);
 }

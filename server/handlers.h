@@ -28,8 +28,13 @@ enum MHD_Result handle_file(struct MHD_Connection *conn, struct request *rq,
                             const struct reg_model *m, const struct reg_file *f, int header_only);
 enum MHD_Result handle_tensor(struct MHD_Connection *conn, struct request *rq,
                               const struct reg_model *m, const struct reg_tensor *t);
-enum MHD_Result handle_gpu(struct MHD_Connection *conn, struct request *rq,
-                           const struct reg_model *m, const char *method);
+/* GET, POST, DELETE /v1/models/{model}/gpu (the model by name: the
+ * manager's instances are). */
+enum MHD_Result handle_gpu(struct MHD_Connection *conn, struct request *rq, const char *model,
+                           const char *method);
+/* Answers a GPU document's text (taken over) with its status. */
+enum MHD_Result handle_gpu_text(struct MHD_Connection *conn, struct request *rq, char *text,
+                                int status);
 enum MHD_Result handle_fetch(struct MHD_Connection *conn, struct request *rq,
                              const struct reg_model *m);
 struct route;
