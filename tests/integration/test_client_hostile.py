@@ -630,6 +630,31 @@ def test_default_deadline_ignores_what_is_thrown_away(monkeypatch, case):
         assert "default deadline" in str(e)
 
 
+SUPERSCRIPT_TWO = b"\xb2"  # Latin-1 '²': str.isdigit() says yes, int() and float() no
+NOT_DIGITS = {
+    "Retry-After": lambda req, c: c.sendall(
+        b"HTTP/1.1 503 X\r\nRetry-After: " + SUPERSCRIPT_TWO + b"\r\nContent-Length: 2\r\n\r\n{}"),
+    "error Content-Length": lambda req, c: c.sendall(
+        b"HTTP/1.1 500 X\r\nContent-Length: " + SUPERSCRIPT_TWO + b"\r\nConnection: close\r\n\r\n"
+        b"{}") or False,
+    "fetch Content-Length": lambda req, c: send_json(c, model_doc()) if req.method == "GET" else
+    c.sendall(b"HTTP/1.1 200 X\r\nContent-Length: " + SUPERSCRIPT_TWO +
+              b"\r\nConnection: close\r\n\r\n" + fetch_answer(GOOD)) or False,
+}
+
+
+@pytest.mark.parametrize("case", list(NOT_DIGITS))
+def test_header_numbers_that_are_not_ascii_digits(case):
+    """A number in a header that only Python's isdigit takes is a clean
+    error (it was a bare ValueError from int() or float())."""
+    with script(NOT_DIGITS[case]) as s, bounded(5.0, 1 << 20):
+        if case.startswith("fetch"):
+            raises(tensord.SafetensorError, lambda: tensord.load_file(s.url(), split=SPLIT,
+                                                                      timeout=3))
+        else:
+            raises(tensord.RemoteError, lambda: tensord.safe_open(s.url(), "numpy", timeout=3))
+
+
 def test_a_refused_connection_is_a_clean_error():
     s = socket.socket()
     s.bind(("127.0.0.1", 0))

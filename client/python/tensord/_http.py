@@ -236,11 +236,17 @@ def _error_from(status, reason, body, what, withheld=False):
     return _errors.RemoteError(status, code, message, text)
 
 
+def is_decimal(v):
+    """Whether header value v is ASCII digits (str.isdigit alone also takes
+    the '²' a Latin-1 header can hold, which int() refuses)."""
+    return v.isascii() and v.isdigit()
+
+
 def _retry_after(resp, attempt):
     """Seconds a 503 asks to wait (delta-seconds or an HTTP date); a short
     backoff when it does not say."""
     v = (resp.headers.get("Retry-After") or "").strip()
-    if v.isdigit():
+    if is_decimal(v):
         return float(v)
     if v:
         try:
@@ -404,7 +410,7 @@ def read_capped(resp, cap, deadline, what):
     raw = _raw(resp)
     length = resp.headers.get("Content-Length", "")
     buf = bytearray()
-    if length.isdigit() and int(length) > cap:
+    if is_decimal(length) and int(length) > cap:
         abandon(resp)
         return buf, True
     try:
