@@ -9,6 +9,7 @@ import os
 import shutil
 import tempfile
 import time
+import urllib.parse
 import urllib.request
 import xml.etree.ElementTree as ET
 
@@ -139,6 +140,30 @@ def test_odd_keys_escaped(anon):
     assert raw.status == 200 and raw.ctype == "application/xml"
     keys = [k.text for k in ET.fromstring(raw.body).iter(NS + "Key")]
     assert keys == [ODD]
+
+
+def test_names_xml_cannot_carry(tmp_path):
+    """U+FFFE and U+FFFF are valid UTF-8 in a file name but no XML Char: a
+    listing holding one was a document no XML parser reads (expat: "not
+    well-formed"), for every key of the bucket. They are written as U+FFFD;
+    encoding-type=url gives them exactly."""
+    names = ["a\ufffe.txt", "b\uffff.txt"]
+    repo = tmp_path / "models" / "nc"
+    repo.mkdir(parents=True)
+    for n in names + ["plain.txt"]:
+        (repo / n).write_bytes(b"x")
+    d = tdutil.Daemon(str(tmp_path / "models"), str(tmp_path)).start()
+    try:
+        d.wait_hashed()
+        raw = d.get("/s3/nc?list-type=2")
+        assert raw.status == 200
+        keys = [k.text for k in ET.fromstring(raw.body).iter(NS + "Key")]
+        assert keys == ["a\ufffd.txt", "b\ufffd.txt", "plain.txt"]
+        raw = d.get("/s3/nc?list-type=2&encoding-type=url")
+        keys = [urllib.parse.unquote(k.text) for k in ET.fromstring(raw.body).iter(NS + "Key")]
+        assert keys == names + ["plain.txt"]
+    finally:
+        d.stop_checked()
 
 
 def test_ranges(anon, repos):
