@@ -219,7 +219,10 @@ static enum MHD_Result list_objects(struct MHD_Connection *conn, struct request 
         if (is_cp && last_cp && last_cp_len == len && memcmp(last_cp, f->name, len) == 0)
             continue; /* this common prefix is listed already */
         if (n == l.max_keys) {
-            truncated = 1;
+            /* max-keys=0 asks for nothing: AWS says not truncated (a truncated
+             * page with no key has no token to go on from, and a client that
+             * follows IsTruncated would ask again forever). */
+            truncated = n > 0;
             break;
         }
         page[n++] = (struct entry){f, len};

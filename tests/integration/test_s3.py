@@ -126,8 +126,12 @@ def test_prefix_delimiter_and_pages(anon, repos):
     r = s3.list_objects_v2(Bucket="org--sd", StartAfter="text_encoder/model.safetensors")
     assert [o["Key"] for o in r["Contents"]] == [k for k in all_keys(files, "org/sd")
                                                  if k > "text_encoder/model.safetensors"]
+    # max-keys=0: nothing, and not truncated (as AWS answers): a truncated
+    # page would need a token to go on from, and it has no key to give one.
     r = s3.list_objects_v2(Bucket="org--sd", MaxKeys=0)
-    assert r["KeyCount"] == 0 and r["IsTruncated"]
+    assert r["KeyCount"] == 0 and not r["IsTruncated"] and "NextContinuationToken" not in r
+    r = s3.list_objects(Bucket="org--sd", MaxKeys=0)
+    assert "Contents" not in r and not r["IsTruncated"] and "NextMarker" not in r
     # Version 1 (marker) too.
     r = s3.list_objects(Bucket="org--deep", MaxKeys=2)
     assert [o["Key"] for o in r["Contents"]] == all_keys(files, "org/deep")[:2]
