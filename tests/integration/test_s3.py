@@ -173,6 +173,23 @@ def test_names_xml_cannot_carry(tmp_path):
         d.stop_checked()
 
 
+def test_bucket_names_are_listed_once(tmp_path):
+    """"org/m" is the bucket "org--m", which is also the name of a repo
+    "org--m": that one is the bucket, and ListBuckets names it once (it
+    listed the name twice, the second time for a repo it does not reach)."""
+    for repo, data in (("org/m", b"nested"), ("org--m", b"flat")):
+        (tmp_path / "models" / repo).mkdir(parents=True)
+        (tmp_path / "models" / repo / "f.txt").write_bytes(data)
+    d = tdutil.Daemon(str(tmp_path / "models"), str(tmp_path)).start()
+    try:
+        d.wait_hashed()
+        s3 = client(d)
+        assert [b["Name"] for b in s3.list_buckets()["Buckets"]] == ["org--m"]
+        assert s3.get_object(Bucket="org--m", Key="f.txt")["Body"].read() == b"flat"
+    finally:
+        d.stop_checked()
+
+
 def test_ranges(anon, repos):
     data = repos[2]["org/sharded"]["big.bin"]
     s3 = client(anon)
