@@ -3,6 +3,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 int cors_check_config(const struct config *cfg, char *err, size_t errlen)
 {
@@ -63,4 +64,16 @@ void cors_add_headers(const struct config *cfg, struct MHD_Connection *conn,
     } else {
         MHD_add_response_header(resp, "Access-Control-Expose-Headers", CORS_EXPOSE);
     }
+}
+
+int cors_refuses_write(const struct config *cfg, struct MHD_Connection *conn)
+{
+    const char *origin = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Origin");
+    const char *host = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST);
+    if (!origin || (cfg->n_cors_origins && allowed_origin(cfg, conn)))
+        return 0;
+    /* The daemon's own pages (the console): scheme://HOST, as the browser
+     * wrote the Host header. */
+    const char *authority = strstr(origin, "://");
+    return !(authority && host && host[0] && strcasecmp(authority + 3, host) == 0);
 }

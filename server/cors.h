@@ -35,6 +35,15 @@ int cors_check_config(const struct config *cfg, char *err, size_t errlen);
  * an Origin that may read answers and an Access-Control-Request-Method. */
 int cors_is_preflight(const struct config *cfg, struct MHD_Connection *conn, const char *method);
 
+/* Whether conn's request, one that changes something (a preload, an
+ * evict), comes from a page of another origin and must be refused: it
+ * carries an Origin that is neither in cors_origins nor the daemon's own
+ * (scheme://Host). A browser sends a cross-site POST with a text/plain body
+ * without a preflight and only hides the answer from the page, so without
+ * tokens any site a user opens could act; clients that are no browser send
+ * no Origin. */
+int cors_refuses_write(const struct config *cfg, struct MHD_Connection *conn);
+
 /* Adds to resp, an answer to conn's request, the CORS headers its Origin
  * gets (nothing when CORS is off). methods: the Allow-Methods of a
  * preflight's answer, NULL for any other answer. */

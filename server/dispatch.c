@@ -264,6 +264,12 @@ static int refuse_request(struct MHD_Connection *conn, struct request *rq, enum 
                       "%s is not allowed here; allowed: %s", method, rq->allow);
         return 1;
     }
+    if (is_admin && cors_refuses_write(srv->cfg, conn)) {
+        *ret = respond_error(conn, rq, MHD_HTTP_FORBIDDEN, "cross_origin",
+                             "a page of another origin may not preload or evict; list it in "
+                             "cors_origins to allow it");
+        return 1;
+    }
     /* The console's page and scripts are the same for everyone and hold no
      * data: they load without a token, and ask for one for what they read.
      * A mirror's Hub routes are its upstream's: the upstream checks the
