@@ -66,9 +66,11 @@ def test_runtime_stage(dockerfile):
     assert entry == ['["/usr/local/bin/tensord"]'], f"{path}: exec-form ENTRYPOINT"
     cmd = [r for w, r in runtime if w == "CMD"]
     assert cmd and cmd[0].startswith("["), f"{path}: exec-form CMD"
-    # Every interface inside the container (for -p), said out loud: the
-    # daemon refuses it without a token unless --insecure-listen is given.
-    assert '"0.0.0.0:8077", "--insecure-listen"' in cmd[0]
+    # Every interface inside the container (for -p), so a token by default:
+    # the daemon refuses to start without the mounted secret, and serving
+    # with none (--insecure-listen) is the operator's explicit choice.
+    assert '"0.0.0.0:8077", "--auth-token-file", "/run/secrets/tensord_token"' in cmd[0]
+    assert "insecure" not in cmd[0]
     users = [r for w, r in runtime if w == "USER"]
     assert users and users[-1] not in ("root", "0"), f"{path}: runs as a non-root USER"
     assert re.fullmatch(r"[1-9]\d*:[1-9]\d*", users[-1]), f"{path}: numeric USER uid:gid"
