@@ -22,6 +22,11 @@ void jsonw_free(struct jsonw *w)
     jsonw_init(w);
 }
 
+void jsonw_fail(struct jsonw *w)
+{
+    w->sb.failed = 1;
+}
+
 /* Before a value or a key: the comma that separates it from the previous one. */
 static void sep(struct jsonw *w)
 {
@@ -120,6 +125,18 @@ void jsonw_raw(struct jsonw *w, const char *json, size_t n)
     strbuf_append(&w->sb, json, n);
 }
 
+void jsonw_kobj(struct jsonw *w, const char *key)
+{
+    jsonw_key(w, key);
+    jsonw_obj(w);
+}
+
+void jsonw_karr(struct jsonw *w, const char *key)
+{
+    jsonw_key(w, key);
+    jsonw_arr(w);
+}
+
 void jsonw_kstr(struct jsonw *w, const char *key, const char *s)
 {
     jsonw_key(w, key);
@@ -136,4 +153,16 @@ void jsonw_kbool(struct jsonw *w, const char *key, int v)
 {
     jsonw_key(w, key);
     jsonw_bool(w, v);
+}
+
+void jsonw_ki64(struct jsonw *w, const char *key, int64_t v)
+{
+    jsonw_key(w, key);
+    jsonw_i64(w, v);
+}
+
+void jsonw_kreal(struct jsonw *w, const char *key, double v)
+{
+    jsonw_key(w, key);
+    jsonw_real(w, v);
 }

@@ -278,9 +278,9 @@ enum MHD_Result handle_gpu(struct MHD_Connection *conn, struct request *rq,
                            const struct reg_model *m, const char *method)
 {
     struct gpu_manager *gm = rq->srv->gpu;
-    int status = MHD_HTTP_OK;
-    char *text = NULL;
-    json_t *doc = NULL;
+    struct gpu_doc_error e;
+    struct jsonw w;
+    int status = MHD_HTTP_OK, rc = 0;
     if (!gm)
         return respond_error(conn, rq, MHD_HTTP_SERVICE_UNAVAILABLE, "gpu_unavailable",
                              "GPU sharing is not running in this daemon");
@@ -288,38 +288,20 @@ enum MHD_Result handle_gpu(struct MHD_Connection *conn, struct request *rq,
         !respond_preconditions_hold(conn))
         return respond_error(conn, rq, MHD_HTTP_PRECONDITION_FAILED, "precondition_failed",
                              "If-Match or If-None-Match did not hold; nothing was done");
-    /* GET and POST answer with text rendered outside the manager's lock
-     * (a big model's tensor table is kept, not rebuilt per request). */
-    if (strcmp(method, MHD_HTTP_METHOD_POST) == 0)
-        text = gpu_doc_preload_text(gm, m->name, rq->upload ? rq->upload : "", rq->upload_len,
-                                        &status);
-    else if (strcmp(method, MHD_HTTP_METHOD_DELETE) == 0)
-        doc = gpu_doc_evict(gm, m->name, &status);
-    else
-        text = gpu_doc_model_text(gm, m->name, &status);
-    if (!doc && !text)
-        return respond_error(conn, rq, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal",
-                             "the GPU manager gave no answer");
-    if (status >= 400) {
-        if (!doc)
-            doc = json_loads(text, 0, NULL);
-        free(text);
-        json_t *e = json_object_get(doc, "error");
-        const char *code = json_string_value(json_object_get(e, "code"));
-        const char *msg = json_string_value(json_object_get(e, "message"));
-        enum MHD_Result r = respond_error(conn, rq, (unsigned)status, code ? code : "gpu_error",
-                                          "%s", msg ? msg : "GPU request failed");
-        json_decref(doc);
-        return r;
+    jsonw_init(&w);
+    if (strcmp(method, MHD_HTTP_METHOD_POST) == 0) {
+        char *device;
+        rc = gpu_doc_preload_device(rq->upload ? rq->upload : "", rq->upload_len, &device, &e);
+        if (rc == 0)
+            rc = gpu_doc_preload(gm, m->name, device, &w, &status, &e);
+        free(device);
+    } else if (strcmp(method, MHD_HTTP_METHOD_DELETE) == 0) {
+        rc = gpu_doc_evict(gm, m->name, &w, &status, &e);
+    } else {
+        gpu_doc_model(gm, m->name, &w);
     }
+    if (rc < 0)
+        return respond_error(conn, rq, (unsigned)e.http_status, e.code, "%s", e.message);
     /* The state changes as loading goes on: no validator. */
-    if (doc)
-        return respond_json(conn, rq, (unsigned)status, doc, NULL);
-    if (status == MHD_HTTP_OK)
-        return respond_json_text(conn, rq, text, strlen(text), NULL, NULL);
-    /* 202 (a load started: the document is small then, no checksums yet);
-     * respond_json_text answers 200 only. */
-    doc = json_loads(text, 0, NULL);
-    free(text);
-    return respond_json(conn, rq, (unsigned)status, doc, NULL);
+    return respond_json(conn, rq, (unsigned)status, &w, NULL);
 }

@@ -67,8 +67,7 @@ static char *error_document(const char *code, const char *msg, int hub, size_t *
     if (hub) {
         jsonw_kstr(&w, "error", msg);
     } else {
-        jsonw_key(&w, "error");
-        jsonw_obj(&w);
+        jsonw_kobj(&w, "error");
         jsonw_kstr(&w, "code", code);
         jsonw_kstr(&w, "message", msg);
         jsonw_obj_end(&w);
@@ -263,16 +262,15 @@ enum MHD_Result respond_refusal_raw(struct request *rq, int fd, unsigned status,
 }
 
 enum MHD_Result respond_json(struct MHD_Connection *conn, struct request *rq, unsigned status,
-                             json_t *doc, const char *etag)
+                             struct jsonw *w, const char *etag)
 {
-    char *text = json_dumps(doc, JSON_COMPACT);
-    json_decref(doc);
-    size_t len = text ? strlen(text) : 0;
+    size_t len;
+    char *text = jsonw_take(w, &len);
     if (text)
         text = respond_json_line(text, &len);
     if (!text)
-        return respond_error(conn, rq, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal",
-                             "could not encode the answer as JSON");
+        return respond_error(conn, rq, MHD_HTTP_SERVICE_UNAVAILABLE, "out_of_memory",
+                             "not enough memory to render the answer; try again later");
     if (status != MHD_HTTP_OK) {
         struct MHD_Response *resp =
             MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);

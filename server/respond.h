@@ -6,13 +6,13 @@
 #ifndef TENSORD_RESPOND_H
 #define TENSORD_RESPOND_H
 
-#include <jansson.h>
 #include <microhttpd.h>
 #include <stdint.h>
 
 #include "body.h"
 #include "conditional.h"
 #include "fileio.h"
+#include "jsonw.h"
 #include "registry.h"
 #include "st_header.h"
 
@@ -64,10 +64,11 @@ int respond_preconditions_hold(struct MHD_Connection *conn);
  * *len is updated. NULL (text freed) when out of memory. */
 char *respond_json_line(char *text, size_t *len);
 
-/* Answers with a JSON document (consumed: decref'd here) as a byte body, so
- * Range and conditional requests apply; etag may be NULL. */
+/* Answers status with the document w holds (taken: w is empty afterwards),
+ * a 200 as a byte body so Range and conditional requests apply; etag may be
+ * NULL. A writer that ran out of memory answers 503 out_of_memory. */
 enum MHD_Result respond_json(struct MHD_Connection *conn, struct request *rq, unsigned status,
-                             json_t *doc, const char *etag);
+                             struct jsonw *w, const char *etag);
 
 /* Answers 200 with JSON text as a byte body; etag may be NULL. With pin
  * NULL, text was malloc'd and is taken over (freed when sent; a newline is
