@@ -51,6 +51,8 @@ static const char *const names[ST_STATUS_COUNT] = {
     [ST_ERR_DEVICE] = "device_error",
     [ST_ERR_DEVICE_MEMORY] = "device_out_of_memory",
     [ST_ERR_LIMIT] = "limit_reached",
+    [ST_ERR_SLICE] = "invalid_slice",
+    [ST_ERR_SPLIT] = "invalid_split",
 };
 
 int st_status_errno(enum st_status s)

@@ -68,6 +68,8 @@ enum st_status {
     ST_ERR_DEVICE,             /* a device call failed (the driver's message follows) */
     ST_ERR_DEVICE_MEMORY,      /* not enough device memory, or over the configured budget */
     ST_ERR_LIMIT,              /* a configured limit (leases, connections, sizes) is reached */
+    ST_ERR_SLICE,              /* a slice that does not parse or does not fit its tensor */
+    ST_ERR_SPLIT,              /* a tensor-parallel split that does not fit its tensor */
     ST_STATUS_COUNT
 };
 

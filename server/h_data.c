@@ -156,16 +156,15 @@ static int apply_slice(struct MHD_Connection *conn, struct request *rq, const st
                        const char *spec, struct representation *rep, uint32_t *ndim,
                        const uint64_t **shape, enum MHD_Result *ret)
 {
-    char err[512];
+    struct st_error err;
     metrics_add(MC_SLICE_REQUESTS, 1);
     struct slice_plan *plan = xmalloc(sizeof(*plan));
-    if (slice_plan_build(spec, strlen(spec), st->dtype, st->ndim, st->shape, plan, err,
-                         sizeof(err)) < 0) {
+    if (slice_plan_build(spec, strlen(spec), st->dtype, st->ndim, st->shape, plan, &err) < 0) {
         free(plan);
         shape_format(rep->shape, sizeof(rep->shape), st->shape, st->ndim, ",");
         *ret = respond_error(conn, rq, MHD_HTTP_BAD_REQUEST, "bad_slice",
                              "tensor \"%.200s\" %s [%s]: %s", st->name, rep->dtype, rep->shape,
-                             err);
+                             err.message);
         return 1;
     }
     uint64_t limit = rq->srv->cfg->max_slice_bytes, nbytes = plan->nbytes;
@@ -193,20 +192,23 @@ static int apply_format(struct MHD_Connection *conn, struct request *rq, const s
                         const struct tensor_query *q, uint32_t ndim, const uint64_t *shape,
                         struct representation *rep, enum MHD_Result *ret)
 {
-    char err[256];
+    struct st_error err;
     if (q->format == TFORMAT_NPY) {
-        snprintf(err, sizeof(err), "dtype %s has no npy form", rep->dtype);
+        st_error_fail(&err, ST_ERR_DTYPE, "dtype %s has no npy form", rep->dtype);
         if ((q->npy_raw ? tformat_npy_raw_prefix(st->dtype, ndim, shape, rep->body.data_len,
                                                  &rep->prefix_buf, &rep->body.prefix_len)
                         : tformat_npy_prefix(st->dtype, ndim, shape, &rep->prefix_buf,
-                                             &rep->body.prefix_len, err, sizeof(err))) < 0) {
-            *ret = respond_error(conn, rq, MHD_HTTP_BAD_REQUEST, "bad_format", "%s", err);
+                                             &rep->body.prefix_len, &err)) < 0) {
+            *ret = respond_error(conn, rq, MHD_HTTP_BAD_REQUEST, "bad_format", "%s", err.message);
             return 1;
         }
         rep->content_type = "application/x-npy";
-    } else if (q->format == TFORMAT_SAFETENSORS) {
-        tformat_safetensors_prefix(st->name, st->dtype, ndim, shape, rep->body.data_len,
-                                   &rep->prefix_buf, &rep->body.prefix_len);
+    } else if (q->format == TFORMAT_SAFETENSORS &&
+               tformat_safetensors_prefix(st->name, st->dtype, ndim, shape, rep->body.data_len,
+                                          &rep->prefix_buf, &rep->body.prefix_len) < 0) {
+        *ret = respond_error(conn, rq, MHD_HTTP_SERVICE_UNAVAILABLE, "out_of_memory",
+                             "not enough memory for the safetensors header; try again later");
+        return 1;
     }
     rep->body.prefix = rep->prefix_buf;
     return 0;
