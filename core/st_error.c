@@ -119,15 +119,3 @@ int st_error_errno(struct st_error *err, int errnum, const char *fmt, ...)
     }
     return -errnum;
 }
-
-enum st_status st_error_set(struct st_error *err, enum st_status code, const char *fmt, ...)
-{
-    if (err) {
-        va_list ap;
-        err->code = code;
-        va_start(ap, fmt);
-        vsnprintf(err->message, sizeof(err->message), fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}

@@ -96,9 +96,4 @@ int st_error_fail(struct st_error *err, enum st_status code, const char *fmt, ..
 int st_error_errno(struct st_error *err, int errnum, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* Fills err (when non-NULL) and returns code, so callers can write
- * `return st_error_set(err, ST_ERR_DTYPE, "...", ...);`. */
-enum st_status st_error_set(struct st_error *err, enum st_status code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
 #endif

@@ -4,6 +4,7 @@
  * resident: the cost of building a document is the document. */
 #include "strbuf.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stddef.h>
@@ -21,7 +22,7 @@
 int strbuf_reserve(struct strbuf *sb, size_t more)
 {
     if (sb->failed)
-        return -1;
+        return -ENOMEM;
     if (sb->cap > sb->len && sb->cap - sb->len > more)
         return 0;
     size_t need;
@@ -42,7 +43,7 @@ int strbuf_reserve(struct strbuf *sb, size_t more)
     return 0;
 fail:
     sb->failed = 1;
-    return -1;
+    return -ENOMEM;
 }
 
 void strbuf_append(struct strbuf *sb, const void *p, size_t n)

@@ -21,8 +21,8 @@ struct strbuf {
 
 #define STRBUF_INIT {NULL, 0, 0, 0}
 
-/* Makes room for `more` bytes after len (and the NUL). Returns 0, or -1 and
- * marks the buffer failed. */
+/* Makes room for `more` bytes after len (and the NUL). Returns 0, or -ENOMEM
+ * and marks the buffer failed. */
 int strbuf_reserve(struct strbuf *sb, size_t more);
 void strbuf_append(struct strbuf *sb, const void *p, size_t n);
 void strbuf_puts(struct strbuf *sb, const char *s);

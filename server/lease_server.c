@@ -200,9 +200,9 @@ static void list(struct lease_server *s, struct conn *c)
 static void handle_request(struct lease_server *s, struct conn *c, const unsigned char *p, size_t n)
 {
     struct ipc_request *req = xmalloc(sizeof(*req));
-    char err[512];
-    if (ipc_request_parse((const char *)p, n, req, err, sizeof(err)) < 0) {
-        lease_frame_error(c, "bad_request", "%s", err);
+    struct st_error err;
+    if (ipc_request_parse((const char *)p, n, req, &err) < 0) {
+        lease_frame_error(c, "bad_request", "%s", err.message);
         goto out;
     }
     switch (req->op) {
