@@ -30,7 +30,7 @@ BUILD      ?= build/san-$(subst $(comma),-,$(SANITIZER))
 endif
 comma := ,
 
-PKGS       := libmicrohttpd liburing libcrypto yaml-0.1
+PKGS       := libmicrohttpd liburing libcrypto yaml-0.1 libcurl
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 # jansson reads JSON in the tests only: the oracle the daemon's own parsers
@@ -45,9 +45,13 @@ TEST_LIBS  := $(shell pkg-config --libs $(TEST_PKGS) 2>/dev/null)
 # io_uring_prep_cancel64 and the *_data64 helpers; libmicrohttpd 0.9.75 is
 # the oldest built against (MHD_HTTP_CONTENT_TOO_LARGE); OpenSSL 1.1.0
 # EVP_MD_CTX_new; libyaml 0.2.5 is the one the model card reader was built
-# and fuzzed with. The tests' jansson: 2.7 added json_stringn_nocheck.
+# and fuzzed with; libcurl 7.68.0 (the mirror's upstream client) keeps a
+# custom Authorization header from a redirect to another host (7.58) and
+# has CURLINFO_RETRY_AFTER (7.66). The tests' jansson: 2.7 added
+# json_stringn_nocheck.
 PKG_MIN    := libmicrohttpd:0.9.75:libmicrohttpd-dev liburing:2.2:liburing-dev \
-              libcrypto:1.1.0:libssl-dev yaml-0.1:0.2.5:libyaml-dev
+              libcrypto:1.1.0:libssl-dev yaml-0.1:0.2.5:libyaml-dev \
+              libcurl:7.68.0:libcurl4-openssl-dev
 TEST_PKG_MIN := jansson:2.7:libjansson-dev
 # $(call check_libs,LIST,WHO,DEPS): stops naming each library of LIST
 # (lib:min:deb) that is missing or too old, and the DLPack header; WHO
@@ -195,7 +199,7 @@ test-cuda-double: deps-test
 	  $(CUDA_DOUBLE_BUILD)/libtensord-client.so $(CUDA_DOUBLE_BUILD)/cuda-double/libcuda.so.1
 	@TENSORD_CUDA_BUILD=$(CUDA_DOUBLE_BUILD) $(PYTHON) tests/cuda_double/run.py
 
-.PHONY: FORCE all deps deps-apt deps-run deps-test deps-test-apt deps-bench deps-bench-apt run uninstall test test-cuda-double cuda-double unit fuzz fuzz-smoke install clean integration print-% bench bench-gpu bench-header bench-hub bench-leases bench-remote bench-s3 bench-sha256 bench-hash soak tsan tsan-test dist
+.PHONY: FORCE all deps deps-apt deps-run deps-test deps-test-apt deps-bench deps-bench-apt run uninstall test test-cuda-double cuda-double unit fuzz fuzz-smoke install clean integration print-% bench bench-gpu bench-header bench-hub bench-leases bench-remote bench-s3 bench-mirror bench-swarm bench-sha256 bench-hash soak tsan tsan-test dist
 all: $(BUILD)/tensord $(BUILD)/libtensord-client.so $(BUILD)/tensord-client
 
 # The flags a build directory was compiled with: objects depend on this
@@ -316,11 +320,11 @@ fuzz: $(FUZZ_BIN)
 # are installed with services kept from starting (policy-rc.d), since nginx
 # and prometheus would otherwise listen on :80 and :9090.
 DEB_BUILD := build-essential pkg-config libmicrohttpd-dev liburing-dev libssl-dev \
-             libdlpack-dev python3 libyaml-dev
+             libdlpack-dev python3 libyaml-dev libcurl4-openssl-dev
 DEB_RUN   := python3-numpy python3-urllib3 curl xxd
 DEB_TEST  := libjansson-dev clang libclang-rt-14-dev python3-pytest python3-venv python3-torch \
              git man-db groff-base systemd prometheus nginx-light chromium
-DEB_BENCH := nettle-dev nginx wrk aria2
+DEB_BENCH := nettle-dev nginx wrk aria2 iperf3 iproute2 python3-libtorrent
 # Kept for scripts that read it: every list.
 DEB_PKGS   = $(DEB_BUILD) $(DEB_RUN) $(DEB_TEST) $(DEB_BENCH)
 
@@ -418,6 +422,22 @@ bench-s3: deps-bench
 	@$(MAKE) --no-print-directory all
 	@$(PYTHON) bench/s3.py $(BENCH_S3_ARGS)
 
+# The pull-through mirror through a capped link between two network
+# namespaces (bench/mirror.py, as root; docs/PERFORMANCE.md "Pull-through
+# mirror"): first byte, rate against iperf3, upstream bytes, 64 clients,
+# cut downloads, the cache cap, a changed upstream, a preload's lag behind
+# the last byte. BENCH_MIRROR_ARGS="--gib 1 --rate 2gbit".
+bench-mirror: deps-bench
+	@$(MAKE) --no-print-directory all
+	@$(PYTHON) bench/mirror.py $(BENCH_MIRROR_ARGS)
+
+# A libtorrent swarm (Debian's python3-libtorrent, --peers sessions in
+# network namespaces over tbf-capped links) with tensord as its HTTP web
+# seed (bench/swarm.py, as root; docs/PERFORMANCE.md "A libtorrent swarm").
+bench-swarm: deps-bench
+	@$(MAKE) --no-print-directory all
+	@$(PYTHON) bench/swarm.py $(BENCH_SWARM_ARGS)
+
 # Validation time of a 500,000-tensor header (README quotes it).
 bench-header: $(BUILD)/libtensord-core.a
 	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -o $(BUILD)/bench_st_header bench/bench_st_header.c \
@@ -472,7 +492,7 @@ soak: all
 # reaper, the GPU manager, metrics, the log), built with -fsanitize=thread
 # into build/san-thread; a report fails the run. Part of `make test`.
 TSAN_UNITS := test_hasher test_hasher_work test_doc_cache test_registry test_hashstore \
-              test_conns test_gpu_manager test_metrics test_log
+              test_conns test_gpu_manager test_gpu_load test_metrics test_log
 TSAN_BINS  := $(TSAN_UNITS:%=build/san-thread/tests/%)
 tsan:
 	@$(MAKE) --no-print-directory SANITIZER=thread CUDA=no $(TSAN_BINS)

@@ -68,6 +68,15 @@ struct config {
     int s3;                         /* serve the read-only S3 API under /s3/ */
     char *s3_access_key;            /* SigV4 access key id; empty = anonymous reads */
     char *s3_secret_key_file;       /* file holding its secret key */
+    /* [mirror] */
+    char *upstream;                 /* the mirrored endpoint's URL; empty = not a mirror */
+    char *mirror_cache_dir;         /* the cache; empty = STATE_DIR/mirror */
+    uint64_t mirror_cache_max_bytes;/* the cache's cap */
+    uint64_t mirror_block_bytes;    /* one Range request to the upstream */
+    unsigned mirror_fetch_threads;  /* blocks fetched at once */
+    unsigned mirror_auth_ttl;       /* seconds an upstream answer about a file is reused */
+    char *upstream_token_file;      /* the mirror's own token for its upstream */
+    uint64_t upstream_max_bytes_per_second; /* 0 = unlimited */
 };
 
 /* Fills cfg with the built-in defaults (strings are heap copies). */

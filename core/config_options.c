@@ -19,6 +19,7 @@ static const char *check_listen(const char *v);
 static const char *check_preload(const char *v);
 static const char *check_no_ctl(const char *v);
 static const char *check_origin(const char *v);
+static const char *check_upstream(const char *v);
 
 const struct opt config_options[] = {
     {"models", "server", OPT_STRING, "./models", 0, 0, OFF(models), 0, 0, NULL, check_no_ctl,
@@ -126,6 +127,31 @@ const struct opt config_options[] = {
      "while auth_token_file is empty"},
     {"s3_secret_key_file", "s3", OPT_STRING, "", 0, 0, OFF(s3_secret_key_file), 0, 0, NULL,
      check_no_ctl, "file holding the secret key of s3_access_key (its first line)"},
+    {"upstream", "mirror", OPT_STRING, "", 0, 0, OFF(upstream), 0, 0, NULL, check_upstream,
+     "a pull-through mirror of this Hugging Face compatible endpoint (another tensord, or "
+     "https://huggingface.co): its repos are answered through a local cache while they are "
+     "fetched; empty = off"},
+    {"mirror_cache_dir", "mirror", OPT_STRING, "", 0, 0, OFF(mirror_cache_dir), 0, 0, NULL,
+     check_no_ctl, "directory of the mirror's cache (made when missing); empty = mirror/ in "
+     "the state directory"},
+    {"mirror_cache_max_bytes", "mirror", OPT_SIZE, "100G", 1024 * K, 1024 * K * K * K * K,
+     OFF(mirror_cache_max_bytes), NOLIST,
+     "the cache's size cap: files are evicted least recently used first, never one being "
+     "read, fetched, preloaded or under a lease"},
+    {"mirror_block_bytes", "mirror", OPT_SIZE, "16M", 64 * K, 1024 * K * K,
+     OFF(mirror_block_bytes), NOLIST,
+     "the unit fetched from the upstream with one Range request (each fetched once)"},
+    {"mirror_fetch_threads", "mirror", OPT_UINT, "4", 1, 64, OFF(mirror_fetch_threads), NOLIST,
+     "blocks fetched from the upstream at once (one connection each)"},
+    {"mirror_auth_ttl", "mirror", OPT_UINT, "30", 0, 86400, OFF(mirror_auth_ttl), NOLIST,
+     "seconds the upstream's answer about a file (its commit, hash, and that it let this "
+     "caller's token in) is reused; 0 = ask the upstream on every request"},
+    {"upstream_token_file", "mirror", OPT_STRING, "", 0, 0, OFF(upstream_token_file), 0, 0,
+     NULL, check_no_ctl, "file holding the token the mirror sends for its own requests "
+     "(preloads from the upstream); callers' requests carry the caller's token"},
+    {"upstream_max_bytes_per_second", "mirror", OPT_SIZE, "0", 0, 1024 * K * K * K * K,
+     OFF(upstream_max_bytes_per_second), NOLIST,
+     "the mirror's read rate from the upstream, all fetches together; 0 = no limit"},
 };
 
 /* ---- value checks ------------------------------------------------------- */
@@ -197,6 +223,23 @@ static const char *check_origin(const char *v)
                    "and a port's (no trailing '/')";
     }
     return NULL;
+}
+
+/* An upstream is http:// or https:// and a host, with an optional port and
+ * path prefix; no query, fragment or user part (a token goes in
+ * upstream_token_file, never in a URL that logs and messages show). */
+static const char *check_upstream(const char *v)
+{
+    if (!*v)
+        return NULL;
+    const char *host = strncmp(v, "https://", 8) == 0  ? v + 8
+                       : strncmp(v, "http://", 7) == 0 ? v + 7
+                                                        : NULL;
+    if (!host || !*host || *host == '/')
+        return "an upstream is http://HOST[:PORT][/PATH] or https://HOST[:PORT][/PATH]";
+    if (strpbrk(v, "?#@ "))
+        return "an upstream URL has no query, fragment, user part or space";
+    return check_no_ctl(v);
 }
 
 const size_t config_n_options = ARRAY_LEN(config_options);

@@ -73,6 +73,27 @@ int fileio_pread_full(int fd, void *buf, size_t n, uint64_t off)
     return 0;
 }
 
+int fileio_pwrite_full(int fd, const void *buf, size_t n, uint64_t off)
+{
+    const unsigned char *p = buf;
+    if (off > (uint64_t)INT64_MAX || n > (uint64_t)INT64_MAX - off)
+        return -EOVERFLOW;
+    while (n > 0) {
+        ssize_t r = pwrite(fd, p, n, (off_t)off);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        if (r == 0)
+            return -ENOSPC;
+        p += r;
+        n -= (size_t)r;
+        off += (uint64_t)r;
+    }
+    return 0;
+}
+
 void fileio_etag(const struct fileio_stat *st, char *buf)
 {
     /* Longest form: W/ + 2 quotes + 2 * 16 hex digits + a dash + NUL = 37. */

@@ -34,6 +34,9 @@ int fileio_regular(int fd, struct fileio_stat *st);
 /* Reads exactly n bytes at off. Returns 0, a negative errno, or -ENODATA when
  * the file ended first (it was truncated). Retries EINTR and short reads. */
 int fileio_pread_full(int fd, void *buf, size_t n, uint64_t off);
+/* Writes exactly n bytes at off. Returns 0 or a negative errno (-ENOSPC
+ * for a write that stopped short). Retries EINTR and short writes. */
+int fileio_pwrite_full(int fd, const void *buf, size_t n, uint64_t off);
 
 /* Returns 1 when fd still holds the version recorded in *st: the same size
  * and mtime, and the same ctime unless its link count changed (the file was

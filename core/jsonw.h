@@ -28,6 +28,8 @@ struct jsonw {
     int after_key;              /* a key was written: the next value needs no comma */
 };
 
+#define JSONW_INIT {STRBUF_INIT, 0, {0}, 0}
+
 void jsonw_init(struct jsonw *w);
 /* The text (caller frees) and its length; NULL when an allocation failed.
  * w is empty afterwards either way. */

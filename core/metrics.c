@@ -72,6 +72,7 @@ static _Atomic uint64_t g_gpu_resident, g_gpu_leases, g_gpu_bps_bits, g_gpu_stag
 /* Hashing: a few updates per MiB hashed, so plain shared atomics do. */
 static _Atomic uint64_t h_bytes, h_files, h_errors;
 static _Atomic uint64_t g_hash_pending, g_hash_pending_bytes, g_hash_known, g_hash_files;
+static _Atomic uint64_t g_mirror_bytes, g_mirror_files, g_mirror_partial;
 
 /* Seconds matter here, not nanoseconds: the coarse clock costs a few ns. */
 static uint64_t coarse_ns(void)
@@ -168,6 +169,8 @@ void metrics_init(void)
     atomic_store(&h_bytes, 0), atomic_store(&h_files, 0), atomic_store(&h_errors, 0);
     atomic_store(&g_hash_pending, 0), atomic_store(&g_hash_pending_bytes, 0);
     atomic_store(&g_hash_known, 0), atomic_store(&g_hash_files, 0);
+    atomic_store(&g_mirror_bytes, 0), atomic_store(&g_mirror_files, 0);
+    atomic_store(&g_mirror_partial, 0);
 }
 
 void metrics_set_labels(const struct metrics_labels *l)
@@ -270,6 +273,13 @@ void metrics_set_hashing(uint64_t files_pending, uint64_t bytes_pending, uint64_
     atomic_store_explicit(&g_hash_files, files, RELAXED);
 }
 
+void metrics_set_mirror(uint64_t bytes_held, uint64_t files, uint64_t partial_files)
+{
+    atomic_store_explicit(&g_mirror_bytes, bytes_held, RELAXED);
+    atomic_store_explicit(&g_mirror_files, files, RELAXED);
+    atomic_store_explicit(&g_mirror_partial, partial_files, RELAXED);
+}
+
 /* ---- rates ---------------------------------------------------------------- */
 
 void metrics_rates(unsigned seconds, struct metrics_rates *out)
@@ -336,6 +346,8 @@ static void gauges_take(struct metrics_snapshot *sn)
     sn->hash_errors = atomic_load(&h_errors), sn->hash_pending = atomic_load(&g_hash_pending);
     sn->hash_pending_bytes = atomic_load(&g_hash_pending_bytes);
     sn->hash_known = atomic_load(&g_hash_known), sn->hash_files_all = atomic_load(&g_hash_files);
+    sn->mirror_bytes = atomic_load(&g_mirror_bytes), sn->mirror_files = atomic_load(&g_mirror_files);
+    sn->mirror_partial = atomic_load(&g_mirror_partial);
 }
 
 void metrics_snapshot_take(struct metrics_snapshot *sn, int with_rates)

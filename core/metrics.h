@@ -54,6 +54,12 @@ enum metrics_ctr {
     MC_RESPONSES_ABORTED,     /* answers whose body did not go out whole (client left, timeout,
                                * write error, file written): their bytes count what was sent */
     MC_DOCS_RENDERED,         /* model documents rendered (server/doc_cache) */
+    MC_MIRROR_UPSTREAM_BYTES, /* bytes the mirror fetched from its upstream */
+    MC_MIRROR_BLOCKS,         /* blocks it fetched whole */
+    MC_MIRROR_VERIFY_FAILURES,/* files whose bytes did not hash to the digest they were asked by */
+    MC_MIRROR_EVICTIONS,      /* files evicted from its cache */
+    MC_GPU_PRELOAD_UPSTREAM_BYTES, /* preload bytes a mirror brought from its upstream during the
+                                    * preload (counted in neither page cache nor disk) */
     MC_COUNT
 };
 
@@ -97,6 +103,10 @@ void metrics_hash_progress(uint64_t bytes, uint64_t files, uint64_t errors);
  * to retry or being hashed) and their bytes, with a known hash, in all. */
 void metrics_set_hashing(uint64_t files_pending, uint64_t bytes_pending, uint64_t files_known,
                          uint64_t files);
+
+/* Gauges of a mirror's cache (core/mirror): the bytes it holds, its files,
+ * and those of them still partial. Set as they change. */
+void metrics_set_mirror(uint64_t bytes_held, uint64_t files, uint64_t partial_files);
 
 /* Renderings of a consistent-enough snapshot (each shard is read once,
  * metrics_render.c). Caller frees; NULL when memory ran out. */

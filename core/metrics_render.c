@@ -52,6 +52,16 @@ static const struct {
     {MC_DOCS_RENDERED, "tensord_documents_rendered_total",
      "Model documents rendered: a description's tensors once per model, each state of its "
      "hashes, each merged header."},
+    {MC_MIRROR_UPSTREAM_BYTES, "tensord_mirror_upstream_bytes_total",
+     "Bytes the mirror fetched from its upstream."},
+    {MC_MIRROR_BLOCKS, "tensord_mirror_blocks_fetched_total",
+     "Blocks the mirror fetched whole from its upstream."},
+    {MC_MIRROR_VERIFY_FAILURES, "tensord_mirror_verify_failures_total",
+     "Mirrored files whose bytes did not hash to the digest the upstream named (discarded)."},
+    {MC_MIRROR_EVICTIONS, "tensord_mirror_evictions_total",
+     "Files evicted from the mirror's cache."},
+    {MC_GPU_PRELOAD_UPSTREAM_BYTES, "tensord_gpu_preload_upstream_bytes_total",
+     "Preload bytes that a mirror fetched from its upstream while the preload waited for them."},
 };
 
 static void prom_head(struct strbuf *b, const char *name, const char *type, const char *help)
@@ -183,6 +193,12 @@ char *metrics_render_prometheus(void)
                (double)sn->hash_known);
     prom_gauge(&b, "tensord_hash_files", "Distinct files of the registry (hard links count once).",
                (double)sn->hash_files_all);
+    prom_gauge(&b, "tensord_mirror_cache_bytes",
+               "Bytes a mirror's cache holds (its files' fetched blocks and those being fetched).",
+               (double)sn->mirror_bytes);
+    prom_gauge(&b, "tensord_mirror_files", "Files in a mirror's cache.", (double)sn->mirror_files);
+    prom_gauge(&b, "tensord_mirror_partial_files",
+               "Files in a mirror's cache that are not complete yet.", (double)sn->mirror_partial);
     free(sn);
     return strbuf_detach(&b, NULL);
 }
@@ -228,7 +244,9 @@ static const char *const json_ctr_names[MC_COUNT] = {
     "reload_errors",         "connections_total",   "connections_rejected",
     "gpu_preload_bytes",     "leases_total",        "ipc_refused",        "scan_errors",
     "transfers_cut",         "gpu_preload_page_cache_bytes", "gpu_preload_disk_bytes",
-    "responses_aborted",     "documents_rendered"};
+    "responses_aborted",     "documents_rendered",  "mirror_upstream_bytes",
+    "mirror_blocks_fetched", "mirror_verify_failures", "mirror_evictions",
+    "gpu_preload_upstream_bytes"};
 
 /* "endpoints": per kind, its requests by outcome, bytes and durations. */
 static void json_kinds(struct strbuf *b, const struct metrics_snapshot *sn)
@@ -293,11 +311,14 @@ char *metrics_render_json(void)
     strbuf_printf(&b,
                   "\"hashing\":{\"bytes_hashed\":%llu,\"files_hashed\":%llu,\"errors\":%llu,"
                   "\"files_pending\":%llu,\"bytes_pending\":%llu,\"files_known\":%llu,"
-                  "\"files\":%llu}}",
+                  "\"files\":%llu},",
                   (unsigned long long)sn->hash_bytes, (unsigned long long)sn->hash_files,
                   (unsigned long long)sn->hash_errors, (unsigned long long)sn->hash_pending,
                   (unsigned long long)sn->hash_pending_bytes, (unsigned long long)sn->hash_known,
                   (unsigned long long)sn->hash_files_all);
+    strbuf_printf(&b, "\"mirror\":{\"cache_bytes\":%llu,\"files\":%llu,\"partial_files\":%llu}}",
+                  (unsigned long long)sn->mirror_bytes, (unsigned long long)sn->mirror_files,
+                  (unsigned long long)sn->mirror_partial);
     free(sn);
     return strbuf_detach(&b, NULL);
 }

@@ -37,6 +37,8 @@
 #include "log.h"
 #include "http_metrics.h"
 #include "metrics.h"
+#include "mirror.h"
+#include "mirror_start.h"
 #include "util.h"
 #include "watch.h"
 
@@ -370,6 +372,14 @@ int daemon_run(const struct config *cfg)
     }
     sfd = take_signals();
     srv.rescan_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    /* After take_signals: its threads must block the signals too. */
+    srv.mirror = mirror_start(cfg, &rc, err, sizeof(err));
+    if (rc < 0) {
+        log_msg(LOG_ERROR, "%s", err);
+        rc = 1;
+        goto out;
+    }
+    rc = 1;
 
     char *state_dir = config_state_dir_path(cfg);
     struct hasher_opts ho = {.threads = cfg->hash_threads,
@@ -433,10 +443,11 @@ int daemon_run(const struct config *cfg)
 out_registry:
     lease_server_stop(leases); /* first: it ends leases the manager owns */
     if (srv.gpu)
-        gpu_manager_free(srv.gpu);
+        gpu_manager_free(srv.gpu); /* before the mirror: its instances hold mirrored files */
     doc_cache_free(srv.docs);
     registry_destroy(&srv.registry);
 out:
+    mirror_free(srv.mirror);
     hasher_free(srv.hasher);
     blob_index_free(srv.blobs);
     watch_free(l.watch);

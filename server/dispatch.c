@@ -8,6 +8,7 @@
 
 #include "auth.h"
 #include "cors.h"
+#include "h_mirror.h"
 #include "handlers.h"
 #include "http_metrics.h"
 #include "metrics.h"
@@ -113,6 +114,8 @@ static enum MHD_Result dispatch_model(struct MHD_Connection *conn, struct reques
         goto out;
     }
     const struct reg_model *m = reg_snapshot_find_model(reg, rt->model, rt->model_len);
+    if (!m && rt->kind == ROUTE_GPU && rq->srv->mirror) /* a model of the upstream */
+        return handle_mirror_gpu(conn, rq, rt->model, method);
     if (!m) {
         ret = respond_error(conn, rq, MHD_HTTP_NOT_FOUND, "model_not_found",
                             "no model named \"%.300s\"", rt->model);
@@ -123,7 +126,7 @@ static enum MHD_Result dispatch_model(struct MHD_Connection *conn, struct reques
         goto out;
     }
     if (rt->kind == ROUTE_GPU) {
-        ret = handle_gpu(conn, rq, m, method);
+        ret = handle_gpu(conn, rq, m->name, method);
         goto out;
     }
     if (m->state != MODEL_READY) {
@@ -262,8 +265,13 @@ static int refuse_request(struct MHD_Connection *conn, struct request *rq, enum 
         return 1;
     }
     /* The console's page and scripts are the same for everyone and hold no
-     * data: they load without a token, and ask for one for what they read. */
-    if (kind != ROUTE_HEALTHZ && kind != ROUTE_UI && !auth_check(srv, conn, is_admin)) {
+     * data: they load without a token, and ask for one for what they read.
+     * A mirror's Hub routes are its upstream's: the upstream checks the
+     * caller's token, which the mirror forwards (server/h_mirror.c). */
+    int upstream_checks = hub && srv->mirror && kind != ROUTE_HUB_NO_REPO &&
+                          kind != ROUTE_HUB_NO_REPOS;
+    if (kind != ROUTE_HEALTHZ && kind != ROUTE_UI && !upstream_checks &&
+        !auth_check(srv, conn, is_admin)) {
         *ret = refuse_unauthorized(conn, rq, hub, is_admin);
         return 1;
     }

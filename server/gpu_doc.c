@@ -67,8 +67,7 @@ static void base64(struct jsonw *w, const unsigned char *p, size_t n)
 /* The tensor table (text the instance keeps). */
 static char *make_tensors(const struct gm_view *v)
 {
-    struct jsonw w;
-    jsonw_init(&w);
+    struct jsonw w = JSONW_INIT;
     jsonw_arr(&w);
     for (size_t i = 0; i < v->n_tensors; i++) {
         const struct gm_tensor *t = &v->tensors[i];
@@ -139,8 +138,7 @@ static void allocs(struct jsonw *w, const struct gm_view *v, int published, int 
  * they never change again). */
 static char *make_allocations(const struct gm_view *v)
 {
-    struct jsonw w;
-    jsonw_init(&w);
+    struct jsonw w = JSONW_INIT;
     allocs(&w, v, 1, 0);
     return jsonw_take(&w, NULL);
 }
@@ -161,6 +159,7 @@ static void io(struct jsonw *w, const struct gm_io *io)
     jsonw_kobj(w, "io");
     jsonw_ku64(w, "page_cache_bytes", io->page_cache_bytes);
     jsonw_ku64(w, "disk_bytes", io->disk_bytes);
+    jsonw_ku64(w, "upstream_bytes", io->upstream_bytes);
     jsonw_ku64(w, "handed_over_bytes", io->handed_over_bytes);
     jsonw_kstr(w, "disk_reads", io->disk_reads[0] ? io->disk_reads : "none");
     jsonw_ku64(w, "threads", io->threads);
@@ -405,8 +404,9 @@ int gpu_doc_preload_device(const char *body, size_t len, char **device, struct g
     return rc == -ENOMEM ? -ENOMEM : -EINVAL;
 }
 
-int gpu_doc_preload(struct gpu_manager *gm, const char *model, const char *device,
-                    struct jsonw *w, int *http_status, struct gpu_doc_error *e)
+int gpu_doc_preload_model(struct gpu_manager *gm, const char *model, const char *device,
+                          const struct reg_model *rm, struct gm_source **src, struct jsonw *w,
+                          int *http_status, struct gpu_doc_error *e)
 {
     struct gm_device where;
     struct gm_view v;
@@ -414,13 +414,22 @@ int gpu_doc_preload(struct gpu_manager *gm, const char *model, const char *devic
     int rc = gm_resolve_device(gm, device, &where, &err);
     if (rc < 0)
         return refused(GPU_OP_DEVICE, &err, rc, e);
-    rc = gpu_preload_request(gm, model, &where, 0, &v, &err);
+    rc = src ? gpu_preload_request_model(gm, model, rm, *src, &where, &v, &err)
+             : gpu_preload_request(gm, model, &where, 0, &v, &err);
     if (rc < 0)
         return refused(GPU_OP_PRELOAD, &err, rc, e);
+    if (rc == 1 && src)
+        *src = NULL; /* the instance took it */
     *http_status = rc == 1 ? 202 : 200;
     instance(w, &v, 0, 0);
     gpu_manager_view_release(gm, &v);
     return 0;
+}
+
+int gpu_doc_preload(struct gpu_manager *gm, const char *model, const char *device,
+                    struct jsonw *w, int *http_status, struct gpu_doc_error *e)
+{
+    return gpu_doc_preload_model(gm, model, device, NULL, NULL, w, http_status, e);
 }
 
 int gpu_doc_evict(struct gpu_manager *gm, const char *model, struct jsonw *w, int *http_status,

@@ -63,6 +63,13 @@ int gpu_doc_preload_device(const char *body, size_t len, char **device, struct g
  * gpu_unavailable. */
 int gpu_doc_preload(struct gpu_manager *gm, const char *model, const char *device,
                     struct jsonw *w, int *http_status, struct gpu_doc_error *e);
+/* gpu_doc_preload for a model the registry does not hold: rm, whose bytes
+ * *src delivers (a mirror's); *src becomes NULL when the new instance took
+ * it over, otherwise the caller still owns it. With src NULL it is
+ * gpu_doc_preload (404 not_found for a model the registry lacks). */
+int gpu_doc_preload_model(struct gpu_manager *gm, const char *model, const char *device,
+                          const struct reg_model *rm, struct gm_source **src, struct jsonw *w,
+                          int *http_status, struct gpu_doc_error *e);
 
 /* DELETE: 0 with {"model", "state": "none", "generation"} and 200 when the
  * memory was released at once, {..., "state": "draining", "leases": N} and

@@ -14,11 +14,34 @@
 
 #include "blob_index.h"
 #include "digest.h"
+#include "h_mirror.h"
 #include "handlers.h"
+#include "mirror.h"
 #include "respond.h"
 #include "route.h"
 
 #define CACHE_IMMUTABLE "public, max-age=31536000, immutable"
+
+/* The answer for the file fd (size bytes; st its validated version, or
+ * NULL for a mirror's file, which never changes) with digest hex. */
+static enum MHD_Result send_blob(struct MHD_Connection *conn, struct request *rq, int fd,
+                                 uint64_t size, const struct fileio_stat *st, const char *hex)
+{
+    char etag[80], name[72];
+    snprintf(etag, sizeof(etag), "\"sha256:%s\"", hex);
+    snprintf(name, sizeof(name), "sha256:%s", hex);
+    const char *extra[] = {"Docker-Content-Digest", name, NULL};
+    struct representation rep = {
+        .body = {.fd = fd, .data_off = 0, .data_len = size},
+        .content_type = "application/octet-stream",
+        .mtime = -1,
+        .file_st = st,
+        .cache_control = CACHE_IMMUTABLE,
+        .extra = extra,
+    };
+    snprintf(rep.etag, sizeof(rep.etag), "%s", etag);
+    return respond_body(conn, rq, &rep);
+}
 
 enum MHD_Result handle_blob(struct MHD_Connection *conn, struct request *rq,
                             const struct reg_snapshot *reg, const struct route *rt)
@@ -32,10 +55,15 @@ enum MHD_Result handle_blob(struct MHD_Connection *conn, struct request *rq,
         return respond_error(conn, rq, MHD_HTTP_BAD_REQUEST, "bad_digest",
                              "a digest is sha256: and 64 lowercase hex digits, not \"%.100s\"",
                              rt->name);
-    char hex[65], etag[80], name[72];
+    char hex[65];
     digest_hex(digest, 32, hex);
     const struct reg_root *root = NULL;
     const struct reg_file *f = blob_index_find(rq->srv->blobs, reg, digest, &root);
+    struct mirror_file *mf = f ? NULL : mirror_blob_find(rq->srv, digest);
+    if (mf) { /* a mirror's complete file: held until the answer ends */
+        rq->mirror_pin = mf;
+        return send_blob(conn, rq, mirror_file_fd(mf), mirror_file_size(mf), NULL, hex);
+    }
     if (!f)
         return respond_error(conn, rq, MHD_HTTP_NOT_FOUND, "blob_not_found",
                              "no served file has the content sha256:%s (or its hash is not "
@@ -50,19 +78,7 @@ enum MHD_Result handle_blob(struct MHD_Connection *conn, struct request *rq,
         return respond_error(conn, rq, MHD_HTTP_INTERNAL_SERVER_ERROR, "io_error",
                              "the file with content sha256:%s could not be opened: %s", hex,
                              strerror(-fd));
-    snprintf(etag, sizeof(etag), "\"sha256:%s\"", hex);
-    snprintf(name, sizeof(name), "sha256:%s", hex);
-    const char *extra[] = {"Docker-Content-Digest", name, NULL};
-    struct representation rep = {
-        .body = {.fd = fd, .data_off = 0, .data_len = f->st.size},
-        .content_type = "application/octet-stream",
-        .mtime = -1,
-        .file_st = &f->st,
-        .cache_control = CACHE_IMMUTABLE,
-        .extra = extra,
-    };
-    snprintf(rep.etag, sizeof(rep.etag), "%s", etag);
-    enum MHD_Result ret = respond_body(conn, rq, &rep);
+    enum MHD_Result ret = send_blob(conn, rq, fd, f->st.size, &f->st, hex);
     close(fd); /* the answer holds its own duplicate */
     return ret;
 }

@@ -276,12 +276,21 @@ out:
     return ret;
 }
 
-enum MHD_Result handle_gpu(struct MHD_Connection *conn, struct request *rq,
-                           const struct reg_model *m, const char *method)
+enum MHD_Result handle_gpu_answer(struct MHD_Connection *conn, struct request *rq, int rc,
+                                  int status, struct jsonw *w, const struct gpu_doc_error *e)
+{
+    if (rc < 0)
+        return respond_error(conn, rq, (unsigned)e->http_status, e->code, "%s", e->message);
+    /* The state changes as loading goes on: no validator. */
+    return respond_json(conn, rq, (unsigned)status, w, NULL);
+}
+
+enum MHD_Result handle_gpu(struct MHD_Connection *conn, struct request *rq, const char *model,
+                           const char *method)
 {
     struct gpu_manager *gm = rq->srv->gpu;
     struct gpu_doc_error e;
-    struct jsonw w;
+    struct jsonw w = JSONW_INIT;
     int status = MHD_HTTP_OK, rc = 0;
     if (!gm)
         return respond_error(conn, rq, MHD_HTTP_SERVICE_UNAVAILABLE, "gpu_unavailable",
@@ -290,20 +299,16 @@ enum MHD_Result handle_gpu(struct MHD_Connection *conn, struct request *rq,
         !respond_preconditions_hold(conn))
         return respond_error(conn, rq, MHD_HTTP_PRECONDITION_FAILED, "precondition_failed",
                              "If-Match or If-None-Match did not hold; nothing was done");
-    jsonw_init(&w);
     if (strcmp(method, MHD_HTTP_METHOD_POST) == 0) {
         char *device;
         rc = gpu_doc_preload_device(rq->upload ? rq->upload : "", rq->upload_len, &device, &e);
         if (rc == 0)
-            rc = gpu_doc_preload(gm, m->name, device, &w, &status, &e);
+            rc = gpu_doc_preload(gm, model, device, &w, &status, &e);
         free(device);
     } else if (strcmp(method, MHD_HTTP_METHOD_DELETE) == 0) {
-        rc = gpu_doc_evict(gm, m->name, &w, &status, &e);
+        rc = gpu_doc_evict(gm, model, &w, &status, &e);
     } else {
-        gpu_doc_model(gm, m->name, &w);
+        gpu_doc_model(gm, model, &w);
     }
-    if (rc < 0)
-        return respond_error(conn, rq, (unsigned)e.http_status, e.code, "%s", e.message);
-    /* The state changes as loading goes on: no validator. */
-    return respond_json(conn, rq, (unsigned)status, &w, NULL);
+    return handle_gpu_answer(conn, rq, rc, status, &w, &e);
 }

@@ -21,6 +21,7 @@
 
 #include "digest.h"
 #include "h_hub_int.h"
+#include "h_mirror.h"
 #include "handlers.h"
 #include "hasher.h"
 #include "reg_repo.h"
@@ -221,6 +222,9 @@ enum MHD_Result handle_hub(struct MHD_Connection *conn, struct request *rq,
                            const struct reg_snapshot *reg, const struct route *rt)
 {
     enum MHD_Result ret = MHD_YES;
+    /* A mirror's Hub is its upstream's (server/h_mirror.c): models only. */
+    if (rq->srv->mirror && rt->kind != ROUTE_HUB_NO_REPO && rt->kind != ROUTE_HUB_NO_REPOS)
+        return handle_mirror_hub(conn, rq, rt);
     if (rt->kind == ROUTE_HUB_MODELS)
         return hub_models(conn, rq, reg);
     if (rt->kind == ROUTE_HUB_NO_REPOS)

@@ -227,8 +227,7 @@ enum MHD_Result hub_info(struct MHD_Connection *conn, struct request *rq,
     int by_commit = 0;
     if (rt->rev && !hub_revision_matches(rt->rev, rev, &by_commit))
         return hub_revision_not_found(conn, rq, rt->rev);
-    struct jsonw w;
-    jsonw_init(&w);
+    struct jsonw w = JSONW_INIT;
     jsonw_obj(&w);
     repo_summary(&w, r, rev);
     jsonw_ku64(&w, "usedStorage", r->bytes);
@@ -279,8 +278,7 @@ enum MHD_Result hub_tree(struct MHD_Connection *conn, struct request *rq, const 
         return hub_entry_not_found(conn, rq, r, rev, path);
     int recursive = query_true(conn, "recursive");
     size_t skip = d->len ? d->len + 1 : 0;
-    struct jsonw w;
-    jsonw_init(&w);
+    struct jsonw w = JSONW_INIT;
     jsonw_arr(&w);
     /* Files below d are files[first, end) in path order; each directory on
      * the way is listed once, before its contents (only d's children when
@@ -320,8 +318,7 @@ enum MHD_Result hub_paths_info(struct MHD_Connection *conn, struct request *rq,
         return respond_hub_error(conn, rq, err.code == ST_ERR_LIMIT ? MHD_HTTP_CONTENT_TOO_LARGE
                                                                     : MHD_HTTP_BAD_REQUEST,
                                  NULL, NULL, 0, "%.255s", err.message);
-    struct jsonw w;
-    jsonw_init(&w);
+    struct jsonw w = JSONW_INIT;
     jsonw_arr(&w);
     struct strmap *seen = strmap_new(p.n);
     for (size_t i = 0; i < p.n; i++) {
@@ -373,8 +370,7 @@ enum MHD_Result hub_models(struct MHD_Connection *conn, struct request *rq,
         }
         limit = v;
     }
-    struct jsonw w;
-    jsonw_init(&w);
+    struct jsonw w = JSONW_INIT;
     jsonw_arr(&w);
     uint64_t n = 0;
     for (size_t i = 0; i < reg->n_repos && n < limit; i++) {
@@ -409,8 +405,7 @@ out:
 
 enum MHD_Result hub_no_repos(struct MHD_Connection *conn, struct request *rq)
 {
-    struct jsonw w;
-    jsonw_init(&w);
+    struct jsonw w = JSONW_INIT;
     jsonw_arr(&w);
     jsonw_arr_end(&w);
     return send_doc(conn, rq, &w, 0, NULL);
@@ -423,8 +418,7 @@ enum MHD_Result hub_no_repos(struct MHD_Connection *conn, struct request *rq)
 enum MHD_Result hub_refs(struct MHD_Connection *conn, struct request *rq,
                          const struct reg_repo_rev *rev)
 {
-    struct jsonw w;
-    jsonw_init(&w);
+    struct jsonw w = JSONW_INIT;
     jsonw_obj(&w);
     jsonw_karr(&w, "branches");
     jsonw_obj(&w);
@@ -454,8 +448,7 @@ enum MHD_Result hub_commits(struct MHD_Connection *conn, struct request *rq,
         return hub_revision_not_found(conn, rq, rt->rev);
     char *message = xasprintf("The files of %s as tensord serves them. tensord keeps no "
                               "history: this commit's id is a hash of the content.", r->id);
-    struct jsonw w;
-    jsonw_init(&w);
+    struct jsonw w = JSONW_INIT;
     jsonw_arr(&w);
     jsonw_obj(&w);
     jsonw_kstr(&w, "id", rev->commit);

@@ -107,8 +107,7 @@ static void hashing(struct jsonw *w, struct hasher *h)
 enum MHD_Result handle_models(struct MHD_Connection *conn, struct request *rq,
                               const struct reg_snapshot *reg)
 {
-    struct jsonw w;
-    jsonw_init(&w);
+    struct jsonw w = JSONW_INIT;
     jsonw_obj(&w);
     jsonw_karr(&w, "models");
     for (size_t i = 0; i < reg->n_models; i++)
@@ -206,8 +205,7 @@ enum MHD_Result handle_model_header(struct MHD_Connection *conn, struct request 
 static enum MHD_Result respond_status(struct MHD_Connection *conn, struct request *rq,
                                       const char *status)
 {
-    struct jsonw w;
-    jsonw_init(&w);
+    struct jsonw w = JSONW_INIT;
     jsonw_obj(&w);
     jsonw_kstr(&w, "status", status);
     jsonw_obj_end(&w);

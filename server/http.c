@@ -17,6 +17,8 @@
 #include "log.h"
 #include "http_metrics.h"
 #include "metrics.h"
+#include "mirror.h"
+#include "mirror_job.h"
 #include "respond.h"
 #include "util.h"
 
@@ -113,6 +115,9 @@ static void request_end(struct request *rq, const char *range, unsigned status, 
         conn_sending(rq->owner->entry, 0, 0);
         rq->owner->rq = NULL;
     }
+    mirror_job_release(rq->mjob); /* its callback can no longer resume this connection */
+    if (rq->mirror_pin)
+        mirror_unref(rq->srv->mirror, rq->mirror_pin);
     free(rq->upload);
     free(rq->uri);
     free(rq);
@@ -495,8 +500,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
         return MHD_YES;
     }
     if (rq->handled) {
-        /* A Hub answer that waited for content hashes was resumed: it is
-         * dispatched again, and answers with what it finds this time. */
+        /* A Hub answer that waited for content hashes (or a mirror's, for
+         * its upstream) was resumed: it is dispatched again, and answers
+         * with what it finds this time. */
         int resumed = WAIT_RESUMED;
         if (atomic_compare_exchange_strong(&rq->wait, &resumed, WAIT_DONE))
             return dispatch_request(mc, rq, url, method);
@@ -568,8 +574,9 @@ int http_start(struct server *srv, char *errbuf, size_t errlen)
     if (cors_check_config(cfg, errbuf, errlen) < 0)
         return -1;
     unsigned threads = config_effective_threads(cfg);
-    /* Suspend/resume: a Hub answer waits for content hashes without
-     * holding a worker thread (server/h_hub.c). */
+    /* Suspend/resume: a Hub answer waits for content hashes, and a
+     * mirror's for its upstream, without holding a worker thread
+     * (server/h_hub.c, server/h_mirror.c). */
     unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_ITC | MHD_USE_ERROR_LOG |
                      MHD_USE_TURBO | MHD_ALLOW_SUSPEND_RESUME;
     if (ss.ss_family == AF_INET6)

@@ -20,6 +20,9 @@ struct conns;
 struct hasher;
 struct blob_index;
 struct doc_cache;
+struct mirror;
+struct mirror_job;
+struct mirror_file;
 
 struct server {
     const struct config *cfg;
@@ -28,6 +31,7 @@ struct server {
     struct hasher *hasher;          /* content hashes of the served files */
     struct blob_index *blobs;       /* which file has a digest (GET /v1/blobs/...) */
     struct doc_cache *docs;         /* renders the model documents off the HTTP threads */
+    struct mirror *mirror;          /* the pull-through mirror (upstream = URL), or NULL */
     struct MHD_Daemon *daemon;
     unsigned daemon_flags;          /* the MHD_USE_* flags it was started with */
     struct conns *conns;            /* the open connections: header deadlines, files being sent */
@@ -48,8 +52,9 @@ struct conn;
 
 /* An answer that waits on another thread, its connection suspended until
  * that thread calls back: a Hugging Face answer waiting for content hashes
- * (server/h_hub.c, the hasher's callback) or a model document waiting for
- * its render (server/h_meta.c, doc_cache's). */
+ * (server/h_hub.c, the hasher's callback), a model document waiting for
+ * its render (server/h_meta.c, doc_cache's), or a mirror's answer waiting
+ * for its upstream (server/h_mirror.c, the mirror's job's). */
 enum request_wait {
     WAIT_NONE,
     WAIT_SUSPENDED,             /* suspended; the callback resumes it */
@@ -103,6 +108,8 @@ struct request {
     struct MHD_Connection *mhd; /* the connection, for resuming it from another thread */
     atomic_int wait;            /* enum request_wait */
     atomic_int wait_result;     /* enum hasher_result or enum doc_result, once resumed */
+    struct mirror_job *mjob;    /* the mirror's job it waited for (released when it ends) */
+    struct mirror_file *mirror_pin; /* a complete mirrored file it sends (released likewise) */
 };
 
 /* The largest request line and headers accepted: max_request_header_bytes

@@ -53,10 +53,9 @@ static int queue(struct conn *c, char *text, size_t n, const int *fds, size_t n_
 
 void lease_frame_error(struct conn *c, const char *code, const char *fmt, ...)
 {
-    struct jsonw w;
+    struct jsonw w = JSONW_INIT;
     va_list ap;
     size_t n;
-    jsonw_init(&w);
     va_start(ap, fmt);
     error_doc(&w, code, fmt, ap);
     va_end(ap);

@@ -10,7 +10,6 @@
 #include "lease_server.h"
 
 #include <errno.h>
-#include <jansson.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -119,7 +118,7 @@ static void conn_watch(struct lease_server *s, struct conn *c)
 static void do_open(struct lease_server *s, struct conn *c, const struct ipc_request *req)
 {
     struct gpu_doc_error e;
-    struct jsonw w;
+    struct jsonw w = JSONW_INIT;
     int fds[IPC_MAX_FDS];
     size_t n_fds = 0;
     if (c->n_leases >= IPC_MAX_LEASES) {
@@ -135,7 +134,6 @@ static void do_open(struct lease_server *s, struct conn *c, const struct ipc_req
         return;
     }
     uint64_t id = c->next_lease + 1;
-    jsonw_init(&w);
     struct gpu_lease *l = gpu_doc_open(s->gm, req->model, req->device, id, &w, fds, IPC_MAX_FDS,
                                        &n_fds, &e);
     if (!l) {
@@ -175,8 +173,7 @@ static void do_release(struct lease_server *s, struct conn *c, uint64_t id)
 
 static void hello(struct conn *c)
 {
-    struct jsonw w;
-    jsonw_init(&w);
+    struct jsonw w = JSONW_INIT;
     jsonw_obj(&w);
     jsonw_kbool(&w, "ok", 1);
     jsonw_ku64(&w, "protocol", IPC_PROTOCOL);
@@ -191,8 +188,7 @@ static void hello(struct conn *c)
 
 static void list(struct lease_server *s, struct conn *c)
 {
-    struct jsonw w;
-    jsonw_init(&w);
+    struct jsonw w = JSONW_INIT;
     gpu_doc_list(s->gm, &w);
     lease_frame_json(c, &w, NULL, 0);
 }

@@ -61,8 +61,7 @@ static enum MHD_Result queue(struct MHD_Connection *conn, struct request *rq, un
  * Hub's dialect (hub) {"error": msg}. NULL when out of memory. */
 static char *error_document(const char *code, const char *msg, int hub, size_t *len)
 {
-    struct jsonw w;
-    jsonw_init(&w);
+    struct jsonw w = JSONW_INIT;
     jsonw_obj(&w);
     if (hub) {
         jsonw_kstr(&w, "error", msg);

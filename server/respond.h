@@ -17,6 +17,7 @@
 #include "st_header.h"
 
 struct request;
+struct mirror_file;
 
 struct representation {
     struct body body;            /* what to send; prefix/plan may point into the owned buffers below */
@@ -41,6 +42,10 @@ struct representation {
     const char *disposition;     /* Content-Disposition (respond_disposition), or NULL */
     const char *const *extra;    /* more headers, name/value pairs ended by NULL, or NULL; sent
                                   * on 200, 206 and 304 */
+    struct mirror_file *mirror;  /* the body is this mirrored file's bytes, which may still be
+                                  * arriving (body.fd is its descriptor): read as they come,
+                                  * the answer holding its own reference; NULL otherwise */
+    int no_read;                 /* HEAD of a body nothing was opened for: headers only */
     const char *dtype;           /* X-Tensor-Dtype, or NULL when not a tensor */
     char shape[ST_MAX_NDIM * 21 + 1]; /* X-Tensor-Shape ("2,3"; "" for a scalar) */
 };

@@ -12,6 +12,7 @@
 
 #include "http.h"
 #include "metrics.h"
+#include "mirror.h"
 #include "util.h"
 
 /* Responses own a duplicate of the model file's descriptor, so a reload can
@@ -44,11 +45,22 @@ struct stream {
     struct piece *pieces;
     char *framing;          /* storage of the multipart framing strings */
     size_t cursor;          /* piece of the last read: MHD reads sequentially */
+    /* A mirrored file whose bytes may still be arriving (body offsets are
+     * its offsets): the stream's own reference, and the waiter that
+     * resumes the connection, suspended while the mirror fetches. */
+    struct mirror *mirror;
+    struct mirror_file *mf;
+    struct MHD_Connection *conn;
+    struct mirror_waiter waiter;
 };
 
 static void stream_free(void *cls)
 {
     struct stream *s = cls;
+    if (s->mf) {
+        mirror_unwait(s->mirror, &s->waiter); /* never resumed once freed */
+        mirror_unref(s->mirror, s->mf);
+    }
     if (s->body.fd >= 0)
         close(s->body.fd);
     free(s->prefix_buf);
@@ -60,6 +72,35 @@ static void stream_free(void *cls)
     free(s->pieces);
     free(s->framing);
     free(s);
+}
+
+static void mirror_resume(void *arg)
+{
+    struct stream *s = arg;
+    MHD_resume_connection(s->conn);
+}
+
+/* Nothing of [off, off + len) of the mirrored file is there yet: the
+ * connection sleeps until the mirror brings its first bytes (a reader that
+ * returns 0 is called again once resumed). */
+static ssize_t mirror_sleep(struct stream *s, uint64_t off, uint64_t len)
+{
+    mirror_want(s->mirror, s->mf, off, len);
+    MHD_suspend_connection(s->conn);
+    if (mirror_wait(s->mirror, s->mf, off, &s->waiter))
+        MHD_resume_connection(s->conn); /* they came meanwhile */
+    return 0;
+}
+
+/* How many of the n bytes at body offset off of a mirrored file can be
+ * read now: n when the body is no mirror's, 0 when none is there, -1
+ * when the mirror's download failed. */
+static int64_t mirror_avail(struct stream *s, uint64_t off, uint64_t n)
+{
+    if (!s->mf)
+        return (int64_t)n;
+    int64_t got = mirror_readable(s->mirror, s->mf, off, n, NULL);
+    return got < 0 ? -1 : got;
 }
 
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
@@ -80,6 +121,12 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
         uint64_t n = p->len - in;
         if (n > max - done)
             n = max - done;
+        int64_t avail = p->mem ? (int64_t)n : mirror_avail(s, p->body_off + in, n);
+        if (avail < 0) /* the upstream failed it: cut, as for a file that changed */
+            return done ? (ssize_t)done : MHD_CONTENT_READER_END_WITH_ERROR;
+        if (avail == 0)
+            return done ? (ssize_t)done : mirror_sleep(s, p->body_off + in, p->len - in);
+        n = (uint64_t)avail;
         if (p->mem) {
             memcpy(buf + done, p->mem + in, n);
         } else if (body_read(&s->body, p->body_off + in, buf + done, n) < 0 ||
@@ -96,8 +143,9 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
     return (ssize_t)done;
 }
 
-/* Moves the representation's owned buffers and a dup of its fd into a new stream. */
-static struct stream *stream_new(struct representation *rep)
+/* Moves the representation's owned buffers and a dup of its fd into a new
+ * stream (with its own reference to a mirrored file). */
+static struct stream *stream_new(struct request *rq, struct representation *rep)
 {
     struct stream *s = xcalloc(1, sizeof(*s));
     s->body = rep->body;
@@ -111,6 +159,14 @@ static struct stream *stream_new(struct representation *rep)
     rep->src_buf = NULL;
     s->pin = reg_model_ref(rep->pin);
     s->body.fd = rep->body.fd >= 0 ? fcntl_dupfd(rep->body.fd) : -1;
+    if (rep->mirror) {
+        s->mirror = rq->srv->mirror;
+        s->mf = rep->mirror;
+        mirror_ref(s->mirror, s->mf);
+        s->conn = rq->mhd;
+        s->waiter.cb = mirror_resume;
+        s->waiter.arg = s;
+    }
     if (rep->file_st && s->body.fd >= 0) {
         s->file_st = *rep->file_st;
         s->verify = 1;
@@ -186,6 +242,13 @@ static struct MHD_Response *memory_response(struct representation *rep, uint64_t
     return NULL;
 }
 
+/* The reader of a HEAD answer's body, which libmicrohttpd never calls. */
+static ssize_t never_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    (void)cls, (void)pos, (void)buf, (void)max;
+    return MHD_CONTENT_READER_END_WITH_ERROR;
+}
+
 int stream_file_changed(const struct representation *rep)
 {
     return rep->file_st && rep->body.fd >= 0 && !fileio_unchanged(rep->body.fd, rep->file_st);
@@ -197,10 +260,12 @@ struct MHD_Response *stream_span(struct request *rq, struct representation *rep,
     uint64_t file_off;
     /* What the body counts under (http.c adds the bytes sent when it ends). */
     rq->body_method = BODY_COPY;
-    struct MHD_Response *resp = memory_response(rep, off, len);
+    if (rep->no_read)
+        return MHD_create_response_from_callback(len, STREAM_BLOCK, never_read, NULL, NULL);
+    struct MHD_Response *resp = rep->mirror ? NULL : memory_response(rep, off, len);
     if (resp)
         return resp;
-    if (len <= STREAM_SMALL_BODY_MAX) {
+    if (len <= STREAM_SMALL_BODY_MAX && !rep->mirror) {
         char *buf = xmalloc(len ? len : 1);
         int rc = len ? body_read(&rep->body, off, buf, len) : 0;
         /* Checked after the read: a write(2) bumps mtime before it copies
@@ -219,6 +284,14 @@ struct MHD_Response *stream_span(struct request *rq, struct representation *rep,
         return MHD_create_response_from_buffer(len, buf, MHD_RESPMEM_MUST_FREE);
     }
     int span_fd;
+    if (rep->mirror) { /* bytes as they arrive: a reader that waits for them */
+        mirror_want(rq->srv->mirror, rep->mirror, off, len);
+        struct stream *s = stream_new(rq, rep);
+        s->n_pieces = 1;
+        s->pieces = xcalloc(1, sizeof(struct piece));
+        s->pieces[0] = (struct piece){.body_off = off, .len = len, .out_off = 0};
+        return MHD_create_response_from_callback(len, STREAM_BLOCK, stream_read, s, stream_free);
+    }
     if (rq->srv->cfg->sendfile && body_file_span(&rep->body, off, len, &span_fd, &file_off)) {
         int fd = fcntl_dupfd(span_fd);
         if (fd < 0) {
@@ -235,7 +308,7 @@ struct MHD_Response *stream_span(struct request *rq, struct representation *rep,
     /* A document in memory goes in smaller blocks: each is a copy, and
      * other connections get their turn sooner (STREAM_DOC_BLOCK). */
     size_t block = rep->body.src && rep->body.src->mem ? STREAM_DOC_BLOCK : STREAM_BLOCK;
-    struct stream *s = stream_new(rep);
+    struct stream *s = stream_new(rq, rep);
     http_sending(rq, rep->file_st); /* a write that keeps size and mtime is cut too */
     s->n_pieces = 1;
     s->pieces = xcalloc(1, sizeof(struct piece));
@@ -285,7 +358,9 @@ struct MHD_Response *stream_multipart(struct request *rq, struct representation 
     }
     *total_out = out;
     rq->body_method = BODY_COPY;
-    struct stream *s = stream_new(rep);
+    for (size_t i = 0; rep->mirror && i < n; i++)
+        mirror_want(rq->srv->mirror, rep->mirror, ranges[i].start, ranges[i].len);
+    struct stream *s = stream_new(rq, rep);
     http_sending(rq, rep->file_st);
     s->framing = framing;
     s->pieces = pieces;

@@ -29,6 +29,8 @@ void gm_instance_free(struct gm_instance *m)
     }
     if (m->rm)
         reg_model_unref(m->rm);
+    if (m->source)
+        m->source->release(m->source);
     free(m->shards);
     free(m->tensors);
     free(m->name);

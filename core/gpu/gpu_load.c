@@ -35,6 +35,9 @@ struct run {
     _Atomic size_t next_pc;        /* the next one a copy thread takes */
     const struct gpu_chunk *dk;    /* the plan's disk chunks */
     size_t n_dk, next_dk;          /* next_dk: the disk mover's alone */
+    const struct gpu_chunk *up;    /* the plan's upstream chunks */
+    size_t n_up;
+    _Atomic size_t next_up;        /* the next one a copy thread waits for */
     _Atomic uint64_t *sums;        /* per shard: ipc_tsum accumulators */
     _Atomic uint64_t bytes[GPU_SRC_COUNT];
     _Atomic uint64_t handed_bytes;
@@ -234,8 +237,32 @@ static int copy_chunk_cached(struct copier *cp, const struct gpu_chunk *c, unsig
         cp->pending[which] = 1;
         cp->shard[which] = (int)c->shard;
     }
-    copied(r, GPU_SRC_PAGE_CACHE, done);
+    copied(r, c->src == GPU_SRC_UPSTREAM ? GPU_SRC_UPSTREAM : GPU_SRC_PAGE_CACHE, done);
     return done < c->len ? hand_over(r, c, c->off + done) : 0;
+}
+
+/* Waits until upstream chunk c's bytes are in its file. Returns 0 or -errno
+ * (recorded). */
+static int wait_upstream(struct run *r, const struct gpu_chunk *c)
+{
+    const struct gpu_load_shard *s = &r->shards[c->shard];
+    const struct gpu_gate *g = r->l->gate;
+    struct st_error e;
+    if (!g || !s->gate_file)
+        return 0;
+    int rc = g->wait(g->arg, s->gate_file, s->data_start + c->off, c->len, r->l->cancel, &e);
+    return rc < 0 ? run_fail(r, (int)c->shard, rc, rc == -ECANCELED ? NULL : &e) : 0;
+}
+
+/* The next chunk for a copy thread: the page-cache ones, then the
+ * upstream ones. NULL when none is left. */
+static const struct gpu_chunk *take_copy(struct run *r)
+{
+    size_t k = atomic_load(&r->next_pc) < r->n_pc ? atomic_fetch_add(&r->next_pc, 1) : r->n_pc;
+    if (k < r->n_pc)
+        return &r->pc[k];
+    k = atomic_fetch_add(&r->next_up, 1);
+    return k < r->n_up ? &r->up[k] : NULL;
 }
 
 static void *copier_main(void *arg)
@@ -244,8 +271,9 @@ static void *copier_main(void *arg)
     struct run *r = cp->r;
     unsigned which = 0;
     while (!run_stopped(r)) {
-        size_t k = atomic_fetch_add(&r->next_pc, 1);
-        if (k >= r->n_pc || copy_chunk_cached(cp, &r->pc[k], which) < 0)
+        const struct gpu_chunk *c = take_copy(r);
+        if (!c || (c->src == GPU_SRC_UPSTREAM && wait_upstream(r, c) < 0) ||
+            copy_chunk_cached(cp, c, which) < 0)
             break;
         which ^= 1;
     }
@@ -546,8 +574,8 @@ static unsigned start_copiers(struct run *r, struct copier *cps)
 {
     struct gpu_load *l = r->l;
     unsigned want = l->threads < GPU_LOAD_MAX_THREADS ? l->threads : GPU_LOAD_MAX_THREADS, n = 0;
-    if (want > r->n_pc)
-        want = (unsigned)r->n_pc;
+    if (want > r->n_pc + r->n_up)
+        want = (unsigned)(r->n_pc + r->n_up);
     for (unsigned t = 0; t < want; t++) {
         cps[t] = (struct copier){.r = r, .id = t};
         if (l->be->ops->write && !(cps[t].bounce = aligned_alloc(GPU_LOAD_ALIGN, PIECE_WRITE)))
@@ -580,12 +608,15 @@ int gpu_load_run(struct gpu_load *l, struct gpu_load_shard *shards, size_t n,
     r.n_pc = plan->n_src[GPU_SRC_PAGE_CACHE];
     r.dk = plan->chunks + r.n_pc;
     r.n_dk = plan->n_src[GPU_SRC_DISK];
+    r.up = r.dk + r.n_dk;
+    r.n_up = plan->n_src[GPU_SRC_UPSTREAM];
     r.sums = xcalloc(n ? n : 1, sizeof(*r.sums));
     pthread_mutex_init(&r.lock, NULL);
     pthread_cond_init(&r.cond, NULL);
     unsigned started = start_copiers(&r, cps);
-    if (started == 0 && r.n_pc > 0) {
-        /* No thread could start: copy the page-cache chunks here first. */
+    if (started == 0 && r.n_pc + r.n_up > 0) {
+        /* No thread could start: copy the page-cache (and upstream) chunks
+         * here first. */
         struct copier self = {.r = &r, .id = 0};
         if (l->be->ops->write && !(self.bounce = aligned_alloc(GPU_LOAD_ALIGN, PIECE_WRITE))) {
             struct st_error e;
@@ -607,7 +638,7 @@ int gpu_load_run(struct gpu_load *l, struct gpu_load_shard *shards, size_t n,
     for (int s = 0; s < GPU_SRC_COUNT; s++)
         st->bytes[s] = atomic_load(&r.bytes[s]);
     st->handed_over = atomic_load(&r.handed_bytes);
-    st->threads = started ? started : r.n_pc > 0;
+    st->threads = started ? started : r.n_pc + r.n_up > 0;
     st->failed_shard = r.rc < 0 ? r.failed_shard : -1;
     if (r.rc < 0 && err)
         *err = r.err;

@@ -24,7 +24,12 @@
  * which may keep it for the next load (core/gpu/gpu_preload.c keeps one per
  * device).
  *
- * The allocation checksums (ipc_tsum) are summed from the bytes on the way,
+ * Upstream chunks (bytes a mirror is still fetching, gpu_plan.h) go to the
+ * copy threads after the page-cache chunks, in the plan's order: a thread
+ * waits on the gate until the chunk's bytes are in the file, then copies
+ * them as a page-cache chunk (the fetcher has just written them there),
+ * handing to the disk queue what the page cache no longer holds. The
+ * allocation checksums (ipc_tsum) are summed from the bytes on the way,
  * each piece right after it was read, while it is still in the cache. */
 #ifndef TENSORD_GPU_LOAD_H
 #define TENSORD_GPU_LOAD_H
@@ -44,6 +49,7 @@
 /* One shard to fill. */
 struct gpu_load_shard {
     int fd;                    /* the file, buffered */
+    const void *gate_file;     /* the gate's name for the file (upstream chunks); may be NULL */
     int direct_fd;             /* the same file opened with O_DIRECT, or -1 */
     uint64_t data_start, size; /* the data buffer in the file */
     struct gpu_alloc *a;       /* where it goes */
@@ -52,7 +58,8 @@ struct gpu_load_shard {
 
 /* What a load did. */
 struct gpu_load_stats {
-    uint64_t bytes[GPU_SRC_COUNT]; /* bytes that came from the page cache and from the disk */
+    uint64_t bytes[GPU_SRC_COUNT]; /* bytes that came from the page cache, the disk, and the
+                                    * upstream chunks (waited for, then read) */
     uint64_t handed_over;      /* of the disk bytes, those the plan had put on the page cache */
     char disk_io[32];          /* "io_uring+O_DIRECT", "io_uring" or "pread" for the disk
                                 * bytes; "" when there were none */
@@ -67,6 +74,7 @@ struct gpu_load {
     unsigned depth;            /* disk reads in flight, 1..GPU_LOAD_MAX_DEPTH */
     size_t chunk;              /* the plan's chunk size (a multiple of GPU_LOAD_ALIGN) */
     const atomic_int *cancel;  /* nonzero: stop at the next chunk (may be NULL) */
+    const struct gpu_gate *gate; /* what upstream chunks wait on (NULL: they are read at once) */
     _Atomic uint64_t *progress;/* bytes copied so far (may be NULL) */
     int unsafe;                /* out: reads may still land in the staging buffers: the
                                 * ring must never be reused or freed */

@@ -253,6 +253,8 @@ void gpu_manager_on_reload(struct gpu_manager *gm, struct reg_snapshot *snap)
             cur[n++] = m;
     for (size_t i = 0; i < n; i++) {
         struct gm_instance *m = cur[i];
+        if (m->source) /* a mirror's model: not the registry's to replace */
+            continue;
         const struct reg_model *rm = reg_snapshot_find_model(snap, m->name, strlen(m->name));
         int valid = rm && rm->state == MODEL_READY;
         if (valid && gm_instance_same_files(m, rm))

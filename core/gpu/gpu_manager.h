@@ -35,6 +35,7 @@
 #include "dtype.h"
 #include "fileio.h"
 #include "gpu.h"
+#include "gpu_plan.h"
 #include "registry.h"
 #include "st_error.h"
 
@@ -66,11 +67,24 @@ static inline const char *gm_state_name(enum gm_state s)
 struct gm_io {
     uint64_t page_cache_bytes; /* copied from the page cache by the copy threads */
     uint64_t disk_bytes;       /* read from the disk by the disk pipeline */
+    uint64_t upstream_bytes;   /* waited for while a mirror fetched them, then copied */
     uint64_t handed_over_bytes;/* of the disk bytes, those planned on the page cache but
                                 * found missing */
     char disk_reads[32];       /* "io_uring+O_DIRECT", "io_uring", "pread"; "" with no disk bytes */
     unsigned threads;          /* copy threads that ran */
     unsigned depth;            /* disk reads in flight at most */
+};
+
+/* Where a preload's bytes come from while they are not all in its model's
+ * files yet: a mirror still fetching them (server/h_mirror.c makes one
+ * over core/mirror_model.h). The gate's `file` is the shard's struct
+ * reg_file. An instance loaded from a source owns it from the preload on
+ * and releases it when the instance is freed (its last lease gone), so the
+ * source may keep its files until then; a reload of the registry leaves
+ * such an instance alone (its model is not the registry's). */
+struct gm_source {
+    struct gpu_gate gate;
+    void (*release)(struct gm_source *s);
 };
 
 /* The staging ring a device keeps between preloads. */

@@ -79,6 +79,8 @@ struct gm_instance {
     size_t n_tensors;
     struct gm_tensor *tensors;
     const struct reg_model *rm; /* referenced from creation until the load ends */
+    struct gm_source *source;  /* bytes still arriving (a mirror's), owned: released when the
+                                * instance is freed; NULL for a model of the registry */
     pthread_mutex_t text_lock; /* guards texts */
     char *texts[GM_TEXT_COUNT]; /* gm_view_text: rendered once, kept */
 };

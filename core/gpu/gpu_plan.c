@@ -46,9 +46,10 @@ int gpu_plan_mincore_trusted(int fd)
     return faccessat(AT_FDCWD, path, W_OK, AT_EACCESS) == 0;
 }
 
-/* Residency of the segments of one shard, one byte per segment (1 when
- * every page of it is cached), into seg[0..nseg). Returns 0, or -1 when
- * mincore cannot be used (the caller guesses). */
+/* Residency of the segments of one shard, one byte per segment (its
+ * source: GPU_SRC_PAGE_CACHE when every page of it is cached, else
+ * GPU_SRC_DISK), into seg[0..nseg). Returns 0, or -1 when mincore cannot
+ * be used (the caller guesses). */
 static int shard_residency(const struct gpu_plan_shard *s, unsigned char *seg, size_t nseg)
 {
     size_t pg = (size_t)sysconf(_SC_PAGESIZE);
@@ -62,7 +63,7 @@ static int shard_residency(const struct gpu_plan_shard *s, unsigned char *seg, s
         return -1;
     unsigned char *vec = malloc(MINCORE_WINDOW / pg);
     int rc = vec ? 0 : -1;
-    memset(seg, 1, nseg);
+    memset(seg, GPU_SRC_PAGE_CACHE, nseg);
     for (uint64_t w = 0; rc == 0 && w < map_len; w += MINCORE_WINDOW) {
         size_t len = (size_t)(map_len - w < MINCORE_WINDOW ? map_len - w : MINCORE_WINDOW);
         if (mincore(map + w, len, vec) < 0) {
@@ -77,7 +78,7 @@ static int shard_residency(const struct gpu_plan_shard *s, unsigned char *seg, s
             uint64_t lo = fpage > s->data_start ? fpage - s->data_start : 0;
             uint64_t hi = fpage + pg - s->data_start;
             for (uint64_t k = lo / GPU_PLAN_SEGMENT; k < nseg && k * GPU_PLAN_SEGMENT < hi; k++)
-                seg[k] = 0;
+                seg[k] = GPU_SRC_DISK;
         }
     }
     free(vec);
@@ -98,15 +99,15 @@ static int emit(struct chunk_list *l, uint32_t i, enum gpu_src src, uint64_t fro
     return 0;
 }
 
-/* Plans shard i into the two lists. seg is NULL when every segment is on
- * src_all. */
+/* Plans shard i into the lists. seg is NULL when every segment is on
+ * src_all; else seg[k] is the source of segment k. */
 static int plan_shard(struct chunk_list lists[GPU_SRC_COUNT], uint32_t i, uint64_t size,
                       const unsigned char *seg, enum gpu_src src_all, uint64_t chunk)
 {
     uint64_t run = 0;
-    enum gpu_src run_src = seg ? (seg[0] ? GPU_SRC_PAGE_CACHE : GPU_SRC_DISK) : src_all;
+    enum gpu_src run_src = seg ? (enum gpu_src)seg[0] : src_all;
     for (uint64_t k = 1; seg && k * GPU_PLAN_SEGMENT < size; k++) {
-        enum gpu_src s = seg[k] ? GPU_SRC_PAGE_CACHE : GPU_SRC_DISK;
+        enum gpu_src s = (enum gpu_src)seg[k];
         if (s == run_src)
             continue;
         if (emit(&lists[run_src], i, run_src, run, k * GPU_PLAN_SEGMENT, chunk) < 0)
@@ -148,8 +149,24 @@ static int interleave(struct chunk_list *l, size_t n_shards)
     return 0;
 }
 
+/* seg[0..nseg) of a gated shard: upstream where the gate lacks a
+ * segment's bytes, else what residency found (or the page cache, the
+ * guess, where it could not tell). */
+static void gate_segments(const struct gpu_plan_shard *s, const struct gpu_gate *gate,
+                          unsigned char *seg, size_t nseg, int known)
+{
+    for (size_t k = 0; k < nseg; k++) {
+        uint64_t off = (uint64_t)k * GPU_PLAN_SEGMENT;
+        uint64_t len = s->size - off < GPU_PLAN_SEGMENT ? s->size - off : GPU_PLAN_SEGMENT;
+        if (!gate->present(gate->arg, s->gate_file, s->data_start + off, len))
+            seg[k] = GPU_SRC_UPSTREAM;
+        else if (!known)
+            seg[k] = GPU_SRC_PAGE_CACHE;
+    }
+}
+
 int gpu_plan_build(struct gpu_plan *p, const struct gpu_plan_shard *shards, size_t n,
-                   uint64_t chunk, int force, struct st_error *err)
+                   uint64_t chunk, int force, const struct gpu_gate *gate, struct st_error *err)
 {
     struct chunk_list lists[GPU_SRC_COUNT] = {{0}};
     unsigned char *seg = NULL;
@@ -161,25 +178,34 @@ int gpu_plan_build(struct gpu_plan *p, const struct gpu_plan_shard *shards, size
             continue;
         size_t nseg = (size_t)((s->size + GPU_PLAN_SEGMENT - 1) / GPU_PLAN_SEGMENT);
         const unsigned char *known = NULL;
-        if (force < 0 && gpu_plan_mincore_trusted(s->fd)) {
+        int gated = force < 0 && gate && s->gate_file;
+        if ((force < 0 && gpu_plan_mincore_trusted(s->fd)) || gated) {
             unsigned char *grown = realloc(seg, nseg);
             if (!grown) {
                 rc = -ENOMEM;
                 break;
             }
             seg = grown;
-            if (shard_residency(s, seg, nseg) == 0)
-                known = seg;
         }
+        if (force < 0 && gpu_plan_mincore_trusted(s->fd) && shard_residency(s, seg, nseg) == 0)
+            known = seg;
         if (force < 0 && !known)
             p->n_guessed++;
+        if (gated) {
+            gate_segments(s, gate, seg, nseg, known != NULL);
+            known = seg;
+        }
         enum gpu_src all = force >= 0 ? (enum gpu_src)force : GPU_SRC_PAGE_CACHE;
         rc = plan_shard(lists, (uint32_t)i, s->size, known, all, chunk);
     }
     free(seg);
     if (rc == 0)
         rc = interleave(&lists[GPU_SRC_PAGE_CACHE], n);
-    size_t total = lists[GPU_SRC_PAGE_CACHE].n + lists[GPU_SRC_DISK].n;
+    if (rc == 0)
+        rc = interleave(&lists[GPU_SRC_UPSTREAM], n);
+    size_t total = 0;
+    for (int s = 0; s < GPU_SRC_COUNT; s++)
+        total += lists[s].n;
     if (rc == 0 && total) {
         p->chunks = malloc(total * sizeof(*p->chunks));
         if (!p->chunks)

@@ -22,10 +22,18 @@
  * Chunks keep file order within a shard. The disk chunks of every shard
  * form one queue, so the reads in flight never drain between shards; the
  * page-cache chunks take the shards in turn, so that copy threads work on
- * different allocations (a memfd takes one writer at a time). */
+ * different allocations (a memfd takes one writer at a time).
+ *
+ * A third source: bytes a gate says are not in the file yet (a mirror still
+ * fetching them from its upstream, core/mirror_model.h). They are planned
+ * per segment too, as upstream chunks, taking the shards in turn as the
+ * mirror's fetchers do; the movers wait on the gate before they read one
+ * (core/gpu/gpu_load.h), and find its bytes in the page cache the fetcher
+ * just wrote them to. */
 #ifndef TENSORD_GPU_PLAN_H
 #define TENSORD_GPU_PLAN_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -33,13 +41,25 @@
 
 #define GPU_PLAN_SEGMENT (2u << 20) /* residency is decided per segment of this size */
 
-enum gpu_src { GPU_SRC_PAGE_CACHE, GPU_SRC_DISK, GPU_SRC_COUNT };
+enum gpu_src { GPU_SRC_PAGE_CACHE, GPU_SRC_DISK, GPU_SRC_UPSTREAM, GPU_SRC_COUNT };
+
+/* What a source that is still filling the files says: whether bytes
+ * [file_off, file_off + len) of a shard's file are there (present), and a
+ * wait until they are (0), the source failed (-errno with err) or *cancel
+ * is set (-ECANCELED). `file` is the shard's gate_file. */
+struct gpu_gate {
+    int (*present)(void *arg, const void *file, uint64_t file_off, uint64_t len);
+    int (*wait)(void *arg, const void *file, uint64_t file_off, uint64_t len,
+                const atomic_int *cancel, struct st_error *err);
+    void *arg;
+};
 
 /* One shard as the plan sees it: the data buffer of a file. */
 struct gpu_plan_shard {
     int fd;                    /* open for reading, buffered */
     uint64_t data_start;       /* file offset of the data buffer */
     uint64_t size;             /* bytes of data */
+    const void *gate_file;     /* the gate's name for its file; NULL: the file is whole */
 };
 
 struct gpu_chunk {
@@ -51,7 +71,8 @@ struct gpu_chunk {
 
 struct gpu_plan {
     struct gpu_chunk *chunks;  /* page-cache chunks first (the shards in turn), then disk
-                                * chunks (shard by shard); file order within a shard */
+                                * chunks (shard by shard), then upstream chunks (the shards in
+                                * turn); file order within a shard */
     size_t n_chunks;
     size_t n_src[GPU_SRC_COUNT];   /* chunks of each source */
     uint64_t bytes[GPU_SRC_COUNT]; /* bytes planned from each source */
@@ -60,10 +81,11 @@ struct gpu_plan {
 
 /* Plans n shards in chunks of at most chunk bytes (a multiple of 4096).
  * force, when not -1, puts every chunk on that source (tests, benchmarks).
- * Returns 0, or -ENOMEM with err; *p is then empty. Free with
- * gpu_plan_free. */
+ * gate (may be NULL) says which bytes of the shards with a gate_file are
+ * not there yet. Returns 0, or -ENOMEM with err; *p is then empty. Free
+ * with gpu_plan_free. */
 int gpu_plan_build(struct gpu_plan *p, const struct gpu_plan_shard *shards, size_t n,
-                   uint64_t chunk, int force, struct st_error *err);
+                   uint64_t chunk, int force, const struct gpu_gate *gate, struct st_error *err);
 void gpu_plan_free(struct gpu_plan *p);
 
 /* Whether mincore() reports fd's real page-cache residency to this process

@@ -126,7 +126,8 @@ static int copy_shards(struct gpu_manager *gm, struct gm_instance *m, int dev)
     const struct gm_options *opt = &gm->opt;
     struct gpu_load l = {.be = m->be, .threads = copy_threads(opt),
                          .depth = opt->staging_buffers, .cancel = &m->cancel,
-                         .progress = &m->done, .wait_cqe = io_uring_wait_cqe};
+                         .progress = &m->done, .wait_cqe = io_uring_wait_cqe,
+                         .gate = m->source ? &m->source->gate : NULL};
     l.chunk = (size_t)(opt->staging_buffer_bytes + GPU_LOAD_ALIGN - 1) / GPU_LOAD_ALIGN *
               GPU_LOAD_ALIGN;
     struct gpu_plan_shard *ps = xcalloc(m->n_shards + 1, sizeof(*ps));
@@ -137,8 +138,9 @@ static int copy_shards(struct gpu_manager *gm, struct gm_instance *m, int dev)
     int rc;
     for (size_t i = 0; i < m->n_shards; i++) {
         struct gm_shard *s = &m->shards[i];
-        ps[i] = (struct gpu_plan_shard){s->rf->fd, s->data_start, s->size};
-        ls[i] = (struct gpu_load_shard){.fd = s->rf->fd, .direct_fd = -1,
+        const void *gf = m->source ? (const void *)s->rf : NULL;
+        ps[i] = (struct gpu_plan_shard){s->rf->fd, s->data_start, s->size, gf};
+        ls[i] = (struct gpu_load_shard){.fd = s->rf->fd, .gate_file = gf, .direct_fd = -1,
                                         .data_start = s->data_start, .size = s->size, .a = &s->a};
     }
     struct gm_stage *st = device_stage(gm, m, dev, gpu_load_stage_buffers(m->be, l.threads,
@@ -148,7 +150,7 @@ static int copy_shards(struct gpu_manager *gm, struct gm_instance *m, int dev)
         goto out;
     }
     l.stage = st->stage;
-    if ((rc = gpu_plan_build(&plan, ps, m->n_shards, l.chunk, -1, &m->error)) < 0)
+    if ((rc = gpu_plan_build(&plan, ps, m->n_shards, l.chunk, -1, l.gate, &m->error)) < 0)
         goto out;
     /* O_DIRECT descriptors only for the shards with bytes on the disk: a
      * warm load of many shards opens none (bytes handed over from the page
@@ -170,6 +172,7 @@ static int copy_shards(struct gpu_manager *gm, struct gm_instance *m, int dev)
         m->shards[i].checksum = ls[i].checksum;
     m->io = (struct gm_io){.page_cache_bytes = stats.bytes[GPU_SRC_PAGE_CACHE],
                            .disk_bytes = stats.bytes[GPU_SRC_DISK],
+                           .upstream_bytes = stats.bytes[GPU_SRC_UPSTREAM],
                            .handed_over_bytes = stats.handed_over, .threads = stats.threads,
                            .depth = l.depth};
     snprintf(m->io.disk_reads, sizeof(m->io.disk_reads), "%s", stats.disk_io);
@@ -252,6 +255,7 @@ static void *loader_main(void *arg)
             metrics_add(MC_GPU_PRELOAD_BYTES, m->total);
             metrics_add(MC_GPU_PRELOAD_PAGE_CACHE_BYTES, m->io.page_cache_bytes);
             metrics_add(MC_GPU_PRELOAD_DISK_BYTES, m->io.disk_bytes);
+            metrics_add(MC_GPU_PRELOAD_UPSTREAM_BYTES, m->io.upstream_bytes);
         }
 
         pthread_mutex_lock(&gm->lock);
@@ -266,12 +270,13 @@ static void *loader_main(void *arg)
             m->published = 1;
             gm->last_bps = secs > 0 ? (double)m->total / secs : 0;
             log_msg(LOG_INFO, "gpu: %s ready on %s (generation %llu): %llu bytes in %.3f s "
-                    "(%.2f GB/s): %llu from the page cache (%u threads), %llu from the disk%s%s",
+                    "(%.2f GB/s): %llu from the page cache (%u threads), %llu from the disk%s%s"
+                    ", %llu as the upstream sent them",
                     m->name, m->device, (unsigned long long)m->generation,
                     (unsigned long long)m->total, secs, secs > 0 ? (double)m->total / secs / 1e9 : 0.0,
                     (unsigned long long)m->io.page_cache_bytes, m->io.threads,
                     (unsigned long long)m->io.disk_bytes, m->io.disk_reads[0] ? " with " : "",
-                    m->io.disk_reads);
+                    m->io.disk_reads, (unsigned long long)m->io.upstream_bytes);
         } else if (rc != 0 && rc != -ECANCELED) {
             m->state = GM_FAILED;
             log_msg(LOG_ERROR, "gpu: preloading %s on %s failed: %s", m->name, m->device,
@@ -311,6 +316,62 @@ static int do_preload_check(const struct reg_model *rm, const struct gm_instance
     return cur && cur->state != GM_FAILED ? 0 : 1;
 }
 
+/* Under gm->lock: starts loading rm as model on *where (with src, which
+ * the new instance takes over), or finds it there. Returns as
+ * gpu_preload_request; *dead gets an instance to free after unlocking. */
+static int do_preload(struct gpu_manager *gm, const char *model, const struct reg_model *rm,
+                      struct gm_source *src, const struct gm_device *where, int startup,
+                      struct gm_view *v, struct gm_instance **dead, struct st_error *err)
+{
+    struct gm_instance *cur = do_gm_find_current(gm, model);
+    int rc = do_preload_check(rm, cur, model, where, err);
+    if (rc == 0) {
+        do_gm_view(cur, v);
+    } else if (rc == 1) {
+        struct gm_instance *m = do_gm_instance_new(gm, rm, where);
+        if (!m)
+            return st_error_fail(err, ST_ERR_NO_MEMORY, "model %.200s: not enough memory for "
+                                 "its instance", model);
+        m->source = src;
+        do_gm_refused_clear(gm, model);
+        if (cur) /* a failed attempt on this device: try again */
+            *dead = do_gm_instance_retire(gm, cur);
+        m->startup = startup;
+        if (startup)
+            gm->startup_pending++;
+        do_gm_enqueue(gm, m);
+        do_gm_view(m, v);
+    }
+    return rc;
+}
+
+int gpu_preload_request_model(struct gpu_manager *gm, const char *model,
+                              const struct reg_model *rm, struct gm_source *src,
+                              const struct gm_device *where, struct gm_view *v,
+                              struct st_error *err)
+{
+    struct gm_instance *dead = NULL;
+    memset(v, 0, sizeof(*v));
+    pthread_mutex_lock(&gm->lock);
+    struct gm_instance *cur = do_gm_find_current(gm, model);
+    int rc;
+    if (rm)
+        rc = do_preload(gm, model, rm, src, where, 0, v, &dead, err);
+    else if (!cur || cur->state == GM_FAILED) /* without a model: only an instance there */
+        rc = st_error_fail(err, ST_ERR_NOT_FOUND, "no model named \"%.200s\" is loaded", model);
+    else if (cur->be != where->be || cur->dev != where->dev)
+        rc = st_error_fail(err, ST_ERR_CONFLICT, "model %.200s is already on %s: evict it first",
+                           model, cur->device);
+    else
+        rc = 0;
+    if (rc == 0 && !rm)
+        do_gm_view(cur, v);
+    pthread_mutex_unlock(&gm->lock);
+    if (dead)
+        gm_instance_free(dead);
+    return rc;
+}
+
 int gpu_preload_request(struct gpu_manager *gm, const char *model, const struct gm_device *where,
                         int startup, struct gm_view *v, struct st_error *err)
 {
@@ -326,27 +387,7 @@ int gpu_preload_request(struct gpu_manager *gm, const char *model, const struct 
         snap = reg_snapshot_ref(gm->latest);
     }
     const struct reg_model *rm = snap ? reg_snapshot_find_model(snap, model, strlen(model)) : NULL;
-    struct gm_instance *cur = do_gm_find_current(gm, model);
-    int rc = do_preload_check(rm, cur, model, where, err);
-    if (rc == 0) {
-        do_gm_view(cur, v);
-    } else if (rc == 1) {
-        struct gm_instance *m = do_gm_instance_new(gm, rm, where);
-        if (!m) {
-            rc = st_error_fail(err, ST_ERR_NO_MEMORY, "model %.200s: not enough memory for its "
-                               "instance", model);
-            goto out;
-        }
-        do_gm_refused_clear(gm, model);
-        if (cur) /* a failed attempt on this device: try again */
-            dead = do_gm_instance_retire(gm, cur);
-        m->startup = startup;
-        if (startup)
-            gm->startup_pending++;
-        do_gm_enqueue(gm, m);
-        do_gm_view(m, v);
-    }
-out:
+    int rc = do_preload(gm, model, rm, NULL, where, startup, v, &dead, err);
     pthread_mutex_unlock(&gm->lock);
     if (dead)
         gm_instance_free(dead);

@@ -41,6 +41,17 @@ int gpu_preload_start(struct gpu_manager *gm, struct st_error *err);
 int gpu_preload_request(struct gpu_manager *gm, const char *model, const struct gm_device *where,
                         int startup, struct gm_view *v, struct st_error *err);
 
+/* gpu_preload_request for a model the registry does not hold: rm (the
+ * instance takes a reference) whose bytes src delivers (a mirror's,
+ * core/gpu/gpu_manager.h). Returns as gpu_preload_request; when it
+ * returns 1 the new instance took src over, otherwise the caller keeps
+ * it. With rm NULL it only finds the model's instance (0 with *v), or
+ * fails with ST_ERR_NOT_FOUND when there is none or it failed. */
+int gpu_preload_request_model(struct gpu_manager *gm, const char *model,
+                              const struct reg_model *rm, struct gm_source *src,
+                              const struct gm_device *where, struct gm_view *v,
+                              struct st_error *err);
+
 /* Links m (new, from do_gm_instance_new) as its model's current instance
  * and queues it; refs become 2: the table's and the loader's. */
 void do_gm_enqueue(struct gpu_manager *gm, struct gm_instance *m);

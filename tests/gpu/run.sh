@@ -26,7 +26,7 @@
 #   tests/gpu/run.sh --fetch-debs [--no-model]   (where apt and pip reach their archives)
 #
 # Machines without a package archive: the build needs libmicrohttpd, liburing,
-# OpenSSL's libcrypto, libyaml and dlpack headers. When pkg-config does not
+# OpenSSL's libcrypto, libyaml, libcurl and dlpack headers. When pkg-config does not
 # find them (or TENSORD_USE_DEBS=1), the script unpacks every .deb under
 # .debs/ (dpkg -x, or ar+tar where dpkg is missing) into .debs/root and builds
 # and runs against that prefix: the flags come from the unpacked .pc files of
@@ -59,7 +59,7 @@ MODEL_PREP=1
 DEBS="$ROOT/.debs"
 PY=${PYTHON:-python3}
 DEB_PKGS="libmicrohttpd-dev libmicrohttpd12 liburing-dev liburing2 libssl-dev libssl3 libyaml-dev
-libyaml-0-2 libdlpack-dev pkgconf pkgconf-bin libpkgconf3"
+libyaml-0-2 libcurl4-openssl-dev libcurl4 libdlpack-dev pkgconf pkgconf-bin libpkgconf3"
 
 while [ $# -gt 0 ]; do
     case "$1" in

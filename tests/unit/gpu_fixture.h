@@ -193,8 +193,7 @@ static json_t *refusal(const struct gpu_doc_error *e)
 /* The GET .../gpu document as text (the caller frees). */
 static char *model_text(struct gpu_manager *gm, const char *model)
 {
-    struct jsonw w;
-    jsonw_init(&w);
+    struct jsonw w = JSONW_INIT;
     gpu_doc_model(gm, model, &w);
     char *text = jsonw_take(&w, NULL);
     CHECK(text != NULL);
@@ -204,32 +203,28 @@ static char *model_text(struct gpu_manager *gm, const char *model)
 /* The GET .../gpu document, parsed. */
 static json_t *model_json(struct gpu_manager *gm, const char *model)
 {
-    struct jsonw w;
-    jsonw_init(&w);
+    struct jsonw w = JSONW_INIT;
     gpu_doc_model(gm, model, &w);
     return parsed(&w);
 }
 
 static json_t *summary_json(struct gpu_manager *gm, const char *model)
 {
-    struct jsonw w;
-    jsonw_init(&w);
+    struct jsonw w = JSONW_INIT;
     gpu_doc_summary(gm, model, &w);
     return parsed(&w);
 }
 
 static json_t *status_json(struct gpu_manager *gm, const char *sock)
 {
-    struct jsonw w;
-    jsonw_init(&w);
+    struct jsonw w = JSONW_INIT;
     gpu_doc_status(gm, sock, &w);
     return parsed(&w);
 }
 
 static json_t *list_json(struct gpu_manager *gm)
 {
-    struct jsonw w;
-    jsonw_init(&w);
+    struct jsonw w = JSONW_INIT;
     gpu_doc_list(gm, &w);
     return parsed(&w);
 }
@@ -238,9 +233,8 @@ static json_t *list_json(struct gpu_manager *gm)
 static json_t *post(struct gpu_manager *gm, const char *model, const char *body, int *status)
 {
     struct gpu_doc_error e;
-    struct jsonw w;
+    struct jsonw w = JSONW_INIT;
     char *device;
-    jsonw_init(&w);
     int rc = gpu_doc_preload_device(body, strlen(body), &device, &e);
     if (rc == 0)
         rc = gpu_doc_preload(gm, model, device, &w, status, &e);
@@ -256,8 +250,7 @@ static json_t *post(struct gpu_manager *gm, const char *model, const char *body,
 static json_t *evict(struct gpu_manager *gm, const char *model, int *status)
 {
     struct gpu_doc_error e;
-    struct jsonw w;
-    jsonw_init(&w);
+    struct jsonw w = JSONW_INIT;
     if (gpu_doc_evict(gm, model, &w, status, &e) == 0)
         return parsed(&w);
     *status = e.http_status;
@@ -338,8 +331,7 @@ static struct gpu_lease *open_lease(struct gpu_manager *gm, const char *model, c
                                     json_t **ans, int *fds, size_t max_fds, size_t *n)
 {
     struct gpu_doc_error e;
-    struct jsonw w;
-    jsonw_init(&w);
+    struct jsonw w = JSONW_INIT;
     struct gpu_lease *l = gpu_doc_open(gm, model, device, 1, &w, fds, max_fds, n, &e);
     *ans = l ? parsed(&w) : refusal(&e);
     CHECK(*ans != NULL);

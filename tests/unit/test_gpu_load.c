@@ -42,7 +42,42 @@ struct load_case {
     unsigned threads, depth;
     size_t chunk;
     int drop;                  /* drop the files from the page cache after planning */
+    int gated;                 /* a gate (a mirror still fetching) lacks each shard's second half */
+    int gate_fail;             /* ... and fails the wait of its first chunk */
 };
+
+/* A gate as a mirror's would be: the bytes of each shard's second half are
+ * not there at plan time; a wait "fetches" them (a short sleep) and
+ * records what was waited for. The shard's gate_file is its index + 1. */
+struct fake_gate {
+    const struct load_case *lc;
+    _Atomic uint64_t waited;   /* bytes waited for */
+    atomic_int waits;
+};
+
+static int gate_present(void *arg, const void *file, uint64_t off, uint64_t len)
+{
+    struct fake_gate *g = arg;
+    size_t i = (size_t)(uintptr_t)file - 1;
+    uint64_t half = g->lc->heads[i] + g->lc->sizes[i] / 2;
+    return off + len <= half;
+}
+
+static int gate_wait(void *arg, const void *file, uint64_t off, uint64_t len,
+                     const atomic_int *cancel, struct st_error *err)
+{
+    struct fake_gate *g = arg;
+    (void)file, (void)off;
+    if (cancel && atomic_load(cancel))
+        return -ECANCELED;
+    if (g->lc->gate_fail)
+        return st_error_fail(err, ST_ERR_IO, "the upstream went away");
+    struct timespec ts = {0, 200 * 1000};
+    nanosleep(&ts, NULL);
+    atomic_fetch_add(&g->waited, len);
+    atomic_fetch_add(&g->waits, 1);
+    return 0;
+}
 
 /* Loads the case and checks bytes, checksums, counts and progress. */
 static void run_case(const struct load_case *lc)
@@ -64,18 +99,23 @@ static void run_case(const struct load_case *lc)
         ls[i] = (struct gpu_load_shard){.fd = fd, .direct_fd = lc->direct ? direct_fd(name) : -1,
                                         .data_start = lc->heads[i], .size = lc->sizes[i],
                                         .a = &a[i]};
-        ps[i] = (struct gpu_plan_shard){fd, lc->heads[i], lc->sizes[i]};
+        ps[i] = (struct gpu_plan_shard){fd, lc->heads[i], lc->sizes[i], NULL};
+        if (lc->gated)
+            ls[i].gate_file = ps[i].gate_file = (const void *)(uintptr_t)(i + 1);
         total += lc->sizes[i];
     }
+    struct fake_gate fg = {.lc = lc};
+    struct gpu_gate gate = {.present = gate_present, .wait = gate_wait, .arg = &fg};
     struct gpu_plan plan;
-    CHECK(gpu_plan_build(&plan, ps, lc->n_shards, lc->chunk, lc->force, &err) == 0);
+    CHECK(gpu_plan_build(&plan, ps, lc->n_shards, lc->chunk, lc->force, lc->gated ? &gate : NULL,
+                         &err) == 0);
     for (unsigned i = 0; lc->drop && i < lc->n_shards; i++)
         drop_cached(ls[i].fd, 0, lc->heads[i] + lc->sizes[i]);
     _Atomic uint64_t progress = 0;
     atomic_int cancel = 0;
     struct gpu_load l = {.be = b, .threads = lc->threads, .depth = lc->depth, .chunk = lc->chunk,
                          .cancel = &cancel, .progress = &progress, .no_uring = lc->no_uring,
-                         .wait_cqe = io_uring_wait_cqe};
+                         .wait_cqe = io_uring_wait_cqe, .gate = lc->gated ? &gate : NULL};
     l.stage = b->ops->stage_open(b, 0, gpu_load_stage_buffers(b, l.threads, l.depth),
                                  gpu_load_stage_bytes(l.chunk), &err);
     CHECK(l.stage != NULL);
@@ -87,7 +127,20 @@ static void run_case(const struct load_case *lc)
                 err.message);
     CHECK(rc == 0 && !l.unsafe);
     CHECK_EQ_U64(atomic_load(&progress), total);
-    CHECK_EQ_U64(st.bytes[GPU_SRC_PAGE_CACHE] + st.bytes[GPU_SRC_DISK], total);
+    CHECK_EQ_U64(st.bytes[GPU_SRC_PAGE_CACHE] + st.bytes[GPU_SRC_DISK] +
+                 st.bytes[GPU_SRC_UPSTREAM], total);
+    /* The gate was waited on for exactly the bytes it lacked, once each
+     * (what the plan put upstream), and they count as the upstream's. */
+    CHECK_EQ_U64(atomic_load(&fg.waited), lc->gated ? plan.bytes[GPU_SRC_UPSTREAM] : 0);
+    CHECK(st.bytes[GPU_SRC_UPSTREAM] <= plan.bytes[GPU_SRC_UPSTREAM]);
+    if (!lc->drop) /* just written: the waited-for bytes are in the page cache */
+        CHECK_EQ_U64(st.bytes[GPU_SRC_UPSTREAM], plan.bytes[GPU_SRC_UPSTREAM]);
+    if (lc->gated && lc->force < 0) {
+        uint64_t halves = 0;
+        for (unsigned i = 0; i < lc->n_shards; i++)
+            halves += lc->sizes[i] - lc->sizes[i] / 2;
+        CHECK(plan.bytes[GPU_SRC_UPSTREAM] >= halves);
+    }
     if (lc->force == GPU_SRC_DISK) {
         CHECK_EQ_U64(st.bytes[GPU_SRC_DISK], total);
         CHECK_STR(st.disk_io, !total ? "" : lc->no_uring ? "pread"
@@ -139,6 +192,57 @@ TEST(both_sources_every_shape)
                 }
 }
 
+/* A gated source (a mirror still fetching): the chunks it lacks wait for
+ * it, whatever the shapes, threads and staging. */
+TEST(gated_chunks_wait_for_their_bytes)
+{
+    static const size_t sizes[] = {0, 1, 4097, 200000, (5u << 20) + 3};
+    for (int staged = 0; staged < 2; staged++)
+        for (unsigned threads = 1; threads <= 3; threads += 2)
+            for (size_t k = 0; k < ARRAY_LEN(sizes); k++) {
+                struct load_case lc = {.n_shards = 2, .sizes = {sizes[k], sizes[(k + 2) % 5]},
+                                       .heads = {8, 4096}, .force = -1, .staged = staged,
+                                       .direct = 1, .threads = threads, .depth = 2,
+                                       .chunk = 1u << 20, .gated = 1};
+                run_case(&lc);
+            }
+}
+
+/* A gate that fails its wait fails the load with its message. */
+TEST(gate_failure_fails_the_load)
+{
+    struct gpu_backend *b = backend(0);
+    unsigned char *data = pattern(100000, 3);
+    int fd = data_file("gate.bin", 8, data, 100000);
+    struct gpu_alloc a = {.fd = -1};
+    struct st_error err = {0};
+    CHECK(b->ops->alloc(b, 0, 100000, 0, "gate", &a, &err) == 0);
+    struct load_case lc = {.n_shards = 1, .sizes = {100000}, .heads = {8}, .gated = 1,
+                           .gate_fail = 1};
+    struct fake_gate fg = {.lc = &lc};
+    struct gpu_gate gate = {.present = gate_present, .wait = gate_wait, .arg = &fg};
+    struct gpu_load_shard ls = {.fd = fd, .gate_file = (const void *)1, .direct_fd = -1,
+                                .data_start = 8, .size = 100000, .a = &a};
+    struct gpu_plan_shard ps = {fd, 8, 100000, (const void *)1};
+    struct gpu_plan plan;
+    CHECK(gpu_plan_build(&plan, &ps, 1, 1u << 20, -1, &gate, &err) == 0);
+    CHECK_EQ_U64(plan.n_src[GPU_SRC_UPSTREAM], 1);
+    struct gpu_load l = {.be = b, .threads = 2, .depth = 2, .chunk = 1u << 20,
+                         .wait_cqe = io_uring_wait_cqe, .gate = &gate};
+    l.stage = b->ops->stage_open(b, 0, gpu_load_stage_buffers(b, l.threads, l.depth),
+                                 gpu_load_stage_bytes(l.chunk), &err);
+    struct gpu_load_stats st;
+    CHECK(gpu_load_run(&l, &ls, 1, &plan, &st, &err) == -EIO);
+    CHECK_CONTAINS(err.message, "the upstream went away");
+    CHECK_EQ_U64(st.failed_shard, 0);
+    b->ops->stage_close(l.stage);
+    b->ops->free(b, &a);
+    gpu_plan_free(&plan);
+    close(fd);
+    free(data);
+    b->ops->destroy(b);
+}
+
 TEST(disk_reads_with_and_without_o_direct_and_io_uring)
 {
     for (int mode = 0; mode < 3; mode++) {
@@ -181,9 +285,9 @@ TEST(handed_over_bytes_are_counted)
     CHECK(b->ops->alloc(b, 0, n, 0, "gone", &a, &err) == 0);
     struct gpu_load_shard ls = {.fd = fd, .direct_fd = direct_fd("gone.bin"), .data_start = 4096,
                                 .size = n, .a = &a};
-    struct gpu_plan_shard ps = {fd, 4096, n};
+    struct gpu_plan_shard ps = {fd, 4096, n, NULL};
     struct gpu_plan plan;
-    CHECK(gpu_plan_build(&plan, &ps, 1, 1 << 20, GPU_SRC_PAGE_CACHE, &err) == 0);
+    CHECK(gpu_plan_build(&plan, &ps, 1, 1 << 20, GPU_SRC_PAGE_CACHE, NULL, &err) == 0);
     struct gpu_load l = {.be = b, .threads = 2, .depth = 2, .chunk = 1 << 20,
                          .wait_cqe = io_uring_wait_cqe};
     l.stage = b->ops->stage_open(b, 0, gpu_load_stage_buffers(b, 2, 2), gpu_load_stage_bytes(1 << 20),
@@ -221,9 +325,9 @@ TEST(truncated_file_and_cancel)
             CHECK(b->ops->alloc(b, 0, 80000, 0, "short", &a, &err) == 0);
             struct gpu_load_shard ls = {.fd = fd, .direct_fd = direct_fd("short.bin"),
                                         .data_start = 100, .size = 80000, .a = &a};
-            struct gpu_plan_shard ps = {fd, 100, 80000};
+            struct gpu_plan_shard ps = {fd, 100, 80000, NULL};
             struct gpu_plan plan;
-            CHECK(gpu_plan_build(&plan, &ps, 1, 8192, force, &err) == 0);
+            CHECK(gpu_plan_build(&plan, &ps, 1, 8192, force, NULL, &err) == 0);
             struct gpu_load l = {.be = b, .threads = 3, .depth = 2, .chunk = 8192,
                                  .cancel = &cancel, .wait_cqe = io_uring_wait_cqe};
             l.stage = b->ops->stage_open(b, 0, gpu_load_stage_buffers(b, 3, 2),
@@ -275,9 +379,9 @@ TEST(ring_error_leaves_no_read_in_flight)
     CHECK(b->ops->alloc(b, 0, 3 * 4096, 0, "t", &a, &err) == 0);
     struct gpu_load_shard ls = {.fd = p[0], .direct_fd = -1, .data_start = 0, .size = 3 * 4096,
                                 .a = &a};
-    struct gpu_plan_shard ps = {p[0], 0, 3 * 4096};
+    struct gpu_plan_shard ps = {p[0], 0, 3 * 4096, NULL};
     struct gpu_plan plan;
-    CHECK(gpu_plan_build(&plan, &ps, 1, 4096, GPU_SRC_DISK, &err) == 0);
+    CHECK(gpu_plan_build(&plan, &ps, 1, 4096, GPU_SRC_DISK, NULL, &err) == 0);
     struct gpu_load l = {.be = b, .threads = 1, .depth = 3, .chunk = 4096,
                          .wait_cqe = failing_wait};
     l.stage = b->ops->stage_open(b, 0, 3, gpu_load_stage_bytes(4096), &err);
@@ -312,6 +416,8 @@ int main(void)
     if (gpu_files_setup() < 0)
         return 1;
     RUN(both_sources_every_shape);
+    RUN(gated_chunks_wait_for_their_bytes);
+    RUN(gate_failure_fails_the_load);
     RUN(disk_reads_with_and_without_o_direct_and_io_uring);
     RUN(planned_mixed_many_threads);
     RUN(handed_over_bytes_are_counted);

@@ -48,7 +48,7 @@ static void check_cover(const struct gpu_plan *p, const struct gpu_plan_shard *s
     uint64_t total = 0;
     for (size_t i = 0; i < n; i++)
         total += s[i].size;
-    CHECK_EQ_U64(bytes[0] + bytes[1], total);
+    CHECK_EQ_U64(bytes[GPU_SRC_PAGE_CACHE] + bytes[GPU_SRC_DISK] + bytes[GPU_SRC_UPSTREAM], total);
     for (int src = 0; src < GPU_SRC_COUNT; src++) {
         CHECK_EQ_U64(p->bytes[src], bytes[src]);
         CHECK_EQ_U64(p->n_src[src], counts[src]);
@@ -66,11 +66,11 @@ TEST(resident_file_is_all_page_cache)
     size_t n = 5 * SEG + 12345;
     unsigned char *d = pattern(n, 1);
     int fd = data_file("warm.bin", 777, d, n);
-    struct gpu_plan_shard s = {fd, 777, n};
+    struct gpu_plan_shard s = {fd, 777, n, NULL};
     struct gpu_plan p;
     struct st_error err;
     CHECK(gpu_plan_mincore_trusted(fd)); /* the test owns the file */
-    CHECK(gpu_plan_build(&p, &s, 1, 1 << 20, -1, &err) == 0);
+    CHECK(gpu_plan_build(&p, &s, 1, 1 << 20, -1, NULL, &err) == 0);
     check_cover(&p, &s, 1, 1 << 20);
     if (cached_pages(fd, 0, 777 + n) == (777 + n + 4095) / 4096) {
         CHECK_EQ_U64(p.bytes[GPU_SRC_PAGE_CACHE], n);
@@ -92,10 +92,10 @@ TEST(dropped_segments_go_to_the_disk)
     int fd = data_file("mixed.bin", head, d, n);
     /* Drop segments 1, 2 and 5; the rest stays cached. */
     int dropped = drop_cached(fd, head + 1 * SEG, 2 * SEG) && drop_cached(fd, head + 5 * SEG, SEG);
-    struct gpu_plan_shard s = {fd, head, n};
+    struct gpu_plan_shard s = {fd, head, n, NULL};
     struct gpu_plan p;
     struct st_error err;
-    CHECK(gpu_plan_build(&p, &s, 1, 3 << 20, -1, &err) == 0);
+    CHECK(gpu_plan_build(&p, &s, 1, 3 << 20, -1, NULL, &err) == 0);
     check_cover(&p, &s, 1, 3 << 20);
     if (!dropped || cached_pages(fd, head, SEG) != SEG / 4096) {
         fprintf(stderr, "  (the page cache did not do as asked: residency not checked)\n");
@@ -124,13 +124,13 @@ TEST(shards_forced_and_empty)
         snprintf(name, sizeof(name), "s%d.bin", i);
         d[i] = pattern(sizes[i], (unsigned)i);
         s[i] = (struct gpu_plan_shard){data_file(name, 8 + (size_t)i * 13, d[i], sizes[i]),
-                                       8 + (uint64_t)i * 13, sizes[i]};
+                                       8 + (uint64_t)i * 13, sizes[i], NULL};
     }
     for (int force = -1; force < GPU_SRC_COUNT; force++) {
         for (uint64_t chunk = 4096; chunk <= (8u << 20); chunk *= 16) {
             struct gpu_plan p;
             struct st_error err;
-            CHECK(gpu_plan_build(&p, s, 5, chunk, force, &err) == 0);
+            CHECK(gpu_plan_build(&p, s, 5, chunk, force, NULL, &err) == 0);
             check_cover(&p, s, 5, chunk);
             if (force >= 0)
                 CHECK_EQ_U64(p.n_src[force], p.n_chunks);
@@ -139,7 +139,7 @@ TEST(shards_forced_and_empty)
     }
     struct gpu_plan p;
     struct st_error err;
-    CHECK(gpu_plan_build(&p, s, 0, 4096, -1, &err) == 0 && p.n_chunks == 0 && !p.chunks);
+    CHECK(gpu_plan_build(&p, s, 0, 4096, -1, NULL, &err) == 0 && p.n_chunks == 0 && !p.chunks);
     gpu_plan_free(&p);
     for (int i = 0; i < 5; i++) {
         close(s[i].fd);
@@ -165,12 +165,12 @@ TEST(untrusted_mincore_is_a_guess)
     if (pid == 0) {
         if (setresgid(65534, 65534, 65534) != 0 || setresuid(65534, 65534, 65534) != 0)
             _exit(3);
-        struct gpu_plan_shard s = {fd, 4096, n};
+        struct gpu_plan_shard s = {fd, 4096, n, NULL};
         struct gpu_plan p;
         struct st_error err;
         if (gpu_plan_mincore_trusted(fd))
             _exit(4);
-        if (gpu_plan_build(&p, &s, 1, 1 << 20, -1, &err) != 0)
+        if (gpu_plan_build(&p, &s, 1, 1 << 20, -1, NULL, &err) != 0)
             _exit(5);
         int ok = p.n_guessed == 1 && p.bytes[GPU_SRC_PAGE_CACHE] == n;
         gpu_plan_free(&p);

@@ -1,0 +1,622 @@
+/* upstream: see upstream.h. */
+#include "upstream.h"
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "util.h"
+
+#define MAX_HOPS 5              /* redirects followed, as huggingface_hub's client does */
+#define CONNECT_TIMEOUT_S 10L
+#define DOC_TIMEOUT_S 60L       /* a HEAD or a document: the whole request */
+#define STALL_TIMEOUT_S 60L     /* a range that sends nothing for this long is cut */
+#define URL_MAX 8192
+
+struct upstream {
+    char *base;                /* without a trailing '/' */
+    size_t origin_len;         /* base[0..origin_len): scheme://authority */
+};
+
+struct upstream_conn {
+    struct upstream *u;
+    CURL *h;
+    const atomic_int *abort;   /* stop a transfer when set (may be NULL) */
+};
+
+int upstream_global_init(void)
+{
+    return curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK ? 0 : -1;
+}
+
+struct upstream *upstream_new(const char *base_url)
+{
+    struct upstream *u = calloc(1, sizeof(*u));
+    if (!u)
+        return NULL;
+    u->base = strdup(base_url);
+    if (!u->base) {
+        free(u);
+        return NULL;
+    }
+    size_t n = strlen(u->base);
+    while (n > 0 && u->base[n - 1] == '/')
+        u->base[--n] = '\0';
+    const char *auth = strstr(u->base, "://");
+    auth = auth ? auth + 3 : u->base;
+    u->origin_len = (size_t)(auth - u->base) + strcspn(auth, "/");
+    return u;
+}
+
+void upstream_free(struct upstream *u)
+{
+    if (!u)
+        return;
+    free(u->base);
+    free(u);
+}
+
+const char *upstream_base(const struct upstream *u)
+{
+    return u->base;
+}
+
+struct upstream_conn *upstream_conn_new(struct upstream *u)
+{
+    struct upstream_conn *c = calloc(1, sizeof(*c));
+    if (!c)
+        return NULL;
+    c->u = u;
+    c->h = curl_easy_init();
+    if (!c->h) {
+        free(c);
+        return NULL;
+    }
+    return c;
+}
+
+void upstream_conn_abort_on(struct upstream_conn *c, const atomic_int *flag)
+{
+    c->abort = flag;
+}
+
+/* libcurl calls this about once a second, and whenever bytes move. */
+static int on_progress(void *arg, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
+                       curl_off_t ulnow)
+{
+    (void)dltotal, (void)dlnow, (void)ultotal, (void)ulnow;
+    const struct upstream_conn *c = arg;
+    return c->abort && atomic_load(c->abort) ? 1 : 0;
+}
+
+void upstream_conn_free(struct upstream_conn *c)
+{
+    if (!c)
+        return;
+    curl_easy_cleanup(c->h);
+    free(c);
+}
+
+int upstream_encode(char *out, size_t cap, size_t *len, const char *s, int keep_slash)
+{
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        int keep = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+                   (ch >= '0' && ch <= '9') || ch == '-' || ch == '.' || ch == '_' ||
+                   ch == '~' || (keep_slash && ch == '/');
+        size_t need = keep ? 1 : 3;
+        if (*len + need >= cap) {
+            out[*len] = '\0';
+            return -1;
+        }
+        if (keep) {
+            out[(*len)++] = (char)ch;
+        } else {
+            out[(*len)++] = '%';
+            out[(*len)++] = hex_upper[ch >> 4];
+            out[(*len)++] = hex_upper[ch & 15];
+        }
+    }
+    out[*len] = '\0';
+    return 0;
+}
+
+/* base + "/" + repo + "/resolve/" + rev + "/" + path, each encoded. */
+static int file_url(const struct upstream *u, const char *repo, const char *rev, const char *path,
+                    char *out, size_t cap)
+{
+    size_t len = (size_t)snprintf(out, cap, "%s/", u->base);
+    if (len >= cap || upstream_encode(out, cap, &len, repo, 1) < 0 ||
+        upstream_encode(out, cap, &len, "/resolve/", 1) < 0 ||
+        upstream_encode(out, cap, &len, rev, 0) < 0 ||
+        upstream_encode(out, cap, &len, "/", 1) < 0 ||
+        upstream_encode(out, cap, &len, path, 1) < 0)
+        return -1;
+    return 0;
+}
+
+/* ---- answers ---------------------------------------------------------------- */
+
+/* Copies the value v[0..n) into out (cap bytes) when it fits and holds no
+ * control byte; else leaves "". */
+static void put_value(char *out, size_t cap, const char *v, size_t n)
+{
+    out[0] = '\0';
+    if (n >= cap)
+        return;
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)v[i] < 0x20 || v[i] == 0x7f)
+            return;
+    memcpy(out, v, n);
+    out[n] = '\0';
+}
+
+/* An entity tag without W/ and quotes. */
+static void put_etag(char *out, size_t cap, const char *v, size_t n)
+{
+    if (n >= 2 && v[0] == 'W' && v[1] == '/') {
+        v += 2;
+        n -= 2;
+    }
+    if (n >= 2 && v[0] == '"' && v[n - 1] == '"') {
+        v++;
+        n -= 2;
+    }
+    put_value(out, cap, v, n);
+}
+
+static int put_u64(const char *v, size_t n, uint64_t *out)
+{
+    size_t used;
+    return n > 0 && decimal_u64(v, n, out, &used) == 0 && used == n ? 0 : -1;
+}
+
+/* "bytes A-B/T" */
+static void put_range(struct upstream_answer *a, const char *v, size_t n)
+{
+    size_t used;
+    a->has_range = 0;
+    if (n < 6 || strncasecmp(v, "bytes ", 6) != 0)
+        return;
+    v += 6;
+    n -= 6;
+    if (decimal_u64(v, n, &a->range_start, &used) < 0 || used >= n || v[used] != '-')
+        return;
+    v += used + 1;
+    n -= used + 1;
+    if (decimal_u64(v, n, &a->range_end, &used) < 0 || used >= n || v[used] != '/')
+        return;
+    v += used + 1;
+    n -= used + 1;
+    if (put_u64(v, n, &a->range_total) < 0 || a->range_end < a->range_start ||
+        a->range_end >= a->range_total)
+        return;
+    a->has_range = 1;
+}
+
+void upstream_parse_header(struct upstream_answer *a, const char *line, size_t len)
+{
+    while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r'))
+        len--;
+    if (len >= 5 && memcmp(line, "HTTP/", 5) == 0) {
+        /* A new answer (after a redirect, or an interim 1xx). */
+        int away = a->redirected_away;
+        memset(a, 0, sizeof(*a));
+        a->redirected_away = away;
+        const char *sp = memchr(line, ' ', len);
+        uint64_t code;
+        size_t used;
+        if (sp && decimal_u64(sp + 1, len - (size_t)(sp + 1 - line), &code, &used) == 0 &&
+            used == 3)
+            a->status = (long)code;
+        return;
+    }
+    const char *colon = memchr(line, ':', len);
+    if (!colon)
+        return;
+    size_t nlen = (size_t)(colon - line);
+    const char *v = colon + 1;
+    size_t vlen = len - nlen - 1;
+    while (vlen > 0 && (*v == ' ' || *v == '\t')) {
+        v++;
+        vlen--;
+    }
+    while (vlen > 0 && (v[vlen - 1] == ' ' || v[vlen - 1] == '\t'))
+        vlen--;
+#define IS(name) (nlen == sizeof(name) - 1 && strncasecmp(line, name, nlen) == 0)
+    if (IS("X-Repo-Commit"))
+        put_value(a->commit, sizeof(a->commit), v, vlen);
+    else if (IS("ETag"))
+        put_etag(a->etag, sizeof(a->etag), v, vlen);
+    else if (IS("X-Linked-Etag"))
+        put_etag(a->linked_etag, sizeof(a->linked_etag), v, vlen);
+    else if (IS("X-Linked-Size"))
+        a->has_linked_size = put_u64(v, vlen, &a->linked_size) == 0;
+    else if (IS("Content-Length"))
+        a->has_length = put_u64(v, vlen, &a->length) == 0;
+    else if (IS("Content-Range"))
+        put_range(a, v, vlen);
+    else if (IS("X-Error-Code"))
+        put_value(a->error_code, sizeof(a->error_code), v, vlen);
+    else if (IS("X-Error-Message"))
+        put_value(a->error_message, sizeof(a->error_message), v, vlen);
+    else if (IS("Content-Type"))
+        put_value(a->content_type, sizeof(a->content_type), v, vlen);
+    else if (IS("Cache-Control"))
+        put_value(a->cache_control, sizeof(a->cache_control), v, vlen);
+    else if (IS("Link"))
+        put_value(a->link, sizeof(a->link), v, vlen);
+    else if (IS("Retry-After")) {
+        uint64_t s;
+        a->retry_after = put_u64(v, vlen, &s) == 0 ? (unsigned)(s > 3600 ? 3600 : s) : 0;
+    }
+#undef IS
+}
+
+static size_t on_header(char *line, size_t size, size_t n, void *arg)
+{
+    upstream_parse_header(arg, line, size * n);
+    return size * n;
+}
+
+/* ---- requests --------------------------------------------------------------- */
+
+/* The options every request shares; the handle was reset before. */
+static void common_options(struct upstream_conn *c, const char *url, struct curl_slist *hdrs,
+                           struct upstream_answer *a)
+{
+    CURL *h = c->h;
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+#if LIBCURL_VERSION_NUM >= 0x075500 /* 7.85: the string forms; the bitmasks are deprecated */
+    curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(h, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+#else
+    curl_easy_setopt(h, CURLOPT_PROTOCOLS, (long)(CURLPROTO_HTTP | CURLPROTO_HTTPS));
+    curl_easy_setopt(h, CURLOPT_REDIR_PROTOCOLS, (long)(CURLPROTO_HTTP | CURLPROTO_HTTPS));
+#endif
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, CONNECT_TIMEOUT_S);
+    curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
+    curl_easy_setopt(h, CURLOPT_USERAGENT, "tensord/" TENSORD_VERSION " (mirror)");
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
+    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(h, CURLOPT_HEADERDATA, a);
+    curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_progress);
+    curl_easy_setopt(h, CURLOPT_XFERINFODATA, c);
+    curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+    /* The bytes as stored: no Accept-Encoding, so no transfer coding. */
+}
+
+/* The request headers: Authorization when given (a value with a line
+ * break is never sent). NULL with -ENOMEM, or the list (may be NULL). */
+static int auth_headers(const char *auth, struct curl_slist **out, struct st_error *err)
+{
+    *out = NULL;
+    if (!auth)
+        return 0;
+    if (strpbrk(auth, "\r\n"))
+        return st_error_fail(err, ST_ERR_INVALID_ARGUMENT, "the Authorization header has a "
+                             "line break");
+    char *h = xasprintf("Authorization: %s", auth);
+    *out = curl_slist_append(NULL, h);
+    free(h);
+    return *out ? 0 : st_error_fail(err, ST_ERR_NO_MEMORY, "no memory for a request header");
+}
+
+static int curl_fail(CURLcode rc, const char *url, struct st_error *err)
+{
+    int e = rc == CURLE_ABORTED_BY_CALLBACK ? -ECANCELED
+            : rc == CURLE_OPERATION_TIMEDOUT ? -ETIMEDOUT
+            : rc == CURLE_OUT_OF_MEMORY    ? -ENOMEM
+            : rc == CURLE_TOO_MANY_REDIRECTS ? -ELOOP
+                                           : -EIO;
+    st_error_fail(err, e == -ENOMEM ? ST_ERR_NO_MEMORY : ST_ERR_IO, "upstream %s: %s", url,
+                  curl_easy_strerror(rc));
+    return e;
+}
+
+/* Whether url is on the upstream's origin. */
+static int same_origin(const struct upstream *u, const char *url)
+{
+    return strncmp(url, u->base, u->origin_len) == 0 &&
+           (url[u->origin_len] == '/' || url[u->origin_len] == '\0');
+}
+
+/* Fields an earlier hop set and the final answer lacks. */
+static void keep_earlier(struct upstream_answer *a, const struct upstream_answer *prev)
+{
+    if (!a->commit[0])
+        memcpy(a->commit, prev->commit, sizeof(a->commit));
+    if (!a->linked_etag[0])
+        memcpy(a->linked_etag, prev->linked_etag, sizeof(a->linked_etag));
+    if (!a->has_linked_size && prev->has_linked_size) {
+        a->linked_size = prev->linked_size;
+        a->has_linked_size = 1;
+    }
+}
+
+struct body_buf {
+    char *p;
+    size_t len, max;
+    int too_large;
+};
+
+static size_t on_body(char *data, size_t size, size_t n, void *arg)
+{
+    struct body_buf *b = arg;
+    size_t len = size * n;
+    if (b->len + len > b->max) {
+        b->too_large = 1;
+        return 0;
+    }
+    char *p = realloc(b->p, b->len + len + 1);
+    if (!p)
+        return 0;
+    memcpy(p + b->len, data, len);
+    b->p = p;
+    b->len += len;
+    b->p[b->len] = '\0';
+    return len;
+}
+
+/* One request after another, following redirects that stay on the
+ * upstream (at most MAX_HOPS) and stopping at one that leaves it. */
+static int request_hops(struct upstream_conn *c, const char *method, const char *url0,
+                        const char *body, size_t body_len, const char *content_type,
+                        const char *auth, struct body_buf *bb, struct upstream_answer *a,
+                        struct st_error *err)
+{
+    char *url = xstrdup(url0);
+    struct upstream_answer prev = {0};
+    int rc = 0;
+    struct curl_slist *hdrs = NULL;
+    if ((rc = auth_headers(auth, &hdrs, err)) < 0)
+        goto out;
+    if (content_type) {
+        char *h = xasprintf("Content-Type: %s", content_type);
+        struct curl_slist *more = curl_slist_append(hdrs, h);
+        free(h);
+        if (!more) {
+            rc = st_error_fail(err, ST_ERR_NO_MEMORY, "no memory for a request header");
+            goto out;
+        }
+        hdrs = more;
+    }
+    for (int hop = 0;; hop++) {
+        memset(a, 0, sizeof(*a));
+        curl_easy_reset(c->h);
+        common_options(c, url, hdrs, a);
+        curl_easy_setopt(c->h, CURLOPT_TIMEOUT, DOC_TIMEOUT_S);
+        if (strcmp(method, "HEAD") == 0) {
+            curl_easy_setopt(c->h, CURLOPT_NOBODY, 1L);
+        } else {
+            if (bb->p)
+                bb->len = 0;
+            curl_easy_setopt(c->h, CURLOPT_WRITEFUNCTION, on_body);
+            curl_easy_setopt(c->h, CURLOPT_WRITEDATA, bb);
+        }
+        if (strcmp(method, "POST") == 0) {
+            curl_easy_setopt(c->h, CURLOPT_POST, 1L);
+            curl_easy_setopt(c->h, CURLOPT_POSTFIELDS, body ? body : "");
+            curl_easy_setopt(c->h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body_len);
+        }
+        CURLcode cr = curl_easy_perform(c->h);
+        if (cr != CURLE_OK) {
+            if (bb->too_large) {
+                st_error_fail(err, ST_ERR_LIMIT, "upstream %s: the answer is larger than %zu "
+                              "bytes", url, bb->max);
+                rc = -EFBIG;
+            } else {
+                rc = curl_fail(cr, url, err);
+            }
+            goto out;
+        }
+        long code = 0;
+        curl_easy_getinfo(c->h, CURLINFO_RESPONSE_CODE, &code);
+        a->status = code;
+        if (hop > 0)
+            keep_earlier(a, &prev);
+        char *next = NULL;
+        if (code >= 300 && code < 400)
+            curl_easy_getinfo(c->h, CURLINFO_REDIRECT_URL, &next);
+        /* A POST redirected becomes a GET for 301-303 in every client; the
+         * Hub answers paths-info in place, so a POST is never followed. */
+        if (!next || strcmp(method, "POST") == 0)
+            break;
+        if (!same_origin(c->u, next)) {
+            a->redirected_away = 1;
+            break;
+        }
+        if (hop == MAX_HOPS) {
+            st_error_fail(err, ST_ERR_IO, "upstream %s: more than %d redirects", url0,
+                          MAX_HOPS);
+            rc = -ELOOP;
+            goto out;
+        }
+        prev = *a;
+        free(url);
+        url = xstrdup(next);
+    }
+out:
+    curl_slist_free_all(hdrs);
+    free(url);
+    return rc;
+}
+
+int upstream_head_file(struct upstream_conn *c, const char *repo, const char *rev,
+                       const char *path, const char *auth, struct upstream_answer *a,
+                       struct st_error *err)
+{
+    char url[URL_MAX];
+    struct body_buf bb = {0};
+    if (file_url(c->u, repo, rev, path, url, sizeof(url)) < 0)
+        return st_error_fail(err, ST_ERR_INVALID_ARGUMENT, "the upstream URL of %s is too long",
+                             path);
+    return request_hops(c, "HEAD", url, NULL, 0, NULL, auth, &bb, a, err);
+}
+
+int upstream_request(struct upstream_conn *c, const char *method, const char *target,
+                     const char *body, size_t body_len, const char *content_type,
+                     const char *auth, size_t max, char **out, size_t *out_len,
+                     struct upstream_answer *a, struct st_error *err)
+{
+    struct body_buf bb = {.max = max};
+    *out = NULL;
+    *out_len = 0;
+    if (target[0] != '/')
+        return st_error_fail(err, ST_ERR_INVALID_ARGUMENT, "a request target starts with /");
+    char *url = xasprintf("%s%s", c->u->base, target);
+    int rc = request_hops(c, method, url, body, body_len, content_type, auth, &bb, a, err);
+    free(url);
+    if (rc < 0) {
+        free(bb.p);
+        return rc;
+    }
+    *out = bb.p ? bb.p : xstrdup("");
+    *out_len = bb.len;
+    return 0;
+}
+
+/* ---- ranges ----------------------------------------------------------------- */
+
+struct range_xfer {
+    struct upstream_conn *c;
+    struct upstream_answer *a;
+    uint64_t off, len, size;
+    const char *commit, *sha256_hex;
+    upstream_sink sink;
+    void *arg;
+    uint64_t got;
+    int checked;               /* the answer's headers were found to be the range asked for */
+    int rc;                    /* why the transfer was stopped */
+    char why[320];
+};
+
+/* Whether the answer being received came from the upstream itself, not
+ * from where a redirect led (a CDN's ETag names its own object, which the
+ * final hash checks instead). */
+static int on_upstream(const struct range_xfer *x)
+{
+    char *url = NULL;
+    curl_easy_getinfo(x->c->h, CURLINFO_EFFECTIVE_URL, &url);
+    return url && same_origin(x->c->u, url);
+}
+
+/* Whether the answer is the range asked for, of the version asked for;
+ * else the reason in x (rc, why). */
+static int range_answer_ok(struct range_xfer *x)
+{
+    const struct upstream_answer *a = x->a;
+    if (a->status == 401 || a->status == 403) {
+        x->rc = -EACCES;
+        snprintf(x->why, sizeof(x->why), "the upstream refused the token (%ld)", a->status);
+    } else if (a->status == 404 || a->status == 410) {
+        x->rc = -ENOENT;
+        snprintf(x->why, sizeof(x->why), "the upstream no longer has it (%ld%s%s)", a->status,
+                 a->error_code[0] ? " " : "", a->error_code);
+    } else if (a->status == 429 || a->status >= 500) {
+        x->rc = -EAGAIN; /* busy or failing: asked again, after its Retry-After */
+        snprintf(x->why, sizeof(x->why), "the upstream answered %ld%s%.160s", a->status,
+                 a->error_message[0] ? ": " : "", a->error_message);
+    } else if (a->status != 206 || !a->has_range) {
+        x->rc = -EPROTO;
+        snprintf(x->why, sizeof(x->why), "the upstream answered %ld, not 206 with a "
+                 "Content-Range", a->status);
+    } else if (a->range_start != x->off || a->range_end >= x->off + x->len ||
+               a->range_total != x->size) {
+        x->rc = a->range_total != x->size ? -ESTALE : -EPROTO;
+        snprintf(x->why, sizeof(x->why), "the upstream sent bytes %" PRIu64 "-%" PRIu64 "/%"
+                 PRIu64 " for %" PRIu64 "-%" PRIu64 "/%" PRIu64, a->range_start, a->range_end,
+                 a->range_total, x->off, x->off + x->len - 1, x->size);
+    } else if (a->commit[0] && strcmp(a->commit, x->commit) != 0) {
+        x->rc = -ESTALE;
+        snprintf(x->why, sizeof(x->why), "the upstream answered for commit %.40s, not %s",
+                 a->commit, x->commit);
+    } else if (x->sha256_hex &&
+               ((a->linked_etag[0] && strcmp(a->linked_etag, x->sha256_hex) != 0) ||
+                (strlen(a->etag) == 64 && strcspn(a->etag, "0123456789abcdef") == 64 &&
+                 strcmp(a->etag, x->sha256_hex) != 0 && on_upstream(x)))) {
+        x->rc = -ESTALE;
+        snprintf(x->why, sizeof(x->why), "the upstream's bytes have another sha256 (%.64s)",
+                 a->linked_etag[0] ? a->linked_etag : a->etag);
+    } else {
+        return 1;
+    }
+    return 0;
+}
+
+static size_t on_range(char *data, size_t size, size_t n, void *arg)
+{
+    struct range_xfer *x = arg;
+    size_t len = size * n;
+    if (!x->checked) {
+        if (!range_answer_ok(x))
+            return 0;
+        x->checked = 1;
+    }
+    if (x->got + len > x->len) {
+        x->rc = -EPROTO;
+        snprintf(x->why, sizeof(x->why), "the upstream sent more than the range");
+        return 0;
+    }
+    int rc = x->sink(x->arg, data, len);
+    if (rc < 0) {
+        x->rc = rc;
+        snprintf(x->why, sizeof(x->why), "writing to the cache: %s", strerror(-rc));
+        return 0;
+    }
+    x->got += len;
+    return len;
+}
+
+int upstream_get_range(struct upstream_conn *c, const char *repo, const char *commit,
+                       const char *path, const char *auth, uint64_t off, uint64_t len,
+                       uint64_t size, const char *sha256_hex, upstream_sink sink, void *arg,
+                       uint64_t *got, struct upstream_answer *a, struct st_error *err)
+{
+    char url[URL_MAX], range[64];
+    struct range_xfer x = {.c = c, .a = a, .off = off, .len = len, .size = size, .commit = commit,
+                           .sha256_hex = sha256_hex, .sink = sink, .arg = arg};
+    *got = 0;
+    if (len == 0)
+        return 0;
+    if (file_url(c->u, repo, commit, path, url, sizeof(url)) < 0)
+        return st_error_fail(err, ST_ERR_INVALID_ARGUMENT, "the upstream URL of %s is too long",
+                             path);
+    struct curl_slist *hdrs = NULL;
+    int rc = auth_headers(auth, &hdrs, err);
+    if (rc < 0)
+        return rc;
+    snprintf(range, sizeof(range), "Range: bytes=%" PRIu64 "-%" PRIu64, off, off + len - 1);
+    struct curl_slist *more = curl_slist_append(hdrs, range);
+    if (!more) {
+        curl_slist_free_all(hdrs);
+        return st_error_fail(err, ST_ERR_NO_MEMORY, "no memory for a request header");
+    }
+    hdrs = more;
+    memset(a, 0, sizeof(*a));
+    curl_easy_reset(c->h);
+    common_options(c, url, hdrs, a);
+    curl_easy_setopt(c->h, CURLOPT_FOLLOWLOCATION, 1L);
+    curl_easy_setopt(c->h, CURLOPT_MAXREDIRS, (long)MAX_HOPS);
+    curl_easy_setopt(c->h, CURLOPT_WRITEFUNCTION, on_range);
+    curl_easy_setopt(c->h, CURLOPT_WRITEDATA, &x);
+    curl_easy_setopt(c->h, CURLOPT_LOW_SPEED_LIMIT, 1L);
+    curl_easy_setopt(c->h, CURLOPT_LOW_SPEED_TIME, STALL_TIMEOUT_S);
+    CURLcode cr = curl_easy_perform(c->h);
+    curl_slist_free_all(hdrs);
+    *got = x.got;
+    if (cr == CURLE_OK && !x.checked && !range_answer_ok(&x))
+        cr = CURLE_WRITE_ERROR; /* an answer with no body at all */
+    if (cr == CURLE_WRITE_ERROR && x.rc < 0) {
+        st_error_fail(err, ST_ERR_IO, "upstream %s (bytes %" PRIu64 "-%" PRIu64 "): %s", url,
+                      off, off + len - 1, x.why);
+        return x.rc;
+    }
+    /* Cut part-way: what arrived was taken (*got), the caller asks for the rest. */
+    return cr == CURLE_OK ? 0 : curl_fail(cr, url, err);
+}

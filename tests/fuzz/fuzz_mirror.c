@@ -1,0 +1,127 @@
+/* Fuzzes what the mirror reads from outside itself: the first byte picks
+ *   0: a state file of its cache (core/mirror_store.c), left by a previous
+ *      run or another program: accepted only with the key's digest, a size
+ *      whose blocks fit, a block size that is a multiple of 4096 and a
+ *      bitmap of exactly its blocks with no bit past the last;
+ *   1: a repo document from the upstream (core/mirror_model.c): the files
+ *      taken are top-level weight files with a checkable hash, the commit
+ *      40 lowercase hex digits;
+ *   2: header lines of an upstream answer (core/upstream.c) and the file
+ *      metadata made of them (core/mirror_job.c): every string taken is
+ *      NUL-terminated, without control bytes, a range is ordered and within
+ *      its total, a found file has a commit and a digest of its kind.
+ * Errors must carry a message; nothing may be left allocated. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mirror_job.h"
+#include "mirror_model.h"
+#include "mirror_store.h"
+#include "upstream.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static void check_string(const char *s, size_t cap)
+{
+    const char *end = memchr(s, '\0', cap);
+    if (!end)
+        abort();
+    for (; s < end; s++)
+        if ((unsigned char)*s < 0x20 || *s == 0x7f)
+            abort();
+}
+
+static void state(const char *text, size_t len)
+{
+    static const char key[] =
+        "sha256-9235ad6a0a1b2c3d4e5f60718293a4b5c6d7e8f90123456789abcdef01234567";
+    struct mirror_id id;
+    uint64_t block;
+    const uint8_t *bits;
+    struct st_error err = {0};
+    if (mirror_state_parse(text, len, key, &id, &block, &bits, &err) < 0) {
+        if (!err.message[0])
+            abort();
+        return;
+    }
+    uint64_t n = mirror_blocks(id.size, block);
+    if (block % 4096 || block == 0 || n > MIRROR_MAX_BLOCKS ||
+        len != MIRROR_STATE_HEADER + (n + 7) / 8 || id.digest[0] != 0x92)
+        abort();
+    if (n % 8 && bits[(n + 7) / 8 - 1] >> (n % 8))
+        abort();
+}
+
+static void doc(const char *text, size_t len)
+{
+    char commit[41];
+    struct mirror_repo_file *files;
+    struct st_error err = {0};
+    int n = mirror_repo_doc_parse(text, len, commit, &files, &err);
+    if (n < 0) {
+        if (!err.message[0] || files)
+            abort();
+        return;
+    }
+    if (strlen(commit) != 40 || strspn(commit, "0123456789abcdef") != 40)
+        abort();
+    for (int i = 0; i < n; i++) {
+        const char *name = files[i].name;
+        size_t l = strlen(name);
+        if (strchr(name, '/') || !(l > 12 && (strcmp(name + l - 12, ".safetensors") == 0 ||
+                                              strcmp(name + l - 5, ".json") == 0)))
+            abort();
+    }
+    mirror_repo_files_free(files, (size_t)n);
+}
+
+static void headers(const char *text, size_t len)
+{
+    struct upstream_answer a;
+    memset(&a, 0, sizeof(a));
+    for (size_t at = 0; at < len;) {
+        const char *nl = memchr(text + at, '\n', len - at);
+        size_t end = nl ? (size_t)(nl - text) + 1 : len;
+        upstream_parse_header(&a, text + at, end - at);
+        at = end;
+    }
+    check_string(a.commit, sizeof(a.commit));
+    check_string(a.etag, sizeof(a.etag));
+    check_string(a.linked_etag, sizeof(a.linked_etag));
+    check_string(a.error_code, sizeof(a.error_code));
+    check_string(a.error_message, sizeof(a.error_message));
+    check_string(a.content_type, sizeof(a.content_type));
+    check_string(a.link, sizeof(a.link));
+    if (a.has_range && (a.range_end < a.range_start || a.range_end >= a.range_total))
+        abort();
+    struct mirror_meta meta;
+    struct st_error err = {0};
+    if (mirror_meta_from_answer(&a, &meta, &err) < 0) {
+        if (!err.message[0])
+            abort();
+        return;
+    }
+    if (meta.status == 200 && (strlen(meta.commit) != 40 ||
+                               (meta.id.kind != MIRROR_SHA256 && meta.id.kind != MIRROR_GIT_SHA1)))
+        abort();
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size == 0)
+        return 0;
+    const char *text = (const char *)data + 1;
+    size_t len = size - 1;
+    switch (data[0] % 3) {
+    case 0:
+        state(text, len);
+        break;
+    case 1:
+        doc(text, len);
+        break;
+    default:
+        headers(text, len);
+    }
+    return 0;
+}
