@@ -199,7 +199,7 @@ test-cuda-double: deps-test
 	  $(CUDA_DOUBLE_BUILD)/libtensord-client.so $(CUDA_DOUBLE_BUILD)/cuda-double/libcuda.so.1
 	@TENSORD_CUDA_BUILD=$(CUDA_DOUBLE_BUILD) $(PYTHON) tests/cuda_double/run.py
 
-.PHONY: FORCE all deps deps-apt deps-run deps-test deps-test-apt deps-bench deps-bench-apt run uninstall test test-cuda-double cuda-double unit fuzz fuzz-smoke install clean integration print-% bench bench-gpu bench-header bench-hub bench-leases bench-remote bench-s3 bench-mirror bench-swarm bench-sha256 bench-hash soak tsan tsan-test dist
+.PHONY: FORCE all deps deps-apt deps-run deps-test deps-test-apt deps-bench deps-bench-apt run uninstall test test-cuda-double cuda-double unit fuzz fuzz-smoke install clean integration print-% bench bench-gpu bench-header bench-hub bench-leases bench-remote bench-s3 bench-mirror bench-swarm bench-sha256 bench-hash check-olah soak tsan tsan-test dist
 all: $(BUILD)/tensord $(BUILD)/libtensord-client.so $(BUILD)/tensord-client
 
 # The flags a build directory was compiled with: objects depend on this
@@ -460,6 +460,13 @@ bench-gpu: deps-bench
 	else $(PYTHON) bench/preload.py --device host && \
 	  $(MAKE) --no-print-directory CUDA=yes $(BUILD)/cuda-double/libcuda.so.1 && \
 	  $(PYTHON) bench/preload.py --double; fi
+
+# olah (a Hugging Face mirror from the package index, in a virtual
+# environment of its own under build/) in front of tensord: snapshot_download
+# through it byte-exact (bench/olah.py, docs/OPERATIONS.md "Scaling out").
+check-olah: deps-test
+	@$(MAKE) --no-print-directory all
+	@$(PYTHON) bench/olah.py
 
 # Leases opened and closed per second on the host backend, and worker RSS
 # over 1,000 open/close cycles (docs/GPU.md, issue 12).
