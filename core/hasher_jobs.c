@@ -1,9 +1,5 @@
-/* hasher_jobs: the job table the hasher's workers and waiters share (design
- * in hasher.h, structures and locking in hasher_jobs.h): a snapshot's
- * distinct identities as jobs, the queues workers take them from, and the
- * waiters linked to them, fired when their jobs finish. It calls nothing
- * of the workers (hasher_work.c), the waiting API (hasher_wait.c) or the
- * hasher's life (hasher.c), which all call it. */
+/* hasher_jobs: the job table the hasher's other parts share (see
+ * hasher_jobs.h): jobs, their queues, and the waiters linked to them. */
 #include "hasher_jobs.h"
 
 #include <stdlib.h>

@@ -1,13 +1,7 @@
-/* hasher_jobs: the job table at the bottom of the hasher, which its three
- * other parts use and which uses none of them:
- *
- *   hasher.c       the public hasher: its life, snapshots submitted
- *     |  \
- *     |   hasher_work.c   worker, housekeeper and saver threads
- *     |  /
- *   hasher_jobs.c  jobs, their queues, the waiters linked to them   <- hasher_wait.c
- *                                                                   (lookup, want, wait)
- *
+/* hasher_jobs: the job table at the bottom of the hasher. The other parts
+ * call it and it calls none of them:
+ *   hasher.c (life, submit) -> hasher_work.c (threads) -> hasher_jobs.c
+ *   hasher.c -> hasher_jobs.c <- hasher_wait.c (lookup, want, wait)
  * It holds the state they share (struct hasher) and the job and waiter
  * structures. Not part of the API.
  *

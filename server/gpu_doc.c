@@ -247,11 +247,8 @@ static void rows(struct jsonw *w, struct gpu_manager *gm, int current_only)
 {
     struct gm_row *r;
     size_t n;
-    if (gpu_manager_rows(gm, current_only, &r, &n) < 0) {
-        r = NULL;
-        n = 0;
-        jsonw_fail(w);
-    }
+    if (gpu_manager_rows(gm, current_only, &r, &n) < 0)
+        r = NULL, n = 0;
     jsonw_arr(w);
     for (size_t i = 0; i < n; i++) {
         jsonw_obj(w);
@@ -345,8 +342,9 @@ void gpu_doc_model(struct gpu_manager *gm, const char *model, struct jsonw *w)
 }
 
 /* The "device" member of the object whose '{' is s's current token, when
- * it is a string: *device gets a copy (NULL when absent or another type).
- * Returns 0, -1 (s has the error) or -ENOMEM. */
+ * it is a string: *device gets a copy (NULL when absent or another type; a
+ * copy of part of the request body, which the daemon holds already).
+ * Returns 0, or -1 (s has the error). */
 static int read_device(struct json_scan *s, char **device)
 {
     struct json_scan_keys keys = JSON_SCAN_KEYS_INIT;
@@ -359,16 +357,9 @@ static int read_device(struct json_scan *s, char **device)
                         memcmp(key, "device", 6) == 0;
         if (json_scan_colon(s) != 0 || json_scan_value_start(s) != 0)
             goto out;
-        if (is_device && s->tok == JSON_TOK_STRING) {
-            free(*device);
-            if (!(*device = malloc(s->str_len + 1))) {
-                rc = -ENOMEM;
-                goto out;
-            }
+        if (is_device && s->tok == JSON_TOK_STRING) { /* once: keys are unique */
+            *device = xmalloc(s->str_len + 1);
             (*device)[json_scan_decode(s, *device, s->str_len)] = '\0';
-        } else if (is_device) {
-            free(*device);
-            *device = NULL;
         }
         if (json_scan_value(s, 2, JSON_SCAN_MAX_DEPTH) != 0)
             goto out;
@@ -383,25 +374,19 @@ out:
 int gpu_doc_preload_device(const char *body, size_t len, char **device, struct gpu_doc_error *e)
 {
     struct json_scan s;
-    int rc = -1;
     *device = NULL;
     if (!memchr(body, '\0', len) && utf8_valid(body, len)) {
         json_scan_init(&s, body, len);
-        rc = json_scan_next(&s) == '{' ? read_device(&s, device) : -1;
-        if (rc == 0 && json_scan_next(&s) != JSON_TOK_EOF)
-            rc = -1;
+        if (json_scan_next(&s) == '{' && read_device(&s, device) == 0 &&
+            json_scan_next(&s) == JSON_TOK_EOF && *device)
+            return 0;
     }
-    if (rc == 0 && *device)
-        return 0;
     free(*device);
     *device = NULL;
-    e->code = rc == -ENOMEM ? "out_of_memory" : "bad_request";
-    e->http_status = rc == -ENOMEM ? 503 : 400;
-    snprintf(e->message, sizeof(e->message), "%s",
-             rc == -ENOMEM ? "not enough memory to read the request"
-                           : "the body must be a JSON object with \"device\": \"cuda:N\", a GPU "
-                             "UUID or \"host\"");
-    return rc == -ENOMEM ? -ENOMEM : -EINVAL;
+    *e = (struct gpu_doc_error){.code = "bad_request", .http_status = 400};
+    snprintf(e->message, sizeof(e->message), "the body must be a JSON object with \"device\": "
+             "\"cuda:N\", a GPU UUID or \"host\"");
+    return -EINVAL;
 }
 
 int gpu_doc_preload_model(struct gpu_manager *gm, const char *model, const char *device,

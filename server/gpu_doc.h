@@ -52,8 +52,7 @@ void gpu_doc_summary(struct gpu_manager *gm, const char *model, struct jsonw *w)
 void gpu_doc_model(struct gpu_manager *gm, const char *model, struct jsonw *w);
 
 /* The device a POST body names ({"device": "cuda:N" | GPU UUID | "host"}):
- * 0 with *device (the caller frees), or -EINVAL (400 bad_request) or
- * -ENOMEM with e. */
+ * 0 with *device (the caller frees), or -EINVAL with e (400 bad_request). */
 int gpu_doc_preload_device(const char *body, size_t len, char **device, struct gpu_doc_error *e);
 
 /* POST: asks for model's preload on device. 0 with the model document in w

@@ -282,7 +282,7 @@ enum MHD_Result handle_gpu_answer(struct MHD_Connection *conn, struct request *r
     if (rc < 0)
         return respond_error(conn, rq, (unsigned)e->http_status, e->code, "%s", e->message);
     /* The state changes as loading goes on: no validator. */
-    return respond_json(conn, rq, (unsigned)status, w, NULL);
+    return respond_json(conn, rq, (unsigned)status, w);
 }
 
 enum MHD_Result handle_gpu(struct MHD_Connection *conn, struct request *rq, const char *model,

@@ -118,7 +118,7 @@ enum MHD_Result handle_models(struct MHD_Connection *conn, struct request *rq,
     hashing(&w, rq->srv->hasher);
     jsonw_obj_end(&w);
     /* GPU states and hashes change without a reload, so the list carries no validator. */
-    return respond_json(conn, rq, MHD_HTTP_OK, &w, NULL);
+    return respond_json(conn, rq, MHD_HTTP_OK, &w);
 }
 
 /* Rendering fails only when memory runs out: a condition of the host, not
@@ -209,7 +209,7 @@ static enum MHD_Result respond_status(struct MHD_Connection *conn, struct reques
     jsonw_obj(&w);
     jsonw_kstr(&w, "status", status);
     jsonw_obj_end(&w);
-    return respond_json(conn, rq, MHD_HTTP_OK, &w, NULL);
+    return respond_json(conn, rq, MHD_HTTP_OK, &w);
 }
 
 enum MHD_Result handle_healthz(struct MHD_Connection *conn, struct request *rq)

@@ -10,20 +10,6 @@
 #include "lease_int.h"
 #include "util.h"
 
-/* The error answer's document. */
-static void error_doc(struct jsonw *w, const char *code, const char *fmt, va_list ap)
-{
-    char msg[1024];
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    jsonw_obj(w);
-    jsonw_kobj(w, "error");
-    jsonw_kstr(w, "code", code);
-    jsonw_kstr(w, "message", msg);
-    jsonw_obj_end(w);
-    jsonw_kbool(w, "ok", 0);
-    jsonw_obj_end(w);
-}
-
 /* Queues text[0..n) (taken) as c's answer. Returns 0, or -1 when there was
  * no text or no memory for its frame: a short error went instead. */
 static int queue(struct conn *c, char *text, size_t n, const int *fds, size_t n_fds)
@@ -54,11 +40,19 @@ static int queue(struct conn *c, char *text, size_t n, const int *fds, size_t n_
 void lease_frame_error(struct conn *c, const char *code, const char *fmt, ...)
 {
     struct jsonw w = JSONW_INIT;
-    va_list ap;
+    char msg[1024];
     size_t n;
+    va_list ap;
     va_start(ap, fmt);
-    error_doc(&w, code, fmt, ap);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
+    jsonw_obj(&w);
+    jsonw_kobj(&w, "error");
+    jsonw_kstr(&w, "code", code);
+    jsonw_kstr(&w, "message", msg);
+    jsonw_obj_end(&w);
+    jsonw_kbool(&w, "ok", 0);
+    jsonw_obj_end(&w);
     char *text = jsonw_take(&w, &n);
     queue(c, text, n, NULL, 0);
 }

@@ -261,7 +261,7 @@ enum MHD_Result respond_refusal_raw(struct request *rq, int fd, unsigned status,
 }
 
 enum MHD_Result respond_json(struct MHD_Connection *conn, struct request *rq, unsigned status,
-                             struct jsonw *w, const char *etag)
+                             struct jsonw *w)
 {
     size_t len;
     char *text = jsonw_take(w, &len);
@@ -276,27 +276,15 @@ enum MHD_Result respond_json(struct MHD_Connection *conn, struct request *rq, un
         add_common_headers(resp, "application/json");
         return queue(conn, rq, status, resp, len);
     }
-    return respond_json_text(conn, rq, text, len, etag, NULL);
-}
-
-enum MHD_Result respond_json_text(struct MHD_Connection *conn, struct request *rq,
-                                  const char *text, size_t len, const char *etag,
-                                  const struct reg_model *pin)
-{
-    if (!pin && !(text = respond_json_line((char *)text, &len)))
-        return respond_error(conn, rq, MHD_HTTP_SERVICE_UNAVAILABLE, "out_of_memory",
-                             "out of memory");
     struct representation rep = {
         .body = {.prefix = text, .prefix_len = len, .fd = -1},
-        .prefix_buf = pin ? NULL : (char *)text,
-        .pin = pin,
+        .prefix_buf = text,
         .content_type = "application/json",
         .mtime = -1,
     };
-    if (etag)
-        snprintf(rep.etag, sizeof(rep.etag), "%s", etag);
     return respond_body(conn, rq, &rep);
 }
+
 enum MHD_Result respond_file_changed(struct MHD_Connection *conn, struct request *rq)
 {
     http_request_rescan(rq->srv);
