@@ -72,10 +72,8 @@ static int open_log(const char *path)
 int log_init(const char *level, const char *access_log)
 {
     int lv = parse_level(level ? level : "info");
-    if (lv < 0) {
-        errno = EINVAL;
-        return -1;
-    }
+    if (lv < 0)
+        return -EINVAL;
     journal = stderr_is_journal();
     const char *a = access_log ? access_log : "-";
     int fd;
@@ -86,7 +84,7 @@ int log_init(const char *level, const char *access_log)
     } else {
         int nfd = open_log(a);
         if (nfd < 0)
-            return -1;
+            return -errno;
         int old = atomic_load(&access_fd);
         if (old > 2 && access_path) {
             /* Keep the descriptor number: writers may be using it. */
@@ -112,10 +110,11 @@ int log_reopen(void)
         return 0;
     int nfd = open_log(access_path);
     if (nfd < 0) {
-        log_msg(LOG_ERROR, "cannot reopen access log %s: %s", access_path, strerror(errno));
-        return -1;
+        int rc = -errno;
+        log_msg(LOG_ERROR, "cannot reopen access log %s: %s", access_path, strerror(-rc));
+        return rc;
     }
-    int rc = dup2(nfd, fd) < 0 ? -1 : 0;
+    int rc = dup2(nfd, fd) < 0 ? -errno : 0;
     close(nfd);
     return rc;
 }

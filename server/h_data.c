@@ -156,16 +156,15 @@ static int apply_slice(struct MHD_Connection *conn, struct request *rq, const st
                        const char *spec, struct representation *rep, uint32_t *ndim,
                        const uint64_t **shape, enum MHD_Result *ret)
 {
-    char err[512];
+    struct st_error err;
     metrics_add(MC_SLICE_REQUESTS, 1);
     struct slice_plan *plan = xmalloc(sizeof(*plan));
-    if (slice_plan_build(spec, strlen(spec), st->dtype, st->ndim, st->shape, plan, err,
-                         sizeof(err)) < 0) {
+    if (slice_plan_build(spec, strlen(spec), st->dtype, st->ndim, st->shape, plan, &err) < 0) {
         free(plan);
         shape_format(rep->shape, sizeof(rep->shape), st->shape, st->ndim, ",");
         *ret = respond_error(conn, rq, MHD_HTTP_BAD_REQUEST, "bad_slice",
                              "tensor \"%.200s\" %s [%s]: %s", st->name, rep->dtype, rep->shape,
-                             err);
+                             err.message);
         return 1;
     }
     uint64_t limit = rq->srv->cfg->max_slice_bytes, nbytes = plan->nbytes;
@@ -193,20 +192,23 @@ static int apply_format(struct MHD_Connection *conn, struct request *rq, const s
                         const struct tensor_query *q, uint32_t ndim, const uint64_t *shape,
                         struct representation *rep, enum MHD_Result *ret)
 {
-    char err[256];
+    struct st_error err;
     if (q->format == TFORMAT_NPY) {
-        snprintf(err, sizeof(err), "dtype %s has no npy form", rep->dtype);
+        st_error_fail(&err, ST_ERR_DTYPE, "dtype %s has no npy form", rep->dtype);
         if ((q->npy_raw ? tformat_npy_raw_prefix(st->dtype, ndim, shape, rep->body.data_len,
                                                  &rep->prefix_buf, &rep->body.prefix_len)
                         : tformat_npy_prefix(st->dtype, ndim, shape, &rep->prefix_buf,
-                                             &rep->body.prefix_len, err, sizeof(err))) < 0) {
-            *ret = respond_error(conn, rq, MHD_HTTP_BAD_REQUEST, "bad_format", "%s", err);
+                                             &rep->body.prefix_len, &err)) < 0) {
+            *ret = respond_error(conn, rq, MHD_HTTP_BAD_REQUEST, "bad_format", "%s", err.message);
             return 1;
         }
         rep->content_type = "application/x-npy";
-    } else if (q->format == TFORMAT_SAFETENSORS) {
-        tformat_safetensors_prefix(st->name, st->dtype, ndim, shape, rep->body.data_len,
-                                   &rep->prefix_buf, &rep->body.prefix_len);
+    } else if (q->format == TFORMAT_SAFETENSORS &&
+               tformat_safetensors_prefix(st->name, st->dtype, ndim, shape, rep->body.data_len,
+                                          &rep->prefix_buf, &rep->body.prefix_len) < 0) {
+        *ret = respond_error(conn, rq, MHD_HTTP_SERVICE_UNAVAILABLE, "out_of_memory",
+                             "not enough memory for the safetensors header; try again later");
+        return 1;
     }
     rep->body.prefix = rep->prefix_buf;
     return 0;
@@ -274,39 +276,22 @@ out:
     return ret;
 }
 
-enum MHD_Result handle_gpu_text(struct MHD_Connection *conn, struct request *rq, char *text,
-                                int status)
+enum MHD_Result handle_gpu_answer(struct MHD_Connection *conn, struct request *rq, int rc,
+                                  int status, struct jsonw *w, const struct gpu_doc_error *e)
 {
-    if (!text)
-        return respond_error(conn, rq, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal",
-                             "the GPU manager gave no answer");
-    json_t *doc;
-    if (status >= 400) {
-        doc = json_loads(text, 0, NULL);
-        free(text);
-        json_t *e = json_object_get(doc, "error");
-        const char *code = json_string_value(json_object_get(e, "code"));
-        const char *msg = json_string_value(json_object_get(e, "message"));
-        enum MHD_Result r = respond_error(conn, rq, (unsigned)status, code ? code : "gpu_error",
-                                          "%s", msg ? msg : "GPU request failed");
-        json_decref(doc);
-        return r;
-    }
+    if (rc < 0)
+        return respond_error(conn, rq, (unsigned)e->http_status, e->code, "%s", e->message);
     /* The state changes as loading goes on: no validator. */
-    if (status == MHD_HTTP_OK)
-        return respond_json_text(conn, rq, text, strlen(text), NULL, NULL);
-    /* 202 (a load started: the document is small then, no checksums yet);
-     * respond_json_text answers 200 only. */
-    doc = json_loads(text, 0, NULL);
-    free(text);
-    return respond_json(conn, rq, (unsigned)status, doc, NULL);
+    return respond_json(conn, rq, (unsigned)status, w);
 }
 
 enum MHD_Result handle_gpu(struct MHD_Connection *conn, struct request *rq, const char *model,
                            const char *method)
 {
     struct gpu_manager *gm = rq->srv->gpu;
-    int status = MHD_HTTP_OK;
+    struct gpu_doc_error e;
+    struct jsonw w = JSONW_INIT;
+    int status = MHD_HTTP_OK, rc = 0;
     if (!gm)
         return respond_error(conn, rq, MHD_HTTP_SERVICE_UNAVAILABLE, "gpu_unavailable",
                              "GPU sharing is not running in this daemon");
@@ -314,19 +299,16 @@ enum MHD_Result handle_gpu(struct MHD_Connection *conn, struct request *rq, cons
         !respond_preconditions_hold(conn))
         return respond_error(conn, rq, MHD_HTTP_PRECONDITION_FAILED, "precondition_failed",
                              "If-Match or If-None-Match did not hold; nothing was done");
-    /* GET and POST answer with text rendered outside the manager's lock
-     * (a big model's tensor table is kept, not rebuilt per request). */
-    if (strcmp(method, MHD_HTTP_METHOD_DELETE) == 0) {
-        json_t *doc = gpu_doc_evict(gm, model, &status);
-        if (status < 400)
-            return respond_json(conn, rq, (unsigned)status, doc, NULL);
-        char *text = json_dumps(doc, JSON_COMPACT);
-        json_decref(doc);
-        return handle_gpu_text(conn, rq, text, status);
+    if (strcmp(method, MHD_HTTP_METHOD_POST) == 0) {
+        char *device;
+        rc = gpu_doc_preload_device(rq->upload ? rq->upload : "", rq->upload_len, &device, &e);
+        if (rc == 0)
+            rc = gpu_doc_preload(gm, model, device, &w, &status, &e);
+        free(device);
+    } else if (strcmp(method, MHD_HTTP_METHOD_DELETE) == 0) {
+        rc = gpu_doc_evict(gm, model, &w, &status, &e);
+    } else {
+        gpu_doc_model(gm, model, &w);
     }
-    char *text = strcmp(method, MHD_HTTP_METHOD_POST) == 0
-                     ? gpu_doc_preload_text(gm, model, rq->upload ? rq->upload : "",
-                                            rq->upload_len, &status)
-                     : gpu_doc_model_text(gm, model, &status);
-    return handle_gpu_text(conn, rq, text, status);
+    return handle_gpu_answer(conn, rq, rc, status, &w, &e);
 }

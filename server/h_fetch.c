@@ -17,22 +17,24 @@
 #include "util.h"
 
 static enum MHD_Result plan_error(struct MHD_Connection *conn, struct request *rq,
-                                  enum fetch_plan_status st, const char *err)
+                                  const struct st_error *e)
 {
-    switch (st) {
-    case FETCH_PLAN_NO_TENSOR:
-        return respond_error(conn, rq, MHD_HTTP_NOT_FOUND, "tensor_not_found", "%s", err);
-    case FETCH_PLAN_DUPLICATE:
-        return respond_error(conn, rq, MHD_HTTP_BAD_REQUEST, "duplicate_tensor", "%s", err);
-    case FETCH_PLAN_BAD_SLICE:
-        return respond_error(conn, rq, MHD_HTTP_BAD_REQUEST, "bad_slice", "%s", err);
-    case FETCH_PLAN_BAD_SPLIT:
-        return respond_error(conn, rq, MHD_HTTP_BAD_REQUEST, "bad_split", "%s", err);
-    case FETCH_PLAN_TOO_LARGE:
-        return respond_error(conn, rq, MHD_HTTP_CONTENT_TOO_LARGE, "fetch_too_large", "%s", err);
-    default:
-        return respond_error(conn, rq, MHD_HTTP_INTERNAL_SERVER_ERROR, "io_error", "%s", err);
-    }
+    static const struct {
+        enum st_status code;
+        unsigned http;
+        const char *wire;
+    } map[] = {
+        {ST_ERR_NOT_FOUND, MHD_HTTP_NOT_FOUND, "tensor_not_found"},
+        {ST_ERR_DUPLICATE_TENSOR, MHD_HTTP_BAD_REQUEST, "duplicate_tensor"},
+        {ST_ERR_SLICE, MHD_HTTP_BAD_REQUEST, "bad_slice"},
+        {ST_ERR_SPLIT, MHD_HTTP_BAD_REQUEST, "bad_split"},
+        {ST_ERR_LIMIT, MHD_HTTP_CONTENT_TOO_LARGE, "fetch_too_large"},
+        {ST_ERR_NO_MEMORY, MHD_HTTP_SERVICE_UNAVAILABLE, "out_of_memory"},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(map); i++)
+        if (map[i].code == e->code)
+            return respond_error(conn, rq, map[i].http, map[i].wire, "%s", e->message);
+    return respond_error(conn, rq, MHD_HTTP_INTERNAL_SERVER_ERROR, "io_error", "%s", e->message);
 }
 
 enum MHD_Result handle_fetch(struct MHD_Connection *conn, struct request *rq,
@@ -42,7 +44,6 @@ enum MHD_Result handle_fetch(struct MHD_Connection *conn, struct request *rq,
     int is_post = strcmp(rq->method, MHD_HTTP_METHOD_POST) == 0, bad = 0;
     size_t qlen = 0;
     char *q = handler_query(conn, "q", 1, &qlen, &bad);
-    char err[1024];
     enum MHD_Result ret;
     struct fetch_req req;
     struct fetch_plan *plan;
@@ -84,9 +85,8 @@ enum MHD_Result handle_fetch(struct MHD_Connection *conn, struct request *rq,
         goto out;
     }
     struct fetch_plan_limits plim = {.max_bytes = cfg->max_fetch_bytes};
-    enum fetch_plan_status ps = fetch_plan_build(m, &req, &plim, &plan, err, sizeof(err));
-    if (ps != FETCH_PLAN_OK) {
-        ret = plan_error(conn, rq, ps, err);
+    if (fetch_plan_build(m, &req, &plim, &plan, &rerr) < 0) {
+        ret = plan_error(conn, rq, &rerr);
         goto out;
     }
     /* Checked before any header goes out: no file of the answer changed

@@ -377,26 +377,25 @@ static enum MHD_Result mirror_preload(struct MHD_Connection *conn, struct reques
                                       const char *model)
 {
     struct gpu_manager *gm = rq->srv->gpu;
-    char *device = NULL, *text = NULL;
-    int status = 0;
-    if (gpu_doc_preload_device(rq->upload ? rq->upload : "", rq->upload_len, &device, &text,
-                               &status) < 0)
-        return handle_gpu_text(conn, rq, text, status);
+    struct gpu_doc_error de;
+    struct jsonw w = JSONW_INIT;
+    char *device = NULL;
+    int status = 0, rc;
+    if ((rc = gpu_doc_preload_device(rq->upload ? rq->upload : "", rq->upload_len, &device,
+                                     &de)) < 0)
+        return handle_gpu_answer(conn, rq, rc, status, &w, &de);
     if (!rq->mjob) {
         /* Loaded or loading already: that instance, without asking the upstream. */
-        text = gpu_doc_preload_model_text(gm, model, device, NULL, NULL, &status);
-        if (status != MHD_HTTP_NOT_FOUND) {
-            free(device);
-            return handle_gpu_text(conn, rq, text, status);
-        }
-        free(text);
+        rc = gpu_doc_preload(gm, model, device, &w, &status, &de);
         free(device);
+        if (rc == 0 || de.http_status != MHD_HTTP_NOT_FOUND)
+            return handle_gpu_answer(conn, rq, rc, status, &w, &de);
         struct model_ctx c = {model};
         return suspend_for(conn, rq, submit_model, &c);
     }
     struct mirror_model *mm;
     struct st_error e;
-    int rc = mirror_job_model_take(rq->mjob, &mm, &e);
+    rc = mirror_job_model_take(rq->mjob, &mm, &e);
     if (rc < 0) {
         free(device);
         if (rc == -ECANCELED)
@@ -410,11 +409,11 @@ static enum MHD_Result mirror_preload(struct MHD_Connection *conn, struct reques
                              "%s", e.message);
     }
     struct gm_source *src = source_new(mm);
-    text = gpu_doc_preload_model_text(gm, model, device, mirror_model_reg(mm), &src, &status);
+    rc = gpu_doc_preload_model(gm, model, device, mirror_model_reg(mm), &src, &w, &status, &de);
     if (src) /* no new instance took it: the model goes */
         src->release(src);
     free(device);
-    return handle_gpu_text(conn, rq, text, status);
+    return handle_gpu_answer(conn, rq, rc, status, &w, &de);
 }
 
 enum MHD_Result handle_mirror_gpu(struct MHD_Connection *conn, struct request *rq,

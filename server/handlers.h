@@ -11,6 +11,9 @@
 #include "http.h"
 #include "registry.h"
 
+struct gpu_doc_error;
+struct jsonw;
+
 /* The decoded value of query parameter key (libmicrohttpd leaves values
  * escaped: http.c), as a form value ('+' a space) when form is set; NULL
  * when absent. *bad is set when it is malformed; *len (may be NULL) gets
@@ -32,9 +35,10 @@ enum MHD_Result handle_tensor(struct MHD_Connection *conn, struct request *rq,
  * manager's instances are). */
 enum MHD_Result handle_gpu(struct MHD_Connection *conn, struct request *rq, const char *model,
                            const char *method);
-/* Answers a GPU document's text (taken over) with its status. */
-enum MHD_Result handle_gpu_text(struct MHD_Connection *conn, struct request *rq, char *text,
-                                int status);
+/* Answers a gpu_doc call: rc < 0, e in the error dialect; else status with
+ * the document w holds (taken). */
+enum MHD_Result handle_gpu_answer(struct MHD_Connection *conn, struct request *rq, int rc,
+                                  int status, struct jsonw *w, const struct gpu_doc_error *e);
 enum MHD_Result handle_fetch(struct MHD_Connection *conn, struct request *rq,
                              const struct reg_model *m);
 struct route;

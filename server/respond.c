@@ -61,14 +61,12 @@ static enum MHD_Result queue(struct MHD_Connection *conn, struct request *rq, un
  * Hub's dialect (hub) {"error": msg}. NULL when out of memory. */
 static char *error_document(const char *code, const char *msg, int hub, size_t *len)
 {
-    struct jsonw w;
-    jsonw_init(&w);
+    struct jsonw w = JSONW_INIT;
     jsonw_obj(&w);
     if (hub) {
         jsonw_kstr(&w, "error", msg);
     } else {
-        jsonw_key(&w, "error");
-        jsonw_obj(&w);
+        jsonw_kobj(&w, "error");
         jsonw_kstr(&w, "code", code);
         jsonw_kstr(&w, "message", msg);
         jsonw_obj_end(&w);
@@ -263,43 +261,30 @@ enum MHD_Result respond_refusal_raw(struct request *rq, int fd, unsigned status,
 }
 
 enum MHD_Result respond_json(struct MHD_Connection *conn, struct request *rq, unsigned status,
-                             json_t *doc, const char *etag)
+                             struct jsonw *w)
 {
-    char *text = json_dumps(doc, JSON_COMPACT);
-    json_decref(doc);
-    size_t len = text ? strlen(text) : 0;
+    size_t len;
+    char *text = jsonw_take(w, &len);
     if (text)
         text = respond_json_line(text, &len);
     if (!text)
-        return respond_error(conn, rq, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal",
-                             "could not encode the answer as JSON");
+        return respond_error(conn, rq, MHD_HTTP_SERVICE_UNAVAILABLE, "out_of_memory",
+                             "not enough memory to render the answer; try again later");
     if (status != MHD_HTTP_OK) {
         struct MHD_Response *resp =
             MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
         add_common_headers(resp, "application/json");
         return queue(conn, rq, status, resp, len);
     }
-    return respond_json_text(conn, rq, text, len, etag, NULL);
-}
-
-enum MHD_Result respond_json_text(struct MHD_Connection *conn, struct request *rq,
-                                  const char *text, size_t len, const char *etag,
-                                  const struct reg_model *pin)
-{
-    if (!pin && !(text = respond_json_line((char *)text, &len)))
-        return respond_error(conn, rq, MHD_HTTP_SERVICE_UNAVAILABLE, "out_of_memory",
-                             "out of memory");
     struct representation rep = {
         .body = {.prefix = text, .prefix_len = len, .fd = -1},
-        .prefix_buf = pin ? NULL : (char *)text,
-        .pin = pin,
+        .prefix_buf = text,
         .content_type = "application/json",
         .mtime = -1,
     };
-    if (etag)
-        snprintf(rep.etag, sizeof(rep.etag), "%s", etag);
     return respond_body(conn, rq, &rep);
 }
+
 enum MHD_Result respond_file_changed(struct MHD_Connection *conn, struct request *rq)
 {
     http_request_rescan(rq->srv);

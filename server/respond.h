@@ -6,13 +6,13 @@
 #ifndef TENSORD_RESPOND_H
 #define TENSORD_RESPOND_H
 
-#include <jansson.h>
 #include <microhttpd.h>
 #include <stdint.h>
 
 #include "body.h"
 #include "conditional.h"
 #include "fileio.h"
+#include "jsonw.h"
 #include "registry.h"
 #include "st_header.h"
 
@@ -69,18 +69,12 @@ int respond_preconditions_hold(struct MHD_Connection *conn);
  * *len is updated. NULL (text freed) when out of memory. */
 char *respond_json_line(char *text, size_t *len);
 
-/* Answers with a JSON document (consumed: decref'd here) as a byte body, so
- * Range and conditional requests apply; etag may be NULL. */
+/* Answers status with the document w holds (taken: w is empty afterwards),
+ * a 200 as a byte body so Range and conditional requests apply, with no
+ * validator (the documents sent this way change without a reload). A
+ * writer that ran out of memory answers 503 out_of_memory. */
 enum MHD_Result respond_json(struct MHD_Connection *conn, struct request *rq, unsigned status,
-                             json_t *doc, const char *etag);
-
-/* Answers 200 with JSON text as a byte body; etag may be NULL. With pin
- * NULL, text was malloc'd and is taken over (freed when sent; a newline is
- * added); otherwise it belongs to model pin, which the answer keeps alive
- * while it is sent, and ends with its newline already. */
-enum MHD_Result respond_json_text(struct MHD_Connection *conn, struct request *rq,
-                                  const char *text, size_t len, const char *etag,
-                                  const struct reg_model *pin);
+                             struct jsonw *w);
 
 /* Answers 503 file_changed: the file changed on disk since it was
  * validated. Asks the daemon to rescan (the watcher usually already is), so
