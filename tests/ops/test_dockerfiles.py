@@ -216,3 +216,16 @@ def test_healthcheck_follows_the_config_file_and_tls(tmp_path):
     finally:
         p.send_signal(signal.SIGTERM)
         p.wait(timeout=30)
+
+
+def test_build_stage_installs_what_the_makefile_checks(dockerfile):
+    """The build stage installs every package of the Makefile's DEB_BUILD:
+    the Makefile stops before compiling when a library it checks is missing
+    (libdlpack-dev once was, so no image could build)."""
+    path, ins = dockerfile
+    make = subprocess.run(["make", "-s", "--no-print-directory", "print-DEB_BUILD"], cwd=ROOT,
+                          capture_output=True, text=True, check=True).stdout.split()
+    assert "libdlpack-dev" in make and "pkg-config" in make
+    first_run = next(rest for word, rest in ins if word == "RUN")
+    for pkg in make:
+        assert re.search(rf"(^|\s){re.escape(pkg)}(\s|$)", first_run), f"{path}: build stage lacks {pkg}"
