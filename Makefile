@@ -247,7 +247,8 @@ $(BUILD)/tensord: $(SERVER_OBJ) $(BUILD)/libtensord-core.a
 # function is its own section and the link drops those nothing calls, so
 # core's allocation wrappers, which abort on OOM, never reach it: a worker
 # must get errors from it, never an abort. Only tensord_* is exported.
-CLIENT_CORE_SRC := core/dtype.c core/json_scan.c core/strmap.c core/util.c
+CLIENT_CORE_SRC := core/dtype.c core/json_scan.c core/path_trust.c core/st_error.c core/strmap.c \
+                   core/util.c
 CLIENT_PIC_OBJ := $(CLIENT_SRC:%.c=$(BUILD)/pic/%.o) $(CLIENT_CORE_SRC:%.c=$(BUILD)/pic/%.o)
 $(BUILD)/pic/%.o: %.c $(BUILD)/flags
 	@mkdir -p $(dir $@)

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -17,6 +18,7 @@
 #include "client_int.h"
 #include "cmem.h"
 #include "gpu/ipc_proto.h"
+#include "path_trust.h"
 
 const char tdc_oom[] = "out of memory";
 
@@ -193,22 +195,63 @@ desync:
     goto out;
 }
 
-/* A new connection to path. Returns the fd, or -1 with err. */
+/* The daemon at fd (connected to real, whose directory belongs to owner)
+ * must be who made the socket: root or the directory's owner, and the
+ * socket's owner. Another user's process answering there is refused
+ * before it can hand over a single handle. */
+static int check_peer(int fd, const char *path, const char *real, uid_t owner, char *err,
+                      size_t errlen)
+{
+    struct ucred cred;
+    socklen_t len = sizeof(cred);
+    struct stat st;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0) {
+        tdc_seterr(err, errlen, "socket %s: who answers: %s", path, strerror(errno));
+        return -1;
+    }
+    if (lstat(real, &st) < 0) {
+        tdc_seterr(err, errlen, "socket %s: %s", path, strerror(errno));
+        return -1;
+    }
+    if ((cred.uid != 0 && cred.uid != owner) || st.st_uid != cred.uid) {
+        tdc_seterr(err, errlen, "socket %s: the process answering runs as uid %u, but the "
+                   "socket belongs to uid %u and its directory to uid %u: not the daemon that "
+                   "owns this place; refused", path, (unsigned)cred.uid, (unsigned)st.st_uid,
+                   (unsigned)owner);
+        return -1;
+    }
+    return 0;
+}
+
+/* A new connection to path, once its place is one no other user can
+ * change (core/path_trust.h) and the daemon answering owns it. Returns the
+ * fd, or -1 with err. */
 static int dial(const char *path, char *err, size_t errlen)
 {
     struct sockaddr_un a = {.sun_family = AF_UNIX};
-    if (strlen(path) >= sizeof(a.sun_path)) {
-        tdc_seterr(err, errlen, "socket path too long: %s", path);
+    struct st_error e;
+    char *real;
+    uid_t owner;
+    if (path_trust_socket(path, &real, &owner, &e) < 0) {
+        tdc_seterr(err, errlen, "%s", e.message);
         return -1;
     }
-    memcpy(a.sun_path, path, strlen(path) + 1);
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
+    int fd = -1;
+    if (strlen(real) >= sizeof(a.sun_path)) {
+        tdc_seterr(err, errlen, "socket path too long: %s", real);
+        goto out;
+    }
+    memcpy(a.sun_path, real, strlen(real) + 1);
+    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0)
         tdc_seterr(err, errlen, "connect %s: %s", path, strerror(errno));
-        if (fd >= 0)
-            close(fd);
-        return -1;
-    }
+    else if (check_peer(fd, path, real, owner, err, errlen) == 0)
+        goto out;
+    if (fd >= 0)
+        close(fd);
+    fd = -1;
+out:
+    free(real);
     return fd;
 }
 

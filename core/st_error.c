@@ -53,6 +53,7 @@ static const char *const names[ST_STATUS_COUNT] = {
     [ST_ERR_LIMIT] = "limit_reached",
     [ST_ERR_SLICE] = "invalid_slice",
     [ST_ERR_SPLIT] = "invalid_split",
+    [ST_ERR_UNTRUSTED] = "untrusted_path",
 };
 
 int st_status_errno(enum st_status s)
@@ -76,6 +77,8 @@ int st_status_errno(enum st_status s)
         return -EBUSY;
     case ST_ERR_LIMIT:
         return -EAGAIN;
+    case ST_ERR_UNTRUSTED:
+        return -EACCES;
     default:
         return -EINVAL;
     }

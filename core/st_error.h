@@ -70,6 +70,7 @@ enum st_status {
     ST_ERR_LIMIT,              /* a configured limit (leases, connections, sizes) is reached */
     ST_ERR_SLICE,              /* a slice that does not parse or does not fit its tensor */
     ST_ERR_SPLIT,              /* a tensor-parallel split that does not fit its tensor */
+    ST_ERR_UNTRUSTED,          /* a path another user could change (a socket's directory) */
     ST_STATUS_COUNT
 };
 
@@ -82,7 +83,7 @@ struct st_error {
 const char *st_status_name(enum st_status s);
 
 /* The negative errno that goes with a code: -EIO, -ENOMEM, -ENOENT,
- * -ENODEV, -ENOSPC, -EBUSY, -EAGAIN, and -EINVAL for everything that is a
+ * -ENODEV, -ENOSPC, -EBUSY, -EAGAIN, -EACCES, and -EINVAL for everything that is a
  * verdict on the input. 0 for ST_OK. */
 int st_status_errno(enum st_status s);
 

@@ -14,6 +14,7 @@
 #include "gpu/ipc_proto.h"
 #include "log.h"
 #include "metrics.h"
+#include "path_trust.h"
 #include "util.h"
 
 void lease_access_init(struct lease_allow *a, const struct config *cfg)
@@ -78,16 +79,11 @@ static void socket_error(const char *path, int e, char *err, size_t errlen)
         snprintf(err, errlen, "ipc socket %s: %s", path, strerror(e));
 }
 
-int lease_access_listen(const char *path, char *err, size_t errlen)
+/* Binds and listens at path (a, its address), a stale socket there
+ * removed. Returns the fd, or -1 with err. */
+static int listen_at(const char *path, const struct sockaddr_un *a, char *err, size_t errlen)
 {
-    struct sockaddr_un a = {.sun_family = AF_UNIX};
     struct stat st;
-    if (!path || strlen(path) >= sizeof(a.sun_path)) {
-        snprintf(err, errlen, "ipc socket path \"%s\" is longer than %zu bytes", path ? path : "",
-                 sizeof(a.sun_path) - 1);
-        return -1;
-    }
-    memcpy(a.sun_path, path, strlen(path) + 1);
     if (lstat(path, &st) == 0) {
         if (!S_ISSOCK(st.st_mode)) {
             snprintf(err, errlen, "ipc socket %s exists and is not a socket", path);
@@ -100,9 +96,7 @@ int lease_access_listen(const char *path, char *err, size_t errlen)
         unlink(path); /* stale, from a daemon that did not exit cleanly */
     }
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    int bound = fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
-    if (!bound && fd >= 0 && errno == ENOENT && make_socket_dir(path) == 0)
-        bound = bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
+    int bound = fd >= 0 && bind(fd, (struct sockaddr *)a, sizeof(*a)) == 0;
     if (!bound) {
         int e = errno;
         socket_error(path, e, err, errlen);
@@ -119,6 +113,59 @@ int lease_access_listen(const char *path, char *err, size_t errlen)
         unlink(path);
         return -1;
     }
+    return fd;
+}
+
+/* The socket's directory made when missing, then its place checked
+ * (path_trust.h): it must be root's or the daemon's user's, and no one
+ * else's to write. Returns the resolved path to bind (caller frees), or
+ * NULL with err. */
+static char *trusted_place(const char *path, char *err, size_t errlen)
+{
+    struct st_error e;
+    char *real;
+    uid_t owner, self = geteuid();
+    int rc = path_trust_socket(path, &real, &owner, &e);
+    if (rc == -ENOENT && make_socket_dir(path) == 0)
+        rc = path_trust_socket(path, &real, &owner, &e);
+    if (rc == -ENOENT || rc == -ENOTDIR) {
+        snprintf(err, errlen, "ipc socket %s: %s", path, strerror(-rc));
+        return NULL;
+    }
+    if (rc < 0) {
+        snprintf(err, errlen, "ipc %s", e.message);
+        return NULL;
+    }
+    if (owner != 0 && owner != self) {
+        snprintf(err, errlen, "ipc socket %s: the directory belongs to uid %u and tensord runs "
+                 "as uid %u: that user could put another socket in its place; give tensord "
+                 "the directory, or set ipc_socket", path, (unsigned)owner, (unsigned)self);
+        free(real);
+        return NULL;
+    }
+    return real;
+}
+
+int lease_access_listen(const char *where, char *err, size_t errlen)
+{
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    if (!where || strlen(where) >= sizeof(a.sun_path)) {
+        snprintf(err, errlen, "ipc socket path \"%s\" is longer than %zu bytes",
+                 where ? where : "", sizeof(a.sun_path) - 1);
+        return -1;
+    }
+    char *path = trusted_place(where, err, errlen);
+    if (!path)
+        return -1;
+    if (strlen(path) >= sizeof(a.sun_path)) {
+        snprintf(err, errlen, "ipc socket %s: its resolved path %s is longer than %zu bytes",
+                 where, path, sizeof(a.sun_path) - 1);
+        free(path);
+        return -1;
+    }
+    memcpy(a.sun_path, path, strlen(path) + 1);
+    int fd = listen_at(path, &a, err, errlen);
+    free(path);
     return fd;
 }
 

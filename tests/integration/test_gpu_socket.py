@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from gpuhost import (ALLOWED_GID, ALLOWED_UID, OTHER_UID, ask, connect, gpu_state,
+from gpuhost import (ALLOWED_GID, ALLOWED_UID, CLIENT_CLI, OTHER_UID, ask, connect, gpu_state,
                      model_tensors, recv_answer, frame, start_c_holder)
 
 NOBODY = 65534
@@ -158,3 +158,66 @@ def test_many_idle_connections_do_not_block(gd):
     finally:
         for c in conns:
             c.close()
+
+
+IMPOSTOR = r"""
+import socket, sys, time
+s = socket.socket(socket.AF_UNIX)
+s.bind(sys.argv[1]); s.listen(4)
+print("listening", flush=True)
+c, _ = s.accept()
+c.sendall(b"FAKE-ANSWER")
+time.sleep(5)
+"""
+
+
+def test_client_refuses_a_socket_others_could_have_placed(tmp_path):
+    """tensord-client (the C client library) dials no socket in a directory
+    another user can write: a process there could answer as tensord."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o1777)
+    p = subprocess.Popen([sys.executable, "-c", IMPOSTOR, str(shared / "s.sock")],
+                         stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline() == "listening\n"
+        out = subprocess.run([CLIENT_CLI, "--socket", str(shared / "s.sock"), "ls"],
+                             capture_output=True, text=True, timeout=30)
+        assert out.returncode != 0
+        assert "is writable by every user (mode 1777)" in out.stderr, out.stderr
+    finally:
+        p.kill()
+        p.wait()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run processes as other uids")
+def test_client_refuses_a_daemon_that_does_not_own_the_socket():
+    """A socket made by one user and found in a directory of another (moved
+    there): the process answering is not the directory's owner, and the
+    client refuses it before reading a byte of its answers."""
+    import shutil
+    import tempfile
+    base = tempfile.mkdtemp(prefix="tensord-impostor-")
+    try:
+        os.chmod(base, 0o755)
+        theirs, owners = os.path.join(base, "theirs"), os.path.join(base, "owners")
+        os.mkdir(theirs, 0o700)
+        os.chown(theirs, OTHER_UID, OTHER_UID)
+        os.mkdir(owners, 0o755)
+        os.chown(owners, NOBODY, NOBODY)
+        p = subprocess.Popen([sys.executable, "-c", IMPOSTOR, os.path.join(theirs, "s.sock")],
+                             stdout=subprocess.PIPE, text=True, user=OTHER_UID,
+                             group=OTHER_UID, extra_groups=[])
+        try:
+            assert p.stdout.readline() == "listening\n"
+            os.rename(os.path.join(theirs, "s.sock"), os.path.join(owners, "s.sock"))
+            out = subprocess.run([CLIENT_CLI, "--socket", os.path.join(owners, "s.sock"),
+                                  "ls"], capture_output=True, text=True, timeout=30)
+            assert out.returncode != 0
+            assert f"the process answering runs as uid {OTHER_UID}" in out.stderr, out.stderr
+            assert "FAKE-ANSWER" not in out.stderr + out.stdout
+        finally:
+            p.kill()
+            p.wait()
+    finally:
+        shutil.rmtree(base)

@@ -138,3 +138,33 @@ def test_missing_socket_directory_is_created(tmp_path):
     assert until_listening(p, port)
     assert sock.is_socket() and (os.stat(sock.parent).st_mode & 0o777) == 0o755
     stop(p)
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o1777, 0o775])
+def test_socket_directory_others_can_write_is_refused(tmp_path, mode):
+    """A lease socket where another user could put their own (and answer
+    workers as tensord) is never served: the daemon names the directory and
+    its mode."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, mode)
+    port = tdutil.free_port()
+    rc, out = finish(start(tmp_path, "--listen", f"127.0.0.1:{port}", "--preload", "m@host",
+                           "--ipc-socket", str(shared / "tensord.sock")))
+    assert rc == 1, out
+    assert f"the directory {shared} is writable by" in out and f"(mode {mode:04o})" in out, out
+    assert not (shared / "tensord.sock").exists()
+
+
+def test_socket_directory_reached_through_a_symlink(tmp_path):
+    """The socket is made where the path resolves to, and removed at exit."""
+    real = tmp_path / "real"
+    real.mkdir(mode=0o700)
+    (tmp_path / "link").symlink_to(real)
+    port = tdutil.free_port()
+    p = start(tmp_path, "--listen", f"127.0.0.1:{port}", "--preload", "m@host",
+              "--ipc-socket", str(tmp_path / "link" / "tensord.sock"))
+    assert until_listening(p, port)
+    assert (real / "tensord.sock").is_socket()
+    stop(p)
+    assert not (real / "tensord.sock").exists()

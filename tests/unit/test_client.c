@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -31,6 +32,7 @@
 typedef const char *(*script_fn)(const char *req, int *n_fds);
 
 struct fake {
+    char dir[64];
     char path[108];
     int lfd;
     pthread_t th;
@@ -176,8 +178,12 @@ static void fake_start(script_fn script)
     memset(&fake, 0, sizeof(fake));
     pthread_mutex_init(&fake.lock, NULL);
     fake.script = script;
-    snprintf(fake.path, sizeof(fake.path), "/tmp/tensord-test-client-%d.sock", (int)getpid());
-    unlink(fake.path);
+    /* A directory of its own: the client connects only where no other user
+     * could have put the socket (a plain /tmp/NAME.sock is refused). */
+    snprintf(fake.dir, sizeof(fake.dir), "/tmp/tensord-test-client-XXXXXX");
+    if (!mkdtemp(fake.dir))
+        abort();
+    snprintf(fake.path, sizeof(fake.path), "%s/s.sock", fake.dir);
     struct sockaddr_un a = {.sun_family = AF_UNIX};
     memcpy(a.sun_path, fake.path, strlen(fake.path) + 1);
     fake.lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -192,6 +198,7 @@ static void fake_stop(void)
     pthread_join(fake.th, NULL);
     close(fake.lfd);
     unlink(fake.path);
+    rmdir(fake.dir);
     pthread_mutex_destroy(&fake.lock);
 }
 
@@ -585,6 +592,29 @@ TEST(unreadable_release_answer_is_reported_next)
     fake_stop();
 }
 
+/* A socket another user could have put there is never dialled: the
+ * client says where and why, and the fake hears nothing. */
+TEST(socket_in_a_shared_directory_is_refused)
+{
+    char err[512];
+    fake_start(scripted);
+    CHECK(chmod(fake.dir, 0777) == 0);
+    CHECK(tensord_connect(fake.path, err, sizeof(err)) == NULL);
+    CHECK_CONTAINS(err, "is writable by every user (mode 0777)");
+    CHECK(chmod(fake.dir, 01777) == 0); /* sticky: still anyone's to fill */
+    CHECK(tensord_connect(fake.path, err, sizeof(err)) == NULL);
+    CHECK_CONTAINS(err, "(mode 1777)");
+    CHECK(chmod(fake.dir, 0770) == 0);
+    CHECK(tensord_connect(fake.path, err, sizeof(err)) == NULL);
+    CHECK_CONTAINS(err, "is writable by its group");
+    CHECK(!log_has("hello"));
+    CHECK(chmod(fake.dir, 0700) == 0);
+    struct tensord_client *c = tensord_connect(fake.path, err, sizeof(err));
+    CHECK(c != NULL);
+    tensord_close(c);
+    fake_stop();
+}
+
 int main(void)
 {
     RUN(open_and_release);
@@ -597,5 +627,6 @@ int main(void)
     RUN(out_of_memory_in_turn);
     RUN(unreadable_frame_reports_the_leases_lost);
     RUN(unreadable_release_answer_is_reported_next);
+    RUN(socket_in_a_shared_directory_is_refused);
     return TEST_SUMMARY();
 }

@@ -1,0 +1,86 @@
+/* path_trust: a socket's directory and ancestors, owned and writable by
+ * root and one user only (path_trust.h says why). */
+#include "path_trust.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+/* The directory part of path ("." for a bare name, "/" for "/name") into
+ * dir[PATH_MAX]; returns the name part, or NULL when there is none. */
+static const char *split(const char *path, char *dir)
+{
+    const char *slash = strrchr(path, '/');
+    if (!slash) {
+        strcpy(dir, ".");
+        return path[0] ? path : NULL;
+    }
+    size_t n = slash == path ? 1 : (size_t)(slash - path);
+    if (n >= PATH_MAX)
+        return NULL;
+    memcpy(dir, path, n);
+    dir[n] = '\0';
+    return slash[1] ? slash + 1 : NULL;
+}
+
+/* One directory of the chain: owned by root or owner, written by no one
+ * else (unless sticky, when allowed). */
+static int check_dir(const char *socket, const char *dir, uid_t owner, int sticky_ok,
+                     struct st_error *err)
+{
+    struct stat st;
+    if (stat(dir, &st) < 0)
+        return st_error_errno(err, errno, "socket %s: %s", socket, dir);
+    if (!S_ISDIR(st.st_mode))
+        return st_error_errno(err, ENOTDIR, "socket %s: %s", socket, dir);
+    if (st.st_uid != 0 && st.st_uid != owner)
+        return st_error_fail(err, ST_ERR_UNTRUSTED,
+                             "socket %s: the directory %s belongs to uid %u, neither root nor "
+                             "the socket directory's owner (uid %u): that user could put "
+                             "another socket in its place; use a directory only root and "
+                             "tensord's user own", socket, dir, (unsigned)st.st_uid,
+                             (unsigned)owner);
+    if ((st.st_mode & (S_IWGRP | S_IWOTH)) && !(sticky_ok && (st.st_mode & S_ISVTX)))
+        return st_error_fail(err, ST_ERR_UNTRUSTED,
+                             "socket %s: the directory %s is writable by %s (mode %04o): "
+                             "another user could put their own socket in its place; "
+                             "chmod go-w %s, or use another directory", socket, dir,
+                             (st.st_mode & S_IWOTH) ? "every user" : "its group",
+                             (unsigned)(st.st_mode & 07777), dir);
+    return 0;
+}
+
+int path_trust_socket(const char *path, char **real, uid_t *owner, struct st_error *err)
+{
+    char dir[PATH_MAX], resolved[PATH_MAX], walk[PATH_MAX];
+    struct stat st;
+    *real = NULL;
+    const char *name = split(path, dir);
+    if (!name)
+        return st_error_fail(err, ST_ERR_INVALID_ARGUMENT, "socket path \"%s\" names no file",
+                             path);
+    if (!realpath(dir, resolved))
+        return st_error_errno(err, errno, "socket %s: the directory %s", path, dir);
+    if (stat(resolved, &st) < 0)
+        return st_error_errno(err, errno, "socket %s: %s", path, resolved);
+    *owner = st.st_uid;
+    int rc = check_dir(path, resolved, st.st_uid, 0, err);
+    /* The ancestors, up to "/", each cut off a copy of the resolved path. */
+    strcpy(walk, resolved);
+    while (rc == 0 && strcmp(walk, "/") != 0) {
+        char *slash = strrchr(walk, '/');
+        slash[slash == walk] = '\0';
+        rc = check_dir(path, walk, st.st_uid, 1, err);
+    }
+    if (rc < 0)
+        return rc;
+    size_t dl = strlen(resolved), nl = strlen(name);
+    if (!(*real = malloc(dl + 1 + nl + 1)))
+        return st_error_errno(err, ENOMEM, "socket %s", path);
+    memcpy(*real, resolved, dl);
+    (*real)[dl] = '/';
+    memcpy(*real + dl + (dl > 1), name, nl + 1); /* "/name", not "//name" */
+    return 0;
+}
