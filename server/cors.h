@@ -15,7 +15,7 @@
 #ifndef TENSORD_CORS_H
 #define TENSORD_CORS_H
 
-#include <microhttpd.h>
+#include <stddef.h>
 
 #include "config.h"
 
@@ -31,14 +31,20 @@
  * or -1 with the reason in err. */
 int cors_check_config(const struct config *cfg, char *err, size_t errlen);
 
-/* Whether conn's request is a preflight to answer: CORS on, method OPTIONS,
- * an Origin that may read answers and an Access-Control-Request-Method. */
-int cors_is_preflight(const struct config *cfg, struct MHD_Connection *conn, const char *method);
+/* Whether a request is a preflight to answer: CORS on, method OPTIONS, an
+ * Origin that may read answers and an Access-Control-Request-Method
+ * (request_method; origin and request_method are NULL when absent). */
+int cors_is_preflight(const struct config *cfg, const char *method, const char *origin,
+                      const char *request_method);
 
-/* Adds to resp, an answer to conn's request, the CORS headers its Origin
- * gets (nothing when CORS is off). methods: the Allow-Methods of a
- * preflight's answer, NULL for any other answer. */
-void cors_add_headers(const struct config *cfg, struct MHD_Connection *conn,
-                      struct MHD_Response *resp, const char *methods);
+/* The most headers cors_headers writes. */
+#define CORS_MAX_HEADERS 6
+
+/* Writes into out (name/value pairs) the CORS headers an answer to a
+ * request from origin (NULL when absent) gets (none when CORS is off);
+ * returns how many pairs. methods: the Allow-Methods of a preflight's
+ * answer, NULL for any other answer. */
+size_t cors_headers(const struct config *cfg, const char *origin, const char *methods,
+                    const char *out[2 * CORS_MAX_HEADERS]);
 
 #endif

@@ -242,7 +242,10 @@ static int refuse_request(struct MHD_Connection *conn, struct request *rq, enum 
         return 1;
     }
     /* A browser's preflight carries no credentials: answered before the token. */
-    if (cors_is_preflight(srv->cfg, conn, method)) {
+    if (cors_is_preflight(srv->cfg, method,
+                          MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Origin"),
+                          MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                      "Access-Control-Request-Method"))) {
         *ret = respond_preflight(conn, rq, route_allowed_methods(kind));
         return 1;
     }
@@ -271,7 +274,10 @@ static int refuse_request(struct MHD_Connection *conn, struct request *rq, enum 
     int upstream_checks = hub && srv->mirror && kind != ROUTE_HUB_NO_REPO &&
                           kind != ROUTE_HUB_NO_REPOS;
     if (kind != ROUTE_HEALTHZ && kind != ROUTE_UI && !upstream_checks &&
-        !auth_check(srv, conn, is_admin)) {
+        !auth_check(srv,
+                    MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                MHD_HTTP_HEADER_AUTHORIZATION),
+                    is_admin)) {
         *ret = refuse_unauthorized(conn, rq, hub, is_admin);
         return 1;
     }

@@ -50,7 +50,12 @@ static enum MHD_Result queue(struct MHD_Connection *conn, struct request *rq, un
 {
     if (rq->close_after || atomic_load(&rq->srv->draining))
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
-    cors_add_headers(rq->srv->cfg, conn, resp, rq->cors_methods);
+    const char *cors[2 * CORS_MAX_HEADERS];
+    size_t nc = cors_headers(rq->srv->cfg, MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                                       "Origin"),
+                             rq->cors_methods, cors);
+    for (size_t i = 0; i < nc; i++)
+        MHD_add_response_header(resp, cors[2 * i], cors[2 * i + 1]);
     http_answer_queued(conn, rq, status, resp, rq->is_head ? 0 : body_bytes);
     enum MHD_Result r = MHD_queue_response(conn, status, resp);
     MHD_destroy_response(resp);
