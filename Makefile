@@ -250,11 +250,15 @@ $(BUILD)/tensord-client: $(BUILD)/obj/client/cli.o $(CLIENT_OBJ) $(BUILD)/libten
 # changes, not only its own .c. Those headers (and the tests/ref/ sources a
 # test includes) become prerequisites: only the test's .c and the objects
 # are compiled and linked.
+# A test may #include the server file under test ("../../server/x.c") to
+# reach its static functions (as h2o's t/00unit does): it links without
+# that file's object.
+included_obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(shell sed -n 's|^\#include "\.\./\.\./\(server/.*\.c\)"|\1|p' $(1)))
 $(BUILD)/tests/%: tests/unit/%.c $(SERVER_LIB_OBJ) $(CLIENT_OBJ) $(BUILD)/libtensord-core.a
 	@mkdir -p $(dir $@)
 	$(call show,CCLD,$@)
 	$(Q)$(CC) $(CPPFLAGS) -Itests/unit $(ALL_CFLAGS) -MMD -MP -MF $@.d $(LDFLAGS) -o $@ $< \
-	  $(filter %.o %.a,$^) $(LDLIBS)
+	  $(filter-out $(call included_obj,$<),$(filter %.o %.a,$^)) $(LDLIBS)
 
 unit: $(UNIT_BIN)
 	@$(PYTHON) tests/run_unit.py $(UNIT_BIN)
