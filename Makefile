@@ -188,7 +188,7 @@ test-cuda-double: deps-test
 	  $(CUDA_DOUBLE_BUILD)/libtensord-client.so $(CUDA_DOUBLE_BUILD)/cuda-double/libcuda.so.1
 	@TENSORD_CUDA_BUILD=$(CUDA_DOUBLE_BUILD) $(PYTHON) tests/cuda_double/run.py
 
-.PHONY: FORCE all deps deps-apt deps-run deps-test deps-test-apt deps-bench deps-bench-apt run uninstall test test-cuda-double cuda-double unit fuzz fuzz-smoke install clean integration print-% bench bench-gpu bench-header bench-hub bench-leases bench-remote bench-s3 bench-mirror bench-swarm bench-sha256 bench-hash soak tsan tsan-test dist
+.PHONY: FORCE all deps deps-apt deps-run deps-test deps-test-apt deps-bench deps-bench-apt run uninstall test test-cuda-double cuda-double unit fuzz fuzz-smoke install clean integration circles print-% bench bench-gpu bench-header bench-hub bench-leases bench-remote bench-s3 bench-mirror bench-swarm bench-sha256 bench-hash soak tsan tsan-test dist
 all: $(BUILD)/tensord $(BUILD)/libtensord-client.so $(BUILD)/tensord-client
 
 # The flags a build directory was compiled with: objects depend on this
@@ -381,6 +381,12 @@ run: deps-run
 
 test: deps-test
 	@$(PYTHON) tests/run_all.py
+
+# No include or call circle among server/'s modules (the dispatcher, the
+# handlers and the HTTP front depend one way): tests/ops/circles.py reads
+# the includes and the objects' symbols. make test runs it.
+circles: all
+	@$(SYS_PYTHON) tests/ops/circles.py --build $(BUILD) server
 
 integration: all
 	@$(PYTHON) -m pytest -q tests/integration

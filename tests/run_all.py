@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """`make test`: every test stage in order, then one "N passed, N failed" line.
 
-Stages: builds (with and without CUDA), C unit tests, the same under
+Stages: builds (with and without CUDA), the dependency-circle check of
+server/, C unit tests, the same under
 ASan+UBSan, the concurrent ones under ThreadSanitizer, the st_header differential test (tests/diff/), libFuzzer smoke
 runs with crash-regression replay, the integration suite against the real
 daemon and, side by side with it, the same suite against the ASan+UBSan
@@ -85,6 +86,9 @@ def main():
     t0 = time.time()
     built = stage("build (CUDA=auto)", ["make", "-j", JOBS, "all"], counted=False)
     stage("build (CUDA=no)", ["make", "-j", JOBS, "CUDA=no", "BUILD=build/nocuda", "all"],
+          counted=False)
+    # No include or call circle among server/'s modules (make circles).
+    stage("dependency circles (server/)", ["make", "--no-print-directory", "circles"],
           counted=False)
     unit_bins = sorted(
         f"build/tests/{f[:-2]}" for f in os.listdir(os.path.join(ROOT, "tests/unit"))
