@@ -30,30 +30,41 @@ BUILD      ?= build/san-$(subst $(comma),-,$(SANITIZER))
 endif
 comma := ,
 
-PKGS       := libmicrohttpd liburing jansson libcrypto yaml-0.1 libcurl
+PKGS       := libmicrohttpd liburing libcrypto yaml-0.1 libcurl
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+# jansson reads JSON in the tests only: the oracle the daemon's own parsers
+# and writers are compared with (tests/ref/, and the unit tests and fuzz
+# targets that include it). Nothing the daemon or the client links uses it.
+TEST_PKGS  := jansson
+TEST_CFLAGS := $(shell pkg-config --cflags $(TEST_PKGS) 2>/dev/null)
+TEST_LIBS  := $(shell pkg-config --libs $(TEST_PKGS) 2>/dev/null)
 
 # The oldest library versions the sources need, checked before anything is
 # compiled (README "Building" says why each): liburing 2.2 brought
 # io_uring_prep_cancel64 and the *_data64 helpers; libmicrohttpd 0.9.75 is
-# the oldest built against (MHD_HTTP_CONTENT_TOO_LARGE); jansson 2.7 added
-# json_stringn_nocheck; OpenSSL 1.1.0 EVP_MD_CTX_new; libyaml 0.2.5 is the
-# one the model card reader was built and fuzzed with; libcurl 7.68.0 (the
-# mirror's upstream client) keeps a custom Authorization header from a
-# redirect to another host (7.58) and has CURLINFO_RETRY_AFTER (7.66).
+# the oldest built against (MHD_HTTP_CONTENT_TOO_LARGE); OpenSSL 1.1.0
+# EVP_MD_CTX_new; libyaml 0.2.5 is the one the model card reader was built
+# and fuzzed with; libcurl 7.68.0 (the mirror's upstream client) keeps a
+# custom Authorization header from a redirect to another host (7.58) and
+# has CURLINFO_RETRY_AFTER (7.66). The tests' jansson: 2.7 added
+# json_stringn_nocheck.
 PKG_MIN    := libmicrohttpd:0.9.75:libmicrohttpd-dev liburing:2.2:liburing-dev \
-              jansson:2.7:libjansson-dev libcrypto:1.1.0:libssl-dev yaml-0.1:0.2.5:libyaml-dev \
+              libcrypto:1.1.0:libssl-dev yaml-0.1:0.2.5:libyaml-dev \
               libcurl:7.68.0:libcurl4-openssl-dev
+TEST_PKG_MIN := jansson:2.7:libjansson-dev
+# $(call check_libs,LIST,WHO,DEPS): stops naming each library of LIST
+# (lib:min:deb) that is missing or too old, and the DLPack header; WHO
+# ("tensord needs") heads the list, `make DEPS` installs them.
 define check_libs
 command -v pkg-config >/dev/null || { echo "tensord: pkg-config is missing (Debian: apt-get install pkg-config build-essential, or make deps-run)" >&2; exit 1; }; \
-bad=; for m in $(PKG_MIN); do lib=$${m%%:*}; rest=$${m#*:}; min=$${rest%%:*}; deb=$${rest#*:}; \
+bad=; for m in $(1); do lib=$${m%%:*}; rest=$${m#*:}; min=$${rest%%:*}; deb=$${rest#*:}; \
   if ! pkg-config --exists $$lib; then bad="$$bad\n  $$lib >= $$min: not found (Debian: $$deb)"; \
   elif ! pkg-config --atleast-version=$$min $$lib; then \
     bad="$$bad\n  $$lib >= $$min: found $$(pkg-config --modversion $$lib) (Debian 12 and Ubuntu 24.04 have new enough ones)"; fi; done; \
 echo '#include <dlpack/dlpack.h>' | $(CC) $(CPPFLAGS) -E -x c - >/dev/null 2>&1 || \
   bad="$$bad\n  dlpack/dlpack.h (DLPack 0.6 or newer, for the client library): not found (Debian: libdlpack-dev)"; \
-if [ -n "$$bad" ]; then printf "tensord needs:$$bad\n(make deps-run installs them on Debian; PKG_CONFIG_PATH finds others)\n" >&2; exit 1; fi
+if [ -n "$$bad" ]; then printf "$(2):$$bad\n(make $(3) installs them on Debian; PKG_CONFIG_PATH finds others)\n" >&2; exit 1; fi
 endef
 # Flags named on the command line (tests/gpu/run.sh's unpacked packages):
 # the caller vouches for the libraries, pkg-config may not even see them.
@@ -188,7 +199,7 @@ test-cuda-double: deps-test
 	  $(CUDA_DOUBLE_BUILD)/libtensord-client.so $(CUDA_DOUBLE_BUILD)/cuda-double/libcuda.so.1
 	@TENSORD_CUDA_BUILD=$(CUDA_DOUBLE_BUILD) $(PYTHON) tests/cuda_double/run.py
 
-.PHONY: FORCE all deps deps-apt deps-run deps-test deps-test-apt deps-bench deps-bench-apt run uninstall test test-cuda-double cuda-double unit fuzz fuzz-smoke install clean integration circles print-% bench bench-gpu bench-header bench-hub bench-leases bench-remote bench-s3 bench-mirror bench-swarm bench-sha256 bench-hash soak tsan tsan-test dist
+.PHONY: FORCE all deps deps-apt deps-run deps-test deps-test-apt deps-bench deps-bench-apt run uninstall test test-cuda-double cuda-double unit fuzz fuzz-smoke install clean integration circles print-% bench bench-gpu bench-header bench-hub bench-leases bench-remote bench-s3 bench-mirror bench-swarm bench-sha256 bench-hash check-olah soak tsan tsan-test dist
 all: $(BUILD)/tensord $(BUILD)/libtensord-client.so $(BUILD)/tensord-client
 
 # The flags a build directory was compiled with: objects depend on this
@@ -196,9 +207,14 @@ all: $(BUILD)/tensord $(BUILD)/libtensord-client.so $(BUILD)/tensord-client
 # CUDA build, CFLAGS=...), so one directory never mixes two configurations.
 BUILD_FLAGS := $(CC) $(CPPFLAGS) $(ALL_CFLAGS) $(LDFLAGS) $(LDLIBS)
 $(BUILD)/flags: FORCE
-	@$(check_libs)
+	@$(call check_libs,$(PKG_MIN),tensord needs,deps-run)
 	@mkdir -p $(dir $@)
 	@echo '$(subst ','\'',$(BUILD_FLAGS))' | cmp -s - $@ || echo '$(subst ','\'',$(BUILD_FLAGS))' > $@
+# The same for the tests' own libraries (the unit tests and fuzz targets).
+$(BUILD)/test-flags: FORCE
+	@$(call check_libs,$(TEST_PKG_MIN),the tests need,deps-test)
+	@mkdir -p $(dir $@)
+	@echo '$(TEST_CFLAGS) $(TEST_LIBS)' | cmp -s - $@ || echo '$(TEST_CFLAGS) $(TEST_LIBS)' > $@
 FORCE:
 
 $(BUILD)/obj/%.o: %.c $(BUILD)/flags
@@ -254,11 +270,12 @@ $(BUILD)/tensord-client: $(BUILD)/obj/client/cli.o $(CLIENT_OBJ) $(BUILD)/libten
 # reach its static functions (as h2o's t/00unit does): it links without
 # that file's object.
 included_obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(shell sed -n 's|^\#include "\.\./\.\./\(server/.*\.c\)"|\1|p' $(1)))
-$(BUILD)/tests/%: tests/unit/%.c $(SERVER_LIB_OBJ) $(CLIENT_OBJ) $(BUILD)/libtensord-core.a
+$(BUILD)/tests/%: tests/unit/%.c $(SERVER_LIB_OBJ) $(CLIENT_OBJ) $(BUILD)/libtensord-core.a \
+                  $(BUILD)/test-flags
 	@mkdir -p $(dir $@)
 	$(call show,CCLD,$@)
-	$(Q)$(CC) $(CPPFLAGS) -Itests/unit $(ALL_CFLAGS) -MMD -MP -MF $@.d $(LDFLAGS) -o $@ $< \
-	  $(filter-out $(call included_obj,$<),$(filter %.o %.a,$^)) $(LDLIBS)
+	$(Q)$(CC) $(CPPFLAGS) -Itests/unit $(ALL_CFLAGS) $(TEST_CFLAGS) -MMD -MP -MF $@.d $(LDFLAGS) \
+	  -o $@ $< $(filter-out $(call included_obj,$<),$(filter %.o %.a,$^)) $(LDLIBS) $(TEST_LIBS)
 
 unit: $(UNIT_BIN)
 	@$(PYTHON) tests/run_unit.py $(UNIT_BIN)
@@ -283,8 +300,8 @@ build/fuzz/libtensord-fuzz.a: $(FUZZ_LIB_OBJ)
 build/fuzz/%: tests/fuzz/%.c build/fuzz/libtensord-fuzz.a
 	@mkdir -p $(dir $@)
 	$(call show,CLANG,$@)
-	$(Q)$(CLANG) $(CPPFLAGS) -std=c11 -pthread $(PKG_CFLAGS) $(FUZZ_FLAGS) -fsanitize=fuzzer -o $@ $^ \
-	  $(LDLIBS)
+	$(Q)$(CLANG) $(CPPFLAGS) -std=c11 -pthread $(PKG_CFLAGS) $(TEST_CFLAGS) $(FUZZ_FLAGS) \
+	  -fsanitize=fuzzer -o $@ $^ $(LDLIBS) $(TEST_LIBS)
 
 fuzz-build: $(FUZZ_BIN)
 # Short smoke run of every target plus a replay of past crash inputs.
@@ -306,10 +323,10 @@ fuzz: $(FUZZ_BIN)
 # Nothing in DEB_BUILD or DEB_RUN starts a service; the test and bench lists
 # are installed with services kept from starting (policy-rc.d), since nginx
 # and prometheus would otherwise listen on :80 and :9090.
-DEB_BUILD := build-essential pkg-config libmicrohttpd-dev liburing-dev libjansson-dev libssl-dev \
+DEB_BUILD := build-essential pkg-config libmicrohttpd-dev liburing-dev libssl-dev \
              libdlpack-dev python3 libyaml-dev libcurl4-openssl-dev
 DEB_RUN   := python3-numpy python3-urllib3 curl xxd
-DEB_TEST  := clang libclang-rt-14-dev python3-pytest python3-venv python3-torch \
+DEB_TEST  := libjansson-dev clang libclang-rt-14-dev python3-pytest python3-venv python3-torch \
              git man-db groff-base systemd prometheus nginx-light chromium
 DEB_BENCH := nettle-dev nginx wrk aria2 iperf3 iproute2 python3-libtorrent
 # Kept for scripts that read it: every list.
@@ -453,6 +470,13 @@ bench-gpu: deps-bench
 	else $(PYTHON) bench/preload.py --device host && \
 	  $(MAKE) --no-print-directory CUDA=yes $(BUILD)/cuda-double/libcuda.so.1 && \
 	  $(PYTHON) bench/preload.py --double; fi
+
+# olah (a Hugging Face mirror from the package index, in a virtual
+# environment of its own under build/) in front of tensord: snapshot_download
+# through it byte-exact (bench/olah.py, docs/OPERATIONS.md "Scaling out").
+check-olah: deps-test
+	@$(MAKE) --no-print-directory all
+	@$(PYTHON) bench/olah.py
 
 # Leases opened and closed per second on the host backend, and worker RSS
 # over 1,000 open/close cycles (docs/GPU.md, issue 12).

@@ -2,9 +2,7 @@
  * names like "model.layers.N.mlp.weight", F16 shapes) five times with
  * st_header_parse and prints the median time, tensors/s and peak RSS.
  *
- *   make build/libtensord-core.a
- *   cc -O2 -D_GNU_SOURCE -Icore bench/bench_st_header.c build/libtensord-core.a \
- *      $(pkg-config --libs jansson) -o build/bench_st_header
+ *   make bench-header      (builds build/bench_st_header against the core library and runs it)
  *   build/bench_st_header [n_tensors] [reversed]
  * "reversed" lays the data out in the opposite order of the JSON keys, so
  * the tensors need sorting (writers usually emit them in offset order). */

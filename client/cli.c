@@ -163,9 +163,9 @@ static struct tensord_client *connect_daemon(const char *sock, const char *confi
     struct config cfg;
     config_defaults(&cfg);
     const char *file = config_path ? config_path : DEFAULT_CONFIG;
-    if ((config_path || access(file, R_OK) == 0) &&
-        config_load_file(&cfg, file, err, sizeof(err)) < 0) {
-        fprintf(stderr, "tensord-client: %s\n", err);
+    struct st_error serr;
+    if ((config_path || access(file, R_OK) == 0) && config_load_file(&cfg, file, &serr) < 0) {
+        fprintf(stderr, "tensord-client: %s\n", serr.message);
         config_free(&cfg);
         return NULL;
     }

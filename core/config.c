@@ -74,7 +74,7 @@ static int parse_bool(const char *s, int *out)
     return -1;
 }
 
-int config_option_error(char *err, size_t errlen, const char *where, const char *name,
+int config_option_error(struct st_error *err, const char *where, const char *name,
                         const char *fmt, ...)
 {
     char reason[256];
@@ -82,20 +82,17 @@ int config_option_error(char *err, size_t errlen, const char *where, const char 
     va_start(ap, fmt);
     vsnprintf(reason, sizeof(reason), fmt, ap);
     va_end(ap);
-    if (err && errlen) {
-        if (name)
-            snprintf(err, errlen, "%s: option %s: %s", where, name, reason);
-        else
-            snprintf(err, errlen, "%s: %s", where, reason);
-    }
-    return -1;
+    if (name)
+        return st_error_fail(err, ST_ERR_INVALID_ARGUMENT, "%s: option %s: %s", where, name,
+                             reason);
+    return st_error_fail(err, ST_ERR_INVALID_ARGUMENT, "%s: %s", where, reason);
 }
 
-static int check_range(const struct opt *o, uint64_t v, char *err, size_t errlen,
+static int check_range(const struct opt *o, uint64_t v, struct st_error *err,
                        const char *where)
 {
     if (v < o->min || v > o->max)
-        return config_option_error(err, errlen, where, o->name, "%llu is out of range %llu..%llu",
+        return config_option_error(err, where, o->name, "%llu is out of range %llu..%llu",
                                    (unsigned long long)v, (unsigned long long)o->min,
                                    (unsigned long long)o->max);
     return 0;
@@ -142,14 +139,14 @@ static int is_choice(const char *choices, const char *value)
     return 0;
 }
 
-static int apply_string(char *base, const struct opt *o, const char *value, char *err,
-                        size_t errlen, const char *where)
+static int apply_string(char *base, const struct opt *o, const char *value,
+                        struct st_error *err, const char *where)
 {
     const char *why;
     if (o->check && (why = o->check(value)))
-        return config_option_error(err, errlen, where, o->name, "%s", why);
+        return config_option_error(err, where, o->name, "%s", why);
     if (o->type == OPT_ENUM && !is_choice(o->choices, value))
-        return config_option_error(err, errlen, where, o->name, "\"%.64s\" is not one of %s",
+        return config_option_error(err, where, o->name, "\"%.64s\" is not one of %s",
                                    value, o->choices);
     char **sp = (char **)(base + o->off);
     free(*sp);
@@ -157,20 +154,20 @@ static int apply_string(char *base, const struct opt *o, const char *value, char
     return 0;
 }
 
-static int apply_number(char *base, const struct opt *o, const char *value, char *err,
-                        size_t errlen, const char *where)
+static int apply_number(char *base, const struct opt *o, const char *value,
+                        struct st_error *err, const char *where)
 {
     uint64_t v;
     int rc = o->type == OPT_UINT ? parse_u64(value, &v) : parse_size(value, &v);
     if (rc == -2)
-        return config_option_error(err, errlen, where, o->name, "number too large");
+        return config_option_error(err, where, o->name, "number too large");
     if (rc < 0)
         return config_option_error(
-            err, errlen, where, o->name, "\"%.64s\" is not %s", value,
-            o->type == OPT_UINT ? "an unsigned integer"
-                                : "a size (a number with an optional K, M, G or T)");
-    if (check_range(o, v, err, errlen, where) < 0)
-        return -1;
+                                   err, where, o->name, "\"%.64s\" is not %s", value,
+                                   o->type == OPT_UINT ? "an unsigned integer"
+                                   : "a size (a number with an optional K, M, G or T)");
+    if (check_range(o, v, err, where) < 0)
+        return -EINVAL;
     if (o->type == OPT_SIZE)
         *(uint64_t *)(base + o->off) = v;
     else
@@ -178,12 +175,12 @@ static int apply_number(char *base, const struct opt *o, const char *value, char
     return 0;
 }
 
-static int apply_bool(char *base, const struct opt *o, const char *value, char *err,
-                      size_t errlen, const char *where)
+static int apply_bool(char *base, const struct opt *o, const char *value,
+                      struct st_error *err, const char *where)
 {
     int b;
     if (parse_bool(value, &b) < 0)
-        return config_option_error(err, errlen, where, o->name,
+        return config_option_error(err, where, o->name,
                                    "\"%.64s\" is not a boolean (true/false)", value);
     *(int *)(base + o->off) = b;
     return 0;
@@ -192,22 +189,22 @@ static int apply_bool(char *base, const struct opt *o, const char *value, char *
 /* Checks every entry of a list (the string check, or a numeric id in
  * range), filling ids[] for an id list. */
 static int check_list_items(const struct opt *o, char **items, unsigned n, uint32_t *ids,
-                            char *err, size_t errlen, const char *where)
+                            struct st_error *err, const char *where)
 {
     const char *why;
     uint64_t v;
     for (unsigned i = 0; i < n; i++) {
         if (o->type == OPT_STRLIST) {
             if (o->check && (why = o->check(items[i])))
-                return config_option_error(err, errlen, where, o->name, "\"%.64s\": %s",
+                return config_option_error(err, where, o->name, "\"%.64s\": %s",
                                            items[i], why);
             continue;
         }
         if (parse_u64(items[i], &v) < 0)
-            return config_option_error(err, errlen, where, o->name,
+            return config_option_error(err, where, o->name,
                                        "\"%.64s\" is not a numeric id", items[i]);
-        if (check_range(o, v, err, errlen, where) < 0)
-            return -1;
+        if (check_range(o, v, err, where) < 0)
+            return -EINVAL;
         ids[i] = (uint32_t)v;
     }
     return 0;
@@ -230,20 +227,20 @@ static void store_list(char *base, const struct opt *o, char **items, const uint
     *count = n;
 }
 
-static int apply_list(char *base, const struct opt *o, const char *value, char *err,
-                      size_t errlen, const char *where)
+static int apply_list(char *base, const struct opt *o, const char *value,
+                      struct st_error *err, const char *where)
 {
     char *buf = xstrdup(value),
          *items[CONFIG_MAX_PRELOAD > CONFIG_MAX_IDS ? CONFIG_MAX_PRELOAD : CONFIG_MAX_IDS];
     uint32_t ids[CONFIG_MAX_IDS];
     const char *why;
     unsigned n;
-    int rc = -1;
+    int rc = -EINVAL;
     if (split_list(buf, items, o->max_items, &n, &why) < 0) {
-        config_option_error(err, errlen, where, o->name, "%s (at most %u)", why, o->max_items);
+        config_option_error(err, where, o->name, "%s (at most %u)", why, o->max_items);
         goto out;
     }
-    if (check_list_items(o, items, n, ids, err, errlen, where) < 0)
+    if (check_list_items(o, items, n, ids, err, where) < 0)
         goto out;
     store_list(base, o, items, ids, n);
     rc = 0;
@@ -252,25 +249,25 @@ out:
     return rc;
 }
 
-int config_opt_apply(struct config *cfg, const struct opt *o, const char *value, char *err,
-                     size_t errlen, const char *where)
+int config_opt_apply(struct config *cfg, const struct opt *o, const char *value,
+                     struct st_error *err, const char *where)
 {
     char *base = (char *)cfg;
     switch (o->type) {
     case OPT_STRING:
     case OPT_ENUM:
-        return apply_string(base, o, value, err, errlen, where);
+        return apply_string(base, o, value, err, where);
     case OPT_UINT:
     case OPT_SIZE32:
     case OPT_SIZE:
-        return apply_number(base, o, value, err, errlen, where);
+        return apply_number(base, o, value, err, where);
     case OPT_BOOL:
-        return apply_bool(base, o, value, err, errlen, where);
+        return apply_bool(base, o, value, err, where);
     case OPT_STRLIST:
     case OPT_IDLIST:
-        return apply_list(base, o, value, err, errlen, where);
+        return apply_list(base, o, value, err, where);
     }
-    return -1;
+    return -EINVAL;
 }
 
 /* ---- public API ---------------------------------------------------------- */
@@ -278,20 +275,18 @@ int config_opt_apply(struct config *cfg, const struct opt *o, const char *value,
 void config_defaults(struct config *cfg)
 {
     memset(cfg, 0, sizeof(*cfg));
-    char err[256];
     for (size_t i = 0; i < config_n_options; i++)
-        if (config_opt_apply(cfg, &config_options[i], config_options[i].def, err, sizeof(err),
+        if (config_opt_apply(cfg, &config_options[i], config_options[i].def, NULL,
                              "defaults") < 0)
             abort(); /* a bad default is a programming error; test_config catches it */
 }
 
-int config_set(struct config *cfg, const char *name, const char *value, char *errbuf,
-               size_t errlen)
+int config_set(struct config *cfg, const char *name, const char *value, struct st_error *err)
 {
     const struct opt *o = config_opt_find(name, strlen(name));
     if (!o)
-        return config_option_error(errbuf, errlen, "command line", name, "unknown option");
-    return config_opt_apply(cfg, o, value, errbuf, errlen, "command line");
+        return config_option_error(err, "command line", name, "unknown option");
+    return config_opt_apply(cfg, o, value, err, "command line");
 }
 
 void config_free(struct config *cfg)

@@ -9,6 +9,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "st_error.h"
+
 #define CONFIG_MAX_PRELOAD 64
 /* The lease socket of a daemon run as root without ipc_socket; the last
  * place a client looks. */
@@ -79,15 +81,16 @@ struct config {
 
 /* Fills cfg with the built-in defaults (strings are heap copies). */
 void config_defaults(struct config *cfg);
-/* Applies the INI text buf[0..len) labelled `file`. Returns 0, or -1 with
- * "FILE:LINE: option: reason" in errbuf. */
+/* Applies the INI text buf[0..len) labelled `file`. Returns 0, or -EINVAL
+ * with err (ST_ERR_INVALID_ARGUMENT): "FILE:LINE: option NAME: reason". */
 int config_load_buffer(struct config *cfg, const char *buf, size_t len, const char *file,
-                       char *errbuf, size_t errlen);
-/* Reads path and applies it as config_load_buffer does. */
-int config_load_file(struct config *cfg, const char *path, char *errbuf, size_t errlen);
-/* Sets one option by its name (command-line overrides). Returns 0 or -1 with errbuf. */
-int config_set(struct config *cfg, const char *name, const char *value, char *errbuf,
-               size_t errlen);
+                       struct st_error *err);
+/* Reads path and applies it as config_load_buffer does; -errno with err
+ * (ST_ERR_IO: "PATH: strerror") when it cannot be read. */
+int config_load_file(struct config *cfg, const char *path, struct st_error *err);
+/* Sets one option by its name (command-line overrides). Returns 0 or -EINVAL
+ * with err. */
+int config_set(struct config *cfg, const char *name, const char *value, struct st_error *err);
 /* Prints the effective configuration as a loadable INI file: every option,
  * under its section, with its one-line doc as a comment. */
 void config_print(const struct config *cfg, FILE *out);
@@ -131,7 +134,7 @@ struct config_option_info {
     const char *doc;
 };
 size_t config_option_count(void);
-/* Returns 0 and fills *info for i < config_option_count(), else -1. */
+/* Returns 0 and fills *info for i < config_option_count(), else -ENOENT. */
 int config_option_info(size_t i, struct config_option_info *info);
 
 #endif

@@ -43,15 +43,15 @@ static int only_comment_after(const struct ini_line *l, size_t after)
 }
 
 /* "[section]": checks the name and copies it into section. */
-static int read_section_header(const struct ini_line *l, char section[SECTION_MAX], char *err,
-                               size_t errlen)
+static int read_section_header(const struct ini_line *l, char section[SECTION_MAX],
+                               struct st_error *err)
 {
     const char *line = l->text;
     const char *close = memchr(line + l->b, ']', l->e - l->b);
     if (!close)
-        return config_option_error(err, errlen, l->where, NULL, "missing ']' in section header");
+        return config_option_error(err, l->where, NULL, "missing ']' in section header");
     if (!only_comment_after(l, (size_t)(close - line) + 1))
-        return config_option_error(err, errlen, l->where, NULL, "text after section header");
+        return config_option_error(err, l->where, NULL, "text after section header");
     const char *s = line + l->b + 1;
     size_t slen = (size_t)(close - s);
     while (slen && is_blank(*s))
@@ -59,7 +59,7 @@ static int read_section_header(const struct ini_line *l, char section[SECTION_MA
     while (slen && is_blank(s[slen - 1]))
         slen--;
     if (!config_section_known(s, slen))
-        return config_option_error(err, errlen, l->where, NULL, "unknown section [%.*s]",
+        return config_option_error(err, l->where, NULL, "unknown section [%.*s]",
                                    (int)(slen > 64 ? 64 : slen), s);
     memcpy(section, s, slen);
     section[slen] = '\0';
@@ -70,13 +70,13 @@ static int read_section_header(const struct ini_line *l, char section[SECTION_MA
  * (copied into name, cut, for messages). NULL with err when there is none. */
 static const struct opt *read_option_name(const struct ini_line *l, size_t eq,
                                           const char *section, char name[NAME_MAX_LEN],
-                                          char *err, size_t errlen)
+                                          struct st_error *err)
 {
     size_t b = l->b, ke = eq;
     while (ke > b && is_blank(l->text[ke - 1]))
         ke--;
     if (ke == b) {
-        config_option_error(err, errlen, l->where, NULL, "missing option name before '='");
+        config_option_error(err, l->where, NULL, "missing option name before '='");
         return NULL;
     }
     size_t klen = ke - b > NAME_MAX_LEN - 1 ? NAME_MAX_LEN - 1 : ke - b;
@@ -84,11 +84,11 @@ static const struct opt *read_option_name(const struct ini_line *l, size_t eq,
     name[klen] = '\0';
     const struct opt *o = ke - b < NAME_MAX_LEN ? config_opt_find(l->text + b, ke - b) : NULL;
     if (!o) {
-        config_option_error(err, errlen, l->where, name, "unknown option");
+        config_option_error(err, l->where, name, "unknown option");
         return NULL;
     }
     if (section[0] && strcmp(section, o->section) != 0) {
-        config_option_error(err, errlen, l->where, name, "belongs in [%s], not [%s]",
+        config_option_error(err, l->where, name, "belongs in [%s], not [%s]",
                             o->section, section);
         return NULL;
     }
@@ -98,7 +98,7 @@ static const struct opt *read_option_name(const struct ini_line *l, size_t eq,
 /* The value after the '=' at eq, as [*vb, *ve): quoted, or up to a comment
  * that follows whitespace. */
 static int read_value_span(const struct ini_line *l, size_t eq, const char *name, size_t *vb,
-                           size_t *ve, char *err, size_t errlen)
+                           size_t *ve, struct st_error *err)
 {
     const char *line = l->text;
     size_t b = eq + 1, e = l->e;
@@ -107,9 +107,9 @@ static int read_value_span(const struct ini_line *l, size_t eq, const char *name
     if (b < e && line[b] == '"') {
         const char *q = memchr(line + b + 1, '"', e - b - 1);
         if (!q)
-            return config_option_error(err, errlen, l->where, name, "missing closing '\"'");
+            return config_option_error(err, l->where, name, "missing closing '\"'");
         if (!only_comment_after(l, (size_t)(q - line) + 1))
-            return config_option_error(err, errlen, l->where, name, "text after closing '\"'");
+            return config_option_error(err, l->where, name, "text after closing '\"'");
         *vb = b + 1;
         *ve = (size_t)(q - line);
         return 0;
@@ -128,26 +128,26 @@ static int read_value_span(const struct ini_line *l, size_t eq, const char *name
 
 /* "name = value": finds the option and applies the value to cfg. */
 static int read_option_line(struct config *cfg, const struct ini_line *l, const char *section,
-                            char *err, size_t errlen)
+                            struct st_error *err)
 {
     const char *eq = memchr(l->text + l->b, '=', l->e - l->b);
     char name[NAME_MAX_LEN];
     size_t vb = 0, ve = 0;
     if (!eq)
-        return config_option_error(err, errlen, l->where, NULL, "missing '=' in \"%.*s\"",
+        return config_option_error(err, l->where, NULL, "missing '=' in \"%.*s\"",
                                    (int)(l->e - l->b > 64 ? 64 : l->e - l->b), l->text + l->b);
     size_t at = (size_t)(eq - l->text);
-    const struct opt *o = read_option_name(l, at, section, name, err, errlen);
-    if (!o || read_value_span(l, at, name, &vb, &ve, err, errlen) < 0)
-        return -1;
+    const struct opt *o = read_option_name(l, at, section, name, err);
+    if (!o || read_value_span(l, at, name, &vb, &ve, err) < 0)
+        return -EINVAL;
     char *value = xstrndup(l->text + vb, ve - vb);
-    int rc = config_opt_apply(cfg, o, value, err, errlen, l->where);
+    int rc = config_opt_apply(cfg, o, value, err, l->where);
     free(value);
     return rc;
 }
 
 int config_load_buffer(struct config *cfg, const char *buf, size_t len, const char *file,
-                       char *errbuf, size_t errlen)
+                       struct st_error *err)
 {
     char where[512];
     char section[SECTION_MAX] = "";
@@ -163,7 +163,7 @@ int config_load_buffer(struct config *cfg, const char *buf, size_t len, const ch
         pos += n + (nl != NULL);
         snprintf(where, sizeof(where), "%s:%u", file, ++lineno);
         if (memchr(line, '\0', n))
-            return config_option_error(errbuf, errlen, where, NULL, "NUL byte in line");
+            return config_option_error(err, where, NULL, "NUL byte in line");
         struct ini_line l = {.text = line, .b = 0, .e = n, .where = where};
         while (l.b < l.e && is_blank(line[l.b]))
             l.b++;
@@ -171,46 +171,39 @@ int config_load_buffer(struct config *cfg, const char *buf, size_t len, const ch
             l.e--;
         if (l.b == l.e || line[l.b] == '#' || line[l.b] == ';')
             continue;
-        int rc = line[l.b] == '[' ? read_section_header(&l, section, errbuf, errlen)
-                                  : read_option_line(cfg, &l, section, errbuf, errlen);
+        int rc = line[l.b] == '[' ? read_section_header(&l, section, err)
+                                  : read_option_line(cfg, &l, section, err);
         if (rc < 0)
-            return -1;
+            return rc;
     }
     return 0;
 }
 
-int config_load_file(struct config *cfg, const char *path, char *errbuf, size_t errlen)
+int config_load_file(struct config *cfg, const char *path, struct st_error *err)
 {
     FILE *f = fopen(path, "rb");
-    if (!f) {
-        snprintf(errbuf, errlen, "%s: %s", path, strerror(errno));
-        return -1;
-    }
+    if (!f)
+        return st_error_errno(err, errno, "%s", path);
     size_t cap = 4096, len = 0;
     char *buf = xmalloc(cap);
     size_t got;
+    int rc;
     while ((got = fread(buf + len, 1, cap - len, f)) > 0) {
         len += got;
         if (len == cap) {
             if (cap >= (16u << 20)) {
-                snprintf(errbuf, errlen, "%s: file larger than 16 MiB", path);
-                goto fail;
+                rc = st_error_fail(err, ST_ERR_LIMIT, "%s: file larger than 16 MiB", path);
+                goto out;
             }
             buf = xrealloc(buf, cap *= 2);
         }
     }
-    if (ferror(f)) {
-        snprintf(errbuf, errlen, "%s: %s", path, strerror(errno));
-        goto fail;
-    }
+    rc = ferror(f) ? st_error_errno(err, errno, "%s", path)
+                   : config_load_buffer(cfg, buf, len, path, err);
+out:
     fclose(f);
-    int rc = config_load_buffer(cfg, buf, len, path, errbuf, errlen);
     free(buf);
     return rc;
-fail:
-    fclose(f);
-    free(buf);
-    return -1;
 }
 
 /* Writes a value so that config_load_buffer reads it back unchanged. */

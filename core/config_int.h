@@ -45,12 +45,12 @@ const struct opt *config_opt_find(const char *name, size_t len);
 int config_section_known(const char *s, size_t len);
 
 /* config.c: checks value for o and stores it; cfg changes only on success.
- * Returns 0, or -1 with "WHERE: option NAME: reason" in err. */
-int config_opt_apply(struct config *cfg, const struct opt *o, const char *value, char *err,
-                     size_t errlen, const char *where);
+ * Returns 0, or -EINVAL with "WHERE: option NAME: reason" in err. */
+int config_opt_apply(struct config *cfg, const struct opt *o, const char *value,
+                     struct st_error *err, const char *where);
 /* Writes "WHERE: option NAME: reason" (or "WHERE: reason" when name is
- * NULL) into err and returns -1. */
-int config_option_error(char *err, size_t errlen, const char *where, const char *name,
-                        const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+ * NULL) into err (ST_ERR_INVALID_ARGUMENT) and returns -EINVAL. */
+int config_option_error(struct st_error *err, const char *where, const char *name,
+                        const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
 #endif

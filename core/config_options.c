@@ -3,6 +3,7 @@
  * The defaults, the INI reader, command-line overrides, config_print and the
  * docs check all read this table, so an option cannot exist in one place and
  * not another. */
+#include <errno.h>
 #include <stddef.h>
 #include <string.h>
 
@@ -270,7 +271,7 @@ int config_option_info(size_t i, struct config_option_info *info)
     static const char *const type_names[] = {"string", "enum", "uint", "size",
                                              "size",   "bool", "list", "list"};
     if (i >= config_n_options)
-        return -1;
+        return -ENOENT;
     const struct opt *o = &config_options[i];
     *info = (struct config_option_info){.name = o->name, .section = o->section,
                                         .type = type_names[o->type], .def = o->def,

@@ -162,7 +162,7 @@ int digest_unhex(const char *s, size_t n, uint8_t *out)
      * A NUL stops the scan before the byte after it is read. */
     for (size_t i = 0; i < 2 * n; i++)
         if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
-            return -1;
+            return -EINVAL;
     for (size_t i = 0; i < n; i++)
         out[i] = (uint8_t)(hex_digit_value((unsigned char)s[2 * i]) << 4 |
                            hex_digit_value((unsigned char)s[2 * i + 1]));

@@ -62,22 +62,21 @@ struct fetch_cursor {
 struct checker {
     struct strmap *names;       /* names already in the answer */
     uint64_t glob_budget;       /* matching steps left for the split rules */
-    char *err;
-    size_t errlen;
+    struct st_error *err;
 };
 
-static enum fetch_plan_status fail(struct checker *ck, enum fetch_plan_status st,
-                                   const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static enum fetch_plan_status fail(struct checker *ck, enum fetch_plan_status st,
-                                   const char *fmt, ...)
+static int fail(struct checker *ck, enum st_status code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int fail(struct checker *ck, enum st_status code, const char *fmt, ...)
 {
-    if (!ck)
-        return st; /* a later walk: the first one checked the same */
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(ck->err, ck->errlen, fmt, ap);
-    va_end(ap);
-    return st;
+    if (ck) { /* else a later walk: the first one checked the same */
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(ck->err->message, sizeof(ck->err->message), fmt, ap);
+        va_end(ap);
+        ck->err->code = code;
+    }
+    return st_status_errno(code);
 }
 
 void fetch_split_bounds(uint64_t n, uint64_t world, uint64_t rank, uint64_t *lo, uint64_t *hi)
@@ -104,10 +103,11 @@ static uint64_t tensor_off(const struct item *it)
 
 /* Plans tensor k of the answer: its slice, its part of the split. With a
  * checker, every check and its error; without, what reading needs. */
-static enum fetch_plan_status plan_item(const struct fetch_plan *p, size_t k, struct item *it,
+static int plan_item(const struct fetch_plan *p, size_t k, struct item *it,
                                         struct checker *ck)
 {
-    char nm[ST_NAME_SHOW + 4], e[320], shape[SHAPE_TEXT];
+    char nm[ST_NAME_SHOW + 4], shape[SHAPE_TEXT];
+    struct st_error e;
     const char *spec = NULL;
     size_t spec_len = 0;
     if (p->req.all) {
@@ -124,19 +124,19 @@ static enum fetch_plan_status plan_item(const struct fetch_plan *p, size_t k, st
     }
 #define NM str_excerpt(it->name, it->name_len, ST_NAME_SHOW, nm)
     if (!it->t)
-        return fail(ck, FETCH_PLAN_NO_TENSOR, "model \"%s\" has no tensor \"%s\"", p->m->name, NM);
+        return fail(ck, ST_ERR_NOT_FOUND, "model \"%s\" has no tensor \"%s\"", p->m->name, NM);
     if (it->t->file->fd < 0)
-        return fail(ck, FETCH_PLAN_IO, "tensor \"%s\": file \"%s\" could not be opened", NM,
+        return fail(ck, ST_ERR_IO, "tensor \"%s\": file \"%s\" could not be opened", NM,
                     it->t->file->name);
     if (ck && ck->names && strmap_put(ck->names, it->name, it->name_len, (void *)it->t) != 0)
-        return fail(ck, FETCH_PLAN_DUPLICATE,
+        return fail(ck, ST_ERR_DUPLICATE_TENSOR,
                     "tensor \"%s\" is asked for twice; an answer holds each name once", NM);
     const struct st_tensor *st = it->t->t;
     const char *dt = dtype_info(st->dtype)->name;
     struct slice_plan *plan = &it->plan;
-    if (slice_plan_build(spec, spec_len, st->dtype, st->ndim, st->shape, plan, e, sizeof(e)) < 0) {
+    if (slice_plan_build(spec, spec_len, st->dtype, st->ndim, st->shape, plan, &e) < 0) {
         shape_text(shape, st->shape, st->ndim);
-        return fail(ck, FETCH_PLAN_BAD_SLICE, "tensor \"%s\" %s [%s]: %s", NM, dt, shape, e);
+        return fail(ck, ST_ERR_SLICE, "tensor \"%s\" %s [%s]: %s", NM, dt, shape, e.message);
     }
     int exhausted = 0;
     const struct fetch_rule *rule =
@@ -144,16 +144,16 @@ static enum fetch_plan_status plan_item(const struct fetch_plan *p, size_t k, st
                                                ck ? &ck->glob_budget : NULL, &exhausted)
                          : NULL;
     if (exhausted)
-        return fail(ck, FETCH_PLAN_BAD_SPLIT,
+        return fail(ck, ST_ERR_SPLIT,
                     "matching the split rules against the tensors' names took more than %llu "
                     "steps (at tensor \"%s\"); use fewer rules, or globs with fewer stars",
                     (unsigned long long)FETCH_GLOB_BUDGET, NM);
     if (!rule || plan->ndim == 0)
-        return FETCH_PLAN_OK;
+        return 0;
     int64_t dim = rule->dim < 0 ? rule->dim + (int64_t)plan->ndim : rule->dim;
     if (dim < 0 || dim >= (int64_t)plan->ndim) {
         shape_text(shape, plan->shape, plan->ndim);
-        return fail(ck, FETCH_PLAN_BAD_SPLIT,
+        return fail(ck, ST_ERR_SPLIT,
                     "tensor \"%s\" [%s]: split dim %" PRId64 " (rule \"%.100s\") is out of "
                     "range for %" PRIu32 " dimensions",
                     NM, shape, rule->dim, rule->match, plan->ndim);
@@ -161,11 +161,11 @@ static enum fetch_plan_status plan_item(const struct fetch_plan *p, size_t k, st
     uint64_t lo, hi;
     fetch_split_bounds(plan->shape[dim], p->req.world, p->req.rank, &lo, &hi);
     struct slice_narrow cut = {(uint32_t)dim, lo, hi};
-    if (slice_plan_build_narrowed(spec, spec_len, st->dtype, st->ndim, st->shape, &cut, plan, e,
-                                  sizeof(e)) < 0)
-        return fail(ck, FETCH_PLAN_BAD_SPLIT, "tensor \"%s\" %s: part %" PRIu64 " of %" PRIu64
-                    " of dim %" PRId64 ": %s", NM, dt, p->req.rank, p->req.world, dim, e);
-    return FETCH_PLAN_OK;
+    if (slice_plan_build_narrowed(spec, spec_len, st->dtype, st->ndim, st->shape, &cut, plan,
+                                  &e) < 0)
+        return fail(ck, ST_ERR_SPLIT, "tensor \"%s\" %s: part %" PRIu64 " of %" PRIu64
+                    " of dim %" PRId64 ": %s", NM, dt, p->req.rank, p->req.world, dim, e.message);
+    return 0;
 #undef NM
 }
 
@@ -257,8 +257,8 @@ static size_t header_end(const struct fetch_plan *p, char out[16])
 }
 
 /* Walks every tensor once: checks, sizes, marks, hash. */
-static enum fetch_plan_status plan_all(struct fetch_plan *p, const struct fetch_plan_limits *lim,
-                                       struct checker *ck, uint64_t *h)
+static int plan_all(struct fetch_plan *p, const struct fetch_plan_limits *lim,
+                    struct checker *ck, uint64_t *h)
 {
     struct fetch_cursor *c = p->cur;
     size_t n = n_items(p);
@@ -266,16 +266,18 @@ static enum fetch_plan_status plan_all(struct fetch_plan *p, const struct fetch_
     for (size_t k = 0; k < n; k++) {
         if (k % FETCH_MARK_EVERY == 0)
             p->marks[p->n_marks++] = (struct fetch_mark){.item = k, .at = at, .doff = doff};
-        enum fetch_plan_status st = plan_item(p, k, &c->it, ck);
-        if (st != FETCH_PLAN_OK)
-            return st;
+        int rc = plan_item(p, k, &c->it, ck);
+        if (rc < 0)
+            return rc;
         uint64_t end;
         if (u64_add(doff, c->it.plan.nbytes, &end) < 0 || (lim->max_bytes && end > lim->max_bytes))
-            return fail(ck, FETCH_PLAN_TOO_LARGE, "the answer would hold more than %" PRIu64
+            return fail(ck, ST_ERR_LIMIT, "the answer would hold more than %" PRIu64
                         " bytes of tensor data (max_fetch_bytes); ask for fewer tensors or split "
                         "them", lim->max_bytes);
         tensor_entry(&c->text, (size_t)p->has_meta + k, doff, &c->it);
-        at += c->text.len;
+        if (c->text.sb.failed)
+            return fail(ck, ST_ERR_NO_MEMORY, "not enough memory to plan the answer's header");
+        at += c->text.sb.len;
         doff = end;
         if (c->it.plan.nbytes) {
             size_t f = (size_t)(c->it.t->file - p->m->files);
@@ -289,18 +291,18 @@ static enum fetch_plan_status plan_all(struct fetch_plan *p, const struct fetch_
     char end[16];
     p->prefix_len = (size_t)(at + header_end(p, end));
     if (p->prefix_len - ST_PREFIX_LEN > ST_MAX_HEADER_LEN)
-        return fail(ck, FETCH_PLAN_TOO_LARGE, "the answer's header would be %zu bytes, more than "
+        return fail(ck, ST_ERR_LIMIT, "the answer's header would be %zu bytes, more than "
                     "the %llu a safetensors file may have; ask for fewer tensors",
                     p->prefix_len - ST_PREFIX_LEN, ST_MAX_HEADER_LEN);
     if (lim->max_bytes && p->data_len + p->prefix_len > lim->max_bytes)
-        return fail(ck, FETCH_PLAN_TOO_LARGE, "the answer would be %" PRIu64 " bytes, more than "
+        return fail(ck, ST_ERR_LIMIT, "the answer would be %" PRIu64 " bytes, more than "
                     "%" PRIu64 " (max_fetch_bytes)", p->data_len + p->prefix_len, lim->max_bytes);
-    return FETCH_PLAN_OK;
+    return 0;
 }
 
-enum fetch_plan_status fetch_plan_build(const struct reg_model *m, struct fetch_req *req,
-                                        const struct fetch_plan_limits *lim,
-                                        struct fetch_plan **out, char *err, size_t errlen)
+int fetch_plan_build(const struct reg_model *m, struct fetch_req *req,
+                     const struct fetch_plan_limits *lim, struct fetch_plan **out,
+                     struct st_error *err)
 {
     struct fetch_plan *p = xcalloc(1, sizeof(*p));
     p->m = m;
@@ -312,12 +314,11 @@ enum fetch_plan_status fetch_plan_build(const struct reg_model *m, struct fetch_
     p->cur = xcalloc(1, sizeof(*p->cur));
     p->used = xcalloc(m->n_files / 8 + 1, 1);
     p->marks = xmalloc((n_items(p) / FETCH_MARK_EVERY + 1) * sizeof(*p->marks));
-    p->cur->text.buf = xmalloc(p->cur->text.cap = 4096);
-    err[0] = '\0';
+    strbuf_reserve(&p->cur->text.sb, 4096);
     /* A model's tensor names are unique (the registry checked): only a list
      * can name one twice. */
     struct checker ck = {.names = p->req.all ? NULL : strmap_new(p->req.n_items),
-                         .glob_budget = FETCH_GLOB_BUDGET, .err = err, .errlen = errlen};
+                         .glob_budget = FETCH_GLOB_BUDGET, .err = err};
     uint64_t h[2] = {HASH_FNV_SEED, 0x84222325cbf29ce4ULL};
 
     /* The model's files (their ETags cover the metadata too) and its name. */
@@ -331,18 +332,20 @@ enum fetch_plan_status fetch_plan_build(const struct reg_model *m, struct fetch_
             p->mtime_ns = m->files[i].st.mtime_ns;
     }
     p->has_meta = metadata_entry(m, &p->cur->text, h) > 0;
-    p->meta_len = p->cur->text.len;
-    enum fetch_plan_status st = plan_all(p, lim, &ck, h);
+    p->meta_len = p->cur->text.sb.len;
+    int rc = p->cur->text.sb.failed
+                 ? fail(&ck, ST_ERR_NO_MEMORY, "not enough memory to plan the answer's header")
+                 : plan_all(p, lim, &ck, h);
     strmap_free(ck.names);
-    if (st != FETCH_PLAN_OK) {
+    if (rc < 0) {
         fetch_plan_free(p);
         *out = NULL;
-        return st;
+        return rc;
     }
     p->hash[0] = h[0];
     p->hash[1] = h[1];
     *out = p;
-    return FETCH_PLAN_OK;
+    return 0;
 }
 
 uint64_t fetch_plan_size(const struct fetch_plan *p)
@@ -367,7 +370,7 @@ void fetch_plan_free(struct fetch_plan *p)
     free(p->marks);
     free(p->used);
     if (p->cur)
-        free(p->cur->text.buf);
+        strbuf_release(&p->cur->text.sb);
     free(p->cur);
     free(p);
 }
@@ -393,9 +396,11 @@ static int entry_of(struct fetch_plan *p, size_t k, uint64_t at, uint64_t doff)
 {
     struct fetch_cursor *c = p->cur;
     c->have_unit = 0;
-    if (plan_item(p, k, &c->hit, NULL) != FETCH_PLAN_OK)
+    if (plan_item(p, k, &c->hit, NULL) != 0)
         return -EIO; /* planned once already: cannot happen */
     tensor_entry(&c->text, (size_t)p->has_meta + k, doff, &c->hit);
+    if (c->text.sb.failed)
+        return -ENOMEM;
     c->unit = (size_t)p->has_meta + k;
     c->unit_at = at;
     c->unit_doff = doff;
@@ -412,6 +417,8 @@ static int seek_entry(struct fetch_plan *p, uint64_t off)
     if (!c->have_unit || off < c->unit_at) {
         if (p->has_meta && off < ST_PREFIX_LEN + p->meta_len) {
             metadata_entry(p->m, &c->text, NULL);
+            if (c->text.sb.failed)
+                return -ENOMEM;
             c->unit = 0;
             c->unit_at = ST_PREFIX_LEN;
             c->unit_doff = c->unit_nbytes = 0;
@@ -423,9 +430,9 @@ static int seek_entry(struct fetch_plan *p, uint64_t off)
                 return rc;
         }
     }
-    while (off >= c->unit_at + c->text.len) {
+    while (off >= c->unit_at + c->text.sb.len) {
         size_t k = c->unit + 1 - (size_t)p->has_meta; /* the next tensor */
-        int rc = entry_of(p, k, c->unit_at + c->text.len, c->unit_doff + c->unit_nbytes);
+        int rc = entry_of(p, k, c->unit_at + c->text.sb.len, c->unit_doff + c->unit_nbytes);
         if (rc)
             return rc;
     }
@@ -455,8 +462,8 @@ static int read_header(struct fetch_plan *p, uint64_t off, char *out, size_t len
             if (rc)
                 return rc;
             size_t in = (size_t)(off - c->unit_at);
-            n = c->text.len - in < len ? c->text.len - in : len;
-            memcpy(out, c->text.buf + in, n);
+            n = c->text.sb.len - in < len ? c->text.sb.len - in : len;
+            memcpy(out, c->text.sb.buf + in, n);
         }
         out += n;
         off += n;
@@ -474,7 +481,7 @@ static int seek_item(struct fetch_plan *p, uint64_t d)
     if (!c->have_item || d < c->k_at) {
         const struct fetch_mark *mk = mark_before(p, d, 1);
         c->have_item = 0;
-        if (plan_item(p, mk->item, &c->it, NULL) != FETCH_PLAN_OK)
+        if (plan_item(p, mk->item, &c->it, NULL) != 0)
             return -EIO;
         c->k = mk->item;
         c->k_at = mk->doff;
@@ -484,7 +491,7 @@ static int seek_item(struct fetch_plan *p, uint64_t d)
         c->k_at += c->it.plan.nbytes;
         c->k++;
         c->have_item = 0;
-        if (c->k >= p->n_tensors || plan_item(p, c->k, &c->it, NULL) != FETCH_PLAN_OK)
+        if (c->k >= p->n_tensors || plan_item(p, c->k, &c->it, NULL) != 0)
             return -EIO;
         c->have_item = 1;
     }
@@ -589,7 +596,7 @@ int fetch_plan_file_span(struct fetch_plan *p, uint64_t off, uint64_t len, int *
     uint64_t left = len > it->plan.nbytes - in ? len - (it->plan.nbytes - in) : 0;
     struct item next;
     for (size_t k = c->k + 1; left && k < p->n_tensors && k - c->k <= SPAN_WALK_MAX; k++) {
-        if (plan_item(p, k, &next, NULL) != FETCH_PLAN_OK)
+        if (plan_item(p, k, &next, NULL) != 0)
             return 0;
         if (!next.plan.nbytes)
             continue;

@@ -73,23 +73,19 @@ struct fetch_plan_limits {
     uint64_t max_bytes;         /* largest answer (header included); 0 = no limit */
 };
 
-enum fetch_plan_status {
-    FETCH_PLAN_OK,
-    FETCH_PLAN_NO_TENSOR,       /* a name the model lacks */
-    FETCH_PLAN_DUPLICATE,       /* a name asked for twice: a file cannot hold it twice */
-    FETCH_PLAN_BAD_SLICE,       /* a SPEC that does not parse or fit the tensor */
-    FETCH_PLAN_BAD_SPLIT,       /* a rule's dim out of range, or a cut off a byte boundary */
-    FETCH_PLAN_TOO_LARGE,       /* over max_bytes, or a header over safetensors' 100 MB */
-    FETCH_PLAN_IO,              /* a file of the model could not be opened at scan time */
-};
-
 /* Plans the answer to req over model m (which must be MODEL_READY), taking
- * req over in every case. On FETCH_PLAN_OK *out is the plan (free with
- * fetch_plan_free; it borrows from m, which must outlive it); otherwise
- * *out is NULL and err names the tensor and the reason. */
-enum fetch_plan_status fetch_plan_build(const struct reg_model *m, struct fetch_req *req,
-                                        const struct fetch_plan_limits *lim,
-                                        struct fetch_plan **out, char *err, size_t errlen);
+ * req over in every case. Returns 0 with *out the plan (free with
+ * fetch_plan_free; it borrows from m, which must outlive it), or -errno with
+ * *out NULL and err naming the tensor and the reason: ST_ERR_NOT_FOUND (a
+ * name the model lacks), ST_ERR_DUPLICATE_TENSOR (a name asked for twice: a
+ * file cannot hold it twice), ST_ERR_SLICE (a SPEC that does not parse or
+ * fit the tensor), ST_ERR_SPLIT (a rule's dim out of range, or a cut off a
+ * byte boundary), ST_ERR_LIMIT (over max_bytes, or a header over
+ * safetensors' 100 MB), ST_ERR_IO (a file of the model could not be opened
+ * at scan time), ST_ERR_NO_MEMORY. */
+int fetch_plan_build(const struct reg_model *m, struct fetch_req *req,
+                     const struct fetch_plan_limits *lim, struct fetch_plan **out,
+                     struct st_error *err);
 
 /* The answer's size: prefix_len + data_len. */
 uint64_t fetch_plan_size(const struct fetch_plan *p);

@@ -1,12 +1,9 @@
-/* hasher: job sets, the API and the hasher's life (design in hasher.h;
- * hasher_work.c has the threads, hasher_wait.c the waiters).
- *
- * Locking: one mutex guards the job set, the waiters and the counters. A
- * worker holds it only to take a job (and dup its descriptor) and to record
- * the result; it hashes without it. The store has its own lock, taken
- * after this one or alone, so request threads' lookups never wait behind
- * the hasher's bookkeeping. */
-#include "hasher_int.h"
+/* hasher: the public hasher on top of its parts (design in hasher.h): its
+ * life (the state directory, starting and stopping its threads) and the
+ * submission of snapshots. The job table is hasher_jobs.c, the threads
+ * hasher_work.c, the waiting callers' API hasher_wait.c; this file calls
+ * the first two and nothing calls it back. */
+#include "hasher.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -15,212 +12,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
-#include "digest.h"
+#include "hasher_jobs.h"
+#include "hasher_work.h"
 #include "hashfile.h"
 #include "log.h"
-#include "metrics.h"
 #include "util.h"
-
-#define NS 1000000000ull
-
-void hasher_deadline_ts(uint64_t mono_ns, struct timespec *ts)
-{
-    /* The conditions use CLOCK_MONOTONIC (see hasher_new). */
-    ts->tv_sec = (time_t)(mono_ns / NS);
-    ts->tv_nsec = (long)(mono_ns % NS);
-}
-
-/* ---- job sets ----------------------------------------------------------- */
-
-static size_t id_slot(const struct hasher *h, const struct hash_id *id, size_t cap)
-{
-    uint64_t f[5] = {id->dev, id->ino, id->size, (uint64_t)id->mtime_ns, (uint64_t)id->ctime_ns};
-    return (size_t)hash_fnv1a(f, sizeof(f), h->seed) & (cap - 1);
-}
-
-struct job *hasher_find_job(const struct hasher *h, const struct jobset *set,
-                            const struct hash_id *id)
-{
-    if (!set || !set->index_cap)
-        return NULL;
-    for (size_t i = id_slot(h, id, set->index_cap);; i = (i + 1) & (set->index_cap - 1)) {
-        if (set->index[i] == UINT32_MAX)
-            return NULL;
-        struct job *j = &set->jobs[set->index[i]];
-        if (hash_id_equal(&j->id, id))
-            return j;
-    }
-}
-
-void hasher_ready_push(struct jobset *set, struct job *j)
-{
-    if (j->in_ready)
-        return;
-    set->ready[(set->ready_head + set->ready_n++) % set->n] = (uint32_t)(j - set->jobs);
-    j->in_ready = 1;
-}
-
-void hasher_ready_push_front(struct jobset *set, struct job *j)
-{
-    if (j->in_ready)
-        return;
-    set->ready_head = (set->ready_head + set->n - 1) % set->n;
-    set->ready[set->ready_head] = (uint32_t)(j - set->jobs);
-    set->ready_n++;
-    j->in_ready = 1;
-}
-
-void hasher_do_prioritize(struct hasher *h, struct jobset *set, struct job *j)
-{
-    if (j->state == JOB_RUNNING) {
-        for (unsigned w = 0; w < h->n_workers; w++)
-            if (h->is_running[w] && hash_id_equal(&h->running[w], &j->id))
-                atomic_store(&h->urgent_run[w], 1);
-        pthread_cond_broadcast(&h->nap);
-        return;
-    }
-    if (j->state != JOB_QUEUED || j->urgent_live)
-        return;
-    j->urgent_live = 1;
-    atomic_fetch_add(&h->urgent_queued, 1);
-    pthread_cond_broadcast(&h->nap); /* paced workers: stop sleeping */
-    if (!j->in_urgent) {
-        set->urgent[set->n_urgent++] = (uint32_t)(j - set->jobs);
-        j->in_urgent = 1;
-    }
-}
-
-static struct job *do_taken(struct hasher *h, struct job *j)
-{
-    if (j->urgent_live) {
-        j->urgent_live = 0;
-        atomic_fetch_sub(&h->urgent_queued, 1);
-    }
-    return j;
-}
-
-struct job *hasher_take_job(struct hasher *h, struct jobset *set, int *urgent)
-{
-    while (set->n_urgent) {
-        struct job *j = &set->jobs[set->urgent[--set->n_urgent]];
-        j->in_urgent = 0;
-        if (j->state == JOB_QUEUED) {
-            *urgent = 1;
-            return do_taken(h, j);
-        }
-    }
-    while (set->ready_n) {
-        struct job *j = &set->jobs[set->ready[set->ready_head]];
-        set->ready_head = (set->ready_head + 1) % set->n;
-        set->ready_n--;
-        j->in_ready = 0;
-        if (j->state == JOB_QUEUED) {
-            *urgent = j->urgent_live;
-            return do_taken(h, j);
-        }
-    }
-    return NULL;
-}
-
-/* Adds file f (of a model or repo built in root) to set: a new job, or one
- * more file with the identity of a job already listed. */
-static void jobset_add(struct hasher *h, struct jobset *set, uint64_t epoch,
-                       const struct reg_root *root, const struct reg_file *f)
-{
-    struct hash_id id;
-    struct hash_entry e;
-    if (f->error.code != ST_OK && f->fd < 0)
-        return; /* it could not be opened */
-    hash_id_from_stat(&f->st, &id);
-    struct job *j = hasher_find_job(h, set, &id);
-    if (j) { /* a hard link, a symlink, or a repo's view of a model's file */
-        j->same = xrealloc(j->same, (j->n_same + 1) * sizeof(*j->same));
-        j->same[j->n_same++] = f;
-        if (j->state == JOB_DONE && hashstore_lookup(h->store, &id, &e))
-            hasher_publish(f, &e);
-        return;
-    }
-    size_t k = id_slot(h, &id, set->index_cap);
-    while (set->index[k] != UINT32_MAX)
-        k = (k + 1) & (set->index_cap - 1);
-    set->index[k] = (uint32_t)set->n;
-    j = &set->jobs[set->n++];
-    j->id = id;
-    j->f = f;
-    j->root = root;
-    j->state = hashstore_touch(h->store, &id, epoch, &e) ? JOB_DONE : JOB_QUEUED;
-    if (j->state == JOB_DONE)
-        hasher_publish(f, &e);
-}
-
-/* The set of snap's distinct identities: known ones DONE (and marked as used
- * by epoch in the store), the rest QUEUED in snapshot order. The models'
- * files come first, so a job reads through a descriptor the model keeps
- * open where it has one; a repo's files add to their jobs. */
-static struct jobset *jobset_new(struct hasher *h, struct reg_snapshot *snap, uint64_t epoch)
-{
-    struct jobset *set = xcalloc(1, sizeof(*set));
-    size_t total = snap->n_files + snap->n_repo_files, cap = 1;
-    while (cap < 2 * (total + 1))
-        cap *= 2;
-    set->jobs = xcalloc(total ? total : 1, sizeof(*set->jobs));
-    set->index = xmalloc(cap * sizeof(*set->index));
-    memset(set->index, 0xff, cap * sizeof(*set->index));
-    set->index_cap = cap;
-    for (size_t m = 0; m < snap->n_models; m++)
-        for (size_t i = 0; i < snap->models[m]->n_files; i++)
-            jobset_add(h, set, epoch, snap->models[m]->root, &snap->models[m]->files[i]);
-    for (size_t r = 0; r < snap->n_repos; r++)
-        for (size_t i = 0; i < snap->repos[r]->n_files; i++)
-            jobset_add(h, set, epoch, snap->repos[r]->root, &snap->repos[r]->files[i]);
-    set->ready = xmalloc((set->n ? set->n : 1) * sizeof(*set->ready));
-    set->urgent = xmalloc((set->n ? set->n : 1) * sizeof(*set->urgent));
-    for (size_t i = 0; i < set->n; i++)
-        if (set->jobs[i].state == JOB_QUEUED) {
-            hasher_ready_push(set, &set->jobs[i]);
-            set->n_open++;
-        }
-    return set;
-}
-
-static void jobset_free(struct jobset *set)
-{
-    if (!set)
-        return;
-    for (size_t i = 0; i < set->n; i++) {
-        for (size_t k = 0; k < set->jobs[i].n_waits; k++)
-            hasher_do_release(set->jobs[i].waits[k]);
-        free(set->jobs[i].waits);
-        free(set->jobs[i].same);
-        digest_pass_free(set->jobs[i].partial);
-    }
-    free(set->jobs);
-    free(set->index);
-    free(set->ready);
-    free(set->urgent);
-    free(set);
-}
-
-void hasher_do_publish(struct hasher *h)
-{
-    metrics_set_hashing(h->set ? h->set->n_open : 0, h->bytes_pending, h->files_known, h->files);
-}
-
-struct reg_snapshot *hasher_do_maybe_release(struct jobset *set)
-{
-    if (!set || set->n_open || !set->snap)
-        return NULL;
-    struct reg_snapshot *r = set->snap;
-    set->snap = NULL;
-    for (size_t i = 0; i < set->n; i++)
-        set->jobs[i].f = NULL;
-    return r;
-}
-
-/* ---- the API ---------------------------------------------------------------- */
 
 void hasher_submit(struct hasher *h, struct reg_snapshot *snap)
 {
@@ -231,7 +29,7 @@ void hasher_submit(struct hasher *h, struct reg_snapshot *snap)
     if (stopped || !snap)
         return;
     /* Built without the lock: it only reads the snapshot and the store. */
-    struct jobset *set = jobset_new(h, snap, epoch);
+    struct jobset *set = hasher_jobset_new(h, snap, epoch);
     struct hwait *fire = NULL;
     pthread_mutex_lock(&h->lock);
     struct jobset *old = h->set;
@@ -295,24 +93,10 @@ void hasher_submit(struct hasher *h, struct reg_snapshot *snap)
     reg_snapshot_unref(drop_old); /* without the lock: the last reference closes many fds */
     hasher_call_fired(h, fire);
     pthread_mutex_lock(&h->lock);
-    jobset_free(old);
+    hasher_jobset_free(old);
     pthread_mutex_unlock(&h->lock);
     log_msg(LOG_INFO, "content hashes: %zu of %zu files known, %zu to hash", n - n_open, n,
             n_open);
-}
-
-void hasher_publish(const struct reg_file *f, const struct hash_entry *e)
-{
-    reg_file_set_hashes(f, e->sha256, e->has_git_sha1 ? e->git_sha1 : NULL);
-}
-
-int hasher_lookup(struct hasher *h, const struct reg_file *f, struct hash_entry *out)
-{
-    struct hash_id id;
-    if (!h || (f->error.code != ST_OK && f->fd < 0))
-        return 0;
-    hash_id_from_stat(&f->st, &id);
-    return hashstore_lookup(h->store, &id, out);
 }
 
 void hasher_progress(struct hasher *h, struct hasher_progress *p)
@@ -372,7 +156,7 @@ static void open_state(struct hasher *h, const char *dir)
                 h->state_file, (double)(time_mono_ns() - t0) / 1e6);
 }
 
-struct hasher *hasher_new(const struct hasher_opts *o)
+struct hasher *hasher_new(const struct hasher_opts *o, struct st_error *err)
 {
     struct hasher *h = xcalloc(1, sizeof(*h));
     h->o = *o;
@@ -401,48 +185,12 @@ struct hasher *hasher_new(const struct hasher_opts *o)
     h->is_running = xcalloc(h->n_workers, 1);
     h->urgent_run = xcalloc(h->n_workers, sizeof(*h->urgent_run));
     h->drop_run = xcalloc(h->n_workers, sizeof(*h->drop_run));
-    h->workers = xcalloc(h->n_workers, sizeof(*h->workers));
-    for (unsigned i = 0; i < h->n_workers; i++) {
-        void **arg = xmalloc(2 * sizeof(void *));
-        arg[0] = h;
-        arg[1] = (void *)(uintptr_t)i;
-        if (pthread_create(&h->workers[i], NULL, hasher_worker_main, arg) != 0) {
-            fprintf(stderr, "tensord: cannot start a hashing thread\n");
-            abort();
-        }
-        pthread_setname_np(h->workers[i], "tensord-hash");
+    if (hasher_work_start(h, err) < 0) {
+        h->stopped = 1; /* no thread runs: hasher_free only frees */
+        hasher_free(h);
+        return NULL;
     }
-    if (pthread_create(&h->housekeeper, NULL, hasher_housekeeper_main, h) != 0) {
-        fprintf(stderr, "tensord: cannot start the hashing housekeeper\n");
-        abort();
-    }
-    pthread_setname_np(h->housekeeper, "tensord-hashkeep");
-    if (pthread_create(&h->saver, NULL, hasher_saver_main, h) != 0) {
-        fprintf(stderr, "tensord: cannot start the hash saver\n");
-        abort();
-    }
-    pthread_setname_np(h->saver, "tensord-hashsave");
     return h;
-}
-
-/* Joins t unless it is still running at deadline (CLOCK_REALTIME ns): then
- * it is left to itself and counted in threads_left. A thread stuck in a
- * read or a save on a hung file system must not keep the daemon from
- * stopping. */
-static void join_by(struct hasher *h, pthread_t t, uint64_t deadline)
-{
-    struct timespec ts = {.tv_sec = (time_t)(deadline / NS), .tv_nsec = (long)(deadline % NS)};
-    if (pthread_timedjoin_np(t, NULL, &ts) == 0)
-        return;
-    pthread_detach(t);
-    h->threads_left++;
-}
-
-static uint64_t real_ns_after(unsigned ms)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * NS + (uint64_t)ts.tv_nsec + (uint64_t)ms * 1000000u;
 }
 
 void hasher_stop(struct hasher *h)
@@ -458,11 +206,7 @@ void hasher_stop(struct hasher *h)
     pthread_cond_broadcast(&h->hk);
     pthread_cond_broadcast(&h->nap);
     pthread_mutex_unlock(&h->lock);
-    /* Workers stop at their next block, the housekeeper at once. */
-    uint64_t deadline = real_ns_after(HASHER_STOP_MS);
-    for (unsigned i = 0; i < h->n_workers; i++)
-        join_by(h, h->workers[i], deadline);
-    join_by(h, h->housekeeper, deadline);
+    hasher_work_join(h); /* workers stop at their next block, the housekeeper at once */
     struct hwait *fire = NULL;
     pthread_mutex_lock(&h->lock);
     hasher_do_fire_all(h, HASHER_STOPPED, &fire);
@@ -473,24 +217,10 @@ void hasher_stop(struct hasher *h)
         for (size_t i = 0; i < h->set->n; i++)
             h->set->jobs[i].f = NULL;
     }
-    /* The last save, on the saver's thread; it exits after it. */
-    h->save_epoch = h->epoch;
-    h->save_asked++;
-    h->save_final = 1;
-    h->save_final_until = time_mono_ns() + (uint64_t)HASHER_SAVE_WAIT_MS * 1000000u;
-    pthread_cond_signal(&h->sv);
     pthread_mutex_unlock(&h->lock);
     hasher_call_fired(h, fire);
     reg_snapshot_unref(drop);
-    /* The saver gives up on a locked directory at save_final_until; well
-     * past that (a loaded machine can be late by a lot) it is stuck in the
-     * file system. */
-    join_by(h, h->saver, real_ns_after(HASHER_SAVE_WAIT_MS + HASHER_STUCK_MS));
-    if (h->threads_left)
-        log_msg(LOG_WARN, "content hashes: %d hashing thread%s did not stop within %u ms (a "
-                          "file system not answering?); stopping without them",
-                h->threads_left, h->threads_left == 1 ? "" : "s",
-                HASHER_STOP_MS + HASHER_SAVE_WAIT_MS + HASHER_STUCK_MS);
+    hasher_work_last_save(h);
 }
 
 void hasher_free(struct hasher *h)
@@ -501,7 +231,7 @@ void hasher_free(struct hasher *h)
     if (h->threads_left)
         return; /* a thread still uses it; the process is ending */
     pthread_mutex_lock(&h->lock);
-    jobset_free(h->set);
+    hasher_jobset_free(h->set);
     h->set = NULL;
     pthread_mutex_unlock(&h->lock);
     pthread_mutex_destroy(&h->lock);

@@ -46,6 +46,7 @@
 
 #include "hashstore.h"
 #include "registry.h"
+#include "st_error.h"
 
 /* A ctime this close to the first look (or after it) makes a file wait:
  * more than the coarsest timestamp granularity Linux file systems use (1 s)
@@ -86,8 +87,9 @@ struct hasher_opts {
  * 0700, when it is missing). A state directory that cannot be used or a
  * state file that does not load is logged and the hasher works in memory or
  * from an empty store: the daemon serves either way. Call after signals are
- * blocked (the threads inherit the mask). Never returns NULL. */
-struct hasher *hasher_new(const struct hasher_opts *o);
+ * blocked (the threads inherit the mask). NULL with err only when a thread
+ * cannot start. */
+struct hasher *hasher_new(const struct hasher_opts *o, struct st_error *err);
 
 /* Hands the hasher a new snapshot (it takes its own reference for as long as
  * it needs one); files of the previous snapshot that are not in this one are

@@ -1,4 +1,6 @@
-/* hasher_wait: callers that need a hash before they can answer.
+/* hasher_wait: the API of callers that need a hash before they can answer
+ * (hasher_lookup, hasher_want, hasher_wait, hasher_retry_after), on the
+ * job table (hasher_jobs.h).
  *
  * A waiter is linked to the job of every file it waits for; each job that
  * finishes takes one from its count, and the last one, a failure, the
@@ -10,79 +12,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "hasher_int.h"
+#include "hasher_jobs.h"
 #include "util.h"
 
 #define NS 1000000000ull
 
-void hasher_do_release(struct hwait *w)
+int hasher_lookup(struct hasher *h, const struct reg_file *f, struct hash_entry *out)
 {
-    if (--w->refs == 0)
-        free(w);
-}
-
-void hasher_do_fire(struct hasher *h, struct hwait *w, enum hasher_result r, struct hwait **fire)
-{
-    if (w->fired)
-        return;
-    w->fired = 1;
-    w->result = r;
-    if (w->prev)
-        w->prev->next = w->next;
-    else
-        h->waiters = w->next;
-    if (w->next)
-        w->next->prev = w->prev;
-    w->prev = w->next = NULL;
-    w->fire_next = *fire; /* the live list's reference now belongs to the fire list */
-    *fire = w;
-}
-
-void hasher_do_finish_waits(struct hasher *h, struct job *j, enum hasher_result r,
-                            struct hwait **fire)
-{
-    for (size_t k = 0; k < j->n_waits; k++) {
-        struct hwait *w = j->waits[k];
-        if (!w->fired && (r != HASHER_DONE || --w->remaining == 0))
-            hasher_do_fire(h, w, r, fire);
-        hasher_do_release(w);
-    }
-    free(j->waits);
-    j->waits = NULL;
-    j->n_waits = j->cap_waits = 0;
-}
-
-uint64_t hasher_do_expire(struct hasher *h, uint64_t now, struct hwait **fire)
-{
-    uint64_t next = UINT64_MAX;
-    for (struct hwait *w = h->waiters, *nx; w; w = nx) {
-        nx = w->next;
-        if (w->deadline_ns <= now)
-            hasher_do_fire(h, w, HASHER_TIMEOUT, fire);
-        else if (w->deadline_ns < next)
-            next = w->deadline_ns;
-    }
-    return next;
-}
-
-void hasher_do_fire_all(struct hasher *h, enum hasher_result r, struct hwait **fire)
-{
-    while (h->waiters)
-        hasher_do_fire(h, h->waiters, r, fire);
-}
-
-void hasher_call_fired(struct hasher *h, struct hwait *fire)
-{
-    if (!fire)
-        return;
-    for (struct hwait *w = fire; w; w = w->fire_next)
-        w->cb(w->arg, w->result);
-    pthread_mutex_lock(&h->lock);
-    for (struct hwait *w = fire, *nx; w; w = nx) {
-        nx = w->fire_next;
-        hasher_do_release(w);
-    }
-    pthread_mutex_unlock(&h->lock);
+    struct hash_id id;
+    if (!h || (f->error.code != ST_OK && f->fd < 0))
+        return 0;
+    hash_id_from_stat(&f->st, &id);
+    return hashstore_lookup(h->store, &id, out);
 }
 
 /* Drops j's links to waiters that already fired (timed out): a client that

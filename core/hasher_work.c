@@ -1,5 +1,6 @@
-/* hasher_work: the worker threads that hash files and the housekeeper
- * that retries, expires waiters and saves (design in hasher.h).
+/* hasher_work: the hasher's threads on its job table (hasher_jobs.h): the
+ * workers that hash files, the housekeeper that retries, expires waiters
+ * and asks for saves, and the saver (design in hasher.h).
  *
  * Someone waiting: while any queued job is wanted (h->urgent_queued), the
  * byte-rate limit is lifted for everyone, so the workers free up quickly,
@@ -17,9 +18,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "digest.h"
 #include "hashfile.h"
-#include "hasher_int.h"
+#include "hasher_jobs.h"
+#include "hasher_work.h"
 #include "log.h"
 #include "metrics.h"
 #include "util.h"
@@ -232,7 +233,7 @@ static int job_fd(const struct reg_file *f, const struct reg_root *root)
     return f->fd >= 0 ? fcntl(f->fd, F_DUPFD_CLOEXEC, 0) : reg_open_below(root, f, O_RDONLY);
 }
 
-void *hasher_worker_main(void *arg)
+static void *worker_main(void *arg)
 {
     struct hasher *h = ((void **)arg)[0];
     unsigned me = (unsigned)(uintptr_t)((void **)arg)[1];
@@ -336,7 +337,7 @@ static uint64_t do_promote(struct hasher *h, uint64_t now)
     return next;
 }
 
-void *hasher_housekeeper_main(void *arg)
+static void *housekeeper_main(void *arg)
 {
     struct hasher *h = arg;
     uint64_t interval = (uint64_t)(h->o.save_interval_s ? h->o.save_interval_s
@@ -394,7 +395,7 @@ static void saver_nap(struct hasher *h, uint64_t mono_ns)
  * and tries again, and the last save gives up after HASHER_SAVE_WAIT_MS. A
  * save writes without the hasher's lock: a slow disk holds up this thread
  * alone. */
-void *hasher_saver_main(void *arg)
+static void *saver_main(void *arg)
 {
     struct hasher *h = arg;
     uint64_t retry_at = 0;
@@ -447,4 +448,94 @@ void *hasher_saver_main(void *arg)
     }
     pthread_mutex_unlock(&h->lock);
     return NULL;
+}
+
+/* Starts fn(arg) as thread *t, named name. */
+static int start(pthread_t *t, void *(*fn)(void *), void *arg, const char *name,
+                 struct st_error *err)
+{
+    int rc = pthread_create(t, NULL, fn, arg);
+    if (rc != 0)
+        return st_error_errno(err, rc, "content hashes: cannot start a %s thread", name);
+    pthread_setname_np(*t, name);
+    return 0;
+}
+
+int hasher_work_start(struct hasher *h, struct st_error *err)
+{
+    int rc = 0, keeper = 0;
+    unsigned started = 0;
+    h->workers = xcalloc(h->n_workers, sizeof(*h->workers));
+    while (rc == 0 && started < h->n_workers) {
+        void **arg = xmalloc(2 * sizeof(void *));
+        arg[0] = h;
+        arg[1] = (void *)(uintptr_t)started;
+        if ((rc = start(&h->workers[started], worker_main, arg, "tensord-hash", err)) < 0)
+            free(arg);
+        else
+            started++;
+    }
+    if (rc == 0 && (rc = start(&h->housekeeper, housekeeper_main, h, "tensord-hashkeep", err)) == 0)
+        keeper = 1;
+    if (rc == 0 && (rc = start(&h->saver, saver_main, h, "tensord-hashsave", err)) == 0)
+        return 0;
+    /* Undo: what started ends at once, nothing being queued yet. */
+    pthread_mutex_lock(&h->lock);
+    atomic_store(&h->stopping, 1);
+    pthread_cond_broadcast(&h->work);
+    pthread_cond_broadcast(&h->hk);
+    pthread_mutex_unlock(&h->lock);
+    for (unsigned i = 0; i < started; i++)
+        pthread_join(h->workers[i], NULL);
+    if (keeper)
+        pthread_join(h->housekeeper, NULL);
+    return rc;
+}
+
+/* Joins t unless it is still running at deadline (CLOCK_REALTIME ns): then
+ * it is left to itself and counted in threads_left. A thread stuck in a
+ * read or a save on a hung file system must not keep the daemon from
+ * stopping. */
+static void join_by(struct hasher *h, pthread_t t, uint64_t deadline)
+{
+    struct timespec ts = {.tv_sec = (time_t)(deadline / NS), .tv_nsec = (long)(deadline % NS)};
+    if (pthread_timedjoin_np(t, NULL, &ts) == 0)
+        return;
+    pthread_detach(t);
+    h->threads_left++;
+}
+
+static uint64_t real_ns_after(unsigned ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * NS + (uint64_t)ts.tv_nsec + (uint64_t)ms * 1000000u;
+}
+
+void hasher_work_join(struct hasher *h)
+{
+    uint64_t deadline = real_ns_after(HASHER_STOP_MS);
+    for (unsigned i = 0; i < h->n_workers; i++)
+        join_by(h, h->workers[i], deadline);
+    join_by(h, h->housekeeper, deadline);
+}
+
+void hasher_work_last_save(struct hasher *h)
+{
+    pthread_mutex_lock(&h->lock);
+    h->save_epoch = h->epoch;
+    h->save_asked++;
+    h->save_final = 1;
+    h->save_final_until = time_mono_ns() + (uint64_t)HASHER_SAVE_WAIT_MS * 1000000u;
+    pthread_cond_signal(&h->sv);
+    pthread_mutex_unlock(&h->lock);
+    /* The saver gives up on a locked directory at save_final_until; well
+     * past that (a loaded machine can be late by a lot) it is stuck in the
+     * file system. */
+    join_by(h, h->saver, real_ns_after(HASHER_SAVE_WAIT_MS + HASHER_STUCK_MS));
+    if (h->threads_left)
+        log_msg(LOG_WARN, "content hashes: %d hashing thread%s did not stop within %u ms (a "
+                          "file system not answering?); stopping without them",
+                h->threads_left, h->threads_left == 1 ? "" : "s",
+                HASHER_STOP_MS + HASHER_SAVE_WAIT_MS + HASHER_STUCK_MS);
 }

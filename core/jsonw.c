@@ -22,6 +22,8 @@ void jsonw_free(struct jsonw *w)
     jsonw_init(w);
 }
 
+void jsonw_fail(struct jsonw *w) { w->sb.failed = 1; }
+
 /* Before a value or a key: the comma that separates it from the previous one. */
 static void sep(struct jsonw *w)
 {
@@ -120,20 +122,11 @@ void jsonw_raw(struct jsonw *w, const char *json, size_t n)
     strbuf_append(&w->sb, json, n);
 }
 
-void jsonw_kstr(struct jsonw *w, const char *key, const char *s)
-{
-    jsonw_key(w, key);
-    jsonw_str(w, s);
-}
-
-void jsonw_ku64(struct jsonw *w, const char *key, uint64_t v)
-{
-    jsonw_key(w, key);
-    jsonw_u64(w, v);
-}
-
-void jsonw_kbool(struct jsonw *w, const char *key, int v)
-{
-    jsonw_key(w, key);
-    jsonw_bool(w, v);
-}
+/* key: value shorthands. */
+void jsonw_kobj(struct jsonw *w, const char *k) { jsonw_key(w, k); jsonw_obj(w); }
+void jsonw_karr(struct jsonw *w, const char *k) { jsonw_key(w, k); jsonw_arr(w); }
+void jsonw_kstr(struct jsonw *w, const char *k, const char *s) { jsonw_key(w, k); jsonw_str(w, s); }
+void jsonw_ku64(struct jsonw *w, const char *k, uint64_t v) { jsonw_key(w, k); jsonw_u64(w, v); }
+void jsonw_kbool(struct jsonw *w, const char *k, int v) { jsonw_key(w, k); jsonw_bool(w, v); }
+void jsonw_ki64(struct jsonw *w, const char *k, int64_t v) { jsonw_key(w, k); jsonw_i64(w, v); }
+void jsonw_kreal(struct jsonw *w, const char *k, double v) { jsonw_key(w, k); jsonw_real(w, v); }

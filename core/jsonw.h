@@ -1,10 +1,16 @@
-/* jsonw: a JSON writer that places the commas, on top of a strbuf.
+/* jsonw: the daemon's one JSON writer, placing the commas on top of a
+ * strbuf.
  *
  * strbuf writes JSON values; jsonw adds the structure (objects, arrays,
- * keys) for documents rendered per request (the Hugging Face endpoint's,
- * error documents). Strings go through strbuf_json_string, so the output is
- * always valid JSON, and like a strbuf the writer never aborts: a failed
- * allocation makes jsonw_take answer NULL. */
+ * keys). Every document the daemon sends is written with it (or, for the
+ * model documents whose size a file controls, with strbuf's value writers
+ * directly): the model list, the GPU views, the Hugging Face endpoint's
+ * documents, error documents, the lease socket's answers. Strings go
+ * through strbuf_json_string (one escaper; bytes that are not UTF-8 become
+ * U+FFFD), so the output is always valid JSON, and the bytes are the ones
+ * jansson's json_dumps(JSON_COMPACT) wrote for the same values. Like a
+ * strbuf the writer never aborts: a failed allocation makes jsonw_take
+ * answer NULL. */
 #ifndef TENSORD_JSONW_H
 #define TENSORD_JSONW_H
 
@@ -22,11 +28,15 @@ struct jsonw {
     int after_key;              /* a key was written: the next value needs no comma */
 };
 
+#define JSONW_INIT {STRBUF_INIT, 0, {0}, 0}
+
 void jsonw_init(struct jsonw *w);
 /* The text (caller frees) and its length; NULL when an allocation failed.
  * w is empty afterwards either way. */
 char *jsonw_take(struct jsonw *w, size_t *len);
 void jsonw_free(struct jsonw *w);
+/* Marks w failed (a part that could not be made): jsonw_take answers NULL. */
+void jsonw_fail(struct jsonw *w);
 
 void jsonw_obj(struct jsonw *w);      /* { */
 void jsonw_obj_end(struct jsonw *w);  /* } */
@@ -46,9 +56,13 @@ void jsonw_real(struct jsonw *w, double v);
  * writer): copied as it is. */
 void jsonw_raw(struct jsonw *w, const char *json, size_t n);
 
-/* key: value shorthands. */
+/* key: value shorthands; kobj and karr open the value's container. */
+void jsonw_kobj(struct jsonw *w, const char *key);
+void jsonw_karr(struct jsonw *w, const char *key);
 void jsonw_kstr(struct jsonw *w, const char *key, const char *s);
 void jsonw_ku64(struct jsonw *w, const char *key, uint64_t v);
 void jsonw_kbool(struct jsonw *w, const char *key, int v);
+void jsonw_ki64(struct jsonw *w, const char *key, int64_t v);
+void jsonw_kreal(struct jsonw *w, const char *key, double v);
 
 #endif

@@ -72,10 +72,8 @@ static int open_log(const char *path)
 int log_init(const char *level, const char *access_log)
 {
     int lv = parse_level(level ? level : "info");
-    if (lv < 0) {
-        errno = EINVAL;
-        return -1;
-    }
+    if (lv < 0)
+        return -EINVAL;
     journal = stderr_is_journal();
     const char *a = access_log ? access_log : "-";
     int fd;
@@ -86,7 +84,7 @@ int log_init(const char *level, const char *access_log)
     } else {
         int nfd = open_log(a);
         if (nfd < 0)
-            return -1;
+            return -errno;
         int old = atomic_load(&access_fd);
         if (old > 2 && access_path) {
             /* Keep the descriptor number: writers may be using it. */
@@ -112,10 +110,11 @@ int log_reopen(void)
         return 0;
     int nfd = open_log(access_path);
     if (nfd < 0) {
-        log_msg(LOG_ERROR, "cannot reopen access log %s: %s", access_path, strerror(errno));
-        return -1;
+        int rc = -errno;
+        log_msg(LOG_ERROR, "cannot reopen access log %s: %s", access_path, strerror(-rc));
+        return rc;
     }
-    int rc = dup2(nfd, fd) < 0 ? -1 : 0;
+    int rc = dup2(nfd, fd) < 0 ? -errno : 0;
     close(nfd);
     return rc;
 }
@@ -202,13 +201,16 @@ static void put_escaped(char *buf, size_t *n, size_t cap, const char *s, size_t 
     }
 }
 
-/* Returns 1 when the query key raw[0, len) ends in "token" once its
- * percent-escapes are decoded (so "tok%65n" is caught too). */
-static int key_is_token(const char *raw, size_t len)
+/* Returns 1 when the query key raw[0, len) ends in "token" or "signature"
+ * once its percent-escapes are decoded (so "tok%65n" is caught too): a
+ * bearer token, or a presigned URL's X-Amz-Signature, which reads the
+ * object as anyone who has it until the URL expires (up to 7 days). */
+static int key_is_secret(const char *raw, size_t len)
 {
-    char tail[5];
+    static const char *const suffixes[] = {"token", "signature"};
+    char tail[9];
     size_t n = 0;
-    /* Decode from the end: the last five decoded characters are all that matter. */
+    /* Decode from the end: the last nine decoded characters are all that matter. */
     for (size_t i = len; i > 0 && n < sizeof(tail);) {
         char c = raw[--i];
         int hi, lo;
@@ -221,11 +223,17 @@ static int key_is_token(const char *raw, size_t len)
         }
         tail[sizeof(tail) - 1 - n++] = c;
     }
-    return n == sizeof(tail) && strncasecmp(tail, "token", sizeof(tail)) == 0;
+    for (size_t k = 0; k < ARRAY_LEN(suffixes); k++) {
+        size_t sl = strlen(suffixes[k]);
+        if (n >= sl && strncasecmp(tail + sizeof(tail) - sl, suffixes[k], sl) == 0)
+            return 1;
+    }
+    return 0;
 }
 
 /* Copies the path, replacing the value of every query parameter whose name
- * ends in "token" (token=, access_token=, tok%65n=...) with "***". Caller frees. */
+ * ends in "token" or "signature" (token=, access_token=, tok%65n=,
+ * X-Amz-Signature=...) with "***". Caller frees. */
 static char *scrub_query(const char *path)
 {
     const char *q = strchr(path, '?');
@@ -239,7 +247,7 @@ static char *scrub_query(const char *path)
         size_t plen = strcspn(p, "&;");
         const char *eq = memchr(p, '=', plen);
         size_t klen = eq ? (size_t)(eq - p) : plen;
-        if (eq && key_is_token(p, klen)) {
+        if (eq && key_is_secret(p, klen)) {
             memcpy(o, p, klen + 1);
             o += klen + 1;
             memcpy(o, "***", 3);

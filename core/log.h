@@ -15,14 +15,14 @@
 enum log_level { LOG_ERROR, LOG_WARN, LOG_INFO, LOG_DEBUG };
 
 /* level: "error", "warn", "info" or "debug". access_log: a path (opened
- * O_APPEND, created 0640), "-" for stderr, or "off". Returns 0, or -1 on an
- * unknown level or a file that cannot be opened (errno set). Safe to call
- * again (the previous access-log file is replaced). */
+ * O_APPEND, created 0640), "-" for stderr, or "off". Returns 0, -EINVAL for
+ * an unknown level, or the -errno of a file that cannot be opened. Safe to
+ * call again (the previous access-log file is replaced). */
 int log_init(const char *level, const char *access_log);
 
 /* Reopens the access-log path (log rotation on SIGHUP). The descriptor
  * number stays the same (dup2), so writers in other threads never see a
- * closed fd. Returns 0 or -1 (the old file stays in use). */
+ * closed fd. Returns 0 or -errno (the old file stays in use). */
 int log_reopen(void);
 
 /* Releases the access-log file; logging falls back to stderr / off. */

@@ -32,22 +32,9 @@ struct slice_sel {
     int dropped;                   /* integer index: not in the result shape */
 };
 
-static int spec_error(char *errbuf, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int spec_error(char *errbuf, size_t errlen, const char *fmt, ...)
-{
-    if (errbuf && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(errbuf, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
-
 /* Names the dimension being parsed (0-based), as every slice error does. */
-static int syntax_error(const char *spec, size_t len, size_t pos, uint32_t dim, char *errbuf,
-                        size_t errlen)
+static int syntax_error(const char *spec, size_t len, size_t pos, uint32_t dim,
+                        struct st_error *err)
 {
     char what[32];
     unsigned char c = pos < len ? (unsigned char)spec[pos] : 0;
@@ -57,16 +44,16 @@ static int syntax_error(const char *spec, size_t len, size_t pos, uint32_t dim, 
         snprintf(what, sizeof(what), "'%c'", c);
     else
         snprintf(what, sizeof(what), "byte 0x%02x", c);
-    return spec_error(errbuf, errlen,
-                      "dimension %" PRIu32 ": slice syntax error at position %zu: unexpected %s",
-                      dim, pos + 1, what);
+    return st_error_fail(err, ST_ERR_SLICE,
+                         "dimension %" PRIu32 ": slice syntax error at position %zu: unexpected %s",
+                         dim, pos + 1, what);
 }
 
 /* INT = [+-] 1*DIGIT, parsed at *pos. Returns 0, 1 when there is no INT here
- * (nothing consumed), or -1 (errbuf filled) for a sign without digits or a
+ * (nothing consumed), or -EINVAL (err filled) for a sign without digits or a
  * value outside int64. */
 static int parse_int(const char *spec, size_t len, size_t *pos, uint32_t dim, int64_t *out,
-                     char *errbuf, size_t errlen)
+                     struct st_error *err)
 {
     size_t p = *pos;
     int neg = 0;
@@ -76,24 +63,24 @@ static int parse_int(const char *spec, size_t len, size_t *pos, uint32_t dim, in
     }
     if (p >= len || spec[p] < '0' || spec[p] > '9') {
         if (p != *pos)
-            return syntax_error(spec, len, p, dim, errbuf, errlen);
+            return syntax_error(spec, len, p, dim, err);
         return 1;
     }
     uint64_t mag;
     size_t used;
     if (decimal_u64(spec + p, len - p, &mag, &used) != 0 || mag > (uint64_t)INT64_MAX + neg)
-        return spec_error(errbuf, errlen,
-                          "dimension %" PRIu32 ": integer at position %zu does not fit in 64 bits",
-                          dim, p + 1);
+        return st_error_fail(err, ST_ERR_SLICE,
+                             "dimension %" PRIu32 ": integer at position %zu does not fit in "
+                             "64 bits", dim, p + 1);
     *out = neg ? (mag == (uint64_t)INT64_MAX + 1 ? INT64_MIN : -(int64_t)mag) : (int64_t)mag;
     *pos = p + used;
     return 0;
 }
 
 /* Parses the whole spec; items beyond max_items are checked but not stored.
- * Returns the number of items, or -1. */
+ * Returns the number of items, or -EINVAL. */
 static long parse_spec(const char *spec, size_t len, struct slice_item *items, size_t max_items,
-                       char *errbuf, size_t errlen)
+                       struct st_error *err)
 {
     size_t pos = 0;
     long n = 0;
@@ -105,9 +92,9 @@ static long parse_spec(const char *spec, size_t len, struct slice_item *items, s
         int has[3] = {0, 0, 0}, colons = 0;
         uint32_t dim = n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
         for (;;) {
-            int r = parse_int(spec, len, &pos, dim, &v[colons], errbuf, errlen);
+            int r = parse_int(spec, len, &pos, dim, &v[colons], err);
             if (r < 0)
-                return -1;
+                return -EINVAL;
             has[colons] = r == 0;
             if (pos < len && spec[pos] == ':' && colons < 2) {
                 colons++;
@@ -117,9 +104,9 @@ static long parse_spec(const char *spec, size_t len, struct slice_item *items, s
             break;
         }
         if (colons == 0 && !has[0])
-            return syntax_error(spec, len, pos, dim, errbuf, errlen);
+            return syntax_error(spec, len, pos, dim, err);
         if (pos < len && spec[pos] != ',')
-            return syntax_error(spec, len, pos, dim, errbuf, errlen);
+            return syntax_error(spec, len, pos, dim, err);
         if (colons == 0) {
             it.is_index = 1;
             it.index = v[0];
@@ -153,7 +140,7 @@ static uint64_t clamp_bound(int64_t v, uint64_t len, unsigned shift)
 }
 
 static int resolve(const struct slice_item *it, uint32_t d, uint64_t dim_len, struct slice_sel *s,
-                   char *errbuf, size_t errlen)
+                   struct st_error *err)
 {
     memset(s, 0, sizeof(*s));
     s->step = 1;
@@ -161,17 +148,16 @@ static int resolve(const struct slice_item *it, uint32_t d, uint64_t dim_len, st
         int64_t i = it->index;
         uint64_t mag = i < 0 ? (uint64_t)(-(i + 1)) + 1 : (uint64_t)i;
         if ((i < 0 && mag > dim_len) || (i >= 0 && mag >= dim_len))
-            return spec_error(errbuf, errlen,
-                              "dimension %" PRIu32 ": index %" PRId64
-                              " out of range for size %" PRIu64,
-                              d, i, dim_len);
+            return st_error_fail(err, ST_ERR_SLICE, "dimension %" PRIu32 ": index %" PRId64
+                                 " out of range for size %" PRIu64,
+                                 d, i, dim_len);
         s->start = i < 0 ? dim_len - mag : mag;
         s->count = 1;
         s->dropped = 1;
         return 0;
     }
     if (it->has_step && it->step == 0)
-        return spec_error(errbuf, errlen, "dimension %" PRIu32 ": step must not be zero", d);
+        return st_error_fail(err, ST_ERR_SLICE, "dimension %" PRIu32 ": step must not be zero", d);
     int64_t step = it->has_step ? it->step : 1;
     if (step > 0) {
         uint64_t start = it->has_start ? clamp_bound(it->start, dim_len, 0) : 0;
@@ -193,18 +179,19 @@ static int resolve(const struct slice_item *it, uint32_t d, uint64_t dim_len, st
     return 0;
 }
 
-static int misaligned(char *errbuf, size_t errlen, uint32_t d, int has_dim, enum dtype dt)
+static int misaligned(struct st_error *err, uint32_t d, int has_dim, enum dtype dt)
 {
     const char *name = dtype_info(dt)->name;
     if (!has_dim)
-        return spec_error(errbuf, errlen, "slice cuts %s elements off a byte boundary", name);
-    return spec_error(errbuf, errlen,
-                      "dimension %" PRIu32 ": slice cuts %s elements off a byte boundary", d, name);
+        return st_error_fail(err, ST_ERR_SLICE, "slice cuts %s elements off a byte boundary", name);
+    return st_error_fail(err, ST_ERR_SLICE,
+                         "dimension %" PRIu32 ": slice cuts %s elements off a byte boundary",
+                         d, name);
 }
 
 /* Cuts result dimension n->dim of the selection to [n->lo, n->hi). */
 static int narrow_sel(struct slice_sel *sel, uint32_t ndim, const struct slice_narrow *n,
-                      char *errbuf, size_t errlen)
+                      struct st_error *err)
 {
     uint32_t r = 0;
     for (uint32_t d = 0; d < ndim; d++) {
@@ -213,9 +200,9 @@ static int narrow_sel(struct slice_sel *sel, uint32_t ndim, const struct slice_n
         if (r++ != n->dim)
             continue;
         if (n->lo > n->hi || n->hi > sel[d].count)
-            return spec_error(errbuf, errlen,
-                              "dimension %" PRIu32 ": cut [%" PRIu64 ", %" PRIu64
-                              ") is not inside its %" PRIu64 " elements",
+            return st_error_fail(err, ST_ERR_SLICE,
+                                 "dimension %" PRIu32 ": cut [%" PRIu64 ", %" PRIu64
+                                 ") is not inside its %" PRIu64 " elements",
                               n->dim, n->lo, n->hi, sel[d].count);
         uint64_t count = n->hi - n->lo;
         /* start + lo * step, in modular arithmetic: the result lies in the dimension */
@@ -227,41 +214,39 @@ static int narrow_sel(struct slice_sel *sel, uint32_t ndim, const struct slice_n
             sel[d].start = 0;
         return 0;
     }
-    return spec_error(errbuf, errlen,
-                      "dimension %" PRIu32 " to cut does not exist: the result has %" PRIu32,
-                      n->dim, r);
+    return st_error_fail(err, ST_ERR_SLICE,
+                         "dimension %" PRIu32 " to cut does not exist: the result has %" PRIu32,
+                         n->dim, r);
 }
 
 int slice_plan_build(const char *spec, size_t len, enum dtype dt, uint32_t ndim,
-                     const uint64_t *shape, struct slice_plan *plan, char *errbuf,
-                     size_t errlen)
+                     const uint64_t *shape, struct slice_plan *plan, struct st_error *err)
 {
-    return slice_plan_build_narrowed(spec, len, dt, ndim, shape, NULL, plan, errbuf, errlen);
+    return slice_plan_build_narrowed(spec, len, dt, ndim, shape, NULL, plan, err);
 }
 
 /* Step 1: what each of the ndim dimensions selects (spec, then the cut). */
 static int select_dims(const char *spec, size_t len, uint32_t ndim, const uint64_t *shape,
-                       const struct slice_narrow *narrow, struct slice_sel *sel, char *errbuf,
-                       size_t errlen)
+                       const struct slice_narrow *narrow, struct slice_sel *sel,
+                       struct st_error *err)
 {
     struct slice_item items[ST_MAX_NDIM];
     if (!spec)
         len = 0;
-    long n_items = parse_spec(spec, len, items, ndim, errbuf, errlen);
+    long n_items = parse_spec(spec, len, items, ndim, err);
     if (n_items < 0)
-        return -1;
+        return -EINVAL;
     if ((unsigned long)n_items > ndim)
-        return spec_error(errbuf, errlen,
-                          "too many indices: tensor has %" PRIu32 " dimensions, slice has %ld",
-                          ndim, n_items);
+        return st_error_fail(err, ST_ERR_SLICE,
+                             "too many indices: tensor has %" PRIu32 " dimensions, slice has %ld",
+                             ndim, n_items);
     for (uint32_t d = 0; d < ndim; d++) {
         static const struct slice_item whole = {0};
-        if (resolve(d < (uint32_t)n_items ? &items[d] : &whole, d, shape[d], &sel[d], errbuf,
-                    errlen) < 0)
-            return -1;
+        if (resolve(d < (uint32_t)n_items ? &items[d] : &whole, d, shape[d], &sel[d], err) < 0)
+            return -EINVAL;
     }
-    if (narrow && narrow_sel(sel, ndim, narrow, errbuf, errlen) < 0)
-        return -1;
+    if (narrow && narrow_sel(sel, ndim, narrow, err) < 0)
+        return -EINVAL;
     return 0;
 }
 
@@ -269,13 +254,13 @@ static int select_dims(const char *spec, size_t len, uint32_t ndim, const uint64
  * validator bounds the byte size, but 8x that can exceed 64 bits for an
  * (absurd) tensor over 2 EiB. */
 static int bit_strides(unsigned bits, uint32_t ndim, const uint64_t *shape, uint64_t *stride,
-                       char *errbuf, size_t errlen)
+                       struct st_error *err)
 {
     uint64_t acc = bits;
     for (uint32_t d = ndim; d-- > 0;) {
         stride[d] = acc;
         if (u64_mul(acc, shape[d], &acc) < 0)
-            return spec_error(errbuf, errlen, "slice: tensor size in bits overflows 64 bits");
+            return st_error_fail(err, ST_ERR_SLICE, "slice: tensor size in bits overflows 64 bits");
     }
     return 0;
 }
@@ -286,8 +271,7 @@ static int bit_strides(unsigned bits, uint32_t ndim, const uint64_t *shape, uint
  * Sets *run_bits and *last_outer, the innermost dimension that enumerates
  * runs (-1 when there is one run). */
 static int plan_run(const struct slice_sel *sel, uint32_t ndim, const uint64_t *shape,
-                    enum dtype dt, uint64_t *run_bits, int32_t *last_outer, char *errbuf,
-                    size_t errlen)
+                    enum dtype dt, uint64_t *run_bits, int32_t *last_outer, struct st_error *err)
 {
     uint64_t bits = dtype_info(dt)->bits;
     int32_t d = (int32_t)ndim - 1;
@@ -301,7 +285,7 @@ static int plan_run(const struct slice_sel *sel, uint32_t ndim, const uint64_t *
         d--;
     }
     if (bits % 8)
-        return misaligned(errbuf, errlen, (uint32_t)(run_dim < 0 ? 0 : run_dim), ndim > 0, dt);
+        return misaligned(err, (uint32_t)(run_dim < 0 ? 0 : run_dim), ndim > 0, dt);
     *run_bits = bits;
     *last_outer = d;
     return 0;
@@ -311,8 +295,8 @@ static int plan_run(const struct slice_sel *sel, uint32_t ndim, const uint64_t *
  * 0..last_outer that enumerate runs (those of one element fold into the
  * base), each on a byte boundary. */
 static int plan_outer(const struct slice_sel *sel, uint32_t ndim, const uint64_t *stride,
-                      int32_t last_outer, enum dtype dt, struct slice_plan *plan, char *errbuf,
-                      size_t errlen)
+                      int32_t last_outer, enum dtype dt, struct slice_plan *plan,
+                      struct st_error *err)
 {
     uint64_t base_bits = 0, nelems = 1;
     int32_t bad_base_dim = -1;
@@ -324,7 +308,7 @@ static int plan_outer(const struct slice_sel *sel, uint32_t ndim, const uint64_t
         nelems *= sel[i].count;
     }
     if (base_bits % 8)
-        return misaligned(errbuf, errlen, (uint32_t)bad_base_dim, 1, dt);
+        return misaligned(err, (uint32_t)bad_base_dim, 1, dt);
     for (int32_t i = 0; i <= last_outer; i++) {
         if (sel[i].count == 1)
             continue; /* folded into base */
@@ -332,7 +316,7 @@ static int plan_outer(const struct slice_sel *sel, uint32_t ndim, const uint64_t
         uint64_t mag = sel[i].step < 0 ? (uint64_t)(-(sel[i].step + 1)) + 1 : (uint64_t)sel[i].step;
         uint64_t st = mag * stride[i];
         if (st % 8)
-            return misaligned(errbuf, errlen, (uint32_t)i, 1, dt);
+            return misaligned(err, (uint32_t)i, 1, dt);
         plan->outer_count[plan->n_outer] = sel[i].count;
         plan->outer_stride[plan->n_outer] = sel[i].step < 0 ? -(int64_t)(st / 8) : (int64_t)(st / 8);
         plan->n_outer++;
@@ -344,7 +328,7 @@ static int plan_outer(const struct slice_sel *sel, uint32_t ndim, const uint64_t
 
 int slice_plan_build_narrowed(const char *spec, size_t len, enum dtype dt, uint32_t ndim,
                               const uint64_t *shape, const struct slice_narrow *narrow,
-                              struct slice_plan *plan, char *errbuf, size_t errlen)
+                              struct slice_plan *plan, struct st_error *err)
 {
     struct slice_sel sel[ST_MAX_NDIM];
     uint64_t stride[ST_MAX_NDIM], run_bits = 0;
@@ -353,12 +337,13 @@ int slice_plan_build_narrowed(const char *spec, size_t len, enum dtype dt, uint3
     memset(plan, 0, sizeof(*plan));
     const struct dtype_info *info = dtype_info(dt);
     if (!info)
-        return spec_error(errbuf, errlen, "slice: invalid dtype");
+        return st_error_fail(err, ST_ERR_SLICE, "slice: invalid dtype");
     if (ndim > ST_MAX_NDIM)
-        return spec_error(errbuf, errlen, "slice: tensor has %" PRIu32 " dimensions, more than %d",
-                          ndim, ST_MAX_NDIM);
-    if (select_dims(spec, len, ndim, shape, narrow, sel, errbuf, errlen) < 0)
-        return -1;
+        return st_error_fail(err, ST_ERR_SLICE,
+                             "slice: tensor has %" PRIu32 " dimensions, more than %d",
+                             ndim, ST_MAX_NDIM);
+    if (select_dims(spec, len, ndim, shape, narrow, sel, err) < 0)
+        return -EINVAL;
     int empty = 0;
     for (uint32_t d = 0; d < ndim; d++) {
         if (sel[d].count == 0)
@@ -368,10 +353,10 @@ int slice_plan_build_narrowed(const char *spec, size_t len, enum dtype dt, uint3
     }
     if (empty)
         return 0; /* nelems, nbytes, n_runs all 0 */
-    if (bit_strides(info->bits, ndim, shape, stride, errbuf, errlen) < 0 ||
-        plan_run(sel, ndim, shape, dt, &run_bits, &last_outer, errbuf, errlen) < 0 ||
-        plan_outer(sel, ndim, stride, last_outer, dt, plan, errbuf, errlen) < 0)
-        return -1;
+    if (bit_strides(info->bits, ndim, shape, stride, err) < 0 ||
+        plan_run(sel, ndim, shape, dt, &run_bits, &last_outer, err) < 0 ||
+        plan_outer(sel, ndim, stride, last_outer, dt, plan, err) < 0)
+        return -EINVAL;
     plan->run_bytes = run_bits / 8;
     plan->n_runs = 1;
     for (uint32_t i = 0; i < plan->n_outer; i++)

@@ -15,6 +15,7 @@
 #include <sys/types.h>
 
 #include "dtype.h"
+#include "st_error.h"
 #include "st_header.h" /* ST_MAX_NDIM */
 
 struct slice_plan {
@@ -41,19 +42,18 @@ struct slice_narrow {
 /* Parses spec[0..len) (e.g. "0,2:10:2,-1,::-1") against a tensor of dtype dt
  * and shape[0..ndim) and fills *plan. Each dimension takes NumPy's basic
  * indexing: an index, or start:stop:step with any non-zero step and Python's
- * clamping. Returns 0, or -1 with a message in errbuf naming the dimension and
- * the reason (out of range, step 0, too many indices, syntax, a cut that is
- * not on a byte boundary for sub-byte dtypes). */
+ * clamping. Returns 0, or -EINVAL with err (ST_ERR_SLICE) naming the
+ * dimension and the reason (out of range, step 0, too many indices, syntax, a
+ * cut that is not on a byte boundary for sub-byte dtypes). */
 int slice_plan_build(const char *spec, size_t len, enum dtype dt, uint32_t ndim,
-                     const uint64_t *shape, struct slice_plan *plan, char *errbuf,
-                     size_t errlen);
+                     const uint64_t *shape, struct slice_plan *plan, struct st_error *err);
 
 /* slice_plan_build, then the result's dimension narrow->dim cut to
- * [narrow->lo, narrow->hi) (narrow may be NULL). -1 with a message also when
+ * [narrow->lo, narrow->hi) (narrow may be NULL). -EINVAL with err also when
  * that dimension does not exist or the cut is not inside it. */
 int slice_plan_build_narrowed(const char *spec, size_t len, enum dtype dt, uint32_t ndim,
                               const uint64_t *shape, const struct slice_narrow *narrow,
-                              struct slice_plan *plan, char *errbuf, size_t errlen);
+                              struct slice_plan *plan, struct st_error *err);
 
 /* Source offset (relative to the tensor's first byte) of run k < n_runs. */
 uint64_t slice_run_offset(const struct slice_plan *plan, uint64_t k);

@@ -51,6 +51,8 @@ static const char *const names[ST_STATUS_COUNT] = {
     [ST_ERR_DEVICE] = "device_error",
     [ST_ERR_DEVICE_MEMORY] = "device_out_of_memory",
     [ST_ERR_LIMIT] = "limit_reached",
+    [ST_ERR_SLICE] = "invalid_slice",
+    [ST_ERR_SPLIT] = "invalid_split",
 };
 
 int st_status_errno(enum st_status s)
@@ -116,16 +118,4 @@ int st_error_errno(struct st_error *err, int errnum, const char *fmt, ...)
         snprintf(err->message + n, sizeof(err->message) - n, ": %s", strerror(errnum));
     }
     return -errnum;
-}
-
-enum st_status st_error_set(struct st_error *err, enum st_status code, const char *fmt, ...)
-{
-    if (err) {
-        va_list ap;
-        err->code = code;
-        va_start(ap, fmt);
-        vsnprintf(err->message, sizeof(err->message), fmt, ap);
-        va_end(ap);
-    }
-    return code;
 }

@@ -68,6 +68,8 @@ enum st_status {
     ST_ERR_DEVICE,             /* a device call failed (the driver's message follows) */
     ST_ERR_DEVICE_MEMORY,      /* not enough device memory, or over the configured budget */
     ST_ERR_LIMIT,              /* a configured limit (leases, connections, sizes) is reached */
+    ST_ERR_SLICE,              /* a slice that does not parse or does not fit its tensor */
+    ST_ERR_SPLIT,              /* a tensor-parallel split that does not fit its tensor */
     ST_STATUS_COUNT
 };
 
@@ -92,11 +94,6 @@ int st_error_fail(struct st_error *err, enum st_status code, const char *fmt, ..
  * ST_ERR_IO otherwise; the message gets ": strerror(errnum)" appended.
  * Returns -errnum. */
 int st_error_errno(struct st_error *err, int errnum, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-/* Fills err (when non-NULL) and returns code, so callers can write
- * `return st_error_set(err, ST_ERR_DTYPE, "...", ...);`. */
-enum st_status st_error_set(struct st_error *err, enum st_status code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 #endif

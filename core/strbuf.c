@@ -4,6 +4,7 @@
  * resident: the cost of building a document is the document. */
 #include "strbuf.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stddef.h>
@@ -21,7 +22,7 @@
 int strbuf_reserve(struct strbuf *sb, size_t more)
 {
     if (sb->failed)
-        return -1;
+        return -ENOMEM;
     if (sb->cap > sb->len && sb->cap - sb->len > more)
         return 0;
     size_t need;
@@ -42,7 +43,7 @@ int strbuf_reserve(struct strbuf *sb, size_t more)
     return 0;
 fail:
     sb->failed = 1;
-    return -1;
+    return -ENOMEM;
 }
 
 void strbuf_append(struct strbuf *sb, const void *p, size_t n)
@@ -125,7 +126,9 @@ static int json_plain(unsigned char c)
     return c >= 0x20 && c < 0x80 && c != '"' && c != '\\';
 }
 
-void strbuf_json_string(struct strbuf *sb, const char *str, size_t n)
+/* The one escaper; hex: the digits of \u00XX (jansson's upper case, or
+ * serde_json's lower case). */
+static void json_string(struct strbuf *sb, const char *str, size_t n, const char *hex)
 {
     const unsigned char *s = (const unsigned char *)str;
     /* Most names need no escape: reserve for the plain case once. */
@@ -166,8 +169,8 @@ void strbuf_json_string(struct strbuf *sb, const char *str, size_t n)
         case '\t': esc[1] = 't'; break;
         default:
             memcpy(esc + 1, "u00", 3);
-            esc[4] = hex_upper[c >> 4];
-            esc[5] = hex_upper[c & 15];
+            esc[4] = hex[c >> 4];
+            esc[5] = hex[c & 15];
             elen = 6;
             break;
         }
@@ -175,6 +178,16 @@ void strbuf_json_string(struct strbuf *sb, const char *str, size_t n)
         i++;
     }
     strbuf_putc(sb, '"');
+}
+
+void strbuf_json_string(struct strbuf *sb, const char *s, size_t n)
+{
+    json_string(sb, s, n, hex_upper);
+}
+
+void strbuf_json_string_lower(struct strbuf *sb, const char *s, size_t n)
+{
+    json_string(sb, s, n, hex_lower);
 }
 
 void strbuf_json_cstr(struct strbuf *sb, const char *s)

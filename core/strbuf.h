@@ -21,8 +21,8 @@ struct strbuf {
 
 #define STRBUF_INIT {NULL, 0, 0, 0}
 
-/* Makes room for `more` bytes after len (and the NUL). Returns 0, or -1 and
- * marks the buffer failed. */
+/* Makes room for `more` bytes after len (and the NUL). Returns 0, or -ENOMEM
+ * and marks the buffer failed. */
 int strbuf_reserve(struct strbuf *sb, size_t more);
 void strbuf_append(struct strbuf *sb, const void *p, size_t n);
 void strbuf_puts(struct strbuf *sb, const char *s);
@@ -45,6 +45,9 @@ void strbuf_release(struct strbuf *sb);
  * not start a well-formed UTF-8 sequence is written as U+FFFD, so the
  * output is always valid JSON (jansson refuses such strings instead). */
 void strbuf_json_string(struct strbuf *sb, const char *s, size_t n);
+/* The same with \u00xx in lower case, as the safetensors crate (serde_json)
+ * writes a file's header: the safetensors answers' headers (tformat). */
+void strbuf_json_string_lower(struct strbuf *sb, const char *s, size_t n);
 void strbuf_json_cstr(struct strbuf *sb, const char *s);
 void strbuf_json_int(struct strbuf *sb, int64_t v);
 /* A double as jansson writes a real: "%.17g", with ".0" added when that

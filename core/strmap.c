@@ -94,7 +94,7 @@ static int grow(struct strmap *m)
     size_t ncap = m->cap * 2;
     struct strmap_slot *ns = ncap > m->cap ? calloc(ncap, sizeof(*ns)) : NULL;
     if (!ns)
-        return -1;
+        return -ENOMEM;
     for (size_t i = 0; i < m->cap; i++)
         if (m->slots[i].key)
             insert_slot(ns, ncap, &m->slots[i]);
@@ -140,7 +140,7 @@ int strmap_put(struct strmap *m, const char *key, size_t len, void *value)
         fprintf(stderr, "tensord: out of memory growing a %zu-entry map\n", m->count);
         abort();
     }
-    return rc == 0 ? 0 : -1;
+    return rc;
 }
 
 void *strmap_get(const struct strmap *m, const char *key, size_t len)

@@ -9,8 +9,8 @@ struct strmap;
 
 /* Returns a new empty map sized for about `expected` entries. */
 struct strmap *strmap_new(size_t expected);
-/* Keys are not copied: they must outlive the map. Returns 0, or -1 when the
- * key is already present (the map is unchanged). */
+/* Keys are not copied: they must outlive the map. Returns 0, or -EEXIST when
+ * the key is already present (the map is unchanged). */
 int strmap_put(struct strmap *m, const char *key, size_t len, void *value);
 
 /* For maps whose size a file controls (a tensor count): allocation failures

@@ -5,6 +5,7 @@
  * unchanged on the wire. */
 #include "tformat.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -19,7 +20,7 @@
 int tformat_parse(const char *s, enum tformat *out)
 {
     if (!s)
-        return -1;
+        return -EINVAL;
     if (strcmp(s, "raw") == 0)
         *out = TFORMAT_RAW;
     else if (strcmp(s, "npy") == 0)
@@ -27,7 +28,7 @@ int tformat_parse(const char *s, enum tformat *out)
     else if (strcmp(s, "safetensors") == 0)
         *out = TFORMAT_SAFETENSORS;
     else
-        return -1;
+        return -EINVAL;
     return 0;
 }
 
@@ -91,22 +92,17 @@ static void npy_build(const char *descr, uint32_t ndim, const uint64_t *shape, c
 }
 
 int tformat_npy_prefix(enum dtype dt, uint32_t ndim, const uint64_t *shape, char **out,
-                       size_t *out_len, char *errbuf, size_t errlen)
+                       size_t *out_len, struct st_error *err)
 {
     const struct dtype_info *info = dtype_info(dt);
     *out = NULL;
     *out_len = 0;
-    if (!info) {
-        snprintf(errbuf, errlen, "invalid dtype");
-        return -1;
-    }
-    if (!info->npy_descr) {
-        snprintf(errbuf, errlen,
-                 "dtype %s has no NumPy equivalent; use npy_dtype=raw for its bits as unsigned "
-                 "integers, or format=raw or format=safetensors",
-                 info->name);
-        return -1;
-    }
+    if (!info)
+        return st_error_fail(err, ST_ERR_DTYPE, "invalid dtype");
+    if (!info->npy_descr)
+        return st_error_fail(err, ST_ERR_DTYPE, "dtype %s has no NumPy equivalent; use "
+                             "npy_dtype=raw for its bits as unsigned integers, or format=raw or "
+                             "format=safetensors", info->name);
     npy_build(info->npy_descr, ndim, shape, NULL, out, out_len);
     return 0;
 }
@@ -115,13 +111,12 @@ int tformat_npy_raw_prefix(enum dtype dt, uint32_t ndim, const uint64_t *shape, 
                            char **out, size_t *out_len)
 {
     const struct dtype_info *info = dtype_info(dt);
-    char err[160];
     if (info && info->npy_descr)
-        return tformat_npy_prefix(dt, ndim, shape, out, out_len, err, sizeof(err));
+        return tformat_npy_prefix(dt, ndim, shape, out, out_len, NULL);
     *out = NULL;
     *out_len = 0;
     if (!info || ndim > ST_MAX_NDIM)
-        return -1;
+        return -EINVAL;
     /* "dtype=BF16 shape=3,5": the shape is the tensor's, in X-Tensor-Shape's form */
     char comment[64 + SHAPE_MAX_CHARS(ST_MAX_NDIM)];
     size_t clen = 0;
@@ -147,75 +142,24 @@ int tformat_npy_raw_prefix(enum dtype dt, uint32_t ndim, const uint64_t *shape, 
     return 0;
 }
 
-/* JSON string body for s[0..n) (without the quotes): ", \ and control
- * characters escaped, everything else (UTF-8 included) passed through.
- * dst must hold 6 * n bytes. Returns the length written. */
-static size_t json_escape(char *dst, const char *s, size_t len)
-{
-    size_t n = 0;
-    for (const unsigned char *p = (const unsigned char *)s, *end = p + len; p < end; p++) {
-        unsigned char c = *p;
-        switch (c) {
-        case '"': dst[n++] = '\\'; dst[n++] = '"'; break;
-        case '\\': dst[n++] = '\\'; dst[n++] = '\\'; break;
-        case '\b': dst[n++] = '\\'; dst[n++] = 'b'; break;
-        case '\f': dst[n++] = '\\'; dst[n++] = 'f'; break;
-        case '\n': dst[n++] = '\\'; dst[n++] = 'n'; break;
-        case '\r': dst[n++] = '\\'; dst[n++] = 'r'; break;
-        case '\t': dst[n++] = '\\'; dst[n++] = 't'; break;
-        default:
-            if (c < 0x20) {
-                memcpy(dst + n, "\\u00", 4);
-                dst[n + 4] = hex_lower[c >> 4];
-                dst[n + 5] = hex_lower[c & 15];
-                n += 6;
-            } else {
-                dst[n++] = (char)c;
-            }
-        }
-    }
-    return n;
-}
-
-/* Makes room for `more` bytes (and a NUL) after w->len. */
-static void st_reserve(struct tformat_st *w, size_t more)
-{
-    if (w->cap - w->len > more)
-        return;
-    size_t cap = w->cap ? w->cap : 256;
-    while (cap - w->len <= more)
-        cap *= 2;
-    w->buf = xrealloc(w->buf, cap);
-    w->cap = cap;
-}
-
-static void st_string(struct tformat_st *w, const char *s, size_t n)
-{
-    st_reserve(w, 6 * n + 2);
-    w->buf[w->len++] = '"';
-    w->len += json_escape(w->buf + w->len, s, n);
-    w->buf[w->len++] = '"';
-}
-
 static void st_key(struct tformat_st *w, const char *s, size_t n)
 {
-    st_reserve(w, 1);
-    w->buf[w->len++] = w->n++ ? ',' : '{';
-    st_string(w, s, n);
-    st_reserve(w, 1);
-    w->buf[w->len++] = ':';
+    strbuf_putc(&w->sb, w->n++ ? ',' : '{');
+    strbuf_json_string_lower(&w->sb, s, n);
+    strbuf_putc(&w->sb, ':');
 }
 
 void tformat_st_begin(struct tformat_st *w)
 {
     memset(w, 0, sizeof(*w));
-    st_reserve(w, ST_ALIGN);
-    w->len = ST_ALIGN; /* the length prefix, written by tformat_st_end */
+    strbuf_append(&w->sb, "\0\0\0\0\0\0\0\0", ST_ALIGN); /* the length, by tformat_st_end */
 }
 
 void tformat_st_resume(struct tformat_st *w, size_t entries, uint64_t data_len)
 {
-    w->len = 0;
+    w->sb.len = 0;
+    if (w->sb.cap && !w->sb.failed)
+        w->sb.buf[0] = '\0';
     w->n = entries;
     w->data_len = data_len;
 }
@@ -223,20 +167,15 @@ void tformat_st_resume(struct tformat_st *w, size_t entries, uint64_t data_len)
 void tformat_st_metadata(struct tformat_st *w, const char *const *kv, size_t n)
 {
     st_key(w, "__metadata__", 12);
-    st_reserve(w, 1);
-    w->buf[w->len++] = '{';
+    strbuf_putc(&w->sb, '{');
     for (size_t i = 0; i < n; i++) {
-        if (i) {
-            st_reserve(w, 1);
-            w->buf[w->len++] = ',';
-        }
-        st_string(w, kv[2 * i], strlen(kv[2 * i]));
-        st_reserve(w, 1);
-        w->buf[w->len++] = ':';
-        st_string(w, kv[2 * i + 1], strlen(kv[2 * i + 1]));
+        if (i)
+            strbuf_putc(&w->sb, ',');
+        strbuf_json_string_lower(&w->sb, kv[2 * i], strlen(kv[2 * i]));
+        strbuf_putc(&w->sb, ':');
+        strbuf_json_string_lower(&w->sb, kv[2 * i + 1], strlen(kv[2 * i + 1]));
     }
-    st_reserve(w, 1);
-    w->buf[w->len++] = '}';
+    strbuf_putc(&w->sb, '}');
 }
 
 void tformat_st_tensor(struct tformat_st *w, const char *name, size_t name_len, enum dtype dt,
@@ -244,38 +183,35 @@ void tformat_st_tensor(struct tformat_st *w, const char *name, size_t name_len, 
 {
     const struct dtype_info *info = dtype_info(dt);
     st_key(w, name, name_len);
-    st_reserve(w, 64 + SHAPE_MAX_CHARS(ndim) + 2 * 21);
-    put(w->buf, w->cap, &w->len, "{\"dtype\":\"%s\",\"shape\":[", info ? info->name : "?");
+    strbuf_printf(&w->sb, "{\"dtype\":\"%s\",\"shape\":[", info ? info->name : "?");
     for (uint32_t i = 0; i < ndim; i++)
-        put(w->buf, w->cap, &w->len, i ? ",%" PRIu64 : "%" PRIu64, shape[i]);
-    put(w->buf, w->cap, &w->len, "],\"data_offsets\":[%" PRIu64 ",%" PRIu64 "]}", w->data_len,
-        w->data_len + nbytes);
+        strbuf_printf(&w->sb, i ? ",%" PRIu64 : "%" PRIu64, shape[i]);
+    strbuf_printf(&w->sb, "],\"data_offsets\":[%" PRIu64 ",%" PRIu64 "]}", w->data_len,
+                  w->data_len + nbytes);
     w->data_len += nbytes;
 }
 
-void tformat_st_end(struct tformat_st *w, char **out, size_t *out_len)
+int tformat_st_end(struct tformat_st *w, char **out, size_t *out_len)
 {
-    st_reserve(w, 2 + ST_ALIGN);
     if (!w->n)
-        w->buf[w->len++] = '{';
-    w->buf[w->len++] = '}';
-    while (w->len % ST_ALIGN)
-        w->buf[w->len++] = ' ';
-    uint64_t n = w->len - ST_ALIGN;
-    for (int i = 0; i < 8; i++)
-        w->buf[i] = (char)((n >> (8 * i)) & 0xff);
-    w->buf[w->len] = '\0';
-    *out = w->buf;
-    *out_len = w->len;
-    w->buf = NULL;
+        strbuf_putc(&w->sb, '{');
+    strbuf_putc(&w->sb, '}');
+    while (!w->sb.failed && w->sb.len % ST_ALIGN)
+        strbuf_putc(&w->sb, ' ');
+    uint64_t n = w->sb.len - ST_ALIGN;
+    if (!w->sb.failed)
+        for (int i = 0; i < 8; i++)
+            w->sb.buf[i] = (char)((n >> (8 * i)) & 0xff);
+    *out = strbuf_detach(&w->sb, out_len);
+    return *out ? 0 : -ENOMEM;
 }
 
-void tformat_safetensors_prefix(const char *name, enum dtype dt, uint32_t ndim,
-                                const uint64_t *shape, uint64_t nbytes, char **out,
-                                size_t *out_len)
+int tformat_safetensors_prefix(const char *name, enum dtype dt, uint32_t ndim,
+                               const uint64_t *shape, uint64_t nbytes, char **out,
+                               size_t *out_len)
 {
     struct tformat_st w;
     tformat_st_begin(&w);
     tformat_st_tensor(&w, name, strlen(name), dt, ndim, shape, nbytes);
-    tformat_st_end(&w, out, out_len);
+    return tformat_st_end(&w, out, out_len);
 }

@@ -2,6 +2,7 @@
 #ifndef TENSORD_UTIL_H
 #define TENSORD_UTIL_H
 
+#include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -18,14 +19,14 @@ char *xstrdup(const char *s);
 /* printf into a new string, caller frees. */
 char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
-/* Checked arithmetic: return 0 on success, -1 on overflow. */
+/* Checked arithmetic: return 0 on success, -EOVERFLOW on overflow. */
 static inline int u64_mul(uint64_t a, uint64_t b, uint64_t *out)
 {
-    return __builtin_mul_overflow(a, b, out) ? -1 : 0;
+    return __builtin_mul_overflow(a, b, out) ? -EOVERFLOW : 0;
 }
 static inline int u64_add(uint64_t a, uint64_t b, uint64_t *out)
 {
-    return __builtin_add_overflow(a, b, out) ? -1 : 0;
+    return __builtin_add_overflow(a, b, out) ? -EOVERFLOW : 0;
 }
 
 /* 64-bit FNV-1a, used for hash tables and ETag derivation. */

@@ -40,6 +40,13 @@ static size_t utf8_seq(const unsigned char *s, size_t n)
     return len && len <= n && utf8_valid((const char *)s, len) ? len : 0;
 }
 
+/* Whether the UTF-8 sequence s[0..len) is U+FFFE or U+FFFF: valid UTF-8,
+ * but no XML 1.0 Char (a parser refuses the whole document). */
+static int not_char(const unsigned char *s, size_t len)
+{
+    return len == 3 && s[0] == 0xef && s[1] == 0xbf && s[2] >= 0xbe;
+}
+
 static void put_escaped(struct strbuf *sb, const char *text, size_t n)
 {
     const unsigned char *s = (const unsigned char *)text;
@@ -58,7 +65,7 @@ static void put_escaped(struct strbuf *sb, const char *text, size_t n)
             strbuf_puts(sb, "&apos;");
         else if (c == '\r')
             strbuf_puts(sb, "&#13;"); /* a literal CR would be read as a line end */
-        else if (len == 0 || (c < 0x20 && c != '\t' && c != '\n'))
+        else if (len == 0 || (c < 0x20 && c != '\t' && c != '\n') || not_char(s + i, len))
             strbuf_puts(sb, "\xef\xbf\xbd"); /* U+FFFD */
         else
             strbuf_append(sb, s + i, len);

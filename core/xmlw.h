@@ -4,8 +4,9 @@
  * value (a file name, a prefix a client sent) can end an element early.
  *
  * XML 1.0 cannot carry most control characters even as references: a
- * byte below 0x20 other than tab, line feed and carriage return, and
- * invalid UTF-8, are written as U+FFFD. S3 clients that list names with
+ * byte below 0x20 other than tab, line feed and carriage return, the
+ * noncharacters U+FFFE and U+FFFF, and invalid UTF-8, are written as
+ * U+FFFD. S3 clients that list names with
  * such bytes ask for encoding-type=url, whose values xmlw_url_text writes
  * percent-encoded (and so exact). */
 #ifndef TENSORD_XMLW_H

@@ -3,6 +3,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 int cors_check_config(const struct config *cfg, char *err, size_t errlen)
 {
@@ -66,4 +67,14 @@ size_t cors_headers(const struct config *cfg, const char *origin, const char *me
     }
 #undef PUT
     return n;
+}
+
+int cors_refuses_write(const struct config *cfg, const char *origin, const char *host)
+{
+    if (!origin || (cfg->n_cors_origins && allowed_origin(cfg, origin)))
+        return 0;
+    /* The daemon's own pages (the console): scheme://HOST, as the browser
+     * wrote the Host header. */
+    const char *authority = strstr(origin, "://");
+    return !(authority && host && host[0] && strcasecmp(authority + 3, host) == 0);
 }

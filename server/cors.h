@@ -47,4 +47,13 @@ int cors_is_preflight(const struct config *cfg, const char *method, const char *
 size_t cors_headers(const struct config *cfg, const char *origin, const char *methods,
                     const char *out[2 * CORS_MAX_HEADERS]);
 
+/* Whether a request that changes something (a preload, an evict), from
+ * origin with Host host (each NULL when absent), comes from a page of
+ * another origin and must be refused: its Origin is neither in
+ * cors_origins nor the daemon's own (scheme://Host). A browser sends a
+ * cross-site POST with a text/plain body without a preflight and only
+ * hides the answer from the page, so without tokens any site a user opens
+ * could act; clients that are no browser send no Origin. */
+int cors_refuses_write(const struct config *cfg, const char *origin, const char *host);
+
 #endif

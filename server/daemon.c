@@ -385,8 +385,13 @@ int daemon_run(const struct config *cfg)
     struct hasher_opts ho = {.threads = cfg->hash_threads,
                              .max_bytes_per_second = cfg->hash_max_bytes_per_second,
                              .state_dir = state_dir};
-    srv.hasher = hasher_new(&ho);
+    struct st_error herr;
+    srv.hasher = hasher_new(&ho, &herr);
     free(state_dir);
+    if (!srv.hasher) {
+        log_msg(LOG_ERROR, "%s", herr.message);
+        goto out;
+    }
     srv.blobs = blob_index_new();
 
     notify_systemd("STATUS=scanning %s", cfg->models);

@@ -230,6 +230,13 @@ static int refuse_request(const struct request_view *v, struct answer *a, enum r
         a->error.allow = allow;
         return 1;
     }
+    if (is_admin &&
+        cors_refuses_write(srv->cfg, view_header(v, "Origin"), view_header(v, "Host"))) {
+        answer_error(a, HTTP_FORBIDDEN, "cross_origin",
+                     "a page of another origin may not preload or evict; list it in "
+                     "cors_origins to allow it");
+        return 1;
+    }
     /* The console's page and scripts are the same for everyone and hold no
      * data: they load without a token, and ask for one for what they read.
      * A mirror's Hub routes are its upstream's: the upstream checks the

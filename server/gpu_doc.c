@@ -3,19 +3,20 @@
 #include "gpu_doc.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "gpu/gpu_preload.h"
+#include "json_scan.h"
 #include "util.h"
 
 /* What a manager call failed with, as the HTTP endpoints and the lease
  * socket say it: the one place where status codes become wire codes. */
 enum gpu_op { GPU_OP_DEVICE, GPU_OP_PRELOAD, GPU_OP_EVICT, GPU_OP_OPEN };
 
-static const char *wire_code(enum gpu_op op, enum st_status code, int *http_status)
+/* Fills e from the manager's err for a call of kind op; returns rc. */
+static int refused(enum gpu_op op, const struct st_error *err, int rc, struct gpu_doc_error *e)
 {
     static const struct {
         enum gpu_op op;
@@ -35,40 +36,23 @@ static const char *wire_code(enum gpu_op op, enum st_status code, int *http_stat
         {GPU_OP_OPEN, ST_ERR_DEVICE, 0, "failed"},
         {GPU_OP_OPEN, ST_ERR_LIMIT, 0, "too_many_shards"},
     };
+    int oom = err->code == ST_ERR_NO_MEMORY;
+    e->http_status = oom ? 503 : 500;
+    e->code = oom ? "out_of_memory" : "internal";
     for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++) {
-        if (map[i].op == op && map[i].code == code) {
-            *http_status = map[i].http;
-            return map[i].wire;
+        if (map[i].op == op && map[i].code == err->code) {
+            e->http_status = map[i].http;
+            e->code = map[i].wire;
         }
     }
-    *http_status = code == ST_ERR_NO_MEMORY ? 503 : 500;
-    return code == ST_ERR_NO_MEMORY ? "out_of_memory" : "internal";
+    snprintf(e->message, sizeof(e->message), "%s", err->message);
+    return rc;
 }
 
-/* {"error": {"code": code, "message": msg}}. */
-static json_t *error_json(const char *code, const char *msg)
-{
-    return json_pack("{s:{s:s,s:s}}", "error", "code", code, "message", msg);
-}
-
-json_t *gpu_doc_answer_error(const char *code, const char *fmt, ...)
-{
-    char msg[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    json_t *doc = error_json(code, msg);
-    json_object_set_new(doc, "ok", json_false());
-    return doc;
-}
-
-static char *base64(const unsigned char *p, size_t n)
+static void base64(struct jsonw *w, const unsigned char *p, size_t n)
 {
     static const char tab[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    char *out = malloc((n + 2) / 3 * 4 + 1), *o = out;
-    if (!out)
-        return NULL;
+    char out[(GPU_LEGACY_HANDLE_BYTES + 2) / 3 * 4], *o = out;
     for (size_t i = 0; i < n; i += 3) {
         uint32_t v = (uint32_t)p[i] << 16 | (i + 1 < n ? (uint32_t)p[i + 1] << 8 : 0) |
                      (i + 2 < n ? p[i + 2] : 0);
@@ -77,180 +61,172 @@ static char *base64(const unsigned char *p, size_t n)
         *o++ = i + 1 < n ? tab[v >> 6 & 63] : '=';
         *o++ = i + 2 < n ? tab[v & 63] : '=';
     }
-    *o = '\0';
-    return out;
+    jsonw_strn(w, out, (size_t)(o - out));
 }
 
-static json_t *tensors_json(const struct gm_view *v)
+/* The tensor table (text the instance keeps). */
+static char *make_tensors(const struct gm_view *v)
 {
-    json_t *arr = json_array();
+    struct jsonw w = JSONW_INIT;
+    jsonw_arr(&w);
     for (size_t i = 0; i < v->n_tensors; i++) {
         const struct gm_tensor *t = &v->tensors[i];
-        json_t *shape = json_array();
+        jsonw_obj(&w);
+        jsonw_kstr(&w, "name", t->name);
+        jsonw_kstr(&w, "dtype", dtype_info(t->dtype)->name);
+        jsonw_karr(&w, "shape");
         for (uint32_t d = 0; d < t->ndim; d++)
-            json_array_append_new(shape, json_integer((json_int_t)t->shape[d]));
-        json_t *o = json_pack("{s:s,s:s,s:o,s:I,s:I,s:I}", "name", t->name, "dtype",
-                              dtype_info(t->dtype)->name, "shape", shape, "alloc",
-                              (json_int_t)t->alloc, "offset", (json_int_t)t->offset, "nbytes",
-                              (json_int_t)t->nbytes);
-        if (o)
-            json_array_append_new(arr, o);
+            jsonw_u64(&w, t->shape[d]);
+        jsonw_arr_end(&w);
+        jsonw_ku64(&w, "alloc", t->alloc);
+        jsonw_ku64(&w, "offset", t->offset);
+        jsonw_ku64(&w, "nbytes", t->nbytes);
+        jsonw_obj_end(&w);
     }
-    return arr;
+    jsonw_arr_end(&w);
+    return jsonw_take(&w, NULL);
 }
 
 /* The legacy CUDA IPC handle of shard s, in the shape Triton's CUDA
  * shared-memory extension expects. Only "open" answers carry it: whoever
  * imports it must hold a lease. */
-static void add_legacy(json_t *o, const struct gm_view *v, const struct gm_shard *s)
+static void legacy(struct jsonw *w, const struct gm_view *v, const struct gm_shard *s)
 {
-    char *b64 = base64(s->a.legacy_handle, GPU_LEGACY_HANDLE_BYTES);
-    if (!b64)
-        return;
-    json_object_set_new(o, "raw_handle", json_pack("{s:s}", "b64", b64));
-    json_object_set_new(o, "device_id", json_integer(v->be->devices[v->dev].index));
-    json_object_set_new(o, "legacy_byte_size", json_integer((json_int_t)s->a.legacy_size));
-    free(b64);
+    jsonw_kobj(w, "raw_handle");
+    jsonw_key(w, "b64");
+    base64(w, s->a.legacy_handle, GPU_LEGACY_HANDLE_BYTES);
+    jsonw_obj_end(w);
+    jsonw_ki64(w, "device_id", v->be->devices[v->dev].index);
+    jsonw_ku64(w, "legacy_byte_size", s->a.legacy_size);
 }
 
 /* Allocations as GET shows them (full) or as "open" answers carry them.
  * published: the loader filled them (their sizes and checksums may be read). */
-static json_t *allocs_json(const struct gm_view *v, int published, int for_open)
+static void allocs(struct jsonw *w, const struct gm_view *v, int published, int for_open)
 {
-    json_t *arr = json_array();
+    jsonw_arr(w);
     for (size_t i = 0; i < v->n_shards; i++) {
         const struct gm_shard *s = &v->shards[i];
-        json_t *o = json_pack("{s:I,s:s,s:I}", "id", (json_int_t)i, "file", s->file, "byte_size",
-                              (json_int_t)s->size);
-        if (!o)
-            continue;
+        jsonw_obj(w);
+        jsonw_ku64(w, "id", i);
+        jsonw_kstr(w, "file", s->file);
+        jsonw_ku64(w, "byte_size", s->size);
         if (published) {
             char sum[32];
             snprintf(sum, sizeof(sum), "%016llx", (unsigned long long)s->checksum);
-            json_object_set_new(o, "alloc_size", json_integer((json_int_t)s->a.alloc_size));
-            json_object_set_new(o, "checksum", json_string(sum));
+            jsonw_ku64(w, "alloc_size", s->a.alloc_size);
+            jsonw_kstr(w, "checksum", sum);
         }
         if (for_open) {
-            json_object_set_new(o, "handle_type", json_string(v->be->handle_type));
-            json_object_set_new(o, "fd_index", json_integer((json_int_t)i));
+            jsonw_kstr(w, "handle_type", v->be->handle_type);
+            jsonw_ku64(w, "fd_index", i);
             if (published && s->a.legacy_size)
-                add_legacy(o, v, s);
+                legacy(w, v, s);
         } else {
-            json_t *types = json_array();
-            json_array_append_new(types, json_string(v->be->handle_type));
+            jsonw_karr(w, "handle_types");
+            jsonw_str(w, v->be->handle_type);
             if (published && s->a.legacy_size)
-                json_array_append_new(types, json_string("cuda_ipc"));
-            json_object_set_new(o, "handle_types", types);
+                jsonw_str(w, "cuda_ipc");
+            jsonw_arr_end(w);
         }
-        json_array_append_new(arr, o);
+        jsonw_obj_end(w);
     }
-    return arr;
+    jsonw_arr_end(w);
 }
 
-static void add_device(json_t *o, const struct gm_view *v)
-{
-    const struct gpu_device *d = &v->be->devices[v->dev];
-    json_object_set_new(o, "backend", json_string(v->be->name));
-    json_object_set_new(o, "device", json_string(v->device));
-    json_object_set_new(o, "device_index", json_integer(d->index));
-    json_object_set_new(o, "device_uuid", json_string(d->uuid));
-    json_object_set_new(o, "generation", json_integer((json_int_t)v->generation));
-}
-
-static char *dump(json_t *o)
-{
-    char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
-    json_decref(o);
-    return text;
-}
-
-static char *make_tensors(const struct gm_view *v)
-{
-    return dump(tensors_json(v));
-}
-
+/* The published allocations as GET shows them (text the instance keeps:
+ * they never change again). */
 static char *make_allocations(const struct gm_view *v)
 {
-    return dump(allocs_json(v, 1, 0));
+    struct jsonw w = JSONW_INIT;
+    allocs(&w, v, 1, 0);
+    return jsonw_take(&w, NULL);
 }
 
-/* envelope (a JSON object, taken) with `"allocations":allocs,"tensors":tensors`
- * spliced in before its closing brace. */
-static char *splice(json_t *envelope, const char *allocs, const char *tensors)
+static void device(struct jsonw *w, const struct gm_view *v)
 {
-    char *head = envelope ? json_dumps(envelope, JSON_COMPACT) : NULL;
-    json_decref(envelope);
-    if (!head || !allocs || !tensors) {
-        free(head);
-        return NULL;
-    }
-    size_t hn = strlen(head);
-    char *out;
-    if (asprintf(&out, "%.*s%s\"allocations\":%s,\"tensors\":%s}", (int)(hn - 1), head,
-                 hn > 2 ? "," : "", allocs, tensors) < 0)
-        out = NULL;
-    free(head);
-    return out;
+    const struct gpu_device *d = &v->be->devices[v->dev];
+    jsonw_kstr(w, "backend", v->be->name);
+    jsonw_kstr(w, "device", v->device);
+    jsonw_ki64(w, "device_index", d->index);
+    jsonw_kstr(w, "device_uuid", d->uuid);
+    jsonw_ku64(w, "generation", v->generation);
 }
 
 /* Where a preload's bytes came from. */
-static json_t *io_json(const struct gm_io *io)
+static void io(struct jsonw *w, const struct gm_io *io)
 {
-    return json_pack("{s:I,s:I,s:I,s:I,s:s,s:i,s:i}", "page_cache_bytes",
-                     (json_int_t)io->page_cache_bytes, "disk_bytes", (json_int_t)io->disk_bytes,
-                     "upstream_bytes", (json_int_t)io->upstream_bytes,
-                     "handed_over_bytes", (json_int_t)io->handed_over_bytes, "disk_reads",
-                     io->disk_reads[0] ? io->disk_reads : "none", "threads", (int)io->threads,
-                     "depth", (int)io->depth);
+    jsonw_kobj(w, "io");
+    jsonw_ku64(w, "page_cache_bytes", io->page_cache_bytes);
+    jsonw_ku64(w, "disk_bytes", io->disk_bytes);
+    jsonw_ku64(w, "upstream_bytes", io->upstream_bytes);
+    jsonw_ku64(w, "handed_over_bytes", io->handed_over_bytes);
+    jsonw_kstr(w, "disk_reads", io->disk_reads[0] ? io->disk_reads : "none");
+    jsonw_ku64(w, "threads", io->threads);
+    jsonw_ku64(w, "depth", io->depth);
+    jsonw_obj_end(w);
 }
 
-/* What GET adds to the envelope: progress, leases, why it failed, and the
+/* What GET adds to the instance: progress, leases, why it failed, and the
  * preload's timing once it ended. */
-static void add_progress(json_t *o, const struct gm_view *v)
+static void progress(struct jsonw *w, const struct gm_view *v)
 {
-    json_object_set_new(o, "progress",
-                        json_pack("{s:I,s:I,s:f}", "bytes_done", (json_int_t)v->done,
-                                  "bytes_total", (json_int_t)v->total, "fraction",
-                                  v->total ? (double)v->done / (double)v->total : 1.0));
-    json_object_set_new(o, "leases", json_integer(v->leases));
+    jsonw_kobj(w, "progress");
+    jsonw_ku64(w, "bytes_done", v->done);
+    jsonw_ku64(w, "bytes_total", v->total);
+    jsonw_kreal(w, "fraction", v->total ? (double)v->done / (double)v->total : 1.0);
+    jsonw_obj_end(w);
+    jsonw_ku64(w, "leases", v->leases);
     if (v->state == GM_FAILED)
-        json_object_set_new(o, "reason", json_string(v->error));
-    if (v->t_end_ns) {
-        double secs = (double)(v->t_end_ns - v->t_start_ns) / 1e9;
-        json_t *p = json_pack("{s:f,s:f,s:b}", "seconds", secs, "bytes_per_second",
-                              secs > 0 ? (double)v->done / secs : 0.0, "verified", v->verified);
-        if (v->state != GM_FAILED)
-            json_object_set_new(p, "io", io_json(&v->io));
-        json_object_set_new(o, "preload", p);
-    }
+        jsonw_kstr(w, "reason", v->error);
+    if (!v->t_end_ns)
+        return;
+    double secs = (double)(v->t_end_ns - v->t_start_ns) / 1e9;
+    jsonw_kobj(w, "preload");
+    jsonw_kreal(w, "seconds", secs);
+    jsonw_kreal(w, "bytes_per_second", secs > 0 ? (double)v->done / secs : 0.0);
+    jsonw_kbool(w, "verified", v->verified);
+    if (v->state != GM_FAILED)
+        io(w, &v->io);
+    jsonw_obj_end(w);
 }
 
-/* The model view, as GET shows it (for_open 0) or as the lease socket's
+/* The instance of v, as GET shows it (for_open 0) or as the lease socket's
  * "open" answer carries it (published allocations with their descriptors'
- * indexes and legacy handles, and the lease). */
-static char *instance_text(const struct gm_view *v, int for_open, uint64_t lease)
+ * indexes and legacy handles, and the lease). The cached parts that fail
+ * to render make the writer fail. */
+static void instance(struct jsonw *w, const struct gm_view *v, int for_open, uint64_t lease)
 {
-    json_t *o;
-    if (for_open)
-        o = json_pack("{s:b,s:I,s:s}", "ok", 1, "lease", (json_int_t)lease, "model", v->name);
-    else
-        o = json_pack("{s:s,s:s}", "model", v->name, "state", gm_state_name(v->state));
-    if (!o)
-        return NULL;
-    add_device(o, v);
+    jsonw_obj(w);
+    if (for_open) {
+        jsonw_kbool(w, "ok", 1);
+        jsonw_ku64(w, "lease", lease);
+        jsonw_kstr(w, "model", v->name);
+    } else {
+        jsonw_kstr(w, "model", v->name);
+        jsonw_kstr(w, "state", gm_state_name(v->state));
+    }
+    device(w, v);
     if (!for_open)
-        add_progress(o, v);
-    char *allocs = NULL;
-    const char *at;
-    if (!for_open && v->published) /* published allocations never change again */
-        at = gm_view_text(v, GM_TEXT_ALLOCATIONS, make_allocations);
+        progress(w, v);
+    jsonw_key(w, "allocations");
+    const char *kept = !for_open && v->published
+                           ? gm_view_text(v, GM_TEXT_ALLOCATIONS, make_allocations)
+                           : "";
+    if (!kept)
+        jsonw_fail(w);
+    else if (*kept)
+        jsonw_raw(w, kept, strlen(kept));
     else
-        at = allocs = dump(allocs_json(v, for_open || v->published, for_open));
-    char *text = splice(o, at, gm_view_text(v, GM_TEXT_TENSORS, make_tensors));
-    free(allocs);
-    return text;
+        allocs(w, v, for_open || v->published, for_open);
+    const char *tensors = gm_view_text(v, GM_TEXT_TENSORS, make_tensors);
+    jsonw_key(w, "tensors");
+    if (tensors)
+        jsonw_raw(w, tensors, strlen(tensors));
+    else
+        jsonw_fail(w);
+    jsonw_obj_end(w);
 }
-
 
 void gpu_doc_options(struct gm_options *opt, const struct config *cfg)
 {
@@ -267,223 +243,229 @@ void gpu_doc_options(struct gm_options *opt, const struct config *cfg)
 
 /* The instance table: every instance with its leases (the status), or
  * the current ones only (what the socket's "list" shows). */
-static json_t *rows_json(struct gpu_manager *gm, int current_only)
+static void rows(struct jsonw *w, struct gpu_manager *gm, int current_only)
 {
-    json_t *models = json_array();
-    struct gm_row *rows;
+    struct gm_row *r;
     size_t n;
-    if (gpu_manager_rows(gm, current_only, &rows, &n) < 0)
-        n = 0;
+    if (gpu_manager_rows(gm, current_only, &r, &n) < 0)
+        r = NULL, n = 0;
+    jsonw_arr(w);
     for (size_t i = 0; i < n; i++) {
-        json_t *o = json_pack("{s:s,s:s,s:s,s:I}", "name", rows[i].name, "state",
-                              gm_state_name(rows[i].state), "device", rows[i].device,
-                              "generation", (json_int_t)rows[i].generation);
-        if (o && !current_only)
-            json_object_set_new(o, "leases", json_integer((int)rows[i].leases));
-        json_array_append_new(models, o);
+        jsonw_obj(w);
+        jsonw_kstr(w, "name", r[i].name);
+        jsonw_kstr(w, "state", gm_state_name(r[i].state));
+        jsonw_kstr(w, "device", r[i].device);
+        jsonw_ku64(w, "generation", r[i].generation);
+        if (!current_only)
+            jsonw_ku64(w, "leases", r[i].leases);
+        jsonw_obj_end(w);
     }
-    gm_rows_free(rows, n);
-    return models;
+    jsonw_arr_end(w);
+    gm_rows_free(r, n);
 }
 
-json_t *gpu_doc_status_json(struct gpu_manager *gm, const char *socket_path)
+static void devices(struct jsonw *w, const struct gpu_backend *cuda)
+{
+    jsonw_arr(w);
+    for (size_t i = 0; cuda && i < cuda->n_devices; i++) {
+        const struct gpu_device *d = &cuda->devices[i];
+        jsonw_obj(w);
+        jsonw_ki64(w, "index", d->index);
+        jsonw_kstr(w, "uuid", d->uuid);
+        jsonw_kstr(w, "name", d->name);
+        jsonw_ku64(w, "memory_bytes", d->memory_bytes);
+        if (d->error[0])
+            jsonw_kstr(w, "error", d->error);
+        jsonw_obj_end(w);
+    }
+    jsonw_arr_end(w);
+}
+
+void gpu_doc_status(struct gpu_manager *gm, const char *socket_path, struct jsonw *w)
 {
     const char *reason;
     const struct gpu_backend *cuda = gpu_manager_cuda(gm, &reason);
-    json_t *devs = json_array(), *backends = json_array(), *models = rows_json(gm, 0);
-    json_array_append_new(backends, json_string("host"));
-    if (cuda) {
-        json_array_append_new(backends, json_string("cuda"));
-        for (size_t i = 0; i < cuda->n_devices; i++) {
-            const struct gpu_device *d = &cuda->devices[i];
-            json_t *o = json_pack("{s:i,s:s,s:s,s:I}", "index", d->index, "uuid", d->uuid, "name",
-                                  d->name, "memory_bytes", (json_int_t)d->memory_bytes);
-            if (d->error[0])
-                json_object_set_new(o, "error", json_string(d->error));
-            json_array_append_new(devs, o);
-        }
-    }
     struct gm_staging staging[16];
     size_t n_staging = gpu_manager_staging(gm, staging, 16);
-    json_t *rings = json_object();
+    jsonw_obj(w);
+    jsonw_kbool(w, "available", cuda != NULL);
+    jsonw_key(w, "devices");
+    devices(w, cuda);
+    jsonw_karr(w, "backends");
+    jsonw_str(w, "host");
+    if (cuda)
+        jsonw_str(w, "cuda");
+    jsonw_arr_end(w);
+    jsonw_kstr(w, "ipc_socket", socket_path ? socket_path : "");
+    jsonw_kobj(w, "staging_bytes");
     for (size_t i = 0; i < n_staging && i < 16; i++)
-        json_object_set_new(rings, staging[i].device, json_integer((json_int_t)staging[i].bytes));
-    json_t *o = json_pack("{s:b,s:o,s:o,s:s,s:o,s:o}", "available", cuda != NULL, "devices", devs,
-                          "backends", backends, "ipc_socket", socket_path ? socket_path : "",
-                          "staging_bytes", rings, "models", models);
+        jsonw_ku64(w, staging[i].device, staging[i].bytes);
+    jsonw_obj_end(w);
+    jsonw_key(w, "models");
+    rows(w, gm, 0);
     if (!cuda)
-        json_object_set_new(o, "reason", json_string(reason));
-    return o;
+        jsonw_kstr(w, "reason", reason);
+    jsonw_obj_end(w);
 }
 
-json_t *gpu_doc_summary(struct gpu_manager *gm, const char *model)
+void gpu_doc_summary(struct gpu_manager *gm, const char *model, struct jsonw *w)
 {
     struct gm_view v;
     gpu_manager_view(gm, model, &v);
-    json_t *o = json_pack("{s:s}", "state", v.inst      ? gm_state_name(v.state)
-                                            : v.refused ? "failed"
-                                                        : "none");
+    jsonw_obj(w);
+    jsonw_kstr(w, "state", v.inst ? gm_state_name(v.state) : v.refused ? "failed" : "none");
     if (v.inst || v.refused)
-        json_object_set_new(o, "device", json_string(v.device));
+        jsonw_kstr(w, "device", v.device);
     if (v.inst)
-        json_object_set_new(o, "generation", json_integer((json_int_t)v.generation));
+        jsonw_ku64(w, "generation", v.generation);
+    jsonw_obj_end(w);
     gpu_manager_view_release(gm, &v);
-    return o;
 }
 
-char *gpu_doc_model_text(struct gpu_manager *gm, const char *model, int *http_status)
+void gpu_doc_model(struct gpu_manager *gm, const char *model, struct jsonw *w)
 {
     struct gm_view v;
-    *http_status = 200;
     gpu_manager_view(gm, model, &v);
-    char *text;
-    if (v.inst)
-        text = instance_text(&v, 0, 0);
-    else if (v.refused)
-        text = dump(json_pack("{s:s,s:s,s:s,s:s}", "model", model, "state", "failed", "device",
-                              v.device, "reason", v.error));
-    else
-        text = dump(json_pack("{s:s,s:s}", "model", model, "state", "none"));
+    if (v.inst) {
+        instance(w, &v, 0, 0);
+    } else {
+        jsonw_obj(w);
+        jsonw_kstr(w, "model", model);
+        jsonw_kstr(w, "state", v.refused ? "failed" : "none");
+        if (v.refused) {
+            jsonw_kstr(w, "device", v.device);
+            jsonw_kstr(w, "reason", v.error);
+        }
+        jsonw_obj_end(w);
+    }
     gpu_manager_view_release(gm, &v);
-    return text;
 }
 
-/* text parsed (taken). */
-static json_t *parse(char *text)
+/* The "device" member of the object whose '{' is s's current token, when
+ * it is a string: *device gets a copy (NULL when absent or another type; a
+ * copy of part of the request body, which the daemon holds already).
+ * Returns 0, or -1 (s has the error). */
+static int read_device(struct json_scan *s, char **device)
 {
-    json_t *o = text ? json_loads(text, 0, NULL) : NULL;
-    free(text);
-    return o;
+    struct json_scan_keys keys = JSON_SCAN_KEYS_INIT;
+    int rc = -1, more = json_scan_next(s) == '}' ? 0 : 1;
+    while (more == 1) {
+        if (json_scan_key(s) != 0 || json_scan_keys_add(s, &keys) != 0)
+            goto out;
+        char key[6];
+        int is_device = s->str_len == 6 && json_scan_decode(s, key, 6) == 6 &&
+                        memcmp(key, "device", 6) == 0;
+        if (json_scan_colon(s) != 0 || json_scan_value_start(s) != 0)
+            goto out;
+        if (is_device && s->tok == JSON_TOK_STRING) { /* once: keys are unique */
+            *device = xmalloc(s->str_len + 1);
+            (*device)[json_scan_decode(s, *device, s->str_len)] = '\0';
+        }
+        if (json_scan_value(s, 2, JSON_SCAN_MAX_DEPTH) != 0)
+            goto out;
+        more = json_scan_more(s, '}');
+    }
+    rc = more;
+out:
+    json_scan_keys_free(&keys);
+    return rc;
 }
 
-json_t *gpu_doc_model_json(struct gpu_manager *gm, const char *model, int *http_status)
+int gpu_doc_preload_device(const char *body, size_t len, char **device, struct gpu_doc_error *e)
 {
-    return parse(gpu_doc_model_text(gm, model, http_status));
+    struct json_scan s;
+    *device = NULL;
+    if (!memchr(body, '\0', len) && utf8_valid(body, len)) {
+        json_scan_init(&s, body, len);
+        if (json_scan_next(&s) == '{' && read_device(&s, device) == 0 &&
+            json_scan_next(&s) == JSON_TOK_EOF && *device)
+            return 0;
+    }
+    free(*device);
+    *device = NULL;
+    *e = (struct gpu_doc_error){.code = "bad_request", .http_status = 400};
+    snprintf(e->message, sizeof(e->message), "the body must be a JSON object with \"device\": "
+             "\"cuda:N\", a GPU UUID or \"host\"");
+    return -EINVAL;
 }
 
-/* Resolves device, then asks for the preload. */
-/* Preloads model on device: the registry's model, or (src not NULL) rm
- * with *src, which the new instance takes over (*src set to NULL then). */
-static char *preload_device(struct gpu_manager *gm, const char *model, const char *device,
-                            const struct reg_model *rm, struct gm_source **src, int *http_status)
+int gpu_doc_preload_model(struct gpu_manager *gm, const char *model, const char *device,
+                          const struct reg_model *rm, struct gm_source **src, struct jsonw *w,
+                          int *http_status, struct gpu_doc_error *e)
 {
     struct gm_device where;
     struct gm_view v;
     struct st_error err;
-    if (gm_resolve_device(gm, device, &where, &err) < 0)
-        return dump(error_json(wire_code(GPU_OP_DEVICE, err.code, http_status), err.message));
-    int rc = src ? gpu_preload_request_model(gm, model, rm, *src, &where, &v, &err)
-                 : gpu_preload_request(gm, model, &where, 0, &v, &err);
+    int rc = gm_resolve_device(gm, device, &where, &err);
+    if (rc < 0)
+        return refused(GPU_OP_DEVICE, &err, rc, e);
+    rc = src ? gpu_preload_request_model(gm, model, rm, *src, &where, &v, &err)
+             : gpu_preload_request(gm, model, &where, 0, &v, &err);
+    if (rc < 0)
+        return refused(GPU_OP_PRELOAD, &err, rc, e);
     if (rc == 1 && src)
         *src = NULL; /* the instance took it */
-    if (rc < 0)
-        return dump(error_json(wire_code(GPU_OP_PRELOAD, err.code, http_status), err.message));
     *http_status = rc == 1 ? 202 : 200;
-    char *text = instance_text(&v, 0, 0);
+    instance(w, &v, 0, 0);
     gpu_manager_view_release(gm, &v);
-    return text;
+    return 0;
 }
 
-/* The device a POST body names, or NULL with the 400 document in *doc. */
-static json_t *preload_body(const char *body, size_t body_len, const char **device, char **doc,
-                            int *http_status)
+int gpu_doc_preload(struct gpu_manager *gm, const char *model, const char *device,
+                    struct jsonw *w, int *http_status, struct gpu_doc_error *e)
 {
-    json_error_t jerr;
-    json_t *req = json_loadb(body, body_len, JSON_REJECT_DUPLICATES, &jerr);
-    *device = json_string_value(json_object_get(req, "device"));
-    if (!req || !json_is_object(req) || !*device) {
-        *http_status = 400;
-        *doc = dump(error_json("bad_request", "the body must be a JSON object with \"device\": "
-                                              "\"cuda:N\", a GPU UUID or \"host\""));
-        json_decref(req);
-        return NULL;
-    }
-    return req;
+    return gpu_doc_preload_model(gm, model, device, NULL, NULL, w, http_status, e);
 }
 
-int gpu_doc_preload_device(const char *body, size_t body_len, char **device, char **doc,
-                           int *http_status)
-{
-    const char *d;
-    json_t *req = preload_body(body, body_len, &d, doc, http_status);
-    if (!req)
-        return -1;
-    *device = strdup(d);
-    json_decref(req);
-    return *device ? 0 : -1;
-}
-
-char *gpu_doc_preload_model_text(struct gpu_manager *gm, const char *model, const char *device,
-                                 const struct reg_model *rm, struct gm_source **src,
-                                 int *http_status)
-{
-    return preload_device(gm, model, device, rm, src, http_status);
-}
-
-char *gpu_doc_preload_text(struct gpu_manager *gm, const char *model, const char *body,
-                           size_t body_len, int *http_status)
-{
-    const char *device;
-    char *doc = NULL;
-    json_t *req = preload_body(body, body_len, &device, &doc, http_status);
-    if (req)
-        doc = preload_device(gm, model, device, NULL, NULL, http_status);
-    json_decref(req);
-    return doc;
-}
-
-json_t *gpu_doc_preload(struct gpu_manager *gm, const char *model, const char *body,
-                        size_t body_len, int *http_status)
-{
-    return parse(gpu_doc_preload_text(gm, model, body, body_len, http_status));
-}
-
-json_t *gpu_doc_evict(struct gpu_manager *gm, const char *model, int *http_status)
+int gpu_doc_evict(struct gpu_manager *gm, const char *model, struct jsonw *w, int *http_status,
+                  struct gpu_doc_error *e)
 {
     struct gm_evicted ev;
     struct st_error err;
-    if (gpu_manager_evict(gm, model, &ev, &err) < 0) {
-        const char *code = wire_code(GPU_OP_EVICT, err.code, http_status);
-        return error_json(code, err.message);
-    }
+    int rc = gpu_manager_evict(gm, model, &ev, &err);
+    if (rc < 0)
+        return refused(GPU_OP_EVICT, &err, rc, e);
     *http_status = ev.draining ? 202 : 200;
-    if (!ev.draining)
-        return json_pack("{s:s,s:s,s:I}", "model", model, "state", "none", "generation",
-                         (json_int_t)ev.generation);
-    return json_pack("{s:s,s:s,s:I,s:i}", "model", model, "state", "draining", "generation",
-                     (json_int_t)ev.generation, "leases", (int)ev.leases);
+    jsonw_obj(w);
+    jsonw_kstr(w, "model", model);
+    jsonw_kstr(w, "state", ev.draining ? "draining" : "none");
+    jsonw_ku64(w, "generation", ev.generation);
+    if (ev.draining)
+        jsonw_ku64(w, "leases", ev.leases);
+    jsonw_obj_end(w);
+    return 0;
 }
 
 /* ---- the lease socket -------------------------------------------------------- */
 
 struct gpu_lease *gpu_doc_open(struct gpu_manager *gm, const char *model, const char *device,
-                               uint64_t lease_id, char **answer, int *fds, size_t max_fds,
-                               size_t *n_fds)
+                               uint64_t lease_id, struct jsonw *w, int *fds, size_t max_fds,
+                               size_t *n_fds, struct gpu_doc_error *e)
 {
     struct gm_device where;
     struct gm_view v;
     struct st_error err;
-    int http;
     *n_fds = 0;
     if (device && *device && gm_resolve_device(gm, device, &where, &err) < 0) {
-        *answer = dump(gpu_doc_answer_error(wire_code(GPU_OP_DEVICE, err.code, &http), "%s",
-                                            err.message));
+        refused(GPU_OP_DEVICE, &err, 0, e);
         return NULL;
     }
     struct gpu_lease *l = gpu_manager_open(gm, model, device && *device ? &where : NULL, &v, fds,
                                            max_fds, n_fds, &err);
     if (!l) {
-        *answer = dump(gpu_doc_answer_error(wire_code(GPU_OP_OPEN, err.code, &http), "%s",
-                                            err.message));
+        refused(GPU_OP_OPEN, &err, 0, e);
         return NULL;
     }
-    *answer = instance_text(&v, 1, lease_id);
+    instance(w, &v, 1, lease_id);
     gpu_manager_view_release(gm, &v);
     return l;
 }
 
-json_t *gpu_doc_list_json(struct gpu_manager *gm)
+void gpu_doc_list(struct gpu_manager *gm, struct jsonw *w)
 {
-    json_t *models = rows_json(gm, 1);
-    return json_pack("{s:b,s:o}", "ok", 1, "models", models);
+    jsonw_obj(w);
+    jsonw_kbool(w, "ok", 1);
+    jsonw_key(w, "models");
+    rows(w, gm, 1);
+    jsonw_obj_end(w);
 }

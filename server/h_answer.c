@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "conditional.h"
+#include "jsonw.h"
 #include "route.h"
 #include "util.h"
 
@@ -221,7 +222,8 @@ struct answer *answer_json(struct answer *a, unsigned status, char *text, size_t
     if (text)
         text = answer_json_line(text, &len);
     if (!text)
-        return answer_error(a, HTTP_SERVICE_UNAVAILABLE, "out_of_memory", "out of memory");
+        return answer_error(a, HTTP_SERVICE_UNAVAILABLE, "out_of_memory",
+                            "not enough memory to render the answer; try again later");
     answer_defer(a, free, text);
     if (status != HTTP_OK)
         return answer_doc(a, status, "application/json", text, len);
@@ -233,6 +235,13 @@ struct answer *answer_json(struct answer *a, unsigned status, char *text, size_t
     if (etag)
         snprintf(rep.etag, sizeof(rep.etag), "%s", etag);
     return answer_body(a, &rep);
+}
+
+struct answer *answer_jsonw(struct answer *a, unsigned status, struct jsonw *w)
+{
+    size_t len;
+    char *text = jsonw_take(w, &len);
+    return answer_json(a, status, text, len, NULL);
 }
 
 struct answer *answer_redirect(struct answer *a, unsigned status, const char *location)

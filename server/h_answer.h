@@ -35,6 +35,7 @@
 
 struct server;
 struct mirror_file;
+struct jsonw;
 
 /* The statuses the handlers answer (RFC 9110 numbers). */
 enum http_status {
@@ -234,6 +235,10 @@ struct answer *answer_doc(struct answer *a, unsigned status, const char *content
  * answers 503 out_of_memory. */
 struct answer *answer_json(struct answer *a, unsigned status, char *text, size_t len,
                            const char *etag);
+/* answer_json of the document w holds (taken: w is empty afterwards), with
+ * no validator (the documents written this way change without a reload).
+ * A writer that ran out of memory answers 503 out_of_memory. */
+struct answer *answer_jsonw(struct answer *a, unsigned status, struct jsonw *w);
 /* status (a 3xx) to location (a path on this server, percent-encoded). */
 struct answer *answer_redirect(struct answer *a, unsigned status, const char *location);
 /* A CORS preflight's 204 (server/cors.h), methods the route's. */

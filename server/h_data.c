@@ -8,8 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <jansson.h>
-
 #include "gpu_doc.h"
 #include "handlers.h"
 #include "metrics.h"
@@ -148,14 +146,13 @@ static int apply_slice(const struct request_view *v, struct answer *a, const str
                        const char *spec, struct representation *rep, uint32_t *ndim,
                        const uint64_t **shape)
 {
-    char err[512];
+    struct st_error err;
     metrics_add(MC_SLICE_REQUESTS, 1);
     struct slice_plan *plan = answer_alloc(a, sizeof(*plan));
-    if (slice_plan_build(spec, strlen(spec), st->dtype, st->ndim, st->shape, plan, err,
-                         sizeof(err)) < 0) {
+    if (slice_plan_build(spec, strlen(spec), st->dtype, st->ndim, st->shape, plan, &err) < 0) {
         shape_format(rep->shape, sizeof(rep->shape), st->shape, st->ndim, ",");
         answer_error(a, HTTP_BAD_REQUEST, "bad_slice", "tensor \"%.200s\" %s [%s]: %s", st->name,
-                     rep->dtype, rep->shape, err);
+                     rep->dtype, rep->shape, err.message);
         return 1;
     }
     uint64_t limit = v->srv->cfg->max_slice_bytes, nbytes = plan->nbytes;
@@ -175,25 +172,30 @@ static int apply_slice(const struct request_view *v, struct answer *a, const str
 }
 
 /* Puts the format's prefix (the npy or safetensors header) before the body.
- * Answers 400 and returns 1 when the dtype has no such form. */
+ * Answers 400 and returns 1 when the dtype has no such form (503 when out
+ * of memory). */
 static int apply_format(struct answer *a, const struct st_tensor *st,
                         const struct tensor_query *q, uint32_t ndim, const uint64_t *shape,
                         struct representation *rep)
 {
-    char err[256], *prefix = NULL;
+    struct st_error err;
+    char *prefix = NULL;
     if (q->format == TFORMAT_NPY) {
-        snprintf(err, sizeof(err), "dtype %s has no npy form", rep->dtype);
+        st_error_fail(&err, ST_ERR_DTYPE, "dtype %s has no npy form", rep->dtype);
         if ((q->npy_raw ? tformat_npy_raw_prefix(st->dtype, ndim, shape, rep->body.data_len,
                                                  &prefix, &rep->body.prefix_len)
                         : tformat_npy_prefix(st->dtype, ndim, shape, &prefix,
-                                             &rep->body.prefix_len, err, sizeof(err))) < 0) {
-            answer_error(a, HTTP_BAD_REQUEST, "bad_format", "%s", err);
+                                             &rep->body.prefix_len, &err)) < 0) {
+            answer_error(a, HTTP_BAD_REQUEST, "bad_format", "%s", err.message);
             return 1;
         }
         rep->content_type = "application/x-npy";
-    } else if (q->format == TFORMAT_SAFETENSORS) {
-        tformat_safetensors_prefix(st->name, st->dtype, ndim, shape, rep->body.data_len,
-                                   &prefix, &rep->body.prefix_len);
+    } else if (q->format == TFORMAT_SAFETENSORS &&
+               tformat_safetensors_prefix(st->name, st->dtype, ndim, shape, rep->body.data_len,
+                                          &prefix, &rep->body.prefix_len) < 0) {
+        answer_error(a, HTTP_SERVICE_UNAVAILABLE, "out_of_memory",
+                     "not enough memory for the safetensors header; try again later");
+        return 1;
     }
     if (prefix)
         answer_defer(a, free, prefix);
@@ -260,68 +262,38 @@ out:
     return a;
 }
 
-/* A GPU document (consumed) with its status (no validator: the state
- * changes as loading goes on). */
-static struct answer *gpu_json(struct answer *a, json_t *doc, int status)
+struct answer *handle_gpu_answer(struct answer *a, int rc, int status, struct jsonw *w,
+                                 const struct gpu_doc_error *e)
 {
-    char *text = json_dumps(doc, JSON_COMPACT);
-    json_decref(doc);
-    if (!text)
-        return answer_error(a, HTTP_INTERNAL_SERVER_ERROR, "internal",
-                            "could not encode the answer as JSON");
-    return answer_json(a, (unsigned)status, text, strlen(text), NULL);
-}
-
-struct answer *handle_gpu_text(struct answer *a, char *text, int status)
-{
-    if (!text)
-        return answer_error(a, HTTP_INTERNAL_SERVER_ERROR, "internal",
-                            "the GPU manager gave no answer");
-    json_t *doc;
-    if (status >= 400) {
-        doc = json_loads(text, 0, NULL);
-        free(text);
-        json_t *e = json_object_get(doc, "error");
-        const char *code = json_string_value(json_object_get(e, "code"));
-        const char *msg = json_string_value(json_object_get(e, "message"));
-        answer_error(a, (unsigned)status, code ? code : "gpu_error", "%s",
-                     msg ? msg : "GPU request failed");
-        json_decref(doc); /* after: code points into it (the answer keeps a copy) */
-        return a;
-    }
+    if (rc < 0)
+        return answer_error(a, (unsigned)e->http_status, e->code, "%s", e->message);
     /* The state changes as loading goes on: no validator. */
-    if (status == HTTP_OK)
-        return answer_json(a, HTTP_OK, text, strlen(text), NULL);
-    /* 202 (a load started: the document is small then, no checksums yet). */
-    doc = json_loads(text, 0, NULL);
-    free(text);
-    return gpu_json(a, doc, status);
+    return answer_jsonw(a, (unsigned)status, w);
 }
 
 struct answer *handle_gpu(const struct request_view *v, struct answer *a, const char *model)
 {
     struct gpu_manager *gm = v->srv->gpu;
     const char *method = v->method;
-    int status = HTTP_OK;
+    struct gpu_doc_error e;
+    struct jsonw w = JSONW_INIT;
+    int status = HTTP_OK, rc = 0;
     if (!gm)
         return answer_error(a, HTTP_SERVICE_UNAVAILABLE, "gpu_unavailable",
                             "GPU sharing is not running in this daemon");
     if (strcmp(method, "GET") != 0 && !v->is_head && !view_preconditions_hold(v))
         return answer_error(a, HTTP_PRECONDITION_FAILED, "precondition_failed",
                             "If-Match or If-None-Match did not hold; nothing was done");
-    /* GET and POST answer with text rendered outside the manager's lock
-     * (a big model's tensor table is kept, not rebuilt per request). */
-    if (strcmp(method, "DELETE") == 0) {
-        json_t *doc = gpu_doc_evict(gm, model, &status);
-        if (status < 400)
-            return gpu_json(a, doc, status);
-        char *text = json_dumps(doc, JSON_COMPACT);
-        json_decref(doc);
-        return handle_gpu_text(a, text, status);
+    if (strcmp(method, "POST") == 0) {
+        char *device;
+        rc = gpu_doc_preload_device(v->body ? v->body : "", v->body_len, &device, &e);
+        if (rc == 0)
+            rc = gpu_doc_preload(gm, model, device, &w, &status, &e);
+        free(device);
+    } else if (strcmp(method, "DELETE") == 0) {
+        rc = gpu_doc_evict(gm, model, &w, &status, &e);
+    } else {
+        gpu_doc_model(gm, model, &w);
     }
-    char *text = strcmp(method, "POST") == 0
-                     ? gpu_doc_preload_text(gm, model, v->body ? v->body : "", v->body_len,
-                                            &status)
-                     : gpu_doc_model_text(gm, model, &status);
-    return handle_gpu_text(a, text, status);
+    return handle_gpu_answer(a, rc, status, &w, &e);
 }

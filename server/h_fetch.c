@@ -15,22 +15,24 @@
 #include "server.h"
 #include "util.h"
 
-static struct answer *plan_error(struct answer *a, enum fetch_plan_status st, const char *err)
+static struct answer *plan_error(struct answer *a, const struct st_error *e)
 {
-    switch (st) {
-    case FETCH_PLAN_NO_TENSOR:
-        return answer_error(a, HTTP_NOT_FOUND, "tensor_not_found", "%s", err);
-    case FETCH_PLAN_DUPLICATE:
-        return answer_error(a, HTTP_BAD_REQUEST, "duplicate_tensor", "%s", err);
-    case FETCH_PLAN_BAD_SLICE:
-        return answer_error(a, HTTP_BAD_REQUEST, "bad_slice", "%s", err);
-    case FETCH_PLAN_BAD_SPLIT:
-        return answer_error(a, HTTP_BAD_REQUEST, "bad_split", "%s", err);
-    case FETCH_PLAN_TOO_LARGE:
-        return answer_error(a, HTTP_CONTENT_TOO_LARGE, "fetch_too_large", "%s", err);
-    default:
-        return answer_error(a, HTTP_INTERNAL_SERVER_ERROR, "io_error", "%s", err);
-    }
+    static const struct {
+        enum st_status code;
+        unsigned http;
+        const char *wire;
+    } map[] = {
+        {ST_ERR_NOT_FOUND, HTTP_NOT_FOUND, "tensor_not_found"},
+        {ST_ERR_DUPLICATE_TENSOR, HTTP_BAD_REQUEST, "duplicate_tensor"},
+        {ST_ERR_SLICE, HTTP_BAD_REQUEST, "bad_slice"},
+        {ST_ERR_SPLIT, HTTP_BAD_REQUEST, "bad_split"},
+        {ST_ERR_LIMIT, HTTP_CONTENT_TOO_LARGE, "fetch_too_large"},
+        {ST_ERR_NO_MEMORY, HTTP_SERVICE_UNAVAILABLE, "out_of_memory"},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(map); i++)
+        if (map[i].code == e->code)
+            return answer_error(a, map[i].http, map[i].wire, "%s", e->message);
+    return answer_error(a, HTTP_INTERNAL_SERVER_ERROR, "io_error", "%s", e->message);
 }
 
 static void free_plan(void *plan)
@@ -45,7 +47,6 @@ struct answer *handle_fetch(const struct request_view *v, struct answer *a,
     int is_post = strcmp(v->method, "POST") == 0, bad = 0;
     size_t qlen = 0;
     char *q = view_query(v, "q", 1, &qlen, &bad);
-    char err[1024];
     struct fetch_req req;
     struct fetch_plan *plan;
 
@@ -81,9 +82,8 @@ struct answer *handle_fetch(const struct request_view *v, struct answer *a,
         goto out;
     }
     struct fetch_plan_limits plim = {.max_bytes = cfg->max_fetch_bytes};
-    enum fetch_plan_status ps = fetch_plan_build(m, &req, &plim, &plan, err, sizeof(err));
-    if (ps != FETCH_PLAN_OK) {
-        plan_error(a, ps, err);
+    if (fetch_plan_build(m, &req, &plim, &plan, &rerr) < 0) {
+        plan_error(a, &rerr);
         goto out;
     }
     /* The plan reads through the model's descriptors: the answer holds the

@@ -88,8 +88,7 @@ static void lfs_object(struct jsonw *w, const struct reg_file *f, const char *ha
 {
     char sha[65];
     digest_hex(f->sha256, 32, sha);
-    jsonw_key(w, "lfs");
-    jsonw_obj(w);
+    jsonw_kobj(w, "lfs");
     jsonw_kstr(w, hash_key, sha);
     jsonw_ku64(w, "size", f->st.size);
     jsonw_ku64(w, "pointerSize", lfs_pointer_size(f->st.size));
@@ -136,10 +135,8 @@ static void safetensors_info(struct jsonw *w, const struct reg_snapshot *reg,
         by_dtype[m->tensors[i].t->dtype] += m->tensors[i].t->nelems;
         total += m->tensors[i].t->nelems;
     }
-    jsonw_key(w, "safetensors");
-    jsonw_obj(w);
-    jsonw_key(w, "parameters");
-    jsonw_obj(w);
+    jsonw_kobj(w, "safetensors");
+    jsonw_kobj(w, "parameters");
     for (int d = 0; d < DT_COUNT; d++)
         if (by_dtype[d])
             jsonw_ku64(w, dtype_info((enum dtype)d)->name, by_dtype[d]);
@@ -171,8 +168,7 @@ static void repo_summary(struct jsonw *w, const struct reg_repo *r, const struct
     int st = 0;
     for (size_t i = 0; i < r->n_files && !st; i++)
         st = r->files[i].is_safetensors;
-    jsonw_key(w, "tags");
-    jsonw_arr(w);
+    jsonw_karr(w, "tags");
     if (st)
         jsonw_str(w, "safetensors");
     jsonw_arr_end(w);
@@ -229,8 +225,7 @@ struct answer *hub_info(const struct request_view *v, struct answer *a,
     int by_commit = 0;
     if (rt->rev && !hub_revision_matches(rt->rev, rev, &by_commit))
         return hub_revision_not_found(a, rt->rev);
-    struct jsonw w;
-    jsonw_init(&w);
+    struct jsonw w = JSONW_INIT;
     jsonw_obj(&w);
     repo_summary(&w, r, rev);
     jsonw_ku64(&w, "usedStorage", r->bytes);
@@ -242,8 +237,7 @@ struct answer *hub_info(const struct request_view *v, struct answer *a,
                                 "%s/README.md changed on disk since it was hashed; retry once "
                                 "the daemon has rescanned it", r->id);
     }
-    jsonw_key(&w, "siblings");
-    jsonw_arr(&w);
+    jsonw_karr(&w, "siblings");
     for (size_t i = 0; i < r->n_files; i++) {
         const struct reg_file *f = &r->files[i];
         char oid[41];
@@ -257,8 +251,7 @@ struct answer *hub_info(const struct request_view *v, struct answer *a,
         jsonw_obj_end(&w);
     }
     jsonw_arr_end(&w);
-    jsonw_key(&w, "spaces");
-    jsonw_arr(&w);
+    jsonw_karr(&w, "spaces");
     jsonw_arr_end(&w);
     jsonw_obj_end(&w);
     return send_doc(a, &w, by_commit, rev->commit);
@@ -283,8 +276,7 @@ struct answer *hub_tree(const struct request_view *v, struct answer *a, const st
         return hub_entry_not_found(a, r, rev, path);
     int recursive = query_true(v, "recursive");
     size_t skip = d->len ? d->len + 1 : 0;
-    struct jsonw w;
-    jsonw_init(&w);
+    struct jsonw w = JSONW_INIT;
     jsonw_arr(&w);
     /* Files below d are files[first, end) in path order; each directory on
      * the way is listed once, before its contents (only d's children when
@@ -323,8 +315,7 @@ struct answer *hub_paths_info(const struct request_view *v, struct answer *a,
         return answer_hub_error(a, err.code == ST_ERR_LIMIT ? HTTP_CONTENT_TOO_LARGE
                                                             : HTTP_BAD_REQUEST,
                                 NULL, 0, "%.255s", err.message);
-    struct jsonw w;
-    jsonw_init(&w);
+    struct jsonw w = JSONW_INIT;
     jsonw_arr(&w);
     struct strmap *seen = strmap_new(p.n);
     for (size_t i = 0; i < p.n; i++) {
@@ -375,8 +366,7 @@ struct answer *hub_models(const struct request_view *v, struct answer *a,
         }
         limit = parsed;
     }
-    struct jsonw w;
-    jsonw_init(&w);
+    struct jsonw w = JSONW_INIT;
     jsonw_arr(&w);
     uint64_t n = 0;
     for (size_t i = 0; i < reg->n_repos && n < limit; i++) {
@@ -390,8 +380,7 @@ struct answer *hub_models(const struct request_view *v, struct answer *a,
         jsonw_obj(&w);
         repo_summary(&w, r, reg_repo_unreadable(r) ? NULL : reg_repo_revision(r));
         if (full) {
-            jsonw_key(&w, "siblings");
-            jsonw_arr(&w);
+            jsonw_karr(&w, "siblings");
             for (size_t k = 0; k < r->n_files; k++) {
                 jsonw_obj(&w);
                 jsonw_kstr(&w, "rfilename", r->files[k].name);
@@ -412,8 +401,7 @@ out:
 
 struct answer *hub_no_repos(struct answer *a)
 {
-    struct jsonw w;
-    jsonw_init(&w);
+    struct jsonw w = JSONW_INIT;
     jsonw_arr(&w);
     jsonw_arr_end(&w);
     return send_doc(a, &w, 0, NULL);
@@ -425,11 +413,9 @@ struct answer *hub_no_repos(struct answer *a)
  * content has no tags, conversions or pull requests). */
 struct answer *hub_refs(struct answer *a, const struct reg_repo_rev *rev)
 {
-    struct jsonw w;
-    jsonw_init(&w);
+    struct jsonw w = JSONW_INIT;
     jsonw_obj(&w);
-    jsonw_key(&w, "branches");
-    jsonw_arr(&w);
+    jsonw_karr(&w, "branches");
     jsonw_obj(&w);
     jsonw_kstr(&w, "name", "main");
     jsonw_kstr(&w, "ref", "refs/heads/main");
@@ -438,8 +424,7 @@ struct answer *hub_refs(struct answer *a, const struct reg_repo_rev *rev)
     jsonw_arr_end(&w);
     static const char *const empty[] = {"converts", "tags", "pullRequests"};
     for (size_t i = 0; i < ARRAY_LEN(empty); i++) {
-        jsonw_key(&w, empty[i]);
-        jsonw_arr(&w);
+        jsonw_karr(&w, empty[i]);
         jsonw_arr_end(&w);
     }
     jsonw_obj_end(&w);
@@ -457,16 +442,14 @@ struct answer *hub_commits(struct answer *a, const struct reg_repo *r,
         return hub_revision_not_found(a, rt->rev);
     char *message = xasprintf("The files of %s as tensord serves them. tensord keeps no "
                               "history: this commit's id is a hash of the content.", r->id);
-    struct jsonw w;
-    jsonw_init(&w);
+    struct jsonw w = JSONW_INIT;
     jsonw_arr(&w);
     jsonw_obj(&w);
     jsonw_kstr(&w, "id", rev->commit);
     jsonw_kstr(&w, "title", "Content as served by tensord");
     jsonw_kstr(&w, "message", message);
     free(message);
-    jsonw_key(&w, "authors");
-    jsonw_arr(&w);
+    jsonw_karr(&w, "authors");
     jsonw_arr_end(&w);
     jsonw_kstr(&w, "date", HUB_REVISION_DATE);
     jsonw_obj_end(&w);

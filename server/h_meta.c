@@ -5,8 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <jansson.h>
-
 #include "dtype.h"
 #include "doc_cache.h"
 #include "gpu/gpu_manager.h"
@@ -17,17 +15,6 @@
 #include "server.h"
 #include "util.h"
 
-/* Answers a JSON document (consumed), with no validator. */
-static struct answer *json_answer(struct answer *a, json_t *doc)
-{
-    char *text = json_dumps(doc, JSON_COMPACT);
-    json_decref(doc);
-    if (!text)
-        return answer_error(a, HTTP_INTERNAL_SERVER_ERROR, "internal",
-                            "could not encode the answer as JSON");
-    return answer_json(a, HTTP_OK, text, strlen(text), NULL);
-}
-
 /* The files of m whose content hash is known. */
 static size_t model_hashes_known(const struct reg_model *m)
 {
@@ -37,84 +24,102 @@ static size_t model_hashes_known(const struct reg_model *m)
     return known;
 }
 
-static json_t *hashes_json(size_t known, size_t files)
-{
-    return json_pack("{s:I,s:I,s:b}", "known", (json_int_t)known, "files", (json_int_t)files,
-                     "complete", known == files);
-}
-
-static json_t *error_json(const struct st_error *e)
-{
-    return json_pack("{s:s,s:s}", "code", st_status_name(e->code), "message", e->message);
-}
-
 /* Parameters (elements) of m's tensors by dtype, as the Hub's
  * "safetensors.parameters" counts them; {} for an invalid model. */
-static json_t *parameters_json(const struct reg_model *m)
+static void parameters(struct jsonw *w, const struct reg_model *m)
 {
     uint64_t by_dtype[DT_COUNT] = {0};
     for (size_t i = 0; i < m->n_tensors; i++)
         by_dtype[m->tensors[i].t->dtype] += m->tensors[i].t->nelems;
-    json_t *o = json_object();
+    jsonw_kobj(w, "parameters");
     for (int d = 0; d < DT_COUNT; d++)
         if (by_dtype[d])
-            json_object_set_new(o, dtype_info((enum dtype)d)->name, json_integer((json_int_t)by_dtype[d]));
-    return o;
+            jsonw_ku64(w, dtype_info((enum dtype)d)->name, by_dtype[d]);
+    jsonw_obj_end(w);
 }
 
-static json_t *gpu_summary(struct server *srv, const struct reg_model *m)
+/* One model of the list (its name is UTF-8: the registry serves no other). */
+static void model_row(struct jsonw *w, struct server *srv, const struct reg_model *m)
 {
-    if (!srv->gpu)
-        return json_pack("{s:s}", "state", "none");
-    return gpu_doc_summary(srv->gpu, m->name);
+    size_t known = model_hashes_known(m);
+    jsonw_obj(w);
+    jsonw_kstr(w, "name", m->name);
+    jsonw_kstr(w, "state", m->state == MODEL_READY ? "ready" : "invalid");
+    jsonw_kbool(w, "sharded", m->sharded);
+    jsonw_ku64(w, "files", m->n_files);
+    jsonw_ku64(w, "tensors", m->n_tensors);
+    jsonw_ku64(w, "bytes", m->tensor_bytes);
+    if (m->state != MODEL_READY) {
+        jsonw_kobj(w, "error");
+        jsonw_kstr(w, "code", st_status_name(m->error.code));
+        jsonw_kstr(w, "message", m->error.message);
+        jsonw_obj_end(w);
+    }
+    parameters(w, m);
+    jsonw_key(w, "gpu");
+    if (srv->gpu) {
+        gpu_doc_summary(srv->gpu, m->name, w);
+    } else {
+        jsonw_obj(w);
+        jsonw_kstr(w, "state", "none");
+        jsonw_obj_end(w);
+    }
+    jsonw_kobj(w, "hashes");
+    jsonw_ku64(w, "known", known);
+    jsonw_ku64(w, "files", m->n_files);
+    jsonw_kbool(w, "complete", known == m->n_files);
+    jsonw_obj_end(w);
+    jsonw_obj_end(w);
 }
 
-static json_t *gpu_status(struct server *srv)
+/* Whether this host can preload to a GPU, and if not, why. */
+static void gpu_status(struct jsonw *w, struct server *srv)
 {
-    char *sock = config_ipc_socket_path(srv->cfg);
-    json_t *o = gpu_doc_status_json(srv->gpu, sock);
-    free(sock);
-    return o;
+    jsonw_key(w, "gpu");
+    if (srv->gpu) {
+        char *sock = config_ipc_socket_path(srv->cfg);
+        gpu_doc_status(srv->gpu, sock, w);
+        free(sock);
+        return;
+    }
+    jsonw_obj(w);
+    jsonw_kbool(w, "available", 0);
+    jsonw_kstr(w, "reason", "GPU sharing is not running");
+    jsonw_obj_end(w);
+}
+
+static void hashing(struct jsonw *w, struct hasher *h)
+{
+    struct hasher_progress hp;
+    hasher_progress(h, &hp);
+    jsonw_kobj(w, "hashing");
+    jsonw_kstr(w, "state", hp.files_pending ? "hashing" : "idle");
+    jsonw_ku64(w, "files", hp.files);
+    jsonw_ku64(w, "bytes", hp.bytes);
+    jsonw_ku64(w, "files_known", hp.files_known);
+    jsonw_ku64(w, "bytes_known", hp.bytes_known);
+    jsonw_ku64(w, "files_pending", hp.files_pending);
+    jsonw_ku64(w, "bytes_pending", hp.bytes_pending);
+    jsonw_ku64(w, "files_failed", hp.files_failed);
+    jsonw_kreal(w, "bytes_per_second", hp.bytes_per_second);
+    jsonw_obj_end(w);
 }
 
 struct answer *handle_models(const struct request_view *v, struct answer *a,
                              const struct reg_snapshot *reg)
 {
-    struct server *srv = v->srv;
-    json_t *list = json_array();
-    for (size_t i = 0; i < reg->n_models; i++) {
-        const struct reg_model *m = reg->models[i];
-        size_t known = model_hashes_known(m);
-        json_t *o = json_pack("{s:s,s:s,s:b,s:I,s:I,s:I}", "name", m->name, "state",
-                              m->state == MODEL_READY ? "ready" : "invalid", "sharded",
-                              m->sharded, "files", (json_int_t)m->n_files, "tensors",
-                              (json_int_t)m->n_tensors, "bytes", (json_int_t)m->tensor_bytes);
-        if (!o) /* a name that is not UTF-8 cannot be listed in JSON */
-            continue;
-        if (m->state != MODEL_READY)
-            json_object_set_new(o, "error", error_json(&m->error));
-        json_object_set_new(o, "parameters", parameters_json(m));
-        json_object_set_new(o, "gpu", gpu_summary(srv, m));
-        json_object_set_new(o, "hashes", hashes_json(known, m->n_files));
-        json_array_append_new(list, o);
-    }
-    /* Whether this host can preload to a GPU, and if not, why. */
-    json_t *gpu = srv->gpu ? gpu_status(srv)
-                               : json_pack("{s:b,s:s}", "available", 0, "reason",
-                                           "GPU sharing is not running");
-    struct hasher_progress hp;
-    hasher_progress(srv->hasher, &hp);
-    json_t *hashing = json_pack(
-        "{s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:f}", "state",
-        hp.files_pending ? "hashing" : "idle", "files", (json_int_t)hp.files, "bytes",
-        (json_int_t)hp.bytes, "files_known", (json_int_t)hp.files_known, "bytes_known",
-        (json_int_t)hp.bytes_known, "files_pending", (json_int_t)hp.files_pending,
-        "bytes_pending", (json_int_t)hp.bytes_pending, "files_failed",
-        (json_int_t)hp.files_failed, "bytes_per_second", hp.bytes_per_second);
-    json_t *doc = json_pack("{s:o,s:I,s:o,s:o}", "models", list, "generation",
-                            (json_int_t)reg->generation, "gpu", gpu, "hashing", hashing);
+    struct jsonw w = JSONW_INIT;
+    jsonw_obj(&w);
+    jsonw_karr(&w, "models");
+    for (size_t i = 0; i < reg->n_models; i++)
+        model_row(&w, v->srv, reg->models[i]);
+    jsonw_arr_end(&w);
+    jsonw_ku64(&w, "generation", reg->generation);
+    gpu_status(&w, v->srv);
+    hashing(&w, v->srv->hasher);
+    jsonw_obj_end(&w);
     /* GPU states and hashes change without a reload, so the list carries no validator. */
-    return json_answer(a, doc);
+    return answer_jsonw(a, HTTP_OK, &w);
 }
 
 /* Rendering fails only when memory runs out: a condition of the host, not
@@ -206,11 +211,21 @@ struct answer *handle_model_header(const struct request_view *v, struct answer *
     return model_doc(v, a, m, DOC_HEADER);
 }
 
+/* {"status": status}. */
+static struct answer *status_answer(struct answer *a, const char *status)
+{
+    struct jsonw w = JSONW_INIT;
+    jsonw_obj(&w);
+    jsonw_kstr(&w, "status", status);
+    jsonw_obj_end(&w);
+    return answer_jsonw(a, HTTP_OK, &w);
+}
+
 struct answer *handle_healthz(const struct request_view *v, struct answer *a)
 {
     (void)v;
     /* Liveness only: it answers without a token, so it names nothing. */
-    return json_answer(a, json_pack("{s:s}", "status", "ok"));
+    return status_answer(a, "ok");
 }
 
 struct answer *handle_readyz(const struct request_view *v, struct answer *a)
@@ -222,7 +237,7 @@ struct answer *handle_readyz(const struct request_view *v, struct answer *a)
     if (srv->gpu && !gpu_manager_ready(srv->gpu))
         return answer_error(a, HTTP_SERVICE_UNAVAILABLE, "not_ready",
                             "start-up preloads are still loading");
-    return json_answer(a, json_pack("{s:s}", "status", "ready"));
+    return status_answer(a, "ready");
 }
 
 struct answer *handle_metrics(const struct request_view *v, struct answer *a, int text)

@@ -369,26 +369,25 @@ static struct answer *mirror_preload(const struct request_view *v, struct answer
                                      const char *model)
 {
     struct gpu_manager *gm = v->srv->gpu;
-    char *device = NULL, *text = NULL;
-    int status = 0;
-    if (gpu_doc_preload_device(v->body ? v->body : "", v->body_len, &device, &text, &status) < 0)
-        return handle_gpu_text(a, text, status);
+    struct gpu_doc_error de;
+    struct jsonw w = JSONW_INIT;
+    char *device = NULL;
+    int status = 0, rc;
+    if ((rc = gpu_doc_preload_device(v->body ? v->body : "", v->body_len, &device, &de)) < 0)
+        return handle_gpu_answer(a, rc, status, &w, &de);
     if (!v->wait_job) {
         /* Loaded or loading already: that instance, without asking the upstream. */
-        text = gpu_doc_preload_model_text(gm, model, device, NULL, NULL, &status);
-        if (status != HTTP_NOT_FOUND) {
-            free(device);
-            return handle_gpu_text(a, text, status);
-        }
-        free(text);
+        rc = gpu_doc_preload(gm, model, device, &w, &status, &de);
         free(device);
-        struct job_wait *w = answer_alloc(a, sizeof(*w));
-        *w = (struct job_wait){.m = v->srv->mirror, .kind = JOB_MODEL, .repo = copy(a, model)};
-        return wait_job(a, w);
+        if (rc == 0 || de.http_status != HTTP_NOT_FOUND)
+            return handle_gpu_answer(a, rc, status, &w, &de);
+        struct job_wait *jw = answer_alloc(a, sizeof(*jw));
+        *jw = (struct job_wait){.m = v->srv->mirror, .kind = JOB_MODEL, .repo = copy(a, model)};
+        return wait_job(a, jw);
     }
     struct mirror_model *mm;
     struct st_error e;
-    int rc = mirror_job_model_take(v->wait_job, &mm, &e);
+    rc = mirror_job_model_take(v->wait_job, &mm, &e);
     if (rc < 0) {
         free(device);
         if (rc == -ECANCELED)
@@ -402,11 +401,11 @@ static struct answer *mirror_preload(const struct request_view *v, struct answer
                             "%s", e.message);
     }
     struct gm_source *src = source_new(mm);
-    text = gpu_doc_preload_model_text(gm, model, device, mirror_model_reg(mm), &src, &status);
+    rc = gpu_doc_preload_model(gm, model, device, mirror_model_reg(mm), &src, &w, &status, &de);
     if (src) /* no new instance took it: the model goes */
         src->release(src);
     free(device);
-    return handle_gpu_text(a, text, status);
+    return handle_gpu_answer(a, rc, status, &w, &de);
 }
 
 struct answer *handle_mirror_gpu(const struct request_view *v, struct answer *a,

@@ -225,7 +225,10 @@ static struct answer *list_objects(const struct request_view *v, struct answer *
         if (is_cp && last_cp && last_cp_len == len && memcmp(last_cp, f->name, len) == 0)
             continue; /* this common prefix is listed already */
         if (n == l.max_keys) {
-            truncated = 1;
+            /* max-keys=0 asks for nothing: AWS says not truncated (a truncated
+             * page with no key has no token to go on from, and a client that
+             * follows IsTruncated would ask again forever). */
+            truncated = n > 0;
             break;
         }
         page[n++] = (struct entry){f, len};
@@ -313,6 +316,12 @@ static struct answer *list_buckets(struct answer *a, const struct reg_snapshot *
     xmlw_open(&w, "Buckets", NULL);
     for (size_t i = 0; i < reg->n_repos; i++) {
         char when[40], *name = bucket_of(reg->repos[i]->id);
+        if (repo_of(reg, name, strlen(name)) != reg->repos[i]) {
+            /* "a/b" and a repo named "a--b" spell one bucket, which names
+             * the latter: the former is not listed twice under it. */
+            free(name);
+            continue;
+        }
         int64_t newest = 0;
         for (size_t k = 0; k < reg->repos[i]->n_files; k++)
             if (reg->repos[i]->files[k].st.mtime_ns > newest)

@@ -11,6 +11,8 @@
 #include "h_answer.h"
 #include "registry.h"
 
+struct gpu_doc_error;
+struct jsonw;
 struct route;
 
 struct answer *handle_models(const struct request_view *v, struct answer *a,
@@ -26,8 +28,10 @@ struct answer *handle_tensor(const struct request_view *v, struct answer *a,
 /* GET, POST, DELETE /v1/models/{model}/gpu (the model by name: the
  * manager's instances are). */
 struct answer *handle_gpu(const struct request_view *v, struct answer *a, const char *model);
-/* Answers a GPU document's text (taken over) with its status. */
-struct answer *handle_gpu_text(struct answer *a, char *text, int status);
+/* Answers a gpu_doc call: rc < 0, e in the error dialect; else status with
+ * the document w holds (taken). */
+struct answer *handle_gpu_answer(struct answer *a, int rc, int status, struct jsonw *w,
+                                 const struct gpu_doc_error *e);
 struct answer *handle_fetch(const struct request_view *v, struct answer *a,
                             const struct reg_model *m);
 /* The Hugging Face endpoint (server/h_hub.c): every ROUTE_HUB_* route. */

@@ -7,52 +7,23 @@
 #include <string.h>
 #include <sys/socket.h>
 
-#include "gpu_doc.h"
 #include "lease_int.h"
 #include "util.h"
 
-/* An error answer's text (caller frees), or NULL without memory. */
-static char *json_dumps_error(const char *code, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static char *json_dumps_error(const char *code, const char *fmt, ...)
-{
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    json_t *doc = gpu_doc_answer_error(code, "%s", msg);
-    char *text = doc ? json_dumps(doc, JSON_COMPACT) : NULL;
-    json_decref(doc);
-    return text;
-}
-
-int lease_frame_text(struct conn *c, char *text, const int *fds, size_t n_fds)
+/* Queues text[0..n) (taken) as c's answer. Returns 0, or -1 when there was
+ * no text or no memory for its frame: a short error went instead. */
+static int queue(struct conn *c, char *text, size_t n, const int *fds, size_t n_fds)
 {
     static const char fallback[] =
         "{\"ok\":false,\"error\":{\"code\":\"internal\",\"message\":\"encoding\"}}";
-    size_t n = text ? strlen(text) : 0;
-    unsigned char *out = text && n <= IPC_MAX_ANSWER ? malloc(IPC_HEADER_BYTES + n) : NULL;
-    int rc = 0;
-    if (text && n > IPC_MAX_ANSWER) {
-        /* A client reads no frame longer than this: sent, it would cost the
-         * connection and every lease on it. */
-        free(text);
-        text = json_dumps_error("answer_too_large", "this answer would be %zu bytes, more than "
-                                "the %u a client reads (a model's tensor table that large "
-                                "cannot be shared)", n, IPC_MAX_ANSWER);
-        n = text ? strlen(text) : 0;
-        out = text ? malloc(IPC_HEADER_BYTES + n) : NULL;
-        n_fds = 0;
-        rc = -1;
-    }
+    unsigned char *out = text ? malloc(IPC_HEADER_BYTES + n) : NULL;
+    int rc = out ? 0 : -1;
     if (!out) {
         free(text);
         text = NULL;
         n = sizeof(fallback) - 1;
         out = xmalloc(IPC_HEADER_BYTES + n);
         n_fds = 0;
-        rc = -1;
     }
     ipc_put_header(out, (uint32_t)n);
     memcpy(out + IPC_HEADER_BYTES, text ? text : fallback, n);
@@ -66,11 +37,45 @@ int lease_frame_text(struct conn *c, char *text, const int *fds, size_t n_fds)
     return rc;
 }
 
-int lease_frame_doc(struct conn *c, json_t *doc, const int *fds, size_t n_fds)
+void lease_frame_error(struct conn *c, const char *code, const char *fmt, ...)
 {
-    char *text = doc ? json_dumps(doc, JSON_COMPACT) : NULL;
-    json_decref(doc);
-    return lease_frame_text(c, text, fds, n_fds);
+    struct jsonw w = JSONW_INIT;
+    char msg[1024];
+    size_t n;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    jsonw_obj(&w);
+    jsonw_kobj(&w, "error");
+    jsonw_kstr(&w, "code", code);
+    jsonw_kstr(&w, "message", msg);
+    jsonw_obj_end(&w);
+    jsonw_kbool(&w, "ok", 0);
+    jsonw_obj_end(&w);
+    char *text = jsonw_take(&w, &n);
+    queue(c, text, n, NULL, 0);
+}
+
+void lease_frame_ok(struct conn *c)
+{
+    queue(c, xstrdup("{\"ok\":true}"), 11, NULL, 0);
+}
+
+int lease_frame_json(struct conn *c, struct jsonw *w, const int *fds, size_t n_fds)
+{
+    size_t n;
+    char *text = jsonw_take(w, &n);
+    if (text && n > IPC_MAX_ANSWER) {
+        /* A client reads no frame longer than this: sent, it would cost the
+         * connection and every lease on it. */
+        free(text);
+        lease_frame_error(c, "answer_too_large", "this answer would be %zu bytes, more than "
+                          "the %u a client reads (a model's tensor table that large cannot be "
+                          "shared)", n, IPC_MAX_ANSWER);
+        return -1;
+    }
+    return queue(c, text, n, fds, n_fds);
 }
 
 int lease_frame_flush(struct conn *c)

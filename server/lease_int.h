@@ -4,11 +4,11 @@
 #ifndef TENSORD_LEASE_INT_H
 #define TENSORD_LEASE_INT_H
 
-#include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "gpu/ipc_proto.h"
+#include "jsonw.h"
 
 struct gpu_lease;
 
@@ -37,16 +37,20 @@ struct conn {
     uint64_t partial_ns;           /* when the unfinished request in `in` began */
 };
 
-/* Queues text (JSON, taken over) as c's next answer, with fds attached.
- * Returns 0, or -1 when a short error answer went instead, without the
- * fds: there was no text, no memory for its frame, or it was longer than a
- * client reads (answer_too_large: sent, a frame that long would cost the
- * client the connection and every lease on it). The frame of a big answer
- * (its size comes from the model's files) is allocated fallibly; only the
- * short one goes through xmalloc. */
-int lease_frame_text(struct conn *c, char *text, const int *fds, size_t n_fds);
-/* The same with a document (taken over). */
-int lease_frame_doc(struct conn *c, json_t *doc, const int *fds, size_t n_fds);
+/* Queues the answer w holds (taken: w is empty afterwards) as c's next
+ * one, with fds attached. Returns 0, or -1 when a short error answer went
+ * instead, without the fds: the writer ran out of memory, there was no
+ * memory for its frame, or it was longer than a client reads
+ * (answer_too_large: sent, a frame that long would cost the client the
+ * connection and every lease on it). The frame of a big answer (its size
+ * comes from the model's files) is allocated fallibly; only the short one
+ * goes through xmalloc. */
+int lease_frame_json(struct conn *c, struct jsonw *w, const int *fds, size_t n_fds);
+/* Queues the error answer {"error": {"code", "message"}, "ok": false}. */
+void lease_frame_error(struct conn *c, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Queues {"ok": true}. */
+void lease_frame_ok(struct conn *c);
 /* Sends what it can of c's answer. Returns 0, or -1 when the connection is
  * gone (or is to close, its answer sent). */
 int lease_frame_flush(struct conn *c);

@@ -10,7 +10,6 @@
 #include "lease_server.h"
 
 #include <errno.h>
-#include <jansson.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -118,31 +117,31 @@ static void conn_watch(struct lease_server *s, struct conn *c)
 
 static void do_open(struct lease_server *s, struct conn *c, const struct ipc_request *req)
 {
-    char *answer = NULL;
+    struct gpu_doc_error e;
+    struct jsonw w = JSONW_INIT;
     int fds[IPC_MAX_FDS];
     size_t n_fds = 0;
     if (c->n_leases >= IPC_MAX_LEASES) {
-        lease_frame_doc(c, gpu_doc_answer_error("too_many_leases", "this connection holds %d leases, "
-                                        "the most one may: release some first", IPC_MAX_LEASES),
-                    NULL, 0);
+        lease_frame_error(c, "too_many_leases", "this connection holds %d leases, "
+                          "the most one may: release some first", IPC_MAX_LEASES);
         return;
     }
     struct uid_use *u = uid_use(s, c->uid);
     if (s->max_leases_per_uid && u->leases >= s->max_leases_per_uid) {
-        lease_frame_doc(c, gpu_doc_answer_error("too_many_leases", "uid %u holds %u leases on its "
-                                        "connections, the most ipc_max_leases_per_uid allows: "
-                                        "release some first", c->uid, u->leases), NULL, 0);
+        lease_frame_error(c, "too_many_leases", "uid %u holds %u leases on its "
+                          "connections, the most ipc_max_leases_per_uid allows: "
+                          "release some first", c->uid, u->leases);
         return;
     }
     uint64_t id = c->next_lease + 1;
-    struct gpu_lease *l = gpu_doc_open(s->gm, req->model, req->device, id, &answer, fds,
-                                           IPC_MAX_FDS, &n_fds);
+    struct gpu_lease *l = gpu_doc_open(s->gm, req->model, req->device, id, &w, fds, IPC_MAX_FDS,
+                                       &n_fds, &e);
     if (!l) {
-        lease_frame_text(c, answer, NULL, 0);
+        lease_frame_error(c, e.code, "%s", e.message);
         return;
     }
     c->next_lease = id;
-    if (lease_frame_text(c, answer, fds, n_fds) < 0) {
+    if (lease_frame_json(c, &w, fds, n_fds) < 0) {
         gpu_lease_release(s->gm, l); /* the client never learns of it: no lease held by nobody */
         return;
     }
@@ -165,37 +164,57 @@ static void do_release(struct lease_server *s, struct conn *c, uint64_t id)
         c->leases[i] = c->leases[--c->n_leases];
         gpu_lease_release(s->gm, l);
         uid_use(s, c->uid)->leases--;
-        lease_frame_doc(c, json_pack("{s:b}", "ok", 1), NULL, 0);
+        lease_frame_ok(c);
         return;
     }
-    lease_frame_doc(c, gpu_doc_answer_error("no_such_lease", "this connection holds no lease %llu",
-                                    (unsigned long long)id), NULL, 0);
+    lease_frame_error(c, "no_such_lease", "this connection holds no lease %llu",
+                      (unsigned long long)id);
+}
+
+static void hello(struct conn *c)
+{
+    struct jsonw w = JSONW_INIT;
+    jsonw_obj(&w);
+    jsonw_kbool(&w, "ok", 1);
+    jsonw_ku64(&w, "protocol", IPC_PROTOCOL);
+    jsonw_karr(&w, "protocols");
+    jsonw_u64(&w, 1);
+    jsonw_u64(&w, IPC_PROTOCOL);
+    jsonw_arr_end(&w);
+    jsonw_kstr(&w, "server", "tensord " TENSORD_VERSION);
+    jsonw_obj_end(&w);
+    lease_frame_json(c, &w, NULL, 0);
+}
+
+static void list(struct lease_server *s, struct conn *c)
+{
+    struct jsonw w = JSONW_INIT;
+    gpu_doc_list(s->gm, &w);
+    lease_frame_json(c, &w, NULL, 0);
 }
 
 static void handle_request(struct lease_server *s, struct conn *c, const unsigned char *p, size_t n)
 {
     struct ipc_request *req = xmalloc(sizeof(*req));
-    char err[512];
-    if (ipc_request_parse((const char *)p, n, req, err, sizeof(err)) < 0) {
-        lease_frame_doc(c, gpu_doc_answer_error("bad_request", "%s", err), NULL, 0);
+    struct st_error err;
+    if (ipc_request_parse((const char *)p, n, req, &err) < 0) {
+        lease_frame_error(c, "bad_request", "%s", err.message);
         goto out;
     }
     switch (req->op) {
     case IPC_OP_HELLO:
         if (req->protocol < 1 || req->protocol > IPC_PROTOCOL)
-            lease_frame_doc(c, gpu_doc_answer_error("unsupported_protocol", "this daemon speaks lease "
-                                            "protocols 1 to %d, not %llu", IPC_PROTOCOL,
-                                            (unsigned long long)req->protocol), NULL, 0);
+            lease_frame_error(c, "unsupported_protocol", "this daemon speaks lease "
+                              "protocols 1 to %d, not %llu", IPC_PROTOCOL,
+                              (unsigned long long)req->protocol);
         else
-            lease_frame_doc(c, json_pack("{s:b,s:i,s:[i,i],s:s}", "ok", 1, "protocol", IPC_PROTOCOL,
-                                     "protocols", 1, IPC_PROTOCOL, "server",
-                                     "tensord " TENSORD_VERSION), NULL, 0);
+            hello(c);
         break;
     case IPC_OP_LIST:
-        lease_frame_doc(c, gpu_doc_list_json(s->gm), NULL, 0);
+        list(s, c);
         break;
     case IPC_OP_CLOSE:
-        lease_frame_doc(c, json_pack("{s:b}", "ok", 1), NULL, 0);
+        lease_frame_ok(c);
         c->close_after = 1;
         break;
     case IPC_OP_OPEN:
@@ -223,9 +242,9 @@ static int conn_read(struct lease_server *s, struct conn *c)
             if (st == IPC_FRAME_NEED_MORE)
                 break;
             if (st == IPC_FRAME_TOO_LARGE) {
-                lease_frame_doc(c, gpu_doc_answer_error("too_large", "a request is at most %u bytes; "
-                                                "this one announces %u", IPC_MAX_REQUEST,
-                                                ipc_get_header(c->in)), NULL, 0);
+                lease_frame_error(c, "too_large", "a request is at most %u bytes; "
+                                  "this one announces %u", IPC_MAX_REQUEST,
+                                  ipc_get_header(c->in));
                 c->close_after = 1;
                 c->in_len = 0;
                 break;
@@ -286,10 +305,10 @@ static void adopt_queued(struct lease_server *s)
         struct uid_use *u = uid_use(s, c->uid);
         if (s->max_conns_per_uid && u->conns >= s->max_conns_per_uid) {
             /* Answered (whatever it asks first) and closed once that is sent. */
-            lease_frame_doc(c, gpu_doc_answer_error("too_many_connections", "uid %u has %u "
-                                            "connections open, the most "
-                                            "ipc_max_connections_per_uid allows", c->uid,
-                                            u->conns), NULL, 0);
+            lease_frame_error(c, "too_many_connections", "uid %u has %u "
+                              "connections open, the most "
+                              "ipc_max_connections_per_uid allows", c->uid,
+                              u->conns);
             c->close_after = 1;
             uid_use_drop_empty(s, u);
             log_msg(LOG_WARN, "ipc: pid %u (uid %u): more than %u connections of its uid: "

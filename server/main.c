@@ -51,15 +51,15 @@ enum print { PRINT_NOTHING, PRINT_CONFIG, PRINT_SOCKET };
  * command line overrides the file whatever the argument order. */
 static int parse_options(int argc, char **argv, struct config *cfg, int *print)
 {
-    char err[1024];
+    struct st_error err;
     for (int i = 0; i < argc; i++) {
         const char *path = NULL;
         if (strcmp(argv[i], "--config") == 0 && i + 1 < argc)
             path = argv[++i];
         else if (strncmp(argv[i], "--config=", 9) == 0)
             path = argv[i] + 9;
-        if (path && config_load_file(cfg, path, err, sizeof(err)) < 0) {
-            fprintf(stderr, "tensord: %s\n", err);
+        if (path && config_load_file(cfg, path, &err) < 0) {
+            fprintf(stderr, "tensord: %s\n", err.message);
             return -1;
         }
     }
@@ -97,8 +97,8 @@ static int parse_options(int argc, char **argv, struct config *cfg, int *print)
         }
         if (strcmp(name, "config") == 0)
             continue;
-        if (config_set(cfg, name, value, err, sizeof(err)) < 0) {
-            fprintf(stderr, "tensord: %s\n", err);
+        if (config_set(cfg, name, value, &err) < 0) {
+            fprintf(stderr, "tensord: %s\n", err.message);
             return -1;
         }
     }

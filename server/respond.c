@@ -62,14 +62,12 @@ static char *put_u64(char *p, uint64_t v)
 
 char *respond_error_document(const char *code, const char *msg, int hub, size_t *len)
 {
-    struct jsonw w;
-    jsonw_init(&w);
+    struct jsonw w = JSONW_INIT;
     jsonw_obj(&w);
     if (hub) {
         jsonw_kstr(&w, "error", msg);
     } else {
-        jsonw_key(&w, "error");
-        jsonw_obj(&w);
+        jsonw_kobj(&w, "error");
         jsonw_kstr(&w, "code", code);
         jsonw_kstr(&w, "message", msg);
         jsonw_obj_end(&w);

@@ -146,7 +146,8 @@ int verify_main(int argc, char **argv, FILE *out, FILE *err)
 {
     struct config cfg;
     struct tally t = {.out = out};
-    char msg[1024], *dir = NULL;
+    struct st_error msg;
+    char *dir = NULL;
     int i = 0, rc = 2;
     config_defaults(&cfg);
     for (; i < argc && strncmp(argv[i], "--", 2) == 0; i++) {
@@ -164,9 +165,9 @@ int verify_main(int argc, char **argv, FILE *out, FILE *err)
             goto out;
         }
         i++;
-        if ((is_config ? config_load_file(&cfg, argv[i], msg, sizeof(msg))
-                       : config_set(&cfg, "state_dir", argv[i], msg, sizeof(msg))) != 0) {
-            fprintf(err, "tensord verify: %s\n", msg);
+        if ((is_config ? config_load_file(&cfg, argv[i], &msg)
+                       : config_set(&cfg, "state_dir", argv[i], &msg)) != 0) {
+            fprintf(err, "tensord verify: %s\n", msg.message);
             goto out;
         }
     }

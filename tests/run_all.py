@@ -1,17 +1,18 @@
 #!/usr/bin/python3
-"""`make test`: every test stage in order, then one "N passed, N failed" line.
+"""`make test`: every test stage, then one "N passed, N failed" line.
 
-Stages: builds (with and without CUDA), the dependency-circle check of
-server/, C unit tests, the same under
-ASan+UBSan, the concurrent ones under ThreadSanitizer, the st_header differential test (tests/diff/), libFuzzer smoke
-runs with crash-regression replay, the integration suite against the real
-daemon and, side by side with it, the same suite against the ASan+UBSan
-daemon, the CUDA backend against
-the CUDA driver test double (make test-cuda-double), the GPU check script
-dry on the host backend (built from fetched .debs), and the operations
-checks. Each stage's own count is added
-to the total; a stage that cannot run at all counts as one failure. Exits
-non-zero on any failure."""
+Stages: builds (with and without CUDA, the unit tests plain and under
+ASan+UBSan) and the dependency-circle check of server/; then the
+integration suite against the real daemon and, side by side, against the
+ASan+UBSan daemon, both in the background while the
+CPU-bound stages run in the foreground: the C unit tests, the same under
+ASan+UBSan and ThreadSanitizer, the st_header differential (tests/diff/),
+libFuzzer smoke runs with crash-regression replay; then the CUDA backend
+against the CUDA driver test double (make test-cuda-double), the GPU check
+script dry on the host backend (built from fetched .debs), and the
+operations checks. Each stage's own count is added to the total; a stage
+that cannot run at all counts as one failure. Exits non-zero on any
+failure."""
 import os
 import re
 import subprocess
@@ -82,6 +83,40 @@ def stage(name, cmd, env=None, counted=True):
     return finish(name, start(cmd, env), counted)
 
 
+def start_integration(built, san_built):
+    """Starts the integration suite against the plain daemon and, side by
+    side, against the ASan+UBSan one; returns what finish_integration needs."""
+    runs = []
+    for f in os.listdir(os.path.join(ROOT, "build")):
+        if f.startswith("asan-daemon."):
+            os.remove(os.path.join(ROOT, "build", f))
+    # -rs: every skip says why in the summary.
+    if built:
+        runs.append(("integration", start([PY, "-m", "pytest", "-q", "-rs", "-p",
+                                           "no:cacheprovider", "tests/integration"])))
+    if san_built:
+        runs.append(("integration against the ASan+UBSan daemon", start(
+            [PY, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "--maxfail=20",
+             "-m", "not slow", "tests/integration"],
+            env={"TENSORD_BIN": f"{SAN_BUILD}/tensord",
+                 "ASAN_OPTIONS": "detect_leaks=1:abort_on_error=0:log_path="
+                                 + os.path.join(ROOT, "build", "asan-daemon"),
+                 "TENSORD_SANITIZED": "1"})))
+    return runs
+
+
+def finish_integration(runs):
+    for name, started in runs:
+        finish(name, started)
+    reports = [f for f in os.listdir(os.path.join(ROOT, "build"))
+               if f.startswith("asan-daemon.")]
+    banner("sanitizer reports from the daemon")
+    for f in reports:
+        print(open(os.path.join(ROOT, "build", f), errors="replace").read()[-6000:])
+    totals["passed" if not reports else "failed"] += 1
+    print(f"--- {len(reports)} sanitizer report(s)")
+
+
 def main():
     t0 = time.time()
     built = stage("build (CUDA=auto)", ["make", "-j", JOBS, "all"], counted=False)
@@ -93,12 +128,19 @@ def main():
     unit_bins = sorted(
         f"build/tests/{f[:-2]}" for f in os.listdir(os.path.join(ROOT, "tests/unit"))
         if f.startswith("test_") and f.endswith(".c"))
-    if stage("unit tests: build", ["make", "-j", JOBS] + unit_bins, counted=False):
-        stage("unit tests", [PY, "tests/run_unit.py"] + unit_bins)
+    unit_built = stage("unit tests: build", ["make", "-j", JOBS] + unit_bins, counted=False)
     san_bins = [b.replace("build/", SAN_BUILD + "/", 1) for b in unit_bins]
-    if stage("unit tests under ASan+UBSan: build",
-             ["make", "-j", JOBS, f"SANITIZER={SAN}"] + san_bins + [f"{SAN_BUILD}/tensord"],
-             counted=False):
+    san_built = stage("unit tests under ASan+UBSan: build",
+                      ["make", "-j", JOBS, f"SANITIZER={SAN}"] + san_bins + [f"{SAN_BUILD}/tensord"],
+                      counted=False)
+    # The two integration runs go side by side, and beside the CPU-bound
+    # stages that follow: they spend most of their time waiting on the
+    # daemons they start (each in its own temporary directory, on its own
+    # port), about 0.4 CPU seconds per second each.
+    runs = start_integration(built, san_built)
+    if unit_built:
+        stage("unit tests", [PY, "tests/run_unit.py"] + unit_bins)
+    if san_built:
         stage("unit tests under ASan+UBSan", [PY, "tests/run_unit.py"] + san_bins,
               env={"ASAN_OPTIONS": "detect_leaks=1:abort_on_error=0",
                    "UBSAN_OPTIONS": "print_stacktrace=1"})
@@ -112,32 +154,8 @@ def main():
           [PY, "tests/diff/diff_st_header.py", "--cases", "20000"], counted=False)
     stage("fuzz smoke", ["make", "-j", JOBS, "fuzz-smoke",
                          f"FUZZ_SMOKE_SECONDS={os.environ.get('FUZZ_SMOKE_SECONDS', '5')}"])
+    finish_integration(runs)
     if built:
-        # The two integration runs go side by side: they spend most of their
-        # time waiting on the daemons they start (each in its own temporary
-        # directory, on its own port), not on the CPU.
-        for f in os.listdir(os.path.join(ROOT, "build")):
-            if f.startswith("asan-daemon."):
-                os.remove(os.path.join(ROOT, "build", f))
-        # -rs: every skip says why in the summary.
-        plain = start([PY, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
-                       "tests/integration"])
-        sanitized = start(
-            [PY, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "--maxfail=20",
-             "-m", "not slow", "tests/integration"],
-            env={"TENSORD_BIN": f"{SAN_BUILD}/tensord",
-                 "ASAN_OPTIONS": "detect_leaks=1:abort_on_error=0:log_path="
-                                 + os.path.join(ROOT, "build", "asan-daemon"),
-                 "TENSORD_SANITIZED": "1"})
-        finish("integration", plain)
-        finish("integration against the ASan+UBSan daemon", sanitized)
-        reports = [f for f in os.listdir(os.path.join(ROOT, "build"))
-                   if f.startswith("asan-daemon.")]
-        banner("sanitizer reports from the daemon")
-        for f in reports:
-            print(open(os.path.join(ROOT, "build", f), errors="replace").read()[-6000:])
-        totals["passed" if not reports else "failed"] += 1
-        print(f"--- {len(reports)} sanitizer report(s)")
         # The CUDA backend and the client's CUDA path against the driver test
         # double (tests/cuda_double/), ASan+UBSan; prints its own count.
         stage("CUDA backend against the driver test double",

@@ -98,7 +98,10 @@ struct cuda_api {
 };
 
 /* Loads the driver and every entry point. Returns 0, or -1 with a reason
- * in err (no driver, driver too old, a missing entry point). */
+ * in err (no driver, driver too old, a missing entry point). A message
+ * buffer, not core's struct st_error: the client library compiles this
+ * header too, and it links nothing of core's errors (its own API reports
+ * into the caller's buffer). */
 static inline int cuda_api_load(struct cuda_api *api, char *err, size_t errlen)
 {
     typedef CUresult (*proc_v2_fn)(const char *, void **, int, cuuint64_t,

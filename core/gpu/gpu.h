@@ -100,14 +100,14 @@ struct gpu_backend {
 struct gpu_backend *gpu_host_new(void);
 
 /* The CUDA backend when a driver and at least one device are usable, else
- * NULL with the reason (no libcuda.so.1, cuInit error, no devices, built
- * without CUDA support) in reason. */
-struct gpu_backend *gpu_cuda_probe(char *reason, size_t reasonlen);
+ * NULL with err (ST_ERR_NO_DEVICE) saying why: no libcuda.so.1, cuInit
+ * error, no devices, built without CUDA support. */
+struct gpu_backend *gpu_cuda_probe(struct st_error *err);
 
 /* Parses a device name: "host", "cuda" (cuda:0), "cuda:N", or a UUID as
  * nvidia-smi -L prints it ("GPU-...", or "MIG-..." for a MIG instance). Sets
  * *kind and *index (-1 with *uuid for a UUID, to be resolved against the
- * backend's devices). Returns 0 or -1 on bad syntax. */
+ * backend's devices). Returns 0 or -EINVAL on bad syntax. */
 int gpu_parse_device(const char *s, enum gpu_kind *kind, int *index, const char **uuid);
 
 /* Index (= ordinal) of the device named by index or uuid in b, or -1.

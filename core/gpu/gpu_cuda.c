@@ -102,8 +102,9 @@ static int cuda_alloc(struct gpu_backend *b, int dev, uint64_t size, int legacy,
     a->priv = ca;
     a->fd = -1;
     a->size = size;
-    if (use_device(cb, dev, err) < 0)
-        return -1;
+    int rc = use_device(cb, dev, err);
+    if (rc < 0)
+        return rc;
     if (!cb->posix_fd[dev]) {
         return st_error_fail(err, ST_ERR_NO_DEVICE,
                              "device %d cannot export memory as POSIX file descriptors", dev);
@@ -234,8 +235,9 @@ static int cuda_stage_copy(struct gpu_stage *s, unsigned i, struct gpu_alloc *a,
 {
     struct cuda_backend *cb = s->cb;
     struct cuda_alloc *ca = a->priv;
-    if (use_device(cb, s->dev, err) < 0)
-        return -1;
+    int rc = use_device(cb, s->dev, err);
+    if (rc < 0)
+        return rc;
     CUresult r = cb->api.MemcpyHtoDAsync(ca->va + off, src, len, s->streams[i]);
     if (r != CUDA_SUCCESS)
         return cuda_fail(cb, r, "cuMemcpyHtoDAsync", err);
@@ -275,8 +277,9 @@ static int cuda_finish(struct gpu_backend *b, struct gpu_alloc *a, struct st_err
 {
     struct cuda_backend *cb = b->priv;
     struct cuda_alloc *ca = a->priv;
-    if (use_device(cb, ca->dev, err) < 0)
-        return -1;
+    int rc = use_device(cb, ca->dev, err);
+    if (rc < 0)
+        return rc;
     CUresult r;
     if (ca->legacy && a->size) {
         r = cb->api.MemcpyDtoD(ca->legacy, ca->va, a->size);
@@ -292,8 +295,9 @@ static int cuda_read_back(struct gpu_backend *b, struct gpu_alloc *a, uint64_t o
 {
     struct cuda_backend *cb = b->priv;
     struct cuda_alloc *ca = a->priv;
-    if (use_device(cb, ca->dev, err) < 0)
-        return -1;
+    int rc = use_device(cb, ca->dev, err);
+    if (rc < 0)
+        return rc;
     CUresult r = cb->api.MemcpyDtoH(dst, ca->va + off, len);
     return r == CUDA_SUCCESS ? 0 : cuda_fail(cb, r, "cuMemcpyDtoH", err);
 }
@@ -363,27 +367,30 @@ static void probe_device(struct cuda_backend *cb, struct gpu_device *d, int i)
                  vmm ? "supported" : "unsupported", pfd ? "supported" : "unsupported");
 }
 
-struct gpu_backend *gpu_cuda_probe(char *reason, size_t reasonlen)
+struct gpu_backend *gpu_cuda_probe(struct st_error *err)
 {
     struct cuda_backend *cb = xcalloc(1, sizeof(*cb));
-    char e[160];
+    char e[160], why[256];
     int count = 0;
     CUresult r;
-    if (cuda_api_load(&cb->api, reason, reasonlen) < 0)
+    if (cuda_api_load(&cb->api, why, sizeof(why)) < 0) {
+        st_error_fail(err, ST_ERR_NO_DEVICE, "%s", why);
         goto fail;
+    }
     r = cb->api.Init(0);
     if (r != CUDA_SUCCESS) {
-        snprintf(reason, reasonlen, "cuInit: %s", cuda_api_describe(&cb->api, r, e, sizeof(e)));
+        st_error_fail(err, ST_ERR_NO_DEVICE, "cuInit: %s",
+                      cuda_api_describe(&cb->api, r, e, sizeof(e)));
         goto fail;
     }
     r = cb->api.DeviceGetCount(&count);
     if (r != CUDA_SUCCESS) {
-        snprintf(reason, reasonlen, "cuDeviceGetCount: %s",
-                 cuda_api_describe(&cb->api, r, e, sizeof(e)));
+        st_error_fail(err, ST_ERR_NO_DEVICE, "cuDeviceGetCount: %s",
+                      cuda_api_describe(&cb->api, r, e, sizeof(e)));
         goto fail;
     }
     if (count <= 0) {
-        snprintf(reason, reasonlen, "no CUDA devices");
+        st_error_fail(err, ST_ERR_NO_DEVICE, "no CUDA devices");
         goto fail;
     }
     if (count > GPU_MAX_DEVICES)

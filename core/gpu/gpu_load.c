@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -613,6 +614,15 @@ int gpu_load_run(struct gpu_load *l, struct gpu_load_shard *shards, size_t n,
     r.sums = xcalloc(n ? n : 1, sizeof(*r.sums));
     pthread_mutex_init(&r.lock, NULL);
     pthread_cond_init(&r.cond, NULL);
+    /* Each file's version now: one written while it is read (in place, a
+     * version the registry has not seen) must not be published half old
+     * and half new (checked once the movers are done). */
+    struct fileio_stat *before = xcalloc(n ? n : 1, sizeof(*before));
+    for (size_t i = 0; i < n; i++) {
+        struct stat sb;
+        if (fstat(shards[i].fd, &sb) == 0)
+            fileio_stat_from(&sb, &before[i]);
+    }
     unsigned started = start_copiers(&r, cps);
     if (started == 0 && r.n_pc + r.n_up > 0) {
         /* No thread could start: copy the page-cache (and upstream) chunks
@@ -633,6 +643,17 @@ int gpu_load_run(struct gpu_load *l, struct gpu_load_shard *shards, size_t n,
         pthread_join(cps[t].thread, NULL);
         free(cps[t].bounce);
     }
+    for (size_t i = 0; i < n && r.rc == 0; i++) {
+        /* A file still arriving from a mirror's upstream is written by its
+         * fetchers all along; the mirror checks its digest instead. */
+        if (shards[i].gate_file || fileio_unchanged(shards[i].fd, &before[i]))
+            continue;
+        struct st_error e;
+        st_error_fail(&e, ST_ERR_IO, "the file was written while it was being read: its bytes "
+                      "may mix two versions; preload it again");
+        run_fail(&r, (int)i, -EAGAIN, &e);
+    }
+    free(before);
     for (size_t i = 0; i < n; i++)
         shards[i].checksum = ipc_tsum_final(atomic_load(&r.sums[i]), shards[i].size);
     for (int s = 0; s < GPU_SRC_COUNT; s++)

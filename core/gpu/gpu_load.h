@@ -93,8 +93,10 @@ size_t gpu_load_stage_bytes(size_t chunk);
  * shards, in the same order, with l->chunk) says, then waits for every
  * copy; on every path it also waits for every read it started (an error
  * cancels the reads still in flight), unless the ring itself failed
- * (l->unsafe). Sets each shard's checksum and *st. Returns 0, -ECANCELED
- * when *l->cancel was set, or -errno with err (the first failure). */
+ * (l->unsafe). A file written while it was read (its size, mtime or ctime
+ * moved) fails the load: its bytes may mix two versions. Sets each shard's
+ * checksum and *st. Returns 0, -ECANCELED when *l->cancel was set, or
+ * -errno with err (the first failure). */
 int gpu_load_run(struct gpu_load *l, struct gpu_load_shard *shards, size_t n,
                  const struct gpu_plan *plan, struct gpu_load_stats *st, struct st_error *err);
 

@@ -50,7 +50,7 @@ int gm_resolve_device(struct gpu_manager *gm, const char *name, struct gm_device
         return 0;
     }
     if (!gm->cuda)
-        return st_error_fail(err, ST_ERR_NO_DEVICE, "no GPU: %s", gm->cuda_reason);
+        return st_error_fail(err, ST_ERR_NO_DEVICE, "no GPU: %s", gm->cuda_err.message);
     int dev = gpu_find_device(gm->cuda, index, uuid);
     if (dev < 0)
         return st_error_fail(err, ST_ERR_INVALID_ARGUMENT, "no CUDA device %.100s (%zu present)",
@@ -74,11 +74,11 @@ struct gpu_manager *gpu_manager_new(const struct gm_options *opt, struct registr
     pthread_mutex_init(&gm->lock, NULL);
     pthread_cond_init(&gm->cond, NULL);
     gm->host = gpu_host_new();
-    gm->cuda = gpu_cuda_probe(gm->cuda_reason, sizeof(gm->cuda_reason));
+    gm->cuda = gpu_cuda_probe(&gm->cuda_err);
     if (gm->cuda)
         log_msg(LOG_INFO, "gpu: %zu CUDA device(s)", gm->cuda->n_devices);
     else
-        log_msg(LOG_INFO, "gpu: no CUDA (%s); the host backend serves leases", gm->cuda_reason);
+        log_msg(LOG_INFO, "gpu: no CUDA (%s); the host backend serves leases", gm->cuda_err.message);
     return gm;
 }
 
@@ -124,7 +124,7 @@ int gpu_manager_start(struct gpu_manager *gm, struct st_error *err)
 
 const struct gpu_backend *gpu_manager_cuda(struct gpu_manager *gm, const char **reason)
 {
-    *reason = gm->cuda ? NULL : gm->cuda_reason;
+    *reason = gm->cuda ? NULL : gm->cuda_err.message;
     return gm->cuda;
 }
 
@@ -355,7 +355,7 @@ int gpu_manager_wait_idle(struct gpu_manager *gm, int timeout_ms)
     while ((gm->qhead || gm->loading) && rc == 0)
         rc = pthread_cond_timedwait(&gm->cond, &gm->lock, &dl);
     pthread_mutex_unlock(&gm->lock);
-    return rc == 0 ? 0 : -1;
+    return -rc;
 }
 
 void gpu_manager_free(struct gpu_manager *gm)

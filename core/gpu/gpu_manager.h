@@ -244,7 +244,7 @@ struct gpu_lease *gpu_manager_open(struct gpu_manager *gm, const char *model,
 void gpu_lease_release(struct gpu_manager *gm, struct gpu_lease *l);
 
 /* Tests: waits until no load is queued or running (or timeout_ms passes).
- * Returns 0, or -1 on timeout. */
+ * Returns 0, or -ETIMEDOUT. */
 int gpu_manager_wait_idle(struct gpu_manager *gm, int timeout_ms);
 
 #endif

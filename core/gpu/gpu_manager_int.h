@@ -116,7 +116,7 @@ struct gpu_manager {
     struct gm_options opt;
     struct registry *registry;
     struct gpu_backend *host, *cuda; /* set by gpu_manager_new, then read-only */
-    char cuda_reason[256];
+    struct st_error cuda_err;  /* why there is no CUDA backend (cuda NULL) */
     pthread_mutex_t lock;
     pthread_cond_t cond;       /* queue changes and load completions */
     struct gm_instance *models; /* the table (gm->lock) */

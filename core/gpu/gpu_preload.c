@@ -68,8 +68,30 @@ static unsigned copy_threads(const struct gm_options *opt)
     return n < 1 ? 1 : n > 16 ? 16 : (unsigned)n;
 }
 
+/* After a load that failed: a ring whose reads may still land is leaked
+ * (never freed, never reused); one that saw a device error is closed, so
+ * that the next preload starts from fresh streams. Also closes a ring too
+ * small for the next load (device_stage). */
+static void drop_stage(struct gpu_manager *gm, struct gm_stage *st, int leak)
+{
+    struct gpu_stage *stage = st->stage;
+    pthread_mutex_lock(&gm->lock);
+    st->stage = NULL;
+    st->nbuf = 0;
+    pthread_mutex_unlock(&gm->lock);
+    if (leak)
+        log_msg(LOG_ERROR, "gpu: io_uring reads may still be in flight after an error: "
+                           "leaking the staging buffers rather than freeing them");
+    else
+        st->be->ops->stage_close(stage);
+}
+
 /* The staging ring of m's device, made on the device's first preload and
- * kept. Loader thread only. Returns it, or NULL with m->error. */
+ * kept while it holds nbuf buffers of buf_bytes: one made for fewer copy
+ * threads (the CPUs this process may use grew since: taskset, a cgroup's
+ * cpuset) is made again, or the new threads' buffers would lie past its
+ * end. Loader thread only, between loads. Returns it, or NULL with
+ * m->error. */
 static struct gm_stage *device_stage(struct gpu_manager *gm, struct gm_instance *m, int dev,
                                      unsigned nbuf, size_t buf_bytes)
 {
@@ -77,8 +99,13 @@ static struct gm_stage *device_stage(struct gpu_manager *gm, struct gm_instance 
     for (size_t i = 0; i < gm->n_stages && !st; i++)
         if (gm->stages[i].be == m->be && gm->stages[i].dev == dev)
             st = &gm->stages[i];
-    if (st && st->stage)
+    if (st && st->stage && st->nbuf >= nbuf && st->buf_bytes >= buf_bytes)
         return st;
+    if (st && st->stage) {
+        log_msg(LOG_INFO, "gpu: %s: the staging ring of %u buffers is too small for this "
+                "preload's %u: made again", m->device, st->nbuf, nbuf);
+        drop_stage(gm, st, 0);
+    }
     if (!st && gm->n_stages == GM_MAX_STAGES) {
         st_error_fail(&m->error, ST_ERR_LIMIT, "staging rings for more than %d devices",
                       GM_MAX_STAGES);
@@ -100,23 +127,6 @@ static struct gm_stage *device_stage(struct gpu_manager *gm, struct gm_instance 
     pthread_mutex_unlock(&gm->lock);
     log_msg(LOG_INFO, "gpu: %s: staging ring of %u x %zu bytes", m->device, nbuf, buf_bytes);
     return st;
-}
-
-/* After a load that failed: a ring whose reads may still land is leaked
- * (never freed, never reused); one that saw a device error is closed, so
- * that the next preload starts from fresh streams. */
-static void drop_stage(struct gpu_manager *gm, struct gm_stage *st, int leak)
-{
-    struct gpu_stage *stage = st->stage;
-    pthread_mutex_lock(&gm->lock);
-    st->stage = NULL;
-    st->nbuf = 0;
-    pthread_mutex_unlock(&gm->lock);
-    if (leak)
-        log_msg(LOG_ERROR, "gpu: io_uring reads may still be in flight after an error: "
-                           "leaking the staging buffers rather than freeing them");
-    else
-        st->be->ops->stage_close(stage);
 }
 
 /* Plans and copies every shard of m through the device's staging ring.

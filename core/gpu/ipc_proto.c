@@ -94,38 +94,30 @@ out:
     return rc;
 }
 
+/* Fills err for a request the daemon cannot read; returns -EINVAL. */
+#define BAD(...) st_error_fail(err, ST_ERR_INVALID_ARGUMENT, __VA_ARGS__)
+
 /* The string member m (`key`); absent is fine when optional. */
-static int check_name(const struct member *m, const char *key, int required, char *err,
-                      size_t errlen)
+static int check_name(const struct member *m, const char *key, int required,
+                      struct st_error *err)
 {
-    if (!m->tok) {
-        if (required)
-            snprintf(err, errlen, "\"%s\" is required", key);
-        return required ? -1 : 0;
-    }
-    if (m->tok != JSON_TOK_STRING) {
-        snprintf(err, errlen, "\"%s\" must be a string", key);
-        return -1;
-    }
-    if (m->len > IPC_MAX_NAME) {
-        snprintf(err, errlen, "\"%s\" must be at most %d bytes without NUL", key, IPC_MAX_NAME);
-        return -1;
-    }
-    if (required && m->len == 0) {
-        snprintf(err, errlen, "\"%s\" must not be empty", key);
-        return -1;
-    }
+    if (!m->tok)
+        return required ? BAD("\"%s\" is required", key) : 0;
+    if (m->tok != JSON_TOK_STRING)
+        return BAD("\"%s\" must be a string", key);
+    if (m->len > IPC_MAX_NAME)
+        return BAD("\"%s\" must be at most %d bytes without NUL", key, IPC_MAX_NAME);
+    if (required && m->len == 0)
+        return BAD("\"%s\" must not be empty", key);
     return 0;
 }
 
 /* The required non-negative integer member m (`key`). */
-static int check_count(const struct member *m, const char *key, uint64_t *out, char *err,
-                       size_t errlen)
+static int check_count(const struct member *m, const char *key, uint64_t *out,
+                       struct st_error *err)
 {
-    if (m->tok != JSON_TOK_INTEGER || m->integer < 0) {
-        snprintf(err, errlen, "\"%s\" (a non-negative integer) is required", key);
-        return -1;
-    }
+    if (m->tok != JSON_TOK_INTEGER || m->integer < 0)
+        return BAD("\"%s\" (a non-negative integer) is required", key);
     *out = (uint64_t)m->integer;
     return 0;
 }
@@ -137,44 +129,31 @@ static int op_is(const struct fields *f, const char *op)
 }
 
 /* The request's meaning, once the text is known to be one JSON object. */
-static int check_request(const struct fields *f, struct ipc_request *req, char *err,
-                         size_t errlen)
+static int check_request(const struct fields *f, struct ipc_request *req, struct st_error *err)
 {
-    if (f->op.tok != JSON_TOK_STRING) {
-        snprintf(err, errlen, "\"op\" (a string: hello, open, release, list or close) is "
-                 "required");
-        return -1;
-    }
+    if (f->op.tok != JSON_TOK_STRING)
+        return BAD("\"op\" (a string: hello, open, release, list or close) is required");
     if (op_is(f, "open")) {
         req->op = IPC_OP_OPEN;
-        return check_name(&f->model, "model", 1, err, errlen) < 0 ||
-                       check_name(&f->device, "device", 0, err, errlen) < 0
-                   ? -1
-                   : 0;
+        int rc = check_name(&f->model, "model", 1, err);
+        return rc < 0 ? rc : check_name(&f->device, "device", 0, err);
     }
     if (op_is(f, "release")) {
         req->op = IPC_OP_RELEASE;
-        return check_count(&f->lease, "lease", &req->lease, err, errlen);
+        return check_count(&f->lease, "lease", &req->lease, err);
     }
     if (op_is(f, "hello")) {
         req->op = IPC_OP_HELLO;
-        return check_count(&f->protocol, "protocol", &req->protocol, err, errlen);
+        return check_count(&f->protocol, "protocol", &req->protocol, err);
     }
-    if (op_is(f, "list")) {
-        req->op = IPC_OP_LIST;
+    if (op_is(f, "list") || op_is(f, "close")) {
+        req->op = op_is(f, "list") ? IPC_OP_LIST : IPC_OP_CLOSE;
         return 0;
     }
-    if (op_is(f, "close")) {
-        req->op = IPC_OP_CLOSE;
-        return 0;
-    }
-    snprintf(err, errlen, "unknown op \"%.64s\" (hello, open, release, list or close)",
-             f->op_text);
-    return -1;
+    return BAD("unknown op \"%.64s\" (hello, open, release, list or close)", f->op_text);
 }
 
-int ipc_request_parse(const char *json, size_t len, struct ipc_request *req, char *err,
-                      size_t errlen)
+int ipc_request_parse(const char *json, size_t len, struct ipc_request *req, struct st_error *err)
 {
     struct fields f;
     memset(&f, 0, sizeof(f));
@@ -182,10 +161,8 @@ int ipc_request_parse(const char *json, size_t len, struct ipc_request *req, cha
     f.model = (struct member){.str = req->model, .cap = IPC_MAX_NAME};
     f.device = (struct member){.str = req->device, .cap = IPC_MAX_NAME};
     req->model[0] = req->device[0] = '\0';
-    if (memchr(json, '\0', len) || !utf8_valid(json, len)) {
-        snprintf(err, errlen, "not JSON: the request is not UTF-8 text without NUL bytes");
-        return -1;
-    }
+    if (memchr(json, '\0', len) || !utf8_valid(json, len))
+        return BAD("not JSON: the request is not UTF-8 text without NUL bytes");
     struct json_scan s;
     json_scan_init(&s, json, len);
     int rc, tok = json_scan_next(&s);
@@ -195,13 +172,9 @@ int ipc_request_parse(const char *json, size_t len, struct ipc_request *req, cha
         rc = json_scan_value_start(&s) == 0 ? json_scan_value(&s, 1, JSON_SCAN_MAX_DEPTH) : -1;
     if (rc == 0 && json_scan_next(&s) != JSON_TOK_EOF)
         rc = json_scan_fail(&s, JSON_ERR_TRAILING);
-    if (rc != 0) {
-        snprintf(err, errlen, "not JSON: %s at byte %zu", s.text, s.position);
-        return -1;
-    }
-    if (tok != '{') {
-        snprintf(err, errlen, "a request must be a JSON object");
-        return -1;
-    }
-    return check_request(&f, req, err, errlen);
+    if (rc != 0)
+        return BAD("not JSON: %s at byte %zu", s.text, s.position);
+    if (tok != '{')
+        return BAD("a request must be a JSON object");
+    return check_request(&f, req, err);
 }

@@ -26,6 +26,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "st_error.h"
+
 #define IPC_HEADER_BYTES 4
 /* The largest valid request is an "open" with two names of IPC_MAX_NAME
  * bytes, each \u-escaped in full (6 bytes per byte): about 48 KiB. */
@@ -55,10 +57,9 @@ enum ipc_frame_status ipc_frame_next(const unsigned char *buf, size_t len, size_
                                      const unsigned char **payload, size_t *payload_len,
                                      size_t *consumed);
 
-/* Parses one request's JSON. Returns 0, or -1 with a message for the
- * client in err (which names the field). */
-int ipc_request_parse(const char *json, size_t len, struct ipc_request *req, char *err,
-                      size_t errlen);
+/* Parses one request's JSON. Returns 0, or -EINVAL with err
+ * (ST_ERR_INVALID_ARGUMENT): a message for the client that names the field. */
+int ipc_request_parse(const char *json, size_t len, struct ipc_request *req, struct st_error *err);
 
 /* Writes the 4-byte prefix for a payload of n bytes. */
 static inline void ipc_put_header(unsigned char hdr[IPC_HEADER_BYTES], uint32_t n)

@@ -288,3 +288,42 @@ def test_cold_and_warm_preloads_share_one_staging_ring(start):
     assert ring == {"cuda:0": (3 + 2 * 3) * (64 * 1024 + 2 * 4096)}, ring
     assert d.log_tail(100000).count("staging ring of") == 1
     d.finish()
+
+
+def set_affinity(pid, cpus):
+    """Every thread of process pid may run on cpus (as taskset -a does)."""
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        os.sched_setaffinity(int(tid), cpus)
+
+
+def test_copy_threads_grow_with_the_cpus(start):
+    """preload_threads 0 is one copy thread per CPU the daemon may use, asked
+    at each preload: when that grows after the device's staging ring was
+    made (taskset, a cgroup's cpuset), the ring is made again for the new
+    count. It was kept as it was, and the new threads' buffers lay past its
+    end (a heap overflow of the pinned ring, and of its stream table)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        import pytest
+        pytest.skip("needs two CPUs")
+    d = start()
+    d.wait_hashed()
+    path = os.path.join(d.root, "cm-big.safetensors")
+    set_affinity(d.pid, {cpus[0]})
+    for n_cpus in (1, 2):
+        set_affinity(d.pid, set(cpus[:n_cpus]))
+        set_page_cache(path, True)
+        s = d.preload("cm-big")
+        assert s["state"] == "ready", s
+        assert s["preload"]["io"]["threads"] == n_cpus, s["preload"]["io"]
+        out = c_client(d, "cm-big")
+        assert out.returncode == 0 and "checksum: ok" in out.stdout, out
+        py = py_worker(d, "cm-big")
+        assert read_line(py)["tensors"] == expected(d.root, "cm-big")
+        end_worker(py, d.work)
+        assert d.evict("cm-big").status in (200, 202)
+        d.wait("cm-big", lambda s: s["state"] == "none")
+    set_affinity(d.pid, set(cpus))
+    ring = d.json("/v1/models")["gpu"]["staging_bytes"]
+    assert ring == {"cuda:0": (3 + 2 * 2) * (64 * 1024 + 2 * 4096)}, ring
+    d.finish()

@@ -25,14 +25,14 @@ static char *print(const struct config *cfg, size_t *len)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     struct config cfg, again;
-    char err[512];
+    struct st_error err;
     config_defaults(&cfg);
-    if (config_load_buffer(&cfg, (const char *)data, size, "fuzz.conf", err, sizeof(err)) == 0) {
+    if (config_load_buffer(&cfg, (const char *)data, size, "fuzz.conf", &err) == 0) {
         size_t n1, n2;
         char *p1 = print(&cfg, &n1);
         config_defaults(&again);
-        if (config_load_buffer(&again, p1, n1, "printed", err, sizeof(err)) != 0) {
-            fprintf(stderr, "printed config does not load: %s\n%s", err, p1);
+        if (config_load_buffer(&again, p1, n1, "printed", &err) != 0) {
+            fprintf(stderr, "printed config does not load: %s\n%s", err.message, p1);
             abort();
         }
         char *p2 = print(&again, &n2);

@@ -113,12 +113,13 @@ static void check_answer(const unsigned char *p, size_t n)
 static void one_request(const unsigned char *p, size_t n)
 {
     struct ipc_request *req = xmalloc(sizeof(*req)), *again = xmalloc(sizeof(*again));
-    char err[512], why[1200];
+    struct st_error err = {0};
+    char why[1200];
     if (ipc_proto_compare((const char *)p, n, why, sizeof(why))) {
         fprintf(stderr, "ipc_request_parse and jansson disagree: %s\n", why);
         abort();
     }
-    if (ipc_request_parse((const char *)p, n, req, err, sizeof(err)) == 0) {
+    if (ipc_request_parse((const char *)p, n, req, &err) == 0) {
         if (req->op == IPC_OP_OPEN) {
             size_t ml = strlen(req->model);
             if (ml == 0 || ml > IPC_MAX_NAME || strlen(req->device) > IPC_MAX_NAME)
@@ -126,13 +127,13 @@ static void one_request(const unsigned char *p, size_t n)
             json_t *o = json_pack("{s:s,s:s,s:s}", "op", "open", "model", req->model, "device",
                                   req->device);
             char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
-            if (!text || ipc_request_parse(text, strlen(text), again, err, sizeof(err)) != 0 ||
+            if (!text || ipc_request_parse(text, strlen(text), again, &err) != 0 ||
                 strcmp(again->model, req->model) != 0 || strcmp(again->device, req->device) != 0)
                 abort();
             free(text);
             json_decref(o);
         }
-    } else if (err[0] == '\0') {
+    } else if (err.message[0] == '\0' || err.code != ST_ERR_INVALID_ARGUMENT) {
         abort(); /* every refusal explains itself */
     }
     check_answer(p, n);

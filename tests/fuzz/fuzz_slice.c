@@ -73,10 +73,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     uint64_t tbytes = tbits / 8;
 
     struct slice_plan p;
-    char err[256];
-    err[0] = 0;
-    if (slice_plan_build(spec, len, dt, ndim, shape, &p, err, sizeof(err)) != 0) {
-        if (!err[0] || strlen(err) >= sizeof(err))
+    struct st_error err = {0};
+    if (slice_plan_build(spec, len, dt, ndim, shape, &p, &err) != 0) {
+        if (err.code != ST_ERR_SLICE || !err.message[0])
             abort();
         return 0;
     }

@@ -26,7 +26,7 @@
 #   tests/gpu/run.sh --fetch-debs [--no-model]   (where apt and pip reach their archives)
 #
 # Machines without a package archive: the build needs libmicrohttpd, liburing,
-# jansson, OpenSSL's libcrypto, libyaml, libcurl and dlpack headers. When pkg-config does not
+# OpenSSL's libcrypto, libyaml, libcurl and dlpack headers. When pkg-config does not
 # find them (or TENSORD_USE_DEBS=1), the script unpacks every .deb under
 # .debs/ (dpkg -x, or ar+tar where dpkg is missing) into .debs/root and builds
 # and runs against that prefix: the flags come from the unpacked .pc files of
@@ -58,9 +58,8 @@ FETCH=0
 MODEL_PREP=1
 DEBS="$ROOT/.debs"
 PY=${PYTHON:-python3}
-DEB_PKGS="libmicrohttpd-dev libmicrohttpd12 liburing-dev liburing2 libjansson-dev libjansson4
-libssl-dev libssl3 libyaml-dev libyaml-0-2 libcurl4-openssl-dev libcurl4 libdlpack-dev pkgconf
-pkgconf-bin libpkgconf3"
+DEB_PKGS="libmicrohttpd-dev libmicrohttpd12 liburing-dev liburing2 libssl-dev libssl3 libyaml-dev
+libyaml-0-2 libcurl4-openssl-dev libcurl4 libdlpack-dev pkgconf pkgconf-bin libpkgconf3"
 
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -134,7 +133,7 @@ else
     rm -rf "$P"
     mkdir -p "$P"
     for d in "${debs[@]}"; do unpack_deb "$d" "$P"; done
-    LIBDIR=$(dirname "$(find "$P" -name 'libjansson.so*' | head -n1)")
+    LIBDIR=$(dirname "$(find "$P" -name 'libmicrohttpd.so*' | head -n1)")
     export CPATH="$P/usr/include${CPATH:+:$CPATH}"
     export LIBRARY_PATH="$LIBDIR${LIBRARY_PATH:+:$LIBRARY_PATH}"
     export LD_LIBRARY_PATH="$LIBDIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"

@@ -592,6 +592,69 @@ def test_default_deadline_grows_with_what_arrives(monkeypatch):
         assert "default deadline" in str(e)
 
 
+def flood(head, unit):
+    """Sends head, then unit (bytes the client reads and throws away) as
+    fast as the client takes them, until it leaves."""
+    def answer(req, c):
+        try:
+            c.sendall(head)
+            while True:
+                c.sendall(unit * 16)
+        except OSError:
+            pass
+        return False
+    return answer
+
+
+CHUNKED = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+FLOODS = {
+    # http.client skips any number of interim 100 answers before the real one
+    "interim 100s": (b"", b"HTTP/1.1 100 Continue\r\nX: " + b"a" * 60000 + b"\r\n\r\n"),
+    # ... and reads trailer fields after the last chunk until a blank line
+    "trailers": (CHUNKED + b"2\r\n{}\r\n0\r\n", b"X: " + b"a" * 60000 + b"\r\n"),
+    # ... and a chunk extension of up to 64 KiB per one-byte chunk
+    "chunk extensions": (CHUNKED, b"1;" + b"a" * 60000 + b"\r\n \r\n"),
+}
+
+
+@pytest.mark.parametrize("case", list(FLOODS))
+def test_default_deadline_ignores_what_is_thrown_away(monkeypatch, case):
+    """timeout=None grows with the body bytes a call keeps, never with bytes
+    it discards: a server sending those at any rate still meets the base
+    deadline (it grew with every byte on the socket: such a server held the
+    call forever once it sent more than 1 MiB/s)."""
+    from tensord import _deadline
+    monkeypatch.setattr(_deadline, "DEFAULT_TIMEOUT", 1.0)
+    with script(flood(*FLOODS[case])) as s, bounded(1.0 + 1.5, 4 << 20):
+        e = raises(tensord.DeadlineExceeded, lambda: tensord.safe_open(s.url(), "numpy"))
+        assert "default deadline" in str(e)
+
+
+SUPERSCRIPT_TWO = b"\xb2"  # Latin-1 '²': str.isdigit() says yes, int() and float() no
+NOT_DIGITS = {
+    "Retry-After": lambda req, c: c.sendall(
+        b"HTTP/1.1 503 X\r\nRetry-After: " + SUPERSCRIPT_TWO + b"\r\nContent-Length: 2\r\n\r\n{}"),
+    "error Content-Length": lambda req, c: c.sendall(
+        b"HTTP/1.1 500 X\r\nContent-Length: " + SUPERSCRIPT_TWO + b"\r\nConnection: close\r\n\r\n"
+        b"{}") or False,
+    "fetch Content-Length": lambda req, c: send_json(c, model_doc()) if req.method == "GET" else
+    c.sendall(b"HTTP/1.1 200 X\r\nContent-Length: " + SUPERSCRIPT_TWO +
+              b"\r\nConnection: close\r\n\r\n" + fetch_answer(GOOD)) or False,
+}
+
+
+@pytest.mark.parametrize("case", list(NOT_DIGITS))
+def test_header_numbers_that_are_not_ascii_digits(case):
+    """A number in a header that only Python's isdigit takes is a clean
+    error (it was a bare ValueError from int() or float())."""
+    with script(NOT_DIGITS[case]) as s, bounded(5.0, 1 << 20):
+        if case.startswith("fetch"):
+            raises(tensord.SafetensorError, lambda: tensord.load_file(s.url(), split=SPLIT,
+                                                                      timeout=3))
+        else:
+            raises(tensord.RemoteError, lambda: tensord.safe_open(s.url(), "numpy", timeout=3))
+
+
 def test_a_refused_connection_is_a_clean_error():
     s = socket.socket()
     s.bind(("127.0.0.1", 0))

@@ -255,6 +255,30 @@ def test_preload_invalid_and_unknown_model(gd):
     assert r.status == 404
 
 
+def test_a_page_of_another_site_cannot_preload_or_evict(gd):
+    """Without tokens, any web page a user of the daemon's machine opens
+    could preload and evict: a browser sends a cross-site POST with a
+    text/plain body without asking first (a "simple" request, no preflight),
+    and only the answer is kept from the page. Such a request carries an
+    Origin naming the page: one that is neither the daemon's own origin nor
+    in cors_origins changes nothing. Clients that send no Origin (curl,
+    Python) and the console (its own origin) still can."""
+    before = gpu_state(gd, "gm-two")["state"]
+    for origin in ("https://evil.example", "null", f"http://127.0.0.2:{gd.port}"):
+        r = gd.request("POST", "/v1/models/gm-two/gpu", {"Origin": origin,
+                                                         "Content-Type": "text/plain"},
+                       body=b'{"device": "host"}')
+        tdutil.assert_error(r, 403, "cross_origin")
+        r = gd.request("DELETE", "/v1/models/gm-small/gpu", {"Origin": origin})
+        tdutil.assert_error(r, 403, "cross_origin")
+    assert gpu_state(gd, "gm-two")["state"] == before
+    assert gpu_state(gd, "gm-small")["state"] == "ready"
+    # The daemon's own origin (the console) and no Origin at all may.
+    for headers in ({"Origin": f"http://127.0.0.1:{gd.port}"}, {}):
+        r = gd.request("POST", "/v1/models/gm-small/gpu", headers, body=b'{"device": "host"}')
+        assert r.status == 200 and r.json()["state"] == "ready", r
+
+
 def test_evict_not_loaded_is_404(gd):
     tdutil.assert_error(evict(gd, "gm-two"), 404, "not_loaded")
 

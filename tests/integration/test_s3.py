@@ -9,6 +9,7 @@ import os
 import shutil
 import tempfile
 import time
+import urllib.parse
 import urllib.request
 import xml.etree.ElementTree as ET
 
@@ -58,7 +59,10 @@ def signed(repos):
     secret = os.path.join(repos[0], "s3.secret")
     with open(secret, "w") as f:
         f.write(SK + "\n")
-    d = start(repos[0], repos[1], "--s3-access-key", AK, "--s3-secret-key-file", secret)
+    access = os.path.join(repos[0], "signed-access.log")
+    d = start(repos[0], repos[1], "--s3-access-key", AK, "--s3-secret-key-file", secret,
+              "--access-log", access)
+    d.access_log = access
     yield d
     d.stop_checked()
 
@@ -122,8 +126,12 @@ def test_prefix_delimiter_and_pages(anon, repos):
     r = s3.list_objects_v2(Bucket="org--sd", StartAfter="text_encoder/model.safetensors")
     assert [o["Key"] for o in r["Contents"]] == [k for k in all_keys(files, "org/sd")
                                                  if k > "text_encoder/model.safetensors"]
+    # max-keys=0: nothing, and not truncated (as AWS answers): a truncated
+    # page would need a token to go on from, and it has no key to give one.
     r = s3.list_objects_v2(Bucket="org--sd", MaxKeys=0)
-    assert r["KeyCount"] == 0 and r["IsTruncated"]
+    assert r["KeyCount"] == 0 and not r["IsTruncated"] and "NextContinuationToken" not in r
+    r = s3.list_objects(Bucket="org--sd", MaxKeys=0)
+    assert "Contents" not in r and not r["IsTruncated"] and "NextMarker" not in r
     # Version 1 (marker) too.
     r = s3.list_objects(Bucket="org--deep", MaxKeys=2)
     assert [o["Key"] for o in r["Contents"]] == all_keys(files, "org/deep")[:2]
@@ -139,6 +147,47 @@ def test_odd_keys_escaped(anon):
     assert raw.status == 200 and raw.ctype == "application/xml"
     keys = [k.text for k in ET.fromstring(raw.body).iter(NS + "Key")]
     assert keys == [ODD]
+
+
+def test_names_xml_cannot_carry(tmp_path):
+    """U+FFFE and U+FFFF are valid UTF-8 in a file name but no XML Char: a
+    listing holding one was a document no XML parser reads (expat: "not
+    well-formed"), for every key of the bucket. They are written as U+FFFD;
+    encoding-type=url gives them exactly."""
+    names = ["a\ufffe.txt", "b\uffff.txt"]
+    repo = tmp_path / "models" / "nc"
+    repo.mkdir(parents=True)
+    for n in names + ["plain.txt"]:
+        (repo / n).write_bytes(b"x")
+    d = tdutil.Daemon(str(tmp_path / "models"), str(tmp_path)).start()
+    try:
+        d.wait_hashed()
+        raw = d.get("/s3/nc?list-type=2")
+        assert raw.status == 200
+        keys = [k.text for k in ET.fromstring(raw.body).iter(NS + "Key")]
+        assert keys == ["a\ufffd.txt", "b\ufffd.txt", "plain.txt"]
+        raw = d.get("/s3/nc?list-type=2&encoding-type=url")
+        keys = [urllib.parse.unquote(k.text) for k in ET.fromstring(raw.body).iter(NS + "Key")]
+        assert keys == names + ["plain.txt"]
+    finally:
+        d.stop_checked()
+
+
+def test_bucket_names_are_listed_once(tmp_path):
+    """"org/m" is the bucket "org--m", which is also the name of a repo
+    "org--m": that one is the bucket, and ListBuckets names it once (it
+    listed the name twice, the second time for a repo it does not reach)."""
+    for repo, data in (("org/m", b"nested"), ("org--m", b"flat")):
+        (tmp_path / "models" / repo).mkdir(parents=True)
+        (tmp_path / "models" / repo / "f.txt").write_bytes(data)
+    d = tdutil.Daemon(str(tmp_path / "models"), str(tmp_path)).start()
+    try:
+        d.wait_hashed()
+        s3 = client(d)
+        assert [b["Name"] for b in s3.list_buckets()["Buckets"]] == ["org--m"]
+        assert s3.get_object(Bucket="org--m", Key="f.txt")["Body"].read() == b"flat"
+    finally:
+        d.stop_checked()
 
 
 def test_ranges(anon, repos):
@@ -198,6 +247,15 @@ def test_signatures_checked(signed, repos):
     url = s3.generate_presigned_url("get_object", Params={"Bucket": "single", "Key": "config.json"},
                                     ExpiresIn=60)
     assert urllib.request.urlopen(url).read() == data
+    # A presigned URL reads the object until it expires: its signature is
+    # a credential, kept out of the access log like a token.
+    signature = urllib.parse.parse_qs(urllib.parse.urlsplit(url).query)["X-Amz-Signature"][0]
+    logged, until = "", time.monotonic() + 5  # the line is written as the answer ends
+    while "X-Amz-Signature=" not in logged and time.monotonic() < until:
+        time.sleep(0.05)
+        with open(signed.access_log) as f:
+            logged = f.read()
+    assert "X-Amz-Signature=***" in logged and signature not in logged
     with pytest.raises(urllib.error.HTTPError) as e:
         urllib.request.urlopen(url.replace("config.json", "README.md"))
     assert e.value.code == 403 and b"SignatureDoesNotMatch" in e.value.read()

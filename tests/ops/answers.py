@@ -14,22 +14,29 @@ slices in every format, ranges (single, multiple, suffix, unsatisfiable,
 malformed), conditional requests, HEAD, errors in both dialects, the Hub
 routes, fetch, the GPU state, S3, blobs, the console, CORS; every handler's
 preconditions, ranges, conditionals and errors in both dialects, the
-refusals every request may get (method, query, sizes, framing), requests
-made with the validators, commits and digests the daemon reports, and a
-second daemon with bearer tokens and an S3 key (the 401s in both dialects,
-what needs no token, S3's refusals). An answer is its
-status line, its headers (less Date; multipart boundaries replaced) and
-its body's SHA-256 with its first 200 bytes (the temporary directory's
-name replaced). compare prints every answer
-that differs and exits 1 when one does."""
+refusals every request may get (method, query, sizes, framing), and
+requests made with the validators, commits and digests the daemon reports;
+then host preloads (POST, GET, DELETE .../gpu and their errors, the model list with
+instances) and the lease socket's answers (hello, list, open, release,
+malformed and refused requests); and a second daemon with bearer tokens
+and an S3 key (the 401s in both dialects, what needs no token, S3's
+refusals). An answer is its status line, its headers
+(less Date; multipart boundaries replaced) and its body's SHA-256 with its
+first 200 bytes (the temporary directory's name replaced; a preload's
+timings replaced); a lease answer is its JSON text and the number of
+descriptors it carried. compare prints every answer that differs and exits
+1 when one does."""
 import argparse
 import hashlib
 import json
 import os
 import re
 import shutil
+import socket
+import struct
 import sys
 import tempfile
+import time
 import urllib.parse
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -291,12 +298,156 @@ def guarded_requests():
     ]
 
 
-def normalize(r, base):
+def gpu_requests(d, invalid):
+    """(method, path, headers, body) of the GPU phase, in order; the
+    preloads they start are waited for before the next request."""
+    dev = json.dumps({"device": "host"}).encode()
+    g = "/v1/models/demo-sharded/gpu"
+    return [
+        ("GET", g, {}, None),
+        ("POST", g, {}, dev),                      # 202: the load starts
+        ("WAIT", g, {}, None),
+        ("GET", g, {}, None),
+        ("HEAD", g, {}, None),
+        ("POST", g, {}, dev),                      # 200: already there
+        ("POST", g, {}, b"{"),
+        ("POST", g, {}, b'{"device": 5}'),
+        ("POST", g, {}, b'["host"]'),
+        ("POST", g, {}, b'{"device": "bogus"}'),
+        ("POST", g, {}, b'{"device": "cuda:0"}'),
+        ("POST", g, {}, b'{"device": "GPU-00000000-0000-0000-0000-000000000000"}'),
+        ("POST", g, {"If-Match": '"nope"'}, dev),
+        ("DELETE", g, {"If-None-Match": "*"}, None),
+        ("POST", f"/v1/models/{tdutil.q(invalid)}/gpu", {}, dev),
+        ("POST", "/v1/models/nope/gpu", {}, dev),
+        ("POST", "/v1/models/demo-f32/gpu", {}, dev),
+        ("WAIT", "/v1/models/demo-f32/gpu", {}, None),
+        ("GET", "/v1/models", {}, None),
+        ("GET", "/v1/models/demo-f32", {}, None),
+        ("SOCKET", "", {}, None),                  # the lease socket; demo-f32 stays leased
+        ("DELETE", "/v1/models/demo-f32/gpu", {}, None),    # 202: draining
+        ("GET", "/v1/models/demo-f32/gpu", {}, None),
+        ("GET", "/v1/models", {}, None),
+        ("DELETE", g, {}, None),                   # 200: released at once
+        ("DELETE", g, {}, None),                   # 404 not_loaded
+        ("GET", g, {}, None),
+        ("UNLEASE", "", {}, None),
+        ("GET", "/v1/models/demo-f32/gpu", {}, None),
+    ]
+
+
+def lease_frame(payload):
+    b = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+    return struct.pack("<I", len(b)) + b
+
+
+def lease_answer(s):
+    """The text of one answer frame and how many descriptors came with it
+    (closed at once); None when the daemon closed the connection."""
+    data, nfds = b"", 0
+    while len(data) < 4 or len(data) < 4 + struct.unpack("<I", data[:4])[0]:
+        want = 4 - len(data) if len(data) < 4 else 4 + struct.unpack("<I", data[:4])[0] - len(data)
+        try:
+            msg, anc, _flags, _addr = s.recvmsg(want, socket.CMSG_SPACE(4 * 64))
+        except ConnectionResetError:
+            return None
+        for level, typ, cdata in anc:
+            if level == socket.SOL_SOCKET and typ == socket.SCM_RIGHTS:
+                for fd in struct.unpack(f"{len(cdata) // 4}i", cdata[:len(cdata) // 4 * 4]):
+                    os.close(fd)
+                    nfds += 1
+        if not msg:
+            return None
+        data += msg
+    return {"text": data[4:].decode("latin-1"), "fds": nfds}
+
+
+def lease_connect(sock):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(10)
+    s.connect(sock)
+    return s
+
+
+def lease_answers(sock, held):
+    """Every kind of lease answer; the connection that holds a lease on
+    demo-f32 is appended to held (the caller closes it)."""
+    out = []
+    s = lease_connect(sock)
+    held.append(s)
+    for req in ({"op": "hello", "protocol": 2}, {"op": "hello", "protocol": 9}, {"op": "list"},
+                {"op": "open", "model": "demo-f32"},
+                {"op": "open", "model": "demo-f32", "device": "host"},
+                {"op": "open", "model": "demo-f32", "device": "cuda:0"},
+                {"op": "open", "model": "demo-f32", "device": "bogus"},
+                {"op": "open", "model": "nope"}, {"op": "open", "model": "demo-bf16"},
+                {"op": "release", "lease": 2}, {"op": "release", "lease": 2},
+                {"op": "release", "lease": 99}, b"{", b'{"op": "fly"}', b'{"op": "open"}',
+                b'{"op": "open", "model": "demo-f32", "model": "x"}', b"[1]",
+                {"op": "list"}):
+        s.sendall(lease_frame(req))
+        out.append({"request": f"LEASE {req if isinstance(req, bytes) else json.dumps(req)}",
+                    "answer": lease_answer(s)})
+    # A frame longer than a request may be: answered, then closed.
+    t = lease_connect(sock)
+    t.sendall(struct.pack("<I", 1 << 20))
+    out.append({"request": "LEASE too large", "answer": lease_answer(t)})
+    t.close()
+    t = lease_connect(sock)
+    t.sendall(lease_frame({"op": "close"}))
+    out.append({"request": "LEASE close", "answer": lease_answer(t)})
+    t.close()
+    return out
+
+
+def wait_loaded(d, path, timeout=60):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        r = d.request("GET", path)
+        if r.status == 200 and json.loads(r.body).get("state") in ("ready", "failed"):
+            return
+        time.sleep(0.05)
+    raise RuntimeError(f"{path}: not loaded within {timeout}s")
+
+
+def gpu_answers(d, base, invalid):
+    out, held = [], []
+    try:
+        for method, path, headers, body in gpu_requests(d, invalid):
+            if method == "WAIT":
+                wait_loaded(d, path)
+            elif method == "SOCKET":
+                out += lease_answers(os.path.join(d.workdir, "tensord.sock"), held)
+            elif method == "UNLEASE":
+                for s in held:
+                    s.close()
+                held.clear()
+                time.sleep(0.5)  # the serve thread sees the close and ends the lease
+            else:
+                r = d.request(method, path, headers=headers, body=body)
+                # A HEAD's Content-Length counts the timings' digits too.
+                out.append({"request": f"{method} {path} {json.dumps(headers)} {body!r}",
+                            "answer": normalize(r, base, timed=method == "HEAD")})
+    finally:
+        for s in held:
+            s.close()
+    return out
+
+
+# A preload's timings, the only numbers that differ from run to run in a
+# JSON answer (the hasher's rate stays: the files are too small to move it).
+TIMINGS = re.compile(rb'"seconds":[-+0-9.eE]+,"bytes_per_second":[-+0-9.eE]+')
+
+
+def normalize(r, base, timed=False):
     """The answer less what differs from run to run: the date, multipart
     boundaries, the temporary directory's name (in paths the daemon shows)."""
     headers = []
     boundary = None
+    timed = timed or TIMINGS.search(r.body) is not None
     for k, v in r.headers.items():
+        if timed and k.lower() == "content-length":
+            v = "N"  # the timings' digits
         if k.lower() == "date":
             continue
         m = re.search(r"boundary=(\S+)", v)
@@ -305,6 +456,7 @@ def normalize(r, base):
             v = v.replace(boundary, "BOUNDARY")
         headers.append(f"{k}: {v}")
     body = r.body.replace(base.encode(), b"BASE")
+    body = TIMINGS.sub(rb'"seconds":0,"bytes_per_second":0', body)
     if boundary:
         body = body.replace(boundary.encode(), b"BOUNDARY")
     return {"status": f"{r.status} {r.reason}", "headers": headers, "sha256": hashlib.sha256(body).hexdigest(),
@@ -338,6 +490,9 @@ def record(binary):
             d.wait_hashed(timeout=120)
             answers = ask(d, requests(sorted(man.models)), base)
             answers += ask(d, known_requests(d, root), base)
+            invalid = sorted(m["name"] for m in d.json("/v1/models")["models"]
+                             if m["state"] == "invalid")[0]
+            answers += gpu_answers(d, base, invalid)
         finally:
             d.stop()
         with open(os.path.join(base, "tokens"), "w") as f:

@@ -66,9 +66,11 @@ def test_runtime_stage(dockerfile):
     assert entry == ['["/usr/local/bin/tensord"]'], f"{path}: exec-form ENTRYPOINT"
     cmd = [r for w, r in runtime if w == "CMD"]
     assert cmd and cmd[0].startswith("["), f"{path}: exec-form CMD"
-    # Every interface inside the container (for -p), said out loud: the
-    # daemon refuses it without a token unless --insecure-listen is given.
-    assert '"0.0.0.0:8077", "--insecure-listen"' in cmd[0]
+    # Every interface inside the container (for -p), so a token by default:
+    # the daemon refuses to start without the mounted secret, and serving
+    # with none (--insecure-listen) is the operator's explicit choice.
+    assert '"0.0.0.0:8077", "--auth-token-file", "/run/secrets/tensord_token"' in cmd[0]
+    assert "insecure" not in cmd[0]
     users = [r for w, r in runtime if w == "USER"]
     assert users and users[-1] not in ("root", "0"), f"{path}: runs as a non-root USER"
     assert re.fullmatch(r"[1-9]\d*:[1-9]\d*", users[-1]), f"{path}: numeric USER uid:gid"
@@ -214,3 +216,16 @@ def test_healthcheck_follows_the_config_file_and_tls(tmp_path):
     finally:
         p.send_signal(signal.SIGTERM)
         p.wait(timeout=30)
+
+
+def test_build_stage_installs_what_the_makefile_checks(dockerfile):
+    """The build stage installs every package of the Makefile's DEB_BUILD:
+    the Makefile stops before compiling when a library it checks is missing
+    (libdlpack-dev once was, so no image could build)."""
+    path, ins = dockerfile
+    make = subprocess.run(["make", "-s", "--no-print-directory", "print-DEB_BUILD"], cwd=ROOT,
+                          capture_output=True, text=True, check=True).stdout.split()
+    assert "libdlpack-dev" in make and "pkg-config" in make
+    first_run = next(rest for word, rest in ins if word == "RUN")
+    for pkg in make:
+        assert re.search(rf"(^|\s){re.escape(pkg)}(\s|$)", first_run), f"{path}: build stage lacks {pkg}"

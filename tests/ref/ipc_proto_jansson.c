@@ -107,14 +107,15 @@ out:
 static int ipc_proto_compare(const char *json, size_t len, char *why, size_t whylen)
 {
     struct ipc_request *a = calloc(1, sizeof(*a)), *b = calloc(1, sizeof(*b));
-    char ea[512] = "", eb[512] = "";
+    struct st_error sa = {0};
+    char eb[512] = "", *ea = sa.message;
     int bad = 0;
     if (!a || !b) {
         free(a);
         free(b);
         return 0;
     }
-    int ra = ipc_request_parse(json, len, a, ea, sizeof(ea));
+    int ra = ipc_request_parse(json, len, a, &sa) < 0 ? -1 : 0;
     int rb = ipc_request_parse_jansson(json, len, b, eb, sizeof(eb));
     /* Text with a NUL byte or invalid UTF-8 is refused before it is read
      * (jansson's lexer reads some of it): only that it is refused is checked. */

@@ -18,12 +18,29 @@ int ref_st_index_path_ok(const char *path);
 #include "st_index.h"
 
 #include <jansson.h>
+#include <stdarg.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "strmap.h"
 #include "util.h"
+
+/* Fills err and returns code: this parser's own convention, kept as it was. */
+static enum st_status ref_set(struct st_error *err, enum st_status code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static enum st_status ref_set(struct st_error *err, enum st_status code, const char *fmt, ...)
+{
+    if (err) {
+        va_list ap;
+        err->code = code;
+        va_start(ap, fmt);
+        vsnprintf(err->message, sizeof(err->message), fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
 
 /* Length of the well-formed UTF-8 sequence at s[0..n), or 0. */
 static size_t utf8_seq(const char *s, size_t n)
@@ -151,12 +168,12 @@ enum st_status st_index_parse(const char *json, size_t len, const char *file,
     if (!file)
         file = "(index)";
     if (len > ST_INDEX_MAX_LEN)
-        return st_error_set(err, ST_ERR_INDEX_JSON, "%s: index is %zu bytes, more than the %llu allowed",
+        return ref_set(err, ST_ERR_INDEX_JSON, "%s: index is %zu bytes, more than the %llu allowed",
                             file, len, (unsigned long long)ST_INDEX_MAX_LEN);
     if (!utf8_valid(json, len))
-        return st_error_set(err, ST_ERR_INDEX_JSON, "%s: index is not valid UTF-8", file);
+        return ref_set(err, ST_ERR_INDEX_JSON, "%s: index is not valid UTF-8", file);
     if (max_depth(json, len, ST_INDEX_MAX_DEPTH) > ST_INDEX_MAX_DEPTH)
-        return st_error_set(err, ST_ERR_INDEX_JSON, "%s: JSON nesting deeper than %d", file,
+        return ref_set(err, ST_ERR_INDEX_JSON, "%s: JSON nesting deeper than %d", file,
                             ST_INDEX_MAX_DEPTH);
 
     /* JSON_ALLOW_NUL lets "\u0000" in a shard path reach the path check and
@@ -165,18 +182,18 @@ enum st_status st_index_parse(const char *json, size_t len, const char *file,
     root = json_loadb(json, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL | JSON_DECODE_ANY, &jerr);
     if (!root) {
         /* jansson quotes the input near the error, possibly cut mid-sequence */
-        rc = st_error_set(err, ST_ERR_INDEX_JSON, "%s: line %d column %d: %s", file, jerr.line,
+        rc = ref_set(err, ST_ERR_INDEX_JSON, "%s: line %d column %d: %s", file, jerr.line,
                           jerr.column, show(jerr.text, strlen(jerr.text), sa));
         goto done;
     }
     if (!json_is_object(root)) {
-        rc = st_error_set(err, ST_ERR_INDEX_SHAPE, "%s: top level is not a JSON object", file);
+        rc = ref_set(err, ST_ERR_INDEX_SHAPE, "%s: top level is not a JSON object", file);
         goto done;
     }
     json_t *meta_v = json_object_get(root, "metadata");
     if (meta_v) {
         if (!json_is_object(meta_v)) {
-            rc = st_error_set(err, ST_ERR_INDEX_SHAPE, "%s: \"metadata\" is not an object", file);
+            rc = ref_set(err, ST_ERR_INDEX_SHAPE, "%s: \"metadata\" is not an object", file);
             goto done;
         }
         meta = json_dumps(meta_v, JSON_COMPACT | JSON_ENCODE_ANY);
@@ -185,16 +202,16 @@ enum st_status st_index_parse(const char *json, size_t len, const char *file,
     }
     json_t *map = json_object_get(root, "weight_map");
     if (!map) {
-        rc = st_error_set(err, ST_ERR_INDEX_SHAPE, "%s: \"weight_map\" is missing", file);
+        rc = ref_set(err, ST_ERR_INDEX_SHAPE, "%s: \"weight_map\" is missing", file);
         goto done;
     }
     if (!json_is_object(map)) {
-        rc = st_error_set(err, ST_ERR_INDEX_SHAPE, "%s: \"weight_map\" is not an object", file);
+        rc = ref_set(err, ST_ERR_INDEX_SHAPE, "%s: \"weight_map\" is not an object", file);
         goto done;
     }
     size_t n = json_object_size(map);
     if (n == 0) {
-        rc = st_error_set(err, ST_ERR_INDEX_EMPTY, "%s: \"weight_map\" has no entries", file);
+        rc = ref_set(err, ST_ERR_INDEX_EMPTY, "%s: \"weight_map\" has no entries", file);
         goto done;
     }
 
@@ -208,7 +225,7 @@ enum st_status st_index_parse(const char *json, size_t len, const char *file,
     json_object_keylen_foreach(map, key, klen, val)
     {
         if (!json_is_string(val)) {
-            rc = st_error_set(err, ST_ERR_INDEX_SHAPE,
+            rc = ref_set(err, ST_ERR_INDEX_SHAPE,
                               "%s: weight_map entry for tensor \"%s\" is not a string", file,
                               show(key, klen, sa));
             goto done;
@@ -217,7 +234,7 @@ enum st_status st_index_parse(const char *json, size_t len, const char *file,
         size_t slen = json_string_length(val);
         const char *why = path_problem(shard, slen);
         if (why) {
-            rc = st_error_set(err, ST_ERR_INDEX_SHARD_PATH,
+            rc = ref_set(err, ST_ERR_INDEX_SHARD_PATH,
                               "%s: shard path \"%s\" for tensor \"%s\" %s", file,
                               show(shard, slen, sb), show(key, klen, sa), why);
             goto done;
@@ -272,7 +289,7 @@ done:
     json_decref(root);
     st_index_free(idx);
     if (rc == ST_OK && err)
-        st_error_set(err, ST_OK, "%s", "");
+        ref_set(err, ST_OK, "%s", "");
     return rc;
 }
 

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <dlpack/dlpack.h>
+#include <jansson.h>
 #include <pthread.h>
 #include <stdatomic.h>
 
@@ -173,16 +174,93 @@ static void remove_model(const struct fx *f, const char *name)
     free(path);
 }
 
+/* What w holds, read back with jansson (the tests' oracle); w is emptied. */
+static json_t *parsed(struct jsonw *w)
+{
+    char *text = jsonw_take(w, NULL);
+    json_t *o = text ? json_loads(text, JSON_REJECT_DUPLICATES, NULL) : NULL;
+    CHECK(o != NULL);
+    free(text);
+    return o;
+}
+
+/* A refusal as the error documents say it: {"error": {"code", "message"}}. */
+static json_t *refusal(const struct gpu_doc_error *e)
+{
+    return json_pack("{s:{s:s,s:s}}", "error", "code", e->code, "message", e->message);
+}
+
+/* The GET .../gpu document as text (the caller frees). */
+static char *model_text(struct gpu_manager *gm, const char *model)
+{
+    struct jsonw w = JSONW_INIT;
+    gpu_doc_model(gm, model, &w);
+    char *text = jsonw_take(&w, NULL);
+    CHECK(text != NULL);
+    return text;
+}
+
+/* The GET .../gpu document, parsed. */
+static json_t *model_json(struct gpu_manager *gm, const char *model)
+{
+    struct jsonw w = JSONW_INIT;
+    gpu_doc_model(gm, model, &w);
+    return parsed(&w);
+}
+
+static json_t *summary_json(struct gpu_manager *gm, const char *model)
+{
+    struct jsonw w = JSONW_INIT;
+    gpu_doc_summary(gm, model, &w);
+    return parsed(&w);
+}
+
+static json_t *status_json(struct gpu_manager *gm, const char *sock)
+{
+    struct jsonw w = JSONW_INIT;
+    gpu_doc_status(gm, sock, &w);
+    return parsed(&w);
+}
+
+static json_t *list_json(struct gpu_manager *gm)
+{
+    struct jsonw w = JSONW_INIT;
+    gpu_doc_list(gm, &w);
+    return parsed(&w);
+}
+
+/* POST .../gpu with body: the answer (or the refusal) and its status. */
 static json_t *post(struct gpu_manager *gm, const char *model, const char *body, int *status)
 {
-    return gpu_doc_preload(gm, model, body, strlen(body), status);
+    struct gpu_doc_error e;
+    struct jsonw w = JSONW_INIT;
+    char *device;
+    int rc = gpu_doc_preload_device(body, strlen(body), &device, &e);
+    if (rc == 0)
+        rc = gpu_doc_preload(gm, model, device, &w, status, &e);
+    free(device);
+    if (rc == 0)
+        return parsed(&w);
+    CHECK(rc < 0 && e.http_status >= 400);
+    *status = e.http_status;
+    return refusal(&e);
+}
+
+/* DELETE .../gpu: the answer (or the refusal) and its status. */
+static json_t *evict(struct gpu_manager *gm, const char *model, int *status)
+{
+    struct gpu_doc_error e;
+    struct jsonw w = JSONW_INIT;
+    if (gpu_doc_evict(gm, model, &w, status, &e) == 0)
+        return parsed(&w);
+    *status = e.http_status;
+    return refusal(&e);
 }
 
 static const char *state_of(struct gpu_manager *gm, const char *model)
 {
     static char buf[32];
-    int st;
-    json_t *o = gpu_doc_model_json(gm, model, &st);
+    json_t *o = model_json(gm, model);
     snprintf(buf, sizeof(buf), "%s", json_string_value(json_object_get(o, "state")));
     json_decref(o);
     return buf;
@@ -190,8 +268,7 @@ static const char *state_of(struct gpu_manager *gm, const char *model)
 
 static json_int_t int_of(struct gpu_manager *gm, const char *model, const char *key)
 {
-    int st;
-    json_t *o = gpu_doc_model_json(gm, model, &st);
+    json_t *o = model_json(gm, model);
     json_int_t v = json_integer_value(json_object_get(o, key));
     json_decref(o);
     return v;
@@ -211,7 +288,7 @@ static int code_is(json_t *doc, const char *code)
 /* The status document's model rows named name. */
 static size_t status_rows(struct gpu_manager *gm, const char *name)
 {
-    json_t *s = gpu_doc_status_json(gm, NULL), *row;
+    json_t *s = status_json(gm, NULL), *row;
     size_t i, n = 0;
     json_array_foreach(json_object_get(s, "models"), i, row)
         n += strcmp(json_string_value(json_object_get(row, "name")), name) == 0;
@@ -249,21 +326,21 @@ static int fds_on_file(int fd)
     return n;
 }
 
-/* gpu_doc_open with its answer parsed into *ans (lease id 1). */
+/* gpu_doc_open with its answer (or the refusal) parsed into *ans (lease id 1). */
 static struct gpu_lease *open_lease(struct gpu_manager *gm, const char *model, const char *device,
                                     json_t **ans, int *fds, size_t max_fds, size_t *n)
 {
-    char *text = NULL;
-    struct gpu_lease *l = gpu_doc_open(gm, model, device, 1, &text, fds, max_fds, n);
-    *ans = text ? json_loads(text, 0, NULL) : NULL;
+    struct gpu_doc_error e;
+    struct jsonw w = JSONW_INIT;
+    struct gpu_lease *l = gpu_doc_open(gm, model, device, 1, &w, fds, max_fds, n, &e);
+    *ans = l ? parsed(&w) : refusal(&e);
     CHECK(*ans != NULL);
-    free(text);
     return l;
 }
 
 static int cuda_available(struct gpu_manager *gm)
 {
-    json_t *s = gpu_doc_status_json(gm, NULL);
+    json_t *s = status_json(gm, NULL);
     int yes = json_is_true(json_object_get(s, "available"));
     json_decref(s);
     return yes;

@@ -60,17 +60,17 @@ static inline void lb_start(struct lb_server *s, const char *root, int flags, co
 {
     memset(s, 0, sizeof(*s));
     config_defaults(&s->cfg);
-    char err[256];
+    struct st_error err;
     for (const char *const *o = options; o && *o; o++) {
         char *name = xstrdup(*o), *eq = strchr(name, '=');
         *eq = '\0';
-        if (config_set(&s->cfg, name, eq + 1, err, sizeof(err)) != 0) {
-            fprintf(stderr, "loopback: option %s: %s\n", *o, err);
+        if (config_set(&s->cfg, name, eq + 1, &err) != 0) {
+            fprintf(stderr, "loopback: option %s: %s\n", *o, err.message);
             abort();
         }
         free(name);
     }
-    if (config_set(&s->cfg, "models", root, err, sizeof(err)) != 0)
+    if (config_set(&s->cfg, "models", root, &err) != 0)
         abort();
     s->srv.cfg = &s->cfg;
     s->srv.rescan_fd = -1;
@@ -89,7 +89,10 @@ static inline void lb_start(struct lb_server *s, const char *root, int flags, co
         if (!mkdtemp(s->state))
             abort();
         struct hasher_opts ho = {.threads = 1, .state_dir = s->state};
-        s->srv.hasher = hasher_new(&ho);
+        if (!(s->srv.hasher = hasher_new(&ho, &e))) {
+            fprintf(stderr, "loopback: hasher: %s\n", e.message);
+            abort();
+        }
         hasher_submit(s->srv.hasher, reg);
     }
     for (int i = 0; (flags & LB_HASHED) && i < 3000; i++) {
@@ -432,9 +435,13 @@ static inline const char *lb_header(const struct lb_answer *r, const char *name)
  * returns the port. */
 static inline unsigned lb_listen(struct lb_server *s)
 {
+    struct st_error e;
     char err[256];
-    if (config_set(&s->cfg, "listen", "127.0.0.1:0", err, sizeof(err)) != 0 ||
-        http_start(&s->srv, err, sizeof(err)) != 0) {
+    if (config_set(&s->cfg, "listen", "127.0.0.1:0", &e) != 0) {
+        fprintf(stderr, "loopback: %s\n", e.message);
+        abort();
+    }
+    if (http_start(&s->srv, err, sizeof(err)) != 0) {
         fprintf(stderr, "loopback: %s\n", err);
         abort();
     }

@@ -77,9 +77,9 @@ TEST(span_and_plan)
     CHECK(body_file_span(&b, 4, 10, &sfd, &off) == 0); /* starts in the prefix */
     /* a plan: [10, 10] U8, column 3 reversed */
     struct slice_plan plan;
-    char err[128];
+    struct st_error err;
     uint64_t shape[2] = {10, 10};
-    CHECK(slice_plan_build("::-1,3", 6, DT_U8, 2, shape, &plan, err, sizeof(err)) == 0);
+    CHECK(slice_plan_build("::-1,3", 6, DT_U8, 2, shape, &plan, &err) == 0);
     b = (struct body){.prefix = "P", .prefix_len = 1, .fd = fd, .data_off = 0, .data_len = 10,
                       .plan = &plan};
     want[0] = 'P';
@@ -96,9 +96,9 @@ TEST(pieces)
     int f1 = pattern_file(200, 1, &st1), f2 = pattern_file(200, 2, &st2);
     /* F16 [4, 5] at offset 40 of f2, columns ::-2 */
     struct slice_plan plan;
-    char err[128];
+    struct st_error err;
     uint64_t shape[2] = {4, 5};
-    CHECK(slice_plan_build(":,::-2", 6, DT_F16, 2, shape, &plan, err, sizeof(err)) == 0);
+    CHECK(slice_plan_build(":,::-2", 6, DT_F16, 2, shape, &plan, &err) == 0);
     struct slice_runs *runs = xmalloc(slice_runs_size(&plan));
     slice_runs_init(runs, &plan);
     struct body_piece pcs[3] = {

@@ -9,20 +9,21 @@
 #include "test.h"
 #include "util.h"
 
-static int load(struct config *cfg, const char *text, char *err, size_t errlen)
+static int load(struct config *cfg, const char *text, struct st_error *err)
 {
-    return config_load_buffer(cfg, text, strlen(text), "t.conf", err, errlen);
+    return config_load_buffer(cfg, text, strlen(text), "t.conf", err);
 }
 
 /* Loads text into fresh defaults and expects failure with msg in the error. */
 static void expect_error(const char *text, const char *msg)
 {
     struct config cfg;
-    char err[512] = "";
+    struct st_error err = {0};
     config_defaults(&cfg);
-    int rc = load(&cfg, text, err, sizeof(err));
-    if (rc != -1 || !strstr(err, msg)) {
-        fprintf(stderr, "  for %s\n  got rc %d, \"%s\", want \"%s\"\n", text, rc, err, msg);
+    int rc = load(&cfg, text, &err);
+    if (rc != -EINVAL || err.code != ST_ERR_INVALID_ARGUMENT || !strstr(err.message, msg)) {
+        fprintf(stderr, "  for %s\n  got rc %d, \"%s\", want \"%s\"\n", text, rc, err.message,
+                msg);
         test_failed_flag = 1;
     }
     config_free(&cfg);
@@ -89,7 +90,7 @@ TEST(defaults)
 TEST(syntax)
 {
     struct config c;
-    char err[512] = "";
+    struct st_error err = {0};
     config_defaults(&c);
     const char *text = "\xef\xbb\xbf# comment\n"
                        "; another\n"
@@ -114,8 +115,8 @@ TEST(syntax)
                        "verify = 1\n"
                        "staging_buffer_bytes = 1M\n"
                        "staging_buffers = 8"; /* no final newline */
-    CHECK(load(&c, text, err, sizeof(err)) == 0);
-    CHECK_STR(err, "");
+    CHECK(load(&c, text, &err) == 0);
+    CHECK_STR(err.message, "");
     CHECK_EQ_U64(c.threads, 3);
     CHECK_STR(c.models, "/srv/m");
     CHECK_STR(c.listen, "[::1]:9000");
@@ -144,19 +145,19 @@ TEST(syntax)
 TEST(repeated_keys_last_wins)
 {
     struct config c;
-    char err[512];
+    struct st_error err = {0};
     config_defaults(&c);
     CHECK(load(&c,
                "[server]\nmodels = /a\nmodels = /b\n[gpu]\npreload = a@host, b@host\n"
                "preload = c@cuda:1\nallow_uids = 1,2,3\nallow_uids = 7\n",
-               err, sizeof(err)) == 0);
+               &err) == 0);
     CHECK_STR(c.models, "/b");
     CHECK_EQ_U64(c.n_preload, 1);
     CHECK_STR(c.preload[0], "c@cuda:1");
     CHECK_EQ_U64(c.n_allow_uids, 1);
     CHECK_EQ_U64(c.allow_uids[0], 7);
     /* An empty value clears a list. */
-    CHECK(load(&c, "[gpu]\npreload =\n", err, sizeof(err)) == 0);
+    CHECK(load(&c, "[gpu]\npreload =\n", &err) == 0);
     CHECK_EQ_U64(c.n_preload, 0);
     config_free(&c);
 }
@@ -211,19 +212,19 @@ TEST(errors_name_file_line_option)
 TEST(nul_byte_in_buffer)
 {
     struct config c;
-    char err[256];
+    struct st_error err = {0};
     config_defaults(&c);
-    CHECK(config_load_buffer(&c, "threads = 1\0\n", 13, "t.conf", err, sizeof(err)) == -1);
-    CHECK_CONTAINS(err, "t.conf:1: NUL byte");
+    CHECK(config_load_buffer(&c, "threads = 1\0\n", 13, "t.conf", &err) == -EINVAL);
+    CHECK_CONTAINS(err.message, "t.conf:1: NUL byte");
     config_free(&c);
 }
 
 TEST(failed_value_keeps_previous)
 {
     struct config c;
-    char err[256];
+    struct st_error err = {0};
     config_defaults(&c);
-    CHECK(load(&c, "preload = a@host\npreload = b@host, bad\n", err, sizeof(err)) == -1);
+    CHECK(load(&c, "preload = a@host\npreload = b@host, bad\n", &err) == -EINVAL);
     CHECK_EQ_U64(c.n_preload, 1);
     CHECK_STR(c.preload[0], "a@host");
     config_free(&c);
@@ -232,38 +233,39 @@ TEST(failed_value_keeps_previous)
 TEST(config_set_overrides)
 {
     struct config c;
-    char err[256] = "";
+    struct st_error err = {0};
     config_defaults(&c);
-    CHECK(config_set(&c, "listen", "0.0.0.0:9", err, sizeof(err)) == 0);
+    CHECK(config_set(&c, "listen", "0.0.0.0:9", &err) == 0);
     CHECK_STR(c.listen, "0.0.0.0:9");
-    CHECK(config_set(&c, "max_slice_bytes", "0", err, sizeof(err)) == 0);
+    CHECK(config_set(&c, "max_slice_bytes", "0", &err) == 0);
     CHECK_EQ_U64(c.max_slice_bytes, 0);
-    CHECK(config_set(&c, "preload", "x@cuda:0,y@cuda:1", err, sizeof(err)) == 0);
+    CHECK(config_set(&c, "preload", "x@cuda:0,y@cuda:1", &err) == 0);
     CHECK_EQ_U64(c.n_preload, 2);
-    CHECK(config_set(&c, "threads", "abc", err, sizeof(err)) == -1);
-    CHECK_STR(err, "command line: option threads: \"abc\" is not an unsigned integer");
-    CHECK(config_set(&c, "nope", "1", err, sizeof(err)) == -1);
-    CHECK_STR(err, "command line: option nope: unknown option");
+    CHECK(config_set(&c, "threads", "abc", &err) == -EINVAL);
+    CHECK_STR(err.message, "command line: option threads: \"abc\" is not an unsigned integer");
+    CHECK(config_set(&c, "nope", "1", &err) == -EINVAL);
+    CHECK_STR(err.message, "command line: option nope: unknown option");
     config_free(&c);
 }
 
 TEST(load_file)
 {
     struct config c;
-    char err[512];
+    struct st_error err = {0};
     config_defaults(&c);
-    CHECK(config_load_file(&c, "/nonexistent/tensord.conf", err, sizeof(err)) == -1);
-    CHECK_CONTAINS(err, "/nonexistent/tensord.conf: No such file");
+    CHECK(config_load_file(&c, "/nonexistent/tensord.conf", &err) == -ENOENT);
+    CHECK(err.code == ST_ERR_IO);
+    CHECK_CONTAINS(err.message, "/nonexistent/tensord.conf: No such file");
     char path[] = "/tmp/test_config_XXXXXX";
     int fd = mkstemp(path);
     CHECK(fd >= 0);
     FILE *f = fdopen(fd, "w");
     fputs("[server]\nthreads = 2\nmax_ranges = 0\n", f);
     fclose(f);
-    CHECK(config_load_file(&c, path, err, sizeof(err)) == -1);
+    CHECK(config_load_file(&c, path, &err) == -EINVAL);
     char want[128];
     snprintf(want, sizeof(want), "%s:3: option max_ranges: 0 is out of range 1..256", path);
-    CHECK_STR(err, want);
+    CHECK_STR(err.message, want);
     unlink(path);
     config_free(&c);
 }
@@ -281,16 +283,16 @@ static char *print_to_string(const struct config *c)
 TEST(print_round_trip)
 {
     struct config a, b;
-    char err[512] = "";
+    struct st_error err = {0};
     config_defaults(&a);
     CHECK(load(&a,
                "models = \" /odd #path \"\nmax_slice_bytes = 1536M\nmax_request_header_bytes = 5000\n"
                "preload = \"a@host, #b@cuda:3\"\nallow_gids = 5, 6\nwatch = no\naccess_log = off\n",
-               err, sizeof(err)) == 0);
+               &err) == 0);
     char *text = print_to_string(&a);
     config_defaults(&b);
-    CHECK(load(&b, text, err, sizeof(err)) == 0);
-    CHECK_STR(err, "");
+    CHECK(load(&b, text, &err) == 0);
+    CHECK_STR(err.message, "");
     char *again = print_to_string(&b);
     CHECK_STR(text, again);
     CHECK_STR(b.models, " /odd #path ");
@@ -340,8 +342,8 @@ TEST(ipc_socket_path)
     p = config_ipc_socket_path(&c);
     CHECK_STR(p, "rel/t.sock");
     free(p);
-    char err[128];
-    CHECK(config_set(&c, "ipc_socket", "/tmp/s.sock", err, sizeof(err)) == 0);
+    struct st_error err = {0};
+    CHECK(config_set(&c, "ipc_socket", "/tmp/s.sock", &err) == 0);
     p = config_ipc_socket_path(&c);
     CHECK_STR(p, "/tmp/s.sock");
     free(p);
@@ -372,14 +374,14 @@ TEST(ipc_socket_path)
 TEST(listen_checks)
 {
     struct config c;
-    char err[256];
+    struct st_error err = {0};
     config_defaults(&c);
     /* ":PORT" would listen everywhere without saying so. */
-    CHECK(config_set(&c, "listen", ":18078", err, sizeof(err)) < 0);
-    CHECK_CONTAINS(err, "the address is empty");
-    CHECK(config_set(&c, "listen", "[]:18078", err, sizeof(err)) < 0);
-    CHECK(config_set(&c, "listen", "0.0.0.0:18078", err, sizeof(err)) == 0);
-    CHECK(config_set(&c, "listen", "[::]:0", err, sizeof(err)) == 0);
+    CHECK(config_set(&c, "listen", ":18078", &err) < 0);
+    CHECK_CONTAINS(err.message, "the address is empty");
+    CHECK(config_set(&c, "listen", "[]:18078", &err) < 0);
+    CHECK(config_set(&c, "listen", "0.0.0.0:18078", &err) == 0);
+    CHECK(config_set(&c, "listen", "[::]:0", &err) == 0);
     CHECK(config_listen_is_loopback("127.0.0.1:8077"));
     CHECK(config_listen_is_loopback("127.3.2.1:1"));
     CHECK(config_listen_is_loopback("[::1]:8077"));
@@ -395,7 +397,7 @@ TEST(listen_checks)
     CHECK(!config_option_is_bool("listen"));
     CHECK(!config_option_is_bool("nonesuch"));
     CHECK_EQ_U64(c.insecure_listen, 0);
-    CHECK(config_set(&c, "insecure_listen", "true", err, sizeof(err)) == 0);
+    CHECK(config_set(&c, "insecure_listen", "true", &err) == 0);
     CHECK_EQ_U64(c.insecure_listen, 1);
     config_free(&c);
 }
@@ -403,7 +405,7 @@ TEST(listen_checks)
 TEST(state_dir_path)
 {
     struct config c;
-    char err[128];
+    struct st_error err = {0};
     config_defaults(&c);
     char *saved = getenv("STATE_DIRECTORY") ? xstrdup(getenv("STATE_DIRECTORY")) : NULL;
     setenv("STATE_DIRECTORY", "/var/lib/x:/var/lib/y", 1);
@@ -421,7 +423,7 @@ TEST(state_dir_path)
     p = config_state_dir_path(&c);
     CHECK_STR(p, geteuid() == 0 ? "/var/lib/tensord" : "/home/u/.local/state/tensord");
     free(p);
-    CHECK(config_set(&c, "state_dir", "/srv/st", err, sizeof(err)) == 0);
+    CHECK(config_set(&c, "state_dir", "/srv/st", &err) == 0);
     p = config_state_dir_path(&c);
     CHECK_STR(p, "/srv/st");
     free(p);
@@ -438,10 +440,10 @@ TEST(shipped_config_loads_and_lists_every_option)
     if (!text)
         return;
     struct config c;
-    char err[512] = "";
+    struct st_error err = {0};
     config_defaults(&c);
-    CHECK(load(&c, text, err, sizeof(err)) == 0);
-    CHECK_STR(err, "");
+    CHECK(load(&c, text, &err) == 0);
+    CHECK_STR(err.message, "");
     for (size_t i = 0; i < config_option_count(); i++) {
         struct config_option_info info;
         config_option_info(i, &info);

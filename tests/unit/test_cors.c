@@ -24,8 +24,8 @@ TEST(listed_origins)
     CHECK_EQ_U64(cors_headers(&cfg, "http://a.example", NULL, h), 0); /* off */
     CHECK(!cors_is_preflight(&cfg, "OPTIONS", "http://a.example", "GET"));
     char err[256];
-    CHECK(config_set(&cfg, "cors_origins", "http://a.example,https://b.example", err,
-                     sizeof(err)) == 0);
+    struct st_error se;
+    CHECK(config_set(&cfg, "cors_origins", "http://a.example,https://b.example", &se) == 0);
     CHECK_STR(join(h, cors_headers(&cfg, "http://a.example", NULL, h)),
               "Vary: Origin\nAccess-Control-Allow-Origin: http://a.example\n"
               "Access-Control-Allow-Credentials: true\nAccess-Control-Expose-Headers: " CORS_EXPOSE
@@ -50,7 +50,8 @@ TEST(any_origin)
     struct config cfg;
     config_defaults(&cfg);
     char err[256];
-    CHECK(config_set(&cfg, "cors_origins", "*", err, sizeof(err)) == 0);
+    struct st_error se;
+    CHECK(config_set(&cfg, "cors_origins", "*", &se) == 0);
     const char *h[2 * CORS_MAX_HEADERS];
     CHECK_STR(join(h, cors_headers(&cfg, "http://x.example", NULL, h)),
               "Access-Control-Allow-Origin: *\nAccess-Control-Expose-Headers: " CORS_EXPOSE "\n");
@@ -60,7 +61,7 @@ TEST(any_origin)
     CHECK(cors_check_config(&cfg, err, sizeof(err)) == 0);
     config_free(&cfg);
     config_defaults(&cfg);
-    CHECK(config_set(&cfg, "cors_origins", "*,http://a.example", err, sizeof(err)) == 0);
+    CHECK(config_set(&cfg, "cors_origins", "*,http://a.example", &se) == 0);
     CHECK(cors_check_config(&cfg, err, sizeof(err)) == -1);
     CHECK_CONTAINS(err, "\"*\" (any origin, no credentials) must be its only entry");
     config_free(&cfg);

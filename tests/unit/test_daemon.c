@@ -66,14 +66,15 @@ TEST(serve_rescan_drain)
     unsigned port = free_port();
     struct config cfg;
     config_defaults(&cfg);
-    char err[256], listen[32], *sock = xasprintf("%s/t.sock", work),
+    struct st_error err;
+    char listen[32], *sock = xasprintf("%s/t.sock", work),
                                *state = xasprintf("%s/state", work);
     snprintf(listen, sizeof(listen), "127.0.0.1:%u", port);
-    CHECK(config_set(&cfg, "models", root, err, sizeof(err)) == 0);
-    CHECK(config_set(&cfg, "listen", listen, err, sizeof(err)) == 0);
-    CHECK(config_set(&cfg, "ipc_socket", sock, err, sizeof(err)) == 0);
-    CHECK(config_set(&cfg, "state_dir", state, err, sizeof(err)) == 0);
-    CHECK(config_set(&cfg, "threads", "2", err, sizeof(err)) == 0);
+    CHECK(config_set(&cfg, "models", root, &err) == 0);
+    CHECK(config_set(&cfg, "listen", listen, &err) == 0);
+    CHECK(config_set(&cfg, "ipc_socket", sock, &err) == 0);
+    CHECK(config_set(&cfg, "state_dir", state, &err) == 0);
+    CHECK(config_set(&cfg, "threads", "2", &err) == 0);
     pid_t pid = fork();
     if (pid == 0) {
         log_init("error", "off");

@@ -150,9 +150,9 @@ TEST(hex_round_trip)
     digest_hex(in, 3, hex);
     CHECK_STR(hex, "00abff");
     CHECK(digest_unhex(hex, 3, out) == 0 && memcmp(in, out, 3) == 0);
-    CHECK(digest_unhex("00ABff", 3, out) == -1); /* one spelling only */
-    CHECK(digest_unhex("00ab", 3, out) == -1);   /* stops at the NUL */
-    CHECK(digest_unhex("00abfg", 3, out) == -1);
+    CHECK(digest_unhex("00ABff", 3, out) == -EINVAL); /* one spelling only */
+    CHECK(digest_unhex("00ab", 3, out) == -EINVAL);   /* stops at the NUL */
+    CHECK(digest_unhex("00abfg", 3, out) == -EINVAL);
 }
 
 int main(void)

@@ -158,9 +158,8 @@ static void setup(void)
 }
 
 /* Plans text over model m (see plan). */
-static enum fetch_plan_status plan_of(const struct reg_model *m, const char *text,
-                                      uint64_t max_bytes, struct fetch_plan **p, char *err,
-                                      size_t errlen)
+static int plan_of(const struct reg_model *m, const char *text, uint64_t max_bytes,
+                   struct fetch_plan **p, struct st_error *err)
 {
     struct fetch_req req;
     struct fetch_limits lim = {.max_tensors = 100000};
@@ -168,10 +167,10 @@ static enum fetch_plan_status plan_of(const struct reg_model *m, const char *tex
     *p = NULL;
     if (fetch_req_parse(text, strlen(text), &lim, &req, &rerr) != 0) {
         fprintf(stderr, "  request does not parse: %s\n", rerr.message);
-        return (enum fetch_plan_status)-1;
+        return -EINVAL;
     }
     struct fetch_plan_limits pl = {.max_bytes = max_bytes};
-    return fetch_plan_build(m, &req, &pl, p, err, errlen);
+    return fetch_plan_build(m, &req, &pl, p, err);
 }
 
 static int spec_index(const char *name)
@@ -182,12 +181,11 @@ static int spec_index(const char *name)
     return -1;
 }
 
-/* Plans text; returns the status, with *p the plan on success (NULL
- * otherwise). */
-static enum fetch_plan_status plan(const char *text, uint64_t max_bytes, struct fetch_plan **p,
-                                   char *err, size_t errlen)
+/* Plans text; returns 0 with *p the plan, or -errno (*p NULL). */
+static int plan(const char *text, uint64_t max_bytes, struct fetch_plan **p,
+                struct st_error *err)
 {
-    return plan_of(model, text, max_bytes, p, err, errlen);
+    return plan_of(model, text, max_bytes, p, err);
 }
 
 /* The whole answer, read through fetch_plan_read in chunks of `chunk` bytes. */
@@ -269,10 +267,10 @@ static struct sel whole(const char *name)
 static struct st_header *answer(const char *text, struct fetch_plan **p, uint8_t **blob,
                                 const uint8_t **data)
 {
-    char err[512];
-    enum fetch_plan_status st = plan(text, 0, p, err, sizeof(err));
-    if (st != FETCH_PLAN_OK) {
-        fprintf(stderr, "  %s: status %d: %s\n", text, st, err);
+    struct st_error err;
+    int st = plan(text, 0, p, &err);
+    if (st != 0) {
+        fprintf(stderr, "  %s: status %d: %s\n", text, st, err.message);
         return NULL;
     }
     uint64_t len;
@@ -423,16 +421,17 @@ TEST(array_split_bounds)
     CHECK(hi == UINT64_MAX);
 }
 
-static int plan_fails(const char *text, uint64_t max_bytes, enum fetch_plan_status want,
+static int plan_fails(const char *text, uint64_t max_bytes, enum st_status want,
                       const char *msg)
 {
     struct fetch_plan *p;
-    char err[512];
-    enum fetch_plan_status st = plan(text, max_bytes, &p, err, sizeof(err));
-    if (st == FETCH_PLAN_OK)
+    struct st_error err = {0};
+    int st = plan(text, max_bytes, &p, &err);
+    if (st == 0)
         fetch_plan_free(p);
-    if (st != want || !strstr(err, msg)) {
-        fprintf(stderr, "  %s: status %d \"%s\", want %d \"%s\"\n", text, st, err, want, msg);
+    if (st != st_status_errno(want) || err.code != want || !strstr(err.message, msg)) {
+        fprintf(stderr, "  %s: status %d \"%s\", want %d \"%s\"\n", text, st, err.message,
+                want, msg);
         return 0;
     }
     return p == NULL;
@@ -440,41 +439,39 @@ static int plan_fails(const char *text, uint64_t max_bytes, enum fetch_plan_stat
 
 TEST(errors)
 {
-    CHECK(plan_fails("{\"tensors\":[\"a\",\"zz\"]}", 0, FETCH_PLAN_NO_TENSOR,
+    CHECK(plan_fails("{\"tensors\":[\"a\",\"zz\"]}", 0, ST_ERR_NOT_FOUND,
                      "model \"m\" has no tensor \"zz\""));
     CHECK(plan_fails("{\"tensors\":[\"a\",{\"name\":\"a\",\"slice\":\"1\"}]}", 0,
-                     FETCH_PLAN_DUPLICATE, "tensor \"a\" is asked for twice"));
-    CHECK(plan_fails("{\"tensors\":[{\"name\":\"a\",\"slice\":\"9\"}]}", 0, FETCH_PLAN_BAD_SLICE,
+                     ST_ERR_DUPLICATE_TENSOR, "tensor \"a\" is asked for twice"));
+    CHECK(plan_fails("{\"tensors\":[{\"name\":\"a\",\"slice\":\"9\"}]}", 0, ST_ERR_SLICE,
                      "tensor \"a\" F32 [6,5]: dimension 0: index 9 out of range for size 6"));
-    CHECK(plan_fails("{\"tensors\":[{\"name\":\"a\",\"slice\":\"::0\"}]}", 0, FETCH_PLAN_BAD_SLICE,
+    CHECK(plan_fails("{\"tensors\":[{\"name\":\"a\",\"slice\":\"::0\"}]}", 0, ST_ERR_SLICE,
                      "step must not be zero"));
     CHECK(plan_fails("{\"tensors\":[\"b\"],\"split\":{\"world\":2,\"rank\":0,\"rules\":[{\"match\":"
-                     "\"b\",\"dim\":1}]}}", 0, FETCH_PLAN_BAD_SPLIT,
+                     "\"b\",\"dim\":1}]}}", 0, ST_ERR_SPLIT,
                      "tensor \"b\" [4]: split dim 1 (rule \"b\") is out of range for 1 dimensions"));
     CHECK(plan_fails("{\"split\":{\"world\":2,\"rank\":0,\"rules\":[{\"match\":\"*\",\"dim\":-3}]}}",
-                     0, FETCH_PLAN_BAD_SPLIT, "tensor \"a\" [6,5]: split dim -3"));
+                     0, ST_ERR_SPLIT, "tensor \"a\" [6,5]: split dim -3"));
     /* a slice that drops the split dim: the result's dims count */
     CHECK(plan_fails("{\"tensors\":[{\"name\":\"a\",\"slice\":\"0\"}],\"split\":{\"world\":2,"
-                     "\"rank\":0,\"rules\":[{\"match\":\"a\",\"dim\":1}]}}", 0, FETCH_PLAN_BAD_SPLIT,
+                     "\"rank\":0,\"rules\":[{\"match\":\"a\",\"dim\":1}]}}", 0, ST_ERR_SPLIT,
                      "out of range for 1 dimensions"));
-    CHECK(plan_fails("{}", 100, FETCH_PLAN_TOO_LARGE, "more than 100 bytes of tensor data"));
-    CHECK(plan_fails("{\"tensors\":[\"b\"]}", 100, FETCH_PLAN_TOO_LARGE, "more than 100 (max_fetch_bytes)"));
+    CHECK(plan_fails("{}", 100, ST_ERR_LIMIT, "more than 100 bytes of tensor data"));
+    CHECK(plan_fails("{\"tensors\":[\"b\"]}", 100, ST_ERR_LIMIT, "more than 100 (max_fetch_bytes)"));
 }
 
 TEST(identity)
 {
     struct fetch_plan *p, *q;
-    char err[256];
-    CHECK(plan("{\"tensors\":[\"a\",\"b\"]}", 0, &p, err, sizeof(err)) == FETCH_PLAN_OK);
-    CHECK(plan(" {\"tensors\" : [{\"name\":\"a\"}, {\"slice\":\"\",\"name\":\"b\"}]}", 0, &q, err,
-               sizeof(err)) == FETCH_PLAN_OK);
+    struct st_error err;
+    CHECK(plan("{\"tensors\":[\"a\",\"b\"]}", 0, &p, &err) == 0);
+    CHECK(plan(" {\"tensors\" : [{\"name\":\"a\"}, {\"slice\":\"\",\"name\":\"b\"}]}", 0, &q, &err) == 0);
     CHECK(p->hash[0] == q->hash[0] && p->hash[1] == q->hash[1]); /* the same bytes */
     fetch_plan_free(q);
-    CHECK(plan("{\"tensors\":[\"b\",\"a\"]}", 0, &q, err, sizeof(err)) == FETCH_PLAN_OK);
+    CHECK(plan("{\"tensors\":[\"b\",\"a\"]}", 0, &q, &err) == 0);
     CHECK(p->hash[0] != q->hash[0] && p->hash[1] != q->hash[1]);
     fetch_plan_free(q);
-    CHECK(plan("{\"tensors\":[\"a\",{\"name\":\"b\",\"slice\":\"1:\"}]}", 0, &q, err, sizeof(err)) ==
-          FETCH_PLAN_OK);
+    CHECK(plan("{\"tensors\":[\"a\",{\"name\":\"b\",\"slice\":\"1:\"}]}", 0, &q, &err) == 0);
     CHECK(p->hash[0] != q->hash[0]);
     fetch_plan_free(q);
     fetch_plan_free(p);
@@ -483,9 +480,8 @@ TEST(identity)
 TEST(file_changed_after_validation)
 {
     struct fetch_plan *p;
-    char err[256];
-    CHECK(plan("{\"tensors\":[\"c\",{\"name\":\"a\",\"slice\":\":,1\"}]}", 0, &p, err,
-               sizeof(err)) == FETCH_PLAN_OK);
+    struct st_error err;
+    CHECK(plan("{\"tensors\":[\"c\",{\"name\":\"a\",\"slice\":\":,1\"}]}", 0, &p, &err) == 0);
     uint64_t len;
     uint8_t *ok = read_answer(p, 1 << 20, &len);
     CHECK(ok != NULL);
@@ -546,8 +542,8 @@ TEST(any_range_reads_the_same_bytes)
     uint64_t rng = 12345;
     for (int q = 0; q < 3; q++) {
         struct fetch_plan *p;
-        char err[512];
-        CHECK(plan_of(many, reqs[q], 0, &p, err, sizeof(err)) == FETCH_PLAN_OK);
+        struct st_error err;
+        CHECK(plan_of(many, reqs[q], 0, &p, &err) == 0);
         if (!p)
             continue;
         CHECK(p->n_marks > 1);

@@ -92,10 +92,10 @@ TEST(device_names)
     struct gpu_backend *b = gpu_host_new();
     CHECK(gpu_find_device(b, 0, NULL) == 0 && gpu_find_device(b, 1, NULL) == -1);
     b->ops->destroy(b);
-    char reason[256] = "";
-    struct gpu_backend *c = gpu_cuda_probe(reason, sizeof(reason));
+    struct st_error reason = {0};
+    struct gpu_backend *c = gpu_cuda_probe(&reason);
     if (!c)
-        CHECK(reason[0] != '\0'); /* no GPU here: there is a reason */
+        CHECK(reason.code == ST_ERR_NO_DEVICE && reason.message[0]); /* no GPU: a reason */
     else
         c->ops->destroy(c);
 }

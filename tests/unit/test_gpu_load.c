@@ -353,6 +353,64 @@ TEST(truncated_file_and_cancel)
     free(d);
 }
 
+/* The file written_wait writes into, in place, while the load waits for
+ * its first read: as a process rewriting a model file under the daemon. */
+static int written_fd = -1;
+
+static int written_wait(struct io_uring *ring, struct io_uring_cqe **cqe)
+{
+    if (written_fd >= 0) {
+        CHECK(pwrite(written_fd, "XXXXXXXX", 8, 5000) == 8);
+        close(written_fd);
+        written_fd = -1;
+    }
+    return io_uring_wait_cqe(ring, cqe);
+}
+
+/* A file written while it is read fails the load: what was copied may mix
+ * two versions (red team finding 12). Read from the disk, where the wait
+ * hook runs between the reads. */
+TEST(file_written_during_the_load_fails_it)
+{
+    struct io_uring probe;
+    if (io_uring_queue_init(2, &probe, 0) != 0) {
+        fprintf(stderr, "  (no io_uring here: the hook never runs)\n");
+        return;
+    }
+    io_uring_queue_exit(&probe);
+    size_t n = 1 << 20;
+    unsigned char *d = pattern(n, 12);
+    int fd = data_file("written.bin", 4096, d, n);
+    char *path = xasprintf("%s/written.bin", gpu_files_dir);
+    struct gpu_backend *b = backend(0);
+    struct gpu_alloc a = {.fd = -1};
+    struct st_error err = {0};
+    CHECK(b->ops->alloc(b, 0, n, 0, "w", &a, &err) == 0);
+    struct gpu_load_shard ls = {.fd = fd, .direct_fd = -1, .data_start = 4096, .size = n, .a = &a};
+    struct gpu_plan_shard ps = {.fd = fd, .data_start = 4096, .size = n};
+    struct gpu_plan plan;
+    CHECK(gpu_plan_build(&plan, &ps, 1, 64 << 10, GPU_SRC_DISK, NULL, &err) == 0);
+    struct gpu_load l = {.be = b, .threads = 1, .depth = 2, .chunk = 64 << 10,
+                         .wait_cqe = written_wait};
+    l.stage = b->ops->stage_open(b, 0, gpu_load_stage_buffers(b, 1, 2),
+                                 gpu_load_stage_bytes(64 << 10), &err);
+    struct gpu_load_stats st;
+    usleep(20000); /* a later mtime than the file's own write, on coarse clocks too */
+    written_fd = open(path, O_WRONLY);
+    CHECK(gpu_load_run(&l, &ls, 1, &plan, &st, &err) < 0);
+    CHECK(err.code == ST_ERR_IO && st.failed_shard == 0);
+    CHECK_CONTAINS(err.message, "written while it was being read");
+    /* unchanged since: the same load succeeds */
+    CHECK(gpu_load_run(&l, &ls, 1, &plan, &st, &err) == 0);
+    gpu_plan_free(&plan);
+    b->ops->stage_close(l.stage);
+    b->ops->free(b, &a);
+    b->ops->destroy(b);
+    close(fd);
+    free(path);
+    free(d);
+}
+
 static int waits;
 
 /* io_uring_wait_cqe that fails the first time, as a broken ring would. */
@@ -423,6 +481,7 @@ int main(void)
     RUN(handed_over_bytes_are_counted);
     RUN(truncated_file_and_cancel);
     RUN(ring_error_leaves_no_read_in_flight);
+    RUN(file_written_during_the_load_fails_it);
     gpu_files_teardown();
     return TEST_SUMMARY();
 }

@@ -23,9 +23,7 @@ TEST(startup_preloads_and_the_get_document)
     CHECK(gpu_manager_ready(f.gm));
     CHECK_STR(state_of(f.gm, "nope"), "none");
 
-    int st = 0;
-    json_t *o = gpu_doc_model_json(f.gm, "ma", &st);
-    CHECK(st == 200);
+    json_t *o = model_json(f.gm, "ma");
     CHECK_STR(json_string_value(json_object_get(o, "state")), "ready");
     CHECK_STR(json_string_value(json_object_get(o, "backend")), "host");
     CHECK_STR(json_string_value(json_object_get(o, "device")), "host");
@@ -71,15 +69,15 @@ TEST(startup_preloads_and_the_get_document)
     CHECK(json_integer_value(json_object_get(json_array_get(ts, 2), "nbytes")) == 0);
     json_decref(o);
 
-    o = gpu_doc_summary(f.gm, "ma");
+    o = summary_json(f.gm, "ma");
     CHECK_STR(json_string_value(json_object_get(o, "state")), "ready");
     CHECK_STR(json_string_value(json_object_get(o, "device")), "host");
     json_decref(o);
-    o = gpu_doc_summary(f.gm, "nope");
+    o = summary_json(f.gm, "nope");
     CHECK_STR(json_string_value(json_object_get(o, "state")), "none");
     CHECK(json_object_size(o) == 1);
     json_decref(o);
-    o = gpu_doc_status_json(f.gm, f.sock);
+    o = status_json(f.gm, f.sock);
     CHECK_STR(json_string_value(json_object_get(o, "ipc_socket")), f.sock);
     CHECK_STR(json_string_value(json_array_get(json_object_get(o, "backends"), 0)), "host");
     CHECK(json_array_size(json_object_get(o, "models")) == 1);
@@ -186,10 +184,6 @@ TEST(leases_hand_out_the_shards)
     CHECK(code_is(ans, "bad_device"));
     CHECK(open_lease(f.gm, "sh", "cuda:0", &ans, fds, 4, &n) == NULL);
     CHECK(code_is(ans, cuda_available(f.gm) ? "wrong_device" : "gpu_unavailable"));
-    ans = gpu_doc_answer_error("forbidden", "uid %d", 7);
-    CHECK(json_is_false(json_object_get(ans, "ok")));
-    CHECK_STR(json_string_value(json_object_get(json_object_get(ans, "error"), "message")), "uid 7");
-    CHECK(code_is(ans, "forbidden"));
     CHECK(int_of(f.gm, "sh", "leases") == 2);
 
     gpu_lease_release(f.gm, l1);
@@ -198,7 +192,7 @@ TEST(leases_hand_out_the_shards)
     CHECK(int_of(f.gm, "sh", "leases") == 0);
     CHECK(gpu_metric(f.gm, "tensord_gpu_leases_active") == 0);
     CHECK_STR(state_of(f.gm, "sh"), "ready"); /* leases ending do not unload */
-    ans = gpu_doc_list_json(f.gm);
+    ans = list_json(f.gm);
     CHECK(json_array_size(json_object_get(ans, "models")) == 1);
     json_decref(ans);
     fx_free(&f);
@@ -229,7 +223,7 @@ TEST(evict_while_leased_drains)
     CHECK(map != MAP_FAILED);
     CHECK(fds_on_file(worker_fd) == 2); /* the daemon's and the worker's */
 
-    json_t *d = gpu_doc_evict(f.gm, "ma", &st);
+    json_t *d = evict(f.gm, "ma", &st);
     CHECK(st == 202);
     CHECK_STR(json_string_value(json_object_get(d, "state")), "draining");
     CHECK(json_integer_value(json_object_get(d, "leases")) == 1);
@@ -237,16 +231,16 @@ TEST(evict_while_leased_drains)
     json_decref(d);
     CHECK_STR(state_of(f.gm, "ma"), "draining");
     CHECK(int_of(f.gm, "ma", "leases") == 1);
-    d = gpu_doc_summary(f.gm, "ma");
+    d = summary_json(f.gm, "ma");
     CHECK_STR(json_string_value(json_object_get(d, "state")), "draining");
     json_decref(d);
     CHECK(status_rows(f.gm, "ma") == 1);
-    d = gpu_doc_list_json(f.gm); /* lists what can be opened: mb only */
+    d = list_json(f.gm); /* lists what can be opened: mb only */
     CHECK(json_array_size(json_object_get(d, "models")) == 1);
     json_decref(d);
     CHECK(open_lease(f.gm, "ma", NULL, &ans, fds, 2, &n) == NULL);
     CHECK(code_is(ans, "not_loaded"));
-    CHECK(code_is(gpu_doc_evict(f.gm, "ma", &st), "not_loaded") && st == 404);
+    CHECK(code_is(evict(f.gm, "ma", &st), "not_loaded") && st == 404);
 
     gpu_lease_release(f.gm, l);
     CHECK_STR(state_of(f.gm, "ma"), "none");
@@ -258,7 +252,7 @@ TEST(evict_while_leased_drains)
     if (worker_fd >= 0)
         close(worker_fd);
 
-    d = gpu_doc_evict(f.gm, "mb", &st);
+    d = evict(f.gm, "mb", &st);
     CHECK(st == 200);
     CHECK_STR(json_string_value(json_object_get(d, "state")), "none");
     json_decref(d);
@@ -352,7 +346,7 @@ TEST(failed_preload_then_retry)
     wait_idle(f.gm);
     CHECK_STR(state_of(f.gm, "mt"), "failed");
     json_int_t gen = int_of(f.gm, "mt", "generation");
-    d = gpu_doc_model_json(f.gm, "mt", &st);
+    d = model_json(f.gm, "mt");
     CHECK_CONTAINS(json_string_value(json_object_get(d, "reason")), "mt.safetensors");
     json_t *a0 = json_array_get(json_object_get(d, "allocations"), 0);
     CHECK(a0 && json_object_get(a0, "checksum") == NULL); /* nothing published */

@@ -4,10 +4,13 @@
  * OpenSSL); a tensor's bytes, slices, the npy form (NumPy's format
  * specification: magic, version 1.0, the dict padded to 64 bytes) and the
  * safetensors form; every parameter error; a file written after it was
- * validated (503 and a rescan); the GPU endpoint without GPU sharing. */
+ * validated (503 and a rescan); the GPU endpoint without GPU sharing, and
+ * gpu_doc's outcomes as it answers them. */
+#include <errno.h>
 #include <openssl/sha.h>
 #include <sys/time.h>
 
+#include "gpu_doc.h"
 #include "handlers.h"
 #include "loopback.h"
 
@@ -250,21 +253,37 @@ TEST(gpu_without_sharing)
                  "running in this daemon\"}}\n");
     lb_free(&r);
     lb_stop(&s);
-    /* The manager's texts, as the endpoint answers them. */
+    /* gpu_doc's outcomes, as the endpoint answers them. */
     struct answer a;
     answer_init(&a);
-    handle_gpu_text(&a, xstrdup("{\"error\":{\"code\":\"bad_device\",\"message\":\"no cuda:9\"}}"),
-                    400);
+    struct gpu_doc_error e = {.code = "bad_device", .http_status = 400, .message = "no cuda:9"};
+    struct jsonw w = JSONW_INIT;
+    handle_gpu_answer(&a, -EINVAL, 0, &w, &e);
     CHECK(a.kind == ANSWER_ERROR && a.status == 400);
     CHECK_STR(a.error.code, "bad_device");
     CHECK_STR(a.error.message, "no cuda:9");
     answer_free(&a);
-    handle_gpu_text(&a, xstrdup("{\"model\":\"m\",\"state\":\"loading\"}"), 202);
+    jsonw_obj(&w);
+    jsonw_kstr(&w, "model", "m");
+    jsonw_kstr(&w, "state", "loading");
+    jsonw_obj_end(&w);
+    handle_gpu_answer(&a, 0, 202, &w, &e); /* a load started */
     CHECK(a.kind == ANSWER_DOC && a.status == 202);
     CHECK(a.text_len == 32 && memcmp(a.text, "{\"model\":\"m\",\"state\":\"loading\"}\n", 32) == 0);
     answer_free(&a);
-    handle_gpu_text(&a, NULL, 200);
-    CHECK(a.kind == ANSWER_ERROR && a.status == 500);
+    jsonw_obj(&w);
+    jsonw_kstr(&w, "state", "ready");
+    jsonw_obj_end(&w);
+    handle_gpu_answer(&a, 0, 200, &w, &e); /* a representation: Range applies, no validator */
+    CHECK(a.kind == ANSWER_BODY && a.status == 200 && a.rep.etag[0] == '\0');
+    CHECK(a.rep.body.prefix_len == 18 &&
+          memcmp(a.rep.body.prefix, "{\"state\":\"ready\"}\n", 18) == 0);
+    answer_free(&a);
+    jsonw_obj(&w);
+    jsonw_fail(&w); /* the writer ran out of memory */
+    handle_gpu_answer(&a, 0, 200, &w, &e);
+    CHECK(a.kind == ANSWER_ERROR && a.status == 503);
+    CHECK_STR(a.error.code, "out_of_memory");
     answer_free(&a);
 }
 

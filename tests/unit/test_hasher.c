@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "hashfile.h"
-#include "hasher_int.h" /* one test looks at a job's waiter list */
+#include "hasher_jobs.h" /* one test looks at a job's waiter list */
 #include "metrics.h"
 #include "reg_repo.h"
 #include "test.h"
@@ -87,7 +87,10 @@ static struct hasher *start(uint64_t racy_ns, uint64_t rate, int with_state)
 {
     struct hasher_opts o = {.threads = 2, .max_bytes_per_second = rate,
                             .state_dir = with_state ? state : NULL, .racy_ns = racy_ns};
-    return hasher_new(&o);
+    struct st_error err;
+    struct hasher *h = hasher_new(&o, &err);
+    CHECK(h != NULL);
+    return h;
 }
 
 static const struct reg_file *file_of(struct reg_snapshot *r, const char *model, const char *name)

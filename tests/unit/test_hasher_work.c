@@ -23,7 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "hasher_int.h" /* the resume test sets the rate estimate */
+#include "hasher_jobs.h" /* the resume test sets the rate estimate */
 #include "metrics.h"
 #include "metrics_int.h"
 #include "registry.h"
@@ -119,7 +119,10 @@ static struct hasher *start(unsigned threads, uint64_t racy_ns, uint64_t rate, i
 {
     struct hasher_opts o = {.threads = threads, .max_bytes_per_second = rate,
                             .state_dir = with_state ? state : NULL, .racy_ns = racy_ns};
-    return hasher_new(&o);
+    struct st_error err;
+    struct hasher *h = hasher_new(&o, &err);
+    CHECK(h != NULL);
+    return h;
 }
 
 static const struct reg_file *file_of(struct reg_snapshot *r, const char *model, const char *name)

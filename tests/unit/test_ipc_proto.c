@@ -10,9 +10,9 @@
 #include "../ref/ipc_proto_jansson.c"
 #include "util.h"
 
-static int parse(const char *json, struct ipc_request *req, char *err)
+static int parse(const char *json, struct ipc_request *req, struct st_error *err)
 {
-    return ipc_request_parse(json, strlen(json), req, err, 256);
+    return ipc_request_parse(json, strlen(json), req, err);
 }
 
 TEST(frame_partial_and_exact)
@@ -64,25 +64,25 @@ TEST(frame_too_large_before_the_body_arrives)
 TEST(parse_requests)
 {
     struct ipc_request *r = xcalloc(1, sizeof(*r));
-    char err[256];
-    CHECK(parse("{\"op\":\"open\",\"model\":\"org/m\",\"device\":\"cuda:1\"}", r, err) == 0);
+    struct st_error err = {0};
+    CHECK(parse("{\"op\":\"open\",\"model\":\"org/m\",\"device\":\"cuda:1\"}", r, &err) == 0);
     CHECK(r->op == IPC_OP_OPEN);
     CHECK_STR(r->model, "org/m");
     CHECK_STR(r->device, "cuda:1");
-    CHECK(parse("{\"op\":\"open\",\"model\":\"m\",\"future\":[1]}", r, err) == 0);
+    CHECK(parse("{\"op\":\"open\",\"model\":\"m\",\"future\":[1]}", r, &err) == 0);
     CHECK_STR(r->device, "");
-    CHECK(parse(" {\"op\":\"list\"} ", r, err) == 0 && r->op == IPC_OP_LIST);
-    CHECK(parse("{\"op\":\"close\"}", r, err) == 0 && r->op == IPC_OP_CLOSE);
+    CHECK(parse(" {\"op\":\"list\"} ", r, &err) == 0 && r->op == IPC_OP_LIST);
+    CHECK(parse("{\"op\":\"close\"}", r, &err) == 0 && r->op == IPC_OP_CLOSE);
     free(r);
 }
 
 static void expect_bad(const char *json, const char *msg)
 {
     struct ipc_request *r = xcalloc(1, sizeof(*r));
-    char err[256] = "";
-    int rc = ipc_request_parse(json, strlen(json), r, err, sizeof(err));
-    if (rc != -1 || !strstr(err, msg)) {
-        fprintf(stderr, "  for %s: rc %d, \"%s\", want \"%s\"\n", json, rc, err, msg);
+    struct st_error err = {0};
+    int rc = ipc_request_parse(json, strlen(json), r, &err);
+    if (rc != -EINVAL || err.code != ST_ERR_INVALID_ARGUMENT || !strstr(err.message, msg)) {
+        fprintf(stderr, "  for %s: rc %d, \"%s\", want \"%s\"\n", json, rc, err.message, msg);
         test_failed_flag = 1;
     }
     free(r);
@@ -113,8 +113,8 @@ TEST(parse_errors_name_the_problem)
     big[n + IPC_MAX_NAME + 1] = '}';
     big[n + IPC_MAX_NAME + 2] = '\0';
     struct ipc_request *r = xcalloc(1, sizeof(*r));
-    char err[256];
-    CHECK(ipc_request_parse(big, strlen(big), r, err, sizeof(err)) == 0);
+    struct st_error err = {0};
+    CHECK(ipc_request_parse(big, strlen(big), r, &err) == 0);
     CHECK_EQ_U64(strlen(r->model), IPC_MAX_NAME);
     free(r);
     free(big);
@@ -124,20 +124,20 @@ TEST(parse_errors_name_the_problem)
 TEST(parse_hello_and_release)
 {
     struct ipc_request r;
-    char err[256] = "";
+    struct st_error err = {0};
     const char *hello = "{\"op\":\"hello\",\"protocol\":2}";
-    CHECK(ipc_request_parse(hello, strlen(hello), &r, err, sizeof(err)) == 0);
+    CHECK(ipc_request_parse(hello, strlen(hello), &r, &err) == 0);
     CHECK(r.op == IPC_OP_HELLO && r.protocol == 2);
     const char *rel = "{\"op\":\"release\",\"lease\":18446744073709551}";
-    CHECK(ipc_request_parse(rel, strlen(rel), &r, err, sizeof(err)) == 0);
+    CHECK(ipc_request_parse(rel, strlen(rel), &r, &err) == 0);
     CHECK(r.op == IPC_OP_RELEASE && r.lease == 18446744073709551ULL);
     const char *bad[] = {"{\"op\":\"release\"}", "{\"op\":\"release\",\"lease\":-1}",
                          "{\"op\":\"release\",\"lease\":\"7\"}", "{\"op\":\"hello\"}",
                          "{\"op\":\"hello\",\"protocol\":1.5}"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-        err[0] = '\0';
-        CHECK(ipc_request_parse(bad[i], strlen(bad[i]), &r, err, sizeof(err)) < 0);
-        CHECK(strstr(err, "integer") != NULL);
+        err.message[0] = '\0';
+        CHECK(ipc_request_parse(bad[i], strlen(bad[i]), &r, &err) == -EINVAL);
+        CHECK(strstr(err.message, "integer") != NULL);
     }
     /* The largest valid request fits the limit: two names of IPC_MAX_NAME
      * bytes, every byte \u-escaped. */

@@ -8,8 +8,7 @@
 
 static char *render(void (*f)(struct jsonw *))
 {
-    struct jsonw w;
-    jsonw_init(&w);
+    struct jsonw w = JSONW_INIT;
     f(&w);
     return jsonw_take(&w, NULL);
 }
@@ -67,8 +66,7 @@ TEST(invalid_utf8_is_replaced)
 
 TEST(grows)
 {
-    struct jsonw w;
-    jsonw_init(&w);
+    struct jsonw w = JSONW_INIT;
     jsonw_arr(&w);
     for (int i = 0; i < 10000; i++)
         jsonw_u64(&w, (uint64_t)i);

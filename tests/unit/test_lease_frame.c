@@ -49,7 +49,11 @@ TEST(frame_with_descriptors)
     CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
     struct conn c = {.fd = sv[0]};
     int nul = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    CHECK(lease_frame_text(&c, xstrdup("{\"ok\":true}"), &nul, 1) == 0);
+    struct jsonw w = JSONW_INIT;
+    jsonw_obj(&w);
+    jsonw_kbool(&w, "ok", 1);
+    jsonw_obj_end(&w);
+    CHECK(lease_frame_json(&c, &w, &nul, 1) == 0);
     CHECK_EQ_U64(c.out_len, 4 + 11);
     CHECK(lease_frame_flush(&c) == 0);
     CHECK(c.out == NULL); /* all sent */
@@ -76,12 +80,12 @@ TEST(a_full_socket_sends_in_pieces)
     setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &small, sizeof(small));
     struct conn c = {.fd = sv[0]};
     size_t len = 1 << 20;
-    char *big = xmalloc(len + 1);
-    memset(big, 'x', len);
-    big[0] = '"';
-    big[len - 1] = '"';
-    big[len] = '\0';
-    CHECK(lease_frame_text(&c, big, NULL, 0) == 0);
+    char *big = xmalloc(len - 2);
+    memset(big, 'x', len - 2);
+    struct jsonw w = JSONW_INIT;
+    jsonw_strn(&w, big, len - 2); /* "xx...x": len bytes */
+    free(big);
+    CHECK(lease_frame_json(&c, &w, NULL, 0) == 0);
     CHECK(lease_frame_flush(&c) == 0);
     CHECK(c.out != NULL && c.out_off > 0 && c.out_off < c.out_len); /* waits for room */
     size_t total = 0;
@@ -106,7 +110,10 @@ TEST(no_answer_and_closing)
     CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
     struct conn c = {.fd = sv[0]};
     int nul = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    CHECK(lease_frame_text(&c, NULL, &nul, 1) == -1); /* no text: the fallback, no fds */
+    struct jsonw w = JSONW_INIT;
+    jsonw_obj(&w);
+    jsonw_fail(&w); /* the writer ran out of memory */
+    CHECK(lease_frame_json(&c, &w, &nul, 1) == -1); /* no text: the fallback, no fds */
     c.close_after = 1;
     CHECK(lease_frame_flush(&c) == -1); /* its answer sent, the connection is to close */
     int fds[8];

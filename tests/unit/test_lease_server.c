@@ -26,11 +26,11 @@ TEST(lease_through_the_client)
     CHECK(st == 503 || st == 202);
     json_decref(d);
     CHECK(code_is(post(gm, "nope", "{\"device\":\"host\"}", &st), "not_found") && st == 404);
-    CHECK(code_is(gpu_doc_evict(gm, "mb", &st), "not_loaded") && st == 404);
+    CHECK(code_is(evict(gm, "mb", &st), "not_loaded") && st == 404);
     d = post(gm, "ma", "{\"device\":\"host\"}", &st);
     CHECK(st == 200);
     json_decref(d);
-    json_t *s = gpu_doc_status_json(gm, NULL);
+    json_t *s = status_json(gm, NULL);
     CHECK(json_is_boolean(json_object_get(s, "available")));
     CHECK(json_array_size(json_object_get(s, "backends")) >= 1);
     json_decref(s);
@@ -73,7 +73,7 @@ TEST(lease_through_the_client)
     CHECK(m2 && memcmp(tensord_model_find(m2, "x")->data, da, 1000) == 0);
 
     /* evict while leased: draining until the lease ends */
-    d = gpu_doc_evict(gm, "ma", &st);
+    d = evict(gm, "ma", &st);
     CHECK(st == 202);
     CHECK_STR(json_string_value(json_object_get(d, "state")), "draining");
     json_decref(d);
@@ -92,7 +92,7 @@ TEST(lease_through_the_client)
     CHECK(st == 202);
     json_decref(d);
     CHECK(gpu_manager_wait_idle(gm, 10000) == 0);
-    d = gpu_doc_evict(gm, "mb", &st);
+    d = evict(gm, "mb", &st);
     CHECK(st == 200);
     json_decref(d);
     CHECK_STR(state_of(gm, "mb"), "none");
@@ -271,7 +271,7 @@ static void write_wide_model(const struct fx *f, const char *name, size_t n, siz
  * for a model with a huge one). */
 static json_t *status_field(struct gpu_manager *gm, const char *model, const char *key)
 {
-    json_t *st = gpu_doc_status_json(gm, NULL), *row, *v = NULL;
+    json_t *st = status_json(gm, NULL), *row, *v = NULL;
     size_t i;
     json_array_foreach(json_object_get(st, "models"), i, row)
         if (strcmp(json_string_value(json_object_get(row, "name")), model) == 0)

@@ -58,14 +58,14 @@ TEST(exposure)
 {
     struct config cfg;
     config_defaults(&cfg);
-    char err[256];
+    struct st_error err;
     CHECK(exposure_accepted(&cfg)); /* loopback */
-    CHECK(config_set(&cfg, "listen", "0.0.0.0:8077", err, sizeof(err)) == 0);
+    CHECK(config_set(&cfg, "listen", "0.0.0.0:8077", &err) == 0);
     CHECK(!exposure_accepted(&cfg));
-    CHECK(config_set(&cfg, "insecure_listen", "true", err, sizeof(err)) == 0);
+    CHECK(config_set(&cfg, "insecure_listen", "true", &err) == 0);
     CHECK(exposure_accepted(&cfg));
-    CHECK(config_set(&cfg, "insecure_listen", "false", err, sizeof(err)) == 0);
-    CHECK(config_set(&cfg, "auth_token_file", "/etc/tensord/tokens", err, sizeof(err)) == 0);
+    CHECK(config_set(&cfg, "insecure_listen", "false", &err) == 0);
+    CHECK(config_set(&cfg, "auth_token_file", "/etc/tensord/tokens", &err) == 0);
     CHECK(exposure_accepted(&cfg));
     config_free(&cfg);
 }

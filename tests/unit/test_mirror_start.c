@@ -13,9 +13,9 @@ static struct mirror *start(const char *const *opts, int *rc, char *err)
 {
     struct config cfg;
     config_defaults(&cfg);
-    char e[256];
+    struct st_error e;
     for (const char *const *o = opts; *o; o += 2)
-        CHECK(config_set(&cfg, o[0], o[1], e, sizeof(e)) == 0);
+        CHECK(config_set(&cfg, o[0], o[1], &e) == 0);
     struct mirror *m = mirror_start(&cfg, rc, err, 512);
     config_free(&cfg);
     return m;

@@ -49,8 +49,9 @@ TEST(aws_examples)
 {
     struct config cfg;
     config_defaults(&cfg);
-    char err[256], msg[256];
-    CHECK(config_set(&cfg, "s3_access_key", AK, err, sizeof(err)) == 0);
+    struct st_error se;
+    char msg[256];
+    CHECK(config_set(&cfg, "s3_access_key", AK, &se) == 0);
     struct server srv = {.cfg = &cfg, .s3_secret = xstrdup(SK), .s3_secret_len = strlen(SK)};
     const char *get[] = {"Host: examplebucket.s3.amazonaws.com", "Range: bytes=0-9",
                          "x-amz-content-sha256: "
@@ -88,7 +89,8 @@ TEST(refusals)
 {
     struct config cfg;
     config_defaults(&cfg);
-    char err[256], msg[256];
+    struct st_error se;
+    char msg[256];
     struct server srv = {.cfg = &cfg};
     CHECK(check(&srv, "/x", NULL, msg) == S3A_OK); /* anonymous, no tokens */
     const char *bad[] = {"Authorization: AWS4-HMAC-SHA256 nonsense", NULL};
@@ -97,7 +99,7 @@ TEST(refusals)
     CHECK(check(&srv, "/x", NULL, msg) == S3A_DENIED);
     CHECK_STR(msg, "the S3 API needs s3_access_key while bearer tokens are on");
     srv.read_token = NULL;
-    CHECK(config_set(&cfg, "s3_access_key", AK, err, sizeof(err)) == 0);
+    CHECK(config_set(&cfg, "s3_access_key", AK, &se) == 0);
     srv.s3_secret = xstrdup(SK);
     srv.s3_secret_len = strlen(SK);
     CHECK(check(&srv, "/x", NULL, msg) == S3A_DENIED);
@@ -117,17 +119,18 @@ TEST(refusals)
 TEST(loading_the_secret)
 {
     char dir[] = "/tmp/test_s3_auth.XXXXXX", err[512];
+    struct st_error se;
     CHECK(mkdtemp(dir) != NULL);
     struct config cfg;
     config_defaults(&cfg);
     struct server srv = {.cfg = &cfg};
     CHECK(s3_auth_load(&srv, err, sizeof(err)) == 0 && !srv.s3_secret); /* neither set */
-    CHECK(config_set(&cfg, "s3_access_key", AK, err, sizeof(err)) == 0);
+    CHECK(config_set(&cfg, "s3_access_key", AK, &se) == 0);
     CHECK(s3_auth_load(&srv, err, sizeof(err)) == -1);
     CHECK_CONTAINS(err, "s3_access_key and s3_secret_key_file go together");
     char *p = xasprintf("%s/secret", dir);
     test_write_file(p, SK "\nsecond line\n", strlen(SK) + 13);
-    CHECK(config_set(&cfg, "s3_secret_key_file", p, err, sizeof(err)) == 0);
+    CHECK(config_set(&cfg, "s3_secret_key_file", p, &se) == 0);
     CHECK(s3_auth_load(&srv, err, sizeof(err)) == 0);
     CHECK_STR(srv.s3_secret, SK); /* the first line */
     CHECK_EQ_U64(srv.s3_secret_len, strlen(SK));

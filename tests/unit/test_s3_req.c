@@ -171,6 +171,14 @@ TEST(xml_escaping)
                  "<U>a%20b%2B/%C3%A9~</U><N>18446744073709551615</N></R>\n");
     CHECK(len == strlen(x));
     free(x);
+    /* U+FFFE and U+FFFF are valid UTF-8 but no XML Char: a file so named
+     * made the whole listing unreadable to an XML parser. */
+    xmlw_init(&w);
+    xmlw_text(&w, "K", "\xef\xbf\xbe\xef\xbf\xbf\xef\xbf\xbd", 9);
+    x = xmlw_take(&w, &len);
+    CHECK_STR(x, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+                 "<K>\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd</K>\n");
+    free(x);
 }
 
 int main(void)

@@ -73,12 +73,12 @@ TEST(failure_is_sticky_and_detach_answers_null)
     struct strbuf sb = STRBUF_INIT;
     strbuf_puts(&sb, "start");
     /* A size no allocator can give: the buffer fails instead of aborting. */
-    CHECK(strbuf_reserve(&sb, SIZE_MAX - 2) == -1);
+    CHECK(strbuf_reserve(&sb, SIZE_MAX - 2) == -ENOMEM);
     CHECK(sb.failed);
     strbuf_puts(&sb, "more");
     strbuf_json_cstr(&sb, "x");
     strbuf_printf(&sb, "%d", 1);
-    CHECK(strbuf_reserve(&sb, 1) == -1);
+    CHECK(strbuf_reserve(&sb, 1) == -ENOMEM);
     size_t len = 5;
     CHECK(strbuf_detach(&sb, &len) == NULL);
     CHECK_EQ_U64(len, 0);
@@ -89,7 +89,7 @@ TEST(failure_is_sticky_and_detach_answers_null)
     CHECK_STR(t, "ok");
     free(t);
     /* a request for more than the address space, from an empty buffer */
-    CHECK(strbuf_reserve(&sb, SIZE_MAX / 2) == -1);
+    CHECK(strbuf_reserve(&sb, SIZE_MAX / 2) == -ENOMEM);
     strbuf_release(&sb);
     CHECK(!sb.failed && sb.buf == NULL);
 }

@@ -28,7 +28,7 @@ TEST(duplicates_rejected)
     struct strmap *m = strmap_new(4);
     int a = 1, b = 2;
     CHECK(strmap_put(m, "key", 3, &a) == 0);
-    CHECK(strmap_put(m, "key", 3, &b) == -1);
+    CHECK(strmap_put(m, "key", 3, &b) == -EEXIST);
     CHECK(strmap_get(m, "key", 3) == &a); /* unchanged */
     CHECK_EQ_U64(strmap_count(m), 1);
     strmap_free(m);
@@ -52,7 +52,7 @@ TEST(length_and_prefix)
     CHECK(strmap_get(m, "a\0b", 3) == &v[3]);
     CHECK(strmap_get(m, "a\0c", 3) == &v[4]);
     CHECK(strmap_get(m, "a", 1) == NULL);
-    CHECK(strmap_put(m, "", 0, &v[0]) == -1);
+    CHECK(strmap_put(m, "", 0, &v[0]) == -EEXIST);
     strmap_free(m);
 }
 
@@ -106,7 +106,7 @@ TEST(half_million_keys)
             break;
         }
     for (size_t i = 0; i < N; i += 1000)
-        CHECK(strmap_put(m, buf + i * 32, len[i], NULL) == -1);
+        CHECK(strmap_put(m, buf + i * 32, len[i], NULL) == -EEXIST);
     CHECK(strmap_get(m, "model.layers.500000.weight", 26) == NULL);
     double dt = now() - t0;
     printf("  500k puts + gets: %.3f s\n", dt);

@@ -46,11 +46,12 @@ static int npy_framing_ok(const char *h, size_t len)
 static int numpy_loads(enum dtype dt, uint32_t ndim, const uint64_t *shape, const void *data,
                        size_t nbytes, const char *check, int raw)
 {
-    char *pre, err[256] = "raw";
+    char *pre;
+    struct st_error err = {.message = "raw"};
     size_t pre_len;
     if ((raw ? tformat_npy_raw_prefix(dt, ndim, shape, nbytes, &pre, &pre_len)
-             : tformat_npy_prefix(dt, ndim, shape, &pre, &pre_len, err, sizeof(err))) != 0) {
-        fprintf(stderr, "  npy prefix failed: %s\n", err);
+             : tformat_npy_prefix(dt, ndim, shape, &pre, &pre_len, &err)) != 0) {
+        fprintf(stderr, "  npy prefix failed: %s\n", err.message);
         return 0;
     }
     int ok = npy_framing_ok(pre, pre_len);
@@ -91,19 +92,20 @@ TEST(parse)
     CHECK(tformat_parse("raw", &f) == 0 && f == TFORMAT_RAW);
     CHECK(tformat_parse("npy", &f) == 0 && f == TFORMAT_NPY);
     CHECK(tformat_parse("safetensors", &f) == 0 && f == TFORMAT_SAFETENSORS);
-    CHECK(tformat_parse("NPY", &f) == -1);
-    CHECK(tformat_parse("", &f) == -1);
-    CHECK(tformat_parse("npy ", &f) == -1);
-    CHECK(tformat_parse("numpy", &f) == -1);
-    CHECK(tformat_parse(NULL, &f) == -1);
+    CHECK(tformat_parse("NPY", &f) == -EINVAL);
+    CHECK(tformat_parse("", &f) == -EINVAL);
+    CHECK(tformat_parse("npy ", &f) == -EINVAL);
+    CHECK(tformat_parse("numpy", &f) == -EINVAL);
+    CHECK(tformat_parse(NULL, &f) == -EINVAL);
 }
 
 TEST(npy_exact_header)
 {
     uint64_t shape[2] = {2, 3};
-    char *pre, err[128];
+    char *pre;
+    struct st_error err;
     size_t len;
-    CHECK(tformat_npy_prefix(DT_F32, 2, shape, &pre, &len, err, sizeof(err)) == 0);
+    CHECK(tformat_npy_prefix(DT_F32, 2, shape, &pre, &len, &err) == 0);
     CHECK_EQ_U64(len, 128); /* 10 + 60-byte dict + '\n' rounds up to 128, as NumPy does */
     CHECK(pre[len] == 0);
     const char *dict = "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }";
@@ -113,10 +115,10 @@ TEST(npy_exact_header)
     CHECK(npy_framing_ok(pre, len));
     free(pre);
     uint64_t one = 5;
-    CHECK(tformat_npy_prefix(DT_I64, 1, &one, &pre, &len, err, sizeof(err)) == 0);
+    CHECK(tformat_npy_prefix(DT_I64, 1, &one, &pre, &len, &err) == 0);
     CHECK(strstr(pre + 10, "'shape': (5,), }") != NULL);
     free(pre);
-    CHECK(tformat_npy_prefix(DT_U8, 0, NULL, &pre, &len, err, sizeof(err)) == 0);
+    CHECK(tformat_npy_prefix(DT_U8, 0, NULL, &pre, &len, &err) == 0);
     CHECK(strstr(pre + 10, "'descr': '|u1'") != NULL);
     CHECK(strstr(pre + 10, "'shape': (), }") != NULL);
     free(pre);
@@ -127,14 +129,15 @@ TEST(npy_no_numpy_dtype)
     const enum dtype none[] = {DT_BF16, DT_F8_E4M3, DT_F8_E5M2, DT_F8_E4M3FNUZ, DT_F8_E5M2FNUZ,
                                DT_F8_E8M0, DT_F6_E2M3, DT_F6_E3M2, DT_F4};
     uint64_t shape[1] = {4};
-    char *pre = (char *)1, err[128];
+    char *pre = (char *)1;
+    struct st_error err;
     size_t len = 1;
     for (size_t i = 0; i < sizeof(none) / sizeof(none[0]); i++) {
-        CHECK(tformat_npy_prefix(none[i], 1, shape, &pre, &len, err, sizeof(err)) == -1);
+        CHECK(tformat_npy_prefix(none[i], 1, shape, &pre, &len, &err) == -EINVAL);
         CHECK(pre == NULL && len == 0);
     }
-    CHECK(tformat_npy_prefix(DT_BF16, 1, shape, &pre, &len, err, sizeof(err)) == -1);
-    CHECK_CONTAINS(err, "dtype BF16 has no NumPy equivalent; use npy_dtype=raw");
+    CHECK(tformat_npy_prefix(DT_BF16, 1, shape, &pre, &len, &err) == -EINVAL);
+    CHECK_CONTAINS(err.message, "dtype BF16 has no NumPy equivalent; use npy_dtype=raw");
 }
 
 TEST(npy_raw_bits)
@@ -162,7 +165,7 @@ TEST(npy_raw_bits)
     CHECK(numpy_loads(DT_F32, 1, s2, f, 8, "a.dtype == numpy.float32 and \"tensord\" not in h", 1));
     char *pre;
     size_t len;
-    CHECK(tformat_npy_raw_prefix(DT_COUNT, 1, s2, 2, &pre, &len) == -1);
+    CHECK(tformat_npy_raw_prefix(DT_COUNT, 1, s2, 2, &pre, &len) == -EINVAL);
 }
 
 TEST(npy_loads_in_numpy)
@@ -197,9 +200,10 @@ TEST(npy_loads_in_numpy)
     many[31] = 2;
     CHECK(numpy_accepts(DT_F32, 32, many, f, 8, "a.ndim == 32 and a.size == 2"));
     uint64_t bigdim[2] = {0, 18446744073709551615ULL};
-    char *pre, err[64];
+    char *pre;
+    struct st_error err;
     size_t len;
-    CHECK(tformat_npy_prefix(DT_F32, 2, bigdim, &pre, &len, err, sizeof(err)) == 0);
+    CHECK(tformat_npy_prefix(DT_F32, 2, bigdim, &pre, &len, &err) == 0);
     CHECK(npy_framing_ok(pre, len));
     CHECK(strstr(pre + 10, "(0, 18446744073709551615)") != NULL);
     free(pre);
@@ -210,9 +214,10 @@ TEST(npy_version2_for_huge_dicts)
     static uint64_t shape[4000];
     for (int i = 0; i < 4000; i++)
         shape[i] = 12345678901234567ULL;
-    char *pre, err[64];
+    char *pre;
+    struct st_error err;
     size_t len;
-    CHECK(tformat_npy_prefix(DT_F64, 4000, shape, &pre, &len, err, sizeof(err)) == 0);
+    CHECK(tformat_npy_prefix(DT_F64, 4000, shape, &pre, &len, &err) == 0);
     CHECK(pre[6] == 2 && npy_framing_ok(pre, len));
     CHECK(len > 65535 + 12);
     free(pre);
@@ -234,7 +239,7 @@ TEST(safetensors_exact)
     uint64_t shape[2] = {2, 3};
     char *pre;
     size_t len;
-    tformat_safetensors_prefix("w", DT_F32, 2, shape, 24, &pre, &len);
+    CHECK(tformat_safetensors_prefix("w", DT_F32, 2, shape, 24, &pre, &len) == 0);
     char *j = st_json(pre, len);
     CHECK(j != NULL);
     const char *want = "{\"w\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,24]}}";
@@ -243,12 +248,12 @@ TEST(safetensors_exact)
         CHECK(j[i] == ' ');
     free(j);
     free(pre);
-    tformat_safetensors_prefix("s", DT_BF16, 0, NULL, 2, &pre, &len);
+    CHECK(tformat_safetensors_prefix("s", DT_BF16, 0, NULL, 2, &pre, &len) == 0);
     j = st_json(pre, len);
     CHECK(j && strstr(j, "\"shape\":[],\"data_offsets\":[0,2]"));
     free(j);
     free(pre);
-    tformat_safetensors_prefix("f4", DT_F4, 1, (const uint64_t[]){8}, 4, &pre, &len);
+    CHECK(tformat_safetensors_prefix("f4", DT_F4, 1, (const uint64_t[]){8}, 4, &pre, &len) == 0);
     j = st_json(pre, len);
     CHECK(j && strstr(j, "{\"f4\":{\"dtype\":\"F4\",\"shape\":[8],\"data_offsets\":[0,4]}}"));
     free(j);
@@ -269,7 +274,7 @@ TEST(safetensors_escaping)
         char *pre;
         size_t len;
         uint64_t shape[1] = {3};
-        tformat_safetensors_prefix(names[i], DT_U8, 1, shape, 3, &pre, &len);
+        CHECK(tformat_safetensors_prefix(names[i], DT_U8, 1, shape, 3, &pre, &len) == 0);
         char *j = st_json(pre, len);
         CHECK(j != NULL);
         char want[256];

@@ -28,7 +28,8 @@ static void hash_root(void)
     struct st_error e;
     struct reg_snapshot *reg = reg_snapshot_scan(root, 1, NULL, &e);
     struct hasher_opts ho = {.threads = 1, .state_dir = state};
-    struct hasher *h = hasher_new(&ho);
+    struct hasher *h = hasher_new(&ho, &e);
+    CHECK(h != NULL);
     hasher_submit(h, reg);
     for (int i = 0; i < 3000; i++) {
         struct hasher_progress hp;

@@ -7,8 +7,11 @@ bounds each recv, which a server that trickles one byte at a time never
 trips; so every socket the client opens is made a _DeadlineSocket
 (_http.py), whose every recv, recv_into and send first sets the socket's
 timeout to what is left of the deadline of the call running on that thread
-(`Deadline.bind`), and fails once nothing is left; what a recv returns is
-counted (`received`), since the default deadline grows with it. TLS reads
+(`Deadline.bind`), and fails once nothing is left. The body bytes a call
+keeps are counted (`received`, by the readers in _http.py), since the
+default deadline grows with them: never what the client reads and throws
+away (interim 100 answers, headers, chunk extensions, trailers), which a
+server could send without end to hold the call forever. TLS reads
 are bounded the same way: Python's ssl module applies a socket's timeout
 as a deadline across the reads of one record.
 """
@@ -18,8 +21,8 @@ import time
 
 from ._errors import DeadlineExceeded
 
-# timeout=None: this much, plus 1 s per DEFAULT_RATE bytes received. A fixed
-# default would fail the load of a big model on a slow link, and one grown
+# timeout=None: this much, plus 1 s per DEFAULT_RATE body bytes received. A
+# fixed default would fail the load of a big model on a slow link, and one grown
 # by the size the server announces would let the server choose it; this one
 # ends a call that a server stalls or trickles, and lets any load go on that
 # moves DEFAULT_RATE bytes per second.
@@ -51,7 +54,7 @@ class Deadline:
         self.lock = threading.Lock()
 
     def received(self, nbytes):
-        """nbytes arrived on a socket of the call: with the default timeout,
+        """nbytes of a body arrived for the call: with the default timeout,
         the deadline moves 1 s later per DEFAULT_RATE of them."""
         if self.auto and self.at is not None and nbytes:
             with self.lock:

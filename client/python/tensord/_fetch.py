@@ -10,7 +10,7 @@ import numpy as np
 
 from . import _frameworks, _loader, _validate
 from ._errors import BadAnswer
-from ._http import abandon, content_range, finish, read_into
+from ._http import abandon, content_range, finish, is_decimal, read_into
 
 
 def items(tensors):
@@ -65,7 +65,7 @@ def _read(model, request, asked, bound, pin, connections, progress, chunk, deadl
                 raise BadAnswer(f"{what}: asked bytes 0-{chunk - 1}, got {first}-{last}")
         elif resp.status == 200:  # a server that ignores Range: the whole answer comes
             length = resp.headers.get("Content-Length", "")
-            if not length.isdigit():
+            if not is_decimal(length):
                 raise BadAnswer(f"{what}: an answer without Content-Length")
             total = int(length)
             last = total - 1

@@ -39,6 +39,7 @@ _MODELS = "/v1/models/"
 MAX_DOCUMENT_BYTES = 64 << 20
 MAX_ERROR_BODY = 64 << 10
 _DRAIN = 64 << 10           # what is read of a body's unread end to keep its connection
+_PIECE = 1 << 20            # bytes read_into reads at a time
 _STATUS_RETRIES = 3         # 503 answers retried, after their Retry-After
 _CONNECT_RETRIES = 2        # connections refused or timed out, retried
 MAX_RETRY_AFTER = 30.0      # a longer Retry-After is an error at once
@@ -67,14 +68,6 @@ def _arm(sock):
         sock.settimeout(t)
 
 
-def _got(data):
-    """Counts what a recv returned (the default deadline grows with it)."""
-    dl = _deadline.current()
-    if dl is not None:
-        dl.received(data if isinstance(data, int) else len(data))
-    return data
-
-
 class _DeadlineSocket(socket.socket):
     """A socket whose every blocking operation first takes the time left to
     the deadline bound to its thread as its timeout (see _deadline.py)."""
@@ -82,11 +75,11 @@ class _DeadlineSocket(socket.socket):
 
     def recv(self, *args):
         _arm(self)
-        return _got(super().recv(*args))
+        return super().recv(*args)
 
     def recv_into(self, *args):
         _arm(self)
-        return _got(super().recv_into(*args))
+        return super().recv_into(*args)
 
     def send(self, *args):
         _arm(self)
@@ -102,11 +95,11 @@ class _DeadlineSSLSocket(ssl.SSLSocket):
 
     def recv(self, *args):
         _arm(self)
-        return _got(super().recv(*args))
+        return super().recv(*args)
 
     def recv_into(self, *args):
         _arm(self)
-        return _got(super().recv_into(*args))
+        return super().recv_into(*args)
 
     def send(self, *args):
         _arm(self)
@@ -243,11 +236,17 @@ def _error_from(status, reason, body, what, withheld=False):
     return _errors.RemoteError(status, code, message, text)
 
 
+def is_decimal(v):
+    """Whether header value v is ASCII digits (str.isdigit alone also takes
+    the '²' a Latin-1 header can hold, which int() refuses)."""
+    return v.isascii() and v.isdigit()
+
+
 def _retry_after(resp, attempt):
     """Seconds a 503 asks to wait (delta-seconds or an HTTP date); a short
     backoff when it does not say."""
     v = (resp.headers.get("Retry-After") or "").strip()
-    if v.isdigit():
+    if is_decimal(v):
         return float(v)
     if v:
         try:
@@ -411,7 +410,7 @@ def read_capped(resp, cap, deadline, what):
     raw = _raw(resp)
     length = resp.headers.get("Content-Length", "")
     buf = bytearray()
-    if length.isdigit() and int(length) > cap:
+    if is_decimal(length) and int(length) > cap:
         abandon(resp)
         return buf, True
     try:
@@ -420,6 +419,7 @@ def read_capped(resp, cap, deadline, what):
                 chunk = raw.read(min(1 << 16, cap + 1 - len(buf)))
                 if not chunk:
                     break
+                deadline.received(len(chunk))
                 buf += chunk
     except BaseException:
         abandon(resp)
@@ -456,11 +456,14 @@ def read_into(resp, view, deadline, what="answer", progress=None, counter=None):
     try:
         with _Reading(deadline, what):
             while got < n:
-                k = reader(view[got:])
+                # A piece at a time: one readinto blocks until it is full,
+                # and the default deadline grows only as pieces arrive.
+                k = reader(view[got:got + _PIECE])
                 if not k:
                     raise _errors.RemoteConnectionError(
                         f"{what}: the answer ended after {got} of {n} bytes")
                 got += k
+                deadline.received(k)
                 if counter is not None:
                     counter[0] += k
                 pending += k

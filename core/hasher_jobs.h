@@ -1,9 +1,18 @@
-/* hasher internals shared by hasher.c (job sets, the API), hasher_work.c
- * (workers, housekeeper) and hasher_wait.c (callers waiting for hashes).
- * Not part of the API. Functions named hasher_do_* expect the caller to
- * hold the hasher's lock. */
-#ifndef TENSORD_HASHER_INT_H
-#define TENSORD_HASHER_INT_H
+/* hasher_jobs: the job table at the bottom of the hasher. The other parts
+ * call it and it calls none of them:
+ *   hasher.c (life, submit) -> hasher_work.c (threads) -> hasher_jobs.c
+ *   hasher.c -> hasher_jobs.c <- hasher_wait.c (lookup, want, wait)
+ * It holds the state they share (struct hasher) and the job and waiter
+ * structures. Not part of the API.
+ *
+ * Locking: one mutex (struct hasher.lock) guards the job set, the waiters
+ * and the counters; functions named hasher_do_* expect the caller to hold
+ * it. A worker holds it only to take a job (and dup its descriptor) and to
+ * record the result; it hashes without it. The store has its own lock,
+ * taken after this one or alone, so request threads' lookups never wait
+ * behind the hasher's bookkeeping. */
+#ifndef TENSORD_HASHER_JOBS_H
+#define TENSORD_HASHER_JOBS_H
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -92,7 +101,7 @@ struct hasher {
     uint64_t unsaved;          /* results recorded since the last save */
     uint64_t pace_next_ns;     /* pacing: when the next block may be read */
     _Atomic uint64_t rate_bps; /* recent hashing rate (moving average) */
-    /* Saves are the saver thread's (hasher_saver_main): the housekeeper
+    /* Saves are the saver thread's (hasher_work.c): the housekeeper
      * asks, and never waits for the state directory. */
     uint64_t save_asked;       /* saves asked for so far */
     uint64_t save_done;        /* ... of them the saver has finished (or given up) */
@@ -106,7 +115,13 @@ struct hasher {
                                 * (a hung file system): the hasher is then never freed */
 };
 
-/* hasher.c */
+/* ---- the job table ---- */
+/* The jobs of snap: every distinct identity, known ones DONE (and marked as
+ * used by epoch in the store), the rest queued in snapshot order. Built
+ * without the lock: it reads only the snapshot and the store. */
+struct jobset *hasher_jobset_new(struct hasher *h, struct reg_snapshot *snap, uint64_t epoch);
+/* Frees set, dropping its jobs' links to waiters (caller holds the lock). */
+void hasher_jobset_free(struct jobset *set);
 struct job *hasher_find_job(const struct hasher *h, const struct jobset *set,
                             const struct hash_id *id);
 /* Moves a queued job to the front; a running one stops being paced. */
@@ -123,13 +138,9 @@ void hasher_do_publish(struct hasher *h);
 struct reg_snapshot *hasher_do_maybe_release(struct jobset *set);
 void hasher_deadline_ts(uint64_t mono_ns, struct timespec *ts);
 
-/* hasher_work.c */
-void *hasher_worker_main(void *arg);
-void *hasher_housekeeper_main(void *arg);
-void *hasher_saver_main(void *arg);
-
-/* hasher_wait.c; the caller holds the lock. Firing adds w to *fire; the
- * callbacks are made by hasher_call_fired after the lock is released. */
+/* ---- the waiters linked to jobs; the caller holds the lock ---- */
+/* Firing adds w to *fire; the callbacks are made by hasher_call_fired after
+ * the lock is released. */
 void hasher_do_fire(struct hasher *h, struct hwait *w, enum hasher_result r, struct hwait **fire);
 /* A job finished (DONE: one link less per waiter; otherwise the waiters fail
  * with r) and drops its links. */
