@@ -16,8 +16,8 @@ routes, fetch, the GPU state, S3, blobs, the console, CORS; every handler's
 preconditions, ranges, conditionals and errors in both dialects, the
 refusals every request may get (method, query, sizes, framing), and
 requests made with the validators, commits and digests the daemon reports;
-then host preloads (POST, GET, DELETE .../gpu and their errors, the model list with
-instances) and the lease socket's answers (hello, list, open, release,
+then host preloads (POST, GET, DELETE .../gpu and their errors, those
+from a page of another origin among them, the model list with instances) and the lease socket's answers (hello, list, open, release,
 malformed and refused requests); and a second daemon with bearer tokens
 and an S3 key (the 401s in both dialects, what needs no token, S3's
 refusals). An answer is its status line, its headers
@@ -318,6 +318,8 @@ def gpu_requests(d, invalid):
         ("POST", g, {}, b'{"device": "GPU-00000000-0000-0000-0000-000000000000"}'),
         ("POST", g, {"If-Match": '"nope"'}, dev),
         ("DELETE", g, {"If-None-Match": "*"}, None),
+        ("POST", g, {"Origin": "http://other.example"}, dev),   # 403 cross_origin
+        ("DELETE", g, {"Origin": "http://other.example"}, None),
         ("POST", f"/v1/models/{tdutil.q(invalid)}/gpu", {}, dev),
         ("POST", "/v1/models/nope/gpu", {}, dev),
         ("POST", "/v1/models/demo-f32/gpu", {}, dev),

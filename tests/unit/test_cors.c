@@ -1,7 +1,8 @@
 /* Unit tests for server/cors.c: which origins read answers and the headers
  * each answer gets (the Fetch standard's CORS protocol: a listed origin is
  * echoed with credentials and Vary: Origin, "*" answers any origin without
- * credentials), what is a preflight, and the configuration's one rule. */
+ * credentials), what is a preflight, the configuration's one rule, and
+ * which preloads and evicts come from a page of another origin. */
 #include "config.h"
 #include "cors.h"
 #include "test.h"
@@ -67,9 +68,35 @@ TEST(any_origin)
     config_free(&cfg);
 }
 
+/* Whether a preload or evict is refused: an Origin that is neither listed
+ * nor the daemon's own (scheme://Host, as the browser wrote Host). */
+TEST(writes_from_other_origins)
+{
+    struct config cfg;
+    config_defaults(&cfg);
+    struct st_error se;
+    CHECK(!cors_refuses_write(&cfg, NULL, "h:1"));                /* no browser */
+    CHECK(!cors_refuses_write(&cfg, "http://h:1", "h:1"));        /* the console */
+    CHECK(!cors_refuses_write(&cfg, "https://H:1", "h:1"));       /* host names ignore case */
+    CHECK(cors_refuses_write(&cfg, "http://h:2", "h:1"));
+    CHECK(cors_refuses_write(&cfg, "http://h:1", NULL));
+    CHECK(cors_refuses_write(&cfg, "http://h:1", ""));
+    CHECK(cors_refuses_write(&cfg, "null", "h:1"));               /* a sandboxed page */
+    CHECK(cors_refuses_write(&cfg, "http://a.example", "h:1"));
+    CHECK(config_set(&cfg, "cors_origins", "http://a.example", &se) == 0);
+    CHECK(!cors_refuses_write(&cfg, "http://a.example", "h:1"));  /* listed */
+    CHECK(cors_refuses_write(&cfg, "http://b.example", "h:1"));
+    config_free(&cfg);
+    config_defaults(&cfg);
+    CHECK(config_set(&cfg, "cors_origins", "*", &se) == 0);
+    CHECK(!cors_refuses_write(&cfg, "http://b.example", "h:1"));  /* any origin */
+    config_free(&cfg);
+}
+
 int main(void)
 {
     RUN(listed_origins);
     RUN(any_origin);
+    RUN(writes_from_other_origins);
     return TEST_SUMMARY();
 }

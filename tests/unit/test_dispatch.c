@@ -1,7 +1,8 @@
 /* Unit tests for server/dispatch.c through the loopback driver: the checks
  * every request passes before its handler (the connection limit, the
  * path, the method, the bearer token, the query parameters, a CORS
- * preflight) in both error dialects, byte for byte; the route to each
+ * preflight, a preload or evict from another origin) in both error
+ * dialects, byte for byte; the route to each
  * handler; the early refusal of a request that announces a body; the body
  * limits by endpoint; the endpoint a request counts under. */
 #include "auth.h"
@@ -190,6 +191,63 @@ TEST(preflight)
     lb_stop(&s);
 }
 
+/* A preload or evict from a page of another origin is refused before the
+ * token and the handler (a browser posts text/plain cross-site without a
+ * preflight); the daemon's own origin, a listed one, no Origin at all, and
+ * a request that only reads go on (to the handler: 503, no GPU sharing
+ * here). */
+TEST(cross_origin_writes)
+{
+    struct lb_server s;
+    lb_start(&s, root, 0, NULL);
+    static const char *const foreign[] = {"Host: 127.0.0.1:8077", "Origin: http://evil.example",
+                                          NULL};
+    const char *body = "{\"device\":\"host\"}";
+    struct lb_answer r = lb_request(&s, "POST", "/v1/models/m/gpu", foreign, body);
+    CHECK_ANSWER(r, 403, JSON,
+                 "{\"error\":{\"code\":\"cross_origin\",\"message\":\"a page of another origin "
+                 "may not preload or evict; list it in cors_origins to allow it\"}}\n");
+    lb_free(&r);
+    r = lb_request(&s, "DELETE", "/v1/models/m/gpu", foreign, NULL);
+    CHECK_EQ_U64(r.status, 403);
+    CHECK_CONTAINS(r.body, "\"cross_origin\"");
+    lb_free(&r);
+    r = lb_request(&s, "GET", "/v1/models/m/gpu", foreign, NULL); /* reads: not refused */
+    CHECK_EQ_U64(r.status, 503);
+    lb_free(&r);
+    static const char *const own[] = {"Host: 127.0.0.1:8077", "Origin: http://127.0.0.1:8077",
+                                      NULL};
+    static const char *const other_port[] = {"Host: 127.0.0.1:8077",
+                                             "Origin: http://127.0.0.1:8078", NULL};
+    static const char *const no_host[] = {"Origin: http://127.0.0.1:8077", NULL};
+    static const char *const none[] = {"Host: 127.0.0.1:8077", NULL};
+    r = lb_request(&s, "POST", "/v1/models/m/gpu", own, body);
+    CHECK_EQ_U64(r.status, 503);
+    CHECK_CONTAINS(r.body, "\"gpu_unavailable\"");
+    lb_free(&r);
+    r = lb_request(&s, "POST", "/v1/models/m/gpu", none, body);
+    CHECK_EQ_U64(r.status, 503);
+    lb_free(&r);
+    r = lb_request(&s, "POST", "/v1/models/m/gpu", other_port, body);
+    CHECK_EQ_U64(r.status, 403);
+    lb_free(&r);
+    r = lb_request(&s, "POST", "/v1/models/m/gpu", no_host, body);
+    CHECK_EQ_U64(r.status, 403);
+    lb_free(&r);
+    lb_stop(&s);
+    static const char *const listed[] = {"cors_origins=http://evil.example", NULL};
+    lb_start(&s, root, 0, listed);
+    r = lb_request(&s, "POST", "/v1/models/m/gpu", foreign, body);
+    CHECK_EQ_U64(r.status, 503);
+    lb_free(&r);
+    static const char *const unlisted[] = {"Host: 127.0.0.1:8077", "Origin: http://b.example",
+                                           NULL};
+    r = lb_request(&s, "DELETE", "/v1/models/m/gpu", unlisted, NULL);
+    CHECK_EQ_U64(r.status, 403);
+    lb_free(&r);
+    lb_stop(&s);
+}
+
 TEST(overloaded_and_not_ready)
 {
     struct lb_server s;
@@ -288,6 +346,7 @@ int main(void)
     RUN(query_parameters);
     RUN(tokens);
     RUN(preflight);
+    RUN(cross_origin_writes);
     RUN(overloaded_and_not_ready);
     RUN(early_refusal_and_limits);
     RUN(snapshot_held_until_rendered);
