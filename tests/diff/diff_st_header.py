@@ -413,20 +413,33 @@ def build(out_dir, use_reference, sanitize):
     src = os.path.join(out_dir, "st_header_ref.c")
     with open(src, "wb") as f:
         f.write(p.stdout)
-    # The reference is compiled against its own st_header.h (the API has grown
-    # since: st_header_read_fd's keep_max, the raw field at the struct's end, which
-    # the driver never reads), found before core/ on the include path.
-    p = subprocess.run(["git", "-C", ROOT, "show", REFERENCE + ":core/st_header.h"],
-                       capture_output=True, check=True)
+    # The reference is compiled against its own st_header.h and st_error.h (the
+    # API has changed since: st_header_read_fd's keep_max, the raw field at the
+    # struct's end, which the driver never reads; errors returned as -errno), found
+    # before core/ on the include path. Its error setter, st_error_set, is gone
+    # from core: the reference's st_error.c comes along, and its st_status_name
+    # (renamed, so as not to meet the library's) names the reference's codes for
+    # the driver: the enum has grown codes between them since.
     ref_inc = os.path.join(out_dir, "ref_include")
     os.makedirs(ref_inc, exist_ok=True)
-    with open(os.path.join(ref_inc, "st_header.h"), "wb") as f:
-        f.write(p.stdout)
-    obj = os.path.join(out_dir, "st_header_ref.o")
-    subprocess.run(["cc", "-I" + ref_inc] + flags + ["-c", "-o", obj, src], check=True)
+    for name in ("st_header.h", "st_error.h", "st_error.c"):
+        p = subprocess.run(["git", "-C", ROOT, "show", REFERENCE + ":core/" + name],
+                           capture_output=True, check=True)
+        with open(os.path.join(ref_inc, name), "wb") as f:
+            f.write(p.stdout)
+    objs = []
+    for name, extra in ((src, []),
+                        (os.path.join(ref_inc, "st_error.c"),
+                         ["-Dst_status_name=st_status_name_reference"])):
+        obj = os.path.join(out_dir, os.path.basename(name)[:-2] + "_ref.o")
+        subprocess.run(["cc", "-I" + ref_inc] + flags + extra + ["-c", "-o", obj, name],
+                       check=True)
+        objs.append(obj)
     ref = os.path.join(out_dir, "driver_ref")
-    # The reference's st_header.o comes first, so the library's is never pulled in.
-    subprocess.run(["cc"] + flags + ["-o", ref, driver, obj, lib] + libs, check=True)
+    # The reference's objects come first, so the library's st_header.o is never
+    # pulled in.
+    subprocess.run(["cc"] + flags + ["-Dst_status_name=st_status_name_reference", "-o", ref,
+                                     driver] + objs + [lib] + libs, check=True)
     return new, ref
 
 
