@@ -199,7 +199,7 @@ test-cuda-double: deps-test
 	  $(CUDA_DOUBLE_BUILD)/libtensord-client.so $(CUDA_DOUBLE_BUILD)/cuda-double/libcuda.so.1
 	@TENSORD_CUDA_BUILD=$(CUDA_DOUBLE_BUILD) $(PYTHON) tests/cuda_double/run.py
 
-.PHONY: FORCE all deps deps-apt deps-run deps-test deps-test-apt deps-bench deps-bench-apt run uninstall test test-cuda-double cuda-double unit fuzz fuzz-smoke install clean integration print-% bench bench-gpu bench-header bench-hub bench-leases bench-remote bench-s3 bench-mirror bench-swarm bench-sha256 bench-hash check-olah soak tsan tsan-test dist
+.PHONY: FORCE all deps deps-apt deps-run deps-test deps-test-apt deps-bench deps-bench-apt run uninstall test test-cuda-double cuda-double unit fuzz fuzz-smoke install clean integration circles print-% bench bench-gpu bench-header bench-hub bench-leases bench-remote bench-s3 bench-mirror bench-swarm bench-sha256 bench-hash check-olah soak tsan tsan-test dist
 all: $(BUILD)/tensord $(BUILD)/libtensord-client.so $(BUILD)/tensord-client
 
 # The flags a build directory was compiled with: objects depend on this
@@ -267,12 +267,16 @@ $(BUILD)/tensord-client: $(BUILD)/obj/client/cli.o $(CLIENT_OBJ) $(BUILD)/libten
 # changes, not only its own .c. Those headers (and the tests/ref/ sources a
 # test includes) become prerequisites: only the test's .c and the objects
 # are compiled and linked.
+# A test may #include the server file under test ("../../server/x.c") to
+# reach its static functions (as h2o's t/00unit does): it links without
+# that file's object.
+included_obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(shell sed -n 's|^\#include "\.\./\.\./\(server/.*\.c\)"|\1|p' $(1)))
 $(BUILD)/tests/%: tests/unit/%.c $(SERVER_LIB_OBJ) $(CLIENT_OBJ) $(BUILD)/libtensord-core.a \
                   $(BUILD)/test-flags
 	@mkdir -p $(dir $@)
 	$(call show,CCLD,$@)
 	$(Q)$(CC) $(CPPFLAGS) -Itests/unit $(ALL_CFLAGS) $(TEST_CFLAGS) -MMD -MP -MF $@.d $(LDFLAGS) \
-	  -o $@ $< $(filter %.o %.a,$^) $(LDLIBS) $(TEST_LIBS)
+	  -o $@ $< $(filter-out $(call included_obj,$<),$(filter %.o %.a,$^)) $(LDLIBS) $(TEST_LIBS)
 
 unit: $(UNIT_BIN)
 	@$(PYTHON) tests/run_unit.py $(UNIT_BIN)
@@ -395,6 +399,12 @@ run: deps-run
 
 test: deps-test
 	@$(PYTHON) tests/run_all.py
+
+# No include or call circle among server/'s modules (the dispatcher, the
+# handlers and the HTTP front depend one way): tests/ops/circles.py reads
+# the includes and the objects' symbols. make test runs it.
+circles: all
+	@$(SYS_PYTHON) tests/ops/circles.py --build $(BUILD) server
 
 integration: all
 	@$(PYTHON) -m pytest -q tests/integration

@@ -7,7 +7,7 @@
 #include <sys/stat.h>
 
 #include "fileio.h"
-#include "http.h"
+#include "server.h"
 #include "util.h"
 
 #define MAX_TOKEN_FILE (64 * 1024)
@@ -85,11 +85,10 @@ int auth_token_equal(const char *presented, size_t len, const char *expected)
     return diff == 0;
 }
 
-int auth_check(const struct server *srv, struct MHD_Connection *conn, int need_admin)
+int auth_check(const struct server *srv, const char *h, int need_admin)
 {
     if (!srv->read_token && !srv->admin_token)
         return 1;
-    const char *h = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
     if (!h || strncasecmp(h, "Bearer ", 7) != 0)
         return 0;
     const char *tok = h + 7;

@@ -6,15 +6,15 @@
 #ifndef TENSORD_AUTH_H
 #define TENSORD_AUTH_H
 
-#include <microhttpd.h>
 #include <stddef.h>
 
 struct server;
 
 /* Loads cfg->auth_token_file into srv (no-op when unset). Returns 0 or -1 with errbuf. */
 int auth_load(struct server *srv, const char *path, char *errbuf, size_t errlen);
-/* Returns 1 when the request may proceed (auth off, or a matching token). */
-int auth_check(const struct server *srv, struct MHD_Connection *conn, int need_admin);
+/* Returns 1 when a request with this Authorization header (NULL when
+ * absent) may proceed (auth off, or a matching token). */
+int auth_check(const struct server *srv, const char *authorization, int need_admin);
 /* Constant-time comparison of a presented token with the expected one. */
 int auth_token_equal(const char *presented, size_t len, const char *expected);
 /* Reads a PEM file into a new NUL-terminated buffer. Returns 0 or -1 with errbuf. */

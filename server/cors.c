@@ -22,10 +22,9 @@ static int any_origin(const struct config *cfg)
     return cfg->n_cors_origins == 1 && strcmp(cfg->cors_origins[0], "*") == 0;
 }
 
-/* The request's Origin when it may read answers, else NULL. */
-static const char *allowed_origin(const struct config *cfg, struct MHD_Connection *conn)
+/* origin when it may read answers, else NULL. */
+static const char *allowed_origin(const struct config *cfg, const char *origin)
 {
-    const char *origin = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Origin");
     if (!origin)
         return NULL;
     if (any_origin(cfg))
@@ -36,41 +35,43 @@ static const char *allowed_origin(const struct config *cfg, struct MHD_Connectio
     return NULL;
 }
 
-int cors_is_preflight(const struct config *cfg, struct MHD_Connection *conn, const char *method)
+int cors_is_preflight(const struct config *cfg, const char *method, const char *origin,
+                      const char *request_method)
 {
-    return cfg->n_cors_origins && strcmp(method, MHD_HTTP_METHOD_OPTIONS) == 0 &&
-           MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Access-Control-Request-Method") &&
-           allowed_origin(cfg, conn);
+    return cfg->n_cors_origins && strcmp(method, "OPTIONS") == 0 && request_method &&
+           allowed_origin(cfg, origin);
 }
 
-void cors_add_headers(const struct config *cfg, struct MHD_Connection *conn,
-                      struct MHD_Response *resp, const char *methods)
+size_t cors_headers(const struct config *cfg, const char *origin, const char *methods,
+                    const char *out[2 * CORS_MAX_HEADERS])
 {
+    size_t n = 0;
+#define PUT(name, value) (out[2 * n] = (name), out[2 * n + 1] = (value), n++)
     if (!cfg->n_cors_origins)
-        return;
+        return 0;
     int any = any_origin(cfg);
-    const char *origin = any ? "*" : allowed_origin(cfg, conn);
+    origin = any ? "*" : allowed_origin(cfg, origin);
     if (!any)
-        MHD_add_response_header(resp, "Vary", "Origin");
+        PUT("Vary", "Origin");
     if (!origin)
-        return;
-    MHD_add_response_header(resp, "Access-Control-Allow-Origin", origin);
+        return n;
+    PUT("Access-Control-Allow-Origin", origin);
     if (!any)
-        MHD_add_response_header(resp, "Access-Control-Allow-Credentials", "true");
+        PUT("Access-Control-Allow-Credentials", "true");
     if (methods) {
-        MHD_add_response_header(resp, "Access-Control-Allow-Methods", methods);
-        MHD_add_response_header(resp, "Access-Control-Allow-Headers", CORS_ALLOW_HEADERS);
-        MHD_add_response_header(resp, "Access-Control-Max-Age", CORS_MAX_AGE);
+        PUT("Access-Control-Allow-Methods", methods);
+        PUT("Access-Control-Allow-Headers", CORS_ALLOW_HEADERS);
+        PUT("Access-Control-Max-Age", CORS_MAX_AGE);
     } else {
-        MHD_add_response_header(resp, "Access-Control-Expose-Headers", CORS_EXPOSE);
+        PUT("Access-Control-Expose-Headers", CORS_EXPOSE);
     }
+#undef PUT
+    return n;
 }
 
-int cors_refuses_write(const struct config *cfg, struct MHD_Connection *conn)
+int cors_refuses_write(const struct config *cfg, const char *origin, const char *host)
 {
-    const char *origin = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Origin");
-    const char *host = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST);
-    if (!origin || (cfg->n_cors_origins && allowed_origin(cfg, conn)))
+    if (!origin || (cfg->n_cors_origins && allowed_origin(cfg, origin)))
         return 0;
     /* The daemon's own pages (the console): scheme://HOST, as the browser
      * wrote the Host header. */

@@ -15,7 +15,7 @@
 #ifndef TENSORD_CORS_H
 #define TENSORD_CORS_H
 
-#include <microhttpd.h>
+#include <stddef.h>
 
 #include "config.h"
 
@@ -31,23 +31,29 @@
  * or -1 with the reason in err. */
 int cors_check_config(const struct config *cfg, char *err, size_t errlen);
 
-/* Whether conn's request is a preflight to answer: CORS on, method OPTIONS,
- * an Origin that may read answers and an Access-Control-Request-Method. */
-int cors_is_preflight(const struct config *cfg, struct MHD_Connection *conn, const char *method);
+/* Whether a request is a preflight to answer: CORS on, method OPTIONS, an
+ * Origin that may read answers and an Access-Control-Request-Method
+ * (request_method; origin and request_method are NULL when absent). */
+int cors_is_preflight(const struct config *cfg, const char *method, const char *origin,
+                      const char *request_method);
 
-/* Whether conn's request, one that changes something (a preload, an
- * evict), comes from a page of another origin and must be refused: it
- * carries an Origin that is neither in cors_origins nor the daemon's own
- * (scheme://Host). A browser sends a cross-site POST with a text/plain body
- * without a preflight and only hides the answer from the page, so without
- * tokens any site a user opens could act; clients that are no browser send
- * no Origin. */
-int cors_refuses_write(const struct config *cfg, struct MHD_Connection *conn);
+/* The most headers cors_headers writes. */
+#define CORS_MAX_HEADERS 6
 
-/* Adds to resp, an answer to conn's request, the CORS headers its Origin
- * gets (nothing when CORS is off). methods: the Allow-Methods of a
- * preflight's answer, NULL for any other answer. */
-void cors_add_headers(const struct config *cfg, struct MHD_Connection *conn,
-                      struct MHD_Response *resp, const char *methods);
+/* Writes into out (name/value pairs) the CORS headers an answer to a
+ * request from origin (NULL when absent) gets (none when CORS is off);
+ * returns how many pairs. methods: the Allow-Methods of a preflight's
+ * answer, NULL for any other answer. */
+size_t cors_headers(const struct config *cfg, const char *origin, const char *methods,
+                    const char *out[2 * CORS_MAX_HEADERS]);
+
+/* Whether a request that changes something (a preload, an evict), from
+ * origin with Host host (each NULL when absent), comes from a page of
+ * another origin and must be refused: its Origin is neither in
+ * cors_origins nor the daemon's own (scheme://Host). A browser sends a
+ * cross-site POST with a text/plain body without a preflight and only
+ * hides the answer from the page, so without tokens any site a user opens
+ * could act; clients that are no browser send no Origin. */
+int cors_refuses_write(const struct config *cfg, const char *origin, const char *host);
 
 #endif

@@ -12,40 +12,26 @@
 #include "handlers.h"
 #include "http_metrics.h"
 #include "metrics.h"
-#include "respond.h"
 #include "route.h"
 
 /* Largest request body accepted, but for a fetch or a paths-info request
  * (max_fetch_body_bytes). */
 #define MAX_UPLOAD 65536
 
-char *handler_query(struct MHD_Connection *conn, const char *key, int form, size_t *len,
-                    int *bad)
-{
-    const char *raw = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, key);
-    if (!raw)
-        return NULL;
-    char *v = (form ? route_decode_form : route_decode)(raw, strlen(raw), len);
-    if (!v)
-        *bad = 1;
-    return v;
-}
-
 struct query_check {
     const char *const *allowed;
     const char *bad;
 };
 
-static enum MHD_Result check_arg(void *cls, enum MHD_ValueKind kind, const char *key,
-                                 const char *value)
+static int check_arg(void *arg, const char *key, const char *value)
 {
-    (void)kind, (void)value;
-    struct query_check *qc = cls;
+    (void)value;
+    struct query_check *qc = arg;
     for (const char *const *a = qc->allowed; *a; a++)
         if (strcmp(*a, key) == 0)
-            return MHD_YES;
+            return 0;
     qc->bad = key;
-    return MHD_NO;
+    return 1;
 }
 
 size_t dispatch_upload_limit(const struct server *srv, const char *url)
@@ -90,91 +76,69 @@ static const int endpoint_of_route[] = {
     [ROUTE_HUB_NO_REPO] = MEP_HUB_API, [ROUTE_HUB_NO_REPOS] = MEP_HUB_API,
 };
 
-static enum MHD_Result dispatch_model(struct MHD_Connection *conn, struct request *rq,
-                                      const struct route *rt, const char *method,
-                                      const struct reg_snapshot *reg)
+static struct answer *dispatch_model(const struct request_view *v, struct answer *a,
+                                     const struct route *rt, const struct reg_snapshot *reg)
 {
-    enum MHD_Result ret;
     if (!reg) {
         if (is_hub_route(rt->kind))
-            return respond_hub_error(conn, rq, MHD_HTTP_SERVICE_UNAVAILABLE, NULL, NULL, 1,
-                                     "the models root has not been scanned yet");
-        ret = respond_error(conn, rq, MHD_HTTP_SERVICE_UNAVAILABLE, "not_ready",
+            return answer_hub_error(a, HTTP_SERVICE_UNAVAILABLE, NULL, 1,
+                                    "the models root has not been scanned yet");
+        return answer_error(a, HTTP_SERVICE_UNAVAILABLE, "not_ready",
                             "the models root has not been scanned yet");
-        return ret;
     }
     if (is_hub_route(rt->kind))
-        return handle_hub(conn, rq, reg, rt);
+        return handle_hub(v, a, reg, rt);
     if (rt->kind == ROUTE_BLOB)
-        return handle_blob(conn, rq, reg, rt);
+        return handle_blob(v, a, reg, rt);
     if (rt->kind == ROUTE_S3)
-        return handle_s3(conn, rq, reg, rt, method);
-    if (rt->kind == ROUTE_MODELS) {
-        ret = handle_models(conn, rq, reg);
-        goto out;
-    }
+        return handle_s3(v, a, reg, rt);
+    if (rt->kind == ROUTE_MODELS)
+        return handle_models(v, a, reg);
     const struct reg_model *m = reg_snapshot_find_model(reg, rt->model, rt->model_len);
-    if (!m && rt->kind == ROUTE_GPU && rq->srv->mirror) /* a model of the upstream */
-        return handle_mirror_gpu(conn, rq, rt->model, method);
-    if (!m) {
-        ret = respond_error(conn, rq, MHD_HTTP_NOT_FOUND, "model_not_found",
-                            "no model named \"%.300s\"", rt->model);
-        goto out;
-    }
-    if (rt->kind == ROUTE_MODEL) {
-        ret = handle_model(conn, rq, m);
-        goto out;
-    }
-    if (rt->kind == ROUTE_GPU) {
-        ret = handle_gpu(conn, rq, m->name, method);
-        goto out;
-    }
-    if (m->state != MODEL_READY) {
-        ret = respond_error(conn, rq, MHD_HTTP_CONFLICT, "model_invalid",
-                            "model \"%.300s\" is invalid: %s", m->name, m->error.message);
-        goto out;
-    }
+    if (!m && rt->kind == ROUTE_GPU && v->srv->mirror) /* a model of the upstream */
+        return handle_mirror_gpu(v, a, rt->model);
+    if (!m)
+        return answer_error(a, HTTP_NOT_FOUND, "model_not_found", "no model named \"%.300s\"",
+                            rt->model);
+    if (rt->kind == ROUTE_MODEL)
+        return handle_model(v, a, m);
+    if (rt->kind == ROUTE_GPU)
+        return handle_gpu(v, a, m->name);
+    if (m->state != MODEL_READY)
+        return answer_error(a, HTTP_CONFLICT, "model_invalid", "model \"%.300s\" is invalid: %s",
+                            m->name, m->error.message);
     switch (rt->kind) {
     case ROUTE_MODEL_HEADER:
-        ret = handle_model_header(conn, rq, m);
-        break;
+        return handle_model_header(v, a, m);
     case ROUTE_FILE:
     case ROUTE_FILE_HEADER: {
         const struct reg_file *f = reg_model_find_file(m, rt->name, rt->name_len);
         if (!f)
-            ret = respond_error(conn, rq, MHD_HTTP_NOT_FOUND, "file_not_found",
+            return answer_error(a, HTTP_NOT_FOUND, "file_not_found",
                                 "model \"%.300s\" has no file \"%.300s\"", m->name, rt->name);
-        else
-            ret = handle_file(conn, rq, m, f, rt->kind == ROUTE_FILE_HEADER);
-        break;
+        return handle_file(v, a, m, f, rt->kind == ROUTE_FILE_HEADER);
     }
     case ROUTE_FETCH:
-        ret = handle_fetch(conn, rq, m);
-        break;
+        return handle_fetch(v, a, m);
     case ROUTE_TENSOR: {
         const struct reg_tensor *t = reg_model_find_tensor(m, rt->name, rt->name_len);
         if (!t)
-            ret = respond_error(conn, rq, MHD_HTTP_NOT_FOUND, "tensor_not_found",
+            return answer_error(a, HTTP_NOT_FOUND, "tensor_not_found",
                                 "model \"%.300s\" has no tensor \"%.300s\"", m->name, rt->name);
-        else
-            ret = handle_tensor(conn, rq, m, t);
-        break;
+        return handle_tensor(v, a, m, t);
     }
     default:
-        ret = respond_error(conn, rq, MHD_HTTP_NOT_FOUND, "not_found", "no such endpoint");
+        return answer_error(a, HTTP_NOT_FOUND, "not_found", "no such endpoint");
     }
-out:
-    return ret;
 }
 
 /* Answers an error in the dialect of the path: the Hub's ({"error": msg},
  * code only in X-Error-Code) on its paths, tensord's otherwise. */
-static enum MHD_Result refuse(struct MHD_Connection *conn, struct request *rq, int hub,
-                              unsigned status, const char *code, const char *fmt, ...)
-    __attribute__((format(printf, 6, 7)));
+static struct answer *refuse(struct answer *a, int hub, unsigned status, const char *code,
+                             const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 
-static enum MHD_Result refuse(struct MHD_Connection *conn, struct request *rq, int hub,
-                              unsigned status, const char *code, const char *fmt, ...)
+static struct answer *refuse(struct answer *a, int hub, unsigned status, const char *code,
+                             const char *fmt, ...)
 {
     char msg[512];
     va_list ap;
@@ -182,73 +146,74 @@ static enum MHD_Result refuse(struct MHD_Connection *conn, struct request *rq, i
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
     if (hub)
-        return respond_hub_error(conn, rq, status, NULL, NULL, 1, "%s", msg);
-    return respond_error(conn, rq, status, code, "%s", msg);
+        return answer_hub_error(a, status, NULL, 1, "%s", msg);
+    return answer_error(a, status, code, "%s", msg);
 }
 
 /* The token check: the Hub's paths answer 401 as huggingface_hub expects. */
-static enum MHD_Result refuse_unauthorized(struct MHD_Connection *conn, struct request *rq,
-                                           int hub, int is_admin)
+static struct answer *refuse_unauthorized(const struct request_view *v, struct answer *a,
+                                          int hub, int is_admin)
 {
     if (hub) {
         /* huggingface_hub reads a 401 as "no such repo" unless the message
          * says the credentials were wrong; both are worth telling apart. */
-        int sent = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
-                                               MHD_HTTP_HEADER_AUTHORIZATION) != NULL;
-        return respond_hub_error(conn, rq, MHD_HTTP_UNAUTHORIZED, NULL, NULL, 0, "%s",
-                                 sent ? "Invalid credentials in Authorization header"
-                                      : "a bearer token is required (Authorization: Bearer TOKEN)");
+        int sent = view_header(v, "Authorization") != NULL;
+        return answer_hub_error(a, HTTP_UNAUTHORIZED, NULL, 0, "%s",
+                                sent ? "Invalid credentials in Authorization header"
+                                     : "a bearer token is required (Authorization: Bearer TOKEN)");
     }
-    return respond_error(conn, rq, MHD_HTTP_UNAUTHORIZED, "unauthorized",
-                         is_admin ? "this endpoint needs the admin bearer token"
-                                  : "a bearer token is required");
+    return answer_error(a, HTTP_UNAUTHORIZED, "unauthorized",
+                        is_admin ? "this endpoint needs the admin bearer token"
+                                 : "a bearer token is required");
 }
 
 /* The checks every endpoint shares, in order: the connection limit, the
  * path, the method, the token, the query parameters. Answers the first that
  * fails and returns 1; returns 0 when the request may go to its handler. */
-static int refuse_request(struct MHD_Connection *conn, struct request *rq, enum route_kind kind,
-                          int hub, const char *method, const char *path_err,
-                          enum MHD_Result *ret)
+static int refuse_request(const struct request_view *v, struct answer *a, enum route_kind kind,
+                          int hub, const char *path_err)
 {
     static const char *const no_args[] = {NULL};
     static const char *const tensor_args[] = {"slice", "format", "npy_dtype", NULL};
     static const char *const metrics_args[] = {"format", NULL};
     static const char *const fetch_args[] = {"q", NULL};
-    struct server *srv = rq->srv;
+    const struct server *srv = v->srv;
+    const char *method = v->method;
     if (atomic_load(&srv->connections) > srv->cfg->max_connections) {
         metrics_add(MC_CONNECTIONS_REJECTED, 1);
-        rq->close_after = 1;
-        *ret = refuse(conn, rq, hub, MHD_HTTP_SERVICE_UNAVAILABLE, "overloaded",
-                      "more than %u connections are open", srv->cfg->max_connections);
+        a->close = 1;
+        refuse(a, hub, HTTP_SERVICE_UNAVAILABLE, "overloaded", "more than %u connections are open",
+               srv->cfg->max_connections);
         return 1;
     }
     /* The S3 API checks its own method and signature (server/s3_auth). */
     if (kind == ROUTE_S3 && srv->cfg->s3)
         return 0;
     if (kind == ROUTE_BAD_PATH) {
-        *ret = hub ? respond_hub_error(conn, rq, MHD_HTTP_BAD_REQUEST, NULL, NULL, 0, "%s", path_err)
-                   : respond_error(conn, rq, MHD_HTTP_BAD_REQUEST, "bad_path", "%s", path_err);
+        if (hub)
+            answer_hub_error(a, HTTP_BAD_REQUEST, NULL, 0, "%s", path_err);
+        else
+            answer_error(a, HTTP_BAD_REQUEST, "bad_path", "%s", path_err);
         return 1;
     }
     if (kind == ROUTE_HUB_NOT_FOUND) {
-        *ret = respond_hub_error(conn, rq, MHD_HTTP_NOT_FOUND, NULL, NULL, 0,
-                                 "no such endpoint: this server serves the read-only model API");
+        answer_hub_error(a, HTTP_NOT_FOUND, NULL, 0,
+                         "no such endpoint: this server serves the read-only model API");
         return 1;
     }
     if (kind == ROUTE_NOT_FOUND || kind == ROUTE_S3) {
-        *ret = respond_error(conn, rq, MHD_HTTP_NOT_FOUND, "not_found",
-                             "no endpoint at this path; see /v1/models");
+        answer_error(a, HTTP_NOT_FOUND, "not_found", "no endpoint at this path; see /v1/models");
         return 1;
     }
     /* A browser's preflight carries no credentials: answered before the token. */
-    if (cors_is_preflight(srv->cfg, conn, method)) {
-        *ret = respond_preflight(conn, rq, route_allowed_methods(kind));
+    if (cors_is_preflight(srv->cfg, method, view_header(v, "Origin"),
+                          view_header(v, "Access-Control-Request-Method"))) {
+        answer_preflight(a, route_allowed_methods(kind));
         return 1;
     }
-    int is_get = strcmp(method, MHD_HTTP_METHOD_GET) == 0 || rq->is_head;
-    int is_post = strcmp(method, MHD_HTTP_METHOD_POST) == 0;
-    int is_admin = kind == ROUTE_GPU && (is_post || strcmp(method, MHD_HTTP_METHOD_DELETE) == 0);
+    int is_get = strcmp(method, "GET") == 0 || v->is_head;
+    int is_post = strcmp(method, "POST") == 0;
+    int is_admin = kind == ROUTE_GPU && (is_post || strcmp(method, "DELETE") == 0);
     /* A fetch POST only reads: it needs the read token, as its GET form does. */
     int is_fetch_post = kind == ROUTE_FETCH && is_post;
     /* paths-info is a POST that only reads, and only a POST; a dataset's or
@@ -256,18 +221,20 @@ static int refuse_request(struct MHD_Connection *conn, struct request *rq, enum 
     int method_ok = kind == ROUTE_HUB_PATHS_INFO ? is_post
                     : kind == ROUTE_HUB_NO_REPO  ? is_get || is_post
                                                  : is_get || is_admin || is_fetch_post;
-    rq->reads_only = is_get || is_fetch_post ||
-                     ((kind == ROUTE_HUB_PATHS_INFO || kind == ROUTE_HUB_NO_REPO) && is_post);
+    a->reads_only = is_get || is_fetch_post ||
+                    ((kind == ROUTE_HUB_PATHS_INFO || kind == ROUTE_HUB_NO_REPO) && is_post);
     if (!method_ok) {
-        rq->allow = route_allowed_methods(kind);
-        *ret = refuse(conn, rq, hub, MHD_HTTP_METHOD_NOT_ALLOWED, "method_not_allowed",
-                      "%s is not allowed here; allowed: %s", method, rq->allow);
+        const char *allow = route_allowed_methods(kind);
+        refuse(a, hub, HTTP_METHOD_NOT_ALLOWED, "method_not_allowed",
+               "%s is not allowed here; allowed: %s", method, allow);
+        a->error.allow = allow;
         return 1;
     }
-    if (is_admin && cors_refuses_write(srv->cfg, conn)) {
-        *ret = respond_error(conn, rq, MHD_HTTP_FORBIDDEN, "cross_origin",
-                             "a page of another origin may not preload or evict; list it in "
-                             "cors_origins to allow it");
+    if (is_admin &&
+        cors_refuses_write(srv->cfg, view_header(v, "Origin"), view_header(v, "Host"))) {
+        answer_error(a, HTTP_FORBIDDEN, "cross_origin",
+                     "a page of another origin may not preload or evict; list it in "
+                     "cors_origins to allow it");
         return 1;
     }
     /* The console's page and scripts are the same for everyone and hold no
@@ -277,8 +244,8 @@ static int refuse_request(struct MHD_Connection *conn, struct request *rq, enum 
     int upstream_checks = hub && srv->mirror && kind != ROUTE_HUB_NO_REPO &&
                           kind != ROUTE_HUB_NO_REPOS;
     if (kind != ROUTE_HEALTHZ && kind != ROUTE_UI && !upstream_checks &&
-        !auth_check(srv, conn, is_admin)) {
-        *ret = refuse_unauthorized(conn, rq, hub, is_admin);
+        !auth_check(srv, view_header(v, "Authorization"), is_admin)) {
+        refuse_unauthorized(v, a, hub, is_admin);
         return 1;
     }
     struct query_check qc = {
@@ -289,76 +256,70 @@ static int refuse_request(struct MHD_Connection *conn, struct request *rq, enum 
     /* Hugging Face clients send parameters the Hub ignores as often as
      * ones it reads (expand, full, blobs, ...): the Hub routes take any. */
     if (!hub)
-        MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, check_arg, &qc);
+        v->each_query(v, check_arg, &qc);
     if (qc.bad) {
-        *ret = respond_error(conn, rq, MHD_HTTP_BAD_REQUEST, "bad_parameter",
-                             "unknown query parameter \"%.100s\"", qc.bad);
+        answer_error(a, HTTP_BAD_REQUEST, "bad_parameter", "unknown query parameter \"%.100s\"",
+                     qc.bad);
         return 1;
     }
     return 0;
 }
 
-/* Routes url (over snapshot reg, which tells "name" from "org/name" in a
- * Hub path) into *rt and runs the checks every endpoint shares; returns 1
- * when one refused the request (answered in *ret). */
-static int route_and_check(struct MHD_Connection *conn, struct request *rq, const char *url,
-                           const char *method, struct reg_snapshot *reg,
-                           struct route *rt, enum route_kind *kind, enum MHD_Result *ret)
+/* Routes the request's path (over snapshot reg, which tells "name" from
+ * "org/name" in a Hub path) into *rt and runs the checks every endpoint
+ * shares; returns 1 when one refused the request (answered in a). */
+static int route_and_check(const struct request_view *v, struct answer *a,
+                           struct reg_snapshot *reg, struct route *rt)
 {
     char err[256];
-    url = route_origin_form(url); /* absolute-form targets (the AWS CRT client sends them) */
-    *kind = route_parse_with(url, repo_exists, reg, rt, err, sizeof(err));
+    /* absolute-form targets (the AWS CRT client sends them) */
+    const char *url = route_origin_form(v->path);
+    enum route_kind kind = route_parse_with(url, repo_exists, reg, rt, err, sizeof(err));
     /* Errors on the Hub's paths speak its dialect ({"error": "message"}). */
-    int hub = is_hub_route(*kind) || (*kind == ROUTE_BAD_PATH && strncmp(url, "/v1/", 4) != 0);
-    rq->endpoint = endpoint_of_route[*kind];
-    rq->mhd = conn;
-    if (*kind == ROUTE_TENSOR && MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "slice"))
-        rq->endpoint = MEP_SLICE;
-    return refuse_request(conn, rq, *kind, hub, method, err, ret);
+    int hub = is_hub_route(kind) || (kind == ROUTE_BAD_PATH && strncmp(url, "/v1/", 4) != 0);
+    a->endpoint = endpoint_of_route[kind];
+    if (kind == ROUTE_TENSOR && v->query(v, "slice"))
+        a->endpoint = MEP_SLICE;
+    return refuse_request(v, a, kind, hub, err);
 }
 
-int dispatch_refuse_early(struct MHD_Connection *conn, struct request *rq, const char *url,
-                          const char *method, enum MHD_Result *ret)
+int dispatch_refuse_early(const struct request_view *v, struct answer *a)
 {
     struct route rt;
-    enum route_kind kind;
-    struct reg_snapshot *reg = registry_acquire(&rq->srv->registry);
-    int refused = route_and_check(conn, rq, url, method, reg, &rt, &kind, ret);
+    struct reg_snapshot *reg = registry_acquire(&v->srv->registry);
+    int refused = route_and_check(v, a, reg, &rt);
     route_free(&rt);
     reg_snapshot_unref(reg);
     return refused;
 }
 
-enum MHD_Result dispatch_request(struct MHD_Connection *conn, struct request *rq,
-                                 const char *url, const char *method)
+struct answer *dispatch_request(const struct request_view *v, struct answer *a)
 {
     struct route rt;
-    enum route_kind kind;
-    enum MHD_Result ret;
-
-    /* One snapshot for the whole request. */
-    struct reg_snapshot *reg = registry_acquire(&rq->srv->registry);
-    if (route_and_check(conn, rq, url, method, reg, &rt, &kind, &ret))
+    /* One snapshot for the whole request, held by its answer until it is
+     * rendered. */
+    struct reg_snapshot *reg = registry_acquire(&v->srv->registry);
+    a->snapshot = reg;
+    if (route_and_check(v, a, reg, &rt))
         goto out;
-    switch (kind) {
+    switch (rt.kind) {
     case ROUTE_HEALTHZ:
-        ret = handle_healthz(conn, rq);
+        handle_healthz(v, a);
         break;
     case ROUTE_READYZ:
-        ret = handle_readyz(conn, rq);
+        handle_readyz(v, a);
         break;
     case ROUTE_UI:
-        ret = handle_ui(conn, rq, rt.name, rt.raw);
+        handle_ui(v, a, rt.name, rt.raw);
         break;
     case ROUTE_METRICS:
     case ROUTE_METRICS_TEXT:
-        ret = handle_metrics(conn, rq, kind == ROUTE_METRICS_TEXT);
+        handle_metrics(v, a, rt.kind == ROUTE_METRICS_TEXT);
         break;
     default:
-        ret = dispatch_model(conn, rq, &rt, method, reg);
+        dispatch_model(v, a, &rt, reg);
     }
 out:
     route_free(&rt);
-    reg_snapshot_unref(reg);
-    return ret;
+    return a;
 }

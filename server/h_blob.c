@@ -17,68 +17,62 @@
 #include "h_mirror.h"
 #include "handlers.h"
 #include "mirror.h"
-#include "respond.h"
 #include "route.h"
+#include "server.h"
 
 #define CACHE_IMMUTABLE "public, max-age=31536000, immutable"
 
 /* The answer for the file fd (size bytes; st its validated version, or
  * NULL for a mirror's file, which never changes) with digest hex. */
-static enum MHD_Result send_blob(struct MHD_Connection *conn, struct request *rq, int fd,
-                                 uint64_t size, const struct fileio_stat *st, const char *hex)
+static struct answer *send_blob(struct answer *a, int fd, uint64_t size,
+                                const struct fileio_stat *st, const char *hex)
 {
-    char etag[80], name[72];
-    snprintf(etag, sizeof(etag), "\"sha256:%s\"", hex);
-    snprintf(name, sizeof(name), "sha256:%s", hex);
-    const char *extra[] = {"Docker-Content-Digest", name, NULL};
+    answer_header(a, "Docker-Content-Digest", answer_printf(a, "sha256:%s", hex));
     struct representation rep = {
         .body = {.fd = fd, .data_off = 0, .data_len = size},
         .content_type = "application/octet-stream",
         .mtime = -1,
         .file_st = st,
         .cache_control = CACHE_IMMUTABLE,
-        .extra = extra,
     };
-    snprintf(rep.etag, sizeof(rep.etag), "%s", etag);
-    return respond_body(conn, rq, &rep);
+    snprintf(rep.etag, sizeof(rep.etag), "\"sha256:%s\"", hex);
+    return answer_body(a, &rep);
 }
 
-enum MHD_Result handle_blob(struct MHD_Connection *conn, struct request *rq,
-                            const struct reg_snapshot *reg, const struct route *rt)
+struct answer *handle_blob(const struct request_view *v, struct answer *a,
+                           const struct reg_snapshot *reg, const struct route *rt)
 {
     uint8_t digest[32];
     int rc = blob_digest_parse(rt->name, rt->name_len, digest);
     if (rc == -ENOTSUP)
-        return respond_error(conn, rq, MHD_HTTP_NOT_FOUND, "blob_not_found",
-                             "only sha256 digests are served, not \"%.100s\"", rt->name);
+        return answer_error(a, HTTP_NOT_FOUND, "blob_not_found",
+                            "only sha256 digests are served, not \"%.100s\"", rt->name);
     if (rc < 0)
-        return respond_error(conn, rq, MHD_HTTP_BAD_REQUEST, "bad_digest",
-                             "a digest is sha256: and 64 lowercase hex digits, not \"%.100s\"",
-                             rt->name);
+        return answer_error(a, HTTP_BAD_REQUEST, "bad_digest",
+                            "a digest is sha256: and 64 lowercase hex digits, not \"%.100s\"",
+                            rt->name);
     char hex[65];
     digest_hex(digest, 32, hex);
     const struct reg_root *root = NULL;
-    const struct reg_file *f = blob_index_find(rq->srv->blobs, reg, digest, &root);
-    struct mirror_file *mf = f ? NULL : mirror_blob_find(rq->srv, digest);
-    if (mf) { /* a mirror's complete file: held until the answer ends */
-        rq->mirror_pin = mf;
-        return send_blob(conn, rq, mirror_file_fd(mf), mirror_file_size(mf), NULL, hex);
+    const struct reg_file *f = blob_index_find(v->srv->blobs, reg, digest, &root);
+    struct mirror_file *mf = f ? NULL : mirror_blob_find(v->srv, digest);
+    if (mf) { /* a mirror's complete file: held until the request ends */
+        mirror_answer_hold(a, v->srv->mirror, mf);
+        return send_blob(a, mirror_file_fd(mf), mirror_file_size(mf), NULL, hex);
     }
     if (!f)
-        return respond_error(conn, rq, MHD_HTTP_NOT_FOUND, "blob_not_found",
-                             "no served file has the content sha256:%s (or its hash is not "
-                             "computed yet)", hex);
+        return answer_error(a, HTTP_NOT_FOUND, "blob_not_found",
+                            "no served file has the content sha256:%s (or its hash is not "
+                            "computed yet)", hex);
     int fd = reg_open_below(root, f, O_RDONLY);
     if (fd == -ESTALE)
-        return respond_file_changed(conn, rq);
+        return answer_file_changed(a);
     if (fd == -EMFILE || fd == -ENFILE)
-        return respond_error(conn, rq, MHD_HTTP_SERVICE_UNAVAILABLE, "overloaded",
-                             "out of file descriptors");
+        return answer_error(a, HTTP_SERVICE_UNAVAILABLE, "overloaded", "out of file descriptors");
     if (fd < 0)
-        return respond_error(conn, rq, MHD_HTTP_INTERNAL_SERVER_ERROR, "io_error",
-                             "the file with content sha256:%s could not be opened: %s", hex,
-                             strerror(-fd));
-    enum MHD_Result ret = send_blob(conn, rq, fd, f->st.size, &f->st, hex);
-    close(fd); /* the answer holds its own duplicate */
-    return ret;
+        return answer_error(a, HTTP_INTERNAL_SERVER_ERROR, "io_error",
+                            "the file with content sha256:%s could not be opened: %s", hex,
+                            strerror(-fd));
+    a->fd = fd; /* the response holds its own duplicate */
+    return send_blob(a, fd, f->st.size, &f->st, hex);
 }

@@ -11,8 +11,7 @@
 #include "gpu_doc.h"
 #include "handlers.h"
 #include "metrics.h"
-#include "respond.h"
-#include "route.h"
+#include "server.h"
 #include "tformat.h"
 #include "util.h"
 
@@ -30,55 +29,50 @@ static void derive_etag(char *out, size_t len, const char *file_etag, char kind,
 }
 
 /* A descriptor of f to answer from: its own when the model keeps it open,
- * else f opened again below the root (plain files are not kept open), which
- * *own then tells the caller to close. Answers and returns -1 when f cannot
- * be read, or is no longer the version the snapshot validated. */
-static int file_fd(struct MHD_Connection *conn, struct request *rq, const struct reg_model *m,
-                   const struct reg_file *f, int *own, enum MHD_Result *ret)
+ * else f opened again below the root (plain files are not kept open),
+ * which the answer then holds until it is rendered. Answers and returns
+ * -1 when f cannot be read, or is no longer the version the snapshot
+ * validated. */
+static int file_fd(struct answer *a, const struct reg_model *m, const struct reg_file *f)
 {
-    *own = 0;
     if (f->fd >= 0)
         return f->fd;
     if (f->error.code != ST_OK) {
-        *ret = respond_error(conn, rq, MHD_HTTP_INTERNAL_SERVER_ERROR, "io_error",
-                             "file \"%.300s\" could not be read: %s", f->name, f->error.message);
+        answer_error(a, HTTP_INTERNAL_SERVER_ERROR, "io_error",
+                     "file \"%.300s\" could not be read: %s", f->name, f->error.message);
         return -1;
     }
     int fd = reg_model_open_file(m, f, O_RDONLY);
-    if (fd >= 0) {
-        *own = 1;
-        return fd;
-    }
+    if (fd >= 0)
+        return a->fd = fd;
     if (fd == -ESTALE)
-        *ret = respond_file_changed(conn, rq);
+        answer_file_changed(a);
     else if (fd == -EMFILE || fd == -ENFILE)
-        *ret = respond_error(conn, rq, MHD_HTTP_SERVICE_UNAVAILABLE, "overloaded",
-                             "out of file descriptors");
+        answer_error(a, HTTP_SERVICE_UNAVAILABLE, "overloaded", "out of file descriptors");
     else
-        *ret = respond_error(conn, rq, MHD_HTTP_INTERNAL_SERVER_ERROR, "io_error",
-                             "file \"%.300s\" could not be opened: %s", f->name, strerror(-fd));
+        answer_error(a, HTTP_INTERNAL_SERVER_ERROR, "io_error",
+                     "file \"%.300s\" could not be opened: %s", f->name, strerror(-fd));
     return -1;
 }
 
-enum MHD_Result handle_file(struct MHD_Connection *conn, struct request *rq,
-                            const struct reg_model *m, const struct reg_file *f, int header_only)
+struct answer *handle_file(const struct request_view *v, struct answer *a,
+                           const struct reg_model *m, const struct reg_file *f, int header_only)
 {
+    (void)v;
     const struct st_header *h = f->header;
-    enum MHD_Result ret;
     char file_etag[REG_ETAG_MAX];
     struct representation rep = {
         .body = {.fd = -1, .data_off = 0, .data_len = f->st.size},
-        .content_type = respond_content_type(f->name),
+        .content_type = answer_content_type(f->name),
         .mtime = f->st.mtime_ns / 1000000000,
         .file_st = &f->st,
     };
     if (header_only && !h)
-        return respond_error(conn, rq, MHD_HTTP_BAD_REQUEST, "not_safetensors",
-                             "\"%.300s\" is not a valid safetensors file", f->name);
-    int own;
-    rep.body.fd = file_fd(conn, rq, m, f, &own, &ret);
+        return answer_error(a, HTTP_BAD_REQUEST, "not_safetensors",
+                            "\"%.300s\" is not a valid safetensors file", f->name);
+    rep.body.fd = file_fd(a, m, f);
     if (rep.body.fd < 0)
-        return ret;
+        return a;
     reg_file_etag(f, file_etag);
     memcpy(rep.etag, file_etag, strlen(file_etag) + 1);
     if (header_only) {
@@ -87,7 +81,7 @@ enum MHD_Result handle_file(struct MHD_Connection *conn, struct request *rq,
         if (h->raw) { /* the validated bytes, kept by the model */
             rep.body = (struct body){.prefix = (const char *)h->raw + ST_PREFIX_LEN,
                                      .prefix_len = h->header_len, .fd = -1};
-            rep.pin = m;
+            answer_hold_model(a, m);
         } else {
             rep.body.data_off = ST_PREFIX_LEN;
             rep.body.data_len = h->header_len;
@@ -97,13 +91,9 @@ enum MHD_Result handle_file(struct MHD_Connection *conn, struct request *rq,
          * bytes=0-7, then fetching it) are answered from memory. */
         rep.mem = (const char *)h->raw;
         rep.mem_len = ST_PREFIX_LEN + h->header_len;
-        rep.pin = m;
+        answer_hold_model(a, m);
     }
-    int fd = own ? rep.body.fd : -1;
-    ret = respond_body(conn, rq, &rep);
-    if (fd >= 0)
-        close(fd); /* the answer holds its own duplicate */
-    return ret;
+    return answer_body(a, &rep);
 }
 
 /* What a tensor request asks for besides the tensor: its query parameters. */
@@ -121,29 +111,29 @@ static void tensor_query_free(struct tensor_query *q)
 }
 
 /* Reads and checks the query; answers 400 and returns 1 when it is wrong. */
-static int tensor_query_read(struct MHD_Connection *conn, struct request *rq,
-                             struct tensor_query *q, enum MHD_Result *ret)
+static int tensor_query_read(const struct request_view *v, struct answer *a,
+                             struct tensor_query *q)
 {
     int bad = 0;
-    q->spec = handler_query(conn, "slice", 0, NULL, &bad);
-    q->fmt = handler_query(conn, "format", 0, NULL, &bad);
-    q->npy_dtype = handler_query(conn, "npy_dtype", 0, NULL, &bad);
+    q->spec = view_query(v, "slice", 0, NULL, &bad);
+    q->fmt = view_query(v, "format", 0, NULL, &bad);
+    q->npy_dtype = view_query(v, "npy_dtype", 0, NULL, &bad);
     q->format = TFORMAT_RAW;
     if (bad) {
-        *ret = respond_error(conn, rq, MHD_HTTP_BAD_REQUEST, "bad_parameter",
-                             "a query parameter has a malformed percent-escape");
+        answer_error(a, HTTP_BAD_REQUEST, "bad_parameter",
+                     "a query parameter has a malformed percent-escape");
         return 1;
     }
     if (q->fmt && tformat_parse(q->fmt, &q->format) < 0) {
-        *ret = respond_error(conn, rq, MHD_HTTP_BAD_REQUEST, "bad_format",
-                             "format must be raw, npy or safetensors, not \"%.100s\"", q->fmt);
+        answer_error(a, HTTP_BAD_REQUEST, "bad_format",
+                     "format must be raw, npy or safetensors, not \"%.100s\"", q->fmt);
         return 1;
     }
     q->npy_raw = q->npy_dtype && strcmp(q->npy_dtype, "raw") == 0;
     if (q->npy_dtype && ((!q->npy_raw && strcmp(q->npy_dtype, "native") != 0) ||
                          q->format != TFORMAT_NPY)) {
-        *ret = respond_error(conn, rq, MHD_HTTP_BAD_REQUEST, "bad_parameter",
-                             "npy_dtype must be native or raw, with format=npy");
+        answer_error(a, HTTP_BAD_REQUEST, "bad_parameter",
+                     "npy_dtype must be native or raw, with format=npy");
         return 1;
     }
     return 0;
@@ -152,27 +142,23 @@ static int tensor_query_read(struct MHD_Connection *conn, struct request *rq,
 /* Narrows rep's body to the slice spec of tensor st: one contiguous run
  * stays a plain span (sendfile), more become a plan. *ndim and *shape get
  * the slice's. Answers 400 and returns 1 when the slice is wrong or too large. */
-static int apply_slice(struct MHD_Connection *conn, struct request *rq, const struct st_tensor *st,
+static int apply_slice(const struct request_view *v, struct answer *a, const struct st_tensor *st,
                        const char *spec, struct representation *rep, uint32_t *ndim,
-                       const uint64_t **shape, enum MHD_Result *ret)
+                       const uint64_t **shape)
 {
     struct st_error err;
     metrics_add(MC_SLICE_REQUESTS, 1);
-    struct slice_plan *plan = xmalloc(sizeof(*plan));
+    struct slice_plan *plan = answer_alloc(a, sizeof(*plan));
     if (slice_plan_build(spec, strlen(spec), st->dtype, st->ndim, st->shape, plan, &err) < 0) {
-        free(plan);
         shape_format(rep->shape, sizeof(rep->shape), st->shape, st->ndim, ",");
-        *ret = respond_error(conn, rq, MHD_HTTP_BAD_REQUEST, "bad_slice",
-                             "tensor \"%.200s\" %s [%s]: %s", st->name, rep->dtype, rep->shape,
-                             err.message);
+        answer_error(a, HTTP_BAD_REQUEST, "bad_slice", "tensor \"%.200s\" %s [%s]: %s", st->name,
+                     rep->dtype, rep->shape, err.message);
         return 1;
     }
-    uint64_t limit = rq->srv->cfg->max_slice_bytes, nbytes = plan->nbytes;
+    uint64_t limit = v->srv->cfg->max_slice_bytes, nbytes = plan->nbytes;
     if (limit && nbytes > limit) {
-        free(plan);
-        *ret = respond_error(conn, rq, MHD_HTTP_BAD_REQUEST, "slice_too_large",
-                             "the slice is %" PRIu64 " bytes; max_slice_bytes is %" PRIu64,
-                             nbytes, limit);
+        answer_error(a, HTTP_BAD_REQUEST, "slice_too_large",
+                     "the slice is %" PRIu64 " bytes; max_slice_bytes is %" PRIu64, nbytes, limit);
         return 1;
     }
     rep->body.data_len = plan->nbytes;
@@ -180,43 +166,46 @@ static int apply_slice(struct MHD_Connection *conn, struct request *rq, const st
         rep->body.data_off += plan->base; /* one run (a row block): contiguous */
     else
         rep->body.plan = plan;
-    rep->plan_buf = plan;
     *ndim = plan->ndim;
     *shape = plan->shape;
     return 0;
 }
 
 /* Puts the format's prefix (the npy or safetensors header) before the body.
- * Answers 400 and returns 1 when the dtype has no such form. */
-static int apply_format(struct MHD_Connection *conn, struct request *rq, const struct st_tensor *st,
+ * Answers 400 and returns 1 when the dtype has no such form (503 when out
+ * of memory). */
+static int apply_format(struct answer *a, const struct st_tensor *st,
                         const struct tensor_query *q, uint32_t ndim, const uint64_t *shape,
-                        struct representation *rep, enum MHD_Result *ret)
+                        struct representation *rep)
 {
     struct st_error err;
+    char *prefix = NULL;
     if (q->format == TFORMAT_NPY) {
         st_error_fail(&err, ST_ERR_DTYPE, "dtype %s has no npy form", rep->dtype);
         if ((q->npy_raw ? tformat_npy_raw_prefix(st->dtype, ndim, shape, rep->body.data_len,
-                                                 &rep->prefix_buf, &rep->body.prefix_len)
-                        : tformat_npy_prefix(st->dtype, ndim, shape, &rep->prefix_buf,
+                                                 &prefix, &rep->body.prefix_len)
+                        : tformat_npy_prefix(st->dtype, ndim, shape, &prefix,
                                              &rep->body.prefix_len, &err)) < 0) {
-            *ret = respond_error(conn, rq, MHD_HTTP_BAD_REQUEST, "bad_format", "%s", err.message);
+            answer_error(a, HTTP_BAD_REQUEST, "bad_format", "%s", err.message);
             return 1;
         }
         rep->content_type = "application/x-npy";
     } else if (q->format == TFORMAT_SAFETENSORS &&
                tformat_safetensors_prefix(st->name, st->dtype, ndim, shape, rep->body.data_len,
-                                          &rep->prefix_buf, &rep->body.prefix_len) < 0) {
-        *ret = respond_error(conn, rq, MHD_HTTP_SERVICE_UNAVAILABLE, "out_of_memory",
-                             "not enough memory for the safetensors header; try again later");
+                                          &prefix, &rep->body.prefix_len) < 0) {
+        answer_error(a, HTTP_SERVICE_UNAVAILABLE, "out_of_memory",
+                     "not enough memory for the safetensors header; try again later");
         return 1;
     }
-    rep->body.prefix = rep->prefix_buf;
+    if (prefix)
+        answer_defer(a, free, prefix);
+    rep->body.prefix = prefix;
     return 0;
 }
 
 /* A name to save the answer under (curl -OJ, browsers): the tensor's, cut
  * to fit a file name, with the format's extension. */
-static const char *tensor_disposition(char *out, size_t len, const struct st_tensor *st,
+static const char *tensor_disposition(struct answer *a, const struct st_tensor *st,
                                       enum tformat format)
 {
     char fname[TENSOR_FILENAME_MAX + 16];
@@ -230,16 +219,15 @@ static const char *tensor_disposition(char *out, size_t len, const struct st_ten
                         format == TFORMAT_NPY           ? ".npy"
                         : format == TFORMAT_SAFETENSORS ? ".safetensors"
                                                         : ".bin");
-    return respond_disposition(out, len, "attachment", fname, (size_t)flen);
+    return answer_disposition(a, "attachment", fname, (size_t)flen);
 }
 
-enum MHD_Result handle_tensor(struct MHD_Connection *conn, struct request *rq,
-                              const struct reg_model *m, const struct reg_tensor *t)
+struct answer *handle_tensor(const struct request_view *v, struct answer *a,
+                             const struct reg_model *m, const struct reg_tensor *t)
 {
     (void)m;
     const struct st_tensor *st = t->t;
     const struct reg_file *f = t->file;
-    enum MHD_Result ret;
     struct tensor_query q = {0};
     struct representation rep = {
         .body = {.fd = f->fd, .data_off = f->data_start + st->begin, .data_len = st->end - st->begin},
@@ -250,14 +238,12 @@ enum MHD_Result handle_tensor(struct MHD_Connection *conn, struct request *rq,
     };
     uint32_t ndim = st->ndim;
     const uint64_t *shape = st->shape;
-    if (tensor_query_read(conn, rq, &q, &ret) ||
-        (q.spec && apply_slice(conn, rq, st, q.spec, &rep, &ndim, &shape, &ret)))
+    if (tensor_query_read(v, a, &q) ||
+        (q.spec && apply_slice(v, a, st, q.spec, &rep, &ndim, &shape)))
         goto out;
     shape_format(rep.shape, sizeof(rep.shape), shape, ndim, ",");
-    if (apply_format(conn, rq, st, &q, ndim, shape, &rep, &ret)) {
-        free(rep.plan_buf);
+    if (apply_format(a, st, &q, ndim, shape, &rep))
         goto out;
-    }
     if (rep.body.data_len == 0)
         rep.body.fd = -1;
 
@@ -266,49 +252,48 @@ enum MHD_Result handle_tensor(struct MHD_Connection *conn, struct request *rq,
     h = hash_fnv1a(q.spec ? q.spec : "", q.spec ? strlen(q.spec) + 1 : 1, h);
     h = hash_fnv1a(&q.format, sizeof(q.format), h);
     h = hash_fnv1a(&q.npy_raw, sizeof(q.npy_raw), h);
-    char file_etag[REG_ETAG_MAX], disp[4 * (TENSOR_FILENAME_MAX + 16) + 64];
+    char file_etag[REG_ETAG_MAX];
     reg_file_etag(f, file_etag);
     derive_etag(rep.etag, sizeof(rep.etag), file_etag, 't', h);
-    rep.disposition = tensor_disposition(disp, sizeof(disp), st, q.format);
-    ret = respond_body(conn, rq, &rep);
+    rep.disposition = tensor_disposition(a, st, q.format);
+    answer_body(a, &rep);
 out:
     tensor_query_free(&q);
-    return ret;
+    return a;
 }
 
-enum MHD_Result handle_gpu_answer(struct MHD_Connection *conn, struct request *rq, int rc,
-                                  int status, struct jsonw *w, const struct gpu_doc_error *e)
+struct answer *handle_gpu_answer(struct answer *a, int rc, int status, struct jsonw *w,
+                                 const struct gpu_doc_error *e)
 {
     if (rc < 0)
-        return respond_error(conn, rq, (unsigned)e->http_status, e->code, "%s", e->message);
+        return answer_error(a, (unsigned)e->http_status, e->code, "%s", e->message);
     /* The state changes as loading goes on: no validator. */
-    return respond_json(conn, rq, (unsigned)status, w);
+    return answer_jsonw(a, (unsigned)status, w);
 }
 
-enum MHD_Result handle_gpu(struct MHD_Connection *conn, struct request *rq, const char *model,
-                           const char *method)
+struct answer *handle_gpu(const struct request_view *v, struct answer *a, const char *model)
 {
-    struct gpu_manager *gm = rq->srv->gpu;
+    struct gpu_manager *gm = v->srv->gpu;
+    const char *method = v->method;
     struct gpu_doc_error e;
     struct jsonw w = JSONW_INIT;
-    int status = MHD_HTTP_OK, rc = 0;
+    int status = HTTP_OK, rc = 0;
     if (!gm)
-        return respond_error(conn, rq, MHD_HTTP_SERVICE_UNAVAILABLE, "gpu_unavailable",
-                             "GPU sharing is not running in this daemon");
-    if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 && !rq->is_head &&
-        !respond_preconditions_hold(conn))
-        return respond_error(conn, rq, MHD_HTTP_PRECONDITION_FAILED, "precondition_failed",
-                             "If-Match or If-None-Match did not hold; nothing was done");
-    if (strcmp(method, MHD_HTTP_METHOD_POST) == 0) {
+        return answer_error(a, HTTP_SERVICE_UNAVAILABLE, "gpu_unavailable",
+                            "GPU sharing is not running in this daemon");
+    if (strcmp(method, "GET") != 0 && !v->is_head && !view_preconditions_hold(v))
+        return answer_error(a, HTTP_PRECONDITION_FAILED, "precondition_failed",
+                            "If-Match or If-None-Match did not hold; nothing was done");
+    if (strcmp(method, "POST") == 0) {
         char *device;
-        rc = gpu_doc_preload_device(rq->upload ? rq->upload : "", rq->upload_len, &device, &e);
+        rc = gpu_doc_preload_device(v->body ? v->body : "", v->body_len, &device, &e);
         if (rc == 0)
             rc = gpu_doc_preload(gm, model, device, &w, &status, &e);
         free(device);
-    } else if (strcmp(method, MHD_HTTP_METHOD_DELETE) == 0) {
+    } else if (strcmp(method, "DELETE") == 0) {
         rc = gpu_doc_evict(gm, model, &w, &status, &e);
     } else {
         gpu_doc_model(gm, model, &w);
     }
-    return handle_gpu_answer(conn, rq, rc, status, &w, &e);
+    return handle_gpu_answer(a, rc, status, &w, &e);
 }

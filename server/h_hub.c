@@ -9,7 +9,7 @@
  * suspended, the hasher moves the repo's files to the front of its queue
  * and calls back when they are hashed or hash_wait seconds have passed,
  * the callback resumes the connection, and the request is dispatched again
- * (http.c) and answers with what it finds then: the document, or 503 with
+ * and answers with what it finds then: the document, or 503 with
  * a Retry-After estimated from the bytes left. Never a guessed hash. */
 #include <errno.h>
 #include <fcntl.h>
@@ -25,8 +25,8 @@
 #include "handlers.h"
 #include "hasher.h"
 #include "reg_repo.h"
-#include "respond.h"
 #include "route.h"
+#include "server.h"
 #include "util.h"
 
 
@@ -34,65 +34,66 @@
 
 static void wait_done(void *arg, enum hasher_result r)
 {
-    struct request *rq = arg;
-    atomic_store(&rq->wait_result, (int)r);
-    atomic_store(&rq->wait, WAIT_RESUMED);
-    MHD_resume_connection(rq->mhd);
+    answer_resume(arg, (int)r);
 }
 
-/* The revision of repo r, or NULL after answering (or suspending to wait)
- * in *ret. */
-static const struct reg_repo_rev *need_revision(struct MHD_Connection *conn, struct request *rq,
-                                                const struct reg_repo *r, enum MHD_Result *ret)
+/* What a repo's answer waits for: the hashes of its files. */
+struct hash_wait {
+    struct hasher *h;
+    const struct reg_file **missing;  /* in the snapshot the request holds while the wait starts */
+    size_t n;
+    unsigned ms;
+};
+
+static void *start_hashing(struct answer *a)
+{
+    const struct hash_wait *w = a->wait.ctx;
+    enum hasher_state st = hasher_want(w->h, w->missing, w->n, w->ms, wait_done, a);
+    if (st != HASHER_PENDING)
+        answer_resume(a, st == HASHER_KNOWN ? (int)HASHER_DONE : (int)HASHER_GONE);
+    return NULL;
+}
+
+/* The revision of repo r, or NULL after answering (or waiting) in a. */
+static const struct reg_repo_rev *need_revision(const struct request_view *v, struct answer *a,
+                                                const struct reg_repo *r)
 {
     const struct reg_file *bad = reg_repo_unreadable(r);
     if (bad) {
-        *ret = respond_hub_error(conn, rq, MHD_HTTP_INTERNAL_SERVER_ERROR, NULL, NULL, 0,
-                                 "repo %s: file %s cannot be read: %s", r->id, bad->name,
-                                 bad->error.message);
+        answer_hub_error(a, HTTP_INTERNAL_SERVER_ERROR, NULL, 0,
+                         "repo %s: file %s cannot be read: %s", r->id, bad->name,
+                         bad->error.message);
         return NULL;
     }
     const struct reg_repo_rev *rev = reg_repo_revision(r);
     if (rev)
         return rev;
-    struct hasher *h = rq->srv->hasher;
-    const struct reg_file **missing = xmalloc(r->n_files * sizeof(*missing));
+    struct hasher *h = v->srv->hasher;
+    const struct reg_file **missing = answer_alloc(a, r->n_files * sizeof(*missing));
     size_t n = 0;
     for (size_t i = 0; i < r->n_files; i++)
         if (!reg_file_hashed(&r->files[i]))
             missing[n++] = &r->files[i];
-    int state = atomic_load(&rq->wait);
-    unsigned wait_s = rq->srv->cfg->hash_wait;
-    if (state == WAIT_NONE && wait_s > 0 && h) {
-        /* Suspended before asking: the callback may come at once. */
-        atomic_store(&rq->wait, WAIT_SUSPENDED);
-        MHD_suspend_connection(conn);
-        enum hasher_state st = hasher_want(h, missing, n, wait_s * 1000u, wait_done, rq);
-        if (st != HASHER_PENDING) {
-            atomic_store(&rq->wait_result,
-                         st == HASHER_KNOWN ? (int)HASHER_DONE : (int)HASHER_GONE);
-            atomic_store(&rq->wait, WAIT_RESUMED);
-            MHD_resume_connection(conn);
-        }
-        free(missing);
-        *ret = MHD_YES; /* answered when dispatched again */
+    unsigned wait_s = v->srv->cfg->hash_wait;
+    if (!v->waited && wait_s > 0 && h) {
+        struct hash_wait *w = answer_alloc(a, sizeof(*w));
+        *w = (struct hash_wait){h, missing, n, wait_s * 1000u};
+        answer_wait(a, start_hashing, NULL, w);
         return NULL;
     }
     /* Waited already (or may not wait): say when to come back. */
     if (h)
         hasher_want(h, missing, n, 0, NULL, NULL); /* at least to the front of the queue */
     unsigned after = h ? hasher_retry_after(h, missing, n) : 1;
-    int result = atomic_load(&rq->wait_result);
-    free(missing);
-    if (state == WAIT_DONE && result == HASHER_FAILED) {
-        *ret = respond_hub_error(conn, rq, MHD_HTTP_INTERNAL_SERVER_ERROR, NULL, NULL, 0,
-                                 "repo %s: a file could not be hashed (a read error, or it keeps "
-                                 "changing); see the daemon's log", r->id);
+    if (v->waited && v->wait_result == HASHER_FAILED) {
+        answer_hub_error(a, HTTP_INTERNAL_SERVER_ERROR, NULL, 0,
+                         "repo %s: a file could not be hashed (a read error, or it keeps "
+                         "changing); see the daemon's log", r->id);
         return NULL;
     }
-    *ret = respond_hub_error(conn, rq, MHD_HTTP_SERVICE_UNAVAILABLE, NULL, NULL, after,
-                             "repo %s: the content hashes of its files are being computed; "
-                             "retry in %u s", r->id, after);
+    answer_hub_error(a, HTTP_SERVICE_UNAVAILABLE, NULL, after,
+                     "repo %s: the content hashes of its files are being computed; "
+                     "retry in %u s", r->id, after);
     return NULL;
 }
 
@@ -119,22 +120,13 @@ static void put_path(char **buf, size_t *len, size_t *cap, const char *s)
     (*buf)[*len] = '\0';
 }
 
-static enum MHD_Result serve_file(struct MHD_Connection *conn, struct request *rq,
-                                  const struct reg_repo *r, const struct reg_repo_rev *rev,
-                                  const struct reg_file *f, int raw)
+static struct answer *serve_file(struct answer *a, const struct reg_repo *r,
+                                 const struct reg_repo_rev *rev, const struct reg_file *f, int raw)
 {
-    char etag[80], sha[65], size[24], disp[4 * 256 + 80];
+    char etag[80], sha[65];
     int lfs = reg_repo_file_is_lfs(f);
     digest_hex(lfs ? f->sha256 : f->git_sha1, lfs ? 32 : 20, sha);
     snprintf(etag, sizeof(etag), "\"%s\"", sha);
-    snprintf(size, sizeof(size), "%" PRIu64, f->st.size);
-    const char *extra[9] = {"X-Repo-Commit", rev->commit};
-    if (lfs) {
-        extra[2] = "X-Linked-Etag";
-        extra[3] = etag;
-        extra[4] = "X-Linked-Size";
-        extra[5] = size;
-    }
     const char *base = strrchr(f->name, '/');
     base = base ? base + 1 : f->name;
     size_t blen = strlen(base);
@@ -145,45 +137,46 @@ static enum MHD_Result serve_file(struct MHD_Connection *conn, struct request *r
     int fd = reg_open_below(r->root, f, O_RDONLY);
     if (fd < 0) {
         if (fd == -ESTALE) {
-            http_request_rescan(rq->srv);
-            return respond_hub_error(conn, rq, MHD_HTTP_SERVICE_UNAVAILABLE, NULL, NULL, 1,
-                                     "%s changed on disk since it was hashed; retry once the "
-                                     "daemon has rescanned it", f->name);
+            a->rescan = 1;
+            return answer_hub_error(a, HTTP_SERVICE_UNAVAILABLE, NULL, 1,
+                                    "%s changed on disk since it was hashed; retry once the "
+                                    "daemon has rescanned it", f->name);
         }
         if (fd == -EMFILE || fd == -ENFILE)
-            return respond_hub_error(conn, rq, MHD_HTTP_SERVICE_UNAVAILABLE, NULL, NULL, 1,
-                                     "out of file descriptors");
-        return respond_hub_error(conn, rq, MHD_HTTP_INTERNAL_SERVER_ERROR, NULL, NULL, 0,
-                                 "%s could not be opened: %s", f->name, strerror(-fd));
+            return answer_hub_error(a, HTTP_SERVICE_UNAVAILABLE, NULL, 1,
+                                    "out of file descriptors");
+        return answer_hub_error(a, HTTP_INTERNAL_SERVER_ERROR, NULL, 0,
+                                "%s could not be opened: %s", f->name, strerror(-fd));
+    }
+    a->fd = fd; /* the response holds its own duplicate */
+    answer_header(a, "X-Repo-Commit", rev->commit);
+    if (lfs) {
+        answer_header(a, "X-Linked-Etag", etag);
+        answer_header(a, "X-Linked-Size", answer_printf(a, "%" PRIu64, f->st.size));
     }
     struct representation rep = {
         .body = {.fd = fd, .data_off = 0, .data_len = f->st.size},
-        .content_type = respond_content_type(f->name),
+        .content_type = answer_content_type(f->name),
         .mtime = -1, /* no Last-Modified: the file's mtime is not content (h_hub_int.h, HUB_REVISION_DATE) */
         .file_st = &f->st,
         .cache_control = HUB_CACHE_IMMUTABLE,
-        .disposition = respond_disposition(disp, sizeof(disp), raw ? "inline" : "attachment",
-                                           base, blen),
-        .extra = extra,
+        .disposition = answer_disposition(a, raw ? "inline" : "attachment", base, blen),
     };
     snprintf(rep.etag, sizeof(rep.etag), "%s", etag);
-    enum MHD_Result ret = respond_body(conn, rq, &rep);
-    close(fd); /* the answer holds its own duplicate */
-    return ret;
+    return answer_body(a, &rep);
 }
 
-static enum MHD_Result hub_file(struct MHD_Connection *conn, struct request *rq,
-                                const struct reg_repo *r, const struct reg_repo_rev *rev,
-                                const struct route *rt)
+static struct answer *hub_file(struct answer *a, const struct reg_repo *r,
+                               const struct reg_repo_rev *rev, const struct route *rt)
 {
     int by_commit;
     if (!hub_revision_matches(rt->rev, rev, &by_commit))
-        return hub_revision_not_found(conn, rq, rt->rev);
+        return hub_revision_not_found(a, rt->rev);
     const struct reg_file *f = reg_repo_find_file(r, rt->name, rt->name_len);
     if (!f)
-        return hub_entry_not_found(conn, rq, r, rev, rt->name);
+        return hub_entry_not_found(a, r, rev, rt->name);
     if (by_commit)
-        return serve_file(conn, rq, r, rev, f, rt->raw);
+        return serve_file(a, r, rev, f, rt->raw);
     /* A branch name: to the commit's URL, so that a client's metadata
      * request and its download read one version (huggingface_hub downloads
      * from where its HEAD request ended), and caches keep the bytes under a
@@ -200,62 +193,56 @@ static enum MHD_Result hub_file(struct MHD_Connection *conn, struct request *rq,
     /* An LFS file's redirect says what the Hub's says (its 302 to the CDN,
      * where huggingface_hub stops and takes the file's metadata from): the
      * linked file's ETag and size. */
-    char etag[68], size[24];
-    const char *extra[9] = {"X-Repo-Commit", rev->commit, MHD_HTTP_HEADER_CACHE_CONTROL,
-                            "no-cache"};
+    answer_header(a, "X-Repo-Commit", rev->commit);
+    answer_header(a, "Cache-Control", "no-cache");
     if (reg_repo_file_is_lfs(f)) {
         char sha[65];
         digest_hex(f->sha256, 32, sha);
-        snprintf(etag, sizeof(etag), "\"%s\"", sha);
-        snprintf(size, sizeof(size), "%" PRIu64, f->st.size);
-        extra[4] = "X-Linked-Etag";
-        extra[5] = etag;
-        extra[6] = "X-Linked-Size";
-        extra[7] = size;
+        answer_header(a, "X-Linked-Etag", answer_printf(a, "\"%s\"", sha));
+        answer_header(a, "X-Linked-Size", answer_printf(a, "%" PRIu64, f->st.size));
     }
-    enum MHD_Result ret = respond_redirect(conn, rq, MHD_HTTP_FOUND, loc, extra);
+    answer_redirect(a, HTTP_FOUND, loc);
     free(loc);
-    return ret;
+    return a;
 }
 
-enum MHD_Result handle_hub(struct MHD_Connection *conn, struct request *rq,
-                           const struct reg_snapshot *reg, const struct route *rt)
+struct answer *handle_hub(const struct request_view *v, struct answer *a,
+                          const struct reg_snapshot *reg, const struct route *rt)
 {
-    enum MHD_Result ret = MHD_YES;
     /* A mirror's Hub is its upstream's (server/h_mirror.c): models only. */
-    if (rq->srv->mirror && rt->kind != ROUTE_HUB_NO_REPO && rt->kind != ROUTE_HUB_NO_REPOS)
-        return handle_mirror_hub(conn, rq, rt);
+    if (v->srv->mirror && rt->kind != ROUTE_HUB_NO_REPO && rt->kind != ROUTE_HUB_NO_REPOS)
+        return handle_mirror_hub(v, a, rt);
     if (rt->kind == ROUTE_HUB_MODELS)
-        return hub_models(conn, rq, reg);
+        return hub_models(v, a, reg);
     if (rt->kind == ROUTE_HUB_NO_REPOS)
-        return hub_no_repos(conn, rq);
+        return hub_no_repos(a);
     if (rt->kind == ROUTE_HUB_NO_REPO)
-        return respond_hub_error(conn, rq, MHD_HTTP_NOT_FOUND, "RepoNotFound", NULL, 0,
-                                 "Repository not found: %.300s (tensord serves models only: no "
-                                 "datasets, no spaces)", rt->model);
+        return answer_hub_error(a, HTTP_NOT_FOUND, "RepoNotFound", 0,
+                                "Repository not found: %.300s (tensord serves models only: no "
+                                "datasets, no spaces)", rt->model);
     const struct reg_repo *r = reg_snapshot_find_repo(reg, rt->model, rt->model_len);
     if (!r)
-        return respond_hub_error(conn, rq, MHD_HTTP_NOT_FOUND, "RepoNotFound", NULL, 0,
-                                 "Repository not found: %.300s", rt->model);
+        return answer_hub_error(a, HTTP_NOT_FOUND, "RepoNotFound", 0,
+                                "Repository not found: %.300s", rt->model);
     /* A revision that can never match needs no hashes to be refused. */
     if (rt->rev && strcmp(rt->rev, "main") != 0 && strcmp(rt->rev, "HEAD") != 0 &&
         !(rt->rev_len == 40 && digest_unhex(rt->rev, 20, (uint8_t[20]){0}) == 0))
-        return hub_revision_not_found(conn, rq, rt->rev);
-    const struct reg_repo_rev *rev = need_revision(conn, rq, r, &ret);
+        return hub_revision_not_found(a, rt->rev);
+    const struct reg_repo_rev *rev = need_revision(v, a, r);
     if (!rev)
-        return ret;
+        return a;
     switch (rt->kind) {
     case ROUTE_HUB_FILE:
-        return hub_file(conn, rq, r, rev, rt);
+        return hub_file(a, r, rev, rt);
     case ROUTE_HUB_INFO:
-        return hub_info(conn, rq, reg, r, rev, rt);
+        return hub_info(v, a, reg, r, rev, rt);
     case ROUTE_HUB_TREE:
-        return hub_tree(conn, rq, r, rev, rt);
+        return hub_tree(v, a, r, rev, rt);
     case ROUTE_HUB_REFS:
-        return hub_refs(conn, rq, rev);
+        return hub_refs(a, rev);
     case ROUTE_HUB_COMMITS:
-        return hub_commits(conn, rq, r, rev, rt);
+        return hub_commits(a, r, rev, rt);
     default:
-        return hub_paths_info(conn, rq, r, rev, rt);
+        return hub_paths_info(v, a, r, rev, rt);
     }
 }

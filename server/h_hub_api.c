@@ -21,7 +21,6 @@
 #include "hub_req.h"
 #include "jsonw.h"
 #include "log.h"
-#include "respond.h"
 #include "route.h"
 #include "strmap.h"
 #include "util.h"
@@ -34,22 +33,20 @@ int hub_revision_matches(const char *rev, const struct reg_repo_rev *cur, int *b
     return *by_commit || strcmp(rev, "main") == 0 || strcmp(rev, "HEAD") == 0;
 }
 
-enum MHD_Result hub_revision_not_found(struct MHD_Connection *conn, struct request *rq,
-                                       const char *rev)
+struct answer *hub_revision_not_found(struct answer *a, const char *rev)
 {
-    return respond_hub_error(conn, rq, MHD_HTTP_NOT_FOUND, "RevisionNotFound", NULL, 0,
-                             "Invalid rev id: %.300s", rev);
+    return answer_hub_error(a, HTTP_NOT_FOUND, "RevisionNotFound", 0, "Invalid rev id: %.300s",
+                            rev);
 }
 
-enum MHD_Result hub_entry_not_found(struct MHD_Connection *conn, struct request *rq,
-                                    const struct reg_repo *r, const struct reg_repo_rev *rev,
-                                    const char *path)
+struct answer *hub_entry_not_found(struct answer *a, const struct reg_repo *r,
+                                   const struct reg_repo_rev *rev, const char *path)
 {
     /* huggingface_hub caches "absent at this commit" from X-Repo-Commit. */
-    const char *extra[] = {"X-Repo-Commit", rev->commit, NULL};
-    return respond_hub_error(conn, rq, MHD_HTTP_NOT_FOUND, "EntryNotFound", extra, 0,
-                             "%.300s does not exist in repo %s at revision %s", path, r->id,
-                             rev->commit);
+    answer_header(a, "X-Repo-Commit", rev->commit);
+    return answer_hub_error(a, HTTP_NOT_FOUND, "EntryNotFound", 0,
+                            "%.300s does not exist in repo %s at revision %s", path, r->id,
+                            rev->commit);
 }
 
 static size_t lfs_pointer_size(uint64_t size)
@@ -63,28 +60,28 @@ static size_t lfs_pointer_size(uint64_t size)
 
 /* Answers a rendered JSON document (w, consumed) with a validator from its
  * bytes, immutable when it was asked for by commit. */
-static enum MHD_Result send_doc(struct MHD_Connection *conn, struct request *rq, struct jsonw *w,
-                                int by_commit, const char *commit)
+static struct answer *send_doc(struct answer *a, struct jsonw *w, int by_commit,
+                               const char *commit)
 {
     size_t len;
     char *text = jsonw_take(w, &len);
     if (text)
-        text = respond_json_line(text, &len);
+        text = answer_json_line(text, &len);
     if (!text)
-        return respond_hub_error(conn, rq, MHD_HTTP_SERVICE_UNAVAILABLE, "out_of_memory", NULL, 1,
-                                 "out of memory rendering the answer");
-    const char *extra[] = {"X-Repo-Commit", commit, NULL};
+        return answer_hub_error(a, HTTP_SERVICE_UNAVAILABLE, "out_of_memory", 1,
+                                "out of memory rendering the answer");
+    answer_defer(a, free, text);
+    if (commit)
+        answer_header(a, "X-Repo-Commit", commit);
     struct representation rep = {
         .body = {.prefix = text, .prefix_len = len, .fd = -1},
-        .prefix_buf = text,
         .content_type = "application/json",
         .mtime = -1,
         .cache_control = by_commit ? HUB_CACHE_IMMUTABLE : "no-cache",
-        .extra = commit ? extra : NULL,
     };
     snprintf(rep.etag, sizeof(rep.etag), "\"h%016" PRIx64 "\"",
              hash_fnv1a(text, len, HASH_FNV_SEED));
-    return respond_body(conn, rq, &rep);
+    return answer_body(a, &rep);
 }
 
 static void lfs_object(struct jsonw *w, const struct reg_file *f, const char *hash_key)
@@ -220,13 +217,14 @@ static int card_data(struct jsonw *w, const struct reg_repo *r)
     return rc == -ESTALE ? rc : 0;
 }
 
-enum MHD_Result hub_info(struct MHD_Connection *conn, struct request *rq,
-                         const struct reg_snapshot *reg, const struct reg_repo *r,
-                         const struct reg_repo_rev *rev, const struct route *rt)
+struct answer *hub_info(const struct request_view *v, struct answer *a,
+                        const struct reg_snapshot *reg, const struct reg_repo *r,
+                        const struct reg_repo_rev *rev, const struct route *rt)
 {
+    (void)v;
     int by_commit = 0;
     if (rt->rev && !hub_revision_matches(rt->rev, rev, &by_commit))
-        return hub_revision_not_found(conn, rq, rt->rev);
+        return hub_revision_not_found(a, rt->rev);
     struct jsonw w = JSONW_INIT;
     jsonw_obj(&w);
     repo_summary(&w, r, rev);
@@ -234,10 +232,10 @@ enum MHD_Result hub_info(struct MHD_Connection *conn, struct request *rq,
     safetensors_info(&w, reg, r);
     if (card_data(&w, r) == -ESTALE) {
         jsonw_free(&w);
-        http_request_rescan(rq->srv);
-        return respond_hub_error(conn, rq, MHD_HTTP_SERVICE_UNAVAILABLE, NULL, NULL, 1,
-                                 "%s/README.md changed on disk since it was hashed; retry once "
-                                 "the daemon has rescanned it", r->id);
+        a->rescan = 1;
+        return answer_hub_error(a, HTTP_SERVICE_UNAVAILABLE, NULL, 1,
+                                "%s/README.md changed on disk since it was hashed; retry once "
+                                "the daemon has rescanned it", r->id);
     }
     jsonw_karr(&w, "siblings");
     for (size_t i = 0; i < r->n_files; i++) {
@@ -256,27 +254,27 @@ enum MHD_Result hub_info(struct MHD_Connection *conn, struct request *rq,
     jsonw_karr(&w, "spaces");
     jsonw_arr_end(&w);
     jsonw_obj_end(&w);
-    return send_doc(conn, rq, &w, by_commit, rev->commit);
+    return send_doc(a, &w, by_commit, rev->commit);
 }
 
 /* Whether a query flag is set the way Python's str(True) or JS writes it. */
-static int query_true(struct MHD_Connection *conn, const char *key)
+static int query_true(const struct request_view *v, const char *key)
 {
-    const char *v = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, key);
-    return v && (strcasecmp(v, "true") == 0 || strcmp(v, "1") == 0);
+    const char *s = v->query(v, key);
+    return s && (strcasecmp(s, "true") == 0 || strcmp(s, "1") == 0);
 }
 
-enum MHD_Result hub_tree(struct MHD_Connection *conn, struct request *rq, const struct reg_repo *r,
-                         const struct reg_repo_rev *rev, const struct route *rt)
+struct answer *hub_tree(const struct request_view *v, struct answer *a, const struct reg_repo *r,
+                        const struct reg_repo_rev *rev, const struct route *rt)
 {
     int by_commit;
     if (!hub_revision_matches(rt->rev, rev, &by_commit))
-        return hub_revision_not_found(conn, rq, rt->rev);
+        return hub_revision_not_found(a, rt->rev);
     const char *path = rt->name ? rt->name : "";
     const struct reg_repo_dir *d = reg_repo_find_dir(rev, path, strlen(path));
     if (!d)
-        return hub_entry_not_found(conn, rq, r, rev, path);
-    int recursive = query_true(conn, "recursive");
+        return hub_entry_not_found(a, r, rev, path);
+    int recursive = query_true(v, "recursive");
     size_t skip = d->len ? d->len + 1 : 0;
     struct jsonw w = JSONW_INIT;
     jsonw_arr(&w);
@@ -299,25 +297,24 @@ enum MHD_Result hub_tree(struct MHD_Connection *conn, struct request *rq, const 
     }
     strmap_free(listed);
     jsonw_arr_end(&w);
-    return send_doc(conn, rq, &w, by_commit, rev->commit);
+    return send_doc(a, &w, by_commit, rev->commit);
 }
 
-enum MHD_Result hub_paths_info(struct MHD_Connection *conn, struct request *rq,
-                               const struct reg_repo *r, const struct reg_repo_rev *rev,
-                               const struct route *rt)
+struct answer *hub_paths_info(const struct request_view *v, struct answer *a,
+                              const struct reg_repo *r, const struct reg_repo_rev *rev,
+                              const struct route *rt)
 {
     int by_commit;
     if (!hub_revision_matches(rt->rev, rev, &by_commit))
-        return hub_revision_not_found(conn, rq, rt->rev);
-    const char *ct = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
-                                                 MHD_HTTP_HEADER_CONTENT_TYPE);
+        return hub_revision_not_found(a, rt->rev);
+    const char *ct = view_header(v, "Content-Type");
     int json = ct && strncasecmp(ct, "application/json", 16) == 0;
     struct hub_paths p;
     struct st_error err;
-    if (hub_paths_parse(rq->upload ? rq->upload : "", rq->upload_len, json, &p, &err) != 0)
-        return respond_hub_error(conn, rq, err.code == ST_ERR_LIMIT ? MHD_HTTP_CONTENT_TOO_LARGE
-                                                                    : MHD_HTTP_BAD_REQUEST,
-                                 NULL, NULL, 0, "%.255s", err.message);
+    if (hub_paths_parse(v->body ? v->body : "", v->body_len, json, &p, &err) != 0)
+        return answer_hub_error(a, err.code == ST_ERR_LIMIT ? HTTP_CONTENT_TOO_LARGE
+                                                            : HTTP_BAD_REQUEST,
+                                NULL, 0, "%.255s", err.message);
     struct jsonw w = JSONW_INIT;
     jsonw_arr(&w);
     struct strmap *seen = strmap_new(p.n);
@@ -337,38 +334,37 @@ enum MHD_Result hub_paths_info(struct MHD_Connection *conn, struct request *rq,
     strmap_free(seen);
     hub_paths_free(&p);
     jsonw_arr_end(&w);
-    return send_doc(conn, rq, &w, 0, rev->commit);
+    return send_doc(a, &w, 0, rev->commit);
 }
 
 /* /api/models: every repo, filtered by search (a case-insensitive
  * substring of the id) and author (the namespace), at most limit. One
  * page: no Link header to follow. Revisions are given where already
  * known; the list never waits for hashes. */
-enum MHD_Result hub_models(struct MHD_Connection *conn, struct request *rq,
-                           const struct reg_snapshot *reg)
+struct answer *hub_models(const struct request_view *v, struct answer *a,
+                          const struct reg_snapshot *reg)
 {
     int bad = 0;
-    char *search = handler_query(conn, "search", 1, NULL, &bad), *author = handler_query(conn, "author", 1, NULL, &bad);
-    const char *limit_s = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "limit");
-    int full = query_true(conn, "full");
+    char *search = view_query(v, "search", 1, NULL, &bad);
+    char *author = view_query(v, "author", 1, NULL, &bad);
+    const char *limit_s = v->query(v, "limit");
+    int full = query_true(v, "full");
     uint64_t limit = UINT64_MAX;
-    enum MHD_Result ret;
     if (bad) {
-        ret = respond_hub_error(conn, rq, MHD_HTTP_BAD_REQUEST, NULL, NULL, 0,
-                                "a query parameter has a malformed percent-escape");
+        answer_hub_error(a, HTTP_BAD_REQUEST, NULL, 0,
+                         "a query parameter has a malformed percent-escape");
         goto out;
     }
     if (limit_s) {
         char *end;
         errno = 0;
-        unsigned long long v = strtoull(limit_s, &end, 10);
+        unsigned long long parsed = strtoull(limit_s, &end, 10);
         if (!limit_s[0] || *end || errno || limit_s[0] == '-') {
-            ret = respond_hub_error(conn, rq, MHD_HTTP_BAD_REQUEST, NULL, NULL, 0,
-                                    "limit must be a non-negative integer, not \"%.50s\"",
-                                    limit_s);
+            answer_hub_error(a, HTTP_BAD_REQUEST, NULL, 0,
+                             "limit must be a non-negative integer, not \"%.50s\"", limit_s);
             goto out;
         }
-        limit = v;
+        limit = parsed;
     }
     struct jsonw w = JSONW_INIT;
     jsonw_arr(&w);
@@ -396,27 +392,26 @@ enum MHD_Result hub_models(struct MHD_Connection *conn, struct request *rq,
         n++;
     }
     jsonw_arr_end(&w);
-    ret = send_doc(conn, rq, &w, 0, NULL);
+    send_doc(a, &w, 0, NULL);
 out:
     free(search);
     free(author);
-    return ret;
+    return a;
 }
 
-enum MHD_Result hub_no_repos(struct MHD_Connection *conn, struct request *rq)
+struct answer *hub_no_repos(struct answer *a)
 {
     struct jsonw w = JSONW_INIT;
     jsonw_arr(&w);
     jsonw_arr_end(&w);
-    return send_doc(conn, rq, &w, 0, NULL);
+    return send_doc(a, &w, 0, NULL);
 }
 
 /* ---- refs and commits -------------------------------------------------------- */
 
 /* /api/models/{repo}/refs: one branch, main, at the current commit (the
  * content has no tags, conversions or pull requests). */
-enum MHD_Result hub_refs(struct MHD_Connection *conn, struct request *rq,
-                         const struct reg_repo_rev *rev)
+struct answer *hub_refs(struct answer *a, const struct reg_repo_rev *rev)
 {
     struct jsonw w = JSONW_INIT;
     jsonw_obj(&w);
@@ -433,19 +428,18 @@ enum MHD_Result hub_refs(struct MHD_Connection *conn, struct request *rq,
         jsonw_arr_end(&w);
     }
     jsonw_obj_end(&w);
-    return send_doc(conn, rq, &w, 0, rev->commit);
+    return send_doc(a, &w, 0, rev->commit);
 }
 
 /* /api/models/{repo}/commits/{rev}: the history of rev, which is one
  * commit: tensord keeps no history, and a commit id names one content
  * state (a function of the content alone: no author, the epoch's date). */
-enum MHD_Result hub_commits(struct MHD_Connection *conn, struct request *rq,
-                            const struct reg_repo *r, const struct reg_repo_rev *rev,
-                            const struct route *rt)
+struct answer *hub_commits(struct answer *a, const struct reg_repo *r,
+                           const struct reg_repo_rev *rev, const struct route *rt)
 {
     int by_commit;
     if (!hub_revision_matches(rt->rev, rev, &by_commit))
-        return hub_revision_not_found(conn, rq, rt->rev);
+        return hub_revision_not_found(a, rt->rev);
     char *message = xasprintf("The files of %s as tensord serves them. tensord keeps no "
                               "history: this commit's id is a hash of the content.", r->id);
     struct jsonw w = JSONW_INIT;
@@ -460,5 +454,5 @@ enum MHD_Result hub_commits(struct MHD_Connection *conn, struct request *rq,
     jsonw_kstr(&w, "date", HUB_REVISION_DATE);
     jsonw_obj_end(&w);
     jsonw_arr_end(&w);
-    return send_doc(conn, rq, &w, by_commit, rev->commit);
+    return send_doc(a, &w, by_commit, rev->commit);
 }

@@ -5,9 +5,7 @@
 #ifndef TENSORD_H_HUB_INT_H
 #define TENSORD_H_HUB_INT_H
 
-#include <microhttpd.h>
-
-#include "http.h"
+#include "h_answer.h"
 #include "reg_repo.h"
 
 struct route;
@@ -23,33 +21,28 @@ struct route;
 /* Whether revision rev (decoded) names the repo's current revision, and
  * whether it does so by its commit id (an immutable URL). */
 int hub_revision_matches(const char *rev, const struct reg_repo_rev *cur, int *by_commit);
-enum MHD_Result hub_revision_not_found(struct MHD_Connection *conn, struct request *rq,
-                                       const char *rev);
+struct answer *hub_revision_not_found(struct answer *a, const char *rev);
 /* 404 EntryNotFound for path in r at rev (with X-Repo-Commit). */
-enum MHD_Result hub_entry_not_found(struct MHD_Connection *conn, struct request *rq,
-                                    const struct reg_repo *r, const struct reg_repo_rev *rev,
-                                    const char *path);
+struct answer *hub_entry_not_found(struct answer *a, const struct reg_repo *r,
+                                   const struct reg_repo_rev *rev, const char *path);
 
 /* The documents, once the repo's revision is known (rt->rev checked
  * against it by each). */
-enum MHD_Result hub_info(struct MHD_Connection *conn, struct request *rq,
-                         const struct reg_snapshot *reg, const struct reg_repo *r,
-                         const struct reg_repo_rev *rev, const struct route *rt);
-enum MHD_Result hub_tree(struct MHD_Connection *conn, struct request *rq,
-                         const struct reg_repo *r, const struct reg_repo_rev *rev,
-                         const struct route *rt);
-enum MHD_Result hub_paths_info(struct MHD_Connection *conn, struct request *rq,
-                               const struct reg_repo *r, const struct reg_repo_rev *rev,
-                               const struct route *rt);
-enum MHD_Result hub_refs(struct MHD_Connection *conn, struct request *rq,
-                         const struct reg_repo_rev *rev);
-enum MHD_Result hub_commits(struct MHD_Connection *conn, struct request *rq,
-                            const struct reg_repo *r, const struct reg_repo_rev *rev,
-                            const struct route *rt);
+struct answer *hub_info(const struct request_view *v, struct answer *a,
+                        const struct reg_snapshot *reg, const struct reg_repo *r,
+                        const struct reg_repo_rev *rev, const struct route *rt);
+struct answer *hub_tree(const struct request_view *v, struct answer *a, const struct reg_repo *r,
+                        const struct reg_repo_rev *rev, const struct route *rt);
+struct answer *hub_paths_info(const struct request_view *v, struct answer *a,
+                              const struct reg_repo *r, const struct reg_repo_rev *rev,
+                              const struct route *rt);
+struct answer *hub_refs(struct answer *a, const struct reg_repo_rev *rev);
+struct answer *hub_commits(struct answer *a, const struct reg_repo *r,
+                           const struct reg_repo_rev *rev, const struct route *rt);
 /* /api/datasets, /api/spaces: tensord has none, "[]". */
-enum MHD_Result hub_no_repos(struct MHD_Connection *conn, struct request *rq);
+struct answer *hub_no_repos(struct answer *a);
 /* /api/models: the repo list (never waits for hashes). */
-enum MHD_Result hub_models(struct MHD_Connection *conn, struct request *rq,
-                           const struct reg_snapshot *reg);
+struct answer *hub_models(const struct request_view *v, struct answer *a,
+                          const struct reg_snapshot *reg);
 
 #endif

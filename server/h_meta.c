@@ -7,11 +7,12 @@
 
 #include "dtype.h"
 #include "doc_cache.h"
+#include "gpu/gpu_manager.h"
 #include "gpu_doc.h"
 #include "handlers.h"
 #include "hasher.h"
 #include "metrics.h"
-#include "respond.h"
+#include "server.h"
 #include "util.h"
 
 /* The files of m whose content hash is known. */
@@ -104,54 +105,69 @@ static void hashing(struct jsonw *w, struct hasher *h)
     jsonw_obj_end(w);
 }
 
-enum MHD_Result handle_models(struct MHD_Connection *conn, struct request *rq,
-                              const struct reg_snapshot *reg)
+struct answer *handle_models(const struct request_view *v, struct answer *a,
+                             const struct reg_snapshot *reg)
 {
     struct jsonw w = JSONW_INIT;
     jsonw_obj(&w);
     jsonw_karr(&w, "models");
     for (size_t i = 0; i < reg->n_models; i++)
-        model_row(&w, rq->srv, reg->models[i]);
+        model_row(&w, v->srv, reg->models[i]);
     jsonw_arr_end(&w);
     jsonw_ku64(&w, "generation", reg->generation);
-    gpu_status(&w, rq->srv);
-    hashing(&w, rq->srv->hasher);
+    gpu_status(&w, v->srv);
+    hashing(&w, v->srv->hasher);
     jsonw_obj_end(&w);
     /* GPU states and hashes change without a reload, so the list carries no validator. */
-    return respond_json(conn, rq, MHD_HTTP_OK, &w);
+    return answer_jsonw(a, HTTP_OK, &w);
 }
 
 /* Rendering fails only when memory runs out: a condition of the host, not
  * of the model, so the answer says to try again. */
-static enum MHD_Result respond_no_memory(struct MHD_Connection *conn, struct request *rq,
-                                         const struct reg_model *m, enum doc_kind kind)
+static struct answer *no_memory(struct answer *a, const struct reg_model *m, enum doc_kind kind)
 {
-    return respond_error(conn, rq, MHD_HTTP_SERVICE_UNAVAILABLE, "out_of_memory",
-                         "not enough memory to render the %s of model \"%.300s\" "
-                         "(%zu tensors); try again later",
-                         kind == DOC_DESCRIPTION ? "description" : "merged header", m->name,
-                         m->n_tensors);
+    return answer_error(a, HTTP_SERVICE_UNAVAILABLE, "out_of_memory",
+                        "not enough memory to render the %s of model \"%.300s\" "
+                        "(%zu tensors); try again later",
+                        kind == DOC_DESCRIPTION ? "description" : "merged header", m->name,
+                        m->n_tensors);
 }
 
 /* The renderer's callback: the document is there (or cannot be), dispatch
- * the request again (http.c). */
+ * the request again. */
 static void doc_ready(void *arg, enum doc_result r)
 {
-    struct request *rq = arg;
-    atomic_store(&rq->wait_result, (int)r);
-    atomic_store(&rq->wait, WAIT_RESUMED);
-    MHD_resume_connection(rq->mhd);
+    answer_resume(arg, (int)r);
+}
+
+/* What a model document's answer waits for: its render. */
+struct doc_wait {
+    struct doc_cache *docs;
+    const struct reg_model *m;  /* in the snapshot the request holds while the wait starts */
+    enum doc_kind kind;
+};
+
+static void *start_render(struct answer *a)
+{
+    const struct doc_wait *w = a->wait.ctx;
+    if (doc_cache_render(w->docs, w->m, w->kind, doc_ready, a) != 0)
+        doc_ready(a, DOC_STOPPED);
+    return NULL;
+}
+
+static void unref_doc(void *d)
+{
+    shared_doc_unref(d);
 }
 
 /* Answers with d (the reference is handed to the answer, which keeps it
- * until the last byte is sent: a reader that does not read holds a
- * reference, never a copy). */
-static enum MHD_Result send_doc(struct MHD_Connection *conn, struct request *rq,
-                                struct shared_doc *d)
+ * until the request ends: a reader that does not read holds a reference,
+ * never a copy). */
+static struct answer *send_doc(struct answer *a, struct shared_doc *d)
 {
+    answer_defer(a, unref_doc, d);
     struct representation rep = {
         .body = {.fd = -1, .data_len = d->len, .src = &shared_doc_source, .src_ctx = d},
-        .src_buf = d,
         .content_type = "application/json",
         .mtime = -1,
     };
@@ -160,101 +176,95 @@ static enum MHD_Result send_doc(struct MHD_Connection *conn, struct request *rq,
      * equal files, and changes whenever a byte of the document does (a
      * file's hash becoming known included). */
     snprintf(rep.etag, sizeof(rep.etag), "\"m%016" PRIx64 "\"", d->hash);
-    return respond_body(conn, rq, &rep);
+    return answer_body(a, &rep);
 }
 
 /* Answers with m's document `kind` when the cache has it fresh; otherwise
- * asks the renderer and suspends the connection until it calls back, then
- * answers (dispatched again) with what the cache holds. The HTTP thread
- * neither renders nor waits. */
-static enum MHD_Result respond_model_doc(struct MHD_Connection *conn, struct request *rq,
-                                         const struct reg_model *m, enum doc_kind kind)
+ * waits for the renderer, then answers (dispatched again) with what the
+ * cache holds. The HTTP thread neither renders nor waits. */
+static struct answer *model_doc(const struct request_view *v, struct answer *a,
+                                const struct reg_model *m, enum doc_kind kind)
 {
-    int waited = atomic_load(&rq->wait) == WAIT_DONE;
-    struct shared_doc *d = doc_cache_get(m, kind, !waited);
+    struct shared_doc *d = doc_cache_get(m, kind, !v->waited);
     if (d)
-        return send_doc(conn, rq, d);
-    int result = atomic_load(&rq->wait_result);
-    if (waited && result == DOC_NO_MEMORY)
-        return respond_no_memory(conn, rq, m, kind);
-    if (waited && result == DOC_STOPPED)
-        return respond_error(conn, rq, MHD_HTTP_SERVICE_UNAVAILABLE, "stopping",
-                             "the daemon is stopping");
+        return send_doc(a, d);
+    if (v->waited && v->wait_result == DOC_NO_MEMORY)
+        return no_memory(a, m, kind);
+    if (v->waited && v->wait_result == DOC_STOPPED)
+        return answer_error(a, HTTP_SERVICE_UNAVAILABLE, "stopping", "the daemon is stopping");
     /* Not rendered yet (or, after a wait, a reload brought a new version of
-     * the model): suspended before asking, as the callback may come at once. */
-    atomic_store(&rq->wait, WAIT_SUSPENDED);
-    MHD_suspend_connection(conn);
-    if (doc_cache_render(rq->srv->docs, m, kind, doc_ready, rq) != 0)
-        doc_ready(rq, DOC_STOPPED);
-    return MHD_YES; /* answered when dispatched again */
+     * the model). */
+    struct doc_wait *w = answer_alloc(a, sizeof(*w));
+    *w = (struct doc_wait){v->srv->docs, m, kind};
+    return answer_wait(a, start_render, NULL, w);
 }
 
-enum MHD_Result handle_model(struct MHD_Connection *conn, struct request *rq,
-                             const struct reg_model *m)
+struct answer *handle_model(const struct request_view *v, struct answer *a,
+                            const struct reg_model *m)
 {
-    return respond_model_doc(conn, rq, m, DOC_DESCRIPTION);
+    return model_doc(v, a, m, DOC_DESCRIPTION);
 }
 
-enum MHD_Result handle_model_header(struct MHD_Connection *conn, struct request *rq,
-                                    const struct reg_model *m)
+struct answer *handle_model_header(const struct request_view *v, struct answer *a,
+                                   const struct reg_model *m)
 {
-    return respond_model_doc(conn, rq, m, DOC_HEADER);
+    return model_doc(v, a, m, DOC_HEADER);
 }
 
 /* {"status": status}. */
-static enum MHD_Result respond_status(struct MHD_Connection *conn, struct request *rq,
-                                      const char *status)
+static struct answer *status_answer(struct answer *a, const char *status)
 {
     struct jsonw w = JSONW_INIT;
     jsonw_obj(&w);
     jsonw_kstr(&w, "status", status);
     jsonw_obj_end(&w);
-    return respond_json(conn, rq, MHD_HTTP_OK, &w);
+    return answer_jsonw(a, HTTP_OK, &w);
 }
 
-enum MHD_Result handle_healthz(struct MHD_Connection *conn, struct request *rq)
+struct answer *handle_healthz(const struct request_view *v, struct answer *a)
 {
+    (void)v;
     /* Liveness only: it answers without a token, so it names nothing. */
-    return respond_status(conn, rq, "ok");
+    return status_answer(a, "ok");
 }
 
-enum MHD_Result handle_readyz(struct MHD_Connection *conn, struct request *rq)
+struct answer *handle_readyz(const struct request_view *v, struct answer *a)
 {
-    struct server *srv = rq->srv;
+    struct server *srv = v->srv;
     if (!atomic_load(&srv->ready))
-        return respond_error(conn, rq, MHD_HTTP_SERVICE_UNAVAILABLE, "not_ready",
-                             "the models root is being scanned");
+        return answer_error(a, HTTP_SERVICE_UNAVAILABLE, "not_ready",
+                            "the models root is being scanned");
     if (srv->gpu && !gpu_manager_ready(srv->gpu))
-        return respond_error(conn, rq, MHD_HTTP_SERVICE_UNAVAILABLE, "not_ready",
-                             "start-up preloads are still loading");
-    return respond_status(conn, rq, "ready");
+        return answer_error(a, HTTP_SERVICE_UNAVAILABLE, "not_ready",
+                            "start-up preloads are still loading");
+    return status_answer(a, "ready");
 }
 
-enum MHD_Result handle_metrics(struct MHD_Connection *conn, struct request *rq, int text)
+struct answer *handle_metrics(const struct request_view *v, struct answer *a, int text)
 {
-    const char *accept = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_ACCEPT);
-    const char *fmt = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "format");
+    const char *accept = view_header(v, "Accept");
+    const char *fmt = v->query(v, "format");
     if (fmt && strcmp(fmt, "prometheus") != 0 && strcmp(fmt, "json") != 0)
-        return respond_error(conn, rq, MHD_HTTP_BAD_REQUEST, "bad_parameter",
-                             "format must be \"json\" or \"prometheus\"");
+        return answer_error(a, HTTP_BAD_REQUEST, "bad_parameter",
+                            "format must be \"json\" or \"prometheus\"");
     if (fmt)
         text = strcmp(fmt, "prometheus") == 0;
     else if (!text && accept && strstr(accept, "text/plain") && !strstr(accept, "application/json"))
         text = 1;
-    if (rq->srv->gpu)
-        gpu_manager_update_metrics(rq->srv->gpu);
+    if (v->srv->gpu)
+        gpu_manager_update_metrics(v->srv->gpu);
     char *body = text ? metrics_render_prometheus() : metrics_render_json();
     size_t len = body ? strlen(body) : 0;
     if (body && !text)
-        body = respond_json_line(body, &len);
+        body = answer_json_line(body, &len);
     if (!body)
-        return respond_error(conn, rq, MHD_HTTP_SERVICE_UNAVAILABLE, "out_of_memory",
-                             "not enough memory to render the metrics");
+        return answer_error(a, HTTP_SERVICE_UNAVAILABLE, "out_of_memory",
+                            "not enough memory to render the metrics");
+    answer_defer(a, free, body);
     struct representation rep = {
         .body = {.prefix = body, .prefix_len = len, .fd = -1},
-        .prefix_buf = body,
         .content_type = text ? "text/plain; version=0.0.4; charset=utf-8" : "application/json",
         .mtime = -1,
     };
-    return respond_body(conn, rq, &rep);
+    return answer_body(a, &rep);
 }

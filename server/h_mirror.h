@@ -3,19 +3,24 @@
 #ifndef TENSORD_H_MIRROR_H
 #define TENSORD_H_MIRROR_H
 
-#include <microhttpd.h>
 #include <stdint.h>
 
-#include "http.h"
+#include "h_answer.h"
+#include "server.h"
 
 struct route;
 
 /* Every Hugging Face route of a mirror (but datasets' and spaces'). */
-enum MHD_Result handle_mirror_hub(struct MHD_Connection *conn, struct request *rq,
-                                  const struct route *rt);
+struct answer *handle_mirror_hub(const struct request_view *v, struct answer *a,
+                                 const struct route *rt);
 /* /v1/models/{model}/gpu for a model the models root does not hold. */
-enum MHD_Result handle_mirror_gpu(struct MHD_Connection *conn, struct request *rq,
-                                  const char *model, const char *method);
+struct answer *handle_mirror_gpu(const struct request_view *v, struct answer *a,
+                                 const char *model);
+struct mirror;
+struct mirror_file;
+/* The answer holds the caller's reference to mirrored file f until it is
+ * freed (the request's end). */
+void mirror_answer_hold(struct answer *a, struct mirror *m, struct mirror_file *f);
 /* A complete mirrored file with this SHA-256 that the upstream gave out
  * without a token (mirror_find_complete), with a reference (release with
  * mirror_unref), or NULL (also without a mirror). */

@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,10 +29,10 @@
 #include "hasher.h"
 #include "range.h"
 #include "reg_repo.h"
-#include "respond.h"
 #include "route.h"
 #include "s3_auth.h"
 #include "s3_req.h"
+#include "server.h"
 #include "util.h"
 #include "xmlw.h"
 
@@ -41,25 +42,25 @@
 
 /* ---- answers ---------------------------------------------------------------- */
 
-static enum MHD_Result send_xml(struct MHD_Connection *conn, struct request *rq, unsigned status,
-                                struct xmlw *w, const char *const *extra, const char *code)
+static struct answer *send_xml(struct answer *a, unsigned status, struct xmlw *w)
 {
     size_t len;
     char *text = xmlw_take(w, &len);
     if (!text)
-        return respond_error(conn, rq, MHD_HTTP_SERVICE_UNAVAILABLE, "out_of_memory",
-                             "out of memory rendering the answer");
-    return respond_doc(conn, rq, status, S3_XML, text, len, extra, code);
+        return answer_error(a, HTTP_SERVICE_UNAVAILABLE, "out_of_memory",
+                            "out of memory rendering the answer");
+    answer_defer(a, free, text);
+    return answer_doc(a, status, S3_XML, text, len);
 }
 
-/* S3's error document: <Error><Code>..</Code><Message>..</Message>...</Error>. */
-static enum MHD_Result s3_error(struct MHD_Connection *conn, struct request *rq, unsigned status,
-                                const char *code, const char *resource, const char *const *extra,
-                                const char *fmt, ...) __attribute__((format(printf, 7, 8)));
+/* S3's error document: <Error><Code>..</Code><Message>..</Message>...</Error>
+ * (with the answer's headers added before). */
+static struct answer *s3_error(struct answer *a, unsigned status, const char *code,
+                               const char *resource, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
 
-static enum MHD_Result s3_error(struct MHD_Connection *conn, struct request *rq, unsigned status,
-                                const char *code, const char *resource, const char *const *extra,
-                                const char *fmt, ...)
+static struct answer *s3_error(struct answer *a, unsigned status, const char *code,
+                               const char *resource, const char *fmt, ...)
 {
     char msg[512];
     va_list ap;
@@ -75,7 +76,7 @@ static enum MHD_Result s3_error(struct MHD_Connection *conn, struct request *rq,
         xmlw_cstr(&w, "Resource", resource);
     xmlw_cstr(&w, "RequestId", "tensord");
     xmlw_close(&w, "Error");
-    return send_xml(conn, rq, status, &w, extra, code);
+    return send_xml(a, status, &w);
 }
 
 static void iso_time(int64_t ns, char *out, size_t len)
@@ -123,17 +124,30 @@ static const struct reg_repo *repo_of(const struct reg_snapshot *reg, const char
 
 static void wait_done(void *arg, enum hasher_result r)
 {
-    struct request *rq = arg;
-    atomic_store(&rq->wait_result, (int)r);
-    atomic_store(&rq->wait, WAIT_RESUMED);
-    MHD_resume_connection(rq->mhd);
+    answer_resume(arg, (int)r);
+}
+
+/* What an answer waits for: the hashes of some files. */
+struct hash_wait {
+    struct hasher *h;
+    const struct reg_file **files;  /* in the snapshot the request holds while the wait starts */
+    size_t n;
+    unsigned ms;
+};
+
+static void *start_hashing(struct answer *a)
+{
+    const struct hash_wait *w = a->wait.ctx;
+    if (hasher_want(w->h, w->files, w->n, w->ms, wait_done, a) != HASHER_PENDING)
+        answer_resume(a, (int)HASHER_DONE);
+    return NULL;
 }
 
 /* 1 when every file of files[0..n) has its hash; otherwise 0 after
- * suspending the request until they do (it is dispatched again) or, when it
- * waited already, answering 503 SlowDown with Retry-After in *ret. */
-static int need_hashes(struct MHD_Connection *conn, struct request *rq,
-                       const struct reg_file **files, size_t n, enum MHD_Result *ret)
+ * answering "wait for them" (the request is dispatched again) or, when it
+ * waited already, 503 SlowDown with Retry-After. */
+static int need_hashes(const struct request_view *v, struct answer *a,
+                       const struct reg_file **files, size_t n)
 {
     size_t missing = 0;
     for (size_t i = 0; i < n; i++)
@@ -141,27 +155,21 @@ static int need_hashes(struct MHD_Connection *conn, struct request *rq,
             files[missing++] = files[i];
     if (missing == 0)
         return 1;
-    struct hasher *h = rq->srv->hasher;
-    unsigned wait_s = rq->srv->cfg->hash_wait;
-    if (atomic_load(&rq->wait) == WAIT_NONE && wait_s > 0 && h) {
-        atomic_store(&rq->wait, WAIT_SUSPENDED);
-        MHD_suspend_connection(conn);
-        enum hasher_state st = hasher_want(h, files, missing, wait_s * 1000u, wait_done, rq);
-        if (st != HASHER_PENDING) {
-            atomic_store(&rq->wait_result, (int)HASHER_DONE);
-            atomic_store(&rq->wait, WAIT_RESUMED);
-            MHD_resume_connection(conn);
-        }
-        *ret = MHD_YES; /* answered when dispatched again */
+    struct hasher *h = v->srv->hasher;
+    unsigned wait_s = v->srv->cfg->hash_wait;
+    if (!v->waited && wait_s > 0 && h) {
+        struct hash_wait *w = answer_alloc(a, sizeof(*w));
+        *w = (struct hash_wait){h, answer_alloc(a, missing * sizeof(*files)), missing,
+                                wait_s * 1000u};
+        memcpy(w->files, files, missing * sizeof(*files));
+        answer_wait(a, start_hashing, NULL, w);
         return 0;
     }
     unsigned after = h ? hasher_retry_after(h, files, missing) : 1;
-    char ra[16];
-    snprintf(ra, sizeof(ra), "%u", after);
-    const char *extra[] = {MHD_HTTP_HEADER_RETRY_AFTER, ra, NULL};
-    *ret = s3_error(conn, rq, MHD_HTTP_SERVICE_UNAVAILABLE, "SlowDown", NULL, extra,
-                    "the content hashes (ETags) of %zu object(s) are being computed; retry in "
-                    "%u s", missing, after);
+    answer_header(a, "Retry-After", answer_printf(a, "%u", after));
+    s3_error(a, HTTP_SERVICE_UNAVAILABLE, "SlowDown", NULL,
+             "the content hashes (ETags) of %zu object(s) are being computed; retry in %u s",
+             missing, after);
     return 0;
 }
 
@@ -184,16 +192,14 @@ struct entry {
     size_t len;
 };
 
-static enum MHD_Result list_objects(struct MHD_Connection *conn, struct request *rq,
-                                    const struct reg_repo *r, const char *bucket,
-                                    const struct s3_query *q)
+static struct answer *list_objects(const struct request_view *v, struct answer *a,
+                                   const struct reg_repo *r, const char *bucket,
+                                   const struct s3_query *q)
 {
     struct s3_list l;
     struct st_error err;
-    enum MHD_Result ret;
     if (s3_list_parse(q, &l, &err) < 0) {
-        ret = s3_error(conn, rq, MHD_HTTP_BAD_REQUEST, "InvalidArgument", NULL, NULL, "%s",
-                       err.message);
+        s3_error(a, HTTP_BAD_REQUEST, "InvalidArgument", NULL, "%s", err.message);
         goto out_list;
     }
     struct entry *page = xmalloc((l.max_keys + 1) * sizeof(*page));
@@ -231,7 +237,7 @@ static enum MHD_Result list_objects(struct MHD_Connection *conn, struct request 
         else
             files[n_files++] = f;
     }
-    if (!need_hashes(conn, rq, files, n_files, &ret))
+    if (!need_hashes(v, a, files, n_files))
         goto out;
 
     struct xmlw w;
@@ -289,17 +295,16 @@ static enum MHD_Result list_objects(struct MHD_Connection *conn, struct request 
         xmlw_close(&w, "CommonPrefixes");
     }
     xmlw_close(&w, "ListBucketResult");
-    ret = send_xml(conn, rq, MHD_HTTP_OK, &w, NULL, NULL);
+    send_xml(a, HTTP_OK, &w);
 out:
     free(page);
     free(files);
 out_list:
     s3_list_free(&l);
-    return ret;
+    return a;
 }
 
-static enum MHD_Result list_buckets(struct MHD_Connection *conn, struct request *rq,
-                                    const struct reg_snapshot *reg)
+static struct answer *list_buckets(struct answer *a, const struct reg_snapshot *reg)
 {
     struct xmlw w;
     xmlw_init(&w);
@@ -330,66 +335,60 @@ static enum MHD_Result list_buckets(struct MHD_Connection *conn, struct request 
     }
     xmlw_close(&w, "Buckets");
     xmlw_close(&w, "ListAllMyBucketsResult");
-    return send_xml(conn, rq, MHD_HTTP_OK, &w, NULL, NULL);
+    return send_xml(a, HTTP_OK, &w);
 }
 
 /* ---- objects ------------------------------------------------------------------- */
 
-static enum MHD_Result get_object(struct MHD_Connection *conn, struct request *rq,
-                                  const struct reg_repo *r, const struct route *rt,
-                                  const struct s3_query *q, const char *resource)
+static struct answer *get_object(const struct request_view *v, struct answer *a,
+                                 const struct reg_repo *r, const struct route *rt,
+                                 const struct s3_query *q, const char *resource)
 {
     const struct reg_file *f = reg_repo_find_file(r, rt->name, rt->name_len);
     if (!f)
-        return s3_error(conn, rq, MHD_HTTP_NOT_FOUND, "NoSuchKey", resource, NULL,
+        return s3_error(a, HTTP_NOT_FOUND, "NoSuchKey", resource,
                         "The specified key does not exist.");
     size_t pn_len;
     const char *pn = s3_query_get(q, "partNumber", &pn_len);
     if (pn && !(pn_len == 1 && pn[0] == '1'))
-        return s3_error(conn, rq, MHD_HTTP_RANGE_NOT_SATISFIABLE, "InvalidPartNumber",
-                        resource, NULL, "the object has one part");
-    enum MHD_Result ret;
+        return s3_error(a, HTTP_RANGE_NOT_SATISFIABLE, "InvalidPartNumber", resource,
+                        "the object has one part");
     const struct reg_file *want[1] = {f};
-    if (!need_hashes(conn, rq, want, 1, &ret))
-        return ret;
+    if (!need_hashes(v, a, want, 1))
+        return a;
     /* A Range none of whose parts overlaps the object is S3's InvalidRange
-     * (respond_body's 416 speaks tensord's JSON). */
-    const char *range = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_RANGE);
-    if (range && cond_if_range_allows(MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
-                                                                  MHD_HTTP_HEADER_IF_RANGE),
-                                      f->sha256_etag)) {
+     * (the front's 416 speaks tensord's JSON). */
+    const char *range = view_header(v, "Range");
+    if (range && cond_if_range_allows(view_header(v, "If-Range"), f->sha256_etag)) {
         struct byte_range br[16];
         size_t nr;
-        unsigned max = rq->srv->cfg->max_ranges < 16 ? rq->srv->cfg->max_ranges : 16;
+        unsigned max = v->srv->cfg->max_ranges < 16 ? v->srv->cfg->max_ranges : 16;
         if (range_parse(range, f->st.size, max, br, &nr) == RANGE_UNSATISFIABLE) {
-            char cr[48];
-            snprintf(cr, sizeof(cr), "bytes */%" PRIu64, f->st.size);
-            const char *extra[] = {MHD_HTTP_HEADER_CONTENT_RANGE, cr, NULL};
-            return s3_error(conn, rq, MHD_HTTP_RANGE_NOT_SATISFIABLE, "InvalidRange", resource,
-                            extra, "The requested range is not satisfiable");
+            answer_header(a, "Content-Range", answer_printf(a, "bytes */%" PRIu64, f->st.size));
+            return s3_error(a, HTTP_RANGE_NOT_SATISFIABLE, "InvalidRange", resource,
+                            "The requested range is not satisfiable");
         }
     }
     int fd = reg_open_below(r->root, f, O_RDONLY);
     if (fd < 0) {
         if (fd == -ESTALE)
-            http_request_rescan(rq->srv);
-        return s3_error(conn, rq, fd == -ESTALE || fd == -EMFILE || fd == -ENFILE
-                                      ? MHD_HTTP_SERVICE_UNAVAILABLE
-                                      : MHD_HTTP_INTERNAL_SERVER_ERROR,
-                        fd == -ESTALE ? "SlowDown" : "InternalError", resource, NULL,
+            a->rescan = 1;
+        return s3_error(a, fd == -ESTALE || fd == -EMFILE || fd == -ENFILE
+                               ? HTTP_SERVICE_UNAVAILABLE
+                               : HTTP_INTERNAL_SERVER_ERROR,
+                        fd == -ESTALE ? "SlowDown" : "InternalError", resource,
                         "%s could not be opened: %s", f->name,
                         fd == -ESTALE ? "it changed on disk; retry" : strerror(-fd));
     }
+    a->fd = fd; /* the response holds its own duplicate */
     struct representation rep = {
         .body = {.fd = fd, .data_off = 0, .data_len = f->st.size},
-        .content_type = respond_content_type(f->name),
+        .content_type = answer_content_type(f->name),
         .mtime = f->st.mtime_ns / 1000000000,
         .file_st = &f->st,
     };
     snprintf(rep.etag, sizeof(rep.etag), "%s", f->sha256_etag);
-    ret = respond_body(conn, rq, &rep);
-    close(fd); /* the answer holds its own duplicate */
-    return ret;
+    return answer_body(a, &rep);
 }
 
 /* ---- the route ----------------------------------------------------------------- */
@@ -400,63 +399,58 @@ static const char *const auth_codes[] = {
     [S3A_SKEWED] = "RequestTimeTooSkewed",
 };
 
-enum MHD_Result handle_s3(struct MHD_Connection *conn, struct request *rq,
-                          const struct reg_snapshot *reg, const struct route *rt,
-                          const char *method)
+struct answer *handle_s3(const struct request_view *v, struct answer *a,
+                         const struct reg_snapshot *reg, const struct route *rt)
 {
-    enum MHD_Result ret;
-    int is_get = strcmp(method, MHD_HTTP_METHOD_GET) == 0;
-    if (!is_get && !rq->is_head) {
-        const char *extra[] = {MHD_HTTP_HEADER_ALLOW, "GET, HEAD", NULL};
-        return s3_error(conn, rq, MHD_HTTP_METHOD_NOT_ALLOWED, "MethodNotAllowed", NULL, extra,
-                        "this S3 API is read-only: %.20s is not allowed", method);
+    if (strcmp(v->method, "GET") != 0 && !v->is_head) {
+        answer_header(a, "Allow", "GET, HEAD");
+        return s3_error(a, HTTP_METHOD_NOT_ALLOWED, "MethodNotAllowed", NULL,
+                        "this S3 API is read-only: %.20s is not allowed", v->method);
     }
     /* The raw target (absolute-form stripped): its path is what a SigV4
      * signature covers, its query what the listing reads. */
-    const char *target = route_origin_form(rq->uri ? rq->uri : "/");
+    const char *target = route_origin_form(v->target ? v->target : "/");
     const char *qmark = strchr(target, '?');
     size_t path_len = qmark ? (size_t)(qmark - target) : strlen(target);
     struct s3_query q;
     struct st_error err;
     if (s3_query_parse(qmark ? qmark + 1 : "", qmark ? strlen(qmark + 1) : 0, &q, &err) < 0) {
-        ret = s3_error(conn, rq, MHD_HTTP_BAD_REQUEST, "InvalidArgument", NULL, NULL, "%s",
-                       err.message);
+        s3_error(a, HTTP_BAD_REQUEST, "InvalidArgument", NULL, "%s", err.message);
         goto out;
     }
     char msg[256];
-    enum s3_auth_result a = s3_auth_check(rq->srv, conn, method, target, path_len, &q, msg,
-                                          sizeof(msg));
-    if (a != S3A_OK) {
-        ret = s3_error(conn, rq, a == S3A_MALFORMED ? MHD_HTTP_BAD_REQUEST : MHD_HTTP_FORBIDDEN,
-                       auth_codes[a], NULL, NULL, "%s", msg);
+    enum s3_auth_result au = s3_auth_check(v, target, path_len, &q, msg, sizeof(msg));
+    if (au != S3A_OK) {
+        s3_error(a, au == S3A_MALFORMED ? HTTP_BAD_REQUEST : HTTP_FORBIDDEN, auth_codes[au], NULL,
+                 "%s", msg);
         goto out;
     }
     if (!rt->model) {
-        ret = list_buckets(conn, rq, reg);
+        list_buckets(a, reg);
         goto out;
     }
     char *resource = xasprintf("/%s%s%s", rt->model, rt->name ? "/" : "",
                                rt->name ? rt->name : "");
     const struct reg_repo *r = repo_of(reg, rt->model, rt->model_len);
-    if (!r)
-        ret = s3_error(conn, rq, MHD_HTTP_NOT_FOUND, "NoSuchBucket", resource, NULL,
-                       "The specified bucket does not exist");
-    else if (rt->name)
-        ret = get_object(conn, rq, r, rt, &q, resource);
-    else if (rq->is_head)
-        ret = respond_doc(conn, rq, MHD_HTTP_OK, S3_XML, xstrdup(""), 0,
-                          (const char *[]){"x-amz-bucket-region", S3_REGION, NULL}, NULL);
-    else if (s3_query_get(&q, "location", NULL)) {
+    if (!r) {
+        s3_error(a, HTTP_NOT_FOUND, "NoSuchBucket", resource,
+                 "The specified bucket does not exist");
+    } else if (rt->name) {
+        get_object(v, a, r, rt, &q, resource);
+    } else if (v->is_head) {
+        answer_header(a, "x-amz-bucket-region", S3_REGION);
+        answer_doc(a, HTTP_OK, S3_XML, "", 0);
+    } else if (s3_query_get(&q, "location", NULL)) {
         struct xmlw w;
         xmlw_init(&w);
         xmlw_open(&w, "LocationConstraint", S3_NS);
         xmlw_close(&w, "LocationConstraint");
-        ret = send_xml(conn, rq, MHD_HTTP_OK, &w, NULL, NULL);
+        send_xml(a, HTTP_OK, &w);
     } else {
-        ret = list_objects(conn, rq, r, rt->model, &q);
+        list_objects(v, a, r, rt->model, &q);
     }
     free(resource);
 out:
     s3_query_free(&q);
-    return ret;
+    return a;
 }

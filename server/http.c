@@ -2,14 +2,19 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <microhttpd.h>
 #include <netdb.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
+#include "h_answer.h"
 #include "auth.h"
 #include "conns.h"
 #include "cors.h"
@@ -17,10 +22,62 @@
 #include "log.h"
 #include "http_metrics.h"
 #include "metrics.h"
-#include "mirror.h"
-#include "mirror_job.h"
 #include "respond.h"
+#include "stream.h"
 #include "util.h"
+
+/* Why a request is refused before dispatch (found while it was received). */
+enum request_reject { REJECT_NONE, REJECT_TOO_MANY_PARAMS, REJECT_TARGET_TOO_LONG };
+
+struct conn;
+
+/* Where a request whose answer waits is: its connection suspended until
+ * the wait's callback resumes it, then dispatched again. */
+enum request_wait {
+    WAIT_NONE,
+    WAIT_SUSPENDED,             /* suspended; the callback resumes it */
+    WAIT_RESUMED,               /* resumed: the next handler call dispatches again */
+    WAIT_DONE,                  /* dispatched again: answer with what there is (a Hub answer
+                                 * never waits twice) */
+};
+
+/* Per-request state, created when the request line arrives. */
+struct request {
+    struct server *srv;
+    struct conn *owner;         /* the connection; it frees this record if libmicrohttpd never
+                                 * reports the request complete */
+    uint64_t start_ns;
+    uint64_t queued_ns;         /* when the response was queued (time to first byte, near enough) */
+    unsigned status;
+    uint64_t body_bytes;        /* body bytes queued (0 for HEAD) */
+    int body_method;            /* enum stream_method: which sent-bytes counter it adds to */
+    uint64_t sock_sent0;        /* the socket's bytes sent when the answer was queued, or
+                                 * CONN_BYTES_UNKNOWN when not measured (small answers) */
+    uint64_t head_bytes;        /* the size of the answer's status line and headers */
+    int http10;                 /* an HTTP/1.0 request */
+    int answered_raw;           /* written to the socket directly (refuse_raw), whole or not at
+                                 * all: body_bytes says which */
+    int is_head;
+    int endpoint;               /* enum metrics_ep */
+    int handled;                /* the answer has been queued */
+    char method[16];            /* request method, copied for the access log */
+    char *upload;               /* request body (POST), bounded; freed once answered */
+    size_t upload_len;
+    size_t upload_limit;        /* the bound for this endpoint; 0 until the body starts */
+    int upload_too_large;
+    char *uri;                  /* raw request target, for the access log */
+    const char *target;         /* libmicrohttpd's copy of the target (in its line buffer) */
+    size_t target_len;          /* its length up to the first NUL, as first seen */
+    enum request_reject reject;
+    uint64_t wire_bytes;        /* its line, headers and body as received, for the connection
+                                 * table (CONN_BYTES_UNKNOWN when the framing hides it) */
+    struct MHD_Connection *mhd; /* the connection, for resuming it from another thread */
+    atomic_int wait;            /* enum request_wait */
+    atomic_int wait_result;     /* what the wait ended with, once resumed */
+    void *wait_job;             /* what the wait's start returned (a mirror's job), or NULL */
+    void (*wait_release)(void *job); /* gives it back when the request ends */
+    struct answer answer;       /* the current answer: its memory lives until the request ends */
+};
 
 int http_parse_listen(const char *listen, struct sockaddr_storage *ss, unsigned *len)
 {
@@ -106,8 +163,8 @@ static void request_end(struct request *rq, const char *range, unsigned status, 
     uint64_t sent = delivered ? rq->body_bytes : body_bytes_cut(rq);
     if (!delivered && rq->queued_ns && rq->body_bytes)
         metrics_add(MC_RESPONSES_ABORTED, 1);
-    if (rq->body_method != BODY_UNCOUNTED)
-        metrics_add(rq->body_method == BODY_SENDFILE ? MC_SENDFILE_BYTES : MC_COPIED_BYTES, sent);
+    if (rq->body_method != STREAM_UNCOUNTED)
+        metrics_add(rq->body_method == STREAM_SENDFILE ? MC_SENDFILE_BYTES : MC_COPIED_BYTES, sent);
     http_metrics_request_done((enum metrics_ep)rq->endpoint, status, sent, now - rq->start_ns, ttfb);
     log_access(rq->method[0] ? rq->method : "-", rq->uri, status, sent, now - rq->start_ns, range);
     atomic_fetch_sub(&rq->srv->in_flight, 1);
@@ -115,9 +172,9 @@ static void request_end(struct request *rq, const char *range, unsigned status, 
         conn_sending(rq->owner->entry, 0, 0);
         rq->owner->rq = NULL;
     }
-    mirror_job_release(rq->mjob); /* its callback can no longer resume this connection */
-    if (rq->mirror_pin)
-        mirror_unref(rq->srv->mirror, rq->mirror_pin);
+    if (rq->wait_release && rq->wait_job) /* its callback can no longer resume this connection */
+        rq->wait_release(rq->wait_job);
+    answer_free(&rq->answer);
     free(rq->upload);
     free(rq->uri);
     free(rq);
@@ -168,6 +225,7 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *mc)
         request_end(c->rq, NULL, 0, 0);
     conn_arm(c ? c->entry : NULL); /* the request is now due */
     struct request *rq = xcalloc(1, sizeof(*rq));
+    answer_init(&rq->answer);
     rq->srv = cls;
     rq->owner = c;
     rq->start_ns = time_mono_ns();
@@ -302,30 +360,235 @@ static uint64_t answer_head_bytes(struct MHD_Connection *mc, const struct reques
     return h.bytes + 2;
 }
 
-void http_answer_queued(struct MHD_Connection *mc, struct request *rq, unsigned status,
-                        struct MHD_Response *resp, uint64_t body_bytes)
+/* An answer whose body is over this has the connection's sent-byte count
+ * taken when it is queued, so that if it is cut short the bytes the client
+ * got are known (on_completed). */
+#define MEASURED_BODY_MIN (64 * 1024)
+
+/* The answer resp (status, a body of body_bytes) was queued for rq: its
+ * headers are all set. */
+static void answer_queued(struct MHD_Connection *mc, struct request *rq, unsigned status,
+                          struct MHD_Response *resp, uint64_t body_bytes)
 {
     rq->status = status;
     rq->body_bytes = body_bytes;
     rq->queued_ns = time_mono_ns();
-    if (body_bytes <= HTTP_MEASURED_BODY_MIN || !rq->owner)
+    if (body_bytes <= MEASURED_BODY_MIN || !rq->owner)
         return;
     rq->sock_sent0 = conn_bytes_written(rq->owner->entry);
     rq->head_bytes = answer_head_bytes(mc, rq, status, resp, body_bytes);
 }
 
-void http_sending(struct request *rq, const struct fileio_stat *st)
-{
-    if (rq->owner && st)
-        conn_sending(rq->owner->entry, st->dev, st->ino);
-}
-
-void http_request_rescan(struct server *srv)
+/* Asks the daemon's main loop to rescan the models root (a request found a
+ * file changed since its snapshot validated it). Never blocks. */
+static void request_rescan(struct server *srv)
 {
     uint64_t one = 1;
     if (srv->rescan_fd >= 0 && write(srv->rescan_fd, &one, sizeof(one)) < 0) {
         /* EAGAIN: the counter is full, a rescan is asked for already */
     }
+}
+
+/* ---- the request's view ------------------------------------------------------------ */
+
+static const char *view_get_header(const struct request_view *v, const char *name)
+{
+    return MHD_lookup_connection_value(v->ctx, MHD_HEADER_KIND, name);
+}
+
+static const char *view_get_query(const struct request_view *v, const char *key)
+{
+    return MHD_lookup_connection_value(v->ctx, MHD_GET_ARGUMENT_KIND, key);
+}
+
+struct each_query {
+    int (*fn)(void *arg, const char *key, const char *value);
+    void *arg;
+};
+
+static enum MHD_Result each_arg(void *cls, enum MHD_ValueKind kind, const char *key,
+                                const char *value)
+{
+    (void)kind;
+    const struct each_query *e = cls;
+    return e->fn(e->arg, key, value) ? MHD_NO : MHD_YES;
+}
+
+static void view_each_query(const struct request_view *v,
+                            int (*fn)(void *arg, const char *key, const char *value), void *arg)
+{
+    struct each_query e = {fn, arg};
+    MHD_get_connection_values(v->ctx, MHD_GET_ARGUMENT_KIND, each_arg, &e);
+}
+
+/* The view of rq (path: libmicrohttpd's url, the target's path). */
+static struct request_view view_of(struct MHD_Connection *mc, struct request *rq,
+                                   const char *path)
+{
+    return (struct request_view){
+        .srv = rq->srv,
+        .method = rq->method,
+        .is_head = rq->is_head,
+        .path = path,
+        .target = rq->uri,
+        .body = rq->upload,
+        .body_len = rq->upload_len,
+        .tls = (rq->srv->daemon_flags & MHD_USE_TLS) != 0,
+        .start_ns = rq->start_ns,
+        .header = view_get_header,
+        .query = view_get_query,
+        .each_query = view_each_query,
+        .ctx = mc,
+        .waited = atomic_load(&rq->wait) == WAIT_DONE,
+        .wait_result = atomic_load(&rq->wait_result),
+        .wait_job = rq->wait_job,
+    };
+}
+
+/* ---- answers ------------------------------------------------------------------------- */
+
+/* The wait's end (any thread): the request is dispatched again. */
+static void resumed(void *arg, int result)
+{
+    struct request *rq = arg;
+    atomic_store(&rq->wait_result, result);
+    atomic_store(&rq->wait, WAIT_RESUMED);
+    MHD_resume_connection(rq->mhd);
+}
+
+/* Suspends rq and starts what its answer waits for. Suspended before the
+ * wait starts: its callback may come at once. */
+static enum MHD_Result start_wait(struct MHD_Connection *mc, struct request *rq)
+{
+    struct answer *a = &rq->answer;
+    rq->mhd = mc;
+    atomic_store(&rq->wait, WAIT_SUSPENDED);
+    MHD_suspend_connection(mc);
+    a->wait.done = resumed;
+    a->wait.done_arg = rq;
+    rq->wait_release = a->wait.release;
+    rq->wait_job = a->wait.start(a);
+    answer_rendered(a);
+    return MHD_YES; /* answered when dispatched again */
+}
+
+/* The libmicrohttpd response for reply r of rq's answer (another reply in
+ * r when its body could not be built). */
+static struct MHD_Response *build(struct MHD_Connection *mc, struct request *rq,
+                                  const struct request_view *v, struct reply *r,
+                                  struct stream_out *so)
+{
+    struct stream_ctx sc = {rq->srv->mirror, mc, rq->srv->cfg->sendfile};
+    int err;
+    struct MHD_Response *resp = stream_response(r, &rq->answer, &sc, so, &err);
+    if (!resp && err) {
+        respond_failed(v, &rq->answer, r, err);
+        resp = stream_response(r, &rq->answer, &sc, so, &err);
+    }
+    return resp;
+}
+
+/* Sends rq's answer, or starts its wait. */
+static enum MHD_Result send_answer(struct MHD_Connection *mc, struct request *rq,
+                                   const struct request_view *v)
+{
+    struct answer *a = &rq->answer;
+    if (a->kind == ANSWER_WAIT)
+        return start_wait(mc, rq);
+    struct reply r;
+    struct stream_out so;
+    respond_reply(v, a, &r);
+    struct MHD_Response *resp = build(mc, rq, v, &r, &so);
+    if (!resp) {
+        answer_rendered(a);
+        return MHD_NO;
+    }
+    for (size_t i = 0; i < r.n_headers; i++)
+        MHD_add_response_header(resp, r.headers[2 * i], r.headers[2 * i + 1]);
+    if (a->close || atomic_load(&rq->srv->draining))
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+    const char *cors[2 * CORS_MAX_HEADERS];
+    size_t nc = cors_headers(rq->srv->cfg, view_header(v, "Origin"), a->cors_methods, cors);
+    for (size_t i = 0; i < nc; i++)
+        MHD_add_response_header(resp, cors[2 * i], cors[2 * i + 1]);
+    rq->body_method = so.method;
+    if (so.sending && rq->owner)
+        conn_sending(rq->owner->entry, so.sending->dev, so.sending->ino);
+    if (a->rescan)
+        request_rescan(rq->srv);
+    answer_queued(mc, rq, r.status, resp, rq->is_head ? 0 : r.length);
+    enum MHD_Result ret = MHD_queue_response(mc, r.status, resp);
+    MHD_destroy_response(resp);
+    answer_rendered(a);
+    /* Nothing reads the body once answered: a connection that does not
+     * read its answer holds no more than the answer. */
+    free(rq->upload);
+    rq->upload = NULL;
+    rq->upload_len = 0;
+    return ret;
+}
+
+/* Dispatches rq (again, after a wait: the previous answer goes). */
+static enum MHD_Result answer_request(struct MHD_Connection *mc, struct request *rq,
+                                      const char *url)
+{
+    answer_free(&rq->answer);
+    struct request_view v = view_of(mc, rq, url);
+    dispatch_request(&v, &rq->answer);
+    rq->endpoint = rq->answer.endpoint;
+    return send_answer(mc, rq, &v);
+}
+
+/* Answers rq with an error (the front's own refusals), closing the
+ * connection after it. */
+static enum MHD_Result refuse(struct MHD_Connection *mc, struct request *rq, const char *url,
+                              unsigned status, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+
+static enum MHD_Result refuse(struct MHD_Connection *mc, struct request *rq, const char *url,
+                              unsigned status, const char *code, const char *fmt, ...)
+{
+    struct answer *a = &rq->answer;
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    answer_free(a);
+    answer_error(a, status, code, "%s", msg);
+    a->close = 1;
+    struct request_view v = view_of(mc, rq, url);
+    return send_answer(mc, rq, &v);
+}
+
+/* Writes an error answer straight to socket fd and returns MHD_NO, so
+ * libmicrohttpd closes the connection. Only for refusing, on a plain-HTTP
+ * connection, a request that reached the edge of libmicrohttpd's
+ * per-connection memory: building the answer there needs room the request
+ * has used up, and libmicrohttpd would close the connection without a word. */
+static enum MHD_Result refuse_raw(struct request *rq, int fd, unsigned status, const char *code,
+                                  const char *msg)
+{
+    char head[256];
+    size_t len;
+    char *text = respond_error_document(code, msg, 0, &len);
+    if (!text)
+        return MHD_NO;
+    int n = snprintf(head, sizeof(head),
+                     "HTTP/1.1 %u %s\r\nContent-Type: application/json\r\n"
+                     "Content-Length: %zu\r\nConnection: close\r\n\r\n",
+                     status, MHD_get_reason_phrase_for(status), len);
+    struct iovec iov[2] = {{head, (size_t)n}, {text, len}};
+    /* The socket has sent nothing on this request and its buffer is empty:
+     * a few hundred bytes go out in one call, or not at all. */
+    struct msghdr mh = {.msg_iov = iov, .msg_iovlen = 2};
+    ssize_t w = sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+    free(text);
+    rq->status = status;
+    rq->queued_ns = time_mono_ns();
+    rq->body_bytes = w == n + (ssize_t)len ? len : 0;
+    rq->answered_raw = 1;
+    return MHD_NO; /* libmicrohttpd closes the connection */
 }
 
 static void on_mhd_log(void *cls, const char *fmt, va_list ap)
@@ -383,20 +646,18 @@ static int all_digits(const char *s)
  * connection: where the next request would start is in doubt. Returns
  * MHD_YES with nothing queued when the request may go on. */
 static enum MHD_Result refuse_malformed(struct MHD_Connection *mc, struct request *rq,
-                                        const char *url, const char *method,
-                                        const char *version)
+                                        const char *url, const char *version)
 {
     const struct config *cfg = rq->srv->cfg;
-    rq->close_after = 1;
     rq->handled = 1;
     if (rq->reject == REJECT_TOO_MANY_PARAMS)
-        return respond_error(mc, rq, MHD_HTTP_URI_TOO_LONG, "uri_too_long",
-                             "the query has more than %d parameters", QUERY_MAX_PARAMS);
+        return refuse(mc, rq, url, MHD_HTTP_URI_TOO_LONG, "uri_too_long",
+                      "the query has more than %d parameters", QUERY_MAX_PARAMS);
     /* libmicrohttpd ends the target at its first NUL byte: the version
      * string starts right after the target's end only when there was none. */
     if (url == rq->target && version != rq->target + rq->target_len + 1)
-        return respond_error(mc, rq, MHD_HTTP_BAD_REQUEST, "bad_request",
-                             "the request target contains a NUL byte");
+        return refuse(mc, rq, url, MHD_HTTP_BAD_REQUEST, "bad_request",
+                      "the request target contains a NUL byte");
     /* A request over the limit may have filled libmicrohttpd's memory pool
      * so that no answer can be built there: on plain HTTP it is answered by
      * writing to the socket directly. */
@@ -424,41 +685,44 @@ static enum MHD_Result refuse_malformed(struct MHD_Connection *mc, struct reques
         const char *code =
             status == MHD_HTTP_URI_TOO_LONG ? "uri_too_long" : "headers_too_large";
         if (raw)
-            return respond_refusal_raw(rq, rq->owner->fd, status, code, "%s", msg);
-        return respond_error(mc, rq, status, code, "%s", msg);
+            return refuse_raw(rq, rq->owner->fd, status, code, msg);
+        return refuse(mc, rq, url, status, code, "%s", msg);
     }
     struct framing f = {0};
     MHD_get_connection_values(mc, MHD_HEADER_KIND, collect_framing, &f);
     if (f.n_encoding && f.n_length)
-        return respond_error(mc, rq, MHD_HTTP_BAD_REQUEST, "bad_request",
-                             "a request must not carry both Content-Length and "
-                             "Transfer-Encoding");
+        return refuse(mc, rq, url, MHD_HTTP_BAD_REQUEST, "bad_request",
+                      "a request must not carry both Content-Length and Transfer-Encoding");
     if (f.n_encoding && (f.n_encoding > 1 || strcasecmp(f.encoding, "chunked") != 0))
-        return respond_error(mc, rq, MHD_HTTP_NOT_IMPLEMENTED, "not_implemented",
-                             "the only transfer coding accepted is a single \"chunked\"");
+        return refuse(mc, rq, url, MHD_HTTP_NOT_IMPLEMENTED, "not_implemented",
+                      "the only transfer coding accepted is a single \"chunked\"");
     if (f.n_encoding && strcmp(version, MHD_HTTP_VERSION_1_0) == 0)
-        return respond_error(mc, rq, MHD_HTTP_BAD_REQUEST, "bad_request",
-                             "Transfer-Encoding is not allowed in an HTTP/1.0 request");
+        return refuse(mc, rq, url, MHD_HTTP_BAD_REQUEST, "bad_request",
+                      "Transfer-Encoding is not allowed in an HTTP/1.0 request");
     if (f.n_length && (f.length_conflict || !all_digits(f.length)))
-        return respond_error(mc, rq, MHD_HTTP_BAD_REQUEST, "bad_request",
-                             "Content-Length must be one decimal number");
+        return refuse(mc, rq, url, MHD_HTTP_BAD_REQUEST, "bad_request",
+                      "Content-Length must be one decimal number");
     if (f.n_length || f.n_encoding)
         rq->upload_limit = dispatch_upload_limit(rq->srv, url);
     if (f.n_encoding)
         rq->wire_bytes = CONN_BYTES_UNKNOWN; /* the chunks' framing is not counted below */
     if (f.n_length && (strlen(f.length) > 19 || strtoull(f.length, NULL, 10) > rq->upload_limit))
-        return respond_error(mc, rq, MHD_HTTP_CONTENT_TOO_LARGE, "body_too_large",
-                             "request bodies are limited to %zu bytes here", rq->upload_limit);
+        return refuse(mc, rq, url, MHD_HTTP_CONTENT_TOO_LARGE, "body_too_large",
+                      "request bodies are limited to %zu bytes here", rq->upload_limit);
     /* A request that announces a body is checked now (token, method, path),
      * so one that will be refused never has its body read or buffered: a
      * client without the token cannot make the daemon hold a megabyte per
      * connection. The refusal closes the connection, the body unread. One
      * without a body is checked when dispatched, keeping its connection. */
-    enum MHD_Result ret;
-    if ((f.n_encoding || (f.n_length && strcmp(f.length, "0") != 0)) &&
-        dispatch_refuse_early(mc, rq, url, method, &ret))
-        return ret;
-    rq->close_after = 0;
+    if (f.n_encoding || (f.n_length && strcmp(f.length, "0") != 0)) {
+        struct request_view v = view_of(mc, rq, url);
+        if (dispatch_refuse_early(&v, &rq->answer)) {
+            rq->endpoint = rq->answer.endpoint;
+            rq->answer.close = 1;
+            return send_answer(mc, rq, &v);
+        }
+        answer_free(&rq->answer);
+    }
     rq->handled = 0;
     return MHD_YES;
 }
@@ -479,7 +743,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
         snprintf(rq->method, sizeof(rq->method), "%s", method);
         rq->is_head = strcmp(method, MHD_HTTP_METHOD_HEAD) == 0;
         rq->http10 = strcmp(version, MHD_HTTP_VERSION_1_0) == 0;
-        return refuse_malformed(mc, rq, url, method, version);
+        return refuse_malformed(mc, rq, url, version);
     }
     if (*upload_data_size) {
         /* Accumulate a bounded body (a chunked one can only be found too
@@ -500,22 +764,20 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
         return MHD_YES;
     }
     if (rq->handled) {
-        /* A Hub answer that waited for content hashes (or a mirror's, for
-         * its upstream) was resumed: it is dispatched again, and answers
-         * with what it finds this time. */
+        /* An answer that waited (for content hashes, a document's render,
+         * the mirror's upstream) was resumed: it is dispatched again, and
+         * answers with what it finds this time. */
         int resumed = WAIT_RESUMED;
         if (atomic_compare_exchange_strong(&rq->wait, &resumed, WAIT_DONE))
-            return dispatch_request(mc, rq, url, method);
+            return answer_request(mc, rq, url);
         return MHD_YES;
     }
     rq->handled = 1;
     conn_disarm(rq->owner ? rq->owner->entry : NULL); /* the whole request is in */
-    if (rq->upload_too_large) {
-        rq->close_after = 1;
-        return respond_error(mc, rq, MHD_HTTP_CONTENT_TOO_LARGE, "body_too_large",
-                             "request bodies are limited to %zu bytes here", rq->upload_limit);
-    }
-    return dispatch_request(mc, rq, url, method);
+    if (rq->upload_too_large)
+        return refuse(mc, rq, url, MHD_HTTP_CONTENT_TOO_LARGE, "body_too_large",
+                      "request bodies are limited to %zu bytes here", rq->upload_limit);
+    return answer_request(mc, rq, url);
 }
 
 /* While draining, connections accepted by the kernel are closed at once.
@@ -574,9 +836,8 @@ int http_start(struct server *srv, char *errbuf, size_t errlen)
     if (cors_check_config(cfg, errbuf, errlen) < 0)
         return -1;
     unsigned threads = config_effective_threads(cfg);
-    /* Suspend/resume: a Hub answer waits for content hashes, and a
-     * mirror's for its upstream, without holding a worker thread
-     * (server/h_hub.c, server/h_mirror.c). */
+    /* Suspend/resume: an answer that waits (content hashes, a document's
+     * render, a mirror's upstream) holds no worker thread. */
     unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_ITC | MHD_USE_ERROR_LOG |
                      MHD_USE_TURBO | MHD_ALLOW_SUSPEND_RESUME;
     if (ss.ss_family == AF_INET6)

@@ -55,16 +55,17 @@ void s3_auth_free(struct server *srv)
 
 static const char *header_of(void *ctx, const char *name)
 {
-    return MHD_lookup_connection_value(ctx, MHD_HEADER_KIND, name);
+    return view_header(ctx, name);
 }
 
-enum s3_auth_result s3_auth_check(const struct server *srv, struct MHD_Connection *conn,
-                                  const char *method, const char *path, size_t path_len,
-                                  const struct s3_query *q, char *msg, size_t msglen)
+enum s3_auth_result s3_auth_check(const struct request_view *v, const char *path,
+                                  size_t path_len, const struct s3_query *q, char *msg,
+                                  size_t msglen)
 {
+    const struct server *srv = v->srv;
     struct s3_sigv4 sig;
     struct st_error err;
-    int kind = s3_sigv4_parse(header_of(conn, "authorization"), header_of(conn, "x-amz-date"), q,
+    int kind = s3_sigv4_parse(view_header(v, "authorization"), view_header(v, "x-amz-date"), q,
                               &sig, &err);
     if (!srv->s3_secret) {
         if (srv->read_token || srv->admin_token) {
@@ -95,7 +96,8 @@ enum s3_auth_result s3_auth_check(const struct server *srv, struct MHD_Connectio
         snprintf(msg, msglen, "request has expired");
         return S3A_DENIED;
     }
-    char *canon = s3_sigv4_canonical(method, path, path_len, q, &sig, header_of, conn, &err);
+    char *canon = s3_sigv4_canonical(v->method, path, path_len, q, &sig, header_of, (void *)v,
+                                     &err);
     if (!canon) {
         snprintf(msg, msglen, "%s", err.message);
         return S3A_MALFORMED;

@@ -7,11 +7,11 @@
 #ifndef TENSORD_S3_AUTH_H
 #define TENSORD_S3_AUTH_H
 
-#include <microhttpd.h>
 #include <stddef.h>
 
-#include "http.h"
+#include "h_answer.h"
 #include "s3_req.h"
+#include "server.h"
 
 /* Reads s3_secret_key_file when s3_access_key is set (its first line;
  * both or neither must be set). Returns 0, or -1 with errbuf. */
@@ -27,11 +27,11 @@ enum s3_auth_result {
     S3A_SKEWED,          /* RequestTimeTooSkewed (403) */
 };
 
-/* Checks the request (method, its raw path without the query, and its
- * parsed query) against the configuration; msg gets the reason when it
- * is refused. Never logs a secret or a signature. */
-enum s3_auth_result s3_auth_check(const struct server *srv, struct MHD_Connection *conn,
-                                  const char *method, const char *path, size_t path_len,
-                                  const struct s3_query *q, char *msg, size_t msglen);
+/* Checks request v (its raw path without the query, and its parsed
+ * query) against the configuration; msg gets the reason when it is
+ * refused. Never logs a secret or a signature. */
+enum s3_auth_result s3_auth_check(const struct request_view *v, const char *path,
+                                  size_t path_len, const struct s3_query *q, char *msg,
+                                  size_t msglen);
 
 #endif

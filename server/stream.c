@@ -3,48 +3,32 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <inttypes.h>
-#include <stdatomic.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "http.h"
-#include "metrics.h"
 #include "mirror.h"
 #include "util.h"
 
-/* Responses own a duplicate of the model file's descriptor, so a reload can
- * free the model while a download is still going. */
-static int fcntl_dupfd(int fd)
-{
-    return fcntl(fd, F_DUPFD_CLOEXEC, 0);
-}
-
-/* A piece of the answer: either literal bytes (multipart framing) or a span
- * of the body. */
+/* A piece of the answer: literal bytes (multipart framing) or a span of the
+ * body, placed at out_off in the answer. */
 struct piece {
     const char *mem;   /* literal bytes, or NULL for a body span */
     uint64_t body_off; /* body offset of a span */
     uint64_t len;
-    uint64_t out_off;  /* where the piece starts in the answer */
+    uint64_t out_off;
 };
 
+/* A reader's state: the body's memory is the answer's (which lives until
+ * the request ends, after the last read); the descriptor is its own
+ * duplicate, so a reload may close the model's meanwhile. */
 struct stream {
-    struct body body;       /* fd is a dup owned by the stream */
+    struct body body;           /* fd is a dup owned by the stream */
     struct fileio_stat file_st; /* what the file looked like when it was validated */
-    int verify;             /* check file_st after every block read from the file */
-    char *prefix_buf;
-    struct slice_plan *plan_buf;
-    void *pieces_buf;
-    void *src_buf;          /* body.src_ctx, owned (freed with body.src->free) */
-    const struct reg_model *pin; /* a reference keeping body.prefix (and the pieces' fds) alive,
-                                  * or NULL */
+    int verify;                 /* check file_st after every block read from the file */
     size_t n_pieces;
     struct piece *pieces;
-    char *framing;          /* storage of the multipart framing strings */
-    size_t cursor;          /* piece of the last read: MHD reads sequentially */
+    size_t cursor;              /* piece of the last read: MHD reads sequentially */
     /* A mirrored file whose bytes may still be arriving (body offsets are
      * its offsets): the stream's own reference, and the waiter that
      * resumes the connection, suspended while the mirror fetches. */
@@ -63,14 +47,7 @@ static void stream_free(void *cls)
     }
     if (s->body.fd >= 0)
         close(s->body.fd);
-    free(s->prefix_buf);
-    free(s->plan_buf);
-    free(s->pieces_buf);
-    if (s->src_buf)
-        s->body.src->free(s->src_buf);
-    reg_model_unref(s->pin);
     free(s->pieces);
-    free(s->framing);
     free(s);
 }
 
@@ -143,27 +120,19 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
     return (ssize_t)done;
 }
 
-/* Moves the representation's owned buffers and a dup of its fd into a new
- * stream (with its own reference to a mirrored file). */
-static struct stream *stream_new(struct request *rq, struct representation *rep)
+/* A reader over the reply's pieces, with a duplicate of the body's
+ * descriptor (and its own reference to a mirrored file). */
+static struct MHD_Response *reader(const struct reply *r, const struct representation *rep,
+                                   const struct stream_ctx *c, size_t block)
 {
     struct stream *s = xcalloc(1, sizeof(*s));
     s->body = rep->body;
-    s->prefix_buf = rep->prefix_buf;
-    s->plan_buf = rep->plan_buf;
-    s->pieces_buf = rep->pieces_buf;
-    s->src_buf = rep->src_buf;
-    rep->prefix_buf = NULL;
-    rep->plan_buf = NULL;
-    rep->pieces_buf = NULL;
-    rep->src_buf = NULL;
-    s->pin = reg_model_ref(rep->pin);
-    s->body.fd = rep->body.fd >= 0 ? fcntl_dupfd(rep->body.fd) : -1;
+    s->body.fd = rep->body.fd >= 0 ? fcntl(rep->body.fd, F_DUPFD_CLOEXEC, 0) : -1;
     if (rep->mirror) {
-        s->mirror = rq->srv->mirror;
+        s->mirror = c->mirror;
         s->mf = rep->mirror;
         mirror_ref(s->mirror, s->mf);
-        s->conn = rq->mhd;
+        s->conn = c->conn;
         s->waiter.cb = mirror_resume;
         s->waiter.arg = s;
     }
@@ -171,199 +140,85 @@ static struct stream *stream_new(struct request *rq, struct representation *rep)
         s->file_st = *rep->file_st;
         s->verify = 1;
     }
-    return s;
-}
-
-static void unpin(void *cls)
-{
-    reg_model_unref(cls);
-}
-
-const char *stream_pinned_span(const struct representation *rep, uint64_t off, uint64_t len)
-{
-    if (!rep->pin)
-        return NULL;
-    if (rep->mem && off + len <= rep->mem_len)
-        return rep->mem + off;
-    if (!rep->prefix_buf && off + len <= rep->body.prefix_len)
-        return rep->body.prefix + off;
-    return NULL;
-}
-
-/* Answers body bytes [off, off + len) that a source holds in memory (a
- * shared document) straight from there, the source handed to the answer,
- * which frees it once sent: a connection that does not read holds it, not
- * a copy. NULL when they are not in memory. */
-static struct MHD_Response *source_memory_response(struct representation *rep, uint64_t off,
-                                                   uint64_t len)
-{
-    const struct body *b = &rep->body;
-    const void *p[3];
-    size_t n[3];
-    unsigned k = b->src->mem && rep->src_buf && len && len <= STREAM_DOC_BLOCK
-                     ? b->src->mem(b->src_ctx, off, len, p, n)
-                     : 0;
-    if (!k)
-        return NULL;
-    struct MHD_IoVec iov[3];
-    for (unsigned i = 0; i < k; i++)
-        iov[i] = (struct MHD_IoVec){.iov_base = p[i], .iov_len = n[i]};
-    struct MHD_Response *resp = MHD_create_response_from_iovec(iov, k, b->src->free, rep->src_buf);
-    if (resp)
-        rep->src_buf = NULL; /* the response frees it; http.c counts the bytes sent */
+    s->pieces = xcalloc(r->n_pieces, sizeof(*s->pieces));
+    uint64_t out = 0;
+    for (size_t i = 0; i < r->n_pieces; i++) {
+        const struct reply_piece *p = &r->pieces[i];
+        s->pieces[i] = (struct piece){.mem = p->mem, .body_off = p->off, .len = p->len,
+                                      .out_off = out};
+        out += p->len;
+        if (rep->mirror && !p->mem)
+            mirror_want(c->mirror, rep->mirror, p->off, p->len);
+    }
+    s->n_pieces = r->n_pieces;
+    struct MHD_Response *resp =
+        MHD_create_response_from_callback(r->length, block, stream_read, s, stream_free);
+    if (!resp)
+        stream_free(s);
     return resp;
 }
 
-/* Answers body bytes [off, off + len) without reading or copying them when
- * they are already in memory: pinned memory (the response holds a reference
- * to the model until it is sent), a source's memory, or the
- * representation's own buffer when it is the whole body (handed over).
- * Returns NULL otherwise. */
-static struct MHD_Response *memory_response(struct representation *rep, uint64_t off,
-                                            uint64_t len)
-{
-    const struct body *b = &rep->body;
-    if (b->src)
-        return source_memory_response(rep, off, len);
-    const char *mem = stream_pinned_span(rep, off, len);
-    if (mem) {
-        struct MHD_Response *resp = MHD_create_response_from_buffer_with_free_callback_cls(
-            (size_t)len, (void *)mem, unpin, reg_model_ref(rep->pin));
-        if (!resp)
-            reg_model_unref(rep->pin); /* out of memory: the reference was not taken over */
-        return resp;
-    }
-    if (rep->prefix_buf && b->prefix == rep->prefix_buf && off == 0 && len == b->prefix_len &&
-        b->data_len == 0) {
-        char *buf = rep->prefix_buf;
-        rep->prefix_buf = NULL;
-        return MHD_create_response_from_buffer((size_t)len, buf, MHD_RESPMEM_MUST_FREE);
-    }
-    return NULL;
-}
-
-/* The reader of a HEAD answer's body, which libmicrohttpd never calls. */
+/* The reader of a body never read (a 304, a HEAD of nothing opened). */
 static ssize_t never_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
     (void)cls, (void)pos, (void)buf, (void)max;
     return MHD_CONTENT_READER_END_WITH_ERROR;
 }
 
-int stream_file_changed(const struct representation *rep)
+/* A body all in memory: in place (the answer holds it until the request
+ * ends, after libmicrohttpd's last write). */
+static struct MHD_Response *in_memory(const struct reply *r)
 {
-    return rep->file_st && rep->body.fd >= 0 && !fileio_unchanged(rep->body.fd, rep->file_st);
+    if (r->n_pieces <= 1)
+        return MHD_create_response_from_buffer(r->n_pieces ? r->pieces[0].len : 0,
+                                               r->n_pieces ? (void *)r->pieces[0].mem : (void *)"",
+                                               MHD_RESPMEM_PERSISTENT);
+    struct MHD_IoVec iov[3];
+    for (size_t i = 0; i < r->n_pieces && i < 3; i++)
+        iov[i] = (struct MHD_IoVec){.iov_base = r->pieces[i].mem, .iov_len = r->pieces[i].len};
+    return MHD_create_response_from_iovec(iov, (unsigned)(r->n_pieces < 3 ? r->n_pieces : 3),
+                                          NULL, NULL);
 }
 
-struct MHD_Response *stream_span(struct request *rq, struct representation *rep, uint64_t off,
-                                 uint64_t len, unsigned *err_status, int *changed)
+struct MHD_Response *stream_response(const struct reply *r, const struct answer *a,
+                                     const struct stream_ctx *c, struct stream_out *out, int *err)
 {
-    uint64_t file_off;
-    /* What the body counts under (http.c adds the bytes sent when it ends). */
-    rq->body_method = BODY_COPY;
-    if (rep->no_read)
-        return MHD_create_response_from_callback(len, STREAM_BLOCK, never_read, NULL, NULL);
-    struct MHD_Response *resp = rep->mirror ? NULL : memory_response(rep, off, len);
-    if (resp)
-        return resp;
-    if (len <= STREAM_SMALL_BODY_MAX && !rep->mirror) {
-        char *buf = xmalloc(len ? len : 1);
-        int rc = len ? body_read(&rep->body, off, buf, len) : 0;
-        /* Checked after the read: a write(2) bumps mtime before it copies
-         * data, so an unchanged stat means the bytes read are the old ones. */
-        if (rc == -ENODATA || stream_file_changed(rep)) {
-            free(buf);
-            *err_status = MHD_HTTP_SERVICE_UNAVAILABLE;
-            *changed = 1;
-            return NULL;
-        }
-        if (rc < 0) {
-            free(buf);
-            *err_status = MHD_HTTP_INTERNAL_SERVER_ERROR;
-            return NULL;
-        }
-        return MHD_create_response_from_buffer(len, buf, MHD_RESPMEM_MUST_FREE);
+    const struct representation *rep = &a->rep;
+    *out = (struct stream_out){.method = r->counted ? STREAM_COPY : STREAM_UNCOUNTED};
+    *err = 0;
+    if (r->no_body)
+        return MHD_create_response_from_callback(r->length, STREAM_BLOCK, never_read, NULL, NULL);
+    int spans = 0;
+    for (size_t i = 0; i < r->n_pieces; i++)
+        spans += !r->pieces[i].mem;
+    if (!spans)
+        return in_memory(r);
+    if (r->n_pieces > 1 || rep->mirror) { /* multipart, or bytes that may still be arriving */
+        if (!rep->mirror)
+            out->sending = rep->file_st;
+        return reader(r, rep, c, STREAM_BLOCK);
     }
     int span_fd;
-    if (rep->mirror) { /* bytes as they arrive: a reader that waits for them */
-        mirror_want(rq->srv->mirror, rep->mirror, off, len);
-        struct stream *s = stream_new(rq, rep);
-        s->n_pieces = 1;
-        s->pieces = xcalloc(1, sizeof(struct piece));
-        s->pieces[0] = (struct piece){.body_off = off, .len = len, .out_off = 0};
-        return MHD_create_response_from_callback(len, STREAM_BLOCK, stream_read, s, stream_free);
-    }
-    if (rq->srv->cfg->sendfile && body_file_span(&rep->body, off, len, &span_fd, &file_off)) {
-        int fd = fcntl_dupfd(span_fd);
+    uint64_t file_off, off = r->pieces[0].off, len = r->pieces[0].len;
+    if (c->sendfile && body_file_span(&rep->body, off, len, &span_fd, &file_off)) {
+        int fd = fcntl(span_fd, F_DUPFD_CLOEXEC, 0);
         if (fd < 0) {
-            *err_status = MHD_HTTP_SERVICE_UNAVAILABLE;
+            *err = -EMFILE;
             return NULL;
         }
-        rq->body_method = BODY_SENDFILE;
+        out->method = STREAM_SENDFILE;
         /* sendfile sends what the file holds as it goes: a write to the file
          * must cut this connection (the watcher does, through conns). */
-        http_sending(rq, rep->body.n_pieces || rep->body.src ? body_piece_stat(&rep->body, off)
-                                                            : rep->file_st);
-        return MHD_create_response_from_fd_at_offset64(len, fd, file_off);
+        out->sending = rep->body.n_pieces || rep->body.src ? body_piece_stat(&rep->body, off)
+                                                          : rep->file_st;
+        struct MHD_Response *resp = MHD_create_response_from_fd_at_offset64(len, fd, file_off);
+        if (!resp)
+            close(fd);
+        return resp;
     }
     /* A document in memory goes in smaller blocks: each is a copy, and
-     * other connections get their turn sooner (STREAM_DOC_BLOCK). */
-    size_t block = rep->body.src && rep->body.src->mem ? STREAM_DOC_BLOCK : STREAM_BLOCK;
-    struct stream *s = stream_new(rq, rep);
-    http_sending(rq, rep->file_st); /* a write that keeps size and mtime is cut too */
-    s->n_pieces = 1;
-    s->pieces = xcalloc(1, sizeof(struct piece));
-    s->pieces[0] = (struct piece){.body_off = off, .len = len, .out_off = 0};
-    return MHD_create_response_from_callback(len, block, stream_read, s, stream_free);
-}
-
-static atomic_uint_fast64_t boundary_counter;
-
-struct MHD_Response *stream_multipart(struct request *rq, struct representation *rep,
-                                      const struct byte_range *ranges, size_t n,
-                                      char *content_type, size_t ct_len, uint64_t *total_out)
-{
-    char boundary[40];
-    snprintf(boundary, sizeof(boundary), "tensord-%016" PRIx64 "%08" PRIx64,
-             hash_fnv1a(&rq->start_ns, sizeof(rq->start_ns), HASH_FNV_SEED),
-             (uint64_t)atomic_fetch_add(&boundary_counter, 1));
-    snprintf(content_type, ct_len, "multipart/byteranges; boundary=%s", boundary);
-    uint64_t size = body_size(&rep->body);
-
-    /* Framing strings: one before each part and the closing delimiter. */
-    size_t cap = (n + 1) * (sizeof(boundary) + strlen(rep->content_type) + 120);
-    char *framing = xmalloc(cap);
-    size_t used = 0;
-    struct piece *pieces = xcalloc(2 * n + 1, sizeof(*pieces));
-    uint64_t out = 0;
-    size_t np = 0;
-    for (size_t i = 0; i <= n; i++) {
-        char *f = framing + used;
-        int flen;
-        if (i < n)
-            flen = snprintf(f, cap - used,
-                            "%s--%s\r\nContent-Type: %s\r\nContent-Range: bytes %" PRIu64
-                            "-%" PRIu64 "/%" PRIu64 "\r\n\r\n",
-                            i ? "\r\n" : "", boundary, rep->content_type, ranges[i].start,
-                            ranges[i].start + ranges[i].len - 1, size);
-        else
-            flen = snprintf(f, cap - used, "\r\n--%s--\r\n", boundary);
-        used += (size_t)flen;
-        pieces[np++] = (struct piece){.mem = f, .len = (uint64_t)flen, .out_off = out};
-        out += (uint64_t)flen;
-        if (i < n) {
-            pieces[np++] = (struct piece){
-                .body_off = ranges[i].start, .len = ranges[i].len, .out_off = out};
-            out += ranges[i].len;
-        }
-    }
-    *total_out = out;
-    rq->body_method = BODY_COPY;
-    for (size_t i = 0; rep->mirror && i < n; i++)
-        mirror_want(rq->srv->mirror, rep->mirror, ranges[i].start, ranges[i].len);
-    struct stream *s = stream_new(rq, rep);
-    http_sending(rq, rep->file_st);
-    s->framing = framing;
-    s->pieces = pieces;
-    s->n_pieces = np;
-    return MHD_create_response_from_callback(out, STREAM_BLOCK, stream_read, s, stream_free);
+     * other connections get their turn sooner (RESPOND_DOC_BLOCK). */
+    out->sending = rep->file_st; /* a write that keeps size and mtime is cut too */
+    return reader(r, rep, c,
+                  rep->body.src && rep->body.src->mem ? RESPOND_DOC_BLOCK : STREAM_BLOCK);
 }

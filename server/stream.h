@@ -1,51 +1,50 @@
-/* stream: the libmicrohttpd response for a span of a representation's body,
- * or for several spans as multipart/byteranges: sent from memory a model
- * keeps alive, a small copied buffer, sendfile, or a reader that checks
- * after every block that the file is still the version validated. Part of
- * respond (respond.c decides what to answer, this builds the body). */
+/* stream: the libmicrohttpd response for a reply's body (server/respond.h),
+ * part of the HTTP front (server/http.c is its one caller): memory the
+ * answer holds sent in place, a shared document's pieces in one write,
+ * sendfile from a duplicate of the file's descriptor, or a reader that
+ * produces blocks on demand and checks after every block that the file is
+ * still the version validated (and, for a mirrored file still arriving,
+ * suspends the connection until the mirror brings the bytes). */
 #ifndef TENSORD_STREAM_H
 #define TENSORD_STREAM_H
 
 #include <microhttpd.h>
-#include <stddef.h>
 #include <stdint.h>
 
-#include "range.h"
+#include "h_answer.h"
 #include "respond.h"
 
-/* Bodies up to this size are read into a buffer and sent with the headers in
- * one write; larger contiguous spans go out with sendfile. */
-#define STREAM_SMALL_BODY_MAX (64 * 1024)
-/* Block size libmicrohttpd asks streamed readers for. */
+/* Block size libmicrohttpd asks streamed readers for. libmicrohttpd writes
+ * as much of a memory answer as the socket takes (megabytes on loopback)
+ * before it looks at another connection, so 200 clients of a 14 MB
+ * description kept every other request waiting a tenth of a second: a
+ * document in memory goes in RESPOND_DOC_BLOCK blocks instead, so each
+ * connection gets its turn after 64 KiB, as files get theirs after a
+ * 128 KiB sendfile. */
 #define STREAM_BLOCK (256 * 1024)
-/* A document in memory (a shared model document) up to this size goes out
- * in one write straight from its memory; a larger one is streamed in
- * blocks of this size. libmicrohttpd writes as much of a memory answer as
- * the socket takes (megabytes on loopback) before it looks at another
- * connection, so 200 clients of a 14 MB description kept every other
- * request waiting a tenth of a second; in blocks, each connection gets its
- * turn after 64 KiB, as files get theirs after a 128 KiB sendfile. */
-#define STREAM_DOC_BLOCK (64 * 1024)
 
-/* Where body bytes [off, off + len) are held in memory that a model keeps
- * alive (a file's validated header, a cached document), or NULL. */
-const char *stream_pinned_span(const struct representation *rep, uint64_t off, uint64_t len);
+struct mirror;
 
-/* Whether the body's file no longer has the size and mtime it had when it
- * was validated (it was truncated or written in place). */
-int stream_file_changed(const struct representation *rep);
+/* What the body needs from the front. */
+struct stream_ctx {
+    struct mirror *mirror;          /* the server's mirror (a body still arriving), or NULL */
+    struct MHD_Connection *conn;    /* suspended while the mirror fetches */
+    int sendfile;                   /* sendfile is allowed (the sendfile option) */
+};
 
-/* The answer for body span [off, off + len); may take over rep's owned
- * buffers. On failure NULL, with *err_status 500 (read error), 503 and
- * *changed set (the file changed) or 503 (no file descriptor left). */
-struct MHD_Response *stream_span(struct request *rq, struct representation *rep, uint64_t off,
-                                 uint64_t len, unsigned *err_status, int *changed);
+/* Which byte counter a body's bytes go to. */
+enum stream_method { STREAM_UNCOUNTED, STREAM_COPY, STREAM_SENDFILE };
 
-/* The multipart/byteranges answer for ranges[0..n); takes over rep's owned
- * buffers. Writes its Content-Type (with the boundary) into content_type and
- * the body's length to *total. NULL when out of memory. */
-struct MHD_Response *stream_multipart(struct request *rq, struct representation *rep,
-                                      const struct byte_range *ranges, size_t n,
-                                      char *content_type, size_t ct_len, uint64_t *total);
+struct stream_out {
+    enum stream_method method;
+    const struct fileio_stat *sending; /* the file the body reads as it goes (a write to it must
+                                        * cut the connection), or NULL */
+};
+
+/* The response for reply r of answer a. NULL when out of memory, or with
+ * *err set (-EMFILE: no descriptor left for the body; respond_failed says
+ * what to answer instead). */
+struct MHD_Response *stream_response(const struct reply *r, const struct answer *a,
+                                     const struct stream_ctx *c, struct stream_out *out, int *err);
 
 #endif

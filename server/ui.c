@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "handlers.h"
-#include "respond.h"
+#include "server.h"
 
 /* The page runs only its own script and style, talks only to this origin,
  * and cannot be framed: model, tensor and file names come from files on
@@ -28,26 +28,27 @@ const struct ui_asset *ui_find(const char *name, size_t len)
     return NULL;
 }
 
-enum MHD_Result handle_ui(struct MHD_Connection *conn, struct request *rq, const char *name,
-                          int bare)
+struct answer *handle_ui(const struct request_view *v, struct answer *a, const char *name,
+                         int bare)
 {
-    if (!rq->srv->cfg->ui)
-        return respond_error(conn, rq, MHD_HTTP_NOT_FOUND, "not_found",
-                             "the web console is off (ui = false)");
-    if (bare)
-        return respond_redirect(conn, rq, MHD_HTTP_MOVED_PERMANENTLY, "/ui/", security_headers);
-    const struct ui_asset *a = ui_find(name, strlen(name));
-    if (!a)
-        return respond_error(conn, rq, MHD_HTTP_NOT_FOUND, "not_found",
-                             "the web console has no file \"%.100s\"", name);
-    /* Static bytes: no model to pin, no file to check; revalidated with the
+    if (!v->srv->cfg->ui)
+        return answer_error(a, HTTP_NOT_FOUND, "not_found", "the web console is off (ui = false)");
+    if (bare) {
+        answer_headers(a, security_headers);
+        return answer_redirect(a, HTTP_MOVED_PERMANENTLY, "/ui/");
+    }
+    const struct ui_asset *u = ui_find(name, strlen(name));
+    if (!u)
+        return answer_error(a, HTTP_NOT_FOUND, "not_found",
+                            "the web console has no file \"%.100s\"", name);
+    /* Static bytes: no model to hold, no file to check; revalidated with the
      * ETag on every load, so a new binary's console is seen at once. */
+    answer_headers(a, security_headers);
     struct representation rep = {
-        .body = {.prefix = (const char *)a->data, .prefix_len = a->len, .fd = -1},
-        .content_type = a->content_type,
+        .body = {.prefix = (const char *)u->data, .prefix_len = u->len, .fd = -1},
+        .content_type = u->content_type,
         .mtime = -1,
-        .extra = security_headers,
     };
-    snprintf(rep.etag, sizeof(rep.etag), "%s", a->etag);
-    return respond_body(conn, rq, &rep);
+    snprintf(rep.etag, sizeof(rep.etag), "%s", u->etag);
+    return answer_body(a, &rep);
 }

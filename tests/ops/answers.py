@@ -12,10 +12,15 @@ daemon with fixed options, waits until every content hash is known, and
 sends every request of requests(): the model API, files, headers, tensors,
 slices in every format, ranges (single, multiple, suffix, unsatisfiable,
 malformed), conditional requests, HEAD, errors in both dialects, the Hub
-routes, fetch, the GPU state, S3, blobs, the console, CORS; then host
-preloads (POST, GET, DELETE .../gpu and their errors, the model list with
-instances) and the lease socket's answers (hello, list, open, release,
-malformed and refused requests). An answer is its status line, its headers
+routes, fetch, the GPU state, S3, blobs, the console, CORS; every handler's
+preconditions, ranges, conditionals and errors in both dialects, the
+refusals every request may get (method, query, sizes, framing), and
+requests made with the validators, commits and digests the daemon reports;
+then host preloads (POST, GET, DELETE .../gpu and their errors, those
+from a page of another origin among them, the model list with instances) and the lease socket's answers (hello, list, open, release,
+malformed and refused requests); and a second daemon with bearer tokens
+and an S3 key (the 401s in both dialects, what needs no token, S3's
+refusals). An answer is its status line, its headers
 (less Date; multipart boundaries replaced) and its body's SHA-256 with its
 first 200 bytes (the temporary directory's name replaced; a preload's
 timings replaced); a lease answer is its JSON text and the number of
@@ -32,6 +37,7 @@ import struct
 import sys
 import tempfile
 import time
+import urllib.parse
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -43,6 +49,8 @@ import tdutil  # noqa: E402
 
 MTIME = 1_700_000_000
 ORIGIN = "http://console.example"
+READ_TOKEN, ADMIN_TOKEN = "answers-read-token-0123", "answers-admin-token-0123"
+S3_KEY, S3_SECRET = "answerskey", "answers-secret"
 
 
 def requests(models):
@@ -115,7 +123,179 @@ def requests(models):
     add("OPTIONS", t, {"Origin": ORIGIN, "Access-Control-Request-Method": "GET",
                        "Access-Control-Request-Headers": "range"})
     add("GET", t, {"Origin": ORIGIN, "Range": "bytes=0-3"})
+    handler_requests(add)
     return out
+
+
+def handler_requests(add):
+    """Every handler's preconditions, ranges, conditionals and errors in both
+    dialects, and the checks every request passes (added before issue 27's
+    handlers returned answers)."""
+    t = "/v1/models/demo-f32/tensors/embed.weight"
+    f1 = "/v1/models/demo-sharded/files/model-00001-of-00002.safetensors"
+    for h in ({"If-None-Match": "*"}, {"If-Match": '"nope"'}, {"If-Match": "*"},
+              {"If-Modified-Since": "Sun, 06 Nov 2033 08:49:37 GMT"},
+              {"If-Unmodified-Since": "Sun, 06 Nov 1994 08:49:37 GMT"},
+              {"If-Range": '"nope"', "Range": "bytes=0-3"},
+              {"If-None-Match": "*", "Range": "bytes=0-3"}):
+        add("GET", t, h)
+    add("HEAD", t, {"Range": "bytes=0-3"})
+    add("HEAD", f1, {"Range": "bytes=0-3,8-9"})
+    add("GET", f1, {"Range": "bytes=0-7,7-20"})
+    add("GET", "/v1/models/demo-f32/files/config.json", {"Range": "bytes=2-"})
+    add("GET", "/v1/models/demo-f32/files/config.json/header")
+    add("GET", "/v1/models/demo-f32/files/model.safetensors/header", {"Range": "bytes=0-9"})
+    add("HEAD", "/v1/models/demo-f32/header", {"If-None-Match": "*"})
+    add("GET", "/v1/models/bad-json/header")
+    add("GET", "/v1/models/bad-json/tensors/x")
+    add("GET", "/v1/models/bad-json/gpu")
+    add("GET", "/v1/models/dtype-f32/tensors/scalar")
+    add("GET", "/v1/models/dtype-f32/tensors/scalar?format=npy")
+    add("GET", "/v1/models/dtype-bf16/tensors/vec?format=npy")
+    add("GET", "/v1/models/dtype-bf16/tensors/vec?npy_dtype=raw")
+    add("GET", "/v1/models/dtype-bf16/tensors/vec?format=npy&npy_dtype=bogus")
+    add("GET", "/v1/models/org%2Fname/tensors/nested%2Ftensor%20name?slice=0")
+    add("GET", f"{t}?slice=%zz")
+    add("GET", f"{t}?bogus=1")
+    add("GET", "/v1/models?x=1")
+    add("PUT", "/v1/models")
+    add("DELETE", t)
+    add("POST", "/v1/models/demo-f32/tensors/embed.weight", body=b"x")
+    fq = "/v1/models/demo-f32/fetch?q=" + urllib.parse.quote('{"tensors": ["embed.weight"]}')
+    add("GET", "/v1/models/demo-f32/fetch?q=" +
+        urllib.parse.quote('{"tensors": ["embed.weight", "layers.0.bias"]}'))
+    add("GET", fq, {"Range": "bytes=0-15,-4"})
+    add("HEAD", fq)
+    add("GET", fq, {"If-None-Match": "*"})
+    add("GET", "/v1/models/demo-f32/fetch?q=%zz")
+    add("GET", "/v1/models/demo-f32/fetch?q=" + urllib.parse.quote('{"tensors": ["nope"]}'))
+    add("POST", fq, body=b'{"tensors": ["embed.weight"]}')
+    add("POST", "/v1/models/demo-f32/fetch", body=b'{"tensors": ["embed.weight"]}')
+    add("POST", "/v1/models/demo-f32/fetch", body=b'{"tensors": ["embed.weight", "embed.weight"]}')
+    add("POST", "/v1/models/demo-f32/fetch", body=b'{"tensors": [{"name": "embed.weight", "slice": "9:"}]}')
+    add("POST", "/v1/models/demo-f32/gpu", body=b"x" * 70000)
+    add("GET", "/v1/models/demo-f32?" + "&".join(f"a{i}=1" for i in range(40)))
+    add("GET", "/v1/models", {f"X-Many-{i}": "1" for i in range(110)})
+    add("POST", "/v1/models/demo-f32/fetch", {"Transfer-Encoding": "chunked"}, b"0")
+    add("GET", "/metrics?format=bogus")
+    add("GET", "/v1/metrics?x=1")
+    add("GET", "/healthz", {"If-None-Match": "*"})
+    add("GET", "/v1/nothing")
+    add("GET", "/v1/models/%2e%2e")
+    # Hugging Face endpoint
+    add("GET", "/api/models?search=DEMO&limit=1&full=true")
+    add("GET", "/api/models?author=org")
+    add("GET", "/api/models?limit=-1")
+    add("GET", "/api/models?search=%zz")
+    add("GET", "/api/models/demo-sharded/tree/main?recursive=true")
+    add("GET", "/api/models/demo-sharded/tree/main/nope")
+    add("GET", "/api/models/demo-sharded/tree/v2")
+    add("GET", "/api/models/demo-sharded/revision/nope")
+    add("GET", "/api/models/demo-sharded/paths-info/main")
+    add("POST", "/api/models/demo-sharded/paths-info/main", {}, b"paths=model.safetensors.index.json&paths=nope")
+    add("POST", "/api/models/demo-sharded/paths-info/main",
+        {"Content-Type": "application/json"}, b"{")
+    add("GET", "/api/models/demo-sharded", {"If-None-Match": "*"})
+    add("GET", "/api/spaces")
+    add("GET", "/api/datasets")
+    add("GET", "/api/nothing")
+    add("GET", "/api/models/demo-sharded?x=1")
+    add("PUT", "/api/models/demo-sharded")
+    add("GET", "/demo-sharded/resolve/main/nope.json")
+    add("GET", "/demo-sharded/resolve/v9/config.json")
+    add("GET", "/demo-sharded/resolve/main/%zz")
+    add("GET", "/demo-sharded/resolve/main/model-00001-of-00002.safetensors")
+    add("HEAD", "/org/demo-i8/resolve/main/model.safetensors")
+    # S3
+    add("GET", "/s3/demo-sharded?list-type=2&max-keys=1")
+    add("GET", "/s3/demo-sharded?list-type=2&max-keys=bogus")
+    add("GET", "/s3/demo-sharded?marker=config.json")
+    add("GET", "/s3/demo-sharded?location")
+    add("HEAD", "/s3/demo-sharded")
+    add("HEAD", "/s3/demo-f32/config.json")
+    add("GET", "/s3/demo-f32/config.json", {"Range": "bytes=99999-"})
+    add("GET", "/s3/demo-f32/config.json?partNumber=2")
+    add("GET", "/s3/demo-f32/config.json", {"If-None-Match": "*"})
+    add("GET", "/s3/nope")
+    add("PUT", "/s3/demo-sharded/x")
+    # blobs, console, CORS
+    add("GET", "/v1/blobs/md5:abc")
+    add("HEAD", "/v1/blobs/sha256:" + "0" * 64)
+    add("GET", "/ui/app.js")
+    add("GET", "/ui/app.css", {"If-None-Match": "*"})
+    add("GET", "/ui/nope.js")
+    add("OPTIONS", "/api/models", {"Origin": ORIGIN, "Access-Control-Request-Method": "GET"})
+    add("OPTIONS", t, {"Origin": "http://other.example", "Access-Control-Request-Method": "GET"})
+    add("GET", "/api/models/nope", {"Origin": ORIGIN})
+    add("GET", "/v1/models/nope", {"Origin": "http://other.example"})
+
+
+def known_requests(d, root):
+    """Requests made of what the daemon reports (validators, commits,
+    digests), which are functions of the fixed files."""
+    out = []
+    t = "/v1/models/demo-f32/tensors/embed.weight"
+    etag = d.request("GET", t).headers["ETag"]
+    for h in ({"If-None-Match": etag}, {"If-Match": etag}, {"If-Range": etag, "Range": "bytes=0-3"},
+              {"If-None-Match": "W/" + etag}, {"If-Match": '"x", ' + etag}):
+        out.append(("GET", t, h, None))
+    doc = d.request("GET", "/v1/models/demo-f32").headers["ETag"]
+    out.append(("GET", "/v1/models/demo-f32", {"If-None-Match": doc}, None))
+    out.append(("GET", "/v1/models/demo-f32", {"Range": "bytes=0-9"}, None))
+    commit = d.request("HEAD", "/demo-f32/resolve/main/config.json").headers["X-Repo-Commit"]
+    base = f"/demo-f32/resolve/{commit}/"
+    out.append(("GET", base + "config.json", {}, None))
+    out.append(("GET", base + "model.safetensors", {"Range": "bytes=0-7"}, None))
+    out.append(("HEAD", base + "model.safetensors", {}, None))
+    lfs = d.request("HEAD", base + "model.safetensors").headers["ETag"]
+    out.append(("GET", base + "model.safetensors", {"If-None-Match": lfs}, None))
+    out.append(("GET", f"/demo-f32/raw/{commit}/config.json", {}, None))
+    out.append(("GET", f"/api/models/demo-f32/revision/{commit}", {}, None))
+    out.append(("GET", f"/api/models/demo-f32/tree/{commit}", {}, None))
+    with open(os.path.join(root, "demo-f32", "config.json"), "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()
+    out.append(("GET", f"/v1/blobs/sha256:{digest}", {}, None))
+    out.append(("GET", f"/v1/blobs/sha256:{digest}", {"Range": "bytes=1-3"}, None))
+    out.append(("HEAD", f"/v1/blobs/sha256:{digest}", {"If-None-Match": f'"sha256:{digest}"'}, None))
+    s3 = d.request("HEAD", "/s3/demo-f32/config.json").headers["ETag"]
+    out.append(("GET", "/s3/demo-f32/config.json", {"If-Match": s3}, None))
+    out.append(("GET", "/s3/demo-f32/config.json", {"If-Range": s3, "Range": "bytes=1-2"}, None))
+    return out
+
+
+def guarded_requests():
+    """(method, path, headers, body) against a daemon with bearer tokens and
+    an S3 key: the 401s in both dialects, what needs no token, S3's refusals."""
+    read, admin = {"Authorization": f"Bearer {READ_TOKEN}"}, {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    bad = {"Authorization": "Bearer wrong"}
+    return [
+        ("GET", "/v1/models/demo-f32/header", {}, None),
+        ("GET", "/v1/models/demo-f32/header", bad, None),
+        ("GET", "/v1/models/demo-f32/header", read, None),
+        ("GET", "/v1/models/demo-f32/header", admin, None),
+        ("POST", "/v1/models/demo-f32/gpu", read, b'{"device": "host"}'),
+        ("DELETE", "/v1/models/demo-f32/gpu", read, None),
+        ("POST", "/v1/models/demo-f32/fetch", {}, b'{"tensors": ["layers.0.bias"]}'),
+        ("POST", "/v1/models/demo-f32/fetch", read, b'{"tensors": ["layers.0.bias"]}'),
+        ("GET", "/api/models/demo-sharded", {}, None),
+        ("GET", "/api/models/demo-sharded", bad, None),
+        ("GET", "/api/models/demo-sharded/refs", read, None),
+        ("GET", "/api/datasets/x/y", {}, None),
+        ("GET", "/healthz", {}, None),
+        ("GET", "/readyz", {}, None),
+        ("GET", "/ui/", {}, None),
+        ("GET", "/metrics", {}, None),
+        ("GET", "/s3/", {}, None),
+        ("GET", "/s3/demo-f32/config.json", {"Authorization": "AWS4-HMAC-SHA256 nonsense"}, None),
+        ("GET", "/s3/demo-f32/config.json", {
+            "Authorization": "AWS4-HMAC-SHA256 Credential=nobody/20240101/us-east-1/s3/aws4_request, "
+                             "SignedHeaders=host;x-amz-date, Signature=" + "0" * 64,
+            "X-Amz-Date": "20240101T000000Z"}, None),
+        ("GET", "/s3/demo-f32/config.json", {
+            "Authorization": f"AWS4-HMAC-SHA256 Credential={S3_KEY}/20240101/us-east-1/s3/aws4_request, "
+                             "SignedHeaders=host;x-amz-date, Signature=" + "0" * 64,
+            "X-Amz-Date": "20240101T000000Z"}, None),
+    ]
 
 
 def gpu_requests(d, invalid):
@@ -138,6 +318,8 @@ def gpu_requests(d, invalid):
         ("POST", g, {}, b'{"device": "GPU-00000000-0000-0000-0000-000000000000"}'),
         ("POST", g, {"If-Match": '"nope"'}, dev),
         ("DELETE", g, {"If-None-Match": "*"}, None),
+        ("POST", g, {"Origin": "http://other.example"}, dev),   # 403 cross_origin
+        ("DELETE", g, {"Origin": "http://other.example"}, None),
         ("POST", f"/v1/models/{tdutil.q(invalid)}/gpu", {}, dev),
         ("POST", "/v1/models/nope/gpu", {}, dev),
         ("POST", "/v1/models/demo-f32/gpu", {}, dev),
@@ -283,6 +465,15 @@ def normalize(r, base, timed=False):
             "length": len(body), "head": body[:200].decode("latin-1")}
 
 
+def ask(d, reqs, base):
+    out = []
+    for method, path, headers, body in reqs:
+        r = d.request(method, path, headers=headers, body=body)
+        out.append({"request": f"{method} {path} {json.dumps(headers)}",
+                    "answer": normalize(r, base)})
+    return out
+
+
 def record(binary):
     base = tempfile.mkdtemp(prefix="tensord-answers-")
     try:
@@ -299,14 +490,28 @@ def record(binary):
                                                   "--access-log", "off"]).start()
         try:
             d.wait_hashed(timeout=120)
-            answers = []
-            for method, path, headers, body in requests(sorted(man.models)):
-                r = d.request(method, path, headers=headers, body=body)
-                answers.append({"request": f"{method} {path} {json.dumps(headers)}",
-                                "answer": normalize(r, base)})
+            answers = ask(d, requests(sorted(man.models)), base)
+            answers += ask(d, known_requests(d, root), base)
             invalid = sorted(m["name"] for m in d.json("/v1/models")["models"]
                              if m["state"] == "invalid")[0]
             answers += gpu_answers(d, base, invalid)
+        finally:
+            d.stop()
+        with open(os.path.join(base, "tokens"), "w") as f:
+            f.write(f"read {READ_TOKEN}\nadmin {ADMIN_TOKEN}\n")
+        with open(os.path.join(base, "s3.secret"), "w") as f:
+            f.write(S3_SECRET + "\n")
+        work = os.path.join(base, "guarded")
+        os.mkdir(work)
+        auth = {"Authorization": f"Bearer {READ_TOKEN}"}
+        d = tdutil.Daemon(root, work, extra_args=[
+            "--access-log", "off", "--auth-token-file", os.path.join(base, "tokens"),
+            "--s3-access-key", S3_KEY, "--s3-secret-key-file", os.path.join(base, "s3.secret")],
+            probe_headers=auth).start()
+        try:
+            d.probe_headers = auth
+            d.wait_hashed(timeout=120)
+            answers += ask(d, guarded_requests(), base)
         finally:
             d.stop()
         return answers

@@ -1,0 +1,173 @@
+/* Unit tests for server/h_mirror.c: a pull-through mirror (driven by the
+ * loopback driver) of an upstream that is a real tensord front in the
+ * same process, over a loopback socket. Its answers wait for the mirror's
+ * jobs and are dispatched again: the /api documents passed through as the
+ * upstream answers them, a file by branch redirected to its commit, by
+ * commit its bytes fetched through the cache (read here as they arrive),
+ * a HEAD that fetches nothing, the upstream's 404 passed on in the Hub's
+ * dialect, a complete mirrored file by digest, an upstream that cannot be
+ * reached (502), and a preload without GPU sharing. */
+#include <openssl/sha.h>
+#include <signal.h>
+
+#include "h_mirror.h"
+#include "log.h"
+#include "loopback.h"
+#include "mirror_start.h"
+
+static char up_root[64], mirror_root[64], cache[64];
+static const char config_json[] = "{\"model_type\": \"mirrored\"}\n";
+
+static void start_mirror(struct lb_server *s, const char *upstream)
+{
+    char opt1[128], opt2[128];
+    snprintf(opt1, sizeof(opt1), "upstream=%s", upstream);
+    snprintf(opt2, sizeof(opt2), "mirror_cache_dir=%s", cache);
+    const char *const opts[] = {opt1, opt2, NULL};
+    lb_start(s, mirror_root, LB_NO_HASHER, opts);
+    char err[256];
+    int rc;
+    s->srv.mirror = mirror_start(&s->cfg, &rc, err, sizeof(err));
+    CHECK(rc == 0 && s->srv.mirror != NULL);
+}
+
+TEST(through_the_upstream)
+{
+    struct lb_server up, m;
+    lb_start(&up, up_root, LB_HASHED, NULL);
+    unsigned port = lb_listen(&up);
+    char url[64];
+    snprintf(url, sizeof(url), "http://127.0.0.1:%u", port);
+    start_mirror(&m, url);
+
+    /* A document: passed through as the upstream answers it. */
+    struct lb_answer want = lb_get(&up, "/api/models/r", NULL);
+    struct lb_answer r = lb_get(&m, "/api/models/r", NULL);
+    CHECK(r.waited);
+    CHECK_EQ_U64(r.status, 200);
+    CHECK_STR(r.body, want.body);
+    char commit[41], etag[64];
+    snprintf(commit, sizeof(commit), "%s", lb_header(&want, "X-Repo-Commit"));
+    snprintf(etag, sizeof(etag), "%s", lb_header(&want, "ETag"));
+    char *head = xasprintf("Content-Type: application/json\r\nX-Repo-Commit: %s\r\n"
+                           "Cache-Control: no-cache\r\nETag: %s\r\n", commit, etag);
+    CHECK_STR(r.head, head);
+    free(head);
+    lb_free(&r);
+    lb_free(&want);
+
+    /* A file by branch: to its commit's URL. */
+    r = lb_get(&m, "/r/resolve/main/config.json", NULL);
+    char *loc = xasprintf("/r/resolve/%s/config.json", commit);
+    CHECK_EQ_U64(r.status, 302);
+    CHECK_STR(lb_header(&r, "Location"), loc);
+    CHECK_STR(lb_header(&r, "X-Repo-Commit"), commit);
+    lb_free(&r);
+
+    /* By commit: the bytes, fetched into the cache as they are read. */
+    struct lb_answer up_file = lb_get(&up, loc, NULL);
+    r = lb_get(&m, loc, NULL);
+    CHECK_EQ_U64(r.status, 200);
+    CHECK_STR(r.body, config_json);
+    snprintf(etag, sizeof(etag), "%s", lb_header(&up_file, "ETag"));
+    CHECK_STR(lb_header(&r, "ETag"), etag);
+    CHECK_STR(lb_header(&r, "X-Repo-Commit"), commit);
+    CHECK_STR(lb_header(&r, "Cache-Control"), "public, max-age=31536000, immutable");
+    lb_free(&r);
+    lb_free(&up_file);
+    r = lb_request(&m, "HEAD", loc, NULL, NULL); /* headers only: nothing opened */
+    CHECK(r.status == 200 && r.length == strlen(config_json) && r.len == 0);
+    lb_free(&r);
+    static const char *const range[] = {"Range: bytes=2-11", NULL};
+    r = lb_get(&m, loc, range);
+    CHECK_EQ_U64(r.status, 206);
+    CHECK_STR(r.body, "model_type");
+    lb_free(&r);
+    free(loc);
+
+    /* The upstream's errors, passed on in its dialect. */
+    r = lb_get(&m, "/r/resolve/main/nope.json", NULL);
+    CHECK_EQ_U64(r.status, 404);
+    CHECK_STR(lb_header(&r, "X-Error-Code"), "EntryNotFound");
+    CHECK(strncmp(r.body, "{\"error\":\"nope.json does not exist in repo r", 43) == 0);
+    lb_free(&r);
+    r = lb_get(&m, "/api/models/nope", NULL);
+    CHECK_EQ_U64(r.status, 404);
+    CHECK_STR(lb_header(&r, "X-Error-Code"), "RepoNotFound");
+    lb_free(&r);
+
+    /* An LFS file: its bytes, then, complete, by its SHA-256. */
+    loc = xasprintf("/r/resolve/%s/model.safetensors", commit);
+    up_file = lb_get(&up, loc, NULL);
+    r = lb_get(&m, loc, NULL);
+    CHECK(r.status == 200 && r.len == up_file.len && r.len > 8 &&
+          memcmp(r.body, up_file.body, r.len) == 0);
+    lb_free(&r);
+    free(loc);
+    unsigned char md[32];
+    char hex[65];
+    SHA256((const unsigned char *)up_file.body, up_file.len, md);
+    lb_free(&up_file);
+    for (int i = 0; i < 32; i++)
+        sprintf(hex + 2 * i, "%02x", md[i]);
+    char *blob = xasprintf("/v1/blobs/sha256:%s", hex);
+    r = lb_get(&m, blob, NULL);
+    CHECK_EQ_U64(r.status, 200);
+    snprintf(etag, sizeof(etag), "\"sha256:%.40s", hex);
+    CHECK(strncmp(lb_header(&r, "ETag"), etag, strlen(etag)) == 0);
+    CHECK_EQ_U64(r.len, 8 + 53 + 4);
+    lb_free(&r);
+    free(blob);
+
+    /* A preload needs GPU sharing. */
+    r = lb_request(&m, "POST", "/v1/models/r/gpu", NULL, "{\"device\": \"host\"}");
+    CHECK_ANSWER(r, 503, "Content-Type: application/json\r\nRetry-After: 1\r\n",
+                 "{\"error\":{\"code\":\"gpu_unavailable\",\"message\":\"GPU sharing is not "
+                 "running in this daemon\"}}\n");
+    lb_free(&r);
+    lb_stop(&m);
+    lb_stop(&up);
+}
+
+TEST(unreachable_upstream)
+{
+    /* A port nothing listens on. */
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t alen = sizeof(a);
+    CHECK(bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0);
+    CHECK(getsockname(fd, (struct sockaddr *)&a, &alen) == 0);
+    char url[64];
+    snprintf(url, sizeof(url), "http://127.0.0.1:%u", ntohs(a.sin_port));
+    close(fd);
+    struct lb_server m;
+    start_mirror(&m, url);
+    struct lb_answer r = lb_get(&m, "/api/models/r", NULL);
+    CHECK(r.waited);
+    CHECK_EQ_U64(r.status, 502);
+    CHECK(strncmp(r.body, "{\"error\":\"upstream: ", 20) == 0);
+    CHECK(lb_header(&r, "X-Error-Code") == NULL);
+    lb_free(&r);
+    r = lb_get(&m, "/r/resolve/main/config.json", NULL);
+    CHECK_EQ_U64(r.status, 502);
+    lb_free(&r);
+    lb_stop(&m);
+}
+
+int main(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    log_init("warn", "off");
+    lb_new_root(up_root, sizeof(up_root));
+    lb_new_root(mirror_root, sizeof(mirror_root));
+    lb_new_root(cache, sizeof(cache));
+    lb_write(up_root, "r/config.json", config_json, strlen(config_json));
+    lb_write_st(up_root, "r/model.safetensors",
+                "{\"w\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]}}", "\1\2\3\4", 4);
+    RUN(through_the_upstream);
+    RUN(unreachable_upstream);
+    lb_remove_root(up_root);
+    lb_remove_root(mirror_root);
+    lb_remove_root(cache);
+    return TEST_SUMMARY();
+}

@@ -1,0 +1,74 @@
+/* Unit tests for server/ui.c through the loopback driver: the console's
+ * page and assets with their security headers and validators, the bare
+ * /ui redirect, a missing asset, and the console switched off. */
+#include "loopback.h"
+#include "ui.h"
+
+static char root[64];
+
+#define SECURITY                                                                            \
+    "Content-Security-Policy: default-src 'none'; script-src 'self'; style-src 'self'; "    \
+    "connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; "       \
+    "frame-ancestors 'none'\r\nX-Content-Type-Options: nosniff\r\nX-Frame-Options: DENY\r\n" \
+    "Referrer-Policy: no-referrer\r\n"
+
+TEST(assets)
+{
+    struct lb_server s;
+    lb_start(&s, root, 0, NULL);
+    CHECK(ui_assets_count >= 3);
+    for (size_t i = 0; i < ui_assets_count; i++) {
+        const struct ui_asset *u = &ui_assets[i];
+        CHECK(ui_find(u->name, strlen(u->name)) == u);
+        char *target = xasprintf("/ui/%s", u->name);
+        struct lb_answer r = lb_get(&s, target, NULL);
+        char *head = xasprintf("Content-Type: %s\r\nAccept-Ranges: bytes\r\n"
+                               "Cache-Control: no-cache\r\n" SECURITY "ETag: %s\r\n",
+                               u->content_type, u->etag);
+        CHECK_EQ_U64(r.status, 200);
+        CHECK_STR(r.head, head);
+        CHECK(r.len == u->len && memcmp(r.body, u->data, u->len) == 0);
+        char *inm = xasprintf("If-None-Match: %s", u->etag);
+        const char *const h304[] = {inm, NULL};
+        lb_free(&r);
+        r = lb_get(&s, target, h304);
+        CHECK_EQ_U64(r.status, 304);
+        CHECK_CONTAINS(r.head, "X-Frame-Options: DENY\r\n");
+        lb_free(&r);
+        free(inm);
+        free(head);
+        free(target);
+    }
+    struct lb_answer r = lb_get(&s, "/ui", NULL);
+    CHECK_ANSWER(r, 301, "Content-Type: text/plain; charset=utf-8\r\nLocation: /ui/\r\n" SECURITY,
+                 "Found. Redirecting to /ui/\n");
+    lb_free(&r);
+    r = lb_get(&s, "/ui/nope.js", NULL);
+    CHECK_ANSWER(r, 404, "Content-Type: application/json\r\n",
+                 "{\"error\":{\"code\":\"not_found\",\"message\":\"the web console has no file "
+                 "\\\"nope.js\\\"\"}}\n");
+    lb_free(&r);
+    lb_stop(&s);
+}
+
+TEST(off)
+{
+    struct lb_server s;
+    static const char *const off[] = {"ui=false", NULL};
+    lb_start(&s, root, 0, off);
+    struct lb_answer r = lb_get(&s, "/ui/", NULL);
+    CHECK_ANSWER(r, 404, "Content-Type: application/json\r\n",
+                 "{\"error\":{\"code\":\"not_found\",\"message\":\"the web console is off (ui = "
+                 "false)\"}}\n");
+    lb_free(&r);
+    lb_stop(&s);
+}
+
+int main(void)
+{
+    lb_new_root(root, sizeof(root));
+    RUN(assets);
+    RUN(off);
+    lb_remove_root(root);
+    return TEST_SUMMARY();
+}
