@@ -56,7 +56,7 @@ struct reg_tensor {
 
 enum model_state { MODEL_READY, MODEL_INVALID };
 
-/* The documents a model caches (rendered by server/doc_cache): its
+/* The documents a model caches (rendered by server/handlers/doc_cache): its
  * description as of some hash progress, the part of the description that
  * hashes do not change (shared by its states), and the merged header. */
 enum reg_doc_kind { REG_DOC_MODEL, REG_DOC_MODEL_BODY, REG_DOC_HEADER, REG_DOC_COUNT };
@@ -91,7 +91,7 @@ struct reg_model {
     size_t n_ids;
     struct reg_entry_id *ids;  /* what the directory held when the model was built, by name */
     /* JSON documents derived from the model (the description and the merged
-     * header), rendered off the HTTP threads (server/doc_cache). Each slot
+     * header), rendered off the HTTP threads (server/handlers/doc_cache). Each slot
      * holds one reference to a shared document, dropped when it is replaced
      * (a description with more hashes known) or the model is freed.
      * doc_lock guards the slots; it is held to copy or swap a pointer (and

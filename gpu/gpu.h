@@ -18,18 +18,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "device_name.h"
 #include "st_error.h"
 
-#define GPU_UUID_MAX 48        /* "GPU-8-4-4-4-12" or "MIG-..." hex plus NUL fits */
 #define GPU_LEGACY_HANDLE_BYTES 64 /* sizeof(CUipcMemHandle) */
-#define GPU_MAX_DEVICES 64
-
-enum gpu_kind { GPU_KIND_HOST, GPU_KIND_CUDA };
 
 /* One device; a backend's devices[i] is always ordinal i. */
 struct gpu_device {
     int index;                 /* the ordinal (= its position in devices[]) */
-    char uuid[GPU_UUID_MAX];   /* "GPU-...", "MIG-..." (as nvidia-smi -L prints), or "host";
+    char uuid[DEVICE_NAME_UUID_MAX];   /* "GPU-...", "MIG-..." (as nvidia-smi -L prints), or "host";
                                 * "" when it could not be read */
     char name[128];
     uint64_t memory_bytes;
@@ -89,10 +86,10 @@ struct gpu_backend_ops {
 struct gpu_backend {
     const struct gpu_backend_ops *ops;
     const char *name;          /* "host" or "cuda" */
-    enum gpu_kind kind;
+    enum device_kind kind;
     const char *handle_type;   /* as workers see it: "memfd" or "posix_fd" */
     size_t n_devices;
-    struct gpu_device devices[GPU_MAX_DEVICES];
+    struct gpu_device devices[DEVICE_NAME_MAX_DEVICES];
     void *priv;
 };
 
@@ -103,12 +100,6 @@ struct gpu_backend *gpu_host_new(void);
  * NULL with err (ST_ERR_NO_DEVICE) saying why: no libcuda.so.1, cuInit
  * error, no devices, built without CUDA support. */
 struct gpu_backend *gpu_cuda_probe(struct st_error *err);
-
-/* Parses a device name: "host", "cuda" (cuda:0), "cuda:N", or a UUID as
- * nvidia-smi -L prints it ("GPU-...", or "MIG-..." for a MIG instance). Sets
- * *kind and *index (-1 with *uuid for a UUID, to be resolved against the
- * backend's devices). Returns 0 or -EINVAL on bad syntax. */
-int gpu_parse_device(const char *s, enum gpu_kind *kind, int *index, const char **uuid);
 
 /* Index (= ordinal) of the device named by index or uuid in b, or -1.
  * The device may be one that cannot be used (its error is set). */

@@ -25,9 +25,9 @@
 struct cuda_backend {
     struct cuda_api api;
     pthread_mutex_t lock;      /* guards ctx[] creation */
-    CUcontext ctx[GPU_MAX_DEVICES]; /* primary contexts, retained on first use */
-    CUdevice dev[GPU_MAX_DEVICES];
-    int posix_fd[GPU_MAX_DEVICES]; /* device can export POSIX fds */
+    CUcontext ctx[DEVICE_NAME_MAX_DEVICES]; /* primary contexts, retained on first use */
+    CUdevice dev[DEVICE_NAME_MAX_DEVICES];
+    int posix_fd[DEVICE_NAME_MAX_DEVICES]; /* device can export POSIX fds */
 };
 
 struct cuda_alloc {
@@ -305,7 +305,7 @@ static int cuda_read_back(struct gpu_backend *b, struct gpu_alloc *a, uint64_t o
 static void cuda_destroy(struct gpu_backend *b)
 {
     struct cuda_backend *cb = b->priv;
-    for (size_t i = 0; i < GPU_MAX_DEVICES; i++)
+    for (size_t i = 0; i < DEVICE_NAME_MAX_DEVICES; i++)
         if (cb->ctx[i])
             cb->api.DevicePrimaryCtxRelease(cb->dev[i]);
     pthread_mutex_destroy(&cb->lock);
@@ -393,17 +393,17 @@ struct gpu_backend *gpu_cuda_probe(struct st_error *err)
         st_error_fail(err, ST_ERR_NO_DEVICE, "no CUDA devices");
         goto fail;
     }
-    if (count > GPU_MAX_DEVICES)
+    if (count > DEVICE_NAME_MAX_DEVICES)
         log_msg(LOG_WARN, "gpu: %d CUDA devices; only the first %d are used", count,
-                GPU_MAX_DEVICES);
+                DEVICE_NAME_MAX_DEVICES);
     struct gpu_backend *b = xcalloc(1, sizeof(*b));
     pthread_mutex_init(&cb->lock, NULL);
     b->ops = &cuda_ops;
     b->name = "cuda";
-    b->kind = GPU_KIND_CUDA;
+    b->kind = DEVICE_CUDA;
     b->handle_type = "posix_fd";
     b->priv = cb;
-    b->n_devices = (size_t)(count < GPU_MAX_DEVICES ? count : GPU_MAX_DEVICES);
+    b->n_devices = (size_t)(count < DEVICE_NAME_MAX_DEVICES ? count : DEVICE_NAME_MAX_DEVICES);
     for (int i = 0; i < (int)b->n_devices; i++) {
         struct gpu_device *d = &b->devices[i];
         probe_device(cb, d, i);

@@ -186,7 +186,7 @@ struct gpu_backend *gpu_host_new(void)
     struct gpu_backend *b = xcalloc(1, sizeof(*b));
     b->ops = &host_ops;
     b->name = "host";
-    b->kind = GPU_KIND_HOST;
+    b->kind = DEVICE_HOST;
     b->handle_type = "memfd";
     b->n_devices = 1;
     b->devices[0].index = 0;

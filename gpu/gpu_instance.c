@@ -1,4 +1,4 @@
-/* gpu_instance: one instance of the GPU manager (core/gpu/gpu_manager_int.h):
+/* gpu_instance: one instance of the GPU manager (gpu/gpu_manager_int.h):
  * built from a registry model, its references, retiring it from the table,
  * its views, and freeing it; and the table's lookups (the current instance
  * of a model, the refused start-up preloads). It calls nothing else of the
@@ -135,7 +135,7 @@ struct gm_instance *do_gm_instance_new(struct gpu_manager *gm, const struct reg_
     pthread_mutex_init(&m->text_lock, NULL);
     m->be = where->be;
     m->dev = where->dev;
-    if (m->be->kind == GPU_KIND_HOST)
+    if (m->be->kind == DEVICE_HOST)
         snprintf(m->device, sizeof(m->device), "host");
     else
         snprintf(m->device, sizeof(m->device), "cuda:%d", m->be->devices[m->dev].index);

@@ -1,4 +1,4 @@
-/* gpu_load: moves a plan's chunks (core/gpu/gpu_plan.h) from the files into
+/* gpu_load: moves a plan's chunks (gpu/gpu_plan.h) from the files into
  * backend allocations.
  *
  * Two movers run side by side:
@@ -21,7 +21,7 @@
  * that has no `write`, buffers [depth + 2t, depth + 2t + 2) are copy thread
  * t's (gpu_load_stage_buffers). Each buffer holds a chunk plus O_DIRECT
  * alignment slack (gpu_load_stage_bytes). The ring belongs to the caller,
- * which may keep it for the next load (core/gpu/gpu_preload.c keeps one per
+ * which may keep it for the next load (gpu/gpu_preload.c keeps one per
  * device).
  *
  * Upstream chunks (bytes a mirror is still fetching, gpu_plan.h) go to the

@@ -1,7 +1,7 @@
 /* gpu_manager: the instance table and its lock, instance refcounts, views,
  * leases, evict and reload. Preload requests and the loader thread are in
- * core/gpu/gpu_preload.c; the structures both share, and the locking
- * rules, in core/gpu/gpu_manager_int.h. */
+ * gpu/gpu_preload.c; the structures both share, and the locking
+ * rules, in gpu/gpu_manager_int.h. */
 #include "gpu_manager.h"
 
 #include <errno.h>
@@ -36,15 +36,15 @@ static struct gm_instance *do_gm_find_shown(struct gpu_manager *gm, const char *
 int gm_resolve_device(struct gpu_manager *gm, const char *name, struct gm_device *where,
                       struct st_error *err)
 {
-    enum gpu_kind kind;
+    enum device_kind kind;
     int index;
     const char *uuid;
-    if (gpu_parse_device(name, &kind, &index, &uuid) < 0)
+    if (device_name_parse(name, &kind, &index, &uuid) < 0)
         return st_error_fail(err, ST_ERR_INVALID_ARGUMENT, "device \"%.100s\" is not \"host\", "
                              "\"cuda:N\", or a GPU-... or MIG-... UUID as nvidia-smi -L prints it",
                              name);
     where->name = name;
-    if (kind == GPU_KIND_HOST) {
+    if (kind == DEVICE_HOST) {
         where->be = gm->host;
         where->dev = 0;
         return 0;
@@ -328,7 +328,7 @@ size_t gpu_manager_staging(struct gpu_manager *gm, struct gm_staging *out, size_
         if (!st->stage)
             continue;
         if (n < max) {
-            if (st->be->kind == GPU_KIND_HOST)
+            if (st->be->kind == DEVICE_HOST)
                 snprintf(out[n].device, sizeof(out[n].device), "host");
             else
                 snprintf(out[n].device, sizeof(out[n].device), "cuda:%d", st->dev);

@@ -14,18 +14,18 @@
  * leases are how the daemon knows when its own hold may go.
  *
  * There is no JSON and no HTTP here: callers get plain views of the state
- * and render them (server/gpu_doc.c), and failures are 0 / -errno with a
+ * and render them (server/lease/gpu_doc.c), and failures are 0 / -errno with a
  * struct st_error (core/st_error.h) whose code the caller maps.
  *
  * Locking: every function declared here is thread-safe and takes the
  * manager's one mutex itself. Inside the manager a function named do_gm_*
  * runs with that mutex held (memcached's do_ convention) and never frees an
- * instance (core/gpu/gpu_manager_int.h has the rules).
+ * instance (gpu/gpu_manager_int.h has the rules).
  *
- * It is implemented by core/gpu/gpu_manager.c (the instance table, views,
- * leases, evict, reload), core/gpu/gpu_instance.c (one instance),
- * core/gpu/gpu_preload.c (preload requests and the loader thread), and
- * core/gpu/gpu_manager_int.h (what they share). */
+ * It is implemented by gpu/gpu_manager.c (the instance table, views,
+ * leases, evict, reload), gpu/gpu_instance.c (one instance),
+ * gpu/gpu_preload.c (preload requests and the loader thread), and
+ * gpu/gpu_manager_int.h (what they share). */
 #ifndef TENSORD_GPU_MANAGER_H
 #define TENSORD_GPU_MANAGER_H
 
@@ -63,7 +63,7 @@ static inline const char *gm_state_name(enum gm_state s)
     return names[s];
 }
 
-/* Where a finished preload's bytes came from (core/gpu/gpu_load.h). */
+/* Where a finished preload's bytes came from (gpu/gpu_load.h). */
 struct gm_io {
     uint64_t page_cache_bytes; /* copied from the page cache by the copy threads */
     uint64_t disk_bytes;       /* read from the disk by the disk pipeline */
@@ -76,8 +76,8 @@ struct gm_io {
 };
 
 /* Where a preload's bytes come from while they are not all in its model's
- * files yet: a mirror still fetching them (server/h_mirror.c makes one
- * over core/mirror_model.h). The gate's `file` is the shard's struct
+ * files yet: a mirror still fetching them (server/handlers/h_mirror.c makes one
+ * over mirror/mirror_model.h). The gate's `file` is the shard's struct
  * reg_file. An instance loaded from a source owns it from the preload on
  * and releases it when the instance is freed (its last lease gone), so the
  * source may keep its files until then; a reload of the registry leaves
@@ -161,7 +161,7 @@ struct gpu_manager *gpu_manager_new(const struct gm_options *opt, struct registr
 
 /* Starts the loader thread and queues the start-up preloads. Returns 0, or
  * -errno with err when the thread cannot start. The lease socket is the
- * daemon's (server/lease_server.c), started after this. */
+ * daemon's (server/lease/lease_server.c), started after this. */
 int gpu_manager_start(struct gpu_manager *gm, struct st_error *err);
 
 /* The CUDA backend (its devices), or NULL and *reason says why there is
@@ -227,7 +227,7 @@ void gpu_manager_update_metrics(struct gpu_manager *gm);
  * valid. */
 void gpu_manager_free(struct gpu_manager *gm);
 
-/* ---- leases (server/lease_server.c) ---- */
+/* ---- leases (server/lease/lease_server.c) ---- */
 
 /* Opens a lease on model's current instance, which must be ready (and on
  * *where when where is not NULL). On success returns the lease, *v the

@@ -1,11 +1,11 @@
 /* gpu_manager_int: the private half of gpu_manager, shared by the three
  * files that implement it and included by nothing else but tests:
  *
- *   core/gpu/gpu_instance.c one instance: building, refcounts, retiring,
+ *   gpu/gpu_instance.c one instance: building, refcounts, retiring,
  *                           views, freeing; the table's lookups
- *   core/gpu/gpu_preload.c  preload requests, the load queue and the loader
+ *   gpu/gpu_preload.c  preload requests, the load queue and the loader
  *                           thread
- *   core/gpu/gpu_manager.c  the instance table, its lock, views, leases,
+ *   gpu/gpu_manager.c  the instance table, its lock, views, leases,
  *                           evict and reload
  *
  * They depend on each other in that order only: gpu_instance.c on nothing
@@ -137,13 +137,13 @@ struct gpu_manager {
 };
 
 /* Records (startup) or forgets (a preload of model started) a refused
- * start-up preload. Caller holds the lock. (core/gpu/gpu_instance.c) */
+ * start-up preload. Caller holds the lock. (gpu/gpu_instance.c) */
 void do_gm_refused_set(struct gpu_manager *gm, const char *model, const char *device,
                        const char *reason);
 void do_gm_refused_clear(struct gpu_manager *gm, const char *model);
 const struct gm_refused *do_gm_refused_find(struct gpu_manager *gm, const char *model);
 
-/* ---- instances (core/gpu/gpu_instance.c) ---- */
+/* ---- instances (gpu/gpu_instance.c) ---- */
 
 /* Builds an instance of rm (which must be valid) on *where, loading, with
  * a new generation and a reference to rm; refs is 0 until it is enqueued.

@@ -16,7 +16,7 @@
  * that O_DIRECT is about to read.
  *
  * A plan is a hint, not a promise: pages come and go while a preload runs.
- * The movers (core/gpu/gpu_load.c) read page-cache chunks with RWF_NOWAIT
+ * The movers (gpu/gpu_load.c) read page-cache chunks with RWF_NOWAIT
  * and hand what is missing to the disk queue.
  *
  * Chunks keep file order within a shard. The disk chunks of every shard
@@ -25,10 +25,10 @@
  * different allocations (a memfd takes one writer at a time).
  *
  * A third source: bytes a gate says are not in the file yet (a mirror still
- * fetching them from its upstream, core/mirror_model.h). They are planned
+ * fetching them from its upstream, mirror/mirror_model.h). They are planned
  * per segment too, as upstream chunks, taking the shards in turn as the
  * mirror's fetchers do; the movers wait on the gate before they read one
- * (core/gpu/gpu_load.h), and find its bytes in the page cache the fetcher
+ * (gpu/gpu_load.h), and find its bytes in the page cache the fetcher
  * just wrote them to. */
 #ifndef TENSORD_GPU_PLAN_H
 #define TENSORD_GPU_PLAN_H

@@ -43,7 +43,7 @@ static int open_direct(const struct reg_model *rm, const struct reg_file *f)
  * m->error. */
 static int alloc_shards(const struct gm_options *opt, struct gm_instance *m, int dev)
 {
-    int legacy = opt->legacy_ipc && m->be->kind == GPU_KIND_CUDA;
+    int legacy = opt->legacy_ipc && m->be->kind == DEVICE_CUDA;
     struct st_error e;
     for (size_t i = 0; i < m->n_shards; i++) {
         struct gm_shard *s = &m->shards[i];
@@ -225,7 +225,7 @@ static int finish_shards(const struct gm_options *opt, struct gm_instance *m)
  * m->error. */
 static int load_instance(struct gpu_manager *gm, struct gm_instance *m)
 {
-    int dev = m->be->kind == GPU_KIND_CUDA ? m->be->devices[m->dev].index : 0;
+    int dev = m->be->kind == DEVICE_CUDA ? m->be->devices[m->dev].index : 0;
     int rc = alloc_shards(&gm->opt, m, dev);
     if (rc == 0)
         rc = copy_shards(gm, m, dev);

@@ -1,6 +1,6 @@
 /* gpu_preload: the GPU manager's load queue and its loader thread.
  *
- * A preload request makes a new instance (core/gpu/gpu_manager_int.h), links it
+ * A preload request makes a new instance (gpu/gpu_manager_int.h), links it
  * into the table as the model's current one and queues it. The loader
  * thread takes queued instances one at a time and runs the preload state
  * machine:
@@ -43,7 +43,7 @@ int gpu_preload_request(struct gpu_manager *gm, const char *model, const struct 
 
 /* gpu_preload_request for a model the registry does not hold: rm (the
  * instance takes a reference) whose bytes src delivers (a mirror's,
- * core/gpu/gpu_manager.h). Returns as gpu_preload_request; when it
+ * gpu/gpu_manager.h). Returns as gpu_preload_request; when it
  * returns 1 the new instance took src over, otherwise the caller keeps
  * it. With rm NULL it only finds the model's instance (0 with *v), or
  * fails with ST_ERR_NOT_FOUND when there is none or it failed. */

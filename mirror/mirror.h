@@ -10,8 +10,8 @@
  * on disk (mirror_store.c); the requests that answer metadata (a file's
  * commit, size and hash, with the caller's token; the /api documents; a
  * model's headers for a preload) and the short-lived cache of their
- * answers (mirror_job.c, mirror_model.c); core/upstream is the HTTP client
- * all of them use. server/h_mirror answers HTTP from this state and never
+ * answers (mirror_job.c, mirror_model.c); mirror/upstream is the HTTP client
+ * all of them use. server/handlers/h_mirror answers HTTP from this state and never
  * talks to the upstream itself.
  *
  * Threads. mirror_fetch_threads fetchers, each with its own upstream
@@ -57,7 +57,7 @@
  *
  * Guarantees. A block is fetched once whoever waits on it (it is wanted,
  * in flight or present). A file is fetched from the one commit URL it was
- * first asked for, and every answer must be that version (core/upstream);
+ * first asked for, and every answer must be that version (mirror/upstream);
  * it counts as complete only once its hash matches, and until then its last
  * byte is held back from readers, so no client finishes a download the
  * hash has not confirmed. The bytes held (present blocks, complete files,

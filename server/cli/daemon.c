@@ -29,7 +29,7 @@
 #include "s3_auth.h"
 #include "conns.h"
 #include "doc_cache.h"
-#include "gpu/gpu_manager.h"
+#include "gpu_manager.h"
 #include "gpu_doc.h"
 #include "lease_server.h"
 #include "hasher.h"

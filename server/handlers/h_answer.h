@@ -62,10 +62,10 @@ enum http_status {
     HTTP_SERVICE_UNAVAILABLE = 503,
 };
 
-/* A request as a handler sees it. The front (server/http.c) makes one from
+/* A request as a handler sees it. The front (server/http/http.c) makes one from
  * libmicrohttpd's request; the unit tests' loopback driver from a literal. */
 struct request_view {
-    struct server *srv;             /* the daemon's state (server/server.h) */
+    struct server *srv;             /* the daemon's state (server/handlers/server.h) */
     const char *method;             /* as sent ("GET", "POST", ...) */
     int is_head;
     const char *path;               /* the target's path, still percent-encoded */
@@ -241,7 +241,7 @@ struct answer *answer_json(struct answer *a, unsigned status, char *text, size_t
 struct answer *answer_jsonw(struct answer *a, unsigned status, struct jsonw *w);
 /* status (a 3xx) to location (a path on this server, percent-encoded). */
 struct answer *answer_redirect(struct answer *a, unsigned status, const char *location);
-/* A CORS preflight's 204 (server/cors.h), methods the route's. */
+/* A CORS preflight's 204 (server/http/cors.h), methods the route's. */
 struct answer *answer_preflight(struct answer *a, const char *methods);
 /* Waits (see struct answer_wait); ctx is the handler's, in the arena. */
 struct answer *answer_wait(struct answer *a, void *(*start)(struct answer *a),

@@ -209,7 +209,7 @@ static struct answer *hub_file(struct answer *a, const struct reg_repo *r,
 struct answer *handle_hub(const struct request_view *v, struct answer *a,
                           const struct reg_snapshot *reg, const struct route *rt)
 {
-    /* A mirror's Hub is its upstream's (server/h_mirror.c): models only. */
+    /* A mirror's Hub is its upstream's (server/handlers/h_mirror.c): models only. */
     if (v->srv->mirror && rt->kind != ROUTE_HUB_NO_REPO && rt->kind != ROUTE_HUB_NO_REPOS)
         return handle_mirror_hub(v, a, rt);
     if (rt->kind == ROUTE_HUB_MODELS)

@@ -7,7 +7,7 @@
 
 #include "dtype.h"
 #include "doc_cache.h"
-#include "gpu/gpu_manager.h"
+#include "gpu_manager.h"
 #include "gpu_doc.h"
 #include "handlers.h"
 #include "hasher.h"

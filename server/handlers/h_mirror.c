@@ -1,16 +1,16 @@
 /* h_mirror: the HTTP answers of a pull-through mirror (`upstream = URL`;
- * core/mirror.h has the design, docs/OPERATIONS.md "A pull-through
+ * mirror/mirror.h has the design, docs/OPERATIONS.md "A pull-through
  * mirror" the operator's view).
  *
  * A mirror's Hugging Face endpoint is its upstream's: every Hub route is
  * answered from the upstream, through the cache for file bytes. Nothing
  * here talks to the upstream: a request that needs it (a file's metadata,
  * a document, a model's headers for a preload) suspends its connection and
- * answers "wait for this job" (core/mirror_job.h); the job's callback ends
+ * answers "wait for this job" (mirror/mirror_job.h); the job's callback ends
  * the wait, and the request is dispatched again and answers from the job's
  * result. File bytes go out as they arrive: the answer's reader suspends
  * the connection when it reaches bytes the mirror has not fetched yet, and
- * the fetcher that brings them resumes it (server/stream.c).
+ * the fetcher that brings them resumes it (server/http/stream.c).
  *
  *   - `/{repo}/resolve|raw/{rev}/{path}`: the upstream is asked about the
  *     file (HEAD, with the caller's Authorization, whose answer is kept
@@ -24,7 +24,7 @@
  *     upstream answers it (status, body, X-Repo-Commit, X-Error-Code, ETag,
  *     Cache-Control, Link), with the caller's Authorization.
  *   - `POST /v1/models/{repo}/gpu` for a repo the models root does not
- *     hold: the repo's model prepared by the mirror (core/mirror_model.h),
+ *     hold: the repo's model prepared by the mirror (mirror/mirror_model.h),
  *     preloaded as its bytes arrive.
  *   - `/v1/blobs/sha256:{hex}`: also the mirror's complete files. */
 #include <errno.h>
@@ -35,7 +35,7 @@
 #include <strings.h>
 
 #include "digest.h"
-#include "gpu/gpu_manager.h"
+#include "gpu_manager.h"
 #include "gpu_doc.h"
 #include "h_hub_int.h"
 #include "h_mirror.h"

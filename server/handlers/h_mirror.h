@@ -1,4 +1,4 @@
-/* h_mirror: the HTTP answers of a pull-through mirror (server/h_mirror.c
+/* h_mirror: the HTTP answers of a pull-through mirror (server/handlers/h_mirror.c
  * says what each route does). Called only when the server has a mirror. */
 #ifndef TENSORD_H_MIRROR_H
 #define TENSORD_H_MIRROR_H

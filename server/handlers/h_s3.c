@@ -13,7 +13,7 @@
  * while the hasher has not reached the file waits for it on a suspended
  * connection, as the Hub routes do (hash_wait), then answers 503. Errors
  * are S3's XML documents with S3's codes, the one dialect S3 clients read;
- * who may ask is server/s3_auth's decision. */
+ * who may ask is server/handlers/s3_auth's decision. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>

@@ -1,5 +1,5 @@
 /* handlers: one function per endpoint. Each takes the request's view and
- * fills its answer (server/h_answer.h), which it returns; none touches the
+ * fills its answer (server/handlers/h_answer.h), which it returns; none touches the
  * HTTP library or calls back into the front. The dispatcher holds a
  * registry snapshot for the request until the answer is rendered, so an
  * answer may point into it (a model's files and their validated stats);
@@ -34,18 +34,18 @@ struct answer *handle_gpu_answer(struct answer *a, int rc, int status, struct js
                                  const struct gpu_doc_error *e);
 struct answer *handle_fetch(const struct request_view *v, struct answer *a,
                             const struct reg_model *m);
-/* The Hugging Face endpoint (server/h_hub.c): every ROUTE_HUB_* route. */
+/* The Hugging Face endpoint (server/handlers/h_hub.c): every ROUTE_HUB_* route. */
 struct answer *handle_hub(const struct request_view *v, struct answer *a,
                           const struct reg_snapshot *reg, const struct route *rt);
-/* Content by digest (server/h_blob.c): ROUTE_BLOB. */
+/* Content by digest (server/handlers/h_blob.c): ROUTE_BLOB. */
 struct answer *handle_blob(const struct request_view *v, struct answer *a,
                            const struct reg_snapshot *reg, const struct route *rt);
-/* The S3 API (server/h_s3.c): ROUTE_S3, every method (it answers 405 itself). */
+/* The S3 API (server/handlers/h_s3.c): ROUTE_S3, every method (it answers 405 itself). */
 struct answer *handle_s3(const struct request_view *v, struct answer *a,
                          const struct reg_snapshot *reg, const struct route *rt);
 struct answer *handle_healthz(const struct request_view *v, struct answer *a);
 struct answer *handle_readyz(const struct request_view *v, struct answer *a);
-/* The web console (server/ui.c): asset `name` ("" for the page); `bare`
+/* The web console (server/handlers/ui.c): asset `name` ("" for the page); `bare`
  * for "/ui", which is redirected to "/ui/". */
 struct answer *handle_ui(const struct request_view *v, struct answer *a, const char *name,
                          int bare);

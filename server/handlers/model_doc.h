@@ -16,7 +16,7 @@
 char *model_doc_description(const struct reg_model *m);
 char *model_doc_header(const struct reg_model *m);
 
-/* The description in the parts server/doc_cache keeps: its middle
+/* The description in the parts server/handlers/doc_cache keeps: its middle
  * (metadata, tensors, index, error: the bulk, which hashes never change;
  * *len its length), and its ends as of the hashes known now: the head
  * (name, state, counts, files) in [0, *head_len), the tail (the "hashes"

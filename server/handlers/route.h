@@ -39,9 +39,9 @@ enum route_kind {
                          * tells): tensord serves models only */
     ROUTE_HUB_NO_REPOS, /* /api/datasets, /api/spaces: the lists, empty */
     ROUTE_HUB_NOT_FOUND, /* no such endpoint under /api/ (answered in the Hub's dialect) */
-    /* Content by digest (server/h_blob.c): name is the digest as sent. */
+    /* Content by digest (server/handlers/h_blob.c): name is the digest as sent. */
     ROUTE_BLOB,         /* /v1/blobs/{digest} */
-    /* The S3 API (server/h_s3.c): model is the bucket (NULL for ListBuckets),
+    /* The S3 API (server/handlers/h_s3.c): model is the bucket (NULL for ListBuckets),
      * name the key (decoded segments joined with '/', any components; NULL
      * for the bucket itself). */
     ROUTE_S3,           /* /s3/, /s3/{bucket}, /s3/{bucket}/{key...} */

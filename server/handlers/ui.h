@@ -1,5 +1,5 @@
 /* ui: the web console at /ui/, a single page served from the binary (its
- * files are compiled in by server/ui/embed.py). The page reads the public
+ * files are compiled in by server/handlers/ui/embed.py). The page reads the public
  * JSON API with the visitor's token; serving it needs none. */
 #ifndef TENSORD_UI_H
 #define TENSORD_UI_H

@@ -186,7 +186,7 @@ static int refuse_request(const struct request_view *v, struct answer *a, enum r
                srv->cfg->max_connections);
         return 1;
     }
-    /* The S3 API checks its own method and signature (server/s3_auth). */
+    /* The S3 API checks its own method and signature (server/handlers/s3_auth). */
     if (kind == ROUTE_S3 && srv->cfg->s3)
         return 0;
     if (kind == ROUTE_BAD_PATH) {
@@ -240,7 +240,7 @@ static int refuse_request(const struct request_view *v, struct answer *a, enum r
     /* The console's page and scripts are the same for everyone and hold no
      * data: they load without a token, and ask for one for what they read.
      * A mirror's Hub routes are its upstream's: the upstream checks the
-     * caller's token, which the mirror forwards (server/h_mirror.c). */
+     * caller's token, which the mirror forwards (server/handlers/h_mirror.c). */
     int upstream_checks = hub && srv->mirror && kind != ROUTE_HUB_NO_REPO &&
                           kind != ROUTE_HUB_NO_REPOS;
     if (kind != ROUTE_HEALTHZ && kind != ROUTE_UI && !upstream_checks &&

@@ -1,8 +1,8 @@
 /* http: the HTTP front, the one part of the daemon that touches
  * libmicrohttpd. It receives a request (its limits and early refusals,
  * its body), makes the request's view, has the dispatcher answer it
- * (server/dispatch.h), renders the answer (server/respond.h, the body by
- * server/stream.h) and sends it; an answer that waits suspends the
+ * (server/http/dispatch.h), renders the answer (server/http/respond.h, the body by
+ * server/http/stream.h) and sends it; an answer that waits suspends the
  * connection until its wait ends, and the request is dispatched again.
  *
  * Threading: libmicrohttpd runs a pool of worker threads, each with its own

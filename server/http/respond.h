@@ -1,15 +1,15 @@
-/* respond: the reply to send for an answer (server/h_answer.h): its status,
+/* respond: the reply to send for an answer (server/handlers/h_answer.h): its status,
  * its headers in order and its body as pieces, with no HTTP library.
  *
  * A representation goes through the filters every one of them gets (as
  * nginx's not-modified and range filters): for a request that only reads,
  * the preconditions (RFC 9110 §13.2.2 order, decided by the pure functions
- * of server/conditional), then Range with If-Range (§14; ranges merged,
+ * of server/handlers/conditional), then Range with If-Range (§14; ranges merged,
  * several as multipart/byteranges); a small body is read here, so a file
  * found changed still gets its 503 before any header is committed. Errors
  * are written in their dialect, redirects and documents as they are.
- * server/http.c sends a reply through libmicrohttpd (the body built by
- * server/stream.c); the unit tests' loopback driver reads it as bytes. */
+ * server/http/http.c sends a reply through libmicrohttpd (the body built by
+ * server/http/stream.c); the unit tests' loopback driver reads it as bytes. */
 #ifndef TENSORD_RESPOND_H
 #define TENSORD_RESPOND_H
 
@@ -23,7 +23,7 @@
 #define RESPOND_SMALL_BODY_MAX (64 * 1024)
 /* A document in memory (a shared model document) up to this size goes out
  * in one write straight from its memory; a larger one in blocks of this
- * size (server/stream.h says why). */
+ * size (server/http/stream.h says why). */
 #define RESPOND_DOC_BLOCK (64 * 1024)
 
 #define REPLY_MAX_HEADERS 24

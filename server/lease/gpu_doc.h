@@ -1,7 +1,7 @@
 /* gpu_doc: the GPU manager's state as JSON, for the HTTP endpoints
  * (GET/POST/DELETE /v1/models/{model}/gpu, the "gpu" parts of the model
  * list) and the lease socket's answers, rendered from the manager's plain
- * views (core/gpu/gpu_manager.h) with core/jsonw; and the one mapping from
+ * views (gpu/gpu_manager.h) with core/jsonw; and the one mapping from
  * the manager's status codes to HTTP statuses and wire error codes.
  *
  * Every document is written as one JSON value into the caller's writer,
@@ -20,7 +20,7 @@
 #include <stdint.h>
 
 #include "config.h"
-#include "gpu/gpu_manager.h"
+#include "gpu_manager.h"
 #include "jsonw.h"
 
 /* A refused GPU request as the endpoints say it. */

@@ -11,7 +11,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "gpu/ipc_proto.h"
+#include "ipc_proto.h"
 #include "log.h"
 #include "metrics.h"
 #include "path_trust.h"

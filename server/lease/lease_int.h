@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "gpu/ipc_proto.h"
+#include "ipc_proto.h"
 #include "jsonw.h"
 
 struct gpu_lease;

@@ -1,5 +1,5 @@
 /* lease_server: the lease socket's two threads: accepting (and refusing,
- * server/lease_access.c) and serving allowed connections.
+ * server/lease/lease_access.c) and serving allowed connections.
  *
  * The limits of the protocol are the daemon's to keep, not its clients':
  * an answer never exceeds what a client reads (IPC_MAX_ANSWER; a client
@@ -23,9 +23,9 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "gpu/gpu_manager.h"
+#include "gpu_manager.h"
 #include "gpu_doc.h"
-#include "gpu/ipc_proto.h"
+#include "ipc_proto.h"
 #include "lease_access.h"
 #include "lease_int.h"
 #include "log.h"

@@ -1,15 +1,15 @@
-/* lease_server: the lease socket, started and stopped by server/daemon.c
+/* lease_server: the lease socket, started and stopped by server/cli/daemon.c
  * over the GPU manager it hands leases of. Two threads serve a Unix stream
  * socket:
  *
  *   - the accept thread checks each new connection against the allow-list
  *     (SO_PEERCRED, plus SO_PEERGROUPS for every supplementary group) and
- *     refuses the others itself (server/lease_access.c): one short answer,
+ *     refuses the others itself (server/lease/lease_access.c): one short answer,
  *     close, and a log line per peer uid per LEASE_REFUSAL_LOG_SECONDS with
  *     a count. A flood of refused peers never reaches the connections being
  *     served;
  *   - the serve thread (epoll) reads length-prefixed JSON requests
- *     (core/gpu/ipc_proto.h) from allowed peers and answers them, "open"
+ *     (gpu/ipc_proto.h) from allowed peers and answers them, "open"
  *     answers with the model's allocation fds in SCM_RIGHTS.
  *
  * Every "open" takes one lease, which ends on "release" or when the
