@@ -48,7 +48,7 @@ class Conn:
         self.s.close()
 
     def get(self, path, range_header=None, into=None):
-        req = f"GET {path} HTTP/1.1\r\nHost: bench\r\n"
+        req = f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
         if range_header:
             req += f"Range: {range_header}\r\n"
         self.s.sendall((req + "\r\n").encode())

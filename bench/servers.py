@@ -59,7 +59,7 @@ def http_status(port, path, timeout=1.0):
     """Status code of GET path, or None when nothing answers yet."""
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
-            s.sendall(f"GET {path} HTTP/1.1\r\nHost: b\r\nConnection: close\r\n\r\n".encode())
+            s.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".encode())
             line = s.recv(64).split(b"\r\n", 1)[0].split()
             return int(line[1]) if len(line) >= 2 else None
     except (OSError, ValueError):
@@ -154,7 +154,7 @@ def wait_hashed(srv, timeout=300.0):
     while time.monotonic() < deadline:
         try:
             with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as s:
-                s.sendall(b"GET /v1/models HTTP/1.1\r\nHost: b\r\nConnection: close\r\n\r\n")
+                s.sendall(b"GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
                 data = b""
                 while True:
                     c = s.recv(1 << 20)

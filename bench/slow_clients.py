@@ -49,7 +49,7 @@ def get(port, path, headers=None, timeout=60):
     """(status, body) of one GET on a fresh connection."""
     s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
     try:
-        head = f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+        head = f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
         for k, v in (headers or {}).items():
             head += f"{k}: {v}\r\n"
         s.sendall((head + "\r\n").encode())
@@ -170,7 +170,7 @@ def idle(port, request, n):
 def fetch(args, root, work):
     d = Daemon(args.bin, root, work)
     body = b"{}"
-    req = (b"POST /v1/models/wide/fetch HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    req = (b"POST /v1/models/wide/fetch HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
            b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
     try:
         s = idle(d.port, req, 1)[0]  # one read whole, so the first plan is not measured
@@ -203,7 +203,7 @@ def uploads(args, root, work):
     with open(tokens, "w") as f:
         f.write(f"read {TOKEN}\n")
     d = Daemon(args.bin, root, work, "--auth-token-file", tokens)
-    head = (b"POST /v1/models/wide/fetch HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    head = (b"POST /v1/models/wide/fetch HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
             b"Content-Length: %d\r\n\r\n" % MiB)
     try:
         d.settle()

@@ -17,6 +17,7 @@
 #define TENSORD_SYSTEM_SOCKET "/run/tensord/tensord.sock"
 #define CONFIG_MAX_IDS 64
 #define CONFIG_MAX_CORS_ORIGINS 64
+#define CONFIG_MAX_ALLOWED_HOSTS 64
 
 struct config {
     /* [server] */
@@ -50,6 +51,8 @@ struct config {
     char *tls_cert, *tls_key;       /* PEM paths; both set = HTTPS */
     unsigned n_cors_origins;        /* 0 = CORS off */
     char *cors_origins[CONFIG_MAX_CORS_ORIGINS]; /* "scheme://host[:port]", or one "*" */
+    unsigned n_allowed_hosts;       /* Host names answered without tokens */
+    char *allowed_hosts[CONFIG_MAX_ALLOWED_HOSTS]; /* NAME, *.DOMAIN, or one "*" */
     /* [gpu] */
     char *ipc_socket;               /* Unix socket path for leases */
     unsigned n_preload;

@@ -19,6 +19,7 @@ static const char *check_listen(const char *v);
 static const char *check_preload(const char *v);
 static const char *check_no_ctl(const char *v);
 static const char *check_origin(const char *v);
+static const char *check_host_name(const char *v);
 static const char *check_upstream(const char *v);
 
 const struct opt config_options[] = {
@@ -88,6 +89,11 @@ const struct opt config_options[] = {
      CONFIG_MAX_CORS_ORIGINS, NULL, check_origin,
      "origins (scheme://host[:port]) whose scripts may read the answers (CORS, with "
      "credentials), or * alone for any origin (without credentials); empty = off"},
+    {"allowed_hosts", "security", OPT_STRLIST, "", 0, 0, OFF(allowed_hosts),
+     OFF(n_allowed_hosts), CONFIG_MAX_ALLOWED_HOSTS, NULL, check_host_name,
+     "without auth_token_file, the Host names answered besides IP addresses and localhost "
+     "(a DNS-rebinding page sends its own name): NAME, *.DOMAIN, or * alone for any; with "
+     "tokens every Host is answered"},
     {"ipc_socket", "gpu", OPT_STRING, "", 0, 0, OFF(ipc_socket), 0, 0, NULL, check_no_ctl,
      "Unix socket for GPU leases; empty = $TENSORD_SOCKET, else "
      "$RUNTIME_DIRECTORY/tensord.sock, else $XDG_RUNTIME_DIR/tensord.sock when not root, else "
@@ -222,6 +228,24 @@ static const char *check_origin(const char *v)
             return "an origin has no path, query, user or other characters than a host's "
                    "and a port's (no trailing '/')";
     }
+    return NULL;
+}
+
+/* A host name as a Host header carries it, without the port: letters,
+ * digits, '-', '.' and '_'; "*.DOMAIN" for a domain's names; "*" alone
+ * for any (the server checks it stands alone). */
+static const char *check_host_name(const char *v)
+{
+    if (strcmp(v, "*") == 0)
+        return NULL;
+    const char *name = strncmp(v, "*.", 2) == 0 ? v + 2 : v;
+    if (!*name)
+        return "a host is NAME or *.DOMAIN (or * alone)";
+    for (const char *p = name; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+              strchr("-._", *p)))
+            return "a host is a name (letters, digits, '-', '.', '_'), without a port, scheme "
+                   "or '*' inside";
     return NULL;
 }
 

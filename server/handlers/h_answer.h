@@ -176,6 +176,8 @@ struct answer {
     int reads_only;              /* GET, HEAD, or a POST that only reads (a fetch): preconditions
                                   * and Range apply to its representation */
     int close;                   /* answer with Connection: close */
+    int s3;                      /* an S3 API path: every error is S3's XML document, whoever
+                                  * answers it (the front maps tensord's codes: respond.c) */
     const char *cors_methods;    /* ANSWER_PREFLIGHT: the route's methods */
     int rescan;                  /* a file changed since its snapshot validated it: rescan */
     /* Held until rendered. */

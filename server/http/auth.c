@@ -85,9 +85,14 @@ int auth_token_equal(const char *presented, size_t len, const char *expected)
     return diff == 0;
 }
 
+int auth_on(const struct server *srv)
+{
+    return srv->read_token || srv->admin_token;
+}
+
 int auth_check(const struct server *srv, const char *h, int need_admin)
 {
-    if (!srv->read_token && !srv->admin_token)
+    if (!auth_on(srv))
         return 1;
     if (!h || strncasecmp(h, "Bearer ", 7) != 0)
         return 0;

@@ -12,6 +12,8 @@ struct server;
 
 /* Loads cfg->auth_token_file into srv (no-op when unset). Returns 0 or -1 with errbuf. */
 int auth_load(struct server *srv, const char *path, char *errbuf, size_t errlen);
+/* 1 when bearer tokens are on (a token file was loaded). */
+int auth_on(const struct server *srv);
 /* Returns 1 when a request with this Authorization header (NULL when
  * absent) may proceed (auth off, or a matching token). */
 int auth_check(const struct server *srv, const char *authorization, int need_admin);

@@ -10,6 +10,7 @@
 #include "cors.h"
 #include "h_mirror.h"
 #include "handlers.h"
+#include "host_allow.h"
 #include "http_metrics.h"
 #include "metrics.h"
 #include "route.h"
@@ -186,11 +187,20 @@ static int refuse_request(const struct request_view *v, struct answer *a, enum r
                srv->cfg->max_connections);
         return 1;
     }
+    /* Before anything is read or acted on: a DNS-rebinding page's name. */
+    const char *host = view_header(v, "Host");
+    if (!host_allowed(srv->cfg, auth_on(srv), host)) {
+        refuse(a, hub, HTTP_FORBIDDEN, "host_not_allowed",
+               "Host \"%.100s\" is not answered without a token: add it to allowed_hosts, or "
+               "set auth_token_file (a page whose name was made to resolve here sends its own)",
+               host);
+        return 1;
+    }
     /* The S3 API checks its own method and signature (server/handlers/s3_auth). */
     if (kind == ROUTE_S3 && srv->cfg->s3)
         return 0;
     if (kind == ROUTE_BAD_PATH) {
-        if (hub)
+        if (hub && !a->s3)
             answer_hub_error(a, HTTP_BAD_REQUEST, NULL, 0, "%s", path_err);
         else
             answer_error(a, HTTP_BAD_REQUEST, "bad_path", "%s", path_err);
@@ -275,8 +285,11 @@ static int route_and_check(const struct request_view *v, struct answer *a,
     /* absolute-form targets (the AWS CRT client sends them) */
     const char *url = route_origin_form(v->path);
     enum route_kind kind = route_parse_with(url, repo_exists, reg, rt, err, sizeof(err));
-    /* Errors on the Hub's paths speak its dialect ({"error": "message"}). */
+    /* Errors on the Hub's paths speak its dialect ({"error": "message"}),
+     * and on the S3 API's, S3's XML (whoever answers them: respond.c). */
     int hub = is_hub_route(kind) || (kind == ROUTE_BAD_PATH && strncmp(url, "/v1/", 4) != 0);
+    a->s3 = v->srv->cfg->s3 && strncmp(url, "/s3", 3) == 0 && strchr("/?", url[3]) &&
+            (kind == ROUTE_S3 || kind == ROUTE_BAD_PATH);
     a->endpoint = endpoint_of_route[kind];
     if (kind == ROUTE_TENSOR && v->query(v, "slice"))
         a->endpoint = MEP_SLICE;

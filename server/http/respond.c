@@ -14,6 +14,7 @@
 #include "range.h"
 #include "server.h"
 #include "util.h"
+#include "xmlw.h"
 
 /* Most parts one multipart answer can have, whatever max_ranges says. */
 #define RANGE_LIMIT 256
@@ -77,6 +78,55 @@ char *respond_error_document(const char *code, const char *msg, int hub, size_t 
     return text ? answer_json_line(text, len) : NULL;
 }
 
+/* S3's Code for an error tensord's front or dispatcher answered on an S3
+ * path (the S3 handler writes its own): by tensord's code, else by status.
+ * S3 clients read the Code (boto3's ClientError, a streamer's retry on
+ * SlowDown); the message stays tensord's, which says why. */
+static const char *s3_code(const struct answer *a)
+{
+    static const struct {
+        const char *code, *s3;
+    } by_code[] = {
+        {"overloaded", "SlowDown"},
+        {"bad_path", "InvalidURI"},
+        {"host_not_allowed", "AccessDenied"},
+        {"unauthorized", "AccessDenied"},
+    };
+    static const struct {
+        unsigned status;
+        const char *s3;
+    } by_status[] = {
+        {HTTP_BAD_REQUEST, "InvalidRequest"},
+        {HTTP_FORBIDDEN, "AccessDenied"},
+        {HTTP_NOT_FOUND, "NoSuchKey"},
+        {HTTP_METHOD_NOT_ALLOWED, "MethodNotAllowed"},
+        {HTTP_PRECONDITION_FAILED, "PreconditionFailed"},
+        {HTTP_RANGE_NOT_SATISFIABLE, "InvalidRange"},
+        {HTTP_SERVICE_UNAVAILABLE, "ServiceUnavailable"},
+    };
+    for (size_t i = 0; a->error.code && i < ARRAY_LEN(by_code); i++)
+        if (strcmp(a->error.code, by_code[i].code) == 0)
+            return by_code[i].s3;
+    for (size_t i = 0; i < ARRAY_LEN(by_status); i++)
+        if (a->status == by_status[i].status)
+            return by_status[i].s3;
+    return "InternalError";
+}
+
+/* The error document in S3's dialect: <Error><Code>, <Message>,
+ * <RequestId></Error>, application/xml. NULL when out of memory. */
+static char *s3_error_document(const struct answer *a, size_t *len)
+{
+    struct xmlw w;
+    xmlw_init(&w);
+    xmlw_open(&w, "Error", NULL);
+    xmlw_cstr(&w, "Code", s3_code(a));
+    xmlw_cstr(&w, "Message", a->error.message);
+    xmlw_cstr(&w, "RequestId", "tensord");
+    xmlw_close(&w, "Error");
+    return xmlw_take(&w, len);
+}
+
 static void error_reply(struct answer *a, struct reply *r)
 {
     static const char oom_doc[] =
@@ -84,18 +134,20 @@ static void error_reply(struct answer *a, struct reply *r)
     const struct answer_error *e = &a->error;
     const char *msg = e->message;
     size_t len;
-    char *text = respond_error_document(e->code ? e->code : "hub_error", msg, e->hub, &len);
+    char *text = a->s3 ? s3_error_document(a, &len)
+                       : respond_error_document(e->code ? e->code : "hub_error", msg, e->hub,
+                                                &len);
     if (text)
         answer_defer(a, free, text);
     else
         len = sizeof(oom_doc) - 1;
     memory_body(a, r, text ? text : oom_doc, len);
-    header(r, "Content-Type", "application/json");
+    header(r, "Content-Type", a->s3 && text ? "application/xml" : "application/json");
     if (e->hub && e->code)
         header(r, "X-Error-Code", e->code);
     /* A header value is one line of visible ASCII: the message is given
      * there only when it is one (the body always has it). */
-    int plain = e->hub;
+    int plain = e->hub && !a->s3;
     for (const char *c = msg; *c && plain; c++)
         plain = *c >= 0x20 && *c < 0x7f;
     if (plain && msg[0])

@@ -5,18 +5,24 @@
  *
  * Input: byte 0 picks weak or strong comparison; the rest is split at the
  * first '\n' into the header value and "our" ETag (the whole rest is also
- * tried as a date). Oracles beyond "no crash, no UB":
+ * tried as a date, and the value as a Host through host_allowed). Oracles
+ * beyond "no crash, no UB":
  *  - a parsed date in years 1970..9999 formats back to an IMF-fixdate that
  *    parses to the same second;
  *  - a strong match implies a weak match; a weak ETag never matches strongly;
  *  - a list holding exactly our (quoted) ETag matches it, and "*" matches any
- *    non-empty ETag. */
+ *    non-empty ETag;
+ *  - a Host answered without allowed_hosts is answered with any list, in any
+ *    case, and with a port added; "*" or a token answers every Host. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <ctype.h>
+
 #include "conditional.h"
+#include "host_allow.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -78,6 +84,36 @@ static void check_etags(const char *list, const char *etag)
     }
 }
 
+static void check_host(const char *host)
+{
+    static char *list[] = {"gpu-box-1", "*.example"}, *any[] = {"*"};
+    struct config cfg = {0};
+    int plain = host_allowed(&cfg, 0, host);
+    size_t n = strlen(host);
+    char *other = malloc(n + 8);
+    if (!other)
+        return;
+    for (size_t i = 0; i <= n; i++)
+        other[i] = (char)toupper((unsigned char)host[i]);
+    int upper = host_allowed(&cfg, 0, other);
+    snprintf(other, n + 8, "%s:8077", host);
+    int port = strchr(host, ':') || host[0] == '[' || host_allowed(&cfg, 0, other) == plain;
+    free(other);
+    memcpy(cfg.allowed_hosts, list, sizeof(list));
+    cfg.n_allowed_hosts = 2;
+    int listed = host_allowed(&cfg, 0, host);
+    memcpy(cfg.allowed_hosts, any, sizeof(any));
+    cfg.n_allowed_hosts = 1;
+    int star = host_allowed(&cfg, 0, host);
+    cfg.n_allowed_hosts = 0;
+    int token = host_allowed(&cfg, 1, host);
+    if (upper != plain || !port || (plain && !listed) || !star || !token) {
+        fprintf(stderr, "host \"%s\": plain %d upper %d port %d listed %d * %d token %d\n", host,
+                plain, upper, port, listed, star, token);
+        abort();
+    }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1 || size > 4096)
@@ -98,6 +134,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         etag = nl + 1;
     }
     check_etags(list, etag);
+    check_host(list);
     /* Same inputs in the other comparison mode first, to reach both orders. */
     (void)http_etag_match(list, etag, !weak_first);
     free(all);

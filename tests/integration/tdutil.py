@@ -223,7 +223,8 @@ class Response:
 def request(port, method, path, headers=None, body=None, timeout=30):
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     try:
-        conn.putrequest(method, path, skip_accept_encoding=True)
+        own_host = any(k.lower() == "host" for k in (headers or {}))
+        conn.putrequest(method, path, skip_host=own_host, skip_accept_encoding=True)
         for k, v in (headers or {}).items():
             conn.putheader(k, v)
         if body is not None:

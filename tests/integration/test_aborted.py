@@ -54,7 +54,7 @@ def abandon(port, path, read_body=READ_BEFORE_ABORT, version="HTTP/1.1", extra="
     bytes the client's kernel received)."""
     s = socket.create_connection(("127.0.0.1", port))
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 256 * 1024)
-    s.sendall(f"GET {path} {version}\r\nHost: t\r\n{extra}\r\n".encode())
+    s.sendall(f"GET {path} {version}\r\nHost: 127.0.0.1\r\n{extra}\r\n".encode())
     buf = b""
     while b"\r\n\r\n" not in buf:
         chunk = s.recv(65536)

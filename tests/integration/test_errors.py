@@ -154,7 +154,7 @@ def raw_request(port, data, timeout=10):
 
 @pytest.mark.parametrize("path", RAW_PATHS)
 def test_raw_socket_odd_paths(daemon, path):
-    resp = raw_request(daemon.port, b"GET " + path + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    resp = raw_request(daemon.port, b"GET " + path + b" HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
     assert resp.startswith(b"HTTP/1."), f"{path!r}: {resp[:200]!r}"
     status = int(resp.split(b" ", 2)[1])
     assert status in (400, 404), f"{path!r}: {resp[:300]!r}"
@@ -162,7 +162,7 @@ def test_raw_socket_odd_paths(daemon, path):
 
 
 def test_raw_socket_absolute_form(daemon):
-    resp = raw_request(daemon.port, b"GET http://127.0.0.1/etc/passwd HTTP/1.1\r\nHost: x\r\n"
+    resp = raw_request(daemon.port, b"GET http://127.0.0.1/etc/passwd HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                                     b"Connection: close\r\n\r\n")
     if resp:
         status = int(resp.split(b" ", 2)[1])
@@ -172,7 +172,7 @@ def test_raw_socket_absolute_form(daemon):
 
 def test_raw_socket_daemon_survives_garbage(daemon):
     for junk in [b"\x00\x01\x02\r\n\r\n", b"GET\r\n\r\n", b"GET / HTTP/9.9\r\n\r\n",
-                 b"GET /v1/models HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n"]:
+                 b"GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: -1\r\n\r\n"]:
         raw_request(daemon.port, junk, timeout=3)
     assert daemon.get("/healthz").status == 200
 

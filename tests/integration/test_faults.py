@@ -212,7 +212,7 @@ def test_sigterm_drains_in_flight_and_refuses_new(root):
         time.sleep(0.3)
         late = raw_get(d.port, "/healthz", timeout=5)
         assert late.status is None, f"a connection made while draining was answered: {late!r}"
-        idle.sendall(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")
+        idle.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         status, headers, _ = read_head(idle)
         assert status == 200 and headers.get("connection", "").lower() == "close", \
             f"an open connection's request while draining: {status} {headers}"
@@ -293,7 +293,7 @@ def test_slowloris_dribbling_headers_is_capped(root):
     faultlib.small_models(root)
     with running_daemon(root, "--connection-timeout", 2, "--header-timeout", 2) as d:
         s = connect(d.port)
-        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
         t0 = time.monotonic()
         closed = False
         s.settimeout(0.5)
@@ -325,7 +325,7 @@ def test_slowloris_does_not_starve_others(root):
         try:
             for i in range(200):
                 s = connect(d.port)
-                s.sendall(b"GET /v1/models/m/tensors/v HTTP/1.1\r\nHost: x\r\nX-" + str(i).encode())
+                s.sendall(b"GET /v1/models/m/tensors/v HTTP/1.1\r\nHost: 127.0.0.1\r\nX-" + str(i).encode())
                 slow.append(s)
             for _ in range(5):
                 r = raw_get(d.port, "/v1/models/m/tensors/v", timeout=5)

@@ -149,7 +149,7 @@ def sweep(port, make, values):
 
 
 def req(target, fields=b""):
-    return b"GET " + target + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" + fields + b"\r\n"
+    return b"GET " + target + b" HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n" + fields + b"\r\n"
 
 
 @pytest.mark.parametrize("limit", [8192, 32768])
@@ -234,7 +234,7 @@ def dribble(sock, data, every, until):
     return None
 
 
-SLOW_LINE = b"GET /v1/models/m/tensors/w HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 200
+SLOW_LINE = b"GET /v1/models/m/tensors/w HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: " + b"a" * 200
 
 
 def test_slow_second_request_on_a_kept_alive_connection_is_cut(root):
@@ -262,7 +262,7 @@ def test_slow_body_is_cut(root, method, path):
     models, _ = root
     with running_daemon(models, "--header-timeout", 2) as d:
         s = connect(d.port, timeout=10)
-        s.sendall(f"{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Length: 4000\r\n"
+        s.sendall(f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 4000\r\n"
                   "Content-Type: application/json\r\n\r\n".encode())
         took = dribble(s, b"{" + b" " * 3998 + b"}", 0.25, 10 * SLACK)
         s.close()
@@ -326,8 +326,8 @@ def test_ambiguous_body_framing_is_refused_and_closed(root, framing, status, pat
     bytes after the headers are never read as a request."""
     models, _ = root
     with running_daemon(models) as d:
-        smuggled = b"GET /v1/models/m/tensors/w HTTP/1.1\r\nHost: x\r\n\r\n"
-        raw = (b"POST " + path + b" HTTP/1.1\r\nHost: x\r\n" + framing + b"\r\n"
+        smuggled = b"GET /v1/models/m/tensors/w HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+        raw = (b"POST " + path + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n" + framing + b"\r\n"
                b"0\r\n\r\n" + smuggled)
         data, closed = exchange(d.port, raw)
         assert status_of(data) == status, data[:400]
@@ -354,7 +354,7 @@ def test_nul_byte_in_the_target_is_refused(root, target):
     /v1/models/m<NUL>/anything was served as /v1/models/m."""
     models, _ = root
     with running_daemon(models) as d:
-        data, _ = exchange(d.port, b"GET " + target + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+        data, _ = exchange(d.port, b"GET " + target + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         assert status_of(data) == 400, data[:300]
         assert b"NUL" in data, data[:300]
         assert d.get("/v1/models/m/tensors/v").status == 200

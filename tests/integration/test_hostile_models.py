@@ -239,7 +239,7 @@ def test_descriptors_running_out_during_a_rescan_keep_the_previous_models(base):
 
 
 def get_on(s, path):
-    s.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    s.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
     status, hdrs, rest = faultlib.read_head(s)
     body, _ = faultlib.read_body(s, hdrs, rest)
     assert status == 200, (path, status, body[:200])

@@ -63,7 +63,7 @@ def replicas():
 def raw_answer(port, method, path, headers=(), body=None):
     """The answer's exact bytes (status line, headers in order, body), with
     the Date line taken out."""
-    lines = [f"{method} {path} HTTP/1.1", "Host: replica", "Connection: close"]
+    lines = [f"{method} {path} HTTP/1.1", "Host: 127.0.0.1", "Connection: close"]
     lines += [f"{k}: {v}" for k, v in headers]
     if body is not None:
         lines.append(f"Content-Length: {len(body)}")

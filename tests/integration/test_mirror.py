@@ -292,7 +292,7 @@ def test_cut_downloads_resume_byte_exact(env):
     for _ in range(20):
         cut = rnd.randrange(1, len(data))
         with socket.create_connection(("127.0.0.1", mirror.port), timeout=30) as s:
-            s.sendall(f"GET {url} HTTP/1.1\r\nHost: m\r\n\r\n".encode())
+            s.sendall(f"GET {url} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
             buf = b""
             while b"\r\n\r\n" not in buf:
                 buf += s.recv(65536)

@@ -4,6 +4,7 @@ head_object, ranged get_object, presigned URLs, wrong credentials refused)
 and the Run:ai Model Streamer (runai-model-streamer-s3) loading a sharded
 model, compared byte for byte with the files on disk (the safetensors
 package reads them)."""
+import datetime
 import hashlib
 import os
 import shutil
@@ -218,6 +219,27 @@ def test_errors(anon):
     assert r.status == 400 and b"<Code>InvalidArgument</Code>" in r.body
     r = anon.get("/s3/single?list-type=2&continuation-token=zz")
     assert r.status == 400
+
+
+def test_front_errors_are_s3_errors(anon):
+    """Errors the daemon's front answers on S3 paths (a failed precondition,
+    a malformed key, a Host refused without tokens) are S3's XML, so boto3
+    raises a ClientError with S3's code, as against AWS."""
+    s3 = client(anon)
+    etag = s3.head_object(Bucket="single", Key="config.json")["ETag"]
+    assert s3.get_object(Bucket="single", Key="config.json", IfMatch=etag)["ETag"] == etag
+    for kw in ({"IfMatch": '"not-it"'}, {"IfUnmodifiedSince": datetime.datetime(2000, 1, 1)}):
+        with pytest.raises(botocore.exceptions.ClientError) as e:
+            s3.get_object(Bucket="single", Key="config.json", **kw)
+        assert e.value.response["Error"]["Code"] == "PreconditionFailed", kw
+        assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 412
+    r = anon.get("/s3/single/a%00b")
+    assert r.status == 400 and b"<Code>InvalidURI</Code>" in r.body
+    assert r.header("Content-Type") == "application/xml"
+    r = anon.get("/s3/%2e%2e/x")
+    assert r.status == 400 and b"<Code>InvalidURI</Code>" in r.body
+    r = anon.get("/s3/single/config.json", headers={"Host": "rebound.example"})
+    assert r.status == 403 and b"<Code>AccessDenied</Code>" in r.body
 
 
 def test_signatures_checked(signed, repos):

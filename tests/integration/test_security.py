@@ -5,6 +5,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 
 import pytest
@@ -138,6 +139,41 @@ def test_token_answers_are_right(authd):
     assert r.status == 200 and r.body == authd.data["w"]
     r = authd.get("/v1/models/m/tensors/w", {"Authorization": f"bearer {READ}"})
     assert r.status == 200, "the auth scheme is case-insensitive (RFC 9110 11.1)"
+
+
+def test_dns_rebinding_names_refused_without_tokens(base):
+    """A page whose name was made to resolve to the daemon sends its own
+    name as Host: without tokens it is refused (403 host_not_allowed) on
+    every path before anything is read; addresses, localhost and the
+    listed names are answered; huggingface_hub reaches the daemon by
+    localhost as by address."""
+    models = os.path.join(base, "models")
+    data = faultlib.small_models(models)
+    with running_daemon(models, "--allowed-hosts", "models.internal,*.corp.example") as d:
+        for host in ("rebound.example", f"rebound.example:{d.port}", "localhost.rebound.example",
+                     "2130706433", "models.internal.rebound.example", "corp.example"):
+            for url in ("/v1/models", "/v1/models/m/tensors/w", "/healthz", "/api/models",
+                        "/ui/"):
+                r = d.request("GET", url, {"Host": host})
+                assert r.status == 403, f"{host} {url}: {r!r}"
+                assert data["w"] not in r.body
+            tdutil.assert_error(d.get("/v1/models", {"Host": host}), 403, "host_not_allowed")
+        for host in (f"127.0.0.1:{d.port}", f"localhost:{d.port}", "LOCALHOST", "[::1]",
+                     "models.internal", f"a.corp.example:{d.port}", "app.localhost"):
+            r = d.get("/v1/models/m/tensors/w", {"Host": host})
+            assert r.status == 200 and r.body == data["w"], f"{host}: {r!r}"
+        hub = subprocess.run(
+            [sys.executable, "-c", "import huggingface_hub as h; "
+             "print(h.HfApi(endpoint='http://localhost:%d').model_info('m').id)" % d.port],
+            capture_output=True, text=True, timeout=60)
+        assert hub.returncode == 0 and hub.stdout.strip() == "m", hub.stderr
+
+
+def test_tokens_answer_every_host(authd):
+    r = authd.get("/v1/models/m/tensors/w", {"Host": "rebound.example", **bearer(READ)})
+    assert r.status == 200 and r.body == authd.data["w"]
+    r = authd.get("/v1/models/m/tensors/w", {"Host": "rebound.example"})
+    assert r.status == 401
 
 
 def test_healthz_needs_no_token(authd):

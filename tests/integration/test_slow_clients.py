@@ -147,7 +147,7 @@ def test_readers_that_do_not_read_share_one_description(wide):
 
 def test_fetches_that_are_not_read_hold_no_header(wide):
     body = b"{}"
-    req = (b"POST /v1/models/fetched/fetch HTTP/1.1\r\nHost: x\r\n"
+    req = (b"POST /v1/models/fetched/fetch HTTP/1.1\r\nHost: 127.0.0.1\r\n"
            b"Content-Type: application/json\r\nContent-Length: 2\r\n\r\n" + body)
     r = wide.request("POST", "/v1/models/fetched/fetch", body=body)
     assert r.status == 200

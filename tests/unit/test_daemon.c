@@ -31,7 +31,7 @@ static unsigned get(unsigned port, const char *target, char **body)
     unsigned status = 0;
     *body = NULL;
     if (connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0) {
-        char *req = xasprintf("GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", target);
+        char *req = xasprintf("GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n", target);
         if (send(fd, req, strlen(req), MSG_NOSIGNAL) > 0) {
             size_t len;
             char *raw = lb_read_all(fd, &len);

@@ -248,6 +248,106 @@ TEST(cross_origin_writes)
     lb_stop(&s);
 }
 
+/* Without tokens, a Host that is no address, no localhost and not listed
+ * is refused before anything else (a DNS-rebinding page sends its own
+ * name), in each route's dialect; with tokens, every Host goes on. */
+TEST(host_names)
+{
+    struct lb_server s;
+    lb_start(&s, root, 0, NULL);
+    static const char *const evil[] = {"Host: evil.example:8077", NULL};
+    static const char *const local[] = {"Host: localhost:8077", NULL};
+    static const char *const v6[] = {"Host: [::1]:8077", NULL};
+    static const char *const box[] = {"Host: gpu-box-1:8077", NULL};
+    const char *msg = "Host \"evil.example:8077\" is not answered without a token: add it to "
+                      "allowed_hosts, or set auth_token_file (a page whose name was made to "
+                      "resolve here sends its own)";
+    struct lb_answer r = lb_get(&s, "/v1/models", evil);
+    char *want = xasprintf("{\"error\":{\"code\":\"host_not_allowed\",\"message\":\"%s\"}}\n",
+                           "Host \\\"evil.example:8077\\\" is not answered without a token: add "
+                           "it to allowed_hosts, or set auth_token_file (a page whose name was "
+                           "made to resolve here sends its own)");
+    CHECK_ANSWER(r, 403, JSON, want);
+    free(want);
+    lb_free(&r);
+    r = lb_get(&s, "/api/models", evil); /* the Hub's dialect */
+    CHECK_EQ_U64(r.status, 403);
+    CHECK_CONTAINS(r.head, msg); /* X-Error-Message */
+    CHECK_CONTAINS(r.body, "{\"error\":\"Host \\\"evil.example:8077\\\" is not answered");
+    lb_free(&r);
+    r = lb_get(&s, "/s3/m/model.safetensors", evil); /* S3's */
+    CHECK_EQ_U64(r.status, 403);
+    CHECK_CONTAINS(r.head, "Content-Type: application/xml");
+    CHECK_CONTAINS(r.body, "<Code>AccessDenied</Code>");
+    lb_free(&r);
+    r = lb_request(&s, "OPTIONS", "/v1/models", evil, NULL);
+    CHECK_EQ_U64(r.status, 403);
+    lb_free(&r);
+    r = lb_get(&s, "/v1/models", local);
+    CHECK_EQ_U64(r.status, 200);
+    lb_free(&r);
+    r = lb_get(&s, "/v1/models", v6);
+    CHECK_EQ_U64(r.status, 200);
+    lb_free(&r);
+    r = lb_get(&s, "/v1/models", NULL); /* no Host: HTTP/1.0 */
+    CHECK_EQ_U64(r.status, 200);
+    lb_free(&r);
+    lb_stop(&s);
+    static const char *const listed[] = {"allowed_hosts=gpu-box-1", NULL};
+    lb_start(&s, root, 0, listed);
+    r = lb_get(&s, "/v1/models", box);
+    CHECK_EQ_U64(r.status, 200);
+    lb_free(&r);
+    r = lb_get(&s, "/v1/models", evil);
+    CHECK_EQ_U64(r.status, 403);
+    lb_free(&r);
+    lb_stop(&s);
+    lb_start(&s, root, 0, NULL);
+    char err[256], *tokens = xasprintf("%s.tokens", root);
+    write_tokens(tokens);
+    CHECK(auth_load(&s.srv, tokens, err, sizeof(err)) == 0);
+    static const char *const evil_token[] = {"Host: evil.example",
+                                             "Authorization: Bearer read-token-0123456789", NULL};
+    r = lb_get(&s, "/v1/models", evil_token);
+    CHECK_EQ_U64(r.status, 200);
+    lb_free(&r);
+    r = lb_get(&s, "/v1/models", evil); /* the token is what is asked for */
+    CHECK_EQ_U64(r.status, 401);
+    lb_free(&r);
+    unlink(tokens);
+    free(tokens);
+    lb_stop(&s);
+}
+
+/* Errors on S3 paths that the front or the dispatcher answer (not the S3
+ * handler) are S3's XML too: a failed precondition, a malformed key. */
+TEST(s3_paths_answer_in_xml)
+{
+    struct lb_server s;
+    lb_start(&s, root, LB_HASHED, NULL);
+    static const char *const if_match[] = {"If-Match: \"nope\"", NULL};
+    struct lb_answer r = lb_get(&s, "/s3/m/model.safetensors", if_match);
+    CHECK_ANSWER(r, 412, "Content-Type: application/xml\r\n",
+                 "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>PreconditionFailed"
+                 "</Code><Message>If-Match or If-Unmodified-Since did not hold</Message>"
+                 "<RequestId>tensord</RequestId></Error>\n");
+    lb_free(&r);
+    r = lb_get(&s, "/s3/m/a%00b", NULL);
+    CHECK_EQ_U64(r.status, 400);
+    CHECK_CONTAINS(r.head, "Content-Type: application/xml");
+    CHECK_CONTAINS(r.body, "<Code>InvalidURI</Code>");
+    lb_free(&r);
+    r = lb_get(&s, "/s3/%2e%2e/x", NULL);
+    CHECK_EQ_U64(r.status, 400);
+    CHECK_CONTAINS(r.body, "<Code>InvalidURI</Code>");
+    lb_free(&r);
+    r = lb_get(&s, "/v1/models/m/files/model.safetensors", if_match); /* tensord's own paths */
+    CHECK_EQ_U64(r.status, 412);
+    CHECK_CONTAINS(r.head, "Content-Type: application/json");
+    lb_free(&r);
+    lb_stop(&s);
+}
+
 TEST(overloaded_and_not_ready)
 {
     struct lb_server s;
@@ -347,6 +447,8 @@ int main(void)
     RUN(tokens);
     RUN(preflight);
     RUN(cross_origin_writes);
+    RUN(host_names);
+    RUN(s3_paths_answer_in_xml);
     RUN(overloaded_and_not_ready);
     RUN(early_refusal_and_limits);
     RUN(snapshot_held_until_rendered);

@@ -44,36 +44,36 @@ TEST(answers_on_the_wire)
     struct lb_server s;
     lb_start(&s, root, 0, NULL);
     unsigned port = lb_listen(&s);
-    char *a = ask(port, "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    char *a = ask(port, "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
     CHECK_STR(a, "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Type: application/json\r\n"
                  "Accept-Ranges: bytes\r\nCache-Control: no-cache\r\nContent-Length: 16\r\n\r\n"
                  "{\"status\":\"ok\"}\n");
     free(a);
-    a = ask(port, "HEAD /v1/models/m/tensors/w HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    a = ask(port, "HEAD /v1/models/m/tensors/w HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
     CHECK(strncmp(a, "HTTP/1.1 200 OK\r\n", 17) == 0);
     CHECK_CONTAINS(a, "\r\nContent-Length: 4\r\n\r\n");
     CHECK(strstr(a, "\r\n\r\n")[4] == '\0'); /* no body */
     free(a);
-    a = ask(port, "GET /v1/models/m/tensors/w HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    a = ask(port, "GET /v1/models/m/tensors/w HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
     CHECK(memcmp(strstr(a, "\r\n\r\n") + 4, "\1\2\3\4", 4) == 0);
     free(a);
     /* Two requests on one connection: the first answer keeps it open. */
     size_t len;
-    char *two = lb_raw(port, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
-                             "GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    char *two = lb_raw(port, "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+                             "GET /readyz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
                        &len);
     CHECK_CONTAINS(two, "{\"status\":\"ok\"}\n");
     CHECK_CONTAINS(two, "{\"status\":\"ready\"}\n");
     free(two);
     /* A document rendered on the renderer's thread: the request waits
      * suspended and is answered once resumed. */
-    a = ask(port, "GET /v1/models/m/header HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    a = ask(port, "GET /v1/models/m/header HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
     CHECK(strncmp(a, "HTTP/1.1 200 OK\r\n", 17) == 0);
     CHECK_CONTAINS(a, "\"data_offsets\":[0,4],\"file\":\"model.safetensors\"}}\n");
     free(a);
     /* Draining: a connection made now is closed without an answer. */
     atomic_store(&s.srv.draining, 1);
-    a = ask(port, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
+    a = ask(port, "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
     CHECK_STR(a, "");
     free(a);
     atomic_store(&s.srv.draining, 0);
@@ -86,7 +86,7 @@ TEST(cors_on_the_wire)
     static const char *const opts[] = {"cors_origins=http://a.example", NULL};
     lb_start(&s, root, 0, opts);
     unsigned port = lb_listen(&s);
-    char *a = ask(port, "GET /v1/models/nope HTTP/1.1\r\nHost: x\r\nOrigin: http://a.example\r\n"
+    char *a = ask(port, "GET /v1/models/nope HTTP/1.1\r\nHost: 127.0.0.1\r\nOrigin: http://a.example\r\n"
                         "Connection: close\r\n\r\n");
     CHECK_CONTAINS(a, "\r\nConnection: close\r\nContent-Type: application/json\r\nVary: Origin\r\n"
                       "Access-Control-Allow-Origin: http://a.example\r\n"
@@ -107,7 +107,7 @@ TEST(refused_before_dispatch)
         free(req);
         req = next;
     }
-    char *full = xasprintf("%s HTTP/1.1\r\nHost: x\r\n\r\n", req);
+    char *full = xasprintf("%s HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", req);
     char *a = ask(port, full);
     CHECK_STR(a, "HTTP/1.1 414 URI Too Long\r\nConnection: close\r\n"
                  "Content-Type: application/json\r\nContent-Length: 84\r\n\r\n"
@@ -135,27 +135,27 @@ TEST(refused_before_dispatch)
     struct {
         const char *request, *status, *message;
     } framing[] = {
-        {"GET /heal\0thz HTTP/1.1\r\nHost: x\r\n\r\n", "400 Bad Request",
+        {"GET /heal\0thz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", "400 Bad Request",
          "the request target contains a NUL byte"},
-        {"POST /v1/models/m/fetch HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n"
+        {"POST /v1/models/m/fetch HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 2\r\n"
          "Transfer-Encoding: chunked\r\n\r\n", "400 Bad Request",
          "a request must not carry both Content-Length and Transfer-Encoding"},
-        {"POST /v1/models/m/fetch HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n",
+        {"POST /v1/models/m/fetch HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: gzip\r\n\r\n",
          "501 Not Implemented", "the only transfer coding accepted is a single \\\"chunked\\\""},
         {"POST /v1/models/m/fetch HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n",
          "400 Bad Request", "Transfer-Encoding is not allowed in an HTTP/1.0 request"},
-        {"POST /v1/models/m/fetch HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n"
+        {"POST /v1/models/m/fetch HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 2\r\n"
          "Content-Length: 3\r\n\r\n",
          "400 Bad Request", "Content-Length must be one decimal number"},
-        {"POST /v1/models/m/gpu HTTP/1.1\r\nHost: x\r\nContent-Length: 70000\r\n\r\n",
+        {"POST /v1/models/m/gpu HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 70000\r\n\r\n",
          "413 Content Too Large", "request bodies are limited to 65536 bytes here"},
-        {"POST /v1/models/m/tensors/w HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello",
+        {"POST /v1/models/m/tensors/w HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 5\r\n\r\nhello",
          "405 Method Not Allowed", "POST is not allowed here; allowed: GET, HEAD"},
     };
     for (size_t i = 0; i < ARRAY_LEN(framing); i++) {
         size_t n = strlen(framing[i].request);
         if (i == 0)
-            n = sizeof("GET /heal\0thz HTTP/1.1\r\nHost: x\r\n\r\n") - 1;
+            n = sizeof("GET /heal\0thz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n") - 1;
         int fd = lb_connect(port);
         CHECK(send(fd, framing[i].request, n, MSG_NOSIGNAL) == (ssize_t)n);
         size_t len;
@@ -172,7 +172,7 @@ TEST(refused_before_dispatch)
     char *big = xmalloc(70000);
     memset(big, 'x', 70000);
     int fd = lb_connect(port);
-    const char *head = "POST /v1/models/m/gpu HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+    const char *head = "POST /v1/models/m/gpu HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n"
                        "\r\n11170\r\n";
     CHECK(send(fd, head, strlen(head), MSG_NOSIGNAL) == (ssize_t)strlen(head));
     CHECK(send(fd, big, 70000, MSG_NOSIGNAL) == 70000);
@@ -198,7 +198,7 @@ TEST(token_refused_before_the_body)
     /* The headers promise a megabyte that never comes: the 401 is sent
      * before any of it is read, and the connection closed. */
     int fd = lb_connect(port);
-    const char *req = "POST /v1/models/m/fetch HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n"
+    const char *req = "POST /v1/models/m/fetch HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 1000000\r\n"
                       "\r\n";
     CHECK(send(fd, req, strlen(req), MSG_NOSIGNAL) == (ssize_t)strlen(req));
     size_t len;
@@ -227,7 +227,7 @@ TEST(rescan_asked_for)
     s.srv.rescan_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     unsigned port = lb_listen(&s);
     lb_touch(r2, "m/config.json"); /* written since the scan */
-    char *a = ask(port, "GET /v1/models/m/files/config.json HTTP/1.1\r\nHost: x\r\n"
+    char *a = ask(port, "GET /v1/models/m/files/config.json HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                         "Connection: close\r\n\r\n");
     CHECK(strncmp(a, "HTTP/1.1 503 Service Unavailable\r\n", 34) == 0);
     CHECK_CONTAINS(a, "\"file_changed\"");

@@ -60,7 +60,7 @@ static uint64_t sent_by(const char *method)
 static char *get(unsigned port, const char *target, const char *extra, size_t *len,
                  unsigned *status)
 {
-    char *req = xasprintf("GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n%s\r\n", target,
+    char *req = xasprintf("GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n%s\r\n", target,
                           extra ? extra : "");
     size_t n;
     char *raw = lb_raw(port, req, &n);
@@ -114,7 +114,7 @@ TEST(multipart_over_a_file)
     lb_start(&s, root, 0, NULL);
     unsigned port = lb_listen(&s), st;
     size_t len;
-    char *req = xasprintf("GET /v1/models/m/files/data.bin HTTP/1.1\r\nHost: x\r\n"
+    char *req = xasprintf("GET /v1/models/m/files/data.bin HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                           "Connection: close\r\nRange: bytes=10-19,500000-500009\r\n\r\n");
     char *raw = lb_raw(port, req, &len);
     free(req);
@@ -178,7 +178,7 @@ TEST(written_while_sent)
     struct timeval tv = {10, 0};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
     CHECK(connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0);
-    const char *req = "GET /v1/models/m/files/huge.bin HTTP/1.1\r\nHost: x\r\n"
+    const char *req = "GET /v1/models/m/files/huge.bin HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                       "Connection: close\r\n\r\n";
     CHECK(send(fd, req, strlen(req), MSG_NOSIGNAL) == (ssize_t)strlen(req));
     char buf[4096];

@@ -1,0 +1,61 @@
+/* host_allow: see host_allow.h. */
+#include "host_allow.h"
+
+#include <arpa/inet.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+/* 1 when name[0..n) is a listed name: "*", NAME exactly, or under *.DOMAIN
+ * (a name longer than the domain, ending in ".DOMAIN"); any case. */
+static int listed(const struct config *cfg, const char *name, size_t n)
+{
+    for (unsigned i = 0; i < cfg->n_allowed_hosts; i++) {
+        const char *p = cfg->allowed_hosts[i];
+        size_t pl = strlen(p);
+        if (strcmp(p, "*") == 0)
+            return 1;
+        if (p[0] == '*' && n > pl - 1 && strncasecmp(name + n - (pl - 1), p + 1, pl - 1) == 0)
+            return 1;
+        if (pl == n && strncasecmp(name, p, n) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+/* 1 when text[0..n) is an address inet_pton reads for family af. */
+static int is_address(int af, const char *text, size_t n)
+{
+    char buf[INET6_ADDRSTRLEN + 1];
+    unsigned char out[sizeof(struct in6_addr)];
+    if (n >= sizeof(buf))
+        return 0;
+    memcpy(buf, text, n);
+    buf[n] = '\0';
+    return inet_pton(af, buf, out) == 1;
+}
+
+int host_allowed(const struct config *cfg, int tokens, const char *host)
+{
+    if (tokens || !host)
+        return 1;
+    size_t n = strlen(host);
+    if (host[0] == '[') {
+        /* "[v6]" or "[v6]:port"; anything else only under "*" */
+        const char *end = memchr(host, ']', n);
+        return (end && is_address(AF_INET6, host + 1, (size_t)(end - host - 1))) ||
+               listed(cfg, host, n);
+    }
+    const char *colon = memchr(host, ':', n);
+    if (colon)
+        n = (size_t)(colon - host);
+    if (n && host[n - 1] == '.')
+        n--; /* "localhost." names the same host */
+    if (is_address(AF_INET, host, n))
+        return 1;
+    static const char local[] = "localhost", sub[] = ".localhost";
+    if ((n == sizeof(local) - 1 && strncasecmp(host, local, n) == 0) ||
+        (n > sizeof(sub) - 1 && strncasecmp(host + n - (sizeof(sub) - 1), sub, sizeof(sub) - 1) == 0))
+        return 1;
+    return listed(cfg, host, n);
+}
