@@ -14,8 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "hasher_jobs.h"
-#include "hasher_work.h"
+#include "hasher_int.h"
 #include "hashfile.h"
 #include "log.h"
 #include "util.h"

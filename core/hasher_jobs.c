@@ -1,6 +1,6 @@
 /* hasher_jobs: the job table the hasher's other parts share (see
- * hasher_jobs.h): jobs, their queues, and the waiters linked to them. */
-#include "hasher_jobs.h"
+ * hasher_int.h): jobs, their queues, and the waiters linked to them. */
+#include "hasher_int.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -15,13 +15,30 @@
 #ifndef TENSORD_REG_REPO_H
 #define TENSORD_REG_REPO_H
 
-#include "registry.h"
+#include "reg_common.h"
 
 /* Files larger than this, and every .safetensors file, are "LFS" files to
  * Hugging Face clients: their ETag and blob are the SHA-256 (X-Linked-Etag,
  * lfs.oid), and their git blob is the LFS pointer's. Smaller files' ETag and
  * blob id are their git blob SHA-1. The Hub's own 10 MB line. */
 #define REG_REPO_LFS_MIN (10ull * 1024 * 1024)
+
+/* A repo: a directory of files below the root, under a repo id. */
+struct reg_repo_rev;
+struct reg_repo {
+    atomic_uint refs;
+    struct reg_root *root;
+    char *id;                  /* "name" or "org/name": its directory relative to the root */
+    int transient;             /* an I/O or resource error kept a file from being checked */
+    size_t n_files;
+    struct reg_file *files;    /* sorted by name (the '/'-separated path below the repo); fd is
+                                * always -1: answers open them below the root */
+    struct strmap *by_name;    /* name -> struct reg_file * */
+    size_t n_ids;
+    struct reg_entry_id *ids;  /* the entries it was built from, by name (names below the repo) */
+    uint64_t bytes;            /* sum of file sizes */
+    _Atomic(struct reg_repo_rev *) rev; /* computed once every hash is known */
+};
 
 /* A directory of a repo ("" is the repo itself). */
 struct reg_repo_dir {

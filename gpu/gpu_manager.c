@@ -14,7 +14,6 @@
 
 #include "gpu.h"
 #include "gpu_manager_int.h"
-#include "gpu_preload.h"
 #include "log.h"
 #include "metrics.h"
 #include "util.h"

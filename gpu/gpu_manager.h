@@ -195,6 +195,32 @@ const char *gm_view_text(const struct gm_view *v, enum gm_text slot,
 int gm_resolve_device(struct gpu_manager *gm, const char *name, struct gm_device *where,
                       struct st_error *err);
 
+/* ---- preloads (gpu/gpu_preload.c) ---- */
+
+/* Starts loading model on *where, as the HTTP POST does; startup marks a
+ * config preload. The model comes from the newest snapshot: the registry's
+ * current one, or the one a reload has announced (gpu_manager_on_reload)
+ * and not yet swapped in. Returns 1 when a load started, 0 when it is
+ * already loaded or loading there (a failed instance on the same device is
+ * retired and tried again), *v the instance's view either way (release it
+ * with gpu_manager_view_release); or -errno with err: ST_ERR_NOT_FOUND (no
+ * such model), ST_ERR_INVALID_ARGUMENT (the model is invalid),
+ * ST_ERR_CONFLICT (loaded on another device), ST_ERR_NO_MEMORY. Takes
+ * gm->lock itself. */
+int gpu_preload_request(struct gpu_manager *gm, const char *model, const struct gm_device *where,
+                        int startup, struct gm_view *v, struct st_error *err);
+
+/* gpu_preload_request for a model the registry does not hold: rm (the
+ * instance takes a reference) whose bytes src delivers (a mirror's, struct
+ * gm_source above). Returns as gpu_preload_request; when it
+ * returns 1 the new instance took src over, otherwise the caller keeps
+ * it. With rm NULL it only finds the model's instance (0 with *v), or
+ * fails with ST_ERR_NOT_FOUND when there is none or it failed. */
+int gpu_preload_request_model(struct gpu_manager *gm, const char *model,
+                              const struct reg_model *rm, struct gm_source *src,
+                              const struct gm_device *where, struct gm_view *v,
+                              struct st_error *err);
+
 /* What an eviction left. */
 struct gm_evicted {
     uint64_t generation;

@@ -169,4 +169,36 @@ void do_gm_view(struct gm_instance *m, struct gm_view *v);
 /* name's current instance, or NULL. */
 struct gm_instance *do_gm_find_current(struct gpu_manager *gm, const char *name);
 
+/* ---- the load queue and the loader thread (gpu/gpu_preload.c) ----
+ *
+ * A preload request (gpu_manager.h) makes a new instance, links it into
+ * the table as the model's current one and queues it. The loader
+ * thread takes queued instances one at a time and runs the preload state
+ * machine:
+ *
+ *   loading --(every shard copied, finished, and verified if asked)--> ready
+ *   loading --(an error)--> failed: the allocations are freed, `error` says why
+ *   loading --(cancelled: evicted or replaced meanwhile)--> stays draining
+ *
+ * The load itself (alloc, copy through the staging ring, finish, verify)
+ * runs without gm->lock: until it is published, the loader alone touches
+ * the instance's allocations. The outcome is published under the lock,
+ * where the loader also drops the instance's snapshot and its own
+ * reference, and broadcasts gm->cond (gpu_manager_wait_idle waits on it).
+ * Start-up preloads (the config's) are counted in gm->startup_pending until
+ * they end, whichever way. */
+
+/* Starts the loader thread. Returns 0, or -errno with err when it cannot
+ * start. */
+int gpu_preload_start(struct gpu_manager *gm, struct st_error *err);
+
+/* Links m (new, from do_gm_instance_new) as its model's current instance
+ * and queues it; refs become 2: the table's and the loader's. */
+void do_gm_enqueue(struct gpu_manager *gm, struct gm_instance *m);
+
+/* Tells the loader to stop, cancels every instance's load (the one running
+ * stops at its next chunk), and joins the thread. Queued instances stay in
+ * the table for gpu_manager_free to free. */
+void gpu_preload_stop(struct gpu_manager *gm);
+
 #endif

@@ -1,5 +1,5 @@
 /* gpu_preload: preload requests, the load queue and the loader thread. */
-#include "gpu_preload.h"
+#include "gpu_manager_int.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -12,7 +12,6 @@
 
 #include "gpu_load.h"
 #include "gpu_plan.h"
-#include "gpu_manager_int.h"
 #include "log.h"
 #include "metrics.h"
 #include "util.h"

@@ -2,7 +2,7 @@
  * threads that fill it (`upstream = URL`; docs/OPERATIONS.md "A
  * pull-through mirror").
  *
- * Where the state lives. core/ holds all of it: the files of the cache
+ * Where the state lives. mirror/ holds all of it: the files of the cache
  * (struct mirror_file, one per content: the SHA-256 of an LFS file, the git
  * blob id of a small one, so one file serves every repo and commit that
  * has those bytes), their blocks, the fetch queue, the waiters, the LRU
@@ -72,6 +72,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "mirror_store.h"
 #include "st_error.h"
 
 struct mirror;
@@ -87,15 +88,6 @@ struct mirror_options {
     uint64_t max_bps;              /* all fetches together; 0 = no limit */
     unsigned auth_ttl;             /* seconds an answer about a file is reused (mirror_job.c) */
     const char *own_auth;          /* Authorization value of the mirror's own requests, or NULL */
-};
-
-/* What a file's content is named by. */
-enum mirror_kind { MIRROR_SHA256, MIRROR_GIT_SHA1 };
-
-struct mirror_id {
-    enum mirror_kind kind;
-    uint8_t digest[32];            /* 32 bytes of SHA-256, or 20 of SHA-1 */
-    uint64_t size;
 };
 
 /* Where a file's bytes come from: its URL at one commit, and the caller's
@@ -179,10 +171,5 @@ void mirror_unwait(struct mirror *m, struct mirror_waiter *w);
  * threads that may block: a preload's copy threads. */
 int mirror_wait_range(struct mirror *m, struct mirror_file *f, uint64_t off, uint64_t len,
                       const atomic_int *cancel, struct st_error *err);
-
-/* The key of an id ("sha256-<hex>" or "gitsha1-<hex>") into out (72 bytes). */
-void mirror_key(const struct mirror_id *id, char out[72]);
-/* Parses a key (len bytes) into kind and digest. Returns 0 or -EINVAL. */
-int mirror_key_parse(const char *s, size_t len, struct mirror_id *id);
 
 #endif

@@ -32,12 +32,6 @@
 #define RETRIES 3
 #define HASH_PIECE (1u << 20)
 
-void mirror_hash_free(struct mirror_file *f)
-{
-    EVP_MD_CTX_free(f->hash_ctx);
-    f->hash_ctx = NULL;
-}
-
 /* The first wanted block from the cursor on (wrapping); f->n_queued > 0. */
 static uint64_t do_next_block(struct mirror_file *f)
 {

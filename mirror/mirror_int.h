@@ -132,13 +132,20 @@ void do_mirror_download_check(struct mirror *m, struct mirror_file *f);
  * released, the state file's bitmap and the blob's bytes freed. */
 void do_mirror_discard(struct mirror *m, struct mirror_file *f);
 
+/* Start-up, before any thread runs: reads blobs/ into the map, least
+ * recently used (oldest mtime) first; removes state files whose blob is
+ * gone and what cannot be resumed. */
+int mirror_load_cache(struct mirror *m, struct st_error *err);
+/* At stop, the threads gone: closes and frees every file of the map. */
+void mirror_files_free(struct mirror *m);
+/* Frees f's hash state (the fetchers compute it). */
+void mirror_hash_free(struct mirror_file *f);
+
 /* ---- mirror_fetch.c ---- */
 
 /* Starts the fetchers. Returns 0 or -errno with err. */
 int mirror_fetch_start(struct mirror *m, struct st_error *err);
 /* Tells them to stop and joins them. */
 void mirror_fetch_stop(struct mirror *m);
-/* Frees f's hash state. */
-void mirror_hash_free(struct mirror_file *f);
 
 #endif

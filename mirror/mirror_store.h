@@ -19,8 +19,21 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "mirror.h"
 #include "st_error.h"
+
+/* What a file's content is named by. */
+enum mirror_kind { MIRROR_SHA256, MIRROR_GIT_SHA1 };
+
+struct mirror_id {
+    enum mirror_kind kind;
+    uint8_t digest[32];            /* 32 bytes of SHA-256, or 20 of SHA-1 */
+    uint64_t size;
+};
+
+/* The key of an id ("sha256-<hex>" or "gitsha1-<hex>") into out (72 bytes). */
+void mirror_key(const struct mirror_id *id, char out[72]);
+/* Parses a key (len bytes) into kind and digest. Returns 0 or -EINVAL. */
+int mirror_key_parse(const char *s, size_t len, struct mirror_id *id);
 
 #define MIRROR_STATE_HEADER 4096u
 #define MIRROR_MAX_BLOCKS (1u << 24) /* 16 Mi blocks: 1 PiB at 64 MiB, 1 TiB at 64 KiB */

@@ -7,7 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpu_preload.h"
 #include "json_scan.h"
 #include "util.h"
 

@@ -1,20 +1,19 @@
-/* st_entries: reads the JSON text of a safetensors header into a struct
- * st_header, checking each entry (tensor or __metadata__) as it is read and
- * writing it straight into the header's one arena: no JSON tree is built.
+/* st_header_int: st_header's private half, the entry reader. st_entries.c
+ * reads the JSON text of a safetensors header into a struct st_header,
+ * checking each entry (tensor or __metadata__) as it is read and writing it
+ * straight into the header's one arena: no JSON tree is built.
  *
- * st_header calls it after its pre-pass, so the text is known to be UTF-8
+ * st_header.c calls it after its pre-pass, so the text is known to be UTF-8
  * with no NUL byte outside an escape, to start with '{' and to nest at most
  * ST_MAX_DEPTH deep; the pre-pass also counts what the arena must hold. The
  * offset walk (sizes, contiguity) is st_header's, over the result. */
-#ifndef TENSORD_ST_ENTRIES_H
-#define TENSORD_ST_ENTRIES_H
+#ifndef TENSORD_ST_HEADER_INT_H
+#define TENSORD_ST_HEADER_INT_H
 
 #include <stddef.h>
 
 #include "st_error.h"
 #include "st_header.h"
-
-#define ST_NAME_SHOW 64 /* bytes of a name or key quoted in a message */
 
 /* Bounds from the pre-pass (exact for a valid header), that size the arena. */
 struct st_entries_room {

@@ -1,9 +1,9 @@
-/* hasher_jobs: the job table at the bottom of the hasher. The other parts
- * call it and it calls none of them:
+/* hasher_int: what the hasher's files share (not part of the API): the
+ * state (struct hasher), the job and waiter structures, and the functions
+ * of each part, which call one way down:
  *   hasher.c (life, submit) -> hasher_work.c (threads) -> hasher_jobs.c
  *   hasher.c -> hasher_jobs.c <- hasher_wait.c (lookup, want, wait)
- * It holds the state they share (struct hasher) and the job and waiter
- * structures. Not part of the API.
+ * hasher_jobs.c, the job table at the bottom, calls none of the others.
  *
  * Locking: one mutex (struct hasher.lock) guards the job set, the waiters
  * and the counters; functions named hasher_do_* expect the caller to hold
@@ -11,8 +11,8 @@
  * record the result; it hashes without it. The store has its own lock,
  * taken after this one or alone, so request threads' lookups never wait
  * behind the hasher's bookkeeping. */
-#ifndef TENSORD_HASHER_JOBS_H
-#define TENSORD_HASHER_JOBS_H
+#ifndef TENSORD_HASHER_INT_H
+#define TENSORD_HASHER_INT_H
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -115,7 +115,7 @@ struct hasher {
                                 * (a hung file system): the hasher is then never freed */
 };
 
-/* ---- the job table ---- */
+/* ---- the job table (hasher_jobs.c) ---- */
 /* The jobs of snap: every distinct identity, known ones DONE (and marked as
  * used by epoch in the store), the rest queued in snapshot order. Built
  * without the lock: it reads only the snapshot and the store. */
@@ -154,5 +154,20 @@ void hasher_do_fire_all(struct hasher *h, enum hasher_result r, struct hwait **f
 void hasher_call_fired(struct hasher *h, struct hwait *fire);
 /* Drops one reference (caller holds the lock). */
 void hasher_do_release(struct hwait *w);
+
+/* ---- the threads (hasher_work.c): the workers, the housekeeper
+ * (retries, waiters' deadlines, asking for saves) and the saver (writes
+ * the state file, only trying its lock) ---- */
+/* Starts h's n_workers workers, the housekeeper and the saver. Returns 0,
+ * or -errno with err when a thread cannot start (those started are stopped
+ * and joined again). */
+int hasher_work_start(struct hasher *h, struct st_error *err);
+/* After h->stopping is set: joins the workers (they stop at their next
+ * block) and the housekeeper within HASHER_STOP_MS; one that has not ended
+ * by then is left to itself and counted in h->threads_left. */
+void hasher_work_join(struct hasher *h);
+/* Asks the saver for the last save, which gives up on a locked directory
+ * after HASHER_SAVE_WAIT_MS, and joins it within HASHER_STUCK_MS more. */
+void hasher_work_last_save(struct hasher *h);
 
 #endif
