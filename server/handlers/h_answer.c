@@ -8,8 +8,10 @@
 #include <unistd.h>
 
 #include "conditional.h"
+#include "hasher.h"
 #include "jsonw.h"
 #include "route.h"
+#include "server.h"
 #include "util.h"
 
 /* The arena: chunks of at least CHUNK bytes, each allocation aligned for
@@ -185,6 +187,18 @@ struct answer *answer_hub_error(struct answer *a, unsigned status, const char *c
     return a;
 }
 
+struct answer *answer_s3_error(struct answer *a, unsigned status, const char *code,
+                               const char *resource, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    error_v(a, 0, status, code, 0, fmt, ap);
+    va_end(ap);
+    a->s3 = a->error.s3 = 1;
+    a->error.resource = resource ? answer_strdup(a, resource) : NULL;
+    return a;
+}
+
 struct answer *answer_file_changed(struct answer *a)
 {
     a->rescan = 1;
@@ -272,6 +286,41 @@ void answer_resume(struct answer *a, int result)
     void (*done)(void *, int) = a->wait.done;
     void *arg = a->wait.done_arg;
     done(arg, result);
+}
+
+static void hashes_done(void *arg, enum hasher_result r)
+{
+    answer_resume(arg, (int)r);
+}
+
+/* What an answer waits for: the hashes of some files. */
+struct hash_wait {
+    struct hasher *h;
+    const struct reg_file **files;
+    size_t n;
+    unsigned ms;
+};
+
+static void *start_hashing(struct answer *a)
+{
+    const struct hash_wait *w = a->wait.ctx;
+    enum hasher_state st = hasher_want(w->h, w->files, w->n, w->ms, hashes_done, a);
+    if (st != HASHER_PENDING)
+        answer_resume(a, st == HASHER_KNOWN ? (int)HASHER_DONE : (int)HASHER_GONE);
+    return NULL;
+}
+
+int answer_wait_hashes(const struct request_view *v, struct answer *a,
+                       const struct reg_file **files, size_t n)
+{
+    struct hasher *h = v->srv->hasher;
+    unsigned wait_s = v->srv->cfg->hash_wait;
+    if (v->waited || wait_s == 0 || !h)
+        return 0;
+    struct hash_wait *w = answer_alloc(a, sizeof(*w));
+    *w = (struct hash_wait){h, files, n, wait_s * 1000u};
+    answer_wait(a, start_hashing, NULL, w);
+    return 1;
 }
 
 const char *answer_disposition(struct answer *a, const char *type, const char *name, size_t n)

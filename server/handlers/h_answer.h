@@ -143,8 +143,10 @@ struct answer_wait {
 /* An error answer: the document and its headers are the front's to write. */
 struct answer_error {
     int hub;                     /* the Hub's dialect: {"error": msg}, code in X-Error-Code */
-    const char *code;            /* tensord's code, or the Hub's X-Error-Code (may be NULL) */
-    unsigned retry_after;        /* a 503's Retry-After (at least 1) */
+    int s3;                      /* code is S3's own (the S3 handler's), not tensord's */
+    const char *code;            /* tensord's code, the Hub's X-Error-Code (may be NULL), or S3's */
+    const char *resource;        /* the <Resource> an S3 error names, or NULL */
+    unsigned retry_after;        /* a 503's Retry-After (at least 1; an S3 error's: none if 0) */
     const char *allow;           /* a 405's Allow */
     const char *content_range;   /* a 416's Content-Range */
     char message[1024];
@@ -224,6 +226,12 @@ struct answer *answer_error(struct answer *a, unsigned status, const char *code,
 struct answer *answer_hub_error(struct answer *a, unsigned status, const char *code,
                                 unsigned retry_after, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
+/* S3's dialect: <Error> with S3's code (NoSuchKey, SlowDown, ...), the
+ * message, resource when not NULL, as application/xml (the front writes it,
+ * as it writes tensord's errors on S3 paths). */
+struct answer *answer_s3_error(struct answer *a, unsigned status, const char *code,
+                               const char *resource, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
 /* 503 file_changed: the file changed on disk since it was validated; asks
  * for a rescan, so the client's retry gets the new version. */
 struct answer *answer_file_changed(struct answer *a);
@@ -250,6 +258,14 @@ struct answer *answer_wait(struct answer *a, void *(*start)(struct answer *a),
                            void (*release)(void *job), void *ctx);
 /* Called once by what the answer waits for: the wait is over. */
 void answer_resume(struct answer *a, int result);
+/* When the request may still wait (it has not yet, hash_wait is set, there
+ * is a hasher): waits for the hashes of files[0..n) (of the snapshot the
+ * request holds; the array lives in the arena), at most hash_wait seconds,
+ * the files moved to the front of the hasher's queue, and returns 1; the
+ * request is dispatched again with v->wait_result the hasher's result
+ * (HASHER_GONE when a file will not be hashed). Else returns 0. */
+int answer_wait_hashes(const struct request_view *v, struct answer *a,
+                       const struct reg_file **files, size_t n);
 
 /* text (malloc'd, len bytes) with a '\n' appended unless it ends with one;
  * *len is updated. NULL (text freed) when out of memory. Every JSON

@@ -30,30 +30,6 @@
 #include "util.h"
 
 
-/* ---- waiting for a repo's hashes ---------------------------------------- */
-
-static void wait_done(void *arg, enum hasher_result r)
-{
-    answer_resume(arg, (int)r);
-}
-
-/* What a repo's answer waits for: the hashes of its files. */
-struct hash_wait {
-    struct hasher *h;
-    const struct reg_file **missing;  /* in the snapshot the request holds while the wait starts */
-    size_t n;
-    unsigned ms;
-};
-
-static void *start_hashing(struct answer *a)
-{
-    const struct hash_wait *w = a->wait.ctx;
-    enum hasher_state st = hasher_want(w->h, w->missing, w->n, w->ms, wait_done, a);
-    if (st != HASHER_PENDING)
-        answer_resume(a, st == HASHER_KNOWN ? (int)HASHER_DONE : (int)HASHER_GONE);
-    return NULL;
-}
-
 /* The revision of repo r, or NULL after answering (or waiting) in a. */
 static const struct reg_repo_rev *need_revision(const struct request_view *v, struct answer *a,
                                                 const struct reg_repo *r)
@@ -74,13 +50,8 @@ static const struct reg_repo_rev *need_revision(const struct request_view *v, st
     for (size_t i = 0; i < r->n_files; i++)
         if (!reg_file_hashed(&r->files[i]))
             missing[n++] = &r->files[i];
-    unsigned wait_s = v->srv->cfg->hash_wait;
-    if (!v->waited && wait_s > 0 && h) {
-        struct hash_wait *w = answer_alloc(a, sizeof(*w));
-        *w = (struct hash_wait){h, missing, n, wait_s * 1000u};
-        answer_wait(a, start_hashing, NULL, w);
+    if (answer_wait_hashes(v, a, missing, n))
         return NULL;
-    }
     /* Waited already (or may not wait): say when to come back. */
     if (h)
         hasher_want(h, missing, n, 0, NULL, NULL); /* at least to the front of the queue */

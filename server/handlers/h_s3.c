@@ -17,7 +17,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,32 +50,6 @@ static struct answer *send_xml(struct answer *a, unsigned status, struct xmlw *w
                             "out of memory rendering the answer");
     answer_defer(a, free, text);
     return answer_doc(a, status, S3_XML, text, len);
-}
-
-/* S3's error document: <Error><Code>..</Code><Message>..</Message>...</Error>
- * (with the answer's headers added before). */
-static struct answer *s3_error(struct answer *a, unsigned status, const char *code,
-                               const char *resource, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6)));
-
-static struct answer *s3_error(struct answer *a, unsigned status, const char *code,
-                               const char *resource, const char *fmt, ...)
-{
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    struct xmlw w;
-    xmlw_init(&w);
-    xmlw_open(&w, "Error", NULL);
-    xmlw_cstr(&w, "Code", code);
-    xmlw_cstr(&w, "Message", msg);
-    if (resource)
-        xmlw_cstr(&w, "Resource", resource);
-    xmlw_cstr(&w, "RequestId", "tensord");
-    xmlw_close(&w, "Error");
-    return send_xml(a, status, &w);
 }
 
 static void iso_time(int64_t ns, char *out, size_t len)
@@ -122,27 +95,6 @@ static const struct reg_repo *repo_of(const struct reg_snapshot *reg, const char
 
 /* ---- waiting for hashes ------------------------------------------------------ */
 
-static void wait_done(void *arg, enum hasher_result r)
-{
-    answer_resume(arg, (int)r);
-}
-
-/* What an answer waits for: the hashes of some files. */
-struct hash_wait {
-    struct hasher *h;
-    const struct reg_file **files;  /* in the snapshot the request holds while the wait starts */
-    size_t n;
-    unsigned ms;
-};
-
-static void *start_hashing(struct answer *a)
-{
-    const struct hash_wait *w = a->wait.ctx;
-    if (hasher_want(w->h, w->files, w->n, w->ms, wait_done, a) != HASHER_PENDING)
-        answer_resume(a, (int)HASHER_DONE);
-    return NULL;
-}
-
 /* 1 when every file of files[0..n) has its hash; otherwise 0 after
  * answering "wait for them" (the request is dispatched again) or, when it
  * waited already, 503 SlowDown with Retry-After. */
@@ -155,21 +107,15 @@ static int need_hashes(const struct request_view *v, struct answer *a,
             files[missing++] = files[i];
     if (missing == 0)
         return 1;
-    struct hasher *h = v->srv->hasher;
-    unsigned wait_s = v->srv->cfg->hash_wait;
-    if (!v->waited && wait_s > 0 && h) {
-        struct hash_wait *w = answer_alloc(a, sizeof(*w));
-        *w = (struct hash_wait){h, answer_alloc(a, missing * sizeof(*files)), missing,
-                                wait_s * 1000u};
-        memcpy(w->files, files, missing * sizeof(*files));
-        answer_wait(a, start_hashing, NULL, w);
+    const struct reg_file **kept = answer_alloc(a, missing * sizeof(*files));
+    if (answer_wait_hashes(v, a, memcpy(kept, files, missing * sizeof(*files)), missing))
         return 0;
-    }
+    struct hasher *h = v->srv->hasher;
     unsigned after = h ? hasher_retry_after(h, files, missing) : 1;
-    answer_header(a, "Retry-After", answer_printf(a, "%u", after));
-    s3_error(a, HTTP_SERVICE_UNAVAILABLE, "SlowDown", NULL,
-             "the content hashes (ETags) of %zu object(s) are being computed; retry in %u s",
-             missing, after);
+    answer_s3_error(a, HTTP_SERVICE_UNAVAILABLE, "SlowDown", NULL,
+                    "the content hashes (ETags) of %zu object(s) are being computed; retry in "
+                    "%u s", missing, after);
+    a->error.retry_after = after;
     return 0;
 }
 
@@ -199,7 +145,7 @@ static struct answer *list_objects(const struct request_view *v, struct answer *
     struct s3_list l;
     struct st_error err;
     if (s3_list_parse(q, &l, &err) < 0) {
-        s3_error(a, HTTP_BAD_REQUEST, "InvalidArgument", NULL, "%s", err.message);
+        answer_s3_error(a, HTTP_BAD_REQUEST, "InvalidArgument", NULL, "%s", err.message);
         goto out_list;
     }
     struct entry *page = xmalloc((l.max_keys + 1) * sizeof(*page));
@@ -346,13 +292,13 @@ static struct answer *get_object(const struct request_view *v, struct answer *a,
 {
     const struct reg_file *f = reg_repo_find_file(r, rt->name, rt->name_len);
     if (!f)
-        return s3_error(a, HTTP_NOT_FOUND, "NoSuchKey", resource,
-                        "The specified key does not exist.");
+        return answer_s3_error(a, HTTP_NOT_FOUND, "NoSuchKey", resource,
+                               "The specified key does not exist.");
     size_t pn_len;
     const char *pn = s3_query_get(q, "partNumber", &pn_len);
     if (pn && !(pn_len == 1 && pn[0] == '1'))
-        return s3_error(a, HTTP_RANGE_NOT_SATISFIABLE, "InvalidPartNumber", resource,
-                        "the object has one part");
+        return answer_s3_error(a, HTTP_RANGE_NOT_SATISFIABLE, "InvalidPartNumber", resource,
+                               "the object has one part");
     const struct reg_file *want[1] = {f};
     if (!need_hashes(v, a, want, 1))
         return a;
@@ -365,20 +311,20 @@ static struct answer *get_object(const struct request_view *v, struct answer *a,
         unsigned max = v->srv->cfg->max_ranges < 16 ? v->srv->cfg->max_ranges : 16;
         if (range_parse(range, f->st.size, max, br, &nr) == RANGE_UNSATISFIABLE) {
             answer_header(a, "Content-Range", answer_printf(a, "bytes */%" PRIu64, f->st.size));
-            return s3_error(a, HTTP_RANGE_NOT_SATISFIABLE, "InvalidRange", resource,
-                            "The requested range is not satisfiable");
+            return answer_s3_error(a, HTTP_RANGE_NOT_SATISFIABLE, "InvalidRange", resource,
+                                   "The requested range is not satisfiable");
         }
     }
     int fd = reg_open_below(r->root, f, O_RDONLY);
     if (fd < 0) {
         if (fd == -ESTALE)
             a->rescan = 1;
-        return s3_error(a, fd == -ESTALE || fd == -EMFILE || fd == -ENFILE
-                               ? HTTP_SERVICE_UNAVAILABLE
-                               : HTTP_INTERNAL_SERVER_ERROR,
-                        fd == -ESTALE ? "SlowDown" : "InternalError", resource,
-                        "%s could not be opened: %s", f->name,
-                        fd == -ESTALE ? "it changed on disk; retry" : strerror(-fd));
+        return answer_s3_error(a, fd == -ESTALE || fd == -EMFILE || fd == -ENFILE
+                                      ? HTTP_SERVICE_UNAVAILABLE
+                                      : HTTP_INTERNAL_SERVER_ERROR,
+                               fd == -ESTALE ? "SlowDown" : "InternalError", resource,
+                               "%s could not be opened: %s", f->name,
+                               fd == -ESTALE ? "it changed on disk; retry" : strerror(-fd));
     }
     a->fd = fd; /* the response holds its own duplicate */
     struct representation rep = {
@@ -404,8 +350,8 @@ struct answer *handle_s3(const struct request_view *v, struct answer *a,
 {
     if (strcmp(v->method, "GET") != 0 && !v->is_head) {
         answer_header(a, "Allow", "GET, HEAD");
-        return s3_error(a, HTTP_METHOD_NOT_ALLOWED, "MethodNotAllowed", NULL,
-                        "this S3 API is read-only: %.20s is not allowed", v->method);
+        return answer_s3_error(a, HTTP_METHOD_NOT_ALLOWED, "MethodNotAllowed", NULL,
+                               "this S3 API is read-only: %.20s is not allowed", v->method);
     }
     /* The raw target (absolute-form stripped): its path is what a SigV4
      * signature covers, its query what the listing reads. */
@@ -415,14 +361,14 @@ struct answer *handle_s3(const struct request_view *v, struct answer *a,
     struct s3_query q;
     struct st_error err;
     if (s3_query_parse(qmark ? qmark + 1 : "", qmark ? strlen(qmark + 1) : 0, &q, &err) < 0) {
-        s3_error(a, HTTP_BAD_REQUEST, "InvalidArgument", NULL, "%s", err.message);
+        answer_s3_error(a, HTTP_BAD_REQUEST, "InvalidArgument", NULL, "%s", err.message);
         goto out;
     }
     char msg[256];
     enum s3_auth_result au = s3_auth_check(v, target, path_len, &q, msg, sizeof(msg));
     if (au != S3A_OK) {
-        s3_error(a, au == S3A_MALFORMED ? HTTP_BAD_REQUEST : HTTP_FORBIDDEN, auth_codes[au], NULL,
-                 "%s", msg);
+        answer_s3_error(a, au == S3A_MALFORMED ? HTTP_BAD_REQUEST : HTTP_FORBIDDEN,
+                        auth_codes[au], NULL, "%s", msg);
         goto out;
     }
     if (!rt->model) {
@@ -433,8 +379,8 @@ struct answer *handle_s3(const struct request_view *v, struct answer *a,
                                rt->name ? rt->name : "");
     const struct reg_repo *r = repo_of(reg, rt->model, rt->model_len);
     if (!r) {
-        s3_error(a, HTTP_NOT_FOUND, "NoSuchBucket", resource,
-                 "The specified bucket does not exist");
+        answer_s3_error(a, HTTP_NOT_FOUND, "NoSuchBucket", resource,
+                        "The specified bucket does not exist");
     } else if (rt->name) {
         get_object(v, a, r, rt, &q, resource);
     } else if (v->is_head) {

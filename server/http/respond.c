@@ -78,12 +78,14 @@ char *respond_error_document(const char *code, const char *msg, int hub, size_t 
     return text ? answer_json_line(text, len) : NULL;
 }
 
-/* S3's Code for an error tensord's front or dispatcher answered on an S3
- * path (the S3 handler writes its own): by tensord's code, else by status.
- * S3 clients read the Code (boto3's ClientError, a streamer's retry on
+/* S3's Code for an error on an S3 path: the S3 handler's own, else (the
+ * front's or the dispatcher's) by tensord's code, else by status. S3
+ * clients read the Code (boto3's ClientError, a streamer's retry on
  * SlowDown); the message stays tensord's, which says why. */
 static const char *s3_code(const struct answer *a)
 {
+    if (a->error.s3)
+        return a->error.code;
     static const struct {
         const char *code, *s3;
     } by_code[] = {
@@ -114,7 +116,8 @@ static const char *s3_code(const struct answer *a)
 }
 
 /* The error document in S3's dialect: <Error><Code>, <Message>,
- * <RequestId></Error>, application/xml. NULL when out of memory. */
+ * <Resource> when named, <RequestId></Error>, application/xml. NULL when
+ * out of memory. */
 static char *s3_error_document(const struct answer *a, size_t *len)
 {
     struct xmlw w;
@@ -122,6 +125,8 @@ static char *s3_error_document(const struct answer *a, size_t *len)
     xmlw_open(&w, "Error", NULL);
     xmlw_cstr(&w, "Code", s3_code(a));
     xmlw_cstr(&w, "Message", a->error.message);
+    if (a->error.resource)
+        xmlw_cstr(&w, "Resource", a->error.resource);
     xmlw_cstr(&w, "RequestId", "tensord");
     xmlw_close(&w, "Error");
     return xmlw_take(&w, len);
@@ -153,7 +158,7 @@ static void error_reply(struct answer *a, struct reply *r)
     if (plain && msg[0])
         header(r, "X-Error-Message", msg);
     extra_headers(r, a);
-    if (a->status == HTTP_SERVICE_UNAVAILABLE)
+    if (a->status == HTTP_SERVICE_UNAVAILABLE && (e->retry_after || !e->s3))
         header(r, "Retry-After", answer_printf(a, "%u", e->retry_after ? e->retry_after : 1));
     if (e->content_range)
         header(r, "Content-Range", e->content_range);
