@@ -151,32 +151,6 @@ out:
 
 /* ---- forms ---- */
 
-/* Decodes a form component: '+' is a space, %XX a byte. NULL on a bad escape. */
-static char *form_decode(const char *s, size_t n, size_t *out_len)
-{
-    char *d = xmalloc(n + 1);
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (s[i] == '+') {
-            d[k++] = ' ';
-        } else if (s[i] == '%') {
-            int hi = i + 2 < n ? hex_digit_value((unsigned char)s[i + 1]) : -1;
-            int lo = i + 2 < n ? hex_digit_value((unsigned char)s[i + 2]) : -1;
-            if (hi < 0 || lo < 0) {
-                free(d);
-                return NULL;
-            }
-            d[k++] = (char)(hi * 16 + lo);
-            i += 2;
-        } else {
-            d[k++] = s[i];
-        }
-    }
-    d[k] = '\0';
-    *out_len = k;
-    return d;
-}
-
 static int parse_form(const char *text, size_t len, struct hub_paths *p,
                       struct st_error *err)
 {
@@ -187,7 +161,7 @@ static int parse_form(const char *text, size_t len, struct hub_paths *p,
         const char *eq = memchr(text + i, '=', end - i);
         size_t kend = eq ? (size_t)(eq - text) : end;
         size_t klen;
-        char *key = form_decode(text + i, kend - i, &klen);
+        char *key = pct_decode(text + i, kend - i, PCT_FORM | PCT_NUL, &klen);
         if (!key)
             return st_error_fail(err, ST_ERR_INVALID_ARGUMENT,
                                  "the form has a malformed %%-escape");
@@ -195,7 +169,8 @@ static int parse_form(const char *text, size_t len, struct hub_paths *p,
         free(key);
         if (is_paths) {
             size_t vlen;
-            char *v = eq ? form_decode(eq + 1, end - kend - 1, &vlen) : xstrdup("");
+            char *v = eq ? pct_decode(eq + 1, end - kend - 1, PCT_FORM | PCT_NUL, &vlen)
+                         : xstrdup("");
             if (!eq)
                 vlen = 0;
             if (!v)

@@ -47,6 +47,14 @@ size_t utf8_len(uint32_t cp);
  * length, utf8_len(cp). */
 size_t utf8_encode(uint32_t cp, unsigned char out[4]);
 
+/* Percent-decodes s[0..n) into a new NUL-terminated string (caller frees),
+ * its length in *out_len (may be NULL). With PCT_FORM '+' is a space, as
+ * HTML forms and Python's urlencode write it (an escaped %2B stays '+').
+ * NULL on a bad escape, or on a decoded NUL unless PCT_NUL. */
+#define PCT_FORM 1
+#define PCT_NUL 2
+char *pct_decode(const char *s, size_t n, int flags, size_t *out_len);
+
 /* The value of hexadecimal digit c (either case), or -1. */
 int hex_digit_value(unsigned char c);
 /* Hexadecimal digits by value: hex_lower[v & 15] is '0'..'9', 'a'..'f'. */

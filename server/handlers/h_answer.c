@@ -389,7 +389,7 @@ char *view_query(const struct request_view *v, const char *key, int form, size_t
     const char *raw = v->query(v, key);
     if (!raw)
         return NULL;
-    char *d = (form ? route_decode_form : route_decode)(raw, strlen(raw), len);
+    char *d = pct_decode(raw, strlen(raw), form ? PCT_FORM : 0, len);
     if (!d)
         *bad = 1;
     return d;

@@ -27,6 +27,7 @@
 #include "reg_repo.h"
 #include "route.h"
 #include "server.h"
+#include "strbuf.h"
 #include "util.h"
 
 
@@ -69,27 +70,6 @@ static const struct reg_repo_rev *need_revision(const struct request_view *v, st
 }
 
 /* ---- files ----------------------------------------------------------------- */
-
-/* Appends s percent-encoded, keeping '/' and RFC 3986 unreserved bytes. */
-static void put_path(char **buf, size_t *len, size_t *cap, const char *s)
-{
-    for (; *s; s++) {
-        if (*len + 4 > *cap) {
-            *cap *= 2;
-            *buf = xrealloc(*buf, *cap);
-        }
-        unsigned char c = (unsigned char)*s;
-        if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-            strchr("-._~/", c)) {
-            (*buf)[(*len)++] = (char)c;
-        } else {
-            (*buf)[(*len)++] = '%';
-            (*buf)[(*len)++] = hex_upper[c >> 4];
-            (*buf)[(*len)++] = hex_upper[c & 15];
-        }
-    }
-    (*buf)[*len] = '\0';
-}
 
 static struct answer *serve_file(struct answer *a, const struct reg_repo *r,
                                  const struct reg_repo_rev *rev, const struct reg_file *f, int raw)
@@ -152,15 +132,11 @@ static struct answer *hub_file(struct answer *a, const struct reg_repo *r,
      * request and its download read one version (huggingface_hub downloads
      * from where its HEAD request ended), and caches keep the bytes under a
      * URL that never changes meaning. */
-    size_t cap = 256, len = 0;
-    char *loc = xmalloc(cap);
-    loc[0] = '\0';
-    put_path(&loc, &len, &cap, "/");
-    put_path(&loc, &len, &cap, r->id);
-    put_path(&loc, &len, &cap, rt->raw ? "/raw/" : "/resolve/");
-    put_path(&loc, &len, &cap, rev->commit);
-    put_path(&loc, &len, &cap, "/");
-    put_path(&loc, &len, &cap, f->name);
+    struct strbuf loc = STRBUF_INIT;
+    strbuf_putc(&loc, '/');
+    strbuf_pct_encode(&loc, r->id, strlen(r->id), 1);
+    strbuf_printf(&loc, "/%s/%s/", rt->raw ? "raw" : "resolve", rev->commit);
+    strbuf_pct_encode(&loc, f->name, strlen(f->name), 1);
     /* An LFS file's redirect says what the Hub's says (its 302 to the CDN,
      * where huggingface_hub stops and takes the file's metadata from): the
      * linked file's ETag and size. */
@@ -172,8 +148,11 @@ static struct answer *hub_file(struct answer *a, const struct reg_repo *r,
         answer_header(a, "X-Linked-Etag", answer_printf(a, "\"%s\"", sha));
         answer_header(a, "X-Linked-Size", answer_printf(a, "%" PRIu64, f->st.size));
     }
-    answer_redirect(a, HTTP_FOUND, loc);
-    free(loc);
+    if (loc.failed)
+        answer_hub_error(a, HTTP_SERVICE_UNAVAILABLE, NULL, 1, "out of memory");
+    else
+        answer_redirect(a, HTTP_FOUND, loc.buf);
+    strbuf_release(&loc);
     return a;
 }
 

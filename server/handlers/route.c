@@ -6,46 +6,6 @@
 
 #include "util.h"
 
-/* Percent-decoding, with '+' a space when form is set. */
-static char *decode(const char *s, size_t len, int form, size_t *out_len)
-{
-    char *d = xmalloc(len + 1);
-    size_t n = 0;
-    for (size_t i = 0; i < len; i++) {
-        char c = s[i];
-        if (c == '+' && form) {
-            c = ' ';
-        } else if (c == '%') {
-            int hi = len - i >= 3 ? hex_digit_value((unsigned char)s[i + 1]) : -1;
-            int lo = len - i >= 3 ? hex_digit_value((unsigned char)s[i + 2]) : -1;
-            if (hi < 0 || lo < 0)
-                goto bad;
-            c = (char)(hi * 16 + lo);
-            i += 2;
-        }
-        if (c == '\0')
-            goto bad;
-        d[n++] = c;
-    }
-    d[n] = '\0';
-    if (out_len)
-        *out_len = n;
-    return d;
-bad:
-    free(d);
-    return NULL;
-}
-
-char *route_decode(const char *s, size_t len, size_t *out_len)
-{
-    return decode(s, len, 0, out_len);
-}
-
-char *route_decode_form(const char *s, size_t len, size_t *out_len)
-{
-    return decode(s, len, 1, out_len);
-}
-
 /* A path segment: raw bytes [start, start+len) of the request path. */
 struct seg {
     const char *p;
@@ -81,7 +41,7 @@ static char *join_segments(const struct seg *segs, size_t from, size_t to, int s
     size_t n = 0;
     for (size_t i = from; i < to; i++) {
         size_t dlen;
-        char *d = route_decode(segs[i].p, segs[i].len, &dlen);
+        char *d = pct_decode(segs[i].p, segs[i].len, 0, &dlen);
         if (!d) {
             snprintf(err, errlen, "%s name has a malformed percent-escape or a NUL byte", what);
             goto bad;
@@ -217,7 +177,7 @@ static enum route_kind parse_hub(const struct seg *segs, size_t n, int api,
     if (!r->model)
         return r->kind = ROUTE_BAD_PATH;
     if (h->rev) {
-        r->rev = route_decode(segs[h->rev].p, segs[h->rev].len, &r->rev_len);
+        r->rev = pct_decode(segs[h->rev].p, segs[h->rev].len, 0, &r->rev_len);
         if (!r->rev || r->rev_len == 0) {
             snprintf(err, errlen, "revision has a malformed percent-escape or a NUL byte, or is empty");
             return r->kind = ROUTE_BAD_PATH;
@@ -308,7 +268,7 @@ static enum route_kind parse_s3(const struct seg *segs, size_t n, struct route *
                                 size_t errlen)
 {
     if (n >= 2 && segs[1].len > 0) {
-        r->model = route_decode(segs[1].p, segs[1].len, &r->model_len);
+        r->model = pct_decode(segs[1].p, segs[1].len, 0, &r->model_len);
         if (!r->model) {
             snprintf(err, errlen, "bucket has a malformed percent-escape or a NUL byte");
             return r->kind = ROUTE_BAD_PATH;
@@ -399,7 +359,7 @@ enum route_kind route_parse_with(const char *path, route_repo_exists exists, voi
     }
     /* /v1/blobs/{digest}: the segment decoded, checked by its handler. */
     if (n == 3 && seg_is(&segs[0], "v1") && seg_is(&segs[1], "blobs")) {
-        r->name = route_decode(segs[2].p, segs[2].len, &r->name_len);
+        r->name = pct_decode(segs[2].p, segs[2].len, 0, &r->name_len);
         if (!r->name) {
             snprintf(err, errlen, "digest has a malformed percent-escape or a NUL byte");
             return r->kind = ROUTE_BAD_PATH;

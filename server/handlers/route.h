@@ -72,14 +72,6 @@ enum route_kind route_parse_with(const char *path, route_repo_exists exists, voi
                                  struct route *r, char *err, size_t errlen);
 void route_free(struct route *r);
 
-/* Percent-decodes s[0..len) into a new NUL-terminated string (caller frees).
- * '+' is kept literally. Returns NULL on a bad escape or a decoded NUL; *out_len
- * gets the decoded length. */
-char *route_decode(const char *s, size_t len, size_t *out_len);
-/* route_decode for a form value: '+' is a space, as HTML forms and Python's
- * urlencode write it (an escaped %2B stays '+'). */
-char *route_decode_form(const char *s, size_t len, size_t *out_len);
-
 /* The origin-form of a request target: past "http://authority" or
  * "https://authority" when the target is in absolute-form (RFC 9112 §3.2.2,
  * which AWS's CRT S3 client sends), else target itself. */
