@@ -139,9 +139,6 @@ struct reg_snapshot *hasher_do_maybe_release(struct jobset *set);
 void hasher_deadline_ts(uint64_t mono_ns, struct timespec *ts);
 
 /* ---- the waiters linked to jobs; the caller holds the lock ---- */
-/* Firing adds w to *fire; the callbacks are made by hasher_call_fired after
- * the lock is released. */
-void hasher_do_fire(struct hasher *h, struct hwait *w, enum hasher_result r, struct hwait **fire);
 /* A job finished (DONE: one link less per waiter; otherwise the waiters fail
  * with r) and drops its links. */
 void hasher_do_finish_waits(struct hasher *h, struct job *j, enum hasher_result r,

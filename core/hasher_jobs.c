@@ -217,7 +217,10 @@ void hasher_do_release(struct hwait *w)
         free(w);
 }
 
-void hasher_do_fire(struct hasher *h, struct hwait *w, enum hasher_result r, struct hwait **fire)
+/* Firing adds w to *fire; the callbacks are made by hasher_call_fired after
+ * the lock is released. */
+static void hasher_do_fire(struct hasher *h, struct hwait *w, enum hasher_result r,
+                           struct hwait **fire)
 {
     if (w->fired)
         return;

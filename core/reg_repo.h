@@ -57,15 +57,6 @@ struct reg_repo_rev {
     struct strmap *by_dir;     /* path -> struct reg_repo_dir * */
 };
 
-/* Builds repo `id` from its files ids[0..n) (names relative to the repo
- * directory, sorted or not): each is opened below root to make sure it may
- * be served, and closed. Returns a repo with one reference, or NULL when
- * memory ran out (the number of files is the directory's choice);
- * `transient` is set when an I/O or resource error kept a file from being
- * checked. Internal to the registry. */
-struct reg_repo *reg_repo_build(struct reg_root *root, const char *id,
-                                const struct reg_entry_id *ids, size_t n);
-
 /* Collecting a repo's files while the registry walks below its directory
  * (internal to the registry): begin at the repo's directory (with the scan
  * errors so far), add every regular file of every directory below it, end
@@ -84,9 +75,6 @@ const char *reg_repo_walk_id(const struct reg_repo_walk *w);
  * I/O or resource error (the scan should be retried). */
 struct reg_repo *reg_repo_walk_end(struct reg_repo_walk *w, struct reg_root *root,
                                    const struct reg_repo *old, size_t errors, int *transient);
-
-/* Whether r was built from exactly these entries (sorted by name). */
-int reg_repo_unchanged(const struct reg_repo *r, const struct reg_entry_id *ids, size_t n);
 
 struct reg_repo *reg_repo_ref(const struct reg_repo *r);
 void reg_repo_unref(const struct reg_repo *r);

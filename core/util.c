@@ -160,6 +160,12 @@ size_t utf8_encode(uint32_t cp, unsigned char out[4])
     return n;
 }
 
+int str_has_suffix(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), k = strlen(suffix);
+    return n > k && memcmp(s + n - k, suffix, k) == 0;
+}
+
 char *pct_decode(const char *s, size_t n, int flags, size_t *out_len)
 {
     char *d = xmalloc(n + 1);

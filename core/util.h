@@ -39,6 +39,9 @@ uint64_t hash_fnv1a(const void *data, size_t len, uint64_t seed);
  * Returns out. */
 const char *str_excerpt(const char *s, size_t n, size_t max, char *out);
 
+/* Whether s ends in suffix, with something before it. */
+int str_has_suffix(const char *s, const char *suffix);
+
 /* Returns 1 when s[0..n) is well-formed UTF-8 (no overlongs, no surrogates). */
 int utf8_valid(const char *s, size_t n);
 /* The length of code point cp (<= 0x10FFFF) in UTF-8, 1..4 bytes. */

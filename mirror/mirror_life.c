@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fileio.h"
 #include "log.h"
 #include "mirror_int.h"
 #include "mirror_job.h"
@@ -49,26 +50,6 @@ static void clear_models(struct mirror *m)
     closedir(d);
 }
 
-/* mkdir -p of dir (absolute or relative). */
-static int make_dirs(const char *dir)
-{
-    char *p = xstrdup(dir);
-    int rc = 0;
-    for (char *s = p + 1; rc == 0; s++) {
-        if (*s != '/' && *s != '\0')
-            continue;
-        char c = *s;
-        *s = '\0';
-        if (mkdir(p, 0755) < 0 && errno != EEXIST)
-            rc = -errno;
-        *s = c;
-        if (c == '\0')
-            break;
-    }
-    free(p);
-    return rc;
-}
-
 struct mirror *mirror_new(const struct mirror_options *o, struct st_error *err)
 {
     struct mirror *m = xcalloc(1, sizeof(*m));
@@ -86,7 +67,7 @@ struct mirror *mirror_new(const struct mirror_options *o, struct st_error *err)
     pthread_cond_init(&m->work, NULL);
     pthread_cond_init(&m->changed, NULL);
     pthread_mutex_init(&m->pace_lock, NULL);
-    int rc = make_dirs(o->cache_dir);
+    int rc = fileio_mkdirs(o->cache_dir, 0755);
     if (rc < 0) {
         st_error_errno(err, -rc, "mirror cache directory %s", o->cache_dir);
         goto fail;

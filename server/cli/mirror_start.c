@@ -14,21 +14,12 @@
 /* "Bearer <first line of path>", or NULL with errbuf. */
 static char *read_token(const char *path, char *errbuf, size_t errlen)
 {
-    char *buf;
-    size_t len;
-    int rc = fileio_read_small(path, 4096, &buf, &len);
-    if (rc < 0) {
-        snprintf(errbuf, errlen, "upstream_token_file %s: %s", path, strerror(-rc));
-        return NULL;
-    }
-    size_t n = strcspn(buf, "\r\n");
-    char *auth = NULL;
-    if (n == 0 || memchr(buf, '\0', n))
-        snprintf(errbuf, errlen, "upstream_token_file %s: the first line is empty", path);
-    else
-        auth = xasprintf("Bearer %.*s", (int)n, buf);
-    OPENSSL_cleanse(buf, len);
-    free(buf);
+    size_t n;
+    char *token = fileio_read_secret("upstream_token_file", path, &n, errbuf, errlen);
+    char *auth = token ? xasprintf("Bearer %s", token) : NULL;
+    if (token)
+        OPENSSL_cleanse(token, n);
+    free(token);
     return auth;
 }
 

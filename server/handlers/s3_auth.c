@@ -22,27 +22,9 @@ int s3_auth_load(struct server *srv, char *errbuf, size_t errlen)
     }
     if (!key)
         return 0;
-    char *buf;
-    size_t len;
-    int rc = fileio_read_small(cfg->s3_secret_key_file, 4096, &buf, &len);
-    if (rc < 0) {
-        snprintf(errbuf, errlen, "s3_secret_key_file %s: %s", cfg->s3_secret_key_file,
-                 strerror(-rc));
-        return -1;
-    }
-    size_t n = strcspn(buf, "\r\n");
-    if (n == 0 || memchr(buf, '\0', n)) {
-        OPENSSL_cleanse(buf, len);
-        free(buf);
-        snprintf(errbuf, errlen, "s3_secret_key_file %s: the first line is empty",
-                 cfg->s3_secret_key_file);
-        return -1;
-    }
-    srv->s3_secret = xstrndup(buf, n);
-    srv->s3_secret_len = n;
-    OPENSSL_cleanse(buf, len);
-    free(buf);
-    return 0;
+    srv->s3_secret = fileio_read_secret("s3_secret_key_file", cfg->s3_secret_key_file,
+                                        &srv->s3_secret_len, errbuf, errlen);
+    return srv->s3_secret ? 0 : -1;
 }
 
 void s3_auth_free(struct server *srv)
