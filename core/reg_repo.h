@@ -77,6 +77,15 @@ void reg_repo_unref(const struct reg_repo *r);
 /* The file at path (relative to the repo), or NULL. */
 const struct reg_file *reg_repo_find_file(const struct reg_repo *r, const char *path, size_t len);
 
+/* The repo's card (README.md's front matter as JSON; an empty document
+ * when it has none that reads as a mapping), or NULL before one was set.
+ * Valid while r is held. The repo and its README are immutable, so the
+ * card is made once, not per request. */
+const struct shared_doc *reg_repo_card(const struct reg_repo *r);
+/* Sets r's card to d (taken over) unless another thread set one first (d
+ * is then dropped); returns the card r keeps. */
+const struct shared_doc *reg_repo_set_card(const struct reg_repo *r, struct shared_doc *d);
+
 /* The first file that could not be opened when the repo was built (no
  * permission, say), or NULL: such a repo has no revision. */
 const struct reg_file *reg_repo_unreadable(const struct reg_repo *r);

@@ -116,6 +116,8 @@ struct reg_repo {
     struct reg_entry_id *ids;  /* the entries it was built from, by name (names below the repo) */
     uint64_t bytes;            /* sum of file sizes */
     _Atomic(struct reg_repo_rev *) rev; /* computed once every hash is known */
+    _Atomic(struct shared_doc *) card;  /* README.md's card as JSON (empty: none), made once
+                                         * by the Hub's model info (reg_repo_set_card) */
 };
 
 struct reg_snapshot {
