@@ -26,6 +26,8 @@ struct blob_index {
     struct blob_ref *refs;           /* every file of snap: [0, n_known) hashed and in the map,
                                       * [n_known, n) not hashed when last looked at */
     size_t n, n_known;
+    uint64_t caught_up;              /* reg_hashes_recorded() when [n_known, n) was last looked
+                                      * at: a miss walks it again only when a hash came since */
 };
 
 struct blob_index *blob_index_new(void)
@@ -84,6 +86,8 @@ static void do_rebuild(struct blob_index *bi, const struct reg_snapshot *snap)
 /* Moves the files hashed since the last look into the map. */
 static void do_catch_up(struct blob_index *bi)
 {
+    /* Read before the walk: a file hashed during it is looked at again. */
+    bi->caught_up = reg_hashes_recorded();
     for (size_t i = bi->n_known; i < bi->n; i++) {
         if (!reg_file_hashed(bi->refs[i].f))
             continue;
@@ -106,7 +110,11 @@ const struct reg_file *blob_index_find(struct blob_index *bi, const struct reg_s
         do_catch_up(bi);
     }
     const struct blob_ref *r = strmap_get(bi->by_digest, (const char *)digest, 32);
-    if (!r && bi->n_known < bi->n) {
+    /* A miss walks the files not yet hashed only when some hash came since
+     * the last walk: digests that name nothing, asked again and again while
+     * a large root is hashed, cost a map lookup each, not a walk under the
+     * lock that every blob request takes. */
+    if (!r && bi->n_known < bi->n && reg_hashes_recorded() != bi->caught_up) {
         do_catch_up(bi);
         r = strmap_get(bi->by_digest, (const char *)digest, 32);
     }

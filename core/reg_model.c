@@ -498,6 +498,8 @@ int reg_open_below(const struct reg_root *root, const struct reg_file *f, int fl
     return fd;
 }
 
+static atomic_uint_fast64_t hashes_recorded;
+
 void reg_file_set_hashes(const struct reg_file *cf, const unsigned char sha256[32],
                          const unsigned char *git_sha1)
 {
@@ -516,6 +518,12 @@ void reg_file_set_hashes(const struct reg_file *cf, const unsigned char sha256[3
         f->has_git_sha1 = 1;
     }
     atomic_store_explicit(&f->hashed, REG_HASHED, memory_order_release);
+    atomic_fetch_add_explicit(&hashes_recorded, 1, memory_order_release);
+}
+
+uint64_t reg_hashes_recorded(void)
+{
+    return atomic_load_explicit(&hashes_recorded, memory_order_acquire);
 }
 
 int reg_file_hashed(const struct reg_file *f)

@@ -94,6 +94,10 @@ void reg_file_set_hashes(const struct reg_file *f, const unsigned char sha256[32
                          const unsigned char *git_sha1);
 /* Whether f's hashes are known. */
 int reg_file_hashed(const struct reg_file *f);
+/* How many times any file's hashes became known in this process: a reader
+ * that looked at every file's state when it was n need not look again
+ * while it is still n. */
+uint64_t reg_hashes_recorded(void);
 /* Writes f's sha256 as 64 hex digits and a NUL into out (65 bytes) and
  * returns 1 when it is known; returns 0 (out "") otherwise. */
 int reg_file_sha256_hex(const struct reg_file *f, char *out);

@@ -25,6 +25,7 @@
 #include "beneath.h"
 #include "digest.h"
 #include "reg_model.h"
+#include "shared_doc.h"
 #include "strmap.h"
 #include "util.h"
 
@@ -232,6 +233,7 @@ void reg_repo_unref(const struct reg_repo *cr)
     if (!r || atomic_fetch_sub_explicit(&r->refs, 1, memory_order_acq_rel) != 1)
         return;
     rev_free(atomic_load(&r->rev));
+    shared_doc_unref(atomic_load(&r->card));
     reg_files_free(r->files, r->n_files);
     reg_ids_free(r->ids, r->n_ids);
     strmap_free(r->by_name);
@@ -243,6 +245,22 @@ void reg_repo_unref(const struct reg_repo *cr)
 const struct reg_file *reg_repo_find_file(const struct reg_repo *r, const char *path, size_t len)
 {
     return r ? strmap_get(r->by_name, path, len) : NULL;
+}
+
+const struct shared_doc *reg_repo_card(const struct reg_repo *r)
+{
+    return atomic_load_explicit(&((struct reg_repo *)r)->card, memory_order_acquire);
+}
+
+const struct shared_doc *reg_repo_set_card(const struct reg_repo *cr, struct shared_doc *d)
+{
+    struct reg_repo *r = (struct reg_repo *)cr;
+    struct shared_doc *none = NULL;
+    if (atomic_compare_exchange_strong_explicit(&r->card, &none, d, memory_order_acq_rel,
+                                                memory_order_acquire))
+        return d;
+    shared_doc_unref(d);
+    return none; /* the one set first */
 }
 
 const struct reg_file *reg_repo_unreadable(const struct reg_repo *r)

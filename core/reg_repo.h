@@ -25,6 +25,7 @@
 
 /* A repo: a directory of files below the root, under a repo id. */
 struct reg_repo_rev;
+struct shared_doc;
 struct reg_repo {
     atomic_uint refs;
     struct reg_root *root;
@@ -38,6 +39,8 @@ struct reg_repo {
     struct reg_entry_id *ids;  /* the entries it was built from, by name (names below the repo) */
     uint64_t bytes;            /* sum of file sizes */
     _Atomic(struct reg_repo_rev *) rev; /* computed once every hash is known */
+    _Atomic(struct shared_doc *) card;  /* README.md's card as JSON (empty: none), made once
+                                         * by the Hub's model info (reg_repo_set_card) */
 };
 
 /* A directory of a repo ("" is the repo itself). */
@@ -81,6 +84,15 @@ void reg_repo_unref(const struct reg_repo *r);
 
 /* The file at path (relative to the repo), or NULL. */
 const struct reg_file *reg_repo_find_file(const struct reg_repo *r, const char *path, size_t len);
+
+/* The repo's card (README.md's front matter as JSON; an empty document
+ * when it has none that reads as a mapping), or NULL before one was set.
+ * Valid while r is held. The repo and its README are immutable, so the
+ * card is made once, not per request. */
+const struct shared_doc *reg_repo_card(const struct reg_repo *r);
+/* Sets r's card to d (taken over) unless another thread set one first (d
+ * is then dropped); returns the card r keeps. */
+const struct shared_doc *reg_repo_set_card(const struct reg_repo *r, struct shared_doc *d);
 
 /* The first file that could not be opened when the repo was built (no
  * permission, say), or NULL: such a repo has no revision. */

@@ -22,6 +22,7 @@
 #include "jsonw.h"
 #include "log.h"
 #include "route.h"
+#include "shared_doc.h"
 #include "strmap.h"
 #include "util.h"
 
@@ -180,41 +181,64 @@ static void repo_summary(struct jsonw *w, const struct reg_repo *r, const struct
  * CARD_README_MAX bytes. */
 #define CARD_README_MAX (1u << 20)
 
-/* Writes "cardData" (the README.md's YAML front matter as JSON, see
- * core/card_yaml.h) into w when the repo has one that reads as a mapping.
- * Returns 0, or -ESTALE when README.md changed since it was hashed: the
- * card would not be the commit's (the caller answers 503). Other failures
- * leave the card out and are logged. */
-static int card_data(struct jsonw *w, const struct reg_repo *r)
+/* The card of f, README.md (its YAML front matter as JSON, see
+ * core/card_yaml.h), into *card: a document, empty when the front matter
+ * is missing or no mapping. Returns 0, -ESTALE when README.md changed since
+ * it was hashed (the card would not be the commit's), or another -errno
+ * (nothing to keep: the next request tries again). */
+static int card_read(const struct reg_repo *r, const struct reg_file *f, struct shared_doc **card)
 {
-    const struct reg_file *f = reg_repo_find_file(r, "README.md", 9);
-    if (!f)
-        return 0;
     size_t n = f->st.size < CARD_README_MAX ? (size_t)f->st.size : CARD_README_MAX;
     int fd = reg_open_below(r->root, f, O_RDONLY);
-    if (fd < 0) {
-        log_msg(LOG_DEBUG, "hub: %s/README.md: %s", r->id, strerror(-fd));
-        return fd == -ESTALE ? -ESTALE : 0;
-    }
+    if (fd < 0)
+        return fd;
     char *text = malloc(n + 1), *json = NULL;
     const char *yaml;
-    size_t yaml_len, json_len;
+    size_t yaml_len, json_len = 0;
     struct st_error err = {0};
     int rc = !text ? -ENOMEM : fileio_pread_full(fd, text, n, 0);
     if (rc == 0 && !fileio_unchanged(fd, &f->st))
         rc = -ESTALE;
     close(fd);
-    if (rc == 0 && card_yaml_front_matter(text, n, &yaml, &yaml_len) &&
-        card_yaml_to_json(yaml, yaml_len, &json, &json_len, &err) == 1) {
-        jsonw_key(w, "cardData");
-        jsonw_raw(w, json, json_len);
-    } else if (rc != 0 || err.message[0]) {
-        log_msg(LOG_DEBUG, "hub: %s/README.md: no cardData: %s", r->id,
-                rc ? strerror(-rc) : err.message);
+    if (rc == 0 && card_yaml_front_matter(text, n, &yaml, &yaml_len)) {
+        int made = card_yaml_to_json(yaml, yaml_len, &json, &json_len, &err);
+        if (made == -ENOMEM)
+            rc = made; /* a condition of the host, not a verdict on the card */
+        else if (made < 0)
+            log_msg(LOG_DEBUG, "hub: %s/README.md: no cardData: %s", r->id, err.message);
     }
-    free(json);
     free(text);
-    return rc == -ESTALE ? rc : 0;
+    if (rc == 0)
+        *card = shared_doc_new(json ? json : xstrdup(""), json ? json_len : 0, 0);
+    else
+        free(json);
+    return rc;
+}
+
+/* Writes "cardData" into w when the repo's README.md has a card: read and
+ * converted once per repo (core/reg_repo.h), not per request. Returns 0, or
+ * -ESTALE when README.md changed since it was hashed (the caller answers
+ * 503). Other failures leave the card out and are logged. */
+static int card_data(struct jsonw *w, const struct reg_repo *r)
+{
+    const struct reg_file *f = reg_repo_find_file(r, "README.md", 9);
+    if (!f)
+        return 0;
+    const struct shared_doc *card = reg_repo_card(r);
+    if (!card) {
+        struct shared_doc *made = NULL;
+        int rc = card_read(r, f, &made);
+        if (rc < 0) {
+            log_msg(LOG_DEBUG, "hub: %s/README.md: %s", r->id, strerror(-rc));
+            return rc == -ESTALE ? rc : 0;
+        }
+        card = reg_repo_set_card(r, made);
+    }
+    if (card->len) {
+        jsonw_key(w, "cardData");
+        jsonw_raw(w, card->seg[0].p, card->len);
+    }
+    return 0;
 }
 
 struct answer *hub_info(const struct request_view *v, struct answer *a,

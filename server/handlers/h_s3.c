@@ -132,6 +132,24 @@ static void put_value(struct xmlw *w, const char *name, const char *v, size_t n,
     (url ? xmlw_url_text : xmlw_text)(w, name, v, n);
 }
 
+/* The first of the repo's files (sorted by name, byte order) that is not
+ * below key[0..n) (strictly above it when after): where a page starts, so
+ * that listing N files P at a time costs N log N, not N^2 / P. */
+static size_t first_file(const struct reg_repo *r, const char *key, size_t n, int after)
+{
+    size_t lo = 0, hi = r->n_files;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        const char *name = r->files[mid].name;
+        int c = key_cmp(name, strlen(name), key, n);
+        if (c < 0 || (after && c == 0))
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
 /* One entry of a listing page: a file, or a common prefix of key[0..len). */
 struct entry {
     const struct reg_file *f;
@@ -154,13 +172,18 @@ static struct answer *list_objects(const struct request_view *v, struct answer *
     int truncated = 0;
     const char *last_cp = NULL;
     size_t last_cp_len = 0;
-    for (size_t i = 0; i < r->n_files && !truncated; i++) {
-        const struct reg_file *f = &r->files[i];
+    /* The keys under the prefix are one run of the sorted files; the page
+     * starts past `after` within it. */
+    size_t at = l.prefix ? first_file(r, l.prefix, l.prefix_len, 0) : 0;
+    if (l.after) {
+        size_t past = first_file(r, l.after, l.after_len, 1);
+        at = past > at ? past : at;
+    }
+    for (; at < r->n_files && !truncated; at++) {
+        const struct reg_file *f = &r->files[at];
         size_t klen = strlen(f->name);
         if (l.prefix && (klen < l.prefix_len || memcmp(f->name, l.prefix, l.prefix_len) != 0))
-            continue;
-        if (l.after && key_cmp(f->name, klen, l.after, l.after_len) <= 0)
-            continue;
+            break; /* past the prefix's run */
         size_t len = klen, plen = l.prefix ? l.prefix_len : 0;
         if (l.delimiter) {
             const char *d = memmem(f->name + plen, klen - plen, l.delimiter, l.delimiter_len);

@@ -250,13 +250,33 @@ TEST(readme_written_since_hashed)
     lb_stop(&s);
 }
 
+/* The card is read once per repo: a README.md written after that changes
+ * nothing for the repo's snapshot (its card is the commit's), where a
+ * first read after the write is refused above. */
+TEST(card_read_once)
+{
+    struct lb_server s;
+    lb_start(&s, root, LB_HASHED, NULL);
+    struct lb_answer r = lb_get(&s, "/api/models/r", NULL);
+    CHECK_EQ_U64(r.status, 200);
+    CHECK_CONTAINS(r.body, "\"cardData\":{\"license\":\"mit\",\"tags\":[\"a\"]}");
+    lb_free(&r);
+    lb_touch(root, "r/README.md");
+    r = lb_get(&s, "/api/models/r", NULL);
+    CHECK_EQ_U64(r.status, 200);
+    CHECK_CONTAINS(r.body, "\"cardData\":{\"license\":\"mit\",\"tags\":[\"a\"]}");
+    lb_free(&r);
+    lb_stop(&s);
+}
+
 int main(void)
 {
     make_root();
     RUN(repo_document);
     RUN(tree_and_paths_info);
     RUN(refs_commits_and_lists);
-    RUN(readme_written_since_hashed); /* last: it touches a file of the root */
+    RUN(readme_written_since_hashed); /* these touch a file of the root */
+    RUN(card_read_once);
     lb_remove_root(root);
     return TEST_SUMMARY();
 }
