@@ -7,7 +7,6 @@
 #include <string.h>
 
 #include "json_scan.h"
-#include "strmap.h"
 #include "util.h"
 
 /* Takes ownership of path (len bytes, NUL-terminated). */
@@ -99,21 +98,16 @@ static int parse_json(const char *text, size_t len, struct hub_paths *p,
                              "the body must be a JSON object: %s", s.text);
     }
     /* The top-level keys, to refuse one given twice (json_scan_value does
-     * that for nested objects); the copies live in one arena. */
-    struct strmap *keys = strmap_new(8);
-    char *arena = xmalloc(len + 1), *next = arena;
+     * that for nested objects). */
+    struct json_scan_keys keys = JSON_SCAN_KEYS_INIT;
     st = -EINVAL;
     if (json_scan_next(&s) != '}') {
         for (;;) {
-            if (json_scan_key(&s) != 0)
+            char key[5];
+            if (json_scan_key(&s) != 0 || json_scan_keys_add(&s, &keys) != 0)
                 goto json_error;
-            size_t klen = json_scan_decode(&s, next, s.str_len);
-            int is_paths = klen == 5 && memcmp(next, "paths", 5) == 0;
-            if (strmap_put(keys, next, klen, (void *)1) != 0) {
-                json_scan_fail(&s, JSON_ERR_DUPLICATE_KEY);
-                goto json_error;
-            }
-            next += klen;
+            int is_paths = s.str_len == 5 && json_scan_decode(&s, key, 5) == 5 &&
+                           memcmp(key, "paths", 5) == 0;
             if (json_scan_colon(&s) != 0)
                 goto json_error;
             if (is_paths) {
@@ -144,8 +138,7 @@ json_error:
                        "the body is not a JSON object of paths: %s at line %d, "
                        "column %d", s.text, s.line, s.column);
 out:
-    strmap_free(keys);
-    free(arena);
+    json_scan_keys_free(&keys);
     return st;
 }
 

@@ -71,20 +71,55 @@ static const struct reg_repo_rev *need_revision(const struct request_view *v, st
 
 /* ---- files ----------------------------------------------------------------- */
 
-static struct answer *serve_file(struct answer *a, const struct reg_repo *r,
-                                 const struct reg_repo_rev *rev, const struct reg_file *f, int raw)
+void hub_linked(struct answer *a, int lfs, const char *etag, uint64_t size)
 {
-    char etag[80], sha[65];
-    int lfs = reg_repo_file_is_lfs(f);
-    digest_hex(lfs ? f->sha256 : f->git_sha1, lfs ? 32 : 20, sha);
-    snprintf(etag, sizeof(etag), "\"%s\"", sha);
-    const char *base = strrchr(f->name, '/');
-    base = base ? base + 1 : f->name;
+    if (lfs) {
+        answer_header(a, "X-Linked-Etag", etag);
+        answer_header(a, "X-Linked-Size", answer_printf(a, "%" PRIu64, size));
+    }
+}
+
+void hub_file_rep(struct answer *a, struct representation *rep, const char *path, int raw,
+                  const char *etag)
+{
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
     size_t blen = strlen(base);
     if (blen > 255)
         blen = 255;
     while (blen > 0 && blen < strlen(base) && ((unsigned char)base[blen] & 0xc0) == 0x80)
         blen--;
+    rep->content_type = answer_content_type(path);
+    rep->mtime = -1; /* no Last-Modified: a file's mtime is not content (HUB_REVISION_DATE) */
+    rep->cache_control = HUB_CACHE_IMMUTABLE;
+    rep->disposition = answer_disposition(a, raw ? "inline" : "attachment", base, blen);
+    snprintf(rep->etag, sizeof(rep->etag), "%s", etag);
+}
+
+struct answer *hub_redirect_to_commit(struct answer *a, const char *repo, int raw,
+                                      const char *commit, const char *path, int lfs,
+                                      const char *etag, uint64_t size)
+{
+    struct strbuf loc = STRBUF_INIT;
+    strbuf_putc(&loc, '/');
+    strbuf_pct_encode(&loc, repo, strlen(repo), 1);
+    strbuf_printf(&loc, "/%s/%s/", raw ? "raw" : "resolve", commit);
+    strbuf_pct_encode(&loc, path, strlen(path), 1);
+    answer_header(a, "X-Repo-Commit", commit);
+    answer_header(a, "Cache-Control", "no-cache");
+    hub_linked(a, lfs, etag, size);
+    if (loc.failed)
+        answer_hub_error(a, HTTP_SERVICE_UNAVAILABLE, NULL, 1, "out of memory");
+    else
+        answer_redirect(a, HTTP_FOUND, loc.buf);
+    strbuf_release(&loc);
+    return a;
+}
+
+static struct answer *serve_file(struct answer *a, const struct reg_repo *r,
+                                 const struct reg_repo_rev *rev, const struct reg_file *f, int raw,
+                                 const char *etag)
+{
     int fd = reg_open_below(r->root, f, O_RDONLY);
     if (fd < 0) {
         if (fd == -ESTALE) {
@@ -101,19 +136,12 @@ static struct answer *serve_file(struct answer *a, const struct reg_repo *r,
     }
     a->fd = fd; /* the response holds its own duplicate */
     answer_header(a, "X-Repo-Commit", rev->commit);
-    if (lfs) {
-        answer_header(a, "X-Linked-Etag", etag);
-        answer_header(a, "X-Linked-Size", answer_printf(a, "%" PRIu64, f->st.size));
-    }
+    hub_linked(a, reg_repo_file_is_lfs(f), etag, f->st.size);
     struct representation rep = {
         .body = {.fd = fd, .data_off = 0, .data_len = f->st.size},
-        .content_type = answer_content_type(f->name),
-        .mtime = -1, /* no Last-Modified: the file's mtime is not content (h_hub_int.h, HUB_REVISION_DATE) */
         .file_st = &f->st,
-        .cache_control = HUB_CACHE_IMMUTABLE,
-        .disposition = answer_disposition(a, raw ? "inline" : "attachment", base, blen),
     };
-    snprintf(rep.etag, sizeof(rep.etag), "%s", etag);
+    hub_file_rep(a, &rep, f->name, raw, etag);
     return answer_body(a, &rep);
 }
 
@@ -126,34 +154,15 @@ static struct answer *hub_file(struct answer *a, const struct reg_repo *r,
     const struct reg_file *f = reg_repo_find_file(r, rt->name, rt->name_len);
     if (!f)
         return hub_entry_not_found(a, r, rev, rt->name);
+    /* The file's ETag: its git blob id, or an LFS file's SHA-256. */
+    char etag[80], sha[65];
+    int lfs = reg_repo_file_is_lfs(f);
+    digest_hex(lfs ? f->sha256 : f->git_sha1, lfs ? 32 : 20, sha);
+    snprintf(etag, sizeof(etag), "\"%s\"", sha);
     if (by_commit)
-        return serve_file(a, r, rev, f, rt->raw);
-    /* A branch name: to the commit's URL, so that a client's metadata
-     * request and its download read one version (huggingface_hub downloads
-     * from where its HEAD request ended), and caches keep the bytes under a
-     * URL that never changes meaning. */
-    struct strbuf loc = STRBUF_INIT;
-    strbuf_putc(&loc, '/');
-    strbuf_pct_encode(&loc, r->id, strlen(r->id), 1);
-    strbuf_printf(&loc, "/%s/%s/", rt->raw ? "raw" : "resolve", rev->commit);
-    strbuf_pct_encode(&loc, f->name, strlen(f->name), 1);
-    /* An LFS file's redirect says what the Hub's says (its 302 to the CDN,
-     * where huggingface_hub stops and takes the file's metadata from): the
-     * linked file's ETag and size. */
-    answer_header(a, "X-Repo-Commit", rev->commit);
-    answer_header(a, "Cache-Control", "no-cache");
-    if (reg_repo_file_is_lfs(f)) {
-        char sha[65];
-        digest_hex(f->sha256, 32, sha);
-        answer_header(a, "X-Linked-Etag", answer_printf(a, "\"%s\"", sha));
-        answer_header(a, "X-Linked-Size", answer_printf(a, "%" PRIu64, f->st.size));
-    }
-    if (loc.failed)
-        answer_hub_error(a, HTTP_SERVICE_UNAVAILABLE, NULL, 1, "out of memory");
-    else
-        answer_redirect(a, HTTP_FOUND, loc.buf);
-    strbuf_release(&loc);
-    return a;
+        return serve_file(a, r, rev, f, rt->raw, etag);
+    return hub_redirect_to_commit(a, r->id, rt->raw, rev->commit, f->name, lfs, etag,
+                                  f->st.size);
 }
 
 struct answer *handle_hub(const struct request_view *v, struct answer *a,

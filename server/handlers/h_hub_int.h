@@ -18,6 +18,23 @@ struct route;
  * its own, and the Unix epoch says so. */
 #define HUB_REVISION_DATE "1970-01-01T00:00:00.000Z"
 
+/* An LFS file's answer says what the Hub's 302 to its CDN says (where
+ * huggingface_hub stops and takes the file's metadata from): the linked
+ * file's ETag and size. */
+void hub_linked(struct answer *a, int lfs, const char *etag, uint64_t size);
+/* Fills in a file's representation as the Hub serves it (its body aside):
+ * the content type, no Last-Modified (HUB_REVISION_DATE), immutable, the
+ * ETag, inline (raw) or as an attachment named after path's last part. */
+void hub_file_rep(struct answer *a, struct representation *rep, const char *path, int raw,
+                  const char *etag);
+/* A file asked for by a branch name: a 302 to its commit's URL, so that a
+ * client's metadata request and its download read one version
+ * (huggingface_hub downloads from where its HEAD request ended), and caches
+ * keep the bytes under a URL that never changes meaning. */
+struct answer *hub_redirect_to_commit(struct answer *a, const char *repo, int raw,
+                                      const char *commit, const char *path, int lfs,
+                                      const char *etag, uint64_t size);
+
 /* Whether revision rev (decoded) names the repo's current revision, and
  * whether it does so by its commit id (an immutable URL). */
 int hub_revision_matches(const char *rev, const struct reg_repo_rev *cur, int *by_commit);

@@ -134,36 +134,6 @@ static struct answer *upstream_error(struct answer *a, const struct mirror_meta 
                             st, path, msg ? ": " : "", msg ? msg : "");
 }
 
-/* The headers of a file's answer the Hub's LFS files carry. */
-static void linked(struct answer *a, const struct mirror_meta *meta, const char *etag,
-                   const char *size)
-{
-    if (meta->lfs) {
-        answer_header(a, "X-Linked-Etag", etag);
-        answer_header(a, "X-Linked-Size", size);
-    }
-}
-
-/* A branch: to the commit's URL (as h_hub.c does), with the file's
- * metadata as the Hub's redirect of an LFS file carries it. */
-static struct answer *redirect_to_commit(struct answer *a, const struct route *rt,
-                                         const struct mirror_meta *meta, const char *etag,
-                                         const char *size)
-{
-    size_t cap = 3 * (strlen(rt->model) + strlen(rt->name)) + 96, len = 0;
-    char *loc = answer_alloc(a, cap);
-    upstream_encode(loc, cap, &len, "/", 1);
-    upstream_encode(loc, cap, &len, rt->model, 1);
-    upstream_encode(loc, cap, &len, rt->raw ? "/raw/" : "/resolve/", 1);
-    upstream_encode(loc, cap, &len, meta->commit, 0);
-    upstream_encode(loc, cap, &len, "/", 1);
-    upstream_encode(loc, cap, &len, rt->name, 1);
-    answer_header(a, "X-Repo-Commit", meta->commit);
-    answer_header(a, "Cache-Control", "no-cache");
-    linked(a, meta, etag, size);
-    return answer_redirect(a, HTTP_FOUND, loc);
-}
-
 /* A mirrored file an answer holds. */
 struct held_file {
     struct mirror *m;
@@ -187,25 +157,14 @@ void mirror_answer_hold(struct answer *a, struct mirror *m, struct mirror_file *
  * read. */
 static struct answer *serve_bytes(const struct request_view *v, struct answer *a,
                                   const struct route *rt, const struct mirror_meta *meta,
-                                  const char *etag, const char *size)
+                                  const char *etag)
 {
     struct mirror *m = v->srv->mirror;
-    const char *base = strrchr(rt->name, '/');
-    base = base ? base + 1 : rt->name;
-    size_t blen = strlen(base);
-    if (blen > 255)
-        blen = 255;
-    while (blen > 0 && blen < strlen(base) && ((unsigned char)base[blen] & 0xc0) == 0x80)
-        blen--;
     struct representation rep = {
         .body = {.fd = -1, .data_off = 0, .data_len = meta->id.size},
-        .content_type = answer_content_type(rt->name),
-        .mtime = -1, /* the content has no date (h_hub_int.h, HUB_REVISION_DATE) */
-        .cache_control = HUB_CACHE_IMMUTABLE,
-        .disposition = answer_disposition(a, rt->raw ? "inline" : "attachment", base, blen),
         .no_read = v->is_head,
     };
-    snprintf(rep.etag, sizeof(rep.etag), "%s", etag);
+    hub_file_rep(a, &rep, rt->name, rt->raw, etag);
     if (!v->is_head) { /* a HEAD answers headers only: nothing is opened or fetched */
         struct st_error e;
         struct mirror_src src = {rt->model, meta->commit, rt->name, auth_of(v)};
@@ -220,7 +179,7 @@ static struct answer *serve_bytes(const struct request_view *v, struct answer *a
             rep.mirror = f; /* read as it arrives: the response takes its own reference */
     }
     answer_header(a, "X-Repo-Commit", meta->commit);
-    linked(a, meta, etag, size);
+    hub_linked(a, meta->lfs, etag, meta->id.size);
     return answer_body(a, &rep);
 }
 
@@ -245,13 +204,13 @@ static struct answer *mirror_file_route(const struct request_view *v, struct ans
     }
     if (meta.status != 200)
         return upstream_error(a, &meta, rt->name);
-    char hex[65], etag[80], size[24];
+    char hex[65], etag[80];
     digest_hex(meta.id.digest, meta.id.kind == MIRROR_SHA256 ? 32 : 20, hex);
     snprintf(etag, sizeof(etag), "\"%s\"", hex);
-    snprintf(size, sizeof(size), "%" PRIu64, meta.id.size);
-    if (strcmp(rt->rev, meta.commit) != 0)
-        return redirect_to_commit(a, rt, &meta, etag, size);
-    return serve_bytes(v, a, rt, &meta, etag, size);
+    if (strcmp(rt->rev, meta.commit) != 0) /* a branch: to the commit's URL, as h_hub.c does */
+        return hub_redirect_to_commit(a, rt->model, rt->raw, meta.commit, rt->name, meta.lfs,
+                                      etag, meta.id.size);
+    return serve_bytes(v, a, rt, &meta, etag);
 }
 
 /* ---- documents ------------------------------------------------------------------ */
