@@ -27,7 +27,6 @@
 #include "reg_repo.h"
 #include "route.h"
 #include "server.h"
-#include "strbuf.h"
 #include "util.h"
 
 
@@ -70,51 +69,6 @@ static const struct reg_repo_rev *need_revision(const struct request_view *v, st
 }
 
 /* ---- files ----------------------------------------------------------------- */
-
-void hub_linked(struct answer *a, int lfs, const char *etag, uint64_t size)
-{
-    if (lfs) {
-        answer_header(a, "X-Linked-Etag", etag);
-        answer_header(a, "X-Linked-Size", answer_printf(a, "%" PRIu64, size));
-    }
-}
-
-void hub_file_rep(struct answer *a, struct representation *rep, const char *path, int raw,
-                  const char *etag)
-{
-    const char *base = strrchr(path, '/');
-    base = base ? base + 1 : path;
-    size_t blen = strlen(base);
-    if (blen > 255)
-        blen = 255;
-    while (blen > 0 && blen < strlen(base) && ((unsigned char)base[blen] & 0xc0) == 0x80)
-        blen--;
-    rep->content_type = answer_content_type(path);
-    rep->mtime = -1; /* no Last-Modified: a file's mtime is not content (HUB_REVISION_DATE) */
-    rep->cache_control = HUB_CACHE_IMMUTABLE;
-    rep->disposition = answer_disposition(a, raw ? "inline" : "attachment", base, blen);
-    snprintf(rep->etag, sizeof(rep->etag), "%s", etag);
-}
-
-struct answer *hub_redirect_to_commit(struct answer *a, const char *repo, int raw,
-                                      const char *commit, const char *path, int lfs,
-                                      const char *etag, uint64_t size)
-{
-    struct strbuf loc = STRBUF_INIT;
-    strbuf_putc(&loc, '/');
-    strbuf_pct_encode(&loc, repo, strlen(repo), 1);
-    strbuf_printf(&loc, "/%s/%s/", raw ? "raw" : "resolve", commit);
-    strbuf_pct_encode(&loc, path, strlen(path), 1);
-    answer_header(a, "X-Repo-Commit", commit);
-    answer_header(a, "Cache-Control", "no-cache");
-    hub_linked(a, lfs, etag, size);
-    if (loc.failed)
-        answer_hub_error(a, HTTP_SERVICE_UNAVAILABLE, NULL, 1, "out of memory");
-    else
-        answer_redirect(a, HTTP_FOUND, loc.buf);
-    strbuf_release(&loc);
-    return a;
-}
 
 static struct answer *serve_file(struct answer *a, const struct reg_repo *r,
                                  const struct reg_repo_rev *rev, const struct reg_file *f, int raw,
