@@ -30,47 +30,26 @@ BUILD      ?= build/san-$(subst $(comma),-,$(SANITIZER))
 endif
 comma := ,
 
+# The daemon's and the client's libraries (pkg-config names).
 PKGS       := libmicrohttpd liburing libcrypto yaml-0.1 libcurl
-PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
-PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 # jansson reads JSON in the tests only: the oracle the daemon's own parsers
 # and writers are compared with (tests/ref/, and the unit tests and fuzz
 # targets that include it). Nothing the daemon or the client links uses it.
 TEST_PKGS  := jansson
-TEST_CFLAGS := $(shell pkg-config --cflags $(TEST_PKGS) 2>/dev/null)
-TEST_LIBS  := $(shell pkg-config --libs $(TEST_PKGS) 2>/dev/null)
 
-# The oldest library versions the sources need, checked before anything is
-# compiled (README "Building" says why each): liburing 2.2 brought
+# The oldest library versions the sources need, checked by `make config`
+# (README "Building" says why each): liburing 2.2 brought
 # io_uring_prep_cancel64 and the *_data64 helpers; libmicrohttpd 0.9.75 is
 # the oldest built against (MHD_HTTP_CONTENT_TOO_LARGE); OpenSSL 1.1.0
 # EVP_MD_CTX_new; libyaml 0.2.5 is the one the model card reader was built
 # and fuzzed with; libcurl 7.68.0 (the mirror's upstream client) keeps a
 # custom Authorization header from a redirect to another host (7.58) and
 # has CURLINFO_RETRY_AFTER (7.66). The tests' jansson: 2.7 added
-# json_stringn_nocheck.
+# json_stringn_nocheck. Each entry is name:version:Debian package.
 PKG_MIN    := libmicrohttpd:0.9.75:libmicrohttpd-dev liburing:2.2:liburing-dev \
               libcrypto:1.1.0:libssl-dev yaml-0.1:0.2.5:libyaml-dev \
               libcurl:7.68.0:libcurl4-openssl-dev
 TEST_PKG_MIN := jansson:2.7:libjansson-dev
-# $(call check_libs,LIST,WHO,DEPS): stops naming each library of LIST
-# (lib:min:deb) that is missing or too old, and the DLPack header; WHO
-# ("tensord needs") heads the list, `make DEPS` installs them.
-define check_libs
-command -v pkg-config >/dev/null || { echo "tensord: pkg-config is missing (Debian: apt-get install pkg-config build-essential, or make deps-run)" >&2; exit 1; }; \
-bad=; for m in $(1); do lib=$${m%%:*}; rest=$${m#*:}; min=$${rest%%:*}; deb=$${rest#*:}; \
-  if ! pkg-config --exists $$lib; then bad="$$bad\n  $$lib >= $$min: not found (Debian: $$deb)"; \
-  elif ! pkg-config --atleast-version=$$min $$lib; then \
-    bad="$$bad\n  $$lib >= $$min: found $$(pkg-config --modversion $$lib) (Debian 12 and Ubuntu 24.04 have new enough ones)"; fi; done; \
-echo '#include <dlpack/dlpack.h>' | $(CC) $(CPPFLAGS) -E -x c - >/dev/null 2>&1 || \
-  bad="$$bad\n  dlpack/dlpack.h (DLPack 0.6 or newer, for the client library): not found (Debian: libdlpack-dev)"; \
-if [ -n "$$bad" ]; then printf "$(2):$$bad\n(make $(3) installs them on Debian; PKG_CONFIG_PATH finds others)\n" >&2; exit 1; fi
-endef
-# Flags named on the command line (tests/gpu/run.sh's unpacked packages):
-# the caller vouches for the libraries, pkg-config may not even see them.
-ifeq ($(origin PKG_LIBS),command line)
-check_libs := :
-endif
 
 # Quiet by default, like kbuild: one "CC file" line per step; V=1 prints
 # the commands in full.
@@ -102,29 +81,73 @@ CUDA_CANDIDATES := $(CUDA_PATH)/include /usr/include \
   $(wildcard $(foreach s,$(PY_SITES),$(s)/nvidia/cuda_runtime/include $(s)/nvidia/cu13/include))
 endif
 # "ok DIR VERSION" for the first header new enough, else "old DIR VERSION"
-# for the first one found, else nothing.
-CUDA_PROBE := $(if $(CUDA_CANDIDATES),$(shell old=; for d in $(CUDA_CANDIDATES); do \
+# for the first one found, else nothing. Run by `make config` only (and
+# `make print-CUDA_PROBE`, which tests/gpu/run.sh asks).
+CUDA_PROBE = $(if $(CUDA_CANDIDATES),$(shell old=; for d in $(CUDA_CANDIDATES); do \
   f=$$d/cuda.h; [ -f $$f ] || continue; \
   v=$$(sed -n 's/^\#define CUDA_VERSION *\([0-9][0-9]*\).*/\1/p' $$f | head -n 1); \
   if [ "$${v:-0}" -ge $(CUDA_MIN_VERSION) ]; then echo "ok $$d $$v"; exit 0; fi; \
   [ -n "$$old" ] || old="old $$d $${v:-0}"; done; echo "$$old"))
-CUDA_INC := $(word 2,$(CUDA_PROBE))
-CUDA_HEADER_VERSION := $(word 3,$(CUDA_PROBE))
-CUDA_NOT_FOUND = $(if $(filter old,$(word 1,$(CUDA_PROBE))),$(CUDA_INC)/cuda.h declares \
-  CUDA_VERSION $(CUDA_HEADER_VERSION); tensord needs the CUDA 12.0 headers (CUDA_VERSION 12000) or newer,no \
+CUDA_NOT_FOUND = $(if $(filter old,$(word 1,$(CUDA_PROBE))),$(word 2,$(CUDA_PROBE))/cuda.h declares \
+  CUDA_VERSION $(word 3,$(CUDA_PROBE)); tensord needs the CUDA 12.0 headers (CUDA_VERSION 12000) or newer,no \
   cuda.h of CUDA 12.0 or newer in $(or $(CUDA_CANDIDATES),CUDA_PATH/include /usr/include or the \
   CUDA wheels (nvidia-cuda-runtime-cu12)); set CUDA_PATH or CUDA_INCLUDE)
 
-ifeq ($(CUDA),auto)
-  WITH_CUDA := $(if $(filter ok,$(word 1,$(CUDA_PROBE))),1,0)
-else ifeq ($(CUDA),yes)
-  WITH_CUDA := 1
-  ifneq ($(word 1,$(CUDA_PROBE)),ok)
-    $(error CUDA=yes but $(CUDA_NOT_FOUND))
-  endif
+# ---- Configuration ----------------------------------------------------------
+# `make config` (mk/configure.sh) decides once, into $(BUILD)/config.mk,
+# what every later make reads from there instead of deciding again: the
+# compiler and its version (CONFIG_CC), each library's flags from
+# pkg-config (LIB_CFLAGS_name, LIB_LIBS_name, their sums PKG_CFLAGS and
+# PKG_LIBS: the versions checked against PKG_MIN, and the DLPack header
+# found; a missing or too old one fails naming its Debian package), whether
+# CUDA is built (WITH_CUDA, CUDA_INC), and the tests' libraries (their
+# flags, or the message a unit test's build stops with). The file is made
+# when a build needs it and it is missing, and made again when what it was
+# decided from changes: the Makefile or mk/configure.sh, a file it found
+# (CONFIG_FILES: the .pc files, cuda.h, the compiler), or an input it
+# records (CONFIG_INPUTS, compared with CONFIG_INPUTS_NOW: CC, CPPFLAGS,
+# CUDA, CUDA_PATH, CUDA_INCLUDE, the cuda.h files among the candidates,
+# PKG_CONFIG_PATH and PKG_CONFIG_LIBDIR, the version lists, flags named on
+# the command line). Flags named on the command line (PKG_CFLAGS= PKG_LIBS=,
+# as tests/gpu/run.sh passes those of unpacked packages) are the caller's
+# word: pkg-config is not asked, and every layer gets PKG_CFLAGS. Goals
+# that only install packages, clean, print or start another make need no
+# configuration (a fresh machine's `make run` installs the libraries first).
+CONFIG := $(BUILD)/config.mk
+USER_CPPFLAGS := $(CPPFLAGS)
+GIVEN_FLAGS := $(if $(filter command line,$(origin PKG_LIBS)),1)
+CONFIG_INPUTS_NOW = CC=$(CC) CPPFLAGS=$(USER_CPPFLAGS) CUDA=$(CUDA) CUDA_PATH=$(CUDA_PATH) \
+  CUDA_INCLUDE=$(CUDA_INCLUDE) cuda.h=$(wildcard $(CUDA_CANDIDATES:%=%/cuda.h)) \
+  PKG_CONFIG_PATH=$(PKG_CONFIG_PATH) PKG_CONFIG_LIBDIR=$(PKG_CONFIG_LIBDIR) PKG_MIN=$(PKG_MIN) \
+  TEST_PKG_MIN=$(TEST_PKG_MIN) $(if $(GIVEN_FLAGS),PKG_CFLAGS=$(PKG_CFLAGS) PKG_LIBS=$(PKG_LIBS))
+CONFIG_FREE := clean uninstall config deps deps-apt deps-run deps-test deps-test-apt deps-bench \
+  deps-bench-apt run test bench bench-remote bench-hub bench-s3 bench-mirror bench-swarm \
+  bench-gpu bench-hash check-olah tsan tsan-test test-cuda-double dist print-%
+ifeq ($(filter-out $(CONFIG_FREE),$(or $(MAKECMDGOALS),all)),)
+-include $(wildcard $(CONFIG))
 else
-  WITH_CUDA := 0
+include $(CONFIG)
+# Made again at most once per make (MAKE_RESTARTS is set once make has
+# read a remade file): a configuration that still differs cannot loop.
+ifeq ($(MAKE_RESTARTS),)
+ifneq ($(strip $(CONFIG_INPUTS)),$(strip $(CONFIG_INPUTS_NOW)))
+$(CONFIG): FORCE
 endif
+endif
+endif
+sq = '$(subst ','\'',$(1))'
+configure = CC=$(call sq,$(CC)) CPPFLAGS=$(call sq,$(USER_CPPFLAGS)) CUDA=$(call sq,$(CUDA)) \
+  CUDA_PROBE=$(call sq,$(CUDA_PROBE)) CUDA_NOT_FOUND=$(call sq,$(CUDA_NOT_FOUND)) \
+  PKG_MIN=$(call sq,$(PKG_MIN)) TEST_PKG_MIN=$(call sq,$(TEST_PKG_MIN)) GIVEN=$(GIVEN_FLAGS) \
+  INPUTS=$(call sq,$(strip $(CONFIG_INPUTS_NOW))) sh mk/configure.sh $(CONFIG)
+$(CONFIG): Makefile mk/configure.sh $(wildcard $(CONFIG_FILES))
+	@mkdir -p $(dir $@)
+	$(call show,CONFIG,$@)
+	$(Q)$(configure)
+config:
+	@mkdir -p $(BUILD)
+	@$(configure)
+	@sed -n 's/^\(CONFIG_CC\|WITH_CUDA\|CUDA_INC\|PKG_LIBS\|TEST_LIBS_MISSING\) := \(..*\)/  \1: \2/p' $(CONFIG)
 
 WARN     := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
             -Wpointer-arith -Wformat=2 -Wvla
@@ -133,12 +156,13 @@ WARN     += -Werror
 endif
 OPT      ?= -O2
 CFLAGS   ?= $(OPT) -g
-CPPFLAGS += -D_GNU_SOURCE -DTENSORD_VERSION='"$(VERSION)"' -Icore -Iserver -Iclient
-ALL_CFLAGS = -std=c11 -pthread -fno-strict-aliasing $(WARN) $(CFLAGS) $(PKG_CFLAGS)
+CPPFLAGS += -D_GNU_SOURCE -DTENSORD_VERSION='"$(VERSION)"'
+ALL_CFLAGS = -std=c11 -pthread -fno-strict-aliasing $(WARN) $(CFLAGS)
 LDLIBS   += $(PKG_LIBS) -ldl -lpthread -lm
 
 ifeq ($(WITH_CUDA),1)
-CPPFLAGS += -DTENSORD_CUDA=1 -isystem $(CUDA_INC)
+CPPFLAGS += -DTENSORD_CUDA=1
+CUDA_CPPFLAGS := -isystem $(CUDA_INC)
 endif
 ifneq ($(SANITIZER),)
 ALL_CFLAGS += -fsanitize=$(SANITIZER) -fno-omit-frame-pointer -fno-sanitize-recover=all
@@ -150,32 +174,76 @@ ifneq ($(filter thread,$(subst $(comma), ,$(SANITIZER))),)
 ALL_CFLAGS += -Wno-tsan
 endif
 
-# Sources: every core/*.c and core/gpu/*.c (GPU sharing, included as
-# "gpu/NAME.h") is part of the library; files ending in _cuda.c only when
-# CUDA is on.
-CORE_SRC   := $(filter-out %_cuda.c,$(wildcard core/*.c core/gpu/*.c))
-ifeq ($(WITH_CUDA),1)
-CORE_SRC   += $(wildcard core/*_cuda.c core/gpu/*_cuda.c)
-endif
-SERVER_SRC := $(wildcard server/*.c)
-CLIENT_SRC := $(filter-out %_cuda.c client/cli.c,$(wildcard client/*.c))
-ifeq ($(WITH_CUDA),1)
-CLIENT_SRC += $(wildcard client/*_cuda.c)
-endif
+# ---- Layers -----------------------------------------------------------------
+# The folders, bottom up (docs/ARCHITECTURE.md, "Layers"), and what each may
+# use: a layer is compiled with the include directories of those layers
+# only, so including a header from above it fails the build. Every header
+# of the project is included by its bare name ("registry.h"), found where
+# the layer's path has it (names are unique across the tree). A layer gets
+# the pkg-config flags of its own libraries only, and the headers of the
+# two libraries that define a layer, libmicrohttpd (the HTTP front) and
+# libcurl (the mirror's upstream client), are shadowed everywhere else by
+# one that stops the build (mk/forbid/): the system's include directory
+# would find them otherwise. tests/ops/test_layers.py compiles the wrong
+# includes and sees them fail.
+LAYERS := core gpu mirror server/lease server/handlers server/http server/cli client
+USES_core            := core
+USES_gpu             := core gpu
+USES_mirror          := core mirror
+USES_server/lease    := core gpu server/lease
+USES_server/handlers := core gpu mirror server/lease server/handlers
+USES_server/http     := $(USES_server/handlers) server/http
+USES_server/cli      := $(USES_server/http) server/cli
+# The client library: its own headers and those of the core files it
+# compiles and the wire protocol's (CLIENT_HEADERS), gathered in one folder
+# of links. tensord-client (client/cli.c) reads the daemon's configuration
+# file with core's reader.
+USES_client          := client $(BUILD)/include/client
+USES_client/cli      := client core
+LIBS_core            := libcrypto yaml-0.1
+LIBS_gpu             := liburing
+LIBS_mirror          := libcurl libcrypto
+LIBS_server/handlers := libcrypto
+LIBS_server/http     := libmicrohttpd
+LIBS_server/cli      := libcrypto
+forbid = $(if $(filter server/http,$(1)),,mk/forbid/microhttpd) $(if $(filter mirror,$(1)),,mk/forbid/curl)
+layer_flags = $(addprefix -I,$(USES_$(1)) $(call forbid,$(1))) \
+  $(if $(GIVEN_FLAGS),$(PKG_CFLAGS),$(foreach l,$(LIBS_$(1)),$(LIB_CFLAGS_$(l)))) \
+  $(if $(filter gpu client,$(1)),$(CUDA_CPPFLAGS))
+# The unit tests and fuzz targets see every layer (and tests/unit's fixtures).
+TEST_INC = $(addprefix -I,$(sort $(filter-out $(BUILD)/%,$(foreach l,$(LAYERS),$(USES_$(l))))) \
+  tests/unit) \
+  $(PKG_CFLAGS) $(CUDA_CPPFLAGS)
+
+# Sources: files ending in _cuda.c only when CUDA is on.
+cuda_too = $(filter-out %_cuda.c,$(1)) $(if $(filter 1,$(WITH_CUDA)),$(filter %_cuda.c,$(1)))
+CORE_SRC   := $(wildcard core/*.c)
+GPU_SRC    := $(call cuda_too,$(wildcard gpu/*.c))
+MIRROR_SRC := $(wildcard mirror/*.c)
+SERVER_SRC := $(wildcard $(addsuffix /*.c,$(filter server/%,$(LAYERS))))
+CLIENT_SRC := $(call cuda_too,$(filter-out client/cli.c,$(wildcard client/*.c)))
 UNIT_SRC   := $(wildcard tests/unit/test_*.c)
 FUZZ_SRC   := $(wildcard tests/fuzz/fuzz_*.c)
 
-# The web console's files (server/ui/), compiled into the daemon as one
-# generated C file by server/ui/embed.py (Python's standard library only).
-UI_FILES   := $(wildcard server/ui/*.html server/ui/*.css server/ui/*.js)
+# The web console's files (server/handlers/ui/), compiled into the daemon
+# as one generated C file by embed.py there (Python's standard library only).
+UI_DIR     := server/handlers/ui
+UI_FILES   := $(wildcard $(UI_DIR)/*.html $(UI_DIR)/*.css $(UI_DIR)/*.js)
 UI_GEN     := $(BUILD)/gen/ui_assets.c
 
 CORE_OBJ   := $(CORE_SRC:%.c=$(BUILD)/obj/%.o)
+LOWER_OBJ  := $(GPU_SRC:%.c=$(BUILD)/obj/%.o) $(MIRROR_SRC:%.c=$(BUILD)/obj/%.o)
 SERVER_OBJ := $(SERVER_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/gen/ui_assets.o
-SERVER_LIB_OBJ := $(filter-out $(BUILD)/obj/server/main.o,$(SERVER_OBJ))
+SERVER_LIB_OBJ := $(filter-out $(BUILD)/obj/server/cli/main.o,$(SERVER_OBJ))
 CLIENT_OBJ := $(CLIENT_SRC:%.c=$(BUILD)/obj/%.o)
 UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 FUZZ_BIN   := $(FUZZ_SRC:tests/fuzz/%.c=build/fuzz/%)
+
+# Each object gets its layer's flags (the generated console its handlers').
+$(foreach l,$(LAYERS),$(eval $(BUILD)/obj/$(l)/%.o $(BUILD)/pic/$(l)/%.o \
+  build/fuzz/obj/$(l)/%.o: LAYER_FLAGS = $$(call layer_flags,$(l))))
+$(BUILD)/obj/client/cli.o: LAYER_FLAGS = $(call layer_flags,client/cli)
+$(BUILD)/obj/gen/%.o build/fuzz/obj/build/gen/%.o: LAYER_FLAGS = $(call layer_flags,server/handlers)
 
 # The CUDA driver test double (tests/cuda_double/): a libcuda.so.1 over host
 # memory that the daemon and the client load through LD_LIBRARY_PATH in
@@ -199,20 +267,22 @@ test-cuda-double: deps-test
 	  $(CUDA_DOUBLE_BUILD)/libtensord-client.so $(CUDA_DOUBLE_BUILD)/cuda-double/libcuda.so.1
 	@TENSORD_CUDA_BUILD=$(CUDA_DOUBLE_BUILD) $(PYTHON) tests/cuda_double/run.py
 
-.PHONY: FORCE all deps deps-apt deps-run deps-test deps-test-apt deps-bench deps-bench-apt run uninstall test test-cuda-double cuda-double unit fuzz fuzz-smoke install clean integration circles print-% bench bench-gpu bench-header bench-hub bench-leases bench-remote bench-s3 bench-mirror bench-swarm bench-sha256 bench-hash check-olah soak tsan tsan-test dist
+.PHONY: FORCE all config deps deps-apt deps-run deps-test deps-test-apt deps-bench deps-bench-apt run run-built uninstall test test-cuda-double cuda-double unit fuzz fuzz-smoke install clean integration circles print-% bench bench-gpu bench-header bench-hub bench-leases bench-remote bench-s3 bench-mirror bench-swarm bench-sha256 bench-hash check-olah soak tsan tsan-test dist
 all: $(BUILD)/tensord $(BUILD)/libtensord-client.so $(BUILD)/tensord-client
 
 # The flags a build directory was compiled with: objects depend on this
 # file, which is rewritten only when the flags change (make CUDA=no after a
-# CUDA build, CFLAGS=...), so one directory never mixes two configurations.
-BUILD_FLAGS := $(CC) $(CPPFLAGS) $(ALL_CFLAGS) $(LDFLAGS) $(LDLIBS)
+# CUDA build, CFLAGS=..., another compiler), so one directory never mixes
+# two configurations.
+BUILD_FLAGS = $(CONFIG_CC) $(CPPFLAGS) $(ALL_CFLAGS) $(LDFLAGS) $(LDLIBS) \
+  $(foreach l,$(LAYERS) client/cli,$(l): $(call layer_flags,$(l)))
 $(BUILD)/flags: FORCE
-	@$(call check_libs,$(PKG_MIN),tensord needs,deps-run)
 	@mkdir -p $(dir $@)
-	@echo '$(subst ','\'',$(BUILD_FLAGS))' | cmp -s - $@ || echo '$(subst ','\'',$(BUILD_FLAGS))' > $@
-# The same for the tests' own libraries (the unit tests and fuzz targets).
+	@echo $(call sq,$(BUILD_FLAGS)) | cmp -s - $@ || echo $(call sq,$(BUILD_FLAGS)) > $@
+# The same for the tests' own libraries (the unit tests and fuzz targets),
+# which stop here, naming them, when make config did not find them.
 $(BUILD)/test-flags: FORCE
-	@$(call check_libs,$(TEST_PKG_MIN),the tests need,deps-test)
+	@$(if $(TEST_LIBS_MISSING),printf '%b\n' $(call sq,$(TEST_LIBS_MISSING)) >&2; exit 1)
 	@mkdir -p $(dir $@)
 	@echo '$(TEST_CFLAGS) $(TEST_LIBS)' | cmp -s - $@ || echo '$(TEST_CFLAGS) $(TEST_LIBS)' > $@
 FORCE:
@@ -220,41 +290,50 @@ FORCE:
 $(BUILD)/obj/%.o: %.c $(BUILD)/flags
 	@mkdir -p $(dir $@)
 	$(call show,CC,$@)
-	$(Q)$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -MMD -MP -c $< -o $@
+	$(Q)$(CC) $(CPPFLAGS) $(LAYER_FLAGS) $(ALL_CFLAGS) -MMD -MP -c $< -o $@
 
-%/gen/ui_assets.c: server/ui/embed.py $(UI_FILES)
+%/gen/ui_assets.c: $(UI_DIR)/embed.py $(UI_FILES)
 	@mkdir -p $(dir $@)
 	$(call show,GEN,$@)
-	$(Q)$(SYS_PYTHON) server/ui/embed.py $@ $(UI_FILES)
+	$(Q)$(SYS_PYTHON) $(UI_DIR)/embed.py $@ $(UI_FILES)
 $(BUILD)/obj/gen/ui_assets.o: $(UI_GEN) $(BUILD)/flags
 	@mkdir -p $(dir $@)
 	$(call show,CC,$@)
-	$(Q)$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -c $< -o $@
+	$(Q)$(CC) $(CPPFLAGS) $(LAYER_FLAGS) $(ALL_CFLAGS) -c $< -o $@
 
 $(BUILD)/libtensord-core.a: $(CORE_OBJ)
 	@rm -f $@
 	$(call show,AR,$@)
 	$(Q)ar rcs $@ $^
 
-$(BUILD)/tensord: $(SERVER_OBJ) $(BUILD)/libtensord-core.a
+$(BUILD)/tensord: $(SERVER_OBJ) $(LOWER_OBJ) $(BUILD)/libtensord-core.a
 	$(call show,LD,$@)
 	$(Q)$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # The client library is position-independent and links only libc (+dl for
 # CUDA). Of core it takes the answer reader's tokenizer, json_scan, and what
-# that calls (strmap's fallible half, util's UTF-8 and hex helpers), and the
-# dtype table (the open answer's tensor sizes are checked with it); every
-# function is its own section and the link drops those nothing calls, so
-# core's allocation wrappers, which abort on OOM, never reach it: a worker
-# must get errors from it, never an abort. Only tensord_* is exported.
+# that calls (strmap's fallible half, util's UTF-8 and hex helpers), the
+# dtype table (the open answer's tensor sizes are checked with it), and the
+# socket's trust check (path_trust); every function is its own section and
+# the link drops those nothing calls, so core's allocation wrappers, which
+# abort on OOM, never reach it: a worker must get errors from it, never an
+# abort. Only tensord_* is exported. Its sources see only those files'
+# headers, and the wire protocol's (gpu/ipc_proto.h, gpu/cuda_api.h).
 CLIENT_CORE_SRC := core/dtype.c core/json_scan.c core/path_trust.c core/st_error.c core/strmap.c \
                    core/util.c
+CLIENT_HEADERS  := $(CLIENT_CORE_SRC:.c=.h) gpu/ipc_proto.h gpu/cuda_api.h
 CLIENT_PIC_OBJ := $(CLIENT_SRC:%.c=$(BUILD)/pic/%.o) $(CLIENT_CORE_SRC:%.c=$(BUILD)/pic/%.o)
+$(BUILD)/include/client/.made: Makefile
+	@rm -rf $(dir $@) && mkdir -p $(dir $@)
+	@ln -sr $(CLIENT_HEADERS) $(dir $@) && touch $@
+$(CLIENT_OBJ) $(filter $(BUILD)/pic/client/%,$(CLIENT_PIC_OBJ)) \
+  $(filter-out build/fuzz/obj/client/cli.o,$(CLIENT_SRC:%.c=build/fuzz/obj/%.o)): \
+  | $(BUILD)/include/client/.made
 $(BUILD)/pic/%.o: %.c $(BUILD)/flags
 	@mkdir -p $(dir $@)
 	$(call show,CC,$@)
-	$(Q)$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -fPIC -fvisibility=hidden -ffunction-sections -fdata-sections \
-	  -MMD -MP -c $< -o $@
+	$(Q)$(CC) $(CPPFLAGS) $(LAYER_FLAGS) $(ALL_CFLAGS) -fPIC -fvisibility=hidden -ffunction-sections \
+	  -fdata-sections -MMD -MP -c $< -o $@
 $(BUILD)/libtensord-client.so: $(CLIENT_PIC_OBJ)
 	$(call show,LD,$@)
 	$(Q)$(CC) $(ALL_CFLAGS) $(LDFLAGS) -shared -Wl,-soname,libtensord-client.so.0 -Wl,--gc-sections \
@@ -267,15 +346,15 @@ $(BUILD)/tensord-client: $(BUILD)/obj/client/cli.o $(CLIENT_OBJ) $(BUILD)/libten
 # changes, not only its own .c. Those headers (and the tests/ref/ sources a
 # test includes) become prerequisites: only the test's .c and the objects
 # are compiled and linked.
-# A test may #include the server file under test ("../../server/x.c") to
+# A test may #include the server file under test ("../../server/x/y.c") to
 # reach its static functions (as h2o's t/00unit does): it links without
 # that file's object.
 included_obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(shell sed -n 's|^\#include "\.\./\.\./\(server/.*\.c\)"|\1|p' $(1)))
-$(BUILD)/tests/%: tests/unit/%.c $(SERVER_LIB_OBJ) $(CLIENT_OBJ) $(BUILD)/libtensord-core.a \
-                  $(BUILD)/test-flags
+$(BUILD)/tests/%: tests/unit/%.c $(SERVER_LIB_OBJ) $(CLIENT_OBJ) $(LOWER_OBJ) \
+                  $(BUILD)/libtensord-core.a $(BUILD)/test-flags
 	@mkdir -p $(dir $@)
 	$(call show,CCLD,$@)
-	$(Q)$(CC) $(CPPFLAGS) -Itests/unit $(ALL_CFLAGS) $(TEST_CFLAGS) -MMD -MP -MF $@.d $(LDFLAGS) \
+	$(Q)$(CC) $(CPPFLAGS) $(TEST_INC) $(ALL_CFLAGS) $(TEST_CFLAGS) -MMD -MP -MF $@.d $(LDFLAGS) \
 	  -o $@ $< $(filter-out $(call included_obj,$<),$(filter %.o %.a,$^)) $(LDLIBS) $(TEST_LIBS)
 
 unit: $(UNIT_BIN)
@@ -287,12 +366,13 @@ unit: $(UNIT_BIN)
 # target links it with the fuzzer's main.
 FUZZ_SAN   := -fsanitize=address,undefined -fno-sanitize-recover=undefined
 FUZZ_FLAGS := -g -O1 $(FUZZ_SAN)
-FUZZ_LIB_SRC := $(CORE_SRC) $(filter-out server/main.c,$(SERVER_SRC)) $(CLIENT_SRC) build/gen/ui_assets.c
+FUZZ_LIB_SRC := $(CORE_SRC) $(GPU_SRC) $(MIRROR_SRC) $(filter-out server/cli/main.c,$(SERVER_SRC)) \
+                $(CLIENT_SRC) build/gen/ui_assets.c
 FUZZ_LIB_OBJ := $(FUZZ_LIB_SRC:%.c=build/fuzz/obj/%.o)
 build/fuzz/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(call show,CLANG,$@)
-	$(Q)$(CLANG) $(CPPFLAGS) -std=c11 -pthread $(PKG_CFLAGS) $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link \
+	$(Q)$(CLANG) $(CPPFLAGS) $(LAYER_FLAGS) -std=c11 -pthread $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link \
 	  -MMD -MP -c $< -o $@
 build/fuzz/libtensord-fuzz.a: $(FUZZ_LIB_OBJ)
 	@rm -f $@
@@ -301,7 +381,7 @@ build/fuzz/libtensord-fuzz.a: $(FUZZ_LIB_OBJ)
 build/fuzz/%: tests/fuzz/%.c build/fuzz/libtensord-fuzz.a
 	@mkdir -p $(dir $@)
 	$(call show,CLANG,$@)
-	$(Q)$(CLANG) $(CPPFLAGS) -std=c11 -pthread $(PKG_CFLAGS) $(TEST_CFLAGS) $(FUZZ_FLAGS) \
+	$(Q)$(CLANG) $(CPPFLAGS) $(TEST_INC) -std=c11 -pthread $(TEST_CFLAGS) $(FUZZ_FLAGS) \
 	  -fsanitize=fuzzer -o $@ $^ $(LDLIBS) $(TEST_LIBS)
 
 fuzz-build: $(FUZZ_BIN)
@@ -315,7 +395,7 @@ fuzz: $(FUZZ_BIN)
 # Debian packages, by what needs them; each list is installed only where a
 # package is missing, so a provisioned machine never touches apt. Add a
 # package to the list of the first target that needs it:
-#   DEB_BUILD  compiling (make all; python3 runs server/ui/embed.py)
+#   DEB_BUILD  compiling (make all; python3 runs server/handlers/ui/embed.py)
 #   DEB_RUN    make run and the README tour (demo models, curl, the Python
 #              client's imports); with DEB_BUILD the whole of `make deps-run`
 #   DEB_TEST   make test (with the virtual environment of tests/requirements.txt;
@@ -379,8 +459,11 @@ RUN_DEVICE ?= $(if $(and $(filter 1,$(WITH_CUDA)),$(wildcard /dev/nvidia0)),cuda
 RUN_ARGS   ?=
 RUN_CMD     = $(BUILD)/tensord serve --models models --listen $(LISTEN) \
               --state-dir $(CURDIR)/$(BUILD)/run/state --preload demo-f32@$(RUN_DEVICE) $(RUN_ARGS)
+# The packages first, then the rest in a make that reads the configuration
+# (RUN_DEVICE asks WITH_CUDA).
 run: deps-run
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory run-built
+run-built: all
 	@$(SYS_PYTHON) tests/gen/gen_models.py --demo models
 	@mkdir -p $(BUILD)/run/state $(BUILD)/tour
 	@sock=$$($(RUN_CMD) --print-socket) && echo && \
@@ -400,11 +483,12 @@ run: deps-run
 test: deps-test
 	@$(PYTHON) tests/run_all.py
 
-# No include or call circle among server/'s modules (the dispatcher, the
-# handlers and the HTTP front depend one way): tests/ops/circles.py reads
-# the includes and the objects' symbols. make test runs it.
+# No include or call circle among the modules of any layer, or across them
+# (the dispatcher, the handlers and the HTTP front depend one way, and so do
+# the hasher's parts): tests/ops/circles.py reads the includes and the
+# objects' symbols. make test runs it.
 circles: all
-	@$(SYS_PYTHON) tests/ops/circles.py --build $(BUILD) server
+	@$(SYS_PYTHON) tests/ops/circles.py --build $(BUILD) $(LAYERS)
 
 integration: all
 	@$(PYTHON) -m pytest -q tests/integration
@@ -451,8 +535,8 @@ bench-swarm: deps-bench
 
 # Validation time of a 500,000-tensor header (README quotes it).
 bench-header: $(BUILD)/libtensord-core.a
-	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -o $(BUILD)/bench_st_header bench/bench_st_header.c \
-	  $(BUILD)/libtensord-core.a $(LDLIBS)
+	$(CC) $(CPPFLAGS) $(call layer_flags,core) $(ALL_CFLAGS) -o $(BUILD)/bench_st_header \
+	  bench/bench_st_header.c $(BUILD)/libtensord-core.a $(LDLIBS)
 	$(BUILD)/bench_st_header
 
 # The GPU preload against the machine's limits in the same run (pinned copy,
@@ -460,10 +544,10 @@ bench-header: $(BUILD)/libtensord-core.a
 # "GPU preload"): on cuda:0 where a GPU is usable, else on the host backend
 # and on the CUDA driver test double. BENCH_GPU_ARGS="--device cuda:1 ...".
 BENCH_GPU_ARGS ?=
-$(BUILD)/bench/ceil_preload: bench/ceil_preload.c bench/ceil.h core/gpu/cuda_api.h $(BUILD)/flags
+$(BUILD)/bench/ceil_preload: bench/ceil_preload.c bench/ceil.h gpu/cuda_api.h $(BUILD)/flags
 	$(call show,CCLD,$@)
 	@mkdir -p $(dir $@)
-	$(Q)$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -o $@ $< $(PKG_LIBS) -ldl -lpthread
+	$(Q)$(CC) $(CPPFLAGS) $(call layer_flags,gpu) $(ALL_CFLAGS) -o $@ $< $(PKG_LIBS) -ldl -lpthread
 bench-gpu: deps-bench
 	@$(MAKE) --no-print-directory all $(BUILD)/bench/ceil_preload
 	@if [ -n "$(BENCH_GPU_ARGS)" ]; then $(PYTHON) bench/preload.py $(BENCH_GPU_ARGS); \

@@ -45,7 +45,7 @@ static void die(const char *what)
 /* ---- h2d ------------------------------------------------------------------ */
 
 #ifdef TENSORD_CUDA
-#include "gpu/cuda_api.h" /* the daemon's own loader: dlopen + cuGetProcAddress */
+#include "cuda_api.h" /* the daemon's own loader: dlopen + cuGetProcAddress */
 
 static int mode_h2d(size_t mib, int runs, int ordinal)
 {

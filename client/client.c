@@ -17,7 +17,7 @@
 #include "answer.h"
 #include "client_int.h"
 #include "cmem.h"
-#include "gpu/ipc_proto.h"
+#include "ipc_proto.h"
 #include "path_trust.h"
 
 const char tdc_oom[] = "out of memory";

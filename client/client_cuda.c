@@ -17,7 +17,7 @@
 
 #include "client_int.h"
 #include "cmem.h"
-#include "gpu/cuda_api.h"
+#include "cuda_api.h"
 
 struct cuda_map {
     CUmemGenericAllocationHandle handle;

@@ -11,7 +11,7 @@
 #include "answer.h"
 #include "client_int.h"
 #include "cmem.h"
-#include "gpu/ipc_proto.h"
+#include "ipc_proto.h"
 #include "tensord_client.h"
 
 /* JSON string literal of s (for requests), or NULL. Caller frees. */
@@ -64,7 +64,7 @@ void tdc_model_unref(struct tensord_model *m)
 }
 
 /* The seals the daemon puts on a host allocation's memfd once it is filled
- * (core/gpu/gpu_host.c): it can no longer change size or bytes, nor lose
+ * (gpu/gpu_host.c): it can no longer change size or bytes, nor lose
  * those seals. */
 #define HOST_SEALS (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL)
 

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "config_int.h"
-#include "gpu/gpu.h"
+#include "device_name.h"
 #include "util.h"
 
 #define K 1024ULL
@@ -200,18 +200,18 @@ static const char *check_preload(const char *v)
     const char *at = strrchr(v, '@');
     if (!at || at == v || !at[1])
         return "expected MODEL@DEVICE";
-    /* The same names POST .../gpu takes (core/gpu.c). */
-    enum gpu_kind kind;
+    /* The same names POST .../gpu takes (core/device_name.h). */
+    enum device_kind kind;
     int index;
     const char *uuid;
-    if (gpu_parse_device(at + 1, &kind, &index, &uuid) < 0)
+    if (device_name_parse(at + 1, &kind, &index, &uuid) < 0)
         return "device must be cuda:N, cuda, a GPU-... or MIG-... UUID, or host";
     return check_no_ctl(v);
 }
 
 /* A browser's serialization of an origin (RFC 6454 §6.2): http or https,
  * a lowercase host with an optional port, no path; or "*". Whether "*"
- * stands alone is the server's check (server/cors.c). */
+ * stands alone is the server's check (server/http/cors.c). */
 static const char *check_origin(const char *v)
 {
     if (strcmp(v, "*") == 0)

@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "slice.h"
-#include "st_entries.h"
+#include "st_header.h"
 #include "strmap.h"
 #include "tformat.h"
 #include "util.h"

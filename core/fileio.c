@@ -4,10 +4,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include "util.h"
 
 void fileio_stat_from(const struct stat *sb, struct fileio_stat *st)
 {
@@ -52,20 +56,21 @@ fail:
     return rc;
 }
 
-int fileio_pread_full(int fd, void *buf, size_t n, uint64_t off)
+/* All n bytes read (or written) at off, through EINTR and short counts. */
+static int full_io(int fd, void *buf, size_t n, uint64_t off, int write)
 {
     unsigned char *p = buf;
     if (off > (uint64_t)INT64_MAX || n > (uint64_t)INT64_MAX - off)
         return -EOVERFLOW;
     while (n > 0) {
-        ssize_t r = pread(fd, p, n, (off_t)off);
+        ssize_t r = write ? pwrite(fd, p, n, (off_t)off) : pread(fd, p, n, (off_t)off);
         if (r < 0) {
             if (errno == EINTR)
                 continue;
             return -errno;
         }
         if (r == 0)
-            return -ENODATA;
+            return write ? -ENOSPC : -ENODATA;
         p += r;
         n -= (size_t)r;
         off += (uint64_t)r;
@@ -73,25 +78,14 @@ int fileio_pread_full(int fd, void *buf, size_t n, uint64_t off)
     return 0;
 }
 
+int fileio_pread_full(int fd, void *buf, size_t n, uint64_t off)
+{
+    return full_io(fd, buf, n, off, 0);
+}
+
 int fileio_pwrite_full(int fd, const void *buf, size_t n, uint64_t off)
 {
-    const unsigned char *p = buf;
-    if (off > (uint64_t)INT64_MAX || n > (uint64_t)INT64_MAX - off)
-        return -EOVERFLOW;
-    while (n > 0) {
-        ssize_t r = pwrite(fd, p, n, (off_t)off);
-        if (r < 0) {
-            if (errno == EINTR)
-                continue;
-            return -errno;
-        }
-        if (r == 0)
-            return -ENOSPC;
-        p += r;
-        n -= (size_t)r;
-        off += (uint64_t)r;
-    }
-    return 0;
+    return full_io(fd, (void *)buf, n, off, 1);
 }
 
 void fileio_etag(const struct fileio_stat *st, char *buf)
@@ -142,4 +136,42 @@ int fileio_read_small(const char *path, size_t max, char **out, size_t *len)
     *out = buf;
     *len = n;
     return 0;
+}
+
+char *fileio_read_secret(const char *option, const char *path, size_t *len, char *errbuf,
+                         size_t errlen)
+{
+    char *buf, *line = NULL;
+    size_t n;
+    int rc = fileio_read_small(path, 4096, &buf, &n);
+    if (rc < 0) {
+        snprintf(errbuf, errlen, "%s %s: %s", option, path, strerror(-rc));
+        return NULL;
+    }
+    *len = strcspn(buf, "\r\n");
+    if (*len == 0)
+        snprintf(errbuf, errlen, "%s %s: the first line is empty", option, path);
+    else
+        line = xstrndup(buf, *len);
+    explicit_bzero(buf, n);
+    free(buf);
+    return line;
+}
+
+int fileio_mkdirs(const char *path, mode_t mode)
+{
+    char buf[PATH_MAX];
+    if (snprintf(buf, sizeof(buf), "%s", path) >= (int)sizeof(buf))
+        return -ENAMETOOLONG;
+    for (char *p = buf + 1;; p++) {
+        if (*p != '/' && *p != '\0')
+            continue;
+        char c = *p;
+        *p = '\0';
+        if (mkdir(buf, mode) != 0 && errno != EEXIST)
+            return -errno;
+        *p = c;
+        if (!c)
+            return 0;
+    }
 }

@@ -60,4 +60,14 @@ void fileio_etag(const struct fileio_stat *st, char *buf);
  * (open or read failed, -ENOMEM). Never more than max + 1 bytes are read. */
 int fileio_read_small(const char *path, size_t max, char **out, size_t *len);
 
+/* The first line of the small file at path (a token, a key; up to a NUL
+ * byte, if one comes first): a new string the caller frees (and clears),
+ * *len its length; the file's text is cleared before it is freed. NULL with
+ * errbuf ("OPTION PATH: why") when it cannot be read or the line is empty. */
+char *fileio_read_secret(const char *option, const char *path, size_t *len, char *errbuf,
+                         size_t errlen);
+
+/* mkdir -p of path, mode for what it creates. Returns 0 or -errno. */
+int fileio_mkdirs(const char *path, mode_t mode);
+
 #endif

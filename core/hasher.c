@@ -7,15 +7,13 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "hasher_jobs.h"
-#include "hasher_work.h"
+#include "hasher_int.h"
 #include "hashfile.h"
 #include "log.h"
 #include "util.h"
@@ -115,29 +113,10 @@ void hasher_progress(struct hasher *h, struct hasher_progress *p)
     p->store_entries = hashstore_count(h->store);
 }
 
-/* mkdir -p with 0700 for what it creates (XDG's rule for state). */
-static int make_dirs(const char *path)
-{
-    char buf[PATH_MAX];
-    if (snprintf(buf, sizeof(buf), "%s", path) >= (int)sizeof(buf))
-        return -ENAMETOOLONG;
-    for (char *p = buf + 1;; p++) {
-        if (*p != '/' && *p != '\0')
-            continue;
-        char c = *p;
-        *p = '\0';
-        if (mkdir(buf, 0700) != 0 && errno != EEXIST)
-            return -errno;
-        *p = c;
-        if (!c)
-            return 0;
-    }
-}
-
 static void open_state(struct hasher *h, const char *dir)
 {
     struct st_error err;
-    int rc = make_dirs(dir);
+    int rc = fileio_mkdirs(dir, 0700); /* XDG's rule for state */
     if (rc == 0) {
         h->dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         rc = h->dirfd < 0 ? -errno : 0;

@@ -1,6 +1,6 @@
 /* hasher_jobs: the job table the hasher's other parts share (see
- * hasher_jobs.h): jobs, their queues, and the waiters linked to them. */
-#include "hasher_jobs.h"
+ * hasher_int.h): jobs, their queues, and the waiters linked to them. */
+#include "hasher_int.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -217,7 +217,10 @@ void hasher_do_release(struct hwait *w)
         free(w);
 }
 
-void hasher_do_fire(struct hasher *h, struct hwait *w, enum hasher_result r, struct hwait **fire)
+/* Firing adds w to *fire; the callbacks are made by hasher_call_fired after
+ * the lock is released. */
+static void hasher_do_fire(struct hasher *h, struct hwait *w, enum hasher_result r,
+                           struct hwait **fire)
 {
     if (w->fired)
         return;

@@ -1,6 +1,6 @@
 /* hasher_wait: the API of callers that need a hash before they can answer
  * (hasher_lookup, hasher_want, hasher_wait, hasher_retry_after), on the
- * job table (hasher_jobs.h).
+ * job table (hasher_int.h).
  *
  * A waiter is linked to the job of every file it waits for; each job that
  * finishes takes one from its count, and the last one, a failure, the
@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "hasher_jobs.h"
+#include "hasher_int.h"
 #include "util.h"
 
 #define NS 1000000000ull

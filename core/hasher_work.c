@@ -1,4 +1,4 @@
-/* hasher_work: the hasher's threads on its job table (hasher_jobs.h): the
+/* hasher_work: the hasher's threads on its job table (hasher_int.h): the
  * workers that hash files, the housekeeper that retries, expires waiters
  * and asks for saves, and the saver (design in hasher.h).
  *
@@ -19,8 +19,7 @@
 #include <unistd.h>
 
 #include "hashfile.h"
-#include "hasher_jobs.h"
-#include "hasher_work.h"
+#include "hasher_int.h"
 #include "log.h"
 #include "metrics.h"
 #include "util.h"

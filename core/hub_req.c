@@ -7,7 +7,6 @@
 #include <string.h>
 
 #include "json_scan.h"
-#include "strmap.h"
 #include "util.h"
 
 /* Takes ownership of path (len bytes, NUL-terminated). */
@@ -99,21 +98,16 @@ static int parse_json(const char *text, size_t len, struct hub_paths *p,
                              "the body must be a JSON object: %s", s.text);
     }
     /* The top-level keys, to refuse one given twice (json_scan_value does
-     * that for nested objects); the copies live in one arena. */
-    struct strmap *keys = strmap_new(8);
-    char *arena = xmalloc(len + 1), *next = arena;
+     * that for nested objects). */
+    struct json_scan_keys keys = JSON_SCAN_KEYS_INIT;
     st = -EINVAL;
     if (json_scan_next(&s) != '}') {
         for (;;) {
-            if (json_scan_key(&s) != 0)
+            char key[5];
+            if (json_scan_key(&s) != 0 || json_scan_keys_add(&s, &keys) != 0)
                 goto json_error;
-            size_t klen = json_scan_decode(&s, next, s.str_len);
-            int is_paths = klen == 5 && memcmp(next, "paths", 5) == 0;
-            if (strmap_put(keys, next, klen, (void *)1) != 0) {
-                json_scan_fail(&s, JSON_ERR_DUPLICATE_KEY);
-                goto json_error;
-            }
-            next += klen;
+            int is_paths = s.str_len == 5 && json_scan_decode(&s, key, 5) == 5 &&
+                           memcmp(key, "paths", 5) == 0;
             if (json_scan_colon(&s) != 0)
                 goto json_error;
             if (is_paths) {
@@ -144,38 +138,11 @@ json_error:
                        "the body is not a JSON object of paths: %s at line %d, "
                        "column %d", s.text, s.line, s.column);
 out:
-    strmap_free(keys);
-    free(arena);
+    json_scan_keys_free(&keys);
     return st;
 }
 
 /* ---- forms ---- */
-
-/* Decodes a form component: '+' is a space, %XX a byte. NULL on a bad escape. */
-static char *form_decode(const char *s, size_t n, size_t *out_len)
-{
-    char *d = xmalloc(n + 1);
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (s[i] == '+') {
-            d[k++] = ' ';
-        } else if (s[i] == '%') {
-            int hi = i + 2 < n ? hex_digit_value((unsigned char)s[i + 1]) : -1;
-            int lo = i + 2 < n ? hex_digit_value((unsigned char)s[i + 2]) : -1;
-            if (hi < 0 || lo < 0) {
-                free(d);
-                return NULL;
-            }
-            d[k++] = (char)(hi * 16 + lo);
-            i += 2;
-        } else {
-            d[k++] = s[i];
-        }
-    }
-    d[k] = '\0';
-    *out_len = k;
-    return d;
-}
 
 static int parse_form(const char *text, size_t len, struct hub_paths *p,
                       struct st_error *err)
@@ -187,7 +154,7 @@ static int parse_form(const char *text, size_t len, struct hub_paths *p,
         const char *eq = memchr(text + i, '=', end - i);
         size_t kend = eq ? (size_t)(eq - text) : end;
         size_t klen;
-        char *key = form_decode(text + i, kend - i, &klen);
+        char *key = pct_decode(text + i, kend - i, PCT_FORM | PCT_NUL, &klen);
         if (!key)
             return st_error_fail(err, ST_ERR_INVALID_ARGUMENT,
                                  "the form has a malformed %%-escape");
@@ -195,7 +162,8 @@ static int parse_form(const char *text, size_t len, struct hub_paths *p,
         free(key);
         if (is_paths) {
             size_t vlen;
-            char *v = eq ? form_decode(eq + 1, end - kend - 1, &vlen) : xstrdup("");
+            char *v = eq ? pct_decode(eq + 1, end - kend - 1, PCT_FORM | PCT_NUL, &vlen)
+                         : xstrdup("");
             if (!eq)
                 vlen = 0;
             if (!v)

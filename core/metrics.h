@@ -3,7 +3,7 @@
  *
  * Requests are counted by kind x outcome, two small label sets the caller
  * names (metrics_set_labels): the daemon's kinds are its endpoints and its
- * outcomes the HTTP status classes (server/http_metrics), which this
+ * outcomes the HTTP status classes (server/http/http_metrics), which this
  * library does not know.
  *
  * Every hot-path call is a few relaxed atomic adds on a cache-line-padded
@@ -53,7 +53,7 @@ enum metrics_ctr {
     MC_GPU_PRELOAD_DISK_BYTES,       /* preload bytes read from the disk */
     MC_RESPONSES_ABORTED,     /* answers whose body did not go out whole (client left, timeout,
                                * write error, file written): their bytes count what was sent */
-    MC_DOCS_RENDERED,         /* model documents rendered (server/doc_cache) */
+    MC_DOCS_RENDERED,         /* model documents rendered (server/handlers/doc_cache) */
     MC_MIRROR_UPSTREAM_BYTES, /* bytes the mirror fetched from its upstream */
     MC_MIRROR_BLOCKS,         /* blocks it fetched whole */
     MC_MIRROR_VERIFY_FAILURES,/* files whose bytes did not hash to the digest they were asked by */
@@ -104,7 +104,7 @@ void metrics_hash_progress(uint64_t bytes, uint64_t files, uint64_t errors);
 void metrics_set_hashing(uint64_t files_pending, uint64_t bytes_pending, uint64_t files_known,
                          uint64_t files);
 
-/* Gauges of a mirror's cache (core/mirror): the bytes it holds, its files,
+/* Gauges of a mirror's cache (mirror/mirror): the bytes it holds, its files,
  * and those of them still partial. Set as they change. */
 void metrics_set_mirror(uint64_t bytes_held, uint64_t files, uint64_t partial_files);
 

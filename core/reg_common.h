@@ -1,13 +1,54 @@
 /* reg_common: what the registry's models (reg_model), repos (reg_repo) and
- * walk (registry) share: the refcounted root directory, the entries of a
- * directory as a model or repo was built from them, freeing its files, and
- * which errors are worth a rescan. Internal to the registry. */
+ * walk (registry) share, at the bottom of the registry: the refcounted root
+ * directory, a served file, the entries of a directory as a model or repo
+ * was built from them, freeing its files, and which errors are worth a
+ * rescan. */
 #ifndef TENSORD_REG_COMMON_H
 #define TENSORD_REG_COMMON_H
 
+#include <stdatomic.h>
 #include <stddef.h>
+#include <stdint.h>
 
-#include "registry.h"
+#include "fileio.h"
+#include "st_error.h"
+#include "st_header.h"
+
+/* The models root: opened once per scan, shared by its snapshot and every
+ * model built in it, which open their files below it. */
+struct reg_root {
+    atomic_uint refs;
+    int fd;
+    char *path;                /* its real path */
+};
+
+struct reg_file {
+    char *name;                /* relative to the model directory */
+    char *path;                /* relative to the root, '/'-separated */
+    int fd;                    /* .safetensors files: open for the model's lifetime; -1 for other
+                                * files (opened per answer: reg_model_open_file) and on errors */
+    struct fileio_stat st;     /* the version that was validated and is served */
+    /* This version's content hashes, once known (the hasher computes them
+     * in the background): the one part of a model filled in after it was
+     * built, written once (reg_file_set_hashes) and read after `hashed` says
+     * REG_HASHED. */
+    unsigned char sha256[32];
+    char sha256_etag[67];      /* the sha256 in hex between quotes: the file's ETag */
+    unsigned char git_sha1[20]; /* the git blob id, when has_git_sha1 */
+    unsigned char has_git_sha1;
+    atomic_int hashed;         /* 0, REG_HASHING while being written, REG_HASHED */
+    int is_safetensors;        /* name ends in ".safetensors" */
+    struct st_header *header;  /* parsed header; NULL for plain or invalid files */
+    uint64_t data_start;       /* file offset of the data buffer: 8 + header_len */
+    struct st_error error;     /* code != ST_OK when this file is invalid */
+};
+
+/* One entry of a model directory as a rescan compares it: the model is
+ * reused while every entry is still the same version of the same file. */
+struct reg_entry_id {
+    char *name;
+    struct fileio_stat st;
+};
 
 /* Whether errno e is an I/O or resource error (a later attempt may succeed)
  * rather than something the files or their permissions say. */

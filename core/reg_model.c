@@ -30,12 +30,6 @@
 #define ST_SUFFIX ".safetensors"
 #define INDEX_SUFFIX ".safetensors.index.json"
 
-static int has_suffix(const char *s, const char *suffix)
-{
-    size_t n = strlen(s), k = strlen(suffix);
-    return n > k && memcmp(s + n - k, suffix, k) == 0;
-}
-
 /* Marks m invalid. The first error wins. Users see the message inside JSON,
  * so a message cut short (by "%.200s" or the buffer's end) in the middle of
  * a UTF-8 sequence is shortened to the last whole character. */
@@ -302,7 +296,7 @@ static void validate_model(struct reg_model *m)
     struct reg_file *index = NULL;
     size_t n_index = 0;
     for (size_t i = 0; i < m->n_files; i++) {
-        if (has_suffix(m->files[i].name, INDEX_SUFFIX)) {
+        if (str_has_suffix(m->files[i].name, INDEX_SUFFIX)) {
             if (n_index++ == 0)
                 index = &m->files[i];
             else {
@@ -364,7 +358,7 @@ static int open_file(struct reg_model *m, const char *dir, const char *name, str
         return 0;
     }
     f->name = xstrdup(name);
-    f->is_safetensors = has_suffix(name, ST_SUFFIX);
+    f->is_safetensors = str_has_suffix(name, ST_SUFFIX);
     if (fd < 0) {
         st_error_errno(&f->error, -fd, "%s: open", name);
         m->transient |= reg_errno_transient(-fd);

@@ -72,8 +72,14 @@ static int check_file(struct reg_repo *r, const char *name, struct reg_file *f)
     return 1;
 }
 
-struct reg_repo *reg_repo_build(struct reg_root *root, const char *id,
-                                const struct reg_entry_id *ids, size_t n)
+/* Builds repo `id` from its files ids[0..n) (names relative to the repo
+ * directory, sorted or not): each is opened below root to make sure it may
+ * be served, and closed. Returns a repo with one reference, or NULL when
+ * memory ran out (the number of files is the directory's choice);
+ * `transient` is set when an I/O or resource error kept a file from being
+ * checked. */
+static struct reg_repo *reg_repo_build(struct reg_root *root, const char *id,
+                                       const struct reg_entry_id *ids, size_t n)
 {
     struct reg_repo *r = calloc(1, sizeof(*r));
     if (!r)
@@ -104,7 +110,8 @@ oom:
     return NULL;
 }
 
-int reg_repo_unchanged(const struct reg_repo *r, const struct reg_entry_id *ids, size_t n)
+/* Whether r was built from exactly these entries (sorted by name). */
+static int reg_repo_unchanged(const struct reg_repo *r, const struct reg_entry_id *ids, size_t n)
 {
     if (r->transient || n != r->n_ids)
         return 0;

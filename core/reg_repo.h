@@ -15,13 +15,33 @@
 #ifndef TENSORD_REG_REPO_H
 #define TENSORD_REG_REPO_H
 
-#include "registry.h"
+#include "reg_common.h"
 
 /* Files larger than this, and every .safetensors file, are "LFS" files to
  * Hugging Face clients: their ETag and blob are the SHA-256 (X-Linked-Etag,
  * lfs.oid), and their git blob is the LFS pointer's. Smaller files' ETag and
  * blob id are their git blob SHA-1. The Hub's own 10 MB line. */
 #define REG_REPO_LFS_MIN (10ull * 1024 * 1024)
+
+/* A repo: a directory of files below the root, under a repo id. */
+struct reg_repo_rev;
+struct shared_doc;
+struct reg_repo {
+    atomic_uint refs;
+    struct reg_root *root;
+    char *id;                  /* "name" or "org/name": its directory relative to the root */
+    int transient;             /* an I/O or resource error kept a file from being checked */
+    size_t n_files;
+    struct reg_file *files;    /* sorted by name (the '/'-separated path below the repo); fd is
+                                * always -1: answers open them below the root */
+    struct strmap *by_name;    /* name -> struct reg_file * */
+    size_t n_ids;
+    struct reg_entry_id *ids;  /* the entries it was built from, by name (names below the repo) */
+    uint64_t bytes;            /* sum of file sizes */
+    _Atomic(struct reg_repo_rev *) rev; /* computed once every hash is known */
+    _Atomic(struct shared_doc *) card;  /* README.md's card as JSON (empty: none), made once
+                                         * by the Hub's model info (reg_repo_set_card) */
+};
 
 /* A directory of a repo ("" is the repo itself). */
 struct reg_repo_dir {
@@ -39,15 +59,6 @@ struct reg_repo_rev {
     struct reg_repo_dir *dirs; /* sorted by path; dirs[0] is the root */
     struct strmap *by_dir;     /* path -> struct reg_repo_dir * */
 };
-
-/* Builds repo `id` from its files ids[0..n) (names relative to the repo
- * directory, sorted or not): each is opened below root to make sure it may
- * be served, and closed. Returns a repo with one reference, or NULL when
- * memory ran out (the number of files is the directory's choice);
- * `transient` is set when an I/O or resource error kept a file from being
- * checked. Internal to the registry. */
-struct reg_repo *reg_repo_build(struct reg_root *root, const char *id,
-                                const struct reg_entry_id *ids, size_t n);
 
 /* Collecting a repo's files while the registry walks below its directory
  * (internal to the registry): begin at the repo's directory (with the scan
@@ -67,9 +78,6 @@ const char *reg_repo_walk_id(const struct reg_repo_walk *w);
  * I/O or resource error (the scan should be retried). */
 struct reg_repo *reg_repo_walk_end(struct reg_repo_walk *w, struct reg_root *root,
                                    const struct reg_repo *old, size_t errors, int *transient);
-
-/* Whether r was built from exactly these entries (sorted by name). */
-int reg_repo_unchanged(const struct reg_repo *r, const struct reg_entry_id *ids, size_t n);
 
 struct reg_repo *reg_repo_ref(const struct reg_repo *r);
 void reg_repo_unref(const struct reg_repo *r);

@@ -65,12 +65,6 @@ struct scan {
     size_t errors, reused;
 };
 
-static int has_suffix(const char *s, const char *suffix)
-{
-    size_t n = strlen(s), k = strlen(suffix);
-    return n > k && memcmp(s + n - k, suffix, k) == 0;
-}
-
 static int cmp_entry(const void *a, const void *b)
 {
     return strcmp(((const struct entry *)a)->name, ((const struct entry *)b)->name);
@@ -271,7 +265,7 @@ static void walk(struct scan *s, int dirfd, const char *rel, unsigned depth)
             reg_repo_walk_add(s->repo, rel, e[i].name, &e[i].st);
     if (depth == 0) {
         for (size_t i = 0; i < n; i++) {
-            if (e[i].kind != ENTRY_REG || !has_suffix(e[i].name, ST_SUFFIX))
+            if (e[i].kind != ENTRY_REG || !str_has_suffix(e[i].name, ST_SUFFIX))
                 continue;
             char *name = xstrndup(e[i].name, strlen(e[i].name) - strlen(ST_SUFFIX));
             take_model(s, name, "", &e[i], 1);
@@ -280,7 +274,7 @@ static void walk(struct scan *s, int dirfd, const char *rel, unsigned depth)
     } else {
         int is_model = 0;
         for (size_t i = 0; i < n && !is_model; i++)
-            is_model = e[i].kind == ENTRY_REG && has_suffix(e[i].name, ST_SUFFIX);
+            is_model = e[i].kind == ENTRY_REG && str_has_suffix(e[i].name, ST_SUFFIX);
         if (is_model)
             take_model(s, rel, rel, e, n);
     }
@@ -507,7 +501,7 @@ int registry_dir_is_model(const char *path)
     struct dirent *de;
     while (!found && (de = readdir(d)) != NULL) {
         struct stat sb;
-        found = de->d_name[0] != '.' && has_suffix(de->d_name, ST_SUFFIX) &&
+        found = de->d_name[0] != '.' && str_has_suffix(de->d_name, ST_SUFFIX) &&
                 fstatat(fd, de->d_name, &sb, 0) == 0 && S_ISREG(sb.st_mode);
     }
     closedir(d);

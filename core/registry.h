@@ -7,7 +7,11 @@
  * every model whose files are the same versions as before (so an unchanged
  * model keeps its descriptors, headers and rendered documents), and an
  * answer or a GPU load pins the one model it reads, not the snapshot.
- * Invalid files and models are recorded with their error, never fatal. */
+ * Invalid files and models are recorded with their error, never fatal.
+ *
+ * Its parts depend one way: registry.c (the walk, snapshots, the registry)
+ * on reg_repo (repos) on reg_model (models, their files) on reg_common (the
+ * types they share and their helpers); this header includes theirs. */
 #ifndef TENSORD_REGISTRY_H
 #define TENSORD_REGISTRY_H
 
@@ -16,109 +20,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "fileio.h"
-#include "st_error.h"
-#include "st_header.h"
-
-/* The models root: opened once per scan, shared by its snapshot and every
- * model built in it, which open their files below it. */
-struct reg_root {
-    atomic_uint refs;
-    int fd;
-    char *path;                /* its real path */
-};
-
-struct reg_file {
-    char *name;                /* relative to the model directory */
-    char *path;                /* relative to the root, '/'-separated */
-    int fd;                    /* .safetensors files: open for the model's lifetime; -1 for other
-                                * files (opened per answer: reg_model_open_file) and on errors */
-    struct fileio_stat st;     /* the version that was validated and is served */
-    /* This version's content hashes, once known (the hasher computes them
-     * in the background): the one part of a model filled in after it was
-     * built, written once (reg_file_set_hashes) and read after `hashed` says
-     * REG_HASHED. */
-    unsigned char sha256[32];
-    char sha256_etag[67];      /* the sha256 in hex between quotes: the file's ETag */
-    unsigned char git_sha1[20]; /* the git blob id, when has_git_sha1 */
-    unsigned char has_git_sha1;
-    atomic_int hashed;         /* 0, REG_HASHING while being written, REG_HASHED */
-    int is_safetensors;        /* name ends in ".safetensors" */
-    struct st_header *header;  /* parsed header; NULL for plain or invalid files */
-    uint64_t data_start;       /* file offset of the data buffer: 8 + header_len */
-    struct st_error error;     /* code != ST_OK when this file is invalid */
-};
-
-struct reg_tensor {
-    const struct st_tensor *t; /* points into file->header */
-    const struct reg_file *file;
-};
-
-enum model_state { MODEL_READY, MODEL_INVALID };
-
-/* The documents a model caches (rendered by server/doc_cache): its
- * description as of some hash progress, the part of the description that
- * hashes do not change (shared by its states), and the merged header. */
-enum reg_doc_kind { REG_DOC_MODEL, REG_DOC_MODEL_BODY, REG_DOC_HEADER, REG_DOC_COUNT };
-
-struct shared_doc;
-
-/* One entry of a model directory as a rescan compares it: the model is
- * reused while every entry is still the same version of the same file. */
-struct reg_entry_id {
-    char *name;
-    struct fileio_stat st;
-};
-
-struct reg_model {
-    atomic_uint refs;
-    struct reg_root *root;
-    char *name;                /* relative to the root, '/'-separated; "NAME" for NAME.safetensors at the root */
-    char *dir;                 /* its directory relative to the root; "" for NAME.safetensors */
-    enum model_state state;
-    struct st_error error;     /* why the model is invalid */
-    int transient;             /* invalid because of an I/O or resource error (out of descriptors
-                                * or memory, a failing disk), not because of its files' contents */
-    int sharded;               /* has a *.safetensors.index.json */
-    const struct reg_file *index_file; /* the index among files, or NULL */
-    size_t n_files;
-    struct reg_file *files;    /* sorted by name; every regular file served for this model */
-    size_t n_tensors;
-    struct reg_tensor *tensors;/* sorted by (file, begin) */
-    uint64_t tensor_bytes;     /* sum of tensor sizes */
-    struct strmap *by_tensor;  /* name -> struct reg_tensor * */
-    struct strmap *by_file;    /* name -> struct reg_file * */
-    size_t n_ids;
-    struct reg_entry_id *ids;  /* what the directory held when the model was built, by name */
-    /* JSON documents derived from the model (the description and the merged
-     * header), rendered off the HTTP threads (server/doc_cache). Each slot
-     * holds one reference to a shared document, dropped when it is replaced
-     * (a description with more hashes known) or the model is freed.
-     * doc_lock guards the slots; it is held to copy or swap a pointer (and
-     * take a reference), never to render. */
-    pthread_mutex_t doc_lock;
-    struct shared_doc *docs[REG_DOC_COUNT];
-};
-
-/* A Hugging Face repo (core/reg_repo.h): a directory of files below the
- * root, under a repo id. */
-struct reg_repo_rev;
-struct reg_repo {
-    atomic_uint refs;
-    struct reg_root *root;
-    char *id;                  /* "name" or "org/name": its directory relative to the root */
-    int transient;             /* an I/O or resource error kept a file from being checked */
-    size_t n_files;
-    struct reg_file *files;    /* sorted by name (the '/'-separated path below the repo); fd is
-                                * always -1: answers open them below the root */
-    struct strmap *by_name;    /* name -> struct reg_file * */
-    size_t n_ids;
-    struct reg_entry_id *ids;  /* the entries it was built from, by name (names below the repo) */
-    uint64_t bytes;            /* sum of file sizes */
-    _Atomic(struct reg_repo_rev *) rev; /* computed once every hash is known */
-    _Atomic(struct shared_doc *) card;  /* README.md's card as JSON (empty: none), made once
-                                         * by the Hub's model info (reg_repo_set_card) */
-};
+#include "reg_model.h"
+#include "reg_repo.h"
 
 struct reg_snapshot {
     atomic_uint refs;
@@ -184,58 +87,8 @@ const struct reg_model *reg_snapshot_find_model(const struct reg_snapshot *r, co
 /* The repo with this id ("name" or "org/name"), or NULL. */
 const struct reg_repo *reg_snapshot_find_repo(const struct reg_snapshot *r, const char *id,
                                               size_t len);
-const struct reg_tensor *reg_model_find_tensor(const struct reg_model *m, const char *name,
-                                               size_t len);
-const struct reg_file *reg_model_find_file(const struct reg_model *m, const char *name, size_t len);
-
-/* Opens file f of model m again, below the root, with `flags` (e.g. for a
- * plain file, which is not kept open, or O_DIRECT for a GPU load). Returns
- * the descriptor, -ESTALE when the path now leads to another file or another
- * version of it, or another negative errno. */
-int reg_model_open_file(const struct reg_model *m, const struct reg_file *f, int flags);
-/* The same for a file of any model or repo built in root. */
-int reg_open_below(const struct reg_root *root, const struct reg_file *f, int flags);
-
-#define REG_HASHING 1
-#define REG_HASHED 2
-
-/* Records f's content hashes (git_sha1 may be NULL). The first call wins;
- * later ones change nothing. Any thread. */
-void reg_file_set_hashes(const struct reg_file *f, const unsigned char sha256[32],
-                         const unsigned char *git_sha1);
-/* Whether f's hashes are known. */
-int reg_file_hashed(const struct reg_file *f);
-/* How many times any file's hashes became known in this process: a reader
- * that looked at every file's state when it was n need not look again
- * while it is still n. */
-uint64_t reg_hashes_recorded(void);
-/* Writes f's sha256 as 64 hex digits and a NUL into out (65 bytes) and
- * returns 1 when it is known; returns 0 (out "") otherwise. */
-int reg_file_sha256_hex(const struct reg_file *f, char *out);
-
-/* The ETag of file f's content: "<sha256 hex>" once its hash is known,
- * before that W/"<size>-<mtime ns>" (see fileio_etag: a weak tag, which never
- * satisfies If-Range or If-Match). Writes at most REG_ETAG_MAX bytes. */
-#define REG_ETAG_MAX 72
-void reg_file_etag(const struct reg_file *f, char *out);
-
-/* Whether the ETag reg_file_etag gives f is weak. */
-int reg_file_etag_weak(const struct reg_file *f);
-
-/* A new reference to m's cached document `kind` (the caller drops it with
- * shared_doc_unref), or NULL when there is none. Any thread; never waits
- * for more than a pointer copy. */
-struct shared_doc *reg_model_doc(const struct reg_model *m, enum reg_doc_kind kind);
-/* Makes d (may be NULL) m's document `kind`, taking a reference to it; the
- * one it replaces is dropped (outside the lock). */
-void reg_model_set_doc(const struct reg_model *m, enum reg_doc_kind kind, struct shared_doc *d);
-
 struct reg_snapshot *reg_snapshot_ref(struct reg_snapshot *r);
 void reg_snapshot_unref(struct reg_snapshot *r);
-
-/* A model outlives every snapshot that lists it while someone holds it. */
-struct reg_model *reg_model_ref(const struct reg_model *m);
-void reg_model_unref(const struct reg_model *m);
 
 /* The registry: the current snapshot, for concurrent readers; the daemon
  * has one, and swaps a new snapshot in after each rescan. */

@@ -17,33 +17,6 @@
 
 /* ---- the query ------------------------------------------------------------ */
 
-/* Percent-decodes s[0..n) into a new string; NULL on a bad escape or NUL. */
-static char *pct_decode(const char *s, size_t n, size_t *out_len)
-{
-    char *d = xmalloc(n + 1);
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++) {
-        char c = s[i];
-        if (c == '%') {
-            int hi = n - i >= 3 ? hex_digit_value((unsigned char)s[i + 1]) : -1;
-            int lo = n - i >= 3 ? hex_digit_value((unsigned char)s[i + 2]) : -1;
-            if (hi < 0 || lo < 0)
-                goto bad;
-            c = (char)(hi << 4 | lo);
-            i += 2;
-        }
-        if (c == '\0')
-            goto bad;
-        d[k++] = c;
-    }
-    d[k] = '\0';
-    *out_len = k;
-    return d;
-bad:
-    free(d);
-    return NULL;
-}
-
 int s3_query_parse(const char *q, size_t len, struct s3_query *out, struct st_error *err)
 {
     memset(out, 0, sizeof(*out));
@@ -57,8 +30,8 @@ int s3_query_parse(const char *q, size_t len, struct s3_query *out, struct st_er
                                      "the query has more than %d parameters", S3_MAX_PARAMS);
             const char *eq = memchr(p, '=', (size_t)(stop - p));
             struct s3_param *pa = &out->p[out->n];
-            pa->key = pct_decode(p, (size_t)((eq ? eq : stop) - p), &pa->key_len);
-            pa->value = eq ? pct_decode(eq + 1, (size_t)(stop - eq - 1), &pa->value_len)
+            pa->key = pct_decode(p, (size_t)((eq ? eq : stop) - p), 0, &pa->key_len);
+            pa->value = eq ? pct_decode(eq + 1, (size_t)(stop - eq - 1), 0, &pa->value_len)
                            : xstrdup("");
             if (!eq)
                 pa->value_len = 0;
@@ -378,22 +351,6 @@ int s3_sigv4_parse(const char *auth, const char *amz_date, const struct s3_query
     return auth ? S3_AUTH_HEADER : S3_AUTH_QUERY;
 }
 
-/* AWS's UriEncode: every byte but A-Z a-z 0-9 - _ . ~ as %XX (uppercase);
- * '/' kept when keep_slash. */
-static void uri_encode(struct strbuf *b, const char *s, size_t n, int keep_slash)
-{
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-            c == '-' || c == '_' || c == '.' || c == '~' || (c == '/' && keep_slash)) {
-            strbuf_putc(b, (char)c);
-        } else {
-            char esc[3] = {'%', hex_upper[c >> 4], hex_upper[c & 15]};
-            strbuf_append(b, esc, 3);
-        }
-    }
-}
-
 struct enc_param {
     char *k, *v;
 };
@@ -408,7 +365,7 @@ static int enc_param_cmp(const void *a, const void *b)
 static char *encoded(const char *s, size_t n)
 {
     struct strbuf b = STRBUF_INIT;
-    uri_encode(&b, s, n, 0);
+    strbuf_pct_encode(&b, s, n, 0);
     strbuf_putc(&b, '\0'); /* an empty value is still a string */
     char *t = strbuf_detach(&b, NULL);
     return t ? t : xstrdup("");
@@ -466,13 +423,13 @@ char *s3_sigv4_canonical(const char *method, const char *path, size_t path_len,
     do {
         const char *slash = memchr(p, '/', (size_t)(end - p));
         size_t seg = (size_t)((slash ? slash : end) - p), dlen;
-        char *d = pct_decode(p, seg, &dlen);
+        char *d = pct_decode(p, seg, 0, &dlen);
         if (!d) {
             strbuf_release(&b);
             st_error_fail(err, ST_ERR_INVALID_ARGUMENT, "the path has a malformed escape");
             return NULL;
         }
-        uri_encode(&b, d, dlen, 0);
+        strbuf_pct_encode(&b, d, dlen, 0);
         free(d);
         if (slash)
             strbuf_putc(&b, '/');

@@ -65,8 +65,10 @@ void shared_doc_unref(struct shared_doc *d)
     free(d);
 }
 
-unsigned shared_doc_spans(const struct shared_doc *d, uint64_t off, uint64_t len,
-                          const void *p[3], size_t n[3])
+/* The pieces of memory holding bytes [off, off + len) in order, into p and
+ * n (3 each); returns how many. */
+static unsigned shared_doc_spans(const struct shared_doc *d, uint64_t off, uint64_t len,
+                                 const void *p[3], size_t n[3])
 {
     unsigned k = 0;
     for (unsigned i = 0; i < d->n_segs && len; i++) {

@@ -51,10 +51,6 @@ struct shared_doc *shared_doc_ref(struct shared_doc *d);
 void shared_doc_unref(struct shared_doc *d);
 /* Copies bytes [off, off + len) (inside the document) into buf. */
 void shared_doc_copy(const struct shared_doc *d, uint64_t off, void *buf, size_t len);
-/* The pieces of memory holding bytes [off, off + len) in order, into p and
- * n (3 each); returns how many. */
-unsigned shared_doc_spans(const struct shared_doc *d, uint64_t off, uint64_t len,
-                          const void *p[3], size_t n[3]);
 
 /* A body (core/body.h) over a shared document: its ctx is a reference the
  * body owns, dropped by its free. */

@@ -11,7 +11,7 @@
  *
  * The arena is [tensors][dims][metadata][strings], sized from the pre-pass's
  * counts; a name, key or value is decoded straight to its place in it. */
-#include "st_entries.h"
+#include "st_header_int.h"
 
 #include <errno.h>
 #include <inttypes.h>

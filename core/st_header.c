@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 #include "fileio.h"
-#include "st_entries.h"
+#include "st_header_int.h"
 #include "util.h"
 
 #define NONE ((size_t)-1)

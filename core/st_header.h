@@ -17,6 +17,7 @@
 #define ST_MAX_HEADER_LEN 100000000ULL
 #define ST_MAX_NDIM 64  /* stricter than the crate: a shape longer than this is rejected */
 #define ST_MAX_DEPTH 8  /* JSON nesting cap, checked before the JSON parser runs */
+#define ST_NAME_SHOW 64 /* bytes of a name or key quoted in a message */
 
 struct st_tensor {
     const char *name;     /* NUL-terminated, owned by the header */

@@ -68,6 +68,20 @@ void strbuf_putc(struct strbuf *sb, char c)
     sb->buf[sb->len] = '\0';
 }
 
+void strbuf_pct_encode(struct strbuf *sb, const char *s, size_t n, int keep_slash)
+{
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+            c == '-' || c == '_' || c == '.' || c == '~' || (c == '/' && keep_slash)) {
+            strbuf_putc(sb, (char)c);
+        } else {
+            char esc[3] = {'%', hex_upper[c >> 4], hex_upper[c & 15]};
+            strbuf_append(sb, esc, 3);
+        }
+    }
+}
+
 void strbuf_printf(struct strbuf *sb, const char *fmt, ...)
 {
     char small[128];

@@ -28,6 +28,10 @@ void strbuf_append(struct strbuf *sb, const void *p, size_t n);
 void strbuf_puts(struct strbuf *sb, const char *s);
 void strbuf_putc(struct strbuf *sb, char c);
 void strbuf_printf(struct strbuf *sb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* s[0..n) percent-encoded as RFC 3986 (and AWS's UriEncode) want it: every
+ * byte but the unreserved A-Z a-z 0-9 - . _ ~ as %XX in upper case, '/'
+ * kept when keep_slash. */
+void strbuf_pct_encode(struct strbuf *sb, const char *s, size_t n, int keep_slash);
 
 /* The text, NUL-terminated and trimmed to its length, now owned by the
  * caller (free it); *len (when not NULL) gets its length. NULL when the

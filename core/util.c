@@ -160,6 +160,41 @@ size_t utf8_encode(uint32_t cp, unsigned char out[4])
     return n;
 }
 
+int str_has_suffix(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), k = strlen(suffix);
+    return n > k && memcmp(s + n - k, suffix, k) == 0;
+}
+
+char *pct_decode(const char *s, size_t n, int flags, size_t *out_len)
+{
+    char *d = xmalloc(n + 1);
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (c == '+' && (flags & PCT_FORM)) {
+            c = ' ';
+        } else if (c == '%') {
+            int hi = n - i >= 3 ? hex_digit_value((unsigned char)s[i + 1]) : -1;
+            int lo = n - i >= 3 ? hex_digit_value((unsigned char)s[i + 2]) : -1;
+            if (hi < 0 || lo < 0)
+                goto bad;
+            c = (char)(hi << 4 | lo);
+            i += 2;
+        }
+        if (c == '\0' && !(flags & PCT_NUL))
+            goto bad;
+        d[k++] = c;
+    }
+    d[k] = '\0';
+    if (out_len)
+        *out_len = k;
+    return d;
+bad:
+    free(d);
+    return NULL;
+}
+
 int hex_digit_value(unsigned char c)
 {
     if (c >= '0' && c <= '9')

@@ -39,6 +39,9 @@ uint64_t hash_fnv1a(const void *data, size_t len, uint64_t seed);
  * Returns out. */
 const char *str_excerpt(const char *s, size_t n, size_t max, char *out);
 
+/* Whether s ends in suffix, with something before it. */
+int str_has_suffix(const char *s, const char *suffix);
+
 /* Returns 1 when s[0..n) is well-formed UTF-8 (no overlongs, no surrogates). */
 int utf8_valid(const char *s, size_t n);
 /* The length of code point cp (<= 0x10FFFF) in UTF-8, 1..4 bytes. */
@@ -46,6 +49,14 @@ size_t utf8_len(uint32_t cp);
 /* Writes cp (<= 0x10FFFF, not a surrogate) in UTF-8 into out; returns its
  * length, utf8_len(cp). */
 size_t utf8_encode(uint32_t cp, unsigned char out[4]);
+
+/* Percent-decodes s[0..n) into a new NUL-terminated string (caller frees),
+ * its length in *out_len (may be NULL). With PCT_FORM '+' is a space, as
+ * HTML forms and Python's urlencode write it (an escaped %2B stays '+').
+ * NULL on a bad escape, or on a decoded NUL unless PCT_NUL. */
+#define PCT_FORM 1
+#define PCT_NUL 2
+char *pct_decode(const char *s, size_t n, int flags, size_t *out_len);
 
 /* The value of hexadecimal digit c (either case), or -1. */
 int hex_digit_value(unsigned char c);

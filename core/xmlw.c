@@ -100,16 +100,7 @@ void xmlw_bool(struct xmlw *w, const char *name, int v)
 void xmlw_url_text(struct xmlw *w, const char *name, const char *text, size_t n)
 {
     xmlw_open(w, name, NULL);
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)text[i];
-        if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-            c == '-' || c == '_' || c == '.' || c == '~' || c == '/') {
-            strbuf_putc(&w->sb, (char)c);
-        } else {
-            char esc[3] = {'%', hex_upper[c >> 4], hex_upper[c & 15]};
-            strbuf_append(&w->sb, esc, 3);
-        }
-    }
+    strbuf_pct_encode(&w->sb, text, n, 1);
     xmlw_close(w, name);
 }
 

@@ -2,7 +2,7 @@
 """`make test`: every test stage, then one "N passed, N failed" line.
 
 Stages: builds (with and without CUDA, the unit tests plain and under
-ASan+UBSan) and the dependency-circle check of server/; then the
+ASan+UBSan) and the dependency-circle check of every layer; then the
 integration suite against the real daemon and, side by side, against the
 ASan+UBSan daemon, both in the background while the
 CPU-bound stages run in the foreground: the C unit tests, the same under
@@ -122,8 +122,8 @@ def main():
     built = stage("build (CUDA=auto)", ["make", "-j", JOBS, "all"], counted=False)
     stage("build (CUDA=no)", ["make", "-j", JOBS, "CUDA=no", "BUILD=build/nocuda", "all"],
           counted=False)
-    # No include or call circle among server/'s modules (make circles).
-    stage("dependency circles (server/)", ["make", "--no-print-directory", "circles"],
+    # No include or call circle in any layer, nor across them (make circles).
+    stage("dependency circles (every layer)", ["make", "--no-print-directory", "circles"],
           counted=False)
     unit_bins = sorted(
         f"build/tests/{f[:-2]}" for f in os.listdir(os.path.join(ROOT, "tests/unit"))

@@ -1,4 +1,4 @@
-/* libFuzzer target for the request headers server/respond.c parses itself
+/* libFuzzer target for the request headers server/http/respond.c parses itself
  * (libmicrohttpd only splits them): HTTP dates (If-Modified-Since,
  * If-Unmodified-Since, If-Range) through http_date_parse, and entity-tag
  * lists (If-Match, If-None-Match, If-Range) through http_etag_match.

@@ -19,7 +19,7 @@
 
 #include "answer.h"
 #include "client_int.h"
-#include "gpu/ipc_proto.h"
+#include "ipc_proto.h"
 #include "util.h"
 
 #include "../ref/ipc_proto_jansson.c"

@@ -1,13 +1,13 @@
 /* Fuzzes what the mirror reads from outside itself: the first byte picks
- *   0: a state file of its cache (core/mirror_store.c), left by a previous
+ *   0: a state file of its cache (mirror/mirror_store.c), left by a previous
  *      run or another program: accepted only with the key's digest, a size
  *      whose blocks fit, a block size that is a multiple of 4096 and a
  *      bitmap of exactly its blocks with no bit past the last;
- *   1: a repo document from the upstream (core/mirror_model.c): the files
+ *   1: a repo document from the upstream (mirror/mirror_model.c): the files
  *      taken are top-level weight files with a checkable hash, the commit
  *      40 lowercase hex digits;
- *   2: header lines of an upstream answer (core/upstream.c) and the file
- *      metadata made of them (core/mirror_job.c): every string taken is
+ *   2: header lines of an upstream answer (mirror/upstream.c) and the file
+ *      metadata made of them (mirror/mirror_job.c): every string taken is
  *      NUL-terminated, without control bytes, a range is ordered and within
  *      its total, a found file has a commit and a digest of its kind.
  * Errors must carry a message; nothing may be left allocated. */

@@ -48,7 +48,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     route_free(&r);
     size_t n;
-    free(route_decode((const char *)data, size, &n));
+    free(pct_decode((const char *)data, size, 0, &n));
     free(path);
     return 0;
 }

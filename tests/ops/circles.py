@@ -7,7 +7,11 @@ symbols of the compiled objects (nm: who defines a symbol, who uses it).
 
 A module is a source's name without its extension (`respond.c` and
 `respond.h` are one module; a header alone, such as `handlers.h`, is one
-too). An include edge goes from the file that includes to the module of the
+too). A module's private header is part of it: `X_int.h` that includes
+`X.h` (`hasher_int.h`, what the hasher's files share beyond `hasher.h`)
+is module `X`, which its parts include; their calls, which the symbols
+show, must still point one way. (`client_int.h` and `h_hub_int.h`, shared
+by several modules and extending none, stay modules of their own.) An include edge goes from the file that includes to the module of the
 header it names ("x.h", found in the folders given or in the build's
 generated sources); a symbol edge goes from the object that uses a symbol to
 the object that defines it. A circle is a strongly connected set of two or
@@ -24,8 +28,13 @@ INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
 
 def module_of(path, root):
-    rel = os.path.relpath(path, root)
-    return os.path.splitext(rel)[0]
+    name, ext = os.path.splitext(os.path.relpath(path, root))
+    if ext == ".h" and name.endswith("_int"):
+        public = os.path.basename(name[:-len("_int")]) + ".h"
+        with open(path, errors="replace") as f:
+            if public in INCLUDE.findall(f.read()):
+                return name[:-len("_int")]
+    return name
 
 
 def sources(root, folders):

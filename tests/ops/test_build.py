@@ -1,7 +1,8 @@
-"""The Makefile's own checks: library versions before compiling, with a
-message naming the library, its minimum and the Debian package (the
-tests' own libraries checked apart); a quiet build ("CC file") unless V=1;
-jansson only in the tests."""
+"""The Makefile's own checks: `make config` decides once (library
+versions, with a message naming the library, its minimum and the Debian
+package; the tests' own libraries checked apart; CUDA) and is made again
+only when an input changes; a quiet build ("CC file") unless V=1; jansson
+only in the tests."""
 import glob
 import os
 import re
@@ -57,8 +58,59 @@ def test_quiet_build_and_v1(tmp_path):
     obj = f"{tmp_path}/obj/core/util.o"
     p = make(f"BUILD={tmp_path}", obj)
     assert p.returncode == 0, p.stderr
-    assert p.stdout.strip() == f"CC     {obj}", p.stdout
+    assert p.stdout.split("\n")[:2] == [f"  CONFIG {tmp_path}/config.mk", f"  CC     {obj}"], \
+        p.stdout
     (tmp_path / "obj/core/util.o").unlink()
     p = make(f"BUILD={tmp_path}", obj, "V=1")
     assert p.returncode == 0, p.stderr
     assert "-c core/util.c -o " + obj in p.stdout and "-Wall" in p.stdout, p.stdout
+
+
+def config(path):
+    """The variables of a config.mk."""
+    out = {}
+    for line in path.read_text().splitlines():
+        if " := " in line and not line.startswith("#"):
+            k, v = line.split(" := ", 1)
+            out[k] = v
+    return out
+
+
+def test_config_is_made_once_and_again_when_an_input_changes(tmp_path):
+    """The first build makes config.mk; later ones read it (pkg-config is not
+    asked again); CUDA=no, a changed input, makes it again."""
+    obj = f"{tmp_path}/obj/core/util.o"
+    assert make(f"BUILD={tmp_path}", obj).returncode == 0
+    made = config(tmp_path / "config.mk")
+    assert "-lmicrohttpd" in made["LIB_LIBS_libmicrohttpd"] and made["CONFIG_CC"], made
+    assert made["CONFIG_FILES"].split()[1].endswith(".pc"), made
+    stamp = (tmp_path / "config.mk").stat().st_mtime_ns
+    p = make(f"BUILD={tmp_path}", obj)
+    assert "CONFIG" not in p.stdout and (tmp_path / "config.mk").stat().st_mtime_ns == stamp
+    p = make(f"BUILD={tmp_path}", "CUDA=no", obj)
+    assert p.returncode == 0 and "CONFIG" in p.stdout, p.stdout + p.stderr
+    assert config(tmp_path / "config.mk")["WITH_CUDA"] == "0"
+    assert "CUDA=no" in config(tmp_path / "config.mk")["CONFIG_INPUTS"]
+
+
+def test_cuda_yes_without_headers_fails_config(tmp_path):
+    p = make(f"BUILD={tmp_path}", "CUDA=yes", f"CUDA_INCLUDE={tmp_path}/none", "config")
+    assert p.returncode != 0
+    assert "CUDA=yes but no cuda.h of CUDA 12.0 or newer" in p.stderr, p.stderr
+    assert not (tmp_path / "config.mk").exists()
+
+
+def test_missing_pkg_config_is_named(tmp_path):
+    """Without pkg-config on the PATH, make config says so (and which
+    package has it) instead of failing later at the link."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for d in ("/usr/local/bin", "/usr/bin", "/bin"):
+        for name in os.listdir(d):
+            if "pkg-config" not in name and not (bin_dir / name).exists():
+                os.symlink(os.path.join(d, name), bin_dir / name)
+    p = subprocess.run(["make", "--no-print-directory", f"BUILD={tmp_path}/b", "config"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "PATH": str(bin_dir)})
+    assert p.returncode != 0
+    assert "pkg-config is missing (Debian: apt-get install pkg-config" in p.stderr, p.stderr

@@ -1,8 +1,9 @@
 """tests/ops/circles.py, the dependency-circle check make test runs over
-server/: it finds a circle made through includes and one made through
+every layer: it finds a circle made through includes and one made through
 calls between objects (a tree written here and compiled with cc), names
-the edges that close it, accepts a tree that depends one way, and passes
-on server/ as built."""
+the edges that close it, accepts a tree that depends one way (a module's
+private header included by its parts too), and passes on the layers as
+built."""
 import os
 import subprocess
 import sys
@@ -71,9 +72,28 @@ def test_unbuilt_tree_is_an_error(tmp_path):
     assert p.returncode == 1 and "build first" in p.stdout
 
 
-def test_server_depends_one_way():
-    if not os.path.exists(os.path.join(ROOT, "build", "obj", "server", "http.o")):
+def test_private_header_is_its_module(tmp_path):
+    """x_int.h that includes x.h is module x's own: x.c includes it (no
+    circle with itself) and x_part.c, which x.c calls, includes it too (an
+    include up, a call down: no circle in either graph). y_int.h, which
+    extends no y.h, stays a module apart."""
+    tree(tmp_path, {"x.h": "int x(void);\n",
+                    "x_int.h": '#pragma once\n#include "x.h"\nint x_part(void);\n',
+                    "x.c": '#include "x_int.h"\nint x(void) { return x_part(); }\n',
+                    "x_part.c": '#include "x_int.h"\nint x_part(void) { return 1; }\n',
+                    "y_int.h": "int y(void);\n", "y.h": '#include "y_int.h"\n'})
+    p = run(tmp_path, "build", "src")
+    assert p.returncode == 0, p.stdout
+    assert "4 modules" in p.stdout, p.stdout  # x (x.c, x.h, x_int.h), x_part, y, y_int
+
+
+def test_every_layer_depends_one_way():
+    """No circle in any layer's modules, nor across them (make circles)."""
+    if not os.path.exists(os.path.join(ROOT, "build", "obj", "server", "http", "http.o")):
         import pytest
         pytest.skip("build/ is not built (make all)")
-    p = run(ROOT, "build", "server")
+    layers = subprocess.run(["make", "-s", "--no-print-directory", "print-LAYERS"], cwd=ROOT,
+                            capture_output=True, text=True, check=True).stdout.split()
+    assert "core" in layers and "server/http" in layers and "client" in layers
+    p = run(ROOT, "build", *layers)
     assert p.returncode == 0, p.stdout

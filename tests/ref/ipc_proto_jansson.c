@@ -1,4 +1,4 @@
-/* ipc_request_parse as it was with jansson (core/gpu/ipc_proto.c before it
+/* ipc_request_parse as it was with jansson (gpu/ipc_proto.c before it
  * read requests with json_scan): the oracle of fuzz_ipc and test_ipc_proto.
  * Both must accept the same requests with the same fields and refuse the
  * others with the same message, except input that is not UTF-8 or holds a
@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpu/ipc_proto.h"
+#include "ipc_proto.h"
 #include "util.h"
 
 /* Copies the string member `key` into out; missing is fine when optional. */

@@ -2,7 +2,7 @@
  * filter with no socket and no daemon, as h2o's t/00unit runs one through
  * h2o_loopback_create: a request view made of literals goes to
  * dispatch_request, an answer that waits is waited for and dispatched
- * again (as the front does), and server/respond's reply is read into the
+ * again (as the front does), and server/http/respond's reply is read into the
  * status, the headers in order (with the Connection and CORS headers the
  * front adds) and the body bytes a client would get.
  *
@@ -429,7 +429,7 @@ static inline const char *lb_header(const struct lb_answer *r, const char *name)
     return NULL;
 }
 
-/* ---- the real front, for the tests of server/http.c and server/stream.c --------------- */
+/* ---- the real front, for the tests of server/http/http.c and server/http/stream.c ------- */
 
 /* Starts the HTTP front over s on 127.0.0.1 (a port the kernel picks);
  * returns the port. */

@@ -1,4 +1,4 @@
-/* Unit tests for server/auth.c: the token file (its two roles, comments,
+/* Unit tests for server/http/auth.c: the token file (its two roles, comments,
  * every malformed line named by number, tokens too short), the bearer
  * check (the scheme case-insensitive, spaces around the token, the admin
  * token granting read, read not granting admin), the constant-time

@@ -22,7 +22,7 @@
 #include <unistd.h>
 
 #include "cmem.h"
-#include "gpu/ipc_proto.h"
+#include "ipc_proto.h"
 #include "tensord_client.h"
 #include "test.h"
 
@@ -59,7 +59,7 @@ static int read_full(int fd, void *p, size_t n)
 }
 
 /* What the fake hands as an allocation's descriptor: a memfd of 4096 bytes
- * sealed as the daemon seals its own (core/gpu/gpu_host.c), or one of the
+ * sealed as the daemon seals its own (gpu/gpu_host.c), or one of the
  * ways a descriptor can be unfit to map. */
 enum fd_kind {
     FD_SEALED,        /* what the daemon sends */

@@ -1,4 +1,4 @@
-/* Unit tests for server/conditional.c: dates, entity-tag lists and the
+/* Unit tests for server/handlers/conditional.c: dates, entity-tag lists and the
  * precondition order (RFC 9110 §5.6.7, §8.8.3, §13.1, §13.2.2). */
 #include <stdlib.h>
 #include <time.h>

@@ -1,4 +1,4 @@
-/* Tests server/conns.c with socket pairs: an armed connection past the
+/* Tests server/http/conns.c with socket pairs: an armed connection past the
  * timeout is shut down (its peer reads EOF), a disarmed or idle one is left
  * alone, and cutting a file shuts down exactly the connections sending it. */
 #include <netinet/in.h>

@@ -1,4 +1,4 @@
-/* Unit tests for server/cors.c: which origins read answers and the headers
+/* Unit tests for server/http/cors.c: which origins read answers and the headers
  * each answer gets (the Fetch standard's CORS protocol: a listed origin is
  * echoed with credentials and Vary: Origin, "*" answers any origin without
  * credentials), what is a preflight, the configuration's one rule, and

@@ -1,4 +1,4 @@
-/* Unit tests for server/daemon.c: `tensord serve` run in a child process
+/* Unit tests for server/cli/daemon.c: `tensord serve` run in a child process
  * of the test: it scans, becomes ready, serves, rescans when a model is
  * added (inotify, debounced) and on SIGHUP, and drains and exits 0 on
  * SIGTERM. */

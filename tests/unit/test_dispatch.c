@@ -1,4 +1,4 @@
-/* Unit tests for server/dispatch.c through the loopback driver: the checks
+/* Unit tests for server/http/dispatch.c through the loopback driver: the checks
  * every request passes before its handler (the connection limit, the
  * path, the method, the bearer token, the query parameters, a CORS
  * preflight, a preload or evict from another origin) in both error

@@ -166,6 +166,42 @@ TEST(read_small)
     CHECK(fileio_read_small(dir, 5, &text, &len) == -EISDIR);
 }
 
+TEST(read_secret)
+{
+    char path[128], err[256];
+    size_t len;
+    write_file("secret", "s3cr3t\r\nsecond line\n", 20);
+    snprintf(path, sizeof(path), "%s/secret", dir);
+    char *s = fileio_read_secret("key_file", path, &len, err, sizeof(err));
+    CHECK(s && len == 6 && strcmp(s, "s3cr3t") == 0);
+    free(s);
+    write_file("blank", "\nsecond\n", 8);
+    snprintf(path, sizeof(path), "%s/blank", dir);
+    CHECK(fileio_read_secret("key_file", path, &len, err, sizeof(err)) == NULL);
+    CHECK(strstr(err, "key_file ") == err && strstr(err, "/blank: the first line is empty"));
+    write_file("nul", "ab\0c\n", 5); /* a NUL ends the line */
+    snprintf(path, sizeof(path), "%s/nul", dir);
+    s = fileio_read_secret("key_file", path, &len, err, sizeof(err));
+    CHECK(s && len == 2 && strcmp(s, "ab") == 0);
+    free(s);
+    snprintf(path, sizeof(path), "%s/missing", dir);
+    CHECK(fileio_read_secret("key_file", path, &len, err, sizeof(err)) == NULL);
+    CHECK(strstr(err, "No such file or directory") != NULL);
+}
+
+TEST(mkdirs)
+{
+    char path[160];
+    struct stat sb;
+    snprintf(path, sizeof(path), "%s/m/n/o", dir);
+    CHECK(fileio_mkdirs(path, 0700) == 0);
+    CHECK(stat(path, &sb) == 0 && S_ISDIR(sb.st_mode) && (sb.st_mode & 0777) == 0700);
+    CHECK(fileio_mkdirs(path, 0700) == 0); /* there already */
+    write_file("plain", "x", 1);
+    snprintf(path, sizeof(path), "%s/plain/sub", dir);
+    CHECK(fileio_mkdirs(path, 0700) == -ENOTDIR);
+}
+
 int main(void)
 {
     if (!mkdtemp(dir)) {
@@ -179,6 +215,8 @@ int main(void)
     RUN(pread_full);
     RUN(etag);
     RUN(read_small);
+    RUN(read_secret);
+    RUN(mkdirs);
     char cmd[128];
     snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
     if (system(cmd) != 0)

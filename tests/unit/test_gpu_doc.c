@@ -1,4 +1,4 @@
-/* Tests for the GPU documents (server/gpu_doc.c): the POST body's device
+/* Tests for the GPU documents (server/lease/gpu_doc.c): the POST body's device
  * read as jansson reads it, legacy CUDA IPC handles only in the socket's
  * open answer, and documents rendered outside the manager's lock. */
 #include "gpu_fixture.h"

@@ -1,4 +1,4 @@
-/* Tests for the host (memfd) backend and device names: staging copies,
+/* Tests for the host (memfd) backend and finding devices by name: staging copies,
  * writes, sealing, read-back. The loader is tested in test_gpu_load.c and
  * test_gpu_plan.c, the manager on top of them in test_gpu_manager.c. */
 #include <errno.h>
@@ -8,7 +8,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "gpu/gpu.h"
+#include "gpu.h"
 #include "gpu_files.h"
 
 TEST(host_alloc_seal_read_back)
@@ -74,21 +74,6 @@ TEST(host_write)
 
 TEST(device_names)
 {
-    enum gpu_kind k;
-    int idx;
-    const char *uuid;
-    CHECK(gpu_parse_device("host", &k, &idx, &uuid) == 0 && k == GPU_KIND_HOST);
-    CHECK(gpu_parse_device("cuda", &k, &idx, &uuid) == 0 && k == GPU_KIND_CUDA && idx == 0);
-    CHECK(gpu_parse_device("cuda:3", &k, &idx, &uuid) == 0 && idx == 3 && !uuid);
-    CHECK(gpu_parse_device("GPU-0a1b2c3d-aaaa-bbbb-cccc-0123456789ab", &k, &idx, &uuid) == 0 &&
-          uuid && idx == -1);
-    CHECK(gpu_parse_device("", &k, &idx, &uuid) < 0);
-    CHECK(gpu_parse_device("cuda:", &k, &idx, &uuid) < 0);
-    CHECK(gpu_parse_device("cuda:-1", &k, &idx, &uuid) < 0);
-    CHECK(gpu_parse_device("cuda:99999", &k, &idx, &uuid) < 0);
-    CHECK(gpu_parse_device("cuda:1x", &k, &idx, &uuid) < 0);
-    CHECK(gpu_parse_device("GPU-zz", &k, &idx, &uuid) < 0);
-    CHECK(gpu_parse_device("tpu", &k, &idx, &uuid) < 0);
     struct gpu_backend *b = gpu_host_new();
     CHECK(gpu_find_device(b, 0, NULL) == 0 && gpu_find_device(b, 1, NULL) == -1);
     b->ops->destroy(b);

@@ -1,4 +1,4 @@
-/* Tests for core/gpu/gpu_load.c on the host backend: every byte of every
+/* Tests for gpu/gpu_load.c on the host backend: every byte of every
  * shard lands where it belongs with the right checksum, whichever way it
  * came (page-cache threads writing straight into the memfd, or through
  * staging buffers as on a GPU; O_DIRECT io_uring, buffered io_uring or
@@ -12,10 +12,10 @@
 #include <errno.h>
 #include <sys/ioctl.h>
 
-#include "gpu/gpu.h"
-#include "gpu/gpu_load.h"
-#include "gpu/gpu_plan.h"
-#include "gpu/ipc_proto.h"
+#include "gpu.h"
+#include "gpu_load.h"
+#include "gpu_plan.h"
+#include "ipc_proto.h"
 #include "gpu_files.h"
 
 /* The host backend without `write`: copy threads then go through staging

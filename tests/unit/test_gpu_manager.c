@@ -1,6 +1,6 @@
-/* Tests for the GPU manager (core/gpu/gpu_manager.c, gpu_instance.c,
+/* Tests for the GPU manager (gpu/gpu_manager.c, gpu_instance.c,
  * gpu_preload.c) on the host backend, no daemon, through its documents
- * (server/gpu_doc.c): each test scans its own models root, starts a
+ * (server/lease/gpu_doc.c): each test scans its own models root, starts a
  * manager on it and drives it through the public calls. Start-up preloads
  * and readiness, the GET document, leases opened directly (fds that map the
  * file bytes), evict while leased (draining, the daemon's hold released

@@ -1,11 +1,11 @@
-/* Tests for core/gpu/gpu_plan.c: chunks cover every shard exactly, in file
+/* Tests for gpu/gpu_plan.c: chunks cover every shard exactly, in file
  * order, at most a chunk long, on the source the page cache says (checked
  * against mincore from the test and against pages the test drops with
  * posix_fadvise), and all on the page cache where the kernel will not tell
  * (a file the process neither owns nor may write). */
 #include <sys/wait.h>
 
-#include "gpu/gpu_plan.h"
+#include "gpu_plan.h"
 #include "gpu_files.h"
 
 #define SEG GPU_PLAN_SEGMENT

@@ -1,4 +1,4 @@
-/* Unit tests for server/h_answer.c: the arena and its cleanups, the
+/* Unit tests for server/handlers/h_answer.c: the arena and its cleanups, the
  * headers an answer adds, what each constructor makes, the helpers
  * handlers share (Content-Disposition by RFC 6266 and 8187, Content-Type by
  * name, the JSON line) and the request view's decoded query and

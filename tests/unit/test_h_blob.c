@@ -1,4 +1,4 @@
-/* Unit tests for server/h_blob.c through the loopback driver: a served
+/* Unit tests for server/handlers/h_blob.c through the loopback driver: a served
  * file by its SHA-256 (computed here with OpenSSL) once the hasher knows
  * it, immutable, with Range and conditional requests; the digests it
  * refuses; a file written since it was hashed; byte for byte. */

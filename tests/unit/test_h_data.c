@@ -1,4 +1,4 @@
-/* Unit tests for server/h_data.c through the loopback driver, byte for
+/* Unit tests for server/handlers/h_data.c through the loopback driver, byte for
  * byte: a file's bytes, its header from memory, Range and conditional
  * requests on both (the file's ETag is its SHA-256, computed here with
  * OpenSSL); a tensor's bytes, slices, the npy form (NumPy's format

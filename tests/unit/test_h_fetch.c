@@ -1,4 +1,4 @@
-/* Unit tests for server/h_fetch.c through the loopback driver: many
+/* Unit tests for server/handlers/h_fetch.c through the loopback driver: many
  * tensors as one safetensors file (read back here by the format's own
  * rules: an 8-byte little-endian header length, the JSON header, the data
  * at its offsets), by POST and by GET ?q=, with Range and conditional

@@ -1,4 +1,4 @@
-/* Unit tests for server/h_hub.c through the loopback driver: a repo's
+/* Unit tests for server/handlers/h_hub.c through the loopback driver: a repo's
  * answers wait for its content hashes (the request is suspended, the
  * hasher calls back, the request is dispatched again) or say when to come
  * back; files by branch (302 to the commit's URL, with the linked ETag and

@@ -1,4 +1,4 @@
-/* Unit tests for server/h_hub_api.c through the loopback driver: the Hub's
+/* Unit tests for server/handlers/h_hub_api.c through the loopback driver: the Hub's
  * /api documents of a repo, byte for byte, with their ids computed here by
  * the specifications they follow (git's blob id: SHA-1 of "blob <size>\0"
  * and the bytes; an LFS file's pointer text by the git-lfs spec v1, whose

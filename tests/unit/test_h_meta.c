@@ -1,4 +1,4 @@
-/* Unit tests for server/h_meta.c through the loopback driver: a model's
+/* Unit tests for server/handlers/h_meta.c through the loopback driver: a model's
  * merged header and description (rendered off the HTTP thread: the first
  * request waits, then answers from the cache) with their ETag (FNV-1a of
  * the document's bytes) and conditional and Range requests on them, the

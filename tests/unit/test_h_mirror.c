@@ -1,4 +1,4 @@
-/* Unit tests for server/h_mirror.c: a pull-through mirror (driven by the
+/* Unit tests for server/handlers/h_mirror.c: a pull-through mirror (driven by the
  * loopback driver) of an upstream that is a real tensord front in the
  * same process, over a loopback socket. Its answers wait for the mirror's
  * jobs and are dispatched again: the /api documents passed through as the

@@ -1,4 +1,4 @@
-/* Unit tests for server/h_s3.c through the loopback driver, byte for byte
+/* Unit tests for server/handlers/h_s3.c through the loopback driver, byte for byte
  * against the S3 API's documents: ListBuckets, ListObjectsV2 and
  * ListObjects (prefix, delimiter, pages), GetObject and HeadObject with
  * Range (its own InvalidRange error), partNumber, HeadBucket,

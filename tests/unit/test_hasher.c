@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "hashfile.h"
-#include "hasher_jobs.h" /* one test looks at a job's waiter list */
+#include "hasher_int.h" /* one test looks at a job's waiter list */
 #include "metrics.h"
 #include "reg_repo.h"
 #include "test.h"

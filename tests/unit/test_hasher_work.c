@@ -23,7 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "hasher_jobs.h" /* the resume test sets the rate estimate */
+#include "hasher_int.h" /* the resume test sets the rate estimate */
 #include "metrics.h"
 #include "metrics_int.h"
 #include "registry.h"

@@ -1,4 +1,4 @@
-/* Unit tests for server/http.c, the HTTP front, in process over a real
+/* Unit tests for server/http/http.c, the HTTP front, in process over a real
  * loopback socket: answers as they go out on the wire (the headers the
  * front adds: Connection, CORS), kept-alive connections, every refusal made
  * before dispatch (too many parameters, too many header fields written to

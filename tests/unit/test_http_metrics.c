@@ -1,4 +1,4 @@
-/* Unit tests for server/http_metrics.c: what a request is counted under,
+/* Unit tests for server/http/http_metrics.c: what a request is counted under,
  * its endpoint and its status class, as the metrics text names them. */
 #include "http_metrics.h"
 #include "metrics.h"

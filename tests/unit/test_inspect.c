@@ -1,4 +1,4 @@
-/* Unit tests for server/inspect.c: `tensord inspect` on a file, a model
+/* Unit tests for server/cli/inspect.c: `tensord inspect` on a file, a model
  * directory and a models root, what it prints, and its exit status for
  * valid, invalid, foreign and missing paths. */
 #include "inspect.h"

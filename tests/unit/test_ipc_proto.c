@@ -1,10 +1,10 @@
-/* Tests for core/gpu/ipc_proto.c: framing (partial, exact, oversized, back to
+/* Tests for gpu/ipc_proto.c: framing (partial, exact, oversized, back to
  * back), request parsing and its error messages, and the tsum64 checksum's
  * split property that the loader and the client rely on. */
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpu/ipc_proto.h"
+#include "ipc_proto.h"
 #include "test.h"
 
 #include "../ref/ipc_proto_jansson.c"

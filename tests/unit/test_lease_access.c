@@ -1,4 +1,4 @@
-/* Unit tests for server/lease_access.c: the socket file (bound, a stale
+/* Unit tests for server/lease/lease_access.c: the socket file (bound, a stale
  * one replaced, one a live daemon serves or a file that is not a socket
  * refused), the allow-list by uid and gid against a real peer's
  * credentials, and the refusal a peer gets. */
@@ -6,7 +6,7 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 
-#include "gpu/ipc_proto.h"
+#include "ipc_proto.h"
 #include "lease_access.h"
 #include "log.h"
 #include "test.h"

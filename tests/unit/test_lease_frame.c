@@ -1,4 +1,4 @@
-/* Unit tests for server/lease_frame.c: an answer framed as the lease
+/* Unit tests for server/lease/lease_frame.c: an answer framed as the lease
  * protocol says (a 4-byte little-endian length, then the JSON), sent with
  * its descriptors on the first byte (SCM_RIGHTS) over a socketpair, in
  * pieces when the socket is full, and the short error that replaces an

@@ -1,4 +1,4 @@
-/* Tests for the lease socket (server/lease_server.c) over a manager on the
+/* Tests for the lease socket (server/lease/lease_server.c) over a manager on the
  * host backend: leases through the C client over the real socket, one
  * lease per open, release, and a client that runs out of memory. */
 #include "gpu_fixture.h"

@@ -1,4 +1,4 @@
-/* Unit tests for server/main.c, which it includes (its main renamed): the
+/* Unit tests for server/cli/main.c, which it includes (its main renamed): the
  * command line's options (--config applied first, then the others in
  * order; --name=value and --name value; '-' for '_'; a boolean alone), its
  * errors, the commands it hands to, and the listen exposure check. */
@@ -6,7 +6,7 @@
 
 int tensord_main(int argc, char **argv);
 #define main tensord_main
-#include "../../server/main.c"
+#include "../../server/cli/main.c"
 #undef main
 
 #include "test.h"

@@ -1,4 +1,4 @@
-/* Unit tests for server/mirror_start.c: no mirror without an upstream; a
+/* Unit tests for server/cli/mirror_start.c: no mirror without an upstream; a
  * mirror with its cache where the configuration says, or in the state
  * directory; the upstream token file's first line, and its errors named. */
 #include "config.h"

@@ -1,7 +1,7 @@
-/* Tests for core/mirror_store.c (the state file of a partial mirrored
+/* Tests for mirror/mirror_store.c (the state file of a partial mirrored
  * file, the blobs' names) and the parsers the mirror reads its upstream
- * with: core/upstream.c's header lines and encoding, core/mirror_job.c's
- * file metadata, core/mirror_model.c's repo document. The expected values
+ * with: mirror/upstream.c's header lines and encoding, mirror/mirror_job.c's
+ * file metadata, mirror/mirror_model.c's repo document. The expected values
  * are written out by hand from the formats (mirror_store.h, the Hub's
  * headers and documents as huggingface_hub reads them). */
 #include <errno.h>

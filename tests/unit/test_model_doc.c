@@ -43,7 +43,7 @@ static json_t *ref_offsets(uint64_t begin, uint64_t end)
 }
 
 /* jansson's compact rendering, then the newline every JSON answer ends
- * with (server/respond.h). */
+ * with (server/http/respond.h). */
 static char *ref_dump(json_t *doc)
 {
     char *text = doc ? json_dumps(doc, JSON_COMPACT) : NULL;

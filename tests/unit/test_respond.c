@@ -1,4 +1,4 @@
-/* Unit tests for server/respond.c, the filters every answer goes through
+/* Unit tests for server/http/respond.c, the filters every answer goes through
  * before the front sends it, byte for byte: preconditions (RFC 9110
  * §13.2.2: If-Match, If-Unmodified-Since, If-None-Match, If-Modified-Since)
  * with 304 and 412, Range (§14) with If-Range, 206 and multipart/byteranges

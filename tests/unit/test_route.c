@@ -161,24 +161,6 @@ TEST(traversal_refused)
     }
 }
 
-TEST(decode)
-{
-    size_t n;
-    char *d = route_decode("a%41%62+", 8, &n);
-    CHECK_STR(d, "aAb+");
-    CHECK_EQ_U64(n, 4);
-    free(d);
-    CHECK(route_decode("%4", 2, &n) == NULL);
-    CHECK(route_decode("%00", 3, &n) == NULL);
-    CHECK(route_decode("%g0", 3, &n) == NULL);
-    /* A form value: '+' is a space, an escaped plus stays one. */
-    d = route_decode_form("a+b%2B%20c", 10, &n);
-    CHECK_STR(d, "a b+ c");
-    CHECK_EQ_U64(n, 6);
-    free(d);
-    CHECK(route_decode_form("+%", 2, &n) == NULL);
-}
-
 TEST(allowed_methods)
 {
     CHECK_STR(route_allowed_methods(ROUTE_TENSOR), "GET, HEAD");
@@ -346,7 +328,6 @@ int main(void)
     RUN(model_endpoints);
     RUN(tensor_names_keep_slashes_and_decode_once);
     RUN(traversal_refused);
-    RUN(decode);
     RUN(allowed_methods);
     return TEST_SUMMARY();
 }

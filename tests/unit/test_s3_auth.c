@@ -1,4 +1,4 @@
-/* Unit tests for server/s3_auth.c, which it includes to set the clock:
+/* Unit tests for server/handlers/s3_auth.c, which it includes to set the clock:
  * AWS's own Signature Version 4 examples (the S3 GET Object request and
  * its presigned URL, signed with AWS's example key, from AWS's
  * documentation) checked at the time they were made, and every refusal:
@@ -16,7 +16,7 @@ static time_t test_time(time_t *t)
 }
 #define time(t) test_time(t)
 
-#include "../../server/s3_auth.c"
+#include "../../server/handlers/s3_auth.c"
 
 #include "loopback.h"
 

@@ -10,6 +10,20 @@
 #include "test.h"
 #include "util.h"
 
+/* RFC 3986's unreserved bytes as they are, '/' when asked, the rest %XX in
+ * upper case (as Python's urllib.parse.quote(s, safe="/") writes it). */
+TEST(pct_encode)
+{
+    struct strbuf b = STRBUF_INIT;
+    const char s[] = "a b/c~-._\xc3\xa9%+";
+    strbuf_pct_encode(&b, s, sizeof(s) - 1, 1);
+    CHECK_STR(b.buf, "a%20b/c~-._%C3%A9%25%2B");
+    strbuf_release(&b);
+    strbuf_pct_encode(&b, "x/y", 3, 0);
+    CHECK_STR(b.buf, "x%2Fy");
+    strbuf_release(&b);
+}
+
 TEST(append_and_detach)
 {
     struct strbuf sb = STRBUF_INIT;
@@ -238,6 +252,7 @@ TEST(json_numbers_match_jansson)
 
 int main(void)
 {
+    RUN(pct_encode);
     RUN(append_and_detach);
     RUN(empty_detach_is_an_empty_string);
     RUN(grows_to_megabytes);

@@ -1,4 +1,4 @@
-/* Unit tests for server/stream.c, the bodies the front sends, over a real
+/* Unit tests for server/http/stream.c, the bodies the front sends, over a real
  * loopback socket: a file span with sendfile and, with sendfile off,
  * through the reader (which counter each adds to), multipart/byteranges
  * over a file, a shared document larger than one write sent in blocks,

@@ -1,4 +1,4 @@
-/* Unit tests for server/ui.c through the loopback driver: the console's
+/* Unit tests for server/handlers/ui.c through the loopback driver: the console's
  * page and assets with their security headers and validators, the bare
  * /ui redirect, a missing asset, and the console switched off. */
 #include "loopback.h"

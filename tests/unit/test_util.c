@@ -2,6 +2,7 @@
  * UTF-8 encoding). */
 #include <errno.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "test.h"
@@ -60,6 +61,28 @@ TEST(hex_digits)
     CHECK(hex_lower[10] == 'a' && hex_upper[15] == 'F');
 }
 
+TEST(pct_decode)
+{
+    size_t n;
+    char *d = pct_decode("a%41%62+", 8, 0, &n);
+    CHECK_STR(d, "aAb+");
+    CHECK_EQ_U64(n, 4);
+    free(d);
+    CHECK(pct_decode("%4", 2, 0, &n) == NULL);
+    CHECK(pct_decode("%00", 3, 0, &n) == NULL);
+    CHECK(pct_decode("%g0", 3, 0, &n) == NULL);
+    /* A form value: '+' is a space, an escaped plus stays one. */
+    d = pct_decode("a+b%2B%20c", 10, PCT_FORM, &n);
+    CHECK_STR(d, "a b+ c");
+    CHECK_EQ_U64(n, 6);
+    free(d);
+    CHECK(pct_decode("+%", 2, PCT_FORM, &n) == NULL);
+    /* A decoded NUL kept when asked (its caller checks it with a message). */
+    d = pct_decode("a%00b", 5, PCT_NUL, &n);
+    CHECK(d && n == 3 && d[1] == '\0' && d[2] == 'b');
+    free(d);
+}
+
 TEST(shape_format)
 {
     char buf[64];
@@ -103,6 +126,7 @@ int main(void)
     RUN(decimal_no_digit);
     RUN(decimal_64_bit_edge);
     RUN(hex_digits);
+    RUN(pct_decode);
     RUN(shape_format);
     RUN(utf8_encode);
     return TEST_SUMMARY();

@@ -1,4 +1,4 @@
-/* Unit tests for server/verify.c: `tensord verify` against the state
+/* Unit tests for server/cli/verify.c: `tensord verify` against the state
  * directory a hasher saved, over files, model directories and a models
  * root: every file matches (0), a file changed since it was hashed has no
  * recorded hash (3), a missing path is an error (1), and its usage

@@ -1,4 +1,4 @@
-/* Unit tests for server/watch.c over a real inotify instance: a change in
+/* Unit tests for server/cli/watch.c over a real inotify instance: a change in
  * a watched directory (a new model, a file removed) asks for a rescan; a
  * write to a file a snapshot holds open is reported with its device and
  * inode, whatever path it was written through (a hard link outside the

@@ -1,0 +1,237 @@
+/* gpu_instance: one instance of the GPU manager (gpu/gpu_manager_int.h):
+ * built from a registry model, its references, retiring it from the table,
+ * its views, and freeing it; and the table's lookups (the current instance
+ * of a model, the refused start-up preloads). It calls nothing else of the
+ * manager: gpu_preload.c builds on it, and gpu_manager.c on both. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu_manager_int.h"
+#include "util.h"
+
+void gm_instance_free(struct gm_instance *m)
+{
+    pthread_mutex_destroy(&m->text_lock);
+    for (int i = 0; i < GM_TEXT_COUNT; i++)
+        free(m->texts[i]);
+    for (size_t i = 0; m->shards && i < m->n_shards; i++) {
+        if (m->shards[i].a.priv || m->shards[i].a.fd >= 0)
+            m->be->ops->free(m->be, &m->shards[i].a);
+        free(m->shards[i].file);
+    }
+    for (size_t i = 0; m->tensors && i < m->n_tensors; i++) {
+        free(m->tensors[i].name);
+        free(m->tensors[i].shape);
+    }
+    if (m->rm)
+        reg_model_unref(m->rm);
+    if (m->source)
+        m->source->release(m->source);
+    free(m->shards);
+    free(m->tensors);
+    free(m->name);
+    free(m);
+}
+
+struct gm_instance *do_gm_instance_unref(struct gpu_manager *gm, struct gm_instance *m)
+{
+    if (--m->refs > 0)
+        return NULL;
+    for (struct gm_instance **pp = &gm->models; *pp; pp = &(*pp)->next) {
+        if (*pp == m) {
+            *pp = m->next;
+            break;
+        }
+    }
+    return m;
+}
+
+static int is_shard(const struct reg_file *f)
+{
+    return f->is_safetensors && f->header && f->fd >= 0 && f->error.code == ST_OK;
+}
+
+int gm_instance_same_files(const struct gm_instance *m, const struct reg_model *rm)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < rm->n_files; i++) {
+        const struct reg_file *f = &rm->files[i];
+        if (!is_shard(f))
+            continue;
+        if (k >= m->n_shards)
+            return 0;
+        const struct gm_shard *s = &m->shards[k++];
+        if (strcmp(s->file, f->name) != 0 || s->st.size != f->st.size || s->st.ino != f->st.ino ||
+            s->st.dev != f->st.dev || s->st.mtime_ns != f->st.mtime_ns)
+            return 0;
+    }
+    return k == m->n_shards;
+}
+
+/* m's shards: one per valid safetensors file of rm; shard_of[i] is file
+ * i's shard, or SIZE_MAX. Returns 0 or -ENOMEM. */
+static int add_shards(struct gm_instance *m, const struct reg_model *rm, size_t *shard_of)
+{
+    m->shards = calloc(rm->n_files ? rm->n_files : 1, sizeof(*m->shards));
+    if (!m->shards)
+        return -ENOMEM;
+    for (size_t i = 0; i < rm->n_files; i++) {
+        const struct reg_file *f = &rm->files[i];
+        shard_of[i] = SIZE_MAX;
+        if (!is_shard(f))
+            continue;
+        struct gm_shard *s = &m->shards[m->n_shards];
+        s->a.fd = -1;
+        s->file = strdup(f->name);
+        if (!s->file)
+            return -ENOMEM;
+        s->data_start = f->data_start;
+        s->size = f->header->data_len;
+        s->st = f->st;
+        s->rf = f;
+        m->total += s->size;
+        shard_of[i] = m->n_shards++;
+    }
+    return 0;
+}
+
+/* m's tensors: those of rm that live in a shard. Returns 0 or -ENOMEM. */
+static int add_tensors(struct gm_instance *m, const struct reg_model *rm, const size_t *shard_of)
+{
+    m->tensors = calloc(rm->n_tensors ? rm->n_tensors : 1, sizeof(*m->tensors));
+    if (!m->tensors)
+        return -ENOMEM;
+    for (size_t i = 0; i < rm->n_tensors; i++) {
+        const struct reg_tensor *rt = &rm->tensors[i];
+        size_t fi = (size_t)(rt->file - rm->files);
+        if (fi >= rm->n_files || shard_of[fi] == SIZE_MAX)
+            continue;
+        struct gm_tensor *t = &m->tensors[m->n_tensors++];
+        t->name = strndup(rt->t->name, rt->t->name_len);
+        t->shape = calloc(rt->t->ndim ? rt->t->ndim : 1, sizeof(*t->shape));
+        if (!t->name || !t->shape)
+            return -ENOMEM;
+        t->dtype = rt->t->dtype;
+        t->ndim = rt->t->ndim;
+        if (t->ndim)
+            memcpy(t->shape, rt->t->shape, t->ndim * sizeof(*t->shape));
+        t->alloc = (uint32_t)shard_of[fi];
+        t->offset = rt->t->begin;
+        t->nbytes = rt->t->end - rt->t->begin;
+    }
+    return 0;
+}
+
+struct gm_instance *do_gm_instance_new(struct gpu_manager *gm, const struct reg_model *rm,
+                                       const struct gm_device *where)
+{
+    struct gm_instance *m = calloc(1, sizeof(*m));
+    if (!m)
+        return NULL;
+    pthread_mutex_init(&m->text_lock, NULL);
+    m->be = where->be;
+    m->dev = where->dev;
+    if (m->be->kind == DEVICE_HOST)
+        snprintf(m->device, sizeof(m->device), "host");
+    else
+        snprintf(m->device, sizeof(m->device), "cuda:%d", m->be->devices[m->dev].index);
+    m->state = GM_LOADING;
+    m->name = strdup(rm->name);
+    size_t *shard_of = calloc(rm->n_files ? rm->n_files : 1, sizeof(*shard_of));
+    if (!m->name || !shard_of || add_shards(m, rm, shard_of) < 0 ||
+        add_tensors(m, rm, shard_of) < 0) {
+        free(shard_of);
+        gm_instance_free(m);
+        return NULL;
+    }
+    free(shard_of);
+    m->rm = reg_model_ref(rm);
+    m->generation = ++gm->next_generation;
+    return m;
+}
+
+struct gm_instance *do_gm_instance_retire(struct gpu_manager *gm, struct gm_instance *m)
+{
+    m->current = 0;
+    if (m->state == GM_LOADING)
+        atomic_store(&m->cancel, 1);
+    if (m->state != GM_FAILED)
+        m->state = GM_DRAINING;
+    return do_gm_instance_unref(gm, m);
+}
+
+void do_gm_view(struct gm_instance *m, struct gm_view *v)
+{
+    memset(v, 0, sizeof(*v));
+    if (!m)
+        return;
+    m->refs++;
+    v->inst = m;
+    v->name = m->name;
+    v->device = m->device;
+    v->be = m->be;
+    v->dev = m->dev;
+    v->generation = m->generation;
+    v->total = m->total;
+    v->n_shards = m->n_shards;
+    v->shards = m->shards;
+    v->n_tensors = m->n_tensors;
+    v->tensors = m->tensors;
+    v->state = m->state;
+    v->leases = m->leases;
+    v->published = m->published;
+    v->done = atomic_load(&m->done);
+    v->t_start_ns = m->t_start_ns;
+    v->t_end_ns = m->t_end_ns;
+    if (m->t_end_ns) {
+        v->verified = m->verified;
+        v->io = m->io;
+    }
+    if (m->state == GM_FAILED)
+        memcpy(v->error, m->error.message, sizeof(v->error));
+}
+
+struct gm_instance *do_gm_find_current(struct gpu_manager *gm, const char *name)
+{
+    for (struct gm_instance *m = gm->models; m; m = m->next)
+        if (m->current && strcmp(m->name, name) == 0)
+            return m;
+    return NULL;
+}
+
+void do_gm_refused_clear(struct gpu_manager *gm, const char *model)
+{
+    for (struct gm_refused **pp = &gm->refused; *pp; pp = &(*pp)->next) {
+        if (strcmp((*pp)->model, model) == 0) {
+            struct gm_refused *r = *pp;
+            *pp = r->next;
+            free(r->model);
+            free(r);
+            return;
+        }
+    }
+}
+
+void do_gm_refused_set(struct gpu_manager *gm, const char *model, const char *device,
+                       const char *reason)
+{
+    do_gm_refused_clear(gm, model);
+    struct gm_refused *r = xcalloc(1, sizeof(*r));
+    r->model = xstrdup(model);
+    snprintf(r->device, sizeof(r->device), "%s", device);
+    snprintf(r->reason, sizeof(r->reason), "%s", reason);
+    r->next = gm->refused;
+    gm->refused = r;
+}
+
+const struct gm_refused *do_gm_refused_find(struct gpu_manager *gm, const char *model)
+{
+    for (const struct gm_refused *r = gm->refused; r; r = r->next)
+        if (strcmp(r->model, model) == 0)
+            return r;
+    return NULL;
+}

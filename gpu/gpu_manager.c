@@ -1,0 +1,458 @@
+/* gpu_manager: the instance table and its lock, instance refcounts, views,
+ * leases, evict and reload. Preload requests and the loader thread are in
+ * gpu/gpu_preload.c; the structures both share, and the locking
+ * rules, in gpu/gpu_manager_int.h. */
+#include "gpu_manager.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "gpu.h"
+#include "gpu_manager_int.h"
+#include "log.h"
+#include "metrics.h"
+#include "util.h"
+
+/* The current instance, else the newest draining one. Caller holds the lock. */
+static struct gm_instance *do_gm_find_shown(struct gpu_manager *gm, const char *model)
+{
+    struct gm_instance *m = do_gm_find_current(gm, model);
+    if (m)
+        return m;
+    for (m = gm->models; m; m = m->next) /* newest first */
+        if (strcmp(m->name, model) == 0)
+            return m;
+    return NULL;
+}
+
+/* ---- device names ------------------------------------------------------ */
+
+int gm_resolve_device(struct gpu_manager *gm, const char *name, struct gm_device *where,
+                      struct st_error *err)
+{
+    enum device_kind kind;
+    int index;
+    const char *uuid;
+    if (device_name_parse(name, &kind, &index, &uuid) < 0)
+        return st_error_fail(err, ST_ERR_INVALID_ARGUMENT, "device \"%.100s\" is not \"host\", "
+                             "\"cuda:N\", or a GPU-... or MIG-... UUID as nvidia-smi -L prints it",
+                             name);
+    where->name = name;
+    if (kind == DEVICE_HOST) {
+        where->be = gm->host;
+        where->dev = 0;
+        return 0;
+    }
+    if (!gm->cuda)
+        return st_error_fail(err, ST_ERR_NO_DEVICE, "no GPU: %s", gm->cuda_err.message);
+    int dev = gpu_find_device(gm->cuda, index, uuid);
+    if (dev < 0)
+        return st_error_fail(err, ST_ERR_INVALID_ARGUMENT, "no CUDA device %.100s (%zu present)",
+                             name, gm->cuda->n_devices);
+    const struct gpu_device *d = &gm->cuda->devices[dev];
+    if (d->error[0])
+        return st_error_fail(err, ST_ERR_NO_DEVICE, "CUDA device %d (%.60s) cannot be used: %s",
+                             d->index, d->name, d->error);
+    where->be = gm->cuda;
+    where->dev = dev;
+    return 0;
+}
+
+/* ---- public API -------------------------------------------------------- */
+
+struct gpu_manager *gpu_manager_new(const struct gm_options *opt, struct registry *registry)
+{
+    struct gpu_manager *gm = xcalloc(1, sizeof(*gm));
+    gm->opt = *opt;
+    gm->registry = registry;
+    pthread_mutex_init(&gm->lock, NULL);
+    pthread_cond_init(&gm->cond, NULL);
+    gm->host = gpu_host_new();
+    gm->cuda = gpu_cuda_probe(&gm->cuda_err);
+    if (gm->cuda)
+        log_msg(LOG_INFO, "gpu: %zu CUDA device(s)", gm->cuda->n_devices);
+    else
+        log_msg(LOG_INFO, "gpu: no CUDA (%s); the host backend serves leases", gm->cuda_err.message);
+    return gm;
+}
+
+/* One start-up preload, "MODEL@DEVICE". A device that cannot take it (no
+ * usable driver, no such device) leaves it shown failed, with why, rather
+ * than never asked for; a model that does not exist is only logged. */
+static void preload_spec(struct gpu_manager *gm, const char *spec)
+{
+    const char *at = strrchr(spec, '@');
+    if (!at) {
+        log_msg(LOG_ERROR, "gpu: preload \"%s\" is not MODEL@DEVICE", spec);
+        return;
+    }
+    char *model = xstrndup(spec, (size_t)(at - spec));
+    struct gm_device where;
+    struct gm_view v;
+    struct st_error err;
+    if (gm_resolve_device(gm, at + 1, &where, &err) < 0) {
+        log_msg(LOG_ERROR, "gpu: preload %s: %s", spec, err.message);
+        pthread_mutex_lock(&gm->lock);
+        do_gm_refused_set(gm, model, at + 1, err.message);
+        pthread_mutex_unlock(&gm->lock);
+    } else if (gpu_preload_request(gm, model, &where, 1, &v, &err) < 0) {
+        log_msg(LOG_ERROR, "gpu: preload %s: %s", spec, err.message);
+    } else {
+        gpu_manager_view_release(gm, &v);
+    }
+    free(model);
+}
+
+int gpu_manager_start(struct gpu_manager *gm, struct st_error *err)
+{
+    int rc = gpu_preload_start(gm, err);
+    if (rc < 0)
+        return rc;
+    for (unsigned i = 0; i < gm->opt.n_preload; i++)
+        preload_spec(gm, gm->opt.preload[i]);
+    pthread_mutex_lock(&gm->lock);
+    gm->started = 1;
+    pthread_mutex_unlock(&gm->lock);
+    return 0;
+}
+
+const struct gpu_backend *gpu_manager_cuda(struct gpu_manager *gm, const char **reason)
+{
+    *reason = gm->cuda ? NULL : gm->cuda_err.message;
+    return gm->cuda;
+}
+
+void gm_rows_free(struct gm_row *rows, size_t n)
+{
+    for (size_t i = 0; rows && i < n; i++)
+        free(rows[i].name);
+    free(rows);
+}
+
+int gpu_manager_rows(struct gpu_manager *gm, int current_only, struct gm_row **rows, size_t *n)
+{
+    int rc = 0;
+    *rows = NULL;
+    *n = 0;
+    pthread_mutex_lock(&gm->lock);
+    size_t count = 0;
+    for (struct gm_instance *m = gm->models; m; m = m->next)
+        count += !current_only || m->current;
+    struct gm_row *r = calloc(count ? count : 1, sizeof(*r));
+    if (!r) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    for (struct gm_instance *m = gm->models; m; m = m->next) {
+        if (current_only && !m->current)
+            continue;
+        struct gm_row *row = &r[(*n)++];
+        row->name = strdup(m->name);
+        if (!row->name) {
+            rc = -ENOMEM;
+            break;
+        }
+        row->state = m->state;
+        memcpy(row->device, m->device, sizeof(row->device));
+        row->generation = m->generation;
+        row->leases = m->leases;
+    }
+out:
+    pthread_mutex_unlock(&gm->lock);
+    if (rc < 0) {
+        gm_rows_free(r, *n);
+        *n = 0;
+        return rc;
+    }
+    *rows = r;
+    return 0;
+}
+
+void gpu_manager_view(struct gpu_manager *gm, const char *model, struct gm_view *v)
+{
+    pthread_mutex_lock(&gm->lock);
+    struct gm_instance *m = do_gm_find_shown(gm, model);
+    do_gm_view(m, v);
+    const struct gm_refused *r = m ? NULL : do_gm_refused_find(gm, model);
+    if (r) {
+        v->refused = 1;
+        v->state = GM_FAILED;
+        snprintf(v->refused_device, sizeof(v->refused_device), "%s", r->device);
+        snprintf(v->error, sizeof(v->error), "%s", r->reason);
+        v->device = v->refused_device;
+    }
+    pthread_mutex_unlock(&gm->lock);
+}
+
+void gpu_manager_view_release(struct gpu_manager *gm, struct gm_view *v)
+{
+    if (!v->inst)
+        return;
+    pthread_mutex_lock(&gm->lock);
+    struct gm_instance *dead = do_gm_instance_unref(gm, v->inst);
+    pthread_mutex_unlock(&gm->lock);
+    v->inst = NULL;
+    if (dead)
+        gm_instance_free(dead);
+}
+
+const char *gm_view_text(const struct gm_view *v, enum gm_text slot,
+                         char *(*make)(const struct gm_view *v))
+{
+    struct gm_instance *m = v->inst;
+    pthread_mutex_lock(&m->text_lock);
+    if (!m->texts[slot])
+        m->texts[slot] = make(v);
+    const char *text = m->texts[slot];
+    pthread_mutex_unlock(&m->text_lock);
+    return text;
+}
+
+int gpu_manager_evict(struct gpu_manager *gm, const char *model, struct gm_evicted *out,
+                      struct st_error *err)
+{
+    pthread_mutex_lock(&gm->lock);
+    struct gm_instance *m = do_gm_find_current(gm, model);
+    if (!m) {
+        pthread_mutex_unlock(&gm->lock);
+        return st_error_fail(err, ST_ERR_NOT_FOUND, "model %.200s is not preloaded", model);
+    }
+    struct gm_instance *dead = do_gm_instance_retire(gm, m);
+    out->generation = m->generation;
+    out->draining = dead == NULL;
+    out->leases = m->leases;
+    pthread_mutex_unlock(&gm->lock);
+    log_msg(LOG_INFO, "gpu: evicted %s%s", model, dead ? "" : " (draining until leases end)");
+    if (dead)
+        gm_instance_free(dead);
+    return 0;
+}
+
+void gpu_manager_on_reload(struct gpu_manager *gm, struct reg_snapshot *snap)
+{
+    struct gm_instance *dead_list = NULL;
+    pthread_mutex_lock(&gm->lock);
+    /* A preload that took the registry's snapshot before this one is swapped
+     * in must not load the old files: it compares with this (see
+     * gpu_preload_request). */
+    struct reg_snapshot *old_latest = gm->latest;
+    gm->latest = reg_snapshot_ref(snap);
+    size_t n = 0;
+    for (struct gm_instance *m = gm->models; m; m = m->next)
+        n += m->current;
+    struct gm_instance **cur = xcalloc(n ? n : 1, sizeof(*cur));
+    n = 0;
+    for (struct gm_instance *m = gm->models; m; m = m->next)
+        if (m->current)
+            cur[n++] = m;
+    for (size_t i = 0; i < n; i++) {
+        struct gm_instance *m = cur[i];
+        if (m->source) /* a mirror's model: not the registry's to replace */
+            continue;
+        const struct reg_model *rm = reg_snapshot_find_model(snap, m->name, strlen(m->name));
+        int valid = rm && rm->state == MODEL_READY;
+        if (valid && gm_instance_same_files(m, rm))
+            continue;
+        struct gm_device where = {.be = m->be, .dev = m->dev};
+        int startup = m->startup;
+        log_msg(LOG_INFO, "gpu: %s changed on disk: %s", m->name,
+                valid ? "reloading it into a new generation" : "evicting it");
+        if (startup) { /* the replacement inherits the start-up accounting */
+            m->startup = 0;
+        }
+        struct gm_instance *dead = do_gm_instance_retire(gm, m);
+        if (dead) {
+            dead->qnext = dead_list;
+            dead_list = dead;
+        }
+        struct gm_instance *nm = valid ? do_gm_instance_new(gm, rm, &where) : NULL;
+        if (nm) {
+            nm->startup = startup;
+            do_gm_enqueue(gm, nm);
+        } else if (valid) {
+            log_msg(LOG_ERROR, "gpu: %s: out of memory for its new generation: evicted", m->name);
+        }
+        if (!nm && startup && gm->startup_pending > 0) {
+            gm->startup_pending--;
+        }
+    }
+    pthread_mutex_unlock(&gm->lock);
+    if (old_latest)
+        reg_snapshot_unref(old_latest);
+    free(cur);
+    while (dead_list) {
+        struct gm_instance *d = dead_list;
+        dead_list = d->qnext;
+        gm_instance_free(d);
+    }
+}
+
+int gpu_manager_ready(struct gpu_manager *gm)
+{
+    pthread_mutex_lock(&gm->lock);
+    int ready = gm->started && gm->startup_pending == 0;
+    pthread_mutex_unlock(&gm->lock);
+    return ready;
+}
+
+void gpu_manager_update_metrics(struct gpu_manager *gm)
+{
+    uint64_t bytes = 0, leases = 0;
+    pthread_mutex_lock(&gm->lock);
+    for (struct gm_instance *m = gm->models; m; m = m->next) {
+        leases += m->leases;
+        if (m->published)
+            for (size_t i = 0; i < m->n_shards; i++)
+                bytes += m->shards[i].a.alloc_size;
+    }
+    double bps = gm->last_bps;
+    uint64_t staging = 0;
+    for (size_t i = 0; i < gm->n_stages; i++)
+        staging += (uint64_t)gm->stages[i].nbuf * gm->stages[i].buf_bytes;
+    pthread_mutex_unlock(&gm->lock);
+    metrics_set_gpu(bytes, leases, bps, staging);
+}
+
+size_t gpu_manager_staging(struct gpu_manager *gm, struct gm_staging *out, size_t max)
+{
+    size_t n = 0;
+    pthread_mutex_lock(&gm->lock);
+    for (size_t i = 0; i < gm->n_stages; i++) {
+        const struct gm_stage *st = &gm->stages[i];
+        if (!st->stage)
+            continue;
+        if (n < max) {
+            if (st->be->kind == DEVICE_HOST)
+                snprintf(out[n].device, sizeof(out[n].device), "host");
+            else
+                snprintf(out[n].device, sizeof(out[n].device), "cuda:%d", st->dev);
+            out[n].bytes = (uint64_t)st->nbuf * st->buf_bytes;
+        }
+        n++;
+    }
+    pthread_mutex_unlock(&gm->lock);
+    return n;
+}
+
+int gpu_manager_wait_idle(struct gpu_manager *gm, int timeout_ms)
+{
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    dl.tv_sec += timeout_ms / 1000;
+    dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    if (dl.tv_nsec >= 1000000000L) {
+        dl.tv_sec++;
+        dl.tv_nsec -= 1000000000L;
+    }
+    int rc = 0;
+    pthread_mutex_lock(&gm->lock);
+    while ((gm->qhead || gm->loading) && rc == 0)
+        rc = pthread_cond_timedwait(&gm->cond, &gm->lock, &dl);
+    pthread_mutex_unlock(&gm->lock);
+    return -rc;
+}
+
+void gpu_manager_free(struct gpu_manager *gm)
+{
+    if (!gm)
+        return;
+    gpu_preload_stop(gm);
+    while (gm->models) {
+        struct gm_instance *m = gm->models;
+        gm->models = m->next;
+        gm_instance_free(m);
+    }
+    if (gm->latest)
+        reg_snapshot_unref(gm->latest);
+    while (gm->refused)
+        do_gm_refused_clear(gm, gm->refused->model);
+    for (size_t i = 0; i < gm->n_stages; i++) /* the loader has stopped: nobody copies */
+        if (gm->stages[i].stage)
+            gm->stages[i].be->ops->stage_close(gm->stages[i].stage);
+    if (gm->cuda)
+        gm->cuda->ops->destroy(gm->cuda);
+    gm->host->ops->destroy(gm->host);
+    pthread_cond_destroy(&gm->cond);
+    pthread_mutex_destroy(&gm->lock);
+    free(gm);
+}
+
+/* ---- leases ------------------------------------------------------------ */
+
+/* Whether m can be leased on where (NULL: anywhere) with max_fds
+ * descriptors. Returns 0 or -errno with err (see gpu_manager_open). */
+static int do_gm_leasable(const struct gm_instance *m, const char *model,
+                          const struct gm_device *where, size_t max_fds, struct st_error *err)
+{
+    if (!m)
+        return st_error_fail(err, ST_ERR_NOT_FOUND, "model %.200s is not preloaded", model);
+    if (where && (m->be != where->be || m->dev != where->dev))
+        return st_error_fail(err, ST_ERR_INVALID_ARGUMENT, "model %.200s is on %s, not %.100s",
+                             model, m->device, where->name);
+    if (m->state == GM_LOADING) {
+        uint64_t done = atomic_load(&m->done);
+        return st_error_fail(err, ST_ERR_CONFLICT, "model %.200s is still loading (%.0f%%)", model,
+                             m->total ? 100.0 * (double)done / (double)m->total : 0.0);
+    }
+    if (m->state != GM_READY)
+        return st_error_fail(err, ST_ERR_DEVICE, "preloading model %.200s failed: %s", model,
+                             m->error.message);
+    if (m->n_shards > max_fds)
+        return st_error_fail(err, ST_ERR_LIMIT, "model %.200s has %zu shards; at most %zu can "
+                             "be passed in one answer", model, m->n_shards, max_fds);
+    return 0;
+}
+
+struct gpu_lease *gpu_manager_open(struct gpu_manager *gm, const char *model,
+                                   const struct gm_device *where, struct gm_view *v, int *fds,
+                                   size_t max_fds, size_t *n_fds, struct st_error *err)
+{
+    *n_fds = 0;
+    memset(v, 0, sizeof(*v));
+    struct gpu_lease *l = malloc(sizeof(*l));
+    if (!l) {
+        st_error_fail(err, ST_ERR_NO_MEMORY, "out of memory opening a lease");
+        return NULL;
+    }
+    pthread_mutex_lock(&gm->lock);
+    struct gm_instance *m = do_gm_find_current(gm, model);
+    if (do_gm_leasable(m, model, where, max_fds, err) < 0) {
+        pthread_mutex_unlock(&gm->lock);
+        free(l);
+        return NULL;
+    }
+    for (size_t i = 0; i < m->n_shards; i++)
+        fds[i] = m->shards[i].a.fd;
+    *n_fds = m->n_shards;
+    m->refs++;
+    m->leases++;
+    l->m = m;
+    /* The view's own reference keeps m, and its published allocations,
+     * as they are while the caller renders the answer without the lock. */
+    do_gm_view(m, v);
+    pthread_mutex_unlock(&gm->lock);
+    metrics_add(MC_LEASES_TOTAL, 1);
+    return l;
+}
+
+void gpu_lease_release(struct gpu_manager *gm, struct gpu_lease *l)
+{
+    if (!l)
+        return;
+    pthread_mutex_lock(&gm->lock);
+    struct gm_instance *m = l->m;
+    m->leases--;
+    struct gm_instance *dead = do_gm_instance_unref(gm, m);
+    pthread_mutex_unlock(&gm->lock);
+    if (dead) {
+        log_msg(LOG_INFO, "gpu: last lease on %s (generation %llu) ended: memory released",
+                dead->name, (unsigned long long)dead->generation);
+        gm_instance_free(dead);
+    }
+    free(l);
+}

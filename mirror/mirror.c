@@ -1,0 +1,745 @@
+/* mirror: the cache's files, their references, the LRU, readers and
+ * waiters, and what a previous run left (the design is in mirror.h; the
+ * fetchers are mirror_fetch.c, the mirror's start and stop mirror_life.c). */
+#include "mirror.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <openssl/evp.h>
+
+#include "log.h"
+#include "metrics.h"
+#include "mirror_int.h"
+#include "mirror_store.h"
+#include "util.h"
+
+
+/* ---- the map and the LRU ---------------------------------------------------- */
+
+static size_t bucket_of(const struct mirror *m, const char *key)
+{
+    return hash_fnv1a(key, strlen(key), HASH_FNV_SEED) % m->nbuckets;
+}
+
+static struct mirror_file *do_find(struct mirror *m, const char *key)
+{
+    for (struct mirror_file *f = m->buckets[bucket_of(m, key)]; f; f = f->hnext)
+        if (strcmp(f->key, key) == 0)
+            return f;
+    return NULL;
+}
+
+static void do_lru_unlink(struct mirror *m, struct mirror_file *f)
+{
+    if (f->lru_prev)
+        f->lru_prev->lru_next = f->lru_next;
+    else
+        m->lru_head = f->lru_next;
+    if (f->lru_next)
+        f->lru_next->lru_prev = f->lru_prev;
+    else
+        m->lru_tail = f->lru_prev;
+    f->lru_prev = f->lru_next = NULL;
+}
+
+/* Makes f the most recently used. */
+static void do_lru_touch(struct mirror *m, struct mirror_file *f)
+{
+    if (m->lru_tail == f)
+        return;
+    if (f->lru_prev || f->lru_next || m->lru_head == f)
+        do_lru_unlink(m, f);
+    f->lru_prev = m->lru_tail;
+    if (m->lru_tail)
+        m->lru_tail->lru_next = f;
+    else
+        m->lru_head = f;
+    m->lru_tail = f;
+}
+
+static void do_insert(struct mirror *m, struct mirror_file *f)
+{
+    size_t b = bucket_of(m, f->key);
+    f->hnext = m->buckets[b];
+    m->buckets[b] = f;
+    do_lru_touch(m, f);
+    m->n_files++;
+    m->n_partial += !f->complete;
+    do_mirror_gauges(m);
+}
+
+void mirror_hash_free(struct mirror_file *f)
+{
+    EVP_MD_CTX_free(f->hash_ctx);
+    f->hash_ctx = NULL;
+}
+
+static void file_free(struct mirror_file *f)
+{
+    if (!f)
+        return;
+    if (f->src_auth)
+        memset(f->src_auth, 0, strlen(f->src_auth)); /* a token lives no longer than needed */
+    free(f->src_repo);
+    free(f->src_commit);
+    free(f->src_path);
+    free(f->src_auth);
+    free(f->present);
+    free(f->wanted);
+    free(f->inflight);
+    mirror_hash_free(f);
+    free(f);
+}
+
+static struct mirror_file *file_new(const struct mirror_id *id, uint64_t block)
+{
+    struct mirror_file *f = xcalloc(1, sizeof(*f));
+    f->id = *id;
+    mirror_key(id, f->key);
+    if (id->kind == MIRROR_SHA256)
+        memcpy(f->sha256_hex, f->key + 7, 65);
+    f->block = block;
+    f->nblocks = mirror_blocks(id->size, block);
+    size_t nbytes = (size_t)((f->nblocks + 7) / 8) + 1;
+    f->present = xcalloc(nbytes, 1);
+    f->wanted = xcalloc(nbytes, 1);
+    f->inflight = xcalloc(nbytes, 1);
+    f->fd = f->state_fd = -1;
+    return f;
+}
+
+/* Takes f out of the map and the LRU, unlinks its files and frees it. It
+ * must be held by nobody. */
+static void do_evict(struct mirror *m, struct mirror_file *f)
+{
+    struct mirror_file **pp = &m->buckets[bucket_of(m, f->key)];
+    while (*pp != f)
+        pp = &(*pp)->hnext;
+    *pp = f->hnext;
+    do_lru_unlink(m, f);
+    if (f->in_ring) { /* queued for hashing by an opener that has gone since */
+        struct mirror_file **rp = &m->ring_head, *prev = NULL;
+        while (*rp != f) {
+            prev = *rp;
+            rp = &(*rp)->ring_next;
+        }
+        *rp = f->ring_next;
+        if (m->ring_tail == f)
+            m->ring_tail = prev;
+    }
+    m->used -= f->held;
+    m->n_files--;
+    m->n_partial -= !f->complete;
+    metrics_add(MC_MIRROR_EVICTIONS, 1);
+    do_mirror_gauges(m);
+    char name[96];
+    snprintf(name, sizeof(name), "blobs/%s.state", f->key);
+    unlinkat(m->dirfd, name, 0);
+    snprintf(name, sizeof(name), "blobs/%s", f->key);
+    unlinkat(m->dirfd, name, 0);
+    log_msg(LOG_INFO, "mirror: evicted %s (%" PRIu64 " bytes held)", f->key, f->held);
+    file_free(f);
+}
+
+void do_mirror_gauges(const struct mirror *m)
+{
+    metrics_set_mirror(m->used, m->n_files, m->n_partial);
+}
+
+int do_mirror_reserve(struct mirror *m, struct mirror_file *f, uint64_t len)
+{
+    struct mirror_file *v = m->lru_head;
+    while (m->used + len > m->opt.max_bytes) {
+        while (v && (v->refs > 0 || v == f))
+            v = v->lru_next;
+        if (!v)
+            return -ENOSPC;
+        struct mirror_file *next = v->lru_next;
+        do_evict(m, v);
+        v = next;
+    }
+    m->used += len;
+    f->held += len;
+    do_mirror_gauges(m);
+    return 0;
+}
+
+void do_mirror_release_bytes(struct mirror *m, struct mirror_file *f, uint64_t len)
+{
+    m->used -= len;
+    f->held -= len;
+    do_mirror_gauges(m);
+}
+
+/* ---- references ------------------------------------------------------------- */
+
+static int do_open_fds(struct mirror *m, struct mirror_file *f, struct st_error *err)
+{
+    char name[96];
+    snprintf(name, sizeof(name), "blobs/%s", f->key);
+    f->fd = openat(m->dirfd, name, (f->complete ? O_RDONLY : O_RDWR) | O_CLOEXEC | O_NOFOLLOW);
+    if (f->fd < 0)
+        return st_error_errno(err, errno, "mirror cache: %s", name);
+    if (!f->complete) {
+        snprintf(name, sizeof(name), "blobs/%s.state", f->key);
+        f->state_fd = openat(m->dirfd, name, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+        if (f->state_fd < 0) {
+            int e = errno;
+            close(f->fd);
+            f->fd = -1;
+            return st_error_errno(err, e, "mirror cache: %s", name);
+        }
+    }
+    return 0;
+}
+
+int do_mirror_ref(struct mirror *m, struct mirror_file *f, struct st_error *err)
+{
+    if (f->refs == 0) {
+        int rc = do_open_fds(m, f, err);
+        if (rc < 0)
+            return rc;
+    }
+    f->refs++;
+    return 0;
+}
+
+void do_mirror_unref(struct mirror *m, struct mirror_file *f)
+{
+    (void)m;
+    if (--f->refs > 0)
+        return;
+    /* The blob's mtime orders the LRU after a restart. */
+    futimens(f->fd, NULL);
+    close(f->fd);
+    f->fd = -1;
+    if (f->state_fd >= 0)
+        close(f->state_fd);
+    f->state_fd = -1;
+}
+
+void do_mirror_download_check(struct mirror *m, struct mirror_file *f)
+{
+    int busy = f->n_queued > 0 || f->n_inflight > 0;
+    if (busy && !f->downloading) {
+        f->downloading = 1;
+        f->refs++; /* the descriptors are open: whoever wants blocks holds f */
+    } else if (!busy && f->downloading) {
+        f->downloading = 0;
+        do_mirror_unref(m, f);
+    }
+}
+
+static void set_src(struct mirror_file *f, const struct mirror_src *src)
+{
+    if (f->src_auth)
+        memset(f->src_auth, 0, strlen(f->src_auth));
+    free(f->src_repo);
+    free(f->src_commit);
+    free(f->src_path);
+    free(f->src_auth);
+    f->src_repo = xstrdup(src->repo);
+    f->src_commit = xstrdup(src->commit);
+    f->src_path = xstrdup(src->path);
+    f->src_auth = src->auth ? xstrdup(src->auth) : NULL;
+}
+
+/* A new partial file on disk: the state file first, so that a blob is
+ * never found without one before it is complete. */
+static int create_files(struct mirror *m, struct mirror_file *f, struct st_error *err)
+{
+    char name[96];
+    snprintf(name, sizeof(name), "blobs/%s", f->key);
+    unlinkat(m->dirfd, name, 0);
+    int sfd = mirror_state_create(m->dirfd, f->key, &f->id, f->block, err);
+    if (sfd < 0)
+        return sfd;
+    close(sfd);
+    int fd = openat(m->dirfd, name, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+    int rc = fd < 0 ? -errno : ftruncate(fd, (off_t)f->id.size) < 0 ? -errno : 0;
+    if (fd >= 0)
+        close(fd);
+    if (rc < 0) {
+        unlinkat(m->dirfd, name, 0);
+        snprintf(name, sizeof(name), "blobs/%s.state", f->key);
+        unlinkat(m->dirfd, name, 0);
+        return st_error_errno(err, -rc, "mirror cache: making blobs/%s", f->key);
+    }
+    return 0;
+}
+
+struct mirror_file *mirror_open(struct mirror *m, const struct mirror_id *id,
+                                const struct mirror_src *src, struct st_error *err)
+{
+    char key[72];
+    mirror_key(id, key);
+    if (id->size > m->opt.max_bytes) {
+        st_error_fail(err, ST_ERR_LIMIT, "%s is %" PRIu64 " bytes, more than the mirror's cache "
+                      "holds (mirror_cache_max_bytes %" PRIu64 ")", src ? src->path : key,
+                      id->size, m->opt.max_bytes);
+        return NULL;
+    }
+    pthread_mutex_lock(&m->lock);
+    struct mirror_file *f = do_find(m, key), *made = NULL;
+    if (f && f->id.size != id->size) {
+        st_error_fail(err, ST_ERR_CONFLICT, "the upstream gives %s a size of %" PRIu64 " bytes; "
+                      "the cache holds those content's %" PRIu64, src ? src->path : key,
+                      id->size, f->id.size);
+        f = NULL;
+        goto out;
+    }
+    if (!f) {
+        made = f = file_new(id, m->opt.block_bytes);
+        if (create_files(m, f, err) < 0) {
+            f = NULL;
+            goto out;
+        }
+        do_insert(m, f);
+        made = NULL;
+    }
+    if (do_mirror_ref(m, f, err) < 0) {
+        f = NULL;
+        goto out;
+    }
+    do_lru_touch(m, f);
+    if (src && !src->auth)
+        f->anonymous = 1;
+    if (src && !f->complete && (!f->src_repo || (f->failed && !f->downloading))) {
+        set_src(f, src);
+        f->failed = 0;
+    }
+    if (do_mirror_hash_ready(f))
+        do_mirror_ring_add(m, f);
+out:
+    pthread_mutex_unlock(&m->lock);
+    file_free(made);
+    return f;
+}
+
+struct mirror_file *mirror_find_complete(struct mirror *m, const uint8_t sha256[32])
+{
+    struct mirror_id id = {.kind = MIRROR_SHA256};
+    char key[72];
+    memcpy(id.digest, sha256, 32);
+    mirror_key(&id, key);
+    pthread_mutex_lock(&m->lock);
+    struct mirror_file *f = do_find(m, key);
+    if (f && (!f->complete || !f->anonymous || do_mirror_ref(m, f, NULL) < 0))
+        f = NULL;
+    if (f)
+        do_lru_touch(m, f);
+    pthread_mutex_unlock(&m->lock);
+    return f;
+}
+
+void mirror_ref(struct mirror *m, struct mirror_file *f)
+{
+    pthread_mutex_lock(&m->lock);
+    f->refs++; /* the caller's keeps the descriptors open */
+    pthread_mutex_unlock(&m->lock);
+}
+
+void mirror_unref(struct mirror *m, struct mirror_file *f)
+{
+    if (!f)
+        return;
+    pthread_mutex_lock(&m->lock);
+    do_lru_touch(m, f);
+    do_mirror_unref(m, f);
+    pthread_mutex_unlock(&m->lock);
+}
+
+int mirror_file_fd(const struct mirror_file *f)
+{
+    return f->fd;
+}
+
+uint64_t mirror_file_size(const struct mirror_file *f)
+{
+    return f->id.size;
+}
+
+int mirror_file_complete(struct mirror *m, struct mirror_file *f)
+{
+    pthread_mutex_lock(&m->lock);
+    int c = f->complete;
+    pthread_mutex_unlock(&m->lock);
+    return c;
+}
+
+/* ---- wanting blocks ------------------------------------------------------------ */
+
+void do_mirror_ring_add(struct mirror *m, struct mirror_file *f)
+{
+    if (f->in_ring || m->stopping)
+        return;
+    f->in_ring = 1;
+    f->ring_next = NULL;
+    if (m->ring_tail)
+        m->ring_tail->ring_next = f;
+    else
+        m->ring_head = f;
+    m->ring_tail = f;
+    pthread_cond_signal(&m->work);
+}
+
+uint64_t do_mirror_prefix(const struct mirror_file *f)
+{
+    uint64_t b = f->hashed / f->block;
+    while (b < f->nblocks && bit_get(f->present, b))
+        b++;
+    return b * f->block < f->id.size ? b * f->block : f->id.size;
+}
+
+int do_mirror_hash_ready(const struct mirror_file *f)
+{
+    /* An empty file has nothing to wait for: its hash is the empty one's. */
+    return !f->complete && !f->hashing && !f->failed &&
+           (do_mirror_prefix(f) > f->hashed || f->id.size == 0);
+}
+
+static void do_want(struct mirror *m, struct mirror_file *f, uint64_t off, uint64_t len)
+{
+    if (f->complete || f->failed || !f->src_repo || len == 0 || off >= f->id.size)
+        return;
+    uint64_t end = off + len < f->id.size ? off + len : f->id.size;
+    uint64_t first = off / f->block, last = (end - 1) / f->block;
+    for (uint64_t b = first; b <= last; b++) {
+        if (bit_get(f->wanted, b) || bit_get(f->present, b) || bit_get(f->inflight, b))
+            continue;
+        bit_set(f->wanted, b);
+        f->n_queued++;
+    }
+    f->cursor = first;
+    do_mirror_download_check(m, f);
+    if (f->n_queued)
+        do_mirror_ring_add(m, f);
+}
+
+void mirror_want(struct mirror *m, struct mirror_file *f, uint64_t off, uint64_t len)
+{
+    pthread_mutex_lock(&m->lock);
+    do_want(m, f, off, len);
+    pthread_mutex_unlock(&m->lock);
+}
+
+/* ---- reading --------------------------------------------------------------- */
+
+/* Bytes of block b present or written so far by the fetcher that has it. */
+static uint64_t do_block_avail(const struct mirror *m, const struct mirror_file *f, uint64_t b)
+{
+    if (bit_get(f->present, b))
+        return block_len(f, b);
+    if (!bit_get(f->inflight, b))
+        return 0;
+    for (unsigned i = 0; i < m->n_fetchers; i++) {
+        const struct mirror_fetcher *fe = &m->fetchers[i];
+        if (fe->f == f && fe->b == b && fe->gen == f->gen)
+            return fe->done;
+    }
+    return 0;
+}
+
+static uint64_t do_readable(const struct mirror *m, const struct mirror_file *f, uint64_t off,
+                            uint64_t max)
+{
+    if (off >= f->id.size)
+        return 0;
+    /* The last byte waits for the hash: a client never completes a file
+     * the hash has not confirmed. */
+    uint64_t limit = f->complete ? f->id.size : f->id.size - 1;
+    uint64_t pos = off;
+    while (pos < limit && pos - off < max) {
+        uint64_t b = pos / f->block, start = b * f->block;
+        uint64_t avail = do_block_avail(m, f, b);
+        if (start + avail <= pos)
+            break;
+        uint64_t end = start + avail < limit ? start + avail : limit;
+        pos = end;
+        if (avail < block_len(f, b))
+            break;
+    }
+    return pos - off < max ? pos - off : max;
+}
+
+int64_t mirror_readable(struct mirror *m, struct mirror_file *f, uint64_t off, uint64_t max,
+                        struct st_error *err)
+{
+    pthread_mutex_lock(&m->lock);
+    int64_t n = (int64_t)do_readable(m, f, off, max);
+    if (n == 0 && f->failed && off < f->id.size) {
+        if (err)
+            *err = f->error;
+        n = -EIO;
+    }
+    pthread_mutex_unlock(&m->lock);
+    return n;
+}
+
+/* ---- waiters --------------------------------------------------------------- */
+
+void do_mirror_collect(struct mirror *m, struct mirror_file *f, struct mirror_waiter **fire)
+{
+    struct mirror_waiter **pp = &f->waiters;
+    while (*pp) {
+        struct mirror_waiter *w = *pp;
+        if (f->failed || do_readable(m, f, w->off, 1) > 0) {
+            *pp = w->next;
+            w->linked = 0;
+            atomic_fetch_add(&w->firing, 1);
+            w->next = *fire;
+            *fire = w;
+        } else {
+            pp = &w->next;
+        }
+    }
+}
+
+void mirror_fire(struct mirror_waiter *list)
+{
+    while (list) {
+        struct mirror_waiter *w = list;
+        list = w->next; /* read before the callback: w may be freed once firing is 0 */
+        w->cb(w->arg);
+        atomic_fetch_sub(&w->firing, 1);
+    }
+}
+
+int mirror_wait(struct mirror *m, struct mirror_file *f, uint64_t off, struct mirror_waiter *w)
+{
+    pthread_mutex_lock(&m->lock);
+    int now = f->failed || do_readable(m, f, off, 1) > 0;
+    if (!now) {
+        w->f = f;
+        w->off = off;
+        w->linked = 1;
+        w->next = f->waiters;
+        f->waiters = w;
+        /* The reader waits here: fetch from here on first. */
+        if (f->n_queued && !bit_get(f->present, off / f->block) &&
+            !bit_get(f->inflight, off / f->block))
+            f->cursor = off / f->block;
+    }
+    pthread_mutex_unlock(&m->lock);
+    return now;
+}
+
+void mirror_unwait(struct mirror *m, struct mirror_waiter *w)
+{
+    pthread_mutex_lock(&m->lock);
+    if (w->linked) {
+        struct mirror_waiter **pp = &w->f->waiters;
+        while (*pp && *pp != w)
+            pp = &(*pp)->next;
+        if (*pp)
+            *pp = w->next;
+        w->linked = 0;
+    }
+    pthread_mutex_unlock(&m->lock);
+    while (atomic_load(&w->firing))
+        sched_yield();
+}
+
+int mirror_wait_range(struct mirror *m, struct mirror_file *f, uint64_t off, uint64_t len,
+                      const atomic_int *cancel, struct st_error *err)
+{
+    int rc = 0;
+    pthread_mutex_lock(&m->lock);
+    do_want(m, f, off, len);
+    m->range_waiters++;
+    for (;;) {
+        if (len == 0 || do_readable(m, f, off, len) == len)
+            break;
+        if (f->failed) {
+            if (err)
+                *err = f->error;
+            rc = -EIO;
+            break;
+        }
+        if ((cancel && atomic_load(cancel)) || m->stopping) {
+            rc = -ECANCELED;
+            break;
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 100 * 1000 * 1000;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&m->changed, &m->lock, &ts); /* wakes for a cancel too */
+    }
+    m->range_waiters--;
+    pthread_mutex_unlock(&m->lock);
+    return rc;
+}
+
+/* ---- failures ---------------------------------------------------------------- */
+
+void do_mirror_fail(struct mirror *m, struct mirror_file *f, const struct st_error *e,
+                    struct mirror_waiter **fire)
+{
+    if (!f->failed)
+        log_msg(LOG_ERROR, "mirror: %s (%s): %s", f->src_path ? f->src_path : f->key, f->key,
+                e->message);
+    f->failed = 1;
+    f->error = *e;
+    for (uint64_t b = 0; b < f->nblocks; b++)
+        bit_clear(f->wanted, b);
+    f->n_queued = 0;
+    do_mirror_download_check(m, f);
+    do_mirror_collect(m, f, fire);
+    pthread_cond_broadcast(&m->changed);
+}
+
+void do_mirror_discard(struct mirror *m, struct mirror_file *f)
+{
+    uint64_t bytes = 0;
+    for (uint64_t b = 0; b < f->nblocks; b++)
+        if (bit_get(f->present, b)) {
+            bytes += block_len(f, b);
+            bit_clear(f->present, b);
+        }
+    do_mirror_release_bytes(m, f, bytes);
+    f->n_present = 0;
+    f->hashed = 0;
+    f->gen++;
+    /* The bitmap and the bytes on disk go too (a hole). */
+    uint64_t nbytes = (f->nblocks + 7) / 8;
+    if (f->state_fd >= 0 && (ftruncate(f->state_fd, MIRROR_STATE_HEADER) < 0 ||
+                             ftruncate(f->state_fd, (off_t)(MIRROR_STATE_HEADER + nbytes)) < 0))
+        log_msg(LOG_WARN, "mirror: clearing blobs/%s.state: %s", f->key, strerror(errno));
+    if (f->fd >= 0 && (ftruncate(f->fd, 0) < 0 || ftruncate(f->fd, (off_t)f->id.size) < 0))
+        log_msg(LOG_WARN, "mirror: clearing blobs/%s: %s", f->key, strerror(errno));
+}
+
+/* ---- start-up: what a previous run left ------------------------------------------ */
+
+struct found {
+    struct mirror_file *f;
+    int64_t mtime_ns;
+};
+
+static int by_mtime(const void *a, const void *b)
+{
+    const struct found *x = a, *y = b;
+    return (x->mtime_ns > y->mtime_ns) - (x->mtime_ns < y->mtime_ns);
+}
+
+/* The file of blob `name`, complete or partial, or NULL (removing what
+ * cannot be resumed). */
+static struct mirror_file *load_blob(struct mirror *m, int blobs, const char *name,
+                                     const struct stat *sb)
+{
+    struct mirror_id id;
+    char path[96];
+    if (mirror_key_parse(name, strlen(name), &id) < 0)
+        return NULL; /* not ours: left alone */
+    char *buf = NULL;
+    int64_t len = mirror_state_read(m->dirfd, name, &buf);
+    if (len == -ENOENT) { /* no state file: complete */
+        id.size = (uint64_t)sb->st_size;
+        struct mirror_file *f = file_new(&id, m->opt.block_bytes);
+        f->complete = 1;
+        f->held = id.size;
+        return f;
+    }
+    uint64_t block;
+    const uint8_t *bits;
+    struct st_error err;
+    if (len < 0 || mirror_state_parse(buf, (size_t)len, name, &id, &block, &bits, &err) < 0 ||
+        (uint64_t)sb->st_size != id.size) {
+        log_msg(LOG_WARN, "mirror: blobs/%s: %s: starting it over", name,
+                len < 0 ? strerror((int)-len) : (uint64_t)sb->st_size != id.size
+                              ? "the blob's size is not the state file's" : err.message);
+        free(buf);
+        snprintf(path, sizeof(path), "%s.state", name);
+        unlinkat(blobs, path, 0);
+        unlinkat(blobs, name, 0);
+        return NULL;
+    }
+    struct mirror_file *f = file_new(&id, block);
+    memcpy(f->present, bits, (size_t)((f->nblocks + 7) / 8));
+    for (uint64_t b = 0; b < f->nblocks; b++)
+        if (bit_get(f->present, b)) {
+            f->n_present++;
+            f->held += block_len(f, b);
+        }
+    free(buf);
+    return f;
+}
+
+int mirror_load_cache(struct mirror *m, struct st_error *err)
+{
+    int blobs = openat(m->dirfd, "blobs", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR *d = blobs >= 0 ? fdopendir(blobs) : NULL;
+    if (!d) {
+        if (blobs >= 0)
+            close(blobs);
+        return st_error_errno(err, errno, "mirror cache: %s/blobs", m->opt.cache_dir);
+    }
+    struct found *v = NULL;
+    size_t n = 0, cap = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        struct stat sb;
+        const char *dot = strstr(de->d_name, ".state");
+        if (fstatat(blobs, de->d_name, &sb, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(sb.st_mode))
+            continue;
+        if (dot && dot[6] == '\0') {
+            char blob[96];
+            snprintf(blob, sizeof(blob), "%.*s", (int)(dot - de->d_name), de->d_name);
+            if (faccessat(blobs, blob, F_OK, AT_SYMLINK_NOFOLLOW) < 0)
+                unlinkat(blobs, de->d_name, 0);
+            continue;
+        }
+        struct mirror_file *f = load_blob(m, blobs, de->d_name, &sb);
+        if (!f)
+            continue;
+        if (n == cap) {
+            cap = cap ? 2 * cap : 64;
+            v = xrealloc(v, cap * sizeof(*v));
+        }
+        v[n++] = (struct found){f, (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec};
+    }
+    closedir(d);
+    if (n)
+        qsort(v, n, sizeof(*v), by_mtime);
+    for (size_t i = 0; i < n; i++) {
+        do_insert(m, v[i].f);
+        m->used += v[i].f->held;
+    }
+    free(v);
+    /* A smaller cap than last time: the oldest go now. */
+    while (m->used > m->opt.max_bytes && m->lru_head)
+        do_evict(m, m->lru_head);
+    return 0;
+}
+
+void mirror_files_free(struct mirror *m)
+{
+    for (size_t i = 0; i < m->nbuckets; i++)
+        for (struct mirror_file *f = m->buckets[i], *next; f; f = next) {
+            next = f->hnext;
+            if (f->fd >= 0)
+                close(f->fd);
+            if (f->state_fd >= 0)
+                close(f->state_fd);
+            file_free(f);
+        }
+    free(m->buckets);
+}
+
+struct upstream *mirror_upstream(struct mirror *m)
+{
+    return m->up;
+}

@@ -1,0 +1,175 @@
+/* mirror: the pull-through mirror's cache of upstream files and the
+ * threads that fill it (`upstream = URL`; docs/OPERATIONS.md "A
+ * pull-through mirror").
+ *
+ * Where the state lives. mirror/ holds all of it: the files of the cache
+ * (struct mirror_file, one per content: the SHA-256 of an LFS file, the git
+ * blob id of a small one, so one file serves every repo and commit that
+ * has those bytes), their blocks, the fetch queue, the waiters, the LRU
+ * and the byte count, in one struct mirror (mirror.c); the cache's files
+ * on disk (mirror_store.c); the requests that answer metadata (a file's
+ * commit, size and hash, with the caller's token; the /api documents; a
+ * model's headers for a preload) and the short-lived cache of their
+ * answers (mirror_job.c, mirror_model.c); mirror/upstream is the HTTP client
+ * all of them use. server/handlers/h_mirror answers HTTP from this state and never
+ * talks to the upstream itself.
+ *
+ * Threads. mirror_fetch_threads fetchers, each with its own upstream
+ * connection, take blocks round robin over the files that have blocks
+ * wanted (a file's blocks in order from its cursor, which a waiting reader
+ * moves to where it reads), fetch each with one Range request and write it
+ * into the file as it arrives (pwrite), publishing progress as they go:
+ * a reader may send a block's first bytes before its last have come. The
+ * fetcher that completes a block also advances the file's hash over the
+ * prefix that is now contiguous (one thread at a time per file), so the
+ * hash is known shortly after the last byte. HTTP threads never block on
+ * the mirror: they read what is there (mirror_readable), else register a
+ * waiter and suspend their connection; the fetcher that brings the bytes
+ * calls the waiter back, and the callback resumes the connection. Preload
+ * copy threads wait on a condition variable instead (mirror_wait_range).
+ *
+ * Locks. One mutex, m->lock, guards every file's state, the queue, the LRU
+ * and the byte count. Nothing waits on the network or on another lock
+ * with it held and no callback runs under it; the only system calls made
+ * with it held are on the cache's own metadata (opening and closing a
+ * file's descriptors, the one-byte bitmap write when a block completes,
+ * unlinking an evicted file), so a file can never be reopened between its
+ * eviction and its unlink. Functions named do_* run with it held. Waiter
+ * callbacks run after it is released; a waiter counts the callbacks of it
+ * that are running (`firing`), and mirror_unwait waits for none, so an
+ * answer freed meanwhile is never called. mirror_job.c has one lock of its own for its
+ * queue and its metadata cache; no thread holds both (docs/ARCHITECTURE.md
+ * "Lock order").
+ *
+ * On disk (mirror_cache_dir):
+ *   blobs/<key>          the bytes at their offsets, sparse until fetched
+ *   blobs/<key>.state    only while the file is partial: its size, block
+ *                        size and digest, then a bitmap of the blocks present
+ *   models/<n>/          while a preload holds it: one symlink per model
+ *                        file, named as in the repo, to its blob
+ * where <key> is sha256-<64 hex> or gitsha1-<40 hex>. A block's bit is
+ * written after its bytes (both into the page cache); the state file is
+ * removed only once the whole file's hash matched and its bytes were
+ * synced, so a blob without a state file is complete. A restart reads the
+ * state files and resumes where they say: a crash may lose bits (their
+ * blocks are fetched again), and the hash, computed again over the bytes
+ * on disk, checks everything else.
+ *
+ * Guarantees. A block is fetched once whoever waits on it (it is wanted,
+ * in flight or present). A file is fetched from the one commit URL it was
+ * first asked for, and every answer must be that version (mirror/upstream);
+ * it counts as complete only once its hash matches, and until then its last
+ * byte is held back from readers, so no client finishes a download the
+ * hash has not confirmed. The bytes held (present blocks, complete files,
+ * and blocks being fetched, reserved before they are asked for) never
+ * exceed mirror_cache_max_bytes: the least recently used files that nobody
+ * holds are evicted first; readers, downloads with blocks wanted, preloads
+ * and GPU instances (for as long as they have leases) hold references. */
+#ifndef TENSORD_MIRROR_H
+#define TENSORD_MIRROR_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mirror_store.h"
+#include "st_error.h"
+
+struct mirror;
+struct mirror_file;
+struct upstream;
+
+struct mirror_options {
+    const char *upstream;          /* base URL */
+    const char *cache_dir;         /* made when missing */
+    uint64_t max_bytes;            /* the cap */
+    uint64_t block_bytes;          /* a multiple of 4096 */
+    unsigned fetch_threads;
+    uint64_t max_bps;              /* all fetches together; 0 = no limit */
+    unsigned auth_ttl;             /* seconds an answer about a file is reused (mirror_job.c) */
+    const char *own_auth;          /* Authorization value of the mirror's own requests, or NULL */
+};
+
+/* Where a file's bytes come from: its URL at one commit, and the caller's
+ * Authorization value (may be NULL). Copied by mirror_open. */
+struct mirror_src {
+    const char *repo, *commit, *path, *auth;
+};
+
+/* Creates the cache directory's layout, reads what a previous run left
+ * (complete files, partial ones with their bitmaps), evicts down to the
+ * cap, and starts the fetchers. Returns the mirror, or NULL with err. */
+struct mirror *mirror_new(const struct mirror_options *o, struct st_error *err);
+/* Stops the fetchers (a transfer in flight is cut; its block is fetched
+ * again next time) and frees everything. Every file reference must have
+ * been released. */
+void mirror_free(struct mirror *m);
+
+/* The upstream client (its base URL, for answers that name it). */
+struct upstream *mirror_upstream(struct mirror *m);
+
+/* The cache's file for id, made (sparse, with its state file) when the
+ * cache has none, with a reference the caller releases with mirror_unref.
+ * src says where to fetch what is missing; a file whose last download
+ * failed is tried again from this src. Returns NULL with err: -EFBIG
+ * (larger than the cap), -EINVAL (the cache has this digest with another
+ * size: one of the two answers lied), or an I/O error. */
+struct mirror_file *mirror_open(struct mirror *m, const struct mirror_id *id,
+                                const struct mirror_src *src, struct st_error *err);
+/* A complete file with this SHA-256 that the upstream gave to a caller
+ * without a token since this start, with a reference, or NULL (the
+ * by-digest route: a digest names no repo, so nothing of a gated repo may
+ * be found by it). */
+struct mirror_file *mirror_find_complete(struct mirror *m, const uint8_t sha256[32]);
+/* Another reference to f, which the caller holds one of. */
+void mirror_ref(struct mirror *m, struct mirror_file *f);
+void mirror_unref(struct mirror *m, struct mirror_file *f);
+
+/* The file's descriptor (read-only use: pread, sendfile), valid while the
+ * caller holds its reference. */
+int mirror_file_fd(const struct mirror_file *f);
+uint64_t mirror_file_size(const struct mirror_file *f);
+/* Whether every byte is there and the hash matched. */
+int mirror_file_complete(struct mirror *m, struct mirror_file *f);
+
+/* Asks for the blocks covering [off, off + len) that are neither present,
+ * nor in flight, nor wanted yet, and moves the file's cursor to off: they
+ * are fetched from there on, in order. The download then holds the file
+ * until its wanted blocks are in (or it fails), whoever is still reading. */
+void mirror_want(struct mirror *m, struct mirror_file *f, uint64_t off, uint64_t len);
+
+/* The bytes readable at off, contiguous, at most max: 0 when none is there
+ * yet; -errno with err when none is there and the download failed (a new
+ * mirror_open tries again). The last byte of a file is readable only once
+ * the file is complete. */
+int64_t mirror_readable(struct mirror *m, struct mirror_file *f, uint64_t off, uint64_t max,
+                        struct st_error *err);
+
+/* An HTTP answer waiting for bytes. The caller owns the memory (inside its
+ * stream) and fills cb and arg; the rest is the mirror's. */
+struct mirror_waiter {
+    void (*cb)(void *arg);         /* called once, on a fetcher thread, without any lock */
+    void *arg;
+    /* private */
+    struct mirror_waiter *next;
+    struct mirror_file *f;
+    uint64_t off;
+    int linked;                    /* m->lock */
+    atomic_int firing;             /* callbacks of it running (a fetcher's, at most two at once) */
+};
+
+/* Registers w to be called back once bytes at off are readable or the
+ * download failed. Returns 1 when that is already so (w is not
+ * registered: read again), 0 when registered. */
+int mirror_wait(struct mirror *m, struct mirror_file *f, uint64_t off, struct mirror_waiter *w);
+/* Takes w out (a no-op when it fired or was never registered), and waits
+ * for a callback that is running to return. */
+void mirror_unwait(struct mirror *m, struct mirror_waiter *w);
+
+/* Blocks until [off, off + len) is readable (wanting it first), the
+ * download failed (-errno with err), or *cancel is set (-ECANCELED). For
+ * threads that may block: a preload's copy threads. */
+int mirror_wait_range(struct mirror *m, struct mirror_file *f, uint64_t off, uint64_t len,
+                      const atomic_int *cancel, struct st_error *err);
+
+#endif

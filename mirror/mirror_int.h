@@ -1,0 +1,151 @@
+/* mirror_int: what the mirror's two files share (the design is in
+ * mirror.h): mirror.c holds the files, their references, the LRU,
+ * readers and waiters; mirror_fetch.c the fetcher threads and the hashing.
+ * mirror_fetch.c calls mirror.c's do_ functions, never the other way but
+ * through mirror_fetch_start/stop. Everything marked (lock) is guarded by
+ * m->lock. */
+#ifndef TENSORD_MIRROR_INT_H
+#define TENSORD_MIRROR_INT_H
+
+#include <pthread.h>
+
+#include "mirror.h"
+#include "upstream.h"
+
+struct mirror_file {
+    struct mirror_file *hnext;     /* the map's chain (lock) */
+    struct mirror_file *lru_prev, *lru_next; /* every file, least recently used first (lock) */
+    struct mirror_file *ring_next; /* the files with work for a fetcher (lock) */
+    int in_ring;                   /* (lock) */
+    char key[72];                  /* blobs/<key> */
+    struct mirror_id id;
+    char sha256_hex[65];           /* the digest in hex for SHA-256 files, else "" */
+    uint64_t block;                /* this file's block size (a restart keeps it) */
+    uint64_t nblocks;
+    /* (lock) from here on */
+    unsigned refs;                 /* openers, the download, a fetcher at work on it */
+    int fd, state_fd;              /* open while refs > 0 (state_fd: while partial); else -1 */
+    int complete;                  /* every byte is there and the hash matched */
+    int failed;                    /* the last download failed: error says why */
+    struct st_error error;
+    uint64_t gen;                  /* bumped when its bytes are discarded: a fetch begun before is
+                                    * not counted */
+    uint8_t *present, *wanted, *inflight; /* one bit per block */
+    uint64_t n_present, n_queued, n_inflight; /* n_queued: wanted, neither present nor in flight */
+    uint64_t cursor;               /* the block fetched next (from here, in order, wrapping) */
+    uint64_t held;                 /* bytes it counts in m->used */
+    int downloading;               /* holds a reference while blocks are queued or in flight */
+    int anonymous;                 /* the upstream gave it to a caller without a token (so the
+                                    * by-digest route may serve it); not kept across restarts */
+    char *src_repo, *src_commit, *src_path, *src_auth; /* where its bytes come from, or NULL */
+    uint64_t hashed;               /* bytes hashed, from 0 (a prefix of present blocks) */
+    int hashing;                   /* a thread is hashing it (then only it touches hash_ctx) */
+    void *hash_ctx;                /* an OpenSSL EVP_MD_CTX over [0, hashed) */
+    struct mirror_waiter *waiters;
+};
+
+struct mirror_fetcher {
+    struct mirror *m;
+    pthread_t thread;
+    int started;
+    struct upstream_conn *conn;
+    /* (lock): the block being fetched, and the bytes of it written so far */
+    struct mirror_file *f;
+    uint64_t b, done, gen;
+};
+
+struct mirror {
+    struct mirror_options opt;     /* its strings point to the copies below */
+    char *s_upstream, *s_cache_dir, *s_own_auth;
+    struct upstream *up;
+    int dirfd;                     /* the cache directory */
+    pthread_mutex_t lock;
+    pthread_cond_t work;           /* a file got work, or stopping */
+    pthread_cond_t changed;        /* blocks arrived, a download failed or completed */
+    int stopping;                  /* (lock) */
+    atomic_int stop_flag;          /* the same, for transfers to poll without the lock */
+    struct mirror_file **buckets;  /* the map key -> file (lock) */
+    size_t nbuckets;
+    struct mirror_file *lru_head, *lru_tail, *ring_head, *ring_tail; /* (lock) */
+    uint64_t used, n_files, n_partial; /* (lock) */
+    uint64_t model_seq;            /* names of models/<n> (lock) */
+    unsigned range_waiters;        /* threads in mirror_wait_range: woken by progress too (lock) */
+    unsigned n_fetchers;
+    struct mirror_fetcher *fetchers;
+    struct mirror_jobs *jobs;      /* mirror_job.c */
+    pthread_mutex_t pace_lock;     /* guards pace_next (a leaf: nothing else is taken with it) */
+    uint64_t pace_next;            /* when the next byte from the upstream may come, for
+                                    * upstream_max_bytes_per_second (monotonic ns) */
+};
+
+static inline int bit_get(const uint8_t *bm, uint64_t b)
+{
+    return (bm[b / 8] >> (b % 8)) & 1;
+}
+static inline void bit_set(uint8_t *bm, uint64_t b)
+{
+    bm[b / 8] |= (uint8_t)(1u << (b % 8));
+}
+static inline void bit_clear(uint8_t *bm, uint64_t b)
+{
+    bm[b / 8] &= (uint8_t)~(1u << (b % 8));
+}
+
+/* Bytes of block b of f. */
+static inline uint64_t block_len(const struct mirror_file *f, uint64_t b)
+{
+    uint64_t off = b * f->block;
+    return f->id.size - off < f->block ? f->id.size - off : f->block;
+}
+
+/* ---- mirror.c, for the fetchers ---- */
+
+/* A reference (opening the descriptors on the first). Returns 0 or -errno
+ * with err. */
+int do_mirror_ref(struct mirror *m, struct mirror_file *f, struct st_error *err);
+void do_mirror_unref(struct mirror *m, struct mirror_file *f);
+/* Links f into the fetchers' ring when it has work, waking one. */
+void do_mirror_ring_add(struct mirror *m, struct mirror_file *f);
+/* Whether a fetcher has something to hash in f. */
+int do_mirror_hash_ready(const struct mirror_file *f);
+/* The bytes of f known to be present from 0 on, in whole blocks. */
+uint64_t do_mirror_prefix(const struct mirror_file *f);
+/* Makes room for len more bytes held by f, evicting files nobody holds,
+ * least recently used first. Returns 0, or -ENOSPC when every file is
+ * held. */
+int do_mirror_reserve(struct mirror *m, struct mirror_file *f, uint64_t len);
+void do_mirror_release_bytes(struct mirror *m, struct mirror_file *f, uint64_t len);
+/* Publishes the cache's gauges (metrics_set_mirror). */
+void do_mirror_gauges(const struct mirror *m);
+/* Fails f's download: wanted blocks dropped, every waiter called back
+ * (moved to *fire, to call after unlocking). */
+void do_mirror_fail(struct mirror *m, struct mirror_file *f, const struct st_error *e,
+                    struct mirror_waiter **fire);
+/* The waiters of f that can read now (or whose download failed), unlinked
+ * and moved to *fire. */
+void do_mirror_collect(struct mirror *m, struct mirror_file *f, struct mirror_waiter **fire);
+/* Calls back the waiters of a list made by do_mirror_collect (no lock held). */
+void mirror_fire(struct mirror_waiter *list);
+/* The download's reference goes once nothing is queued or in flight. */
+void do_mirror_download_check(struct mirror *m, struct mirror_file *f);
+/* Discards every byte of f (its hash did not match): bits cleared, bytes
+ * released, the state file's bitmap and the blob's bytes freed. */
+void do_mirror_discard(struct mirror *m, struct mirror_file *f);
+
+/* Start-up, before any thread runs: reads blobs/ into the map, least
+ * recently used (oldest mtime) first; removes state files whose blob is
+ * gone and what cannot be resumed. */
+int mirror_load_cache(struct mirror *m, struct st_error *err);
+/* At stop, the threads gone: closes and frees every file of the map. */
+void mirror_files_free(struct mirror *m);
+/* Frees f's hash state (the fetchers compute it). */
+void mirror_hash_free(struct mirror_file *f);
+
+/* ---- mirror_fetch.c ---- */
+
+/* Starts the fetchers. Returns 0 or -errno with err. */
+int mirror_fetch_start(struct mirror *m, struct st_error *err);
+/* Tells them to stop and joins them. */
+void mirror_fetch_stop(struct mirror *m);
+
+#endif

@@ -1,0 +1,270 @@
+/* JSON endpoints: the model list, one model's description, the merged header,
+ * readiness and metrics. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dtype.h"
+#include "doc_cache.h"
+#include "gpu_manager.h"
+#include "gpu_doc.h"
+#include "handlers.h"
+#include "hasher.h"
+#include "metrics.h"
+#include "server.h"
+#include "util.h"
+
+/* The files of m whose content hash is known. */
+static size_t model_hashes_known(const struct reg_model *m)
+{
+    size_t known = 0;
+    for (size_t i = 0; i < m->n_files; i++)
+        known += reg_file_hashed(&m->files[i]);
+    return known;
+}
+
+/* Parameters (elements) of m's tensors by dtype, as the Hub's
+ * "safetensors.parameters" counts them; {} for an invalid model. */
+static void parameters(struct jsonw *w, const struct reg_model *m)
+{
+    uint64_t by_dtype[DT_COUNT] = {0};
+    for (size_t i = 0; i < m->n_tensors; i++)
+        by_dtype[m->tensors[i].t->dtype] += m->tensors[i].t->nelems;
+    jsonw_kobj(w, "parameters");
+    for (int d = 0; d < DT_COUNT; d++)
+        if (by_dtype[d])
+            jsonw_ku64(w, dtype_info((enum dtype)d)->name, by_dtype[d]);
+    jsonw_obj_end(w);
+}
+
+/* One model of the list (its name is UTF-8: the registry serves no other). */
+static void model_row(struct jsonw *w, struct server *srv, const struct reg_model *m)
+{
+    size_t known = model_hashes_known(m);
+    jsonw_obj(w);
+    jsonw_kstr(w, "name", m->name);
+    jsonw_kstr(w, "state", m->state == MODEL_READY ? "ready" : "invalid");
+    jsonw_kbool(w, "sharded", m->sharded);
+    jsonw_ku64(w, "files", m->n_files);
+    jsonw_ku64(w, "tensors", m->n_tensors);
+    jsonw_ku64(w, "bytes", m->tensor_bytes);
+    if (m->state != MODEL_READY) {
+        jsonw_kobj(w, "error");
+        jsonw_kstr(w, "code", st_status_name(m->error.code));
+        jsonw_kstr(w, "message", m->error.message);
+        jsonw_obj_end(w);
+    }
+    parameters(w, m);
+    jsonw_key(w, "gpu");
+    if (srv->gpu) {
+        gpu_doc_summary(srv->gpu, m->name, w);
+    } else {
+        jsonw_obj(w);
+        jsonw_kstr(w, "state", "none");
+        jsonw_obj_end(w);
+    }
+    jsonw_kobj(w, "hashes");
+    jsonw_ku64(w, "known", known);
+    jsonw_ku64(w, "files", m->n_files);
+    jsonw_kbool(w, "complete", known == m->n_files);
+    jsonw_obj_end(w);
+    jsonw_obj_end(w);
+}
+
+/* Whether this host can preload to a GPU, and if not, why. */
+static void gpu_status(struct jsonw *w, struct server *srv)
+{
+    jsonw_key(w, "gpu");
+    if (srv->gpu) {
+        char *sock = config_ipc_socket_path(srv->cfg);
+        gpu_doc_status(srv->gpu, sock, w);
+        free(sock);
+        return;
+    }
+    jsonw_obj(w);
+    jsonw_kbool(w, "available", 0);
+    jsonw_kstr(w, "reason", "GPU sharing is not running");
+    jsonw_obj_end(w);
+}
+
+static void hashing(struct jsonw *w, struct hasher *h)
+{
+    struct hasher_progress hp;
+    hasher_progress(h, &hp);
+    jsonw_kobj(w, "hashing");
+    jsonw_kstr(w, "state", hp.files_pending ? "hashing" : "idle");
+    jsonw_ku64(w, "files", hp.files);
+    jsonw_ku64(w, "bytes", hp.bytes);
+    jsonw_ku64(w, "files_known", hp.files_known);
+    jsonw_ku64(w, "bytes_known", hp.bytes_known);
+    jsonw_ku64(w, "files_pending", hp.files_pending);
+    jsonw_ku64(w, "bytes_pending", hp.bytes_pending);
+    jsonw_ku64(w, "files_failed", hp.files_failed);
+    jsonw_kreal(w, "bytes_per_second", hp.bytes_per_second);
+    jsonw_obj_end(w);
+}
+
+struct answer *handle_models(const struct request_view *v, struct answer *a,
+                             const struct reg_snapshot *reg)
+{
+    struct jsonw w = JSONW_INIT;
+    jsonw_obj(&w);
+    jsonw_karr(&w, "models");
+    for (size_t i = 0; i < reg->n_models; i++)
+        model_row(&w, v->srv, reg->models[i]);
+    jsonw_arr_end(&w);
+    jsonw_ku64(&w, "generation", reg->generation);
+    gpu_status(&w, v->srv);
+    hashing(&w, v->srv->hasher);
+    jsonw_obj_end(&w);
+    /* GPU states and hashes change without a reload, so the list carries no validator. */
+    return answer_jsonw(a, HTTP_OK, &w);
+}
+
+/* Rendering fails only when memory runs out: a condition of the host, not
+ * of the model, so the answer says to try again. */
+static struct answer *no_memory(struct answer *a, const struct reg_model *m, enum doc_kind kind)
+{
+    return answer_error(a, HTTP_SERVICE_UNAVAILABLE, "out_of_memory",
+                        "not enough memory to render the %s of model \"%.300s\" "
+                        "(%zu tensors); try again later",
+                        kind == DOC_DESCRIPTION ? "description" : "merged header", m->name,
+                        m->n_tensors);
+}
+
+/* The renderer's callback: the document is there (or cannot be), dispatch
+ * the request again. */
+static void doc_ready(void *arg, enum doc_result r)
+{
+    answer_resume(arg, (int)r);
+}
+
+/* What a model document's answer waits for: its render. */
+struct doc_wait {
+    struct doc_cache *docs;
+    const struct reg_model *m;  /* in the snapshot the request holds while the wait starts */
+    enum doc_kind kind;
+};
+
+static void *start_render(struct answer *a)
+{
+    const struct doc_wait *w = a->wait.ctx;
+    if (doc_cache_render(w->docs, w->m, w->kind, doc_ready, a) != 0)
+        doc_ready(a, DOC_STOPPED);
+    return NULL;
+}
+
+static void unref_doc(void *d)
+{
+    shared_doc_unref(d);
+}
+
+/* Answers with d (the reference is handed to the answer, which keeps it
+ * until the request ends: a reader that does not read holds a reference,
+ * never a copy). */
+static struct answer *send_doc(struct answer *a, struct shared_doc *d)
+{
+    answer_defer(a, unref_doc, d);
+    struct representation rep = {
+        .body = {.fd = -1, .data_len = d->len, .src = &shared_doc_source, .src_ctx = d},
+        .content_type = "application/json",
+        .mtime = -1,
+    };
+    /* The validator is a hash of the document's own bytes, which the daemon
+     * has in full, so it is strong, equal across replicas and restarts for
+     * equal files, and changes whenever a byte of the document does (a
+     * file's hash becoming known included). */
+    snprintf(rep.etag, sizeof(rep.etag), "\"m%016" PRIx64 "\"", d->hash);
+    return answer_body(a, &rep);
+}
+
+/* Answers with m's document `kind` when the cache has it fresh; otherwise
+ * waits for the renderer, then answers (dispatched again) with what the
+ * cache holds. The HTTP thread neither renders nor waits. */
+static struct answer *model_doc(const struct request_view *v, struct answer *a,
+                                const struct reg_model *m, enum doc_kind kind)
+{
+    struct shared_doc *d = doc_cache_get(m, kind, !v->waited);
+    if (d)
+        return send_doc(a, d);
+    if (v->waited && v->wait_result == DOC_NO_MEMORY)
+        return no_memory(a, m, kind);
+    if (v->waited && v->wait_result == DOC_STOPPED)
+        return answer_error(a, HTTP_SERVICE_UNAVAILABLE, "stopping", "the daemon is stopping");
+    /* Not rendered yet (or, after a wait, a reload brought a new version of
+     * the model). */
+    struct doc_wait *w = answer_alloc(a, sizeof(*w));
+    *w = (struct doc_wait){v->srv->docs, m, kind};
+    return answer_wait(a, start_render, NULL, w);
+}
+
+struct answer *handle_model(const struct request_view *v, struct answer *a,
+                            const struct reg_model *m)
+{
+    return model_doc(v, a, m, DOC_DESCRIPTION);
+}
+
+struct answer *handle_model_header(const struct request_view *v, struct answer *a,
+                                   const struct reg_model *m)
+{
+    return model_doc(v, a, m, DOC_HEADER);
+}
+
+/* {"status": status}. */
+static struct answer *status_answer(struct answer *a, const char *status)
+{
+    struct jsonw w = JSONW_INIT;
+    jsonw_obj(&w);
+    jsonw_kstr(&w, "status", status);
+    jsonw_obj_end(&w);
+    return answer_jsonw(a, HTTP_OK, &w);
+}
+
+struct answer *handle_healthz(const struct request_view *v, struct answer *a)
+{
+    (void)v;
+    /* Liveness only: it answers without a token, so it names nothing. */
+    return status_answer(a, "ok");
+}
+
+struct answer *handle_readyz(const struct request_view *v, struct answer *a)
+{
+    struct server *srv = v->srv;
+    if (!atomic_load(&srv->ready))
+        return answer_error(a, HTTP_SERVICE_UNAVAILABLE, "not_ready",
+                            "the models root is being scanned");
+    if (srv->gpu && !gpu_manager_ready(srv->gpu))
+        return answer_error(a, HTTP_SERVICE_UNAVAILABLE, "not_ready",
+                            "start-up preloads are still loading");
+    return status_answer(a, "ready");
+}
+
+struct answer *handle_metrics(const struct request_view *v, struct answer *a, int text)
+{
+    const char *accept = view_header(v, "Accept");
+    const char *fmt = v->query(v, "format");
+    if (fmt && strcmp(fmt, "prometheus") != 0 && strcmp(fmt, "json") != 0)
+        return answer_error(a, HTTP_BAD_REQUEST, "bad_parameter",
+                            "format must be \"json\" or \"prometheus\"");
+    if (fmt)
+        text = strcmp(fmt, "prometheus") == 0;
+    else if (!text && accept && strstr(accept, "text/plain") && !strstr(accept, "application/json"))
+        text = 1;
+    if (v->srv->gpu)
+        gpu_manager_update_metrics(v->srv->gpu);
+    char *body = text ? metrics_render_prometheus() : metrics_render_json();
+    size_t len = body ? strlen(body) : 0;
+    if (body && !text)
+        body = answer_json_line(body, &len);
+    if (!body)
+        return answer_error(a, HTTP_SERVICE_UNAVAILABLE, "out_of_memory",
+                            "not enough memory to render the metrics");
+    answer_defer(a, free, body);
+    struct representation rep = {
+        .body = {.prefix = body, .prefix_len = len, .fd = -1},
+        .content_type = text ? "text/plain; version=0.0.4; charset=utf-8" : "application/json",
+        .mtime = -1,
+    };
+    return answer_body(a, &rep);
+}

@@ -1,0 +1,389 @@
+/* h_mirror: the HTTP answers of a pull-through mirror (`upstream = URL`;
+ * mirror/mirror.h has the design, docs/OPERATIONS.md "A pull-through
+ * mirror" the operator's view).
+ *
+ * A mirror's Hugging Face endpoint is its upstream's: every Hub route is
+ * answered from the upstream, through the cache for file bytes. Nothing
+ * here talks to the upstream: a request that needs it (a file's metadata,
+ * a document, a model's headers for a preload) suspends its connection and
+ * answers "wait for this job" (mirror/mirror_job.h); the job's callback ends
+ * the wait, and the request is dispatched again and answers from the job's
+ * result. File bytes go out as they arrive: the answer's reader suspends
+ * the connection when it reaches bytes the mirror has not fetched yet, and
+ * the fetcher that brings them resumes it (server/http/stream.c).
+ *
+ *   - `/{repo}/resolve|raw/{rev}/{path}`: the upstream is asked about the
+ *     file (HEAD, with the caller's Authorization, whose answer is kept
+ *     mirror_auth_ttl seconds per caller): its commit, size and hash. A
+ *     branch (rev not the commit) answers 302 to the commit's URL, as
+ *     tensord does, so a download reads one commit; the commit's URL
+ *     answers the bytes, from the cache, fetching what it lacks from that
+ *     commit's URL upstream. The upstream's errors (401, 403, 404 with its
+ *     X-Error-Code) are passed on.
+ *   - every other Hub route (the /api documents): passed through as the
+ *     upstream answers it (status, body, X-Repo-Commit, X-Error-Code, ETag,
+ *     Cache-Control, Link), with the caller's Authorization.
+ *   - `POST /v1/models/{repo}/gpu` for a repo the models root does not
+ *     hold: the repo's model prepared by the mirror (mirror/mirror_model.h),
+ *     preloaded as its bytes arrive.
+ *   - `/v1/blobs/sha256:{hex}`: also the mirror's complete files. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "digest.h"
+#include "gpu_manager.h"
+#include "gpu_doc.h"
+#include "h_hub_int.h"
+#include "h_mirror.h"
+#include "handlers.h"
+#include "mirror.h"
+#include "mirror_job.h"
+#include "mirror_model.h"
+#include "route.h"
+#include "upstream.h"
+#include "util.h"
+
+#define DOC_MAX (64u << 20) /* a document passed through (a repo of 100,000 files fits) */
+
+static const char *auth_of(const struct request_view *v)
+{
+    return view_header(v, "Authorization");
+}
+
+static void job_done(void *arg)
+{
+    answer_resume(arg, 0);
+}
+
+static void job_release(void *job)
+{
+    mirror_job_release(job);
+}
+
+/* The job a request waits for (submitted when the wait starts, or NULL
+ * when the mirror stops: it is dispatched again with none). Its
+ * arguments are copied into the answer's arena. */
+struct job_wait {
+    struct mirror *m;
+    enum { JOB_META, JOB_DOC, JOB_MODEL } kind;
+    const char *repo, *rev, *path, *auth;      /* JOB_META; JOB_MODEL: repo */
+    const char *method, *target, *body, *ctype; /* JOB_DOC */
+    size_t body_len;
+};
+
+static void *start_job(struct answer *a)
+{
+    const struct job_wait *w = a->wait.ctx;
+    struct mirror_job *j =
+        w->kind == JOB_META ? mirror_job_meta(w->m, w->repo, w->rev, w->path, w->auth, job_done, a)
+        : w->kind == JOB_DOC ? mirror_job_doc(w->m, w->method, w->target, w->body, w->body_len,
+                                              w->ctype, w->auth, DOC_MAX, job_done, a)
+                             : mirror_job_model(w->m, w->repo, "main", job_done, a);
+    if (!j) /* stopping: answered when dispatched again */
+        job_done(a);
+    return j;
+}
+
+static const char *copy(struct answer *a, const char *s)
+{
+    return s ? answer_strdup(a, s) : NULL;
+}
+
+static struct answer *wait_job(struct answer *a, struct job_wait *w)
+{
+    return answer_wait(a, start_job, job_release, w);
+}
+
+/* The mirror is stopping (a job could not be submitted). */
+static struct answer *stopping(struct answer *a, int hub)
+{
+    if (hub)
+        return answer_hub_error(a, HTTP_SERVICE_UNAVAILABLE, NULL, 1, "the mirror is stopping");
+    return answer_error(a, HTTP_SERVICE_UNAVAILABLE, "stopping", "the mirror is stopping");
+}
+
+/* An upstream that could not be reached, or gave an answer the mirror
+ * cannot use: 502, in the Hub's dialect. */
+static struct answer *bad_gateway(struct answer *a, const struct st_error *e)
+{
+    return answer_hub_error(a, HTTP_BAD_GATEWAY, NULL, 0, "upstream: %s", e->message);
+}
+
+/* ---- files -------------------------------------------------------------------- */
+
+/* The upstream's error about a file, passed on (its status where clients
+ * branch on it, 502 otherwise). */
+static struct answer *upstream_error(struct answer *a, const struct mirror_meta *meta,
+                                     const char *path)
+{
+    long st = meta->status;
+    const char *code = meta->error_code[0] ? meta->error_code : NULL;
+    const char *msg = meta->error_message[0] ? meta->error_message : NULL;
+    if (st == 401 || st == 403 || st == 404 || st == 410)
+        return answer_hub_error(a, (unsigned)st, code, 0, "%s",
+                                msg ? msg : st == 404 ? "Entry not found" : "Access denied");
+    if (st == 429 || st == 503)
+        return answer_hub_error(a, HTTP_SERVICE_UNAVAILABLE, code,
+                                meta->retry_after ? meta->retry_after : 1, "upstream: %s",
+                                msg ? msg : "busy, retry");
+    return answer_hub_error(a, HTTP_BAD_GATEWAY, code, 0, "upstream answered %ld for %.300s%s%s",
+                            st, path, msg ? ": " : "", msg ? msg : "");
+}
+
+/* A mirrored file an answer holds. */
+struct held_file {
+    struct mirror *m;
+    struct mirror_file *f;
+};
+
+static void unref_held(void *arg)
+{
+    struct held_file *h = arg;
+    mirror_unref(h->m, h->f);
+}
+
+void mirror_answer_hold(struct answer *a, struct mirror *m, struct mirror_file *f)
+{
+    struct held_file *h = answer_alloc(a, sizeof(*h));
+    *h = (struct held_file){m, f};
+    answer_defer(a, unref_held, h);
+}
+
+/* The file's bytes at its commit: from the cache, fetched as they are
+ * read. */
+static struct answer *serve_bytes(const struct request_view *v, struct answer *a,
+                                  const struct route *rt, const struct mirror_meta *meta,
+                                  const char *etag)
+{
+    struct mirror *m = v->srv->mirror;
+    struct representation rep = {
+        .body = {.fd = -1, .data_off = 0, .data_len = meta->id.size},
+        .no_read = v->is_head,
+    };
+    hub_file_rep(a, &rep, rt->name, rt->raw, etag);
+    if (!v->is_head) { /* a HEAD answers headers only: nothing is opened or fetched */
+        struct st_error e;
+        struct mirror_src src = {rt->model, meta->commit, rt->name, auth_of(v)};
+        struct mirror_file *f = mirror_open(m, &meta->id, &src, &e);
+        if (!f)
+            return answer_hub_error(a, e.code == ST_ERR_CONFLICT ? HTTP_BAD_GATEWAY
+                                                                 : HTTP_SERVICE_UNAVAILABLE,
+                                    NULL, 5, "mirror: %s", e.message);
+        mirror_answer_hold(a, m, f); /* until the request ends */
+        rep.body.fd = mirror_file_fd(f);
+        if (!mirror_file_complete(m, f))
+            rep.mirror = f; /* read as it arrives: the response takes its own reference */
+    }
+    answer_header(a, "X-Repo-Commit", meta->commit);
+    hub_linked(a, meta->lfs, etag, meta->id.size);
+    return answer_body(a, &rep);
+}
+
+static struct answer *mirror_file_route(const struct request_view *v, struct answer *a,
+                                        const struct route *rt)
+{
+    struct mirror *m = v->srv->mirror;
+    const char *auth = auth_of(v);
+    struct mirror_meta meta;
+    if (v->wait_job) {
+        struct st_error e;
+        int rc = mirror_job_status(v->wait_job, &e);
+        if (rc < 0)
+            return rc == -ECANCELED ? stopping(a, 1) : bad_gateway(a, &e);
+        meta = *mirror_job_meta_result(v->wait_job);
+    } else if (!mirror_meta_cached(m, rt->model, rt->rev, rt->name, auth, &meta)) {
+        struct job_wait *w = answer_alloc(a, sizeof(*w));
+        *w = (struct job_wait){.m = m, .kind = JOB_META, .repo = copy(a, rt->model),
+                               .rev = copy(a, rt->rev), .path = copy(a, rt->name),
+                               .auth = copy(a, auth)};
+        return wait_job(a, w);
+    }
+    if (meta.status != 200)
+        return upstream_error(a, &meta, rt->name);
+    char hex[65], etag[80];
+    digest_hex(meta.id.digest, meta.id.kind == MIRROR_SHA256 ? 32 : 20, hex);
+    snprintf(etag, sizeof(etag), "\"%s\"", hex);
+    if (strcmp(rt->rev, meta.commit) != 0) /* a branch: to the commit's URL, as h_hub.c does */
+        return hub_redirect_to_commit(a, rt->model, rt->raw, meta.commit, rt->name, meta.lfs,
+                                      etag, meta.id.size);
+    return serve_bytes(v, a, rt, &meta, etag);
+}
+
+/* ---- documents ------------------------------------------------------------------ */
+
+/* The upstream's Link header with its own URLs turned into this server's
+ * (the Hub's pagination names the next page by absolute URL). */
+static char *local_link(const struct request_view *v, const char *link)
+{
+    const char *base = upstream_base(mirror_upstream(v->srv->mirror));
+    const char *host = view_header(v, "Host");
+    if (!host || strpbrk(host, " \t<>\"\\"))
+        return xstrdup(link);
+    char *mine = xasprintf("%s://%s", v->tls ? "https" : "http", host);
+    size_t blen = strlen(base), n = 0;
+    char *out = xmalloc(strlen(link) * (strlen(mine) + 1) + 1);
+    for (const char *p = link; *p;) {
+        if (strncmp(p, base, blen) == 0) {
+            n += (size_t)sprintf(out + n, "%s", mine);
+            p += blen;
+        } else {
+            out[n++] = *p++;
+        }
+    }
+    out[n] = '\0';
+    free(mine);
+    return out;
+}
+
+static struct answer *mirror_doc_route(const struct request_view *v, struct answer *a)
+{
+    if (!v->wait_job) {
+        struct job_wait *w = answer_alloc(a, sizeof(*w));
+        /* A HEAD is asked as a GET: the answer's Content-Length is the body's. */
+        *w = (struct job_wait){.m = v->srv->mirror, .kind = JOB_DOC,
+                               .method = v->is_head ? "GET" : copy(a, v->method),
+                               .target = copy(a, route_origin_form(v->target)), .body = v->body,
+                               .body_len = v->body_len,
+                               .ctype = copy(a, view_header(v, "Content-Type")),
+                               .auth = copy(a, auth_of(v))};
+        return wait_job(a, w);
+    }
+    struct st_error e;
+    int rc = mirror_job_status(v->wait_job, &e);
+    if (rc < 0)
+        return rc == -ECANCELED ? stopping(a, 1) : bad_gateway(a, &e);
+    const struct mirror_doc *d = mirror_job_doc_result(v->wait_job);
+    const struct upstream_answer *u = &d->a;
+#define PASS(name, val)                                                                        \
+    do {                                                                                       \
+        if ((val)[0])                                                                          \
+            answer_header(a, name, val);                                                       \
+    } while (0)
+    PASS("X-Repo-Commit", u->commit);
+    PASS("X-Error-Code", u->error_code);
+    PASS("X-Error-Message", u->error_message);
+    PASS("Cache-Control", u->cache_control[0] ? u->cache_control : "no-cache");
+    if (u->etag[0])
+        answer_header(a, "ETag", answer_printf(a, "\"%s\"", u->etag));
+    if (u->link[0]) {
+        char *link = local_link(v, u->link);
+        answer_header(a, "Link", link);
+        free(link);
+    }
+#undef PASS
+    /* The body stays the job's, which the request holds until it ends. */
+    unsigned status = u->status >= 200 && u->status < 600 ? (unsigned)u->status : HTTP_BAD_GATEWAY;
+    return answer_doc(a, status, copy(a, u->content_type[0] ? u->content_type : "application/json"),
+                      d->body, d->len);
+}
+
+struct answer *handle_mirror_hub(const struct request_view *v, struct answer *a,
+                                 const struct route *rt)
+{
+    if (rt->kind == ROUTE_HUB_FILE)
+        return mirror_file_route(v, a, rt);
+    return mirror_doc_route(v, a);
+}
+
+/* ---- preloads ------------------------------------------------------------------- */
+
+/* A mirror's model as the GPU manager's source of bytes. */
+struct model_source {
+    struct gm_source base;     /* first: the manager hands this back */
+    struct mirror_model *mm;
+};
+
+static int source_present(void *arg, const void *file, uint64_t off, uint64_t len)
+{
+    return mirror_model_present(arg, file, off, len);
+}
+
+static int source_wait(void *arg, const void *file, uint64_t off, uint64_t len,
+                       const atomic_int *cancel, struct st_error *err)
+{
+    return mirror_model_wait(arg, file, off, len, cancel, err);
+}
+
+static void source_release(struct gm_source *s)
+{
+    struct model_source *ms = (struct model_source *)s;
+    mirror_model_free(ms->mm);
+    free(ms);
+}
+
+static struct gm_source *source_new(struct mirror_model *mm)
+{
+    struct model_source *ms = xcalloc(1, sizeof(*ms));
+    ms->mm = mm;
+    ms->base.gate = (struct gpu_gate){.present = source_present, .wait = source_wait, .arg = mm};
+    ms->base.release = source_release;
+    return &ms->base;
+}
+
+static struct answer *mirror_preload(const struct request_view *v, struct answer *a,
+                                     const char *model)
+{
+    struct gpu_manager *gm = v->srv->gpu;
+    struct gpu_doc_error de;
+    struct jsonw w = JSONW_INIT;
+    char *device = NULL;
+    int status = 0, rc;
+    if ((rc = gpu_doc_preload_device(v->body ? v->body : "", v->body_len, &device, &de)) < 0)
+        return handle_gpu_answer(a, rc, status, &w, &de);
+    if (!v->wait_job) {
+        /* Loaded or loading already: that instance, without asking the upstream. */
+        rc = gpu_doc_preload(gm, model, device, &w, &status, &de);
+        free(device);
+        if (rc == 0 || de.http_status != HTTP_NOT_FOUND)
+            return handle_gpu_answer(a, rc, status, &w, &de);
+        struct job_wait *jw = answer_alloc(a, sizeof(*jw));
+        *jw = (struct job_wait){.m = v->srv->mirror, .kind = JOB_MODEL, .repo = copy(a, model)};
+        return wait_job(a, jw);
+    }
+    struct mirror_model *mm;
+    struct st_error e;
+    rc = mirror_job_model_take(v->wait_job, &mm, &e);
+    if (rc < 0) {
+        free(device);
+        if (rc == -ECANCELED)
+            return stopping(a, 0);
+        unsigned st = e.code == ST_ERR_NOT_FOUND          ? HTTP_NOT_FOUND
+                      : e.code == ST_ERR_INVALID_ARGUMENT ? HTTP_CONFLICT
+                                                          : HTTP_BAD_GATEWAY;
+        return answer_error(a, st, st == HTTP_NOT_FOUND  ? "model_not_found"
+                                   : st == HTTP_CONFLICT ? "model_invalid"
+                                                         : "upstream_error",
+                            "%s", e.message);
+    }
+    struct gm_source *src = source_new(mm);
+    rc = gpu_doc_preload_model(gm, model, device, mirror_model_reg(mm), &src, &w, &status, &de);
+    if (src) /* no new instance took it: the model goes */
+        src->release(src);
+    free(device);
+    return handle_gpu_answer(a, rc, status, &w, &de);
+}
+
+struct answer *handle_mirror_gpu(const struct request_view *v, struct answer *a,
+                                 const char *model)
+{
+    if (!v->srv->gpu)
+        return answer_error(a, HTTP_SERVICE_UNAVAILABLE, "gpu_unavailable",
+                            "GPU sharing is not running in this daemon");
+    if (strcmp(v->method, "POST") != 0)
+        return handle_gpu(v, a, model); /* GET, DELETE: the instance's by name */
+    if (!v->wait_job && !view_preconditions_hold(v))
+        return answer_error(a, HTTP_PRECONDITION_FAILED, "precondition_failed",
+                            "If-Match or If-None-Match did not hold; nothing was done");
+    return mirror_preload(v, a, model);
+}
+
+/* ---- by digest ---------------------------------------------------------------- */
+
+struct mirror_file *mirror_blob_find(struct server *srv, const uint8_t sha256[32])
+{
+    return srv->mirror ? mirror_find_complete(srv->mirror, sha256) : NULL;
+}

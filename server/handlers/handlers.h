@@ -1,0 +1,54 @@
+/* handlers: one function per endpoint. Each takes the request's view and
+ * fills its answer (server/handlers/h_answer.h), which it returns; none touches the
+ * HTTP library or calls back into the front. The dispatcher holds a
+ * registry snapshot for the request until the answer is rendered, so an
+ * answer may point into it (a model's files and their validated stats);
+ * whatever must live longer (a model's memory, a shared document) is held
+ * by the answer's arena. */
+#ifndef TENSORD_HANDLERS_H
+#define TENSORD_HANDLERS_H
+
+#include "h_answer.h"
+#include "registry.h"
+
+struct gpu_doc_error;
+struct jsonw;
+struct route;
+
+struct answer *handle_models(const struct request_view *v, struct answer *a,
+                             const struct reg_snapshot *reg);
+struct answer *handle_model(const struct request_view *v, struct answer *a,
+                            const struct reg_model *m);
+struct answer *handle_model_header(const struct request_view *v, struct answer *a,
+                                   const struct reg_model *m);
+struct answer *handle_file(const struct request_view *v, struct answer *a,
+                           const struct reg_model *m, const struct reg_file *f, int header_only);
+struct answer *handle_tensor(const struct request_view *v, struct answer *a,
+                             const struct reg_model *m, const struct reg_tensor *t);
+/* GET, POST, DELETE /v1/models/{model}/gpu (the model by name: the
+ * manager's instances are). */
+struct answer *handle_gpu(const struct request_view *v, struct answer *a, const char *model);
+/* Answers a gpu_doc call: rc < 0, e in the error dialect; else status with
+ * the document w holds (taken). */
+struct answer *handle_gpu_answer(struct answer *a, int rc, int status, struct jsonw *w,
+                                 const struct gpu_doc_error *e);
+struct answer *handle_fetch(const struct request_view *v, struct answer *a,
+                            const struct reg_model *m);
+/* The Hugging Face endpoint (server/handlers/h_hub.c): every ROUTE_HUB_* route. */
+struct answer *handle_hub(const struct request_view *v, struct answer *a,
+                          const struct reg_snapshot *reg, const struct route *rt);
+/* Content by digest (server/handlers/h_blob.c): ROUTE_BLOB. */
+struct answer *handle_blob(const struct request_view *v, struct answer *a,
+                           const struct reg_snapshot *reg, const struct route *rt);
+/* The S3 API (server/handlers/h_s3.c): ROUTE_S3, every method (it answers 405 itself). */
+struct answer *handle_s3(const struct request_view *v, struct answer *a,
+                         const struct reg_snapshot *reg, const struct route *rt);
+struct answer *handle_healthz(const struct request_view *v, struct answer *a);
+struct answer *handle_readyz(const struct request_view *v, struct answer *a);
+/* The web console (server/handlers/ui.c): asset `name` ("" for the page); `bare`
+ * for "/ui", which is redirected to "/ui/". */
+struct answer *handle_ui(const struct request_view *v, struct answer *a, const char *name,
+                         int bare);
+struct answer *handle_metrics(const struct request_view *v, struct answer *a, int text);
+
+#endif

@@ -1,0 +1,470 @@
+/* gpu_doc: the GPU manager's views as JSON, and its status codes as HTTP
+ * statuses and wire error codes. */
+#include "gpu_doc.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "json_scan.h"
+#include "util.h"
+
+/* What a manager call failed with, as the HTTP endpoints and the lease
+ * socket say it: the one place where status codes become wire codes. */
+enum gpu_op { GPU_OP_DEVICE, GPU_OP_PRELOAD, GPU_OP_EVICT, GPU_OP_OPEN };
+
+/* Fills e from the manager's err for a call of kind op; returns rc. */
+static int refused(enum gpu_op op, const struct st_error *err, int rc, struct gpu_doc_error *e)
+{
+    static const struct {
+        enum gpu_op op;
+        enum st_status code;
+        int http;
+        const char *wire;
+    } map[] = {
+        {GPU_OP_DEVICE, ST_ERR_INVALID_ARGUMENT, 400, "bad_device"},
+        {GPU_OP_DEVICE, ST_ERR_NO_DEVICE, 503, "gpu_unavailable"},
+        {GPU_OP_PRELOAD, ST_ERR_NOT_FOUND, 404, "not_found"},
+        {GPU_OP_PRELOAD, ST_ERR_INVALID_ARGUMENT, 409, "model_invalid"},
+        {GPU_OP_PRELOAD, ST_ERR_CONFLICT, 409, "loaded_elsewhere"},
+        {GPU_OP_EVICT, ST_ERR_NOT_FOUND, 404, "not_loaded"},
+        {GPU_OP_OPEN, ST_ERR_NOT_FOUND, 0, "not_loaded"},
+        {GPU_OP_OPEN, ST_ERR_INVALID_ARGUMENT, 0, "wrong_device"},
+        {GPU_OP_OPEN, ST_ERR_CONFLICT, 0, "loading"},
+        {GPU_OP_OPEN, ST_ERR_DEVICE, 0, "failed"},
+        {GPU_OP_OPEN, ST_ERR_LIMIT, 0, "too_many_shards"},
+    };
+    int oom = err->code == ST_ERR_NO_MEMORY;
+    e->http_status = oom ? 503 : 500;
+    e->code = oom ? "out_of_memory" : "internal";
+    for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++) {
+        if (map[i].op == op && map[i].code == err->code) {
+            e->http_status = map[i].http;
+            e->code = map[i].wire;
+        }
+    }
+    snprintf(e->message, sizeof(e->message), "%s", err->message);
+    return rc;
+}
+
+static void base64(struct jsonw *w, const unsigned char *p, size_t n)
+{
+    static const char tab[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    char out[(GPU_LEGACY_HANDLE_BYTES + 2) / 3 * 4], *o = out;
+    for (size_t i = 0; i < n; i += 3) {
+        uint32_t v = (uint32_t)p[i] << 16 | (i + 1 < n ? (uint32_t)p[i + 1] << 8 : 0) |
+                     (i + 2 < n ? p[i + 2] : 0);
+        *o++ = tab[v >> 18 & 63];
+        *o++ = tab[v >> 12 & 63];
+        *o++ = i + 1 < n ? tab[v >> 6 & 63] : '=';
+        *o++ = i + 2 < n ? tab[v & 63] : '=';
+    }
+    jsonw_strn(w, out, (size_t)(o - out));
+}
+
+/* The tensor table (text the instance keeps). */
+static char *make_tensors(const struct gm_view *v)
+{
+    struct jsonw w = JSONW_INIT;
+    jsonw_arr(&w);
+    for (size_t i = 0; i < v->n_tensors; i++) {
+        const struct gm_tensor *t = &v->tensors[i];
+        jsonw_obj(&w);
+        jsonw_kstr(&w, "name", t->name);
+        jsonw_kstr(&w, "dtype", dtype_info(t->dtype)->name);
+        jsonw_karr(&w, "shape");
+        for (uint32_t d = 0; d < t->ndim; d++)
+            jsonw_u64(&w, t->shape[d]);
+        jsonw_arr_end(&w);
+        jsonw_ku64(&w, "alloc", t->alloc);
+        jsonw_ku64(&w, "offset", t->offset);
+        jsonw_ku64(&w, "nbytes", t->nbytes);
+        jsonw_obj_end(&w);
+    }
+    jsonw_arr_end(&w);
+    return jsonw_take(&w, NULL);
+}
+
+/* The legacy CUDA IPC handle of shard s, in the shape Triton's CUDA
+ * shared-memory extension expects. Only "open" answers carry it: whoever
+ * imports it must hold a lease. */
+static void legacy(struct jsonw *w, const struct gm_view *v, const struct gm_shard *s)
+{
+    jsonw_kobj(w, "raw_handle");
+    jsonw_key(w, "b64");
+    base64(w, s->a.legacy_handle, GPU_LEGACY_HANDLE_BYTES);
+    jsonw_obj_end(w);
+    jsonw_ki64(w, "device_id", v->be->devices[v->dev].index);
+    jsonw_ku64(w, "legacy_byte_size", s->a.legacy_size);
+}
+
+/* Allocations as GET shows them (full) or as "open" answers carry them.
+ * published: the loader filled them (their sizes and checksums may be read). */
+static void allocs(struct jsonw *w, const struct gm_view *v, int published, int for_open)
+{
+    jsonw_arr(w);
+    for (size_t i = 0; i < v->n_shards; i++) {
+        const struct gm_shard *s = &v->shards[i];
+        jsonw_obj(w);
+        jsonw_ku64(w, "id", i);
+        jsonw_kstr(w, "file", s->file);
+        jsonw_ku64(w, "byte_size", s->size);
+        if (published) {
+            char sum[32];
+            snprintf(sum, sizeof(sum), "%016llx", (unsigned long long)s->checksum);
+            jsonw_ku64(w, "alloc_size", s->a.alloc_size);
+            jsonw_kstr(w, "checksum", sum);
+        }
+        if (for_open) {
+            jsonw_kstr(w, "handle_type", v->be->handle_type);
+            jsonw_ku64(w, "fd_index", i);
+            if (published && s->a.legacy_size)
+                legacy(w, v, s);
+        } else {
+            jsonw_karr(w, "handle_types");
+            jsonw_str(w, v->be->handle_type);
+            if (published && s->a.legacy_size)
+                jsonw_str(w, "cuda_ipc");
+            jsonw_arr_end(w);
+        }
+        jsonw_obj_end(w);
+    }
+    jsonw_arr_end(w);
+}
+
+/* The published allocations as GET shows them (text the instance keeps:
+ * they never change again). */
+static char *make_allocations(const struct gm_view *v)
+{
+    struct jsonw w = JSONW_INIT;
+    allocs(&w, v, 1, 0);
+    return jsonw_take(&w, NULL);
+}
+
+static void device(struct jsonw *w, const struct gm_view *v)
+{
+    const struct gpu_device *d = &v->be->devices[v->dev];
+    jsonw_kstr(w, "backend", v->be->name);
+    jsonw_kstr(w, "device", v->device);
+    jsonw_ki64(w, "device_index", d->index);
+    jsonw_kstr(w, "device_uuid", d->uuid);
+    jsonw_ku64(w, "generation", v->generation);
+}
+
+/* Where a preload's bytes came from. */
+static void io(struct jsonw *w, const struct gm_io *io)
+{
+    jsonw_kobj(w, "io");
+    jsonw_ku64(w, "page_cache_bytes", io->page_cache_bytes);
+    jsonw_ku64(w, "disk_bytes", io->disk_bytes);
+    jsonw_ku64(w, "upstream_bytes", io->upstream_bytes);
+    jsonw_ku64(w, "handed_over_bytes", io->handed_over_bytes);
+    jsonw_kstr(w, "disk_reads", io->disk_reads[0] ? io->disk_reads : "none");
+    jsonw_ku64(w, "threads", io->threads);
+    jsonw_ku64(w, "depth", io->depth);
+    jsonw_obj_end(w);
+}
+
+/* What GET adds to the instance: progress, leases, why it failed, and the
+ * preload's timing once it ended. */
+static void progress(struct jsonw *w, const struct gm_view *v)
+{
+    jsonw_kobj(w, "progress");
+    jsonw_ku64(w, "bytes_done", v->done);
+    jsonw_ku64(w, "bytes_total", v->total);
+    jsonw_kreal(w, "fraction", v->total ? (double)v->done / (double)v->total : 1.0);
+    jsonw_obj_end(w);
+    jsonw_ku64(w, "leases", v->leases);
+    if (v->state == GM_FAILED)
+        jsonw_kstr(w, "reason", v->error);
+    if (!v->t_end_ns)
+        return;
+    double secs = (double)(v->t_end_ns - v->t_start_ns) / 1e9;
+    jsonw_kobj(w, "preload");
+    jsonw_kreal(w, "seconds", secs);
+    jsonw_kreal(w, "bytes_per_second", secs > 0 ? (double)v->done / secs : 0.0);
+    jsonw_kbool(w, "verified", v->verified);
+    if (v->state != GM_FAILED)
+        io(w, &v->io);
+    jsonw_obj_end(w);
+}
+
+/* The instance of v, as GET shows it (for_open 0) or as the lease socket's
+ * "open" answer carries it (published allocations with their descriptors'
+ * indexes and legacy handles, and the lease). The cached parts that fail
+ * to render make the writer fail. */
+static void instance(struct jsonw *w, const struct gm_view *v, int for_open, uint64_t lease)
+{
+    jsonw_obj(w);
+    if (for_open) {
+        jsonw_kbool(w, "ok", 1);
+        jsonw_ku64(w, "lease", lease);
+        jsonw_kstr(w, "model", v->name);
+    } else {
+        jsonw_kstr(w, "model", v->name);
+        jsonw_kstr(w, "state", gm_state_name(v->state));
+    }
+    device(w, v);
+    if (!for_open)
+        progress(w, v);
+    jsonw_key(w, "allocations");
+    const char *kept = !for_open && v->published
+                           ? gm_view_text(v, GM_TEXT_ALLOCATIONS, make_allocations)
+                           : "";
+    if (!kept)
+        jsonw_fail(w);
+    else if (*kept)
+        jsonw_raw(w, kept, strlen(kept));
+    else
+        allocs(w, v, for_open || v->published, for_open);
+    const char *tensors = gm_view_text(v, GM_TEXT_TENSORS, make_tensors);
+    jsonw_key(w, "tensors");
+    if (tensors)
+        jsonw_raw(w, tensors, strlen(tensors));
+    else
+        jsonw_fail(w);
+    jsonw_obj_end(w);
+}
+
+void gpu_doc_options(struct gm_options *opt, const struct config *cfg)
+{
+    *opt = (struct gm_options){.preload = (const char *const *)cfg->preload,
+                               .n_preload = cfg->n_preload,
+                               .staging_buffers = cfg->staging_buffers,
+                               .staging_buffer_bytes = cfg->staging_buffer_bytes,
+                               .preload_threads = cfg->preload_threads,
+                               .verify = cfg->verify,
+                               .legacy_ipc = cfg->legacy_ipc};
+}
+
+/* ---- HTTP ------------------------------------------------------------------ */
+
+/* The instance table: every instance with its leases (the status), or
+ * the current ones only (what the socket's "list" shows). */
+static void rows(struct jsonw *w, struct gpu_manager *gm, int current_only)
+{
+    struct gm_row *r;
+    size_t n;
+    if (gpu_manager_rows(gm, current_only, &r, &n) < 0)
+        r = NULL, n = 0;
+    jsonw_arr(w);
+    for (size_t i = 0; i < n; i++) {
+        jsonw_obj(w);
+        jsonw_kstr(w, "name", r[i].name);
+        jsonw_kstr(w, "state", gm_state_name(r[i].state));
+        jsonw_kstr(w, "device", r[i].device);
+        jsonw_ku64(w, "generation", r[i].generation);
+        if (!current_only)
+            jsonw_ku64(w, "leases", r[i].leases);
+        jsonw_obj_end(w);
+    }
+    jsonw_arr_end(w);
+    gm_rows_free(r, n);
+}
+
+static void devices(struct jsonw *w, const struct gpu_backend *cuda)
+{
+    jsonw_arr(w);
+    for (size_t i = 0; cuda && i < cuda->n_devices; i++) {
+        const struct gpu_device *d = &cuda->devices[i];
+        jsonw_obj(w);
+        jsonw_ki64(w, "index", d->index);
+        jsonw_kstr(w, "uuid", d->uuid);
+        jsonw_kstr(w, "name", d->name);
+        jsonw_ku64(w, "memory_bytes", d->memory_bytes);
+        if (d->error[0])
+            jsonw_kstr(w, "error", d->error);
+        jsonw_obj_end(w);
+    }
+    jsonw_arr_end(w);
+}
+
+void gpu_doc_status(struct gpu_manager *gm, const char *socket_path, struct jsonw *w)
+{
+    const char *reason;
+    const struct gpu_backend *cuda = gpu_manager_cuda(gm, &reason);
+    struct gm_staging staging[16];
+    size_t n_staging = gpu_manager_staging(gm, staging, 16);
+    jsonw_obj(w);
+    jsonw_kbool(w, "available", cuda != NULL);
+    jsonw_key(w, "devices");
+    devices(w, cuda);
+    jsonw_karr(w, "backends");
+    jsonw_str(w, "host");
+    if (cuda)
+        jsonw_str(w, "cuda");
+    jsonw_arr_end(w);
+    jsonw_kstr(w, "ipc_socket", socket_path ? socket_path : "");
+    jsonw_kobj(w, "staging_bytes");
+    for (size_t i = 0; i < n_staging && i < 16; i++)
+        jsonw_ku64(w, staging[i].device, staging[i].bytes);
+    jsonw_obj_end(w);
+    jsonw_key(w, "models");
+    rows(w, gm, 0);
+    if (!cuda)
+        jsonw_kstr(w, "reason", reason);
+    jsonw_obj_end(w);
+}
+
+void gpu_doc_summary(struct gpu_manager *gm, const char *model, struct jsonw *w)
+{
+    struct gm_view v;
+    gpu_manager_view(gm, model, &v);
+    jsonw_obj(w);
+    jsonw_kstr(w, "state", v.inst ? gm_state_name(v.state) : v.refused ? "failed" : "none");
+    if (v.inst || v.refused)
+        jsonw_kstr(w, "device", v.device);
+    if (v.inst)
+        jsonw_ku64(w, "generation", v.generation);
+    jsonw_obj_end(w);
+    gpu_manager_view_release(gm, &v);
+}
+
+void gpu_doc_model(struct gpu_manager *gm, const char *model, struct jsonw *w)
+{
+    struct gm_view v;
+    gpu_manager_view(gm, model, &v);
+    if (v.inst) {
+        instance(w, &v, 0, 0);
+    } else {
+        jsonw_obj(w);
+        jsonw_kstr(w, "model", model);
+        jsonw_kstr(w, "state", v.refused ? "failed" : "none");
+        if (v.refused) {
+            jsonw_kstr(w, "device", v.device);
+            jsonw_kstr(w, "reason", v.error);
+        }
+        jsonw_obj_end(w);
+    }
+    gpu_manager_view_release(gm, &v);
+}
+
+/* The "device" member of the object whose '{' is s's current token, when
+ * it is a string: *device gets a copy (NULL when absent or another type; a
+ * copy of part of the request body, which the daemon holds already).
+ * Returns 0, or -1 (s has the error). */
+static int read_device(struct json_scan *s, char **device)
+{
+    struct json_scan_keys keys = JSON_SCAN_KEYS_INIT;
+    int rc = -1, more = json_scan_next(s) == '}' ? 0 : 1;
+    while (more == 1) {
+        if (json_scan_key(s) != 0 || json_scan_keys_add(s, &keys) != 0)
+            goto out;
+        char key[6];
+        int is_device = s->str_len == 6 && json_scan_decode(s, key, 6) == 6 &&
+                        memcmp(key, "device", 6) == 0;
+        if (json_scan_colon(s) != 0 || json_scan_value_start(s) != 0)
+            goto out;
+        if (is_device && s->tok == JSON_TOK_STRING) { /* once: keys are unique */
+            *device = xmalloc(s->str_len + 1);
+            (*device)[json_scan_decode(s, *device, s->str_len)] = '\0';
+        }
+        if (json_scan_value(s, 2, JSON_SCAN_MAX_DEPTH) != 0)
+            goto out;
+        more = json_scan_more(s, '}');
+    }
+    rc = more;
+out:
+    json_scan_keys_free(&keys);
+    return rc;
+}
+
+int gpu_doc_preload_device(const char *body, size_t len, char **device, struct gpu_doc_error *e)
+{
+    struct json_scan s;
+    *device = NULL;
+    if (!memchr(body, '\0', len) && utf8_valid(body, len)) {
+        json_scan_init(&s, body, len);
+        if (json_scan_next(&s) == '{' && read_device(&s, device) == 0 &&
+            json_scan_next(&s) == JSON_TOK_EOF && *device)
+            return 0;
+    }
+    free(*device);
+    *device = NULL;
+    *e = (struct gpu_doc_error){.code = "bad_request", .http_status = 400};
+    snprintf(e->message, sizeof(e->message), "the body must be a JSON object with \"device\": "
+             "\"cuda:N\", a GPU UUID or \"host\"");
+    return -EINVAL;
+}
+
+int gpu_doc_preload_model(struct gpu_manager *gm, const char *model, const char *device,
+                          const struct reg_model *rm, struct gm_source **src, struct jsonw *w,
+                          int *http_status, struct gpu_doc_error *e)
+{
+    struct gm_device where;
+    struct gm_view v;
+    struct st_error err;
+    int rc = gm_resolve_device(gm, device, &where, &err);
+    if (rc < 0)
+        return refused(GPU_OP_DEVICE, &err, rc, e);
+    rc = src ? gpu_preload_request_model(gm, model, rm, *src, &where, &v, &err)
+             : gpu_preload_request(gm, model, &where, 0, &v, &err);
+    if (rc < 0)
+        return refused(GPU_OP_PRELOAD, &err, rc, e);
+    if (rc == 1 && src)
+        *src = NULL; /* the instance took it */
+    *http_status = rc == 1 ? 202 : 200;
+    instance(w, &v, 0, 0);
+    gpu_manager_view_release(gm, &v);
+    return 0;
+}
+
+int gpu_doc_preload(struct gpu_manager *gm, const char *model, const char *device,
+                    struct jsonw *w, int *http_status, struct gpu_doc_error *e)
+{
+    return gpu_doc_preload_model(gm, model, device, NULL, NULL, w, http_status, e);
+}
+
+int gpu_doc_evict(struct gpu_manager *gm, const char *model, struct jsonw *w, int *http_status,
+                  struct gpu_doc_error *e)
+{
+    struct gm_evicted ev;
+    struct st_error err;
+    int rc = gpu_manager_evict(gm, model, &ev, &err);
+    if (rc < 0)
+        return refused(GPU_OP_EVICT, &err, rc, e);
+    *http_status = ev.draining ? 202 : 200;
+    jsonw_obj(w);
+    jsonw_kstr(w, "model", model);
+    jsonw_kstr(w, "state", ev.draining ? "draining" : "none");
+    jsonw_ku64(w, "generation", ev.generation);
+    if (ev.draining)
+        jsonw_ku64(w, "leases", ev.leases);
+    jsonw_obj_end(w);
+    return 0;
+}
+
+/* ---- the lease socket -------------------------------------------------------- */
+
+struct gpu_lease *gpu_doc_open(struct gpu_manager *gm, const char *model, const char *device,
+                               uint64_t lease_id, struct jsonw *w, int *fds, size_t max_fds,
+                               size_t *n_fds, struct gpu_doc_error *e)
+{
+    struct gm_device where;
+    struct gm_view v;
+    struct st_error err;
+    *n_fds = 0;
+    if (device && *device && gm_resolve_device(gm, device, &where, &err) < 0) {
+        refused(GPU_OP_DEVICE, &err, 0, e);
+        return NULL;
+    }
+    struct gpu_lease *l = gpu_manager_open(gm, model, device && *device ? &where : NULL, &v, fds,
+                                           max_fds, n_fds, &err);
+    if (!l) {
+        refused(GPU_OP_OPEN, &err, 0, e);
+        return NULL;
+    }
+    instance(w, &v, 1, lease_id);
+    gpu_manager_view_release(gm, &v);
+    return l;
+}
+
+void gpu_doc_list(struct gpu_manager *gm, struct jsonw *w)
+{
+    jsonw_obj(w);
+    jsonw_kbool(w, "ok", 1);
+    jsonw_key(w, "models");
+    rows(w, gm, 1);
+    jsonw_obj_end(w);
+}
