@@ -504,8 +504,9 @@ def line(res):
             f"{res['origin_egress_ratio']:.2f}x (wire {res['origin_wire_ratio']:.2f}x), "
             f"p50 {res['p50_ratio']:.2f}x, p99 {res['p99_ratio']:.2f}x "
             f"of {res['capped_seconds']:.1f} s, "
-            f"byte-exact {res['byte_exact_peers']}/{res['peers']}, load {res['load_before'][0]:.1f}, "
-            f"CPU busy {busy:.0%}, peers' CPU {sum(res['peer_cpu_seconds']):.0f} s")
+            f"byte-exact {res['byte_exact_peers']}/{res['peers']}, "
+            f"load {res['load_before'][0]:.1f}, CPU busy {busy:.0%}, "
+            f"peers' CPU {sum(res['peer_cpu_seconds']):.0f} s")
 
 
 def main():
