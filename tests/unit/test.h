@@ -137,6 +137,23 @@ static inline void test_write_st(const char *path, const char *json, size_t data
     free(buf);
 }
 
+/* Runs a command's main (argv as a NULL-terminated list) with its output
+ * and errors captured in *out and *err (the caller frees both); returns
+ * its exit status. */
+static inline int test_run_main(int (*main_fn)(int, char **, FILE *, FILE *),
+                                const char *const *args, char **out, char **err)
+{
+    int n = 0;
+    while (args[n])
+        n++;
+    size_t olen, elen;
+    FILE *o = open_memstream(out, &olen), *e = open_memstream(err, &elen);
+    int rc = main_fn(n, (char **)args, o, e);
+    fclose(o);
+    fclose(e);
+    return rc;
+}
+
 #define RUN(name)                                                                \
     do {                                                                         \
         test_failed_flag = 0;                                                    \

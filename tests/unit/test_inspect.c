@@ -8,15 +8,7 @@ static char root[64];
 
 static int run(const char *const *args, char **out, char **err)
 {
-    int n = 0;
-    while (args[n])
-        n++;
-    size_t olen, elen;
-    FILE *o = open_memstream(out, &olen), *e = open_memstream(err, &elen);
-    int rc = inspect_main(n, (char **)args, o, e);
-    fclose(o);
-    fclose(e);
-    return rc;
+    return test_run_main(inspect_main, args, out, err);
 }
 
 TEST(paths)

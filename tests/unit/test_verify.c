@@ -11,15 +11,7 @@ static char root[64], state[64];
 
 static int run(const char *const *args, char **out, char **err)
 {
-    int n = 0;
-    while (args[n])
-        n++;
-    size_t olen, elen;
-    FILE *o = open_memstream(out, &olen), *e = open_memstream(err, &elen);
-    int rc = verify_main(n, (char **)args, o, e);
-    fclose(o);
-    fclose(e);
-    return rc;
+    return test_run_main(verify_main, args, out, err);
 }
 
 /* Hashes every file under root and saves the hashes in state. */
