@@ -106,6 +106,13 @@ char *answer_printf(struct answer *a, const char *fmt, ...)
     return p;
 }
 
+const char *answer_shape(struct answer *a, const uint64_t *shape, uint32_t ndim)
+{
+    char buf[ST_MAX_NDIM * 21 + 1];
+    size_t n = shape_format(buf, sizeof(buf), shape, ndim, ",");
+    return memcpy(answer_alloc(a, n + 1), buf, n + 1);
+}
+
 void answer_defer(struct answer *a, void (*fn)(void *), void *arg)
 {
     struct answer_cleanup *c = answer_alloc(a, sizeof(*c));
@@ -163,7 +170,14 @@ static struct answer *error_v(struct answer *a, int hub, unsigned status, const 
     a->error.hub = hub;
     a->error.code = code ? answer_strdup(a, code) : NULL; /* may be the handler's, or a document's */
     a->error.retry_after = retry_after;
-    vsnprintf(a->error.message, sizeof(a->error.message), fmt, ap);
+    va_list again;
+    va_copy(again, ap);
+    int n = vsnprintf(NULL, 0, fmt, again);
+    va_end(again);
+    size_t len = n < 0 ? 0 : (size_t)n > ANSWER_MESSAGE_MAX ? ANSWER_MESSAGE_MAX : (size_t)n;
+    char *msg = answer_alloc(a, len + 1);
+    vsnprintf(msg, len + 1, fmt, ap);
+    a->error.message = msg;
     return set(a, ANSWER_ERROR, status);
 }
 

@@ -111,7 +111,8 @@ struct representation {
                                   * the response holding its own reference; NULL otherwise */
     int no_read;                 /* HEAD of a body nothing was opened for: headers only */
     const char *dtype;           /* X-Tensor-Dtype, or NULL when not a tensor */
-    char shape[ST_MAX_NDIM * 21 + 1]; /* X-Tensor-Shape ("2,3"; "" for a scalar) */
+    const char *shape;           /* X-Tensor-Shape ("2,3"; "" for a scalar), with dtype; in the
+                                  * arena (answer_shape) */
 };
 
 enum answer_kind {
@@ -140,6 +141,9 @@ struct answer_wait {
     void *done_arg;
 };
 
+/* The longest error message an answer keeps (longer ones are cut). */
+#define ANSWER_MESSAGE_MAX 1023
+
 /* An error answer: the document and its headers are the front's to write. */
 struct answer_error {
     int hub;                     /* the Hub's dialect: {"error": msg}, code in X-Error-Code */
@@ -149,7 +153,7 @@ struct answer_error {
     unsigned retry_after;        /* a 503's Retry-After (at least 1; an S3 error's: none if 0) */
     const char *allow;           /* a 405's Allow */
     const char *content_range;   /* a 416's Content-Range */
-    char message[1024];
+    const char *message;         /* in the arena, at most ANSWER_MESSAGE_MAX bytes */
 };
 
 /* Headers an answer adds (name/value pairs): its representation's after
@@ -203,6 +207,9 @@ void answer_free(struct answer *a);
 void *answer_alloc(struct answer *a, size_t n);
 char *answer_strdup(struct answer *a, const char *s);
 char *answer_printf(struct answer *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* A tensor shape as X-Tensor-Shape writes it ("2,3"; "" for a scalar), in
+ * the arena. */
+const char *answer_shape(struct answer *a, const uint64_t *shape, uint32_t ndim);
 /* fn(arg) runs when the answer is freed (after the ones deferred later). */
 void answer_defer(struct answer *a, void (*fn)(void *), void *arg);
 /* The answer keeps a reference to model m (NULL: nothing) until it is freed. */

@@ -150,7 +150,7 @@ static int apply_slice(const struct request_view *v, struct answer *a, const str
     metrics_add(MC_SLICE_REQUESTS, 1);
     struct slice_plan *plan = answer_alloc(a, sizeof(*plan));
     if (slice_plan_build(spec, strlen(spec), st->dtype, st->ndim, st->shape, plan, &err) < 0) {
-        shape_format(rep->shape, sizeof(rep->shape), st->shape, st->ndim, ",");
+        rep->shape = answer_shape(a, st->shape, st->ndim);
         answer_error(a, HTTP_BAD_REQUEST, "bad_slice", "tensor \"%.200s\" %s [%s]: %s", st->name,
                      rep->dtype, rep->shape, err.message);
         return 1;
@@ -241,7 +241,7 @@ struct answer *handle_tensor(const struct request_view *v, struct answer *a,
     if (tensor_query_read(v, a, &q) ||
         (q.spec && apply_slice(v, a, st, q.spec, &rep, &ndim, &shape)))
         goto out;
-    shape_format(rep.shape, sizeof(rep.shape), shape, ndim, ",");
+    rep.shape = answer_shape(a, shape, ndim);
     if (apply_format(a, st, &q, ndim, shape, &rep))
         goto out;
     if (rep.body.data_len == 0)

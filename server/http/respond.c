@@ -199,7 +199,7 @@ static void validator_headers(struct answer *a, struct reply *r)
         /* A scalar's shape is empty, and libmicrohttpd refuses empty values;
          * surrounding whitespace is not part of a field value (RFC 9110
          * §5.5), so a lone space reads as empty to every client. */
-        header(r, "X-Tensor-Shape", rep->shape[0] ? rep->shape : " ");
+        header(r, "X-Tensor-Shape", rep->shape && rep->shape[0] ? rep->shape : " ");
     }
 }
 
