@@ -25,9 +25,10 @@ static const char *split(const char *path, char *dir)
     return slash[1] ? slash + 1 : NULL;
 }
 
-/* One directory of the chain: owned by root or owner, written by no one
- * else (unless sticky, when allowed). */
-static int check_dir(const char *socket, const char *dir, uid_t owner, int sticky_ok,
+/* One directory of the chain: owned by root or *owner (the first one, the
+ * socket's own, sets *owner), written by no one else (unless sticky, when
+ * allowed). */
+static int check_dir(const char *socket, const char *dir, uid_t *owner, int sticky_ok,
                      struct st_error *err)
 {
     struct stat st;
@@ -35,13 +36,15 @@ static int check_dir(const char *socket, const char *dir, uid_t owner, int stick
         return st_error_errno(err, errno, "socket %s: %s", socket, dir);
     if (!S_ISDIR(st.st_mode))
         return st_error_errno(err, ENOTDIR, "socket %s: %s", socket, dir);
-    if (st.st_uid != 0 && st.st_uid != owner)
+    if (*owner == (uid_t)-1)
+        *owner = st.st_uid;
+    if (st.st_uid != 0 && st.st_uid != *owner)
         return st_error_fail(err, ST_ERR_UNTRUSTED,
                              "socket %s: the directory %s belongs to uid %u, neither root nor "
                              "the socket directory's owner (uid %u): that user could put "
                              "another socket in its place; use a directory only root and "
                              "tensord's user own", socket, dir, (unsigned)st.st_uid,
-                             (unsigned)owner);
+                             (unsigned)*owner);
     if ((st.st_mode & (S_IWGRP | S_IWOTH)) && !(sticky_ok && (st.st_mode & S_ISVTX)))
         return st_error_fail(err, ST_ERR_UNTRUSTED,
                              "socket %s: the directory %s is writable by %s (mode %04o): "
@@ -55,7 +58,6 @@ static int check_dir(const char *socket, const char *dir, uid_t owner, int stick
 int path_trust_socket(const char *path, char **real, uid_t *owner, struct st_error *err)
 {
     char dir[PATH_MAX], resolved[PATH_MAX], walk[PATH_MAX];
-    struct stat st;
     *real = NULL;
     const char *name = split(path, dir);
     if (!name)
@@ -63,16 +65,15 @@ int path_trust_socket(const char *path, char **real, uid_t *owner, struct st_err
                              path);
     if (!realpath(dir, resolved))
         return st_error_errno(err, errno, "socket %s: the directory %s", path, dir);
-    if (stat(resolved, &st) < 0)
-        return st_error_errno(err, errno, "socket %s: %s", path, resolved);
-    *owner = st.st_uid;
-    int rc = check_dir(path, resolved, st.st_uid, 0, err);
-    /* The ancestors, up to "/", each cut off a copy of the resolved path. */
+    /* The socket's directory, then its ancestors up to "/", each cut off a
+     * copy of the resolved path. */
+    *owner = (uid_t)-1;
     strcpy(walk, resolved);
+    int rc = check_dir(path, walk, owner, 0, err);
     while (rc == 0 && strcmp(walk, "/") != 0) {
         char *slash = strrchr(walk, '/');
         slash[slash == walk] = '\0';
-        rc = check_dir(path, walk, st.st_uid, 1, err);
+        rc = check_dir(path, walk, owner, 1, err);
     }
     if (rc < 0)
         return rc;
