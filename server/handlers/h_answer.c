@@ -2,6 +2,7 @@
 #include "h_answer.h"
 
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -93,15 +94,24 @@ char *answer_strdup(struct answer *a, const char *s)
     return memcpy(answer_alloc(a, n), s, n);
 }
 
+/* fmt formatted into the arena, cut at max bytes. */
+static char *vprintf_max(struct answer *a, size_t max, const char *fmt, va_list ap)
+{
+    va_list again;
+    va_copy(again, ap);
+    int n = vsnprintf(NULL, 0, fmt, again);
+    va_end(again);
+    size_t len = n < 0 ? 0 : (size_t)n > max ? max : (size_t)n;
+    char *p = answer_alloc(a, len + 1);
+    vsnprintf(p, len + 1, fmt, ap);
+    return p;
+}
+
 char *answer_printf(struct answer *a, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    char *p = answer_alloc(a, (size_t)(n < 0 ? 0 : n) + 1);
-    va_start(ap, fmt);
-    vsnprintf(p, (size_t)(n < 0 ? 0 : n) + 1, fmt, ap);
+    char *p = vprintf_max(a, SIZE_MAX - 1, fmt, ap);
     va_end(ap);
     return p;
 }
@@ -170,14 +180,7 @@ static struct answer *error_v(struct answer *a, int hub, unsigned status, const 
     a->error.hub = hub;
     a->error.code = code ? answer_strdup(a, code) : NULL; /* may be the handler's, or a document's */
     a->error.retry_after = retry_after;
-    va_list again;
-    va_copy(again, ap);
-    int n = vsnprintf(NULL, 0, fmt, again);
-    va_end(again);
-    size_t len = n < 0 ? 0 : (size_t)n > ANSWER_MESSAGE_MAX ? ANSWER_MESSAGE_MAX : (size_t)n;
-    char *msg = answer_alloc(a, len + 1);
-    vsnprintf(msg, len + 1, fmt, ap);
-    a->error.message = msg;
+    a->error.message = vprintf_max(a, ANSWER_MESSAGE_MAX, fmt, ap);
     return set(a, ANSWER_ERROR, status);
 }
 
