@@ -257,6 +257,26 @@ def slice_query(spec, fmt=None):
     return s
 
 
+def prom_counter(d, prefix):
+    """The value of the first Prometheus line of /metrics that starts with prefix (0 if none)."""
+    for line in d.get("/metrics").body.decode().splitlines():
+        if line.startswith(prefix):
+            return float(line.split()[-1])
+    return 0.0
+
+
+def counted_since(d, prefix, before, want, timeout=5.0):
+    """How much the counter grew since before, once it has grown by want or
+    timeout passed: an answer's bytes are counted when libmicrohttpd completes
+    it, which may be after the client has read the body and asked again."""
+    deadline = time.monotonic() + timeout
+    while True:
+        grown = prom_counter(d, prefix) - before
+        if grown >= want or time.monotonic() > deadline:
+            return grown
+        time.sleep(0.01)
+
+
 def assert_error(r, status, code=None, what=""):
     """An error answer: the status, JSON {"error": {"code", "message"}}."""
     ctx = f"{what}: {r!r}"

@@ -461,17 +461,11 @@ def test_sendfile_for_ranges_inside_a_piece():
             n = len(whole.body)
             hlen = n - len(data)
             assert whole.body[hlen:] == data
-            before = d.get("/metrics").body
+            key = 'tensord_sent_bytes_total{method="sendfile"}'
+            before = tdutil.prom_counter(d, key)
             r = post(d, "big", {}, {"Range": f"bytes={hlen + 100}-{hlen + 300000}"})
             assert r.status == 206 and r.body == data[100:300001]
-            after = d.get("/metrics").body
-
-            def counter(text):
-                for line in text.decode().splitlines():
-                    if line.startswith('tensord_sent_bytes_total{method="sendfile"}'):
-                        return float(line.split()[-1])
-                return 0.0
-            assert counter(after) - counter(before) == len(r.body)
+            assert tdutil.counted_since(d, key, before, len(r.body)) == len(r.body)
     finally:
         shutil.rmtree(base, ignore_errors=True)
 

@@ -226,16 +226,12 @@ def test_get_slice_errors_are_numpys(daemon):
 
 def test_get_slice_moves_only_the_selection(daemon):
     """The selection is cut by the daemon: the metrics count its bytes only."""
-    def sent():
-        for line in daemon.get("/metrics").body.decode().splitlines():
-            if line.startswith('tensord_http_response_bytes_total{endpoint="slice"}'):
-                return float(line.split()[-1])
-        return 0.0
+    key = 'tensord_http_response_bytes_total{endpoint="slice"}'
     with tensord.safe_open(url(daemon, "sharded"), "numpy") as f:
         s = f.get_slice("model.embed_tokens.weight")  # F32 [16, 8]
-        before = sent()
+        before = tdutil.prom_counter(daemon, key)
         a = s[:, 2]
-        assert sent() - before == 16 * 4
+        assert tdutil.counted_since(daemon, key, before, 16 * 4) == 16 * 4
         same(a, reference(MANIFEST["sharded"]["model.embed_tokens.weight"])[:, 2])
 
 
