@@ -1,6 +1,7 @@
 /* h_answer: see h_answer.h. */
 #include "h_answer.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -32,6 +33,43 @@ struct answer_cleanup {
     void *arg;
 };
 
+/* Each thread keeps the last standard chunk it freed for its next answer:
+ * a small request then costs no malloc and no free, which glibc makes
+ * expensive for 4 KiB blocks (they consolidate). The key's destructor frees
+ * it when the thread ends. */
+static pthread_key_t spare_key;
+static pthread_once_t spare_once = PTHREAD_ONCE_INIT;
+static int spare_ok; /* the key exists (without one, every chunk is malloc'd) */
+
+static void spare_key_make(void)
+{
+    spare_ok = pthread_key_create(&spare_key, free) == 0;
+}
+
+static struct answer_chunk *chunk_new(size_t cap)
+{
+    struct answer_chunk *c = NULL;
+    if (cap == CHUNK) {
+        pthread_once(&spare_once, spare_key_make);
+        c = spare_ok ? pthread_getspecific(spare_key) : NULL;
+        if (c)
+            pthread_setspecific(spare_key, NULL);
+    }
+    if (!c)
+        c = xmalloc(sizeof(*c) + cap);
+    c->used = 0;
+    c->cap = cap;
+    return c;
+}
+
+static void chunk_free(struct answer_chunk *c)
+{
+    if (c->cap == CHUNK && spare_ok && !pthread_getspecific(spare_key)
+        && pthread_setspecific(spare_key, c) == 0)
+        return;
+    free(c);
+}
+
 void answer_init(struct answer *a)
 {
     memset(a, 0, sizeof(*a));
@@ -60,7 +98,7 @@ void answer_free(struct answer *a)
     while (a->chunks) {
         struct answer_chunk *c = a->chunks;
         a->chunks = c->next;
-        free(c);
+        chunk_free(c);
     }
     answer_init(a);
 }
@@ -70,10 +108,7 @@ void *answer_alloc(struct answer *a, size_t n)
     n = (n + ALIGN - 1) & ~(size_t)(ALIGN - 1);
     struct answer_chunk *c = a->chunks;
     if (!c || c->cap - c->used < n) {
-        size_t cap = n > CHUNK ? n : CHUNK;
-        c = xmalloc(sizeof(*c) + cap);
-        c->used = 0;
-        c->cap = cap;
+        c = chunk_new(n > CHUNK ? n : CHUNK);
         if (n > CHUNK && a->chunks) { /* a big one: the current chunk stays the one to fill */
             c->next = a->chunks->next;
             a->chunks->next = c;
