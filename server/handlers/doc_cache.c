@@ -42,19 +42,10 @@ struct doc_cache {
     pthread_t thread;
 };
 
-/* The files of m whose content hash is known. */
-static size_t hashes_known(const struct reg_model *m)
-{
-    size_t known = 0;
-    for (size_t i = 0; i < m->n_files; i++)
-        known += (size_t)reg_file_hashed(&m->files[i]);
-    return known;
-}
-
 /* Whether description d of m may be sent as it is (doc_cache.h). */
 static int description_fresh(const struct reg_model *m, const struct shared_doc *d)
 {
-    size_t known = hashes_known(m);
+    size_t known = model_doc_hashes_known(m);
     if (d->key == known)
         return 1;
     if (known == m->n_files)
