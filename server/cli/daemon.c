@@ -4,12 +4,9 @@
  * SIGINT/SIGTERM drain in-flight requests and exit 0. */
 #include "daemon.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stddef.h>
-#include <fcntl.h>
-#include <limits.h>
 #include <malloc.h>
 #include <poll.h>
 #include <signal.h>
@@ -20,7 +17,6 @@
 #include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 

@@ -13,11 +13,8 @@
  * a Retry-After estimated from the bytes left. Never a guessed hash. */
 #include <errno.h>
 #include <fcntl.h>
-#include <inttypes.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "digest.h"
 #include "h_hub_int.h"
@@ -27,8 +24,6 @@
 #include "reg_repo.h"
 #include "route.h"
 #include "server.h"
-#include "util.h"
-
 
 /* The revision of repo r, or NULL after answering (or waiting) in a. */
 static const struct reg_repo_rev *need_revision(const struct request_view *v, struct answer *a,

@@ -13,7 +13,6 @@
 #include "metrics.h"
 #include "model_doc.h"
 #include "server.h"
-#include "util.h"
 
 /* One model of the list (its name is UTF-8: the registry serves no other). */
 static void model_row(struct jsonw *w, struct server *srv, const struct reg_model *m)

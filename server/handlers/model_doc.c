@@ -8,7 +8,6 @@
 
 #include <malloc.h>
 #include <stdint.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "digest.h"
