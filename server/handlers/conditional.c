@@ -64,7 +64,8 @@ void http_date_format(int64_t t, char *buf, size_t len)
     memcpy(p, " GMT", 5);
 }
 
-int http_date_parse(const char *s, int64_t *out)
+/* Parses an HTTP-date (IMF-fixdate, RFC 850 or asctime). Returns 0 or -1. */
+static int http_date_parse(const char *s, int64_t *out)
 {
     static const char *const formats[] = {
         "%a, %d %b %Y %H:%M:%S GMT", /* IMF-fixdate */
@@ -103,7 +104,9 @@ static int etag_equal(const char *tag, size_t len, const char *etag, int weak)
     return strlen(etag) == len && memcmp(tag, etag, len) == 0;
 }
 
-int http_etag_match(const char *list, const char *etag, int weak)
+/* Returns 1 when the If-None-Match/If-Match style list matches etag (weak
+ * comparison when weak != 0, strong otherwise; "*" matches any). */
+static int http_etag_match(const char *list, const char *etag, int weak)
 {
     const char *p = list;
     while (*p) {
