@@ -131,30 +131,20 @@ static void lfs_object(struct jsonw *w, const struct reg_file *f, const char *ha
     jsonw_obj_end(w);
 }
 
-static void file_entry(struct jsonw *w, const struct reg_repo *r, const struct reg_repo_rev *rev,
-                       const struct reg_file *f)
+/* An entry of a tree or paths-info listing: file f, or directory d when f
+ * is NULL. */
+static void tree_entry(struct jsonw *w, const struct reg_repo *r, const struct reg_repo_rev *rev,
+                       const struct reg_file *f, const struct reg_repo_dir *d)
 {
     char oid[41];
-    digest_hex(rev->blob[f - r->files], 20, oid);
+    digest_hex(f ? rev->blob[f - r->files] : d->tree, 20, oid);
     jsonw_obj(w);
-    jsonw_kstr(w, "type", "file");
+    jsonw_kstr(w, "type", f ? "file" : "directory");
     jsonw_kstr(w, "oid", oid);
-    jsonw_ku64(w, "size", f->st.size);
-    jsonw_kstr(w, "path", f->name);
-    if (reg_repo_file_is_lfs(f))
+    jsonw_ku64(w, "size", f ? f->st.size : 0);
+    jsonw_kstr(w, "path", f ? f->name : d->path);
+    if (f && reg_repo_file_is_lfs(f))
         lfs_object(w, f, "oid");
-    jsonw_obj_end(w);
-}
-
-static void dir_entry(struct jsonw *w, const struct reg_repo_dir *d)
-{
-    char oid[41];
-    digest_hex(d->tree, 20, oid);
-    jsonw_obj(w);
-    jsonw_kstr(w, "type", "directory");
-    jsonw_kstr(w, "oid", oid);
-    jsonw_ku64(w, "size", 0);
-    jsonw_kstr(w, "path", d->path);
     jsonw_obj_end(w);
 }
 
@@ -330,12 +320,12 @@ struct answer *hub_tree(const struct request_view *v, struct answer *a, const st
         for (const char *s = rest; (s = strchr(s, '/')) != NULL; s++) {
             size_t len = (size_t)(s - f->name);
             if (strmap_put(listed, f->name, len, (void *)1) == 0)
-                dir_entry(&w, reg_repo_find_dir(rev, f->name, len));
+                tree_entry(&w, r, rev, NULL, reg_repo_find_dir(rev, f->name, len));
             if (!recursive)
                 break;
         }
         if (recursive || !strchr(rest, '/'))
-            file_entry(&w, r, rev, f);
+            tree_entry(&w, r, rev, f, NULL);
     }
     strmap_free(listed);
     jsonw_arr_end(&w);
@@ -364,10 +354,8 @@ struct answer *hub_paths_info(const struct request_view *v, struct answer *a,
             continue; /* asked twice: listed once */
         const struct reg_file *f = reg_repo_find_file(r, p.paths[i], len);
         const struct reg_repo_dir *d = len ? reg_repo_find_dir(rev, p.paths[i], len) : NULL;
-        if (f)
-            file_entry(&w, r, rev, f);
-        else if (d)
-            dir_entry(&w, d);
+        if (f || d)
+            tree_entry(&w, r, rev, f, d);
     }
     strmap_free(seen);
     hub_paths_free(&p);
