@@ -98,17 +98,6 @@ struct answer *handle_models(const struct request_view *v, struct answer *a,
     return answer_jsonw(a, HTTP_OK, &w);
 }
 
-/* Rendering fails only when memory runs out: a condition of the host, not
- * of the model, so the answer says to try again. */
-static struct answer *no_memory(struct answer *a, const struct reg_model *m, enum doc_kind kind)
-{
-    return answer_error(a, HTTP_SERVICE_UNAVAILABLE, "out_of_memory",
-                        "not enough memory to render the %s of model \"%.300s\" "
-                        "(%zu tensors); try again later",
-                        kind == DOC_DESCRIPTION ? "description" : "merged header", m->name,
-                        m->n_tensors);
-}
-
 /* The renderer's callback: the document is there (or cannot be), dispatch
  * the request again. */
 static void doc_ready(void *arg, enum doc_result r)
@@ -164,8 +153,14 @@ static struct answer *model_doc(const struct request_view *v, struct answer *a,
     struct shared_doc *d = doc_cache_get(m, kind, !v->waited);
     if (d)
         return send_doc(a, d);
+    /* Rendering fails only when memory runs out: a condition of the host,
+     * not of the model, so the answer says to try again. */
     if (v->waited && v->wait_result == DOC_NO_MEMORY)
-        return no_memory(a, m, kind);
+        return answer_error(a, HTTP_SERVICE_UNAVAILABLE, "out_of_memory",
+                            "not enough memory to render the %s of model \"%.300s\" "
+                            "(%zu tensors); try again later",
+                            kind == DOC_DESCRIPTION ? "description" : "merged header", m->name,
+                            m->n_tensors);
     if (v->waited && v->wait_result == DOC_STOPPED)
         return answer_error(a, HTTP_SERVICE_UNAVAILABLE, "stopping", "the daemon is stopping");
     /* Not rendered yet (or, after a wait, a reload brought a new version of
