@@ -1,7 +1,7 @@
 /* h_hub_api: the Hugging Face endpoint's /api documents (h_hub.c answers
- * files and waits for hashes, then calls these): a repo's document, its
- * tree and paths-info entries, the repo list, its refs and its one commit;
- * and what h_hub.c and h_mirror.c both use: the revision names, the errors,
+ * files, waits for hashes and checks the revision, then calls these): a
+ * repo's document, its tree and paths-info entries, the repo list, its refs
+ * and its one commit; and what h_hub.c and h_mirror.c both use: the errors,
  * the parts of a file's answer. Every document is rendered per
  * request from the repo's revision, and is a function of the content alone
  * where a commit id addresses it (API.md "Replicas"). */
@@ -28,7 +28,7 @@
 #include "strmap.h"
 #include "util.h"
 
-/* ---- names and errors ------------------------------------------------------ */
+/* ---- errors and parts of a file's answer ------------------------------------- */
 
 void hub_linked(struct answer *a, int lfs, const char *etag, uint64_t size)
 {

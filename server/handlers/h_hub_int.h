@@ -1,7 +1,8 @@
 /* h_hub_int: what the Hugging Face endpoint's two files share. h_hub.c
- * waits for a repo's hashes, answers files and routes every Hub request;
- * h_hub_api.c renders the /api documents, and holds the revision names,
- * errors and parts of a file's answer both use (and a mirror's, h_mirror.c).
+ * waits for a repo's hashes, checks the revision asked for, answers files
+ * and routes every Hub request; h_hub_api.c renders the /api documents, and
+ * holds the errors and parts of a file's answer both use (and a mirror's,
+ * h_mirror.c).
  * h_hub.c calls h_hub_api.c, never the other way. */
 #ifndef TENSORD_H_HUB_INT_H
 #define TENSORD_H_HUB_INT_H
