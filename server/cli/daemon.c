@@ -4,12 +4,9 @@
  * SIGINT/SIGTERM drain in-flight requests and exit 0. */
 #include "daemon.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stddef.h>
-#include <fcntl.h>
-#include <limits.h>
 #include <malloc.h>
 #include <poll.h>
 #include <signal.h>
@@ -20,7 +17,6 @@
 #include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -286,8 +282,7 @@ static struct reg_snapshot *first_scan(struct loop *l)
             reg->n_tensors, (double)reg->scan_ns / 1e6);
     if (reg->scan_errors) {
         metrics_add(MC_SCAN_ERRORS, reg->scan_errors);
-        l->retry_ms = 1000;
-        l->retry_at = time_mono_ns() + 1000000000ULL;
+        schedule_retry(l); /* in 1 s: the first retry */
         log_msg(LOG_WARN, "the scan met %zu I/O or resource error%s; retrying in 1 s",
                 reg->scan_errors, reg->scan_errors == 1 ? "" : "s");
     }
@@ -373,13 +368,12 @@ int daemon_run(const struct config *cfg)
     sfd = take_signals();
     srv.rescan_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     /* After take_signals: its threads must block the signals too. */
-    srv.mirror = mirror_start(cfg, &rc, err, sizeof(err));
-    if (rc < 0) {
+    int mirror_rc;
+    srv.mirror = mirror_start(cfg, &mirror_rc, err, sizeof(err));
+    if (mirror_rc < 0) {
         log_msg(LOG_ERROR, "%s", err);
-        rc = 1;
         goto out;
     }
-    rc = 1;
 
     char *state_dir = config_state_dir_path(cfg);
     struct hasher_opts ho = {.threads = cfg->hash_threads,

@@ -4,8 +4,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <libgen.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -14,20 +12,14 @@
 #include "st_header.h"
 #include "util.h"
 
-static void print_shape(FILE *out, const uint64_t *shape, uint32_t ndim)
-{
-    char buf[ST_MAX_NDIM * 22 + 3];
-    buf[0] = '[';
-    size_t n = 1 + shape_format(buf + 1, sizeof(buf) - 2, shape, ndim, ", ");
-    snprintf(buf + n, sizeof(buf) - n, "]");
-    fprintf(out, "%-20s", buf);
-}
-
 static void print_row(FILE *out, const struct st_tensor *t, const char *file)
 {
-    fprintf(out, "%-48s %-12s ", t->name, dtype_info(t->dtype)->name);
-    print_shape(out, t->shape, t->ndim);
-    fprintf(out, " %14" PRIu64 "  %s\n", t->end - t->begin, file);
+    char shape[ST_MAX_NDIM * 22 + 3];
+    shape[0] = '[';
+    size_t n = 1 + shape_format(shape + 1, sizeof(shape) - 2, t->shape, t->ndim, ", ");
+    snprintf(shape + n, sizeof(shape) - n, "]");
+    fprintf(out, "%-48s %-12s %-20s %14" PRIu64 "  %s\n", t->name, dtype_info(t->dtype)->name,
+            shape, t->end - t->begin, file);
 }
 
 static void print_header_row(FILE *out)

@@ -23,8 +23,6 @@
 #include "registry.h"
 #include "util.h"
 
-#define BLOCK DIGEST_BLOCK
-
 struct tally {
     size_t ok, mismatch, uncached, errors;
     struct hashstore *store;
@@ -45,7 +43,7 @@ static void verify_fd(struct tally *t, int fd, const char *path)
         return;
     }
     hash_id_from_sys_stat(&sb, &before);
-    int rc = digest_fd(fd, before.size, t->buf, BLOCK, NULL, NULL, &d);
+    int rc = digest_fd(fd, before.size, t->buf, DIGEST_BLOCK, NULL, NULL, &d);
     if (rc == 0 && fstat(fd, &sb) == 0)
         hash_id_from_sys_stat(&sb, &after);
     if (rc != 0 || !hash_id_equal(&before, &after)) {
@@ -176,7 +174,7 @@ int verify_main(int argc, char **argv, FILE *out, FILE *err)
         goto out;
     }
     t.store = hashstore_new();
-    t.buf = xmalloc(BLOCK);
+    t.buf = xmalloc(DIGEST_BLOCK);
     dir = config_state_dir_path(&cfg);
     if (load_state(t.store, dir, err) == 0) {
         for (; i < argc; i++) {

@@ -3,7 +3,6 @@
 
 #include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,7 +22,6 @@
      IN_ATTRIB | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR | IN_EXCL_UNLINK)
 /* An open file: its content or its size and times. */
 #define FILE_MASK (IN_MODIFY | IN_CLOSE_WRITE | IN_ATTRIB)
-#define WRITE_EVENTS (IN_MODIFY | IN_CLOSE_WRITE | IN_ATTRIB)
 
 struct wentry {
     int wd;
@@ -239,7 +237,7 @@ enum watch_news watch_read(struct watch *w, void (*written)(uint64_t dev, uint64
              * update) as attribute changes: those are writes only when the
              * version changed (a truncation, mtime set back). */
             if (f && ((ev->mask & IN_MODIFY) ||
-                      ((ev->mask & WRITE_EVENTS) && !fileio_unchanged(f->fd, &f->st))))
+                      ((ev->mask & FILE_MASK) && !fileio_unchanged(f->fd, &f->st))))
                 written(f->st.dev, f->st.ino, arg);
             else if (d && ev->len && (ev->mask & IN_MODIFY))
                 child_written(d, ev->name, written, arg);

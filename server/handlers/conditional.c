@@ -7,13 +7,6 @@
 
 #include "util.h"
 
-static char *put_2digits(char *p, int v)
-{
-    *p++ = (char)('0' + v / 10);
-    *p++ = (char)('0' + v % 10);
-    return p;
-}
-
 /* IMF-fixdate by arithmetic: gmtime_r and strftime take the time zone lock
  * and go through the locale on every answer, and the date is always UTC. */
 void http_date_format(int64_t t, char *buf, size_t len)
@@ -43,28 +36,12 @@ void http_date_format(int64_t t, char *buf, size_t len)
         return;
     }
     /* "Sun, 06 Nov 1994 08:49:37 GMT" */
-    char *p = buf;
-    memcpy(p, wdays[wday], 3);
-    p += 3;
-    *p++ = ',';
-    *p++ = ' ';
-    p = put_2digits(p, day);
-    *p++ = ' ';
-    memcpy(p, months[month - 1], 3);
-    p += 3;
-    *p++ = ' ';
-    p = put_2digits(p, (int)(year / 100));
-    p = put_2digits(p, (int)(year % 100));
-    *p++ = ' ';
-    p = put_2digits(p, (int)(secs / 3600));
-    *p++ = ':';
-    p = put_2digits(p, (int)(secs / 60 % 60));
-    *p++ = ':';
-    p = put_2digits(p, (int)(secs % 60));
-    memcpy(p, " GMT", 5);
+    snprintf(buf, len, "%s, %02d %s %04d %02d:%02d:%02d GMT", wdays[wday], day, months[month - 1],
+             (int)year, (int)(secs / 3600), (int)(secs / 60 % 60), (int)(secs % 60));
 }
 
-int http_date_parse(const char *s, int64_t *out)
+/* Parses an HTTP-date (IMF-fixdate, RFC 850 or asctime). Returns 0 or -1. */
+static int http_date_parse(const char *s, int64_t *out)
 {
     static const char *const formats[] = {
         "%a, %d %b %Y %H:%M:%S GMT", /* IMF-fixdate */
@@ -103,7 +80,9 @@ static int etag_equal(const char *tag, size_t len, const char *etag, int weak)
     return strlen(etag) == len && memcmp(tag, etag, len) == 0;
 }
 
-int http_etag_match(const char *list, const char *etag, int weak)
+/* Returns 1 when the If-None-Match/If-Match style list matches etag (weak
+ * comparison when weak != 0, strong otherwise; "*" matches any). */
+static int http_etag_match(const char *list, const char *etag, int weak)
 {
     const char *p = list;
     while (*p) {

@@ -7,7 +7,6 @@
 #include "doc_cache.h"
 
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,23 +37,13 @@ struct doc_cache {
     struct doc_job *current;    /* being rendered (off the queue) */
     int stopping;
     int stopped;                /* the thread has been joined */
-    atomic_uint_fast64_t renders;
     pthread_t thread;
 };
-
-/* The files of m whose content hash is known. */
-static size_t hashes_known(const struct reg_model *m)
-{
-    size_t known = 0;
-    for (size_t i = 0; i < m->n_files; i++)
-        known += (size_t)reg_file_hashed(&m->files[i]);
-    return known;
-}
 
 /* Whether description d of m may be sent as it is (doc_cache.h). */
 static int description_fresh(const struct reg_model *m, const struct shared_doc *d)
 {
-    size_t known = hashes_known(m);
+    size_t known = model_doc_hashes_known(m);
     if (d->key == known)
         return 1;
     if (known == m->n_files)
@@ -79,7 +68,7 @@ struct shared_doc *doc_cache_get(const struct reg_model *m, enum doc_kind kind, 
 /* The description's middle: cached while the model's hashes come in, so
  * each state of the description shares it. NULL when out of memory. */
 static struct shared_doc *description_middle(const struct reg_model *m,
-                                             const struct shared_doc *cur, uint64_t *renders)
+                                             const struct shared_doc *cur)
 {
     struct shared_doc *mid = reg_model_doc(m, REG_DOC_MODEL_BODY);
     if (!mid && cur)
@@ -90,11 +79,11 @@ static struct shared_doc *description_middle(const struct reg_model *m,
     char *text = model_doc_description_middle(m, &len);
     if (!text)
         return NULL;
-    ++*renders;
+    metrics_add(MC_DOCS_RENDERED, 1);
     return shared_doc_new(text, len, 0);
 }
 
-static enum doc_result render_description(const struct reg_model *m, uint64_t *renders)
+static enum doc_result render_description(const struct reg_model *m)
 {
     struct shared_doc *cur = reg_model_doc(m, REG_DOC_MODEL), *mid = NULL, *d = NULL;
     enum doc_result r = DOC_NO_MEMORY;
@@ -103,7 +92,7 @@ static enum doc_result render_description(const struct reg_model *m, uint64_t *r
         r = DOC_READY; /* made for an earlier request, after this one asked */
         goto out;
     }
-    mid = description_middle(m, cur, renders);
+    mid = description_middle(m, cur);
     if (!mid)
         goto out;
     size_t head_len, len, known;
@@ -113,7 +102,7 @@ static enum doc_result render_description(const struct reg_model *m, uint64_t *r
     d = shared_doc_join(ends, head_len, mid, ends + head_len, len - head_len, known);
     if (!d)
         goto out;
-    ++*renders;
+    metrics_add(MC_DOCS_RENDERED, 1);
     reg_model_set_doc(m, REG_DOC_MODEL, d);
     /* Complete: the description never changes again and holds the middle
      * itself; until then the model keeps it for the next state. */
@@ -127,7 +116,7 @@ out:
     return r;
 }
 
-static enum doc_result render_header(const struct reg_model *m, uint64_t *renders)
+static enum doc_result render_header(const struct reg_model *m)
 {
     struct shared_doc *cur = reg_model_doc(m, REG_DOC_HEADER);
     if (cur) {
@@ -138,7 +127,7 @@ static enum doc_result render_header(const struct reg_model *m, uint64_t *render
     if (!text)
         return DOC_NO_MEMORY;
     struct shared_doc *d = shared_doc_new(text, strlen(text), 0);
-    ++*renders;
+    metrics_add(MC_DOCS_RENDERED, 1);
     reg_model_set_doc(m, REG_DOC_HEADER, d);
     shared_doc_unref(d);
     return DOC_READY;
@@ -169,11 +158,7 @@ static void *renderer_main(void *arg)
             dc->tail = NULL;
         dc->current = j;
         pthread_mutex_unlock(&dc->lock);
-        uint64_t n = 0;
-        enum doc_result r = j->kind == DOC_HEADER ? render_header(j->m, &n)
-                                                  : render_description(j->m, &n);
-        atomic_fetch_add(&dc->renders, n);
-        metrics_add(MC_DOCS_RENDERED, n);
+        enum doc_result r = j->kind == DOC_HEADER ? render_header(j->m) : render_description(j->m);
         if (r == DOC_NO_MEMORY)
             log_msg(LOG_WARN, "out of memory rendering the %s of model %s (%zu tensors)",
                     j->kind == DOC_HEADER ? "merged header" : "description", j->m->name,
@@ -286,9 +271,4 @@ void doc_cache_free(struct doc_cache *dc)
     pthread_mutex_destroy(&dc->lock);
     pthread_cond_destroy(&dc->cond);
     free(dc);
-}
-
-uint64_t doc_cache_renders(const struct doc_cache *dc)
-{
-    return atomic_load(&((struct doc_cache *)dc)->renders);
 }

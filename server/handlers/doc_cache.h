@@ -24,8 +24,6 @@
 #ifndef TENSORD_DOC_CACHE_H
 #define TENSORD_DOC_CACHE_H
 
-#include <stdint.h>
-
 #include "registry.h"
 #include "shared_doc.h"
 
@@ -66,9 +64,5 @@ struct shared_doc *doc_cache_get(const struct reg_model *m, enum doc_kind kind, 
  * a reference to m meanwhile. Returns 0, or -1 (no callback) once stopped. */
 int doc_cache_render(struct doc_cache *dc, const struct reg_model *m, enum doc_kind kind,
                      doc_cb cb, void *arg);
-
-/* Renders made so far: a description's middle (once per model), each state
- * of a description, each merged header. */
-uint64_t doc_cache_renders(const struct doc_cache *dc);
 
 #endif

@@ -10,7 +10,6 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "blob_index.h"
 #include "digest.h"
@@ -19,8 +18,6 @@
 #include "mirror.h"
 #include "route.h"
 #include "server.h"
-
-#define CACHE_IMMUTABLE "public, max-age=31536000, immutable"
 
 /* The answer for the file fd (size bytes; st its validated version, or
  * NULL for a mirror's file, which never changes) with digest hex. */
@@ -33,7 +30,7 @@ static struct answer *send_blob(struct answer *a, int fd, uint64_t size,
         .content_type = "application/octet-stream",
         .mtime = -1,
         .file_st = st,
-        .cache_control = CACHE_IMMUTABLE,
+        .cache_control = "public, max-age=31536000, immutable",
     };
     snprintf(rep.etag, sizeof(rep.etag), "\"sha256:%s\"", hex);
     return answer_body(a, &rep);

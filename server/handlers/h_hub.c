@@ -13,11 +13,8 @@
  * a Retry-After estimated from the bytes left. Never a guessed hash. */
 #include <errno.h>
 #include <fcntl.h>
-#include <inttypes.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "digest.h"
 #include "h_hub_int.h"
@@ -27,8 +24,6 @@
 #include "reg_repo.h"
 #include "route.h"
 #include "server.h"
-#include "util.h"
-
 
 /* The revision of repo r, or NULL after answering (or waiting) in a. */
 static const struct reg_repo_rev *need_revision(const struct request_view *v, struct answer *a,
@@ -68,6 +63,12 @@ static const struct reg_repo_rev *need_revision(const struct request_view *v, st
     return NULL;
 }
 
+static struct answer *revision_not_found(struct answer *a, const char *rev)
+{
+    return answer_hub_error(a, HTTP_NOT_FOUND, "RevisionNotFound", 0, "Invalid rev id: %.300s",
+                            rev);
+}
+
 /* ---- files ----------------------------------------------------------------- */
 
 static struct answer *serve_file(struct answer *a, const struct reg_repo *r,
@@ -100,11 +101,9 @@ static struct answer *serve_file(struct answer *a, const struct reg_repo *r,
 }
 
 static struct answer *hub_file(struct answer *a, const struct reg_repo *r,
-                               const struct reg_repo_rev *rev, const struct route *rt)
+                               const struct reg_repo_rev *rev, const struct route *rt,
+                               int by_commit)
 {
-    int by_commit;
-    if (!hub_revision_matches(rt->rev, rev, &by_commit))
-        return hub_revision_not_found(a, rt->rev);
     const struct reg_file *f = reg_repo_find_file(r, rt->name, rt->name_len);
     if (!f)
         return hub_entry_not_found(a, r, rev, rt->name);
@@ -137,25 +136,28 @@ struct answer *handle_hub(const struct request_view *v, struct answer *a,
     if (!r)
         return answer_hub_error(a, HTTP_NOT_FOUND, "RepoNotFound", 0,
                                 "Repository not found: %.300s", rt->model);
-    /* A revision that can never match needs no hashes to be refused. */
-    if (rt->rev && strcmp(rt->rev, "main") != 0 && strcmp(rt->rev, "HEAD") != 0 &&
-        !(rt->rev_len == 40 && digest_unhex(rt->rev, 20, (uint8_t[20]){0}) == 0))
-        return hub_revision_not_found(a, rt->rev);
+    /* A revision other than main or HEAD is a commit id (an immutable URL):
+     * one that can never match needs no hashes to be refused. */
+    int by_commit = rt->rev && strcmp(rt->rev, "main") != 0 && strcmp(rt->rev, "HEAD") != 0;
+    if (by_commit && !(rt->rev_len == 40 && digest_unhex(rt->rev, 20, (uint8_t[20]){0}) == 0))
+        return revision_not_found(a, rt->rev);
     const struct reg_repo_rev *rev = need_revision(v, a, r);
     if (!rev)
         return a;
+    if (by_commit && strcmp(rt->rev, rev->commit) != 0)
+        return revision_not_found(a, rt->rev);
     switch (rt->kind) {
     case ROUTE_HUB_FILE:
-        return hub_file(a, r, rev, rt);
+        return hub_file(a, r, rev, rt, by_commit);
     case ROUTE_HUB_INFO:
-        return hub_info(v, a, reg, r, rev, rt);
+        return hub_info(a, reg, r, rev, by_commit);
     case ROUTE_HUB_TREE:
-        return hub_tree(v, a, r, rev, rt);
+        return hub_tree(v, a, r, rev, rt, by_commit);
     case ROUTE_HUB_REFS:
         return hub_refs(a, rev);
     case ROUTE_HUB_COMMITS:
-        return hub_commits(a, r, rev, rt);
+        return hub_commits(a, r, rev, by_commit);
     default:
-        return hub_paths_info(v, a, r, rev, rt);
+        return hub_paths_info(v, a, r, rev);
     }
 }

@@ -1,7 +1,7 @@
 /* h_hub_api: the Hugging Face endpoint's /api documents (h_hub.c answers
- * files and waits for hashes, then calls these): a repo's document, its
- * tree and paths-info entries, the repo list, its refs and its one commit;
- * and what h_hub.c and h_mirror.c both use: the revision names, the errors,
+ * files, waits for hashes and checks the revision, then calls these): a
+ * repo's document, its tree and paths-info entries, the repo list, its refs
+ * and its one commit; and what h_hub.c and h_mirror.c both use: the errors,
  * the parts of a file's answer. Every document is rendered per
  * request from the repo's revision, and is a function of the content alone
  * where a commit id addresses it (API.md "Replicas"). */
@@ -16,19 +16,19 @@
 
 #include "card_yaml.h"
 #include "digest.h"
-#include "dtype.h"
 #include "h_hub_int.h"
 #include "handlers.h"
 #include "hub_req.h"
 #include "jsonw.h"
 #include "log.h"
+#include "model_doc.h"
 #include "route.h"
 #include "shared_doc.h"
 #include "strbuf.h"
 #include "strmap.h"
 #include "util.h"
 
-/* ---- names and errors ------------------------------------------------------ */
+/* ---- errors and parts of a file's answer ------------------------------------- */
 
 void hub_linked(struct answer *a, int lfs, const char *etag, uint64_t size)
 {
@@ -73,18 +73,6 @@ struct answer *hub_redirect_to_commit(struct answer *a, const char *repo, int ra
         answer_redirect(a, HTTP_FOUND, loc.buf);
     strbuf_release(&loc);
     return a;
-}
-
-int hub_revision_matches(const char *rev, const struct reg_repo_rev *cur, int *by_commit)
-{
-    *by_commit = strcmp(rev, cur->commit) == 0;
-    return *by_commit || strcmp(rev, "main") == 0 || strcmp(rev, "HEAD") == 0;
-}
-
-struct answer *hub_revision_not_found(struct answer *a, const char *rev)
-{
-    return answer_hub_error(a, HTTP_NOT_FOUND, "RevisionNotFound", 0, "Invalid rev id: %.300s",
-                            rev);
 }
 
 struct answer *hub_entry_not_found(struct answer *a, const struct reg_repo *r,
@@ -143,30 +131,20 @@ static void lfs_object(struct jsonw *w, const struct reg_file *f, const char *ha
     jsonw_obj_end(w);
 }
 
-static void file_entry(struct jsonw *w, const struct reg_repo *r, const struct reg_repo_rev *rev,
-                       const struct reg_file *f)
+/* An entry of a tree or paths-info listing: file f, or directory d when f
+ * is NULL. */
+static void tree_entry(struct jsonw *w, const struct reg_repo *r, const struct reg_repo_rev *rev,
+                       const struct reg_file *f, const struct reg_repo_dir *d)
 {
     char oid[41];
-    digest_hex(rev->blob[f - r->files], 20, oid);
+    digest_hex(f ? rev->blob[f - r->files] : d->tree, 20, oid);
     jsonw_obj(w);
-    jsonw_kstr(w, "type", "file");
+    jsonw_kstr(w, "type", f ? "file" : "directory");
     jsonw_kstr(w, "oid", oid);
-    jsonw_ku64(w, "size", f->st.size);
-    jsonw_kstr(w, "path", f->name);
-    if (reg_repo_file_is_lfs(f))
+    jsonw_ku64(w, "size", f ? f->st.size : 0);
+    jsonw_kstr(w, "path", f ? f->name : d->path);
+    if (f && reg_repo_file_is_lfs(f))
         lfs_object(w, f, "oid");
-    jsonw_obj_end(w);
-}
-
-static void dir_entry(struct jsonw *w, const struct reg_repo_dir *d)
-{
-    char oid[41];
-    digest_hex(d->tree, 20, oid);
-    jsonw_obj(w);
-    jsonw_kstr(w, "type", "directory");
-    jsonw_kstr(w, "oid", oid);
-    jsonw_ku64(w, "size", 0);
-    jsonw_kstr(w, "path", d->path);
     jsonw_obj_end(w);
 }
 
@@ -178,17 +156,8 @@ static void safetensors_info(struct jsonw *w, const struct reg_snapshot *reg,
     const struct reg_model *m = reg_snapshot_find_model(reg, r->id, strlen(r->id));
     if (!m || m->state != MODEL_READY || m->n_tensors == 0)
         return;
-    uint64_t by_dtype[DT_COUNT] = {0}, total = 0;
-    for (size_t i = 0; i < m->n_tensors; i++) {
-        by_dtype[m->tensors[i].t->dtype] += m->tensors[i].t->nelems;
-        total += m->tensors[i].t->nelems;
-    }
     jsonw_kobj(w, "safetensors");
-    jsonw_kobj(w, "parameters");
-    for (int d = 0; d < DT_COUNT; d++)
-        if (by_dtype[d])
-            jsonw_ku64(w, dtype_info((enum dtype)d)->name, by_dtype[d]);
-    jsonw_obj_end(w);
+    uint64_t total = model_doc_parameters(w, m);
     jsonw_ku64(w, "total", total);
     jsonw_obj_end(w);
 }
@@ -288,14 +257,9 @@ static int card_data(struct jsonw *w, const struct reg_repo *r)
     return 0;
 }
 
-struct answer *hub_info(const struct request_view *v, struct answer *a,
-                        const struct reg_snapshot *reg, const struct reg_repo *r,
-                        const struct reg_repo_rev *rev, const struct route *rt)
+struct answer *hub_info(struct answer *a, const struct reg_snapshot *reg, const struct reg_repo *r,
+                        const struct reg_repo_rev *rev, int by_commit)
 {
-    (void)v;
-    int by_commit = 0;
-    if (rt->rev && !hub_revision_matches(rt->rev, rev, &by_commit))
-        return hub_revision_not_found(a, rt->rev);
     struct jsonw w = JSONW_INIT;
     jsonw_obj(&w);
     repo_summary(&w, r, rev);
@@ -336,11 +300,8 @@ static int query_true(const struct request_view *v, const char *key)
 }
 
 struct answer *hub_tree(const struct request_view *v, struct answer *a, const struct reg_repo *r,
-                        const struct reg_repo_rev *rev, const struct route *rt)
+                        const struct reg_repo_rev *rev, const struct route *rt, int by_commit)
 {
-    int by_commit;
-    if (!hub_revision_matches(rt->rev, rev, &by_commit))
-        return hub_revision_not_found(a, rt->rev);
     const char *path = rt->name ? rt->name : "";
     const struct reg_repo_dir *d = reg_repo_find_dir(rev, path, strlen(path));
     if (!d)
@@ -359,12 +320,12 @@ struct answer *hub_tree(const struct request_view *v, struct answer *a, const st
         for (const char *s = rest; (s = strchr(s, '/')) != NULL; s++) {
             size_t len = (size_t)(s - f->name);
             if (strmap_put(listed, f->name, len, (void *)1) == 0)
-                dir_entry(&w, reg_repo_find_dir(rev, f->name, len));
+                tree_entry(&w, r, rev, NULL, reg_repo_find_dir(rev, f->name, len));
             if (!recursive)
                 break;
         }
         if (recursive || !strchr(rest, '/'))
-            file_entry(&w, r, rev, f);
+            tree_entry(&w, r, rev, f, NULL);
     }
     strmap_free(listed);
     jsonw_arr_end(&w);
@@ -372,12 +333,8 @@ struct answer *hub_tree(const struct request_view *v, struct answer *a, const st
 }
 
 struct answer *hub_paths_info(const struct request_view *v, struct answer *a,
-                              const struct reg_repo *r, const struct reg_repo_rev *rev,
-                              const struct route *rt)
+                              const struct reg_repo *r, const struct reg_repo_rev *rev)
 {
-    int by_commit;
-    if (!hub_revision_matches(rt->rev, rev, &by_commit))
-        return hub_revision_not_found(a, rt->rev);
     const char *ct = view_header(v, "Content-Type");
     int json = ct && strncasecmp(ct, "application/json", 16) == 0;
     struct hub_paths p;
@@ -397,10 +354,8 @@ struct answer *hub_paths_info(const struct request_view *v, struct answer *a,
             continue; /* asked twice: listed once */
         const struct reg_file *f = reg_repo_find_file(r, p.paths[i], len);
         const struct reg_repo_dir *d = len ? reg_repo_find_dir(rev, p.paths[i], len) : NULL;
-        if (f)
-            file_entry(&w, r, rev, f);
-        else if (d)
-            dir_entry(&w, d);
+        if (f || d)
+            tree_entry(&w, r, rev, f, d);
     }
     strmap_free(seen);
     hub_paths_free(&p);
@@ -506,11 +461,8 @@ struct answer *hub_refs(struct answer *a, const struct reg_repo_rev *rev)
  * commit: tensord keeps no history, and a commit id names one content
  * state (a function of the content alone: no author, the epoch's date). */
 struct answer *hub_commits(struct answer *a, const struct reg_repo *r,
-                           const struct reg_repo_rev *rev, const struct route *rt)
+                           const struct reg_repo_rev *rev, int by_commit)
 {
-    int by_commit;
-    if (!hub_revision_matches(rt->rev, rev, &by_commit))
-        return hub_revision_not_found(a, rt->rev);
     char *message = xasprintf("The files of %s as tensord serves them. tensord keeps no "
                               "history: this commit's id is a hash of the content.", r->id);
     struct jsonw w = JSONW_INIT;

@@ -1,7 +1,8 @@
 /* h_hub_int: what the Hugging Face endpoint's two files share. h_hub.c
- * waits for a repo's hashes, answers files and routes every Hub request;
- * h_hub_api.c renders the /api documents, and holds the revision names,
- * errors and parts of a file's answer both use (and a mirror's, h_mirror.c).
+ * waits for a repo's hashes, checks the revision asked for, answers files
+ * and routes every Hub request; h_hub_api.c renders the /api documents, and
+ * holds the errors and parts of a file's answer both use (and a mirror's,
+ * h_mirror.c).
  * h_hub.c calls h_hub_api.c, never the other way. */
 #ifndef TENSORD_H_HUB_INT_H
 #define TENSORD_H_HUB_INT_H
@@ -36,27 +37,21 @@ struct answer *hub_redirect_to_commit(struct answer *a, const char *repo, int ra
                                       const char *commit, const char *path, int lfs,
                                       const char *etag, uint64_t size);
 
-/* Whether revision rev (decoded) names the repo's current revision, and
- * whether it does so by its commit id (an immutable URL). */
-int hub_revision_matches(const char *rev, const struct reg_repo_rev *cur, int *by_commit);
-struct answer *hub_revision_not_found(struct answer *a, const char *rev);
 /* 404 EntryNotFound for path in r at rev (with X-Repo-Commit). */
 struct answer *hub_entry_not_found(struct answer *a, const struct reg_repo *r,
                                    const struct reg_repo_rev *rev, const char *path);
 
-/* The documents, once the repo's revision is known (rt->rev checked
- * against it by each). */
-struct answer *hub_info(const struct request_view *v, struct answer *a,
-                        const struct reg_snapshot *reg, const struct reg_repo *r,
-                        const struct reg_repo_rev *rev, const struct route *rt);
+/* The documents, once the request's revision is known to name the repo's
+ * current one (by_commit: by its commit id, an immutable URL). */
+struct answer *hub_info(struct answer *a, const struct reg_snapshot *reg, const struct reg_repo *r,
+                        const struct reg_repo_rev *rev, int by_commit);
 struct answer *hub_tree(const struct request_view *v, struct answer *a, const struct reg_repo *r,
-                        const struct reg_repo_rev *rev, const struct route *rt);
+                        const struct reg_repo_rev *rev, const struct route *rt, int by_commit);
 struct answer *hub_paths_info(const struct request_view *v, struct answer *a,
-                              const struct reg_repo *r, const struct reg_repo_rev *rev,
-                              const struct route *rt);
+                              const struct reg_repo *r, const struct reg_repo_rev *rev);
 struct answer *hub_refs(struct answer *a, const struct reg_repo_rev *rev);
 struct answer *hub_commits(struct answer *a, const struct reg_repo *r,
-                           const struct reg_repo_rev *rev, const struct route *rt);
+                           const struct reg_repo_rev *rev, int by_commit);
 /* /api/datasets, /api/spaces: tensord has none, "[]". */
 struct answer *hub_no_repos(struct answer *a);
 /* /api/models: the repo list (never waits for hashes). */

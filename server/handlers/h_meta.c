@@ -5,43 +5,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dtype.h"
 #include "doc_cache.h"
 #include "gpu_manager.h"
 #include "gpu_doc.h"
 #include "handlers.h"
 #include "hasher.h"
 #include "metrics.h"
+#include "model_doc.h"
 #include "server.h"
-#include "util.h"
-
-/* The files of m whose content hash is known. */
-static size_t model_hashes_known(const struct reg_model *m)
-{
-    size_t known = 0;
-    for (size_t i = 0; i < m->n_files; i++)
-        known += reg_file_hashed(&m->files[i]);
-    return known;
-}
-
-/* Parameters (elements) of m's tensors by dtype, as the Hub's
- * "safetensors.parameters" counts them; {} for an invalid model. */
-static void parameters(struct jsonw *w, const struct reg_model *m)
-{
-    uint64_t by_dtype[DT_COUNT] = {0};
-    for (size_t i = 0; i < m->n_tensors; i++)
-        by_dtype[m->tensors[i].t->dtype] += m->tensors[i].t->nelems;
-    jsonw_kobj(w, "parameters");
-    for (int d = 0; d < DT_COUNT; d++)
-        if (by_dtype[d])
-            jsonw_ku64(w, dtype_info((enum dtype)d)->name, by_dtype[d]);
-    jsonw_obj_end(w);
-}
 
 /* One model of the list (its name is UTF-8: the registry serves no other). */
 static void model_row(struct jsonw *w, struct server *srv, const struct reg_model *m)
 {
-    size_t known = model_hashes_known(m);
+    size_t known = model_doc_hashes_known(m);
     jsonw_obj(w);
     jsonw_kstr(w, "name", m->name);
     jsonw_kstr(w, "state", m->state == MODEL_READY ? "ready" : "invalid");
@@ -55,7 +31,7 @@ static void model_row(struct jsonw *w, struct server *srv, const struct reg_mode
         jsonw_kstr(w, "message", m->error.message);
         jsonw_obj_end(w);
     }
-    parameters(w, m);
+    model_doc_parameters(w, m);
     jsonw_key(w, "gpu");
     if (srv->gpu) {
         gpu_doc_summary(srv->gpu, m->name, w);
@@ -122,17 +98,6 @@ struct answer *handle_models(const struct request_view *v, struct answer *a,
     return answer_jsonw(a, HTTP_OK, &w);
 }
 
-/* Rendering fails only when memory runs out: a condition of the host, not
- * of the model, so the answer says to try again. */
-static struct answer *no_memory(struct answer *a, const struct reg_model *m, enum doc_kind kind)
-{
-    return answer_error(a, HTTP_SERVICE_UNAVAILABLE, "out_of_memory",
-                        "not enough memory to render the %s of model \"%.300s\" "
-                        "(%zu tensors); try again later",
-                        kind == DOC_DESCRIPTION ? "description" : "merged header", m->name,
-                        m->n_tensors);
-}
-
 /* The renderer's callback: the document is there (or cannot be), dispatch
  * the request again. */
 static void doc_ready(void *arg, enum doc_result r)
@@ -188,8 +153,14 @@ static struct answer *model_doc(const struct request_view *v, struct answer *a,
     struct shared_doc *d = doc_cache_get(m, kind, !v->waited);
     if (d)
         return send_doc(a, d);
+    /* Rendering fails only when memory runs out: a condition of the host,
+     * not of the model, so the answer says to try again. */
     if (v->waited && v->wait_result == DOC_NO_MEMORY)
-        return no_memory(a, m, kind);
+        return answer_error(a, HTTP_SERVICE_UNAVAILABLE, "out_of_memory",
+                            "not enough memory to render the %s of model \"%.300s\" "
+                            "(%zu tensors); try again later",
+                            kind == DOC_DESCRIPTION ? "description" : "merged header", m->name,
+                            m->n_tensors);
     if (v->waited && v->wait_result == DOC_STOPPED)
         return answer_error(a, HTTP_SERVICE_UNAVAILABLE, "stopping", "the daemon is stopping");
     /* Not rendered yet (or, after a wait, a reload brought a new version of

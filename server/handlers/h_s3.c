@@ -21,7 +21,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "conditional.h"
 #include "handlers.h"
@@ -95,9 +94,9 @@ static const struct reg_repo *repo_of(const struct reg_snapshot *reg, const char
 
 /* ---- waiting for hashes ------------------------------------------------------ */
 
-/* 1 when every file of files[0..n) has its hash; otherwise 0 after
- * answering "wait for them" (the request is dispatched again) or, when it
- * waited already, 503 SlowDown with Retry-After. */
+/* 1 when every file of files[0..n) (in the arena) has its hash; otherwise 0
+ * after answering "wait for them" (the request is dispatched again) or,
+ * when it waited already, 503 SlowDown with Retry-After. */
 static int need_hashes(const struct request_view *v, struct answer *a,
                        const struct reg_file **files, size_t n)
 {
@@ -107,8 +106,7 @@ static int need_hashes(const struct request_view *v, struct answer *a,
             files[missing++] = files[i];
     if (missing == 0)
         return 1;
-    const struct reg_file **kept = answer_alloc(a, missing * sizeof(*files));
-    if (answer_wait_hashes(v, a, memcpy(kept, files, missing * sizeof(*files)), missing))
+    if (answer_wait_hashes(v, a, files, missing))
         return 0;
     struct hasher *h = v->srv->hasher;
     unsigned after = h ? hasher_retry_after(h, files, missing) : 1;
@@ -164,10 +162,10 @@ static struct answer *list_objects(const struct request_view *v, struct answer *
     struct st_error err;
     if (s3_list_parse(q, &l, &err) < 0) {
         answer_s3_error(a, HTTP_BAD_REQUEST, "InvalidArgument", NULL, "%s", err.message);
-        goto out_list;
+        goto out;
     }
-    struct entry *page = xmalloc((l.max_keys + 1) * sizeof(*page));
-    const struct reg_file **files = xmalloc((l.max_keys + 1) * sizeof(*files));
+    struct entry *page = answer_alloc(a, (l.max_keys + 1) * sizeof(*page));
+    const struct reg_file **files = answer_alloc(a, (l.max_keys + 1) * sizeof(*files));
     size_t n = 0, n_files = 0;
     int truncated = 0;
     const char *last_cp = NULL;
@@ -222,9 +220,9 @@ static struct answer *list_objects(const struct request_view *v, struct answer *
         xmlw_cstr(&w, "EncodingType", "url");
     xmlw_bool(&w, "IsTruncated", truncated);
     char *token = NULL;
-    if (truncated && n > 0) {
+    if (truncated) {
         const struct entry *e = &page[n - 1];
-        token = xmalloc(2 * e->len + 3);
+        token = answer_alloc(a, 2 * e->len + 3);
         s3_list_token(e->f->name, e->len, e->len < strlen(e->f->name), token);
     }
     if (l.v2) {
@@ -238,10 +236,9 @@ static struct answer *list_objects(const struct request_view *v, struct answer *
     } else {
         put_value(&w, "Marker", l.marker ? l.marker : "", l.marker ? l.marker_len : 0,
                   l.url_encoding);
-        if (truncated && n > 0)
+        if (truncated)
             put_value(&w, "NextMarker", page[n - 1].f->name, page[n - 1].len, l.url_encoding);
     }
-    free(token);
     for (size_t i = 0; i < n; i++) {
         const struct reg_file *f = page[i].f;
         if (page[i].len < strlen(f->name))
@@ -266,9 +263,6 @@ static struct answer *list_objects(const struct request_view *v, struct answer *
     xmlw_close(&w, "ListBucketResult");
     send_xml(a, HTTP_OK, &w);
 out:
-    free(page);
-    free(files);
-out_list:
     s3_list_free(&l);
     return a;
 }
@@ -322,7 +316,8 @@ static struct answer *get_object(const struct request_view *v, struct answer *a,
     if (pn && !(pn_len == 1 && pn[0] == '1'))
         return answer_s3_error(a, HTTP_RANGE_NOT_SATISFIABLE, "InvalidPartNumber", resource,
                                "the object has one part");
-    const struct reg_file *want[1] = {f};
+    const struct reg_file **want = answer_alloc(a, sizeof(*want));
+    *want = f;
     if (!need_hashes(v, a, want, 1))
         return a;
     /* A Range none of whose parts overlaps the object is S3's InvalidRange
@@ -398,8 +393,8 @@ struct answer *handle_s3(const struct request_view *v, struct answer *a,
         list_buckets(a, reg);
         goto out;
     }
-    char *resource = xasprintf("/%s%s%s", rt->model, rt->name ? "/" : "",
-                               rt->name ? rt->name : "");
+    const char *resource = answer_printf(a, "/%s%s%s", rt->model, rt->name ? "/" : "",
+                                         rt->name ? rt->name : "");
     const struct reg_repo *r = repo_of(reg, rt->model, rt->model_len);
     if (!r) {
         answer_s3_error(a, HTTP_NOT_FOUND, "NoSuchBucket", resource,
@@ -418,7 +413,6 @@ struct answer *handle_s3(const struct request_view *v, struct answer *a,
     } else {
         list_objects(v, a, r, rt->model, &q);
     }
-    free(resource);
 out:
     s3_query_free(&q);
     return a;

@@ -8,10 +8,10 @@
 
 #include <malloc.h>
 #include <stdint.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "digest.h"
+#include "jsonw.h"
 #include "strbuf.h"
 #include "strmap.h"
 
@@ -192,18 +192,6 @@ static void put_tail(struct strbuf *sb, const struct reg_model *m, size_t known)
     strbuf_putc(sb, '}');
 }
 
-char *model_doc_description(const struct reg_model *m)
-{
-    struct strbuf sb = STRBUF_INIT;
-    size_t known;
-    put_head(&sb, m, &known);
-    put_middle(&sb, m);
-    put_tail(&sb, m, known);
-    strbuf_putc(&sb, '\n'); /* the answer's last line ends (respond.h) */
-    size_t len;
-    return finish(&sb, &len);
-}
-
 char *model_doc_description_middle(const struct reg_model *m, size_t *len)
 {
     struct strbuf sb = STRBUF_INIT;
@@ -279,4 +267,27 @@ char *model_doc_header(const struct reg_model *m)
     strbuf_puts(&sb, "}\n"); /* the answer's last line ends (respond.h) */
     size_t len;
     return finish(&sb, &len);
+}
+
+size_t model_doc_hashes_known(const struct reg_model *m)
+{
+    size_t known = 0;
+    for (size_t i = 0; i < m->n_files; i++)
+        known += (size_t)reg_file_hashed(&m->files[i]);
+    return known;
+}
+
+uint64_t model_doc_parameters(struct jsonw *w, const struct reg_model *m)
+{
+    uint64_t by_dtype[DT_COUNT] = {0}, total = 0;
+    for (size_t i = 0; i < m->n_tensors; i++) {
+        by_dtype[m->tensors[i].t->dtype] += m->tensors[i].t->nelems;
+        total += m->tensors[i].t->nelems;
+    }
+    jsonw_kobj(w, "parameters");
+    for (int d = 0; d < DT_COUNT; d++)
+        if (by_dtype[d])
+            jsonw_ku64(w, dtype_info((enum dtype)d)->name, by_dtype[d]);
+    jsonw_obj_end(w);
+    return total;
 }

@@ -11,9 +11,10 @@
 
 #include "registry.h"
 
-/* Each returns a new NUL-terminated document the caller frees, or NULL
- * when memory ran out: they never abort, whatever the model's files hold. */
-char *model_doc_description(const struct reg_model *m);
+struct jsonw;
+
+/* Each returns a new NUL-terminated text the caller frees, or NULL when
+ * memory ran out: they never abort, whatever the model's files hold. */
 char *model_doc_header(const struct reg_model *m);
 
 /* The description in the parts server/handlers/doc_cache keeps: its middle
@@ -21,10 +22,16 @@ char *model_doc_header(const struct reg_model *m);
  * *len its length), and its ends as of the hashes known now: the head
  * (name, state, counts, files) in [0, *head_len), the tail (the "hashes"
  * progress) after it up to *len, *known the files whose hash they show.
- * head + middle + tail is model_doc_description's text. Both fail like the
- * documents above. */
+ * head + middle + tail is the description. */
 char *model_doc_description_middle(const struct reg_model *m, size_t *len);
 char *model_doc_description_ends(const struct reg_model *m, size_t *head_len, size_t *len,
                                  size_t *known);
+
+/* The files of m whose content hash is known. */
+size_t model_doc_hashes_known(const struct reg_model *m);
+/* Writes "parameters" into w: the elements of m's tensors by dtype, as the
+ * Hub's "safetensors.parameters" counts them ({} when there are none).
+ * Returns their total. */
+uint64_t model_doc_parameters(struct jsonw *w, const struct reg_model *m);
 
 #endif

@@ -218,7 +218,6 @@ static size_t split_path(const char *p, struct seg *segs)
 static enum route_kind parse_model_path(const struct seg *segs, size_t n, struct route *r,
                                         char *err, size_t errlen)
 {
-    /* The model is every segment up to the first keyword segment. */
     size_t k = 2;
     while (k < n && !seg_is(&segs[k], "tensors") && !seg_is(&segs[k], "files") &&
            !seg_is(&segs[k], "header") && !seg_is(&segs[k], "gpu") && !seg_is(&segs[k], "fetch"))
@@ -259,7 +258,6 @@ static enum route_kind parse_model_path(const struct seg *segs, size_t n, struct
     }
     return r->kind = ROUTE_NOT_FOUND;
 }
-
 
 /* /s3[/{bucket}[/{key...}]]: the bucket one decoded segment, the key the
  * rest joined with '/' (S3 keys have no component rules: they are only

@@ -8,7 +8,6 @@
 #include <time.h>
 
 #include "fileio.h"
-#include "util.h"
 
 int s3_auth_load(struct server *srv, char *errbuf, size_t errlen)
 {

@@ -20,14 +20,6 @@ static const char *const security_headers[] = {
     NULL,
 };
 
-const struct ui_asset *ui_find(const char *name, size_t len)
-{
-    for (size_t i = 0; i < ui_assets_count; i++)
-        if (strlen(ui_assets[i].name) == len && memcmp(ui_assets[i].name, name, len) == 0)
-            return &ui_assets[i];
-    return NULL;
-}
-
 struct answer *handle_ui(const struct request_view *v, struct answer *a, const char *name,
                          int bare)
 {
@@ -37,8 +29,10 @@ struct answer *handle_ui(const struct request_view *v, struct answer *a, const c
         answer_headers(a, security_headers);
         return answer_redirect(a, HTTP_MOVED_PERMANENTLY, "/ui/");
     }
-    const struct ui_asset *u = ui_find(name, strlen(name));
-    if (!u)
+    const struct ui_asset *u = ui_assets;
+    while (u < ui_assets + ui_assets_count && strcmp(u->name, name) != 0)
+        u++;
+    if (u == ui_assets + ui_assets_count)
         return answer_error(a, HTTP_NOT_FOUND, "not_found",
                             "the web console has no file \"%.100s\"", name);
     /* Static bytes: no model to hold, no file to check; revalidated with the

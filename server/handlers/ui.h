@@ -18,7 +18,4 @@ struct ui_asset {
 extern const struct ui_asset ui_assets[];
 extern const size_t ui_assets_count;
 
-/* The asset named name[0..len), or NULL. */
-const struct ui_asset *ui_find(const char *name, size_t len);
-
 #endif
