@@ -171,15 +171,9 @@ static struct answer *model_doc(const struct request_view *v, struct answer *a,
 }
 
 struct answer *handle_model(const struct request_view *v, struct answer *a,
-                            const struct reg_model *m)
+                            const struct reg_model *m, int merged_header)
 {
-    return model_doc(v, a, m, DOC_DESCRIPTION);
-}
-
-struct answer *handle_model_header(const struct request_view *v, struct answer *a,
-                                   const struct reg_model *m)
-{
-    return model_doc(v, a, m, DOC_HEADER);
+    return model_doc(v, a, m, merged_header ? DOC_HEADER : DOC_DESCRIPTION);
 }
 
 /* {"status": status}. */

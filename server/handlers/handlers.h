@@ -17,10 +17,9 @@ struct route;
 
 struct answer *handle_models(const struct request_view *v, struct answer *a,
                              const struct reg_snapshot *reg);
+/* The model's description, or its merged header. */
 struct answer *handle_model(const struct request_view *v, struct answer *a,
-                            const struct reg_model *m);
-struct answer *handle_model_header(const struct request_view *v, struct answer *a,
-                                   const struct reg_model *m);
+                            const struct reg_model *m, int merged_header);
 struct answer *handle_file(const struct request_view *v, struct answer *a,
                            const struct reg_model *m, const struct reg_file *f, int header_only);
 struct answer *handle_tensor(const struct request_view *v, struct answer *a,

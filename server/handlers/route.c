@@ -300,12 +300,7 @@ const char *route_origin_form(const char *target)
     return slash ? slash : "/";
 }
 
-enum route_kind route_parse(const char *path, struct route *r, char *err, size_t errlen)
-{
-    return route_parse_with(path, NULL, NULL, r, err, errlen);
-}
-
-enum route_kind route_parse_with(const char *path, route_repo_exists exists, void *ctx,
+enum route_kind route_parse(const char *path, route_repo_exists exists, void *ctx,
                                  struct route *r, char *err, size_t errlen)
 {
     memset(r, 0, sizeof(*r));

@@ -63,13 +63,11 @@ struct route {
 typedef int (*route_repo_exists)(void *ctx, const char *id, size_t len);
 
 /* Parses path (no query string). Returns r->kind; on ROUTE_BAD_PATH err holds
- * the reason. Free with route_free. */
-enum route_kind route_parse(const char *path, struct route *r, char *err, size_t errlen);
-/* route_parse for a daemon that serves repos: a Hub path whose repo id
- * could be one or two segments is read the way that names an existing repo
- * (exists may be NULL: the one-segment reading wins). */
-enum route_kind route_parse_with(const char *path, route_repo_exists exists, void *ctx,
-                                 struct route *r, char *err, size_t errlen);
+ * the reason. Free with route_free. For a daemon that serves repos, a Hub
+ * path whose repo id could be one or two segments is read the way that names
+ * an existing repo (exists may be NULL: the one-segment reading wins). */
+enum route_kind route_parse(const char *path, route_repo_exists exists, void *ctx,
+                            struct route *r, char *err, size_t errlen);
 void route_free(struct route *r);
 
 /* The origin-form of a request target: past "http://authority" or

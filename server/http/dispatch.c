@@ -40,7 +40,7 @@ size_t dispatch_upload_limit(const struct server *srv, const char *url)
     char err[256];
     struct route rt;
     url = route_origin_form(url);
-    enum route_kind kind = route_parse(url, &rt, err, sizeof(err));
+    enum route_kind kind = route_parse(url, NULL, NULL, &rt, err, sizeof(err));
     route_free(&rt);
     /* A paths-info request may list many paths (hub_req.h bounds them). */
     return kind == ROUTE_FETCH || strncmp(url, "/api/", 5) == 0 ? srv->cfg->max_fetch_body_bytes
@@ -102,7 +102,7 @@ static struct answer *dispatch_model(const struct request_view *v, struct answer
         return answer_error(a, HTTP_NOT_FOUND, "model_not_found", "no model named \"%.300s\"",
                             rt->model);
     if (rt->kind == ROUTE_MODEL)
-        return handle_model(v, a, m);
+        return handle_model(v, a, m, 0);
     if (rt->kind == ROUTE_GPU)
         return handle_gpu(v, a, m->name);
     if (m->state != MODEL_READY)
@@ -110,7 +110,7 @@ static struct answer *dispatch_model(const struct request_view *v, struct answer
                             m->name, m->error.message);
     switch (rt->kind) {
     case ROUTE_MODEL_HEADER:
-        return handle_model_header(v, a, m);
+        return handle_model(v, a, m, 1);
     case ROUTE_FILE:
     case ROUTE_FILE_HEADER: {
         const struct reg_file *f = reg_model_find_file(m, rt->name, rt->name_len);
@@ -284,7 +284,7 @@ static int route_and_check(const struct request_view *v, struct answer *a,
     char err[256];
     /* absolute-form targets (the AWS CRT client sends them) */
     const char *url = route_origin_form(v->path);
-    enum route_kind kind = route_parse_with(url, repo_exists, reg, rt, err, sizeof(err));
+    enum route_kind kind = route_parse(url, repo_exists, reg, rt, err, sizeof(err));
     /* Errors on the Hub's paths speak its dialect ({"error": "message"}),
      * and on the S3 API's, S3's XML (whoever answers them: respond.c). */
     int hub = is_hub_route(kind) || (kind == ROUTE_BAD_PATH && strncmp(url, "/v1/", 4) != 0);

@@ -28,7 +28,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     char *path = xstrndup((const char *)data, size);
     struct route r;
     char err[256];
-    enum route_kind k = route_parse(path, &r, err, sizeof(err));
+    enum route_kind k = route_parse(path, NULL, NULL, &r, err, sizeof(err));
     if (r.model) {
         if (strlen(r.model) != r.model_len)
             abort();

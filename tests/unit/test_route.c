@@ -7,7 +7,7 @@
 static enum route_kind parse(const char *path, struct route *r)
 {
     char err[256];
-    return route_parse(path, r, err, sizeof(err));
+    return route_parse(path, NULL, NULL, r, err, sizeof(err));
 }
 
 TEST(blob_routes)
@@ -55,10 +55,10 @@ TEST(s3_routes)
     CHECK(parse("/s3/a%2Fb/k", &r) == ROUTE_BAD_PATH);
     route_free(&r);
     /* A repo named "s3" keeps its Hub file URLs; others are the S3 API. */
-    CHECK(route_parse_with("/s3/resolve/main/a.txt", only_s3_exists, NULL, &r, err,
-                           sizeof(err)) == ROUTE_HUB_FILE);
+    CHECK(route_parse("/s3/resolve/main/a.txt", only_s3_exists, NULL, &r, err,
+                      sizeof(err)) == ROUTE_HUB_FILE);
     route_free(&r);
-    CHECK(route_parse_with("/s3/resolve/main/a.txt", NULL, NULL, &r, err, sizeof(err)) ==
+    CHECK(route_parse("/s3/resolve/main/a.txt", NULL, NULL, &r, err, sizeof(err)) ==
           ROUTE_S3);
     route_free(&r);
     CHECK_STR(route_origin_form("http://h:1/s3/b?x"), "/s3/b?x");
@@ -177,7 +177,7 @@ static int exists_org_name(void *ctx, const char *id, size_t len)
 static enum route_kind parse_hub(const char *path, struct route *r)
 {
     char err[256];
-    return route_parse_with(path, exists_org_name, NULL, r, err, sizeof(err));
+    return route_parse(path, exists_org_name, NULL, r, err, sizeof(err));
 }
 
 TEST(hub_routes)
@@ -309,8 +309,8 @@ TEST(hub_model_repo_named_datasets)
 {
     struct route r;
     char err[256];
-    CHECK(route_parse_with("/datasets/x/raw/main/a.csv", exists_datasets_x, NULL, &r, err,
-                           sizeof(err)) == ROUTE_HUB_FILE);
+    CHECK(route_parse("/datasets/x/raw/main/a.csv", exists_datasets_x, NULL, &r, err,
+                      sizeof(err)) == ROUTE_HUB_FILE);
     CHECK_STR(r.model, "datasets/x");
     CHECK_STR(r.name, "a.csv");
     route_free(&r);
