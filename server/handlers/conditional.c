@@ -40,8 +40,7 @@ void http_date_format(int64_t t, char *buf, size_t len)
              (int)year, (int)(secs / 3600), (int)(secs / 60 % 60), (int)(secs % 60));
 }
 
-/* Parses an HTTP-date (IMF-fixdate, RFC 850 or asctime). Returns 0 or -1. */
-static int http_date_parse(const char *s, int64_t *out)
+int http_date_parse(const char *s, int64_t *out)
 {
     static const char *const formats[] = {
         "%a, %d %b %Y %H:%M:%S GMT", /* IMF-fixdate */
@@ -80,9 +79,7 @@ static int etag_equal(const char *tag, size_t len, const char *etag, int weak)
     return strlen(etag) == len && memcmp(tag, etag, len) == 0;
 }
 
-/* Returns 1 when the If-None-Match/If-Match style list matches etag (weak
- * comparison when weak != 0, strong otherwise; "*" matches any). */
-static int http_etag_match(const char *list, const char *etag, int weak)
+int http_etag_match(const char *list, const char *etag, int weak)
 {
     const char *p = list;
     while (*p) {

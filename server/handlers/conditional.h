@@ -13,6 +13,11 @@
 /* Formats t as an IMF-fixdate into buf (at least HTTP_DATE_LEN bytes); a
  * time outside years 0-9999 gives the epoch. */
 void http_date_format(int64_t t, char *buf, size_t len);
+/* Parses an HTTP-date (IMF-fixdate, RFC 850 or asctime). Returns 0 or -1. */
+int http_date_parse(const char *s, int64_t *out);
+/* Returns 1 when the If-None-Match/If-Match style list matches etag (weak
+ * comparison when weak != 0, strong otherwise; "*" matches any). */
+int http_etag_match(const char *list, const char *etag, int weak);
 
 /* A request's precondition headers; NULL for each one absent. */
 struct cond_headers {

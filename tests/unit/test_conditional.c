@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "../../server/handlers/conditional.c"
+#include "conditional.h"
 #include "test.h"
 
 TEST(date_formats)
