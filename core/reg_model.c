@@ -27,7 +27,6 @@
  * so reads of them are answered without touching the file (a typical
  * shard's header is 20-200 KB; a huge one is served from the file). */
 #define HEAD_KEEP_MAX (1u << 20)
-#define ST_SUFFIX ".safetensors"
 #define INDEX_SUFFIX ".safetensors.index.json"
 
 /* Marks m invalid. The first error wins. Users see the message inside JSON,
@@ -338,35 +337,18 @@ static void validate_model(struct reg_model *m)
         m->tensor_bytes += m->tensors[i].t->end - m->tensors[i].t->begin;
 }
 
-/* Opens the file `name` of m (its directory is dir below the root). Fills
- * f and returns 1, or returns 0 when it is not to be served: it leads
- * outside the root, dangles, loops, or is not a regular file. An error that
- * says nothing about the file (out of descriptors, a failing disk, no
- * permission) is kept in f->error, and makes m transient when it is one that
- * a later scan may not meet. */
+/* Opens the file `name` of m (its directory is dir below the root) and
+ * reads a .safetensors file's header. Returns 1 with f filled, or 0 when it
+ * is not to be served (reg_file_open), or memory for it ran out (m is then
+ * transient). */
 static int open_file(struct reg_model *m, const char *dir, const char *name, struct reg_file *f)
 {
-    memset(f, 0, sizeof(*f));
-    f->fd = -1;
-    f->path = dir[0] ? xasprintf("%s/%s", dir, name) : xstrdup(name);
-    int fd = beneath_open(m->root->fd, m->root->path, f->path, O_RDONLY | O_NOCTTY | O_NONBLOCK);
-    if (fd >= 0)
-        fd = fileio_regular(fd, &f->st);
-    if (fd == -EXDEV || fd == -ENOENT || fd == -ELOOP || fd == -ENOTDIR || fd == -EINVAL ||
-        fd == -ENXIO) {
-        free(f->path);
+    char *path = dir[0] ? xasprintf("%s/%s", dir, name) : xstrdup(name);
+    int ok = reg_file_open(m->root, path, name, f, &m->transient);
+    m->transient |= ok < 0;
+    if (ok <= 0)
         return 0;
-    }
-    f->name = xstrdup(name);
-    f->is_safetensors = str_has_suffix(name, ST_SUFFIX);
-    if (fd < 0) {
-        st_error_errno(&f->error, -fd, "%s: open", name);
-        m->transient |= reg_errno_transient(-fd);
-        return 1;
-    }
-    f->fd = fd;
-    f->error.code = ST_OK;
-    if (f->is_safetensors) {
+    if (f->fd >= 0 && f->is_safetensors) {
         if (st_header_read_fd(f->fd, f->name, HEAD_KEEP_MAX, &f->header, &f->error) == 0) {
             f->data_start = ST_PREFIX_LEN + f->header->header_len;
         } else {
@@ -422,31 +404,12 @@ struct reg_model *reg_model_build(struct reg_root *root, const char *name, const
     return m;
 }
 
-int reg_model_unchanged(const struct reg_model *m, const struct reg_entry_id *ids, size_t n_ids)
-{
-    if (m->transient || n_ids != m->n_ids)
-        return 0;
-    for (size_t i = 0; i < n_ids; i++) /* both sorted by name */
-        if (strcmp(ids[i].name, m->ids[i].name) != 0 ||
-            !fileio_same_version(&ids[i].st, &m->ids[i].st))
-            return 0;
-    return 1;
-}
-
 int reg_model_has_safetensors(const struct reg_model *m)
 {
     for (size_t i = 0; i < m->n_files; i++)
         if (m->files[i].is_safetensors)
             return 1;
     return 0;
-}
-
-size_t reg_model_open_fds(const struct reg_model *m)
-{
-    size_t n = 0;
-    for (size_t i = 0; i < m->n_files; i++)
-        n += m->files[i].fd >= 0;
-    return n;
 }
 
 struct reg_model *reg_model_ref(const struct reg_model *m)
@@ -474,11 +437,6 @@ void reg_model_unref(const struct reg_model *cm)
     free(m->dir);
     free(m->name);
     free(m);
-}
-
-int reg_model_open_file(const struct reg_model *m, const struct reg_file *f, int flags)
-{
-    return reg_open_below(m->root, f, flags);
 }
 
 int reg_open_below(const struct reg_root *root, const struct reg_file *f, int flags)
@@ -548,11 +506,6 @@ void reg_file_etag(const struct reg_file *f, char *out)
         memcpy(out, f->sha256_etag, sizeof(f->sha256_etag));
     else
         fileio_etag(&f->st, out);
-}
-
-int reg_file_etag_weak(const struct reg_file *f)
-{
-    return !reg_file_hashed(f);
 }
 
 const struct reg_tensor *reg_model_find_tensor(const struct reg_model *m, const char *name, size_t len)
