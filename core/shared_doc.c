@@ -86,21 +86,17 @@ static unsigned shared_doc_spans(const struct shared_doc *d, uint64_t off, uint6
     return k;
 }
 
-void shared_doc_copy(const struct shared_doc *d, uint64_t off, void *buf, size_t len)
+/* Copies bytes [off, off + len) (inside the document) into buf. */
+static int source_read(void *ctx, uint64_t off, void *buf, size_t len)
 {
     const void *p[3];
     size_t n[3];
-    unsigned k = shared_doc_spans(d, off, len, p, n);
+    unsigned k = shared_doc_spans(ctx, off, len, p, n);
     char *out = buf;
     for (unsigned i = 0; i < k; i++) {
         memcpy(out, p[i], n[i]);
         out += n[i];
     }
-}
-
-static int source_read(void *ctx, uint64_t off, void *buf, size_t len)
-{
-    shared_doc_copy(ctx, off, buf, len);
     return 0;
 }
 
