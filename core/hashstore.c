@@ -202,19 +202,14 @@ size_t hashstore_count(struct hashstore *s)
     return n;
 }
 
-void hashstore_clear(struct hashstore *s)
+void hashstore_loaded(struct hashstore *s, int ok)
 {
     pthread_rwlock_wrlock(&s->lock);
-    s->n = 0;
-    if (s->index)
-        memset(s->index, 0xff, s->index_cap * sizeof(*s->index));
-    s->version++;
-    pthread_rwlock_unlock(&s->lock);
-}
-
-void hashstore_mark_clean(struct hashstore *s)
-{
-    pthread_rwlock_wrlock(&s->lock);
+    if (!ok) {
+        s->n = 0;
+        if (s->index)
+            memset(s->index, 0xff, s->index_cap * sizeof(*s->index));
+    }
     s->saved_version = s->version;
     pthread_rwlock_unlock(&s->lock);
 }
