@@ -136,7 +136,6 @@ void hasher_do_publish(struct hasher *h);
 /* The set's snapshot when no job needs it any more (the caller unrefs it
  * after releasing the lock), else NULL. */
 struct reg_snapshot *hasher_do_maybe_release(struct jobset *set);
-void hasher_deadline_ts(uint64_t mono_ns, struct timespec *ts);
 
 /* ---- the waiters linked to jobs; the caller holds the lock ---- */
 /* A job finished (DONE: one link less per waiter; otherwise the waiters fail

@@ -8,15 +8,6 @@
 #include "metrics.h"
 #include "util.h"
 
-#define NS 1000000000ull
-
-void hasher_deadline_ts(uint64_t mono_ns, struct timespec *ts)
-{
-    /* The conditions use CLOCK_MONOTONIC (see hasher_new). */
-    ts->tv_sec = (time_t)(mono_ns / NS);
-    ts->tv_nsec = (long)(mono_ns % NS);
-}
-
 /* ---- job sets ----------------------------------------------------------- */
 
 static size_t id_slot(const struct hasher *h, const struct hash_id *id, size_t cap)

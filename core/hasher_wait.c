@@ -15,8 +15,6 @@
 #include "hasher_int.h"
 #include "util.h"
 
-#define NS 1000000000ull
-
 int hasher_lookup(struct hasher *h, const struct reg_file *f, struct hash_entry *out)
 {
     struct hash_id id;
