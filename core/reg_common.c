@@ -115,7 +115,7 @@ struct reg_root *reg_root_open(const char *root, const struct reg_root *prev,
         return NULL;
     }
     int fd = open(real, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NONBLOCK);
-    struct stat sb, pb;
+    struct stat sb;
     if (fd < 0 || fstat(fd, &sb) != 0) {
         st_error_errno(err, errno, "models root \"%.300s\"", root);
         if (fd >= 0)
@@ -123,8 +123,7 @@ struct reg_root *reg_root_open(const char *root, const struct reg_root *prev,
         free(real);
         return NULL;
     }
-    if (prev && strcmp(prev->path, real) == 0 && fstat(prev->fd, &pb) == 0 &&
-        pb.st_dev == sb.st_dev && pb.st_ino == sb.st_ino) {
+    if (prev && strcmp(prev->path, real) == 0 && prev->dev == sb.st_dev && prev->ino == sb.st_ino) {
         close(fd);
         free(real);
         return reg_root_ref((struct reg_root *)prev);
@@ -133,6 +132,8 @@ struct reg_root *reg_root_open(const char *root, const struct reg_root *prev,
     atomic_init(&rr->refs, 1);
     rr->fd = fd;
     rr->path = real;
+    rr->dev = sb.st_dev;
+    rr->ino = sb.st_ino;
     return rr;
 }
 

@@ -20,6 +20,8 @@ struct reg_root {
     atomic_uint refs;
     int fd;
     char *path;                /* its real path */
+    dev_t dev;                 /* fd's identity (fstat) */
+    ino_t ino;
 };
 
 struct reg_file {

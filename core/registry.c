@@ -416,12 +416,6 @@ struct reg_snapshot *reg_snapshot_scan(const char *root, uint64_t generation,
     struct reg_root *rr = reg_root_open(root, prev ? prev->root : NULL, err);
     if (!rr)
         return NULL;
-    struct stat sb;
-    if (fstat(rr->fd, &sb) != 0) {
-        st_error_errno(err, errno, "models root \"%.300s\"", root);
-        reg_root_unref(rr);
-        return NULL;
-    }
     struct scan s = {
         .root = rr,
         .prev = prev,
@@ -431,8 +425,8 @@ struct reg_snapshot *reg_snapshot_scan(const char *root, uint64_t generation,
     if (s.max_depth > REGISTRY_MAX_DEPTH)
         s.max_depth = REGISTRY_MAX_DEPTH;
     s.path = xcalloc((size_t)s.max_depth + 1, sizeof(*s.path));
-    s.path[0].dev = sb.st_dev;
-    s.path[0].ino = sb.st_ino;
+    s.path[0].dev = rr->dev;
+    s.path[0].ino = rr->ino;
     if (opts && opts->single_model) {
         size_t n;
         int lerr;
