@@ -104,13 +104,24 @@ static struct st_index *load_index(struct reg_file *f)
     return idx;
 }
 
-static void add_tensors(struct reg_model *m, const struct reg_file *f, size_t *n)
+/* Fills m's tensor table (room for total) with the tensors of every file
+ * that has a header, only the shards when shards is not NULL. Files are
+ * sorted by name, so they come in (file, begin) order. -ENOMEM when the
+ * table cannot be had. */
+static int collect_tensors(struct reg_model *m, size_t total, const struct strmap *shards)
 {
-    for (size_t i = 0; i < f->header->n_tensors; i++) {
-        m->tensors[*n].t = &f->header->tensors[i];
-        m->tensors[*n].file = f;
-        (*n)++;
+    size_t n = 0;
+    if (!(m->tensors = malloc((total ? total : 1) * sizeof(*m->tensors))))
+        return -ENOMEM;
+    for (size_t i = 0; i < m->n_files; i++) {
+        const struct reg_file *f = &m->files[i];
+        if (!f->header || (shards && !strmap_get(shards, f->name, strlen(f->name))))
+            continue;
+        for (size_t k = 0; k < f->header->n_tensors; k++)
+            m->tensors[n++] = (struct reg_tensor){&f->header->tensors[k], f};
     }
+    m->n_tensors = n;
+    return 0;
 }
 
 /* The lookups a sharded model is checked with. Sized by the files, so
@@ -216,19 +227,9 @@ static int check_sharded(struct reg_model *m, const struct st_index *idx, const 
     if (rc == 0)
         rc = entries_match(m, idx, index_name, &sm);
     /* Every entry found in its shard and every shard tensor mapped to it:
-     * the counts agree and names are unique. Files are sorted by name, so
-     * walking them in order gives (file, begin) order. */
-    if (rc == 0 && !(m->tensors = malloc((sm.total ? sm.total : 1) * sizeof(*m->tensors))))
-        rc = -ENOMEM;
-    if (rc == 0) {
-        size_t n = 0;
-        for (size_t i = 0; i < m->n_files; i++) {
-            const char *name = m->files[i].name;
-            if (m->files[i].header && strmap_get(sm.shard_no, name, strlen(name)))
-                add_tensors(m, &m->files[i], &n);
-        }
-        m->n_tensors = n;
-    }
+     * the counts agree and names are unique. */
+    if (rc == 0)
+        rc = collect_tensors(m, sm.total, sm.shard_no);
     if (rc == -ENOMEM)
         tensors_out_of_memory(m, index_name, idx->n_entries);
     shard_maps_free(&sm);
@@ -242,16 +243,8 @@ static void collect_unsharded(struct reg_model *m)
     for (size_t i = 0; i < m->n_files; i++)
         if (m->files[i].header)
             total += m->files[i].header->n_tensors;
-    m->tensors = malloc((total ? total : 1) * sizeof(*m->tensors));
-    if (!m->tensors) {
+    if (collect_tensors(m, total, NULL) != 0)
         tensors_out_of_memory(m, NULL, total);
-        return;
-    }
-    size_t n = 0;
-    for (size_t i = 0; i < m->n_files; i++)
-        if (m->files[i].header)
-            add_tensors(m, &m->files[i], &n);
-    m->n_tensors = n;
 }
 
 /* Builds by_tensor; fails on a name held by two files (unsharded models:

@@ -124,16 +124,11 @@ struct reg_repo *reg_repo_walk_end(struct reg_repo_walk *w, struct reg_root *roo
     struct reg_repo *r = NULL;
     *transient = 0;
     reg_ids_sort(w->ids, w->n);
-    if (w->no_memory) { /* as for an I/O error: keep the previous one, retry */
-        *transient = 1;
-        r = old ? reg_repo_ref(old) : NULL;
-    } else if (old && (errors > w->errors_at_start ||
-                       (!old->transient && reg_ids_same(old->ids, old->n_ids, w->ids, w->n)))) {
+    if (!w->no_memory && old &&
+        (errors > w->errors_at_start ||
+         (!old->transient && reg_ids_same(old->ids, old->n_ids, w->ids, w->n)))) {
         r = reg_repo_ref(old);
-    } else if (w->n && !(r = reg_repo_build(root, w->id, w->ids, w->n))) {
-        *transient = 1;
-        r = old ? reg_repo_ref(old) : NULL;
-    } else if (w->n) {
+    } else if (!w->no_memory && w->n && (r = reg_repo_build(root, w->id, w->ids, w->n))) {
         if (r->transient) {
             *transient = 1;
             if (old) {
@@ -145,10 +140,12 @@ struct reg_repo *reg_repo_walk_end(struct reg_repo_walk *w, struct reg_root *roo
             reg_repo_unref(r);
             r = NULL;
         }
+    } else if (w->no_memory || w->n) { /* no memory for the list or the repo: as for an I/O
+                                        * error, keep the previous one and retry */
+        *transient = 1;
+        r = old ? reg_repo_ref(old) : NULL;
     }
-    for (size_t i = 0; i < w->n; i++)
-        free(w->ids[i].name);
-    free(w->ids);
+    reg_ids_free(w->ids, w->n);
     free(w->id);
     free(w);
     return r;
