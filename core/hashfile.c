@@ -94,12 +94,7 @@ static const char *parse_i64(const char *q, const char *end, int64_t *out)
 /* A digest of n bytes: 2n hex digits followed by sep (or the line's end). */
 static const char *parse_digest(const char *q, const char *end, size_t n, char sep, uint8_t *out)
 {
-    char hex[2 * DIGEST_SHA256_LEN + 1];
-    if ((size_t)(end - q) < 2 * n)
-        return NULL;
-    memcpy(hex, q, 2 * n);
-    hex[2 * n] = '\0';
-    if (digest_unhex(hex, n, out) != 0)
+    if ((size_t)(end - q) < 2 * n || digest_unhex(q, n, out) != 0)
         return NULL;
     q += 2 * n;
     if (sep == '\0')

@@ -55,7 +55,7 @@ void hashstore_free(struct hashstore *s);
  * hashes are known, else 0. Safe from any thread, never waits for I/O: a
  * read lock around one table probe. */
 int hashstore_lookup(struct hashstore *s, const struct hash_id *id, struct hash_entry *out);
-/* Like lookup, and marks the entry as used by epoch (see hashstore_save). */
+/* Like lookup, and marks the entry as used by epoch (see hashstore_plan_save). */
 int hashstore_touch(struct hashstore *s, const struct hash_id *id, uint64_t epoch,
                     struct hash_entry *out);
 /* Records e, replacing the entry with the same identity, used by epoch.
