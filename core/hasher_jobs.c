@@ -184,9 +184,9 @@ void hasher_do_publish(struct hasher *h)
     metrics_set_hashing(h->set ? h->set->n_open : 0, h->bytes_pending, h->files_known, h->files);
 }
 
-struct reg_snapshot *hasher_do_maybe_release(struct jobset *set)
+struct reg_snapshot *hasher_do_release_snap(struct jobset *set, int always)
 {
-    if (!set || set->n_open || !set->snap)
+    if (!set || (set->n_open && !always) || !set->snap)
         return NULL;
     struct reg_snapshot *r = set->snap;
     set->snap = NULL;

@@ -147,11 +147,9 @@ static enum outcome hash_one(struct hasher *h, unsigned worker, int fd, const st
         return OUT_CHANGED;
     digest_pass_final(*pass, &d);
     *pass = NULL;
-    memset(e, 0, sizeof(*e));
-    e->id = before;
+    *e = (struct hash_entry){.id = before, .has_git_sha1 = (uint8_t)d.has_git_sha1};
     memcpy(e->sha256, d.sha256, sizeof(e->sha256));
     memcpy(e->git_sha1, d.git_sha1, sizeof(e->git_sha1));
-    e->has_git_sha1 = (uint8_t)d.has_git_sha1;
     return OUT_OK;
 }
 
@@ -290,7 +288,7 @@ static void *worker_main(void *arg)
         }
         struct hwait *fire = NULL;
         do_finish(h, &id, out, &e, retry_at, pass, &fire);
-        struct reg_snapshot *drop = hasher_do_maybe_release(h->set);
+        struct reg_snapshot *drop = hasher_do_release_snap(h->set, 0);
         hasher_do_publish(h);
         if (!h->set || h->set->n_open == h->set->n_delayed)
             pthread_cond_signal(&h->hk); /* nothing left to read now: save, or retry later */
