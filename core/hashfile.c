@@ -201,10 +201,7 @@ static void parser_init(struct parser *p, const char *label, hashfile_add_fn add
                         struct st_error *err)
 {
     *p = (struct parser){.label = label, .add = add, .ctx = ctx, .err = err, .sha = sha256_new()};
-    if (err) {
-        err->code = ST_OK;
-        err->message[0] = '\0';
-    }
+    st_error_fail(err, ST_OK, "%s", ""); /* err may be NULL */
 }
 
 static int parser_finish(struct parser *p, int rc)
