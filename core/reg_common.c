@@ -110,11 +110,7 @@ struct reg_root *reg_root_open(const char *root, const struct reg_root *prev,
                                struct st_error *err)
 {
     char *real = realpath(root, NULL);
-    if (!real) {
-        st_error_errno(err, errno, "models root \"%.300s\"", root);
-        return NULL;
-    }
-    int fd = open(real, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NONBLOCK);
+    int fd = real ? open(real, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NONBLOCK) : -1;
     struct stat sb;
     if (fd < 0 || fstat(fd, &sb) != 0) {
         st_error_errno(err, errno, "models root \"%.300s\"", root);

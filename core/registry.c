@@ -98,7 +98,7 @@ static void add_repo(struct scan *s, struct reg_repo *r)
  * says which object). */
 static void repo_finish(struct scan *s, const char *id)
 {
-    const struct reg_repo *old = s->prev ? reg_snapshot_find_repo(s->prev, id, strlen(id)) : NULL;
+    const struct reg_repo *old = reg_snapshot_find_repo(s->prev, id, strlen(id));
     int transient = 0;
     struct reg_repo *r = reg_repo_walk_end(s->repo, s->root, old, s->errors, &transient);
     s->repo = NULL;
@@ -193,8 +193,7 @@ static void take_model(struct scan *s, const char *name, const char *dir, const 
                        size_t n)
 {
     struct reg_entry_id *ids = calloc(n ? n : 1, sizeof(*ids));
-    const struct reg_model *old =
-        s->prev ? reg_snapshot_find_model(s->prev, name, strlen(name)) : NULL;
+    const struct reg_model *old = reg_snapshot_find_model(s->prev, name, strlen(name));
     if (!ids) { /* a resource error: keep the previous model, rescan later */
         s->errors++;
         if (old)
