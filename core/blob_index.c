@@ -56,28 +56,23 @@ void blob_index_free(struct blob_index *bi)
     free(bi);
 }
 
-static void do_add(struct blob_index *bi, const struct reg_file *f, const struct reg_root *root)
-{
-    bi->refs[bi->n++] = (struct blob_ref){f, root};
-}
-
 /* Every file of snap, hashed or not: models' files and repos' files (a
  * file of both is listed twice; the first with its hash wins). */
 static void do_rebuild(struct blob_index *bi, const struct reg_snapshot *snap)
 {
     do_clear(bi);
-    size_t total = 0;
-    for (size_t i = 0; i < snap->n_models; i++)
-        total += snap->models[i]->n_files;
-    for (size_t i = 0; i < snap->n_repos; i++)
-        total += snap->repos[i]->n_files;
+    size_t total = snap->n_files + snap->n_repo_files;
     bi->refs = xmalloc((total ? total : 1) * sizeof(*bi->refs));
-    for (size_t i = 0; i < snap->n_models; i++)
-        for (size_t k = 0; k < snap->models[i]->n_files; k++)
-            do_add(bi, &snap->models[i]->files[k], snap->models[i]->root);
-    for (size_t i = 0; i < snap->n_repos; i++)
-        for (size_t k = 0; k < snap->repos[i]->n_files; k++)
-            do_add(bi, &snap->repos[i]->files[k], snap->repos[i]->root);
+    for (size_t i = 0; i < snap->n_models; i++) {
+        const struct reg_model *m = snap->models[i];
+        for (size_t k = 0; k < m->n_files; k++)
+            bi->refs[bi->n++] = (struct blob_ref){&m->files[k], m->root};
+    }
+    for (size_t i = 0; i < snap->n_repos; i++) {
+        const struct reg_repo *r = snap->repos[i];
+        for (size_t k = 0; k < r->n_files; k++)
+            bi->refs[bi->n++] = (struct blob_ref){&r->files[k], r->root};
+    }
     bi->by_digest = strmap_new(total);
     bi->snap = snap;
     bi->generation = snap->generation;

@@ -140,26 +140,23 @@ static int anchor_store(struct conv *c, const char *name, size_t start, size_t e
     if (a) {
         c->anchor_bytes -= a->len;
         free(a->json);
-        a->json = json;
-        a->len = n;
-        c->anchor_bytes += n;
-        return GO_ON;
-    }
-    a = calloc(1, sizeof(*a));
-    struct anchor **all = realloc(c->all, (c->n_all + 1) * sizeof(*all));
-    if (all)
-        c->all = all;
-    if (!a || !all || !(a->name = strdup(name)) ||
-        strmap_try_put(c->anchors, a->name, strlen(a->name), a) != 0) {
-        if (a)
-            free(a->name);
-        free(a);
-        free(json);
-        return fail_memory(c);
+    } else {
+        a = calloc(1, sizeof(*a));
+        struct anchor **all = realloc(c->all, (c->n_all + 1) * sizeof(*all));
+        if (all)
+            c->all = all;
+        if (!a || !all || !(a->name = strdup(name)) ||
+            strmap_try_put(c->anchors, a->name, strlen(a->name), a) != 0) {
+            if (a)
+                free(a->name);
+            free(a);
+            free(json);
+            return fail_memory(c);
+        }
+        c->all[c->n_all++] = a;
     }
     a->json = json;
     a->len = n;
-    c->all[c->n_all++] = a;
     c->anchor_bytes += n;
     return GO_ON;
 }

@@ -9,8 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
+#include "fileio.h"
 #include "util.h"
 
 /* A context that cannot be set up means libcrypto is out of memory or
@@ -73,18 +73,13 @@ int digest_pass_run(struct digest_pass *p, int fd, void *buf, size_t buflen, dig
         }
         if (pace && pace(ctx, want) != 0)
             return -ECANCELED;
-        ssize_t r = pread(fd, buf, want, (off_t)p->off);
-        if (r < 0) {
-            if (errno == EINTR)
-                continue;
-            return -errno;
-        }
-        if (r == 0)
-            return -ENODATA;
-        EVP_DigestUpdate(p->sha256, buf, (size_t)r);
+        int rc = fileio_pread_full(fd, buf, want, p->off);
+        if (rc != 0)
+            return rc;
+        EVP_DigestUpdate(p->sha256, buf, want);
         if (p->sha1)
-            EVP_DigestUpdate(p->sha1, buf, (size_t)r);
-        p->off += (uint64_t)r;
+            EVP_DigestUpdate(p->sha1, buf, want);
+        p->off += want;
     }
     return 0;
 }

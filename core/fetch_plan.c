@@ -327,7 +327,7 @@ int fetch_plan_build(const struct reg_model *m, struct fetch_req *req,
         char etag[REG_ETAG_MAX];
         reg_file_etag(&m->files[i], etag);
         hash_both(h, etag, strlen(etag) + 1);
-        p->weak |= reg_file_etag_weak(&m->files[i]);
+        p->weak |= !reg_file_hashed(&m->files[i]); /* reg_file_etag is weak */
         if (m->files[i].st.mtime_ns > p->mtime_ns)
             p->mtime_ns = m->files[i].st.mtime_ns;
     }

@@ -189,13 +189,8 @@ void hasher_stop(struct hasher *h)
     struct hwait *fire = NULL;
     pthread_mutex_lock(&h->lock);
     hasher_do_fire_all(h, HASHER_STOPPED, &fire);
-    struct reg_snapshot *drop = NULL;
-    if (h->set && !h->threads_left) { /* a worker left running may still read from it */
-        drop = h->set->snap;
-        h->set->snap = NULL;
-        for (size_t i = 0; i < h->set->n; i++)
-            h->set->jobs[i].f = NULL;
-    }
+    /* A worker left running may still read from the snapshot. */
+    struct reg_snapshot *drop = h->threads_left ? NULL : hasher_do_release_snap(h->set, 1);
     pthread_mutex_unlock(&h->lock);
     hasher_call_fired(h, fire);
     reg_snapshot_unref(drop);

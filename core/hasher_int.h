@@ -133,10 +133,10 @@ void hasher_ready_push_front(struct jobset *set, struct job *j);
 /* The next queued job, wanted ones first (*urgent says which), or NULL. */
 struct job *hasher_take_job(struct hasher *h, struct jobset *set, int *urgent);
 void hasher_do_publish(struct hasher *h);
-/* The set's snapshot when no job needs it any more (the caller unrefs it
- * after releasing the lock), else NULL. */
-struct reg_snapshot *hasher_do_maybe_release(struct jobset *set);
-void hasher_deadline_ts(uint64_t mono_ns, struct timespec *ts);
+/* Takes the set's snapshot (and every job's pointer into it) away when no
+ * job needs it any more, or always: the caller unrefs what it returns
+ * (NULL for none) after releasing the lock. */
+struct reg_snapshot *hasher_do_release_snap(struct jobset *set, int always);
 
 /* ---- the waiters linked to jobs; the caller holds the lock ---- */
 /* A job finished (DONE: one link less per waiter; otherwise the waiters fail

@@ -8,15 +8,6 @@
 #include "metrics.h"
 #include "util.h"
 
-#define NS 1000000000ull
-
-void hasher_deadline_ts(uint64_t mono_ns, struct timespec *ts)
-{
-    /* The conditions use CLOCK_MONOTONIC (see hasher_new). */
-    ts->tv_sec = (time_t)(mono_ns / NS);
-    ts->tv_nsec = (long)(mono_ns % NS);
-}
-
 /* ---- job sets ----------------------------------------------------------- */
 
 static size_t id_slot(const struct hasher *h, const struct hash_id *id, size_t cap)
@@ -193,9 +184,9 @@ void hasher_do_publish(struct hasher *h)
     metrics_set_hashing(h->set ? h->set->n_open : 0, h->bytes_pending, h->files_known, h->files);
 }
 
-struct reg_snapshot *hasher_do_maybe_release(struct jobset *set)
+struct reg_snapshot *hasher_do_release_snap(struct jobset *set, int always)
 {
-    if (!set || set->n_open || !set->snap)
+    if (!set || (set->n_open && !always) || !set->snap)
         return NULL;
     struct reg_snapshot *r = set->snap;
     set->snap = NULL;

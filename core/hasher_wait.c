@@ -9,13 +9,12 @@
  * is freed, and the waiter is freed with the last one. Callbacks are made
  * after the hasher's lock is released, so one may call back into the
  * hasher (hasher_lookup) or into libmicrohttpd. */
+#include <semaphore.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "hasher_int.h"
 #include "util.h"
-
-#define NS 1000000000ull
 
 int hasher_lookup(struct hasher *h, const struct reg_file *f, struct hash_entry *out)
 {
@@ -115,40 +114,31 @@ out:
 }
 
 struct blocking {
-    pthread_mutex_t lock;
-    pthread_cond_t cond;
-    int done;
+    sem_t done;                /* posted once r is set */
     enum hasher_result r;
 };
 
 static void wake(void *arg, enum hasher_result r)
 {
     struct blocking *b = arg;
-    pthread_mutex_lock(&b->lock);
     b->r = r;
-    b->done = 1;
-    pthread_cond_signal(&b->cond);
-    pthread_mutex_unlock(&b->lock);
+    sem_post(&b->done);
 }
 
 enum hasher_result hasher_wait(struct hasher *h, const struct reg_file *const *files, size_t n,
                                unsigned timeout_ms)
 {
-    struct blocking b = {.done = 0};
-    pthread_mutex_init(&b.lock, NULL);
-    pthread_cond_init(&b.cond, NULL);
+    struct blocking b;
+    sem_init(&b.done, 0, 0);
     enum hasher_state st = hasher_want(h, files, n, timeout_ms, wake, &b);
     enum hasher_result r = st == HASHER_KNOWN ? HASHER_DONE : HASHER_FAILED;
     if (st == HASHER_PENDING) {
         /* The callback comes exactly once (the deadline is the hasher's). */
-        pthread_mutex_lock(&b.lock);
-        while (!b.done)
-            pthread_cond_wait(&b.cond, &b.lock);
+        while (sem_wait(&b.done) != 0)
+            ; /* EINTR */
         r = b.r;
-        pthread_mutex_unlock(&b.lock);
     }
-    pthread_mutex_destroy(&b.lock);
-    pthread_cond_destroy(&b.cond);
+    sem_destroy(&b.done);
     return r;
 }
 

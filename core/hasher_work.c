@@ -38,6 +38,13 @@ enum outcome {
     OUT_STOPPED,
 };
 
+/* A deadline in ns as a timespec: CLOCK_MONOTONIC for the conditions (see
+ * hasher_new), CLOCK_REALTIME for pthread_timedjoin_np. */
+static struct timespec ts_of(uint64_t ns)
+{
+    return (struct timespec){.tv_sec = (time_t)(ns / NS), .tv_nsec = (long)(ns % NS)};
+}
+
 struct pace_ctx {
     struct hasher *h;
     unsigned worker;
@@ -74,8 +81,7 @@ static int pace(void *arg, size_t n)
     uint64_t now = time_mono_ns();
     uint64_t start = h->pace_next_ns > now ? h->pace_next_ns : now;
     h->pace_next_ns = start + (uint64_t)((double)n * 1e9 / (double)h->o.max_bytes_per_second);
-    struct timespec ts;
-    hasher_deadline_ts(start, &ts);
+    struct timespec ts = ts_of(start);
     while (!atomic_load(&h->stopping) && !atomic_load(&h->urgent_queued) &&
            !atomic_load(&h->urgent_run[c->worker]) && !atomic_load(&h->drop_run[c->worker]) &&
            time_mono_ns() < start)
@@ -84,11 +90,12 @@ static int pace(void *arg, size_t n)
     return atomic_load(&h->stopping);
 }
 
-static int64_t now_real_ns(void)
+/* CLOCK_REALTIME ns, ms from now: the clock ctimes and thread joins use. */
+static uint64_t real_ns_after(unsigned ms)
 {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+    return (uint64_t)ts.tv_sec * NS + (uint64_t)ts.tv_nsec + (uint64_t)ms * 1000000u;
 }
 
 /* Hashes fd, which should be `want`, into *e, going on from *pass when a
@@ -101,7 +108,7 @@ static enum outcome hash_one(struct hasher *h, unsigned worker, int fd, const st
     struct stat sb;
     struct hash_id before, after;
     struct digest_result d;
-    int64_t t0 = now_real_ns();
+    int64_t t0 = (int64_t)real_ns_after(0);
     if (fstat(fd, &sb) != 0)
         return OUT_ERROR;
     hash_id_from_sys_stat(&sb, &before);
@@ -140,11 +147,9 @@ static enum outcome hash_one(struct hasher *h, unsigned worker, int fd, const st
         return OUT_CHANGED;
     digest_pass_final(*pass, &d);
     *pass = NULL;
-    memset(e, 0, sizeof(*e));
-    e->id = before;
+    *e = (struct hash_entry){.id = before, .has_git_sha1 = (uint8_t)d.has_git_sha1};
     memcpy(e->sha256, d.sha256, sizeof(e->sha256));
     memcpy(e->git_sha1, d.git_sha1, sizeof(e->git_sha1));
-    e->has_git_sha1 = (uint8_t)d.has_git_sha1;
     return OUT_OK;
 }
 
@@ -283,7 +288,7 @@ static void *worker_main(void *arg)
         }
         struct hwait *fire = NULL;
         do_finish(h, &id, out, &e, retry_at, pass, &fire);
-        struct reg_snapshot *drop = hasher_do_maybe_release(h->set);
+        struct reg_snapshot *drop = hasher_do_release_snap(h->set, 0);
         hasher_do_publish(h);
         if (!h->set || h->set->n_open == h->set->n_delayed)
             pthread_cond_signal(&h->hk); /* nothing left to read now: save, or retry later */
@@ -370,22 +375,12 @@ static void *housekeeper_main(void *arg)
         if (next == UINT64_MAX) {
             pthread_cond_wait(&h->hk, &h->lock);
         } else {
-            struct timespec ts;
-            hasher_deadline_ts(next, &ts);
+            struct timespec ts = ts_of(next);
             pthread_cond_timedwait(&h->hk, &h->lock, &ts);
         }
     }
     pthread_mutex_unlock(&h->lock);
     return NULL;
-}
-
-/* Sleeps on the saver's condition until mono_ns (or a signal). Caller holds
- * the lock. */
-static void saver_nap(struct hasher *h, uint64_t mono_ns)
-{
-    struct timespec ts;
-    hasher_deadline_ts(mono_ns, &ts);
-    pthread_cond_timedwait(&h->sv, &h->lock, &ts);
 }
 
 /* The saver: writes the state file whenever the housekeeper (or
@@ -415,7 +410,8 @@ static void *saver_main(void *arg)
             retry_at = 0; /* the last save tries at once */
         }
         if (retry_at > now) {
-            saver_nap(h, retry_at);
+            struct timespec ts = ts_of(retry_at);
+            pthread_cond_timedwait(&h->sv, &h->lock, &ts);
             continue;
         }
         uint64_t asked = h->save_asked, epoch = h->save_epoch;
@@ -497,18 +493,11 @@ int hasher_work_start(struct hasher *h, struct st_error *err)
  * stopping. */
 static void join_by(struct hasher *h, pthread_t t, uint64_t deadline)
 {
-    struct timespec ts = {.tv_sec = (time_t)(deadline / NS), .tv_nsec = (long)(deadline % NS)};
+    struct timespec ts = ts_of(deadline);
     if (pthread_timedjoin_np(t, NULL, &ts) == 0)
         return;
     pthread_detach(t);
     h->threads_left++;
-}
-
-static uint64_t real_ns_after(unsigned ms)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * NS + (uint64_t)ts.tv_nsec + (uint64_t)ms * 1000000u;
 }
 
 void hasher_work_join(struct hasher *h)

@@ -41,6 +41,8 @@ struct parser {
     size_t line_no, count;
     int seen_magic, seen_end;
     EVP_MD_CTX *sha; /* over every byte before the end line */
+    char line[LINE_MAX_LEN + 1]; /* the line being read (one byte over is enough to fail it) */
+    size_t line_len;
 };
 
 /* Fails with "LABEL:LINE: why"; returns the errno that goes with code. */
@@ -92,12 +94,7 @@ static const char *parse_i64(const char *q, const char *end, int64_t *out)
 /* A digest of n bytes: 2n hex digits followed by sep (or the line's end). */
 static const char *parse_digest(const char *q, const char *end, size_t n, char sep, uint8_t *out)
 {
-    char hex[2 * DIGEST_SHA256_LEN + 1];
-    if ((size_t)(end - q) < 2 * n)
-        return NULL;
-    memcpy(hex, q, 2 * n);
-    hex[2 * n] = '\0';
-    if (digest_unhex(hex, n, out) != 0)
+    if ((size_t)(end - q) < 2 * n || digest_unhex(q, n, out) != 0)
         return NULL;
     q += 2 * n;
     if (sep == '\0')
@@ -183,19 +180,33 @@ static int parse_line(struct parser *p, const char *line, size_t len)
     return 0;
 }
 
+/* Splits buf[0..n) into lines for parse_line: a line that goes on past
+ * the end of buf waits in p->line for the next call. */
+static int feed(struct parser *p, const char *buf, size_t n)
+{
+    int rc = 0;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        if (buf[i] != '\n') {
+            if (p->line_len <= LINE_MAX_LEN)
+                p->line[p->line_len++] = buf[i];
+            continue;
+        }
+        rc = parse_line(p, p->line, p->line_len);
+        p->line_len = 0;
+    }
+    return rc;
+}
+
 static void parser_init(struct parser *p, const char *label, hashfile_add_fn add, void *ctx,
                         struct st_error *err)
 {
     *p = (struct parser){.label = label, .add = add, .ctx = ctx, .err = err, .sha = sha256_new()};
-    if (err) {
-        err->code = ST_OK;
-        err->message[0] = '\0';
-    }
+    st_error_fail(err, ST_OK, "%s", ""); /* err may be NULL */
 }
 
-static int parser_finish(struct parser *p, int rc, size_t partial)
+static int parser_finish(struct parser *p, int rc)
 {
-    if (rc == 0 && partial) {
+    if (rc == 0 && p->line_len) {
         p->line_no++;
         rc = state_error(p, ST_ERR_STATE_TORN,
                          "the last line has no newline: the file is truncated");
@@ -210,18 +221,8 @@ int hashfile_parse(const char *buf, size_t len, const char *label,
                    hashfile_add_fn add, void *ctx, struct st_error *err)
 {
     struct parser p;
-    int rc = 0;
-    size_t pos = 0;
     parser_init(&p, label, add, ctx, err);
-    while (rc == 0 && pos < len) {
-        const char *nl = memchr(buf + pos, '\n', len - pos);
-        if (!nl)
-            break; /* a partial last line */
-        size_t n = (size_t)(nl - (buf + pos));
-        rc = parse_line(&p, buf + pos, n);
-        pos += n + 1;
-    }
-    return parser_finish(&p, rc, rc == 0 ? len - pos : 0);
+    return parser_finish(&p, feed(&p, buf, len));
 }
 
 int hashfile_read(int dirfd, const char *name, const char *label,
@@ -230,8 +231,7 @@ int hashfile_read(int dirfd, const char *name, const char *label,
 {
     struct parser p;
     int rc = 0;
-    char *block = NULL, line[LINE_MAX_LEN + 1];
-    size_t line_len = 0;
+    char *block = NULL;
     uint64_t total = 0;
     struct stat sb;
     *found = 0;
@@ -268,20 +268,12 @@ int hashfile_read(int dirfd, const char *name, const char *label,
                              HASHSTORE_MAX_ENTRIES);
             break;
         }
-        for (ssize_t i = 0; i < r && rc == 0; i++) {
-            if (block[i] != '\n') {
-                if (line_len <= LINE_MAX_LEN) /* one byte over is enough to fail the line */
-                    line[line_len++] = block[i];
-                continue;
-            }
-            rc = parse_line(&p, line, line_len);
-            line_len = 0;
-        }
+        rc = feed(&p, block, (size_t)r);
     }
 done:
     free(block);
     close(fd);
-    return parser_finish(&p, rc, rc == 0 ? line_len : 0);
+    return parser_finish(&p, rc);
 }
 
 /* ---- writing ------------------------------------------------------------ */
@@ -423,9 +415,7 @@ int hashfile_load_store(struct hashstore *s, int dirfd, const char *name,
 {
     int found;
     int rc = hashfile_read(dirfd, name, label, add_to_store, s, &found, err);
-    if (rc != 0)
-        hashstore_clear(s);
-    hashstore_mark_clean(s);
+    hashstore_loaded(s, rc == 0);
     return rc;
 }
 

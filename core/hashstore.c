@@ -102,6 +102,15 @@ static size_t do_find(const struct hashstore *s, const struct hash_id *id)
     }
 }
 
+/* Links slot k into the index, which has room. */
+static void do_link(struct hashstore *s, size_t k)
+{
+    size_t i = id_hash(s, &s->slots[k].e.id) & (s->index_cap - 1);
+    while (s->index[i] != EMPTY)
+        i = (i + 1) & (s->index_cap - 1);
+    s->index[i] = (uint32_t)k;
+}
+
 /* Rebuilds the index at cap slots (in place when the size stays); -ENOMEM
  * (the old one kept) when a bigger one cannot be had: the state file sizes
  * the store, so this never aborts. */
@@ -115,12 +124,8 @@ static int do_reindex(struct hashstore *s, size_t cap)
     s->index_cap = cap;
     s->index = index;
     memset(s->index, 0xff, cap * sizeof(*s->index));
-    for (size_t k = 0; k < s->n; k++) {
-        size_t i = id_hash(s, &s->slots[k].e.id) & (cap - 1);
-        while (s->index[i] != EMPTY)
-            i = (i + 1) & (cap - 1);
-        s->index[i] = (uint32_t)k;
-    }
+    for (size_t k = 0; k < s->n; k++)
+        do_link(s, k);
     return 0;
 }
 
@@ -129,36 +134,30 @@ static int do_reindex(struct hashstore *s, size_t cap)
 static int do_put(struct hashstore *s, const struct hash_entry *e, uint64_t used)
 {
     size_t k = do_find(s, &e->id);
-    if (k != SIZE_MAX) {
-        s->slots[k].e = *e;
-        s->slots[k].used = used;
-        s->version++;
-        return 0;
-    }
-    if (s->n >= HASHSTORE_MAX_ENTRIES)
-        return -ENOSPC;
-    if (s->n == s->cap) {
-        size_t cap = s->cap ? s->cap * 2 : 256;
-        struct slot *slots = realloc(s->slots, cap * sizeof(*slots));
-        if (!slots)
+    if (k == SIZE_MAX) {
+        if (s->n >= HASHSTORE_MAX_ENTRIES)
+            return -ENOSPC;
+        if (s->n == s->cap) {
+            size_t cap = s->cap ? s->cap * 2 : 256;
+            struct slot *slots = realloc(s->slots, cap * sizeof(*slots));
+            if (!slots)
+                return -ENOMEM;
+            s->slots = slots;
+            s->cap = cap;
+        }
+        /* The index grows before the entry goes in, so a failure leaves the
+         * store as it was; the new entry then takes the next free index slot,
+         * where a rebuild after it would have put it too. */
+        if (2 * (s->n + 1) > s->index_cap &&
+            do_reindex(s, s->index_cap ? s->index_cap * 2 : 512) != 0)
             return -ENOMEM;
-        s->slots = slots;
-        s->cap = cap;
+        k = s->n++;
+        s->slots[k].e.id = e->id;
+        do_link(s, k);
     }
-    /* The index grows before the entry goes in, so a failure leaves the
-     * store as it was; the new entry then takes the next free index slot,
-     * where a rebuild after it would have put it too. */
-    if (2 * (s->n + 1) > s->index_cap &&
-        do_reindex(s, s->index_cap ? s->index_cap * 2 : 512) != 0)
-        return -ENOMEM;
-    k = s->n++;
     s->slots[k].e = *e;
     s->slots[k].used = used;
     s->version++;
-    size_t i = id_hash(s, &e->id) & (s->index_cap - 1);
-    while (s->index[i] != EMPTY)
-        i = (i + 1) & (s->index_cap - 1);
-    s->index[i] = (uint32_t)k;
     return 0;
 }
 
@@ -202,19 +201,14 @@ size_t hashstore_count(struct hashstore *s)
     return n;
 }
 
-void hashstore_clear(struct hashstore *s)
+void hashstore_loaded(struct hashstore *s, int ok)
 {
     pthread_rwlock_wrlock(&s->lock);
-    s->n = 0;
-    if (s->index)
-        memset(s->index, 0xff, s->index_cap * sizeof(*s->index));
-    s->version++;
-    pthread_rwlock_unlock(&s->lock);
-}
-
-void hashstore_mark_clean(struct hashstore *s)
-{
-    pthread_rwlock_wrlock(&s->lock);
+    if (!ok) {
+        s->n = 0;
+        if (s->index)
+            memset(s->index, 0xff, s->index_cap * sizeof(*s->index));
+    }
     s->saved_version = s->version;
     pthread_rwlock_unlock(&s->lock);
 }

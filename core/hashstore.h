@@ -55,7 +55,7 @@ void hashstore_free(struct hashstore *s);
  * hashes are known, else 0. Safe from any thread, never waits for I/O: a
  * read lock around one table probe. */
 int hashstore_lookup(struct hashstore *s, const struct hash_id *id, struct hash_entry *out);
-/* Like lookup, and marks the entry as used by epoch (see hashstore_save). */
+/* Like lookup, and marks the entry as used by epoch (see hashstore_plan_save). */
 int hashstore_touch(struct hashstore *s, const struct hash_id *id, uint64_t epoch,
                     struct hash_entry *out);
 /* Records e, replacing the entry with the same identity, used by epoch.
@@ -64,10 +64,9 @@ int hashstore_touch(struct hashstore *s, const struct hash_id *id, uint64_t epoc
 int hashstore_put(struct hashstore *s, const struct hash_entry *e, uint64_t epoch);
 size_t hashstore_count(struct hashstore *s);
 
-/* Forgets every entry (a state file that failed to load half-way). */
-void hashstore_clear(struct hashstore *s);
-/* Counts everything in the store as saved (just loaded from the file). */
-void hashstore_mark_clean(struct hashstore *s);
+/* Counts everything in the store as saved (just loaded from the file),
+ * first forgetting every entry unless ok (it failed to load half-way). */
+void hashstore_loaded(struct hashstore *s, int ok);
 
 /* A save in two steps, so the file is written without any lock held:
  * hashstore_plan_save picks the entries to keep (those used by epoch, then

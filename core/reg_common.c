@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "beneath.h"
 #include "st_header.h"
 #include "util.h"
 
@@ -22,9 +23,43 @@ int reg_errno_transient(int e)
     }
 }
 
+int reg_file_open(const struct reg_root *root, char *path, const char *name, struct reg_file *f,
+                  int *transient)
+{
+    memset(f, 0, sizeof(*f));
+    f->path = path;
+    int fd = beneath_open(root->fd, root->path, path, O_RDONLY | O_NOCTTY | O_NONBLOCK);
+    if (fd >= 0)
+        fd = fileio_regular(fd, &f->st);
+    if (fd == -EXDEV || fd == -ENOENT || fd == -ELOOP || fd == -ENOTDIR || fd == -EINVAL ||
+        fd == -ENXIO) {
+        free(path);
+        return 0;
+    }
+    if (!(f->name = strdup(name))) {
+        if (fd >= 0)
+            close(fd);
+        free(path);
+        return -1;
+    }
+    f->is_safetensors = str_has_suffix(name, ".safetensors");
+    f->fd = fd < 0 ? -1 : fd;
+    if (fd < 0) {
+        st_error_errno(&f->error, -fd, "%s: open", name);
+        *transient |= reg_errno_transient(-fd);
+    }
+    return 1;
+}
+
 static int cmp_id(const void *a, const void *b)
 {
     return strcmp(((const struct reg_entry_id *)a)->name, ((const struct reg_entry_id *)b)->name);
+}
+
+void reg_ids_sort(struct reg_entry_id *ids, size_t n)
+{
+    if (n > 1)
+        qsort(ids, n, sizeof(*ids), cmp_id);
 }
 
 struct reg_entry_id *reg_ids_sorted_copy(const struct reg_entry_id *ids, size_t n)
@@ -37,10 +72,19 @@ struct reg_entry_id *reg_ids_sorted_copy(const struct reg_entry_id *ids, size_t 
         }
         copy[i].st = ids[i].st;
     }
-    if (!copy)
-        return NULL;
-    qsort(copy, n, sizeof(*copy), cmp_id);
+    if (copy)
+        reg_ids_sort(copy, n);
     return copy;
+}
+
+int reg_ids_same(const struct reg_entry_id *a, size_t na, const struct reg_entry_id *b, size_t nb)
+{
+    if (na != nb)
+        return 0;
+    for (size_t i = 0; i < na; i++)
+        if (strcmp(a[i].name, b[i].name) != 0 || !fileio_same_version(&a[i].st, &b[i].st))
+            return 0;
+    return 1;
 }
 
 void reg_ids_free(struct reg_entry_id *ids, size_t n)
@@ -66,12 +110,8 @@ struct reg_root *reg_root_open(const char *root, const struct reg_root *prev,
                                struct st_error *err)
 {
     char *real = realpath(root, NULL);
-    if (!real) {
-        st_error_errno(err, errno, "models root \"%.300s\"", root);
-        return NULL;
-    }
-    int fd = open(real, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NONBLOCK);
-    struct stat sb, pb;
+    int fd = real ? open(real, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NONBLOCK) : -1;
+    struct stat sb;
     if (fd < 0 || fstat(fd, &sb) != 0) {
         st_error_errno(err, errno, "models root \"%.300s\"", root);
         if (fd >= 0)
@@ -79,8 +119,7 @@ struct reg_root *reg_root_open(const char *root, const struct reg_root *prev,
         free(real);
         return NULL;
     }
-    if (prev && strcmp(prev->path, real) == 0 && fstat(prev->fd, &pb) == 0 &&
-        pb.st_dev == sb.st_dev && pb.st_ino == sb.st_ino) {
+    if (prev && strcmp(prev->path, real) == 0 && prev->dev == sb.st_dev && prev->ino == sb.st_ino) {
         close(fd);
         free(real);
         return reg_root_ref((struct reg_root *)prev);
@@ -89,6 +128,8 @@ struct reg_root *reg_root_open(const char *root, const struct reg_root *prev,
     atomic_init(&rr->refs, 1);
     rr->fd = fd;
     rr->path = real;
+    rr->dev = sb.st_dev;
+    rr->ino = sb.st_ino;
     return rr;
 }
 

@@ -20,13 +20,15 @@ struct reg_root {
     atomic_uint refs;
     int fd;
     char *path;                /* its real path */
+    dev_t dev;                 /* fd's identity (fstat) */
+    ino_t ino;
 };
 
 struct reg_file {
     char *name;                /* relative to the model directory */
     char *path;                /* relative to the root, '/'-separated */
     int fd;                    /* .safetensors files: open for the model's lifetime; -1 for other
-                                * files (opened per answer: reg_model_open_file) and on errors */
+                                * files (opened per answer: reg_open_below) and on errors */
     struct fileio_stat st;     /* the version that was validated and is served */
     /* This version's content hashes, once known (the hasher computes them
      * in the background): the one part of a model filled in after it was
@@ -54,6 +56,17 @@ struct reg_entry_id {
  * rather than something the files or their permissions say. */
 int reg_errno_transient(int e);
 
+/* Opens path (relative to the root; taken over) below root into f, which
+ * gets the path, a copy of name (relative to the model or repo) and the
+ * descriptor. Returns 0 (path freed) when the file is not to be served: it
+ * leads outside the root, dangles, loops, or is not a regular file; -1
+ * (path freed) when memory ran out (a directory's size is not ours to
+ * choose); else 1. An error that says nothing about the file (out of
+ * descriptors, a failing disk, no permission) is kept in f->error with
+ * f->fd -1, and sets *transient when a later scan may not meet it. */
+int reg_file_open(const struct reg_root *root, char *path, const char *name, struct reg_file *f,
+                  int *transient);
+
 /* The models root at `root`, opened: prev (the previous snapshot's root,
  * may be NULL) with a new reference when it is still the same directory,
  * so models built in different scans share one root; NULL with err filled
@@ -67,7 +80,12 @@ void reg_root_unref(struct reg_root *r);
  * when memory is short (a directory's size is not ours to choose), and
  * freeing it; freeing files[0..n) and what each owns (its descriptor,
  * header, name and path). */
+void reg_ids_sort(struct reg_entry_id *ids, size_t n);
 struct reg_entry_id *reg_ids_sorted_copy(const struct reg_entry_id *ids, size_t n);
+/* Whether a[0..na) and b[0..nb) (both sorted by name) are the same names,
+ * each the same version of the same file: a model or repo built from a is
+ * reused for b. */
+int reg_ids_same(const struct reg_entry_id *a, size_t na, const struct reg_entry_id *b, size_t nb);
 void reg_ids_free(struct reg_entry_id *ids, size_t n);
 void reg_files_free(struct reg_file *files, size_t n);
 

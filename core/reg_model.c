@@ -27,7 +27,6 @@
  * so reads of them are answered without touching the file (a typical
  * shard's header is 20-200 KB; a huge one is served from the file). */
 #define HEAD_KEEP_MAX (1u << 20)
-#define ST_SUFFIX ".safetensors"
 #define INDEX_SUFFIX ".safetensors.index.json"
 
 /* Marks m invalid. The first error wins. Users see the message inside JSON,
@@ -105,13 +104,24 @@ static struct st_index *load_index(struct reg_file *f)
     return idx;
 }
 
-static void add_tensors(struct reg_model *m, const struct reg_file *f, size_t *n)
+/* Fills m's tensor table (room for total) with the tensors of every file
+ * that has a header, only the shards when shards is not NULL. Files are
+ * sorted by name, so they come in (file, begin) order. -ENOMEM when the
+ * table cannot be had. */
+static int collect_tensors(struct reg_model *m, size_t total, const struct strmap *shards)
 {
-    for (size_t i = 0; i < f->header->n_tensors; i++) {
-        m->tensors[*n].t = &f->header->tensors[i];
-        m->tensors[*n].file = f;
-        (*n)++;
+    size_t n = 0;
+    if (!(m->tensors = malloc((total ? total : 1) * sizeof(*m->tensors))))
+        return -ENOMEM;
+    for (size_t i = 0; i < m->n_files; i++) {
+        const struct reg_file *f = &m->files[i];
+        if (!f->header || (shards && !strmap_get(shards, f->name, strlen(f->name))))
+            continue;
+        for (size_t k = 0; k < f->header->n_tensors; k++)
+            m->tensors[n++] = (struct reg_tensor){&f->header->tensors[k], f};
     }
+    m->n_tensors = n;
+    return 0;
 }
 
 /* The lookups a sharded model is checked with. Sized by the files, so
@@ -217,19 +227,9 @@ static int check_sharded(struct reg_model *m, const struct st_index *idx, const 
     if (rc == 0)
         rc = entries_match(m, idx, index_name, &sm);
     /* Every entry found in its shard and every shard tensor mapped to it:
-     * the counts agree and names are unique. Files are sorted by name, so
-     * walking them in order gives (file, begin) order. */
-    if (rc == 0 && !(m->tensors = malloc((sm.total ? sm.total : 1) * sizeof(*m->tensors))))
-        rc = -ENOMEM;
-    if (rc == 0) {
-        size_t n = 0;
-        for (size_t i = 0; i < m->n_files; i++) {
-            const char *name = m->files[i].name;
-            if (m->files[i].header && strmap_get(sm.shard_no, name, strlen(name)))
-                add_tensors(m, &m->files[i], &n);
-        }
-        m->n_tensors = n;
-    }
+     * the counts agree and names are unique. */
+    if (rc == 0)
+        rc = collect_tensors(m, sm.total, sm.shard_no);
     if (rc == -ENOMEM)
         tensors_out_of_memory(m, index_name, idx->n_entries);
     shard_maps_free(&sm);
@@ -243,16 +243,8 @@ static void collect_unsharded(struct reg_model *m)
     for (size_t i = 0; i < m->n_files; i++)
         if (m->files[i].header)
             total += m->files[i].header->n_tensors;
-    m->tensors = malloc((total ? total : 1) * sizeof(*m->tensors));
-    if (!m->tensors) {
+    if (collect_tensors(m, total, NULL) != 0)
         tensors_out_of_memory(m, NULL, total);
-        return;
-    }
-    size_t n = 0;
-    for (size_t i = 0; i < m->n_files; i++)
-        if (m->files[i].header)
-            add_tensors(m, &m->files[i], &n);
-    m->n_tensors = n;
 }
 
 /* Builds by_tensor; fails on a name held by two files (unsharded models:
@@ -338,35 +330,18 @@ static void validate_model(struct reg_model *m)
         m->tensor_bytes += m->tensors[i].t->end - m->tensors[i].t->begin;
 }
 
-/* Opens the file `name` of m (its directory is dir below the root). Fills
- * f and returns 1, or returns 0 when it is not to be served: it leads
- * outside the root, dangles, loops, or is not a regular file. An error that
- * says nothing about the file (out of descriptors, a failing disk, no
- * permission) is kept in f->error, and makes m transient when it is one that
- * a later scan may not meet. */
+/* Opens the file `name` of m (its directory is dir below the root) and
+ * reads a .safetensors file's header. Returns 1 with f filled, or 0 when it
+ * is not to be served (reg_file_open), or memory for it ran out (m is then
+ * transient). */
 static int open_file(struct reg_model *m, const char *dir, const char *name, struct reg_file *f)
 {
-    memset(f, 0, sizeof(*f));
-    f->fd = -1;
-    f->path = dir[0] ? xasprintf("%s/%s", dir, name) : xstrdup(name);
-    int fd = beneath_open(m->root->fd, m->root->path, f->path, O_RDONLY | O_NOCTTY | O_NONBLOCK);
-    if (fd >= 0)
-        fd = fileio_regular(fd, &f->st);
-    if (fd == -EXDEV || fd == -ENOENT || fd == -ELOOP || fd == -ENOTDIR || fd == -EINVAL ||
-        fd == -ENXIO) {
-        free(f->path);
+    char *path = dir[0] ? xasprintf("%s/%s", dir, name) : xstrdup(name);
+    int ok = reg_file_open(m->root, path, name, f, &m->transient);
+    m->transient |= ok < 0;
+    if (ok <= 0)
         return 0;
-    }
-    f->name = xstrdup(name);
-    f->is_safetensors = str_has_suffix(name, ST_SUFFIX);
-    if (fd < 0) {
-        st_error_errno(&f->error, -fd, "%s: open", name);
-        m->transient |= reg_errno_transient(-fd);
-        return 1;
-    }
-    f->fd = fd;
-    f->error.code = ST_OK;
-    if (f->is_safetensors) {
+    if (f->fd >= 0 && f->is_safetensors) {
         if (st_header_read_fd(f->fd, f->name, HEAD_KEEP_MAX, &f->header, &f->error) == 0) {
             f->data_start = ST_PREFIX_LEN + f->header->header_len;
         } else {
@@ -422,31 +397,12 @@ struct reg_model *reg_model_build(struct reg_root *root, const char *name, const
     return m;
 }
 
-int reg_model_unchanged(const struct reg_model *m, const struct reg_entry_id *ids, size_t n_ids)
-{
-    if (m->transient || n_ids != m->n_ids)
-        return 0;
-    for (size_t i = 0; i < n_ids; i++) /* both sorted by name */
-        if (strcmp(ids[i].name, m->ids[i].name) != 0 ||
-            !fileio_same_version(&ids[i].st, &m->ids[i].st))
-            return 0;
-    return 1;
-}
-
 int reg_model_has_safetensors(const struct reg_model *m)
 {
     for (size_t i = 0; i < m->n_files; i++)
         if (m->files[i].is_safetensors)
             return 1;
     return 0;
-}
-
-size_t reg_model_open_fds(const struct reg_model *m)
-{
-    size_t n = 0;
-    for (size_t i = 0; i < m->n_files; i++)
-        n += m->files[i].fd >= 0;
-    return n;
 }
 
 struct reg_model *reg_model_ref(const struct reg_model *m)
@@ -474,11 +430,6 @@ void reg_model_unref(const struct reg_model *cm)
     free(m->dir);
     free(m->name);
     free(m);
-}
-
-int reg_model_open_file(const struct reg_model *m, const struct reg_file *f, int flags)
-{
-    return reg_open_below(m->root, f, flags);
 }
 
 int reg_open_below(const struct reg_root *root, const struct reg_file *f, int flags)
@@ -548,11 +499,6 @@ void reg_file_etag(const struct reg_file *f, char *out)
         memcpy(out, f->sha256_etag, sizeof(f->sha256_etag));
     else
         fileio_etag(&f->st, out);
-}
-
-int reg_file_etag_weak(const struct reg_file *f)
-{
-    return !reg_file_hashed(f);
 }
 
 const struct reg_tensor *reg_model_find_tensor(const struct reg_model *m, const char *name, size_t len)

@@ -62,27 +62,17 @@ struct reg_model *reg_model_build(struct reg_root *root, const char *name, const
                                   const struct reg_entry_id *ids, size_t n_ids,
                                   const struct st_error *forced);
 
-/* Whether m was built from exactly these entries (ids sorted by name): the
- * same names, each the same version of the same file. A model built with an
- * I/O or resource error never is. */
-int reg_model_unchanged(const struct reg_model *m, const struct reg_entry_id *ids, size_t n_ids);
-
 /* Whether m has a .safetensors file (one that opened below the root). */
 int reg_model_has_safetensors(const struct reg_model *m);
-
-/* Descriptors m holds open. */
-size_t reg_model_open_fds(const struct reg_model *m);
 
 const struct reg_tensor *reg_model_find_tensor(const struct reg_model *m, const char *name,
                                                size_t len);
 const struct reg_file *reg_model_find_file(const struct reg_model *m, const char *name, size_t len);
 
-/* Opens file f of model m again, below the root, with `flags` (e.g. for a
- * plain file, which is not kept open, or O_DIRECT for a GPU load). Returns
- * the descriptor, -ESTALE when the path now leads to another file or another
- * version of it, or another negative errno. */
-int reg_model_open_file(const struct reg_model *m, const struct reg_file *f, int flags);
-/* The same for a file of any model or repo built in root. */
+/* Opens file f of a model or repo built in root again, below the root,
+ * with `flags` (e.g. for a plain file, which is not kept open, or O_DIRECT
+ * for a GPU load). Returns the descriptor, -ESTALE when the path now leads
+ * to another file or another version of it, or another negative errno. */
 int reg_open_below(const struct reg_root *root, const struct reg_file *f, int flags);
 
 #define REG_HASHING 1
@@ -107,9 +97,6 @@ int reg_file_sha256_hex(const struct reg_file *f, char *out);
  * satisfies If-Range or If-Match). Writes at most REG_ETAG_MAX bytes. */
 #define REG_ETAG_MAX 72
 void reg_file_etag(const struct reg_file *f, char *out);
-
-/* Whether the ETag reg_file_etag gives f is weak. */
-int reg_file_etag_weak(const struct reg_file *f);
 
 /* A new reference to m's cached document `kind` (the caller drops it with
  * shared_doc_unref), or NULL when there is none. Any thread; never waits

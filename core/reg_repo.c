@@ -15,62 +15,17 @@
 #include "reg_repo.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "beneath.h"
 #include "digest.h"
 #include "reg_model.h"
 #include "shared_doc.h"
 #include "strmap.h"
 #include "util.h"
-
-#define ST_SUFFIX ".safetensors"
-
-static int cmp_id(const void *a, const void *b)
-{
-    return strcmp(((const struct reg_entry_id *)a)->name, ((const struct reg_entry_id *)b)->name);
-}
-
-/* Opens file `name` of repo r below the root to learn whether it may be
- * served and which version it is. Returns 1 with f filled, 0 when it is
- * not to be served (it leads outside the root, dangles, loops, or is not a
- * regular file). Other errors are kept in f->error. */
-static int check_file(struct reg_repo *r, const char *name, struct reg_file *f)
-{
-    memset(f, 0, sizeof(*f));
-    f->fd = -1;
-    if (asprintf(&f->path, "%s/%s", r->id, name) < 0)
-        return -1;
-    int fd = beneath_open(r->root->fd, r->root->path, f->path, O_RDONLY | O_NOCTTY | O_NONBLOCK);
-    if (fd >= 0)
-        fd = fileio_regular(fd, &f->st);
-    if (fd == -EXDEV || fd == -ENOENT || fd == -ELOOP || fd == -ENOTDIR || fd == -EINVAL ||
-        fd == -ENXIO) {
-        free(f->path);
-        return 0;
-    }
-    if (!(f->name = strdup(name))) {
-        if (fd >= 0)
-            close(fd);
-        free(f->path);
-        return -1;
-    }
-    size_t n = strlen(name), k = strlen(ST_SUFFIX);
-    f->is_safetensors = n > k && memcmp(name + n - k, ST_SUFFIX, k) == 0;
-    if (fd < 0) {
-        st_error_errno(&f->error, -fd, "%s: open", name);
-        r->transient |= reg_errno_transient(-fd);
-        return 1;
-    }
-    close(fd);
-    f->error.code = ST_OK;
-    return 1;
-}
 
 /* Builds repo `id` from its files ids[0..n) (names relative to the repo
  * directory, sorted or not): each is opened below root to make sure it may
@@ -93,10 +48,19 @@ static struct reg_repo *reg_repo_build(struct reg_root *root, const char *id,
     if (!r->id || !r->ids || !r->files)
         goto oom;
     for (size_t i = 0; i < n; i++) {
-        int ok = check_file(r, r->ids[i].name, &r->files[r->n_files]);
+        struct reg_file *f = &r->files[r->n_files];
+        char *path;
+        int ok = -1;
+        if (asprintf(&path, "%s/%s", id, r->ids[i].name) >= 0)
+            ok = reg_file_open(root, path, r->ids[i].name, f, &r->transient);
         if (ok < 0)
             goto oom;
-        r->n_files += (size_t)ok;
+        if (ok == 0)
+            continue;
+        r->n_files++;
+        if (f->fd >= 0) /* answers open it again */
+            close(f->fd);
+        f->fd = -1;
     }
     if (!(r->by_name = strmap_try_new(r->n_files)))
         goto oom;
@@ -108,18 +72,6 @@ static struct reg_repo *reg_repo_build(struct reg_root *root, const char *id,
 oom:
     reg_repo_unref(r);
     return NULL;
-}
-
-/* Whether r was built from exactly these entries (sorted by name). */
-static int reg_repo_unchanged(const struct reg_repo *r, const struct reg_entry_id *ids, size_t n)
-{
-    if (r->transient || n != r->n_ids)
-        return 0;
-    for (size_t i = 0; i < n; i++)
-        if (strcmp(ids[i].name, r->ids[i].name) != 0 ||
-            !fileio_same_version(&ids[i].st, &r->ids[i].st))
-            return 0;
-    return 1;
 }
 
 struct reg_repo_walk {
@@ -166,27 +118,17 @@ void reg_repo_walk_add(struct reg_repo_walk *w, const char *rel, const char *nam
     w->n++;
 }
 
-const char *reg_repo_walk_id(const struct reg_repo_walk *w)
-{
-    return w->id;
-}
-
 struct reg_repo *reg_repo_walk_end(struct reg_repo_walk *w, struct reg_root *root,
                                    const struct reg_repo *old, size_t errors, int *transient)
 {
     struct reg_repo *r = NULL;
     *transient = 0;
-    if (w->n > 1)
-        qsort(w->ids, w->n, sizeof(*w->ids), cmp_id);
-    if (w->no_memory) { /* as for an I/O error: keep the previous one, retry */
-        *transient = 1;
-        r = old ? reg_repo_ref(old) : NULL;
-    } else if (old && (errors > w->errors_at_start || reg_repo_unchanged(old, w->ids, w->n))) {
+    reg_ids_sort(w->ids, w->n);
+    if (!w->no_memory && old &&
+        (errors > w->errors_at_start ||
+         (!old->transient && reg_ids_same(old->ids, old->n_ids, w->ids, w->n)))) {
         r = reg_repo_ref(old);
-    } else if (w->n && !(r = reg_repo_build(root, w->id, w->ids, w->n))) {
-        *transient = 1;
-        r = old ? reg_repo_ref(old) : NULL;
-    } else if (w->n) {
+    } else if (!w->no_memory && w->n && (r = reg_repo_build(root, w->id, w->ids, w->n))) {
         if (r->transient) {
             *transient = 1;
             if (old) {
@@ -198,10 +140,12 @@ struct reg_repo *reg_repo_walk_end(struct reg_repo_walk *w, struct reg_root *roo
             reg_repo_unref(r);
             r = NULL;
         }
+    } else if (w->no_memory || w->n) { /* no memory for the list or the repo: as for an I/O
+                                        * error, keep the previous one and retry */
+        *transient = 1;
+        r = old ? reg_repo_ref(old) : NULL;
     }
-    for (size_t i = 0; i < w->n; i++)
-        free(w->ids[i].name);
-    free(w->ids);
+    reg_ids_free(w->ids, w->n);
     free(w->id);
     free(w);
     return r;
@@ -333,16 +277,12 @@ static int cmp_dir(const void *a, const void *b)
  * are computed already: deeper paths come first in the caller's order). */
 static void tree_id(const struct reg_repo *r, struct reg_repo_rev *rev, struct reg_repo_dir *d)
 {
-    size_t cap = 16, n = 0;
-    struct tree_entry *e = xmalloc(cap * sizeof(*e));
+    size_t n = 0; /* at most one entry per file below d */
+    struct tree_entry *e = xmalloc((d->end - d->first + 1) * sizeof(*e));
     size_t skip = d->len ? d->len + 1 : 0;
     for (size_t i = d->first; i < d->end; i++) {
         const char *rest = r->files[i].name + skip;
         const char *slash = strchr(rest, '/');
-        if (n == cap) {
-            cap *= 2;
-            e = xrealloc(e, cap * sizeof(*e));
-        }
         if (!slash) {
             e[n++] = (struct tree_entry){rest, strlen(rest), 0, rev->blob[i]};
             continue;
@@ -395,7 +335,7 @@ static struct reg_repo_rev *rev_compute(const struct reg_repo *r)
     struct strmap *seen = strmap_new(16);
     size_t cap = 16;
     rev->dirs = xcalloc(cap, sizeof(*rev->dirs));
-    rev->dirs[rev->n_dirs++] = (struct reg_repo_dir){.path = xstrdup(""), .len = 0};
+    rev->dirs[rev->n_dirs++] = (struct reg_repo_dir){.path = xstrdup(""), .end = r->n_files};
     for (size_t i = 0; i < r->n_files; i++) {
         const struct reg_file *f = &r->files[i];
         char hex[65], size[24];
@@ -406,18 +346,22 @@ static struct reg_repo_rev *rev_compute(const struct reg_repo *r)
         digest_sha1_update(c, hex, 64);
         digest_sha1_update(c, "\n", 1);
         blob_id(f, rev->blob[i]);
-        /* Every directory on its path, once. */
+        /* Every directory on its path: the files below one are adjacent in
+         * byte order, from the first seen to the last. */
         for (const char *s = f->name; (s = strchr(s, '/')) != NULL; s++) {
             size_t len = (size_t)(s - f->name);
-            if (strmap_get(seen, f->name, len))
-                continue;
-            if (rev->n_dirs == cap) {
-                cap *= 2;
-                rev->dirs = xrealloc(rev->dirs, cap * sizeof(*rev->dirs));
+            size_t no = (uintptr_t)strmap_get(seen, f->name, len);
+            if (!no) {
+                if (rev->n_dirs == cap) {
+                    cap *= 2;
+                    rev->dirs = xrealloc(rev->dirs, cap * sizeof(*rev->dirs));
+                }
+                rev->dirs[rev->n_dirs] = (struct reg_repo_dir){.path = xstrndup(f->name, len),
+                                                               .len = len, .first = i};
+                no = ++rev->n_dirs;
+                strmap_put(seen, f->name, len, (void *)(uintptr_t)no);
             }
-            rev->dirs[rev->n_dirs++] = (struct reg_repo_dir){.path = xstrndup(f->name, len),
-                                                             .len = len};
-            strmap_put(seen, f->name, len, (void *)1);
+            rev->dirs[no - 1].end = i + 1;
         }
     }
     strmap_free(seen);
@@ -426,30 +370,8 @@ static struct reg_repo_rev *rev_compute(const struct reg_repo *r)
     digest_hex(commit, 20, rev->commit);
     qsort(rev->dirs, rev->n_dirs, sizeof(*rev->dirs), cmp_dir);
     rev->by_dir = strmap_new(rev->n_dirs);
-    for (size_t i = 0; i < rev->n_dirs; i++) {
-        struct reg_repo_dir *d = &rev->dirs[i];
-        strmap_put(rev->by_dir, d->path, d->len, d);
-        /* Files below d are adjacent in byte order, from the first name
-         * not below "d/" in that order. */
-        size_t lo = 0, hi = r->n_files;
-        if (d->len) {
-            char *key = xasprintf("%s/", d->path);
-            size_t a = 0, b = r->n_files;
-            while (a < b) {
-                size_t mid = a + (b - a) / 2;
-                if (strcmp(r->files[mid].name, key) < 0)
-                    a = mid + 1;
-                else
-                    b = mid;
-            }
-            lo = hi = a;
-            while (hi < r->n_files && strncmp(r->files[hi].name, key, d->len + 1) == 0)
-                hi++;
-            free(key);
-        }
-        d->first = lo;
-        d->end = hi;
-    }
+    for (size_t i = 0; i < rev->n_dirs; i++)
+        strmap_put(rev->by_dir, rev->dirs[i].path, rev->dirs[i].len, &rev->dirs[i]);
     /* Trees bottom-up: a directory's id needs its subdirectories'. */
     struct reg_repo_dir **order = xmalloc(rev->n_dirs * sizeof(*order));
     for (size_t i = 0; i < rev->n_dirs; i++)

@@ -69,7 +69,6 @@ struct reg_repo_walk *reg_repo_walk_begin(const char *id, size_t errors);
 /* Adds file `name` of directory rel (relative to the root, at or below the repo's). */
 void reg_repo_walk_add(struct reg_repo_walk *w, const char *rel, const char *name,
                        const struct fileio_stat *st);
-const char *reg_repo_walk_id(const struct reg_repo_walk *w);
 /* Frees w and returns the repo to list, with a reference, or NULL for none
  * (no file below it): old (the previous snapshot's repo of this id, or NULL)
  * when its files are the same versions, or when scan errors met below the

@@ -20,7 +20,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "beneath.h"
@@ -95,12 +94,11 @@ static void add_repo(struct scan *s, struct reg_repo *r)
     s->repo_list[s->n_repos++] = r;
 }
 
-/* The walk left the repo's directory: adds the repo (reg_repo_walk_end
+/* The walk left the repo's directory id: adds the repo (reg_repo_walk_end
  * says which object). */
-static void repo_finish(struct scan *s)
+static void repo_finish(struct scan *s, const char *id)
 {
-    const char *id = reg_repo_walk_id(s->repo);
-    const struct reg_repo *old = s->prev ? reg_snapshot_find_repo(s->prev, id, strlen(id)) : NULL;
+    const struct reg_repo *old = reg_snapshot_find_repo(s->prev, id, strlen(id));
     int transient = 0;
     struct reg_repo *r = reg_repo_walk_end(s->repo, s->root, old, s->errors, &transient);
     s->repo = NULL;
@@ -195,8 +193,7 @@ static void take_model(struct scan *s, const char *name, const char *dir, const 
                        size_t n)
 {
     struct reg_entry_id *ids = calloc(n ? n : 1, sizeof(*ids));
-    const struct reg_model *old =
-        s->prev ? reg_snapshot_find_model(s->prev, name, strlen(name)) : NULL;
+    const struct reg_model *old = reg_snapshot_find_model(s->prev, name, strlen(name));
     if (!ids) { /* a resource error: keep the previous model, rescan later */
         s->errors++;
         if (old)
@@ -207,7 +204,7 @@ static void take_model(struct scan *s, const char *name, const char *dir, const 
     for (size_t i = 0; i < n; i++)
         if (e[i].kind == ENTRY_REG)
             ids[k++] = (struct reg_entry_id){.name = e[i].name, .st = e[i].st};
-    if (old && reg_model_unchanged(old, ids, k)) {
+    if (old && !old->transient && reg_ids_same(old->ids, old->n_ids, ids, k)) {
         add_model(s, reg_model_ref(old));
         s->reused++;
     } else {
@@ -229,6 +226,14 @@ static void take_model(struct scan *s, const char *name, const char *dir, const 
         add_model(s, m);
     }
     free(ids);
+}
+
+static int holds_safetensors(const struct entry *e, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (e[i].kind == ENTRY_REG && str_has_suffix(e[i].name, ST_SUFFIX))
+            return 1;
+    return 0;
 }
 
 static int on_path(const struct scan *s, unsigned depth, const struct stat *sb)
@@ -271,12 +276,8 @@ static void walk(struct scan *s, int dirfd, const char *rel, unsigned depth)
             take_model(s, name, "", &e[i], 1);
             free(name);
         }
-    } else {
-        int is_model = 0;
-        for (size_t i = 0; i < n && !is_model; i++)
-            is_model = e[i].kind == ENTRY_REG && str_has_suffix(e[i].name, ST_SUFFIX);
-        if (is_model)
-            take_model(s, rel, rel, e, n);
+    } else if (holds_safetensors(e, n)) {
+        take_model(s, rel, rel, e, n);
     }
     for (size_t i = 0; i < n && depth < s->max_depth; i++) {
         if (e[i].kind != ENTRY_DIR)
@@ -300,16 +301,19 @@ static void walk(struct scan *s, int dirfd, const char *rel, unsigned depth)
     }
     free_entries(e, n);
     if (starts_repo)
-        repo_finish(s);
+        repo_finish(s, rel);
 }
 
-/* Whether model m lives in directory `dir` or below it. */
-static int below(const struct reg_model *m, const char *dir)
+/* Whether path (a model's directory or a repo's id) is one of the
+ * directories that could not be read, or below one. */
+static int lost_below(const struct scan *s, const char *path)
 {
-    size_t n = strlen(dir);
-    if (n == 0)
-        return 1;
-    return strncmp(m->dir, dir, n) == 0 && (m->dir[n] == '\0' || m->dir[n] == '/');
+    for (size_t k = 0; k < s->n_lost; k++) {
+        size_t n = strlen(s->lost[k]);
+        if (n == 0 || (strncmp(path, s->lost[k], n) == 0 && (path[n] == '\0' || path[n] == '/')))
+            return 1;
+    }
+    return 0;
 }
 
 static int cmp_model(const void *a, const void *b)
@@ -323,50 +327,28 @@ static int cmp_repo(const void *a, const void *b)
     return strcmp((*(const struct reg_repo *const *)a)->id, (*(const struct reg_repo *const *)b)->id);
 }
 
-/* The previous snapshot's repos below directories that could not be read
- * are kept, unless a repo of that id was found anyway. */
-static void keep_lost_repos(struct scan *s)
+/* The previous snapshot's models and repos below directories that could not
+ * be read are kept, unless one of that name was found anyway. */
+static void keep_lost(struct scan *s)
 {
+    if (!s->prev || !s->n_lost)
+        return;
     struct strmap *seen = strmap_new(s->n_repos);
     for (size_t i = 0; i < s->n_repos; i++)
         strmap_put(seen, s->repo_list[i]->id, strlen(s->repo_list[i]->id), s->repo_list[i]);
     for (size_t i = 0; i < s->prev->n_repos; i++) {
         const struct reg_repo *r = s->prev->repos[i];
-        size_t idlen = strlen(r->id);
-        if (strmap_get(seen, r->id, idlen))
-            continue;
-        for (size_t k = 0; k < s->n_lost; k++) {
-            size_t n = strlen(s->lost[k]);
-            if (n == 0 || (n <= idlen && strncmp(r->id, s->lost[k], n) == 0 &&
-                           (r->id[n] == '\0' || r->id[n] == '/'))) {
-                add_repo(s, reg_repo_ref(r));
-                break;
-            }
-        }
+        if (!strmap_get(seen, r->id, strlen(r->id)) && lost_below(s, r->id))
+            add_repo(s, reg_repo_ref(r));
     }
     strmap_free(seen);
-}
-
-/* The previous snapshot's models below directories that could not be read
- * are kept, unless a model of that name was found anyway. */
-static void keep_lost(struct scan *s)
-{
-    if (!s->prev || !s->n_lost)
-        return;
-    keep_lost_repos(s);
-    struct strmap *seen = strmap_new(s->n_models);
+    seen = strmap_new(s->n_models);
     for (size_t i = 0; i < s->n_models; i++)
         strmap_put(seen, s->models[i]->name, strlen(s->models[i]->name), s->models[i]);
     for (size_t i = 0; i < s->prev->n_models; i++) {
         const struct reg_model *m = s->prev->models[i];
-        if (strmap_get(seen, m->name, strlen(m->name)))
-            continue;
-        for (size_t k = 0; k < s->n_lost; k++) {
-            if (below(m, s->lost[k])) {
-                add_model(s, reg_model_ref(m));
-                break;
-            }
-        }
+        if (!strmap_get(seen, m->name, strlen(m->name)) && lost_below(s, m->dir))
+            add_model(s, reg_model_ref(m));
     }
     strmap_free(seen);
 }
@@ -418,9 +400,10 @@ static void settle_names(struct scan *s, struct reg_snapshot *r)
         r->n_files += m->n_files;
         r->n_tensors += m->n_tensors;
         r->n_invalid += m->state != MODEL_READY;
-        r->n_open += reg_model_open_fds(m);
-        for (size_t k = 0; k < m->n_files; k++)
+        for (size_t k = 0; k < m->n_files; k++) {
             r->bytes += m->files[k].st.size;
+            r->n_open += m->files[k].fd >= 0;
+        }
     }
 }
 
@@ -432,12 +415,6 @@ struct reg_snapshot *reg_snapshot_scan(const char *root, uint64_t generation,
     struct reg_root *rr = reg_root_open(root, prev ? prev->root : NULL, err);
     if (!rr)
         return NULL;
-    struct stat sb;
-    if (fstat(rr->fd, &sb) != 0) {
-        st_error_errno(err, errno, "models root \"%.300s\"", root);
-        reg_root_unref(rr);
-        return NULL;
-    }
     struct scan s = {
         .root = rr,
         .prev = prev,
@@ -447,8 +424,8 @@ struct reg_snapshot *reg_snapshot_scan(const char *root, uint64_t generation,
     if (s.max_depth > REGISTRY_MAX_DEPTH)
         s.max_depth = REGISTRY_MAX_DEPTH;
     s.path = xcalloc((size_t)s.max_depth + 1, sizeof(*s.path));
-    s.path[0].dev = sb.st_dev;
-    s.path[0].ino = sb.st_ino;
+    s.path[0].dev = rr->dev;
+    s.path[0].ino = rr->ino;
     if (opts && opts->single_model) {
         size_t n;
         int lerr;
@@ -480,7 +457,6 @@ struct reg_snapshot *reg_snapshot_scan(const char *root, uint64_t generation,
     r->scan_errors = s.errors;
     r->n_reused = s.reused;
     settle_names(&s, r);
-    r->scanned_at = (int64_t)time(NULL);
     r->scan_ns = time_mono_ns() - t0;
     if (err)
         st_error_fail(err, ST_OK, "%s", "");
@@ -490,21 +466,13 @@ struct reg_snapshot *reg_snapshot_scan(const char *root, uint64_t generation,
 int registry_dir_is_model(const char *path)
 {
     int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0)
-        return 0;
-    DIR *d = fdopendir(fd);
-    if (!d) {
+    int err;
+    size_t n = 0;
+    struct entry *e = fd >= 0 ? list_dir(fd, &n, &err) : NULL;
+    int found = e && holds_safetensors(e, n);
+    free_entries(e, n);
+    if (fd >= 0)
         close(fd);
-        return 0;
-    }
-    int found = 0;
-    struct dirent *de;
-    while (!found && (de = readdir(d)) != NULL) {
-        struct stat sb;
-        found = de->d_name[0] != '.' && str_has_suffix(de->d_name, ST_SUFFIX) &&
-                fstatat(fd, de->d_name, &sb, 0) == 0 && S_ISREG(sb.st_mode);
-    }
-    closedir(d);
     return found;
 }
 

@@ -27,7 +27,6 @@ struct reg_snapshot {
     atomic_uint refs;
     struct reg_root *root;
     uint64_t generation;       /* given by the caller, bumps on every reload */
-    int64_t scanned_at;        /* wall-clock seconds of the scan */
     uint64_t scan_ns;          /* how long the scan took */
     size_t n_models;
     struct reg_model **models; /* sorted by name; each holds a reference */

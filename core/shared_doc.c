@@ -65,11 +65,11 @@ void shared_doc_unref(struct shared_doc *d)
     free(d);
 }
 
-/* The pieces of memory holding bytes [off, off + len) in order, into p and
- * n (3 each); returns how many. */
-static unsigned shared_doc_spans(const struct shared_doc *d, uint64_t off, uint64_t len,
-                                 const void *p[3], size_t n[3])
+/* The pieces of memory holding bytes [off, off + len) of document ctx in
+ * order, into p and n (3 each); returns how many. */
+static unsigned source_mem(void *ctx, uint64_t off, uint64_t len, const void *p[3], size_t n[3])
 {
+    const struct shared_doc *d = ctx;
     unsigned k = 0;
     for (unsigned i = 0; i < d->n_segs && len; i++) {
         const struct shared_doc_seg *s = &d->seg[i];
@@ -86,27 +86,18 @@ static unsigned shared_doc_spans(const struct shared_doc *d, uint64_t off, uint6
     return k;
 }
 
-void shared_doc_copy(const struct shared_doc *d, uint64_t off, void *buf, size_t len)
+/* Copies bytes [off, off + len) (inside the document) into buf. */
+static int source_read(void *ctx, uint64_t off, void *buf, size_t len)
 {
     const void *p[3];
     size_t n[3];
-    unsigned k = shared_doc_spans(d, off, len, p, n);
+    unsigned k = source_mem(ctx, off, len, p, n);
     char *out = buf;
     for (unsigned i = 0; i < k; i++) {
         memcpy(out, p[i], n[i]);
         out += n[i];
     }
-}
-
-static int source_read(void *ctx, uint64_t off, void *buf, size_t len)
-{
-    shared_doc_copy(ctx, off, buf, len);
     return 0;
-}
-
-static unsigned source_mem(void *ctx, uint64_t off, uint64_t len, const void *p[3], size_t n[3])
-{
-    return shared_doc_spans(ctx, off, len, p, n);
 }
 
 static void source_free(void *ctx)

@@ -49,8 +49,6 @@ struct shared_doc *shared_doc_join(const char *head, size_t head_len, struct sha
 struct shared_doc *shared_doc_ref(struct shared_doc *d);
 /* Drops a reference (d may be NULL); the last one frees d. Any thread. */
 void shared_doc_unref(struct shared_doc *d);
-/* Copies bytes [off, off + len) (inside the document) into buf. */
-void shared_doc_copy(const struct shared_doc *d, uint64_t off, void *buf, size_t len);
 
 /* A body (core/body.h) over a shared document: its ctx is a reference the
  * body owns, dropped by its free. */

@@ -153,11 +153,6 @@ void *strmap_get(const struct strmap *m, const char *key, size_t len)
     return s ? s->value : NULL;
 }
 
-size_t strmap_count(const struct strmap *m)
-{
-    return m ? m->count : 0;
-}
-
 void strmap_free(struct strmap *m)
 {
     if (!m)

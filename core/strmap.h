@@ -22,7 +22,6 @@ struct strmap *strmap_try_new(size_t expected);
 int strmap_try_put(struct strmap *m, const char *key, size_t len, void *value);
 /* Returns the value or NULL. */
 void *strmap_get(const struct strmap *m, const char *key, size_t len);
-size_t strmap_count(const struct strmap *m);
 void strmap_free(struct strmap *m);
 
 #endif

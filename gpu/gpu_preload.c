@@ -34,7 +34,7 @@ void do_gm_enqueue(struct gpu_manager *gm, struct gm_instance *m)
  * the path now leads to another file or version). */
 static int open_direct(const struct reg_model *rm, const struct reg_file *f)
 {
-    int fd = reg_model_open_file(rm, f, O_RDONLY | O_DIRECT);
+    int fd = reg_open_below(rm->root, f, O_RDONLY | O_DIRECT);
     return fd >= 0 ? fd : -1;
 }
 

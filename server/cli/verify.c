@@ -88,8 +88,9 @@ static void verify_scan(struct tally *t, const char *path, int single, FILE *err
             const struct reg_file *f = &m->files[k];
             char *shown = single ? xasprintf("%s/%s", path, f->name)
                                  : xasprintf("%s/%s/%s", path, m->name, f->name);
-            int fd = f->fd >= 0 ? f->fd : f->error.code == ST_OK ? reg_model_open_file(m, f, O_RDONLY)
-                                                                 : -1;
+            int fd = f->fd >= 0                ? f->fd
+                     : f->error.code == ST_OK ? reg_open_below(m->root, f, O_RDONLY)
+                                              : -1;
             if (fd < 0) {
                 fprintf(t->out, "ERROR     -  %s: %s\n", shown,
                         f->error.code != ST_OK ? f->error.message : strerror(-fd));

@@ -143,7 +143,7 @@ static int render_now(struct doc_cache *dc, enum doc_kind kind)
 static char *bytes_of(const struct shared_doc *d)
 {
     char *text = xmalloc(d->len + 1);
-    shared_doc_copy(d, 0, text, d->len);
+    shared_doc_source.read((void *)d, 0, text, d->len);
     text[d->len] = '\0';
     return text;
 }

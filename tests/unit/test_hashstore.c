@@ -118,16 +118,18 @@ TEST(save_plan_keeps_in_use_and_bounded_spares)
     hashstore_free(s);
 }
 
-TEST(clear_and_mark_clean)
+TEST(loaded)
 {
     struct hashstore *s = hashstore_new();
     struct hash_entry e = entry(1);
     const struct hash_entry *kept;
     size_t n;
     hashstore_put(s, &e, 1);
-    hashstore_mark_clean(s);
+    hashstore_loaded(s, 1);
     CHECK(hashstore_plan_save(s, 1, &kept, &n) == NULL);
-    hashstore_clear(s);
+    CHECK(hashstore_lookup(s, &e.id, NULL));
+    hashstore_loaded(s, 0); /* a state file that failed half-way: nothing of it kept */
+    CHECK(hashstore_plan_save(s, 1, &kept, &n) == NULL);
     CHECK_EQ_U64(hashstore_count(s), 0);
     CHECK(!hashstore_lookup(s, &e.id, NULL));
     hashstore_put(s, &e, 1);
@@ -210,7 +212,7 @@ int main(void)
     RUN(identity_is_exact);
     RUN(id_from_stat);
     RUN(save_plan_keeps_in_use_and_bounded_spares);
-    RUN(clear_and_mark_clean);
+    RUN(loaded);
     RUN(concurrent_lookups_see_whole_entries);
     RUN(out_of_memory_leaves_the_store_intact);
     return TEST_SUMMARY();

@@ -19,7 +19,6 @@ TEST(basic)
     CHECK(strmap_get(m, "a", 1) == &a);
     CHECK(strmap_get(m, "b", 1) == &b);
     CHECK(strmap_get(m, "c", 1) == NULL);
-    CHECK_EQ_U64(strmap_count(m), 2);
     strmap_free(m);
 }
 
@@ -30,7 +29,6 @@ TEST(duplicates_rejected)
     CHECK(strmap_put(m, "key", 3, &a) == 0);
     CHECK(strmap_put(m, "key", 3, &b) == -EEXIST);
     CHECK(strmap_get(m, "key", 3) == &a); /* unchanged */
-    CHECK_EQ_U64(strmap_count(m), 1);
     strmap_free(m);
 }
 
@@ -59,7 +57,6 @@ TEST(length_and_prefix)
 TEST(null_map)
 {
     CHECK(strmap_get(NULL, "x", 1) == NULL);
-    CHECK_EQ_U64(strmap_count(NULL), 0);
     strmap_free(NULL);
 }
 
@@ -80,7 +77,6 @@ TEST(collisions)
     for (int i = 0; i < N; i++)
         CHECK(strmap_get(m, keys[i], strlen(keys[i])) == keys[i]);
     CHECK(strmap_get(m, "k200", 4) == NULL);
-    CHECK_EQ_U64(strmap_count(m), N);
     strmap_free(m);
 }
 
@@ -111,7 +107,6 @@ TEST(half_million_keys)
     double dt = now() - t0;
     printf("  500k puts + gets: %.3f s\n", dt);
     CHECK(dt < 2.0);
-    CHECK_EQ_U64(strmap_count(m), N);
     strmap_free(m);
     free(buf);
     free(len);
@@ -131,7 +126,6 @@ TEST(fallible_variants)
     CHECK(strmap_get(m, "k7", 2) == keys[7]);
     /* past it, the table grows (and could fail with -ENOMEM, unchanged) */
     CHECK(strmap_try_put(m, "extra", 5, NULL) == 0);
-    CHECK_EQ_U64(strmap_count(m), 1001);
     CHECK(strmap_get(m, "k999", 4) == keys[999]);
     strmap_free(m);
     /* a count no table can hold is refused, not attempted */
