@@ -14,66 +14,12 @@
 #include "json_scan.h"
 #include "util.h"
 
-#define KEY_MAX 32        /* longer keys are none of ours: compared as unknown */
 #define MAX_DIMS 64       /* a tensor's dimensions, at most */
-
-/* Called with the scanner on the first token of the value of member `key`;
- * leaves it on the value's last token. The value is at `depth`. */
-typedef int (*member_fn)(struct json_scan *s, const char *key, unsigned depth, void *ctx);
 
 /* Consumes the value at the current token, whatever it is. */
 static int skip_value(struct json_scan *s, unsigned depth)
 {
     return json_scan_value(s, depth, ANSWER_MAX_DEPTH);
-}
-
-/* Reads the object whose '{' is the current token (at depth), calling fn
- * for every member; duplicate keys are an error. */
-static int read_object(struct json_scan *s, unsigned depth, member_fn fn, void *ctx)
-{
-    struct json_scan_keys keys = JSON_SCAN_KEYS_INIT;
-    char key[KEY_MAX];
-    int rc = -1;
-    if (depth > ANSWER_MAX_DEPTH)
-        return json_scan_fail(s, JSON_ERR_DEPTH);
-    if (json_scan_next(s) == '}')
-        return 0;
-    for (;;) {
-        if (json_scan_key(s) != 0 || json_scan_keys_add(s, &keys) != 0)
-            goto out;
-        size_t n = json_scan_decode(s, key, sizeof(key) - 1);
-        key[n < sizeof(key) ? n : 0] = '\0'; /* too long: "" matches nothing */
-        if (json_scan_colon(s) != 0 || json_scan_value_start(s) != 0 ||
-            fn(s, key, depth + 1, ctx) != 0)
-            goto out;
-        int more = json_scan_more(s, '}');
-        if (more <= 0) {
-            rc = more;
-            goto out;
-        }
-    }
-out:
-    json_scan_keys_free(&keys);
-    return rc;
-}
-
-/* Reads the array whose '[' is the current token (at depth), calling fn for
- * every element (key NULL). */
-static int read_array(struct json_scan *s, unsigned depth, member_fn fn, void *ctx)
-{
-    if (depth > ANSWER_MAX_DEPTH)
-        return json_scan_fail(s, JSON_ERR_DEPTH);
-    if (json_scan_next(s) == ']')
-        return 0;
-    for (;;) {
-        if (s->tok == JSON_TOK_EOF)
-            return json_scan_fail(s, JSON_ERR_ARRAY_END);
-        if (json_scan_value_start(s) != 0 || fn(s, NULL, depth + 1, ctx) != 0)
-            return -1;
-        int more = json_scan_more(s, ']');
-        if (more <= 0)
-            return more;
-    }
 }
 
 /* The current token as a non-negative integer: 1 with *v, else 0 (the
@@ -135,7 +81,7 @@ static int envelope_member(struct json_scan *s, const char *key, unsigned depth,
     else if (strcmp(key, "lease") == 0)
         e->a->has_lease = read_uint(s, depth, &e->a->lease, &rc);
     else if (strcmp(key, "error") == 0 && s->tok == '{')
-        rc = read_object(s, depth, error_member, e);
+        rc = json_scan_each(s, depth, ANSWER_MAX_DEPTH, error_member, e);
     else
         rc = skip_value(s, depth);
     return rc;
@@ -156,7 +102,7 @@ static int scan_error(const struct json_scan *s, char *err, size_t errlen)
 
 /* Reads the whole of body as one object, each member going to fn: first
  * what json_scan leaves to its callers (valid UTF-8, no NUL byte). */
-static int read_answer(struct json_scan *s, const char *body, size_t len, member_fn fn,
+static int read_answer(struct json_scan *s, const char *body, size_t len, json_scan_fn fn,
                        void *ctx, char *err, size_t errlen)
 {
     json_scan_init(s, body, len);
@@ -166,7 +112,8 @@ static int read_answer(struct json_scan *s, const char *body, size_t len, member
         return snprintf(err, errlen, "bad answer from tensord: a NUL byte"), -1;
     if (json_scan_next(s) != '{')
         json_scan_fail(s, s->tok == JSON_TOK_INVALID ? JSON_ERR_VALUE : JSON_ERR_DOCUMENT);
-    else if (read_object(s, 1, fn, ctx) == 0 && json_scan_next(s) != JSON_TOK_EOF)
+    else if (json_scan_each(s, 1, ANSWER_MAX_DEPTH, fn, ctx) == 0 &&
+             json_scan_next(s) != JSON_TOK_EOF)
         json_scan_fail(s, JSON_ERR_TRAILING);
     return s->failed ? scan_error(s, err, errlen) : 0;
 }
@@ -215,7 +162,7 @@ struct table {
     size_t row_size, cap;
     unsigned *flags;            /* HAVE_* per row */
     uint64_t *index;
-    member_fn member;           /* reads one member of a row */
+    json_scan_fn member;           /* reads one member of a row */
     struct open_reader *r;
 };
 
@@ -258,7 +205,9 @@ static int table_row(struct json_scan *s, const char *key, unsigned depth, void 
     if (grow(t) < 0)
         return json_scan_fail(s, JSON_ERR_NO_MEMORY);
     (*t->n)++;
-    return s->tok == '{' ? read_object(s, depth, t->member, t->r) : skip_value(s, depth);
+    if (s->tok != '{')
+        return skip_value(s, depth);
+    return json_scan_each(s, depth, ANSWER_MAX_DEPTH, t->member, t->r);
 }
 
 /* The checksum: 16 hex digits, as the daemon writes it. */
@@ -334,7 +283,7 @@ static int read_shape(struct json_scan *s, unsigned depth, struct open_reader *r
     if (s->tok != '[')
         return skip_value(s, depth);
     r->n_dims = 0;
-    if (read_array(s, depth, dim_element, r) != 0)
+    if (json_scan_each(s, depth, ANSWER_MAX_DEPTH, dim_element, r) != 0)
         return -1;
     int64_t *dims = cmem_calloc(r->n_dims, sizeof(*dims));
     if (!dims)
@@ -391,10 +340,10 @@ static int open_member(struct json_scan *s, const char *key, unsigned depth, voi
         r->have_generation = read_uint(s, depth, &m->generation, &rc);
     } else if (strcmp(key, "allocations") == 0 && s->tok == '[') {
         r->have_allocs = 1;
-        rc = read_array(s, depth, table_row, &r->allocs);
+        rc = json_scan_each(s, depth, ANSWER_MAX_DEPTH, table_row, &r->allocs);
     } else if (strcmp(key, "tensors") == 0 && s->tok == '[') {
         r->have_tensors = 1;
-        rc = read_array(s, depth, table_row, &r->tensors);
+        rc = json_scan_each(s, depth, ANSWER_MAX_DEPTH, table_row, &r->tensors);
     } else {
         rc = skip_value(s, depth);
     }

@@ -340,34 +340,17 @@ void gpu_doc_model(struct gpu_manager *gm, const char *model, struct jsonw *w)
     gpu_manager_view_release(gm, &v);
 }
 
-/* The "device" member of the object whose '{' is s's current token, when
- * it is a string: *device gets a copy (NULL when absent or another type; a
- * copy of part of the request body, which the daemon holds already).
- * Returns 0, or -1 (s has the error). */
-static int read_device(struct json_scan *s, char **device)
+/* A member of the preload body (at depth 2): *(char **)ctx gets a copy of
+ * "device" when it is a string (keys are unique, so once; a copy of part of
+ * the request body, which the daemon holds already). */
+static int read_device(struct json_scan *s, const char *key, unsigned depth, void *ctx)
 {
-    struct json_scan_keys keys = JSON_SCAN_KEYS_INIT;
-    int rc = -1, more = json_scan_next(s) == '}' ? 0 : 1;
-    while (more == 1) {
-        if (json_scan_key(s) != 0 || json_scan_keys_add(s, &keys) != 0)
-            goto out;
-        char key[6];
-        int is_device = s->str_len == 6 && json_scan_decode(s, key, 6) == 6 &&
-                        memcmp(key, "device", 6) == 0;
-        if (json_scan_colon(s) != 0 || json_scan_value_start(s) != 0)
-            goto out;
-        if (is_device && s->tok == JSON_TOK_STRING) { /* once: keys are unique */
-            *device = xmalloc(s->str_len + 1);
-            (*device)[json_scan_decode(s, *device, s->str_len)] = '\0';
-        }
-        if (json_scan_value(s, 2, JSON_SCAN_MAX_DEPTH) != 0)
-            goto out;
-        more = json_scan_more(s, '}');
+    char **device = ctx;
+    if (s->tok == JSON_TOK_STRING && strcmp(key, "device") == 0) {
+        *device = xmalloc(s->str_len + 1);
+        (*device)[json_scan_decode(s, *device, s->str_len)] = '\0';
     }
-    rc = more;
-out:
-    json_scan_keys_free(&keys);
-    return rc;
+    return json_scan_value(s, depth, JSON_SCAN_MAX_DEPTH);
 }
 
 int gpu_doc_preload_device(const char *body, size_t len, char **device, struct gpu_doc_error *e)
@@ -376,7 +359,8 @@ int gpu_doc_preload_device(const char *body, size_t len, char **device, struct g
     *device = NULL;
     if (!memchr(body, '\0', len) && utf8_valid(body, len)) {
         json_scan_init(&s, body, len);
-        if (json_scan_next(&s) == '{' && read_device(&s, device) == 0 &&
+        if (json_scan_next(&s) == '{' &&
+            json_scan_each(&s, 1, JSON_SCAN_MAX_DEPTH, read_device, device) == 0 &&
             json_scan_next(&s) == JSON_TOK_EOF && *device)
             return 0;
     }
