@@ -68,7 +68,6 @@
       (CUmemGenericAllocationHandle * h, void *handle, CUmemAllocationHandleType t))           \
     X(MemAlloc, "cuMemAlloc", (CUdeviceptr *p, size_t size))                                   \
     X(MemFree, "cuMemFree", (CUdeviceptr p))                                                   \
-    X(MemGetInfo, "cuMemGetInfo", (size_t *free_bytes, size_t *total_bytes))                   \
     X(IpcGetMemHandle, "cuIpcGetMemHandle", (CUipcMemHandle *h, CUdeviceptr p))                \
     X(MemHostAlloc, "cuMemHostAlloc", (void **p, size_t size, unsigned int flags))             \
     X(MemFreeHost, "cuMemFreeHost", (void *p))                                                 \

@@ -127,50 +127,17 @@ const struct gpu_backend *gpu_manager_cuda(struct gpu_manager *gm, const char **
     return gm->cuda;
 }
 
-void gm_rows_free(struct gm_row *rows, size_t n)
+void gpu_manager_rows(struct gpu_manager *gm, int current_only,
+                      void (*fn)(const struct gm_row *row, void *ctx), void *ctx)
 {
-    for (size_t i = 0; rows && i < n; i++)
-        free(rows[i].name);
-    free(rows);
-}
-
-int gpu_manager_rows(struct gpu_manager *gm, int current_only, struct gm_row **rows, size_t *n)
-{
-    int rc = 0;
-    *rows = NULL;
-    *n = 0;
     pthread_mutex_lock(&gm->lock);
-    size_t count = 0;
-    for (struct gm_instance *m = gm->models; m; m = m->next)
-        count += !current_only || m->current;
-    struct gm_row *r = calloc(count ? count : 1, sizeof(*r));
-    if (!r) {
-        rc = -ENOMEM;
-        goto out;
-    }
     for (struct gm_instance *m = gm->models; m; m = m->next) {
-        if (current_only && !m->current)
-            continue;
-        struct gm_row *row = &r[(*n)++];
-        row->name = strdup(m->name);
-        if (!row->name) {
-            rc = -ENOMEM;
-            break;
-        }
-        row->state = m->state;
-        memcpy(row->device, m->device, sizeof(row->device));
-        row->generation = m->generation;
-        row->leases = m->leases;
+        struct gm_row row = {.name = m->name, .device = m->device, .state = m->state,
+                             .generation = m->generation, .leases = m->leases};
+        if (m->current || !current_only)
+            fn(&row, ctx);
     }
-out:
     pthread_mutex_unlock(&gm->lock);
-    if (rc < 0) {
-        gm_rows_free(r, *n);
-        *n = 0;
-        return rc;
-    }
-    *rows = r;
-    return 0;
 }
 
 void gpu_manager_view(struct gpu_manager *gm, const char *model, struct gm_view *v)
@@ -262,9 +229,7 @@ void gpu_manager_on_reload(struct gpu_manager *gm, struct reg_snapshot *snap)
         int startup = m->startup;
         log_msg(LOG_INFO, "gpu: %s changed on disk: %s", m->name,
                 valid ? "reloading it into a new generation" : "evicting it");
-        if (startup) { /* the replacement inherits the start-up accounting */
-            m->startup = 0;
-        }
+        m->startup = 0; /* the replacement inherits the start-up accounting */
         struct gm_instance *dead = do_gm_instance_retire(gm, m);
         if (dead) {
             dead->qnext = dead_list;

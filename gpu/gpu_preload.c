@@ -258,8 +258,7 @@ static void *loader_main(void *arg)
             /* A failed or cancelled load keeps no memory. Nobody else looks
              * at the allocations before they are published. */
             for (size_t i = 0; i < m->n_shards; i++)
-                if (m->shards[i].a.priv || m->shards[i].a.fd >= 0)
-                    m->be->ops->free(m->be, &m->shards[i].a);
+                m->be->ops->free(m->be, &m->shards[i].a);
         } else {
             metrics_add(MC_GPU_PRELOAD_BYTES, m->total);
             metrics_add(MC_GPU_PRELOAD_PAGE_CACHE_BYTES, m->io.page_cache_bytes);

@@ -240,27 +240,34 @@ void gpu_doc_options(struct gm_options *opt, const struct config *cfg)
 
 /* ---- HTTP ------------------------------------------------------------------ */
 
+/* One row of the instance table, with its leases in the status (ctx: the
+ * writer, and whether "list" asked: the current instances only). */
+struct rows_ctx {
+    struct jsonw *w;
+    int current_only;
+};
+
+static void row(const struct gm_row *r, void *ctx)
+{
+    const struct rows_ctx *c = ctx;
+    jsonw_obj(c->w);
+    jsonw_kstr(c->w, "name", r->name);
+    jsonw_kstr(c->w, "state", gm_state_name(r->state));
+    jsonw_kstr(c->w, "device", r->device);
+    jsonw_ku64(c->w, "generation", r->generation);
+    if (!c->current_only)
+        jsonw_ku64(c->w, "leases", r->leases);
+    jsonw_obj_end(c->w);
+}
+
 /* The instance table: every instance with its leases (the status), or
  * the current ones only (what the socket's "list" shows). */
 static void rows(struct jsonw *w, struct gpu_manager *gm, int current_only)
 {
-    struct gm_row *r;
-    size_t n;
-    if (gpu_manager_rows(gm, current_only, &r, &n) < 0)
-        r = NULL, n = 0;
+    struct rows_ctx c = {w, current_only};
     jsonw_arr(w);
-    for (size_t i = 0; i < n; i++) {
-        jsonw_obj(w);
-        jsonw_kstr(w, "name", r[i].name);
-        jsonw_kstr(w, "state", gm_state_name(r[i].state));
-        jsonw_kstr(w, "device", r[i].device);
-        jsonw_ku64(w, "generation", r[i].generation);
-        if (!current_only)
-            jsonw_ku64(w, "leases", r[i].leases);
-        jsonw_obj_end(w);
-    }
+    gpu_manager_rows(gm, current_only, row, &c);
     jsonw_arr_end(w);
-    gm_rows_free(r, n);
 }
 
 static void devices(struct jsonw *w, const struct gpu_backend *cuda)
