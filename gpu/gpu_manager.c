@@ -209,17 +209,12 @@ void gpu_manager_on_reload(struct gpu_manager *gm, struct reg_snapshot *snap)
      * gpu_preload_request). */
     struct reg_snapshot *old_latest = gm->latest;
     gm->latest = reg_snapshot_ref(snap);
-    size_t n = 0;
-    for (struct gm_instance *m = gm->models; m; m = m->next)
-        n += m->current;
-    struct gm_instance **cur = xcalloc(n ? n : 1, sizeof(*cur));
-    n = 0;
-    for (struct gm_instance *m = gm->models; m; m = m->next)
-        if (m->current)
-            cur[n++] = m;
-    for (size_t i = 0; i < n; i++) {
-        struct gm_instance *m = cur[i];
-        if (m->source) /* a mirror's model: not the registry's to replace */
+    struct gm_instance *next;
+    for (struct gm_instance *m = gm->models; m; m = next) {
+        /* Retiring m may unlink it; its replacement goes in at the head,
+         * behind this walk. */
+        next = m->next;
+        if (!m->current || m->source) /* a mirror's model: not the registry's to replace */
             continue;
         const struct reg_model *rm = reg_snapshot_find_model(snap, m->name, strlen(m->name));
         int valid = rm && rm->state == MODEL_READY;
@@ -249,7 +244,6 @@ void gpu_manager_on_reload(struct gpu_manager *gm, struct reg_snapshot *snap)
     pthread_mutex_unlock(&gm->lock);
     if (old_latest)
         reg_snapshot_unref(old_latest);
-    free(cur);
     while (dead_list) {
         struct gm_instance *d = dead_list;
         dead_list = d->qnext;
