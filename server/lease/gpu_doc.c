@@ -401,12 +401,6 @@ int gpu_doc_preload_model(struct gpu_manager *gm, const char *model, const char 
     return 0;
 }
 
-int gpu_doc_preload(struct gpu_manager *gm, const char *model, const char *device,
-                    struct jsonw *w, int *http_status, struct gpu_doc_error *e)
-{
-    return gpu_doc_preload_model(gm, model, device, NULL, NULL, w, http_status, e);
-}
-
 int gpu_doc_evict(struct gpu_manager *gm, const char *model, struct jsonw *w, int *http_status,
                   struct gpu_doc_error *e)
 {
