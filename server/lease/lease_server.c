@@ -457,8 +457,17 @@ static void *accept_main(void *arg)
 
 /* ---- start and stop ------------------------------------------------------ */
 
+/* Stops the threads that started, removes the socket file and frees s. */
 static void server_free(struct lease_server *s)
 {
+    uint64_t one = 1;
+    if (s->have_serve && write(s->stopfd, &one, sizeof(one)) < 0)
+        log_msg(LOG_WARN, "ipc: stop signal: %s", strerror(errno));
+    if (s->have_accept)
+        pthread_join(s->accept_thread, NULL);
+    if (s->have_serve)
+        pthread_join(s->serve_thread, NULL);
+    unlink(s->path);
     while (s->conns)
         conn_free(s, s->conns);
     while (s->qhead) {
@@ -517,26 +526,12 @@ struct lease_server *lease_server_start(struct gpu_manager *gm, const char *path
     log_msg(LOG_INFO, "ipc: leases on %s", path);
     return s;
 fail:
-    unlink(path);
-    if (s->have_serve) {
-        uint64_t one = 1;
-        if (write(s->stopfd, &one, sizeof(one)) < 0)
-            log_msg(LOG_WARN, "ipc: stop signal: %s", strerror(errno));
-        pthread_join(s->serve_thread, NULL);
-    }
     server_free(s);
     return NULL;
 }
 
 void lease_server_stop(struct lease_server *s)
 {
-    if (!s)
-        return;
-    uint64_t one = 1;
-    if (write(s->stopfd, &one, sizeof(one)) < 0)
-        log_msg(LOG_WARN, "ipc: stop signal: %s", strerror(errno));
-    pthread_join(s->accept_thread, NULL);
-    pthread_join(s->serve_thread, NULL);
-    unlink(s->path);
-    server_free(s);
+    if (s)
+        server_free(s);
 }
