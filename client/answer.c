@@ -91,12 +91,12 @@ static int envelope_member(struct json_scan *s, const char *key, unsigned depth,
 static int scan_error(const struct json_scan *s, char *err, size_t errlen)
 {
     if (s->no_memory)
-        snprintf(err, errlen, "out of memory reading an answer of %zu bytes", s->len);
+        tdc_seterr(err, errlen, "out of memory reading an answer of %zu bytes", s->len);
     else if (s->failed)
-        snprintf(err, errlen, "bad answer from tensord: %s (line %d, column %d)", s->text,
-                 s->line, s->column);
+        tdc_seterr(err, errlen, "bad answer from tensord: %s (line %d, column %d)", s->text,
+                   s->line, s->column);
     else
-        snprintf(err, errlen, "bad answer from tensord: invalid token at byte %zu", s->start);
+        tdc_seterr(err, errlen, "bad answer from tensord: invalid token at byte %zu", s->start);
     return -1;
 }
 
@@ -107,9 +107,9 @@ static int read_answer(struct json_scan *s, const char *body, size_t len, json_s
 {
     json_scan_init(s, body, len);
     if (!utf8_valid(body, len))
-        return snprintf(err, errlen, "bad answer from tensord: not valid UTF-8"), -1;
+        return tdc_seterr(err, errlen, "bad answer from tensord: not valid UTF-8"), -1;
     if (memchr(body, '\0', len))
-        return snprintf(err, errlen, "bad answer from tensord: a NUL byte"), -1;
+        return tdc_seterr(err, errlen, "bad answer from tensord: a NUL byte"), -1;
     if (json_scan_next(s) != '{')
         json_scan_fail(s, s->tok == JSON_TOK_INVALID ? JSON_ERR_VALUE : JSON_ERR_DOCUMENT);
     else if (json_scan_each(s, 1, ANSWER_MAX_DEPTH, fn, ctx) == 0 &&
@@ -122,17 +122,12 @@ int answer_read(const char *body, size_t len, struct answer *a, char *err, size_
 {
     struct json_scan s;
     struct envelope e = {.a = a, .code = "", .message = ""};
-    char discard[1];
-    if (!err || !errlen) {
-        err = discard;
-        errlen = sizeof(discard);
-    }
     memset(a, 0, sizeof(*a));
     if (read_answer(&s, body, len, envelope_member, &e, err, errlen) != 0)
         return -1;
     if (!a->ok) {
-        snprintf(err, errlen, "%s: %s", e.code[0] ? e.code : "error",
-                 e.message[0] ? e.message : "request failed");
+        tdc_seterr(err, errlen, "%s: %s", e.code[0] ? e.code : "error",
+                   e.message[0] ? e.message : "request failed");
         return -1;
     }
     return 0;
@@ -360,18 +355,18 @@ static int check_tensor_size(const struct tensord_tensor *t, char *err, size_t e
     enum dtype dt = dtype_from_name(t->dtype, strlen(t->dtype));
     uint64_t bits;
     if (dt == DT_INVALID)
-        return snprintf(err, errlen, "tensor \"%s\" in the open answer has an unknown dtype "
-                        "\"%s\"", t->name, t->dtype), -1;
+        return tdc_seterr(err, errlen, "tensor \"%s\" in the open answer has an unknown dtype "
+                          "\"%s\"", t->name, t->dtype), -1;
     bits = dtype_info(dt)->bits;
     for (int d = 0; d < t->ndim; d++) {
         if (u64_mul(bits, (uint64_t)t->shape[d], &bits) < 0)
-            return snprintf(err, errlen, "tensor \"%s\" in the open answer: its shape "
-                            "overflows", t->name), -1;
+            return tdc_seterr(err, errlen, "tensor \"%s\" in the open answer: its shape "
+                              "overflows", t->name), -1;
     }
     if (bits % 8 != 0 || bits / 8 != t->nbytes)
-        return snprintf(err, errlen, "tensor \"%s\" in the open answer: a %s tensor of its "
-                        "shape is %llu bits, not its nbytes %llu", t->name, t->dtype,
-                        (unsigned long long)bits, (unsigned long long)t->nbytes), -1;
+        return tdc_seterr(err, errlen, "tensor \"%s\" in the open answer: a %s tensor of its "
+                          "shape is %llu bits, not its nbytes %llu", t->name, t->dtype,
+                          (unsigned long long)bits, (unsigned long long)t->nbytes), -1;
     return 0;
 }
 
@@ -383,19 +378,19 @@ static int check_open(struct open_reader *r, size_t n_fds, char *err, size_t err
     const unsigned alloc_fields = HAVE_FD_INDEX | HAVE_BYTE_SIZE | HAVE_ALLOC_SIZE | HAVE_CHECKSUM;
     const unsigned tensor_fields = HAVE_ALLOC | HAVE_OFFSET | HAVE_NBYTES | HAVE_SHAPE;
     if (!r->have_generation || !r->have_allocs || !r->have_tensors)
-        return snprintf(err, errlen, "malformed open answer (generation, allocations, tensors)"),
+        return tdc_seterr(err, errlen, "malformed open answer (generation, allocations, tensors)"),
                -1;
     m->is_cuda = strcmp(m->backend, "cuda") == 0;
     if (!m->is_cuda && strcmp(m->backend, "host") != 0)
-        return snprintf(err, errlen, "unknown backend \"%s\"", m->backend), -1;
+        return tdc_seterr(err, errlen, "unknown backend \"%s\"", m->backend), -1;
     if (m->n_allocs != n_fds)
-        return snprintf(err, errlen, "the answer lists %zu allocations but carried %zu descriptors",
-                        m->n_allocs, n_fds), -1;
+        return tdc_seterr(err, errlen, "the answer lists %zu allocations but carried %zu "
+                          "descriptors", m->n_allocs, n_fds), -1;
     for (size_t i = 0; i < m->n_allocs; i++) {
         const struct tensord_alloc *a = &m->allocs[i];
         if ((r->allocs.flags[i] & alloc_fields) != alloc_fields || r->allocs.index[i] != i ||
             a->byte_size > a->alloc_size || a->alloc_size == 0)
-            return snprintf(err, errlen, "malformed allocation %zu in the open answer", i), -1;
+            return tdc_seterr(err, errlen, "malformed allocation %zu in the open answer", i), -1;
     }
     for (size_t i = 0; i < m->n_tensors; i++) {
         struct tensord_tensor *t = &m->tensors[i];
@@ -404,9 +399,9 @@ static int check_open(struct open_reader *r, size_t n_fds, char *err, size_t err
         if ((r->tensors.flags[i] & tensor_fields) != tensor_fields ||
             (r->tensors.flags[i] & BAD_RANK) || alloc >= m->n_allocs ||
             u64_add(t->offset, t->nbytes, &end) < 0 || end > m->allocs[alloc].byte_size)
-            return snprintf(err, errlen, "malformed tensor %zu in the open answer", i), -1;
+            return tdc_seterr(err, errlen, "malformed tensor %zu in the open answer", i), -1;
         if (r->tensors.flags[i] & BAD_SHAPE)
-            return snprintf(err, errlen, "malformed shape of tensor %s", t->name), -1;
+            return tdc_seterr(err, errlen, "malformed shape of tensor %s", t->name), -1;
         if (check_tensor_size(t, err, errlen) != 0)
             return -1;
         t->alloc = (uint32_t)alloc;
@@ -442,16 +437,11 @@ int answer_open(const char *body, size_t len, size_t n_fds, struct tensord_model
                               .row_size = sizeof(*m->allocs), .member = alloc_member, .r = &r};
     r.tensors = (struct table){.rows = (void **)&m->tensors, .n = &m->n_tensors,
                                .row_size = sizeof(*m->tensors), .member = tensor_member, .r = &r};
-    char discard[1];
     int rc = -1;
-    if (!err || !errlen) {
-        err = discard;
-        errlen = sizeof(discard);
-    }
     if (read_answer(&s, body, len, open_member, &r, err, errlen) != 0)
         goto out;
     if (default_names(m) < 0 || !(m->cow = cmem_calloc(m->n_allocs, sizeof(*m->cow)))) {
-        snprintf(err, errlen, "out of memory reading the open answer");
+        tdc_seterr(err, errlen, "out of memory reading the open answer");
         goto out;
     }
     rc = check_open(&r, n_fds, err, errlen);
