@@ -102,40 +102,6 @@ static void pop_ctx(void)
     api.CtxPopCurrent(&popped);
 }
 
-static int map_allocs(struct tensord_model *m, struct cuda_model *cm, int ordinal, const int *fds,
-                      char *err, size_t errlen);
-
-int tdc_cuda_map(struct tensord_model *m, const int *fds, char *err, size_t errlen)
-{
-    if (load_api(err, errlen) < 0)
-        return -1;
-    struct cuda_model *cm = cmem_calloc(1, sizeof(*cm));
-    if (cm)
-        cm->maps = cmem_calloc(m->n_allocs, sizeof(*cm->maps));
-    if (!cm || !cm->maps) {
-        free(cm);
-        snprintf(err, errlen, "out of memory");
-        return -1;
-    }
-    m->cuda = cm;
-    int ordinal = find_device(m, &cm->dev);
-    if (ordinal < 0) {
-        snprintf(err, errlen, "device %s (%s) is not visible in this process", m->uuid, m->device);
-        return -1;
-    }
-    m->dev_index = ordinal; /* DLPack device ids are local ordinals */
-    CUresult r = api.DevicePrimaryCtxRetain(&cm->ctx, cm->dev);
-    if (r != CUDA_SUCCESS) {
-        cm->ctx = NULL;
-        return cerr(r, "cuDevicePrimaryCtxRetain", err, errlen);
-    }
-    if (push_ctx(cm, err, errlen) < 0)
-        return -1;
-    int rc = map_allocs(m, cm, ordinal, fds, err, errlen);
-    pop_ctx();
-    return rc;
-}
-
 /* Imports and maps every allocation (cm's context current). */
 static int map_allocs(struct tensord_model *m, struct cuda_model *cm, int ordinal, const int *fds,
                       char *err, size_t errlen)
@@ -175,6 +141,37 @@ static int map_allocs(struct tensord_model *m, struct cuda_model *cm, int ordina
         a->device_ptr = (uint64_t)mp->va;
     }
     return 0;
+}
+
+int tdc_cuda_map(struct tensord_model *m, const int *fds, char *err, size_t errlen)
+{
+    if (load_api(err, errlen) < 0)
+        return -1;
+    struct cuda_model *cm = cmem_calloc(1, sizeof(*cm));
+    if (cm)
+        cm->maps = cmem_calloc(m->n_allocs, sizeof(*cm->maps));
+    if (!cm || !cm->maps) {
+        free(cm);
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    m->cuda = cm;
+    int ordinal = find_device(m, &cm->dev);
+    if (ordinal < 0) {
+        snprintf(err, errlen, "device %s (%s) is not visible in this process", m->uuid, m->device);
+        return -1;
+    }
+    m->dev_index = ordinal; /* DLPack device ids are local ordinals */
+    CUresult r = api.DevicePrimaryCtxRetain(&cm->ctx, cm->dev);
+    if (r != CUDA_SUCCESS) {
+        cm->ctx = NULL;
+        return cerr(r, "cuDevicePrimaryCtxRetain", err, errlen);
+    }
+    if (push_ctx(cm, err, errlen) < 0)
+        return -1;
+    int rc = map_allocs(m, cm, ordinal, fds, err, errlen);
+    pop_ctx();
+    return rc;
 }
 
 void tdc_cuda_unmap(struct tensord_model *m)

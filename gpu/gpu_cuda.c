@@ -183,7 +183,27 @@ static void cuda_free(struct gpu_backend *b, struct gpu_alloc *a)
     a->fd = -1;
 }
 
-static void cuda_stage_close(struct gpu_stage *s);
+static void cuda_stage_close(struct gpu_stage *s)
+{
+    if (!s)
+        return;
+    struct cuda_backend *cb = s->cb;
+    if (use_device(cb, s->dev, NULL) == 0) {
+        for (unsigned i = 0; i < s->nbuf; i++) {
+            if (s->streams[i])
+                cb->api.StreamSynchronize(s->streams[i]);
+            if (s->events[i])
+                cb->api.EventDestroy(s->events[i]);
+            if (s->streams[i])
+                cb->api.StreamDestroy(s->streams[i]);
+        }
+        if (s->host)
+            cb->api.MemFreeHost(s->host);
+    }
+    free(s->streams);
+    free(s->events);
+    free(s);
+}
 
 static struct gpu_stage *cuda_stage_open(struct gpu_backend *b, int dev, unsigned nbuf,
                                          size_t bytes, struct st_error *err)
@@ -249,28 +269,6 @@ static int cuda_stage_wait(struct gpu_stage *s, unsigned i, struct st_error *err
 {
     CUresult r = s->cb->api.EventSynchronize(s->events[i]);
     return r == CUDA_SUCCESS ? 0 : cuda_fail(s->cb, r, "cuEventSynchronize", err);
-}
-
-static void cuda_stage_close(struct gpu_stage *s)
-{
-    if (!s)
-        return;
-    struct cuda_backend *cb = s->cb;
-    if (use_device(cb, s->dev, NULL) == 0) {
-        for (unsigned i = 0; i < s->nbuf; i++) {
-            if (s->streams[i])
-                cb->api.StreamSynchronize(s->streams[i]);
-            if (s->events[i])
-                cb->api.EventDestroy(s->events[i]);
-            if (s->streams[i])
-                cb->api.StreamDestroy(s->streams[i]);
-        }
-        if (s->host)
-            cb->api.MemFreeHost(s->host);
-    }
-    free(s->streams);
-    free(s->events);
-    free(s);
 }
 
 static int cuda_finish(struct gpu_backend *b, struct gpu_alloc *a, struct st_error *err)
