@@ -40,18 +40,8 @@ static pthread_mutex_t api_lock = PTHREAD_MUTEX_INITIALIZER;
 static int load_api(char *err, size_t errlen)
 {
     pthread_mutex_lock(&api_lock);
-    if (api_state == 0) {
+    if (api_state == 0)
         api_state = cuda_api_load(&api, api_err, sizeof(api_err)) == 0 ? 1 : -1;
-        if (api_state == 1) {
-            CUresult r = api.Init(0);
-            if (r != CUDA_SUCCESS) {
-                char d[160];
-                snprintf(api_err, sizeof(api_err), "cuInit: %s",
-                         cuda_api_describe(&api, r, d, sizeof(d)));
-                api_state = -1;
-            }
-        }
-    }
     int ok = api_state == 1;
     pthread_mutex_unlock(&api_lock);
     if (!ok)

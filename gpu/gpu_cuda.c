@@ -375,12 +375,6 @@ struct gpu_backend *gpu_cuda_probe(struct st_error *err)
         st_error_fail(err, ST_ERR_NO_DEVICE, "%s", why);
         goto fail;
     }
-    r = cb->api.Init(0);
-    if (r != CUDA_SUCCESS) {
-        st_error_fail(err, ST_ERR_NO_DEVICE, "cuInit: %s",
-                      cuda_api_describe(&cb->api, r, e, sizeof(e)));
-        goto fail;
-    }
     r = cb->api.DeviceGetCount(&count);
     if (r != CUDA_SUCCESS) {
         st_error_fail(err, ST_ERR_NO_DEVICE, "cuDeviceGetCount: %s",
