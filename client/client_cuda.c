@@ -97,12 +97,9 @@ static int map_allocs(struct tensord_model *m, struct cuda_model *cm, int ordina
                       char *err, size_t errlen)
 {
     CUresult r;
-    CUmemAllocationProp prop = {0};
+    CUmemAllocationProp prop;
     size_t gran = 0;
-    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    prop.location.id = ordinal;
-    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    cuda_api_posix_prop(&prop, ordinal);
     if ((r = api.MemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM)) !=
         CUDA_SUCCESS)
         return cerr(r, "cuMemGetAllocationGranularity", err, errlen);

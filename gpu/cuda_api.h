@@ -179,6 +179,17 @@ fail:
     return -1;
 }
 
+/* The properties of device memory on ordinal dev shared as a POSIX fd:
+ * what the daemon creates and workers import. */
+static inline void cuda_api_posix_prop(CUmemAllocationProp *p, int dev)
+{
+    memset(p, 0, sizeof(*p));
+    p->type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    p->location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    p->location.id = dev;
+    p->requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+}
+
 /* dev's UUID as `nvidia-smi -L` prints it: "MIG-" and the instance's UUID
  * for a MIG instance, "GPU-" and the GPU's otherwise. A MIG instance is one
  * whose UUID differs from what the pre-11.4 cuDeviceGetUuid reports (its

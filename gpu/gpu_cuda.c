@@ -80,15 +80,6 @@ static int use_device(struct cuda_backend *cb, int dev, struct st_error *err)
     return r == CUDA_SUCCESS ? 0 : cuda_fail(cb, r, "cuCtxSetCurrent", err);
 }
 
-static void fill_prop(CUmemAllocationProp *p, int dev)
-{
-    memset(p, 0, sizeof(*p));
-    p->type = CU_MEM_ALLOCATION_TYPE_PINNED;
-    p->location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    p->location.id = dev;
-    p->requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
-}
-
 static int cuda_alloc(struct gpu_backend *b, int dev, uint64_t size, int legacy, const char *label,
                       struct gpu_alloc *a, struct st_error *err)
 {
@@ -109,7 +100,7 @@ static int cuda_alloc(struct gpu_backend *b, int dev, uint64_t size, int legacy,
         return st_error_fail(err, ST_ERR_NO_DEVICE,
                              "device %d cannot export memory as POSIX file descriptors", dev);
     }
-    fill_prop(&prop, dev);
+    cuda_api_posix_prop(&prop, dev);
     r = cb->api.MemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
     if (r != CUDA_SUCCESS || gran == 0)
         return cuda_fail(cb, r, "cuMemGetAllocationGranularity", err);

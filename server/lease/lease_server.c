@@ -425,7 +425,6 @@ static void accept_some(struct lease_server *s)
         struct conn *c = xcalloc(1, sizeof(*c));
         c->fd = fd;
         c->uid = cr.uid;
-        c->gid = cr.gid;
         c->pid = (unsigned)cr.pid;
         atomic_fetch_add(&s->n_conns, 1);
         pthread_mutex_lock(&s->qlock);
