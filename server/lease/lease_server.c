@@ -186,17 +186,11 @@ static void hello(struct conn *c)
     lease_frame_json(c, &w, NULL, 0);
 }
 
-static void list(struct lease_server *s, struct conn *c)
-{
-    struct jsonw w = JSONW_INIT;
-    gpu_doc_list(s->gm, &w);
-    lease_frame_json(c, &w, NULL, 0);
-}
-
 static void handle_request(struct lease_server *s, struct conn *c, const unsigned char *p, size_t n)
 {
     struct ipc_request *req = xmalloc(sizeof(*req));
     struct st_error err;
+    struct jsonw w = JSONW_INIT;
     if (ipc_request_parse((const char *)p, n, req, &err) < 0) {
         lease_frame_error(c, "bad_request", "%s", err.message);
         goto out;
@@ -211,7 +205,8 @@ static void handle_request(struct lease_server *s, struct conn *c, const unsigne
             hello(c);
         break;
     case IPC_OP_LIST:
-        list(s, c);
+        gpu_doc_list(s->gm, &w);
+        lease_frame_json(c, &w, NULL, 0);
         break;
     case IPC_OP_CLOSE:
         lease_frame_ok(c);
