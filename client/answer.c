@@ -14,66 +14,12 @@
 #include "json_scan.h"
 #include "util.h"
 
-#define KEY_MAX 32        /* longer keys are none of ours: compared as unknown */
 #define MAX_DIMS 64       /* a tensor's dimensions, at most */
-
-/* Called with the scanner on the first token of the value of member `key`;
- * leaves it on the value's last token. The value is at `depth`. */
-typedef int (*member_fn)(struct json_scan *s, const char *key, unsigned depth, void *ctx);
 
 /* Consumes the value at the current token, whatever it is. */
 static int skip_value(struct json_scan *s, unsigned depth)
 {
     return json_scan_value(s, depth, ANSWER_MAX_DEPTH);
-}
-
-/* Reads the object whose '{' is the current token (at depth), calling fn
- * for every member; duplicate keys are an error. */
-static int read_object(struct json_scan *s, unsigned depth, member_fn fn, void *ctx)
-{
-    struct json_scan_keys keys = JSON_SCAN_KEYS_INIT;
-    char key[KEY_MAX];
-    int rc = -1;
-    if (depth > ANSWER_MAX_DEPTH)
-        return json_scan_fail(s, JSON_ERR_DEPTH);
-    if (json_scan_next(s) == '}')
-        return 0;
-    for (;;) {
-        if (json_scan_key(s) != 0 || json_scan_keys_add(s, &keys) != 0)
-            goto out;
-        size_t n = json_scan_decode(s, key, sizeof(key) - 1);
-        key[n < sizeof(key) ? n : 0] = '\0'; /* too long: "" matches nothing */
-        if (json_scan_colon(s) != 0 || json_scan_value_start(s) != 0 ||
-            fn(s, key, depth + 1, ctx) != 0)
-            goto out;
-        int more = json_scan_more(s, '}');
-        if (more <= 0) {
-            rc = more;
-            goto out;
-        }
-    }
-out:
-    json_scan_keys_free(&keys);
-    return rc;
-}
-
-/* Reads the array whose '[' is the current token (at depth), calling fn for
- * every element (key NULL). */
-static int read_array(struct json_scan *s, unsigned depth, member_fn fn, void *ctx)
-{
-    if (depth > ANSWER_MAX_DEPTH)
-        return json_scan_fail(s, JSON_ERR_DEPTH);
-    if (json_scan_next(s) == ']')
-        return 0;
-    for (;;) {
-        if (s->tok == JSON_TOK_EOF)
-            return json_scan_fail(s, JSON_ERR_ARRAY_END);
-        if (json_scan_value_start(s) != 0 || fn(s, NULL, depth + 1, ctx) != 0)
-            return -1;
-        int more = json_scan_more(s, ']');
-        if (more <= 0)
-            return more;
-    }
 }
 
 /* The current token as a non-negative integer: 1 with *v, else 0 (the
@@ -135,7 +81,7 @@ static int envelope_member(struct json_scan *s, const char *key, unsigned depth,
     else if (strcmp(key, "lease") == 0)
         e->a->has_lease = read_uint(s, depth, &e->a->lease, &rc);
     else if (strcmp(key, "error") == 0 && s->tok == '{')
-        rc = read_object(s, depth, error_member, e);
+        rc = json_scan_each(s, depth, ANSWER_MAX_DEPTH, error_member, e);
     else
         rc = skip_value(s, depth);
     return rc;
@@ -145,28 +91,29 @@ static int envelope_member(struct json_scan *s, const char *key, unsigned depth,
 static int scan_error(const struct json_scan *s, char *err, size_t errlen)
 {
     if (s->no_memory)
-        snprintf(err, errlen, "out of memory reading an answer of %zu bytes", s->len);
+        tdc_seterr(err, errlen, "out of memory reading an answer of %zu bytes", s->len);
     else if (s->failed)
-        snprintf(err, errlen, "bad answer from tensord: %s (line %d, column %d)", s->text,
-                 s->line, s->column);
+        tdc_seterr(err, errlen, "bad answer from tensord: %s (line %d, column %d)", s->text,
+                   s->line, s->column);
     else
-        snprintf(err, errlen, "bad answer from tensord: invalid token at byte %zu", s->start);
+        tdc_seterr(err, errlen, "bad answer from tensord: invalid token at byte %zu", s->start);
     return -1;
 }
 
 /* Reads the whole of body as one object, each member going to fn: first
  * what json_scan leaves to its callers (valid UTF-8, no NUL byte). */
-static int read_answer(struct json_scan *s, const char *body, size_t len, member_fn fn,
+static int read_answer(struct json_scan *s, const char *body, size_t len, json_scan_fn fn,
                        void *ctx, char *err, size_t errlen)
 {
     json_scan_init(s, body, len);
     if (!utf8_valid(body, len))
-        return snprintf(err, errlen, "bad answer from tensord: not valid UTF-8"), -1;
+        return tdc_seterr(err, errlen, "bad answer from tensord: not valid UTF-8"), -1;
     if (memchr(body, '\0', len))
-        return snprintf(err, errlen, "bad answer from tensord: a NUL byte"), -1;
+        return tdc_seterr(err, errlen, "bad answer from tensord: a NUL byte"), -1;
     if (json_scan_next(s) != '{')
         json_scan_fail(s, s->tok == JSON_TOK_INVALID ? JSON_ERR_VALUE : JSON_ERR_DOCUMENT);
-    else if (read_object(s, 1, fn, ctx) == 0 && json_scan_next(s) != JSON_TOK_EOF)
+    else if (json_scan_each(s, 1, ANSWER_MAX_DEPTH, fn, ctx) == 0 &&
+             json_scan_next(s) != JSON_TOK_EOF)
         json_scan_fail(s, JSON_ERR_TRAILING);
     return s->failed ? scan_error(s, err, errlen) : 0;
 }
@@ -175,17 +122,12 @@ int answer_read(const char *body, size_t len, struct answer *a, char *err, size_
 {
     struct json_scan s;
     struct envelope e = {.a = a, .code = "", .message = ""};
-    char discard[1];
-    if (!err || !errlen) {
-        err = discard;
-        errlen = sizeof(discard);
-    }
     memset(a, 0, sizeof(*a));
     if (read_answer(&s, body, len, envelope_member, &e, err, errlen) != 0)
         return -1;
     if (!a->ok) {
-        snprintf(err, errlen, "%s: %s", e.code[0] ? e.code : "error",
-                 e.message[0] ? e.message : "request failed");
+        tdc_seterr(err, errlen, "%s: %s", e.code[0] ? e.code : "error",
+                   e.message[0] ? e.message : "request failed");
         return -1;
     }
     return 0;
@@ -215,7 +157,7 @@ struct table {
     size_t row_size, cap;
     unsigned *flags;            /* HAVE_* per row */
     uint64_t *index;
-    member_fn member;           /* reads one member of a row */
+    json_scan_fn member;           /* reads one member of a row */
     struct open_reader *r;
 };
 
@@ -258,7 +200,9 @@ static int table_row(struct json_scan *s, const char *key, unsigned depth, void 
     if (grow(t) < 0)
         return json_scan_fail(s, JSON_ERR_NO_MEMORY);
     (*t->n)++;
-    return s->tok == '{' ? read_object(s, depth, t->member, t->r) : skip_value(s, depth);
+    if (s->tok != '{')
+        return skip_value(s, depth);
+    return json_scan_each(s, depth, ANSWER_MAX_DEPTH, t->member, t->r);
 }
 
 /* The checksum: 16 hex digits, as the daemon writes it. */
@@ -334,7 +278,7 @@ static int read_shape(struct json_scan *s, unsigned depth, struct open_reader *r
     if (s->tok != '[')
         return skip_value(s, depth);
     r->n_dims = 0;
-    if (read_array(s, depth, dim_element, r) != 0)
+    if (json_scan_each(s, depth, ANSWER_MAX_DEPTH, dim_element, r) != 0)
         return -1;
     int64_t *dims = cmem_calloc(r->n_dims, sizeof(*dims));
     if (!dims)
@@ -391,10 +335,10 @@ static int open_member(struct json_scan *s, const char *key, unsigned depth, voi
         r->have_generation = read_uint(s, depth, &m->generation, &rc);
     } else if (strcmp(key, "allocations") == 0 && s->tok == '[') {
         r->have_allocs = 1;
-        rc = read_array(s, depth, table_row, &r->allocs);
+        rc = json_scan_each(s, depth, ANSWER_MAX_DEPTH, table_row, &r->allocs);
     } else if (strcmp(key, "tensors") == 0 && s->tok == '[') {
         r->have_tensors = 1;
-        rc = read_array(s, depth, table_row, &r->tensors);
+        rc = json_scan_each(s, depth, ANSWER_MAX_DEPTH, table_row, &r->tensors);
     } else {
         rc = skip_value(s, depth);
     }
@@ -411,18 +355,18 @@ static int check_tensor_size(const struct tensord_tensor *t, char *err, size_t e
     enum dtype dt = dtype_from_name(t->dtype, strlen(t->dtype));
     uint64_t bits;
     if (dt == DT_INVALID)
-        return snprintf(err, errlen, "tensor \"%s\" in the open answer has an unknown dtype "
-                        "\"%s\"", t->name, t->dtype), -1;
+        return tdc_seterr(err, errlen, "tensor \"%s\" in the open answer has an unknown dtype "
+                          "\"%s\"", t->name, t->dtype), -1;
     bits = dtype_info(dt)->bits;
     for (int d = 0; d < t->ndim; d++) {
         if (u64_mul(bits, (uint64_t)t->shape[d], &bits) < 0)
-            return snprintf(err, errlen, "tensor \"%s\" in the open answer: its shape "
-                            "overflows", t->name), -1;
+            return tdc_seterr(err, errlen, "tensor \"%s\" in the open answer: its shape "
+                              "overflows", t->name), -1;
     }
     if (bits % 8 != 0 || bits / 8 != t->nbytes)
-        return snprintf(err, errlen, "tensor \"%s\" in the open answer: a %s tensor of its "
-                        "shape is %llu bits, not its nbytes %llu", t->name, t->dtype,
-                        (unsigned long long)bits, (unsigned long long)t->nbytes), -1;
+        return tdc_seterr(err, errlen, "tensor \"%s\" in the open answer: a %s tensor of its "
+                          "shape is %llu bits, not its nbytes %llu", t->name, t->dtype,
+                          (unsigned long long)bits, (unsigned long long)t->nbytes), -1;
     return 0;
 }
 
@@ -434,19 +378,19 @@ static int check_open(struct open_reader *r, size_t n_fds, char *err, size_t err
     const unsigned alloc_fields = HAVE_FD_INDEX | HAVE_BYTE_SIZE | HAVE_ALLOC_SIZE | HAVE_CHECKSUM;
     const unsigned tensor_fields = HAVE_ALLOC | HAVE_OFFSET | HAVE_NBYTES | HAVE_SHAPE;
     if (!r->have_generation || !r->have_allocs || !r->have_tensors)
-        return snprintf(err, errlen, "malformed open answer (generation, allocations, tensors)"),
+        return tdc_seterr(err, errlen, "malformed open answer (generation, allocations, tensors)"),
                -1;
     m->is_cuda = strcmp(m->backend, "cuda") == 0;
     if (!m->is_cuda && strcmp(m->backend, "host") != 0)
-        return snprintf(err, errlen, "unknown backend \"%s\"", m->backend), -1;
+        return tdc_seterr(err, errlen, "unknown backend \"%s\"", m->backend), -1;
     if (m->n_allocs != n_fds)
-        return snprintf(err, errlen, "the answer lists %zu allocations but carried %zu descriptors",
-                        m->n_allocs, n_fds), -1;
+        return tdc_seterr(err, errlen, "the answer lists %zu allocations but carried %zu "
+                          "descriptors", m->n_allocs, n_fds), -1;
     for (size_t i = 0; i < m->n_allocs; i++) {
         const struct tensord_alloc *a = &m->allocs[i];
         if ((r->allocs.flags[i] & alloc_fields) != alloc_fields || r->allocs.index[i] != i ||
             a->byte_size > a->alloc_size || a->alloc_size == 0)
-            return snprintf(err, errlen, "malformed allocation %zu in the open answer", i), -1;
+            return tdc_seterr(err, errlen, "malformed allocation %zu in the open answer", i), -1;
     }
     for (size_t i = 0; i < m->n_tensors; i++) {
         struct tensord_tensor *t = &m->tensors[i];
@@ -455,9 +399,9 @@ static int check_open(struct open_reader *r, size_t n_fds, char *err, size_t err
         if ((r->tensors.flags[i] & tensor_fields) != tensor_fields ||
             (r->tensors.flags[i] & BAD_RANK) || alloc >= m->n_allocs ||
             u64_add(t->offset, t->nbytes, &end) < 0 || end > m->allocs[alloc].byte_size)
-            return snprintf(err, errlen, "malformed tensor %zu in the open answer", i), -1;
+            return tdc_seterr(err, errlen, "malformed tensor %zu in the open answer", i), -1;
         if (r->tensors.flags[i] & BAD_SHAPE)
-            return snprintf(err, errlen, "malformed shape of tensor %s", t->name), -1;
+            return tdc_seterr(err, errlen, "malformed shape of tensor %s", t->name), -1;
         if (check_tensor_size(t, err, errlen) != 0)
             return -1;
         t->alloc = (uint32_t)alloc;
@@ -493,16 +437,11 @@ int answer_open(const char *body, size_t len, size_t n_fds, struct tensord_model
                               .row_size = sizeof(*m->allocs), .member = alloc_member, .r = &r};
     r.tensors = (struct table){.rows = (void **)&m->tensors, .n = &m->n_tensors,
                                .row_size = sizeof(*m->tensors), .member = tensor_member, .r = &r};
-    char discard[1];
     int rc = -1;
-    if (!err || !errlen) {
-        err = discard;
-        errlen = sizeof(discard);
-    }
     if (read_answer(&s, body, len, open_member, &r, err, errlen) != 0)
         goto out;
     if (default_names(m) < 0 || !(m->cow = cmem_calloc(m->n_allocs, sizeof(*m->cow)))) {
-        snprintf(err, errlen, "out of memory reading the open answer");
+        tdc_seterr(err, errlen, "out of memory reading the open answer");
         goto out;
     }
     rc = check_open(&r, n_fds, err, errlen);

@@ -40,18 +40,8 @@ static pthread_mutex_t api_lock = PTHREAD_MUTEX_INITIALIZER;
 static int load_api(char *err, size_t errlen)
 {
     pthread_mutex_lock(&api_lock);
-    if (api_state == 0) {
+    if (api_state == 0)
         api_state = cuda_api_load(&api, api_err, sizeof(api_err)) == 0 ? 1 : -1;
-        if (api_state == 1) {
-            CUresult r = api.Init(0);
-            if (r != CUDA_SUCCESS) {
-                char d[160];
-                snprintf(api_err, sizeof(api_err), "cuInit: %s",
-                         cuda_api_describe(&api, r, d, sizeof(d)));
-                api_state = -1;
-            }
-        }
-    }
     int ok = api_state == 1;
     pthread_mutex_unlock(&api_lock);
     if (!ok)
@@ -102,8 +92,43 @@ static void pop_ctx(void)
     api.CtxPopCurrent(&popped);
 }
 
+/* Imports and maps every allocation (cm's context current). */
 static int map_allocs(struct tensord_model *m, struct cuda_model *cm, int ordinal, const int *fds,
-                      char *err, size_t errlen);
+                      char *err, size_t errlen)
+{
+    CUresult r;
+    CUmemAllocationProp prop;
+    size_t gran = 0;
+    cuda_api_posix_prop(&prop, ordinal);
+    if ((r = api.MemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM)) !=
+        CUDA_SUCCESS)
+        return cerr(r, "cuMemGetAllocationGranularity", err, errlen);
+    for (size_t i = 0; i < m->n_allocs; i++) {
+        struct tensord_alloc *a = &m->allocs[i];
+        struct cuda_map *mp = &cm->maps[i];
+        r = api.MemImportFromShareableHandle(&mp->handle, (void *)(uintptr_t)fds[i],
+                                             CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+        if (r != CUDA_SUCCESS)
+            return cerr(r, "cuMemImportFromShareableHandle", err, errlen);
+        mp->imported = 1;
+        if ((r = api.MemAddressReserve(&mp->va, a->alloc_size, gran, 0, 0)) != CUDA_SUCCESS)
+            return cerr(r, "cuMemAddressReserve", err, errlen);
+        mp->reserved = 1;
+        if ((r = api.MemMap(mp->va, a->alloc_size, 0, mp->handle, 0)) != CUDA_SUCCESS)
+            return cerr(r, "cuMemMap", err, errlen);
+        mp->mapped = 1;
+        CUmemAccessDesc acc = {.location = prop.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READ};
+        r = api.MemSetAccess(mp->va, a->alloc_size, &acc, 1);
+        if (r != CUDA_SUCCESS) { /* read-only device mappings are not supported everywhere */
+            acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+            r = api.MemSetAccess(mp->va, a->alloc_size, &acc, 1);
+        }
+        if (r != CUDA_SUCCESS)
+            return cerr(r, "cuMemSetAccess", err, errlen);
+        a->device_ptr = (uint64_t)mp->va;
+    }
+    return 0;
+}
 
 int tdc_cuda_map(struct tensord_model *m, const int *fds, char *err, size_t errlen)
 {
@@ -134,47 +159,6 @@ int tdc_cuda_map(struct tensord_model *m, const int *fds, char *err, size_t errl
     int rc = map_allocs(m, cm, ordinal, fds, err, errlen);
     pop_ctx();
     return rc;
-}
-
-/* Imports and maps every allocation (cm's context current). */
-static int map_allocs(struct tensord_model *m, struct cuda_model *cm, int ordinal, const int *fds,
-                      char *err, size_t errlen)
-{
-    CUresult r;
-    CUmemAllocationProp prop = {0};
-    size_t gran = 0;
-    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    prop.location.id = ordinal;
-    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
-    if ((r = api.MemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM)) !=
-        CUDA_SUCCESS)
-        return cerr(r, "cuMemGetAllocationGranularity", err, errlen);
-    for (size_t i = 0; i < m->n_allocs; i++) {
-        struct tensord_alloc *a = &m->allocs[i];
-        struct cuda_map *mp = &cm->maps[i];
-        r = api.MemImportFromShareableHandle(&mp->handle, (void *)(uintptr_t)fds[i],
-                                             CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
-        if (r != CUDA_SUCCESS)
-            return cerr(r, "cuMemImportFromShareableHandle", err, errlen);
-        mp->imported = 1;
-        if ((r = api.MemAddressReserve(&mp->va, a->alloc_size, gran, 0, 0)) != CUDA_SUCCESS)
-            return cerr(r, "cuMemAddressReserve", err, errlen);
-        mp->reserved = 1;
-        if ((r = api.MemMap(mp->va, a->alloc_size, 0, mp->handle, 0)) != CUDA_SUCCESS)
-            return cerr(r, "cuMemMap", err, errlen);
-        mp->mapped = 1;
-        CUmemAccessDesc acc = {.location = prop.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READ};
-        r = api.MemSetAccess(mp->va, a->alloc_size, &acc, 1);
-        if (r != CUDA_SUCCESS) { /* read-only device mappings are not supported everywhere */
-            acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-            r = api.MemSetAccess(mp->va, a->alloc_size, &acc, 1);
-        }
-        if (r != CUDA_SUCCESS)
-            return cerr(r, "cuMemSetAccess", err, errlen);
-        a->device_ptr = (uint64_t)mp->va;
-    }
-    return 0;
 }
 
 void tdc_cuda_unmap(struct tensord_model *m)

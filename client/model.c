@@ -186,36 +186,27 @@ TENSORD_API struct tensord_model *tensord_open(struct tensord_client *c, const c
 {
     int fds[IPC_MAX_FDS];
     size_t n_fds = 0;
-    char *req, *raw = NULL;
-    uint64_t lease = 0;
-    unsigned epoch;
+    char *req = NULL, *raw = NULL;
     if (!c || !model) {
         tdc_seterr(err, errlen, "no client or no model name");
         return NULL;
     }
-    if (!(req = open_request(model, device))) {
+    struct tensord_model *m = cmem_calloc(1, sizeof(*m));
+    if (!m || !(req = open_request(model, device))) {
+        free(m);
         tdc_seterr(err, errlen, "%s", tdc_oom);
         return NULL;
     }
-    int rc = take_lease(c, req, fds, &n_fds, &raw, &lease, &epoch, err, errlen);
+    int rc = take_lease(c, req, fds, &n_fds, &raw, &m->lease, &m->epoch, err, errlen);
     free(req);
-    if (rc != RT_OK)
+    if (rc != RT_OK) {
+        free(m);
         return NULL;
+    }
     /* From here every failure gives the lease back (model_free does). */
     atomic_fetch_add(&c->refs, 1);
-    struct tensord_model *m = cmem_calloc(1, sizeof(*m));
-    if (!m) {
-        tdc_seterr(err, errlen, "%s", tdc_oom);
-        tdc_close_fds(fds, n_fds);
-        free(raw);
-        tdc_release_lease(c, lease, epoch);
-        tdc_client_unref(c);
-        return NULL;
-    }
     atomic_init(&m->refs, 1);
     m->c = c;
-    m->lease = lease;
-    m->epoch = epoch;
     rc = answer_open(raw, strlen(raw), n_fds, m, err, errlen);
     free(raw);
     if (rc == 0)

@@ -398,22 +398,6 @@ int json_scan_more(struct json_scan *s, int close)
     return json_scan_fail(s, close == '}' ? JSON_ERR_OBJECT_END : JSON_ERR_ARRAY_END);
 }
 
-static int scan_array(struct json_scan *s, unsigned depth, unsigned max_depth)
-{
-    if (json_scan_next(s) == ']')
-        return 0;
-    for (;;) {
-        /* jansson's loop ends at EOF before trying a value: "']' expected". */
-        if (s->tok == JSON_TOK_EOF)
-            return json_scan_fail(s, JSON_ERR_ARRAY_END);
-        if (json_scan_value(s, depth + 1, max_depth) != 0)
-            return -1;
-        int more = json_scan_more(s, ']');
-        if (more <= 0)
-            return more;
-    }
-}
-
 int json_scan_keys_add(struct json_scan *s, struct json_scan_keys *k)
 {
     const char *key = s->buf + s->start + 1;
@@ -450,26 +434,42 @@ void json_scan_keys_free(struct json_scan_keys *k)
     *k = (struct json_scan_keys)JSON_SCAN_KEYS_INIT;
 }
 
-static int scan_object(struct json_scan *s, unsigned depth, unsigned max_depth)
+int json_scan_each(struct json_scan *s, unsigned depth, unsigned max_depth, json_scan_fn fn,
+                   void *ctx)
 {
-    if (json_scan_next(s) == '}')
-        return 0;
     struct json_scan_keys keys = JSON_SCAN_KEYS_INIT;
-    int rc = -1;
-    for (;;) {
-        if (json_scan_key(s) != 0 || json_scan_keys_add(s, &keys) != 0)
-            goto done;
-        if (json_scan_colon(s) != 0 || json_scan_value(s, depth + 1, max_depth) != 0)
-            goto done;
-        int more = json_scan_more(s, '}');
-        if (more <= 0) {
-            rc = more;
-            goto done;
+    char key[JSON_SCAN_KEY_MAX];
+    int close = s->tok == '{' ? '}' : ']', more = json_scan_next(s) == close ? 0 : 1;
+    while (more == 1) {
+        if (close == '}') {
+            if (json_scan_key(s) != 0 || json_scan_keys_add(s, &keys) != 0)
+                break;
+            size_t n = json_scan_decode(s, key, sizeof(key) - 1);
+            key[n < sizeof(key) ? n : 0] = '\0'; /* too long: "" matches nothing */
+            if (json_scan_colon(s) != 0)
+                break;
+        } else if (s->tok == JSON_TOK_EOF) {
+            /* jansson's loop ends at EOF before trying a value: "']' expected". */
+            json_scan_fail(s, JSON_ERR_ARRAY_END);
+            break;
         }
+        if (depth + 1 > max_depth) {
+            json_scan_fail(s, JSON_ERR_DEPTH);
+            break;
+        }
+        if (json_scan_value_start(s) != 0 || fn(s, close == '}' ? key : NULL, depth + 1, ctx) != 0)
+            break;
+        more = json_scan_more(s, close);
     }
-done:
     json_scan_keys_free(&keys);
-    return rc;
+    return more == 0 ? 0 : -1;
+}
+
+/* A member or element that json_scan_value only checks (ctx: max_depth). */
+static int check_member(struct json_scan *s, const char *key, unsigned depth, void *ctx)
+{
+    (void)key;
+    return json_scan_value(s, depth, (unsigned)(uintptr_t)ctx);
 }
 
 int json_scan_value(struct json_scan *s, unsigned depth, unsigned max_depth)
@@ -478,10 +478,8 @@ int json_scan_value(struct json_scan *s, unsigned depth, unsigned max_depth)
         return json_scan_fail(s, JSON_ERR_DEPTH);
     if (json_scan_value_start(s) != 0)
         return -1;
-    if (s->tok == '[')
-        return scan_array(s, depth, max_depth);
-    if (s->tok == '{')
-        return scan_object(s, depth, max_depth);
+    if (s->tok == '[' || s->tok == '{')
+        return json_scan_each(s, depth, max_depth, check_member, (void *)(uintptr_t)max_depth);
     return 0;
 }
 

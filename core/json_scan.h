@@ -125,6 +125,21 @@ void json_scan_keys_free(struct json_scan_keys *k);
  * error (JSON_ERR_NO_MEMORY), never an abort. */
 int json_scan_value(struct json_scan *s, unsigned depth, unsigned max_depth);
 
+/* Called by json_scan_each for each member of an object (key: its name,
+ * decoded; "" when it has JSON_SCAN_KEY_MAX bytes or more) or element of an
+ * array (key NULL), with the scanner on the value's first token, already
+ * checked with json_scan_value_start; it must leave the scanner on the
+ * value's last token. depth is the value's. Returns 0 or -1 (error set). */
+#define JSON_SCAN_KEY_MAX 32
+typedef int (*json_scan_fn)(struct json_scan *s, const char *key, unsigned depth, void *ctx);
+
+/* Reads the object or array whose '{' or '[' is the current token (at
+ * depth), calling fn for each member or element: duplicate keys and values
+ * nested past max_depth are errors. Returns 0 or -1; allocates as
+ * json_scan_value does. */
+int json_scan_each(struct json_scan *s, unsigned depth, unsigned max_depth, json_scan_fn fn,
+                   void *ctx);
+
 /* Validates a whole document like json_loadb(JSON_REJECT_DUPLICATES): one
  * object or array, then only whitespace. Returns 0 or -1. */
 int json_scan_document(struct json_scan *s);

@@ -68,7 +68,6 @@
       (CUmemGenericAllocationHandle * h, void *handle, CUmemAllocationHandleType t))           \
     X(MemAlloc, "cuMemAlloc", (CUdeviceptr *p, size_t size))                                   \
     X(MemFree, "cuMemFree", (CUdeviceptr p))                                                   \
-    X(MemGetInfo, "cuMemGetInfo", (size_t *free_bytes, size_t *total_bytes))                   \
     X(IpcGetMemHandle, "cuIpcGetMemHandle", (CUipcMemHandle *h, CUdeviceptr p))                \
     X(MemHostAlloc, "cuMemHostAlloc", (void **p, size_t size, unsigned int flags))             \
     X(MemFreeHost, "cuMemFreeHost", (void *p))                                                 \
@@ -97,8 +96,24 @@ struct cuda_api {
     CUresult (*DeviceGetUuidV1)(CUuuid *uuid, CUdevice dev);
 };
 
-/* Loads the driver and every entry point. Returns 0, or -1 with a reason
- * in err (no driver, driver too old, a missing entry point). A message
+/* "CUDA_ERROR_X (N): description" for r, in buf (returned). */
+static inline const char *cuda_api_describe(const struct cuda_api *api, CUresult r, char *buf,
+                                            size_t len)
+{
+    const char *name = NULL, *text = NULL;
+    if (!api->GetErrorName || api->GetErrorName(r, &name) != CUDA_SUCCESS)
+        name = NULL;
+    if (!api->GetErrorString || api->GetErrorString(r, &text) != CUDA_SUCCESS)
+        text = NULL;
+    snprintf(buf, len, "%s (%d): %s", name ? name : "CUDA error", (int)r,
+             text ? text : "unknown CUDA error");
+    return buf;
+}
+
+/* Loads the driver and every entry point, and initialises it (cuInit).
+ * Returns 0, or -1 with a reason in err (no driver, driver too old, a
+ * missing entry point, cuInit's error: then the library stays loaded, as
+ * unloading a driver that ran is not safe). A message
  * buffer, not core's struct st_error: the client library compiles this
  * header too, and it links nothing of core's errors (its own API reports
  * into the caller's buffer). */
@@ -151,6 +166,12 @@ static inline int cuda_api_load(struct cuda_api *api, char *err, size_t errlen)
         if (r == CUDA_SUCCESS && fn)
             memcpy(&api->DeviceGetUuidV1, &fn, sizeof(fn));
     }
+    CUresult r = api->Init(0);
+    if (r != CUDA_SUCCESS) {
+        char d[160];
+        snprintf(err, errlen, "cuInit: %s", cuda_api_describe(api, r, d, sizeof(d)));
+        return -1;
+    }
     return 0;
 fail:
     dlclose(api->lib);
@@ -158,18 +179,15 @@ fail:
     return -1;
 }
 
-/* "CUDA_ERROR_X (N): description" for r, in buf (returned). */
-static inline const char *cuda_api_describe(const struct cuda_api *api, CUresult r, char *buf,
-                                            size_t len)
+/* The properties of device memory on ordinal dev shared as a POSIX fd:
+ * what the daemon creates and workers import. */
+static inline void cuda_api_posix_prop(CUmemAllocationProp *p, int dev)
 {
-    const char *name = NULL, *text = NULL;
-    if (!api->GetErrorName || api->GetErrorName(r, &name) != CUDA_SUCCESS)
-        name = NULL;
-    if (!api->GetErrorString || api->GetErrorString(r, &text) != CUDA_SUCCESS)
-        text = NULL;
-    snprintf(buf, len, "%s (%d): %s", name ? name : "CUDA error", (int)r,
-             text ? text : "unknown CUDA error");
-    return buf;
+    memset(p, 0, sizeof(*p));
+    p->type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    p->location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    p->location.id = dev;
+    p->requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
 }
 
 /* dev's UUID as `nvidia-smi -L` prints it: "MIG-" and the instance's UUID

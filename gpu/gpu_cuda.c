@@ -80,15 +80,6 @@ static int use_device(struct cuda_backend *cb, int dev, struct st_error *err)
     return r == CUDA_SUCCESS ? 0 : cuda_fail(cb, r, "cuCtxSetCurrent", err);
 }
 
-static void fill_prop(CUmemAllocationProp *p, int dev)
-{
-    memset(p, 0, sizeof(*p));
-    p->type = CU_MEM_ALLOCATION_TYPE_PINNED;
-    p->location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    p->location.id = dev;
-    p->requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
-}
-
 static int cuda_alloc(struct gpu_backend *b, int dev, uint64_t size, int legacy, const char *label,
                       struct gpu_alloc *a, struct st_error *err)
 {
@@ -109,7 +100,7 @@ static int cuda_alloc(struct gpu_backend *b, int dev, uint64_t size, int legacy,
         return st_error_fail(err, ST_ERR_NO_DEVICE,
                              "device %d cannot export memory as POSIX file descriptors", dev);
     }
-    fill_prop(&prop, dev);
+    cuda_api_posix_prop(&prop, dev);
     r = cb->api.MemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
     if (r != CUDA_SUCCESS || gran == 0)
         return cuda_fail(cb, r, "cuMemGetAllocationGranularity", err);
@@ -183,7 +174,27 @@ static void cuda_free(struct gpu_backend *b, struct gpu_alloc *a)
     a->fd = -1;
 }
 
-static void cuda_stage_close(struct gpu_stage *s);
+static void cuda_stage_close(struct gpu_stage *s)
+{
+    if (!s)
+        return;
+    struct cuda_backend *cb = s->cb;
+    if (use_device(cb, s->dev, NULL) == 0) {
+        for (unsigned i = 0; i < s->nbuf; i++) {
+            if (s->streams[i])
+                cb->api.StreamSynchronize(s->streams[i]);
+            if (s->events[i])
+                cb->api.EventDestroy(s->events[i]);
+            if (s->streams[i])
+                cb->api.StreamDestroy(s->streams[i]);
+        }
+        if (s->host)
+            cb->api.MemFreeHost(s->host);
+    }
+    free(s->streams);
+    free(s->events);
+    free(s);
+}
 
 static struct gpu_stage *cuda_stage_open(struct gpu_backend *b, int dev, unsigned nbuf,
                                          size_t bytes, struct st_error *err)
@@ -249,28 +260,6 @@ static int cuda_stage_wait(struct gpu_stage *s, unsigned i, struct st_error *err
 {
     CUresult r = s->cb->api.EventSynchronize(s->events[i]);
     return r == CUDA_SUCCESS ? 0 : cuda_fail(s->cb, r, "cuEventSynchronize", err);
-}
-
-static void cuda_stage_close(struct gpu_stage *s)
-{
-    if (!s)
-        return;
-    struct cuda_backend *cb = s->cb;
-    if (use_device(cb, s->dev, NULL) == 0) {
-        for (unsigned i = 0; i < s->nbuf; i++) {
-            if (s->streams[i])
-                cb->api.StreamSynchronize(s->streams[i]);
-            if (s->events[i])
-                cb->api.EventDestroy(s->events[i]);
-            if (s->streams[i])
-                cb->api.StreamDestroy(s->streams[i]);
-        }
-        if (s->host)
-            cb->api.MemFreeHost(s->host);
-    }
-    free(s->streams);
-    free(s->events);
-    free(s);
 }
 
 static int cuda_finish(struct gpu_backend *b, struct gpu_alloc *a, struct st_error *err)
@@ -375,12 +364,6 @@ struct gpu_backend *gpu_cuda_probe(struct st_error *err)
     CUresult r;
     if (cuda_api_load(&cb->api, why, sizeof(why)) < 0) {
         st_error_fail(err, ST_ERR_NO_DEVICE, "%s", why);
-        goto fail;
-    }
-    r = cb->api.Init(0);
-    if (r != CUDA_SUCCESS) {
-        st_error_fail(err, ST_ERR_NO_DEVICE, "cuInit: %s",
-                      cuda_api_describe(&cb->api, r, e, sizeof(e)));
         goto fail;
     }
     r = cb->api.DeviceGetCount(&count);

@@ -19,8 +19,7 @@ void gm_instance_free(struct gm_instance *m)
     for (int i = 0; i < GM_TEXT_COUNT; i++)
         free(m->texts[i]);
     for (size_t i = 0; m->shards && i < m->n_shards; i++) {
-        if (m->shards[i].a.priv || m->shards[i].a.fd >= 0)
-            m->be->ops->free(m->be, &m->shards[i].a);
+        m->be->ops->free(m->be, &m->shards[i].a); /* a no-op where none was made */
         free(m->shards[i].file);
     }
     for (size_t i = 0; m->tensors && i < m->n_tensors; i++) {

@@ -50,7 +50,7 @@
 struct gpu_load_shard {
     int fd;                    /* the file, buffered */
     const void *gate_file;     /* the gate's name for the file (upstream chunks); may be NULL */
-    int direct_fd;             /* the same file opened with O_DIRECT, or -1 */
+    int direct_fd;             /* the same file opened with O_DIRECT, or negative */
     uint64_t data_start, size; /* the data buffer in the file */
     struct gpu_alloc *a;       /* where it goes */
     uint64_t checksum;         /* out: ipc_tsum of the bytes */

@@ -127,50 +127,17 @@ const struct gpu_backend *gpu_manager_cuda(struct gpu_manager *gm, const char **
     return gm->cuda;
 }
 
-void gm_rows_free(struct gm_row *rows, size_t n)
+void gpu_manager_rows(struct gpu_manager *gm, int current_only,
+                      void (*fn)(const struct gm_row *row, void *ctx), void *ctx)
 {
-    for (size_t i = 0; rows && i < n; i++)
-        free(rows[i].name);
-    free(rows);
-}
-
-int gpu_manager_rows(struct gpu_manager *gm, int current_only, struct gm_row **rows, size_t *n)
-{
-    int rc = 0;
-    *rows = NULL;
-    *n = 0;
     pthread_mutex_lock(&gm->lock);
-    size_t count = 0;
-    for (struct gm_instance *m = gm->models; m; m = m->next)
-        count += !current_only || m->current;
-    struct gm_row *r = calloc(count ? count : 1, sizeof(*r));
-    if (!r) {
-        rc = -ENOMEM;
-        goto out;
-    }
     for (struct gm_instance *m = gm->models; m; m = m->next) {
-        if (current_only && !m->current)
-            continue;
-        struct gm_row *row = &r[(*n)++];
-        row->name = strdup(m->name);
-        if (!row->name) {
-            rc = -ENOMEM;
-            break;
-        }
-        row->state = m->state;
-        memcpy(row->device, m->device, sizeof(row->device));
-        row->generation = m->generation;
-        row->leases = m->leases;
+        struct gm_row row = {.name = m->name, .device = m->device, .state = m->state,
+                             .generation = m->generation, .leases = m->leases};
+        if (m->current || !current_only)
+            fn(&row, ctx);
     }
-out:
     pthread_mutex_unlock(&gm->lock);
-    if (rc < 0) {
-        gm_rows_free(r, *n);
-        *n = 0;
-        return rc;
-    }
-    *rows = r;
-    return 0;
 }
 
 void gpu_manager_view(struct gpu_manager *gm, const char *model, struct gm_view *v)
@@ -242,17 +209,12 @@ void gpu_manager_on_reload(struct gpu_manager *gm, struct reg_snapshot *snap)
      * gpu_preload_request). */
     struct reg_snapshot *old_latest = gm->latest;
     gm->latest = reg_snapshot_ref(snap);
-    size_t n = 0;
-    for (struct gm_instance *m = gm->models; m; m = m->next)
-        n += m->current;
-    struct gm_instance **cur = xcalloc(n ? n : 1, sizeof(*cur));
-    n = 0;
-    for (struct gm_instance *m = gm->models; m; m = m->next)
-        if (m->current)
-            cur[n++] = m;
-    for (size_t i = 0; i < n; i++) {
-        struct gm_instance *m = cur[i];
-        if (m->source) /* a mirror's model: not the registry's to replace */
+    struct gm_instance *next;
+    for (struct gm_instance *m = gm->models; m; m = next) {
+        /* Retiring m may unlink it; its replacement goes in at the head,
+         * behind this walk. */
+        next = m->next;
+        if (!m->current || m->source) /* a mirror's model: not the registry's to replace */
             continue;
         const struct reg_model *rm = reg_snapshot_find_model(snap, m->name, strlen(m->name));
         int valid = rm && rm->state == MODEL_READY;
@@ -262,9 +224,7 @@ void gpu_manager_on_reload(struct gpu_manager *gm, struct reg_snapshot *snap)
         int startup = m->startup;
         log_msg(LOG_INFO, "gpu: %s changed on disk: %s", m->name,
                 valid ? "reloading it into a new generation" : "evicting it");
-        if (startup) { /* the replacement inherits the start-up accounting */
-            m->startup = 0;
-        }
+        m->startup = 0; /* the replacement inherits the start-up accounting */
         struct gm_instance *dead = do_gm_instance_retire(gm, m);
         if (dead) {
             dead->qnext = dead_list;
@@ -284,7 +244,6 @@ void gpu_manager_on_reload(struct gpu_manager *gm, struct reg_snapshot *snap)
     pthread_mutex_unlock(&gm->lock);
     if (old_latest)
         reg_snapshot_unref(old_latest);
-    free(cur);
     while (dead_list) {
         struct gm_instance *d = dead_list;
         dead_list = d->qnext;

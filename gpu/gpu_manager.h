@@ -145,11 +145,10 @@ struct gm_view {
     char refused_device[64];
 };
 
-/* One row of the instance table. */
+/* One row of the instance table (borrowed for the call it is passed to). */
 struct gm_row {
-    char *name;
+    const char *name, *device;
     enum gm_state state;
-    char device[24];
     uint64_t generation;
     unsigned leases;
 };
@@ -168,10 +167,11 @@ int gpu_manager_start(struct gpu_manager *gm, struct st_error *err);
  * none. Never changes after gpu_manager_new. */
 const struct gpu_backend *gpu_manager_cuda(struct gpu_manager *gm, const char **reason);
 
-/* The instance table, newest first (only current instances with
- * current_only). *rows is the caller's: gm_rows_free. Returns 0 or -ENOMEM. */
-int gpu_manager_rows(struct gpu_manager *gm, int current_only, struct gm_row **rows, size_t *n);
-void gm_rows_free(struct gm_row *rows, size_t n);
+/* Calls fn for each row of the instance table, newest first (only current
+ * instances with current_only), under the manager's lock: fn must not call
+ * the manager. */
+void gpu_manager_rows(struct gpu_manager *gm, int current_only,
+                      void (*fn)(const struct gm_row *row, void *ctx), void *ctx);
 
 /* model's current instance, else its newest draining one, as a view; a
  * model with none gives inst = NULL (refused set when a start-up preload

@@ -36,7 +36,9 @@
  * and copies the lock-guarded fields under the lock; the caller renders
  * from the copy and the fields that never change, then releases the view.
  * The big parts of a document (the tensor table, the allocations once
- * published) are rendered once per instance and kept in it. */
+ * published) are rendered once per instance and kept in it. The instance
+ * table's few fields are the exception: gpu_manager_rows hands its caller
+ * each row under the lock. */
 #ifndef TENSORD_GPU_MANAGER_INT_H
 #define TENSORD_GPU_MANAGER_INT_H
 

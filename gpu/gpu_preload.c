@@ -30,14 +30,6 @@ void do_gm_enqueue(struct gpu_manager *gm, struct gm_instance *m)
     pthread_cond_broadcast(&gm->cond);
 }
 
-/* O_DIRECT descriptor for the same version of f, or -1 (not supported, or
- * the path now leads to another file or version). */
-static int open_direct(const struct reg_model *rm, const struct reg_file *f)
-{
-    int fd = reg_open_below(rm->root, f, O_RDONLY | O_DIRECT);
-    return fd >= 0 ? fd : -1;
-}
-
 /* Allocates every shard of m on its device. Returns 0 or -errno with
  * m->error. */
 static int alloc_shards(const struct gm_options *opt, struct gm_instance *m, int dev)
@@ -163,12 +155,14 @@ static int copy_shards(struct gpu_manager *gm, struct gm_instance *m, int dev)
         goto out;
     /* O_DIRECT descriptors only for the shards with bytes on the disk: a
      * warm load of many shards opens none (bytes handed over from the page
-     * cache of another shard are read buffered). */
+     * cache of another shard are read buffered). One that cannot be had
+     * (not supported, or the path now leads to another file or version) is
+     * negative: the shard is read buffered. */
     size_t first = plan.n_src[GPU_SRC_PAGE_CACHE];
     for (size_t k = first; k < plan.n_chunks; k++) { /* disk chunks come shard by shard */
         uint32_t i = plan.chunks[k].shard;
         if (k == first || plan.chunks[k - 1].shard != i)
-            ls[i].direct_fd = open_direct(m->rm, m->shards[i].rf);
+            ls[i].direct_fd = reg_open_below(m->rm->root, m->shards[i].rf, O_RDONLY | O_DIRECT);
     }
     rc = gpu_load_run(&l, ls, m->n_shards, &plan, &stats, &e);
     if (rc < 0 && rc != -ECANCELED && stats.failed_shard >= 0)
@@ -258,8 +252,7 @@ static void *loader_main(void *arg)
             /* A failed or cancelled load keeps no memory. Nobody else looks
              * at the allocations before they are published. */
             for (size_t i = 0; i < m->n_shards; i++)
-                if (m->shards[i].a.priv || m->shards[i].a.fd >= 0)
-                    m->be->ops->free(m->be, &m->shards[i].a);
+                m->be->ops->free(m->be, &m->shards[i].a);
         } else {
             metrics_add(MC_GPU_PRELOAD_BYTES, m->total);
             metrics_add(MC_GPU_PRELOAD_PAGE_CACHE_BYTES, m->io.page_cache_bytes);

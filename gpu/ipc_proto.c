@@ -40,58 +40,25 @@ struct fields {
     char op_text[72];          /* enough to name an unknown op (64 bytes) and tell it apart */
 };
 
-static struct member *member_of(struct fields *f, const struct json_scan *s)
+/* One member of the request object (at depth 2): kept when f wants it. */
+static int read_member(struct json_scan *s, const char *key, unsigned depth, void *ctx)
 {
-    static const struct {
-        const char *key;
-        size_t off;
-    } keys[] = {
-        {"op", offsetof(struct fields, op)},
-        {"model", offsetof(struct fields, model)},
-        {"device", offsetof(struct fields, device)},
-        {"lease", offsetof(struct fields, lease)},
-        {"protocol", offsetof(struct fields, protocol)},
-    };
-    char key[16];
-    if (s->str_len >= sizeof(key))
-        return NULL;
-    json_scan_decode(s, key, sizeof(key) - 1);
-    key[s->str_len] = '\0';
-    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
-        if (strcmp(key, keys[i].key) == 0)
-            return (struct member *)((char *)f + keys[i].off);
-    return NULL;
-}
-
-/* Reads the object whose '{' is the current token, keeping the members of
- * f. Returns 0 or -1 (s has the error). */
-static int read_object(struct json_scan *s, struct fields *f)
-{
-    struct json_scan_keys keys = JSON_SCAN_KEYS_INIT;
-    int rc = -1, more = json_scan_next(s) == '}' ? 0 : 1;
-    while (more == 1) {
-        if (json_scan_key(s) != 0 || json_scan_keys_add(s, &keys) != 0)
-            goto out;
-        struct member *m = member_of(f, s);
-        if (json_scan_colon(s) != 0 || json_scan_value_start(s) != 0)
-            goto out;
-        if (m) {
-            m->tok = s->tok;
-            m->integer = s->integer;
-            m->len = s->tok == JSON_TOK_STRING ? s->str_len : 0;
-            if (s->tok == JSON_TOK_STRING && m->str) {
-                size_t n = json_scan_decode(s, m->str, m->cap);
-                m->str[n < m->cap ? n : m->cap] = '\0';
-            }
+    static const char *const names[] = {"op", "model", "device", "lease", "protocol"};
+    struct fields *f = ctx;
+    struct member *members[] = {&f->op, &f->model, &f->device, &f->lease, &f->protocol};
+    for (size_t i = 0; i < ARRAY_LEN(names); i++) {
+        struct member *m = members[i];
+        if (strcmp(key, names[i]) != 0)
+            continue;
+        m->tok = s->tok;
+        m->integer = s->integer;
+        m->len = s->tok == JSON_TOK_STRING ? s->str_len : 0;
+        if (s->tok == JSON_TOK_STRING && m->str) {
+            size_t n = json_scan_decode(s, m->str, m->cap);
+            m->str[n < m->cap ? n : m->cap] = '\0';
         }
-        if (json_scan_value(s, 2, JSON_SCAN_MAX_DEPTH) != 0) /* members of the depth-1 object */
-            goto out;
-        more = json_scan_more(s, '}');
     }
-    rc = more;
-out:
-    json_scan_keys_free(&keys);
-    return rc;
+    return json_scan_value(s, depth, JSON_SCAN_MAX_DEPTH);
 }
 
 /* Fills err for a request the daemon cannot read; returns -EINVAL. */
@@ -167,7 +134,7 @@ int ipc_request_parse(const char *json, size_t len, struct ipc_request *req, str
     json_scan_init(&s, json, len);
     int rc, tok = json_scan_next(&s);
     if (tok == '{')
-        rc = read_object(&s, &f);
+        rc = json_scan_each(&s, 1, JSON_SCAN_MAX_DEPTH, read_member, &f);
     else
         rc = json_scan_value_start(&s) == 0 ? json_scan_value(&s, 1, JSON_SCAN_MAX_DEPTH) : -1;
     if (rc == 0 && json_scan_next(&s) != JSON_TOK_EOF)

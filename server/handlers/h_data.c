@@ -287,7 +287,7 @@ struct answer *handle_gpu(const struct request_view *v, struct answer *a, const 
         char *device;
         rc = gpu_doc_preload_device(v->body ? v->body : "", v->body_len, &device, &e);
         if (rc == 0)
-            rc = gpu_doc_preload(gm, model, device, &w, &status, &e);
+            rc = gpu_doc_preload_model(gm, model, device, NULL, NULL, &w, &status, &e);
         free(device);
     } else if (strcmp(method, "DELETE") == 0) {
         rc = gpu_doc_evict(gm, model, &w, &status, &e);

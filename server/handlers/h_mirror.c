@@ -336,7 +336,7 @@ static struct answer *mirror_preload(const struct request_view *v, struct answer
         return handle_gpu_answer(a, rc, status, &w, &de);
     if (!v->wait_job) {
         /* Loaded or loading already: that instance, without asking the upstream. */
-        rc = gpu_doc_preload(gm, model, device, &w, &status, &de);
+        rc = gpu_doc_preload_model(gm, model, device, NULL, NULL, &w, &status, &de);
         free(device);
         if (rc == 0 || de.http_status != HTTP_NOT_FOUND)
             return handle_gpu_answer(a, rc, status, &w, &de);

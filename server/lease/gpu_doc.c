@@ -240,27 +240,34 @@ void gpu_doc_options(struct gm_options *opt, const struct config *cfg)
 
 /* ---- HTTP ------------------------------------------------------------------ */
 
+/* One row of the instance table, with its leases in the status (ctx: the
+ * writer, and whether "list" asked: the current instances only). */
+struct rows_ctx {
+    struct jsonw *w;
+    int current_only;
+};
+
+static void row(const struct gm_row *r, void *ctx)
+{
+    const struct rows_ctx *c = ctx;
+    jsonw_obj(c->w);
+    jsonw_kstr(c->w, "name", r->name);
+    jsonw_kstr(c->w, "state", gm_state_name(r->state));
+    jsonw_kstr(c->w, "device", r->device);
+    jsonw_ku64(c->w, "generation", r->generation);
+    if (!c->current_only)
+        jsonw_ku64(c->w, "leases", r->leases);
+    jsonw_obj_end(c->w);
+}
+
 /* The instance table: every instance with its leases (the status), or
  * the current ones only (what the socket's "list" shows). */
 static void rows(struct jsonw *w, struct gpu_manager *gm, int current_only)
 {
-    struct gm_row *r;
-    size_t n;
-    if (gpu_manager_rows(gm, current_only, &r, &n) < 0)
-        r = NULL, n = 0;
+    struct rows_ctx c = {w, current_only};
     jsonw_arr(w);
-    for (size_t i = 0; i < n; i++) {
-        jsonw_obj(w);
-        jsonw_kstr(w, "name", r[i].name);
-        jsonw_kstr(w, "state", gm_state_name(r[i].state));
-        jsonw_kstr(w, "device", r[i].device);
-        jsonw_ku64(w, "generation", r[i].generation);
-        if (!current_only)
-            jsonw_ku64(w, "leases", r[i].leases);
-        jsonw_obj_end(w);
-    }
+    gpu_manager_rows(gm, current_only, row, &c);
     jsonw_arr_end(w);
-    gm_rows_free(r, n);
 }
 
 static void devices(struct jsonw *w, const struct gpu_backend *cuda)
@@ -340,34 +347,17 @@ void gpu_doc_model(struct gpu_manager *gm, const char *model, struct jsonw *w)
     gpu_manager_view_release(gm, &v);
 }
 
-/* The "device" member of the object whose '{' is s's current token, when
- * it is a string: *device gets a copy (NULL when absent or another type; a
- * copy of part of the request body, which the daemon holds already).
- * Returns 0, or -1 (s has the error). */
-static int read_device(struct json_scan *s, char **device)
+/* A member of the preload body (at depth 2): *(char **)ctx gets a copy of
+ * "device" when it is a string (keys are unique, so once; a copy of part of
+ * the request body, which the daemon holds already). */
+static int read_device(struct json_scan *s, const char *key, unsigned depth, void *ctx)
 {
-    struct json_scan_keys keys = JSON_SCAN_KEYS_INIT;
-    int rc = -1, more = json_scan_next(s) == '}' ? 0 : 1;
-    while (more == 1) {
-        if (json_scan_key(s) != 0 || json_scan_keys_add(s, &keys) != 0)
-            goto out;
-        char key[6];
-        int is_device = s->str_len == 6 && json_scan_decode(s, key, 6) == 6 &&
-                        memcmp(key, "device", 6) == 0;
-        if (json_scan_colon(s) != 0 || json_scan_value_start(s) != 0)
-            goto out;
-        if (is_device && s->tok == JSON_TOK_STRING) { /* once: keys are unique */
-            *device = xmalloc(s->str_len + 1);
-            (*device)[json_scan_decode(s, *device, s->str_len)] = '\0';
-        }
-        if (json_scan_value(s, 2, JSON_SCAN_MAX_DEPTH) != 0)
-            goto out;
-        more = json_scan_more(s, '}');
+    char **device = ctx;
+    if (s->tok == JSON_TOK_STRING && strcmp(key, "device") == 0) {
+        *device = xmalloc(s->str_len + 1);
+        (*device)[json_scan_decode(s, *device, s->str_len)] = '\0';
     }
-    rc = more;
-out:
-    json_scan_keys_free(&keys);
-    return rc;
+    return json_scan_value(s, depth, JSON_SCAN_MAX_DEPTH);
 }
 
 int gpu_doc_preload_device(const char *body, size_t len, char **device, struct gpu_doc_error *e)
@@ -376,7 +366,8 @@ int gpu_doc_preload_device(const char *body, size_t len, char **device, struct g
     *device = NULL;
     if (!memchr(body, '\0', len) && utf8_valid(body, len)) {
         json_scan_init(&s, body, len);
-        if (json_scan_next(&s) == '{' && read_device(&s, device) == 0 &&
+        if (json_scan_next(&s) == '{' &&
+            json_scan_each(&s, 1, JSON_SCAN_MAX_DEPTH, read_device, device) == 0 &&
             json_scan_next(&s) == JSON_TOK_EOF && *device)
             return 0;
     }
@@ -408,12 +399,6 @@ int gpu_doc_preload_model(struct gpu_manager *gm, const char *model, const char 
     instance(w, &v, 0, 0);
     gpu_manager_view_release(gm, &v);
     return 0;
-}
-
-int gpu_doc_preload(struct gpu_manager *gm, const char *model, const char *device,
-                    struct jsonw *w, int *http_status, struct gpu_doc_error *e)
-{
-    return gpu_doc_preload_model(gm, model, device, NULL, NULL, w, http_status, e);
 }
 
 int gpu_doc_evict(struct gpu_manager *gm, const char *model, struct jsonw *w, int *http_status,

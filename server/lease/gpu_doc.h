@@ -59,13 +59,10 @@ int gpu_doc_preload_device(const char *body, size_t len, char **device, struct g
  * and *http_status 202 when a load starts, 200 when it is already loaded or
  * loading there; -errno with e: 400 bad_device, 404 not_found (not in the
  * current snapshot), 409 model_invalid / loaded_elsewhere, 503
- * gpu_unavailable. */
-int gpu_doc_preload(struct gpu_manager *gm, const char *model, const char *device,
-                    struct jsonw *w, int *http_status, struct gpu_doc_error *e);
-/* gpu_doc_preload for a model the registry does not hold: rm, whose bytes
- * *src delivers (a mirror's); *src becomes NULL when the new instance took
- * it over, otherwise the caller still owns it. With src NULL it is
- * gpu_doc_preload (404 not_found for a model the registry lacks). */
+ * gpu_unavailable. With src NULL (and rm) the model is the registry's;
+ * else it is rm, which the registry does not hold, whose bytes *src
+ * delivers (a mirror's): *src becomes NULL when the new instance took it
+ * over, otherwise the caller still owns it. */
 int gpu_doc_preload_model(struct gpu_manager *gm, const char *model, const char *device,
                           const struct reg_model *rm, struct gm_source **src, struct jsonw *w,
                           int *http_status, struct gpu_doc_error *e);

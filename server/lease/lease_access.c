@@ -225,10 +225,13 @@ int lease_access_allowed(const struct lease_allow *s, int fd, struct ucred *cr)
     return ok;
 }
 
-static void log_suppressed(const struct lease_refusal *r, uint64_t now)
+/* Logs r's count of refusals not yet logged, and starts its next interval. */
+static void log_suppressed(struct lease_refusal *r, uint64_t now)
 {
     log_msg(LOG_WARN, "ipc: refused uid %u %llu more time(s) in the last %.0f s", r->uid,
             (unsigned long long)r->unlogged, (double)(now - r->since_ns) / 1e9);
+    r->since_ns = now;
+    r->unlogged = 0;
 }
 
 /* One log line per peer uid per interval; the others are counted and
@@ -272,11 +275,8 @@ void lease_access_flush(struct lease_refusals *s)
     for (int i = 0; i < LEASE_REFUSAL_UIDS; i++) {
         struct lease_refusal *r = &s->r[i];
         if (r->used && r->unlogged &&
-            now - r->since_ns >= LEASE_REFUSAL_LOG_SECONDS * 1000000000ULL) {
+            now - r->since_ns >= LEASE_REFUSAL_LOG_SECONDS * 1000000000ULL)
             log_suppressed(r, now);
-            r->since_ns = now;
-            r->unlogged = 0;
-        }
     }
 }
 

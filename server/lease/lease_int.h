@@ -21,7 +21,7 @@ struct conn {
     struct conn *prev, *next;      /* every open connection (serve thread) */
     struct conn *qnext;            /* the accept thread's hand-off queue */
     int fd;
-    unsigned uid, gid, pid;
+    unsigned uid, pid;
     unsigned char *in;             /* received bytes not yet consumed */
     size_t in_len, in_cap;         /* in_cap <= IPC_HEADER_BYTES + IPC_MAX_REQUEST */
     unsigned char *out;            /* the answer being sent */

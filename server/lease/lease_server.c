@@ -186,17 +186,11 @@ static void hello(struct conn *c)
     lease_frame_json(c, &w, NULL, 0);
 }
 
-static void list(struct lease_server *s, struct conn *c)
-{
-    struct jsonw w = JSONW_INIT;
-    gpu_doc_list(s->gm, &w);
-    lease_frame_json(c, &w, NULL, 0);
-}
-
 static void handle_request(struct lease_server *s, struct conn *c, const unsigned char *p, size_t n)
 {
     struct ipc_request *req = xmalloc(sizeof(*req));
     struct st_error err;
+    struct jsonw w = JSONW_INIT;
     if (ipc_request_parse((const char *)p, n, req, &err) < 0) {
         lease_frame_error(c, "bad_request", "%s", err.message);
         goto out;
@@ -211,7 +205,8 @@ static void handle_request(struct lease_server *s, struct conn *c, const unsigne
             hello(c);
         break;
     case IPC_OP_LIST:
-        list(s, c);
+        gpu_doc_list(s->gm, &w);
+        lease_frame_json(c, &w, NULL, 0);
         break;
     case IPC_OP_CLOSE:
         lease_frame_ok(c);
@@ -425,7 +420,6 @@ static void accept_some(struct lease_server *s)
         struct conn *c = xcalloc(1, sizeof(*c));
         c->fd = fd;
         c->uid = cr.uid;
-        c->gid = cr.gid;
         c->pid = (unsigned)cr.pid;
         atomic_fetch_add(&s->n_conns, 1);
         pthread_mutex_lock(&s->qlock);
@@ -457,8 +451,17 @@ static void *accept_main(void *arg)
 
 /* ---- start and stop ------------------------------------------------------ */
 
+/* Stops the threads that started, removes the socket file and frees s. */
 static void server_free(struct lease_server *s)
 {
+    uint64_t one = 1;
+    if (s->have_serve && write(s->stopfd, &one, sizeof(one)) < 0)
+        log_msg(LOG_WARN, "ipc: stop signal: %s", strerror(errno));
+    if (s->have_accept)
+        pthread_join(s->accept_thread, NULL);
+    if (s->have_serve)
+        pthread_join(s->serve_thread, NULL);
+    unlink(s->path);
     while (s->conns)
         conn_free(s, s->conns);
     while (s->qhead) {
@@ -517,26 +520,12 @@ struct lease_server *lease_server_start(struct gpu_manager *gm, const char *path
     log_msg(LOG_INFO, "ipc: leases on %s", path);
     return s;
 fail:
-    unlink(path);
-    if (s->have_serve) {
-        uint64_t one = 1;
-        if (write(s->stopfd, &one, sizeof(one)) < 0)
-            log_msg(LOG_WARN, "ipc: stop signal: %s", strerror(errno));
-        pthread_join(s->serve_thread, NULL);
-    }
     server_free(s);
     return NULL;
 }
 
 void lease_server_stop(struct lease_server *s)
 {
-    if (!s)
-        return;
-    uint64_t one = 1;
-    if (write(s->stopfd, &one, sizeof(one)) < 0)
-        log_msg(LOG_WARN, "ipc: stop signal: %s", strerror(errno));
-    pthread_join(s->accept_thread, NULL);
-    pthread_join(s->serve_thread, NULL);
-    unlink(s->path);
-    server_free(s);
+    if (s)
+        server_free(s);
 }

@@ -237,7 +237,7 @@ static json_t *post(struct gpu_manager *gm, const char *model, const char *body,
     char *device;
     int rc = gpu_doc_preload_device(body, strlen(body), &device, &e);
     if (rc == 0)
-        rc = gpu_doc_preload(gm, model, device, &w, status, &e);
+        rc = gpu_doc_preload_model(gm, model, device, NULL, NULL, &w, status, &e);
     free(device);
     if (rc == 0)
         return parsed(&w);
