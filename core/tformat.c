@@ -149,10 +149,10 @@ static void st_key(struct tformat_st *w, const char *s, size_t n)
     strbuf_putc(&w->sb, ':');
 }
 
-void tformat_st_begin(struct tformat_st *w)
+static void st_begin(struct tformat_st *w)
 {
     memset(w, 0, sizeof(*w));
-    strbuf_append(&w->sb, "\0\0\0\0\0\0\0\0", ST_ALIGN); /* the length, by tformat_st_end */
+    strbuf_append(&w->sb, "\0\0\0\0\0\0\0\0", ST_ALIGN); /* the length, by st_end */
 }
 
 void tformat_st_resume(struct tformat_st *w, size_t entries, uint64_t data_len)
@@ -191,7 +191,9 @@ void tformat_st_tensor(struct tformat_st *w, const char *name, size_t name_len, 
     w->data_len += nbytes;
 }
 
-int tformat_st_end(struct tformat_st *w, char **out, size_t *out_len)
+/* Pads the JSON with spaces to a multiple of 8, writes its length before it,
+ * and hands the text over in *out (caller frees): 0, or -ENOMEM. */
+static int st_end(struct tformat_st *w, char **out, size_t *out_len)
 {
     if (!w->n)
         strbuf_putc(&w->sb, '{');
@@ -211,7 +213,7 @@ int tformat_safetensors_prefix(const char *name, enum dtype dt, uint32_t ndim,
                                size_t *out_len)
 {
     struct tformat_st w;
-    tformat_st_begin(&w);
+    st_begin(&w);
     tformat_st_tensor(&w, name, strlen(name), dt, ndim, shape, nbytes);
-    return tformat_st_end(&w, out, out_len);
+    return st_end(&w, out, out_len);
 }
