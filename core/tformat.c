@@ -63,8 +63,7 @@ static void npy_build(const char *descr, uint32_t ndim, const uint64_t *shape, c
     size_t dict = 12; /* dict is written after the longest (v2) preamble, moved later */
     size_t len = dict;
     put(buf, cap, &len, "{'descr': '%s', 'fortran_order': False, 'shape': (", descr);
-    for (uint32_t i = 0; i < ndim; i++)
-        put(buf, cap, &len, i ? ", %" PRIu64 : "%" PRIu64, shape[i]);
+    len += shape_format(buf + len, cap - len, shape, ndim, ", ");
     put(buf, cap, &len, ndim == 1 ? ",), }" : "), }");
     if (comment)
         put(buf, cap, &len, " # %s", comment);
@@ -121,8 +120,7 @@ int tformat_npy_raw_prefix(enum dtype dt, uint32_t ndim, const uint64_t *shape, 
     char comment[64 + SHAPE_MAX_CHARS(ST_MAX_NDIM)];
     size_t clen = 0;
     put(comment, sizeof(comment), &clen, "tensord: dtype=%s shape=", info->name);
-    for (uint32_t i = 0; i < ndim; i++)
-        put(comment, sizeof(comment), &clen, i ? ",%" PRIu64 : "%" PRIu64, shape[i]);
+    shape_format(comment + clen, sizeof(comment) - clen, shape, ndim, ",");
     if (info->bits == 8 || info->bits == 16) {
         npy_build(info->bits == 8 ? "|u1" : "<u2", ndim, shape, comment, out, out_len);
         return 0;
