@@ -2,11 +2,10 @@
  * work the same for every representation.
  *
  * A body is an in-memory prefix (an npy or safetensors header, or a whole
- * JSON document) followed by data that lives in files: either one
+ * JSON document) followed by data that lives in a file: either one
  * contiguous span, which can go out with sendfile, or a slice plan whose
- * runs are gathered with pread, or a list of pieces (each a span or a
- * strided selection, from any of a model's files) for an answer made of many
- * tensors; or a source (struct body_source) that produces all its bytes.
+ * runs are gathered with pread; or a source (struct body_source) that
+ * produces all its bytes.
  * Nothing is materialised: any byte range of the body is produced on
  * demand. */
 #ifndef TENSORD_BODY_H
@@ -17,17 +16,6 @@
 
 #include "fileio.h"
 #include "slice.h"
-
-/* One piece of a many-piece body. */
-struct body_piece {
-    uint64_t at;                    /* offset of its first byte in the data (after the prefix) */
-    uint64_t len;                   /* bytes it gives; > 0 */
-    int fd;                         /* borrowed: the file holding it */
-    const struct fileio_stat *st;   /* borrowed: the file as validated; after every read the
-                                     * file is checked against it (NULL: not checked) */
-    uint64_t file_off;              /* the span's first byte, or the tensor's for runs */
-    const struct slice_runs *runs;  /* borrowed; NULL when the piece is contiguous */
-};
 
 /* The producer of a body made on demand (a shared document's segments, a
  * streamed fetch answer), whatever holds its bytes. */
@@ -50,15 +38,12 @@ struct body_source {
 struct body {
     const char *prefix;             /* borrowed; may be NULL when prefix_len == 0 */
     size_t prefix_len;
-    int fd;                         /* file holding the data; -1 when data_len == 0 or pieces */
+    int fd;                         /* file holding the data; -1 when data_len == 0 */
     uint64_t data_off;              /* file offset of the data (the tensor's first byte) */
     uint64_t data_len;              /* data bytes after the prefix */
     const struct slice_plan *plan;  /* borrowed; NULL when the data is contiguous */
-    const struct body_piece *pieces;/* borrowed; when n_pieces > 0 the data is these, in order
-                                     * and adjacent (fd, data_off and plan are then unused) */
-    size_t n_pieces;
     const struct body_source *src;  /* when set, every byte comes from src (data_len bytes; no
-                                     * prefix, fd, plan or pieces) */
+                                     * prefix, fd or plan) */
     void *src_ctx;                  /* borrowed: its argument */
 };
 
@@ -69,7 +54,7 @@ static inline uint64_t body_size(const struct body *b)
 
 /* Copies body bytes [off, off + len) into buf. The range must lie inside the
  * body. Returns 0 or a negative errno (-ENODATA when a file shrank, or, for
- * pieces, no longer matches its validated size and mtime). */
+ * a source, no longer matches its validated size and mtime). */
 int body_read(const struct body *b, uint64_t off, void *buf, size_t len);
 
 /* Returns 1, the file and the file offset of body byte `off` when
@@ -78,7 +63,7 @@ int body_read(const struct body *b, uint64_t off, void *buf, size_t len);
 int body_file_span(const struct body *b, uint64_t off, uint64_t len, int *fd, uint64_t *file_off);
 
 /* The validated version of the file that holds body byte `off` of a
- * many-piece body or a source's, or NULL when not recorded. */
+ * source's body, or NULL when not recorded. */
 const struct fileio_stat *body_piece_stat(const struct body *b, uint64_t off);
 
 #endif

@@ -299,13 +299,7 @@ void config_free(struct config *cfg)
             free(*sp);
             *sp = NULL;
         } else if (o->type == OPT_STRLIST) {
-            unsigned *count = (unsigned *)(base + o->count_off);
-            char **list = (char **)(base + o->off);
-            for (unsigned k = 0; k < *count; k++) {
-                free(list[k]);
-                list[k] = NULL;
-            }
-            *count = 0;
+            store_list(base, o, NULL, NULL, 0);
         }
     }
 }

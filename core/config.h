@@ -126,18 +126,4 @@ char *config_state_dir_path(const struct config *cfg);
 /* threads, with 0 resolved to the number of online CPUs (at least 1). */
 unsigned config_effective_threads(const struct config *cfg);
 
-/* The option table, for docs checks and --help style listings. */
-struct config_option_info {
-    const char *name;
-    const char *section;
-    const char *type;      /* "string", "uint", "size", "bool", "list", "enum" */
-    const char *def;       /* default, as written in a config file */
-    uint64_t min, max;     /* numeric range (uint, size, list entries of allow_*) */
-    const char *choices;   /* enum values, "|"-separated; NULL for other types */
-    const char *doc;
-};
-size_t config_option_count(void);
-/* Returns 0 and fills *info for i < config_option_count(), else -ENOENT. */
-int config_option_info(size_t i, struct config_option_info *info);
-
 #endif

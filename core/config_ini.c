@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "config_int.h"
+#include "fileio.h"
 #include "util.h"
 
 #define SECTION_MAX 64 /* bytes of a section name, with its NUL */
@@ -181,27 +182,14 @@ int config_load_buffer(struct config *cfg, const char *buf, size_t len, const ch
 
 int config_load_file(struct config *cfg, const char *path, struct st_error *err)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return st_error_errno(err, errno, "%s", path);
-    size_t cap = 4096, len = 0;
-    char *buf = xmalloc(cap);
-    size_t got;
-    int rc;
-    while ((got = fread(buf + len, 1, cap - len, f)) > 0) {
-        len += got;
-        if (len == cap) {
-            if (cap >= (16u << 20)) {
-                rc = st_error_fail(err, ST_ERR_LIMIT, "%s: file larger than 16 MiB", path);
-                goto out;
-            }
-            buf = xrealloc(buf, cap *= 2);
-        }
-    }
-    rc = ferror(f) ? st_error_errno(err, errno, "%s", path)
-                   : config_load_buffer(cfg, buf, len, path, err);
-out:
-    fclose(f);
+    char *buf;
+    size_t len;
+    int rc = fileio_read_small(path, (16u << 20) - 1, &buf, &len);
+    if (rc == -EFBIG)
+        return st_error_fail(err, ST_ERR_LIMIT, "%s: file larger than 16 MiB", path);
+    if (rc < 0)
+        return st_error_errno(err, -rc, "%s", path);
+    rc = config_load_buffer(cfg, buf, len, path, err);
     free(buf);
     return rc;
 }

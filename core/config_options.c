@@ -3,7 +3,6 @@
  * The defaults, the INI reader, command-line overrides, config_print and the
  * docs check all read this table, so an option cannot exist in one place and
  * not another. */
-#include <errno.h>
 #include <stddef.h>
 #include <string.h>
 
@@ -282,24 +281,5 @@ int config_section_known(const char *s, size_t len)
         if (strlen(config_options[i].section) == len &&
             memcmp(config_options[i].section, s, len) == 0)
             return 1;
-    return 0;
-}
-
-size_t config_option_count(void)
-{
-    return config_n_options;
-}
-
-int config_option_info(size_t i, struct config_option_info *info)
-{
-    static const char *const type_names[] = {"string", "enum", "uint", "size",
-                                             "size",   "bool", "list", "list"};
-    if (i >= config_n_options)
-        return -ENOENT;
-    const struct opt *o = &config_options[i];
-    *info = (struct config_option_info){.name = o->name, .section = o->section,
-                                        .type = type_names[o->type], .def = o->def,
-                                        .min = o->min, .max = o->max, .choices = o->choices,
-                                        .doc = o->doc};
     return 0;
 }

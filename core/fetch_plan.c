@@ -86,11 +86,6 @@ void fetch_split_bounds(uint64_t n, uint64_t world, uint64_t rank, uint64_t *lo,
     *hi = *lo + q + (rank < r);
 }
 
-static void shape_text(char *out, const uint64_t *shape, uint32_t ndim)
-{
-    shape_format(out, SHAPE_TEXT, shape, ndim, ",");
-}
-
 static size_t n_items(const struct fetch_plan *p)
 {
     return p->req.all ? p->m->n_tensors : p->req.n_items;
@@ -135,7 +130,7 @@ static int plan_item(const struct fetch_plan *p, size_t k, struct item *it,
     const char *dt = dtype_info(st->dtype)->name;
     struct slice_plan *plan = &it->plan;
     if (slice_plan_build(spec, spec_len, st->dtype, st->ndim, st->shape, plan, &e) < 0) {
-        shape_text(shape, st->shape, st->ndim);
+        shape_format(shape, SHAPE_TEXT, st->shape, st->ndim, ",");
         return fail(ck, ST_ERR_SLICE, "tensor \"%s\" %s [%s]: %s", NM, dt, shape, e.message);
     }
     int exhausted = 0;
@@ -152,7 +147,7 @@ static int plan_item(const struct fetch_plan *p, size_t k, struct item *it,
         return 0;
     int64_t dim = rule->dim < 0 ? rule->dim + (int64_t)plan->ndim : rule->dim;
     if (dim < 0 || dim >= (int64_t)plan->ndim) {
-        shape_text(shape, plan->shape, plan->ndim);
+        shape_format(shape, SHAPE_TEXT, plan->shape, plan->ndim, ",");
         return fail(ck, ST_ERR_SPLIT,
                     "tensor \"%s\" [%s]: split dim %" PRId64 " (rule \"%.100s\") is out of "
                     "range for %" PRIu32 " dimensions",
@@ -179,6 +174,12 @@ static void tensor_entry(struct tformat_st *w, size_t entries, uint64_t doff,
                       it->plan.nbytes);
 }
 
+static void hash_both(uint64_t *h, const void *data, size_t len)
+{
+    h[0] = hash_fnv1a(data, len, h[0]);
+    h[1] = hash_fnv1a(data, len, h[1]);
+}
+
 /* __metadata__ merged over the files in name order, the first file to set a
  * key winning (as GET /v1/models/{model}/header does), written into w as
  * the header's first entry; hashed into h when h is not NULL. Returns the
@@ -202,10 +203,8 @@ static size_t metadata_entry(const struct reg_model *m, struct tformat_st *w, ui
             kv[2 * n + 1] = value;
             n++;
             if (h) {
-                h[0] = hash_fnv1a(key, strlen(key) + 1, h[0]);
-                h[1] = hash_fnv1a(key, strlen(key) + 1, h[1]);
-                h[0] = hash_fnv1a(value, strlen(value) + 1, h[0]);
-                h[1] = hash_fnv1a(value, strlen(value) + 1, h[1]);
+                hash_both(h, key, strlen(key) + 1);
+                hash_both(h, value, strlen(value) + 1);
             }
         }
     }
@@ -218,12 +217,6 @@ static size_t metadata_entry(const struct reg_model *m, struct tformat_st *w, ui
 }
 
 /* ---- planning --------------------------------------------------------------- */
-
-static void hash_both(uint64_t *h, const void *data, size_t len)
-{
-    h[0] = hash_fnv1a(data, len, h[0]);
-    h[1] = hash_fnv1a(data, len, h[1]);
-}
 
 /* The bytes sent for a tensor: which file, where, and how they are gathered. */
 static void hash_item(uint64_t *h, const struct item *it)

@@ -383,10 +383,9 @@ bad:
 const struct fetch_rule *fetch_req_rule_for(const struct fetch_req *r, const char *name,
                                             size_t len, uint64_t *budget, int *exhausted)
 {
-    uint64_t unlimited = UINT64_MAX;
     *exhausted = 0;
     for (size_t i = 0; i < r->n_rules; i++) {
-        int m = globpat_match_budget(r->rules[i].glob, name, len, budget ? budget : &unlimited);
+        int m = globpat_match(r->rules[i].glob, name, len, budget);
         if (m < 0) {
             *exhausted = 1;
             return NULL;

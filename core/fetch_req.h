@@ -62,7 +62,7 @@ int fetch_req_parse(const char *text, size_t len, const struct fetch_limits *lim
                     struct fetch_req *out, struct st_error *err);
 
 /* The first rule whose glob matches name[0..len), or NULL. Matching spends
- * from *budget (globpat_match_budget; budget may be NULL for no bound); when
+ * from *budget (globpat_match; budget may be NULL for no bound); when
  * it runs out, *exhausted is set and NULL returned. */
 const struct fetch_rule *fetch_req_rule_for(const struct fetch_req *r, const char *name,
                                             size_t len, uint64_t *budget, int *exhausted);

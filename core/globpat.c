@@ -289,17 +289,13 @@ static int tok_matches(const struct globpat *g, const struct tok *t, uint32_t c,
     }
 }
 
-int globpat_match(const struct globpat *g, const char *name, size_t len)
-{
-    uint64_t unlimited = UINT64_MAX;
-    return globpat_match_budget(g, name, len, &unlimited);
-}
-
-int globpat_match_budget(const struct globpat *g, const char *name, size_t len,
-                         uint64_t *budget)
+int globpat_match(const struct globpat *g, const char *name, size_t len, uint64_t *budget)
 {
     uint32_t stack[256], *s = stack;
     size_t n;
+    uint64_t unlimited = UINT64_MAX;
+    if (!budget)
+        budget = &unlimited;
     if (len <= ARRAY_LEN(stack)) {
         size_t i = 0;
         n = 0;

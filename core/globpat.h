@@ -12,7 +12,7 @@
  *
  * Cost: compiling is linear in the pattern; matching is O(name x pattern) in
  * the worst case (a near miss after a star: "*aaaa...ab" against "aaa...a"),
- * linear in the name otherwise; globpat_match_budget bounds it. */
+ * linear in the name otherwise; globpat_match's budget bounds it. */
 #ifndef TENSORD_GLOBPAT_H
 #define TENSORD_GLOBPAT_H
 
@@ -26,15 +26,12 @@ struct globpat;
 struct globpat *globpat_compile(const char *pat, size_t len);
 
 /* Returns 1 when the whole of name[0..len) (UTF-8) matches g, else 0. A name
- * that is not valid UTF-8 never matches. */
-int globpat_match(const struct globpat *g, const char *name, size_t len);
-
-/* globpat_match that spends at most *budget steps (a step is one move of the
- * walk or one set range tried) and subtracts what it spent. Returns 1, 0, or
- * -1 when the budget ran out first (then *budget is 0). For callers that
- * match untrusted patterns against many names and must bound the total. */
-int globpat_match_budget(const struct globpat *g, const char *name, size_t len,
-                         uint64_t *budget);
+ * that is not valid UTF-8 never matches. With a budget, spends at most
+ * *budget steps (a step is one move of the walk or one set range tried),
+ * subtracts what it spent, and returns -1 when the budget ran out first
+ * (then *budget is 0): for callers that match untrusted patterns against
+ * many names and must bound the total. budget NULL is no limit. */
+int globpat_match(const struct globpat *g, const char *name, size_t len, uint64_t *budget);
 
 void globpat_free(struct globpat *g);
 

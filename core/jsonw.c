@@ -59,20 +59,17 @@ void jsonw_obj_end(struct jsonw *w) { close_c(w, '}'); }
 void jsonw_arr(struct jsonw *w) { open_c(w, '['); }
 void jsonw_arr_end(struct jsonw *w) { close_c(w, ']'); }
 
-void jsonw_key(struct jsonw *w, const char *key)
-{
-    sep(w);
-    strbuf_json_cstr(&w->sb, key);
-    strbuf_putc(&w->sb, ':');
-    w->after_key = 1;
-}
-
 void jsonw_keyn(struct jsonw *w, const char *key, size_t n)
 {
     sep(w);
     strbuf_json_string(&w->sb, key, n);
     strbuf_putc(&w->sb, ':');
     w->after_key = 1;
+}
+
+void jsonw_key(struct jsonw *w, const char *key)
+{
+    jsonw_keyn(w, key, strlen(key));
 }
 
 void jsonw_strn(struct jsonw *w, const char *s, size_t n)

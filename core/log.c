@@ -119,15 +119,6 @@ int log_reopen(void)
     return rc;
 }
 
-void log_close(void)
-{
-    int old = atomic_exchange(&access_fd, -1);
-    if (old > 2)
-        close(old);
-    free(access_path);
-    access_path = NULL;
-}
-
 int log_enabled(enum log_level level)
 {
     return (int)level <= atomic_load_explicit(&min_level, memory_order_relaxed);

@@ -25,9 +25,6 @@ int log_init(const char *level, const char *access_log);
  * closed fd. Returns 0 or -errno (the old file stays in use). */
 int log_reopen(void);
 
-/* Releases the access-log file; logging falls back to stderr / off. */
-void log_close(void);
-
 /* Whether messages at `level` are written (skip building costly ones). */
 int log_enabled(enum log_level level);
 

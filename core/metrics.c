@@ -66,13 +66,15 @@ static struct slot ring[RING];
 static _Atomic uint64_t last_sec;
 static uint64_t start_ns;
 
-static _Atomic uint64_t g_models, g_invalid, g_files, g_tensors, g_file_bytes, g_generation;
-static _Atomic uint64_t g_open_files;
-static _Atomic uint64_t g_gpu_resident, g_gpu_leases, g_gpu_bps_bits, g_gpu_staging;
-/* Hashing: a few updates per MiB hashed, so plain shared atomics do. */
-static _Atomic uint64_t h_bytes, h_files, h_errors;
-static _Atomic uint64_t g_hash_pending, g_hash_pending_bytes, g_hash_known, g_hash_files;
-static _Atomic uint64_t g_mirror_bytes, g_mirror_files, g_mirror_partial;
+/* The gauges (and hashing's counters: a few updates per MiB hashed, so
+ * plain shared atomics do), zeroed together by metrics_init. */
+static struct {
+    _Atomic uint64_t models, invalid, files, tensors, file_bytes, generation, open_files;
+    _Atomic uint64_t gpu_resident, gpu_leases, gpu_bps_bits, gpu_staging;
+    _Atomic uint64_t hash_bytes, hash_files, hash_errors;
+    _Atomic uint64_t hash_pending, hash_pending_bytes, hash_known, hash_files_all;
+    _Atomic uint64_t mirror_bytes, mirror_files, mirror_partial;
+} g;
 
 /* Seconds matter here, not nanoseconds: the coarse clock costs a few ns. */
 static uint64_t coarse_ns(void)
@@ -160,17 +162,7 @@ void metrics_init(void)
     start_ns = clock_fn();
     atomic_store(&last_sec, start_ns / NS);
     slot_write(start_ns / NS, 0, 0);
-    atomic_store(&g_models, 0), atomic_store(&g_invalid, 0), atomic_store(&g_files, 0);
-    atomic_store(&g_tensors, 0), atomic_store(&g_file_bytes, 0), atomic_store(&g_generation, 0);
-    atomic_store(&g_open_files, 0);
-    atomic_store(&g_gpu_resident, 0), atomic_store(&g_gpu_leases, 0);
-    atomic_store(&g_gpu_bps_bits, 0);
-    atomic_store(&g_gpu_staging, 0);
-    atomic_store(&h_bytes, 0), atomic_store(&h_files, 0), atomic_store(&h_errors, 0);
-    atomic_store(&g_hash_pending, 0), atomic_store(&g_hash_pending_bytes, 0);
-    atomic_store(&g_hash_known, 0), atomic_store(&g_hash_files, 0);
-    atomic_store(&g_mirror_bytes, 0), atomic_store(&g_mirror_files, 0);
-    atomic_store(&g_mirror_partial, 0);
+    memset(&g, 0, sizeof(g));
 }
 
 void metrics_set_labels(const struct metrics_labels *l)
@@ -232,18 +224,18 @@ void metrics_conn_closed(void)
 
 void metrics_set_open_files(uint64_t n)
 {
-    atomic_store_explicit(&g_open_files, n, RELAXED);
+    atomic_store_explicit(&g.open_files, n, RELAXED);
 }
 
 void metrics_set_registry(uint64_t models, uint64_t invalid_models, uint64_t files,
                           uint64_t tensors, uint64_t file_bytes, uint64_t generation)
 {
-    atomic_store_explicit(&g_models, models, RELAXED);
-    atomic_store_explicit(&g_invalid, invalid_models, RELAXED);
-    atomic_store_explicit(&g_files, files, RELAXED);
-    atomic_store_explicit(&g_tensors, tensors, RELAXED);
-    atomic_store_explicit(&g_file_bytes, file_bytes, RELAXED);
-    atomic_store_explicit(&g_generation, generation, RELAXED);
+    atomic_store_explicit(&g.models, models, RELAXED);
+    atomic_store_explicit(&g.invalid, invalid_models, RELAXED);
+    atomic_store_explicit(&g.files, files, RELAXED);
+    atomic_store_explicit(&g.tensors, tensors, RELAXED);
+    atomic_store_explicit(&g.file_bytes, file_bytes, RELAXED);
+    atomic_store_explicit(&g.generation, generation, RELAXED);
 }
 
 void metrics_set_gpu(uint64_t bytes_resident, uint64_t leases_active,
@@ -251,33 +243,33 @@ void metrics_set_gpu(uint64_t bytes_resident, uint64_t leases_active,
 {
     uint64_t bits;
     memcpy(&bits, &last_preload_bytes_per_second, sizeof(bits));
-    atomic_store_explicit(&g_gpu_resident, bytes_resident, RELAXED);
-    atomic_store_explicit(&g_gpu_leases, leases_active, RELAXED);
-    atomic_store_explicit(&g_gpu_bps_bits, bits, RELAXED);
-    atomic_store_explicit(&g_gpu_staging, staging_bytes, RELAXED);
+    atomic_store_explicit(&g.gpu_resident, bytes_resident, RELAXED);
+    atomic_store_explicit(&g.gpu_leases, leases_active, RELAXED);
+    atomic_store_explicit(&g.gpu_bps_bits, bits, RELAXED);
+    atomic_store_explicit(&g.gpu_staging, staging_bytes, RELAXED);
 }
 
 void metrics_hash_progress(uint64_t bytes, uint64_t files, uint64_t errors)
 {
-    atomic_fetch_add_explicit(&h_bytes, bytes, RELAXED);
-    atomic_fetch_add_explicit(&h_files, files, RELAXED);
-    atomic_fetch_add_explicit(&h_errors, errors, RELAXED);
+    atomic_fetch_add_explicit(&g.hash_bytes, bytes, RELAXED);
+    atomic_fetch_add_explicit(&g.hash_files, files, RELAXED);
+    atomic_fetch_add_explicit(&g.hash_errors, errors, RELAXED);
 }
 
 void metrics_set_hashing(uint64_t files_pending, uint64_t bytes_pending, uint64_t files_known,
                          uint64_t files)
 {
-    atomic_store_explicit(&g_hash_pending, files_pending, RELAXED);
-    atomic_store_explicit(&g_hash_pending_bytes, bytes_pending, RELAXED);
-    atomic_store_explicit(&g_hash_known, files_known, RELAXED);
-    atomic_store_explicit(&g_hash_files, files, RELAXED);
+    atomic_store_explicit(&g.hash_pending, files_pending, RELAXED);
+    atomic_store_explicit(&g.hash_pending_bytes, bytes_pending, RELAXED);
+    atomic_store_explicit(&g.hash_known, files_known, RELAXED);
+    atomic_store_explicit(&g.hash_files_all, files, RELAXED);
 }
 
 void metrics_set_mirror(uint64_t bytes_held, uint64_t files, uint64_t partial_files)
 {
-    atomic_store_explicit(&g_mirror_bytes, bytes_held, RELAXED);
-    atomic_store_explicit(&g_mirror_files, files, RELAXED);
-    atomic_store_explicit(&g_mirror_partial, partial_files, RELAXED);
+    atomic_store_explicit(&g.mirror_bytes, bytes_held, RELAXED);
+    atomic_store_explicit(&g.mirror_files, files, RELAXED);
+    atomic_store_explicit(&g.mirror_partial, partial_files, RELAXED);
 }
 
 /* ---- rates ---------------------------------------------------------------- */
@@ -326,7 +318,7 @@ static uint64_t gauge_sub(uint64_t a, uint64_t b)
 
 static double gpu_bps(void)
 {
-    uint64_t bits = atomic_load_explicit(&g_gpu_bps_bits, RELAXED);
+    uint64_t bits = atomic_load_explicit(&g.gpu_bps_bits, RELAXED);
     double d;
     memcpy(&d, &bits, sizeof(d));
     return __builtin_isfinite(d) && d >= 0 ? d : 0; /* JSON has no NaN */
@@ -335,19 +327,21 @@ static double gpu_bps(void)
 /* The gauges, read one by one (each is consistent on its own). */
 static void gauges_take(struct metrics_snapshot *sn)
 {
-    sn->models = atomic_load(&g_models), sn->invalid = atomic_load(&g_invalid);
-    sn->files = atomic_load(&g_files), sn->tensors = atomic_load(&g_tensors);
-    sn->file_bytes = atomic_load(&g_file_bytes), sn->generation = atomic_load(&g_generation);
-    sn->open_files = atomic_load(&g_open_files);
-    sn->gpu_resident = atomic_load(&g_gpu_resident), sn->gpu_leases = atomic_load(&g_gpu_leases);
-    sn->gpu_staging = atomic_load(&g_gpu_staging);
+    sn->models = atomic_load(&g.models), sn->invalid = atomic_load(&g.invalid);
+    sn->files = atomic_load(&g.files), sn->tensors = atomic_load(&g.tensors);
+    sn->file_bytes = atomic_load(&g.file_bytes), sn->generation = atomic_load(&g.generation);
+    sn->open_files = atomic_load(&g.open_files);
+    sn->gpu_resident = atomic_load(&g.gpu_resident), sn->gpu_leases = atomic_load(&g.gpu_leases);
+    sn->gpu_staging = atomic_load(&g.gpu_staging);
     sn->gpu_bps = gpu_bps();
-    sn->hash_bytes = atomic_load(&h_bytes), sn->hash_files = atomic_load(&h_files);
-    sn->hash_errors = atomic_load(&h_errors), sn->hash_pending = atomic_load(&g_hash_pending);
-    sn->hash_pending_bytes = atomic_load(&g_hash_pending_bytes);
-    sn->hash_known = atomic_load(&g_hash_known), sn->hash_files_all = atomic_load(&g_hash_files);
-    sn->mirror_bytes = atomic_load(&g_mirror_bytes), sn->mirror_files = atomic_load(&g_mirror_files);
-    sn->mirror_partial = atomic_load(&g_mirror_partial);
+    sn->hash_bytes = atomic_load(&g.hash_bytes), sn->hash_files = atomic_load(&g.hash_files);
+    sn->hash_errors = atomic_load(&g.hash_errors), sn->hash_pending = atomic_load(&g.hash_pending);
+    sn->hash_pending_bytes = atomic_load(&g.hash_pending_bytes);
+    sn->hash_known = atomic_load(&g.hash_known);
+    sn->hash_files_all = atomic_load(&g.hash_files_all);
+    sn->mirror_bytes = atomic_load(&g.mirror_bytes);
+    sn->mirror_files = atomic_load(&g.mirror_files);
+    sn->mirror_partial = atomic_load(&g.mirror_partial);
 }
 
 void metrics_snapshot_take(struct metrics_snapshot *sn, int with_rates)

@@ -365,121 +365,72 @@ int slice_plan_build_narrowed(const char *spec, size_t len, enum dtype dt, uint3
     return 0;
 }
 
-/* ---- the run grid ---- */
-
-/* What reading needs of a plan or of its compact copy: the runs are
- * base + sum(idx[i] * stride[i]) for idx[i] < count[i], in row-major order.
- * Offsets are computed modulo 2^64 (strides may be negative); every run
- * offset itself lies inside the tensor. */
-struct grid {
-    uint64_t base, run_bytes, nbytes;
-    uint32_t n_outer;
-    const uint64_t *count;
-    const int64_t *stride;
-};
-
-static struct grid plan_grid(const struct slice_plan *p)
-{
-    return (struct grid){p->base, p->run_bytes, p->nbytes, p->n_outer, p->outer_count,
-                         p->outer_stride};
-}
-
-static struct grid runs_grid(const struct slice_runs *r)
-{
-    return (struct grid){r->base, r->run_bytes, r->nbytes, r->n_outer, r->v,
-                         (const int64_t *)(r->v + r->n_outer)};
-}
-
-static uint64_t grid_run_offset(const struct grid *g, uint64_t k)
-{
-    uint64_t off = g->base;
-    for (uint32_t i = g->n_outer; i-- > 0;) {
-        off += (k % g->count[i]) * (uint64_t)g->stride[i];
-        k /= g->count[i];
-    }
-    return off;
-}
-
-uint64_t slice_run_offset(const struct slice_plan *plan, uint64_t k)
-{
-    struct grid g = plan_grid(plan);
-    return grid_run_offset(&g, k);
-}
-
-size_t slice_runs_size(const struct slice_plan *plan)
-{
-    return sizeof(struct slice_runs) + 2 * (size_t)plan->n_outer * sizeof(uint64_t);
-}
-
-void slice_runs_init(struct slice_runs *r, const struct slice_plan *plan)
-{
-    r->base = plan->base;
-    r->run_bytes = plan->run_bytes;
-    r->nbytes = plan->nbytes;
-    r->n_outer = plan->n_outer;
-    for (uint32_t i = 0; i < plan->n_outer; i++) {
-        r->v[i] = plan->outer_count[i];
-        r->v[plan->n_outer + i] = (uint64_t)plan->outer_stride[i];
-    }
-}
-
 /* ---- reading ---- */
 
 /* Odometer over the outer dimensions: the source offset of the current run,
- * advanced by additions only (no division per run). */
+ * advanced by additions only (no division per run). Run k is base +
+ * sum(idx[i] * stride[i]) for idx[i] < count[i], in row-major order, computed
+ * modulo 2^64 (strides may be negative); every run offset itself lies inside
+ * the tensor. */
 struct run_cursor {
     uint64_t src;
     uint64_t idx[ST_MAX_NDIM];
 };
 
-static void cursor_seek(const struct grid *g, struct run_cursor *c, uint64_t k)
+static void cursor_seek(const struct slice_plan *p, struct run_cursor *c, uint64_t k)
 {
-    c->src = g->base;
-    for (uint32_t i = g->n_outer; i-- > 0;) {
-        c->idx[i] = k % g->count[i];
-        c->src += c->idx[i] * (uint64_t)g->stride[i];
-        k /= g->count[i];
+    c->src = p->base;
+    for (uint32_t i = p->n_outer; i-- > 0;) {
+        c->idx[i] = k % p->outer_count[i];
+        c->src += c->idx[i] * (uint64_t)p->outer_stride[i];
+        k /= p->outer_count[i];
     }
 }
 
-static void cursor_next(const struct grid *g, struct run_cursor *c)
+static void cursor_next(const struct slice_plan *p, struct run_cursor *c)
 {
-    for (uint32_t i = g->n_outer; i-- > 0;) {
-        c->src += (uint64_t)g->stride[i];
-        if (++c->idx[i] < g->count[i])
+    for (uint32_t i = p->n_outer; i-- > 0;) {
+        c->src += (uint64_t)p->outer_stride[i];
+        if (++c->idx[i] < p->outer_count[i])
             return;
         /* wrap: modular arithmetic gives the right offset even if the
          * intermediate product is large */
-        c->src -= g->count[i] * (uint64_t)g->stride[i];
+        c->src -= p->outer_count[i] * (uint64_t)p->outer_stride[i];
         c->idx[i] = 0;
     }
+}
+
+uint64_t slice_run_offset(const struct slice_plan *plan, uint64_t k)
+{
+    struct run_cursor c;
+    cursor_seek(plan, &c, k);
+    return c.src;
 }
 
 #define SLICE_SCRATCH_LEN (1u << 20)
 #define SLICE_DIRECT_MIN (64u << 10) /* pieces this long are read straight into buf */
 #define SLICE_GAP_OK 4096u           /* a gap this small is read through */
 
-/* Reads output bytes [off, off + len) of the grid's runs. Short runs are
- * gathered from one read of a window [lo, hi) of the file that holds several
- * of them; the window grows in either direction, so reversed dimensions are
- * batched too. */
-static int grid_read(const struct grid *g, int fd, uint64_t tensor_off, uint64_t off, void *buf,
-                     size_t len, void *scratch, size_t scratch_len)
+/* Short runs are gathered from one read of a window [lo, hi) of the file
+ * that holds several of them; the window grows in either direction, so
+ * reversed dimensions are batched too. */
+int slice_read_scratch(const struct slice_plan *plan, int fd, uint64_t tensor_off, uint64_t off,
+                       void *buf, size_t len, void *scratch, size_t scratch_len)
 {
     if (len == 0)
         return 0;
-    if (off > g->nbytes || len > g->nbytes - off)
+    if (off > plan->nbytes || len > plan->nbytes - off)
         return -EINVAL;
     if (!scratch)
         scratch_len = 0;
     struct run_cursor cur, peek;
-    cursor_seek(g, &cur, off / g->run_bytes);
-    uint64_t in_run = off % g->run_bytes; /* bytes of the current run already consumed */
+    cursor_seek(plan, &cur, off / plan->run_bytes);
+    uint64_t in_run = off % plan->run_bytes; /* bytes of the current run already consumed */
     char *out = buf;
     size_t left = len;
 
     while (left) {
-        uint64_t take0 = g->run_bytes - in_run;
+        uint64_t take0 = plan->run_bytes - in_run;
         if (take0 > left)
             take0 = left;
         uint64_t first = cur.src + in_run, lo = first, hi = first + take0, useful = take0;
@@ -487,8 +438,8 @@ static int grid_read(const struct grid *g, int fd, uint64_t tensor_off, uint64_t
         if (take0 < SLICE_DIRECT_MIN && scratch_len >= take0) {
             peek = cur;
             while (useful < left) {
-                cursor_next(g, &peek);
-                uint64_t take = g->run_bytes;
+                cursor_next(plan, &peek);
+                uint64_t take = plan->run_bytes;
                 if (take > left - useful)
                     take = left - useful;
                 uint64_t nlo = peek.src < lo ? peek.src : lo;
@@ -520,24 +471,17 @@ static int grid_read(const struct grid *g, int fd, uint64_t tensor_off, uint64_t
             out += take0;
             left -= (size_t)take0;
             for (size_t j = 1; j < m; j++) {
-                cursor_next(g, &cur);
-                size_t take = g->run_bytes < left ? (size_t)g->run_bytes : left;
+                cursor_next(plan, &cur);
+                size_t take = plan->run_bytes < left ? (size_t)plan->run_bytes : left;
                 memcpy(out, s + (cur.src - lo), take);
                 out += take;
                 left -= take;
             }
         }
-        cursor_next(g, &cur);
+        cursor_next(plan, &cur);
         in_run = 0;
     }
     return 0;
-}
-
-int slice_read_scratch(const struct slice_plan *plan, int fd, uint64_t tensor_off, uint64_t off,
-                       void *buf, size_t len, void *scratch, size_t scratch_len)
-{
-    struct grid g = plan_grid(plan);
-    return grid_read(&g, fd, tensor_off, off, buf, len, scratch, scratch_len);
 }
 
 /* Per-thread scratch for slice_read, freed when the thread exits. */
@@ -574,12 +518,4 @@ int slice_read(const struct slice_plan *plan, int fd, uint64_t tensor_off, uint6
     void *scratch = thread_scratch();
     return slice_read_scratch(plan, fd, tensor_off, off, buf, len, scratch,
                               scratch ? SLICE_SCRATCH_LEN : 0);
-}
-
-int slice_runs_read(const struct slice_runs *runs, int fd, uint64_t tensor_off, uint64_t off,
-                    void *buf, size_t len)
-{
-    struct grid g = runs_grid(runs);
-    void *scratch = thread_scratch();
-    return grid_read(&g, fd, tensor_off, off, buf, len, scratch, scratch ? SLICE_SCRATCH_LEN : 0);
 }

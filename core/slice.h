@@ -74,22 +74,4 @@ int slice_read(const struct slice_plan *plan, int fd, uint64_t tensor_off, uint6
 int slice_read_scratch(const struct slice_plan *plan, int fd, uint64_t tensor_off, uint64_t off,
                        void *buf, size_t len, void *scratch, size_t scratch_len);
 
-/* The part of a plan that reading needs, without the result shape: 40 bytes
- * plus 16 per outer dimension, where a slice_plan is about 1.6 KB whatever
- * the slice. For answers that keep thousands of plans (a fetch of many
- * strided tensors). */
-struct slice_runs {
-    uint64_t base, run_bytes, nbytes;
-    uint32_t n_outer;
-    uint64_t v[];                       /* n_outer counts, then n_outer strides (int64_t bits) */
-};
-
-/* Bytes a slice_runs copy of plan takes. */
-size_t slice_runs_size(const struct slice_plan *plan);
-/* Fills r (slice_runs_size(plan) bytes) from plan. */
-void slice_runs_init(struct slice_runs *r, const struct slice_plan *plan);
-/* slice_read over a compact copy. */
-int slice_runs_read(const struct slice_runs *runs, int fd, uint64_t tensor_off, uint64_t off,
-                    void *buf, size_t len);
-
 #endif

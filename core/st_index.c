@@ -25,15 +25,6 @@
 #include "strbuf.h"
 #include "util.h"
 
-/* Length of the well-formed UTF-8 sequence at s[0..n), or 0. */
-static size_t utf8_seq(const char *s, size_t n)
-{
-    for (size_t k = 1; k <= 4 && k <= n; k++)
-        if (utf8_valid(s, k))
-            return k;
-    return 0;
-}
-
 /* Copies at most SHOW_MAX bytes of s[0..n) into out for a message (users see
  * it inside JSON, so it must be UTF-8): control bytes and bytes that are not
  * well-formed UTF-8 become '?', and a cut never splits a sequence. */
@@ -42,7 +33,7 @@ static const char *show(const char *s, size_t n, char out[SHOW_MAX + 4])
 {
     size_t i = 0, j = 0;
     while (i < n) {
-        size_t k = utf8_seq(s + i, n - i);
+        size_t k = utf8_seq_len(s + i, n - i);
         if (j + (k ? k : 1) > SHOW_MAX)
             break;
         unsigned char c = (unsigned char)s[i];

@@ -63,8 +63,7 @@ static void npy_build(const char *descr, uint32_t ndim, const uint64_t *shape, c
     size_t dict = 12; /* dict is written after the longest (v2) preamble, moved later */
     size_t len = dict;
     put(buf, cap, &len, "{'descr': '%s', 'fortran_order': False, 'shape': (", descr);
-    for (uint32_t i = 0; i < ndim; i++)
-        put(buf, cap, &len, i ? ", %" PRIu64 : "%" PRIu64, shape[i]);
+    len += shape_format(buf + len, cap - len, shape, ndim, ", ");
     put(buf, cap, &len, ndim == 1 ? ",), }" : "), }");
     if (comment)
         put(buf, cap, &len, " # %s", comment);
@@ -121,8 +120,7 @@ int tformat_npy_raw_prefix(enum dtype dt, uint32_t ndim, const uint64_t *shape, 
     char comment[64 + SHAPE_MAX_CHARS(ST_MAX_NDIM)];
     size_t clen = 0;
     put(comment, sizeof(comment), &clen, "tensord: dtype=%s shape=", info->name);
-    for (uint32_t i = 0; i < ndim; i++)
-        put(comment, sizeof(comment), &clen, i ? ",%" PRIu64 : "%" PRIu64, shape[i]);
+    shape_format(comment + clen, sizeof(comment) - clen, shape, ndim, ",");
     if (info->bits == 8 || info->bits == 16) {
         npy_build(info->bits == 8 ? "|u1" : "<u2", ndim, shape, comment, out, out_len);
         return 0;
@@ -149,10 +147,10 @@ static void st_key(struct tformat_st *w, const char *s, size_t n)
     strbuf_putc(&w->sb, ':');
 }
 
-void tformat_st_begin(struct tformat_st *w)
+static void st_begin(struct tformat_st *w)
 {
     memset(w, 0, sizeof(*w));
-    strbuf_append(&w->sb, "\0\0\0\0\0\0\0\0", ST_ALIGN); /* the length, by tformat_st_end */
+    strbuf_append(&w->sb, "\0\0\0\0\0\0\0\0", ST_ALIGN); /* the length, by st_end */
 }
 
 void tformat_st_resume(struct tformat_st *w, size_t entries, uint64_t data_len)
@@ -191,7 +189,9 @@ void tformat_st_tensor(struct tformat_st *w, const char *name, size_t name_len, 
     w->data_len += nbytes;
 }
 
-int tformat_st_end(struct tformat_st *w, char **out, size_t *out_len)
+/* Pads the JSON with spaces to a multiple of 8, writes its length before it,
+ * and hands the text over in *out (caller frees): 0, or -ENOMEM. */
+static int st_end(struct tformat_st *w, char **out, size_t *out_len)
 {
     if (!w->n)
         strbuf_putc(&w->sb, '{');
@@ -211,7 +211,7 @@ int tformat_safetensors_prefix(const char *name, enum dtype dt, uint32_t ndim,
                                size_t *out_len)
 {
     struct tformat_st w;
-    tformat_st_begin(&w);
+    st_begin(&w);
     tformat_st_tensor(&w, name, strlen(name), dt, ndim, shape, nbytes);
-    return tformat_st_end(&w, out, out_len);
+    return st_end(&w, out, out_len);
 }

@@ -48,14 +48,13 @@ int tformat_safetensors_prefix(const char *name, enum dtype dt, uint32_t ndim,
  * data_offsets are consecutive from 0. Written with strbuf's escaper (as
  * serde_json writes, \u00xx in lower case);
  * like a strbuf it fails instead of aborting (a name's size comes from a
- * file): sb.failed says so, and tformat_st_end answers -ENOMEM. */
+ * file): sb.failed says so. */
 struct tformat_st {
     struct strbuf sb;      /* the text; sb.buf[0..sb.len) */
     uint64_t data_len;     /* sum of the sizes added so far */
     size_t n;              /* entries written (__metadata__ counts as one) */
 };
 
-void tformat_st_begin(struct tformat_st *w);
 /* Adds __metadata__ with n key/value pairs, kv[2i] and kv[2i + 1] (UTF-8). */
 void tformat_st_metadata(struct tformat_st *w, const char *const *kv, size_t n);
 void tformat_st_tensor(struct tformat_st *w, const char *name, size_t name_len, enum dtype dt,
@@ -67,10 +66,5 @@ void tformat_st_tensor(struct tformat_st *w, const char *name, size_t name_len, 
  * entry and never held whole (a streamed fetch answer). strbuf_release
  * w->sb when done. */
 void tformat_st_resume(struct tformat_st *w, size_t entries, uint64_t data_len);
-/* Pads the JSON with spaces to a multiple of 8, writes its length before it,
- * and hands the text over in *out (caller frees; NUL-terminated after
- * *out_len bytes): 0, or -ENOMEM (w's text is freed). The header length is
- * *out_len - 8. */
-int tformat_st_end(struct tformat_st *w, char **out, size_t *out_len);
 
 #endif

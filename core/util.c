@@ -117,6 +117,15 @@ int utf8_valid(const char *str, size_t n)
     return 1;
 }
 
+size_t utf8_seq_len(const char *s, size_t n)
+{
+    unsigned char c = (unsigned char)s[0];
+    size_t len = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3
+                 : (c & 0xf8) == 0xf0                 ? 4
+                                                      : 0;
+    return len && len <= n && utf8_valid(s, len) ? len : 0;
+}
+
 const char *str_excerpt(const char *s, size_t n, size_t max, char *out)
 {
     size_t lim = n;

@@ -31,15 +31,6 @@ void xmlw_close(struct xmlw *w, const char *name)
     strbuf_putc(&w->sb, '>');
 }
 
-/* The length of the valid UTF-8 sequence at s[0..n), or 0. */
-static size_t utf8_seq(const unsigned char *s, size_t n)
-{
-    size_t len = s[0] < 0x80 ? 1 : (s[0] & 0xe0) == 0xc0 ? 2 : (s[0] & 0xf0) == 0xe0 ? 3
-                 : (s[0] & 0xf8) == 0xf0                 ? 4
-                                                         : 0;
-    return len && len <= n && utf8_valid((const char *)s, len) ? len : 0;
-}
-
 /* Whether the UTF-8 sequence s[0..len) is U+FFFE or U+FFFF: valid UTF-8,
  * but no XML 1.0 Char (a parser refuses the whole document). */
 static int not_char(const unsigned char *s, size_t len)
@@ -52,7 +43,7 @@ static void put_escaped(struct strbuf *sb, const char *text, size_t n)
     const unsigned char *s = (const unsigned char *)text;
     for (size_t i = 0; i < n;) {
         unsigned char c = s[i];
-        size_t len = utf8_seq(s + i, n - i);
+        size_t len = utf8_seq_len(text + i, n - i);
         if (c == '&')
             strbuf_puts(sb, "&amp;");
         else if (c == '<')

@@ -209,8 +209,7 @@ struct MHD_Response *stream_response(const struct reply *r, const struct answer 
         out->method = STREAM_SENDFILE;
         /* sendfile sends what the file holds as it goes: a write to the file
          * must cut this connection (the watcher does, through conns). */
-        out->sending = rep->body.n_pieces || rep->body.src ? body_piece_stat(&rep->body, off)
-                                                          : rep->file_st;
+        out->sending = rep->body.src ? body_piece_stat(&rep->body, off) : rep->file_st;
         struct MHD_Response *resp = MHD_create_response_from_fd_at_offset64(len, fd, file_off);
         if (!resp)
             close(fd);

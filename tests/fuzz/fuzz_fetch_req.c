@@ -69,21 +69,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (!ru->glob || !in_arena(&r, ru->match, ru->match_len, len + 1))
             abort();
         if (!strpbrk(ru->match, "*?[") && strlen(ru->match) == ru->match_len &&
-            !globpat_match(ru->glob, ru->match, ru->match_len))
+            !globpat_match(ru->glob, ru->match, ru->match_len, NULL))
             abort(); /* a literal pattern matches itself */
-        (void)globpat_match(ru->glob, name, name_len);
+        (void)globpat_match(ru->glob, name, name_len, NULL);
     }
     int exhausted;
     uint64_t budget = 1000;
     const struct fetch_rule *first = fetch_req_rule_for(&r, name, name_len, NULL, &exhausted);
-    if (exhausted || (first && !globpat_match(first->glob, name, name_len)))
+    if (exhausted || (first && !globpat_match(first->glob, name, name_len, NULL)))
         abort();
     /* with a budget: the same rule, or out of budget with nothing left */
     const struct fetch_rule *b = fetch_req_rule_for(&r, name, name_len, &budget, &exhausted);
     if (exhausted ? (b != NULL || budget != 0) : b != first)
         abort();
     struct globpat *star = globpat_compile("*", 1);
-    if (utf8_valid(name, name_len) && !globpat_match(star, name, name_len))
+    if (utf8_valid(name, name_len) && !globpat_match(star, name, name_len, NULL))
         abort();
     globpat_free(star);
     fetch_req_free(&r);

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "config_int.h"
 #include "test.h"
 #include "util.h"
 
@@ -306,10 +307,9 @@ TEST(print_round_trip)
     CHECK_STR(b.preload[1], "#b@cuda:3");
     CHECK_CONTAINS(text, "[gpu]\n");
     /* Every option appears with its doc comment. */
-    for (size_t i = 0; i < config_option_count(); i++) {
-        struct config_option_info info;
-        config_option_info(i, &info);
-        char *line = xasprintf("# %s\n%s = ", info.doc, info.name);
+    for (size_t i = 0; i < config_n_options; i++) {
+        const struct opt *o = &config_options[i];
+        char *line = xasprintf("# %s\n%s = ", o->doc, o->name);
         CHECK_CONTAINS(text, line);
         free(line);
     }
@@ -444,12 +444,11 @@ TEST(shipped_config_loads_and_lists_every_option)
     config_defaults(&c);
     CHECK(load(&c, text, &err) == 0);
     CHECK_STR(err.message, "");
-    for (size_t i = 0; i < config_option_count(); i++) {
-        struct config_option_info info;
-        config_option_info(i, &info);
-        char *key = xasprintf("\n%s =", info.name), *commented = xasprintf("\n# %s =", info.name);
+    for (size_t i = 0; i < config_n_options; i++) {
+        const char *name = config_options[i].name;
+        char *key = xasprintf("\n%s =", name), *commented = xasprintf("\n# %s =", name);
         if (!strstr(text, key) && !strstr(text, commented)) {
-            fprintf(stderr, "  config/tensord.conf lacks option %s\n", info.name);
+            fprintf(stderr, "  config/tensord.conf lacks option %s\n", name);
             test_failed_flag = 1;
         }
         free(key);
@@ -465,17 +464,19 @@ TEST(docs_list_every_option)
     CHECK(text != NULL);
     if (!text)
         return;
-    for (size_t i = 0; i < config_option_count(); i++) {
-        struct config_option_info info;
-        config_option_info(i, &info);
-        char *cell = xasprintf("| `%s` |", info.name);
+    /* The type column, by enum opt_type. */
+    static const char *const type_names[] = {"string", "enum", "uint", "size",
+                                             "size",   "bool", "list", "list"};
+    for (size_t i = 0; i < config_n_options; i++) {
+        const struct opt *o = &config_options[i];
+        char *cell = xasprintf("| `%s` |", o->name);
         if (!strstr(text, cell)) {
-            fprintf(stderr, "  docs/CONFIG.md has no table row for %s\n", info.name);
+            fprintf(stderr, "  docs/CONFIG.md has no table row for %s\n", o->name);
             test_failed_flag = 1;
         }
-        char *def = xasprintf("| `%s` | %s | `%s` |", info.name, info.type, info.def);
-        if (info.def[0] && !strstr(text, def)) {
-            fprintf(stderr, "  docs/CONFIG.md: row for %s should start %s\n", info.name, def);
+        char *def = xasprintf("| `%s` | %s | `%s` |", o->name, type_names[o->type], o->def);
+        if (o->def[0] && !strstr(text, def)) {
+            fprintf(stderr, "  docs/CONFIG.md: row for %s should start %s\n", o->name, def);
             test_failed_flag = 1;
         }
         free(def);

@@ -1,6 +1,6 @@
 /* slice: fixed cases with known answers: error messages, the plans for
  * common slices, a large plan built without reading, read errors and
- * batching, negative steps, narrowed tensors, and the runs copy. The random
+ * batching, negative steps and narrowed tensors. The random
  * cases against the reference model are in test_slice.c. */
 #include <errno.h>
 #include <stdlib.h>
@@ -178,7 +178,7 @@ TEST(read_errors_and_batching)
     uint64_t s[2] = {512, 64}; /* 512 rows of 256 bytes (F32) */
     struct slice_plan p;
     struct st_error err;
-    uint8_t *file;
+    uint8_t *file = NULL;
     int fd = make_file(512 * 64 * 4, &file);
     CHECK(fd >= 0);
     CHECK(slice_plan_build(":,7", 3, DT_F32, 2, s, &p, &err) == 0);
@@ -262,43 +262,11 @@ TEST(narrowed)
     CHECK_CONTAINS(err.message, "is not inside its 4 elements");
 }
 
-TEST(runs_copy_reads_the_same)
-{
-    uint64_t s[3] = {5, 7, 9};
-    uint8_t *file;
-    int fd = make_file(5 * 7 * 9 * 2, &file);
-    CHECK(fd >= 0);
-    const char *specs[] = {"", "::-1", "1:4,::-2,3:8", ":,:,::-3", "-1,2", "::2,::3,::-1"};
-    for (size_t i = 0; i < sizeof(specs) / sizeof(specs[0]); i++) {
-        struct slice_plan p;
-        struct st_error err;
-        CHECK(slice_plan_build(specs[i], strlen(specs[i]), DT_F16, 3, s, &p, &err) == 0);
-        struct slice_runs *r = malloc(slice_runs_size(&p));
-        slice_runs_init(r, &p);
-        uint8_t a[5 * 7 * 9 * 2], b[sizeof(a)];
-        memset(a, 1, sizeof(a));
-        memset(b, 2, sizeof(b));
-        CHECK(slice_read(&p, fd, FILE_PAD, 0, a, (size_t)p.nbytes) == 0);
-        CHECK(slice_runs_read(r, fd, FILE_PAD, 0, b, (size_t)p.nbytes) == 0);
-        CHECK(memcmp(a, b, (size_t)p.nbytes) == 0);
-        if (p.nbytes > 3) {
-            CHECK(slice_runs_read(r, fd, FILE_PAD, 3, b, (size_t)p.nbytes - 3) == 0);
-            CHECK(memcmp(a + 3, b, (size_t)p.nbytes - 3) == 0);
-        }
-        CHECK(slice_runs_read(r, fd, FILE_PAD, 1, b, (size_t)p.nbytes) == -EINVAL);
-        CHECK(slice_runs_size(&p) == sizeof(struct slice_runs) + 16 * p.n_outer);
-        free(r);
-    }
-    free(file);
-    close(fd);
-}
-
 int main(void)
 {
     RUN(error_messages);
     RUN(negative_steps);
     RUN(narrowed);
-    RUN(runs_copy_reads_the_same);
     RUN(plans_for_common_slices);
     RUN(large_plan_without_reading);
     RUN(read_errors_and_batching);
