@@ -371,10 +371,9 @@ int mirror_fetch_start(struct mirror *m, struct st_error *err)
     for (unsigned i = 0; i < m->n_fetchers; i++) {
         struct mirror_fetcher *fe = &m->fetchers[i];
         fe->m = m;
-        fe->conn = upstream_conn_new(m->up);
+        fe->conn = upstream_conn_new(m->up, &m->stop_flag);
         if (!fe->conn)
             return st_error_fail(err, ST_ERR_NO_MEMORY, "libcurl could not make a handle");
-        upstream_conn_abort_on(fe->conn, &m->stop_flag);
         int rc = pthread_create(&fe->thread, NULL, fetcher_main, fe);
         if (rc != 0)
             return st_error_errno(err, rc, "cannot start the mirror's fetchers");

@@ -55,11 +55,13 @@ int mirror_jobs_start(struct mirror *m, unsigned threads, struct st_error *err);
  * threads (a request in flight is cut) and frees the metadata cache. */
 void mirror_jobs_stop(struct mirror *m);
 
-/* A job that runs run(m, conn, data) on a job thread; cb(arg) is called
- * once it returned. free_data frees data with the job. Returns the job
- * with the caller's reference, or NULL when the mirror is stopping (cb is
- * then never called). */
-typedef void (*mirror_job_fn)(struct mirror *m, struct upstream_conn *c, void *data);
+/* A job that runs run(m, conn, data, err) on a job thread, whose return
+ * (0 or -errno with err) is the job's status; cb(arg) is called once it
+ * returned. free_data frees data with the job. Returns the job with the
+ * caller's reference, or NULL when the mirror is stopping (data is then
+ * freed, and cb never called). */
+typedef int (*mirror_job_fn)(struct mirror *m, struct upstream_conn *c, void *data,
+                             struct st_error *err);
 struct mirror_job *mirror_job_submit(struct mirror *m, mirror_job_fn run, void *data,
                                      void (*free_data)(void *data), void (*cb)(void *arg),
                                      void *arg);
@@ -83,8 +85,9 @@ struct mirror_job *mirror_job_meta(struct mirror *m, const char *repo, const cha
 struct mirror_job *mirror_job_doc(struct mirror *m, const char *method, const char *target,
                                   const char *body, size_t body_len, const char *content_type,
                                   const char *auth, size_t max, void (*cb)(void *arg), void *arg);
-/* The job's status (0, or -errno with err) for the two above, and their
- * results (valid while the job is held). */
+/* The job's status: 0, or -errno with err (-ECANCELED when the mirror
+ * stopped before it ran). The results of the two above (valid while the
+ * job is held): */
 int mirror_job_status(struct mirror_job *j, struct st_error *err);
 const struct mirror_meta *mirror_job_meta_result(struct mirror_job *j);
 const struct mirror_doc *mirror_job_doc_result(struct mirror_job *j);

@@ -83,10 +83,6 @@ struct mirror *mirror_new(const struct mirror_options *o, struct st_error *err)
         goto fail;
     }
     m->up = upstream_new(o->upstream); /* the fetchers pace themselves, all together */
-    if (!m->up) {
-        st_error_fail(err, ST_ERR_NO_MEMORY, "no memory for the upstream client");
-        goto fail;
-    }
     clear_models(m);
     if (mirror_load_cache(m, err) == 0)
         do_mirror_gauges(m); /* no thread yet: the lock is not needed */

@@ -41,11 +41,19 @@ struct mirror_model {
 
 static int weight_file(const char *name)
 {
-    size_t n = strlen(name);
-    if (strchr(name, '/') || name[0] == '.' || n == 0)
-        return 0;
-    return (n > 12 && strcmp(name + n - 12, ".safetensors") == 0) ||
-           (n > 23 && strcmp(name + n - 23, ".safetensors.index.json") == 0);
+    return !strchr(name, '/') && name[0] != '.' &&
+           (str_has_suffix(name, ".safetensors") || str_has_suffix(name, ".safetensors.index.json"));
+}
+
+/* The current token, a key, decoded into key (cut to cap - 1 bytes), and
+ * the ':' after it. Returns 0 or -1. */
+static int take_key(struct json_scan *s, char *key, size_t cap)
+{
+    if (json_scan_key(s) < 0)
+        return -1;
+    size_t n = json_scan_decode(s, key, cap - 1);
+    key[n < cap ? n : cap - 1] = '\0';
+    return json_scan_colon(s);
 }
 
 /* The current string token, decoded into out (cap bytes, NUL-terminated).
@@ -82,11 +90,7 @@ static int read_sibling(struct json_scan *s, struct mirror_repo_file *f, int *ke
     if (json_scan_next(s) == '}')
         goto done;
     do {
-        if (json_scan_key(s) < 0)
-            return -1;
-        size_t kn = json_scan_decode(s, key, sizeof(key) - 1);
-        key[kn < sizeof(key) ? kn : sizeof(key) - 1] = '\0';
-        if (json_scan_colon(s) < 0)
+        if (take_key(s, key, sizeof(key)) < 0)
             return -1;
         if (strcmp(key, "rfilename") == 0) {
             rc = take_string(s, name, sizeof(name));
@@ -98,11 +102,7 @@ static int read_sibling(struct json_scan *s, struct mirror_repo_file *f, int *ke
         } else if (strcmp(key, "lfs") == 0 && s->tok == '{') {
             if (json_scan_next(s) != '}') {
                 do {
-                    if (json_scan_key(s) < 0)
-                        return -1;
-                    kn = json_scan_decode(s, key, sizeof(key) - 1);
-                    key[kn < sizeof(key) ? kn : sizeof(key) - 1] = '\0';
-                    if (json_scan_colon(s) < 0)
+                    if (take_key(s, key, sizeof(key)) < 0)
                         return -1;
                     if (strcmp(key, "sha256") == 0 || strcmp(key, "oid") == 0)
                         rc = take_string(s, sha, sizeof(sha));
@@ -168,11 +168,7 @@ int mirror_repo_doc_parse(const char *buf, size_t len, char commit[41],
         goto bad;
     if (json_scan_next(&s) != '}') {
         do {
-            if (json_scan_key(&s) < 0)
-                goto bad;
-            size_t kn = json_scan_decode(&s, key, sizeof(key) - 1);
-            key[kn < sizeof(key) ? kn : sizeof(key) - 1] = '\0';
-            if (json_scan_colon(&s) < 0)
+            if (take_key(&s, key, sizeof(key)) < 0)
                 goto bad;
             if (strcmp(key, "sha") == 0) {
                 rc = take_string(&s, sha, sizeof(sha));
@@ -290,8 +286,7 @@ static int fetch_heads(struct mirror *m, struct mirror_model *mm, struct st_erro
     for (size_t i = 0; i < mm->n; i++) {
         struct mirror_file *f = mm->files[i];
         uint64_t size = mirror_file_size(f);
-        int st = strlen(mm->names[i]) > 12 &&
-                 strcmp(mm->names[i] + strlen(mm->names[i]) - 12, ".safetensors") == 0;
+        int st = str_has_suffix(mm->names[i], ".safetensors");
         uint64_t want = st && size > 8 ? 8 : size;
         int rc = mirror_wait_range(m, f, 0, want, NULL, err);
         if (rc == 0 && st && size > 8) {
@@ -359,8 +354,6 @@ static int build(struct mirror *m, struct mirror_model *mm, const char *repo,
 struct model_job {
     char *repo, *rev;
     struct mirror_model *mm;
-    int rc;
-    struct st_error err;
 };
 
 static void model_job_free(void *p)
@@ -374,7 +367,7 @@ static void model_job_free(void *p)
 
 /* The repo document at rev: its commit and weight files. */
 static int resolve(struct mirror *m, struct upstream_conn *c, struct model_job *d,
-                   struct mirror_repo_file **files, char commit[41])
+                   struct mirror_repo_file **files, char commit[41], struct st_error *err)
 {
     char target[3 * NAME_MAX_BYTES + 96];
     size_t len = 0;
@@ -383,37 +376,36 @@ static int resolve(struct mirror *m, struct upstream_conn *c, struct model_job *
         upstream_encode(target, sizeof(target), &len, "/revision/", 1) < 0 ||
         upstream_encode(target, sizeof(target), &len, d->rev, 0) < 0 ||
         len + 12 >= sizeof(target))
-        return st_error_fail(&d->err, ST_ERR_INVALID_ARGUMENT, "repo name too long");
+        return st_error_fail(err, ST_ERR_INVALID_ARGUMENT, "repo name too long");
     strcat(target, "?blobs=true");
     struct upstream_answer a;
     char *body = NULL;
     size_t blen = 0;
     int rc = upstream_request(c, "GET", target, NULL, 0, NULL, m->opt.own_auth, DOC_MAX, &body,
-                              &blen, &a, &d->err);
+                              &blen, &a, err);
     if (rc == 0 && (a.status == 404 || a.status == 401 || a.status == 403))
-        rc = st_error_fail(&d->err, ST_ERR_NOT_FOUND, "the upstream has no repo %s at %s "
+        rc = st_error_fail(err, ST_ERR_NOT_FOUND, "the upstream has no repo %s at %s "
                            "(%ld%s%s%s%s)", d->repo, d->rev, a.status,
                            a.error_code[0] ? " " : "", a.error_code,
                            a.error_message[0] ? ": " : "", a.error_message);
     else if (rc == 0 && a.status != 200)
-        rc = st_error_fail(&d->err, ST_ERR_IO, "the upstream answered %ld for %s", a.status,
+        rc = st_error_fail(err, ST_ERR_IO, "the upstream answered %ld for %s", a.status,
                            target);
     if (rc == 0)
-        rc = mirror_repo_doc_parse(body, blen, commit, files, &d->err);
+        rc = mirror_repo_doc_parse(body, blen, commit, files, err);
     free(body);
     return rc;
 }
 
-static void model_job_run(struct mirror *m, struct upstream_conn *c, void *data)
+static int model_job_run(struct mirror *m, struct upstream_conn *c, void *data,
+                         struct st_error *err)
 {
     struct model_job *d = data;
     struct mirror_repo_file *files = NULL;
     char commit[41];
-    int n = resolve(m, c, d, &files, commit);
-    if (n < 0) {
-        d->rc = n;
-        return;
-    }
+    int n = resolve(m, c, d, &files, commit, err);
+    if (n < 0)
+        return n;
     struct mirror_model *mm = xcalloc(1, sizeof(*mm));
     mm->m = m;
     memcpy(mm->commit, commit, 41);
@@ -422,7 +414,7 @@ static void model_job_run(struct mirror *m, struct upstream_conn *c, void *data)
     int rc = 0, any = 0;
     for (int i = 0; i < n && rc == 0; i++) {
         struct mirror_src src = {d->repo, commit, files[i].name, m->opt.own_auth};
-        struct mirror_file *f = mirror_open(m, &files[i].id, &src, &d->err);
+        struct mirror_file *f = mirror_open(m, &files[i].id, &src, err);
         if (!f) {
             rc = -EIO;
             break;
@@ -433,11 +425,11 @@ static void model_job_run(struct mirror *m, struct upstream_conn *c, void *data)
     }
     mirror_repo_files_free(files, (size_t)n);
     if (rc == 0 && !any)
-        rc = st_error_fail(&d->err, ST_ERR_NOT_FOUND, "the upstream's repo %s has no "
+        rc = st_error_fail(err, ST_ERR_NOT_FOUND, "the upstream's repo %s has no "
                            ".safetensors file at its top (with a hash the mirror can check)",
                            d->repo);
     if (rc == 0)
-        rc = fetch_heads(m, mm, &d->err);
+        rc = fetch_heads(m, mm, err);
     /* Every block from here on: the preload reads them as they come. */
     for (size_t i = 0; rc == 0 && i < mm->n; i++) {
         uint64_t size = mirror_file_size(mm->files[i]);
@@ -447,16 +439,15 @@ static void model_job_run(struct mirror *m, struct upstream_conn *c, void *data)
         mirror_want(m, mm->files[i], 0, size);
     }
     if (rc == 0)
-        rc = build(m, mm, d->repo, &d->err);
+        rc = build(m, mm, d->repo, err);
     if (rc < 0) {
         mirror_model_free(mm);
-        d->rc = rc;
-        return;
+        return rc;
     }
     log_msg(LOG_INFO, "mirror: model %s at %s prepared for a preload: %zu files, %" PRIu64
             " bytes to fetch", d->repo, mm->commit, mm->n, mm->missing);
     d->mm = mm;
-    d->rc = 0;
+    return 0;
 }
 
 struct mirror_job *mirror_job_model(struct mirror *m, const char *repo, const char *rev,
@@ -465,24 +456,14 @@ struct mirror_job *mirror_job_model(struct mirror *m, const char *repo, const ch
     struct model_job *d = xcalloc(1, sizeof(*d));
     d->repo = xstrdup(repo);
     d->rev = xstrdup(rev);
-    d->rc = -ECANCELED;
-    st_error_fail(&d->err, ST_ERR_IO, "the mirror is stopping");
-    struct mirror_job *j = mirror_job_submit(m, model_job_run, d, model_job_free, cb, arg);
-    if (!j)
-        model_job_free(d);
-    return j;
+    return mirror_job_submit(m, model_job_run, d, model_job_free, cb, arg);
 }
 
 int mirror_job_model_take(struct mirror_job *j, struct mirror_model **out, struct st_error *err)
 {
     struct model_job *d = mirror_job_data(j);
-    *out = NULL;
-    if (d->rc < 0) {
-        if (err)
-            *err = d->err;
-        return d->rc;
-    }
-    *out = d->mm;
+    int rc = mirror_job_status(j, err);
+    *out = rc < 0 ? NULL : d->mm;
     d->mm = NULL;
-    return 0;
+    return rc;
 }
