@@ -39,16 +39,22 @@ struct meta_slot {
     struct mirror_meta meta;
 };
 
+/* A job thread and its upstream connection. */
+struct runner {
+    struct mirror_jobs *js;
+    pthread_t thread;
+    int started;
+    struct upstream_conn *conn;
+};
+
 struct mirror_jobs {
     struct mirror *m;
     pthread_mutex_t lock;
     pthread_cond_t cond;
     struct mirror_job *head, *tail;
     int stopping;
-    unsigned n_threads;
-    pthread_t *threads;
-    struct upstream_conn **conns; /* one per thread, by its index in threads */
-    unsigned n_conns;
+    unsigned n_runners;
+    struct runner *runners;
     struct meta_slot slots[META_SLOTS];
 };
 
@@ -89,11 +95,9 @@ static void job_finish(struct mirror_jobs *js, struct mirror_job *j)
 
 static void *runner_main(void *arg)
 {
-    struct mirror_jobs *js = arg;
+    struct runner *r = arg;
+    struct mirror_jobs *js = r->js;
     pthread_mutex_lock(&js->lock);
-    unsigned me = 0;
-    while (me < js->n_threads && !pthread_equal(js->threads[me], pthread_self()))
-        me++;
     for (;;) {
         while (!js->head && !js->stopping)
             pthread_cond_wait(&js->cond, &js->lock);
@@ -106,7 +110,7 @@ static void *runner_main(void *arg)
         int cancelled = js->stopping;
         pthread_mutex_unlock(&js->lock);
         if (!cancelled)
-            j->rc = j->run(js->m, js->conns[me], j->data, &j->err);
+            j->rc = j->run(js->m, r->conn, j->data, &j->err);
         job_finish(js, j);
         pthread_mutex_lock(&js->lock);
     }
@@ -164,27 +168,20 @@ int mirror_jobs_start(struct mirror *m, unsigned threads, struct st_error *err)
     js->m = m;
     pthread_mutex_init(&js->lock, NULL);
     pthread_cond_init(&js->cond, NULL);
-    js->threads = xcalloc(threads, sizeof(*js->threads));
-    js->conns = xcalloc(threads, sizeof(*js->conns));
-    js->n_conns = threads;
+    js->runners = xcalloc(threads, sizeof(*js->runners));
+    js->n_runners = threads;
     m->jobs = js;
     for (unsigned i = 0; i < threads; i++) {
-        js->conns[i] = upstream_conn_new(m->up, &m->stop_flag);
-        if (!js->conns[i])
+        struct runner *r = &js->runners[i];
+        r->js = js;
+        r->conn = upstream_conn_new(m->up, &m->stop_flag);
+        if (!r->conn)
             return st_error_fail(err, ST_ERR_NO_MEMORY, "libcurl could not make a handle");
-    }
-    /* Each thread finds its connection by its own id, so all ids are set
-     * before any thread looks. */
-    pthread_mutex_lock(&js->lock);
-    for (unsigned i = 0; i < threads; i++) {
-        int rc = pthread_create(&js->threads[i], NULL, runner_main, js);
-        if (rc != 0) {
-            pthread_mutex_unlock(&js->lock);
+        int rc = pthread_create(&r->thread, NULL, runner_main, r);
+        if (rc != 0)
             return st_error_errno(err, rc, "cannot start the mirror's job threads");
-        }
-        js->n_threads++;
+        r->started = 1;
     }
-    pthread_mutex_unlock(&js->lock);
     return 0;
 }
 
@@ -197,23 +194,23 @@ void mirror_jobs_stop(struct mirror *m)
     js->stopping = 1;
     pthread_cond_broadcast(&js->cond);
     pthread_mutex_unlock(&js->lock);
-    for (unsigned i = 0; i < js->n_threads; i++)
-        pthread_join(js->threads[i], NULL);
+    for (unsigned i = 0; i < js->n_runners; i++)
+        if (js->runners[i].started)
+            pthread_join(js->runners[i].thread, NULL);
     /* Without threads (they could not start) the queue is emptied here. */
     while (js->head) {
         struct mirror_job *j = js->head;
         js->head = j->next;
         job_finish(js, j);
     }
-    for (unsigned i = 0; i < js->n_conns; i++)
-        upstream_conn_free(js->conns[i]);
-    free(js->conns);
+    for (unsigned i = 0; i < js->n_runners; i++)
+        upstream_conn_free(js->runners[i].conn);
+    free(js->runners);
     for (size_t i = 0; i < META_SLOTS; i++)
         free(js->slots[i].key);
     pthread_cond_destroy(&js->cond);
     pthread_mutex_destroy(&js->lock);
     m->jobs = NULL;
-    free(js->threads);
     free(js);
 }
 

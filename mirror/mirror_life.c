@@ -109,6 +109,7 @@ void mirror_free(struct mirror *m)
     pthread_mutex_lock(&m->lock);
     m->stopping = 1;
     atomic_store(&m->stop_flag, 1);
+    pthread_cond_broadcast(&m->work);
     pthread_cond_broadcast(&m->changed);
     pthread_mutex_unlock(&m->lock);
     mirror_jobs_stop(m);

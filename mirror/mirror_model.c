@@ -42,7 +42,8 @@ struct mirror_model {
 static int weight_file(const char *name)
 {
     return !strchr(name, '/') && name[0] != '.' &&
-           (str_has_suffix(name, ".safetensors") || str_has_suffix(name, ".safetensors.index.json"));
+           (str_has_suffix(name, ".safetensors") ||
+            str_has_suffix(name, ".safetensors.index.json"));
 }
 
 /* The current token, a key, decoded into key (cut to cap - 1 bytes), and

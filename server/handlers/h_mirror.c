@@ -49,11 +49,6 @@
 
 #define DOC_MAX (64u << 20) /* a document passed through (a repo of 100,000 files fits) */
 
-static const char *auth_of(const struct request_view *v)
-{
-    return view_header(v, "Authorization");
-}
-
 static void job_done(void *arg)
 {
     answer_resume(arg, 0);
@@ -91,11 +86,6 @@ static void *start_job(struct answer *a)
 static const char *copy(struct answer *a, const char *s)
 {
     return s ? answer_strdup(a, s) : NULL;
-}
-
-static struct answer *wait_job(struct answer *a, struct job_wait *w)
-{
-    return answer_wait(a, start_job, job_release, w);
 }
 
 /* The mirror is stopping (a job could not be submitted). */
@@ -167,7 +157,8 @@ static struct answer *serve_bytes(const struct request_view *v, struct answer *a
     hub_file_rep(a, &rep, rt->name, rt->raw, etag);
     if (!v->is_head) { /* a HEAD answers headers only: nothing is opened or fetched */
         struct st_error e;
-        struct mirror_src src = {rt->model, meta->commit, rt->name, auth_of(v)};
+        struct mirror_src src = {rt->model, meta->commit, rt->name,
+                                 view_header(v, "Authorization")};
         struct mirror_file *f = mirror_open(m, &meta->id, &src, &e);
         if (!f)
             return answer_hub_error(a, e.code == ST_ERR_CONFLICT ? HTTP_BAD_GATEWAY
@@ -187,7 +178,7 @@ static struct answer *mirror_file_route(const struct request_view *v, struct ans
                                         const struct route *rt)
 {
     struct mirror *m = v->srv->mirror;
-    const char *auth = auth_of(v);
+    const char *auth = view_header(v, "Authorization");
     struct mirror_meta meta;
     if (v->wait_job) {
         struct st_error e;
@@ -200,7 +191,7 @@ static struct answer *mirror_file_route(const struct request_view *v, struct ans
         *w = (struct job_wait){.m = m, .kind = JOB_META, .repo = copy(a, rt->model),
                                .rev = copy(a, rt->rev), .path = copy(a, rt->name),
                                .auth = copy(a, auth)};
-        return wait_job(a, w);
+        return answer_wait(a, start_job, job_release, w);
     }
     if (meta.status != 200)
         return upstream_error(a, &meta, rt->name);
@@ -249,8 +240,8 @@ static struct answer *mirror_doc_route(const struct request_view *v, struct answ
                                .target = copy(a, route_origin_form(v->target)), .body = v->body,
                                .body_len = v->body_len,
                                .ctype = copy(a, view_header(v, "Content-Type")),
-                               .auth = copy(a, auth_of(v))};
-        return wait_job(a, w);
+                               .auth = copy(a, view_header(v, "Authorization"))};
+        return answer_wait(a, start_job, job_release, w);
     }
     struct st_error e;
     int rc = mirror_job_status(v->wait_job, &e);
@@ -342,7 +333,7 @@ static struct answer *mirror_preload(const struct request_view *v, struct answer
             return handle_gpu_answer(a, rc, status, &w, &de);
         struct job_wait *jw = answer_alloc(a, sizeof(*jw));
         *jw = (struct job_wait){.m = v->srv->mirror, .kind = JOB_MODEL, .repo = copy(a, model)};
-        return wait_job(a, jw);
+        return answer_wait(a, start_job, job_release, jw);
     }
     struct mirror_model *mm;
     struct st_error e;
@@ -379,11 +370,4 @@ struct answer *handle_mirror_gpu(const struct request_view *v, struct answer *a,
         return answer_error(a, HTTP_PRECONDITION_FAILED, "precondition_failed",
                             "If-Match or If-None-Match did not hold; nothing was done");
     return mirror_preload(v, a, model);
-}
-
-/* ---- by digest ---------------------------------------------------------------- */
-
-struct mirror_file *mirror_blob_find(struct server *srv, const uint8_t sha256[32])
-{
-    return srv->mirror ? mirror_find_complete(srv->mirror, sha256) : NULL;
 }
