@@ -83,16 +83,26 @@ void mirror_hash_free(struct mirror_file *f)
     f->hash_ctx = NULL;
 }
 
-static void file_free(struct mirror_file *f)
+/* Where f's bytes come from: copies of src's, or none when src is NULL. */
+static void set_src(struct mirror_file *f, const struct mirror_src *src)
 {
-    if (!f)
-        return;
     if (f->src_auth)
         memset(f->src_auth, 0, strlen(f->src_auth)); /* a token lives no longer than needed */
     free(f->src_repo);
     free(f->src_commit);
     free(f->src_path);
     free(f->src_auth);
+    f->src_repo = src ? xstrdup(src->repo) : NULL;
+    f->src_commit = src ? xstrdup(src->commit) : NULL;
+    f->src_path = src ? xstrdup(src->path) : NULL;
+    f->src_auth = src && src->auth ? xstrdup(src->auth) : NULL;
+}
+
+static void file_free(struct mirror_file *f)
+{
+    if (!f)
+        return;
+    set_src(f, NULL);
     free(f->present);
     free(f->wanted);
     free(f->inflight);
@@ -233,20 +243,6 @@ void do_mirror_download_check(struct mirror_file *f)
         f->downloading = 0;
         do_mirror_unref(f);
     }
-}
-
-static void set_src(struct mirror_file *f, const struct mirror_src *src)
-{
-    if (f->src_auth)
-        memset(f->src_auth, 0, strlen(f->src_auth));
-    free(f->src_repo);
-    free(f->src_commit);
-    free(f->src_path);
-    free(f->src_auth);
-    f->src_repo = xstrdup(src->repo);
-    f->src_commit = xstrdup(src->commit);
-    f->src_path = xstrdup(src->path);
-    f->src_auth = src->auth ? xstrdup(src->auth) : NULL;
 }
 
 /* A new partial file on disk: the state file first, so that a blob is
@@ -669,6 +665,7 @@ int mirror_load_cache(struct mirror *m, struct st_error *err)
     /* A smaller cap than last time: the oldest go now. */
     while (m->used > m->opt.max_bytes && m->lru_head)
         do_evict(m, m->lru_head);
+    do_mirror_gauges(m); /* no thread yet: the lock is not needed */
     return 0;
 }
 

@@ -43,16 +43,11 @@ static uint64_t do_next_block(struct mirror_file *f)
     return f->nblocks; /* cannot happen while n_queued > 0 */
 }
 
-static int stopping(struct mirror *m)
-{
-    return atomic_load(&m->stop_flag);
-}
-
 /* Sleeps until `until` (time_mono_ns), or less when the mirror stops. */
 static void sleep_until(struct mirror *m, uint64_t until)
 {
     uint64_t now;
-    while (!stopping(m) && (now = time_mono_ns()) < until) {
+    while (!atomic_load(&m->stop_flag) && (now = time_mono_ns()) < until) {
         struct timespec ts = {0, (long)(until - now < 50000000u ? until - now : 50000000u)};
         nanosleep(&ts, NULL);
     }
@@ -227,7 +222,6 @@ static void do_hash(struct mirror *m, struct mirror_file *f, char *buf,
 /* ---- fetching ----------------------------------------------------------------- */
 
 struct sink {
-    struct mirror *m;
     struct mirror_fetcher *fe;
     struct mirror_file *f;
     int fd;
@@ -255,9 +249,9 @@ static void pace(struct mirror *m, size_t len)
 static int sink_write(void *arg, const void *data, size_t len)
 {
     struct sink *s = arg;
-    struct mirror *m = s->m;
+    struct mirror *m = s->fe->m;
     pace(m, len);
-    if (stopping(m))
+    if (atomic_load(&m->stop_flag))
         return -ECANCELED;
     int rc = fileio_pwrite_full(s->fd, data, len, s->off + s->fe->done);
     if (rc < 0)
@@ -339,7 +333,7 @@ static void do_fetch_block(struct mirror *m, struct mirror_fetcher *fe, struct m
     fe->gen = f->gen;
     char *src[4] = {xstrdup(f->src_repo), xstrdup(f->src_commit), xstrdup(f->src_path),
                     f->src_auth ? xstrdup(f->src_auth) : NULL};
-    struct sink s = {.m = m, .fe = fe, .f = f, .fd = f->fd, .off = b * f->block};
+    struct sink s = {.fe = fe, .f = f, .fd = f->fd, .off = b * f->block};
     pthread_mutex_unlock(&m->lock);
 
     int rc = fetch_bytes(m, fe, &s, (const char *const *)src, len, &e);

@@ -31,8 +31,9 @@ struct mirror_model {
     struct reg_root *root;
     struct reg_model *rm;
     size_t n;
-    char **names;                  /* the model's files ... */
-    struct mirror_file **files;    /* ... and the cache's file of each (a reference) */
+    struct mirror_repo_file *repo; /* the model's files (n_repo) ... */
+    size_t n_repo;
+    struct mirror_file **files;    /* ... and the cache's file of the first n (a reference) */
     char dir[48];                  /* models/<n>, "" when not made */
     uint64_t missing;              /* bytes still to fetch when it was prepared (logged) */
 };
@@ -228,7 +229,7 @@ const struct reg_model *mirror_model_reg(const struct mirror_model *mm)
 static struct mirror_file *file_of(const struct mirror_model *mm, const struct reg_file *rf)
 {
     for (size_t i = 0; i < mm->n; i++)
-        if (strcmp(mm->names[i], rf->name) == 0)
+        if (strcmp(mm->repo[i].name, rf->name) == 0)
             return mm->files[i];
     return NULL;
 }
@@ -257,7 +258,7 @@ static void remove_dir(struct mirror_model *mm)
         return;
     char path[NAME_MAX_BYTES + 64];
     for (size_t i = 0; i < mm->n; i++) {
-        snprintf(path, sizeof(path), "%s/%s", mm->dir, mm->names[i]);
+        snprintf(path, sizeof(path), "%s/%s", mm->dir, mm->repo[i].name);
         unlinkat(mm->m->dirfd, path, 0);
     }
     unlinkat(mm->m->dirfd, mm->dir, AT_REMOVEDIR);
@@ -271,11 +272,9 @@ void mirror_model_free(struct mirror_model *mm)
     if (mm->root)
         reg_root_unref(mm->root);
     remove_dir(mm);
-    for (size_t i = 0; i < mm->n; i++) {
+    for (size_t i = 0; i < mm->n; i++)
         mirror_unref(mm->m, mm->files[i]);
-        free(mm->names[i]);
-    }
-    free(mm->names);
+    mirror_repo_files_free(mm->repo, mm->n_repo);
     free(mm->files);
     free(mm);
 }
@@ -287,7 +286,7 @@ static int fetch_heads(struct mirror *m, struct mirror_model *mm, struct st_erro
     for (size_t i = 0; i < mm->n; i++) {
         struct mirror_file *f = mm->files[i];
         uint64_t size = mirror_file_size(f);
-        int st = str_has_suffix(mm->names[i], ".safetensors");
+        int st = str_has_suffix(mm->repo[i].name, ".safetensors");
         uint64_t want = st && size > 8 ? 8 : size;
         int rc = mirror_wait_range(m, f, 0, want, NULL, err);
         if (rc == 0 && st && size > 8) {
@@ -301,7 +300,7 @@ static int fetch_heads(struct mirror *m, struct mirror_model *mm, struct st_erro
             if (rc == 0)
                 rc = mirror_wait_range(m, f, 0, end, NULL, err);
             else
-                st_error_errno(err, -rc, "reading %s from the cache", mm->names[i]);
+                st_error_errno(err, -rc, "reading %s from the cache", mm->repo[i].name);
         }
         if (rc < 0)
             return rc;
@@ -327,11 +326,11 @@ static int build(struct mirror *m, struct mirror_model *mm, const char *repo,
     int rc = 0;
     for (size_t i = 0; i < mm->n && rc == 0; i++) {
         struct stat sb;
-        snprintf(path, sizeof(path), "%s/%s", mm->dir, mm->names[i]);
+        snprintf(path, sizeof(path), "%s/%s", mm->dir, mm->repo[i].name);
         snprintf(target, sizeof(target), "../../blobs/%s", mm->files[i]->key);
         if (symlinkat(target, m->dirfd, path) < 0 || fstatat(m->dirfd, path, &sb, 0) < 0)
             rc = st_error_errno(err, errno, "mirror cache: %s", path);
-        ids[i].name = mm->names[i];
+        ids[i].name = mm->repo[i].name;
         fileio_stat_from(&sb, &ids[i].st);
     }
     if (rc == 0 && !(mm->root = reg_root_open(m->opt.cache_dir, NULL, err)))
@@ -410,7 +409,8 @@ static int model_job_run(struct mirror *m, struct upstream_conn *c, void *data,
     struct mirror_model *mm = xcalloc(1, sizeof(*mm));
     mm->m = m;
     memcpy(mm->commit, commit, 41);
-    mm->names = xcalloc((size_t)n + 1, sizeof(*mm->names));
+    mm->repo = files;
+    mm->n_repo = (size_t)n;
     mm->files = xcalloc((size_t)n + 1, sizeof(*mm->files));
     int rc = 0, any = 0;
     for (int i = 0; i < n && rc == 0; i++) {
@@ -420,11 +420,9 @@ static int model_job_run(struct mirror *m, struct upstream_conn *c, void *data,
             rc = -EIO;
             break;
         }
-        mm->names[mm->n] = xstrdup(files[i].name);
         mm->files[mm->n++] = f;
         any |= strstr(files[i].name, ".index.json") == NULL;
     }
-    mirror_repo_files_free(files, (size_t)n);
     if (rc == 0 && !any)
         rc = st_error_fail(err, ST_ERR_NOT_FOUND, "the upstream's repo %s has no "
                            ".safetensors file at its top (with a hash the mirror can check)",

@@ -88,18 +88,13 @@ static const char *copy(struct answer *a, const char *s)
     return s ? answer_strdup(a, s) : NULL;
 }
 
-/* The mirror is stopping (a job could not be submitted). */
-static struct answer *stopping(struct answer *a, int hub)
+/* A job that failed (rc, e), in the Hub's dialect: the mirror is stopping
+ * (503), or the upstream could not be reached or gave an answer the mirror
+ * cannot use (502). */
+static struct answer *job_failed(struct answer *a, int rc, const struct st_error *e)
 {
-    if (hub)
+    if (rc == -ECANCELED)
         return answer_hub_error(a, HTTP_SERVICE_UNAVAILABLE, NULL, 1, "the mirror is stopping");
-    return answer_error(a, HTTP_SERVICE_UNAVAILABLE, "stopping", "the mirror is stopping");
-}
-
-/* An upstream that could not be reached, or gave an answer the mirror
- * cannot use: 502, in the Hub's dialect. */
-static struct answer *bad_gateway(struct answer *a, const struct st_error *e)
-{
     return answer_hub_error(a, HTTP_BAD_GATEWAY, NULL, 0, "upstream: %s", e->message);
 }
 
@@ -184,7 +179,7 @@ static struct answer *mirror_file_route(const struct request_view *v, struct ans
         struct st_error e;
         int rc = mirror_job_status(v->wait_job, &e);
         if (rc < 0)
-            return rc == -ECANCELED ? stopping(a, 1) : bad_gateway(a, &e);
+            return job_failed(a, rc, &e);
         meta = *mirror_job_meta_result(v->wait_job);
     } else if (!mirror_meta_cached(m, rt->model, rt->rev, rt->name, auth, &meta)) {
         struct job_wait *w = answer_alloc(a, sizeof(*w));
@@ -246,18 +241,15 @@ static struct answer *mirror_doc_route(const struct request_view *v, struct answ
     struct st_error e;
     int rc = mirror_job_status(v->wait_job, &e);
     if (rc < 0)
-        return rc == -ECANCELED ? stopping(a, 1) : bad_gateway(a, &e);
+        return job_failed(a, rc, &e);
     const struct mirror_doc *d = mirror_job_doc_result(v->wait_job);
     const struct upstream_answer *u = &d->a;
-#define PASS(name, val)                                                                        \
-    do {                                                                                       \
-        if ((val)[0])                                                                          \
-            answer_header(a, name, val);                                                       \
-    } while (0)
-    PASS("X-Repo-Commit", u->commit);
-    PASS("X-Error-Code", u->error_code);
-    PASS("X-Error-Message", u->error_message);
-    PASS("Cache-Control", u->cache_control[0] ? u->cache_control : "no-cache");
+    const char *pass[][2] = {{"X-Repo-Commit", u->commit}, {"X-Error-Code", u->error_code},
+                             {"X-Error-Message", u->error_message}};
+    for (size_t i = 0; i < sizeof(pass) / sizeof(pass[0]); i++)
+        if (pass[i][1][0])
+            answer_header(a, pass[i][0], pass[i][1]);
+    answer_header(a, "Cache-Control", u->cache_control[0] ? u->cache_control : "no-cache");
     if (u->etag[0])
         answer_header(a, "ETag", answer_printf(a, "\"%s\"", u->etag));
     if (u->link[0]) {
@@ -265,7 +257,6 @@ static struct answer *mirror_doc_route(const struct request_view *v, struct answ
         answer_header(a, "Link", link);
         free(link);
     }
-#undef PASS
     /* The body stays the job's, which the request holds until it ends. */
     unsigned status = u->status >= 200 && u->status < 600 ? (unsigned)u->status : HTTP_BAD_GATEWAY;
     return answer_doc(a, status, copy(a, u->content_type[0] ? u->content_type : "application/json"),
@@ -341,7 +332,7 @@ static struct answer *mirror_preload(const struct request_view *v, struct answer
     if (rc < 0) {
         free(device);
         if (rc == -ECANCELED)
-            return stopping(a, 0);
+            return answer_error(a, HTTP_SERVICE_UNAVAILABLE, "stopping", "the mirror is stopping");
         unsigned st = e.code == ST_ERR_NOT_FOUND          ? HTTP_NOT_FOUND
                       : e.code == ST_ERR_INVALID_ARGUMENT ? HTTP_CONFLICT
                                                           : HTTP_BAD_GATEWAY;
