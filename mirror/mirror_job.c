@@ -355,7 +355,7 @@ struct mirror_job *mirror_job_meta(struct mirror *m, const char *repo, const cha
 
 struct doc_job {
     char *method, *target, *body, *ctype, *auth;
-    size_t body_len, max;
+    size_t body_len;
     struct mirror_doc doc;
 };
 
@@ -379,12 +379,12 @@ static int doc_job_run(struct mirror *m, struct upstream_conn *c, void *data,
     (void)m;
     struct doc_job *d = data;
     return upstream_request(c, d->method, d->target, d->body, d->body_len, d->ctype, d->auth,
-                            d->max, &d->doc.body, &d->doc.len, &d->doc.a, err);
+                            MIRROR_DOC_MAX, &d->doc.body, &d->doc.len, &d->doc.a, err);
 }
 
 struct mirror_job *mirror_job_doc(struct mirror *m, const char *method, const char *target,
                                   const char *body, size_t body_len, const char *content_type,
-                                  const char *auth, size_t max, void (*cb)(void *arg), void *arg)
+                                  const char *auth, void (*cb)(void *arg), void *arg)
 {
     struct doc_job *d = xcalloc(1, sizeof(*d));
     d->method = xstrdup(method);
@@ -393,7 +393,6 @@ struct mirror_job *mirror_job_doc(struct mirror *m, const char *method, const ch
     d->body_len = body_len;
     d->ctype = content_type ? xstrdup(content_type) : NULL;
     d->auth = auth ? xstrdup(auth) : NULL;
-    d->max = max;
     return mirror_job_submit(m, doc_job_run, d, doc_job_free, cb, arg);
 }
 

@@ -29,6 +29,8 @@
 
 struct mirror_job;
 
+#define MIRROR_DOC_MAX (64u << 20) /* an upstream document's body (a repo of 100,000 files fits) */
+
 /* What the upstream said about a file of a repo at a revision. */
 struct mirror_meta {
     long status;               /* the upstream's: 200 (or a redirect away, for an LFS file on
@@ -81,10 +83,10 @@ struct mirror_job *mirror_job_meta(struct mirror *m, const char *repo, const cha
                                    const char *path, const char *auth, void (*cb)(void *arg),
                                    void *arg);
 /* A job passing a request through (method, target with its query, body),
- * whose data is a struct mirror_doc; bodies up to max bytes. */
+ * whose data is a struct mirror_doc; bodies up to MIRROR_DOC_MAX bytes. */
 struct mirror_job *mirror_job_doc(struct mirror *m, const char *method, const char *target,
                                   const char *body, size_t body_len, const char *content_type,
-                                  const char *auth, size_t max, void (*cb)(void *arg), void *arg);
+                                  const char *auth, void (*cb)(void *arg), void *arg);
 /* The job's status: 0, or -errno with err (-ECANCELED when the mirror
  * stopped before it ran). The results of the two above (valid while the
  * job is held): */

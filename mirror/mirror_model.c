@@ -21,7 +21,6 @@
 #include "st_header.h"
 #include "util.h"
 
-#define DOC_MAX (64u << 20)        /* a repo document (100,000 files fit) */
 #define MODEL_FILES_MAX 4096       /* top-level weight files of one model */
 #define NAME_MAX_BYTES 1024
 
@@ -381,8 +380,8 @@ static int resolve(struct mirror *m, struct upstream_conn *c, struct model_job *
     struct upstream_answer a;
     char *body = NULL;
     size_t blen = 0;
-    int rc = upstream_request(c, "GET", target, NULL, 0, NULL, m->opt.own_auth, DOC_MAX, &body,
-                              &blen, &a, err);
+    int rc = upstream_request(c, "GET", target, NULL, 0, NULL, m->opt.own_auth, MIRROR_DOC_MAX,
+                              &body, &blen, &a, err);
     if (rc == 0 && (a.status == 404 || a.status == 401 || a.status == 403))
         rc = st_error_fail(err, ST_ERR_NOT_FOUND, "the upstream has no repo %s at %s "
                            "(%ld%s%s%s%s)", d->repo, d->rev, a.status,

@@ -47,8 +47,6 @@
 #include "upstream.h"
 #include "util.h"
 
-#define DOC_MAX (64u << 20) /* a document passed through (a repo of 100,000 files fits) */
-
 static void job_done(void *arg)
 {
     answer_resume(arg, 0);
@@ -76,7 +74,7 @@ static void *start_job(struct answer *a)
     struct mirror_job *j =
         w->kind == JOB_META ? mirror_job_meta(w->m, w->repo, w->rev, w->path, w->auth, job_done, a)
         : w->kind == JOB_DOC ? mirror_job_doc(w->m, w->method, w->target, w->body, w->body_len,
-                                              w->ctype, w->auth, DOC_MAX, job_done, a)
+                                              w->ctype, w->auth, job_done, a)
                              : mirror_job_model(w->m, w->repo, "main", job_done, a);
     if (!j) /* stopping: answered when dispatched again */
         job_done(a);
