@@ -23,6 +23,7 @@
 
 #define MODEL_FILES_MAX 4096       /* top-level weight files of one model */
 #define NAME_MAX_BYTES 1024
+#define DOC_MAX_DEPTH 64           /* nesting in a repo document */
 
 struct mirror_model {
     struct mirror *m;
@@ -46,17 +47,6 @@ static int weight_file(const char *name)
             str_has_suffix(name, ".safetensors.index.json"));
 }
 
-/* The current token, a key, decoded into key (cut to cap - 1 bytes), and
- * the ':' after it. Returns 0 or -1. */
-static int take_key(struct json_scan *s, char *key, size_t cap)
-{
-    if (json_scan_key(s) < 0)
-        return -1;
-    size_t n = json_scan_decode(s, key, cap - 1);
-    key[n < cap ? n : cap - 1] = '\0';
-    return json_scan_colon(s);
-}
-
 /* The current string token, decoded into out (cap bytes, NUL-terminated).
  * Returns 0, or -1 when it is not a string or does not fit. */
 static int take_string(struct json_scan *s, char *out, size_t cap)
@@ -78,70 +68,89 @@ static int take_size(struct json_scan *s, uint64_t *out)
     return 0;
 }
 
-/* One sibling {"rfilename", "size", "blobId", "lfs": {"sha256", "size"}}:
- * *keep set with *f filled when it is a weight file with a checkable hash.
- * The scanner is on '{'; left on '}'. Returns 0 or -1. */
-static int read_sibling(struct json_scan *s, struct mirror_repo_file *f, int *keep)
+/* What a sibling {"rfilename", "size", "blobId", "lfs": {"sha256", "size"}}
+ * says. */
+struct sibling {
+    char name[NAME_MAX_BYTES], blob[48], sha[80];
+    uint64_t size, lfs_size;
+    int has_size, has_lfs_size;
+};
+
+static int lfs_member(struct json_scan *s, const char *key, unsigned depth, void *ctx)
 {
-    char key[32], name[NAME_MAX_BYTES], blob[48] = "", sha[80] = "";
-    uint64_t size = 0, lfs_size = 0;
-    int has_size = 0, has_lfs_size = 0, rc = 0;
-    name[0] = '\0';
-    *keep = 0;
-    if (json_scan_next(s) == '}')
-        goto done;
-    do {
-        if (take_key(s, key, sizeof(key)) < 0)
-            return -1;
-        if (strcmp(key, "rfilename") == 0) {
-            rc = take_string(s, name, sizeof(name));
-        } else if (strcmp(key, "blobId") == 0) {
-            rc = take_string(s, blob, sizeof(blob));
-        } else if (strcmp(key, "size") == 0) {
-            rc = take_size(s, &size);
-            has_size = 1;
-        } else if (strcmp(key, "lfs") == 0 && s->tok == '{') {
-            if (json_scan_next(s) != '}') {
-                do {
-                    if (take_key(s, key, sizeof(key)) < 0)
-                        return -1;
-                    if (strcmp(key, "sha256") == 0 || strcmp(key, "oid") == 0)
-                        rc = take_string(s, sha, sizeof(sha));
-                    else if (strcmp(key, "size") == 0) {
-                        rc = take_size(s, &lfs_size);
-                        has_lfs_size = 1;
-                    } else
-                        rc = json_scan_value(s, 3, 64);
-                    if (rc < 0)
-                        return -1;
-                } while ((rc = json_scan_more(s, '}')) == 1);
-                if (rc < 0)
-                    return -1;
-            }
-        } else {
-            rc = json_scan_value(s, 2, 64);
-        }
-        if (rc < 0)
-            return -1;
-    } while ((rc = json_scan_more(s, '}')) == 1);
-    if (rc < 0)
-        return -1;
-done:
-    if (!weight_file(name))
-        return 0;
-    memset(&f->id, 0, sizeof(f->id));
-    if (strlen(sha) == 64 && digest_unhex(sha, 32, f->id.digest) == 0 && (has_lfs_size || has_size)) {
-        f->id.kind = MIRROR_SHA256;
-        f->id.size = has_lfs_size ? lfs_size : size;
-    } else if (strlen(blob) == 40 && digest_unhex(blob, 20, f->id.digest) == 0 && has_size) {
-        f->id.kind = MIRROR_GIT_SHA1;
-        f->id.size = size;
-    } else {
-        return 0; /* no hash to check it by: not taken (the caller says which) */
+    struct sibling *sb = ctx;
+    if (strcmp(key, "sha256") == 0 || strcmp(key, "oid") == 0)
+        return take_string(s, sb->sha, sizeof(sb->sha));
+    if (strcmp(key, "size") == 0) {
+        sb->has_lfs_size = 1;
+        return take_size(s, &sb->lfs_size);
     }
-    f->name = xstrdup(name);
-    *keep = 1;
+    return json_scan_value(s, depth, DOC_MAX_DEPTH);
+}
+
+static int sibling_member(struct json_scan *s, const char *key, unsigned depth, void *ctx)
+{
+    struct sibling *sb = ctx;
+    if (strcmp(key, "rfilename") == 0)
+        return take_string(s, sb->name, sizeof(sb->name));
+    if (strcmp(key, "blobId") == 0)
+        return take_string(s, sb->blob, sizeof(sb->blob));
+    if (strcmp(key, "size") == 0) {
+        sb->has_size = 1;
+        return take_size(s, &sb->size);
+    }
+    if (strcmp(key, "lfs") == 0 && s->tok == '{')
+        return json_scan_each(s, depth, DOC_MAX_DEPTH, lfs_member, sb);
+    return json_scan_value(s, depth, DOC_MAX_DEPTH);
+}
+
+/* The repo document as it is read. */
+struct repo_doc {
+    char sha[48];
+    struct mirror_repo_file *v;
+    size_t n;
+    int too_many;              /* more than MODEL_FILES_MAX weight files */
+};
+
+/* One element of "siblings": kept when it is a weight file with a hash to
+ * check it by (the caller says when none is). */
+static int doc_sibling(struct json_scan *s, const char *key, unsigned depth, void *ctx)
+{
+    struct repo_doc *d = ctx;
+    struct sibling sb = {.name = ""};
+    struct mirror_id id = {0};
+    (void)key;
+    if (s->tok != '{' || json_scan_each(s, depth, DOC_MAX_DEPTH, sibling_member, &sb) < 0)
+        return -1;
+    if (!weight_file(sb.name))
+        return 0;
+    if (strlen(sb.sha) == 64 && digest_unhex(sb.sha, 32, id.digest) == 0 &&
+        (sb.has_lfs_size || sb.has_size)) {
+        id.kind = MIRROR_SHA256;
+        id.size = sb.has_lfs_size ? sb.lfs_size : sb.size;
+    } else if (strlen(sb.blob) == 40 && digest_unhex(sb.blob, 20, id.digest) == 0 && sb.has_size) {
+        id.kind = MIRROR_GIT_SHA1;
+        id.size = sb.size;
+    } else {
+        return 0;
+    }
+    if (d->n == MODEL_FILES_MAX) {
+        d->too_many = 1;
+        return -1;
+    }
+    d->v = xrealloc(d->v, (d->n + 1) * sizeof(*d->v));
+    d->v[d->n++] = (struct mirror_repo_file){xstrdup(sb.name), id};
     return 0;
+}
+
+static int doc_member(struct json_scan *s, const char *key, unsigned depth, void *ctx)
+{
+    struct repo_doc *d = ctx;
+    if (strcmp(key, "sha") == 0)
+        return take_string(s, d->sha, sizeof(d->sha));
+    if (strcmp(key, "siblings") == 0 && s->tok == '[')
+        return json_scan_each(s, depth, DOC_MAX_DEPTH, doc_sibling, d);
+    return json_scan_value(s, depth, DOC_MAX_DEPTH);
 }
 
 void mirror_repo_files_free(struct mirror_repo_file *files, size_t n)
@@ -155,67 +164,31 @@ int mirror_repo_doc_parse(const char *buf, size_t len, char commit[41],
                           struct mirror_repo_file **files, struct st_error *err)
 {
     struct json_scan s;
-    struct mirror_repo_file *v = NULL;
-    size_t n = 0;
-    char key[32], sha[48] = "";
-    int rc = 0;
+    struct repo_doc d = {.sha = ""};
     *files = NULL;
     commit[0] = '\0';
     if (!utf8_valid(buf, len) || memchr(buf, '\0', len))
         return st_error_fail(err, ST_ERR_INVALID_ARGUMENT, "the upstream's repo document is not "
                              "UTF-8 text");
     json_scan_init(&s, buf, len);
-    if (json_scan_next(&s) != '{')
-        goto bad;
-    if (json_scan_next(&s) != '}') {
-        do {
-            if (take_key(&s, key, sizeof(key)) < 0)
-                goto bad;
-            if (strcmp(key, "sha") == 0) {
-                rc = take_string(&s, sha, sizeof(sha));
-            } else if (strcmp(key, "siblings") == 0 && s.tok == '[') {
-                if (json_scan_next(&s) == ']')
-                    goto next;
-                do {
-                    struct mirror_repo_file f;
-                    int keep;
-                    if (s.tok != '{' || read_sibling(&s, &f, &keep) < 0)
-                        goto bad;
-                    if (keep && n == MODEL_FILES_MAX) {
-                        free(f.name);
-                        mirror_repo_files_free(v, n);
-                        return st_error_fail(err, ST_ERR_LIMIT, "the repo has more than %d "
-                                             "weight files at its top", MODEL_FILES_MAX);
-                    }
-                    if (keep) {
-                        v = xrealloc(v, (n + 1) * sizeof(*v));
-                        v[n++] = f;
-                    }
-                } while ((rc = json_scan_more(&s, ']')) == 1);
-            } else {
-                rc = json_scan_value(&s, 1, 64);
-            }
-            if (rc < 0)
-                goto bad;
-        next:;
-        } while ((rc = json_scan_more(&s, '}')) == 1);
-        if (rc < 0)
-            goto bad;
+    if (json_scan_next(&s) != '{' || json_scan_each(&s, 0, DOC_MAX_DEPTH, doc_member, &d) < 0 ||
+        json_scan_next(&s) != JSON_TOK_EOF) {
+        mirror_repo_files_free(d.v, d.n);
+        if (d.too_many)
+            return st_error_fail(err, ST_ERR_LIMIT, "the repo has more than %d weight files at "
+                                 "its top", MODEL_FILES_MAX);
+        return st_error_fail(err, ST_ERR_INVALID_ARGUMENT, "the upstream's repo document is "
+                             "not the JSON a Hub sends%s%s", s.failed ? ": " : "",
+                             s.failed ? s.text : "");
     }
-    if (json_scan_next(&s) != JSON_TOK_EOF)
-        goto bad;
-    if (strlen(sha) != 40 || strspn(sha, "0123456789abcdef") != 40) {
-        mirror_repo_files_free(v, n);
+    if (strlen(d.sha) != 40 || strspn(d.sha, "0123456789abcdef") != 40) {
+        mirror_repo_files_free(d.v, d.n);
         return st_error_fail(err, ST_ERR_INVALID_ARGUMENT, "the upstream's repo document names "
                              "no commit (\"sha\")");
     }
-    memcpy(commit, sha, 41);
-    *files = v;
-    return (int)n;
-bad:
-    mirror_repo_files_free(v, n);
-    return st_error_fail(err, ST_ERR_INVALID_ARGUMENT, "the upstream's repo document is not "
-                         "the JSON a Hub sends%s%s", s.failed ? ": " : "", s.failed ? s.text : "");
+    memcpy(commit, d.sha, 41);
+    *files = d.v;
+    return (int)d.n;
 }
 
 /* ---- the model -------------------------------------------------------------- */
