@@ -83,16 +83,26 @@ void mirror_hash_free(struct mirror_file *f)
     f->hash_ctx = NULL;
 }
 
-static void file_free(struct mirror_file *f)
+/* Where f's bytes come from: copies of src's, or none when src is NULL. */
+static void set_src(struct mirror_file *f, const struct mirror_src *src)
 {
-    if (!f)
-        return;
     if (f->src_auth)
         memset(f->src_auth, 0, strlen(f->src_auth)); /* a token lives no longer than needed */
     free(f->src_repo);
     free(f->src_commit);
     free(f->src_path);
     free(f->src_auth);
+    f->src_repo = src ? xstrdup(src->repo) : NULL;
+    f->src_commit = src ? xstrdup(src->commit) : NULL;
+    f->src_path = src ? xstrdup(src->path) : NULL;
+    f->src_auth = src && src->auth ? xstrdup(src->auth) : NULL;
+}
+
+static void file_free(struct mirror_file *f)
+{
+    if (!f)
+        return;
+    set_src(f, NULL);
     free(f->present);
     free(f->wanted);
     free(f->inflight);
@@ -204,18 +214,14 @@ static int do_open_fds(struct mirror *m, struct mirror_file *f, struct st_error 
 
 int do_mirror_ref(struct mirror *m, struct mirror_file *f, struct st_error *err)
 {
-    if (f->refs == 0) {
-        int rc = do_open_fds(m, f, err);
-        if (rc < 0)
-            return rc;
-    }
-    f->refs++;
-    return 0;
+    int rc = f->refs == 0 ? do_open_fds(m, f, err) : 0;
+    if (rc == 0)
+        f->refs++;
+    return rc;
 }
 
-void do_mirror_unref(struct mirror *m, struct mirror_file *f)
+void do_mirror_unref(struct mirror_file *f)
 {
-    (void)m;
     if (--f->refs > 0)
         return;
     /* The blob's mtime orders the LRU after a restart. */
@@ -227,7 +233,7 @@ void do_mirror_unref(struct mirror *m, struct mirror_file *f)
     f->state_fd = -1;
 }
 
-void do_mirror_download_check(struct mirror *m, struct mirror_file *f)
+void do_mirror_download_check(struct mirror_file *f)
 {
     int busy = f->n_queued > 0 || f->n_inflight > 0;
     if (busy && !f->downloading) {
@@ -235,22 +241,8 @@ void do_mirror_download_check(struct mirror *m, struct mirror_file *f)
         f->refs++; /* the descriptors are open: whoever wants blocks holds f */
     } else if (!busy && f->downloading) {
         f->downloading = 0;
-        do_mirror_unref(m, f);
+        do_mirror_unref(f);
     }
-}
-
-static void set_src(struct mirror_file *f, const struct mirror_src *src)
-{
-    if (f->src_auth)
-        memset(f->src_auth, 0, strlen(f->src_auth));
-    free(f->src_repo);
-    free(f->src_commit);
-    free(f->src_path);
-    free(f->src_auth);
-    f->src_repo = xstrdup(src->repo);
-    f->src_commit = xstrdup(src->commit);
-    f->src_path = xstrdup(src->path);
-    f->src_auth = src->auth ? xstrdup(src->auth) : NULL;
 }
 
 /* A new partial file on disk: the state file first, so that a blob is
@@ -354,7 +346,7 @@ void mirror_unref(struct mirror *m, struct mirror_file *f)
         return;
     pthread_mutex_lock(&m->lock);
     do_lru_touch(m, f);
-    do_mirror_unref(m, f);
+    do_mirror_unref(f);
     pthread_mutex_unlock(&m->lock);
 }
 
@@ -420,7 +412,7 @@ static void do_want(struct mirror *m, struct mirror_file *f, uint64_t off, uint6
         f->n_queued++;
     }
     f->cursor = first;
-    do_mirror_download_check(m, f);
+    do_mirror_download_check(f);
     if (f->n_queued)
         do_mirror_ring_add(m, f);
 }
@@ -504,16 +496,6 @@ void do_mirror_collect(struct mirror *m, struct mirror_file *f, struct mirror_wa
     }
 }
 
-void mirror_fire(struct mirror_waiter *list)
-{
-    while (list) {
-        struct mirror_waiter *w = list;
-        list = w->next; /* read before the callback: w may be freed once firing is 0 */
-        w->cb(w->arg);
-        atomic_fetch_sub(&w->firing, 1);
-    }
-}
-
 int mirror_wait(struct mirror *m, struct mirror_file *f, uint64_t off, struct mirror_waiter *w)
 {
     pthread_mutex_lock(&m->lock);
@@ -581,45 +563,6 @@ int mirror_wait_range(struct mirror *m, struct mirror_file *f, uint64_t off, uin
     m->range_waiters--;
     pthread_mutex_unlock(&m->lock);
     return rc;
-}
-
-/* ---- failures ---------------------------------------------------------------- */
-
-void do_mirror_fail(struct mirror *m, struct mirror_file *f, const struct st_error *e,
-                    struct mirror_waiter **fire)
-{
-    if (!f->failed)
-        log_msg(LOG_ERROR, "mirror: %s (%s): %s", f->src_path ? f->src_path : f->key, f->key,
-                e->message);
-    f->failed = 1;
-    f->error = *e;
-    for (uint64_t b = 0; b < f->nblocks; b++)
-        bit_clear(f->wanted, b);
-    f->n_queued = 0;
-    do_mirror_download_check(m, f);
-    do_mirror_collect(m, f, fire);
-    pthread_cond_broadcast(&m->changed);
-}
-
-void do_mirror_discard(struct mirror *m, struct mirror_file *f)
-{
-    uint64_t bytes = 0;
-    for (uint64_t b = 0; b < f->nblocks; b++)
-        if (bit_get(f->present, b)) {
-            bytes += block_len(f, b);
-            bit_clear(f->present, b);
-        }
-    do_mirror_release_bytes(m, f, bytes);
-    f->n_present = 0;
-    f->hashed = 0;
-    f->gen++;
-    /* The bitmap and the bytes on disk go too (a hole). */
-    uint64_t nbytes = (f->nblocks + 7) / 8;
-    if (f->state_fd >= 0 && (ftruncate(f->state_fd, MIRROR_STATE_HEADER) < 0 ||
-                             ftruncate(f->state_fd, (off_t)(MIRROR_STATE_HEADER + nbytes)) < 0))
-        log_msg(LOG_WARN, "mirror: clearing blobs/%s.state: %s", f->key, strerror(errno));
-    if (f->fd >= 0 && (ftruncate(f->fd, 0) < 0 || ftruncate(f->fd, (off_t)f->id.size) < 0))
-        log_msg(LOG_WARN, "mirror: clearing blobs/%s: %s", f->key, strerror(errno));
 }
 
 /* ---- start-up: what a previous run left ------------------------------------------ */
@@ -722,6 +665,7 @@ int mirror_load_cache(struct mirror *m, struct st_error *err)
     /* A smaller cap than last time: the oldest go now. */
     while (m->used > m->opt.max_bytes && m->lru_head)
         do_evict(m, m->lru_head);
+    do_mirror_gauges(m); /* no thread yet: the lock is not needed */
     return 0;
 }
 

@@ -43,18 +43,67 @@ static uint64_t do_next_block(struct mirror_file *f)
     return f->nblocks; /* cannot happen while n_queued > 0 */
 }
 
-static int stopping(struct mirror *m)
+/* Sleeps until `until` (time_mono_ns), or less when the mirror stops. */
+static void sleep_until(struct mirror *m, uint64_t until)
 {
-    return atomic_load(&m->stop_flag);
-}
-
-/* Sleeps ms milliseconds, or less when the mirror stops. */
-static void backoff(struct mirror *m, unsigned ms)
-{
-    for (unsigned t = 0; t < ms && !stopping(m); t += 50) {
-        struct timespec ts = {0, 50 * 1000 * 1000};
+    uint64_t now;
+    while (!atomic_load(&m->stop_flag) && (now = time_mono_ns()) < until) {
+        struct timespec ts = {0, (long)(until - now < 50000000u ? until - now : 50000000u)};
         nanosleep(&ts, NULL);
     }
+}
+
+/* ---- failures --------------------------------------------------------------- */
+
+/* Calls back the waiters of a list made by do_mirror_collect (no lock held). */
+static void fire_waiters(struct mirror_waiter *list)
+{
+    while (list) {
+        struct mirror_waiter *w = list;
+        list = w->next; /* read before the callback: w may be freed once firing is 0 */
+        w->cb(w->arg);
+        atomic_fetch_sub(&w->firing, 1);
+    }
+}
+
+/* Fails f's download: wanted blocks dropped, every waiter called back
+ * (moved to *fire, to call after unlocking). */
+static void do_fail(struct mirror *m, struct mirror_file *f, const struct st_error *e,
+                    struct mirror_waiter **fire)
+{
+    if (!f->failed)
+        log_msg(LOG_ERROR, "mirror: %s (%s): %s", f->src_path ? f->src_path : f->key, f->key,
+                e->message);
+    f->failed = 1;
+    f->error = *e;
+    for (uint64_t b = 0; b < f->nblocks; b++)
+        bit_clear(f->wanted, b);
+    f->n_queued = 0;
+    do_mirror_download_check(f);
+    do_mirror_collect(m, f, fire);
+    pthread_cond_broadcast(&m->changed);
+}
+
+/* Discards every byte of f (its hash did not match): bits cleared, bytes
+ * released, the state file's bitmap and the blob's bytes freed (holes). */
+static void do_discard(struct mirror *m, struct mirror_file *f)
+{
+    uint64_t bytes = 0;
+    for (uint64_t b = 0; b < f->nblocks; b++)
+        if (bit_get(f->present, b)) {
+            bytes += block_len(f, b);
+            bit_clear(f->present, b);
+        }
+    do_mirror_release_bytes(m, f, bytes);
+    f->n_present = 0;
+    f->hashed = 0;
+    f->gen++;
+    uint64_t nbytes = (f->nblocks + 7) / 8;
+    if (f->state_fd >= 0 && (ftruncate(f->state_fd, MIRROR_STATE_HEADER) < 0 ||
+                             ftruncate(f->state_fd, (off_t)(MIRROR_STATE_HEADER + nbytes)) < 0))
+        log_msg(LOG_WARN, "mirror: clearing blobs/%s.state: %s", f->key, strerror(errno));
+    if (f->fd >= 0 && (ftruncate(f->fd, 0) < 0 || ftruncate(f->fd, (off_t)f->id.size) < 0))
+        log_msg(LOG_WARN, "mirror: clearing blobs/%s: %s", f->key, strerror(errno));
 }
 
 /* ---- hashing --------------------------------------------------------------- */
@@ -130,8 +179,8 @@ static void do_finish_hash(struct mirror *m, struct mirror_file *f, struct mirro
                   "named: discarded (did the upstream change during the download?)",
                   f->src_path ? f->src_path : f->key, got, f->key);
     metrics_add(MC_MIRROR_VERIFY_FAILURES, 1);
-    do_mirror_discard(m, f);
-    do_mirror_fail(m, f, &e, fire);
+    do_discard(m, f);
+    do_fail(m, f, &e, fire);
 }
 
 /* Advances f's hash over the prefix of present blocks, as far as it goes.
@@ -160,20 +209,19 @@ static void do_hash(struct mirror *m, struct mirror_file *f, char *buf,
     if (rc < 0) {
         mirror_hash_free(f);
         f->hashed = 0;
-        do_mirror_fail(m, f, &e, fire);
+        do_fail(m, f, &e, fire);
     } else if (f->hashed == f->id.size) {
         do_finish_hash(m, f, fire);
     }
     f->hashing = 0;
     do_mirror_collect(m, f, fire);
     pthread_cond_broadcast(&m->changed);
-    do_mirror_unref(m, f);
+    do_mirror_unref(f);
 }
 
 /* ---- fetching ----------------------------------------------------------------- */
 
 struct sink {
-    struct mirror *m;
     struct mirror_fetcher *fe;
     struct mirror_file *f;
     int fd;
@@ -195,19 +243,15 @@ static void pace(struct mirror *m, size_t len)
     m->pace_next += (uint64_t)((double)len * 1e9 / (double)m->opt.max_bps);
     uint64_t until = m->pace_next;
     pthread_mutex_unlock(&m->pace_lock);
-    while (!stopping(m) && (now = time_mono_ns()) < until) {
-        uint64_t ns = until - now < 50000000u ? until - now : 50000000u;
-        struct timespec ts = {(time_t)(ns / 1000000000u), (long)(ns % 1000000000u)};
-        nanosleep(&ts, NULL);
-    }
+    sleep_until(m, until);
 }
 
 static int sink_write(void *arg, const void *data, size_t len)
 {
     struct sink *s = arg;
-    struct mirror *m = s->m;
+    struct mirror *m = s->fe->m;
     pace(m, len);
-    if (stopping(m))
+    if (atomic_load(&m->stop_flag))
         return -ECANCELED;
     int rc = fileio_pwrite_full(s->fd, data, len, s->off + s->fe->done);
     if (rc < 0)
@@ -221,7 +265,7 @@ static int sink_write(void *arg, const void *data, size_t len)
         pthread_cond_broadcast(&m->changed);
     pthread_mutex_unlock(&m->lock);
     metrics_add(MC_MIRROR_UPSTREAM_BYTES, len);
-    mirror_fire(fire);
+    fire_waiters(fire);
     return 0;
 }
 
@@ -256,7 +300,8 @@ static int fetch_bytes(struct mirror *m, struct mirror_fetcher *fe, struct sink 
         if (fatal(rc) || attempt == RETRIES)
             return rc;
         if (fe->done == before) /* no progress: back off 0.2, 0.8, 3.2 s */
-            backoff(m, a.retry_after ? a.retry_after * 1000u : 200u << (2 * attempt));
+            sleep_until(m, time_mono_ns() + (a.retry_after ? a.retry_after * 1000000000ull
+                                                           : 200000000ull << (2 * attempt)));
         else
             attempt = 0; /* progress: a cut connection, not a failing upstream */
     }
@@ -276,7 +321,7 @@ static void do_fetch_block(struct mirror *m, struct mirror_fetcher *fe, struct m
         st_error_fail(&e, ST_ERR_LIMIT, "the mirror's cache is full: every file in it is being "
                       "read, fetched or preloaded (mirror_cache_max_bytes %" PRIu64 ")",
                       m->opt.max_bytes);
-        do_mirror_fail(m, f, &e, fire);
+        do_fail(m, f, &e, fire);
         return;
     }
     bit_set(f->inflight, b);
@@ -288,7 +333,7 @@ static void do_fetch_block(struct mirror *m, struct mirror_fetcher *fe, struct m
     fe->gen = f->gen;
     char *src[4] = {xstrdup(f->src_repo), xstrdup(f->src_commit), xstrdup(f->src_path),
                     f->src_auth ? xstrdup(f->src_auth) : NULL};
-    struct sink s = {.m = m, .fe = fe, .f = f, .fd = f->fd, .off = b * f->block};
+    struct sink s = {.fe = fe, .f = f, .fd = f->fd, .off = b * f->block};
     pthread_mutex_unlock(&m->lock);
 
     int rc = fetch_bytes(m, fe, &s, (const char *const *)src, len, &e);
@@ -318,12 +363,12 @@ static void do_fetch_block(struct mirror *m, struct mirror_fetcher *fe, struct m
             log_msg(LOG_WARN, "mirror: freeing a failed block of blobs/%s: %s", f->key,
                     strerror(errno));
         if (rc < 0 && rc != -ECANCELED)
-            do_mirror_fail(m, f, &e, fire);
+            do_fail(m, f, &e, fire);
     }
     do_mirror_collect(m, f, fire);
     pthread_cond_broadcast(&m->changed);
-    do_mirror_download_check(m, f);
-    do_mirror_unref(m, f);
+    do_mirror_download_check(f);
+    do_mirror_unref(f);
 }
 
 static void *fetcher_main(void *arg)
@@ -355,7 +400,7 @@ static void *fetcher_main(void *arg)
             do_hash(m, f, buf, &fire);
         if (fire) {
             pthread_mutex_unlock(&m->lock);
-            mirror_fire(fire);
+            fire_waiters(fire);
             pthread_mutex_lock(&m->lock);
         }
     }
@@ -371,10 +416,9 @@ int mirror_fetch_start(struct mirror *m, struct st_error *err)
     for (unsigned i = 0; i < m->n_fetchers; i++) {
         struct mirror_fetcher *fe = &m->fetchers[i];
         fe->m = m;
-        fe->conn = upstream_conn_new(m->up);
+        fe->conn = upstream_conn_new(m->up, &m->stop_flag);
         if (!fe->conn)
             return st_error_fail(err, ST_ERR_NO_MEMORY, "libcurl could not make a handle");
-        upstream_conn_abort_on(fe->conn, &m->stop_flag);
         int rc = pthread_create(&fe->thread, NULL, fetcher_main, fe);
         if (rc != 0)
             return st_error_errno(err, rc, "cannot start the mirror's fetchers");
@@ -385,12 +429,6 @@ int mirror_fetch_start(struct mirror *m, struct st_error *err)
 
 void mirror_fetch_stop(struct mirror *m)
 {
-    pthread_mutex_lock(&m->lock);
-    m->stopping = 1;
-    atomic_store(&m->stop_flag, 1);
-    pthread_cond_broadcast(&m->work);
-    pthread_cond_broadcast(&m->changed);
-    pthread_mutex_unlock(&m->lock);
     for (unsigned i = 0; i < m->n_fetchers; i++) {
         if (m->fetchers[i].started)
             pthread_join(m->fetchers[i].thread, NULL);

@@ -1,6 +1,7 @@
 /* mirror_int: what the mirror's two files share (the design is in
  * mirror.h): mirror.c holds the files, their references, the LRU,
- * readers and waiters; mirror_fetch.c the fetcher threads and the hashing.
+ * readers and waiters; mirror_fetch.c the fetcher threads, the hashing
+ * and a download's failure.
  * mirror_fetch.c calls mirror.c's do_ functions, never the other way but
  * through mirror_fetch_start/stop. Everything marked (lock) is guarded by
  * m->lock. */
@@ -103,7 +104,7 @@ static inline uint64_t block_len(const struct mirror_file *f, uint64_t b)
 /* A reference (opening the descriptors on the first). Returns 0 or -errno
  * with err. */
 int do_mirror_ref(struct mirror *m, struct mirror_file *f, struct st_error *err);
-void do_mirror_unref(struct mirror *m, struct mirror_file *f);
+void do_mirror_unref(struct mirror_file *f);
 /* Links f into the fetchers' ring when it has work, waking one. */
 void do_mirror_ring_add(struct mirror *m, struct mirror_file *f);
 /* Whether a fetcher has something to hash in f. */
@@ -117,20 +118,11 @@ int do_mirror_reserve(struct mirror *m, struct mirror_file *f, uint64_t len);
 void do_mirror_release_bytes(struct mirror *m, struct mirror_file *f, uint64_t len);
 /* Publishes the cache's gauges (metrics_set_mirror). */
 void do_mirror_gauges(const struct mirror *m);
-/* Fails f's download: wanted blocks dropped, every waiter called back
- * (moved to *fire, to call after unlocking). */
-void do_mirror_fail(struct mirror *m, struct mirror_file *f, const struct st_error *e,
-                    struct mirror_waiter **fire);
 /* The waiters of f that can read now (or whose download failed), unlinked
  * and moved to *fire. */
 void do_mirror_collect(struct mirror *m, struct mirror_file *f, struct mirror_waiter **fire);
-/* Calls back the waiters of a list made by do_mirror_collect (no lock held). */
-void mirror_fire(struct mirror_waiter *list);
 /* The download's reference goes once nothing is queued or in flight. */
-void do_mirror_download_check(struct mirror *m, struct mirror_file *f);
-/* Discards every byte of f (its hash did not match): bits cleared, bytes
- * released, the state file's bitmap and the blob's bytes freed. */
-void do_mirror_discard(struct mirror *m, struct mirror_file *f);
+void do_mirror_download_check(struct mirror_file *f);
 
 /* Start-up, before any thread runs: reads blobs/ into the map, least
  * recently used (oldest mtime) first; removes state files whose blob is
@@ -145,7 +137,7 @@ void mirror_hash_free(struct mirror_file *f);
 
 /* Starts the fetchers. Returns 0 or -errno with err. */
 int mirror_fetch_start(struct mirror *m, struct st_error *err);
-/* Tells them to stop and joins them. */
+/* Joins them, once mirror_free told them to stop. */
 void mirror_fetch_stop(struct mirror *m);
 
 #endif

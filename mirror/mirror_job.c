@@ -29,6 +29,8 @@ struct mirror_job {
     void (*free_data)(void *data);
     void (*cb)(void *arg);
     void *arg;
+    int rc;                    /* what run returned (-ECANCELED until it ran) */
+    struct st_error err;
 };
 
 struct meta_slot {
@@ -37,24 +39,24 @@ struct meta_slot {
     struct mirror_meta meta;
 };
 
+/* A job thread and its upstream connection. */
+struct runner {
+    struct mirror_jobs *js;
+    pthread_t thread;
+    int started;
+    struct upstream_conn *conn;
+};
+
 struct mirror_jobs {
     struct mirror *m;
     pthread_mutex_t lock;
     pthread_cond_t cond;
     struct mirror_job *head, *tail;
     int stopping;
-    unsigned n_threads;
-    pthread_t *threads;
-    struct upstream_conn **conns; /* one per thread, by its index in threads */
-    unsigned n_conns;
+    unsigned n_runners;
+    struct runner *runners;
     struct meta_slot slots[META_SLOTS];
 };
-
-/* The jobs live beside the mirror; mirror.c only starts and stops them. */
-static struct mirror_jobs *jobs_of(struct mirror *m)
-{
-    return m->jobs;
-}
 
 /* ---- jobs ---------------------------------------------------------------------- */
 
@@ -93,11 +95,9 @@ static void job_finish(struct mirror_jobs *js, struct mirror_job *j)
 
 static void *runner_main(void *arg)
 {
-    struct mirror_jobs *js = arg;
+    struct runner *r = arg;
+    struct mirror_jobs *js = r->js;
     pthread_mutex_lock(&js->lock);
-    unsigned me = 0;
-    while (me < js->n_threads && !pthread_equal(js->threads[me], pthread_self()))
-        me++;
     for (;;) {
         while (!js->head && !js->stopping)
             pthread_cond_wait(&js->cond, &js->lock);
@@ -110,7 +110,7 @@ static void *runner_main(void *arg)
         int cancelled = js->stopping;
         pthread_mutex_unlock(&js->lock);
         if (!cancelled)
-            j->run(js->m, js->conns[me], j->data);
+            j->rc = j->run(js->m, r->conn, j->data, &j->err);
         job_finish(js, j);
         pthread_mutex_lock(&js->lock);
     }
@@ -122,10 +122,11 @@ struct mirror_job *mirror_job_submit(struct mirror *m, mirror_job_fn run, void *
                                      void (*free_data)(void *data), void (*cb)(void *arg),
                                      void *arg)
 {
-    struct mirror_jobs *js = jobs_of(m);
+    struct mirror_jobs *js = m->jobs;
     struct mirror_job *j = xcalloc(1, sizeof(*j));
     *j = (struct mirror_job){.js = js, .refs = 2, .run = run, .data = data, .free_data = free_data,
-                             .cb = cb, .arg = arg};
+                             .cb = cb, .arg = arg, .rc = -ECANCELED};
+    st_error_fail(&j->err, ST_ERR_IO, "the mirror is stopping");
     pthread_mutex_lock(&js->lock);
     if (js->stopping) {
         pthread_mutex_unlock(&js->lock);
@@ -167,28 +168,20 @@ int mirror_jobs_start(struct mirror *m, unsigned threads, struct st_error *err)
     js->m = m;
     pthread_mutex_init(&js->lock, NULL);
     pthread_cond_init(&js->cond, NULL);
-    js->threads = xcalloc(threads, sizeof(*js->threads));
-    js->conns = xcalloc(threads, sizeof(*js->conns));
-    js->n_conns = threads;
+    js->runners = xcalloc(threads, sizeof(*js->runners));
+    js->n_runners = threads;
     m->jobs = js;
     for (unsigned i = 0; i < threads; i++) {
-        js->conns[i] = upstream_conn_new(m->up);
-        if (!js->conns[i])
+        struct runner *r = &js->runners[i];
+        r->js = js;
+        r->conn = upstream_conn_new(m->up, &m->stop_flag);
+        if (!r->conn)
             return st_error_fail(err, ST_ERR_NO_MEMORY, "libcurl could not make a handle");
-        upstream_conn_abort_on(js->conns[i], &m->stop_flag);
-    }
-    /* Each thread finds its connection by its own id, so all ids are set
-     * before any thread looks. */
-    pthread_mutex_lock(&js->lock);
-    for (unsigned i = 0; i < threads; i++) {
-        int rc = pthread_create(&js->threads[i], NULL, runner_main, js);
-        if (rc != 0) {
-            pthread_mutex_unlock(&js->lock);
+        int rc = pthread_create(&r->thread, NULL, runner_main, r);
+        if (rc != 0)
             return st_error_errno(err, rc, "cannot start the mirror's job threads");
-        }
-        js->n_threads++;
+        r->started = 1;
     }
-    pthread_mutex_unlock(&js->lock);
     return 0;
 }
 
@@ -201,37 +194,27 @@ void mirror_jobs_stop(struct mirror *m)
     js->stopping = 1;
     pthread_cond_broadcast(&js->cond);
     pthread_mutex_unlock(&js->lock);
-    for (unsigned i = 0; i < js->n_threads; i++)
-        pthread_join(js->threads[i], NULL);
+    for (unsigned i = 0; i < js->n_runners; i++)
+        if (js->runners[i].started)
+            pthread_join(js->runners[i].thread, NULL);
     /* Without threads (they could not start) the queue is emptied here. */
     while (js->head) {
         struct mirror_job *j = js->head;
         js->head = j->next;
         job_finish(js, j);
     }
-    for (unsigned i = 0; i < js->n_conns; i++)
-        upstream_conn_free(js->conns[i]);
-    free(js->conns);
+    for (unsigned i = 0; i < js->n_runners; i++)
+        upstream_conn_free(js->runners[i].conn);
+    free(js->runners);
     for (size_t i = 0; i < META_SLOTS; i++)
         free(js->slots[i].key);
     pthread_cond_destroy(&js->cond);
     pthread_mutex_destroy(&js->lock);
     m->jobs = NULL;
-    free(js->threads);
     free(js);
 }
 
 /* ---- what the upstream says about a file -------------------------------------- */
-
-static int is_hex(const char *s, size_t n)
-{
-    if (strlen(s) != n)
-        return 0;
-    for (size_t i = 0; i < n; i++)
-        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
-            return 0;
-    return 1;
-}
 
 int mirror_meta_from_answer(const struct upstream_answer *a, struct mirror_meta *meta,
                             struct st_error *err)
@@ -246,7 +229,8 @@ int mirror_meta_from_answer(const struct upstream_answer *a, struct mirror_meta 
     if (!found)
         return 0;
     meta->status = 200;
-    if (!is_hex(a->commit, 40)) {
+    uint8_t commit[20];
+    if (strlen(a->commit) != 40 || digest_unhex(a->commit, 20, commit) < 0) {
         st_error_fail(err, ST_ERR_IO, "the upstream named no commit (X-Repo-Commit)");
         return -EPROTO;
     }
@@ -259,12 +243,10 @@ int mirror_meta_from_answer(const struct upstream_answer *a, struct mirror_meta 
         return -EPROTO;
     }
     meta->id.size = meta->lfs ? a->linked_size : a->length;
-    if (is_hex(tag, 64)) {
+    if (strlen(tag) == 64 && digest_unhex(tag, 32, meta->id.digest) == 0) {
         meta->id.kind = MIRROR_SHA256;
-        digest_unhex(tag, 32, meta->id.digest);
-    } else if (is_hex(tag, 40)) {
+    } else if (strlen(tag) == 40 && digest_unhex(tag, 20, meta->id.digest) == 0) {
         meta->id.kind = MIRROR_GIT_SHA1;
-        digest_unhex(tag, 20, meta->id.digest);
     } else {
         st_error_fail(err, ST_ERR_IO, "the upstream's %s \"%.80s\" is neither a SHA-256 nor a "
                       "git blob id: the mirror could not check the bytes",
@@ -294,7 +276,7 @@ static size_t slot_of(const char *key)
 int mirror_meta_cached(struct mirror *m, const char *repo, const char *rev, const char *path,
                        const char *auth, struct mirror_meta *out)
 {
-    struct mirror_jobs *js = jobs_of(m);
+    struct mirror_jobs *js = m->jobs;
     if (m->opt.auth_ttl == 0)
         return 0;
     char *key = meta_key(repo, rev, path, auth);
@@ -310,7 +292,7 @@ int mirror_meta_cached(struct mirror *m, const char *repo, const char *rev, cons
 
 static void meta_store(struct mirror *m, const char *key, const struct mirror_meta *meta)
 {
-    struct mirror_jobs *js = jobs_of(m);
+    struct mirror_jobs *js = m->jobs;
     if (m->opt.auth_ttl == 0)
         return;
     struct meta_slot *s = &js->slots[slot_of(key)];
@@ -327,8 +309,6 @@ static void meta_store(struct mirror *m, const char *key, const struct mirror_me
 struct meta_job {
     char *repo, *rev, *path, *auth, *key;
     struct mirror_meta meta;
-    int rc;
-    struct st_error err;
 };
 
 static void meta_job_free(void *p)
@@ -344,16 +324,18 @@ static void meta_job_free(void *p)
     free(d);
 }
 
-static void meta_job_run(struct mirror *m, struct upstream_conn *c, void *data)
+static int meta_job_run(struct mirror *m, struct upstream_conn *c, void *data,
+                        struct st_error *err)
 {
     struct meta_job *d = data;
     struct upstream_answer a;
-    d->rc = upstream_head_file(c, d->repo, d->rev, d->path, d->auth, &a, &d->err);
-    if (d->rc == 0)
-        d->rc = mirror_meta_from_answer(&a, &d->meta, &d->err);
+    int rc = upstream_head_file(c, d->repo, d->rev, d->path, d->auth, &a, err);
+    if (rc == 0)
+        rc = mirror_meta_from_answer(&a, &d->meta, err);
     /* Only what the upstream confirmed is reused: an error is asked again. */
-    if (d->rc == 0 && d->meta.status == 200)
+    if (rc == 0 && d->meta.status == 200)
         meta_store(m, d->key, &d->meta);
+    return rc;
 }
 
 struct mirror_job *mirror_job_meta(struct mirror *m, const char *repo, const char *rev,
@@ -366,22 +348,15 @@ struct mirror_job *mirror_job_meta(struct mirror *m, const char *repo, const cha
     d->path = xstrdup(path);
     d->auth = auth ? xstrdup(auth) : NULL;
     d->key = meta_key(repo, rev, path, auth);
-    d->rc = -ECANCELED;
-    st_error_fail(&d->err, ST_ERR_IO, "the mirror is stopping");
-    struct mirror_job *j = mirror_job_submit(m, meta_job_run, d, meta_job_free, cb, arg);
-    if (!j)
-        meta_job_free(d);
-    return j;
+    return mirror_job_submit(m, meta_job_run, d, meta_job_free, cb, arg);
 }
 
 /* ---- documents ------------------------------------------------------------------ */
 
 struct doc_job {
     char *method, *target, *body, *ctype, *auth;
-    size_t body_len, max;
+    size_t body_len;
     struct mirror_doc doc;
-    int rc;
-    struct st_error err;
 };
 
 static void doc_job_free(void *p)
@@ -398,17 +373,18 @@ static void doc_job_free(void *p)
     free(d);
 }
 
-static void doc_job_run(struct mirror *m, struct upstream_conn *c, void *data)
+static int doc_job_run(struct mirror *m, struct upstream_conn *c, void *data,
+                       struct st_error *err)
 {
     (void)m;
     struct doc_job *d = data;
-    d->rc = upstream_request(c, d->method, d->target, d->body, d->body_len, d->ctype, d->auth,
-                             d->max, &d->doc.body, &d->doc.len, &d->doc.a, &d->err);
+    return upstream_request(c, d->method, d->target, d->body, d->body_len, d->ctype, d->auth,
+                            MIRROR_DOC_MAX, &d->doc.body, &d->doc.len, &d->doc.a, err);
 }
 
 struct mirror_job *mirror_job_doc(struct mirror *m, const char *method, const char *target,
                                   const char *body, size_t body_len, const char *content_type,
-                                  const char *auth, size_t max, void (*cb)(void *arg), void *arg)
+                                  const char *auth, void (*cb)(void *arg), void *arg)
 {
     struct doc_job *d = xcalloc(1, sizeof(*d));
     d->method = xstrdup(method);
@@ -417,27 +393,14 @@ struct mirror_job *mirror_job_doc(struct mirror *m, const char *method, const ch
     d->body_len = body_len;
     d->ctype = content_type ? xstrdup(content_type) : NULL;
     d->auth = auth ? xstrdup(auth) : NULL;
-    d->max = max;
-    d->rc = -ECANCELED;
-    st_error_fail(&d->err, ST_ERR_IO, "the mirror is stopping");
-    struct mirror_job *j = mirror_job_submit(m, doc_job_run, d, doc_job_free, cb, arg);
-    if (!j)
-        doc_job_free(d);
-    return j;
+    return mirror_job_submit(m, doc_job_run, d, doc_job_free, cb, arg);
 }
 
 int mirror_job_status(struct mirror_job *j, struct st_error *err)
 {
-    if (j->run == meta_job_run) {
-        struct meta_job *d = j->data;
-        if (d->rc < 0 && err)
-            *err = d->err;
-        return d->rc;
-    }
-    struct doc_job *d = j->data;
-    if (d->rc < 0 && err)
-        *err = d->err;
-    return d->rc;
+    if (j->rc < 0 && err)
+        *err = j->err;
+    return j->rc;
 }
 
 const struct mirror_meta *mirror_job_meta_result(struct mirror_job *j)

@@ -29,6 +29,8 @@
 
 struct mirror_job;
 
+#define MIRROR_DOC_MAX (64u << 20) /* an upstream document's body (a repo of 100,000 files fits) */
+
 /* What the upstream said about a file of a repo at a revision. */
 struct mirror_meta {
     long status;               /* the upstream's: 200 (or a redirect away, for an LFS file on
@@ -55,11 +57,13 @@ int mirror_jobs_start(struct mirror *m, unsigned threads, struct st_error *err);
  * threads (a request in flight is cut) and frees the metadata cache. */
 void mirror_jobs_stop(struct mirror *m);
 
-/* A job that runs run(m, conn, data) on a job thread; cb(arg) is called
- * once it returned. free_data frees data with the job. Returns the job
- * with the caller's reference, or NULL when the mirror is stopping (cb is
- * then never called). */
-typedef void (*mirror_job_fn)(struct mirror *m, struct upstream_conn *c, void *data);
+/* A job that runs run(m, conn, data, err) on a job thread, whose return
+ * (0 or -errno with err) is the job's status; cb(arg) is called once it
+ * returned. free_data frees data with the job. Returns the job with the
+ * caller's reference, or NULL when the mirror is stopping (data is then
+ * freed, and cb never called). */
+typedef int (*mirror_job_fn)(struct mirror *m, struct upstream_conn *c, void *data,
+                             struct st_error *err);
 struct mirror_job *mirror_job_submit(struct mirror *m, mirror_job_fn run, void *data,
                                      void (*free_data)(void *data), void (*cb)(void *arg),
                                      void *arg);
@@ -79,12 +83,13 @@ struct mirror_job *mirror_job_meta(struct mirror *m, const char *repo, const cha
                                    const char *path, const char *auth, void (*cb)(void *arg),
                                    void *arg);
 /* A job passing a request through (method, target with its query, body),
- * whose data is a struct mirror_doc; bodies up to max bytes. */
+ * whose data is a struct mirror_doc; bodies up to MIRROR_DOC_MAX bytes. */
 struct mirror_job *mirror_job_doc(struct mirror *m, const char *method, const char *target,
                                   const char *body, size_t body_len, const char *content_type,
-                                  const char *auth, size_t max, void (*cb)(void *arg), void *arg);
-/* The job's status (0, or -errno with err) for the two above, and their
- * results (valid while the job is held). */
+                                  const char *auth, void (*cb)(void *arg), void *arg);
+/* The job's status: 0, or -errno with err (-ECANCELED when the mirror
+ * stopped before it ran). The results of the two above (valid while the
+ * job is held): */
 int mirror_job_status(struct mirror_job *j, struct st_error *err);
 const struct mirror_meta *mirror_job_meta_result(struct mirror_job *j);
 const struct mirror_doc *mirror_job_doc_result(struct mirror_job *j);

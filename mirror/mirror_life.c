@@ -68,31 +68,18 @@ struct mirror *mirror_new(const struct mirror_options *o, struct st_error *err)
     pthread_cond_init(&m->changed, NULL);
     pthread_mutex_init(&m->pace_lock, NULL);
     int rc = fileio_mkdirs(o->cache_dir, 0755);
+    if (rc == 0 && (m->dirfd = open(o->cache_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
+        rc = -errno;
+    if (rc == 0 && ((mkdirat(m->dirfd, "blobs", 0755) < 0 && errno != EEXIST) ||
+                    (mkdirat(m->dirfd, "models", 0755) < 0 && errno != EEXIST)))
+        rc = -errno;
     if (rc < 0) {
         st_error_errno(err, -rc, "mirror cache directory %s", o->cache_dir);
         goto fail;
     }
-    m->dirfd = open(o->cache_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (m->dirfd < 0) {
-        st_error_errno(err, errno, "mirror cache directory %s", o->cache_dir);
-        goto fail;
-    }
-    if ((mkdirat(m->dirfd, "blobs", 0755) < 0 && errno != EEXIST) ||
-        (mkdirat(m->dirfd, "models", 0755) < 0 && errno != EEXIST)) {
-        st_error_errno(err, errno, "mirror cache directory %s", o->cache_dir);
-        goto fail;
-    }
     m->up = upstream_new(o->upstream); /* the fetchers pace themselves, all together */
-    if (!m->up) {
-        st_error_fail(err, ST_ERR_NO_MEMORY, "no memory for the upstream client");
-        goto fail;
-    }
     clear_models(m);
-    if (mirror_load_cache(m, err) == 0)
-        do_mirror_gauges(m); /* no thread yet: the lock is not needed */
-    else
-        goto fail;
-    if (mirror_fetch_start(m, err) < 0 ||
+    if (mirror_load_cache(m, err) < 0 || mirror_fetch_start(m, err) < 0 ||
         mirror_jobs_start(m, JOB_THREADS, err) < 0)
         goto fail;
     log_msg(LOG_INFO, "mirror of %s: cache %s holds %" PRIu64 " files (%" PRIu64 " partial), "
@@ -113,6 +100,7 @@ void mirror_free(struct mirror *m)
     pthread_mutex_lock(&m->lock);
     m->stopping = 1;
     atomic_store(&m->stop_flag, 1);
+    pthread_cond_broadcast(&m->work);
     pthread_cond_broadcast(&m->changed);
     pthread_mutex_unlock(&m->lock);
     mirror_jobs_stop(m);

@@ -21,9 +21,9 @@
 #include "st_header.h"
 #include "util.h"
 
-#define DOC_MAX (64u << 20)        /* a repo document (100,000 files fit) */
 #define MODEL_FILES_MAX 4096       /* top-level weight files of one model */
 #define NAME_MAX_BYTES 1024
+#define DOC_MAX_DEPTH 64           /* nesting in a repo document */
 
 struct mirror_model {
     struct mirror *m;
@@ -31,8 +31,9 @@ struct mirror_model {
     struct reg_root *root;
     struct reg_model *rm;
     size_t n;
-    char **names;                  /* the model's files ... */
-    struct mirror_file **files;    /* ... and the cache's file of each (a reference) */
+    struct mirror_repo_file *repo; /* the model's files (n_repo) ... */
+    size_t n_repo;
+    struct mirror_file **files;    /* ... and the cache's file of the first n (a reference) */
     char dir[48];                  /* models/<n>, "" when not made */
     uint64_t missing;              /* bytes still to fetch when it was prepared (logged) */
 };
@@ -41,11 +42,9 @@ struct mirror_model {
 
 static int weight_file(const char *name)
 {
-    size_t n = strlen(name);
-    if (strchr(name, '/') || name[0] == '.' || n == 0)
-        return 0;
-    return (n > 12 && strcmp(name + n - 12, ".safetensors") == 0) ||
-           (n > 23 && strcmp(name + n - 23, ".safetensors.index.json") == 0);
+    return !strchr(name, '/') && name[0] != '.' &&
+           (str_has_suffix(name, ".safetensors") ||
+            str_has_suffix(name, ".safetensors.index.json"));
 }
 
 /* The current string token, decoded into out (cap bytes, NUL-terminated).
@@ -69,78 +68,89 @@ static int take_size(struct json_scan *s, uint64_t *out)
     return 0;
 }
 
-/* One sibling {"rfilename", "size", "blobId", "lfs": {"sha256", "size"}}:
- * *keep set with *f filled when it is a weight file with a checkable hash.
- * The scanner is on '{'; left on '}'. Returns 0 or -1. */
-static int read_sibling(struct json_scan *s, struct mirror_repo_file *f, int *keep)
+/* What a sibling {"rfilename", "size", "blobId", "lfs": {"sha256", "size"}}
+ * says. */
+struct sibling {
+    char name[NAME_MAX_BYTES], blob[48], sha[80];
+    uint64_t size, lfs_size;
+    int has_size, has_lfs_size;
+};
+
+static int lfs_member(struct json_scan *s, const char *key, unsigned depth, void *ctx)
 {
-    char key[32], name[NAME_MAX_BYTES], blob[48] = "", sha[80] = "";
-    uint64_t size = 0, lfs_size = 0;
-    int has_size = 0, has_lfs_size = 0, rc = 0;
-    name[0] = '\0';
-    *keep = 0;
-    if (json_scan_next(s) == '}')
-        goto done;
-    do {
-        if (json_scan_key(s) < 0)
-            return -1;
-        size_t kn = json_scan_decode(s, key, sizeof(key) - 1);
-        key[kn < sizeof(key) ? kn : sizeof(key) - 1] = '\0';
-        if (json_scan_colon(s) < 0)
-            return -1;
-        if (strcmp(key, "rfilename") == 0) {
-            rc = take_string(s, name, sizeof(name));
-        } else if (strcmp(key, "blobId") == 0) {
-            rc = take_string(s, blob, sizeof(blob));
-        } else if (strcmp(key, "size") == 0) {
-            rc = take_size(s, &size);
-            has_size = 1;
-        } else if (strcmp(key, "lfs") == 0 && s->tok == '{') {
-            if (json_scan_next(s) != '}') {
-                do {
-                    if (json_scan_key(s) < 0)
-                        return -1;
-                    kn = json_scan_decode(s, key, sizeof(key) - 1);
-                    key[kn < sizeof(key) ? kn : sizeof(key) - 1] = '\0';
-                    if (json_scan_colon(s) < 0)
-                        return -1;
-                    if (strcmp(key, "sha256") == 0 || strcmp(key, "oid") == 0)
-                        rc = take_string(s, sha, sizeof(sha));
-                    else if (strcmp(key, "size") == 0) {
-                        rc = take_size(s, &lfs_size);
-                        has_lfs_size = 1;
-                    } else
-                        rc = json_scan_value(s, 3, 64);
-                    if (rc < 0)
-                        return -1;
-                } while ((rc = json_scan_more(s, '}')) == 1);
-                if (rc < 0)
-                    return -1;
-            }
-        } else {
-            rc = json_scan_value(s, 2, 64);
-        }
-        if (rc < 0)
-            return -1;
-    } while ((rc = json_scan_more(s, '}')) == 1);
-    if (rc < 0)
-        return -1;
-done:
-    if (!weight_file(name))
-        return 0;
-    memset(&f->id, 0, sizeof(f->id));
-    if (strlen(sha) == 64 && digest_unhex(sha, 32, f->id.digest) == 0 && (has_lfs_size || has_size)) {
-        f->id.kind = MIRROR_SHA256;
-        f->id.size = has_lfs_size ? lfs_size : size;
-    } else if (strlen(blob) == 40 && digest_unhex(blob, 20, f->id.digest) == 0 && has_size) {
-        f->id.kind = MIRROR_GIT_SHA1;
-        f->id.size = size;
-    } else {
-        return 0; /* no hash to check it by: not taken (the caller says which) */
+    struct sibling *sb = ctx;
+    if (strcmp(key, "sha256") == 0 || strcmp(key, "oid") == 0)
+        return take_string(s, sb->sha, sizeof(sb->sha));
+    if (strcmp(key, "size") == 0) {
+        sb->has_lfs_size = 1;
+        return take_size(s, &sb->lfs_size);
     }
-    f->name = xstrdup(name);
-    *keep = 1;
+    return json_scan_value(s, depth, DOC_MAX_DEPTH);
+}
+
+static int sibling_member(struct json_scan *s, const char *key, unsigned depth, void *ctx)
+{
+    struct sibling *sb = ctx;
+    if (strcmp(key, "rfilename") == 0)
+        return take_string(s, sb->name, sizeof(sb->name));
+    if (strcmp(key, "blobId") == 0)
+        return take_string(s, sb->blob, sizeof(sb->blob));
+    if (strcmp(key, "size") == 0) {
+        sb->has_size = 1;
+        return take_size(s, &sb->size);
+    }
+    if (strcmp(key, "lfs") == 0 && s->tok == '{')
+        return json_scan_each(s, depth, DOC_MAX_DEPTH, lfs_member, sb);
+    return json_scan_value(s, depth, DOC_MAX_DEPTH);
+}
+
+/* The repo document as it is read. */
+struct repo_doc {
+    char sha[48];
+    struct mirror_repo_file *v;
+    size_t n;
+    int too_many;              /* more than MODEL_FILES_MAX weight files */
+};
+
+/* One element of "siblings": kept when it is a weight file with a hash to
+ * check it by (the caller says when none is). */
+static int doc_sibling(struct json_scan *s, const char *key, unsigned depth, void *ctx)
+{
+    struct repo_doc *d = ctx;
+    struct sibling sb = {.name = ""};
+    struct mirror_id id = {0};
+    (void)key;
+    if (s->tok != '{' || json_scan_each(s, depth, DOC_MAX_DEPTH, sibling_member, &sb) < 0)
+        return -1;
+    if (!weight_file(sb.name))
+        return 0;
+    if (strlen(sb.sha) == 64 && digest_unhex(sb.sha, 32, id.digest) == 0 &&
+        (sb.has_lfs_size || sb.has_size)) {
+        id.kind = MIRROR_SHA256;
+        id.size = sb.has_lfs_size ? sb.lfs_size : sb.size;
+    } else if (strlen(sb.blob) == 40 && digest_unhex(sb.blob, 20, id.digest) == 0 && sb.has_size) {
+        id.kind = MIRROR_GIT_SHA1;
+        id.size = sb.size;
+    } else {
+        return 0;
+    }
+    if (d->n == MODEL_FILES_MAX) {
+        d->too_many = 1;
+        return -1;
+    }
+    d->v = xrealloc(d->v, (d->n + 1) * sizeof(*d->v));
+    d->v[d->n++] = (struct mirror_repo_file){xstrdup(sb.name), id};
     return 0;
+}
+
+static int doc_member(struct json_scan *s, const char *key, unsigned depth, void *ctx)
+{
+    struct repo_doc *d = ctx;
+    if (strcmp(key, "sha") == 0)
+        return take_string(s, d->sha, sizeof(d->sha));
+    if (strcmp(key, "siblings") == 0 && s->tok == '[')
+        return json_scan_each(s, depth, DOC_MAX_DEPTH, doc_sibling, d);
+    return json_scan_value(s, depth, DOC_MAX_DEPTH);
 }
 
 void mirror_repo_files_free(struct mirror_repo_file *files, size_t n)
@@ -154,71 +164,31 @@ int mirror_repo_doc_parse(const char *buf, size_t len, char commit[41],
                           struct mirror_repo_file **files, struct st_error *err)
 {
     struct json_scan s;
-    struct mirror_repo_file *v = NULL;
-    size_t n = 0;
-    char key[32], sha[48] = "";
-    int rc = 0;
+    struct repo_doc d = {.sha = ""};
     *files = NULL;
     commit[0] = '\0';
     if (!utf8_valid(buf, len) || memchr(buf, '\0', len))
         return st_error_fail(err, ST_ERR_INVALID_ARGUMENT, "the upstream's repo document is not "
                              "UTF-8 text");
     json_scan_init(&s, buf, len);
-    if (json_scan_next(&s) != '{')
-        goto bad;
-    if (json_scan_next(&s) != '}') {
-        do {
-            if (json_scan_key(&s) < 0)
-                goto bad;
-            size_t kn = json_scan_decode(&s, key, sizeof(key) - 1);
-            key[kn < sizeof(key) ? kn : sizeof(key) - 1] = '\0';
-            if (json_scan_colon(&s) < 0)
-                goto bad;
-            if (strcmp(key, "sha") == 0) {
-                rc = take_string(&s, sha, sizeof(sha));
-            } else if (strcmp(key, "siblings") == 0 && s.tok == '[') {
-                if (json_scan_next(&s) == ']')
-                    goto next;
-                do {
-                    struct mirror_repo_file f;
-                    int keep;
-                    if (s.tok != '{' || read_sibling(&s, &f, &keep) < 0)
-                        goto bad;
-                    if (keep && n == MODEL_FILES_MAX) {
-                        free(f.name);
-                        mirror_repo_files_free(v, n);
-                        return st_error_fail(err, ST_ERR_LIMIT, "the repo has more than %d "
-                                             "weight files at its top", MODEL_FILES_MAX);
-                    }
-                    if (keep) {
-                        v = xrealloc(v, (n + 1) * sizeof(*v));
-                        v[n++] = f;
-                    }
-                } while ((rc = json_scan_more(&s, ']')) == 1);
-            } else {
-                rc = json_scan_value(&s, 1, 64);
-            }
-            if (rc < 0)
-                goto bad;
-        next:;
-        } while ((rc = json_scan_more(&s, '}')) == 1);
-        if (rc < 0)
-            goto bad;
+    if (json_scan_next(&s) != '{' || json_scan_each(&s, 0, DOC_MAX_DEPTH, doc_member, &d) < 0 ||
+        json_scan_next(&s) != JSON_TOK_EOF) {
+        mirror_repo_files_free(d.v, d.n);
+        if (d.too_many)
+            return st_error_fail(err, ST_ERR_LIMIT, "the repo has more than %d weight files at "
+                                 "its top", MODEL_FILES_MAX);
+        return st_error_fail(err, ST_ERR_INVALID_ARGUMENT, "the upstream's repo document is "
+                             "not the JSON a Hub sends%s%s", s.failed ? ": " : "",
+                             s.failed ? s.text : "");
     }
-    if (json_scan_next(&s) != JSON_TOK_EOF)
-        goto bad;
-    if (strlen(sha) != 40 || strspn(sha, "0123456789abcdef") != 40) {
-        mirror_repo_files_free(v, n);
+    if (strlen(d.sha) != 40 || strspn(d.sha, "0123456789abcdef") != 40) {
+        mirror_repo_files_free(d.v, d.n);
         return st_error_fail(err, ST_ERR_INVALID_ARGUMENT, "the upstream's repo document names "
                              "no commit (\"sha\")");
     }
-    memcpy(commit, sha, 41);
-    *files = v;
-    return (int)n;
-bad:
-    mirror_repo_files_free(v, n);
-    return st_error_fail(err, ST_ERR_INVALID_ARGUMENT, "the upstream's repo document is not "
-                         "the JSON a Hub sends%s%s", s.failed ? ": " : "", s.failed ? s.text : "");
+    memcpy(commit, d.sha, 41);
+    *files = d.v;
+    return (int)d.n;
 }
 
 /* ---- the model -------------------------------------------------------------- */
@@ -231,7 +201,7 @@ const struct reg_model *mirror_model_reg(const struct mirror_model *mm)
 static struct mirror_file *file_of(const struct mirror_model *mm, const struct reg_file *rf)
 {
     for (size_t i = 0; i < mm->n; i++)
-        if (strcmp(mm->names[i], rf->name) == 0)
+        if (strcmp(mm->repo[i].name, rf->name) == 0)
             return mm->files[i];
     return NULL;
 }
@@ -260,7 +230,7 @@ static void remove_dir(struct mirror_model *mm)
         return;
     char path[NAME_MAX_BYTES + 64];
     for (size_t i = 0; i < mm->n; i++) {
-        snprintf(path, sizeof(path), "%s/%s", mm->dir, mm->names[i]);
+        snprintf(path, sizeof(path), "%s/%s", mm->dir, mm->repo[i].name);
         unlinkat(mm->m->dirfd, path, 0);
     }
     unlinkat(mm->m->dirfd, mm->dir, AT_REMOVEDIR);
@@ -274,11 +244,9 @@ void mirror_model_free(struct mirror_model *mm)
     if (mm->root)
         reg_root_unref(mm->root);
     remove_dir(mm);
-    for (size_t i = 0; i < mm->n; i++) {
+    for (size_t i = 0; i < mm->n; i++)
         mirror_unref(mm->m, mm->files[i]);
-        free(mm->names[i]);
-    }
-    free(mm->names);
+    mirror_repo_files_free(mm->repo, mm->n_repo);
     free(mm->files);
     free(mm);
 }
@@ -290,8 +258,7 @@ static int fetch_heads(struct mirror *m, struct mirror_model *mm, struct st_erro
     for (size_t i = 0; i < mm->n; i++) {
         struct mirror_file *f = mm->files[i];
         uint64_t size = mirror_file_size(f);
-        int st = strlen(mm->names[i]) > 12 &&
-                 strcmp(mm->names[i] + strlen(mm->names[i]) - 12, ".safetensors") == 0;
+        int st = str_has_suffix(mm->repo[i].name, ".safetensors");
         uint64_t want = st && size > 8 ? 8 : size;
         int rc = mirror_wait_range(m, f, 0, want, NULL, err);
         if (rc == 0 && st && size > 8) {
@@ -305,7 +272,7 @@ static int fetch_heads(struct mirror *m, struct mirror_model *mm, struct st_erro
             if (rc == 0)
                 rc = mirror_wait_range(m, f, 0, end, NULL, err);
             else
-                st_error_errno(err, -rc, "reading %s from the cache", mm->names[i]);
+                st_error_errno(err, -rc, "reading %s from the cache", mm->repo[i].name);
         }
         if (rc < 0)
             return rc;
@@ -331,11 +298,11 @@ static int build(struct mirror *m, struct mirror_model *mm, const char *repo,
     int rc = 0;
     for (size_t i = 0; i < mm->n && rc == 0; i++) {
         struct stat sb;
-        snprintf(path, sizeof(path), "%s/%s", mm->dir, mm->names[i]);
+        snprintf(path, sizeof(path), "%s/%s", mm->dir, mm->repo[i].name);
         snprintf(target, sizeof(target), "../../blobs/%s", mm->files[i]->key);
         if (symlinkat(target, m->dirfd, path) < 0 || fstatat(m->dirfd, path, &sb, 0) < 0)
             rc = st_error_errno(err, errno, "mirror cache: %s", path);
-        ids[i].name = mm->names[i];
+        ids[i].name = mm->repo[i].name;
         fileio_stat_from(&sb, &ids[i].st);
     }
     if (rc == 0 && !(mm->root = reg_root_open(m->opt.cache_dir, NULL, err)))
@@ -359,8 +326,6 @@ static int build(struct mirror *m, struct mirror_model *mm, const char *repo,
 struct model_job {
     char *repo, *rev;
     struct mirror_model *mm;
-    int rc;
-    struct st_error err;
 };
 
 static void model_job_free(void *p)
@@ -374,7 +339,7 @@ static void model_job_free(void *p)
 
 /* The repo document at rev: its commit and weight files. */
 static int resolve(struct mirror *m, struct upstream_conn *c, struct model_job *d,
-                   struct mirror_repo_file **files, char commit[41])
+                   struct mirror_repo_file **files, char commit[41], struct st_error *err)
 {
     char target[3 * NAME_MAX_BYTES + 96];
     size_t len = 0;
@@ -383,61 +348,59 @@ static int resolve(struct mirror *m, struct upstream_conn *c, struct model_job *
         upstream_encode(target, sizeof(target), &len, "/revision/", 1) < 0 ||
         upstream_encode(target, sizeof(target), &len, d->rev, 0) < 0 ||
         len + 12 >= sizeof(target))
-        return st_error_fail(&d->err, ST_ERR_INVALID_ARGUMENT, "repo name too long");
+        return st_error_fail(err, ST_ERR_INVALID_ARGUMENT, "repo name too long");
     strcat(target, "?blobs=true");
     struct upstream_answer a;
     char *body = NULL;
     size_t blen = 0;
-    int rc = upstream_request(c, "GET", target, NULL, 0, NULL, m->opt.own_auth, DOC_MAX, &body,
-                              &blen, &a, &d->err);
+    int rc = upstream_request(c, "GET", target, NULL, 0, NULL, m->opt.own_auth, MIRROR_DOC_MAX,
+                              &body, &blen, &a, err);
     if (rc == 0 && (a.status == 404 || a.status == 401 || a.status == 403))
-        rc = st_error_fail(&d->err, ST_ERR_NOT_FOUND, "the upstream has no repo %s at %s "
+        rc = st_error_fail(err, ST_ERR_NOT_FOUND, "the upstream has no repo %s at %s "
                            "(%ld%s%s%s%s)", d->repo, d->rev, a.status,
                            a.error_code[0] ? " " : "", a.error_code,
                            a.error_message[0] ? ": " : "", a.error_message);
     else if (rc == 0 && a.status != 200)
-        rc = st_error_fail(&d->err, ST_ERR_IO, "the upstream answered %ld for %s", a.status,
+        rc = st_error_fail(err, ST_ERR_IO, "the upstream answered %ld for %s", a.status,
                            target);
     if (rc == 0)
-        rc = mirror_repo_doc_parse(body, blen, commit, files, &d->err);
+        rc = mirror_repo_doc_parse(body, blen, commit, files, err);
     free(body);
     return rc;
 }
 
-static void model_job_run(struct mirror *m, struct upstream_conn *c, void *data)
+static int model_job_run(struct mirror *m, struct upstream_conn *c, void *data,
+                         struct st_error *err)
 {
     struct model_job *d = data;
     struct mirror_repo_file *files = NULL;
     char commit[41];
-    int n = resolve(m, c, d, &files, commit);
-    if (n < 0) {
-        d->rc = n;
-        return;
-    }
+    int n = resolve(m, c, d, &files, commit, err);
+    if (n < 0)
+        return n;
     struct mirror_model *mm = xcalloc(1, sizeof(*mm));
     mm->m = m;
     memcpy(mm->commit, commit, 41);
-    mm->names = xcalloc((size_t)n + 1, sizeof(*mm->names));
+    mm->repo = files;
+    mm->n_repo = (size_t)n;
     mm->files = xcalloc((size_t)n + 1, sizeof(*mm->files));
     int rc = 0, any = 0;
     for (int i = 0; i < n && rc == 0; i++) {
         struct mirror_src src = {d->repo, commit, files[i].name, m->opt.own_auth};
-        struct mirror_file *f = mirror_open(m, &files[i].id, &src, &d->err);
+        struct mirror_file *f = mirror_open(m, &files[i].id, &src, err);
         if (!f) {
             rc = -EIO;
             break;
         }
-        mm->names[mm->n] = xstrdup(files[i].name);
         mm->files[mm->n++] = f;
         any |= strstr(files[i].name, ".index.json") == NULL;
     }
-    mirror_repo_files_free(files, (size_t)n);
     if (rc == 0 && !any)
-        rc = st_error_fail(&d->err, ST_ERR_NOT_FOUND, "the upstream's repo %s has no "
+        rc = st_error_fail(err, ST_ERR_NOT_FOUND, "the upstream's repo %s has no "
                            ".safetensors file at its top (with a hash the mirror can check)",
                            d->repo);
     if (rc == 0)
-        rc = fetch_heads(m, mm, &d->err);
+        rc = fetch_heads(m, mm, err);
     /* Every block from here on: the preload reads them as they come. */
     for (size_t i = 0; rc == 0 && i < mm->n; i++) {
         uint64_t size = mirror_file_size(mm->files[i]);
@@ -447,16 +410,15 @@ static void model_job_run(struct mirror *m, struct upstream_conn *c, void *data)
         mirror_want(m, mm->files[i], 0, size);
     }
     if (rc == 0)
-        rc = build(m, mm, d->repo, &d->err);
+        rc = build(m, mm, d->repo, err);
     if (rc < 0) {
         mirror_model_free(mm);
-        d->rc = rc;
-        return;
+        return rc;
     }
     log_msg(LOG_INFO, "mirror: model %s at %s prepared for a preload: %zu files, %" PRIu64
             " bytes to fetch", d->repo, mm->commit, mm->n, mm->missing);
     d->mm = mm;
-    d->rc = 0;
+    return 0;
 }
 
 struct mirror_job *mirror_job_model(struct mirror *m, const char *repo, const char *rev,
@@ -465,24 +427,14 @@ struct mirror_job *mirror_job_model(struct mirror *m, const char *repo, const ch
     struct model_job *d = xcalloc(1, sizeof(*d));
     d->repo = xstrdup(repo);
     d->rev = xstrdup(rev);
-    d->rc = -ECANCELED;
-    st_error_fail(&d->err, ST_ERR_IO, "the mirror is stopping");
-    struct mirror_job *j = mirror_job_submit(m, model_job_run, d, model_job_free, cb, arg);
-    if (!j)
-        model_job_free(d);
-    return j;
+    return mirror_job_submit(m, model_job_run, d, model_job_free, cb, arg);
 }
 
 int mirror_job_model_take(struct mirror_job *j, struct mirror_model **out, struct st_error *err)
 {
     struct model_job *d = mirror_job_data(j);
-    *out = NULL;
-    if (d->rc < 0) {
-        if (err)
-            *err = d->err;
-        return d->rc;
-    }
-    *out = d->mm;
+    int rc = mirror_job_status(j, err);
+    *out = rc < 0 ? NULL : d->mm;
     d->mm = NULL;
-    return 0;
+    return rc;
 }

@@ -35,14 +35,8 @@ int upstream_global_init(void)
 
 struct upstream *upstream_new(const char *base_url)
 {
-    struct upstream *u = calloc(1, sizeof(*u));
-    if (!u)
-        return NULL;
-    u->base = strdup(base_url);
-    if (!u->base) {
-        free(u);
-        return NULL;
-    }
+    struct upstream *u = xcalloc(1, sizeof(*u));
+    u->base = xstrdup(base_url);
     size_t n = strlen(u->base);
     while (n > 0 && u->base[n - 1] == '/')
         u->base[--n] = '\0';
@@ -65,23 +59,14 @@ const char *upstream_base(const struct upstream *u)
     return u->base;
 }
 
-struct upstream_conn *upstream_conn_new(struct upstream *u)
+struct upstream_conn *upstream_conn_new(struct upstream *u, const atomic_int *abort)
 {
-    struct upstream_conn *c = calloc(1, sizeof(*c));
-    if (!c)
+    CURL *h = curl_easy_init();
+    if (!h)
         return NULL;
-    c->u = u;
-    c->h = curl_easy_init();
-    if (!c->h) {
-        free(c);
-        return NULL;
-    }
+    struct upstream_conn *c = xcalloc(1, sizeof(*c));
+    *c = (struct upstream_conn){u, h, abort};
     return c;
-}
-
-void upstream_conn_abort_on(struct upstream_conn *c, const atomic_int *flag)
-{
-    c->abort = flag;
 }
 
 /* libcurl calls this about once a second, and whenever bytes move. */
@@ -125,9 +110,10 @@ int upstream_encode(char *out, size_t cap, size_t *len, const char *s, int keep_
     return 0;
 }
 
-/* base + "/" + repo + "/resolve/" + rev + "/" + path, each encoded. */
+/* base + "/" + repo + "/resolve/" + rev + "/" + path, each encoded.
+ * Returns 0, or -EINVAL with err when it does not fit. */
 static int file_url(const struct upstream *u, const char *repo, const char *rev, const char *path,
-                    char *out, size_t cap)
+                    char *out, size_t cap, struct st_error *err)
 {
     size_t len = (size_t)snprintf(out, cap, "%s/", u->base);
     if (len >= cap || upstream_encode(out, cap, &len, repo, 1) < 0 ||
@@ -135,7 +121,8 @@ static int file_url(const struct upstream *u, const char *repo, const char *rev,
         upstream_encode(out, cap, &len, rev, 0) < 0 ||
         upstream_encode(out, cap, &len, "/", 1) < 0 ||
         upstream_encode(out, cap, &len, path, 1) < 0)
-        return -1;
+        return st_error_fail(err, ST_ERR_INVALID_ARGUMENT, "the upstream URL of %s is too long",
+                             path);
     return 0;
 }
 
@@ -291,20 +278,23 @@ static void common_options(struct upstream_conn *c, const char *url, struct curl
     /* The bytes as stored: no Accept-Encoding, so no transfer coding. */
 }
 
-/* The request headers: Authorization when given (a value with a line
- * break is never sent). NULL with -ENOMEM, or the list (may be NULL). */
-static int auth_headers(const char *auth, struct curl_slist **out, struct st_error *err)
+/* Appends "name: value" to *list (the caller frees it) when value is not
+ * NULL; a value with a line break is never sent. Returns 0 or -errno with
+ * err. */
+static int add_header(struct curl_slist **list, const char *name, const char *value,
+                      struct st_error *err)
 {
-    *out = NULL;
-    if (!auth)
+    if (!value)
         return 0;
-    if (strpbrk(auth, "\r\n"))
-        return st_error_fail(err, ST_ERR_INVALID_ARGUMENT, "the Authorization header has a "
-                             "line break");
-    char *h = xasprintf("Authorization: %s", auth);
-    *out = curl_slist_append(NULL, h);
+    if (strpbrk(value, "\r\n"))
+        return st_error_fail(err, ST_ERR_INVALID_ARGUMENT, "the %s header has a line break", name);
+    char *h = xasprintf("%s: %s", name, value);
+    struct curl_slist *more = curl_slist_append(*list, h);
     free(h);
-    return *out ? 0 : st_error_fail(err, ST_ERR_NO_MEMORY, "no memory for a request header");
+    if (!more)
+        return st_error_fail(err, ST_ERR_NO_MEMORY, "no memory for a request header");
+    *list = more;
+    return 0;
 }
 
 static int curl_fail(CURLcode rc, const char *url, struct st_error *err)
@@ -374,18 +364,9 @@ static int request_hops(struct upstream_conn *c, const char *method, const char 
     struct upstream_answer prev = {0};
     int rc = 0;
     struct curl_slist *hdrs = NULL;
-    if ((rc = auth_headers(auth, &hdrs, err)) < 0)
+    if ((rc = add_header(&hdrs, "Authorization", auth, err)) < 0 ||
+        (rc = add_header(&hdrs, "Content-Type", content_type, err)) < 0)
         goto out;
-    if (content_type) {
-        char *h = xasprintf("Content-Type: %s", content_type);
-        struct curl_slist *more = curl_slist_append(hdrs, h);
-        free(h);
-        if (!more) {
-            rc = st_error_fail(err, ST_ERR_NO_MEMORY, "no memory for a request header");
-            goto out;
-        }
-        hdrs = more;
-    }
     for (int hop = 0;; hop++) {
         memset(a, 0, sizeof(*a));
         curl_easy_reset(c->h);
@@ -453,10 +434,8 @@ int upstream_head_file(struct upstream_conn *c, const char *repo, const char *re
 {
     char url[URL_MAX];
     struct body_buf bb = {0};
-    if (file_url(c->u, repo, rev, path, url, sizeof(url)) < 0)
-        return st_error_fail(err, ST_ERR_INVALID_ARGUMENT, "the upstream URL of %s is too long",
-                             path);
-    return request_hops(c, "HEAD", url, NULL, 0, NULL, auth, &bb, a, err);
+    int rc = file_url(c->u, repo, rev, path, url, sizeof(url), err);
+    return rc < 0 ? rc : request_hops(c, "HEAD", url, NULL, 0, NULL, auth, &bb, a, err);
 }
 
 int upstream_request(struct upstream_conn *c, const char *method, const char *target,
@@ -584,20 +563,14 @@ int upstream_get_range(struct upstream_conn *c, const char *repo, const char *co
     *got = 0;
     if (len == 0)
         return 0;
-    if (file_url(c->u, repo, commit, path, url, sizeof(url)) < 0)
-        return st_error_fail(err, ST_ERR_INVALID_ARGUMENT, "the upstream URL of %s is too long",
-                             path);
     struct curl_slist *hdrs = NULL;
-    int rc = auth_headers(auth, &hdrs, err);
-    if (rc < 0)
-        return rc;
-    snprintf(range, sizeof(range), "Range: bytes=%" PRIu64 "-%" PRIu64, off, off + len - 1);
-    struct curl_slist *more = curl_slist_append(hdrs, range);
-    if (!more) {
+    snprintf(range, sizeof(range), "bytes=%" PRIu64 "-%" PRIu64, off, off + len - 1);
+    int rc = file_url(c->u, repo, commit, path, url, sizeof(url), err);
+    if (rc < 0 || (rc = add_header(&hdrs, "Authorization", auth, err)) < 0 ||
+        (rc = add_header(&hdrs, "Range", range, err)) < 0) {
         curl_slist_free_all(hdrs);
-        return st_error_fail(err, ST_ERR_NO_MEMORY, "no memory for a request header");
+        return rc;
     }
-    hdrs = more;
     memset(a, 0, sizeof(*a));
     curl_easy_reset(c->h);
     common_options(c, url, hdrs, a);

@@ -62,18 +62,17 @@ typedef int (*upstream_sink)(void *arg, const void *data, size_t len);
 int upstream_global_init(void);
 
 /* The upstream at base_url (http[s]://host[:port][/prefix], no trailing
- * '/' needed). NULL when memory runs out. (Pacing is the caller's: the
+ * '/' needed). (Pacing is the caller's: the
  * mirror paces all its fetchers on one schedule.) */
 struct upstream *upstream_new(const char *base_url);
 void upstream_free(struct upstream *u);
 /* The base URL, as configured (without a trailing '/'). */
 const char *upstream_base(const struct upstream *u);
 
-/* A connection of one thread; NULL when libcurl cannot make a handle. */
-struct upstream_conn *upstream_conn_new(struct upstream *u);
-/* Transfers on c stop (failing with -ECANCELED) soon after *flag becomes
- * non-zero, even one that is waiting for bytes. flag may be NULL. */
-void upstream_conn_abort_on(struct upstream_conn *c, const atomic_int *flag);
+/* A connection of one thread; NULL when libcurl cannot make a handle. Its
+ * transfers stop (failing with -ECANCELED) soon after *abort becomes
+ * non-zero, even one that is waiting for bytes. abort may be NULL. */
+struct upstream_conn *upstream_conn_new(struct upstream *u, const atomic_int *abort);
 void upstream_conn_free(struct upstream_conn *c);
 
 /* HEAD of file path of repo at rev (each percent-encoded here). auth is

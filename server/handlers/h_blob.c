@@ -52,7 +52,8 @@ struct answer *handle_blob(const struct request_view *v, struct answer *a,
     digest_hex(digest, 32, hex);
     const struct reg_root *root = NULL;
     const struct reg_file *f = blob_index_find(v->srv->blobs, reg, digest, &root);
-    struct mirror_file *mf = f ? NULL : mirror_blob_find(v->srv, digest);
+    struct mirror_file *mf = f || !v->srv->mirror ? NULL
+                                                  : mirror_find_complete(v->srv->mirror, digest);
     if (mf) { /* a mirror's complete file: held until the request ends */
         mirror_answer_hold(a, v->srv->mirror, mf);
         return send_blob(a, mirror_file_fd(mf), mirror_file_size(mf), NULL, hex);

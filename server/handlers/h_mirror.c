@@ -47,13 +47,6 @@
 #include "upstream.h"
 #include "util.h"
 
-#define DOC_MAX (64u << 20) /* a document passed through (a repo of 100,000 files fits) */
-
-static const char *auth_of(const struct request_view *v)
-{
-    return view_header(v, "Authorization");
-}
-
 static void job_done(void *arg)
 {
     answer_resume(arg, 0);
@@ -81,7 +74,7 @@ static void *start_job(struct answer *a)
     struct mirror_job *j =
         w->kind == JOB_META ? mirror_job_meta(w->m, w->repo, w->rev, w->path, w->auth, job_done, a)
         : w->kind == JOB_DOC ? mirror_job_doc(w->m, w->method, w->target, w->body, w->body_len,
-                                              w->ctype, w->auth, DOC_MAX, job_done, a)
+                                              w->ctype, w->auth, job_done, a)
                              : mirror_job_model(w->m, w->repo, "main", job_done, a);
     if (!j) /* stopping: answered when dispatched again */
         job_done(a);
@@ -93,23 +86,13 @@ static const char *copy(struct answer *a, const char *s)
     return s ? answer_strdup(a, s) : NULL;
 }
 
-static struct answer *wait_job(struct answer *a, struct job_wait *w)
+/* A job that failed (rc, e), in the Hub's dialect: the mirror is stopping
+ * (503), or the upstream could not be reached or gave an answer the mirror
+ * cannot use (502). */
+static struct answer *job_failed(struct answer *a, int rc, const struct st_error *e)
 {
-    return answer_wait(a, start_job, job_release, w);
-}
-
-/* The mirror is stopping (a job could not be submitted). */
-static struct answer *stopping(struct answer *a, int hub)
-{
-    if (hub)
+    if (rc == -ECANCELED)
         return answer_hub_error(a, HTTP_SERVICE_UNAVAILABLE, NULL, 1, "the mirror is stopping");
-    return answer_error(a, HTTP_SERVICE_UNAVAILABLE, "stopping", "the mirror is stopping");
-}
-
-/* An upstream that could not be reached, or gave an answer the mirror
- * cannot use: 502, in the Hub's dialect. */
-static struct answer *bad_gateway(struct answer *a, const struct st_error *e)
-{
     return answer_hub_error(a, HTTP_BAD_GATEWAY, NULL, 0, "upstream: %s", e->message);
 }
 
@@ -167,7 +150,8 @@ static struct answer *serve_bytes(const struct request_view *v, struct answer *a
     hub_file_rep(a, &rep, rt->name, rt->raw, etag);
     if (!v->is_head) { /* a HEAD answers headers only: nothing is opened or fetched */
         struct st_error e;
-        struct mirror_src src = {rt->model, meta->commit, rt->name, auth_of(v)};
+        struct mirror_src src = {rt->model, meta->commit, rt->name,
+                                 view_header(v, "Authorization")};
         struct mirror_file *f = mirror_open(m, &meta->id, &src, &e);
         if (!f)
             return answer_hub_error(a, e.code == ST_ERR_CONFLICT ? HTTP_BAD_GATEWAY
@@ -187,20 +171,20 @@ static struct answer *mirror_file_route(const struct request_view *v, struct ans
                                         const struct route *rt)
 {
     struct mirror *m = v->srv->mirror;
-    const char *auth = auth_of(v);
+    const char *auth = view_header(v, "Authorization");
     struct mirror_meta meta;
     if (v->wait_job) {
         struct st_error e;
         int rc = mirror_job_status(v->wait_job, &e);
         if (rc < 0)
-            return rc == -ECANCELED ? stopping(a, 1) : bad_gateway(a, &e);
+            return job_failed(a, rc, &e);
         meta = *mirror_job_meta_result(v->wait_job);
     } else if (!mirror_meta_cached(m, rt->model, rt->rev, rt->name, auth, &meta)) {
         struct job_wait *w = answer_alloc(a, sizeof(*w));
         *w = (struct job_wait){.m = m, .kind = JOB_META, .repo = copy(a, rt->model),
                                .rev = copy(a, rt->rev), .path = copy(a, rt->name),
                                .auth = copy(a, auth)};
-        return wait_job(a, w);
+        return answer_wait(a, start_job, job_release, w);
     }
     if (meta.status != 200)
         return upstream_error(a, &meta, rt->name);
@@ -249,24 +233,21 @@ static struct answer *mirror_doc_route(const struct request_view *v, struct answ
                                .target = copy(a, route_origin_form(v->target)), .body = v->body,
                                .body_len = v->body_len,
                                .ctype = copy(a, view_header(v, "Content-Type")),
-                               .auth = copy(a, auth_of(v))};
-        return wait_job(a, w);
+                               .auth = copy(a, view_header(v, "Authorization"))};
+        return answer_wait(a, start_job, job_release, w);
     }
     struct st_error e;
     int rc = mirror_job_status(v->wait_job, &e);
     if (rc < 0)
-        return rc == -ECANCELED ? stopping(a, 1) : bad_gateway(a, &e);
+        return job_failed(a, rc, &e);
     const struct mirror_doc *d = mirror_job_doc_result(v->wait_job);
     const struct upstream_answer *u = &d->a;
-#define PASS(name, val)                                                                        \
-    do {                                                                                       \
-        if ((val)[0])                                                                          \
-            answer_header(a, name, val);                                                       \
-    } while (0)
-    PASS("X-Repo-Commit", u->commit);
-    PASS("X-Error-Code", u->error_code);
-    PASS("X-Error-Message", u->error_message);
-    PASS("Cache-Control", u->cache_control[0] ? u->cache_control : "no-cache");
+    const char *pass[][2] = {{"X-Repo-Commit", u->commit}, {"X-Error-Code", u->error_code},
+                             {"X-Error-Message", u->error_message}};
+    for (size_t i = 0; i < sizeof(pass) / sizeof(pass[0]); i++)
+        if (pass[i][1][0])
+            answer_header(a, pass[i][0], pass[i][1]);
+    answer_header(a, "Cache-Control", u->cache_control[0] ? u->cache_control : "no-cache");
     if (u->etag[0])
         answer_header(a, "ETag", answer_printf(a, "\"%s\"", u->etag));
     if (u->link[0]) {
@@ -274,7 +255,6 @@ static struct answer *mirror_doc_route(const struct request_view *v, struct answ
         answer_header(a, "Link", link);
         free(link);
     }
-#undef PASS
     /* The body stays the job's, which the request holds until it ends. */
     unsigned status = u->status >= 200 && u->status < 600 ? (unsigned)u->status : HTTP_BAD_GATEWAY;
     return answer_doc(a, status, copy(a, u->content_type[0] ? u->content_type : "application/json"),
@@ -342,7 +322,7 @@ static struct answer *mirror_preload(const struct request_view *v, struct answer
             return handle_gpu_answer(a, rc, status, &w, &de);
         struct job_wait *jw = answer_alloc(a, sizeof(*jw));
         *jw = (struct job_wait){.m = v->srv->mirror, .kind = JOB_MODEL, .repo = copy(a, model)};
-        return wait_job(a, jw);
+        return answer_wait(a, start_job, job_release, jw);
     }
     struct mirror_model *mm;
     struct st_error e;
@@ -350,7 +330,7 @@ static struct answer *mirror_preload(const struct request_view *v, struct answer
     if (rc < 0) {
         free(device);
         if (rc == -ECANCELED)
-            return stopping(a, 0);
+            return answer_error(a, HTTP_SERVICE_UNAVAILABLE, "stopping", "the mirror is stopping");
         unsigned st = e.code == ST_ERR_NOT_FOUND          ? HTTP_NOT_FOUND
                       : e.code == ST_ERR_INVALID_ARGUMENT ? HTTP_CONFLICT
                                                           : HTTP_BAD_GATEWAY;
@@ -379,11 +359,4 @@ struct answer *handle_mirror_gpu(const struct request_view *v, struct answer *a,
         return answer_error(a, HTTP_PRECONDITION_FAILED, "precondition_failed",
                             "If-Match or If-None-Match did not hold; nothing was done");
     return mirror_preload(v, a, model);
-}
-
-/* ---- by digest ---------------------------------------------------------------- */
-
-struct mirror_file *mirror_blob_find(struct server *srv, const uint8_t sha256[32])
-{
-    return srv->mirror ? mirror_find_complete(srv->mirror, sha256) : NULL;
 }

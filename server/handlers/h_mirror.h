@@ -3,8 +3,6 @@
 #ifndef TENSORD_H_MIRROR_H
 #define TENSORD_H_MIRROR_H
 
-#include <stdint.h>
-
 #include "h_answer.h"
 #include "server.h"
 
@@ -21,9 +19,5 @@ struct mirror_file;
 /* The answer holds the caller's reference to mirrored file f until it is
  * freed (the request's end). */
 void mirror_answer_hold(struct answer *a, struct mirror *m, struct mirror_file *f);
-/* A complete mirrored file with this SHA-256 that the upstream gave out
- * without a token (mirror_find_complete), with a reference (release with
- * mirror_unref), or NULL (also without a mirror). */
-struct mirror_file *mirror_blob_find(struct server *srv, const uint8_t sha256[32]);
 
 #endif
