@@ -4,6 +4,7 @@
  * answer's tables, so its errors are only about what the fields hold. */
 #include "answer.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,16 @@
 #include "dtype.h"
 #include "json_scan.h"
 #include "util.h"
+
+void tdc_seterr(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (!err || !errlen)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
 
 #define MAX_DIMS 64       /* a tensor's dimensions, at most */
 

@@ -42,11 +42,13 @@ struct tensord_model {
     struct tensord_tensor *tensors; /* names, dtypes and shapes owned here */
 };
 
-/* client.c */
-extern const char tdc_oom[];   /* "out of memory" */
+/* answer.c (the library's lowest module that reports errors) */
 /* snprintf into err when there is one. */
 void tdc_seterr(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* client.c */
+extern const char tdc_oom[];   /* "out of memory" */
 /* Drops a reference on c; the last one closes the connection. */
 void tdc_client_unref(struct tensord_client *c);
 void tdc_close_fds(int *fds, size_t n);
