@@ -611,11 +611,6 @@ static int source_file_span(void *ctx, uint64_t off, uint64_t len, int *fd, uint
     return 1;
 }
 
-static void source_free(void *ctx)
-{
-    fetch_plan_free(ctx);
-}
-
 const struct body_source fetch_plan_source = {
-    .read = source_read, .file_span = source_file_span, .free = source_free,
+    .read = source_read, .file_span = source_file_span,
 };

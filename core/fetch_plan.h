@@ -94,9 +94,9 @@ uint64_t fetch_plan_size(const struct fetch_plan *p);
  * (one fstat each). */
 int fetch_plan_files_unchanged(const struct fetch_plan *p);
 
-/* A body (core/body.h) over a plan: ctx is the plan, owned by the body and
- * freed by its free. Its read and file_span move the plan's reader: one
- * thread at a time per plan. */
+/* A body (core/body.h) over a plan: ctx is the plan, which must outlive the
+ * body. Its read and file_span move the plan's reader: one thread at a time
+ * per plan. */
 extern const struct body_source fetch_plan_source;
 
 void fetch_plan_free(struct fetch_plan *p);
