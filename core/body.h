@@ -32,7 +32,6 @@ struct body_source {
      * [off, off + len) in order (at most 3); returns how many, 0 when the
      * bytes are not in memory. */
     unsigned (*mem)(void *ctx, uint64_t off, uint64_t len, const void *p[3], size_t n[3]);
-    void (*free)(void *ctx);    /* frees ctx */
 };
 
 struct body {

@@ -559,8 +559,11 @@ static int read_data(struct fetch_plan *p, uint64_t d, unsigned char *out, size_
     return rc;
 }
 
-int fetch_plan_read(struct fetch_plan *p, uint64_t off, void *buf, size_t len)
+/* ---- as a body ------------------------------------------------------------------- */
+
+static int source_read(void *ctx, uint64_t off, void *buf, size_t len)
 {
+    struct fetch_plan *p = ctx;
     unsigned char *out = buf;
     if (off < p->prefix_len) {
         size_t n = p->prefix_len - (size_t)off < len ? p->prefix_len - (size_t)off : len;
@@ -574,9 +577,10 @@ int fetch_plan_read(struct fetch_plan *p, uint64_t off, void *buf, size_t len)
     return len ? read_data(p, off - p->prefix_len, out, len) : 0;
 }
 
-int fetch_plan_file_span(struct fetch_plan *p, uint64_t off, uint64_t len, int *fd,
-                         uint64_t *file_off, const struct fileio_stat **st)
+static int source_file_span(void *ctx, uint64_t off, uint64_t len, int *fd, uint64_t *file_off,
+                            const struct fileio_stat **st)
 {
+    struct fetch_plan *p = ctx;
     if (off < p->prefix_len || len == 0 || seek_item(p, off - p->prefix_len) != 0)
         return 0;
     const struct fetch_cursor *c = p->cur;
@@ -607,24 +611,6 @@ int fetch_plan_file_span(struct fetch_plan *p, uint64_t off, uint64_t len, int *
     return 1;
 }
 
-/* ---- as a body ------------------------------------------------------------------- */
-
-static int source_read(void *ctx, uint64_t off, void *buf, size_t len)
-{
-    return fetch_plan_read(ctx, off, buf, len);
-}
-
-static int source_file_span(void *ctx, uint64_t off, uint64_t len, int *fd, uint64_t *file_off,
-                            const struct fileio_stat **st)
-{
-    return fetch_plan_file_span(ctx, off, len, fd, file_off, st);
-}
-
-static void source_free(void *ctx)
-{
-    fetch_plan_free(ctx);
-}
-
 const struct body_source fetch_plan_source = {
-    .read = source_read, .file_span = source_file_span, .free = source_free,
+    .read = source_read, .file_span = source_file_span,
 };

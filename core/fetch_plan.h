@@ -90,24 +90,13 @@ int fetch_plan_build(const struct reg_model *m, struct fetch_req *req,
 /* The answer's size: prefix_len + data_len. */
 uint64_t fetch_plan_size(const struct fetch_plan *p);
 
-/* Copies answer bytes [off, off + len) (inside the answer) into buf.
- * Returns 0 or a negative errno: -ENODATA when a file it read from no
- * longer is the version validated (checked after the bytes are read). One
- * thread at a time per plan: it moves the reader's place. */
-int fetch_plan_read(struct fetch_plan *p, uint64_t off, void *buf, size_t len);
-
-/* Returns 1 with the file, the offset in it and its validated version when
- * answer bytes [off, off + len) are one contiguous span of one file (so they
- * can go out with sendfile), else 0. */
-int fetch_plan_file_span(struct fetch_plan *p, uint64_t off, uint64_t len, int *fd,
-                         uint64_t *file_off, const struct fileio_stat **st);
-
 /* Whether every file the answer reads from is still the version validated
  * (one fstat each). */
 int fetch_plan_files_unchanged(const struct fetch_plan *p);
 
-/* A body (core/body.h) over a plan: ctx is the plan, owned by the body and
- * freed by its free. */
+/* A body (core/body.h) over a plan: ctx is the plan, which must outlive the
+ * body. Its read and file_span move the plan's reader: one thread at a time
+ * per plan. */
 extern const struct body_source fetch_plan_source;
 
 void fetch_plan_free(struct fetch_plan *p);

@@ -110,7 +110,6 @@ void hasher_progress(struct hasher *h, struct hasher_progress *p)
         .bytes_pending = h->bytes_pending, .files_failed = h->files_failed,
         .bytes_per_second = (double)atomic_load(&h->rate_bps), .state_file = h->state_file};
     pthread_mutex_unlock(&h->lock);
-    p->store_entries = hashstore_count(h->store);
 }
 
 static void open_state(struct hasher *h, const char *dir)

@@ -139,7 +139,6 @@ struct hasher_progress {
     uint64_t files_known, bytes_known;     /* ... whose hashes are known */
     uint64_t files_pending, bytes_pending; /* ... queued, waiting to retry, or being hashed */
     uint64_t files_failed;                 /* ... that could not be hashed until the next scan */
-    uint64_t store_entries;                /* identities in the store (all snapshots) */
     double bytes_per_second;               /* recent hashing rate */
     const char *state_file;                /* path of the state file, or NULL (memory only) */
 };

@@ -119,11 +119,6 @@ int log_reopen(void)
     return rc;
 }
 
-int log_enabled(enum log_level level)
-{
-    return (int)level <= atomic_load_explicit(&min_level, memory_order_relaxed);
-}
-
 /* "2025-01-02T03:04:05.678Z" (24 chars) */
 static size_t format_time(char *buf, size_t size)
 {
@@ -140,7 +135,7 @@ void log_msg(enum log_level level, const char *fmt, ...)
 {
     if ((unsigned)level > LOG_DEBUG)
         level = LOG_ERROR;
-    if (!log_enabled(level))
+    if ((int)level > atomic_load_explicit(&min_level, memory_order_relaxed))
         return;
     char buf[LINE_MAX_BYTES];
     size_t n;

@@ -25,9 +25,6 @@ int log_init(const char *level, const char *access_log);
  * closed fd. Returns 0 or -errno (the old file stays in use). */
 int log_reopen(void);
 
-/* Whether messages at `level` are written (skip building costly ones). */
-int log_enabled(enum log_level level);
-
 /* "2025-01-02T03:04:05.678Z warn: message" on stderr. A trailing newline
  * in fmt is not needed. */
 void log_msg(enum log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

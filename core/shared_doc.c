@@ -100,11 +100,6 @@ static int source_read(void *ctx, uint64_t off, void *buf, size_t len)
     return 0;
 }
 
-static void source_free(void *ctx)
-{
-    shared_doc_unref(ctx);
-}
-
 const struct body_source shared_doc_source = {
-    .read = source_read, .mem = source_mem, .free = source_free,
+    .read = source_read, .mem = source_mem,
 };

@@ -50,8 +50,8 @@ struct shared_doc *shared_doc_ref(struct shared_doc *d);
 /* Drops a reference (d may be NULL); the last one frees d. Any thread. */
 void shared_doc_unref(struct shared_doc *d);
 
-/* A body (core/body.h) over a shared document: its ctx is a reference the
- * body owns, dropped by its free. */
+/* A body (core/body.h) over a shared document: ctx is the document, which
+ * must outlive the body (hold a reference). */
 extern const struct body_source shared_doc_source;
 
 #endif

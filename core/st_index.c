@@ -336,44 +336,20 @@ static int read_map(struct reader *r)
     }
 }
 
-/* The top-level object, from its '{'. */
-static int read_root(struct reader *r)
+/* A member of the top-level object (ctx: the reader). */
+static int root_member(struct json_scan *js, const char *key, unsigned depth, void *ctx)
 {
-    struct json_scan *js = &r->js;
-    struct json_scan_keys keys = JSON_SCAN_KEYS_INIT;
-    int rc = -1;
-    if (json_scan_next(js) == '}')
-        return 0;
-    for (;;) {
-        size_t klen;
-        if (json_scan_key(js) != 0 || json_scan_keys_add(js, &keys) != 0)
-            goto done;
-        const char *key = peek_string(r, &klen);
-        int is_meta = klen == 8 && memcmp(key, "metadata", 8) == 0;
-        int is_map = klen == 10 && memcmp(key, "weight_map", 10) == 0;
-        if (json_scan_colon(js) != 0)
-            goto done;
-        int bad;
-        r->has_meta |= is_meta;
-        r->has_map |= is_map;
-        if (is_meta && js->tok == '{')
-            bad = copy_value(r, 2);
-        else if (is_map && js->tok == '{')
-            bad = read_map(r);
-        else {
-            r->meta_not_object |= is_meta;
-            r->map_not_object |= is_map;
-            bad = json_scan_value(js, 2, JSON_SCAN_MAX_DEPTH);
-        }
-        int more = bad ? -1 : json_scan_more(js, '}');
-        if (more <= 0) {
-            rc = more;
-            goto done;
-        }
-    }
-done:
-    json_scan_keys_free(&keys);
-    return rc;
+    struct reader *r = ctx;
+    int is_meta = strcmp(key, "metadata") == 0, is_map = strcmp(key, "weight_map") == 0;
+    r->has_meta |= is_meta;
+    r->has_map |= is_map;
+    if (is_meta && js->tok == '{')
+        return copy_value(r, depth);
+    if (is_map && js->tok == '{')
+        return read_map(r);
+    r->meta_not_object |= is_meta;
+    r->map_not_object |= is_map;
+    return json_scan_value(js, depth, JSON_SCAN_MAX_DEPTH);
 }
 
 /* The whole text: any JSON value (JSON_DECODE_ANY), then only whitespace. */
@@ -381,7 +357,7 @@ static int read_document(struct reader *r)
 {
     struct json_scan *js = &r->js;
     if (json_scan_next(js) == '{') {
-        if (read_root(r) != 0)
+        if (json_scan_each(js, 1, JSON_SCAN_MAX_DEPTH, root_member, r) != 0)
             return -1;
     } else {
         if (json_scan_value(js, 1, JSON_SCAN_MAX_DEPTH) != 0)

@@ -282,9 +282,10 @@ char *answer_json_line(char *text, size_t *len)
     return grown;
 }
 
-struct answer *answer_json(struct answer *a, unsigned status, char *text, size_t len,
-                           const char *etag)
+struct answer *answer_jsonw(struct answer *a, unsigned status, struct jsonw *w)
 {
+    size_t len;
+    char *text = jsonw_take(w, &len);
     if (text)
         text = answer_json_line(text, &len);
     if (!text)
@@ -298,16 +299,7 @@ struct answer *answer_json(struct answer *a, unsigned status, char *text, size_t
         .content_type = "application/json",
         .mtime = -1,
     };
-    if (etag)
-        snprintf(rep.etag, sizeof(rep.etag), "%s", etag);
     return answer_body(a, &rep);
-}
-
-struct answer *answer_jsonw(struct answer *a, unsigned status, struct jsonw *w)
-{
-    size_t len;
-    char *text = jsonw_take(w, &len);
-    return answer_json(a, status, text, len, NULL);
 }
 
 struct answer *answer_redirect(struct answer *a, unsigned status, const char *location)

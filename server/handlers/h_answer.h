@@ -40,7 +40,6 @@ struct jsonw;
 /* The statuses the handlers answer (RFC 9110 numbers). */
 enum http_status {
     HTTP_OK = 200,
-    HTTP_ACCEPTED = 202,
     HTTP_NO_CONTENT = 204,
     HTTP_PARTIAL_CONTENT = 206,
     HTTP_MOVED_PERMANENTLY = 301,
@@ -54,10 +53,8 @@ enum http_status {
     HTTP_CONFLICT = 409,
     HTTP_PRECONDITION_FAILED = 412,
     HTTP_CONTENT_TOO_LARGE = 413,
-    HTTP_URI_TOO_LONG = 414,
     HTTP_RANGE_NOT_SATISFIABLE = 416,
     HTTP_INTERNAL_SERVER_ERROR = 500,
-    HTTP_NOT_IMPLEMENTED = 501,
     HTTP_BAD_GATEWAY = 502,
     HTTP_SERVICE_UNAVAILABLE = 503,
 };
@@ -246,15 +243,11 @@ struct answer *answer_file_changed(struct answer *a);
  * the whole body, no Range, no preconditions. */
 struct answer *answer_doc(struct answer *a, unsigned status, const char *content_type,
                           const char *text, size_t len);
-/* A JSON document (malloc'd text, taken over; a newline added): a 200 as a
- * byte body, with validator etag (may be NULL), so Range and conditional
- * requests apply; another status as a document. Out of memory (text NULL)
- * answers 503 out_of_memory. */
-struct answer *answer_json(struct answer *a, unsigned status, char *text, size_t len,
-                           const char *etag);
-/* answer_json of the document w holds (taken: w is empty afterwards), with
- * no validator (the documents written this way change without a reload).
- * A writer that ran out of memory answers 503 out_of_memory. */
+/* The JSON document w holds (taken: w is empty afterwards; a newline
+ * added): a 200 as a byte body with no validator (the documents written
+ * this way change without a reload), so Range requests apply; another
+ * status as a document. A writer that ran out of memory answers 503
+ * out_of_memory. */
 struct answer *answer_jsonw(struct answer *a, unsigned status, struct jsonw *w);
 /* status (a 3xx) to location (a path on this server, percent-encoded). */
 struct answer *answer_redirect(struct answer *a, unsigned status, const char *location);

@@ -188,14 +188,14 @@ static int plan(const char *text, uint64_t max_bytes, struct fetch_plan **p,
     return plan_of(model, text, max_bytes, p, err);
 }
 
-/* The whole answer, read through fetch_plan_read in chunks of `chunk` bytes. */
+/* The whole answer, read through fetch_plan_source.read in chunks of `chunk` bytes. */
 static uint8_t *read_answer(struct fetch_plan *p, size_t chunk, uint64_t *len)
 {
     *len = fetch_plan_size(p);
     uint8_t *buf = xmalloc(*len + 1);
     for (uint64_t off = 0; off < *len; off += chunk) {
         size_t n = *len - off < chunk ? (size_t)(*len - off) : chunk;
-        if (fetch_plan_read(p, off, buf + off, n) != 0) {
+        if (fetch_plan_source.read(p, off, buf + off, n) != 0) {
             free(buf);
             return NULL;
         }
@@ -312,12 +312,13 @@ TEST(whole_model)
     int fd;
     uint64_t off;
     const struct fileio_stat *st;
-    CHECK(fetch_plan_file_span(p, p->prefix_len + 4, 10, &fd, &off, &st) == 1);
+    CHECK(fetch_plan_source.file_span(p, p->prefix_len + 4, 10, &fd, &off, &st) == 1);
     CHECK(fd == f1->fd && off == f1->data_start + 4 && st == &f1->st);
-    CHECK(fetch_plan_file_span(p, p->prefix_len + 100, 32, &fd, &off, &st) == 1); /* a into b, s */
+    /* a into b, s */
+    CHECK(fetch_plan_source.file_span(p, p->prefix_len + 100, 32, &fd, &off, &st) == 1);
     CHECK(off == f1->data_start + 100);
-    CHECK(fetch_plan_file_span(p, p->prefix_len + 130, 4, &fd, &off, &st) == 0);
-    CHECK(fetch_plan_file_span(p, p->prefix_len - 2, 4, &fd, &off, &st) == 0);
+    CHECK(fetch_plan_source.file_span(p, p->prefix_len + 130, 4, &fd, &off, &st) == 0);
+    CHECK(fetch_plan_source.file_span(p, p->prefix_len - 2, 4, &fd, &off, &st) == 0);
     st_header_free(h);
     free(blob);
     fetch_plan_free(p);
@@ -494,9 +495,9 @@ TEST(file_changed_after_validation)
     close(fd);
     uint8_t buf[64];
     CHECK(!fetch_plan_files_unchanged(p));
-    CHECK(fetch_plan_read(p, p->prefix_len, buf, 4) == -ENODATA);
-    CHECK(fetch_plan_read(p, p->prefix_len + 48, buf, 4) == 0);
-    CHECK(fetch_plan_read(p, 0, buf, 16) == 0); /* the header is not the file's */
+    CHECK(fetch_plan_source.read(p, p->prefix_len, buf, 4) == -ENODATA);
+    CHECK(fetch_plan_source.read(p, p->prefix_len + 48, buf, 4) == 0);
+    CHECK(fetch_plan_source.read(p, 0, buf, 16) == 0); /* the header is not the file's */
     free(p2);
     fetch_plan_free(p);
 }
@@ -576,7 +577,7 @@ TEST(any_range_reads_the_same_bytes)
             size_t want = (size_t)((rng >> 40) % 6000) + 1;
             if (want > len - off)
                 want = (size_t)(len - off);
-            CHECK(fetch_plan_read(p, off, buf, want) == 0);
+            CHECK(fetch_plan_source.read(p, off, buf, want) == 0);
             if (memcmp(buf, full + off, want) != 0) {
                 fprintf(stderr, "  request %d: bytes %" PRIu64 "+%zu differ\n", q, off, want);
                 CHECK(!"a range read differs");

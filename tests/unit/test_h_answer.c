@@ -5,6 +5,7 @@
  * preconditions. */
 #include <string.h>
 
+#include "jsonw.h"
 #include "loopback.h"
 
 static int order[8], n_order;
@@ -99,22 +100,29 @@ TEST(constructors)
     CHECK_STR(a.error.code, "file_changed");
     answer_free(&a);
 
-    char *text = xstrdup("{\"a\":1}");
-    answer_json(&a, 200, text, strlen(text), "\"e\"");
+    struct jsonw w = JSONW_INIT;
+    jsonw_obj(&w);
+    jsonw_ku64(&w, "a", 1);
+    jsonw_obj_end(&w);
+    answer_jsonw(&a, 200, &w);
     CHECK(a.kind == ANSWER_BODY && a.status == 200);
     CHECK_EQ_U64(a.rep.body.prefix_len, 8);
     CHECK(memcmp(a.rep.body.prefix, "{\"a\":1}\n", 8) == 0);
-    CHECK_STR(a.rep.etag, "\"e\"");
+    CHECK_STR(a.rep.etag, "");
     CHECK_STR(a.rep.content_type, "application/json");
     answer_free(&a);
 
-    text = xstrdup("{\"b\":2}\n");
-    answer_json(&a, 202, text, strlen(text), NULL);
+    jsonw_obj(&w);
+    jsonw_ku64(&w, "b", 2);
+    jsonw_obj_end(&w);
+    answer_jsonw(&a, 202, &w);
     CHECK(a.kind == ANSWER_DOC && a.status == 202 && a.text_len == 8);
     CHECK_STR(a.content_type, "application/json");
     answer_free(&a);
 
-    answer_json(&a, 200, NULL, 0, NULL);      /* the document could not be made */
+    jsonw_obj(&w);
+    jsonw_fail(&w); /* the document could not be made */
+    answer_jsonw(&a, 200, &w);
     CHECK(a.kind == ANSWER_ERROR && a.status == 503);
     CHECK_STR(a.error.code, "out_of_memory");
     answer_free(&a);
