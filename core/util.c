@@ -39,6 +39,13 @@ void *xrealloc(void *p, size_t n)
     return q;
 }
 
+void free_secret(char *s)
+{
+    if (s)
+        explicit_bzero(s, strlen(s));
+    free(s);
+}
+
 char *xstrndup(const char *s, size_t n)
 {
     char *d = xmalloc(n + 1);

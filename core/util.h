@@ -13,6 +13,9 @@
 void *xmalloc(size_t n);
 void *xcalloc(size_t n, size_t size);
 void *xrealloc(void *p, size_t n);
+/* Wipes the string s (a token) and frees it; NULL is fine. The wipe is one
+ * the compiler may not drop as a dead store, as it may a memset before free. */
+void free_secret(char *s);
 /* Returns a NUL-terminated copy of s[0..n), caller frees. */
 char *xstrndup(const char *s, size_t n);
 char *xstrdup(const char *s);

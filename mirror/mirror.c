@@ -86,12 +86,10 @@ void mirror_hash_free(struct mirror_file *f)
 /* Where f's bytes come from: copies of src's, or none when src is NULL. */
 static void set_src(struct mirror_file *f, const struct mirror_src *src)
 {
-    if (f->src_auth)
-        memset(f->src_auth, 0, strlen(f->src_auth)); /* a token lives no longer than needed */
     free(f->src_repo);
     free(f->src_commit);
     free(f->src_path);
-    free(f->src_auth);
+    free_secret(f->src_auth); /* a token lives no longer than needed */
     f->src_repo = src ? xstrdup(src->repo) : NULL;
     f->src_commit = src ? xstrdup(src->commit) : NULL;
     f->src_path = src ? xstrdup(src->path) : NULL;

@@ -337,10 +337,9 @@ static void do_fetch_block(struct mirror *m, struct mirror_fetcher *fe, struct m
     pthread_mutex_unlock(&m->lock);
 
     int rc = fetch_bytes(m, fe, &s, (const char *const *)src, len, &e);
-    if (src[3])
-        memset(src[3], 0, strlen(src[3]));
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 3; i++)
         free(src[i]);
+    free_secret(src[3]);
 
     pthread_mutex_lock(&m->lock);
     uint64_t done = fe->done;

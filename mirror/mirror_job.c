@@ -314,12 +314,10 @@ struct meta_job {
 static void meta_job_free(void *p)
 {
     struct meta_job *d = p;
-    if (d->auth)
-        memset(d->auth, 0, strlen(d->auth));
     free(d->repo);
     free(d->rev);
     free(d->path);
-    free(d->auth);
+    free_secret(d->auth);
     free(d->key);
     free(d);
 }
@@ -362,13 +360,11 @@ struct doc_job {
 static void doc_job_free(void *p)
 {
     struct doc_job *d = p;
-    if (d->auth)
-        memset(d->auth, 0, strlen(d->auth));
     free(d->method);
     free(d->target);
     free(d->body);
     free(d->ctype);
-    free(d->auth);
+    free_secret(d->auth);
     free(d->doc.body);
     free(d);
 }

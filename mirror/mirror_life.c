@@ -109,11 +109,9 @@ void mirror_free(struct mirror *m)
     upstream_free(m->up);
     if (m->dirfd >= 0)
         close(m->dirfd);
-    if (m->s_own_auth)
-        memset(m->s_own_auth, 0, strlen(m->s_own_auth));
     free(m->s_upstream);
     free(m->s_cache_dir);
-    free(m->s_own_auth);
+    free_secret(m->s_own_auth);
     pthread_cond_destroy(&m->work);
     pthread_cond_destroy(&m->changed);
     pthread_mutex_destroy(&m->pace_lock);

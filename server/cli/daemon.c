@@ -361,8 +361,8 @@ int daemon_run(const struct config *cfg)
     }
     if (s3_auth_load(&srv, err, sizeof(err)) < 0) {
         log_msg(LOG_ERROR, "%s", err);
-        free(srv.read_token);
-        free(srv.admin_token);
+        free_secret(srv.read_token);
+        free_secret(srv.admin_token);
         return 1;
     }
     sfd = take_signals();
@@ -449,8 +449,8 @@ out:
         close(sfd);
     if (srv.rescan_fd >= 0)
         close(srv.rescan_fd);
-    free(srv.read_token);
-    free(srv.admin_token);
+    free_secret(srv.read_token);
+    free_secret(srv.admin_token);
     s3_auth_free(&srv);
     log_msg(LOG_INFO, "stopped");
     return rc;

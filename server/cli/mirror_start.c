@@ -1,7 +1,6 @@
 /* mirror_start: see mirror_start.h. */
 #include "mirror_start.h"
 
-#include <openssl/crypto.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,9 +16,7 @@ static char *read_token(const char *path, char *errbuf, size_t errlen)
     size_t n;
     char *token = fileio_read_secret("upstream_token_file", path, &n, errbuf, errlen);
     char *auth = token ? xasprintf("Bearer %s", token) : NULL;
-    if (token)
-        OPENSSL_cleanse(token, n);
-    free(token);
+    free_secret(token);
     return auth;
 }
 
@@ -67,9 +64,7 @@ struct mirror *mirror_start(const struct config *cfg, int *rc, char *errbuf, siz
         snprintf(errbuf, errlen, "mirror: %s", err.message);
     else
         *rc = 0;
-    if (auth)
-        OPENSSL_cleanse(auth, strlen(auth));
-    free(auth);
+    free_secret(auth);
     free(dir);
     return m;
 }
