@@ -465,11 +465,14 @@ int json_scan_each(struct json_scan *s, unsigned depth, unsigned max_depth, json
     return more == 0 ? 0 : -1;
 }
 
-/* A member or element that json_scan_value only checks (ctx: max_depth). */
+/* A member or element that json_scan_value only checks (ctx: max_depth):
+ * json_scan_each has checked its depth and its first token already. */
 static int check_member(struct json_scan *s, const char *key, unsigned depth, void *ctx)
 {
     (void)key;
-    return json_scan_value(s, depth, (unsigned)(uintptr_t)ctx);
+    if (s->tok != '[' && s->tok != '{')
+        return 0;
+    return json_scan_each(s, depth, (unsigned)(uintptr_t)ctx, check_member, ctx);
 }
 
 int json_scan_value(struct json_scan *s, unsigned depth, unsigned max_depth)
