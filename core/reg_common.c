@@ -27,7 +27,6 @@ int reg_file_open(const struct reg_root *root, char *path, const char *name, str
                   int *transient)
 {
     memset(f, 0, sizeof(*f));
-    f->path = path;
     int fd = beneath_open(root->fd, root->path, path, O_RDONLY | O_NOCTTY | O_NONBLOCK);
     if (fd >= 0)
         fd = fileio_regular(fd, &f->st);
@@ -42,6 +41,7 @@ int reg_file_open(const struct reg_root *root, char *path, const char *name, str
         free(path);
         return -1;
     }
+    f->path = path;
     f->is_safetensors = str_has_suffix(name, ".safetensors");
     f->fd = fd < 0 ? -1 : fd;
     if (fd < 0) {
