@@ -72,7 +72,15 @@ export PATH=/usr/bin:/bin:/usr/sbin:/sbin:$PATH
 cd {root}
 run_make() {{
     setsid make --no-print-directory run "$@" > "$T/make-run.$1.log" 2>&1 &
+    echo $! >> "$T/make-run.pids"
 }}
+# Each make run leads its own process group (setsid): unshare --kill-child
+# ends only this script, so the daemons are stopped here when it exits.
+stop_make_runs() {{
+    [ -f "$T/make-run.pids" ] || return 0
+    while read -r p; do kill -TERM -- "-$p" 2>/dev/null; done < "$T/make-run.pids"
+}}
+trap stop_make_runs EXIT
 wait_ready() {{
     for i in $(seq 900); do
         curl -sf "localhost:$1/readyz" >/dev/null && \\
