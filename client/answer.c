@@ -137,6 +137,7 @@ int answer_read(const char *body, size_t len, struct answer *a, char *err, size_
     if (read_answer(&s, body, len, envelope_member, &e, err, errlen) != 0)
         return -1;
     if (!a->ok) {
+        snprintf(a->code, sizeof(a->code), "%s", e.code);
         tdc_seterr(err, errlen, "%s: %s", e.code[0] ? e.code : "error",
                    e.message[0] ? e.message : "request failed");
         return -1;
@@ -155,6 +156,7 @@ enum {
     HAVE_ALLOC = 1 << 4, HAVE_OFFSET = 1 << 5, HAVE_NBYTES = 1 << 6, HAVE_SHAPE = 1 << 7,
     BAD_RANK = 1 << 8,         /* more than MAX_DIMS dimensions */
     BAD_SHAPE = 1 << 9,        /* a dimension that is no non-negative integer */
+    BAD_CHECKSUM = 1 << 10,    /* a checksum that is not 16 hex digits */
 };
 
 struct open_reader;
@@ -260,8 +262,8 @@ static int alloc_member(struct json_scan *s, const char *key, unsigned depth, vo
         *f |= read_uint(s, depth, &a->byte_size, &rc) ? HAVE_BYTE_SIZE : 0;
     else if (strcmp(key, "alloc_size") == 0)
         *f |= read_uint(s, depth, &a->alloc_size, &rc) ? HAVE_ALLOC_SIZE : 0;
-    else if (strcmp(key, "checksum") == 0 && read_checksum(s, &a->checksum) == 0)
-        *f |= HAVE_CHECKSUM;
+    else if (strcmp(key, "checksum") == 0)
+        *f |= read_checksum(s, &a->checksum) == 0 ? HAVE_CHECKSUM : BAD_CHECKSUM;
     else
         rc = skip_value(s, depth);
     return rc;
@@ -386,7 +388,7 @@ static int check_tensor_size(const struct tensord_tensor *t, char *err, size_t e
 static int check_open(struct open_reader *r, size_t n_fds, char *err, size_t errlen)
 {
     struct tensord_model *m = r->m;
-    const unsigned alloc_fields = HAVE_FD_INDEX | HAVE_BYTE_SIZE | HAVE_ALLOC_SIZE | HAVE_CHECKSUM;
+    const unsigned alloc_fields = HAVE_FD_INDEX | HAVE_BYTE_SIZE | HAVE_ALLOC_SIZE;
     const unsigned tensor_fields = HAVE_ALLOC | HAVE_OFFSET | HAVE_NBYTES | HAVE_SHAPE;
     if (!r->have_generation || !r->have_allocs || !r->have_tensors)
         return tdc_seterr(err, errlen, "malformed open answer (generation, allocations, tensors)"),
@@ -400,8 +402,10 @@ static int check_open(struct open_reader *r, size_t n_fds, char *err, size_t err
     for (size_t i = 0; i < m->n_allocs; i++) {
         const struct tensord_alloc *a = &m->allocs[i];
         if ((r->allocs.flags[i] & alloc_fields) != alloc_fields || r->allocs.index[i] != i ||
-            a->byte_size > a->alloc_size || a->alloc_size == 0)
+            (r->allocs.flags[i] & BAD_CHECKSUM) || a->byte_size > a->alloc_size ||
+            a->alloc_size == 0)
             return tdc_seterr(err, errlen, "malformed allocation %zu in the open answer", i), -1;
+        m->allocs[i].has_checksum = (r->allocs.flags[i] & HAVE_CHECKSUM) != 0;
     }
     for (size_t i = 0; i < m->n_tensors; i++) {
         struct tensord_tensor *t = &m->tensors[i];
@@ -480,4 +484,56 @@ void answer_open_free(struct tensord_model *m)
     free(m->backend);
     free(m->device);
     free(m->uuid);
+}
+
+/* ---- the checksums answer --------------------------------------------------- */
+
+struct sums_reader {
+    struct tensord_model *m;
+    char state[16];
+    size_t n;                  /* checksums read */
+    int bad;                   /* one was not 16 hex digits, or one too many */
+};
+
+static int sum_element(struct json_scan *s, const char *key, unsigned depth, void *ctx)
+{
+    struct sums_reader *r = ctx;
+    (void)key;
+    (void)depth;
+    if (r->n >= r->m->n_allocs || read_checksum(s, &r->m->allocs[r->n].checksum) != 0)
+        r->bad = 1;
+    r->n++;
+    return s->tok == JSON_TOK_STRING ? 0 : skip_value(s, depth);
+}
+
+static int sums_member(struct json_scan *s, const char *key, unsigned depth, void *ctx)
+{
+    struct sums_reader *r = ctx;
+    if (strcmp(key, "state") == 0 && s->tok == JSON_TOK_STRING) {
+        copy_string(s, r->state, sizeof(r->state));
+        return 0;
+    }
+    if (strcmp(key, "checksums") == 0 && s->tok == '[')
+        return json_scan_each(s, depth + 1, ANSWER_MAX_DEPTH, sum_element, r);
+    return skip_value(s, depth);
+}
+
+int answer_checksums(const char *body, size_t len, struct tensord_model *m, char *err,
+                     size_t errlen)
+{
+    struct json_scan s;
+    struct sums_reader r = {.m = m};
+    if (read_answer(&s, body, len, sums_member, &r, err, errlen) != 0)
+        return -1;
+    if (strcmp(r.state, "pending") == 0)
+        return 1;
+    if (strcmp(r.state, "ready") != 0)
+        return tdc_seterr(err, errlen, "the daemon has no checksums for this model (%s)",
+                          r.state[0] ? r.state : "no state"), -1;
+    if (r.bad || r.n != m->n_allocs)
+        return tdc_seterr(err, errlen, "malformed checksums answer (%zu checksums for %zu "
+                          "allocations)", r.n, m->n_allocs), -1;
+    for (size_t i = 0; i < m->n_allocs; i++)
+        m->allocs[i].has_checksum = 1;
+    return 0;
 }

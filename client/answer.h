@@ -19,6 +19,7 @@ struct tensord_model;
 /* What every answer carries. */
 struct answer {
     int ok;                    /* "ok": true */
+    char code[32];             /* a refusal's error code ("reloading", ...), cut to fit */
     int has_lease;             /* "lease" is there, a non-negative integer ... */
     uint64_t lease;            /* ... this one */
 };
@@ -37,6 +38,12 @@ int answer_read(const char *body, size_t len, struct answer *a, char *err, size_
  * filled in is m's to free either way. */
 int answer_open(const char *body, size_t len, size_t n_fds, struct tensord_model *m, char *err,
                 size_t errlen);
+/* Reads a "checksums" answer (answer_read accepted it) into m's
+ * allocations. Returns 0 when they are there (has_checksum set), 1 while
+ * the daemon is still summing, or -1 with err (none will come, or a
+ * malformed answer). */
+int answer_checksums(const char *body, size_t len, struct tensord_model *m, char *err,
+                     size_t errlen);
 /* Frees what answer_open filled in (m itself and its mappings are the
  * caller's). */
 void answer_open_free(struct tensord_model *m);

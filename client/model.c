@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "answer.h"
 #include "client_int.h"
@@ -147,13 +148,16 @@ static char *open_request(const char *model, const char *device)
 
 /* Sends the open request and takes the lease its answer names (counted on
  * c): RT_OK with *lease, *epoch, the descriptors and the answer's text
- * (caller frees), or an RT_ code with err and nothing held. */
+ * (caller frees), or an RT_ code with err and nothing held; *reloading says
+ * the daemon refused because the model is being reloaded in place. */
 static int take_lease(struct tensord_client *c, const char *req, int *fds, size_t *n_fds,
-                      char **raw, uint64_t *lease, unsigned *epoch, char *err, size_t errlen)
+                      char **raw, uint64_t *lease, unsigned *epoch, int *reloading, char *err,
+                      size_t errlen)
 {
-    struct answer a;
+    struct answer a = {0};
     pthread_mutex_lock(&c->lock);
     int rc = tdc_roundtrip(c, req, fds, IPC_MAX_FDS, n_fds, &a, raw, err, errlen);
+    *reloading = rc == RT_REFUSED && strcmp(a.code, "reloading") == 0;
     *epoch = c->epoch;
     if (rc == RT_OK && (!a.has_lease || a.lease == 0)) {
         tdc_seterr(err, errlen, "the open answer names no lease");
@@ -197,7 +201,19 @@ TENSORD_API struct tensord_model *tensord_open(struct tensord_client *c, const c
         tdc_seterr(err, errlen, "%s", tdc_oom);
         return NULL;
     }
-    int rc = take_lease(c, req, fds, &n_fds, &raw, &m->lease, &m->epoch, err, errlen);
+    /* A model reloaded in place (its new generation did not fit beside
+     * the old one, so it loads where the old one was) is moments from
+     * ready: wait for it rather than fail the worker. */
+    int rc, reloading;
+    unsigned waited = 0, pause = 10;
+    for (;;) {
+        rc = take_lease(c, req, fds, &n_fds, &raw, &m->lease, &m->epoch, &reloading, err, errlen);
+        if (!reloading || waited >= TENSORD_RELOAD_WAIT_MS)
+            break;
+        usleep(pause * 1000u);
+        waited += pause;
+        pause = pause < 200 ? 2 * pause : 200;
+    }
     free(req);
     if (rc != RT_OK) {
         free(m);
@@ -271,11 +287,64 @@ TENSORD_API const struct tensord_tensor *tensord_model_find(const struct tensord
     return NULL;
 }
 
+/* Whether every allocation of m has the daemon's checksum. Caller holds
+ * m->c->lock, under which they are filled in. */
+static int have_checksums(const struct tensord_model *m)
+{
+    for (size_t i = 0; i < m->n_allocs; i++)
+        if (!m->allocs[i].has_checksum)
+            return 0;
+    return 1;
+}
+
+/* Makes sure m has the daemon's checksums: asks for them on the connection
+ * that holds its lease, waiting while the daemon sums them. They are
+ * written under the client's lock, so that two verifies of one model do
+ * not fill them at once. Returns 0 or -1 with err. */
+static int fetch_checksums(struct tensord_model *m, char *err, size_t errlen)
+{
+    char req[96];
+    unsigned waited = 0, pause = 10;
+    snprintf(req, sizeof(req), "{\"op\":\"checksums\",\"lease\":%llu}",
+             (unsigned long long)m->lease);
+    for (;;) {
+        struct answer a = {0};
+        char *raw = NULL;
+        size_t n_fds = 0;
+        int rc = 0;
+        pthread_mutex_lock(&m->c->lock);
+        if (have_checksums(m)) {
+            pthread_mutex_unlock(&m->c->lock);
+            return 0;
+        }
+        if (m->c->epoch != m->epoch) {
+            rc = -1;
+            tdc_seterr(err, errlen, "the connection that held this model's lease was lost: "
+                       "open it again to check it");
+        } else {
+            rc = tdc_roundtrip(m->c, req, NULL, 0, &n_fds, &a, &raw, err, errlen);
+            rc = rc == RT_OK ? answer_checksums(raw, strlen(raw), m, err, errlen) : -1;
+        }
+        pthread_mutex_unlock(&m->c->lock);
+        free(raw);
+        if (rc != 1)
+            return rc;
+        if (waited >= TENSORD_SUMS_WAIT_MS)
+            return tdc_seterr(err, errlen, "the daemon was still summing the checksums after "
+                              "%u ms", waited), -1;
+        usleep(pause * 1000u);
+        waited += pause;
+        pause = pause < 200 ? 2 * pause : 200;
+    }
+}
+
 TENSORD_API int tensord_model_verify(const struct tensord_model *m, char *err, size_t errlen)
 {
     const size_t step = 16u << 20; /* a multiple of 8, as the checksum's pieces must be */
     char *buf = NULL;
     int rc = 0;
+    if (fetch_checksums((struct tensord_model *)m, err, errlen) < 0)
+        return -1;
     for (size_t i = 0; i < m->n_allocs && rc == 0; i++) {
         const struct tensord_alloc *a = &m->allocs[i];
         uint64_t acc = 0;

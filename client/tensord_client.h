@@ -68,10 +68,13 @@ struct tensord_tensor {
 struct tensord_alloc {
     uint64_t byte_size;        /* bytes of shard data */
     uint64_t alloc_size;       /* mapped size (granularity-rounded) */
-    uint64_t checksum;         /* tsum64 the daemon computed while loading */
+    uint64_t checksum;         /* tsum64 of the allocation, as the daemon summed it once the
+                                * preload was ready (has_checksum) */
     void *host_ptr;            /* host backend: the mapping */
     uint64_t device_ptr;       /* cuda: the mapped device address */
     const char *file;          /* the shard's file name within the model */
+    int has_checksum;          /* 0 when the open came before the daemon had summed it:
+                                * tensord_model_verify asks for it */
 };
 
 /* Connects to socket_path (NULL: the first that exists of $TENSORD_SOCKET,
@@ -90,7 +93,11 @@ TENSORD_API struct tensord_client *tensord_connect(const char *socket_path, char
 
 /* Opens model on device (NULL or "": wherever it is loaded; "host",
  * "cuda:N" or a GPU UUID to insist), takes a lease and maps every
- * allocation. On failure no lease stays held. */
+ * allocation. On failure no lease stays held. While the model is being
+ * reloaded in place (its new generation loads where the old one was, both
+ * not fitting at once: the daemon answers "reloading"), it waits for the
+ * new generation, up to TENSORD_RELOAD_WAIT_MS. */
+#define TENSORD_RELOAD_WAIT_MS 120000
 TENSORD_API struct tensord_model *tensord_open(struct tensord_client *c, const char *model,
                                                const char *device, char *err, size_t errlen);
 
@@ -118,7 +125,11 @@ TENSORD_API const struct tensord_alloc *tensord_model_alloc(const struct tensord
 
 /* Recomputes every allocation's checksum from the mapped memory (cuda:
  * copied back through a host buffer) and compares it with the daemon's.
- * Returns 0, or -1 naming the first allocation that differs. */
+ * The daemon sums them after a preload is ready, off its critical path:
+ * when the open came first, this asks the daemon for them, waiting up to
+ * TENSORD_SUMS_WAIT_MS while it sums. Returns 0, or -1 naming the first
+ * allocation that differs (or why the daemon's sums could not be had). */
+#define TENSORD_SUMS_WAIT_MS 600000
 TENSORD_API int tensord_model_verify(const struct tensord_model *m, char *err, size_t errlen);
 
 /* Copies tensor i's bytes into dst (nbytes of them; from the device for

@@ -66,7 +66,8 @@ struct config {
     int verify;                     /* compare device bytes with the file before ready */
     unsigned staging_buffers;       /* preload disk reads in flight (one staging buffer each) */
     uint64_t staging_buffer_bytes;  /* size of each staging buffer */
-    unsigned preload_threads;       /* page-cache copy threads; 0 = one per CPU, at most 16 */
+    unsigned preload_threads;       /* page-cache copy threads; 0 = from the usable CPUs */
+    uint64_t preload_memory_limit;  /* most bytes preloads may hold on one device; 0 = no limit */
     /* [s3] */
     int s3;                         /* serve the read-only S3 API under /s3/ */
     char *s3_access_key;            /* SigV4 access key id; empty = anonymous reads */

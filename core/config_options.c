@@ -124,7 +124,11 @@ const struct opt config_options[] = {
      OFF(staging_buffer_bytes), NOLIST, "size of each staging buffer (and of a preload's chunks)"},
     {"preload_threads", "gpu", OPT_UINT, "0", 0, 64, OFF(preload_threads), NOLIST,
      "threads copying preload bytes from the page cache (each with two staging buffers on a "
-     "GPU); 0 = one per CPU, at most 16"},
+     "GPU); 0 = the CPUs this process may use (affinity and cgroup cpu.max), less one from 4 "
+     "and two from 8, at most 16"},
+    {"preload_memory_limit", "gpu", OPT_SIZE, "0", 0, 1024 * K * K * K * K,
+     OFF(preload_memory_limit), NOLIST, "the most memory preloads may hold on one device "
+     "(a preload beyond is refused, 507); 0 = what the device, or the machine, has free"},
     {"s3", "s3", OPT_BOOL, "true", 0, 1, OFF(s3), NOLIST,
      "serve the read-only S3 API under /s3/ (buckets are repos)"},
     {"s3_access_key", "s3", OPT_STRING, "", 0, 0, OFF(s3_access_key), 0, 0, NULL, check_no_ctl,

@@ -60,6 +60,13 @@ enum metrics_ctr {
     MC_MIRROR_EVICTIONS,      /* files evicted from its cache */
     MC_GPU_PRELOAD_UPSTREAM_BYTES, /* preload bytes a mirror brought from its upstream during the
                                     * preload (counted in neither page cache nor disk) */
+    /* Nanoseconds finished preloads spent in each phase (gpu/gpu_manager.h,
+     * enum gm_phase), in its order: rendered as seconds. */
+    MC_GPU_PRELOAD_ALLOC_NS,
+    MC_GPU_PRELOAD_RING_NS,
+    MC_GPU_PRELOAD_PLAN_NS,
+    MC_GPU_PRELOAD_COPY_NS,
+    MC_GPU_PRELOAD_FINISH_NS,
     MC_COUNT
 };
 

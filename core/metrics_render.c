@@ -64,6 +64,15 @@ static const struct {
      "Preload bytes that a mirror fetched from its upstream while the preload waited for them."},
 };
 
+/* The preload phases' counters, in enum gm_phase's order, by their label. */
+static const struct {
+    enum metrics_ctr c;
+    const char *phase;
+} preload_phases[] = {
+    {MC_GPU_PRELOAD_ALLOC_NS, "alloc"}, {MC_GPU_PRELOAD_RING_NS, "ring"},
+    {MC_GPU_PRELOAD_PLAN_NS, "plan"},   {MC_GPU_PRELOAD_COPY_NS, "copy"},
+    {MC_GPU_PRELOAD_FINISH_NS, "finish"}};
+
 static void prom_head(struct strbuf *b, const char *name, const char *type, const char *help)
 {
     strbuf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
@@ -177,6 +186,11 @@ char *metrics_render_prometheus(void)
     prom_gauge(&b, "tensord_gpu_staging_bytes",
                "Memory the devices' preload staging rings hold (pinned for CUDA).",
                (double)sn->gpu_staging);
+    prom_head(&b, "tensord_gpu_preload_phase_seconds_total", "counter",
+              "Seconds finished preloads spent in each phase (alloc, ring, plan, copy, finish).");
+    for (size_t i = 0; i < ARRAY_LEN(preload_phases); i++)
+        strbuf_printf(&b, "tensord_gpu_preload_phase_seconds_total{phase=\"%s\"} %.9f\n",
+                      preload_phases[i].phase, (double)sn->ctr[preload_phases[i].c] / 1e9);
     prom_head(&b, "tensord_hash_bytes_total", "counter", "Bytes read into SHA-256 by content hashing.");
     strbuf_printf(&b, "tensord_hash_bytes_total %llu\n", (unsigned long long)sn->hash_bytes);
     prom_head(&b, "tensord_hash_files_total", "counter", "Files whose content hash was computed.");
@@ -246,7 +260,9 @@ static const char *const json_ctr_names[MC_COUNT] = {
     "transfers_cut",         "gpu_preload_page_cache_bytes", "gpu_preload_disk_bytes",
     "responses_aborted",     "documents_rendered",  "mirror_upstream_bytes",
     "mirror_blocks_fetched", "mirror_verify_failures", "mirror_evictions",
-    "gpu_preload_upstream_bytes"};
+    "gpu_preload_upstream_bytes", "gpu_preload_alloc_ns", "gpu_preload_ring_ns",
+    "gpu_preload_plan_ns", "gpu_preload_copy_ns", "gpu_preload_finish_ns"};
+
 
 /* "endpoints": per kind, its requests by outcome, bytes and durations. */
 static void json_kinds(struct strbuf *b, const struct metrics_snapshot *sn)
@@ -305,9 +321,14 @@ char *metrics_render_json(void)
                   (unsigned long long)sn->generation, (unsigned long long)sn->open_files);
     strbuf_printf(&b,
                   "\"gpu\":{\"resident_bytes\":%llu,\"leases_active\":%llu,"
-                  "\"last_preload_bytes_per_second\":%.1f,\"staging_bytes\":%llu},",
+                  "\"last_preload_bytes_per_second\":%.1f,\"staging_bytes\":%llu,"
+                  "\"preload_phase_seconds\":{",
                   (unsigned long long)sn->gpu_resident, (unsigned long long)sn->gpu_leases, sn->gpu_bps,
                   (unsigned long long)sn->gpu_staging);
+    for (size_t i = 0; i < ARRAY_LEN(preload_phases); i++)
+        strbuf_printf(&b, "%s\"%s\":%.9f", i ? "," : "", preload_phases[i].phase,
+                      (double)sn->ctr[preload_phases[i].c] / 1e9);
+    strbuf_printf(&b, "}},");
     strbuf_printf(&b,
                   "\"hashing\":{\"bytes_hashed\":%llu,\"files_hashed\":%llu,\"errors\":%llu,"
                   "\"files_pending\":%llu,\"bytes_pending\":%llu,\"files_known\":%llu,"

@@ -54,6 +54,7 @@ static const char *const names[ST_STATUS_COUNT] = {
     [ST_ERR_SLICE] = "invalid_slice",
     [ST_ERR_SPLIT] = "invalid_split",
     [ST_ERR_UNTRUSTED] = "untrusted_path",
+    [ST_ERR_RETRY] = "retry",
 };
 
 int st_status_errno(enum st_status s)
@@ -76,6 +77,7 @@ int st_status_errno(enum st_status s)
     case ST_ERR_CONFLICT:
         return -EBUSY;
     case ST_ERR_LIMIT:
+    case ST_ERR_RETRY:
         return -EAGAIN;
     case ST_ERR_UNTRUSTED:
         return -EACCES;

@@ -67,6 +67,7 @@
     X(MemImportFromShareableHandle, "cuMemImportFromShareableHandle",                          \
       (CUmemGenericAllocationHandle * h, void *handle, CUmemAllocationHandleType t))           \
     X(MemAlloc, "cuMemAlloc", (CUdeviceptr *p, size_t size))                                   \
+    X(MemGetInfo, "cuMemGetInfo", (size_t *free_bytes, size_t *total_bytes))                   \
     X(MemFree, "cuMemFree", (CUdeviceptr p))                                                   \
     X(IpcGetMemHandle, "cuIpcGetMemHandle", (CUipcMemHandle *h, CUdeviceptr p))                \
     X(MemHostAlloc, "cuMemHostAlloc", (void **p, size_t size, unsigned int flags))             \

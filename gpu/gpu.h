@@ -23,6 +23,17 @@
 
 #define GPU_LEGACY_HANDLE_BYTES 64 /* sizeof(CUipcMemHandle) */
 
+/* What mem_available keeps back. On a GPU: room for the daemon's own
+ * context and a worker's (kernels, cuBLAS workspaces), which a preload
+ * that takes every free byte would leave without memory (a sixteenth of
+ * the device on one smaller than 4 GiB). On the host: a
+ * sixteenth of the memory this process may use, at least 256 MiB and at
+ * most 4 GiB, for everything else the machine runs (the page cache the
+ * preload reads from, workers, the daemon). */
+#define GPU_RESERVE_DEVICE (256ull << 20)
+#define GPU_RESERVE_HOST_MIN (256ull << 20)
+#define GPU_RESERVE_HOST_MAX (4ull << 30)
+
 /* One device; a backend's devices[i] is always ordinal i. */
 struct gpu_device {
     int index;                 /* the ordinal (= its position in devices[]) */
@@ -77,9 +88,14 @@ struct gpu_backend_ops {
     /* All copies into a landed: make it read-only for sharing (host: seal
      * the memfd; cuda: fill the legacy copy). Returns 0 or -errno with err. */
     int (*finish)(struct gpu_backend *b, struct gpu_alloc *a, struct st_error *err);
-    /* Copies len bytes at off of a into dst (verification). */
+    /* Copies len bytes at off of a into dst (verification, checksums). */
     int (*read_back)(struct gpu_backend *b, struct gpu_alloc *a, uint64_t off, void *dst,
                      size_t len, struct st_error *err);
+    /* Bytes a new preload may take on device dev now: the device's free
+     * memory (cuda), or what the machine and this process's cgroups can
+     * still give (host), less the backend's reserve (GPU_RESERVE_*).
+     * Returns 0 with *bytes, or -errno with err when it cannot tell. */
+    int (*mem_available)(struct gpu_backend *b, int dev, uint64_t *bytes, struct st_error *err);
     void (*destroy)(struct gpu_backend *b);
 };
 
@@ -88,6 +104,8 @@ struct gpu_backend {
     const char *name;          /* "host" or "cuda" */
     enum device_kind kind;
     const char *handle_type;   /* as workers see it: "memfd" or "posix_fd" */
+    uint64_t alloc_round;      /* allocations are made in multiples of this (admission
+                                * counts them so) */
     size_t n_devices;
     struct gpu_device devices[DEVICE_NAME_MAX_DEVICES];
     void *priv;

@@ -291,6 +291,24 @@ static int cuda_read_back(struct gpu_backend *b, struct gpu_alloc *a, uint64_t o
     return r == CUDA_SUCCESS ? 0 : cuda_fail(cb, r, "cuMemcpyDtoH", err);
 }
 
+/* The device's free memory (cuMemGetInfo, in its primary context) less
+ * GPU_RESERVE_DEVICE, or a sixteenth of the device on a small one. */
+static int cuda_mem_available(struct gpu_backend *b, int dev, uint64_t *bytes,
+                              struct st_error *err)
+{
+    struct cuda_backend *cb = b->priv;
+    size_t free_bytes = 0, total = 0;
+    int rc = use_device(cb, dev, err);
+    if (rc < 0)
+        return rc;
+    CUresult r = cb->api.MemGetInfo(&free_bytes, &total);
+    if (r != CUDA_SUCCESS)
+        return cuda_fail(cb, r, "cuMemGetInfo", err);
+    uint64_t reserve = total / 16 < GPU_RESERVE_DEVICE ? total / 16 : GPU_RESERVE_DEVICE;
+    *bytes = free_bytes > reserve ? free_bytes - reserve : 0;
+    return 0;
+}
+
 static void cuda_destroy(struct gpu_backend *b)
 {
     struct cuda_backend *cb = b->priv;
@@ -313,6 +331,7 @@ static const struct gpu_backend_ops cuda_ops = {
     .stage_close = cuda_stage_close,
     .finish = cuda_finish,
     .read_back = cuda_read_back,
+    .mem_available = cuda_mem_available,
     .destroy = cuda_destroy,
 };
 
@@ -385,6 +404,7 @@ struct gpu_backend *gpu_cuda_probe(struct st_error *err)
     b->name = "cuda";
     b->kind = DEVICE_CUDA;
     b->handle_type = "posix_fd";
+    b->alloc_round = LEGACY_ALIGN; /* the VMM granularity of NVIDIA GPUs: 2 MiB */
     b->priv = cb;
     b->n_devices = (size_t)(count < DEVICE_NAME_MAX_DEVICES ? count : DEVICE_NAME_MAX_DEVICES);
     for (int i = 0; i < (int)b->n_devices; i++) {

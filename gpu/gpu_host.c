@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "fileio.h"
+#include "machine.h"
 #include "util.h"
 
 struct gpu_stage {
@@ -162,6 +163,27 @@ static int host_read_back(struct gpu_backend *b, struct gpu_alloc *a, uint64_t o
     return 0;
 }
 
+/* What the machine and this process's cgroups can still give, less a
+ * sixteenth of the memory this process may use (at least
+ * GPU_RESERVE_HOST_MIN, at most GPU_RESERVE_HOST_MAX): a memfd is shmem,
+ * which neither the page cache's reclaim nor (without swap) anything else
+ * gives back, so a preload past this would end with the OOM killer. */
+static int host_mem_available(struct gpu_backend *b, int dev, uint64_t *bytes,
+                              struct st_error *err)
+{
+    (void)b;
+    (void)dev;
+    struct machine_memory m;
+    int rc = machine_memory(&m);
+    if (rc < 0)
+        return st_error_fail(err, ST_ERR_IO, "reading /proc/meminfo: %s", strerror(-rc));
+    uint64_t reserve = m.total / 16;
+    reserve = reserve < GPU_RESERVE_HOST_MIN ? GPU_RESERVE_HOST_MIN
+              : reserve > GPU_RESERVE_HOST_MAX ? GPU_RESERVE_HOST_MAX : reserve;
+    *bytes = m.available > reserve ? m.available - reserve : 0;
+    return 0;
+}
+
 static void host_destroy(struct gpu_backend *b)
 {
     free(b);
@@ -178,6 +200,7 @@ static const struct gpu_backend_ops host_ops = {
     .write = host_write,
     .finish = host_finish,
     .read_back = host_read_back,
+    .mem_available = host_mem_available,
     .destroy = host_destroy,
 };
 
@@ -188,6 +211,7 @@ struct gpu_backend *gpu_host_new(void)
     b->name = "host";
     b->kind = DEVICE_HOST;
     b->handle_type = "memfd";
+    b->alloc_round = (uint64_t)sysconf(_SC_PAGESIZE);
     b->n_devices = 1;
     b->devices[0].index = 0;
     snprintf(b->devices[0].uuid, sizeof(b->devices[0].uuid), "host");

@@ -1,8 +1,9 @@
 /* gpu_instance: one instance of the GPU manager (gpu/gpu_manager_int.h):
- * built from a registry model, its references, retiring it from the table,
- * its views, and freeing it; and the table's lookups (the current instance
- * of a model, the refused start-up preloads). It calls nothing else of the
- * manager: gpu_preload.c builds on it, and gpu_manager.c on both. */
+ * built from a registry model, its references, linking it into the table
+ * and the load queue, retiring it, its views, and freeing it; and the
+ * table's lookups (the current instance of a model, the bytes promised and
+ * held on a device, the refused start-up preloads). Of the rest of the
+ * manager it calls only the staging rings (gpu_stage.c). */
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -46,7 +47,70 @@ struct gm_instance *do_gm_instance_unref(struct gpu_manager *gm, struct gm_insta
             break;
         }
     }
+    gm->freeing++;
     return m;
+}
+
+void gm_dispose(struct gpu_manager *gm, struct gm_instance *dead)
+{
+    if (!dead)
+        return;
+    gm_instance_free(dead);
+    pthread_mutex_lock(&gm->lock);
+    gm->freeing--;
+    pthread_cond_broadcast(&gm->cond);
+    pthread_mutex_unlock(&gm->lock);
+}
+
+void do_gm_enqueue(struct gpu_manager *gm, struct gm_instance *m, int current)
+{
+    m->refs = 2;
+    m->current = current;
+    m->next = gm->models;
+    gm->models = m;
+    do_gm_requeue(gm, m);
+    struct gm_ring_shape shape;
+    gm_ring_shape(&gm->opt, m->be, &shape);
+    int dev = m->be->kind == DEVICE_CUDA ? m->be->devices[m->dev].index : 0;
+    do_gm_stage_prepare(gm, m->be, dev, &shape);
+}
+
+void do_gm_requeue(struct gpu_manager *gm, struct gm_instance *m)
+{
+    m->qnext = NULL;
+    if (gm->qtail)
+        gm->qtail->qnext = m;
+    else
+        gm->qhead = m;
+    gm->qtail = m;
+    pthread_cond_broadcast(&gm->cond);
+}
+
+uint64_t do_gm_promised(struct gpu_manager *gm, const struct gpu_backend *be, int dev,
+                        const struct gm_instance *skip)
+{
+    uint64_t n = 0;
+    for (const struct gm_instance *m = gm->models; m; m = m->next)
+        if (m != skip && m->be == be && m->dev == dev && m->state == GM_LOADING &&
+            !m->allocated && !m->waiting && !atomic_load(&m->cancel))
+            n += m->need;
+    return n;
+}
+
+uint64_t do_gm_held(struct gpu_manager *gm, const struct gpu_backend *be, int dev,
+                    int allocated_only, const struct gm_instance *skip)
+{
+    uint64_t n = 0;
+    for (const struct gm_instance *m = gm->models; m; m = m->next)
+        if (m != skip && m->be == be && m->dev == dev && m->state != GM_FAILED &&
+            !m->waiting && (m->allocated || (!allocated_only && !atomic_load(&m->cancel))))
+            n += m->need;
+    return n;
+}
+
+static uint64_t round_up(uint64_t n, uint64_t unit)
+{
+    return unit ? (n + unit - 1) / unit * unit : n;
 }
 
 static int is_shard(const struct reg_file *f)
@@ -93,6 +157,7 @@ static int add_shards(struct gm_instance *m, const struct reg_model *rm, size_t 
         s->st = f->st;
         s->rf = f;
         m->total += s->size;
+        m->need += round_up(s->size ? s->size : 1, m->be->alloc_round);
         shard_of[i] = m->n_shards++;
     }
     return 0;
@@ -128,6 +193,8 @@ static int add_tensors(struct gm_instance *m, const struct reg_model *rm, const 
 struct gm_instance *do_gm_instance_new(struct gpu_manager *gm, const struct reg_model *rm,
                                        const struct gm_device *where)
 {
+    /* legacy IPC keeps a second, cuMemAlloc copy of every shard */
+    int copies = gm->opt.legacy_ipc && where->be->kind == DEVICE_CUDA ? 2 : 1;
     struct gm_instance *m = calloc(1, sizeof(*m));
     if (!m)
         return NULL;
@@ -148,19 +215,68 @@ struct gm_instance *do_gm_instance_new(struct gpu_manager *gm, const struct reg_
         return NULL;
     }
     free(shard_of);
+    m->need *= (uint64_t)copies;
     m->rm = reg_model_ref(rm);
     m->generation = ++gm->next_generation;
     return m;
 }
 
+/* Takes m out of the checksum queue when it waits there (not when the
+ * thread is summing it: that one sees `retired` and lets go itself). */
+static void do_sums_unqueue(struct gpu_manager *gm, struct gm_instance *m)
+{
+    if (m->sums != GM_SUMS_PENDING || gm->summing == m)
+        return;
+    struct gm_instance *prev = NULL;
+    for (struct gm_instance *q = gm->shead; q; prev = q, q = q->qnext) {
+        if (q != m)
+            continue;
+        if (prev)
+            prev->qnext = m->qnext;
+        else
+            gm->shead = m->qnext;
+        if (gm->stail == m)
+            gm->stail = prev;
+        m->qnext = NULL;
+        m->sums = GM_SUMS_UNAVAILABLE;
+        snprintf(m->sums_error, sizeof(m->sums_error), "retired before they were summed");
+        m->refs--;
+        return;
+    }
+}
+
 struct gm_instance *do_gm_instance_retire(struct gpu_manager *gm, struct gm_instance *m)
 {
     m->current = 0;
+    atomic_store(&m->retired, 1);
+    do_sums_unqueue(gm, m);
+    pthread_cond_broadcast(&gm->cond); /* the checksum thread, if it sums m */
     if (m->state == GM_LOADING)
         atomic_store(&m->cancel, 1);
     if (m->state != GM_FAILED)
         m->state = GM_DRAINING;
+    if (m->waiting) { /* parked: no loader will drop its reference */
+        m->waiting = 0;
+        m->refs--;
+    }
     return do_gm_instance_unref(gm, m);
+}
+
+/* The reload of the current instance m, as its view shows it. */
+static void do_reload_view(const struct gm_instance *m, struct gm_reload_view *r)
+{
+    const struct gm_instance *n = m->next_gen;
+    if (n) {
+        *r = (struct gm_reload_view){.present = 1, .generation = n->generation,
+                                     .state = GM_LOADING, .waiting = n->waiting,
+                                     .leases = m->leases, .done = atomic_load(&n->done),
+                                     .total = n->total, .need = n->need,
+                                     .available = n->avail_seen};
+    } else if (m->reload_failed_gen) {
+        *r = (struct gm_reload_view){.present = 1, .generation = m->reload_failed_gen,
+                                     .state = GM_FAILED};
+        snprintf(r->error, sizeof(r->error), "%s", m->reload_error.message);
+    }
 }
 
 void do_gm_view(struct gm_instance *m, struct gm_view *v)
@@ -189,9 +305,14 @@ void do_gm_view(struct gm_instance *m, struct gm_view *v)
     if (m->t_end_ns) {
         v->verified = m->verified;
         v->io = m->io;
+        for (int p = 0; p < GM_PHASE_COUNT; p++)
+            v->phases[p] = (double)m->phase_ns[p] / 1e9;
     }
+    v->sums = m->sums;
+    memcpy(v->sums_error, m->sums_error, sizeof(v->sums_error));
     if (m->state == GM_FAILED)
         memcpy(v->error, m->error.message, sizeof(v->error));
+    do_reload_view(m, &v->reload);
 }
 
 struct gm_instance *do_gm_find_current(struct gpu_manager *gm, const char *name)

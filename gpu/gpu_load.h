@@ -3,19 +3,30 @@
  *
  * Two movers run side by side:
  *
- *   - page cache: `threads` copy threads take the plan's page-cache chunks
- *     in turn and read them with preadv2(RWF_NOWAIT), which copies from the
- *     page cache and never waits for the disk. With a backend that takes
- *     plain writes (host) a thread reads into a small buffer of its own and
- *     writes that into the allocation; otherwise (cuda) it owns two staging
- *     buffers, fills one while the other's copy to the device runs. Bytes
- *     a thread finds missing (evicted meanwhile, or a plan that could only
- *     guess) are handed to the disk queue;
- *   - disk: the calling thread reads the plan's disk chunks, and what was
- *     handed over, with io_uring (O_DIRECT where the file system serves it,
+ *   - page cache: `threads` copy threads take the plan's chunks in turn and
+ *     read them from the page cache with preadv2(RWF_NOWAIT), which never
+ *     waits for the disk. With a backend that takes plain writes (host) a
+ *     thread reads into a small buffer of its own and writes that into the
+ *     allocation; otherwise (cuda) it owns two staging buffers and fills one
+ *     while the other's copy to the device runs. Residency is learned per
+ *     chunk, by all the threads at once while the copies run: where mincore
+ *     tells this process the truth (it owns the file or may write it), a
+ *     thread surveys its chunk's pages first and hands each run of missing
+ *     pages, exactly, to the disk queue (reading them, even with RWF_NOWAIT,
+ *     would start the kernel's readahead of them: a second read of what
+ *     O_DIRECT reads). Where it does not, the thread copies what the cache
+ *     holds and reads the missing pages itself, buffered, through the
+ *     readahead its short read started: each missing page is read once
+ *     either way;
+ *   - disk: the calling thread reads the handed runs (and, in benchmarks
+ *     and tests, chunks a plan forced onto the disk) with io_uring (O_DIRECT
+ *     where the file system serves it and the caller gives a descriptor,
  *     buffered otherwise, pread where io_uring is missing), `depth` reads in
  *     flight across every shard, each into a staging buffer whose copy to the
  *     allocation starts as soon as its read completes.
+ *
+ * Nothing on the copy path but the copies: no checksum is summed here (the
+ * GPU manager sums one after the preload, off the critical path).
  *
  * Staging layout: buffers [0, depth) are the disk reads', and with a backend
  * that has no `write`, buffers [depth + 2t, depth + 2t + 2) are copy thread
@@ -27,10 +38,11 @@
  * Upstream chunks (bytes a mirror is still fetching, gpu_plan.h) go to the
  * copy threads after the page-cache chunks, in the plan's order: a thread
  * waits on the gate until the chunk's bytes are in the file, then copies
- * them as a page-cache chunk (the fetcher has just written them there),
- * handing to the disk queue what the page cache no longer holds. The
- * allocation checksums (ipc_tsum) are summed from the bytes on the way,
- * each piece right after it was read, while it is still in the cache. */
+ * them as a page-cache chunk (the fetcher has just written them there).
+ *
+ * The implementation, one way up: gpu/gpu_run.c (the state a load's movers
+ * share), gpu/gpu_load_disk.c (the disk mover), gpu/gpu_load.c (a load, the
+ * copy threads, verify). */
 #ifndef TENSORD_GPU_LOAD_H
 #define TENSORD_GPU_LOAD_H
 
@@ -40,49 +52,8 @@
 #include <stdint.h>
 
 #include "gpu.h"
+#include "gpu_load_types.h"
 #include "gpu_plan.h"
-
-#define GPU_LOAD_ALIGN 4096   /* O_DIRECT offset/length/buffer alignment */
-#define GPU_LOAD_MAX_THREADS 64
-#define GPU_LOAD_MAX_DEPTH 64
-
-/* One shard to fill. */
-struct gpu_load_shard {
-    int fd;                    /* the file, buffered */
-    const void *gate_file;     /* the gate's name for the file (upstream chunks); may be NULL */
-    int direct_fd;             /* the same file opened with O_DIRECT, or negative */
-    uint64_t data_start, size; /* the data buffer in the file */
-    struct gpu_alloc *a;       /* where it goes */
-    uint64_t checksum;         /* out: ipc_tsum of the bytes */
-};
-
-/* What a load did. */
-struct gpu_load_stats {
-    uint64_t bytes[GPU_SRC_COUNT]; /* bytes that came from the page cache, the disk, and the
-                                    * upstream chunks (waited for, then read) */
-    uint64_t handed_over;      /* of the disk bytes, those the plan had put on the page cache */
-    char disk_io[32];          /* "io_uring+O_DIRECT", "io_uring" or "pread" for the disk
-                                * bytes; "" when there were none */
-    unsigned threads;          /* copy threads that ran */
-    int failed_shard;          /* the shard the error is about, or -1 */
-};
-
-struct gpu_load {
-    struct gpu_backend *be;
-    struct gpu_stage *stage;   /* gpu_load_stage_buffers() buffers of gpu_load_stage_bytes() */
-    unsigned threads;          /* page-cache copy threads, 1..GPU_LOAD_MAX_THREADS */
-    unsigned depth;            /* disk reads in flight, 1..GPU_LOAD_MAX_DEPTH */
-    size_t chunk;              /* the plan's chunk size (a multiple of GPU_LOAD_ALIGN) */
-    const atomic_int *cancel;  /* nonzero: stop at the next chunk (may be NULL) */
-    const struct gpu_gate *gate; /* what upstream chunks wait on (NULL: they are read at once) */
-    _Atomic uint64_t *progress;/* bytes copied so far (may be NULL) */
-    int unsafe;                /* out: reads may still land in the staging buffers: the
-                                * ring must never be reused or freed */
-    int no_uring;              /* tests: read the disk with pread, as where io_uring is
-                                * missing */
-    /* io_uring_wait_cqe, replaceable by tests to inject failures. */
-    int (*wait_cqe)(struct io_uring *ring, struct io_uring_cqe **cqe);
-};
 
 /* Staging buffers a load with this backend, threads and depth uses, and
  * the bytes of each for chunks of chunk bytes. */
@@ -94,9 +65,9 @@ size_t gpu_load_stage_bytes(size_t chunk);
  * copy; on every path it also waits for every read it started (an error
  * cancels the reads still in flight), unless the ring itself failed
  * (l->unsafe). A file written while it was read (its size, mtime or ctime
- * moved) fails the load: its bytes may mix two versions. Sets each shard's
- * checksum and *st. Returns 0, -ECANCELED when *l->cancel was set, or
- * -errno with err (the first failure). */
+ * moved) fails the load: its bytes may mix two versions. Sets *st.
+ * Returns 0, -ECANCELED when *l->cancel was set, or -errno with err (the
+ * first failure). */
 int gpu_load_run(struct gpu_load *l, struct gpu_load_shard *shards, size_t n,
                  const struct gpu_plan *plan, struct gpu_load_stats *st, struct st_error *err);
 

@@ -1,7 +1,7 @@
-/* gpu_manager: the instance table and its lock, instance refcounts, views,
- * leases, evict and reload. Preload requests and the loader thread are in
- * gpu/gpu_preload.c; the structures both share, and the locking
- * rules, in gpu/gpu_manager_int.h. */
+/* gpu_manager: the public API over the instance table: start and free,
+ * device names, views, leases and evict. The rest of the manager (rings,
+ * instances, checksums, reloads, preloads) and its locking rules are
+ * described in gpu/gpu_manager_int.h. */
 #include "gpu_manager.h"
 
 #include <errno.h>
@@ -102,17 +102,50 @@ static void preload_spec(struct gpu_manager *gm, const char *spec)
         pthread_mutex_unlock(&gm->lock);
     } else if (gpu_preload_request(gm, model, &where, 1, &v, &err) < 0) {
         log_msg(LOG_ERROR, "gpu: preload %s: %s", spec, err.message);
+        if (err.code == ST_ERR_DEVICE_MEMORY) { /* GET says why it is not there */
+            pthread_mutex_lock(&gm->lock);
+            do_gm_refused_set(gm, model, at + 1, err.message);
+            pthread_mutex_unlock(&gm->lock);
+        }
     } else {
         gpu_manager_view_release(gm, &v);
     }
     free(model);
 }
 
+/* With preloads configured, every usable device's staging ring is pinned
+ * now, each on a thread of its own, so that no preload (the configured
+ * ones, or the first one asked for later) pays for it. */
+static void pin_rings(struct gpu_manager *gm)
+{
+    struct gm_ring_shape shape;
+    pthread_mutex_lock(&gm->lock);
+    for (size_t i = 0; gm->cuda && i < gm->cuda->n_devices; i++) {
+        if (gm->cuda->devices[i].error[0])
+            continue;
+        gm_ring_shape(&gm->opt, gm->cuda, &shape);
+        do_gm_stage_prepare(gm, gm->cuda, gm->cuda->devices[i].index, &shape);
+    }
+    for (unsigned i = 0; i < gm->opt.n_preload; i++) {
+        const char *at = strrchr(gm->opt.preload[i], '@');
+        if (at && strcmp(at + 1, "host") == 0) {
+            gm_ring_shape(&gm->opt, gm->host, &shape);
+            do_gm_stage_prepare(gm, gm->host, 0, &shape);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&gm->lock);
+}
+
 int gpu_manager_start(struct gpu_manager *gm, struct st_error *err)
 {
-    int rc = gpu_preload_start(gm, err);
+    int rc = gm_sums_start(gm, err);
+    if (rc == 0)
+        rc = gpu_preload_start(gm, err);
     if (rc < 0)
         return rc;
+    if (gm->opt.n_preload)
+        pin_rings(gm);
     for (unsigned i = 0; i < gm->opt.n_preload; i++)
         preload_spec(gm, gm->opt.preload[i]);
     pthread_mutex_lock(&gm->lock);
@@ -164,8 +197,7 @@ void gpu_manager_view_release(struct gpu_manager *gm, struct gm_view *v)
     struct gm_instance *dead = do_gm_instance_unref(gm, v->inst);
     pthread_mutex_unlock(&gm->lock);
     v->inst = NULL;
-    if (dead)
-        gm_instance_free(dead);
+    gm_dispose(gm, dead);
 }
 
 const char *gm_view_text(const struct gm_view *v, enum gm_text slot,
@@ -189,66 +221,17 @@ int gpu_manager_evict(struct gpu_manager *gm, const char *model, struct gm_evict
         pthread_mutex_unlock(&gm->lock);
         return st_error_fail(err, ST_ERR_NOT_FOUND, "model %.200s is not preloaded", model);
     }
+    struct gm_instance *pending;
+    do_gm_reload_abandon(gm, m, &pending);
     struct gm_instance *dead = do_gm_instance_retire(gm, m);
     out->generation = m->generation;
     out->draining = dead == NULL;
     out->leases = m->leases;
     pthread_mutex_unlock(&gm->lock);
     log_msg(LOG_INFO, "gpu: evicted %s%s", model, dead ? "" : " (draining until leases end)");
-    if (dead)
-        gm_instance_free(dead);
+    gm_dispose(gm, pending);
+    gm_dispose(gm, dead);
     return 0;
-}
-
-void gpu_manager_on_reload(struct gpu_manager *gm, struct reg_snapshot *snap)
-{
-    struct gm_instance *dead_list = NULL;
-    pthread_mutex_lock(&gm->lock);
-    /* A preload that took the registry's snapshot before this one is swapped
-     * in must not load the old files: it compares with this (see
-     * gpu_preload_request). */
-    struct reg_snapshot *old_latest = gm->latest;
-    gm->latest = reg_snapshot_ref(snap);
-    struct gm_instance *next;
-    for (struct gm_instance *m = gm->models; m; m = next) {
-        /* Retiring m may unlink it; its replacement goes in at the head,
-         * behind this walk. */
-        next = m->next;
-        if (!m->current || m->source) /* a mirror's model: not the registry's to replace */
-            continue;
-        const struct reg_model *rm = reg_snapshot_find_model(snap, m->name, strlen(m->name));
-        int valid = rm && rm->state == MODEL_READY;
-        if (valid && gm_instance_same_files(m, rm))
-            continue;
-        struct gm_device where = {.be = m->be, .dev = m->dev};
-        int startup = m->startup;
-        log_msg(LOG_INFO, "gpu: %s changed on disk: %s", m->name,
-                valid ? "reloading it into a new generation" : "evicting it");
-        m->startup = 0; /* the replacement inherits the start-up accounting */
-        struct gm_instance *dead = do_gm_instance_retire(gm, m);
-        if (dead) {
-            dead->qnext = dead_list;
-            dead_list = dead;
-        }
-        struct gm_instance *nm = valid ? do_gm_instance_new(gm, rm, &where) : NULL;
-        if (nm) {
-            nm->startup = startup;
-            do_gm_enqueue(gm, nm);
-        } else if (valid) {
-            log_msg(LOG_ERROR, "gpu: %s: out of memory for its new generation: evicted", m->name);
-        }
-        if (!nm && startup && gm->startup_pending > 0) {
-            gm->startup_pending--;
-        }
-    }
-    pthread_mutex_unlock(&gm->lock);
-    if (old_latest)
-        reg_snapshot_unref(old_latest);
-    while (dead_list) {
-        struct gm_instance *d = dead_list;
-        dead_list = d->qnext;
-        gm_instance_free(d);
-    }
 }
 
 int gpu_manager_ready(struct gpu_manager *gm)
@@ -310,7 +293,7 @@ int gpu_manager_wait_idle(struct gpu_manager *gm, int timeout_ms)
     }
     int rc = 0;
     pthread_mutex_lock(&gm->lock);
-    while ((gm->qhead || gm->loading) && rc == 0)
+    while ((gm->qhead || gm->loading || gm->shead || gm->summing) && rc == 0)
         rc = pthread_cond_timedwait(&gm->cond, &gm->lock, &dl);
     pthread_mutex_unlock(&gm->lock);
     return -rc;
@@ -321,6 +304,7 @@ void gpu_manager_free(struct gpu_manager *gm)
     if (!gm)
         return;
     gpu_preload_stop(gm);
+    gm_sums_stop(gm);
     while (gm->models) {
         struct gm_instance *m = gm->models;
         gm->models = m->next;
@@ -330,9 +314,7 @@ void gpu_manager_free(struct gpu_manager *gm)
         reg_snapshot_unref(gm->latest);
     while (gm->refused)
         do_gm_refused_clear(gm, gm->refused->model);
-    for (size_t i = 0; i < gm->n_stages; i++) /* the loader has stopped: nobody copies */
-        if (gm->stages[i].stage)
-            gm->stages[i].be->ops->stage_close(gm->stages[i].stage);
+    gm_stages_free(gm); /* the loader has stopped: nobody copies */
     if (gm->cuda)
         gm->cuda->ops->destroy(gm->cuda);
     gm->host->ops->destroy(gm->host);
@@ -355,8 +337,13 @@ static int do_gm_leasable(const struct gm_instance *m, const char *model,
                              model, m->device, where->name);
     if (m->state == GM_LOADING) {
         uint64_t done = atomic_load(&m->done);
+        double pct = m->total ? 100.0 * (double)done / (double)m->total : 0.0;
+        if (m->reloaded) /* a reload took the old generation's place: it is moments away */
+            return st_error_fail(err, ST_ERR_RETRY, "model %.200s is being reloaded in place "
+                                 "(generation %llu, %.0f%%): open it again shortly", model,
+                                 (unsigned long long)m->generation, pct);
         return st_error_fail(err, ST_ERR_CONFLICT, "model %.200s is still loading (%.0f%%)", model,
-                             m->total ? 100.0 * (double)done / (double)m->total : 0.0);
+                             pct);
     }
     if (m->state != GM_READY)
         return st_error_fail(err, ST_ERR_DEVICE, "preloading model %.200s failed: %s", model,
@@ -406,12 +393,19 @@ void gpu_lease_release(struct gpu_manager *gm, struct gpu_lease *l)
     pthread_mutex_lock(&gm->lock);
     struct gm_instance *m = l->m;
     m->leases--;
+    do_gm_reload_lease_ended(gm, m);
     struct gm_instance *dead = do_gm_instance_unref(gm, m);
     pthread_mutex_unlock(&gm->lock);
-    if (dead) {
+    if (dead)
         log_msg(LOG_INFO, "gpu: last lease on %s (generation %llu) ended: memory released",
                 dead->name, (unsigned long long)dead->generation);
-        gm_instance_free(dead);
-    }
+    gm_dispose(gm, dead);
     free(l);
+}
+
+void gpu_lease_view(struct gpu_manager *gm, struct gpu_lease *l, struct gm_view *v)
+{
+    pthread_mutex_lock(&gm->lock);
+    do_gm_view(l->m, v);
+    pthread_mutex_unlock(&gm->lock);
 }

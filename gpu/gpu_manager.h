@@ -50,7 +50,10 @@ struct gm_options {
     unsigned n_preload;
     unsigned staging_buffers;      /* disk reads in flight, one staging buffer each */
     uint64_t staging_buffer_bytes; /* size of each staging buffer (a chunk of a shard) */
-    unsigned preload_threads;      /* page-cache copy threads; 0: one per CPU, at most 16 */
+    unsigned preload_threads;      /* page-cache copy threads; 0: the rule of gm_ring_shape
+                                    * (gpu/gpu_stage.c) on the CPUs this process may use */
+    uint64_t memory_limit;         /* the most bytes preloads may hold on one device; 0: what
+                                    * the device (or the machine) has */
     int verify;                    /* read every allocation back before ready */
     int legacy_ipc;                /* also export a legacy CUDA IPC handle per allocation */
 };
@@ -63,13 +66,38 @@ static inline const char *gm_state_name(enum gm_state s)
     return names[s];
 }
 
+/* Where a preload's time goes, in order; the phases add up to its seconds.
+ * alloc: admission and the device allocations; ring: waiting for the
+ * staging ring (pinned ahead of time, so normally nothing); plan: cutting
+ * the shards into chunks; copy: the movers; finish: making the memory
+ * shareable, and verify when asked. */
+enum gm_phase { GM_PHASE_ALLOC, GM_PHASE_RING, GM_PHASE_PLAN, GM_PHASE_COPY, GM_PHASE_FINISH,
+                GM_PHASE_COUNT };
+
+static inline const char *gm_phase_name(enum gm_phase p)
+{
+    static const char *const names[] = {"alloc", "ring", "plan", "copy", "finish"};
+    return names[p];
+}
+
+/* An instance's allocation checksums: summed after it is ready
+ * (gpu/gpu_sums.c). */
+enum gm_sums { GM_SUMS_NONE, GM_SUMS_PENDING, GM_SUMS_READY, GM_SUMS_UNAVAILABLE };
+
+static inline const char *gm_sums_name(enum gm_sums s)
+{
+    static const char *const names[] = {"none", "pending", "ready", "unavailable"};
+    return names[s];
+}
+
 /* Where a finished preload's bytes came from (gpu/gpu_load.h). */
 struct gm_io {
     uint64_t page_cache_bytes; /* copied from the page cache by the copy threads */
     uint64_t disk_bytes;       /* read from the disk by the disk pipeline */
     uint64_t upstream_bytes;   /* waited for while a mirror fetched them, then copied */
-    uint64_t handed_over_bytes;/* of the disk bytes, those planned on the page cache but
-                                * found missing */
+    uint64_t handed_over_bytes;/* of the disk bytes, those the copy threads found missing
+                                * from the page cache */
+    uint64_t missing_runs;     /* runs of missing pages the copy threads met (gpu_load.h) */
     char disk_reads[32];       /* "io_uring+O_DIRECT", "io_uring", "pread"; "" with no disk bytes */
     unsigned threads;          /* copy threads that ran */
     unsigned depth;            /* disk reads in flight at most */
@@ -100,7 +128,7 @@ struct gm_shard {
     struct fileio_stat st;     /* of the file loaded, to notice changes on reload */
     const struct reg_file *rf; /* while loading (the instance holds the model) */
     struct gpu_alloc a;        /* read by others only once published */
-    uint64_t checksum;         /* ipc_tsum of the bytes, once published */
+    uint64_t checksum;         /* ipc_tsum of the bytes, once the sums are ready */
 };
 
 struct gm_tensor {
@@ -117,6 +145,20 @@ struct gm_device {
     struct gpu_backend *be;
     int dev;
     const char *name;          /* as the caller named it (borrowed), for messages */
+};
+
+/* A reload of the instance a view shows: the new generation being made
+ * (loading, or waiting for the current one's leases to end because both do
+ * not fit), or the last one that failed (the current one serves on). */
+struct gm_reload_view {
+    int present;
+    uint64_t generation;       /* the new generation's */
+    enum gm_state state;       /* GM_LOADING (waiting or not) or GM_FAILED */
+    int waiting;               /* parked until the current generation's leases end */
+    unsigned leases;           /* ... which are these many */
+    uint64_t done, total;      /* its progress */
+    uint64_t need, available;  /* bytes it needs; available when it parked */
+    char error[512];           /* why it failed */
 };
 
 /* One instance as a caller may show it: the fields that never change
@@ -141,8 +183,12 @@ struct gm_view {
     uint64_t t_start_ns, t_end_ns; /* t_end_ns != 0 once the load ended */
     int verified;
     struct gm_io io;           /* valid once t_end_ns is set and the load succeeded */
+    double phases[GM_PHASE_COUNT]; /* seconds, valid once t_end_ns is set */
+    enum gm_sums sums;
+    char sums_error[160];      /* why the checksums are unavailable */
     char error[512];           /* why it failed (or why the device refused it) */
     char refused_device[64];
+    struct gm_reload_view reload;
 };
 
 /* One row of the instance table (borrowed for the call it is passed to). */
@@ -205,7 +251,9 @@ int gm_resolve_device(struct gpu_manager *gm, const char *name, struct gm_device
  * retired and tried again), *v the instance's view either way (release it
  * with gpu_manager_view_release); or -errno with err: ST_ERR_NOT_FOUND (no
  * such model), ST_ERR_INVALID_ARGUMENT (the model is invalid),
- * ST_ERR_CONFLICT (loaded on another device), ST_ERR_NO_MEMORY. Takes
+ * ST_ERR_CONFLICT (loaded on another device), ST_ERR_DEVICE_MEMORY (it
+ * cannot fit: the message gives the bytes needed and available, and
+ * nothing was allocated), ST_ERR_NO_MEMORY. Takes
  * gm->lock itself. */
 int gpu_preload_request(struct gpu_manager *gm, const char *model, const struct gm_device *where,
                         int startup, struct gm_view *v, struct st_error *err);
@@ -234,8 +282,10 @@ int gpu_manager_evict(struct gpu_manager *gm, const char *model, struct gm_evict
                       struct st_error *err);
 
 /* A reload built snap (before it is swapped in): every loaded model whose
- * shard files changed (size, mtime, inode) or disappeared is replaced by a
- * new instance with a new generation, loaded from snap; the old one drains. */
+ * shard files changed (size, mtime, inode) gets a new generation loaded
+ * from snap, beside the current one, which serves until the new one is
+ * ready and then drains (gpu/gpu_manager_int.h, "reloads"); one whose
+ * files are gone or invalid is evicted. */
 void gpu_manager_on_reload(struct gpu_manager *gm, struct reg_snapshot *snap);
 
 /* 1 once the start-up preloads have all ended (ready or failed). */
@@ -268,9 +318,12 @@ struct gpu_lease *gpu_manager_open(struct gpu_manager *gm, const char *model,
                                    size_t max_fds, size_t *n_fds, struct st_error *err);
 /* Ends a lease (released, or its connection closed). */
 void gpu_lease_release(struct gpu_manager *gm, struct gpu_lease *l);
+/* The view of the instance lease l holds (release it with
+ * gpu_manager_view_release): its checksums' state as it is now. */
+void gpu_lease_view(struct gpu_manager *gm, struct gpu_lease *l, struct gm_view *v);
 
-/* Tests: waits until no load is queued or running (or timeout_ms passes).
- * Returns 0, or -ETIMEDOUT. */
+/* Tests only: waits until no load is queued or running and no checksum is
+ * being summed (or timeout_ms passes). Returns 0, or -ETIMEDOUT. */
 int gpu_manager_wait_idle(struct gpu_manager *gm, int timeout_ms);
 
 #endif

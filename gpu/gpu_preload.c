@@ -1,13 +1,13 @@
-/* gpu_preload: preload requests, the load queue and the loader thread. */
+/* gpu_preload: preload requests, admission, the load queue and the loader
+ * thread (gpu/gpu_manager_int.h). */
 #include "gpu_manager_int.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "gpu_load.h"
@@ -16,19 +16,61 @@
 #include "metrics.h"
 #include "util.h"
 
-void do_gm_enqueue(struct gpu_manager *gm, struct gm_instance *m)
+/* How long a reload that must reuse its old generation's memory waits for
+ * it to be released (the old one's last holders are views and the checksum
+ * thread, which let go at once) before it gives up. */
+#define RELEASE_WAIT_S 60
+
+/* ---- admission ------------------------------------------------------------- */
+
+/* The device's bytes available to a new preload, before the promises: 0
+ * with *bytes; a backend that cannot tell admits everything (logged). */
+static void device_available(const struct gpu_backend *be, int dev, uint64_t *bytes)
 {
-    m->refs = 2;
-    m->current = 1;
-    m->next = gm->models;
-    gm->models = m;
-    if (gm->qtail)
-        gm->qtail->qnext = m;
-    else
-        gm->qhead = m;
-    gm->qtail = m;
-    pthread_cond_broadcast(&gm->cond);
+    struct st_error e;
+    if (be->ops->mem_available((struct gpu_backend *)be, dev, bytes, &e) < 0) {
+        log_msg(LOG_WARN, "gpu: %s:%d: free memory unknown (%s): admitting the preload", be->name,
+                dev, e.message);
+        *bytes = UINT64_MAX;
+    }
 }
+
+/* Whether m fits on its device, given dev_avail (device_available's):
+ * beside the promises of instances admitted before it and, with a
+ * memory_limit, beside what preloads hold there. At request time (queued
+ * 0) every promise counts; in the loader (queued 1) m is the next to
+ * allocate and only allocated memory counts against the limit. 1, or 0
+ * with *avail the bytes it could have. Caller holds the lock. */
+static int do_fits(struct gpu_manager *gm, const struct gm_instance *m, uint64_t dev_avail,
+                   int loader, uint64_t *avail)
+{
+    uint64_t promised = loader ? 0 : do_gm_promised(gm, m->be, m->dev, m);
+    uint64_t a = dev_avail > promised ? dev_avail - promised : 0;
+    if (gm->opt.memory_limit) {
+        uint64_t held = do_gm_held(gm, m->be, m->dev, loader, m);
+        uint64_t left = gm->opt.memory_limit > held ? gm->opt.memory_limit - held : 0;
+        a = left < a ? left : a;
+    }
+    *avail = a;
+    return m->need <= a;
+}
+
+/* The message of a preload that cannot fit (limit: the configured
+ * memory_limit, which may be what binds). */
+static int no_room(struct st_error *err, const struct gm_instance *m, uint64_t avail,
+                   uint64_t limit)
+{
+    char lim[96] = "";
+    if (limit)
+        snprintf(lim, sizeof(lim), ", within preload_memory_limit = %llu",
+                 (unsigned long long)limit);
+    return st_error_fail(err, ST_ERR_DEVICE_MEMORY, "insufficient memory: model %.200s needs "
+                         "%llu bytes on %s and %llu are available (free memory less the "
+                         "reserve and what preloads admitted before it take%s)", m->name,
+                         (unsigned long long)m->need, m->device, (unsigned long long)avail, lim);
+}
+
+/* ---- the load ---------------------------------------------------------------- */
 
 /* Allocates every shard of m on its device. Returns 0 or -errno with
  * m->error. */
@@ -47,142 +89,71 @@ static int alloc_shards(const struct gm_options *opt, struct gm_instance *m, int
     return 0;
 }
 
-/* Copy threads: the option, or one per CPU this process may run on, at
- * most 16 (on 16 cores, 12 threads copied 36.6 GB/s from the page cache
- * into pinned memory; docs/PERFORMANCE.md). */
-static unsigned copy_threads(const struct gm_options *opt)
+/* The disk mover asks for a shard's O_DIRECT descriptor the first time it
+ * has bytes of that shard to read (gpu_load.open_direct): one that cannot be
+ * had (not supported, or the path now leads to another file or version) is
+ * negative, and the shard is read buffered. */
+static int open_direct(void *arg, size_t i)
 {
-    if (opt->preload_threads)
-        return opt->preload_threads;
-    cpu_set_t set;
-    int n = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
-    return n < 1 ? 1 : n > 16 ? 16 : (unsigned)n;
+    struct gm_instance *m = arg;
+    return reg_open_below(m->rm->root, m->shards[i].rf, O_RDONLY | O_DIRECT);
 }
 
-/* After a load that failed: a ring whose reads may still land is leaked
- * (never freed, never reused); one that saw a device error is closed, so
- * that the next preload starts from fresh streams. Also closes a ring too
- * small for the next load (device_stage). */
-static void drop_stage(struct gpu_manager *gm, struct gm_stage *st, int leak)
+/* Time since *t, and *t moved to now: one phase's nanoseconds. */
+static uint64_t lap(uint64_t *t)
 {
-    struct gpu_stage *stage = st->stage;
-    pthread_mutex_lock(&gm->lock);
-    st->stage = NULL;
-    st->nbuf = 0;
-    pthread_mutex_unlock(&gm->lock);
-    if (leak)
-        log_msg(LOG_ERROR, "gpu: io_uring reads may still be in flight after an error: "
-                           "leaking the staging buffers rather than freeing them");
-    else
-        st->be->ops->stage_close(stage);
+    uint64_t now = time_mono_ns(), d = now - *t;
+    *t = now;
+    return d;
 }
 
-/* The staging ring of m's device, made on the device's first preload and
- * kept while it holds nbuf buffers of buf_bytes: one made for fewer copy
- * threads (the CPUs this process may use grew since: taskset, a cgroup's
- * cpuset) is made again, or the new threads' buffers would lie past its
- * end. Loader thread only, between loads. Returns it, or NULL with
- * m->error. */
-static struct gm_stage *device_stage(struct gpu_manager *gm, struct gm_instance *m, int dev,
-                                     unsigned nbuf, size_t buf_bytes)
+/* Plans and copies every shard of m through its device's staging ring (the
+ * ring and plan phases, then the copy). Returns 0, -ECANCELED, or -errno
+ * with m->error. */
+static int copy_shards(struct gpu_manager *gm, struct gm_instance *m, int dev, uint64_t *t)
 {
-    struct gm_stage *st = NULL;
-    for (size_t i = 0; i < gm->n_stages && !st; i++)
-        if (gm->stages[i].be == m->be && gm->stages[i].dev == dev)
-            st = &gm->stages[i];
-    if (st && st->stage && st->nbuf >= nbuf && st->buf_bytes >= buf_bytes)
-        return st;
-    if (st && st->stage) {
-        log_msg(LOG_INFO, "gpu: %s: the staging ring of %u buffers is too small for this "
-                "preload's %u: made again", m->device, st->nbuf, nbuf);
-        drop_stage(gm, st, 0);
-    }
-    if (!st && gm->n_stages == GM_MAX_STAGES) {
-        st_error_fail(&m->error, ST_ERR_LIMIT, "staging rings for more than %d devices",
-                      GM_MAX_STAGES);
-        return NULL;
-    }
-    struct st_error e;
-    struct gpu_stage *stage = m->be->ops->stage_open(m->be, dev, nbuf, buf_bytes, &e);
-    if (!stage) {
-        st_error_fail(&m->error, e.code, "%s (%u staging buffers of %zu bytes: lower "
-                      "preload_threads, staging_buffers or staging_buffer_bytes)", e.message,
-                      nbuf, buf_bytes);
-        return NULL;
-    }
-    pthread_mutex_lock(&gm->lock);
+    struct gm_ring_shape shape;
+    gm_ring_shape(&gm->opt, m->be, &shape);
+    struct gpu_load l = {.be = m->be, .threads = shape.threads, .depth = shape.depth,
+                         .chunk = shape.chunk, .cancel = &m->cancel, .progress = &m->done,
+                         .wait_cqe = io_uring_wait_cqe, .open_direct = open_direct,
+                         .open_arg = m, .gate = m->source ? &m->source->gate : NULL};
+    struct gm_stage *st = gm_stage_acquire(gm, m->be, dev, m->device, &shape, &m->error);
+    m->phase_ns[GM_PHASE_RING] = lap(t);
     if (!st)
-        st = &gm->stages[gm->n_stages++];
-    *st = (struct gm_stage){.be = m->be, .dev = dev, .stage = stage, .nbuf = nbuf,
-                            .buf_bytes = buf_bytes};
-    pthread_mutex_unlock(&gm->lock);
-    log_msg(LOG_INFO, "gpu: %s: staging ring of %u x %zu bytes", m->device, nbuf, buf_bytes);
-    return st;
-}
-
-/* Plans and copies every shard of m through the device's staging ring.
- * Returns 0, -ECANCELED, or -errno with m->error. */
-static int copy_shards(struct gpu_manager *gm, struct gm_instance *m, int dev)
-{
-    const struct gm_options *opt = &gm->opt;
-    struct gpu_load l = {.be = m->be, .threads = copy_threads(opt),
-                         .depth = opt->staging_buffers, .cancel = &m->cancel,
-                         .progress = &m->done, .wait_cqe = io_uring_wait_cqe,
-                         .gate = m->source ? &m->source->gate : NULL};
-    l.chunk = (size_t)(opt->staging_buffer_bytes + GPU_LOAD_ALIGN - 1) / GPU_LOAD_ALIGN *
-              GPU_LOAD_ALIGN;
+        return -EIO;
+    l.stage = st->stage;
     struct gpu_plan_shard *ps = xcalloc(m->n_shards + 1, sizeof(*ps));
     struct gpu_load_shard *ls = xcalloc(m->n_shards + 1, sizeof(*ls));
     struct gpu_plan plan = {0};
     struct gpu_load_stats stats;
     struct st_error e;
-    int rc;
     for (size_t i = 0; i < m->n_shards; i++) {
         struct gm_shard *s = &m->shards[i];
         const void *gf = m->source ? (const void *)s->rf : NULL;
-        ps[i] = (struct gpu_plan_shard){s->rf->fd, s->data_start, s->size, gf};
+        ps[i] = (struct gpu_plan_shard){s->data_start, s->size, gf};
         ls[i] = (struct gpu_load_shard){.fd = s->rf->fd, .gate_file = gf, .direct_fd = -1,
                                         .data_start = s->data_start, .size = s->size, .a = &s->a};
     }
-    struct gm_stage *st = device_stage(gm, m, dev, gpu_load_stage_buffers(m->be, l.threads,
-                                       l.depth), gpu_load_stage_bytes(l.chunk));
-    if (!st) {
-        rc = -EIO;
+    int rc = gpu_plan_build(&plan, ps, m->n_shards, l.chunk, -1, l.gate, &m->error);
+    m->phase_ns[GM_PHASE_PLAN] = lap(t);
+    if (rc < 0)
         goto out;
-    }
-    l.stage = st->stage;
-    if ((rc = gpu_plan_build(&plan, ps, m->n_shards, l.chunk, -1, l.gate, &m->error)) < 0)
-        goto out;
-    /* O_DIRECT descriptors only for the shards with bytes on the disk: a
-     * warm load of many shards opens none (bytes handed over from the page
-     * cache of another shard are read buffered). One that cannot be had
-     * (not supported, or the path now leads to another file or version) is
-     * negative: the shard is read buffered. */
-    size_t first = plan.n_src[GPU_SRC_PAGE_CACHE];
-    for (size_t k = first; k < plan.n_chunks; k++) { /* disk chunks come shard by shard */
-        uint32_t i = plan.chunks[k].shard;
-        if (k == first || plan.chunks[k - 1].shard != i)
-            ls[i].direct_fd = reg_open_below(m->rm->root, m->shards[i].rf, O_RDONLY | O_DIRECT);
-    }
     rc = gpu_load_run(&l, ls, m->n_shards, &plan, &stats, &e);
+    m->phase_ns[GM_PHASE_COPY] = lap(t);
     if (rc < 0 && rc != -ECANCELED && stats.failed_shard >= 0)
         st_error_fail(&m->error, e.code, "%s: %s", m->shards[stats.failed_shard].file, e.message);
     else if (rc < 0 && rc != -ECANCELED)
         m->error = e;
     if (l.unsafe || (rc < 0 && rc != -ECANCELED && e.code == ST_ERR_DEVICE))
-        drop_stage(gm, st, l.unsafe);
-    for (size_t i = 0; rc == 0 && i < m->n_shards; i++)
-        m->shards[i].checksum = ls[i].checksum;
+        gm_stage_drop(gm, st, l.unsafe); /* a device error: fresh streams next time */
     m->io = (struct gm_io){.page_cache_bytes = stats.bytes[GPU_SRC_PAGE_CACHE],
                            .disk_bytes = stats.bytes[GPU_SRC_DISK],
                            .upstream_bytes = stats.bytes[GPU_SRC_UPSTREAM],
-                           .handed_over_bytes = stats.handed_over, .threads = stats.threads,
-                           .depth = l.depth};
+                           .handed_over_bytes = stats.handed_over, .missing_runs = stats.missing_runs,
+                           .threads = stats.threads, .depth = l.depth};
     snprintf(m->io.disk_reads, sizeof(m->io.disk_reads), "%s", stats.disk_io);
 out:
-    for (size_t i = 0; i < m->n_shards; i++)
-        if (ls[i].direct_fd >= 0)
-            close(ls[i].direct_fd);
     gpu_plan_free(&plan);
     free(ls);
     free(ps);
@@ -214,21 +185,139 @@ static int finish_shards(const struct gm_options *opt, struct gm_instance *m)
     return 0;
 }
 
-/* Fills every allocation of m. Returns 0, -ECANCELED, or -errno with
- * m->error. */
-static int load_instance(struct gpu_manager *gm, struct gm_instance *m)
+/* Waits until no linked instance has generation gen and no memory is being
+ * released: the old generation a reload retired is gone. Returns 0, or
+ * -ETIMEDOUT after RELEASE_WAIT_S. */
+static int wait_released(struct gpu_manager *gm, uint64_t gen)
+{
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    dl.tv_sec += RELEASE_WAIT_S;
+    int rc = 0;
+    pthread_mutex_lock(&gm->lock);
+    for (;;) {
+        int linked = 0;
+        for (const struct gm_instance *x = gm->models; x && !linked; x = x->next)
+            linked = x->generation == gen;
+        if ((!linked && gm->freeing == 0) || rc == ETIMEDOUT)
+            break;
+        rc = pthread_cond_timedwait(&gm->cond, &gm->lock, &dl);
+    }
+    pthread_mutex_unlock(&gm->lock);
+    return rc == ETIMEDOUT ? -ETIMEDOUT : 0;
+}
+
+/* Admission in the loader, just before allocating: the device's memory
+ * now. A reload's new generation that does not fit beside its old one
+ * parks (1) or, when no lease holds the old one, waits for its release and
+ * asks again. Returns 0 to allocate, 1 parked, or -errno with m->error. */
+static int admit(struct gpu_manager *gm, struct gm_instance *m, int dev)
+{
+    for (;;) {
+        uint64_t dev_avail, avail;
+        device_available(m->be, dev, &dev_avail);
+        struct gm_instance *dead = NULL;
+        pthread_mutex_lock(&gm->lock);
+        int fits = do_fits(gm, m, dev_avail, 1, &avail);
+        struct gm_instance *old = fits ? NULL : m->prev_gen;
+        uint64_t old_gen = old ? old->generation : 0;
+        int parked = old ? do_gm_reload_no_room(gm, m, avail, &dead) : 0;
+        if (fits)
+            m->allocated = 1;
+        pthread_mutex_unlock(&gm->lock);
+        gm_dispose(gm, dead);
+        if (fits)
+            return 0;
+        if (parked)
+            return 1;
+        if (!old)
+            return no_room(&m->error, m, avail, gm->opt.memory_limit);
+        if (wait_released(gm, old_gen) < 0)
+            return st_error_fail(&m->error, ST_ERR_DEVICE_MEMORY, "generation %llu's memory "
+                                 "was not released within %d s", (unsigned long long)old_gen,
+                                 RELEASE_WAIT_S);
+    }
+}
+
+/* Fills every allocation of m, timing each phase from t_start_ns. Returns
+ * 0, 1 (a reload parked), -ECANCELED, or -errno with m->error. *t_end: when
+ * it ended. */
+static int load_instance(struct gpu_manager *gm, struct gm_instance *m, uint64_t *t_end)
 {
     int dev = m->be->kind == DEVICE_CUDA ? m->be->devices[m->dev].index : 0;
-    int rc = alloc_shards(&gm->opt, m, dev);
+    uint64_t t = m->t_start_ns;
+    int rc = admit(gm, m, dev);
     if (rc == 0)
-        rc = copy_shards(gm, m, dev);
+        rc = alloc_shards(&gm->opt, m, dev);
+    m->phase_ns[GM_PHASE_ALLOC] = lap(&t);
     if (rc == 0)
+        rc = copy_shards(gm, m, dev, &t);
+    if (rc == 0) {
         rc = finish_shards(&gm->opt, m);
+        m->phase_ns[GM_PHASE_FINISH] = lap(&t);
+    }
+    *t_end = t;
     return rc;
 }
 
+/* Counts a finished preload in the metrics. */
+static void count(const struct gm_instance *m)
+{
+    static const enum metrics_ctr phase[GM_PHASE_COUNT] = {
+        MC_GPU_PRELOAD_ALLOC_NS, MC_GPU_PRELOAD_RING_NS, MC_GPU_PRELOAD_PLAN_NS,
+        MC_GPU_PRELOAD_COPY_NS, MC_GPU_PRELOAD_FINISH_NS};
+    metrics_add(MC_GPU_PRELOAD_BYTES, m->total);
+    metrics_add(MC_GPU_PRELOAD_PAGE_CACHE_BYTES, m->io.page_cache_bytes);
+    metrics_add(MC_GPU_PRELOAD_DISK_BYTES, m->io.disk_bytes);
+    metrics_add(MC_GPU_PRELOAD_UPSTREAM_BYTES, m->io.upstream_bytes);
+    for (int p = 0; p < GM_PHASE_COUNT; p++)
+        metrics_add(phase[p], m->phase_ns[p]);
+}
+
+static void log_ready(const struct gm_instance *m, double secs)
+{
+    log_msg(LOG_INFO, "gpu: %s ready on %s (generation %llu): %llu bytes in %.3f s (%.2f GB/s; "
+            "alloc %.3f, ring %.3f, plan %.3f, copy %.3f, finish %.3f): %llu from the page "
+            "cache (%u threads), %llu from the disk%s%s, %llu as the upstream sent them",
+            m->name, m->device, (unsigned long long)m->generation, (unsigned long long)m->total,
+            secs, secs > 0 ? (double)m->total / secs / 1e9 : 0.0,
+            (double)m->phase_ns[GM_PHASE_ALLOC] / 1e9, (double)m->phase_ns[GM_PHASE_RING] / 1e9,
+            (double)m->phase_ns[GM_PHASE_PLAN] / 1e9, (double)m->phase_ns[GM_PHASE_COPY] / 1e9,
+            (double)m->phase_ns[GM_PHASE_FINISH] / 1e9, (unsigned long long)m->io.page_cache_bytes,
+            m->io.threads, (unsigned long long)m->io.disk_bytes,
+            m->io.disk_reads[0] ? " with " : "", m->io.disk_reads,
+            (unsigned long long)m->io.upstream_bytes);
+}
+
+/* Publishes m's outcome (rc from load_instance, not parked). Caller holds
+ * the lock; *dead gets an instance to dispose of (a reload's old or failed
+ * generation). */
+static void do_publish(struct gpu_manager *gm, struct gm_instance *m, int rc,
+                       struct gm_instance **dead)
+{
+    double secs = (double)(m->t_end_ns - m->t_start_ns) / 1e9;
+    *dead = NULL;
+    if (rc == 0 && !atomic_load(&m->cancel)) {
+        m->state = GM_READY;
+        m->published = 1;
+        gm->last_bps = secs > 0 ? (double)m->total / secs : 0;
+        log_ready(m, secs);
+        do_gm_reload_ended(gm, m, 1, dead);
+        do_gm_sums_queue(gm, m);
+    } else if (rc != 0 && rc != -ECANCELED) {
+        m->state = GM_FAILED;
+        log_msg(LOG_ERROR, "gpu: preloading %s on %s failed: %s", m->name, m->device,
+                m->error.message);
+        do_gm_reload_ended(gm, m, 0, dead);
+    }
+    if (m->startup && gm->startup_pending > 0)
+        gm->startup_pending--;
+    m->startup = 0;
+}
+
 /* The loader thread: takes instances off the queue one at a time, fills
- * them, and publishes each as ready or failed. */
+ * them, and publishes each as ready or failed (or leaves a parked reload
+ * until its old generation's leases end). */
 static void *loader_main(void *arg)
 {
     struct gpu_manager *gm = arg;
@@ -247,58 +336,45 @@ static void *loader_main(void *arg)
         m->t_start_ns = time_mono_ns();
         pthread_mutex_unlock(&gm->lock);
 
-        int rc = atomic_load(&m->cancel) ? -ECANCELED : load_instance(gm, m);
+        uint64_t t_end = m->t_start_ns;
+        int rc = atomic_load(&m->cancel) ? -ECANCELED : load_instance(gm, m, &t_end);
+        if (rc == 1) { /* parked: it keeps the loader's reference, and its files */
+            pthread_mutex_lock(&gm->lock);
+            gm->loading = 0;
+            pthread_cond_broadcast(&gm->cond);
+            continue;
+        }
         if (rc != 0) {
             /* A failed or cancelled load keeps no memory. Nobody else looks
              * at the allocations before they are published. */
             for (size_t i = 0; i < m->n_shards; i++)
                 m->be->ops->free(m->be, &m->shards[i].a);
         } else {
-            metrics_add(MC_GPU_PRELOAD_BYTES, m->total);
-            metrics_add(MC_GPU_PRELOAD_PAGE_CACHE_BYTES, m->io.page_cache_bytes);
-            metrics_add(MC_GPU_PRELOAD_DISK_BYTES, m->io.disk_bytes);
-            metrics_add(MC_GPU_PRELOAD_UPSTREAM_BYTES, m->io.upstream_bytes);
+            count(m);
         }
 
+        struct gm_instance *dead;
         pthread_mutex_lock(&gm->lock);
-        m->t_end_ns = time_mono_ns();
+        m->t_end_ns = t_end;
         for (size_t i = 0; i < m->n_shards; i++)
             m->shards[i].rf = NULL;
         const struct reg_model *rm = m->rm;
         m->rm = NULL;
-        double secs = (double)(m->t_end_ns - m->t_start_ns) / 1e9;
-        if (rc == 0 && !atomic_load(&m->cancel)) {
-            m->state = GM_READY;
-            m->published = 1;
-            gm->last_bps = secs > 0 ? (double)m->total / secs : 0;
-            log_msg(LOG_INFO, "gpu: %s ready on %s (generation %llu): %llu bytes in %.3f s "
-                    "(%.2f GB/s): %llu from the page cache (%u threads), %llu from the disk%s%s"
-                    ", %llu as the upstream sent them",
-                    m->name, m->device, (unsigned long long)m->generation,
-                    (unsigned long long)m->total, secs, secs > 0 ? (double)m->total / secs / 1e9 : 0.0,
-                    (unsigned long long)m->io.page_cache_bytes, m->io.threads,
-                    (unsigned long long)m->io.disk_bytes, m->io.disk_reads[0] ? " with " : "",
-                    m->io.disk_reads, (unsigned long long)m->io.upstream_bytes);
-        } else if (rc != 0 && rc != -ECANCELED) {
-            m->state = GM_FAILED;
-            log_msg(LOG_ERROR, "gpu: preloading %s on %s failed: %s", m->name, m->device,
-                    m->error.message);
-        }
-        if (m->startup && gm->startup_pending > 0)
-            gm->startup_pending--;
-        m->startup = 0;
+        do_publish(gm, m, rc, &dead);
         gm->loading = 0;
-        struct gm_instance *dead = do_gm_instance_unref(gm, m);
+        struct gm_instance *gone = do_gm_instance_unref(gm, m);
         pthread_cond_broadcast(&gm->cond);
         pthread_mutex_unlock(&gm->lock);
         reg_model_unref(rm); /* closes files: outside the lock */
-        if (dead)
-            gm_instance_free(dead);
+        gm_dispose(gm, dead);
+        gm_dispose(gm, gone);
         pthread_mutex_lock(&gm->lock);
     }
     pthread_mutex_unlock(&gm->lock);
     return NULL;
 }
+
+/* ---- requests ------------------------------------------------------------------ */
 
 /* Under gm->lock: whether model (rm in the newest snapshot) may be loaded
  * on *where, and if it is already there. Returns 1 to start a load, 0 when
@@ -318,12 +394,21 @@ static int do_preload_check(const struct reg_model *rm, const struct gm_instance
     return cur && cur->state != GM_FAILED ? 0 : 1;
 }
 
+/* What a preload request leaves to do after unlocking: an instance to
+ * dispose of (a failed attempt it replaced), or one built and refused by
+ * admission, never linked, to free. */
+struct leftovers {
+    struct gm_instance *dead, *unborn;
+};
+
 /* Under gm->lock: starts loading rm as model on *where (with src, which
- * the new instance takes over), or finds it there. Returns as
- * gpu_preload_request; *dead gets an instance to free after unlocking. */
+ * the new instance takes over) when it fits (dev_avail: the device's
+ * available bytes, device_available's), or finds it there. Returns as
+ * gpu_preload_request. */
 static int do_preload(struct gpu_manager *gm, const char *model, const struct reg_model *rm,
                       struct gm_source *src, const struct gm_device *where, int startup,
-                      struct gm_view *v, struct gm_instance **dead, struct st_error *err)
+                      uint64_t dev_avail, struct gm_view *v, struct leftovers *left,
+                      struct st_error *err)
 {
     struct gm_instance *cur = do_gm_find_current(gm, model);
     int rc = do_preload_check(rm, cur, model, where, err);
@@ -331,20 +416,32 @@ static int do_preload(struct gpu_manager *gm, const char *model, const struct re
         do_gm_view(cur, v);
     } else if (rc == 1) {
         struct gm_instance *m = do_gm_instance_new(gm, rm, where);
+        uint64_t avail;
         if (!m)
             return st_error_fail(err, ST_ERR_NO_MEMORY, "model %.200s: not enough memory for "
                                  "its instance", model);
+        if (!do_fits(gm, m, dev_avail, 0, &avail)) {
+            left->unborn = m;
+            return no_room(err, m, avail, gm->opt.memory_limit);
+        }
         m->source = src;
         do_gm_refused_clear(gm, model);
         if (cur) /* a failed attempt on this device: try again */
-            *dead = do_gm_instance_retire(gm, cur);
+            left->dead = do_gm_instance_retire(gm, cur);
         m->startup = startup;
         if (startup)
             gm->startup_pending++;
-        do_gm_enqueue(gm, m);
+        do_gm_enqueue(gm, m, 1);
         do_gm_view(m, v);
     }
     return rc;
+}
+
+static void clear_leftovers(struct gpu_manager *gm, struct leftovers *left)
+{
+    gm_dispose(gm, left->dead);
+    if (left->unborn)
+        gm_instance_free(left->unborn);
 }
 
 int gpu_preload_request_model(struct gpu_manager *gm, const char *model,
@@ -352,13 +449,16 @@ int gpu_preload_request_model(struct gpu_manager *gm, const char *model,
                               const struct gm_device *where, struct gm_view *v,
                               struct st_error *err)
 {
-    struct gm_instance *dead = NULL;
+    struct leftovers left = {0};
+    uint64_t dev_avail = 0;
     memset(v, 0, sizeof(*v));
+    if (rm)
+        device_available(where->be, where->dev, &dev_avail);
     pthread_mutex_lock(&gm->lock);
     struct gm_instance *cur = do_gm_find_current(gm, model);
     int rc;
     if (rm)
-        rc = do_preload(gm, model, rm, src, where, 0, v, &dead, err);
+        rc = do_preload(gm, model, rm, src, where, 0, dev_avail, v, &left, err);
     else if (!cur || cur->state == GM_FAILED) /* without a model: only an instance there */
         rc = st_error_fail(err, ST_ERR_NOT_FOUND, "no model named \"%.200s\" is loaded", model);
     else if (cur->be != where->be || cur->dev != where->dev)
@@ -369,8 +469,7 @@ int gpu_preload_request_model(struct gpu_manager *gm, const char *model,
     if (rc == 0 && !rm)
         do_gm_view(cur, v);
     pthread_mutex_unlock(&gm->lock);
-    if (dead)
-        gm_instance_free(dead);
+    clear_leftovers(gm, &left);
     return rc;
 }
 
@@ -378,8 +477,10 @@ int gpu_preload_request(struct gpu_manager *gm, const char *model, const struct 
                         int startup, struct gm_view *v, struct st_error *err)
 {
     struct reg_snapshot *snap = registry_acquire(gm->registry), *stale = NULL;
-    struct gm_instance *dead = NULL;
+    struct leftovers left = {0};
+    uint64_t dev_avail;
     memset(v, 0, sizeof(*v));
+    device_available(where->be, where->dev, &dev_avail);
     pthread_mutex_lock(&gm->lock);
     /* A reload announces its snapshot before the registry swaps it in: a
      * request in between must load the new files, or its instance would
@@ -389,10 +490,9 @@ int gpu_preload_request(struct gpu_manager *gm, const char *model, const struct 
         snap = reg_snapshot_ref(gm->latest);
     }
     const struct reg_model *rm = snap ? reg_snapshot_find_model(snap, model, strlen(model)) : NULL;
-    int rc = do_preload(gm, model, rm, NULL, where, startup, v, &dead, err);
+    int rc = do_preload(gm, model, rm, NULL, where, startup, dev_avail, v, &left, err);
     pthread_mutex_unlock(&gm->lock);
-    if (dead)
-        gm_instance_free(dead);
+    clear_leftovers(gm, &left);
     if (stale)
         reg_snapshot_unref(stale);
     if (snap)

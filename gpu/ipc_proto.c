@@ -99,14 +99,15 @@ static int op_is(const struct fields *f, const char *op)
 static int check_request(const struct fields *f, struct ipc_request *req, struct st_error *err)
 {
     if (f->op.tok != JSON_TOK_STRING)
-        return BAD("\"op\" (a string: hello, open, release, list or close) is required");
+        return BAD("\"op\" (a string: hello, open, release, checksums, list or close) is "
+                   "required");
     if (op_is(f, "open")) {
         req->op = IPC_OP_OPEN;
         int rc = check_name(&f->model, "model", 1, err);
         return rc < 0 ? rc : check_name(&f->device, "device", 0, err);
     }
-    if (op_is(f, "release")) {
-        req->op = IPC_OP_RELEASE;
+    if (op_is(f, "release") || op_is(f, "checksums")) {
+        req->op = op_is(f, "release") ? IPC_OP_RELEASE : IPC_OP_CHECKSUMS;
         return check_count(&f->lease, "lease", &req->lease, err);
     }
     if (op_is(f, "hello")) {
@@ -117,7 +118,8 @@ static int check_request(const struct fields *f, struct ipc_request *req, struct
         req->op = op_is(f, "list") ? IPC_OP_LIST : IPC_OP_CLOSE;
         return 0;
     }
-    return BAD("unknown op \"%.64s\" (hello, open, release, list or close)", f->op_text);
+    return BAD("unknown op \"%.64s\" (hello, open, release, checksums, list or close)",
+               f->op_text);
 }
 
 int ipc_request_parse(const char *json, size_t len, struct ipc_request *req, struct st_error *err)

@@ -5,7 +5,8 @@
  * of JSON (one object). Requests are at most IPC_MAX_REQUEST bytes; a longer
  * length prefix is answered with an error and the connection is closed.
  * Requests: {"op":"hello","protocol":N}, {"op":"open","model":M,"device":D?},
- * {"op":"release","lease":L}, {"op":"list"}, {"op":"close"}. Answers:
+ * {"op":"release","lease":L}, {"op":"checksums","lease":L}, {"op":"list"},
+ * {"op":"close"}. Answers:
  * {"ok":true,...} or {"ok":false,"error":{"code":C,"message":M}}. An "open"
  * answer carries one file descriptor per allocation (SCM_RIGHTS, in
  * allocation order) and the lease's id.
@@ -15,7 +16,11 @@
  * every lease it holds, which is all that protocol 1 clients (which never
  * say hello) rely on. "hello" lets a client insist on protocol 2: a daemon
  * without it answers bad_request (unknown op), one with it answers the
- * protocols it speaks.
+ * protocols it speaks. "checksums" (a daemon too old for it answers
+ * bad_request) asks for a leased instance's allocation checksums, which
+ * the daemon sums after the preload, so an open answer may come before
+ * them: {"ok":true,"state":"pending"|"ready"|"unavailable","reason"?,
+ * "checksums":[hex, one per allocation, when ready]}.
  *
  * The checksum helpers are inline so the client library, which links
  * nothing of core but util, computes the same sums. */
@@ -38,13 +43,14 @@
 #define IPC_PROTOCOL 2                      /* the newest protocol; 1 is still served */
 #define IPC_MAX_LEASES 1024                 /* leases one connection may hold at once */
 
-enum ipc_op { IPC_OP_OPEN, IPC_OP_LIST, IPC_OP_CLOSE, IPC_OP_HELLO, IPC_OP_RELEASE };
+enum ipc_op { IPC_OP_OPEN, IPC_OP_LIST, IPC_OP_CLOSE, IPC_OP_HELLO, IPC_OP_RELEASE,
+              IPC_OP_CHECKSUMS };
 
 struct ipc_request {
     enum ipc_op op;
     char model[IPC_MAX_NAME + 1];   /* "open" only */
     char device[IPC_MAX_NAME + 1];  /* "open" only; "" = wherever the model is loaded */
-    uint64_t lease;                 /* "release" only: the id the open answer gave */
+    uint64_t lease;                 /* "release", "checksums": the id the open answer gave */
     uint64_t protocol;              /* "hello" only: the protocol the client speaks */
 };
 

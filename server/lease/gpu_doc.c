@@ -28,10 +28,12 @@ static int refused(enum gpu_op op, const struct st_error *err, int rc, struct gp
         {GPU_OP_PRELOAD, ST_ERR_NOT_FOUND, 404, "not_found"},
         {GPU_OP_PRELOAD, ST_ERR_INVALID_ARGUMENT, 409, "model_invalid"},
         {GPU_OP_PRELOAD, ST_ERR_CONFLICT, 409, "loaded_elsewhere"},
+        {GPU_OP_PRELOAD, ST_ERR_DEVICE_MEMORY, 507, "insufficient_memory"},
         {GPU_OP_EVICT, ST_ERR_NOT_FOUND, 404, "not_loaded"},
         {GPU_OP_OPEN, ST_ERR_NOT_FOUND, 0, "not_loaded"},
         {GPU_OP_OPEN, ST_ERR_INVALID_ARGUMENT, 0, "wrong_device"},
         {GPU_OP_OPEN, ST_ERR_CONFLICT, 0, "loading"},
+        {GPU_OP_OPEN, ST_ERR_RETRY, 0, "reloading"},
         {GPU_OP_OPEN, ST_ERR_DEVICE, 0, "failed"},
         {GPU_OP_OPEN, ST_ERR_LIMIT, 0, "too_many_shards"},
     };
@@ -100,7 +102,8 @@ static void legacy(struct jsonw *w, const struct gm_view *v, const struct gm_sha
 }
 
 /* Allocations as GET shows them (full) or as "open" answers carry them.
- * published: the loader filled them (their sizes and checksums may be read). */
+ * published: the loader filled them (their sizes may be read); their
+ * checksums are there once v->sums is ready (gpu/gpu_sums.c). */
 static void allocs(struct jsonw *w, const struct gm_view *v, int published, int for_open)
 {
     jsonw_arr(w);
@@ -110,10 +113,11 @@ static void allocs(struct jsonw *w, const struct gm_view *v, int published, int 
         jsonw_ku64(w, "id", i);
         jsonw_kstr(w, "file", s->file);
         jsonw_ku64(w, "byte_size", s->size);
-        if (published) {
+        if (published)
+            jsonw_ku64(w, "alloc_size", s->a.alloc_size);
+        if (published && v->sums == GM_SUMS_READY) {
             char sum[32];
             snprintf(sum, sizeof(sum), "%016llx", (unsigned long long)s->checksum);
-            jsonw_ku64(w, "alloc_size", s->a.alloc_size);
             jsonw_kstr(w, "checksum", sum);
         }
         if (for_open) {
@@ -133,8 +137,8 @@ static void allocs(struct jsonw *w, const struct gm_view *v, int published, int 
     jsonw_arr_end(w);
 }
 
-/* The published allocations as GET shows them (text the instance keeps:
- * they never change again). */
+/* The published allocations as GET shows them, once their checksums are
+ * final (text the instance keeps: they never change again). */
 static char *make_allocations(const struct gm_view *v)
 {
     struct jsonw w = JSONW_INIT;
@@ -160,14 +164,42 @@ static void io(struct jsonw *w, const struct gm_io *io)
     jsonw_ku64(w, "disk_bytes", io->disk_bytes);
     jsonw_ku64(w, "upstream_bytes", io->upstream_bytes);
     jsonw_ku64(w, "handed_over_bytes", io->handed_over_bytes);
+    jsonw_ku64(w, "missing_runs", io->missing_runs);
     jsonw_kstr(w, "disk_reads", io->disk_reads[0] ? io->disk_reads : "none");
     jsonw_ku64(w, "threads", io->threads);
     jsonw_ku64(w, "depth", io->depth);
     jsonw_obj_end(w);
 }
 
-/* What GET adds to the instance: progress, leases, why it failed, and the
- * preload's timing once it ended. */
+/* A reload under way beside the instance, or the last one that failed. */
+static void reload(struct jsonw *w, const struct gm_reload_view *r)
+{
+    if (!r->present)
+        return;
+    jsonw_kobj(w, "reload");
+    jsonw_ku64(w, "generation", r->generation);
+    jsonw_kstr(w, "state", r->state == GM_FAILED ? "failed" : r->waiting ? "waiting" : "loading");
+    if (r->state == GM_FAILED) {
+        jsonw_kstr(w, "reason", r->error);
+    } else {
+        jsonw_kobj(w, "progress");
+        jsonw_ku64(w, "bytes_done", r->done);
+        jsonw_ku64(w, "bytes_total", r->total);
+        jsonw_obj_end(w);
+        jsonw_ku64(w, "bytes_needed", r->need);
+    }
+    if (r->waiting) {
+        char why[160];
+        snprintf(why, sizeof(why), "waiting for %u lease%s", r->leases, r->leases == 1 ? "" : "s");
+        jsonw_kstr(w, "reason", why);
+        jsonw_ku64(w, "leases", r->leases);
+        jsonw_ku64(w, "bytes_available", r->available);
+    }
+    jsonw_obj_end(w);
+}
+
+/* What GET adds to the instance: progress, leases, why it failed, its
+ * checksums' state, a reload, and the preload's timing once it ended. */
 static void progress(struct jsonw *w, const struct gm_view *v)
 {
     jsonw_kobj(w, "progress");
@@ -178,6 +210,12 @@ static void progress(struct jsonw *w, const struct gm_view *v)
     jsonw_ku64(w, "leases", v->leases);
     if (v->state == GM_FAILED)
         jsonw_kstr(w, "reason", v->error);
+    if (v->published) {
+        jsonw_kstr(w, "checksums", gm_sums_name(v->sums));
+        if (v->sums == GM_SUMS_UNAVAILABLE)
+            jsonw_kstr(w, "checksums_reason", v->sums_error);
+    }
+    reload(w, &v->reload);
     if (!v->t_end_ns)
         return;
     double secs = (double)(v->t_end_ns - v->t_start_ns) / 1e9;
@@ -185,6 +223,10 @@ static void progress(struct jsonw *w, const struct gm_view *v)
     jsonw_kreal(w, "seconds", secs);
     jsonw_kreal(w, "bytes_per_second", secs > 0 ? (double)v->done / secs : 0.0);
     jsonw_kbool(w, "verified", v->verified);
+    jsonw_kobj(w, "phases");
+    for (int p = 0; p < GM_PHASE_COUNT; p++)
+        jsonw_kreal(w, gm_phase_name((enum gm_phase)p), v->phases[p]);
+    jsonw_obj_end(w);
     if (v->state != GM_FAILED)
         io(w, &v->io);
     jsonw_obj_end(w);
@@ -209,7 +251,8 @@ static void instance(struct jsonw *w, const struct gm_view *v, int for_open, uin
     if (!for_open)
         progress(w, v);
     jsonw_key(w, "allocations");
-    const char *kept = !for_open && v->published
+    int final = v->published && v->sums != GM_SUMS_PENDING;
+    const char *kept = !for_open && final
                            ? gm_view_text(v, GM_TEXT_ALLOCATIONS, make_allocations)
                            : "";
     if (!kept)
@@ -234,6 +277,7 @@ void gpu_doc_options(struct gm_options *opt, const struct config *cfg)
                                .staging_buffers = cfg->staging_buffers,
                                .staging_buffer_bytes = cfg->staging_buffer_bytes,
                                .preload_threads = cfg->preload_threads,
+                               .memory_limit = cfg->preload_memory_limit,
                                .verify = cfg->verify,
                                .legacy_ipc = cfg->legacy_ipc};
 }
@@ -452,4 +496,24 @@ void gpu_doc_list(struct gpu_manager *gm, struct jsonw *w)
     jsonw_key(w, "models");
     rows(w, gm, 1);
     jsonw_obj_end(w);
+}
+
+void gpu_doc_checksums(struct gpu_manager *gm, struct gpu_lease *l, struct jsonw *w)
+{
+    struct gm_view v;
+    gpu_lease_view(gm, l, &v);
+    jsonw_obj(w);
+    jsonw_kbool(w, "ok", 1);
+    jsonw_kstr(w, "state", gm_sums_name(v.sums));
+    if (v.sums == GM_SUMS_UNAVAILABLE)
+        jsonw_kstr(w, "reason", v.sums_error);
+    jsonw_karr(w, "checksums");
+    for (size_t i = 0; v.sums == GM_SUMS_READY && i < v.n_shards; i++) {
+        char sum[32];
+        snprintf(sum, sizeof(sum), "%016llx", (unsigned long long)v.shards[i].checksum);
+        jsonw_str(w, sum);
+    }
+    jsonw_arr_end(w);
+    jsonw_obj_end(w);
+    gpu_manager_view_release(gm, &v);
 }

@@ -85,4 +85,9 @@ struct gpu_lease *gpu_doc_open(struct gpu_manager *gm, const char *model, const 
 /* {"ok": true, "models": [{"name","state","device","generation"}]}. */
 void gpu_doc_list(struct gpu_manager *gm, struct jsonw *w);
 
+/* The lease socket's "checksums" for lease l: {"ok": true, "state":
+ * "pending" | "ready" | "unavailable", "reason"?, "checksums": [16 hex
+ * digits per allocation, when ready]}. */
+void gpu_doc_checksums(struct gpu_manager *gm, struct gpu_lease *l, struct jsonw *w);
+
 #endif

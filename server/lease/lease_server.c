@@ -171,6 +171,20 @@ static void do_release(struct lease_server *s, struct conn *c, uint64_t id)
                       (unsigned long long)id);
 }
 
+static void do_checksums(struct lease_server *s, struct conn *c, uint64_t id)
+{
+    for (size_t i = 0; i < c->n_leases; i++) {
+        if (c->leases[i].id != id)
+            continue;
+        struct jsonw w = JSONW_INIT;
+        gpu_doc_checksums(s->gm, c->leases[i].l, &w);
+        lease_frame_json(c, &w, NULL, 0);
+        return;
+    }
+    lease_frame_error(c, "no_such_lease", "this connection holds no lease %llu",
+                      (unsigned long long)id);
+}
+
 static void hello(struct conn *c)
 {
     struct jsonw w = JSONW_INIT;
@@ -217,6 +231,9 @@ static void handle_request(struct lease_server *s, struct conn *c, const unsigne
         break;
     case IPC_OP_RELEASE:
         do_release(s, c, req->lease);
+        break;
+    case IPC_OP_CHECKSUMS:
+        do_checksums(s, c, req->lease);
         break;
     }
 out:

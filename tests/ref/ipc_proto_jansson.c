@@ -69,8 +69,8 @@ static int ipc_request_parse_jansson(const char *json, size_t len, struct ipc_re
     json_t *op = json_object_get(doc, "op");
     const char *ops = json_string_value(op);
     if (!ops) {
-        snprintf(err, errlen, "\"op\" (a string: hello, open, release, list or close) is "
-                 "required");
+        snprintf(err, errlen, "\"op\" (a string: hello, open, release, checksums, list or "
+                 "close) is required");
         goto out;
     }
     if (strcmp(ops, "open") == 0) {
@@ -78,8 +78,8 @@ static int ipc_request_parse_jansson(const char *json, size_t len, struct ipc_re
         if (ref_get_name(doc, "model", 1, req->model, err, errlen) < 0 ||
             ref_get_name(doc, "device", 0, req->device, err, errlen) < 0)
             goto out;
-    } else if (strcmp(ops, "release") == 0) {
-        req->op = IPC_OP_RELEASE;
+    } else if (strcmp(ops, "release") == 0 || strcmp(ops, "checksums") == 0) {
+        req->op = strcmp(ops, "release") == 0 ? IPC_OP_RELEASE : IPC_OP_CHECKSUMS;
         if (ref_get_count(doc, "lease", &req->lease, err, errlen) < 0)
             goto out;
     } else if (strcmp(ops, "hello") == 0) {
@@ -91,7 +91,8 @@ static int ipc_request_parse_jansson(const char *json, size_t len, struct ipc_re
     } else if (strcmp(ops, "close") == 0) {
         req->op = IPC_OP_CLOSE;
     } else {
-        snprintf(err, errlen, "unknown op \"%.64s\" (hello, open, release, list or close)", ops);
+        snprintf(err, errlen, "unknown op \"%.64s\" (hello, open, release, checksums, list or "
+                 "close)", ops);
         goto out;
     }
     rc = 0;

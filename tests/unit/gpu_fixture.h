@@ -43,6 +43,7 @@ struct fx {
     struct gpu_manager *gm;
     struct lease_server *ls;       /* the daemon's lease socket over gm */
     uint64_t reg_generation;
+    uint64_t memory_limit;         /* preload_memory_limit for fx_start (0: none) */
 };
 
 /* A fresh directory for one test: models go into f->root, then fx_start. */
@@ -76,6 +77,7 @@ static void fx_start(struct fx *f, const char *const *preloads)
     free(f->cfg.ipc_socket);
     f->cfg.ipc_socket = xstrdup(f->sock);
     f->cfg.verify = 1;
+    f->cfg.preload_memory_limit = f->memory_limit;
     for (; preloads && *preloads; preloads++)
         f->cfg.preload[f->cfg.n_preload++] = xstrdup(*preloads);
     struct gm_options opt;

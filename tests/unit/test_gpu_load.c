@@ -1,9 +1,12 @@
-/* Tests for gpu/gpu_load.c on the host backend: every byte of every
- * shard lands where it belongs with the right checksum, whichever way it
- * came (page-cache threads writing straight into the memfd, or through
- * staging buffers as on a GPU; O_DIRECT io_uring, buffered io_uring or
- * pread from the disk; chunks handed from the threads to the disk queue
- * because their pages were gone), and the byte counts say which way; a
+/* Tests for gpu/gpu_load.c and gpu_load_disk.c on the host backend: every
+ * byte of every shard lands where it belongs, whichever way it came
+ * (page-cache threads writing straight into the memfd, or through staging
+ * buffers as on a GPU; O_DIRECT io_uring, buffered io_uring or pread from
+ * the disk; runs of pages the copy threads found missing and handed to the
+ * disk queue), and the byte counts say which way: exactly the missing
+ * pages go to the disk, whether the threads measure the missing runs with
+ * mincore or, for a file the process may not write, with probes; O_DIRECT
+ * descriptors are asked for only for shards with bytes on the disk; a
  * truncated file fails, a cancel stops, and an io_uring failure never
  * returns while a read is still in flight into a staging buffer (which the
  * caller may then free or reuse): the file there is a pipe, whose reads
@@ -11,11 +14,11 @@
  * bytes written after the loader returned. */
 #include <errno.h>
 #include <sys/ioctl.h>
+#include <sys/wait.h>
 
 #include "gpu.h"
 #include "gpu_load.h"
 #include "gpu_plan.h"
-#include "ipc_proto.h"
 #include "gpu_files.h"
 
 /* The host backend without `write`: copy threads then go through staging
@@ -99,7 +102,7 @@ static void run_case(const struct load_case *lc)
         ls[i] = (struct gpu_load_shard){.fd = fd, .direct_fd = lc->direct ? direct_fd(name) : -1,
                                         .data_start = lc->heads[i], .size = lc->sizes[i],
                                         .a = &a[i]};
-        ps[i] = (struct gpu_plan_shard){fd, lc->heads[i], lc->sizes[i], NULL};
+        ps[i] = (struct gpu_plan_shard){lc->heads[i], lc->sizes[i], NULL};
         if (lc->gated)
             ls[i].gate_file = ps[i].gate_file = (const void *)(uintptr_t)(i + 1);
         total += lc->sizes[i];
@@ -152,7 +155,6 @@ static void run_case(const struct load_case *lc)
     CHECK(st.handed_over <= st.bytes[GPU_SRC_DISK]);
     for (unsigned i = 0; i < lc->n_shards; i++) {
         size_t n = lc->sizes[i];
-        CHECK_EQ_U64(ls[i].checksum, ipc_tsum_final(ipc_tsum_add(0, data[i], n, 0), n));
         CHECK(b->ops->finish(b, &a[i], &err) == 0);
         unsigned char *got = xmalloc(n ? n : 1);
         CHECK(b->ops->read_back(b, &a[i], 0, got, n, &err) == 0);
@@ -223,7 +225,7 @@ TEST(gate_failure_fails_the_load)
     struct gpu_gate gate = {.present = gate_present, .wait = gate_wait, .arg = &fg};
     struct gpu_load_shard ls = {.fd = fd, .gate_file = (const void *)1, .direct_fd = -1,
                                 .data_start = 8, .size = 100000, .a = &a};
-    struct gpu_plan_shard ps = {fd, 8, 100000, (const void *)1};
+    struct gpu_plan_shard ps = {8, 100000, (const void *)1};
     struct gpu_plan plan;
     CHECK(gpu_plan_build(&plan, &ps, 1, 1u << 20, -1, &gate, &err) == 0);
     CHECK_EQ_U64(plan.n_src[GPU_SRC_UPSTREAM], 1);
@@ -268,45 +270,172 @@ TEST(planned_mixed_many_threads)
     }
 }
 
-TEST(handed_over_bytes_are_counted)
+/* O_DIRECT descriptors, asked for through open_direct: counted per shard. */
+struct opener {
+    const char *names[4];
+    int calls[4];
+};
+
+static int open_counted(void *arg, size_t i)
 {
-    size_t n = 4 << 20;
-    unsigned char *d = pattern(n, 9);
-    int fd = data_file("gone.bin", 4096, d, n);
-    if (!drop_cached(fd, 0, 4096 + n)) {
-        fprintf(stderr, "  (the kernel kept the pages: nothing to hand over)\n");
-        close(fd);
-        free(d);
-        return;
-    }
-    struct gpu_backend *b = backend(0);
+    struct opener *o = arg;
+    o->calls[i]++;
+    return direct_fd(o->names[i]);
+}
+
+/* Loads a file of n bytes after head bytes, planned all on the page cache,
+ * through staging buffers or not, and checks every byte; *st says where
+ * they came from. */
+static void load_one(int fd, const char *name, size_t head, const unsigned char *d, size_t n,
+                     int staged, struct gpu_load_stats *st, int *opens)
+{
+    struct gpu_backend *b = backend(staged);
     struct gpu_alloc a = {.fd = -1};
     struct st_error err;
-    CHECK(b->ops->alloc(b, 0, n, 0, "gone", &a, &err) == 0);
-    struct gpu_load_shard ls = {.fd = fd, .direct_fd = direct_fd("gone.bin"), .data_start = 4096,
-                                .size = n, .a = &a};
-    struct gpu_plan_shard ps = {fd, 4096, n, NULL};
+    CHECK(b->ops->alloc(b, 0, n, 0, name, &a, &err) == 0);
+    struct gpu_load_shard ls = {.fd = fd, .direct_fd = -1, .data_start = head, .size = n,
+                                .a = &a};
+    struct gpu_plan_shard ps = {head, n, NULL};
     struct gpu_plan plan;
-    CHECK(gpu_plan_build(&plan, &ps, 1, 1 << 20, GPU_SRC_PAGE_CACHE, NULL, &err) == 0);
-    struct gpu_load l = {.be = b, .threads = 2, .depth = 2, .chunk = 1 << 20,
-                         .wait_cqe = io_uring_wait_cqe};
-    l.stage = b->ops->stage_open(b, 0, gpu_load_stage_buffers(b, 2, 2), gpu_load_stage_bytes(1 << 20),
-                                 &err);
-    struct gpu_load_stats st;
-    CHECK(gpu_load_run(&l, &ls, 1, &plan, &st, &err) == 0);
-    /* RWF_NOWAIT starts readahead as it fails, so a few pages may be there
-     * by the time a thread reads on; most come from the disk. */
-    CHECK(st.handed_over > 0 && st.handed_over == st.bytes[GPU_SRC_DISK]);
-    CHECK(st.bytes[GPU_SRC_DISK] >= n / 2);
-    CHECK_EQ_U64(ls.checksum, ipc_tsum_final(ipc_tsum_add(0, d, n, 0), n));
-    CHECK(gpu_load_verify(b, &a, fd, 4096, n, 1 << 20, NULL, &err) == 0);
+    CHECK(gpu_plan_build(&plan, &ps, 1, 3 << 20, -1, NULL, &err) == 0);
+    struct opener o = {.names = {name}};
+    struct gpu_load l = {.be = b, .threads = 2, .depth = 2, .chunk = 3 << 20,
+                         .wait_cqe = io_uring_wait_cqe, .open_direct = open_counted,
+                         .open_arg = &o};
+    l.stage = b->ops->stage_open(b, 0, gpu_load_stage_buffers(b, 2, 2),
+                                 gpu_load_stage_bytes(3 << 20), &err);
+    int rc = gpu_load_run(&l, &ls, 1, &plan, st, &err);
+    if (rc != 0)
+        fprintf(stderr, "  load: %s\n", err.message);
+    CHECK(rc == 0);
+    unsigned char *got = xmalloc(n);
+    CHECK(b->ops->read_back(b, &a, 0, got, n, &err) == 0);
+    CHECK(memcmp(got, d, n) == 0);
+    free(got);
+    *opens = o.calls[0];
     gpu_plan_free(&plan);
     b->ops->stage_close(l.stage);
     b->ops->free(b, &a);
     b->ops->destroy(b);
+}
+
+/* The data starts at 2 MiB so that its segments are whole folios of the
+ * page cache (posix_fadvise cannot drop part of a large folio). Drops
+ * segments 1, 2 and 5 of 8: 1 when the kernel did as asked. */
+static int drop_three(int fd, size_t head)
+{
+    size_t seg = GPU_PLAN_SEGMENT;
+    return drop_cached(fd, head + seg, 2 * seg) && drop_cached(fd, head + 5 * seg, seg) &&
+           cached_pages(fd, head, seg) == seg / 4096 &&
+           cached_pages(fd, head + 3 * seg, 2 * seg) == 2 * seg / 4096;
+}
+
+/* Reads the whole file, so that the page cache holds it again. */
+static void warm(int fd)
+{
+    char buf[1 << 16];
+    off_t off = 0;
+    ssize_t n;
+    while ((n = pread(fd, buf, sizeof(buf), off)) > 0)
+        off += n;
+}
+
+/* Where mincore tells the truth (this process owns the file): exactly the
+ * dropped pages come from the disk, handed over by the copy threads in
+ * runs and read with O_DIRECT, which leaves them out of the page cache
+ * (nothing read them a second time through readahead); a warm file opens
+ * no O_DIRECT descriptor. */
+static int exact_case(int fd, const char *name, size_t head, const unsigned char *d, int staged)
+{
+    size_t seg = GPU_PLAN_SEGMENT, n = 8 * seg;
+    struct gpu_load_stats st;
+    int opens;
+    warm(fd);
+    load_one(fd, name, head, d, n, staged, &st, &opens);
+    CHECK_EQ_U64(st.bytes[GPU_SRC_PAGE_CACHE], n);
+    CHECK_EQ_U64(st.handed_over + st.missing_runs, 0);
+    CHECK(opens == 0 && !st.disk_io[0]);
+    if (!drop_three(fd, head))
+        return 0;
+    load_one(fd, name, head, d, n, staged, &st, &opens);
+    CHECK_EQ_U64(st.bytes[GPU_SRC_DISK], 3 * seg);
+    CHECK_EQ_U64(st.handed_over, 3 * seg);
+    CHECK_EQ_U64(st.bytes[GPU_SRC_PAGE_CACHE], 5 * seg);
+    CHECK(st.missing_runs >= 2 && opens == 1);
+    CHECK_STR(st.disk_io, "io_uring+O_DIRECT");
+    CHECK_EQ_U64(cached_pages(fd, head + seg, 2 * seg) + cached_pages(fd, head + 5 * seg, seg), 0);
+    return 1;
+}
+
+TEST(missing_pages_are_handed_over_exactly)
+{
+    size_t seg = GPU_PLAN_SEGMENT, n = 8 * seg;
+    unsigned char *d = pattern(n, 9);
+    int fd = data_file("exact.bin", seg, d, n);
+    for (int staged = 0; staged < 2; staged++)
+        if (!exact_case(fd, "exact.bin", seg, d, staged))
+            fprintf(stderr, "  (the page cache did not do as asked: residency not checked)\n");
     close(fd);
-    if (ls.direct_fd >= 0)
-        close(ls.direct_fd);
+    free(d);
+}
+
+/* As a user who neither owns the file nor may write it, mincore claims
+ * every page resident: the copy threads must not trust it, copy what the
+ * page cache holds and read the missing pages themselves, buffered (no
+ * O_DIRECT descriptor, whose reads would repeat the readahead their short
+ * reads started). Loads the file as that user in a child (the caller, as
+ * root, arranged what the page cache holds: cold, segments 1, 2 and 5 are
+ * missing). */
+static void theirs_load(int fd, const unsigned char *d, int staged, int cold)
+{
+    size_t seg = GPU_PLAN_SEGMENT, n = 8 * seg;
+    pid_t pid = fork();
+    if (pid == 0) {
+        struct gpu_load_stats st;
+        int opens;
+        if (setresgid(65534, 65534, 65534) != 0 || setresuid(65534, 65534, 65534) != 0)
+            _exit(3);
+        load_one(fd, "theirs.bin", seg, d, n, staged, &st, &opens);
+        CHECK(opens == 0 && st.handed_over == 0);
+        if (!cold) {
+            CHECK_EQ_U64(st.bytes[GPU_SRC_PAGE_CACHE], n);
+            CHECK(st.missing_runs == 0);
+        } else {
+            CHECK(st.bytes[GPU_SRC_DISK] > 0 && st.bytes[GPU_SRC_DISK] <= 3 * seg);
+            CHECK(st.bytes[GPU_SRC_PAGE_CACHE] >= 5 * seg);
+            CHECK(st.missing_runs >= 2);
+            CHECK_STR(st.disk_io, "buffered");
+        }
+        _exit(test_failed_flag ? 4 : 0);
+    }
+    int status = 0;
+    CHECK(waitpid(pid, &status, 0) == pid);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+TEST(unsurveyed_files_read_missing_pages_once)
+{
+    if (geteuid() != 0) {
+        fprintf(stderr, "  (not root: cannot become another user to check)\n");
+        return;
+    }
+    size_t seg = GPU_PLAN_SEGMENT, n = 8 * seg;
+    unsigned char *d = pattern(n, 10);
+    int fd = data_file("theirs.bin", seg, d, n);
+    CHECK(fchmod(fd, 0444) == 0);
+    CHECK(chmod(gpu_files_dir, 0755) == 0);
+    for (int staged = 0; staged < 2; staged++) {
+        warm(fd);
+        theirs_load(fd, d, staged, 0);
+        if (!drop_three(fd, seg)) {
+            fprintf(stderr, "  (the page cache did not do as asked: residency not checked)\n");
+            continue;
+        }
+        theirs_load(fd, d, staged, 1);
+        /* every page was read, once, into the page cache */
+        CHECK_EQ_U64(cached_pages(fd, seg, n), n / 4096);
+    }
+    close(fd);
     free(d);
 }
 
@@ -325,7 +454,7 @@ TEST(truncated_file_and_cancel)
             CHECK(b->ops->alloc(b, 0, 80000, 0, "short", &a, &err) == 0);
             struct gpu_load_shard ls = {.fd = fd, .direct_fd = direct_fd("short.bin"),
                                         .data_start = 100, .size = 80000, .a = &a};
-            struct gpu_plan_shard ps = {fd, 100, 80000, NULL};
+            struct gpu_plan_shard ps = {100, 80000, NULL};
             struct gpu_plan plan;
             CHECK(gpu_plan_build(&plan, &ps, 1, 8192, force, NULL, &err) == 0);
             struct gpu_load l = {.be = b, .threads = 3, .depth = 2, .chunk = 8192,
@@ -387,7 +516,7 @@ TEST(file_written_during_the_load_fails_it)
     struct st_error err = {0};
     CHECK(b->ops->alloc(b, 0, n, 0, "w", &a, &err) == 0);
     struct gpu_load_shard ls = {.fd = fd, .direct_fd = -1, .data_start = 4096, .size = n, .a = &a};
-    struct gpu_plan_shard ps = {.fd = fd, .data_start = 4096, .size = n};
+    struct gpu_plan_shard ps = {.data_start = 4096, .size = n};
     struct gpu_plan plan;
     CHECK(gpu_plan_build(&plan, &ps, 1, 64 << 10, GPU_SRC_DISK, NULL, &err) == 0);
     struct gpu_load l = {.be = b, .threads = 1, .depth = 2, .chunk = 64 << 10,
@@ -437,7 +566,7 @@ TEST(ring_error_leaves_no_read_in_flight)
     CHECK(b->ops->alloc(b, 0, 3 * 4096, 0, "t", &a, &err) == 0);
     struct gpu_load_shard ls = {.fd = p[0], .direct_fd = -1, .data_start = 0, .size = 3 * 4096,
                                 .a = &a};
-    struct gpu_plan_shard ps = {p[0], 0, 3 * 4096, NULL};
+    struct gpu_plan_shard ps = {0, 3 * 4096, NULL};
     struct gpu_plan plan;
     CHECK(gpu_plan_build(&plan, &ps, 1, 4096, GPU_SRC_DISK, NULL, &err) == 0);
     struct gpu_load l = {.be = b, .threads = 1, .depth = 3, .chunk = 4096,
@@ -478,7 +607,8 @@ int main(void)
     RUN(gate_failure_fails_the_load);
     RUN(disk_reads_with_and_without_o_direct_and_io_uring);
     RUN(planned_mixed_many_threads);
-    RUN(handed_over_bytes_are_counted);
+    RUN(missing_pages_are_handed_over_exactly);
+    RUN(unsurveyed_files_read_missing_pages_once);
     RUN(truncated_file_and_cancel);
     RUN(ring_error_leaves_no_read_in_flight);
     RUN(file_written_during_the_load_fails_it);

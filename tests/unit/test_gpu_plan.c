@@ -1,12 +1,11 @@
 /* Tests for gpu/gpu_plan.c: chunks cover every shard exactly, in file
- * order, at most a chunk long, on the source the page cache says (checked
- * against mincore from the test and against pages the test drops with
- * posix_fadvise), and all on the page cache where the kernel will not tell
- * (a file the process neither owns nor may write). */
-#include <sys/wait.h>
-
+ * order, at most a chunk long, all on the page cache (the plan reads no
+ * file: residency is the copy threads' business, test_gpu_load.c), but
+ * where a gate (a mirror still fetching) lacks a segment's bytes, or where
+ * a source is forced. */
 #include "gpu_plan.h"
-#include "gpu_files.h"
+#include "test.h"
+#include "util.h"
 
 #define SEG GPU_PLAN_SEGMENT
 
@@ -61,71 +60,81 @@ static void check_cover(const struct gpu_plan *p, const struct gpu_plan_shard *s
     free(next);
 }
 
-TEST(resident_file_is_all_page_cache)
+/* The plan touches no file: a shard whose pages are all gone from the page
+ * cache is planned on the page cache all the same (the copy threads find
+ * out, chunk by chunk, while they copy). */
+TEST(every_chunk_starts_on_the_page_cache)
 {
-    size_t n = 5 * SEG + 12345;
-    unsigned char *d = pattern(n, 1);
-    int fd = data_file("warm.bin", 777, d, n);
-    struct gpu_plan_shard s = {fd, 777, n, NULL};
-    struct gpu_plan p;
-    struct st_error err;
-    CHECK(gpu_plan_mincore_trusted(fd)); /* the test owns the file */
-    CHECK(gpu_plan_build(&p, &s, 1, 1 << 20, -1, NULL, &err) == 0);
-    check_cover(&p, &s, 1, 1 << 20);
-    if (cached_pages(fd, 0, 777 + n) == (777 + n + 4095) / 4096) {
-        CHECK_EQ_U64(p.bytes[GPU_SRC_PAGE_CACHE], n);
-        CHECK(p.n_guessed == 0);
-    } else {
-        fprintf(stderr, "  (the kernel dropped pages already: residency not checked)\n");
+    size_t sizes[] = {5 * SEG + 12345, 1, 3 * SEG};
+    struct gpu_plan_shard s[3];
+    uint64_t total = 0;
+    for (int i = 0; i < 3; i++) {
+        s[i] = (struct gpu_plan_shard){.data_start = 777 * (uint64_t)i, .size = sizes[i]};
+        total += sizes[i];
     }
-    gpu_plan_free(&p);
-    close(fd);
-    free(d);
+    for (uint64_t chunk = 4096; chunk <= (8u << 20); chunk *= 8) {
+        struct gpu_plan p;
+        struct st_error err;
+        CHECK(gpu_plan_build(&p, s, 3, chunk, -1, NULL, &err) == 0);
+        check_cover(&p, s, 3, chunk);
+        CHECK_EQ_U64(p.bytes[GPU_SRC_PAGE_CACHE], total);
+        CHECK_EQ_U64(p.n_src[GPU_SRC_DISK] + p.n_src[GPU_SRC_UPSTREAM], 0);
+        gpu_plan_free(&p);
+    }
 }
 
-TEST(dropped_segments_go_to_the_disk)
+/* A gate lacking segments 1, 2 and 5 of a shard, and all of another's. */
+static int gate_present(void *arg, const void *file, uint64_t off, uint64_t len)
 {
-    /* The data starts at 2 MiB so that its segments are whole folios of the
-     * page cache: posix_fadvise cannot drop part of a large folio. */
-    size_t n = 8 * SEG, head = SEG;
-    unsigned char *d = pattern(n, 2);
-    int fd = data_file("mixed.bin", head, d, n);
-    /* Drop segments 1, 2 and 5; the rest stays cached. */
-    int dropped = drop_cached(fd, head + 1 * SEG, 2 * SEG) && drop_cached(fd, head + 5 * SEG, SEG);
-    struct gpu_plan_shard s = {fd, head, n, NULL};
+    (void)arg, (void)len;
+    uint64_t k = (off - 100) / SEG;
+    return (uintptr_t)file == 1 && k != 1 && k != 2 && k != 5;
+}
+
+static int gate_wait(void *arg, const void *file, uint64_t off, uint64_t len,
+                     const atomic_int *cancel, struct st_error *err)
+{
+    (void)arg, (void)file, (void)off, (void)len, (void)cancel, (void)err;
+    return 0;
+}
+
+TEST(gated_segments_go_upstream)
+{
+    struct gpu_plan_shard s[3] = {{100, 8 * SEG, (const void *)1},
+                                  {100, 2 * SEG + 1, (const void *)2},
+                                  {100, 3 * SEG, NULL}};
+    struct gpu_gate gate = {.present = gate_present, .wait = gate_wait};
     struct gpu_plan p;
     struct st_error err;
-    CHECK(gpu_plan_build(&p, &s, 1, 3 << 20, -1, NULL, &err) == 0);
-    check_cover(&p, &s, 1, 3 << 20);
-    if (!dropped || cached_pages(fd, head, SEG) != SEG / 4096) {
-        fprintf(stderr, "  (the page cache did not do as asked: residency not checked)\n");
-    } else {
-        CHECK_EQ_U64(p.bytes[GPU_SRC_DISK], 3 * SEG);
-        CHECK_EQ_U64(p.bytes[GPU_SRC_PAGE_CACHE], 5 * SEG);
-        /* disk: [SEG, 3 SEG) cut at 3 MiB is two chunks, then [5 SEG, 6 SEG) */
-        CHECK_EQ_U64(p.n_src[GPU_SRC_DISK], 3);
-        const struct gpu_chunk *c = p.chunks + p.n_src[GPU_SRC_PAGE_CACHE];
-        CHECK(c[0].off == SEG && c[0].len == 3 << 20);
-        CHECK(c[1].off == SEG + (3 << 20) && c[1].len == SEG - (1 << 20));
-        CHECK(c[2].off == 5 * SEG && c[2].len == SEG);
+    CHECK(gpu_plan_build(&p, s, 3, 3 << 20, -1, &gate, &err) == 0);
+    check_cover(&p, s, 3, 3 << 20);
+    CHECK_EQ_U64(p.bytes[GPU_SRC_UPSTREAM], 3 * SEG + 2 * SEG + 1);
+    CHECK_EQ_U64(p.bytes[GPU_SRC_PAGE_CACHE], 5 * SEG + 3 * SEG);
+    /* shard 0's upstream runs: [SEG, 3 SEG) cut at 3 MiB, then [5 SEG, 6 SEG) */
+    const struct gpu_chunk *c = p.chunks + p.n_src[GPU_SRC_PAGE_CACHE];
+    int seen = 0;
+    for (size_t k = 0; k < p.n_src[GPU_SRC_UPSTREAM]; k++) {
+        if (c[k].shard != 0)
+            continue;
+        static const uint64_t offs[] = {SEG, SEG + (3 << 20), 5 * SEG};
+        static const uint64_t lens[] = {3 << 20, SEG - (1 << 20), SEG};
+        CHECK(seen < 3 && c[k].off == offs[seen] && c[k].len == lens[seen]);
+        seen++;
     }
+    CHECK(seen == 3);
     gpu_plan_free(&p);
-    close(fd);
-    free(d);
+    /* forced: the gate is not asked */
+    CHECK(gpu_plan_build(&p, s, 3, 3 << 20, GPU_SRC_DISK, &gate, &err) == 0);
+    CHECK_EQ_U64(p.n_src[GPU_SRC_DISK], p.n_chunks);
+    gpu_plan_free(&p);
 }
 
 TEST(shards_forced_and_empty)
 {
     size_t sizes[] = {0, 1, 4096, 3 * SEG + 5, 100};
     struct gpu_plan_shard s[5];
-    unsigned char *d[5];
-    for (int i = 0; i < 5; i++) {
-        char name[32];
-        snprintf(name, sizeof(name), "s%d.bin", i);
-        d[i] = pattern(sizes[i], (unsigned)i);
-        s[i] = (struct gpu_plan_shard){data_file(name, 8 + (size_t)i * 13, d[i], sizes[i]),
-                                       8 + (uint64_t)i * 13, sizes[i], NULL};
-    }
+    for (int i = 0; i < 5; i++)
+        s[i] = (struct gpu_plan_shard){8 + (uint64_t)i * 13, sizes[i], NULL};
     for (int force = -1; force < GPU_SRC_COUNT; force++) {
         for (uint64_t chunk = 4096; chunk <= (8u << 20); chunk *= 16) {
             struct gpu_plan p;
@@ -141,56 +150,12 @@ TEST(shards_forced_and_empty)
     struct st_error err;
     CHECK(gpu_plan_build(&p, s, 0, 4096, -1, NULL, &err) == 0 && p.n_chunks == 0 && !p.chunks);
     gpu_plan_free(&p);
-    for (int i = 0; i < 5; i++) {
-        close(s[i].fd);
-        free(d[i]);
-    }
-}
-
-/* Run as a user who neither owns the file nor may write it: mincore would
- * claim every page resident, so the plan must not believe it (it guesses
- * the page cache, and says so), even for pages that are not there. */
-TEST(untrusted_mincore_is_a_guess)
-{
-    if (geteuid() != 0) {
-        fprintf(stderr, "  (not root: cannot become another user to check)\n");
-        return;
-    }
-    size_t n = 2 * SEG;
-    unsigned char *d = pattern(n, 3);
-    int fd = data_file("theirs.bin", 4096, d, n);
-    CHECK(fchmod(fd, 0444) == 0);
-    drop_cached(fd, 4096, n);
-    pid_t pid = fork();
-    if (pid == 0) {
-        if (setresgid(65534, 65534, 65534) != 0 || setresuid(65534, 65534, 65534) != 0)
-            _exit(3);
-        struct gpu_plan_shard s = {fd, 4096, n, NULL};
-        struct gpu_plan p;
-        struct st_error err;
-        if (gpu_plan_mincore_trusted(fd))
-            _exit(4);
-        if (gpu_plan_build(&p, &s, 1, 1 << 20, -1, NULL, &err) != 0)
-            _exit(5);
-        int ok = p.n_guessed == 1 && p.bytes[GPU_SRC_PAGE_CACHE] == n;
-        gpu_plan_free(&p);
-        _exit(ok ? 0 : 6);
-    }
-    int status = 0;
-    CHECK(waitpid(pid, &status, 0) == pid);
-    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-    close(fd);
-    free(d);
 }
 
 int main(void)
 {
-    if (gpu_files_setup() < 0)
-        return 1;
-    RUN(resident_file_is_all_page_cache);
-    RUN(dropped_segments_go_to_the_disk);
+    RUN(every_chunk_starts_on_the_page_cache);
+    RUN(gated_segments_go_upstream);
     RUN(shards_forced_and_empty);
-    RUN(untrusted_mincore_is_a_guess);
-    gpu_files_teardown();
     return TEST_SUMMARY();
 }

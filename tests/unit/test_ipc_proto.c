@@ -190,6 +190,7 @@ TEST(parse_agrees_with_jansson)
         "{\"op\":\"release\"}", "{\"op\":\"release\",\"lease\":-1}", "{\"op\":\"release\",\"lease\":1.0}",
         "{\"op\":\"release\",\"lease\":9223372036854775807}",
         "{\"op\":\"release\",\"lease\":9223372036854775808}", "{\"op\":\"release\",\"lease\":01}",
+        "{\"op\":\"checksums\",\"lease\":3}", "{\"op\":\"checksums\"}",
         "{\"op\":\"hello\",\"protocol\":2}", "{\"op\":\"hello\",\"protocol\":\"2\"}",
         "{\"op\":\"close\",\"nested\":[[[{\"a\":[1,{\"b\":null}]}]]]}", "{\"op\":\"close\",\"n\":NaN}",
         "{\"op\":\"\\u0000\"}", "{\"a\\u0000\":1}", "{\"op\":\"x\x01\"}", "\xef\xbb\xbf{}",

@@ -239,7 +239,8 @@ TEST(json_rendering)
     CHECK_CONTAINS(j, "\"bytes\":{\"total\":42,");
     CHECK_CONTAINS(j, "\"reloads\":3");
     CHECK_CONTAINS(j, "\"responses_aborted\":0,\"documents_rendered\":0,\"mirror_upstream_bytes\":0,");
-    CHECK_CONTAINS(j, "\"gpu_preload_upstream_bytes\":0},\"endpoints\":{");
+    CHECK_CONTAINS(j, "\"gpu_preload_upstream_bytes\":0,\"gpu_preload_alloc_ns\":0,");
+    CHECK_CONTAINS(j, "\"gpu_preload_finish_ns\":0},\"endpoints\":{");
     CHECK_CONTAINS(j, "\"ui\":{\"requests\":{");
     CHECK_CONTAINS(j, "\"models\":{\"requests\":{\"1xx\":0,\"2xx\":1,");
     CHECK_CONTAINS(j, "\"duration_seconds\":{\"count\":1,\"sum\":0.002000000,");

@@ -54,7 +54,8 @@ class _Tensor(ctypes.Structure):
 class _Alloc(ctypes.Structure):
     _fields_ = [("byte_size", ctypes.c_uint64), ("alloc_size", ctypes.c_uint64),
                 ("checksum", ctypes.c_uint64), ("host_ptr", ctypes.c_void_p),
-                ("device_ptr", ctypes.c_uint64), ("file", ctypes.c_char_p)]
+                ("device_ptr", ctypes.c_uint64), ("file", ctypes.c_char_p),
+                ("has_checksum", ctypes.c_int)]
 
 
 class _DLTensor(ctypes.Structure):
@@ -348,7 +349,9 @@ class Model(_Handle, collections.abc.Mapping):
         return dict(self._info[self._i(name)])
 
     def verify(self):
-        """Recomputes every allocation's checksum from the mapped memory."""
+        """Recomputes every allocation's checksum from the mapped memory and
+        compares it with the daemon's (which it sums once the preload is
+        ready: this waits for them when the open came first)."""
         err = _err()
         with self._lock:
             if self._lib.tensord_model_verify(self._handle(), err, _ERRLEN) != 0:
