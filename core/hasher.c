@@ -163,6 +163,7 @@ struct hasher *hasher_new(const struct hasher_opts *o, struct st_error *err)
     h->is_running = xcalloc(h->n_workers, 1);
     h->urgent_run = xcalloc(h->n_workers, sizeof(*h->urgent_run));
     h->drop_run = xcalloc(h->n_workers, sizeof(*h->drop_run));
+    h->held_run = xcalloc(h->n_workers, sizeof(*h->held_run));
     if (hasher_work_start(h, err) < 0) {
         h->stopped = 1; /* no thread runs: hasher_free only frees */
         hasher_free(h);
@@ -220,6 +221,8 @@ void hasher_free(struct hasher *h)
     free(h->is_running);
     free(h->urgent_run);
     free(h->drop_run);
+    free(h->held_run);
+    free(h->held);
     free(h->workers);
     free(h);
 }

@@ -134,6 +134,21 @@ enum hasher_result hasher_wait(struct hasher *h, const struct reg_file *const *f
  * bytes and the recent hashing rate, in 1..3600: a Retry-After value. */
 unsigned hasher_retry_after(struct hasher *h, const struct reg_file *const *files, size_t n);
 
+/* Another reader is about to read files[0..n) of a snapshot the caller
+ * holds (a GPU preload): one stream on the disk is better than two. Until
+ * hasher_release, the hasher reads none of them, and a worker hashing one
+ * makes way at its next block, keeping what it hashed (it resumes there
+ * afterwards). needed[i] is set when files[i]'s hash is not known yet: the
+ * reader may then read it through the page cache, where the hasher finds it
+ * afterwards. Returns the hold, or NULL when memory runs out (nothing is
+ * held, needed is all 0). Any thread; never waits for I/O. */
+struct hasher_hold;
+struct hasher_hold *hasher_hold(struct hasher *h, const struct reg_file *const *files, size_t n,
+                                int *needed);
+/* Ends a hold: the files are hashed again as they come (those set aside
+ * first). hold may be NULL. */
+void hasher_release(struct hasher *h, struct hasher_hold *hold);
+
 struct hasher_progress {
     uint64_t files, bytes;                 /* distinct files of the latest snapshot */
     uint64_t files_known, bytes_known;     /* ... whose hashes are known */

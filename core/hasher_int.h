@@ -48,6 +48,8 @@ struct job {
     size_t n_same;
     enum job_state state;
     uint8_t in_ready, in_urgent; /* an index of it sits in that queue */
+    uint8_t set_aside;         /* queued, but held (hasher_hold): in no queue until released */
+    uint8_t was_urgent;        /* ... and wanted when it was set aside */
     uint8_t urgent_live;       /* counted in urgent_queued: wanted and still queued */
     unsigned attempts;
     uint64_t not_before_ns;    /* JOB_DELAYED: when to try again (monotonic) */
@@ -96,6 +98,9 @@ struct hasher {
     uint8_t *is_running;
     atomic_int *urgent_run;    /* per worker: someone waits for the file it hashes */
     atomic_int *drop_run;      /* per worker: a reload dropped the file it hashes */
+    atomic_int *held_run;      /* per worker: another reader holds the file it hashes */
+    struct hash_id *held;      /* identities held (hasher_hold), one entry per hold of each */
+    size_t n_held, cap_held;
     atomic_size_t urgent_queued; /* wanted jobs still queued: pacing is lifted meanwhile */
     uint64_t files, bytes, files_known, bytes_known, files_failed, bytes_pending;
     uint64_t unsaved;          /* results recorded since the last save */
@@ -130,8 +135,13 @@ void hasher_ready_push(struct jobset *set, struct job *j);
 /* Puts j first in the queue (a job that yielded resumes before new ones
  * start, so few passes wait half-done). */
 void hasher_ready_push_front(struct jobset *set, struct job *j);
-/* The next queued job, wanted ones first (*urgent says which), or NULL. */
+/* The next queued job, wanted ones first (*urgent says which), or NULL.
+ * A job whose file is held is set aside instead (hasher_do_unhold). */
 struct job *hasher_take_job(struct hasher *h, struct jobset *set, int *urgent);
+/* Whether id is held by another reader (hasher_hold). */
+int hasher_do_held(const struct hasher *h, const struct hash_id *id);
+/* Queues again, first, the jobs set aside whose files are no longer held. */
+void hasher_do_unhold(struct hasher *h, struct jobset *set);
 void hasher_do_publish(struct hasher *h);
 /* Takes the set's snapshot (and every job's pointer into it) away when no
  * job needs it any more, or always: the caller unrefs what it returns

@@ -77,12 +77,49 @@ static struct job *do_taken(struct hasher *h, struct job *j)
     return j;
 }
 
+int hasher_do_held(const struct hasher *h, const struct hash_id *id)
+{
+    for (size_t i = 0; i < h->n_held; i++)
+        if (hash_id_equal(&h->held[i], id))
+            return 1;
+    return 0;
+}
+
+/* Sets queued job j aside while its file is held (another reader reads it
+ * now): no queue has it, and it does not count as wanted, so nobody yields
+ * to it meanwhile. Returns 1 when it was. */
+static int do_set_aside(struct hasher *h, struct job *j)
+{
+    if (!h->n_held || !hasher_do_held(h, &j->id))
+        return 0;
+    j->set_aside = 1;
+    j->was_urgent |= j->urgent_live;
+    do_taken(h, j);
+    return 1;
+}
+
+void hasher_do_unhold(struct hasher *h, struct jobset *set)
+{
+    for (size_t i = 0; set && i < set->n; i++) {
+        struct job *j = &set->jobs[i];
+        if (!j->set_aside || hasher_do_held(h, &j->id))
+            continue;
+        j->set_aside = 0;
+        if (j->state != JOB_QUEUED)
+            continue;
+        hasher_ready_push_front(set, j);
+        if (j->was_urgent)
+            hasher_do_prioritize(h, set, j);
+        j->was_urgent = 0;
+    }
+}
+
 struct job *hasher_take_job(struct hasher *h, struct jobset *set, int *urgent)
 {
     while (set->n_urgent) {
         struct job *j = &set->jobs[set->urgent[--set->n_urgent]];
         j->in_urgent = 0;
-        if (j->state == JOB_QUEUED) {
+        if (j->state == JOB_QUEUED && !do_set_aside(h, j)) {
             *urgent = 1;
             return do_taken(h, j);
         }
@@ -92,7 +129,7 @@ struct job *hasher_take_job(struct hasher *h, struct jobset *set, int *urgent)
         set->ready_head = (set->ready_head + 1) % set->n;
         set->ready_n--;
         j->in_ready = 0;
-        if (j->state == JOB_QUEUED) {
+        if (j->state == JOB_QUEUED && !do_set_aside(h, j)) {
             *urgent = j->urgent_live;
             return do_taken(h, j);
         }

@@ -1,6 +1,7 @@
 /* hasher_wait: the API of callers that need a hash before they can answer
- * (hasher_lookup, hasher_want, hasher_wait, hasher_retry_after), on the
- * job table (hasher_int.h).
+ * (hasher_lookup, hasher_want, hasher_wait, hasher_retry_after), and of
+ * other readers of the same files (hasher_hold, hasher_release), on the job
+ * table (hasher_int.h).
  *
  * A waiter is linked to the job of every file it waits for; each job that
  * finishes takes one from its count, and the last one, a failure, the
@@ -152,4 +153,66 @@ unsigned hasher_retry_after(struct hasher *h, const struct reg_file *const *file
     rate = rate > 50e6 ? rate : 50e6;
     double secs = (double)bytes / rate + 1.0; /* plus whatever is being hashed right now */
     return secs >= 3600 ? 3600u : (unsigned)secs;
+}
+
+/* ---- holds: another reader of the same files ---------------------------- */
+
+struct hasher_hold {
+    size_t n;
+    struct hash_id ids[]; /* the files held, one entry each in h->held */
+};
+
+struct hasher_hold *hasher_hold(struct hasher *h, const struct reg_file *const *files, size_t n,
+                                int *needed)
+{
+    memset(needed, 0, n * sizeof(*needed));
+    struct hasher_hold *hold = malloc(sizeof(*hold) + (n ? n : 1) * sizeof(hold->ids[0]));
+    if (!hold)
+        return NULL;
+    hold->n = n;
+    for (size_t i = 0; i < n; i++)
+        hash_id_from_stat(&files[i]->st, &hold->ids[i]);
+    pthread_mutex_lock(&h->lock);
+    if (h->n_held + n > h->cap_held) {
+        size_t cap = 2 * (h->n_held + n);
+        struct hash_id *v = realloc(h->held, cap * sizeof(*v));
+        if (!v) {
+            pthread_mutex_unlock(&h->lock);
+            free(hold);
+            return NULL;
+        }
+        h->held = v;
+        h->cap_held = cap;
+    }
+    memcpy(h->held + h->n_held, hold->ids, n * sizeof(hold->ids[0]));
+    h->n_held += n;
+    for (size_t i = 0; i < n; i++) {
+        const struct job *j = h->set ? hasher_find_job(h, h->set, &hold->ids[i]) : NULL;
+        needed[i] = j && j->state != JOB_DONE && j->state != JOB_FAILED;
+    }
+    for (unsigned w = 0; w < h->n_workers; w++)
+        if (h->is_running[w] && hasher_do_held(h, &h->running[w]))
+            atomic_store(&h->held_run[w], 1);
+    pthread_cond_broadcast(&h->nap); /* a paced worker on a held file: make way now */
+    pthread_mutex_unlock(&h->lock);
+    return hold;
+}
+
+void hasher_release(struct hasher *h, struct hasher_hold *hold)
+{
+    if (!hold)
+        return;
+    pthread_mutex_lock(&h->lock);
+    for (size_t i = 0; i < hold->n; i++) {
+        for (size_t k = 0; k < h->n_held; k++) {
+            if (hash_id_equal(&h->held[k], &hold->ids[i])) {
+                h->held[k] = h->held[--h->n_held];
+                break;
+            }
+        }
+    }
+    hasher_do_unhold(h, h->set);
+    pthread_cond_broadcast(&h->work);
+    pthread_mutex_unlock(&h->lock);
+    free(hold);
 }

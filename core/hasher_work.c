@@ -61,8 +61,10 @@ static int pace(void *arg, size_t n)
     struct hasher *h = c->h;
     if (atomic_load(&h->stopping))
         return 1;
-    if (atomic_load(&h->drop_run[c->worker])) {
-        c->yielded = 1; /* the job is gone: its finish finds nothing to update */
+    if (atomic_load(&h->drop_run[c->worker]) || atomic_load(&h->held_run[c->worker])) {
+        /* the job is gone (its finish finds nothing to update), or another
+         * reader holds the file: resumed where it stopped once released */
+        c->yielded = 1;
         return 1;
     }
     int wanted = atomic_load(&h->urgent_run[c->worker]);
@@ -84,6 +86,7 @@ static int pace(void *arg, size_t n)
     struct timespec ts = ts_of(start);
     while (!atomic_load(&h->stopping) && !atomic_load(&h->urgent_queued) &&
            !atomic_load(&h->urgent_run[c->worker]) && !atomic_load(&h->drop_run[c->worker]) &&
+           !atomic_load(&h->held_run[c->worker]) &&
            time_mono_ns() < start)
         pthread_cond_timedwait(&h->nap, &h->lock, &ts);
     pthread_mutex_unlock(&h->lock);
@@ -271,6 +274,7 @@ static void *worker_main(void *arg)
             h->is_running[me] = 1;
             atomic_store(&h->urgent_run[me], urgent);
             atomic_store(&h->drop_run[me], 0);
+            atomic_store(&h->held_run[me], 0);
             pthread_mutex_unlock(&h->lock);
             int fd = job_fd(f, root);
             reg_snapshot_unref(snap);

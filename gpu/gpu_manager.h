@@ -56,6 +56,15 @@ struct gm_options {
                                     * the device (or the machine) has */
     int verify;                    /* read every allocation back before ready */
     int legacy_ipc;                /* also export a legacy CUDA IPC handle per allocation */
+    /* Another reader of the model files (the daemon's hasher), told while a
+     * preload reads them so that one stream, not two, reads each from the
+     * disk: hold returns a handle for release (NULL: nothing held) and sets
+     * needed[i] when that reader still wants files[i]'s bytes, which the
+     * preload then reads through the page cache (not O_DIRECT) for it to
+     * find there afterwards. NULL when there is none. */
+    void *(*hold)(void *ctx, const struct reg_file *const *files, size_t n, int *needed);
+    void (*release)(void *ctx, void *handle);
+    void *hold_ctx;
 };
 
 enum gm_state { GM_LOADING, GM_READY, GM_FAILED, GM_DRAINING };

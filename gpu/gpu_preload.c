@@ -89,14 +89,42 @@ static int alloc_shards(const struct gm_options *opt, struct gm_instance *m, int
     return 0;
 }
 
+/* What the disk mover's open_direct needs: the instance, and which shards
+ * another reader (the hasher) still wants read through the page cache. */
+struct direct_ctx {
+    struct gm_instance *m;
+    const int *buffered;
+};
+
 /* The disk mover asks for a shard's O_DIRECT descriptor the first time it
  * has bytes of that shard to read (gpu_load.open_direct): one that cannot be
- * had (not supported, or the path now leads to another file or version) is
- * negative, and the shard is read buffered. */
+ * had (not supported, or the path now leads to another file or version), or
+ * that the hasher still has to read (its bytes then stay in the page cache
+ * for it), is negative, and the shard is read buffered. */
 static int open_direct(void *arg, size_t i)
 {
-    struct gm_instance *m = arg;
-    return reg_open_below(m->rm->root, m->shards[i].rf, O_RDONLY | O_DIRECT);
+    const struct direct_ctx *d = arg;
+    if (d->buffered && d->buffered[i])
+        return -1;
+    return reg_open_below(d->m->rm->root, d->m->shards[i].rf, O_RDONLY | O_DIRECT);
+}
+
+/* Tells the other reader of m's files (gm_options.hold) that the preload
+ * reads them now; *buffered (the caller frees) says which it still wants.
+ * Returns the hold, or NULL. */
+static void *hold_files(const struct gm_options *opt, const struct gm_instance *m,
+                        int **buffered)
+{
+    *buffered = NULL;
+    if (!opt->hold || m->source || m->n_shards == 0)
+        return NULL; /* a mirror's files are not the hasher's */
+    const struct reg_file **files = xcalloc(m->n_shards, sizeof(*files));
+    *buffered = xcalloc(m->n_shards, sizeof(**buffered));
+    for (size_t i = 0; i < m->n_shards; i++)
+        files[i] = m->shards[i].rf;
+    void *hold = opt->hold(opt->hold_ctx, files, m->n_shards, *buffered);
+    free(files);
+    return hold;
 }
 
 /* Time since *t, and *t moved to now: one phase's nanoseconds. */
@@ -114,10 +142,11 @@ static int copy_shards(struct gpu_manager *gm, struct gm_instance *m, int dev, u
 {
     struct gm_ring_shape shape;
     gm_ring_shape(&gm->opt, m->be, &shape);
+    struct direct_ctx dctx = {.m = m};
     struct gpu_load l = {.be = m->be, .threads = shape.threads, .depth = shape.depth,
                          .chunk = shape.chunk, .cancel = &m->cancel, .progress = &m->done,
                          .wait_cqe = io_uring_wait_cqe, .open_direct = open_direct,
-                         .open_arg = m, .gate = m->source ? &m->source->gate : NULL};
+                         .open_arg = &dctx, .gate = m->source ? &m->source->gate : NULL};
     struct gm_stage *st = gm_stage_acquire(gm, m->be, dev, m->device, &shape, &m->error);
     m->phase_ns[GM_PHASE_RING] = lap(t);
     if (!st)
@@ -139,7 +168,13 @@ static int copy_shards(struct gpu_manager *gm, struct gm_instance *m, int dev, u
     m->phase_ns[GM_PHASE_PLAN] = lap(t);
     if (rc < 0)
         goto out;
+    int *buffered;
+    void *hold = hold_files(&gm->opt, m, &buffered);
+    dctx.buffered = buffered;
     rc = gpu_load_run(&l, ls, m->n_shards, &plan, &stats, &e);
+    if (hold)
+        gm->opt.release(gm->opt.hold_ctx, hold);
+    free(buffered);
     m->phase_ns[GM_PHASE_COPY] = lap(t);
     if (rc < 0 && rc != -ECANCELED && stats.failed_shard >= 0)
         st_error_fail(&m->error, e.code, "%s: %s", m->shards[stats.failed_shard].file, e.message);

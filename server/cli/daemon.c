@@ -86,6 +86,18 @@ static void raise_fd_limit(void)
 }
 
 /* Warns when the snapshot's descriptors leave too few for the connections. */
+/* The GPU manager's other reader (gm_options.hold): the hasher. */
+static void *hold_for_preload(void *ctx, const struct reg_file *const *files, size_t n,
+                              int *needed)
+{
+    return hasher_hold(ctx, files, n, needed);
+}
+
+static void release_for_preload(void *ctx, void *hold)
+{
+    hasher_release(ctx, hold);
+}
+
 static void check_fd_budget(const struct server *srv, const struct reg_snapshot *r)
 {
     struct rlimit rl;
@@ -402,6 +414,11 @@ int daemon_run(const struct config *cfg)
 
     struct gm_options gopt;
     gpu_doc_options(&gopt, cfg);
+    if (srv.hasher) { /* a preload and the hasher read each file once between them */
+        gopt.hold = hold_for_preload;
+        gopt.release = release_for_preload;
+        gopt.hold_ctx = srv.hasher;
+    }
     srv.gpu = gpu_manager_new(&gopt, &srv.registry);
     srv.docs = doc_cache_start();
     if (http_start(&srv, err, sizeof(err)) < 0) {

@@ -6,6 +6,7 @@ files, lease semantics (evict while leased, SIGKILL ends a lease) and a new
 generation on reload. The socket protocol itself (the allow-list, malformed
 messages) is in test_gpu_socket.py; shared helpers are in gpuhost.py.
 """
+import hashlib
 import json
 import os
 import signal
@@ -424,3 +425,47 @@ def test_reload_bumps_generation(gd):
     finally:
         if w.poll() is None:
             w.kill()
+
+
+def test_preload_and_hasher_read_a_file_once(tmp_path):
+    """A cold preload of a file whose content hash is not known yet: the
+    hasher holds off (one stream on the disk, not two), the preload reads the
+    file through the page cache instead of O_DIRECT, and the hasher then finds
+    every page there and records the file's SHA-256."""
+    root = tmp_path / "models"
+    rng = np.random.default_rng(31)
+    path = root / "hp" / "model.safetensors"
+    gen_models.write_safetensors(str(path), [("w", "F32", (2000, 1000),
+                                              rand(rng, "F32", (2000, 1000)))])
+    want = hashlib.sha256(path.read_bytes()).hexdigest()
+    set_page_cache(str(path), cached=False)
+    work = tmp_path / "run"
+    work.mkdir()
+    # Hashing paced to 64 KiB/s: the file's hash is far from known when the
+    # preload starts.
+    d = tdutil.Daemon(str(root), str(work), extra_args=[
+        "--hash-max-bytes-per-second", "64K", "--staging-buffers", "3",
+        "--staging-buffer-bytes", "1M"])
+    d.start()
+    try:
+        set_page_cache(str(path), cached=False)  # what the hasher read so far goes too
+        s = preload(d, "hp")
+        assert s["state"] == "ready", s
+        io = s["preload"]["io"]
+        assert io["disk_bytes"] > 0 and "O_DIRECT" not in io["disk_reads"], io
+        # Every page is in the page cache now, for the hasher.
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            size = os.fstat(fd).st_size
+            buf = bytearray(1 << 20)
+            off = 0
+            while off < size:
+                off += os.preadv(fd, [buf], off, os.RWF_NOWAIT)  # EAGAIN if a page is missing
+        finally:
+            os.close(fd)
+        # A route that needs the hash asks for it (unpaced): the hasher reads
+        # it from the page cache.
+        r = d.head("/hp/resolve/main/model.safetensors")
+        assert r.status in (200, 302) and r.header("X-Linked-Etag").strip('"') == want, r
+    finally:
+        d.stop_checked()

@@ -2,7 +2,8 @@
  * that used to stall them (issue 23). A job that yields to a wanted file
  * resumes where it stopped: every byte is read once and the hash is the
  * SHA-256 of the file (OpenSSL's one-shot digest of the bytes read back
- * here). A worker opening a file on a file system that does not answer
+ * here); one that another reader holds (a preload, hasher_hold) makes way
+ * likewise and waits, unread, until released. A worker opening a file on a file system that does not answer
  * holds no lock that hasher_progress or hasher_want (HTTP threads) wait on.
  * A state directory locked by another holder neither delays the deadline of
  * a waiter nor keeps hasher_stop from returning, and the save goes through
@@ -209,6 +210,57 @@ TEST(a_yielded_job_resumes_at_its_offset)
     reg_snapshot_unref(r);
 }
 
+/* ---- another reader holds a file ------------------------------------------ */
+
+static int one_left(void *arg)
+{
+    struct hasher_progress p;
+    hasher_progress(arg, &p);
+    return p.files_pending == 1;
+}
+
+TEST(a_held_file_waits_for_its_reader)
+{
+    new_root();
+    uint64_t big = write_model("a", 6 * MiB, 19);
+    uint64_t small = write_model("b", 4096, 23);
+    struct reg_snapshot *r = scan();
+    struct hasher *h = start(1, 1, 2 * MiB, 0); /* paced: "a" takes seconds */
+    struct progress_arg pa = {.from = hashed_bytes(), .at_least = MiB};
+    hasher_submit(h, r);
+    CHECK(wait_until(read_past, &pa, 5000));
+    const struct reg_file *a = file_of(r, "a", "model.safetensors");
+    const struct reg_file *b = file_of(r, "b", "model.safetensors");
+    int needed[2] = {-1, -1};
+    const struct reg_file *both[2] = {a, b};
+    struct hasher_hold *hold = hasher_hold(h, both, 1, needed);
+    CHECK(hold != NULL && needed[0] == 1);
+    /* The worker made way for the reader: the other files are hashed... */
+    CHECK(hasher_wait(h, &b, 1, 20000) == HASHER_DONE);
+    CHECK(wait_until(one_left, h, 20000));
+    CHECK(!hasher_lookup(h, a, NULL));
+    /* ... and "a" is not read while it is held, even wanted. */
+    uint64_t during = hashed_bytes();
+    CHECK(hasher_wait(h, &a, 1, 300) == HASHER_TIMEOUT);
+    CHECK_EQ_U64(hashed_bytes(), during);
+    struct hasher_hold *known_hold = hasher_hold(h, both + 1, 1, needed + 1);
+    CHECK(known_hold && needed[1] == 0); /* known: nobody needs its bytes */
+    hasher_release(h, known_hold);
+    hasher_release(h, hold);
+    CHECK(hasher_wait(h, &a, 1, 20000) == HASHER_DONE);
+    CHECK(wait_until(idle, h, 10000));
+    /* It resumed where it stopped: every byte read once. */
+    CHECK_EQ_U64(hashed_bytes() - pa.from, big + small + 2 * 3);
+    struct hash_entry e;
+    uint8_t want[32];
+    CHECK(hasher_lookup(h, a, &e));
+    sha256_of("a", "model.safetensors", want);
+    CHECK(memcmp(e.sha256, want, 32) == 0);
+    hasher_release(h, NULL);
+    hasher_free(h);
+    reg_snapshot_unref(r);
+}
+
 /* ---- no open under the lock HTTP threads take ----------------------------- */
 
 TEST(a_hung_open_holds_no_lock_requests_take)
@@ -373,6 +425,7 @@ int main(void)
     metrics_init();
     CHECK(mkdtemp(base) != NULL);
     RUN(a_yielded_job_resumes_at_its_offset);
+    RUN(a_held_file_waits_for_its_reader);
     RUN(a_hung_open_holds_no_lock_requests_take);
     RUN(deadlines_fire_while_the_state_directory_is_locked);
     RUN(stop_returns_while_the_state_directory_is_locked);
