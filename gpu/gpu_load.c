@@ -11,6 +11,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "fileio.h"
@@ -289,11 +290,20 @@ static const struct gpu_chunk *take_copy(struct gpu_run *r)
     return k < r->n_up ? &r->up[k] : NULL;
 }
 
+/* This thread's CPU time so far, in ns. */
+static uint64_t thread_cpu_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 static void *copier_main(void *arg)
 {
     struct copier *cp = arg;
     struct gpu_run *r = cp->r;
     unsigned which = 0;
+    uint64_t cpu0 = thread_cpu_ns();
     while (!gpu_run_stopped(r)) {
         const struct gpu_chunk *c = take_copy(r);
         if (!c || (c->src == GPU_SRC_UPSTREAM && wait_upstream(r, c) < 0) ||
@@ -308,6 +318,7 @@ static void *copier_main(void *arg)
             gpu_run_fail(r, cp->shard[i], -EIO, &e);
         cp->pending[i] = 0;
     }
+    atomic_fetch_add(&r->copy_cpu_ns, thread_cpu_ns() - cpu0);
     pthread_mutex_lock(&r->lock);
     r->active--;
     pthread_cond_broadcast(&r->cond);
@@ -434,6 +445,7 @@ int gpu_load_run(struct gpu_load *l, struct gpu_load_shard *shards, size_t n,
         st->bytes[s] = atomic_load(&r.bytes[s]);
     st->handed_over = atomic_load(&r.handed_bytes);
     st->missing_runs = atomic_load(&r.missing_runs);
+    st->copy_cpu_ns = atomic_load(&r.copy_cpu_ns);
     if (atomic_load(&r.read_buffered)) /* the copy threads read some themselves */
         snprintf(st->disk_io + strlen(st->disk_io), sizeof(st->disk_io) - strlen(st->disk_io),
                  "%sbuffered", st->disk_io[0] ? "+" : "");

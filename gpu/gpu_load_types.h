@@ -33,6 +33,7 @@ struct gpu_load_stats {
                                     * upstream chunks (waited for, then read) */
     uint64_t handed_over;      /* of the disk bytes, those the copy threads found missing */
     uint64_t missing_runs;     /* runs of missing pages the copy threads met */
+    uint64_t copy_cpu_ns;      /* CPU time the copy threads used, together */
     char disk_io[32];          /* "io_uring+O_DIRECT", "io_uring" or "pread" for the disk
                                 * mover's bytes, "buffered" when the copy threads read them
                                 * (files mincore may not survey); "" when there were none */

@@ -107,6 +107,7 @@ struct gm_io {
     uint64_t handed_over_bytes;/* of the disk bytes, those the copy threads found missing
                                 * from the page cache */
     uint64_t missing_runs;     /* runs of missing pages the copy threads met (gpu_load.h) */
+    uint64_t copy_cpu_ns;      /* CPU time the copy threads used, together */
     char disk_reads[32];       /* "io_uring+O_DIRECT", "io_uring", "pread"; "" with no disk bytes */
     unsigned threads;          /* copy threads that ran */
     unsigned depth;            /* disk reads in flight at most */

@@ -186,6 +186,7 @@ static int copy_shards(struct gpu_manager *gm, struct gm_instance *m, int dev, u
                            .disk_bytes = stats.bytes[GPU_SRC_DISK],
                            .upstream_bytes = stats.bytes[GPU_SRC_UPSTREAM],
                            .handed_over_bytes = stats.handed_over, .missing_runs = stats.missing_runs,
+                           .copy_cpu_ns = stats.copy_cpu_ns,
                            .threads = stats.threads, .depth = l.depth};
     snprintf(m->io.disk_reads, sizeof(m->io.disk_reads), "%s", stats.disk_io);
 out:

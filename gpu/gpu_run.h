@@ -28,6 +28,7 @@ struct gpu_run {
     int *trusted;                  /* per shard: mincore tells this process the truth */
     _Atomic uint64_t bytes[GPU_SRC_COUNT];
     _Atomic uint64_t handed_bytes, missing_runs;
+    _Atomic uint64_t copy_cpu_ns;  /* the copy threads' CPU time, added as each ends */
     atomic_int read_buffered;      /* copy threads read missing pages themselves (unsurveyed) */
     atomic_int stop;               /* a failure or a cancel: stop at the next chunk */
     atomic_int no_nowait;          /* the file system refused RWF_NOWAIT: plain reads */

@@ -165,6 +165,7 @@ static void io(struct jsonw *w, const struct gm_io *io)
     jsonw_ku64(w, "upstream_bytes", io->upstream_bytes);
     jsonw_ku64(w, "handed_over_bytes", io->handed_over_bytes);
     jsonw_ku64(w, "missing_runs", io->missing_runs);
+    jsonw_kreal(w, "copy_cpu_seconds", (double)io->copy_cpu_ns / 1e9);
     jsonw_kstr(w, "disk_reads", io->disk_reads[0] ? io->disk_reads : "none");
     jsonw_ku64(w, "threads", io->threads);
     jsonw_ku64(w, "depth", io->depth);
