@@ -222,10 +222,14 @@ def safetensors_load(files, device):
 def open_latency(d, workers, n, env):
     """p50, p99 and max open latency (ms) with `workers` processes opening at once."""
     procs = [subprocess.Popen([sys.executable, "-c", OPEN_WORKER, d.sock, MODEL, str(n)],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=env)
              for _ in range(workers)]
     for p in procs:
-        assert p.stdout.readline().strip() == "ready"
+        if p.stdout.readline().strip() != "ready":
+            for q in procs:
+                q.kill()
+            raise RuntimeError(f"an open worker did not start: {p.stderr.read()[-600:]}")
     for p in procs:  # start them together
         p.stdin.write("\n")
         p.stdin.flush()
@@ -506,7 +510,9 @@ def main():
             rows.append(one_run(helper, files, d_disk, d_tmp, a, args, threads))
         page_cache(files, True)
         preload(d_disk, a.device)
-        wenv = dict(os.environ, PYTHONPATH=os.path.join(REPO, "client", "python"),
+        wenv = dict(os.environ, PYTHONPATH=os.pathsep.join(
+                        p for p in (os.path.join(REPO, "client", "python"),
+                                    os.environ.get("PYTHONPATH")) if p),
                     TENSORD_CLIENT_LIB=os.path.join(build, "libtensord-client.so"))
         opens = {w: open_latency(d_disk, w, a.opens, wenv) for w in (1, 8)}
         evict(d_disk)

@@ -119,6 +119,18 @@ if [ "$FETCH" = 1 ]; then
     RUNTIME=$("$PY" tests/gpu/debs.py closure --manifest "$DEBS/closure.json" $BUILD_DEBS)
     rm -f "$DEBS"/*.deb
     (cd "$DEBS" && apt-get download $BUILD_DEBS $RUNTIME)
+    # The Python binding's pure-Python dependencies (client/python's
+    # pyproject.toml; numpy, compiled for the machine's Python, must be
+    # there already): wheels, used where the machine's Python lacks them.
+    rm -rf "$DEBS/wheels"
+    PYDEPS=$("$PY" - client/python/pyproject.toml <<'PYEOF'
+import re, sys
+deps = re.search(r"^dependencies = \[(.*?)\]", open(sys.argv[1]).read(), re.M | re.S).group(1)
+print(" ".join(d for d in re.findall(r'"([^"]+)"', deps) if not d.startswith("numpy")))
+PYEOF
+)
+    "$PY" -m pip download -q --no-deps --only-binary=:all: --dest "$DEBS/wheels" $PYDEPS ||
+        echo "no wheels of $PYDEPS (pip failed): the GPU machine's Python must have them" >&2
     if [ "$MODEL_PREP" = 1 ]; then
         "$PY" "$ROOT/tests/gpu/prepare_model.py" "$DEBS/minilm"
     fi
@@ -251,6 +263,18 @@ PCEOF
     say "flags from $DEBS: ${MAKE_VARS[*]}"
 fi
 
+# The Python binding's dependencies that this Python lacks, from the wheels
+# --fetch-debs carried (unpacked beside the packages' root).
+PYDEPS_DIR="$DEBS/python"
+for w in "$DEBS"/wheels/*.whl; do
+    [ -e "$w" ] || continue
+    mod=$(basename "$w" | cut -d- -f1 | tr '[:upper:]' '[:lower:]')
+    "$PY" -c "import $mod" 2>/dev/null && continue
+    say "Python: $mod from $(basename "$w")"
+    "$PY" -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])' "$w" "$PYDEPS_DIR"
+    case ":${PYTHONPATH:-}:" in *":$PYDEPS_DIR:"*) ;; *) export PYTHONPATH="$PYDEPS_DIR${PYTHONPATH:+:$PYTHONPATH}" ;; esac
+done
+
 # ---- build --------------------------------------------------------------------
 BUILD=${TENSORD_GPU_BUILD:-build/gpu}
 CUDA_FLAG=yes
@@ -377,7 +401,7 @@ pass "preload" "ready, $GBPS GB/s in $PRELOAD_S s (the first after a start, file
 
 # ---- worker 1: the C client ----------------------------------------------------
 say "worker 1: tensord-client open (checksums over the mapped memory)"
-export TENSORD_CLIENT_LIB="$ROOT/$BUILD/libtensord-client.so" PYTHONPATH="$ROOT/client/python"
+export TENSORD_CLIENT_LIB="$ROOT/$BUILD/libtensord-client.so" PYTHONPATH="$ROOT/client/python${PYTHONPATH:+:$PYTHONPATH}"
 mkfifo "$WORK/c.in"
 "$BUILD/tensord-client" --socket "$SOCK" open "$MODEL" --hold < "$WORK/c.in" > "$WORK/c.out" 2>&1 &
 C_PID=$!
@@ -423,7 +447,7 @@ if "$BUILD/tensord-client" --socket "$SOCK" open "$MODEL" > "$WORK/reopen.out" 2
 else
     pass "open after evict" "refused: $(tail -n1 "$WORK/reopen.out")"
 fi
-echo >&8 || true  # worker 2 re-checks every tensor, then exits
+echo 2>/dev/null >&8 || true  # worker 2 re-checks every tensor, then exits
 exec 8>&-
 PY_RC=0
 wait "$PY_PID" || PY_RC=$?
@@ -436,7 +460,7 @@ else
     fail "memory valid after evict" "$AFTER_OK equal, $AFTER_BAD different; the worker exited $PY_RC"
 fi
 MID=$(gpu GET | jget state 2>/dev/null || echo "?")
-echo >&7 || true  # worker 1 ends its lease
+echo 2>/dev/null >&7 || true  # worker 1 ends its lease
 exec 7>&-
 C_RC=0
 wait "$C_PID" || C_RC=$?
