@@ -17,7 +17,8 @@ and in each of --runs runs measures, back to back:
            (default: half, three quarters and all of the CPUs up to 16:
            8, 12, 16 on a 16-core host), the daemon restarted for each;
   tensord  the first preload after a daemon start (files in the page
-           cache), then preloads cold (the files dropped from the page
+           cache), asked for over HTTP and as a start-up preload of the
+           configuration, then preloads cold (the files dropped from the page
            cache), warm (read into it first) and from tmpfs, each as the
            daemon reports it, with the bytes that went each way and, where
            the daemon reports them, the phases (preload.phases);
@@ -300,9 +301,18 @@ def one_run(helper, files, d_disk, d_tmp, a, args, threads):
         evict(d_disk)
         row["sweep"][str(t)] = tensord_row(preload(d_disk, a.device))
         evict(d_disk)
+    # The first preload after a start, asked for over HTTP (the ring is
+    # pinned as it is queued), then as a start-up preload of the
+    # configuration (the ring pinned at start).
     restart(d_disk, with_threads(args, a.threads))
     page_cache(files, True)
     row["first"] = tensord_row(preload(d_disk, a.device))
+    evict(d_disk)
+    restart(d_disk, with_threads(args, a.threads) + ["--preload", f"{MODEL}@{a.device}"])
+    s = gpu_json(d_disk)  # /readyz answered: the start-up preload has ended
+    if s["state"] != "ready":
+        raise RuntimeError(f"start-up preload ended {s['state']}: {s.get('reason')}")
+    row["first_configured"] = tensord_row(s)
     evict(d_disk)
     page_cache(files, False)
     row["cold"] = tensord_row(preload(d_disk, a.device))
@@ -339,7 +349,8 @@ def summary(rows, opens, a, total, threads, seconds):
     cold_peers = [r["safetensors_cold"][0] for r in rows if r["safetensors_cold"][0] is not None]
     m = {k: med(rows, k) for k in ("h2d", "pagecache_1", "pagecache_n", "mmapcopy_1",
                                    "mmapcopy_warm_1", "direct")}
-    m.update({k: med(rows, k, "gbps") for k in ("first", "cold", "warm", "tmpfs")})
+    m.update({k: med(rows, k, "gbps")
+              for k in ("first", "first_configured", "cold", "warm", "tmpfs")})
     m["safetensors"] = statistics.median(p[0] for p in peers) if peers else None
     m["safetensors_cold"] = statistics.median(cold_peers) if cold_peers else None
     missing = {}
@@ -411,6 +422,8 @@ def table(s):
          ratios(s, "warm", link + ["pagecache_n", "safetensors"]), goal("warm")),
         ("**tensord, first preload after a start (page cache)**", f"**{f(m['first'])}**",
          ratios(s, "first", link + ["safetensors"]), goal("first")),
+        ("tensord, the same as a start-up preload (`preload =`)", f(m["first_configured"]),
+         ratios(s, "first_configured", link + ["safetensors"]), ""),
         ("**tensord, cold (disk)**", f"**{f(m['cold'])}**",
          ratios(s, "cold", ["direct", "safetensors_cold"]), goal("cold")),
     ]
