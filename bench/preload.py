@@ -370,7 +370,7 @@ def summary(rows, opens, a, total, threads, seconds):
         "bytes": total, "shards": a.shards, "threads": threads, "depth": a.depth,
         "chunk_bytes": a.chunk_mib << 20, "runs_n": len(rows), "seconds": seconds,
         "median": m, "missing": missing,
-        "peer": peers[0][1] if peers else "safetensors (not installed)",
+        "peer": peers[0][1] if peers else f"safetensors ({missing['safetensors']})",
         "warm_preload": warm and {k: warm[k] for k in ("gbps", "seconds", "phases", "io")},
         "first_preload": median_row(rows, "first"),
         "sweep": sweep, "sweep_best": max(sweep, key=sweep.get) if sweep else None,

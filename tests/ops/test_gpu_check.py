@@ -16,6 +16,7 @@ import pytest
 from conftest import ROOT
 
 sys.path.insert(0, os.path.join(ROOT, "tests", "gpu"))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
 import debs  # noqa: E402
 import verdict  # noqa: E402
 
@@ -228,3 +229,49 @@ def test_closure_of_the_build_carries_libcurl_s_own_libraries(tmp_path):
                 "libunistring2"):
         assert pkg in carried, (pkg, carried)
     assert "libc6" in base and "libc6" not in carried and "libgcc-s1" not in carried
+
+
+# ---- bench/preload.py's figures are what the verdict reads ---------------------
+
+def bench_rows(device):
+    """Runs of the shape bench/preload.py's one_run makes."""
+    io_ = {"page_cache_bytes": 1 << 30, "disk_bytes": 0, "disk_reads": "none", "threads": 2}
+    pre = lambda g: {"gbps": g, "seconds": 1.0 / g, "io": io_, "phases": PHASES}  # noqa: E731
+    rows = []
+    for k in range(3):
+        r = {"pagecache_1": 9.0, "pagecache_n": 12.0, "mmapcopy_1": 2.0, "mmapcopy_warm_1": 11.0,
+             "direct": 3.0, "first": pre(30.0 + k), "first_configured": pre(31.0),
+             "cold": pre(2.9), "warm": pre(40.0 + k), "tmpfs": pre(35.0),
+             "safetensors_cold": (2.5, "safetensors.torch.load_file"),
+             "safetensors": (4.6, "safetensors.torch.load_file"),
+             "sweep": {"1": pre(20.0), "2": pre(38.0)}}
+        if device != "host":
+            r["h2d"], r["h2d_device"] = 54.0, "NVIDIA H200"
+        rows.append(r)
+    return rows
+
+
+@pytest.mark.parametrize("device", ["cuda:0", "host"])
+def test_bench_summary_feeds_every_target(device):
+    """The keys bench/preload.py writes are those verdict.py reads: on a GPU
+    every target is measured; on the host only the link targets skip."""
+    import preload
+
+    class A:
+        double, shards, depth, chunk_mib, tmpfs = False, 4, 4, 64, "/dev/shm"
+    A.device = device
+    opens = {1: {"p50": 0.1, "p99": 0.2, "max": 0.3, "n": 200},
+             8: {"p50": 0.4, "p99": 2.0, "max": 5.0, "n": 1600}}
+    s = json.loads(json.dumps(preload.summary(bench_rows(device), opens, A, 8 << 30, 2, 100.0)))
+    assert s["median"]["warm"] == 41.0 and s["sweep_best"] == "2"
+    assert s["warm_preload"]["phases"] == PHASES
+    skipped = [t.name for t, _, v, _ in verdict.evaluate(s, None) if v == "SKIP"]
+    if device == "host":
+        assert skipped == [t.name for t in verdict.TARGETS if getattr(t, "den", None) == "h2d"]
+    else:
+        assert skipped == []
+    table = preload.table(s)
+    assert "| **tensord, warm (page cache)** | **41.00** |" in table
+    assert ("0.76x link" in table) == (device != "host")
+    assert ("fresh-mmap copy" in table) == (device == "host")
+    assert "0.7x link, 1.0x safetensors" in table
