@@ -257,8 +257,8 @@ PCEOF
     # tool this script runs.
     # Every directory of the packages that holds a shared library: Debian 12
     # still ships some in /lib (zlib1g, libcom-err2, libkeyutils1).
-    RPATH=$(find "$P" -regex "$P/\(usr/\)?lib\(64\)?\(/[^/]*-linux-gnu\)?/lib[^/]*\.so\.[^/]*" \
-        -printf '%h\n' | sort -u | paste -sd:)
+    RPATH=$(cd "$P" && find . -regex '\./\(usr/\)?lib\(64\)?\(/[^/]*-linux-gnu\)?/lib[^/]*\.so\.[^/]*' \
+        -printf "$P/%h\n" | sed 's|/\./|/|' | sort -u | paste -sd:)
     MAKE_VARS=("PKG_CFLAGS=${PCFLAGS%%|*}" "PKG_LIBS=${PCFLAGS#*|} -Wl,--disable-new-dtags,-rpath,$RPATH")
     say "flags from $DEBS: ${MAKE_VARS[*]}"
 fi
