@@ -19,8 +19,8 @@
 #      C library; a host can neither measure the GPU targets nor be judged
 #      by them, so exit 3 (SHORT) and 4 (SKIP) pass here, as in make test.
 #
-# As root, on a machine that reaches the Debian archive (about 4 minutes on
-# 2 cores, about 600 MB under $MIN_ROOT; KEEP=1 keeps the root):
+# As root, on a machine that reaches the Debian archive (1.5 to 2 minutes on
+# 2 cores, 1 GB under $MIN_ROOT while it runs; KEEP=1 keeps the root):
 #   tests/gpu/min_root.sh            # MIN_ROOT=/var/tmp/tensord-min-root
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
