@@ -122,7 +122,7 @@ CONFIG_INPUTS_NOW = CC=$(CC) CPPFLAGS=$(USER_CPPFLAGS) CUDA=$(CUDA) CUDA_PATH=$(
   TEST_PKG_MIN=$(TEST_PKG_MIN) $(if $(GIVEN_FLAGS),PKG_CFLAGS=$(PKG_CFLAGS) PKG_LIBS=$(PKG_LIBS))
 CONFIG_FREE := clean uninstall config deps deps-apt deps-run deps-test deps-test-apt deps-bench \
   deps-bench-apt run test bench bench-remote bench-hub bench-s3 bench-mirror bench-swarm \
-  bench-gpu bench-hash check-olah tsan tsan-test test-cuda-double dist print-%
+  bench-gpu bench-hash check-olah tsan tsan-test test-cuda-double test-debs-root dist print-%
 ifeq ($(filter-out $(CONFIG_FREE),$(or $(MAKECMDGOALS),all)),)
 -include $(wildcard $(CONFIG))
 else
@@ -267,7 +267,15 @@ test-cuda-double: deps-test
 	  $(CUDA_DOUBLE_BUILD)/libtensord-client.so $(CUDA_DOUBLE_BUILD)/cuda-double/libcuda.so.1
 	@TENSORD_CUDA_BUILD=$(CUDA_DOUBLE_BUILD) $(PYTHON) tests/cuda_double/run.py
 
-.PHONY: FORCE all config deps deps-apt deps-run deps-test deps-test-apt deps-bench deps-bench-apt run run-built uninstall test test-cuda-double cuda-double unit fuzz fuzz-smoke install clean integration circles print-% bench bench-gpu bench-header bench-hub bench-leases bench-remote bench-s3 bench-mirror bench-swarm bench-sha256 bench-hash check-olah soak tsan tsan-test dist
+# tests/gpu/run.sh --device host inside a minimal Debian 12 root (debootstrap
+# minbase, python3, numpy and a compiler only), built from the .debs it
+# fetches: proves they carry the runtime closure (docs/GPU.md, "Testing").
+# As root, with Debian's archive reachable; about 2 minutes on 2 cores. Not
+# part of `make test` (its time and the network).
+test-debs-root:
+	@tests/gpu/min_root.sh
+
+.PHONY: FORCE all config deps deps-apt deps-run deps-test deps-test-apt deps-bench deps-bench-apt run run-built uninstall test test-cuda-double test-debs-root cuda-double unit fuzz fuzz-smoke install clean integration circles print-% bench bench-gpu bench-header bench-hub bench-leases bench-remote bench-s3 bench-mirror bench-swarm bench-sha256 bench-hash check-olah soak tsan tsan-test dist
 all: $(BUILD)/tensord $(BUILD)/libtensord-client.so $(BUILD)/tensord-client
 
 # The flags a build directory was compiled with: objects depend on this

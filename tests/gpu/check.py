@@ -55,6 +55,13 @@ SENTENCES = ["The daemon shares one copy of the weights.",
 FAILED = []
 
 
+def pythonpath():
+    """The binding's sources first, then what PYTHONPATH already has (run.sh
+    puts the binding's carried dependencies there)."""
+    return os.pathsep.join(p for p in (os.path.join(REPO_ROOT, "client", "python"),
+                                       os.environ.get("PYTHONPATH")) if p)
+
+
 def report(kind, name, detail):
     print(f"{kind} {name}: {detail}", flush=True)
     if kind == "FAIL":
@@ -245,7 +252,7 @@ for line in sys.stdin:
 
 class Worker:
     def __init__(self, a):
-        env = dict(os.environ, PYTHONPATH=os.path.join(REPO_ROOT, "client", "python"))
+        env = dict(os.environ, PYTHONPATH=pythonpath())
         device = "host" if a.device == "host" else torch_device(a)
         self.p = subprocess.Popen([sys.executable, "-c", WORKER, a.sock, a.repo, a.model_dir,
                                    device, json.dumps(SENTENCES)],
@@ -363,7 +370,7 @@ def check_evict_while_leased(a, workers):
                               "import sys, tensord; tensord.connect(sys.argv[1]).open(sys.argv[2])",
                               a.sock, a.repo], capture_output=True, text=True,
                              env=dict(os.environ,
-                                      PYTHONPATH=os.path.join(REPO_ROOT, "client", "python")))
+                                      PYTHONPATH=pythonpath()))
     assert refused.returncode != 0, "an open succeeded on an evicted model"
     assert w.ask("again")["outputs"] == w.first["outputs"], "outputs changed after the evict"
     w.end()
