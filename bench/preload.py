@@ -23,7 +23,10 @@ page-cache read rate and to the link, cold to O_DIRECT, tmpfs to the link,
 each tensord figure to safetensors, and (host backend) warm to the one-thread
 mmap copy. Without a GPU, `make bench-gpu` runs it on the host backend and on
 the CUDA driver test double (whose "device" is host memory: its table shows
-the code paths' costs, not a GPU's).
+the code paths' costs, not a GPU's). The double runs with a modelled link
+(CUDA_DOUBLE_LINK_GBPS, --link-gbps, default 2 GB/s), after one preload
+that fills its pool of populated device memory, and its table measures
+tensord against that link, with the CPU its copy engine used.
 
 Needs only numpy (torch and safetensors optional): it also runs from
 tests/gpu/run.sh on a GPU machine with nothing installed but the build.
@@ -160,6 +163,22 @@ def evict(d):
         time.sleep(0.01)
 
 
+def engine_cpu(d):
+    """CPU seconds the CUDA driver test double's copy engine thread (named
+    cd-copy-engine) has used in the daemon so far: 0 before it started."""
+    task = f"/proc/{d.proc.pid}/task"
+    for tid in os.listdir(task):
+        try:
+            with open(f"{task}/{tid}/comm") as f:
+                if f.read().strip() != "cd-copy-engine":
+                    continue
+            with open(f"{task}/{tid}/schedstat") as f:
+                return int(f.read().split()[0]) / 1e9
+        except OSError:
+            continue
+    return 0.0
+
+
 def tensord_row(s):
     p = s["preload"]
     return {"gbps": p["bytes_per_second"] / 1e9, "seconds": p["seconds"], "io": p["io"]}
@@ -246,7 +265,10 @@ def one_run(helper, files, tmp_files, d_disk, d_tmp, a, threads):
     row["cold"] = tensord_row(preload(d_disk, a.device))
     evict(d_disk)
     page_cache(files, True)
+    cpu = engine_cpu(d_disk) if a.double else 0
     row["warm"] = tensord_row(preload(d_disk, a.device))
+    if a.double:
+        row["engine_core"] = (engine_cpu(d_disk) - cpu) / row["warm"]["seconds"]
     evict(d_disk)
     if d_tmp:
         row["tmpfs"] = tensord_row(preload(d_tmp, a.device))
@@ -273,11 +295,17 @@ def table(rows, opens, a, total, threads):
     cold, warm = med(rows, "cold", "gbps"), med(rows, "warm", "gbps")
     tmp = med(rows, "tmpfs", "gbps") if any("tmpfs" in r for r in rows) else None
     dev = a.device + (" (CUDA driver test double: host memory, not a GPU)" if a.double else "")
+    if a.double:  # the modelled link is the limit; the copy above measures the double
+        h2d = a.link_gbps
     lines = [f"tensord preload benchmark: {dev}, {total / 2**30:.2f} GiB in {a.shards} shards, "
              f"{threads} copy threads, {a.depth} disk reads of {a.chunk_mib} MiB in flight, "
              f"medians of {len(rows)} runs (GB/s)", "",
              "| path | GB/s | ratio |", "| --- | --- | --- |"]
-    if a.device != "host":
+    if a.double:
+        lines += [f"| modelled link (CUDA_DOUBLE_LINK_GBPS) | {f(h2d)} | limit |",
+                  f"| pinned host->device copy through the double, one 256 MiB copy at a time | "
+                  f"{f(med(rows, 'h2d'))} | |"]
+    elif a.device != "host":
         lines.append(f"| pinned host->device copy ({rows[0].get('h2d_device')}) | {f(h2d)} | limit |")
     lines += [f"| page cache, pread, 1 thread | {f(pc1)} | |",
               f"| page cache, pread, {threads} threads | {f(pcn)} | limit |",
@@ -295,6 +323,9 @@ def table(rows, opens, a, total, threads):
         lines.append(f"| **tensord, tmpfs** | **{f(tmp)}** | "
                      + (f"{ratio(tmp, h2d)} link" if h2d else f"{ratio(tmp, mm)} mmap copy")
                      + f", {ratio(tmp, st)} safetensors |")
+    if a.double:
+        lines.append(f"| the double's copy engine during the warm preload | "
+                     f"{med(rows, 'engine_core'):.2f} of a core | its own cost |")
     for w, o in opens.items():
         lines.append(f"| open, {w} worker{'s' if w > 1 else ''} at once (ms) | p50 {o['p50']:.2f}, "
                      f"p99 {o['p99']:.2f}, max {o['max']:.2f} | {o['n']} opens |")
@@ -311,8 +342,10 @@ def main():
     ap.add_argument("--device", default="host", help="host, cuda:N (default host)")
     ap.add_argument("--double", action="store_true",
                     help="run cuda:0 on the CUDA driver test double (build/cuda-double)")
+    ap.add_argument("--link-gbps", type=float, default=2.0,
+                    help="the double's modelled host->device link in GB/s (default 2)")
     ap.add_argument("--size-gib", type=float, default=None,
-                    help="model size (default 16 on a GPU, 2 on the host, 0.5 on the double)")
+                    help="model size (default 16 on a GPU, 2 on the host, 1 on the double)")
     ap.add_argument("--shards", type=int, default=4)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--threads", type=int, default=0, help="preload_threads (0: the daemon's)")
@@ -325,14 +358,15 @@ def main():
     a = ap.parse_args()
     if a.double:
         a.device = "cuda:0"
-    size = a.size_gib or (0.5 if a.double else 2 if a.device == "host" else 16)
+    size = a.size_gib or (1 if a.double else 2 if a.device == "host" else 16)
     build = os.path.join(REPO, a.build)
     helper = os.path.join(build, "bench", "ceil_preload")
     os.environ["TENSORD_BIN"] = os.path.join(build, "tensord")
     env_extra = {}
     if a.double:
         env_extra = {"LD_LIBRARY_PATH": os.path.join(build, "cuda-double"),
-                     "CUDA_DOUBLE_MEM_MB": str(int(size * 1024 * 2 + 1024))}
+                     "CUDA_DOUBLE_MEM_MB": str(int(size * 1024 * 2 + 1024)),
+                     "CUDA_DOUBLE_LINK_GBPS": str(a.link_gbps)}
     cpus = len(os.sched_getaffinity(0))
     threads = a.threads or min(cpus, 16)
     bench_dir = os.path.join(build, "bench", "preload")
@@ -351,6 +385,14 @@ def main():
             shutil.copytree(mdir, os.path.join(tmp_root, MODEL))
             tmp_files = shard_files(os.path.join(tmp_root, MODEL))
             d_tmp = start_daemon(tmp_root, os.path.join(bench_dir, "run-tmpfs"), args, env_extra)
+        if a.double:
+            # A GPU's memory is there once allocated; the double's is once
+            # one preload has filled its pool (first touch faults otherwise).
+            page_cache(files, True)
+            for d in (d_disk, d_tmp):
+                if d:
+                    preload(d, a.device)
+                    evict(d)
         rows = []
         for i in range(a.runs):
             log(f"run {i + 1} of {a.runs}")
@@ -371,7 +413,8 @@ def main():
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"device": a.device, "double": a.double, "bytes": total, "threads": threads,
-                       "runs": rows, "opens": opens}, f, indent=1)
+                       "link_gbps": a.link_gbps if a.double else None, "runs": rows,
+                       "opens": opens}, f, indent=1)
 
 
 if __name__ == "__main__":
