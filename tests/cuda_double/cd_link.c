@@ -40,9 +40,10 @@ void cd_link_configure(void)
         return;
     char *end;
     double r = strtod(s, &end);
-    if (*end || !isfinite(r) || r < 0) {
-        fprintf(stderr, "cuda-double: CUDA_DOUBLE_LINK_GBPS=%s is not a rate in GB/s: "
-                "the link is not modelled\n", s);
+    /* Below 1 MB/s a copy's nanoseconds could overflow. */
+    if (*end || !isfinite(r) || (r != 0 && r < 0.001)) {
+        fprintf(stderr, "cuda-double: CUDA_DOUBLE_LINK_GBPS=%s is not a rate of at least "
+                "0.001 GB/s: the link is not modelled\n", s);
         return;
     }
     cd.link_gbps = r;

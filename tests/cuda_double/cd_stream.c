@@ -92,7 +92,9 @@ CUresult cd_ctx_run(struct CUctx_st *ctx, int all)
 {
     CUresult first = CUDA_SUCCESS;
     for (struct CUstream_st *s = cd.streams; s; s = s->next) {
-        if (!s->live || s->ctx != ctx || (!all && (s->flags & CU_STREAM_NON_BLOCKING)))
+        /* A destroyed stream's queued work (link only) is the context's too. */
+        if ((!s->live && !s->n_ops) || s->ctx != ctx ||
+            (!all && (s->flags & CU_STREAM_NON_BLOCKING)))
             continue;
         CUresult r = cd_stream_run(s, s->queued);
         if (first == CUDA_SUCCESS)
