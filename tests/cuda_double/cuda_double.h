@@ -45,8 +45,8 @@
  * event complete (cuEventQuery says CUDA_ERROR_NOT_READY before). Waiting
  * (cuEventSynchronize, cuStreamSynchronize, cuCtxSynchronize, the
  * synchronous copies) and the copying itself happen without the double's
- * lock held. Pinned host memory is populated when it is allocated, as
- * pinning does; fresh device memory too (see below).
+ * lock held. cuMemHostAlloc memory is populated when it is allocated, as
+ * pinning does, and so is fresh device memory (see below).
  *
  * Device memory (cd_pool.c) is written through the double's own mapping of
  * each memfd, not the caller's, so first writes into a mapping do not page
@@ -81,8 +81,9 @@
  *   CUDA_DOUBLE_REPORT_DIR=DIR     at exit, write DIR/cuda-double.PID.json: live objects,
  *                                  violations, errors returned, faults injected
  *   CUDA_DOUBLE_TRACE=1            log every call on stderr
- *   CUDA_DOUBLE_LINK_GBPS=R        model a host-to-device link of R GB/s per device (above);
- *                                  unset or 0: copies run when something waits for them
+ *   CUDA_DOUBLE_LINK_GBPS=R        model a host-to-device link of R GB/s per device (above,
+ *                                  at least 0.001); unset or 0: copies run when something
+ *                                  waits for them
  * Fault counters count calls in one process. */
 #ifndef CUDA_DOUBLE_H
 #define CUDA_DOUBLE_H
