@@ -37,7 +37,10 @@ goal of the targets of tests/gpu/verdict.py. --json writes every figure
 for tests/gpu/run.sh, which judges the targets from it. Without a GPU,
 `make bench-gpu` runs it on the host backend and on the CUDA driver test
 double (whose "device" is host memory: its table shows the code paths'
-costs, not a GPU's).
+costs, not a GPU's). The double runs with a
+modelled link (CUDA_DOUBLE_LINK_GBPS, --link-gbps, default 2 GB/s), after
+one preload that fills its pool of populated device memory, and its table
+measures tensord against that link, with the CPU its copy engine used.
 
 Needs only numpy (torch and safetensors optional): it also runs from
 tests/gpu/run.sh on a GPU machine with nothing installed but the build.
@@ -174,6 +177,22 @@ def evict(d):
     deadline = time.monotonic() + 60
     while gpu_json(d)["state"] != "none" and time.monotonic() < deadline:
         time.sleep(0.01)
+
+
+def engine_cpu(d):
+    """CPU seconds the CUDA driver test double's copy engine thread (named
+    cd-copy-engine) has used in the daemon so far: 0 before it started."""
+    task = f"/proc/{d.proc.pid}/task"
+    for tid in os.listdir(task):
+        try:
+            with open(f"{task}/{tid}/comm") as f:
+                if f.read().strip() != "cd-copy-engine":
+                    continue
+            with open(f"{task}/{tid}/schedstat") as f:
+                return int(f.read().split()[0]) / 1e9
+        except OSError:
+            continue
+    return 0.0
 
 
 def tensord_row(s):
@@ -318,7 +337,10 @@ def one_run(helper, files, d_disk, d_tmp, a, args, threads):
     row["cold"] = tensord_row(preload(d_disk, a.device))
     evict(d_disk)
     page_cache(files, True)
+    cpu = engine_cpu(d_disk) if a.double else 0
     row["warm"] = tensord_row(preload(d_disk, a.device))
+    if a.double:
+        row["engine_core"] = (engine_cpu(d_disk) - cpu) / row["warm"]["seconds"]
     evict(d_disk)
     if d_tmp:
         row["tmpfs"] = tensord_row(preload(d_tmp, a.device))
@@ -351,6 +373,9 @@ def summary(rows, opens, a, total, threads, seconds):
                                    "mmapcopy_warm_1", "direct")}
     m.update({k: med(rows, k, "gbps")
               for k in ("first", "first_configured", "cold", "warm", "tmpfs")})
+    if a.double:  # the modelled link is the limit; the copy above measures the double
+        m["h2d_double"], m["h2d"] = m["h2d"], a.link_gbps
+        m["engine_core"] = med(rows, "engine_core")
     m["safetensors"] = statistics.median(p[0] for p in peers) if peers else None
     m["safetensors_cold"] = statistics.median(cold_peers) if cold_peers else None
     missing = {}
@@ -365,7 +390,7 @@ def summary(rows, opens, a, total, threads, seconds):
     sweep = {t: statistics.median(r["sweep"][t]["gbps"] for r in rows) for t in rows[0]["sweep"]}
     warm = median_row(rows, "warm")
     return {
-        "device": a.device, "double": a.double,
+        "device": a.device, "double": a.double, "link_gbps": a.link_gbps if a.double else None,
         "device_name": rows[0].get("h2d_device") if a.device != "host" else "host backend",
         "bytes": total, "shards": a.shards, "threads": threads, "depth": a.depth,
         "chunk_bytes": a.chunk_mib << 20, "runs_n": len(rows), "seconds": seconds,
@@ -403,7 +428,11 @@ def table(s):
     # the host backend's two references where there is none.
     link = ["mmapcopy_1", "mmapcopy_warm_1"] if a_host else ["h2d"]
     rows = []  # (path, GB/s, ratios, goal)
-    if not a_host:
+    if s["double"]:
+        rows += [("modelled link (CUDA_DOUBLE_LINK_GBPS)", f(m["h2d"]), "limit: the link", ""),
+                 ("pinned host->device copy through the double, one 256 MiB copy at a time",
+                  f(m["h2d_double"]), "", "")]
+    elif not a_host:
         rows.append((f"pinned host->device copy ({s['device_name']})", f(m["h2d"]),
                      "limit: the link", ""))
     rows += [
@@ -430,6 +459,9 @@ def table(s):
     if m["tmpfs"] is not None:
         rows.append(("**tensord, tmpfs**", f"**{f(m['tmpfs'])}**",
                      ratios(s, "tmpfs", link + ["safetensors"]), goal("tmpfs")))
+    if s["double"] and m.get("engine_core") is not None:
+        rows.append(("the double's copy engine during the warm preload",
+                     f"{m['engine_core']:.2f} of a core", "its own cost", ""))
     for t, g in s["sweep"].items():
         rows.append((f"tensord, warm, {t} copy thread{'s' if int(t) > 1 else ''}", f(g),
                      "best of the sweep" if t == s["sweep_best"] else "", ""))
@@ -461,8 +493,10 @@ def main():
     ap.add_argument("--device", default="host", help="host, cuda:N (default host)")
     ap.add_argument("--double", action="store_true",
                     help="run cuda:0 on the CUDA driver test double (build/cuda-double)")
+    ap.add_argument("--link-gbps", type=float, default=2.0,
+                    help="the double's modelled host->device link in GB/s (default 2)")
     ap.add_argument("--size-gib", type=float, default=None,
-                    help="model size (default 16 on a GPU, 2 on the host, 0.5 on the double)")
+                    help="model size (default 16 on a GPU, 2 on the host, 1 on the double)")
     ap.add_argument("--shards", type=int, default=4)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--threads", type=int, default=0,
@@ -480,14 +514,15 @@ def main():
     t_start = time.monotonic()
     if a.double:
         a.device = "cuda:0"
-    size = a.size_gib or (0.5 if a.double else 2 if a.device == "host" else 16)
+    size = a.size_gib or (1 if a.double else 2 if a.device == "host" else 16)
     build = os.path.join(REPO, a.build)
     helper = os.path.join(build, "bench", "ceil_preload")
     os.environ["TENSORD_BIN"] = os.path.join(build, "tensord")
     env_extra = {}
     if a.double:
         env_extra = {"LD_LIBRARY_PATH": os.path.join(build, "cuda-double"),
-                     "CUDA_DOUBLE_MEM_MB": str(int(size * 1024 * 2 + 1024))}
+                     "CUDA_DOUBLE_MEM_MB": str(int(size * 1024 * 2 + 1024)),
+                     "CUDA_DOUBLE_LINK_GBPS": str(a.link_gbps)}
     cpus = len(os.sched_getaffinity(0))
     a.sweep = sweep_default(cpus) if a.sweep is None else \
         [int(t) for t in a.sweep.split(",") if t.strip()]
@@ -509,11 +544,14 @@ def main():
             shutil.copytree(mdir, os.path.join(tmp_root, MODEL))
             d_tmp = start_daemon(tmp_root, os.path.join(bench_dir, "run-tmpfs"),
                                  with_threads(args, a.threads), env_extra)
-            # Its first preload pins the ring: not one of the timed ones.
+            # Its first preload pins the ring (and, on the double, fills its
+            # pool of device memory): not one of the timed ones.
             preload(d_tmp, a.device)
             evict(d_tmp)
         # The copy threads the daemon's own rule gives (the page-cache limit
-        # is measured with as many).
+        # is measured with as many). On the double this first preload also
+        # fills the pool: a GPU's memory is there once allocated, the
+        # double's once touched.
         page_cache(files, True)
         threads = preload(d_disk, a.device)["preload"]["io"]["threads"]
         evict(d_disk)

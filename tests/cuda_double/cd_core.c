@@ -55,6 +55,7 @@ __attribute__((constructor)) static void cd_configure(void)
     for (int i = 0; i < CD_MAX_DEVICES; i++)
         cd.ctx[i].dev = i;
     cd.next_handle = 0x1000;
+    cd_link_configure();
 }
 
 /* ---- shared checks ----------------------------------------------------- */

@@ -79,16 +79,29 @@ CUresult cd_MemAlloc(CUdeviceptr *p, size_t size)
     if (r == CUDA_SUCCESS && cd.used[c->dev] + size > cd.mem_bytes)
         r = cd_fail(CUDA_ERROR_OUT_OF_MEMORY, fn, "%zu bytes with %zu of %zu in use", size,
                     cd.used[c->dev], cd.mem_bytes);
+    int fd = -1;
+    char *va = NULL;
+    if (r == CUDA_SUCCESS) {
+        /* Made (and, with a link, populated) without the lock, the size
+         * taken first. Linear memory is not pooled: its legacy IPC handle is
+         * opened by path in the other process, a descriptor the pool could
+         * not see. */
+        char why[160];
+        cd.used[c->dev] += size;
+        cd_unlock();
+        int e = cd_pool_fresh(c->dev, page_round(size), cd.link_gbps > 0, &fd, &va, why,
+                              sizeof(why));
+        cd_lock();
+        cd.used[c->dev] -= size;
+        if (e < 0)
+            r = cd_fail(CUDA_ERROR_OUT_OF_MEMORY, fn, "%s", why);
+    }
     if (r == CUDA_SUCCESS) {
         struct cd_linear *l = calloc(1, sizeof(*l));
-        int fd = l ? cd_memfd(page_round(size), c->dev) : -1;
-        void *va = fd >= 0 ? mmap(NULL, page_round(size), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
-                           : MAP_FAILED;
-        if (va == MAP_FAILED) {
-            if (fd >= 0)
-                close(fd);
-            free(l);
-            r = cd_fail(CUDA_ERROR_OUT_OF_MEMORY, fn, "memfd for %zu bytes", size);
+        if (!l) {
+            munmap(va, page_round(size));
+            close(fd);
+            r = cd_fail(CUDA_ERROR_OUT_OF_MEMORY, fn, "bookkeeping");
         } else {
             l->va = va;
             l->size = size;
@@ -121,12 +134,17 @@ CUresult cd_MemFree(CUdeviceptr p)
     cd_lock();
     CUresult r = cd_release_ctx(fn, &c, &lost);
     struct cd_linear *l = r == CUDA_SUCCESS ? find_linear((char *)(uintptr_t)p, 0) : NULL;
-    /* cuMemFree: only what cuMemAlloc returned; it may synchronise. */
+    /* cuMemFree: only what cuMemAlloc returned; it may synchronise. With a
+     * link, synchronising waits without the lock: look it up again. */
+    if (l) {
+        cd_ctx_run(l->ctx, 1);
+        while ((l = find_linear((char *)(uintptr_t)p, 0)) && cd_wait_copies(fn, l->va, l->size))
+            ;
+    }
     if (r == CUDA_SUCCESS && !l)
         r = cd_fail(CUDA_ERROR_INVALID_VALUE, fn, "%p was not returned by cuMemAlloc",
                     (void *)(uintptr_t)p);
     if (l) {
-        cd_ctx_run(l->ctx, 1);
         linear_free(l);
         linear_unlink(l);
         r = cd_lost_after(fn, lost, c->dev);
@@ -231,6 +249,8 @@ CUresult cd_IpcCloseMemHandle(CUdeviceptr p)
     cd_lock();
     CUresult r = cd_release_ctx(fn, &c, &lost);
     struct cd_linear *l = r == CUDA_SUCCESS ? find_linear((char *)(uintptr_t)p, 1) : NULL;
+    while (l && cd_wait_copies(fn, l->va, l->size))
+        l = find_linear((char *)(uintptr_t)p, 1);
     if (r == CUDA_SUCCESS && !l)
         r = cd_fail(CUDA_ERROR_INVALID_VALUE, fn, "%p was not opened", (void *)(uintptr_t)p);
     if (l) {
@@ -264,10 +284,16 @@ CUresult cd_MemHostAlloc(void **p, size_t size, unsigned int flags)
                                                   CU_MEMHOSTALLOC_WRITECOMBINED))
         r = cd_fail(CUDA_ERROR_INVALID_VALUE, fn, "flags %#x", flags);
     if (r == CUDA_SUCCESS) {
+        /* Pinning makes every page resident: with a link the double does
+         * that too (without the lock), so that filling the buffers costs
+         * what it costs with a real driver. */
+        cd_unlock();
         struct cd_host *h = calloc(1, sizeof(*h));
         void *m = h ? mmap(NULL, page_round(size), PROT_READ | PROT_WRITE,
-                           MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
+                           MAP_PRIVATE | MAP_ANONYMOUS | (cd.link_gbps > 0 ? MAP_POPULATE : 0),
+                           -1, 0)
                     : MAP_FAILED;
+        cd_lock();
         if (m == MAP_FAILED) {
             free(h);
             r = cd_fail(CUDA_ERROR_OUT_OF_MEMORY, fn, "%zu bytes", size);
@@ -299,17 +325,19 @@ CUresult cd_MemFreeHost(void *p)
     cd_lock();
     CUresult r = cd_release_ctx(fn, &c, &lost);
     struct cd_host **pp = r == CUDA_SUCCESS ? find_host(p, 0) : NULL;
+    /* Freeing the source of a copy that has not run yet: the device would
+     * read freed memory. Nothing documents a synchronisation here, so
+     * tensord must wait for its copies first. */
+    if (pp && cd_pending_touches((*pp)->p, (*pp)->size))
+        cd_violation(fn, "%p is freed while a queued copy still reads it (synchronise first)", p);
+    /* One the copy engine is copying from right now finishes first. */
+    while (pp && cd_wait_copies(fn, (*pp)->p, (*pp)->size))
+        pp = find_host(p, 0);
     /* cuMemFreeHost: only memory cuMemHostAlloc/cuMemAllocHost returned. */
     if (r == CUDA_SUCCESS && !pp)
         r = cd_fail(CUDA_ERROR_INVALID_VALUE, fn, "%p was not returned by cuMemHostAlloc", p);
     if (pp) {
         struct cd_host *h = *pp;
-        /* Freeing the source of a copy that has not run yet: the device
-         * would read freed memory. Nothing documents a synchronisation
-         * here, so tensord must wait for its copies first. */
-        if (cd_pending_touches(h->p, h->size))
-            cd_violation(fn, "%p is freed while a queued copy still reads it (synchronise first)",
-                         p);
         *pp = h->next;
         munmap(h->p, page_round(h->size));
         free(h);
@@ -357,12 +385,14 @@ CUresult cd_MemHostUnregister(void *p)
     cd_lock();
     CUresult r = cd_release_ctx(fn, &c, &lost);
     struct cd_host **pp = r == CUDA_SUCCESS ? find_host(p, 1) : NULL;
+    if (pp && cd_pending_touches((*pp)->p, (*pp)->size))
+        cd_violation(fn, "%p is unregistered while a queued copy still reads it", p);
+    while (pp && cd_wait_copies(fn, (*pp)->p, (*pp)->size))
+        pp = find_host(p, 1);
     if (r == CUDA_SUCCESS && !pp)
         r = cd_fail(CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED, fn, "%p", p);
     if (pp) {
         struct cd_host *h = *pp;
-        if (cd_pending_touches(h->p, h->size))
-            cd_violation(fn, "%p is unregistered while a queued copy still reads it", p);
         *pp = h->next;
         free(h);
     }
@@ -375,18 +405,25 @@ size_t cd_ctx_reset(struct CUctx_st *ctx)
     size_t n = 0;
     for (struct CUstream_st *s = cd.streams; s; s = s->next)
         if (s->live && s->ctx == ctx) {
+            /* Its queued work is dropped, but a copy the engine is running
+             * finishes (and is dequeued) first. */
             s->live = 0;
-            s->n_ops = 0;
+            s->n_ops = s->n_ops && s->ops[0].running ? 1 : 0;
+            s->done = s->queued;
             n++;
         }
+    pthread_cond_broadcast(&cd.done); /* their waiters */
     for (struct CUevent_st *e = cd.events; e; e = e->next)
         if (e->live && e->ctx == ctx) {
             e->live = 0;
             n++;
         }
+again:
     for (struct cd_linear *l = cd.linears, *next; l; l = next) {
         next = l->next;
         if (l->ctx == ctx) {
+            if (cd_wait_copies("cuDevicePrimaryCtxRelease", l->va, l->size))
+                goto again; /* the list may have changed meanwhile */
             linear_free(l);
             linear_unlink(l);
             n++;

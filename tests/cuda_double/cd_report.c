@@ -174,7 +174,7 @@ __attribute__((destructor)) static void cd_report(void)
 {
     if (!cd.report_dir[0])
         return;
-    char path[600], tmp[620], live[512];
+    char path[600], tmp[620], live[512], pool[256], link[256];
     snprintf(path, sizeof(path), "%s/cuda-double.%d.json", cd.report_dir, (int)getpid());
     snprintf(tmp, sizeof(tmp), "%s.tmp", path);
     cd_lock();
@@ -188,8 +188,10 @@ __attribute__((destructor)) static void cd_report(void)
     for (int i = 0; i < CD_MAX_DEVICES; i++)
         retained += cd.ctx[i].refs;
     cd_vmm_report(live, sizeof(live));
-    fprintf(f, "{\"pid\": %d, \"inited\": %d, \"contexts_retained\": %u, %s", (int)getpid(),
-            cd.inited, retained, live);
+    cd_pool_report(pool, sizeof(pool));
+    cd_link_report(link, sizeof(link));
+    fprintf(f, "{\"pid\": %d, \"inited\": %d, \"contexts_retained\": %u, %s, %s%s",
+            (int)getpid(), cd.inited, retained, live, pool, link);
     json_list(f, "violations", cd.violations, cd.n_violations);
     json_list(f, "errors", cd.errors, cd.n_errors);
     json_list(f, "injected", cd.injected, cd.n_injected);

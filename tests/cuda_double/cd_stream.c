@@ -43,28 +43,41 @@ static struct CUevent_st *find_event(const char *fn, CUevent e, CUresult *r)
     return NULL;
 }
 
+char *cd_op_target(struct CUstream_st *s, const struct cd_op *op, CUresult *err)
+{
+    /* The destination must still be writable device memory and the source
+     * still pinned when the copy finally runs. */
+    char *dst = cd_device_lookup((CUdeviceptr)(uintptr_t)op->dst, op->n,
+                                 CU_MEM_ACCESS_FLAGS_PROT_READWRITE, s->ctx->dev);
+    if (!dst) {
+        cd_violation("cuMemcpyHtoDAsync", "the destination %p+%zu was unmapped or freed "
+                     "before the queued copy ran", (void *)op->dst, op->n);
+        *err = CUDA_ERROR_ILLEGAL_ADDRESS;
+    } else if (!cd_is_pinned(op->src, op->n)) {
+        cd_violation("cuMemcpyHtoDAsync", "the source %p+%zu was freed before the queued "
+                     "copy ran", (void *)op->src, op->n);
+        *err = CUDA_ERROR_ILLEGAL_ADDRESS;
+    } else if (op->fail) {
+        *err = CUDA_ERROR_ILLEGAL_ADDRESS;
+    } else {
+        return cd_device_bytes(dst);
+    }
+    return NULL;
+}
+
 CUresult cd_stream_run(struct CUstream_st *s, uint64_t seq)
 {
+    if (cd.link_gbps > 0)
+        return cd_link_wait(s, seq); /* the copy engine runs them */
     size_t k = 0;
     while (k < s->n_ops && s->ops[k].seq <= seq) {
         struct cd_op *op = &s->ops[k++];
-        /* The destination must still be writable device memory and the
-         * source still pinned when the copy finally runs. */
-        char *dst = cd_device_lookup((CUdeviceptr)(uintptr_t)op->dst, op->n,
-                                     CU_MEM_ACCESS_FLAGS_PROT_READWRITE, s->ctx->dev);
-        if (!dst) {
-            cd_violation("cuMemcpyHtoDAsync", "the destination %p+%zu was unmapped or freed "
-                         "before the queued copy ran", (void *)op->dst, op->n);
-            s->error = CUDA_ERROR_ILLEGAL_ADDRESS;
-        } else if (!cd_is_pinned(op->src, op->n)) {
-            cd_violation("cuMemcpyHtoDAsync", "the source %p+%zu was freed before the queued "
-                         "copy ran", (void *)op->src, op->n);
-            s->error = CUDA_ERROR_ILLEGAL_ADDRESS;
-        } else if (op->fail) {
-            s->error = CUDA_ERROR_ILLEGAL_ADDRESS;
-        } else {
+        CUresult e = CUDA_SUCCESS;
+        char *dst = cd_op_target(s, op, &e);
+        if (dst)
             memcpy(dst, op->src, op->n);
-        }
+        else
+            s->error = e;
         s->done = op->seq;
     }
     if (k) /* a stream that never queued a copy has no ops array */
@@ -79,7 +92,9 @@ CUresult cd_ctx_run(struct CUctx_st *ctx, int all)
 {
     CUresult first = CUDA_SUCCESS;
     for (struct CUstream_st *s = cd.streams; s; s = s->next) {
-        if (!s->live || s->ctx != ctx || (!all && (s->flags & CU_STREAM_NON_BLOCKING)))
+        /* A destroyed stream's queued work (link only) is the context's too. */
+        if ((!s->live && !s->n_ops) || s->ctx != ctx ||
+            (!all && (s->flags & CU_STREAM_NON_BLOCKING)))
             continue;
         CUresult r = cd_stream_run(s, s->queued);
         if (first == CUDA_SUCCESS)
@@ -132,12 +147,16 @@ CUresult cd_StreamDestroy(CUstream hs)
     struct CUstream_st *s = r == CUDA_SUCCESS ? find_stream(fn, hs, &r) : NULL;
     if (s) {
         /* cuStreamDestroy returns at once; work still queued completes
-         * first and the stream's resources go afterwards. */
-        cd_stream_run(s, s->queued);
+         * first and the stream's resources go afterwards (with a link, the
+         * copy engine frees them when it has drained the stream). */
+        if (cd.link_gbps <= 0)
+            cd_stream_run(s, s->queued);
         s->live = 0;
-        free(s->ops);
-        s->ops = NULL;
-        s->cap_ops = 0;
+        if (!s->n_ops) {
+            free(s->ops);
+            s->ops = NULL;
+            s->cap_ops = 0;
+        }
         r = cd_lost_after(fn, cd.lost[s->ctx->dev], s->ctx->dev);
     }
     cd_unlock();
@@ -153,7 +172,7 @@ CUresult cd_StreamSynchronize(CUstream hs)
     if (s && cd.lost[s->ctx->dev])
         r = cd_fail(cd.vanish_error, fn, "device %d is lost", s->ctx->dev);
     else if (s && (r = cd_stream_run(s, s->queued)) != CUDA_SUCCESS)
-        cd_fail(r, fn, "a queued copy failed");
+        cd_fail(r, fn, cd.lost[s->ctx->dev] ? "the device was lost" : "a queued copy failed");
     cd_unlock();
     return r;
 }
@@ -207,7 +226,7 @@ CUresult cd_EventRecord(CUevent he, CUstream hs)
     return r;
 }
 
-static CUresult event_wait(const char *fn, CUevent he)
+static CUresult event_wait(const char *fn, CUevent he, int query)
 {
     cd_lock();
     CUresult r = cd_check_init(fn);
@@ -219,15 +238,20 @@ static CUresult event_wait(const char *fn, CUevent he)
          * work, so waiting for it returns at once. Code that waits for a
          * copy through an event it never recorded waits for nothing. */
         cd_violation(fn, "event %p was never recorded on a stream: this waits for nothing", he);
+    } else if (e && e->stream && query && cd.link_gbps > 0 && e->stream->done < e->seq) {
+        /* cuEventQuery: CUDA_ERROR_NOT_READY while the work it captured is
+         * incomplete; a status, not a failure (nothing is recorded). */
+        r = CUDA_ERROR_NOT_READY;
     } else if (e && e->stream && (r = cd_stream_run(e->stream, e->seq)) != CUDA_SUCCESS) {
-        cd_fail(r, fn, "a copy before the event failed");
+        cd_fail(r, fn, cd.lost[e->ctx->dev] ? "the device was lost"
+                                            : "a copy before the event failed");
     }
     cd_unlock();
     return r;
 }
 
-CUresult cd_EventSynchronize(CUevent e) { return event_wait("cuEventSynchronize", e); }
-CUresult cd_EventQuery(CUevent e) { return event_wait("cuEventQuery", e); }
+CUresult cd_EventSynchronize(CUevent e) { return event_wait("cuEventSynchronize", e, 0); }
+CUresult cd_EventQuery(CUevent e) { return event_wait("cuEventQuery", e, 1); }
 
 CUresult cd_EventDestroy(CUevent he)
 {
@@ -268,6 +292,7 @@ CUresult cd_MemcpyHtoDAsync(CUdeviceptr dst, const void *src, size_t n, CUstream
         long k = ++cd.n_copies;
         if (k == cd.vanish_at) {
             cd.lost[c->dev] = 1;
+            cd_link_lost(c->dev);
             r = cd_inject(cd.vanish_error, fn, "CUDA_DOUBLE_VANISH_AT: the device is lost");
         } else if (k == cd.fail_copy_at) {
             r = cd_inject(CUDA_ERROR_INVALID_VALUE, fn, "CUDA_DOUBLE_FAIL_COPY_AT");
@@ -278,6 +303,7 @@ CUresult cd_MemcpyHtoDAsync(CUdeviceptr dst, const void *src, size_t n, CUstream
         }
     }
     if (r == CUDA_SUCCESS && s && cd_is_pinned(src, n)) {
+        uint64_t due = 0;
         if (s->n_ops == s->cap_ops) {
             size_t cap = s->cap_ops ? 2 * s->cap_ops : 16;
             struct cd_op *ops = realloc(s->ops, cap * sizeof(*ops));
@@ -288,8 +314,12 @@ CUresult cd_MemcpyHtoDAsync(CUdeviceptr dst, const void *src, size_t n, CUstream
             s->ops = ops;
             s->cap_ops = cap;
         }
+        if (cd.link_gbps > 0 && cd_link_queue(c->dev, n, &due) < 0) {
+            cd_unlock();
+            return cd_fail(CUDA_ERROR_OUT_OF_MEMORY, fn, "cannot start the copy engine thread");
+        }
         s->ops[s->n_ops++] = (struct cd_op){.dst = d, .src = src, .n = n, .fail = fail,
-                                            .seq = ++s->queued};
+                                            .seq = ++s->queued, .due_ns = due};
     } else if (r == CUDA_SUCCESS) {
         /* From pageable memory (or on the legacy stream) the copy has
          * consumed the source by the time the call returns: the stream's
@@ -298,10 +328,13 @@ CUresult cd_MemcpyHtoDAsync(CUdeviceptr dst, const void *src, size_t n, CUstream
             r = cd_stream_run(s, s->queued);
         else
             r = cd_ctx_run(c, 0);
+        /* With a link that waited without the lock: look again. */
+        if (r == CUDA_SUCCESS && cd.link_gbps > 0)
+            d = cd_device_range(fn, dst, n, CU_MEM_ACCESS_FLAGS_PROT_READWRITE, c->dev, &r);
         if (fail && r == CUDA_SUCCESS)
             r = CUDA_ERROR_ILLEGAL_ADDRESS;
         else if (r == CUDA_SUCCESS)
-            memcpy(d, src, n);
+            memcpy(cd_device_bytes(d), src, n);
     }
     cd_unlock();
     return r;
@@ -327,8 +360,20 @@ static CUresult sync_copy(const char *fn, char *dst_host, CUdeviceptr dst, CUdev
         s = cd_device_range(fn, src, n, CU_MEM_ACCESS_FLAGS_PROT_READ, c->dev, &r);
     if (r == CUDA_SUCCESS && n && (!d || !s))
         r = cd_fail(CUDA_ERROR_INVALID_VALUE, fn, "NULL pointer");
-    if (r == CUDA_SUCCESS && n)
-        memmove(d, s, n);
+    char *to = r == CUDA_SUCCESS && !dst_host ? cd_device_bytes(d) : d;
+    const char *from = r == CUDA_SUCCESS && !src_host ? cd_device_bytes(s) : s;
+    if (r == CUDA_SUCCESS && n && cd.link_gbps > 0) {
+        /* With a link nothing copies under the lock: what frees this
+         * memory meanwhile waits (cd_wait_copies). */
+        struct cd_busy b = {.a = d, .b = s, .n = n, .sync = 1};
+        cd_busy_begin(&b);
+        cd_unlock();
+        memmove(to, from, n);
+        cd_lock();
+        cd_busy_end(&b);
+    } else if (r == CUDA_SUCCESS && n) {
+        memmove(to, from, n);
+    }
     cd_unlock();
     return r;
 }

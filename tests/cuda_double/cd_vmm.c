@@ -12,34 +12,16 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define MEMFD_PREFIX "cuda-double dev "
-
 static size_t page_size(void)
 {
     return (size_t)sysconf(_SC_PAGESIZE);
-}
-
-int cd_memfd(size_t size, int dev)
-{
-    char name[64];
-    snprintf(name, sizeof(name), MEMFD_PREFIX "%d", dev);
-    int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
-    if (fd < 0)
-        return -1;
-    /* Device memory does not change size: importers may trust it. */
-    if (ftruncate(fd, (off_t)size) < 0 ||
-        fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0) {
-        close(fd);
-        return -1;
-    }
-    return fd;
 }
 
 static void mem_unref(struct cd_mem *m)
 {
     if (--m->refs > 0)
         return;
-    close(m->fd);
+    cd_pool_give(m);
     if (cd_valid_dev(m->dev) && cd.used[m->dev] >= m->size)
         cd.used[m->dev] -= m->size;
     free(m);
@@ -141,20 +123,38 @@ CUresult cd_MemCreate(CUmemGenericAllocationHandle *h, size_t size, const CUmemA
     if (r == CUDA_SUCCESS && cd.used[dev] + size > cd.mem_bytes)
         r = cd_fail(CUDA_ERROR_OUT_OF_MEMORY, fn, "%zu bytes with %zu of %zu in use", size,
                     cd.used[dev], cd.mem_bytes);
+    int fd = -1;
+    char *view = NULL;
+    if (r == CUDA_SUCCESS && !cd_pool_take(dev, size, &fd, &view)) {
+        /* New memory, made (and, with a link, populated) without the lock:
+         * the size is taken first, so no other allocation can have it. */
+        char why[160];
+        cd.used[dev] += size;
+        cd_pool_trim(dev);
+        cd_unlock();
+        int e = cd_pool_fresh(dev, size, cd.link_gbps > 0, &fd, &view, why, sizeof(why));
+        cd_lock();
+        cd.used[dev] -= size;
+        if (e < 0)
+            r = cd_fail(CUDA_ERROR_OUT_OF_MEMORY, fn, "%s", why);
+        else
+            cd.pool_fresh++;
+    }
     if (r == CUDA_SUCCESS) {
         struct cd_mem *m = calloc(1, sizeof(*m));
-        int fd = m ? cd_memfd(size, dev) : -1;
-        struct cd_handle *x = fd >= 0 ? new_handle(m, 0) : NULL;
+        struct cd_handle *x = m ? new_handle(m, 0) : NULL;
         if (!x) {
-            if (fd >= 0)
-                close(fd);
             free(m);
-            r = cd_fail(CUDA_ERROR_OUT_OF_MEMORY, fn, "memfd for %zu bytes", size);
+            munmap(view, size);
+            close(fd);
+            r = cd_fail(CUDA_ERROR_OUT_OF_MEMORY, fn, "bookkeeping");
         } else {
             m->fd = fd;
+            m->view = view;
             m->size = size;
             m->dev = dev;
             m->exportable = p->requestedHandleTypes == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+            m->poolable = 1;
             m->refs = 1;
             cd.used[dev] += size;
             *h = x->id;
@@ -253,6 +253,7 @@ CUresult cd_MemAddressFree(CUdeviceptr ptr, size_t size)
     cd_lock();
     cd_trace(fn, "%p, %zu", (void *)va, size);
     CUresult r = cd_check_init(fn);
+    cd_wait_copies(fn, va, size); /* before any pointer into the lists is taken */
     struct cd_reservation **pp = NULL;
     /* cuMemAddressFree: ptr and size must be exactly what
      * cuMemAddressReserve gave and was given. */
@@ -350,11 +351,18 @@ CUresult cd_MemUnmap(CUdeviceptr ptr, size_t size)
     if (r == CUDA_SUCCESS && !pp)
         r = cd_fail(CUDA_ERROR_INVALID_VALUE, fn, "%p+%zu is not one whole mapping", (void *)va,
                     size);
+    if (pp && cd_pending_touches(va, size))
+        cd_violation(fn, "%p+%zu is unmapped while a queued copy still writes it "
+                     "(synchronise first)", (void *)va, size);
+    /* A copy still running into it finishes first: the lists may change meanwhile. */
+    if (pp && cd_wait_copies(fn, va, size)) {
+        pp = find_mapping_exact(va, size);
+        if (!pp)
+            r = cd_fail(CUDA_ERROR_INVALID_VALUE, fn, "%p+%zu was unmapped by another thread",
+                        (void *)va, size);
+    }
     if (pp) {
         int dev = (*pp)->mem->dev;
-        if (cd_pending_touches(va, size))
-            cd_violation(fn, "%p+%zu is unmapped while a queued copy still writes it "
-                         "(synchronise first)", (void *)va, size);
         drop_mapping(pp);
         if (cd_valid_dev(dev) && cd.lost[dev])
             r = cd_fail(cd.vanish_error, fn, "device %d is lost (unmapped anyway)", dev);
@@ -440,7 +448,7 @@ CUresult cd_MemExportToShareableHandle(void *out, CUmemGenericAllocationHandle h
         r = cd_fail(CUDA_ERROR_INVALID_VALUE, fn, "NULL output");
     if (r == CUDA_SUCCESS && x) {
         /* A new descriptor the caller owns and closes. */
-        int fd = fcntl(x->mem->fd, F_DUPFD_CLOEXEC, 0);
+        int fd = cd_pool_export(x->mem);
         if (fd < 0)
             r = cd_fail(CUDA_ERROR_OUT_OF_MEMORY, fn, "dup");
         else
@@ -468,11 +476,11 @@ CUresult cd_MemImportFromShareableHandle(CUmemGenericAllocationHandle *h, void *
         target[n] = '\0';
     /* cuMemImportFromShareableHandle: a descriptor that is not such a
      * handle is CUDA_ERROR_INVALID_VALUE (here: not the double's memfd). */
-    if (r == CUDA_SUCCESS && (n <= 0 || strncmp(target, "/memfd:" MEMFD_PREFIX, 7 + strlen(MEMFD_PREFIX)) != 0 ||
+    if (r == CUDA_SUCCESS && (n <= 0 || strncmp(target, "/memfd:" CD_MEMFD_PREFIX, 7 + strlen(CD_MEMFD_PREFIX)) != 0 ||
                               fstat(fd, &st) < 0))
         r = cd_fail(CUDA_ERROR_INVALID_VALUE, fn, "fd %d (%s) is not an exported allocation", fd,
                     target[0] ? target : "not open");
-    int dev = r == CUDA_SUCCESS ? atoi(target + 7 + strlen(MEMFD_PREFIX)) : 0;
+    int dev = r == CUDA_SUCCESS ? atoi(target + 7 + strlen(CD_MEMFD_PREFIX)) : 0;
     if (r == CUDA_SUCCESS && !cd_valid_dev(dev))
         r = cd_fail(CUDA_ERROR_INVALID_DEVICE, fn, "exported from device %d", dev);
     if (r == CUDA_SUCCESS) {
@@ -512,6 +520,14 @@ char *cd_device_lookup(CUdeviceptr p, size_t n, int need, int dev)
         if (a >= l->va && a + n <= l->va + l->size && a + n >= a && l->dev == dev)
             return a;
     return NULL;
+}
+
+char *cd_device_bytes(char *a)
+{
+    for (struct cd_mapping *m = cd.mappings; m; m = m->next)
+        if (a >= m->va && a < m->va + m->size)
+            return m->mem->view ? m->mem->view + (a - m->va) : a;
+    return a; /* linear memory: the double's own mapping already */
 }
 
 char *cd_device_range(const char *fn, CUdeviceptr p, size_t n, int need, int dev, CUresult *r)

@@ -15,6 +15,8 @@ import json
 import os
 import shutil
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -327,6 +329,29 @@ def c_holder(d, model, env=None):
         if line.startswith("holding"):
             return p
     raise AssertionError(f"tensord-client did not hold: {p.stderr.read()}")
+
+
+def frame(obj):
+    b = json.dumps(obj).encode()
+    return struct.pack("<I", len(b)) + b
+
+
+def ask(sock_path, obj):
+    """One request on a fresh connection: (answer, fds, connection). The caller
+    closes the fds and the connection (which ends a lease it opened)."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(20)
+    s.connect(sock_path)
+    s.sendall(frame(obj))
+    data, fds = b"", []
+    while len(data) < 4 or len(data) < 4 + struct.unpack("<I", data[:4])[0]:
+        msg, anc, _f, _a = s.recvmsg(1 << 20, socket.CMSG_SPACE(4 * 64))
+        for level, typ, cdata in anc:
+            if level == socket.SOL_SOCKET and typ == socket.SCM_RIGHTS:
+                fds += list(struct.unpack(f"{len(cdata) // 4}i", cdata[:len(cdata) // 4 * 4]))
+        assert msg, "the daemon closed the connection"
+        data += msg
+    return json.loads(data[4:]), fds, s
 
 
 def kill(p):

@@ -35,6 +35,29 @@
  * buffer refilled before its copy was waited for lands in device memory as
  * the wrong bytes.
  *
+ * With CUDA_DOUBLE_LINK_GBPS=R the double models a link instead (cd_link.c):
+ * each device has one link of R GB/s (1e9 bytes/s) that every stream and
+ * thread shares, and a copy engine thread of the double's own performs the
+ * queued copies, each when its modelled transfer ends: a copy of n bytes
+ * queued at t ends at max(t, the end of the device's previous copy) + n/R,
+ * its bytes land then (read from the source then, so a buffer refilled
+ * before the wait still lands as the wrong bytes), and only then does its
+ * event complete (cuEventQuery says CUDA_ERROR_NOT_READY before). Waiting
+ * (cuEventSynchronize, cuStreamSynchronize, cuCtxSynchronize, the
+ * synchronous copies) and the copying itself happen without the double's
+ * lock held. cuMemHostAlloc memory is populated when it is allocated, as
+ * pinning does, and so is fresh device memory (see below).
+ *
+ * Device memory (cd_pool.c) is written through the double's own mapping of
+ * each memfd, not the caller's, so first writes into a mapping do not page
+ * fault, as a GPU's do not; memory released by the process is pooled and
+ * handed out again to an allocation of the same size on the same device,
+ * already populated, but only once no other process can still map it: every
+ * exported descriptor is its own open file description holding a shared
+ * flock, which the kernel keeps while any process holds that descriptor or
+ * a mapping of it, and an allocation is reused only when an exclusive flock
+ * succeeds. Pooled and live memory together stay within the device's size.
+ *
  * Environment (all optional):
  *   CUDA_DOUBLE_DEVICES=N          devices (default 1, at most 8)
  *   CUDA_DOUBLE_DRIVER_VERSION=V   what cuDriverGetVersion says (default 12080)
@@ -58,6 +81,9 @@
  *   CUDA_DOUBLE_REPORT_DIR=DIR     at exit, write DIR/cuda-double.PID.json: live objects,
  *                                  violations, errors returned, faults injected
  *   CUDA_DOUBLE_TRACE=1            log every call on stderr
+ *   CUDA_DOUBLE_LINK_GBPS=R        model a host-to-device link of R GB/s per device (above,
+ *                                  at least 0.001); unset or 0: copies run when something
+ *                                  waits for them
  * Fault counters count calls in one process. */
 #ifndef CUDA_DOUBLE_H
 #define CUDA_DOUBLE_H
@@ -69,6 +95,8 @@
 
 #define CD_MAX_DEVICES 8
 #define CD_CTX_STACK 16
+/* Every device memfd's name: the prefix, then the device's ordinal. */
+#define CD_MEMFD_PREFIX "cuda-double dev "
 
 struct CUctx_st {
     int dev;
@@ -82,7 +110,9 @@ struct cd_op {
     const char *src;
     size_t n;
     int fail;                  /* injected: the copy fails when it runs */
+    int running;               /* the copy engine is copying it, without the lock */
     uint64_t seq;              /* its position in the stream */
+    uint64_t due_ns;           /* link model: when its transfer ends (CLOCK_MONOTONIC) */
 };
 
 struct CUstream_st {
@@ -93,7 +123,17 @@ struct CUstream_st {
     struct cd_op *ops;         /* pending, oldest first */
     size_t n_ops, cap_ops;
     CUresult error;            /* a failed op's error, reported by the next sync */
+    uint64_t error_seq;        /* link model: the position of the op that failed */
     struct CUstream_st *next;
+};
+
+/* A copy running outside the lock (the copy engine's, or a synchronous
+ * copy's in link mode): what frees [a, a+n) or [b, b+n) waits for. */
+struct cd_busy {
+    const char *a, *b;
+    size_t n;
+    int sync;                  /* a synchronous copy (not the copy engine) */
+    struct cd_busy *next;
 };
 
 struct CUevent_st {
@@ -108,10 +148,22 @@ struct CUevent_st {
 /* Device memory: one memfd. */
 struct cd_mem {
     int fd;
+    char *view;                /* the double's own read-write mapping, what copies use;
+                                  NULL for an import */
+    size_t size;
+    int dev;                   /* -1: imported from another process */
+    int exportable;            /* requested with CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR */
+    int poolable;              /* every export holds the flock (cd_pool_export) */
+    unsigned refs;             /* live handles + live mappings */
+};
+
+/* Released device memory kept for the next allocation (cd_pool.c). */
+struct cd_pooled {
+    int fd;
+    char *view;
     size_t size;
     int dev;
-    int exportable;            /* requested with CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR */
-    unsigned refs;             /* live handles + live mappings */
+    struct cd_pooled *next;    /* newest first */
 };
 
 struct cd_handle {
@@ -167,6 +219,19 @@ struct cd_state {
     char missing[512];
     int trace;
     char report_dir[512];
+    /* the link model (cd_link.c); link_gbps 0: copies run when waited for */
+    double link_gbps;
+    uint64_t link_free_ns[CD_MAX_DEVICES]; /* when each device's link is next idle */
+    pthread_cond_t work;       /* the copy engine: a copy was queued */
+    pthread_cond_t done;       /* waiters: a copy completed, or a device was lost */
+    int engine_started;
+    pthread_t engine;
+    struct cd_busy *busy;      /* copies running outside the lock */
+    unsigned long long link_copies, link_bytes;
+    /* the device memory pool (cd_pool.c) */
+    struct cd_pooled *pool;
+    size_t pooled[CD_MAX_DEVICES];
+    unsigned long long pool_reused, pool_fresh, pool_held;
     /* counters */
     long n_allocs, n_copies;
     unsigned long long next_handle;
@@ -216,6 +281,54 @@ CUresult cd_parse_error(const char *s, CUresult dflt);
 CUresult cd_GetErrorString(CUresult e, const char **s);
 CUresult cd_GetErrorName(CUresult e, const char **s);
 
+/* cd_link.c: the link model (CUDA_DOUBLE_LINK_GBPS) and its copy engine. */
+/* Reads CUDA_DOUBLE_LINK_GBPS and sets up what the engine waits on (at load). */
+void cd_link_configure(void);
+/* Under the lock, for a copy of n bytes to dev queued now: when its transfer
+ * ends (CLOCK_MONOTONIC ns), with the engine started and told. Returns 0, or
+ * -1 when the engine thread cannot be started. */
+int cd_link_queue(int dev, size_t n, uint64_t *due_ns);
+/* Under the lock: waits, releasing it, until s has completed position seq
+ * (or its device is lost). Returns the error of a failed copy at or before
+ * seq (reported once), else CUDA_SUCCESS. */
+CUresult cd_link_wait(struct CUstream_st *s, uint64_t seq);
+/* Under the lock, dev just lost: with a link, drops its queued copies and
+ * wakes their waiters. */
+void cd_link_lost(int dev);
+/* Under the lock: marks b as running outside it / done (waking waiters). */
+void cd_busy_begin(struct cd_busy *b);
+void cd_busy_end(struct cd_busy *b);
+/* Under the lock: waits, releasing it, until no copy running outside the
+ * lock touches [p, p+n); one on another thread's synchronous copy is a
+ * violation recorded under fn. Returns whether it waited, in which case the
+ * caller's pointers into the double's lists are stale. */
+int cd_wait_copies(const char *fn, const void *p, size_t n);
+/* "\"link\": {...}" for the report (empty without a link). */
+void cd_link_report(char *buf, size_t len);
+
+/* cd_pool.c: device memory, the double's views of it, and the pool. */
+/* A memfd of size bytes named for device dev ("cuda-double dev N"), or -1. */
+int cd_memfd(size_t size, int dev);
+/* Without the lock: a new memfd for dev with the double's read-write view of
+ * it, populated when populate is set. Returns 0 or -errno (what failed in
+ * why). */
+int cd_pool_fresh(int dev, size_t size, int populate, int *fd, char **view, char *why,
+                  size_t whylen);
+/* Under the lock: a pooled memfd of exactly size bytes for dev that no other
+ * process holds or maps, taken out of the pool. Returns whether one was. */
+int cd_pool_take(int dev, size_t size, int *fd, char **view);
+/* Under the lock: drops pooled memory of dev until it and what is in use fit
+ * in the device. */
+void cd_pool_trim(int dev);
+/* Under the lock: m's memfd and view, no longer used in this process, go to
+ * the pool (or are closed). */
+void cd_pool_give(struct cd_mem *m);
+/* A new descriptor of m for another process: its own open file description
+ * holding a shared flock. Returns it, or -1 with errno. */
+int cd_pool_export(struct cd_mem *m);
+/* "\"pool\": {...}" for the report. */
+void cd_pool_report(char *buf, size_t len);
+
 /* cd_vmm.c: cuMem* virtual memory management. */
 CUresult cd_MemGetAllocationGranularity(size_t *g, const CUmemAllocationProp *p,
                                         CUmemAllocationGranularity_flags f);
@@ -239,8 +352,9 @@ CUresult cd_MemImportFromShareableHandle(CUmemGenericAllocationHandle *h, void *
 char *cd_device_range(const char *fn, CUdeviceptr p, size_t n, int need, int dev, CUresult *r);
 /* The same lookup without recording anything: the host address, or NULL. */
 char *cd_device_lookup(CUdeviceptr p, size_t n, int need, int dev);
-/* A memfd of size bytes named for device dev ("cuda-double dev N"), or -1. */
-int cd_memfd(size_t size, int dev);
+/* Where the double reads and writes the device bytes at host address a (as
+ * cd_device_lookup returned it): the allocation's own view, or a itself. */
+char *cd_device_bytes(char *a);
 /* "\"handles\": N, ..." counts of live VMM objects, for the report. */
 void cd_vmm_report(char *buf, size_t len);
 
@@ -270,11 +384,16 @@ CUresult cd_MemHostRegister(void *p, size_t size, unsigned int flags);
 CUresult cd_MemHostUnregister(void *p);
 
 /* cd_stream.c: streams, events, copies. */
-/* Runs s's queued copies up to (and including) position seq. Returns the
- * first error one of them had (left on the stream), else CUDA_SUCCESS. */
+/* Runs s's queued copies up to (and including) position seq (with a link:
+ * waits, releasing the lock, for the copy engine to have run them). Returns
+ * the error one of them had, else CUDA_SUCCESS. */
 CUresult cd_stream_run(struct CUstream_st *s, uint64_t seq);
 /* Runs every pending copy of ctx's streams (all = also non-blocking ones). */
 CUresult cd_ctx_run(struct CUctx_st *ctx, int all);
+/* Whether op may run now: its destination still writable device memory of
+ * s's device, its source still pinned, no fault injected. Returns where its
+ * bytes go (cd_device_bytes), or NULL with *err set (violations recorded). */
+char *cd_op_target(struct CUstream_st *s, const struct cd_op *op, CUresult *err);
 /* Whether a pending copy reads or writes [p, p+n). */
 int cd_pending_touches(const char *p, size_t n);
 /* cd_stream.c's entry points. */

@@ -8,41 +8,19 @@ import ctypes
 import json
 import os
 import signal
-import socket
 import struct
 import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 import tdutil
-from conftest import (CudaDaemon, c_client, c_holder, end_worker, expected, model_tensors,
+from conftest import (CudaDaemon, ask, c_client, c_holder, end_worker, expected, model_tensors,
                       py_worker, rand, read_line, read_report, assert_clean, worker_env, kill,
                       gen_models, DOUBLE_DIR)
 
 UUID0 = "GPU-5d6e7f90-a1b2-c3d4-e5f6-0718293a4b00"
-
-
-def frame(obj):
-    b = json.dumps(obj).encode()
-    return struct.pack("<I", len(b)) + b
-
-
-def ask(sock_path, obj):
-    """One request on a fresh connection: (answer, fds). The caller closes fds."""
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(20)
-    s.connect(sock_path)
-    s.sendall(frame(obj))
-    data, fds = b"", []
-    while len(data) < 4 or len(data) < 4 + struct.unpack("<I", data[:4])[0]:
-        msg, anc, _f, _a = s.recvmsg(1 << 20, socket.CMSG_SPACE(4 * 64))
-        for level, typ, cdata in anc:
-            if level == socket.SOL_SOCKET and typ == socket.SCM_RIGHTS:
-                fds += list(struct.unpack(f"{len(cdata) // 4}i", cdata[:len(cdata) // 4 * 4]))
-        assert msg, "the daemon closed the connection"
-        data += msg
-    return json.loads(data[4:]), fds, s
 
 
 def test_probe_lists_the_double(start):
@@ -55,12 +33,15 @@ def test_probe_lists_the_double(start):
     d.finish()
 
 
-def test_preload_two_workers_evict_while_leased(start, tmp_path):
+@pytest.mark.parametrize("link", [None, "4"], ids=["deferred", "link"])
+def test_preload_two_workers_evict_while_leased(start, tmp_path, link):
     """Preload through a 3 x 64 KiB ring with verify and legacy IPC; the C
     client and the Python binding open every model at once and read exactly
     the files' bytes; evict while both hold leases: draining, the memory
-    stays valid in both, released with the last lease."""
-    d = start(args=["--verify", "true", "--legacy-ipc", "true"])
+    stays valid in both, released with the last lease. Both ways the double
+    runs copies: when waited for, and on its copy engine over a link."""
+    d = start(env={"CUDA_DOUBLE_LINK_GBPS": link} if link else None,
+              args=["--verify", "true", "--legacy-ipc", "true"])
     for model in ("cm-small", "cm-sharded", "cm-big"):
         s = d.preload(model)
         assert s["state"] == "ready", s

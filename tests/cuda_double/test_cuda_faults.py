@@ -25,9 +25,10 @@ FAULTS = [
 ]
 
 
+@pytest.mark.parametrize("link", [None, "4"], ids=["deferred", "link"])
 @pytest.mark.parametrize("env,args,model,words,retry_ok", FAULTS)
-def test_fault_ends_as_failed_preload(start, env, args, model, words, retry_ok):
-    d = start(env=env, args=args)
+def test_fault_ends_as_failed_preload(start, env, args, model, words, retry_ok, link):
+    d = start(env=dict(env, CUDA_DOUBLE_LINK_GBPS=link) if link else env, args=args)
     s = d.preload(model)
     assert s["state"] == "failed", s
     for w in words:
