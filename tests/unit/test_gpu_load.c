@@ -403,7 +403,9 @@ static void theirs_load(int fd, const unsigned char *d, int staged, int cold)
         } else {
             CHECK(st.bytes[GPU_SRC_DISK] > 0 && st.bytes[GPU_SRC_DISK] <= 3 * seg);
             CHECK(st.bytes[GPU_SRC_PAGE_CACHE] >= 5 * seg);
-            CHECK(st.missing_runs >= 2);
+            /* at least one run: the readahead a failed read starts may
+             * bring segment 5 in before a copy thread reaches it */
+            CHECK(st.missing_runs >= 1);
             CHECK_STR(st.disk_io, "buffered");
         }
         _exit(test_failed_flag ? 4 : 0);
