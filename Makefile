@@ -329,7 +329,7 @@ $(BUILD)/tensord: $(SERVER_OBJ) $(LOWER_OBJ) $(BUILD)/libtensord-core.a
 # headers, and the wire protocol's (gpu/ipc_proto.h, gpu/cuda_api.h).
 CLIENT_CORE_SRC := core/dtype.c core/json_scan.c core/path_trust.c core/st_error.c core/strmap.c \
                    core/util.c
-CLIENT_HEADERS  := $(CLIENT_CORE_SRC:.c=.h) gpu/ipc_proto.h gpu/cuda_api.h
+CLIENT_HEADERS  := $(CLIENT_CORE_SRC:.c=.h) core/split_bounds.h gpu/ipc_proto.h gpu/cuda_api.h
 CLIENT_PIC_OBJ := $(CLIENT_SRC:%.c=$(BUILD)/pic/%.o) $(CLIENT_CORE_SRC:%.c=$(BUILD)/pic/%.o)
 $(BUILD)/include/client/.made: Makefile
 	@rm -rf $(dir $@) && mkdir -p $(dir $@)

@@ -13,6 +13,7 @@
 #include "cmem.h"
 #include "dtype.h"
 #include "json_scan.h"
+#include "split_bounds.h"
 #include "util.h"
 
 void tdc_seterr(char *err, size_t errlen, const char *fmt, ...)
@@ -157,6 +158,8 @@ enum {
     BAD_RANK = 1 << 8,         /* more than MAX_DIMS dimensions */
     BAD_SHAPE = 1 << 9,        /* a dimension that is no non-negative integer */
     BAD_CHECKSUM = 1 << 10,    /* a checksum that is not 16 hex digits */
+    HAVE_PART = 1 << 11,       /* a "part" object: the tensor was cut */
+    BAD_PART = 1 << 12,        /* one without its four non-negative integers */
 };
 
 struct open_reader;
@@ -177,6 +180,9 @@ struct table {
 struct open_reader {
     struct tensord_model *m;
     int have_generation, have_allocs, have_tensors;
+    int bad_split;              /* world or rank not a non-negative integer, split no object */
+    unsigned part_fields;       /* of the part being read: which of its four were found */
+    uint64_t part[4];           /* ... dim, start, stop, length */
     struct table allocs, tensors;
     size_t n_dims;              /* of the tensor being read ... */
     int64_t dims[MAX_DIMS];     /* ... and its dimensions */
@@ -303,6 +309,39 @@ static int read_shape(struct json_scan *s, unsigned depth, struct open_reader *r
     return 0;
 }
 
+/* One member of a tensor's "part": dim, start, stop, length. */
+static int part_member(struct json_scan *s, const char *key, unsigned depth, void *ctx)
+{
+    static const char *const keys[] = {"dim", "start", "stop", "length"};
+    struct open_reader *r = ctx;
+    int rc;
+    for (unsigned k = 0; k < ARRAY_LEN(keys); k++)
+        if (strcmp(key, keys[k]) == 0)
+            return read_uint(s, depth, &r->part[k], &rc) ? (r->part_fields |= 1u << k, rc) : rc;
+    return skip_value(s, depth);
+}
+
+static int read_part(struct json_scan *s, unsigned depth, struct open_reader *r)
+{
+    size_t i = r->m->n_tensors - 1;
+    struct tensord_tensor *t = &r->m->tensors[i];
+    r->part_fields = 0;
+    if (s->tok != '{' || json_scan_each(s, depth, ANSWER_MAX_DEPTH, part_member, r) != 0) {
+        r->tensors.flags[i] |= BAD_PART;
+        return s->tok == '{' ? -1 : skip_value(s, depth);
+    }
+    if (r->part_fields != 15 || r->part[0] >= MAX_DIMS) {
+        r->tensors.flags[i] |= BAD_PART;
+        return 0;
+    }
+    t->part_dim = (int)r->part[0];
+    t->part_start = (int64_t)r->part[1]; /* int64 tokens: at most INT64_MAX */
+    t->part_stop = (int64_t)r->part[2];
+    t->part_length = (int64_t)r->part[3];
+    r->tensors.flags[i] |= HAVE_PART;
+    return 0;
+}
+
 static int tensor_member(struct json_scan *s, const char *key, unsigned depth, void *ctx)
 {
     struct open_reader *r = ctx;
@@ -316,6 +355,8 @@ static int tensor_member(struct json_scan *s, const char *key, unsigned depth, v
         return read_name(s, depth, (char **)&t->dtype);
     if (strcmp(key, "shape") == 0)
         return read_shape(s, depth, r);
+    if (strcmp(key, "part") == 0)
+        return read_part(s, depth, r);
     if (strcmp(key, "alloc") == 0)
         *f |= read_uint(s, depth, &r->tensors.index[i], &rc) ? HAVE_ALLOC : 0;
     else if (strcmp(key, "offset") == 0)
@@ -346,6 +387,18 @@ static int open_member(struct json_scan *s, const char *key, unsigned depth, voi
             m->dev_index = (int)v;
     } else if (strcmp(key, "generation") == 0) {
         r->have_generation = read_uint(s, depth, &m->generation, &rc);
+    } else if (strcmp(key, "world") == 0 || strcmp(key, "rank") == 0) {
+        r->bad_split |= !read_uint(s, depth, key[0] == 'w' ? &m->world : &m->rank, &rc);
+    } else if (strcmp(key, "split") == 0) {
+        size_t start = s->start;
+        r->bad_split |= s->tok != '{';
+        if ((rc = skip_value(s, depth)) == 0 && s->tok == '}') {
+            free(m->split);
+            if (!(m->split = cmem_malloc(s->pos - start + 1)))
+                return json_scan_fail(s, JSON_ERR_NO_MEMORY);
+            memcpy(m->split, s->buf + start, s->pos - start);
+            m->split[s->pos - start] = '\0';
+        }
     } else if (strcmp(key, "allocations") == 0 && s->tok == '[') {
         r->have_allocs = 1;
         rc = json_scan_each(s, depth, ANSWER_MAX_DEPTH, table_row, &r->allocs);
@@ -383,6 +436,35 @@ static int check_tensor_size(const struct tensord_tensor *t, char *err, size_t e
     return 0;
 }
 
+/* A partition's tensor: its part must be what the split gives its rank
+ * (core/split_bounds.h, the daemon's own rule), and its shape the part's. A
+ * whole model's tensors have no part. 0, or -1 with err. */
+static int check_part(const struct tensord_model *m, const struct tensord_tensor *t,
+                      unsigned flags, char *err, size_t errlen)
+{
+    uint64_t lo, hi;
+    if (flags & BAD_PART)
+        return tdc_seterr(err, errlen, "malformed part of tensor %s in the open answer",
+                          t->name), -1;
+    if (!(flags & HAVE_PART))
+        return 0;
+    if (m->world < 2 || t->part_dim >= t->ndim || t->part_start > t->part_stop ||
+        t->part_stop > t->part_length || t->shape[t->part_dim] != t->part_stop - t->part_start)
+        return tdc_seterr(err, errlen, "tensor %s in the open answer: its part (dim %d, "
+                          "[%lld, %lld) of %lld) does not fit its shape or the model's world",
+                          t->name, t->part_dim, (long long)t->part_start,
+                          (long long)t->part_stop, (long long)t->part_length), -1;
+    fetch_split_bounds((uint64_t)t->part_length, m->world, m->rank, &lo, &hi);
+    if ((uint64_t)t->part_start != lo || (uint64_t)t->part_stop != hi)
+        return tdc_seterr(err, errlen, "tensor %s in the open answer: part [%lld, %lld) of "
+                          "dim %d is not rank %llu of %llu's [%llu, %llu) of its %lld",
+                          t->name, (long long)t->part_start, (long long)t->part_stop,
+                          t->part_dim, (unsigned long long)m->rank,
+                          (unsigned long long)m->world, (unsigned long long)lo,
+                          (unsigned long long)hi, (long long)t->part_length), -1;
+    return 0;
+}
+
 /* The checks that need the whole answer, in the order the fields are
  * described in docs/GPU.md: the model, its allocations, its tensors. */
 static int check_open(struct open_reader *r, size_t n_fds, char *err, size_t errlen)
@@ -393,6 +475,11 @@ static int check_open(struct open_reader *r, size_t n_fds, char *err, size_t err
     if (!r->have_generation || !r->have_allocs || !r->have_tensors)
         return tdc_seterr(err, errlen, "malformed open answer (generation, allocations, tensors)"),
                -1;
+    if (r->bad_split || m->world == 0 || m->world > INT32_MAX || m->rank >= m->world ||
+        (m->world > 1) != (m->split != NULL))
+        return tdc_seterr(err, errlen, "malformed open answer (world %llu, rank %llu, %s)",
+                          (unsigned long long)m->world, (unsigned long long)m->rank,
+                          m->split ? "a split" : "no split"), -1;
     m->is_cuda = strcmp(m->backend, "cuda") == 0;
     if (!m->is_cuda && strcmp(m->backend, "host") != 0)
         return tdc_seterr(err, errlen, "unknown backend \"%s\"", m->backend), -1;
@@ -417,7 +504,10 @@ static int check_open(struct open_reader *r, size_t n_fds, char *err, size_t err
             return tdc_seterr(err, errlen, "malformed tensor %zu in the open answer", i), -1;
         if (r->tensors.flags[i] & BAD_SHAPE)
             return tdc_seterr(err, errlen, "malformed shape of tensor %s", t->name), -1;
-        if (check_tensor_size(t, err, errlen) != 0)
+        if (!(r->tensors.flags[i] & (HAVE_PART | BAD_PART)))
+            t->part_dim = -1; /* held whole */
+        if (check_tensor_size(t, err, errlen) != 0 ||
+            check_part(m, t, r->tensors.flags[i], err, errlen) != 0)
             return -1;
         t->alloc = (uint32_t)alloc;
     }
@@ -448,6 +538,7 @@ int answer_open(const char *body, size_t len, size_t n_fds, struct tensord_model
 {
     struct json_scan s;
     struct open_reader r = {.m = m};
+    m->world = 1;
     r.allocs = (struct table){.rows = (void **)&m->allocs, .n = &m->n_allocs,
                               .row_size = sizeof(*m->allocs), .member = alloc_member, .r = &r};
     r.tensors = (struct table){.rows = (void **)&m->tensors, .n = &m->n_tensors,
@@ -484,6 +575,7 @@ void answer_open_free(struct tensord_model *m)
     free(m->backend);
     free(m->device);
     free(m->uuid);
+    free(m->split);
 }
 
 /* ---- the checksums answer --------------------------------------------------- */

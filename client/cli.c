@@ -1,7 +1,8 @@
 /* tensord-client: list preloaded models, open one and check it.
  *
  *   tensord-client [--socket PATH | --config FILE] ls
- *   tensord-client [--socket PATH | --config FILE] open MODEL [--device D] [--dump DIR] [--hold]
+ *   tensord-client [--socket PATH | --config FILE] open MODEL [--device D] [--rank R]
+ *                  [--dump DIR] [--hold]
  *
  * `open` maps the model, prints its allocation and tensor tables and the
  * time the open took, recomputes every allocation's checksum from the mapped
@@ -30,7 +31,7 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: tensord-client [--socket PATH | --config FILE] ls\n"
             "       tensord-client [--socket PATH | --config FILE] open MODEL [--device D]\n"
-            "                      [--dump DIR] [--hold]\n"
+            "                      [--rank R] [--dump DIR] [--hold]\n"
             "       tensord-client --help | --version\n"
             "\n"
             "Talks to tensord's lease socket (GPU and host memory sharing).\n"
@@ -43,6 +44,7 @@ static void usage(FILE *f)
             "  --config FILE       read ipc_socket from FILE (default " DEFAULT_CONFIG ",\n"
             "                      when it exists)\n"
             "  --device D          open: insist on a device (host, cuda:N or a GPU UUID)\n"
+            "  --rank R            open: a tensor-parallel partition's rank R\n"
             "  --dump DIR          open: write each tensor's bytes to DIR/NAME.bin\n"
             "  --hold              open: keep the lease until a line or EOF on stdin\n"
             "  --help, --version\n"
@@ -87,12 +89,15 @@ static int dump_tensor(const struct tensord_model *m, size_t i, const char *dir)
     return rc;
 }
 
-static int cmd_open(struct tensord_client *c, const char *model, const char *device,
+static int cmd_open(struct tensord_client *c, const char *model, const char *device, int rank,
                     const char *dump, int hold)
 {
     char err[512];
+    struct tensord_open_options which = TENSORD_OPEN_OPTIONS_INIT;
+    which.device = device;
+    which.rank = rank;
     double t0 = now_ms();
-    struct tensord_model *m = tensord_open(c, model, device, err, sizeof(err));
+    struct tensord_model *m = tensord_open_ex(c, model, &which, err, sizeof(err));
     double t1 = now_ms();
     if (!m) {
         fprintf(stderr, "tensord-client: open %s: %s\n", model, err);
@@ -102,6 +107,9 @@ static int cmd_open(struct tensord_client *c, const char *model, const char *dev
            tensord_model_name(m), (unsigned long long)tensord_model_generation(m),
            tensord_model_backend(m), tensord_model_device(m), tensord_model_device_uuid(m),
            t1 - t0);
+    if (tensord_model_split(m))
+        printf("rank %d of %d  split %s\n", tensord_model_rank(m), tensord_model_world(m),
+               tensord_model_split(m));
     /* First: the daemon may still be summing its checksums, which the
      * table shows (verify waits for them). */
     double t2 = now_ms();
@@ -119,8 +127,8 @@ static int cmd_open(struct tensord_client *c, const char *model, const char *dev
                (unsigned long long)a->alloc_size, sum, a->file);
         total += a->byte_size;
     }
-    printf("%-40s %-6s %-20s %-5s %-12s %s\n", "TENSOR", "DTYPE", "SHAPE", "ALLOC", "OFFSET",
-           "NBYTES");
+    printf("%-40s %-6s %-20s %-5s %-12s %-12s %s\n", "TENSOR", "DTYPE", "SHAPE", "ALLOC",
+           "OFFSET", "NBYTES", "PART");
     for (size_t i = 0; i < tensord_model_tensor_count(m); i++) {
         const struct tensord_tensor *t = tensord_model_tensor(m, i);
         char shape[256];
@@ -130,8 +138,13 @@ static int cmd_open(struct tensord_client *c, const char *model, const char *dev
                                   (long long)t->shape[d]);
         if (o < sizeof(shape))
             snprintf(shape + o, sizeof(shape) - o, "]");
-        printf("%-40s %-6s %-20s %-5u %-12llu %llu\n", t->name, t->dtype, shape, t->alloc,
-               (unsigned long long)t->offset, (unsigned long long)t->nbytes);
+        char part[96] = "-"; /* a partition's cut: dim D's [start:stop] of its length */
+        if (t->part_dim >= 0)
+            snprintf(part, sizeof(part), "dim %d [%lld:%lld] of %lld", t->part_dim,
+                     (long long)t->part_start, (long long)t->part_stop,
+                     (long long)t->part_length);
+        printf("%-40s %-6s %-20s %-5u %-12llu %-12llu %s\n", t->name, t->dtype, shape, t->alloc,
+               (unsigned long long)t->offset, (unsigned long long)t->nbytes, part);
     }
     int rc = 0;
     if (bad) {
@@ -201,7 +214,7 @@ static struct tensord_client *connect_daemon(const char *sock, const char *confi
 int main(int argc, char **argv)
 {
     const char *sock = NULL, *config = NULL, *device = NULL, *dump = NULL, *cmd = NULL,
-               *model = NULL;
+               *model = NULL, *rank_text = NULL;
     int hold = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -217,6 +230,7 @@ int main(int argc, char **argv)
                            : strcmp(a, "--config") == 0 ? &config
                            : strcmp(a, "--device") == 0 ? &device
                            : strcmp(a, "--dump") == 0   ? &dump
+                           : strcmp(a, "--rank") == 0   ? &rank_text
                                                         : NULL;
         if (opt && i + 1 >= argc)
             usage_error("option needs a value:", a);
@@ -241,6 +255,14 @@ int main(int argc, char **argv)
         usage_error("open needs a MODEL", NULL);
     if (strcmp(cmd, "ls") == 0 && model)
         usage_error("unexpected argument", model);
+    int rank = -1;
+    if (rank_text) {
+        char *end;
+        long v = strtol(rank_text, &end, 10);
+        if (rank_text[0] < '0' || rank_text[0] > '9' || *end || v > INT32_MAX)
+            usage_error("--rank needs a rank (0, 1, ...), not", rank_text);
+        rank = (int)v;
+    }
     struct tensord_client *c = connect_daemon(sock, config);
     if (!c)
         return 1;
@@ -255,7 +277,7 @@ int main(int argc, char **argv)
         rc = list ? 0 : 1;
         free(list);
     } else {
-        rc = cmd_open(c, model, device, dump, hold);
+        rc = cmd_open(c, model, device, rank, dump, hold);
     }
     tensord_close(c);
     return rc;

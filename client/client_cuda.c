@@ -11,6 +11,7 @@
  * stack and pops it before returning (cuCtxPushCurrent/cuCtxPopCurrent), so
  * the caller's current context, and with it PyTorch's current device in a
  * multi-GPU process, is the one it had before. */
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <strings.h>
@@ -197,4 +198,20 @@ int tdc_cuda_read(struct tensord_model *m, void *dst, uint64_t src, size_t n, ch
     CUresult r = api.MemcpyDtoH(dst, (CUdeviceptr)src, n);
     pop_ctx();
     return r == CUDA_SUCCESS ? 0 : cerr(r, "cuMemcpyDtoH", err, errlen);
+}
+
+int tdc_cuda_current_uuid(char *uuid, size_t len)
+{
+    /* Only a process that loaded the driver itself has a current device. */
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+    if (!lib)
+        return -1;
+    dlclose(lib);
+    char err[256];
+    CUcontext ctx = NULL;
+    CUdevice dev;
+    if (load_api(err, sizeof(err)) < 0 || api.CtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx ||
+        api.CtxGetDevice(&dev) != CUDA_SUCCESS)
+        return -1;
+    return cuda_api_device_uuid(&api, dev, uuid, len) == CUDA_SUCCESS ? 0 : -1;
 }

@@ -33,6 +33,8 @@ struct tensord_model {
     char *name, *backend, *device, *uuid;
     int dev_index;
     uint64_t generation;
+    uint64_t world, rank;      /* 1 and 0: the whole model */
+    char *split;               /* a partition's split (JSON), else NULL */
     int is_cuda;
     size_t n_allocs;
     struct tensord_alloc *allocs;
@@ -77,5 +79,10 @@ int tdc_cuda_map(struct tensord_model *m, const int *fds, char *err, size_t errl
 void tdc_cuda_unmap(struct tensord_model *m);
 int tdc_cuda_read(struct tensord_model *m, void *dst, uint64_t src, size_t n, char *err,
                   size_t errlen);
+/* The UUID of the device of the calling thread's current CUDA context, into
+ * uuid ("GPU-..."), when this process has loaded the driver and a context
+ * is current: 0; else -1 (nothing to prefer). Never loads the driver into a
+ * process that has not. */
+int tdc_cuda_current_uuid(char *uuid, size_t len);
 
 #endif

@@ -2,6 +2,7 @@
  * mapped model answers: its tables, checksums, tensor bytes. */
 #include <errno.h>
 #include <fcntl.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -133,16 +134,26 @@ static int map_host(struct tensord_model *m, const int *fds, char *err, size_t e
     return 0;
 }
 
-/* The open request for model on device, or NULL when out of memory. */
-static char *open_request(const char *model, const char *device)
+/* The open request for model as opts names it (prefer: the UUID of the
+ * calling thread's CUDA device, or ""), or NULL when out of memory. */
+static char *open_request(const char *model, const struct tensord_open_options *opts,
+                          const char *prefer)
 {
-    char *qm = json_quote(model), *qd = json_quote(device ? device : "");
-    size_t reqlen = (qm ? strlen(qm) : 0) + (qd ? strlen(qd) : 0) + 64;
-    char *req = qm && qd ? cmem_malloc(reqlen) : NULL;
-    if (req)
-        snprintf(req, reqlen, "{\"op\":\"open\",\"model\":%s,\"device\":%s}", qm, qd);
+    char *qm = json_quote(model), *qd = json_quote(opts->device ? opts->device : "");
+    char *qp = json_quote(prefer);
+    size_t reqlen = (qm ? strlen(qm) : 0) + (qd ? strlen(qd) : 0) + (qp ? strlen(qp) : 0) + 96;
+    char *req = qm && qd && qp ? cmem_malloc(reqlen) : NULL;
+    if (req) {
+        int n = snprintf(req, reqlen, "{\"op\":\"open\",\"model\":%s,\"device\":%s", qm, qd);
+        if (*prefer)
+            n += snprintf(req + n, reqlen - (size_t)n, ",\"prefer_device\":%s", qp);
+        if (opts->rank >= 0)
+            n += snprintf(req + n, reqlen - (size_t)n, ",\"rank\":%d", opts->rank);
+        snprintf(req + n, reqlen - (size_t)n, "}");
+    }
     free(qm);
     free(qd);
+    free(qp);
     return req;
 }
 
@@ -185,18 +196,56 @@ static void place_tensors(struct tensord_model *m)
     }
 }
 
+/* The options as this library knows them, from the caller's (which may
+ * be an older, shorter struct: its size says). */
+static int read_options(const struct tensord_open_options *in, struct tensord_open_options *o,
+                        char *err, size_t errlen)
+{
+    *o = (struct tensord_open_options)TENSORD_OPEN_OPTIONS_INIT;
+    if (!in)
+        return 0;
+    if (in->size < offsetof(struct tensord_open_options, device) + sizeof(in->device)) {
+        tdc_seterr(err, errlen, "tensord_open_options.size is %zu: start from "
+                   "TENSORD_OPEN_OPTIONS_INIT", in->size);
+        return -1;
+    }
+    memcpy(o, in, in->size < sizeof(*o) ? in->size : sizeof(*o));
+    o->size = sizeof(*o);
+    if (o->rank < -1) {
+        tdc_seterr(err, errlen, "rank %d: a rank is 0 or more (-1: any)", o->rank);
+        return -1;
+    }
+    return 0;
+}
+
 TENSORD_API struct tensord_model *tensord_open(struct tensord_client *c, const char *model,
                                                const char *device, char *err, size_t errlen)
 {
+    struct tensord_open_options o = TENSORD_OPEN_OPTIONS_INIT;
+    o.device = device;
+    return tensord_open_ex(c, model, &o, err, errlen);
+}
+
+TENSORD_API struct tensord_model *tensord_open_ex(struct tensord_client *c, const char *model,
+                                                  const struct tensord_open_options *opts,
+                                                  char *err, size_t errlen)
+{
     int fds[IPC_MAX_FDS];
     size_t n_fds = 0;
-    char *req = NULL, *raw = NULL;
+    char *req = NULL, *raw = NULL, prefer[96] = "";
+    struct tensord_open_options o;
     if (!c || !model) {
         tdc_seterr(err, errlen, "no client or no model name");
         return NULL;
     }
+    if (read_options(opts, &o, err, errlen) < 0)
+        return NULL;
+    /* Named no device: among several instances, the one on this thread's
+     * CUDA device. */
+    if ((!o.device || !*o.device) && tdc_cuda_current_uuid(prefer, sizeof(prefer)) < 0)
+        prefer[0] = '\0';
     struct tensord_model *m = cmem_calloc(1, sizeof(*m));
-    if (!m || !(req = open_request(model, device))) {
+    if (!m || !(req = open_request(model, &o, prefer))) {
         free(m);
         tdc_seterr(err, errlen, "%s", tdc_oom);
         return NULL;
@@ -258,6 +307,9 @@ TENSORD_API uint64_t tensord_model_generation(const struct tensord_model *m)
 {
     return m->generation;
 }
+TENSORD_API int tensord_model_world(const struct tensord_model *m) { return (int)m->world; }
+TENSORD_API int tensord_model_rank(const struct tensord_model *m) { return (int)m->rank; }
+TENSORD_API const char *tensord_model_split(const struct tensord_model *m) { return m->split; }
 TENSORD_API size_t tensord_model_tensor_count(const struct tensord_model *m)
 {
     return m->n_tensors;
@@ -413,6 +465,13 @@ int tdc_cuda_read(struct tensord_model *m, void *dst, uint64_t src, size_t n, ch
     (void)src;
     (void)n;
     tdc_seterr(err, errlen, "this client library was built without CUDA support");
+    return -1;
+}
+
+int tdc_cuda_current_uuid(char *uuid, size_t len)
+{
+    (void)uuid;
+    (void)len;
     return -1;
 }
 #endif

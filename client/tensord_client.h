@@ -63,6 +63,13 @@ struct tensord_tensor {
     uint64_t offset, nbytes;   /* within that allocation */
     void *data;                /* host: address in this process (read-only); cuda: NULL */
     uint64_t device_ptr;       /* cuda: CUdeviceptr; host: (uintptr_t)data */
+    /* A partition's tensor (tensord_model_world > 1) that a rule of its
+     * split cut: `shape` is the part's, which holds [part_start, part_stop)
+     * of the part_length entries of dimension part_dim, numpy.array_split's
+     * part for the rank (checked when the model was opened). part_dim is -1
+     * for a tensor held whole. */
+    int part_dim;
+    int64_t part_start, part_stop, part_length;
 };
 
 struct tensord_alloc {
@@ -91,8 +98,9 @@ struct tensord_alloc {
 TENSORD_API struct tensord_client *tensord_connect(const char *socket_path, char *err,
                                                    size_t errlen);
 
-/* Opens model on device (NULL or "": wherever it is loaded; "host",
- * "cuda:N" or a GPU UUID to insist), takes a lease and maps every
+/* Opens model on device (NULL or "": wherever it is loaded, as
+ * tensord_open_ex chooses; "host", "cuda:N" or a GPU UUID to insist), takes
+ * a lease and maps every
  * allocation. On failure no lease stays held. While the model is being
  * reloaded in place (its new generation loads where the old one was, both
  * not fitting at once: the daemon answers "reloading"), it waits for the
@@ -100,6 +108,28 @@ TENSORD_API struct tensord_client *tensord_connect(const char *socket_path, char
 #define TENSORD_RELOAD_WAIT_MS 120000
 TENSORD_API struct tensord_model *tensord_open(struct tensord_client *c, const char *model,
                                                const char *device, char *err, size_t errlen);
+
+/* Which instance tensord_open_ex opens, where the model is on several
+ * devices or held as a tensor-parallel split (docs/GPU.md). Start from
+ * TENSORD_OPEN_OPTIONS_INIT: later versions add fields at the end, and
+ * `size` says which ones the caller knows. */
+struct tensord_open_options {
+    size_t size;               /* sizeof(struct tensord_open_options) */
+    const char *device;        /* "host", "cuda:N" or a GPU UUID; NULL or "": the model's one
+                                * instance, or among several the one on the device of the
+                                * calling thread's current CUDA context (PyTorch's current
+                                * device), when this process uses CUDA */
+    int rank;                  /* the partition's rank; -1: any */
+};
+#define TENSORD_OPEN_OPTIONS_INIT {sizeof(struct tensord_open_options), NULL, -1}
+
+/* tensord_open with options (NULL: TENSORD_OPEN_OPTIONS_INIT's). A device
+ * or rank that matches no instance, or several instances that it cannot
+ * choose between ("ambiguous": name the device or the rank), fail with the
+ * instances the model has in err. */
+TENSORD_API struct tensord_model *tensord_open_ex(struct tensord_client *c, const char *model,
+                                                  const struct tensord_open_options *opts,
+                                                  char *err, size_t errlen);
 
 /* The daemon's list of preloaded models as JSON text
  * ({"ok":true,"models":[{"name","state","device","generation"}]}); caller
@@ -112,6 +142,12 @@ TENSORD_API const char *tensord_model_device(const struct tensord_model *m);  /*
 TENSORD_API const char *tensord_model_device_uuid(const struct tensord_model *m);
 TENSORD_API int tensord_model_device_index(const struct tensord_model *m);
 TENSORD_API uint64_t tensord_model_generation(const struct tensord_model *m);
+/* A tensor-parallel partition's world and rank (1 and 0 for a whole model),
+ * and the split it was cut by as JSON text ({"world", "rank", "rules"}, as
+ * POST .../gpu took it; NULL for a whole model). */
+TENSORD_API int tensord_model_world(const struct tensord_model *m);
+TENSORD_API int tensord_model_rank(const struct tensord_model *m);
+TENSORD_API const char *tensord_model_split(const struct tensord_model *m);
 
 TENSORD_API size_t tensord_model_tensor_count(const struct tensord_model *m);
 /* Tensors in the daemon's order (by file, then offset); NULL past the end. */

@@ -19,7 +19,6 @@
 #include "tformat.h"
 #include "util.h"
 
-#define SHAPE_TEXT (ST_MAX_NDIM * 21 + 1)
 /* Tensors a sendfile check walks at most (a range over more goes out
  * through the streamed reader): it runs on an HTTP thread. */
 #define SPAN_WALK_MAX 4096
@@ -79,13 +78,6 @@ static int fail(struct checker *ck, enum st_status code, const char *fmt, ...)
     return st_status_errno(code);
 }
 
-void fetch_split_bounds(uint64_t n, uint64_t world, uint64_t rank, uint64_t *lo, uint64_t *hi)
-{
-    uint64_t q = n / world, r = n % world;
-    *lo = rank * q + (rank < r ? rank : r);
-    *hi = *lo + q + (rank < r);
-}
-
 static size_t n_items(const struct fetch_plan *p)
 {
     return p->req.all ? p->m->n_tensors : p->req.n_items;
@@ -101,7 +93,7 @@ static uint64_t tensor_off(const struct item *it)
 static int plan_item(const struct fetch_plan *p, size_t k, struct item *it,
                                         struct checker *ck)
 {
-    char nm[ST_NAME_SHOW + 4], shape[SHAPE_TEXT];
+    char nm[ST_NAME_SHOW + 4];
     struct st_error e;
     const char *spec = NULL;
     size_t spec_len = 0;
@@ -127,40 +119,11 @@ static int plan_item(const struct fetch_plan *p, size_t k, struct item *it,
         return fail(ck, ST_ERR_DUPLICATE_TENSOR,
                     "tensor \"%s\" is asked for twice; an answer holds each name once", NM);
     const struct st_tensor *st = it->t->t;
-    const char *dt = dtype_info(st->dtype)->name;
-    struct slice_plan *plan = &it->plan;
-    if (slice_plan_build(spec, spec_len, st->dtype, st->ndim, st->shape, plan, &e) < 0) {
-        shape_format(shape, SHAPE_TEXT, st->shape, st->ndim, ",");
-        return fail(ck, ST_ERR_SLICE, "tensor \"%s\" %s [%s]: %s", NM, dt, shape, e.message);
-    }
-    int exhausted = 0;
-    const struct fetch_rule *rule =
-        p->req.has_split ? fetch_req_rule_for(&p->req, it->name, it->name_len,
-                                               ck ? &ck->glob_budget : NULL, &exhausted)
-                         : NULL;
-    if (exhausted)
-        return fail(ck, ST_ERR_SPLIT,
-                    "matching the split rules against the tensors' names took more than %llu "
-                    "steps (at tensor \"%s\"); use fewer rules, or globs with fewer stars",
-                    (unsigned long long)FETCH_GLOB_BUDGET, NM);
-    if (!rule || plan->ndim == 0)
-        return 0;
-    int64_t dim = rule->dim < 0 ? rule->dim + (int64_t)plan->ndim : rule->dim;
-    if (dim < 0 || dim >= (int64_t)plan->ndim) {
-        shape_format(shape, SHAPE_TEXT, plan->shape, plan->ndim, ",");
-        return fail(ck, ST_ERR_SPLIT,
-                    "tensor \"%s\" [%s]: split dim %" PRId64 " (rule \"%.100s\") is out of "
-                    "range for %" PRIu32 " dimensions",
-                    NM, shape, rule->dim, rule->match, plan->ndim);
-    }
-    uint64_t lo, hi;
-    fetch_split_bounds(plan->shape[dim], p->req.world, p->req.rank, &lo, &hi);
-    struct slice_narrow cut = {(uint32_t)dim, lo, hi};
-    if (slice_plan_build_narrowed(spec, spec_len, st->dtype, st->ndim, st->shape, &cut, plan,
-                                  &e) < 0)
-        return fail(ck, ST_ERR_SPLIT, "tensor \"%s\" %s: part %" PRIu64 " of %" PRIu64
-                    " of dim %" PRId64 ": %s", NM, dt, p->req.rank, p->req.world, dim, e.message);
-    return 0;
+    struct fetch_part part;
+    int rc = fetch_req_plan_tensor(&p->req, it->name, it->name_len, spec, spec_len, st->dtype,
+                                   st->ndim, st->shape, ck ? &ck->glob_budget : NULL, &it->plan,
+                                   &part, &e);
+    return rc < 0 ? fail(ck, e.code, "%s", e.message) : 0;
 #undef NM
 }
 

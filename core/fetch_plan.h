@@ -63,11 +63,6 @@ struct fetch_plan {
     struct fetch_cursor *cur;
 };
 
-/* Steps the split rules may spend matching one request's tensor names (a
- * second or so of CPU at worst; a plain request of 100,000 tensors and ten
- * rules spends well under a tenth). Hostile globs ("*aaaa...ab") cost
- * name x pattern per name; beyond the budget the request is refused. */
-#define FETCH_GLOB_BUDGET (1ULL << 30)
 
 struct fetch_plan_limits {
     uint64_t max_bytes;         /* largest answer (header included); 0 = no limit */
@@ -100,9 +95,5 @@ int fetch_plan_files_unchanged(const struct fetch_plan *p);
 extern const struct body_source fetch_plan_source;
 
 void fetch_plan_free(struct fetch_plan *p);
-
-/* Part `rank` of `world` of n elements, as numpy.array_split cuts them: the
- * first n % world parts hold one element more. Sets [*lo, *hi). */
-void fetch_split_bounds(uint64_t n, uint64_t world, uint64_t rank, uint64_t *lo, uint64_t *hi);
 
 #endif

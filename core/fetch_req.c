@@ -14,6 +14,7 @@
 
 #include "globpat.h"
 #include "json_scan.h"
+#include "st_header.h"
 #include "util.h"
 
 #define KEY_SHOW 40 /* bytes of an unknown key quoted in a message */
@@ -313,16 +314,21 @@ static int split_member(struct parser *p, const char *key, void *ctx)
     return 0;
 }
 
-static int split_value(struct parser *p)
+/* The split object at the current token; with_rank: "rank" required (1)
+ * or refused (0). */
+static int split_object(struct parser *p, int with_rank)
 {
     struct split_ctx c = {0};
-    if (expect(p, '{', "split") != 0 || object(p, "split", split_keys, split_member, &c) != 0 ||
-        require(p, "split", c.have, 7, split_keys) != 0)
+    static const char *const keys_no_rank[] = {"world", "rules", NULL};
+    if (expect(p, '{', "split") != 0 ||
+        object(p, "split", with_rank ? split_keys : keys_no_rank, split_member, &c) != 0 ||
+        require(p, "split", c.have & 5, 5, keys_no_rank) != 0 ||
+        (with_rank && require(p, "split", c.have, 7, split_keys) != 0))
         return -1;
     if (c.world < 1)
         return request_error(p, ST_ERR_INVALID_ARGUMENT,
                              "split.world must be at least 1, not %" PRId64, c.world);
-    if (c.rank < 0 || c.rank >= c.world)
+    if (with_rank && (c.rank < 0 || c.rank >= c.world))
         return request_error(p, ST_ERR_INVALID_ARGUMENT,
                              "split.rank must be in [0, %" PRId64 "), not %" PRId64, c.world,
                              c.rank);
@@ -339,7 +345,7 @@ static const char *const top_keys[] = {"tensors", "split", NULL};
 static int top_member(struct parser *p, const char *key, void *ctx)
 {
     (void)ctx;
-    return strcmp(key, "tensors") == 0 ? tensors_member(p) : split_value(p);
+    return strcmp(key, "tensors") == 0 ? tensors_member(p) : split_object(p, 1);
 }
 
 int fetch_req_parse(const char *text, size_t len, const struct fetch_limits *lim,
@@ -378,6 +384,83 @@ int fetch_req_parse(const char *text, size_t len, const struct fetch_limits *lim
 bad:
     fetch_req_free(out);
     return p.rc;
+}
+
+int fetch_req_parse_split(const char *text, size_t len, int with_rank, struct fetch_req *out,
+                          struct st_error *err)
+{
+    struct parser p = {.r = out, .err = err};
+    memset(out, 0, sizeof(*out));
+    out->all = 1;
+    if (err)
+        err->message[0] = '\0';
+    if (memchr(text, '\0', len) || !utf8_valid(text, len)) {
+        request_error(&p, ST_ERR_UTF8, "request is not UTF-8 text without NUL bytes");
+        goto bad;
+    }
+    out->arena = xmalloc(len + 1);
+    json_scan_init(&p.s, text, len);
+    if (json_scan_next(&p.s) == JSON_TOK_INVALID) {
+        json_fail(&p);
+        goto bad;
+    }
+    if (split_object(&p, with_rank) != 0)
+        goto bad;
+    if (json_scan_next(&p.s) != JSON_TOK_EOF) {
+        json_scan_fail(&p.s, JSON_ERR_TRAILING);
+        json_fail(&p);
+        goto bad;
+    }
+    return 0;
+bad:
+    fetch_req_free(out);
+    return p.rc;
+}
+
+#define SHAPE_TEXT (ST_MAX_NDIM * 21 + 1)
+
+int fetch_req_plan_tensor(const struct fetch_req *r, const char *name, size_t name_len,
+                          const char *spec, size_t spec_len, enum dtype dt, uint32_t ndim,
+                          const uint64_t *shape, uint64_t *budget, struct slice_plan *plan,
+                          struct fetch_part *part, struct st_error *err)
+{
+    char nm[ST_NAME_SHOW + 4], text[SHAPE_TEXT];
+    const char *dts = dtype_info(dt)->name;
+    struct st_error e;
+    memset(part, 0, sizeof(*part));
+#define NM str_excerpt(name, name_len, ST_NAME_SHOW, nm)
+    if (slice_plan_build(spec, spec_len, dt, ndim, shape, plan, &e) < 0) {
+        shape_format(text, SHAPE_TEXT, shape, ndim, ",");
+        return st_error_fail(err, ST_ERR_SLICE, "tensor \"%s\" %s [%s]: %s", NM, dts, text,
+                             e.message);
+    }
+    int exhausted = 0;
+    const struct fetch_rule *rule =
+        r->has_split ? fetch_req_rule_for(r, name, name_len, budget, &exhausted) : NULL;
+    if (exhausted)
+        return st_error_fail(err, ST_ERR_SPLIT,
+                             "matching the split rules against the tensors' names took more "
+                             "than %llu steps (at tensor \"%s\"); use fewer rules, or globs "
+                             "with fewer stars", (unsigned long long)FETCH_GLOB_BUDGET, NM);
+    if (!rule || plan->ndim == 0)
+        return 0;
+    int64_t dim = rule->dim < 0 ? rule->dim + (int64_t)plan->ndim : rule->dim;
+    if (dim < 0 || dim >= (int64_t)plan->ndim) {
+        shape_format(text, SHAPE_TEXT, plan->shape, plan->ndim, ",");
+        return st_error_fail(err, ST_ERR_SPLIT,
+                             "tensor \"%s\" [%s]: split dim %" PRId64 " (rule \"%.100s\") is "
+                             "out of range for %" PRIu32 " dimensions",
+                             NM, text, rule->dim, rule->match, plan->ndim);
+    }
+    *part = (struct fetch_part){.split = 1, .dim = (uint32_t)dim, .full = plan->shape[dim]};
+    fetch_split_bounds(plan->shape[dim], r->world, r->rank, &part->lo, &part->hi);
+    struct slice_narrow cut = {(uint32_t)dim, part->lo, part->hi};
+    if (slice_plan_build_narrowed(spec, spec_len, dt, ndim, shape, &cut, plan, &e) < 0)
+        return st_error_fail(err, ST_ERR_SPLIT, "tensor \"%s\" %s: part %" PRIu64 " of %" PRIu64
+                             " of dim %" PRId64 ": %s", NM, dts, r->rank, r->world, dim,
+                             e.message);
+    return 0;
+#undef NM
 }
 
 const struct fetch_rule *fetch_req_rule_for(const struct fetch_req *r, const char *name,

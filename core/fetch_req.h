@@ -16,9 +16,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dtype.h"
+#include "slice.h"
+#include "split_bounds.h"
 #include "st_error.h"
 
 #define FETCH_MAX_RULES 64
+/* Steps the split rules may spend matching one request's tensor names (a
+ * second or so of CPU at worst; a plain request of 100,000 tensors and ten
+ * rules spends well under a tenth). Hostile globs ("*aaaa...ab") cost
+ * name x pattern per name; beyond the budget the request is refused. */
+#define FETCH_GLOB_BUDGET (1ULL << 30)
 #define FETCH_MAX_GLOB 1024
 
 struct globpat;
@@ -66,6 +74,39 @@ int fetch_req_parse(const char *text, size_t len, const struct fetch_limits *lim
  * it runs out, *exhausted is set and NULL returned. */
 const struct fetch_rule *fetch_req_rule_for(const struct fetch_req *r, const char *name,
                                             size_t len, uint64_t *budget, int *exhausted);
+
+/* Parses a "split" object alone, text[0..len) ({"world": W, "rank": R,
+ * "rules": [...]}, as in a fetch request), into *out (has_split set; no
+ * tensors: out->all), with the same checks and messages. with_rank: "rank"
+ * is required (1) or must be absent (0: a request that places every rank
+ * on a device of its own, as POST .../gpu {"devices": [...]} does). Returns
+ * as fetch_req_parse. */
+int fetch_req_parse_split(const char *text, size_t len, int with_rank, struct fetch_req *out,
+                          struct st_error *err);
+
+/* What a request sends of a tensor: its slice (spec, NULL for the whole
+ * tensor), then, when it splits and the first rule whose glob matches the
+ * name applies to a result of at least one dimension, that dimension cut
+ * into `world` parts as numpy.array_split cuts it, part `rank` kept. The one
+ * place these semantics live: the fetch (fetch_plan.c), the GPU preload of
+ * a partition (gpu/gpu_part.c) and the client's check of what it maps use
+ * it. */
+struct fetch_part {
+    int split;               /* a rule matched: dim was cut */
+    uint32_t dim;            /* the result's dimension cut */
+    uint64_t lo, hi;         /* the part kept: [lo, hi) of that dimension */
+    uint64_t full;           /* that dimension's length before the cut */
+};
+
+/* Plans tensor name[0..name_len) (dtype dt, shape[0..ndim)) as r sends it:
+ * *plan (slice.h) and *part. Matching spends from *budget (may be NULL).
+ * Returns 0, or -errno with err naming the tensor: ST_ERR_SLICE (the spec),
+ * ST_ERR_SPLIT (the rules ran out of budget, a dim out of range, a cut that
+ * does not fit the dtype). */
+int fetch_req_plan_tensor(const struct fetch_req *r, const char *name, size_t name_len,
+                          const char *spec, size_t spec_len, enum dtype dt, uint32_t ndim,
+                          const uint64_t *shape, uint64_t *budget, struct slice_plan *plan,
+                          struct fetch_part *part, struct st_error *err);
 
 void fetch_req_free(struct fetch_req *r);
 

@@ -55,6 +55,7 @@ static const char *const names[ST_STATUS_COUNT] = {
     [ST_ERR_SPLIT] = "invalid_split",
     [ST_ERR_UNTRUSTED] = "untrusted_path",
     [ST_ERR_RETRY] = "retry",
+    [ST_ERR_AMBIGUOUS] = "ambiguous",
 };
 
 int st_status_errno(enum st_status s)

@@ -72,6 +72,7 @@ enum st_status {
     ST_ERR_SPLIT,              /* a tensor-parallel split that does not fit its tensor */
     ST_ERR_UNTRUSTED,          /* a path another user could change (a socket's directory) */
     ST_ERR_RETRY,              /* the object is being replaced in place: ask again shortly */
+    ST_ERR_AMBIGUOUS,          /* a request that names several objects where it needs one */
     ST_STATUS_COUNT
 };
 

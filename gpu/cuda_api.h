@@ -43,6 +43,8 @@
     X(CtxSetCurrent, "cuCtxSetCurrent", (CUcontext ctx))                                       \
     X(CtxPushCurrent, "cuCtxPushCurrent", (CUcontext ctx))                                     \
     X(CtxPopCurrent, "cuCtxPopCurrent", (CUcontext *ctx))                                      \
+    X(CtxGetCurrent, "cuCtxGetCurrent", (CUcontext *ctx))                                      \
+    X(CtxGetDevice, "cuCtxGetDevice", (CUdevice *dev))                                         \
     X(CtxSynchronize, "cuCtxSynchronize", (void))                                              \
     X(GetErrorString, "cuGetErrorString", (CUresult e, const char **s))                        \
     X(GetErrorName, "cuGetErrorName", (CUresult e, const char **s))                            \

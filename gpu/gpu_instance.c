@@ -12,6 +12,8 @@
 #include <string.h>
 
 #include "gpu_manager_int.h"
+#include "gpu_part.h"
+#include "jsonw.h"
 #include "util.h"
 
 void gm_instance_free(struct gm_instance *m)
@@ -22,6 +24,9 @@ void gm_instance_free(struct gm_instance *m)
     for (size_t i = 0; m->shards && i < m->n_shards; i++) {
         m->be->ops->free(m->be, &m->shards[i].a); /* a no-op where none was made */
         free(m->shards[i].file);
+        if (m->shards[i].sel)
+            gpu_select_free(m->shards[i].sel);
+        free(m->shards[i].sel);
     }
     for (size_t i = 0; m->tensors && i < m->n_tensors; i++) {
         free(m->tensors[i].name);
@@ -34,6 +39,7 @@ void gm_instance_free(struct gm_instance *m)
     free(m->shards);
     free(m->tensors);
     free(m->name);
+    free(m->split);
     free(m);
 }
 
@@ -62,8 +68,34 @@ void gm_dispose(struct gpu_manager *gm, struct gm_instance *dead)
     pthread_mutex_unlock(&gm->lock);
 }
 
-void do_gm_enqueue(struct gpu_manager *gm, struct gm_instance *m, int current)
+/* be's device dev's loader, made (its thread started) when there is none.
+ * NULL with err when there is no room or the thread cannot start. */
+static struct gm_loader *do_loader(struct gpu_manager *gm, struct gpu_backend *be, int dev,
+                                   struct st_error *err)
 {
+    for (size_t i = 0; i < gm->n_loaders; i++)
+        if (gm->loaders[i].be == be && gm->loaders[i].dev == dev)
+            return &gm->loaders[i];
+    if (gm->n_loaders == GM_MAX_LOADERS) {
+        st_error_fail(err, ST_ERR_LIMIT, "loaders for more than %d devices", GM_MAX_LOADERS);
+        return NULL;
+    }
+    struct gm_loader *l = &gm->loaders[gm->n_loaders];
+    *l = (struct gm_loader){.gm = gm, .be = be, .dev = dev};
+    int rc = pthread_create(&l->thread, NULL, gm->loader_main, l); /* it waits for the lock */
+    if (rc != 0) {
+        st_error_errno(err, rc, "cannot start the loader thread of %s:%d", be->name, dev);
+        return NULL;
+    }
+    gm->n_loaders++;
+    return l;
+}
+
+int do_gm_enqueue(struct gpu_manager *gm, struct gm_instance *m, int current,
+                  struct st_error *err)
+{
+    if (!do_loader(gm, m->be, m->dev, err))
+        return -EAGAIN;
     m->refs = 2;
     m->current = current;
     m->next = gm->models;
@@ -73,16 +105,19 @@ void do_gm_enqueue(struct gpu_manager *gm, struct gm_instance *m, int current)
     gm_ring_shape(&gm->opt, m->be, &shape);
     int dev = m->be->kind == DEVICE_CUDA ? m->be->devices[m->dev].index : 0;
     do_gm_stage_prepare(gm, m->be, dev, &shape);
+    return 0;
 }
 
 void do_gm_requeue(struct gpu_manager *gm, struct gm_instance *m)
 {
+    struct st_error unused;
+    struct gm_loader *l = do_loader(gm, m->be, m->dev, &unused); /* there since m was queued */
     m->qnext = NULL;
-    if (gm->qtail)
-        gm->qtail->qnext = m;
+    if (l->qtail)
+        l->qtail->qnext = m;
     else
-        gm->qhead = m;
-    gm->qtail = m;
+        l->qhead = m;
+    l->qtail = m;
     pthread_cond_broadcast(&gm->cond);
 }
 
@@ -135,9 +170,11 @@ int gm_instance_same_files(const struct gm_instance *m, const struct reg_model *
     return k == m->n_shards;
 }
 
-/* m's shards: one per valid safetensors file of rm; shard_of[i] is file
- * i's shard, or SIZE_MAX. Returns 0 or -ENOMEM. */
-static int add_shards(struct gm_instance *m, const struct reg_model *rm, size_t *shard_of)
+/* m's shards: one per valid safetensors file of rm (each with a selection
+ * to fill when split); shard_of[i] is file i's shard, or SIZE_MAX. Returns 0
+ * or -ENOMEM. */
+static int add_shards(struct gm_instance *m, const struct reg_model *rm, int split,
+                      size_t *shard_of)
 {
     m->shards = calloc(rm->n_files ? rm->n_files : 1, sizeof(*m->shards));
     if (!m->shards)
@@ -150,54 +187,96 @@ static int add_shards(struct gm_instance *m, const struct reg_model *rm, size_t 
         struct gm_shard *s = &m->shards[m->n_shards];
         s->a.fd = -1;
         s->file = strdup(f->name);
-        if (!s->file)
+        if (!s->file || (split && !(s->sel = calloc(1, sizeof(*s->sel)))))
             return -ENOMEM;
         s->data_start = f->data_start;
         s->size = f->header->data_len;
         s->st = f->st;
         s->rf = f;
-        m->total += s->size;
-        m->need += round_up(s->size ? s->size : 1, m->be->alloc_round);
         shard_of[i] = m->n_shards++;
     }
     return 0;
 }
 
-/* m's tensors: those of rm that live in a shard. Returns 0 or -ENOMEM. */
-static int add_tensors(struct gm_instance *m, const struct reg_model *rm, const size_t *shard_of)
+/* m's tensors: those of rm that live in a shard, whole, or (split) the
+ * part of each the split cuts, each added to its shard's selection in file
+ * order. Returns 0, or -errno with err. */
+static int add_tensors(struct gm_instance *m, const struct reg_model *rm, const size_t *shard_of,
+                       const struct fetch_req *split, struct st_error *err)
 {
+    uint64_t budget = FETCH_GLOB_BUDGET;
     m->tensors = calloc(rm->n_tensors ? rm->n_tensors : 1, sizeof(*m->tensors));
     if (!m->tensors)
-        return -ENOMEM;
+        return st_error_fail(err, ST_ERR_NO_MEMORY, "no memory for an instance's tensors");
     for (size_t i = 0; i < rm->n_tensors; i++) {
         const struct reg_tensor *rt = &rm->tensors[i];
         size_t fi = (size_t)(rt->file - rm->files);
         if (fi >= rm->n_files || shard_of[fi] == SIZE_MAX)
             continue;
         struct gm_tensor *t = &m->tensors[m->n_tensors++];
+        struct gpu_part_tensor pt = {.offset = rt->t->begin, .nbytes = rt->t->end - rt->t->begin,
+                                     .ndim = rt->t->ndim};
+        memcpy(pt.shape, rt->t->shape, rt->t->ndim * sizeof(pt.shape[0]));
+        struct gm_shard *s = &m->shards[shard_of[fi]];
+        if (s->sel && gpu_part_add(s->sel, split, rt, &budget, &pt, err) < 0)
+            return -EINVAL;
         t->name = strndup(rt->t->name, rt->t->name_len);
-        t->shape = calloc(rt->t->ndim ? rt->t->ndim : 1, sizeof(*t->shape));
+        t->shape = calloc(pt.ndim ? pt.ndim : 1, sizeof(*t->shape));
         if (!t->name || !t->shape)
-            return -ENOMEM;
+            return st_error_fail(err, ST_ERR_NO_MEMORY, "no memory for an instance's tensors");
         t->dtype = rt->t->dtype;
-        t->ndim = rt->t->ndim;
-        if (t->ndim)
-            memcpy(t->shape, rt->t->shape, t->ndim * sizeof(*t->shape));
+        t->ndim = pt.ndim;
+        memcpy(t->shape, pt.shape, pt.ndim * sizeof(*t->shape));
         t->alloc = (uint32_t)shard_of[fi];
-        t->offset = rt->t->begin;
-        t->nbytes = rt->t->end - rt->t->begin;
+        t->offset = pt.offset;
+        t->nbytes = pt.nbytes;
+        t->part = pt.part;
     }
     return 0;
 }
 
+/* split as the canonical JSON an instance keeps: {"world", "rank", "rules":
+ * [{"match", "dim"}]}. NULL when memory runs out. */
+static char *split_text(const struct fetch_req *split)
+{
+    struct jsonw w = JSONW_INIT;
+    jsonw_obj(&w);
+    jsonw_ku64(&w, "world", split->world);
+    jsonw_ku64(&w, "rank", split->rank);
+    jsonw_karr(&w, "rules");
+    for (size_t i = 0; i < split->n_rules; i++) {
+        jsonw_obj(&w);
+        jsonw_key(&w, "match");
+        jsonw_strn(&w, split->rules[i].match, split->rules[i].match_len);
+        jsonw_ki64(&w, "dim", split->rules[i].dim);
+        jsonw_obj_end(&w);
+    }
+    jsonw_arr_end(&w);
+    jsonw_obj_end(&w);
+    return jsonw_take(&w, NULL);
+}
+
+int gm_instance_split(const struct gm_instance *m, struct fetch_req *out, struct st_error *err)
+{
+    memset(out, 0, sizeof(*out));
+    return m->split ? fetch_req_parse_split(m->split, strlen(m->split), 1, out, err) : 0;
+}
+
 struct gm_instance *do_gm_instance_new(struct gpu_manager *gm, const struct reg_model *rm,
-                                       const struct gm_device *where)
+                                       const struct gm_device *where,
+                                       const struct fetch_req *split, struct st_error *err)
 {
     /* legacy IPC keeps a second, cuMemAlloc copy of every shard */
     int copies = gm->opt.legacy_ipc && where->be->kind == DEVICE_CUDA ? 2 : 1;
+    int is_split = split && split->has_split;
     struct gm_instance *m = calloc(1, sizeof(*m));
-    if (!m)
+    size_t *shard_of = m ? calloc(rm->n_files ? rm->n_files : 1, sizeof(*shard_of)) : NULL;
+    if (!shard_of) {
+        free(m);
+        st_error_fail(err, ST_ERR_NO_MEMORY, "model %.200s: not enough memory for its instance",
+                      rm->name);
         return NULL;
+    }
     pthread_mutex_init(&m->text_lock, NULL);
     m->be = where->be;
     m->dev = where->dev;
@@ -206,15 +285,25 @@ struct gm_instance *do_gm_instance_new(struct gpu_manager *gm, const struct reg_
     else
         snprintf(m->device, sizeof(m->device), "cuda:%d", m->be->devices[m->dev].index);
     m->state = GM_LOADING;
+    m->world = is_split ? (unsigned)split->world : 1;
+    m->rank = is_split ? (unsigned)split->rank : 0;
     m->name = strdup(rm->name);
-    size_t *shard_of = calloc(rm->n_files ? rm->n_files : 1, sizeof(*shard_of));
-    if (!m->name || !shard_of || add_shards(m, rm, shard_of) < 0 ||
-        add_tensors(m, rm, shard_of) < 0) {
-        free(shard_of);
+    int rc = !m->name || (is_split && !(m->split = split_text(split))) ||
+                     add_shards(m, rm, is_split, shard_of) < 0
+                 ? st_error_fail(err, ST_ERR_NO_MEMORY, "model %.200s: not enough memory for "
+                                 "its instance", rm->name)
+                 : add_tensors(m, rm, shard_of, split, err);
+    free(shard_of);
+    if (rc < 0) {
         gm_instance_free(m);
         return NULL;
     }
-    free(shard_of);
+    for (size_t i = 0; i < m->n_shards; i++) {
+        struct gm_shard *s = &m->shards[i];
+        s->bytes = s->sel ? s->sel->bytes : s->size;
+        m->total += s->bytes;
+        m->need += round_up(s->bytes ? s->bytes : 1, m->be->alloc_round);
+    }
     m->need *= (uint64_t)copies;
     m->rm = reg_model_ref(rm);
     m->generation = ++gm->next_generation;
@@ -291,6 +380,9 @@ void do_gm_view(struct gm_instance *m, struct gm_view *v)
     v->be = m->be;
     v->dev = m->dev;
     v->generation = m->generation;
+    v->world = m->world;
+    v->rank = m->rank;
+    v->split = m->split;
     v->total = m->total;
     v->n_shards = m->n_shards;
     v->shards = m->shards;
@@ -315,12 +407,21 @@ void do_gm_view(struct gm_instance *m, struct gm_view *v)
     do_reload_view(m, &v->reload);
 }
 
-struct gm_instance *do_gm_find_current(struct gpu_manager *gm, const char *name)
+struct gm_instance *do_gm_find_current(struct gpu_manager *gm, const char *name,
+                                       const struct gpu_backend *be, int dev, unsigned world,
+                                       unsigned rank)
 {
     for (struct gm_instance *m = gm->models; m; m = m->next)
-        if (m->current && strcmp(m->name, name) == 0)
+        if (m->current && m->be == be && m->dev == dev && m->world == world &&
+            m->rank == rank && strcmp(m->name, name) == 0)
             return m;
     return NULL;
+}
+
+int gm_instance_is(const struct gm_instance *m, const struct gm_which *which)
+{
+    return (!which->where || (m->be == which->where->be && m->dev == which->where->dev)) &&
+           (which->rank < 0 || m->rank == (unsigned)which->rank);
 }
 
 void do_gm_refused_clear(struct gpu_manager *gm, const char *model)

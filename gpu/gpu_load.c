@@ -16,6 +16,7 @@
 
 #include "fileio.h"
 #include "gpu_load_disk.h"
+#include "gpu_part.h"
 #include "util.h"
 
 /* Bytes a copy thread reads at a time through its own buffer into a
@@ -117,21 +118,26 @@ static int survey(struct copier *cp, uint32_t shard, uint64_t first, uint64_t en
 }
 
 /* Sends bytes [p, p + n) of chunk c, just read into buf (from src), on
- * their way: into the allocation (write backends), or as an asynchronous
- * copy out of the staging buffer. Returns 0 or -errno (recorded). */
-static int deliver(struct copier *cp, const struct gpu_chunk *c, unsigned which, const char *buf,
+ * their way: a partition's selected ones compacted first, into the
+ * allocation (write backends), or as an asynchronous copy out of the
+ * staging buffer. Returns 0 or -errno (recorded). */
+static int deliver(struct copier *cp, const struct gpu_chunk *c, unsigned which, char *buf,
                    uint64_t p, size_t n, enum gpu_src src)
 {
     struct gpu_run *r = cp->r;
     struct gpu_load *l = r->l;
     struct gpu_alloc *a = r->shards[c->shard].a;
     struct st_error e;
+    uint64_t dst;
+    n = gpu_run_select(r, c->shard, c->off + p, buf, n, &dst);
+    if (n == 0)
+        return 0;
     if (cp->bounce) {
-        if (l->be->ops->write(l->be, a, c->off + p, buf, n, &e) < 0)
+        if (l->be->ops->write(l->be, a, dst, buf, n, &e) < 0)
             return gpu_run_fail(r, (int)c->shard, -EIO, &e);
     } else {
         unsigned b = l->depth + 2 * cp->id + which;
-        if (l->be->ops->stage_copy(l->stage, b, a, c->off + p, buf, n, &e) < 0)
+        if (l->be->ops->stage_copy(l->stage, b, a, dst, buf, n, &e) < 0)
             return gpu_run_fail(r, (int)c->shard, -EIO, &e);
         cp->pending[which] = 1;
         cp->shard[which] = (int)c->shard;
@@ -460,38 +466,57 @@ int gpu_load_run(struct gpu_load *l, struct gpu_load_shard *shards, size_t n,
     return r.rc;
 }
 
-int gpu_load_verify(struct gpu_backend *be, struct gpu_alloc *a, int fd, uint64_t file_off,
-                    uint64_t size, size_t chunk, const atomic_int *cancel, struct st_error *err)
+/* What verify compares, one stretch of the data at a time. */
+struct verify_ctx {
+    struct gpu_backend *be;
+    struct gpu_alloc *a;
+    const struct gpu_load_shard *s;
+    char *dev, *file;          /* chunk bytes each */
+    size_t chunk;
+    const atomic_int *cancel;
+    struct st_error *err;
+};
+
+/* Compares the allocation's bytes that stretch [lo, hi) of the data fills
+ * with the file's. Returns 0 or -errno with err. */
+static int verify_stretch(void *arg, uint64_t lo, uint64_t hi)
 {
-    size_t n = chunk;
-    char *mem = mmap(NULL, 2 * n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (mem == MAP_FAILED)
-        return st_error_fail(err, ST_ERR_IO, "verify buffers: %s", strerror(errno));
-    int rc = 0;
-    for (uint64_t off = 0; off < size && rc == 0; off += n) {
-        size_t len = (size_t)(size - off < n ? size - off : n);
-        if (cancel && atomic_load(cancel)) {
-            rc = -ECANCELED;
-            break;
-        }
-        if (be->ops->read_back(be, a, off, mem, len, err) < 0) {
-            rc = -EIO;
-            break;
-        }
-        int r = fileio_pread_full(fd, mem + n, len, file_off + off);
-        if (r < 0) {
-            rc = st_error_fail(err, ST_ERR_IO, "verify read at %llu: %s",
-                               (unsigned long long)(file_off + off), strerror(-r));
-            break;
-        }
-        if (memcmp(mem, mem + n, len) != 0) {
+    struct verify_ctx *v = arg;
+    for (uint64_t off = lo; off < hi; off += v->chunk) {
+        size_t len = (size_t)(hi - off < v->chunk ? hi - off : v->chunk);
+        if (v->cancel && atomic_load(v->cancel))
+            return -ECANCELED;
+        int r = fileio_pread_full(v->s->fd, v->file, len, v->s->data_start + off);
+        if (r < 0)
+            return st_error_fail(v->err, ST_ERR_IO, "verify read at %llu: %s",
+                                 (unsigned long long)(v->s->data_start + off), strerror(-r));
+        uint64_t dst = off;
+        size_t n = v->s->sel ? gpu_select_compact(v->s->sel, off, v->file, len) : len;
+        if (v->s->sel)
+            dst = gpu_select_dst(v->s->sel, off);
+        if (n && v->be->ops->read_back(v->be, v->a, dst, v->dev, n, v->err) < 0)
+            return -EIO;
+        if (memcmp(v->dev, v->file, n) != 0) {
             size_t j = 0;
-            while (mem[j] == mem[n + j])
+            while (v->dev[j] == v->file[j])
                 j++;
-            rc = st_error_fail(err, ST_ERR_DEVICE, "verify: device byte %llu differs from the file",
-                               (unsigned long long)(off + j));
+            return st_error_fail(v->err, ST_ERR_DEVICE, "verify: device byte %llu differs from "
+                                 "the file", (unsigned long long)(dst + j));
         }
     }
-    munmap(mem, 2 * n);
+    return 0;
+}
+
+int gpu_load_verify(struct gpu_backend *be, struct gpu_alloc *a, const struct gpu_load_shard *s,
+                    size_t chunk, const atomic_int *cancel, struct st_error *err)
+{
+    char *mem = mmap(NULL, 2 * chunk, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (mem == MAP_FAILED)
+        return st_error_fail(err, ST_ERR_IO, "verify buffers: %s", strerror(errno));
+    struct verify_ctx v = {.be = be, .a = a, .s = s, .dev = mem, .file = mem + chunk,
+                           .chunk = chunk, .cancel = cancel, .err = err};
+    int rc = s->sel ? gpu_select_stretches(s->sel, verify_stretch, &v)
+                    : verify_stretch(&v, 0, s->size);
+    munmap(mem, 2 * chunk);
     return rc;
 }

@@ -71,11 +71,11 @@ size_t gpu_load_stage_bytes(size_t chunk);
 int gpu_load_run(struct gpu_load *l, struct gpu_load_shard *shards, size_t n,
                  const struct gpu_plan *plan, struct gpu_load_stats *st, struct st_error *err);
 
-/* Compares a[0..size) (read back from the backend) with the size bytes at
- * file_off of fd, chunk bytes at a time. Returns 0, -ECANCELED, or -errno
- * with err naming the first differing offset (ST_ERR_DEVICE) or the failed
- * read. */
-int gpu_load_verify(struct gpu_backend *be, struct gpu_alloc *a, int fd, uint64_t file_off,
-                    uint64_t size, size_t chunk, const atomic_int *cancel, struct st_error *err);
+/* Compares the allocation a (read back from the backend) with what it
+ * should hold of shard s's file (its data, or a partition's selected bytes),
+ * chunk bytes at a time. Returns 0, -ECANCELED, or -errno with err naming
+ * the first differing allocation offset (ST_ERR_DEVICE) or the failed read. */
+int gpu_load_verify(struct gpu_backend *be, struct gpu_alloc *a, const struct gpu_load_shard *s,
+                    size_t chunk, const atomic_int *cancel, struct st_error *err);
 
 #endif

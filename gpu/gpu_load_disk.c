@@ -110,12 +110,15 @@ static int finish_read(struct disk *d, unsigned i, int res)
             return gpu_run_fail(r, (int)s->c.shard, rc, &e);
         }
     }
-    if (l->be->ops->stage_copy(l->stage, i, sh->a, s->c.off, buf + s->skip, (size_t)s->c.len,
-                               &e) < 0)
+    uint64_t dst;
+    size_t n = gpu_run_select(r, s->c.shard, s->c.off, buf + s->skip, (size_t)s->c.len, &dst);
+    d->bytes += s->c.len;
+    if (n == 0)
+        return 0;
+    if (l->be->ops->stage_copy(l->stage, i, sh->a, dst, buf + s->skip, n, &e) < 0)
         return gpu_run_fail(r, (int)s->c.shard, -EIO, &e);
     s->copying = 1;
-    d->bytes += s->c.len;
-    gpu_run_copied(r, GPU_SRC_DISK, s->c.len);
+    gpu_run_copied(r, GPU_SRC_DISK, n);
     return 0;
 }
 

@@ -25,6 +25,8 @@ struct gpu_load_shard {
                                 * negative: gpu_load.open_direct is asked when needed */
     uint64_t data_start, size; /* the data buffer in the file */
     struct gpu_alloc *a;       /* where it goes */
+    const struct gpu_select *sel; /* a partition's bytes of the data (gpu/gpu_part.h), packed
+                                * into the allocation; NULL: all of them, at their offsets */
 };
 
 /* What a load did. */

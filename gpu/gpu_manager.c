@@ -18,16 +18,40 @@
 #include "metrics.h"
 #include "util.h"
 
-/* The current instance, else the newest draining one. Caller holds the lock. */
+/* Whether m is shown as one of model's instances: a reload's new generation
+ * is shown in the view of the one it replaces. */
+static int shown(const struct gm_instance *m, const char *model)
+{
+    return !m->prev_gen && strcmp(m->name, model) == 0;
+}
+
+/* The primary instance: the one current instance, else (none current) the
+ * newest draining one; NULL when there is none, or several current. Caller
+ * holds the lock. */
 static struct gm_instance *do_gm_find_shown(struct gpu_manager *gm, const char *model)
 {
-    struct gm_instance *m = do_gm_find_current(gm, model);
-    if (m)
-        return m;
-    for (m = gm->models; m; m = m->next) /* newest first */
-        if (strcmp(m->name, model) == 0)
+    struct gm_instance *one = NULL;
+    for (struct gm_instance *m = gm->models; m; m = m->next) {
+        if (!m->current || !shown(m, model))
+            continue;
+        if (one)
+            return NULL;
+        one = m;
+    }
+    if (one)
+        return one;
+    for (struct gm_instance *m = gm->models; m; m = m->next) /* newest first */
+        if (shown(m, model))
             return m;
     return NULL;
+}
+
+/* The order of current instances in views: host first, then by ordinal,
+ * then by rank. */
+static int before(const struct gm_instance *a, const struct gm_instance *b)
+{
+    int ka = a->be->kind == DEVICE_HOST ? -1 : a->dev, kb = b->be->kind == DEVICE_HOST ? -1 : b->dev;
+    return ka != kb ? ka < kb : a->rank < b->rank;
 }
 
 /* ---- device names ------------------------------------------------------ */
@@ -74,6 +98,7 @@ struct gpu_manager *gpu_manager_new(const struct gm_options *opt, struct registr
     pthread_cond_init(&gm->cond, NULL);
     gm->host = gpu_host_new();
     gm->cuda = gpu_cuda_probe(&gm->cuda_err);
+    gm->loader_main = gm_loader_main;
     if (gm->cuda)
         log_msg(LOG_INFO, "gpu: %zu CUDA device(s)", gm->cuda->n_devices);
     else
@@ -100,7 +125,7 @@ static void preload_spec(struct gpu_manager *gm, const char *spec)
         pthread_mutex_lock(&gm->lock);
         do_gm_refused_set(gm, model, at + 1, err.message);
         pthread_mutex_unlock(&gm->lock);
-    } else if (gpu_preload_request(gm, model, &where, 1, &v, &err) < 0) {
+    } else if (gpu_preload_request(gm, model, &where, NULL, 1, &v, &err) < 0) {
         log_msg(LOG_ERROR, "gpu: preload %s: %s", spec, err.message);
         if (err.code == ST_ERR_DEVICE_MEMORY) { /* GET says why it is not there */
             pthread_mutex_lock(&gm->lock);
@@ -140,8 +165,6 @@ static void pin_rings(struct gpu_manager *gm)
 int gpu_manager_start(struct gpu_manager *gm, struct st_error *err)
 {
     int rc = gm_sums_start(gm, err);
-    if (rc == 0)
-        rc = gpu_preload_start(gm, err);
     if (rc < 0)
         return rc;
     if (gm->opt.n_preload)
@@ -165,8 +188,9 @@ void gpu_manager_rows(struct gpu_manager *gm, int current_only,
 {
     pthread_mutex_lock(&gm->lock);
     for (struct gm_instance *m = gm->models; m; m = m->next) {
-        struct gm_row row = {.name = m->name, .device = m->device, .state = m->state,
-                             .generation = m->generation, .leases = m->leases};
+        struct gm_row row = {.name = m->name, .device = m->device, .world = m->world,
+                             .rank = m->rank, .state = m->state, .generation = m->generation,
+                             .leases = m->leases};
         if (m->current || !current_only)
             fn(&row, ctx);
     }
@@ -187,6 +211,36 @@ void gpu_manager_view(struct gpu_manager *gm, const char *model, struct gm_view 
         v->device = v->refused_device;
     }
     pthread_mutex_unlock(&gm->lock);
+}
+
+size_t gpu_manager_views(struct gpu_manager *gm, const char *model, struct gm_view *v,
+                         size_t max)
+{
+    size_t n = 0;
+    pthread_mutex_lock(&gm->lock);
+    /* The current ones in order (an insertion sort: a model has a few). */
+    struct gm_instance *cur[64];
+    size_t n_cur = 0;
+    for (struct gm_instance *m = gm->models; m; m = m->next) {
+        if (!m->current || !shown(m, model) || n_cur == 64)
+            continue;
+        size_t k = n_cur++;
+        for (; k > 0 && before(m, cur[k - 1]); k--)
+            cur[k] = cur[k - 1];
+        cur[k] = m;
+    }
+    for (size_t i = 0; i < n_cur; i++, n++)
+        if (n < max)
+            do_gm_view(cur[i], &v[n]);
+    for (struct gm_instance *m = gm->models; m; m = m->next) {
+        if (m->current || !shown(m, model))
+            continue;
+        if (n < max)
+            do_gm_view(m, &v[n]);
+        n++;
+    }
+    pthread_mutex_unlock(&gm->lock);
+    return n;
 }
 
 void gpu_manager_view_release(struct gpu_manager *gm, struct gm_view *v)
@@ -212,26 +266,54 @@ const char *gm_view_text(const struct gm_view *v, enum gm_text slot,
     return text;
 }
 
-int gpu_manager_evict(struct gpu_manager *gm, const char *model, struct gm_evicted *out,
-                      struct st_error *err)
+int gpu_manager_evict(struct gpu_manager *gm, const char *model, const struct gm_which *which,
+                      struct gm_evicted *out, size_t max, struct st_error *err)
 {
+    struct gm_instance *dead_list = NULL;
+    int n = 0;
     pthread_mutex_lock(&gm->lock);
-    struct gm_instance *m = do_gm_find_current(gm, model);
-    if (!m) {
-        pthread_mutex_unlock(&gm->lock);
-        return st_error_fail(err, ST_ERR_NOT_FOUND, "model %.200s is not preloaded", model);
+    struct gm_instance *next;
+    for (struct gm_instance *m = gm->models; m; m = next) {
+        next = m->next; /* retiring m may unlink it */
+        if (!m->current || strcmp(m->name, model) != 0 || !gm_instance_is(m, which))
+            continue;
+        struct gm_instance *pending, *dead;
+        do_gm_reload_abandon(gm, m, &pending);
+        if ((size_t)n < max)
+            out[n] = (struct gm_evicted){.world = m->world, .rank = m->rank,
+                                         .generation = m->generation};
+        unsigned leases = m->leases;
+        dead = do_gm_instance_retire(gm, m);
+        if ((size_t)n < max) {
+            snprintf(out[n].device, sizeof(out[n].device), "%s", m->device);
+            out[n].draining = dead == NULL;
+            out[n].leases = leases;
+        }
+        char part[48] = "";
+        if (m->world > 1)
+            snprintf(part, sizeof(part), " (rank %u of %u)", m->rank, m->world);
+        log_msg(LOG_INFO, "gpu: evicted %s from %s%s%s", model, m->device, part,
+                dead ? "" : ", draining until its leases end");
+        for (struct gm_instance *d = pending; d; d = NULL) {
+            d->qnext = dead_list;
+            dead_list = d;
+        }
+        for (struct gm_instance *d = dead; d; d = NULL) {
+            d->qnext = dead_list;
+            dead_list = d;
+        }
+        n++;
     }
-    struct gm_instance *pending;
-    do_gm_reload_abandon(gm, m, &pending);
-    struct gm_instance *dead = do_gm_instance_retire(gm, m);
-    out->generation = m->generation;
-    out->draining = dead == NULL;
-    out->leases = m->leases;
     pthread_mutex_unlock(&gm->lock);
-    log_msg(LOG_INFO, "gpu: evicted %s%s", model, dead ? "" : " (draining until leases end)");
-    gm_dispose(gm, pending);
-    gm_dispose(gm, dead);
-    return 0;
+    while (dead_list) {
+        struct gm_instance *d = dead_list;
+        dead_list = d->qnext;
+        gm_dispose(gm, d);
+    }
+    if (n == 0)
+        return st_error_fail(err, ST_ERR_NOT_FOUND, "model %.200s is not preloaded%s", model,
+                             which->where || which->rank >= 0 ? " there" : "");
+    return n;
 }
 
 int gpu_manager_ready(struct gpu_manager *gm)
@@ -293,8 +375,14 @@ int gpu_manager_wait_idle(struct gpu_manager *gm, int timeout_ms)
     }
     int rc = 0;
     pthread_mutex_lock(&gm->lock);
-    while ((gm->qhead || gm->loading || gm->shead || gm->summing) && rc == 0)
+    for (;;) {
+        int queued = 0;
+        for (size_t i = 0; i < gm->n_loaders; i++)
+            queued |= gm->loaders[i].qhead != NULL;
+        if (!(queued || gm->loading || gm->shead || gm->summing) || rc != 0)
+            break;
         rc = pthread_cond_timedwait(&gm->cond, &gm->lock, &dl);
+    }
     pthread_mutex_unlock(&gm->lock);
     return -rc;
 }
@@ -325,16 +413,11 @@ void gpu_manager_free(struct gpu_manager *gm)
 
 /* ---- leases ------------------------------------------------------------ */
 
-/* Whether m can be leased on where (NULL: anywhere) with max_fds
+/* Whether m (the instance an open found) can be leased with max_fds
  * descriptors. Returns 0 or -errno with err (see gpu_manager_open). */
-static int do_gm_leasable(const struct gm_instance *m, const char *model,
-                          const struct gm_device *where, size_t max_fds, struct st_error *err)
+static int do_gm_leasable(const struct gm_instance *m, const char *model, size_t max_fds,
+                          struct st_error *err)
 {
-    if (!m)
-        return st_error_fail(err, ST_ERR_NOT_FOUND, "model %.200s is not preloaded", model);
-    if (where && (m->be != where->be || m->dev != where->dev))
-        return st_error_fail(err, ST_ERR_INVALID_ARGUMENT, "model %.200s is on %s, not %.100s",
-                             model, m->device, where->name);
     if (m->state == GM_LOADING) {
         uint64_t done = atomic_load(&m->done);
         double pct = m->total ? 100.0 * (double)done / (double)m->total : 0.0;
@@ -342,32 +425,100 @@ static int do_gm_leasable(const struct gm_instance *m, const char *model,
             return st_error_fail(err, ST_ERR_RETRY, "model %.200s is being reloaded in place "
                                  "(generation %llu, %.0f%%): open it again shortly", model,
                                  (unsigned long long)m->generation, pct);
-        return st_error_fail(err, ST_ERR_CONFLICT, "model %.200s is still loading (%.0f%%)", model,
-                             pct);
+        return st_error_fail(err, ST_ERR_CONFLICT, "model %.200s is still loading on %s "
+                             "(%.0f%%)", model, m->device, pct);
     }
     if (m->state != GM_READY)
-        return st_error_fail(err, ST_ERR_DEVICE, "preloading model %.200s failed: %s", model,
-                             m->error.message);
+        return st_error_fail(err, ST_ERR_DEVICE, "preloading model %.200s on %s failed: %s",
+                             model, m->device, m->error.message);
     if (m->n_shards > max_fds)
         return st_error_fail(err, ST_ERR_LIMIT, "model %.200s has %zu shards; at most %zu can "
                              "be passed in one answer", model, m->n_shards, max_fds);
     return 0;
 }
 
+/* "cuda:0 (rank 1 of 2), cuda:1 (rank 0 of 2)": where model's current
+ * instances are, for a message, into buf. */
+static const char *do_where_text(struct gpu_manager *gm, const char *model, char *buf, size_t len)
+{
+    size_t o = 0;
+    buf[0] = '\0';
+    for (struct gm_instance *m = gm->models; m && o < len; m = m->next) {
+        if (!m->current || strcmp(m->name, model) != 0)
+            continue;
+        int n = m->world > 1 ? snprintf(buf + o, len - o, "%s%s (rank %u of %u)", o ? ", " : "",
+                                        m->device, m->rank, m->world)
+                             : snprintf(buf + o, len - o, "%s%s", o ? ", " : "", m->device);
+        o += n > 0 ? (size_t)n : 0;
+    }
+    return buf;
+}
+
+/* The instance an open asks for: the one current instance of model that
+ * which names, or among several the one on prefer (resolved, or NULL), or,
+ * for a named rank, the one partition among them. NULL with err when there
+ * is none or several. */
+static struct gm_instance *do_gm_find_open(struct gpu_manager *gm, const char *model,
+                                           const struct gm_which *which,
+                                           const struct gm_device *prefer, struct st_error *err)
+{
+    struct gm_instance *one = NULL, *preferred = NULL, *part = NULL;
+    unsigned n = 0, n_preferred = 0, n_parts = 0, any = 0;
+    char where[256];
+    for (struct gm_instance *m = gm->models; m; m = m->next) {
+        if (!m->current || strcmp(m->name, model) != 0)
+            continue;
+        any++;
+        if (!gm_instance_is(m, which))
+            continue;
+        one = m;
+        n++;
+        if (prefer && m->be == prefer->be && m->dev == prefer->dev) {
+            preferred = m;
+            n_preferred++;
+        }
+        if (m->world > 1) {
+            part = m;
+            n_parts++;
+        }
+    }
+    if (n == 1)
+        return one;
+    if (n_preferred == 1)
+        return preferred;
+    /* A worker naming its rank wants a partition's, not a whole copy's
+     * (rank 0 of a world of 1). */
+    if (which->rank >= 0 && n_parts == 1)
+        return part;
+    if (n == 0 && !any)
+        st_error_fail(err, ST_ERR_NOT_FOUND, "model %.200s is not preloaded", model);
+    else if (n == 0)
+        st_error_fail(err, ST_ERR_INVALID_ARGUMENT, "model %.200s is on %s: not on that device "
+                      "or rank", model, do_where_text(gm, model, where, sizeof(where)));
+    else
+        st_error_fail(err, ST_ERR_AMBIGUOUS, "model %.200s is on %s: name the device and the "
+                      "rank to open", model, do_where_text(gm, model, where, sizeof(where)));
+    return NULL;
+}
+
 struct gpu_lease *gpu_manager_open(struct gpu_manager *gm, const char *model,
-                                   const struct gm_device *where, struct gm_view *v, int *fds,
+                                   const struct gm_which *which, struct gm_view *v, int *fds,
                                    size_t max_fds, size_t *n_fds, struct st_error *err)
 {
     *n_fds = 0;
     memset(v, 0, sizeof(*v));
+    struct gm_device prefer;
+    struct st_error unused;
+    int have_prefer = which->prefer && *which->prefer &&
+                      gm_resolve_device(gm, which->prefer, &prefer, &unused) == 0;
     struct gpu_lease *l = malloc(sizeof(*l));
     if (!l) {
         st_error_fail(err, ST_ERR_NO_MEMORY, "out of memory opening a lease");
         return NULL;
     }
     pthread_mutex_lock(&gm->lock);
-    struct gm_instance *m = do_gm_find_current(gm, model);
-    if (do_gm_leasable(m, model, where, max_fds, err) < 0) {
+    struct gm_instance *m = do_gm_find_open(gm, model, which, have_prefer ? &prefer : NULL, err);
+    if (!m || do_gm_leasable(m, model, max_fds, err) < 0) {
         pthread_mutex_unlock(&gm->lock);
         free(l);
         return NULL;

@@ -33,6 +33,7 @@
 #include <stdint.h>
 
 #include "dtype.h"
+#include "fetch_req.h"
 #include "fileio.h"
 #include "gpu.h"
 #include "gpu_plan.h"
@@ -135,6 +136,8 @@ struct gm_staging {
 struct gm_shard {
     char *file;                /* name within the model */
     uint64_t data_start, size; /* the data buffer in the file */
+    uint64_t bytes;            /* what the allocation holds: size, or a partition's part */
+    struct gpu_select *sel;    /* a partition's bytes of the data (gpu/gpu_part.h); NULL: all */
     struct fileio_stat st;     /* of the file loaded, to notice changes on reload */
     const struct reg_file *rf; /* while loading (the instance holds the model) */
     struct gpu_alloc a;        /* read by others only once published */
@@ -148,6 +151,8 @@ struct gm_tensor {
     uint64_t *shape;
     uint32_t alloc;            /* shard index */
     uint64_t offset, nbytes;   /* within the allocation */
+    struct fetch_part part;    /* a partition's cut of it (part.split 0: held whole); shape
+                                * is the part's, part.full the cut dimension's whole length */
 };
 
 /* A device name resolved to a backend and a device ordinal. */
@@ -176,6 +181,8 @@ struct gm_reload_view {
  * taken under the lock. Also what a model with no instance shows. */
 struct gm_view {
     struct gm_instance *inst;  /* the view's reference; NULL when there is no instance */
+    unsigned world, rank;      /* a partition's (rank of world); 1, 0: the whole model */
+    const char *split;         /* the split as JSON ({"world","rank","rules"}), or NULL */
     int refused;               /* no instance: a start-up preload its device refused */
     const char *name, *device; /* device: "host", "cuda:N", or the refused preload's */
     const struct gpu_backend *be;
@@ -204,6 +211,7 @@ struct gm_view {
 /* One row of the instance table (borrowed for the call it is passed to). */
 struct gm_row {
     const char *name, *device;
+    unsigned world, rank;
     enum gm_state state;
     uint64_t generation;
     unsigned leases;
@@ -229,11 +237,26 @@ const struct gpu_backend *gpu_manager_cuda(struct gpu_manager *gm, const char **
 void gpu_manager_rows(struct gpu_manager *gm, int current_only,
                       void (*fn)(const struct gm_row *row, void *ctx), void *ctx);
 
-/* model's current instance, else its newest draining one, as a view; a
- * model with none gives inst = NULL (refused set when a start-up preload
- * of it was refused by its device). Release every view with
- * gpu_manager_view_release. */
+/* Which of a model's instances a call is about. */
+struct gm_which {
+    const struct gm_device *where; /* its device; NULL: any */
+    int rank;                  /* its rank; -1: any (an instance of the whole model is rank 0
+                                * of 1) */
+    const char *prefer;        /* open: among several, the one on this device (a worker's
+                                * current CUDA device, its UUID or cuda:N); NULL: none */
+};
+
+/* model's primary instance as a view: its one current instance, else (none
+ * current) its newest draining one; inst = NULL when it has none or several
+ * current ones (refused set when a start-up preload of it was refused by
+ * its device). Release every view with gpu_manager_view_release. */
 void gpu_manager_view(struct gpu_manager *gm, const char *model, struct gm_view *v);
+/* Every instance of model, as views into v[0..max): the current ones (by
+ * device, then rank), then the draining ones, newest first; a reload's new
+ * generation is shown in its old one's view, not here. Returns how many
+ * there are (more than max: the rest are left out). */
+size_t gpu_manager_views(struct gpu_manager *gm, const char *model, struct gm_view *v,
+                         size_t max);
 void gpu_manager_view_release(struct gpu_manager *gm, struct gm_view *v);
 
 /* The text cached in an instance for one of the views' big parts, which
@@ -253,20 +276,24 @@ int gm_resolve_device(struct gpu_manager *gm, const char *name, struct gm_device
 
 /* ---- preloads (gpu/gpu_preload.c) ---- */
 
-/* Starts loading model on *where, as the HTTP POST does; startup marks a
- * config preload. The model comes from the newest snapshot: the registry's
- * current one, or the one a reload has announced (gpu_manager_on_reload)
- * and not yet swapped in. Returns 1 when a load started, 0 when it is
- * already loaded or loading there (a failed instance on the same device is
- * retired and tried again), *v the instance's view either way (release it
- * with gpu_manager_view_release); or -errno with err: ST_ERR_NOT_FOUND (no
- * such model), ST_ERR_INVALID_ARGUMENT (the model is invalid),
- * ST_ERR_CONFLICT (loaded on another device), ST_ERR_DEVICE_MEMORY (it
- * cannot fit: the message gives the bytes needed and available, and
- * nothing was allocated), ST_ERR_NO_MEMORY. Takes
- * gm->lock itself. */
+/* Starts loading model on *where, as the HTTP POST does: the whole model,
+ * or with split (has_split) rank split->rank of split->world of it, as
+ * POST .../fetch cuts it (gpu/gpu_part.h); startup marks a config preload.
+ * A model may have an instance on every device, and one per rank on each.
+ * The model comes from the newest snapshot: the registry's current one, or
+ * the one a reload has announced (gpu_manager_on_reload) and not yet
+ * swapped in. Returns 1 when a load started, 0 when that instance is
+ * already loaded or loading (a failed one is retired and tried again), *v
+ * the instance's view either way (release it with
+ * gpu_manager_view_release); or -errno with err: ST_ERR_NOT_FOUND (no such
+ * model), ST_ERR_INVALID_ARGUMENT (the model is invalid), ST_ERR_SPLIT (the
+ * split does not fit a tensor), ST_ERR_CONFLICT (that rank is on the device
+ * already with other rules), ST_ERR_DEVICE_MEMORY (it cannot fit: the
+ * message gives the bytes needed and available, and nothing was
+ * allocated), ST_ERR_NO_MEMORY. Takes gm->lock itself. */
 int gpu_preload_request(struct gpu_manager *gm, const char *model, const struct gm_device *where,
-                        int startup, struct gm_view *v, struct st_error *err);
+                        const struct fetch_req *split, int startup, struct gm_view *v,
+                        struct st_error *err);
 
 /* gpu_preload_request for a model the registry does not hold: rm (the
  * instance takes a reference) whose bytes src delivers (a mirror's, struct
@@ -279,17 +306,20 @@ int gpu_preload_request_model(struct gpu_manager *gm, const char *model,
                               const struct gm_device *where, struct gm_view *v,
                               struct st_error *err);
 
-/* What an eviction left. */
+/* What an eviction left of one instance. */
 struct gm_evicted {
+    char device[24];
+    unsigned world, rank;
     uint64_t generation;
     int draining;              /* 0: the memory was released at once */
     unsigned leases;           /* leases that remain (draining) */
 };
 
-/* Evicts model's current instance. Returns 0 with *out, or -ENOENT with
- * ST_ERR_NOT_FOUND when model is not preloaded. */
-int gpu_manager_evict(struct gpu_manager *gm, const char *model, struct gm_evicted *out,
-                      struct st_error *err);
+/* Evicts model's current instances that which names (where NULL and rank
+ * -1: every one). Returns how many were evicted, the first max of them in
+ * out, or -ENOENT with ST_ERR_NOT_FOUND when none matches. */
+int gpu_manager_evict(struct gpu_manager *gm, const char *model, const struct gm_which *which,
+                      struct gm_evicted *out, size_t max, struct st_error *err);
 
 /* A reload built snap (before it is swapped in): every loaded model whose
  * shard files changed (size, mtime, inode) gets a new generation loaded
@@ -315,16 +345,19 @@ void gpu_manager_free(struct gpu_manager *gm);
 
 /* ---- leases (server/lease/lease_server.c) ---- */
 
-/* Opens a lease on model's current instance, which must be ready (and on
- * *where when where is not NULL). On success returns the lease, *v the
- * instance's view (published: render the answer from it, then release it)
- * and fds[0..*n_fds) the allocations' descriptors (borrowed: valid while
- * the lease is held; send, never close). On failure returns NULL with
- * err: ST_ERR_NOT_FOUND (not preloaded), ST_ERR_INVALID_ARGUMENT (on
- * another device), ST_ERR_CONFLICT (still loading), ST_ERR_DEVICE (its
- * preload failed), ST_ERR_LIMIT (more shards than max_fds). */
+/* Opens a lease on the current instance of model that which names (its
+ * device, its rank; with several, the one on which->prefer), which must be
+ * ready. On success returns the lease, *v the instance's view (published:
+ * render the answer from it, then release it) and fds[0..*n_fds) the
+ * allocations' descriptors (borrowed: valid while the lease is held; send,
+ * never close). On failure returns NULL with err: ST_ERR_NOT_FOUND (not
+ * preloaded), ST_ERR_INVALID_ARGUMENT (not on that device or rank),
+ * ST_ERR_AMBIGUOUS (several instances match: name a device or a rank),
+ * ST_ERR_CONFLICT (still loading), ST_ERR_RETRY (reloading in place),
+ * ST_ERR_DEVICE (its preload failed), ST_ERR_LIMIT (more shards than
+ * max_fds). */
 struct gpu_lease *gpu_manager_open(struct gpu_manager *gm, const char *model,
-                                   const struct gm_device *where, struct gm_view *v, int *fds,
+                                   const struct gm_which *which, struct gm_view *v, int *fds,
                                    size_t max_fds, size_t *n_fds, struct st_error *err);
 /* Ends a lease (released, or its connection closed). */
 void gpu_lease_release(struct gpu_manager *gm, struct gpu_lease *l);

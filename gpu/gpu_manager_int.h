@@ -77,6 +77,9 @@ struct gm_instance {
     struct gpu_backend *be;
     int dev;                   /* device ordinal (index into be->devices) */
     char device[24];           /* "host" or "cuda:N" */
+    unsigned world, rank;      /* a partition: rank of world (gpu/gpu_part.h); 1, 0: whole */
+    char *split;               /* the partition's split as JSON {"world","rank","rules"}, or
+                                * NULL: what a reload loads again, and what documents show */
     uint64_t generation;
     enum gm_state state;       /* guarded by gm->lock */
     struct st_error error;     /* why it failed */
@@ -125,6 +128,19 @@ struct gm_refused {
     char reason[512];
 };
 
+/* A device's loader: its own thread and queue, so that preloads to
+ * different devices run at the same time and two to one device queue. Made
+ * when a preload for the device is first queued. */
+#define GM_MAX_LOADERS 17      /* the host and 16 GPUs */
+struct gm_loader {
+    struct gpu_manager *gm;
+    struct gpu_backend *be;
+    int dev;
+    struct gm_instance *qhead, *qtail; /* its queue (gm->lock) */
+    int loading;               /* its thread is loading an instance (gm->lock) */
+    pthread_t thread;
+};
+
 /* A device's staging ring, kept from one preload to the next: pinned
  * memory costs most of a second per GiB to allocate, so it is pinned ahead
  * of the first preload (gpu/gpu_stage.c) by a thread of its own. Only the
@@ -155,11 +171,11 @@ struct gpu_manager {
     pthread_cond_t cond;       /* queue changes, load completions, memory released, rings
                                 * made, checksums summed */
     struct gm_instance *models; /* the table (gm->lock) */
-    struct gm_instance *qhead, *qtail; /* the load queue (gm->lock) */
-    int loading;               /* the loader is working on an instance (gm->lock) */
-    pthread_t loader;
-    int loader_started;        /* written before other threads run, read by free */
-    int stopping;              /* the loader and the checksum thread must exit (gm->lock) */
+    struct gm_loader loaders[GM_MAX_LOADERS]; /* one per device that has preloaded (gm->lock) */
+    size_t n_loaders;          /* gm->lock */
+    unsigned loading;          /* loaders loading an instance now (gm->lock) */
+    void *(*loader_main)(void *); /* gm_loader_main: what a loader's thread runs */
+    int stopping;              /* the loaders and the checksum thread must exit (gm->lock) */
     unsigned freeing;          /* unlinked instances whose memory is being released (gm->lock) */
     uint64_t next_generation;  /* gm->lock */
     unsigned startup_pending;  /* config preloads not yet ended (gm->lock) */
@@ -212,11 +228,17 @@ void gm_stages_free(struct gpu_manager *gm);
 /* ---- instances (gpu/gpu_instance.c) ---- */
 
 /* Builds an instance of rm (which must be valid) on *where, loading, with
- * a new generation and a reference to rm; refs is 0 until it is linked.
- * NULL when memory runs out (the sizes come from the model's files). Caller
- * holds the lock (for the generation counter). */
+ * a new generation and a reference to rm; refs is 0 until it is linked:
+ * the whole model, or (split, has_split) its partition, each shard's
+ * selection and each tensor's part planned (gpu/gpu_part.h). NULL with err
+ * when a tensor cannot be cut as split says (ST_ERR_SPLIT) or memory runs
+ * out. Caller holds the lock (for the generation counter). */
 struct gm_instance *do_gm_instance_new(struct gpu_manager *gm, const struct reg_model *rm,
-                                       const struct gm_device *where);
+                                       const struct gm_device *where,
+                                       const struct fetch_req *split, struct st_error *err);
+/* The split of m as a request again (for a reload); 0, or -errno with err.
+ * *out is empty (no split) for a whole instance. */
+int gm_instance_split(const struct gm_instance *m, struct fetch_req *out, struct st_error *err);
 /* Whether rm's shards are the files m was loaded from (size, mtime,
  * inode). */
 int gm_instance_same_files(const struct gm_instance *m, const struct reg_model *rm);
@@ -229,10 +251,14 @@ void gm_dispose(struct gpu_manager *gm, struct gm_instance *dead);
  * after the lock is released, else NULL. */
 struct gm_instance *do_gm_instance_unref(struct gpu_manager *gm, struct gm_instance *m);
 /* Links m (new) into the table, as its model's current instance or not (a
- * reload's new generation), and queues it for the loader: refs become 2,
- * the table's and the loader's. Starts pinning its device's ring. */
-void do_gm_enqueue(struct gpu_manager *gm, struct gm_instance *m, int current);
-/* Queues m (linked, parked, the loader's reference kept) again. */
+ * reload's new generation), and queues it for its device's loader (made on
+ * the device's first preload): refs become 2, the table's and the
+ * loader's. Starts pinning its device's ring. Returns 0, or -errno with err
+ * when the loader's thread cannot start (m is then not linked). */
+int do_gm_enqueue(struct gpu_manager *gm, struct gm_instance *m, int current,
+                  struct st_error *err);
+/* Queues m (linked, parked, the loader's reference kept) again on its
+ * device's loader, which exists. */
 void do_gm_requeue(struct gpu_manager *gm, struct gm_instance *m);
 /* Takes m out of the table's service (evict, replace): no longer current,
  * cancelled if loading, draining unless it failed, a parked load's and a
@@ -242,8 +268,12 @@ struct gm_instance *do_gm_instance_retire(struct gpu_manager *gm, struct gm_inst
 /* Fills v from m (m may be NULL: no instance) and takes a reference for
  * it. */
 void do_gm_view(struct gm_instance *m, struct gm_view *v);
-/* name's current instance, or NULL. */
-struct gm_instance *do_gm_find_current(struct gpu_manager *gm, const char *name);
+/* name's current instance on be's device dev, rank of world, or NULL. */
+struct gm_instance *do_gm_find_current(struct gpu_manager *gm, const char *name,
+                                       const struct gpu_backend *be, int dev, unsigned world,
+                                       unsigned rank);
+/* Whether m is one that which names. */
+int gm_instance_is(const struct gm_instance *m, const struct gm_which *which);
 /* Bytes promised on be's device dev: the need of every instance there that
  * is queued or loading and has not allocated yet, but skip. A parked
  * reload promises nothing: it will take its old generation's memory. */
@@ -304,7 +334,7 @@ void do_gm_reload_lease_ended(struct gpu_manager *gm, struct gm_instance *m);
 void do_gm_reload_abandon(struct gpu_manager *gm, struct gm_instance *m,
                           struct gm_instance **dead);
 
-/* ---- the load queue and the loader thread (gpu/gpu_preload.c) ----
+/* ---- the load queues and the loaders' threads (gpu/gpu_preload.c) ----
  *
  * A preload request (gpu_manager.h) is admitted when the device has room
  * for it (beside what other queued preloads were promised), then makes a
@@ -325,13 +355,14 @@ void do_gm_reload_abandon(struct gpu_manager *gm, struct gm_instance *m,
  * (gpu_manager_wait_idle waits on it). Start-up preloads (the config's) are
  * counted in gm->startup_pending until they end, whichever way. */
 
-/* Starts the loader thread. Returns 0, or -errno with err when it cannot
- * start. */
-int gpu_preload_start(struct gpu_manager *gm, struct st_error *err);
+/* A loader's thread (its argument: the struct gm_loader). gpu_manager_new
+ * sets gm->loader_main to it, and the instance code that makes a loader
+ * starts it through that pointer, never calling up by name. */
+void *gm_loader_main(void *arg);
 
-/* Tells the loader to stop, cancels every instance's load (the one running
- * stops at its next chunk), and joins the thread. Queued instances stay in
- * the table for gpu_manager_free to free. */
+/* Tells the loaders to stop, cancels every instance's load (those running
+ * stop at their next chunk), and joins their threads. Queued instances stay
+ * in the table for gpu_manager_free to free. */
 void gpu_preload_stop(struct gpu_manager *gm);
 
 #endif

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gpu_part.h"
+
 /* A growable list of chunks; fallible (a plan's size follows the files'). */
 struct chunk_list {
     struct gpu_chunk *v;
@@ -47,12 +49,31 @@ static int seg_missing(const struct gpu_plan_shard *s, const struct gpu_gate *ga
     return !gate->present(gate->arg, s->gate_file, s->data_start + off, len);
 }
 
-/* Plans shard i: every chunk on src_all, or (gate) each run of segments on
- * the page cache or upstream as the gate says. */
+/* A partition's stretch [lo, hi), planned on one source. */
+struct stretch_ctx {
+    struct chunk_list *list;
+    uint32_t shard;
+    enum gpu_src src;
+    uint64_t chunk;
+};
+
+static int emit_stretch(void *arg, uint64_t lo, uint64_t hi)
+{
+    struct stretch_ctx *c = arg;
+    return emit(c->list, c->shard, c->src, lo, hi, c->chunk);
+}
+
+/* Plans shard i: every chunk on src_all (a partition: its stretches only),
+ * or (gate) each run of segments on the page cache or upstream as the gate
+ * says. */
 static int plan_shard(struct chunk_list lists[GPU_SRC_COUNT], uint32_t i,
                       const struct gpu_plan_shard *s, enum gpu_src src_all,
                       const struct gpu_gate *gate, uint64_t chunk)
 {
+    if (s->sel) {
+        struct stretch_ctx c = {&lists[src_all], i, src_all, chunk};
+        return gpu_select_stretches(s->sel, emit_stretch, &c);
+    }
     if (!gate)
         return emit(&lists[src_all], i, src_all, 0, s->size, chunk);
     uint64_t run = 0;
@@ -109,7 +130,7 @@ int gpu_plan_build(struct gpu_plan *p, const struct gpu_plan_shard *shards, size
     memset(p, 0, sizeof(*p));
     for (size_t i = 0; i < n && rc == 0; i++) {
         const struct gpu_plan_shard *s = &shards[i];
-        int gated = force < 0 && gate && s->gate_file;
+        int gated = force < 0 && gate && s->gate_file && !s->sel;
         if (s->size > 0)
             rc = plan_shard(lists, (uint32_t)i, s, all, gated ? gate : NULL, chunk);
     }

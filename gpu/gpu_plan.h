@@ -14,6 +14,9 @@
  * anyway for files the daemon may not write (mincore claims every page
  * resident to those).
  *
+ * A partition's shard (gpu/gpu_part.h) is planned over the stretches of its
+ * data that hold selected bytes only, each cut on its own.
+ *
  * Chunks keep file order within a shard. Page-cache chunks take the shards
  * in turn, so that copy threads work on different allocations (a memfd
  * takes one writer at a time).
@@ -53,11 +56,15 @@ struct gpu_gate {
     void *arg;
 };
 
+struct gpu_select;
+
 /* One shard as the plan sees it: the data buffer of a file. */
 struct gpu_plan_shard {
     uint64_t data_start;       /* file offset of the data buffer */
     uint64_t size;             /* bytes of data */
     const void *gate_file;     /* the gate's name for its file; NULL: the file is whole */
+    const struct gpu_select *sel; /* a partition's (gpu/gpu_part.h): only the stretches that
+                                * hold its bytes are planned; NULL: all of the data */
 };
 
 struct gpu_chunk {

@@ -82,9 +82,9 @@ static int alloc_shards(const struct gm_options *opt, struct gm_instance *m, int
         struct gm_shard *s = &m->shards[i];
         char label[160];
         snprintf(label, sizeof(label), "%.80s/%.60s", m->name, s->file);
-        if (m->be->ops->alloc(m->be, dev, s->size, legacy, label, &s->a, &e) < 0)
+        if (m->be->ops->alloc(m->be, dev, s->bytes, legacy, label, &s->a, &e) < 0)
             return st_error_fail(&m->error, e.code, "allocating %llu bytes for %s: %s",
-                                 (unsigned long long)s->size, s->file, e.message);
+                                 (unsigned long long)s->bytes, s->file, e.message);
     }
     return 0;
 }
@@ -143,6 +143,12 @@ static int copy_shards(struct gpu_manager *gm, struct gm_instance *m, int dev, u
     struct gm_ring_shape shape;
     gm_ring_shape(&gm->opt, m->be, &shape);
     struct direct_ctx dctx = {.m = m};
+    /* Preloads to several devices at once share the CPUs: each takes its
+     * share of the copy threads its ring was made for. */
+    pthread_mutex_lock(&gm->lock);
+    unsigned busy = gm->loading ? gm->loading : 1;
+    pthread_mutex_unlock(&gm->lock);
+    shape.threads = shape.threads / busy ? shape.threads / busy : 1;
     struct gpu_load l = {.be = m->be, .threads = shape.threads, .depth = shape.depth,
                          .chunk = shape.chunk, .cancel = &m->cancel, .progress = &m->done,
                          .wait_cqe = io_uring_wait_cqe, .open_direct = open_direct,
@@ -160,9 +166,11 @@ static int copy_shards(struct gpu_manager *gm, struct gm_instance *m, int dev, u
     for (size_t i = 0; i < m->n_shards; i++) {
         struct gm_shard *s = &m->shards[i];
         const void *gf = m->source ? (const void *)s->rf : NULL;
-        ps[i] = (struct gpu_plan_shard){s->data_start, s->size, gf};
+        ps[i] = (struct gpu_plan_shard){.data_start = s->data_start, .size = s->size,
+                                        .gate_file = gf, .sel = s->sel};
         ls[i] = (struct gpu_load_shard){.fd = s->rf->fd, .gate_file = gf, .direct_fd = -1,
-                                        .data_start = s->data_start, .size = s->size, .a = &s->a};
+                                        .data_start = s->data_start, .size = s->size, .a = &s->a,
+                                        .sel = s->sel};
     }
     int rc = gpu_plan_build(&plan, ps, m->n_shards, l.chunk, -1, l.gate, &m->error);
     m->phase_ns[GM_PHASE_PLAN] = lap(t);
@@ -210,8 +218,9 @@ static int finish_shards(const struct gm_options *opt, struct gm_instance *m)
     size_t chunk = (size_t)opt->staging_buffer_bytes;
     for (size_t i = 0; opt->verify && i < m->n_shards; i++) {
         struct gm_shard *s = &m->shards[i];
-        int r = gpu_load_verify(m->be, &s->a, s->rf->fd, s->data_start, s->size, chunk,
-                                &m->cancel, &e);
+        struct gpu_load_shard ls = {.fd = s->rf->fd, .data_start = s->data_start,
+                                    .size = s->size, .a = &s->a, .sel = s->sel};
+        int r = gpu_load_verify(m->be, &s->a, &ls, chunk, &m->cancel, &e);
         if (r == -ECANCELED)
             return r;
         if (r < 0)
@@ -351,24 +360,26 @@ static void do_publish(struct gpu_manager *gm, struct gm_instance *m, int rc,
     m->startup = 0;
 }
 
-/* The loader thread: takes instances off the queue one at a time, fills
- * them, and publishes each as ready or failed (or leaves a parked reload
- * until its old generation's leases end). */
-static void *loader_main(void *arg)
+/* A device's loader thread: takes instances off its queue one at a time,
+ * fills them, and publishes each as ready or failed (or leaves a parked
+ * reload until its old generation's leases end). */
+void *gm_loader_main(void *arg)
 {
-    struct gpu_manager *gm = arg;
+    struct gm_loader *ld = arg;
+    struct gpu_manager *gm = ld->gm;
     pthread_mutex_lock(&gm->lock);
     for (;;) {
-        while (!gm->qhead && !gm->stopping)
+        while (!ld->qhead && !gm->stopping)
             pthread_cond_wait(&gm->cond, &gm->lock);
         if (gm->stopping)
             break;
-        struct gm_instance *m = gm->qhead;
-        gm->qhead = m->qnext;
-        if (!gm->qhead)
-            gm->qtail = NULL;
+        struct gm_instance *m = ld->qhead;
+        ld->qhead = m->qnext;
+        if (!ld->qhead)
+            ld->qtail = NULL;
         m->qnext = NULL;
-        gm->loading = 1;
+        ld->loading = 1;
+        gm->loading++;
         m->t_start_ns = time_mono_ns();
         pthread_mutex_unlock(&gm->lock);
 
@@ -376,7 +387,8 @@ static void *loader_main(void *arg)
         int rc = atomic_load(&m->cancel) ? -ECANCELED : load_instance(gm, m, &t_end);
         if (rc == 1) { /* parked: it keeps the loader's reference, and its files */
             pthread_mutex_lock(&gm->lock);
-            gm->loading = 0;
+            ld->loading = 0;
+            gm->loading--;
             pthread_cond_broadcast(&gm->cond);
             continue;
         }
@@ -397,7 +409,8 @@ static void *loader_main(void *arg)
         const struct reg_model *rm = m->rm;
         m->rm = NULL;
         do_publish(gm, m, rc, &dead);
-        gm->loading = 0;
+        ld->loading = 0;
+        gm->loading--;
         struct gm_instance *gone = do_gm_instance_unref(gm, m);
         pthread_cond_broadcast(&gm->cond);
         pthread_mutex_unlock(&gm->lock);
@@ -412,65 +425,80 @@ static void *loader_main(void *arg)
 
 /* ---- requests ------------------------------------------------------------------ */
 
-/* Under gm->lock: whether model (rm in the newest snapshot) may be loaded
- * on *where, and if it is already there. Returns 1 to start a load, 0 when
- * cur already is the answer, or -errno with err. */
-static int do_preload_check(const struct reg_model *rm, const struct gm_instance *cur,
-                            const char *model, const struct gm_device *where,
-                            struct st_error *err)
+/* Under gm->lock: whether model (rm in the newest snapshot) may be loaded.
+ * Returns 0, or -errno with err. */
+static int do_preload_check(const struct reg_model *rm, const char *model, struct st_error *err)
 {
     if (!rm)
         return st_error_fail(err, ST_ERR_NOT_FOUND, "no model named \"%.200s\"", model);
     if (rm->state != MODEL_READY)
         return st_error_fail(err, ST_ERR_INVALID_ARGUMENT, "model %.200s is invalid: %s", model,
                              rm->error.message);
-    if (cur && (cur->be != where->be || cur->dev != where->dev))
-        return st_error_fail(err, ST_ERR_CONFLICT, "model %.200s is already on %s: evict it "
-                             "first", model, cur->device);
-    return cur && cur->state != GM_FAILED ? 0 : 1;
+    return 0;
 }
 
 /* What a preload request leaves to do after unlocking: an instance to
- * dispose of (a failed attempt it replaced), or one built and refused by
- * admission, never linked, to free. */
+ * dispose of (a failed attempt it replaced), or one built and refused, never
+ * linked, to free. */
 struct leftovers {
     struct gm_instance *dead, *unborn;
 };
 
-/* Under gm->lock: starts loading rm as model on *where (with src, which
- * the new instance takes over) when it fits (dev_avail: the device's
- * available bytes, device_available's), or finds it there. Returns as
- * gpu_preload_request. */
-static int do_preload(struct gpu_manager *gm, const char *model, const struct reg_model *rm,
-                      struct gm_source *src, const struct gm_device *where, int startup,
-                      uint64_t dev_avail, struct gm_view *v, struct leftovers *left,
-                      struct st_error *err)
+/* The key of the instance a request is about: its rank of its world. */
+static void request_rank(const struct fetch_req *split, unsigned *world, unsigned *rank)
 {
-    struct gm_instance *cur = do_gm_find_current(gm, model);
-    int rc = do_preload_check(rm, cur, model, where, err);
-    if (rc == 0) {
+    int on = split && split->has_split;
+    *world = on ? (unsigned)split->world : 1;
+    *rank = on ? (unsigned)split->rank : 0;
+}
+
+/* Under gm->lock: starts loading rm as model on *where (rank split->rank of
+ * split->world, with split; with src, which the new instance takes over)
+ * when it fits (dev_avail: the device's available bytes, device_available's),
+ * or finds it there. Returns as gpu_preload_request. */
+static int do_preload(struct gpu_manager *gm, const char *model, const struct reg_model *rm,
+                      struct gm_source *src, const struct gm_device *where,
+                      const struct fetch_req *split, int startup, uint64_t dev_avail,
+                      struct gm_view *v, struct leftovers *left, struct st_error *err)
+{
+    unsigned world, rank;
+    request_rank(split, &world, &rank);
+    struct gm_instance *cur = do_gm_find_current(gm, model, where->be, where->dev, world, rank);
+    int rc = do_preload_check(rm, model, err);
+    if (rc < 0)
+        return rc;
+    struct gm_instance *m = do_gm_instance_new(gm, rm, where, split, err);
+    if (!m)
+        return err->code == ST_ERR_NO_MEMORY ? -ENOMEM : -EINVAL;
+    if (cur && cur->state != GM_FAILED) {
+        int same = (!m->split && !cur->split) ||
+                   (m->split && cur->split && strcmp(m->split, cur->split) == 0);
+        left->unborn = m;
+        if (!same)
+            return st_error_fail(err, ST_ERR_CONFLICT, "model %.200s: rank %u of %u is on %s "
+                                 "already, split by other rules: evict it first", model, rank,
+                                 world, cur->device);
         do_gm_view(cur, v);
-    } else if (rc == 1) {
-        struct gm_instance *m = do_gm_instance_new(gm, rm, where);
-        uint64_t avail;
-        if (!m)
-            return st_error_fail(err, ST_ERR_NO_MEMORY, "model %.200s: not enough memory for "
-                                 "its instance", model);
-        if (!do_fits(gm, m, dev_avail, 0, &avail)) {
-            left->unborn = m;
-            return no_room(err, m, avail, gm->opt.memory_limit);
-        }
-        m->source = src;
-        do_gm_refused_clear(gm, model);
-        if (cur) /* a failed attempt on this device: try again */
-            left->dead = do_gm_instance_retire(gm, cur);
-        m->startup = startup;
-        if (startup)
-            gm->startup_pending++;
-        do_gm_enqueue(gm, m, 1);
-        do_gm_view(m, v);
+        return 0;
     }
-    return rc;
+    uint64_t avail;
+    if (!do_fits(gm, m, dev_avail, 0, &avail)) {
+        left->unborn = m;
+        return no_room(err, m, avail, gm->opt.memory_limit);
+    }
+    m->startup = startup;
+    if (do_gm_enqueue(gm, m, 1, err) < 0) {
+        left->unborn = m;
+        return -EAGAIN;
+    }
+    m->source = src;
+    do_gm_refused_clear(gm, model);
+    if (cur) /* a failed attempt there: try again */
+        left->dead = do_gm_instance_retire(gm, cur);
+    if (startup)
+        gm->startup_pending++;
+    do_gm_view(m, v);
+    return 1;
 }
 
 static void clear_leftovers(struct gpu_manager *gm, struct leftovers *left)
@@ -491,15 +519,13 @@ int gpu_preload_request_model(struct gpu_manager *gm, const char *model,
     if (rm)
         device_available(where->be, where->dev, &dev_avail);
     pthread_mutex_lock(&gm->lock);
-    struct gm_instance *cur = do_gm_find_current(gm, model);
+    struct gm_instance *cur = do_gm_find_current(gm, model, where->be, where->dev, 1, 0);
     int rc;
     if (rm)
-        rc = do_preload(gm, model, rm, src, where, 0, dev_avail, v, &left, err);
+        rc = do_preload(gm, model, rm, src, where, NULL, 0, dev_avail, v, &left, err);
     else if (!cur || cur->state == GM_FAILED) /* without a model: only an instance there */
-        rc = st_error_fail(err, ST_ERR_NOT_FOUND, "no model named \"%.200s\" is loaded", model);
-    else if (cur->be != where->be || cur->dev != where->dev)
-        rc = st_error_fail(err, ST_ERR_CONFLICT, "model %.200s is already on %s: evict it first",
-                           model, cur->device);
+        rc = st_error_fail(err, ST_ERR_NOT_FOUND, "no model named \"%.200s\" is loaded on %s",
+                           model, where->name ? where->name : "that device");
     else
         rc = 0;
     if (rc == 0 && !rm)
@@ -510,7 +536,8 @@ int gpu_preload_request_model(struct gpu_manager *gm, const char *model,
 }
 
 int gpu_preload_request(struct gpu_manager *gm, const char *model, const struct gm_device *where,
-                        int startup, struct gm_view *v, struct st_error *err)
+                        const struct fetch_req *split, int startup, struct gm_view *v,
+                        struct st_error *err)
 {
     struct reg_snapshot *snap = registry_acquire(gm->registry), *stale = NULL;
     struct leftovers left = {0};
@@ -526,7 +553,7 @@ int gpu_preload_request(struct gpu_manager *gm, const char *model, const struct 
         snap = reg_snapshot_ref(gm->latest);
     }
     const struct reg_model *rm = snap ? reg_snapshot_find_model(snap, model, strlen(model)) : NULL;
-    int rc = do_preload(gm, model, rm, NULL, where, startup, dev_avail, v, &left, err);
+    int rc = do_preload(gm, model, rm, NULL, where, split, startup, dev_avail, v, &left, err);
     pthread_mutex_unlock(&gm->lock);
     clear_leftovers(gm, &left);
     if (stale)
@@ -536,23 +563,15 @@ int gpu_preload_request(struct gpu_manager *gm, const char *model, const struct 
     return rc;
 }
 
-int gpu_preload_start(struct gpu_manager *gm, struct st_error *err)
-{
-    int rc = pthread_create(&gm->loader, NULL, loader_main, gm);
-    if (rc != 0)
-        return st_error_errno(err, rc, "cannot start the preload thread");
-    gm->loader_started = 1;
-    return 0;
-}
-
 void gpu_preload_stop(struct gpu_manager *gm)
 {
     pthread_mutex_lock(&gm->lock);
     gm->stopping = 1;
     for (struct gm_instance *m = gm->models; m; m = m->next)
         atomic_store(&m->cancel, 1);
+    size_t n = gm->n_loaders;
     pthread_cond_broadcast(&gm->cond);
     pthread_mutex_unlock(&gm->lock);
-    if (gm->loader_started)
-        pthread_join(gm->loader, NULL);
+    for (size_t i = 0; i < n; i++) /* no loader is added once stopping is set */
+        pthread_join(gm->loaders[i].thread, NULL);
 }

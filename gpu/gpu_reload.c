@@ -25,21 +25,42 @@ void do_gm_reload_abandon(struct gpu_manager *gm, struct gm_instance *m,
     *dead = do_gm_instance_retire(gm, nm);
 }
 
+/* A new generation of m (same device, same split) from rm, not linked;
+ * NULL (logged) when it cannot be made. */
+static struct gm_instance *do_next_generation(struct gpu_manager *gm, const struct gm_instance *m,
+                                              const struct reg_model *rm)
+{
+    struct gm_device where = {.be = m->be, .dev = m->dev};
+    struct fetch_req split;
+    struct st_error err;
+    struct gm_instance *nm = gm_instance_split(m, &split, &err) < 0
+                                 ? NULL : do_gm_instance_new(gm, rm, &where, &split, &err);
+    fetch_req_free(&split);
+    if (!nm)
+        log_msg(LOG_ERROR, "gpu: %s on %s: no new generation: %s", m->name, m->device,
+                err.message);
+    return nm;
+}
+
 /* Starts a new generation of m (current, ready) from rm beside it, unless
  * one of these very files is under way. *dead gets an abandoned older
- * attempt to dispose of. */
+ * attempt to dispose of, *unborn one that could not be queued to free. */
 static void do_reload_beside(struct gpu_manager *gm, struct gm_instance *m,
-                             const struct reg_model *rm, struct gm_instance **dead)
+                             const struct reg_model *rm, struct gm_instance **dead,
+                             struct gm_instance **unborn)
 {
-    *dead = NULL;
+    struct st_error err;
+    *dead = *unborn = NULL;
     if (m->next_gen && gm_instance_same_files(m->next_gen, rm))
         return;
     do_gm_reload_abandon(gm, m, dead);
-    struct gm_device where = {.be = m->be, .dev = m->dev};
-    struct gm_instance *nm = do_gm_instance_new(gm, rm, &where);
-    if (!nm) {
-        log_msg(LOG_ERROR, "gpu: %s: out of memory for its new generation: generation %llu "
-                "serves on", m->name, (unsigned long long)m->generation);
+    struct gm_instance *nm = do_next_generation(gm, m, rm);
+    if (!nm)
+        return; /* generation m serves on */
+    if (do_gm_enqueue(gm, nm, 0, &err) < 0) {
+        log_msg(LOG_ERROR, "gpu: %s on %s: %s: generation %llu serves on", m->name, m->device,
+                err.message, (unsigned long long)m->generation);
+        *unborn = nm;
         return;
     }
     log_msg(LOG_INFO, "gpu: %s changed on disk: loading generation %llu beside generation %llu, "
@@ -49,26 +70,27 @@ static void do_reload_beside(struct gpu_manager *gm, struct gm_instance *m,
     m->next_gen = nm;
     m->reload_failed_gen = 0;
     nm->prev_gen = m;
-    do_gm_enqueue(gm, nm, 0);
 }
 
 /* Replaces m (current, not serving: loading or failed) by a new instance of
  * rm at once, or evicts it when rm is NULL (gone or invalid). Returns an
  * instance to dispose of. */
 static struct gm_instance *do_replace(struct gpu_manager *gm, struct gm_instance *m,
-                                      const struct reg_model *rm)
+                                      const struct reg_model *rm, struct gm_instance **unborn)
 {
-    struct gm_device where = {.be = m->be, .dev = m->dev};
+    struct st_error err;
     int startup = m->startup;
+    struct gm_instance *nm = rm ? do_next_generation(gm, m, rm) : NULL;
     m->startup = 0; /* the replacement inherits the start-up accounting */
     struct gm_instance *dead = do_gm_instance_retire(gm, m);
-    struct gm_instance *nm = rm ? do_gm_instance_new(gm, rm, &where) : NULL;
-    if (nm) {
-        nm->startup = startup;
-        do_gm_enqueue(gm, nm, 1);
-    } else if (rm) {
-        log_msg(LOG_ERROR, "gpu: %s: out of memory for its new generation: evicted", m->name);
+    *unborn = NULL;
+    if (nm && do_gm_enqueue(gm, nm, 1, &err) < 0) {
+        log_msg(LOG_ERROR, "gpu: %s on %s: %s: evicted", nm->name, nm->device, err.message);
+        *unborn = nm;
+        nm = NULL;
     }
+    if (nm)
+        nm->startup = startup;
     if (!nm && startup && gm->startup_pending > 0)
         gm->startup_pending--;
     return dead;
@@ -85,7 +107,7 @@ static void keep_dead(struct gm_instance **list, struct gm_instance *dead)
 
 void gpu_manager_on_reload(struct gpu_manager *gm, struct reg_snapshot *snap)
 {
-    struct gm_instance *dead_list = NULL, *dead;
+    struct gm_instance *dead_list = NULL, *unborn_list = NULL, *dead, *unborn;
     pthread_mutex_lock(&gm->lock);
     /* A preload that took the registry's snapshot before this one is swapped
      * in must not load the old files: it compares with this (see
@@ -107,15 +129,17 @@ void gpu_manager_on_reload(struct gpu_manager *gm, struct reg_snapshot *snap)
             continue;
         }
         if (valid && m->state == GM_READY) {
-            do_reload_beside(gm, m, rm, &dead);
+            do_reload_beside(gm, m, rm, &dead, &unborn);
             keep_dead(&dead_list, dead);
+            keep_dead(&unborn_list, unborn);
             continue;
         }
         log_msg(LOG_INFO, "gpu: %s changed on disk: %s", m->name,
                 valid ? "reloading it into a new generation" : "evicting it");
         do_gm_reload_abandon(gm, m, &dead);
         keep_dead(&dead_list, dead);
-        keep_dead(&dead_list, do_replace(gm, m, valid ? rm : NULL));
+        keep_dead(&dead_list, do_replace(gm, m, valid ? rm : NULL, &unborn));
+        keep_dead(&unborn_list, unborn);
     }
     pthread_mutex_unlock(&gm->lock);
     if (old_latest)
@@ -124,6 +148,11 @@ void gpu_manager_on_reload(struct gpu_manager *gm, struct reg_snapshot *snap)
         struct gm_instance *d = dead_list;
         dead_list = d->qnext;
         gm_dispose(gm, d);
+    }
+    while (unborn_list) { /* never linked: freed, not disposed of */
+        struct gm_instance *d = unborn_list;
+        unborn_list = d->qnext;
+        gm_instance_free(d);
     }
 }
 

@@ -6,6 +6,8 @@
 #include <errno.h>
 #include <stdlib.h>
 
+#include "gpu_part.h"
+
 int gpu_run_fail(struct gpu_run *r, int shard, int rc, const struct st_error *e)
 {
     pthread_mutex_lock(&r->lock);
@@ -19,6 +21,18 @@ int gpu_run_fail(struct gpu_run *r, int shard, int rc, const struct st_error *e)
     pthread_cond_broadcast(&r->cond);
     pthread_mutex_unlock(&r->lock);
     return rc;
+}
+
+size_t gpu_run_select(const struct gpu_run *r, uint32_t i, uint64_t off, char *buf, size_t n,
+                      uint64_t *dst)
+{
+    const struct gpu_select *sel = r->shards[i].sel;
+    if (!sel) {
+        *dst = off;
+        return n;
+    }
+    *dst = gpu_select_dst(sel, off);
+    return gpu_select_compact(sel, off, buf, n);
 }
 
 int gpu_run_stopped(struct gpu_run *r)

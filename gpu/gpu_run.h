@@ -47,6 +47,12 @@ struct gpu_run {
 int gpu_run_fail(struct gpu_run *r, int shard, int rc, const struct st_error *e);
 /* Whether the load must stop (a failure, or a cancel, which it records). */
 int gpu_run_stopped(struct gpu_run *r);
+/* Where bytes [off, off + n) of shard i's data, just read into buf, go:
+ * moves the shard's selected ones to the start of buf (a partition,
+ * gpu/gpu_part.h) and returns how many to copy, *dst their allocation
+ * offset. */
+size_t gpu_run_select(const struct gpu_run *r, uint32_t i, uint64_t off, char *buf, size_t n,
+                      uint64_t *dst);
 /* Counts n bytes copied from src. */
 void gpu_run_copied(struct gpu_run *r, enum gpu_src src, uint64_t n);
 

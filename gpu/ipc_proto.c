@@ -36,16 +36,18 @@ struct member {
 };
 
 struct fields {
-    struct member op, model, device, lease, protocol;
+    struct member op, model, device, lease, protocol, rank, prefer;
     char op_text[72];          /* enough to name an unknown op (64 bytes) and tell it apart */
 };
 
 /* One member of the request object (at depth 2): kept when f wants it. */
 static int read_member(struct json_scan *s, const char *key, unsigned depth, void *ctx)
 {
-    static const char *const names[] = {"op", "model", "device", "lease", "protocol"};
+    static const char *const names[] = {"op", "model", "device", "lease", "protocol", "rank",
+                                        "prefer_device"};
     struct fields *f = ctx;
-    struct member *members[] = {&f->op, &f->model, &f->device, &f->lease, &f->protocol};
+    struct member *members[] = {&f->op, &f->model, &f->device, &f->lease, &f->protocol,
+                                &f->rank, &f->prefer};
     for (size_t i = 0; i < ARRAY_LEN(names); i++) {
         struct member *m = members[i];
         if (strcmp(key, names[i]) != 0)
@@ -104,7 +106,18 @@ static int check_request(const struct fields *f, struct ipc_request *req, struct
     if (op_is(f, "open")) {
         req->op = IPC_OP_OPEN;
         int rc = check_name(&f->model, "model", 1, err);
-        return rc < 0 ? rc : check_name(&f->device, "device", 0, err);
+        if (rc == 0)
+            rc = check_name(&f->device, "device", 0, err);
+        if (rc == 0)
+            rc = check_name(&f->prefer, "prefer_device", 0, err);
+        if (rc < 0 || !f->rank.tok)
+            return rc;
+        uint64_t rank = 0;
+        rc = check_count(&f->rank, "rank", &rank, err);
+        if (rc == 0 && rank > INT32_MAX)
+            return BAD("\"rank\" must be below 2^31");
+        req->rank = (int64_t)rank;
+        return rc;
     }
     if (op_is(f, "release") || op_is(f, "checksums")) {
         req->op = op_is(f, "release") ? IPC_OP_RELEASE : IPC_OP_CHECKSUMS;
@@ -129,7 +142,9 @@ int ipc_request_parse(const char *json, size_t len, struct ipc_request *req, str
     f.op = (struct member){.str = f.op_text, .cap = sizeof(f.op_text) - 1};
     f.model = (struct member){.str = req->model, .cap = IPC_MAX_NAME};
     f.device = (struct member){.str = req->device, .cap = IPC_MAX_NAME};
-    req->model[0] = req->device[0] = '\0';
+    f.prefer = (struct member){.str = req->prefer, .cap = IPC_MAX_NAME};
+    req->model[0] = req->device[0] = req->prefer[0] = '\0';
+    req->rank = -1;
     if (memchr(json, '\0', len) || !utf8_valid(json, len))
         return BAD("not JSON: the request is not UTF-8 text without NUL bytes");
     struct json_scan s;

@@ -4,7 +4,8 @@
  * Each message is a 4-byte little-endian length followed by that many bytes
  * of JSON (one object). Requests are at most IPC_MAX_REQUEST bytes; a longer
  * length prefix is answered with an error and the connection is closed.
- * Requests: {"op":"hello","protocol":N}, {"op":"open","model":M,"device":D?},
+ * Requests: {"op":"hello","protocol":N},
+ * {"op":"open","model":M,"device":D?,"rank":R?,"prefer_device":P?},
  * {"op":"release","lease":L}, {"op":"checksums","lease":L}, {"op":"list"},
  * {"op":"close"}. Answers:
  * {"ok":true,...} or {"ok":false,"error":{"code":C,"message":M}}. An "open"
@@ -34,9 +35,9 @@
 #include "st_error.h"
 
 #define IPC_HEADER_BYTES 4
-/* The largest valid request is an "open" with two names of IPC_MAX_NAME
- * bytes, each \u-escaped in full (6 bytes per byte): about 48 KiB. */
-#define IPC_MAX_REQUEST (64u << 10)
+/* The largest valid request is an "open" with three names of IPC_MAX_NAME
+ * bytes, each \u-escaped in full (6 bytes per byte): about 72 KiB. */
+#define IPC_MAX_REQUEST (96u << 10)
 #define IPC_MAX_ANSWER (64u << 20)          /* answers carry whole tensor tables */
 #define IPC_MAX_NAME 4096                   /* model and device names */
 #define IPC_MAX_FDS 250                     /* below the kernel's SCM_MAX_FD (253) */
@@ -50,6 +51,9 @@ struct ipc_request {
     enum ipc_op op;
     char model[IPC_MAX_NAME + 1];   /* "open" only */
     char device[IPC_MAX_NAME + 1];  /* "open" only; "" = wherever the model is loaded */
+    int64_t rank;                   /* "open" only: the partition's rank; -1 = any */
+    char prefer[IPC_MAX_NAME + 1];  /* "open"'s prefer_device: the worker's own device,
+                                     * chosen among several instances; "" = none */
     uint64_t lease;                 /* "release", "checksums": the id the open answer gave */
     uint64_t protocol;              /* "hello" only: the protocol the client speaks */
 };

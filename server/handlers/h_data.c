@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "gpu_doc.h"
+#include "gpu_req.h"
 #include "handlers.h"
 #include "metrics.h"
 #include "server.h"
@@ -262,7 +263,7 @@ out:
 }
 
 struct answer *handle_gpu_answer(struct answer *a, int rc, int status, struct jsonw *w,
-                                 const struct gpu_doc_error *e)
+                                 const struct gpu_req_error *e)
 {
     if (rc < 0)
         return answer_error(a, (unsigned)e->http_status, e->code, "%s", e->message);
@@ -270,12 +271,30 @@ struct answer *handle_gpu_answer(struct answer *a, int rc, int status, struct js
     return answer_jsonw(a, (unsigned)status, w);
 }
 
+/* GET and DELETE's ?device= and &rank=: the instances they name. */
+static int gpu_which(const struct request_view *v, struct gm_which *which,
+                     struct gm_device *where, struct gpu_req_error *e)
+{
+    int bad = 0;
+    char *device = view_query(v, "device", 0, NULL, &bad);
+    char *rank = view_query(v, "rank", 0, NULL, &bad);
+    int rc = bad ? -EINVAL : gpu_req_which(v->srv->gpu, device, rank, which, where, e);
+    if (bad)
+        *e = (struct gpu_req_error){.code = "bad_request", .http_status = HTTP_BAD_REQUEST,
+                                    .message = "device= or rank= is not percent-encoded text"};
+    free(device);
+    free(rank);
+    return rc;
+}
+
 struct answer *handle_gpu(const struct request_view *v, struct answer *a, const char *model)
 {
     struct gpu_manager *gm = v->srv->gpu;
     const char *method = v->method;
-    struct gpu_doc_error e;
+    struct gpu_req_error e;
     struct jsonw w = JSONW_INIT;
+    struct gm_which which;
+    struct gm_device where;
     int status = HTTP_OK, rc = 0;
     if (!gm)
         return answer_error(a, HTTP_SERVICE_UNAVAILABLE, "gpu_unavailable",
@@ -284,15 +303,18 @@ struct answer *handle_gpu(const struct request_view *v, struct answer *a, const 
         return answer_error(a, HTTP_PRECONDITION_FAILED, "precondition_failed",
                             "If-Match or If-None-Match did not hold; nothing was done");
     if (strcmp(method, "POST") == 0) {
-        char *device;
-        rc = gpu_doc_preload_device(v->body ? v->body : "", v->body_len, &device, &e);
+        struct gpu_req_preload p;
+        rc = gpu_req_preload_parse(v->body ? v->body : "", v->body_len, &p, &e);
         if (rc == 0)
-            rc = gpu_doc_preload_model(gm, model, device, NULL, NULL, &w, &status, &e);
-        free(device);
+            rc = gpu_req_preload(gm, model, &p, &w, &status, &e);
+        gpu_req_preload_free(&p);
+    } else if ((rc = gpu_which(v, &which, &where, &e)) < 0) {
+        /* answered below */
     } else if (strcmp(method, "DELETE") == 0) {
-        rc = gpu_doc_evict(gm, model, &w, &status, &e);
+        rc = gpu_req_evict(gm, model, &which, &w, &status, &e);
     } else {
-        gpu_doc_model(gm, model, &w);
+        int named = which.where || which.rank >= 0;
+        gpu_doc_model(gm, model, named ? &which : NULL, &w);
     }
     return handle_gpu_answer(a, rc, status, &w, &e);
 }

@@ -36,7 +36,7 @@
 
 #include "digest.h"
 #include "gpu_manager.h"
-#include "gpu_doc.h"
+#include "gpu_req.h"
 #include "h_hub_int.h"
 #include "h_mirror.h"
 #include "handlers.h"
@@ -304,19 +304,41 @@ static struct gm_source *source_new(struct mirror_model *mm)
     return &ms->base;
 }
 
+/* A mirror's POST body: one device, the whole model (its files arrive as
+ * the load reads them, so no partition is planned from them). Returns the
+ * device name (the caller frees it), or NULL with e. */
+static char *mirror_device(const struct request_view *v, struct gpu_req_error *e)
+{
+    struct gpu_req_preload p;
+    if (gpu_req_preload_parse(v->body ? v->body : "", v->body_len, &p, e) < 0)
+        return NULL;
+    char *device = p.device;
+    if (!device || p.split.has_split) {
+        *e = (struct gpu_req_error){.code = "bad_request", .http_status = HTTP_BAD_REQUEST,
+                                    .message = "a mirrored model is preloaded whole on one "
+                                               "device: {\"device\": D}, no \"devices\" or "
+                                               "\"split\""};
+        device = NULL;
+    } else {
+        p.device = NULL;
+    }
+    gpu_req_preload_free(&p);
+    return device;
+}
+
 static struct answer *mirror_preload(const struct request_view *v, struct answer *a,
                                      const char *model)
 {
     struct gpu_manager *gm = v->srv->gpu;
-    struct gpu_doc_error de;
+    struct gpu_req_error de;
     struct jsonw w = JSONW_INIT;
-    char *device = NULL;
+    char *device = mirror_device(v, &de);
     int status = 0, rc;
-    if ((rc = gpu_doc_preload_device(v->body ? v->body : "", v->body_len, &device, &de)) < 0)
-        return handle_gpu_answer(a, rc, status, &w, &de);
+    if (!device)
+        return handle_gpu_answer(a, -EINVAL, status, &w, &de);
     if (!v->wait_job) {
         /* Loaded or loading already: that instance, without asking the upstream. */
-        rc = gpu_doc_preload_model(gm, model, device, NULL, NULL, &w, &status, &de);
+        rc = gpu_req_preload_model(gm, model, device, NULL, NULL, &w, &status, &de);
         free(device);
         if (rc == 0 || de.http_status != HTTP_NOT_FOUND)
             return handle_gpu_answer(a, rc, status, &w, &de);
@@ -340,7 +362,7 @@ static struct answer *mirror_preload(const struct request_view *v, struct answer
                             "%s", e.message);
     }
     struct gm_source *src = source_new(mm);
-    rc = gpu_doc_preload_model(gm, model, device, mirror_model_reg(mm), &src, &w, &status, &de);
+    rc = gpu_req_preload_model(gm, model, device, mirror_model_reg(mm), &src, &w, &status, &de);
     if (src) /* no new instance took it: the model goes */
         src->release(src);
     free(device);

@@ -11,7 +11,7 @@
 #include "h_answer.h"
 #include "registry.h"
 
-struct gpu_doc_error;
+struct gpu_req_error;
 struct jsonw;
 struct route;
 
@@ -25,12 +25,12 @@ struct answer *handle_file(const struct request_view *v, struct answer *a,
 struct answer *handle_tensor(const struct request_view *v, struct answer *a,
                              const struct reg_model *m, const struct reg_tensor *t);
 /* GET, POST, DELETE /v1/models/{model}/gpu (the model by name: the
- * manager's instances are). */
+ * manager's instances are); GET and DELETE take ?device= and &rank=. */
 struct answer *handle_gpu(const struct request_view *v, struct answer *a, const char *model);
-/* Answers a gpu_doc call: rc < 0, e in the error dialect; else status with
+/* Answers a gpu_req call: rc < 0, e in the error dialect; else status with
  * the document w holds (taken). */
 struct answer *handle_gpu_answer(struct answer *a, int rc, int status, struct jsonw *w,
-                                 const struct gpu_doc_error *e);
+                                 const struct gpu_req_error *e);
 struct answer *handle_fetch(const struct request_view *v, struct answer *a,
                             const struct reg_model *m);
 /* The Hugging Face endpoint (server/handlers/h_hub.c): every ROUTE_HUB_* route. */

@@ -178,6 +178,7 @@ static int refuse_request(const struct request_view *v, struct answer *a, enum r
     static const char *const tensor_args[] = {"slice", "format", "npy_dtype", NULL};
     static const char *const metrics_args[] = {"format", NULL};
     static const char *const fetch_args[] = {"q", NULL};
+    static const char *const gpu_args[] = {"device", "rank", NULL};
     const struct server *srv = v->srv;
     const char *method = v->method;
     if (atomic_load(&srv->connections) > srv->cfg->max_connections) {
@@ -261,6 +262,7 @@ static int refuse_request(const struct request_view *v, struct answer *a, enum r
     struct query_check qc = {
         .allowed = kind == ROUTE_TENSOR ? tensor_args
                    : kind == ROUTE_FETCH    ? fetch_args
+                   : kind == ROUTE_GPU      ? gpu_args
                    : (kind == ROUTE_METRICS || kind == ROUTE_METRICS_TEXT) ? metrics_args
                                                                            : no_args};
     /* Hugging Face clients send parameters the Hub ignores as often as

@@ -10,46 +10,6 @@
 #include "json_scan.h"
 #include "util.h"
 
-/* What a manager call failed with, as the HTTP endpoints and the lease
- * socket say it: the one place where status codes become wire codes. */
-enum gpu_op { GPU_OP_DEVICE, GPU_OP_PRELOAD, GPU_OP_EVICT, GPU_OP_OPEN };
-
-/* Fills e from the manager's err for a call of kind op; returns rc. */
-static int refused(enum gpu_op op, const struct st_error *err, int rc, struct gpu_doc_error *e)
-{
-    static const struct {
-        enum gpu_op op;
-        enum st_status code;
-        int http;
-        const char *wire;
-    } map[] = {
-        {GPU_OP_DEVICE, ST_ERR_INVALID_ARGUMENT, 400, "bad_device"},
-        {GPU_OP_DEVICE, ST_ERR_NO_DEVICE, 503, "gpu_unavailable"},
-        {GPU_OP_PRELOAD, ST_ERR_NOT_FOUND, 404, "not_found"},
-        {GPU_OP_PRELOAD, ST_ERR_INVALID_ARGUMENT, 409, "model_invalid"},
-        {GPU_OP_PRELOAD, ST_ERR_CONFLICT, 409, "loaded_elsewhere"},
-        {GPU_OP_PRELOAD, ST_ERR_DEVICE_MEMORY, 507, "insufficient_memory"},
-        {GPU_OP_EVICT, ST_ERR_NOT_FOUND, 404, "not_loaded"},
-        {GPU_OP_OPEN, ST_ERR_NOT_FOUND, 0, "not_loaded"},
-        {GPU_OP_OPEN, ST_ERR_INVALID_ARGUMENT, 0, "wrong_device"},
-        {GPU_OP_OPEN, ST_ERR_CONFLICT, 0, "loading"},
-        {GPU_OP_OPEN, ST_ERR_RETRY, 0, "reloading"},
-        {GPU_OP_OPEN, ST_ERR_DEVICE, 0, "failed"},
-        {GPU_OP_OPEN, ST_ERR_LIMIT, 0, "too_many_shards"},
-    };
-    int oom = err->code == ST_ERR_NO_MEMORY;
-    e->http_status = oom ? 503 : 500;
-    e->code = oom ? "out_of_memory" : "internal";
-    for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++) {
-        if (map[i].op == op && map[i].code == err->code) {
-            e->http_status = map[i].http;
-            e->code = map[i].wire;
-        }
-    }
-    snprintf(e->message, sizeof(e->message), "%s", err->message);
-    return rc;
-}
-
 static void base64(struct jsonw *w, const unsigned char *p, size_t n)
 {
     static const char tab[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
@@ -82,6 +42,14 @@ static char *make_tensors(const struct gm_view *v)
         jsonw_ku64(&w, "alloc", t->alloc);
         jsonw_ku64(&w, "offset", t->offset);
         jsonw_ku64(&w, "nbytes", t->nbytes);
+        if (t->part.split) { /* a partition's part: where it was cut */
+            jsonw_kobj(&w, "part");
+            jsonw_ku64(&w, "dim", t->part.dim);
+            jsonw_ku64(&w, "start", t->part.lo);
+            jsonw_ku64(&w, "stop", t->part.hi);
+            jsonw_ku64(&w, "length", t->part.full);
+            jsonw_obj_end(&w);
+        }
         jsonw_obj_end(&w);
     }
     jsonw_arr_end(&w);
@@ -154,6 +122,12 @@ static void device(struct jsonw *w, const struct gm_view *v)
     jsonw_ki64(w, "device_index", d->index);
     jsonw_kstr(w, "device_uuid", d->uuid);
     jsonw_ku64(w, "generation", v->generation);
+    jsonw_ku64(w, "world", v->world);
+    jsonw_ku64(w, "rank", v->rank);
+    if (v->split) {
+        jsonw_key(w, "split");
+        jsonw_raw(w, v->split, strlen(v->split));
+    }
 }
 
 /* Where a preload's bytes came from. */
@@ -237,7 +211,9 @@ static void progress(struct jsonw *w, const struct gm_view *v)
  * "open" answer carries it (published allocations with their descriptors'
  * indexes and legacy handles, and the lease). The cached parts that fail
  * to render make the writer fail. */
-static void instance(struct jsonw *w, const struct gm_view *v, int for_open, uint64_t lease)
+/* The instance of v as an object left open (GET's fields), for the caller
+ * to add its members and close. */
+static void instance_body(struct jsonw *w, const struct gm_view *v, int for_open, uint64_t lease)
 {
     jsonw_obj(w);
     if (for_open) {
@@ -268,7 +244,17 @@ static void instance(struct jsonw *w, const struct gm_view *v, int for_open, uin
         jsonw_raw(w, tensors, strlen(tensors));
     else
         jsonw_fail(w);
+}
+
+void gpu_doc_instance(struct jsonw *w, const struct gm_view *v, int for_open, uint64_t lease)
+{
+    instance_body(w, v, for_open, lease);
     jsonw_obj_end(w);
+}
+
+void gpu_doc_instance_open(struct jsonw *w, const struct gm_view *v)
+{
+    instance_body(w, v, 0, 0);
 }
 
 void gpu_doc_options(struct gm_options *opt, const struct config *cfg)
@@ -299,6 +285,10 @@ static void row(const struct gm_row *r, void *ctx)
     jsonw_kstr(c->w, "name", r->name);
     jsonw_kstr(c->w, "state", gm_state_name(r->state));
     jsonw_kstr(c->w, "device", r->device);
+    if (r->world > 1) {
+        jsonw_ku64(c->w, "world", r->world);
+        jsonw_ku64(c->w, "rank", r->rank);
+    }
     jsonw_ku64(c->w, "generation", r->generation);
     if (!c->current_only)
         jsonw_ku64(c->w, "leases", r->leases);
@@ -359,135 +349,125 @@ void gpu_doc_status(struct gpu_manager *gm, const char *socket_path, struct json
     jsonw_obj_end(w);
 }
 
+#define MAX_SHOWN 64 /* instances of one model a document lists */
+
+/* An instance's short form: what the model list and the instances of GET
+ * show (full: also its progress, leases, reason and preload figures). */
+static void short_form(struct jsonw *w, const struct gm_view *v, int full)
+{
+    jsonw_obj(w);
+    jsonw_kstr(w, "state", gm_state_name(v->state));
+    jsonw_kstr(w, "device", v->device);
+    if (v->world > 1) {
+        jsonw_ku64(w, "world", v->world);
+        jsonw_ku64(w, "rank", v->rank);
+    }
+    jsonw_ku64(w, "generation", v->generation);
+    if (full) {
+        jsonw_kstr(w, "device_uuid", v->be->devices[v->dev].uuid);
+        progress(w, v);
+    }
+    jsonw_obj_end(w);
+}
+
+/* Every instance of model as views (*n of them, at most MAX_SHOWN kept);
+ * the caller releases each. */
+static size_t shown_views(struct gpu_manager *gm, const char *model, struct gm_view *vs)
+{
+    size_t n = gpu_manager_views(gm, model, vs, MAX_SHOWN);
+    return n < MAX_SHOWN ? n : MAX_SHOWN;
+}
+
+/* The state a model with several instances shows: the first of failed,
+ * loading, draining, ready that one of them is. */
+static const char *summary_state(const struct gm_view *vs, size_t n)
+{
+    static const enum gm_state order[] = {GM_FAILED, GM_LOADING, GM_DRAINING, GM_READY};
+    for (size_t k = 0; k < 4; k++)
+        for (size_t i = 0; i < n; i++)
+            if (vs[i].state == order[k])
+                return gm_state_name(order[k]);
+    return "none";
+}
+
 void gpu_doc_summary(struct gpu_manager *gm, const char *model, struct jsonw *w)
 {
-    struct gm_view v;
+    struct gm_view v, vs[MAX_SHOWN];
     gpu_manager_view(gm, model, &v);
-    jsonw_obj(w);
-    jsonw_kstr(w, "state", v.inst ? gm_state_name(v.state) : v.refused ? "failed" : "none");
-    if (v.inst || v.refused)
-        jsonw_kstr(w, "device", v.device);
-    if (v.inst)
-        jsonw_ku64(w, "generation", v.generation);
-    jsonw_obj_end(w);
+    size_t n = v.inst ? 0 : shown_views(gm, model, vs);
+    if (v.inst || n == 0) {
+        jsonw_obj(w);
+        jsonw_kstr(w, "state", v.inst ? gm_state_name(v.state) : v.refused ? "failed" : "none");
+        if (v.inst || v.refused)
+            jsonw_kstr(w, "device", v.device);
+        if (v.inst && v.world > 1) {
+            jsonw_ku64(w, "world", v.world);
+            jsonw_ku64(w, "rank", v.rank);
+        }
+        if (v.inst)
+            jsonw_ku64(w, "generation", v.generation);
+        jsonw_obj_end(w);
+    } else {
+        jsonw_obj(w);
+        jsonw_kstr(w, "state", summary_state(vs, n));
+        jsonw_karr(w, "instances");
+        for (size_t i = 0; i < n; i++)
+            short_form(w, &vs[i], 0);
+        jsonw_arr_end(w);
+        jsonw_obj_end(w);
+    }
+    for (size_t i = 0; i < n; i++)
+        gpu_manager_view_release(gm, &vs[i]);
     gpu_manager_view_release(gm, &v);
 }
 
-void gpu_doc_model(struct gpu_manager *gm, const char *model, struct jsonw *w)
+void gpu_doc_model(struct gpu_manager *gm, const char *model, const struct gm_which *which,
+                   struct jsonw *w)
 {
-    struct gm_view v;
-    gpu_manager_view(gm, model, &v);
+    struct gm_view v, vs[MAX_SHOWN];
+    size_t n = shown_views(gm, model, vs), pick = n, matching = 0;
+    for (size_t i = 0; which && i < n; i++)
+        if ((!which->where || (vs[i].be == which->where->be && vs[i].dev == which->where->dev)) &&
+            (which->rank < 0 || vs[i].rank == (unsigned)which->rank)) {
+            matching++;
+            if (pick == n)
+                pick = i;
+        }
+    memset(&v, 0, sizeof(v));
+    if (which && matching)
+        v = vs[pick]; /* borrowed: released with the others */
+    else if (!which)
+        gpu_manager_view(gm, model, &v);
     if (v.inst) {
-        instance(w, &v, 0, 0);
+        /* One instance: its whole document, and the list of every one. */
+        gpu_doc_instance_open(w, &v);
+        jsonw_karr(w, "instances");
+        for (size_t i = 0; i < n; i++)
+            short_form(w, &vs[i], 1);
+        jsonw_arr_end(w);
+        jsonw_obj_end(w);
     } else {
         jsonw_obj(w);
         jsonw_kstr(w, "model", model);
-        jsonw_kstr(w, "state", v.refused ? "failed" : "none");
-        if (v.refused) {
-            jsonw_kstr(w, "device", v.device);
-            jsonw_kstr(w, "reason", v.error);
+        if (n && !which) { /* several current instances: GET ?device=&rank= shows one */
+            jsonw_kstr(w, "state", summary_state(vs, n));
+            jsonw_karr(w, "instances");
+            for (size_t i = 0; i < n; i++)
+                short_form(w, &vs[i], 1);
+            jsonw_arr_end(w);
+        } else {
+            jsonw_kstr(w, "state", v.refused ? "failed" : "none");
+            if (v.refused) {
+                jsonw_kstr(w, "device", v.device);
+                jsonw_kstr(w, "reason", v.error);
+            }
         }
         jsonw_obj_end(w);
     }
-    gpu_manager_view_release(gm, &v);
-}
-
-/* A member of the preload body (at depth 2): *(char **)ctx gets a copy of
- * "device" when it is a string (keys are unique, so once; a copy of part of
- * the request body, which the daemon holds already). */
-static int read_device(struct json_scan *s, const char *key, unsigned depth, void *ctx)
-{
-    char **device = ctx;
-    if (s->tok == JSON_TOK_STRING && strcmp(key, "device") == 0) {
-        *device = xmalloc(s->str_len + 1);
-        (*device)[json_scan_decode(s, *device, s->str_len)] = '\0';
-    }
-    return json_scan_value(s, depth, JSON_SCAN_MAX_DEPTH);
-}
-
-int gpu_doc_preload_device(const char *body, size_t len, char **device, struct gpu_doc_error *e)
-{
-    struct json_scan s;
-    *device = NULL;
-    if (!memchr(body, '\0', len) && utf8_valid(body, len)) {
-        json_scan_init(&s, body, len);
-        if (json_scan_next(&s) == '{' &&
-            json_scan_each(&s, 1, JSON_SCAN_MAX_DEPTH, read_device, device) == 0 &&
-            json_scan_next(&s) == JSON_TOK_EOF && *device)
-            return 0;
-    }
-    free(*device);
-    *device = NULL;
-    *e = (struct gpu_doc_error){.code = "bad_request", .http_status = 400};
-    snprintf(e->message, sizeof(e->message), "the body must be a JSON object with \"device\": "
-             "\"cuda:N\", a GPU UUID or \"host\"");
-    return -EINVAL;
-}
-
-int gpu_doc_preload_model(struct gpu_manager *gm, const char *model, const char *device,
-                          const struct reg_model *rm, struct gm_source **src, struct jsonw *w,
-                          int *http_status, struct gpu_doc_error *e)
-{
-    struct gm_device where;
-    struct gm_view v;
-    struct st_error err;
-    int rc = gm_resolve_device(gm, device, &where, &err);
-    if (rc < 0)
-        return refused(GPU_OP_DEVICE, &err, rc, e);
-    rc = src ? gpu_preload_request_model(gm, model, rm, *src, &where, &v, &err)
-             : gpu_preload_request(gm, model, &where, 0, &v, &err);
-    if (rc < 0)
-        return refused(GPU_OP_PRELOAD, &err, rc, e);
-    if (rc == 1 && src)
-        *src = NULL; /* the instance took it */
-    *http_status = rc == 1 ? 202 : 200;
-    instance(w, &v, 0, 0);
-    gpu_manager_view_release(gm, &v);
-    return 0;
-}
-
-int gpu_doc_evict(struct gpu_manager *gm, const char *model, struct jsonw *w, int *http_status,
-                  struct gpu_doc_error *e)
-{
-    struct gm_evicted ev;
-    struct st_error err;
-    int rc = gpu_manager_evict(gm, model, &ev, &err);
-    if (rc < 0)
-        return refused(GPU_OP_EVICT, &err, rc, e);
-    *http_status = ev.draining ? 202 : 200;
-    jsonw_obj(w);
-    jsonw_kstr(w, "model", model);
-    jsonw_kstr(w, "state", ev.draining ? "draining" : "none");
-    jsonw_ku64(w, "generation", ev.generation);
-    if (ev.draining)
-        jsonw_ku64(w, "leases", ev.leases);
-    jsonw_obj_end(w);
-    return 0;
-}
-
-/* ---- the lease socket -------------------------------------------------------- */
-
-struct gpu_lease *gpu_doc_open(struct gpu_manager *gm, const char *model, const char *device,
-                               uint64_t lease_id, struct jsonw *w, int *fds, size_t max_fds,
-                               size_t *n_fds, struct gpu_doc_error *e)
-{
-    struct gm_device where;
-    struct gm_view v;
-    struct st_error err;
-    *n_fds = 0;
-    if (device && *device && gm_resolve_device(gm, device, &where, &err) < 0) {
-        refused(GPU_OP_DEVICE, &err, 0, e);
-        return NULL;
-    }
-    struct gpu_lease *l = gpu_manager_open(gm, model, device && *device ? &where : NULL, &v, fds,
-                                           max_fds, n_fds, &err);
-    if (!l) {
-        refused(GPU_OP_OPEN, &err, 0, e);
-        return NULL;
-    }
-    instance(w, &v, 1, lease_id);
-    gpu_manager_view_release(gm, &v);
-    return l;
+    for (size_t i = 0; i < n; i++)
+        gpu_manager_view_release(gm, &vs[i]);
+    if (!which)
+        gpu_manager_view_release(gm, &v);
 }
 
 void gpu_doc_list(struct gpu_manager *gm, struct jsonw *w)

@@ -25,6 +25,7 @@
 
 #include "gpu_manager.h"
 #include "gpu_doc.h"
+#include "gpu_req.h"
 #include "ipc_proto.h"
 #include "lease_access.h"
 #include "lease_int.h"
@@ -117,7 +118,7 @@ static void conn_watch(struct lease_server *s, struct conn *c)
 
 static void do_open(struct lease_server *s, struct conn *c, const struct ipc_request *req)
 {
-    struct gpu_doc_error e;
+    struct gpu_req_error e;
     struct jsonw w = JSONW_INIT;
     int fds[IPC_MAX_FDS];
     size_t n_fds = 0;
@@ -134,8 +135,8 @@ static void do_open(struct lease_server *s, struct conn *c, const struct ipc_req
         return;
     }
     uint64_t id = c->next_lease + 1;
-    struct gpu_lease *l = gpu_doc_open(s->gm, req->model, req->device, id, &w, fds, IPC_MAX_FDS,
-                                       &n_fds, &e);
+    struct gpu_lease *l = gpu_req_open(s->gm, req->model, req->device, (int)req->rank,
+                                       req->prefer, id, &w, fds, IPC_MAX_FDS, &n_fds, &e);
     if (!l) {
         lease_frame_error(c, e.code, "%s", e.message);
         return;

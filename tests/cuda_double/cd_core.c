@@ -344,6 +344,17 @@ static CUresult cd_CtxGetCurrent(CUcontext *c)
     return CUDA_SUCCESS;
 }
 
+static CUresult cd_CtxGetDevice(CUdevice *d)
+{
+    cd_lock();
+    struct CUctx_st *c;
+    CUresult r = cd_need_ctx("cuCtxGetDevice", &c);
+    if (r == CUDA_SUCCESS)
+        *d = c->dev;
+    cd_unlock();
+    return r;
+}
+
 static CUresult cd_CtxPushCurrent(CUcontext c)
 {
     cd_lock();
@@ -410,6 +421,7 @@ static const struct {
     P("cuDevicePrimaryCtxRelease", 11000, cd_DevicePrimaryCtxRelease),
     P("cuCtxSetCurrent", 4000, cd_CtxSetCurrent),
     P("cuCtxGetCurrent", 4000, cd_CtxGetCurrent),
+    P("cuCtxGetDevice", 2000, cd_CtxGetDevice),
     P("cuCtxPushCurrent", 4000, cd_CtxPushCurrent),
     P("cuCtxPopCurrent", 4000, cd_CtxPopCurrent),
     P("cuCtxSynchronize", 2000, cd_CtxSynchronize),

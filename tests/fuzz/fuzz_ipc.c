@@ -103,6 +103,12 @@ static void check_answer(const unsigned char *p, size_t n)
                 t->nbytes > m.allocs[0].byte_size - t->offset || t->ndim > 64 || !t->shape ||
                 !t->name || !t->dtype)
                 abort();
+            /* a part lies in its shape and is the rank's */
+            if (t->part_dim >= 0 &&
+                (m.world < 2 || m.rank >= m.world || t->part_dim >= t->ndim ||
+                 t->shape[t->part_dim] != t->part_stop - t->part_start ||
+                 t->part_stop > t->part_length))
+                abort();
         }
     } else if (err[0] == '\0') {
         abort();

@@ -469,3 +469,64 @@ def test_preload_and_hasher_read_a_file_once(tmp_path):
         assert r.status in (200, 302) and r.header("X-Linked-Etag").strip('"') == want, r
     finally:
         d.stop_checked()
+
+
+# Opens rank R of a partition and prints each tensor's [shape, sha256, part].
+RANK_WORKER = r"""
+import hashlib, json, sys, tensord
+sock, model, rank = sys.argv[1], sys.argv[2], int(sys.argv[3])
+c = tensord.connect(sock)
+m = c.open(model, device="host", rank=rank)
+print(json.dumps({"world": m.world, "rank": m.rank, "split": m.split, "verify": m.verify(),
+                  "tensors": {k: [list(m.info(k)["shape"]), hashlib.sha256(m.read(k)).hexdigest(),
+                                  m.info(k)["part"]] for k in m}}))
+"""
+
+
+def test_two_ranks_of_a_split_on_the_host(gd):
+    """Both ranks of a world of 2 on the one host device: each rank's bytes
+    are numpy.array_split's part of every *.weight along dim 0 (9 rows: 5
+    and 4) and what POST /fetch sends for the same split; the C client names
+    the rank too; each rank is evicted alone."""
+    rules = [{"match": "*.0.weight", "dim": 0}, {"match": "*.weight", "dim": -1}]
+    assert gd.request("DELETE", "/v1/models/gm-sharded/gpu").status in (200, 404)
+    wait_state(gd, "gm-sharded", lambda s: s["state"] == "none")
+    r = gd.request("POST", "/v1/models/gm-sharded/gpu", body=json.dumps(
+        {"devices": ["host", "host"], "split": {"world": 2, "rules": rules}}).encode())
+    assert r.status == 202 and [i["rank"] for i in r.json()["instances"]] == [0, 1], r.body
+    for rank in (0, 1):
+        wait_state(gd, "gm-sharded", lambda s: all(i["state"] == "ready"
+                                                    for i in s["instances"]))
+    files = model_tensors(gd.root, "gm-sharded")
+    for rank in (0, 1):
+        out = subprocess.run([sys.executable, "-c", RANK_WORKER, gd.sock, "gm-sharded", str(rank)],
+                             capture_output=True, text=True, env=worker_env(), timeout=60)
+        assert out.returncode == 0, out.stderr
+        got = json.loads(out.stdout)
+        assert got["world"] == 2 and got["rank"] == rank and got["verify"], got
+        assert got["split"] == {"world": 2, "rank": rank, "rules": rules}
+        f = gd.request("POST", "/v1/models/gm-sharded/fetch", body=json.dumps(
+            {"split": {"world": 2, "rank": rank, "rules": rules}}).encode())
+        assert f.status == 200, f.body
+        fetched = tdutil.read_safetensors_bytes(f.body)[2]
+        for name, (dt, shape, b) in files.items():
+            dim = 0 if name.endswith(".0.weight") else len(shape) - 1
+            a = np.frombuffer(b, np.uint16).reshape(shape)  # F16: two bytes an element
+            part = np.array_split(a, 2, axis=dim)[rank]
+            lo = sum(x.shape[dim] for x in np.array_split(a, 2, axis=dim)[:rank])
+            assert got["tensors"][name] == [list(part.shape), sha(part.tobytes()), {
+                "dim": dim, "start": lo, "stop": lo + part.shape[dim], "length": shape[dim]}]
+            assert fetched[name][1] == part.shape and fetched[name][2] == part.tobytes()
+    out = subprocess.run([CLIENT_CLI, "--socket", gd.sock, "open", "gm-sharded", "--rank", "1"],
+                         capture_output=True, text=True, env=worker_env(), timeout=60)
+    assert out.returncode == 0 and "rank 1 of 2" in out.stdout, out
+    assert "dim 0 [5:9] of 9" in out.stdout, out.stdout
+    out = subprocess.run([CLIENT_CLI, "--socket", gd.sock, "open", "gm-sharded"],
+                         capture_output=True, text=True, env=worker_env(), timeout=60)
+    assert out.returncode != 0 and "ambiguous" in out.stderr, out
+    r = gd.request("DELETE", "/v1/models/gm-sharded/gpu?device=host&rank=1")
+    assert r.status == 200 and r.json()["instances"][0]["rank"] == 1, r.body
+    s = gpu_state(gd, "gm-sharded")
+    assert s["rank"] == 0 and s["world"] == 2 and s["state"] == "ready", s
+    assert gd.request("DELETE", "/v1/models/gm-sharded/gpu?rank=1").status == 404
+    assert gd.request("DELETE", "/v1/models/gm-sharded/gpu").status == 200

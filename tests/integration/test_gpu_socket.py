@@ -16,7 +16,7 @@ from gpuhost import (ALLOWED_GID, ALLOWED_UID, CLIENT_CLI, OTHER_UID, ask, conne
                      model_tensors, recv_answer, frame, start_c_holder)
 
 NOBODY = 65534
-MAX_REQUEST = 64 << 10  # IPC_MAX_REQUEST: the largest valid request (two escaped names) fits
+MAX_REQUEST = 96 << 10  # IPC_MAX_REQUEST: the largest valid request (three escaped names) fits
 
 
 def test_list_op(gd):

@@ -75,9 +75,21 @@ static int ipc_request_parse_jansson(const char *json, size_t len, struct ipc_re
     }
     if (strcmp(ops, "open") == 0) {
         req->op = IPC_OP_OPEN;
+        uint64_t rank = 0;
+        req->rank = -1;
         if (ref_get_name(doc, "model", 1, req->model, err, errlen) < 0 ||
-            ref_get_name(doc, "device", 0, req->device, err, errlen) < 0)
+            ref_get_name(doc, "device", 0, req->device, err, errlen) < 0 ||
+            ref_get_name(doc, "prefer_device", 0, req->prefer, err, errlen) < 0)
             goto out;
+        if (json_object_get(doc, "rank")) {
+            if (ref_get_count(doc, "rank", &rank, err, errlen) < 0)
+                goto out;
+            if (rank > INT32_MAX) {
+                snprintf(err, errlen, "\"rank\" must be below 2^31");
+                goto out;
+            }
+            req->rank = (int64_t)rank;
+        }
     } else if (strcmp(ops, "release") == 0 || strcmp(ops, "checksums") == 0) {
         req->op = strcmp(ops, "release") == 0 ? IPC_OP_RELEASE : IPC_OP_CHECKSUMS;
         if (ref_get_count(doc, "lease", &req->lease, err, errlen) < 0)
@@ -130,7 +142,9 @@ static int ipc_proto_compare(const char *json, size_t len, char *why, size_t why
     else if (ra != 0 && strcmp(ea, eb) != 0)
         bad = snprintf(why, whylen, "message \"%s\" vs jansson \"%s\"", ea, eb) > 0;
     else if (ra == 0 && (a->op != b->op || (a->op == IPC_OP_OPEN && (strcmp(a->model, b->model) ||
-                                                                   strcmp(a->device, b->device))) ||
+                                                                   strcmp(a->device, b->device) ||
+                                                                   strcmp(a->prefer, b->prefer) ||
+                                                                   a->rank != b->rank)) ||
                          (a->op == IPC_OP_RELEASE && a->lease != b->lease) ||
                          (a->op == IPC_OP_HELLO && a->protocol != b->protocol)))
         bad = snprintf(why, whylen, "fields differ for op %d", a->op) > 0;

@@ -26,6 +26,7 @@
 #include "gpu_manager_int.h"
 #include "ipc_proto.h"
 #include "gpu_doc.h"
+#include "gpu_req.h"
 #include "lease_server.h"
 #include "metrics.h"
 #include "registry.h"
@@ -187,7 +188,7 @@ static json_t *parsed(struct jsonw *w)
 }
 
 /* A refusal as the error documents say it: {"error": {"code", "message"}}. */
-static json_t *refusal(const struct gpu_doc_error *e)
+static json_t *refusal(const struct gpu_req_error *e)
 {
     return json_pack("{s:{s:s,s:s}}", "error", "code", e->code, "message", e->message);
 }
@@ -196,7 +197,7 @@ static json_t *refusal(const struct gpu_doc_error *e)
 static char *model_text(struct gpu_manager *gm, const char *model)
 {
     struct jsonw w = JSONW_INIT;
-    gpu_doc_model(gm, model, &w);
+    gpu_doc_model(gm, model, NULL, &w);
     char *text = jsonw_take(&w, NULL);
     CHECK(text != NULL);
     return text;
@@ -206,7 +207,22 @@ static char *model_text(struct gpu_manager *gm, const char *model)
 static json_t *model_json(struct gpu_manager *gm, const char *model)
 {
     struct jsonw w = JSONW_INIT;
-    gpu_doc_model(gm, model, &w);
+    gpu_doc_model(gm, model, NULL, &w);
+    return parsed(&w);
+}
+
+/* GET .../gpu?device=D&rank=R (either NULL), parsed; a refused query is
+ * its refusal. */
+static json_t *model_json_at(struct gpu_manager *gm, const char *model, const char *device,
+                             const char *rank)
+{
+    struct jsonw w = JSONW_INIT;
+    struct gpu_req_error e;
+    struct gm_which which;
+    struct gm_device where;
+    if (gpu_req_which(gm, device, rank, &which, &where, &e) < 0)
+        return refusal(&e);
+    gpu_doc_model(gm, model, &which, &w);
     return parsed(&w);
 }
 
@@ -234,13 +250,13 @@ static json_t *list_json(struct gpu_manager *gm)
 /* POST .../gpu with body: the answer (or the refusal) and its status. */
 static json_t *post(struct gpu_manager *gm, const char *model, const char *body, int *status)
 {
-    struct gpu_doc_error e;
+    struct gpu_req_error e;
     struct jsonw w = JSONW_INIT;
-    char *device;
-    int rc = gpu_doc_preload_device(body, strlen(body), &device, &e);
+    struct gpu_req_preload p;
+    int rc = gpu_req_preload_parse(body, strlen(body), &p, &e);
     if (rc == 0)
-        rc = gpu_doc_preload_model(gm, model, device, NULL, NULL, &w, status, &e);
-    free(device);
+        rc = gpu_req_preload(gm, model, &p, &w, status, &e);
+    gpu_req_preload_free(&p);
     if (rc == 0)
         return parsed(&w);
     CHECK(rc < 0 && e.http_status >= 400);
@@ -248,15 +264,25 @@ static json_t *post(struct gpu_manager *gm, const char *model, const char *body,
     return refusal(&e);
 }
 
-/* DELETE .../gpu: the answer (or the refusal) and its status. */
-static json_t *evict(struct gpu_manager *gm, const char *model, int *status)
+/* DELETE .../gpu?device=D&rank=R (either NULL: every instance): the
+ * answer (or the refusal) and its status. */
+static json_t *evict_at(struct gpu_manager *gm, const char *model, const char *device,
+                        const char *rank, int *status)
 {
-    struct gpu_doc_error e;
+    struct gpu_req_error e;
     struct jsonw w = JSONW_INIT;
-    if (gpu_doc_evict(gm, model, &w, status, &e) == 0)
+    struct gm_which which;
+    struct gm_device where;
+    if (gpu_req_which(gm, device, rank, &which, &where, &e) == 0 &&
+        gpu_req_evict(gm, model, &which, &w, status, &e) == 0)
         return parsed(&w);
     *status = e.http_status;
     return refusal(&e);
+}
+
+static json_t *evict(struct gpu_manager *gm, const char *model, int *status)
+{
+    return evict_at(gm, model, NULL, NULL, status);
 }
 
 static const char *state_of(struct gpu_manager *gm, const char *model)
@@ -328,16 +354,26 @@ static int fds_on_file(int fd)
     return n;
 }
 
-/* gpu_doc_open with its answer (or the refusal) parsed into *ans (lease id 1). */
-static struct gpu_lease *open_lease(struct gpu_manager *gm, const char *model, const char *device,
-                                    json_t **ans, int *fds, size_t max_fds, size_t *n)
+/* The lease socket's open of model's instance on device (NULL: any) and of
+ * rank (-1: any), prefer chosen among several, with its answer (or the
+ * refusal) parsed into *ans (lease id 1). */
+static struct gpu_lease *open_rank(struct gpu_manager *gm, const char *model, const char *device,
+                                   int rank, const char *prefer, json_t **ans, int *fds,
+                                   size_t max_fds, size_t *n)
 {
-    struct gpu_doc_error e;
+    struct gpu_req_error e;
     struct jsonw w = JSONW_INIT;
-    struct gpu_lease *l = gpu_doc_open(gm, model, device, 1, &w, fds, max_fds, n, &e);
+    struct gpu_lease *l = gpu_req_open(gm, model, device, rank, prefer, 1, &w, fds, max_fds, n,
+                                       &e);
     *ans = l ? parsed(&w) : refusal(&e);
     CHECK(*ans != NULL);
     return l;
+}
+
+static struct gpu_lease *open_lease(struct gpu_manager *gm, const char *model, const char *device,
+                                    json_t **ans, int *fds, size_t max_fds, size_t *n)
+{
+    return open_rank(gm, model, device, -1, NULL, ans, fds, max_fds, n);
 }
 
 static int cuda_available(struct gpu_manager *gm)

@@ -333,6 +333,72 @@ TEST(open_cross_checks)
     expect_open_refused(from, dims, 2, tensor1);
 }
 
+/* A partition's open answer: its world, rank and split, and each cut
+ * tensor's part, which must be numpy.array_split's part for the rank and
+ * match the shape. */
+static const char part_open[] =
+    "{\"ok\":true,\"lease\":1,\"generation\":1,\"backend\":\"host\",\"world\":3,\"rank\":2,"
+    "\"split\":{\"world\":3,\"rank\":2,\"rules\":[{\"match\":\"*.weight\",\"dim\":1}]},"
+    "\"allocations\":[{\"id\":0,\"byte_size\":100,\"alloc_size\":4096,\"fd_index\":0}],"
+    "\"tensors\":[{\"name\":\"l.weight\",\"dtype\":\"F32\",\"shape\":[4,3],\"alloc\":0,"
+    "\"offset\":0,\"nbytes\":48,\"part\":{\"dim\":1,\"start\":7,\"stop\":10,\"length\":10}},"
+    "{\"name\":\"l.bias\",\"dtype\":\"F32\",\"shape\":[10],\"alloc\":0,\"offset\":48,"
+    "\"nbytes\":40}]}";
+
+static void expect_part_refused(const char *from, const char *to, const char *want)
+{
+    char text[4096], err[256] = "";
+    const char *at = strstr(part_open, from);
+    CHECK(at != NULL);
+    snprintf(text, sizeof(text), "%.*s%s%s", (int)(at - part_open), part_open, to,
+             at + strlen(from));
+    struct tensord_model m;
+    int rc = open_text(text, 1, &m, err, sizeof(err));
+    if (rc != -1 || !strstr(err, want)) {
+        fprintf(stderr, "  %s -> %s: rc %d, \"%s\", want \"%s\"\n", from, to, rc, err, want);
+        test_failed_flag = 1;
+    }
+    model_release(&m);
+}
+
+TEST(open_partition)
+{
+    struct tensord_model m;
+    char err[256] = "";
+    CHECK(open_text(part_open, 1, &m, err, sizeof(err)) == 0);
+    CHECK(m.world == 3 && m.rank == 2);
+    CHECK_STR(m.split, "{\"world\":3,\"rank\":2,\"rules\":[{\"match\":\"*.weight\",\"dim\":1}]}");
+    CHECK(m.tensors[0].part_dim == 1 && m.tensors[0].part_start == 7 &&
+          m.tensors[0].part_stop == 10 && m.tensors[0].part_length == 10);
+    CHECK(m.tensors[1].part_dim == -1);
+    model_release(&m);
+    /* a whole model: world 1, no split, no parts */
+    CHECK(open_text(good_open, 2, &m, err, sizeof(err)) == 0);
+    CHECK(m.world == 1 && m.rank == 0 && !m.split && m.tensors[0].part_dim == -1);
+    model_release(&m);
+    const char *bad = "malformed open answer (world";
+    expect_part_refused("\"rank\":2,\"split\"", "\"rank\":3,\"split\"", bad);
+    expect_part_refused("\"world\":3,\"rank\":2,\"split\"", "\"world\":0,\"rank\":0,\"split\"",
+                        bad);
+    expect_part_refused("\"world\":3,\"rank\":2,\"split\"", "\"world\":-3,\"rank\":2,\"split\"",
+                        bad);
+    expect_part_refused("\"split\":{\"world\":3,", "\"split\":[{\"world\":3,", "bad answer");
+    expect_part_refused("\"split\":{", "\"splat\":{", bad);
+    /* rank 2 of 3 of 10 is [7, 10): any other part, or a shape that is not
+     * the part's, is refused naming the tensor */
+    expect_part_refused("\"start\":7", "\"start\":6", "does not fit its shape");
+    expect_part_refused("\"shape\":[4,3]", "\"shape\":[4,4]", "not its nbytes 48"); /* first */
+    expect_part_refused("\"start\":7,\"stop\":10,\"length\":10",
+                        "\"start\":6,\"stop\":9,\"length\":10", "not rank 2 of 3's [7, 10)");
+    expect_part_refused("\"start\":7,\"stop\":10,\"length\":10",
+                        "\"start\":7,\"stop\":10,\"length\":11", "not rank 2 of 3's [8, 11)");
+    expect_part_refused("\"dim\":1,\"start\"", "\"dim\":2,\"start\"", "does not fit");
+    expect_part_refused("\"dim\":1,\"start\"", "\"dim\":-1,\"start\"", "malformed part");
+    expect_part_refused("\"dim\":1,\"start\"", "\"start\"", "malformed part");
+    expect_part_refused("\"part\":{", "\"part\":[{", "bad answer");
+    expect_part_refused("\"stop\":10,", "\"stop\":10,\"stop\":10,", "duplicate object key");
+}
+
 /* Every allocation failing in turn: an error, never a crash or a leak
  * (ASan's leak check runs over this test in `make SANITIZER=...`). */
 TEST(open_out_of_memory)
@@ -365,6 +431,7 @@ int main(void)
     RUN(hostile_structure);
     RUN(open_tables);
     RUN(open_cross_checks);
+    RUN(open_partition);
     RUN(open_out_of_memory);
     return TEST_SUMMARY();
 }

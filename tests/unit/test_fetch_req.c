@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "fetch_req.h"
+#include "slice.h"
 #include "test.h"
 
 static const struct fetch_limits lim = {.max_tensors = 4};
@@ -190,6 +191,68 @@ TEST(error_is_optional)
     fetch_req_free(&r);
 }
 
+/* A "split" alone, as POST .../gpu sends it: with its rank, or without
+ * (every rank placed on a device of its own), with the fetch's checks. */
+TEST(split_alone)
+{
+    struct fetch_req r;
+    struct st_error err;
+    const char *t = "{\"world\": 2, \"rank\": 1, \"rules\": [{\"match\": \"*\", \"dim\": 0}]}";
+    CHECK(fetch_req_parse_split(t, strlen(t), 1, &r, &err) == 0);
+    CHECK(r.all && r.has_split && r.world == 2 && r.rank == 1 && r.n_rules == 1);
+    fetch_req_free(&r);
+    t = "{\"world\": 8, \"rules\": []}";
+    CHECK(fetch_req_parse_split(t, strlen(t), 0, &r, &err) == 0);
+    CHECK(r.world == 8 && r.rank == 0 && r.n_rules == 0);
+    fetch_req_free(&r);
+    CHECK(fetch_req_parse_split(t, strlen(t), 1, &r, &err) < 0);
+    CHECK_CONTAINS(err.message, "rank");
+    t = "{\"world\": 2, \"rank\": 0, \"rules\": []}";
+    CHECK(fetch_req_parse_split(t, strlen(t), 0, &r, &err) < 0);
+    CHECK_CONTAINS(err.message, "rank");
+    t = "{\"world\": 2, \"rank\": 0, \"rules\": []} x";
+    CHECK(fetch_req_parse_split(t, strlen(t), 1, &r, &err) < 0 && err.code == ST_ERR_JSON);
+    CHECK(r.rules == NULL && r.arena == NULL);
+}
+
+/* A tensor's plan as the fetch, the preload and the client's check take
+ * it: the first matching rule cuts its dim as numpy.array_split would; a
+ * scalar, or a tensor no rule matches, is whole; a dim out of range is
+ * refused naming the tensor. */
+TEST(plan_tensor_parts)
+{
+    struct fetch_req r;
+    struct st_error err;
+    const char *t = "{\"world\": 3, \"rank\": 2, \"rules\": [{\"match\": \"*.w\", \"dim\": -1},"
+                    " {\"match\": \"big.*\", \"dim\": 5}]}";
+    CHECK(fetch_req_parse_split(t, strlen(t), 1, &r, &err) == 0);
+    uint64_t shape[2] = {4, 10};
+    struct slice_plan plan;
+    struct fetch_part part;
+    CHECK(fetch_req_plan_tensor(&r, "a.w", 3, NULL, 0, DT_F32, 2, shape, NULL, &plan, &part,
+                                &err) == 0);
+    /* 10 in 3 parts: 4, 3, 3: rank 2 keeps [7, 10) */
+    CHECK(part.split && part.dim == 1 && part.lo == 7 && part.hi == 10 && part.full == 10);
+    CHECK(plan.ndim == 2 && plan.shape[0] == 4 && plan.shape[1] == 3 && plan.nbytes == 48);
+    CHECK(fetch_req_plan_tensor(&r, "a.b", 3, NULL, 0, DT_F32, 2, shape, NULL, &plan, &part,
+                                &err) == 0);
+    CHECK(!part.split && plan.nbytes == 160);
+    CHECK(fetch_req_plan_tensor(&r, "s.w", 3, NULL, 0, DT_F32, 0, shape, NULL, &plan, &part,
+                                &err) == 0);
+    CHECK(!part.split && plan.nbytes == 4);
+    CHECK(fetch_req_plan_tensor(&r, "big.x", 5, NULL, 0, DT_F32, 2, shape, NULL, &plan, &part,
+                                &err) < 0);
+    CHECK(err.code == ST_ERR_SPLIT);
+    CHECK_CONTAINS(err.message, "big.x");
+    CHECK_CONTAINS(err.message, "out of range");
+    uint64_t b = 2;
+    CHECK(fetch_req_plan_tensor(&r, "zzzzzzzzzzzzzzzzzzzz", 20, NULL, 0, DT_F32, 2, shape, &b,
+                                &plan, &part, &err) < 0);
+    CHECK(err.code == ST_ERR_SPLIT);
+    CHECK_CONTAINS(err.message, "steps");
+    fetch_req_free(&r);
+}
+
 int main(void)
 {
     RUN(full_request);
@@ -198,5 +261,7 @@ int main(void)
     RUN(json_errors);
     RUN(bounds);
     RUN(error_is_optional);
+    RUN(split_alone);
+    RUN(plan_tensor_parts);
     return TEST_SUMMARY();
 }

@@ -1,38 +1,7 @@
-/* Tests for the GPU documents (server/lease/gpu_doc.c): the POST body's device
- * read as jansson reads it, legacy CUDA IPC handles only in the socket's
- * open answer, and documents rendered outside the manager's lock. */
+/* Tests for the GPU documents (server/lease/gpu_doc.c): legacy CUDA IPC
+ * handles only in the socket's open answer, and documents rendered outside
+ * the manager's lock. */
 #include "gpu_fixture.h"
-
-/* The device of a POST body: what jansson (the oracle) finds as the string
- * member "device" of a JSON object with no duplicate key, and a 400 for
- * everything else. */
-TEST(preload_body_read_as_jansson_reads_it)
-{
-    static const char *const bodies[] = {
-        "{\"device\":\"host\"}", " {\"device\" : \"cuda:0\" } \n", "{\"\\u0064evice\":\"host\"}",
-        "{\"x\":[1,{\"device\":2}],\"device\":\"h\\u00e9\\ud83d\\ude00\"}", "{\"device\":\"\"}",
-        "{\"device\":\"a\",\"device\":\"b\"}", "{\"device\":\"a\\u0000b\"}", "{\"device\":null}",
-        "{\"device\":7}", "[]", "\"host\"", "{\"device\":\"host\"} x", "{\"device\":\"\xff\"}", "{}",
-        "", "{\"device\":\"host\",}", "{\"devic\":\"host\"}", "{\"devicee\":\"host\"}",
-        "{\"device\":\"host\"", "{\"a\":1,\"a\":2,\"device\":\"host\"}", "{\"device\":[\"host\"]}",
-    };
-    for (size_t i = 0; i < sizeof(bodies) / sizeof(bodies[0]); i++) {
-        const char *b = bodies[i];
-        json_t *o = json_loadb(b, strlen(b), JSON_REJECT_DUPLICATES, NULL);
-        const char *want = json_string_value(json_object_get(o, "device"));
-        struct gpu_doc_error e;
-        char *device = (char *)"unset";
-        int rc = gpu_doc_preload_device(b, strlen(b), &device, &e);
-        int ok = want ? rc == 0 && device && strcmp(device, want) == 0
-                      : rc == -EINVAL && !device && e.http_status == 400 &&
-                            strcmp(e.code, "bad_request") == 0;
-        CHECK(ok);
-        if (!ok)
-            fprintf(stderr, "  body %zu: %s\n", i, b);
-        free(device);
-        json_decref(o);
-    }
-}
 
 /* Legacy CUDA IPC handles are never in the HTTP document, which any HTTP
  * client may read; the lease socket's open answer carries them (whoever
@@ -170,7 +139,6 @@ TEST(documents_render_outside_the_lock)
 
 static int run(void)
 {
-    RUN(preload_body_read_as_jansson_reads_it);
     RUN(legacy_handle_only_in_the_open_answer);
     RUN(documents_render_outside_the_lock);
     return TEST_SUMMARY();

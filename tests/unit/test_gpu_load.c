@@ -102,7 +102,7 @@ static void run_case(const struct load_case *lc)
         ls[i] = (struct gpu_load_shard){.fd = fd, .direct_fd = lc->direct ? direct_fd(name) : -1,
                                         .data_start = lc->heads[i], .size = lc->sizes[i],
                                         .a = &a[i]};
-        ps[i] = (struct gpu_plan_shard){lc->heads[i], lc->sizes[i], NULL};
+        ps[i] = (struct gpu_plan_shard){.data_start = lc->heads[i], .size = lc->sizes[i]};
         if (lc->gated)
             ls[i].gate_file = ps[i].gate_file = (const void *)(uintptr_t)(i + 1);
         total += lc->sizes[i];
@@ -159,10 +159,11 @@ static void run_case(const struct load_case *lc)
         unsigned char *got = xmalloc(n ? n : 1);
         CHECK(b->ops->read_back(b, &a[i], 0, got, n, &err) == 0);
         CHECK(memcmp(got, data[i], n) == 0);
-        CHECK(gpu_load_verify(b, &a[i], ls[i].fd, lc->heads[i], n, lc->chunk, NULL, &err) == 0);
+        struct gpu_load_shard vs = {.fd = ls[i].fd, .data_start = lc->heads[i], .size = n};
+        CHECK(gpu_load_verify(b, &a[i], &vs, lc->chunk, NULL, &err) == 0);
         if (n > 1 && lc->heads[i] > 0) { /* verify names the first difference */
-            CHECK(gpu_load_verify(b, &a[i], ls[i].fd, lc->heads[i] - 1, n, lc->chunk, NULL,
-                                  &err) < 0);
+            vs.data_start--;
+            CHECK(gpu_load_verify(b, &a[i], &vs, lc->chunk, NULL, &err) < 0);
             CHECK(err.code == ST_ERR_DEVICE);
             CHECK_CONTAINS(err.message, "differs");
         }
@@ -225,7 +226,7 @@ TEST(gate_failure_fails_the_load)
     struct gpu_gate gate = {.present = gate_present, .wait = gate_wait, .arg = &fg};
     struct gpu_load_shard ls = {.fd = fd, .gate_file = (const void *)1, .direct_fd = -1,
                                 .data_start = 8, .size = 100000, .a = &a};
-    struct gpu_plan_shard ps = {8, 100000, (const void *)1};
+    struct gpu_plan_shard ps = {.data_start = 8, .size = 100000, .gate_file = (const void *)1};
     struct gpu_plan plan;
     CHECK(gpu_plan_build(&plan, &ps, 1, 1u << 20, -1, &gate, &err) == 0);
     CHECK_EQ_U64(plan.n_src[GPU_SRC_UPSTREAM], 1);
@@ -295,7 +296,7 @@ static void load_one(int fd, const char *name, size_t head, const unsigned char 
     CHECK(b->ops->alloc(b, 0, n, 0, name, &a, &err) == 0);
     struct gpu_load_shard ls = {.fd = fd, .direct_fd = -1, .data_start = head, .size = n,
                                 .a = &a};
-    struct gpu_plan_shard ps = {head, n, NULL};
+    struct gpu_plan_shard ps = {.data_start = head, .size = n};
     struct gpu_plan plan;
     CHECK(gpu_plan_build(&plan, &ps, 1, 3 << 20, -1, NULL, &err) == 0);
     struct opener o = {.names = {name}};
@@ -456,7 +457,7 @@ TEST(truncated_file_and_cancel)
             CHECK(b->ops->alloc(b, 0, 80000, 0, "short", &a, &err) == 0);
             struct gpu_load_shard ls = {.fd = fd, .direct_fd = direct_fd("short.bin"),
                                         .data_start = 100, .size = 80000, .a = &a};
-            struct gpu_plan_shard ps = {100, 80000, NULL};
+            struct gpu_plan_shard ps = {.data_start = 100, .size = 80000};
             struct gpu_plan plan;
             CHECK(gpu_plan_build(&plan, &ps, 1, 8192, force, NULL, &err) == 0);
             struct gpu_load l = {.be = b, .threads = 3, .depth = 2, .chunk = 8192,
@@ -568,7 +569,7 @@ TEST(ring_error_leaves_no_read_in_flight)
     CHECK(b->ops->alloc(b, 0, 3 * 4096, 0, "t", &a, &err) == 0);
     struct gpu_load_shard ls = {.fd = p[0], .direct_fd = -1, .data_start = 0, .size = 3 * 4096,
                                 .a = &a};
-    struct gpu_plan_shard ps = {0, 3 * 4096, NULL};
+    struct gpu_plan_shard ps = {.data_start = 0, .size = 3 * 4096};
     struct gpu_plan plan;
     CHECK(gpu_plan_build(&plan, &ps, 1, 4096, GPU_SRC_DISK, NULL, &err) == 0);
     struct gpu_load l = {.be = b, .threads = 1, .depth = 3, .chunk = 4096,

@@ -120,10 +120,16 @@ TEST(preload_requests)
     if (!cuda_available(f.gm))
         CHECK(code_is(post(f.gm, "ma", "{\"device\":\"cuda:0\"}", &st), "gpu_unavailable") &&
               st == 503);
-    else
-        CHECK(code_is(post(f.gm, "ma", "{\"device\":\"cuda:0\"}", &st), "loaded_elsewhere") &&
-              st == 409);
     CHECK(int_of(f.gm, "ma", "generation") == gen); /* refusals change nothing */
+    if (cuda_available(f.gm)) { /* a second instance, on the GPU, and its eviction alone */
+        json_decref(post(f.gm, "ma", "{\"device\":\"cuda:0\"}", &st));
+        CHECK(st == 202);
+        wait_idle(f.gm);
+        json_decref(evict_at(f.gm, "ma", "cuda:0", NULL, &st));
+        CHECK(st == 200);
+        CHECK(int_of(f.gm, "ma", "generation") == gen);
+        CHECK_STR(state_of(f.gm, "ma"), "ready");
+    }
     fx_free(&f);
     free(data);
 }

@@ -100,9 +100,9 @@ static int gate_wait(void *arg, const void *file, uint64_t off, uint64_t len,
 
 TEST(gated_segments_go_upstream)
 {
-    struct gpu_plan_shard s[3] = {{100, 8 * SEG, (const void *)1},
-                                  {100, 2 * SEG + 1, (const void *)2},
-                                  {100, 3 * SEG, NULL}};
+    struct gpu_plan_shard s[3] = {{100, 8 * SEG, (const void *)1, NULL},
+                                  {100, 2 * SEG + 1, (const void *)2, NULL},
+                                  {100, 3 * SEG, NULL, NULL}};
     struct gpu_gate gate = {.present = gate_present, .wait = gate_wait};
     struct gpu_plan p;
     struct st_error err;
@@ -134,7 +134,7 @@ TEST(shards_forced_and_empty)
     size_t sizes[] = {0, 1, 4096, 3 * SEG + 5, 100};
     struct gpu_plan_shard s[5];
     for (int i = 0; i < 5; i++)
-        s[i] = (struct gpu_plan_shard){8 + (uint64_t)i * 13, sizes[i], NULL};
+        s[i] = (struct gpu_plan_shard){.data_start = 8 + (uint64_t)i * 13, .size = sizes[i]};
     for (int force = -1; force < GPU_SRC_COUNT; force++) {
         for (uint64_t chunk = 4096; chunk <= (8u << 20); chunk *= 16) {
             struct gpu_plan p;

@@ -10,7 +10,7 @@
 #include <openssl/sha.h>
 #include <sys/time.h>
 
-#include "gpu_doc.h"
+#include "gpu_req.h"
 #include "handlers.h"
 #include "loopback.h"
 
@@ -253,10 +253,10 @@ TEST(gpu_without_sharing)
                  "running in this daemon\"}}\n");
     lb_free(&r);
     lb_stop(&s);
-    /* gpu_doc's outcomes, as the endpoint answers them. */
+    /* gpu_req's outcomes, as the endpoint answers them. */
     struct answer a;
     answer_init(&a);
-    struct gpu_doc_error e = {.code = "bad_device", .http_status = 400, .message = "no cuda:9"};
+    struct gpu_req_error e = {.code = "bad_device", .http_status = 400, .message = "no cuda:9"};
     struct jsonw w = JSONW_INIT;
     handle_gpu_answer(&a, -EINVAL, 0, &w, &e);
     CHECK(a.kind == ANSWER_ERROR && a.status == 400);

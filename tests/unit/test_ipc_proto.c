@@ -69,8 +69,14 @@ TEST(parse_requests)
     CHECK(r->op == IPC_OP_OPEN);
     CHECK_STR(r->model, "org/m");
     CHECK_STR(r->device, "cuda:1");
+    CHECK(r->rank == -1);
+    CHECK_STR(r->prefer, "");
     CHECK(parse("{\"op\":\"open\",\"model\":\"m\",\"future\":[1]}", r, &err) == 0);
     CHECK_STR(r->device, "");
+    CHECK(parse("{\"op\":\"open\",\"model\":\"m\",\"rank\":3,\"prefer_device\":\"GPU-1\"}", r,
+                &err) == 0);
+    CHECK(r->rank == 3);
+    CHECK_STR(r->prefer, "GPU-1");
     CHECK(parse(" {\"op\":\"list\"} ", r, &err) == 0 && r->op == IPC_OP_LIST);
     CHECK(parse("{\"op\":\"close\"}", r, &err) == 0 && r->op == IPC_OP_CLOSE);
     free(r);
@@ -102,6 +108,11 @@ TEST(parse_errors_name_the_problem)
     expect_bad("{\"op\":\"open\",\"model\":3}", "\"model\" must be a string");
     expect_bad("{\"op\":\"open\",\"model\":\"\"}", "\"model\" must not be empty");
     expect_bad("{\"op\":\"open\",\"model\":\"m\",\"device\":null}", "\"device\" must be a string");
+    expect_bad("{\"op\":\"open\",\"model\":\"m\",\"rank\":-1}", "\"rank\" (a non-negative");
+    expect_bad("{\"op\":\"open\",\"model\":\"m\",\"rank\":\"1\"}", "\"rank\" (a non-negative");
+    expect_bad("{\"op\":\"open\",\"model\":\"m\",\"rank\":2147483648}", "below 2^31");
+    expect_bad("{\"op\":\"open\",\"model\":\"m\",\"prefer_device\":1}",
+               "\"prefer_device\" must be a string");
     expect_bad("{\"op\":\"list\",\"op\":\"list\"}", "not JSON");
     expect_bad("{\"op\":\"open\",\"model\":\"a\\u0000b\"}", "not JSON");
     char *big = xmalloc(IPC_MAX_NAME + 64);
@@ -185,6 +196,12 @@ TEST(parse_agrees_with_jansson)
         "{\"op\":\"open\"}", "{\"op\":\"open\",\"model\":3}", "{\"op\":\"open\",\"model\":\"\"}",
         "{\"op\":\"open\",\"model\":\"m\",\"device\":null}",
         "{\"op\":\"open\",\"model\":\"m\",\"device\":\"\"}",
+        "{\"op\":\"open\",\"model\":\"m\",\"rank\":0}", "{\"op\":\"open\",\"model\":\"m\",\"rank\":-1}",
+        "{\"op\":\"open\",\"model\":\"m\",\"rank\":2147483647}",
+        "{\"op\":\"open\",\"model\":\"m\",\"rank\":2147483648}",
+        "{\"op\":\"open\",\"model\":\"m\",\"rank\":1.5}", "{\"op\":\"open\",\"model\":\"m\",\"rank\":null}",
+        "{\"op\":\"open\",\"model\":\"m\",\"prefer_device\":\"GPU-x\",\"device\":\"cuda:0\"}",
+        "{\"op\":\"open\",\"model\":\"m\",\"prefer_device\":[]}",
         "{\"op\":\"open\",\"model\":\"a\\u0000b\"}", "{\"op\":\"open\",\"model\":\"\\ud800\"}",
         "{\"op\":\"open\",\"model\":\"\\u00e9\\ud83d\\ude00/x\",\"device\":\"cuda:1\",\"x\":{}}",
         "{\"op\":\"release\"}", "{\"op\":\"release\",\"lease\":-1}", "{\"op\":\"release\",\"lease\":1.0}",

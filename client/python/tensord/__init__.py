@@ -48,7 +48,13 @@ class _Tensor(ctypes.Structure):
     _fields_ = [("name", ctypes.c_char_p), ("dtype", ctypes.c_char_p), ("ndim", ctypes.c_int),
                 ("shape", ctypes.POINTER(ctypes.c_int64)), ("alloc", ctypes.c_uint32),
                 ("offset", ctypes.c_uint64), ("nbytes", ctypes.c_uint64),
-                ("data", ctypes.c_void_p), ("device_ptr", ctypes.c_uint64)]
+                ("data", ctypes.c_void_p), ("device_ptr", ctypes.c_uint64),
+                ("part_dim", ctypes.c_int), ("part_start", ctypes.c_int64),
+                ("part_stop", ctypes.c_int64), ("part_length", ctypes.c_int64)]
+
+
+class _OpenOptions(ctypes.Structure):
+    _fields_ = [("size", ctypes.c_size_t), ("device", ctypes.c_char_p), ("rank", ctypes.c_int)]
 
 
 class _Alloc(ctypes.Structure):
@@ -125,6 +131,10 @@ def _load():
         sigs = {
             "tensord_connect": (vp, [cp, cp, sz]),
             "tensord_open": (vp, [vp, cp, cp, cp, sz]),
+            "tensord_open_ex": (vp, [vp, cp, ctypes.POINTER(_OpenOptions), cp, sz]),
+            "tensord_model_world": (ctypes.c_int, [vp]),
+            "tensord_model_rank": (ctypes.c_int, [vp]),
+            "tensord_model_split": (cp, [vp]),
             "tensord_list": (vp, [vp, cp, sz]),
             "tensord_close": (None, [vp]),
             "tensord_model_ref": (vp, [vp]),
@@ -301,6 +311,12 @@ class Model(_Handle, collections.abc.Mapping):
         self.device_uuid = lib.tensord_model_device_uuid(h).decode()
         self.device_index = lib.tensord_model_device_index(h)
         self.generation = lib.tensord_model_generation(h)
+        # A tensor-parallel partition's world and rank (1 and 0: the whole
+        # model) and the split it was cut by, as POST .../gpu took it.
+        self.world = lib.tensord_model_world(h)
+        self.rank = lib.tensord_model_rank(h)
+        split = lib.tensord_model_split(h)
+        self.split = json.loads(split.decode()) if split else None
         self.framework = framework or ("torch" if self.backend == "cuda" else "numpy")
         if self.framework not in ("numpy", "torch"):
             raise TensordError(f"framework must be 'numpy' or 'torch', not {self.framework!r}")
@@ -311,7 +327,10 @@ class Model(_Handle, collections.abc.Mapping):
             info = {"name": t.name.decode("utf-8", "surrogateescape"), "dtype": t.dtype.decode(),
                     "shape": tuple(t.shape[d] for d in range(t.ndim)), "alloc": t.alloc,
                     "offset": t.offset, "nbytes": t.nbytes, "data": t.data or 0,
-                    "device_ptr": t.device_ptr}
+                    "device_ptr": t.device_ptr,
+                    "part": None if t.part_dim < 0 else
+                    {"dim": t.part_dim, "start": t.part_start, "stop": t.part_stop,
+                     "length": t.part_length}}
             self._index[info["name"]] = i
             self._info.append(info)
         self._h = handle
@@ -345,7 +364,9 @@ class Model(_Handle, collections.abc.Mapping):
         return self._numpy(i) if self.framework == "numpy" else self._torch(i)
 
     def info(self, name):
-        """{"name","dtype","shape","alloc","offset","nbytes","data","device_ptr"}."""
+        """{"name","dtype","shape","alloc","offset","nbytes","data","device_ptr","part"}:
+        part is None for a tensor held whole, else the cut a partition's split
+        made, {"dim","start","stop","length"} (shape is the part's)."""
         return dict(self._info[self._i(name)])
 
     def verify(self):
@@ -467,16 +488,24 @@ class Client(_Handle):
         finally:
             ctypes.CDLL(None).free(ctypes.c_void_p(p))
 
-    def open(self, model, device=None, framework=None):
-        """Maps model (on device, when given) under a lease of its own.
+    def open(self, model, device=None, rank=None, framework=None):
+        """Maps model under a lease of its own. device ("host", "cuda:N" or a
+        GPU UUID) and rank (a tensor-parallel partition's) choose among the
+        model's instances; without a device, the one on this thread's
+        current CUDA device is preferred where there are several.
         framework: "numpy" (host default) or "torch" (cuda default; also
         works for host models)."""
         if not isinstance(model, str) or (device is not None and not isinstance(device, str)):
             raise TypeError("model and device must be strings")
+        if rank is not None and (not isinstance(rank, int) or isinstance(rank, bool) or
+                                 not 0 <= rank < 2 ** 31):
+            raise TypeError("rank must be an int in [0, 2**31)")
+        opts = _OpenOptions(ctypes.sizeof(_OpenOptions), device.encode() if device else None,
+                            -1 if rank is None else rank)
         err = _err()
         with self._lock:
-            h = self._lib.tensord_open(self._handle(), model.encode(),
-                                       device.encode() if device else None, err, _ERRLEN)
+            h = self._lib.tensord_open_ex(self._handle(), model.encode(), ctypes.byref(opts),
+                                          err, _ERRLEN)
         if not h:
             raise TensordError(_text(err))
         try:

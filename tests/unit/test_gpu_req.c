@@ -1,0 +1,137 @@
+/* Tests for the GPU requests as the endpoints receive them
+ * (server/lease/gpu_req.c): a POST .../gpu body, read against jansson (the
+ * oracle) for its device and names; and the ?device= and &rank= of GET and
+ * DELETE. What the manager makes of them is test_gpu_manager's. */
+#include "gpu_fixture.h"
+
+/* Bodies with one device: its name is what jansson finds as the string
+ * member "device" of an object with no duplicate key; anything else (a
+ * member that is none of device, devices and split included: a typo must
+ * not load the whole model) is a 400 bad_request. */
+TEST(one_device_read_as_jansson_reads_it)
+{
+    static const char *const bodies[] = {
+        "{\"device\":\"host\"}", " {\"device\" : \"cuda:0\" } \n", "{\"\\u0064evice\":\"host\"}",
+        "{\"device\":\"h\\u00e9\\ud83d\\ude00\"}", "{\"device\":\"\"}",
+        "{\"device\":\"a\",\"device\":\"b\"}", "{\"device\":\"a\\u0000b\"}", "{\"device\":null}",
+        "{\"device\":7}", "[]", "\"host\"", "{\"device\":\"host\"} x", "{\"device\":\"\xff\"}", "{}",
+        "", "{\"device\":\"host\",}", "{\"devic\":\"host\"}", "{\"devicee\":\"host\"}",
+        "{\"device\":\"host\"", "{\"a\":1,\"a\":2,\"device\":\"host\"}", "{\"device\":[\"host\"]}",
+        "{\"x\":[1,{\"device\":2}],\"device\":\"host\"}", "{\"device\":\"host\",\"splits\":{}}",
+    };
+    for (size_t i = 0; i < sizeof(bodies) / sizeof(bodies[0]); i++) {
+        const char *b = bodies[i];
+        json_t *o = json_loadb(b, strlen(b), JSON_REJECT_DUPLICATES, NULL);
+        const char *want = json_object_size(o) == 1
+                               ? json_string_value(json_object_get(o, "device"))
+                               : NULL;
+        struct gpu_req_error e;
+        struct gpu_req_preload p;
+        int rc = gpu_req_preload_parse(b, strlen(b), &p, &e);
+        int ok = want ? rc == 0 && p.device && strcmp(p.device, want) == 0 && !p.devices &&
+                            !p.split.has_split
+                      : rc == -EINVAL && !p.device && e.http_status == 400 &&
+                            strcmp(e.code, "bad_request") == 0;
+        CHECK(ok);
+        if (!ok)
+            fprintf(stderr, "  body %zu: %s (%s)\n", i, b, rc ? e.message : "accepted");
+        gpu_req_preload_free(&p);
+        json_decref(o);
+    }
+}
+
+/* Splits: one rank on one device, or every rank on devices of their own;
+ * each refusal says what is wrong. */
+TEST(splits_and_devices)
+{
+    static const struct {
+        const char *body;
+        const char *error;     /* NULL: accepted */
+        size_t n_devices;
+        uint64_t world, rank;
+    } cases[] = {
+        {"{\"device\":\"cuda:1\",\"split\":{\"world\":2,\"rank\":1,\"rules\":"
+         "[{\"match\":\"*.weight\",\"dim\":0}]}}", NULL, 0, 2, 1},
+        {"{\"devices\":[\"cuda:0\",\"cuda:1\",\"cuda:0\"],\"split\":{\"world\":3,\"rules\":[]}}",
+         NULL, 3, 3, 0},
+        {"{\"device\":\"cuda:1\",\"split\":{\"world\":2,\"rules\":[]}}", "rank", 0, 0, 0},
+        {"{\"device\":\"cuda:1\",\"split\":{\"world\":2,\"rank\":2,\"rules\":[]}}",
+         "split.rank must be in [0, 2)", 0, 0, 0},
+        {"{\"device\":\"cuda:1\",\"split\":{\"world\":0,\"rank\":0,\"rules\":[]}}",
+         "at least 1", 0, 0, 0},
+        {"{\"devices\":[\"cuda:0\",\"cuda:1\"],\"split\":{\"world\":2,\"rank\":0,\"rules\":[]}}",
+         "rank", 0, 0, 0},
+        {"{\"devices\":[\"cuda:0\"],\"split\":{\"world\":2,\"rules\":[]}}",
+         "names 1 devices for a world of 2", 0, 0, 0},
+        {"{\"devices\":[\"cuda:0\",\"cuda:1\"]}", "give one", 0, 0, 0},
+        {"{\"devices\":[\"cuda:0\",1],\"split\":{\"world\":2,\"rules\":[]}}", "device names",
+         0, 0, 0},
+        {"{\"devices\":[],\"split\":{\"world\":1,\"rules\":[]}}", "names 0 devices", 0, 0, 0},
+        {"{\"device\":\"cuda:0\",\"devices\":[\"cuda:0\"],\"split\":{\"world\":1,\"rules\":[]}}",
+         "the body must be", 0, 0, 0},
+        {"{\"device\":\"cuda:0\",\"split\":[]}", "not one of", 0, 0, 0},
+        {"{\"device\":\"cuda:0\",\"split\":{\"world\":1,\"rank\":0,\"rules\":[{\"match\":\"[\"}]}}",
+         "", 0, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct gpu_req_error e;
+        struct gpu_req_preload p;
+        const char *b = cases[i].body;
+        int rc = gpu_req_preload_parse(b, strlen(b), &p, &e);
+        int ok = cases[i].error
+                     ? rc == -EINVAL && e.http_status == 400 && strstr(e.message, cases[i].error)
+                     : rc == 0 && p.split.has_split && p.n_devices == cases[i].n_devices &&
+                           p.split.world == cases[i].world && p.split.rank == cases[i].rank;
+        CHECK(ok);
+        if (!ok)
+            fprintf(stderr, "  body %zu: %s (%s)\n", i, b, rc ? e.message : "accepted");
+        gpu_req_preload_free(&p);
+    }
+    /* more devices than one request places */
+    char body[4096] = "{\"devices\":[";
+    for (int i = 0; i <= GPU_REQ_MAX_DEVICES; i++)
+        strcat(body, i ? ",\"host\"" : "\"host\"");
+    strcat(body, "],\"split\":{\"world\":65,\"rules\":[]}}");
+    struct gpu_req_error e;
+    struct gpu_req_preload p;
+    CHECK(gpu_req_preload_parse(body, strlen(body), &p, &e) == -EINVAL);
+    CHECK_CONTAINS(e.message, "at most 64");
+    gpu_req_preload_free(&p);
+}
+
+/* ?device= and &rank=: a rank is a plain decimal number. */
+TEST(which_instances)
+{
+    struct fx f;
+    fx_init(&f);
+    fx_start(&f, NULL);
+    struct gpu_manager *gm = f.gm;
+    struct gm_which which;
+    struct gm_device where;
+    struct gpu_req_error e;
+    CHECK(gpu_req_which(gm, NULL, NULL, &which, &where, &e) == 0);
+    CHECK(!which.where && which.rank == -1);
+    CHECK(gpu_req_which(gm, "host", "3", &which, &where, &e) == 0);
+    CHECK(which.where == &where && which.rank == 3);
+    static const char *const bad[] = {"", "-1", "+1", "x", "1x", " 1", "99999999999999999999"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        CHECK(gpu_req_which(gm, NULL, bad[i], &which, &where, &e) == -EINVAL);
+        CHECK(e.http_status == 400 && strcmp(e.code, "bad_request") == 0);
+    }
+    CHECK(gpu_req_which(gm, "cuda:x", NULL, &which, &where, &e) < 0);
+    CHECK(e.http_status == 400 && strcmp(e.code, "bad_device") == 0);
+    fx_free(&f);
+}
+
+static int run(void)
+{
+    RUN(one_device_read_as_jansson_reads_it);
+    RUN(splits_and_devices);
+    RUN(which_instances);
+    return TEST_SUMMARY();
+}
+
+int main(void)
+{
+    return fx_main(run);
+}
