@@ -335,6 +335,8 @@ enum route_kind route_parse(const char *path, route_repo_exists exists, void *ct
                 return r->kind = ROUTE_HUB_MODELS;
             return parse_hub(segs, n, 1, exists, ctx, r, err, errlen);
         }
+        if (n == 2 && seg_is(&segs[1], "whoami-v2"))
+            return r->kind = ROUTE_HUB_WHOAMI;
         if (n >= 2 && (seg_is(&segs[1], "datasets") || seg_is(&segs[1], "spaces")))
             return parse_other_repo(segs, n, 1, r, err, errlen);
         return r->kind = ROUTE_HUB_NOT_FOUND;

@@ -39,6 +39,7 @@ enum route_kind {
                          * tells): tensord serves models only */
     ROUTE_HUB_NO_REPOS, /* /api/datasets, /api/spaces: the lists, empty */
     ROUTE_HUB_NOT_FOUND, /* no such endpoint under /api/ (answered in the Hub's dialect) */
+    ROUTE_HUB_WHOAMI,   /* /api/whoami-v2: who the bearer token is */
     /* Content by digest (server/handlers/h_blob.c): name is the digest as sent. */
     ROUTE_BLOB,         /* /v1/blobs/{digest} */
     /* The S3 API (server/handlers/h_s3.c): model is the bucket (NULL for ListBuckets),

@@ -57,7 +57,7 @@ static int is_hub_route(enum route_kind k)
     return k == ROUTE_HUB_FILE || k == ROUTE_HUB_MODELS || k == ROUTE_HUB_INFO ||
            k == ROUTE_HUB_TREE || k == ROUTE_HUB_PATHS_INFO || k == ROUTE_HUB_NOT_FOUND ||
            k == ROUTE_HUB_REFS || k == ROUTE_HUB_COMMITS || k == ROUTE_HUB_NO_REPO ||
-           k == ROUTE_HUB_NO_REPOS;
+           k == ROUTE_HUB_NO_REPOS || k == ROUTE_HUB_WHOAMI;
 }
 
 static const int endpoint_of_route[] = {
@@ -75,11 +75,17 @@ static const int endpoint_of_route[] = {
     [ROUTE_BLOB] = MEP_BLOB,           [ROUTE_S3] = MEP_S3,
     [ROUTE_HUB_REFS] = MEP_HUB_API,    [ROUTE_HUB_COMMITS] = MEP_HUB_API,
     [ROUTE_HUB_NO_REPO] = MEP_HUB_API, [ROUTE_HUB_NO_REPOS] = MEP_HUB_API,
+    [ROUTE_HUB_WHOAMI] = MEP_HUB_API,
 };
 
 static struct answer *dispatch_model(const struct request_view *v, struct answer *a,
                                      const struct route *rt, const struct reg_snapshot *reg)
 {
+    /* Who a token is needs no models (a mirror's is its upstream's). */
+    if (rt->kind == ROUTE_HUB_WHOAMI && !v->srv->mirror) {
+        const char *authorization = view_header(v, "Authorization");
+        return handle_hub_whoami(v, a, authorization != NULL, auth_role(v->srv, authorization));
+    }
     if (!reg) {
         if (is_hub_route(rt->kind))
             return answer_hub_error(a, HTTP_SERVICE_UNAVAILABLE, NULL, 1,

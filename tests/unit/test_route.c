@@ -263,6 +263,8 @@ TEST(hub_git_and_other_repo_types)
         {"/api/models/one/commits/refs%2Fpr%2F1", ROUTE_HUB_COMMITS, "one", "refs/pr/1"},
         {"/api/models/org/name/refs/x", ROUTE_HUB_NOT_FOUND, NULL, NULL},
         {"/api/models/org/name/commits", ROUTE_HUB_NOT_FOUND, NULL, NULL},
+        {"/api/whoami-v2", ROUTE_HUB_WHOAMI, NULL, NULL},
+        {"/api/whoami-v2/x", ROUTE_HUB_NOT_FOUND, NULL, NULL},
         {"/api/datasets", ROUTE_HUB_NO_REPOS, NULL, NULL},
         {"/api/spaces/", ROUTE_HUB_NO_REPOS, NULL, NULL},
         {"/api/datasets/x", ROUTE_HUB_NO_REPO, "x", NULL},
