@@ -182,6 +182,7 @@ struct answer {
     int s3;                      /* an S3 API path: every error is S3's XML document, whoever
                                   * answers it (the front maps tensord's codes: respond.c) */
     const char *cors_methods;    /* ANSWER_PREFLIGHT: the route's methods */
+    const char *cors_headers;    /* ANSWER_PREFLIGHT: the request headers a script may send */
     int rescan;                  /* a file changed since its snapshot validated it: rescan */
     /* Held until rendered. */
     struct reg_snapshot *snapshot;
@@ -251,8 +252,9 @@ struct answer *answer_doc(struct answer *a, unsigned status, const char *content
 struct answer *answer_jsonw(struct answer *a, unsigned status, struct jsonw *w);
 /* status (a 3xx) to location (a path on this server, percent-encoded). */
 struct answer *answer_redirect(struct answer *a, unsigned status, const char *location);
-/* A CORS preflight's 204 (server/http/cors.h), methods the route's. */
-struct answer *answer_preflight(struct answer *a, const char *methods);
+/* A CORS preflight's 204 (server/http/cors.h), methods the route's,
+ * headers (copied) the request headers it allows. */
+struct answer *answer_preflight(struct answer *a, const char *methods, const char *headers);
 /* Waits (see struct answer_wait); ctx is the handler's, in the arena. */
 struct answer *answer_wait(struct answer *a, void *(*start)(struct answer *a),
                            void (*release)(void *job), void *ctx);

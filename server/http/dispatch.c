@@ -202,8 +202,21 @@ static int refuse_request(const struct request_view *v, struct answer *a, enum r
                host);
         return 1;
     }
+    /* A browser's preflight carries no credentials: answered before the
+     * token, on every route that exists (the S3 API's too). */
+    int s3 = kind == ROUTE_S3 && srv->cfg->s3;
+    int exists = kind != ROUTE_BAD_PATH && kind != ROUTE_HUB_NOT_FOUND &&
+                 kind != ROUTE_NOT_FOUND && (kind != ROUTE_S3 || s3);
+    if (exists && cors_is_preflight(srv->cfg, method, view_header(v, "Origin"),
+                                    view_header(v, "Access-Control-Request-Method"))) {
+        char headers[512];
+        cors_allow_headers(view_header(v, "Access-Control-Request-Headers"), headers,
+                           sizeof(headers));
+        answer_preflight(a, route_allowed_methods(kind), headers);
+        return 1;
+    }
     /* The S3 API checks its own method and signature (server/handlers/s3_auth). */
-    if (kind == ROUTE_S3 && srv->cfg->s3)
+    if (s3)
         return 0;
     if (kind == ROUTE_BAD_PATH) {
         if (hub && !a->s3)
@@ -219,12 +232,6 @@ static int refuse_request(const struct request_view *v, struct answer *a, enum r
     }
     if (kind == ROUTE_NOT_FOUND || kind == ROUTE_S3) {
         answer_error(a, HTTP_NOT_FOUND, "not_found", "no endpoint at this path; see /v1/models");
-        return 1;
-    }
-    /* A browser's preflight carries no credentials: answered before the token. */
-    if (cors_is_preflight(srv->cfg, method, view_header(v, "Origin"),
-                          view_header(v, "Access-Control-Request-Method"))) {
-        answer_preflight(a, route_allowed_methods(kind));
         return 1;
     }
     int is_get = strcmp(method, "GET") == 0 || v->is_head;

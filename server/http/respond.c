@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "conditional.h"
+#include "cors.h"
 #include "jsonw.h"
 #include "metrics.h"
 #include "range.h"
@@ -404,9 +405,19 @@ static void body_reply(const struct request_view *v, struct answer *a, struct re
     validator_headers(a, r);
 }
 
+/* The headers every reply gets last: CORS's (server/http/cors.h). */
+static void common_headers(const struct request_view *v, const struct answer *a,
+                           struct reply *r)
+{
+    const char *cors[2 * CORS_MAX_HEADERS];
+    size_t nc = cors_headers(v->srv->cfg, view_header(v, "Origin"), a->cors_methods,
+                             a->cors_headers, cors);
+    for (size_t i = 0; i < nc; i++)
+        header(r, cors[2 * i], cors[2 * i + 1]);
+}
+
 void respond_failed(const struct request_view *v, struct answer *a, struct reply *r, int err)
 {
-    (void)v;
     if (err == -ENODATA)
         answer_file_changed(a);
     else if (err == -EMFILE || err == -ENFILE)
@@ -415,6 +426,7 @@ void respond_failed(const struct request_view *v, struct answer *a, struct reply
         answer_error(a, HTTP_INTERNAL_SERVER_ERROR, "io_error",
                      "the file changed or could not be read while answering");
     body_error(a, r);
+    common_headers(v, a, r);
 }
 
 void respond_reply(const struct request_view *v, struct answer *a, struct reply *r)
@@ -446,4 +458,5 @@ void respond_reply(const struct request_view *v, struct answer *a, struct reply 
     default:
         error_reply(a, r);
     }
+    common_headers(v, a, r);
 }
