@@ -55,6 +55,9 @@ struct answer *handle_readyz(const struct request_view *v, struct answer *a);
  * for "/ui", which is redirected to "/ui/". */
 struct answer *handle_ui(const struct request_view *v, struct answer *a, const char *name,
                          int bare);
+/* "/": a browser (Accept: text/html) is sent to the console, anything
+ * else told where the API is (server/handlers/ui.c). */
+struct answer *handle_root(const struct request_view *v, struct answer *a);
 struct answer *handle_metrics(const struct request_view *v, struct answer *a, int text);
 
 #endif

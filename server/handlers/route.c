@@ -315,6 +315,8 @@ enum route_kind route_parse(const char *path, route_repo_exists exists, void *ct
         return r->kind = ROUTE_BAD_PATH;
     }
 
+    if (strcmp(path, "/") == 0)
+        return r->kind = ROUTE_ROOT;
     if (n == 1 && seg_is(&segs[0], "healthz"))
         return r->kind = ROUTE_HEALTHZ;
     if (n == 1 && seg_is(&segs[0], "readyz"))

@@ -13,6 +13,7 @@
 enum route_kind {
     ROUTE_NOT_FOUND,    /* no such endpoint */
     ROUTE_BAD_PATH,     /* malformed encoding or a refused segment; message in err */
+    ROUTE_ROOT,         /* / (browsers are sent to the console) */
     ROUTE_HEALTHZ,      /* /healthz */
     ROUTE_READYZ,       /* /readyz */
     ROUTE_METRICS_TEXT, /* /metrics */

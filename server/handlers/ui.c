@@ -46,3 +46,21 @@ struct answer *handle_ui(const struct request_view *v, struct answer *a, const c
     snprintf(rep.etag, sizeof(rep.etag), "%s", u->etag);
     return answer_body(a, &rep);
 }
+
+/* Whether an Accept header asks for HTML (a browser's navigation). */
+static int wants_html(const char *accept)
+{
+    return accept && strstr(accept, "text/html") != NULL;
+}
+
+struct answer *handle_root(const struct request_view *v, struct answer *a)
+{
+    /* the answer depends on Accept: a cache must keep the two apart */
+    answer_header(a, "Vary", "Accept");
+    if (v->srv->cfg->ui && wants_html(view_header(v, "Accept")))
+        return answer_redirect(a, HTTP_FOUND, "/ui/");
+    return answer_error(a, HTTP_NOT_FOUND, "not_found",
+                        "no endpoint at \"/\": the API is under /v1 (GET /v1/models), described "
+                        "by /v1/openapi.json; the Hugging Face API under /api, S3 under /s3/%s",
+                        v->srv->cfg->ui ? "; the web console is /ui/" : "");
+}

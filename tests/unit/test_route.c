@@ -75,7 +75,8 @@ TEST(fixed_endpoints)
     CHECK(parse("/v1/metrics", &r) == ROUTE_METRICS);
     CHECK(parse("/v1/models", &r) == ROUTE_MODELS);
     CHECK(parse("/v1/models/", &r) == ROUTE_MODELS);
-    CHECK(parse("/", &r) == ROUTE_NOT_FOUND);
+    CHECK(parse("/", &r) == ROUTE_ROOT);
+    CHECK(parse("//", &r) == ROUTE_NOT_FOUND);
     CHECK(parse("/v2/models", &r) == ROUTE_NOT_FOUND);
     CHECK(parse("/v1/other", &r) == ROUTE_NOT_FOUND);
     CHECK(parse("relative", &r) == ROUTE_BAD_PATH);

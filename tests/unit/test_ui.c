@@ -1,6 +1,7 @@
 /* Unit tests for server/handlers/ui.c through the loopback driver: the console's
  * page and assets with their security headers and validators, the bare
- * /ui redirect, a missing asset, and the console switched off. */
+ * /ui redirect, a missing asset, the console switched off, and "/": a
+ * browser sent to the console, anything else told where the API is. */
 #include "loopback.h"
 #include "ui.h"
 
@@ -50,6 +51,37 @@ TEST(assets)
     lb_stop(&s);
 }
 
+TEST(root)
+{
+    struct lb_server s;
+    lb_start(&s, root, 0, NULL);
+    static const char *const browser[] = {
+        "Accept: text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8", NULL};
+    struct lb_answer r = lb_get(&s, "/", browser);
+    CHECK_ANSWER(r, 302, "Content-Type: text/plain; charset=utf-8\r\nLocation: /ui/\r\n"
+                         "Vary: Accept\r\n",
+                 "Found. Redirecting to /ui/\n");
+    lb_free(&r);
+    static const char *const curl[] = {"Accept: */*", NULL};
+    r = lb_get(&s, "/", curl);
+    CHECK_EQ_U64(r.status, 404);
+    CHECK_CONTAINS(r.head, "Vary: Accept\r\n");
+    CHECK_CONTAINS(r.body, "/v1/openapi.json");
+    CHECK_CONTAINS(r.body, "the web console is /ui/");
+    lb_free(&r);
+    r = lb_get(&s, "//", browser); /* only "/" itself */
+    CHECK_EQ_U64(r.status, 404);
+    lb_free(&r);
+    lb_stop(&s);
+    static const char *const off[] = {"ui=false", NULL};
+    lb_start(&s, root, 0, off);
+    r = lb_get(&s, "/", browser);
+    CHECK_EQ_U64(r.status, 404);
+    CHECK(!strstr(r.body, "/ui/"));
+    lb_free(&r);
+    lb_stop(&s);
+}
+
 TEST(off)
 {
     struct lb_server s;
@@ -67,6 +99,7 @@ int main(void)
 {
     lb_new_root(root, sizeof(root));
     RUN(assets);
+    RUN(root);
     RUN(off);
     lb_remove_root(root);
     return TEST_SUMMARY();
