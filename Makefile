@@ -31,7 +31,7 @@ endif
 comma := ,
 
 # The daemon's and the client's libraries (pkg-config names).
-PKGS       := libmicrohttpd liburing libcrypto yaml-0.1 libcurl
+PKGS       := libmicrohttpd liburing libcrypto yaml-0.1 libcurl zlib
 # jansson reads JSON in the tests only: the oracle the daemon's own parsers
 # and writers are compared with (tests/ref/, and the unit tests and fuzz
 # targets that include it). Nothing the daemon or the client links uses it.
@@ -44,11 +44,12 @@ TEST_PKGS  := jansson
 # EVP_MD_CTX_new; libyaml 0.2.5 is the one the model card reader was built
 # and fuzzed with; libcurl 7.68.0 (the mirror's upstream client) keeps a
 # custom Authorization header from a redirect to another host (7.58) and
-# has CURLINFO_RETRY_AFTER (7.66). The tests' jansson: 2.7 added
+# has CURLINFO_RETRY_AFTER (7.66); zlib 1.2.11 is Debian 10's (deflateBound
+# and the gzip wrapper are far older). The tests' jansson: 2.7 added
 # json_stringn_nocheck. Each entry is name:version:Debian package.
 PKG_MIN    := libmicrohttpd:0.9.75:libmicrohttpd-dev liburing:2.2:liburing-dev \
               libcrypto:1.1.0:libssl-dev yaml-0.1:0.2.5:libyaml-dev \
-              libcurl:7.68.0:libcurl4-openssl-dev
+              libcurl:7.68.0:libcurl4-openssl-dev zlib:1.2.11:zlib1g-dev
 TEST_PKG_MIN := jansson:2.7:libjansson-dev
 
 # Quiet by default, like kbuild: one "CC file" line per step; V=1 prints
@@ -121,7 +122,7 @@ CONFIG_INPUTS_NOW = CC=$(CC) CPPFLAGS=$(USER_CPPFLAGS) CUDA=$(CUDA) CUDA_PATH=$(
   PKG_CONFIG_PATH=$(PKG_CONFIG_PATH) PKG_CONFIG_LIBDIR=$(PKG_CONFIG_LIBDIR) PKG_MIN=$(PKG_MIN) \
   TEST_PKG_MIN=$(TEST_PKG_MIN) $(if $(GIVEN_FLAGS),PKG_CFLAGS=$(PKG_CFLAGS) PKG_LIBS=$(PKG_LIBS))
 CONFIG_FREE := clean uninstall config deps deps-apt deps-run deps-test deps-test-apt deps-bench \
-  deps-bench-apt run test bench bench-remote bench-hub bench-s3 bench-mirror bench-swarm \
+  deps-bench-apt run test bench bench-compression bench-remote bench-hub bench-s3 bench-mirror bench-swarm \
   bench-gpu bench-hash check-olah tsan tsan-test test-cuda-double dist print-%
 ifeq ($(filter-out $(CONFIG_FREE),$(or $(MAKECMDGOALS),all)),)
 -include $(wildcard $(CONFIG))
@@ -200,7 +201,7 @@ USES_server/cli      := $(USES_server/http) server/cli
 # file with core's reader.
 USES_client          := client $(BUILD)/include/client
 USES_client/cli      := client core
-LIBS_core            := libcrypto yaml-0.1
+LIBS_core            := libcrypto yaml-0.1 zlib
 LIBS_gpu             := liburing
 LIBS_mirror          := libcurl libcrypto
 LIBS_server/handlers := libcrypto
@@ -267,7 +268,7 @@ test-cuda-double: deps-test
 	  $(CUDA_DOUBLE_BUILD)/libtensord-client.so $(CUDA_DOUBLE_BUILD)/cuda-double/libcuda.so.1
 	@TENSORD_CUDA_BUILD=$(CUDA_DOUBLE_BUILD) $(PYTHON) tests/cuda_double/run.py
 
-.PHONY: FORCE all config deps deps-apt deps-run deps-test deps-test-apt deps-bench deps-bench-apt run run-built uninstall test test-cuda-double cuda-double unit fuzz fuzz-smoke install clean integration circles print-% bench bench-gpu bench-header bench-hub bench-leases bench-remote bench-s3 bench-mirror bench-swarm bench-sha256 bench-hash check-olah soak tsan tsan-test dist
+.PHONY: FORCE all config deps deps-apt deps-run deps-test deps-test-apt deps-bench deps-bench-apt run run-built uninstall test test-cuda-double cuda-double unit fuzz fuzz-smoke install clean integration circles print-% bench bench-compression bench-gpu bench-header bench-hub bench-leases bench-remote bench-s3 bench-mirror bench-swarm bench-sha256 bench-hash check-olah soak tsan tsan-test dist
 all: $(BUILD)/tensord $(BUILD)/libtensord-client.so $(BUILD)/tensord-client
 
 # The flags a build directory was compiled with: objects depend on this
@@ -405,7 +406,7 @@ fuzz: $(FUZZ_BIN)
 # are installed with services kept from starting (policy-rc.d), since nginx
 # and prometheus would otherwise listen on :80 and :9090.
 DEB_BUILD := build-essential pkg-config libmicrohttpd-dev liburing-dev libssl-dev \
-             libdlpack-dev python3 libyaml-dev libcurl4-openssl-dev
+             libdlpack-dev python3 libyaml-dev libcurl4-openssl-dev zlib1g-dev
 DEB_RUN   := python3-numpy python3-urllib3 curl xxd
 DEB_TEST  := libjansson-dev clang libclang-rt-14-dev python3-pytest python3-venv python3-torch \
              git man-db groff-base systemd prometheus nginx-light chromium
@@ -503,6 +504,12 @@ bench: deps-bench
 bench-remote: deps-bench
 	@$(MAKE) --no-print-directory all
 	@$(PYTHON) bench/remote.py $(BENCH_REMOTE_ARGS)
+
+# The documents' sizes and CPU per request, as they are and as gzip
+# (bench/compression.py; docs/PERFORMANCE.md "Compressed documents").
+bench-compression: deps-bench
+	@$(MAKE) --no-print-directory all
+	@$(PYTHON) bench/compression.py $(BENCH_COMPRESSION_ARGS)
 
 # snapshot_download of a 2 GiB sharded repo from tensord's Hugging Face
 # endpoint against nginx serving the same files in a static Hub layout

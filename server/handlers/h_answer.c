@@ -298,6 +298,7 @@ struct answer *answer_jsonw(struct answer *a, unsigned status, struct jsonw *w)
         .body = {.prefix = text, .prefix_len = len, .fd = -1},
         .content_type = "application/json",
         .mtime = -1,
+        .document = 1,
     };
     return answer_body(a, &rep);
 }

@@ -107,6 +107,14 @@ struct representation {
                                   * arriving (body.fd is its descriptor): read as they come,
                                   * the response holding its own reference; NULL otherwise */
     int no_read;                 /* HEAD of a body nothing was opened for: headers only */
+    int document;                /* a document the daemon wrote (JSON, XML, text): sent
+                                  * compressed to a client that accepts it (core/encoding.h);
+                                  * never a byte body, which goes out as stored */
+    const char *gzip;            /* the document's gzip form made already (kept with it, in
+                                  * memory that lives as long as the answer), or NULL: made
+                                  * for the answer when one is sent */
+    size_t gzip_len;
+    const char *content_encoding; /* set by the front when it sends the gzip form */
     const char *dtype;           /* X-Tensor-Dtype, or NULL when not a tensor */
     const char *shape;           /* X-Tensor-Shape ("2,3"; "" for a scalar), with dtype; in the
                                   * arena (answer_shape) */
@@ -166,7 +174,8 @@ struct answer {
     unsigned status;
     struct representation rep;   /* ANSWER_BODY */
     struct answer_error error;   /* ANSWER_ERROR */
-    const char *content_type;    /* ANSWER_DOC: of text */
+    const char *content_type;    /* ANSWER_DOC: of text (a document, as representation.document
+                                  * says: sent compressed when accepted) */
     const char *text;            /* ANSWER_DOC */
     size_t text_len;
     const char *location;        /* ANSWER_REDIRECT: a path on this server, percent-encoded */

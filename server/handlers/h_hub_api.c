@@ -114,6 +114,7 @@ static struct answer *send_doc(struct answer *a, struct jsonw *w, int by_commit,
         .content_type = "application/json",
         .mtime = -1,
         .cache_control = by_commit ? HUB_CACHE_IMMUTABLE : "no-cache",
+        .document = 1,
     };
     snprintf(rep.etag, sizeof(rep.etag), "\"h%016" PRIx64 "\"",
              hash_fnv1a(text, len, HASH_FNV_SEED));

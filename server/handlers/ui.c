@@ -42,6 +42,9 @@ struct answer *handle_ui(const struct request_view *v, struct answer *a, const c
         .body = {.prefix = (const char *)u->data, .prefix_len = u->len, .fd = -1},
         .content_type = u->content_type,
         .mtime = -1,
+        .document = 1,
+        .gzip = (const char *)u->gzip, /* compressed at build time (ui/embed.py) */
+        .gzip_len = u->gzip_len,
     };
     snprintf(rep.etag, sizeof(rep.etag), "%s", u->etag);
     return answer_body(a, &rep);

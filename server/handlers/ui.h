@@ -12,6 +12,9 @@ struct ui_asset {
     const unsigned char *data;
     size_t len;
     const char *etag;                 /* strong and quoted: a hash of the bytes */
+    const unsigned char *gzip;        /* the bytes as one gzip member (level 9, made by
+                                       * embed.py), sent to clients that accept it */
+    size_t gzip_len;
 };
 
 /* The generated table (build/gen/ui_assets.c). */

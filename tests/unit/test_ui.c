@@ -2,6 +2,9 @@
  * page and assets with their security headers and validators, the bare
  * /ui redirect, a missing asset, the console switched off, and "/": a
  * browser sent to the console, anything else told where the API is. */
+#include <zlib.h>
+
+#include "encoding.h"
 #include "loopback.h"
 #include "ui.h"
 
@@ -22,12 +25,31 @@ TEST(assets)
         const struct ui_asset *u = &ui_assets[i];
         char *target = xasprintf("/ui/%s", u->name);
         struct lb_answer r = lb_get(&s, target, NULL);
+        int big = u->len >= ENCODING_MIN_BYTES;
         char *head = xasprintf("Content-Type: %s\r\nAccept-Ranges: bytes\r\n"
-                               "Cache-Control: no-cache\r\n" SECURITY "ETag: %s\r\n",
-                               u->content_type, u->etag);
+                               "Cache-Control: no-cache\r\n" SECURITY "ETag: %s\r\n%s",
+                               u->content_type, u->etag,
+                               big ? "Vary: Accept-Encoding\r\n" : "");
         CHECK_EQ_U64(r.status, 200);
         CHECK_STR(r.head, head);
         CHECK(r.len == u->len && memcmp(r.body, u->data, u->len) == 0);
+        lb_free(&r);
+        /* compressed at build time: the gzip form inflates to the file */
+        static const char *const gzip[] = {"Accept-Encoding: gzip", NULL};
+        r = lb_get(&s, target, gzip);
+        CHECK(u->gzip && u->gzip_len > 18);
+        if (big) {
+            CHECK_CONTAINS(r.head, "Content-Encoding: gzip\r\n");
+            CHECK(r.len == u->gzip_len && memcmp(r.body, u->gzip, r.len) == 0);
+            char *back = xmalloc(u->len + 1);
+            uLongf n = u->len + 1;
+            z_stream z = {.next_in = (Bytef *)(uintptr_t)u->gzip, .avail_in = (uInt)u->gzip_len,
+                          .next_out = (Bytef *)back, .avail_out = (uInt)n};
+            CHECK(inflateInit2(&z, 15 + 16) == Z_OK && inflate(&z, Z_FINISH) == Z_STREAM_END);
+            CHECK(z.total_out == u->len && memcmp(back, u->data, u->len) == 0);
+            inflateEnd(&z);
+            free(back);
+        }
         char *inm = xasprintf("If-None-Match: %s", u->etag);
         const char *const h304[] = {inm, NULL};
         lb_free(&r);
