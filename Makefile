@@ -231,10 +231,17 @@ FUZZ_SRC   := $(wildcard tests/fuzz/fuzz_*.c)
 UI_DIR     := server/handlers/ui
 UI_FILES   := $(wildcard $(UI_DIR)/*.html $(UI_DIR)/*.css $(UI_DIR)/*.js)
 UI_GEN     := $(BUILD)/gen/ui_assets.c
+# The OpenAPI description (server/handlers/openapi/): base.json and one file
+# of paths per API family, merged and compiled in by build.py there.
+OPENAPI_DIR   := server/handlers/openapi
+OPENAPI_FILES := $(OPENAPI_DIR)/base.json $(OPENAPI_DIR)/v1.json $(OPENAPI_DIR)/hub.json \
+                 $(OPENAPI_DIR)/s3.json
+OPENAPI_GEN   := $(BUILD)/gen/openapi_assets.c
 
 CORE_OBJ   := $(CORE_SRC:%.c=$(BUILD)/obj/%.o)
 LOWER_OBJ  := $(GPU_SRC:%.c=$(BUILD)/obj/%.o) $(MIRROR_SRC:%.c=$(BUILD)/obj/%.o)
-SERVER_OBJ := $(SERVER_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/gen/ui_assets.o
+SERVER_OBJ := $(SERVER_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/gen/ui_assets.o \
+              $(BUILD)/obj/gen/openapi_assets.o
 SERVER_LIB_OBJ := $(filter-out $(BUILD)/obj/server/cli/main.o,$(SERVER_OBJ))
 CLIENT_OBJ := $(CLIENT_SRC:%.c=$(BUILD)/obj/%.o)
 UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
@@ -298,6 +305,14 @@ $(BUILD)/obj/%.o: %.c $(BUILD)/flags
 	$(call show,GEN,$@)
 	$(Q)$(SYS_PYTHON) $(UI_DIR)/embed.py $@ $(UI_FILES)
 $(BUILD)/obj/gen/ui_assets.o: $(UI_GEN) $(BUILD)/flags
+	@mkdir -p $(dir $@)
+	$(call show,CC,$@)
+	$(Q)$(CC) $(CPPFLAGS) $(LAYER_FLAGS) $(ALL_CFLAGS) -c $< -o $@
+%/gen/openapi_assets.c: $(OPENAPI_DIR)/build.py $(UI_DIR)/embed.py $(OPENAPI_FILES) Makefile
+	@mkdir -p $(dir $@)
+	$(call show,GEN,$@)
+	$(Q)$(SYS_PYTHON) $(OPENAPI_DIR)/build.py $@ $(VERSION) $(OPENAPI_FILES)
+$(BUILD)/obj/gen/openapi_assets.o: $(OPENAPI_GEN) $(BUILD)/flags
 	@mkdir -p $(dir $@)
 	$(call show,CC,$@)
 	$(Q)$(CC) $(CPPFLAGS) $(LAYER_FLAGS) $(ALL_CFLAGS) -c $< -o $@
@@ -368,7 +383,7 @@ unit: $(UNIT_BIN)
 FUZZ_SAN   := -fsanitize=address,undefined -fno-sanitize-recover=undefined
 FUZZ_FLAGS := -g -O1 $(FUZZ_SAN)
 FUZZ_LIB_SRC := $(CORE_SRC) $(GPU_SRC) $(MIRROR_SRC) $(filter-out server/cli/main.c,$(SERVER_SRC)) \
-                $(CLIENT_SRC) build/gen/ui_assets.c
+                $(CLIENT_SRC) build/gen/ui_assets.c build/gen/openapi_assets.c
 FUZZ_LIB_OBJ := $(FUZZ_LIB_SRC:%.c=build/fuzz/obj/%.o)
 build/fuzz/obj/%.o: %.c
 	@mkdir -p $(dir $@)

@@ -58,6 +58,8 @@ struct answer *handle_ui(const struct request_view *v, struct answer *a, const c
 /* "/": a browser (Accept: text/html) is sent to the console, anything
  * else told where the API is (server/handlers/ui.c). */
 struct answer *handle_root(const struct request_view *v, struct answer *a);
+/* GET /v1/openapi.json: the OpenAPI description, compiled in (ui.c). */
+struct answer *handle_openapi(const struct request_view *v, struct answer *a);
 struct answer *handle_metrics(const struct request_view *v, struct answer *a, int text);
 
 #endif

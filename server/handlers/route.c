@@ -354,6 +354,8 @@ enum route_kind route_parse(const char *path, route_repo_exists exists, void *ct
         err[0] = '\0';
         return parse_s3(segs, n, r, err, errlen);
     }
+    if (n == 2 && seg_is(&segs[0], "v1") && seg_is(&segs[1], "openapi.json"))
+        return r->kind = ROUTE_OPENAPI;
     /* /v1/blobs/{digest}: the segment decoded, checked by its handler. */
     if (n == 3 && seg_is(&segs[0], "v1") && seg_is(&segs[1], "blobs")) {
         r->name = pct_decode(segs[2].p, segs[2].len, 0, &r->name_len);

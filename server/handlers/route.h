@@ -18,6 +18,7 @@ enum route_kind {
     ROUTE_READYZ,       /* /readyz */
     ROUTE_METRICS_TEXT, /* /metrics */
     ROUTE_METRICS,      /* /v1/metrics */
+    ROUTE_OPENAPI,      /* /v1/openapi.json */
     ROUTE_UI,           /* /ui/{asset} (name: the asset, "" for the page); /ui alone too */
     ROUTE_MODELS,       /* /v1/models */
     ROUTE_MODEL,        /* /v1/models/{model} */
@@ -47,6 +48,8 @@ enum route_kind {
      * name the key (decoded segments joined with '/', any components; NULL
      * for the bucket itself). */
     ROUTE_S3,           /* /s3/, /s3/{bucket}, /s3/{bucket}/{key...} */
+    ROUTE_KINDS         /* how many kinds there are (tests/unit/test_openapi.c checks the
+                         * OpenAPI description covers each) */
 };
 
 struct route {

@@ -20,5 +20,9 @@ struct ui_asset {
 /* The generated table (build/gen/ui_assets.c). */
 extern const struct ui_asset ui_assets[];
 extern const size_t ui_assets_count;
+/* The OpenAPI description, "openapi.json" (build/gen/openapi_assets.c,
+ * made by server/handlers/openapi/build.py). */
+extern const struct ui_asset openapi_assets[];
+extern const size_t openapi_assets_count;
 
 #endif

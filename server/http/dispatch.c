@@ -65,6 +65,7 @@ static const int endpoint_of_route[] = {
     [ROUTE_HEALTHZ] = MEP_HEALTH,      [ROUTE_READYZ] = MEP_HEALTH,
     [ROUTE_METRICS_TEXT] = MEP_METRICS, [ROUTE_METRICS] = MEP_METRICS,
     [ROUTE_UI] = MEP_UI,               [ROUTE_ROOT] = MEP_UI,
+    [ROUTE_OPENAPI] = MEP_UI,
     [ROUTE_MODELS] = MEP_MODELS,       [ROUTE_MODEL] = MEP_MODEL,
     [ROUTE_MODEL_HEADER] = MEP_HEADER, [ROUTE_FILE] = MEP_FILE,
     [ROUTE_FILE_HEADER] = MEP_FILE_HEADER, [ROUTE_TENSOR] = MEP_TENSOR,
@@ -266,7 +267,9 @@ static int refuse_request(const struct request_view *v, struct answer *a, enum r
      * caller's token, which the mirror forwards (server/handlers/h_mirror.c). */
     int upstream_checks = hub && srv->mirror && kind != ROUTE_HUB_NO_REPO &&
                           kind != ROUTE_HUB_NO_REPOS;
-    if (kind != ROUTE_HEALTHZ && kind != ROUTE_UI && kind != ROUTE_ROOT && !upstream_checks &&
+    int public = kind == ROUTE_HEALTHZ || kind == ROUTE_UI || kind == ROUTE_ROOT ||
+                 kind == ROUTE_OPENAPI;
+    if (!public && !upstream_checks &&
         !auth_check(srv, view_header(v, "Authorization"), is_admin)) {
         refuse_unauthorized(v, a, hub, is_admin);
         return 1;
@@ -340,6 +343,9 @@ struct answer *dispatch_request(const struct request_view *v, struct answer *a)
         break;
     case ROUTE_ROOT:
         handle_root(v, a);
+        break;
+    case ROUTE_OPENAPI:
+        handle_openapi(v, a);
         break;
     case ROUTE_METRICS:
     case ROUTE_METRICS_TEXT:

@@ -73,6 +73,8 @@ TEST(fixed_endpoints)
     CHECK(parse("/readyz", &r) == ROUTE_READYZ);
     CHECK(parse("/metrics", &r) == ROUTE_METRICS_TEXT);
     CHECK(parse("/v1/metrics", &r) == ROUTE_METRICS);
+    CHECK(parse("/v1/openapi.json", &r) == ROUTE_OPENAPI);
+    CHECK(parse("/v1/openapi.json/x", &r) != ROUTE_OPENAPI);
     CHECK(parse("/v1/models", &r) == ROUTE_MODELS);
     CHECK(parse("/v1/models/", &r) == ROUTE_MODELS);
     CHECK(parse("/", &r) == ROUTE_ROOT);
