@@ -456,9 +456,13 @@ deps: deps-bench
 deps-apt: deps-bench-apt
 
 # Exact versions, no dependency resolution: what the file lists is what runs.
+# pip's own lines say how far it is (a package at a time): the install takes
+# a minute or two, and a silent one looked hung.
 $(VENV)/.installed: tests/requirements.txt | deps-test-apt
+	@echo "make: the tests' Python packages into $(VENV): $$(grep -c '^[A-Za-z]' tests/requirements.txt) pinned in tests/requirements.txt (a minute or two)"
 	$(SYS_PYTHON) -m venv --system-site-packages $(VENV)
-	$(VENV)/bin/pip install -q --disable-pip-version-check --no-deps -r tests/requirements.txt
+	$(VENV)/bin/pip install --disable-pip-version-check --no-deps --progress-bar off \
+	  -r tests/requirements.txt
 	@touch $@
 
 # `make run`: the runtime set only, the demo models under ./models, the
@@ -484,12 +488,17 @@ run-built: all
 	@mkdir -p $(BUILD)/run/state $(BUILD)/tour
 	@sock=$$($(RUN_CMD) --print-socket) && echo && \
 	echo "tensord is starting on http://$(LISTEN) serving ./models (another port: make run PORT=N)." && \
-	echo "demo-f32 is preloaded on $(RUN_DEVICE) for leases on $$sock. Try:" && \
-	echo "  curl -s $(RUN_URL)/v1/models" && \
-	echo "  curl -s $(RUN_URL)/v1/models/demo-f32/header" && \
-	echo "  curl -s $(RUN_URL)/v1/models/demo-f32/tensors/embed.weight -o build/tour/embed.bin" && \
-	echo "  curl -s '$(RUN_URL)/v1/models/demo-f32/tensors/embed.weight?slice=0:2,1:3&format=npy' -o build/tour/slice.npy" && \
-	echo "  curl -s -H 'Range: bytes=0-7' $(RUN_URL)/v1/models/demo-sharded/files/model-00001-of-00002.safetensors | xxd" && \
+	echo && echo "  The web console: http://$(RUN_URL)/ui/   (open it in a browser)" && echo && \
+	echo "demo-f32 is preloaded on $(RUN_DEVICE) for leases on $$sock." && \
+	echo "Its content hashes are kept in $(BUILD)/run/state: build/tensord verify --state-dir $(BUILD)/run/state models/" && \
+	echo "The README's tour takes the address from TENSORD_URL. Try:" && \
+	echo "  export TENSORD_URL=http://$(RUN_URL)" && \
+	echo "  curl -s \$$TENSORD_URL/v1/models" && \
+	echo "  curl -s \$$TENSORD_URL/v1/models/demo-f32/header" && \
+	echo "  curl -s \$$TENSORD_URL/v1/models/demo-f32/tensors/embed.weight -o build/tour/embed.bin" && \
+	echo "  curl -s \"\$$TENSORD_URL/v1/models/demo-f32/tensors/embed.weight?slice=0:2,1:3&format=npy\" -o build/tour/slice.npy" && \
+	echo "  curl -s -H 'Range: bytes=0-7' \$$TENSORD_URL/v1/models/demo-sharded/files/model-00001-of-00002.safetensors | xxd" && \
+	echo "  PYTHONPATH=client/python python3 -m tensord ls           # the HTTP API's command line" && \
 	echo "  build/tensord-client ls                 # the lease socket, found as the daemon chose it" && \
 	echo "  build/tensord-client open demo-f32" && \
 	echo "  PYTHONPATH=client/python python3 -c 'import tensord; m = tensord.connect().open(\"demo-f32\"); print(m.backend, m[\"embed.weight\"][:2])'" && \
