@@ -21,6 +21,11 @@ enum encoding { ENCODING_IDENTITY, ENCODING_GZIP };
  * (docs/PERFORMANCE.md "Compressed documents" has the figures). */
 #define ENCODING_LEVEL_KEPT 6
 #define ENCODING_LEVEL_ANSWER 1
+/* The largest document compressed for one answer, on an HTTP thread (some
+ * 4 ms of CPU at ENCODING_LEVEL_ANSWER): a larger one goes out compressed
+ * only when its gzip form was made and kept with it (off the HTTP
+ * threads), else as it is. */
+#define ENCODING_ANSWER_MAX (1u << 20)
 
 /* The coding to send for a request whose Accept-Encoding is header (NULL
  * when absent: identity): gzip when it accepts it ("gzip", "x-gzip" or

@@ -127,6 +127,8 @@ static int encode_representation(const struct request_view *v, struct answer *a)
         return rep->document && varies;
     const char *gz = rep->gzip;
     size_t gz_len = rep->gzip_len;
+    if (!gz && size > ENCODING_ANSWER_MAX)
+        return 1; /* not compressed on an HTTP thread: sent as it is */
     if (!gz) {
         struct encoding_piece pieces[3];
         const void *p[3];
@@ -548,7 +550,7 @@ void respond_reply(const struct request_view *v, struct answer *a, struct reply 
         const char *text = a->text;
         size_t len = a->text_len;
         const char *gz = NULL;
-        if (document_encoding(v, len, &varies) == ENCODING_GZIP) {
+        if (document_encoding(v, len, &varies) == ENCODING_GZIP && len <= ENCODING_ANSWER_MAX) {
             struct encoding_piece piece = {a->text, a->text_len};
             gz = gzip_for_answer(a, &piece, 1, &len);
             text = gz ? gz : text;

@@ -8,6 +8,7 @@
 #include <sys/time.h>
 #include <zlib.h>
 
+#include "encoding.h"
 #include "loopback.h"
 
 static struct config cfg;
@@ -537,6 +538,31 @@ TEST(compressed_documents)
     CHECK_STR(o.body, "made-before");
     out_free(&o);
     answer_free(&a);
+    /* a document over ENCODING_ANSWER_MAX is not compressed for one answer
+     * (an HTTP thread's time): as it is, unless its gzip form was kept */
+    {
+        size_t big = ENCODING_ANSWER_MAX + 1;
+        char *text = xmalloc(big);
+        memset(text, 'x', big);
+        answer_init(&a);
+        struct representation rep = {
+            .body = {.prefix = text, .prefix_len = big, .fd = -1},
+            .content_type = "application/json", .mtime = -1, .document = 1};
+        answer_body(&a, &rep);
+        o = run(&a, "GET", gz);
+        CHECK(o.len == big && !strstr(o.head, "Content-Encoding"));
+        CHECK_CONTAINS(o.head, "Vary: Accept-Encoding\r\n");
+        out_free(&o);
+        answer_free(&a);
+        answer_init(&a);
+        rep.gzip = "kept", rep.gzip_len = 4;
+        answer_body(&a, &rep);
+        o = run(&a, "GET", gz);
+        CHECK_STR(o.body, "kept");
+        out_free(&o);
+        answer_free(&a);
+        free(text);
+    }
     /* a byte body never */
     document(&a, 0, NULL, 0);
     o = run(&a, "GET", gz);
