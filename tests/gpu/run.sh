@@ -59,7 +59,8 @@ MODEL_PREP=1
 DEBS="$ROOT/.debs"
 PY=${PYTHON:-python3}
 DEB_PKGS="libmicrohttpd-dev libmicrohttpd12 liburing-dev liburing2 libssl-dev libssl3 libyaml-dev
-libyaml-0-2 libcurl4-openssl-dev libcurl4 libdlpack-dev pkgconf pkgconf-bin libpkgconf3"
+libyaml-0-2 libcurl4-openssl-dev libcurl4 libdlpack-dev zlib1g-dev zlib1g pkgconf pkgconf-bin
+libpkgconf3"
 
 while [ $# -gt 0 ]; do
     case "$1" in
