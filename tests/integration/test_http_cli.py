@@ -209,3 +209,34 @@ def test_printing_as_python_calls_it(daemon):
     out = io.StringIO()
     assert tcli.main(["--url", f"http://127.0.0.1:{daemon.port}", "ls"], out=out) == 0
     assert "demo-f32" in out.getvalue()
+
+
+@pytest.mark.parametrize("name", ["../evil", "/etc/evil", "a/b", "..", "x\\y", "m.part", ""])
+def test_download_refuses_names_a_server_could_use_to_escape(tmp_path, name):
+    """A hostile server's description cannot make download write outside
+    DIR: names that are not plain file names are refused before any byte."""
+    import http.server
+    import threading
+    doc = json.dumps({"name": "m", "state": "ready", "files": [
+        {"name": name, "size": 1, "sha256": None, "etag": '"x"', "header_length": None}]}).encode()
+
+    class Evil(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(doc)))
+            self.end_headers()
+            self.wfile.write(doc)
+
+        def log_message(self, *a):
+            pass
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Evil)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        dest = tmp_path / "deep" / "dir"
+        p = cli(None, "download", "m", str(dest), url=f"http://127.0.0.1:{srv.server_address[1]}")
+        assert p.returncode == 2 and "not a plain file name: refused" in p.stderr.decode()
+        assert not (tmp_path / "deep").exists() and not (tmp_path / "evil").exists()
+    finally:
+        srv.shutdown()
+        srv.server_close()

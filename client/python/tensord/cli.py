@@ -194,13 +194,37 @@ def cmd_fetch(d, args, out):
     return EXIT_OK
 
 
+_HEX = frozenset("0123456789abcdef")
+
+
+def check_file_entry(f, model):
+    """A file of the description, before any byte is written for it: a
+    plain name (a model's files are in its directory, so no '/', no '..':
+    a hostile server cannot make the download write outside DIR), a size,
+    and a SHA-256 that is one or not known yet."""
+    name = f.get("name") if isinstance(f, dict) else None
+    if not isinstance(name, str) or name in ("", ".", "..") or "/" in name or \
+            "\\" in name or "\0" in name or name.endswith((".part", ".part.etag")):
+        raise Failure(f"the daemon's description of {model!r} names a file {name!r} that is "
+                      "not a plain file name: refused")
+    if type(f.get("size")) is not int or f["size"] < 0:
+        raise Failure(f"the daemon's description gives {name!r} no size")
+    sha = f.get("sha256")
+    if sha is not None and (not isinstance(sha, str) or len(sha) != 64 or set(sha) - _HEX):
+        raise Failure(f"the daemon's description gives {name!r} a malformed sha256")
+
+
 def cmd_download(d, args, out):
     doc = d.json("v1", "models", args.model)
     if doc.get("state") != "ready":
         err = doc.get("error") or {}
         raise Failure(f"model {args.model!r} is invalid: {err.get('message', '')}")
+    files = doc.get("files")
+    if not isinstance(files, list):
+        raise Failure(f"the description of {args.model!r} has no list of files")
+    for f in files:
+        check_file_entry(f, args.model)
     os.makedirs(args.dir, exist_ok=True)
-    files = doc.get("files", [])
     total = sum(f["size"] for f in files)
     bar = Bar(total, f"{args.model}", args.progress)
     status = EXIT_OK
