@@ -31,7 +31,7 @@ endif
 comma := ,
 
 # The daemon's and the client's libraries (pkg-config names).
-PKGS       := libmicrohttpd liburing libcrypto yaml-0.1 libcurl
+PKGS       := libmicrohttpd liburing libcrypto yaml-0.1 libcurl zlib
 # jansson reads JSON in the tests only: the oracle the daemon's own parsers
 # and writers are compared with (tests/ref/, and the unit tests and fuzz
 # targets that include it). Nothing the daemon or the client links uses it.
@@ -44,11 +44,12 @@ TEST_PKGS  := jansson
 # EVP_MD_CTX_new; libyaml 0.2.5 is the one the model card reader was built
 # and fuzzed with; libcurl 7.68.0 (the mirror's upstream client) keeps a
 # custom Authorization header from a redirect to another host (7.58) and
-# has CURLINFO_RETRY_AFTER (7.66). The tests' jansson: 2.7 added
+# has CURLINFO_RETRY_AFTER (7.66); zlib 1.2.11 is Debian 10's (deflateBound
+# and the gzip wrapper are far older). The tests' jansson: 2.7 added
 # json_stringn_nocheck. Each entry is name:version:Debian package.
 PKG_MIN    := libmicrohttpd:0.9.75:libmicrohttpd-dev liburing:2.2:liburing-dev \
               libcrypto:1.1.0:libssl-dev yaml-0.1:0.2.5:libyaml-dev \
-              libcurl:7.68.0:libcurl4-openssl-dev
+              libcurl:7.68.0:libcurl4-openssl-dev zlib:1.2.11:zlib1g-dev
 TEST_PKG_MIN := jansson:2.7:libjansson-dev
 
 # Quiet by default, like kbuild: one "CC file" line per step; V=1 prints
@@ -121,8 +122,9 @@ CONFIG_INPUTS_NOW = CC=$(CC) CPPFLAGS=$(USER_CPPFLAGS) CUDA=$(CUDA) CUDA_PATH=$(
   PKG_CONFIG_PATH=$(PKG_CONFIG_PATH) PKG_CONFIG_LIBDIR=$(PKG_CONFIG_LIBDIR) PKG_MIN=$(PKG_MIN) \
   TEST_PKG_MIN=$(TEST_PKG_MIN) $(if $(GIVEN_FLAGS),PKG_CFLAGS=$(PKG_CFLAGS) PKG_LIBS=$(PKG_LIBS))
 CONFIG_FREE := clean uninstall config deps deps-apt deps-run deps-test deps-test-apt deps-bench \
-  deps-bench-apt run test bench bench-remote bench-hub bench-s3 bench-mirror bench-swarm \
-  bench-gpu bench-hash check-olah tsan tsan-test test-cuda-double test-debs-root dist print-%
+  deps-bench-apt run test bench bench-compression bench-remote bench-hub bench-s3 bench-mirror \
+  bench-swarm bench-gpu bench-hash check-olah tsan tsan-test test-cuda-double test-debs-root dist \
+  print-%
 ifeq ($(filter-out $(CONFIG_FREE),$(or $(MAKECMDGOALS),all)),)
 -include $(wildcard $(CONFIG))
 else
@@ -200,7 +202,7 @@ USES_server/cli      := $(USES_server/http) server/cli
 # file with core's reader.
 USES_client          := client $(BUILD)/include/client
 USES_client/cli      := client core
-LIBS_core            := libcrypto yaml-0.1
+LIBS_core            := libcrypto yaml-0.1 zlib
 LIBS_gpu             := liburing
 LIBS_mirror          := libcurl libcrypto
 LIBS_server/handlers := libcrypto
@@ -230,10 +232,17 @@ FUZZ_SRC   := $(wildcard tests/fuzz/fuzz_*.c)
 UI_DIR     := server/handlers/ui
 UI_FILES   := $(wildcard $(UI_DIR)/*.html $(UI_DIR)/*.css $(UI_DIR)/*.js)
 UI_GEN     := $(BUILD)/gen/ui_assets.c
+# The OpenAPI description (server/handlers/openapi/): base.json and one file
+# of paths per API family, merged and compiled in by build.py there.
+OPENAPI_DIR   := server/handlers/openapi
+OPENAPI_FILES := $(OPENAPI_DIR)/base.json $(OPENAPI_DIR)/v1.json $(OPENAPI_DIR)/hub.json \
+                 $(OPENAPI_DIR)/s3.json
+OPENAPI_GEN   := $(BUILD)/gen/openapi_assets.c
 
 CORE_OBJ   := $(CORE_SRC:%.c=$(BUILD)/obj/%.o)
 LOWER_OBJ  := $(GPU_SRC:%.c=$(BUILD)/obj/%.o) $(MIRROR_SRC:%.c=$(BUILD)/obj/%.o)
-SERVER_OBJ := $(SERVER_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/gen/ui_assets.o
+SERVER_OBJ := $(SERVER_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/gen/ui_assets.o \
+              $(BUILD)/obj/gen/openapi_assets.o
 SERVER_LIB_OBJ := $(filter-out $(BUILD)/obj/server/cli/main.o,$(SERVER_OBJ))
 CLIENT_OBJ := $(CLIENT_SRC:%.c=$(BUILD)/obj/%.o)
 UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
@@ -275,7 +284,7 @@ test-cuda-double: deps-test
 test-debs-root:
 	@tests/gpu/min_root.sh
 
-.PHONY: FORCE all config deps deps-apt deps-run deps-test deps-test-apt deps-bench deps-bench-apt run run-built uninstall test test-cuda-double test-debs-root cuda-double unit fuzz fuzz-smoke install clean integration circles print-% bench bench-gpu bench-header bench-hub bench-leases bench-remote bench-s3 bench-mirror bench-swarm bench-sha256 bench-hash check-olah soak tsan tsan-test dist
+.PHONY: FORCE all config deps deps-apt deps-run deps-test deps-test-apt deps-bench deps-bench-apt run run-built uninstall test test-cuda-double test-debs-root cuda-double unit fuzz fuzz-smoke install clean integration circles print-% bench bench-compression bench-gpu bench-header bench-hub bench-leases bench-remote bench-s3 bench-mirror bench-swarm bench-sha256 bench-hash check-olah soak tsan tsan-test dist
 all: $(BUILD)/tensord $(BUILD)/libtensord-client.so $(BUILD)/tensord-client
 
 # The flags a build directory was compiled with: objects depend on this
@@ -305,6 +314,14 @@ $(BUILD)/obj/%.o: %.c $(BUILD)/flags
 	$(call show,GEN,$@)
 	$(Q)$(SYS_PYTHON) $(UI_DIR)/embed.py $@ $(UI_FILES)
 $(BUILD)/obj/gen/ui_assets.o: $(UI_GEN) $(BUILD)/flags
+	@mkdir -p $(dir $@)
+	$(call show,CC,$@)
+	$(Q)$(CC) $(CPPFLAGS) $(LAYER_FLAGS) $(ALL_CFLAGS) -c $< -o $@
+%/gen/openapi_assets.c: $(OPENAPI_DIR)/build.py $(UI_DIR)/embed.py $(OPENAPI_FILES) Makefile
+	@mkdir -p $(dir $@)
+	$(call show,GEN,$@)
+	$(Q)$(SYS_PYTHON) $(OPENAPI_DIR)/build.py $@ $(VERSION) $(OPENAPI_FILES)
+$(BUILD)/obj/gen/openapi_assets.o: $(OPENAPI_GEN) $(BUILD)/flags
 	@mkdir -p $(dir $@)
 	$(call show,CC,$@)
 	$(Q)$(CC) $(CPPFLAGS) $(LAYER_FLAGS) $(ALL_CFLAGS) -c $< -o $@
@@ -375,7 +392,7 @@ unit: $(UNIT_BIN)
 FUZZ_SAN   := -fsanitize=address,undefined -fno-sanitize-recover=undefined
 FUZZ_FLAGS := -g -O1 $(FUZZ_SAN)
 FUZZ_LIB_SRC := $(CORE_SRC) $(GPU_SRC) $(MIRROR_SRC) $(filter-out server/cli/main.c,$(SERVER_SRC)) \
-                $(CLIENT_SRC) build/gen/ui_assets.c
+                $(CLIENT_SRC) build/gen/ui_assets.c build/gen/openapi_assets.c
 FUZZ_LIB_OBJ := $(FUZZ_LIB_SRC:%.c=build/fuzz/obj/%.o)
 build/fuzz/obj/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -413,7 +430,7 @@ fuzz: $(FUZZ_BIN)
 # are installed with services kept from starting (policy-rc.d), since nginx
 # and prometheus would otherwise listen on :80 and :9090.
 DEB_BUILD := build-essential pkg-config libmicrohttpd-dev liburing-dev libssl-dev \
-             libdlpack-dev python3 libyaml-dev libcurl4-openssl-dev
+             libdlpack-dev python3 libyaml-dev libcurl4-openssl-dev zlib1g-dev
 DEB_RUN   := python3-numpy python3-urllib3 curl xxd
 DEB_TEST  := libjansson-dev clang libclang-rt-14-dev python3-pytest python3-venv python3-torch \
              git man-db groff-base systemd prometheus nginx-light chromium
@@ -448,9 +465,13 @@ deps: deps-bench
 deps-apt: deps-bench-apt
 
 # Exact versions, no dependency resolution: what the file lists is what runs.
+# pip's own lines say how far it is (a package at a time): the install takes
+# a minute or two, and a silent one looked hung.
 $(VENV)/.installed: tests/requirements.txt | deps-test-apt
+	@echo "make: the tests' Python packages into $(VENV): $$(grep -c '^[A-Za-z]' tests/requirements.txt) pinned in tests/requirements.txt (a minute or two)"
 	$(SYS_PYTHON) -m venv --system-site-packages $(VENV)
-	$(VENV)/bin/pip install -q --disable-pip-version-check --no-deps -r tests/requirements.txt
+	$(VENV)/bin/pip install --disable-pip-version-check --no-deps --progress-bar off \
+	  -r tests/requirements.txt
 	@touch $@
 
 # `make run`: the runtime set only, the demo models under ./models, the
@@ -476,12 +497,17 @@ run-built: all
 	@mkdir -p $(BUILD)/run/state $(BUILD)/tour
 	@sock=$$($(RUN_CMD) --print-socket) && echo && \
 	echo "tensord is starting on http://$(LISTEN) serving ./models (another port: make run PORT=N)." && \
-	echo "demo-f32 is preloaded on $(RUN_DEVICE) for leases on $$sock. Try:" && \
-	echo "  curl -s $(RUN_URL)/v1/models" && \
-	echo "  curl -s $(RUN_URL)/v1/models/demo-f32/header" && \
-	echo "  curl -s $(RUN_URL)/v1/models/demo-f32/tensors/embed.weight -o build/tour/embed.bin" && \
-	echo "  curl -s '$(RUN_URL)/v1/models/demo-f32/tensors/embed.weight?slice=0:2,1:3&format=npy' -o build/tour/slice.npy" && \
-	echo "  curl -s -H 'Range: bytes=0-7' $(RUN_URL)/v1/models/demo-sharded/files/model-00001-of-00002.safetensors | xxd" && \
+	echo && echo "  The web console: http://$(RUN_URL)/ui/   (open it in a browser)" && echo && \
+	echo "demo-f32 is preloaded on $(RUN_DEVICE) for leases on $$sock." && \
+	echo "Its content hashes are kept in $(BUILD)/run/state: build/tensord verify --state-dir $(BUILD)/run/state models/" && \
+	echo "The README's tour takes the address from TENSORD_URL. Try:" && \
+	echo "  export TENSORD_URL=http://$(RUN_URL)" && \
+	echo "  curl -s \$$TENSORD_URL/v1/models" && \
+	echo "  curl -s \$$TENSORD_URL/v1/models/demo-f32/header" && \
+	echo "  curl -s \$$TENSORD_URL/v1/models/demo-f32/tensors/embed.weight -o build/tour/embed.bin" && \
+	echo "  curl -s \"\$$TENSORD_URL/v1/models/demo-f32/tensors/embed.weight?slice=0:2,1:3&format=npy\" -o build/tour/slice.npy" && \
+	echo "  curl -s -H 'Range: bytes=0-7' \$$TENSORD_URL/v1/models/demo-sharded/files/model-00001-of-00002.safetensors | xxd" && \
+	echo "  PYTHONPATH=client/python python3 -m tensord ls           # the HTTP API's command line" && \
 	echo "  build/tensord-client ls                 # the lease socket, found as the daemon chose it" && \
 	echo "  build/tensord-client open demo-f32" && \
 	echo "  PYTHONPATH=client/python python3 -c 'import tensord; m = tensord.connect().open(\"demo-f32\"); print(m.backend, m[\"embed.weight\"][:2])'" && \
@@ -511,6 +537,12 @@ bench: deps-bench
 bench-remote: deps-bench
 	@$(MAKE) --no-print-directory all
 	@$(PYTHON) bench/remote.py $(BENCH_REMOTE_ARGS)
+
+# The documents' sizes and CPU per request, as they are and as gzip
+# (bench/compression.py; docs/PERFORMANCE.md "Compressed documents").
+bench-compression: deps-bench
+	@$(MAKE) --no-print-directory all
+	@$(PYTHON) bench/compression.py $(BENCH_COMPRESSION_ARGS)
 
 # snapshot_download of a 2 GiB sharded repo from tensord's Hugging Face
 # endpoint against nginx serving the same files in a static Hub layout

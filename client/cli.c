@@ -51,7 +51,10 @@ static void usage(FILE *f)
             "Without --socket the socket is looked for where the daemon puts it: the config\n"
             "file's ipc_socket, $TENSORD_SOCKET, $XDG_RUNTIME_DIR/tensord.sock, then\n"
             "/run/tensord/tensord.sock; the first that exists is used.\n"
-            "Exit status: 0 ok, 1 the daemon refused or a checksum did not match, 2 usage.\n");
+            "Exit status (as every tensord command's): 0 ok; 1 an allocation's checksum\n"
+            "did not match; 2 it could not do what was asked (usage, no socket, the daemon\n"
+            "refused, such as a model that does not exist or is not preloaded, a tensor\n"
+            "that could not be dumped), which wins over 1.\n");
 }
 
 static void usage_error(const char *what, const char *arg)
@@ -68,6 +71,8 @@ static double now_ms(void)
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
+/* Writes tensor i of m to DIR/NAME.bin; returns 0, or -1 after saying
+ * which step failed and why. */
 static int dump_tensor(const struct tensord_model *m, size_t i, const char *dir)
 {
     const struct tensord_tensor *t = tensord_model_tensor(m, i);
@@ -78,13 +83,27 @@ static int dump_tensor(const struct tensord_model *m, size_t i, const char *dir)
                                 : snprintf(path + o, sizeof(path) - o, "%c", *p));
     snprintf(path + o, sizeof(path) - o, ".bin");
     void *buf = malloc(t->nbytes ? t->nbytes : 1);
-    FILE *f = fopen(path, "wb");
-    int rc = buf && f && tensord_tensor_read(m, i, buf, err, sizeof(err)) == 0 &&
-                     fwrite(buf, 1, t->nbytes, f) == t->nbytes ? 0 : -1;
-    if (f && fclose(f) != 0)
+    FILE *f = NULL;
+    int rc = -1;
+    if (!buf) {
+        fprintf(stderr, "tensord-client: dumping %s: no memory for its %llu bytes\n", t->name,
+                (unsigned long long)t->nbytes);
+    } else if (tensord_tensor_read(m, i, buf, err, sizeof(err)) != 0) {
+        fprintf(stderr, "tensord-client: dumping %s: reading it: %s\n", t->name, err);
+    } else if (!(f = fopen(path, "wb"))) {
+        fprintf(stderr, "tensord-client: dumping %s: cannot create %s: %s\n", t->name, path,
+                strerror(errno));
+    } else if (fwrite(buf, 1, t->nbytes, f) != t->nbytes) {
+        fprintf(stderr, "tensord-client: dumping %s: writing %s: %s\n", t->name, path,
+                strerror(errno));
+    } else {
+        rc = 0;
+    }
+    if (f && fclose(f) != 0 && rc == 0) {
+        fprintf(stderr, "tensord-client: dumping %s: writing %s: %s\n", t->name, path,
+                strerror(errno));
         rc = -1;
-    if (rc < 0)
-        fprintf(stderr, "tensord-client: dumping %s to %s failed\n", t->name, path);
+    }
     free(buf);
     return rc;
 }
@@ -101,7 +120,7 @@ static int cmd_open(struct tensord_client *c, const char *model, const char *dev
     double t1 = now_ms();
     if (!m) {
         fprintf(stderr, "tensord-client: open %s: %s\n", model, err);
-        return 1;
+        return 2;
     }
     printf("model %s  generation %llu  backend %s  device %s (%s)  open %.3f ms\n",
            tensord_model_name(m), (unsigned long long)tensord_model_generation(m),
@@ -154,10 +173,12 @@ static int cmd_open(struct tensord_client *c, const char *model, const char *dev
         printf("checksum: ok (%zu allocations, %llu bytes, %.3f ms)\n",
                tensord_model_alloc_count(m), (unsigned long long)total, verify_ms);
     }
-    if (dump)
-        for (size_t i = 0; i < tensord_model_tensor_count(m); i++)
-            if (dump_tensor(m, i, dump) < 0)
-                rc = 1;
+    for (size_t i = 0; dump && i < tensord_model_tensor_count(m); i++) {
+        if (dump_tensor(m, i, dump) < 0) {
+            rc = 2; /* could not do what was asked: wins over a mismatch */
+            break;  /* the next tensors would fail for the same reason */
+        }
+    }
     fflush(stdout);
     if (hold) {
         printf("holding the lease; send a line or close stdin to end it\n");
@@ -265,7 +286,7 @@ int main(int argc, char **argv)
     }
     struct tensord_client *c = connect_daemon(sock, config);
     if (!c)
-        return 1;
+        return 2;
     int rc = 0;
     char err[512];
     if (strcmp(cmd, "ls") == 0) {
@@ -274,7 +295,7 @@ int main(int argc, char **argv)
             printf("%s\n", list);
         else
             fprintf(stderr, "tensord-client: %s\n", err);
-        rc = list ? 0 : 1;
+        rc = list ? 0 : 2;
         free(list);
     } else {
         rc = cmd_open(c, model, device, rank, dump, hold);

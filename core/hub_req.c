@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "json_scan.h"
 #include "util.h"
@@ -103,13 +104,18 @@ static int parse_json(const char *text, size_t len, struct hub_paths *p,
     st = -EINVAL;
     if (json_scan_next(&s) != '}') {
         for (;;) {
-            char key[5];
+            char key[6];
             if (json_scan_key(&s) != 0 || json_scan_keys_add(&s, &keys) != 0)
                 goto json_error;
-            int is_paths = s.str_len == 5 && json_scan_decode(&s, key, 5) == 5 &&
+            size_t klen = s.str_len;
+            int is_paths = klen == 5 && json_scan_decode(&s, key, 5) == 5 &&
                            memcmp(key, "paths", 5) == 0;
+            int is_expand = klen == 6 && json_scan_decode(&s, key, 6) == 6 &&
+                            memcmp(key, "expand", 6) == 0;
             if (json_scan_colon(&s) != 0)
                 goto json_error;
+            if (is_expand)
+                p->expand = s.tok == JSON_TOK_TRUE;
             if (is_paths) {
                 if ((st = json_paths(&s, p, err)) > 0)
                     goto json_error;
@@ -159,7 +165,14 @@ static int parse_form(const char *text, size_t len, struct hub_paths *p,
             return st_error_fail(err, ST_ERR_INVALID_ARGUMENT,
                                  "the form has a malformed %%-escape");
         int is_paths = strcmp(key, "paths") == 0 || strcmp(key, "paths[]") == 0;
+        int is_expand = strcmp(key, "expand") == 0;
         free(key);
+        if (is_expand && eq) {
+            /* Python's str(True), JavaScript's true, or 1 */
+            size_t vlen = end - kend - 1;
+            p->expand = (vlen == 4 && strncasecmp(eq + 1, "true", 4) == 0) ||
+                        (vlen == 1 && eq[1] == '1');
+        }
         if (is_paths) {
             size_t vlen;
             char *v = eq ? pct_decode(eq + 1, end - kend - 1, PCT_FORM | PCT_NUL, &vlen)

@@ -5,8 +5,8 @@
  * (application/x-www-form-urlencoded: paths=a&paths=b&expand=False, '+'
  * meaning a space), huggingface.js JSON ({"paths": ["a", "b"], "expand":
  * false}, "paths" also as a single string). Other keys are ignored, as the
- * Hub ignores them; "expand" is accepted and ignored (there is no commit
- * history to expand into). JSON goes through json_scan (strict, duplicate
+ * Hub ignores them; "expand" (true, or a form's "True"/"true"/"1") asks
+ * for each entry's last commit. JSON goes through json_scan (strict, duplicate
  * keys refused); a form's escapes must be well formed. At most
  * HUB_PATHS_MAX paths of at most HUB_PATH_MAX bytes each; a path that is
  * not UTF-8 or holds a NUL is refused. */
@@ -23,6 +23,7 @@
 struct hub_paths {
     size_t n;
     char **paths;            /* decoded, NUL-terminated, in request order; owned */
+    int expand;              /* "expand" was true: entries carry their last commit */
 };
 
 /* Parses text[0..len) as JSON when `json` is set, else as a form. Returns 0,

@@ -315,6 +315,13 @@ int s3_sigv4_parse(const char *auth, const char *amz_date, const struct s3_query
         return st_error_fail(err, ST_ERR_INVALID_ARGUMENT,
                              "a request is signed by its Authorization header or its query, "
                              "not both");
+    /* Signature version 2, which boto3's generate_presigned_url and the
+     * AWS CLI's presign still make by default in some regions: told apart
+     * so that its refusal can say what to use instead. */
+    if (auth ? strncmp(auth, "AWS ", 4) == 0
+             : !in_query && (s3_query_get(q, "AWSAccessKeyId", NULL) ||
+                             s3_query_get(q, "Signature", NULL)))
+        return S3_AUTH_V2;
     if (!auth && !in_query)
         return S3_AUTH_NONE;
     if (auth) {

@@ -78,11 +78,18 @@ struct s3_sigv4 {
     uint64_t expires;               /* presigned: X-Amz-Expires seconds */
 };
 
-enum s3_auth_kind { S3_AUTH_NONE, S3_AUTH_HEADER, S3_AUTH_QUERY };
+enum s3_auth_kind {
+    S3_AUTH_NONE,       /* anonymous */
+    S3_AUTH_HEADER,     /* SigV4 in the Authorization header */
+    S3_AUTH_QUERY,      /* SigV4 presigned */
+    S3_AUTH_V2,         /* signature version 2 ("AWS KEY:SIG", or a presigned URL's
+                         * AWSAccessKeyId and Signature), which is not checked */
+};
 
 /* Reads the signature of a request from its Authorization header (auth,
  * may be NULL), its X-Amz-Date header (amz_date, may be NULL) or its
- * query. Returns the kind found (S3_AUTH_NONE: anonymous), or -EINVAL
+ * query. Returns the kind found (S3_AUTH_NONE: anonymous; S3_AUTH_V2, out
+ * left empty: signed the old way, for a message that says so), or -EINVAL
  * with err when it is malformed (another algorithm, a missing part, a
  * scope that is not DATE/REGION/s3/aws4_request, both forms at once). */
 int s3_sigv4_parse(const char *auth, const char *amz_date, const struct s3_query *q,

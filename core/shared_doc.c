@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "encoding.h"
 #include "util.h"
 
 struct shared_doc *shared_doc_new(char *text, size_t len, uint64_t key)
@@ -49,6 +50,17 @@ struct shared_doc *shared_doc_join(const char *head, size_t head_len, struct sha
     return d;
 }
 
+void shared_doc_compress(struct shared_doc *d)
+{
+    if (d->len < ENCODING_MIN_BYTES || d->gzip)
+        return;
+    struct encoding_piece pieces[3];
+    for (unsigned i = 0; i < d->n_segs; i++)
+        pieces[i] = (struct encoding_piece){d->seg[i].p, d->seg[i].n};
+    if (encoding_gzip(pieces, d->n_segs, ENCODING_LEVEL_KEPT, &d->gzip, &d->gzip_len) != 0)
+        d->gzip = NULL;
+}
+
 struct shared_doc *shared_doc_ref(struct shared_doc *d)
 {
     if (d)
@@ -62,6 +74,7 @@ void shared_doc_unref(struct shared_doc *d)
         return;
     shared_doc_unref(d->middle);
     free(d->own);
+    free(d->gzip);
     free(d);
 }
 

@@ -35,6 +35,9 @@ struct shared_doc {
     struct shared_doc_seg seg[3];
     struct shared_doc *middle;   /* the document seg[1] lies in (held), or NULL */
     char *own;                   /* the text this document owns */
+    char *gzip;                  /* its bytes as one gzip member (shared_doc_compress), or
+                                  * NULL; owned, set before the document is shared */
+    size_t gzip_len;
 };
 
 /* A document holding text[0..len) (taken over: freed with it), with one
@@ -45,6 +48,11 @@ struct shared_doc *shared_doc_new(char *text, size_t len, uint64_t key);
  * memory ran out. */
 struct shared_doc *shared_doc_join(const char *head, size_t head_len, struct shared_doc *middle,
                                    const char *tail, size_t tail_len, uint64_t key);
+/* Makes d's gzip form (core/encoding.h, ENCODING_LEVEL_KEPT) when d is at
+ * least ENCODING_MIN_BYTES long, so that every answer that sends it
+ * compressed shares one compression. Call before d is shared (it writes
+ * d->gzip unlocked). Out of memory leaves d without one. */
+void shared_doc_compress(struct shared_doc *d);
 /* Another reference to d (may be NULL). */
 struct shared_doc *shared_doc_ref(struct shared_doc *d);
 /* Drops a reference (d may be NULL); the last one frees d. Any thread. */

@@ -246,14 +246,14 @@ static void want_rescan(struct loop *l)
 /* Starts the manager's loader (and the config's preloads), then the lease
  * socket over it. Without the socket, preloads and the HTTP side still
  * work. Returns the socket's server, or NULL. */
-static struct lease_server *start_gpu_sharing(struct gpu_manager *gm, const struct config *cfg,
-                                              char *err, size_t errlen)
+static struct lease_server *start_gpu_sharing(struct gpu_manager *gm, struct registry *registry,
+                                              const struct config *cfg, char *err, size_t errlen)
 {
     struct lease_server *ls = NULL;
     struct st_error serr;
     if (gpu_manager_start(gm, &serr) == 0) {
         char *path = config_ipc_socket_path(cfg);
-        ls = lease_server_start(gm, path, cfg, err, errlen);
+        ls = lease_server_start(gm, registry, path, cfg, err, errlen);
         free(path);
     } else {
         snprintf(err, errlen, "%s", serr.message);
@@ -362,20 +362,20 @@ int daemon_run(const struct config *cfg)
     struct loop l = {.srv = &srv, .generation = 1};
     struct lease_server *leases = NULL;
     char err[1024];
-    int rc = 1, sfd = -1;
+    int rc = 2, sfd = -1; /* could not start (tensord(8), EXIT STATUS) */
 
     raise_fd_limit();
     signal(SIGPIPE, SIG_IGN);
     http_metrics_init();
     if (auth_load(&srv, cfg->auth_token_file, err, sizeof(err)) < 0) {
         log_msg(LOG_ERROR, "auth_token_file: %s", err);
-        return 1;
+        return 2;
     }
     if (s3_auth_load(&srv, err, sizeof(err)) < 0) {
         log_msg(LOG_ERROR, "%s", err);
         free_secret(srv.read_token);
         free_secret(srv.admin_token);
-        return 1;
+        return 2;
     }
     sfd = take_signals();
     srv.rescan_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -428,7 +428,7 @@ int daemon_run(const struct config *cfg)
     check_fd_budget(&srv, reg);
     watch_files(l.watch, reg);
     if (srv.gpu)
-        leases = start_gpu_sharing(srv.gpu, cfg, err, sizeof(err));
+        leases = start_gpu_sharing(srv.gpu, &srv.registry, cfg, err, sizeof(err));
     /* Preloads are there to be leased: a daemon that cannot serve them
      * stops, rather than look healthy while sharing nothing. */
     if (srv.gpu && !leases && cfg->n_preload > 0) {

@@ -4,7 +4,8 @@
 
 #include "config.h"
 
-/* Runs until SIGINT/SIGTERM. Returns the process exit code. */
+/* Runs until SIGINT/SIGTERM. Returns the process exit code: 0 after a clean
+ * stop, 2 when it could not start (tensord(8), EXIT STATUS). */
 int daemon_run(const struct config *cfg);
 
 #endif

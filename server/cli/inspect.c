@@ -41,13 +41,14 @@ static int looks_like_safetensors(int fd)
     return 0;
 }
 
-/* One .safetensors file on its own. Returns 1 when valid. */
+/* One .safetensors file on its own. Returns 1 when valid, 0 when invalid,
+ * -1 when it cannot be read. */
 static int inspect_file(const char *path, FILE *out, FILE *err)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
-        fprintf(err, "%s: %s\n", path, strerror(errno));
-        return 0;
+        fprintf(err, "%s: cannot open: %s\n", path, strerror(errno));
+        return -1;
     }
     struct st_header *h;
     struct st_error e;
@@ -110,7 +111,8 @@ static int has_subdirectory(const char *path)
 /* A directory that directly holds .safetensors files and has no
  * subdirectories is one model (llama/); any other directory is a models root,
  * where NAME.safetensors files are models of their own. Returns 1 when
- * everything in it is valid. */
+ * everything in it is valid, 0 when something is not, -1 when it cannot be
+ * read. */
 static int inspect_dir(const char *path, FILE *out, FILE *err)
 {
     struct st_error e;
@@ -119,7 +121,7 @@ static int inspect_dir(const char *path, FILE *out, FILE *err)
     struct reg_snapshot *r = reg_snapshot_scan(path, 1, &opts, &e);
     if (!r) {
         fprintf(err, "%s: %s\n", path, e.message);
-        return 0;
+        return -1;
     }
     int ok = 1;
     if (r->n_models == 0)
@@ -130,34 +132,57 @@ static int inspect_dir(const char *path, FILE *out, FILE *err)
     return ok;
 }
 
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: tensord inspect PATH...\n"
+               "Validates .safetensors files, model directories and models roots as the daemon "
+               "does,\nand prints each model's tensors (name, dtype, shape, bytes, file).\n"
+               "Exit status: 0 all valid, 1 something is invalid, 2 something could not be "
+               "inspected\n(a usage error, a path that does not exist or cannot be read).\n");
+}
+
 int inspect_main(int argc, char **argv, FILE *out, FILE *err)
 {
-    if (argc == 0) {
-        fprintf(err, "usage: tensord inspect PATH...\n");
+    int i = 0;
+    for (; i < argc && argv[i][0] == '-' && argv[i][1]; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            usage(out);
+            return 0;
+        }
+        if (strcmp(argv[i], "--") == 0) {
+            i++;
+            break;
+        }
+        fprintf(err, "tensord inspect: unknown option \"%s\"\n", argv[i]);
+        usage(err);
         return 2;
     }
-    int ok = 1, files = 0, missing = 0;
-    for (int i = 0; i < argc; i++) {
+    if (i == argc) {
+        fprintf(err, "tensord inspect: no PATH given\n");
+        usage(err);
+        return 2;
+    }
+    int ok = 1, files = 0, trouble = 0;
+    for (; i < argc; i++) {
         struct stat st;
-        /* A path that is not there is a usage error (exit 2): nothing was
-         * inspected, so nothing can be called invalid. */
+        /* A path that is not there was not inspected: trouble (2), not a
+         * verdict on a file. */
         if (stat(argv[i], &st) < 0) {
             fprintf(err, "%s: %s\n", argv[i], strerror(errno));
-            missing++;
+            trouble++;
             continue;
         }
         files++;
-        if (S_ISDIR(st.st_mode))
-            ok &= inspect_dir(argv[i], out, err);
-        else if (S_ISREG(st.st_mode))
-            ok &= inspect_file(argv[i], out, err);
-        else {
+        int valid = S_ISDIR(st.st_mode)   ? inspect_dir(argv[i], out, err)
+                    : S_ISREG(st.st_mode) ? inspect_file(argv[i], out, err)
+                                          : -2;
+        if (valid == -2)
             fprintf(err, "%s: not a regular file or directory\n", argv[i]);
-            ok = 0;
-        }
+        trouble += valid < 0;
+        ok &= valid == 1;
     }
     fprintf(out, "%d path%s checked: %s%s\n", files, files == 1 ? "" : "s",
             ok ? "all valid" : "INVALID (reasons above)",
-            missing ? "; some paths do not exist (above)" : "");
-    return missing ? 2 : ok ? 0 : 1;
+            trouble ? "; some could not be inspected (above)" : "");
+    return trouble ? 2 : ok ? 0 : 1;
 }

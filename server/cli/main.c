@@ -1,4 +1,5 @@
 /* tensord: command-line entry point. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,12 +38,15 @@ static void usage(FILE *f)
             "  --print-socket      print the lease socket path the daemon would use and exit\n"
             "\n"
             "inspect validates .safetensors files and model directories and prints their\n"
-            "tensors; it exits 0 when all are valid, 1 when any is invalid, 2 on usage errors.\n"
+            "tensors. verify re-hashes files, model directories or a models root and compares\n"
+            "each SHA-256 with the one the daemon recorded in its state directory\n"
+            "(`make run` keeps it in build/run/state). `tensord COMMAND --help` says more.\n"
             "\n"
-            "verify re-hashes files, model directories or a models root and compares each\n"
-            "SHA-256 with the one the daemon recorded in its state directory; it exits 0\n"
-            "when all match, 1 on a mismatch or read error, 2 on usage errors, 3 when some\n"
-            "file has no recorded hash yet.\n");
+            "Exit status, of every command: 0 success; 1 something checked is bad (inspect:\n"
+            "an invalid file; verify: a hash that does not match); 2 the command could not do\n"
+            "what was asked (a usage or configuration error, a path that does not exist or\n"
+            "cannot be read, serve unable to start), which wins over 1; 3 verify: some file\n"
+            "has no recorded hash yet.\n");
 }
 
 enum print { PRINT_NOTHING, PRINT_CONFIG, PRINT_SOCKET };
@@ -150,6 +154,12 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
+    for (int i = first; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            usage(stdout);
+            return 0;
+        }
+    }
     struct config cfg;
     int print = PRINT_NOTHING;
     config_defaults(&cfg);
@@ -169,9 +179,10 @@ int main(int argc, char **argv)
         return 0;
     }
     if (log_init(cfg.log_level, cfg.access_log) < 0) {
-        fprintf(stderr, "tensord: cannot open access_log \"%s\"\n", cfg.access_log);
+        fprintf(stderr, "tensord: cannot open access_log \"%s\": %s\n", cfg.access_log,
+                strerror(errno));
         config_free(&cfg);
-        return 1;
+        return 2;
     }
     if (!exposure_accepted(&cfg)) {
         config_free(&cfg);

@@ -115,7 +115,10 @@ static void verify_dir(struct tally *t, const char *path, FILE *err)
     verify_scan(t, path, 0, err);
 }
 
-/* Loads the state file; returns 0, or -1 after a message on err. */
+/* Loads the state file; returns 0, or -1 after a message on err. Says
+ * on err which state directory it read: a file the daemon hashed shows as
+ * not cached when its hashes are kept in another one (make run keeps them
+ * in build/run/state). */
 static int load_state(struct hashstore *store, const char *dir, FILE *err)
 {
     struct st_error e;
@@ -134,11 +137,28 @@ static int load_state(struct hashstore *store, const char *dir, FILE *err)
         rc = -1;
     } else if (hashstore_count(store) == 0) {
         fprintf(err, "tensord verify: %s records no hashes yet\n", label);
+    } else {
+        fprintf(err, "tensord verify: reading %zu hashes recorded in %s\n",
+                hashstore_count(store), label);
     }
     if (dfd >= 0)
         close(dfd);
     free(label);
     return rc;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: tensord verify [--config FILE] [--state-dir DIR] PATH...\n"
+            "Re-hashes files, model directories or a models root and compares each SHA-256\n"
+            "with the one the daemon recorded in its state directory (--state-dir, else\n"
+            "the config file's state_dir, else the default: $STATE_DIRECTORY,\n"
+            "/var/lib/tensord for root, ~/.local/state/tensord otherwise; `make run` keeps\n"
+            "its hashes in build/run/state). The state file is only read.\n"
+            "Exit status: 0 all match, 1 a hash does not match, 2 something could not be\n"
+            "checked (usage, a path or the state directory missing or unreadable), 3 some\n"
+            "file has no recorded hash (not hashed yet, or another state directory).\n");
 }
 
 int verify_main(int argc, char **argv, FILE *out, FILE *err)
@@ -149,14 +169,25 @@ int verify_main(int argc, char **argv, FILE *out, FILE *err)
     char *dir = NULL;
     int i = 0, rc = 2;
     config_defaults(&cfg);
-    for (; i < argc && strncmp(argv[i], "--", 2) == 0; i++) {
+    for (; i < argc && (strncmp(argv[i], "--", 2) == 0 || strcmp(argv[i], "-h") == 0); i++) {
+        if (strcmp(argv[i], "-h") == 0) {
+            usage(out);
+            rc = 0;
+            goto out;
+        }
         if (strcmp(argv[i], "--") == 0) {
             i++;
             break;
         }
+        if (strcmp(argv[i], "--help") == 0) {
+            usage(out);
+            rc = 0;
+            goto out;
+        }
         int is_config = strcmp(argv[i], "--config") == 0;
         if (!is_config && strcmp(argv[i], "--state-dir") != 0 && strcmp(argv[i], "--state_dir") != 0) {
-            fprintf(err, "tensord verify: unknown option %s\n", argv[i]);
+            fprintf(err, "tensord verify: unknown option \"%s\"\n", argv[i]);
+            usage(err);
             goto out;
         }
         if (i + 1 >= argc) {
@@ -171,7 +202,8 @@ int verify_main(int argc, char **argv, FILE *out, FILE *err)
         }
     }
     if (i == argc) {
-        fprintf(err, "usage: tensord verify [--config FILE] [--state-dir DIR] PATH...\n");
+        fprintf(err, "tensord verify: no PATH given\n");
+        usage(err);
         goto out;
     }
     t.store = hashstore_new();
@@ -196,11 +228,18 @@ int verify_main(int argc, char **argv, FILE *out, FILE *err)
                 close(fd);
             }
         }
-        fprintf(out, "%zu files: %zu ok, %zu mismatched, %zu not cached, %zu errors\n",
-                t.ok + t.mismatch + t.uncached + t.errors, t.ok, t.mismatch, t.uncached, t.errors);
-        rc = t.mismatch || t.errors ? 1 : t.uncached ? 3 : 0;
+        fprintf(out, "%zu files: %zu ok, %zu mismatched, %zu not cached, %zu errors "
+                     "(state directory %s)\n",
+                t.ok + t.mismatch + t.uncached + t.errors, t.ok, t.mismatch, t.uncached, t.errors,
+                dir);
+        if (t.uncached)
+            fprintf(err, "tensord verify: %zu file%s had no hash recorded in %s: not hashed "
+                         "yet, changed since, or hashed by a daemon with another state "
+                         "directory (pass its --state-dir; make run's is build/run/state)\n",
+                    t.uncached, t.uncached == 1 ? "" : "s", dir);
+        rc = t.errors ? 2 : t.mismatch ? 1 : t.uncached ? 3 : 0;
     } else {
-        rc = 1;
+        rc = 2;
     }
 out:
     free(dir);

@@ -6,9 +6,12 @@
 
 #include <stdio.h>
 
-/* Exit status: 0 when every file matched its recorded hash, 1 when any
- * did not or could not be read, 2 on usage errors, 3 when none mismatched
- * but some had no recorded hash (not hashed yet, or changed since). */
+/* Exit status (tensord(8), EXIT STATUS): 0 when every file matched its
+ * recorded hash, 1 when any did not, 2 when something could not be checked
+ * (a usage error, a path that does not exist or cannot be read, a state
+ * directory that cannot be read), which wins over 1; 3 when none
+ * mismatched but some had no recorded hash (not hashed yet, changed
+ * since, or recorded in another state directory). */
 int verify_main(int argc, char **argv, FILE *out, FILE *err);
 
 #endif

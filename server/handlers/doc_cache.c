@@ -102,6 +102,7 @@ static enum doc_result render_description(const struct reg_model *m)
     d = shared_doc_join(ends, head_len, mid, ends + head_len, len - head_len, known);
     if (!d)
         goto out;
+    shared_doc_compress(d); /* here, once per state: never on an HTTP thread */
     metrics_add(MC_DOCS_RENDERED, 1);
     reg_model_set_doc(m, REG_DOC_MODEL, d);
     /* Complete: the description never changes again and holds the middle
@@ -127,6 +128,7 @@ static enum doc_result render_header(const struct reg_model *m)
     if (!text)
         return DOC_NO_MEMORY;
     struct shared_doc *d = shared_doc_new(text, strlen(text), 0);
+    shared_doc_compress(d);
     metrics_add(MC_DOCS_RENDERED, 1);
     reg_model_set_doc(m, REG_DOC_HEADER, d);
     shared_doc_unref(d);

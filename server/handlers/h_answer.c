@@ -298,6 +298,7 @@ struct answer *answer_jsonw(struct answer *a, unsigned status, struct jsonw *w)
         .body = {.prefix = text, .prefix_len = len, .fd = -1},
         .content_type = "application/json",
         .mtime = -1,
+        .document = 1,
     };
     return answer_body(a, &rep);
 }
@@ -308,9 +309,10 @@ struct answer *answer_redirect(struct answer *a, unsigned status, const char *lo
     return set(a, ANSWER_REDIRECT, status);
 }
 
-struct answer *answer_preflight(struct answer *a, const char *methods)
+struct answer *answer_preflight(struct answer *a, const char *methods, const char *headers)
 {
     a->cors_methods = methods;
+    a->cors_headers = answer_strdup(a, headers);
     return set(a, ANSWER_PREFLIGHT, HTTP_NO_CONTENT);
 }
 

@@ -107,6 +107,14 @@ struct representation {
                                   * arriving (body.fd is its descriptor): read as they come,
                                   * the response holding its own reference; NULL otherwise */
     int no_read;                 /* HEAD of a body nothing was opened for: headers only */
+    int document;                /* a document the daemon wrote (JSON, XML, text): sent
+                                  * compressed to a client that accepts it (core/encoding.h);
+                                  * never a byte body, which goes out as stored */
+    const char *gzip;            /* the document's gzip form made already (kept with it, in
+                                  * memory that lives as long as the answer), or NULL: made
+                                  * for the answer when one is sent */
+    size_t gzip_len;
+    const char *content_encoding; /* set by the front when it sends the gzip form */
     const char *dtype;           /* X-Tensor-Dtype, or NULL when not a tensor */
     const char *shape;           /* X-Tensor-Shape ("2,3"; "" for a scalar), with dtype; in the
                                   * arena (answer_shape) */
@@ -166,7 +174,8 @@ struct answer {
     unsigned status;
     struct representation rep;   /* ANSWER_BODY */
     struct answer_error error;   /* ANSWER_ERROR */
-    const char *content_type;    /* ANSWER_DOC: of text */
+    const char *content_type;    /* ANSWER_DOC: of text (a document, as representation.document
+                                  * says: sent compressed when accepted) */
     const char *text;            /* ANSWER_DOC */
     size_t text_len;
     const char *location;        /* ANSWER_REDIRECT: a path on this server, percent-encoded */
@@ -182,6 +191,7 @@ struct answer {
     int s3;                      /* an S3 API path: every error is S3's XML document, whoever
                                   * answers it (the front maps tensord's codes: respond.c) */
     const char *cors_methods;    /* ANSWER_PREFLIGHT: the route's methods */
+    const char *cors_headers;    /* ANSWER_PREFLIGHT: the request headers a script may send */
     int rescan;                  /* a file changed since its snapshot validated it: rescan */
     /* Held until rendered. */
     struct reg_snapshot *snapshot;
@@ -251,8 +261,9 @@ struct answer *answer_doc(struct answer *a, unsigned status, const char *content
 struct answer *answer_jsonw(struct answer *a, unsigned status, struct jsonw *w);
 /* status (a 3xx) to location (a path on this server, percent-encoded). */
 struct answer *answer_redirect(struct answer *a, unsigned status, const char *location);
-/* A CORS preflight's 204 (server/http/cors.h), methods the route's. */
-struct answer *answer_preflight(struct answer *a, const char *methods);
+/* A CORS preflight's 204 (server/http/cors.h), methods the route's,
+ * headers (copied) the request headers it allows. */
+struct answer *answer_preflight(struct answer *a, const char *methods, const char *headers);
 /* Waits (see struct answer_wait); ctx is the handler's, in the arena. */
 struct answer *answer_wait(struct answer *a, void *(*start)(struct answer *a),
                            void (*release)(void *job), void *ctx);

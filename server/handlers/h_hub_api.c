@@ -19,6 +19,7 @@
 #include "h_hub_int.h"
 #include "handlers.h"
 #include "hub_req.h"
+#include "hub_tags.h"
 #include "jsonw.h"
 #include "log.h"
 #include "model_doc.h"
@@ -114,6 +115,7 @@ static struct answer *send_doc(struct answer *a, struct jsonw *w, int by_commit,
         .content_type = "application/json",
         .mtime = -1,
         .cache_control = by_commit ? HUB_CACHE_IMMUTABLE : "no-cache",
+        .document = 1,
     };
     snprintf(rep.etag, sizeof(rep.etag), "\"h%016" PRIx64 "\"",
              hash_fnv1a(text, len, HASH_FNV_SEED));
@@ -132,9 +134,10 @@ static void lfs_object(struct jsonw *w, const struct reg_file *f, const char *ha
 }
 
 /* An entry of a tree or paths-info listing: file f, or directory d when f
- * is NULL. */
+ * is NULL; with expand, its last commit (the revision's one: list_repo_tree
+ * and get_paths_info with expand=True read it). */
 static void tree_entry(struct jsonw *w, const struct reg_repo *r, const struct reg_repo_rev *rev,
-                       const struct reg_file *f, const struct reg_repo_dir *d)
+                       const struct reg_file *f, const struct reg_repo_dir *d, int expand)
 {
     char oid[41];
     digest_hex(f ? rev->blob[f - r->files] : d->tree, 20, oid);
@@ -145,6 +148,13 @@ static void tree_entry(struct jsonw *w, const struct reg_repo *r, const struct r
     jsonw_kstr(w, "path", f ? f->name : d->path);
     if (f && reg_repo_file_is_lfs(f))
         lfs_object(w, f, "oid");
+    if (expand) {
+        jsonw_kobj(w, "lastCommit");
+        jsonw_kstr(w, "id", rev->commit);
+        jsonw_kstr(w, "title", HUB_COMMIT_TITLE);
+        jsonw_kstr(w, "date", HUB_REVISION_DATE);
+        jsonw_obj_end(w);
+    }
     jsonw_obj_end(w);
 }
 
@@ -231,12 +241,9 @@ static int card_read(const struct reg_repo *r, const struct reg_file *f, struct 
     return rc;
 }
 
-/* Writes "cardData" into w when the repo's README.md has a card: read and
- * converted once per repo (core/reg_repo.h), not per request. Returns 0, or
- * -ESTALE when README.md changed since it was hashed (the caller answers
- * 503). Other failures leave the card out and are logged. */
-static int card_data(struct jsonw *w, const struct reg_repo *r)
+int hub_card(const struct reg_repo *r, const struct shared_doc **out)
 {
+    *out = NULL;
     const struct reg_file *f = reg_repo_find_file(r, "README.md", 9);
     if (!f)
         return 0;
@@ -250,6 +257,19 @@ static int card_data(struct jsonw *w, const struct reg_repo *r)
         }
         card = reg_repo_set_card(r, made);
     }
+    *out = card;
+    return 0;
+}
+
+/* Writes "cardData" into w when the repo's README.md has a card (hub_card).
+ * Returns 0, or -ESTALE when README.md changed since it was hashed (the
+ * caller answers 503). */
+static int card_data(struct jsonw *w, const struct reg_repo *r)
+{
+    const struct shared_doc *card;
+    int rc = hub_card(r, &card);
+    if (rc < 0 || !card)
+        return rc;
     if (card->len) {
         jsonw_key(w, "cardData");
         jsonw_raw(w, card->seg[0].p, card->len);
@@ -306,7 +326,7 @@ struct answer *hub_tree(const struct request_view *v, struct answer *a, const st
     const struct reg_repo_dir *d = reg_repo_find_dir(rev, path, strlen(path));
     if (!d)
         return hub_entry_not_found(a, r, rev, path);
-    int recursive = query_true(v, "recursive");
+    int recursive = query_true(v, "recursive"), expand = query_true(v, "expand");
     size_t skip = d->len ? d->len + 1 : 0;
     struct jsonw w = JSONW_INIT;
     jsonw_arr(&w);
@@ -320,12 +340,12 @@ struct answer *hub_tree(const struct request_view *v, struct answer *a, const st
         for (const char *s = rest; (s = strchr(s, '/')) != NULL; s++) {
             size_t len = (size_t)(s - f->name);
             if (strmap_put(listed, f->name, len, (void *)1) == 0)
-                tree_entry(&w, r, rev, NULL, reg_repo_find_dir(rev, f->name, len));
+                tree_entry(&w, r, rev, NULL, reg_repo_find_dir(rev, f->name, len), expand);
             if (!recursive)
                 break;
         }
         if (recursive || !strchr(rest, '/'))
-            tree_entry(&w, r, rev, f, NULL);
+            tree_entry(&w, r, rev, f, NULL, expand);
     }
     strmap_free(listed);
     jsonw_arr_end(&w);
@@ -355,7 +375,7 @@ struct answer *hub_paths_info(const struct request_view *v, struct answer *a,
         const struct reg_file *f = reg_repo_find_file(r, p.paths[i], len);
         const struct reg_repo_dir *d = len ? reg_repo_find_dir(rev, p.paths[i], len) : NULL;
         if (f || d)
-            tree_entry(&w, r, rev, f, d);
+            tree_entry(&w, r, rev, f, d, p.expand);
     }
     strmap_free(seen);
     hub_paths_free(&p);
@@ -364,9 +384,10 @@ struct answer *hub_paths_info(const struct request_view *v, struct answer *a,
 }
 
 /* /api/models: every repo, filtered by search (a case-insensitive
- * substring of the id) and author (the namespace), at most limit. One
- * page: no Link header to follow. Revisions are given where already
- * known; the list never waits for hashes. */
+ * substring of the id), author (the namespace) and the Hub's filters
+ * (server/handlers/hub_tags.h), at most limit. One page: no Link header to
+ * follow. Revisions are given where already known; the list never waits
+ * for hashes. */
 struct answer *hub_models(const struct request_view *v, struct answer *a,
                           const struct reg_snapshot *reg)
 {
@@ -376,6 +397,12 @@ struct answer *hub_models(const struct request_view *v, struct answer *a,
     const char *limit_s = v->query(v, "limit");
     int full = query_true(v, "full");
     uint64_t limit = UINT64_MAX;
+    struct hub_filters filters;
+    char why[512];
+    if (hub_filters_read(v, &filters, why, sizeof(why)) != 0) {
+        answer_hub_error(a, HTTP_BAD_REQUEST, NULL, 0, "%s", why);
+        goto out;
+    }
     if (bad) {
         answer_hub_error(a, HTTP_BAD_REQUEST, NULL, 0,
                          "a query parameter has a malformed percent-escape");
@@ -403,6 +430,12 @@ struct answer *hub_models(const struct request_view *v, struct answer *a,
             continue;
         if (search && search[0] && !strcasestr(r->id, search))
             continue;
+        const struct shared_doc *card = NULL;
+        if (hub_filters_any(&filters) && hub_card(r, &card) != 0)
+            card = NULL; /* a README changed under the list: filtered without it */
+        if (hub_filters_any(&filters) &&
+            !hub_filters_match(&filters, r, card ? card->seg[0].p : NULL, card ? card->len : 0))
+            continue;
         jsonw_obj(&w);
         repo_summary(&w, r, reg_repo_unreadable(r) ? NULL : reg_repo_revision(r));
         if (full) {
@@ -420,6 +453,7 @@ struct answer *hub_models(const struct request_view *v, struct answer *a,
     jsonw_arr_end(&w);
     send_doc(a, &w, 0, NULL);
 out:
+    hub_filters_free(&filters);
     free(search);
     free(author);
     return a;
@@ -469,7 +503,7 @@ struct answer *hub_commits(struct answer *a, const struct reg_repo *r,
     jsonw_arr(&w);
     jsonw_obj(&w);
     jsonw_kstr(&w, "id", rev->commit);
-    jsonw_kstr(&w, "title", "Content as served by tensord");
+    jsonw_kstr(&w, "title", HUB_COMMIT_TITLE);
     jsonw_kstr(&w, "message", message);
     free(message);
     jsonw_karr(&w, "authors");

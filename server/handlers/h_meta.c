@@ -135,6 +135,9 @@ static struct answer *send_doc(struct answer *a, struct shared_doc *d)
         .body = {.fd = -1, .data_len = d->len, .src = &shared_doc_source, .src_ctx = d},
         .content_type = "application/json",
         .mtime = -1,
+        .document = 1,
+        .gzip = d->gzip, /* made with the document, on the renderer's thread */
+        .gzip_len = d->gzip_len,
     };
     /* The validator is a hash of the document's own bytes, which the daemon
      * has in full, so it is strong, equal across replicas and restarts for
@@ -230,6 +233,7 @@ struct answer *handle_metrics(const struct request_view *v, struct answer *a, in
         .body = {.prefix = body, .prefix_len = len, .fd = -1},
         .content_type = text ? "text/plain; version=0.0.4; charset=utf-8" : "application/json",
         .mtime = -1,
+        .document = 1,
     };
     return answer_body(a, &rep);
 }

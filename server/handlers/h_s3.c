@@ -360,7 +360,7 @@ static struct answer *get_object(const struct request_view *v, struct answer *a,
 static const char *const auth_codes[] = {
     [S3A_DENIED] = "AccessDenied",           [S3A_MALFORMED] = "AuthorizationHeaderMalformed",
     [S3A_UNKNOWN_KEY] = "InvalidAccessKeyId", [S3A_BAD_SIGNATURE] = "SignatureDoesNotMatch",
-    [S3A_SKEWED] = "RequestTimeTooSkewed",
+    [S3A_SKEWED] = "RequestTimeTooSkewed",    [S3A_UNSUPPORTED] = "InvalidRequest",
 };
 
 struct answer *handle_s3(const struct request_view *v, struct answer *a,
@@ -385,7 +385,8 @@ struct answer *handle_s3(const struct request_view *v, struct answer *a,
     char msg[256];
     enum s3_auth_result au = s3_auth_check(v, target, path_len, &q, msg, sizeof(msg));
     if (au != S3A_OK) {
-        answer_s3_error(a, au == S3A_MALFORMED ? HTTP_BAD_REQUEST : HTTP_FORBIDDEN,
+        answer_s3_error(a, au == S3A_MALFORMED || au == S3A_UNSUPPORTED ? HTTP_BAD_REQUEST
+                                                                        : HTTP_FORBIDDEN,
                         auth_codes[au], NULL, "%s", msg);
         goto out;
     }

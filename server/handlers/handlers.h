@@ -36,6 +36,13 @@ struct answer *handle_fetch(const struct request_view *v, struct answer *a,
 /* The Hugging Face endpoint (server/handlers/h_hub.c): every ROUTE_HUB_* route. */
 struct answer *handle_hub(const struct request_view *v, struct answer *a,
                           const struct reg_snapshot *reg, const struct route *rt);
+/* What a bearer token may do (server/http/auth.c decides). */
+enum auth_role { AUTH_NONE, AUTH_READ, AUTH_ADMIN };
+/* GET /api/whoami-v2 (server/handlers/h_whoami.c): who the request's token
+ * is, as the Hub answers it; sent tells whether it carried an
+ * Authorization header. */
+struct answer *handle_hub_whoami(const struct request_view *v, struct answer *a, int sent,
+                                 enum auth_role role);
 /* Content by digest (server/handlers/h_blob.c): ROUTE_BLOB. */
 struct answer *handle_blob(const struct request_view *v, struct answer *a,
                            const struct reg_snapshot *reg, const struct route *rt);
@@ -48,6 +55,11 @@ struct answer *handle_readyz(const struct request_view *v, struct answer *a);
  * for "/ui", which is redirected to "/ui/". */
 struct answer *handle_ui(const struct request_view *v, struct answer *a, const char *name,
                          int bare);
+/* "/": a browser (Accept: text/html) is sent to the console, anything
+ * else told where the API is (server/handlers/ui.c). */
+struct answer *handle_root(const struct request_view *v, struct answer *a);
+/* GET /v1/openapi.json: the OpenAPI description, compiled in (ui.c). */
+struct answer *handle_openapi(const struct request_view *v, struct answer *a);
 struct answer *handle_metrics(const struct request_view *v, struct answer *a, int text);
 
 #endif

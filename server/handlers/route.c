@@ -315,6 +315,8 @@ enum route_kind route_parse(const char *path, route_repo_exists exists, void *ct
         return r->kind = ROUTE_BAD_PATH;
     }
 
+    if (strcmp(path, "/") == 0)
+        return r->kind = ROUTE_ROOT;
     if (n == 1 && seg_is(&segs[0], "healthz"))
         return r->kind = ROUTE_HEALTHZ;
     if (n == 1 && seg_is(&segs[0], "readyz"))
@@ -335,6 +337,8 @@ enum route_kind route_parse(const char *path, route_repo_exists exists, void *ct
                 return r->kind = ROUTE_HUB_MODELS;
             return parse_hub(segs, n, 1, exists, ctx, r, err, errlen);
         }
+        if (n == 2 && seg_is(&segs[1], "whoami-v2"))
+            return r->kind = ROUTE_HUB_WHOAMI;
         if (n >= 2 && (seg_is(&segs[1], "datasets") || seg_is(&segs[1], "spaces")))
             return parse_other_repo(segs, n, 1, r, err, errlen);
         return r->kind = ROUTE_HUB_NOT_FOUND;
@@ -350,6 +354,8 @@ enum route_kind route_parse(const char *path, route_repo_exists exists, void *ct
         err[0] = '\0';
         return parse_s3(segs, n, r, err, errlen);
     }
+    if (n == 2 && seg_is(&segs[0], "v1") && seg_is(&segs[1], "openapi.json"))
+        return r->kind = ROUTE_OPENAPI;
     /* /v1/blobs/{digest}: the segment decoded, checked by its handler. */
     if (n == 3 && seg_is(&segs[0], "v1") && seg_is(&segs[1], "blobs")) {
         r->name = pct_decode(segs[2].p, segs[2].len, 0, &r->name_len);

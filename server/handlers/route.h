@@ -13,10 +13,12 @@
 enum route_kind {
     ROUTE_NOT_FOUND,    /* no such endpoint */
     ROUTE_BAD_PATH,     /* malformed encoding or a refused segment; message in err */
+    ROUTE_ROOT,         /* / (browsers are sent to the console) */
     ROUTE_HEALTHZ,      /* /healthz */
     ROUTE_READYZ,       /* /readyz */
     ROUTE_METRICS_TEXT, /* /metrics */
     ROUTE_METRICS,      /* /v1/metrics */
+    ROUTE_OPENAPI,      /* /v1/openapi.json */
     ROUTE_UI,           /* /ui/{asset} (name: the asset, "" for the page); /ui alone too */
     ROUTE_MODELS,       /* /v1/models */
     ROUTE_MODEL,        /* /v1/models/{model} */
@@ -39,12 +41,15 @@ enum route_kind {
                          * tells): tensord serves models only */
     ROUTE_HUB_NO_REPOS, /* /api/datasets, /api/spaces: the lists, empty */
     ROUTE_HUB_NOT_FOUND, /* no such endpoint under /api/ (answered in the Hub's dialect) */
+    ROUTE_HUB_WHOAMI,   /* /api/whoami-v2: who the bearer token is */
     /* Content by digest (server/handlers/h_blob.c): name is the digest as sent. */
     ROUTE_BLOB,         /* /v1/blobs/{digest} */
     /* The S3 API (server/handlers/h_s3.c): model is the bucket (NULL for ListBuckets),
      * name the key (decoded segments joined with '/', any components; NULL
      * for the bucket itself). */
     ROUTE_S3,           /* /s3/, /s3/{bucket}, /s3/{bucket}/{key...} */
+    ROUTE_KINDS         /* how many kinds there are (tests/unit/test_openapi.c checks the
+                         * OpenAPI description covers each) */
 };
 
 struct route {

@@ -59,6 +59,12 @@ enum s3_auth_result s3_auth_check(const struct request_view *v, const char *path
         snprintf(msg, msglen, "%s", err.message);
         return S3A_MALFORMED;
     }
+    if (kind == S3_AUTH_V2) {
+        snprintf(msg, msglen, "AWS signature version 2 is not supported: sign with version 4 "
+                              "(AWS4-HMAC-SHA256). boto3: Config(signature_version=\"s3v4\"); "
+                              "AWS CLI: aws configure set default.s3.signature_version s3v4");
+        return S3A_UNSUPPORTED;
+    }
     if (kind == S3_AUTH_NONE) {
         snprintf(msg, msglen, "requests must be signed (AWS Signature Version 4)");
         return S3A_DENIED;

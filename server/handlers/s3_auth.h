@@ -25,6 +25,7 @@ enum s3_auth_result {
     S3A_UNKNOWN_KEY,     /* InvalidAccessKeyId (403) */
     S3A_BAD_SIGNATURE,   /* SignatureDoesNotMatch (403) */
     S3A_SKEWED,          /* RequestTimeTooSkewed (403) */
+    S3A_UNSUPPORTED,     /* InvalidRequest (400): signed with signature version 2 */
 };
 
 /* Checks request v (its raw path without the query, and its parsed

@@ -12,10 +12,17 @@ struct ui_asset {
     const unsigned char *data;
     size_t len;
     const char *etag;                 /* strong and quoted: a hash of the bytes */
+    const unsigned char *gzip;        /* the bytes as one gzip member (level 9, made by
+                                       * embed.py), sent to clients that accept it */
+    size_t gzip_len;
 };
 
 /* The generated table (build/gen/ui_assets.c). */
 extern const struct ui_asset ui_assets[];
 extern const size_t ui_assets_count;
+/* The OpenAPI description, "openapi.json" (build/gen/openapi_assets.c,
+ * made by server/handlers/openapi/build.py). */
+extern const struct ui_asset openapi_assets[];
+extern const size_t openapi_assets_count;
 
 #endif

@@ -90,20 +90,27 @@ int auth_on(const struct server *srv)
     return srv->read_token || srv->admin_token;
 }
 
-int auth_check(const struct server *srv, const char *h, int need_admin)
+enum auth_role auth_role(const struct server *srv, const char *h)
 {
     if (!auth_on(srv))
-        return 1;
+        return AUTH_ADMIN;
     if (!h || strncasecmp(h, "Bearer ", 7) != 0)
-        return 0;
+        return AUTH_NONE;
     const char *tok = h + 7;
     while (*tok == ' ')
         tok++;
     size_t len = strlen(tok);
     while (len && (tok[len - 1] == ' ' || tok[len - 1] == '\t'))
         len--;
-    int admin = srv->admin_token && auth_token_equal(tok, len, srv->admin_token);
-    if (need_admin)
-        return admin;
-    return admin || (srv->read_token && auth_token_equal(tok, len, srv->read_token));
+    if (srv->admin_token && auth_token_equal(tok, len, srv->admin_token))
+        return AUTH_ADMIN;
+    if (srv->read_token && auth_token_equal(tok, len, srv->read_token))
+        return AUTH_READ;
+    return AUTH_NONE;
+}
+
+int auth_check(const struct server *srv, const char *h, int need_admin)
+{
+    enum auth_role role = auth_role(srv, h);
+    return need_admin ? role == AUTH_ADMIN : role != AUTH_NONE;
 }

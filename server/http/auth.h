@@ -8,6 +8,8 @@
 
 #include <stddef.h>
 
+#include "handlers.h"
+
 struct server;
 
 /* Loads cfg->auth_token_file into srv (no-op when unset). Returns 0 or -1 with errbuf. */
@@ -17,6 +19,10 @@ int auth_on(const struct server *srv);
 /* Returns 1 when a request with this Authorization header (NULL when
  * absent) may proceed (auth off, or a matching token). */
 int auth_check(const struct server *srv, const char *authorization, int need_admin);
+/* What a request with this Authorization header (NULL when absent) may
+ * do: AUTH_ADMIN with the admin token or when tokens are off (everything
+ * is open), AUTH_READ with the read token, else AUTH_NONE. */
+enum auth_role auth_role(const struct server *srv, const char *authorization);
 /* Constant-time comparison of a presented token with the expected one. */
 int auth_token_equal(const char *presented, size_t len, const char *expected);
 /* Reads a PEM file into a new NUL-terminated buffer. Returns 0 or -1 with errbuf. */

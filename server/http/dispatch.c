@@ -57,14 +57,15 @@ static int is_hub_route(enum route_kind k)
     return k == ROUTE_HUB_FILE || k == ROUTE_HUB_MODELS || k == ROUTE_HUB_INFO ||
            k == ROUTE_HUB_TREE || k == ROUTE_HUB_PATHS_INFO || k == ROUTE_HUB_NOT_FOUND ||
            k == ROUTE_HUB_REFS || k == ROUTE_HUB_COMMITS || k == ROUTE_HUB_NO_REPO ||
-           k == ROUTE_HUB_NO_REPOS;
+           k == ROUTE_HUB_NO_REPOS || k == ROUTE_HUB_WHOAMI;
 }
 
 static const int endpoint_of_route[] = {
     [ROUTE_NOT_FOUND] = MEP_OTHER,     [ROUTE_BAD_PATH] = MEP_OTHER,
     [ROUTE_HEALTHZ] = MEP_HEALTH,      [ROUTE_READYZ] = MEP_HEALTH,
     [ROUTE_METRICS_TEXT] = MEP_METRICS, [ROUTE_METRICS] = MEP_METRICS,
-    [ROUTE_UI] = MEP_UI,
+    [ROUTE_UI] = MEP_UI,               [ROUTE_ROOT] = MEP_UI,
+    [ROUTE_OPENAPI] = MEP_UI,
     [ROUTE_MODELS] = MEP_MODELS,       [ROUTE_MODEL] = MEP_MODEL,
     [ROUTE_MODEL_HEADER] = MEP_HEADER, [ROUTE_FILE] = MEP_FILE,
     [ROUTE_FILE_HEADER] = MEP_FILE_HEADER, [ROUTE_TENSOR] = MEP_TENSOR,
@@ -75,11 +76,17 @@ static const int endpoint_of_route[] = {
     [ROUTE_BLOB] = MEP_BLOB,           [ROUTE_S3] = MEP_S3,
     [ROUTE_HUB_REFS] = MEP_HUB_API,    [ROUTE_HUB_COMMITS] = MEP_HUB_API,
     [ROUTE_HUB_NO_REPO] = MEP_HUB_API, [ROUTE_HUB_NO_REPOS] = MEP_HUB_API,
+    [ROUTE_HUB_WHOAMI] = MEP_HUB_API,
 };
 
 static struct answer *dispatch_model(const struct request_view *v, struct answer *a,
                                      const struct route *rt, const struct reg_snapshot *reg)
 {
+    /* Who a token is needs no models (a mirror's is its upstream's). */
+    if (rt->kind == ROUTE_HUB_WHOAMI && !v->srv->mirror) {
+        const char *authorization = view_header(v, "Authorization");
+        return handle_hub_whoami(v, a, authorization != NULL, auth_role(v->srv, authorization));
+    }
     if (!reg) {
         if (is_hub_route(rt->kind))
             return answer_hub_error(a, HTTP_SERVICE_UNAVAILABLE, NULL, 1,
@@ -197,8 +204,21 @@ static int refuse_request(const struct request_view *v, struct answer *a, enum r
                host);
         return 1;
     }
+    /* A browser's preflight carries no credentials: answered before the
+     * token, on every route that exists (the S3 API's too). */
+    int s3 = kind == ROUTE_S3 && srv->cfg->s3;
+    int exists = kind != ROUTE_BAD_PATH && kind != ROUTE_HUB_NOT_FOUND &&
+                 kind != ROUTE_NOT_FOUND && (kind != ROUTE_S3 || s3);
+    if (exists && cors_is_preflight(srv->cfg, method, view_header(v, "Origin"),
+                                    view_header(v, "Access-Control-Request-Method"))) {
+        char headers[512];
+        cors_allow_headers(view_header(v, "Access-Control-Request-Headers"), headers,
+                           sizeof(headers));
+        answer_preflight(a, route_allowed_methods(kind), headers);
+        return 1;
+    }
     /* The S3 API checks its own method and signature (server/handlers/s3_auth). */
-    if (kind == ROUTE_S3 && srv->cfg->s3)
+    if (s3)
         return 0;
     if (kind == ROUTE_BAD_PATH) {
         if (hub && !a->s3)
@@ -214,12 +234,6 @@ static int refuse_request(const struct request_view *v, struct answer *a, enum r
     }
     if (kind == ROUTE_NOT_FOUND || kind == ROUTE_S3) {
         answer_error(a, HTTP_NOT_FOUND, "not_found", "no endpoint at this path; see /v1/models");
-        return 1;
-    }
-    /* A browser's preflight carries no credentials: answered before the token. */
-    if (cors_is_preflight(srv->cfg, method, view_header(v, "Origin"),
-                          view_header(v, "Access-Control-Request-Method"))) {
-        answer_preflight(a, route_allowed_methods(kind));
         return 1;
     }
     int is_get = strcmp(method, "GET") == 0 || v->is_head;
@@ -254,7 +268,9 @@ static int refuse_request(const struct request_view *v, struct answer *a, enum r
      * caller's token, which the mirror forwards (server/handlers/h_mirror.c). */
     int upstream_checks = hub && srv->mirror && kind != ROUTE_HUB_NO_REPO &&
                           kind != ROUTE_HUB_NO_REPOS;
-    if (kind != ROUTE_HEALTHZ && kind != ROUTE_UI && !upstream_checks &&
+    int public = kind == ROUTE_HEALTHZ || kind == ROUTE_UI || kind == ROUTE_ROOT ||
+                 kind == ROUTE_OPENAPI;
+    if (!public && !upstream_checks &&
         !auth_check(srv, view_header(v, "Authorization"), is_admin)) {
         refuse_unauthorized(v, a, hub, is_admin);
         return 1;
@@ -326,6 +342,12 @@ struct answer *dispatch_request(const struct request_view *v, struct answer *a)
         break;
     case ROUTE_UI:
         handle_ui(v, a, rt.name, rt.raw);
+        break;
+    case ROUTE_ROOT:
+        handle_root(v, a);
+        break;
+    case ROUTE_OPENAPI:
+        handle_openapi(v, a);
         break;
     case ROUTE_METRICS:
     case ROUTE_METRICS_TEXT:

@@ -507,10 +507,6 @@ static enum MHD_Result send_answer(struct MHD_Connection *mc, struct request *rq
         MHD_add_response_header(resp, r.headers[2 * i], r.headers[2 * i + 1]);
     if (a->close || atomic_load(&rq->srv->draining))
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
-    const char *cors[2 * CORS_MAX_HEADERS];
-    size_t nc = cors_headers(rq->srv->cfg, view_header(v, "Origin"), a->cors_methods, cors);
-    for (size_t i = 0; i < nc; i++)
-        MHD_add_response_header(resp, cors[2 * i], cors[2 * i + 1]);
     rq->body_method = so.method;
     if (so.sending && rq->owner)
         conn_sending(rq->owner->entry, so.sending->dev, so.sending->ino);

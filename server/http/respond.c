@@ -7,8 +7,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "conditional.h"
+#include "cors.h"
+#include "encoding.h"
 #include "jsonw.h"
 #include "metrics.h"
 #include "range.h"
@@ -57,6 +60,97 @@ static char *put_u64(char *p, uint64_t v)
     while (n)
         *p++ = tmp[--n];
     return p;
+}
+
+/* Adds token to the reply's Vary, as one header. */
+static void vary(struct answer *a, struct reply *r, const char *token)
+{
+    for (size_t i = 0; i < r->n_headers; i++) {
+        if (strcmp(r->headers[2 * i], "Vary") == 0) {
+            r->headers[2 * i + 1] = answer_printf(a, "%s, %s", r->headers[2 * i + 1], token);
+            return;
+        }
+    }
+    header(r, "Vary", token);
+}
+
+/* ---- compressed documents ------------------------------------------------------ */
+
+/* The ETag of a document's compressed form: its own, with "-CODING" before
+ * the closing quote ("\"m12\"" -> "\"m12-gzip\"", weak ones stay weak), in
+ * the arena; so no validator names two forms, and a 304 is only ever given
+ * for the form the client holds. */
+static const char *etag_of_form(struct answer *a, const char *etag, const char *coding)
+{
+    size_t n = strlen(etag);
+    if (n < 2 || etag[n - 1] != '"')
+        return etag;
+    return answer_printf(a, "%.*s-%s\"", (int)(n - 1), etag, coding);
+}
+
+/* The coding a document of len bytes goes out in to request v
+ * (core/encoding.h): compressed when the client accepts it, the document
+ * is large enough and the whole of it is asked for (a Range reads the
+ * stored bytes, whose offsets do not move with the coding). *varies: the
+ * answer depends on Accept-Encoding. */
+static enum encoding document_encoding(const struct request_view *v, uint64_t len, int *varies)
+{
+    *varies = len >= ENCODING_MIN_BYTES;
+    if (!*varies || view_header(v, "Range"))
+        return ENCODING_IDENTITY;
+    return encoding_choose(view_header(v, "Accept-Encoding"));
+}
+
+/* Compresses pieces[0..n) for this answer (ENCODING_LEVEL_ANSWER) into
+ * memory the answer holds; NULL when out of memory (sent as it is then). */
+static const char *gzip_for_answer(struct answer *a, const struct encoding_piece *pieces,
+                                   size_t n, size_t *len)
+{
+    char *out;
+    if (encoding_gzip(pieces, n, ENCODING_LEVEL_ANSWER, &out, len) != 0)
+        return NULL;
+    answer_defer(a, free, out);
+    return out;
+}
+
+/* A representation that is a document, turned into its gzip form when the
+ * request takes it: the body becomes the compressed bytes and the ETag the
+ * form's own ("...-gzip", so a validator never names two forms), before
+ * the preconditions see it. Returns whether the answer varies by
+ * Accept-Encoding. */
+static int encode_representation(const struct request_view *v, struct answer *a)
+{
+    struct representation *rep = &a->rep;
+    int varies = 0;
+    uint64_t size = body_size(&rep->body);
+    if (!rep->document || document_encoding(v, size, &varies) != ENCODING_GZIP)
+        return rep->document && varies;
+    const char *gz = rep->gzip;
+    size_t gz_len = rep->gzip_len;
+    if (!gz && size > ENCODING_ANSWER_MAX)
+        return 1; /* not compressed on an HTTP thread: sent as it is */
+    if (!gz) {
+        struct encoding_piece pieces[3];
+        const void *p[3];
+        size_t n[3], k = 0;
+        const struct body *b = &rep->body;
+        if (b->src && b->src->mem)
+            k = b->src->mem(b->src_ctx, 0, size, p, n);
+        else if (!b->src && b->prefix_len == size)
+            p[0] = b->prefix, n[0] = size, k = 1;
+        for (size_t i = 0; i < k; i++)
+            pieces[i] = (struct encoding_piece){p[i], n[i]};
+        gz = k ? gzip_for_answer(a, pieces, k, &gz_len) : NULL;
+        if (!gz)
+            return 1;
+    }
+    rep->body = (struct body){.prefix = gz, .prefix_len = gz_len, .fd = -1};
+    rep->mem = NULL;
+    rep->content_encoding = encoding_name(ENCODING_GZIP);
+    if (rep->etag[0])
+        snprintf(rep->etag, sizeof(rep->etag), "%s",
+                 etag_of_form(a, rep->etag, rep->content_encoding));
+    return 1;
 }
 
 /* ---- errors, documents, redirects --------------------------------------------- */
@@ -183,6 +277,8 @@ static void body_error(struct answer *a, struct reply *r)
 static void validator_headers(struct answer *a, struct reply *r)
 {
     const struct representation *rep = &a->rep;
+    if (rep->content_encoding)
+        header(r, "Content-Encoding", rep->content_encoding);
     header(r, "Cache-Control", rep->cache_control ? rep->cache_control : "no-cache");
     if (rep->disposition)
         header(r, "Content-Disposition", rep->disposition);
@@ -332,6 +428,8 @@ static void body_reply(const struct request_view *v, struct answer *a, struct re
      * and its answer is never partial. */
     int get = v->is_head || strcmp(v->method, "GET") == 0;
     int reads = get || a->reads_only;
+    int varies = encode_representation(v, a);
+    size = body_size(&rep->body);
     struct cond_headers h = {
         .if_match = view_header(v, "If-Match"),
         .if_unmodified_since = view_header(v, "If-Unmodified-Since"),
@@ -353,6 +451,8 @@ static void body_reply(const struct request_view *v, struct answer *a, struct re
         r->no_body = 1;
         r->length = size;
         validator_headers(a, r);
+        if (varies)
+            vary(a, r, "Accept-Encoding");
         return;
     }
 
@@ -400,13 +500,30 @@ static void body_reply(const struct request_view *v, struct answer *a, struct re
     header(r, "Content-Type", ctype);
     if (rr == RANGE_OK && !multipart)
         header(r, "Content-Range", content_range(a, &ranges[0], size));
-    header(r, "Accept-Ranges", "bytes");
+    /* Ranges are of the stored bytes: a compressed form offers none. */
+    if (!rep->content_encoding)
+        header(r, "Accept-Ranges", "bytes");
     validator_headers(a, r);
+    if (varies)
+        vary(a, r, "Accept-Encoding");
+}
+
+/* The headers every reply gets last: CORS's (server/http/cors.h). */
+static void common_headers(const struct request_view *v, struct answer *a, struct reply *r)
+{
+    const char *cors[2 * CORS_MAX_HEADERS];
+    size_t nc = cors_headers(v->srv->cfg, view_header(v, "Origin"), a->cors_methods,
+                             a->cors_headers, cors);
+    for (size_t i = 0; i < nc; i++) {
+        if (strcmp(cors[2 * i], "Vary") == 0)
+            vary(a, r, cors[2 * i + 1]);
+        else
+            header(r, cors[2 * i], cors[2 * i + 1]);
+    }
 }
 
 void respond_failed(const struct request_view *v, struct answer *a, struct reply *r, int err)
 {
-    (void)v;
     if (err == -ENODATA)
         answer_file_changed(a);
     else if (err == -EMFILE || err == -ENFILE)
@@ -415,6 +532,7 @@ void respond_failed(const struct request_view *v, struct answer *a, struct reply
         answer_error(a, HTTP_INTERNAL_SERVER_ERROR, "io_error",
                      "the file changed or could not be read while answering");
     body_error(a, r);
+    common_headers(v, a, r);
 }
 
 void respond_reply(const struct request_view *v, struct answer *a, struct reply *r)
@@ -427,11 +545,30 @@ void respond_reply(const struct request_view *v, struct answer *a, struct reply 
     case ANSWER_BODY:
         body_reply(v, a, r);
         break;
-    case ANSWER_DOC:
-        memory_body(a, r, a->text, a->text_len);
+    case ANSWER_DOC: {
+        int varies;
+        const char *text = a->text;
+        size_t len = a->text_len;
+        const char *gz = NULL;
+        if (document_encoding(v, len, &varies) == ENCODING_GZIP && len <= ENCODING_ANSWER_MAX) {
+            struct encoding_piece piece = {a->text, a->text_len};
+            gz = gzip_for_answer(a, &piece, 1, &len);
+            text = gz ? gz : text;
+            len = gz ? len : a->text_len;
+        }
+        memory_body(a, r, text, len);
         header(r, "Content-Type", a->content_type);
+        if (gz)
+            header(r, "Content-Encoding", encoding_name(ENCODING_GZIP));
+        /* an ETag passed on with the document (a mirror's) names its form */
+        for (size_t i = 0; gz && i < a->n_extra; i++)
+            if (strcasecmp(a->extra[2 * i], "ETag") == 0)
+                a->extra[2 * i + 1] = etag_of_form(a, a->extra[2 * i + 1], "gzip");
         extra_headers(r, a);
+        if (varies)
+            vary(a, r, "Accept-Encoding");
         break;
+    }
     case ANSWER_REDIRECT: {
         const char *text = answer_printf(a, "Found. Redirecting to %s\n", a->location);
         memory_body(a, r, text, strlen(text));
@@ -446,4 +583,5 @@ void respond_reply(const struct request_view *v, struct answer *a, struct reply 
     default:
         error_reply(a, r);
     }
+    common_headers(v, a, r);
 }

@@ -26,7 +26,7 @@
  * size (server/http/stream.h says why). */
 #define RESPOND_DOC_BLOCK (64 * 1024)
 
-#define REPLY_MAX_HEADERS 24
+#define REPLY_MAX_HEADERS 32
 
 /* A piece of a reply's body: bytes in memory, or a span of the
  * representation's body. */

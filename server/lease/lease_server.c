@@ -31,6 +31,7 @@
 #include "lease_int.h"
 #include "log.h"
 #include "metrics.h"
+#include "registry.h"
 #include "util.h"
 
 #define MAX_CONNS 4096
@@ -44,6 +45,7 @@ struct uid_use {
 
 struct lease_server {
     struct gpu_manager *gm;
+    struct registry *registry;     /* the daemon's models (borrowed), or NULL */
     char *path;
     int lfd, efd, stopfd, qfd;     /* listener, epoll, stop eventfd, hand-off eventfd */
     pthread_t serve_thread, accept_thread;
@@ -137,6 +139,22 @@ static void do_open(struct lease_server *s, struct conn *c, const struct ipc_req
     uint64_t id = c->next_lease + 1;
     struct gpu_lease *l = gpu_req_open(s->gm, req->model, req->device, (int)req->rank,
                                        req->prefer, id, &w, fds, IPC_MAX_FDS, &n_fds, &e);
+    if (!l && strcmp(e.code, "not_loaded") == 0 && s->registry) {
+        /* Not preloaded, or no such model at all: the two call for
+         * different fixes. */
+        struct reg_snapshot *reg = registry_acquire(s->registry);
+        int known = reg && reg_snapshot_find_model(reg, req->model, strlen(req->model));
+        reg_snapshot_unref(reg);
+        if (!known) {
+            lease_frame_error(c, "model_not_found", "no model named \"%.200s\": GET "
+                              "/v1/models lists the daemon's models", req->model);
+            return;
+        }
+        lease_frame_error(c, e.code, "%s: preload it first (POST /v1/models/%.200s/gpu, or "
+                          "preload = %.200s@DEVICE in the configuration)", e.message,
+                          req->model, req->model);
+        return;
+    }
     if (!l) {
         lease_frame_error(c, e.code, "%s", e.message);
         return;
@@ -502,14 +520,16 @@ static void server_free(struct lease_server *s)
     free(s);
 }
 
-struct lease_server *lease_server_start(struct gpu_manager *gm, const char *path,
-                                        const struct config *cfg, char *err, size_t errlen)
+struct lease_server *lease_server_start(struct gpu_manager *gm, struct registry *registry,
+                                        const char *path, const struct config *cfg, char *err,
+                                        size_t errlen)
 {
     int lfd = lease_access_listen(path, err, errlen);
     if (lfd < 0)
         return NULL;
     struct lease_server *s = xcalloc(1, sizeof(*s));
     s->gm = gm;
+    s->registry = registry;
     s->path = xstrdup(path);
     s->efd = s->stopfd = s->qfd = -1;
     pthread_mutex_init(&s->qlock, NULL);

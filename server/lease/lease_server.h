@@ -27,13 +27,17 @@
 
 struct gpu_manager;
 struct lease_server;
+struct registry;
 
 /* Binds path (replacing a stale socket file, refusing one a live daemon
  * serves), makes it connectable by any local user (the allow-list decides:
  * the daemon's own uid, cfg->allow_uids, cfg->allow_gids) and starts the
- * thread. Returns NULL with err on failure. */
-struct lease_server *lease_server_start(struct gpu_manager *gm, const char *path,
-                                        const struct config *cfg, char *err, size_t errlen);
+ * thread. registry (borrowed; may be NULL) tells an "open" of a model that
+ * does not exist from one that is not preloaded. Returns NULL with err on
+ * failure. */
+struct lease_server *lease_server_start(struct gpu_manager *gm, struct registry *registry,
+                                        const char *path, const struct config *cfg, char *err,
+                                        size_t errlen);
 
 /* Stops the threads, ends every lease, removes the socket file. Before
  * gpu_manager_free: the leases it ends belong to the manager. */

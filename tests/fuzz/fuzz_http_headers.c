@@ -13,15 +13,24 @@
  *  - a list holding exactly our (quoted) ETag matches it, and "*" matches any
  *    non-empty ETag;
  *  - a Host answered without allowed_hosts is answered with any list, in any
- *    case, and with a port added; "*" or a token answers every Host. */
+ *    case, and with a port added; "*" or a token answers every Host;
+ *  - Accept-Encoding (encoding_choose): a value that names neither gzip nor
+ *    "*" takes no gzip, and one that ends refusing gzip ("gzip;q=0") never
+ *    takes it;
+ *  - a preflight's Access-Control-Request-Headers (cors_allow_headers):
+ *    what is allowed fits the buffer, is lower case, and allows again as
+ *    itself. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include <ctype.h>
 
 #include "conditional.h"
+#include "cors.h"
+#include "encoding.h"
 #include "host_allow.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -114,6 +123,41 @@ static void check_host(const char *host)
     }
 }
 
+static void check_encoding(const char *value)
+{
+    enum encoding e = encoding_choose(value);
+    int named = strchr(value, '*') != NULL;
+    for (const char *p = value; *p && !named; p++)
+        named = strncasecmp(p, "gzip", 4) == 0;
+    size_t n = strlen(value);
+    char *refused = malloc(n + 16);
+    if (!refused)
+        return;
+    snprintf(refused, n + 16, "%s,gzip;q=0", value);
+    if ((!named && e != ENCODING_IDENTITY) || encoding_choose(refused) != ENCODING_IDENTITY) {
+        fprintf(stderr, "Accept-Encoding \"%s\" gives %d\n", value, (int)e);
+        abort();
+    }
+    free(refused);
+}
+
+static void check_allow_headers(const char *value)
+{
+    char out[96], again[96];
+    cors_allow_headers(value, out, sizeof(out));
+    size_t n = strlen(out);
+    for (size_t i = 0; i < n; i++) {
+        if (out[i] >= 'A' && out[i] <= 'Z') {
+            fprintf(stderr, "allowed headers \"%s\" are not lower case\n", out);
+            abort();
+        }
+    }
+    if (n >= sizeof(out) || strcmp(cors_allow_headers(out, again, sizeof(again)), out) != 0) {
+        fprintf(stderr, "allowed headers \"%s\" do not allow themselves\n", out);
+        abort();
+    }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1 || size > 4096)
@@ -135,6 +179,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     check_etags(list, etag);
     check_host(list);
+    check_encoding(list);
+    check_allow_headers(list);
     /* Same inputs in the other comparison mode first, to reach both orders. */
     (void)http_etag_match(list, etag, !weak_first);
     free(all);

@@ -98,7 +98,8 @@ MODEL_PREP=1
 DEBS="$ROOT/.debs"
 PY=${PYTHON:-python3}
 # What the build links against (their runtime closure is computed).
-BUILD_DEBS="libmicrohttpd-dev liburing-dev libssl-dev libyaml-dev libcurl4-openssl-dev libdlpack-dev"
+BUILD_DEBS="libmicrohttpd-dev liburing-dev libssl-dev libyaml-dev libcurl4-openssl-dev libdlpack-dev
+zlib1g-dev"
 
 while [ $# -gt 0 ]; do
     case "$1" in

@@ -342,7 +342,7 @@ try:
     c.open("nope")
     raise SystemExit("opened nope")
 except tensord.TensordError as e:
-    assert "not_loaded" in str(e), e
+    assert "model_not_found" in str(e) and 'no model named "nope"' in str(e), e
 del m, a
 print("ok")
 """

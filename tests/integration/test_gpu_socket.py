@@ -221,3 +221,27 @@ def test_client_refuses_a_daemon_that_does_not_own_the_socket():
             p.wait()
     finally:
         shutil.rmtree(base)
+
+
+def test_client_cli_says_why(gd, tmp_path):
+    """tensord-client names the reason of each failure, with tensord's exit
+    statuses (2: it could not do what was asked): a model that does not
+    exist, one that is not preloaded, a --dump into a missing directory."""
+    def client(*args):
+        return subprocess.run([CLIENT_CLI, "--socket", gd.sock, *args], capture_output=True,
+                              text=True, timeout=30)
+    p = client("open", "nosuch")
+    assert p.returncode == 2 and 'no model named "nosuch"' in p.stderr, p.stderr
+    p = client("open", "gm-reload")  # a model of the root, not preloaded
+    assert p.returncode == 2 and "is not preloaded: preload it first" in p.stderr, p.stderr
+    assert "POST /v1/models/gm-reload/gpu" in p.stderr
+    p = client("open", "gm-small", "--dump", str(tmp_path / "missing" / "dir"))
+    assert p.returncode == 2 and "checksum: ok" in p.stdout, p.stdout + p.stderr
+    assert "cannot create" in p.stderr and "No such file or directory" in p.stderr, p.stderr
+    p = client("open", "gm-small", "--dump", str(tmp_path))
+    assert p.returncode == 0 and os.listdir(tmp_path), p.stderr
+    for args in (["--help"], ["ls", "--help"], ["open", "--help"]):
+        p = subprocess.run([CLIENT_CLI, *args], capture_output=True, text=True, timeout=30)
+        assert p.returncode == 0 and p.stdout.startswith("usage: tensord-client"), args
+    p = client("bogus")
+    assert p.returncode == 2 and "unknown command bogus" in p.stderr

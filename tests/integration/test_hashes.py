@@ -282,7 +282,10 @@ def test_verify(tree):
     for paths in files.values():
         for p in paths.values():
             assert f"OK        {sha256_file(p)}  {p}" in lines, (p, out)
-    assert lines[-1] == "6 files: 6 ok, 0 mismatched, 0 not cached, 0 errors"
+    assert lines[-1] == f"6 files: 6 ok, 0 mismatched, 0 not cached, 0 errors (state " \
+                        f"directory {state_dir})"
+    # it says which state directory it read
+    assert f"reading 6 hashes recorded in {state_dir}/hashes" in err
     rc, out, _ = run_verify("--state-dir", state_dir, os.path.join(root, "org", "b"),
                             files["a"]["config.json"])
     assert rc == 0 and out.splitlines()[-1].startswith("4 files: 4 ok")
@@ -304,19 +307,31 @@ def test_verify(tree):
     with open(state_file, "wb") as f:
         f.write(saved)
     os.chmod(files["a"]["config.json"], 0o600)  # ctime moves
-    rc, out, _ = run_verify("--state-dir", state_dir, root)
+    rc, out, err = run_verify("--state-dir", state_dir, root)
     assert rc == 3, out
     assert f"UNCACHED  {sha256_file(files['a']['config.json'])}  {files['a']['config.json']}" \
         in out.splitlines()
+    assert f"had no hash recorded in {state_dir}" in err and "--state-dir" in err
+    # another state directory: nothing recorded there, and it says which it read
+    empty = os.path.join(base, "other-state")
+    os.makedirs(empty, exist_ok=True)
+    rc, out, err = run_verify("--state-dir", empty, root)
+    assert rc == 3 and f"{empty}/hashes records no hashes yet" in err, err
 
-    assert run_verify("--state-dir", state_dir)[0] == 2
-    assert run_verify("--bogus", root)[0] == 2
+    # tensord(8)'s exit statuses: 2 for what could not be checked
+    rc, _, err = run_verify("--state-dir", state_dir)
+    assert rc == 2 and "no PATH given" in err and "usage:" in err
+    rc, _, err = run_verify("--bogus", root)
+    assert rc == 2 and 'unknown option "--bogus"' in err
+    for flag in ("--help", "-h"):
+        rc, out, _ = run_verify(flag)
+        assert rc == 0 and out.startswith("usage: tensord verify") and "Exit status" in out
     rc, out, _ = run_verify("--state-dir", state_dir, os.path.join(base, "missing"))
-    assert rc == 1 and "ERROR" in out
+    assert rc == 2 and "ERROR" in out and "No such file or directory" in out
     with open(state_file, "w") as f:
         f.write("garbage\n")
     rc, _, err = run_verify("--state-dir", state_dir, root)
-    assert rc == 1 and "hashes:1: not a tensord hash file" in err
+    assert rc == 2 and "hashes:1: not a tensord hash file" in err
 
 
 def test_a_corrupt_state_file_costs_a_rehash(tree):

@@ -335,7 +335,8 @@ def test_cli_errors_are_the_clients_own_messages(hub, run, cli, tmp_path, args, 
 def test_cli_and_transformers_with_tokens(hub, tmp_path):
     """With auth_token_file set: HF_TOKEN or --token is sent as a bearer
     token and works; none, or a wrong one, is a 401 the CLI reports in
-    words, never a traceback."""
+    words, never a traceback; `hf auth login --token` checks and stores
+    one."""
     token = "hub-read-token-0123456789abcdef"
     tokens = tmp_path / "tokens"
     tokens.write_text(f"read {token}\n")
@@ -362,6 +363,27 @@ def test_cli_and_transformers_with_tokens(hub, tmp_path):
         p = run([cli, "download", "single", "--local-dir", str(tmp_path / "arg"), "--token", token])
         assert p.returncode == 0, _clean(p.stdout + p.stderr)
         _assert_local_dir(hub, "single", str(tmp_path / "arg"), list(hub.files["single"]))
+        # `hf auth login --token` checks the token with /api/whoami-v2 and
+        # stores it under the name that gives; what is stored then goes
+        # with every request (no HF_TOKEN), and HfApi().whoami() names it.
+        p = run([cli, "auth", "login", "--token", "wrong"])
+        out = _clean(p.stdout + p.stderr)
+        assert p.returncode != 0 and "Invalid user token" in out, out
+        p = run([cli, "auth", "login", "--token", token])
+        out = _clean(p.stdout + p.stderr)
+        assert p.returncode == 0 and "Token is valid (permission: read)" in out, out
+        assert "Login successful" in out and "tensord-read" in out, out
+        p = run([cli, "auth", "whoami"])
+        assert p.returncode == 0 and "tensord-read" in _clean(p.stdout + p.stderr), p.stdout
+        p = run([sys.executable, "-c", "import json\nfrom huggingface_hub import HfApi\n"
+                 "print(json.dumps(HfApi().whoami()))"])
+        assert p.returncode == 0, p.stderr
+        me = json.loads(p.stdout.splitlines()[-1])
+        assert me["name"] == "tensord-read" and me["auth"]["accessToken"]["role"] == "read"
+        p = run([cli, "download", "single", "config.json", "--local-dir", str(tmp_path / "login")])
+        assert p.returncode == 0, _clean(p.stdout + p.stderr)
+        p = run([cli, "auth", "logout"])
+        assert p.returncode == 0, _clean(p.stdout + p.stderr)
         code = ("import json\nfrom transformers import AutoConfig, AutoTokenizer\n"
                 f"c = AutoConfig.from_pretrained({TINY!r}, token={token!r})\n"
                 f"t = AutoTokenizer.from_pretrained({TINY!r}, token={token!r})\n"

@@ -56,3 +56,23 @@ def test_usage_errors():
     assert inspect().returncode == 2
     p = inspect("/nonexistent/x.safetensors")
     assert p.returncode == 2 and "No such file" in p.stderr
+    p = inspect("--bogus")
+    assert p.returncode == 2 and 'unknown option "--bogus"' in p.stderr
+    for flag in ("--help", "-h"):
+        p = inspect(flag)
+        assert p.returncode == 0 and p.stdout.startswith("usage: tensord inspect")
+
+
+def test_trouble_wins_over_invalid(models, tmp_path):
+    """tensord(8)'s exit statuses: a path that could not be inspected is 2,
+    even beside an invalid model (1)."""
+    name = sorted(models.invalid)[0]
+    p = inspect(os.path.join(models.root, models.models[name].path), str(tmp_path / "nope"))
+    assert p.returncode == 2, p.stdout
+    unreadable = tmp_path / "x.safetensors"
+    unreadable.write_bytes(b"\0" * 16)
+    unreadable.chmod(0)
+    if os.access(unreadable, os.R_OK):
+        pytest.skip("running as root: every file is readable")
+    p = inspect(str(unreadable))
+    assert p.returncode == 2 and "cannot open" in p.stderr

@@ -259,12 +259,24 @@ def test_signatures_checked(signed, repos):
             c.list_objects_v2(Bucket="single")
         assert e.value.response["Error"]["Code"] == code, what
     # Presigned URLs: good, tampered, expired; signature version 2 (boto3's
-    # default for presigning) is not accepted.
+    # default for presigning) is not accepted, and the answer says what to
+    # ask the SDK for instead.
     v2 = s3.generate_presigned_url("get_object",
                                    Params={"Bucket": "single", "Key": "config.json"})
+    assert "AWSAccessKeyId=" in v2 and "X-Amz-" not in v2
     with pytest.raises(urllib.error.HTTPError) as e:
         urllib.request.urlopen(v2)
-    assert e.value.code == 403 and b"AccessDenied" in e.value.read()
+    body = e.value.read()
+    assert e.value.code == 400 and b"<Code>InvalidRequest</Code>" in body, body
+    assert b"signature version 2 is not supported" in body
+    assert b"signature_version=&quot;s3v4&quot;" in body  # XML-escaped
+    v2_header = urllib.request.Request(
+        f"http://127.0.0.1:{signed.port}/s3/single/config.json",
+        headers={"Authorization": f"AWS {AK}:frJIUN8DYpKDtOLCwo//yllqDzg=",
+                 "Date": "Tue, 27 Mar 2007 19:36:42 +0000"})
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(v2_header)
+    assert e.value.code == 400 and b"signature version 2 is not supported" in e.value.read()
     s3 = client(signed, signature_version="s3v4")
     url = s3.generate_presigned_url("get_object", Params={"Bucket": "single", "Key": "config.json"},
                                     ExpiresIn=60)

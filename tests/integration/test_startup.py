@@ -99,7 +99,7 @@ def test_preload_without_its_socket_stops_the_daemon(tmp_path):
     blocker.write_text("")
     rc, out = finish(start(tmp_path, "--listen", f"127.0.0.1:{port}", "--preload", "m@host",
                            "--ipc-socket", str(blocker / "s.sock")))
-    assert rc == 1, out
+    assert rc == 2, out  # could not start: tensord(8), EXIT STATUS
     assert "preload is configured but the lease socket cannot be served" in out, out
     # Without a preload the daemon serves HTTP and says sharing is off.
     p = start(tmp_path, "--listen", f"127.0.0.1:{port}", "--ipc-socket", str(blocker / "s.sock"))
@@ -123,7 +123,7 @@ def test_socket_directory_of_another_user_is_named(tmp_path):
         port = tdutil.free_port()
         rc, out = finish(start(base, "--listen", f"127.0.0.1:{port}", "--preload", "m@host",
                                "--ipc-socket", str(run / "tensord.sock"), user=65534))
-        assert rc == 1, out
+        assert rc == 2, out  # could not start: tensord(8), EXIT STATUS
         assert f"the directory {run} belongs to uid 0 and has mode 755; tensord runs as " \
                "uid 65534" in out, out
     finally:
@@ -151,7 +151,7 @@ def test_socket_directory_others_can_write_is_refused(tmp_path, mode):
     port = tdutil.free_port()
     rc, out = finish(start(tmp_path, "--listen", f"127.0.0.1:{port}", "--preload", "m@host",
                            "--ipc-socket", str(shared / "tensord.sock")))
-    assert rc == 1, out
+    assert rc == 2, out  # could not start: tensord(8), EXIT STATUS
     assert f"the directory {shared} is writable by" in out and f"(mode {mode:04o})" in out, out
     assert not (shared / "tensord.sock").exists()
 

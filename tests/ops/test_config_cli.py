@@ -51,3 +51,22 @@ def test_print_config_round_trip(tmp_path):
     printed.write_text(p.stdout)
     again = run("--print-config", "--config", str(printed))
     assert again.returncode == 0 and again.stdout == p.stdout
+
+
+def test_help_and_exit_statuses(tmp_path):
+    """--help on every command, and tensord(8)'s exit statuses: a daemon
+    that cannot start is 2 (it could not do what was asked), with why."""
+    for args in (["--help"], ["serve", "--help"], ["serve", "--models", "x", "-h"],
+                 ["inspect", "--help"], ["verify", "--help"]):
+        p = run(*args)
+        assert p.returncode == 0 and p.stdout.startswith("usage: tensord"), (args, p.stderr)
+        assert "Exit status" in p.stdout, args
+    p = run("serve", "--models", str(tmp_path / "nope"), "--listen", "127.0.0.1:0",
+            "--state-dir", str(tmp_path / "st"), "--ipc-socket", str(tmp_path / "s.sock"))
+    assert p.returncode == 2 and str(tmp_path / "nope") in p.stderr, p.stderr
+    p = run("serve", "--access-log", str(tmp_path / "no" / "dir" / "log"), "--listen",
+            "127.0.0.1:0")
+    assert p.returncode == 2 and "cannot open access_log" in p.stderr
+    assert "No such file or directory" in p.stderr
+    p = run("frobnicate")
+    assert p.returncode == 2 and 'unknown command "frobnicate"' in p.stderr

@@ -99,7 +99,7 @@ def test_client_names_every_path_it_tried(tmp_path):
     conf.write_text(f"[gpu]\nipc_socket = {tmp_path / 'conf.sock'}\n")
     p = subprocess.run([cli, "--config", str(conf), "ls"], capture_output=True, text=True,
                        env=env)
-    assert p.returncode == 1
+    assert p.returncode == 2  # could not do what was asked (tensord(8), EXIT STATUS)
     tried = [str(tmp_path / "conf.sock"), str(tmp_path / "a.sock"),
              str(tmp_path / "xdg" / "tensord.sock")]
     at = [p.stderr.find(t) for t in tried]

@@ -106,6 +106,12 @@ def run_check(py, url, cwd):
     p = subprocess.run([py, "-c", CHECK, url], capture_output=True, text=True, timeout=120,
                        cwd=cwd)
     assert p.returncode == 0 and p.stdout.startswith("ok "), p.stdout + p.stderr
+    # the installed command line, and python -m tensord
+    script = os.path.join(os.path.dirname(py), "tensord-http")
+    for argv in ([script], [py, "-m", "tensord"]):
+        p = subprocess.run(argv + ["--url", url, "ls"], capture_output=True, text=True,
+                           timeout=60, cwd=cwd)
+        assert p.returncode == 0 and p.stdout.split("\n")[1].startswith("m "), p.stdout + p.stderr
 
 
 def test_wheel_installs_and_works(tmp_path, daemon):

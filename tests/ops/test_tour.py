@@ -39,18 +39,20 @@ def test_make_run_port_and_its_printed_examples(tmp_path):
     script = ("run_make 8078 PORT=8078\nwait_ready 8078 || { echo NOT READY; exit 1; }\n"
               "make --no-print-directory run PORT=8078 > $T/second.log 2>&1; "
               "echo $? > $T/second.rc\n"
-              "sed -n 's/^  //p' $T/make-run.8078.log | grep -E '^(curl|build/|PYTHONPATH)' "
-              "> $T/examples\n"
-              "i=0; while IFS= read -r line; do step ex$i \"$line\"; i=$((i+1)); done "
-              "< $T/examples\n")
+              "sed -n 's/^  //p' $T/make-run.8078.log | "
+              "grep -E '^(export|curl|build/|PYTHONPATH)' > $T/examples\n"
+              # the printed `export` holds for the lines after it, as in a shell
+              "i=0; while IFS= read -r line; do case \"$line\" in export*) eval \"$line\";; "
+              "*) step ex$i \"$line\"; i=$((i+1));; esac; done < $T/examples\n")
     p = tour.run_in_namespace(str(tmp_path), script)
     log = tour.read_log(str(tmp_path), 8078)
     assert p.returncode == 0, p.stdout + p.stderr + log
     examples = (tmp_path / "examples").read_text().splitlines()
     assert len(examples) >= 6, log
     assert all("8077" not in e for e in examples), examples
-    assert any("localhost:8078/" in e for e in examples), examples
-    for i, e in enumerate(examples):
+    assert "export TENSORD_URL=http://localhost:8078" in examples, examples
+    assert "The web console: http://localhost:8078/ui/" in log
+    for i, e in enumerate(e for e in examples if not e.startswith("export")):
         rc, out, err = tour.results(str(tmp_path), f"ex{i}")
         assert rc == "0", f"{e}: {err}"
     second = (tmp_path / "second.log").read_text()

@@ -143,11 +143,20 @@ def run_tour(tmp, in_namespace=False):
         with open(os.path.join(tmp, f"block{i}.py"), "w") as f:
             f.write(code)
     before = set(os.listdir(ROOT)) - {"models"}
-    steps = [(f"tour{i}", cmd) for i, cmd in enumerate(tour)]
-    steps += [(f"py{i}", f"PYTHONPATH=client/python python3 {tmp}/block{i}.py")
+    # The tour's `export` lines (its one address, TENSORD_URL) hold for
+    # every step after them, as in the reader's shell: each step runs in a
+    # shell of its own, so they are put in front of each.
+    exports = "".join(re.sub(r"\s+#.*$", "", cmd) + "; " for cmd in tour
+                      if cmd.startswith("export "))
+    assert "TENSORD_URL=" in exports, "the tour lost its TENSORD_URL"
+    assert not [c for c in tour if "8077" in c and not c.startswith("export ")], \
+        "the tour names its port outside its one variable"
+    steps = [(f"tour{i}", exports + cmd) for i, cmd in enumerate(tour)
+             if not cmd.startswith("export ")]
+    steps += [(f"py{i}", f"{exports}PYTHONPATH=client/python python3 {tmp}/block{i}.py")
               for i in range(len(pys))]
     if have_hub:
-        steps.append(("hub", hub_line()))
+        steps.append(("hub", exports + hub_line()))
     script = "run_make 8077\nwait_ready 8077 || { echo NOT READY; exit 1; }\n"
     for name, cmd in steps:
         script += f"step {name} {shlex.quote(cmd)}\n"
@@ -168,7 +177,7 @@ def run_tour(tmp, in_namespace=False):
         return ""
     # What the lines should show, beyond exiting 0.
     expect = [
-        ('"name":"demo-f32"' in results(tmp, "tour0")[1], "/v1/models lists demo-f32"),
+        ('"name":"demo-f32"' in results(tmp, steps[0][0])[1], "/v1/models lists demo-f32"),
         (out_of("/healthz").startswith('{"status":"ok"}\n'), "healthz, with its newline"),
         ('"state":"ready"' in out_of("/gpu "), "the preload is ready"),
         ("00000000:" in out_of("| xxd"), "xxd shows the Range answer"),
@@ -178,6 +187,10 @@ def run_tour(tmp, in_namespace=False):
         (re.search(r"^(host|cuda) ", out_of("tensord.connect()"), re.M),
          "tensord.connect() opens the preload"),
         ("for leases on /run/tensord/tensord.sock" in log, "make run names the socket"),
+        ("The web console: http://localhost:8077/ui/" in log, "make run names the console"),
+        (out_of("/v1/openapi.json").startswith('{"openapi":"3.1.0"'), "the OpenAPI description"),
+        ("KEPT" in out_of("tensord download") or "DOWNLOADED" in out_of("tensord download"),
+         "tensord-http downloads a model"),
         (set(os.listdir(ROOT)) - {"models"} == before, "no new file in the repository root"),
     ]
     for name in ("embed.bin", "s.bin", "row.npy", "w.safetensors", "rank1.safetensors", "w.npy"):

@@ -87,7 +87,7 @@ static void fx_start(struct fx *f, const char *const *preloads)
     f->gm = gpu_manager_new(&opt, &f->holder);
     CHECK(!gpu_manager_ready(f->gm));
     CHECK(gpu_manager_start(f->gm, &serr) == 0);
-    f->ls = lease_server_start(f->gm, f->sock, &f->cfg, err, sizeof(err));
+    f->ls = lease_server_start(f->gm, &f->holder, f->sock, &f->cfg, err, sizeof(err));
     CHECK(f->ls != NULL);
     if (err[0])
         fprintf(stderr, "  start: %s\n", err);

@@ -293,23 +293,17 @@ static inline void lb_append(char **s, size_t *len, const char *add)
     *len += n;
 }
 
-/* The reply's headers, then Connection and CORS as the front adds them. */
-static inline char *lb_head(const struct lb_server *s, const struct request_view *v,
-                     const struct answer *a, const struct reply *r)
+/* The reply's headers, then Connection as the front adds it. */
+static inline char *lb_head(const struct answer *a, const struct reply *r)
 {
     char *head = xstrdup("");
     size_t len = 0;
-    const char *cors[2 * CORS_MAX_HEADERS];
-    size_t nc = cors_headers(&s->cfg, view_header(v, "Origin"), a->cors_methods, cors);
-    for (size_t i = 0; i < r->n_headers + (a->close ? 1 : 0) + nc; i++) {
+    for (size_t i = 0; i < r->n_headers + (a->close ? 1 : 0); i++) {
         const char *name, *value;
         if (i < r->n_headers)
             name = r->headers[2 * i], value = r->headers[2 * i + 1];
-        else if (a->close && i == r->n_headers)
-            name = "Connection", value = "close";
         else
-            name = cors[2 * (i - r->n_headers - a->close)],
-            value = cors[2 * (i - r->n_headers - a->close) + 1];
+            name = "Connection", value = "close";
         lb_append(&head, &len, name);
         lb_append(&head, &len, ": ");
         lb_append(&head, &len, value);
@@ -383,7 +377,7 @@ static inline struct lb_answer lb_request(struct lb_server *s, const char *metho
     struct reply r;
     respond_reply(&v, &a, &r);
     out.status = r.status;
-    out.head = lb_head(s, &v, &a, &r);
+    out.head = lb_head(&a, &r);
     out.length = r.length;
     out.counted = r.counted;
     out.rescan = a.rescan;

@@ -22,21 +22,21 @@ TEST(listed_origins)
     struct config cfg;
     config_defaults(&cfg);
     const char *h[2 * CORS_MAX_HEADERS];
-    CHECK_EQ_U64(cors_headers(&cfg, "http://a.example", NULL, h), 0); /* off */
+    CHECK_EQ_U64(cors_headers(&cfg, "http://a.example", NULL, NULL, h), 0); /* off */
     CHECK(!cors_is_preflight(&cfg, "OPTIONS", "http://a.example", "GET"));
     char err[256];
     struct st_error se;
     CHECK(config_set(&cfg, "cors_origins", "http://a.example,https://b.example", &se) == 0);
-    CHECK_STR(join(h, cors_headers(&cfg, "http://a.example", NULL, h)),
+    CHECK_STR(join(h, cors_headers(&cfg, "http://a.example", NULL, NULL, h)),
               "Vary: Origin\nAccess-Control-Allow-Origin: http://a.example\n"
               "Access-Control-Allow-Credentials: true\nAccess-Control-Expose-Headers: " CORS_EXPOSE
               "\n");
-    CHECK_STR(join(h, cors_headers(&cfg, "http://c.example", NULL, h)), "Vary: Origin\n");
-    CHECK_STR(join(h, cors_headers(&cfg, NULL, NULL, h)), "Vary: Origin\n");
-    CHECK_STR(join(h, cors_headers(&cfg, "https://b.example", "GET, HEAD", h)),
+    CHECK_STR(join(h, cors_headers(&cfg, "http://c.example", NULL, NULL, h)), "Vary: Origin\n");
+    CHECK_STR(join(h, cors_headers(&cfg, NULL, NULL, NULL, h)), "Vary: Origin\n");
+    CHECK_STR(join(h, cors_headers(&cfg, "https://b.example", "GET, HEAD", "range", h)),
               "Vary: Origin\nAccess-Control-Allow-Origin: https://b.example\n"
               "Access-Control-Allow-Credentials: true\nAccess-Control-Allow-Methods: GET, HEAD\n"
-              "Access-Control-Allow-Headers: Range, Authorization, Content-Type\n"
+              "Access-Control-Allow-Headers: range\n"
               "Access-Control-Max-Age: 600\n");
     CHECK(cors_is_preflight(&cfg, "OPTIONS", "http://a.example", "GET"));
     CHECK(!cors_is_preflight(&cfg, "OPTIONS", "http://a.example", NULL));
@@ -54,9 +54,9 @@ TEST(any_origin)
     struct st_error se;
     CHECK(config_set(&cfg, "cors_origins", "*", &se) == 0);
     const char *h[2 * CORS_MAX_HEADERS];
-    CHECK_STR(join(h, cors_headers(&cfg, "http://x.example", NULL, h)),
+    CHECK_STR(join(h, cors_headers(&cfg, "http://x.example", NULL, NULL, h)),
               "Access-Control-Allow-Origin: *\nAccess-Control-Expose-Headers: " CORS_EXPOSE "\n");
-    CHECK_STR(join(h, cors_headers(&cfg, NULL, NULL, h)), /* varies by nothing */
+    CHECK_STR(join(h, cors_headers(&cfg, NULL, NULL, NULL, h)), /* varies by nothing */
               "Access-Control-Allow-Origin: *\nAccess-Control-Expose-Headers: " CORS_EXPOSE "\n");
     CHECK(cors_is_preflight(&cfg, "OPTIONS", "null", "DELETE"));
     CHECK(cors_check_config(&cfg, err, sizeof(err)) == 0);
@@ -93,10 +93,43 @@ TEST(writes_from_other_origins)
     config_free(&cfg);
 }
 
+
+/* The request headers a preflight may ask for: the listed names and the AWS
+ * SDKs' prefixes, case folded, in the order asked; nothing else, nothing
+ * malformed, and nothing past the buffer. */
+TEST(allow_headers)
+{
+    char out[128];
+    CHECK_STR(cors_allow_headers(NULL, out, sizeof(out)), "");
+    CHECK_STR(cors_allow_headers("", out, sizeof(out)), "");
+    CHECK_STR(cors_allow_headers("Range, If-None-Match,if-range ,\tAuthorization", out,
+                                 sizeof(out)),
+              "range, if-none-match, if-range, authorization");
+    CHECK_STR(cors_allow_headers("x-amz-date,amz-sdk-request,X-Amz-Security-Token", out,
+                                 sizeof(out)),
+              "x-amz-date, amz-sdk-request, x-amz-security-token");
+    /* not allowed: other names, a bare prefix, a name with a space or a
+     * character no field name has, an empty element */
+    CHECK_STR(cors_allow_headers("cookie,x-amz-,amz-sdk-,x-amz date,x-amz-a\"b,,range", out,
+                                 sizeof(out)),
+              "range");
+    /* a name longer than any allowed one is skipped, not cut */
+    char longname[200];
+    memset(longname, 'a', sizeof(longname));
+    memcpy(longname, "x-amz-", 6);
+    longname[sizeof(longname) - 1] = '\0';
+    CHECK_STR(cors_allow_headers(longname, out, sizeof(out)), "");
+    /* a list longer than the buffer stops at a whole name */
+    char small[20];
+    CHECK_STR(cors_allow_headers("range, if-none-match, authorization", small, sizeof(small)),
+              "range");
+}
+
 int main(void)
 {
     RUN(listed_origins);
     RUN(any_origin);
     RUN(writes_from_other_origins);
+    RUN(allow_headers);
     return TEST_SUMMARY();
 }

@@ -115,7 +115,8 @@ TEST(query_parameters)
 
 static void write_tokens(const char *path)
 {
-    test_write_file(path, "read read-token-0123456789\nadmin admin-token-0123456789\n", 54);
+    static const char text[] = "read read-token-0123456789\nadmin admin-token-0123456789\n";
+    test_write_file(path, text, sizeof(text) - 1);
 }
 
 TEST(tokens)
@@ -164,8 +165,43 @@ TEST(tokens)
     r = lb_get(&s, "/v1/x", NULL);
     CHECK_EQ_U64(r.status, 404);
     lb_free(&r);
+    /* whoami-v2: each token by its role; none, or a wrong one, is 401 */
+    static const char *const admin[] = {"Authorization: Bearer admin-token-0123456789", NULL};
+    r = lb_get(&s, "/api/whoami-v2", read);
+    CHECK_ANSWER(r, 200,
+                 JSON "Accept-Ranges: bytes\r\nCache-Control: private, no-store\r\n",
+                 "{\"type\":\"user\",\"id\":\"tensord-read\",\"name\":\"tensord-read\","
+                 "\"fullname\":\"tensord read token\",\"isPro\":false,\"canPay\":false,"
+                 "\"emailVerified\":false,\"orgs\":[],\"auth\":{\"type\":\"access_token\","
+                 "\"accessToken\":{\"displayName\":\"tensord-read\",\"role\":\"read\"}}}\n");
+    lb_free(&r);
+    r = lb_get(&s, "/api/whoami-v2", admin);
+    CHECK_EQ_U64(r.status, 200);
+    CHECK_CONTAINS(r.body, "\"displayName\":\"tensord-admin\",\"role\":\"admin\"");
+    lb_free(&r);
+    r = lb_get(&s, "/api/whoami-v2", wrong);
+    CHECK_EQ_U64(r.status, 401);
+    CHECK_STR(lb_header(&r, "X-Error-Message"), "Invalid credentials in Authorization header");
+    lb_free(&r);
+    r = lb_get(&s, "/api/whoami-v2", NULL);
+    CHECK_EQ_U64(r.status, 401);
+    lb_free(&r);
     unlink(tokens);
     free(tokens);
+    lb_stop(&s);
+    /* Without tokens every request may do everything: any token is the
+     * admin's, and still none is 401. */
+    lb_start(&s, root, 0, NULL);
+    r = lb_get(&s, "/api/whoami-v2", wrong);
+    CHECK_EQ_U64(r.status, 200);
+    CHECK_CONTAINS(r.body, "\"role\":\"admin\"");
+    lb_free(&r);
+    r = lb_get(&s, "/api/whoami-v2", NULL);
+    CHECK_ANSWER(r, 401,
+                 JSON "X-Error-Message: a bearer token is required (Authorization: Bearer "
+                      "TOKEN)\r\nWWW-Authenticate: Bearer realm=\"tensord\"\r\n",
+                 "{\"error\":\"a bearer token is required (Authorization: Bearer TOKEN)\"}\n");
+    lb_free(&r);
     lb_stop(&s);
 }
 
@@ -175,13 +211,36 @@ TEST(preflight)
     static const char *const opts[] = {"cors_origins=*", NULL};
     lb_start(&s, root, 0, opts);
     static const char *const pre[] = {"Origin: http://x.example",
-                                      "Access-Control-Request-Method: POST", NULL};
+                                      "Access-Control-Request-Method: POST",
+                                      "Access-Control-Request-Headers: content-type,if-none-match",
+                                      NULL};
     struct lb_answer r = lb_request(&s, "OPTIONS", "/v1/models/m/fetch", pre, NULL);
     CHECK_ANSWER(r, 204,
                  "Access-Control-Allow-Origin: *\r\nAccess-Control-Allow-Methods: GET, HEAD, "
-                 "POST\r\nAccess-Control-Allow-Headers: Range, Authorization, Content-Type\r\n"
+                 "POST\r\nAccess-Control-Allow-Headers: content-type, if-none-match\r\n"
                  "Access-Control-Max-Age: 600\r\n",
                  "");
+    lb_free(&r);
+    /* The S3 API's routes have theirs (before its signature check), with
+     * the headers its SDKs send; a header no script may send is left out. */
+    static const char *const s3_pre[] = {
+        "Origin: http://x.example", "Access-Control-Request-Method: GET",
+        "Access-Control-Request-Headers: amz-sdk-invocation-id,amz-sdk-request,authorization,"
+        "if-range,x-amz-content-sha256,x-amz-date,x-amz-user-agent,x-forwarded-for",
+        NULL};
+    r = lb_request(&s, "OPTIONS", "/s3/m/model.safetensors", s3_pre, NULL);
+    CHECK_ANSWER(r, 204,
+                 "Access-Control-Allow-Origin: *\r\nAccess-Control-Allow-Methods: GET, HEAD\r\n"
+                 "Access-Control-Allow-Headers: amz-sdk-invocation-id, amz-sdk-request, "
+                 "authorization, if-range, x-amz-content-sha256, x-amz-date, x-amz-user-agent\r\n"
+                 "Access-Control-Max-Age: 600\r\n",
+                 "");
+    lb_free(&r);
+    r = lb_request(&s, "OPTIONS", "/s3/", s3_pre, NULL); /* ListBuckets */
+    CHECK_EQ_U64(r.status, 204);
+    lb_free(&r);
+    r = lb_request(&s, "OPTIONS", "/nowhere", s3_pre, NULL); /* no such route: no grant */
+    CHECK_EQ_U64(r.status, 404);
     lb_free(&r);
     static const char *const no_method[] = {"Origin: http://x.example", NULL};
     r = lb_request(&s, "OPTIONS", "/v1/models", no_method, NULL); /* not a preflight */

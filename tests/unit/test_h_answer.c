@@ -134,9 +134,12 @@ TEST(constructors)
     CHECK_STR(a.location, "/x");
     answer_free(&a);
 
-    answer_preflight(&a, "GET, HEAD");
+    char hdrs[] = "range";
+    answer_preflight(&a, "GET, HEAD", hdrs);
+    hdrs[0] = 'R';
     CHECK(a.kind == ANSWER_PREFLIGHT && a.status == 204);
     CHECK_STR(a.cors_methods, "GET, HEAD");
+    CHECK_STR(a.cors_headers, "range"); /* copied */
     answer_free(&a);
 }
 

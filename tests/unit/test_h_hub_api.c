@@ -178,10 +178,21 @@ TEST(tree_and_paths_info)
     free(head);
     lb_free(&r);
     r = lb_request(&s, "POST", "/api/models/r/paths-info/main", NULL,
-                   "paths=config.json&paths=sub&expand=1");
+                   "paths=config.json&paths=sub&expand=0");
     CHECK_STR(r.body, body);
     lb_free(&r);
     free(body);
+    /* expand: each entry's last commit, the revision's one */
+    r = lb_request(&s, "POST", "/api/models/r/paths-info/main", NULL,
+                   "paths=config.json&expand=True");
+    char *last = xasprintf("\"lastCommit\":{\"id\":\"%s\",\"title\":\"Content as served "
+                           "by tensord\",\"date\":\"1970-01-01T00:00:00.000Z\"}}]\n", commit);
+    CHECK_CONTAINS(r.body, last);
+    lb_free(&r);
+    r = lb_get(&s, "/api/models/r/tree/main?expand=true", NULL);
+    CHECK_CONTAINS(r.body, "\"lastCommit\":{\"id\":\"");
+    lb_free(&r);
+    free(last);
     r = lb_request(&s, "POST", "/api/models/r/paths-info/main", json, "[1]");
     CHECK_EQ_U64(r.status, 400);
     CHECK(strncmp(r.body, "{\"error\":\"", 10) == 0);

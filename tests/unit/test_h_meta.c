@@ -134,11 +134,19 @@ TEST(metrics)
     struct lb_answer r = lb_get(&s, "/metrics", NULL);
     CHECK_EQ_U64(r.status, 200);
     CHECK_STR(r.head, "Content-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
-                      "Accept-Ranges: bytes\r\nCache-Control: no-cache\r\n");
+                      "Accept-Ranges: bytes\r\nCache-Control: no-cache\r\n"
+                      "Vary: Accept-Encoding\r\n");
     CHECK_CONTAINS(r.body, "# TYPE tensord_");
     lb_free(&r);
+    static const char *const gzip[] = {"Accept-Encoding: gzip", NULL};
+    r = lb_get(&s, "/metrics", gzip); /* Prometheus asks for it */
+    CHECK_STR(r.head, "Content-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
+                      "Content-Encoding: gzip\r\nCache-Control: no-cache\r\n"
+                      "Vary: Accept-Encoding\r\n");
+    CHECK((unsigned char)r.body[0] == 0x1f && (unsigned char)r.body[1] == 0x8b);
+    lb_free(&r);
     r = lb_get(&s, "/v1/metrics", NULL);
-    CHECK_STR(r.head, JSON_200);
+    CHECK_STR(r.head, JSON_200 "Vary: Accept-Encoding\r\n");
     CHECK(r.body[0] == '{' && r.body[r.len - 1] == '\n');
     lb_free(&r);
     static const char *const accept[] = {"Accept: text/plain", NULL};

@@ -19,9 +19,15 @@ TEST(forms)
 {
     struct hub_paths p;
     CHECK(parse("paths=unet&paths=model_index.json&expand=False", 0, &p) == ST_OK);
-    CHECK(p.n == 2);
+    CHECK(p.n == 2 && !p.expand);
     CHECK_STR(p.paths[0], "unet");
     CHECK_STR(p.paths[1], "model_index.json");
+    hub_paths_free(&p);
+    CHECK(parse("paths=a&expand=True", 0, &p) == ST_OK && p.expand); /* huggingface_hub's */
+    hub_paths_free(&p);
+    CHECK(parse("expand=1&paths=a", 0, &p) == ST_OK && p.expand);
+    hub_paths_free(&p);
+    CHECK(parse("paths=a&expand=yes&expand", 0, &p) == ST_OK && !p.expand);
     hub_paths_free(&p);
     CHECK(parse("paths%5B%5D=a+b%2Fc&other=1&paths", 0, &p) == ST_OK);
     CHECK(p.n == 2);
@@ -40,8 +46,12 @@ TEST(json)
     struct hub_paths p;
     CHECK(parse("{\"paths\": [\"a\", \"b/\\u00fc\"], \"expand\": true, \"x\": {\"y\": [1]}}", 1,
                 &p) == ST_OK);
-    CHECK(p.n == 2);
+    CHECK(p.n == 2 && p.expand);
     CHECK_STR(p.paths[1], "b/ü");
+    hub_paths_free(&p);
+    CHECK(parse("{\"paths\": \"one\", \"expand\": false}", 1, &p) == ST_OK && !p.expand);
+    hub_paths_free(&p);
+    CHECK(parse("{\"expand\": \"true\", \"paths\": \"one\"}", 1, &p) == ST_OK && !p.expand);
     hub_paths_free(&p);
     CHECK(parse("{\"paths\": \"one\"}", 1, &p) == ST_OK && p.n == 1);
     hub_paths_free(&p);

@@ -174,7 +174,7 @@ static void fx_restart_socket(struct fx *f)
 {
     char err[512] = "";
     lease_server_stop(f->ls);
-    f->ls = lease_server_start(f->gm, f->sock, &f->cfg, err, sizeof(err));
+    f->ls = lease_server_start(f->gm, NULL, f->sock, &f->cfg, err, sizeof(err));
     CHECK(f->ls != NULL);
 }
 

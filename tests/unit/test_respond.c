@@ -3,9 +3,12 @@
  * §13.2.2: If-Match, If-Unmodified-Since, If-None-Match, If-Modified-Since)
  * with 304 and 412, Range (§14) with If-Range, 206 and multipart/byteranges
  * (§14.6) and 416, requests that act, small bodies read and checked, both
- * error dialects, documents, redirects and preflights. */
+ * error dialects, documents, redirects and preflights, and compressed
+ * documents (gzip to a client that accepts it, never a byte body). */
 #include <sys/time.h>
+#include <zlib.h>
 
+#include "encoding.h"
 #include "loopback.h"
 
 static struct config cfg;
@@ -27,8 +30,7 @@ static struct out run(struct answer *a, const char *method, const char *const *h
     struct request_view v = lb_view(&q, &srv, method, "/x", headers);
     struct reply r;
     respond_reply(&v, a, &r);
-    struct lb_server s = {.cfg = cfg};
-    struct out o = {.status = r.status, .head = lb_head(&s, &v, a, &r), .length = r.length,
+    struct out o = {.status = r.status, .head = lb_head(a, &r), .length = r.length,
                     .no_body = r.no_body};
     o.body = lb_body(a, &r, NULL, &o.len);
     free(q.query);
@@ -395,7 +397,7 @@ TEST(documents_redirects_preflights)
     answer_free(&a);
 
     answer_init(&a);
-    answer_preflight(&a, "GET, HEAD");
+    answer_preflight(&a, "GET, HEAD", "range, if-none-match");
     static const char *const origin[] = {"Origin: http://a.example", NULL};
     cfg.cors_origins[0] = "http://a.example";
     cfg.n_cors_origins = 1;
@@ -404,7 +406,7 @@ TEST(documents_redirects_preflights)
                  "Vary: Origin\r\nAccess-Control-Allow-Origin: http://a.example\r\n"
                  "Access-Control-Allow-Credentials: true\r\n"
                  "Access-Control-Allow-Methods: GET, HEAD\r\n"
-                 "Access-Control-Allow-Headers: Range, Authorization, Content-Type\r\n"
+                 "Access-Control-Allow-Headers: range, if-none-match\r\n"
                  "Access-Control-Max-Age: 600\r\n",
                  "");
     cfg.n_cors_origins = 0;
@@ -439,6 +441,162 @@ TEST(tensor_and_document_headers)
     answer_free(&a);
 }
 
+/* A 4,000-byte JSON document (large enough to compress), with an ETag;
+ * gzip (may be NULL) its form made already. */
+static char doc_text[4001];
+
+static void document(struct answer *a, int is_document, const char *gzip, size_t gzip_len)
+{
+    for (size_t i = 0; i < 4000; i++)
+        doc_text[i] = "{\"a\":[1,2,3]},"[i % 14];
+    answer_init(a);
+    struct representation rep = {
+        .body = {.prefix = doc_text, .prefix_len = 4000, .fd = -1},
+        .content_type = "application/json",
+        .etag = "\"d1\"",
+        .mtime = -1,
+        .document = is_document,
+        .gzip = gzip,
+        .gzip_len = gzip_len,
+    };
+    answer_body(a, &rep);
+}
+
+static long inflated(const struct out *o, char *buf, size_t cap)
+{
+    z_stream z = {0};
+    CHECK(inflateInit2(&z, 15 + 16) == Z_OK);
+    z.next_in = (Bytef *)o->body;
+    z.avail_in = (uInt)o->len;
+    z.next_out = (Bytef *)buf;
+    z.avail_out = (uInt)cap;
+    long n = inflate(&z, Z_FINISH) == Z_STREAM_END ? (long)(cap - z.avail_out) : -1;
+    inflateEnd(&z);
+    return n;
+}
+
+TEST(compressed_documents)
+{
+    static const char *const gz[] = {"Accept-Encoding: gzip, deflate, br", NULL};
+    static char back[8192];
+    struct answer a;
+    document(&a, 1, NULL, 0);
+    struct out o = run(&a, "GET", gz);
+    CHECK_EQ_U64(o.status, 200);
+    CHECK_STR(o.head, "Content-Type: application/json\r\nContent-Encoding: gzip\r\n"
+                      "Cache-Control: no-cache\r\nETag: \"d1-gzip\"\r\n"
+                      "Vary: Accept-Encoding\r\n");
+    CHECK(o.len < 200 && o.length == o.len);
+    CHECK(inflated(&o, back, sizeof(back)) == 4000 && memcmp(back, doc_text, 4000) == 0);
+    out_free(&o);
+    answer_free(&a);
+    /* without Accept-Encoding: as it is, and still Vary */
+    document(&a, 1, NULL, 0);
+    o = run(&a, "GET", NULL);
+    CHECK_STR(o.head, "Content-Type: application/json\r\nAccept-Ranges: bytes\r\n"
+                      "Cache-Control: no-cache\r\nETag: \"d1\"\r\nVary: Accept-Encoding\r\n");
+    CHECK(o.len == 4000);
+    out_free(&o);
+    answer_free(&a);
+    /* a Range reads the stored bytes */
+    static const char *const range[] = {"Accept-Encoding: gzip", "Range: bytes=0-3", NULL};
+    document(&a, 1, NULL, 0);
+    o = run(&a, "GET", range);
+    CHECK_EQ_U64(o.status, 206);
+    CHECK_STR(o.body, "{\"a\"");
+    CHECK(!strstr(o.head, "Content-Encoding"));
+    out_free(&o);
+    answer_free(&a);
+    /* each form has its own validator */
+    static const char *const inm_gz[] = {"Accept-Encoding: gzip", "If-None-Match: \"d1-gzip\"",
+                                         NULL};
+    static const char *const inm_plain[] = {"Accept-Encoding: gzip", "If-None-Match: \"d1\"",
+                                            NULL};
+    document(&a, 1, NULL, 0);
+    o = run(&a, "GET", inm_gz);
+    CHECK_EQ_U64(o.status, 304);
+    CHECK_CONTAINS(o.head, "ETag: \"d1-gzip\"\r\n");
+    CHECK_CONTAINS(o.head, "Vary: Accept-Encoding\r\n");
+    out_free(&o);
+    answer_free(&a);
+    document(&a, 1, NULL, 0);
+    o = run(&a, "GET", inm_plain);
+    CHECK_EQ_U64(o.status, 200);
+    CHECK_CONTAINS(o.head, "Content-Encoding: gzip\r\n");
+    out_free(&o);
+    answer_free(&a);
+    /* HEAD: the compressed form's length */
+    document(&a, 1, NULL, 0);
+    o = run(&a, "HEAD", gz);
+    CHECK_EQ_U64(o.status, 200);
+    CHECK(o.length > 0 && o.length < 200 && strstr(o.head, "Content-Encoding: gzip"));
+    out_free(&o);
+    answer_free(&a);
+    /* a form made already is the one sent */
+    document(&a, 1, "made-before", 11);
+    o = run(&a, "GET", gz);
+    CHECK_STR(o.body, "made-before");
+    out_free(&o);
+    answer_free(&a);
+    /* a document over ENCODING_ANSWER_MAX is not compressed for one answer
+     * (an HTTP thread's time): as it is, unless its gzip form was kept */
+    {
+        size_t big = ENCODING_ANSWER_MAX + 1;
+        char *text = xmalloc(big);
+        memset(text, 'x', big);
+        answer_init(&a);
+        struct representation rep = {
+            .body = {.prefix = text, .prefix_len = big, .fd = -1},
+            .content_type = "application/json", .mtime = -1, .document = 1};
+        answer_body(&a, &rep);
+        o = run(&a, "GET", gz);
+        CHECK(o.len == big && !strstr(o.head, "Content-Encoding"));
+        CHECK_CONTAINS(o.head, "Vary: Accept-Encoding\r\n");
+        out_free(&o);
+        answer_free(&a);
+        answer_init(&a);
+        rep.gzip = "kept", rep.gzip_len = 4;
+        answer_body(&a, &rep);
+        o = run(&a, "GET", gz);
+        CHECK_STR(o.body, "kept");
+        out_free(&o);
+        answer_free(&a);
+        free(text);
+    }
+    /* a byte body never */
+    document(&a, 0, NULL, 0);
+    o = run(&a, "GET", gz);
+    CHECK(o.len == 4000 && !strstr(o.head, "Content-Encoding") && !strstr(o.head, "Vary"));
+    out_free(&o);
+    answer_free(&a);
+    /* a small document neither, and nothing varies */
+    answer_init(&a);
+    struct representation small = {
+        .body = {.prefix = "{}", .prefix_len = 2, .fd = -1},
+        .content_type = "application/json", .mtime = -1, .document = 1};
+    answer_body(&a, &small);
+    o = run(&a, "GET", gz);
+    CHECK_STR(o.head, "Content-Type: application/json\r\nAccept-Ranges: bytes\r\n"
+                      "Cache-Control: no-cache\r\n");
+    out_free(&o);
+    answer_free(&a);
+    /* a document sent as it is (S3's XML): compressed too; Vary is one
+     * header with CORS's Origin */
+    static const char *const origin[] = {"Accept-Encoding: gzip", "Origin: http://a.example",
+                                         NULL};
+    cfg.cors_origins[0] = "http://a.example";
+    cfg.n_cors_origins = 1;
+    answer_init(&a);
+    answer_doc(&a, 200, "application/xml", doc_text, 4000);
+    o = run(&a, "GET", origin);
+    CHECK_CONTAINS(o.head, "Content-Encoding: gzip\r\n");
+    CHECK_CONTAINS(o.head, "Vary: Accept-Encoding, Origin\r\n");
+    CHECK(inflated(&o, back, sizeof(back)) == 4000 && memcmp(back, doc_text, 4000) == 0);
+    cfg.n_cors_origins = 0;
+    out_free(&o);
+    answer_free(&a);
+}
+
 int main(void)
 {
     config_defaults(&cfg);
@@ -451,6 +609,7 @@ int main(void)
     RUN(error_dialects);
     RUN(documents_redirects_preflights);
     RUN(tensor_and_document_headers);
+    RUN(compressed_documents);
     config_free(&cfg);
     return TEST_SUMMARY();
 }

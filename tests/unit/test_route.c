@@ -73,9 +73,12 @@ TEST(fixed_endpoints)
     CHECK(parse("/readyz", &r) == ROUTE_READYZ);
     CHECK(parse("/metrics", &r) == ROUTE_METRICS_TEXT);
     CHECK(parse("/v1/metrics", &r) == ROUTE_METRICS);
+    CHECK(parse("/v1/openapi.json", &r) == ROUTE_OPENAPI);
+    CHECK(parse("/v1/openapi.json/x", &r) != ROUTE_OPENAPI);
     CHECK(parse("/v1/models", &r) == ROUTE_MODELS);
     CHECK(parse("/v1/models/", &r) == ROUTE_MODELS);
-    CHECK(parse("/", &r) == ROUTE_NOT_FOUND);
+    CHECK(parse("/", &r) == ROUTE_ROOT);
+    CHECK(parse("//", &r) == ROUTE_NOT_FOUND);
     CHECK(parse("/v2/models", &r) == ROUTE_NOT_FOUND);
     CHECK(parse("/v1/other", &r) == ROUTE_NOT_FOUND);
     CHECK(parse("relative", &r) == ROUTE_BAD_PATH);
@@ -263,6 +266,8 @@ TEST(hub_git_and_other_repo_types)
         {"/api/models/one/commits/refs%2Fpr%2F1", ROUTE_HUB_COMMITS, "one", "refs/pr/1"},
         {"/api/models/org/name/refs/x", ROUTE_HUB_NOT_FOUND, NULL, NULL},
         {"/api/models/org/name/commits", ROUTE_HUB_NOT_FOUND, NULL, NULL},
+        {"/api/whoami-v2", ROUTE_HUB_WHOAMI, NULL, NULL},
+        {"/api/whoami-v2/x", ROUTE_HUB_NOT_FOUND, NULL, NULL},
         {"/api/datasets", ROUTE_HUB_NO_REPOS, NULL, NULL},
         {"/api/spaces/", ROUTE_HUB_NO_REPOS, NULL, NULL},
         {"/api/datasets/x", ROUTE_HUB_NO_REPO, "x", NULL},

@@ -105,6 +105,14 @@ TEST(refusals)
     CHECK(check(&srv, "/x", NULL, msg) == S3A_DENIED);
     CHECK_STR(msg, "requests must be signed (AWS Signature Version 4)");
     CHECK(check(&srv, "/x", bad, msg) == S3A_MALFORMED);
+    /* Signature version 2, header or presigned: refused with what to use. */
+    const char *v2[] = {"Authorization: AWS " AK ":frJIUN8DYpKDtOLCwo//yllqDzg=", NULL};
+    CHECK(check(&srv, "/x", v2, msg) == S3A_UNSUPPORTED);
+    CHECK_CONTAINS(msg, "signature version 2 is not supported");
+    CHECK_CONTAINS(msg, "signature_version=\"s3v4\"");
+    CHECK(check(&srv, "/x?AWSAccessKeyId=" AK "&Signature=abc%3D&Expires=1700000000", NULL,
+                msg) == S3A_UNSUPPORTED);
+    CHECK_CONTAINS(msg, "aws configure set default.s3.signature_version s3v4");
     const char *other_key[] = {
         "x-amz-date: 20130524T000000Z",
         "Authorization: AWS4-HMAC-SHA256 Credential=NOTMYKEY/20130524/us-east-1/s3/aws4_request,"

@@ -42,7 +42,9 @@ TEST(against_the_state)
     CHECK(run(all, &out, &err) == 0);
     CHECK_CONTAINS(out, "OK        ");
     CHECK_CONTAINS(out, "/m/model.safetensors\n");
-    CHECK_CONTAINS(out, "2 files: 2 ok, 0 mismatched, 0 not cached, 0 errors\n");
+    CHECK_CONTAINS(out, "2 files: 2 ok, 0 mismatched, 0 not cached, 0 errors (state "
+                        "directory ");
+    CHECK_CONTAINS(err, "tensord verify: reading 2 hashes recorded in ");
     free(out);
     free(err);
     char *file = xasprintf("%s/m/config.json", root);
@@ -58,7 +60,7 @@ TEST(against_the_state)
     free(err);
     char *missing = xasprintf("%s/nope", root);
     const char *const none[] = {"--state-dir", state, missing, NULL};
-    CHECK(run(none, &out, &err) == 1);
+    CHECK(run(none, &out, &err) == 2); /* not checked: tensord(8)'s 2 */
     CHECK_CONTAINS(out, "ERROR     -  ");
     CHECK_CONTAINS(out, "No such file or directory");
     free(out);
@@ -72,12 +74,13 @@ TEST(usage)
     char *out, *err;
     const char *const nothing[] = {"--state-dir", state, NULL};
     CHECK(run(nothing, &out, &err) == 2);
-    CHECK_STR(err, "usage: tensord verify [--config FILE] [--state-dir DIR] PATH...\n");
+    CHECK(strncmp(err, "tensord verify: no PATH given\nusage: tensord verify [--config FILE] "
+                       "[--state-dir DIR] PATH...\n", 92) == 0);
     free(out);
     free(err);
     const char *const unknown[] = {"--frob", "x", root, NULL};
     CHECK(run(unknown, &out, &err) == 2);
-    CHECK_STR(err, "tensord verify: unknown option --frob\n");
+    CHECK(strncmp(err, "tensord verify: unknown option \"--frob\"\nusage:", 46) == 0);
     free(out);
     free(err);
     const char *const no_value[] = {"--state-dir", NULL};

@@ -8,9 +8,13 @@ from . import _dtypes
 from ._errors import (SafetensorError, SafetensorTypeError, SafetensorValueError,
                       builtin_like)
 
+SafetensorModuleNotFoundError = builtin_like(ModuleNotFoundError)
+
 _FRAMEWORKS = {"numpy": "numpy", "np": "numpy", "pt": "pt", "torch": "pt", "pytorch": "pt"}
 # safetensors' other frameworks: tensord gives NumPy arrays and torch tensors only.
-_ELSEWHERE = ("tf", "tensorflow", "jax", "flax", "mlx", "paddle")
+# Each with the module safetensors imports for it.
+_ELSEWHERE = {"tf": "tensorflow", "tensorflow": "tensorflow", "jax": "jax", "flax": "jax",
+              "mlx": "mlx", "paddle": "paddle"}
 # safetensors' device names: "cpu", or one of these with an optional ":N".
 _DEVICES = ("cuda", "mps", "npu", "xpu", "xla", "hpu", "mlu", "musa")
 _DEVICE = re.compile(r"(" + "|".join(_DEVICES) + r")(?::(.*))?$")
@@ -34,12 +38,23 @@ def check_backend(backend):
                               '"pread")')
 
 
+def missing_module(name):
+    """What safetensors raises for a framework whose module is not
+    installed: ModuleNotFoundError (and a SafetensorError)."""
+    return SafetensorModuleNotFoundError(f"No module named '{name}'", name=name)
+
+
 def framework_name(framework):
     """"numpy" or "pt" for a framework name safetensors takes."""
     if not isinstance(framework, str):
         raise _not_str("framework", framework)
     fw = _FRAMEWORKS.get(framework)
     if fw is None and framework in _ELSEWHERE:
+        module = _ELSEWHERE[framework]
+        try:
+            __import__(module)
+        except ImportError:
+            raise missing_module(module) from None
         raise SafetensorError(f"framework {framework} is not served by tensord: it gives "
                               "\"numpy\" (\"np\") and \"pt\" (\"torch\") tensors")
     if fw is None:
@@ -87,7 +102,7 @@ def framework_device(framework, device):
     try:
         import torch
     except ImportError:
-        raise SafetensorError("framework \"pt\" needs PyTorch (pip install torch)") from None
+        raise missing_module("torch") from None
     try:
         return fw, torch.device(spec)
     except (RuntimeError, TypeError, ValueError):

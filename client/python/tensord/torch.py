@@ -1,15 +1,31 @@
-"""safetensors.torch's loading API for models served by tensord.
+"""safetensors.torch's API for models served by tensord.
 
-    from tensord.torch import load_file, load_model
+    from tensord.torch import load_file, load_model, load
     state = load_file(url, device="cuda:0")           # {name: torch.Tensor}
     missing, unexpected = load_model(model, url)      # into a torch.nn.Module
+    state = load(data)                                # safetensors bytes
 
-torch is imported when these are called, not with this module.
+`save`, `save_file` and `save_model` are safetensors.torch's (there when
+safetensors is installed), so this module stands in for safetensors.torch
+whole. torch is imported when these are called, not with this module.
 """
+from . import _local, _saving
 from ._errors import SafetensorRuntimeError
 from .remote import load_file as _load_file
 
-__all__ = ["load_file", "load_model"]
+__all__ = ["load_file", "load_model", "load", "save", "save_file", "save_model"]
+
+
+def load(data):
+    """safetensors.torch.load(data): the safetensors file in `data` (bytes)
+    as {name: torch.Tensor} on the CPU, checked as safetensors checks it;
+    each tensor owns a copy of its bytes. Without torch: ModuleNotFoundError,
+    as safetensors raises."""
+    return _local.load(data, "pt")
+
+
+def __getattr__(name):
+    return _saving.attribute("safetensors.torch", name, __name__)
 
 
 def load_file(url, device="cpu", *, backend=None, **kwargs):
