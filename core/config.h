@@ -68,6 +68,8 @@ struct config {
     uint64_t staging_buffer_bytes;  /* size of each staging buffer */
     unsigned preload_threads;       /* page-cache copy threads; 0 = from the usable CPUs */
     uint64_t preload_memory_limit;  /* most bytes preloads may hold on one device; 0 = no limit */
+    uint64_t staging_memory_limit;  /* most bytes the staging rings hold together; 0 = a quarter
+                                     * of the memory this process may use */
     /* [s3] */
     int s3;                         /* serve the read-only S3 API under /s3/ */
     char *s3_access_key;            /* SigV4 access key id; empty = anonymous reads */

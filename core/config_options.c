@@ -129,6 +129,10 @@ const struct opt config_options[] = {
     {"preload_memory_limit", "gpu", OPT_SIZE, "0", 0, 1024 * K * K * K * K,
      OFF(preload_memory_limit), NOLIST, "the most memory preloads may hold on one device "
      "(a preload beyond is refused, 507); 0 = what the device, or the machine, has free"},
+    {"staging_memory_limit", "gpu", OPT_SIZE, "0", 0, 1024 * K * K * K * K,
+     OFF(staging_memory_limit), NOLIST, "the most memory the devices' staging rings (pinned "
+     "on a GPU) may hold together: a device's ring is made smaller, and idle devices' rings "
+     "are freed, to stay within it; 0 = a quarter of the memory this process may use"},
     {"s3", "s3", OPT_BOOL, "true", 0, 1, OFF(s3), NOLIST,
      "serve the read-only S3 API under /s3/ (buckets are repos)"},
     {"s3_access_key", "s3", OPT_STRING, "", 0, 0, OFF(s3_access_key), 0, 0, NULL, check_no_ctl,

@@ -1,12 +1,16 @@
 /* machine: the CPUs and memory this process may use (see machine.h). */
 #include "machine.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <limits.h>
+#include <linux/mempolicy.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "fileio.h"
 
@@ -227,4 +231,39 @@ int machine_memory_at(const char *sysroot, struct machine_memory *m)
 int machine_memory(struct machine_memory *m)
 {
     return machine_memory_at("", m);
+}
+
+int machine_pci_numa_node(const char *sysroot, const char *bus_id)
+{
+    char id[32], path[PATH_MAX + 64], line[32], *end;
+    size_t n = strlen(bus_id);
+    if (n == 0 || n >= sizeof(id))
+        return -1;
+    for (size_t i = 0; i <= n; i++) { /* sysfs spells it in lower case */
+        unsigned char c = (unsigned char)bus_id[i];
+        if (c && !isxdigit(c) && c != ':' && c != '.')
+            return -1; /* no '/' or "..": a name, never a path */
+        id[i] = (char)tolower(c);
+    }
+    snprintf(path, sizeof(path), "%s/sys/bus/pci/devices/%s/numa_node", sysroot, id);
+    if (read_line(path, line, sizeof(line)) < 0)
+        return -1;
+    long node = strtol(line, &end, 10);
+    return end != line && *end == '\0' && node >= 0 && node < 1024 ? (int)node : -1;
+}
+
+int machine_prefer_node(int node)
+{
+    unsigned long mask[1024 / (8 * sizeof(unsigned long))] = {0};
+    long rc;
+    if (node < 0) {
+        rc = syscall(SYS_set_mempolicy, MPOL_DEFAULT, NULL, 0UL);
+    } else if (node >= 1024) {
+        return -EINVAL;
+    } else {
+        mask[(unsigned)node / (8 * sizeof(unsigned long))] |=
+            1UL << ((unsigned)node % (8 * sizeof(unsigned long)));
+        rc = syscall(SYS_set_mempolicy, MPOL_PREFERRED, mask, 1024UL + 1);
+    }
+    return rc == 0 ? 0 : -errno;
 }

@@ -41,4 +41,17 @@ int machine_memory(struct machine_memory *m);
 unsigned machine_quota_cpus(const char *sysroot);
 int machine_memory_at(const char *sysroot, struct machine_memory *m);
 
+/* The NUMA node of PCI device bus_id ("0000:3b:00.0", as the CUDA driver
+ * names a GPU's place; any case) as sysfs says it below sysroot ("" for
+ * the machine): its node, or -1 when the kernel does not say (one node, no
+ * NUMA), the device is not there, or bus_id is not such a name. */
+int machine_pci_numa_node(const char *sysroot, const char *bus_id);
+
+/* Makes the memory the calling thread allocates from now on come from node
+ * where it can (MPOL_PREFERRED: another node's when that one is full);
+ * node < 0 gives the thread back the default policy. Pinned staging memory
+ * is allocated between the two, on the node of the GPU that reads it.
+ * Returns 0 or -errno (a kernel without NUMA: -ENOSYS). */
+int machine_prefer_node(int node);
+
 #endif

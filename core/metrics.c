@@ -14,6 +14,7 @@
  * reconstruct the totals at any second from the neighbouring snapshots. */
 #include "metrics.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -163,6 +164,7 @@ void metrics_init(void)
     atomic_store(&last_sec, start_ns / NS);
     slot_write(start_ns / NS, 0, 0);
     memset(&g, 0, sizeof(g));
+    metrics_set_gpu_devices(NULL, 0);
 }
 
 void metrics_set_labels(const struct metrics_labels *l)
@@ -247,6 +249,22 @@ void metrics_set_gpu(uint64_t bytes_resident, uint64_t leases_active,
     atomic_store_explicit(&g.gpu_leases, leases_active, RELAXED);
     atomic_store_explicit(&g.gpu_bps_bits, bits, RELAXED);
     atomic_store_explicit(&g.gpu_staging, staging_bytes, RELAXED);
+}
+
+/* The per-device rows: set a few times per preload, read per scrape. */
+static pthread_mutex_t devices_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct metrics_gpu_device devices[METRICS_GPU_DEVICES];
+static size_t n_devices;
+
+void metrics_set_gpu_devices(const struct metrics_gpu_device *d, size_t n)
+{
+    if (n > METRICS_GPU_DEVICES)
+        n = METRICS_GPU_DEVICES;
+    pthread_mutex_lock(&devices_lock);
+    if (n)
+        memcpy(devices, d, n * sizeof(*d));
+    n_devices = n;
+    pthread_mutex_unlock(&devices_lock);
 }
 
 void metrics_hash_progress(uint64_t bytes, uint64_t files, uint64_t errors)
@@ -334,6 +352,10 @@ static void gauges_take(struct metrics_snapshot *sn)
     sn->gpu_resident = atomic_load(&g.gpu_resident), sn->gpu_leases = atomic_load(&g.gpu_leases);
     sn->gpu_staging = atomic_load(&g.gpu_staging);
     sn->gpu_bps = gpu_bps();
+    pthread_mutex_lock(&devices_lock);
+    memcpy(sn->gpu_devices, devices, n_devices * sizeof(devices[0]));
+    sn->n_gpu_devices = n_devices;
+    pthread_mutex_unlock(&devices_lock);
     sn->hash_bytes = atomic_load(&g.hash_bytes), sn->hash_files = atomic_load(&g.hash_files);
     sn->hash_errors = atomic_load(&g.hash_errors), sn->hash_pending = atomic_load(&g.hash_pending);
     sn->hash_pending_bytes = atomic_load(&g.hash_pending_bytes);

@@ -13,6 +13,7 @@
 #ifndef TENSORD_METRICS_H
 #define TENSORD_METRICS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #define METRICS_MAX_KINDS 24
@@ -102,6 +103,20 @@ void metrics_set_registry(uint64_t models, uint64_t invalid_models, uint64_t fil
  * the memory the devices' staging rings hold between preloads. */
 void metrics_set_gpu(uint64_t bytes_resident, uint64_t leases_active,
                      double last_preload_bytes_per_second, uint64_t staging_bytes);
+
+/* The same per device (labelled by device in the renderings): each device
+ * that holds an instance, a staging ring, or has a loader. Replaces the
+ * previous set; at most METRICS_GPU_DEVICES are kept. */
+#define METRICS_GPU_DEVICES 24
+struct metrics_gpu_device {
+    char device[24];           /* "cuda:0", "host" */
+    uint64_t resident_bytes;   /* published allocations of its instances */
+    uint64_t leases_active;
+    uint64_t staging_bytes;    /* its staging ring */
+    unsigned instances;        /* instances held there, loading or draining included */
+    unsigned loading;          /* 1 while its loader loads one */
+};
+void metrics_set_gpu_devices(const struct metrics_gpu_device *d, size_t n);
 
 /* Content hashing (core/hasher): bytes read into SHA-256, files whose hash
  * was recorded, files that could not be read. Added as they happen. */

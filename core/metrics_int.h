@@ -29,6 +29,8 @@ struct metrics_snapshot {
     uint64_t models, invalid, files, tensors, file_bytes, generation, open_files;
     uint64_t gpu_resident, gpu_leases, gpu_staging;
     double gpu_bps;
+    struct metrics_gpu_device gpu_devices[METRICS_GPU_DEVICES];
+    size_t n_gpu_devices;
     uint64_t hash_bytes, hash_files, hash_errors, hash_pending, hash_pending_bytes, hash_known,
         hash_files_all;
     uint64_t mirror_bytes, mirror_files, mirror_partial;

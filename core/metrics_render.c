@@ -129,6 +129,34 @@ static void prom_requests(struct strbuf *b, const struct metrics_snapshot *sn)
     prom_histogram(b, "tensord_http_time_to_first_byte_seconds", "", sn->ttfb, sn->ttfb_sum_ns);
 }
 
+/* The per-device gauges, one family per figure labelled by device (names
+ * the manager writes, "cuda:N" or "host": nothing to escape). */
+static void gpu_devices_prometheus(struct strbuf *b, const struct metrics_snapshot *sn)
+{
+    static const struct {
+        const char *name, *help;
+    } fam[] = {
+        {"tensord_gpu_device_resident_bytes", "Bytes of model data resident on the device."},
+        {"tensord_gpu_device_leases_active", "Leases held on the device's instances."},
+        {"tensord_gpu_device_staging_bytes", "Memory the device's staging ring holds."},
+        {"tensord_gpu_device_instances", "Model instances held on the device (any state)."},
+        {"tensord_gpu_device_loading", "1 while the device's loader loads an instance."},
+    };
+    for (size_t f = 0; f < ARRAY_LEN(fam); f++) {
+        prom_head(b, fam[f].name, "gauge", fam[f].help);
+        for (size_t i = 0; i < sn->n_gpu_devices; i++) {
+            const struct metrics_gpu_device *d = &sn->gpu_devices[i];
+            uint64_t v = f == 0   ? d->resident_bytes
+                         : f == 1 ? d->leases_active
+                         : f == 2 ? d->staging_bytes
+                         : f == 3 ? d->instances
+                                  : d->loading;
+            strbuf_printf(b, "%s{device=\"%s\"} %llu\n", fam[f].name, d->device,
+                          (unsigned long long)v);
+        }
+    }
+}
+
 char *metrics_render_prometheus(void)
 {
     struct metrics_snapshot *sn = malloc(sizeof(*sn)); /* ~15 KiB: off the worker's stack */
@@ -186,6 +214,7 @@ char *metrics_render_prometheus(void)
     prom_gauge(&b, "tensord_gpu_staging_bytes",
                "Memory the devices' preload staging rings hold (pinned for CUDA).",
                (double)sn->gpu_staging);
+    gpu_devices_prometheus(&b, sn);
     prom_head(&b, "tensord_gpu_preload_phase_seconds_total", "counter",
               "Seconds finished preloads spent in each phase (alloc, ring, plan, copy, finish).");
     for (size_t i = 0; i < ARRAY_LEN(preload_phases); i++)
@@ -328,7 +357,16 @@ char *metrics_render_json(void)
     for (size_t i = 0; i < ARRAY_LEN(preload_phases); i++)
         strbuf_printf(&b, "%s\"%s\":%.9f", i ? "," : "", preload_phases[i].phase,
                       (double)sn->ctr[preload_phases[i].c] / 1e9);
-    strbuf_printf(&b, "}},");
+    strbuf_printf(&b, "},\"devices\":[");
+    for (size_t i = 0; i < sn->n_gpu_devices; i++) {
+        const struct metrics_gpu_device *d = &sn->gpu_devices[i];
+        strbuf_printf(&b, "%s{\"device\":\"%s\",\"resident_bytes\":%llu,\"leases_active\":%llu,"
+                      "\"staging_bytes\":%llu,\"instances\":%u,\"loading\":%s}", i ? "," : "",
+                      d->device, (unsigned long long)d->resident_bytes,
+                      (unsigned long long)d->leases_active, (unsigned long long)d->staging_bytes,
+                      d->instances, d->loading ? "true" : "false");
+    }
+    strbuf_printf(&b, "]},");
     strbuf_printf(&b,
                   "\"hashing\":{\"bytes_hashed\":%llu,\"files_hashed\":%llu,\"errors\":%llu,"
                   "\"files_pending\":%llu,\"bytes_pending\":%llu,\"files_known\":%llu,"

@@ -37,6 +37,7 @@
     X(DeviceGetName, "cuDeviceGetName", (char *name, int len, CUdevice dev))                   \
     X(DeviceGetUuid, "cuDeviceGetUuid", (CUuuid *uuid, CUdevice dev))                          \
     X(DeviceTotalMem, "cuDeviceTotalMem", (size_t *bytes, CUdevice dev))                       \
+    X(DeviceGetPCIBusId, "cuDeviceGetPCIBusId", (char *bus, int len, CUdevice dev))          \
     X(DeviceGetAttribute, "cuDeviceGetAttribute", (int *v, CUdevice_attribute a, CUdevice dev)) \
     X(DevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", (CUcontext *ctx, CUdevice dev))      \
     X(DevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease", (CUdevice dev))                    \

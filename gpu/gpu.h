@@ -41,6 +41,8 @@ struct gpu_device {
                                 * "" when it could not be read */
     char name[128];
     uint64_t memory_bytes;
+    int numa_node;             /* the host NUMA node it is attached to; -1: unknown, or none
+                                * (one node, the host backend) */
     char error[192];           /* why the device cannot be used; "" when it can */
 };
 

@@ -18,6 +18,7 @@
 
 #include "cuda_api.h"
 #include "log.h"
+#include "machine.h"
 #include "util.h"
 
 #define LEGACY_ALIGN (2u << 20)
@@ -345,6 +346,7 @@ static void probe_device(struct cuda_backend *cb, struct gpu_device *d, int i)
     int vmm = 0, pfd = 0;
     CUresult r;
     d->index = i;
+    d->numa_node = -1;
     snprintf(d->name, sizeof(d->name), "CUDA device %d", i);
     if ((r = cb->api.DeviceGet(&cb->dev[i], i)) != CUDA_SUCCESS) {
         snprintf(d->error, sizeof(d->error), "cuDeviceGet: %s",
@@ -361,6 +363,9 @@ static void probe_device(struct cuda_backend *cb, struct gpu_device *d, int i)
     }
     if (cb->api.DeviceTotalMem(&mem, cb->dev[i]) == CUDA_SUCCESS)
         d->memory_bytes = mem;
+    char bus[32];
+    if (cb->api.DeviceGetPCIBusId(bus, (int)sizeof(bus), cb->dev[i]) == CUDA_SUCCESS)
+        d->numa_node = machine_pci_numa_node("", bus);
     if (cb->api.DeviceGetAttribute(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
                                    cb->dev[i]) != CUDA_SUCCESS)
         vmm = 0;
@@ -413,8 +418,8 @@ struct gpu_backend *gpu_cuda_probe(struct st_error *err)
         if (d->error[0])
             log_msg(LOG_WARN, "gpu: cuda:%d (%s) cannot be used: %s", i, d->name, d->error);
         else
-            log_msg(LOG_INFO, "gpu: cuda:%d %s, %s, %llu MiB", i, d->uuid, d->name,
-                    (unsigned long long)(d->memory_bytes >> 20));
+            log_msg(LOG_INFO, "gpu: cuda:%d %s, %s, %llu MiB, NUMA node %d", i, d->uuid,
+                    d->name, (unsigned long long)(d->memory_bytes >> 20), d->numa_node);
     }
     return b;
 fail:

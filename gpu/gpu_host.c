@@ -214,6 +214,7 @@ struct gpu_backend *gpu_host_new(void)
     b->alloc_round = (uint64_t)sysconf(_SC_PAGESIZE);
     b->n_devices = 1;
     b->devices[0].index = 0;
+    b->devices[0].numa_node = -1;
     snprintf(b->devices[0].uuid, sizeof(b->devices[0].uuid), "host");
     snprintf(b->devices[0].name, sizeof(b->devices[0].name), "host memory (memfd)");
     long pages = sysconf(_SC_PHYS_PAGES), pg = sysconf(_SC_PAGESIZE);

@@ -420,8 +420,7 @@ struct gm_instance *do_gm_find_current(struct gpu_manager *gm, const char *name,
 
 int gm_instance_is(const struct gm_instance *m, const struct gm_which *which)
 {
-    return (!which->where || (m->be == which->where->be && m->dev == which->where->dev)) &&
-           (which->rank < 0 || m->rank == (unsigned)which->rank);
+    return gm_which_holds(which, m->be, m->dev, m->world, m->rank);
 }
 
 void do_gm_refused_clear(struct gpu_manager *gm, const char *model)

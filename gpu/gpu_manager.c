@@ -15,6 +15,7 @@
 #include "gpu.h"
 #include "gpu_manager_int.h"
 #include "log.h"
+#include "machine.h"
 #include "metrics.h"
 #include "util.h"
 
@@ -93,6 +94,9 @@ struct gpu_manager *gpu_manager_new(const struct gm_options *opt, struct registr
 {
     struct gpu_manager *gm = xcalloc(1, sizeof(*gm));
     gm->opt = *opt;
+    struct machine_memory mem;
+    if (!gm->opt.staging_limit && machine_memory(&mem) == 0)
+        gm->opt.staging_limit = mem.total / 4;
     gm->registry = registry;
     pthread_mutex_init(&gm->lock, NULL);
     pthread_cond_init(&gm->cond, NULL);
@@ -324,22 +328,59 @@ int gpu_manager_ready(struct gpu_manager *gm)
     return ready;
 }
 
+/* The metrics row of be's device dev in rows[0..*n), added when new. */
+static struct metrics_gpu_device *device_row(struct metrics_gpu_device *rows, size_t *n,
+                                             const struct gpu_backend *be, int dev)
+{
+    char name[24];
+    if (be->kind == DEVICE_HOST)
+        snprintf(name, sizeof(name), "host");
+    else
+        snprintf(name, sizeof(name), "cuda:%d", dev);
+    for (size_t i = 0; i < *n; i++)
+        if (strcmp(rows[i].device, name) == 0)
+            return &rows[i];
+    if (*n == METRICS_GPU_DEVICES)
+        return NULL;
+    struct metrics_gpu_device *r = &rows[(*n)++];
+    memset(r, 0, sizeof(*r));
+    snprintf(r->device, sizeof(r->device), "%s", name);
+    return r;
+}
+
 void gpu_manager_update_metrics(struct gpu_manager *gm)
 {
-    uint64_t bytes = 0, leases = 0;
+    struct metrics_gpu_device rows[METRICS_GPU_DEVICES], *r;
+    size_t n = 0;
+    uint64_t bytes = 0, leases = 0, staging = 0;
     pthread_mutex_lock(&gm->lock);
     for (struct gm_instance *m = gm->models; m; m = m->next) {
-        leases += m->leases;
+        uint64_t held = 0;
         if (m->published)
             for (size_t i = 0; i < m->n_shards; i++)
-                bytes += m->shards[i].a.alloc_size;
+                held += m->shards[i].a.alloc_size;
+        leases += m->leases;
+        bytes += held;
+        if ((r = device_row(rows, &n, m->be, m->dev)) != NULL) {
+            r->resident_bytes += held;
+            r->leases_active += m->leases;
+            r->instances++;
+        }
     }
+    for (size_t i = 0; i < gm->n_stages; i++) {
+        const struct gm_stage *st = &gm->stages[i];
+        uint64_t ring = (uint64_t)st->nbuf * st->buf_bytes;
+        staging += ring;
+        if (ring && (r = device_row(rows, &n, st->be, st->dev)) != NULL)
+            r->staging_bytes += ring;
+    }
+    for (size_t i = 0; i < gm->n_loaders; i++)
+        if ((r = device_row(rows, &n, gm->loaders[i].be, gm->loaders[i].dev)) != NULL)
+            r->loading = (unsigned)gm->loaders[i].loading;
     double bps = gm->last_bps;
-    uint64_t staging = 0;
-    for (size_t i = 0; i < gm->n_stages; i++)
-        staging += (uint64_t)gm->stages[i].nbuf * gm->stages[i].buf_bytes;
     pthread_mutex_unlock(&gm->lock);
     metrics_set_gpu(bytes, leases, bps, staging);
+    metrics_set_gpu_devices(rows, n);
 }
 
 size_t gpu_manager_staging(struct gpu_manager *gm, struct gm_staging *out, size_t max)
@@ -361,6 +402,11 @@ size_t gpu_manager_staging(struct gpu_manager *gm, struct gm_staging *out, size_
     }
     pthread_mutex_unlock(&gm->lock);
     return n;
+}
+
+uint64_t gpu_manager_staging_limit(struct gpu_manager *gm)
+{
+    return gm->opt.staging_limit; /* set once, before any thread */
 }
 
 int gpu_manager_wait_idle(struct gpu_manager *gm, int timeout_ms)

@@ -55,6 +55,8 @@ struct gm_options {
                                     * (gpu/gpu_stage.c) on the CPUs this process may use */
     uint64_t memory_limit;         /* the most bytes preloads may hold on one device; 0: what
                                     * the device (or the machine) has */
+    uint64_t staging_limit;        /* the most the devices' staging rings may hold together;
+                                    * 0: a quarter of the memory this process may use */
     int verify;                    /* read every allocation back before ready */
     int legacy_ipc;                /* also export a legacy CUDA IPC handle per allocation */
     /* Another reader of the model files (the daemon's hasher), told while a
@@ -242,9 +244,20 @@ struct gm_which {
     const struct gm_device *where; /* its device; NULL: any */
     int rank;                  /* its rank; -1: any (an instance of the whole model is rank 0
                                 * of 1) */
+    unsigned world;            /* its world; 0: any */
     const char *prefer;        /* open: among several, the one on this device (a worker's
                                 * current CUDA device, its UUID or cuda:N); NULL: none */
 };
+
+/* Whether the instance on be's device dev, rank of world, is one which
+ * names. */
+static inline int gm_which_holds(const struct gm_which *which, const struct gpu_backend *be,
+                                 int dev, unsigned world, unsigned rank)
+{
+    return (!which->where || (be == which->where->be && dev == which->where->dev)) &&
+           (which->rank < 0 || rank == (unsigned)which->rank) &&
+           (!which->world || world == which->world);
+}
 
 /* model's primary instance as a view: its one current instance, else (none
  * current) its newest draining one; inst = NULL when it has none or several
@@ -334,6 +347,9 @@ int gpu_manager_ready(struct gpu_manager *gm);
 /* The staging rings kept for later preloads, one per device that has
  * preloaded, into out[0..max). Returns how many there are. */
 size_t gpu_manager_staging(struct gpu_manager *gm, struct gm_staging *out, size_t max);
+/* The bound on the staging rings' memory in force (staging_limit, or what
+ * its default came to). */
+uint64_t gpu_manager_staging_limit(struct gpu_manager *gm);
 
 /* Publishes resident bytes, active leases and the last preload rate. */
 void gpu_manager_update_metrics(struct gpu_manager *gm);

@@ -152,7 +152,9 @@ struct gm_stage {
     struct gpu_stage *stage;   /* NULL while none is made (or being made) */
     unsigned nbuf;             /* buffers of buf_bytes bytes */
     size_t buf_bytes;
-    int pinning;               /* a thread is making it (pinner) */
+    int pinning;               /* a thread is making it (pinner) ... */
+    uint64_t pin_bytes;        /* ... of this size */
+    int in_use;                /* a loader copies through it (gm_stage_acquire to _release) */
     int joinable;              /* pinner has not been joined */
     pthread_t pinner;
     struct st_error pin_err;   /* why the pinner failed (stage NULL) */
@@ -211,11 +213,16 @@ void do_gm_stage_prepare(struct gpu_manager *gm, struct gpu_backend *be, int dev
 
 /* The loader's ring for a preload on dev: waits for the pinner, and makes
  * (or makes again, bigger) the ring itself when there is none big enough.
- * NULL with err (naming device) when it cannot be had. Loader thread only;
- * takes the lock itself. */
+ * The rings together stay within staging_limit: idle devices' rings are
+ * freed first, then the ring is made for fewer copy threads (at least
+ * share, the load's share of them, where that fits). shape->threads comes
+ * back as the copy threads the ring serves. NULL with err (naming device)
+ * when it cannot be had. Loader thread only; takes the lock itself;
+ * gm_stage_release when the load is done with it. */
 struct gm_stage *gm_stage_acquire(struct gpu_manager *gm, struct gpu_backend *be, int dev,
-                                  const char *device, const struct gm_ring_shape *shape,
-                                  struct st_error *err);
+                                  const char *device, struct gm_ring_shape *shape,
+                                  unsigned share, struct st_error *err);
+void gm_stage_release(struct gpu_manager *gm, struct gm_stage *st);
 
 /* Closes a ring after a failed load that left it suspect (a device error),
  * or leaks it when reads may still land in it (leak). Loader thread only. */

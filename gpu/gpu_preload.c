@@ -148,16 +148,16 @@ static int copy_shards(struct gpu_manager *gm, struct gm_instance *m, int dev, u
     pthread_mutex_lock(&gm->lock);
     unsigned busy = gm->loading ? gm->loading : 1;
     pthread_mutex_unlock(&gm->lock);
-    shape.threads = shape.threads / busy ? shape.threads / busy : 1;
-    struct gpu_load l = {.be = m->be, .threads = shape.threads, .depth = shape.depth,
-                         .chunk = shape.chunk, .cancel = &m->cancel, .progress = &m->done,
-                         .wait_cqe = io_uring_wait_cqe, .open_direct = open_direct,
-                         .open_arg = &dctx, .gate = m->source ? &m->source->gate : NULL};
-    struct gm_stage *st = gm_stage_acquire(gm, m->be, dev, m->device, &shape, &m->error);
+    unsigned share = shape.threads / busy ? shape.threads / busy : 1;
+    struct gm_stage *st = gm_stage_acquire(gm, m->be, dev, m->device, &shape, share, &m->error);
     m->phase_ns[GM_PHASE_RING] = lap(t);
     if (!st)
         return -EIO;
-    l.stage = st->stage;
+    struct gpu_load l = {.be = m->be, .threads = share < shape.threads ? share : shape.threads,
+                         .depth = shape.depth, .chunk = shape.chunk, .cancel = &m->cancel,
+                         .progress = &m->done, .wait_cqe = io_uring_wait_cqe,
+                         .open_direct = open_direct, .open_arg = &dctx,
+                         .gate = m->source ? &m->source->gate : NULL, .stage = st->stage};
     struct gpu_plan_shard *ps = xcalloc(m->n_shards + 1, sizeof(*ps));
     struct gpu_load_shard *ls = xcalloc(m->n_shards + 1, sizeof(*ls));
     struct gpu_plan plan = {0};
@@ -198,6 +198,7 @@ static int copy_shards(struct gpu_manager *gm, struct gm_instance *m, int dev, u
                            .threads = stats.threads, .depth = l.depth};
     snprintf(m->io.disk_reads, sizeof(m->io.disk_reads), "%s", stats.disk_io);
 out:
+    gm_stage_release(gm, st);
     gpu_plan_free(&plan);
     free(ls);
     free(ps);

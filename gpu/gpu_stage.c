@@ -57,6 +57,72 @@ static int big_enough(const struct gm_stage *st, const struct gm_ring_shape *sha
     return st->stage && st->nbuf >= shape->nbuf && st->buf_bytes >= shape->buf_bytes;
 }
 
+static uint64_t ring_bytes(unsigned nbuf, size_t buf_bytes)
+{
+    return (uint64_t)nbuf * buf_bytes;
+}
+
+/* What the rings other than me hold, made or being made (gm->lock). */
+static uint64_t do_others(const struct gpu_manager *gm, const struct gm_stage *me)
+{
+    uint64_t n = 0;
+    for (size_t i = 0; i < gm->n_stages; i++) {
+        const struct gm_stage *st = &gm->stages[i];
+        if (st != me)
+            n += ring_bytes(st->nbuf, st->buf_bytes) + (st->pinning ? st->pin_bytes : 0);
+    }
+    return n;
+}
+
+/* What staging_limit leaves for me (gm->lock). */
+static uint64_t do_budget(const struct gpu_manager *gm, const struct gm_stage *me)
+{
+    uint64_t others = do_others(gm, me), limit = gm->opt.staging_limit;
+    return !limit ? UINT64_MAX : others < limit ? limit - others : 0;
+}
+
+/* Takes the idle rings of other devices out of the table, into out[]
+ * (closed by the caller without the lock): their devices make them again
+ * on their next preload. Returns how many (gm->lock). */
+static size_t do_take_idle(struct gpu_manager *gm, const struct gm_stage *me,
+                           struct gpu_stage **out, const struct gpu_backend **be)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < gm->n_stages; i++) {
+        struct gm_stage *st = &gm->stages[i];
+        if (st == me || !st->stage || st->in_use || st->pinning)
+            continue;
+        be[n] = st->be;
+        out[n++] = st->stage;
+        st->stage = NULL;
+        st->nbuf = 0;
+        st->buf_bytes = 0;
+    }
+    return n;
+}
+
+/* Copy threads a ring of nbuf buffers serves (0: not even one). */
+static unsigned threads_served(const struct gpu_backend *be, unsigned nbuf, unsigned depth,
+                               unsigned most)
+{
+    unsigned t = most;
+    while (t > 0 && gpu_load_stage_buffers(be, t, depth) > nbuf)
+        t--;
+    return t;
+}
+
+/* Opens a ring on dev with its pinned memory on the device's NUMA node. */
+static struct gpu_stage *open_ring(struct gpu_backend *be, int dev, unsigned nbuf,
+                                   size_t buf_bytes, struct st_error *err)
+{
+    int node = be->devices[dev].numa_node;
+    int placed = node >= 0 && machine_prefer_node(node) == 0;
+    struct gpu_stage *stage = be->ops->stage_open(be, dev, nbuf, buf_bytes, err);
+    if (placed)
+        machine_prefer_node(-1);
+    return stage;
+}
+
 struct pin_job {
     struct gpu_manager *gm;
     struct gm_stage *st;
@@ -72,8 +138,7 @@ static void *pinner_main(void *arg)
     struct gm_stage *st = job->st;
     struct st_error err = {0};
     uint64_t t0 = time_mono_ns();
-    struct gpu_stage *stage = st->be->ops->stage_open(st->be, st->dev, job->nbuf,
-                                                      job->buf_bytes, &err);
+    struct gpu_stage *stage = open_ring(st->be, st->dev, job->nbuf, job->buf_bytes, &err);
     double secs = (double)(time_mono_ns() - t0) / 1e9;
     pthread_mutex_lock(&gm->lock);
     st->stage = stage;
@@ -81,6 +146,7 @@ static void *pinner_main(void *arg)
     st->buf_bytes = stage ? job->buf_bytes : 0;
     st->pin_err = err;
     st->pinning = 0;
+    st->pin_bytes = 0;
     pthread_cond_broadcast(&gm->cond);
     pthread_mutex_unlock(&gm->lock);
     if (stage)
@@ -115,16 +181,19 @@ void do_gm_stage_prepare(struct gpu_manager *gm, struct gpu_backend *be, int dev
         st = &gm->stages[gm->n_stages++];
         *st = (struct gm_stage){.be = be, .dev = dev};
     }
-    if (st->stage)
-        return; /* too small: the loader, alone with it, makes it again */
+    uint64_t need = ring_bytes(shape->nbuf, shape->buf_bytes);
+    if (st->stage || need > do_budget(gm, st))
+        return; /* too small, or over the limit: the loader, alone with it, sees to it */
     do_reap(st);
     struct pin_job *job = malloc(sizeof(*job));
     if (!job)
         return; /* the loader makes it */
     *job = (struct pin_job){gm, st, shape->nbuf, shape->buf_bytes};
     st->pinning = 1;
+    st->pin_bytes = need;
     if (pthread_create(&st->pinner, NULL, pinner_main, job) != 0) {
         st->pinning = 0;
+        st->pin_bytes = 0;
         free(job);
         return;
     }
@@ -146,17 +215,60 @@ void gm_stage_drop(struct gpu_manager *gm, struct gm_stage *st, int leak)
         st->be->ops->stage_close(stage);
 }
 
-struct gm_stage *gm_stage_acquire(struct gpu_manager *gm, struct gpu_backend *be, int dev,
-                                  const char *device, const struct gm_ring_shape *shape,
-                                  struct st_error *err)
+void gm_stage_release(struct gpu_manager *gm, struct gm_stage *st)
 {
+    pthread_mutex_lock(&gm->lock);
+    st->in_use = 0;
+    pthread_mutex_unlock(&gm->lock);
+}
+
+/* Under gm->lock, for a ring st must make: the shape that fits what
+ * staging_limit leaves it, freeing idle rings of other devices into
+ * freed[] when the full one does not fit. Returns 0, or -1 when not even
+ * `share` threads' ring fits, nor one thread's. */
+static int do_fit(struct gpu_manager *gm, struct gm_stage *st, struct gm_ring_shape *shape,
+                  unsigned share, struct gpu_stage **freed, const struct gpu_backend **freed_be,
+                  size_t *n_freed)
+{
+    if (ring_bytes(shape->nbuf, shape->buf_bytes) > do_budget(gm, st))
+        *n_freed = do_take_idle(gm, st, freed, freed_be);
+    uint64_t budget = do_budget(gm, st);
+    if (ring_bytes(shape->nbuf, shape->buf_bytes) <= budget)
+        return 0;
+    unsigned most = share < shape->threads ? share : shape->threads;
+    unsigned nbuf = (unsigned)(budget / shape->buf_bytes < UINT32_MAX ? budget / shape->buf_bytes
+                                                                        : UINT32_MAX);
+    unsigned t = threads_served(st->be, nbuf, shape->depth, most);
+    if (t == 0)
+        return -1;
+    shape->threads = t;
+    shape->nbuf = gpu_load_stage_buffers(st->be, t, shape->depth);
+    return 0;
+}
+
+struct gm_stage *gm_stage_acquire(struct gpu_manager *gm, struct gpu_backend *be, int dev,
+                                  const char *device, struct gm_ring_shape *shape,
+                                  unsigned share, struct st_error *err)
+{
+    struct gpu_stage *freed[GM_MAX_STAGES];
+    const struct gpu_backend *freed_be[GM_MAX_STAGES];
+    size_t n_freed = 0;
     pthread_mutex_lock(&gm->lock);
     struct gm_stage *st = do_find(gm, be, dev);
     while (st && st->pinning)
         pthread_cond_wait(&gm->cond, &gm->lock);
     if (st)
         do_reap(st);
-    if (st && big_enough(st, shape)) {
+    unsigned served = st && st->stage && st->buf_bytes >= shape->buf_bytes
+                          ? threads_served(be, st->nbuf, shape->depth, shape->threads)
+                          : 0;
+    /* Big enough for all the threads, or for this load's share when a
+     * bigger one would not fit the limit: kept. */
+    if (served && (big_enough(st, shape) ||
+                   (served >= share && ring_bytes(shape->nbuf, shape->buf_bytes) >
+                                           do_budget(gm, st)))) {
+        shape->threads = served;
+        st->in_use = 1;
         pthread_mutex_unlock(&gm->lock);
         return st;
     }
@@ -169,31 +281,51 @@ struct gm_stage *gm_stage_acquire(struct gpu_manager *gm, struct gpu_backend *be
         st = &gm->stages[gm->n_stages++];
         *st = (struct gm_stage){.be = be, .dev = dev};
     }
-    int grow = st->stage != NULL;
+    struct gpu_stage *old = st->stage; /* too small: made again */
+    unsigned old_nbuf = st->nbuf;
+    st->stage = NULL;
+    st->nbuf = 0;
+    st->buf_bytes = 0;
+    int fits = do_fit(gm, st, shape, share, freed, freed_be, &n_freed) == 0;
+    uint64_t limit = gm->opt.staging_limit, others = do_others(gm, st);
+    if (fits)
+        st->in_use = 1;
     pthread_mutex_unlock(&gm->lock);
-    if (grow) {
-        /* Made for fewer copy threads (the CPUs this process may use grew:
-         * taskset, a cgroup's cpuset or quota), or smaller buffers: the new
-         * threads' buffers would lie past its end. */
+    for (size_t i = 0; i < n_freed; i++)
+        freed_be[i]->ops->stage_close(freed[i]);
+    if (n_freed)
+        log_msg(LOG_INFO, "gpu: %s: freed %zu idle device(s)' staging rings to stay within "
+                "staging_memory_limit = %llu", device, n_freed, (unsigned long long)limit);
+    if (old) {
         log_msg(LOG_INFO, "gpu: %s: the staging ring of %u buffers is too small for this "
-                "preload's %u: made again", device, st->nbuf, shape->nbuf);
-        gm_stage_drop(gm, st, 0);
+                "preload's %u: made again", device, old_nbuf, shape->nbuf);
+        be->ops->stage_close(old);
+    }
+    if (!fits) {
+        st_error_fail(err, ST_ERR_LIMIT, "the staging rings of the devices loading now hold "
+                      "%llu bytes: staging_memory_limit = %llu leaves no room for one copy "
+                      "thread's ring of %u x %zu bytes on %s (raise it, or lower "
+                      "staging_buffer_bytes)", (unsigned long long)others,
+                      (unsigned long long)limit, gpu_load_stage_buffers(be, 1, shape->depth),
+                      shape->buf_bytes, device);
+        return NULL;
     }
     struct st_error e;
-    struct gpu_stage *stage = be->ops->stage_open(be, dev, shape->nbuf, shape->buf_bytes, &e);
+    struct gpu_stage *stage = open_ring(be, dev, shape->nbuf, shape->buf_bytes, &e);
+    pthread_mutex_lock(&gm->lock);
+    st->stage = stage;
+    st->nbuf = stage ? shape->nbuf : 0;
+    st->buf_bytes = stage ? shape->buf_bytes : 0;
+    st->in_use = stage != NULL;
+    pthread_mutex_unlock(&gm->lock);
     if (!stage) {
         st_error_fail(err, e.code, "%s (%u staging buffers of %zu bytes: lower "
                       "preload_threads, staging_buffers or staging_buffer_bytes)", e.message,
                       shape->nbuf, shape->buf_bytes);
         return NULL;
     }
-    pthread_mutex_lock(&gm->lock);
-    st->stage = stage;
-    st->nbuf = shape->nbuf;
-    st->buf_bytes = shape->buf_bytes;
-    pthread_mutex_unlock(&gm->lock);
-    log_msg(LOG_INFO, "gpu: %s: staging ring of %u x %zu bytes", device, shape->nbuf,
-            shape->buf_bytes);
+    log_msg(LOG_INFO, "gpu: %s: staging ring of %u x %zu bytes for %u copy threads", device,
+            shape->nbuf, shape->buf_bytes, shape->threads);
     return st;
 }
 

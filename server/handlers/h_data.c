@@ -271,19 +271,22 @@ struct answer *handle_gpu_answer(struct answer *a, int rc, int status, struct js
     return answer_jsonw(a, (unsigned)status, w);
 }
 
-/* GET and DELETE's ?device= and &rank=: the instances they name. */
+/* GET and DELETE's ?device=, &rank= and &world=: the instances they name. */
 static int gpu_which(const struct request_view *v, struct gm_which *which,
                      struct gm_device *where, struct gpu_req_error *e)
 {
     int bad = 0;
     char *device = view_query(v, "device", 0, NULL, &bad);
     char *rank = view_query(v, "rank", 0, NULL, &bad);
-    int rc = bad ? -EINVAL : gpu_req_which(v->srv->gpu, device, rank, which, where, e);
+    char *world = view_query(v, "world", 0, NULL, &bad);
+    int rc = bad ? -EINVAL : gpu_req_which(v->srv->gpu, device, rank, world, which, where, e);
     if (bad)
         *e = (struct gpu_req_error){.code = "bad_request", .http_status = HTTP_BAD_REQUEST,
-                                    .message = "device= or rank= is not percent-encoded text"};
+                                    .message = "device=, rank= or world= is not percent-encoded "
+                                               "text"};
     free(device);
     free(rank);
+    free(world);
     return rc;
 }
 
@@ -313,7 +316,7 @@ struct answer *handle_gpu(const struct request_view *v, struct answer *a, const 
     } else if (strcmp(method, "DELETE") == 0) {
         rc = gpu_req_evict(gm, model, &which, &w, &status, &e);
     } else {
-        int named = which.where || which.rank >= 0;
+        int named = which.where || which.rank >= 0 || which.world;
         gpu_doc_model(gm, model, named ? &which : NULL, &w);
     }
     return handle_gpu_answer(a, rc, status, &w, &e);

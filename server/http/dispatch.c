@@ -185,7 +185,7 @@ static int refuse_request(const struct request_view *v, struct answer *a, enum r
     static const char *const tensor_args[] = {"slice", "format", "npy_dtype", NULL};
     static const char *const metrics_args[] = {"format", NULL};
     static const char *const fetch_args[] = {"q", NULL};
-    static const char *const gpu_args[] = {"device", "rank", NULL};
+    static const char *const gpu_args[] = {"device", "rank", "world", NULL};
     const struct server *srv = v->srv;
     const char *method = v->method;
     if (atomic_load(&srv->connections) > srv->cfg->max_connections) {

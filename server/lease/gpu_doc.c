@@ -265,6 +265,7 @@ void gpu_doc_options(struct gm_options *opt, const struct config *cfg)
                                .staging_buffer_bytes = cfg->staging_buffer_bytes,
                                .preload_threads = cfg->preload_threads,
                                .memory_limit = cfg->preload_memory_limit,
+                               .staging_limit = cfg->staging_memory_limit,
                                .verify = cfg->verify,
                                .legacy_ipc = cfg->legacy_ipc};
 }
@@ -315,6 +316,8 @@ static void devices(struct jsonw *w, const struct gpu_backend *cuda)
         jsonw_kstr(w, "uuid", d->uuid);
         jsonw_kstr(w, "name", d->name);
         jsonw_ku64(w, "memory_bytes", d->memory_bytes);
+        if (d->numa_node >= 0)
+            jsonw_ki64(w, "numa_node", d->numa_node);
         if (d->error[0])
             jsonw_kstr(w, "error", d->error);
         jsonw_obj_end(w);
@@ -342,6 +345,7 @@ void gpu_doc_status(struct gpu_manager *gm, const char *socket_path, struct json
     for (size_t i = 0; i < n_staging && i < 16; i++)
         jsonw_ku64(w, staging[i].device, staging[i].bytes);
     jsonw_obj_end(w);
+    jsonw_ku64(w, "staging_memory_limit", gpu_manager_staging_limit(gm));
     jsonw_key(w, "models");
     rows(w, gm, 0);
     if (!cuda)
@@ -427,8 +431,7 @@ void gpu_doc_model(struct gpu_manager *gm, const char *model, const struct gm_wh
     struct gm_view v, vs[MAX_SHOWN];
     size_t n = shown_views(gm, model, vs), pick = n, matching = 0;
     for (size_t i = 0; which && i < n; i++)
-        if ((!which->where || (vs[i].be == which->where->be && vs[i].dev == which->where->dev)) &&
-            (which->rank < 0 || vs[i].rank == (unsigned)which->rank)) {
+        if (gm_which_holds(which, vs[i].be, vs[i].dev, vs[i].world, vs[i].rank)) {
             matching++;
             if (pick == n)
                 pick = i;

@@ -251,8 +251,17 @@ int gpu_req_preload_model(struct gpu_manager *gm, const char *model, const char 
 
 /* ---- GET and DELETE ------------------------------------------------------------ */
 
+/* A query's number: plain decimal digits, at most INT32_MAX. -1 when not. */
+static long query_number(const char *text)
+{
+    char *end;
+    unsigned long v = strtoul(text, &end, 10);
+    return text[0] < '0' || text[0] > '9' || *end || v > INT32_MAX ? -1 : (long)v;
+}
+
 int gpu_req_which(struct gpu_manager *gm, const char *device, const char *rank,
-                  struct gm_which *which, struct gm_device *where, struct gpu_req_error *e)
+                  const char *world, struct gm_which *which, struct gm_device *where,
+                  struct gpu_req_error *e)
 {
     struct st_error err;
     *which = (struct gm_which){.rank = -1};
@@ -260,13 +269,12 @@ int gpu_req_which(struct gpu_manager *gm, const char *device, const char *rank,
         return refused(GPU_OP_DEVICE, &err, -EINVAL, e);
     if (device)
         which->where = where;
-    if (rank) {
-        char *end;
-        unsigned long v = strtoul(rank, &end, 10);
-        if (rank[0] < '0' || rank[0] > '9' || *end || v > INT32_MAX)
-            return bad_request(e, "rank=%.40s is not a rank (0, 1, ...)", rank);
-        which->rank = (int)v;
-    }
+    if (rank && (which->rank = (int)query_number(rank)) < 0)
+        return bad_request(e, "rank=%.40s is not a rank (0, 1, ...)", rank);
+    long n = world ? query_number(world) : 0;
+    if (n <= 0 && world)
+        return bad_request(e, "world=%.40s is not a world (1, 2, ...)", world);
+    which->world = (unsigned)n;
     return 0;
 }
 

@@ -66,12 +66,13 @@ int gpu_req_preload_model(struct gpu_manager *gm, const char *model, const char 
                           const struct reg_model *rm, struct gm_source **src, struct jsonw *w,
                           int *http_status, struct gpu_req_error *e);
 
-/* The instances GET or DELETE name by their query's "device" and "rank"
- * (either may be NULL: any): *which, its device in *where. Returns 0, or
- * -EINVAL with e (400 bad_device, bad_request for a rank that is no
- * non-negative integer, 503 gpu_unavailable). */
+/* The instances GET or DELETE name by their query's "device", "rank" and
+ * "world" (each may be NULL: any): *which, its device in *where. Returns 0,
+ * or -EINVAL with e (400 bad_device, bad_request for a rank or world that
+ * is no plain decimal number, 503 gpu_unavailable). */
 int gpu_req_which(struct gpu_manager *gm, const char *device, const char *rank,
-                  struct gm_which *which, struct gm_device *where, struct gpu_req_error *e);
+                  const char *world, struct gm_which *which, struct gm_device *where,
+                  struct gpu_req_error *e);
 
 /* DELETE: evicts the instances which names (every one of the model by
  * default). One: {"model", "state": "none" | "draining", "device",

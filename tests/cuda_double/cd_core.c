@@ -344,6 +344,19 @@ static CUresult cd_CtxGetCurrent(CUcontext *c)
     return CUDA_SUCCESS;
 }
 
+/* cuDeviceGetPCIBusId: "domain:bus:device.function", a bus per device. */
+static CUresult cd_DeviceGetPCIBusId(char *bus, int len, CUdevice dev)
+{
+    cd_lock();
+    CUresult r = dev_call("cuDeviceGetPCIBusId", dev);
+    if (r == CUDA_SUCCESS && (!bus || len < 13))
+        r = cd_fail(CUDA_ERROR_INVALID_VALUE, "cuDeviceGetPCIBusId", "buffer of %d bytes", len);
+    if (r == CUDA_SUCCESS)
+        snprintf(bus, (size_t)len, "0000:%02X:00.0", 0x1b + dev);
+    cd_unlock();
+    return r;
+}
+
 static CUresult cd_CtxGetDevice(CUdevice *d)
 {
     cd_lock();
@@ -422,6 +435,7 @@ static const struct {
     P("cuCtxSetCurrent", 4000, cd_CtxSetCurrent),
     P("cuCtxGetCurrent", 4000, cd_CtxGetCurrent),
     P("cuCtxGetDevice", 2000, cd_CtxGetDevice),
+    P("cuDeviceGetPCIBusId", 4010, cd_DeviceGetPCIBusId),
     P("cuCtxPushCurrent", 4000, cd_CtxPushCurrent),
     P("cuCtxPopCurrent", 4000, cd_CtxPopCurrent),
     P("cuCtxSynchronize", 2000, cd_CtxSynchronize),

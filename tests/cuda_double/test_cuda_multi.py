@@ -189,6 +189,13 @@ def test_one_model_on_two_devices(workdir):
     assert sorted(i["device"] for i in m["gpu"]["instances"]) == ["cuda:0", "cuda:1"], m
     want = {k: v[:2] + [v[2]] for k, v in expected(root, "two").items()}
     w0, w1 = Worker(d, "two", "cuda:0"), Worker(d, "two", "cuda:1")
+    # The metrics per device: each holds the model once and one lease.
+    prom = d.get("/metrics").body.decode()
+    for dev in ("cuda:0", "cuda:1"):
+        for fam, v in (("resident_bytes", 2 << 20), ("leases_active", 1), ("instances", 1)):
+            assert f'tensord_gpu_device_{fam}{{device="{dev}"}} {v}\n' in prom, (fam, dev, prom)
+    devs = {x["device"]: x for x in d.json("/v1/metrics")["gpu"]["devices"]}
+    assert devs["cuda:1"]["leases_active"] == 1 and devs["cuda:1"]["instances"] == 1, devs
     for w, dev in ((w0, "cuda:0"), (w1, "cuda:1")):
         assert w.snap["device"] == dev and w.snap["verify"], w.snap
         assert w.snap["tensors"] == want
@@ -346,4 +353,39 @@ def test_reload_reloads_every_instance(workdir):
     assert w.snap["world"] == 1 and w.snap["tensors"] == {
         k: [dt, list(sh), sha(b)] for k, (dt, sh, b) in tensors(root, "tp").items()}, w.snap
     w.end()
+    d.finish()
+
+
+def test_staging_memory_limit(workdir):
+    # 4 copy threads, 3 disk reads: a full ring is 3 + 2 x 4 = 11 buffers
+    # of 64 KiB + 8 KiB (O_DIRECT slack), one thread's 5.
+    buf = (64 << 10) + 8192
+    full, one = 11 * buf, 5 * buf
+    d, root = start(workdir, args=["--preload-threads", "4",
+                                   "--staging-memory-limit", str(full + one)])
+    status = lambda: d.json("/v1/models")["gpu"]
+    assert status()["staging_memory_limit"] == full + one
+    assert d.preload("two", "cuda:0")["state"] == "ready"
+    assert status()["staging_bytes"] == {"cuda:0": full}
+    # cuda:1's full ring does not fit beside cuda:0's idle one: that goes.
+    r = post(d, "tp", {"device": "cuda:1"})
+    assert r.status == 202, r.body
+    s = d.wait("tp", lambda s: s["state"] == "ready")
+    assert status()["staging_bytes"] == {"cuda:1": full}
+    assert "staging ring of 11 x 73728 bytes for 4 copy threads" in d.log_tail()
+    assert "freed 1 idle device(s)' staging rings" in d.log_tail()
+    d.finish()
+    # A limit below a full ring: the ring is made for the threads that fit.
+    d, root = start(workdir, args=["--preload-threads", "4",
+                                   "--staging-memory-limit", str(one + buf)])
+    s = d.preload("two", "cuda:1")
+    assert s["state"] == "ready" and s["preload"]["io"]["threads"] == 1, s
+    assert status()["staging_bytes"] == {"cuda:1": one}
+    assert "staging ring of 5 x 73728 bytes for 1 copy threads" in d.log_tail()
+    d.finish()
+    # Not even one thread's ring: the preload fails saying so.
+    d, root = start(workdir, args=["--preload-threads", "4",
+                                   "--staging-memory-limit", str(one - 1)])
+    s = d.preload("two", "cuda:0")
+    assert s["state"] == "failed" and "staging_memory_limit" in s["reason"], s
     d.finish()

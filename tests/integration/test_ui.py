@@ -226,16 +226,34 @@ def test_gpu_preload_and_evict_on_host(ui_daemon, desktop):
     b.eval("document.getElementById('preload-model').value = 'demo-f32'")
     b.eval("document.getElementById('preload-device').value = 'host'")
     b.eval("document.getElementById('preload').click()")
-    b.wait_for("(() => { const t = document.querySelector('#instances'); "
-               "return t && /demo-f32\\s*host\\s*ready/.test(t.textContent); })()")
+    host = "document.querySelector('#instances section[data-device=\"host\"]')"
+    b.wait_for(f"(() => {{ const t = {host}; "
+               "return t && /demo-f32\\s*whole\\s*ready/.test(t.textContent); })()")
     assert json.loads(d.get("/v1/models/demo-f32/gpu").body)["state"] == "ready"
-    assert "100%" in b.eval("document.querySelector('#instances').textContent")
+    assert "100%" in b.eval(host + ".textContent")
     shot(b, "gpu-preloaded-1280")
-    btn = "[...document.querySelectorAll('#instances button')].find(x => x.getAttribute('aria-label') === 'Evict demo-f32')"
+    # Two ranks of a split on the same device: one row each, evicted alone.
+    r = d.request("POST", "/v1/models/demo-sharded/gpu", body=json.dumps(
+        {"devices": ["host", "host"], "split": {"world": 2, "rules": [{"match": "*", "dim": 0}]}}
+    ).encode())
+    assert r.status == 202, r.body
+    b.wait_for(f"(() => {{ const t = {host}; return t && /rank 0 of 2\\s*ready/.test(t.textContent)"
+               " && /rank 1 of 2\\s*ready/.test(t.textContent); })()")
+    shot(b, "gpu-ranks-1280")
+    rank1 = ("[...document.querySelectorAll('#instances button')].find(x => "
+             "x.getAttribute('aria-label') === 'Evict demo-sharded on host (rank 1 of 2)')")
+    b.eval(rank1 + ".click()")
+    b.eval(rank1 + ".click()")
+    b.wait_for(f"!/rank 1 of 2/.test({host}.textContent)")
+    s = json.loads(d.get("/v1/models/demo-sharded/gpu").body)
+    assert s["state"] == "ready" and s["rank"] == 0 and s["world"] == 2, s
+    assert d.request("DELETE", "/v1/models/demo-sharded/gpu").status == 200
+    btn = ("[...document.querySelectorAll('#instances button')].find(x => "
+           "x.getAttribute('aria-label') === 'Evict demo-f32 on host')")
     b.eval(btn + ".click()")
     assert b.eval(btn + ".textContent") == "Confirm evict"
     b.eval(btn + ".click()")
-    b.wait_for("!document.querySelector('#instances')")
+    b.wait_for("document.querySelector('#no-instances')")
     assert json.loads(d.get("/v1/models/demo-f32/gpu").body)["state"] == "none"
     shot(b, "gpu-evicted-1280")
     assert_clean(b)

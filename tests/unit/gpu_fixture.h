@@ -220,7 +220,7 @@ static json_t *model_json_at(struct gpu_manager *gm, const char *model, const ch
     struct gpu_req_error e;
     struct gm_which which;
     struct gm_device where;
-    if (gpu_req_which(gm, device, rank, &which, &where, &e) < 0)
+    if (gpu_req_which(gm, device, rank, NULL, &which, &where, &e) < 0)
         return refusal(&e);
     gpu_doc_model(gm, model, &which, &w);
     return parsed(&w);
@@ -273,7 +273,7 @@ static json_t *evict_at(struct gpu_manager *gm, const char *model, const char *d
     struct jsonw w = JSONW_INIT;
     struct gm_which which;
     struct gm_device where;
-    if (gpu_req_which(gm, device, rank, &which, &where, &e) == 0 &&
+    if (gpu_req_which(gm, device, rank, NULL, &which, &where, &e) == 0 &&
         gpu_req_evict(gm, model, &which, &w, status, &e) == 0)
         return parsed(&w);
     *status = e.http_status;

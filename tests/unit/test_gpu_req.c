@@ -99,7 +99,7 @@ TEST(splits_and_devices)
     gpu_req_preload_free(&p);
 }
 
-/* ?device= and &rank=: a rank is a plain decimal number. */
+/* ?device=, &rank= and &world=: a rank and a world are plain decimal numbers. */
 TEST(which_instances)
 {
     struct fx f;
@@ -109,16 +109,19 @@ TEST(which_instances)
     struct gm_which which;
     struct gm_device where;
     struct gpu_req_error e;
-    CHECK(gpu_req_which(gm, NULL, NULL, &which, &where, &e) == 0);
-    CHECK(!which.where && which.rank == -1);
-    CHECK(gpu_req_which(gm, "host", "3", &which, &where, &e) == 0);
-    CHECK(which.where == &where && which.rank == 3);
+    CHECK(gpu_req_which(gm, NULL, NULL, NULL, &which, &where, &e) == 0);
+    CHECK(!which.where && which.rank == -1 && which.world == 0);
+    CHECK(gpu_req_which(gm, "host", "3", "4", &which, &where, &e) == 0);
+    CHECK(which.where == &where && which.rank == 3 && which.world == 4);
+    CHECK(gpu_req_which(gm, NULL, NULL, "0", &which, &where, &e) == -EINVAL);
+    CHECK_CONTAINS(e.message, "world=0");
     static const char *const bad[] = {"", "-1", "+1", "x", "1x", " 1", "99999999999999999999"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-        CHECK(gpu_req_which(gm, NULL, bad[i], &which, &where, &e) == -EINVAL);
+        CHECK(gpu_req_which(gm, NULL, bad[i], NULL, &which, &where, &e) == -EINVAL);
+        CHECK(gpu_req_which(gm, NULL, NULL, bad[i], &which, &where, &e) == -EINVAL);
         CHECK(e.http_status == 400 && strcmp(e.code, "bad_request") == 0);
     }
-    CHECK(gpu_req_which(gm, "cuda:x", NULL, &which, &where, &e) < 0);
+    CHECK(gpu_req_which(gm, "cuda:x", NULL, NULL, &which, &where, &e) < 0);
     CHECK(e.http_status == 400 && strcmp(e.code, "bad_device") == 0);
     fx_free(&f);
 }

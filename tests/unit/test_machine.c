@@ -4,6 +4,9 @@
  * root, limits set on a parent, none at all), and sane answers from the
  * machine the tests run on. */
 #include <limits.h>
+#include <linux/mempolicy.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "machine.h"
 #include "test.h"
@@ -128,6 +131,44 @@ TEST(no_limits_and_junk)
     CHECK(machine_memory_at("/nonexistent", &m) < 0);
 }
 
+/* A GPU's NUMA node from sysfs by its PCI bus id, in either case; names
+ * that are no bus id, unknown devices and -1 are no node. */
+TEST(pci_numa_node)
+{
+    char *r = new_root();
+    put(r, "sys/bus/pci/devices/0000:3b:00.0/numa_node", "1\n");
+    put(r, "sys/bus/pci/devices/0000:86:00.0/numa_node", "-1\n");
+    put(r, "sys/bus/pci/devices/0000:87:00.0/numa_node", "x\n");
+    put(r, "sys/numa_node", "0\n");
+    CHECK(machine_pci_numa_node(r, "0000:3B:00.0") == 1);
+    CHECK(machine_pci_numa_node(r, "0000:3b:00.0") == 1);
+    CHECK(machine_pci_numa_node(r, "0000:86:00.0") == -1);
+    CHECK(machine_pci_numa_node(r, "0000:87:00.0") == -1);
+    CHECK(machine_pci_numa_node(r, "0000:99:00.0") == -1);
+    CHECK(machine_pci_numa_node(r, "../../..") == -1);
+    CHECK(machine_pci_numa_node(r, "") == -1);
+    free(r);
+}
+
+/* The thread's policy: node 0 preferred, then the default again. */
+TEST(prefer_node)
+{
+    int rc = machine_prefer_node(0);
+    if (rc == -ENOSYS) {
+        fprintf(stderr, "  (no NUMA in this kernel)\n");
+        return;
+    }
+    CHECK(rc == 0);
+    int mode = -1;
+    unsigned long mask[16] = {0};
+    CHECK(syscall(SYS_get_mempolicy, &mode, mask, 1024UL + 1, NULL, 0UL) == 0);
+    CHECK(mode == MPOL_PREFERRED && (mask[0] & 1));
+    CHECK(machine_prefer_node(-1) == 0);
+    CHECK(syscall(SYS_get_mempolicy, &mode, mask, 1024UL + 1, NULL, 0UL) == 0);
+    CHECK(mode == MPOL_DEFAULT);
+    CHECK(machine_prefer_node(5000) == -EINVAL);
+}
+
 TEST(this_machine)
 {
     unsigned cpus = machine_cpus();
@@ -148,6 +189,8 @@ int main(void)
     RUN(v1_and_hybrid);
     RUN(container_mount_root);
     RUN(no_limits_and_junk);
+    RUN(pci_numa_node);
+    RUN(prefer_node);
     RUN(this_machine);
     char *cmd = xasprintf("rm -rf '%s'", base);
     if (system(cmd) != 0)

@@ -99,7 +99,25 @@ TEST(status_classes_and_gauges)
     metrics_add((enum metrics_ctr)99, 1); /* ignored */
     metrics_set_registry(5, 1, 12, 3400, 1ULL << 40, 7);
     metrics_set_gpu(123456789, 3, 2.5e9, 1 << 20);
+    struct metrics_gpu_device devs[2] = {
+        {.device = "cuda:0", .resident_bytes = 100, .leases_active = 2, .staging_bytes = 7,
+         .instances = 3, .loading = 1},
+        {.device = "cuda:1", .resident_bytes = 5}};
+    metrics_set_gpu_devices(devs, 2);
     char *p = metrics_render_prometheus();
+    CHECK(sample(p, "tensord_gpu_device_resident_bytes{device=\"cuda:0\"}") == 100);
+    CHECK(sample(p, "tensord_gpu_device_resident_bytes{device=\"cuda:1\"}") == 5);
+    CHECK(sample(p, "tensord_gpu_device_leases_active{device=\"cuda:0\"}") == 2);
+    CHECK(sample(p, "tensord_gpu_device_staging_bytes{device=\"cuda:0\"}") == 7);
+    CHECK(sample(p, "tensord_gpu_device_instances{device=\"cuda:0\"}") == 3);
+    CHECK(sample(p, "tensord_gpu_device_loading{device=\"cuda:0\"}") == 1);
+    CHECK(sample(p, "tensord_gpu_device_loading{device=\"cuda:1\"}") == 0);
+    CHECK_CONTAINS(p, "# TYPE tensord_gpu_device_resident_bytes gauge\n");
+    char *j = metrics_render_json();
+    CHECK_CONTAINS(j, "\"devices\":[{\"device\":\"cuda:0\",\"resident_bytes\":100,"
+                      "\"leases_active\":2,\"staging_bytes\":7,\"instances\":3,\"loading\":true},"
+                      "{\"device\":\"cuda:1\",");
+    free(j);
     CHECK(sample(p, "tensord_http_requests_total{endpoint=\"file\",code=\"1xx\"}") == 1);
     CHECK(sample(p, "tensord_http_requests_total{endpoint=\"file\",code=\"4xx\"}") == 2);
     CHECK(sample(p, "tensord_http_requests_total{endpoint=\"file\",code=\"5xx\"}") == 1);
@@ -271,6 +289,8 @@ static void dump_for_promtool(const char *path)
     metrics_conn_opened();
     metrics_set_registry(3, 1, 7, 1000, 1 << 30, 2);
     metrics_set_gpu(1 << 30, 1, 1.5e10, 0);
+    struct metrics_gpu_device dev = {.device = "cuda:0", .resident_bytes = 1 << 30};
+    metrics_set_gpu_devices(&dev, 1);
     metrics_hash_progress(3 << 30, 40, 1);
     metrics_set_hashing(2, 1 << 30, 40, 42);
     char *p = metrics_render_prometheus();

@@ -644,7 +644,7 @@
     const items = [];
     const add = (k, v) => {
       const text = typeof v === "number" && /per_second/.test(k) ? fmtSI(v, "B/s")
-                 : typeof v === "number" && /bytes/.test(k) ? fmtBytes(v) : String(v);
+                 : typeof v === "number" && /bytes|memory_limit/.test(k) ? fmtBytes(v) : String(v);
       items.push(el("dt", { text: k.replace(/_/g, " ") }), el("dd", { text }));
     };
     for (const [k, v] of Object.entries(obj || {})) {
@@ -661,10 +661,10 @@
     const info = el("div", {});
     const devices = el("div", {});
     const form = el("form", { class: "toolbar", id: "preload-form" });
-    const loaded = el("div", {});
+    const loaded = el("div", { id: "instances" });
     main.append(el("h2", { text: "GPU" }), info, el("h3", { text: "Devices" }), devices,
                 el("h3", { text: "Preload" }), form,
-                el("h3", { text: "Preloaded models" }), loaded);
+                el("h3", { text: "Preloaded models, by device" }), loaded);
     const modelSel = el("select", { id: "preload-model", "aria-label": "Model to preload" });
     const deviceSel = el("select", { id: "preload-device", "aria-label": "Device" });
     const go = el("button", { type: "submit", class: "primary", id: "preload", text: "Preload" });
@@ -689,7 +689,11 @@
       }
     });
 
-    async function evict(name, btn) {
+    // An instance's query: its device, world and rank name it alone.
+    const instQuery = (m) => "?device=" + enc(m.device) + "&world=" + (m.world || 1) + "&rank=" + (m.rank || 0);
+    const instLabel = (m) => m.name + " on " + m.device + (m.world > 1 ? " (rank " + m.rank + " of " + m.world + ")" : "");
+
+    async function evict(m, btn) {
       if (armed !== btn) {
         armed = btn;
         btn.textContent = "Confirm evict";
@@ -700,8 +704,8 @@
       armed = null;
       btn.disabled = true;
       try {
-        const { doc } = await api(modelPath(name) + "/gpu", { method: "DELETE" });
-        setStatus("Evicted " + name + ": " + doc.state + (doc.leases ? " (" + doc.leases + " leases)" : "") + ".");
+        const { doc } = await api(modelPath(m.name) + "/gpu" + instQuery(m), { method: "DELETE" });
+        setStatus("Evicted " + instLabel(m) + ": " + doc.state + (doc.leases ? " (" + doc.leases + " leases)" : "") + ".");
         await refresh();
       } catch (err) {
         setStatus(explain(err, true), true);
@@ -719,14 +723,19 @@
            g.ipc_socket ? [" · lease socket ", el("code", { text: String(g.ipc_socket) })] : []),
         kvList(g, ["available", "reason", "ipc_socket"]) || "");
       const devs = Array.isArray(g.devices) ? g.devices : [];
+      const inst = Array.isArray(g.models) ? g.models : [];
+      const onDev = (name) => inst.filter((m) => m.device === name);
       const devRow = (d) => el("tr", {},
         el("td", { text: "cuda:" + d.index }), el("td", { text: String(d.name || "") }),
         el("td", { class: "mono small", text: String(d.uuid || "") }), el("td", { text: fmtBytes(d.memory_bytes) }),
+        el("td", { class: "num", text: fmtInt(onDev("cuda:" + d.index).length) }),
+        el("td", { class: "num", text: fmtInt(onDev("cuda:" + d.index).reduce((n, m) => n + (m.leases || 0), 0)) }),
         el("td", { class: "small" }, d.error ? el("span", { class: "bad", text: String(d.error) })
                                              : kvList(d, ["index", "name", "uuid", "memory_bytes", "error"])));
       devices.replaceChildren(devs.length
         ? el("div", { class: "scroll-x" }, el("table", { class: "grid", id: "devices" },
-            el("thead", {}, el("tr", {}, ["Index", "Name", "UUID", "Memory", "Notes"].map((h) => el("th", { scope: "col", text: h })))),
+            el("thead", {}, el("tr", {}, ["Index", "Name", "UUID", "Memory", "Instances", "Leases", "Notes"].map((h, i) =>
+              el("th", { scope: "col", class: i === 4 || i === 5 ? "num" : null, text: h })))),
             el("tbody", {}, devs.map(devRow))))
         : el("p", { class: "muted small", text: "No CUDA device." +
             ((g.backends || []).includes("host") ? " The host backend (shared memory) is there." : "") }));
@@ -746,35 +755,41 @@
       }
       go.disabled = !ready.length || !targets.length;
 
-      const inst = Array.isArray(g.models) ? g.models : [];
-      const details = await Promise.all(inst.map((m) =>
-        api(modelPath(m.name) + "/gpu").then((r) => r.doc, () => m)));
+      // Each instance in full (a draining one as its row says: a new
+      // generation may hold its device, world and rank now).
+      const details = await Promise.all(inst.map((m) => m.state === "draining" ? m
+        : api(modelPath(m.name) + "/gpu" + instQuery(m)).then((r) => r.doc, () => m)));
       let busy = false;
-      const rows = details.map((d, i) => {
-        const name = inst[i].name;
+      const rowOf = (d, i) => {
+        const m = inst[i];
         const prog = d.progress || {};
         busy = busy || d.state === "loading";
-        const btn = el("button", { type: "button", text: "Evict", "aria-label": "Evict " + name });
-        btn.addEventListener("click", () => evict(name, btn));
+        const btn = el("button", { type: "button", text: "Evict", "aria-label": "Evict " + instLabel(m) });
+        btn.addEventListener("click", () => evict(m, btn));
         const pre = d.preload && typeof d.preload === "object" ? d.preload : null;
         return el("tr", {},
-          el("td", { class: "name" }, el("a", { href: "#/model/" + enc(name), text: name })),
-          el("td", { "data-label": "Device", text: String(d.device || inst[i].device || "") }),
+          el("td", { class: "name" }, el("a", { href: "#/model/" + enc(m.name), text: m.name })),
+          el("td", { "data-label": "Part", text: m.world > 1 ? "rank " + m.rank + " of " + m.world : "whole" }),
           el("td", { "data-label": "State" }, el("span", { class: "pill " + stateClass(d.state), text: String(d.state) }),
              d.reason ? el("span", { class: "reason", text: String(d.reason) }) : null),
           el("td", { "data-label": "Progress" }, typeof prog.fraction === "number"
             ? [el("progress", { max: 1, value: prog.fraction, "aria-label": "loaded" }), " " + Math.round(prog.fraction * 100) + "%",
                el("span", { class: "small muted", text: " " + fmtBytes(prog.bytes_done) + " / " + fmtBytes(prog.bytes_total) })] : "—"),
-          el("td", { class: "num", "data-label": "Leases", text: fmtInt(typeof d.leases === "number" ? d.leases : inst[i].leases) }),
+          el("td", { class: "num", "data-label": "Leases", text: fmtInt(typeof d.leases === "number" ? d.leases : m.leases) }),
           el("td", { class: "num", "data-label": "Generation", text: fmtInt(d.generation) }),
           el("td", { class: "small", "data-label": "Preload" }, pre ? kvList(pre, []) : "—"),
           el("td", {}, btn));
-      });
-      loaded.replaceChildren(rows.length ? el("div", { class: "scroll-x" }, el("table", { class: "grid stack", id: "instances" },
-        el("thead", {}, el("tr", {}, ["Model", "Device", "State", "Progress", "Leases", "Generation", "Preload", ""].map((h, i) =>
-          el("th", { scope: "col", class: i === 4 || i === 5 ? "num" : null, text: h })))),
-        el("tbody", {}, rows)))
-        : el("p", { class: "muted small", text: "No model is preloaded." }));
+      };
+      // One table per device that holds instances, in the devices' order.
+      const order = targets.concat(inst.map((m) => m.device).filter((n, i, a) => !targets.includes(n) && a.indexOf(n) === i));
+      const sections = order.filter((n) => onDev(n).length).map((n) => el("section", { class: "device", "data-device": n },
+        el("h4", { text: n }),
+        el("div", { class: "scroll-x" }, el("table", { class: "grid stack instances" },
+          el("thead", {}, el("tr", {}, ["Model", "Part", "State", "Progress", "Leases", "Generation", "Preload", ""].map((h, i) =>
+            el("th", { scope: "col", class: i === 4 || i === 5 ? "num" : null, text: h })))),
+          el("tbody", {}, inst.map((m, i) => m.device === n ? rowOf(details[i], i) : null).filter(Boolean))))));
+      loaded.replaceChildren(...(sections.length ? sections
+        : [el("p", { class: "muted small", id: "no-instances", text: "No model is preloaded." })]));
       return busy ? 1000 : 3000;
     }
 
