@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "digest.h"
+#include "json_scan.h"
 #include "mirror_int.h"
 #include "util.h"
 
@@ -333,6 +334,7 @@ static int meta_job_run(struct mirror *m, struct upstream_conn *c, void *data,
     /* Only what the upstream confirmed is reused: an error is asked again. */
     if (rc == 0 && d->meta.status == 200)
         meta_store(m, d->key, &d->meta);
+    upstream_answer_free(&a);
     return rc;
 }
 
@@ -366,7 +368,30 @@ static void doc_job_free(void *p)
     free(d->ctype);
     free_secret(d->auth);
     free(d->doc.body);
+    upstream_answer_free(&d->doc.a);
     free(d);
+}
+
+/* Whether doc's body is one JSON document (UTF-8, no NUL, an object or
+ * an array, nothing after it); else doc->not_json says why. */
+static int doc_is_json(struct mirror_doc *doc)
+{
+    struct json_scan s;
+    const char *why = NULL;
+    if (doc->len == 0)
+        why = "empty";
+    else if (memchr(doc->body, '\0', doc->len))
+        why = "it holds a NUL byte";
+    else if (!utf8_valid(doc->body, doc->len))
+        why = "it is not UTF-8";
+    if (!why) {
+        json_scan_init(&s, doc->body, doc->len);
+        if (json_scan_document(&s) < 0)
+            why = s.text;
+    }
+    if (why)
+        snprintf(doc->not_json, sizeof(doc->not_json), "%s", why);
+    return !why;
 }
 
 static int doc_job_run(struct mirror *m, struct upstream_conn *c, void *data,
@@ -374,8 +399,11 @@ static int doc_job_run(struct mirror *m, struct upstream_conn *c, void *data,
 {
     (void)m;
     struct doc_job *d = data;
-    return upstream_request(c, d->method, d->target, d->body, d->body_len, d->ctype, d->auth,
-                            MIRROR_DOC_MAX, &d->doc.body, &d->doc.len, &d->doc.a, err);
+    int rc = upstream_request(c, d->method, d->target, d->body, d->body_len, d->ctype, d->auth,
+                              MIRROR_DOC_MAX, &d->doc.body, &d->doc.len, &d->doc.a, err);
+    if (rc == 0) /* here, on a job thread: a large document is no HTTP thread's work */
+        d->doc.json = doc_is_json(&d->doc);
+    return rc;
 }
 
 struct mirror_job *mirror_job_doc(struct mirror *m, const char *method, const char *target,

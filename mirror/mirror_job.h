@@ -44,11 +44,15 @@ struct mirror_meta {
 };
 
 /* A document passed through: the upstream's status, its headers that
- * clients read, and its body. */
+ * clients read, and its body, which the job checked to be JSON (the /api
+ * documents all are: anything else, an HTML page above all, is never
+ * passed on). */
 struct mirror_doc {
     struct upstream_answer a;
     char *body;                /* the job's: freed with it */
     size_t len;
+    int json;                  /* the body is one JSON document (core/json_scan) */
+    char not_json[200];        /* else why not, for the answer's message */
 };
 
 /* Starts the job threads (called by mirror_new). Returns 0 or -errno. */

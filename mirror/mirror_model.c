@@ -366,6 +366,7 @@ static int resolve(struct mirror *m, struct upstream_conn *c, struct model_job *
     if (rc == 0)
         rc = mirror_repo_doc_parse(body, blen, commit, files, err);
     free(body);
+    upstream_answer_free(&a);
     return rc;
 }
 

@@ -142,6 +142,27 @@ static void put_value(char *out, size_t cap, const char *v, size_t n)
     out[n] = '\0';
 }
 
+/* The message v[0..n) into out (cap bytes), cut at the start of a UTF-8
+ * character when it does not fit; "" when it holds a control byte. */
+static void put_message(char *out, size_t cap, const char *v, size_t n)
+{
+    if (n >= cap) {
+        n = cap - 1;
+        while (n > 0 && ((unsigned char)v[n] & 0xC0) == 0x80)
+            n--;
+    }
+    put_value(out, cap, v, n);
+}
+
+/* A value of any length, malloc'd, or NULL when it holds a control byte. */
+static char *put_long_value(const char *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)v[i] < 0x20 || v[i] == 0x7f)
+            return NULL;
+    return xstrndup(v, n);
+}
+
 /* An entity tag without W/ and quotes. */
 static void put_etag(char *out, size_t cap, const char *v, size_t n)
 {
@@ -192,7 +213,7 @@ void upstream_parse_header(struct upstream_answer *a, const char *line, size_t l
     if (len >= 5 && memcmp(line, "HTTP/", 5) == 0) {
         /* A new answer (after a redirect, or an interim 1xx). */
         int away = a->redirected_away;
-        memset(a, 0, sizeof(*a));
+        upstream_answer_free(a);
         a->redirected_away = away;
         const char *sp = memchr(line, ' ', len);
         uint64_t code;
@@ -230,18 +251,26 @@ void upstream_parse_header(struct upstream_answer *a, const char *line, size_t l
     else if (IS("X-Error-Code"))
         put_value(a->error_code, sizeof(a->error_code), v, vlen);
     else if (IS("X-Error-Message"))
-        put_value(a->error_message, sizeof(a->error_message), v, vlen);
+        put_message(a->error_message, sizeof(a->error_message), v, vlen);
     else if (IS("Content-Type"))
         put_value(a->content_type, sizeof(a->content_type), v, vlen);
     else if (IS("Cache-Control"))
         put_value(a->cache_control, sizeof(a->cache_control), v, vlen);
-    else if (IS("Link"))
-        put_value(a->link, sizeof(a->link), v, vlen);
+    else if (IS("Link")) {
+        free(a->link);
+        a->link = put_long_value(v, vlen);
+    }
     else if (IS("Retry-After")) {
         uint64_t s;
         a->retry_after = put_u64(v, vlen, &s) == 0 ? (unsigned)(s > 3600 ? 3600 : s) : 0;
     }
 #undef IS
+}
+
+void upstream_answer_free(struct upstream_answer *a)
+{
+    free(a->link);
+    memset(a, 0, sizeof(*a));
 }
 
 static size_t on_header(char *line, size_t size, size_t n, void *arg)
@@ -364,11 +393,12 @@ static int request_hops(struct upstream_conn *c, const char *method, const char 
     struct upstream_answer prev = {0};
     int rc = 0;
     struct curl_slist *hdrs = NULL;
+    memset(a, 0, sizeof(*a));
     if ((rc = add_header(&hdrs, "Authorization", auth, err)) < 0 ||
         (rc = add_header(&hdrs, "Content-Type", content_type, err)) < 0)
         goto out;
     for (int hop = 0;; hop++) {
-        memset(a, 0, sizeof(*a));
+        upstream_answer_free(a); /* the previous hop's */
         curl_easy_reset(c->h);
         common_options(c, url, hdrs, a);
         curl_easy_setopt(c->h, CURLOPT_TIMEOUT, DOC_TIMEOUT_S);
@@ -419,6 +449,7 @@ static int request_hops(struct upstream_conn *c, const char *method, const char 
             goto out;
         }
         prev = *a;
+        prev.link = NULL; /* a's, freed with the next hop: only its fixed fields are kept */
         free(url);
         url = xstrdup(next);
     }
@@ -434,6 +465,7 @@ int upstream_head_file(struct upstream_conn *c, const char *repo, const char *re
 {
     char url[URL_MAX];
     struct body_buf bb = {0};
+    memset(a, 0, sizeof(*a));
     int rc = file_url(c->u, repo, rev, path, url, sizeof(url), err);
     return rc < 0 ? rc : request_hops(c, "HEAD", url, NULL, 0, NULL, auth, &bb, a, err);
 }
@@ -446,6 +478,7 @@ int upstream_request(struct upstream_conn *c, const char *method, const char *ta
     struct body_buf bb = {.max = max};
     *out = NULL;
     *out_len = 0;
+    memset(a, 0, sizeof(*a));
     if (target[0] != '/')
         return st_error_fail(err, ST_ERR_INVALID_ARGUMENT, "a request target starts with /");
     char *url = xasprintf("%s%s", c->u->base, target);
@@ -582,6 +615,8 @@ int upstream_get_range(struct upstream_conn *c, const char *repo, const char *co
     curl_easy_setopt(c->h, CURLOPT_LOW_SPEED_TIME, STALL_TIMEOUT_S);
     CURLcode cr = curl_easy_perform(c->h);
     curl_slist_free_all(hdrs);
+    free(a->link); /* a range's answer has no use for one: nothing for the caller to free */
+    a->link = NULL;
     *got = x.got;
     if (cr == CURLE_OK && !x.checked && !range_answer_ok(&x))
         cr = CURLE_WRITE_ERROR; /* an answer with no body at all */

@@ -33,8 +33,13 @@ struct upstream;
 struct upstream_conn;
 
 /* What an answer said: the headers the mirror reads. Strings are
- * NUL-terminated, "" when absent or unusable (a value that does not fit or
- * holds a control byte). ETags have their quotes and W/ removed. */
+ * NUL-terminated, "" when absent or unusable (a value that holds a control
+ * byte, or one that does not fit: a commit, an ETag, a content type or a
+ * Cache-Control cut short would say something else). X-Error-Message, a
+ * message for people, is cut instead (at a character's start); Link is
+ * kept whole however long (libcurl bounds a header line at 100 KiB), so
+ * the Hub's pagination always goes through. ETags have their quotes and W/
+ * removed. An answer starts zeroed; upstream_answer_free frees its Link. */
 struct upstream_answer {
     long status;
     char commit[48];           /* X-Repo-Commit */
@@ -44,7 +49,7 @@ struct upstream_answer {
     char error_message[256];   /* X-Error-Message */
     char content_type[128];
     char cache_control[128];
-    char link[512];            /* Link (the Hub's pagination) */
+    char *link;                /* Link (the Hub's pagination): malloc'd, or NULL when absent */
     uint64_t linked_size;      /* X-Linked-Size, when has_linked_size */
     uint64_t length;           /* Content-Length, when has_length */
     uint64_t range_start, range_end, range_total; /* Content-Range, when has_range */
@@ -78,7 +83,7 @@ void upstream_conn_free(struct upstream_conn *c);
 /* HEAD of file path of repo at rev (each percent-encoded here). auth is
  * the Authorization header's value or NULL. Returns 0 with *a (any status:
  * 404 is an answer), or -errno with err when no answer came (connection,
- * timeout, too many redirects). */
+ * timeout, too many redirects); *a is the caller's to free either way. */
 int upstream_head_file(struct upstream_conn *c, const char *repo, const char *rev,
                        const char *path, const char *auth, struct upstream_answer *a,
                        struct st_error *err);
@@ -88,7 +93,8 @@ int upstream_head_file(struct upstream_conn *c, const char *repo, const char *re
  * following redirects that stay on the upstream. The body read, at most
  * max bytes, goes to *out (malloc'd, NUL-terminated; the caller frees it)
  * and *out_len. Returns 0 with *a, -EFBIG when the body is larger than max,
- * or -errno with err. */
+ * or -errno with err; *a is the caller's to free (upstream_answer_free)
+ * either way. */
 int upstream_request(struct upstream_conn *c, const char *method, const char *target,
                      const char *body, size_t body_len, const char *content_type,
                      const char *auth, size_t max, char **out, size_t *out_len,
@@ -105,15 +111,18 @@ int upstream_request(struct upstream_conn *c, const char *method, const char *ta
  * there). Returns 0 when the answer ended (*got may be less than len when
  * the upstream sent less), -ESTALE with err when it named another version
  * (changed upstream: never retried), -EPROTO for an answer that was not
- * the range, -EACCES for 401/403, -ENOENT for 404, or -errno. */
+ * the range, -EACCES for 401/403, -ENOENT for 404, or -errno. *a holds no
+ * Link (nothing to free). */
 int upstream_get_range(struct upstream_conn *c, const char *repo, const char *commit,
                        const char *path, const char *auth, uint64_t off, uint64_t len,
                        uint64_t size, const char *sha256_hex, upstream_sink sink, void *arg,
                        uint64_t *got, struct upstream_answer *a, struct st_error *err);
 
 /* Parses one header line ("Name: value\r\n") into a (tests, the fuzzer):
- * a status line resets it. */
+ * a status line resets it. a starts zeroed. */
 void upstream_parse_header(struct upstream_answer *a, const char *line, size_t len);
+/* Frees what a holds (its Link) and zeroes it. */
+void upstream_answer_free(struct upstream_answer *a);
 
 /* Appends s percent-encoded to out[0..cap) at *len (RFC 3986 unreserved
  * bytes kept, and '/' when keep_slash). Returns 0, or -1 when it does not

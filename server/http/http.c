@@ -26,6 +26,10 @@
 #include "stream.h"
 #include "util.h"
 
+/* The Content-Security-Policy of every answer but the console's: nothing
+ * loads or runs, and no page may frame it. */
+#define ANSWER_POLICY "default-src 'none'; frame-ancestors 'none'"
+
 /* Why a request is refused before dispatch (found while it was received). */
 enum request_reject { REJECT_NONE, REJECT_TOO_MANY_PARAMS, REJECT_TARGET_TOO_LONG };
 
@@ -503,8 +507,18 @@ static enum MHD_Result send_answer(struct MHD_Connection *mc, struct request *rq
         answer_rendered(a);
         return MHD_NO;
     }
-    for (size_t i = 0; i < r.n_headers; i++)
+    int own_policy = 0;
+    for (size_t i = 0; i < r.n_headers; i++) {
         MHD_add_response_header(resp, r.headers[2 * i], r.headers[2 * i + 1]);
+        own_policy |= strcmp(r.headers[2 * i], "Content-Security-Policy") == 0;
+    }
+    /* No answer is a page but the console's, which sets its own policy: a
+     * browser must not sniff one into another type nor run anything in it
+     * (a model's file, an upstream's document). */
+    if (!own_policy) {
+        MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
+        MHD_add_response_header(resp, "Content-Security-Policy", ANSWER_POLICY);
+    }
     if (a->close || atomic_load(&rq->srv->draining))
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
     const char *cors[2 * CORS_MAX_HEADERS];
@@ -576,7 +590,8 @@ static enum MHD_Result refuse_raw(struct request *rq, int fd, unsigned status, c
         return MHD_NO;
     int n = snprintf(head, sizeof(head),
                      "HTTP/1.1 %u %s\r\nContent-Type: application/json\r\n"
-                     "Content-Length: %zu\r\nConnection: close\r\n\r\n",
+                     "X-Content-Type-Options: nosniff\r\nContent-Security-Policy: " ANSWER_POLICY
+                     "\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n",
                      status, MHD_get_reason_phrase_for(status), len);
     struct iovec iov[2] = {{head, (size_t)n}, {text, len}};
     /* The socket has sent nothing on this request and its buffer is empty:

@@ -92,12 +92,15 @@ static void headers(const char *text, size_t len)
     check_string(a.error_code, sizeof(a.error_code));
     check_string(a.error_message, sizeof(a.error_message));
     check_string(a.content_type, sizeof(a.content_type));
-    check_string(a.link, sizeof(a.link));
+    if (a.link)
+        check_string(a.link, strlen(a.link) + 1);
     if (a.has_range && (a.range_end < a.range_start || a.range_end >= a.range_total))
         abort();
     struct mirror_meta meta;
     struct st_error err = {0};
-    if (mirror_meta_from_answer(&a, &meta, &err) < 0) {
+    int rc = mirror_meta_from_answer(&a, &meta, &err);
+    upstream_answer_free(&a);
+    if (rc < 0) {
         if (!err.message[0])
             abort();
         return;

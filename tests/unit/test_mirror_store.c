@@ -129,7 +129,7 @@ TEST(state_bounds)
 static struct upstream_answer answer(const char *const *lines)
 {
     struct upstream_answer a;
-    memset(&a, 0x55, sizeof(a));
+    memset(&a, 0, sizeof(a));
     for (; *lines; lines++)
         upstream_parse_header(&a, *lines, strlen(*lines));
     return a;
@@ -193,6 +193,46 @@ TEST(upstream_headers)
     CHECK_STR(meta.error_message, "Entry not found");
 }
 
+/* Values longer than the fixed fields: a Link is kept whole (the Hub's
+ * pagination names the next page's whole URL), a message is cut at a
+ * character's start, a content type or commit that does not fit is
+ * dropped (cut short it would say something else). */
+TEST(upstream_long_headers)
+{
+    char link[4200], msg[400], ctype[300], line[4400];
+    int n = snprintf(link, sizeof(link), "<https://hub.example/api/models?cursor=");
+    while (n < 4000)
+        link[n++] = 'x';
+    snprintf(link + n, sizeof(link) - (size_t)n, ">; rel=\"next\"");
+    memset(msg, 0, sizeof(msg));
+    for (size_t i = 0; i + 2 < 390; i += 2)
+        memcpy(msg + i, "\xc3\xa9", 2); /* 'é' */
+    memset(ctype, 'a', sizeof(ctype) - 1);
+    ctype[sizeof(ctype) - 1] = '\0';
+    struct upstream_answer a;
+    memset(&a, 0, sizeof(a));
+    const char *status = "HTTP/1.1 200 OK\r\n";
+    upstream_parse_header(&a, status, strlen(status));
+    snprintf(line, sizeof(line), "Link: %s\r\n", link);
+    upstream_parse_header(&a, line, strlen(line));
+    snprintf(line, sizeof(line), "X-Error-Message: %s\r\n", msg);
+    upstream_parse_header(&a, line, strlen(line));
+    snprintf(line, sizeof(line), "Content-Type: %s\r\n", ctype);
+    upstream_parse_header(&a, line, strlen(line));
+    CHECK(a.link && strcmp(a.link, link) == 0);
+    CHECK(strlen(a.error_message) == sizeof(a.error_message) - 2); /* 127 whole 'é' */
+    CHECK(strncmp(a.error_message, msg, strlen(a.error_message)) == 0);
+    CHECK_STR(a.content_type, "");
+    /* A second Link replaces the first; a new status line frees it. */
+    upstream_parse_header(&a, "Link: <x>\r\n", 11);
+    CHECK_STR(a.link, "<x>");
+    upstream_parse_header(&a, status, strlen(status));
+    CHECK(a.link == NULL && a.status == 200);
+    upstream_parse_header(&a, "Link: <a\x01>\r\n", 14);
+    CHECK(a.link == NULL); /* a control byte: not taken */
+    upstream_answer_free(&a);
+}
+
 TEST(upstream_encoding)
 {
     char out[64];
@@ -247,6 +287,7 @@ int main(void)
     RUN(state_file_round_trip);
     RUN(state_bounds);
     RUN(upstream_headers);
+    RUN(upstream_long_headers);
     RUN(upstream_encoding);
     RUN(repo_document);
     return TEST_SUMMARY();

@@ -1,0 +1,188 @@
+"""A mirror in front of a scripted upstream (issue 31): an HTTP server in
+this process answers what each test makes it answer, slowly, wrongly or
+with hostile bytes, and counts what the mirror asked. The oracles are the
+bytes the script sent, huggingface_hub as the client, and the script's own
+record of the requests it got.
+
+Each test starts its own mirror (a few hundred milliseconds); none waits
+for more than a few seconds."""
+import hashlib
+import http.server
+import json
+import os
+import re
+import socketserver
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+import tdutil
+
+COMMIT = "ab" * 20
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+class Scripted:
+    """An upstream whose answers are functions: routes maps a regex on the
+    path (query included) to fn(handler, match) -> (status, headers, body).
+    Every request is recorded as (method, path) in `seen`."""
+
+    def __init__(self, routes):
+        outer = self
+        self.routes = [(re.compile(p), fn) for p, fn in routes.items()]
+        self.seen = []
+        self.lock = threading.Lock()
+
+        class H(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a):
+                pass
+
+            def answer(self):
+                with outer.lock:
+                    outer.seen.append((self.command, self.path))
+                for rx, fn in outer.routes:
+                    m = rx.fullmatch(self.path)
+                    if m:
+                        status, headers, body = fn(self, m)
+                        break
+                else:
+                    status, headers, body = 404, {"X-Error-Code": "RepoNotFound"}, \
+                        b'{"error":"not here"}'
+                self.send_response(status)
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(body)
+
+            do_GET = do_HEAD = do_POST = answer
+
+        class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
+            daemon_threads = True
+            request_queue_size = 1024
+
+        self.server = Server(("127.0.0.1", 0), H)
+        self.port = self.server.server_address[1]
+        self.base = f"http://127.0.0.1:{self.port}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def count(self, pattern):
+        rx = re.compile(pattern)
+        with self.lock:
+            return sum(1 for _, p in self.seen if rx.search(p))
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def mirror_of(tmp_path):
+    """mirror_of(upstream, *args) starts a mirror of it; all are stopped
+    (checked: exit 0, so no sanitizer report) at the end."""
+    started = []
+
+    def start(up, *extra):
+        work = tmp_path / f"m{len(started)}"
+        os.makedirs(work / "models", exist_ok=True)
+        args = ["--upstream", up.base, "--mirror-block-bytes", "65536",
+                "--mirror-cache-dir", str(work / "cache"),
+                "--access-log", str(work / "access.log")] + list(extra)
+        d = tdutil.Daemon(str(work / "models"), str(work), args).start()
+        started.append(d)
+        return d
+    yield start
+    for d in started:
+        d.stop_checked()
+
+
+def hf_env(port, tmp):
+    env = dict(os.environ, HF_ENDPOINT=f"http://127.0.0.1:{port}", HF_HUB_CACHE=str(tmp),
+               HF_HOME=str(tmp / "home"), HF_HUB_DISABLE_TELEMETRY="1", HF_HUB_DISABLE_XET="1")
+    env.pop("HF_TOKEN", None)
+    return env
+
+
+# ---- documents --------------------------------------------------------------
+
+
+def test_pagination_link_longer_than_512_bytes(mirror_of, tmp_path):
+    """The Hub pages /api/models with a Link header whose cursor makes it
+    long: huggingface_hub's list_models through the mirror follows it to
+    the last page (a Link of 512 bytes or more was dropped, and the listing
+    stopped after page one)."""
+    pages = [[{"id": f"org/m{p}-{i}", "modelId": f"org/m{p}-{i}"} for i in range(2)]
+             for p in range(3)]
+
+    def models(h, m):
+        cur = re.search(r"cursor=p(\d)", h.path)
+        p = int(cur.group(1)) if cur else 0
+        headers = {"Content-Type": "application/json"}
+        if p + 1 < len(pages):
+            cursor = f"p{p + 1}" + "x" * 700  # the Hub's cursors are opaque and long
+            headers["Link"] = f'<{up.base}/api/models?cursor={cursor}&limit=2>; rel="next"'
+        return 200, headers, json.dumps(pages[p]).encode()
+    up = Scripted({r"/api/models(\?.*)?": models})
+    try:
+        m = mirror_of(up)
+        r = m.get("/api/models?limit=2")
+        assert r.status == 200 and len(r.header("Link")) > 700, r
+        assert r.header("Link").startswith(f"<http://127.0.0.1:{m.port}/api/models?cursor=p1")
+        code = ("from huggingface_hub import list_models\n"
+                "print('\\n'.join(x.id for x in list_models(limit=100)))\n")
+        p = subprocess.run([sys.executable, "-c", code], env=hf_env(m.port, tmp_path),
+                           capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, p.stderr
+        assert p.stdout.split() == [x["id"] for page in pages for x in page]
+    finally:
+        up.close()
+
+
+def test_documents_are_json_with_tensord_headers(mirror_of):
+    """What the mirror passes on is served as tensord's own JSON, with
+    nosniff and a CSP, whatever Content-Type the upstream gave; an answer
+    that is not JSON (an HTML page, which would run on the mirror's origin)
+    is refused with 502 saying why; an upstream error that is not JSON
+    keeps its status in the Hub's dialect."""
+    page = b"<html><script>fetch('/v1/models').then(r => r.text()).then(alert)</script></html>"
+    up = Scripted({
+        r"/api/models/org/typed": lambda h, m: (200, {"Content-Type": "text/html"},
+                                                b'{"id": "org/typed", "sha": "%s"}' % COMMIT.encode()),
+        r"/api/models/org/page": lambda h, m: (200, {"Content-Type": "text/html"}, page),
+        r"/api/models/org/empty": lambda h, m: (200, {"Content-Type": "application/json"}, b""),
+        r"/api/models/org/twice": lambda h, m: (200, {}, b'{"a": 1}{"b": 2}'),
+        r"/api/models/org/gone": lambda h, m: (404, {"Content-Type": "text/html",
+                                                     "X-Error-Code": "RepoNotFound"},
+                                               b"<h1>404</h1>"),
+        r"/api/models/org/broken": lambda h, m: (500, {"Content-Type": "text/html"}, b"<h1>oops"),
+    })
+    try:
+        m = mirror_of(up)
+        for path in ("/api/models/org/typed", "/api/models/org/page", "/api/models/org/gone"):
+            for method in ("GET", "HEAD"):
+                r = m.request(method, path)
+                assert r.header("Content-Type") == "application/json", (path, r)
+                assert r.header("X-Content-Type-Options") == "nosniff", (path, r)
+                assert r.header("Content-Security-Policy") == \
+                    "default-src 'none'; frame-ancestors 'none'", (path, r)
+        r = m.get("/api/models/org/typed")
+        assert r.status == 200 and r.json() == {"id": "org/typed", "sha": COMMIT}
+        for name, why in (("page", "is not JSON ('[' or '{' expected near '<')"),
+                          ("empty", "is not JSON (empty)"),
+                          ("twice", "is not JSON (end of file expected"),
+                          ("broken", "is not JSON")):
+            r = m.get(f"/api/models/org/{name}")
+            assert r.status == 502, (name, r)
+            assert why in r.json()["error"], (name, r.json())
+            assert b"<script>" not in r.body
+        r = m.get("/api/models/org/gone")
+        assert r.status == 404 and r.header("X-Error-Code") == "RepoNotFound", r
+        assert r.json() == {"error": "upstream answered 404"}
+    finally:
+        up.close()
