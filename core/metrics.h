@@ -104,9 +104,12 @@ void metrics_hash_progress(uint64_t bytes, uint64_t files, uint64_t errors);
 void metrics_set_hashing(uint64_t files_pending, uint64_t bytes_pending, uint64_t files_known,
                          uint64_t files);
 
-/* Gauges of a mirror's cache (mirror/mirror): the bytes it holds, its files,
- * and those of them still partial. Set as they change. */
-void metrics_set_mirror(uint64_t bytes_held, uint64_t files, uint64_t partial_files);
+/* Gauges of a mirror's cache (mirror/mirror): the bytes it holds, of those
+ * the bytes of files in use (read, fetched, preloaded: no eviction can
+ * free them now), its files, and those of them still partial. Set as they
+ * change. */
+void metrics_set_mirror(uint64_t bytes, uint64_t bytes_in_use, uint64_t files,
+                        uint64_t partial_files);
 
 /* Renderings of a consistent-enough snapshot (each shard is read once,
  * metrics_render.c). Caller frees; NULL when memory ran out. */

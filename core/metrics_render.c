@@ -196,6 +196,9 @@ char *metrics_render_prometheus(void)
     prom_gauge(&b, "tensord_mirror_cache_bytes",
                "Bytes a mirror's cache holds (its files' fetched blocks and those being fetched).",
                (double)sn->mirror_bytes);
+    prom_gauge(&b, "tensord_mirror_cache_in_use_bytes",
+               "Of a mirror's cache bytes, those of files being read, fetched or preloaded, "
+               "which no eviction can free now.", (double)sn->mirror_in_use);
     prom_gauge(&b, "tensord_mirror_files", "Files in a mirror's cache.", (double)sn->mirror_files);
     prom_gauge(&b, "tensord_mirror_partial_files",
                "Files in a mirror's cache that are not complete yet.", (double)sn->mirror_partial);
@@ -316,8 +319,9 @@ char *metrics_render_json(void)
                   (unsigned long long)sn->hash_errors, (unsigned long long)sn->hash_pending,
                   (unsigned long long)sn->hash_pending_bytes, (unsigned long long)sn->hash_known,
                   (unsigned long long)sn->hash_files_all);
-    strbuf_printf(&b, "\"mirror\":{\"cache_bytes\":%llu,\"files\":%llu,\"partial_files\":%llu}}",
-                  (unsigned long long)sn->mirror_bytes, (unsigned long long)sn->mirror_files,
+    strbuf_printf(&b, "\"mirror\":{\"cache_bytes\":%llu,\"in_use_bytes\":%llu,\"files\":%llu,"
+                  "\"partial_files\":%llu}}", (unsigned long long)sn->mirror_bytes,
+                  (unsigned long long)sn->mirror_in_use, (unsigned long long)sn->mirror_files,
                   (unsigned long long)sn->mirror_partial);
     free(sn);
     return strbuf_detach(&b, NULL);

@@ -66,7 +66,7 @@ static void do_lru_touch(struct mirror *m, struct mirror_file *f)
     m->lru_tail = f;
 }
 
-static void do_insert(struct mirror *m, struct mirror_file *f)
+void do_mirror_insert(struct mirror *m, struct mirror_file *f)
 {
     size_t b = bucket_of(m, f->key);
     f->hnext = m->buckets[b];
@@ -96,7 +96,7 @@ static void set_src(struct mirror_file *f, const struct mirror_src *src)
     f->src_auth = src && src->auth ? xstrdup(src->auth) : NULL;
 }
 
-static void file_free(struct mirror_file *f)
+void mirror_file_free(struct mirror_file *f)
 {
     if (!f)
         return;
@@ -108,7 +108,7 @@ static void file_free(struct mirror_file *f)
     free(f);
 }
 
-static struct mirror_file *file_new(const struct mirror_id *id, uint64_t block)
+struct mirror_file *mirror_file_new(const struct mirror_id *id, uint64_t block)
 {
     struct mirror_file *f = xcalloc(1, sizeof(*f));
     f->id = *id;
@@ -127,7 +127,7 @@ static struct mirror_file *file_new(const struct mirror_id *id, uint64_t block)
 
 /* Takes f out of the map and the LRU, unlinks its files and frees it. It
  * must be held by nobody. */
-static void do_evict(struct mirror *m, struct mirror_file *f)
+void do_mirror_evict(struct mirror *m, struct mirror_file *f)
 {
     struct mirror_file **pp = &m->buckets[bucket_of(m, f->key)];
     while (*pp != f)
@@ -155,12 +155,12 @@ static void do_evict(struct mirror *m, struct mirror_file *f)
     snprintf(name, sizeof(name), "blobs/%s", f->key);
     unlinkat(m->dirfd, name, 0);
     log_msg(LOG_INFO, "mirror: evicted %s (%" PRIu64 " bytes held)", f->key, f->held);
-    file_free(f);
+    mirror_file_free(f);
 }
 
 void do_mirror_gauges(const struct mirror *m)
 {
-    metrics_set_mirror(m->used, m->n_files, m->n_partial);
+    metrics_set_mirror(m->used, m->held, m->n_files, m->n_partial);
 }
 
 int do_mirror_reserve(struct mirror *m, struct mirror_file *f, uint64_t len)
@@ -172,10 +172,11 @@ int do_mirror_reserve(struct mirror *m, struct mirror_file *f, uint64_t len)
         if (!v)
             return -ENOSPC;
         struct mirror_file *next = v->lru_next;
-        do_evict(m, v);
+        do_mirror_evict(m, v);
         v = next;
     }
     m->used += len;
+    m->held += f->refs ? len : 0;
     f->held += len;
     do_mirror_gauges(m);
     return 0;
@@ -184,6 +185,7 @@ int do_mirror_reserve(struct mirror *m, struct mirror_file *f, uint64_t len)
 void do_mirror_release_bytes(struct mirror *m, struct mirror_file *f, uint64_t len)
 {
     m->used -= len;
+    m->held -= f->refs ? len : 0;
     f->held -= len;
     do_mirror_gauges(m);
 }
@@ -213,15 +215,19 @@ static int do_open_fds(struct mirror *m, struct mirror_file *f, struct st_error 
 int do_mirror_ref(struct mirror *m, struct mirror_file *f, struct st_error *err)
 {
     int rc = f->refs == 0 ? do_open_fds(m, f, err) : 0;
-    if (rc == 0)
-        f->refs++;
+    if (rc == 0 && f->refs++ == 0) {
+        m->held += f->held;
+        do_mirror_gauges(m);
+    }
     return rc;
 }
 
-void do_mirror_unref(struct mirror_file *f)
+void do_mirror_unref(struct mirror *m, struct mirror_file *f)
 {
     if (--f->refs > 0)
         return;
+    m->held -= f->held;
+    do_mirror_gauges(m);
     /* The blob's mtime orders the LRU after a restart. */
     futimens(f->fd, NULL);
     close(f->fd);
@@ -231,7 +237,7 @@ void do_mirror_unref(struct mirror_file *f)
     f->state_fd = -1;
 }
 
-void do_mirror_download_check(struct mirror_file *f)
+void do_mirror_download_check(struct mirror *m, struct mirror_file *f)
 {
     int busy = f->n_queued > 0 || f->n_inflight > 0;
     if (busy && !f->downloading) {
@@ -239,7 +245,7 @@ void do_mirror_download_check(struct mirror_file *f)
         f->refs++; /* the descriptors are open: whoever wants blocks holds f */
     } else if (!busy && f->downloading) {
         f->downloading = 0;
-        do_mirror_unref(f);
+        do_mirror_unref(m, f);
     }
 }
 
@@ -288,18 +294,19 @@ struct mirror_file *mirror_open(struct mirror *m, const struct mirror_id *id,
         goto out;
     }
     if (!f) {
-        made = f = file_new(id, m->opt.block_bytes);
+        made = f = mirror_file_new(id, m->opt.block_bytes);
         if (create_files(m, f, err) < 0) {
             f = NULL;
             goto out;
         }
-        do_insert(m, f);
+        do_mirror_insert(m, f);
         made = NULL;
     }
     if (do_mirror_ref(m, f, err) < 0) {
         f = NULL;
         goto out;
     }
+    f->openers++;
     do_lru_touch(m, f);
     if (src && !src->auth)
         f->anonymous = 1;
@@ -311,7 +318,7 @@ struct mirror_file *mirror_open(struct mirror *m, const struct mirror_id *id,
         do_mirror_ring_add(m, f);
 out:
     pthread_mutex_unlock(&m->lock);
-    file_free(made);
+    mirror_file_free(made);
     return f;
 }
 
@@ -325,8 +332,10 @@ struct mirror_file *mirror_find_complete(struct mirror *m, const uint8_t sha256[
     struct mirror_file *f = do_find(m, key);
     if (f && (!f->complete || !f->anonymous || do_mirror_ref(m, f, NULL) < 0))
         f = NULL;
-    if (f)
+    if (f) {
+        f->openers++;
         do_lru_touch(m, f);
+    }
     pthread_mutex_unlock(&m->lock);
     return f;
 }
@@ -335,7 +344,21 @@ void mirror_ref(struct mirror *m, struct mirror_file *f)
 {
     pthread_mutex_lock(&m->lock);
     f->refs++; /* the caller's keeps the descriptors open */
+    f->openers++;
     pthread_mutex_unlock(&m->lock);
+}
+
+/* Nobody reads or preloads f any more: the blocks wanted for them are not
+ * fetched (those in flight land), so a client that left holds nothing in
+ * the cache; the next reader wants again what it reads. */
+static void do_drop_wants(struct mirror *m, struct mirror_file *f)
+{
+    if (!f->n_queued)
+        return;
+    for (uint64_t b = 0; b < f->nblocks; b++)
+        bit_clear(f->wanted, b);
+    f->n_queued = 0;
+    do_mirror_download_check(m, f);
 }
 
 void mirror_unref(struct mirror *m, struct mirror_file *f)
@@ -344,7 +367,9 @@ void mirror_unref(struct mirror *m, struct mirror_file *f)
         return;
     pthread_mutex_lock(&m->lock);
     do_lru_touch(m, f);
-    do_mirror_unref(f);
+    if (--f->openers == 0)
+        do_drop_wants(m, f);
+    do_mirror_unref(m, f);
     pthread_mutex_unlock(&m->lock);
 }
 
@@ -403,14 +428,19 @@ static void do_want(struct mirror *m, struct mirror_file *f, uint64_t off, uint6
         return;
     uint64_t end = off + len < f->id.size ? off + len : f->id.size;
     uint64_t first = off / f->block, last = (end - 1) / f->block;
-    for (uint64_t b = first; b <= last; b++) {
+    /* The last byte waits for the whole file's hash, which needs every
+     * block: after this range's, the rest (the cursor wraps to block 0). */
+    if (end == f->id.size)
+        last = first + f->nblocks - 1;
+    for (uint64_t i = first; i <= last; i++) {
+        uint64_t b = i % f->nblocks;
         if (bit_get(f->wanted, b) || bit_get(f->present, b) || bit_get(f->inflight, b))
             continue;
         bit_set(f->wanted, b);
         f->n_queued++;
     }
     f->cursor = first;
-    do_mirror_download_check(f);
+    do_mirror_download_check(m, f);
     if (f->n_queued)
         do_mirror_ring_add(m, f);
 }
@@ -561,124 +591,6 @@ int mirror_wait_range(struct mirror *m, struct mirror_file *f, uint64_t off, uin
     m->range_waiters--;
     pthread_mutex_unlock(&m->lock);
     return rc;
-}
-
-/* ---- start-up: what a previous run left ------------------------------------------ */
-
-struct found {
-    struct mirror_file *f;
-    int64_t mtime_ns;
-};
-
-static int by_mtime(const void *a, const void *b)
-{
-    const struct found *x = a, *y = b;
-    return (x->mtime_ns > y->mtime_ns) - (x->mtime_ns < y->mtime_ns);
-}
-
-/* The file of blob `name`, complete or partial, or NULL (removing what
- * cannot be resumed). */
-static struct mirror_file *load_blob(struct mirror *m, int blobs, const char *name,
-                                     const struct stat *sb)
-{
-    struct mirror_id id;
-    char path[96];
-    if (mirror_key_parse(name, strlen(name), &id) < 0)
-        return NULL; /* not ours: left alone */
-    char *buf = NULL;
-    int64_t len = mirror_state_read(m->dirfd, name, &buf);
-    if (len == -ENOENT) { /* no state file: complete */
-        id.size = (uint64_t)sb->st_size;
-        struct mirror_file *f = file_new(&id, m->opt.block_bytes);
-        f->complete = 1;
-        f->held = id.size;
-        return f;
-    }
-    uint64_t block;
-    const uint8_t *bits;
-    struct st_error err;
-    if (len < 0 || mirror_state_parse(buf, (size_t)len, name, &id, &block, &bits, &err) < 0 ||
-        (uint64_t)sb->st_size != id.size) {
-        log_msg(LOG_WARN, "mirror: blobs/%s: %s: starting it over", name,
-                len < 0 ? strerror((int)-len) : (uint64_t)sb->st_size != id.size
-                              ? "the blob's size is not the state file's" : err.message);
-        free(buf);
-        snprintf(path, sizeof(path), "%s.state", name);
-        unlinkat(blobs, path, 0);
-        unlinkat(blobs, name, 0);
-        return NULL;
-    }
-    struct mirror_file *f = file_new(&id, block);
-    memcpy(f->present, bits, (size_t)((f->nblocks + 7) / 8));
-    for (uint64_t b = 0; b < f->nblocks; b++)
-        if (bit_get(f->present, b)) {
-            f->n_present++;
-            f->held += block_len(f, b);
-        }
-    free(buf);
-    return f;
-}
-
-int mirror_load_cache(struct mirror *m, struct st_error *err)
-{
-    int blobs = openat(m->dirfd, "blobs", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    DIR *d = blobs >= 0 ? fdopendir(blobs) : NULL;
-    if (!d) {
-        if (blobs >= 0)
-            close(blobs);
-        return st_error_errno(err, errno, "mirror cache: %s/blobs", m->opt.cache_dir);
-    }
-    struct found *v = NULL;
-    size_t n = 0, cap = 0;
-    struct dirent *de;
-    while ((de = readdir(d))) {
-        struct stat sb;
-        const char *dot = strstr(de->d_name, ".state");
-        if (fstatat(blobs, de->d_name, &sb, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(sb.st_mode))
-            continue;
-        if (dot && dot[6] == '\0') {
-            char blob[96];
-            snprintf(blob, sizeof(blob), "%.*s", (int)(dot - de->d_name), de->d_name);
-            if (faccessat(blobs, blob, F_OK, AT_SYMLINK_NOFOLLOW) < 0)
-                unlinkat(blobs, de->d_name, 0);
-            continue;
-        }
-        struct mirror_file *f = load_blob(m, blobs, de->d_name, &sb);
-        if (!f)
-            continue;
-        if (n == cap) {
-            cap = cap ? 2 * cap : 64;
-            v = xrealloc(v, cap * sizeof(*v));
-        }
-        v[n++] = (struct found){f, (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec};
-    }
-    closedir(d);
-    if (n)
-        qsort(v, n, sizeof(*v), by_mtime);
-    for (size_t i = 0; i < n; i++) {
-        do_insert(m, v[i].f);
-        m->used += v[i].f->held;
-    }
-    free(v);
-    /* A smaller cap than last time: the oldest go now. */
-    while (m->used > m->opt.max_bytes && m->lru_head)
-        do_evict(m, m->lru_head);
-    do_mirror_gauges(m); /* no thread yet: the lock is not needed */
-    return 0;
-}
-
-void mirror_files_free(struct mirror *m)
-{
-    for (size_t i = 0; i < m->nbuckets; i++)
-        for (struct mirror_file *f = m->buckets[i], *next; f; f = next) {
-            next = f->hnext;
-            if (f->fd >= 0)
-                close(f->fd);
-            if (f->state_fd >= 0)
-                close(f->state_fd);
-            file_free(f);
-        }
-    free(m->buckets);
 }
 
 struct upstream *mirror_upstream(struct mirror *m)

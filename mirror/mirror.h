@@ -64,7 +64,14 @@
  * and blocks being fetched, reserved before they are asked for) never
  * exceed mirror_cache_max_bytes: the least recently used files that nobody
  * holds are evicted first; readers, downloads with blocks wanted, preloads
- * and GPU instances (for as long as they have leases) hold references. */
+ * and GPU instances (for as long as they have leases) hold references.
+ * Blocks are wanted only for someone: a reader (its answer's range; a
+ * range that runs to the last byte wants the whole file, whose hash that
+ * byte waits for) or a preload. When a file's last opener goes (the
+ * client left, and the HTTP front ends an answer whose client left or
+ * idled past connection_timeout: server/http/conns.h), the blocks still
+ * wanted are dropped and only those in flight land: a client that left
+ * holds no cache space. */
 #ifndef TENSORD_MIRROR_H
 #define TENSORD_MIRROR_H
 
@@ -134,8 +141,11 @@ int mirror_file_complete(struct mirror *m, struct mirror_file *f);
 
 /* Asks for the blocks covering [off, off + len) that are neither present,
  * nor in flight, nor wanted yet, and moves the file's cursor to off: they
- * are fetched from there on, in order. The download then holds the file
- * until its wanted blocks are in (or it fails), whoever is still reading. */
+ * are fetched from there on, in order; a range that reaches the file's end
+ * asks for every block (its last byte waits for the whole file's hash).
+ * The caller holds a reference (mirror_open, mirror_ref); the download
+ * holds the file until its wanted blocks are in, it fails, or the last of
+ * those references goes (the blocks not in flight are then dropped). */
 void mirror_want(struct mirror *m, struct mirror_file *f, uint64_t off, uint64_t len);
 
 /* The bytes readable at off, contiguous, at most max: 0 when none is there

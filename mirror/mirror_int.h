@@ -25,6 +25,8 @@ struct mirror_file {
     uint64_t nblocks;
     /* (lock) from here on */
     unsigned refs;                 /* openers, the download, a fetcher at work on it */
+    unsigned openers;              /* of refs, those of mirror_open and mirror_ref: readers,
+                                    * preloads; the last to go drops the blocks still wanted */
     int fd, state_fd;              /* open while refs > 0 (state_fd: while partial); else -1 */
     int complete;                  /* every byte is there and the hash matched */
     int failed;                    /* the last download failed: error says why */
@@ -69,6 +71,8 @@ struct mirror {
     size_t nbuckets;
     struct mirror_file *lru_head, *lru_tail, *ring_head, *ring_tail; /* (lock) */
     uint64_t used, n_files, n_partial; /* (lock) */
+    uint64_t held;                 /* of used, the bytes of files with references: what no
+                                    * eviction can free now (lock) */
     uint64_t model_seq;            /* names of models/<n> (lock) */
     unsigned range_waiters;        /* threads in mirror_wait_range: woken by progress too (lock) */
     unsigned n_fetchers;
@@ -99,12 +103,12 @@ static inline uint64_t block_len(const struct mirror_file *f, uint64_t b)
     return f->id.size - off < f->block ? f->id.size - off : f->block;
 }
 
-/* ---- mirror.c, for the fetchers ---- */
+/* ---- mirror.c, for the fetchers and the start ---- */
 
 /* A reference (opening the descriptors on the first). Returns 0 or -errno
  * with err. */
 int do_mirror_ref(struct mirror *m, struct mirror_file *f, struct st_error *err);
-void do_mirror_unref(struct mirror_file *f);
+void do_mirror_unref(struct mirror *m, struct mirror_file *f);
 /* Links f into the fetchers' ring when it has work, waking one. */
 void do_mirror_ring_add(struct mirror *m, struct mirror_file *f);
 /* Whether a fetcher has something to hash in f. */
@@ -122,14 +126,17 @@ void do_mirror_gauges(const struct mirror *m);
  * and moved to *fire. */
 void do_mirror_collect(struct mirror *m, struct mirror_file *f, struct mirror_waiter **fire);
 /* The download's reference goes once nothing is queued or in flight. */
-void do_mirror_download_check(struct mirror_file *f);
+void do_mirror_download_check(struct mirror *m, struct mirror_file *f);
 
-/* Start-up, before any thread runs: reads blobs/ into the map, least
- * recently used (oldest mtime) first; removes state files whose blob is
- * gone and what cannot be resumed. */
-int mirror_load_cache(struct mirror *m, struct st_error *err);
-/* At stop, the threads gone: closes and frees every file of the map. */
-void mirror_files_free(struct mirror *m);
+/* A file of size id->size in blocks of `block` bytes, nothing present,
+ * in no map; mirror_file_free frees one (its descriptors closed before). */
+struct mirror_file *mirror_file_new(const struct mirror_id *id, uint64_t block);
+void mirror_file_free(struct mirror_file *f);
+/* Puts f into the map and the LRU (most recently used). */
+void do_mirror_insert(struct mirror *m, struct mirror_file *f);
+/* Takes f out of the map and the LRU, unlinks its files and frees it. It
+ * must be held by nobody. */
+void do_mirror_evict(struct mirror *m, struct mirror_file *f);
 /* Frees f's hash state (the fetchers compute it). */
 void mirror_hash_free(struct mirror_file *f);
 

@@ -80,6 +80,8 @@ struct request {
     atomic_int wait_result;     /* what the wait ended with, once resumed */
     void *wait_job;             /* what the wait's start returned (a mirror's job), or NULL */
     void (*wait_release)(void *job); /* gives it back when the request ends */
+    int wait_watched;           /* the connection table watches the suspension (conns.h): a
+                                 * wait that can be taken back, so it may be given up */
     struct answer answer;       /* the current answer: its memory lives until the request ends */
 };
 
@@ -290,7 +292,7 @@ static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_co
         struct conn *c = xcalloc(1, sizeof(*c));
         c->fd = ci ? ci->connect_fd : -1;
         c->tls = (srv->daemon_flags & MHD_USE_TLS) != 0;
-        c->entry = c->fd >= 0 ? conns_add(srv->conns, c->fd, c->tls) : NULL;
+        c->entry = c->fd >= 0 ? conns_add(srv->conns, c->fd, c->tls, mc) : NULL;
         *socket_context = c;
     } else {
         struct conn *c = *socket_context;
@@ -451,21 +453,39 @@ static struct request_view view_of(struct MHD_Connection *mc, struct request *rq
 
 /* ---- answers ------------------------------------------------------------------------- */
 
-/* The wait's end (any thread): the request is dispatched again. */
+/* The wait's end (any thread): the request is dispatched again, unless the
+ * connection table gave it up first (its client left). */
 static void resumed(void *arg, int result)
 {
     struct request *rq = arg;
     atomic_store(&rq->wait_result, result);
     atomic_store(&rq->wait, WAIT_RESUMED);
-    MHD_resume_connection(rq->mhd);
+    if (!rq->wait_watched || conn_resume(rq->owner ? rq->owner->entry : NULL))
+        MHD_resume_connection(rq->mhd);
+}
+
+/* The connection table's callback for a suspension it gives up (its
+ * lock held): the request or reader then sees conn_gave_up and ends. */
+static void give_up(void *conn)
+{
+    MHD_resume_connection(conn);
 }
 
 /* Suspends rq and starts what its answer waits for. Suspended before the
- * wait starts: its callback may come at once. */
+ * wait starts: its callback may come at once. A wait that can be taken
+ * back (a mirror's job: its release does) is watched by the connection
+ * table, which gives it up when its client leaves or idles past
+ * connection_timeout; the hash and document waits end within their own
+ * bounds, and their callbacks cannot be taken back. */
 static enum MHD_Result start_wait(struct MHD_Connection *mc, struct request *rq)
 {
     struct answer *a = &rq->answer;
     rq->mhd = mc;
+    rq->wait_watched = a->wait.release != NULL;
+    if (rq->wait_watched && conn_suspend(rq->owner ? rq->owner->entry : NULL) < 0) {
+        answer_rendered(a);
+        return MHD_NO; /* stopping: closed, unanswered, like a connection made now */
+    }
     atomic_store(&rq->wait, WAIT_SUSPENDED);
     MHD_suspend_connection(mc);
     a->wait.done = resumed;
@@ -482,7 +502,8 @@ static struct MHD_Response *build(struct MHD_Connection *mc, struct request *rq,
                                   const struct request_view *v, struct reply *r,
                                   struct stream_out *so)
 {
-    struct stream_ctx sc = {rq->srv->mirror, mc, rq->srv->cfg->sendfile};
+    struct stream_ctx sc = {rq->srv->mirror, mc, rq->owner ? rq->owner->entry : NULL,
+                            rq->srv->cfg->sendfile};
     int err;
     struct MHD_Response *resp = stream_response(r, &rq->answer, &sc, so, &err);
     if (!resp && err) {
@@ -781,7 +802,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
     if (rq->handled) {
         /* An answer that waited (for content hashes, a document's render,
          * the mirror's upstream) was resumed: it is dispatched again, and
-         * answers with what it finds this time. */
+         * answers with what it finds this time; given up (its client left,
+         * connection_timeout, stopping), it is closed unanswered. */
+        if (rq->wait_watched && conn_gave_up(rq->owner ? rq->owner->entry : NULL))
+            return MHD_NO;
         int resumed = WAIT_RESUMED;
         if (atomic_compare_exchange_strong(&rq->wait, &resumed, WAIT_DONE))
             return answer_request(mc, rq, url);
@@ -883,7 +907,7 @@ int http_start(struct server *srv, char *errbuf, size_t errlen)
         {MHD_OPTION_HTTPS_PRIORITIES, 0, TLS_PRIORITIES},
         {MHD_OPTION_END, 0, NULL},
     };
-    srv->conns = conns_start(cfg->header_timeout);
+    srv->conns = conns_start(cfg->header_timeout, cfg->connection_timeout, give_up);
     srv->daemon_flags = flags;
     srv->daemon = MHD_start_daemon(
         flags, 0, accept_policy, srv, on_request, srv,
@@ -921,6 +945,9 @@ void http_stop(struct server *srv, unsigned drain_ms)
     atomic_store(&srv->draining, 1);
     for (unsigned waited = 0; waited < drain_ms && atomic_load(&srv->in_flight) > 0; waited += 10)
         usleep(10000);
+    /* What still waits on the mirror's upstream ends now: libmicrohttpd
+     * must not be stopped with a suspended connection (it aborts). */
+    conns_give_up_all(srv->conns);
     MHD_stop_daemon(srv->daemon);
     srv->daemon = NULL;
     conns_stop(srv->conns);

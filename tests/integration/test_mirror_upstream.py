@@ -11,6 +11,7 @@ import http.server
 import json
 import os
 import re
+import socket
 import socketserver
 import subprocess
 import sys
@@ -99,7 +100,8 @@ def mirror_of(tmp_path):
         return d
     yield start
     for d in started:
-        d.stop_checked()
+        if not getattr(d, "stopped", False):  # a test that stops one checks it itself
+            d.stop_checked()
 
 
 def hf_env(port, tmp):
@@ -185,4 +187,169 @@ def test_documents_are_json_with_tensord_headers(mirror_of):
         assert r.status == 404 and r.header("X-Error-Code") == "RepoNotFound", r
         assert r.json() == {"error": "upstream answered 404"}
     finally:
+        up.close()
+
+
+# ---- files ------------------------------------------------------------------
+
+BLOCK = 65536
+
+
+def sha(b):
+    return hashlib.sha256(b).hexdigest()
+
+
+def file_routes(files, gates=None, delay=0.0):
+    """Routes answering HEAD and ranged GET of each {name: bytes} as an LFS
+    file of repo "org/r" at COMMIT, a range waiting on gates[name] (an
+    Event) when there is one, every answer after `delay` seconds."""
+    gates = gates or {}
+
+    def head(h, m):
+        time.sleep(delay)
+        data = files.get(m.group(2))
+        if data is None:
+            return 404, {"X-Error-Code": "EntryNotFound"}, b'{"error":"no"}'
+        return 200, {"X-Repo-Commit": COMMIT, "X-Linked-Etag": f'"{sha(data)}"',
+                     "X-Linked-Size": str(len(data)), "ETag": f'"{sha(data)}"'}, b""
+
+    def get(h, m):
+        time.sleep(delay)
+        name = m.group(2)
+        data = files[name]
+        if name in gates:
+            gates[name].wait(30)
+        r = re.fullmatch(r"bytes=(\d+)-(\d+)", h.headers.get("Range", ""))
+        a, b = int(r.group(1)), min(int(r.group(2)), len(data) - 1)
+        return 206, {"Content-Range": f"bytes {a}-{b}/{len(data)}", "X-Repo-Commit": COMMIT,
+                     "ETag": f'"{sha(data)}"'}, data[a:b + 1]
+
+    def route(h, m):
+        return (head if h.command == "HEAD" else get)(h, m)
+    return {r"/org/r/resolve/(main|[0-9a-f]{40})/(.+)": route}
+
+
+def url(name):
+    return f"/org/r/resolve/{COMMIT}/{name}"
+
+
+def test_cold_range_anywhere_completes(mirror_of):
+    """A Range that starts past a cold file's first block and runs to its
+    end completes: the last byte waits for the whole file's hash, so the
+    mirror fetches the rest behind the range (it never did: the hash only
+    grows over blocks fetched from byte 0)."""
+    data = os.urandom(5 * BLOCK + 77)
+    files = {f"f{i}.bin": data[:len(data) - i] for i in range(4)}
+    up = Scripted(file_routes(files))
+    try:
+        m = mirror_of(up)
+        cases = (("f0.bin", "bytes=200000-"), ("f1.bin", "bytes=-100"),
+                 ("f2.bin", f"bytes=300000-{len(files['f2.bin']) - 1}"),
+                 ("f3.bin", "bytes=70000-70099,-5"))
+        for name, rng in cases:
+            r = tdutil.request(m.port, "GET", url(name), {"Range": rng}, timeout=20)
+            body = files[name]
+            assert r.status == 206, (name, r)
+            if "," in rng:
+                parts = tdutil.parse_multipart_byteranges(r.header("Content-Type"), r.body)
+                assert [p[4] for p in parts] == [body[70000:70100], body[-5:]]
+            elif rng.startswith("bytes=-"):
+                assert r.body == body[-100:]
+            else:
+                assert r.body == body[int(rng[6:].split("-")[0]):], name
+        # Each file was fetched whole, once, and is complete (by digest).
+        for name, body in files.items():
+            r = m.get(f"/v1/blobs/sha256:{sha(body)}")
+            assert r.status == 200 and r.body == body, name
+    finally:
+        up.close()
+
+
+def leave_after_headers(port, path, headers):
+    """Sends a GET, reads the answer's status line, and goes away."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    req = f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+    req += "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n"
+    s.sendall(req.encode())
+    got = s.recv(64)
+    s.close()
+    return got
+
+
+def wait_for(fn, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = fn()
+        if v:
+            return v
+        time.sleep(0.05)
+    raise AssertionError(f"{what}: not within {timeout} s")
+
+
+def test_clients_that_leave_hold_nothing(mirror_of):
+    """Clients that ask for cold ranges and leave while their answers wait
+    are freed at once (their connections closed, their wants dropped): they
+    hold nothing in the cache, so the next cold download is not cut with
+    "cache full". They were never freed, and pinned their files: about
+    max_connections of them left the mirror answering 503 to everyone."""
+    files = {f"p{i}.bin": os.urandom(3 * BLOCK + 5) for i in range(4)}
+    files["q.bin"] = os.urandom(10 * BLOCK)
+    gates = {n: threading.Event() for n in files if n.startswith("p")}
+    up = Scripted(file_routes(files, gates))
+    try:
+        m = mirror_of(up, "--mirror-cache-max-bytes", str(16 * BLOCK),
+                      "--mirror-fetch-threads", "4")
+        for n in gates:  # each waits for bytes the upstream holds back
+            assert leave_after_headers(m.port, url(n), {"Range": "bytes=131072-"}) \
+                .startswith(b"HTTP/1.1 206")
+        for g in gates.values():  # the blocks in flight land, nobody reads them
+            g.set()
+
+        def freed():
+            d = m.json("/v1/metrics")
+            return d["connections"]["open"] <= 1 and d["mirror"].get("in_use_bytes") == 0 and d
+        wait_for(freed, 10, "the clients that left were not freed")
+        r = tdutil.request(m.port, "GET", url("q.bin"), timeout=20)
+        assert r.status == 200 and r.body == files["q.bin"], r
+        assert m.json("/v1/metrics")["mirror"]["cache_bytes"] <= 16 * BLOCK
+    finally:
+        for g in gates.values():
+            g.set()
+        up.close()
+
+
+def test_suspended_answer_obeys_connection_timeout(mirror_of):
+    """An answer that waits for bytes that do not come is ended after
+    connection_timeout, as an idle connection is; SIGTERM then stops the
+    daemon at once, though an answer still waits (libmicrohttpd aborts when
+    stopped with a suspended connection: every one is given up first)."""
+    files = {"slow.bin": os.urandom(2 * BLOCK), "stuck.bin": os.urandom(2 * BLOCK)}
+    gates = {"slow.bin": threading.Event(), "stuck.bin": threading.Event()}
+    up = Scripted(file_routes(files, gates))
+    try:
+        m = mirror_of(up, "--connection-timeout", "1")
+        s = socket.create_connection(("127.0.0.1", m.port), timeout=10)
+        s.sendall(f"GET {url('slow.bin')} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+        t0 = time.monotonic()
+        got = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            got += chunk
+        assert got.startswith(b"HTTP/1.1 200") and 0.8 < time.monotonic() - t0 < 5, got[:100]
+        s.close()
+        # One more waits when SIGTERM comes: the stop takes well under the
+        # drain's 30 s, and exits 0.
+        s = socket.create_connection(("127.0.0.1", m.port), timeout=10)
+        s.sendall(f"GET {url('stuck.bin')} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+        assert s.recv(64).startswith(b"HTTP/1.1 200")
+        t0 = time.monotonic()
+        m.stopped = True
+        m.stop_checked()
+        assert time.monotonic() - t0 < 10
+        s.close()
+    finally:
+        for g in gates.values():
+            g.set()
         up.close()

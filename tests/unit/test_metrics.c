@@ -151,15 +151,17 @@ TEST(hashing)
                       "\"files\":10},");
     free(j);
     /* A mirror's cache gauges, in both renderings. */
-    metrics_set_mirror(123456789, 12, 3);
+    metrics_set_mirror(123456789, 65536, 12, 3);
     p = metrics_render_prometheus();
     CHECK(sample(p, "tensord_mirror_cache_bytes") == 123456789);
     CHECK(sample(p, "tensord_mirror_files") == 12);
+    CHECK(sample(p, "tensord_mirror_cache_in_use_bytes") == 65536);
     CHECK(sample(p, "tensord_mirror_partial_files") == 3);
     CHECK_CONTAINS(p, "# TYPE tensord_mirror_cache_bytes gauge\n");
     free(p);
     j = metrics_render_json();
-    CHECK_CONTAINS(j, "\"mirror\":{\"cache_bytes\":123456789,\"files\":12,\"partial_files\":3}}");
+    CHECK_CONTAINS(j, "\"mirror\":{\"cache_bytes\":123456789,\"in_use_bytes\":65536,\"files\":12,"
+                      "\"partial_files\":3}}");
     free(j);
 }
 
