@@ -1,10 +1,11 @@
-/* mirror_int: what the mirror's two files share (the design is in
- * mirror.h): mirror.c holds the files, their references, the LRU,
- * readers and waiters; mirror_fetch.c the fetcher threads, the hashing
- * and a download's failure.
- * mirror_fetch.c calls mirror.c's do_ functions, never the other way but
- * through mirror_fetch_start/stop. Everything marked (lock) is guarded by
- * m->lock. */
+/* mirror_int: what the mirror's files share (the design is in mirror.h):
+ * mirror.c holds the files, their references, the LRU and the blocks
+ * wanted; mirror_read.c the readers and waiters; mirror_fetch.c the
+ * fetcher threads, the hashing and a download's failure; mirror_life.c
+ * the start (what a previous run left) and the stop.
+ * They call one way: mirror_life -> mirror_fetch -> mirror_read -> mirror,
+ * mirror_fetch also calling mirror.c's do_ functions. Everything marked
+ * (lock) is guarded by m->lock. */
 #ifndef TENSORD_MIRROR_INT_H
 #define TENSORD_MIRROR_INT_H
 
@@ -111,6 +112,8 @@ int do_mirror_ref(struct mirror *m, struct mirror_file *f, struct st_error *err)
 void do_mirror_unref(struct mirror *m, struct mirror_file *f);
 /* Links f into the fetchers' ring when it has work, waking one. */
 void do_mirror_ring_add(struct mirror *m, struct mirror_file *f);
+/* mirror_want's work: the blocks of [off, off + len) wanted (mirror.h). */
+void do_mirror_want(struct mirror *m, struct mirror_file *f, uint64_t off, uint64_t len);
 /* Whether a fetcher has something to hash in f. */
 int do_mirror_hash_ready(const struct mirror_file *f);
 /* The bytes of f known to be present from 0 on, in whole blocks. */
@@ -122,8 +125,8 @@ int do_mirror_reserve(struct mirror *m, struct mirror_file *f, uint64_t len);
 void do_mirror_release_bytes(struct mirror *m, struct mirror_file *f, uint64_t len);
 /* Publishes the cache's gauges (metrics_set_mirror). */
 void do_mirror_gauges(const struct mirror *m);
-/* The waiters of f that can read now (or whose download failed), unlinked
- * and moved to *fire. */
+/* (mirror_read.c) The waiters of f that can read now (or whose download
+ * failed), unlinked and moved to *fire. */
 void do_mirror_collect(struct mirror *m, struct mirror_file *f, struct mirror_waiter **fire);
 /* The download's reference goes once nothing is queued or in flight. */
 void do_mirror_download_check(struct mirror *m, struct mirror_file *f);

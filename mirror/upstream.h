@@ -28,35 +28,10 @@
 #include <stdint.h>
 
 #include "st_error.h"
+#include "upstream_answer.h"
 
 struct upstream;
 struct upstream_conn;
-
-/* What an answer said: the headers the mirror reads. Strings are
- * NUL-terminated, "" when absent or unusable (a value that holds a control
- * byte, or one that does not fit: a commit, an ETag, a content type or a
- * Cache-Control cut short would say something else). X-Error-Message, a
- * message for people, is cut instead (at a character's start); Link is
- * kept whole however long (libcurl bounds a header line at 100 KiB), so
- * the Hub's pagination always goes through. ETags have their quotes and W/
- * removed. An answer starts zeroed; upstream_answer_free frees its Link. */
-struct upstream_answer {
-    long status;
-    char commit[48];           /* X-Repo-Commit */
-    char etag[96];             /* ETag */
-    char linked_etag[96];      /* X-Linked-Etag */
-    char error_code[48];       /* X-Error-Code */
-    char error_message[256];   /* X-Error-Message */
-    char content_type[128];
-    char cache_control[128];
-    char *link;                /* Link (the Hub's pagination): malloc'd, or NULL when absent */
-    uint64_t linked_size;      /* X-Linked-Size, when has_linked_size */
-    uint64_t length;           /* Content-Length, when has_length */
-    uint64_t range_start, range_end, range_total; /* Content-Range, when has_range */
-    unsigned retry_after;      /* Retry-After seconds, 0 when absent */
-    int has_linked_size, has_length, has_range;
-    int redirected_away;       /* the HEAD stopped at a redirect to another origin */
-};
 
 /* Receives body bytes of a range as they arrive; returns 0, or -errno to
  * stop the transfer (upstream_get_range then returns that errno). */
@@ -117,12 +92,6 @@ int upstream_get_range(struct upstream_conn *c, const char *repo, const char *co
                        const char *path, const char *auth, uint64_t off, uint64_t len,
                        uint64_t size, const char *sha256_hex, upstream_sink sink, void *arg,
                        uint64_t *got, struct upstream_answer *a, struct st_error *err);
-
-/* Parses one header line ("Name: value\r\n") into a (tests, the fuzzer):
- * a status line resets it. a starts zeroed. */
-void upstream_parse_header(struct upstream_answer *a, const char *line, size_t len);
-/* Frees what a holds (its Link) and zeroes it. */
-void upstream_answer_free(struct upstream_answer *a);
 
 /* Appends s percent-encoded to out[0..cap) at *len (RFC 3986 unreserved
  * bytes kept, and '/' when keep_slash). Returns 0, or -1 when it does not

@@ -83,7 +83,7 @@ static void headers(const char *text, size_t len)
     for (size_t at = 0; at < len;) {
         const char *nl = memchr(text + at, '\n', len - at);
         size_t end = nl ? (size_t)(nl - text) + 1 : len;
-        upstream_parse_header(&a, text + at, end - at);
+        upstream_answer_header(&a, text + at, end - at);
         at = end;
     }
     check_string(a.commit, sizeof(a.commit));
@@ -91,7 +91,7 @@ static void headers(const char *text, size_t len)
     check_string(a.linked_etag, sizeof(a.linked_etag));
     check_string(a.error_code, sizeof(a.error_code));
     check_string(a.error_message, sizeof(a.error_message));
-    check_string(a.content_type, sizeof(a.content_type));
+    check_string(a.cache_control, sizeof(a.cache_control));
     if (a.link)
         check_string(a.link, strlen(a.link) + 1);
     if (a.has_range && (a.range_end < a.range_start || a.range_end >= a.range_total))

@@ -131,7 +131,7 @@ static struct upstream_answer answer(const char *const *lines)
     struct upstream_answer a;
     memset(&a, 0, sizeof(a));
     for (; *lines; lines++)
-        upstream_parse_header(&a, *lines, strlen(*lines));
+        upstream_answer_header(&a, *lines, strlen(*lines));
     return a;
 }
 
@@ -195,11 +195,11 @@ TEST(upstream_headers)
 
 /* Values longer than the fixed fields: a Link is kept whole (the Hub's
  * pagination names the next page's whole URL), a message is cut at a
- * character's start, a content type or commit that does not fit is
+ * character's start, a Cache-Control or commit that does not fit is
  * dropped (cut short it would say something else). */
 TEST(upstream_long_headers)
 {
-    char link[4200], msg[400], ctype[300], line[4400];
+    char link[4200], msg[400], cache[300], line[4400];
     int n = snprintf(link, sizeof(link), "<https://hub.example/api/models?cursor=");
     while (n < 4000)
         link[n++] = 'x';
@@ -207,28 +207,28 @@ TEST(upstream_long_headers)
     memset(msg, 0, sizeof(msg));
     for (size_t i = 0; i + 2 < 390; i += 2)
         memcpy(msg + i, "\xc3\xa9", 2); /* 'é' */
-    memset(ctype, 'a', sizeof(ctype) - 1);
-    ctype[sizeof(ctype) - 1] = '\0';
+    memset(cache, 'a', sizeof(cache) - 1);
+    cache[sizeof(cache) - 1] = '\0';
     struct upstream_answer a;
     memset(&a, 0, sizeof(a));
     const char *status = "HTTP/1.1 200 OK\r\n";
-    upstream_parse_header(&a, status, strlen(status));
+    upstream_answer_header(&a, status, strlen(status));
     snprintf(line, sizeof(line), "Link: %s\r\n", link);
-    upstream_parse_header(&a, line, strlen(line));
+    upstream_answer_header(&a, line, strlen(line));
     snprintf(line, sizeof(line), "X-Error-Message: %s\r\n", msg);
-    upstream_parse_header(&a, line, strlen(line));
-    snprintf(line, sizeof(line), "Content-Type: %s\r\n", ctype);
-    upstream_parse_header(&a, line, strlen(line));
+    upstream_answer_header(&a, line, strlen(line));
+    snprintf(line, sizeof(line), "Cache-Control: %s\r\n", cache);
+    upstream_answer_header(&a, line, strlen(line));
     CHECK(a.link && strcmp(a.link, link) == 0);
     CHECK(strlen(a.error_message) == sizeof(a.error_message) - 2); /* 127 whole 'é' */
     CHECK(strncmp(a.error_message, msg, strlen(a.error_message)) == 0);
-    CHECK_STR(a.content_type, "");
+    CHECK_STR(a.cache_control, "");
     /* A second Link replaces the first; a new status line frees it. */
-    upstream_parse_header(&a, "Link: <x>\r\n", 11);
+    upstream_answer_header(&a, "Link: <x>\r\n", 11);
     CHECK_STR(a.link, "<x>");
-    upstream_parse_header(&a, status, strlen(status));
+    upstream_answer_header(&a, status, strlen(status));
     CHECK(a.link == NULL && a.status == 200);
-    upstream_parse_header(&a, "Link: <a\x01>\r\n", 14);
+    upstream_answer_header(&a, "Link: <a\x01>\r\n", 14);
     CHECK(a.link == NULL); /* a control byte: not taken */
     upstream_answer_free(&a);
 }
