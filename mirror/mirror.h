@@ -7,12 +7,15 @@
  * blob id of a small one, so one file serves every repo and commit that
  * has those bytes), their blocks, the fetch queue, the waiters, the LRU
  * and the byte count, in one struct mirror (mirror.c); the cache's files
- * on disk (mirror_store.c); the requests that answer metadata (a file's
+ * on disk (mirror_store.c); the questions that answer metadata (a file's
  * commit, size and hash, with the caller's token; the /api documents; a
- * model's headers for a preload) and the short-lived cache of their
- * answers (mirror_job.c, mirror_model.c); mirror/upstream is the HTTP client
- * all of them use. server/handlers/h_mirror answers HTTP from this state and never
- * talks to the upstream itself.
+ * model's headers for a preload: mirror_ask.c, mirror_model.c), their
+ * queue (mirror_job.c: bounded, the clients served in turn, identical
+ * questions asked once, a question nobody waits for any more never asked)
+ * and the short-lived cache of what the upstream said about files
+ * (mirror_ask.c); mirror/upstream is the HTTP client all of them use.
+ * server/handlers/h_mirror answers HTTP from this state and never talks to
+ * the upstream itself.
  *
  * Threads. mirror_fetch_threads fetchers, each with its own upstream
  * connection, take blocks round robin over the files that have blocks
@@ -37,9 +40,9 @@
  * eviction and its unlink. Functions named do_* run with it held. Waiter
  * callbacks run after it is released; a waiter counts the callbacks of it
  * that are running (`firing`), and mirror_unwait waits for none, so an
- * answer freed meanwhile is never called. mirror_job.c has one lock of its own for its
- * queue and its metadata cache; no thread holds both (docs/ARCHITECTURE.md
- * "Lock order").
+ * answer freed meanwhile is never called. mirror_job.c has one lock of its
+ * own for its queue, mirror_ask.c one for its cache; no thread holds two
+ * (docs/ARCHITECTURE.md "Lock order").
  *
  * On disk (mirror_cache_dir):
  *   blobs/<key>          the bytes at their offsets, sparse until fetched
@@ -93,7 +96,7 @@ struct mirror_options {
     uint64_t block_bytes;          /* a multiple of 4096 */
     unsigned fetch_threads;
     uint64_t max_bps;              /* all fetches together; 0 = no limit */
-    unsigned auth_ttl;             /* seconds an answer about a file is reused (mirror_job.c) */
+    unsigned auth_ttl;             /* seconds an answer about a file is reused (mirror_ask.c) */
     const char *own_auth;          /* Authorization value of the mirror's own requests, or NULL */
 };
 

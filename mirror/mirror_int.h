@@ -78,7 +78,8 @@ struct mirror {
     unsigned range_waiters;        /* threads in mirror_wait_range: woken by progress too (lock) */
     unsigned n_fetchers;
     struct mirror_fetcher *fetchers;
-    struct mirror_jobs *jobs;      /* mirror_job.c */
+    struct mirror_jobs *jobs;      /* the questions' queue (mirror_job.c) */
+    struct mirror_asks *asks;      /* the answers kept about files (mirror_ask.c) */
     pthread_mutex_t pace_lock;     /* guards pace_next (a leaf: nothing else is taken with it) */
     uint64_t pace_next;            /* when the next byte from the upstream may come, for
                                     * upstream_max_bytes_per_second (monotonic ns) */

@@ -17,12 +17,12 @@
 #include "fileio.h"
 #include "log.h"
 #include "mirror_int.h"
+#include "mirror_ask.h"
 #include "mirror_job.h"
 #include "mirror_store.h"
 #include "util.h"
 
 #define NBUCKETS 4096
-#define JOB_THREADS 2          /* metadata requests at once (each a round trip, a few ms) */
 
 /* Removes what models/ holds (preloads of a previous run). */
 static void clear_models(struct mirror *m)
@@ -202,10 +202,11 @@ struct mirror *mirror_new(const struct mirror_options *o, struct st_error *err)
         st_error_errno(err, -rc, "mirror cache directory %s", o->cache_dir);
         goto fail;
     }
+    m->asks = mirror_asks_new();
     m->up = upstream_new(o->upstream); /* the fetchers pace themselves, all together */
     clear_models(m);
     if (load_cache(m, err) < 0 || mirror_fetch_start(m, err) < 0 ||
-        mirror_jobs_start(m, JOB_THREADS, err) < 0)
+        mirror_jobs_start(m, MIRROR_JOB_THREADS, err) < 0)
         goto fail;
     log_msg(LOG_INFO, "mirror of %s: cache %s holds %" PRIu64 " files (%" PRIu64 " partial), "
             "%" PRIu64 " of %" PRIu64 " bytes", o->upstream, o->cache_dir, m->n_files,
@@ -229,6 +230,7 @@ void mirror_free(struct mirror *m)
     pthread_cond_broadcast(&m->changed);
     pthread_mutex_unlock(&m->lock);
     mirror_jobs_stop(m);
+    mirror_asks_free(m->asks);
     mirror_fetch_stop(m);
     files_free(m);
     upstream_free(m->up);

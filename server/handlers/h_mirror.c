@@ -44,6 +44,7 @@
 #include "h_mirror.h"
 #include "handlers.h"
 #include "mirror.h"
+#include "mirror_ask.h"
 #include "mirror_job.h"
 #include "mirror_model.h"
 #include "route.h"
@@ -60,11 +61,14 @@ static void job_release(void *job)
     mirror_job_release(job);
 }
 
-/* The job a request waits for (submitted when the wait starts, or NULL
- * when the mirror stops: it is dispatched again with none). Its
- * arguments are copied into the answer's arena. */
+/* The job a request waits for, submitted when the wait starts. When the
+ * queue refuses it (full, or the mirror stopping) the request is dispatched
+ * again at once with no job and the reason as its wait's result
+ * (job_refused answers it). Its arguments are copied into the answer's
+ * arena. */
 struct job_wait {
     struct mirror *m;
+    uint64_t client;
     enum { JOB_META, JOB_DOC, JOB_MODEL } kind;
     const char *repo, *rev, *path, *auth;      /* JOB_META; JOB_MODEL: repo */
     const char *method, *target, *body, *ctype; /* JOB_DOC */
@@ -74,14 +78,33 @@ struct job_wait {
 static void *start_job(struct answer *a)
 {
     const struct job_wait *w = a->wait.ctx;
+    int why = 0;
     struct mirror_job *j =
-        w->kind == JOB_META ? mirror_job_meta(w->m, w->repo, w->rev, w->path, w->auth, job_done, a)
-        : w->kind == JOB_DOC ? mirror_job_doc(w->m, w->method, w->target, w->body, w->body_len,
-                                              w->ctype, w->auth, job_done, a)
-                             : mirror_job_model(w->m, w->repo, "main", job_done, a);
-    if (!j) /* stopping: answered when dispatched again */
-        job_done(a);
+        w->kind == JOB_META ? mirror_job_meta(w->m, w->client, w->repo, w->rev, w->path, w->auth,
+                                              job_done, a, &why)
+        : w->kind == JOB_DOC ? mirror_job_doc(w->m, w->client, w->method, w->target, w->body,
+                                              w->body_len, w->ctype, w->auth, job_done, a, &why)
+                             : mirror_job_model(w->m, w->client, w->repo, "main", job_done, a,
+                                                &why);
+    if (!j)
+        answer_resume(a, why);
     return j;
+}
+
+/* A request dispatched again without the job it waited for: the queue
+ * refused it (503 at once, never after a wait). Returns NULL when v is no
+ * such request. */
+static struct answer *job_refused(const struct request_view *v, struct answer *a, int hub)
+{
+    if (!v->waited || v->wait_job)
+        return NULL;
+    int full = v->wait_result == -EAGAIN;
+    const char *why = full ? "too many questions to the mirror's upstream wait: retry"
+                           : "the mirror is stopping";
+    if (hub)
+        return answer_hub_error(a, HTTP_SERVICE_UNAVAILABLE, NULL, MIRROR_JOB_RETRY_AFTER, "%s",
+                                why);
+    return answer_error(a, HTTP_SERVICE_UNAVAILABLE, full ? "busy" : "stopping", "%s", why);
 }
 
 static const char *copy(struct answer *a, const char *s)
@@ -176,6 +199,8 @@ static struct answer *mirror_file_route(const struct request_view *v, struct ans
     struct mirror *m = v->srv->mirror;
     const char *auth = view_header(v, "Authorization");
     struct mirror_meta meta;
+    if (job_refused(v, a, 1))
+        return a;
     if (v->wait_job) {
         struct st_error e;
         int rc = mirror_job_status(v->wait_job, &e);
@@ -184,7 +209,8 @@ static struct answer *mirror_file_route(const struct request_view *v, struct ans
         meta = *mirror_job_meta_result(v->wait_job);
     } else if (!mirror_meta_cached(m, rt->model, rt->rev, rt->name, auth, &meta)) {
         struct job_wait *w = answer_alloc(a, sizeof(*w));
-        *w = (struct job_wait){.m = m, .kind = JOB_META, .repo = copy(a, rt->model),
+        *w = (struct job_wait){.m = m, .client = v->client, .kind = JOB_META,
+                               .repo = copy(a, rt->model),
                                .rev = copy(a, rt->rev), .path = copy(a, rt->name),
                                .auth = copy(a, auth)};
         return answer_wait(a, start_job, job_release, w);
@@ -255,10 +281,12 @@ static struct answer *not_json(struct answer *a, const struct mirror_doc *d, con
 
 static struct answer *mirror_doc_route(const struct request_view *v, struct answer *a)
 {
+    if (job_refused(v, a, 1))
+        return a;
     if (!v->wait_job) {
         struct job_wait *w = answer_alloc(a, sizeof(*w));
         /* A HEAD is asked as a GET: the answer's Content-Length is the body's. */
-        *w = (struct job_wait){.m = v->srv->mirror, .kind = JOB_DOC,
+        *w = (struct job_wait){.m = v->srv->mirror, .client = v->client, .kind = JOB_DOC,
                                .method = v->is_head ? "GET" : copy(a, v->method),
                                .target = copy(a, route_origin_form(v->target)), .body = v->body,
                                .body_len = v->body_len,
@@ -350,6 +378,10 @@ static struct answer *mirror_preload(const struct request_view *v, struct answer
     int status = 0, rc;
     if ((rc = gpu_doc_preload_device(v->body ? v->body : "", v->body_len, &device, &de)) < 0)
         return handle_gpu_answer(a, rc, status, &w, &de);
+    if (job_refused(v, a, 0)) {
+        free(device);
+        return a;
+    }
     if (!v->wait_job) {
         /* Loaded or loading already: that instance, without asking the upstream. */
         rc = gpu_doc_preload_model(gm, model, device, NULL, NULL, &w, &status, &de);
@@ -357,7 +389,8 @@ static struct answer *mirror_preload(const struct request_view *v, struct answer
         if (rc == 0 || de.http_status != HTTP_NOT_FOUND)
             return handle_gpu_answer(a, rc, status, &w, &de);
         struct job_wait *jw = answer_alloc(a, sizeof(*jw));
-        *jw = (struct job_wait){.m = v->srv->mirror, .kind = JOB_MODEL, .repo = copy(a, model)};
+        *jw = (struct job_wait){.m = v->srv->mirror, .client = v->client, .kind = JOB_MODEL,
+                                .repo = copy(a, model)};
         return answer_wait(a, start_job, job_release, jw);
     }
     struct mirror_model *mm;

@@ -129,6 +129,7 @@ static size_t keep_escaped(void *cls, struct MHD_Connection *c, char *s)
  * that outlives it, whatever libmicrohttpd does with the request itself. */
 struct conn {
     int fd;                         /* the socket */
+    uint64_t client;                /* a hash of the peer's address (request_view.client) */
     int tls;                        /* TLS connection: nothing may be written around libmicrohttpd */
     struct conns_entry *entry;    /* its row in the connection table */
     struct request *rq;             /* the request being received or answered, or NULL */
@@ -280,6 +281,25 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
                 status, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK);
 }
 
+/* A hash of the peer's address without its port (an IPv4 peer on an IPv6
+ * socket counts as its IPv4 address), or 0. */
+static uint64_t client_of(struct MHD_Connection *mc)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    const struct sockaddr *sa = ci ? ci->client_addr : NULL;
+    if (sa && sa->sa_family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
+        return hash_fnv1a(&in->sin_addr, 4, HASH_FNV_SEED);
+    }
+    if (sa && sa->sa_family == AF_INET6) {
+        const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+        return IN6_IS_ADDR_V4MAPPED(a) ? hash_fnv1a(a->s6_addr + 12, 4, HASH_FNV_SEED)
+                                       : hash_fnv1a(a->s6_addr, 16, HASH_FNV_SEED);
+    }
+    return 0;
+}
+
 static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_context,
                           enum MHD_ConnectionNotificationCode code)
 {
@@ -291,6 +311,7 @@ static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_co
             MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
         struct conn *c = xcalloc(1, sizeof(*c));
         c->fd = ci ? ci->connect_fd : -1;
+        c->client = client_of(mc);
         c->tls = (srv->daemon_flags & MHD_USE_TLS) != 0;
         c->entry = c->fd >= 0 ? conns_add(srv->conns, c->fd, c->tls, mc) : NULL;
         *socket_context = c;
@@ -440,6 +461,7 @@ static struct request_view view_of(struct MHD_Connection *mc, struct request *rq
         .body = rq->upload,
         .body_len = rq->upload_len,
         .tls = (rq->srv->daemon_flags & MHD_USE_TLS) != 0,
+        .client = rq->owner ? rq->owner->client : 0,
         .start_ns = rq->start_ns,
         .header = view_get_header,
         .query = view_get_query,

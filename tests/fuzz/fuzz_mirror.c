@@ -7,7 +7,7 @@
  *      taken are top-level weight files with a checkable hash, the commit
  *      40 lowercase hex digits;
  *   2: header lines of an upstream answer (mirror/upstream.c) and the file
- *      metadata made of them (mirror/mirror_job.c): every string taken is
+ *      metadata made of them (mirror/mirror_ask.c): every string taken is
  *      NUL-terminated, without control bytes, a range is ordered and within
  *      its total, a found file has a commit and a digest of its kind.
  * Errors must carry a message; nothing may be left allocated. */
@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "mirror_job.h"
+#include "mirror_ask.h"
 #include "mirror_model.h"
 #include "mirror_store.h"
 #include "upstream.h"

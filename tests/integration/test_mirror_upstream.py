@@ -7,6 +7,7 @@ record of the requests it got.
 Each test starts its own mirror (a few hundred milliseconds); none waits
 for more than a few seconds."""
 import hashlib
+import http.client
 import http.server
 import json
 import os
@@ -199,13 +200,16 @@ def sha(b):
     return hashlib.sha256(b).hexdigest()
 
 
-def file_routes(files, gates=None, delay=0.0):
+def file_routes(files, gates=None, delay=0.0, head_gate=None):
     """Routes answering HEAD and ranged GET of each {name: bytes} as an LFS
-    file of repo "org/r" at COMMIT, a range waiting on gates[name] (an
-    Event) when there is one, every answer after `delay` seconds."""
+    file of repo "org/r" at COMMIT (404 for other names), a range waiting
+    on gates[name] (an Event) when there is one, every HEAD on head_gate
+    when there is one, every answer after `delay` seconds."""
     gates = gates or {}
 
     def head(h, m):
+        if head_gate:
+            head_gate.wait(30)
         time.sleep(delay)
         data = files.get(m.group(2))
         if data is None:
@@ -352,4 +356,165 @@ def test_suspended_answer_obeys_connection_timeout(mirror_of):
     finally:
         for g in gates.values():
             g.set()
+        up.close()
+
+
+# ---- the upstream queue -----------------------------------------------------
+
+JOB_THREADS = 4          # mirror/mirror_job.h MIRROR_JOB_THREADS
+PER_CLIENT = 64          # MIRROR_JOBS_PER_CLIENT
+
+
+def ask(port, path, source="127.0.0.1", timeout=20):
+    """(status, Retry-After, seconds taken) of a GET from address source."""
+    t0 = time.monotonic()
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout,
+                                   source_address=(source, 0))
+    try:
+        c.request("GET", path)
+        r = c.getresponse()
+        r.read()
+        return r.status, r.getheader("Retry-After"), time.monotonic() - t0
+    finally:
+        c.close()
+
+
+def in_threads(fn, args):
+    """fn(*a) for each a of args, all at once; their results in order."""
+    out = [None] * len(args)
+
+    def run(i):
+        try:
+            out[i] = fn(*args[i])
+        except Exception as e:  # noqa: BLE001
+            out[i] = e
+    ts = [threading.Thread(target=run, args=(i,)) for i in range(len(args))]
+    for t in ts:
+        t.start()
+    return ts, out
+
+
+def heads(up, name=""):
+    with up.lock:
+        return [p for meth, p in up.seen if meth == "HEAD" and name in p]
+
+
+def test_identical_questions_are_asked_once(mirror_of):
+    """Thirty clients asking about the same file while the upstream thinks:
+    one HEAD goes upstream, and all thirty get its answer."""
+    gate = threading.Event()
+    up = Scripted(file_routes({"same.bin": os.urandom(100)}, head_gate=gate))
+    try:
+        m = mirror_of(up)
+        ts, out = in_threads(ask, [(m.port, "/org/r/resolve/main/same.bin")] * 30)
+        wait_for(lambda: heads(up), 10, "no HEAD reached the upstream")
+        time.sleep(0.5)  # the others have arrived, and wait
+        assert len(heads(up)) == 1, heads(up)
+        gate.set()
+        for t in ts:
+            t.join(20)
+        assert all(o[0] == 302 for o in out), out
+        assert len(heads(up)) == 1
+    finally:
+        gate.set()
+        up.close()
+
+
+def test_full_queue_answers_503_at_once(mirror_of):
+    """With the upstream stuck, one client's questions beyond its share of
+    the queue are answered 503 with Retry-After at once, not after a wait;
+    the others are answered once the upstream is."""
+    gate = threading.Event()
+    up = Scripted(file_routes({}, head_gate=gate))
+    try:
+        m = mirror_of(up)
+        n = PER_CLIENT + JOB_THREADS + 20
+        ts, out = in_threads(ask, [(m.port, f"/org/r/resolve/main/q{i}.bin") for i in range(n)])
+        wait_for(lambda: sum(1 for o in out if o) >= 20, 10, "no 503 came at once")
+        busy = [o for o in out if o]
+        assert all(o[0] == 503 and o[1] == "1" and o[2] < 5 for o in busy), busy
+        gate.set()
+        for t in ts:
+            t.join(30)
+        assert sum(1 for o in out if o[0] == 503) == 20, [o[0] for o in out]
+        assert sum(1 for o in out if o[0] == 404) == n - 20  # the upstream's answer
+    finally:
+        gate.set()
+        up.close()
+
+
+def test_abandoned_questions_never_reach_the_upstream(mirror_of):
+    """Questions whose clients left before the upstream was asked are
+    dropped from the queue: once the upstream answers again, a new client
+    is answered next, and the upstream was asked only what was running."""
+    gate = threading.Event()
+    up = Scripted(file_routes({"new.bin": os.urandom(10)}, head_gate=gate))
+    try:
+        m = mirror_of(up)
+        socks = []
+        for i in range(40):
+            s = socket.create_connection(("127.0.0.1", m.port), timeout=10)
+            s.sendall(f"GET /org/r/resolve/main/gone{i}.bin HTTP/1.1\r\n"
+                      "Host: 127.0.0.1\r\n\r\n".encode())
+            socks.append(s)
+        wait_for(lambda: heads(up), 10, "no HEAD reached the upstream")
+        time.sleep(0.3)
+        running = len(heads(up))  # the job threads', stuck upstream
+        for s in socks:
+            s.close()
+        wait_for(lambda: m.json("/v1/metrics")["connections"]["open"] <= 1, 10,
+                 "the clients that left were not freed")
+        gate.set()
+        status, _, took = ask(m.port, "/org/r/resolve/main/new.bin")
+        assert status == 302 and took < 2, (status, took)
+        assert len(heads(up)) == running + 1, heads(up)
+    finally:
+        gate.set()
+        up.close()
+
+
+def stable_count(fn, quiet=0.5, timeout=10):
+    """fn()'s value once it is non-zero and has not changed for `quiet` s."""
+    deadline, last, since = time.monotonic() + timeout, None, time.monotonic()
+    while time.monotonic() < deadline:
+        v = fn()
+        if v != last:
+            last, since = v, time.monotonic()
+        elif v and time.monotonic() - since >= quiet:
+            return v
+        time.sleep(0.02)
+    raise AssertionError(f"no stable count within {timeout} s (last {last})")
+
+
+def test_clients_take_turns(mirror_of):
+    """One client's twenty questions do not keep another's waiting behind
+    them: the job threads take the clients in turn (each address is a
+    client; 127.0.0.0/8 is all loopback)."""
+    gate = threading.Event()
+    up = Scripted(file_routes({}, head_gate=gate))
+    try:
+        m = mirror_of(up)
+        socks = []
+        for i in range(20):  # client A's, in order
+            s = socket.create_connection(("127.0.0.1", m.port), timeout=30,
+                                         source_address=("127.0.0.2", 0))
+            s.sendall(f"GET /org/r/resolve/main/a{i}.bin HTTP/1.1\r\n"
+                      "Host: 127.0.0.1\r\n\r\n".encode())
+            socks.append(s)
+        running = stable_count(lambda: len(heads(up)))  # the job threads', stuck upstream
+        time.sleep(0.3)  # A's other questions reach the queue
+        tb, out = in_threads(ask, [(m.port, "/org/r/resolve/main/b0.bin", "127.0.0.3")])
+        time.sleep(0.3)
+        gate.set()
+        for s in socks:
+            assert s.recv(64).startswith(b"HTTP/1.1 404")
+            s.close()
+        for t in tb:
+            t.join(30)
+        order = heads(up)
+        b = [i for i, p in enumerate(order) if "/b0.bin" in p]
+        assert out[0][0] == 404 and len(order) == 21, (out, order)
+        assert b[0] < 2 * running, (running, order)  # FIFO: 20
+    finally:
+        gate.set()
         up.close()

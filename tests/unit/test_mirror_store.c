@@ -1,6 +1,6 @@
 /* Tests for mirror/mirror_store.c (the state file of a partial mirrored
  * file, the blobs' names) and the parsers the mirror reads its upstream
- * with: mirror/upstream.c's header lines and encoding, mirror/mirror_job.c's
+ * with: mirror/upstream.c's header lines and encoding, mirror/mirror_ask.c's
  * file metadata, mirror/mirror_model.c's repo document. The expected values
  * are written out by hand from the formats (mirror_store.h, the Hub's
  * headers and documents as huggingface_hub reads them). */
@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "mirror.h"
-#include "mirror_job.h"
+#include "mirror_ask.h"
 #include "mirror_model.h"
 #include "mirror_store.h"
 #include "test.h"
