@@ -14,6 +14,7 @@ struct shared_doc *shared_doc_new(char *text, size_t len, uint64_t key)
     d->len = len;
     d->n_segs = 1;
     d->seg[0] = (struct shared_doc_seg){text, len};
+    d->segs = d->seg;
     d->hash = hash_fnv1a(text, len, HASH_FNV_SEED);
     d->key = key;
     d->made_ns = time_mono_ns();
@@ -36,6 +37,7 @@ struct shared_doc *shared_doc_join(const char *head, size_t head_len, struct sha
     d->own = own;
     d->middle = shared_doc_ref(middle);
     d->n_segs = 3;
+    d->segs = d->seg;
     d->seg[0] = (struct shared_doc_seg){own, head_len};
     d->seg[1] = (struct shared_doc_seg){middle->seg[0].p, middle->len};
     d->seg[2] = (struct shared_doc_seg){own + head_len, tail_len};
@@ -45,6 +47,38 @@ struct shared_doc *shared_doc_join(const char *head, size_t head_len, struct sha
     h = hash_fnv1a(d->seg[1].p, d->seg[1].n, h);
     d->hash = hash_fnv1a(d->seg[2].p, d->seg[2].n, h);
     d->key = key;
+    d->made_ns = time_mono_ns();
+    return d;
+}
+
+struct shared_doc *shared_doc_view(const char *head, size_t head_len, struct shared_doc *base,
+                                   const struct shared_doc_range *ranges, size_t n,
+                                   const char *tail, size_t tail_len, uint64_t hash)
+{
+    struct shared_doc *d = calloc(1, sizeof(*d));
+    char *own = malloc(head_len + tail_len + 1);
+    struct shared_doc_seg *segs = n + 2 <= 3 ? NULL : calloc(n + 2, sizeof(*segs));
+    if (!d || !own || (n + 2 > 3 && !segs)) {
+        free(d);
+        free(own);
+        free(segs);
+        return NULL;
+    }
+    d->segs = segs ? segs : d->seg;
+    memcpy(own, head, head_len);
+    memcpy(own + head_len, tail, tail_len);
+    atomic_init(&d->refs, 1);
+    d->own = own;
+    d->middle = shared_doc_ref(base);
+    d->segs[0] = (struct shared_doc_seg){own, head_len};
+    d->len = head_len + tail_len;
+    for (size_t i = 0; i < n; i++) {
+        d->segs[i + 1] = (struct shared_doc_seg){base->seg[0].p + ranges[i].off, ranges[i].len};
+        d->len += ranges[i].len;
+    }
+    d->segs[n + 1] = (struct shared_doc_seg){own + head_len, tail_len};
+    d->n_segs = (unsigned)(n + 2);
+    d->hash = hash;
     d->made_ns = time_mono_ns();
     return d;
 }
@@ -61,6 +95,10 @@ void shared_doc_unref(struct shared_doc *d)
     if (!d || atomic_fetch_sub_explicit(&d->refs, 1, memory_order_acq_rel) != 1)
         return;
     shared_doc_unref(d->middle);
+    if (d->index_free)
+        d->index_free(d->index);
+    if (d->segs != d->seg)
+        free(d->segs);
     free(d->own);
     free(d);
 }
@@ -72,11 +110,13 @@ static unsigned source_mem(void *ctx, uint64_t off, uint64_t len, const void *p[
     const struct shared_doc *d = ctx;
     unsigned k = 0;
     for (unsigned i = 0; i < d->n_segs && len; i++) {
-        const struct shared_doc_seg *s = &d->seg[i];
+        const struct shared_doc_seg *s = &d->segs[i];
         if (off >= s->n) {
             off -= s->n;
             continue;
         }
+        if (k == 3)
+            return 0; /* more pieces than a caller takes: copied instead (source_read) */
         size_t take = s->n - off < len ? (size_t)(s->n - off) : (size_t)len;
         p[k] = s->p + off;
         n[k++] = take;
@@ -89,13 +129,19 @@ static unsigned source_mem(void *ctx, uint64_t off, uint64_t len, const void *p[
 /* Copies bytes [off, off + len) (inside the document) into buf. */
 static int source_read(void *ctx, uint64_t off, void *buf, size_t len)
 {
-    const void *p[3];
-    size_t n[3];
-    unsigned k = source_mem(ctx, off, len, p, n);
+    const struct shared_doc *d = ctx;
     char *out = buf;
-    for (unsigned i = 0; i < k; i++) {
-        memcpy(out, p[i], n[i]);
-        out += n[i];
+    for (unsigned i = 0; i < d->n_segs && len; i++) {
+        const struct shared_doc_seg *s = &d->segs[i];
+        if (off >= s->n) {
+            off -= s->n;
+            continue;
+        }
+        size_t take = s->n - off < len ? (size_t)(s->n - off) : (size_t)len;
+        memcpy(out, s->p + off, take);
+        out += take;
+        len -= take;
+        off = 0;
     }
     return 0;
 }
