@@ -1,19 +1,19 @@
 /* conns: see conns.h. */
 #include "conns.h"
 
+#include <errno.h>
+#include <linux/sockios.h> /* SIOCOUTQ */
 #include <linux/tcp.h> /* tcpi_bytes_received, which glibc's netinet/tcp.h lacks */
 #include <netinet/in.h>
 #include <pthread.h>
-#include <stddef.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
-#include <linux/sockios.h> /* SIOCOUTQ */
-#include <sys/ioctl.h>
-#include <errno.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -41,7 +41,7 @@ struct conns_entry {
                                      * thread only); valid while `exact` */
     int exact;                      /* consumed counts every byte received: plain TCP, and no
                                      * request whose wire size was unknown */
-    struct conns_entry *prev, *next; /* guarded by deadlines.lock */
+    struct conns_entry *prev, *next; /* guarded by table->lock */
 };
 
 struct conns {
