@@ -30,6 +30,8 @@
  * waiter and suspend their connection; the fetcher that brings the bytes
  * calls the waiter back, and the callback resumes the connection. Preload
  * copy threads wait on a condition variable instead (mirror_wait_range).
+ * MIRROR_JOB_THREADS job threads, each with its own upstream connection,
+ * ask the upstream's metadata and documents (mirror_job.h).
  *
  * Locks. One mutex, m->lock, guards every file's state, the queue, the LRU
  * and the byte count. Nothing waits on the network or on another lock
