@@ -26,8 +26,9 @@
  * answer that waits on the mirror's upstream (a job, or bytes not fetched
  * yet) could hold its connection, and what it holds in the mirror, forever.
  * Between conn_suspend and conn_resume the reaper watches the socket (an
- * epoll set of its own, EPOLLRDHUP: the peer closed or half-closed it, as
- * libmicrohttpd itself reads a closed side) and the clock
+ * epoll set of its own, EPOLLRDHUP: the peer shut its side down, which is
+ * how a client's close looks until something is written to it; HTTP
+ * clients do not half-close while they await an answer) and the clock
  * (connection_timeout since the suspension, as for an idle connection);
  * when either says so it gives the answer up: conn_gave_up turns true and
  * the table's resume callback resumes the connection, whose answer then
