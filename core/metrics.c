@@ -73,7 +73,7 @@ static struct {
     _Atomic uint64_t gpu_resident, gpu_leases, gpu_bps_bits, gpu_staging;
     _Atomic uint64_t hash_bytes, hash_files, hash_errors;
     _Atomic uint64_t hash_pending, hash_pending_bytes, hash_known, hash_files_all;
-    _Atomic uint64_t mirror_bytes, mirror_in_use, mirror_files, mirror_partial;
+    _Atomic uint64_t mirror_bytes, mirror_in_use, mirror_files, mirror_partial, mirror_waiting;
 } g;
 
 /* Seconds matter here, not nanoseconds: the coarse clock costs a few ns. */
@@ -274,6 +274,11 @@ void metrics_set_mirror(uint64_t bytes, uint64_t bytes_in_use, uint64_t files,
     atomic_store_explicit(&g.mirror_partial, partial_files, RELAXED);
 }
 
+void metrics_set_mirror_queue(uint64_t waiting)
+{
+    atomic_store_explicit(&g.mirror_waiting, waiting, RELAXED);
+}
+
 /* ---- rates ---------------------------------------------------------------- */
 
 void metrics_rates(unsigned seconds, struct metrics_rates *out)
@@ -343,6 +348,7 @@ static void gauges_take(struct metrics_snapshot *sn)
     sn->hash_files_all = atomic_load(&g.hash_files_all);
     sn->mirror_bytes = atomic_load(&g.mirror_bytes);
     sn->mirror_in_use = atomic_load(&g.mirror_in_use);
+    sn->mirror_waiting = atomic_load(&g.mirror_waiting);
     sn->mirror_files = atomic_load(&g.mirror_files);
     sn->mirror_partial = atomic_load(&g.mirror_partial);
 }

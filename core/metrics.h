@@ -53,13 +53,14 @@ enum metrics_ctr {
     MC_GPU_PRELOAD_DISK_BYTES,       /* preload bytes read from the disk */
     MC_RESPONSES_ABORTED,     /* answers whose body did not go out whole (client left, timeout,
                                * write error, file written): their bytes count what was sent */
-    MC_DOCS_RENDERED,         /* model documents rendered (server/handlers/doc_cache) */
+    MC_DOCS_RENDERED,         /* model and repo documents rendered (server/handlers/doc_cache) */
     MC_MIRROR_UPSTREAM_BYTES, /* bytes the mirror fetched from its upstream */
     MC_MIRROR_BLOCKS,         /* blocks it fetched whole */
     MC_MIRROR_VERIFY_FAILURES,/* files whose bytes did not hash to the digest they were asked by */
     MC_MIRROR_EVICTIONS,      /* files evicted from its cache */
     MC_GPU_PRELOAD_UPSTREAM_BYTES, /* preload bytes a mirror brought from its upstream during the
                                     * preload (counted in neither page cache nor disk) */
+    MC_MIRROR_QUESTIONS_REFUSED, /* questions to the upstream refused at once, its queue full */
     MC_COUNT
 };
 
@@ -110,6 +111,8 @@ void metrics_set_hashing(uint64_t files_pending, uint64_t bytes_pending, uint64_
  * change. */
 void metrics_set_mirror(uint64_t bytes, uint64_t bytes_in_use, uint64_t files,
                         uint64_t partial_files);
+/* The questions a mirror's upstream queue holds waiting (mirror/mirror_job). */
+void metrics_set_mirror_queue(uint64_t waiting);
 
 /* Renderings of a consistent-enough snapshot (each shard is read once,
  * metrics_render.c). Caller frees; NULL when memory ran out. */

@@ -50,8 +50,8 @@ static const struct {
      "Answers whose body did not go out whole (the client left, a timeout, a write error, "
      "the file was written); their bytes count only what the client acknowledged."},
     {MC_DOCS_RENDERED, "tensord_documents_rendered_total",
-     "Model documents rendered: a description's tensors once per model, each state of its "
-     "hashes, each merged header."},
+     "Documents rendered: a model description's tensors once per model, each state of its "
+     "hashes, each merged header; a Hub repo's document and listing once each per repo."},
     {MC_MIRROR_UPSTREAM_BYTES, "tensord_mirror_upstream_bytes_total",
      "Bytes the mirror fetched from its upstream."},
     {MC_MIRROR_BLOCKS, "tensord_mirror_blocks_fetched_total",
@@ -62,6 +62,9 @@ static const struct {
      "Files evicted from the mirror's cache."},
     {MC_GPU_PRELOAD_UPSTREAM_BYTES, "tensord_gpu_preload_upstream_bytes_total",
      "Preload bytes that a mirror fetched from its upstream while the preload waited for them."},
+    {MC_MIRROR_QUESTIONS_REFUSED, "tensord_mirror_questions_refused_total",
+     "Questions to a mirror's upstream refused at once (503) because its queue, or the "
+     "client's share of it, was full."},
 };
 
 static void prom_head(struct strbuf *b, const char *name, const char *type, const char *help)
@@ -200,6 +203,9 @@ char *metrics_render_prometheus(void)
                "Of a mirror's cache bytes, those of files being read, fetched or preloaded, "
                "which no eviction can free now.", (double)sn->mirror_in_use);
     prom_gauge(&b, "tensord_mirror_files", "Files in a mirror's cache.", (double)sn->mirror_files);
+    prom_gauge(&b, "tensord_mirror_questions_waiting",
+               "Questions waiting in a mirror's queue to its upstream.",
+               (double)sn->mirror_waiting);
     prom_gauge(&b, "tensord_mirror_partial_files",
                "Files in a mirror's cache that are not complete yet.", (double)sn->mirror_partial);
     free(sn);
@@ -249,7 +255,7 @@ static const char *const json_ctr_names[MC_COUNT] = {
     "transfers_cut",         "gpu_preload_page_cache_bytes", "gpu_preload_disk_bytes",
     "responses_aborted",     "documents_rendered",  "mirror_upstream_bytes",
     "mirror_blocks_fetched", "mirror_verify_failures", "mirror_evictions",
-    "gpu_preload_upstream_bytes"};
+    "gpu_preload_upstream_bytes", "mirror_questions_refused"};
 
 /* "endpoints": per kind, its requests by outcome, bytes and durations. */
 static void json_kinds(struct strbuf *b, const struct metrics_snapshot *sn)
@@ -320,9 +326,10 @@ char *metrics_render_json(void)
                   (unsigned long long)sn->hash_pending_bytes, (unsigned long long)sn->hash_known,
                   (unsigned long long)sn->hash_files_all);
     strbuf_printf(&b, "\"mirror\":{\"cache_bytes\":%llu,\"in_use_bytes\":%llu,\"files\":%llu,"
-                  "\"partial_files\":%llu}}", (unsigned long long)sn->mirror_bytes,
-                  (unsigned long long)sn->mirror_in_use, (unsigned long long)sn->mirror_files,
-                  (unsigned long long)sn->mirror_partial);
+                  "\"partial_files\":%llu,\"questions_waiting\":%llu}}",
+                  (unsigned long long)sn->mirror_bytes, (unsigned long long)sn->mirror_in_use,
+                  (unsigned long long)sn->mirror_files, (unsigned long long)sn->mirror_partial,
+                  (unsigned long long)sn->mirror_waiting);
     free(sn);
     return strbuf_detach(&b, NULL);
 }

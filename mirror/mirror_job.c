@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "metrics.h"
 #include "mirror_int.h"
 #include "util.h"
 
@@ -135,6 +136,7 @@ static void do_unqueue(struct mirror_jobs *js, struct question *q)
     q->client = NULL;
     c->n--;
     js->queued--;
+    metrics_set_mirror_queue(js->queued);
     if (c->n)
         return;
     struct client *before = c;
@@ -271,6 +273,7 @@ struct mirror_job *mirror_job_submit(struct mirror *m, const struct mirror_job_s
         struct client *c = js->queued < MIRROR_JOBS_QUEUED ? do_client(js, spec->client) : NULL;
         if (!c) {
             *why = -EAGAIN;
+            metrics_add(MC_MIRROR_QUESTIONS_REFUSED, 1);
             goto refused;
         }
         q = xcalloc(1, sizeof(*q));
@@ -285,6 +288,7 @@ struct mirror_job *mirror_job_submit(struct mirror *m, const struct mirror_job_s
         c->tail = q;
         c->n++;
         js->queued++;
+        metrics_set_mirror_queue(js->queued);
         if (q->key) {
             struct question **b = bucket(js, q->key);
             q->hnext = *b;

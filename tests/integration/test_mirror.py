@@ -352,7 +352,7 @@ def test_cache_stays_under_its_cap(env, tmp_path):
                 time.monotonic() < deadline:
             time.sleep(0.02)
         assert g == {"cache_bytes": 4 * 256 * 1024, "in_use_bytes": 0, "files": 4,
-                     "partial_files": 0}, g
+                     "partial_files": 0, "questions_waiting": 0}, g
         assert m.json("/v1/metrics")["counters"]["mirror_evictions"] == 3
         # Larger than the whole cache: refused, saying why.
         repo = "cap/huge"

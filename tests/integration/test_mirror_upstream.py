@@ -486,11 +486,43 @@ def stable_count(fn, quiet=0.5, timeout=10):
     raise AssertionError(f"no stable count within {timeout} s (last {last})")
 
 
+def queued(m, n, timeout=10):
+    """Waits until n questions wait in the mirror's queue (a second when the
+    daemon does not say: an older one)."""
+    if "questions_waiting" not in m.json("/v1/metrics")["mirror"]:
+        time.sleep(1)
+        return
+    wait_for(lambda: m.json("/v1/metrics")["mirror"]["questions_waiting"] == n, timeout,
+             f"{n} questions are not waiting")
+
+
+class Turnstile:
+    """A gate the upstream's answers wait on, opened one answer at a time
+    (release) or for good (set)."""
+
+    def __init__(self):
+        self.sem = threading.Semaphore(0)
+        self.open = False
+
+    def wait(self, timeout):
+        if not self.open:
+            self.sem.acquire(timeout=timeout)
+
+    def release(self):
+        self.sem.release()
+
+    def set(self):
+        self.open = True
+        self.sem.release(1000)
+
+
 def test_clients_take_turns(mirror_of):
     """One client's twenty questions do not keep another's waiting behind
     them: the job threads take the clients in turn (each address is a
-    client; 127.0.0.0/8 is all loopback)."""
-    gate = threading.Event()
+    client; 127.0.0.0/8 is all loopback). The upstream answers one
+    question at a time, so each answer frees one job thread, which takes
+    the next question: client B's comes second (FIFO: twentieth)."""
+    gate = Turnstile()
     up = Scripted(file_routes({}, head_gate=gate))
     try:
         m = mirror_of(up)
@@ -502,9 +534,12 @@ def test_clients_take_turns(mirror_of):
                       "Host: 127.0.0.1\r\n\r\n".encode())
             socks.append(s)
         running = stable_count(lambda: len(heads(up)))  # the job threads', stuck upstream
-        time.sleep(0.3)  # A's other questions reach the queue
+        queued(m, 20 - running)  # A's other questions wait
         tb, out = in_threads(ask, [(m.port, "/org/r/resolve/main/b0.bin", "127.0.0.3")])
-        time.sleep(0.3)
+        queued(m, 21 - running)  # and B's
+        for k in range(2):
+            gate.release()
+            wait_for(lambda: len(heads(up)) == running + k + 1, 10, "no next question")
         gate.set()
         for s in socks:
             assert s.recv(64).startswith(b"HTTP/1.1 404")
@@ -514,7 +549,7 @@ def test_clients_take_turns(mirror_of):
         order = heads(up)
         b = [i for i, p in enumerate(order) if "/b0.bin" in p]
         assert out[0][0] == 404 and len(order) == 21, (out, order)
-        assert b[0] < 2 * running, (running, order)  # FIFO: 20
+        assert b[0] == running + 1, (running, order)  # FIFO: 20
     finally:
         gate.set()
         up.close()

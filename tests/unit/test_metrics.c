@@ -161,7 +161,7 @@ TEST(hashing)
     free(p);
     j = metrics_render_json();
     CHECK_CONTAINS(j, "\"mirror\":{\"cache_bytes\":123456789,\"in_use_bytes\":65536,\"files\":12,"
-                      "\"partial_files\":3}}");
+                      "\"partial_files\":3,\"questions_waiting\":0}}");
     free(j);
 }
 
@@ -241,7 +241,7 @@ TEST(json_rendering)
     CHECK_CONTAINS(j, "\"bytes\":{\"total\":42,");
     CHECK_CONTAINS(j, "\"reloads\":3");
     CHECK_CONTAINS(j, "\"responses_aborted\":0,\"documents_rendered\":0,\"mirror_upstream_bytes\":0,");
-    CHECK_CONTAINS(j, "\"gpu_preload_upstream_bytes\":0},\"endpoints\":{");
+    CHECK_CONTAINS(j, "\"gpu_preload_upstream_bytes\":0,\"mirror_questions_refused\":0},\"endpoints\":{");
     CHECK_CONTAINS(j, "\"ui\":{\"requests\":{");
     CHECK_CONTAINS(j, "\"models\":{\"requests\":{\"1xx\":0,\"2xx\":1,");
     CHECK_CONTAINS(j, "\"duration_seconds\":{\"count\":1,\"sum\":0.002000000,");
