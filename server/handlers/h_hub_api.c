@@ -2,9 +2,12 @@
  * files, waits for hashes and checks the revision, then calls these): a
  * repo's document, its tree and paths-info entries, the repo list, its refs
  * and its one commit; and what h_hub.c and h_mirror.c both use: the errors,
- * the parts of a file's answer. Every document is rendered per
- * request from the repo's revision, and is a function of the content alone
- * where a commit id addresses it (API.md "Replicas"). */
+ * the parts of a file's answer. The repo's document and its listing are
+ * made once per repo, off the HTTP threads (server/handlers/hub_doc.h,
+ * server/handlers/doc_cache.h), and every answer holds a reference to one
+ * or is a view of the listing; the small ones (refs, commits, the list)
+ * are rendered per request. Each is a function of the content alone where
+ * a commit id addresses it (API.md "Replicas"). */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
