@@ -11,8 +11,9 @@
  * --hold keeps the lease until a line (or EOF) arrives on stdin.
  *
  * Without --socket the daemon is looked for where it puts its socket
- * (config_ipc_socket_path): the config file's ipc_socket, $TENSORD_SOCKET,
- * $XDG_RUNTIME_DIR/tensord.sock, /run/tensord/tensord.sock. */
+ * (config_ipc_socket_candidates): the config file's ipc_socket, else
+ * $TENSORD_SOCKET, and only that one when one of them names it; else
+ * $XDG_RUNTIME_DIR/tensord.sock, then /run/tensord/tensord.sock. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,9 +49,10 @@ static void usage(FILE *f)
             "  --dump DIR          open: write each tensor's bytes to DIR/NAME.bin\n"
             "  --hold              open: keep the lease until a line or EOF on stdin\n"
             "  --help, --version\n"
-            "Without --socket the socket is looked for where the daemon puts it: the config\n"
-            "file's ipc_socket, $TENSORD_SOCKET, $XDG_RUNTIME_DIR/tensord.sock, then\n"
-            "/run/tensord/tensord.sock; the first that exists is used.\n"
+            "Without --socket the socket is where the daemon puts it: the config file's\n"
+            "ipc_socket, else $TENSORD_SOCKET (a socket named there that does not exist is\n"
+            "an error: no other is tried), else the first that exists of\n"
+            "$XDG_RUNTIME_DIR/tensord.sock and /run/tensord/tensord.sock.\n"
             "Exit status (as every tensord command's): 0 ok; 1 an allocation's checksum\n"
             "did not match; 2 it could not do what was asked (usage, no socket, the daemon\n"
             "refused, such as a model that does not exist or is not preloaded, a tensor\n"
@@ -191,8 +193,9 @@ static int cmd_open(struct tensord_client *c, const char *model, const char *dev
     return rc;
 }
 
-/* Connects to --socket, else to the first candidate that exists (see the
- * top of this file). NULL, with every path tried named, when none does. */
+/* Connects to --socket, else to the socket named (ipc_socket,
+ * $TENSORD_SOCKET), else to the first candidate that exists (see the top
+ * of this file). NULL, with every path tried named, when none does. */
 static struct tensord_client *connect_daemon(const char *sock, const char *config_path)
 {
     char err[1024];
@@ -212,20 +215,27 @@ static struct tensord_client *connect_daemon(const char *sock, const char *confi
         return NULL;
     }
     char *paths[MAX_CANDIDATES];
-    size_t n = config_ipc_socket_candidates(&cfg, paths, MAX_CANDIDATES), i;
+    const char *named;
+    size_t n = config_ipc_socket_candidates(&cfg, paths, MAX_CANDIDATES, &named), i;
     config_free(&cfg);
     for (i = 0; i < n && access(paths[i], F_OK) != 0; i++) {
     }
     if (i < n && !(c = tensord_connect(paths[i], err, sizeof(err))))
         fprintf(stderr, "tensord-client: %s\n", err);
-    if (i == n) {
+    if (i == n && named) {
+        fprintf(stderr, "tensord-client: %s%s%s names the lease socket %s: %s (no other socket "
+                        "is tried). Is tensord running with it? `tensord --print-socket` with "
+                        "its options names its socket.\n", named,
+                *named == 'i' ? " of " : "", *named == 'i' ? file : "", paths[0],
+                strerror(ENOENT));
+    } else if (i == n) {
         fprintf(stderr, "tensord-client: no lease socket found; tried:\n");
         for (size_t k = 0; k < n; k++)
             fprintf(stderr, "  %s: %s\n", paths[k], strerror(ENOENT));
-        fprintf(stderr, "(ipc_socket of %s, $TENSORD_SOCKET, $XDG_RUNTIME_DIR/tensord.sock, "
-                        "/run/tensord/tensord.sock). Is tensord running? `tensord "
-                        "--print-socket` with its options names its socket; pass it with "
-                        "--socket.\n", file);
+        fprintf(stderr, "(neither ipc_socket of %s nor $TENSORD_SOCKET names one: "
+                        "$XDG_RUNTIME_DIR/tensord.sock, then /run/tensord/tensord.sock). Is "
+                        "tensord running? `tensord --print-socket` with its options names its "
+                        "socket; pass it with --socket.\n", file);
     }
     for (size_t k = 0; k < n; k++)
         free(paths[k]);

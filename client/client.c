@@ -221,6 +221,15 @@ static int dial(const char *path, char *err, size_t errlen)
     struct st_error e;
     char *real;
     uid_t owner;
+    struct stat st;
+    /* A socket that is not there is said so, before whether its place
+     * could be trusted: nothing to trust yet. */
+    if (lstat(path, &st) < 0) {
+        tdc_seterr(err, errlen, "lease socket %s: %s; is tensord running with this ipc_socket? "
+                   "(`tensord --print-socket` with its options names its socket)", path,
+                   strerror(errno));
+        return -1;
+    }
     if (path_trust_socket(path, &real, &owner, &e) < 0) {
         tdc_seterr(err, errlen, "%s", e.message);
         return -1;
@@ -296,27 +305,34 @@ int tdc_roundtrip(struct tensord_client *c, const char *req, int *fds, size_t ma
     return rc;
 }
 
-/* The socket tensord_connect(NULL) uses: the first that exists of
- * $TENSORD_SOCKET, $XDG_RUNTIME_DIR/tensord.sock and TENSORD_DEFAULT_SOCKET,
- * the places a daemon without ipc_socket chooses (core/config.c). NULL, with
- * every path tried in err, when none does. buf holds the XDG path. */
+/* The socket tensord_connect(NULL) uses: $TENSORD_SOCKET when it names
+ * one (only that one: a missing socket someone named is an error, never a
+ * reason to talk to another daemon), else the first that exists of
+ * $XDG_RUNTIME_DIR/tensord.sock and TENSORD_DEFAULT_SOCKET, the places a
+ * daemon without ipc_socket chooses (core/config.c). NULL, with every path
+ * tried in err, when none does. buf holds the XDG path. */
 static const char *find_socket(char *buf, size_t buflen, char *err, size_t errlen)
 {
     const char *env = getenv("TENSORD_SOCKET"), *xdg = getenv("XDG_RUNTIME_DIR");
-    const char *tried[3];
+    if (env && *env) {
+        if (access(env, F_OK) == 0)
+            return env;
+        tdc_seterr(err, errlen, "$TENSORD_SOCKET names the lease socket %s: %s (no other socket "
+                   "is tried); is the daemon running with it?", env, strerror(errno));
+        return NULL;
+    }
+    const char *tried[2];
     size_t n = 0;
-    if (env && *env)
-        tried[n++] = env;
     if (xdg && xdg[0] == '/' && (size_t)snprintf(buf, buflen, "%s/tensord.sock", xdg) < buflen)
         tried[n++] = buf;
     tried[n++] = TENSORD_DEFAULT_SOCKET;
     for (size_t i = 0; i < n; i++)
         if (access(tried[i], F_OK) == 0)
             return tried[i];
-    tdc_seterr(err, errlen, "no tensord lease socket: none of %s%s%s%s%s exists (looked at "
-               "$TENSORD_SOCKET, $XDG_RUNTIME_DIR/tensord.sock, then the system's); is the "
-               "daemon running? Give it the socket's path (ipc_socket)", tried[0],
-               n > 1 ? ", " : "", n > 1 ? tried[1] : "", n > 2 ? ", " : "", n > 2 ? tried[2] : "");
+    tdc_seterr(err, errlen, "no tensord lease socket: none of %s%s%s exists (looked at "
+               "$XDG_RUNTIME_DIR/tensord.sock, then the system's: $TENSORD_SOCKET names none); "
+               "is the daemon running? Give it the socket's path (ipc_socket)", tried[0],
+               n > 1 ? ", " : "", n > 1 ? tried[1] : "");
     return NULL;
 }
 

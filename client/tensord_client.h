@@ -84,9 +84,11 @@ struct tensord_alloc {
                                 * tensord_model_verify asks for it */
 };
 
-/* Connects to socket_path (NULL: the first that exists of $TENSORD_SOCKET,
- * $XDG_RUNTIME_DIR/tensord.sock and TENSORD_DEFAULT_SOCKET, where a daemon
- * without ipc_socket puts it; err names every path tried when none does)
+/* Connects to socket_path (NULL: $TENSORD_SOCKET when set, and only it: a
+ * missing one is an error naming it, never a reason to try another
+ * daemon; else the first that exists of $XDG_RUNTIME_DIR/tensord.sock and
+ * TENSORD_DEFAULT_SOCKET, where a daemon without ipc_socket puts it; err
+ * names every path tried when none does)
  * and agrees on lease protocol 2 ("hello"). Fails
  * when the daemon refuses this peer (allow-list) or speaks only protocol 1.
  * A connection that holds no lease may be closed by the daemon when idle

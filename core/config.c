@@ -340,14 +340,17 @@ static size_t add_candidate(char **paths, size_t n, size_t max, char *p)
     return n + 1;
 }
 
-size_t config_ipc_socket_candidates(const struct config *cfg, char **paths, size_t max)
+size_t config_ipc_socket_candidates(const struct config *cfg, char **paths, size_t max,
+                                    const char **named)
 {
     size_t n = 0;
-    if (cfg && cfg->ipc_socket && cfg->ipc_socket[0])
-        n = add_candidate(paths, n, max, xstrdup(cfg->ipc_socket));
     const char *env = getenv("TENSORD_SOCKET");
-    if (env && env[0])
-        n = add_candidate(paths, n, max, xstrdup(env));
+    *named = cfg && cfg->ipc_socket && cfg->ipc_socket[0] ? "ipc_socket"
+             : env && env[0]                              ? "$TENSORD_SOCKET"
+                                                          : NULL;
+    if (*named)
+        return add_candidate(paths, n, max,
+                             xstrdup(**named == 'i' ? cfg->ipc_socket : env));
     const char *xdg = getenv("XDG_RUNTIME_DIR");
     if (xdg && xdg[0] == '/')
         n = add_candidate(paths, n, max, xasprintf("%s/tensord.sock", xdg));

@@ -108,12 +108,17 @@ void config_free(struct config *cfg);
  * $XDG_RUNTIME_DIR/tensord.sock, else /run/tensord/tensord.sock. Caller
  * frees. Clients look for it the same way (config_ipc_socket_candidates). */
 char *config_ipc_socket_path(const struct config *cfg);
-/* The paths a client tries, in order, to find the daemon's socket: cfg's
- * ipc_socket (when cfg is not NULL and it is set), $TENSORD_SOCKET,
+/* The paths a client tries, in order, to find the daemon's socket. A
+ * socket someone named (cfg's ipc_socket when cfg is not NULL and it is
+ * set, else $TENSORD_SOCKET) is the only one: a missing one is an error
+ * naming it, never a reason to talk to whatever daemon another place
+ * holds; *named is then the name of where it came from ("ipc_socket",
+ * "$TENSORD_SOCKET"), else NULL and the paths are
  * $XDG_RUNTIME_DIR/tensord.sock and /run/tensord/tensord.sock, without
  * duplicates. Returns how many were written to paths[0..max), each a heap
  * string the caller frees. */
-size_t config_ipc_socket_candidates(const struct config *cfg, char **paths, size_t max);
+size_t config_ipc_socket_candidates(const struct config *cfg, char **paths, size_t max,
+                                    const char **named);
 /* 1 when the listen address reaches only the local host: a loopback
  * address (127.0.0.0/8, ::1) or a name that resolves only to those. */
 int config_listen_is_loopback(const char *listen);

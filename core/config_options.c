@@ -33,7 +33,8 @@ const struct opt config_options[] = {
     {"max_connections_per_ip", "server", OPT_UINT, "0", 0, 1000000,
      OFF(max_connections_per_ip), NOLIST, "open connections per client address; 0 = no limit"},
     {"connection_timeout", "server", OPT_UINT, "60", 0, 86400, OFF(connection_timeout), NOLIST,
-     "seconds an idle connection stays open; 0 = no timeout"},
+     "seconds an idle connection stays open, and an answer waits on a mirror's upstream with "
+     "nothing to send; 0 = no timeout"},
     {"header_timeout", "server", OPT_UINT, "10", 0, 3600, OFF(header_timeout), NOLIST,
      "seconds a client has to send a request line and its headers; 0 = no limit"},
     {"max_request_header_bytes", "server", OPT_SIZE32, "32K", 4096, 1024 * K,

@@ -74,7 +74,7 @@ static struct {
     _Atomic uint64_t gpu_resident, gpu_leases, gpu_bps_bits, gpu_staging;
     _Atomic uint64_t hash_bytes, hash_files, hash_errors;
     _Atomic uint64_t hash_pending, hash_pending_bytes, hash_known, hash_files_all;
-    _Atomic uint64_t mirror_bytes, mirror_files, mirror_partial;
+    _Atomic uint64_t mirror_bytes, mirror_in_use, mirror_files, mirror_partial, mirror_waiting;
 } g;
 
 /* Seconds matter here, not nanoseconds: the coarse clock costs a few ns. */
@@ -283,11 +283,18 @@ void metrics_set_hashing(uint64_t files_pending, uint64_t bytes_pending, uint64_
     atomic_store_explicit(&g.hash_files_all, files, RELAXED);
 }
 
-void metrics_set_mirror(uint64_t bytes_held, uint64_t files, uint64_t partial_files)
+void metrics_set_mirror(uint64_t bytes, uint64_t bytes_in_use, uint64_t files,
+                        uint64_t partial_files)
 {
-    atomic_store_explicit(&g.mirror_bytes, bytes_held, RELAXED);
+    atomic_store_explicit(&g.mirror_bytes, bytes, RELAXED);
+    atomic_store_explicit(&g.mirror_in_use, bytes_in_use, RELAXED);
     atomic_store_explicit(&g.mirror_files, files, RELAXED);
     atomic_store_explicit(&g.mirror_partial, partial_files, RELAXED);
+}
+
+void metrics_set_mirror_queue(uint64_t waiting)
+{
+    atomic_store_explicit(&g.mirror_waiting, waiting, RELAXED);
 }
 
 /* ---- rates ---------------------------------------------------------------- */
@@ -362,6 +369,8 @@ static void gauges_take(struct metrics_snapshot *sn)
     sn->hash_known = atomic_load(&g.hash_known);
     sn->hash_files_all = atomic_load(&g.hash_files_all);
     sn->mirror_bytes = atomic_load(&g.mirror_bytes);
+    sn->mirror_in_use = atomic_load(&g.mirror_in_use);
+    sn->mirror_waiting = atomic_load(&g.mirror_waiting);
     sn->mirror_files = atomic_load(&g.mirror_files);
     sn->mirror_partial = atomic_load(&g.mirror_partial);
 }

@@ -54,7 +54,7 @@ enum metrics_ctr {
     MC_GPU_PRELOAD_DISK_BYTES,       /* preload bytes read from the disk */
     MC_RESPONSES_ABORTED,     /* answers whose body did not go out whole (client left, timeout,
                                * write error, file written): their bytes count what was sent */
-    MC_DOCS_RENDERED,         /* model documents rendered (server/handlers/doc_cache) */
+    MC_DOCS_RENDERED,         /* model and repo documents rendered (server/handlers/doc_cache) */
     MC_MIRROR_UPSTREAM_BYTES, /* bytes the mirror fetched from its upstream */
     MC_MIRROR_BLOCKS,         /* blocks it fetched whole */
     MC_MIRROR_VERIFY_FAILURES,/* files whose bytes did not hash to the digest they were asked by */
@@ -68,6 +68,7 @@ enum metrics_ctr {
     MC_GPU_PRELOAD_PLAN_NS,
     MC_GPU_PRELOAD_COPY_NS,
     MC_GPU_PRELOAD_FINISH_NS,
+    MC_MIRROR_QUESTIONS_REFUSED, /* questions to the upstream refused at once, its queue full */
     MC_COUNT
 };
 
@@ -126,9 +127,14 @@ void metrics_hash_progress(uint64_t bytes, uint64_t files, uint64_t errors);
 void metrics_set_hashing(uint64_t files_pending, uint64_t bytes_pending, uint64_t files_known,
                          uint64_t files);
 
-/* Gauges of a mirror's cache (mirror/mirror): the bytes it holds, its files,
- * and those of them still partial. Set as they change. */
-void metrics_set_mirror(uint64_t bytes_held, uint64_t files, uint64_t partial_files);
+/* Gauges of a mirror's cache (mirror/mirror): the bytes it holds, of those
+ * the bytes of files in use (read, fetched, preloaded: no eviction can
+ * free them now), its files, and those of them still partial. Set as they
+ * change. */
+void metrics_set_mirror(uint64_t bytes, uint64_t bytes_in_use, uint64_t files,
+                        uint64_t partial_files);
+/* The questions a mirror's upstream queue holds waiting (mirror/mirror_job). */
+void metrics_set_mirror_queue(uint64_t waiting);
 
 /* Renderings of a consistent-enough snapshot (each shard is read once,
  * metrics_render.c). Caller frees; NULL when memory ran out. */

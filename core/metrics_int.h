@@ -33,7 +33,7 @@ struct metrics_snapshot {
     size_t n_gpu_devices;
     uint64_t hash_bytes, hash_files, hash_errors, hash_pending, hash_pending_bytes, hash_known,
         hash_files_all;
-    uint64_t mirror_bytes, mirror_files, mirror_partial;
+    uint64_t mirror_bytes, mirror_in_use, mirror_files, mirror_partial, mirror_waiting;
     struct metrics_rates r1, r10, r60; /* only when taken with_rates */
 };
 

@@ -50,8 +50,8 @@ static const struct {
      "Answers whose body did not go out whole (the client left, a timeout, a write error, "
      "the file was written); their bytes count only what the client acknowledged."},
     {MC_DOCS_RENDERED, "tensord_documents_rendered_total",
-     "Model documents rendered: a description's tensors once per model, each state of its "
-     "hashes, each merged header."},
+     "Documents rendered: a model description's tensors once per model, each state of its "
+     "hashes, each merged header; a Hub repo's document and listing once each per repo."},
     {MC_MIRROR_UPSTREAM_BYTES, "tensord_mirror_upstream_bytes_total",
      "Bytes the mirror fetched from its upstream."},
     {MC_MIRROR_BLOCKS, "tensord_mirror_blocks_fetched_total",
@@ -62,6 +62,9 @@ static const struct {
      "Files evicted from the mirror's cache."},
     {MC_GPU_PRELOAD_UPSTREAM_BYTES, "tensord_gpu_preload_upstream_bytes_total",
      "Preload bytes that a mirror fetched from its upstream while the preload waited for them."},
+    {MC_MIRROR_QUESTIONS_REFUSED, "tensord_mirror_questions_refused_total",
+     "Questions to a mirror's upstream refused at once (503) because its queue, or the "
+     "client's share of it, was full."},
 };
 
 /* The preload phases' counters, in enum gm_phase's order, by their label. */
@@ -239,7 +242,13 @@ char *metrics_render_prometheus(void)
     prom_gauge(&b, "tensord_mirror_cache_bytes",
                "Bytes a mirror's cache holds (its files' fetched blocks and those being fetched).",
                (double)sn->mirror_bytes);
+    prom_gauge(&b, "tensord_mirror_cache_in_use_bytes",
+               "Of a mirror's cache bytes, those of files being read, fetched or preloaded, "
+               "which no eviction can free now.", (double)sn->mirror_in_use);
     prom_gauge(&b, "tensord_mirror_files", "Files in a mirror's cache.", (double)sn->mirror_files);
+    prom_gauge(&b, "tensord_mirror_questions_waiting",
+               "Questions waiting in a mirror's queue to its upstream.",
+               (double)sn->mirror_waiting);
     prom_gauge(&b, "tensord_mirror_partial_files",
                "Files in a mirror's cache that are not complete yet.", (double)sn->mirror_partial);
     free(sn);
@@ -290,7 +299,8 @@ static const char *const json_ctr_names[MC_COUNT] = {
     "responses_aborted",     "documents_rendered",  "mirror_upstream_bytes",
     "mirror_blocks_fetched", "mirror_verify_failures", "mirror_evictions",
     "gpu_preload_upstream_bytes", "gpu_preload_alloc_ns", "gpu_preload_ring_ns",
-    "gpu_preload_plan_ns", "gpu_preload_copy_ns", "gpu_preload_finish_ns"};
+    "gpu_preload_plan_ns", "gpu_preload_copy_ns", "gpu_preload_finish_ns",
+    "mirror_questions_refused"};
 
 
 /* "endpoints": per kind, its requests by outcome, bytes and durations. */
@@ -375,9 +385,11 @@ char *metrics_render_json(void)
                   (unsigned long long)sn->hash_errors, (unsigned long long)sn->hash_pending,
                   (unsigned long long)sn->hash_pending_bytes, (unsigned long long)sn->hash_known,
                   (unsigned long long)sn->hash_files_all);
-    strbuf_printf(&b, "\"mirror\":{\"cache_bytes\":%llu,\"files\":%llu,\"partial_files\":%llu}}",
-                  (unsigned long long)sn->mirror_bytes, (unsigned long long)sn->mirror_files,
-                  (unsigned long long)sn->mirror_partial);
+    strbuf_printf(&b, "\"mirror\":{\"cache_bytes\":%llu,\"in_use_bytes\":%llu,\"files\":%llu,"
+                  "\"partial_files\":%llu,\"questions_waiting\":%llu}}",
+                  (unsigned long long)sn->mirror_bytes, (unsigned long long)sn->mirror_in_use,
+                  (unsigned long long)sn->mirror_files, (unsigned long long)sn->mirror_partial,
+                  (unsigned long long)sn->mirror_waiting);
     free(sn);
     return strbuf_detach(&b, NULL);
 }

@@ -6,7 +6,9 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdio.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 /* The directory part of path ("." for a bare name, "/" for "/name") into
  * dir[PATH_MAX]; returns the name part, or NULL when there is none. */
@@ -23,6 +25,21 @@ static const char *split(const char *path, char *dir)
     memcpy(dir, path, n);
     dir[n] = '\0';
     return slash[1] ? slash + 1 : NULL;
+}
+
+/* Where a socket can be put safely, for the messages: never a shared
+ * directory's permissions to change (the advice for /tmp would break the
+ * whole system's). */
+static const char *private_dirs(void)
+{
+    static __thread char buf[PATH_MAX + 96];
+    const char *xdg = getenv("XDG_RUNTIME_DIR");
+    if (geteuid() == 0 || !xdg || xdg[0] != '/')
+        return "/run/tensord/tensord.sock (root's, the default), or $XDG_RUNTIME_DIR/tensord.sock "
+               "for a daemon run by a user";
+    snprintf(buf, sizeof(buf), "%s/tensord.sock ($XDG_RUNTIME_DIR, the default for a daemon "
+             "run by a user), or /run/tensord/tensord.sock (root's)", xdg);
+    return buf;
 }
 
 /* One directory of the chain: owned by root or *owner (the first one, the
@@ -48,10 +65,10 @@ static int check_dir(const char *socket, const char *dir, uid_t *owner, int stic
     if ((st.st_mode & (S_IWGRP | S_IWOTH)) && !(sticky_ok && (st.st_mode & S_ISVTX)))
         return st_error_fail(err, ST_ERR_UNTRUSTED,
                              "socket %s: the directory %s is writable by %s (mode %04o): "
-                             "another user could put their own socket in its place; "
-                             "chmod go-w %s, or use another directory", socket, dir,
-                             (st.st_mode & S_IWOTH) ? "every user" : "its group",
-                             (unsigned)(st.st_mode & 07777), dir);
+                             "another user could put their own socket in its place; put the "
+                             "socket in a directory of its own that only its user writes: %s",
+                             socket, dir, (st.st_mode & S_IWOTH) ? "every user" : "its group",
+                             (unsigned)(st.st_mode & 07777), private_dirs());
     return 0;
 }
 

@@ -177,7 +177,8 @@ void reg_repo_unref(const struct reg_repo *cr)
     if (!r || atomic_fetch_sub_explicit(&r->refs, 1, memory_order_acq_rel) != 1)
         return;
     rev_free(atomic_load(&r->rev));
-    shared_doc_unref(atomic_load(&r->card));
+    for (int k = 0; k < REG_REPO_DOC_COUNT; k++)
+        shared_doc_unref(atomic_load(&r->docs[k]));
     reg_files_free(r->files, r->n_files);
     reg_ids_free(r->ids, r->n_ids);
     strmap_free(r->by_name);
@@ -191,16 +192,17 @@ const struct reg_file *reg_repo_find_file(const struct reg_repo *r, const char *
     return r ? strmap_get(r->by_name, path, len) : NULL;
 }
 
-const struct shared_doc *reg_repo_card(const struct reg_repo *r)
+struct shared_doc *reg_repo_doc(const struct reg_repo *r, enum reg_repo_doc_kind kind)
 {
-    return atomic_load_explicit(&((struct reg_repo *)r)->card, memory_order_acquire);
+    return atomic_load_explicit(&((struct reg_repo *)r)->docs[kind], memory_order_acquire);
 }
 
-const struct shared_doc *reg_repo_set_card(const struct reg_repo *cr, struct shared_doc *d)
+struct shared_doc *reg_repo_set_doc(const struct reg_repo *cr, enum reg_repo_doc_kind kind,
+                                    struct shared_doc *d)
 {
     struct reg_repo *r = (struct reg_repo *)cr;
     struct shared_doc *none = NULL;
-    if (atomic_compare_exchange_strong_explicit(&r->card, &none, d, memory_order_acq_rel,
+    if (atomic_compare_exchange_strong_explicit(&r->docs[kind], &none, d, memory_order_acq_rel,
                                                 memory_order_acquire))
         return d;
     shared_doc_unref(d);

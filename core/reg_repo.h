@@ -23,6 +23,17 @@
  * blob id are their git blob SHA-1. The Hub's own 10 MB line. */
 #define REG_REPO_LFS_MIN (10ull * 1024 * 1024)
 
+/* The documents a repo keeps, each made once (its content never changes:
+ * a new version of a file makes a new repo) by the Hub's handlers and
+ * their renderer, and shared by every answer that sends it. */
+enum reg_repo_doc_kind {
+    REG_REPO_DOC_CARD,          /* README.md's card as JSON (empty: none) */
+    REG_REPO_DOC_INFO,          /* the repo's document (/api/models/{repo}) */
+    REG_REPO_DOC_LISTING,       /* every tree entry, with the offsets of each directory's */
+    REG_REPO_DOC_LISTING_EXPANDED, /* the same, each entry with its lastCommit (expand) */
+    REG_REPO_DOC_COUNT
+};
+
 /* A repo: a directory of files below the root, under a repo id. */
 struct reg_repo_rev;
 struct shared_doc;
@@ -39,8 +50,8 @@ struct reg_repo {
     struct reg_entry_id *ids;  /* the entries it was built from, by name (names below the repo) */
     uint64_t bytes;            /* sum of file sizes */
     _Atomic(struct reg_repo_rev *) rev; /* computed once every hash is known */
-    _Atomic(struct shared_doc *) card;  /* README.md's card as JSON (empty: none), made once
-                                         * by the Hub's model info (reg_repo_set_card) */
+    _Atomic(struct shared_doc *) docs[REG_REPO_DOC_COUNT]; /* made once each, then shared
+                                                            * (reg_repo_set_doc) */
 };
 
 /* A directory of a repo ("" is the repo itself). */
@@ -84,14 +95,14 @@ void reg_repo_unref(const struct reg_repo *r);
 /* The file at path (relative to the repo), or NULL. */
 const struct reg_file *reg_repo_find_file(const struct reg_repo *r, const char *path, size_t len);
 
-/* The repo's card (README.md's front matter as JSON; an empty document
- * when it has none that reads as a mapping), or NULL before one was set.
- * Valid while r is held. The repo and its README are immutable, so the
- * card is made once, not per request. */
-const struct shared_doc *reg_repo_card(const struct reg_repo *r);
-/* Sets r's card to d (taken over) unless another thread set one first (d
- * is then dropped); returns the card r keeps. */
-const struct shared_doc *reg_repo_set_card(const struct reg_repo *r, struct shared_doc *d);
+/* The repo's document of that kind, or NULL before one was set. Valid
+ * while r is held (take a reference to keep it longer). The repo is
+ * immutable, so each is made once, not per request. */
+struct shared_doc *reg_repo_doc(const struct reg_repo *r, enum reg_repo_doc_kind kind);
+/* Sets r's document of that kind to d (taken over) unless another thread
+ * set one first (d is then dropped); returns the document r keeps. */
+struct shared_doc *reg_repo_set_doc(const struct reg_repo *r, enum reg_repo_doc_kind kind,
+                                    struct shared_doc *d);
 
 /* The first file that could not be opened when the repo was built (no
  * permission, say), or NULL: such a repo has no revision. */

@@ -1,6 +1,7 @@
-/* mirror: the cache's files, their references, the LRU, readers and
- * waiters, and what a previous run left (the design is in mirror.h; the
- * fetchers are mirror_fetch.c, the mirror's start and stop mirror_life.c). */
+/* mirror: the cache's files, their references, the LRU and the blocks
+ * wanted (the design is in mirror.h; readers and waiters are
+ * mirror_read.c, the fetchers mirror_fetch.c, the mirror's start and stop
+ * mirror_life.c). */
 #include "mirror.h"
 
 #include <dirent.h>
@@ -66,7 +67,7 @@ static void do_lru_touch(struct mirror *m, struct mirror_file *f)
     m->lru_tail = f;
 }
 
-static void do_insert(struct mirror *m, struct mirror_file *f)
+void do_mirror_insert(struct mirror *m, struct mirror_file *f)
 {
     size_t b = bucket_of(m, f->key);
     f->hnext = m->buckets[b];
@@ -96,7 +97,7 @@ static void set_src(struct mirror_file *f, const struct mirror_src *src)
     f->src_auth = src && src->auth ? xstrdup(src->auth) : NULL;
 }
 
-static void file_free(struct mirror_file *f)
+void mirror_file_free(struct mirror_file *f)
 {
     if (!f)
         return;
@@ -108,7 +109,7 @@ static void file_free(struct mirror_file *f)
     free(f);
 }
 
-static struct mirror_file *file_new(const struct mirror_id *id, uint64_t block)
+struct mirror_file *mirror_file_new(const struct mirror_id *id, uint64_t block)
 {
     struct mirror_file *f = xcalloc(1, sizeof(*f));
     f->id = *id;
@@ -127,7 +128,7 @@ static struct mirror_file *file_new(const struct mirror_id *id, uint64_t block)
 
 /* Takes f out of the map and the LRU, unlinks its files and frees it. It
  * must be held by nobody. */
-static void do_evict(struct mirror *m, struct mirror_file *f)
+void do_mirror_evict(struct mirror *m, struct mirror_file *f)
 {
     struct mirror_file **pp = &m->buckets[bucket_of(m, f->key)];
     while (*pp != f)
@@ -155,12 +156,12 @@ static void do_evict(struct mirror *m, struct mirror_file *f)
     snprintf(name, sizeof(name), "blobs/%s", f->key);
     unlinkat(m->dirfd, name, 0);
     log_msg(LOG_INFO, "mirror: evicted %s (%" PRIu64 " bytes held)", f->key, f->held);
-    file_free(f);
+    mirror_file_free(f);
 }
 
 void do_mirror_gauges(const struct mirror *m)
 {
-    metrics_set_mirror(m->used, m->n_files, m->n_partial);
+    metrics_set_mirror(m->used, m->held, m->n_files, m->n_partial);
 }
 
 int do_mirror_reserve(struct mirror *m, struct mirror_file *f, uint64_t len)
@@ -172,10 +173,11 @@ int do_mirror_reserve(struct mirror *m, struct mirror_file *f, uint64_t len)
         if (!v)
             return -ENOSPC;
         struct mirror_file *next = v->lru_next;
-        do_evict(m, v);
+        do_mirror_evict(m, v);
         v = next;
     }
     m->used += len;
+    m->held += f->refs ? len : 0;
     f->held += len;
     do_mirror_gauges(m);
     return 0;
@@ -184,6 +186,7 @@ int do_mirror_reserve(struct mirror *m, struct mirror_file *f, uint64_t len)
 void do_mirror_release_bytes(struct mirror *m, struct mirror_file *f, uint64_t len)
 {
     m->used -= len;
+    m->held -= f->refs ? len : 0;
     f->held -= len;
     do_mirror_gauges(m);
 }
@@ -213,15 +216,19 @@ static int do_open_fds(struct mirror *m, struct mirror_file *f, struct st_error 
 int do_mirror_ref(struct mirror *m, struct mirror_file *f, struct st_error *err)
 {
     int rc = f->refs == 0 ? do_open_fds(m, f, err) : 0;
-    if (rc == 0)
-        f->refs++;
+    if (rc == 0 && f->refs++ == 0) {
+        m->held += f->held;
+        do_mirror_gauges(m);
+    }
     return rc;
 }
 
-void do_mirror_unref(struct mirror_file *f)
+void do_mirror_unref(struct mirror *m, struct mirror_file *f)
 {
     if (--f->refs > 0)
         return;
+    m->held -= f->held;
+    do_mirror_gauges(m);
     /* The blob's mtime orders the LRU after a restart. */
     futimens(f->fd, NULL);
     close(f->fd);
@@ -231,7 +238,7 @@ void do_mirror_unref(struct mirror_file *f)
     f->state_fd = -1;
 }
 
-void do_mirror_download_check(struct mirror_file *f)
+void do_mirror_download_check(struct mirror *m, struct mirror_file *f)
 {
     int busy = f->n_queued > 0 || f->n_inflight > 0;
     if (busy && !f->downloading) {
@@ -239,7 +246,7 @@ void do_mirror_download_check(struct mirror_file *f)
         f->refs++; /* the descriptors are open: whoever wants blocks holds f */
     } else if (!busy && f->downloading) {
         f->downloading = 0;
-        do_mirror_unref(f);
+        do_mirror_unref(m, f);
     }
 }
 
@@ -288,18 +295,19 @@ struct mirror_file *mirror_open(struct mirror *m, const struct mirror_id *id,
         goto out;
     }
     if (!f) {
-        made = f = file_new(id, m->opt.block_bytes);
+        made = f = mirror_file_new(id, m->opt.block_bytes);
         if (create_files(m, f, err) < 0) {
             f = NULL;
             goto out;
         }
-        do_insert(m, f);
+        do_mirror_insert(m, f);
         made = NULL;
     }
     if (do_mirror_ref(m, f, err) < 0) {
         f = NULL;
         goto out;
     }
+    f->openers++;
     do_lru_touch(m, f);
     if (src && !src->auth)
         f->anonymous = 1;
@@ -311,7 +319,7 @@ struct mirror_file *mirror_open(struct mirror *m, const struct mirror_id *id,
         do_mirror_ring_add(m, f);
 out:
     pthread_mutex_unlock(&m->lock);
-    file_free(made);
+    mirror_file_free(made);
     return f;
 }
 
@@ -325,8 +333,10 @@ struct mirror_file *mirror_find_complete(struct mirror *m, const uint8_t sha256[
     struct mirror_file *f = do_find(m, key);
     if (f && (!f->complete || !f->anonymous || do_mirror_ref(m, f, NULL) < 0))
         f = NULL;
-    if (f)
+    if (f) {
+        f->openers++;
         do_lru_touch(m, f);
+    }
     pthread_mutex_unlock(&m->lock);
     return f;
 }
@@ -335,7 +345,21 @@ void mirror_ref(struct mirror *m, struct mirror_file *f)
 {
     pthread_mutex_lock(&m->lock);
     f->refs++; /* the caller's keeps the descriptors open */
+    f->openers++;
     pthread_mutex_unlock(&m->lock);
+}
+
+/* Nobody reads or preloads f any more: the blocks wanted for them are not
+ * fetched (those in flight land), so a client that left holds nothing in
+ * the cache; the next reader wants again what it reads. */
+static void do_drop_wants(struct mirror *m, struct mirror_file *f)
+{
+    if (!f->n_queued)
+        return;
+    for (uint64_t b = 0; b < f->nblocks; b++)
+        bit_clear(f->wanted, b);
+    f->n_queued = 0;
+    do_mirror_download_check(m, f);
 }
 
 void mirror_unref(struct mirror *m, struct mirror_file *f)
@@ -344,7 +368,9 @@ void mirror_unref(struct mirror *m, struct mirror_file *f)
         return;
     pthread_mutex_lock(&m->lock);
     do_lru_touch(m, f);
-    do_mirror_unref(f);
+    if (--f->openers == 0)
+        do_drop_wants(m, f);
+    do_mirror_unref(m, f);
     pthread_mutex_unlock(&m->lock);
 }
 
@@ -397,20 +423,25 @@ int do_mirror_hash_ready(const struct mirror_file *f)
            (do_mirror_prefix(f) > f->hashed || f->id.size == 0);
 }
 
-static void do_want(struct mirror *m, struct mirror_file *f, uint64_t off, uint64_t len)
+void do_mirror_want(struct mirror *m, struct mirror_file *f, uint64_t off, uint64_t len)
 {
     if (f->complete || f->failed || !f->src_repo || len == 0 || off >= f->id.size)
         return;
     uint64_t end = off + len < f->id.size ? off + len : f->id.size;
     uint64_t first = off / f->block, last = (end - 1) / f->block;
-    for (uint64_t b = first; b <= last; b++) {
+    /* The last byte waits for the whole file's hash, which needs every
+     * block: after this range's, the rest (the cursor wraps to block 0). */
+    if (end == f->id.size)
+        last = first + f->nblocks - 1;
+    for (uint64_t i = first; i <= last; i++) {
+        uint64_t b = i % f->nblocks;
         if (bit_get(f->wanted, b) || bit_get(f->present, b) || bit_get(f->inflight, b))
             continue;
         bit_set(f->wanted, b);
         f->n_queued++;
     }
     f->cursor = first;
-    do_mirror_download_check(f);
+    do_mirror_download_check(m, f);
     if (f->n_queued)
         do_mirror_ring_add(m, f);
 }
@@ -418,267 +449,8 @@ static void do_want(struct mirror *m, struct mirror_file *f, uint64_t off, uint6
 void mirror_want(struct mirror *m, struct mirror_file *f, uint64_t off, uint64_t len)
 {
     pthread_mutex_lock(&m->lock);
-    do_want(m, f, off, len);
+    do_mirror_want(m, f, off, len);
     pthread_mutex_unlock(&m->lock);
-}
-
-/* ---- reading --------------------------------------------------------------- */
-
-/* Bytes of block b present or written so far by the fetcher that has it. */
-static uint64_t do_block_avail(const struct mirror *m, const struct mirror_file *f, uint64_t b)
-{
-    if (bit_get(f->present, b))
-        return block_len(f, b);
-    if (!bit_get(f->inflight, b))
-        return 0;
-    for (unsigned i = 0; i < m->n_fetchers; i++) {
-        const struct mirror_fetcher *fe = &m->fetchers[i];
-        if (fe->f == f && fe->b == b && fe->gen == f->gen)
-            return fe->done;
-    }
-    return 0;
-}
-
-static uint64_t do_readable(const struct mirror *m, const struct mirror_file *f, uint64_t off,
-                            uint64_t max)
-{
-    if (off >= f->id.size)
-        return 0;
-    /* The last byte waits for the hash: a client never completes a file
-     * the hash has not confirmed. */
-    uint64_t limit = f->complete ? f->id.size : f->id.size - 1;
-    uint64_t pos = off;
-    while (pos < limit && pos - off < max) {
-        uint64_t b = pos / f->block, start = b * f->block;
-        uint64_t avail = do_block_avail(m, f, b);
-        if (start + avail <= pos)
-            break;
-        uint64_t end = start + avail < limit ? start + avail : limit;
-        pos = end;
-        if (avail < block_len(f, b))
-            break;
-    }
-    return pos - off < max ? pos - off : max;
-}
-
-int64_t mirror_readable(struct mirror *m, struct mirror_file *f, uint64_t off, uint64_t max,
-                        struct st_error *err)
-{
-    pthread_mutex_lock(&m->lock);
-    int64_t n = (int64_t)do_readable(m, f, off, max);
-    if (n == 0 && f->failed && off < f->id.size) {
-        if (err)
-            *err = f->error;
-        n = -EIO;
-    }
-    pthread_mutex_unlock(&m->lock);
-    return n;
-}
-
-/* ---- waiters --------------------------------------------------------------- */
-
-void do_mirror_collect(struct mirror *m, struct mirror_file *f, struct mirror_waiter **fire)
-{
-    struct mirror_waiter **pp = &f->waiters;
-    while (*pp) {
-        struct mirror_waiter *w = *pp;
-        if (f->failed || do_readable(m, f, w->off, 1) > 0) {
-            *pp = w->next;
-            w->linked = 0;
-            atomic_fetch_add(&w->firing, 1);
-            w->next = *fire;
-            *fire = w;
-        } else {
-            pp = &w->next;
-        }
-    }
-}
-
-int mirror_wait(struct mirror *m, struct mirror_file *f, uint64_t off, struct mirror_waiter *w)
-{
-    pthread_mutex_lock(&m->lock);
-    int now = f->failed || do_readable(m, f, off, 1) > 0;
-    if (!now) {
-        w->f = f;
-        w->off = off;
-        w->linked = 1;
-        w->next = f->waiters;
-        f->waiters = w;
-        /* The reader waits here: fetch from here on first. */
-        if (f->n_queued && !bit_get(f->present, off / f->block) &&
-            !bit_get(f->inflight, off / f->block))
-            f->cursor = off / f->block;
-    }
-    pthread_mutex_unlock(&m->lock);
-    return now;
-}
-
-void mirror_unwait(struct mirror *m, struct mirror_waiter *w)
-{
-    pthread_mutex_lock(&m->lock);
-    if (w->linked) {
-        struct mirror_waiter **pp = &w->f->waiters;
-        while (*pp && *pp != w)
-            pp = &(*pp)->next;
-        if (*pp)
-            *pp = w->next;
-        w->linked = 0;
-    }
-    pthread_mutex_unlock(&m->lock);
-    while (atomic_load(&w->firing))
-        sched_yield();
-}
-
-int mirror_wait_range(struct mirror *m, struct mirror_file *f, uint64_t off, uint64_t len,
-                      const atomic_int *cancel, struct st_error *err)
-{
-    int rc = 0;
-    pthread_mutex_lock(&m->lock);
-    do_want(m, f, off, len);
-    m->range_waiters++;
-    for (;;) {
-        if (len == 0 || do_readable(m, f, off, len) == len)
-            break;
-        if (f->failed) {
-            if (err)
-                *err = f->error;
-            rc = -EIO;
-            break;
-        }
-        if ((cancel && atomic_load(cancel)) || m->stopping) {
-            rc = -ECANCELED;
-            break;
-        }
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 100 * 1000 * 1000;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
-        pthread_cond_timedwait(&m->changed, &m->lock, &ts); /* wakes for a cancel too */
-    }
-    m->range_waiters--;
-    pthread_mutex_unlock(&m->lock);
-    return rc;
-}
-
-/* ---- start-up: what a previous run left ------------------------------------------ */
-
-struct found {
-    struct mirror_file *f;
-    int64_t mtime_ns;
-};
-
-static int by_mtime(const void *a, const void *b)
-{
-    const struct found *x = a, *y = b;
-    return (x->mtime_ns > y->mtime_ns) - (x->mtime_ns < y->mtime_ns);
-}
-
-/* The file of blob `name`, complete or partial, or NULL (removing what
- * cannot be resumed). */
-static struct mirror_file *load_blob(struct mirror *m, int blobs, const char *name,
-                                     const struct stat *sb)
-{
-    struct mirror_id id;
-    char path[96];
-    if (mirror_key_parse(name, strlen(name), &id) < 0)
-        return NULL; /* not ours: left alone */
-    char *buf = NULL;
-    int64_t len = mirror_state_read(m->dirfd, name, &buf);
-    if (len == -ENOENT) { /* no state file: complete */
-        id.size = (uint64_t)sb->st_size;
-        struct mirror_file *f = file_new(&id, m->opt.block_bytes);
-        f->complete = 1;
-        f->held = id.size;
-        return f;
-    }
-    uint64_t block;
-    const uint8_t *bits;
-    struct st_error err;
-    if (len < 0 || mirror_state_parse(buf, (size_t)len, name, &id, &block, &bits, &err) < 0 ||
-        (uint64_t)sb->st_size != id.size) {
-        log_msg(LOG_WARN, "mirror: blobs/%s: %s: starting it over", name,
-                len < 0 ? strerror((int)-len) : (uint64_t)sb->st_size != id.size
-                              ? "the blob's size is not the state file's" : err.message);
-        free(buf);
-        snprintf(path, sizeof(path), "%s.state", name);
-        unlinkat(blobs, path, 0);
-        unlinkat(blobs, name, 0);
-        return NULL;
-    }
-    struct mirror_file *f = file_new(&id, block);
-    memcpy(f->present, bits, (size_t)((f->nblocks + 7) / 8));
-    for (uint64_t b = 0; b < f->nblocks; b++)
-        if (bit_get(f->present, b)) {
-            f->n_present++;
-            f->held += block_len(f, b);
-        }
-    free(buf);
-    return f;
-}
-
-int mirror_load_cache(struct mirror *m, struct st_error *err)
-{
-    int blobs = openat(m->dirfd, "blobs", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    DIR *d = blobs >= 0 ? fdopendir(blobs) : NULL;
-    if (!d) {
-        if (blobs >= 0)
-            close(blobs);
-        return st_error_errno(err, errno, "mirror cache: %s/blobs", m->opt.cache_dir);
-    }
-    struct found *v = NULL;
-    size_t n = 0, cap = 0;
-    struct dirent *de;
-    while ((de = readdir(d))) {
-        struct stat sb;
-        const char *dot = strstr(de->d_name, ".state");
-        if (fstatat(blobs, de->d_name, &sb, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(sb.st_mode))
-            continue;
-        if (dot && dot[6] == '\0') {
-            char blob[96];
-            snprintf(blob, sizeof(blob), "%.*s", (int)(dot - de->d_name), de->d_name);
-            if (faccessat(blobs, blob, F_OK, AT_SYMLINK_NOFOLLOW) < 0)
-                unlinkat(blobs, de->d_name, 0);
-            continue;
-        }
-        struct mirror_file *f = load_blob(m, blobs, de->d_name, &sb);
-        if (!f)
-            continue;
-        if (n == cap) {
-            cap = cap ? 2 * cap : 64;
-            v = xrealloc(v, cap * sizeof(*v));
-        }
-        v[n++] = (struct found){f, (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec};
-    }
-    closedir(d);
-    if (n)
-        qsort(v, n, sizeof(*v), by_mtime);
-    for (size_t i = 0; i < n; i++) {
-        do_insert(m, v[i].f);
-        m->used += v[i].f->held;
-    }
-    free(v);
-    /* A smaller cap than last time: the oldest go now. */
-    while (m->used > m->opt.max_bytes && m->lru_head)
-        do_evict(m, m->lru_head);
-    do_mirror_gauges(m); /* no thread yet: the lock is not needed */
-    return 0;
-}
-
-void mirror_files_free(struct mirror *m)
-{
-    for (size_t i = 0; i < m->nbuckets; i++)
-        for (struct mirror_file *f = m->buckets[i], *next; f; f = next) {
-            next = f->hnext;
-            if (f->fd >= 0)
-                close(f->fd);
-            if (f->state_fd >= 0)
-                close(f->state_fd);
-            file_free(f);
-        }
-    free(m->buckets);
 }
 
 struct upstream *mirror_upstream(struct mirror *m)

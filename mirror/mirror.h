@@ -7,12 +7,15 @@
  * blob id of a small one, so one file serves every repo and commit that
  * has those bytes), their blocks, the fetch queue, the waiters, the LRU
  * and the byte count, in one struct mirror (mirror.c); the cache's files
- * on disk (mirror_store.c); the requests that answer metadata (a file's
+ * on disk (mirror_store.c); the questions that answer metadata (a file's
  * commit, size and hash, with the caller's token; the /api documents; a
- * model's headers for a preload) and the short-lived cache of their
- * answers (mirror_job.c, mirror_model.c); mirror/upstream is the HTTP client
- * all of them use. server/handlers/h_mirror answers HTTP from this state and never
- * talks to the upstream itself.
+ * model's headers for a preload: mirror_ask.c, mirror_model.c), their
+ * queue (mirror_job.c: bounded, the clients served in turn, identical
+ * questions asked once, a question nobody waits for any more never asked)
+ * and the short-lived cache of what the upstream said about files
+ * (mirror_ask.c); mirror/upstream is the HTTP client all of them use.
+ * server/handlers/h_mirror answers HTTP from this state and never talks to
+ * the upstream itself.
  *
  * Threads. mirror_fetch_threads fetchers, each with its own upstream
  * connection, take blocks round robin over the files that have blocks
@@ -27,6 +30,8 @@
  * waiter and suspend their connection; the fetcher that brings the bytes
  * calls the waiter back, and the callback resumes the connection. Preload
  * copy threads wait on a condition variable instead (mirror_wait_range).
+ * MIRROR_JOB_THREADS job threads, each with its own upstream connection,
+ * ask the upstream's metadata and documents (mirror_job.h).
  *
  * Locks. One mutex, m->lock, guards every file's state, the queue, the LRU
  * and the byte count. Nothing waits on the network or on another lock
@@ -37,9 +42,9 @@
  * eviction and its unlink. Functions named do_* run with it held. Waiter
  * callbacks run after it is released; a waiter counts the callbacks of it
  * that are running (`firing`), and mirror_unwait waits for none, so an
- * answer freed meanwhile is never called. mirror_job.c has one lock of its own for its
- * queue and its metadata cache; no thread holds both (docs/ARCHITECTURE.md
- * "Lock order").
+ * answer freed meanwhile is never called. mirror_job.c has one lock of its
+ * own for its queue, mirror_ask.c one for its cache; no thread holds two
+ * (docs/ARCHITECTURE.md "Lock order").
  *
  * On disk (mirror_cache_dir):
  *   blobs/<key>          the bytes at their offsets, sparse until fetched
@@ -64,7 +69,14 @@
  * and blocks being fetched, reserved before they are asked for) never
  * exceed mirror_cache_max_bytes: the least recently used files that nobody
  * holds are evicted first; readers, downloads with blocks wanted, preloads
- * and GPU instances (for as long as they have leases) hold references. */
+ * and GPU instances (for as long as they have leases) hold references.
+ * Blocks are wanted only for someone: a reader (its answer's range; a
+ * range that runs to the last byte wants the whole file, whose hash that
+ * byte waits for) or a preload. When a file's last opener goes (the
+ * client left, and the HTTP front ends an answer whose client left or
+ * idled past connection_timeout: server/http/conns.h), the blocks still
+ * wanted are dropped and only those in flight land: a client that left
+ * holds no cache space. */
 #ifndef TENSORD_MIRROR_H
 #define TENSORD_MIRROR_H
 
@@ -86,7 +98,7 @@ struct mirror_options {
     uint64_t block_bytes;          /* a multiple of 4096 */
     unsigned fetch_threads;
     uint64_t max_bps;              /* all fetches together; 0 = no limit */
-    unsigned auth_ttl;             /* seconds an answer about a file is reused (mirror_job.c) */
+    unsigned auth_ttl;             /* seconds an answer about a file is reused (mirror_ask.c) */
     const char *own_auth;          /* Authorization value of the mirror's own requests, or NULL */
 };
 
@@ -134,8 +146,11 @@ int mirror_file_complete(struct mirror *m, struct mirror_file *f);
 
 /* Asks for the blocks covering [off, off + len) that are neither present,
  * nor in flight, nor wanted yet, and moves the file's cursor to off: they
- * are fetched from there on, in order. The download then holds the file
- * until its wanted blocks are in (or it fails), whoever is still reading. */
+ * are fetched from there on, in order; a range that reaches the file's end
+ * asks for every block (its last byte waits for the whole file's hash).
+ * The caller holds a reference (mirror_open, mirror_ref); the download
+ * holds the file until its wanted blocks are in, it fails, or the last of
+ * those references goes (the blocks not in flight are then dropped). */
 void mirror_want(struct mirror *m, struct mirror_file *f, uint64_t off, uint64_t len);
 
 /* The bytes readable at off, contiguous, at most max: 0 when none is there

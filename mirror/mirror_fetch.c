@@ -79,7 +79,7 @@ static void do_fail(struct mirror *m, struct mirror_file *f, const struct st_err
     for (uint64_t b = 0; b < f->nblocks; b++)
         bit_clear(f->wanted, b);
     f->n_queued = 0;
-    do_mirror_download_check(f);
+    do_mirror_download_check(m, f);
     do_mirror_collect(m, f, fire);
     pthread_cond_broadcast(&m->changed);
 }
@@ -216,7 +216,7 @@ static void do_hash(struct mirror *m, struct mirror_file *f, char *buf,
     f->hashing = 0;
     do_mirror_collect(m, f, fire);
     pthread_cond_broadcast(&m->changed);
-    do_mirror_unref(f);
+    do_mirror_unref(m, f);
 }
 
 /* ---- fetching ----------------------------------------------------------------- */
@@ -366,8 +366,8 @@ static void do_fetch_block(struct mirror *m, struct mirror_fetcher *fe, struct m
     }
     do_mirror_collect(m, f, fire);
     pthread_cond_broadcast(&m->changed);
-    do_mirror_download_check(f);
-    do_mirror_unref(f);
+    do_mirror_download_check(m, f);
+    do_mirror_unref(m, f);
 }
 
 static void *fetcher_main(void *arg)

@@ -1,10 +1,11 @@
-/* mirror_int: what the mirror's two files share (the design is in
- * mirror.h): mirror.c holds the files, their references, the LRU,
- * readers and waiters; mirror_fetch.c the fetcher threads, the hashing
- * and a download's failure.
- * mirror_fetch.c calls mirror.c's do_ functions, never the other way but
- * through mirror_fetch_start/stop. Everything marked (lock) is guarded by
- * m->lock. */
+/* mirror_int: what the mirror's files share (the design is in mirror.h):
+ * mirror.c holds the files, their references, the LRU and the blocks
+ * wanted; mirror_read.c the readers and waiters; mirror_fetch.c the
+ * fetcher threads, the hashing and a download's failure; mirror_life.c
+ * the start (what a previous run left) and the stop.
+ * They call one way: mirror_life -> mirror_fetch -> mirror_read -> mirror,
+ * mirror_fetch also calling mirror.c's do_ functions. Everything marked
+ * (lock) is guarded by m->lock. */
 #ifndef TENSORD_MIRROR_INT_H
 #define TENSORD_MIRROR_INT_H
 
@@ -25,6 +26,8 @@ struct mirror_file {
     uint64_t nblocks;
     /* (lock) from here on */
     unsigned refs;                 /* openers, the download, a fetcher at work on it */
+    unsigned openers;              /* of refs, those of mirror_open and mirror_ref: readers,
+                                    * preloads; the last to go drops the blocks still wanted */
     int fd, state_fd;              /* open while refs > 0 (state_fd: while partial); else -1 */
     int complete;                  /* every byte is there and the hash matched */
     int failed;                    /* the last download failed: error says why */
@@ -69,11 +72,14 @@ struct mirror {
     size_t nbuckets;
     struct mirror_file *lru_head, *lru_tail, *ring_head, *ring_tail; /* (lock) */
     uint64_t used, n_files, n_partial; /* (lock) */
+    uint64_t held;                 /* of used, the bytes of files with references: what no
+                                    * eviction can free now (lock) */
     uint64_t model_seq;            /* names of models/<n> (lock) */
     unsigned range_waiters;        /* threads in mirror_wait_range: woken by progress too (lock) */
     unsigned n_fetchers;
     struct mirror_fetcher *fetchers;
-    struct mirror_jobs *jobs;      /* mirror_job.c */
+    struct mirror_jobs *jobs;      /* the questions' queue (mirror_job.c) */
+    struct mirror_asks *asks;      /* the answers kept about files (mirror_ask.c) */
     pthread_mutex_t pace_lock;     /* guards pace_next (a leaf: nothing else is taken with it) */
     uint64_t pace_next;            /* when the next byte from the upstream may come, for
                                     * upstream_max_bytes_per_second (monotonic ns) */
@@ -99,14 +105,16 @@ static inline uint64_t block_len(const struct mirror_file *f, uint64_t b)
     return f->id.size - off < f->block ? f->id.size - off : f->block;
 }
 
-/* ---- mirror.c, for the fetchers ---- */
+/* ---- mirror.c, for the fetchers and the start ---- */
 
 /* A reference (opening the descriptors on the first). Returns 0 or -errno
  * with err. */
 int do_mirror_ref(struct mirror *m, struct mirror_file *f, struct st_error *err);
-void do_mirror_unref(struct mirror_file *f);
+void do_mirror_unref(struct mirror *m, struct mirror_file *f);
 /* Links f into the fetchers' ring when it has work, waking one. */
 void do_mirror_ring_add(struct mirror *m, struct mirror_file *f);
+/* mirror_want's work: the blocks of [off, off + len) wanted (mirror.h). */
+void do_mirror_want(struct mirror *m, struct mirror_file *f, uint64_t off, uint64_t len);
 /* Whether a fetcher has something to hash in f. */
 int do_mirror_hash_ready(const struct mirror_file *f);
 /* The bytes of f known to be present from 0 on, in whole blocks. */
@@ -118,18 +126,21 @@ int do_mirror_reserve(struct mirror *m, struct mirror_file *f, uint64_t len);
 void do_mirror_release_bytes(struct mirror *m, struct mirror_file *f, uint64_t len);
 /* Publishes the cache's gauges (metrics_set_mirror). */
 void do_mirror_gauges(const struct mirror *m);
-/* The waiters of f that can read now (or whose download failed), unlinked
- * and moved to *fire. */
+/* (mirror_read.c) The waiters of f that can read now (or whose download
+ * failed), unlinked and moved to *fire. */
 void do_mirror_collect(struct mirror *m, struct mirror_file *f, struct mirror_waiter **fire);
 /* The download's reference goes once nothing is queued or in flight. */
-void do_mirror_download_check(struct mirror_file *f);
+void do_mirror_download_check(struct mirror *m, struct mirror_file *f);
 
-/* Start-up, before any thread runs: reads blobs/ into the map, least
- * recently used (oldest mtime) first; removes state files whose blob is
- * gone and what cannot be resumed. */
-int mirror_load_cache(struct mirror *m, struct st_error *err);
-/* At stop, the threads gone: closes and frees every file of the map. */
-void mirror_files_free(struct mirror *m);
+/* A file of size id->size in blocks of `block` bytes, nothing present,
+ * in no map; mirror_file_free frees one (its descriptors closed before). */
+struct mirror_file *mirror_file_new(const struct mirror_id *id, uint64_t block);
+void mirror_file_free(struct mirror_file *f);
+/* Puts f into the map and the LRU (most recently used). */
+void do_mirror_insert(struct mirror *m, struct mirror_file *f);
+/* Takes f out of the map and the LRU, unlinks its files and frees it. It
+ * must be held by nobody. */
+void do_mirror_evict(struct mirror *m, struct mirror_file *f);
 /* Frees f's hash state (the fetchers compute it). */
 void mirror_hash_free(struct mirror_file *f);
 

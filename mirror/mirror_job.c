@@ -1,42 +1,60 @@
-/* mirror_job: see mirror_job.h. */
+/* mirror_job: see mirror_job.h.
+ *
+ * One mutex, js->lock, guards the clients' queues, the questions in
+ * flight by key, and every question's state and holders; a leaf (nothing
+ * else is taken with it, no callback runs under it). Functions named do_*
+ * run with it held. */
 #include "mirror_job.h"
 
 #include <errno.h>
-#include <inttypes.h>
-#include <openssl/evp.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include "digest.h"
+#include "metrics.h"
 #include "mirror_int.h"
 #include "util.h"
 
-#define META_SLOTS 1024        /* answers kept about files (the oldest one makes room) */
+enum q_state { Q_QUEUED, Q_RUNNING, Q_DONE };
 
-struct mirror_job {
-    struct mirror_jobs *js;    /* whose lock guards the fields marked so */
-    struct mirror_job *next;   /* the queue (jobs->lock) */
-    unsigned refs;             /* jobs->lock */
-    int detached;              /* the submitter took the callback back (jobs->lock) */
-    int done;                  /* ran, or was cancelled (jobs->lock) */
-    atomic_int firing;         /* the callback is running */
+#define KEY_BUCKETS 256 /* questions in flight by key: a few thousand at most */
+
+/* A question to the upstream, held by its submitters' jobs and, while it
+ * runs, by the thread running it. */
+struct question {
+    char *key;                 /* in js->by_key while queued or running; NULL when never shared */
+    struct question *hnext;    /* its js->by_key chain */
+    struct client *client;     /* whose queue it waits in (Q_QUEUED) */
+    struct question *next;     /* that queue */
+    enum q_state state;
+    unsigned holders;          /* jobs not released, and the running thread */
+    struct mirror_job *jobs;   /* the submitters to call back, while not Q_DONE */
     mirror_job_fn run;
     void *data;
     void (*free_data)(void *data);
-    void (*cb)(void *arg);
-    void *arg;
     int rc;                    /* what run returned (-ECANCELED until it ran) */
     struct st_error err;
 };
 
-struct meta_slot {
-    char *key;                 /* repo \n rev \n path \n sha256(auth) */
-    uint64_t expires_ns;
-    struct mirror_meta meta;
+/* A submitter's hold on a question. */
+struct mirror_job {
+    struct mirror_jobs *js;
+    struct question *q;
+    struct mirror_job *next;   /* the question's submitters to call back */
+    void (*cb)(void *arg);
+    void *arg;
+    int detached;              /* the submitter took the callback back */
+    atomic_int firing;         /* the callback is running */
+};
+
+/* A client with questions waiting: in the ring while it has any. */
+struct client {
+    uint64_t id;
+    struct question *head, *tail;
+    unsigned n;
+    struct client *next;       /* the ring (circular); js->turn is the next one to serve */
 };
 
 /* A job thread and its upstream connection. */
@@ -50,47 +68,138 @@ struct runner {
 struct mirror_jobs {
     struct mirror *m;
     pthread_mutex_t lock;
-    pthread_cond_t cond;
-    struct mirror_job *head, *tail;
+    pthread_cond_t cond;       /* a question was queued, or stopping */
+    struct client *turn;       /* the ring of clients with questions; NULL when none */
+    unsigned queued;           /* questions waiting, all clients */
+    struct question *by_key[KEY_BUCKETS]; /* the questions in flight that have a key */
     int stopping;
     unsigned n_runners;
     struct runner *runners;
-    struct meta_slot slots[META_SLOTS];
 };
 
-/* ---- jobs ---------------------------------------------------------------------- */
+/* ---- questions ----------------------------------------------------------------- */
 
-static void job_free(struct mirror_job *j)
+static void question_free(struct question *q)
 {
-    if (j->free_data)
-        j->free_data(j->data);
-    free(j);
+    if (q->free_data)
+        q->free_data(q->data);
+    free(q->key);
+    free(q);
 }
 
-/* Drops a reference; frees the job with the last. */
-static void job_unref(struct mirror_jobs *js, struct mirror_job *j)
+/* Drops a hold on q; returns q when that was the last (the caller frees it
+ * after unlocking). */
+static struct question *do_drop(struct question *q)
+{
+    return --q->holders == 0 ? q : NULL;
+}
+
+static struct question **bucket(struct mirror_jobs *js, const char *key)
+{
+    return &js->by_key[hash_fnv1a(key, strlen(key), HASH_FNV_SEED) % KEY_BUCKETS];
+}
+
+/* The question in flight asked with key, or NULL. */
+static struct question *do_find(struct mirror_jobs *js, const char *key)
+{
+    for (struct question *q = *bucket(js, key); q; q = q->hnext)
+        if (strcmp(q->key, key) == 0)
+            return q;
+    return NULL;
+}
+
+static void do_forget_key(struct mirror_jobs *js, struct question *q)
+{
+    if (!q->key)
+        return;
+    struct question **pp = bucket(js, q->key);
+    while (*pp && *pp != q)
+        pp = &(*pp)->hnext;
+    if (*pp)
+        *pp = q->hnext;
+}
+
+/* Takes q out of its client's queue (the client leaves the ring when that
+ * was its last). */
+static void do_unqueue(struct mirror_jobs *js, struct question *q)
+{
+    struct client *c = q->client;
+    struct question **pp = &c->head, *prev = NULL;
+    while (*pp != q) {
+        prev = *pp;
+        pp = &(*pp)->next;
+    }
+    *pp = q->next;
+    if (c->tail == q)
+        c->tail = prev;
+    q->next = NULL;
+    q->client = NULL;
+    c->n--;
+    js->queued--;
+    metrics_set_mirror_queue(js->queued);
+    if (c->n)
+        return;
+    struct client *before = c;
+    while (before->next != c)
+        before = before->next;
+    if (before == c) {
+        js->turn = NULL;
+    } else {
+        before->next = c->next;
+        if (js->turn == c)
+            js->turn = c->next;
+    }
+    free(c);
+}
+
+/* The next question to ask: the first of the client whose turn it is
+ * (the turn then passes on), or NULL. */
+static struct question *do_take(struct mirror_jobs *js)
+{
+    if (!js->turn)
+        return NULL;
+    struct client *c = js->turn;
+    struct question *q = c->head;
+    js->turn = c->next;
+    do_unqueue(js, q);
+    q->state = Q_RUNNING;
+    return q;
+}
+
+/* The question has its answer (or was cancelled): its submitters' jobs are
+ * called back, outside the lock, unless they took their callback back;
+ * then the caller's hold on it goes. A job being called back is marked
+ * (firing) under the lock, so its release waits for the call; one not
+ * called may be freed as soon as the lock is released, and is not
+ * touched again. */
+static void finish(struct mirror_jobs *js, struct question *q)
 {
     pthread_mutex_lock(&js->lock);
-    int last = --j->refs == 0;
+    if (q->state != Q_DONE)
+        do_forget_key(js, q);
+    q->state = Q_DONE;
+    size_t n = 0;
+    for (struct mirror_job *j = q->jobs; j; j = j->next)
+        n++;
+    struct mirror_job **call = xmalloc((n ? n : 1) * sizeof(*call));
+    n = 0;
+    for (struct mirror_job *j = q->jobs; j; j = j->next)
+        if (!j->detached) {
+            atomic_store(&j->firing, 1);
+            call[n++] = j;
+        }
+    q->jobs = NULL;
+    pthread_mutex_unlock(&js->lock);
+    for (size_t i = 0; i < n; i++) {
+        call[i]->cb(call[i]->arg);
+        atomic_store(&call[i]->firing, 0);
+    }
+    free(call);
+    pthread_mutex_lock(&js->lock);
+    struct question *last = do_drop(q);
     pthread_mutex_unlock(&js->lock);
     if (last)
-        job_free(j);
-}
-
-/* The job ran (or was cancelled): its callback, unless taken back. */
-static void job_finish(struct mirror_jobs *js, struct mirror_job *j)
-{
-    pthread_mutex_lock(&js->lock);
-    j->done = 1;
-    int call = !j->detached && j->cb;
-    if (call)
-        atomic_store(&j->firing, 1);
-    pthread_mutex_unlock(&js->lock);
-    if (call) {
-        j->cb(j->arg);
-        atomic_store(&j->firing, 0);
-    }
-    job_unref(js, j);
+        question_free(last);
 }
 
 static void *runner_main(void *arg)
@@ -98,55 +207,126 @@ static void *runner_main(void *arg)
     struct runner *r = arg;
     struct mirror_jobs *js = r->js;
     pthread_mutex_lock(&js->lock);
-    for (;;) {
-        while (!js->head && !js->stopping)
+    while (!js->stopping) {
+        struct question *q = do_take(js);
+        if (!q) {
             pthread_cond_wait(&js->cond, &js->lock);
-        if (!js->head)
-            break;
-        struct mirror_job *j = js->head;
-        js->head = j->next;
-        if (!js->head)
-            js->tail = NULL;
-        int cancelled = js->stopping;
+            continue;
+        }
+        q->holders++; /* this thread's, which finish drops */
         pthread_mutex_unlock(&js->lock);
-        if (!cancelled)
-            j->rc = j->run(js->m, r->conn, j->data, &j->err);
-        job_finish(js, j);
+        q->rc = q->run(js->m, r->conn, q->data, &q->err);
+        finish(js, q);
         pthread_mutex_lock(&js->lock);
     }
     pthread_mutex_unlock(&js->lock);
     return NULL;
 }
 
-struct mirror_job *mirror_job_submit(struct mirror *m, mirror_job_fn run, void *data,
-                                     void (*free_data)(void *data), void (*cb)(void *arg),
-                                     void *arg)
+/* ---- submitting ---------------------------------------------------------------- */
+
+/* The client id's entry of the ring, made (as the last to be served) when
+ * it has none, or NULL when its share of the queue is full. */
+static struct client *do_client(struct mirror_jobs *js, uint64_t id)
+{
+    struct client *c = js->turn;
+    if (c) {
+        do {
+            if (c->id == id)
+                return c->n < MIRROR_JOBS_PER_CLIENT ? c : NULL;
+            c = c->next;
+        } while (c != js->turn);
+    }
+    c = xcalloc(1, sizeof(*c));
+    c->id = id;
+    if (!js->turn) {
+        c->next = c;
+        js->turn = c;
+    } else { /* just before the one whose turn it is: served last */
+        struct client *before = js->turn;
+        while (before->next != js->turn)
+            before = before->next;
+        before->next = c;
+        c->next = js->turn;
+    }
+    return c;
+}
+
+struct mirror_job *mirror_job_submit(struct mirror *m, const struct mirror_job_spec *spec,
+                                     void (*cb)(void *arg), void *arg, int *why)
 {
     struct mirror_jobs *js = m->jobs;
     struct mirror_job *j = xcalloc(1, sizeof(*j));
-    *j = (struct mirror_job){.js = js, .refs = 2, .run = run, .data = data, .free_data = free_data,
-                             .cb = cb, .arg = arg, .rc = -ECANCELED};
-    st_error_fail(&j->err, ST_ERR_IO, "the mirror is stopping");
+    *j = (struct mirror_job){.js = js, .cb = cb, .arg = arg};
+    struct question *q = NULL;
+    int shared = 0;
+    *why = 0;
     pthread_mutex_lock(&js->lock);
     if (js->stopping) {
-        pthread_mutex_unlock(&js->lock);
-        j->refs = 0;
-        job_free(j);
-        return NULL;
+        *why = -ECANCELED;
+        goto refused;
     }
-    if (js->tail)
-        js->tail->next = j;
-    else
-        js->head = j;
-    js->tail = j;
-    pthread_cond_signal(&js->cond);
+    q = spec->key ? do_find(js, spec->key) : NULL;
+    if (q) { /* asked already: its answer is this one's too */
+        shared = 1;
+    } else {
+        struct client *c = js->queued < MIRROR_JOBS_QUEUED ? do_client(js, spec->client) : NULL;
+        if (!c) {
+            *why = -EAGAIN;
+            metrics_add(MC_MIRROR_QUESTIONS_REFUSED, 1);
+            goto refused;
+        }
+        q = xcalloc(1, sizeof(*q));
+        *q = (struct question){.key = spec->key ? xstrdup(spec->key) : NULL, .client = c,
+                               .run = spec->run, .data = spec->data,
+                               .free_data = spec->free_data, .rc = -ECANCELED};
+        st_error_fail(&q->err, ST_ERR_IO, "the mirror is stopping");
+        if (c->tail)
+            c->tail->next = q;
+        else
+            c->head = q;
+        c->tail = q;
+        c->n++;
+        js->queued++;
+        metrics_set_mirror_queue(js->queued);
+        if (q->key) {
+            struct question **b = bucket(js, q->key);
+            q->hnext = *b;
+            *b = q;
+        }
+        pthread_cond_signal(&js->cond);
+    }
+    q->holders++;
+    j->q = q;
+    j->next = q->jobs;
+    q->jobs = j;
     pthread_mutex_unlock(&js->lock);
+    if (shared && spec->free_data) /* the one in flight answers */
+        spec->free_data(spec->data);
     return j;
+refused:
+    pthread_mutex_unlock(&js->lock);
+    if (spec->free_data)
+        spec->free_data(spec->data);
+    free(j);
+    return NULL;
 }
 
 void *mirror_job_data(struct mirror_job *j)
 {
-    return j->data;
+    return j->q->data;
+}
+
+int mirror_job_runs(const struct mirror_job *j, mirror_job_fn fn)
+{
+    return j->q->run == fn;
+}
+
+int mirror_job_status(struct mirror_job *j, struct st_error *err)
+{
+    if (j->q->rc < 0 && err)
+        *err = j->q->err;
+    return j->q->rc;
 }
 
 void mirror_job_release(struct mirror_job *j)
@@ -154,13 +334,30 @@ void mirror_job_release(struct mirror_job *j)
     if (!j)
         return;
     struct mirror_jobs *js = j->js;
+    struct question *q = j->q, *last;
     pthread_mutex_lock(&js->lock);
     j->detached = 1;
+    if (q->state != Q_DONE) { /* no callback to come: out of the list */
+        struct mirror_job **pp = &q->jobs;
+        while (*pp != j)
+            pp = &(*pp)->next;
+        *pp = j->next;
+    }
+    if (q->state == Q_QUEUED && !q->jobs) { /* nobody waits for it: never asked */
+        do_unqueue(js, q);
+        do_forget_key(js, q);
+        q->state = Q_DONE;
+    }
+    last = do_drop(q);
     pthread_mutex_unlock(&js->lock);
     while (atomic_load(&j->firing))
         sched_yield();
-    job_unref(js, j);
+    free(j);
+    if (last)
+        question_free(last);
 }
+
+/* ---- start and stop ------------------------------------------------------------ */
 
 int mirror_jobs_start(struct mirror *m, unsigned threads, struct st_error *err)
 {
@@ -197,214 +394,22 @@ void mirror_jobs_stop(struct mirror *m)
     for (unsigned i = 0; i < js->n_runners; i++)
         if (js->runners[i].started)
             pthread_join(js->runners[i].thread, NULL);
-    /* Without threads (they could not start) the queue is emptied here. */
-    while (js->head) {
-        struct mirror_job *j = js->head;
-        js->head = j->next;
-        job_finish(js, j);
+    /* What still waits is answered as cancelled (the threads are gone). */
+    for (;;) {
+        pthread_mutex_lock(&js->lock);
+        struct question *q = do_take(js);
+        if (q)
+            q->holders++;
+        pthread_mutex_unlock(&js->lock);
+        if (!q)
+            break;
+        finish(js, q);
     }
     for (unsigned i = 0; i < js->n_runners; i++)
         upstream_conn_free(js->runners[i].conn);
     free(js->runners);
-    for (size_t i = 0; i < META_SLOTS; i++)
-        free(js->slots[i].key);
     pthread_cond_destroy(&js->cond);
     pthread_mutex_destroy(&js->lock);
     m->jobs = NULL;
     free(js);
-}
-
-/* ---- what the upstream says about a file -------------------------------------- */
-
-int mirror_meta_from_answer(const struct upstream_answer *a, struct mirror_meta *meta,
-                            struct st_error *err)
-{
-    memset(meta, 0, sizeof(*meta));
-    meta->status = a->status;
-    memcpy(meta->error_code, a->error_code, sizeof(meta->error_code));
-    memcpy(meta->error_message, a->error_message, sizeof(meta->error_message));
-    meta->retry_after = a->retry_after;
-    int found = (a->status >= 200 && a->status < 300) ||
-                (a->status >= 300 && a->status < 400 && a->redirected_away);
-    if (!found)
-        return 0;
-    meta->status = 200;
-    uint8_t commit[20];
-    if (strlen(a->commit) != 40 || digest_unhex(a->commit, 20, commit) < 0) {
-        st_error_fail(err, ST_ERR_IO, "the upstream named no commit (X-Repo-Commit)");
-        return -EPROTO;
-    }
-    memcpy(meta->commit, a->commit, 41);
-    meta->lfs = a->linked_etag[0] != '\0';
-    const char *tag = meta->lfs ? a->linked_etag : a->etag;
-    if (meta->lfs ? !a->has_linked_size : !a->has_length) {
-        st_error_fail(err, ST_ERR_IO, "the upstream gave no size (%s)",
-                      meta->lfs ? "X-Linked-Size" : "Content-Length");
-        return -EPROTO;
-    }
-    meta->id.size = meta->lfs ? a->linked_size : a->length;
-    if (strlen(tag) == 64 && digest_unhex(tag, 32, meta->id.digest) == 0) {
-        meta->id.kind = MIRROR_SHA256;
-    } else if (strlen(tag) == 40 && digest_unhex(tag, 20, meta->id.digest) == 0) {
-        meta->id.kind = MIRROR_GIT_SHA1;
-    } else {
-        st_error_fail(err, ST_ERR_IO, "the upstream's %s \"%.80s\" is neither a SHA-256 nor a "
-                      "git blob id: the mirror could not check the bytes",
-                      meta->lfs ? "X-Linked-Etag" : "ETag", tag);
-        return -EPROTO;
-    }
-    return 0;
-}
-
-/* repo, rev, path and the SHA-256 of auth, in one string. */
-static char *meta_key(const char *repo, const char *rev, const char *path, const char *auth)
-{
-    uint8_t md[32];
-    unsigned len = 0;
-    char hex[65];
-    const char *a = auth ? auth : "";
-    EVP_Digest(a, strlen(a), md, &len, EVP_sha256(), NULL);
-    digest_hex(md, 32, hex);
-    return xasprintf("%s\n%s\n%s\n%s%s", repo, rev, path, auth ? "" : "-", hex);
-}
-
-static size_t slot_of(const char *key)
-{
-    return hash_fnv1a(key, strlen(key), HASH_FNV_SEED) % META_SLOTS;
-}
-
-int mirror_meta_cached(struct mirror *m, const char *repo, const char *rev, const char *path,
-                       const char *auth, struct mirror_meta *out)
-{
-    struct mirror_jobs *js = m->jobs;
-    if (m->opt.auth_ttl == 0)
-        return 0;
-    char *key = meta_key(repo, rev, path, auth);
-    struct meta_slot *s = &js->slots[slot_of(key)];
-    pthread_mutex_lock(&js->lock);
-    int hit = s->key && strcmp(s->key, key) == 0 && s->expires_ns > time_mono_ns();
-    if (hit)
-        *out = s->meta;
-    pthread_mutex_unlock(&js->lock);
-    free(key);
-    return hit;
-}
-
-static void meta_store(struct mirror *m, const char *key, const struct mirror_meta *meta)
-{
-    struct mirror_jobs *js = m->jobs;
-    if (m->opt.auth_ttl == 0)
-        return;
-    struct meta_slot *s = &js->slots[slot_of(key)];
-    char *old;
-    pthread_mutex_lock(&js->lock);
-    old = s->key;
-    s->key = xstrdup(key);
-    s->meta = *meta;
-    s->expires_ns = time_mono_ns() + (uint64_t)m->opt.auth_ttl * 1000000000ull;
-    pthread_mutex_unlock(&js->lock);
-    free(old);
-}
-
-struct meta_job {
-    char *repo, *rev, *path, *auth, *key;
-    struct mirror_meta meta;
-};
-
-static void meta_job_free(void *p)
-{
-    struct meta_job *d = p;
-    free(d->repo);
-    free(d->rev);
-    free(d->path);
-    free_secret(d->auth);
-    free(d->key);
-    free(d);
-}
-
-static int meta_job_run(struct mirror *m, struct upstream_conn *c, void *data,
-                        struct st_error *err)
-{
-    struct meta_job *d = data;
-    struct upstream_answer a;
-    int rc = upstream_head_file(c, d->repo, d->rev, d->path, d->auth, &a, err);
-    if (rc == 0)
-        rc = mirror_meta_from_answer(&a, &d->meta, err);
-    /* Only what the upstream confirmed is reused: an error is asked again. */
-    if (rc == 0 && d->meta.status == 200)
-        meta_store(m, d->key, &d->meta);
-    return rc;
-}
-
-struct mirror_job *mirror_job_meta(struct mirror *m, const char *repo, const char *rev,
-                                   const char *path, const char *auth, void (*cb)(void *arg),
-                                   void *arg)
-{
-    struct meta_job *d = xcalloc(1, sizeof(*d));
-    d->repo = xstrdup(repo);
-    d->rev = xstrdup(rev);
-    d->path = xstrdup(path);
-    d->auth = auth ? xstrdup(auth) : NULL;
-    d->key = meta_key(repo, rev, path, auth);
-    return mirror_job_submit(m, meta_job_run, d, meta_job_free, cb, arg);
-}
-
-/* ---- documents ------------------------------------------------------------------ */
-
-struct doc_job {
-    char *method, *target, *body, *ctype, *auth;
-    size_t body_len;
-    struct mirror_doc doc;
-};
-
-static void doc_job_free(void *p)
-{
-    struct doc_job *d = p;
-    free(d->method);
-    free(d->target);
-    free(d->body);
-    free(d->ctype);
-    free_secret(d->auth);
-    free(d->doc.body);
-    free(d);
-}
-
-static int doc_job_run(struct mirror *m, struct upstream_conn *c, void *data,
-                       struct st_error *err)
-{
-    (void)m;
-    struct doc_job *d = data;
-    return upstream_request(c, d->method, d->target, d->body, d->body_len, d->ctype, d->auth,
-                            MIRROR_DOC_MAX, &d->doc.body, &d->doc.len, &d->doc.a, err);
-}
-
-struct mirror_job *mirror_job_doc(struct mirror *m, const char *method, const char *target,
-                                  const char *body, size_t body_len, const char *content_type,
-                                  const char *auth, void (*cb)(void *arg), void *arg)
-{
-    struct doc_job *d = xcalloc(1, sizeof(*d));
-    d->method = xstrdup(method);
-    d->target = xstrdup(target);
-    d->body = body_len ? xstrndup(body, body_len) : NULL;
-    d->body_len = body_len;
-    d->ctype = content_type ? xstrdup(content_type) : NULL;
-    d->auth = auth ? xstrdup(auth) : NULL;
-    return mirror_job_submit(m, doc_job_run, d, doc_job_free, cb, arg);
-}
-
-int mirror_job_status(struct mirror_job *j, struct st_error *err)
-{
-    if (j->rc < 0 && err)
-        *err = j->err;
-    return j->rc;
-}
-
-const struct mirror_meta *mirror_job_meta_result(struct mirror_job *j)
-{
-    return j->run == meta_job_run ? &((struct meta_job *)j->data)->meta : NULL;
-}
-
-const struct mirror_doc *mirror_job_doc_result(struct mirror_job *j)
-{
-    return j->run == doc_job_run ? &((struct doc_job *)j->data)->doc : NULL;
 }

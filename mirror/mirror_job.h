@@ -1,26 +1,34 @@
-/* mirror_job: the mirror's requests for metadata, run on threads of their
- * own so that an HTTP thread never waits on the upstream (the design is in
- * mirror.h).
+/* mirror_job: the queue of the mirror's questions to its upstream (a
+ * file's metadata, a document, a model for a preload: mirror_ask.h,
+ * mirror_model.h), run on threads of their own so that an HTTP thread
+ * never waits on the upstream (the design is in mirror.h).
  *
- * A job is submitted with a callback; the caller (an HTTP answer) suspends
- * its connection, the job runs on one of the job threads with that
- * thread's upstream connection, and the callback (called once, without
- * any lock held) resumes the connection, whose handler then reads the
- * job's result. Jobs are refcounted: the submitter's reference and the
- * running thread's. mirror_job_release takes the callback back first (and
- * waits out one that is running), so an answer that is freed, a connection
- * closed while it waited, is never called.
+ * A question is submitted with a callback; the caller (an HTTP answer)
+ * suspends its connection, the question runs on one of the job threads
+ * with that thread's upstream connection, and the callback (called once,
+ * without any lock held) resumes the connection, whose handler then reads
+ * the result. What a submitter holds is a `struct mirror_job`: its hold on
+ * the question and its callback.
  *
- * What the upstream says about a file (its commit, size and hash) is kept
- * for mirror_auth_ttl seconds under the repo, the revision, the path and
- * a SHA-256 of the caller's Authorization value (never the value itself):
- * within that time the same caller's next request needs no upstream round
- * trip, and another caller is asked about afresh, so content a gated repo
- * keeps is served only to callers the upstream let in within the TTL. */
+ * The queue is the upstream's to protect and the clients' to share:
+ *   - Bounded: at most MIRROR_JOBS_QUEUED questions wait in all, and
+ *     MIRROR_JOBS_PER_CLIENT of one client (a hash of its address); a
+ *     question past either is refused at once (the caller answers 503 with
+ *     Retry-After) rather than waiting behind all of them.
+ *   - Fair: the job threads take the clients that have questions waiting
+ *     in turn, one question each, so a client with a thousand questions
+ *     delays another's first by one round, not by a thousand.
+ *   - Asked once: a question identical to one waiting or running (the same
+ *     key: the same request with the same Authorization) is not queued
+ *     again; its submitter waits for that one's answer, which both read.
+ *   - Cancelled when nobody waits: mirror_job_release takes the callback
+ *     back (waiting out one that is running), and a question whose last
+ *     submitter released it before it ran leaves the queue and never
+ *     reaches the upstream (an HTTP answer releases its job when its
+ *     request ends: its client left, server/http/conns.h). */
 #ifndef TENSORD_MIRROR_JOB_H
 #define TENSORD_MIRROR_JOB_H
 
-#include <stddef.h>
 #include <stdint.h>
 
 #include "mirror.h"
@@ -29,75 +37,51 @@
 
 struct mirror_job;
 
-#define MIRROR_DOC_MAX (64u << 20) /* an upstream document's body (a repo of 100,000 files fits) */
-
-/* What the upstream said about a file of a repo at a revision. */
-struct mirror_meta {
-    long status;               /* the upstream's: 200 (or a redirect away, for an LFS file on
-                                * the Hub) when found; 401, 403, 404, 5xx as it answered */
-    char commit[41];           /* the revision's commit (40 lowercase hex), when found */
-    struct mirror_id id;       /* the content: sha256 for LFS files, else the git blob id */
-    int lfs;                   /* the upstream gave X-Linked-Etag (an LFS file) */
-    char error_code[48];       /* X-Error-Code of an error (RepoNotFound, ...) */
-    char error_message[256];
-    unsigned retry_after;
-};
-
-/* A document passed through: the upstream's status, its headers that
- * clients read, and its body. */
-struct mirror_doc {
-    struct upstream_answer a;
-    char *body;                /* the job's: freed with it */
-    size_t len;
-};
+#define MIRROR_JOB_THREADS 4        /* questions asked at once (each a round trip or a document) */
+#define MIRROR_JOBS_QUEUED 1024     /* questions waiting, in all */
+#define MIRROR_JOBS_PER_CLIENT 64   /* of those, one client's */
+#define MIRROR_JOB_RETRY_AFTER 1    /* seconds a refused submitter is told to wait */
 
 /* Starts the job threads (called by mirror_new). Returns 0 or -errno. */
 int mirror_jobs_start(struct mirror *m, unsigned threads, struct st_error *err);
-/* Completes the queued jobs as cancelled (their callbacks run), stops the
- * threads (a request in flight is cut) and frees the metadata cache. */
+/* Completes the queued questions as cancelled (their callbacks run) and
+ * stops the threads (a request in flight is cut). */
 void mirror_jobs_stop(struct mirror *m);
 
-/* A job that runs run(m, conn, data, err) on a job thread, whose return
- * (0 or -errno with err) is the job's status; cb(arg) is called once it
- * returned. free_data frees data with the job. Returns the job with the
- * caller's reference, or NULL when the mirror is stopping (data is then
- * freed, and cb never called). */
+/* What a question runs on a job thread: 0 or -errno with err, the
+ * question's status. */
 typedef int (*mirror_job_fn)(struct mirror *m, struct upstream_conn *c, void *data,
                              struct st_error *err);
-struct mirror_job *mirror_job_submit(struct mirror *m, mirror_job_fn run, void *data,
-                                     void (*free_data)(void *data), void (*cb)(void *arg),
-                                     void *arg);
-/* The job's data (read its results once the callback came). */
+
+/* A question to ask: run(m, conn, data, err) for client, shared with identical
+ * ones in flight when key is not NULL (then data must be all the result
+ * its submitters read: they read the same). free_data frees data with the
+ * question. */
+struct mirror_job_spec {
+    uint64_t client;            /* who asks: the queue takes clients in turn (0: the mirror) */
+    const char *key;            /* the question's identity (copied), or NULL: never shared */
+    mirror_job_fn run;
+    void *data;                 /* taken over (freed at once when the question is refused or
+                                 * shared: the one in flight answers) */
+    void (*free_data)(void *data);
+};
+
+/* Submits q; cb(arg) is called once it has an answer. Returns the job (the
+ * caller's hold), or NULL with *why: -EAGAIN when the queue or the
+ * client's share of it is full (answer at once: Retry-After
+ * MIRROR_JOB_RETRY_AFTER), -ECANCELED when the mirror is stopping; cb is
+ * then never called. */
+struct mirror_job *mirror_job_submit(struct mirror *m, const struct mirror_job_spec *q,
+                                     void (*cb)(void *arg), void *arg, int *why);
+/* The question's data (read its results once the callback came), and
+ * whether it runs fn. */
 void *mirror_job_data(struct mirror_job *j);
-/* Drops the caller's reference, taking its callback back first. */
-void mirror_job_release(struct mirror_job *j);
-
-/* The cached answer about (repo, rev, path) for this Authorization value
- * (may be NULL), when one younger than mirror_auth_ttl is there: 1 and
- * *out; else 0. */
-int mirror_meta_cached(struct mirror *m, const char *repo, const char *rev, const char *path,
-                       const char *auth, struct mirror_meta *out);
-/* A job asking the upstream about the file (HEAD), whose data is a struct
- * mirror_meta (cached when found). */
-struct mirror_job *mirror_job_meta(struct mirror *m, const char *repo, const char *rev,
-                                   const char *path, const char *auth, void (*cb)(void *arg),
-                                   void *arg);
-/* A job passing a request through (method, target with its query, body),
- * whose data is a struct mirror_doc; bodies up to MIRROR_DOC_MAX bytes. */
-struct mirror_job *mirror_job_doc(struct mirror *m, const char *method, const char *target,
-                                  const char *body, size_t body_len, const char *content_type,
-                                  const char *auth, void (*cb)(void *arg), void *arg);
-/* The job's status: 0, or -errno with err (-ECANCELED when the mirror
- * stopped before it ran). The results of the two above (valid while the
- * job is held): */
+int mirror_job_runs(const struct mirror_job *j, mirror_job_fn fn);
+/* The question's status: 0, or -errno with err (-ECANCELED when the mirror
+ * stopped before it ran). Valid once the callback came. */
 int mirror_job_status(struct mirror_job *j, struct st_error *err);
-const struct mirror_meta *mirror_job_meta_result(struct mirror_job *j);
-const struct mirror_doc *mirror_job_doc_result(struct mirror_job *j);
-
-/* Turns an upstream answer to a HEAD of a file into *meta (exposed for
- * tests). Returns 0, or -EPROTO with err when a found file's answer lacks
- * a commit, a size, or a hash the mirror can check. */
-int mirror_meta_from_answer(const struct upstream_answer *a, struct mirror_meta *meta,
-                            struct st_error *err);
+/* Drops the caller's hold, taking its callback back first; a question
+ * nobody holds any more that has not run leaves the queue unasked. */
+void mirror_job_release(struct mirror_job *j);
 
 #endif

@@ -15,7 +15,7 @@
 #include "json_scan.h"
 #include "log.h"
 #include "mirror_int.h"
-#include "mirror_job.h"
+#include "mirror_ask.h"
 #include "reg_common.h"
 #include "reg_model.h"
 #include "st_header.h"
@@ -366,6 +366,7 @@ static int resolve(struct mirror *m, struct upstream_conn *c, struct model_job *
     if (rc == 0)
         rc = mirror_repo_doc_parse(body, blen, commit, files, err);
     free(body);
+    upstream_answer_free(&a);
     return rc;
 }
 
@@ -421,13 +422,15 @@ static int model_job_run(struct mirror *m, struct upstream_conn *c, void *data,
     return 0;
 }
 
-struct mirror_job *mirror_job_model(struct mirror *m, const char *repo, const char *rev,
-                                    void (*cb)(void *arg), void *arg)
+struct mirror_job *mirror_job_model(struct mirror *m, uint64_t client, const char *repo,
+                                    const char *rev, void (*cb)(void *arg), void *arg, int *why)
 {
     struct model_job *d = xcalloc(1, sizeof(*d));
     d->repo = xstrdup(repo);
     d->rev = xstrdup(rev);
-    return mirror_job_submit(m, model_job_run, d, model_job_free, cb, arg);
+    /* Never shared: its submitter takes the model it makes. */
+    struct mirror_job_spec spec = {client, NULL, model_job_run, d, model_job_free};
+    return mirror_job_submit(m, &spec, cb, arg, why);
 }
 
 int mirror_job_model_take(struct mirror_job *j, struct mirror_model **out, struct st_error *err)

@@ -26,10 +26,10 @@
 struct mirror_job;
 struct mirror_model;
 
-/* A job preparing repo at rev (main, a branch, or a commit); cb as for
- * mirror_job_submit. NULL when the mirror is stopping. */
-struct mirror_job *mirror_job_model(struct mirror *m, const char *repo, const char *rev,
-                                    void (*cb)(void *arg), void *arg);
+/* A job preparing repo at rev (main, a branch, or a commit) for client;
+ * cb as for mirror_job_submit. NULL with *why as mirror_job_submit. */
+struct mirror_job *mirror_job_model(struct mirror *m, uint64_t client, const char *repo,
+                                    const char *rev, void (*cb)(void *arg), void *arg, int *why);
 /* The job's outcome: 0 and the model (the caller takes it over), or
  * -errno with err (ST_ERR_NOT_FOUND when the upstream has no such repo or
  * revision, ST_ERR_INVALID_ARGUMENT when its files are not a valid model). */

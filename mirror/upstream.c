@@ -126,127 +126,9 @@ static int file_url(const struct upstream *u, const char *repo, const char *rev,
     return 0;
 }
 
-/* ---- answers ---------------------------------------------------------------- */
-
-/* Copies the value v[0..n) into out (cap bytes) when it fits and holds no
- * control byte; else leaves "". */
-static void put_value(char *out, size_t cap, const char *v, size_t n)
-{
-    out[0] = '\0';
-    if (n >= cap)
-        return;
-    for (size_t i = 0; i < n; i++)
-        if ((unsigned char)v[i] < 0x20 || v[i] == 0x7f)
-            return;
-    memcpy(out, v, n);
-    out[n] = '\0';
-}
-
-/* An entity tag without W/ and quotes. */
-static void put_etag(char *out, size_t cap, const char *v, size_t n)
-{
-    if (n >= 2 && v[0] == 'W' && v[1] == '/') {
-        v += 2;
-        n -= 2;
-    }
-    if (n >= 2 && v[0] == '"' && v[n - 1] == '"') {
-        v++;
-        n -= 2;
-    }
-    put_value(out, cap, v, n);
-}
-
-static int put_u64(const char *v, size_t n, uint64_t *out)
-{
-    size_t used;
-    return n > 0 && decimal_u64(v, n, out, &used) == 0 && used == n ? 0 : -1;
-}
-
-/* "bytes A-B/T" */
-static void put_range(struct upstream_answer *a, const char *v, size_t n)
-{
-    size_t used;
-    a->has_range = 0;
-    if (n < 6 || strncasecmp(v, "bytes ", 6) != 0)
-        return;
-    v += 6;
-    n -= 6;
-    if (decimal_u64(v, n, &a->range_start, &used) < 0 || used >= n || v[used] != '-')
-        return;
-    v += used + 1;
-    n -= used + 1;
-    if (decimal_u64(v, n, &a->range_end, &used) < 0 || used >= n || v[used] != '/')
-        return;
-    v += used + 1;
-    n -= used + 1;
-    if (put_u64(v, n, &a->range_total) < 0 || a->range_end < a->range_start ||
-        a->range_end >= a->range_total)
-        return;
-    a->has_range = 1;
-}
-
-void upstream_parse_header(struct upstream_answer *a, const char *line, size_t len)
-{
-    while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r'))
-        len--;
-    if (len >= 5 && memcmp(line, "HTTP/", 5) == 0) {
-        /* A new answer (after a redirect, or an interim 1xx). */
-        int away = a->redirected_away;
-        memset(a, 0, sizeof(*a));
-        a->redirected_away = away;
-        const char *sp = memchr(line, ' ', len);
-        uint64_t code;
-        size_t used;
-        if (sp && decimal_u64(sp + 1, len - (size_t)(sp + 1 - line), &code, &used) == 0 &&
-            used == 3)
-            a->status = (long)code;
-        return;
-    }
-    const char *colon = memchr(line, ':', len);
-    if (!colon)
-        return;
-    size_t nlen = (size_t)(colon - line);
-    const char *v = colon + 1;
-    size_t vlen = len - nlen - 1;
-    while (vlen > 0 && (*v == ' ' || *v == '\t')) {
-        v++;
-        vlen--;
-    }
-    while (vlen > 0 && (v[vlen - 1] == ' ' || v[vlen - 1] == '\t'))
-        vlen--;
-#define IS(name) (nlen == sizeof(name) - 1 && strncasecmp(line, name, nlen) == 0)
-    if (IS("X-Repo-Commit"))
-        put_value(a->commit, sizeof(a->commit), v, vlen);
-    else if (IS("ETag"))
-        put_etag(a->etag, sizeof(a->etag), v, vlen);
-    else if (IS("X-Linked-Etag"))
-        put_etag(a->linked_etag, sizeof(a->linked_etag), v, vlen);
-    else if (IS("X-Linked-Size"))
-        a->has_linked_size = put_u64(v, vlen, &a->linked_size) == 0;
-    else if (IS("Content-Length"))
-        a->has_length = put_u64(v, vlen, &a->length) == 0;
-    else if (IS("Content-Range"))
-        put_range(a, v, vlen);
-    else if (IS("X-Error-Code"))
-        put_value(a->error_code, sizeof(a->error_code), v, vlen);
-    else if (IS("X-Error-Message"))
-        put_value(a->error_message, sizeof(a->error_message), v, vlen);
-    else if (IS("Content-Type"))
-        put_value(a->content_type, sizeof(a->content_type), v, vlen);
-    else if (IS("Cache-Control"))
-        put_value(a->cache_control, sizeof(a->cache_control), v, vlen);
-    else if (IS("Link"))
-        put_value(a->link, sizeof(a->link), v, vlen);
-    else if (IS("Retry-After")) {
-        uint64_t s;
-        a->retry_after = put_u64(v, vlen, &s) == 0 ? (unsigned)(s > 3600 ? 3600 : s) : 0;
-    }
-#undef IS
-}
-
 static size_t on_header(char *line, size_t size, size_t n, void *arg)
 {
-    upstream_parse_header(arg, line, size * n);
+    upstream_answer_header(arg, line, size * n);
     return size * n;
 }
 
@@ -364,11 +246,12 @@ static int request_hops(struct upstream_conn *c, const char *method, const char 
     struct upstream_answer prev = {0};
     int rc = 0;
     struct curl_slist *hdrs = NULL;
+    memset(a, 0, sizeof(*a));
     if ((rc = add_header(&hdrs, "Authorization", auth, err)) < 0 ||
         (rc = add_header(&hdrs, "Content-Type", content_type, err)) < 0)
         goto out;
     for (int hop = 0;; hop++) {
-        memset(a, 0, sizeof(*a));
+        upstream_answer_free(a); /* the previous hop's */
         curl_easy_reset(c->h);
         common_options(c, url, hdrs, a);
         curl_easy_setopt(c->h, CURLOPT_TIMEOUT, DOC_TIMEOUT_S);
@@ -419,6 +302,7 @@ static int request_hops(struct upstream_conn *c, const char *method, const char 
             goto out;
         }
         prev = *a;
+        prev.link = NULL; /* a's, freed with the next hop: only its fixed fields are kept */
         free(url);
         url = xstrdup(next);
     }
@@ -434,6 +318,7 @@ int upstream_head_file(struct upstream_conn *c, const char *repo, const char *re
 {
     char url[URL_MAX];
     struct body_buf bb = {0};
+    memset(a, 0, sizeof(*a));
     int rc = file_url(c->u, repo, rev, path, url, sizeof(url), err);
     return rc < 0 ? rc : request_hops(c, "HEAD", url, NULL, 0, NULL, auth, &bb, a, err);
 }
@@ -446,6 +331,7 @@ int upstream_request(struct upstream_conn *c, const char *method, const char *ta
     struct body_buf bb = {.max = max};
     *out = NULL;
     *out_len = 0;
+    memset(a, 0, sizeof(*a));
     if (target[0] != '/')
         return st_error_fail(err, ST_ERR_INVALID_ARGUMENT, "a request target starts with /");
     char *url = xasprintf("%s%s", c->u->base, target);
@@ -582,6 +468,8 @@ int upstream_get_range(struct upstream_conn *c, const char *repo, const char *co
     curl_easy_setopt(c->h, CURLOPT_LOW_SPEED_TIME, STALL_TIMEOUT_S);
     CURLcode cr = curl_easy_perform(c->h);
     curl_slist_free_all(hdrs);
+    free(a->link); /* a range's answer has no use for one: nothing for the caller to free */
+    a->link = NULL;
     *got = x.got;
     if (cr == CURLE_OK && !x.checked && !range_answer_ok(&x))
         cr = CURLE_WRITE_ERROR; /* an answer with no body at all */

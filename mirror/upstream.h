@@ -28,30 +28,10 @@
 #include <stdint.h>
 
 #include "st_error.h"
+#include "upstream_answer.h"
 
 struct upstream;
 struct upstream_conn;
-
-/* What an answer said: the headers the mirror reads. Strings are
- * NUL-terminated, "" when absent or unusable (a value that does not fit or
- * holds a control byte). ETags have their quotes and W/ removed. */
-struct upstream_answer {
-    long status;
-    char commit[48];           /* X-Repo-Commit */
-    char etag[96];             /* ETag */
-    char linked_etag[96];      /* X-Linked-Etag */
-    char error_code[48];       /* X-Error-Code */
-    char error_message[256];   /* X-Error-Message */
-    char content_type[128];
-    char cache_control[128];
-    char link[512];            /* Link (the Hub's pagination) */
-    uint64_t linked_size;      /* X-Linked-Size, when has_linked_size */
-    uint64_t length;           /* Content-Length, when has_length */
-    uint64_t range_start, range_end, range_total; /* Content-Range, when has_range */
-    unsigned retry_after;      /* Retry-After seconds, 0 when absent */
-    int has_linked_size, has_length, has_range;
-    int redirected_away;       /* the HEAD stopped at a redirect to another origin */
-};
 
 /* Receives body bytes of a range as they arrive; returns 0, or -errno to
  * stop the transfer (upstream_get_range then returns that errno). */
@@ -78,7 +58,7 @@ void upstream_conn_free(struct upstream_conn *c);
 /* HEAD of file path of repo at rev (each percent-encoded here). auth is
  * the Authorization header's value or NULL. Returns 0 with *a (any status:
  * 404 is an answer), or -errno with err when no answer came (connection,
- * timeout, too many redirects). */
+ * timeout, too many redirects); *a is the caller's to free either way. */
 int upstream_head_file(struct upstream_conn *c, const char *repo, const char *rev,
                        const char *path, const char *auth, struct upstream_answer *a,
                        struct st_error *err);
@@ -88,7 +68,8 @@ int upstream_head_file(struct upstream_conn *c, const char *repo, const char *re
  * following redirects that stay on the upstream. The body read, at most
  * max bytes, goes to *out (malloc'd, NUL-terminated; the caller frees it)
  * and *out_len. Returns 0 with *a, -EFBIG when the body is larger than max,
- * or -errno with err. */
+ * or -errno with err; *a is the caller's to free (upstream_answer_free)
+ * either way. */
 int upstream_request(struct upstream_conn *c, const char *method, const char *target,
                      const char *body, size_t body_len, const char *content_type,
                      const char *auth, size_t max, char **out, size_t *out_len,
@@ -105,15 +86,12 @@ int upstream_request(struct upstream_conn *c, const char *method, const char *ta
  * there). Returns 0 when the answer ended (*got may be less than len when
  * the upstream sent less), -ESTALE with err when it named another version
  * (changed upstream: never retried), -EPROTO for an answer that was not
- * the range, -EACCES for 401/403, -ENOENT for 404, or -errno. */
+ * the range, -EACCES for 401/403, -ENOENT for 404, or -errno. *a holds no
+ * Link (nothing to free). */
 int upstream_get_range(struct upstream_conn *c, const char *repo, const char *commit,
                        const char *path, const char *auth, uint64_t off, uint64_t len,
                        uint64_t size, const char *sha256_hex, upstream_sink sink, void *arg,
                        uint64_t *got, struct upstream_answer *a, struct st_error *err);
-
-/* Parses one header line ("Name: value\r\n") into a (tests, the fuzzer):
- * a status line resets it. */
-void upstream_parse_header(struct upstream_answer *a, const char *line, size_t len);
 
 /* Appends s percent-encoded to out[0..cap) at *len (RFC 3986 unreserved
  * bytes kept, and '/' when keep_slash). Returns 0, or -1 when it does not

@@ -6,11 +6,13 @@
  * two are never held together. */
 #include "doc_cache.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "hub_doc.h"
 #include "log.h"
 #include "metrics.h"
 #include "model_doc.h"
@@ -24,7 +26,8 @@ struct doc_waiter {
 
 /* One document to render, and who waits for it. */
 struct doc_job {
-    const struct reg_model *m;  /* held */
+    const struct reg_model *m;  /* held (a repo's: its model, or NULL) */
+    const struct reg_repo *r;   /* a repo's document: held; else NULL */
     enum doc_kind kind;
     struct doc_waiter *waiters;
     struct doc_job *next;
@@ -135,6 +138,64 @@ static enum doc_result render_header(const struct reg_model *m)
     return DOC_READY;
 }
 
+/* The repo's slot of a document kind. */
+static enum reg_repo_doc_kind repo_slot(enum doc_kind kind)
+{
+    return kind == DOC_REPO_INFO              ? REG_REPO_DOC_INFO
+           : kind == DOC_REPO_LISTING_EXPANDED ? REG_REPO_DOC_LISTING_EXPANDED
+                                              : REG_REPO_DOC_LISTING;
+}
+
+static struct shared_doc *repo_kept(const struct reg_repo *r, enum doc_kind kind)
+{
+    return reg_repo_doc(r, repo_slot(kind));
+}
+
+struct shared_doc *doc_cache_get_repo(const struct reg_repo *r, enum doc_kind kind)
+{
+    return shared_doc_ref(repo_kept(r, kind));
+}
+
+/* A repo's document, made once and kept by the repo (hub_doc.h). */
+static enum doc_result render_repo(const struct doc_job *j)
+{
+    const struct reg_repo_rev *rev = reg_repo_revision(j->r);
+    if (repo_kept(j->r, j->kind))
+        return DOC_READY; /* made for an earlier request, after this one asked */
+    int rc = -ENOMEM;
+    struct shared_doc *d = !rev ? NULL
+                           : j->kind == DOC_REPO_INFO
+                               ? hub_doc_info(j->r, rev, j->m, &rc)
+                               : hub_doc_listing(j->r, rev, j->kind == DOC_REPO_LISTING_EXPANDED);
+    if (!d)
+        return rc == -ESTALE ? DOC_STALE : DOC_NO_MEMORY;
+    if (j->kind == DOC_REPO_INFO)
+        shared_doc_compress(d); /* answers send it whole: compressed once, here */
+    metrics_add(MC_DOCS_RENDERED, 1);
+    reg_repo_set_doc(j->r, repo_slot(j->kind), d);
+    return DOC_READY;
+}
+
+static enum doc_result render(const struct doc_job *j)
+{
+    switch (j->kind) {
+    case DOC_HEADER:
+        return render_header(j->m);
+    case DOC_DESCRIPTION:
+        return render_description(j->m);
+    default:
+        return render_repo(j);
+    }
+}
+
+/* The job is done: what it held goes. */
+static void job_free(struct doc_job *j)
+{
+    reg_model_unref(j->m);
+    reg_repo_unref(j->r);
+    free(j);
+}
+
 static void call_waiters(struct doc_waiter *w, enum doc_result r)
 {
     while (w) {
@@ -160,18 +221,20 @@ static void *renderer_main(void *arg)
             dc->tail = NULL;
         dc->current = j;
         pthread_mutex_unlock(&dc->lock);
-        enum doc_result r = j->kind == DOC_HEADER ? render_header(j->m) : render_description(j->m);
-        if (r == DOC_NO_MEMORY)
+        enum doc_result r = render(j);
+        if (r == DOC_NO_MEMORY && !j->r)
             log_msg(LOG_WARN, "out of memory rendering the %s of model %s (%zu tensors)",
                     j->kind == DOC_HEADER ? "merged header" : "description", j->m->name,
                     j->m->n_tensors);
+        else if (r == DOC_NO_MEMORY)
+            log_msg(LOG_WARN, "out of memory rendering the %s of repo %s (%zu files)",
+                    j->kind == DOC_REPO_INFO ? "document" : "listing", j->r->id, j->r->n_files);
         pthread_mutex_lock(&dc->lock);
         dc->current = NULL;
         struct doc_waiter *w = j->waiters; /* NULL when doc_cache_stop took them */
         pthread_mutex_unlock(&dc->lock);
         call_waiters(w, r);
-        reg_model_unref(j->m);
-        free(j);
+        job_free(j);
         pthread_mutex_lock(&dc->lock);
     }
     pthread_mutex_unlock(&dc->lock);
@@ -193,21 +256,22 @@ struct doc_cache *doc_cache_start(void)
     return dc;
 }
 
-/* The job for (m, kind), queued or being rendered, or NULL. Caller holds
- * the lock. */
+/* The job for (m, r, kind), queued or being rendered, or NULL. Caller
+ * holds the lock. */
 static struct doc_job *do_find_job(struct doc_cache *dc, const struct reg_model *m,
-                                   enum doc_kind kind)
+                                   const struct reg_repo *r, enum doc_kind kind)
 {
-    if (dc->current && dc->current->m == m && dc->current->kind == kind)
+    if (dc->current && dc->current->m == m && dc->current->r == r && dc->current->kind == kind)
         return dc->current;
     for (struct doc_job *j = dc->head; j; j = j->next)
-        if (j->m == m && j->kind == kind)
+        if (j->m == m && j->r == r && j->kind == kind)
             return j;
     return NULL;
 }
 
-int doc_cache_render(struct doc_cache *dc, const struct reg_model *m, enum doc_kind kind,
-                     doc_cb cb, void *arg)
+/* Queues (m, r, kind) unless it is queued or rendering, and adds a waiter. */
+static int queue(struct doc_cache *dc, const struct reg_model *m, const struct reg_repo *r,
+                 enum doc_kind kind, doc_cb cb, void *arg)
 {
     struct doc_waiter *w = xcalloc(1, sizeof(*w));
     w->cb = cb;
@@ -218,10 +282,11 @@ int doc_cache_render(struct doc_cache *dc, const struct reg_model *m, enum doc_k
         free(w);
         return -1;
     }
-    struct doc_job *j = do_find_job(dc, m, kind);
+    struct doc_job *j = do_find_job(dc, m, r, kind);
     if (!j) {
         j = xcalloc(1, sizeof(*j));
-        j->m = reg_model_ref(m);
+        j->m = m ? reg_model_ref(m) : NULL;
+        j->r = r ? reg_repo_ref(r) : NULL;
         j->kind = kind;
         if (dc->tail)
             dc->tail->next = j;
@@ -234,6 +299,18 @@ int doc_cache_render(struct doc_cache *dc, const struct reg_model *m, enum doc_k
     j->waiters = w;
     pthread_mutex_unlock(&dc->lock);
     return 0;
+}
+
+int doc_cache_render(struct doc_cache *dc, const struct reg_model *m, enum doc_kind kind,
+                     doc_cb cb, void *arg)
+{
+    return queue(dc, m, NULL, kind, cb, arg);
+}
+
+int doc_cache_render_repo(struct doc_cache *dc, const struct reg_repo *r,
+                          const struct reg_model *m, enum doc_kind kind, doc_cb cb, void *arg)
+{
+    return queue(dc, m, r, kind, cb, arg);
 }
 
 void doc_cache_stop(struct doc_cache *dc)
@@ -255,8 +332,7 @@ void doc_cache_stop(struct doc_cache *dc)
     while (queued) {
         struct doc_job *next = queued->next;
         call_waiters(queued->waiters, DOC_STOPPED);
-        reg_model_unref(queued->m);
-        free(queued);
+        job_free(queued);
         queued = next;
     }
     pthread_join(dc->thread, NULL);

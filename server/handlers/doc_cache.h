@@ -1,7 +1,9 @@
 /* doc_cache: a model's two JSON documents, its description (GET
- * /v1/models/{model}) and its merged header (GET .../header), rendered on a
- * thread of their own, once per state, and shared by reference between the
- * answers that send them (core/shared_doc.h).
+ * /v1/models/{model}) and its merged header (GET .../header), and a Hub
+ * repo's two, its document (/api/models/{repo}) and its listing (every tree
+ * and paths-info answer is a view of it: server/handlers/hub_doc.h),
+ * rendered on a thread of their own, once per state, and shared by
+ * reference between the answers that send them (core/shared_doc.h).
  *
  * An HTTP thread never renders and never waits for a render: it takes a
  * reference to the model's cached document when that is fresh enough
@@ -30,12 +32,14 @@
 /* The longest a description may lag its model's hash progress. */
 #define DOC_REFRESH_MS 1000
 
-enum doc_kind { DOC_DESCRIPTION, DOC_HEADER };
+enum doc_kind { DOC_DESCRIPTION, DOC_HEADER, DOC_REPO_INFO, DOC_REPO_LISTING,
+                DOC_REPO_LISTING_EXPANDED };
 
 enum doc_result {
-    DOC_READY,          /* the document is in the model's cache now */
+    DOC_READY,          /* the document is in the model's (the repo's) cache now */
     DOC_NO_MEMORY,      /* rendering ran out of memory: a condition of the host; retry later */
     DOC_STOPPED,        /* the daemon is stopping */
+    DOC_STALE,          /* a repo's README.md changed since it was hashed: rescan, retry */
 };
 
 typedef void (*doc_cb)(void *arg, enum doc_result r);
@@ -64,5 +68,15 @@ struct shared_doc *doc_cache_get(const struct reg_model *m, enum doc_kind kind, 
  * a reference to m meanwhile. Returns 0, or -1 (no callback) once stopped. */
 int doc_cache_render(struct doc_cache *dc, const struct reg_model *m, enum doc_kind kind,
                      doc_cb cb, void *arg);
+
+/* A new reference to repo r's document `kind` (DOC_REPO_INFO,
+ * DOC_REPO_LISTING, DOC_REPO_LISTING_EXPANDED), or NULL before it was
+ * rendered. Any thread. */
+struct shared_doc *doc_cache_get_repo(const struct reg_repo *r, enum doc_kind kind);
+/* Asks for repo r's document `kind` to be rendered, as doc_cache_render
+ * (r's revision must be known; m is r's /v1 model for DOC_REPO_INFO, or
+ * NULL). The renderer holds references to r and m meanwhile. */
+int doc_cache_render_repo(struct doc_cache *dc, const struct reg_repo *r,
+                          const struct reg_model *m, enum doc_kind kind, doc_cb cb, void *arg);
 
 #endif

@@ -70,6 +70,8 @@ struct request_view {
     const char *body;               /* the request's body, NUL-terminated; NULL when none */
     size_t body_len;
     int tls;                        /* it came over TLS */
+    uint64_t client;                /* who asks: a hash of its address (0 when unknown), by which
+                                     * a mirror's upstream queue takes clients in turn */
     uint64_t start_ns;              /* when it began (the monotonic clock) */
     /* The value of header `name` (case-insensitive), or NULL. */
     const char *(*header)(const struct request_view *v, const char *name);

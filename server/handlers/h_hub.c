@@ -150,7 +150,7 @@ struct answer *handle_hub(const struct request_view *v, struct answer *a,
     case ROUTE_HUB_FILE:
         return hub_file(a, r, rev, rt, by_commit);
     case ROUTE_HUB_INFO:
-        return hub_info(a, reg, r, rev, by_commit);
+        return hub_info(v, a, reg, r, rev, by_commit);
     case ROUTE_HUB_TREE:
         return hub_tree(v, a, r, rev, rt, by_commit);
     case ROUTE_HUB_REFS:

@@ -2,9 +2,12 @@
  * files, waits for hashes and checks the revision, then calls these): a
  * repo's document, its tree and paths-info entries, the repo list, its refs
  * and its one commit; and what h_hub.c and h_mirror.c both use: the errors,
- * the parts of a file's answer. Every document is rendered per
- * request from the repo's revision, and is a function of the content alone
- * where a commit id addresses it (API.md "Replicas"). */
+ * the parts of a file's answer. The repo's document and its listing are
+ * made once per repo, off the HTTP threads (server/handlers/hub_doc.h,
+ * server/handlers/doc_cache.h), and every answer holds a reference to one
+ * or is a view of the listing; the small ones (refs, commits, the list)
+ * are rendered per request. Each is a function of the content alone where
+ * a commit id addresses it (API.md "Replicas"). */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -14,16 +17,15 @@
 #include <strings.h>
 #include <unistd.h>
 
-#include "card_yaml.h"
-#include "digest.h"
+#include "doc_cache.h"
 #include "h_hub_int.h"
 #include "handlers.h"
+#include "hub_doc.h"
 #include "hub_req.h"
 #include "hub_tags.h"
 #include "jsonw.h"
-#include "log.h"
-#include "model_doc.h"
 #include "route.h"
+#include "server.h"
 #include "shared_doc.h"
 #include "strbuf.h"
 #include "strmap.h"
@@ -86,13 +88,6 @@ struct answer *hub_entry_not_found(struct answer *a, const struct reg_repo *r,
                             rev->commit);
 }
 
-static size_t lfs_pointer_size(uint64_t size)
-{
-    char digits[24];
-    /* "version https://git-lfs.github.com/spec/v1\n" "oid sha256:<64>\n" "size <n>\n" */
-    return 43 + 76 + 6 + (size_t)snprintf(digits, sizeof(digits), "%" PRIu64, size);
-}
-
 /* ---- documents ------------------------------------------------------------ */
 
 /* Answers a rendered JSON document (w, consumed) with a validator from its
@@ -122,194 +117,106 @@ static struct answer *send_doc(struct answer *a, struct jsonw *w, int by_commit,
     return answer_body(a, &rep);
 }
 
-static void lfs_object(struct jsonw *w, const struct reg_file *f, const char *hash_key)
+/* ---- the documents made once per repo ------------------------------------------ */
+
+static void doc_ready(void *arg, enum doc_result r)
 {
-    char sha[65];
-    digest_hex(f->sha256, 32, sha);
-    jsonw_kobj(w, "lfs");
-    jsonw_kstr(w, hash_key, sha);
-    jsonw_ku64(w, "size", f->st.size);
-    jsonw_ku64(w, "pointerSize", lfs_pointer_size(f->st.size));
-    jsonw_obj_end(w);
+    answer_resume(arg, (int)r);
 }
 
-/* An entry of a tree or paths-info listing: file f, or directory d when f
- * is NULL; with expand, its last commit (the revision's one: list_repo_tree
- * and get_paths_info with expand=True read it). */
-static void tree_entry(struct jsonw *w, const struct reg_repo *r, const struct reg_repo_rev *rev,
-                       const struct reg_file *f, const struct reg_repo_dir *d, int expand)
+/* What an answer waits for: its repo's document of a kind, rendered. */
+struct repo_wait {
+    struct doc_cache *docs;
+    const struct reg_repo *r;   /* in the snapshot the request holds while the wait starts */
+    const struct reg_model *m;
+    enum doc_kind kind;
+};
+
+static void *start_render(struct answer *a)
 {
-    char oid[41];
-    digest_hex(f ? rev->blob[f - r->files] : d->tree, 20, oid);
-    jsonw_obj(w);
-    jsonw_kstr(w, "type", f ? "file" : "directory");
-    jsonw_kstr(w, "oid", oid);
-    jsonw_ku64(w, "size", f ? f->st.size : 0);
-    jsonw_kstr(w, "path", f ? f->name : d->path);
-    if (f && reg_repo_file_is_lfs(f))
-        lfs_object(w, f, "oid");
-    if (expand) {
-        jsonw_kobj(w, "lastCommit");
-        jsonw_kstr(w, "id", rev->commit);
-        jsonw_kstr(w, "title", HUB_COMMIT_TITLE);
-        jsonw_kstr(w, "date", HUB_REVISION_DATE);
-        jsonw_obj_end(w);
+    const struct repo_wait *w = a->wait.ctx;
+    if (doc_cache_render_repo(w->docs, w->r, w->m, w->kind, doc_ready, a) != 0)
+        doc_ready(a, DOC_STOPPED);
+    return NULL;
+}
+
+static void unref_doc(void *d)
+{
+    shared_doc_unref(d);
+}
+
+/* r's document `kind` with a reference the answer holds (until the
+ * request ends: a reader that does not read holds it, never a copy), or
+ * NULL after answering (an error) or waiting for its render in a: the HTTP
+ * thread never renders it. */
+static struct shared_doc *repo_doc(const struct request_view *v, struct answer *a,
+                                   const struct reg_repo *r, const struct reg_model *m,
+                                   enum doc_kind kind)
+{
+    struct shared_doc *d = doc_cache_get_repo(r, kind);
+    if (d) {
+        answer_defer(a, unref_doc, d);
+        return d;
     }
-    jsonw_obj_end(w);
-}
-
-/* "safetensors": parameters by dtype of the repo's own model (the /v1
- * model in the repo's directory), when there is one and it is valid. */
-static void safetensors_info(struct jsonw *w, const struct reg_snapshot *reg,
-                             const struct reg_repo *r)
-{
-    const struct reg_model *m = reg_snapshot_find_model(reg, r->id, strlen(r->id));
-    if (!m || m->state != MODEL_READY || m->n_tensors == 0)
-        return;
-    jsonw_kobj(w, "safetensors");
-    uint64_t total = model_doc_parameters(w, m);
-    jsonw_ku64(w, "total", total);
-    jsonw_obj_end(w);
-}
-
-/* The fields a repo has in both the list and its own document. */
-static void repo_summary(struct jsonw *w, const struct reg_repo *r, const struct reg_repo_rev *rev)
-{
-    const char *slash = strchr(r->id, '/');
-    jsonw_kstr(w, "_id", r->id);
-    jsonw_kstr(w, "id", r->id);
-    jsonw_kstr(w, "modelId", r->id);
-    if (slash) {
-        jsonw_key(w, "author");
-        jsonw_strn(w, r->id, (size_t)(slash - r->id));
+    int result = v->waited ? v->wait_result : DOC_READY;
+    if (result == DOC_STALE) {
+        a->rescan = 1;
+        answer_hub_error(a, HTTP_SERVICE_UNAVAILABLE, NULL, 1,
+                         "%s/README.md changed on disk since it was hashed; retry once the "
+                         "daemon has rescanned it", r->id);
+    } else if (result == DOC_NO_MEMORY) {
+        answer_hub_error(a, HTTP_SERVICE_UNAVAILABLE, NULL, 1,
+                         "not enough memory to render repo %s's documents; try again later",
+                         r->id);
+    } else if (result == DOC_STOPPED) {
+        answer_hub_error(a, HTTP_SERVICE_UNAVAILABLE, NULL, 1, "the daemon is stopping");
+    } else { /* not rendered yet (or, after a wait, a reload brought a new repo) */
+        struct repo_wait *w = answer_alloc(a, sizeof(*w));
+        *w = (struct repo_wait){v->srv->docs, r, m, kind};
+        answer_wait(a, start_render, NULL, w);
     }
-    if (rev)
-        jsonw_kstr(w, "sha", rev->commit);
-    jsonw_kstr(w, "lastModified", HUB_REVISION_DATE);
-    jsonw_kstr(w, "createdAt", HUB_REVISION_DATE);
-    jsonw_kbool(w, "private", 0);
-    jsonw_kbool(w, "gated", 0);
-    jsonw_kbool(w, "disabled", 0);
-    jsonw_ku64(w, "downloads", 0);
-    jsonw_ku64(w, "likes", 0);
-    int st = 0;
-    for (size_t i = 0; i < r->n_files && !st; i++)
-        st = r->files[i].is_safetensors;
-    jsonw_karr(w, "tags");
-    if (st)
-        jsonw_str(w, "safetensors");
-    jsonw_arr_end(w);
+    return NULL;
 }
 
-/* ---- the model card ---------------------------------------------------------- */
-
-/* A README larger than this has its front matter read from its first
- * CARD_README_MAX bytes. */
-#define CARD_README_MAX (1u << 20)
-
-/* The card of f, README.md (its YAML front matter as JSON, see
- * core/card_yaml.h), into *card: a document, empty when the front matter
- * is missing or no mapping. Returns 0, -ESTALE when README.md changed since
- * it was hashed (the card would not be the commit's), or another -errno
- * (nothing to keep: the next request tries again). */
-static int card_read(const struct reg_repo *r, const struct reg_file *f, struct shared_doc **card)
+/* Answers with document d, whose FNV-1a is hash (its strong ETag), held by
+ * the answer; immutable when asked for by commit. */
+static struct answer *send_shared(struct answer *a, struct shared_doc *d, uint64_t hash,
+                                  int by_commit, const char *commit)
 {
-    size_t n = f->st.size < CARD_README_MAX ? (size_t)f->st.size : CARD_README_MAX;
-    int fd = reg_open_below(r->root, f, O_RDONLY);
-    if (fd < 0)
-        return fd;
-    char *text = malloc(n + 1), *json = NULL;
-    const char *yaml;
-    size_t yaml_len, json_len = 0;
-    struct st_error err = {0};
-    int rc = !text ? -ENOMEM : fileio_pread_full(fd, text, n, 0);
-    if (rc == 0 && !fileio_unchanged(fd, &f->st))
-        rc = -ESTALE;
-    close(fd);
-    if (rc == 0 && card_yaml_front_matter(text, n, &yaml, &yaml_len)) {
-        int made = card_yaml_to_json(yaml, yaml_len, &json, &json_len, &err);
-        if (made == -ENOMEM)
-            rc = made; /* a condition of the host, not a verdict on the card */
-        else if (made < 0)
-            log_msg(LOG_DEBUG, "hub: %s/README.md: no cardData: %s", r->id, err.message);
-    }
-    free(text);
-    if (rc == 0)
-        *card = shared_doc_new(json ? json : xstrdup(""), json ? json_len : 0, 0);
-    else
-        free(json);
-    return rc;
+    answer_header(a, "X-Repo-Commit", commit);
+    struct representation rep = {
+        .body = {.fd = -1, .data_len = d->len, .src = &shared_doc_source, .src_ctx = d},
+        .content_type = "application/json",
+        .mtime = -1,
+        .cache_control = by_commit ? HUB_CACHE_IMMUTABLE : "no-cache",
+        .document = 1,
+        .gzip = d->gzip, /* the repo's document: made with it, on the renderer's thread */
+        .gzip_len = d->gzip_len,
+    };
+    snprintf(rep.etag, sizeof(rep.etag), "\"h%016" PRIx64 "\"", hash);
+    return answer_body(a, &rep);
 }
 
-int hub_card(const struct reg_repo *r, const struct shared_doc **out)
+/* A view of the listing (head, its runs, tail), held by the answer. */
+static struct answer *send_view(struct answer *a, struct shared_doc *listing,
+                                const struct shared_doc_range *runs, size_t n, uint64_t hash,
+                                int by_commit, const char *commit)
 {
-    *out = NULL;
-    const struct reg_file *f = reg_repo_find_file(r, "README.md", 9);
-    if (!f)
-        return 0;
-    const struct shared_doc *card = reg_repo_card(r);
-    if (!card) {
-        struct shared_doc *made = NULL;
-        int rc = card_read(r, f, &made);
-        if (rc < 0) {
-            log_msg(LOG_DEBUG, "hub: %s/README.md: %s", r->id, strerror(-rc));
-            return rc == -ESTALE ? rc : 0;
-        }
-        card = reg_repo_set_card(r, made);
-    }
-    *out = card;
-    return 0;
+    struct shared_doc *d = shared_doc_view("[", 1, listing, runs, n, "]\n", 2, hash);
+    if (!d)
+        return answer_hub_error(a, HTTP_SERVICE_UNAVAILABLE, "out_of_memory", 1,
+                                "out of memory making the answer");
+    answer_defer(a, unref_doc, d);
+    return send_shared(a, d, hash, by_commit, commit);
 }
 
-/* Writes "cardData" into w when the repo's README.md has a card (hub_card).
- * Returns 0, or -ESTALE when README.md changed since it was hashed (the
- * caller answers 503). */
-static int card_data(struct jsonw *w, const struct reg_repo *r)
-{
-    const struct shared_doc *card;
-    int rc = hub_card(r, &card);
-    if (rc < 0 || !card)
-        return rc;
-    if (card->len) {
-        jsonw_key(w, "cardData");
-        jsonw_raw(w, card->seg[0].p, card->len);
-    }
-    return 0;
-}
-
-struct answer *hub_info(struct answer *a, const struct reg_snapshot *reg, const struct reg_repo *r,
+struct answer *hub_info(const struct request_view *v, struct answer *a,
+                        const struct reg_snapshot *reg, const struct reg_repo *r,
                         const struct reg_repo_rev *rev, int by_commit)
 {
-    struct jsonw w = JSONW_INIT;
-    jsonw_obj(&w);
-    repo_summary(&w, r, rev);
-    jsonw_ku64(&w, "usedStorage", r->bytes);
-    safetensors_info(&w, reg, r);
-    if (card_data(&w, r) == -ESTALE) {
-        jsonw_free(&w);
-        a->rescan = 1;
-        return answer_hub_error(a, HTTP_SERVICE_UNAVAILABLE, NULL, 1,
-                                "%s/README.md changed on disk since it was hashed; retry once "
-                                "the daemon has rescanned it", r->id);
-    }
-    jsonw_karr(&w, "siblings");
-    for (size_t i = 0; i < r->n_files; i++) {
-        const struct reg_file *f = &r->files[i];
-        char oid[41];
-        digest_hex(rev->blob[i], 20, oid);
-        jsonw_obj(&w);
-        jsonw_kstr(&w, "rfilename", f->name);
-        jsonw_ku64(&w, "size", f->st.size);
-        jsonw_kstr(&w, "blobId", oid);
-        if (reg_repo_file_is_lfs(f))
-            lfs_object(&w, f, "sha256");
-        jsonw_obj_end(&w);
-    }
-    jsonw_arr_end(&w);
-    jsonw_karr(&w, "spaces");
-    jsonw_arr_end(&w);
-    jsonw_obj_end(&w);
-    return send_doc(a, &w, by_commit, rev->commit);
+    const struct reg_model *m = reg_snapshot_find_model(reg, r->id, strlen(r->id));
+    struct shared_doc *d = repo_doc(v, a, r, m, DOC_REPO_INFO);
+    return d ? send_shared(a, d, d->hash, by_commit, rev->commit) : a;
 }
 
 /* Whether a query flag is set the way Python's str(True) or JS writes it. */
@@ -326,30 +233,15 @@ struct answer *hub_tree(const struct request_view *v, struct answer *a, const st
     const struct reg_repo_dir *d = reg_repo_find_dir(rev, path, strlen(path));
     if (!d)
         return hub_entry_not_found(a, r, rev, path);
-    int recursive = query_true(v, "recursive"), expand = query_true(v, "expand");
-    size_t skip = d->len ? d->len + 1 : 0;
-    struct jsonw w = JSONW_INIT;
-    jsonw_arr(&w);
-    /* Files below d are files[first, end) in path order; each directory on
-     * the way is listed once, before its contents (only d's children when
-     * not recursive). */
-    struct strmap *listed = strmap_new(16);
-    for (size_t i = d->first; i < d->end; i++) {
-        const struct reg_file *f = &r->files[i];
-        const char *rest = f->name + skip;
-        for (const char *s = rest; (s = strchr(s, '/')) != NULL; s++) {
-            size_t len = (size_t)(s - f->name);
-            if (strmap_put(listed, f->name, len, (void *)1) == 0)
-                tree_entry(&w, r, rev, NULL, reg_repo_find_dir(rev, f->name, len), expand);
-            if (!recursive)
-                break;
-        }
-        if (recursive || !strchr(rest, '/'))
-            tree_entry(&w, r, rev, f, NULL, expand);
-    }
-    strmap_free(listed);
-    jsonw_arr_end(&w);
-    return send_doc(a, &w, by_commit, rev->commit);
+    struct shared_doc *listing = repo_doc(v, a, r, NULL, query_true(v, "expand")
+                                                             ? DOC_REPO_LISTING_EXPANDED
+                                                             : DOC_REPO_LISTING);
+    if (!listing)
+        return a;
+    struct shared_doc_range run;
+    uint64_t hash;
+    hub_doc_tree(listing, rev, d, query_true(v, "recursive"), &run, &hash);
+    return send_view(a, listing, &run, run.len ? 1 : 0, hash, by_commit, rev->commit);
 }
 
 struct answer *hub_paths_info(const struct request_view *v, struct answer *a,
@@ -363,8 +255,17 @@ struct answer *hub_paths_info(const struct request_view *v, struct answer *a,
         return answer_hub_error(a, err.code == ST_ERR_LIMIT ? HTTP_CONTENT_TOO_LARGE
                                                             : HTTP_BAD_REQUEST,
                                 NULL, 0, "%.255s", err.message);
-    struct jsonw w = JSONW_INIT;
-    jsonw_arr(&w);
+    struct shared_doc *listing =
+        repo_doc(v, a, r, NULL, p.expand ? DOC_REPO_LISTING_EXPANDED : DOC_REPO_LISTING);
+    if (!listing) {
+        hub_paths_free(&p);
+        return a;
+    }
+    /* The entries asked for, each once, in the order asked: runs of the
+     * listing (the first without its ','), hashed as the answer is. */
+    struct shared_doc_range *runs = answer_alloc(a, (p.n ? p.n : 1) * sizeof(*runs));
+    size_t n = 0;
+    uint64_t hash = hash_fnv1a("[", 1, HASH_FNV_SEED);
     struct strmap *seen = strmap_new(p.n);
     for (size_t i = 0; i < p.n; i++) {
         size_t len = strlen(p.paths[i]);
@@ -374,13 +275,21 @@ struct answer *hub_paths_info(const struct request_view *v, struct answer *a,
             continue; /* asked twice: listed once */
         const struct reg_file *f = reg_repo_find_file(r, p.paths[i], len);
         const struct reg_repo_dir *d = len ? reg_repo_find_dir(rev, p.paths[i], len) : NULL;
-        if (f || d)
-            tree_entry(&w, r, rev, f, d, p.expand);
+        if (!f && !d)
+            continue;
+        struct shared_doc_range e = f ? hub_doc_file_entry(listing, (size_t)(f - r->files))
+                                      : hub_doc_dir_entry(listing, rev, d);
+        if (n == 0) {
+            e.off++;
+            e.len--;
+        }
+        hash = hash_fnv1a(listing->seg[0].p + e.off, e.len, hash);
+        runs[n++] = e;
     }
     strmap_free(seen);
     hub_paths_free(&p);
-    jsonw_arr_end(&w);
-    return send_doc(a, &w, 0, rev->commit);
+    hash = hash_fnv1a("]\n", 2, hash);
+    return send_view(a, listing, runs, n, hash, 0, rev->commit);
 }
 
 /* /api/models: every repo, filtered by search (a case-insensitive
@@ -431,13 +340,13 @@ struct answer *hub_models(const struct request_view *v, struct answer *a,
         if (search && search[0] && !strcasestr(r->id, search))
             continue;
         const struct shared_doc *card = NULL;
-        if (hub_filters_any(&filters) && hub_card(r, &card) != 0)
+        if (hub_filters_any(&filters) && hub_doc_card(r, &card) != 0)
             card = NULL; /* a README changed under the list: filtered without it */
         if (hub_filters_any(&filters) &&
             !hub_filters_match(&filters, r, card ? card->seg[0].p : NULL, card ? card->len : 0))
             continue;
         jsonw_obj(&w);
-        repo_summary(&w, r, reg_repo_unreadable(r) ? NULL : reg_repo_revision(r));
+        hub_doc_repo_summary(&w, r, reg_repo_unreadable(r) ? NULL : reg_repo_revision(r));
         if (full) {
             jsonw_karr(&w, "siblings");
             for (size_t k = 0; k < r->n_files; k++) {

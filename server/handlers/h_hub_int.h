@@ -8,20 +8,13 @@
 #define TENSORD_H_HUB_INT_H
 
 #include "h_answer.h"
+#include "hub_doc.h"
 #include "reg_repo.h"
 
 struct route;
 
 /* Commit-addressed answers never change: a cache may keep them a year. */
 #define HUB_CACHE_IMMUTABLE "public, max-age=31536000, immutable"
-/* The date of every revision. A commit id names content alone, and what it
- * addresses must be the same on every replica of the same files (copies
- * have other mtimes), so no file time may show: the content has no date of
- * its own, and the Unix epoch says so. */
-#define HUB_REVISION_DATE "1970-01-01T00:00:00.000Z"
-/* The title of a revision's one commit (the commits route, and an entry's
- * lastCommit). */
-#define HUB_COMMIT_TITLE "Content as served by tensord"
 
 /* An LFS file's answer says what the Hub's 302 to its CDN says (where
  * huggingface_hub stops and takes the file's metadata from): the linked
@@ -46,7 +39,8 @@ struct answer *hub_entry_not_found(struct answer *a, const struct reg_repo *r,
 
 /* The documents, once the request's revision is known to name the repo's
  * current one (by_commit: by its commit id, an immutable URL). */
-struct answer *hub_info(struct answer *a, const struct reg_snapshot *reg, const struct reg_repo *r,
+struct answer *hub_info(const struct request_view *v, struct answer *a,
+                        const struct reg_snapshot *reg, const struct reg_repo *r,
                         const struct reg_repo_rev *rev, int by_commit);
 struct answer *hub_tree(const struct request_view *v, struct answer *a, const struct reg_repo *r,
                         const struct reg_repo_rev *rev, const struct route *rt, int by_commit);
@@ -60,12 +54,5 @@ struct answer *hub_no_repos(struct answer *a);
 /* /api/models: the repo list (never waits for hashes). */
 struct answer *hub_models(const struct request_view *v, struct answer *a,
                           const struct reg_snapshot *reg);
-
-/* The card of repo r (its README's YAML front matter as JSON, cardData),
- * read and converted once per repo and kept with it; *out is NULL when r
- * has no README. Returns 0, or -ESTALE when README.md changed since it was
- * hashed (the card would not be the commit's). Other failures are logged
- * and leave *out NULL. */
-int hub_card(const struct reg_repo *r, const struct shared_doc **out);
 
 #endif

@@ -22,7 +22,10 @@
  *     X-Error-Code) are passed on.
  *   - every other Hub route (the /api documents): passed through as the
  *     upstream answers it (status, body, X-Repo-Commit, X-Error-Code, ETag,
- *     Cache-Control, Link), with the caller's Authorization.
+ *     Cache-Control, Link), with the caller's Authorization, once the job
+ *     found the body to be JSON, and as application/json whatever type the
+ *     upstream named (an HTML page would run on this origin); a body that is
+ *     not JSON is refused (502).
  *   - `POST /v1/models/{repo}/gpu` for a repo the models root does not
  *     hold: the repo's model prepared by the mirror (mirror/mirror_model.h),
  *     preloaded as its bytes arrive.
@@ -41,6 +44,7 @@
 #include "h_mirror.h"
 #include "handlers.h"
 #include "mirror.h"
+#include "mirror_ask.h"
 #include "mirror_job.h"
 #include "mirror_model.h"
 #include "route.h"
@@ -57,11 +61,14 @@ static void job_release(void *job)
     mirror_job_release(job);
 }
 
-/* The job a request waits for (submitted when the wait starts, or NULL
- * when the mirror stops: it is dispatched again with none). Its
- * arguments are copied into the answer's arena. */
+/* The job a request waits for, submitted when the wait starts. When the
+ * queue refuses it (full, or the mirror stopping) the request is dispatched
+ * again at once with no job and the reason as its wait's result
+ * (job_refused answers it). Its arguments are copied into the answer's
+ * arena. */
 struct job_wait {
     struct mirror *m;
+    uint64_t client;
     enum { JOB_META, JOB_DOC, JOB_MODEL } kind;
     const char *repo, *rev, *path, *auth;      /* JOB_META; JOB_MODEL: repo */
     const char *method, *target, *body, *ctype; /* JOB_DOC */
@@ -71,14 +78,33 @@ struct job_wait {
 static void *start_job(struct answer *a)
 {
     const struct job_wait *w = a->wait.ctx;
+    int why = 0;
     struct mirror_job *j =
-        w->kind == JOB_META ? mirror_job_meta(w->m, w->repo, w->rev, w->path, w->auth, job_done, a)
-        : w->kind == JOB_DOC ? mirror_job_doc(w->m, w->method, w->target, w->body, w->body_len,
-                                              w->ctype, w->auth, job_done, a)
-                             : mirror_job_model(w->m, w->repo, "main", job_done, a);
-    if (!j) /* stopping: answered when dispatched again */
-        job_done(a);
+        w->kind == JOB_META ? mirror_job_meta(w->m, w->client, w->repo, w->rev, w->path, w->auth,
+                                              job_done, a, &why)
+        : w->kind == JOB_DOC ? mirror_job_doc(w->m, w->client, w->method, w->target, w->body,
+                                              w->body_len, w->ctype, w->auth, job_done, a, &why)
+                             : mirror_job_model(w->m, w->client, w->repo, "main", job_done, a,
+                                                &why);
+    if (!j)
+        answer_resume(a, why);
     return j;
+}
+
+/* A request dispatched again without the job it waited for: the queue
+ * refused it (503 at once, never after a wait). Returns NULL when v is no
+ * such request. */
+static struct answer *job_refused(const struct request_view *v, struct answer *a, int hub)
+{
+    if (!v->waited || v->wait_job)
+        return NULL;
+    int full = v->wait_result == -EAGAIN;
+    const char *why = full ? "too many questions to the mirror's upstream wait: retry"
+                           : "the mirror is stopping";
+    if (hub)
+        return answer_hub_error(a, HTTP_SERVICE_UNAVAILABLE, NULL, MIRROR_JOB_RETRY_AFTER, "%s",
+                                why);
+    return answer_error(a, HTTP_SERVICE_UNAVAILABLE, full ? "busy" : "stopping", "%s", why);
 }
 
 static const char *copy(struct answer *a, const char *s)
@@ -173,6 +199,8 @@ static struct answer *mirror_file_route(const struct request_view *v, struct ans
     struct mirror *m = v->srv->mirror;
     const char *auth = view_header(v, "Authorization");
     struct mirror_meta meta;
+    if (job_refused(v, a, 1))
+        return a;
     if (v->wait_job) {
         struct st_error e;
         int rc = mirror_job_status(v->wait_job, &e);
@@ -181,7 +209,8 @@ static struct answer *mirror_file_route(const struct request_view *v, struct ans
         meta = *mirror_job_meta_result(v->wait_job);
     } else if (!mirror_meta_cached(m, rt->model, rt->rev, rt->name, auth, &meta)) {
         struct job_wait *w = answer_alloc(a, sizeof(*w));
-        *w = (struct job_wait){.m = m, .kind = JOB_META, .repo = copy(a, rt->model),
+        *w = (struct job_wait){.m = m, .client = v->client, .kind = JOB_META,
+                               .repo = copy(a, rt->model),
                                .rev = copy(a, rt->rev), .path = copy(a, rt->name),
                                .auth = copy(a, auth)};
         return answer_wait(a, start_job, job_release, w);
@@ -199,36 +228,65 @@ static struct answer *mirror_file_route(const struct request_view *v, struct ans
 
 /* ---- documents ------------------------------------------------------------------ */
 
+/* The longest Link passed on: an answer's headers are built in what the
+ * connection's memory pool keeps for them (8 KiB at least, see
+ * server/http/http.c's POOL_RESERVE), which a longer one would not fit.
+ * The Hub's are a few hundred bytes. */
+#define MIRROR_LINK_MAX 4096u
+
 /* The upstream's Link header with its own URLs turned into this server's
- * (the Hub's pagination names the next page by absolute URL). */
-static char *local_link(const struct request_view *v, const char *link)
+ * (the Hub's pagination names the next page by absolute URL), in the
+ * answer's arena. Sized by counting first: a long Link (the upstream's)
+ * times a long Host (the client's) is never what is allocated. */
+static const char *local_link(const struct request_view *v, struct answer *a, const char *link)
 {
     const char *base = upstream_base(mirror_upstream(v->srv->mirror));
     const char *host = view_header(v, "Host");
-    if (!host || strpbrk(host, " \t<>\"\\"))
-        return xstrdup(link);
-    char *mine = xasprintf("%s://%s", v->tls ? "https" : "http", host);
-    size_t blen = strlen(base), n = 0;
-    char *out = xmalloc(strlen(link) * (strlen(mine) + 1) + 1);
-    for (const char *p = link; *p;) {
-        if (strncmp(p, base, blen) == 0) {
-            n += (size_t)sprintf(out + n, "%s", mine);
-            p += blen;
-        } else {
-            out[n++] = *p++;
-        }
+    if (!host || !host[0] || strpbrk(host, " \t<>\"\\"))
+        return link;
+    const char *scheme = v->tls ? "https://" : "http://";
+    size_t blen = strlen(base), mlen = strlen(scheme) + strlen(host), hits = 0;
+    for (const char *p = strstr(link, base); p; p = strstr(p + blen, base))
+        hits++;
+    if (!hits)
+        return link;
+    size_t len = strlen(link) - hits * blen + hits * mlen;
+    char *out = answer_alloc(a, len + 1), *o = out;
+    for (const char *p = link, *q; *p; p = q + blen) {
+        q = strstr(p, base);
+        size_t keep = q ? (size_t)(q - p) : strlen(p);
+        memcpy(o, p, keep);
+        o += keep;
+        if (!q)
+            break;
+        o += sprintf(o, "%s%s", scheme, host);
     }
-    out[n] = '\0';
-    free(mine);
+    *o = '\0';
     return out;
+}
+
+/* The upstream's answer to target was not JSON: its client error (401,
+ * 404 ...) passed on in the Hub's dialect, anything else refused (502),
+ * saying why. */
+static struct answer *not_json(struct answer *a, const struct mirror_doc *d, const char *target)
+{
+    const struct upstream_answer *u = &d->a;
+    if (u->status >= 400 && u->status < 500)
+        return answer_hub_error(a, (unsigned)u->status, u->error_code[0] ? u->error_code : NULL,
+                                0, "upstream answered %ld%s%s", u->status,
+                                u->error_message[0] ? ": " : "", u->error_message);
+    return answer_hub_error(a, HTTP_BAD_GATEWAY, NULL, 0, "upstream: its answer (%ld) to %.300s "
+                            "is not JSON (%s)", u->status, target, d->not_json);
 }
 
 static struct answer *mirror_doc_route(const struct request_view *v, struct answer *a)
 {
+    if (job_refused(v, a, 1))
+        return a;
     if (!v->wait_job) {
         struct job_wait *w = answer_alloc(a, sizeof(*w));
         /* A HEAD is asked as a GET: the answer's Content-Length is the body's. */
-        *w = (struct job_wait){.m = v->srv->mirror, .kind = JOB_DOC,
+        *w = (struct job_wait){.m = v->srv->mirror, .client = v->client, .kind = JOB_DOC,
                                .method = v->is_head ? "GET" : copy(a, v->method),
                                .target = copy(a, route_origin_form(v->target)), .body = v->body,
                                .body_len = v->body_len,
@@ -242,6 +300,8 @@ static struct answer *mirror_doc_route(const struct request_view *v, struct answ
         return job_failed(a, rc, &e);
     const struct mirror_doc *d = mirror_job_doc_result(v->wait_job);
     const struct upstream_answer *u = &d->a;
+    if (!d->json) /* an HTML page would run on this origin: never passed on */
+        return not_json(a, d, route_origin_form(v->target));
     const char *pass[][2] = {{"X-Repo-Commit", u->commit}, {"X-Error-Code", u->error_code},
                              {"X-Error-Message", u->error_message}};
     for (size_t i = 0; i < sizeof(pass) / sizeof(pass[0]); i++)
@@ -250,15 +310,19 @@ static struct answer *mirror_doc_route(const struct request_view *v, struct answ
     answer_header(a, "Cache-Control", u->cache_control[0] ? u->cache_control : "no-cache");
     if (u->etag[0])
         answer_header(a, "ETag", answer_printf(a, "\"%s\"", u->etag));
-    if (u->link[0]) {
-        char *link = local_link(v, u->link);
+    if (u->link) {
+        const char *link = local_link(v, a, u->link);
+        /* Cut, the pagination would stop without a word: refused instead. */
+        if (strlen(link) > MIRROR_LINK_MAX)
+            return answer_hub_error(a, HTTP_BAD_GATEWAY, NULL, 0, "upstream: its Link header "
+                                    "is %zu bytes, more than the %u this mirror passes on",
+                                    strlen(link), MIRROR_LINK_MAX);
         answer_header(a, "Link", link);
-        free(link);
     }
-    /* The body stays the job's, which the request holds until it ends. */
+    /* The body stays the job's, which the request holds until it ends. Its
+     * type is tensord's, whatever the upstream said: checked JSON. */
     unsigned status = u->status >= 200 && u->status < 600 ? (unsigned)u->status : HTTP_BAD_GATEWAY;
-    return answer_doc(a, status, copy(a, u->content_type[0] ? u->content_type : "application/json"),
-                      d->body, d->len);
+    return answer_doc(a, status, "application/json", d->body, d->len);
 }
 
 struct answer *handle_mirror_hub(const struct request_view *v, struct answer *a,
@@ -336,6 +400,10 @@ static struct answer *mirror_preload(const struct request_view *v, struct answer
     int status = 0, rc;
     if (!device)
         return handle_gpu_answer(a, -EINVAL, status, &w, &de);
+    if (job_refused(v, a, 0)) {
+        free(device);
+        return a;
+    }
     if (!v->wait_job) {
         /* Loaded or loading already: that instance, without asking the upstream. */
         rc = gpu_req_preload_model(gm, model, device, NULL, NULL, &w, &status, &de);
@@ -343,7 +411,8 @@ static struct answer *mirror_preload(const struct request_view *v, struct answer
         if (rc == 0 || de.http_status != HTTP_NOT_FOUND)
             return handle_gpu_answer(a, rc, status, &w, &de);
         struct job_wait *jw = answer_alloc(a, sizeof(*jw));
-        *jw = (struct job_wait){.m = v->srv->mirror, .kind = JOB_MODEL, .repo = copy(a, model)};
+        *jw = (struct job_wait){.m = v->srv->mirror, .client = v->client, .kind = JOB_MODEL,
+                                .repo = copy(a, model)};
         return answer_wait(a, start_job, job_release, jw);
     }
     struct mirror_model *mm;

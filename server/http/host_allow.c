@@ -35,20 +35,39 @@ static int is_address(int af, const char *text, size_t n)
     return inet_pton(af, buf, out) == 1;
 }
 
+/* 1 when port[0..n) is a port: digits only (RFC 3986 allows none at all),
+ * at most 65535. */
+static int is_port(const char *port, size_t n)
+{
+    unsigned long v = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (port[i] < '0' || port[i] > '9')
+            return 0;
+        v = v * 10 + (unsigned long)(port[i] - '0');
+        if (v > 65535)
+            return 0;
+    }
+    return 1;
+}
+
 int host_allowed(const struct config *cfg, int tokens, const char *host)
 {
     if (tokens || !host)
         return 1;
     size_t n = strlen(host);
-    if (host[0] == '[') {
-        /* "[v6]" or "[v6]:port"; anything else only under "*" */
-        const char *end = memchr(host, ']', n);
-        return (end && is_address(AF_INET6, host + 1, (size_t)(end - host - 1))) ||
-               listed(cfg, host, n);
-    }
-    const char *colon = memchr(host, ':', n);
+    /* host [ ":" port ] (RFC 9110 section 7.2): a name or address first,
+     * then nothing but a port. A value that is neither is refused even
+     * under "*": no browser sends one. */
+    const char *end = host[0] == '[' ? memchr(host, ']', n) : NULL;
+    const char *colon = memchr(end ? end : host, ':', n - (size_t)((end ? end : host) - host));
+    if (host[0] == '[' && (!end || (end[1] != '\0' && end[1] != ':')))
+        return 0; /* "[::1", "[::1]evil.example" */
+    if (colon && !is_port(colon + 1, n - (size_t)(colon + 1 - host)))
+        return 0; /* "localhost:80evil", "a:b:c" */
     if (colon)
         n = (size_t)(colon - host);
+    if (end) /* "[v6]" or "[v6]:port"; a name in brackets only under "*" */
+        return is_address(AF_INET6, host + 1, (size_t)(end - host - 1)) || listed(cfg, host, n);
     if (n && host[n - 1] == '.')
         n--; /* "localhost." names the same host */
     if (is_address(AF_INET, host, n))

@@ -10,7 +10,9 @@
  * IP address (an address is its own origin: nothing rebinds it), localhost
  * or a name under .localhost (browsers resolve those to loopback
  * themselves, RFC 6761), or a name listed in allowed_hosts. With tokens
- * every Host is answered: a rebinding page has no token to send. */
+ * every Host is answered: a rebinding page has no token to send. The
+ * value must be a name or address and at most ":port" (digits): what
+ * follows an IPv6 literal's "]" or a port's digits is never skipped. */
 #ifndef TENSORD_HOST_ALLOW_H
 #define TENSORD_HOST_ALLOW_H
 

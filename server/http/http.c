@@ -26,6 +26,10 @@
 #include "stream.h"
 #include "util.h"
 
+/* The Content-Security-Policy of every answer but the console's: nothing
+ * loads or runs, and no page may frame it. */
+#define ANSWER_POLICY "default-src 'none'; frame-ancestors 'none'"
+
 /* Why a request is refused before dispatch (found while it was received). */
 enum request_reject { REJECT_NONE, REJECT_TOO_MANY_PARAMS, REJECT_TARGET_TOO_LONG };
 
@@ -76,6 +80,8 @@ struct request {
     atomic_int wait_result;     /* what the wait ended with, once resumed */
     void *wait_job;             /* what the wait's start returned (a mirror's job), or NULL */
     void (*wait_release)(void *job); /* gives it back when the request ends */
+    int wait_watched;           /* the connection table watches the suspension (conns.h): a
+                                 * wait that can be taken back, so it may be given up */
     struct answer answer;       /* the current answer: its memory lives until the request ends */
 };
 
@@ -123,6 +129,7 @@ static size_t keep_escaped(void *cls, struct MHD_Connection *c, char *s)
  * that outlives it, whatever libmicrohttpd does with the request itself. */
 struct conn {
     int fd;                         /* the socket */
+    uint64_t client;                /* a hash of the peer's address (request_view.client) */
     int tls;                        /* TLS connection: nothing may be written around libmicrohttpd */
     struct conns_entry *entry;    /* its row in the connection table */
     struct request *rq;             /* the request being received or answered, or NULL */
@@ -274,6 +281,25 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
                 status, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK);
 }
 
+/* A hash of the peer's address without its port (an IPv4 peer on an IPv6
+ * socket counts as its IPv4 address), or 0. */
+static uint64_t client_of(struct MHD_Connection *mc)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    const struct sockaddr *sa = ci ? ci->client_addr : NULL;
+    if (sa && sa->sa_family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
+        return hash_fnv1a(&in->sin_addr, 4, HASH_FNV_SEED);
+    }
+    if (sa && sa->sa_family == AF_INET6) {
+        const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+        return IN6_IS_ADDR_V4MAPPED(a) ? hash_fnv1a(a->s6_addr + 12, 4, HASH_FNV_SEED)
+                                       : hash_fnv1a(a->s6_addr, 16, HASH_FNV_SEED);
+    }
+    return 0;
+}
+
 static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_context,
                           enum MHD_ConnectionNotificationCode code)
 {
@@ -285,8 +311,9 @@ static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_co
             MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
         struct conn *c = xcalloc(1, sizeof(*c));
         c->fd = ci ? ci->connect_fd : -1;
+        c->client = client_of(mc);
         c->tls = (srv->daemon_flags & MHD_USE_TLS) != 0;
-        c->entry = c->fd >= 0 ? conns_add(srv->conns, c->fd, c->tls) : NULL;
+        c->entry = c->fd >= 0 ? conns_add(srv->conns, c->fd, c->tls, mc) : NULL;
         *socket_context = c;
     } else {
         struct conn *c = *socket_context;
@@ -434,6 +461,7 @@ static struct request_view view_of(struct MHD_Connection *mc, struct request *rq
         .body = rq->upload,
         .body_len = rq->upload_len,
         .tls = (rq->srv->daemon_flags & MHD_USE_TLS) != 0,
+        .client = rq->owner ? rq->owner->client : 0,
         .start_ns = rq->start_ns,
         .header = view_get_header,
         .query = view_get_query,
@@ -447,21 +475,39 @@ static struct request_view view_of(struct MHD_Connection *mc, struct request *rq
 
 /* ---- answers ------------------------------------------------------------------------- */
 
-/* The wait's end (any thread): the request is dispatched again. */
+/* The wait's end (any thread): the request is dispatched again, unless the
+ * connection table gave it up first (its client left). */
 static void resumed(void *arg, int result)
 {
     struct request *rq = arg;
     atomic_store(&rq->wait_result, result);
     atomic_store(&rq->wait, WAIT_RESUMED);
-    MHD_resume_connection(rq->mhd);
+    if (!rq->wait_watched || conn_resume(rq->owner ? rq->owner->entry : NULL))
+        MHD_resume_connection(rq->mhd);
+}
+
+/* The connection table's callback for a suspension it gives up (its
+ * lock held): the request or reader then sees conn_gave_up and ends. */
+static void give_up(void *conn)
+{
+    MHD_resume_connection(conn);
 }
 
 /* Suspends rq and starts what its answer waits for. Suspended before the
- * wait starts: its callback may come at once. */
+ * wait starts: its callback may come at once. A wait that can be taken
+ * back (a mirror's job: its release does) is watched by the connection
+ * table, which gives it up when its client leaves or idles past
+ * connection_timeout; the hash and document waits end within their own
+ * bounds, and their callbacks cannot be taken back. */
 static enum MHD_Result start_wait(struct MHD_Connection *mc, struct request *rq)
 {
     struct answer *a = &rq->answer;
     rq->mhd = mc;
+    rq->wait_watched = a->wait.release != NULL;
+    if (rq->wait_watched && conn_suspend(rq->owner ? rq->owner->entry : NULL) < 0) {
+        answer_rendered(a);
+        return MHD_NO; /* stopping: closed, unanswered, like a connection made now */
+    }
     atomic_store(&rq->wait, WAIT_SUSPENDED);
     MHD_suspend_connection(mc);
     a->wait.done = resumed;
@@ -478,7 +524,8 @@ static struct MHD_Response *build(struct MHD_Connection *mc, struct request *rq,
                                   const struct request_view *v, struct reply *r,
                                   struct stream_out *so)
 {
-    struct stream_ctx sc = {rq->srv->mirror, mc, rq->srv->cfg->sendfile};
+    struct stream_ctx sc = {rq->srv->mirror, mc, rq->owner ? rq->owner->entry : NULL,
+                            rq->srv->cfg->sendfile};
     int err;
     struct MHD_Response *resp = stream_response(r, &rq->answer, &sc, so, &err);
     if (!resp && err) {
@@ -503,8 +550,18 @@ static enum MHD_Result send_answer(struct MHD_Connection *mc, struct request *rq
         answer_rendered(a);
         return MHD_NO;
     }
-    for (size_t i = 0; i < r.n_headers; i++)
+    int own_policy = 0;
+    for (size_t i = 0; i < r.n_headers; i++) {
         MHD_add_response_header(resp, r.headers[2 * i], r.headers[2 * i + 1]);
+        own_policy |= strcmp(r.headers[2 * i], "Content-Security-Policy") == 0;
+    }
+    /* No answer is a page but the console's, which sets its own policy: a
+     * browser must not sniff one into another type nor run anything in it
+     * (a model's file, an upstream's document). */
+    if (!own_policy) {
+        MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
+        MHD_add_response_header(resp, "Content-Security-Policy", ANSWER_POLICY);
+    }
     if (a->close || atomic_load(&rq->srv->draining))
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
     rq->body_method = so.method;
@@ -572,7 +629,8 @@ static enum MHD_Result refuse_raw(struct request *rq, int fd, unsigned status, c
         return MHD_NO;
     int n = snprintf(head, sizeof(head),
                      "HTTP/1.1 %u %s\r\nContent-Type: application/json\r\n"
-                     "Content-Length: %zu\r\nConnection: close\r\n\r\n",
+                     "X-Content-Type-Options: nosniff\r\nContent-Security-Policy: " ANSWER_POLICY
+                     "\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n",
                      status, MHD_get_reason_phrase_for(status), len);
     struct iovec iov[2] = {{head, (size_t)n}, {text, len}};
     /* The socket has sent nothing on this request and its buffer is empty:
@@ -762,7 +820,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
     if (rq->handled) {
         /* An answer that waited (for content hashes, a document's render,
          * the mirror's upstream) was resumed: it is dispatched again, and
-         * answers with what it finds this time. */
+         * answers with what it finds this time; given up (its client left,
+         * connection_timeout, stopping), it is closed unanswered. */
+        if (rq->wait_watched && conn_gave_up(rq->owner ? rq->owner->entry : NULL))
+            return MHD_NO;
         int resumed = WAIT_RESUMED;
         if (atomic_compare_exchange_strong(&rq->wait, &resumed, WAIT_DONE))
             return answer_request(mc, rq, url);
@@ -864,7 +925,7 @@ int http_start(struct server *srv, char *errbuf, size_t errlen)
         {MHD_OPTION_HTTPS_PRIORITIES, 0, TLS_PRIORITIES},
         {MHD_OPTION_END, 0, NULL},
     };
-    srv->conns = conns_start(cfg->header_timeout);
+    srv->conns = conns_start(cfg->header_timeout, cfg->connection_timeout, give_up);
     srv->daemon_flags = flags;
     srv->daemon = MHD_start_daemon(
         flags, 0, accept_policy, srv, on_request, srv,
@@ -902,6 +963,9 @@ void http_stop(struct server *srv, unsigned drain_ms)
     atomic_store(&srv->draining, 1);
     for (unsigned waited = 0; waited < drain_ms && atomic_load(&srv->in_flight) > 0; waited += 10)
         usleep(10000);
+    /* What still waits on the mirror's upstream ends now: libmicrohttpd
+     * must not be stopped with a suspended connection (it aborts). */
+    conns_give_up_all(srv->conns);
     MHD_stop_daemon(srv->daemon);
     srv->daemon = NULL;
     conns_stop(srv->conns);

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "conns.h"
 #include "mirror.h"
 #include "util.h"
 
@@ -35,6 +36,7 @@ struct stream {
     struct mirror *mirror;
     struct mirror_file *mf;
     struct MHD_Connection *conn;
+    struct conns_entry *entry;  /* gives the wait up when the client leaves or idles */
     struct mirror_waiter waiter;
 };
 
@@ -54,17 +56,21 @@ static void stream_free(void *cls)
 static void mirror_resume(void *arg)
 {
     struct stream *s = arg;
-    MHD_resume_connection(s->conn);
+    if (conn_resume(s->entry)) /* else the connection table gave it up first */
+        MHD_resume_connection(s->conn);
 }
 
 /* Nothing of [off, off + len) of the mirrored file is there yet: the
  * connection sleeps until the mirror brings its first bytes (a reader that
- * returns 0 is called again once resumed). */
+ * returns 0 is called again once resumed), or the connection table gives
+ * it up (its client left, connection_timeout, the daemon stopping). */
 static ssize_t mirror_sleep(struct stream *s, uint64_t off, uint64_t len)
 {
+    if (conn_suspend(s->entry) < 0)
+        return MHD_CONTENT_READER_END_WITH_ERROR;
     mirror_want(s->mirror, s->mf, off, len);
     MHD_suspend_connection(s->conn);
-    if (mirror_wait(s->mirror, s->mf, off, &s->waiter))
+    if (mirror_wait(s->mirror, s->mf, off, &s->waiter) && conn_resume(s->entry))
         MHD_resume_connection(s->conn); /* they came meanwhile */
     return 0;
 }
@@ -83,6 +89,8 @@ static int64_t mirror_avail(struct stream *s, uint64_t off, uint64_t n)
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
     struct stream *s = cls;
+    if (s->mf && conn_gave_up(s->entry)) /* resumed to end: its client left or idled */
+        return MHD_CONTENT_READER_END_WITH_ERROR;
     size_t i = s->cursor;
     if (i >= s->n_pieces || pos < s->pieces[i].out_off)
         i = 0;
@@ -133,6 +141,7 @@ static struct MHD_Response *reader(const struct reply *r, const struct represent
         s->mf = rep->mirror;
         mirror_ref(s->mirror, s->mf);
         s->conn = c->conn;
+        s->entry = c->entry;
         s->waiter.cb = mirror_resume;
         s->waiter.arg = s;
     }

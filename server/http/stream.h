@@ -24,11 +24,14 @@
 #define STREAM_BLOCK (256 * 1024)
 
 struct mirror;
+struct conns_entry;
 
 /* What the body needs from the front. */
 struct stream_ctx {
     struct mirror *mirror;          /* the server's mirror (a body still arriving), or NULL */
     struct MHD_Connection *conn;    /* suspended while the mirror fetches */
+    struct conns_entry *entry;      /* its row in the connection table, which watches it while
+                                     * suspended (server/http/conns.h); may be NULL */
     int sendfile;                   /* sendfile is allowed (the sendfile option) */
 };
 

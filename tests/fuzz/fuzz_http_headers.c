@@ -13,7 +13,9 @@
  *  - a list holding exactly our (quoted) ETag matches it, and "*" matches any
  *    non-empty ETag;
  *  - a Host answered without allowed_hosts is answered with any list, in any
- *    case, and with a port added; "*" or a token answers every Host;
+ *    case, and with a port added; "*" answers every Host of a host's syntax
+ *    (a name or an address, then at most ":port" of digits) and nothing
+ *    else; a token answers every Host;
  *  - Accept-Encoding (encoding_choose): a value that names neither gzip nor
  *    "*" takes no gzip, and one that ends refusing gzip ("gzip;q=0") never
  *    takes it;
@@ -93,6 +95,28 @@ static void check_etags(const char *list, const char *etag)
     }
 }
 
+/* The syntax every Host must have, allowed_hosts = * or not (RFC 9110
+ * section 7.2, host [ ":" port ]): a name or an address, in brackets when
+ * it holds a ':', then nothing, or ':' and digits up to 65535. */
+static int well_formed(const char *h)
+{
+    const char *port = h[0] == '[' ? strchr(h, ']') : strchr(h, ':');
+    if (!port)
+        return h[0] != '[';
+    if (h[0] == '[')
+        port++;
+    if (!*port)
+        return 1;
+    if (*port != ':')
+        return 0;
+    unsigned long v = 0;
+    for (const char *p = port + 1; *p; p++) {
+        if (*p < '0' || *p > '9' || (v = v * 10 + (unsigned long)(*p - '0')) > 65535)
+            return 0;
+    }
+    return 1;
+}
+
 static void check_host(const char *host)
 {
     static char *list[] = {"gpu-box-1", "*.example"}, *any[] = {"*"};
@@ -116,7 +140,8 @@ static void check_host(const char *host)
     int star = host_allowed(&cfg, 0, host);
     cfg.n_allowed_hosts = 0;
     int token = host_allowed(&cfg, 1, host);
-    if (upper != plain || !port || (plain && !listed) || !star || !token) {
+    if (upper != plain || !port || (plain && !listed) || star != well_formed(host) || !token ||
+        (plain && !star)) {
         fprintf(stderr, "host \"%s\": plain %d upper %d port %d listed %d * %d token %d\n", host,
                 plain, upper, port, listed, star, token);
         abort();

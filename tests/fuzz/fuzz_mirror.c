@@ -7,7 +7,7 @@
  *      taken are top-level weight files with a checkable hash, the commit
  *      40 lowercase hex digits;
  *   2: header lines of an upstream answer (mirror/upstream.c) and the file
- *      metadata made of them (mirror/mirror_job.c): every string taken is
+ *      metadata made of them (mirror/mirror_ask.c): every string taken is
  *      NUL-terminated, without control bytes, a range is ordered and within
  *      its total, a found file has a commit and a digest of its kind.
  * Errors must carry a message; nothing may be left allocated. */
@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "mirror_job.h"
+#include "mirror_ask.h"
 #include "mirror_model.h"
 #include "mirror_store.h"
 #include "upstream.h"
@@ -83,7 +83,7 @@ static void headers(const char *text, size_t len)
     for (size_t at = 0; at < len;) {
         const char *nl = memchr(text + at, '\n', len - at);
         size_t end = nl ? (size_t)(nl - text) + 1 : len;
-        upstream_parse_header(&a, text + at, end - at);
+        upstream_answer_header(&a, text + at, end - at);
         at = end;
     }
     check_string(a.commit, sizeof(a.commit));
@@ -91,13 +91,16 @@ static void headers(const char *text, size_t len)
     check_string(a.linked_etag, sizeof(a.linked_etag));
     check_string(a.error_code, sizeof(a.error_code));
     check_string(a.error_message, sizeof(a.error_message));
-    check_string(a.content_type, sizeof(a.content_type));
-    check_string(a.link, sizeof(a.link));
+    check_string(a.cache_control, sizeof(a.cache_control));
+    if (a.link)
+        check_string(a.link, strlen(a.link) + 1);
     if (a.has_range && (a.range_end < a.range_start || a.range_end >= a.range_total))
         abort();
     struct mirror_meta meta;
     struct st_error err = {0};
-    if (mirror_meta_from_answer(&a, &meta, &err) < 0) {
+    int rc = mirror_meta_from_answer(&a, &meta, &err);
+    upstream_answer_free(&a);
+    if (rc < 0) {
         if (!err.message[0])
             abort();
         return;

@@ -726,6 +726,56 @@ def test_env_token_over_the_wire(monkeypatch):
         assert seen[-1] == "Bearer secret"  # the origin it was given for
 
 
+@pytest.mark.parametrize("url", [
+    "http://evil.example\\@127.0.0.1:{port}/v1/models/m",   # 127.0.0.1 to urlsplit, evil to urllib3
+    "http://127.0.0.1:{port}\\@evil.example/v1/models/m",
+    "http://user@127.0.0.1:{port}/v1/models/m",
+    "http://user:pw@127.0.0.1:{port}/v1/models/m",
+    "http://127.0.0.1:{port}/v1/models/m\\..\\x",
+    "http://127.0.0.1 :{port}/v1/models/m",
+    "http://127.0.0.1:{port}\t/v1/models/m",           # urlsplit drops tabs and line breaks
+    "http://127.0.0.1:{port}/v1/models/m\n",
+    "http://127.0.0.1:{port}:1/v1/models/m",
+    "http://127.0.0.1:99999/v1/models/m",
+    "http://127.0.0.%31:{port}/v1/models/m",
+    "http://[::1:{port}/v1/models/m",
+    "http://[fe80::1%25lo]:{port}/v1/models/m",
+    "http://\u0127.0.0.1:{port}/v1/models/m",
+    "ftp://127.0.0.1:{port}/v1/models/m",
+])
+def test_ambiguous_urls_are_refused_before_any_request(monkeypatch, url):
+    """A URL two parsers could read differently (the token decision once
+    read it with urllib.parse and the connection with urllib3), or one
+    with user information, is refused before anything is sent anywhere."""
+    monkeypatch.setenv("TENSORD_TOKEN", "secret")
+    monkeypatch.delenv("TENSORD_URL", raising=False)
+    with script(lambda req, c: send_json(c, model_doc())) as s:
+        with pytest.raises(ValueError) as e:
+            tensord.safe_open(url.format(port=s.port), "numpy", timeout=5)
+        assert "refused" in str(e.value) or "is not" in str(e.value), e.value
+        assert s.requests == []
+
+
+def test_one_parse_for_the_token_and_the_connection(monkeypatch):
+    """The origin the token decision reads is the one the pool connects to."""
+    monkeypatch.setenv("TENSORD_TOKEN", "secret")
+    monkeypatch.delenv("TENSORD_URL", raising=False)
+    for url, host, port in (("http://127.0.0.1:8077/v1/models/m", "127.0.0.1", 8077),
+                            ("http://LocalHost/v1/models/m", "localhost", 80),
+                            ("https://[0:0::1]:9/v1/models/m", "[::1]", 9),
+                            ("http://models.example.com/p/v1/models/a%2Fb", "models.example.com",
+                             80)):
+        u = _http.ModelURL(url)
+        assert (u.origin.host, u.origin.port) == (host, port)
+        session = _http.Session(u.origin)
+        try:
+            assert (session.pool.host, session.pool.port) == (host.strip("[]"), port)
+            assert session.headers.get("Authorization") == \
+                (None if "example" in host else "Bearer secret")
+        finally:
+            session.close()
+
+
 def test_redirects_are_not_followed(monkeypatch):
     monkeypatch.setenv("TENSORD_TOKEN", "secret")
     with script(lambda req, c: send(c, 302, b"", ("Location: http://192.0.2.1/v1/models/m",))) \

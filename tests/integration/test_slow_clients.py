@@ -15,6 +15,7 @@ import os
 import shutil
 import socket
 import tempfile
+import time
 
 import pytest
 
@@ -170,3 +171,62 @@ def test_fetches_that_are_not_read_hold_no_header(wide):
     finally:
         for s in socks:
             s.close()
+
+
+@pytest.fixture(scope="module")
+def repo_root():
+    """Repo org/many: 12,000 small files of long names in 60 folders (its
+    document and its recursive tree are about 4 MB each: more than a
+    loopback socket takes in while its reader does not read)."""
+    base = tempfile.mkdtemp(prefix="tensord-slow-hub-")
+    root = os.path.join(base, "models")
+    for i in range(12000):
+        d = os.path.join(root, "org", "many", f"d{i // 200:02d}")
+        if i % 200 == 0:
+            os.makedirs(d)
+        with open(os.path.join(d, f"f{i:05d}-{'x' * 240}.txt"), "w") as f:
+            f.write(f"{i}\n")
+    try:
+        yield root
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.mark.parametrize("path", ["/api/models/org/many",
+                                  "/api/models/org/many/tree/main?recursive=true"])
+def test_hub_documents_that_are_not_read_are_shared(repo_root, path):
+    """A Hub repo's document and tree are made once, off the HTTP threads,
+    and every answer holds a reference: 80 connections that ask and never
+    read hold a few megabytes, not 80 copies (issue 31)."""
+    with running_daemon(repo_root) as d:
+        d.wait_hashed(120)
+        doc = json.loads(d.get(path).body)
+        entries = doc["siblings"] if isinstance(doc, dict) else doc
+        assert len(entries) == (12000 if isinstance(doc, dict) else 12000 + 60)
+        rss0 = settle_rss(d)
+        socks = []
+        for _ in range(CLIENTS):  # a small window from the start: nothing waits in the kernel
+            s = socket.socket()
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            s.settimeout(10)
+            s.connect(("127.0.0.1", d.port))
+            s.sendall(faultlib.request_bytes(path))
+            socks.append(s)
+        try:
+            # Every answer queued: the RSS stops moving (a /healthz can go
+            # through between the renders of a daemon that renders each).
+            last, stable = settle_rss(d), 0
+            for _ in range(100):
+                time.sleep(0.1)
+                now = d.rss_kib()
+                stable = stable + 1 if now == last else 0
+                last = now
+                if stable == 10:
+                    break
+            grown = last - rss0
+            # 80 private copies were 80 x 4 MB (+300 MB); one shared one
+            # and libmicrohttpd's 64 KiB per connection are a few MB.
+            assert_grown_under(grown, 16 * 1024, f"{CLIENTS} idle readers of {path}")
+        finally:
+            for s in socks:
+                s.close()

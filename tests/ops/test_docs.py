@@ -3,6 +3,7 @@ look for; the operations guide covers deployment, scraping and reloads."""
 import os
 import re
 import subprocess
+import sys
 
 import pytest
 
@@ -88,23 +89,54 @@ def test_client_help_and_version():
         assert b.returncode == 2 and "usage:" in b.stderr and not b.stdout, bad
 
 
-def test_client_names_every_path_it_tried(tmp_path):
+def test_client_uses_only_the_socket_named(tmp_path):
+    """A socket named by the config's ipc_socket or $TENSORD_SOCKET that
+    does not exist is an error naming it and where it came from: the client
+    never goes on to $XDG_RUNTIME_DIR/tensord.sock or the system's socket
+    (which may be another daemon's: `make run`'s, say)."""
     cli = client_binary()
-    if os.path.exists("/run/tensord/tensord.sock"):
-        pytest.skip("a daemon serves /run/tensord/tensord.sock on this machine: the client's "
-                    "last candidate exists, so it cannot fail to find one")
     env = {**os.environ, "TENSORD_SOCKET": str(tmp_path / "a.sock"),
            "XDG_RUNTIME_DIR": str(tmp_path / "xdg")}
     conf = tmp_path / "c.conf"
     conf.write_text(f"[gpu]\nipc_socket = {tmp_path / 'conf.sock'}\n")
     p = subprocess.run([cli, "--config", str(conf), "ls"], capture_output=True, text=True,
                        env=env)
-    assert p.returncode == 2  # could not do what was asked (tensord(8), EXIT STATUS)
-    tried = [str(tmp_path / "conf.sock"), str(tmp_path / "a.sock"),
-             str(tmp_path / "xdg" / "tensord.sock")]
+    assert p.returncode == 2 and not p.stdout, p.stdout  # could not (tensord(8))
+    assert f"ipc_socket of {conf} names the lease socket {tmp_path / 'conf.sock'}" in p.stderr
+    assert "no other socket is tried" in p.stderr
+    for other in ("a.sock", "xdg", "/run/tensord/tensord.sock"):
+        assert other not in p.stderr, p.stderr
+    (tmp_path / "empty.conf").write_text("")
+    p = subprocess.run([cli, "--config", str(tmp_path / "empty.conf"), "ls"],
+                       capture_output=True, text=True, env=env)
+    assert p.returncode == 2 and f"$TENSORD_SOCKET names the lease socket {tmp_path / 'a.sock'}" \
+        in p.stderr, p.stderr
+    assert "xdg" not in p.stderr and "/run/tensord" not in p.stderr, p.stderr
+    # The Python client (tensord_connect(NULL)) the same way.
+    code = "import tensord\ntry:\n    tensord.connect()\nexcept tensord.TensordError as e:\n" \
+           "    print(e)\n"
+    py = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                        env={**env, "PYTHONPATH": os.path.join(ROOT, "client", "python")})
+    assert f"$TENSORD_SOCKET names the lease socket {tmp_path / 'a.sock'}" in py.stdout, \
+        py.stdout + py.stderr
+
+
+def test_client_names_every_default_path_it_tried(tmp_path):
+    """With no socket named, the default places in order, each named when
+    none exists."""
+    cli = client_binary()
+    if os.path.exists("/run/tensord/tensord.sock"):
+        pytest.skip("a daemon serves /run/tensord/tensord.sock on this machine: the client's "
+                    "last default place exists, and no test talks to a daemon it did not start")
+    env = {k: v for k, v in os.environ.items() if k != "TENSORD_SOCKET"}
+    env["XDG_RUNTIME_DIR"] = str(tmp_path / "xdg")
+    (tmp_path / "empty.conf").write_text("")
+    p = subprocess.run([cli, "--config", str(tmp_path / "empty.conf"), "ls"],
+                       capture_output=True, text=True, env=env)
+    assert p.returncode == 2
+    tried = [str(tmp_path / "xdg" / "tensord.sock"), "/run/tensord/tensord.sock"]
     at = [p.stderr.find(t) for t in tried]
     assert all(i >= 0 for i in at) and at == sorted(at), p.stderr
-    assert "/run/tensord/tensord.sock" in p.stderr
 
 
 def test_daemon_and_client_agree_on_the_socket(tmp_path):

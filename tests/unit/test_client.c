@@ -615,6 +615,42 @@ TEST(socket_in_a_shared_directory_is_refused)
     fake_stop();
 }
 
+/* A socket someone named ($TENSORD_SOCKET) that does not exist is an error
+ * naming it: the client never goes on to another place's daemon (here a
+ * live one at $XDG_RUNTIME_DIR/tensord.sock, which hears nothing). A
+ * socket that is not there is said so, whatever its directory. */
+TEST(named_socket_is_the_only_one)
+{
+    char err[512], xdg[96], link[128], missing[96];
+    fake_start(scripted);
+    snprintf(xdg, sizeof(xdg), "%s/xdg", fake.dir);
+    snprintf(link, sizeof(link), "%s/tensord.sock", xdg);
+    snprintf(missing, sizeof(missing), "%s/missing.sock", fake.dir);
+    CHECK(mkdir(xdg, 0700) == 0 && symlink(fake.path, link) == 0);
+    setenv("XDG_RUNTIME_DIR", xdg, 1);
+    setenv("TENSORD_SOCKET", missing, 1);
+    CHECK(tensord_connect(NULL, err, sizeof(err)) == NULL);
+    CHECK_CONTAINS(err, "$TENSORD_SOCKET names the lease socket");
+    CHECK_CONTAINS(err, missing);
+    CHECK_CONTAINS(err, "no other socket is tried");
+    CHECK(!log_has("hello"));
+    CHECK(tensord_connect(missing, err, sizeof(err)) == NULL);
+    CHECK_CONTAINS(err, "No such file or directory");
+    CHECK(tensord_connect("/tmp/tensord-test-no-such.sock", err, sizeof(err)) == NULL);
+    CHECK_CONTAINS(err, "No such file or directory");
+    CHECK(strstr(err, "writable") == NULL && strstr(err, "chmod") == NULL);
+    /* Nothing named: the default places, the first that exists. */
+    unsetenv("TENSORD_SOCKET");
+    struct tensord_client *c = tensord_connect(NULL, err, sizeof(err));
+    CHECK(c != NULL);
+    tensord_close(c);
+    CHECK(log_has("hello"));
+    unsetenv("XDG_RUNTIME_DIR");
+    unlink(link);
+    rmdir(xdg);
+    fake_stop();
+}
+
 int main(void)
 {
     RUN(open_and_release);
@@ -628,5 +664,6 @@ int main(void)
     RUN(unreadable_frame_reports_the_leases_lost);
     RUN(unreadable_release_answer_is_reported_next);
     RUN(socket_in_a_shared_directory_is_refused);
+    RUN(named_socket_is_the_only_one);
     return TEST_SUMMARY();
 }

@@ -347,24 +347,34 @@ TEST(ipc_socket_path)
     p = config_ipc_socket_path(&c);
     CHECK_STR(p, "/tmp/s.sock");
     free(p);
-    /* A client's candidates: the same places, in the same order, once each. */
+    /* A client's candidates: a socket someone named is the only one (a
+     * missing one is not a reason to try another daemon's), ipc_socket
+     * first as the daemon chooses; else the default places in order. */
     char *paths[8];
-    size_t n = config_ipc_socket_candidates(&c, paths, 8);
-    CHECK_EQ_U64(n, 4);
-    const char *want[] = {"/tmp/s.sock", "rel/t.sock", "/run/user/1000/tensord.sock",
-                          "/run/tensord/tensord.sock"};
-    for (size_t i = 0; i < n && i < 4; i++)
+    const char *named;
+    size_t n = config_ipc_socket_candidates(&c, paths, 8, &named);
+    CHECK_EQ_U64(n, 1);
+    CHECK_STR(paths[0], "/tmp/s.sock");
+    CHECK_STR(named, "ipc_socket");
+    free(paths[0]);
+    n = config_ipc_socket_candidates(NULL, paths, 8, &named);
+    CHECK_EQ_U64(n, 1);
+    CHECK_STR(paths[0], "rel/t.sock");
+    CHECK_STR(named, "$TENSORD_SOCKET");
+    free(paths[0]);
+    unsetenv("TENSORD_SOCKET");
+    n = config_ipc_socket_candidates(NULL, paths, 8, &named);
+    CHECK(named == NULL);
+    CHECK_EQ_U64(n, 2);
+    const char *want[] = {"/run/user/1000/tensord.sock", "/run/tensord/tensord.sock"};
+    for (size_t i = 0; i < n && i < 2; i++)
         CHECK_STR(paths[i], want[i]);
     for (size_t i = 0; i < n; i++)
         free(paths[i]);
-    setenv("TENSORD_SOCKET", "/run/tensord/tensord.sock", 1);
     unsetenv("XDG_RUNTIME_DIR");
-    n = config_ipc_socket_candidates(NULL, paths, 8);
+    n = config_ipc_socket_candidates(NULL, paths, 1, &named); /* capacity bounds it */
     CHECK_EQ_U64(n, 1);
     CHECK_STR(paths[0], "/run/tensord/tensord.sock");
-    free(paths[0]);
-    n = config_ipc_socket_candidates(&c, paths, 1); /* capacity bounds it */
-    CHECK_EQ_U64(n, 1);
     free(paths[0]);
     unsetenv("TENSORD_SOCKET");
     unsetenv("RUNTIME_DIRECTORY");

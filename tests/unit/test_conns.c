@@ -1,13 +1,26 @@
 /* Tests server/http/conns.c with socket pairs: an armed connection past the
  * timeout is shut down (its peer reads EOF), a disarmed or idle one is left
- * alone, and cutting a file shuts down exactly the connections sending it. */
+ * alone, and cutting a file shuts down exactly the connections sending it;
+ * a suspended answer is given up (resumed, once) when its client closes or
+ * half-closes its side, when it idles past connection_timeout, or when the
+ * table stops, and never after its waiter resumed it. */
 #include <netinet/in.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include "conns.h"
 #include "test.h"
+
+/* The resume callback of tables whose tests suspend nothing. */
+static void no_resume(void *conn)
+{
+    (void)conn;
+    abort();
+}
 
 /* Returns 1 when fd reads EOF within ms milliseconds. */
 static int peer_sees_eof(int fd, int ms)
@@ -22,9 +35,9 @@ TEST(off_when_zero)
     /* No deadline: connections are tracked, never timed out. */
     int p[2];
     CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, p) == 0);
-    struct conns *t = conns_start(0);
+    struct conns *t = conns_start(0, 0, no_resume);
     CHECK(t != NULL);
-    struct conns_entry *e = conns_add(t, p[0], 0);
+    struct conns_entry *e = conns_add(t, p[0], 0, NULL);
     conn_arm(e);
     CHECK(!peer_sees_eof(p[1], 1500));
     conns_remove(t, e);
@@ -77,9 +90,9 @@ TEST(idle_connection_is_timed_from_its_next_request)
     int idle[2], busy[2];
     CHECK(tcp_pair(idle) == 0);
     CHECK(tcp_pair(busy) == 0);
-    struct conns *d = conns_start(1);
-    struct conns_entry *a = conns_add(d, idle[0], 0);
-    struct conns_entry *b = conns_add(d, busy[0], 0);
+    struct conns *d = conns_start(1, 0, no_resume);
+    struct conns_entry *a = conns_add(d, idle[0], 0, NULL);
+    struct conns_entry *b = conns_add(d, busy[0], 0, NULL);
     char c = 'G';
     CHECK(write(idle[1], "GET / HTTP/1.1\r\n\r\n", 18) == 18); /* the first request */
     CHECK(write(busy[1], "GET / HTTP/1.1\r\n\r\n", 18) == 18);
@@ -105,10 +118,10 @@ TEST(armed_is_shut_down_disarmed_is_not)
     int slow[2], done[2];
     CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, slow) == 0);
     CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, done) == 0);
-    struct conns *d = conns_start(1);
+    struct conns *d = conns_start(1, 0, no_resume);
     CHECK(d != NULL);
-    struct conns_entry *a = conns_add(d, slow[0], 0);
-    struct conns_entry *b = conns_add(d, done[0], 0);
+    struct conns_entry *a = conns_add(d, slow[0], 0, NULL);
+    struct conns_entry *b = conns_add(d, done[0], 0, NULL);
     conn_disarm(b); /* its headers arrived */
     CHECK(peer_sees_eof(slow[1], 3500));
     CHECK(!peer_sees_eof(done[1], 200));
@@ -131,8 +144,8 @@ TEST(idle_after_a_request_of_unknown_size)
 {
     int p[2];
     CHECK(tcp_pair(p) == 0);
-    struct conns *d = conns_start(1);
-    struct conns_entry *e = conns_add(d, p[0], 1);
+    struct conns *d = conns_start(1, 0, no_resume);
+    struct conns_entry *e = conns_add(d, p[0], 1, NULL);
     CHECK(write(p[1], "POST / HTTP/1.1\r\n\r\n", 19) == 19);
     CHECK(read(p[0], (char[64]){0}, 64) == 19);
     conn_idle(e, CONN_BYTES_UNKNOWN);
@@ -152,8 +165,8 @@ TEST(cut_file)
     CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, a) == 0);
     CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, b) == 0);
     CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, c) == 0);
-    struct conns *t = conns_start(0);
-    struct conns_entry *ea = conns_add(t, a[0], 0), *eb = conns_add(t, b[0], 0), *ec = conns_add(t, c[0], 0);
+    struct conns *t = conns_start(0, 0, no_resume);
+    struct conns_entry *ea = conns_add(t, a[0], 0, NULL), *eb = conns_add(t, b[0], 0, NULL), *ec = conns_add(t, c[0], 0, NULL);
     conn_sending(ea, 7, 100);
     conn_sending(eb, 7, 101);
     conn_sending(ec, 8, 100); /* same inode number, another device */
@@ -175,6 +188,87 @@ TEST(cut_file)
     }
 }
 
+/* What the tables of the suspension tests resume: which connections, how
+ * many times (the reaper's thread writes, the test reads). */
+static atomic_int resumed[4];
+
+static void count_resume(void *conn)
+{
+    atomic_fetch_add(&resumed[(intptr_t)conn], 1);
+}
+
+/* Waits up to ms for connection i to have been resumed n times. */
+static int resumed_within(int i, int n, int ms)
+{
+    for (int t = 0; t < ms && atomic_load(&resumed[i]) < n; t += 10)
+        usleep(10000);
+    return atomic_load(&resumed[i]) == n;
+}
+
+/* A client that closes, or half-closes, its side while its answer is
+ * suspended: given up at once (the table's epoll set), exactly once; one
+ * resumed by its waiter first is not. */
+TEST(suspended_answer_given_up_when_its_client_leaves)
+{
+    int a[2], b[2], c[2];
+    CHECK(tcp_pair(a) == 0 && tcp_pair(b) == 0 && tcp_pair(c) == 0);
+    for (int i = 0; i < 4; i++)
+        atomic_store(&resumed[i], 0);
+    struct conns *t = conns_start(0, 0, count_resume);
+    struct conns_entry *ea = conns_add(t, a[0], 0, (void *)1);
+    struct conns_entry *eb = conns_add(t, b[0], 0, (void *)2);
+    struct conns_entry *ec = conns_add(t, c[0], 0, (void *)3);
+    CHECK(conn_suspend(ea) == 0 && conn_suspend(eb) == 0 && conn_suspend(ec) == 0);
+    close(a[1]); /* gone */
+    CHECK(shutdown(b[1], SHUT_WR) == 0); /* gone, as libmicrohttpd reads it */
+    CHECK(resumed_within(1, 1, 1000) && resumed_within(2, 1, 1000));
+    CHECK(conn_gave_up(ea) && conn_gave_up(eb) && !conn_gave_up(ec));
+    CHECK(conn_resume(ea) == 0); /* the waiter's callback, late: not resumed twice */
+    CHECK(conn_suspend(ea) == -1); /* given up: it ends, it does not suspend again */
+    CHECK(conn_resume(ec) == 1 && conn_resume(ec) == 0); /* the waiter's, once */
+    close(c[1]);
+    usleep(300000);
+    CHECK(atomic_load(&resumed[3]) == 0 && !conn_gave_up(ec));
+    /* Suspended again after its client left: given up at once. */
+    CHECK(conn_suspend(ec) == 0);
+    CHECK(resumed_within(3, 1, 1000) && conn_gave_up(ec));
+    conns_remove(t, ea);
+    conns_remove(t, eb);
+    conns_remove(t, ec);
+    conns_stop(t);
+    close(a[0]);
+    close(b[0]);
+    close(b[1]);
+    close(c[0]);
+}
+
+/* A suspension that outlasts connection_timeout is given up, as an idle
+ * connection would be closed; stopping gives up every suspension and any
+ * new one. */
+TEST(suspended_answer_given_up_after_its_timeout_and_at_stop)
+{
+    int a[2], b[2];
+    CHECK(tcp_pair(a) == 0 && tcp_pair(b) == 0);
+    for (int i = 0; i < 4; i++)
+        atomic_store(&resumed[i], 0);
+    struct conns *t = conns_start(0, 1, count_resume);
+    struct conns_entry *ea = conns_add(t, a[0], 0, (void *)1);
+    struct conns_entry *eb = conns_add(t, b[0], 0, (void *)2);
+    CHECK(conn_suspend(ea) == 0);
+    CHECK(!resumed_within(1, 1, 700));
+    CHECK(resumed_within(1, 1, 2500) && conn_gave_up(ea));
+    CHECK(conn_suspend(eb) == 0);
+    conns_give_up_all(t);
+    CHECK(atomic_load(&resumed[2]) == 1 && conn_gave_up(eb));
+    CHECK(conn_suspend(conns_add(t, -1, 0, (void *)3)) == -1);
+    CHECK(conn_suspend(NULL) == 0 && conn_resume(NULL) == 1 && !conn_gave_up(NULL));
+    conns_stop(t); /* frees the entries still listed */
+    for (int i = 0; i < 2; i++) {
+        close(a[i]);
+        close(b[i]);
+    }
+}
+
 int main(void)
 {
     RUN(off_when_zero);
@@ -183,5 +277,7 @@ int main(void)
     RUN(idle_connection_is_timed_from_its_next_request);
     RUN(idle_after_a_request_of_unknown_size);
     RUN(cut_file);
+    RUN(suspended_answer_given_up_when_its_client_leaves);
+    RUN(suspended_answer_given_up_after_its_timeout_and_at_stop);
     return TEST_SUMMARY();
 }

@@ -8,6 +8,7 @@
 #include <openssl/sha.h>
 
 #include "loopback.h"
+#include "metrics.h"
 
 static char root[64], commit[41];
 static const char readme[] = "---\nlicense: mit\ntags:\n- a\n---\n# hi\n";
@@ -280,12 +281,88 @@ TEST(card_read_once)
     lb_stop(&s);
 }
 
+/* Renders made so far (tensord_documents_rendered_total). */
+static uint64_t rendered(void)
+{
+    const char *series = "\ntensord_documents_rendered_total ";
+    char *p = metrics_render_prometheus();
+    const char *at = strstr(p, series);
+    uint64_t n = at ? strtoull(at + strlen(series), NULL, 10) : 0;
+    free(p);
+    return n;
+}
+
+/* Paths whose byte order interleaves folders and files ("a-b/" < "a.txt"
+ * < "a/"): each folder before its contents, a folder's children in the
+ * order they first appear. The repo's document and its listing are made
+ * once, by the renderer, and every tree and paths-info answer after is a
+ * view of the listing: nothing more is rendered. */
+TEST(listing_order_and_made_once)
+{
+    char lay[64];
+    lb_new_root(lay, sizeof(lay));
+    const char *names[] = {"q/a-b/z", "q/a.txt", "q/a/b.txt", "q/a/b/c", "q/a/x", "q/z.txt", NULL};
+    for (const char **n = names; *n; n++)
+        lb_write(lay, *n, "1", 1);
+    struct lb_server s;
+    lb_start(&s, lay, LB_HASHED, NULL);
+    uint64_t before = rendered();
+    struct {
+        const char *target;
+        const char *paths;  /* in the answer's order */
+    } cases[] = {
+        {"/api/models/q/tree/main?recursive=1", "a-b a-b/z a.txt a a/b.txt a/b a/b/c a/x z.txt"},
+        {"/api/models/q/tree/main", "a-b a.txt a z.txt"},
+        {"/api/models/q/tree/main/a", "a/b.txt a/b a/x"},
+        {"/api/models/q/tree/main/a?recursive=true", "a/b.txt a/b a/b/c a/x"},
+        {"/api/models/q/tree/main/a/b", "a/b/c"},
+        {"/api/models/q/tree/main/a-b?recursive=true", "a-b/z"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct lb_answer r = lb_get(&s, cases[i].target, NULL);
+        CHECK_EQ_U64(r.status, 200);
+        char got[256] = "";
+        for (const char *p = r.body; (p = strstr(p, "\"path\":\"")) != NULL;) {
+            p += 8;
+            size_t n = strcspn(p, "\"");
+            snprintf(got + strlen(got), sizeof(got) - strlen(got), "%s%.*s", got[0] ? " " : "",
+                     (int)n, p);
+        }
+        if (strcmp(got, cases[i].paths) != 0)
+            fprintf(stderr, "  %s: %s\n", cases[i].target, got);
+        CHECK_STR(got, cases[i].paths);
+        char *etag = xasprintf("\"h%016" PRIx64 "\"", lb_fnv1a(r.body, r.len));
+        CHECK_STR(lb_header(&r, "ETag"), etag);
+        free(etag);
+        lb_free(&r);
+    }
+    static const char *const form[] = {"Content-Type: application/x-www-form-urlencoded", NULL};
+    struct lb_answer r = lb_request(&s, "POST", "/api/models/q/paths-info/main", form,
+                                    "paths=z.txt&paths=a%2Fb&paths=a-b%2Fz&paths=z.txt");
+    CHECK_EQ_U64(r.status, 200);
+    CHECK(strstr(r.body, "\"path\":\"z.txt\"") < strstr(r.body, "\"path\":\"a/b\"") &&
+          strstr(r.body, "\"path\":\"a/b\"") < strstr(r.body, "\"path\":\"a-b/z\""));
+    CHECK(r.body[0] == '[' && r.body[1] == '{' && strcmp(r.body + r.len - 3, "}]\n") == 0);
+    lb_free(&r);
+    CHECK_EQ_U64(rendered() - before, 1); /* the listing, once */
+    r = lb_get(&s, "/api/models/q", NULL);
+    CHECK_EQ_U64(r.status, 200);
+    lb_free(&r);
+    r = lb_get(&s, "/api/models/q/revision/main", NULL);
+    CHECK_EQ_U64(r.status, 200);
+    lb_free(&r);
+    CHECK_EQ_U64(rendered() - before, 2); /* and the repo's document, once */
+    lb_stop(&s);
+    lb_remove_root(lay);
+}
+
 int main(void)
 {
     make_root();
     RUN(repo_document);
     RUN(tree_and_paths_info);
     RUN(refs_commits_and_lists);
+    RUN(listing_order_and_made_once);
     RUN(readme_written_since_hashed); /* these touch a file of the root */
     RUN(card_read_once);
     lb_remove_root(root);

@@ -23,6 +23,7 @@ TEST(addresses_and_localhost_are_answered)
     const char *yes[] = {"127.0.0.1", "127.0.0.1:8077", "10.1.2.3:80", "[::1]", "[::1]:8077",
                          "[fe80::1]:1", "localhost", "localhost:8077", "LOCALHOST",
                          "localhost.", "localhost.:8077", "app.localhost:3000", "127.0.0.1.",
+                         "localhost:", "[::1]:", "127.0.0.1:65535",
                          NULL};
     for (const char **h = yes; *h; h++)
         CHECK(host_allowed(&cfg, tokens, *h) == 1);
@@ -35,7 +36,10 @@ TEST(other_names_are_refused)
     const char *no[] = {"evil.example", "evil.example:8077", "127.0.0.1.evil.example",
                         "localhost.evil.example", "evillocalhost", "0x7f000001", "2130706433",
                         "127.1", "", ":8077", "[::1", "[evil]:80", "[127.0.0.1]", "gpu-box-1",
-                        NULL};
+                        /* after "]" only ":port", and a port is digits */
+                        "[::1]evil.example", "[::1]:80evil.example", "[::1].evil", "[::1]]",
+                        "[::1]:8077:1", "localhost:80evil.example", "localhost:http",
+                        "127.0.0.1:8077:1", "127.0.0.1: 80", "localhost:99999", "::1", NULL};
     for (const char **h = no; *h; h++) {
         if (host_allowed(&cfg, tokens, *h) != 0)
             fprintf(stderr, "  answered: \"%s\"\n", *h);
@@ -56,6 +60,10 @@ TEST(listed_names_and_domains)
     CHECK(host_allowed(&cfg, tokens, "a.models.example.evil") == 0);
     set_hosts((const char *const[]){"*", NULL});
     CHECK(host_allowed(&cfg, tokens, "anything.example") == 1);
+    CHECK(host_allowed(&cfg, tokens, "anything.example:8077") == 1);
+    /* "*" is any name, not any text: a Host no browser sends stays refused */
+    CHECK(host_allowed(&cfg, tokens, "[::1]evil.example") == 0);
+    CHECK(host_allowed(&cfg, tokens, "anything.example:80x") == 0);
 }
 
 TEST(with_tokens_every_host_is_answered)

@@ -15,6 +15,11 @@
 
 static char root[64];
 
+/* What the front adds to every answer but the console's. */
+#define NOSNIFF_CSP                                                                               \
+    "X-Content-Type-Options: nosniff\r\n"                                                          \
+    "Content-Security-Policy: default-src 'none'; frame-ancestors 'none'\r\n"
+
 static void make_root(void)
 {
     lb_new_root(root, sizeof(root));
@@ -46,7 +51,8 @@ TEST(answers_on_the_wire)
     unsigned port = lb_listen(&s);
     char *a = ask(port, "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
     CHECK_STR(a, "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Type: application/json\r\n"
-                 "Accept-Ranges: bytes\r\nCache-Control: no-cache\r\nContent-Length: 16\r\n\r\n"
+                 "Accept-Ranges: bytes\r\nCache-Control: no-cache\r\n" NOSNIFF_CSP
+                 "Content-Length: 16\r\n\r\n"
                  "{\"status\":\"ok\"}\n");
     free(a);
     a = ask(port, "HEAD /v1/models/m/tensors/w HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
@@ -71,6 +77,13 @@ TEST(answers_on_the_wire)
     CHECK(strncmp(a, "HTTP/1.1 200 OK\r\n", 17) == 0);
     CHECK_CONTAINS(a, "\"data_offsets\":[0,4],\"file\":\"model.safetensors\"}}\n");
     free(a);
+    /* The console sets its own policy, which is the only one it carries. */
+    a = ask(port, "GET /ui/ HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+    CHECK(strncmp(a, "HTTP/1.1 200 OK\r\n", 17) == 0);
+    CHECK_CONTAINS(a, "\r\nContent-Security-Policy: default-src 'none'; script-src 'self'");
+    CHECK(strstr(strstr(a, "Content-Security-Policy") + 1, "Content-Security-Policy") == NULL);
+    CHECK(strstr(strstr(a, "nosniff") + 1, "nosniff") == NULL);
+    free(a);
     /* Draining: a connection made now is closed without an answer. */
     atomic_store(&s.srv.draining, 1);
     a = ask(port, "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
@@ -88,10 +101,12 @@ TEST(cors_on_the_wire)
     unsigned port = lb_listen(&s);
     char *a = ask(port, "GET /v1/models/nope HTTP/1.1\r\nHost: 127.0.0.1\r\nOrigin: http://a.example\r\n"
                         "Connection: close\r\n\r\n");
-    CHECK_CONTAINS(a, "\r\nConnection: close\r\nContent-Type: application/json\r\nVary: Origin\r\n"
+    /* the CORS headers (respond.c) before the front's own two */
+    CHECK_CONTAINS(a, "\r\nConnection: close\r\nContent-Type: application/json\r\n"
+                      "Vary: Origin\r\n"
                       "Access-Control-Allow-Origin: http://a.example\r\n"
                       "Access-Control-Allow-Credentials: true\r\n"
-                      "Access-Control-Expose-Headers: " CORS_EXPOSE "\r\n");
+                      "Access-Control-Expose-Headers: " CORS_EXPOSE "\r\n" NOSNIFF_CSP);
     free(a);
     lb_stop(&s);
 }
@@ -110,7 +125,7 @@ TEST(refused_before_dispatch)
     char *full = xasprintf("%s HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", req);
     char *a = ask(port, full);
     CHECK_STR(a, "HTTP/1.1 414 URI Too Long\r\nConnection: close\r\n"
-                 "Content-Type: application/json\r\nContent-Length: 84\r\n\r\n"
+                 "Content-Type: application/json\r\n" NOSNIFF_CSP "Content-Length: 84\r\n\r\n"
                  "{\"error\":{\"code\":\"uri_too_long\",\"message\":\"the query has more than 32 "
                  "parameters\"}}\n");
     free(a);
@@ -126,7 +141,7 @@ TEST(refused_before_dispatch)
     full = xasprintf("%s\r\n", many);
     a = ask(port, full);
     CHECK_STR(a, "HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Type: application/json\r\n"
-                 "Content-Length: 100\r\nConnection: close\r\n\r\n"
+                 NOSNIFF_CSP "Content-Length: 100\r\nConnection: close\r\n\r\n"
                  "{\"error\":{\"code\":\"headers_too_large\",\"message\":\"the request has 101 header "
                  "fields, more than 100\"}}\n");
     free(a);
@@ -206,7 +221,8 @@ TEST(token_refused_before_the_body)
     close(fd);
     CHECK_STR(got, "HTTP/1.1 401 Unauthorized\r\nConnection: close\r\n"
                    "Content-Type: application/json\r\n"
-                   "WWW-Authenticate: Bearer realm=\"tensord\"\r\nContent-Length: 73\r\n\r\n"
+                   "WWW-Authenticate: Bearer realm=\"tensord\"\r\n" NOSNIFF_CSP
+                   "Content-Length: 73\r\n\r\n"
                    "{\"error\":{\"code\":\"unauthorized\",\"message\":\"a bearer token is "
                    "required\"}}\n");
     free(got);

@@ -169,15 +169,17 @@ TEST(hashing)
                       "\"files\":10},");
     free(j);
     /* A mirror's cache gauges, in both renderings. */
-    metrics_set_mirror(123456789, 12, 3);
+    metrics_set_mirror(123456789, 65536, 12, 3);
     p = metrics_render_prometheus();
     CHECK(sample(p, "tensord_mirror_cache_bytes") == 123456789);
     CHECK(sample(p, "tensord_mirror_files") == 12);
+    CHECK(sample(p, "tensord_mirror_cache_in_use_bytes") == 65536);
     CHECK(sample(p, "tensord_mirror_partial_files") == 3);
     CHECK_CONTAINS(p, "# TYPE tensord_mirror_cache_bytes gauge\n");
     free(p);
     j = metrics_render_json();
-    CHECK_CONTAINS(j, "\"mirror\":{\"cache_bytes\":123456789,\"files\":12,\"partial_files\":3}}");
+    CHECK_CONTAINS(j, "\"mirror\":{\"cache_bytes\":123456789,\"in_use_bytes\":65536,\"files\":12,"
+                      "\"partial_files\":3,\"questions_waiting\":0}}");
     free(j);
 }
 
@@ -258,7 +260,8 @@ TEST(json_rendering)
     CHECK_CONTAINS(j, "\"reloads\":3");
     CHECK_CONTAINS(j, "\"responses_aborted\":0,\"documents_rendered\":0,\"mirror_upstream_bytes\":0,");
     CHECK_CONTAINS(j, "\"gpu_preload_upstream_bytes\":0,\"gpu_preload_alloc_ns\":0,");
-    CHECK_CONTAINS(j, "\"gpu_preload_finish_ns\":0},\"endpoints\":{");
+    CHECK_CONTAINS(j, "\"gpu_preload_finish_ns\":0,\"mirror_questions_refused\":0},"
+                      "\"endpoints\":{");
     CHECK_CONTAINS(j, "\"ui\":{\"requests\":{");
     CHECK_CONTAINS(j, "\"models\":{\"requests\":{\"1xx\":0,\"2xx\":1,");
     CHECK_CONTAINS(j, "\"duration_seconds\":{\"count\":1,\"sum\":0.002000000,");

@@ -1,6 +1,6 @@
 /* Tests for mirror/mirror_store.c (the state file of a partial mirrored
  * file, the blobs' names) and the parsers the mirror reads its upstream
- * with: mirror/upstream.c's header lines and encoding, mirror/mirror_job.c's
+ * with: mirror/upstream.c's header lines and encoding, mirror/mirror_ask.c's
  * file metadata, mirror/mirror_model.c's repo document. The expected values
  * are written out by hand from the formats (mirror_store.h, the Hub's
  * headers and documents as huggingface_hub reads them). */
@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "mirror.h"
-#include "mirror_job.h"
+#include "mirror_ask.h"
 #include "mirror_model.h"
 #include "mirror_store.h"
 #include "test.h"
@@ -129,9 +129,9 @@ TEST(state_bounds)
 static struct upstream_answer answer(const char *const *lines)
 {
     struct upstream_answer a;
-    memset(&a, 0x55, sizeof(a));
+    memset(&a, 0, sizeof(a));
     for (; *lines; lines++)
-        upstream_parse_header(&a, *lines, strlen(*lines));
+        upstream_answer_header(&a, *lines, strlen(*lines));
     return a;
 }
 
@@ -193,6 +193,47 @@ TEST(upstream_headers)
     CHECK_STR(meta.error_message, "Entry not found");
 }
 
+/* Values longer than the fixed fields: a Link is kept whole (the Hub's
+ * pagination names the next page's whole URL), a message is cut at a
+ * character's start, a Cache-Control or commit that does not fit is
+ * dropped (cut short it would say something else). */
+TEST(upstream_long_headers)
+{
+    char link[4200], msg[400], cache[300], line[4400];
+    int n = snprintf(link, sizeof(link), "<https://hub.example/api/models?cursor=");
+    while (n < 4000)
+        link[n++] = 'x';
+    snprintf(link + n, sizeof(link) - (size_t)n, ">; rel=\"next\"");
+    memset(msg, 0, sizeof(msg));
+    for (size_t i = 0; i + 2 < 390; i += 2)
+        memcpy(msg + i, "\xc3\xa9", 2); /* 'é' */
+    memset(cache, 'a', sizeof(cache) - 1);
+    cache[sizeof(cache) - 1] = '\0';
+    struct upstream_answer a;
+    memset(&a, 0, sizeof(a));
+    const char *status = "HTTP/1.1 200 OK\r\n";
+    upstream_answer_header(&a, status, strlen(status));
+    snprintf(line, sizeof(line), "Link: %s\r\n", link);
+    upstream_answer_header(&a, line, strlen(line));
+    snprintf(line, sizeof(line), "X-Error-Message: %s\r\n", msg);
+    upstream_answer_header(&a, line, strlen(line));
+    snprintf(line, sizeof(line), "Cache-Control: %s\r\n", cache);
+    upstream_answer_header(&a, line, strlen(line));
+    CHECK(a.link && strcmp(a.link, link) == 0);
+    CHECK(strlen(a.error_message) == sizeof(a.error_message) - 2); /* 127 whole 'é' */
+    CHECK(strncmp(a.error_message, msg, strlen(a.error_message)) == 0);
+    CHECK_STR(a.cache_control, "");
+    /* A second Link replaces the first; a new status line frees it. */
+    const char *next = "Link: <x>\r\n", *bad = "Link: <a\x01>\r\n";
+    upstream_answer_header(&a, next, strlen(next));
+    CHECK_STR(a.link, "<x>");
+    upstream_answer_header(&a, status, strlen(status));
+    CHECK(a.link == NULL && a.status == 200);
+    upstream_answer_header(&a, bad, strlen(bad));
+    CHECK(a.link == NULL); /* a control byte: not taken */
+    upstream_answer_free(&a);
+}
+
 TEST(upstream_encoding)
 {
     char out[64];
@@ -247,6 +288,7 @@ int main(void)
     RUN(state_file_round_trip);
     RUN(state_bounds);
     RUN(upstream_headers);
+    RUN(upstream_long_headers);
     RUN(upstream_encoding);
     RUN(repo_document);
     return TEST_SUMMARY();

@@ -26,7 +26,9 @@ The library is found through $TENSORD_CLIENT_LIB, then the repository's
 build/ directory (for a source checkout), then PREFIX/lib beside the
 tensord-client on PATH (`make install`), then the system's library path.
 connect() with no path finds the socket where the daemon puts it:
-$TENSORD_SOCKET, $XDG_RUNTIME_DIR/tensord.sock, /run/tensord/tensord.sock.
+$TENSORD_SOCKET when set (only that one: a socket it names that does not
+exist is an error), else the first that exists of
+$XDG_RUNTIME_DIR/tensord.sock and /run/tensord/tensord.sock.
 """
 import collections.abc
 import ctypes
@@ -516,8 +518,9 @@ class Client(_Handle):
 
 
 def connect(socket=None):
-    """Connects to the lease socket (None: the first that exists of
-    $TENSORD_SOCKET, $XDG_RUNTIME_DIR/tensord.sock and /run/tensord/tensord.sock)."""
+    """Connects to the lease socket (None: $TENSORD_SOCKET when set, and
+    only it; else the first that exists of $XDG_RUNTIME_DIR/tensord.sock and
+    /run/tensord/tensord.sock)."""
     return Client(socket)
 
 

@@ -12,6 +12,7 @@ urllib3 wraps, whose readinto fills the caller's memoryview from the socket
 (recv_into), so tensor bytes land in their final array with no copy in
 between. The connection goes back to the pool once the body is read whole.
 """
+import collections
 import email.utils
 import http.client
 import ipaddress
@@ -137,8 +138,59 @@ class _HTTPSPool(urllib3.HTTPSConnectionPool):
 # URLs and the token
 
 
+class Origin(collections.namedtuple("Origin", "scheme host port")):
+    """Where a URL's requests go: its scheme, host (lower case; an IPv6
+    address in brackets) and port (made explicit). The one parse of a URL
+    that both the token decision and the connection use."""
+
+    def __str__(self):
+        return f"{self.scheme}://{self.host}:{self.port}"
+
+
+_PRINTABLE = re.compile(r"[!-~]*\Z")
+_URL = re.compile(r"(https?)://([^/?#]*)(.*)\Z", re.I | re.S)
+_AUTHORITY = re.compile(r"\[([0-9A-Fa-f:.]+)\](?::([0-9]*))?|([A-Za-z0-9.-]+)(?::([0-9]*))?")
+
+
+def split_url(url):
+    """(Origin, the rest of the URL: path, query and fragment) of an
+    http[s] URL, or ValueError. Strict, so that no two parsers can read it
+    differently: printable ASCII only (no space, control byte, backslash),
+    no user information (user@host: pass token=), a host name of letters,
+    digits, '.' and '-' or a bracketed IPv6 address, a port of digits.
+    ("http://HOST\\@127.0.0.1/" is 127.0.0.1 to urllib.parse and HOST to
+    urllib3: such a URL is refused, not read one way for the token and the
+    other way for the connection.)"""
+    if not isinstance(url, str):
+        url = os.fspath(url)
+    if not isinstance(url, str) or not _PRINTABLE.match(url) or "\\" in url:
+        raise ValueError(f"{url!r} is not a URL tensord takes: printable ASCII without spaces "
+                         "or backslashes")
+    m = _URL.match(url)
+    if not m:
+        raise ValueError(f"{url!r} is not an http:// or https:// URL")
+    scheme, authority, rest = m.group(1).lower(), m.group(2), m.group(3)
+    if "@" in authority:
+        raise ValueError(f"{url!r}: a URL with user information (user@host) is refused; pass "
+                         "the token with token= or $TENSORD_TOKEN")
+    a = _AUTHORITY.fullmatch(authority)
+    host = port = None
+    if a and a.group(1):
+        try:
+            host = "[" + ipaddress.IPv6Address(a.group(1)).compressed + "]"
+        except ValueError:
+            host = None
+        port = a.group(2)
+    elif a:
+        host, port = a.group(3).lower(), a.group(4)
+    if not host or (port and not 0 < int(port) < 65536):
+        raise ValueError(f"{url!r}: {authority!r} is not a host with an optional port")
+    return Origin(scheme, host, int(port) if port else {"http": 80, "https": 443}[scheme]), rest
+
+
 class ModelURL:
-    """http[s]://host:port[/prefix]/v1/models/{model}, split into its parts.
+    """http[s]://host:port[/prefix]/v1/models/{model}, split into its parts
+    (split_url's rules).
 
     The model may be written with '/' or '%2F' between its components; paths
     built from it encode it as one segment (the daemon accepts both)."""
@@ -146,20 +198,19 @@ class ModelURL:
     def __init__(self, url):
         if not isinstance(url, str):
             url = os.fspath(url)
-        parts = urllib.parse.urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"{url!r} is not an http:// or https:// URL of a tensord model "
-                             "(http://HOST:PORT/v1/models/MODEL)")
-        at = parts.path.find(_MODELS)
-        model = parts.path[at + len(_MODELS):].strip("/") if at >= 0 else ""
+        origin, rest = split_url(url)
+        path, _, tail = rest.partition("?")
+        path, hash_, frag = path.partition("#")
+        at = path.find(_MODELS)
+        model = path[at + len(_MODELS):].strip("/") if at >= 0 else ""
         if at < 0 or not model:
             raise ValueError(f"{url!r} does not name a model: expected "
                              "http://HOST:PORT/v1/models/MODEL")
-        if parts.query or parts.fragment:
+        if tail or hash_ or "?" in rest:
             raise ValueError(f"{url!r}: a model URL has no query or fragment")
         self.url = url
-        self.origin = f"{parts.scheme}://{parts.netloc}"
-        self.prefix = parts.path[:at]
+        self.origin = origin
+        self.prefix = path[:at]
         self.model = urllib.parse.unquote(model)
         self.base = f"{self.prefix}{_MODELS}{urllib.parse.quote(self.model, safe='')}"
 
@@ -171,39 +222,31 @@ class ModelURL:
         return p
 
 
-def _origin_key(url):
-    """(scheme, host, port) of a URL, the port made explicit; None when it
-    is no http(s) URL."""
-    try:
-        p = urllib.parse.urlsplit(url)
-        port = p.port or {"http": 80, "https": 443}.get(p.scheme)
-    except ValueError:
-        return None
-    if p.scheme not in ("http", "https") or not p.hostname:
-        return None
-    return p.scheme, p.hostname.lower(), port
-
-
 def _is_loopback(host):
     if host == "localhost":
         return True
     try:
-        return ipaddress.ip_address(host).is_loopback
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
 
 
 def env_token_for(origin):
-    """$TENSORD_TOKEN when it may go to origin: the origin of $TENSORD_URL
-    (the daemon the token was given for) or a loopback address. Elsewhere,
-    over plain http above all, a token read from the environment would leak
-    to whatever host a URL names: only token= sends it there."""
+    """$TENSORD_TOKEN when it may go to origin (an Origin, or a URL read
+    with split_url): the origin of $TENSORD_URL (the daemon the token was
+    given for) or a loopback address. Elsewhere, over plain http above all,
+    a token read from the environment would leak to whatever host a URL
+    names: only token= sends it there."""
     token = os.environ.get("TENSORD_TOKEN")
     if not token:
         return None, False
-    key = _origin_key(origin)
-    if key is not None and (_is_loopback(key[1]) or
-                            key == _origin_key(os.environ.get("TENSORD_URL", ""))):
+    if not isinstance(origin, Origin):
+        origin = split_url(origin)[0]
+    try:
+        given_for = split_url(os.environ.get("TENSORD_URL", ""))[0]
+    except ValueError:
+        given_for = None  # none, or one no origin can be read from: loopback only
+    if _is_loopback(origin.host) or origin == given_for:
         return token, False
     return None, True
 
@@ -268,10 +311,14 @@ def _timed_out(e, deadline):
 class Session:
     """A pool of keep-alive connections to one daemon (thread-safe).
 
-    token: sent as a bearer token; None reads $TENSORD_TOKEN, which goes
-    only where env_token_for allows."""
+    origin: an Origin (ModelURL's), whose host and port are what the pool
+    connects to: the very parse the token decision read. token: sent as a
+    bearer token; None reads $TENSORD_TOKEN, which goes only where
+    env_token_for allows."""
 
     def __init__(self, origin, token=None, connections=8, verify=True):
+        if not isinstance(origin, Origin):
+            origin = split_url(origin)[0]
         withheld = False
         if token is None:
             token, withheld = env_token_for(origin)
@@ -279,10 +326,9 @@ class Session:
         self.headers = {"User-Agent": USER_AGENT, "Accept-Encoding": "identity"}
         if token:
             self.headers["Authorization"] = f"Bearer {token}"
-        u = urllib3.util.parse_url(origin)
         kw = {}
         pool = _Pool
-        if u.scheme == "https":
+        if origin.scheme == "https":
             pool = _HTTPSPool
             if verify is False:
                 kw["cert_reqs"] = "CERT_NONE"
@@ -290,7 +336,7 @@ class Session:
                 kw["ca_certs"] = verify
         # Retries are this class's (open): urllib3's would sleep whatever
         # Retry-After says and retry past the call's deadline.
-        self.pool = pool(u.host, u.port, maxsize=max(1, connections), block=True,
+        self.pool = pool(origin.host, origin.port, maxsize=max(1, connections), block=True,
                          retries=False, **kw)
         self.origin = origin
 

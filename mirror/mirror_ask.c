@@ -1,0 +1,283 @@
+/* mirror_ask: see mirror_ask.h. */
+#include "mirror_ask.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <openssl/evp.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "digest.h"
+#include "json_scan.h"
+#include "mirror_int.h"
+#include "util.h"
+
+#define META_SLOTS 1024        /* answers kept about files (the oldest one makes room) */
+
+struct meta_slot {
+    char *key;                 /* repo \n rev \n path \n sha256(auth) */
+    uint64_t expires_ns;
+    struct mirror_meta meta;
+};
+
+/* The answers kept about files; its lock is a leaf. */
+struct mirror_asks {
+    pthread_mutex_t lock;
+    struct meta_slot slots[META_SLOTS];
+};
+
+struct mirror_asks *mirror_asks_new(void)
+{
+    struct mirror_asks *a = xcalloc(1, sizeof(*a));
+    pthread_mutex_init(&a->lock, NULL);
+    return a;
+}
+
+void mirror_asks_free(struct mirror_asks *a)
+{
+    if (!a)
+        return;
+    for (size_t i = 0; i < META_SLOTS; i++)
+        free(a->slots[i].key);
+    pthread_mutex_destroy(&a->lock);
+    free(a);
+}
+
+/* ---- what the upstream says about a file -------------------------------------- */
+
+int mirror_meta_from_answer(const struct upstream_answer *a, struct mirror_meta *meta,
+                            struct st_error *err)
+{
+    memset(meta, 0, sizeof(*meta));
+    meta->status = a->status;
+    memcpy(meta->error_code, a->error_code, sizeof(meta->error_code));
+    memcpy(meta->error_message, a->error_message, sizeof(meta->error_message));
+    meta->retry_after = a->retry_after;
+    int found = (a->status >= 200 && a->status < 300) ||
+                (a->status >= 300 && a->status < 400 && a->redirected_away);
+    if (!found)
+        return 0;
+    meta->status = 200;
+    uint8_t commit[20];
+    if (strlen(a->commit) != 40 || digest_unhex(a->commit, 20, commit) < 0) {
+        st_error_fail(err, ST_ERR_IO, "the upstream named no commit (X-Repo-Commit)");
+        return -EPROTO;
+    }
+    memcpy(meta->commit, a->commit, 41);
+    meta->lfs = a->linked_etag[0] != '\0';
+    const char *tag = meta->lfs ? a->linked_etag : a->etag;
+    if (meta->lfs ? !a->has_linked_size : !a->has_length) {
+        st_error_fail(err, ST_ERR_IO, "the upstream gave no size (%s)",
+                      meta->lfs ? "X-Linked-Size" : "Content-Length");
+        return -EPROTO;
+    }
+    meta->id.size = meta->lfs ? a->linked_size : a->length;
+    if (strlen(tag) == 64 && digest_unhex(tag, 32, meta->id.digest) == 0) {
+        meta->id.kind = MIRROR_SHA256;
+    } else if (strlen(tag) == 40 && digest_unhex(tag, 20, meta->id.digest) == 0) {
+        meta->id.kind = MIRROR_GIT_SHA1;
+    } else {
+        st_error_fail(err, ST_ERR_IO, "the upstream's %s \"%.80s\" is neither a SHA-256 nor a "
+                      "git blob id: the mirror could not check the bytes",
+                      meta->lfs ? "X-Linked-Etag" : "ETag", tag);
+        return -EPROTO;
+    }
+    return 0;
+}
+
+/* The SHA-256 of p[0..n) in hex: how a key names a token or a body. */
+static void sha_hex(const char *p, size_t n, char hex[65])
+{
+    uint8_t md[32];
+    unsigned len = 0;
+    EVP_Digest(p, n, md, &len, EVP_sha256(), NULL);
+    digest_hex(md, 32, hex);
+}
+
+/* repo, rev, path and the SHA-256 of auth ("-" first when there is none),
+ * in one string: the cache's key and the queue's. */
+static char *meta_key(const char *repo, const char *rev, const char *path, const char *auth)
+{
+    char hex[65];
+    sha_hex(auth ? auth : "", auth ? strlen(auth) : 0, hex);
+    return xasprintf("meta\n%s\n%s\n%s\n%s%s", repo, rev, path, auth ? "" : "-", hex);
+}
+
+static size_t slot_of(const char *key)
+{
+    return hash_fnv1a(key, strlen(key), HASH_FNV_SEED) % META_SLOTS;
+}
+
+int mirror_meta_cached(struct mirror *m, const char *repo, const char *rev, const char *path,
+                       const char *auth, struct mirror_meta *out)
+{
+    struct mirror_asks *as = m->asks;
+    if (m->opt.auth_ttl == 0)
+        return 0;
+    char *key = meta_key(repo, rev, path, auth);
+    struct meta_slot *s = &as->slots[slot_of(key)];
+    pthread_mutex_lock(&as->lock);
+    int hit = s->key && strcmp(s->key, key) == 0 && s->expires_ns > time_mono_ns();
+    if (hit)
+        *out = s->meta;
+    pthread_mutex_unlock(&as->lock);
+    free(key);
+    return hit;
+}
+
+static void meta_store(struct mirror *m, const char *key, const struct mirror_meta *meta)
+{
+    struct mirror_asks *as = m->asks;
+    if (m->opt.auth_ttl == 0)
+        return;
+    struct meta_slot *s = &as->slots[slot_of(key)];
+    char *old;
+    pthread_mutex_lock(&as->lock);
+    old = s->key;
+    s->key = xstrdup(key);
+    s->meta = *meta;
+    s->expires_ns = time_mono_ns() + (uint64_t)m->opt.auth_ttl * 1000000000ull;
+    pthread_mutex_unlock(&as->lock);
+    free(old);
+}
+
+struct meta_job {
+    char *repo, *rev, *path, *auth, *key;
+    struct mirror_meta meta;
+};
+
+static void meta_job_free(void *p)
+{
+    struct meta_job *d = p;
+    free(d->repo);
+    free(d->rev);
+    free(d->path);
+    free_secret(d->auth);
+    free(d->key);
+    free(d);
+}
+
+static int meta_job_run(struct mirror *m, struct upstream_conn *c, void *data,
+                        struct st_error *err)
+{
+    struct meta_job *d = data;
+    struct upstream_answer a;
+    int rc = upstream_head_file(c, d->repo, d->rev, d->path, d->auth, &a, err);
+    if (rc == 0)
+        rc = mirror_meta_from_answer(&a, &d->meta, err);
+    /* Only what the upstream confirmed is reused: an error is asked again. */
+    if (rc == 0 && d->meta.status == 200)
+        meta_store(m, d->key, &d->meta);
+    upstream_answer_free(&a);
+    return rc;
+}
+
+struct mirror_job *mirror_job_meta(struct mirror *m, uint64_t client, const char *repo,
+                                   const char *rev, const char *path, const char *auth,
+                                   void (*cb)(void *arg), void *arg, int *why)
+{
+    struct meta_job *d = xcalloc(1, sizeof(*d));
+    d->repo = xstrdup(repo);
+    d->rev = xstrdup(rev);
+    d->path = xstrdup(path);
+    d->auth = auth ? xstrdup(auth) : NULL;
+    d->key = meta_key(repo, rev, path, auth);
+    char *key = xstrdup(d->key); /* d may be freed by the submit */
+    struct mirror_job_spec spec = {client, key, meta_job_run, d, meta_job_free};
+    struct mirror_job *j = mirror_job_submit(m, &spec, cb, arg, why);
+    free(key);
+    return j;
+}
+
+/* ---- documents ------------------------------------------------------------------ */
+
+struct doc_job {
+    char *method, *target, *body, *ctype, *auth;
+    size_t body_len;
+    struct mirror_doc doc;
+};
+
+static void doc_job_free(void *p)
+{
+    struct doc_job *d = p;
+    free(d->method);
+    free(d->target);
+    free(d->body);
+    free(d->ctype);
+    free_secret(d->auth);
+    free(d->doc.body);
+    upstream_answer_free(&d->doc.a);
+    free(d);
+}
+
+/* Whether doc's body is one JSON document (UTF-8, no NUL, an object or
+ * an array, nothing after it); else doc->not_json says why. */
+static int doc_is_json(struct mirror_doc *doc)
+{
+    struct json_scan s;
+    const char *why = NULL;
+    if (doc->len == 0)
+        why = "empty";
+    else if (memchr(doc->body, '\0', doc->len))
+        why = "it holds a NUL byte";
+    else if (!utf8_valid(doc->body, doc->len))
+        why = "it is not UTF-8";
+    if (!why) {
+        json_scan_init(&s, doc->body, doc->len);
+        if (json_scan_document(&s) < 0)
+            why = s.text;
+    }
+    if (why)
+        snprintf(doc->not_json, sizeof(doc->not_json), "%s", why);
+    return !why;
+}
+
+static int doc_job_run(struct mirror *m, struct upstream_conn *c, void *data,
+                       struct st_error *err)
+{
+    (void)m;
+    struct doc_job *d = data;
+    int rc = upstream_request(c, d->method, d->target, d->body, d->body_len, d->ctype, d->auth,
+                              MIRROR_DOC_MAX, &d->doc.body, &d->doc.len, &d->doc.a, err);
+    if (rc == 0) /* here, on a job thread: a large document is no HTTP thread's work */
+        d->doc.json = doc_is_json(&d->doc);
+    return rc;
+}
+
+struct mirror_job *mirror_job_doc(struct mirror *m, uint64_t client, const char *method,
+                                  const char *target, const char *body, size_t body_len,
+                                  const char *content_type, const char *auth,
+                                  void (*cb)(void *arg), void *arg, int *why)
+{
+    struct doc_job *d = xcalloc(1, sizeof(*d));
+    d->method = xstrdup(method);
+    d->target = xstrdup(target);
+    d->body = body_len ? xstrndup(body, body_len) : NULL;
+    d->body_len = body_len;
+    d->ctype = content_type ? xstrdup(content_type) : NULL;
+    d->auth = auth ? xstrdup(auth) : NULL;
+    /* The same request: method, target, body and its type, Authorization. */
+    char auth_hex[65], body_hex[65];
+    sha_hex(auth ? auth : "", auth ? strlen(auth) : 0, auth_hex);
+    sha_hex(body ? body : "", body_len, body_hex);
+    char *key = xasprintf("doc\n%s\n%s\n%s\n%s%s\n%s", method, target,
+                          content_type ? content_type : "", auth ? "" : "-", auth_hex, body_hex);
+    struct mirror_job_spec spec = {client, key, doc_job_run, d, doc_job_free};
+    struct mirror_job *j = mirror_job_submit(m, &spec, cb, arg, why);
+    free(key);
+    return j;
+}
+
+const struct mirror_meta *mirror_job_meta_result(struct mirror_job *j)
+{
+    return mirror_job_runs(j, meta_job_run) ? &((struct meta_job *)mirror_job_data(j))->meta
+                                            : NULL;
+}
+
+const struct mirror_doc *mirror_job_doc_result(struct mirror_job *j)
+{
+    return mirror_job_runs(j, doc_job_run) ? &((struct doc_job *)mirror_job_data(j))->doc
+                                           : NULL;
+}
