@@ -62,15 +62,15 @@ static int sum_instance(struct gpu_manager *gm, struct gm_instance *m, char *buf
     for (size_t i = 0; i < m->n_shards; i++) {
         struct gm_shard *s = &m->shards[i];
         uint64_t acc = 0;
-        for (uint64_t off = 0; off < s->size; off += SUM_PIECE) {
-            size_t len = (size_t)(s->size - off < SUM_PIECE ? s->size - off : SUM_PIECE);
+        for (uint64_t off = 0; off < s->bytes; off += SUM_PIECE) {
+            size_t len = (size_t)(s->bytes - off < SUM_PIECE ? s->bytes - off : SUM_PIECE);
             if (yield_to_loads(gm, m) < 0)
                 return 1;
             if (m->be->ops->read_back(m->be, &s->a, off, buf, len, err) < 0)
                 return -EIO;
             acc = ipc_tsum_add(acc, buf, len, off);
         }
-        s->checksum = ipc_tsum_final(acc, s->size);
+        s->checksum = ipc_tsum_final(acc, s->bytes);
     }
     return 0;
 }

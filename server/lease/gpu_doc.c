@@ -80,7 +80,7 @@ static void allocs(struct jsonw *w, const struct gm_view *v, int published, int 
         jsonw_obj(w);
         jsonw_ku64(w, "id", i);
         jsonw_kstr(w, "file", s->file);
-        jsonw_ku64(w, "byte_size", s->size);
+        jsonw_ku64(w, "byte_size", s->bytes); /* what the allocation holds */
         if (published)
             jsonw_ku64(w, "alloc_size", s->a.alloc_size);
         if (published && v->sums == GM_SUMS_READY) {

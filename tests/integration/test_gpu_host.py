@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -530,3 +531,37 @@ def test_two_ranks_of_a_split_on_the_host(gd):
     assert s["rank"] == 0 and s["world"] == 2 and s["state"] == "ready", s
     assert gd.request("DELETE", "/v1/models/gm-sharded/gpu?rank=1").status == 404
     assert gd.request("DELETE", "/v1/models/gm-sharded/gpu").status == 200
+
+
+def test_partition_smaller_than_its_files(gd):
+    """A partition holds less than its shard (gm-big's 6 MB, cut in two):
+    the open answer's byte_size, the checksums and verify are over what the
+    allocation holds, not the whole shard (a client refused the answer, and
+    the checksum thread read past the allocation, when they used the
+    shard's size)."""
+    rules = [{"match": "big", "dim": 0}]
+    r = gd.request("POST", "/v1/models/gm-big/gpu", body=json.dumps(
+        {"devices": ["host", "host"], "split": {"world": 2, "rules": rules}}).encode())
+    assert r.status == 202, r.body
+    wait_state(gd, "gm-big", lambda s: all(i["state"] == "ready" for i in s["instances"]))
+    files = model_tensors(gd.root, "gm-big")
+    for rank in (0, 1):
+        deadline = time.monotonic() + 20
+        while True:
+            s = gd.get(f"/v1/models/gm-big/gpu?device=host&world=2&rank={rank}").json()
+            if s.get("checksums") != "pending":
+                break
+            assert time.monotonic() < deadline, s
+            time.sleep(0.02)
+        assert s["checksums"] == "ready", s
+        a = np.frombuffer(files["big"][2], np.float32).reshape(1500, 1000)
+        part = np.array_split(a, 2, axis=0)[rank]
+        assert s["allocations"][0]["byte_size"] == part.nbytes + 4097, s["allocations"]
+        out = subprocess.run([sys.executable, "-c", RANK_WORKER, gd.sock, "gm-big", str(rank)],
+                             capture_output=True, text=True, env=worker_env(), timeout=60)
+        assert out.returncode == 0, out.stderr
+        got = json.loads(out.stdout)
+        assert got["verify"] and got["tensors"]["big"][:2] == [list(part.shape),
+                                                               sha(part.tobytes())], got
+        assert got["tensors"]["tail"][:2] == [[4097], sha(files["tail"][2])]
+    assert gd.request("DELETE", "/v1/models/gm-big/gpu").status == 200
