@@ -9,18 +9,23 @@
 #      PyTorch through the Python binding), compares every tensor with what
 #      the safetensors package loads from the files, evicts while both hold
 #      leases (their memory must stay valid until they exit);
-#   2. with the real model that --fetch-debs prepares (all-MiniLM-L6-v2,
+#   2. tensor parallelism (tests/gpu/split_check.py): a generated MLP held
+#      as the two ranks of a split on the one device, each rank bound
+#      zero-copy into its half of a Megatron-style split of the MLP (column-
+#      then row-parallel) by a worker of its own; the halves' outputs,
+#      gathered and reduced by hand, equal to the unsplit model's;
+#   3. with the real model that --fetch-debs prepares (all-MiniLM-L6-v2,
 #      F16, two shards), runs tests/gpu/check.py: the files through the Hub
 #      endpoint, transformers' AutoModel and sentence-transformers through
 #      HF_ENDPOINT against a local load (identical outputs), two workers
 #      binding every parameter zero-copy with load_state_dict(assign=True),
 #      an in-place write failing in its worker only, evict while leased, the
 #      legacy cudaIpcMemHandle opened with cupy;
-#   3. runs the preload benchmark (bench/preload.py --json): pinned copy,
+#   4. runs the preload benchmark (bench/preload.py --json): pinned copy,
 #      page cache, O_DIRECT, safetensors, a copy-thread sweep, tensord's
 #      first preload after a start, cold, warm and tmpfs, open p50/p99 with
 #      1 and 8 workers, in one table with the ratios;
-#   4. judges it all (tests/gpu/verdict.py): each check's PASS, FAIL or SKIP;
+#   5. judges it all (tests/gpu/verdict.py): each check's PASS, FAIL or SKIP;
 #      a HEADLINE line, the warm preload (ring already pinned, files in the
 #      page cache) with its phases; one `TARGET name: value (goal) MET|SHORT`
 #      line per target:
@@ -340,6 +345,8 @@ fi
 MODEL=gpucheck
 say "generating a ${SIZE_MB} MB sharded model in $WORK/models"
 "$PY" tests/gpu/make_model.py "$WORK/models/$MODEL" "$SIZE_MB"
+SPLIT_MODEL=tpcheck
+"$PY" tests/gpu/split_check.py make "$WORK/models/$SPLIT_MODEL"
 # The real model (tests/gpu/prepare_model.py, carried in the .debs
 # directory), served as a nested repo as the Hub would name it.
 REAL=tensord/all-MiniLM-L6-v2
@@ -486,6 +493,17 @@ tensord GPU check: device $DEVICE ($UUID) ${GPU_NAME:+- $GPU_NAME}
   evict while leased        $EV_STATE; memory valid in the worker: $AFTER_OK/$NTENS; one lease left: $MID; after the last: $FINAL
 TABLE
 took checks
+
+# ---- tensor parallelism: two ranks on the one device, a worker each -------------------
+say "tensor-parallel split of $SPLIT_MODEL: world 2 on $DEVICE, a worker per rank"
+echo
+"$PY" tests/gpu/split_check.py run --port "$PORT" --sock "$SOCK" --device "$DEVICE" \
+    --model "$SPLIT_MODEL" --model-dir "$WORK/models/$SPLIT_MODEL" > "$WORK/split.out" 2>&1 || true
+cat "$WORK/split.out"
+sed -n 's/^\(PASS\|FAIL\|SKIP\) /\1 tensor-parallel\//p' "$WORK/split.out" >> "$RESULTS"
+grep -q '^tensor-parallel checks:' "$WORK/split.out" ||
+    fail "tensor-parallel" "tests/gpu/split_check.py ended early: $(tail -n3 "$WORK/split.out" | tr '\n' ' ')"
+took "tensor parallel"
 
 # ---- the real model: Hub clients, workers with torch, isolation, cupy ---------------
 if [ -d "$WORK/models/$REAL" ]; then

@@ -144,6 +144,30 @@ def test_no_benchmark_skips_every_target():
     assert set(t.values()) == {"SKIP (the preload benchmark did not run (--no-bench))"}
 
 
+def test_dry_run_judge_wants_the_tensor_parallel_check_whole():
+    """make test's judge of run.sh --device host: exit 4 allows a SKIP, but
+    not of the tensor-parallel check (torch is a test dependency), nor a
+    check that never reached its end."""
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    import run_all
+    b = copy.deepcopy(GOOD)
+    del b["median"]["h2d"]
+    b["missing"]["h2d"] = "needs a GPU: the host backend has no link"
+    tp = [("PASS", f"tensor-parallel/{c}", "ok") for c in ("preload", "workers", "outputs", "evict")]
+
+    def dry_run(checks, end="tensor-parallel checks: 0 failed\n"):
+        st, lines = judge(checks, b)
+        return end + "\n".join(lines) + f"\nrun.sh exit {st}\n"
+
+    assert run_all.judge_gpu_dry_run(dry_run(CHECKS + tp)) is None
+    assert "did not run to its end" in run_all.judge_gpu_dry_run(dry_run(CHECKS + tp, end=""))
+    skipped = tp[:2] + [("SKIP", "tensor-parallel/outputs", "torch not installed")] + tp[3:]
+    why = run_all.judge_gpu_dry_run(dry_run(CHECKS + skipped))
+    assert why == "the tensor-parallel check skipped: tensor-parallel/outputs: torch not installed"
+    failed = tp[:2] + [("FAIL", "tensor-parallel/outputs", "differs by up to 5.6")] + tp[3:]
+    assert "exited 1" in run_all.judge_gpu_dry_run(dry_run(CHECKS + failed, end=""))
+
+
 def test_cli_reads_results_and_a_missing_benchmark_fails(tmp_path):
     res = tmp_path / "results"
     res.write_text("PASS preload: ready\nsome tool's own output\nFAIL drain: still draining\n"
