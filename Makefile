@@ -123,7 +123,7 @@ CONFIG_INPUTS_NOW = CC=$(CC) CPPFLAGS=$(USER_CPPFLAGS) CUDA=$(CUDA) CUDA_PATH=$(
   TEST_PKG_MIN=$(TEST_PKG_MIN) $(if $(GIVEN_FLAGS),PKG_CFLAGS=$(PKG_CFLAGS) PKG_LIBS=$(PKG_LIBS))
 CONFIG_FREE := clean uninstall config deps deps-apt deps-run deps-test deps-test-apt deps-bench \
   deps-bench-apt run test bench bench-compression bench-remote bench-hub bench-s3 bench-mirror \
-  bench-swarm bench-gpu bench-hash check-olah tsan tsan-test test-cuda-double test-debs-root dist \
+  bench-swarm bench-gpu bench-multi-gpu bench-hash check-olah tsan tsan-test test-cuda-double test-debs-root dist \
   print-%
 ifeq ($(filter-out $(CONFIG_FREE),$(or $(MAKECMDGOALS),all)),)
 -include $(wildcard $(CONFIG))
@@ -284,7 +284,7 @@ test-cuda-double: deps-test
 test-debs-root:
 	@tests/gpu/min_root.sh
 
-.PHONY: FORCE all config deps deps-apt deps-run deps-test deps-test-apt deps-bench deps-bench-apt run run-built uninstall test test-cuda-double test-debs-root cuda-double unit fuzz fuzz-smoke install clean integration circles print-% bench bench-compression bench-gpu bench-header bench-hub bench-leases bench-remote bench-s3 bench-mirror bench-swarm bench-sha256 bench-hash check-olah soak tsan tsan-test dist
+.PHONY: FORCE all config deps deps-apt deps-run deps-test deps-test-apt deps-bench deps-bench-apt run run-built uninstall test test-cuda-double test-debs-root cuda-double unit fuzz fuzz-smoke install clean integration circles print-% bench bench-compression bench-gpu bench-multi-gpu bench-header bench-hub bench-leases bench-remote bench-s3 bench-mirror bench-swarm bench-sha256 bench-hash check-olah soak tsan tsan-test dist
 all: $(BUILD)/tensord $(BUILD)/libtensord-client.so $(BUILD)/tensord-client
 
 # The flags a build directory was compiled with: objects depend on this
@@ -595,6 +595,14 @@ bench-gpu: deps-bench
 	else $(PYTHON) bench/preload.py --device host && \
 	  $(MAKE) --no-print-directory CUDA=yes $(BUILD)/cuda-double/libcuda.so.1 && \
 	  $(PYTHON) bench/preload.py --double; fi
+
+# Preloads to several devices at once (bench/multi_gpu.py): on the CUDA
+# driver test double with two devices unless BENCH_MULTI_GPU_ARGS says
+# otherwise (--gpu --devices N on a GPU host).
+bench-multi-gpu: deps-bench
+	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory CUDA=yes $(BUILD)/cuda-double/libcuda.so.1
+	@$(PYTHON) bench/multi_gpu.py $(BENCH_MULTI_GPU_ARGS)
 
 # olah (a Hugging Face mirror from the package index, in a virtual
 # environment of its own under build/) in front of tensord: snapshot_download
