@@ -1,9 +1,9 @@
 /* gpu_instance: one instance of the GPU manager (gpu/gpu_manager_int.h):
- * built from a registry model, its references, linking it into the table
- * and the load queue, retiring it, its views, and freeing it; and the
- * table's lookups (the current instance of a model, the bytes promised and
- * held on a device, the refused start-up preloads). Of the rest of the
- * manager it calls only the staging rings (gpu_stage.c). */
+ * built from a registry model (its shards' selections, gpu/gpu_part.h),
+ * its references, retiring it, its views, and freeing it; and the table's
+ * lookups (the current instance of a model, the bytes promised and held on
+ * a device, the refused start-up preloads). It calls nothing else of the
+ * manager. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -66,59 +66,6 @@ void gm_dispose(struct gpu_manager *gm, struct gm_instance *dead)
     gm->freeing--;
     pthread_cond_broadcast(&gm->cond);
     pthread_mutex_unlock(&gm->lock);
-}
-
-/* be's device dev's loader, made (its thread started) when there is none.
- * NULL with err when there is no room or the thread cannot start. */
-static struct gm_loader *do_loader(struct gpu_manager *gm, struct gpu_backend *be, int dev,
-                                   struct st_error *err)
-{
-    for (size_t i = 0; i < gm->n_loaders; i++)
-        if (gm->loaders[i].be == be && gm->loaders[i].dev == dev)
-            return &gm->loaders[i];
-    if (gm->n_loaders == GM_MAX_LOADERS) {
-        st_error_fail(err, ST_ERR_LIMIT, "loaders for more than %d devices", GM_MAX_LOADERS);
-        return NULL;
-    }
-    struct gm_loader *l = &gm->loaders[gm->n_loaders];
-    *l = (struct gm_loader){.gm = gm, .be = be, .dev = dev};
-    int rc = pthread_create(&l->thread, NULL, gm->loader_main, l); /* it waits for the lock */
-    if (rc != 0) {
-        st_error_errno(err, rc, "cannot start the loader thread of %s:%d", be->name, dev);
-        return NULL;
-    }
-    gm->n_loaders++;
-    return l;
-}
-
-int do_gm_enqueue(struct gpu_manager *gm, struct gm_instance *m, int current,
-                  struct st_error *err)
-{
-    if (!do_loader(gm, m->be, m->dev, err))
-        return -EAGAIN;
-    m->refs = 2;
-    m->current = current;
-    m->next = gm->models;
-    gm->models = m;
-    do_gm_requeue(gm, m);
-    struct gm_ring_shape shape;
-    gm_ring_shape(&gm->opt, m->be, &shape);
-    int dev = m->be->kind == DEVICE_CUDA ? m->be->devices[m->dev].index : 0;
-    do_gm_stage_prepare(gm, m->be, dev, &shape);
-    return 0;
-}
-
-void do_gm_requeue(struct gpu_manager *gm, struct gm_instance *m)
-{
-    struct st_error unused;
-    struct gm_loader *l = do_loader(gm, m->be, m->dev, &unused); /* there since m was queued */
-    m->qnext = NULL;
-    if (l->qtail)
-        l->qtail->qnext = m;
-    else
-        l->qhead = m;
-    l->qtail = m;
-    pthread_cond_broadcast(&gm->cond);
 }
 
 uint64_t do_gm_promised(struct gpu_manager *gm, const struct gpu_backend *be, int dev,

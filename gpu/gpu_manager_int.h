@@ -4,16 +4,20 @@
  *
  *   gpu/gpu_stage.c    the devices' staging rings: pinned ahead of the
  *                           first preload, kept between preloads
- *   gpu/gpu_instance.c one instance: building, refcounts, linking into
- *                           the table and the load queue, retiring, views,
- *                           freeing; the table's lookups
+ *   gpu/gpu_instance.c one instance: building, refcounts, retiring,
+ *                           views, freeing; the table's lookups
+ *   gpu/gpu_queue.c    the load queues, one per device, and starting their
+ *                           loaders' threads
  *   gpu/gpu_sums.c     the checksum thread: each ready instance's
  *                           allocation checksums, summed off the preload's
  *                           critical path
  *   gpu/gpu_reload.c   reloads: a new generation made beside the current
  *                           one, which serves until the new one is ready
- *   gpu/gpu_preload.c  preload requests, admission, and the loader thread
- *   gpu/gpu_manager.c  the public API: views, leases, evict, start, free
+ *   gpu/gpu_preload.c  preload requests, admission, and what a loader's
+ *                           thread does: fill an instance, publish it
+ *   gpu/gpu_manager.c  the public API: views, evict, start, free, metrics
+ *   gpu/gpu_lease.c    leases: which instance an open names, granting and
+ *                           ending them
  *
  * gm_ is the private prefix. Locking follows memcached: a function named
  * do_* must be called with gm->lock held; it never takes the lock and never
@@ -257,6 +261,8 @@ void gm_dispose(struct gpu_manager *gm, struct gm_instance *dead);
 /* Drops one reference. Returns m, unlinked, when it must be disposed of
  * after the lock is released, else NULL. */
 struct gm_instance *do_gm_instance_unref(struct gpu_manager *gm, struct gm_instance *m);
+/* ---- the load queues (gpu/gpu_queue.c) ---- */
+
 /* Links m (new) into the table, as its model's current instance or not (a
  * reload's new generation), and queues it for its device's loader (made on
  * the device's first preload): refs become 2, the table's and the
@@ -267,6 +273,8 @@ int do_gm_enqueue(struct gpu_manager *gm, struct gm_instance *m, int current,
 /* Queues m (linked, parked, the loader's reference kept) again on its
  * device's loader, which exists. */
 void do_gm_requeue(struct gpu_manager *gm, struct gm_instance *m);
+
+/* ---- instances (gpu/gpu_instance.c), continued ---- */
 /* Takes m out of the table's service (evict, replace): no longer current,
  * cancelled if loading, draining unless it failed, a parked load's and a
  * queued checksum's references dropped; drops the table's reference.
@@ -341,7 +349,7 @@ void do_gm_reload_lease_ended(struct gpu_manager *gm, struct gm_instance *m);
 void do_gm_reload_abandon(struct gpu_manager *gm, struct gm_instance *m,
                           struct gm_instance **dead);
 
-/* ---- the load queues and the loaders' threads (gpu/gpu_preload.c) ----
+/* ---- preload requests and the loaders' work (gpu/gpu_preload.c) ----
  *
  * A preload request (gpu_manager.h) is admitted when the device has room
  * for it (beside what other queued preloads were promised), then makes a
@@ -363,8 +371,8 @@ void do_gm_reload_abandon(struct gpu_manager *gm, struct gm_instance *m,
  * counted in gm->startup_pending until they end, whichever way. */
 
 /* A loader's thread (its argument: the struct gm_loader). gpu_manager_new
- * sets gm->loader_main to it, and the instance code that makes a loader
- * starts it through that pointer, never calling up by name. */
+ * sets gm->loader_main to it, and the queue code that makes a loader
+ * (gpu_queue.c) starts it through that pointer, never calling up by name. */
 void *gm_loader_main(void *arg);
 
 /* Tells the loaders to stop, cancels every instance's load (those running
