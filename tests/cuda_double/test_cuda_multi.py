@@ -389,3 +389,10 @@ def test_staging_memory_limit(workdir):
     s = d.preload("two", "cuda:0")
     assert s["state"] == "failed" and "staging_memory_limit" in s["reason"], s
     d.finish()
+
+
+def test_config_names_a_model_once_per_device(workdir):
+    d, root = start(workdir, args=["--preload", "two@cuda:0,two@cuda:1"])
+    s = all_ready(d, "two", 2)  # /readyz waited for both (the daemon started)
+    assert sorted(i["device"] for i in s["instances"]) == ["cuda:0", "cuda:1"], s
+    d.finish()
