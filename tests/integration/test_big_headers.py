@@ -195,9 +195,17 @@ def test_rescan_of_a_big_index_is_bounded():
             shutil.rmtree(base, ignore_errors=True)
 
 
+# One malloc arena: glibc reserves 64 MiB of address space for each thread's
+# arena when the thread first allocates, so a daemon's VmSize otherwise
+# depends on which of its threads happened to allocate by then (the idle
+# measure and the limited run differed by hundreds of MB from one run to
+# the next), and the room the limit leaves with it.
+ONE_ARENA = ["env", "MALLOC_ARENA_MAX=1"]
+
+
 def idle_vm_size(models, base):
     """VmSize of a daemon serving `models` once it is ready (no limit)."""
-    d = tdutil.Daemon(models, base)
+    d = tdutil.Daemon(models, base, prefix=ONE_ARENA)
     d.start()
     try:
         with open(f"/proc/{d.pid}/status") as f:
@@ -226,7 +234,7 @@ def test_address_space_limit_never_aborts(room_mib):
                                      shape=(1,) * 64, fmt="t%07d")
     assert 97_000_000 < n < 100_000_000
     limit = baseline + room_mib * MIB
-    d = tdutil.Daemon(models, base, prefix=["prlimit", f"--as={limit}", "--"])
+    d = tdutil.Daemon(models, base, prefix=ONE_ARENA + ["prlimit", f"--as={limit}", "--"])
     try:
         d.start()
         for round_ in range(2):
