@@ -533,10 +533,16 @@ test: deps-test
 
 # No include or call circle among the modules of any layer, or across them
 # (the dispatcher, the handlers and the HTTP front depend one way, and so do
-# the hasher's parts): tests/ops/circles.py reads the includes and the
-# objects' symbols. make test runs it.
+# the hasher's parts), and no include or call from one layer to a layer it
+# may not use (USES_*; a call declared by hand passes the include paths):
+# tests/ops/circles.py reads the includes and the objects' symbols. make
+# test runs it.
+LAYER_USES = $(foreach l,$(LAYERS) client/cli,$(call sq,$(l)=$(USES_$(l))))
 circles: all
-	@$(SYS_PYTHON) tests/ops/circles.py --build $(BUILD) $(LAYERS)
+	@$(SYS_PYTHON) tests/ops/circles.py --build $(BUILD) $(addprefix --uses ,$(LAYER_USES)) $(LAYERS)
+# Each layer's include directories, a line "LAYER=DIR ..." each (tests/ops/).
+print-uses:
+	@printf '%s\n' $(LAYER_USES)
 
 integration: all
 	@$(PYTHON) -m pytest -q tests/integration
