@@ -38,7 +38,7 @@ def test_test_libraries_are_checked_apart(tmp_path):
 
 
 def test_jansson_is_not_in_the_daemon():
-    """Every document the daemon sends is written with core/jsonw (issue 27):
+    """Every document the daemon sends is written with core/base/jsonw (issue 27):
     no source of core/, server/ or client/ includes jansson, and neither the
     daemon nor the client library links it."""
     sources = [p for d in ("core", "server", "client")
