@@ -193,6 +193,11 @@ endif
 # bodies of answers; the registry; hashing and the request parsers beside
 # each other on top. Each sees every core folder below it.
 CORE_LAYERS := core/base core/runtime core/format core/body core/registry core/hash core/req
+# A source left at core/'s top (a merge from before the folders) would be
+# compiled by nothing: say so.
+ifneq ($(wildcard core/*.c core/*.h),)
+$(error $(wildcard core/*.c core/*.h): core/'s sources belong in one of its folders, $(CORE_LAYERS))
+endif
 LAYERS := $(CORE_LAYERS) gpu mirror server/lease server/handlers server/http server/cli client
 USES_core/base       := core/base
 USES_core/runtime    := core/base core/runtime

@@ -98,6 +98,28 @@ def test_the_makefile_names_these_layers():
     assert p.stdout.splitlines()[-1].split() == LAYERS  # after a "CONFIG" line, if any
 
 
+def test_every_source_is_in_a_layer():
+    """A source outside the layers' folders (one left at core/'s top, or
+    in a folder no layer names) is compiled by no rule, or by one with the
+    wrong include directories."""
+    stray = [os.path.relpath(os.path.join(d, n), ROOT)
+             for top in ("core", "gpu", "mirror", "server", "client")
+             for d, _, names in os.walk(os.path.join(ROOT, top)) for n in names
+             if n.endswith((".c", ".h")) and os.path.relpath(d, ROOT) not in LAYERS]
+    assert not stray, stray
+
+
+def test_a_source_at_the_top_of_core_stops_the_build(tmp_path):
+    tree = tmp_path / "t"
+    os.makedirs(tree / "core")
+    os.symlink(os.path.join(ROOT, "Makefile"), tree / "Makefile")
+    (tree / "core" / "stray.c").write_text("int stray;\n")
+    p = subprocess.run(["make", "-s", "--no-print-directory", "print-LAYERS"], cwd=tree,
+                       capture_output=True, text=True)
+    assert p.returncode != 0 and "core/stray.c: core/'s sources belong in one of its folders" \
+        in p.stderr, p.stderr
+
+
 def test_header_names_are_unique():
     """Headers are included by their bare names: two of one name would make
     the include path, not the source, choose."""
