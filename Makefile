@@ -188,12 +188,28 @@ endif
 # one that stops the build (mk/forbid/): the system's include directory
 # would find them otherwise. tests/ops/test_layers.py compiles the wrong
 # includes and sees them fail.
-LAYERS := core gpu mirror server/lease server/handlers server/http server/cli client
-USES_core            := core
-USES_gpu             := core gpu
-USES_mirror          := core mirror
-USES_server/lease    := core gpu server/lease
-USES_server/handlers := core gpu mirror server/lease server/handlers
+# core/ is layers of its own, by subject: the base; the runtime and the
+# safetensors format beside each other on it (neither sees the other); the
+# bodies of answers; the registry; hashing and the request parsers beside
+# each other on top. Each sees every core folder below it.
+CORE_LAYERS := core/base core/runtime core/format core/body core/registry core/hash core/req
+# A source left at core/'s top (a merge from before the folders) would be
+# compiled by nothing: say so.
+ifneq ($(wildcard core/*.c core/*.h),)
+$(error $(wildcard core/*.c core/*.h): core/'s sources belong in one of its folders, $(CORE_LAYERS))
+endif
+LAYERS := $(CORE_LAYERS) gpu mirror server/lease server/handlers server/http server/cli client
+USES_core/base       := core/base
+USES_core/runtime    := core/base core/runtime
+USES_core/format     := core/base core/format
+USES_core/body       := core/base core/runtime core/format core/body
+USES_core/registry   := $(USES_core/body) core/registry
+USES_core/hash       := $(USES_core/registry) core/hash
+USES_core/req        := $(USES_core/registry) core/req
+USES_gpu             := $(CORE_LAYERS) gpu
+USES_mirror          := $(CORE_LAYERS) mirror
+USES_server/lease    := $(CORE_LAYERS) gpu server/lease
+USES_server/handlers := $(CORE_LAYERS) gpu mirror server/lease server/handlers
 USES_server/http     := $(USES_server/handlers) server/http
 USES_server/cli      := $(USES_server/http) server/cli
 # The client library: its own headers and those of the core files it
@@ -201,8 +217,11 @@ USES_server/cli      := $(USES_server/http) server/cli
 # of links. tensord-client (client/cli.c) reads the daemon's configuration
 # file with core's reader.
 USES_client          := client $(BUILD)/include/client
-USES_client/cli      := client core
-LIBS_core            := libcrypto yaml-0.1 zlib
+USES_client/cli      := client core/base core/runtime
+LIBS_core/base       := libcrypto
+LIBS_core/body       := zlib
+LIBS_core/hash       := libcrypto
+LIBS_core/req        := libcrypto yaml-0.1
 LIBS_gpu             := liburing
 LIBS_mirror          := libcurl libcrypto
 LIBS_server/handlers := libcrypto
@@ -219,7 +238,7 @@ TEST_INC = $(addprefix -I,$(sort $(filter-out $(BUILD)/%,$(foreach l,$(LAYERS),$
 
 # Sources: files ending in _cuda.c only when CUDA is on.
 cuda_too = $(filter-out %_cuda.c,$(1)) $(if $(filter 1,$(WITH_CUDA)),$(filter %_cuda.c,$(1)))
-CORE_SRC   := $(wildcard core/*.c)
+CORE_SRC   := $(wildcard $(addsuffix /*.c,$(CORE_LAYERS)))
 GPU_SRC    := $(call cuda_too,$(wildcard gpu/*.c))
 MIRROR_SRC := $(wildcard mirror/*.c)
 SERVER_SRC := $(wildcard $(addsuffix /*.c,$(filter server/%,$(LAYERS))))
@@ -344,9 +363,9 @@ $(BUILD)/tensord: $(SERVER_OBJ) $(LOWER_OBJ) $(BUILD)/libtensord-core.a
 # abort on OOM, never reach it: a worker must get errors from it, never an
 # abort. Only tensord_* is exported. Its sources see only those files'
 # headers, and the wire protocol's (gpu/ipc_proto.h, gpu/cuda_api.h).
-CLIENT_CORE_SRC := core/dtype.c core/json_scan.c core/path_trust.c core/st_error.c core/strmap.c \
-                   core/util.c
-CLIENT_HEADERS  := $(CLIENT_CORE_SRC:.c=.h) core/split_bounds.h gpu/ipc_proto.h gpu/cuda_api.h
+CLIENT_CORE_SRC := core/format/dtype.c core/base/json_scan.c core/base/path_trust.c \
+                   core/base/st_error.c core/base/strmap.c core/base/util.c
+CLIENT_HEADERS  := $(CLIENT_CORE_SRC:.c=.h) core/format/split_bounds.h gpu/ipc_proto.h gpu/cuda_api.h
 CLIENT_PIC_OBJ := $(CLIENT_SRC:%.c=$(BUILD)/pic/%.o) $(CLIENT_CORE_SRC:%.c=$(BUILD)/pic/%.o)
 $(BUILD)/include/client/.made: Makefile
 	@rm -rf $(dir $@) && mkdir -p $(dir $@)
@@ -519,10 +538,16 @@ test: deps-test
 
 # No include or call circle among the modules of any layer, or across them
 # (the dispatcher, the handlers and the HTTP front depend one way, and so do
-# the hasher's parts): tests/ops/circles.py reads the includes and the
-# objects' symbols. make test runs it.
+# the hasher's parts), and no include or call from one layer to a layer it
+# may not use (USES_*; a call declared by hand passes the include paths):
+# tests/ops/circles.py reads the includes and the objects' symbols. make
+# test runs it.
+LAYER_USES = $(foreach l,$(LAYERS) client/cli,$(call sq,$(l)=$(USES_$(l))))
 circles: all
-	@$(SYS_PYTHON) tests/ops/circles.py --build $(BUILD) $(LAYERS)
+	@$(SYS_PYTHON) tests/ops/circles.py --build $(BUILD) $(addprefix --uses ,$(LAYER_USES)) $(LAYERS)
+# Each layer's include directories, a line "LAYER=DIR ..." each (tests/ops/).
+print-uses:
+	@printf '%s\n' $(LAYER_USES)
 
 integration: all
 	@$(PYTHON) -m pytest -q tests/integration
@@ -575,7 +600,7 @@ bench-swarm: deps-bench
 
 # Validation time of a 500,000-tensor header (README quotes it).
 bench-header: $(BUILD)/libtensord-core.a
-	$(CC) $(CPPFLAGS) $(call layer_flags,core) $(ALL_CFLAGS) -o $(BUILD)/bench_st_header \
+	$(CC) $(CPPFLAGS) $(call layer_flags,core/format) $(ALL_CFLAGS) -o $(BUILD)/bench_st_header \
 	  bench/bench_st_header.c $(BUILD)/libtensord-core.a $(LDLIBS)
 	$(BUILD)/bench_st_header
 

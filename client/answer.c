@@ -437,7 +437,7 @@ static int check_tensor_size(const struct tensord_tensor *t, char *err, size_t e
 }
 
 /* A partition's tensor: its part must be what the split gives its rank
- * (core/split_bounds.h, the daemon's own rule), and its shape the part's. A
+ * (core/format/split_bounds.h, the daemon's own rule), and its shape the part's. A
  * whole model's tensors have no part. 0, or -1 with err. */
 static int check_part(const struct tensord_model *m, const struct tensord_tensor *t,
                       unsigned flags, char *err, size_t errlen)

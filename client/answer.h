@@ -1,7 +1,7 @@
 /* answer: reading the daemon's answers on the lease socket (docs/GPU.md,
  * "Framing"). They are untrusted input for the worker that links this
  * library, so they go through the daemon's own strict, bounded tokenizer
- * (core/json_scan) after a UTF-8 and NUL check: one JSON object, no
+ * (core/base/json_scan) after a UTF-8 and NUL check: one JSON object, no
  * duplicate keys, nesting at most ANSWER_MAX_DEPTH deep, integers within
  * int64. Nothing here aborts: running out of memory is an error return, and
  * no tree is built (an answer is read in place, twice for an open: once

@@ -213,7 +213,7 @@ static int check_peer(int fd, const char *path, const char *real, uid_t owner, c
 }
 
 /* A new connection to path, once its place is one no other user can
- * change (core/path_trust.h) and the daemon answering owns it. Returns the
+ * change (core/base/path_trust.h) and the daemon answering owns it. Returns the
  * fd, or -1 with err. */
 static int dial(const char *path, char *err, size_t errlen)
 {
@@ -309,7 +309,7 @@ int tdc_roundtrip(struct tensord_client *c, const char *req, int *fds, size_t ma
  * one (only that one: a missing socket someone named is an error, never a
  * reason to talk to another daemon), else the first that exists of
  * $XDG_RUNTIME_DIR/tensord.sock and TENSORD_DEFAULT_SOCKET, the places a
- * daemon without ipc_socket chooses (core/config.c). NULL, with every path
+ * daemon without ipc_socket chooses (core/runtime/config.c). NULL, with every path
  * tried in err, when none does. buf holds the XDG path. */
 static const char *find_socket(char *buf, size_t buflen, char *err, size_t errlen)
 {

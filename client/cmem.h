@@ -1,6 +1,6 @@
 /* cmem: the client library's allocations. A worker must never be killed
  * by the library: where the daemon aborts on a failed small allocation
- * (core/util.h), every client function turns one into an error return.
+ * (core/base/util.h), every client function turns one into an error return.
  * All client code allocates through here, which also lets the unit tests
  * fail the n-th allocation (cmem_fail_after). */
 #ifndef TENSORD_CMEM_H

@@ -15,7 +15,7 @@
  *
  * There is no JSON and no HTTP here: callers get plain views of the state
  * and render them (server/lease/gpu_doc.c), and failures are 0 / -errno with a
- * struct st_error (core/st_error.h) whose code the caller maps.
+ * struct st_error (core/base/st_error.h) whose code the caller maps.
  *
  * Locking: every function declared here is thread-safe and takes the
  * manager's one mutex itself. Inside the manager a function named do_gm_*

@@ -1,6 +1,6 @@
 /* gpu_part: what of a shard an instance holds. A whole instance holds every
  * byte of each shard's data buffer; a tensor-parallel partition (rank R of
- * a `split` as POST .../fetch takes it, core/fetch_req.h) holds, of each
+ * a `split` as POST .../fetch takes it, core/req/fetch_req.h) holds, of each
  * tensor, its part: the whole tensor where no rule matches, else the rows
  * of its cut dimension that numpy.array_split gives rank R. A shard's
  * selection lists those bytes as extents in file order, each a regular grid

@@ -389,7 +389,8 @@ def py_expect(v):
 def build(out_dir, use_reference, sanitize):
     driver = os.path.join(ROOT, "tests", "diff", "st_header_driver.c")
     lib = os.path.join(ROOT, "build", "libtensord-core.a")
-    flags = ["-O1", "-g", "-D_GNU_SOURCE", "-I" + os.path.join(ROOT, "core")]
+    flags = ["-O1", "-g", "-D_GNU_SOURCE"] + ["-I" + os.path.join(ROOT, "core", d)
+                                              for d in ("base", "format")]
     if sanitize:
         # The library built with the same sanitizers, by the Makefile.
         san = "address,undefined"
@@ -416,8 +417,9 @@ def build(out_dir, use_reference, sanitize):
     # The reference is compiled against its own st_header.h and st_error.h (the
     # API has changed since: st_header_read_fd's keep_max, the raw field at the
     # struct's end, which the driver never reads; errors returned as -errno), found
-    # before core/ on the include path. Its error setter, st_error_set, is gone
-    # from core: the reference's st_error.c comes along, and its st_status_name
+    # before core/'s folders on the include path (taken from core/, where they
+    # were at that commit). Its error setter, st_error_set, is gone from
+    # core: the reference's st_error.c comes along, and its st_status_name
     # (renamed, so as not to meet the library's) names the reference's codes for
     # the driver: the enum has grown codes between them since.
     ref_inc = os.path.join(out_dir, "ref_include")

@@ -1,4 +1,4 @@
-/* Fuzzes the model card reader (core/card_yaml.c): a README's front matter
+/* Fuzzes the model card reader (core/req/card_yaml.c): a README's front matter
  * found and read with libyaml into JSON. The first byte picks what the rest
  * is: a whole README (odd) or the YAML alone (even). Checks:
  *  - the YAML found lies inside the text, after "---" and a line break;

@@ -1,5 +1,5 @@
-/* Fuzzes the fetch request parser (core/fetch_req.c) and the globs it
- * compiles (core/globpat.c). Checks: a request accepted here is JSON that
+/* Fuzzes the fetch request parser (core/req/fetch_req.c) and the globs it
+ * compiles (core/base/globpat.c). Checks: a request accepted here is JSON that
  * jansson accepts too (JSON_REJECT_DUPLICATES); every accepted string is
  * NUL-terminated at its length and lies in the arena; world >= 1 and
  * rank < world; every rule has a compiled glob, which matches a name equal

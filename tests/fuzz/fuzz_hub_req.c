@@ -1,4 +1,4 @@
-/* Fuzzes the paths-info body parser (core/hub_req.c) in both spellings.
+/* Fuzzes the paths-info body parser (core/req/hub_req.c) in both spellings.
  * The first byte picks JSON (odd) or a form (even). Checks: every path
  * accepted is NUL-terminated UTF-8 of at most HUB_PATH_MAX bytes, with no
  * NUL inside; at most HUB_PATHS_MAX of them; a JSON body accepted here is

@@ -1,7 +1,7 @@
-/* Fuzzes what the S3 API reads from a request (core/s3_req): the query,
+/* Fuzzes what the S3 API reads from a request (core/req/s3_req): the query,
  * ListObjectsV2's parameters and continuation token, a SigV4 Authorization
  * header or presigned query, and the canonical request built from them;
- * and the XML writer (core/xmlw) over the same bytes. The input is lines:
+ * and the XML writer (core/base/xmlw) over the same bytes. The input is lines:
  * query, Authorization, X-Amz-Date, path, then header values for the
  * canonical request. No crash, no leak; a listing's "after" key is never
  * other than the half of the token it was decoded from; the XML never holds a raw '<' of

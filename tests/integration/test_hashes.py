@@ -7,7 +7,7 @@ tampered record; a corrupt or unusable state directory costs a re-hash, never
 the service.
 
 The state file is read here by an independent parser written from the format
-in core/hashfile.h, checksum included."""
+in core/hash/hashfile.h, checksum included."""
 import hashlib
 import json
 import os

@@ -3,7 +3,7 @@
 two independent sources: the local #include lines of the sources, and the
 symbols of the compiled objects (nm: who defines a symbol, who uses it).
 
-    tests/ops/circles.py [--build build] [--allow A,B,...] FOLDER...
+    tests/ops/circles.py [--build build] [--allow A,B,...] [--uses 'F=D D ...']... FOLDER...
 
 A module is a source's name without its extension (`respond.c` and
 `respond.h` are one module; a header alone, such as `handlers.h`, is one
@@ -17,7 +17,15 @@ generated sources); a symbol edge goes from the object that uses a symbol to
 the object that defines it. A circle is a strongly connected set of two or
 more modules; each is printed with the edges that close it. Exits 1 when
 there is one, unless --allow names every module of each circle (for a
-folder whose circle another change removes)."""
+folder whose circle another change removes).
+
+With --uses (the Makefile's USES_ of each layer, as `make circles` passes
+them: a folder, or a module such as client/cli, with the directories it is
+compiled with), every edge between two folders must also point to one of
+those directories, or to a header that a folder of links among them leads
+to (the client's build/include/client): the include paths stop an include
+that climbs, and this stops a call that climbs without one (a function
+declared by hand)."""
 import argparse
 import os
 import re
@@ -143,6 +151,30 @@ def report(kind, found, edges):
                 print(f"    {a} -> {b}: {why}")
 
 
+def allowed_modules(root, dirs):
+    """The modules a source compiled with these include directories may
+    use: those of the directories' own files, and those their links lead to."""
+    out = set()
+    for d in dirs:
+        full = os.path.join(root, d)
+        if not os.path.isdir(full):
+            continue
+        for name in os.listdir(full):
+            if name.endswith((".c", ".h")):
+                out.add(module_of(os.path.realpath(os.path.join(full, name)), root))
+    return out
+
+
+def climbing(edges, uses, allowed):
+    """{(from, to): why} of the edges whose target the source may not use."""
+    out = {}
+    for (a, b), why in edges.items():
+        key = a if a in uses else os.path.dirname(a)
+        if key in uses and os.path.dirname(b) != os.path.dirname(a) and b not in allowed[key]:
+            out[(a, b)] = why
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("folders", nargs="+")
@@ -150,22 +182,29 @@ def main():
     ap.add_argument("--root", default=os.path.dirname(os.path.dirname(os.path.dirname(
         os.path.abspath(__file__)))))
     ap.add_argument("--allow", default="", help="modules whose circles are known (comma-separated)")
+    ap.add_argument("--uses", action="append", default=[], metavar="FOLDER=DIR DIR...",
+                    help="the include directories a folder (or module) is compiled with")
     a = ap.parse_args()
+    uses = dict(u.split("=", 1) for u in a.uses)
+    allowed = {k: allowed_modules(a.root, v.split()) for k, v in uses.items()}
     mods = sources(a.root, a.folders)
     inc = include_edges(a.root, mods)
     sym, n_objs = symbol_edges(a.root, a.build, mods)
     if n_objs == 0:
         print(f"no objects of {', '.join(a.folders)} under {a.build}/obj: build first")
         return 1
-    allowed = set(filter(None, a.allow.split(",")))
-    bad = 0
+    known = set(filter(None, a.allow.split(",")))
+    bad = up = 0
     for kind, edges in (("include", inc), ("symbol", sym)):
         found = circles(set(mods), edges)
         report(kind, found, edges)
-        bad += sum(1 for c in found if not set(c) <= allowed)
+        bad += sum(1 for c in found if not set(c) <= known)
+        for (x, y), why in sorted(climbing(edges, uses, allowed).items()):
+            print(f"{kind} edge to a layer it may not use: {x} -> {y}: {why}")
+            up += 1
     print(f"{len(mods)} modules, {len(inc)} include edges, {len(sym)} symbol edges "
-          f"({n_objs} objects): {bad} circle(s)")
-    return 1 if bad else 0
+          f"({n_objs} objects): {bad} circle(s)" + (f", {up} edge(s) to a layer not used" if uses else ""))
+    return 1 if bad or up else 0
 
 
 if __name__ == "__main__":

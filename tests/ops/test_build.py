@@ -38,7 +38,7 @@ def test_test_libraries_are_checked_apart(tmp_path):
 
 
 def test_jansson_is_not_in_the_daemon():
-    """Every document the daemon sends is written with core/jsonw (issue 27):
+    """Every document the daemon sends is written with core/base/jsonw (issue 27):
     no source of core/, server/ or client/ includes jansson, and neither the
     daemon nor the client library links it."""
     sources = [p for d in ("core", "server", "client")
@@ -55,15 +55,15 @@ def test_jansson_is_not_in_the_daemon():
 
 
 def test_quiet_build_and_v1(tmp_path):
-    obj = f"{tmp_path}/obj/core/util.o"
+    obj = f"{tmp_path}/obj/core/base/util.o"
     p = make(f"BUILD={tmp_path}", obj)
     assert p.returncode == 0, p.stderr
     assert p.stdout.split("\n")[:2] == [f"  CONFIG {tmp_path}/config.mk", f"  CC     {obj}"], \
         p.stdout
-    (tmp_path / "obj/core/util.o").unlink()
+    (tmp_path / "obj/core/base/util.o").unlink()
     p = make(f"BUILD={tmp_path}", obj, "V=1")
     assert p.returncode == 0, p.stderr
-    assert "-c core/util.c -o " + obj in p.stdout and "-Wall" in p.stdout, p.stdout
+    assert "-c core/base/util.c -o " + obj in p.stdout and "-Wall" in p.stdout, p.stdout
 
 
 def config(path):
@@ -79,7 +79,7 @@ def config(path):
 def test_config_is_made_once_and_again_when_an_input_changes(tmp_path):
     """The first build makes config.mk; later ones read it (pkg-config is not
     asked again); CUDA=no, a changed input, makes it again."""
-    obj = f"{tmp_path}/obj/core/util.o"
+    obj = f"{tmp_path}/obj/core/base/util.o"
     assert make(f"BUILD={tmp_path}", obj).returncode == 0
     made = config(tmp_path / "config.mk")
     assert "-lmicrohttpd" in made["LIB_LIBS_libmicrohttpd"] and made["CONFIG_CC"], made

@@ -1,6 +1,7 @@
 """The build enforces the layers (Makefile, "Layers"; docs/ARCHITECTURE.md):
 each layer is compiled with the include directories of the layers it may
-use, so a source that includes a header from above its layer, or
+use, so a source that includes a header from above its layer or from the
+layer beside it (core/runtime and core/format, core/hash and core/req), or
 libmicrohttpd outside the HTTP front, or libcurl outside the mirror, does
 not compile.
 
@@ -16,18 +17,46 @@ import pytest
 
 from conftest import ROOT
 
-LAYERS = ["core", "gpu", "mirror", "server/lease", "server/handlers", "server/http",
+LAYERS = ["core/base", "core/runtime", "core/format", "core/body", "core/registry", "core/hash",
+          "core/req", "gpu", "mirror", "server/lease", "server/handlers", "server/http",
           "server/cli", "client"]
 
 # (folder, include line, compiles?, what the error must say)
 CASES = [
-    ("core", '"util.h"', True, None),
-    ("core", '"gpu.h"', False, "gpu.h: No such file"),
-    ("core", '"upstream.h"', False, "upstream.h: No such file"),
-    ("core", '"respond.h"', False, "respond.h: No such file"),
-    ("core", '"h_answer.h"', False, "h_answer.h: No such file"),
-    ("core", "<microhttpd.h>", False, "belongs to the HTTP front"),
-    ("core", "<curl/curl.h>", False, "belongs to the mirror"),
+    ("core/base", '"util.h"', True, None),
+    ("core/base", '"config.h"', False, "config.h: No such file"),
+    ("core/base", '"st_header.h"', False, "st_header.h: No such file"),
+    ("core/base", '"gpu.h"', False, "gpu.h: No such file"),
+    ("core/base", '"upstream.h"', False, "upstream.h: No such file"),
+    ("core/base", '"respond.h"', False, "respond.h: No such file"),
+    ("core/base", '"h_answer.h"', False, "h_answer.h: No such file"),
+    ("core/base", "<microhttpd.h>", False, "belongs to the HTTP front"),
+    ("core/base", "<curl/curl.h>", False, "belongs to the mirror"),
+    ("core/runtime", '"config.h"', True, None),
+    ("core/runtime", '"jsonw.h"', True, None),
+    ("core/runtime", '"dtype.h"', False, "dtype.h: No such file"),
+    ("core/runtime", '"registry.h"', False, "registry.h: No such file"),
+    ("core/format", '"st_header.h"', True, None),
+    ("core/format", '"json_scan.h"', True, None),
+    ("core/format", '"metrics.h"', False, "metrics.h: No such file"),
+    ("core/format", '"body.h"', False, "body.h: No such file"),
+    ("core/body", '"body.h"', True, None),
+    ("core/body", '"slice.h"', True, None),
+    ("core/body", '"log.h"', True, None),
+    ("core/body", '"registry.h"', False, "registry.h: No such file"),
+    ("core/registry", '"registry.h"', True, None),
+    ("core/registry", '"shared_doc.h"', True, None),
+    ("core/registry", '"hasher.h"', False, "hasher.h: No such file"),
+    ("core/registry", '"fetch_req.h"', False, "fetch_req.h: No such file"),
+    ("core/hash", '"hasher.h"', True, None),
+    ("core/hash", '"metrics.h"', True, None),
+    ("core/hash", '"fetch_plan.h"', False, "fetch_plan.h: No such file"),
+    ("core/hash", '"gpu.h"', False, "gpu.h: No such file"),
+    ("core/hash", "<curl/curl.h>", False, "belongs to the mirror"),
+    ("core/req", '"fetch_plan.h"', True, None),
+    ("core/req", '"hasher.h"', False, "hasher.h: No such file"),
+    ("core/req", '"mirror.h"', False, "mirror.h: No such file"),
+    ("core/req", "<microhttpd.h>", False, "belongs to the HTTP front"),
     ("gpu", '"gpu_manager.h"', True, None),
     ("gpu", '"mirror.h"', False, "mirror.h: No such file"),
     ("gpu", '"gpu_doc.h"', False, "gpu_doc.h: No such file"),
@@ -47,6 +76,7 @@ CASES = [
     ("server/cli", "<microhttpd.h>", False, "belongs to the HTTP front"),
     ("client", '"json_scan.h"', True, None),
     ("client", '"ipc_proto.h"', True, None),
+    ("client", '"split_bounds.h"', True, None),
     ("client", '"registry.h"', False, "registry.h: No such file"),
     ("client", '"config.h"', False, "config.h: No such file"),
 ]
@@ -65,7 +95,29 @@ def headers():
 def test_the_makefile_names_these_layers():
     p = subprocess.run(["make", "-s", "--no-print-directory", "print-LAYERS"], cwd=ROOT,
                        capture_output=True, text=True, check=True)
-    assert p.stdout.split() == LAYERS
+    assert p.stdout.splitlines()[-1].split() == LAYERS  # after a "CONFIG" line, if any
+
+
+def test_every_source_is_in_a_layer():
+    """A source outside the layers' folders (one left at core/'s top, or
+    in a folder no layer names) is compiled by no rule, or by one with the
+    wrong include directories."""
+    stray = [os.path.relpath(os.path.join(d, n), ROOT)
+             for top in ("core", "gpu", "mirror", "server", "client")
+             for d, _, names in os.walk(os.path.join(ROOT, top)) for n in names
+             if n.endswith((".c", ".h")) and os.path.relpath(d, ROOT) not in LAYERS]
+    assert not stray, stray
+
+
+def test_a_source_at_the_top_of_core_stops_the_build(tmp_path):
+    tree = tmp_path / "t"
+    os.makedirs(tree / "core")
+    os.symlink(os.path.join(ROOT, "Makefile"), tree / "Makefile")
+    (tree / "core" / "stray.c").write_text("int stray;\n")
+    p = subprocess.run(["make", "-s", "--no-print-directory", "print-LAYERS"], cwd=tree,
+                       capture_output=True, text=True)
+    assert p.returncode != 0 and "core/stray.c: core/'s sources belong in one of its folders" \
+        in p.stderr, p.stderr
 
 
 def test_header_names_are_unique():

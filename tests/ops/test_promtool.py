@@ -2,7 +2,7 @@
 naming lints: units, _total suffixes, HELP on every family).
 
 tests/unit/test_metrics.c writes a populated rendering to the file named by
-TENSORD_METRICS_DUMP; it is built here straight from core/metrics*.c (and
+TENSORD_METRICS_DUMP; it is built here straight from core/runtime/metrics*.c (and
 server/http/http_metrics.c, which names the endpoints) so this check does not
 depend on the rest of the tree building."""
 import os
@@ -23,9 +23,10 @@ def exposition(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("promtool")
     exe, dump = tmp / "test_metrics", tmp / "metrics.prom"
     subprocess.run([cc, "-std=c11", "-pthread", "-D_GNU_SOURCE", '-DTENSORD_VERSION="0.1.0"',
-                    "-Icore", "-Iserver/http", "-Itests/unit", "-o", str(exe),
-                    "tests/unit/test_metrics.c", "core/metrics.c", "core/metrics_render.c",
-                    "core/strbuf.c", "core/util.c", "server/http/http_metrics.c", "-lm"],
+                    "-Icore/base", "-Icore/runtime", "-Iserver/http", "-Itests/unit", "-o",
+                    str(exe), "tests/unit/test_metrics.c", "core/runtime/metrics.c",
+                    "core/runtime/metrics_render.c", "core/base/strbuf.c", "core/base/util.c",
+                    "server/http/http_metrics.c", "-lm"],
                    cwd=ROOT, check=True)
     p = subprocess.run([str(exe)], env={**os.environ, "TENSORD_METRICS_DUMP": str(dump)},
                        capture_output=True, text=True)

@@ -1,4 +1,4 @@
-/* The index parser as it was while it built a jansson tree (core/st_index.c
+/* The index parser as it was while it built a jansson tree (core/format/st_index.c
  * at 49d70a4), kept as the oracle that the tree-less parser is compared
  * with: the fuzz target and test_st_index feed both the same bytes and
  * require the same status, message, entries, shards and metadata.

@@ -1,4 +1,4 @@
-/* Tests core/beneath.c: every way a path can lead outside a directory (absolute
+/* Tests core/base/beneath.c: every way a path can lead outside a directory (absolute
  * and relative symlinks, "..", chains, loops, links swapped in after a check)
  * is refused, and every way that stays inside is followed, by beneath_open
  * (openat2 first) and by the component walk alone, which must agree. */

@@ -1,4 +1,4 @@
-/* Tests for core/body.c: the two kinds of data in a file (one span, a slice
+/* Tests for core/body/body.c: the two kinds of data in a file (one span, a slice
  * plan) read at every offset and length against the bytes they stand for,
  * and which spans can go out with sendfile. */
 #include <errno.h>

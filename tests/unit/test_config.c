@@ -1,4 +1,4 @@
-/* Tests for core/config.c: defaults, INI syntax, every type's validation and
+/* Tests for core/runtime/config.c: defaults, INI syntax, every type's validation and
  * its error message, command-line overrides, print/load round trip, and that
  * the shipped config file and docs/CONFIG.md list every option. */
 #include <stdlib.h>

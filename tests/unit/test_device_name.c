@@ -1,4 +1,4 @@
-/* Tests for core/device_name.c: the names a preload may go to, against the
+/* Tests for core/runtime/device_name.c: the names a preload may go to, against the
  * forms nvidia-smi -L prints and the ones that must be refused. */
 #include "device_name.h"
 #include "test.h"

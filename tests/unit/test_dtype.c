@@ -1,4 +1,4 @@
-/* Tests for core/dtype.c: the table agrees with the safetensors crate and NumPy. */
+/* Tests for core/format/dtype.c: the table agrees with the safetensors crate and NumPy. */
 #include <string.h>
 
 #include "dtype.h"

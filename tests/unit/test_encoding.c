@@ -1,4 +1,4 @@
-/* Unit tests for core/encoding.c: the coding a request's Accept-Encoding
+/* Unit tests for core/body/encoding.c: the coding a request's Accept-Encoding
  * lets tensord send (RFC 9110 §12.5.3: q-values, "*", refusals, case,
  * malformed parameters), and gzip members that zlib's own inflate reads
  * back to the input, equal for equal inputs whatever the pieces. */

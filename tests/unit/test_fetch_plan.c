@@ -1,4 +1,4 @@
-/* Tests for core/fetch_plan.c (and the many-piece bodies of core/body.c it
+/* Tests for core/req/fetch_plan.c (and the many-piece bodies of core/body/body.c it
  * builds): a sharded model written to a temp directory, fetched whole, by
  * list, sliced and split; every answer's header is checked with the
  * project's own safetensors validator and its bytes, read back through

@@ -1,4 +1,4 @@
-/* Tests for core/fetch_req.c: the grammar, every error with its place, the
+/* Tests for core/req/fetch_req.c: the grammar, every error with its place, the
  * bounds, and the first-match rule lookup. */
 #include <errno.h>
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-/* Tests for core/globpat.c. The table's expectations come from Python 3.11's
+/* Tests for core/base/globpat.c. The table's expectations come from Python 3.11's
  * fnmatch.fnmatchcase (the reference the module follows), run on the same
  * pattern and name; tests/integration/test_fetch.py also compares the
  * daemon's split rules with fnmatchcase on random patterns. */

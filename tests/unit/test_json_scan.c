@@ -1,4 +1,4 @@
-/* Tests for core/json_scan.c: tokens and their values, string decoding,
+/* Tests for core/base/json_scan.c: tokens and their values, string decoding,
  * and jansson's error texts, lines, columns and order of errors. The libFuzzer
  * target fuzz_json_scan compares it with jansson itself. */
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-/* Tests for core/log.c: access-line format, escaping, token scrubbing,
+/* Tests for core/runtime/log.c: access-line format, escaping, token scrubbing,
  * truncation, levels, "off", whole lines from concurrent threads, and
  * reopen after rotation. */
 #include <fcntl.h>

@@ -1,4 +1,4 @@
-/* Tests for core/machine.c: CPU quotas and memory limits read from fake
+/* Tests for core/runtime/machine.c: CPU quotas and memory limits read from fake
  * /proc and cgroup trees (cgroup v2 alone, v1, both mounted as systemd's
  * hybrid layout does, a container whose mounts show its own cgroup as the
  * root, limits set on a parent, none at all), and sane answers from the

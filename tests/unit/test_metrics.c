@@ -1,4 +1,4 @@
-/* Tests for core/metrics.c: exact sums across threads, histogram buckets,
+/* Tests for core/runtime/metrics.c: exact sums across threads, histogram buckets,
  * gauges, per-second rates on a fake clock, and both renderings.
  *
  * With TENSORD_METRICS_DUMP=PATH the Prometheus text of a populated registry

@@ -1,4 +1,4 @@
-/* Tests for core/st_header.c's tensor entries and metadata: the fields an
+/* Tests for core/format/st_header.c's tensor entries and metadata: the fields an
  * entry may hold, dtypes, shapes, offsets and alignment, numbers, and the
  * wording of every message (framing, JSON and read_fd are in
  * test_st_header.c). */

@@ -1,4 +1,4 @@
-/* Tests for core/st_header.c: the reference safetensors crate's cases plus
+/* Tests for core/format/st_header.c: the reference safetensors crate's cases plus
  * every rule of API.md "Validation" and every status code st_header uses.
  * This file covers framing, JSON, ordering and st_header_read_fd; tensor
  * entries, metadata and messages are in test_st_entries.c. */
