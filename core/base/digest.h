@@ -69,7 +69,7 @@ void digest_pass_final(struct digest_pass *p, struct digest_result *out);
 void digest_pass_free(struct digest_pass *p);
 
 /* An incremental SHA-1 over bytes in memory (a repo's commit id and git
- * tree and blob ids, core/reg_repo). */
+ * tree and blob ids, core/registry/reg_repo). */
 struct digest_sha1;
 struct digest_sha1 *digest_sha1_new(void);
 void digest_sha1_update(struct digest_sha1 *d, const void *p, size_t n);

@@ -48,7 +48,7 @@ enum st_status {
     ST_ERR_INDEX_SHAPE,        /* top level not an object, weight_map missing/not string->string, metadata not an object */
     ST_ERR_INDEX_SHARD_PATH,   /* shard path absolute, with "..", "." or empty components, backslash or NUL */
     ST_ERR_INDEX_EMPTY,        /* weight_map has no entries */
-    /* the state file of content hashes (core/hashfile) */
+    /* the state file of content hashes (core/hash/hashfile) */
     ST_ERR_STATE_FORMAT,       /* a line is not what the format says */
     ST_ERR_STATE_VERSION,      /* another format version (a newer tensord's) */
     ST_ERR_STATE_TORN,         /* no end line, or its count or digest does not match */

@@ -61,7 +61,7 @@ struct shared_doc *shared_doc_new(char *text, size_t len, uint64_t key);
  * memory ran out. */
 struct shared_doc *shared_doc_join(const char *head, size_t head_len, struct shared_doc *middle,
                                    const char *tail, size_t tail_len, uint64_t key);
-/* Makes d's gzip form (core/encoding.h, ENCODING_LEVEL_KEPT) when d is at
+/* Makes d's gzip form (core/body/encoding.h, ENCODING_LEVEL_KEPT) when d is at
  * least ENCODING_MIN_BYTES long, so that every answer that sends it
  * compressed shares one compression. Call before d is shared (it writes
  * d->gzip unlocked). Out of memory leaves d without one. */
@@ -79,7 +79,7 @@ struct shared_doc *shared_doc_ref(struct shared_doc *d);
 /* Drops a reference (d may be NULL); the last one frees d. Any thread. */
 void shared_doc_unref(struct shared_doc *d);
 
-/* A body (core/body.h) over a shared document: ctx is the document, which
+/* A body (core/body/body.h) over a shared document: ctx is the document, which
  * must outlive the body (hold a reference). Its pieces of memory are given
  * (body_source.mem) when at most three hold the bytes asked for. */
 extern const struct body_source shared_doc_source;

@@ -1,6 +1,6 @@
 /* split_bounds: which part of a dimension a rank of a tensor-parallel
  * split holds, as numpy.array_split cuts it. The one definition of it: the
- * fetch and the GPU preload plan their parts with it (core/fetch_req.c),
+ * fetch and the GPU preload plan their parts with it (core/req/fetch_req.c),
  * and the client library, which links none of core's planning, checks the
  * parts a daemon's open answer describes with it (client/answer.c). */
 #ifndef TENSORD_SPLIT_BOUNDS_H

@@ -1,7 +1,7 @@
 /* blob_index: which served file has a given SHA-256, for the by-digest
  * route (GET /v1/blobs/sha256:{hex}).
  *
- * Content hashes arrive in the background (core/hasher), after a snapshot
+ * Content hashes arrive in the background (core/hash/hasher), after a snapshot
  * is built, so an index of a snapshot is never final while hashing goes
  * on. The index keeps, beside its map from digest to file, the files that
  * were not hashed yet when it last looked; a lookup that misses walks only

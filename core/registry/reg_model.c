@@ -1,6 +1,6 @@
 /* reg_model: one model built from the files of its directory.
  *
- * Each file is opened below the models root (core/beneath) by its path from
+ * Each file is opened below the models root (core/base/beneath) by its path from
  * the root, so what is served is what the open found, wherever a symlink on
  * the way pointed; .safetensors files stay open and have their headers
  * validated, the index is read, and the model is cross-checked: the index

@@ -3,7 +3,7 @@
  * regular file (repo "name"), or any directory below a depth-1 directory
  * that holds only directories (repo "org/name"); its files are every
  * regular file below it, under their '/'-separated paths, with the walk's
- * rules (core/registry.c): hidden and non-UTF-8 names skipped, symlinks
+ * rules (core/registry/registry.c): hidden and non-UTF-8 names skipped, symlinks
  * followed only inside the root, nothing deeper than max_depth.
  *
  * A repo is immutable and refcounted like a model, and reused by a rescan

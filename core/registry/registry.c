@@ -1,10 +1,10 @@
 /* registry: walks the models root into an immutable snapshot.
  *
  * Directories are listed, and every directory the walk enters is opened
- * below the root (core/beneath): a listing only says which names to try,
+ * below the root (core/base/beneath): a listing only says which names to try,
  * and what a name is, and whether it may be followed, is decided by opening
  * it. Each directory that directly holds a .safetensors file is a model
- * (core/reg_model builds it). A rescan hands every model whose entries are
+ * (core/registry/reg_model builds it). A rescan hands every model whose entries are
  * the same versions as before to the new snapshot unchanged, so a reload
  * costs what changed; and where an I/O or resource error (EMFILE, EIO, ...)
  * keeps a directory or a model from being read, the previous snapshot's

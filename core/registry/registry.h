@@ -60,7 +60,7 @@ struct reg_scan_opts {
  * have subdirectories that are models of their own); NAME.safetensors directly
  * in the root is model NAME with that one file. Names starting with '.' and
  * names that are not UTF-8 are skipped. Every file and directory is opened
- * below the root (core/beneath): a symlink is followed only when what it
+ * below the root (core/base/beneath): a symlink is followed only when what it
  * leads to stays inside the root, decided while opening; one that leads
  * outside (or dangles) is ignored as if absent. Directory loops are cut by
  * remembering the directories on the current path. FIFOs, sockets and

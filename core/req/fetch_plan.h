@@ -89,7 +89,7 @@ uint64_t fetch_plan_size(const struct fetch_plan *p);
  * (one fstat each). */
 int fetch_plan_files_unchanged(const struct fetch_plan *p);
 
-/* A body (core/body.h) over a plan: ctx is the plan, which must outlive the
+/* A body (core/body/body.h) over a plan: ctx is the plan, which must outlive the
  * body. Its read and file_span move the plan's reader: one thread at a time
  * per plan. */
 extern const struct body_source fetch_plan_source;

@@ -208,7 +208,7 @@ static const char *check_preload(const char *v)
     const char *at = strrchr(v, '@');
     if (!at || at == v || !at[1])
         return "expected MODEL@DEVICE";
-    /* The same names POST .../gpu takes (core/device_name.h). */
+    /* The same names POST .../gpu takes (core/runtime/device_name.h). */
     enum device_kind kind;
     int index;
     const char *uuid;

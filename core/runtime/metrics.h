@@ -119,7 +119,7 @@ struct metrics_gpu_device {
 };
 void metrics_set_gpu_devices(const struct metrics_gpu_device *d, size_t n);
 
-/* Content hashing (core/hasher): bytes read into SHA-256, files whose hash
+/* Content hashing (core/hash/hasher): bytes read into SHA-256, files whose hash
  * was recorded, files that could not be read. Added as they happen. */
 void metrics_hash_progress(uint64_t bytes, uint64_t files, uint64_t errors);
 /* Gauges about the latest snapshot's files: still to hash (queued, waiting

@@ -1,5 +1,5 @@
 /* http_metrics: what the daemon's metrics know about HTTP. Requests are
- * counted in core/metrics by kind x outcome; here the kinds are the
+ * counted in core/runtime/metrics by kind x outcome; here the kinds are the
  * endpoints (label endpoint="...") and the outcomes the status classes
  * (label code="1xx".."5xx", or "other" when no status was sent). */
 #ifndef TENSORD_HTTP_METRICS_H

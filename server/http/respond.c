@@ -89,7 +89,7 @@ static const char *etag_of_form(struct answer *a, const char *etag, const char *
 }
 
 /* The coding a document of len bytes goes out in to request v
- * (core/encoding.h): compressed when the client accepts it, the document
+ * (core/body/encoding.h): compressed when the client accepts it, the document
  * is large enough and the whole of it is asked for (a Range reads the
  * stored bytes, whose offsets do not move with the coding). *varies: the
  * answer depends on Accept-Encoding. */

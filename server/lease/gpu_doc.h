@@ -1,7 +1,7 @@
 /* gpu_doc: the GPU manager's state as JSON, for the HTTP endpoints
  * (GET/POST/DELETE /v1/models/{model}/gpu, the "gpu" parts of the model
  * list) and the lease socket's answers, rendered from the manager's plain
- * views (gpu/gpu_manager.h) with core/jsonw. The requests that lead to
+ * views (gpu/gpu_manager.h) with core/base/jsonw. The requests that lead to
  * them, and the mapping of the manager's refusals to statuses and wire
  * codes, are gpu_req's (server/lease/gpu_req.h).
  *
