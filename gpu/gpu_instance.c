@@ -216,6 +216,12 @@ struct gm_instance *do_gm_instance_new(struct gpu_manager *gm, const struct reg_
     /* legacy IPC keeps a second, cuMemAlloc copy of every shard */
     int copies = gm->opt.legacy_ipc && where->be->kind == DEVICE_CUDA ? 2 : 1;
     int is_split = split && split->has_split;
+    if (is_split && split->world > GM_MAX_WORLD) {
+        st_error_fail(err, ST_ERR_SPLIT, "split.world %llu: a preload's world is at most %d "
+                      "(workers name their rank below it)", (unsigned long long)split->world,
+                      GM_MAX_WORLD);
+        return NULL;
+    }
     struct gm_instance *m = calloc(1, sizeof(*m));
     size_t *shard_of = m ? calloc(rm->n_files ? rm->n_files : 1, sizeof(*shard_of)) : NULL;
     if (!shard_of) {

@@ -239,6 +239,11 @@ const struct gpu_backend *gpu_manager_cuda(struct gpu_manager *gm, const char **
 void gpu_manager_rows(struct gpu_manager *gm, int current_only,
                       void (*fn)(const struct gm_row *row, void *ctx), void *ctx);
 
+/* The most ranks a preload's split may have: the rank a worker names on the
+ * lease socket, and the rank and world GET and DELETE take, are below 2^31
+ * (an instance's world and rank are kept in an unsigned). */
+#define GM_MAX_WORLD INT32_MAX
+
 /* Which of a model's instances a call is about. */
 struct gm_which {
     const struct gm_device *where; /* its device; NULL: any */
@@ -300,7 +305,7 @@ int gm_resolve_device(struct gpu_manager *gm, const char *name, struct gm_device
  * the instance's view either way (release it with
  * gpu_manager_view_release); or -errno with err: ST_ERR_NOT_FOUND (no such
  * model), ST_ERR_INVALID_ARGUMENT (the model is invalid), ST_ERR_SPLIT (the
- * split does not fit a tensor), ST_ERR_CONFLICT (that rank is on the device
+ * split does not fit a tensor, or its world is above GM_MAX_WORLD), ST_ERR_CONFLICT (that rank is on the device
  * already with other rules), ST_ERR_DEVICE_MEMORY (it cannot fit: the
  * message gives the bytes needed and available, and nothing was
  * allocated), ST_ERR_NO_MEMORY. Takes gm->lock itself. */

@@ -242,8 +242,8 @@ void gm_stages_free(struct gpu_manager *gm);
  * a new generation and a reference to rm; refs is 0 until it is linked:
  * the whole model, or (split, has_split) its partition, each shard's
  * selection and each tensor's part planned (gpu/gpu_part.h). NULL with err
- * when a tensor cannot be cut as split says (ST_ERR_SPLIT) or memory runs
- * out. Caller holds the lock (for the generation counter). */
+ * when a tensor cannot be cut as split says, or its world is above
+ * GM_MAX_WORLD (ST_ERR_SPLIT), or memory runs out. Caller holds the lock (for the generation counter). */
 struct gm_instance *do_gm_instance_new(struct gpu_manager *gm, const struct reg_model *rm,
                                        const struct gm_device *where,
                                        const struct fetch_req *split, struct st_error *err);

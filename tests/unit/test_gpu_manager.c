@@ -409,6 +409,44 @@ TEST(preload_during_reload_loads_the_new_files)
     free(now);
 }
 
+/* A partition's world and rank are what workers name on the lease socket
+ * and GET and DELETE take (below 2^31): a larger world is refused, not cut
+ * to 32 bits, where 2^32 + 1 became the whole model's key (rank 0 of 1),
+ * and the whole model's preload was then refused as a conflict. */
+TEST(split_world_beyond_what_workers_name)
+{
+    struct fx f;
+    fx_init(&f);
+    unsigned char *data = write_model(&f, "ma", 3);
+    fx_start(&f, NULL);
+    static const char *const too_big[] = {"4294967297", "4294967298", "2147483648",
+                                          "9223372036854775807"};
+    int st;
+    for (size_t i = 0; i < sizeof(too_big) / sizeof(too_big[0]); i++) {
+        char body[256];
+        snprintf(body, sizeof(body), "{\"device\":\"host\",\"split\":{\"world\":%s,\"rank\":1,"
+                 "\"rules\":[{\"match\":\"y\",\"dim\":1}]}}", too_big[i]);
+        json_t *d = post(f.gm, "ma", body, &st);
+        CHECK_CONTAINS(json_string_value(json_object_get(json_object_get(d, "error"),
+                                                         "message")), "2147483647");
+        CHECK(code_is(d, "bad_split") && st == 400);
+    }
+    CHECK(status_rows(f.gm, "ma") == 0);
+    json_decref(post(f.gm, "ma", "{\"device\":\"host\"}", &st));
+    CHECK(st == 202); /* the whole model, refused as a conflict when 2^32 + 1 was rank 0 of 1 */
+    json_t *d = post(f.gm, "ma", "{\"device\":\"host\",\"split\":{\"world\":2147483647,"
+                     "\"rank\":2147483646,\"rules\":[{\"match\":\"x\",\"dim\":0}]}}", &st);
+    CHECK(st == 202);
+    CHECK(json_integer_value(json_object_get(d, "world")) == 2147483647);
+    CHECK(json_integer_value(json_object_get(d, "rank")) == 2147483646);
+    json_decref(d);
+    wait_idle(f.gm);
+    json_decref(evict(f.gm, "ma", &st));
+    CHECK(st == 200);
+    fx_free(&f);
+    free(data);
+}
+
 static int run(void)
 {
     RUN(startup_preloads_and_the_get_document);
@@ -418,6 +456,7 @@ static int run(void)
     RUN(reload_replaces_changed_models);
     RUN(failed_preload_then_retry);
     RUN(preload_during_reload_loads_the_new_files);
+    RUN(split_world_beyond_what_workers_name);
     return TEST_SUMMARY();
 }
 
