@@ -200,7 +200,9 @@ int gpu_req_preload(struct gpu_manager *gm, const char *model, const struct gpu_
     }
     if (rc < 0) { /* take back what this request started: all or nothing */
         for (size_t r = 0; r < done; r++) {
-            struct gm_which which = {.where = &where[r], .rank = (int)r};
+            /* its world too: the model's other instances there stay */
+            struct gm_which which = {.where = &where[r], .rank = (int)r,
+                                     .world = (unsigned)p->split.world};
             struct gm_evicted ev;
             if (started[r] && p->devices)
                 gpu_manager_evict(gm, model, &which, &ev, 1, &err);

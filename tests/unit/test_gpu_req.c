@@ -126,11 +126,52 @@ TEST(which_instances)
     fx_free(&f);
 }
 
+/* A "devices" request that fails on one rank takes back the ranks it
+ * started, and only those: the model's other instances on those devices
+ * (the whole model, rank 0 of another world) stay, where taking back rank 0
+ * evicted every rank 0 there, whatever its world. */
+TEST(devices_refused_takes_back_only_its_own_ranks)
+{
+    struct fx f;
+    fx_init(&f);
+    /* q: F4 [2, 4]: cut in three along dim 1, rank 1's single column is half
+     * a byte, which F4 cannot be cut into: rank 0 starts, rank 1 is refused */
+    static const unsigned char q[4] = {0x12, 0x34, 0x56, 0x78};
+    write_st(&f, "mq.safetensors",
+             "{\"q\":{\"dtype\":\"F4\",\"shape\":[2,4],\"data_offsets\":[0,4]}}", q, sizeof(q));
+    fx_start(&f, NULL);
+    int st;
+    json_decref(post(f.gm, "mq", "{\"device\":\"host\"}", &st));
+    CHECK(st == 202);
+    json_decref(post(f.gm, "mq", "{\"device\":\"host\",\"split\":{\"world\":2,\"rank\":0,"
+                     "\"rules\":[{\"match\":\"q\",\"dim\":0}]}}", &st));
+    CHECK(st == 202);
+    wait_idle(f.gm);
+    json_t *d = post(f.gm, "mq", "{\"devices\":[\"host\",\"host\",\"host\"],\"split\":"
+                     "{\"world\":3,\"rules\":[{\"match\":\"q\",\"dim\":1}]}}", &st);
+    CHECK(code_is(d, "bad_split") && st == 400);
+    wait_idle(f.gm);
+    CHECK(status_rows(f.gm, "mq") == 2);
+    json_t *o = model_json(f.gm, "mq");
+    json_t *inst, *is = json_object_get(o, "instances");
+    size_t i, ready = 0;
+    CHECK(json_array_size(is) == 2);
+    json_array_foreach(is, i, inst) {
+        json_int_t world = json_integer_value(json_object_get(inst, "world"));
+        CHECK(world == 0 || world == 2); /* a whole model's instance shows no world */
+        ready += strcmp(json_string_value(json_object_get(inst, "state")), "ready") == 0;
+    }
+    CHECK(ready == 2);
+    json_decref(o);
+    fx_free(&f);
+}
+
 static int run(void)
 {
     RUN(one_device_read_as_jansson_reads_it);
     RUN(splits_and_devices);
     RUN(which_instances);
+    RUN(devices_refused_takes_back_only_its_own_ranks);
     return TEST_SUMMARY();
 }
 
