@@ -209,9 +209,9 @@ int gm_instance_split(const struct gm_instance *m, struct fetch_req *out, struct
     return m->split ? fetch_req_parse_split(m->split, strlen(m->split), 1, out, err) : 0;
 }
 
-struct gm_instance *do_gm_instance_new(struct gpu_manager *gm, const struct reg_model *rm,
-                                       const struct gm_device *where,
-                                       const struct fetch_req *split, struct st_error *err)
+struct gm_instance *gm_instance_new(const struct gpu_manager *gm, const struct reg_model *rm,
+                                    const struct gm_device *where, const struct fetch_req *split,
+                                    struct st_error *err)
 {
     /* legacy IPC keeps a second, cuMemAlloc copy of every shard */
     int copies = gm->opt.legacy_ipc && where->be->kind == DEVICE_CUDA ? 2 : 1;
@@ -259,7 +259,6 @@ struct gm_instance *do_gm_instance_new(struct gpu_manager *gm, const struct reg_
     }
     m->need *= (uint64_t)copies;
     m->rm = reg_model_ref(rm);
-    m->generation = ++gm->next_generation;
     return m;
 }
 

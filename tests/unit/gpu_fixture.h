@@ -118,8 +118,9 @@ static void write_st(const struct fx *f, const char *rel, const char *json,
                      const unsigned char *data, size_t n)
 {
     char *path = xasprintf("%s/%s", f->root, rel), *tmp = xasprintf("%s.tmp", path);
-    char hdr[512];
-    int h = snprintf(hdr, sizeof(hdr), "%s", json);
+    size_t h = strlen(json);
+    char *hdr = xmalloc(h + 8);
+    memcpy(hdr, json, h);
     while (h % 8)
         hdr[h++] = ' ';
     unsigned char pre[8];
@@ -128,9 +129,10 @@ static void write_st(const struct fx *f, const char *rel, const char *json,
     FILE *fp = fopen(tmp, "wb");
     CHECK(fp != NULL);
     fwrite(pre, 1, 8, fp);
-    fwrite(hdr, 1, (size_t)h, fp);
+    fwrite(hdr, 1, h, fp);
     fwrite(data, 1, n, fp);
     fclose(fp);
+    free(hdr);
     CHECK(rename(tmp, path) == 0);
     free(tmp);
     free(path);

@@ -166,12 +166,86 @@ TEST(devices_refused_takes_back_only_its_own_ranks)
     fx_free(&f);
 }
 
+struct costly_post {
+    struct gpu_manager *gm;
+    const char *body;
+    int status;
+    atomic_int done;
+};
+
+static void *costly_post_main(void *arg)
+{
+    struct costly_post *c = arg;
+    json_decref(post(c->gm, "mg", c->body, &c->status));
+    atomic_store(&c->done, 1);
+    return NULL;
+}
+
+/* Cutting a model as a split says (matching its rules against every
+ * tensor name, up to FETCH_GLOB_BUDGET steps: seconds for hostile globs)
+ * happens outside the manager's lock, so that while one POST plans, the
+ * other models' GETs, leases and loads go on: the lock is free nearly all
+ * the time the POST takes. It was held for the whole plan. */
+TEST(a_costly_split_holds_nothing_else_up)
+{
+    struct fx f;
+    fx_init(&f);
+    /* mg: four tensors with 2,000-byte names that every rule matches only
+     * after a walk of about 10^6 steps */
+    struct strbuf hdr = STRBUF_INIT;
+    strbuf_putc(&hdr, '{');
+    for (int i = 0; i < 4; i++) {
+        strbuf_printf(&hdr, "%s\"", i ? "," : "");
+        for (int k = 0; k < 2000; k++)
+            strbuf_putc(&hdr, 'a');
+        strbuf_printf(&hdr, "%d\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[%d,%d]}", i,
+                      2 * i, 2 * i + 2);
+    }
+    strbuf_putc(&hdr, '}');
+    static const unsigned char zeros[8];
+    write_st(&f, "mg.safetensors", hdr.buf, zeros, sizeof(zeros));
+    strbuf_release(&hdr);
+    fx_start(&f, NULL);
+
+    struct strbuf body = STRBUF_INIT;
+    strbuf_puts(&body, "{\"device\":\"host\",\"split\":{\"world\":2,\"rank\":1,\"rules\":[");
+    for (int r = 0; r < 60; r++) {
+        strbuf_puts(&body, r ? ",{\"match\":\"*" : "{\"match\":\"*");
+        for (int k = 0; k < 1000; k++)
+            strbuf_putc(&body, 'a');
+        strbuf_puts(&body, "b\",\"dim\":0}");
+    }
+    strbuf_puts(&body, "]}}");
+    struct costly_post c = {.gm = f.gm, .body = body.buf};
+    pthread_t th;
+    uint64_t free_seen = 0, held_seen = 0;
+    CHECK(pthread_create(&th, NULL, costly_post_main, &c) == 0);
+    while (!atomic_load(&c.done)) {
+        if (pthread_mutex_trylock(&f.gm->lock) == 0) {
+            pthread_mutex_unlock(&f.gm->lock);
+            free_seen++;
+        } else {
+            held_seen++;
+        }
+    }
+    pthread_join(th, NULL);
+    CHECK(c.status == 202);
+    CHECK(held_seen < free_seen / 4);
+    if (held_seen >= free_seen / 4)
+        fprintf(stderr, "  the manager's lock was held %llu times of %llu\n",
+                (unsigned long long)held_seen, (unsigned long long)(held_seen + free_seen));
+    strbuf_release(&body);
+    wait_idle(f.gm);
+    fx_free(&f);
+}
+
 static int run(void)
 {
     RUN(one_device_read_as_jansson_reads_it);
     RUN(splits_and_devices);
     RUN(which_instances);
     RUN(devices_refused_takes_back_only_its_own_ranks);
+    RUN(a_costly_split_holds_nothing_else_up);
     return TEST_SUMMARY();
 }
 
