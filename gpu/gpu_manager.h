@@ -334,10 +334,11 @@ struct gm_evicted {
 };
 
 /* Evicts model's current instances that which names (where NULL and rank
- * -1: every one). Returns how many were evicted, the first max of them in
- * out, or -ENOENT with ST_ERR_NOT_FOUND when none matches. */
+ * -1: every one). Returns how many were evicted, each in (*out)[i] (the
+ * caller frees *out), or -ENOENT with ST_ERR_NOT_FOUND when none matches
+ * (*out NULL). */
 int gpu_manager_evict(struct gpu_manager *gm, const char *model, const struct gm_which *which,
-                      struct gm_evicted *out, size_t max, struct st_error *err);
+                      struct gm_evicted **out, struct st_error *err);
 
 /* A reload built snap (before it is swapped in): every loaded model whose
  * shard files changed (size, mtime, inode) gets a new generation loaded

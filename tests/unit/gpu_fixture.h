@@ -391,6 +391,21 @@ static void wait_idle(struct gpu_manager *gm)
     CHECK(gpu_manager_wait_idle(gm, 10000) == 0);
 }
 
+/* Ranks 0 .. n-1 of a world of `world` of model on the host, each its own
+ * instance (x cut along dim 0), loaded. */
+static void preload_ranks(struct gpu_manager *gm, const char *model, int n, int world)
+{
+    for (int r = 0; r < n; r++) {
+        char body[160];
+        int st;
+        snprintf(body, sizeof(body), "{\"device\":\"host\",\"split\":{\"world\":%d,"
+                 "\"rank\":%d,\"rules\":[{\"match\":\"x\",\"dim\":0}]}}", world, r);
+        json_decref(post(gm, model, body, &st));
+        CHECK(st == 202);
+    }
+    wait_idle(gm);
+}
+
 /* ---- tests ---------------------------------------------------------------- */
 
 /* sh/: two shards (a, b) and a file that is not one. */

@@ -239,6 +239,38 @@ TEST(a_costly_split_holds_nothing_else_up)
     fx_free(&f);
 }
 
+/* DELETE of more than 64 instances (ranks 0 .. 69 of a world of 100) lists
+ * every one, and says draining when the one a lease holds is among the
+ * last evicted: the answer kept 64, and said "none" (200) while rank 0,
+ * the 70th evicted, drained. */
+TEST(evict_reports_every_instance)
+{
+    struct fx f;
+    fx_init(&f);
+    unsigned char *data = write_model(&f, "ma", 15);
+    fx_start(&f, NULL);
+    preload_ranks(f.gm, "ma", 70, 100);
+    int fds[1], st;
+    size_t n;
+    json_t *ans;
+    struct gpu_lease *l = open_rank(f.gm, "ma", "host", 0, NULL, &ans, fds, 1, &n);
+    CHECK(l != NULL);
+    json_decref(ans);
+    json_t *o = evict(f.gm, "ma", &st);
+    CHECK(st == 202);
+    CHECK_STR(json_string_value(json_object_get(o, "state")), "draining");
+    json_t *is = json_object_get(o, "instances"), *inst;
+    size_t i, draining = 0;
+    CHECK(json_array_size(is) == 70);
+    json_array_foreach(is, i, inst)
+        draining += strcmp(json_string_value(json_object_get(inst, "state")), "draining") == 0;
+    CHECK(draining == 1);
+    json_decref(o);
+    gpu_lease_release(f.gm, l);
+    fx_free(&f);
+    free(data);
+}
+
 static int run(void)
 {
     RUN(one_device_read_as_jansson_reads_it);
@@ -246,6 +278,7 @@ static int run(void)
     RUN(which_instances);
     RUN(devices_refused_takes_back_only_its_own_ranks);
     RUN(a_costly_split_holds_nothing_else_up);
+    RUN(evict_reports_every_instance);
     return TEST_SUMMARY();
 }
 
