@@ -296,7 +296,8 @@ int gm_resolve_device(struct gpu_manager *gm, const char *name, struct gm_device
 
 /* Starts loading model on *where, as the HTTP POST does: the whole model,
  * or with split (has_split) rank split->rank of split->world of it, as
- * POST .../fetch cuts it (gpu/gpu_part.h); startup marks a config preload.
+ * POST .../fetch cuts it (gpu/gpu_part.h; a world of 1 is the whole
+ * model); startup marks a config preload.
  * A model may have an instance on every device, and one per rank on each.
  * The model comes from the newest snapshot: the registry's current one, or
  * the one a reload has announced (gpu_manager_on_reload) and not yet

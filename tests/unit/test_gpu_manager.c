@@ -447,6 +447,55 @@ TEST(split_world_beyond_what_workers_name)
     free(data);
 }
 
+/* A split of a world of 1 is the whole model (numpy.array_split into one
+ * part: every tensor whole), its rules checked as POST /fetch checks them:
+ * its instance is the whole model's, and a worker opens it. It was kept as
+ * a partition of rank 0 of 1 with its split, whose open answer every
+ * client refused (a split without a world above 1), and which refused the
+ * whole model's own preload as a conflict. */
+TEST(a_world_of_one_is_the_whole_model)
+{
+    struct fx f;
+    char err[512];
+    fx_init(&f);
+    unsigned char *data = write_model(&f, "ma", 5);
+    fx_start(&f, NULL);
+    int st;
+    json_t *d = post(f.gm, "ma", "{\"device\":\"host\",\"split\":{\"world\":1,\"rank\":0,\"rules\":"
+                     "[{\"match\":\"y\",\"dim\":1}]}}", &st);
+    CHECK(st == 202);
+    CHECK(json_integer_value(json_object_get(d, "world")) == 1 && !json_object_get(d, "split"));
+    json_decref(d);
+    json_decref(post(f.gm, "ma", "{\"devices\":[\"host\"],\"split\":{\"world\":1,\"rules\":"
+                     "[{\"match\":\"*\",\"dim\":0}]}}", &st));
+    CHECK(st == 200);
+    json_decref(post(f.gm, "ma", "{\"device\":\"host\"}", &st));
+    CHECK(st == 200);
+    CHECK(code_is(post(f.gm, "ma", "{\"device\":\"host\",\"split\":{\"world\":1,\"rank\":0,"
+                       "\"rules\":[{\"match\":\"x\",\"dim\":1}]}}", &st), "bad_split") &&
+          st == 400);
+    wait_idle(f.gm);
+    CHECK(status_rows(f.gm, "ma") == 1);
+    struct tensord_client *c = tensord_connect(f.sock, err, sizeof(err));
+    struct tensord_open_options o = TENSORD_OPEN_OPTIONS_INIT;
+    o.rank = 0;
+    struct tensord_model *m = c ? tensord_open_ex(c, "ma", &o, err, sizeof(err)) : NULL;
+    CHECK(m != NULL);
+    if (!m)
+        fprintf(stderr, "  open: %s\n", err);
+    if (m) {
+        const struct tensord_tensor *y = tensord_model_find(m, "y");
+        CHECK(tensord_model_world(m) == 1 && tensord_model_rank(m) == 0 &&
+              !tensord_model_split(m));
+        CHECK(y && y->ndim == 2 && y->shape[1] == 100 && memcmp(y->data, data + 1000, 1200) == 0);
+        CHECK(tensord_model_verify(m, err, sizeof(err)) == 0);
+        tensord_model_close(m);
+    }
+    tensord_close(c);
+    fx_free(&f);
+    free(data);
+}
+
 static int run(void)
 {
     RUN(startup_preloads_and_the_get_document);
@@ -457,6 +506,7 @@ static int run(void)
     RUN(failed_preload_then_retry);
     RUN(preload_during_reload_loads_the_new_files);
     RUN(split_world_beyond_what_workers_name);
+    RUN(a_world_of_one_is_the_whole_model);
     return TEST_SUMMARY();
 }
 
