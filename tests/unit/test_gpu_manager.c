@@ -496,6 +496,104 @@ TEST(a_world_of_one_is_the_whole_model)
     free(data);
 }
 
+/* One client's requests in a loop: a POST (every rank of a world of 2, or
+ * one rank, or the whole model), a DELETE naming a device, rank and world,
+ * a GET of the model, and a lease opened and given back. */
+struct racer {
+    struct gpu_manager *gm;
+    unsigned seed;
+    atomic_int *stop;
+    atomic_uint posts;         /* answered 200 or 202 */
+    unsigned leases;
+};
+
+static void *racer_main(void *arg)
+{
+    static const char *const bodies[] = {
+        "{\"devices\":[\"host\",\"host\"],\"split\":{\"world\":2,\"rules\":"
+        "[{\"match\":\"y\",\"dim\":1}]}}",
+        "{\"device\":\"host\",\"split\":{\"world\":2,\"rank\":1,\"rules\":"
+        "[{\"match\":\"y\",\"dim\":1}]}}",
+        "{\"device\":\"host\",\"split\":{\"world\":3,\"rank\":2,\"rules\":"
+        "[{\"match\":\"x\",\"dim\":0}]}}",
+        "{\"device\":\"host\"}",
+    };
+    static const char *const ranks[] = {"0", "1", "2", NULL};
+    struct racer *r = arg;
+    while (!atomic_load(r->stop)) {
+        unsigned k = rand_r(&r->seed);
+        int st, fds[1];
+        size_t n;
+        json_t *d = post(r->gm, "ma", bodies[k % 4], &st);
+        if (st == 202 || st == 200)
+            atomic_fetch_add(&r->posts, 1);
+        json_decref(d);
+        struct gpu_req_error e;
+        struct jsonw w = JSONW_INIT;
+        struct gm_which which;
+        struct gm_device where;
+        if (gpu_req_which(r->gm, "host", ranks[(k >> 4) % 4], (k >> 6) % 2 ? "2" : NULL, &which,
+                          &where, &e) == 0 &&
+            gpu_req_evict(r->gm, "ma", &which, &w, &st, &e) == 0)
+            json_decref(parsed(&w));
+        json_decref(model_json(r->gm, "ma"));
+        struct gpu_lease *l = open_rank(r->gm, "ma", "host", (int)((k >> 8) % 3) - 1, NULL, &d,
+                                        fds, 1, &n);
+        json_decref(d);
+        if (l) {
+            r->leases++;
+            gpu_lease_release(r->gm, l);
+        }
+    }
+    return NULL;
+}
+
+/* Clients racing each other's POSTs (all or nothing over two ranks),
+ * DELETEs of one device, rank and world, GETs and leases: whatever the
+ * interleaving, the manager keeps one instance per device, world and rank,
+ * and every document, lease and eviction is consistent (ThreadSanitizer
+ * runs this in make test). */
+TEST(posts_race_deletes_and_leases)
+{
+    struct fx f;
+    fx_init(&f);
+    unsigned char *data = write_model(&f, "ma", 16);
+    fx_start(&f, NULL);
+    atomic_int stop = 0;
+    struct racer r[3];
+    pthread_t th[3];
+    for (unsigned i = 0; i < 3; i++) {
+        r[i] = (struct racer){.gm = f.gm, .seed = 7 + i, .stop = &stop, .leases = 0};
+        atomic_init(&r[i].posts, 0);
+        CHECK(pthread_create(&th[i], NULL, racer_main, &r[i]) == 0);
+    }
+    uint64_t until = time_mono_ns() + 1500 * 1000000ull;
+    unsigned posts = 0;
+    while (time_mono_ns() < until || posts < 30) {
+        posts = atomic_load(&r[0].posts) + atomic_load(&r[1].posts) + atomic_load(&r[2].posts);
+        /* never two current instances with one key */
+        pthread_mutex_lock(&f.gm->lock);
+        for (struct gm_instance *a = f.gm->models; a; a = a->next)
+            for (struct gm_instance *b = a->next; b; b = b->next)
+                CHECK(!(a->current && b->current && a->world == b->world &&
+                        a->rank == b->rank));
+        pthread_mutex_unlock(&f.gm->lock);
+        usleep(1000);
+    }
+    atomic_store(&stop, 1);
+    for (unsigned i = 0; i < 3; i++)
+        pthread_join(th[i], NULL);
+    wait_idle(f.gm);
+    int st;
+    json_t *o = evict(f.gm, "ma", &st);
+    CHECK(st == 200 || st == 404);
+    json_decref(o);
+    CHECK(status_rows(f.gm, "ma") == 0);
+    CHECK(gpu_metric(f.gm, "tensord_gpu_resident_bytes") == 0);
+    fx_free(&f);
+    free(data);
+}
+
 static int run(void)
 {
     RUN(startup_preloads_and_the_get_document);
@@ -507,6 +605,7 @@ static int run(void)
     RUN(preload_during_reload_loads_the_new_files);
     RUN(split_world_beyond_what_workers_name);
     RUN(a_world_of_one_is_the_whole_model);
+    RUN(posts_race_deletes_and_leases);
     return TEST_SUMMARY();
 }
 
