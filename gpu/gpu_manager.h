@@ -306,8 +306,9 @@ int gm_resolve_device(struct gpu_manager *gm, const char *name, struct gm_device
  * the instance's view either way (release it with
  * gpu_manager_view_release); or -errno with err: ST_ERR_NOT_FOUND (no such
  * model), ST_ERR_INVALID_ARGUMENT (the model is invalid), ST_ERR_SPLIT (the
- * split does not fit a tensor, or its world is above GM_MAX_WORLD), ST_ERR_CONFLICT (that rank is on the device
- * already with other rules), ST_ERR_DEVICE_MEMORY (it cannot fit: the
+ * split does not fit a tensor, or its world is above GM_MAX_WORLD),
+ * ST_ERR_CONFLICT (that rank is on the device already with other rules),
+ * ST_ERR_DEVICE_MEMORY (it cannot fit: the
  * message gives the bytes needed and available, and nothing was
  * allocated), ST_ERR_NO_MEMORY. Takes gm->lock itself. */
 int gpu_preload_request(struct gpu_manager *gm, const char *model, const struct gm_device *where,

@@ -52,8 +52,8 @@ def write_model(root, name, rng):
         shape = _shape(rng, dt)
         shards[i % n_shards].append((f"l{i}.{group}", dt, shape,
                                      bytes(gen_models.random_data(rng, dt, shape))))
-    shards[0].insert(int(rng.integers(0, len(shards[0]) + 1)),
-                     ("big", "F32", (733, 61), bytes(gen_models.random_data(rng, "F32", (733, 61)))))
+    big = bytes(gen_models.random_data(rng, "F32", (733, 61)))
+    shards[0].insert(int(rng.integers(0, len(shards[0]) + 1)), ("big", "F32", (733, 61), big))
     out, wm = {}, {}
     for k, ts in enumerate(shards):
         fname = f"model-{k + 1:05d}-of-{n_shards:05d}.safetensors"
@@ -71,8 +71,9 @@ def write_model(root, name, rng):
 def random_split(rng, world_max=5):
     """{"world", "rules"}: 1 to 3 rules over the names write_model makes."""
     globs = ["*.w", "*.b", "l1*", "*", "big", "l?.*", "*[02468].*", "*.norm"]
-    rules = [{"match": globs[int(rng.integers(0, len(globs)))], "dim": (0, 0, -1, -1, 1, -2)[int(rng.integers(0, 6))]}
-             for _ in range(int(rng.integers(1, 4)))]
+    dims = (0, 0, -1, -1, 1, -2)
+    rules = [{"match": globs[int(rng.integers(0, len(globs)))],
+              "dim": dims[int(rng.integers(0, len(dims)))]} for _ in range(int(rng.integers(1, 4)))]
     return {"world": int(rng.integers(1, world_max + 1)), "rules": rules}
 
 
@@ -91,7 +92,8 @@ def rank_part(dtype, shape, data, split, rank, name):
     n = shape[dim]
     lo = sum(len(x) for x in np.array_split(np.arange(n), world)[:rank])
     if dtype in SUB:
-        pos = np.array_split(np.arange(gen_models.nelems(shape)).reshape(shape), world, axis=dim)[rank]
+        flat = np.arange(gen_models.nelems(shape)).reshape(shape)
+        pos = np.array_split(flat, world, axis=dim)[rank]
         got, _ = subbyte_slice(dtype, (gen_models.nelems(shape),), data, (pos.ravel(),))
         if got is None:
             return "byte boundary"

@@ -48,8 +48,8 @@ def test_every_rank_of_random_splits(pd):
             if bad:
                 assert r.status == 400, (split, bad, r.body)
                 err = r.json()["error"]
-                assert err["code"] == "bad_split" and any(f'"{n}"' in err["message"] for n in bad), \
-                    (split, bad, err)
+                assert err["code"] == "bad_split", (split, err)
+                assert any(f'"{n}"' in err["message"] for n in bad), (split, bad, err)
                 assert d.get(path).json()["state"] == "none"  # nothing of it stays
                 refused += 1
                 continue
