@@ -32,6 +32,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "device_name.h"
 #include "dtype.h"
 #include "fetch_req.h"
 #include "fileio.h"
@@ -127,6 +128,10 @@ struct gm_source {
     struct gpu_gate gate;
     void (*release)(struct gm_source *s);
 };
+
+/* The devices the manager may load onto: the host and every GPU a device
+ * name can name (each has its own loader and staging ring). */
+#define GM_MAX_DEVICES (DEVICE_NAME_MAX_DEVICES + 1)
 
 /* The staging ring a device keeps between preloads. */
 struct gm_staging {

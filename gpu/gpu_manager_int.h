@@ -136,7 +136,7 @@ struct gm_refused {
 /* A device's loader: its own thread and queue, so that preloads to
  * different devices run at the same time and two to one device queue. Made
  * when a preload for the device is first queued. */
-#define GM_MAX_LOADERS 17      /* the host and 16 GPUs */
+#define GM_MAX_LOADERS GM_MAX_DEVICES
 struct gm_loader {
     struct gpu_manager *gm;
     struct gpu_backend *be;
@@ -150,7 +150,7 @@ struct gm_loader {
  * memory costs most of a second per GiB to allocate, so it is pinned ahead
  * of the first preload (gpu/gpu_stage.c) by a thread of its own. Only the
  * loader copies through the ring; the fields are guarded by gm->lock. */
-#define GM_MAX_STAGES 16
+#define GM_MAX_STAGES GM_MAX_LOADERS /* one ring per device that loads */
 struct gm_stage {
     struct gpu_backend *be;
     int dev;

@@ -329,8 +329,8 @@ void gpu_doc_status(struct gpu_manager *gm, const char *socket_path, struct json
 {
     const char *reason;
     const struct gpu_backend *cuda = gpu_manager_cuda(gm, &reason);
-    struct gm_staging staging[16];
-    size_t n_staging = gpu_manager_staging(gm, staging, 16);
+    struct gm_staging staging[GM_MAX_DEVICES];
+    size_t n_staging = gpu_manager_staging(gm, staging, GM_MAX_DEVICES);
     jsonw_obj(w);
     jsonw_kbool(w, "available", cuda != NULL);
     jsonw_key(w, "devices");
@@ -342,7 +342,7 @@ void gpu_doc_status(struct gpu_manager *gm, const char *socket_path, struct json
     jsonw_arr_end(w);
     jsonw_kstr(w, "ipc_socket", socket_path ? socket_path : "");
     jsonw_kobj(w, "staging_bytes");
-    for (size_t i = 0; i < n_staging && i < 16; i++)
+    for (size_t i = 0; i < n_staging && i < GM_MAX_DEVICES; i++)
         jsonw_ku64(w, staging[i].device, staging[i].bytes);
     jsonw_obj_end(w);
     jsonw_ku64(w, "staging_memory_limit", gpu_manager_staging_limit(gm));

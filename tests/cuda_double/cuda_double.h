@@ -93,7 +93,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define CD_MAX_DEVICES 8
+#define CD_MAX_DEVICES 24
 #define CD_CTX_STACK 16
 /* Every device memfd's name: the prefix, then the device's ordinal. */
 #define CD_MEMFD_PREFIX "cuda-double dev "
