@@ -59,7 +59,7 @@
  * succeeds. Pooled and live memory together stay within the device's size.
  *
  * Environment (all optional):
- *   CUDA_DOUBLE_DEVICES=N          devices (default 1, at most 8)
+ *   CUDA_DOUBLE_DEVICES=N          devices (default 1, at most CD_MAX_DEVICES: 24)
  *   CUDA_DOUBLE_DRIVER_VERSION=V   what cuDriverGetVersion says (default 12080)
  *   CUDA_DOUBLE_MEM_MB=N           memory per device (default 4096)
  *   CUDA_DOUBLE_GRANULARITY=N      minimum VMM granularity in bytes (default 2 MiB)
