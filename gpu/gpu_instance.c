@@ -145,9 +145,22 @@ static int add_shards(struct gm_instance *m, const struct reg_model *rm, int spl
     return 0;
 }
 
-/* m's tensors: those of rm that live in a shard, whole, or (split) the
- * part of each the split cuts, each added to its shard's selection in file
- * order. Returns 0, or -errno with err. */
+/* Whether split, of a world of 1 (which cuts nothing), may be applied to
+ * rt as POST .../fetch checks it: its rules matched within *budget, the
+ * dims they name in range. Returns 0, or -errno with err. */
+static int whole_split_fits(const struct fetch_req *split, const struct reg_tensor *rt,
+                            uint64_t *budget, struct st_error *err)
+{
+    const struct st_tensor *t = rt->t;
+    struct slice_plan plan;
+    struct fetch_part part;
+    return fetch_req_plan_tensor(split, t->name, t->name_len, NULL, 0, t->dtype, t->ndim,
+                                 t->shape, budget, &plan, &part, err);
+}
+
+/* m's tensors: those of rm that live in a shard, whole, or (split, a world
+ * above 1) the part of each the split cuts, each added to its shard's
+ * selection in file order. Returns 0, or -errno with err. */
 static int add_tensors(struct gm_instance *m, const struct reg_model *rm, const size_t *shard_of,
                        const struct fetch_req *split, struct st_error *err)
 {
@@ -165,7 +178,8 @@ static int add_tensors(struct gm_instance *m, const struct reg_model *rm, const 
                                      .ndim = rt->t->ndim};
         memcpy(pt.shape, rt->t->shape, rt->t->ndim * sizeof(pt.shape[0]));
         struct gm_shard *s = &m->shards[shard_of[fi]];
-        if (s->sel && gpu_part_add(s->sel, split, rt, &budget, &pt, err) < 0)
+        if (s->sel ? gpu_part_add(s->sel, split, rt, &budget, &pt, err) < 0
+                   : split && split->has_split && whole_split_fits(split, rt, &budget, err) < 0)
             return -EINVAL;
         t->name = strndup(rt->t->name, rt->t->name_len);
         t->shape = calloc(pt.ndim ? pt.ndim : 1, sizeof(*t->shape));
@@ -209,13 +223,21 @@ int gm_instance_split(const struct gm_instance *m, struct fetch_req *out, struct
     return m->split ? fetch_req_parse_split(m->split, strlen(m->split), 1, out, err) : 0;
 }
 
-struct gm_instance *do_gm_instance_new(struct gpu_manager *gm, const struct reg_model *rm,
-                                       const struct gm_device *where,
-                                       const struct fetch_req *split, struct st_error *err)
+struct gm_instance *gm_instance_new(const struct gpu_manager *gm, const struct reg_model *rm,
+                                    const struct gm_device *where, const struct fetch_req *split,
+                                    struct st_error *err)
 {
     /* legacy IPC keeps a second, cuMemAlloc copy of every shard */
     int copies = gm->opt.legacy_ipc && where->be->kind == DEVICE_CUDA ? 2 : 1;
-    int is_split = split && split->has_split;
+    /* numpy.array_split into a world of 1 is the whole tensor: a split of
+     * one rank is the whole model, its instance the whole model's */
+    int is_split = split && split->has_split && split->world > 1;
+    if (is_split && split->world > GM_MAX_WORLD) {
+        st_error_fail(err, ST_ERR_SPLIT, "split.world %llu: a preload's world is at most %d "
+                      "(workers name their rank below it)", (unsigned long long)split->world,
+                      GM_MAX_WORLD);
+        return NULL;
+    }
     struct gm_instance *m = calloc(1, sizeof(*m));
     size_t *shard_of = m ? calloc(rm->n_files ? rm->n_files : 1, sizeof(*shard_of)) : NULL;
     if (!shard_of) {
@@ -253,7 +275,6 @@ struct gm_instance *do_gm_instance_new(struct gpu_manager *gm, const struct reg_
     }
     m->need *= (uint64_t)copies;
     m->rm = reg_model_ref(rm);
-    m->generation = ++gm->next_generation;
     return m;
 }
 

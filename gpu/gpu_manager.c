@@ -48,11 +48,19 @@ static struct gm_instance *do_gm_find_shown(struct gpu_manager *gm, const char *
 }
 
 /* The order of current instances in views: host first, then by ordinal,
- * then by rank. */
-static int before(const struct gm_instance *a, const struct gm_instance *b)
+ * then by rank (then world, then the newest first). For qsort. */
+static int view_order(const void *pa, const void *pb)
 {
+    const struct gm_instance *a = *(struct gm_instance *const *)pa;
+    const struct gm_instance *b = *(struct gm_instance *const *)pb;
     int ka = a->be->kind == DEVICE_HOST ? -1 : a->dev, kb = b->be->kind == DEVICE_HOST ? -1 : b->dev;
-    return ka != kb ? ka < kb : a->rank < b->rank;
+    if (ka != kb)
+        return ka < kb ? -1 : 1;
+    if (a->rank != b->rank)
+        return a->rank < b->rank ? -1 : 1;
+    if (a->world != b->world)
+        return a->world < b->world ? -1 : 1;
+    return a->generation > b->generation ? -1 : a->generation < b->generation;
 }
 
 /* ---- device names ------------------------------------------------------ */
@@ -220,19 +228,18 @@ void gpu_manager_view(struct gpu_manager *gm, const char *model, struct gm_view 
 size_t gpu_manager_views(struct gpu_manager *gm, const char *model, struct gm_view *v,
                          size_t max)
 {
-    size_t n = 0;
+    size_t n = 0, n_cur = 0;
     pthread_mutex_lock(&gm->lock);
-    /* The current ones in order (an insertion sort: a model has a few). */
-    struct gm_instance *cur[64];
-    size_t n_cur = 0;
-    for (struct gm_instance *m = gm->models; m; m = m->next) {
-        if (!m->current || !shown(m, model) || n_cur == 64)
-            continue;
-        size_t k = n_cur++;
-        for (; k > 0 && before(m, cur[k - 1]); k--)
-            cur[k] = cur[k - 1];
-        cur[k] = m;
-    }
+    /* The current ones in order, however many (a hostile client may make
+     * thousands of ranks); then the draining ones, newest first. */
+    for (struct gm_instance *m = gm->models; m; m = m->next)
+        n_cur += m->current && shown(m, model);
+    struct gm_instance **cur = xmalloc((n_cur ? n_cur : 1) * sizeof(*cur));
+    n_cur = 0;
+    for (struct gm_instance *m = gm->models; m; m = m->next)
+        if (m->current && shown(m, model))
+            cur[n_cur++] = m;
+    qsort(cur, n_cur, sizeof(*cur), view_order);
     for (size_t i = 0; i < n_cur; i++, n++)
         if (n < max)
             do_gm_view(cur[i], &v[n]);
@@ -244,6 +251,7 @@ size_t gpu_manager_views(struct gpu_manager *gm, const char *model, struct gm_vi
         n++;
     }
     pthread_mutex_unlock(&gm->lock);
+    free(cur);
     return n;
 }
 
@@ -271,28 +279,29 @@ const char *gm_view_text(const struct gm_view *v, enum gm_text slot,
 }
 
 int gpu_manager_evict(struct gpu_manager *gm, const char *model, const struct gm_which *which,
-                      struct gm_evicted *out, size_t max, struct st_error *err)
+                      struct gm_evicted **out, struct st_error *err)
 {
     struct gm_instance *dead_list = NULL;
-    int n = 0;
+    size_t n = 0, cap = 0;
+    *out = NULL;
     pthread_mutex_lock(&gm->lock);
     struct gm_instance *next;
     for (struct gm_instance *m = gm->models; m; m = next) {
         next = m->next; /* retiring m may unlink it */
         if (!m->current || strcmp(m->name, model) != 0 || !gm_instance_is(m, which))
             continue;
+        if (n == cap) {
+            cap = cap ? 2 * cap : 4;
+            *out = xrealloc(*out, cap * sizeof(**out));
+        }
         struct gm_instance *pending, *dead;
         do_gm_reload_abandon(gm, m, &pending);
-        if ((size_t)n < max)
-            out[n] = (struct gm_evicted){.world = m->world, .rank = m->rank,
-                                         .generation = m->generation};
-        unsigned leases = m->leases;
+        struct gm_evicted *ev = &(*out)[n++];
+        *ev = (struct gm_evicted){.world = m->world, .rank = m->rank,
+                                  .generation = m->generation, .leases = m->leases};
+        snprintf(ev->device, sizeof(ev->device), "%s", m->device);
         dead = do_gm_instance_retire(gm, m);
-        if ((size_t)n < max) {
-            snprintf(out[n].device, sizeof(out[n].device), "%s", m->device);
-            out[n].draining = dead == NULL;
-            out[n].leases = leases;
-        }
+        ev->draining = dead == NULL;
         char part[48] = "";
         if (m->world > 1)
             snprintf(part, sizeof(part), " (rank %u of %u)", m->rank, m->world);
@@ -306,7 +315,6 @@ int gpu_manager_evict(struct gpu_manager *gm, const char *model, const struct gm
             d->qnext = dead_list;
             dead_list = d;
         }
-        n++;
     }
     pthread_mutex_unlock(&gm->lock);
     while (dead_list) {
@@ -317,7 +325,7 @@ int gpu_manager_evict(struct gpu_manager *gm, const char *model, const struct gm
     if (n == 0)
         return st_error_fail(err, ST_ERR_NOT_FOUND, "model %.200s is not preloaded%s", model,
                              which->where || which->rank >= 0 ? " there" : "");
-    return n;
+    return (int)n;
 }
 
 int gpu_manager_ready(struct gpu_manager *gm)

@@ -32,6 +32,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "device_name.h"
 #include "dtype.h"
 #include "fetch_req.h"
 #include "fileio.h"
@@ -127,6 +128,10 @@ struct gm_source {
     struct gpu_gate gate;
     void (*release)(struct gm_source *s);
 };
+
+/* The devices the manager may load onto: the host and every GPU a device
+ * name can name (each has its own loader and staging ring). */
+#define GM_MAX_DEVICES (DEVICE_NAME_MAX_DEVICES + 1)
 
 /* The staging ring a device keeps between preloads. */
 struct gm_staging {
@@ -239,6 +244,11 @@ const struct gpu_backend *gpu_manager_cuda(struct gpu_manager *gm, const char **
 void gpu_manager_rows(struct gpu_manager *gm, int current_only,
                       void (*fn)(const struct gm_row *row, void *ctx), void *ctx);
 
+/* The most ranks a preload's split may have: the rank a worker names on the
+ * lease socket, and the rank and world GET and DELETE take, are below 2^31
+ * (an instance's world and rank are kept in an unsigned). */
+#define GM_MAX_WORLD INT32_MAX
+
 /* Which of a model's instances a call is about. */
 struct gm_which {
     const struct gm_device *where; /* its device; NULL: any */
@@ -291,7 +301,8 @@ int gm_resolve_device(struct gpu_manager *gm, const char *name, struct gm_device
 
 /* Starts loading model on *where, as the HTTP POST does: the whole model,
  * or with split (has_split) rank split->rank of split->world of it, as
- * POST .../fetch cuts it (gpu/gpu_part.h); startup marks a config preload.
+ * POST .../fetch cuts it (gpu/gpu_part.h; a world of 1 is the whole
+ * model); startup marks a config preload.
  * A model may have an instance on every device, and one per rank on each.
  * The model comes from the newest snapshot: the registry's current one, or
  * the one a reload has announced (gpu_manager_on_reload) and not yet
@@ -300,8 +311,9 @@ int gm_resolve_device(struct gpu_manager *gm, const char *name, struct gm_device
  * the instance's view either way (release it with
  * gpu_manager_view_release); or -errno with err: ST_ERR_NOT_FOUND (no such
  * model), ST_ERR_INVALID_ARGUMENT (the model is invalid), ST_ERR_SPLIT (the
- * split does not fit a tensor), ST_ERR_CONFLICT (that rank is on the device
- * already with other rules), ST_ERR_DEVICE_MEMORY (it cannot fit: the
+ * split does not fit a tensor, or its world is above GM_MAX_WORLD),
+ * ST_ERR_CONFLICT (that rank is on the device already with other rules),
+ * ST_ERR_DEVICE_MEMORY (it cannot fit: the
  * message gives the bytes needed and available, and nothing was
  * allocated), ST_ERR_NO_MEMORY. Takes gm->lock itself. */
 int gpu_preload_request(struct gpu_manager *gm, const char *model, const struct gm_device *where,
@@ -329,10 +341,11 @@ struct gm_evicted {
 };
 
 /* Evicts model's current instances that which names (where NULL and rank
- * -1: every one). Returns how many were evicted, the first max of them in
- * out, or -ENOENT with ST_ERR_NOT_FOUND when none matches. */
+ * -1: every one). Returns how many were evicted, each in (*out)[i] (the
+ * caller frees *out), or -ENOENT with ST_ERR_NOT_FOUND when none matches
+ * (*out NULL). */
 int gpu_manager_evict(struct gpu_manager *gm, const char *model, const struct gm_which *which,
-                      struct gm_evicted *out, size_t max, struct st_error *err);
+                      struct gm_evicted **out, struct st_error *err);
 
 /* A reload built snap (before it is swapped in): every loaded model whose
  * shard files changed (size, mtime, inode) gets a new generation loaded

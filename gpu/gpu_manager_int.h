@@ -30,7 +30,8 @@
  * the release.
  *
  * What an instance's fields may be read under:
- *   - set by gm_instance_new and never changed: name, be, dev, device,
+ *   - set by gm_instance_new (the generation by do_gm_enqueue, before
+ *     anyone else sees it) and never changed: name, be, dev, device,
  *     generation, total, need, the tensors, and each shard's file,
  *     data_start, size and st;
  *   - gm->lock: the fields marked so below;
@@ -135,7 +136,7 @@ struct gm_refused {
 /* A device's loader: its own thread and queue, so that preloads to
  * different devices run at the same time and two to one device queue. Made
  * when a preload for the device is first queued. */
-#define GM_MAX_LOADERS 17      /* the host and 16 GPUs */
+#define GM_MAX_LOADERS GM_MAX_DEVICES
 struct gm_loader {
     struct gpu_manager *gm;
     struct gpu_backend *be;
@@ -149,7 +150,7 @@ struct gm_loader {
  * memory costs most of a second per GiB to allocate, so it is pinned ahead
  * of the first preload (gpu/gpu_stage.c) by a thread of its own. Only the
  * loader copies through the ring; the fields are guarded by gm->lock. */
-#define GM_MAX_STAGES 16
+#define GM_MAX_STAGES GM_MAX_LOADERS /* one ring per device that loads */
 struct gm_stage {
     struct gpu_backend *be;
     int dev;
@@ -239,14 +240,16 @@ void gm_stages_free(struct gpu_manager *gm);
 /* ---- instances (gpu/gpu_instance.c) ---- */
 
 /* Builds an instance of rm (which must be valid) on *where, loading, with
- * a new generation and a reference to rm; refs is 0 until it is linked:
- * the whole model, or (split, has_split) its partition, each shard's
- * selection and each tensor's part planned (gpu/gpu_part.h). NULL with err
- * when a tensor cannot be cut as split says (ST_ERR_SPLIT) or memory runs
- * out. Caller holds the lock (for the generation counter). */
-struct gm_instance *do_gm_instance_new(struct gpu_manager *gm, const struct reg_model *rm,
-                                       const struct gm_device *where,
-                                       const struct fetch_req *split, struct st_error *err);
+ * a reference to rm; refs is 0 and its generation unset until it is linked
+ * (do_gm_enqueue): the whole model, or (split, has_split) its partition,
+ * each shard's selection and each tensor's part planned (gpu/gpu_part.h).
+ * NULL with err when a tensor cannot be cut as split says, or its world is
+ * above GM_MAX_WORLD (ST_ERR_SPLIT), or memory runs out. Takes no lock, and
+ * a request calls it without gm->lock: matching a split's rules against
+ * every tensor name may take seconds (FETCH_GLOB_BUDGET). */
+struct gm_instance *gm_instance_new(const struct gpu_manager *gm, const struct reg_model *rm,
+                                    const struct gm_device *where, const struct fetch_req *split,
+                                    struct st_error *err);
 /* The split of m as a request again (for a reload); 0, or -errno with err.
  * *out is empty (no split) for a whole instance. */
 int gm_instance_split(const struct gm_instance *m, struct fetch_req *out, struct st_error *err);
@@ -263,10 +266,10 @@ void gm_dispose(struct gpu_manager *gm, struct gm_instance *dead);
 struct gm_instance *do_gm_instance_unref(struct gpu_manager *gm, struct gm_instance *m);
 /* ---- the load queues (gpu/gpu_queue.c) ---- */
 
-/* Links m (new) into the table, as its model's current instance or not (a
- * reload's new generation), and queues it for its device's loader (made on
- * the device's first preload): refs become 2, the table's and the
- * loader's. Starts pinning its device's ring. Returns 0, or -errno with err
+/* Links m (new) into the table with a new generation, as its model's
+ * current instance or not (a reload's new generation), and queues it for
+ * its device's loader (made on the device's first preload): refs become 2,
+ * the table's and the loader's. Starts pinning its device's ring. Returns 0, or -errno with err
  * when the loader's thread cannot start (m is then not linked). */
 int do_gm_enqueue(struct gpu_manager *gm, struct gm_instance *m, int current,
                   struct st_error *err);
@@ -351,9 +354,10 @@ void do_gm_reload_abandon(struct gpu_manager *gm, struct gm_instance *m,
 
 /* ---- preload requests and the loaders' work (gpu/gpu_preload.c) ----
  *
- * A preload request (gpu_manager.h) is admitted when the device has room
- * for it (beside what other queued preloads were promised), then makes a
- * new instance, links it into the table as the model's current one and
+ * A preload request (gpu_manager.h) makes its new instance without the
+ * lock (a split's plan may take seconds), is admitted under it when the
+ * device has room for it (beside what other queued preloads were
+ * promised), then links it into the table as the model's current one and
  * queues it. The loader thread takes queued instances one at a time and
  * runs the preload state machine:
  *

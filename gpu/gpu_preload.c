@@ -426,16 +426,26 @@ void *gm_loader_main(void *arg)
 
 /* ---- requests ------------------------------------------------------------------ */
 
-/* Under gm->lock: whether model (rm in the newest snapshot) may be loaded.
- * Returns 0, or -errno with err. */
-static int do_preload_check(const struct reg_model *rm, const char *model, struct st_error *err)
+/* The instance a request would load: rm (the model in the newest
+ * snapshot, which must be valid) on *where, cut as split says. Built
+ * without gm->lock: a split's plan matches its rules against every tensor
+ * name, up to FETCH_GLOB_BUDGET steps (seconds, for hostile globs), which
+ * must hold up no other model's requests, leases or loads. NULL with *rc
+ * and err. */
+static struct gm_instance *request_instance(struct gpu_manager *gm, const struct reg_model *rm,
+                                            const char *model, const struct gm_device *where,
+                                            const struct fetch_req *split, int *rc,
+                                            struct st_error *err)
 {
+    struct gm_instance *m = NULL;
     if (!rm)
-        return st_error_fail(err, ST_ERR_NOT_FOUND, "no model named \"%.200s\"", model);
-    if (rm->state != MODEL_READY)
-        return st_error_fail(err, ST_ERR_INVALID_ARGUMENT, "model %.200s is invalid: %s", model,
-                             rm->error.message);
-    return 0;
+        *rc = st_error_fail(err, ST_ERR_NOT_FOUND, "no model named \"%.200s\"", model);
+    else if (rm->state != MODEL_READY)
+        *rc = st_error_fail(err, ST_ERR_INVALID_ARGUMENT, "model %.200s is invalid: %s", model,
+                            rm->error.message);
+    else if (!(m = gm_instance_new(gm, rm, where, split, err)))
+        *rc = err->code == ST_ERR_NO_MEMORY ? -ENOMEM : -EINVAL;
+    return m;
 }
 
 /* What a preload request leaves to do after unlocking: an instance to
@@ -445,53 +455,36 @@ struct leftovers {
     struct gm_instance *dead, *unborn;
 };
 
-/* The key of the instance a request is about: its rank of its world. */
-static void request_rank(const struct fetch_req *split, unsigned *world, unsigned *rank)
+/* Under gm->lock: starts loading m (built by request_instance as model on
+ * *where, not linked; with src, which it takes over) when it fits
+ * (dev_avail: the device's available bytes, device_available's), or finds
+ * that instance (its device, world and rank) there already. m is left in
+ * left->unborn unless it was queued. Returns as gpu_preload_request. */
+static int do_preload(struct gpu_manager *gm, const char *model, struct gm_instance *m,
+                      struct gm_source *src, const struct gm_device *where, int startup,
+                      uint64_t dev_avail, struct gm_view *v, struct leftovers *left,
+                      struct st_error *err)
 {
-    int on = split && split->has_split;
-    *world = on ? (unsigned)split->world : 1;
-    *rank = on ? (unsigned)split->rank : 0;
-}
-
-/* Under gm->lock: starts loading rm as model on *where (rank split->rank of
- * split->world, with split; with src, which the new instance takes over)
- * when it fits (dev_avail: the device's available bytes, device_available's),
- * or finds it there. Returns as gpu_preload_request. */
-static int do_preload(struct gpu_manager *gm, const char *model, const struct reg_model *rm,
-                      struct gm_source *src, const struct gm_device *where,
-                      const struct fetch_req *split, int startup, uint64_t dev_avail,
-                      struct gm_view *v, struct leftovers *left, struct st_error *err)
-{
-    unsigned world, rank;
-    request_rank(split, &world, &rank);
-    struct gm_instance *cur = do_gm_find_current(gm, model, where->be, where->dev, world, rank);
-    int rc = do_preload_check(rm, model, err);
-    if (rc < 0)
-        return rc;
-    struct gm_instance *m = do_gm_instance_new(gm, rm, where, split, err);
-    if (!m)
-        return err->code == ST_ERR_NO_MEMORY ? -ENOMEM : -EINVAL;
+    struct gm_instance *cur = do_gm_find_current(gm, model, where->be, where->dev, m->world,
+                                                 m->rank);
+    left->unborn = m;
     if (cur && cur->state != GM_FAILED) {
         int same = (!m->split && !cur->split) ||
                    (m->split && cur->split && strcmp(m->split, cur->split) == 0);
-        left->unborn = m;
         if (!same)
             return st_error_fail(err, ST_ERR_CONFLICT, "model %.200s: rank %u of %u is on %s "
-                                 "already, split by other rules: evict it first", model, rank,
-                                 world, cur->device);
+                                 "already, split by other rules: evict it first", model, m->rank,
+                                 m->world, cur->device);
         do_gm_view(cur, v);
         return 0;
     }
     uint64_t avail;
-    if (!do_fits(gm, m, dev_avail, 0, &avail)) {
-        left->unborn = m;
+    if (!do_fits(gm, m, dev_avail, 0, &avail))
         return no_room(err, m, avail, gm->opt.memory_limit);
-    }
     m->startup = startup;
-    if (do_gm_enqueue(gm, m, 1, err) < 0) {
-        left->unborn = m;
+    if (do_gm_enqueue(gm, m, 1, err) < 0)
         return -EAGAIN;
-    }
+    left->unborn = NULL;
     m->source = src;
     do_gm_refused_clear(gm, model);
     if (cur) /* a failed attempt there: try again */
@@ -516,49 +509,75 @@ int gpu_preload_request_model(struct gpu_manager *gm, const char *model,
 {
     struct leftovers left = {0};
     uint64_t dev_avail = 0;
+    int rc = 0;
     memset(v, 0, sizeof(*v));
-    if (rm)
+    struct gm_instance *m = NULL;
+    if (rm) {
         device_available(where->be, where->dev, &dev_avail);
+        if (!(m = request_instance(gm, rm, model, where, NULL, &rc, err)))
+            return rc;
+    }
     pthread_mutex_lock(&gm->lock);
     struct gm_instance *cur = do_gm_find_current(gm, model, where->be, where->dev, 1, 0);
-    int rc;
-    if (rm)
-        rc = do_preload(gm, model, rm, src, where, NULL, 0, dev_avail, v, &left, err);
+    if (m)
+        rc = do_preload(gm, model, m, src, where, 0, dev_avail, v, &left, err);
     else if (!cur || cur->state == GM_FAILED) /* without a model: only an instance there */
         rc = st_error_fail(err, ST_ERR_NOT_FOUND, "no model named \"%.200s\" is loaded on %s",
                            model, where->name ? where->name : "that device");
     else
-        rc = 0;
-    if (rc == 0 && !rm)
         do_gm_view(cur, v);
     pthread_mutex_unlock(&gm->lock);
     clear_leftovers(gm, &left);
     return rc;
 }
 
+/* Under gm->lock: a reference to the snapshot a reload has announced and
+ * not yet swapped in when it is newer than snap (or snap is NULL), else
+ * NULL. A preload must load the newest files, or its instance would keep
+ * the old ones: the reload already compared what it saw. */
+static struct reg_snapshot *do_newer_snapshot(struct gpu_manager *gm,
+                                              const struct reg_snapshot *snap)
+{
+    if (gm->latest && (!snap || gm->latest->generation > snap->generation))
+        return reg_snapshot_ref(gm->latest);
+    return NULL;
+}
+
 int gpu_preload_request(struct gpu_manager *gm, const char *model, const struct gm_device *where,
                         const struct fetch_req *split, int startup, struct gm_view *v,
                         struct st_error *err)
 {
-    struct reg_snapshot *snap = registry_acquire(gm->registry), *stale = NULL;
     struct leftovers left = {0};
     uint64_t dev_avail;
     memset(v, 0, sizeof(*v));
     device_available(where->be, where->dev, &dev_avail);
+    struct reg_snapshot *snap = registry_acquire(gm->registry), *newer;
     pthread_mutex_lock(&gm->lock);
-    /* A reload announces its snapshot before the registry swaps it in: a
-     * request in between must load the new files, or its instance would
-     * keep the old ones (the reload already compared what it saw). */
-    if (gm->latest && (!snap || gm->latest->generation > snap->generation)) {
-        stale = snap;
-        snap = reg_snapshot_ref(gm->latest);
-    }
-    const struct reg_model *rm = snap ? reg_snapshot_find_model(snap, model, strlen(model)) : NULL;
-    int rc = do_preload(gm, model, rm, NULL, where, split, startup, dev_avail, v, &left, err);
+    newer = do_newer_snapshot(gm, snap);
     pthread_mutex_unlock(&gm->lock);
-    clear_leftovers(gm, &left);
-    if (stale)
-        reg_snapshot_unref(stale);
+    int rc;
+    for (;;) {
+        if (newer) {
+            if (snap)
+                reg_snapshot_unref(snap);
+            snap = newer;
+        }
+        const struct reg_model *rm = snap ? reg_snapshot_find_model(snap, model, strlen(model))
+                                          : NULL;
+        struct gm_instance *m = request_instance(gm, rm, model, where, split, &rc, err);
+        if (!m)
+            break;
+        pthread_mutex_lock(&gm->lock);
+        newer = do_newer_snapshot(gm, snap);
+        if (!newer) /* checked and queued under one lock: a reload after it sees m */
+            rc = do_preload(gm, model, m, NULL, where, startup, dev_avail, v, &left, err);
+        pthread_mutex_unlock(&gm->lock);
+        if (!newer) {
+            clear_leftovers(gm, &left);
+            break;
+        }
+        gm_instance_free(m); /* a reload announced newer files meanwhile: plan those */
+    }
     if (snap)
         reg_snapshot_unref(snap);
     return rc;

@@ -37,6 +37,7 @@ int do_gm_enqueue(struct gpu_manager *gm, struct gm_instance *m, int current,
 {
     if (!do_loader(gm, m->be, m->dev, err))
         return -EAGAIN;
+    m->generation = ++gm->next_generation;
     m->refs = 2;
     m->current = current;
     m->next = gm->models;

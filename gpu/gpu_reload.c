@@ -34,7 +34,7 @@ static struct gm_instance *do_next_generation(struct gpu_manager *gm, const stru
     struct fetch_req split;
     struct st_error err;
     struct gm_instance *nm = gm_instance_split(m, &split, &err) < 0
-                                 ? NULL : do_gm_instance_new(gm, rm, &where, &split, &err);
+                                 ? NULL : gm_instance_new(gm, rm, &where, &split, &err);
     fetch_req_free(&split);
     if (!nm)
         log_msg(LOG_ERROR, "gpu: %s on %s: no new generation: %s", m->name, m->device,

@@ -16,6 +16,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "device_name.h"
+
 #define METRICS_MAX_KINDS 24
 #define METRICS_MAX_OUTCOMES 8
 
@@ -107,8 +109,9 @@ void metrics_set_gpu(uint64_t bytes_resident, uint64_t leases_active,
 
 /* The same per device (labelled by device in the renderings): each device
  * that holds an instance, a staging ring, or has a loader. Replaces the
- * previous set; at most METRICS_GPU_DEVICES are kept. */
-#define METRICS_GPU_DEVICES 24
+ * previous set; at most METRICS_GPU_DEVICES are kept: the host and every
+ * GPU a device name can name. */
+#define METRICS_GPU_DEVICES (DEVICE_NAME_MAX_DEVICES + 1)
 struct metrics_gpu_device {
     char device[24];           /* "cuda:0", "host" */
     uint64_t resident_bytes;   /* published allocations of its instances */

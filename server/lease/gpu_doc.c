@@ -329,8 +329,8 @@ void gpu_doc_status(struct gpu_manager *gm, const char *socket_path, struct json
 {
     const char *reason;
     const struct gpu_backend *cuda = gpu_manager_cuda(gm, &reason);
-    struct gm_staging staging[16];
-    size_t n_staging = gpu_manager_staging(gm, staging, 16);
+    struct gm_staging staging[GM_MAX_DEVICES];
+    size_t n_staging = gpu_manager_staging(gm, staging, GM_MAX_DEVICES);
     jsonw_obj(w);
     jsonw_kbool(w, "available", cuda != NULL);
     jsonw_key(w, "devices");
@@ -342,7 +342,7 @@ void gpu_doc_status(struct gpu_manager *gm, const char *socket_path, struct json
     jsonw_arr_end(w);
     jsonw_kstr(w, "ipc_socket", socket_path ? socket_path : "");
     jsonw_kobj(w, "staging_bytes");
-    for (size_t i = 0; i < n_staging && i < 16; i++)
+    for (size_t i = 0; i < n_staging && i < GM_MAX_DEVICES; i++)
         jsonw_ku64(w, staging[i].device, staging[i].bytes);
     jsonw_obj_end(w);
     jsonw_ku64(w, "staging_memory_limit", gpu_manager_staging_limit(gm));
@@ -353,7 +353,6 @@ void gpu_doc_status(struct gpu_manager *gm, const char *socket_path, struct json
     jsonw_obj_end(w);
 }
 
-#define MAX_SHOWN 64 /* instances of one model a document lists */
 
 /* An instance's short form: what the model list and the instances of GET
  * show (full: also its progress, leases, reason and preload figures). */
@@ -374,12 +373,30 @@ static void short_form(struct jsonw *w, const struct gm_view *v, int full)
     jsonw_obj_end(w);
 }
 
-/* Every instance of model as views (*n of them, at most MAX_SHOWN kept);
- * the caller releases each. */
-static size_t shown_views(struct gpu_manager *gm, const char *model, struct gm_view *vs)
+/* Every instance of model as views, however many there are: *vs (release
+ * them with release_views). Returns how many. */
+static size_t shown_views(struct gpu_manager *gm, const char *model, struct gm_view **vs)
 {
-    size_t n = gpu_manager_views(gm, model, vs, MAX_SHOWN);
-    return n < MAX_SHOWN ? n : MAX_SHOWN;
+    size_t cap = 8;
+    for (;;) {
+        struct gm_view *v = xcalloc(cap, sizeof(*v));
+        size_t n = gpu_manager_views(gm, model, v, cap);
+        if (n <= cap) {
+            *vs = v;
+            return n;
+        }
+        for (size_t i = 0; i < cap; i++)
+            gpu_manager_view_release(gm, &v[i]);
+        free(v);
+        cap = n + n / 4; /* room for those made meanwhile */
+    }
+}
+
+static void release_views(struct gpu_manager *gm, struct gm_view *vs, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        gpu_manager_view_release(gm, &vs[i]);
+    free(vs);
 }
 
 /* The state a model with several instances shows: the first of failed,
@@ -396,9 +413,9 @@ static const char *summary_state(const struct gm_view *vs, size_t n)
 
 void gpu_doc_summary(struct gpu_manager *gm, const char *model, struct jsonw *w)
 {
-    struct gm_view v, vs[MAX_SHOWN];
+    struct gm_view v, *vs = NULL;
     gpu_manager_view(gm, model, &v);
-    size_t n = v.inst ? 0 : shown_views(gm, model, vs);
+    size_t n = v.inst ? 0 : shown_views(gm, model, &vs);
     if (v.inst || n == 0) {
         jsonw_obj(w);
         jsonw_kstr(w, "state", v.inst ? gm_state_name(v.state) : v.refused ? "failed" : "none");
@@ -420,16 +437,15 @@ void gpu_doc_summary(struct gpu_manager *gm, const char *model, struct jsonw *w)
         jsonw_arr_end(w);
         jsonw_obj_end(w);
     }
-    for (size_t i = 0; i < n; i++)
-        gpu_manager_view_release(gm, &vs[i]);
+    release_views(gm, vs, n);
     gpu_manager_view_release(gm, &v);
 }
 
 void gpu_doc_model(struct gpu_manager *gm, const char *model, const struct gm_which *which,
                    struct jsonw *w)
 {
-    struct gm_view v, vs[MAX_SHOWN];
-    size_t n = shown_views(gm, model, vs), pick = n, matching = 0;
+    struct gm_view v, *vs;
+    size_t n = shown_views(gm, model, &vs), pick = n, matching = 0;
     for (size_t i = 0; which && i < n; i++)
         if (gm_which_holds(which, vs[i].be, vs[i].dev, vs[i].world, vs[i].rank)) {
             matching++;
@@ -467,8 +483,7 @@ void gpu_doc_model(struct gpu_manager *gm, const char *model, const struct gm_wh
         }
         jsonw_obj_end(w);
     }
-    for (size_t i = 0; i < n; i++)
-        gpu_manager_view_release(gm, &vs[i]);
+    release_views(gm, vs, n);
     if (!which)
         gpu_manager_view_release(gm, &v);
 }

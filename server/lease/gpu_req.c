@@ -200,10 +200,12 @@ int gpu_req_preload(struct gpu_manager *gm, const char *model, const struct gpu_
     }
     if (rc < 0) { /* take back what this request started: all or nothing */
         for (size_t r = 0; r < done; r++) {
-            struct gm_which which = {.where = &where[r], .rank = (int)r};
-            struct gm_evicted ev;
-            if (started[r] && p->devices)
-                gpu_manager_evict(gm, model, &which, &ev, 1, &err);
+            /* its world too: the model's other instances there stay */
+            struct gm_which which = {.where = &where[r], .rank = (int)r,
+                                     .world = (unsigned)p->split.world};
+            struct gm_evicted *ev;
+            if (started[r] && p->devices && gpu_manager_evict(gm, model, &which, &ev, &err) > 0)
+                free(ev);
         }
     } else if (!p->devices) {
         gpu_doc_instance(w, &v[0], 0, 0);
@@ -281,13 +283,13 @@ int gpu_req_which(struct gpu_manager *gm, const char *device, const char *rank,
 int gpu_req_evict(struct gpu_manager *gm, const char *model, const struct gm_which *which,
                   struct jsonw *w, int *http_status, struct gpu_req_error *e)
 {
-    struct gm_evicted ev[64];
+    struct gm_evicted *ev;
     struct st_error err;
-    int n = gpu_manager_evict(gm, model, which, ev, 64, &err);
+    int n = gpu_manager_evict(gm, model, which, &ev, &err);
     if (n < 0)
         return refused(GPU_OP_EVICT, &err, n, e);
     int draining = 0;
-    for (int i = 0; i < n && i < 64; i++)
+    for (int i = 0; i < n; i++)
         draining |= ev[i].draining;
     *http_status = draining ? 202 : 200;
     jsonw_obj(w);
@@ -300,7 +302,7 @@ int gpu_req_evict(struct gpu_manager *gm, const char *model, const struct gm_whi
             jsonw_ku64(w, "leases", ev[0].leases);
     }
     jsonw_karr(w, "instances");
-    for (int i = 0; i < n && i < 64; i++) {
+    for (int i = 0; i < n; i++) {
         jsonw_obj(w);
         jsonw_kstr(w, "device", ev[i].device);
         if (ev[i].world > 1) {
@@ -315,6 +317,7 @@ int gpu_req_evict(struct gpu_manager *gm, const char *model, const struct gm_whi
     }
     jsonw_arr_end(w);
     jsonw_obj_end(w);
+    free(ev);
     return 0;
 }
 

@@ -59,7 +59,7 @@
  * succeeds. Pooled and live memory together stay within the device's size.
  *
  * Environment (all optional):
- *   CUDA_DOUBLE_DEVICES=N          devices (default 1, at most 8)
+ *   CUDA_DOUBLE_DEVICES=N          devices (default 1, at most CD_MAX_DEVICES: 24)
  *   CUDA_DOUBLE_DRIVER_VERSION=V   what cuDriverGetVersion says (default 12080)
  *   CUDA_DOUBLE_MEM_MB=N           memory per device (default 4096)
  *   CUDA_DOUBLE_GRANULARITY=N      minimum VMM granularity in bytes (default 2 MiB)
@@ -93,7 +93,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define CD_MAX_DEVICES 8
+#define CD_MAX_DEVICES 24
 #define CD_CTX_STACK 16
 /* Every device memfd's name: the prefix, then the device's ordinal. */
 #define CD_MEMFD_PREFIX "cuda-double dev "

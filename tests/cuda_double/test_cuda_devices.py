@@ -33,6 +33,32 @@ def test_mig_uuids(start):
     d2.finish()
 
 
+def test_a_model_on_the_host_and_seventeen_gpus(start):
+    """A host with more than 16 GPUs: a preload to each of them and to the
+    host loads (each device its own loader and staging ring), and GET and
+    the metrics show every device. Loaders stopped at 17 devices (503
+    too_many_devices for the 17th GPU), rings at 16 (the preload there
+    failed), GET's staging_bytes listed 16 devices and the metrics 24."""
+    env = {"CUDA_DOUBLE_DEVICES": "17"}
+    d = start(env=env, args=["--preload", "cm-two@cuda:16"])
+    names = ["host"] + [f"cuda:{i}" for i in range(17)]
+    for name in names:
+        r = d.post("cm-small", name)
+        assert r.status == 202, (name, r.status, r.body)
+    s = d.wait("cm-small", lambda s: len(s.get("instances", [])) == 18 and all(
+        i["state"] in ("ready", "failed") for i in s["instances"]))
+    assert {i["device"]: i["state"] for i in s["instances"]} == {n: "ready" for n in names}, s
+    assert sorted(d.json("/v1/models")["gpu"]["staging_bytes"]) == sorted(names)
+    prom = d.get("/metrics").body.decode()
+    for name in names:  # cuda:16 also holds the start-up preload's cm-two
+        n = 2 if name == "cuda:16" else 1
+        assert f'tensord_gpu_device_instances{{device="{name}"}} {n}\n' in prom, (name, prom)
+    out = c_client(d, "cm-small", "--device", "cuda:16", env=env)
+    assert out.returncode == 0 and "checksum: ok" in out.stdout, out.stderr
+    assert_clean(read_report(d.work, out.pid), (), out.stderr)
+    d.finish()
+
+
 def test_device_that_cannot_be_opened_keeps_its_slot(start):
     d = start(env={"CUDA_DOUBLE_DEVICES": "3", "CUDA_DOUBLE_BAD_DEVICE": "1"})
     devs = devices(d)

@@ -6,11 +6,15 @@
  * (tests/ref/ipc_proto_jansson.c) on the outcome, the fields and, for UTF-8
  * input, the message; frames never overrun the input; an accepted "open"
  * has a non-empty model of at most IPC_MAX_NAME bytes and survives a
- * re-encode/re-parse round trip unchanged; answer_read accepts exactly the
- * objects jansson accepts (with duplicate keys rejected) that nest at most
- * ANSWER_MAX_DEPTH deep and hold no NUL byte, and reads the same "ok" and
- * "lease" from them; an open answer that answer_open accepts has every
- * tensor inside its allocation. */
+ * re-encode/re-parse round trip unchanged (its device, rank and
+ * prefer_device too); answer_read accepts exactly the objects jansson
+ * accepts (with duplicate keys rejected) that nest at most ANSWER_MAX_DEPTH
+ * deep and hold no NUL byte, and reads the same "ok" and "lease" from them;
+ * an open answer that answer_open accepts has every tensor inside its
+ * allocation, with exactly the bytes its dtype and shape make (a DLPack
+ * tensor is built from the shape), a world of 1 without a split or of 2 to
+ * 2^31 - 1 with one and a rank below it, and each part where the split puts
+ * that rank (core/split_bounds.h) and as long as the shape says. */
 #include <jansson.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -19,7 +23,9 @@
 
 #include "answer.h"
 #include "client_int.h"
+#include "dtype.h"
 #include "ipc_proto.h"
+#include "split_bounds.h"
 #include "util.h"
 
 #include "../ref/ipc_proto_jansson.c"
@@ -97,18 +103,35 @@ static void check_answer(const unsigned char *p, size_t n)
         if (m.n_allocs != 1 || !m.name || !m.backend || !m.device || !m.uuid ||
             m.allocs[0].byte_size > m.allocs[0].alloc_size)
             abort();
+        if (m.world < 1 || m.world > INT32_MAX || m.rank >= m.world ||
+            (m.world > 1) != (m.split != NULL))
+            abort();
         for (size_t i = 0; i < m.n_tensors; i++) {
             const struct tensord_tensor *t = &m.tensors[i];
             if (t->alloc != 0 || t->offset > m.allocs[0].byte_size ||
                 t->nbytes > m.allocs[0].byte_size - t->offset || t->ndim > 64 || !t->shape ||
                 !t->name || !t->dtype)
                 abort();
+            /* its dtype and shape make exactly its bytes */
+            enum dtype dt = dtype_from_name(t->dtype, strlen(t->dtype));
+            unsigned __int128 bits = dt == DT_INVALID ? 0 : dtype_info(dt)->bits;
+            for (int d = 0; d < t->ndim && bits <= UINT64_MAX; d++)
+                bits *= (uint64_t)t->shape[d];
+            if (dt == DT_INVALID || bits % 8 != 0 || bits / 8 != t->nbytes)
+                abort();
             /* a part lies in its shape and is the rank's */
+            uint64_t lo, hi;
             if (t->part_dim >= 0 &&
-                (m.world < 2 || m.rank >= m.world || t->part_dim >= t->ndim ||
+                (m.world < 2 || t->part_dim >= t->ndim || t->part_start < 0 ||
+                 t->part_stop < t->part_start ||
                  t->shape[t->part_dim] != t->part_stop - t->part_start ||
                  t->part_stop > t->part_length))
                 abort();
+            if (t->part_dim >= 0) {
+                fetch_split_bounds((uint64_t)t->part_length, m.world, m.rank, &lo, &hi);
+                if ((uint64_t)t->part_start != lo || (uint64_t)t->part_stop != hi)
+                    abort();
+            }
         }
     } else if (err[0] == '\0') {
         abort();
@@ -130,11 +153,16 @@ static void one_request(const unsigned char *p, size_t n)
             size_t ml = strlen(req->model);
             if (ml == 0 || ml > IPC_MAX_NAME || strlen(req->device) > IPC_MAX_NAME)
                 abort();
-            json_t *o = json_pack("{s:s,s:s,s:s}", "op", "open", "model", req->model, "device",
-                                  req->device);
+            if (strlen(req->prefer) > IPC_MAX_NAME || req->rank < -1 || req->rank > INT32_MAX)
+                abort();
+            json_t *o = json_pack("{s:s,s:s,s:s,s:s}", "op", "open", "model", req->model,
+                                  "device", req->device, "prefer_device", req->prefer);
+            if (o && req->rank >= 0)
+                json_object_set_new(o, "rank", json_integer(req->rank));
             char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
             if (!text || ipc_request_parse(text, strlen(text), again, &err) != 0 ||
-                strcmp(again->model, req->model) != 0 || strcmp(again->device, req->device) != 0)
+                strcmp(again->model, req->model) != 0 || strcmp(again->device, req->device) != 0 ||
+                strcmp(again->prefer, req->prefer) != 0 || again->rank != req->rank)
                 abort();
             free(text);
             json_decref(o);

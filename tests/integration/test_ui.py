@@ -259,6 +259,33 @@ def test_gpu_preload_and_evict_on_host(ui_daemon, desktop):
     assert_clean(b)
 
 
+def test_gpu_page_hostile_name_and_many_instances(ui_daemon, desktop):
+    """A model whose name is markup, held whole and as 12 ranks on the host:
+    the GPU page lists every instance, the name stays text, and evicting one
+    rank from the page evicts that rank alone."""
+    b, d = desktop, ui_daemon
+    path = "/v1/models/" + urllib.parse.quote(EVIL_MODEL, safe="") + "/gpu"
+    assert d.request("POST", path, body=b'{"device": "host"}').status == 202
+    r = d.request("POST", path, body=json.dumps({"devices": ["host"] * 12, "split": {
+        "world": 12, "rules": [{"match": "*", "dim": -1}]}}).encode())
+    assert r.status == 202, r.body
+    open_view(b, d, "#/gpu")
+    host = "document.querySelector('#instances section[data-device=\"host\"]')"
+    rows = f"[...{host}.querySelectorAll('tbody tr')].filter(r => r.cells[0].textContent === {json.dumps(EVIL_MODEL)})"
+    b.wait_for(f"{host} && {rows}.length === 13 && {rows}.every(r => /ready/.test(r.cells[2].textContent))")
+    assert b.eval(f"{rows}.map(r => r.cells[1].textContent).includes('rank 11 of 12')")
+    label = json.dumps(f"Evict {EVIL_MODEL} on host (rank 11 of 12)")
+    btn = f"[...document.querySelectorAll('#instances button')].find(x => x.getAttribute('aria-label') === {label})"
+    b.eval(btn + ".click()")
+    b.eval(btn + ".click()")
+    b.wait_for(f"{rows}.length === 12")
+    s = json.loads(d.get(path).body)
+    assert sorted(i.get("rank", -1) for i in s["instances"]) == [-1] + list(range(11)), s
+    shot(b, "gpu-hostile-1280")
+    assert d.request("DELETE", path).status == 200
+    assert_clean(b)
+
+
 def test_charts_move_under_load(ui_daemon, desktop):
     b, d = desktop, ui_daemon
     open_view(b, d, "#/metrics")

@@ -118,8 +118,9 @@ static void write_st(const struct fx *f, const char *rel, const char *json,
                      const unsigned char *data, size_t n)
 {
     char *path = xasprintf("%s/%s", f->root, rel), *tmp = xasprintf("%s.tmp", path);
-    char hdr[512];
-    int h = snprintf(hdr, sizeof(hdr), "%s", json);
+    size_t h = strlen(json);
+    char *hdr = xmalloc(h + 8);
+    memcpy(hdr, json, h);
     while (h % 8)
         hdr[h++] = ' ';
     unsigned char pre[8];
@@ -128,9 +129,10 @@ static void write_st(const struct fx *f, const char *rel, const char *json,
     FILE *fp = fopen(tmp, "wb");
     CHECK(fp != NULL);
     fwrite(pre, 1, 8, fp);
-    fwrite(hdr, 1, (size_t)h, fp);
+    fwrite(hdr, 1, h, fp);
     fwrite(data, 1, n, fp);
     fclose(fp);
+    free(hdr);
     CHECK(rename(tmp, path) == 0);
     free(tmp);
     free(path);
@@ -387,6 +389,21 @@ static int cuda_available(struct gpu_manager *gm)
 static void wait_idle(struct gpu_manager *gm)
 {
     CHECK(gpu_manager_wait_idle(gm, 10000) == 0);
+}
+
+/* Ranks 0 .. n-1 of a world of `world` of model on the host, each its own
+ * instance (x cut along dim 0), loaded. */
+static void preload_ranks(struct gpu_manager *gm, const char *model, int n, int world)
+{
+    for (int r = 0; r < n; r++) {
+        char body[160];
+        int st;
+        snprintf(body, sizeof(body), "{\"device\":\"host\",\"split\":{\"world\":%d,"
+                 "\"rank\":%d,\"rules\":[{\"match\":\"x\",\"dim\":0}]}}", world, r);
+        json_decref(post(gm, model, body, &st));
+        CHECK(st == 202);
+    }
+    wait_idle(gm);
 }
 
 /* ---- tests ---------------------------------------------------------------- */

@@ -137,10 +137,41 @@ TEST(documents_render_outside_the_lock)
     free(json);
 }
 
+/* Every instance of a model is listed and can be named, however many there
+ * are: with more than 64 (ranks 0 .. 69 of a world of 100), the documents
+ * listed 64 and GET ?rank=5 answered "none" for a ready instance. */
+TEST(every_instance_is_listed_and_found)
+{
+    struct fx f;
+    fx_init(&f);
+    unsigned char *data = write_model(&f, "ma", 14);
+    fx_start(&f, NULL);
+    preload_ranks(f.gm, "ma", 70, 100);
+    json_t *o = model_json(f.gm, "ma");
+    CHECK(json_array_size(json_object_get(o, "instances")) == 70);
+    CHECK_STR(json_string_value(json_object_get(o, "state")), "ready");
+    json_decref(o);
+    o = summary_json(f.gm, "ma");
+    CHECK(json_array_size(json_object_get(o, "instances")) == 70);
+    json_decref(o);
+    for (int r = 0; r < 70; r += 23) {
+        char rank[16];
+        snprintf(rank, sizeof(rank), "%d", r);
+        o = model_json_at(f.gm, "ma", "host", rank);
+        CHECK_STR(json_string_value(json_object_get(o, "state")), "ready");
+        CHECK(json_integer_value(json_object_get(o, "rank")) == r);
+        CHECK(json_array_size(json_object_get(o, "instances")) == 70);
+        json_decref(o);
+    }
+    fx_free(&f);
+    free(data);
+}
+
 static int run(void)
 {
     RUN(legacy_handle_only_in_the_open_answer);
     RUN(documents_render_outside_the_lock);
+    RUN(every_instance_is_listed_and_found);
     return TEST_SUMMARY();
 }
 

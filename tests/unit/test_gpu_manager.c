@@ -409,6 +409,191 @@ TEST(preload_during_reload_loads_the_new_files)
     free(now);
 }
 
+/* A partition's world and rank are what workers name on the lease socket
+ * and GET and DELETE take (below 2^31): a larger world is refused, not cut
+ * to 32 bits, where 2^32 + 1 became the whole model's key (rank 0 of 1),
+ * and the whole model's preload was then refused as a conflict. */
+TEST(split_world_beyond_what_workers_name)
+{
+    struct fx f;
+    fx_init(&f);
+    unsigned char *data = write_model(&f, "ma", 3);
+    fx_start(&f, NULL);
+    static const char *const too_big[] = {"4294967297", "4294967298", "2147483648",
+                                          "9223372036854775807"};
+    int st;
+    for (size_t i = 0; i < sizeof(too_big) / sizeof(too_big[0]); i++) {
+        char body[256];
+        snprintf(body, sizeof(body), "{\"device\":\"host\",\"split\":{\"world\":%s,\"rank\":1,"
+                 "\"rules\":[{\"match\":\"y\",\"dim\":1}]}}", too_big[i]);
+        json_t *d = post(f.gm, "ma", body, &st);
+        CHECK_CONTAINS(json_string_value(json_object_get(json_object_get(d, "error"),
+                                                         "message")), "2147483647");
+        CHECK(code_is(d, "bad_split") && st == 400);
+    }
+    CHECK(status_rows(f.gm, "ma") == 0);
+    json_decref(post(f.gm, "ma", "{\"device\":\"host\"}", &st));
+    CHECK(st == 202); /* the whole model, refused as a conflict when 2^32 + 1 was rank 0 of 1 */
+    json_t *d = post(f.gm, "ma", "{\"device\":\"host\",\"split\":{\"world\":2147483647,"
+                     "\"rank\":2147483646,\"rules\":[{\"match\":\"x\",\"dim\":0}]}}", &st);
+    CHECK(st == 202);
+    CHECK(json_integer_value(json_object_get(d, "world")) == 2147483647);
+    CHECK(json_integer_value(json_object_get(d, "rank")) == 2147483646);
+    json_decref(d);
+    wait_idle(f.gm);
+    json_decref(evict(f.gm, "ma", &st));
+    CHECK(st == 200);
+    fx_free(&f);
+    free(data);
+}
+
+/* A split of a world of 1 is the whole model (numpy.array_split into one
+ * part: every tensor whole), its rules checked as POST /fetch checks them:
+ * its instance is the whole model's, and a worker opens it. It was kept as
+ * a partition of rank 0 of 1 with its split, whose open answer every
+ * client refused (a split without a world above 1), and which refused the
+ * whole model's own preload as a conflict. */
+TEST(a_world_of_one_is_the_whole_model)
+{
+    struct fx f;
+    char err[512];
+    fx_init(&f);
+    unsigned char *data = write_model(&f, "ma", 5);
+    fx_start(&f, NULL);
+    int st;
+    json_t *d = post(f.gm, "ma", "{\"device\":\"host\",\"split\":{\"world\":1,\"rank\":0,\"rules\":"
+                     "[{\"match\":\"y\",\"dim\":1}]}}", &st);
+    CHECK(st == 202);
+    CHECK(json_integer_value(json_object_get(d, "world")) == 1 && !json_object_get(d, "split"));
+    json_decref(d);
+    json_decref(post(f.gm, "ma", "{\"devices\":[\"host\"],\"split\":{\"world\":1,\"rules\":"
+                     "[{\"match\":\"*\",\"dim\":0}]}}", &st));
+    CHECK(st == 200);
+    json_decref(post(f.gm, "ma", "{\"device\":\"host\"}", &st));
+    CHECK(st == 200);
+    CHECK(code_is(post(f.gm, "ma", "{\"device\":\"host\",\"split\":{\"world\":1,\"rank\":0,"
+                       "\"rules\":[{\"match\":\"x\",\"dim\":1}]}}", &st), "bad_split") &&
+          st == 400);
+    wait_idle(f.gm);
+    CHECK(status_rows(f.gm, "ma") == 1);
+    struct tensord_client *c = tensord_connect(f.sock, err, sizeof(err));
+    struct tensord_open_options o = TENSORD_OPEN_OPTIONS_INIT;
+    o.rank = 0;
+    struct tensord_model *m = c ? tensord_open_ex(c, "ma", &o, err, sizeof(err)) : NULL;
+    CHECK(m != NULL);
+    if (!m)
+        fprintf(stderr, "  open: %s\n", err);
+    if (m) {
+        const struct tensord_tensor *y = tensord_model_find(m, "y");
+        CHECK(tensord_model_world(m) == 1 && tensord_model_rank(m) == 0 &&
+              !tensord_model_split(m));
+        CHECK(y && y->ndim == 2 && y->shape[1] == 100 && memcmp(y->data, data + 1000, 1200) == 0);
+        CHECK(tensord_model_verify(m, err, sizeof(err)) == 0);
+        tensord_model_close(m);
+    }
+    tensord_close(c);
+    fx_free(&f);
+    free(data);
+}
+
+/* One client's requests in a loop: a POST (every rank of a world of 2, or
+ * one rank, or the whole model), a DELETE naming a device, rank and world,
+ * a GET of the model, and a lease opened and given back. */
+struct racer {
+    struct gpu_manager *gm;
+    unsigned seed;
+    atomic_int *stop;
+    atomic_uint posts;         /* answered 200 or 202 */
+    unsigned leases;
+};
+
+static void *racer_main(void *arg)
+{
+    static const char *const bodies[] = {
+        "{\"devices\":[\"host\",\"host\"],\"split\":{\"world\":2,\"rules\":"
+        "[{\"match\":\"y\",\"dim\":1}]}}",
+        "{\"device\":\"host\",\"split\":{\"world\":2,\"rank\":1,\"rules\":"
+        "[{\"match\":\"y\",\"dim\":1}]}}",
+        "{\"device\":\"host\",\"split\":{\"world\":3,\"rank\":2,\"rules\":"
+        "[{\"match\":\"x\",\"dim\":0}]}}",
+        "{\"device\":\"host\"}",
+    };
+    static const char *const ranks[] = {"0", "1", "2", NULL};
+    struct racer *r = arg;
+    while (!atomic_load(r->stop)) {
+        unsigned k = rand_r(&r->seed);
+        int st, fds[1];
+        size_t n;
+        json_t *d = post(r->gm, "ma", bodies[k % 4], &st);
+        if (st == 202 || st == 200)
+            atomic_fetch_add(&r->posts, 1);
+        json_decref(d);
+        struct gpu_req_error e;
+        struct jsonw w = JSONW_INIT;
+        struct gm_which which;
+        struct gm_device where;
+        if (gpu_req_which(r->gm, "host", ranks[(k >> 4) % 4], (k >> 6) % 2 ? "2" : NULL, &which,
+                          &where, &e) == 0 &&
+            gpu_req_evict(r->gm, "ma", &which, &w, &st, &e) == 0)
+            json_decref(parsed(&w));
+        json_decref(model_json(r->gm, "ma"));
+        struct gpu_lease *l = open_rank(r->gm, "ma", "host", (int)((k >> 8) % 3) - 1, NULL, &d,
+                                        fds, 1, &n);
+        json_decref(d);
+        if (l) {
+            r->leases++;
+            gpu_lease_release(r->gm, l);
+        }
+    }
+    return NULL;
+}
+
+/* Clients racing each other's POSTs (all or nothing over two ranks),
+ * DELETEs of one device, rank and world, GETs and leases: whatever the
+ * interleaving, the manager keeps one instance per device, world and rank,
+ * and every document, lease and eviction is consistent (ThreadSanitizer
+ * runs this in make test). */
+TEST(posts_race_deletes_and_leases)
+{
+    struct fx f;
+    fx_init(&f);
+    unsigned char *data = write_model(&f, "ma", 16);
+    fx_start(&f, NULL);
+    atomic_int stop = 0;
+    struct racer r[3];
+    pthread_t th[3];
+    for (unsigned i = 0; i < 3; i++) {
+        r[i] = (struct racer){.gm = f.gm, .seed = 7 + i, .stop = &stop, .leases = 0};
+        atomic_init(&r[i].posts, 0);
+        CHECK(pthread_create(&th[i], NULL, racer_main, &r[i]) == 0);
+    }
+    uint64_t until = time_mono_ns() + 1500 * 1000000ull;
+    unsigned posts = 0;
+    while (time_mono_ns() < until || posts < 30) {
+        posts = atomic_load(&r[0].posts) + atomic_load(&r[1].posts) + atomic_load(&r[2].posts);
+        /* never two current instances with one key */
+        pthread_mutex_lock(&f.gm->lock);
+        for (struct gm_instance *a = f.gm->models; a; a = a->next)
+            for (struct gm_instance *b = a->next; b; b = b->next)
+                CHECK(!(a->current && b->current && a->world == b->world &&
+                        a->rank == b->rank));
+        pthread_mutex_unlock(&f.gm->lock);
+        usleep(1000);
+    }
+    atomic_store(&stop, 1);
+    for (unsigned i = 0; i < 3; i++)
+        pthread_join(th[i], NULL);
+    wait_idle(f.gm);
+    int st;
+    json_t *o = evict(f.gm, "ma", &st);
+    CHECK(st == 200 || st == 404);
+    json_decref(o);
+    CHECK(status_rows(f.gm, "ma") == 0);
+    CHECK(gpu_metric(f.gm, "tensord_gpu_resident_bytes") == 0);
+    fx_free(&f);
+    free(data);
+}
+
 static int run(void)
 {
     RUN(startup_preloads_and_the_get_document);
@@ -418,6 +603,9 @@ static int run(void)
     RUN(reload_replaces_changed_models);
     RUN(failed_preload_then_retry);
     RUN(preload_during_reload_loads_the_new_files);
+    RUN(split_world_beyond_what_workers_name);
+    RUN(a_world_of_one_is_the_whole_model);
+    RUN(posts_race_deletes_and_leases);
     return TEST_SUMMARY();
 }
 

@@ -126,11 +126,159 @@ TEST(which_instances)
     fx_free(&f);
 }
 
+/* A "devices" request that fails on one rank takes back the ranks it
+ * started, and only those: the model's other instances on those devices
+ * (the whole model, rank 0 of another world) stay, where taking back rank 0
+ * evicted every rank 0 there, whatever its world. */
+TEST(devices_refused_takes_back_only_its_own_ranks)
+{
+    struct fx f;
+    fx_init(&f);
+    /* q: F4 [2, 4]: cut in three along dim 1, rank 1's single column is half
+     * a byte, which F4 cannot be cut into: rank 0 starts, rank 1 is refused */
+    static const unsigned char q[4] = {0x12, 0x34, 0x56, 0x78};
+    write_st(&f, "mq.safetensors",
+             "{\"q\":{\"dtype\":\"F4\",\"shape\":[2,4],\"data_offsets\":[0,4]}}", q, sizeof(q));
+    fx_start(&f, NULL);
+    int st;
+    json_decref(post(f.gm, "mq", "{\"device\":\"host\"}", &st));
+    CHECK(st == 202);
+    json_decref(post(f.gm, "mq", "{\"device\":\"host\",\"split\":{\"world\":2,\"rank\":0,"
+                     "\"rules\":[{\"match\":\"q\",\"dim\":0}]}}", &st));
+    CHECK(st == 202);
+    wait_idle(f.gm);
+    json_t *d = post(f.gm, "mq", "{\"devices\":[\"host\",\"host\",\"host\"],\"split\":"
+                     "{\"world\":3,\"rules\":[{\"match\":\"q\",\"dim\":1}]}}", &st);
+    CHECK(code_is(d, "bad_split") && st == 400);
+    wait_idle(f.gm);
+    CHECK(status_rows(f.gm, "mq") == 2);
+    json_t *o = model_json(f.gm, "mq");
+    json_t *inst, *is = json_object_get(o, "instances");
+    size_t i, ready = 0;
+    CHECK(json_array_size(is) == 2);
+    json_array_foreach(is, i, inst) {
+        json_int_t world = json_integer_value(json_object_get(inst, "world"));
+        CHECK(world == 0 || world == 2); /* a whole model's instance shows no world */
+        ready += strcmp(json_string_value(json_object_get(inst, "state")), "ready") == 0;
+    }
+    CHECK(ready == 2);
+    json_decref(o);
+    fx_free(&f);
+}
+
+struct costly_post {
+    struct gpu_manager *gm;
+    const char *body;
+    int status;
+    atomic_int done;
+};
+
+static void *costly_post_main(void *arg)
+{
+    struct costly_post *c = arg;
+    json_decref(post(c->gm, "mg", c->body, &c->status));
+    atomic_store(&c->done, 1);
+    return NULL;
+}
+
+/* Cutting a model as a split says (matching its rules against every
+ * tensor name, up to FETCH_GLOB_BUDGET steps: seconds for hostile globs)
+ * happens outside the manager's lock, so that while one POST plans, the
+ * other models' GETs, leases and loads go on: the lock is free nearly all
+ * the time the POST takes. It was held for the whole plan. */
+TEST(a_costly_split_holds_nothing_else_up)
+{
+    struct fx f;
+    fx_init(&f);
+    /* mg: four tensors with 2,000-byte names that every rule matches only
+     * after a walk of about 10^6 steps */
+    struct strbuf hdr = STRBUF_INIT;
+    strbuf_putc(&hdr, '{');
+    for (int i = 0; i < 4; i++) {
+        strbuf_printf(&hdr, "%s\"", i ? "," : "");
+        for (int k = 0; k < 2000; k++)
+            strbuf_putc(&hdr, 'a');
+        strbuf_printf(&hdr, "%d\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[%d,%d]}", i,
+                      2 * i, 2 * i + 2);
+    }
+    strbuf_putc(&hdr, '}');
+    static const unsigned char zeros[8];
+    write_st(&f, "mg.safetensors", hdr.buf, zeros, sizeof(zeros));
+    strbuf_release(&hdr);
+    fx_start(&f, NULL);
+
+    struct strbuf body = STRBUF_INIT;
+    strbuf_puts(&body, "{\"device\":\"host\",\"split\":{\"world\":2,\"rank\":1,\"rules\":[");
+    for (int r = 0; r < 60; r++) {
+        strbuf_puts(&body, r ? ",{\"match\":\"*" : "{\"match\":\"*");
+        for (int k = 0; k < 1000; k++)
+            strbuf_putc(&body, 'a');
+        strbuf_puts(&body, "b\",\"dim\":0}");
+    }
+    strbuf_puts(&body, "]}}");
+    struct costly_post c = {.gm = f.gm, .body = body.buf};
+    pthread_t th;
+    uint64_t free_seen = 0, held_seen = 0;
+    CHECK(pthread_create(&th, NULL, costly_post_main, &c) == 0);
+    while (!atomic_load(&c.done)) {
+        if (pthread_mutex_trylock(&f.gm->lock) == 0) {
+            pthread_mutex_unlock(&f.gm->lock);
+            free_seen++;
+        } else {
+            held_seen++;
+        }
+    }
+    pthread_join(th, NULL);
+    CHECK(c.status == 202);
+    CHECK(held_seen < free_seen / 4);
+    if (held_seen >= free_seen / 4)
+        fprintf(stderr, "  the manager's lock was held %llu times of %llu\n",
+                (unsigned long long)held_seen, (unsigned long long)(held_seen + free_seen));
+    strbuf_release(&body);
+    wait_idle(f.gm);
+    fx_free(&f);
+}
+
+/* DELETE of more than 64 instances (ranks 0 .. 69 of a world of 100) lists
+ * every one, and says draining when the one a lease holds is among the
+ * last evicted: the answer kept 64, and said "none" (200) while rank 0,
+ * the 70th evicted, drained. */
+TEST(evict_reports_every_instance)
+{
+    struct fx f;
+    fx_init(&f);
+    unsigned char *data = write_model(&f, "ma", 15);
+    fx_start(&f, NULL);
+    preload_ranks(f.gm, "ma", 70, 100);
+    int fds[1], st;
+    size_t n;
+    json_t *ans;
+    struct gpu_lease *l = open_rank(f.gm, "ma", "host", 0, NULL, &ans, fds, 1, &n);
+    CHECK(l != NULL);
+    json_decref(ans);
+    json_t *o = evict(f.gm, "ma", &st);
+    CHECK(st == 202);
+    CHECK_STR(json_string_value(json_object_get(o, "state")), "draining");
+    json_t *is = json_object_get(o, "instances"), *inst;
+    size_t i, draining = 0;
+    CHECK(json_array_size(is) == 70);
+    json_array_foreach(is, i, inst)
+        draining += strcmp(json_string_value(json_object_get(inst, "state")), "draining") == 0;
+    CHECK(draining == 1);
+    json_decref(o);
+    gpu_lease_release(f.gm, l);
+    fx_free(&f);
+    free(data);
+}
+
 static int run(void)
 {
     RUN(one_device_read_as_jansson_reads_it);
     RUN(splits_and_devices);
     RUN(which_instances);
+    RUN(devices_refused_takes_back_only_its_own_ranks);
+    RUN(a_costly_split_holds_nothing_else_up);
+    RUN(evict_reports_every_instance);
     return TEST_SUMMARY();
 }
 
