@@ -30,22 +30,11 @@ struct answer {
  * daemon's "CODE: message"; a->ok is 0). */
 int answer_read(const char *body, size_t len, struct answer *a, char *err, size_t errlen);
 
-/* Fills m's name, device, generation, allocation and tensor tables from an
- * open answer that answer_read accepted, and checks every number against
- * the others: n_fds descriptors came with it, one per allocation; a tensor
- * lies inside its allocation, and its dtype (one the library knows) and
- * shape make exactly its nbytes. Returns 0, or -1 with err; what was
- * filled in is m's to free either way. */
-int answer_open(const char *body, size_t len, size_t n_fds, struct tensord_model *m, char *err,
-                size_t errlen);
 /* Reads a "checksums" answer (answer_read accepted it) into m's
  * allocations. Returns 0 when they are there (has_checksum set), 1 while
  * the daemon is still summing, or -1 with err (none will come, or a
  * malformed answer). */
 int answer_checksums(const char *body, size_t len, struct tensord_model *m, char *err,
                      size_t errlen);
-/* Frees what answer_open filled in (m itself and its mappings are the
- * caller's). */
-void answer_open_free(struct tensord_model *m);
 
 #endif

@@ -1,6 +1,7 @@
 /* client: the connection to the daemon's lease socket and its protocol
  * (framing, hello, reconnecting, release). Opening models is model.c's,
- * DLPack dlpack.c's; answers are read by answer.c. */
+ * DLPack dlpack.c's; answers are read by answer.c (an open's tables by
+ * answer_open.c). */
 #include "tensord_client.h"
 
 #include <errno.h>

@@ -16,7 +16,7 @@ void *cmem_calloc(size_t n, size_t size);
 void *cmem_realloc(void *p, size_t n);
 char *cmem_strdup(const char *s);
 
-/* Tests: the allocation after the next n fails (then every later one
+/* Tests only: the allocation after the next n fails (then every later one
  * succeeds again); n < 0 turns failures off. Not thread-safe. */
 void cmem_fail_after(long n);
 

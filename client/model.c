@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "answer.h"
+#include "answer_open.h"
 #include "client_int.h"
 #include "cmem.h"
 #include "ipc_proto.h"

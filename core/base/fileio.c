@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "st_error.h"
 #include "util.h"
 
 void fileio_stat_from(const struct stat *sb, struct fileio_stat *st)
@@ -138,24 +139,23 @@ int fileio_read_small(const char *path, size_t max, char **out, size_t *len)
     return 0;
 }
 
-char *fileio_read_secret(const char *option, const char *path, size_t *len, char *errbuf,
-                         size_t errlen)
+int fileio_read_secret(const char *option, const char *path, char **out, size_t *len,
+                       struct st_error *err)
 {
-    char *buf, *line = NULL;
+    char *buf;
     size_t n;
     int rc = fileio_read_small(path, 4096, &buf, &n);
-    if (rc < 0) {
-        snprintf(errbuf, errlen, "%s %s: %s", option, path, strerror(-rc));
-        return NULL;
-    }
+    if (rc < 0)
+        return st_error_errno(err, -rc, "%s %s", option, path);
     *len = strcspn(buf, "\r\n");
     if (*len == 0)
-        snprintf(errbuf, errlen, "%s %s: the first line is empty", option, path);
+        rc = st_error_fail(err, ST_ERR_INVALID_ARGUMENT, "%s %s: the first line is empty",
+                           option, path);
     else
-        line = xstrndup(buf, *len);
+        *out = xstrndup(buf, *len);
     explicit_bzero(buf, n);
     free(buf);
-    return line;
+    return rc;
 }
 
 int fileio_mkdirs(const char *path, mode_t mode)

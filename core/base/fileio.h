@@ -20,6 +20,7 @@ struct fileio_stat {
 };
 
 struct stat;
+struct st_error;
 void fileio_stat_from(const struct stat *sb, struct fileio_stat *st);
 
 /* Whether a and b are the same version of the same file. */
@@ -61,11 +62,13 @@ void fileio_etag(const struct fileio_stat *st, char *buf);
 int fileio_read_small(const char *path, size_t max, char **out, size_t *len);
 
 /* The first line of the small file at path (a token, a key; up to a NUL
- * byte, if one comes first): a new string the caller frees (and clears),
- * *len its length; the file's text is cleared before it is freed. NULL with
- * errbuf ("OPTION PATH: why") when it cannot be read or the line is empty. */
-char *fileio_read_secret(const char *option, const char *path, size_t *len, char *errbuf,
-                         size_t errlen);
+ * byte, if one comes first) into *out, a new string the caller frees (and
+ * clears), and *len; the file's text is cleared before it is freed. Returns
+ * 0, or a negative errno with err saying "OPTION PATH: why": ST_ERR_IO (or
+ * ST_ERR_NO_MEMORY) when it cannot be read, ST_ERR_INVALID_ARGUMENT when
+ * its first line is empty. */
+int fileio_read_secret(const char *option, const char *path, char **out, size_t *len,
+                       struct st_error *err);
 
 /* mkdir -p of path, mode for what it creates. Returns 0 or -errno. */
 int fileio_mkdirs(const char *path, mode_t mode);

@@ -2,15 +2,24 @@
  * strbuf.
  *
  * strbuf writes JSON values; jsonw adds the structure (objects, arrays,
- * keys). Every document the daemon sends is written with it (or, for the
- * model documents whose size a file controls, with strbuf's value writers
- * directly): the model list, the GPU views, the Hugging Face endpoint's
- * documents, error documents, the lease socket's answers. Strings go
- * through strbuf_json_string (one escaper; bytes that are not UTF-8 become
- * U+FFFD), so the output is always valid JSON, and the bytes are the ones
- * jansson's json_dumps(JSON_COMPACT) wrote for the same values. Like a
- * strbuf the writer never aborts: a failed allocation makes jsonw_take
- * answer NULL. */
+ * keys). Every document the daemon sends is written with it: the model
+ * list, the GPU views, the Hugging Face endpoint's documents, error
+ * documents, the lease socket's answers. Strings go through
+ * strbuf_json_string (one escaper; bytes that are not UTF-8 become U+FFFD),
+ * so the output is always valid JSON, and the bytes are the ones jansson's
+ * json_dumps(JSON_COMPACT) wrote for the same values. Like a strbuf the
+ * writer never aborts: a failed allocation makes jsonw_take answer NULL.
+ *
+ * Hand-written templates (fixed keys as literal text around strbuf's value
+ * writers) remain where a document is rendered often or is as large as a
+ * file makes it, for speed: the model descriptions and merged headers
+ * (server/handlers/model_doc.c: one entry per tensor, millions in a big
+ * model), a sliced answer's safetensors header (core/tformat.c), and
+ * /v1/metrics (core/metrics_render.c, every scrape); and as constants, the
+ * answers sent when no writer could allocate (server/http/respond.c,
+ * server/lease/lease_frame.c) or with no time to (lease_access.c). Their
+ * tests read them back with an independent parser (jansson, Python's json,
+ * the safetensors library). */
 #ifndef TENSORD_JSONW_H
 #define TENSORD_JSONW_H
 

@@ -36,11 +36,13 @@ int st_index_parse(const char *json, size_t len, const char *file, struct st_ind
                    struct st_error *err);
 void st_index_free(struct st_index *idx);
 
-/* Returns 1 when `path` is a safe relative path that stays inside the model
- * directory. Shards must sit directly in the model directory, so besides the
- * general rules (non-empty, relative, no "", "." or ".." component, no
- * backslash, no control character) a '/' is refused too: "sub/x.safetensors"
- * would make a subdirectory, possibly a model of its own, part of this one. */
+/* Tests and tests/fuzz only (the index parser checks each shard's path the
+ * same way). Returns 1 when `path` is a safe relative path that stays
+ * inside the model directory. Shards must sit directly in the model
+ * directory, so besides the general rules (non-empty, relative, no "", "."
+ * or ".." component, no backslash, no control character) a '/' is refused
+ * too: "sub/x.safetensors" would make a subdirectory, possibly a model of
+ * its own, part of this one. */
 int st_index_path_ok(const char *path);
 
 #endif

@@ -34,7 +34,8 @@
  * -1 when no more fit. */
 typedef int (*hashfile_add_fn)(void *ctx, const struct hash_entry *e);
 
-/* Parses a state file's bytes buf[0..len) (label names it in messages).
+/* Tests and tests/fuzz only (the daemon reads in blocks: hashfile_read).
+ * Parses a state file's bytes buf[0..len) (label names it in messages).
  * Entries go to add as they are read; on an error the caller discards them.
  * Returns 0 or a negative errno, with err (optional) saying why as
  * "LABEL:LINE: reason": ST_ERR_IO (the file could not be read),
@@ -49,7 +50,8 @@ int hashfile_parse(const char *buf, size_t len, const char *label, hashfile_add_
 int hashfile_read(int dirfd, const char *name, const char *label, hashfile_add_fn add, void *ctx,
                   int *found, struct st_error *err);
 
-/* The text of a state file holding e[0..n) in that order. Caller frees;
+/* Tests and tests/fuzz only (the daemon writes with hashfile_replace).
+ * The text of a state file holding e[0..n) in that order. Caller frees;
  * *len gets the length (the text is also NUL-terminated). */
 char *hashfile_format(const struct hash_entry *e, size_t n, size_t *len);
 /* Replaces dirfd/name with that text crash-safely, under an flock of

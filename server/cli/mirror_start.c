@@ -7,15 +7,21 @@
 
 #include "fileio.h"
 #include "mirror.h"
+#include "st_error.h"
 #include "upstream.h"
 #include "util.h"
 
 /* "Bearer <first line of path>", or NULL with errbuf. */
 static char *read_token(const char *path, char *errbuf, size_t errlen)
 {
+    struct st_error e;
     size_t n;
-    char *token = fileio_read_secret("upstream_token_file", path, &n, errbuf, errlen);
-    char *auth = token ? xasprintf("Bearer %s", token) : NULL;
+    char *token;
+    if (fileio_read_secret("upstream_token_file", path, &token, &n, &e) < 0) {
+        snprintf(errbuf, errlen, "%s", e.message);
+        return NULL;
+    }
+    char *auth = xasprintf("Bearer %s", token);
     free_secret(token);
     return auth;
 }

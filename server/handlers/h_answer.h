@@ -59,7 +59,7 @@ enum http_status {
     HTTP_SERVICE_UNAVAILABLE = 503,
 };
 
-/* A request as a handler sees it. The front (server/http/http.c) makes one from
+/* A request as a handler sees it. The front (server/http/http_answer.c) makes one from
  * libmicrohttpd's request; the unit tests' loopback driver from a literal. */
 struct request_view {
     struct server *srv;             /* the daemon's state (server/handlers/server.h) */

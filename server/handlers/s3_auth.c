@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "fileio.h"
+#include "st_error.h"
 
 int s3_auth_load(struct server *srv, char *errbuf, size_t errlen)
 {
@@ -19,11 +20,13 @@ int s3_auth_load(struct server *srv, char *errbuf, size_t errlen)
                                  "or neither");
         return -1;
     }
-    if (!key)
-        return 0;
-    srv->s3_secret = fileio_read_secret("s3_secret_key_file", cfg->s3_secret_key_file,
-                                        &srv->s3_secret_len, errbuf, errlen);
-    return srv->s3_secret ? 0 : -1;
+    struct st_error e;
+    if (key && fileio_read_secret("s3_secret_key_file", cfg->s3_secret_key_file,
+                                  &srv->s3_secret, &srv->s3_secret_len, &e) < 0) {
+        snprintf(errbuf, errlen, "%s", e.message);
+        return -1;
+    }
+    return 0;
 }
 
 void s3_auth_free(struct server *srv)

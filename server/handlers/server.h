@@ -1,6 +1,6 @@
 /* server: the daemon's state that every part of the HTTP server reads (the
  * configuration, the registry, the hasher, the GPU manager, the mirror,
- * the tokens), made by server/cli/daemon.c at start; only server/http/http.c
+ * the tokens), made by server/cli/daemon.c at start; only server/http/
  * touches the libmicrohttpd daemon it names. */
 #ifndef TENSORD_SERVER_H
 #define TENSORD_SERVER_H

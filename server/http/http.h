@@ -1,9 +1,11 @@
 /* http: the HTTP front, the one part of the daemon that touches
- * libmicrohttpd. It receives a request (its limits and early refusals,
- * its body), makes the request's view, has the dispatcher answer it
- * (server/http/dispatch.h), renders the answer (server/http/respond.h, the body by
- * server/http/stream.h) and sends it; an answer that waits suspends the
- * connection until its wait ends, and the request is dispatched again.
+ * libmicrohttpd; this module starts and stops its daemon. A request is
+ * received (its limits and early refusals, its body: http_request.h), its
+ * view made and answered by the dispatcher (dispatch.h), the answer
+ * rendered (respond.h, the body by stream.h) and sent (http_answer.h); an
+ * answer that waits suspends the connection until its wait ends, and the
+ * request is dispatched again. The records of a connection and of its
+ * request are http_conn.h's.
  *
  * Threading: libmicrohttpd runs a pool of worker threads, each with its own
  * epoll set; a request is handled start to finish on one of them. Handlers
@@ -17,10 +19,6 @@
 
 #include "config.h"
 #include "server.h"
-
-/* The largest request line and headers accepted: max_request_header_bytes
- * (each connection's memory) less the room kept for the answer. */
-size_t http_request_limit(const struct config *cfg);
 
 /* Starts the daemon on cfg->listen. Returns 0 or -1 with errbuf. */
 int http_start(struct server *srv, char *errbuf, size_t errlen);

@@ -8,7 +8,7 @@
  * several as multipart/byteranges); a small body is read here, so a file
  * found changed still gets its 503 before any header is committed. Errors
  * are written in their dialect, redirects and documents as they are.
- * server/http/http.c sends a reply through libmicrohttpd (the body built by
+ * server/http/http_answer.c sends a reply through libmicrohttpd (the body built by
  * server/http/stream.c); the unit tests' loopback driver reads it as bytes. */
 #ifndef TENSORD_RESPOND_H
 #define TENSORD_RESPOND_H

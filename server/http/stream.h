@@ -1,5 +1,5 @@
 /* stream: the libmicrohttpd response for a reply's body (server/http/respond.h),
- * part of the HTTP front (server/http/http.c is its one caller): memory the
+ * part of the HTTP front (server/http/http_answer.c is its one caller): memory the
  * answer holds sent in place, a shared document's pieces in one write,
  * sendfile from a duplicate of the file's descriptor, or a reader that
  * produces blocks on demand and checks after every block that the file is

@@ -141,8 +141,10 @@ int cd_link_queue(int dev, size_t n, uint64_t *due_ns)
 
 CUresult cd_link_wait(struct CUstream_st *s, uint64_t seq)
 {
+    cd.link_waiting++;
     while (s->done < seq && !cd.lost[s->ctx->dev])
         pthread_cond_wait(&cd.done, &cd.lock);
+    cd.link_waiting--;
     if (cd.lost[s->ctx->dev])
         return cd.vanish_error;
     CUresult e = CUDA_SUCCESS;
@@ -151,6 +153,17 @@ CUresult cd_link_wait(struct CUstream_st *s, uint64_t seq)
         s->error = CUDA_SUCCESS; /* reported once */
     }
     return e;
+}
+
+/* How many threads wait for a copy now (they hold no lock: this count is
+ * read under it). A test that checks what other threads can do while one
+ * waits waits for this instead of sleeping. */
+__attribute__((visibility("default"))) int cuda_double_link_waiting(void)
+{
+    cd_lock();
+    int n = cd.link_waiting;
+    cd_unlock();
+    return n;
 }
 
 void cd_link_lost(int dev)

@@ -228,6 +228,7 @@ struct cd_state {
     pthread_t engine;
     struct cd_busy *busy;      /* copies running outside the lock */
     unsigned long long link_copies, link_bytes;
+    int link_waiting;          /* threads asleep in cd_link_wait (cuda_double_link_waiting) */
     /* the device memory pool (cd_pool.c) */
     struct cd_pooled *pool;
     size_t pooled[CD_MAX_DEVICES];
@@ -292,6 +293,8 @@ int cd_link_queue(int dev, size_t n, uint64_t *due_ns);
  * (or its device is lost). Returns the error of a failed copy at or before
  * seq (reported once), else CUDA_SUCCESS. */
 CUresult cd_link_wait(struct CUstream_st *s, uint64_t seq);
+/* Exported, not CUDA: the threads asleep in cd_link_wait now (takes the lock). */
+int cuda_double_link_waiting(void);
 /* Under the lock, dev just lost: with a link, drops its queued copies and
  * wakes their waiters. */
 void cd_link_lost(int dev);

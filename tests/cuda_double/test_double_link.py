@@ -94,6 +94,11 @@ def sha(b):
     return hashlib.sha256(b).hexdigest()
 def done():
     ck(setcur(None)); ck(release(0))
+def waiting_in_sync(n):  # until n threads sleep in a wait for a copy (the double counts them)
+    deadline = time.monotonic() + 10
+    while cu.cuda_double_link_waiting() < n:
+        assert time.monotonic() < deadline, "no thread waits for the copy"
+        time.sleep(0.001)
 R = float(os.environ.get("CUDA_DOUBLE_LINK_GBPS") or 0) * 1e9  # bytes per second
 OUT = {}
 """
@@ -178,7 +183,7 @@ def wait():
     got["r"] = event_sync(e)
     got["at"] = time.monotonic() - t0
 w = threading.Thread(target=wait); w.start()
-time.sleep(0.01)  # let it block in cuEventSynchronize (ctypes drops the GIL)
+waiting_in_sync(1)
 free, total = sz(), sz()
 ck(meminfo(ctypes.byref(free), ctypes.byref(total)))
 s2 = stream(); ck(stream_destroy(s2))
@@ -195,7 +200,7 @@ if os.environ.get("CUDA_DOUBLE_VANISH_AT"):
         got["vanish_r"] = event_sync(e3)
         got["vanish_at"] = time.monotonic() - t1
     w = threading.Thread(target=wait3); w.start()
-    time.sleep(0.01)
+    waiting_in_sync(1)
     OUT["lost"] = htod(va, a, 4096, s3)                # copy 3: the device is lost
     w.join()
     OUT["vanish"] = got

@@ -1,8 +1,8 @@
 /* Fuzzes the lease socket's parsers: the input is a byte stream as a client
  * would send it, split into frames (ipc_frame_next) and parsed as requests
  * (ipc_request_parse); each payload also goes through the client's reader of
- * the daemon's answers (client/answer.c, over json_scan). Oracles: the
- * request parser agrees with the jansson-based one it replaced
+ * the daemon's answers (client/answer.c and answer_open.c, over json_scan).
+ * Oracles: the request parser agrees with the jansson-based one it replaced
  * (tests/ref/ipc_proto_jansson.c) on the outcome, the fields and, for UTF-8
  * input, the message; frames never overrun the input; an accepted "open"
  * has a non-empty model of at most IPC_MAX_NAME bytes and survives a
@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "answer.h"
+#include "answer_open.h"
 #include "client_int.h"
 #include "dtype.h"
 #include "ipc_proto.h"

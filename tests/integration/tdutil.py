@@ -192,6 +192,19 @@ class Daemon:
         assert r.ctype == "application/json", f"GET {path}: Content-Type {r.ctype!r}"
         return json.loads(r.body)
 
+    def rescan(self, timeout=30.0):
+        """SIGHUP, then waits until the snapshot of the rescan it asks for
+        is served (a later generation in /v1/models: the hasher has been
+        given it too); returns that generation. A test that checks what a
+        reload did waits here instead of sleeping."""
+        before = self.json("/v1/models")["generation"]
+        os.kill(self.pid, signal.SIGHUP)
+        deadline = time.monotonic() + timeout
+        while (gen := self.json("/v1/models")["generation"]) <= before:
+            assert time.monotonic() < deadline, f"no rescan served within {timeout} s"
+            time.sleep(0.02)
+        return gen
+
 
 # ---------------------------------------------------------------------------
 # HTTP

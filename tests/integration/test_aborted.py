@@ -6,7 +6,7 @@ parsed), and responses_aborted counts it once. A download that completes
 counts its whole body, and a small answer none of this touches.
 
 The oracle is the client's kernel, independent of the daemon: it also checks
-the daemon's reckoning of the answer's header size (http.c,
+the daemon's reckoning of the answer's header size (http_answer.c,
 answer_head_bytes) byte for byte."""
 import json
 import os

@@ -132,6 +132,16 @@ def tree():
         shutil.rmtree(base, ignore_errors=True)
 
 
+LOCKED = "is locked by another process"
+
+
+def save_tried(d, before):
+    """Waits until the daemon has tried to save its hashes and found the
+    state directory locked: its log says so once more than `before` times."""
+    assert faultlib.wait_for(lambda: d.log_text().count(LOCKED) > before, 10 * SLACK), \
+        "no save found the lock taken\n" + d.log_tail()
+
+
 def daemon(base, root, *args):
     return faultlib.running_daemon(root, "--state-dir", os.path.join(base, "state"), *args,
                                    workdir=base)
@@ -186,9 +196,8 @@ def test_a_restart_hashes_nothing(tree):
         doc = d.json("/v1/models/a")
         assert all(f["sha256"] for f in doc["files"])
         # A reload re-hashes nothing either.
-        os.kill(d.pid, __import__("signal").SIGHUP)
-        time.sleep(0.5)
-        assert hashing(d)["bytes_hashed"] == 0
+        d.rescan(10 * SLACK)
+        assert wait_hashed(d)["bytes_hashed"] == 0
 
 
 def test_a_rewritten_file_gets_a_new_hash(tree):
@@ -370,7 +379,7 @@ def test_a_locked_state_dir_neither_stalls_nor_hangs_the_daemon(tree):
         fcntl.flock(lock, fcntl.LOCK_EX)
         with daemon(base, root) as d:
             wait_hashed(d)
-            time.sleep(0.3)  # a save is due: it finds the lock taken
+            save_tried(d, 0)  # a save is due: it finds the lock taken
             assert d.get("/healthz").status == 200
             assert not os.path.exists(os.path.join(state, "hashes"))
             fcntl.flock(lock, fcntl.LOCK_UN)
@@ -378,7 +387,6 @@ def test_a_locked_state_dir_neither_stalls_nor_hangs_the_daemon(tree):
             while not os.path.exists(os.path.join(state, "hashes")):
                 assert time.monotonic() < deadline, "the save never went through\n" + d.log_tail()
                 time.sleep(0.1)
-            assert "locked by another process" in d.log_text()
         assert len(parse_state(os.path.join(state, "hashes"))) == 6
         # Locked again with new hashes to save: SIGTERM still ends it.
         shutil.rmtree(state)
@@ -387,10 +395,11 @@ def test_a_locked_state_dir_neither_stalls_nor_hangs_the_daemon(tree):
         lock = os.open(state, os.O_RDONLY | os.O_DIRECTORY)
         fcntl.flock(lock, fcntl.LOCK_EX)
         d = faultlib.Daemon(root, base, ["--state-dir", state])
+        tried = d.log_text().count(LOCKED)  # the first daemon's, in the same log
         d.start()
         try:
             wait_hashed(d)
-            time.sleep(0.3)
+            save_tried(d, tried)
             t0 = time.monotonic()
             rc = d.stop(timeout=20)
             took = time.monotonic() - t0

@@ -292,7 +292,8 @@ def test_dribbling_connections_cannot_lock_everyone_out(root):
         for s in socks:  # answered (200 or 401), then the slow next request begins
             read_head(s)
             s.sendall(SLOW_LINE[:10])
-        time.sleep(2 + 2.5 * SLACK)
+        for s in socks:  # cut once header_timeout passes (or refused at once)
+            assert faultlib.wait_closed(s, 2 + 5 * SLACK) is not None, "a dribbler was never cut"
         r = d.get("/v1/models/m/tensors/w", auth)
         assert r.status == 200, r
         for s in socks:

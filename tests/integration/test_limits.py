@@ -1,5 +1,6 @@
 """Limits: every one configurable, with safe defaults, and each enforced with
 the documented answer."""
+import json
 import os
 import shutil
 import subprocess
@@ -65,10 +66,24 @@ def test_max_connections_answers_503(models):
         assert faultlib.wait_for(lambda: raw_get(d.port, "/healthz").status == 200, 5)
 
 
+def open_connections(s):
+    """The daemon's count of open connections, asked on s (kept alive)."""
+    s.sendall(request_bytes("/v1/metrics"))
+    status, headers, rest = read_head(s)
+    body, complete = faultlib.read_body(s, headers, rest)
+    assert status == 200 and complete, (status, headers)
+    return json.loads(body)["connections"]["open"]
+
+
 def test_max_connections_per_ip(models):
     with running_daemon(models, "--max-connections-per-ip", 3) as d:
-        time.sleep(0.5)  # the readiness probes' connections are closed and uncounted
-        held = [connect(d.port) for _ in range(3)]
+        # The readiness probes' connections count until the daemon has seen
+        # them close: asked on the first held one, kept alive, until it is
+        # the only one open.
+        held = [connect(d.port)]
+        assert faultlib.wait_for(lambda: open_connections(held[0]) == 1, 10), \
+            f"{open_connections(held[0])} connections open, not 1"
+        held += [connect(d.port) for _ in range(2)]
         try:
             for s in held:  # each one surely accepted and counted: it answered
                 s.sendall(request_bytes("/healthz"))

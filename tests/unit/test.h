@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "st_error.h"
@@ -60,6 +61,61 @@ static int tests_passed, tests_failed;
             test_failed_flag = 1;                                                \
         }                                                                        \
     } while (0)
+
+/* Waiting for what another thread, or the kernel, does: a fixed sleep and
+ * then a check is slow where the machine is idle and fails, or checks
+ * nothing, where it is loaded. WAIT_UNTIL(cond, ms) evaluates cond until
+ * it holds, sleeping 1 ms, then longer, up to 16 ms, between tries; when
+ * ms milliseconds pass first, the test fails naming the condition. The
+ * deadline only bounds a failing test: make it generous (TEST_WAIT_MS,
+ * a sanitizer build on a loaded 2-core machine). A property that something
+ * does NOT happen has no condition to wait for: wait instead for an event
+ * that comes after it (a thread joined, a later answer). */
+#define TEST_WAIT_MS 10000
+
+static inline uint64_t test_mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* The pause before the next try: 1 ms, doubled each try up to 16 ms. */
+static inline void test_wait_pause(unsigned *pause_ms)
+{
+    usleep(*pause_ms * 1000u);
+    if (*pause_ms < 16)
+        *pause_ms *= 2;
+}
+
+#define WAIT_UNTIL(cond, ms)                                                     \
+    do {                                                                         \
+        uint64_t until_ = test_mono_ms() + (ms);                                 \
+        unsigned pause_ = 1;                                                     \
+        while (!(cond)) {                                                        \
+            if (test_mono_ms() > until_) {                                       \
+                fprintf(stderr, "  %s:%d: waited %u ms in vain for: %s\n",       \
+                        __FILE__, __LINE__, (unsigned)(ms), #cond);              \
+                test_failed_flag = 1;                                            \
+                break;                                                           \
+            }                                                                    \
+            test_wait_pause(&pause_);                                            \
+        }                                                                        \
+    } while (0)
+
+/* The same as a function, for helpers that return whether pred(arg) came
+ * to hold within ms (the caller checks). */
+static inline int test_wait_until(int (*pred)(void *), void *arg, unsigned ms)
+{
+    uint64_t until = test_mono_ms() + ms;
+    unsigned pause = 1;
+    while (!pred(arg)) {
+        if (test_mono_ms() > until)
+            return 0;
+        test_wait_pause(&pause);
+    }
+    return 1;
+}
 
 /* The outcome of a core call (0 / -errno plus a struct st_error) as one
  * status, so tests compare codes: ST_OK on success, else the error's code.

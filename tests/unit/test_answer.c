@@ -1,5 +1,5 @@
-/* Tests for client/answer.c: the client library reads the daemon's answers
- * with json_scan. What every answer carries (ok, the daemon's error, the
+/* Tests for client/answer.c and answer_open.c: the client library reads
+ * the daemon's answers with json_scan. What every answer carries (ok, the daemon's error, the
  * lease), the open answer's tables and their cross-checks, hostile answers
  * (huge numbers, deep nesting, bad UTF-8, NUL bytes, duplicate keys,
  * trailing bytes), and running out of memory at every allocation. */
@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "answer.h"
+#include "answer_open.h"
 #include "client_int.h"
 #include "cmem.h"
 #include "test.h"

@@ -168,25 +168,30 @@ TEST(read_small)
 
 TEST(read_secret)
 {
-    char path[128], err[256];
+    char path[128];
+    char *s = NULL;
     size_t len;
+    struct st_error err;
     write_file("secret", "s3cr3t\r\nsecond line\n", 20);
     snprintf(path, sizeof(path), "%s/secret", dir);
-    char *s = fileio_read_secret("key_file", path, &len, err, sizeof(err));
+    CHECK(ST_CODE(fileio_read_secret("key_file", path, &s, &len, &err), &err) == ST_OK);
     CHECK(s && len == 6 && strcmp(s, "s3cr3t") == 0);
     free(s);
     write_file("blank", "\nsecond\n", 8);
     snprintf(path, sizeof(path), "%s/blank", dir);
-    CHECK(fileio_read_secret("key_file", path, &len, err, sizeof(err)) == NULL);
-    CHECK(strstr(err, "key_file ") == err && strstr(err, "/blank: the first line is empty"));
+    s = NULL;
+    CHECK(ST_CODE(fileio_read_secret("key_file", path, &s, &len, &err), &err) ==
+          ST_ERR_INVALID_ARGUMENT);
+    CHECK(s == NULL && strstr(err.message, "key_file ") == err.message &&
+          strstr(err.message, "/blank: the first line is empty"));
     write_file("nul", "ab\0c\n", 5); /* a NUL ends the line */
     snprintf(path, sizeof(path), "%s/nul", dir);
-    s = fileio_read_secret("key_file", path, &len, err, sizeof(err));
+    CHECK(ST_CODE(fileio_read_secret("key_file", path, &s, &len, &err), &err) == ST_OK);
     CHECK(s && len == 2 && strcmp(s, "ab") == 0);
     free(s);
     snprintf(path, sizeof(path), "%s/missing", dir);
-    CHECK(fileio_read_secret("key_file", path, &len, err, sizeof(err)) == NULL);
-    CHECK(strstr(err, "No such file or directory") != NULL);
+    CHECK(fileio_read_secret("key_file", path, &s, &len, &err) == -ENOENT);
+    CHECK(err.code == ST_ERR_IO && strstr(err.message, "/missing: No such file or directory"));
 }
 
 TEST(mkdirs)

@@ -17,6 +17,7 @@
 #include "hashfile.h"
 #include "hasher_int.h" /* one test looks at a job's waiter list */
 #include "metrics.h"
+#include "metrics_int.h"
 #include "reg_repo.h"
 #include "test.h"
 #include "util.h"
@@ -111,6 +112,14 @@ static int wait_idle(struct hasher *h, unsigned timeout_ms)
         usleep(5000);
     } while (time_mono_ns() < end);
     return -1;
+}
+
+/* Bytes read into SHA-256 so far (tensord_hash_bytes_total). */
+static uint64_t hashed_bytes(void)
+{
+    struct metrics_snapshot sn;
+    metrics_snapshot_take(&sn, 0);
+    return sn.hash_bytes;
 }
 
 static unsigned refs(struct reg_snapshot *r)
@@ -256,8 +265,11 @@ TEST(a_file_changed_while_read_gets_no_hash)
     struct reg_snapshot *r = scan();
     /* 1 MiB/s: three seconds of reading, changed after the first block. */
     struct hasher *h = start(1, MiB, 0);
+    uint64_t before = hashed_bytes();
     hasher_submit(h, r);
-    usleep(300000);
+    /* its first block is being read (config.json has 3 bytes): a write
+     * now comes after the hasher took the file's identity */
+    WAIT_UNTIL(hashed_bytes() - before >= HASHER_BLOCK, TEST_WAIT_MS);
     char *path = xasprintf("%s/m/model.safetensors", root);
     int fd = open(path, O_WRONLY | O_CLOEXEC);
     CHECK(pwrite(fd, "XXXX", 4, 2 * MiB + 100) == 4);

@@ -132,18 +132,6 @@ static const struct reg_file *file_of(struct reg_snapshot *r, const char *model,
                                strlen(name));
 }
 
-/* Polls pred(arg) every 5 ms; returns whether it held within timeout_ms. */
-static int wait_until(int (*pred)(void *), void *arg, unsigned timeout_ms)
-{
-    uint64_t end = time_mono_ns() + (uint64_t)timeout_ms * 1000000;
-    do {
-        if (pred(arg))
-            return 1;
-        usleep(5000);
-    } while (time_mono_ns() < end);
-    return pred(arg);
-}
-
 static int idle(void *arg)
 {
     struct hasher_progress p;
@@ -188,14 +176,14 @@ TEST(a_yielded_job_resumes_at_its_offset)
     atomic_store(&h->rate_bps, MiB);
     struct progress_arg pa = {.from = hashed_bytes(), .at_least = MiB};
     hasher_submit(h, r);
-    CHECK(wait_until(read_past, &pa, 5000));
+    CHECK(test_wait_until(read_past, &pa, 5000));
     const struct reg_file *z = file_of(r, "z", "model.safetensors");
     const struct reg_file *a = file_of(r, "a", "model.safetensors");
     CHECK(!hasher_lookup(h, a, NULL));
     CHECK(hasher_wait(h, &z, 1, 10000) == HASHER_DONE);
     CHECK(!hasher_lookup(h, a, NULL)); /* it made way */
     CHECK(hasher_wait(h, &a, 1, 20000) == HASHER_DONE);
-    CHECK(wait_until(idle, h, 10000));
+    CHECK(test_wait_until(idle, h, 10000));
     /* Every byte of every file read once: the yield cost nothing. */
     CHECK_EQ_U64(hashed_bytes() - pa.from, big + small + 2 * 3);
     struct hash_entry e;
@@ -228,7 +216,7 @@ TEST(a_held_file_waits_for_its_reader)
     struct hasher *h = start(1, 1, 2 * MiB, 0); /* paced: "a" takes seconds */
     struct progress_arg pa = {.from = hashed_bytes(), .at_least = MiB};
     hasher_submit(h, r);
-    CHECK(wait_until(read_past, &pa, 5000));
+    CHECK(test_wait_until(read_past, &pa, 5000));
     const struct reg_file *a = file_of(r, "a", "model.safetensors");
     const struct reg_file *b = file_of(r, "b", "model.safetensors");
     int needed[2] = {-1, -1};
@@ -237,7 +225,7 @@ TEST(a_held_file_waits_for_its_reader)
     CHECK(hold != NULL && needed[0] == 1);
     /* The worker made way for the reader: the other files are hashed... */
     CHECK(hasher_wait(h, &b, 1, 20000) == HASHER_DONE);
-    CHECK(wait_until(one_left, h, 20000));
+    CHECK(test_wait_until(one_left, h, 20000));
     CHECK(!hasher_lookup(h, a, NULL));
     /* ... and "a" is not read while it is held, even wanted. */
     uint64_t during = hashed_bytes();
@@ -248,7 +236,7 @@ TEST(a_held_file_waits_for_its_reader)
     hasher_release(h, known_hold);
     hasher_release(h, hold);
     CHECK(hasher_wait(h, &a, 1, 20000) == HASHER_DONE);
-    CHECK(wait_until(idle, h, 10000));
+    CHECK(test_wait_until(idle, h, 10000));
     /* It resumed where it stopped: every byte read once. */
     CHECK_EQ_U64(hashed_bytes() - pa.from, big + small + 2 * 3);
     struct hash_entry e;
@@ -271,7 +259,7 @@ TEST(a_hung_open_holds_no_lock_requests_take)
     struct hasher *h = start(1, 1, 0, 0);
     atomic_store(&hold_opens, 1); /* config.json's open will hang */
     hasher_submit(h, r);
-    CHECK(wait_until(is_holding, NULL, 5000));
+    CHECK(test_wait_until(is_holding, NULL, 5000));
     /* What a request thread calls returns while the worker is still inside
      * the open: it never waited on the worker. */
     struct hasher_progress p;
@@ -343,6 +331,16 @@ static int saved(void *arg)
     return state_file_has(arg);
 }
 
+/* Whether a save has been asked of the saver and is not done. */
+static int save_asked(void *arg)
+{
+    struct hasher *h = arg;
+    pthread_mutex_lock(&h->lock);
+    int asked = h->save_asked != h->save_done;
+    pthread_mutex_unlock(&h->lock);
+    return asked;
+}
+
 TEST(deadlines_fire_while_the_state_directory_is_locked)
 {
     new_root();
@@ -360,11 +358,11 @@ TEST(deadlines_fire_while_the_state_directory_is_locked)
     const struct reg_file *a = file_of(r, "a", "model.safetensors");
     const struct reg_file *b = file_of(r, "b", "model.safetensors");
     const void *ha[2] = {h, a};
-    CHECK(wait_until(known, (void *)ha, 5000));
-    usleep(50000); /* the save is under way, or waiting for the lock */
+    CHECK(test_wait_until(known, (void *)ha, 5000));
+    CHECK(test_wait_until(save_asked, h, TEST_WAIT_MS)); /* and it cannot take the lock */
     struct seen s = {0};
     CHECK(hasher_want(h, &b, 1, 100, note, &s) == HASHER_PENDING);
-    CHECK(wait_until(called, &s, 3000)); /* while the lock is still held */
+    CHECK(test_wait_until(called, &s, 3000)); /* while the lock is still held */
     CHECK(atomic_load(&s.calls) == 1);
     struct hash_entry e;
     CHECK(hasher_lookup(h, a, &e));
@@ -372,7 +370,7 @@ TEST(deadlines_fire_while_the_state_directory_is_locked)
     /* Once the lock is free the save goes through. */
     flock(lfd, LOCK_UN);
     close(lfd);
-    CHECK(wait_until(saved, &e, 10000));
+    CHECK(test_wait_until(saved, &e, 10000));
     hasher_free(h);
     reg_snapshot_unref(r);
 }
@@ -403,11 +401,11 @@ TEST(stop_returns_while_the_state_directory_is_locked)
     struct hasher *h = start(1, 1, 0, 1);
     int lfd = lock_state_dir();
     hasher_submit(h, r);
-    CHECK(wait_until(idle, h, 5000)); /* hashed, not saved: the lock is held */
+    CHECK(test_wait_until(idle, h, 5000)); /* hashed, not saved: the lock is held */
     struct stopper st = {.h = h};
     pthread_t t;
     CHECK(pthread_create(&t, NULL, stop_main, &st) == 0);
-    CHECK(wait_until(stopped, &st, HASHER_STOP_MS + HASHER_SAVE_WAIT_MS + HASHER_STUCK_MS));
+    CHECK(test_wait_until(stopped, &st, HASHER_STOP_MS + HASHER_SAVE_WAIT_MS + HASHER_STUCK_MS));
     flock(lfd, LOCK_UN); /* lets a stop that did wait for it return */
     close(lfd);
     pthread_join(t, NULL);

@@ -1,4 +1,4 @@
-/* Unit tests for server/http/http.c, the HTTP front, in process over a real
+/* Unit tests for the HTTP front (server/http/http*.c), in process over a real
  * loopback socket: answers as they go out on the wire (the headers the
  * front adds: Connection, CORS), kept-alive connections, every refusal made
  * before dispatch (too many parameters, too many header fields written to
@@ -10,6 +10,7 @@
 #include <sys/eventfd.h>
 
 #include "auth.h"
+#include "http_request.h"
 #include "log.h"
 #include "loopback.h"
 

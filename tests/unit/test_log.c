@@ -3,6 +3,7 @@
  * reopen after rotation. */
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -172,8 +173,13 @@ TEST(log_msg_to_stderr)
     free(text);
 }
 
+/* A writer writes lines until the log has been reopened, then AFTER more. */
+#define AFTER 1000
+
 struct writer {
     int id;
+    const atomic_int *reopened;
+    atomic_uint lines; /* written so far */
 };
 
 static void *write_lines(void *arg)
@@ -181,9 +187,30 @@ static void *write_lines(void *arg)
     struct writer *w = arg;
     char p[64];
     snprintf(p, sizeof(p), "/thread/%d/xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx", w->id);
-    for (int i = 0; i < 5000; i++)
-        log_access("GET", p, 200, (uint64_t)i, 1000, NULL);
+    unsigned n = 0;
+    for (unsigned after = 0; after < AFTER; after += atomic_load(w->reopened) != 0) {
+        log_access("GET", p, 200, n, 1000, NULL);
+        atomic_store(&w->lines, ++n);
+    }
     return NULL;
+}
+
+/* Whether every writer has written at least 100 lines. */
+static int all_writing(const struct writer *w, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (atomic_load(&w[i].lines) < 100)
+            return 0;
+    return 1;
+}
+
+/* Lines of text that are thread's. */
+static size_t lines_of_threads(const char *text)
+{
+    size_t n = 0;
+    for (const char *at = text; at && (at = strstr(at, " GET /thread/")); at++)
+        n++;
+    return n;
 }
 
 TEST(concurrent_lines_whole_and_reopen)
@@ -193,20 +220,28 @@ TEST(concurrent_lines_whole_and_reopen)
     snprintf(rotated, sizeof(rotated), "%s.1", path);
     CHECK(log_init("info", path) == 0);
     pthread_t t[4];
+    atomic_int reopened = 0;
     struct writer w[4];
     for (int i = 0; i < 4; i++) {
-        w[i].id = i;
+        w[i] = (struct writer){.id = i, .reopened = &reopened};
         pthread_create(&t[i], NULL, write_lines, &w[i]);
     }
-    /* Rotate while they write: no line may be lost or torn. */
-    usleep(2000);
+    /* Rotate while they all write: no line may be lost or torn. */
+    WAIT_UNTIL(all_writing(w, 4), TEST_WAIT_MS);
     CHECK(rename(path, rotated) == 0);
     CHECK(log_reopen() == 0);
-    for (int i = 0; i < 4; i++)
+    atomic_store(&reopened, 1);
+    size_t written = 1; /* and /after-reopen */
+    for (int i = 0; i < 4; i++) {
         pthread_join(t[i], NULL);
+        written += atomic_load(&w[i].lines);
+    }
     log_access("GET", "/after-reopen", 200, 0, 0, NULL);
     char *a = slurp(rotated), *b = slurp(path);
     CHECK_CONTAINS(b, "/after-reopen");
+    /* Before the rename in the old file, after the reopen in the new one
+     * (but the line each writer had under way then, which may be in either). */
+    CHECK(lines_of_threads(a) >= 4 * 100 && lines_of_threads(b) >= 4 * (AFTER - 1));
     size_t lines = 0;
     for (char *text = a; text; text = text == a ? b : NULL)
         for (char *line = text, *nl; (nl = strchr(line, '\n')); line = nl + 1) {
@@ -217,7 +252,7 @@ TEST(concurrent_lines_whole_and_reopen)
                 test_failed_flag = 1;
             }
         }
-    CHECK_EQ_U64(lines, 4 * 5000 + 1);
+    CHECK_EQ_U64(lines, written);
     free(a);
     free(b);
     /* log_init again on the same path keeps working; then back to stderr. */

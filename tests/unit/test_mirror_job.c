@@ -87,10 +87,10 @@ static void open_the_gate(void)
     pthread_mutex_unlock(&lock);
 }
 
+/* Waits until n submitters have been called back. */
 static void wait_called(int n)
 {
-    for (int i = 0; i < 5000 && atomic_load(&called) < n; i++)
-        usleep(1000);
+    WAIT_UNTIL(atomic_load(&called) >= n, TEST_WAIT_MS);
 }
 
 static struct mirror *start(void)
@@ -224,7 +224,9 @@ TEST(released_while_it_runs_is_not_called_back)
     mirror_job_release(held[0]); /* its client left while the upstream thought */
     open_the_gate();
     wait_called(MIRROR_JOB_THREADS - 1);
-    usleep(50000);
+    /* held[0]'s data is freed when its thread lets go of its question,
+     * after the callbacks: once it is, no callback of its can come. */
+    WAIT_UNTIL(atomic_load(&freed) == 1, TEST_WAIT_MS);
     CHECK(atomic_load(&called) == MIRROR_JOB_THREADS - 1);
     for (int i = 1; i < MIRROR_JOB_THREADS; i++)
         mirror_job_release(held[i]);

@@ -412,8 +412,7 @@ TEST(readers_race_reloads)
         reg_snapshot_unref(prev);
         registry_swap(&h, next);
     }
-    while (atomic_load(&rc.reads) < 1000)
-        usleep(1000);
+    WAIT_UNTIL(atomic_load(&rc.reads) >= 1000, TEST_WAIT_MS);
     atomic_store(&rc.stop, 1);
     for (int i = 0; i < 4; i++)
         pthread_join(t[i], NULL);

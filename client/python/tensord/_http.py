@@ -69,9 +69,10 @@ def _arm(sock):
         sock.settimeout(t)
 
 
-class _DeadlineSocket(socket.socket):
-    """A socket whose every blocking operation first takes the time left to
-    the deadline bound to its thread as its timeout (see _deadline.py)."""
+class _DeadlineMixin:
+    """Socket operations that first take the time left to the deadline bound
+    to their thread as the socket's timeout (see _deadline.py). No state of
+    its own: a socket's class can be swapped for one that mixes it in."""
     __slots__ = ()
 
     def recv(self, *args):
@@ -91,24 +92,12 @@ class _DeadlineSocket(socket.socket):
         return super().sendall(*args)
 
 
-class _DeadlineSSLSocket(ssl.SSLSocket):
-    """The same for TLS (ssl applies the timeout across one record's reads)."""
+class _DeadlineSocket(_DeadlineMixin, socket.socket):
+    __slots__ = ()
 
-    def recv(self, *args):
-        _arm(self)
-        return super().recv(*args)
 
-    def recv_into(self, *args):
-        _arm(self)
-        return super().recv_into(*args)
-
-    def send(self, *args):
-        _arm(self)
-        return super().send(*args)
-
-    def sendall(self, *args):
-        _arm(self)
-        return super().sendall(*args)
+class _DeadlineSSLSocket(_DeadlineMixin, ssl.SSLSocket):
+    """The mixin over TLS (ssl applies the timeout across one record's reads)."""
 
 
 class _Connection(urllib3.connection.HTTPConnection):
