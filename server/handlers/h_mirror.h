@@ -11,11 +11,22 @@ struct route;
 /* Every Hugging Face route of a mirror (but datasets' and spaces'). */
 struct answer *handle_mirror_hub(const struct request_view *v, struct answer *a,
                                  const struct route *rt);
+/* The routes of a model the models root does not hold, a model of the
+ * upstream (server/handlers/h_mirror_v1.c): its description and header,
+ * files, tensors, fetches (not its GPU routes: handle_mirror_gpu). */
+struct answer *handle_mirror_model(const struct request_view *v, struct answer *a,
+                                   const struct route *rt);
 /* /v1/models/{model}/gpu for a model the models root does not hold. */
 struct answer *handle_mirror_gpu(const struct request_view *v, struct answer *a,
                                  const char *model);
+struct jsonw;
 struct mirror;
 struct mirror_file;
+/* The mirror's part of /v1/models (server/handlers/h_mirror_list.c): a row
+ * per repo it knows that reg holds no model of, and the "mirror" object
+ * (its upstream, its health, its cache). */
+void mirror_list_models(struct jsonw *w, struct server *srv, const struct reg_snapshot *reg);
+void mirror_status(struct jsonw *w, struct server *srv);
 /* The answer holds the caller's reference to mirrored file f until it is
  * freed (the request's end). */
 void mirror_answer_hold(struct answer *a, struct mirror *m, struct mirror_file *f);

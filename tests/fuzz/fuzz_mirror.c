@@ -3,9 +3,9 @@
  *      run or another program: accepted only with the key's digest, a size
  *      whose blocks fit, a block size that is a multiple of 4096 and a
  *      bitmap of exactly its blocks with no bit past the last;
- *   1: a repo document from the upstream (mirror/mirror_model.c): the files
- *      taken are top-level weight files with a checkable hash, the commit
- *      40 lowercase hex digits;
+ *   1: a repo document from the upstream (mirror/mirror_repo.c): every file
+ *      a path in a repo, sorted, named once, the commit 40 lowercase hex
+ *      digits;
  *   2: header lines of an upstream answer (mirror/upstream.c) and the file
  *      metadata made of them (mirror/mirror_ask.c): every string taken is
  *      NUL-terminated, without control bytes, a range is ordered and within
@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "mirror_ask.h"
-#include "mirror_model.h"
+#include "mirror_repo.h"
 #include "mirror_store.h"
 #include "upstream.h"
 
@@ -55,25 +55,29 @@ static void state(const char *text, size_t len)
 
 static void doc(const char *text, size_t len)
 {
-    char commit[41];
-    struct mirror_repo_file *files;
+    struct mirror_repo r;
     struct st_error err = {0};
-    int n = mirror_repo_doc_parse(text, len, commit, &files, &err);
-    if (n < 0) {
-        if (!err.message[0] || files)
+    if (mirror_repo_parse(text, len, &r, &err) < 0) {
+        if (!err.message[0] || r.files || r.n)
             abort();
         return;
     }
-    if (strlen(commit) != 40 || strspn(commit, "0123456789abcdef") != 40)
+    if (strlen(r.commit) != 40 || strspn(r.commit, "0123456789abcdef") != 40)
         abort();
-    for (int i = 0; i < n; i++) {
-        const char *name = files[i].name;
-        size_t l = strlen(name);
-        if (strchr(name, '/') || !(l > 12 && (strcmp(name + l - 12, ".safetensors") == 0 ||
-                                              strcmp(name + l - 5, ".json") == 0)))
+    for (size_t i = 0; i < r.n; i++) {
+        const char *name = r.files[i].name;
+        /* a path in a repo: no empty, "." or ".." component; sorted, once */
+        if (!name[0] || name[0] == '/' || strstr(name, "//") || strstr(name, "/./") ||
+            strstr(name, "/../") || strncmp(name, "./", 2) == 0 || strncmp(name, "../", 3) == 0 ||
+            strcmp(name, ".") == 0 || strcmp(name, "..") == 0 ||
+            name[strlen(name) - 1] == '/' || (i && strcmp(r.files[i - 1].name, name) >= 0))
+            abort();
+        if (r.files[i].has_id && r.files[i].id.size != r.files[i].size)
+            abort();
+        if (mirror_repo_find(&r, name) != &r.files[i])
             abort();
     }
-    mirror_repo_files_free(files, (size_t)n);
+    mirror_repo_clear(&r);
 }
 
 static void headers(const char *text, size_t len)
