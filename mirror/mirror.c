@@ -514,3 +514,8 @@ struct upstream *mirror_upstream(struct mirror *m)
 {
     return m->up;
 }
+
+const char *mirror_own_auth(const struct mirror *m)
+{
+    return m->opt.own_auth;
+}

@@ -124,6 +124,9 @@ void mirror_free(struct mirror *m);
 
 /* The upstream client (its base URL, for answers that name it). */
 struct upstream *mirror_upstream(struct mirror *m);
+/* The Authorization value of the mirror's own requests (upstream_token_file),
+ * or NULL. */
+const char *mirror_own_auth(const struct mirror *m);
 
 /* The cache's file for id, made (sparse, with its state file) when the
  * cache has none, with a reference the caller releases with mirror_unref.

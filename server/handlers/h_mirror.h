@@ -16,6 +16,18 @@ struct answer *handle_mirror_hub(const struct request_view *v, struct answer *a,
  * files, tensors, fetches (not its GPU routes: handle_mirror_gpu). */
 struct answer *handle_mirror_model(const struct request_view *v, struct answer *a,
                                    const struct route *rt);
+struct s3_query;
+struct xmlw;
+/* The S3 API's routes of a bucket the models root does not hold, a repo
+ * of the upstream (server/handlers/h_mirror_s3.c), once its request is
+ * authenticated; resource names it in S3's errors. */
+struct answer *handle_mirror_s3(const struct request_view *v, struct answer *a,
+                                const struct route *rt, const struct s3_query *q,
+                                const char *resource);
+/* ListBuckets' entries for the repos the mirror knows that reg does not
+ * hold. */
+void mirror_s3_buckets(const struct request_view *v, struct xmlw *w,
+                       const struct reg_snapshot *reg);
 /* /v1/models/{model}/gpu for a model the models root does not hold. */
 struct answer *handle_mirror_gpu(const struct request_view *v, struct answer *a,
                                  const char *model);
