@@ -279,10 +279,11 @@ int mirror_repo_fetch(struct mirror *m, struct upstream_conn *c, const char *rep
             mirror_health_served_stale(m);
             rc = 0;
         } else {
-            rc = st_error_fail(err, ST_ERR_IO, "the upstream %s cannot be reached (%s), and the "
-                               "mirror keeps no answer about %s at %s%s", upstream_base(m->up),
-                               why.message, repo, rev,
-                               m->opt.serve_stale ? "" : " (mirror_offline is strict)");
+            st_error_fail(err, ST_ERR_IO, "the upstream %s cannot be reached (%s), and the "
+                          "mirror keeps no answer about %s at %s%s", upstream_base(m->up),
+                          why.message, repo, rev,
+                          m->opt.serve_stale ? "" : " (mirror_offline is strict)");
+            rc = -EHOSTUNREACH; /* mirror_ask_unreachable's */
         }
     } else {
         st_error_fail(err, ST_ERR_IO, "the mirror is stopping");

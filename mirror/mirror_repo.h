@@ -56,7 +56,8 @@ int mirror_repo_is_weight(const char *name);
  * kept (it failed, mirror_offline = serve-cached); or -errno with err:
  * ST_ERR_NOT_FOUND (the upstream has no such repo or revision, or refuses
  * the mirror's token), ST_ERR_INVALID_ARGUMENT (its answer is not a repo
- * document), ST_ERR_IO (it cannot be reached, and nothing is kept). */
+ * document), ST_ERR_IO (it answered an error; -EHOSTUNREACH: it cannot be
+ * reached, and nothing is kept). */
 int mirror_repo_fetch(struct mirror *m, struct upstream_conn *c, const char *repo,
                       const char *rev, struct mirror_repo *out, int64_t *age,
                       struct st_error *err);
