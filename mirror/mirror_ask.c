@@ -250,7 +250,7 @@ static int meta_job_run(struct mirror *m, struct upstream_conn *c, void *data,
     if (!asked || upstream_failed(m, rc, a.status, &why)) {
         size_t len;
         int64_t age;
-        if (mirror_names_get(m, name, d->auth, &kept, &len, &age) &&
+        if (mirror_names_get(m, name, &(struct mirror_asker){d->auth, 0}, &kept, &len, &age) &&
             meta_parse(kept, &d->meta) == 0) {
             d->meta.stale = age;
             mirror_health_served_stale(m);
@@ -266,9 +266,9 @@ static int meta_job_run(struct mirror *m, struct upstream_conn *c, void *data,
         if (rc == 0 && d->meta.status == 200) {
             char *text = meta_text(&d->meta);
             meta_store(m, d->key, &d->meta);
-            mirror_names_put(m, name, d->auth, text, strlen(text));
+            mirror_names_put(m, name, &(struct mirror_asker){d->auth, 0}, text, strlen(text));
             free(text);
-            if (!d->auth || (m->opt.own_auth && strcmp(d->auth, m->opt.own_auth) == 0))
+            if (!d->auth) /* what it told a caller with a token, never listed */
                 mirror_repos_learn_file(m, d->repo, d->meta.commit, d->path, &d->meta.id,
                                         d->meta.lfs);
         }
@@ -412,7 +412,7 @@ static int doc_job_run(struct mirror *m, struct upstream_conn *c, void *data,
         size_t len;
         int64_t age;
         struct mirror_doc was = {0};
-        if (mirror_names_get(m, d->name, d->auth, &kept, &len, &age) &&
+        if (mirror_names_get(m, d->name, &(struct mirror_asker){d->auth, 0}, &kept, &len, &age) &&
             doc_parse(kept, len, &was) == 0 && doc_is_json(&was)) {
             free(d->doc.body);
             upstream_answer_free(&d->doc.a);
@@ -435,7 +435,7 @@ static int doc_job_run(struct mirror *m, struct upstream_conn *c, void *data,
         if (d->doc.json && d->doc.a.status >= 200 && d->doc.a.status < 300) {
             size_t len;
             char *text = doc_text(&d->doc, &len);
-            mirror_names_put(m, d->name, d->auth, text, len);
+            mirror_names_put(m, d->name, &(struct mirror_asker){d->auth, 0}, text, len);
             free(text);
             if (!d->auth && strcmp(d->method, "GET") == 0)
                 mirror_repos_learn_doc(m, d->target, d->doc.body, d->doc.len);

@@ -5,7 +5,7 @@
  * the key's length and the key on their own lines, then the answer's
  * bytes; the file's mtime is when the upstream gave it. A file that does
  * not read back as that (a crash mid-write never leaves one: files are
- * written aside and renamed) is ignored and removed. */
+ * written aside and renamed) is ignored. */
 #include "mirror_names.h"
 
 #include <dirent.h>
@@ -41,9 +41,11 @@ struct mem_entry {
 };
 
 struct disk_entry {
+    struct disk_entry *next;       /* the bucket's chain */
     char hex[65];
     uint64_t size;
     int64_t at;
+    uint64_t seq;                  /* orders the answers of one second (0: a previous run's) */
     uint64_t sum;                  /* of its answer's bytes (0: not known: read back at start) */
 };
 
@@ -53,9 +55,10 @@ struct mirror_names {
     struct mem_entry *buckets[NBUCKETS];
     struct mem_entry *head, *tail;
     size_t mem_bytes;
-    struct disk_entry *disk;
-    size_t n_disk, cap_disk;
+    struct disk_entry *disk[NBUCKETS]; /* the files on disk, by name */
+    size_t n_disk;
     uint64_t disk_bytes;
+    uint64_t disk_seq;             /* the last disk_entry.seq given */
     unsigned seq;                  /* names of files being written */
 };
 
@@ -69,16 +72,16 @@ struct whom {
     int disk;
 };
 
-static void whom_of(const struct mirror *m, const char *auth, struct whom *w)
+static void whom_of(const struct mirror *m, const struct mirror_asker *a, struct whom *w)
 {
-    if (!auth) {
-        *w = (struct whom){"-", m->opt.stale_max_age, 1};
-    } else if (m->opt.own_auth && strcmp(auth, m->opt.own_auth) == 0) {
+    if (a->own) {
         *w = (struct whom){"own", m->opt.stale_max_age, 1};
+    } else if (!a->auth) {
+        *w = (struct whom){"-", m->opt.stale_max_age, 1};
     } else {
         uint8_t md[32];
         unsigned n = 0;
-        EVP_Digest(auth, strlen(auth), md, &n, EVP_sha256(), NULL);
+        EVP_Digest(a->auth, strlen(a->auth), md, &n, EVP_sha256(), NULL);
         *w = (struct whom){"t:", m->opt.auth_ttl, 0};
         digest_hex(md, 32, w->tag + 2);
     }
@@ -182,17 +185,34 @@ static void do_remember(struct mirror_names *n, const char *key, const void *dat
 
 static struct disk_entry *do_disk_find(struct mirror_names *n, const char *hex)
 {
-    for (size_t i = 0; i < n->n_disk; i++)
-        if (strcmp(n->disk[i].hex, hex) == 0)
-            return &n->disk[i];
+    for (struct disk_entry *d = n->disk[bucket(hex)]; d; d = d->next)
+        if (strcmp(d->hex, hex) == 0)
+            return d;
     return NULL;
 }
 
-static void do_disk_drop(struct mirror_names *n, size_t i)
+static void do_disk_drop(struct mirror_names *n, struct disk_entry *d)
 {
-    unlinkat(n->dirfd, n->disk[i].hex, 0);
-    n->disk_bytes -= n->disk[i].size;
-    n->disk[i] = n->disk[--n->n_disk];
+    struct disk_entry **pp = &n->disk[bucket(d->hex)];
+    while (*pp != d)
+        pp = &(*pp)->next;
+    *pp = d->next;
+    unlinkat(n->dirfd, d->hex, 0);
+    n->disk_bytes -= d->size;
+    n->n_disk--;
+    free(d);
+}
+
+/* The oldest answer on disk (a previous run's before this run's of the
+ * same second). */
+static struct disk_entry *do_disk_oldest(struct mirror_names *n)
+{
+    struct disk_entry *old = NULL;
+    for (size_t b = 0; b < NBUCKETS; b++)
+        for (struct disk_entry *d = n->disk[b]; d; d = d->next)
+            if (!old || d->at < old->at || (d->at == old->at && d->seq < old->seq))
+                old = d;
+    return old;
 }
 
 /* Records file hex (replacing its entry), then removes the oldest files
@@ -202,25 +222,20 @@ static void do_disk_note(struct mirror_names *n, const char *hex, uint64_t size,
 {
     struct disk_entry *d = do_disk_find(n, hex);
     if (!d) {
-        if (n->n_disk == n->cap_disk) {
-            n->cap_disk = n->cap_disk ? 2 * n->cap_disk : 64;
-            n->disk = xrealloc(n->disk, n->cap_disk * sizeof(*n->disk));
-        }
-        d = &n->disk[n->n_disk++];
+        d = xcalloc(1, sizeof(*d));
         memcpy(d->hex, hex, 65);
-        d->size = 0;
+        size_t b = bucket(hex);
+        d->next = n->disk[b];
+        n->disk[b] = d;
+        n->n_disk++;
     }
     n->disk_bytes += size - d->size;
     d->size = size;
     d->at = at;
+    d->seq = sum ? ++n->disk_seq : 0;
     d->sum = sum;
-    while (n->n_disk > NAMES_DISK_FILES || (n->disk_bytes > NAMES_DISK_MAX && n->n_disk > 1)) {
-        size_t old = 0;
-        for (size_t i = 1; i < n->n_disk; i++)
-            if (n->disk[i].at < n->disk[old].at)
-                old = i;
-        do_disk_drop(n, old);
-    }
+    while (n->n_disk > NAMES_DISK_FILES || (n->disk_bytes > NAMES_DISK_MAX && n->n_disk > 1))
+        do_disk_drop(n, do_disk_oldest(n));
 }
 
 /* Writes the answer's file aside and renames it into place. */
@@ -330,18 +345,22 @@ void mirror_names_free(struct mirror_names *n)
         return;
     while (n->head)
         do_remove(n, n->head);
-    free(n->disk);
+    for (size_t b = 0; b < NBUCKETS; b++)
+        for (struct disk_entry *d = n->disk[b], *next; d; d = next) {
+            next = d->next;
+            free(d);
+        }
     close(n->dirfd);
     pthread_mutex_destroy(&n->lock);
     free(n);
 }
 
-void mirror_names_put(struct mirror *m, const char *key, const char *auth, const void *data,
-                      size_t len)
+void mirror_names_put(struct mirror *m, const char *key, const struct mirror_asker *asker,
+                      const void *data, size_t len)
 {
     struct mirror_names *n = m->names;
     struct whom w;
-    whom_of(m, auth, &w);
+    whom_of(m, asker, &w);
     if (w.max_age == 0 || !m->opt.serve_stale)
         return;
     char *full = full_key(&w, key), hex[65];
@@ -411,16 +430,17 @@ static int get_one(struct mirror *m, const struct whom *w, const char *key, char
     return found;
 }
 
-int mirror_names_get(struct mirror *m, const char *key, const char *auth, char **data,
-                     size_t *len, int64_t *age)
+int mirror_names_get(struct mirror *m, const char *key, const struct mirror_asker *asker,
+                     char **data, size_t *len, int64_t *age)
 {
+    static const struct mirror_asker nobody = {NULL, 0};
     struct whom w, anyone;
     *data = NULL;
     if (!m->opt.serve_stale)
         return 0;
-    whom_of(m, auth, &w);
-    whom_of(m, NULL, &anyone);
-    /* The caller's own first; then what anyone was given. */
+    whom_of(m, asker, &w);
+    whom_of(m, &nobody, &anyone);
+    /* The asker's own first; then what anyone was given. */
     return get_one(m, &w, key, data, len, age) ||
-           (auth && get_one(m, &anyone, key, data, len, age));
+           ((asker->own || asker->auth) && get_one(m, &anyone, key, data, len, age));
 }

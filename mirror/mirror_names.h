@@ -42,15 +42,22 @@ struct mirror_names;
 struct mirror_names *mirror_names_new(int dirfd, struct st_error *err);
 void mirror_names_free(struct mirror_names *n);
 
-/* Keeps data[0..len) as the upstream's answer to key, given to a request
- * with Authorization value auth (NULL: none), now. */
-void mirror_names_put(struct mirror *m, const char *key, const char *auth, const void *data,
-                      size_t len);
-/* The answer kept for key that a request with auth may be given (see
- * above): 1 with *data (malloc'd, NUL-terminated; the caller frees it),
- * *len and *age (seconds since the upstream gave it); 0 when there is
- * none young enough. */
-int mirror_names_get(struct mirror *m, const char *key, const char *auth, char **data,
-                     size_t *len, int64_t *age);
+/* Whom a question was asked for: a caller (its Authorization value, NULL
+ * for none), or the mirror itself (own set: its upstream_token_file's). */
+struct mirror_asker {
+    const char *auth;
+    int own;
+};
+
+/* Keeps data[0..len) as the upstream's answer to key, given now to a
+ * request of asker. */
+void mirror_names_put(struct mirror *m, const char *key, const struct mirror_asker *asker,
+                      const void *data, size_t len);
+/* The answer kept for key that asker may be given (see above): 1 with
+ * *data (malloc'd, NUL-terminated; the caller frees it), *len and *age
+ * (seconds since the upstream gave it); 0 when there is none young
+ * enough. */
+int mirror_names_get(struct mirror *m, const char *key, const struct mirror_asker *asker,
+                     char **data, size_t *len, int64_t *age);
 
 #endif

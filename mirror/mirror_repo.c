@@ -238,6 +238,8 @@ int mirror_repo_fetch(struct mirror *m, struct upstream_conn *c, const char *rep
         tlen + 12 >= sizeof(target))
         return st_error_fail(err, ST_ERR_INVALID_ARGUMENT, "repo name too long");
     strcat(target, "?blobs=true");
+    /* The mirror's own question: its answers serve its own routes. */
+    const struct mirror_asker own = {m->opt.own_auth, 1};
     char *key = xasprintf("doc\nGET\n%s\n", target), *body = NULL;
     size_t blen = 0;
     struct upstream_answer a;
@@ -269,12 +271,12 @@ int mirror_repo_fetch(struct mirror *m, struct upstream_conn *c, const char *rep
     } else if (rc == 0) {
         rc = mirror_repo_parse(body, blen, out, err);
         if (rc == 0)
-            mirror_names_put(m, key, m->opt.own_auth, body, blen);
+            mirror_names_put(m, key, &own, body, blen);
     } else if (rc != -ECANCELED) {
         /* No answer: the last one, when it is kept and young enough. */
         free(body);
         body = NULL;
-        if (mirror_names_get(m, key, m->opt.own_auth, &body, &blen, age) &&
+        if (mirror_names_get(m, key, &own, &body, &blen, age) &&
             mirror_repo_parse(body, blen, out, err) == 0) {
             mirror_health_served_stale(m);
             rc = 0;
