@@ -13,9 +13,34 @@
  * queue (mirror_job.c: bounded, the clients served in turn, identical
  * questions asked once, a question nobody waits for any more never asked)
  * and the short-lived cache of what the upstream said about files
- * (mirror_ask.c); mirror/upstream is the HTTP client all of them use.
- * server/handlers/h_mirror answers HTTP from this state and never talks to
- * the upstream itself.
+ * (mirror_ask.c); the repos it knows (mirror_repo.c reads a repo's
+ * document, mirror_repos.c keeps the table), the models the /v1 and S3
+ * routes serve from them (mirror_view.c: snaps of a repo at its main's
+ * commit, views of a model built from its headers by mirror_model.c), the
+ * last answers the upstream gave, kept for an outage (mirror_names.c), and
+ * the upstream's health (mirror_health.c); mirror/upstream is the HTTP
+ * client all of them use. server/handlers/h_mirror*.c answer HTTP from this
+ * state and never talk to the upstream themselves.
+ *
+ * Serving. Every route reads a mirrored file the same way, whatever its
+ * answer's shape (a Hub download, a Range, a tensor, a slice's runs, a
+ * fetch across shards, an S3 object): the answer holds a reference to each
+ * file it reads and the front's gate (server/http/gate.h) asks for the
+ * blocks covering exactly the bytes it sends (mirror_want) and sends each
+ * once it is readable (mirror_readable, mirror_wait). A download reads a
+ * file as MIRROR_WHOLE (its last byte waits for the hash); a tensor or a
+ * slice as MIRROR_PARTS (every byte as it arrives, only its blocks asked
+ * for). A /v1 model holds nothing of the cache between answers: its files
+ * are opened by each answer, so an idle model pins no file and no evicted
+ * file's disk space.
+ *
+ * Outage. Every request to the upstream tells mirror_health whether it got
+ * an answer; after a failure questions pause (1 s, doubling to 30 s) and
+ * are answered from what is kept: complete files by commit (their bytes
+ * never change), and the last answer to the same question, served stale
+ * within mirror_stale_max_age to whom mirror_names.h allows, never past
+ * mirror_auth_ttl to a caller's token. mirror_offline = strict keeps and
+ * serves none of it.
  *
  * Threads. mirror_fetch_threads fetchers, each with its own upstream
  * connection, take blocks round robin over the files that have blocks

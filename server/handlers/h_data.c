@@ -93,7 +93,11 @@ struct answer *handle_file(const struct request_view *v, struct answer *a,
         rep.no_read = 1;
         rep.file_st = NULL;
     } else if (!(header_only && h->raw)) { /* the header in memory reads no file */
-        rep.body.fd = read_fd(v, a, m, f, mf, header_only, &rep);
+        /* A mirrored file's header, or a Range of it (a client reading its
+         * tensors), is read as parts of it: every byte as it arrives; the
+         * whole file as a download, its last byte after the hash. */
+        int parts = header_only || view_header(v, "Range") != NULL;
+        rep.body.fd = read_fd(v, a, m, f, mf, parts, &rep);
         if (rep.body.fd < 0)
             return a;
     }
