@@ -23,6 +23,7 @@ struct mirror_repos {
     pthread_mutex_t lock;
     struct known_repo *head, *tail;
     size_t n;
+    size_t files;              /* of all of them */
 };
 
 struct mirror_repos *mirror_repos_new(void)
@@ -60,6 +61,7 @@ void mirror_repos_free(struct mirror_repos *t)
 
 static void do_unlink(struct mirror_repos *t, struct known_repo *r)
 {
+    t->files -= r->n;
     if (r->prev)
         r->prev->next = r->next;
     else
@@ -74,6 +76,7 @@ static void do_unlink(struct mirror_repos *t, struct known_repo *r)
 
 static void do_link_last(struct mirror_repos *t, struct known_repo *r)
 {
+    t->files += r->n;
     r->prev = t->tail;
     if (t->tail)
         t->tail->next = r;
@@ -81,6 +84,19 @@ static void do_link_last(struct mirror_repos *t, struct known_repo *r)
         t->head = r;
     t->tail = r;
     t->n++;
+}
+
+/* Within MIRROR_REPOS_FILES files in all, whatever the upstream's
+ * documents hold: the least recently heard of go (but keep, the newest),
+ * chained on *gone for the caller to free once the lock is released. */
+static void do_trim(struct mirror_repos *t, struct known_repo *keep, struct known_repo **gone)
+{
+    while (t->files > MIRROR_REPOS_FILES && t->head && t->head != keep) {
+        struct known_repo *r = t->head;
+        do_unlink(t, r);
+        r->next = *gone;
+        *gone = r;
+    }
 }
 
 /* The repo's entry, made (empty) when missing and moved to the end. */
@@ -139,12 +155,20 @@ void mirror_repos_learn(struct mirror *m, const char *repo, const struct mirror_
         }
     struct mirror_repo_file *drop = r->files;
     size_t n_drop = r->n;
+    t->files += doc->n - r->n;
     r->files = copy;
     r->n = doc->n;
     memcpy(r->commit, doc->commit, 41);
     r->at = at > r->at ? at : r->at;
+    struct known_repo *old = NULL;
+    do_trim(t, r, &old);
     pthread_mutex_unlock(&t->lock);
     files_free(drop, n_drop);
+    while (old) {
+        struct known_repo *next = old->next;
+        repo_free(old);
+        old = next;
+    }
 }
 
 void mirror_repos_learn_file(struct mirror *m, const char *repo, const char *commit,
@@ -160,6 +184,7 @@ void mirror_repos_learn_file(struct mirror *m, const char *repo, const char *com
         if (!f) {
             r->files = xrealloc(r->files, (r->n + 1) * sizeof(*r->files));
             f = &r->files[r->n++];
+            t->files++;
             *f = (struct mirror_repo_file){.name = xstrdup(path)};
             qsort(r->files, r->n, sizeof(*r->files), by_name);
             f = find(r, path);
@@ -169,7 +194,14 @@ void mirror_repos_learn_file(struct mirror *m, const char *repo, const char *com
         f->size = id->size;
         f->lfs = lfs;
     }
+    struct known_repo *old = NULL;
+    do_trim(t, r, &old);
     pthread_mutex_unlock(&t->lock);
+    while (old) {
+        struct known_repo *next = old->next;
+        repo_free(old);
+        old = next;
+    }
 }
 
 int mirror_repos_state(struct mirror *m, const char *repo, struct mirror_repo_state *s)

@@ -6,9 +6,10 @@
  * passed through, a file's metadata): what it told one caller in
  * confidence is never listed to others. The table keeps each repo's latest
  * commit and files (a file whose hash a document left out is filled in by
- * its metadata later), at most MIRROR_REPOS_MAX repos, the least recently
- * heard of going first. Its lock is a leaf: what the cache holds is asked
- * of the cache after it is released. */
+ * its metadata later), at most MIRROR_REPOS_MAX repos and
+ * MIRROR_REPOS_FILES files, the least recently heard of going first. Its
+ * lock is a leaf: what the cache holds is asked of the cache after it is
+ * released. */
 #ifndef TENSORD_MIRROR_REPOS_H
 #define TENSORD_MIRROR_REPOS_H
 
@@ -17,6 +18,7 @@
 #include "mirror_repo.h"
 
 #define MIRROR_REPOS_MAX 1024
+#define MIRROR_REPOS_FILES 1000000 /* their files, in all */
 
 struct mirror;
 struct mirror_repos;

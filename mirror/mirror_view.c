@@ -18,6 +18,7 @@ struct mirror_snap {
     atomic_uint refs;
     char *repo;
     struct mirror_repo doc;
+    uint64_t bytes;                /* the memory its document takes, about */
     uint64_t resolved_ns;          /* monotonic: when it was asked for */
     int64_t age;                   /* -1: the upstream's answer then; else its age then */
     uint64_t used;                 /* the maps' clock when last found */
@@ -25,6 +26,7 @@ struct mirror_snap {
 
 struct mirror_view {
     atomic_uint refs;
+    uint64_t bytes;                /* the memory its model takes, about (its headers' text) */
     char *name;
     const char *dir;               /* in name */
     struct mirror_snap *snap;      /* a reference */
@@ -36,6 +38,7 @@ struct mirror_views {
     pthread_mutex_t lock;
     struct mirror_snap *snaps[MIRROR_SNAPS_MAX];
     struct mirror_view *views[MIRROR_VIEWS_MAX];
+    uint64_t snap_bytes, view_bytes; /* of the maps' snaps and views */
     uint64_t clock;
 };
 
@@ -154,7 +157,8 @@ struct mirror_snap *mirror_snap_find(struct mirror *m, const char *repo)
 static struct mirror_snap *snap_put(struct mirror *m, struct mirror_snap *s)
 {
     struct mirror_views *vs = m->views;
-    struct mirror_snap *old = NULL;
+    struct mirror_snap *old = NULL, *drop[MIRROR_SNAPS_MAX];
+    size_t n_drop = 0;
     int found;
     pthread_mutex_lock(&vs->lock);
     size_t i = do_snap_slot(vs, s->repo, &found);
@@ -163,12 +167,30 @@ static struct mirror_snap *snap_put(struct mirror *m, struct mirror_snap *s)
         s = vs->snaps[i];
     } else {
         old = vs->snaps[i];
+        vs->snap_bytes -= old ? old->bytes : 0;
         vs->snaps[i] = snap_ref(s);
+        vs->snap_bytes += s->bytes;
     }
     s->used = ++vs->clock;
     snap_ref(s);
+    /* Within MIRROR_SNAPS_BYTES: the least recently used go (an answer
+     * that holds one keeps it until it ends). */
+    while (vs->snap_bytes > MIRROR_SNAPS_BYTES) {
+        size_t v = MIRROR_SNAPS_MAX;
+        for (size_t k = 0; k < MIRROR_SNAPS_MAX; k++)
+            if (vs->snaps[k] && vs->snaps[k] != s &&
+                (v == MIRROR_SNAPS_MAX || vs->snaps[k]->used < vs->snaps[v]->used))
+                v = k;
+        if (v == MIRROR_SNAPS_MAX)
+            break;
+        vs->snap_bytes -= vs->snaps[v]->bytes;
+        drop[n_drop++] = vs->snaps[v];
+        vs->snaps[v] = NULL;
+    }
     pthread_mutex_unlock(&vs->lock);
     mirror_snap_unref(old);
+    for (size_t k = 0; k < n_drop; k++)
+        mirror_snap_unref(drop[k]);
     return s;
 }
 
@@ -186,6 +208,9 @@ static int snap_ask(struct mirror *m, struct upstream_conn *c, const char *repo,
         mirror_snap_unref(s);
         return rc;
     }
+    s->bytes = sizeof(*s) + s->doc.n * sizeof(*s->doc.files);
+    for (size_t i = 0; i < s->doc.n; i++)
+        s->bytes += strlen(s->doc.files[i].name) + 1;
     mirror_repos_learn(m, repo, &s->doc, (int64_t)time(NULL) - (s->age > 0 ? s->age : 0));
     *out = snap_put(m, s);
     mirror_snap_unref(s);
@@ -309,15 +334,39 @@ static int view_of(struct mirror *m, const char *name, struct mirror_snap *s,
         mirror_view_unref(v);
         return rc;
     }
+    const struct reg_model *rm = mirror_model_reg(v->mm);
     log_msg(LOG_INFO, "mirror: model %s at %s: %zu tensors in %zu files", name, s->doc.commit,
-            mirror_model_reg(v->mm)->n_tensors, mirror_model_reg(v->mm)->n_files);
+            rm->n_tensors, rm->n_files);
+    v->bytes = sizeof(*v) + rm->n_tensors * sizeof(*rm->tensors);
+    for (size_t k = 0; k < rm->n_files; k++)
+        v->bytes += rm->files[k].header ? rm->files[k].header->header_len : 0;
+    struct mirror_view *drop[MIRROR_VIEWS_MAX];
+    size_t n_drop = 0;
     pthread_mutex_lock(&vs->lock);
     i = do_view_slot(vs, name, &found);
-    struct mirror_view *drop = vs->views[i];
+    if (vs->views[i]) {
+        vs->view_bytes -= vs->views[i]->bytes;
+        drop[n_drop++] = vs->views[i];
+    }
     vs->views[i] = mirror_view_ref(v);
+    vs->view_bytes += v->bytes;
     v->used = ++vs->clock;
+    /* Within MIRROR_VIEWS_BYTES: the least recently used go. */
+    while (vs->view_bytes > MIRROR_VIEWS_BYTES) {
+        size_t o = MIRROR_VIEWS_MAX;
+        for (size_t k = 0; k < MIRROR_VIEWS_MAX; k++)
+            if (vs->views[k] && vs->views[k] != v &&
+                (o == MIRROR_VIEWS_MAX || vs->views[k]->used < vs->views[o]->used))
+                o = k;
+        if (o == MIRROR_VIEWS_MAX)
+            break;
+        vs->view_bytes -= vs->views[o]->bytes;
+        drop[n_drop++] = vs->views[o];
+        vs->views[o] = NULL;
+    }
     pthread_mutex_unlock(&vs->lock);
-    mirror_view_unref(drop);
+    for (size_t k = 0; k < n_drop; k++)
+        mirror_view_unref(drop[k]);
     *out = v;
     return 0;
 }

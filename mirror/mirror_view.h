@@ -8,8 +8,10 @@
  * for a repo of several models), built over the cache from its weight
  * files' headers (mirror/mirror_model.h) and holding nothing of the cache:
  * each answer opens the files it reads. Both are refcounted, immutable,
- * and kept in maps (at most MIRROR_SNAPS_MAX and MIRROR_VIEWS_MAX, the
- * least recently used going first); a view holds its snap.
+ * and kept in maps (at most MIRROR_SNAPS_MAX and MIRROR_VIEWS_MAX, and
+ * about MIRROR_SNAPS_BYTES and MIRROR_VIEWS_BYTES of memory, whatever the
+ * upstream's documents and headers hold: the least recently used go
+ * first); a view holds its snap.
  *
  * Names: what main is now is asked again once the answer is older than
  * mirror_auth_ttl (a job, mirror/mirror_job.h); a commit that did not
@@ -33,7 +35,9 @@ struct mirror_view;
 struct mirror_views;
 
 #define MIRROR_SNAPS_MAX 64
+#define MIRROR_SNAPS_BYTES (256ull << 20) /* their documents' memory, about */
 #define MIRROR_VIEWS_MAX 32
+#define MIRROR_VIEWS_BYTES (512ull << 20) /* their models' memory, about (headers' text) */
 
 struct mirror_views *mirror_views_new(void);
 void mirror_views_free(struct mirror_views *vs);

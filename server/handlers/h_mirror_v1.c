@@ -73,16 +73,23 @@ static int open_file(const struct model_files *mf, const struct request_view *v,
     return rd->fd;
 }
 
-/* Whether every file byte rep's body reads is in the cache now. */
+/* Whether every file byte rep's body reads is in the cache now. A body
+ * of more spans than this is not looked at all (its reader cuts it if a
+ * byte cannot come): the HTTP thread's work stays bounded. */
+#define CACHED_WALK_SPANS (1u << 20)
+
 struct cached_walk {
     struct mirror *m;
     const struct representation *rep;
+    unsigned spans;
 };
 
 static int span_missing(void *arg, int fd, uint64_t file_off, uint64_t n, uint64_t body_off)
 {
     (void)body_off;
-    const struct cached_walk *w = arg;
+    struct cached_walk *w = arg;
+    if (w->spans++ == CACHED_WALK_SPANS)
+        return 2; /* too many to tell */
     for (size_t i = 0; i < w->rep->n_mirror; i++) {
         const struct mirror_read *rd = &w->rep->mirror[i];
         if (rd->fd == fd && !rd->complete)
@@ -98,9 +105,9 @@ static void check_cached(struct mirror *m, struct answer *a, const char *name)
 {
     if (a->kind != ANSWER_BODY || !a->rep.arriving || a->rep.no_read || !mirror_health_paused(m))
         return;
-    struct cached_walk w = {m, &a->rep};
+    struct cached_walk w = {m, &a->rep, 0};
     const struct body *b = &a->rep.body;
-    if (body_each_span(b, 0, body_size(b), span_missing, &w))
+    if (body_each_span(b, 0, body_size(b), span_missing, &w) == 1)
         answer_error(a, HTTP_GATEWAY_TIMEOUT, "upstream_unreachable",
                      "the upstream %s cannot be reached, and the mirror's cache does not hold "
                      "all the bytes of this answer from %.300s",

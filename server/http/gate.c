@@ -13,6 +13,10 @@
  * gap shorter than the smallest block (mirror_block_bytes is at least
  * 64 KiB) holds no whole block, so no block is asked for in vain. */
 #define GATE_JOIN (64u << 10)
+/* Spans one gate_want walks at most: a slice of a billion one-byte runs
+ * is asked for a window at a time as it is read (work in proportion to
+ * the bytes sent), not all at once on the HTTP thread. */
+#define GATE_WANT_SPANS 65536u
 
 struct gate_file {
     int fd;                     /* as the body reads it */
@@ -77,6 +81,8 @@ struct want_walk {
     struct gate_file *cur;      /* the range being gathered: [lo, hi) of cur */
     uint64_t lo, hi;
     uint64_t hits, asked;
+    unsigned spans;             /* walked */
+    uint64_t reached;           /* the body offset past the last span walked */
 };
 
 static void want_flush(struct want_walk *w)
@@ -90,9 +96,11 @@ static void want_flush(struct want_walk *w)
 
 static int want_span(void *arg, int fd, uint64_t file_off, uint64_t n, uint64_t body_off)
 {
-    (void)body_off;
     struct want_walk *w = arg;
-    struct gate_file *gf = w->g ? file_of(w->g, fd) : NULL;
+    if (w->spans++ == GATE_WANT_SPANS)
+        return 1; /* the rest another time */
+    w->reached = body_off + n;
+    struct gate_file *gf = file_of(w->g, fd);
     if (!gf) { /* complete (or no mirror's): a hit */
         w->hits += n;
         w->asked += n;
@@ -103,18 +111,24 @@ static int want_span(void *arg, int fd, uint64_t file_off, uint64_t n, uint64_t 
         return 0;
     }
     want_flush(w);
-    *w = (struct want_walk){.g = w->g, .cur = gf, .lo = file_off, .hi = file_off + n,
-                            .hits = w->hits, .asked = w->asked};
+    w->cur = gf;
+    w->lo = file_off;
+    w->hi = file_off + n;
     return 0;
 }
 
-void gate_want(struct mirror *m, struct gate *g, const struct body *b, uint64_t off,
-               uint64_t len)
+uint64_t gate_want(struct mirror *m, struct gate *g, const struct body *b, uint64_t off,
+                   uint64_t len)
 {
+    if (!g) { /* every file complete: all hits, nothing to ask */
+        mirror_count_asked(m, len, len);
+        return off + len;
+    }
     struct want_walk w = {.g = g};
-    body_each_span(b, off, len, want_span, &w);
+    int stopped = body_each_span(b, off, len, want_span, &w);
     want_flush(&w);
     mirror_count_asked(m, w.asked, w.hits);
+    return stopped ? w.reached : off + len;
 }
 
 /* ---- reading -------------------------------------------------------------------- */
@@ -173,9 +187,9 @@ int gate_wait(struct gate *g, void (*cb)(void *arg), void *arg)
     struct gate_file *gf = g->wait_file;
     if (!gf)
         return 1;
-    /* Every block was asked for at the start (gate_want); this one again in
-     * case its download failed and was retried since, and mirror_wait
-     * moves the fetchers to it. */
+    /* The blocks were asked for ahead of the reader (gate_want); this one
+     * again in case its download failed and was retried since, and
+     * mirror_wait moves the fetchers to it. */
     mirror_want(g->m, gf->f, g->wait_off, 1, gf->how);
     g->waiter.cb = cb;
     g->waiter.how = gf->how;

@@ -18,6 +18,7 @@ struct piece {
     uint64_t body_off; /* body offset of a span */
     uint64_t len;
     uint64_t out_off;
+    uint64_t wanted;   /* mirrored bytes: the body offset asked of the mirror up to */
 };
 
 /* A reader's state: the body's memory is the answer's (which lives until
@@ -34,6 +35,7 @@ struct stream {
      * can be read, and the connection is suspended while the mirror fetches
      * the rest. */
     struct gate *gate;
+    struct mirror *mirror;
     struct MHD_Connection *conn;
     struct conns_entry *entry;  /* gives the wait up when the client leaves or idles */
 };
@@ -84,11 +86,16 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
     s->cursor = i;
     size_t done = 0;
     while (done < max && i < s->n_pieces) {
-        const struct piece *p = &s->pieces[i];
+        struct piece *p = &s->pieces[i];
         uint64_t in = pos + done - p->out_off;
         uint64_t n = p->len - in;
         if (n > max - done)
             n = max - done;
+        /* A body of very many spans is asked of the mirror as it is read. */
+        if (s->gate && !p->mem && p->wanted < p->body_off + p->len &&
+            p->body_off + in + n + GATE_AHEAD > p->wanted)
+            p->wanted = gate_want(s->mirror, s->gate, &s->body, p->wanted,
+                                  p->body_off + p->len - p->wanted);
         int64_t avail = p->mem ? (int64_t)n : gate_avail(s->gate, &s->body, p->body_off + in, n);
         if (avail < 0) /* the upstream failed it: cut, as for a file that changed */
             return done ? (ssize_t)done : MHD_CONTENT_READER_END_WITH_ERROR;
@@ -121,6 +128,7 @@ static struct MHD_Response *reader(const struct reply *r, const struct represent
     s->body = rep->body;
     s->body.fd = rep->body.fd >= 0 ? fcntl(rep->body.fd, F_DUPFD_CLOEXEC, 0) : -1;
     if (rep->arriving) {
+        s->mirror = c->mirror;
         s->gate = gate_new(c->mirror, rep->mirror, rep->n_mirror, rep->body.fd, s->body.fd);
         s->conn = c->conn;
         s->entry = c->entry;
@@ -136,8 +144,8 @@ static struct MHD_Response *reader(const struct reply *r, const struct represent
         s->pieces[i] = (struct piece){.mem = p->mem, .body_off = p->off, .len = p->len,
                                       .out_off = out};
         out += p->len;
-        if (rep->n_mirror && !p->mem) /* every block the answer sends, asked for at once */
-            gate_want(c->mirror, s->gate, &s->body, p->off, p->len);
+        if (rep->n_mirror && !p->mem) /* the blocks the answer sends, asked for at once */
+            s->pieces[i].wanted = gate_want(c->mirror, s->gate, &s->body, p->off, p->len);
     }
     s->n_pieces = r->n_pieces;
     struct MHD_Response *resp =
