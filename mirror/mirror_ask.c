@@ -189,7 +189,8 @@ struct meta_job {
     struct mirror_meta meta;
 };
 
-/* A found file's metadata as the names store keeps it (text). */
+/* A found file's metadata as the names store keeps it (text; read back by
+ * mirror_kept_meta_parse). */
 static char *meta_text(const struct mirror_meta *mt)
 {
     char hex[65];
@@ -197,7 +198,7 @@ static char *meta_text(const struct mirror_meta *mt)
     return xasprintf("%s %d %s %" PRIu64 "\n", mt->commit, mt->lfs, hex, mt->id.size);
 }
 
-static int meta_parse(const char *text, struct mirror_meta *mt)
+int mirror_kept_meta_parse(const char *text, struct mirror_meta *mt)
 {
     char commit[41], hex[65];
     int lfs, end = 0;
@@ -251,7 +252,7 @@ static int meta_job_run(struct mirror *m, struct upstream_conn *c, void *data,
         size_t len;
         int64_t age;
         if (mirror_names_get(m, name, &(struct mirror_asker){d->auth, 0}, &kept, &len, &age) &&
-            meta_parse(kept, &d->meta) == 0) {
+            mirror_kept_meta_parse(kept, &d->meta) == 0) {
             d->meta.stale = age;
             mirror_health_served_stale(m);
             rc = 0;
@@ -361,21 +362,23 @@ static char *doc_text(const struct mirror_doc *doc, size_t *len)
     return out;
 }
 
-/* Copies line *p (up to '\n') into out (cap bytes); moves *p past it. */
+/* Copies line *p (up to '\n') into out (cap bytes); moves *p past it. A
+ * line with a control byte is refused: it goes out as a header value. */
 static int take_line(const char **p, const char *end, char *out, size_t cap)
 {
     const char *nl = memchr(*p, '\n', (size_t)(end - *p));
     if (!nl || (size_t)(nl - *p) >= cap)
         return -1;
+    for (const char *c = *p; c < nl; c++)
+        if ((unsigned char)*c < 0x20 || *c == 0x7f)
+            return -1;
     memcpy(out, *p, (size_t)(nl - *p));
     out[nl - *p] = '\0';
     *p = nl + 1;
     return 0;
 }
 
-/* The document doc_text wrote into text[0..len), into *doc (whose body and
- * Link it then owns). */
-static int doc_parse(char *text, size_t len, struct mirror_doc *doc)
+int mirror_kept_doc_parse(const char *text, size_t len, struct mirror_doc *doc)
 {
     const char *p = text, *end = text + len;
     char status[16], link[8192], empty[2];
@@ -413,7 +416,7 @@ static int doc_job_run(struct mirror *m, struct upstream_conn *c, void *data,
         int64_t age;
         struct mirror_doc was = {0};
         if (mirror_names_get(m, d->name, &(struct mirror_asker){d->auth, 0}, &kept, &len, &age) &&
-            doc_parse(kept, len, &was) == 0 && doc_is_json(&was)) {
+            mirror_kept_doc_parse(kept, len, &was) == 0 && doc_is_json(&was)) {
             free(d->doc.body);
             upstream_answer_free(&d->doc.a);
             d->doc = was;

@@ -90,6 +90,16 @@ const struct mirror_doc *mirror_job_doc_result(struct mirror_job *j);
  * an answer the mirror cannot use (502). */
 int mirror_ask_unreachable(int rc);
 
+/* What the names store keeps read back (exposed for the fuzzer: a file of
+ * the cache another program may have written): a found file's metadata
+ * (its commit, LFS or not, its digest and size, one line) into *mt; a
+ * document (its status, X-Repo-Commit, ETag, Cache-Control and Link a line
+ * each, an empty line, the body) into a zeroed *doc, which then owns its
+ * body and Link (free them with free and upstream_answer_free). Returns 0,
+ * or -EINVAL (a 2xx document only). */
+int mirror_kept_meta_parse(const char *text, struct mirror_meta *mt);
+int mirror_kept_doc_parse(const char *text, size_t len, struct mirror_doc *doc);
+
 /* Turns an upstream answer to a HEAD of a file into *meta (exposed for
  * tests). Returns 0, or -EPROTO with err when a found file's answer lacks
  * a commit, a size, or a hash the mirror can check. */

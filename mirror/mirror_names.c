@@ -266,6 +266,21 @@ static int write_file(struct mirror_names *n, const char *hex, const char *key, 
     return rc;
 }
 
+int mirror_names_parse(const char *buf, size_t size, const char *key, size_t *off, size_t *len)
+{
+    size_t ml = strlen(MAGIC), kl = strlen(key);
+    char want[32];
+    int wl = snprintf(want, sizeof(want), "%zu\n", kl);
+    size_t at_key = ml + (size_t)wl;
+    if (size < at_key + kl + 1 || memcmp(buf, MAGIC, ml) != 0 ||
+        memcmp(buf + ml, want, (size_t)wl) != 0 || memcmp(buf + at_key, key, kl) != 0 ||
+        buf[at_key + kl] != '\n')
+        return -EINVAL;
+    *off = at_key + kl + 1;
+    *len = size - *off;
+    return 0;
+}
+
 /* Reads file hex back: its answer when it is key's (1, *data malloc'd),
  * 0 otherwise. */
 static int read_file(struct mirror_names *n, const char *hex, const char *key, char **data,
@@ -276,25 +291,17 @@ static int read_file(struct mirror_names *n, const char *hex, const char *key, c
         return 0;
     struct stat sb;
     char *buf = NULL;
-    int ok = 0;
-    if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && (uint64_t)sb.st_size <= FILE_MAX &&
-        (buf = malloc((size_t)sb.st_size + 1)) &&
-        fileio_pread_full(fd, buf, (size_t)sb.st_size, 0) == 0) {
-        size_t size = (size_t)sb.st_size, ml = strlen(MAGIC), kl = strlen(key);
-        char want[32];
-        int wl = snprintf(want, sizeof(want), "%zu\n", kl);
-        size_t at_key = ml + (size_t)wl;
-        ok = size >= at_key + kl + 1 && memcmp(buf, MAGIC, ml) == 0 &&
-             memcmp(buf + ml, want, (size_t)wl) == 0 && memcmp(buf + at_key, key, kl) == 0 &&
-             buf[at_key + kl] == '\n';
-        if (ok) {
-            *len = size - at_key - kl - 1;
-            memmove(buf, buf + at_key + kl + 1, *len);
-            buf[*len] = '\0';
-            *data = buf;
-            *at = (int64_t)sb.st_mtim.tv_sec;
-            buf = NULL;
-        }
+    size_t off;
+    int ok = fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && (uint64_t)sb.st_size <= FILE_MAX &&
+             (buf = malloc((size_t)sb.st_size + 1)) &&
+             fileio_pread_full(fd, buf, (size_t)sb.st_size, 0) == 0 &&
+             mirror_names_parse(buf, (size_t)sb.st_size, key, &off, len) == 0;
+    if (ok) {
+        memmove(buf, buf + off, *len);
+        buf[*len] = '\0';
+        *data = buf;
+        *at = (int64_t)sb.st_mtim.tv_sec;
+        buf = NULL;
     }
     free(buf);
     close(fd);

@@ -60,4 +60,9 @@ void mirror_names_put(struct mirror *m, const char *key, const struct mirror_ask
 int mirror_names_get(struct mirror *m, const char *key, const struct mirror_asker *asker,
                      char **data, size_t *len, int64_t *age);
 
+/* A file of names/ read back (exposed for the fuzzer: another program may
+ * have written it): when buf[0..size) is the answer kept for key, 0 and
+ * the answer at buf + *off, *len bytes; else -EINVAL. */
+int mirror_names_parse(const char *buf, size_t size, const char *key, size_t *off, size_t *len);
+
 #endif

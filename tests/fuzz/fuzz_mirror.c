@@ -9,13 +9,19 @@
  *   2: header lines of an upstream answer (mirror/upstream.c) and the file
  *      metadata made of them (mirror/mirror_ask.c): every string taken is
  *      NUL-terminated, without control bytes, a range is ordered and within
- *      its total, a found file has a commit and a digest of its kind.
+ *      its total, a found file has a commit and a digest of its kind;
+ *   3: a file of the cache's names/ (mirror/mirror_names.c), and the kept
+ *      answer it holds read back as a document and as a file's metadata
+ *      (mirror/mirror_ask.c): a document's status is 2xx, its header values
+ *      NUL-terminated without control bytes, its body what follows; a
+ *      metadata's commit 40 hex digits and its digest one of a kind.
  * Errors must carry a message; nothing may be left allocated. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "mirror_ask.h"
+#include "mirror_names.h"
 #include "mirror_repo.h"
 #include "mirror_store.h"
 #include "upstream.h"
@@ -114,21 +120,57 @@ static void headers(const char *text, size_t len)
         abort();
 }
 
+static void kept(const char *text, size_t len)
+{
+    size_t off, n;
+    if (mirror_names_parse(text, len, "doc\nGET\n/api/models/x\n", &off, &n) == 0) {
+        if (off > len || n != len - off)
+            abort();
+        text += off; /* the answer the file keeps */
+        len = n;
+    }
+    char *copy = malloc(len + 1);
+    memcpy(copy, text, len);
+    copy[len] = '\0';
+    struct mirror_doc d;
+    memset(&d, 0, sizeof(d));
+    if (mirror_kept_doc_parse(copy, len, &d) == 0) {
+        if (d.a.status < 200 || d.a.status > 299 || !d.body || d.len > len)
+            abort();
+        check_string(d.a.commit, sizeof(d.a.commit));
+        check_string(d.a.etag, sizeof(d.a.etag));
+        check_string(d.a.cache_control, sizeof(d.a.cache_control));
+        if (d.a.link)
+            check_string(d.a.link, strlen(d.a.link) + 1);
+    }
+    free(d.body);
+    upstream_answer_free(&d.a);
+    struct mirror_meta mt;
+    if (mirror_kept_meta_parse(copy, &mt) == 0 &&
+        (mt.status != 200 || strspn(mt.commit, "0123456789abcdef") != 40 ||
+         (mt.id.kind != MIRROR_SHA256 && mt.id.kind != MIRROR_GIT_SHA1)))
+        abort();
+    free(copy);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size == 0)
         return 0;
     const char *text = (const char *)data + 1;
     size_t len = size - 1;
-    switch (data[0] % 3) {
+    switch (data[0] % 4) {
     case 0:
         state(text, len);
         break;
     case 1:
         doc(text, len);
         break;
-    default:
+    case 2:
         headers(text, len);
+        break;
+    default:
+        kept(text, len);
     }
     return 0;
 }
