@@ -192,7 +192,8 @@ static int read_data(struct fetch_plan *p, uint64_t d, unsigned char *out, size_
         } else {
             if ((rc = span_flush(&pend)) != 0)
                 break;
-            if ((rc = slice_read(&it->plan, fetch_plan_fd(p, f), fetch_plan_tensor_off(it), in, out, n)) != 0)
+            rc = slice_read(&it->plan, fetch_plan_fd(p, f), fetch_plan_tensor_off(it), in, out, n);
+            if (rc != 0)
                 break;
         }
         out += n;
@@ -236,7 +237,8 @@ static int source_file_span(void *ctx, uint64_t off, uint64_t len, int *fd, uint
         return 0;
     const struct reg_file *f = it->t->file;
     uint64_t in = off - p->prefix_len - c->k_at;
-    uint64_t start = fetch_plan_tensor_off(it) + it->plan.base + in, expect = start + it->plan.nbytes - in;
+    uint64_t start = fetch_plan_tensor_off(it) + it->plan.base + in;
+    uint64_t expect = start + it->plan.nbytes - in;
     uint64_t left = len > it->plan.nbytes - in ? len - (it->plan.nbytes - in) : 0;
     struct fetch_tensor next;
     for (size_t k = c->k + 1; left && k < p->n_tensors && k - c->k <= SPAN_WALK_MAX; k++) {
@@ -244,7 +246,8 @@ static int source_file_span(void *ctx, uint64_t off, uint64_t len, int *fd, uint
             return 0;
         if (!next.plan.nbytes)
             continue;
-        if (next.plan.n_runs > 1 || next.t->file != f || fetch_plan_tensor_off(&next) + next.plan.base != expect)
+        if (next.plan.n_runs > 1 || next.t->file != f ||
+            fetch_plan_tensor_off(&next) + next.plan.base != expect)
             return 0;
         uint64_t take = left < next.plan.nbytes ? left : next.plan.nbytes;
         expect += take;
