@@ -99,6 +99,19 @@ def ranges_by_file(up, since=0):
     return out
 
 
+def settled(up, since, m):
+    """The upstream's ranges since `since`, once its access log holds every
+    block mirror m fetched (the log's line is written when the answer ends,
+    which may be after the mirror has the bytes and its client its answer)."""
+    want = tdutil.prom_counter(m, "tensord_mirror_blocks_fetched_total")
+    deadline = time.monotonic() + 10
+    while True:
+        got = ranges_by_file(up, since)
+        if sum(len(v) for v in got.values()) >= want or time.monotonic() > deadline:
+            return got
+        time.sleep(0.02)
+
+
 def assert_each_block_once(up, since):
     for name, rs in ranges_by_file(up, since).items():
         assert len(rs) == len(set(rs)), (name, sorted(rs))
@@ -149,8 +162,8 @@ def test_v1_through_the_mirror_cold_and_cached(env):
         read_all(m, ref)
         r = m.get(f"/v1/models/{REPO_ID}/files/config.json")
         assert r.status == 200 and r.body == up.files[REPO_ID]["config.json"]
+        fetched = settled(up, since, m)
         assert_each_block_once(up, since)
-        fetched = ranges_by_file(up, since)
         # Cached: the same answers, nothing fetched again.
         read_all(m, ref)
         assert ranges_by_file(up, since) == fetched
@@ -169,7 +182,7 @@ def test_v1_through_the_mirror_cold_and_cached(env):
         m.stop_checked()
         m = mirror(up, base, "v1")
         read_all(m, ref)
-        assert ranges_by_file(up, since) == fetched
+        assert settled(up, since, m) == fetched
     finally:
         m.stop_checked()
 
@@ -205,7 +218,7 @@ def test_a_cold_tensor_fetches_only_its_blocks(env, tensor, how):
             assert r.status == 200
             got = r.body
         assert got == want_bytes.tobytes()
-        new = ranges_by_file(up, since)
+        new = settled(up, since, m)
         assert len(new[shard]) == len(set(new[shard]))
         blocks = {b for lo, hi in new[shard] for b in range(lo // BLOCK, hi // BLOCK + 1)}
         header_blocks = set(range(0, (8 + fs[shard]["header_length"] - 1) // BLOCK + 1))
@@ -267,6 +280,7 @@ def test_s3_clients_through_the_mirror(env):
             [n for n in sorted(files) if n.endswith(".safetensors")]
         ref = reference(up)
         assert out["tensors"] == {k: hashlib.sha256(a.tobytes()).hexdigest() for k, a in ref.items()}
+        settled(up, since, m)
         assert_each_block_once(up, since)
     finally:
         m.stop_checked()
