@@ -1,16 +1,18 @@
-/* h_mirror: the HTTP answers of a pull-through mirror (`upstream = URL`;
- * mirror/mirror.h has the design, docs/OPERATIONS.md "A pull-through
- * mirror" the operator's view).
+/* h_mirror: the Hugging Face routes of a pull-through mirror (`upstream =
+ * URL`; mirror/mirror.h has the design, docs/OPERATIONS.md "A pull-through
+ * mirror" the operator's view; the mirror's other routes are h_mirror_v1.c,
+ * h_mirror_s3.c, h_mirror_gpu.c and h_mirror_list.c, what they share
+ * h_mirror_job.c).
  *
  * A mirror's Hugging Face endpoint is its upstream's: every Hub route is
  * answered from the upstream, through the cache for file bytes. Nothing
  * here talks to the upstream: a request that needs it (a file's metadata,
- * a document, a model's headers for a preload) suspends its connection and
- * answers "wait for this job" (mirror/mirror_job.h); the job's callback ends
- * the wait, and the request is dispatched again and answers from the job's
- * result. File bytes go out as they arrive: the answer's reader suspends
- * the connection when it reaches bytes the mirror has not fetched yet, and
- * the fetcher that brings them resumes it (server/http/stream.c).
+ * a document) suspends its connection and answers "wait for this job"
+ * (mirror/mirror_job.h); the job's callback ends the wait, and the request
+ * is dispatched again and answers from the job's result. File bytes go out
+ * as they arrive: the answer's reader suspends the connection when it
+ * reaches bytes the mirror has not fetched yet, and the fetcher that
+ * brings them resumes it (server/http/gate.c).
  *
  *   - `/{repo}/resolve|raw/{rev}/{path}`: the upstream is asked about the
  *     file (HEAD, with the caller's Authorization, whose answer is kept
@@ -26,10 +28,12 @@
  *     found the body to be JSON, and as application/json whatever type the
  *     upstream named (an HTML page would run on this origin); a body that is
  *     not JSON is refused (502).
- *   - `POST /v1/models/{repo}/gpu` for a repo the models root does not
- *     hold: the repo's model prepared by the mirror (mirror/mirror_model.h),
- *     preloaded as its bytes arrive.
- *   - `/v1/blobs/sha256:{hex}`: also the mirror's complete files. */
+ *   - While the upstream cannot be reached, the job answers with the last
+ *     answer the upstream gave to the same question, when this caller may
+ *     have it (mirror/mirror_names.h): marked stale (Age, X-Tensord-Stale);
+ *     a file it names that the cache does not hold whole is 504 at once.
+ *   - `/v1/blobs/sha256:{hex}`: also the mirror's complete files (h_blob.c,
+ *     with mirror_answer_hold). */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -67,25 +71,6 @@ static struct answer *upstream_error(struct answer *a, const struct mirror_meta 
                                 msg ? msg : "busy, retry");
     return answer_hub_error(a, HTTP_BAD_GATEWAY, code, 0, "upstream answered %ld for %.300s%s%s",
                             st, path, msg ? ": " : "", msg ? msg : "");
-}
-
-/* A mirrored file an answer holds. */
-struct held_file {
-    struct mirror *m;
-    struct mirror_file *f;
-};
-
-static void unref_held(void *arg)
-{
-    struct held_file *h = arg;
-    mirror_unref(h->m, h->f);
-}
-
-void mirror_answer_hold(struct answer *a, struct mirror *m, struct mirror_file *f)
-{
-    struct held_file *h = answer_alloc(a, sizeof(*h));
-    *h = (struct held_file){m, f};
-    answer_defer(a, unref_held, h);
 }
 
 /* The file's bytes at its commit: from the cache, fetched as they are

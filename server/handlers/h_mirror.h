@@ -40,7 +40,7 @@ struct mirror_file;
 void mirror_list_models(struct jsonw *w, struct server *srv, const struct reg_snapshot *reg);
 void mirror_status(struct jsonw *w, struct server *srv);
 /* The answer holds the caller's reference to mirrored file f until it is
- * freed (the request's end). */
+ * freed (the request's end) (server/handlers/h_mirror_job.c). */
 void mirror_answer_hold(struct answer *a, struct mirror *m, struct mirror_file *f);
 
 #endif

@@ -116,6 +116,25 @@ struct answer *mirror_answer_failed(struct answer *a, enum mirror_dialect d, int
                         "%s", msg);
 }
 
+/* A mirrored file an answer holds. */
+struct held_file {
+    struct mirror *m;
+    struct mirror_file *f;
+};
+
+static void unref_held(void *arg)
+{
+    struct held_file *h = arg;
+    mirror_unref(h->m, h->f);
+}
+
+void mirror_answer_hold(struct answer *a, struct mirror *m, struct mirror_file *f)
+{
+    struct held_file *h = answer_alloc(a, sizeof(*h));
+    *h = (struct held_file){m, f};
+    answer_defer(a, unref_held, h);
+}
+
 void mirror_answer_stale(struct answer *a, int64_t age)
 {
     if (age < 0)
