@@ -123,7 +123,8 @@ CONFIG_INPUTS_NOW = CC=$(CC) CPPFLAGS=$(USER_CPPFLAGS) CUDA=$(CUDA) CUDA_PATH=$(
   TEST_PKG_MIN=$(TEST_PKG_MIN) $(if $(GIVEN_FLAGS),PKG_CFLAGS=$(PKG_CFLAGS) PKG_LIBS=$(PKG_LIBS))
 CONFIG_FREE := clean uninstall config deps deps-apt deps-run deps-test deps-test-apt deps-bench \
   deps-bench-apt run test bench bench-compression bench-remote bench-hub bench-s3 bench-mirror \
-  bench-swarm bench-gpu bench-multi-gpu bench-hash check-olah tsan tsan-test test-cuda-double test-debs-root dist \
+  bench-mirror-routes bench-swarm bench-gpu bench-multi-gpu bench-hash check-olah tsan tsan-test \
+  test-cuda-double test-debs-root dist \
   print-%
 ifeq ($(filter-out $(CONFIG_FREE),$(or $(MAKECMDGOALS),all)),)
 -include $(wildcard $(CONFIG))
@@ -303,7 +304,7 @@ test-cuda-double: deps-test
 test-debs-root:
 	@tests/gpu/min_root.sh
 
-.PHONY: FORCE all config deps deps-apt deps-run deps-test deps-test-apt deps-bench deps-bench-apt run run-built uninstall test test-cuda-double test-debs-root cuda-double unit fuzz fuzz-smoke install clean integration circles print-% bench bench-compression bench-gpu bench-multi-gpu bench-header bench-hub bench-leases bench-remote bench-s3 bench-mirror bench-swarm bench-sha256 bench-hash check-olah soak tsan tsan-test dist
+.PHONY: FORCE all config deps deps-apt deps-run deps-test deps-test-apt deps-bench deps-bench-apt run run-built uninstall test test-cuda-double test-debs-root cuda-double unit fuzz fuzz-smoke install clean integration circles print-% bench bench-compression bench-gpu bench-multi-gpu bench-header bench-hub bench-leases bench-remote bench-s3 bench-mirror bench-mirror-routes bench-swarm bench-sha256 bench-hash check-olah soak tsan tsan-test dist
 all: $(BUILD)/tensord $(BUILD)/libtensord-client.so $(BUILD)/tensord-client
 
 # The flags a build directory was compiled with: objects depend on this
@@ -590,6 +591,11 @@ bench-s3: deps-bench
 bench-mirror: deps-bench
 	@$(MAKE) --no-print-directory all
 	@$(PYTHON) bench/mirror.py $(BENCH_MIRROR_ARGS)
+
+# The /v1 routes through a mirror (loopback, no root): bench/mirror_routes.py.
+bench-mirror-routes: deps-bench
+	@$(MAKE) --no-print-directory all
+	@$(PYTHON) bench/mirror_routes.py $(BENCH_MIRROR_ROUTES_ARGS)
 
 # A libtorrent swarm (Debian's python3-libtorrent, --peers sessions in
 # network namespaces over tbf-capped links) with tensord as its HTTP web

@@ -341,6 +341,23 @@ struct mirror_file *mirror_find_complete(struct mirror *m, const uint8_t sha256[
     return f;
 }
 
+uint64_t mirror_cached(struct mirror *m, const struct mirror_id *id, int *complete)
+{
+    char key[72];
+    mirror_key(id, key);
+    pthread_mutex_lock(&m->lock);
+    const struct mirror_file *f = do_find(m, key);
+    uint64_t bytes = 0;
+    *complete = f && f->complete && f->id.size == id->size;
+    if (f && f->id.size == id->size) {
+        bytes = f->complete ? f->id.size : f->n_present * f->block;
+        if (!f->complete && f->nblocks && bit_get(f->present, f->nblocks - 1))
+            bytes -= f->block - block_len(f, f->nblocks - 1); /* the last block is shorter */
+    }
+    pthread_mutex_unlock(&m->lock);
+    return bytes;
+}
+
 void mirror_ref(struct mirror *m, struct mirror_file *f)
 {
     pthread_mutex_lock(&m->lock);
@@ -384,6 +401,11 @@ uint64_t mirror_file_size(const struct mirror_file *f)
     return f->id.size;
 }
 
+const struct mirror_id *mirror_file_id(const struct mirror_file *f)
+{
+    return &f->id;
+}
+
 int mirror_file_complete(struct mirror *m, struct mirror_file *f)
 {
     pthread_mutex_lock(&m->lock);
@@ -423,15 +445,28 @@ int do_mirror_hash_ready(const struct mirror_file *f)
            (do_mirror_prefix(f) > f->hashed || f->id.size == 0);
 }
 
-void do_mirror_want(struct mirror *m, struct mirror_file *f, uint64_t off, uint64_t len)
+uint64_t do_mirror_want(struct mirror *m, struct mirror_file *f, uint64_t off, uint64_t len,
+                        enum mirror_how how)
 {
-    if (f->complete || f->failed || !f->src_repo || len == 0 || off >= f->id.size)
-        return;
-    uint64_t end = off + len < f->id.size ? off + len : f->id.size;
+    if (len == 0 || off >= f->id.size)
+        return 0;
+    uint64_t end = off + len < f->id.size ? off + len : f->id.size, hits = 0;
+    if (f->complete)
+        return end - off;
     uint64_t first = off / f->block, last = (end - 1) / f->block;
-    /* The last byte waits for the whole file's hash, which needs every
-     * block: after this range's, the rest (the cursor wraps to block 0). */
-    if (end == f->id.size)
+    for (uint64_t b = first; b <= last; b++)
+        if (bit_get(f->present, b)) { /* the part of block b inside the range */
+            uint64_t lo = b * f->block > off ? b * f->block : off;
+            uint64_t hi = b * f->block + block_len(f, b) < end ? b * f->block + block_len(f, b)
+                                                                : end;
+            hits += hi - lo;
+        }
+    if (f->failed || !f->src_repo)
+        return hits;
+    /* The last byte of a download waits for the whole file's hash, which
+     * needs every block: after this range's, the rest (the cursor wraps to
+     * block 0). */
+    if (end == f->id.size && how == MIRROR_WHOLE)
         last = first + f->nblocks - 1;
     for (uint64_t i = first; i <= last; i++) {
         uint64_t b = i % f->nblocks;
@@ -444,16 +479,43 @@ void do_mirror_want(struct mirror *m, struct mirror_file *f, uint64_t off, uint6
     do_mirror_download_check(m, f);
     if (f->n_queued)
         do_mirror_ring_add(m, f);
+    return hits;
 }
 
-void mirror_want(struct mirror *m, struct mirror_file *f, uint64_t off, uint64_t len)
+uint64_t mirror_want(struct mirror *m, struct mirror_file *f, uint64_t off, uint64_t len,
+                     enum mirror_how how)
 {
     pthread_mutex_lock(&m->lock);
-    do_mirror_want(m, f, off, len);
+    uint64_t hits = do_mirror_want(m, f, off, len, how);
     pthread_mutex_unlock(&m->lock);
+    return hits;
+}
+
+void mirror_stats(struct mirror *m, struct mirror_stats *out)
+{
+    pthread_mutex_lock(&m->lock);
+    *out = (struct mirror_stats){.upstream = m->opt.upstream, .bytes = m->used,
+                                 .max_bytes = m->opt.max_bytes, .in_use_bytes = m->held,
+                                 .files = m->n_files, .partial_files = m->n_partial};
+    pthread_mutex_unlock(&m->lock);
+    out->hit_bytes = atomic_load_explicit(&m->hit_bytes, memory_order_relaxed);
+    out->miss_bytes = atomic_load_explicit(&m->miss_bytes, memory_order_relaxed);
+}
+
+void mirror_count_asked(struct mirror *m, uint64_t asked, uint64_t hits)
+{
+    atomic_fetch_add_explicit(&m->hit_bytes, hits, memory_order_relaxed);
+    atomic_fetch_add_explicit(&m->miss_bytes, asked - hits, memory_order_relaxed);
+    metrics_add(MC_MIRROR_HIT_BYTES, hits);
+    metrics_add(MC_MIRROR_MISS_BYTES, asked - hits);
 }
 
 struct upstream *mirror_upstream(struct mirror *m)
 {
     return m->up;
+}
+
+const char *mirror_own_auth(const struct mirror *m)
+{
+    return m->opt.own_auth;
 }

@@ -13,9 +13,34 @@
  * queue (mirror_job.c: bounded, the clients served in turn, identical
  * questions asked once, a question nobody waits for any more never asked)
  * and the short-lived cache of what the upstream said about files
- * (mirror_ask.c); mirror/upstream is the HTTP client all of them use.
- * server/handlers/h_mirror answers HTTP from this state and never talks to
- * the upstream itself.
+ * (mirror_ask.c); the repos it knows (mirror_repo.c reads a repo's
+ * document, mirror_repos.c keeps the table), the models the /v1 and S3
+ * routes serve from them (mirror_view.c: snaps of a repo at its main's
+ * commit, views of a model built from its headers by mirror_model.c), the
+ * last answers the upstream gave, kept for an outage (mirror_names.c), and
+ * the upstream's health (mirror_health.c); mirror/upstream is the HTTP
+ * client all of them use. server/handlers/h_mirror*.c answer HTTP from this
+ * state and never talk to the upstream themselves.
+ *
+ * Serving. Every route reads a mirrored file the same way, whatever its
+ * answer's shape (a Hub download, a Range, a tensor, a slice's runs, a
+ * fetch across shards, an S3 object): the answer holds a reference to each
+ * file it reads and the front's gate (server/http/gate.h) asks for the
+ * blocks covering exactly the bytes it sends (mirror_want) and sends each
+ * once it is readable (mirror_readable, mirror_wait). A download reads a
+ * file as MIRROR_WHOLE (its last byte waits for the hash); a tensor or a
+ * slice as MIRROR_PARTS (every byte as it arrives, only its blocks asked
+ * for). A /v1 model holds nothing of the cache between answers: its files
+ * are opened by each answer, so an idle model pins no file and no evicted
+ * file's disk space.
+ *
+ * Outage. Every request to the upstream tells mirror_health whether it got
+ * an answer; after a failure questions pause (1 s, doubling to 30 s) and
+ * are answered from what is kept: complete files by commit (their bytes
+ * never change), and the last answer to the same question, served stale
+ * within mirror_stale_max_age to whom mirror_names.h allows, never past
+ * mirror_auth_ttl to a caller's token. mirror_offline = strict keeps and
+ * serves none of it.
  *
  * Threads. mirror_fetch_threads fetchers, each with its own upstream
  * connection, take blocks round robin over the files that have blocks
@@ -91,6 +116,8 @@ struct mirror;
 struct mirror_file;
 struct upstream;
 
+#define MIRROR_DOC_MAX (64u << 20) /* an upstream document's body (a repo of 100,000 files fits) */
+
 struct mirror_options {
     const char *upstream;          /* base URL */
     const char *cache_dir;         /* made when missing */
@@ -100,6 +127,9 @@ struct mirror_options {
     uint64_t max_bps;              /* all fetches together; 0 = no limit */
     unsigned auth_ttl;             /* seconds an answer about a file is reused (mirror_ask.c) */
     const char *own_auth;          /* Authorization value of the mirror's own requests, or NULL */
+    int serve_stale;               /* mirror_offline = serve-cached: an unreachable upstream
+                                    * leaves what the cache holds served (mirror_names.h) */
+    unsigned stale_max_age;        /* seconds a name's last answer is served stale */
 };
 
 /* Where a file's bytes come from: its URL at one commit, and the caller's
@@ -119,6 +149,9 @@ void mirror_free(struct mirror *m);
 
 /* The upstream client (its base URL, for answers that name it). */
 struct upstream *mirror_upstream(struct mirror *m);
+/* The Authorization value of the mirror's own requests (upstream_token_file),
+ * or NULL. */
+const char *mirror_own_auth(const struct mirror *m);
 
 /* The cache's file for id, made (sparse, with its state file) when the
  * cache has none, with a reference the caller releases with mirror_unref.
@@ -133,6 +166,21 @@ struct mirror_file *mirror_open(struct mirror *m, const struct mirror_id *id,
  * by-digest route: a digest names no repo, so nothing of a gated repo may
  * be found by it). */
 struct mirror_file *mirror_find_complete(struct mirror *m, const uint8_t sha256[32]);
+/* The bytes of content id the cache holds (0 when it has no such file),
+ * and whether they are all of it, checked. */
+uint64_t mirror_cached(struct mirror *m, const struct mirror_id *id, int *complete);
+/* What the cache holds, and how often answers found what they asked for
+ * in it. */
+struct mirror_stats {
+    const char *upstream;          /* its base URL */
+    uint64_t bytes, max_bytes;     /* held, of the cap */
+    uint64_t in_use_bytes;         /* of those, held by readers, downloads, preloads */
+    uint64_t files, partial_files;
+    uint64_t hit_bytes, miss_bytes; /* asked by answers: in the cache already / fetched */
+};
+void mirror_stats(struct mirror *m, struct mirror_stats *out);
+/* Counts bytes answers asked of the cache: hits of them were there. */
+void mirror_count_asked(struct mirror *m, uint64_t asked, uint64_t hits);
 /* Another reference to f, which the caller holds one of. */
 void mirror_ref(struct mirror *m, struct mirror_file *f);
 void mirror_unref(struct mirror *m, struct mirror_file *f);
@@ -141,30 +189,43 @@ void mirror_unref(struct mirror *m, struct mirror_file *f);
  * caller holds its reference. */
 int mirror_file_fd(const struct mirror_file *f);
 uint64_t mirror_file_size(const struct mirror_file *f);
+/* Its content's id (kind, digest, size). */
+const struct mirror_id *mirror_file_id(const struct mirror_file *f);
 /* Whether every byte is there and the hash matched. */
 int mirror_file_complete(struct mirror *m, struct mirror_file *f);
 
+/* How a reader reads a file: as the file (a download: its last byte only
+ * once the whole file's hash matched, so no client finishes a download the
+ * hash has not confirmed; a range that reaches the end wants every block),
+ * or parts of it (a tensor, a slice: every byte as it arrives, and only
+ * the blocks asked for). */
+enum mirror_how { MIRROR_WHOLE, MIRROR_PARTS };
+
 /* Asks for the blocks covering [off, off + len) that are neither present,
  * nor in flight, nor wanted yet, and moves the file's cursor to off: they
- * are fetched from there on, in order; a range that reaches the file's end
- * asks for every block (its last byte waits for the whole file's hash).
- * The caller holds a reference (mirror_open, mirror_ref); the download
- * holds the file until its wanted blocks are in, it fails, or the last of
- * those references goes (the blocks not in flight are then dropped). */
-void mirror_want(struct mirror *m, struct mirror_file *f, uint64_t off, uint64_t len);
+ * are fetched from there on, in order; read as MIRROR_WHOLE, a range that
+ * reaches the file's end asks for every block (its last byte waits for the
+ * whole file's hash). The caller holds a reference (mirror_open,
+ * mirror_ref); the download holds the file until its wanted blocks are in,
+ * it fails, or the last of those references goes (the blocks not in flight
+ * are then dropped). Returns the bytes of the range that were in the cache
+ * already (whole blocks present; all of it when the file is complete). */
+uint64_t mirror_want(struct mirror *m, struct mirror_file *f, uint64_t off, uint64_t len,
+                     enum mirror_how how);
 
 /* The bytes readable at off, contiguous, at most max: 0 when none is there
  * yet; -errno with err when none is there and the download failed (a new
- * mirror_open tries again). The last byte of a file is readable only once
- * the file is complete. */
+ * mirror_open tries again). Read as MIRROR_WHOLE, the last byte of a file
+ * is readable only once the file is complete. */
 int64_t mirror_readable(struct mirror *m, struct mirror_file *f, uint64_t off, uint64_t max,
-                        struct st_error *err);
+                        enum mirror_how how, struct st_error *err);
 
 /* An HTTP answer waiting for bytes. The caller owns the memory (inside its
  * stream) and fills cb and arg; the rest is the mirror's. */
 struct mirror_waiter {
     void (*cb)(void *arg);         /* called once, on a fetcher thread, without any lock */
     void *arg;
+    enum mirror_how how;           /* how the answer reads the file */
     /* private */
     struct mirror_waiter *next;
     struct mirror_file *f;
@@ -173,17 +234,17 @@ struct mirror_waiter {
     atomic_int firing;             /* callbacks of it running (a fetcher's, at most two at once) */
 };
 
-/* Registers w to be called back once bytes at off are readable or the
- * download failed. Returns 1 when that is already so (w is not
+/* Registers w to be called back once bytes at off are readable (as w->how
+ * says) or the download failed. Returns 1 when that is already so (w is not
  * registered: read again), 0 when registered. */
 int mirror_wait(struct mirror *m, struct mirror_file *f, uint64_t off, struct mirror_waiter *w);
 /* Takes w out (a no-op when it fired or was never registered), and waits
  * for a callback that is running to return. */
 void mirror_unwait(struct mirror *m, struct mirror_waiter *w);
 
-/* Blocks until [off, off + len) is readable (wanting it first), the
- * download failed (-errno with err), or *cancel is set (-ECANCELED). For
- * threads that may block: a preload's copy threads. */
+/* Blocks until [off, off + len) is readable as MIRROR_WHOLE (wanting it
+ * first), the download failed (-errno with err), or *cancel is set
+ * (-ECANCELED). For threads that may block: a preload's copy threads. */
 int mirror_wait_range(struct mirror *m, struct mirror_file *f, uint64_t off, uint64_t len,
                       const atomic_int *cancel, struct st_error *err);
 

@@ -11,7 +11,10 @@
 
 #include "digest.h"
 #include "json_scan.h"
+#include "mirror_health.h"
 #include "mirror_int.h"
+#include "mirror_names.h"
+#include "mirror_repos.h"
 #include "util.h"
 
 #define META_SLOTS 1024        /* answers kept about files (the oldest one makes room) */
@@ -51,6 +54,7 @@ int mirror_meta_from_answer(const struct upstream_answer *a, struct mirror_meta 
                             struct st_error *err)
 {
     memset(meta, 0, sizeof(*meta));
+    meta->stale = -1;
     meta->status = a->status;
     memcpy(meta->error_code, a->error_code, sizeof(meta->error_code));
     memcpy(meta->error_message, a->error_message, sizeof(meta->error_message));
@@ -85,6 +89,43 @@ int mirror_meta_from_answer(const struct upstream_answer *a, struct mirror_meta 
         return -EPROTO;
     }
     return 0;
+}
+
+/* ---- the upstream failing --------------------------------------------------- */
+
+int mirror_ask_unreachable(int rc)
+{
+    return rc == -EHOSTUNREACH;
+}
+
+/* Whether the upstream failed a request that returned rc (an answer of
+ * that status when 0): no answer or a server error, whose answer the last
+ * one kept may stand in for (RFC 5861's stale-if-error). Its health hears
+ * of it: down for no answer or a gateway's error, up for any other. */
+static int upstream_failed(struct mirror *m, int rc, long status, const struct st_error *why)
+{
+    char text[64];
+    if (rc == -ECANCELED) /* the mirror stopping: nobody's fault */
+        return 0;
+    if (rc == 0 && !mirror_health_status_down(status)) {
+        mirror_health_ok(m);
+        return status >= 500;
+    }
+    if (rc == 0)
+        snprintf(text, sizeof(text), "it answered %ld", status);
+    mirror_health_failed(m, rc == 0 ? text : why->message);
+    return 1;
+}
+
+/* The error of a question the upstream could not answer, nothing kept. */
+static int unreachable(struct mirror *m, const struct st_error *why, const char *what,
+                       struct st_error *err)
+{
+    st_error_fail(err, ST_ERR_IO, "the upstream %s cannot be reached (%s), and the mirror keeps "
+                  "no answer about %s%s", upstream_base(m->up), why->message, what,
+                  m->opt.serve_stale ? " that it may give this caller"
+                                     : " (mirror_offline is strict)");
+    return -EHOSTUNREACH;
 }
 
 /* The SHA-256 of p[0..n) in hex: how a key names a token or a body. */
@@ -148,6 +189,41 @@ struct meta_job {
     struct mirror_meta meta;
 };
 
+/* A found file's metadata as the names store keeps it (text; read back by
+ * mirror_kept_meta_parse). */
+static char *meta_text(const struct mirror_meta *mt)
+{
+    char hex[65];
+    digest_hex(mt->id.digest, mt->id.kind == MIRROR_SHA256 ? 32 : 20, hex);
+    return xasprintf("%s %d %s %" PRIu64 "\n", mt->commit, mt->lfs, hex, mt->id.size);
+}
+
+int mirror_kept_meta_parse(const char *text, struct mirror_meta *mt)
+{
+    char commit[41], hex[65];
+    int lfs, end = 0;
+    uint64_t size;
+    memset(mt, 0, sizeof(*mt));
+    if (sscanf(text, "%40[0-9a-f] %d %64[0-9a-f] %" SCNu64 "\n%n", commit, &lfs, hex, &size,
+               &end) != 4 || text[end] != '\0' || strlen(commit) != 40)
+        return -EINVAL;
+    size_t n = strlen(hex);
+    if ((n != 64 && n != 40) || digest_unhex(hex, n / 2, mt->id.digest) < 0)
+        return -EINVAL;
+    mt->status = 200;
+    memcpy(mt->commit, commit, 41);
+    mt->lfs = lfs != 0;
+    mt->id.kind = n == 64 ? MIRROR_SHA256 : MIRROR_GIT_SHA1;
+    mt->id.size = size;
+    return 0;
+}
+
+/* The names store's key of a file's metadata (whom it was given to aside). */
+static char *meta_name(const struct meta_job *d)
+{
+    return xasprintf("meta\n%s\n%s\n%s", d->repo, d->rev, d->path);
+}
+
 static void meta_job_free(void *p)
 {
     struct meta_job *d = p;
@@ -164,12 +240,44 @@ static int meta_job_run(struct mirror *m, struct upstream_conn *c, void *data,
 {
     struct meta_job *d = data;
     struct upstream_answer a;
-    int rc = upstream_head_file(c, d->repo, d->rev, d->path, d->auth, &a, err);
-    if (rc == 0)
+    struct st_error why = {0};
+    int rc = -EHOSTUNREACH, asked = !mirror_health_paused(m);
+    char *name = meta_name(d), *kept = NULL;
+    memset(&a, 0, sizeof(a));
+    if (asked)
+        rc = upstream_head_file(c, d->repo, d->rev, d->path, d->auth, &a, &why);
+    else
+        st_error_fail(&why, ST_ERR_IO, "it failed the last request(s)");
+    if (!asked || upstream_failed(m, rc, a.status, &why)) {
+        size_t len;
+        int64_t age;
+        if (mirror_names_get(m, name, &(struct mirror_asker){d->auth, 0}, &kept, &len, &age) &&
+            mirror_kept_meta_parse(kept, &d->meta) == 0) {
+            d->meta.stale = age;
+            mirror_health_served_stale(m);
+            rc = 0;
+        } else if (rc < 0 || !asked) {
+            rc = rc == -ECANCELED ? rc : unreachable(m, &why, d->path, err);
+        } else { /* the upstream's 5xx, passed on */
+            rc = mirror_meta_from_answer(&a, &d->meta, err);
+        }
+    } else if (rc == 0) {
         rc = mirror_meta_from_answer(&a, &d->meta, err);
-    /* Only what the upstream confirmed is reused: an error is asked again. */
-    if (rc == 0 && d->meta.status == 200)
-        meta_store(m, d->key, &d->meta);
+        /* Only what the upstream confirmed is reused: an error is asked again. */
+        if (rc == 0 && d->meta.status == 200) {
+            char *text = meta_text(&d->meta);
+            meta_store(m, d->key, &d->meta);
+            mirror_names_put(m, name, &(struct mirror_asker){d->auth, 0}, text, strlen(text));
+            free(text);
+            if (!d->auth) /* what it told a caller with a token, never listed */
+                mirror_repos_learn_file(m, d->repo, d->meta.commit, d->path, &d->meta.id,
+                                        d->meta.lfs);
+        }
+    } else {
+        st_error_fail(err, why.code, "%s", why.message);
+    }
+    free(kept);
+    free(name);
     upstream_answer_free(&a);
     return rc;
 }
@@ -195,6 +303,7 @@ struct mirror_job *mirror_job_meta(struct mirror *m, uint64_t client, const char
 
 struct doc_job {
     char *method, *target, *body, *ctype, *auth;
+    char *name;                /* the names store's key (whom it was given to aside) */
     size_t body_len;
     struct mirror_doc doc;
 };
@@ -207,6 +316,7 @@ static void doc_job_free(void *p)
     free(d->body);
     free(d->ctype);
     free_secret(d->auth);
+    free(d->name);
     free(d->doc.body);
     upstream_answer_free(&d->doc.a);
     free(d);
@@ -234,15 +344,108 @@ static int doc_is_json(struct mirror_doc *doc)
     return !why;
 }
 
+/* A document as the names store keeps it: its status and the headers
+ * passed on, a line each (header values hold no control byte), an empty
+ * line, the body. */
+static char *doc_text(const struct mirror_doc *doc, size_t *len)
+{
+    const struct upstream_answer *a = &doc->a;
+    char *head = xasprintf("%ld\n%s\n%s\n%s\n%s\n\n", a->status, a->commit, a->etag,
+                           a->cache_control, a->link ? a->link : "");
+    size_t hl = strlen(head);
+    char *out = xmalloc(hl + doc->len + 1);
+    memcpy(out, head, hl);
+    memcpy(out + hl, doc->body, doc->len);
+    out[hl + doc->len] = '\0';
+    *len = hl + doc->len;
+    free(head);
+    return out;
+}
+
+/* Copies line *p (up to '\n') into out (cap bytes); moves *p past it. A
+ * line with a control byte is refused: it goes out as a header value. */
+static int take_line(const char **p, const char *end, char *out, size_t cap)
+{
+    const char *nl = memchr(*p, '\n', (size_t)(end - *p));
+    if (!nl || (size_t)(nl - *p) >= cap)
+        return -1;
+    for (const char *c = *p; c < nl; c++)
+        if ((unsigned char)*c < 0x20 || *c == 0x7f)
+            return -1;
+    memcpy(out, *p, (size_t)(nl - *p));
+    out[nl - *p] = '\0';
+    *p = nl + 1;
+    return 0;
+}
+
+int mirror_kept_doc_parse(const char *text, size_t len, struct mirror_doc *doc)
+{
+    const char *p = text, *end = text + len;
+    char status[16], link[8192], empty[2];
+    struct upstream_answer *a = &doc->a;
+    if (take_line(&p, end, status, sizeof(status)) < 0 ||
+        take_line(&p, end, a->commit, sizeof(a->commit)) < 0 ||
+        take_line(&p, end, a->etag, sizeof(a->etag)) < 0 ||
+        take_line(&p, end, a->cache_control, sizeof(a->cache_control)) < 0 ||
+        take_line(&p, end, link, sizeof(link)) < 0 || take_line(&p, end, empty, 1) < 0)
+        return -EINVAL;
+    a->status = strtol(status, NULL, 10);
+    a->link = link[0] ? xstrdup(link) : NULL;
+    doc->len = (size_t)(end - p);
+    doc->body = xmalloc(doc->len + 1);
+    memcpy(doc->body, p, doc->len);
+    doc->body[doc->len] = '\0';
+    return a->status >= 200 && a->status < 300 ? 0 : -EINVAL;
+}
+
 static int doc_job_run(struct mirror *m, struct upstream_conn *c, void *data,
                        struct st_error *err)
 {
-    (void)m;
     struct doc_job *d = data;
-    int rc = upstream_request(c, d->method, d->target, d->body, d->body_len, d->ctype, d->auth,
-                              MIRROR_DOC_MAX, &d->doc.body, &d->doc.len, &d->doc.a, err);
-    if (rc == 0) /* here, on a job thread: a large document is no HTTP thread's work */
+    struct st_error why = {0};
+    int rc = -EHOSTUNREACH, asked = !mirror_health_paused(m);
+    d->doc.stale = -1;
+    if (asked)
+        rc = upstream_request(c, d->method, d->target, d->body, d->body_len, d->ctype, d->auth,
+                              MIRROR_DOC_MAX, &d->doc.body, &d->doc.len, &d->doc.a, &why);
+    else
+        st_error_fail(&why, ST_ERR_IO, "it failed the last request(s)");
+    if (!asked || upstream_failed(m, rc, d->doc.a.status, &why)) {
+        char *kept = NULL;
+        size_t len;
+        int64_t age;
+        struct mirror_doc was = {0};
+        if (mirror_names_get(m, d->name, &(struct mirror_asker){d->auth, 0}, &kept, &len, &age) &&
+            mirror_kept_doc_parse(kept, len, &was) == 0 && doc_is_json(&was)) {
+            free(d->doc.body);
+            upstream_answer_free(&d->doc.a);
+            d->doc = was;
+            d->doc.stale = age;
+            mirror_health_served_stale(m);
+            rc = 0;
+        } else {
+            free(was.body);
+            upstream_answer_free(&was.a);
+            if (rc < 0 || !asked) /* else the upstream's 5xx, passed on */
+                rc = rc == -ECANCELED ? rc : unreachable(m, &why, d->target, err);
+        }
+        free(kept);
+    } else if (rc < 0) {
+        st_error_fail(err, why.code, "%s", why.message);
+    }
+    if (rc == 0 && d->doc.stale < 0) { /* here, on a job thread: no HTTP thread's work */
         d->doc.json = doc_is_json(&d->doc);
+        if (d->doc.json && d->doc.a.status >= 200 && d->doc.a.status < 300) {
+            size_t len;
+            char *text = doc_text(&d->doc, &len);
+            mirror_names_put(m, d->name, &(struct mirror_asker){d->auth, 0}, text, len);
+            free(text);
+            if (!d->auth && strcmp(d->method, "GET") == 0)
+                mirror_repos_learn_doc(m, d->target, d->doc.body, d->doc.len);
+        }
+    } else if (rc == 0) {
+        d->doc.json = 1; /* checked just above */
+    }
     return rc;
 }
 
@@ -264,6 +467,8 @@ struct mirror_job *mirror_job_doc(struct mirror *m, uint64_t client, const char 
     sha_hex(body ? body : "", body_len, body_hex);
     char *key = xasprintf("doc\n%s\n%s\n%s\n%s%s\n%s", method, target,
                           content_type ? content_type : "", auth ? "" : "-", auth_hex, body_hex);
+    d->name = xasprintf("doc\n%s\n%s\n%s\n%s", method, target,
+                        content_type ? content_type : "", body_hex);
     struct mirror_job_spec spec = {client, key, doc_job_run, d, doc_job_free};
     struct mirror_job *j = mirror_job_submit(m, &spec, cb, arg, why);
     free(key);

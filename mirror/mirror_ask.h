@@ -12,7 +12,14 @@
  * Authorization value: within that time the same caller's next request
  * needs no upstream round trip, and another caller is asked about afresh,
  * so content a gated repo keeps is served only to callers the upstream let
- * in within the TTL. */
+ * in within the TTL.
+ *
+ * When the upstream cannot be reached (no answer, a 5xx, or a pause after
+ * failures: mirror_health.h), a question is answered with the last answer
+ * the upstream gave to it (mirror_names.h), marked stale with its age,
+ * when one is kept for this caller; otherwise it fails. Every answer the
+ * upstream gives is kept for that; those given without a token also teach
+ * the table of known repos (mirror_repos.h). */
 #ifndef TENSORD_MIRROR_ASK_H
 #define TENSORD_MIRROR_ASK_H
 
@@ -24,8 +31,6 @@
 #include "st_error.h"
 #include "upstream.h"
 
-#define MIRROR_DOC_MAX (64u << 20) /* an upstream document's body (a repo of 100,000 files fits) */
-
 /* What the upstream said about a file of a repo at a revision. */
 struct mirror_meta {
     long status;               /* the upstream's: 200 (or a redirect away, for an LFS file on
@@ -36,6 +41,8 @@ struct mirror_meta {
     char error_code[48];       /* X-Error-Code of an error (RepoNotFound, ...) */
     char error_message[256];
     unsigned retry_after;
+    int64_t stale;             /* -1: the upstream's answer now; else the age (seconds) of the
+                                * one kept, given while it cannot be reached */
 };
 
 /* A document passed through: the upstream's status, its headers that
@@ -46,8 +53,9 @@ struct mirror_doc {
     struct upstream_answer a;
     char *body;                /* the job's: freed with it */
     size_t len;
-    int json;                  /* the body is one JSON document (core/json_scan) */
+    int json;                  /* the body is one JSON document (core/base/json_scan) */
     char not_json[200];        /* else why not, for the answer's message */
+    int64_t stale;             /* as mirror_meta's */
 };
 
 /* The answers kept about files (mirror_auth_ttl), made by mirror_new. */
@@ -76,6 +84,21 @@ struct mirror_job *mirror_job_doc(struct mirror *m, uint64_t client, const char 
  * callback came), or NULL for a job of another kind. */
 const struct mirror_meta *mirror_job_meta_result(struct mirror_job *j);
 const struct mirror_doc *mirror_job_doc_result(struct mirror_job *j);
+
+/* What the job's failure (rc from mirror_job_status) means for the HTTP
+ * answer: 1 when the upstream could not be reached (504), 0 when it gave
+ * an answer the mirror cannot use (502). */
+int mirror_ask_unreachable(int rc);
+
+/* What the names store keeps read back (exposed for the fuzzer: a file of
+ * the cache another program may have written): a found file's metadata
+ * (its commit, LFS or not, its digest and size, one line) into *mt; a
+ * document (its status, X-Repo-Commit, ETag, Cache-Control and Link a line
+ * each, an empty line, the body) into a zeroed *doc, which then owns its
+ * body and Link (free them with free and upstream_answer_free). Returns 0,
+ * or -EINVAL (a 2xx document only). */
+int mirror_kept_meta_parse(const char *text, struct mirror_meta *mt);
+int mirror_kept_doc_parse(const char *text, size_t len, struct mirror_doc *doc);
 
 /* Turns an upstream answer to a HEAD of a file into *meta (exposed for
  * tests). Returns 0, or -EPROTO with err when a found file's answer lacks

@@ -10,6 +10,7 @@
 #define TENSORD_MIRROR_INT_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include "mirror.h"
 #include "upstream.h"
@@ -75,11 +76,16 @@ struct mirror {
     uint64_t held;                 /* of used, the bytes of files with references: what no
                                     * eviction can free now (lock) */
     uint64_t model_seq;            /* names of models/<n> (lock) */
+    atomic_uint_fast64_t hit_bytes, miss_bytes; /* mirror_count_asked */
     unsigned range_waiters;        /* threads in mirror_wait_range: woken by progress too (lock) */
     unsigned n_fetchers;
     struct mirror_fetcher *fetchers;
     struct mirror_jobs *jobs;      /* the questions' queue (mirror_job.c) */
     struct mirror_asks *asks;      /* the answers kept about files (mirror_ask.c) */
+    struct mirror_names *names;    /* the last answers about names, for an outage (mirror_names.c) */
+    struct mirror_health *health;  /* the upstream's (mirror_health.c) */
+    struct mirror_views *views;    /* the upstream's models as /v1 serves them (mirror_view.c) */
+    struct mirror_repos *repos;    /* the repos it knows (mirror_repos.c) */
     pthread_mutex_t pace_lock;     /* guards pace_next (a leaf: nothing else is taken with it) */
     uint64_t pace_next;            /* when the next byte from the upstream may come, for
                                     * upstream_max_bytes_per_second (monotonic ns) */
@@ -113,8 +119,10 @@ int do_mirror_ref(struct mirror *m, struct mirror_file *f, struct st_error *err)
 void do_mirror_unref(struct mirror *m, struct mirror_file *f);
 /* Links f into the fetchers' ring when it has work, waking one. */
 void do_mirror_ring_add(struct mirror *m, struct mirror_file *f);
-/* mirror_want's work: the blocks of [off, off + len) wanted (mirror.h). */
-void do_mirror_want(struct mirror *m, struct mirror_file *f, uint64_t off, uint64_t len);
+/* mirror_want's work: the blocks of [off, off + len) wanted (mirror.h);
+ * returns the bytes of the range present already. */
+uint64_t do_mirror_want(struct mirror *m, struct mirror_file *f, uint64_t off, uint64_t len,
+                        enum mirror_how how);
 /* Whether a fetcher has something to hash in f. */
 int do_mirror_hash_ready(const struct mirror_file *f);
 /* The bytes of f known to be present from 0 on, in whole blocks. */

@@ -18,7 +18,11 @@
 #include "log.h"
 #include "mirror_int.h"
 #include "mirror_ask.h"
+#include "mirror_health.h"
 #include "mirror_job.h"
+#include "mirror_names.h"
+#include "mirror_repos.h"
+#include "mirror_view.h"
 #include "mirror_store.h"
 #include "util.h"
 
@@ -203,7 +207,12 @@ struct mirror *mirror_new(const struct mirror_options *o, struct st_error *err)
         goto fail;
     }
     m->asks = mirror_asks_new();
+    m->health = mirror_health_new(o->upstream);
+    m->views = mirror_views_new();
+    m->repos = mirror_repos_new();
     m->up = upstream_new(o->upstream); /* the fetchers pace themselves, all together */
+    if (!(m->names = mirror_names_new(m->dirfd, err)))
+        goto fail;
     clear_models(m);
     if (load_cache(m, err) < 0 || mirror_fetch_start(m, err) < 0 ||
         mirror_jobs_start(m, MIRROR_JOB_THREADS, err) < 0)
@@ -230,10 +239,14 @@ void mirror_free(struct mirror *m)
     pthread_cond_broadcast(&m->changed);
     pthread_mutex_unlock(&m->lock);
     mirror_jobs_stop(m);
+    mirror_views_free(m->views); /* before the files: a view holds none, but its model's root */
     mirror_asks_free(m->asks);
+    mirror_names_free(m->names);
+    mirror_repos_free(m->repos);
     mirror_fetch_stop(m);
     files_free(m);
     upstream_free(m->up);
+    mirror_health_free(m->health);
     if (m->dirfd >= 0)
         close(m->dirfd);
     free(m->s_upstream);

@@ -4,192 +4,40 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
-#include "digest.h"
 #include "fileio.h"
-#include "json_scan.h"
 #include "log.h"
 #include "mirror_int.h"
-#include "mirror_ask.h"
+#include "mirror_job.h"
+#include "mirror_repos.h"
 #include "reg_common.h"
 #include "reg_model.h"
 #include "st_header.h"
 #include "util.h"
 
-#define MODEL_FILES_MAX 4096       /* top-level weight files of one model */
-#define NAME_MAX_BYTES 1024
-#define DOC_MAX_DEPTH 64           /* nesting in a repo document */
+#define MODEL_FILES_MAX 4096       /* weight files of one model */
 
 struct mirror_model {
     struct mirror *m;
+    char *repo;
     char commit[41];
     struct reg_root *root;
     struct reg_model *rm;
-    size_t n;
-    struct mirror_repo_file *repo; /* the model's files (n_repo) ... */
-    size_t n_repo;
-    struct mirror_file **files;    /* ... and the cache's file of the first n (a reference) */
-    char dir[48];                  /* models/<n>, "" when not made */
-    uint64_t missing;              /* bytes still to fetch when it was prepared (logged) */
+    size_t n;                      /* the model's files: */
+    char **names;                  /* ... named in its directory */
+    char **paths;                  /* ... and in the repo */
+    struct mirror_id *ids;
+    struct mirror_file **files;    /* a reference each while built, and kept by a preload's */
+    char dir[48];                  /* models/<n>, "" when not made (or removed) */
+    uint64_t missing;              /* bytes a preload still had to fetch when it was built */
 };
-
-/* ---- the repo document ---------------------------------------------------------- */
-
-static int weight_file(const char *name)
-{
-    return !strchr(name, '/') && name[0] != '.' &&
-           (str_has_suffix(name, ".safetensors") ||
-            str_has_suffix(name, ".safetensors.index.json"));
-}
-
-/* The current string token, decoded into out (cap bytes, NUL-terminated).
- * Returns 0, or -1 when it is not a string or does not fit. */
-static int take_string(struct json_scan *s, char *out, size_t cap)
-{
-    if (s->tok != JSON_TOK_STRING || s->str_nul)
-        return -1;
-    size_t n = json_scan_decode(s, out, cap - 1);
-    if (n >= cap)
-        return -1;
-    out[n] = '\0';
-    return 0;
-}
-
-static int take_size(struct json_scan *s, uint64_t *out)
-{
-    if (s->tok != JSON_TOK_INTEGER || s->integer < 0)
-        return -1;
-    *out = (uint64_t)s->integer;
-    return 0;
-}
-
-/* What a sibling {"rfilename", "size", "blobId", "lfs": {"sha256", "size"}}
- * says. */
-struct sibling {
-    char name[NAME_MAX_BYTES], blob[48], sha[80];
-    uint64_t size, lfs_size;
-    int has_size, has_lfs_size;
-};
-
-static int lfs_member(struct json_scan *s, const char *key, unsigned depth, void *ctx)
-{
-    struct sibling *sb = ctx;
-    if (strcmp(key, "sha256") == 0 || strcmp(key, "oid") == 0)
-        return take_string(s, sb->sha, sizeof(sb->sha));
-    if (strcmp(key, "size") == 0) {
-        sb->has_lfs_size = 1;
-        return take_size(s, &sb->lfs_size);
-    }
-    return json_scan_value(s, depth, DOC_MAX_DEPTH);
-}
-
-static int sibling_member(struct json_scan *s, const char *key, unsigned depth, void *ctx)
-{
-    struct sibling *sb = ctx;
-    if (strcmp(key, "rfilename") == 0)
-        return take_string(s, sb->name, sizeof(sb->name));
-    if (strcmp(key, "blobId") == 0)
-        return take_string(s, sb->blob, sizeof(sb->blob));
-    if (strcmp(key, "size") == 0) {
-        sb->has_size = 1;
-        return take_size(s, &sb->size);
-    }
-    if (strcmp(key, "lfs") == 0 && s->tok == '{')
-        return json_scan_each(s, depth, DOC_MAX_DEPTH, lfs_member, sb);
-    return json_scan_value(s, depth, DOC_MAX_DEPTH);
-}
-
-/* The repo document as it is read. */
-struct repo_doc {
-    char sha[48];
-    struct mirror_repo_file *v;
-    size_t n;
-    int too_many;              /* more than MODEL_FILES_MAX weight files */
-};
-
-/* One element of "siblings": kept when it is a weight file with a hash to
- * check it by (the caller says when none is). */
-static int doc_sibling(struct json_scan *s, const char *key, unsigned depth, void *ctx)
-{
-    struct repo_doc *d = ctx;
-    struct sibling sb = {.name = ""};
-    struct mirror_id id = {0};
-    (void)key;
-    if (s->tok != '{' || json_scan_each(s, depth, DOC_MAX_DEPTH, sibling_member, &sb) < 0)
-        return -1;
-    if (!weight_file(sb.name))
-        return 0;
-    if (strlen(sb.sha) == 64 && digest_unhex(sb.sha, 32, id.digest) == 0 &&
-        (sb.has_lfs_size || sb.has_size)) {
-        id.kind = MIRROR_SHA256;
-        id.size = sb.has_lfs_size ? sb.lfs_size : sb.size;
-    } else if (strlen(sb.blob) == 40 && digest_unhex(sb.blob, 20, id.digest) == 0 && sb.has_size) {
-        id.kind = MIRROR_GIT_SHA1;
-        id.size = sb.size;
-    } else {
-        return 0;
-    }
-    if (d->n == MODEL_FILES_MAX) {
-        d->too_many = 1;
-        return -1;
-    }
-    d->v = xrealloc(d->v, (d->n + 1) * sizeof(*d->v));
-    d->v[d->n++] = (struct mirror_repo_file){xstrdup(sb.name), id};
-    return 0;
-}
-
-static int doc_member(struct json_scan *s, const char *key, unsigned depth, void *ctx)
-{
-    struct repo_doc *d = ctx;
-    if (strcmp(key, "sha") == 0)
-        return take_string(s, d->sha, sizeof(d->sha));
-    if (strcmp(key, "siblings") == 0 && s->tok == '[')
-        return json_scan_each(s, depth, DOC_MAX_DEPTH, doc_sibling, d);
-    return json_scan_value(s, depth, DOC_MAX_DEPTH);
-}
-
-void mirror_repo_files_free(struct mirror_repo_file *files, size_t n)
-{
-    for (size_t i = 0; files && i < n; i++)
-        free(files[i].name);
-    free(files);
-}
-
-int mirror_repo_doc_parse(const char *buf, size_t len, char commit[41],
-                          struct mirror_repo_file **files, struct st_error *err)
-{
-    struct json_scan s;
-    struct repo_doc d = {.sha = ""};
-    *files = NULL;
-    commit[0] = '\0';
-    if (!utf8_valid(buf, len) || memchr(buf, '\0', len))
-        return st_error_fail(err, ST_ERR_INVALID_ARGUMENT, "the upstream's repo document is not "
-                             "UTF-8 text");
-    json_scan_init(&s, buf, len);
-    if (json_scan_next(&s) != '{' || json_scan_each(&s, 0, DOC_MAX_DEPTH, doc_member, &d) < 0 ||
-        json_scan_next(&s) != JSON_TOK_EOF) {
-        mirror_repo_files_free(d.v, d.n);
-        if (d.too_many)
-            return st_error_fail(err, ST_ERR_LIMIT, "the repo has more than %d weight files at "
-                                 "its top", MODEL_FILES_MAX);
-        return st_error_fail(err, ST_ERR_INVALID_ARGUMENT, "the upstream's repo document is "
-                             "not the JSON a Hub sends%s%s", s.failed ? ": " : "",
-                             s.failed ? s.text : "");
-    }
-    if (strlen(d.sha) != 40 || strspn(d.sha, "0123456789abcdef") != 40) {
-        mirror_repo_files_free(d.v, d.n);
-        return st_error_fail(err, ST_ERR_INVALID_ARGUMENT, "the upstream's repo document names "
-                             "no commit (\"sha\")");
-    }
-    memcpy(commit, d.sha, 41);
-    *files = d.v;
-    return (int)d.n;
-}
 
 /* ---- the model -------------------------------------------------------------- */
 
@@ -198,29 +46,57 @@ const struct reg_model *mirror_model_reg(const struct mirror_model *mm)
     return mm->rm;
 }
 
-static struct mirror_file *file_of(const struct mirror_model *mm, const struct reg_file *rf)
+const char *mirror_model_commit(const struct mirror_model *mm)
+{
+    return mm->commit;
+}
+
+static size_t index_of(const struct mirror_model *mm, const struct reg_file *rf)
 {
     for (size_t i = 0; i < mm->n; i++)
-        if (strcmp(mm->repo[i].name, rf->name) == 0)
-            return mm->files[i];
-    return NULL;
+        if (strcmp(mm->names[i], rf->name) == 0)
+            return i;
+    return mm->n;
+}
+
+int mirror_model_file_id(const struct mirror_model *mm, const struct reg_file *rf,
+                         struct mirror_id *id)
+{
+    size_t i = index_of(mm, rf);
+    if (i == mm->n)
+        return -ENOENT;
+    *id = mm->ids[i];
+    return 0;
+}
+
+struct mirror_file *mirror_model_open(struct mirror_model *mm, const struct reg_file *rf,
+                                      const char *auth, struct st_error *err)
+{
+    size_t i = index_of(mm, rf);
+    if (i == mm->n) {
+        st_error_fail(err, ST_ERR_NOT_FOUND, "%s is not a file of the mirrored model", rf->name);
+        return NULL;
+    }
+    struct mirror_src src = {mm->repo, mm->commit, mm->paths[i], auth};
+    return mirror_open(mm->m, &mm->ids[i], &src, err);
 }
 
 int mirror_model_present(struct mirror_model *mm, const struct reg_file *rf, uint64_t off,
                          uint64_t len)
 {
-    struct mirror_file *f = file_of(mm, rf);
-    return f && mirror_readable(mm->m, f, off, len, NULL) == (int64_t)len;
+    size_t i = index_of(mm, rf);
+    return i < mm->n && mm->files &&
+           mirror_readable(mm->m, mm->files[i], off, len, MIRROR_WHOLE, NULL) == (int64_t)len;
 }
 
 int mirror_model_wait(struct mirror_model *mm, const struct reg_file *rf, uint64_t off,
                       uint64_t len, const atomic_int *cancel, struct st_error *err)
 {
-    struct mirror_file *f = file_of(mm, rf);
-    if (!f)
+    size_t i = index_of(mm, rf);
+    if (i == mm->n || !mm->files)
         return st_error_fail(err, ST_ERR_NOT_FOUND, "%s is not a file of the mirrored model",
                              rf->name);
-    return mirror_wait_range(mm->m, f, off, len, cancel, err);
+    return mirror_wait_range(mm->m, mm->files[i], off, len, cancel, err);
 }
 
 /* Removes models/<n>/ and what it holds. */
@@ -228,12 +104,21 @@ static void remove_dir(struct mirror_model *mm)
 {
     if (!mm->dir[0])
         return;
-    char path[NAME_MAX_BYTES + 64];
+    char path[1200];
     for (size_t i = 0; i < mm->n; i++) {
-        snprintf(path, sizeof(path), "%s/%s", mm->dir, mm->repo[i].name);
+        snprintf(path, sizeof(path), "%s/%s", mm->dir, mm->names[i]);
         unlinkat(mm->m->dirfd, path, 0);
     }
     unlinkat(mm->m->dirfd, mm->dir, AT_REMOVEDIR);
+    mm->dir[0] = '\0';
+}
+
+static void release_files(struct mirror_model *mm)
+{
+    for (size_t i = 0; mm->files && i < mm->n; i++)
+        mirror_unref(mm->m, mm->files[i]);
+    free(mm->files);
+    mm->files = NULL;
 }
 
 void mirror_model_free(struct mirror_model *mm)
@@ -244,23 +129,30 @@ void mirror_model_free(struct mirror_model *mm)
     if (mm->root)
         reg_root_unref(mm->root);
     remove_dir(mm);
-    for (size_t i = 0; i < mm->n; i++)
-        mirror_unref(mm->m, mm->files[i]);
-    mirror_repo_files_free(mm->repo, mm->n_repo);
-    free(mm->files);
+    release_files(mm);
+    for (size_t i = 0; i < mm->n; i++) {
+        free(mm->names[i]);
+        free(mm->paths[i]);
+    }
+    free(mm->names);
+    free(mm->paths);
+    free(mm->ids);
+    free(mm->repo);
     free(mm);
 }
 
+/* ---- building --------------------------------------------------------------- */
+
 /* Waits for the bytes a model's build reads: an index whole, a
  * safetensors file's length prefix and header. */
-static int fetch_heads(struct mirror *m, struct mirror_model *mm, struct st_error *err)
+static int fetch_heads(struct mirror_model *mm, struct st_error *err)
 {
     for (size_t i = 0; i < mm->n; i++) {
         struct mirror_file *f = mm->files[i];
         uint64_t size = mirror_file_size(f);
-        int st = str_has_suffix(mm->repo[i].name, ".safetensors");
+        int st = str_has_suffix(mm->names[i], ".safetensors");
         uint64_t want = st && size > 8 ? 8 : size;
-        int rc = mirror_wait_range(m, f, 0, want, NULL, err);
+        int rc = mirror_wait_range(mm->m, f, 0, want, NULL, err);
         if (rc == 0 && st && size > 8) {
             uint8_t le[8];
             uint64_t n = 0;
@@ -270,9 +162,9 @@ static int fetch_heads(struct mirror *m, struct mirror_model *mm, struct st_erro
             /* A length the file cannot hold is the validation's to refuse. */
             uint64_t end = n <= ST_MAX_HEADER_LEN && 8 + n <= size ? 8 + n : 8;
             if (rc == 0)
-                rc = mirror_wait_range(m, f, 0, end, NULL, err);
+                rc = mirror_wait_range(mm->m, f, 0, end, NULL, err);
             else
-                st_error_errno(err, -rc, "reading %s from the cache", mm->repo[i].name);
+                st_error_errno(err, -rc, "reading %s from the cache", mm->names[i]);
         }
         if (rc < 0)
             return rc;
@@ -280,10 +172,33 @@ static int fetch_heads(struct mirror *m, struct mirror_model *mm, struct st_erro
     return 0;
 }
 
+/* The SHA-256 of a complete file of the cache (a small file's content is
+ * named by its git blob id: the description shows its SHA-256 too). */
+static int sha256_of(struct mirror_file *f, uint8_t out[32])
+{
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    char *buf = xmalloc(1u << 20);
+    uint64_t size = mirror_file_size(f);
+    int rc = ctx && EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) ? 0 : -ENOMEM;
+    for (uint64_t off = 0; rc == 0 && off < size;) {
+        size_t n = size - off < (1u << 20) ? (size_t)(size - off) : (1u << 20);
+        rc = fileio_pread_full(mirror_file_fd(f), buf, n, off);
+        EVP_DigestUpdate(ctx, buf, n);
+        off += n;
+    }
+    unsigned len = 0;
+    if (rc == 0)
+        EVP_DigestFinal_ex(ctx, out, &len);
+    EVP_MD_CTX_free(ctx);
+    free(buf);
+    return rc;
+}
+
 /* models/<n>/: a symlink per file to its blob, and the registry model. */
-static int build(struct mirror *m, struct mirror_model *mm, const char *repo,
+static int build(struct mirror_model *mm, const char *name, const char *dir,
                  struct st_error *err)
 {
+    struct mirror *m = mm->m;
     pthread_mutex_lock(&m->lock);
     uint64_t seq = ++m->model_seq;
     pthread_mutex_unlock(&m->lock);
@@ -294,34 +209,119 @@ static int build(struct mirror *m, struct mirror_model *mm, const char *repo,
         return st_error_errno(err, e, "mirror cache: models/%" PRIu64, seq);
     }
     struct reg_entry_id *ids = xcalloc(mm->n, sizeof(*ids));
-    char path[NAME_MAX_BYTES + 64], target[128];
+    char path[1200], target[128];
     int rc = 0;
     for (size_t i = 0; i < mm->n && rc == 0; i++) {
         struct stat sb;
-        snprintf(path, sizeof(path), "%s/%s", mm->dir, mm->repo[i].name);
+        snprintf(path, sizeof(path), "%s/%s", mm->dir, mm->names[i]);
         snprintf(target, sizeof(target), "../../blobs/%s", mm->files[i]->key);
         if (symlinkat(target, m->dirfd, path) < 0 || fstatat(m->dirfd, path, &sb, 0) < 0)
             rc = st_error_errno(err, errno, "mirror cache: %s", path);
-        ids[i].name = mm->repo[i].name;
+        ids[i].name = mm->names[i];
         fileio_stat_from(&sb, &ids[i].st);
     }
     if (rc == 0 && !(mm->root = reg_root_open(m->opt.cache_dir, NULL, err)))
         rc = -EIO;
     if (rc == 0) {
-        mm->rm = reg_model_build(mm->root, repo, mm->dir, ids, mm->n, NULL);
+        mm->rm = reg_model_build(mm->root, name, mm->dir, ids, mm->n, NULL);
         if (mm->rm->state != MODEL_READY)
-            rc = st_error_fail(err, ST_ERR_INVALID_ARGUMENT, "%s at %s is not a valid model: %s",
-                               repo, mm->commit, mm->rm->error.message);
+            rc = st_error_fail(err, ST_ERR_INVALID_ARGUMENT, "%s at %s%s%s is not a valid "
+                               "model: %s", mm->repo, mm->commit, dir[0] ? ", " : "", dir,
+                               mm->rm->error.message);
     }
     for (size_t i = 0; rc == 0 && i < mm->rm->n_files; i++) {
         const struct reg_file *rf = &mm->rm->files[i];
-        struct mirror_file *f = file_of(mm, rf);
-        if (f && f->id.kind == MIRROR_SHA256)
-            reg_file_set_hashes(rf, f->id.digest, NULL);
+        size_t k = index_of(mm, rf);
+        uint8_t sha[32];
+        if (k == mm->n)
+            continue;
+        if (mm->ids[k].kind == MIRROR_SHA256)
+            reg_file_set_hashes(rf, mm->ids[k].digest, NULL);
+        else if (mirror_file_complete(m, mm->files[k]) && sha256_of(mm->files[k], sha) == 0)
+            reg_file_set_hashes(rf, sha, mm->ids[k].digest);
     }
     free(ids);
     return rc;
 }
+
+/* Whether path (in the repo) is a weight file directly in dir; its name
+ * there in *name. */
+static int in_dir(const char *path, const char *dir, const char **name)
+{
+    size_t dl = strlen(dir);
+    if (dl && (strncmp(path, dir, dl) != 0 || path[dl] != '/'))
+        return 0;
+    *name = dl ? path + dl + 1 : path;
+    return !strchr(*name, '/') && (*name)[0] != '.' && mirror_repo_is_weight(*name);
+}
+
+int mirror_model_build(struct mirror *m, const char *name, const char *repo,
+                       const struct mirror_repo *doc, const char *dir, const char *auth,
+                       int keep, struct mirror_model **out, struct st_error *err)
+{
+    struct mirror_model *mm = xcalloc(1, sizeof(*mm));
+    mm->m = m;
+    mm->repo = xstrdup(repo);
+    memcpy(mm->commit, doc->commit, 41);
+    size_t cap = 0;
+    int rc = 0, any = 0;
+    for (size_t i = 0; i < doc->n && rc == 0; i++) {
+        const char *fname;
+        if (!doc->files[i].has_id || !in_dir(doc->files[i].name, dir, &fname))
+            continue;
+        if (mm->n == MODEL_FILES_MAX) {
+            rc = st_error_fail(err, ST_ERR_LIMIT, "%s has more than %d weight files in one "
+                               "directory", repo, MODEL_FILES_MAX);
+            break;
+        }
+        if (mm->n == cap) {
+            cap = cap ? 2 * cap : 16;
+            mm->names = xrealloc(mm->names, cap * sizeof(*mm->names));
+            mm->paths = xrealloc(mm->paths, cap * sizeof(*mm->paths));
+            mm->ids = xrealloc(mm->ids, cap * sizeof(*mm->ids));
+            mm->files = xrealloc(mm->files, cap * sizeof(*mm->files));
+        }
+        struct mirror_src src = {repo, doc->commit, doc->files[i].name, auth};
+        mm->names[mm->n] = xstrdup(fname);
+        mm->paths[mm->n] = xstrdup(doc->files[i].name);
+        mm->ids[mm->n] = doc->files[i].id;
+        mm->files[mm->n] = mirror_open(m, &doc->files[i].id, &src, err);
+        if (!mm->files[mm->n]) {
+            free(mm->names[mm->n]);
+            free(mm->paths[mm->n]);
+            rc = -EIO;
+            break;
+        }
+        any |= str_has_suffix(fname, ".safetensors");
+        mm->n++;
+    }
+    if (rc == 0 && !any)
+        rc = st_error_fail(err, ST_ERR_NOT_FOUND, "the upstream's repo %s has no .safetensors "
+                           "file %s%s (with a hash the mirror can check)", repo,
+                           dir[0] ? "in " : "at its top", dir);
+    if (rc == 0)
+        rc = fetch_heads(mm, err);
+    if (rc == 0)
+        rc = build(mm, name, dir, err);
+    if (rc == 0 && keep) { /* every block from here on: a preload reads them as they come */
+        for (size_t i = 0; i < mm->n; i++) {
+            uint64_t size = mirror_file_size(mm->files[i]);
+            mm->missing += size - mirror_want(m, mm->files[i], 0, size, MIRROR_WHOLE);
+        }
+    } else if (rc == 0) { /* nothing of the cache: its answers open what they read */
+        reg_model_close_files(mm->rm);
+        remove_dir(mm);
+        release_files(mm);
+    }
+    if (rc < 0) {
+        mirror_model_free(mm);
+        return rc;
+    }
+    *out = mm;
+    return 0;
+}
+
+/* ---- a preload's job ------------------------------------------------------------ */
 
 struct model_job {
     char *repo, *rev;
@@ -337,89 +337,22 @@ static void model_job_free(void *p)
     free(d);
 }
 
-/* The repo document at rev: its commit and weight files. */
-static int resolve(struct mirror *m, struct upstream_conn *c, struct model_job *d,
-                   struct mirror_repo_file **files, char commit[41], struct st_error *err)
-{
-    char target[3 * NAME_MAX_BYTES + 96];
-    size_t len = 0;
-    if (upstream_encode(target, sizeof(target), &len, "/api/models/", 1) < 0 ||
-        upstream_encode(target, sizeof(target), &len, d->repo, 1) < 0 ||
-        upstream_encode(target, sizeof(target), &len, "/revision/", 1) < 0 ||
-        upstream_encode(target, sizeof(target), &len, d->rev, 0) < 0 ||
-        len + 12 >= sizeof(target))
-        return st_error_fail(err, ST_ERR_INVALID_ARGUMENT, "repo name too long");
-    strcat(target, "?blobs=true");
-    struct upstream_answer a;
-    char *body = NULL;
-    size_t blen = 0;
-    int rc = upstream_request(c, "GET", target, NULL, 0, NULL, m->opt.own_auth, MIRROR_DOC_MAX,
-                              &body, &blen, &a, err);
-    if (rc == 0 && (a.status == 404 || a.status == 401 || a.status == 403))
-        rc = st_error_fail(err, ST_ERR_NOT_FOUND, "the upstream has no repo %s at %s "
-                           "(%ld%s%s%s%s)", d->repo, d->rev, a.status,
-                           a.error_code[0] ? " " : "", a.error_code,
-                           a.error_message[0] ? ": " : "", a.error_message);
-    else if (rc == 0 && a.status != 200)
-        rc = st_error_fail(err, ST_ERR_IO, "the upstream answered %ld for %s", a.status,
-                           target);
-    if (rc == 0)
-        rc = mirror_repo_doc_parse(body, blen, commit, files, err);
-    free(body);
-    upstream_answer_free(&a);
-    return rc;
-}
-
 static int model_job_run(struct mirror *m, struct upstream_conn *c, void *data,
                          struct st_error *err)
 {
     struct model_job *d = data;
-    struct mirror_repo_file *files = NULL;
-    char commit[41];
-    int n = resolve(m, c, d, &files, commit, err);
-    if (n < 0)
-        return n;
-    struct mirror_model *mm = xcalloc(1, sizeof(*mm));
-    mm->m = m;
-    memcpy(mm->commit, commit, 41);
-    mm->repo = files;
-    mm->n_repo = (size_t)n;
-    mm->files = xcalloc((size_t)n + 1, sizeof(*mm->files));
-    int rc = 0, any = 0;
-    for (int i = 0; i < n && rc == 0; i++) {
-        struct mirror_src src = {d->repo, commit, files[i].name, m->opt.own_auth};
-        struct mirror_file *f = mirror_open(m, &files[i].id, &src, err);
-        if (!f) {
-            rc = -EIO;
-            break;
-        }
-        mm->files[mm->n++] = f;
-        any |= strstr(files[i].name, ".index.json") == NULL;
-    }
-    if (rc == 0 && !any)
-        rc = st_error_fail(err, ST_ERR_NOT_FOUND, "the upstream's repo %s has no "
-                           ".safetensors file at its top (with a hash the mirror can check)",
-                           d->repo);
-    if (rc == 0)
-        rc = fetch_heads(m, mm, err);
-    /* Every block from here on: the preload reads them as they come. */
-    for (size_t i = 0; rc == 0 && i < mm->n; i++) {
-        uint64_t size = mirror_file_size(mm->files[i]);
-        mm->missing += size;
-        int64_t have = mirror_readable(m, mm->files[i], 0, size, NULL);
-        mm->missing -= have > 0 ? (uint64_t)have : 0;
-        mirror_want(m, mm->files[i], 0, size);
-    }
-    if (rc == 0)
-        rc = build(m, mm, d->repo, err);
-    if (rc < 0) {
-        mirror_model_free(mm);
+    struct mirror_repo doc;
+    int64_t age;
+    int rc = mirror_repo_fetch(m, c, d->repo, d->rev, &doc, &age, err);
+    if (rc < 0)
         return rc;
-    }
-    log_msg(LOG_INFO, "mirror: model %s at %s prepared for a preload: %zu files, %" PRIu64
-            " bytes to fetch", d->repo, mm->commit, mm->n, mm->missing);
-    d->mm = mm;
-    return 0;
+    mirror_repos_learn(m, d->repo, &doc, (int64_t)time(NULL) - (age > 0 ? age : 0));
+    rc = mirror_model_build(m, d->repo, d->repo, &doc, "", m->opt.own_auth, 1, &d->mm, err);
+    if (rc == 0)
+        log_msg(LOG_INFO, "mirror: model %s at %s prepared for a preload: %zu files, %" PRIu64
+                " bytes to fetch", d->repo, doc.commit, d->mm->n, d->mm->missing);
+    mirror_repo_clear(&doc);
+    return rc;
 }
 
 struct mirror_job *mirror_job_model(struct mirror *m, uint64_t client, const char *repo,

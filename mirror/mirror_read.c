@@ -27,13 +27,16 @@ static uint64_t do_block_avail(const struct mirror *m, const struct mirror_file 
 }
 
 static uint64_t do_readable(const struct mirror *m, const struct mirror_file *f, uint64_t off,
-                            uint64_t max)
+                            uint64_t max, enum mirror_how how)
 {
     if (off >= f->id.size)
         return 0;
-    /* The last byte waits for the hash: a client never completes a file
-     * the hash has not confirmed. */
-    uint64_t limit = f->complete ? f->id.size : f->id.size - 1;
+    /* A file loaded complete at start-up has no present bits: all of it. */
+    if (f->complete)
+        return f->id.size - off < max ? f->id.size - off : max;
+    /* A download's last byte waits for the hash: a client never completes
+     * a file the hash has not confirmed. */
+    uint64_t limit = how == MIRROR_PARTS ? f->id.size : f->id.size - 1;
     uint64_t pos = off;
     while (pos < limit && pos - off < max) {
         uint64_t b = pos / f->block, start = b * f->block;
@@ -49,10 +52,10 @@ static uint64_t do_readable(const struct mirror *m, const struct mirror_file *f,
 }
 
 int64_t mirror_readable(struct mirror *m, struct mirror_file *f, uint64_t off, uint64_t max,
-                        struct st_error *err)
+                        enum mirror_how how, struct st_error *err)
 {
     pthread_mutex_lock(&m->lock);
-    int64_t n = (int64_t)do_readable(m, f, off, max);
+    int64_t n = (int64_t)do_readable(m, f, off, max, how);
     if (n == 0 && f->failed && off < f->id.size) {
         if (err)
             *err = f->error;
@@ -69,7 +72,7 @@ void do_mirror_collect(struct mirror *m, struct mirror_file *f, struct mirror_wa
     struct mirror_waiter **pp = &f->waiters;
     while (*pp) {
         struct mirror_waiter *w = *pp;
-        if (f->failed || do_readable(m, f, w->off, 1) > 0) {
+        if (f->failed || do_readable(m, f, w->off, 1, w->how) > 0) {
             *pp = w->next;
             w->linked = 0;
             atomic_fetch_add(&w->firing, 1);
@@ -84,7 +87,7 @@ void do_mirror_collect(struct mirror *m, struct mirror_file *f, struct mirror_wa
 int mirror_wait(struct mirror *m, struct mirror_file *f, uint64_t off, struct mirror_waiter *w)
 {
     pthread_mutex_lock(&m->lock);
-    int now = f->failed || do_readable(m, f, off, 1) > 0;
+    int now = f->failed || do_readable(m, f, off, 1, w->how) > 0;
     if (!now) {
         w->f = f;
         w->off = off;
@@ -121,10 +124,10 @@ int mirror_wait_range(struct mirror *m, struct mirror_file *f, uint64_t off, uin
 {
     int rc = 0;
     pthread_mutex_lock(&m->lock);
-    do_mirror_want(m, f, off, len);
+    do_mirror_want(m, f, off, len, MIRROR_WHOLE);
     m->range_waiters++;
     for (;;) {
-        if (len == 0 || do_readable(m, f, off, len) == len)
+        if (len == 0 || do_readable(m, f, off, len, MIRROR_WHOLE) == len)
             break;
         if (f->failed) {
             if (err)

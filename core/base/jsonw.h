@@ -14,8 +14,8 @@
  * writers) remain where a document is rendered often or is as large as a
  * file makes it, for speed: the model descriptions and merged headers
  * (server/handlers/model_doc.c: one entry per tensor, millions in a big
- * model), a sliced answer's safetensors header (core/tformat.c), and
- * /v1/metrics (core/metrics_render.c, every scrape); and as constants, the
+ * model), a sliced answer's safetensors header (core/format/tformat.c), and
+ * /v1/metrics (core/runtime/metrics_render.c, every scrape); and as constants, the
  * answers sent when no writer could allocate (server/http/respond.c,
  * server/lease/lease_frame.c) or with no time to (lease_access.c). Their
  * tests read them back with an independent parser (jansson, Python's json,

@@ -50,3 +50,31 @@ int body_file_span(const struct body *b, uint64_t off, uint64_t len, int *fd, ui
     *file_off = b->data_off + (off - b->prefix_len);
     return 1;
 }
+
+struct plan_walk {
+    const struct body *b;
+    body_span_fn fn;
+    void *arg;
+};
+
+static int plan_span(void *arg, uint64_t src, uint64_t n, uint64_t out)
+{
+    const struct plan_walk *w = arg;
+    return w->fn(w->arg, w->b->fd, w->b->data_off + src, n, w->b->prefix_len + out);
+}
+
+int body_each_span(const struct body *b, uint64_t off, uint64_t len, body_span_fn fn, void *arg)
+{
+    if (b->src)
+        return b->src->each_span ? b->src->each_span(b->src_ctx, off, len, fn, arg) : 0;
+    uint64_t end = off + len;
+    if (end <= b->prefix_len || b->data_len == 0)
+        return 0;
+    uint64_t doff = off > b->prefix_len ? off - b->prefix_len : 0;
+    uint64_t dlen = end - b->prefix_len - doff;
+    if (b->plan) {
+        struct plan_walk w = {b, fn, arg};
+        return slice_each_span(b->plan, doff, dlen, plan_span, &w);
+    }
+    return fn(arg, b->fd, b->data_off + doff, dlen, b->prefix_len + doff);
+}

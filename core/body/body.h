@@ -17,6 +17,11 @@
 #include "fileio.h"
 #include "slice.h"
 
+/* Called for a span of a body's bytes that a file holds: body bytes
+ * [body_off, body_off + n) are bytes [file_off, file_off + n) of fd.
+ * Returns 0 to go on, anything else to stop (the walk returns it). */
+typedef int (*body_span_fn)(void *arg, int fd, uint64_t file_off, uint64_t n, uint64_t body_off);
+
 /* The producer of a body made on demand (a shared document's segments, a
  * streamed fetch answer), whatever holds its bytes. */
 struct body_source {
@@ -32,6 +37,10 @@ struct body_source {
      * [off, off + len) in order (at most 3); returns how many, 0 when the
      * bytes are not in memory. */
     unsigned (*mem)(void *ctx, uint64_t off, uint64_t len, const void *p[3], size_t n[3]);
+    /* Optional: calls fn for each span of [off, off + len) that a file
+     * holds, in body order (bytes made in memory are skipped), as
+     * body_each_span; NULL for a source whose bytes are all in memory. */
+    int (*each_span)(void *ctx, uint64_t off, uint64_t len, body_span_fn fn, void *arg);
 };
 
 struct body {
@@ -60,6 +69,13 @@ int body_read(const struct body *b, uint64_t off, void *buf, size_t len);
  * [off, off + len) is one contiguous span of one file (so it can be sent
  * with sendfile). */
 int body_file_span(const struct body *b, uint64_t off, uint64_t len, int *fd, uint64_t *file_off);
+
+/* Calls fn for each span of body bytes [off, off + len) that a file holds,
+ * in body order: the data (a contiguous span, a slice plan's runs, a
+ * source's spans); the prefix, in memory, is skipped. Returns the first
+ * non-zero fn returned, else 0. Which bytes of which file an answer reads:
+ * what a reader of bytes still arriving must wait for (a mirror's). */
+int body_each_span(const struct body *b, uint64_t off, uint64_t len, body_span_fn fn, void *arg);
 
 /* The validated version of the file that holds body byte `off` of a
  * source's body, or NULL when not recorded. */

@@ -407,6 +407,25 @@ uint64_t slice_run_offset(const struct slice_plan *plan, uint64_t k)
     return c.src;
 }
 
+int slice_each_span(const struct slice_plan *plan, uint64_t off, uint64_t len,
+                    int (*fn)(void *arg, uint64_t src, uint64_t n, uint64_t out), void *arg)
+{
+    if (len == 0 || plan->run_bytes == 0)
+        return 0;
+    struct run_cursor c;
+    cursor_seek(plan, &c, off / plan->run_bytes);
+    uint64_t in_run = off % plan->run_bytes, end = off + len;
+    for (uint64_t at = off; at < end; in_run = 0) {
+        uint64_t n = plan->run_bytes - in_run < end - at ? plan->run_bytes - in_run : end - at;
+        int rc = fn(arg, c.src + in_run, n, at);
+        if (rc)
+            return rc;
+        at += n;
+        cursor_next(plan, &c);
+    }
+    return 0;
+}
+
 #define SLICE_SCRATCH_LEN (1u << 20)
 #define SLICE_DIRECT_MIN (64u << 10) /* pieces this long are read straight into buf */
 #define SLICE_GAP_OK 4096u           /* a gap this small is read through */

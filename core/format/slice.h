@@ -58,6 +58,15 @@ int slice_plan_build_narrowed(const char *spec, size_t len, enum dtype dt, uint3
 /* Source offset (relative to the tensor's first byte) of run k < n_runs. */
 uint64_t slice_run_offset(const struct slice_plan *plan, uint64_t k);
 
+/* Calls fn(arg, src, n, out) for each piece of source bytes that output
+ * bytes [off, off + len) come from, in output order: n bytes at source
+ * offset src (relative to the tensor's first byte) are output bytes
+ * [out, out + n). Stops at the first fn that returns non-zero, and returns
+ * that; 0 otherwise. (What a reader of bytes still arriving asks for: the
+ * source bytes exactly, not the windows slice_read reads through.) */
+int slice_each_span(const struct slice_plan *plan, uint64_t off, uint64_t len,
+                    int (*fn)(void *arg, uint64_t src, uint64_t n, uint64_t out), void *arg);
+
 /* Copies output bytes [off, off + len) of the slice into buf, reading the
  * tensor whose first byte is at file offset tensor_off in fd. Reads are
  * batched (a window covering several short runs is read with one pread and

@@ -397,6 +397,15 @@ struct reg_model *reg_model_build(struct reg_root *root, const char *name, const
     return m;
 }
 
+void reg_model_close_files(struct reg_model *m)
+{
+    for (size_t i = 0; i < m->n_files; i++)
+        if (m->files[i].fd >= 0) {
+            close(m->files[i].fd);
+            m->files[i].fd = -1;
+        }
+}
+
 int reg_model_has_safetensors(const struct reg_model *m)
 {
     for (size_t i = 0; i < m->n_files; i++)

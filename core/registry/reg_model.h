@@ -62,6 +62,12 @@ struct reg_model *reg_model_build(struct reg_root *root, const char *name, const
                                   const struct reg_entry_id *ids, size_t n_ids,
                                   const struct st_error *forced);
 
+/* Closes the descriptors m keeps open: its files are read through ones
+ * its builder gives each reader from then on (a mirror's model, whose
+ * files are the mirror cache's, opened per answer: mirror/mirror_model.h).
+ * For the builder, before anyone else holds m. */
+void reg_model_close_files(struct reg_model *m);
+
 /* Whether m has a .safetensors file (one that opened below the root). */
 int reg_model_has_safetensors(const struct reg_model *m);
 

@@ -1,10 +1,11 @@
 /* fetch_plan: see fetch_plan.h. The request is walked once to check and
- * size the answer (plan_item with a checker), and then as often as a reader
- * needs, from the nearest mark (plan_item without one): both walks plan each
- * tensor the same way, so the bytes are the ones the sizes promised. Slice
- * plans are ~1.6 KB whatever the tensor; the reader keeps two (the header
- * entry it is writing, the tensor it is reading). */
+ * size the answer (fetch_plan_item with a checker), and then as often as a
+ * reader needs, from the nearest mark (without one: fetch_plan_read.c):
+ * both walks plan each tensor the same way, so the bytes are the ones the
+ * sizes promised. Slice plans are ~1.6 KB whatever the tensor; the reader
+ * keeps two (the header entry it is writing, the tensor it is reading). */
 #include "fetch_plan.h"
+#include "fetch_plan_int.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -19,54 +20,16 @@
 #include "tformat.h"
 #include "util.h"
 
-/* Tensors a sendfile check walks at most (a range over more goes out
- * through the streamed reader): it runs on an HTTP thread. */
-#define SPAN_WALK_MAX 4096
-
-/* Where a reader can start: tensor `item`, its header entry at answer
- * offset `at`, its bytes at data offset `doff`. */
-struct fetch_mark {
-    size_t item;
-    uint64_t at;
-    uint64_t doff;
-};
-
-/* One tensor of the answer, planned. */
-struct item {
-    const struct reg_tensor *t;
-    const char *name;
-    size_t name_len;
-    struct slice_plan plan;     /* its bytes: the slice, cut to its part of the split */
-};
-
-/* The reader's place, moved by every read. */
-struct fetch_cursor {
-    /* the header entry being copied (unit 0 is __metadata__ when there is
-     * one, then one per tensor), its text in `text` */
-    int have_unit;
-    size_t unit;
-    uint64_t unit_at;           /* its answer offset */
-    uint64_t unit_doff;         /* its tensor's data offset (the entry's data_offsets) */
-    uint64_t unit_nbytes;       /* ... and size */
-    struct tformat_st text;
-    struct item hit;            /* the tensor of that entry */
-    /* the tensor being read */
-    int have_item;
-    size_t k;
-    uint64_t k_at;              /* its data offset */
-    struct item it;
-};
-
 /* The first walk's checks. */
-struct checker {
+struct fetch_checker {
     struct strmap *names;       /* names already in the answer */
     uint64_t glob_budget;       /* matching steps left for the split rules */
     struct st_error *err;
 };
 
-static int fail(struct checker *ck, enum st_status code, const char *fmt, ...)
+static int fail(struct fetch_checker *ck, enum st_status code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-static int fail(struct checker *ck, enum st_status code, const char *fmt, ...)
+static int fail(struct fetch_checker *ck, enum st_status code, const char *fmt, ...)
 {
     if (ck) { /* else a later walk: the first one checked the same */
         va_list ap;
@@ -83,15 +46,28 @@ static size_t n_items(const struct fetch_plan *p)
     return p->req.all ? p->m->n_tensors : p->req.n_items;
 }
 
-static uint64_t tensor_off(const struct item *it)
+uint64_t fetch_plan_tensor_off(const struct fetch_tensor *it)
 {
     return it->t->file->data_start + it->t->t->begin;
 }
 
+/* The descriptor file f is read through. */
+int fetch_plan_fd(const struct fetch_plan *p, const struct reg_file *f)
+{
+    return p->elsewhere ? p->fds[f - p->m->files] : f->fd;
+}
+
+/* Whether f is still the version validated (a file read elsewhere has a
+ * content fixed by its hash). */
+int fetch_plan_unchanged(const struct fetch_plan *p, const struct reg_file *f)
+{
+    return p->elsewhere || fileio_unchanged(f->fd, &f->st);
+}
+
 /* Plans tensor k of the answer: its slice, its part of the split. With a
  * checker, every check and its error; without, what reading needs. */
-static int plan_item(const struct fetch_plan *p, size_t k, struct item *it,
-                                        struct checker *ck)
+int fetch_plan_item(const struct fetch_plan *p, size_t k, struct fetch_tensor *it,
+                    struct fetch_checker *ck)
 {
     char nm[ST_NAME_SHOW + 4];
     struct st_error e;
@@ -112,7 +88,7 @@ static int plan_item(const struct fetch_plan *p, size_t k, struct item *it,
 #define NM str_excerpt(it->name, it->name_len, ST_NAME_SHOW, nm)
     if (!it->t)
         return fail(ck, ST_ERR_NOT_FOUND, "model \"%s\" has no tensor \"%s\"", p->m->name, NM);
-    if (it->t->file->fd < 0)
+    if (!p->elsewhere && it->t->file->fd < 0)
         return fail(ck, ST_ERR_IO, "tensor \"%s\": file \"%s\" could not be opened", NM,
                     it->t->file->name);
     if (ck && ck->names && strmap_put(ck->names, it->name, it->name_len, (void *)it->t) != 0)
@@ -129,8 +105,8 @@ static int plan_item(const struct fetch_plan *p, size_t k, struct item *it,
 
 /* Writes the header entry of a tensor into w: its ',' (or the '{' of the
  * header) when `entries` come before it, its data at data offset doff. */
-static void tensor_entry(struct tformat_st *w, size_t entries, uint64_t doff,
-                         const struct item *it)
+void fetch_plan_entry(struct tformat_st *w, size_t entries, uint64_t doff,
+                      const struct fetch_tensor *it)
 {
     tformat_st_resume(w, entries, doff);
     tformat_st_tensor(w, it->name, it->name_len, it->t->t->dtype, it->plan.ndim, it->plan.shape,
@@ -147,7 +123,7 @@ static void hash_both(uint64_t *h, const void *data, size_t len)
  * key winning (as GET /v1/models/{model}/header does), written into w as
  * the header's first entry; hashed into h when h is not NULL. Returns the
  * number of keys (nothing is written for none). */
-static size_t metadata_entry(const struct reg_model *m, struct tformat_st *w, uint64_t *h)
+size_t fetch_plan_metadata(const struct reg_model *m, struct tformat_st *w, uint64_t *h)
 {
     size_t n = 0, cap = 0;
     const char **kv = NULL;
@@ -182,7 +158,7 @@ static size_t metadata_entry(const struct reg_model *m, struct tformat_st *w, ui
 /* ---- planning --------------------------------------------------------------- */
 
 /* The bytes sent for a tensor: which file, where, and how they are gathered. */
-static void hash_item(uint64_t *h, const struct item *it)
+static void hash_item(uint64_t *h, const struct fetch_tensor *it)
 {
     const struct slice_plan *plan = &it->plan;
     char etag[REG_ETAG_MAX];
@@ -201,7 +177,7 @@ static void hash_item(uint64_t *h, const struct item *it)
 
 /* The closing of the header: '}' (after a '{' when it has no entry) and the
  * spaces that make the prefix a multiple of 8 bytes. */
-static size_t header_end(const struct fetch_plan *p, char out[16])
+size_t fetch_plan_header_end(const struct fetch_plan *p, char out[16])
 {
     size_t n = 0;
     if (!p->has_meta && !p->n_tensors)
@@ -214,7 +190,7 @@ static size_t header_end(const struct fetch_plan *p, char out[16])
 
 /* Walks every tensor once: checks, sizes, marks, hash. */
 static int plan_all(struct fetch_plan *p, const struct fetch_plan_limits *lim,
-                    struct checker *ck, uint64_t *h)
+                    struct fetch_checker *ck, uint64_t *h)
 {
     struct fetch_cursor *c = p->cur;
     size_t n = n_items(p);
@@ -222,7 +198,7 @@ static int plan_all(struct fetch_plan *p, const struct fetch_plan_limits *lim,
     for (size_t k = 0; k < n; k++) {
         if (k % FETCH_MARK_EVERY == 0)
             p->marks[p->n_marks++] = (struct fetch_mark){.item = k, .at = at, .doff = doff};
-        int rc = plan_item(p, k, &c->it, ck);
+        int rc = fetch_plan_item(p, k, &c->it, ck);
         if (rc < 0)
             return rc;
         uint64_t end;
@@ -230,7 +206,7 @@ static int plan_all(struct fetch_plan *p, const struct fetch_plan_limits *lim,
             return fail(ck, ST_ERR_LIMIT, "the answer would hold more than %" PRIu64
                         " bytes of tensor data (max_fetch_bytes); ask for fewer tensors or split "
                         "them", lim->max_bytes);
-        tensor_entry(&c->text, (size_t)p->has_meta + k, doff, &c->it);
+        fetch_plan_entry(&c->text, (size_t)p->has_meta + k, doff, &c->it);
         if (c->text.sb.failed)
             return fail(ck, ST_ERR_NO_MEMORY, "not enough memory to plan the answer's header");
         at += c->text.sb.len;
@@ -245,7 +221,7 @@ static int plan_all(struct fetch_plan *p, const struct fetch_plan_limits *lim,
     p->json_len = at - ST_PREFIX_LEN;
     p->data_len = doff;
     char end[16];
-    p->prefix_len = (size_t)(at + header_end(p, end));
+    p->prefix_len = (size_t)(at + fetch_plan_header_end(p, end));
     if (p->prefix_len - ST_PREFIX_LEN > ST_MAX_HEADER_LEN)
         return fail(ck, ST_ERR_LIMIT, "the answer's header would be %zu bytes, more than "
                     "the %llu a safetensors file may have; ask for fewer tensors",
@@ -262,6 +238,7 @@ int fetch_plan_build(const struct reg_model *m, struct fetch_req *req,
 {
     struct fetch_plan *p = xcalloc(1, sizeof(*p));
     p->m = m;
+    p->elsewhere = lim->elsewhere;
     p->req = *req;
     memset(req, 0, sizeof(*req));
     /* What the plan keeps is allocated before what planning uses for a
@@ -273,7 +250,7 @@ int fetch_plan_build(const struct reg_model *m, struct fetch_req *req,
     strbuf_reserve(&p->cur->text.sb, 4096);
     /* A model's tensor names are unique (the registry checked): only a list
      * can name one twice. */
-    struct checker ck = {.names = p->req.all ? NULL : strmap_new(p->req.n_items),
+    struct fetch_checker ck = {.names = p->req.all ? NULL : strmap_new(p->req.n_items),
                          .glob_budget = FETCH_GLOB_BUDGET, .err = err};
     uint64_t h[2] = {HASH_FNV_SEED, 0x84222325cbf29ce4ULL};
 
@@ -287,7 +264,7 @@ int fetch_plan_build(const struct reg_model *m, struct fetch_req *req,
         if (m->files[i].st.mtime_ns > p->mtime_ns)
             p->mtime_ns = m->files[i].st.mtime_ns;
     }
-    p->has_meta = metadata_entry(m, &p->cur->text, h) > 0;
+    p->has_meta = fetch_plan_metadata(m, &p->cur->text, h) > 0;
     p->meta_len = p->cur->text.sb.len;
     int rc = p->cur->text.sb.failed
                  ? fail(&ck, ST_ERR_NO_MEMORY, "not enough memory to plan the answer's header")
@@ -309,11 +286,20 @@ uint64_t fetch_plan_size(const struct fetch_plan *p)
     return p->prefix_len + p->data_len;
 }
 
+int fetch_plan_uses(const struct fetch_plan *p, size_t file)
+{
+    return file < p->m->n_files && (p->used[file / 8] >> (file % 8) & 1);
+}
+
+void fetch_plan_read_through(struct fetch_plan *p, const int *fds)
+{
+    p->fds = fds;
+}
+
 int fetch_plan_files_unchanged(const struct fetch_plan *p)
 {
     for (size_t f = 0; f < p->m->n_files; f++)
-        if ((p->used[f / 8] >> (f % 8) & 1) &&
-            !fileio_unchanged(p->m->files[f].fd, &p->m->files[f].st))
+        if (fetch_plan_uses(p, f) && !fetch_plan_unchanged(p, &p->m->files[f]))
             return 0;
     return 1;
 }
@@ -330,250 +316,3 @@ void fetch_plan_free(struct fetch_plan *p)
     free(p->cur);
     free(p);
 }
-
-/* ---- reading: the header ------------------------------------------------------ */
-
-/* The last mark whose `at` (header) or `doff` (data) is at most v. */
-static const struct fetch_mark *mark_before(const struct fetch_plan *p, uint64_t v, int data)
-{
-    size_t lo = 0, hi = p->n_marks;
-    while (hi - lo > 1) {
-        size_t mid = lo + (hi - lo) / 2;
-        if ((data ? p->marks[mid].doff : p->marks[mid].at) <= v)
-            lo = mid;
-        else
-            hi = mid;
-    }
-    return &p->marks[lo];
-}
-
-/* Makes the cursor's entry tensor k's, at answer offset at, data at doff. */
-static int entry_of(struct fetch_plan *p, size_t k, uint64_t at, uint64_t doff)
-{
-    struct fetch_cursor *c = p->cur;
-    c->have_unit = 0;
-    if (plan_item(p, k, &c->hit, NULL) != 0)
-        return -EIO; /* planned once already: cannot happen */
-    tensor_entry(&c->text, (size_t)p->has_meta + k, doff, &c->hit);
-    if (c->text.sb.failed)
-        return -ENOMEM;
-    c->unit = (size_t)p->has_meta + k;
-    c->unit_at = at;
-    c->unit_doff = doff;
-    c->unit_nbytes = c->hit.plan.nbytes;
-    c->have_unit = 1;
-    return 0;
-}
-
-/* Moves the cursor to the header entry holding answer byte off (in the
- * JSON, before its closing). */
-static int seek_entry(struct fetch_plan *p, uint64_t off)
-{
-    struct fetch_cursor *c = p->cur;
-    if (!c->have_unit || off < c->unit_at) {
-        if (p->has_meta && off < ST_PREFIX_LEN + p->meta_len) {
-            metadata_entry(p->m, &c->text, NULL);
-            if (c->text.sb.failed)
-                return -ENOMEM;
-            c->unit = 0;
-            c->unit_at = ST_PREFIX_LEN;
-            c->unit_doff = c->unit_nbytes = 0;
-            c->have_unit = 1;
-        } else {
-            const struct fetch_mark *mk = mark_before(p, off, 0);
-            int rc = entry_of(p, mk->item, mk->at, mk->doff);
-            if (rc)
-                return rc;
-        }
-    }
-    while (off >= c->unit_at + c->text.sb.len) {
-        size_t k = c->unit + 1 - (size_t)p->has_meta; /* the next tensor */
-        int rc = entry_of(p, k, c->unit_at + c->text.sb.len, c->unit_doff + c->unit_nbytes);
-        if (rc)
-            return rc;
-    }
-    return 0;
-}
-
-/* Copies prefix bytes [off, off + len) (inside it). */
-static int read_header(struct fetch_plan *p, uint64_t off, char *out, size_t len)
-{
-    struct fetch_cursor *c = p->cur;
-    while (len) {
-        size_t n;
-        if (off < ST_PREFIX_LEN) {
-            unsigned char le[ST_PREFIX_LEN];
-            uint64_t hl = p->prefix_len - ST_PREFIX_LEN;
-            for (int i = 0; i < ST_PREFIX_LEN; i++)
-                le[i] = (unsigned char)(hl >> (8 * i));
-            n = ST_PREFIX_LEN - (size_t)off < len ? ST_PREFIX_LEN - (size_t)off : len;
-            memcpy(out, le + off, n);
-        } else if (off >= ST_PREFIX_LEN + p->json_len) {
-            char end[16];
-            size_t in = (size_t)(off - ST_PREFIX_LEN - p->json_len);
-            n = header_end(p, end) - in < len ? header_end(p, end) - in : len;
-            memcpy(out, end + in, n);
-        } else {
-            int rc = seek_entry(p, off);
-            if (rc)
-                return rc;
-            size_t in = (size_t)(off - c->unit_at);
-            n = c->text.sb.len - in < len ? c->text.sb.len - in : len;
-            memcpy(out, c->text.sb.buf + in, n);
-        }
-        out += n;
-        off += n;
-        len -= n;
-    }
-    return 0;
-}
-
-/* ---- reading: the data ---------------------------------------------------------- */
-
-/* Moves the cursor to the tensor holding data byte d (< data_len). */
-static int seek_item(struct fetch_plan *p, uint64_t d)
-{
-    struct fetch_cursor *c = p->cur;
-    if (!c->have_item || d < c->k_at) {
-        const struct fetch_mark *mk = mark_before(p, d, 1);
-        c->have_item = 0;
-        if (plan_item(p, mk->item, &c->it, NULL) != 0)
-            return -EIO;
-        c->k = mk->item;
-        c->k_at = mk->doff;
-        c->have_item = 1;
-    }
-    while (d >= c->k_at + c->it.plan.nbytes) {
-        c->k_at += c->it.plan.nbytes;
-        c->k++;
-        c->have_item = 0;
-        if (c->k >= p->n_tensors || plan_item(p, c->k, &c->it, NULL) != 0)
-            return -EIO;
-        c->have_item = 1;
-    }
-    return 0;
-}
-
-/* A contiguous read not made yet, so the next tensor can extend it. */
-struct span {
-    int fd;
-    uint64_t off;
-    size_t len;
-    unsigned char *dst;
-};
-
-static int span_flush(struct span *s)
-{
-    int rc = s->len ? fileio_pread_full(s->fd, s->dst, s->len, s->off) : 0;
-    s->len = 0;
-    return rc;
-}
-
-/* Copies data bytes [d, d + len) (inside the data). A file is checked
- * against its validated version once its last bytes in this call are read
- * (consecutive tensors usually share one file), so the bytes copied predate
- * any change to it. */
-static int read_data(struct fetch_plan *p, uint64_t d, unsigned char *out, size_t len)
-{
-    struct fetch_cursor *c = p->cur;
-    struct span pend = {.fd = -1};
-    const struct reg_file *last = NULL;
-    int rc = 0;
-    while (len) {
-        if ((rc = seek_item(p, d)) != 0)
-            break;
-        const struct item *it = &c->it;
-        const struct reg_file *f = it->t->file;
-        if (last && f != last) {
-            if ((rc = span_flush(&pend)) != 0)
-                break;
-            if (!fileio_unchanged(last->fd, &last->st)) {
-                rc = -ENODATA;
-                break;
-            }
-        }
-        last = f;
-        uint64_t in = d - c->k_at;
-        size_t n = it->plan.nbytes - in < len ? (size_t)(it->plan.nbytes - in) : len;
-        if (it->plan.n_runs <= 1) {
-            uint64_t off = tensor_off(it) + it->plan.base + in;
-            if (pend.len && pend.fd == f->fd && pend.off + pend.len == off &&
-                pend.dst + pend.len == out) {
-                pend.len += n; /* continues the previous tensor's bytes */
-            } else {
-                if ((rc = span_flush(&pend)) != 0)
-                    break;
-                pend = (struct span){.fd = f->fd, .off = off, .len = n, .dst = out};
-            }
-        } else {
-            if ((rc = span_flush(&pend)) != 0)
-                break;
-            if ((rc = slice_read(&it->plan, f->fd, tensor_off(it), in, out, n)) != 0)
-                break;
-        }
-        out += n;
-        d += n;
-        len -= n;
-    }
-    if (rc == 0)
-        rc = span_flush(&pend);
-    if (rc == 0 && last && !fileio_unchanged(last->fd, &last->st))
-        rc = -ENODATA;
-    return rc;
-}
-
-/* ---- as a body ------------------------------------------------------------------- */
-
-static int source_read(void *ctx, uint64_t off, void *buf, size_t len)
-{
-    struct fetch_plan *p = ctx;
-    unsigned char *out = buf;
-    if (off < p->prefix_len) {
-        size_t n = p->prefix_len - (size_t)off < len ? p->prefix_len - (size_t)off : len;
-        int rc = read_header(p, off, (char *)out, n);
-        if (rc)
-            return rc;
-        out += n;
-        off += n;
-        len -= n;
-    }
-    return len ? read_data(p, off - p->prefix_len, out, len) : 0;
-}
-
-static int source_file_span(void *ctx, uint64_t off, uint64_t len, int *fd, uint64_t *file_off,
-                            const struct fileio_stat **st)
-{
-    struct fetch_plan *p = ctx;
-    if (off < p->prefix_len || len == 0 || seek_item(p, off - p->prefix_len) != 0)
-        return 0;
-    const struct fetch_cursor *c = p->cur;
-    const struct item *it = &c->it;
-    if (it->plan.n_runs > 1)
-        return 0;
-    const struct reg_file *f = it->t->file;
-    uint64_t in = off - p->prefix_len - c->k_at;
-    uint64_t start = tensor_off(it) + it->plan.base + in, expect = start + it->plan.nbytes - in;
-    uint64_t left = len > it->plan.nbytes - in ? len - (it->plan.nbytes - in) : 0;
-    struct item next;
-    for (size_t k = c->k + 1; left && k < p->n_tensors && k - c->k <= SPAN_WALK_MAX; k++) {
-        if (plan_item(p, k, &next, NULL) != 0)
-            return 0;
-        if (!next.plan.nbytes)
-            continue;
-        if (next.plan.n_runs > 1 || next.t->file != f || tensor_off(&next) + next.plan.base != expect)
-            return 0;
-        uint64_t take = left < next.plan.nbytes ? left : next.plan.nbytes;
-        expect += take;
-        left -= take;
-    }
-    if (left)
-        return 0;
-    *fd = f->fd;
-    *file_off = start;
-    *st = &f->st;
-    return 1;
-}
-
-const struct body_source fetch_plan_source = {
-    .read = source_read, .file_span = source_file_span,
-};

@@ -58,6 +58,8 @@ struct fetch_plan {
     size_t meta_len;            /* its entry's bytes */
     uint64_t json_len;          /* the header's JSON before its closing '}' and padding */
     unsigned char *used;        /* bit per model file: the answer reads from it */
+    int elsewhere;              /* the files are read through `fds` (fetch_plan_read_through) */
+    const int *fds;             /* borrowed: by index in m->files */
     struct fetch_mark *marks;
     size_t n_marks;
     struct fetch_cursor *cur;
@@ -66,6 +68,13 @@ struct fetch_plan {
 
 struct fetch_plan_limits {
     uint64_t max_bytes;         /* largest answer (header included); 0 = no limit */
+    /* The model's files are not read through its own descriptors but
+     * through ones the caller gives once the plan says which files it reads
+     * (fetch_plan_uses, fetch_plan_read_through): a mirrored model's, whose
+     * bytes are a mirror cache's files, opened per answer, their content
+     * fixed by its hash (so no file is checked against a stat: a cache file
+     * still arriving changes its mtime as it fills). */
+    int elsewhere;
 };
 
 /* Plans the answer to req over model m (which must be MODEL_READY), taking
@@ -85,8 +94,15 @@ int fetch_plan_build(const struct reg_model *m, struct fetch_req *req,
 /* The answer's size: prefix_len + data_len. */
 uint64_t fetch_plan_size(const struct fetch_plan *p);
 
+/* Whether the answer reads from file m->files[file]. */
+int fetch_plan_uses(const struct fetch_plan *p, size_t file);
+/* For a plan built with `elsewhere`: the descriptors to read the model's
+ * files through, by index in m->files (borrowed: they must outlive the
+ * plan; only the files it uses are read). */
+void fetch_plan_read_through(struct fetch_plan *p, const int *fds);
+
 /* Whether every file the answer reads from is still the version validated
- * (one fstat each). */
+ * (one fstat each; always, for a plan that reads elsewhere). */
 int fetch_plan_files_unchanged(const struct fetch_plan *p);
 
 /* A body (core/body/body.h) over a plan: ctx is the plan, which must outlive the

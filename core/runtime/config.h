@@ -81,6 +81,8 @@ struct config {
     uint64_t mirror_block_bytes;    /* one Range request to the upstream */
     unsigned mirror_fetch_threads;  /* blocks fetched at once */
     unsigned mirror_auth_ttl;       /* seconds an upstream answer about a file is reused */
+    char *mirror_offline;           /* serve-cached or strict: what an unreachable upstream leaves */
+    unsigned mirror_stale_max_age;  /* seconds a name's last answer is served stale */
     char *upstream_token_file;      /* the mirror's own token for its upstream */
     uint64_t upstream_max_bytes_per_second; /* 0 = unlimited */
 };

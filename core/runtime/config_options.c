@@ -160,9 +160,19 @@ const struct opt config_options[] = {
     {"mirror_auth_ttl", "mirror", OPT_UINT, "30", 0, 86400, OFF(mirror_auth_ttl), NOLIST,
      "seconds the upstream's answer about a file (its commit, hash, and that it let this "
      "caller's token in) is reused; 0 = ask the upstream on every request"},
+    {"mirror_offline", "mirror", OPT_ENUM, "serve-cached", 0, 0, OFF(mirror_offline), 0, 0,
+     "serve-cached|strict", NULL,
+     "when the upstream cannot be reached: serve-cached answers from what the cache holds "
+     "(complete files by commit; the last answers about names, marked stale, within "
+     "mirror_stale_max_age); strict answers 502/504"},
+    {"mirror_stale_max_age", "mirror", OPT_UINT, "604800", 0, 31536000,
+     OFF(mirror_stale_max_age), NOLIST,
+     "seconds a name's last answer (a branch's commit, a repo's document, a listing) is "
+     "served, marked stale, while the upstream cannot be reached; 0 = never"},
     {"upstream_token_file", "mirror", OPT_STRING, "", 0, 0, OFF(upstream_token_file), 0, 0,
      NULL, check_no_ctl, "file holding the token the mirror sends for its own requests "
-     "(preloads from the upstream); callers' requests carry the caller's token"},
+     "(the /v1 and S3 routes' and preloads from the upstream); callers' Hub requests carry "
+     "the caller's token"},
     {"upstream_max_bytes_per_second", "mirror", OPT_SIZE, "0", 0, 1024 * K * K * K * K,
      OFF(upstream_max_bytes_per_second), NOLIST,
      "the mirror's read rate from the upstream, all fetches together; 0 = no limit"},

@@ -75,6 +75,7 @@ static struct {
     _Atomic uint64_t hash_bytes, hash_files, hash_errors;
     _Atomic uint64_t hash_pending, hash_pending_bytes, hash_known, hash_files_all;
     _Atomic uint64_t mirror_bytes, mirror_in_use, mirror_files, mirror_partial, mirror_waiting;
+    _Atomic uint64_t mirror_up, mirror_last_success, mirror_failures_in_row;
 } g;
 
 /* Seconds matter here, not nanoseconds: the coarse clock costs a few ns. */
@@ -297,6 +298,15 @@ void metrics_set_mirror_queue(uint64_t waiting)
     atomic_store_explicit(&g.mirror_waiting, waiting, RELAXED);
 }
 
+void metrics_set_mirror_upstream(int up, int64_t last_success, uint64_t failures_in_row)
+{
+    /* 1 + up: 0 stays "no mirror" (nothing rendered) */
+    atomic_store_explicit(&g.mirror_up, up ? 2u : 1u, RELAXED);
+    atomic_store_explicit(&g.mirror_last_success, (uint64_t)(last_success > 0 ? last_success : 0),
+                          RELAXED);
+    atomic_store_explicit(&g.mirror_failures_in_row, failures_in_row, RELAXED);
+}
+
 /* ---- rates ---------------------------------------------------------------- */
 
 void metrics_rates(unsigned seconds, struct metrics_rates *out)
@@ -373,6 +383,9 @@ static void gauges_take(struct metrics_snapshot *sn)
     sn->mirror_waiting = atomic_load(&g.mirror_waiting);
     sn->mirror_files = atomic_load(&g.mirror_files);
     sn->mirror_partial = atomic_load(&g.mirror_partial);
+    sn->mirror_up = atomic_load(&g.mirror_up);
+    sn->mirror_last_success = atomic_load(&g.mirror_last_success);
+    sn->mirror_failures_in_row = atomic_load(&g.mirror_failures_in_row);
 }
 
 void metrics_snapshot_take(struct metrics_snapshot *sn, int with_rates)

@@ -71,6 +71,10 @@ enum metrics_ctr {
     MC_GPU_PRELOAD_COPY_NS,
     MC_GPU_PRELOAD_FINISH_NS,
     MC_MIRROR_QUESTIONS_REFUSED, /* questions to the upstream refused at once, its queue full */
+    MC_MIRROR_HIT_BYTES,      /* bytes answers read from a mirror's cache that were there */
+    MC_MIRROR_MISS_BYTES,     /* ... that had to be fetched (or were being fetched) */
+    MC_MIRROR_UPSTREAM_FAILURES, /* requests to a mirror's upstream that got no answer, or a 5xx */
+    MC_MIRROR_STALE_ANSWERS,  /* answers a mirror served from what it kept, its upstream failing */
     MC_COUNT
 };
 
@@ -138,6 +142,10 @@ void metrics_set_mirror(uint64_t bytes, uint64_t bytes_in_use, uint64_t files,
                         uint64_t partial_files);
 /* The questions a mirror's upstream queue holds waiting (mirror/mirror_job). */
 void metrics_set_mirror_queue(uint64_t waiting);
+/* A mirror's upstream (mirror/mirror_health): whether its last request got
+ * an answer, when one last did (unix seconds, 0 = not since start), and the
+ * requests that failed in a row since. Rendered only once set. */
+void metrics_set_mirror_upstream(int up, int64_t last_success, uint64_t failures_in_row);
 
 /* Renderings of a consistent-enough snapshot (each shard is read once,
  * metrics_render.c). Caller frees; NULL when memory ran out. */

@@ -34,6 +34,8 @@ struct metrics_snapshot {
     uint64_t hash_bytes, hash_files, hash_errors, hash_pending, hash_pending_bytes, hash_known,
         hash_files_all;
     uint64_t mirror_bytes, mirror_in_use, mirror_files, mirror_partial, mirror_waiting;
+    uint64_t mirror_up;        /* 0: no mirror; 1: its upstream is failing; 2: it answers */
+    uint64_t mirror_last_success, mirror_failures_in_row;
     struct metrics_rates r1, r10, r60; /* only when taken with_rates */
 };
 

@@ -65,6 +65,14 @@ static const struct {
     {MC_MIRROR_QUESTIONS_REFUSED, "tensord_mirror_questions_refused_total",
      "Questions to a mirror's upstream refused at once (503) because its queue, or the "
      "client's share of it, was full."},
+    {MC_MIRROR_HIT_BYTES, "tensord_mirror_cache_hit_bytes_total",
+     "Bytes answers asked of a mirror's cache that it held already."},
+    {MC_MIRROR_MISS_BYTES, "tensord_mirror_cache_miss_bytes_total",
+     "Bytes answers asked of a mirror's cache that it had to fetch (or was fetching)."},
+    {MC_MIRROR_UPSTREAM_FAILURES, "tensord_mirror_upstream_failures_total",
+     "Requests to a mirror's upstream that got no answer (connection, timeout) or a 5xx."},
+    {MC_MIRROR_STALE_ANSWERS, "tensord_mirror_stale_answers_total",
+     "Answers a mirror served from what it kept (marked stale) while its upstream failed."},
 };
 
 /* The preload phases' counters, in enum gm_phase's order, by their label. */
@@ -251,6 +259,17 @@ char *metrics_render_prometheus(void)
                (double)sn->mirror_waiting);
     prom_gauge(&b, "tensord_mirror_partial_files",
                "Files in a mirror's cache that are not complete yet.", (double)sn->mirror_partial);
+    if (sn->mirror_up) {
+        prom_gauge(&b, "tensord_mirror_upstream_up",
+                   "1 when a mirror's last request to its upstream got an answer, 0 when it "
+                   "failed.", (double)(sn->mirror_up - 1));
+        prom_gauge(&b, "tensord_mirror_upstream_last_success_timestamp_seconds",
+                   "When a mirror's upstream last answered (unix time; 0: not since start).",
+                   (double)sn->mirror_last_success);
+        prom_gauge(&b, "tensord_mirror_upstream_consecutive_failures",
+                   "Requests to a mirror's upstream that failed in a row since its last answer.",
+                   (double)sn->mirror_failures_in_row);
+    }
     free(sn);
     return strbuf_detach(&b, NULL);
 }
@@ -300,7 +319,8 @@ static const char *const json_ctr_names[MC_COUNT] = {
     "mirror_blocks_fetched", "mirror_verify_failures", "mirror_evictions",
     "gpu_preload_upstream_bytes", "gpu_preload_alloc_ns", "gpu_preload_ring_ns",
     "gpu_preload_plan_ns", "gpu_preload_copy_ns", "gpu_preload_finish_ns",
-    "mirror_questions_refused"};
+    "mirror_questions_refused", "mirror_cache_hit_bytes", "mirror_cache_miss_bytes",
+    "mirror_upstream_failures", "mirror_stale_answers"};
 
 
 /* "endpoints": per kind, its requests by outcome, bytes and durations. */
@@ -386,10 +406,14 @@ char *metrics_render_json(void)
                   (unsigned long long)sn->hash_pending_bytes, (unsigned long long)sn->hash_known,
                   (unsigned long long)sn->hash_files_all);
     strbuf_printf(&b, "\"mirror\":{\"cache_bytes\":%llu,\"in_use_bytes\":%llu,\"files\":%llu,"
-                  "\"partial_files\":%llu,\"questions_waiting\":%llu}}",
+                  "\"partial_files\":%llu,\"questions_waiting\":%llu,\"upstream_up\":%s,"
+                  "\"upstream_last_success\":%llu,\"upstream_consecutive_failures\":%llu}}",
                   (unsigned long long)sn->mirror_bytes, (unsigned long long)sn->mirror_in_use,
                   (unsigned long long)sn->mirror_files, (unsigned long long)sn->mirror_partial,
-                  (unsigned long long)sn->mirror_waiting);
+                  (unsigned long long)sn->mirror_waiting,
+                  sn->mirror_up == 0 ? "null" : sn->mirror_up == 2 ? "true" : "false",
+                  (unsigned long long)sn->mirror_last_success,
+                  (unsigned long long)sn->mirror_failures_in_row);
     free(sn);
     return strbuf_detach(&b, NULL);
 }

@@ -63,6 +63,8 @@ struct mirror *mirror_start(const struct config *cfg, int *rc, char *errbuf, siz
         .max_bps = cfg->upstream_max_bytes_per_second,
         .auth_ttl = cfg->mirror_auth_ttl,
         .own_auth = auth,
+        .serve_stale = strcmp(cfg->mirror_offline, "strict") != 0,
+        .stale_max_age = cfg->mirror_stale_max_age,
     };
     struct st_error err;
     struct mirror *m = mirror_new(&o, &err);

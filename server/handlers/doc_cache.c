@@ -2,7 +2,7 @@
  *
  * Locking: the cache's mutex guards the queue and is held only to add or
  * take a job or a waiter, never across a render or a callback; a model's
- * doc_lock (core/registry.h) only to copy or swap a document pointer. The
+ * doc_lock (core/registry/registry.h) only to copy or swap a document pointer. The
  * two are never held together. */
 #include "doc_cache.h"
 

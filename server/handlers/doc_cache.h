@@ -3,7 +3,7 @@
  * repo's two, its document (/api/models/{repo}) and its listing (every tree
  * and paths-info answer is a view of it: server/handlers/hub_doc.h),
  * rendered on a thread of their own, once per state, and shared by
- * reference between the answers that send them (core/shared_doc.h).
+ * reference between the answers that send them (core/body/shared_doc.h).
  *
  * An HTTP thread never renders and never waits for a render: it takes a
  * reference to the model's cached document when that is fresh enough

@@ -440,3 +440,12 @@ char *view_query(const struct request_view *v, const char *key, int form, size_t
         *bad = 1;
     return d;
 }
+
+void answer_reads_mirrored(struct representation *rep, const struct mirror_read *rd, size_t n)
+{
+    rep->mirror = rd;
+    rep->n_mirror = n;
+    rep->arriving = 0;
+    for (size_t i = 0; i < n; i++)
+        rep->arriving |= !rd[i].complete;
+}

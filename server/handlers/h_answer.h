@@ -57,6 +57,7 @@ enum http_status {
     HTTP_INTERNAL_SERVER_ERROR = 500,
     HTTP_BAD_GATEWAY = 502,
     HTTP_SERVICE_UNAVAILABLE = 503,
+    HTTP_GATEWAY_TIMEOUT = 504,
 };
 
 /* A request as a handler sees it. The front (server/http/http_answer.c) makes one from
@@ -89,6 +90,17 @@ struct request_view {
     void *wait_job;                 /* what the wait's start returned (a mirror's job), or NULL */
 };
 
+/* A mirrored file a body reads (server/handlers/h_mirror*.c), through
+ * descriptor fd, whose bytes may still be arriving. */
+struct mirror_read {
+    int fd;
+    struct mirror_file *f;
+    int parts;                   /* the body sends parts of the file (a tensor, a slice), not the
+                                  * file: its last byte need not wait for the file's hash
+                                  * (mirror/mirror.h, MIRROR_PARTS) */
+    int complete;                /* every byte of it was there, checked, when it was opened */
+};
+
 /* A body and its validators. Every byte it points to in memory (the
  * prefix, `mem`, a source's context, the pieces) lives as long as the
  * answer: in its arena, in a model the arena holds, or in static memory. */
@@ -105,12 +117,17 @@ struct representation {
     const char *cache_control;   /* Cache-Control; NULL means "no-cache" (revalidate with the
                                   * validators before each reuse) */
     const char *disposition;     /* Content-Disposition (answer_disposition), or NULL */
-    struct mirror_file *mirror;  /* the body is this mirrored file's bytes, which may still be
-                                  * arriving (body.fd is its descriptor): read as they come,
-                                  * the response holding its own reference; NULL otherwise */
+    /* The mirrored files the body reads, mirror[0..n_mirror), whose bytes may
+     * still be arriving: the front asks the mirror for the blocks it sends
+     * and reads each span once they are there (server/http/gate.h). The
+     * answer holds a reference to each (mirror_answer_hold). */
+    const struct mirror_read *mirror;
+    size_t n_mirror;
+    int arriving;                /* one of them was not complete when answered: its bytes are
+                                  * read as they come, never from memory or at once */
     int no_read;                 /* HEAD of a body nothing was opened for: headers only */
     int document;                /* a document the daemon wrote (JSON, XML, text): sent
-                                  * compressed to a client that accepts it (core/encoding.h);
+                                  * compressed to a client that accepts it (core/body/encoding.h);
                                   * never a byte body, which goes out as stored */
     const char *gzip;            /* the document's gzip form made already (kept with it, in
                                   * memory that lives as long as the answer), or NULL: made
@@ -147,6 +164,12 @@ struct answer_wait {
     void (*done)(void *arg, int result); /* the front's */
     void *done_arg;
 };
+
+/* rep reads the mirrored files rd[0..n) (in the answer's arena, each held
+ * by it): the front asks the mirror for what the answer sends, and reads
+ * them as their bytes arrive when one was not complete yet
+ * (server/http/gate.h). */
+void answer_reads_mirrored(struct representation *rep, const struct mirror_read *rd, size_t n);
 
 /* The longest error message an answer keeps (longer ones are cut). */
 #define ANSWER_MESSAGE_MAX 1023

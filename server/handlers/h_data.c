@@ -55,10 +55,29 @@ static int file_fd(struct answer *a, const struct reg_model *m, const struct reg
     return -1;
 }
 
-struct answer *handle_file(const struct request_view *v, struct answer *a,
-                           const struct reg_model *m, const struct reg_file *f, int header_only)
+/* The descriptor to read f through: the model's (file_fd), or the one its
+ * files' source opened for the answer, which the front then reads as the
+ * mirrored file it is (rep->file_st is then NULL: its content is fixed by
+ * its hash). */
+static int read_fd(const struct request_view *v, struct answer *a, const struct reg_model *m,
+                   const struct reg_file *f, const struct model_files *mf, int parts,
+                   struct representation *rep)
 {
-    (void)v;
+    if (!mf)
+        return file_fd(a, m, f);
+    struct mirror_read *rd = answer_alloc(a, sizeof(*rd));
+    int fd = mf->open(mf, v, a, f, parts, rd);
+    if (fd >= 0) {
+        rep->file_st = NULL;
+        answer_reads_mirrored(rep, rd, 1);
+    }
+    return fd;
+}
+
+struct answer *handle_file(const struct request_view *v, struct answer *a,
+                           const struct reg_model *m, const struct reg_file *f, int header_only,
+                           const struct model_files *mf)
+{
     const struct st_header *h = f->header;
     char file_etag[REG_ETAG_MAX];
     struct representation rep = {
@@ -70,9 +89,18 @@ struct answer *handle_file(const struct request_view *v, struct answer *a,
     if (header_only && !h)
         return answer_error(a, HTTP_BAD_REQUEST, "not_safetensors",
                             "\"%.300s\" is not a valid safetensors file", f->name);
-    rep.body.fd = file_fd(a, m, f);
-    if (rep.body.fd < 0)
-        return a;
+    if (mf && v->is_head) { /* a mirrored file's HEAD opens nothing: headers only */
+        rep.no_read = 1;
+        rep.file_st = NULL;
+    } else if (!(header_only && h->raw)) { /* the header in memory reads no file */
+        /* A mirrored file's header, or a Range of it (a client reading its
+         * tensors), is read as parts of it: every byte as it arrives; the
+         * whole file as a download, its last byte after the hash. */
+        int parts = header_only || view_header(v, "Range") != NULL;
+        rep.body.fd = read_fd(v, a, m, f, mf, parts, &rep);
+        if (rep.body.fd < 0)
+            return a;
+    }
     reg_file_etag(f, file_etag);
     memcpy(rep.etag, file_etag, strlen(file_etag) + 1);
     if (header_only) {
@@ -81,6 +109,7 @@ struct answer *handle_file(const struct request_view *v, struct answer *a,
         if (h->raw) { /* the validated bytes, kept by the model */
             rep.body = (struct body){.prefix = (const char *)h->raw + ST_PREFIX_LEN,
                                      .prefix_len = h->header_len, .fd = -1};
+            rep.file_st = NULL;
             answer_hold_model(a, m);
         } else {
             rep.body.data_off = ST_PREFIX_LEN;
@@ -223,9 +252,9 @@ static const char *tensor_disposition(struct answer *a, const struct st_tensor *
 }
 
 struct answer *handle_tensor(const struct request_view *v, struct answer *a,
-                             const struct reg_model *m, const struct reg_tensor *t)
+                             const struct reg_model *m, const struct reg_tensor *t,
+                             const struct model_files *mf)
 {
-    (void)m;
     const struct st_tensor *st = t->t;
     const struct reg_file *f = t->file;
     struct tensor_query q = {0};
@@ -246,6 +275,11 @@ struct answer *handle_tensor(const struct request_view *v, struct answer *a,
         goto out;
     if (rep.body.data_len == 0)
         rep.body.fd = -1;
+    else if (mf && v->is_head) { /* a mirrored tensor's HEAD opens nothing: headers only */
+        rep.no_read = 1;
+        rep.file_st = NULL;
+    } else if (mf && (rep.body.fd = read_fd(v, a, m, f, mf, 1, &rep)) < 0)
+        goto out;
 
     /* The representation depends on the file, the tensor, the slice and the format. */
     uint64_t h = hash_fnv1a(st->name, st->name_len + 1, HASH_FNV_SEED);

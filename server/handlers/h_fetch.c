@@ -1,6 +1,6 @@
 /* POST /v1/models/{model}/fetch and its GET ?q= form: many tensors, slices
  * and tensor-parallel parts as one safetensors file. The request is parsed
- * by core/fetch_req, the answer planned by core/fetch_plan; this file maps
+ * by core/req/fetch_req, the answer planned by core/req/fetch_plan; this file maps
  * their outcomes to HTTP and hands the plan to the answer as the body's
  * source, so Range, conditional requests, sendfile of contiguous spans and
  * the streamed reader all apply as for any other byte body. */
@@ -40,8 +40,31 @@ static void free_plan(void *plan)
     fetch_plan_free(plan);
 }
 
+/* A mirrored model's plan reads the files it uses through descriptors the
+ * answer opens and holds (their bytes may still be arriving). Returns 0,
+ * or -1 with the answer filled. */
+static int open_elsewhere(const struct request_view *v, struct answer *a,
+                          const struct reg_model *m, const struct model_files *mf,
+                          struct fetch_plan *plan, struct representation *rep)
+{
+    int *fds = answer_alloc(a, (m->n_files ? m->n_files : 1) * sizeof(*fds));
+    struct mirror_read *rd = answer_alloc(a, (m->n_files ? m->n_files : 1) * sizeof(*rd));
+    size_t n = 0;
+    for (size_t i = 0; i < m->n_files; i++) {
+        fds[i] = -1;
+        if (!fetch_plan_uses(plan, i))
+            continue;
+        if ((fds[i] = mf->open(mf, v, a, &m->files[i], 1, &rd[n])) < 0)
+            return -1;
+        n++;
+    }
+    fetch_plan_read_through(plan, fds);
+    answer_reads_mirrored(rep, rd, n);
+    return 0;
+}
+
 struct answer *handle_fetch(const struct request_view *v, struct answer *a,
-                            const struct reg_model *m)
+                            const struct reg_model *m, const struct model_files *mf)
 {
     const struct config *cfg = v->srv->cfg;
     int is_post = strcmp(v->method, "POST") == 0, bad = 0;
@@ -81,7 +104,7 @@ struct answer *handle_fetch(const struct request_view *v, struct answer *a,
                      m->name, m->n_tensors, cfg->max_fetch_tensors);
         goto out;
     }
-    struct fetch_plan_limits plim = {.max_bytes = cfg->max_fetch_bytes};
+    struct fetch_plan_limits plim = {.max_bytes = cfg->max_fetch_bytes, .elsewhere = mf != NULL};
     if (fetch_plan_build(m, &req, &plim, &plan, &rerr) < 0) {
         plan_error(a, &rerr);
         goto out;
@@ -104,6 +127,10 @@ struct answer *handle_fetch(const struct request_view *v, struct answer *a,
         .content_type = "application/octet-stream",
         .mtime = plan->mtime_ns / 1000000000,
     };
+    /* A mirrored model's HEAD opens nothing: headers only. */
+    rep.no_read = mf && v->is_head;
+    if (mf && !v->is_head && open_elsewhere(v, a, m, mf, plan, &rep) < 0)
+        goto out;
     /* Weak while any file's tag is: the answer is only as provably the same
      * as the files it is cut from. */
     snprintf(rep.etag, sizeof(rep.etag), "%s\"f%016" PRIx64 "%016" PRIx64 "\"",

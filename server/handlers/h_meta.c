@@ -9,6 +9,7 @@
 #include "gpu_manager.h"
 #include "gpu_doc.h"
 #include "handlers.h"
+#include "h_mirror.h"
 #include "hasher.h"
 #include "metrics.h"
 #include "model_doc.h"
@@ -20,6 +21,7 @@ static void model_row(struct jsonw *w, struct server *srv, const struct reg_mode
     size_t known = model_doc_hashes_known(m);
     jsonw_obj(w);
     jsonw_kstr(w, "name", m->name);
+    jsonw_kstr(w, "source", "local");
     jsonw_kstr(w, "state", m->state == MODEL_READY ? "ready" : "invalid");
     jsonw_kbool(w, "sharded", m->sharded);
     jsonw_ku64(w, "files", m->n_files);
@@ -89,10 +91,14 @@ struct answer *handle_models(const struct request_view *v, struct answer *a,
     jsonw_karr(&w, "models");
     for (size_t i = 0; i < reg->n_models; i++)
         model_row(&w, v->srv, reg->models[i]);
+    if (v->srv->mirror)
+        mirror_list_models(&w, v->srv, reg);
     jsonw_arr_end(&w);
     jsonw_ku64(&w, "generation", reg->generation);
     gpu_status(&w, v->srv);
     hashing(&w, v->srv->hasher);
+    if (v->srv->mirror)
+        mirror_status(&w, v->srv);
     jsonw_obj_end(&w);
     /* GPU states and hashes change without a reload, so the list carries no validator. */
     return answer_jsonw(a, HTTP_OK, &w);

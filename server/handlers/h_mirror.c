@@ -1,16 +1,18 @@
-/* h_mirror: the HTTP answers of a pull-through mirror (`upstream = URL`;
- * mirror/mirror.h has the design, docs/OPERATIONS.md "A pull-through
- * mirror" the operator's view).
+/* h_mirror: the Hugging Face routes of a pull-through mirror (`upstream =
+ * URL`; mirror/mirror.h has the design, docs/OPERATIONS.md "A pull-through
+ * mirror" the operator's view; the mirror's other routes are h_mirror_v1.c,
+ * h_mirror_s3.c, h_mirror_gpu.c and h_mirror_list.c, what they share
+ * h_mirror_job.c).
  *
  * A mirror's Hugging Face endpoint is its upstream's: every Hub route is
  * answered from the upstream, through the cache for file bytes. Nothing
  * here talks to the upstream: a request that needs it (a file's metadata,
- * a document, a model's headers for a preload) suspends its connection and
- * answers "wait for this job" (mirror/mirror_job.h); the job's callback ends
- * the wait, and the request is dispatched again and answers from the job's
- * result. File bytes go out as they arrive: the answer's reader suspends
- * the connection when it reaches bytes the mirror has not fetched yet, and
- * the fetcher that brings them resumes it (server/http/stream.c).
+ * a document) suspends its connection and answers "wait for this job"
+ * (mirror/mirror_job.h); the job's callback ends the wait, and the request
+ * is dispatched again and answers from the job's result. File bytes go out
+ * as they arrive: the answer's reader suspends the connection when it
+ * reaches bytes the mirror has not fetched yet, and the fetcher that
+ * brings them resumes it (server/http/gate.c).
  *
  *   - `/{repo}/resolve|raw/{rev}/{path}`: the upstream is asked about the
  *     file (HEAD, with the caller's Authorization, whose answer is kept
@@ -26,10 +28,12 @@
  *     found the body to be JSON, and as application/json whatever type the
  *     upstream named (an HTML page would run on this origin); a body that is
  *     not JSON is refused (502).
- *   - `POST /v1/models/{repo}/gpu` for a repo the models root does not
- *     hold: the repo's model prepared by the mirror (mirror/mirror_model.h),
- *     preloaded as its bytes arrive.
- *   - `/v1/blobs/sha256:{hex}`: also the mirror's complete files. */
+ *   - While the upstream cannot be reached, the job answers with the last
+ *     answer the upstream gave to the same question, when this caller may
+ *     have it (mirror/mirror_names.h): marked stale (Age, X-Tensord-Stale);
+ *     a file it names that the cache does not hold whole is 504 at once.
+ *   - `/v1/blobs/sha256:{hex}`: also the mirror's complete files (h_blob.c,
+ *     with mirror_answer_hold). */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -38,89 +42,15 @@
 #include <strings.h>
 
 #include "digest.h"
-#include "gpu_manager.h"
-#include "gpu_req.h"
 #include "h_hub_int.h"
-#include "h_mirror.h"
+#include "h_mirror_int.h"
 #include "handlers.h"
 #include "mirror.h"
 #include "mirror_ask.h"
 #include "mirror_job.h"
-#include "mirror_model.h"
 #include "route.h"
 #include "upstream.h"
 #include "util.h"
-
-static void job_done(void *arg)
-{
-    answer_resume(arg, 0);
-}
-
-static void job_release(void *job)
-{
-    mirror_job_release(job);
-}
-
-/* The job a request waits for, submitted when the wait starts. When the
- * queue refuses it (full, or the mirror stopping) the request is dispatched
- * again at once with no job and the reason as its wait's result
- * (job_refused answers it). Its arguments are copied into the answer's
- * arena. */
-struct job_wait {
-    struct mirror *m;
-    uint64_t client;
-    enum { JOB_META, JOB_DOC, JOB_MODEL } kind;
-    const char *repo, *rev, *path, *auth;      /* JOB_META; JOB_MODEL: repo */
-    const char *method, *target, *body, *ctype; /* JOB_DOC */
-    size_t body_len;
-};
-
-static void *start_job(struct answer *a)
-{
-    const struct job_wait *w = a->wait.ctx;
-    int why = 0;
-    struct mirror_job *j =
-        w->kind == JOB_META ? mirror_job_meta(w->m, w->client, w->repo, w->rev, w->path, w->auth,
-                                              job_done, a, &why)
-        : w->kind == JOB_DOC ? mirror_job_doc(w->m, w->client, w->method, w->target, w->body,
-                                              w->body_len, w->ctype, w->auth, job_done, a, &why)
-                             : mirror_job_model(w->m, w->client, w->repo, "main", job_done, a,
-                                                &why);
-    if (!j)
-        answer_resume(a, why);
-    return j;
-}
-
-/* A request dispatched again without the job it waited for: the queue
- * refused it (503 at once, never after a wait). Returns NULL when v is no
- * such request. */
-static struct answer *job_refused(const struct request_view *v, struct answer *a, int hub)
-{
-    if (!v->waited || v->wait_job)
-        return NULL;
-    int full = v->wait_result == -EAGAIN;
-    const char *why = full ? "too many questions to the mirror's upstream wait: retry"
-                           : "the mirror is stopping";
-    if (hub)
-        return answer_hub_error(a, HTTP_SERVICE_UNAVAILABLE, NULL, MIRROR_JOB_RETRY_AFTER, "%s",
-                                why);
-    return answer_error(a, HTTP_SERVICE_UNAVAILABLE, full ? "busy" : "stopping", "%s", why);
-}
-
-static const char *copy(struct answer *a, const char *s)
-{
-    return s ? answer_strdup(a, s) : NULL;
-}
-
-/* A job that failed (rc, e), in the Hub's dialect: the mirror is stopping
- * (503), or the upstream could not be reached or gave an answer the mirror
- * cannot use (502). */
-static struct answer *job_failed(struct answer *a, int rc, const struct st_error *e)
-{
-    if (rc == -ECANCELED)
-        return answer_hub_error(a, HTTP_SERVICE_UNAVAILABLE, NULL, 1, "the mirror is stopping");
-    return answer_hub_error(a, HTTP_BAD_GATEWAY, NULL, 0, "upstream: %s", e->message);
-}
 
 /* ---- files -------------------------------------------------------------------- */
 
@@ -141,25 +71,6 @@ static struct answer *upstream_error(struct answer *a, const struct mirror_meta 
                                 msg ? msg : "busy, retry");
     return answer_hub_error(a, HTTP_BAD_GATEWAY, code, 0, "upstream answered %ld for %.300s%s%s",
                             st, path, msg ? ": " : "", msg ? msg : "");
-}
-
-/* A mirrored file an answer holds. */
-struct held_file {
-    struct mirror *m;
-    struct mirror_file *f;
-};
-
-static void unref_held(void *arg)
-{
-    struct held_file *h = arg;
-    mirror_unref(h->m, h->f);
-}
-
-void mirror_answer_hold(struct answer *a, struct mirror *m, struct mirror_file *f)
-{
-    struct held_file *h = answer_alloc(a, sizeof(*h));
-    *h = (struct held_file){m, f};
-    answer_defer(a, unref_held, h);
 }
 
 /* The file's bytes at its commit: from the cache, fetched as they are
@@ -185,8 +96,15 @@ static struct answer *serve_bytes(const struct request_view *v, struct answer *a
                                     NULL, 5, "mirror: %s", e.message);
         mirror_answer_hold(a, m, f); /* until the request ends */
         rep.body.fd = mirror_file_fd(f);
-        if (!mirror_file_complete(m, f))
-            rep.mirror = f; /* read as it arrives: the response takes its own reference */
+        struct mirror_read *rd = answer_alloc(a, sizeof(*rd));
+        *rd = (struct mirror_read){.fd = rep.body.fd, .f = f,
+                                   .complete = mirror_file_complete(m, f)};
+        /* Kept answers name what the cache holds: bytes it lacks cannot come. */
+        if (meta->stale >= 0 && !rd->complete)
+            return answer_hub_error(a, HTTP_GATEWAY_TIMEOUT, NULL, 0, "the upstream %s cannot be "
+                                    "reached, and the mirror's cache does not hold all of %.300s",
+                                    upstream_base(mirror_upstream(m)), rt->name);
+        answer_reads_mirrored(&rep, rd, 1);
     }
     answer_header(a, "X-Repo-Commit", meta->commit);
     hub_linked(a, meta->lfs, etag, meta->id.size);
@@ -199,24 +117,22 @@ static struct answer *mirror_file_route(const struct request_view *v, struct ans
     struct mirror *m = v->srv->mirror;
     const char *auth = view_header(v, "Authorization");
     struct mirror_meta meta;
-    if (job_refused(v, a, 1))
+    if (mirror_answer_refused(v, a, MD_HUB))
         return a;
     if (v->wait_job) {
         struct st_error e;
         int rc = mirror_job_status(v->wait_job, &e);
         if (rc < 0)
-            return job_failed(a, rc, &e);
+            return mirror_answer_failed(a, MD_HUB, rc, &e);
         meta = *mirror_job_meta_result(v->wait_job);
     } else if (!mirror_meta_cached(m, rt->model, rt->rev, rt->name, auth, &meta)) {
-        struct job_wait *w = answer_alloc(a, sizeof(*w));
-        *w = (struct job_wait){.m = m, .client = v->client, .kind = JOB_META,
-                               .repo = copy(a, rt->model),
-                               .rev = copy(a, rt->rev), .path = copy(a, rt->name),
-                               .auth = copy(a, auth)};
-        return answer_wait(a, start_job, job_release, w);
+        struct mirror_wait w = {.m = m, .client = v->client, .kind = MW_META, .repo = rt->model,
+                                .rev = rt->rev, .path = rt->name, .auth = auth};
+        return mirror_answer_wait(a, &w);
     }
     if (meta.status != 200)
         return upstream_error(a, &meta, rt->name);
+    mirror_answer_stale(a, meta.stale);
     char hex[65], etag[80];
     digest_hex(meta.id.digest, meta.id.kind == MIRROR_SHA256 ? 32 : 20, hex);
     snprintf(etag, sizeof(etag), "\"%s\"", hex);
@@ -281,27 +197,27 @@ static struct answer *not_json(struct answer *a, const struct mirror_doc *d, con
 
 static struct answer *mirror_doc_route(const struct request_view *v, struct answer *a)
 {
-    if (job_refused(v, a, 1))
+    if (mirror_answer_refused(v, a, MD_HUB))
         return a;
     if (!v->wait_job) {
-        struct job_wait *w = answer_alloc(a, sizeof(*w));
         /* A HEAD is asked as a GET: the answer's Content-Length is the body's. */
-        *w = (struct job_wait){.m = v->srv->mirror, .client = v->client, .kind = JOB_DOC,
-                               .method = v->is_head ? "GET" : copy(a, v->method),
-                               .target = copy(a, route_origin_form(v->target)), .body = v->body,
-                               .body_len = v->body_len,
-                               .ctype = copy(a, view_header(v, "Content-Type")),
-                               .auth = copy(a, view_header(v, "Authorization"))};
-        return answer_wait(a, start_job, job_release, w);
+        struct mirror_wait w = {.m = v->srv->mirror, .client = v->client, .kind = MW_DOC,
+                                .method = v->is_head ? "GET" : v->method,
+                                .target = route_origin_form(v->target), .body = v->body,
+                                .body_len = v->body_len,
+                                .ctype = view_header(v, "Content-Type"),
+                                .auth = view_header(v, "Authorization")};
+        return mirror_answer_wait(a, &w);
     }
     struct st_error e;
     int rc = mirror_job_status(v->wait_job, &e);
     if (rc < 0)
-        return job_failed(a, rc, &e);
+        return mirror_answer_failed(a, MD_HUB, rc, &e);
     const struct mirror_doc *d = mirror_job_doc_result(v->wait_job);
     const struct upstream_answer *u = &d->a;
     if (!d->json) /* an HTML page would run on this origin: never passed on */
         return not_json(a, d, route_origin_form(v->target));
+    mirror_answer_stale(a, d->stale);
     const char *pass[][2] = {{"X-Repo-Commit", u->commit}, {"X-Error-Code", u->error_code},
                              {"X-Error-Message", u->error_message}};
     for (size_t i = 0; i < sizeof(pass) / sizeof(pass[0]); i++)
@@ -333,121 +249,3 @@ struct answer *handle_mirror_hub(const struct request_view *v, struct answer *a,
     return mirror_doc_route(v, a);
 }
 
-/* ---- preloads ------------------------------------------------------------------- */
-
-/* A mirror's model as the GPU manager's source of bytes. */
-struct model_source {
-    struct gm_source base;     /* first: the manager hands this back */
-    struct mirror_model *mm;
-};
-
-static int source_present(void *arg, const void *file, uint64_t off, uint64_t len)
-{
-    return mirror_model_present(arg, file, off, len);
-}
-
-static int source_wait(void *arg, const void *file, uint64_t off, uint64_t len,
-                       const atomic_int *cancel, struct st_error *err)
-{
-    return mirror_model_wait(arg, file, off, len, cancel, err);
-}
-
-static void source_release(struct gm_source *s)
-{
-    struct model_source *ms = (struct model_source *)s;
-    mirror_model_free(ms->mm);
-    free(ms);
-}
-
-static struct gm_source *source_new(struct mirror_model *mm)
-{
-    struct model_source *ms = xcalloc(1, sizeof(*ms));
-    ms->mm = mm;
-    ms->base.gate = (struct gpu_gate){.present = source_present, .wait = source_wait, .arg = mm};
-    ms->base.release = source_release;
-    return &ms->base;
-}
-
-/* A mirror's POST body: one device, the whole model (its files arrive as
- * the load reads them, so no partition is planned from them). Returns the
- * device name (the caller frees it), or NULL with e. */
-static char *mirror_device(const struct request_view *v, struct gpu_req_error *e)
-{
-    struct gpu_req_preload p;
-    if (gpu_req_preload_parse(v->body ? v->body : "", v->body_len, &p, e) < 0)
-        return NULL;
-    char *device = p.device;
-    if (!device || p.split.has_split) {
-        *e = (struct gpu_req_error){.code = "bad_request", .http_status = HTTP_BAD_REQUEST,
-                                    .message = "a mirrored model is preloaded whole on one "
-                                               "device: {\"device\": D}, no \"devices\" or "
-                                               "\"split\""};
-        device = NULL;
-    } else {
-        p.device = NULL;
-    }
-    gpu_req_preload_free(&p);
-    return device;
-}
-
-static struct answer *mirror_preload(const struct request_view *v, struct answer *a,
-                                     const char *model)
-{
-    struct gpu_manager *gm = v->srv->gpu;
-    struct gpu_req_error de;
-    struct jsonw w = JSONW_INIT;
-    char *device = mirror_device(v, &de);
-    int status = 0, rc;
-    if (!device)
-        return handle_gpu_answer(a, -EINVAL, status, &w, &de);
-    if (job_refused(v, a, 0)) {
-        free(device);
-        return a;
-    }
-    if (!v->wait_job) {
-        /* Loaded or loading already: that instance, without asking the upstream. */
-        rc = gpu_req_preload_model(gm, model, device, NULL, NULL, &w, &status, &de);
-        free(device);
-        if (rc == 0 || de.http_status != HTTP_NOT_FOUND)
-            return handle_gpu_answer(a, rc, status, &w, &de);
-        struct job_wait *jw = answer_alloc(a, sizeof(*jw));
-        *jw = (struct job_wait){.m = v->srv->mirror, .client = v->client, .kind = JOB_MODEL,
-                                .repo = copy(a, model)};
-        return answer_wait(a, start_job, job_release, jw);
-    }
-    struct mirror_model *mm;
-    struct st_error e;
-    rc = mirror_job_model_take(v->wait_job, &mm, &e);
-    if (rc < 0) {
-        free(device);
-        if (rc == -ECANCELED)
-            return answer_error(a, HTTP_SERVICE_UNAVAILABLE, "stopping", "the mirror is stopping");
-        unsigned st = e.code == ST_ERR_NOT_FOUND          ? HTTP_NOT_FOUND
-                      : e.code == ST_ERR_INVALID_ARGUMENT ? HTTP_CONFLICT
-                                                          : HTTP_BAD_GATEWAY;
-        return answer_error(a, st, st == HTTP_NOT_FOUND  ? "model_not_found"
-                                   : st == HTTP_CONFLICT ? "model_invalid"
-                                                         : "upstream_error",
-                            "%s", e.message);
-    }
-    struct gm_source *src = source_new(mm);
-    rc = gpu_req_preload_model(gm, model, device, mirror_model_reg(mm), &src, &w, &status, &de);
-    if (src) /* no new instance took it: the model goes */
-        src->release(src);
-    free(device);
-    return handle_gpu_answer(a, rc, status, &w, &de);
-}
-
-struct answer *handle_mirror_gpu(const struct request_view *v, struct answer *a,
-                                 const char *model)
-{
-    if (!v->srv->gpu)
-        return answer_error(a, HTTP_SERVICE_UNAVAILABLE, "gpu_unavailable",
-                            "GPU sharing is not running in this daemon");
-    if (strcmp(v->method, "POST") != 0)
-        return handle_gpu(v, a, model); /* GET, DELETE: the instance's by name */
-    if (!v->wait_job && !view_preconditions_hold(v))
-        return answer_error(a, HTTP_PRECONDITION_FAILED, "precondition_failed",
-                            "If-Match or If-None-Match did not hold; nothing was done");
-    return mirror_preload(v, a, model);
-}

@@ -15,15 +15,35 @@ struct gpu_req_error;
 struct jsonw;
 struct route;
 
+/* Where a model's file bytes are read from: NULL for a model of the models
+ * root (its files' own descriptors), else a mirror's cache (a mirrored
+ * model, server/handlers/h_mirror_v1.c): open gives the descriptor answer
+ * a reads file rf through (a held by it until the request ends) and fills
+ * *rd, what the front reads it as (its bytes may still be arriving); or
+ * answers a and returns -1 when it cannot be had. */
+struct model_files {
+    int (*open)(const struct model_files *mf, const struct request_view *v, struct answer *a,
+                const struct reg_file *rf, int parts, struct mirror_read *rd);
+    void *arg;
+};
+
 struct answer *handle_models(const struct request_view *v, struct answer *a,
                              const struct reg_snapshot *reg);
+/* A model's routes once it is found (server/handlers/h_model.c): ROUTE_MODEL,
+ * ROUTE_MODEL_HEADER, ROUTE_FILE, ROUTE_FILE_HEADER, ROUTE_TENSOR,
+ * ROUTE_FETCH; mf as for handle_file. */
+struct answer *handle_model_route(const struct request_view *v, struct answer *a,
+                                  const struct route *rt, const struct reg_model *m,
+                                  const struct model_files *mf);
 /* The model's description, or its merged header. */
 struct answer *handle_model(const struct request_view *v, struct answer *a,
                             const struct reg_model *m, int merged_header);
 struct answer *handle_file(const struct request_view *v, struct answer *a,
-                           const struct reg_model *m, const struct reg_file *f, int header_only);
+                           const struct reg_model *m, const struct reg_file *f, int header_only,
+                           const struct model_files *mf);
 struct answer *handle_tensor(const struct request_view *v, struct answer *a,
-                             const struct reg_model *m, const struct reg_tensor *t);
+                             const struct reg_model *m, const struct reg_tensor *t,
+                             const struct model_files *mf);
 /* GET, POST, DELETE /v1/models/{model}/gpu (the model by name: the
  * manager's instances are); GET and DELETE take ?device= and &rank=. */
 struct answer *handle_gpu(const struct request_view *v, struct answer *a, const char *model);
@@ -32,7 +52,7 @@ struct answer *handle_gpu(const struct request_view *v, struct answer *a, const 
 struct answer *handle_gpu_answer(struct answer *a, int rc, int status, struct jsonw *w,
                                  const struct gpu_req_error *e);
 struct answer *handle_fetch(const struct request_view *v, struct answer *a,
-                            const struct reg_model *m);
+                            const struct reg_model *m, const struct model_files *mf);
 /* The Hugging Face endpoint (server/handlers/h_hub.c): every ROUTE_HUB_* route. */
 struct answer *handle_hub(const struct request_view *v, struct answer *a,
                           const struct reg_snapshot *reg, const struct route *rt);

@@ -109,7 +109,7 @@ static void safetensors_info(struct jsonw *w, const struct reg_model *m)
 #define CARD_README_MAX (1u << 20)
 
 /* The card of f, README.md (its YAML front matter as JSON, see
- * core/card_yaml.h), into *card: a document, empty when the front matter
+ * core/req/card_yaml.h), into *card: a document, empty when the front matter
  * is missing or no mapping. Returns 0, -ESTALE when README.md changed since
  * it was hashed (the card would not be the commit's), or another -errno
  * (nothing to keep: the next request tries again). */

@@ -1,10 +1,10 @@
 /* hub_doc: the Hugging Face endpoint's documents of a repo that are made
  * once per repo and shared (API.md "Hugging Face endpoint"): the repo's own
  * document, and its listing, every entry of its tree once, from which each
- * tree and paths-info answer is a view (core/shared_doc.h). A repo never
+ * tree and paths-info answer is a view (core/body/shared_doc.h). A repo never
  * changes (a new version of a file makes a new repo), so neither do they.
  * server/handlers/doc_cache renders them on its thread and keeps them in
- * the repo (core/reg_repo.h), server/handlers/h_hub_api answers from them:
+ * the repo (core/registry/reg_repo.h), server/handlers/h_hub_api answers from them:
  * no HTTP thread renders a repo's documents, and a connection that does not
  * read holds a reference, never a copy.
  *
@@ -37,7 +37,7 @@
 #define HUB_COMMIT_TITLE "Content as served by tensord"
 
 /* README.md's card of r as JSON (empty: none), read and converted once per
- * repo (core/reg_repo.h), into *out (NULL when the repo has no README.md,
+ * repo (core/registry/reg_repo.h), into *out (NULL when the repo has no README.md,
  * or it could not be read: logged). Returns 0, or -ESTALE when README.md
  * changed since it was hashed (the caller answers 503). */
 int hub_doc_card(const struct reg_repo *r, const struct shared_doc **out);

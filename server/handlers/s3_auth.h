@@ -1,6 +1,6 @@
 /* s3_auth: who may use the S3 API. With s3_access_key set, every request
  * must carry an AWS Signature Version 4 (Authorization header or presigned
- * URL) made with that key's secret, checked here (core/s3_req builds what
+ * URL) made with that key's secret, checked here (core/req/s3_req builds what
  * the signature covers); without it, the API is anonymous, and only while
  * the daemon has no bearer tokens (an S3 client cannot send one, and
  * anonymous S3 must not open what the tokens close). */

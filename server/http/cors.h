@@ -27,7 +27,7 @@
     "ETag, Content-Range, Content-Length, Content-Disposition, Accept-Ranges, X-Repo-Commit, " \
     "X-Linked-Etag, X-Linked-Size, X-Error-Code, X-Error-Message, Location, X-Tensor-Dtype, "  \
     "X-Tensor-Shape, Retry-After, Last-Modified, Link, Allow, WWW-Authenticate, "             \
-    "x-amz-bucket-region, Docker-Content-Digest"
+    "x-amz-bucket-region, Docker-Content-Digest, Age, X-Tensord-Stale"
 /* How long a browser may keep a preflight's answer (Chromium keeps 2 h at most). */
 #define CORS_MAX_AGE "600"
 

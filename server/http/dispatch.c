@@ -105,39 +105,14 @@ static struct answer *dispatch_model(const struct request_view *v, struct answer
     const struct reg_model *m = reg_snapshot_find_model(reg, rt->model, rt->model_len);
     if (!m && rt->kind == ROUTE_GPU && v->srv->mirror) /* a model of the upstream */
         return handle_mirror_gpu(v, a, rt->model);
+    if (!m && v->srv->mirror)
+        return handle_mirror_model(v, a, rt);
     if (!m)
         return answer_error(a, HTTP_NOT_FOUND, "model_not_found", "no model named \"%.300s\"",
                             rt->model);
-    if (rt->kind == ROUTE_MODEL)
-        return handle_model(v, a, m, 0);
     if (rt->kind == ROUTE_GPU)
         return handle_gpu(v, a, m->name);
-    if (m->state != MODEL_READY)
-        return answer_error(a, HTTP_CONFLICT, "model_invalid", "model \"%.300s\" is invalid: %s",
-                            m->name, m->error.message);
-    switch (rt->kind) {
-    case ROUTE_MODEL_HEADER:
-        return handle_model(v, a, m, 1);
-    case ROUTE_FILE:
-    case ROUTE_FILE_HEADER: {
-        const struct reg_file *f = reg_model_find_file(m, rt->name, rt->name_len);
-        if (!f)
-            return answer_error(a, HTTP_NOT_FOUND, "file_not_found",
-                                "model \"%.300s\" has no file \"%.300s\"", m->name, rt->name);
-        return handle_file(v, a, m, f, rt->kind == ROUTE_FILE_HEADER);
-    }
-    case ROUTE_FETCH:
-        return handle_fetch(v, a, m);
-    case ROUTE_TENSOR: {
-        const struct reg_tensor *t = reg_model_find_tensor(m, rt->name, rt->name_len);
-        if (!t)
-            return answer_error(a, HTTP_NOT_FOUND, "tensor_not_found",
-                                "model \"%.300s\" has no tensor \"%.300s\"", m->name, rt->name);
-        return handle_tensor(v, a, m, t);
-    }
-    default:
-        return answer_error(a, HTTP_NOT_FOUND, "not_found", "no such endpoint");
-    }
+    return handle_model_route(v, a, rt, m, NULL);
 }
 
 /* Answers an error in the dialect of the path: the Hub's ({"error": msg},

@@ -183,6 +183,11 @@ static enum MHD_Result start_wait(struct MHD_Connection *mc, struct request *rq)
         answer_rendered(a);
         return MHD_NO; /* stopping: closed, unanswered, like a connection made now */
     }
+    /* A second wait (a mirrored model's job, then its document's render):
+     * the first one's job is done with, its result taken. */
+    if (rq->wait_release && rq->wait_job)
+        rq->wait_release(rq->wait_job);
+    rq->wait_job = NULL;
     atomic_store(&rq->wait, WAIT_SUSPENDED);
     MHD_suspend_connection(mc);
     a->wait.done = resumed;

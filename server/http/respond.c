@@ -12,6 +12,7 @@
 #include "conditional.h"
 #include "cors.h"
 #include "encoding.h"
+#include "gate.h"
 #include "jsonw.h"
 #include "metrics.h"
 #include "range.h"
@@ -323,7 +324,8 @@ static int file_changed(const struct representation *rep)
  * memory (a shared document's pieces too), read now when it is small,
  * else a span the front streams or sends with sendfile. Returns 0, or
  * -ENODATA (the file changed) or another -errno (a read error). */
-static int span_body(struct answer *a, struct reply *r, uint64_t off, uint64_t len)
+static int span_body(const struct request_view *v, struct answer *a, struct reply *r,
+                     uint64_t off, uint64_t len)
 {
     struct representation *rep = &a->rep;
     const struct body *b = &rep->body;
@@ -334,10 +336,10 @@ static int span_body(struct answer *a, struct reply *r, uint64_t off, uint64_t l
     }
     const void *p[3];
     size_t n[3];
-    unsigned k = !rep->mirror && b->src && b->src->mem && len && len <= RESPOND_DOC_BLOCK
+    unsigned k = b->src && b->src->mem && len && len <= RESPOND_DOC_BLOCK
                      ? b->src->mem(b->src_ctx, off, len, p, n)
                      : 0;
-    const char *mem = rep->mirror ? NULL : memory_span(rep, off, len);
+    const char *mem = memory_span(rep, off, len);
     if (k || mem) {
         struct reply_piece *pc = answer_alloc(a, (k ? k : 1) * sizeof(*pc));
         for (unsigned i = 0; i < k; i++)
@@ -348,7 +350,7 @@ static int span_body(struct answer *a, struct reply *r, uint64_t off, uint64_t l
         r->n_pieces = k;
         return 0;
     }
-    if (len <= RESPOND_SMALL_BODY_MAX && !rep->mirror) {
+    if (len <= RESPOND_SMALL_BODY_MAX && !rep->arriving) {
         char *buf = answer_alloc(a, len ? len : 1);
         int rc = len ? body_read(b, off, buf, len) : 0;
         /* Checked after the read: a write(2) bumps mtime before it copies
@@ -357,6 +359,8 @@ static int span_body(struct answer *a, struct reply *r, uint64_t off, uint64_t l
             return -ENODATA;
         if (rc < 0)
             return rc;
+        if (rep->n_mirror) /* from a mirror's cache, complete: counted as hits */
+            gate_want(v->srv->mirror, NULL, b, off, len);
         memory_body(a, r, buf, len);
         return 0;
     }
@@ -493,7 +497,7 @@ static void body_reply(const struct request_view *v, struct answer *a, struct re
         metrics_add(MC_MULTIRANGE_REQUESTS, 1);
         ctype = multipart_body(v, a, r, ranges, n);
     } else {
-        int rc = span_body(a, r, first_off, first_len);
+        int rc = span_body(v, a, r, first_off, first_len);
         if (rc < 0)
             return respond_failed(v, a, r, rc);
     }

@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "conns.h"
-#include "mirror.h"
+#include "gate.h"
 #include "util.h"
 
 /* A piece of the answer: literal bytes (multipart framing) or a span of the
@@ -18,6 +18,7 @@ struct piece {
     uint64_t body_off; /* body offset of a span */
     uint64_t len;
     uint64_t out_off;
+    uint64_t wanted;   /* mirrored bytes: the body offset asked of the mirror up to */
 };
 
 /* A reader's state: the body's memory is the answer's (which lives until
@@ -30,23 +31,19 @@ struct stream {
     size_t n_pieces;
     struct piece *pieces;
     size_t cursor;              /* piece of the last read: MHD reads sequentially */
-    /* A mirrored file whose bytes may still be arriving (body offsets are
-     * its offsets): the stream's own reference, and the waiter that
-     * resumes the connection, suspended while the mirror fetches. */
+    /* Mirrored files whose bytes may still be arriving: the gate says what
+     * can be read, and the connection is suspended while the mirror fetches
+     * the rest. */
+    struct gate *gate;
     struct mirror *mirror;
-    struct mirror_file *mf;
     struct MHD_Connection *conn;
     struct conns_entry *entry;  /* gives the wait up when the client leaves or idles */
-    struct mirror_waiter waiter;
 };
 
 static void stream_free(void *cls)
 {
     struct stream *s = cls;
-    if (s->mf) {
-        mirror_unwait(s->mirror, &s->waiter); /* never resumed once freed */
-        mirror_unref(s->mirror, s->mf);
-    }
+    gate_free(s->gate); /* never resumed once freed */
     if (s->body.fd >= 0)
         close(s->body.fd);
     free(s->pieces);
@@ -60,36 +57,24 @@ static void mirror_resume(void *arg)
         MHD_resume_connection(s->conn);
 }
 
-/* Nothing of [off, off + len) of the mirrored file is there yet: the
- * connection sleeps until the mirror brings its first bytes (a reader that
- * returns 0 is called again once resumed), or the connection table gives
- * it up (its client left, connection_timeout, the daemon stopping). */
-static ssize_t mirror_sleep(struct stream *s, uint64_t off, uint64_t len)
+/* Nothing of the body at off is there yet: the connection sleeps until the
+ * mirror brings the first missing byte (a reader that returns 0 is called
+ * again once resumed), or the connection table gives it up (its client
+ * left, connection_timeout, the daemon stopping). */
+static ssize_t mirror_sleep(struct stream *s)
 {
     if (conn_suspend(s->entry) < 0)
         return MHD_CONTENT_READER_END_WITH_ERROR;
-    mirror_want(s->mirror, s->mf, off, len);
     MHD_suspend_connection(s->conn);
-    if (mirror_wait(s->mirror, s->mf, off, &s->waiter) && conn_resume(s->entry))
+    if (gate_wait(s->gate, mirror_resume, s) && conn_resume(s->entry))
         MHD_resume_connection(s->conn); /* they came meanwhile */
     return 0;
-}
-
-/* How many of the n bytes at body offset off of a mirrored file can be
- * read now: n when the body is no mirror's, 0 when none is there, -1
- * when the mirror's download failed. */
-static int64_t mirror_avail(struct stream *s, uint64_t off, uint64_t n)
-{
-    if (!s->mf)
-        return (int64_t)n;
-    int64_t got = mirror_readable(s->mirror, s->mf, off, n, NULL);
-    return got < 0 ? -1 : got;
 }
 
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
     struct stream *s = cls;
-    if (s->mf && conn_gave_up(s->entry)) /* resumed to end: its client left or idled */
+    if (s->gate && conn_gave_up(s->entry)) /* resumed to end: its client left or idled */
         return MHD_CONTENT_READER_END_WITH_ERROR;
     size_t i = s->cursor;
     if (i >= s->n_pieces || pos < s->pieces[i].out_off)
@@ -101,16 +86,21 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
     s->cursor = i;
     size_t done = 0;
     while (done < max && i < s->n_pieces) {
-        const struct piece *p = &s->pieces[i];
+        struct piece *p = &s->pieces[i];
         uint64_t in = pos + done - p->out_off;
         uint64_t n = p->len - in;
         if (n > max - done)
             n = max - done;
-        int64_t avail = p->mem ? (int64_t)n : mirror_avail(s, p->body_off + in, n);
+        /* A body of very many spans is asked of the mirror as it is read. */
+        if (s->gate && !p->mem && p->wanted < p->body_off + p->len &&
+            p->body_off + in + n + GATE_AHEAD > p->wanted)
+            p->wanted = gate_want(s->mirror, s->gate, &s->body, p->wanted,
+                                  p->body_off + p->len - p->wanted);
+        int64_t avail = p->mem ? (int64_t)n : gate_avail(s->gate, &s->body, p->body_off + in, n);
         if (avail < 0) /* the upstream failed it: cut, as for a file that changed */
             return done ? (ssize_t)done : MHD_CONTENT_READER_END_WITH_ERROR;
         if (avail == 0)
-            return done ? (ssize_t)done : mirror_sleep(s, p->body_off + in, p->len - in);
+            return done ? (ssize_t)done : mirror_sleep(s);
         n = (uint64_t)avail;
         if (p->mem) {
             memcpy(buf + done, p->mem + in, n);
@@ -129,21 +119,19 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 }
 
 /* A reader over the reply's pieces, with a duplicate of the body's
- * descriptor (and its own reference to a mirrored file). */
+ * descriptor (and a gate over the mirrored files still arriving, which
+ * holds its own references to them). */
 static struct MHD_Response *reader(const struct reply *r, const struct representation *rep,
                                    const struct stream_ctx *c, size_t block)
 {
     struct stream *s = xcalloc(1, sizeof(*s));
     s->body = rep->body;
     s->body.fd = rep->body.fd >= 0 ? fcntl(rep->body.fd, F_DUPFD_CLOEXEC, 0) : -1;
-    if (rep->mirror) {
+    if (rep->arriving) {
         s->mirror = c->mirror;
-        s->mf = rep->mirror;
-        mirror_ref(s->mirror, s->mf);
+        s->gate = gate_new(c->mirror, rep->mirror, rep->n_mirror, rep->body.fd, s->body.fd);
         s->conn = c->conn;
         s->entry = c->entry;
-        s->waiter.cb = mirror_resume;
-        s->waiter.arg = s;
     }
     if (rep->file_st && s->body.fd >= 0) {
         s->file_st = *rep->file_st;
@@ -156,8 +144,8 @@ static struct MHD_Response *reader(const struct reply *r, const struct represent
         s->pieces[i] = (struct piece){.mem = p->mem, .body_off = p->off, .len = p->len,
                                       .out_off = out};
         out += p->len;
-        if (rep->mirror && !p->mem)
-            mirror_want(c->mirror, rep->mirror, p->off, p->len);
+        if (rep->n_mirror && !p->mem) /* the blocks the answer sends, asked for at once */
+            s->pieces[i].wanted = gate_want(c->mirror, s->gate, &s->body, p->off, p->len);
     }
     s->n_pieces = r->n_pieces;
     struct MHD_Response *resp =
@@ -202,11 +190,12 @@ struct MHD_Response *stream_response(const struct reply *r, const struct answer 
         spans += !r->pieces[i].mem;
     if (!spans)
         return in_memory(r);
-    if (r->n_pieces > 1 || rep->mirror) { /* multipart, or bytes that may still be arriving */
-        if (!rep->mirror)
+    if (r->n_pieces > 1 || rep->arriving) { /* multipart, or bytes that may still be arriving */
+        if (!rep->arriving)
             out->sending = rep->file_st;
         return reader(r, rep, c, STREAM_BLOCK);
     }
+
     int span_fd;
     uint64_t file_off, off = r->pieces[0].off, len = r->pieces[0].len;
     if (c->sendfile && body_file_span(&rep->body, off, len, &span_fd, &file_off)) {
@@ -216,6 +205,8 @@ struct MHD_Response *stream_response(const struct reply *r, const struct answer 
             return NULL;
         }
         out->method = STREAM_SENDFILE;
+        if (rep->n_mirror) /* from a mirror's cache, complete: counted as hits */
+            gate_want(c->mirror, NULL, &rep->body, off, len);
         /* sendfile sends what the file holds as it goes: a write to the file
          * must cut this connection (the watcher does, through conns). */
         out->sending = rep->body.src ? body_piece_stat(&rep->body, off) : rep->file_st;

@@ -87,13 +87,15 @@ class Daemon:
         except OSError:
             return ""
 
-    def start(self):
+    def start(self, port=None):
+        """Starts it on a free port, or on port (a restart where clients
+        know the old one)."""
         binary = tensord_bin()
         if not os.path.exists(binary):
             raise RuntimeError(f"daemon binary {binary} does not exist (run make, or set TENSORD_BIN)")
         last = ""
         for _attempt in range(3):
-            self.port = free_port()
+            self.port = port or free_port()
             cmd = self.prefix + [binary, "serve", "--models", self.models,
                    "--listen", f"127.0.0.1:{self.port}", "--threads", "2",
                    "--ipc-socket", os.path.join(self.workdir, "tensord.sock")]

@@ -362,7 +362,52 @@ def test_hashing_progress(tmp_path, desktop):
         assert "hashing" in b.eval("document.querySelector('#files tbody').textContent")
         assert_clean(b)
     finally:
+        desktop.goto("about:blank")  # its polls would fail once the daemon is gone
         d.stop_checked()
+
+
+def test_mirror_console(tmp_path, desktop):
+    """A mirror's console: its upstream and that it answers, its cache (used
+    of its cap, files, the hit ratio), each repo it knows with the share of
+    it the cache holds, in the model list too; a mirrored repo's page is a
+    model's (its tensors, the share cached)."""
+    import numpy as np
+    from test_mirror import Upstream, start_mirror
+    up = Upstream(str(tmp_path / "up"))
+    up.add("acme/sharded-lm", np.random.default_rng(1), shards=2, elems=1 << 16)
+    up.d.start()
+    m = None
+    try:
+        m = start_mirror(up, str(tmp_path / "m"))
+        # One tensor read: the cache holds part of the repo.
+        assert m.get("/v1/models/acme/sharded-lm/tensors/l1.t0").status == 200
+        b = desktop
+        open_view(b, m, "#/mirror")
+        b.wait_for("document.querySelector('#mirror-repos tbody a')")
+        assert b.eval("!document.getElementById('nav-mirror').parentElement.hidden")
+        upstream = b.eval("document.getElementById('upstream').textContent")
+        assert f"http://127.0.0.1:{up.d.port}" in upstream and "answering" in upstream
+        cache = b.eval("document.getElementById('cache').textContent")
+        assert "of 100 GiB" in cache and "complete" in cache and "Hit ratio" in cache
+        row = b.eval("[...document.querySelector('#mirror-repos tbody tr').cells].map(c => c.textContent)")
+        assert row[0] == "acme/sharded-lm" and re.fullmatch(r"[0-9a-f]{12}", row[1])
+        pct = float(re.search(r"([0-9.]+)%", row[2]).group(1))
+        assert 0 < pct < 100, row
+        shot(b, "mirror-1280")
+        open_view(b, m, "#/models")
+        b.wait_for("document.querySelectorAll('#models tbody tr').length === 1")
+        cell = b.eval("document.querySelector('#models tbody tr').cells[1].textContent")
+        assert cell.startswith("mirrored") and "% cached" in cell
+        open_view(b, m, "#/model/" + urllib.parse.quote("acme/sharded-lm", safe=""))
+        b.wait_for("document.querySelector('#tensors .vrow') && document.getElementById('model-cached')")
+        assert "cached" in b.eval("document.getElementById('model-cached').textContent")
+        shot(b, "mirror-model-1280")
+        assert_clean(b)
+    finally:
+        desktop.goto("about:blank")
+        if m:
+            m.stop_checked()
+        up.d.stop()
 
 
 def test_token_from_the_page(tmp_path):

@@ -312,6 +312,26 @@ static inline char *lb_head(const struct answer *a, const struct reply *r)
     return head;
 }
 
+/* Waits for a span of a mirrored file the body reads (as the front's
+ * gate would, blocking). */
+struct lb_span_wait {
+    struct mirror *m;
+    const struct representation *rep;
+};
+
+static inline int lb_wait_span(void *arg, int fd, uint64_t file_off, uint64_t n,
+                               uint64_t body_off)
+{
+    (void)body_off;
+    const struct lb_span_wait *w = arg;
+    atomic_int cancel = 0;
+    struct st_error e;
+    for (size_t i = 0; i < w->rep->n_mirror; i++)
+        if (w->rep->mirror[i].fd == fd)
+            return mirror_wait_range(w->m, w->rep->mirror[i].f, file_off, n, &cancel, &e);
+    return 0;
+}
+
 /* The bytes of the reply's body, read as the front's reader would (a
  * mirrored file's waited for as they arrive from its upstream). */
 static inline char *lb_body(const struct answer *a, const struct reply *r, struct mirror *m,
@@ -319,14 +339,13 @@ static inline char *lb_body(const struct answer *a, const struct reply *r, struc
 {
     char *body = xmalloc(r->length + 1);
     uint64_t at = 0;
+    struct lb_span_wait w = {m, &a->rep};
     for (size_t i = 0; !r->no_body && i < r->n_pieces; i++) {
         const struct reply_piece *p = &r->pieces[i];
-        atomic_int cancel = 0;
-        struct st_error e;
         if (p->mem)
             memcpy(body + at, p->mem, p->len);
-        else if ((a->rep.mirror && mirror_wait_range(m, a->rep.mirror, p->off, p->len, &cancel,
-                                                     &e) != 0) ||
+        else if ((a->rep.arriving && body_each_span(&a->rep.body, p->off, p->len, lb_wait_span,
+                                                    &w) != 0) ||
                  body_read(&a->rep.body, p->off, body + at, p->len) != 0)
             break; /* cut short, as the front's reader would */
         at += p->len;

@@ -97,8 +97,9 @@ TEST(model_list)
     struct lb_answer r = lb_get(&s, "/v1/models", NULL);
     CHECK_EQ_U64(r.status, 200);
     CHECK_STR(r.head, JSON_200); /* no validator: GPU states and hashes change without a reload */
-    CHECK(strncmp(r.body, "{\"models\":[{\"name\":\"bad\",\"state\":\"invalid\",", 42) == 0);
-    CHECK_CONTAINS(r.body, "{\"name\":\"m\",\"state\":\"ready\",\"sharded\":false,\"files\":1,"
+    CHECK(strncmp(r.body, "{\"models\":[{\"name\":\"bad\",\"source\":\"local\",\"state\":"
+                          "\"invalid\",", 60) == 0);
+    CHECK_CONTAINS(r.body, "{\"name\":\"m\",\"source\":\"local\",\"state\":\"ready\",\"sharded\":false,\"files\":1,"
                            "\"tensors\":1,\"bytes\":4,\"parameters\":{\"U8\":4},\"gpu\":{\"state\":"
                            "\"none\"},\"hashes\":{\"known\":1,\"files\":1,\"complete\":true}}],"
                            "\"generation\":1,\"gpu\":{\"available\":false,\"reason\":\"GPU sharing "

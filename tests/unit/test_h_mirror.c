@@ -5,8 +5,9 @@
  * upstream answers them, a file by branch redirected to its commit, by
  * commit its bytes fetched through the cache (read here as they arrive),
  * a HEAD that fetches nothing, the upstream's 404 passed on in the Hub's
- * dialect, a complete mirrored file by digest, an upstream that cannot be
- * reached (502), and a preload without GPU sharing. */
+ * dialect, a complete mirrored file by digest, a preload without GPU
+ * sharing, and an upstream that cannot be reached: 504 when strict, the
+ * last answers it gave (marked stale) when serving what the cache holds. */
 #include <openssl/sha.h>
 #include <signal.h>
 
@@ -18,12 +19,15 @@
 static char up_root[64], mirror_root[64], cache[64];
 static const char config_json[] = "{\"model_type\": \"mirrored\"}\n";
 
-static void start_mirror(struct lb_server *s, const char *upstream)
+static char commit[41]; /* r's, as the upstream named it */
+
+static void start_mirror(struct lb_server *s, const char *upstream, const char *offline)
 {
-    char opt1[128], opt2[128];
+    char opt1[128], opt2[128], opt3[64];
     snprintf(opt1, sizeof(opt1), "upstream=%s", upstream);
     snprintf(opt2, sizeof(opt2), "mirror_cache_dir=%s", cache);
-    const char *const opts[] = {opt1, opt2, NULL};
+    snprintf(opt3, sizeof(opt3), "mirror_offline=%s", offline);
+    const char *const opts[] = {opt1, opt2, opt3, NULL};
     lb_start(s, mirror_root, LB_NO_HASHER, opts);
     char err[256];
     int rc;
@@ -38,7 +42,7 @@ TEST(through_the_upstream)
     unsigned port = lb_listen(&up);
     char url[64];
     snprintf(url, sizeof(url), "http://127.0.0.1:%u", port);
-    start_mirror(&m, url);
+    start_mirror(&m, url, "serve-cached");
 
     /* A document: passed through as the upstream answers it. */
     struct lb_answer want = lb_get(&up, "/api/models/r", NULL);
@@ -46,7 +50,8 @@ TEST(through_the_upstream)
     CHECK(r.waited);
     CHECK_EQ_U64(r.status, 200);
     CHECK_STR(r.body, want.body);
-    char commit[41], etag[64];
+    CHECK(lb_header(&r, "X-Tensord-Stale") == NULL && lb_header(&r, "Age") == NULL);
+    char etag[64];
     snprintf(commit, sizeof(commit), "%s", lb_header(&want, "X-Repo-Commit"));
     snprintf(etag, sizeof(etag), "%s", lb_header(&want, "ETag"));
     char *head = xasprintf("Content-Type: application/json\r\nX-Repo-Commit: %s\r\n"
@@ -140,16 +145,44 @@ TEST(unreachable_upstream)
     char url[64];
     snprintf(url, sizeof(url), "http://127.0.0.1:%u", ntohs(a.sin_port));
     close(fd);
+
+    /* strict: nothing the cache holds is answered without the upstream. */
     struct lb_server m;
-    start_mirror(&m, url);
+    start_mirror(&m, url, "strict");
     struct lb_answer r = lb_get(&m, "/api/models/r", NULL);
     CHECK(r.waited);
-    CHECK_EQ_U64(r.status, 502);
+    CHECK_EQ_U64(r.status, 504); /* it cannot be reached: no 502's "bad answer" */
     CHECK(strncmp(r.body, "{\"error\":\"upstream: ", 20) == 0);
+    CHECK(strstr(r.body, "cannot be reached") != NULL);
     CHECK(lb_header(&r, "X-Error-Code") == NULL);
     lb_free(&r);
     r = lb_get(&m, "/r/resolve/main/config.json", NULL);
-    CHECK_EQ_U64(r.status, 502);
+    CHECK_EQ_U64(r.status, 504);
+    lb_free(&r);
+    lb_stop(&m);
+
+    /* serve-cached: the last answers the upstream gave (the cache's names
+     * outlive the mirror that kept them), marked stale; the file by commit
+     * from the cache; what it never gave, 504. */
+    start_mirror(&m, url, "serve-cached");
+    r = lb_get(&m, "/api/models/r", NULL);
+    CHECK_EQ_U64(r.status, 200);
+    CHECK(strstr(r.body, commit) != NULL);
+    CHECK(lb_header(&r, "X-Tensord-Stale") != NULL && lb_header(&r, "Age") != NULL);
+    lb_free(&r);
+    r = lb_get(&m, "/r/resolve/main/config.json", NULL);
+    CHECK_EQ_U64(r.status, 302);
+    CHECK_STR(lb_header(&r, "X-Repo-Commit"), commit);
+    CHECK(lb_header(&r, "X-Tensord-Stale") != NULL);
+    lb_free(&r);
+    char *loc = xasprintf("/r/resolve/%s/config.json", commit);
+    r = lb_get(&m, loc, NULL);
+    CHECK_EQ_U64(r.status, 200);
+    CHECK_STR(r.body, config_json);
+    lb_free(&r);
+    free(loc);
+    r = lb_get(&m, "/api/models/never", NULL);
+    CHECK_EQ_U64(r.status, 504);
     lb_free(&r);
     lb_stop(&m);
 }

@@ -176,11 +176,30 @@ TEST(hashing)
     CHECK(sample(p, "tensord_mirror_cache_in_use_bytes") == 65536);
     CHECK(sample(p, "tensord_mirror_partial_files") == 3);
     CHECK_CONTAINS(p, "# TYPE tensord_mirror_cache_bytes gauge\n");
+    /* The upstream's health: nothing until a mirror sets it. */
+    CHECK(!strstr(p, "tensord_mirror_upstream_up"));
     free(p);
     j = metrics_render_json();
     CHECK_CONTAINS(j, "\"mirror\":{\"cache_bytes\":123456789,\"in_use_bytes\":65536,\"files\":12,"
-                      "\"partial_files\":3,\"questions_waiting\":0}}");
+                      "\"partial_files\":3,\"questions_waiting\":0,\"upstream_up\":null,"
+                      "\"upstream_last_success\":0,\"upstream_consecutive_failures\":0}}");
     free(j);
+    metrics_set_mirror_upstream(0, 1700000000, 7);
+    metrics_add(MC_MIRROR_STALE_ANSWERS, 2);
+    p = metrics_render_prometheus();
+    CHECK(sample(p, "tensord_mirror_upstream_up") == 0);
+    CHECK(sample(p, "tensord_mirror_upstream_last_success_timestamp_seconds") == 1700000000);
+    CHECK(sample(p, "tensord_mirror_upstream_consecutive_failures") == 7);
+    CHECK(sample(p, "tensord_mirror_stale_answers_total") == 2);
+    free(p);
+    j = metrics_render_json();
+    CHECK_CONTAINS(j, "\"upstream_up\":false,\"upstream_last_success\":1700000000,"
+                      "\"upstream_consecutive_failures\":7}}");
+    free(j);
+    metrics_set_mirror_upstream(1, 1700000001, 0);
+    p = metrics_render_prometheus();
+    CHECK(sample(p, "tensord_mirror_upstream_up") == 1);
+    free(p);
 }
 
 static uint64_t fake_now;
@@ -260,7 +279,9 @@ TEST(json_rendering)
     CHECK_CONTAINS(j, "\"reloads\":3");
     CHECK_CONTAINS(j, "\"responses_aborted\":0,\"documents_rendered\":0,\"mirror_upstream_bytes\":0,");
     CHECK_CONTAINS(j, "\"gpu_preload_upstream_bytes\":0,\"gpu_preload_alloc_ns\":0,");
-    CHECK_CONTAINS(j, "\"gpu_preload_finish_ns\":0,\"mirror_questions_refused\":0},"
+    CHECK_CONTAINS(j, "\"gpu_preload_finish_ns\":0,\"mirror_questions_refused\":0,"
+                      "\"mirror_cache_hit_bytes\":0,\"mirror_cache_miss_bytes\":0,"
+                      "\"mirror_upstream_failures\":0,\"mirror_stale_answers\":0},"
                       "\"endpoints\":{");
     CHECK_CONTAINS(j, "\"ui\":{\"requests\":{");
     CHECK_CONTAINS(j, "\"models\":{\"requests\":{\"1xx\":0,\"2xx\":1,");

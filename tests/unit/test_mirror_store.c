@@ -13,7 +13,7 @@
 
 #include "mirror.h"
 #include "mirror_ask.h"
-#include "mirror_model.h"
+#include "mirror_repo.h"
 #include "mirror_store.h"
 #include "test.h"
 #include "upstream.h"
@@ -256,29 +256,43 @@ TEST(repo_document)
         "{\"rfilename\":\"model-00001-of-00002.safetensors\",\"size\":2352,\"blobId\":\"ff8fb4508d297c51d4bcbdae21beb796b8b6d021\","
         "\"lfs\":{\"sha256\":\"9235ad6a0a1b2c3d4e5f60718293a4b5c6d7e8f90123456789abcdef01234567\",\"size\":2352,\"pointerSize\":129}},"
         "{\"rfilename\":\"unet/x.safetensors\",\"size\":1,\"lfs\":{\"sha256\":\"9235ad6a0a1b2c3d4e5f60718293a4b5c6d7e8f90123456789abcdef01234567\",\"size\":1}},"
-        "{\"rfilename\":\"nohash.safetensors\",\"size\":5}],\"spaces\":[]}";
-    char commit[41];
-    struct mirror_repo_file *files;
+        "{\"rfilename\":\"nohash.safetensors\",\"size\":5},{\"rfilename\":\"README.md\"}],\"spaces\":[]}";
+    struct mirror_repo r;
     struct st_error err;
-    int n = mirror_repo_doc_parse(doc, strlen(doc), commit, &files, &err);
-    CHECK(n == 2);
-    CHECK_STR(commit, "04a9c39bb024bbe15873f31b2117e0399aeecf18");
-    if (n == 2) {
-        CHECK_STR(files[0].name, "model.safetensors.index.json");
-        CHECK(files[0].id.kind == MIRROR_GIT_SHA1 && files[0].id.size == 300);
-        CHECK_STR(files[1].name, "model-00001-of-00002.safetensors");
-        CHECK(files[1].id.kind == MIRROR_SHA256 && files[1].id.size == 2352 &&
-              files[1].id.digest[0] == 0x92);
+    CHECK(mirror_repo_parse(doc, strlen(doc), &r, &err) == 0);
+    CHECK_STR(r.commit, "04a9c39bb024bbe15873f31b2117e0399aeecf18");
+    CHECK(r.n == 6);
+    if (r.n == 6) { /* sorted by name, bytes */
+        CHECK_STR(r.files[0].name, "README.md");
+        CHECK(!r.files[0].has_id && !r.files[0].has_size);
+        CHECK_STR(r.files[1].name, "config.json");
+        CHECK(r.files[1].has_id && r.files[1].id.kind == MIRROR_GIT_SHA1 && r.files[1].size == 73);
+        CHECK_STR(r.files[2].name, "model-00001-of-00002.safetensors");
+        CHECK(r.files[2].id.kind == MIRROR_SHA256 && r.files[2].id.size == 2352 && r.files[2].lfs &&
+              r.files[2].id.digest[0] == 0x92);
+        CHECK_STR(r.files[3].name, "model.safetensors.index.json");
+        CHECK_STR(r.files[4].name, "nohash.safetensors");
+        CHECK(!r.files[4].has_id && r.files[4].has_size && r.files[4].size == 5);
+        CHECK_STR(r.files[5].name, "unet/x.safetensors");
+        CHECK(mirror_repo_find(&r, "unet/x.safetensors") == &r.files[5]);
+        CHECK(mirror_repo_find(&r, "unet") == NULL);
     }
-    mirror_repo_files_free(files, n > 0 ? (size_t)n : 0);
-    /* Not JSON, no commit, a duplicate key, trailing bytes. */
+    mirror_repo_clear(&r);
+    /* Not JSON, no commit, a duplicate key, trailing bytes, names that are
+     * not paths in a repo, a name twice. */
     const char *bad[] = {"{", "{\"siblings\":[]}", "{\"sha\":\"x\",\"sha\":\"y\"}",
                          "{\"sha\":\"04a9c39bb024bbe15873f31b2117e0399aeecf18\"} x",
                          "{\"sha\":\"04A9C39BB024BBE15873F31B2117E0399AEECF18\"}", "[]",
-                         "{\"sha\":\"04a9c39bb024bbe15873f31b2117e0399aeecf18\",\"siblings\":[1]}"};
+                         "{\"sha\":\"04a9c39bb024bbe15873f31b2117e0399aeecf18\",\"siblings\":[1]}",
+                         "{\"sha\":\"04a9c39bb024bbe15873f31b2117e0399aeecf18\",\"siblings\":[{\"rfilename\":\"../x\"}]}",
+                         "{\"sha\":\"04a9c39bb024bbe15873f31b2117e0399aeecf18\",\"siblings\":[{\"rfilename\":\"/etc\"}]}",
+                         "{\"sha\":\"04a9c39bb024bbe15873f31b2117e0399aeecf18\",\"siblings\":[{\"rfilename\":\"a//b\"}]}",
+                         "{\"sha\":\"04a9c39bb024bbe15873f31b2117e0399aeecf18\",\"siblings\":[{\"rfilename\":\"\"}]}",
+                         "{\"sha\":\"04a9c39bb024bbe15873f31b2117e0399aeecf18\",\"siblings\":[{\"rfilename\":\"a\\u0001\"}]}",
+                         "{\"sha\":\"04a9c39bb024bbe15873f31b2117e0399aeecf18\",\"siblings\":[{\"rfilename\":\"a\"},{\"rfilename\":\"a\"}]}"};
     for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
-        CHECK(mirror_repo_doc_parse(bad[i], strlen(bad[i]), commit, &files, &err) == -EINVAL);
-        CHECK(files == NULL);
+        CHECK(mirror_repo_parse(bad[i], strlen(bad[i]), &r, &err) == -EINVAL);
+        CHECK(r.files == NULL && r.n == 0 && err.message[0]);
     }
 }
 
