@@ -269,6 +269,7 @@ struct mirror_job *mirror_job_submit(struct mirror *m, const struct mirror_job_s
     q = spec->key ? do_find(js, spec->key) : NULL;
     if (q) { /* asked already: its answer is this one's too */
         shared = 1;
+        metrics_add(MC_MIRROR_QUESTIONS_SHARED, 1);
     } else {
         struct client *c = js->queued < MIRROR_JOBS_QUEUED ? do_client(js, spec->client) : NULL;
         if (!c) {

@@ -73,6 +73,9 @@ static const struct {
      "Requests to a mirror's upstream that got no answer (connection, timeout) or a 5xx."},
     {MC_MIRROR_STALE_ANSWERS, "tensord_mirror_stale_answers_total",
      "Answers a mirror served from what it kept (marked stale) while its upstream failed."},
+    {MC_MIRROR_QUESTIONS_SHARED, "tensord_mirror_questions_shared_total",
+     "Questions to a mirror's upstream answered by the same question already queued or "
+     "running (not asked again)."},
 };
 
 /* The preload phases' counters, in enum gm_phase's order, by their label. */
@@ -320,7 +323,7 @@ static const char *const json_ctr_names[MC_COUNT] = {
     "gpu_preload_upstream_bytes", "gpu_preload_alloc_ns", "gpu_preload_ring_ns",
     "gpu_preload_plan_ns", "gpu_preload_copy_ns", "gpu_preload_finish_ns",
     "mirror_questions_refused", "mirror_cache_hit_bytes", "mirror_cache_miss_bytes",
-    "mirror_upstream_failures", "mirror_stale_answers"};
+    "mirror_upstream_failures", "mirror_stale_answers", "mirror_questions_shared"};
 
 
 /* "endpoints": per kind, its requests by outcome, bytes and durations. */

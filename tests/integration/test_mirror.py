@@ -387,10 +387,18 @@ def test_changed_upstream_never_mixes(env, tmp_path):
                 out["r"] = m.get(url)
             except Exception as e:  # noqa: BLE001 (a cut answer)
                 out["e"] = e
+        fetched = tdutil.prom_counter(m, "tensord_mirror_upstream_bytes_total")
         t = threading.Thread(target=pull)
         t.start()
-        time.sleep(0.5)
+        # Changed once the pull is under way, long before its end (3 MiB at
+        # 2 MB/s).
+        deadline = time.monotonic() + 10
+        while tdutil.prom_counter(m, "tensord_mirror_upstream_bytes_total") == fetched:
+            assert time.monotonic() < deadline, "the pull did not start"
+            time.sleep(0.02)
         write_blob(path, new)
+        assert t.is_alive(), "the pull ended before the file changed: nothing was tested"
+
         t.join(60)
         if "r" in out:
             assert out["r"].body == old, "a whole answer is the old file"

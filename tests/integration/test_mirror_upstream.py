@@ -408,7 +408,9 @@ def test_identical_questions_are_asked_once(mirror_of):
         m = mirror_of(up)
         ts, out = in_threads(ask, [(m.port, "/org/r/resolve/main/same.bin")] * 30)
         wait_for(lambda: heads(up), 10, "no HEAD reached the upstream")
-        time.sleep(0.5)  # the others have arrived, and wait
+        # Every other client has arrived and joined the question in flight.
+        wait_for(lambda: tdutil.prom_counter(m, "tensord_mirror_questions_shared_total") == 29,
+                 10, "29 clients did not join the question")
         assert len(heads(up)) == 1, heads(up)
         gate.set()
         for t in ts:
@@ -457,9 +459,10 @@ def test_abandoned_questions_never_reach_the_upstream(mirror_of):
             s.sendall(f"GET /org/r/resolve/main/gone{i}.bin HTTP/1.1\r\n"
                       "Host: 127.0.0.1\r\n\r\n".encode())
             socks.append(s)
-        wait_for(lambda: heads(up), 10, "no HEAD reached the upstream")
-        time.sleep(0.3)
-        running = len(heads(up))  # the job threads', stuck upstream
+        # The job threads' questions stuck upstream, the rest queued behind.
+        wait_for(lambda: len(heads(up)) == JOB_THREADS, 10, "the job threads did not ask")
+        queued(m, 40 - JOB_THREADS)
+        running = len(heads(up))
         for s in socks:
             s.close()
         wait_for(lambda: m.json("/v1/metrics")["connections"]["open"] <= 1, 10,
