@@ -280,6 +280,18 @@ def prom_counter(d, prefix):
     return 0.0
 
 
+def wait_for(cond, timeout, what):
+    """cond()'s first true value within timeout seconds; fails saying what
+    did not happen."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = cond()
+        if got:
+            return got
+        assert time.monotonic() < deadline, f"{what}: not within {timeout} s"
+        time.sleep(0.02)
+
+
 def counted_since(d, prefix, before, want, timeout=5.0):
     """How much the counter grew since before, once it has grown by want or
     timeout passed: an answer's bytes are counted when libmicrohttpd completes

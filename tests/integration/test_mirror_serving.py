@@ -21,7 +21,7 @@ import pytest
 import safetensors.numpy
 
 import tdutil
-from tdutil import REPO, gen_models
+from tdutil import REPO, gen_models, wait_for
 from test_mirror import BLOCK, Upstream, client_env, start_mirror
 
 sys.path.insert(0, os.path.join(REPO, "client", "python"))
@@ -299,16 +299,6 @@ def hf(port, cache, code):
 
 def metric(d, name):
     return tdutil.prom_counter(d, name)
-
-
-def wait_for(cond, timeout, what):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = cond()
-        if got:
-            return got
-        time.sleep(0.1)
-    raise AssertionError(f"{what}: not within {timeout} s")
 
 
 def test_upstream_down_then_back(tmp_path):

@@ -22,6 +22,7 @@ import time
 import pytest
 
 import tdutil
+from tdutil import wait_for
 
 COMMIT = "ab" * 20
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -278,16 +279,6 @@ def leave_after_headers(port, path, headers):
     got = s.recv(64)
     s.close()
     return got
-
-
-def wait_for(fn, timeout, what):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = fn()
-        if v:
-            return v
-        time.sleep(0.05)
-    raise AssertionError(f"{what}: not within {timeout} s")
 
 
 def test_clients_that_leave_hold_nothing(mirror_of):

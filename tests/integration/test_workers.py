@@ -22,14 +22,13 @@ import struct
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 import numpy as np
 import pytest
 
 import tdutil
-from tdutil import gen_models
+from tdutil import gen_models, wait_for
 
 REPO = tdutil.REPO
 CLIENT_LIB = os.path.join(REPO, "build", "libtensord-client.so")
@@ -107,20 +106,10 @@ def leases(d, model):
     return sum(r["leases"] for r in gpu_rows(d, model))
 
 
-def wait_for(pred, what, timeout=15):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = pred()
-        if v:
-            return v
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
-
-
 def preload(d, model):
     r = d.request("POST", f"/v1/models/{model}/gpu", body=b'{"device": "host"}')
     assert r.status in (200, 202), r
-    wait_for(lambda: d.json(f"/v1/models/{model}/gpu")["state"] == "ready", f"{model} ready")
+    wait_for(lambda: d.json(f"/v1/models/{model}/gpu")["state"] == "ready", 15, f"{model} ready")
 
 
 # One worker: reads commands on stdin, answers one JSON line each.
@@ -249,7 +238,7 @@ def test_worker_matrix(wd, fw, kill_after):
                 rewrite(wd, model, 1000 + kill_after)
                 wd.proc.send_signal(signal.SIGHUP)
                 wait_for(lambda: any(r["state"] == "ready" and r["generation"] > gen0
-                                     for r in gpu_rows(wd, model)), "the new generation")
+                                     for r in gpu_rows(wd, model)), 15, "the new generation")
             if step == "evict":
                 r = wd.request("DELETE", f"/v1/models/{model}/gpu")
                 assert r.status == 202 and r.json()["leases"] == 1, r
@@ -292,7 +281,7 @@ def test_worker_matrix(wd, fw, kill_after):
             w.p.kill()
             assert w.p.wait(20) == -signal.SIGKILL
         # Whatever happened, no lease is held by nobody.
-        wait_for(lambda: leases(wd, model) == 0, "every lease released")
+        wait_for(lambda: leases(wd, model) == 0, 15, "every lease released")
     finally:
         if w.p.poll() is None:
             w.p.kill()
@@ -464,7 +453,7 @@ def test_idle_and_half_sent_connections_are_closed(wd):
     holder.settimeout(5)
     assert holder.recv(4)
     holder.close()
-    wait_for(lambda: leases(wd, "wk-idle") == 0, "the lease released")
+    wait_for(lambda: leases(wd, "wk-idle") == 0, 15, "the lease released")
     # A client that idled past the timeout reconnects by itself.
     code = r"""
 import sys, time, tensord
@@ -574,7 +563,7 @@ print("ok")
     out = subprocess.run([sys.executable, "-c", code, wd.sock], capture_output=True, text=True,
                          env=worker_env(), timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out
-    wait_for(lambda: leases(wd, "wk-idle") == 0, "every lease released")
+    wait_for(lambda: leases(wd, "wk-idle") == 0, 15, "every lease released")
 
 
 def test_client_library_never_aborts():
