@@ -193,6 +193,8 @@ struct gpu_manager {
     struct gm_refused *refused; /* start-up preloads refused before they began (gm->lock) */
     struct gm_stage stages[GM_MAX_STAGES]; /* the devices' staging rings (gm->lock) */
     size_t n_stages;           /* gm->lock */
+    uint64_t stage_changes;    /* rings released or pinned so far: a loader waiting for room
+                                * tries again when it moves (gm->lock) */
     struct gm_instance *shead, *stail; /* the checksum queue (gm->lock) */
     struct gm_instance *summing; /* the one the checksum thread sums (gm->lock) */
     pthread_t summer;
@@ -220,13 +222,16 @@ void do_gm_stage_prepare(struct gpu_manager *gm, struct gpu_backend *be, int dev
  * (or makes again, bigger) the ring itself when there is none big enough.
  * The rings together stay within staging_limit: idle devices' rings are
  * freed first, then the ring is made for fewer copy threads (at least
- * share, the load's share of them, where that fits). shape->threads comes
- * back as the copy threads the ring serves. NULL with err (naming device)
- * when it cannot be had. Loader thread only; takes the lock itself;
+ * share, the load's share of them, where that fits), and where not even
+ * one thread's fits beside the rings other loads use, it waits for one of
+ * them to be released (or *cancel, or the stop). shape->threads comes back
+ * as the copy threads the ring serves. NULL with err (naming device) when
+ * it cannot be had. Loader thread only; takes the lock itself;
  * gm_stage_release when the load is done with it. */
 struct gm_stage *gm_stage_acquire(struct gpu_manager *gm, struct gpu_backend *be, int dev,
                                   const char *device, struct gm_ring_shape *shape,
-                                  unsigned share, struct st_error *err);
+                                  unsigned share, const atomic_int *cancel,
+                                  struct st_error *err);
 void gm_stage_release(struct gpu_manager *gm, struct gm_stage *st);
 
 /* Closes a ring after a failed load that left it suspect (a device error),

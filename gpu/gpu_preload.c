@@ -149,10 +149,11 @@ static int copy_shards(struct gpu_manager *gm, struct gm_instance *m, int dev, u
     unsigned busy = gm->loading ? gm->loading : 1;
     pthread_mutex_unlock(&gm->lock);
     unsigned share = shape.threads / busy ? shape.threads / busy : 1;
-    struct gm_stage *st = gm_stage_acquire(gm, m->be, dev, m->device, &shape, share, &m->error);
+    struct gm_stage *st = gm_stage_acquire(gm, m->be, dev, m->device, &shape, share, &m->cancel,
+                                           &m->error);
     m->phase_ns[GM_PHASE_RING] = lap(t);
     if (!st)
-        return -EIO;
+        return atomic_load(&m->cancel) ? -ECANCELED : -EIO;
     struct gpu_load l = {.be = m->be, .threads = share < shape.threads ? share : shape.threads,
                          .depth = shape.depth, .chunk = shape.chunk, .cancel = &m->cancel,
                          .progress = &m->done, .wait_cqe = io_uring_wait_cqe,

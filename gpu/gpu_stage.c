@@ -147,6 +147,7 @@ static void *pinner_main(void *arg)
     st->pin_err = err;
     st->pinning = 0;
     st->pin_bytes = 0;
+    gm->stage_changes++; /* an idle ring now, which a loader short of room may free */
     pthread_cond_broadcast(&gm->cond);
     pthread_mutex_unlock(&gm->lock);
     if (stage)
@@ -173,8 +174,8 @@ void do_gm_stage_prepare(struct gpu_manager *gm, struct gpu_backend *be, int dev
                          const struct gm_ring_shape *shape)
 {
     struct gm_stage *st = do_find(gm, be, dev);
-    if (st && (st->pinning || big_enough(st, shape)))
-        return;
+    if (st && (st->pinning || st->in_use || big_enough(st, shape)))
+        return; /* being made, or its loader makes it */
     if (!st && gm->n_stages == GM_MAX_STAGES)
         return; /* the loader says why */
     if (!st) {
@@ -219,6 +220,8 @@ void gm_stage_release(struct gpu_manager *gm, struct gm_stage *st)
 {
     pthread_mutex_lock(&gm->lock);
     st->in_use = 0;
+    gm->stage_changes++;
+    pthread_cond_broadcast(&gm->cond); /* a loader waiting for staging room */
     pthread_mutex_unlock(&gm->lock);
 }
 
@@ -246,9 +249,13 @@ static int do_fit(struct gpu_manager *gm, struct gm_stage *st, struct gm_ring_sh
     return 0;
 }
 
-struct gm_stage *gm_stage_acquire(struct gpu_manager *gm, struct gpu_backend *be, int dev,
-                                  const char *device, struct gm_ring_shape *shape,
-                                  unsigned share, struct st_error *err)
+/* One try of gm_stage_acquire. NULL with err when the ring cannot be had
+ * now; *wait then says whether another device's ring in use may leave
+ * room for it once released. */
+static struct gm_stage *acquire_once(struct gpu_manager *gm, struct gpu_backend *be, int dev,
+                                     const char *device, struct gm_ring_shape *shape,
+                                     unsigned share, int *wait, uint64_t *releases,
+                                     struct st_error *err)
 {
     struct gpu_stage *freed[GM_MAX_STAGES];
     const struct gpu_backend *freed_be[GM_MAX_STAGES];
@@ -288,8 +295,16 @@ struct gm_stage *gm_stage_acquire(struct gpu_manager *gm, struct gpu_backend *be
     st->buf_bytes = 0;
     int fits = do_fit(gm, st, shape, share, freed, freed_be, &n_freed) == 0;
     uint64_t limit = gm->opt.staging_limit, others = do_others(gm, st);
-    if (fits)
+    uint64_t least = ring_bytes(gpu_load_stage_buffers(be, 1, shape->depth), shape->buf_bytes);
+    if (fits) { /* its bytes counted while it is made, outside the lock */
         st->in_use = 1;
+        st->nbuf = shape->nbuf;
+        st->buf_bytes = shape->buf_bytes;
+    }
+    /* Room for one thread's ring were it alone: the others are in use (an
+     * idle one was freed above) and give it back when their loads end. */
+    *wait = !fits && others && least <= limit;
+    *releases = gm->stage_changes;
     pthread_mutex_unlock(&gm->lock);
     for (size_t i = 0; i < n_freed; i++)
         freed_be[i]->ops->stage_close(freed[i]);
@@ -301,6 +316,8 @@ struct gm_stage *gm_stage_acquire(struct gpu_manager *gm, struct gpu_backend *be
                 "preload's %u: made again", device, old_nbuf, shape->nbuf);
         be->ops->stage_close(old);
     }
+    if (!fits && *wait)
+        return NULL;
     if (!fits) {
         st_error_fail(err, ST_ERR_LIMIT, "the staging rings of the devices loading now hold "
                       "%llu bytes: staging_memory_limit = %llu leaves no room for one copy "
@@ -317,6 +334,10 @@ struct gm_stage *gm_stage_acquire(struct gpu_manager *gm, struct gpu_backend *be
     st->nbuf = stage ? shape->nbuf : 0;
     st->buf_bytes = stage ? shape->buf_bytes : 0;
     st->in_use = stage != NULL;
+    if (!stage) { /* the room it held is free again */
+        gm->stage_changes++;
+        pthread_cond_broadcast(&gm->cond);
+    }
     pthread_mutex_unlock(&gm->lock);
     if (!stage) {
         st_error_fail(err, e.code, "%s (%u staging buffers of %zu bytes: lower "
@@ -327,6 +348,37 @@ struct gm_stage *gm_stage_acquire(struct gpu_manager *gm, struct gpu_backend *be
     log_msg(LOG_INFO, "gpu: %s: staging ring of %u x %zu bytes for %u copy threads", device,
             shape->nbuf, shape->buf_bytes, shape->threads);
     return st;
+}
+
+struct gm_stage *gm_stage_acquire(struct gpu_manager *gm, struct gpu_backend *be, int dev,
+                                  const char *device, struct gm_ring_shape *shape,
+                                  unsigned share, const atomic_int *cancel, struct st_error *err)
+{
+    struct gm_ring_shape want = *shape;
+    int wait, waited = 0;
+    uint64_t seen;
+    for (;;) {
+        *shape = want;
+        struct gm_stage *st = acquire_once(gm, be, dev, device, shape, share, &wait, &seen, err);
+        if (st || !wait)
+            return st;
+        if (!waited++)
+            log_msg(LOG_INFO, "gpu: %s: waiting for another device's staging ring to be "
+                    "released (staging_memory_limit = %llu leaves no room for one now)",
+                    device, (unsigned long long)gm->opt.staging_limit);
+        /* Woken by a ring released or pinned, a retirement (which cancels)
+         * or the stop. */
+        pthread_mutex_lock(&gm->lock);
+        int stop;
+        while (!(stop = gm->stopping || atomic_load(cancel)) && gm->stage_changes == seen)
+            pthread_cond_wait(&gm->cond, &gm->lock);
+        pthread_mutex_unlock(&gm->lock);
+        if (stop) {
+            st_error_fail(err, ST_ERR_LIMIT, "cancelled while waiting for staging memory on %s",
+                          device);
+            return NULL;
+        }
+    }
 }
 
 void gm_stages_free(struct gpu_manager *gm)

@@ -297,13 +297,15 @@ def test_partitions_equal_array_split_and_the_fetch(workdir):
     d.finish()
 
 
+def bigs(root):
+    """big0 and big1, 8 MiB each: at 0.05 GB/s a load takes at least 0.17 s."""
+    rng = np.random.default_rng(9)
+    for name in ("big0", "big1"):
+        gen_models.write_safetensors(os.path.join(root, name + ".safetensors"), [
+            ("w", "F32", (2048, 1024), rng.integers(0, 255, 8 << 20, np.uint8).tobytes())])
+
+
 def test_preloads_to_two_devices_overlap(workdir):
-    # 0.05 GB/s per device: each 8 MiB load takes at least 0.17 s.
-    def bigs(root):
-        rng = np.random.default_rng(9)
-        for name in ("big0", "big1"):
-            gen_models.write_safetensors(os.path.join(root, name + ".safetensors"), [
-                ("w", "F32", (2048, 1024), rng.integers(0, 255, 8 << 20, np.uint8).tobytes())])
     d, root = start(workdir, {"CUDA_DOUBLE_LINK_GBPS": "0.05"}, more=bigs)
     assert post(d, "big0", {"device": "cuda:0"}).status == 202
     assert post(d, "big1", {"device": "cuda:1"}).status == 202
@@ -388,6 +390,36 @@ def test_staging_memory_limit(workdir):
                                    "--staging-memory-limit", str(one - 1)])
     s = d.preload("two", "cuda:0")
     assert s["state"] == "failed" and "staging_memory_limit" in s["reason"], s
+    d.finish()
+
+
+def test_staging_room_is_waited_for(workdir):
+    # Room for one copy thread's ring, not two: two devices' preloads at once
+    # take turns (the second waits for the first's ring), neither fails.
+    buf = (64 << 10) + 8192
+    one = 5 * buf
+    # 0.008 GB/s: each big load takes a second, the time to see the waits.
+    d, root = start(workdir, {"CUDA_DOUBLE_LINK_GBPS": "0.008"}, more=bigs,
+                    args=["--preload-threads", "4", "--staging-memory-limit", str(one + buf)])
+    assert post(d, "big0", {"device": "cuda:0"}).status == 202
+    assert post(d, "big1", {"device": "cuda:1"}).status == 202
+    for name in ("big0", "big1"):
+        s = d.wait(name, lambda s: s["state"] in ("ready", "failed"))
+        assert s["state"] == "ready", s
+    assert "waiting for another device's staging ring" in d.log_tail(1 << 20)
+    assert sum(d.json("/v1/models")["gpu"]["staging_bytes"].values()) <= one + buf
+    # A waiting preload evicted: its wait ends, and the device loads again.
+    assert post(d, "big0", {"device": "cuda:1"}).status == 202
+    on1 = lambda: [i for i in d.gpu("big0")["instances"] if i["device"] == "cuda:1"][0]
+    tdutil.wait_for(lambda: on1()["progress"]["bytes_done"] > 0, 20, "big0 copying on cuda:1")
+    assert post(d, "two", {"device": "cuda:0"}).status == 202  # cuda:1's ring in use: waits
+    waits = lambda: d.log_tail(1 << 20).count("waiting for another device's staging ring")
+    tdutil.wait_for(lambda: waits() >= 2, 20, "the second wait")
+    assert on1()["state"] == "loading", on1()  # the wait was for its ring
+    r = d.request("DELETE", "/v1/models/two/gpu?device=cuda:0")
+    assert r.status in (200, 202), r
+    d.wait("big0", lambda s: all(i["state"] == "ready" for i in s.get("instances", [s])))
+    assert d.preload("two", "cuda:0")["state"] == "ready"
     d.finish()
 
 
