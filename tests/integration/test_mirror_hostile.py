@@ -98,3 +98,27 @@ def test_model_built_from_bytes_the_hash_refused_is_built_again(mirror_of):
             assert r.status == 200 and r.body == want, (name, r, r.body)
     finally:
         up.close()
+
+
+def test_names_that_climb_out_of_the_upstream_route_are_refused(mirror_of):
+    """A bucket "..--x" was repo "../x", which the mirror asked the upstream
+    about with its own token as /api/x/revision/main (libcurl resolves dot
+    segments); a revision ".." made /org/r/resolve/../x a HEAD of /org/r/x
+    with the caller's. Both are refused without a word to the upstream."""
+    up = Scripted({r".*": lambda h, m: (404, {"X-Error-Code": "RepoNotFound"}, b"{}")})
+    try:
+        m = mirror_of(up)
+        for path in ("/s3/..--x", "/s3/%2e%2e--x/key", "/s3/x--..", "/s3/x--.", "/s3/--x",
+                     "/s3/x--", "/s3/.--x"):
+            r = m.get(path)
+            assert r.status == 404 and b"<Code>NoSuchBucket</Code>" in r.body, (path, r)
+        assert up.seen == [], up.seen  # recorded before it answers, so before the mirror does
+        for path in ("/org/r/resolve/../x", "/org/r/resolve/%2e%2e/x", "/org/r/raw/./x",
+                     "/api/models/org/r/revision/..", "/api/models/org/r/revision/%2E%2E"):
+            r = m.get(path)
+            assert r.status == 400, (path, r)
+        assert up.seen == [], up.seen
+        r = m.get("/s3/org--r")  # a bucket that names a repo is asked about
+        assert r.status == 404 and up.count(r"^/api/models/org/r/revision/main") == 1, up.seen
+    finally:
+        up.close()
