@@ -122,3 +122,29 @@ def test_names_that_climb_out_of_the_upstream_route_are_refused(mirror_of):
         assert r.status == 404 and up.count(r"^/api/models/org/r/revision/main") == 1, up.seen
     finally:
         up.close()
+
+
+def test_an_older_revisions_document_does_not_turn_a_repo_back(mirror_of):
+    """A client without a token asks for an old revision's document: the
+    repos the mirror lists (/v1/models, the console, ListBuckets) keep the
+    commit main names. It was turned back to the old one."""
+    new, old = "1" * 40, "2" * 40
+
+    def doc(h, m):
+        sha_ = old if m.group(1) == old else new
+        return 200, {}, json.dumps({"id": "org/r", "sha": sha_, "siblings": []}).encode()
+    up = Scripted({r"/api/models/org/r(?:/revision/(main|[0-9a-f]{40}))?": doc})
+    try:
+        m = mirror_of(up)
+
+        def listed():
+            return [r["commit"] for r in m.json("/v1/models")["models"] if r["name"] == "org/r"]
+        assert m.get("/api/models/org/r").status == 200
+        assert listed() == [new]
+        r = m.get(f"/api/models/org/r/revision/{old}")
+        assert r.status == 200 and r.json()["sha"] == old
+        assert listed() == [new]
+        assert m.get("/api/models/org/r/revision/main").status == 200
+        assert listed() == [new]
+    finally:
+        up.close()
