@@ -238,6 +238,7 @@ TEST(hub_routes)
     route_free(&r);
     /* Paths in repos follow the model-name rules. */
     CHECK(parse("/one/resolve/main/../x", &r) == ROUTE_BAD_PATH);
+    route_free(&r);
     /* A revision is no dot segment (a mirror's upstream URL would climb). */
     const char *dots[] = {"/one/resolve/../x", "/one/resolve/%2e%2e/x", "/one/raw/./x",
                           "/org/name/resolve/%2E/x", "/api/models/one/revision/..",
@@ -250,7 +251,6 @@ TEST(hub_routes)
         CHECK(k == ROUTE_BAD_PATH);
         route_free(&r);
     }
-    route_free(&r);
     CHECK(parse("/one/resolve/main/a%2F..%2Fb", &r) == ROUTE_BAD_PATH);
     route_free(&r);
     CHECK(parse("/one/resolve/%00/x", &r) == ROUTE_BAD_PATH);
