@@ -148,6 +148,8 @@ void do_mirror_evict(struct mirror *m, struct mirror_file *f)
     m->used -= f->held;
     m->n_files--;
     m->n_partial -= !f->complete;
+    if (!f->complete) /* its bytes, unchecked, may come back other */
+        atomic_fetch_add(&m->dropped, 1);
     metrics_add(MC_MIRROR_EVICTIONS, 1);
     do_mirror_gauges(m);
     char name[96];

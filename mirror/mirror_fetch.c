@@ -98,6 +98,7 @@ static void do_discard(struct mirror *m, struct mirror_file *f)
     f->n_present = 0;
     f->hashed = 0;
     f->gen++;
+    atomic_fetch_add(&m->dropped, 1);
     uint64_t nbytes = (f->nblocks + 7) / 8;
     if (f->state_fd >= 0 && (ftruncate(f->state_fd, MIRROR_STATE_HEADER) < 0 ||
                              ftruncate(f->state_fd, (off_t)(MIRROR_STATE_HEADER + nbytes)) < 0))

@@ -77,6 +77,10 @@ struct mirror {
                                     * eviction can free now (lock) */
     uint64_t model_seq;            /* names of models/<n> (lock) */
     atomic_uint_fast64_t hit_bytes, miss_bytes; /* mirror_count_asked */
+    atomic_uint_fast64_t dropped;  /* times bytes no hash confirmed left the cache (a file
+                                    * discarded for its hash, a partial file evicted): a
+                                    * /v1 model built from them is built again
+                                    * (mirror_model_current) */
     unsigned range_waiters;        /* threads in mirror_wait_range: woken by progress too (lock) */
     unsigned n_fetchers;
     struct mirror_fetcher *fetchers;

@@ -36,6 +36,8 @@ struct mirror_model {
     struct mirror_id *ids;
     struct mirror_file **files;    /* a reference each while built, and kept by a preload's */
     char dir[48];                  /* models/<n>, "" when not made (or removed) */
+    int unconfirmed;               /* a header was read before its file's hash matched ... */
+    uint64_t dropped;              /* ... and m->dropped was this before it was read */
     uint64_t missing;              /* bytes a preload still had to fetch when it was built */
 };
 
@@ -49,6 +51,11 @@ const struct reg_model *mirror_model_reg(const struct mirror_model *mm)
 const char *mirror_model_commit(const struct mirror_model *mm)
 {
     return mm->commit;
+}
+
+int mirror_model_current(const struct mirror_model *mm)
+{
+    return !mm->unconfirmed || atomic_load(&mm->m->dropped) == mm->dropped;
 }
 
 static size_t index_of(const struct mirror_model *mm, const struct reg_file *rf)
@@ -299,10 +306,15 @@ int mirror_model_build(struct mirror *m, const char *name, const char *repo,
         rc = st_error_fail(err, ST_ERR_NOT_FOUND, "the upstream's repo %s has no .safetensors "
                            "file %s%s (with a hash the mirror can check)", repo,
                            dir[0] ? "in " : "at its top", dir);
+    mm->dropped = atomic_load(&m->dropped);
     if (rc == 0)
         rc = fetch_heads(mm, err);
     if (rc == 0)
         rc = build(mm, name, dir, err);
+    /* A file complete now was complete, or matched its hash, after its
+     * header was read: else m->dropped moved. */
+    for (size_t i = 0; rc == 0 && i < mm->n; i++)
+        mm->unconfirmed |= !mirror_file_complete(m, mm->files[i]);
     if (rc == 0 && keep) { /* every block from here on: a preload reads them as they come */
         for (size_t i = 0; i < mm->n; i++) {
             uint64_t size = mirror_file_size(mm->files[i]);

@@ -51,6 +51,13 @@ void mirror_model_free(struct mirror_model *mm);
 const struct reg_model *mirror_model_reg(const struct mirror_model *mm);
 /* The commit it was built at. */
 const char *mirror_model_commit(const struct mirror_model *mm);
+/* Whether what its headers said still stands: a model whose headers were
+ * read from a file the hash had not confirmed yet is built again once
+ * bytes no hash confirmed have left the cache since (a file discarded
+ * because the upstream's bytes did not match their hash, a partial file
+ * evicted): the file fetched again may differ, and a tensor's offsets from
+ * the old header would name other bytes of it. */
+int mirror_model_current(const struct mirror_model *mm);
 /* The content of file rf of the model: 0 and *id, or -ENOENT. */
 int mirror_model_file_id(const struct mirror_model *mm, const struct reg_file *rf,
                          struct mirror_id *id);

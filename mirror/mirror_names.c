@@ -47,6 +47,7 @@ struct disk_entry {
     int64_t at;
     uint64_t seq;                  /* orders the answers of one second (0: a previous run's) */
     uint64_t sum;                  /* of its answer's bytes (0: not known: read back at start) */
+    int own;                       /* the mirror's own answer (its bounds are apart) */
 };
 
 struct mirror_names {
@@ -56,8 +57,8 @@ struct mirror_names {
     struct mem_entry *head, *tail;
     size_t mem_bytes;
     struct disk_entry *disk[NBUCKETS]; /* the files on disk, by name */
-    size_t n_disk;
-    uint64_t disk_bytes;
+    size_t n_disk[2];              /* of callers' answers [0], the mirror's own [1] */
+    uint64_t disk_bytes[2];
     uint64_t disk_seq;             /* the last disk_entry.seq given */
     unsigned seq;                  /* names of files being written */
 };
@@ -198,28 +199,33 @@ static void do_disk_drop(struct mirror_names *n, struct disk_entry *d)
         pp = &(*pp)->next;
     *pp = d->next;
     unlinkat(n->dirfd, d->hex, 0);
-    n->disk_bytes -= d->size;
-    n->n_disk--;
+    n->disk_bytes[d->own] -= d->size;
+    n->n_disk[d->own]--;
     free(d);
 }
 
-/* The oldest answer on disk (a previous run's before this run's of the
- * same second). */
-static struct disk_entry *do_disk_oldest(struct mirror_names *n)
+/* The oldest answer on disk of the class own (a previous run's before this
+ * run's of the same second). */
+static struct disk_entry *do_disk_oldest(struct mirror_names *n, int own)
 {
     struct disk_entry *old = NULL;
     for (size_t b = 0; b < NBUCKETS; b++)
         for (struct disk_entry *d = n->disk[b]; d; d = d->next)
-            if (!old || d->at < old->at || (d->at == old->at && d->seq < old->seq))
+            if (d->own == own &&
+                (!old || d->at < old->at || (d->at == old->at && d->seq < old->seq)))
                 old = d;
     return old;
 }
 
-/* Records file hex (replacing its entry), then removes the oldest files
- * until the store is within its bounds. */
-static void do_disk_note(struct mirror_names *n, const char *hex, uint64_t size, int64_t at,
-                         uint64_t sum)
+/* Records file hex (replacing its entry), then removes the oldest files of
+ * its class until that class is within its bounds. */
+static void do_disk_note(struct mirror_names *n, const char *hex, int own, uint64_t size,
+                         int64_t at, uint64_t sum)
 {
+    static const size_t max_files[2] = {NAMES_DISK_FILES - NAMES_DISK_OWN_FILES,
+                                        NAMES_DISK_OWN_FILES};
+    static const uint64_t max_bytes[2] = {NAMES_DISK_MAX - NAMES_DISK_OWN_MAX,
+                                          NAMES_DISK_OWN_MAX};
     struct disk_entry *d = do_disk_find(n, hex);
     if (!d) {
         d = xcalloc(1, sizeof(*d));
@@ -227,15 +233,38 @@ static void do_disk_note(struct mirror_names *n, const char *hex, uint64_t size,
         size_t b = bucket(hex);
         d->next = n->disk[b];
         n->disk[b] = d;
-        n->n_disk++;
+    } else { /* rewritten: a file read back at the start may have counted as a caller's */
+        n->n_disk[d->own]--;
+        n->disk_bytes[d->own] -= d->size;
     }
-    n->disk_bytes += size - d->size;
+    d->own = own;
+    n->n_disk[own]++;
+    n->disk_bytes[own] += size;
     d->size = size;
     d->at = at;
     d->seq = sum ? ++n->disk_seq : 0;
     d->sum = sum;
-    while (n->n_disk > NAMES_DISK_FILES || (n->disk_bytes > NAMES_DISK_MAX && n->n_disk > 1))
-        do_disk_drop(n, do_disk_oldest(n));
+    while (n->n_disk[own] > max_files[own] ||
+           (n->disk_bytes[own] > max_bytes[own] && n->n_disk[own] > 1))
+        do_disk_drop(n, do_disk_oldest(n, own));
+}
+
+/* Whether file name of names/ holds the mirror's own answer (its key
+ * begins "own\n"; a file that does not read as an answer counts as a
+ * caller's, and is ignored when read). */
+static int file_is_own(int dirfd, const char *name)
+{
+    char head[64];
+    int fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    ssize_t got = fd >= 0 ? pread(fd, head, sizeof(head) - 1, 0) : -1;
+    if (fd >= 0)
+        close(fd);
+    size_t ml = strlen(MAGIC);
+    if (got < (ssize_t)ml || memcmp(head, MAGIC, ml) != 0)
+        return 0;
+    head[got] = '\0';
+    const char *nl = strchr(head + ml, '\n');
+    return nl && strncmp(nl + 1, "own\n", 4) == 0;
 }
 
 /* Writes the answer's file aside and renames it into place. */
@@ -337,7 +366,8 @@ struct mirror_names *mirror_names_new(int dirfd, struct st_error *err)
         if (strlen(de->d_name) != 64 || strspn(de->d_name, "0123456789abcdef") != 64 ||
             fstatat(fd, de->d_name, &sb, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(sb.st_mode))
             continue;
-        do_disk_note(n, de->d_name, (uint64_t)sb.st_size, (int64_t)sb.st_mtim.tv_sec, 0);
+        do_disk_note(n, de->d_name, file_is_own(fd, de->d_name), (uint64_t)sb.st_size,
+                     (int64_t)sb.st_mtim.tv_sec, 0);
     }
     if (d)
         closedir(d);
@@ -390,7 +420,7 @@ void mirror_names_put(struct mirror *m, const char *key, const struct mirror_ask
                     hex, strerror(-rc));
         } else {
             pthread_mutex_lock(&n->lock);
-            do_disk_note(n, hex, strlen(MAGIC) + 24 + strlen(full) + len, now, sum);
+            do_disk_note(n, hex, !!asker->own, strlen(MAGIC) + 24 + strlen(full) + len, now, sum);
             pthread_mutex_unlock(&n->lock);
         }
     }

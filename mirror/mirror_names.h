@@ -20,8 +20,12 @@
  * per answer, its mtime when the upstream gave it), so a mirror restarted
  * during an outage still has them; a caller's are in memory only. Both are
  * bounded (the oldest go first): NAMES_MEM_MAX bytes in memory,
- * NAMES_DISK_MAX bytes and NAMES_DISK_FILES files on disk. Its lock is a
- * leaf; files are read and written without it (on the job threads). */
+ * NAMES_DISK_MAX bytes and NAMES_DISK_FILES files on disk, of which the
+ * mirror's own answers have NAMES_DISK_OWN_MAX and NAMES_DISK_OWN_FILES and
+ * callers' the rest: a client asking many questions (a listing's query
+ * varies without end) pushes out other callers' oldest answers, never
+ * those the /v1 and S3 routes serve in an outage. Its lock is a leaf;
+ * files are read and written without it (on the job threads). */
 #ifndef TENSORD_MIRROR_NAMES_H
 #define TENSORD_MIRROR_NAMES_H
 
@@ -36,6 +40,8 @@ struct mirror_names;
 #define NAMES_MEM_MAX (64u << 20)
 #define NAMES_DISK_MAX (256ull << 20)
 #define NAMES_DISK_FILES 16384u
+#define NAMES_DISK_OWN_MAX (NAMES_DISK_MAX / 4)
+#define NAMES_DISK_OWN_FILES (NAMES_DISK_FILES / 4)
 
 /* The store over dirfd's names/ (made when missing), with what a previous
  * run left there. NULL with err when the directory cannot be made. */

@@ -300,12 +300,14 @@ void mirror_repos_learn_doc(struct mirror *m, const char *target, const char *bo
         if (slash && at == end)
             return; /* a trailing '/' */
     }
-    /* {a}, {a}/{b}, {a}/revision/{rev}, {a}/{b}/revision/{rev}: a repo's
-     * document; anything else is another route's. */
+    /* {a}, {a}/{b}, {a}/revision/main, {a}/{b}/revision/main: a repo's
+     * document as it is now (the table keeps a repo's latest commit: an
+     * older revision's document would turn it back); anything else is
+     * another revision's or another route's. */
     size_t parts = n;
-    if (n == 3 && strcmp(seg[1], "revision") == 0)
+    if (n == 3 && strcmp(seg[1], "revision") == 0 && strcmp(seg[2], "main") == 0)
         parts = 1;
-    else if (n == 4 && strcmp(seg[2], "revision") == 0)
+    else if (n == 4 && strcmp(seg[2], "revision") == 0 && strcmp(seg[3], "main") == 0)
         parts = 2;
     else if (n > 2 || n == 0)
         return;

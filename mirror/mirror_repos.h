@@ -35,8 +35,8 @@ void mirror_repos_learn_file(struct mirror *m, const char *repo, const char *com
                              const char *path, const struct mirror_id *id, int lfs);
 
 /* ... and a document the upstream gave a request without a token, to
- * target: what it tells when it is a repo's (/api/models/{repo} or
- * /api/models/{repo}/revision/{rev}). */
+ * target: what it tells when it is a repo's as it is now (/api/models/{repo}
+ * or /api/models/{repo}/revision/main; another revision's is not). */
 void mirror_repos_learn_doc(struct mirror *m, const char *target, const char *body, size_t len);
 
 /* What the cache holds of a known repo. */

@@ -291,7 +291,7 @@ struct mirror_view *mirror_view_find(struct mirror *m, const char *name, int64_t
                                   : NULL;
     /* Current while the repo's fresh snap names the commit it was built at. */
     if (found && snap_found && fresh(m, s) &&
-        strcmp(s->doc.commit, mirror_model_commit(v->mm)) == 0) {
+        strcmp(s->doc.commit, mirror_model_commit(v->mm)) == 0 && mirror_model_current(v->mm)) {
         v->used = s->used = ++vs->clock;
         *age = mirror_snap_age(s);
         mirror_view_ref(v);
@@ -312,7 +312,8 @@ static int view_of(struct mirror *m, const char *name, struct mirror_snap *s,
     struct mirror_view *v = NULL;
     pthread_mutex_lock(&vs->lock);
     size_t i = do_view_slot(vs, name, &found);
-    if (found && strcmp(mirror_model_commit(vs->views[i]->mm), s->doc.commit) == 0) {
+    if (found && strcmp(mirror_model_commit(vs->views[i]->mm), s->doc.commit) == 0 &&
+        mirror_model_current(vs->views[i]->mm)) {
         v = mirror_view_ref(vs->views[i]);
         v->used = ++vs->clock;
     }

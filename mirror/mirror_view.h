@@ -70,7 +70,8 @@ int64_t mirror_snap_age(const struct mirror_snap *s);
  * into name. */
 void mirror_view_split(const char *name, char **repo, const char **dir);
 /* The view of model `name` when the repo's snap is younger than
- * mirror_auth_ttl and names the commit the view was built at: a reference,
+ * mirror_auth_ttl and names the commit the view was built at, and what
+ * its headers said still stands (mirror_model_current): a reference,
  * and *age the snap's (mirror_snap_age); else NULL (ask with
  * mirror_job_view). */
 struct mirror_view *mirror_view_find(struct mirror *m, const char *name, int64_t *age);

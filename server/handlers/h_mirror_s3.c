@@ -49,11 +49,19 @@ static void unref_snap(void *s)
     mirror_snap_unref(s);
 }
 
-/* The repo a bucket names: "org--name" is "org/name" (the first "--"). */
+/* The repo a bucket names: "org--name" is "org/name" (the first "--"); NULL
+ * when that is no repo id (an empty, "." or ".." part: in the upstream's
+ * URLs it would climb out of /api/models/, with the mirror's own token). */
 static char *repo_of(const char *bucket)
 {
     const char *d = strstr(bucket, "--");
-    return d ? xasprintf("%.*s/%s", (int)(d - bucket), bucket, d + 2) : xstrdup(bucket);
+    size_t org = d ? (size_t)(d - bucket) : 0;
+    const char *name = d ? d + 2 : bucket;
+    if ((d && (org == 0 || (org == 1 && bucket[0] == '.') ||
+               (org == 2 && bucket[0] == '.' && bucket[1] == '.'))) ||
+        !name[0] || strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
+        return NULL;
+    return d ? xasprintf("%.*s/%s", (int)org, bucket, name) : xstrdup(bucket);
 }
 
 /* GET or HEAD of an object: the file's bytes from the cache. */
@@ -110,6 +118,9 @@ struct answer *handle_mirror_s3(const struct request_view *v, struct answer *a,
     struct mirror *m = v->srv->mirror;
     struct mirror_snap *s;
     char *repo = repo_of(rt->model);
+    if (!repo)
+        return answer_s3_error(a, HTTP_NOT_FOUND, "NoSuchBucket", resource,
+                               "The specified bucket does not exist (it names no repo)");
     const char *arena_repo = answer_strdup(a, repo);
     free(repo);
     if (mirror_answer_refused(v, a, MD_S3))

@@ -178,8 +178,11 @@ static enum route_kind parse_hub(const struct seg *segs, size_t n, int api,
         return r->kind = ROUTE_BAD_PATH;
     if (h->rev) {
         r->rev = pct_decode(segs[h->rev].p, segs[h->rev].len, 0, &r->rev_len);
-        if (!r->rev || r->rev_len == 0) {
-            snprintf(err, errlen, "revision has a malformed percent-escape or a NUL byte, or is empty");
+        /* "." and ".." name no revision; in a mirror's URL upstream they
+         * would climb out of the route (/org/r/resolve/../x is /org/r/x). */
+        if (!r->rev || r->rev_len == 0 || strcmp(r->rev, ".") == 0 || strcmp(r->rev, "..") == 0) {
+            snprintf(err, errlen, "revision has a malformed percent-escape or a NUL byte, or is "
+                     "empty, \".\" or \"..\"");
             return r->kind = ROUTE_BAD_PATH;
         }
     }

@@ -239,6 +239,18 @@ TEST(hub_routes)
     /* Paths in repos follow the model-name rules. */
     CHECK(parse("/one/resolve/main/../x", &r) == ROUTE_BAD_PATH);
     route_free(&r);
+    /* A revision is no dot segment (a mirror's upstream URL would climb). */
+    const char *dots[] = {"/one/resolve/../x", "/one/resolve/%2e%2e/x", "/one/raw/./x",
+                          "/org/name/resolve/%2E/x", "/api/models/one/revision/..",
+                          "/api/models/org/name/revision/%2e%2e",
+                          "/api/models/org/name/tree/../x", "/api/models/org/name/paths-info/."};
+    for (size_t i = 0; i < sizeof(dots) / sizeof(dots[0]); i++) {
+        enum route_kind k = parse(dots[i], &r);
+        if (k != ROUTE_BAD_PATH)
+            fprintf(stderr, "  %s -> %d\n", dots[i], k);
+        CHECK(k == ROUTE_BAD_PATH);
+        route_free(&r);
+    }
     CHECK(parse("/one/resolve/main/a%2F..%2Fb", &r) == ROUTE_BAD_PATH);
     route_free(&r);
     CHECK(parse("/one/resolve/%00/x", &r) == ROUTE_BAD_PATH);
