@@ -257,7 +257,7 @@ int mirror_repo_fetch(struct mirror *m, struct upstream_conn *c, const char *rep
         }
         if (answered)
             mirror_health_ok(m);
-        else if (rc != -ECANCELED && rc != -EFBIG)
+        else if (rc != -ECANCELED && rc != -EFBIG && rc != -ELOOP) /* its answer: mirror_ask.c */
             mirror_health_failed(m, why.message);
     } else {
         st_error_fail(&why, ST_ERR_IO, "it failed the last request(s)");

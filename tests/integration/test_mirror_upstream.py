@@ -238,6 +238,30 @@ def url(name):
     return f"/org/r/resolve/{COMMIT}/{name}"
 
 
+def test_one_bad_answer_is_not_an_outage(mirror_of):
+    """An answer that is the upstream's but unusable for that one request
+    (redirects in a circle, a document over the mirror's bound) fails that
+    request with 502; the upstream stays up and is asked again at once, so a
+    client cannot pause the mirror for everyone by asking for such a name."""
+    big = b'{"pad": "' + b"x" * (64 << 20) + b'"}'
+    up = Scripted({
+        r"/api/models/org/loop": lambda h, m: (302, {"Location": "/api/models/org/loop"}, b""),
+        r"/api/models/org/huge": lambda h, m: (200, {"Content-Type": "application/json"}, big),
+        r"/api/models/org/fine": lambda h, m: (200, {}, b'{"id": "org/fine"}'),
+    })
+    try:
+        m = mirror_of(up)
+        for name in ("loop", "huge"):
+            r = m.get(f"/api/models/org/{name}")
+            assert r.status == 502, (name, r)
+            assert tdutil.prom_counter(m, "tensord_mirror_upstream_up") == 1, name
+            assert tdutil.prom_counter(m, "tensord_mirror_upstream_consecutive_failures") == 0
+            r = m.get("/api/models/org/fine")  # asked at once, not paused
+            assert r.status == 200 and r.json() == {"id": "org/fine"}, r
+    finally:
+        up.close()
+
+
 def test_cold_range_anywhere_completes(mirror_of):
     """A Range that starts past a cold file's first block and runs to its
     end completes: the last byte waits for the whole file's hash, so the
