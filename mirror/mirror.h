@@ -111,6 +111,7 @@
 
 #include "mirror_store.h"
 #include "st_error.h"
+#include "upstream_addr.h"
 
 struct mirror;
 struct mirror_file;
@@ -130,6 +131,7 @@ struct mirror_options {
     int serve_stale;               /* mirror_offline = serve-cached: an unreachable upstream
                                     * leaves what the cache holds served (mirror_names.h) */
     unsigned stale_max_age;        /* seconds a name's last answer is served stale */
+    enum upstream_private redirect_private; /* upstream_redirect_private (upstream_addr.h) */
 };
 
 /* Where a file's bytes come from: its URL at one commit, and the caller's

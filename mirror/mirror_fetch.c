@@ -275,7 +275,8 @@ static int sink_write(void *arg, const void *data, size_t len)
 static int fatal(int rc)
 {
     return rc == -ESTALE || rc == -ENOENT || rc == -EACCES || rc == -EPROTO || rc == -ENOSPC ||
-           rc == -EDQUOT || rc == -ECANCELED || rc == -EINVAL;
+           rc == -EDQUOT || rc == -ECANCELED || rc == -EINVAL ||
+           rc == -EPERM; /* a redirect refused (upstream_redirect_private) */
 }
 
 /* Fetches [done, len) of block b into the blob, retrying. Returns 0 or

@@ -210,7 +210,7 @@ struct mirror *mirror_new(const struct mirror_options *o, struct st_error *err)
     m->health = mirror_health_new(o->upstream);
     m->views = mirror_views_new();
     m->repos = mirror_repos_new();
-    m->up = upstream_new(o->upstream); /* the fetchers pace themselves, all together */
+    m->up = upstream_new(o->upstream, o->redirect_private); /* the fetchers pace themselves */
     if (!(m->names = mirror_names_new(m->dirfd, err)))
         goto fail;
     clear_models(m);

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 
 #include "util.h"
 
@@ -20,12 +21,16 @@
 struct upstream {
     char *base;                /* without a trailing '/' */
     size_t origin_len;         /* base[0..origin_len): scheme://authority */
+    enum upstream_private redirect_private;
+    atomic_int origin_private; /* the last connection to the origin's address: private 1,
+                                * public 0, none yet -1 */
 };
 
 struct upstream_conn {
     struct upstream *u;
     CURL *h;
     const atomic_int *abort;   /* stop a transfer when set (may be NULL) */
+    char refused[64];          /* the address a redirect was refused, for the error */
 };
 
 int upstream_global_init(void)
@@ -33,9 +38,11 @@ int upstream_global_init(void)
     return curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK ? 0 : -1;
 }
 
-struct upstream *upstream_new(const char *base_url)
+struct upstream *upstream_new(const char *base_url, enum upstream_private redirect_private)
 {
     struct upstream *u = xcalloc(1, sizeof(*u));
+    u->redirect_private = redirect_private;
+    atomic_init(&u->origin_private, -1);
     u->base = xstrdup(base_url);
     size_t n = strlen(u->base);
     while (n > 0 && u->base[n - 1] == '/')
@@ -65,7 +72,7 @@ struct upstream_conn *upstream_conn_new(struct upstream *u, const atomic_int *ab
     if (!h)
         return NULL;
     struct upstream_conn *c = xcalloc(1, sizeof(*c));
-    *c = (struct upstream_conn){u, h, abort};
+    *c = (struct upstream_conn){.u = u, .h = h, .abort = abort};
     return c;
 }
 
@@ -134,13 +141,18 @@ static size_t on_header(char *line, size_t size, size_t n, void *arg)
 
 /* ---- requests --------------------------------------------------------------- */
 
+static curl_socket_t open_socket(void *arg, curlsocktype purpose, struct curl_sockaddr *addr);
+
 /* The options every request shares; the handle was reset before. */
 static void common_options(struct upstream_conn *c, const char *url, struct curl_slist *hdrs,
                            struct upstream_answer *a)
 {
     CURL *h = c->h;
+    c->refused[0] = '\0';
     curl_easy_setopt(h, CURLOPT_URL, url);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_OPENSOCKETFUNCTION, open_socket);
+    curl_easy_setopt(h, CURLOPT_OPENSOCKETDATA, c);
 #if LIBCURL_VERSION_NUM >= 0x075500 /* 7.85: the string forms; the bitmasks are deprecated */
     curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(h, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
@@ -179,8 +191,14 @@ static int add_header(struct curl_slist **list, const char *name, const char *va
     return 0;
 }
 
-static int curl_fail(CURLcode rc, const char *url, struct st_error *err)
+static int curl_fail(const struct upstream_conn *c, CURLcode rc, const char *url,
+                     struct st_error *err)
 {
+    if (rc == CURLE_COULDNT_CONNECT && c->refused[0]) { /* the same again if asked again */
+        st_error_fail(err, ST_ERR_IO, "upstream %s: a redirect led to %s, a private address: "
+                      "not followed (upstream_redirect_private)", url, c->refused);
+        return -EPERM;
+    }
     int e = rc == CURLE_ABORTED_BY_CALLBACK ? -ECANCELED
             : rc == CURLE_OPERATION_TIMEDOUT ? -ETIMEDOUT
             : rc == CURLE_OUT_OF_MEMORY    ? -ENOMEM
@@ -196,6 +214,26 @@ static int same_origin(const struct upstream *u, const char *url)
 {
     return strncmp(url, u->base, u->origin_len) == 0 &&
            (url[u->origin_len] == '/' || url[u->origin_len] == '\0');
+}
+
+/* Every socket libcurl opens: one to the upstream's origin tells whether
+ * the upstream is on a private address; one for a redirect that left it
+ * must be allowed by upstream_addr.h's rule. The URL is the one being
+ * connected to (libcurl updates it before following a redirect). */
+static curl_socket_t open_socket(void *arg, curlsocktype purpose, struct curl_sockaddr *addr)
+{
+    (void)purpose;
+    struct upstream_conn *c = arg;
+    char *url = NULL;
+    curl_easy_getinfo(c->h, CURLINFO_EFFECTIVE_URL, &url);
+    if (url && same_origin(c->u, url)) {
+        atomic_store(&c->u->origin_private, !upstream_addr_public(&addr->addr));
+    } else if (!upstream_redirect_allowed(c->u->redirect_private,
+                                          atomic_load(&c->u->origin_private), &addr->addr)) {
+        upstream_addr_text(&addr->addr, c->refused, sizeof(c->refused));
+        return CURL_SOCKET_BAD;
+    }
+    return socket(addr->family, addr->socktype | SOCK_CLOEXEC, addr->protocol);
 }
 
 /* Fields an earlier hop set and the final answer lacks. */
@@ -275,7 +313,7 @@ static int request_hops(struct upstream_conn *c, const char *method, const char 
                               "bytes", url, bb->max);
                 rc = -EFBIG;
             } else {
-                rc = curl_fail(cr, url, err);
+                rc = curl_fail(c, cr, url, err);
             }
             goto out;
         }
@@ -479,5 +517,5 @@ int upstream_get_range(struct upstream_conn *c, const char *repo, const char *co
         return x.rc;
     }
     /* Cut part-way: what arrived was taken (*got), the caller asks for the rest. */
-    return cr == CURLE_OK ? 0 : curl_fail(cr, url, err);
+    return cr == CURLE_OK ? 0 : curl_fail(c, cr, url, err);
 }

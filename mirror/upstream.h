@@ -28,6 +28,7 @@
 #include <stdint.h>
 
 #include "st_error.h"
+#include "upstream_addr.h"
 #include "upstream_answer.h"
 
 struct upstream;
@@ -42,9 +43,10 @@ typedef int (*upstream_sink)(void *arg, const void *data, size_t len);
 int upstream_global_init(void);
 
 /* The upstream at base_url (http[s]://host[:port][/prefix], no trailing
- * '/' needed). (Pacing is the caller's: the
- * mirror paces all its fetchers on one schedule.) */
-struct upstream *upstream_new(const char *base_url);
+ * '/' needed), whose redirects away from its origin lead to private
+ * addresses as redirect_private says (upstream_addr.h). (Pacing is the
+ * caller's: the mirror paces all its fetchers on one schedule.) */
+struct upstream *upstream_new(const char *base_url, enum upstream_private redirect_private);
 void upstream_free(struct upstream *u);
 /* The base URL, as configured (without a trailing '/'). */
 const char *upstream_base(const struct upstream *u);
@@ -86,8 +88,9 @@ int upstream_request(struct upstream_conn *c, const char *method, const char *ta
  * there). Returns 0 when the answer ended (*got may be less than len when
  * the upstream sent less), -ESTALE with err when it named another version
  * (changed upstream: never retried), -EPROTO for an answer that was not
- * the range, -EACCES for 401/403, -ENOENT for 404, or -errno. *a holds no
- * Link (nothing to free). */
+ * the range, -EACCES for 401/403, -ENOENT for 404, -EPERM for a redirect
+ * to an address upstream_addr.h refuses, or -errno. *a holds no Link
+ * (nothing to free). */
 int upstream_get_range(struct upstream_conn *c, const char *repo, const char *commit,
                        const char *path, const char *auth, uint64_t off, uint64_t len,
                        uint64_t size, const char *sha256_hex, upstream_sink sink, void *arg,

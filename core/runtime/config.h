@@ -84,6 +84,8 @@ struct config {
     char *mirror_offline;           /* serve-cached or strict: what an unreachable upstream leaves */
     unsigned mirror_stale_max_age;  /* seconds a name's last answer is served stale */
     char *upstream_token_file;      /* the mirror's own token for its upstream */
+    char *upstream_redirect_private;/* auto, yes or no: redirects away from the upstream to
+                                     * private addresses */
     uint64_t upstream_max_bytes_per_second; /* 0 = unlimited */
 };
 

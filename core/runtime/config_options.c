@@ -169,6 +169,11 @@ const struct opt config_options[] = {
      OFF(mirror_stale_max_age), NOLIST,
      "seconds a name's last answer (a branch's commit, a repo's document, a listing) is "
      "served, marked stale, while the upstream cannot be reached; 0 = never"},
+    {"upstream_redirect_private", "mirror", OPT_ENUM, "auto", 0, 0,
+     OFF(upstream_redirect_private), 0, 0, "auto|yes|no", NULL,
+     "whether a redirect from the upstream to another origin may lead the mirror to a "
+     "loopback, private or link-local address (a metadata service, an internal one): auto "
+     "when the upstream itself is on such an address, yes always, no never"},
     {"upstream_token_file", "mirror", OPT_STRING, "", 0, 0, OFF(upstream_token_file), 0, 0,
      NULL, check_no_ctl, "file holding the token the mirror sends for its own requests "
      "(the /v1 and S3 routes' and preloads from the upstream); callers' Hub requests carry "

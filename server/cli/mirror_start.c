@@ -64,6 +64,8 @@ struct mirror *mirror_start(const struct config *cfg, int *rc, char *errbuf, siz
         .auth_ttl = cfg->mirror_auth_ttl,
         .own_auth = auth,
         .serve_stale = strcmp(cfg->mirror_offline, "strict") != 0,
+        .redirect_private = (enum upstream_private)upstream_private_mode(
+            cfg->upstream_redirect_private),
         .stale_max_age = cfg->mirror_stale_max_age,
     };
     struct st_error err;

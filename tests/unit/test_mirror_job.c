@@ -22,6 +22,7 @@ static char dir[] = "/tmp/test_mirror_job.XXXXXX";
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t changed = PTHREAD_COND_INITIALIZER;
 static int open_gate, running;
+static int hold_rest; /* the gate stays shut for questions 1001 and on (held[1..]) */
 static int ran[2048], n_ran;
 static atomic_int freed, called;
 
@@ -32,7 +33,8 @@ static int run(struct mirror *m, struct upstream_conn *c, void *data, struct st_
     ran[n_ran++] = *(int *)data;
     running++;
     pthread_cond_broadcast(&changed);
-    while (!open_gate)
+    int id = *(int *)data;
+    while (!open_gate || (hold_rest && id > 1000))
         pthread_cond_wait(&changed, &lock);
     running--;
     pthread_mutex_unlock(&lock);
@@ -54,7 +56,7 @@ static void done(void *arg)
 static void reset(void)
 {
     pthread_mutex_lock(&lock);
-    open_gate = running = n_ran = 0;
+    open_gate = running = n_ran = hold_rest = 0;
     pthread_mutex_unlock(&lock);
     atomic_store(&freed, 0);
     atomic_store(&called, 0);
@@ -158,12 +160,22 @@ TEST(clients_take_turns)
         j[i] = ask(m, 1, i, NULL, &why);   /* client 1's ten */
     j[10] = ask(m, 2, 100, NULL, &why);    /* then client 2's one */
     j[11] = ask(m, 3, 200, NULL, &why);    /* and client 3's */
+    /* One thread freed, the others held: it runs the queue in the order
+     * the queue gives, one question after another. */
+    pthread_mutex_lock(&lock);
+    hold_rest = 1;
+    pthread_mutex_unlock(&lock);
     open_the_gate();
-    wait_called(MIRROR_JOB_THREADS + 12);
+    wait_called(1 + 12);
     /* After the threads' first questions: 1, 2, 3, then client 1's rest. */
-    int want[] = {0, 100, 200, 1, 2, 3};
-    for (int i = 0; i < 6; i++)
+    int want[] = {0, 100, 200, 1, 2, 3, 4, 5, 6, 7, 8, 9};
+    for (int i = 0; i < 12; i++)
         CHECK(ran[MIRROR_JOB_THREADS + i] == want[i]);
+    pthread_mutex_lock(&lock);
+    hold_rest = 0;
+    pthread_cond_broadcast(&changed);
+    pthread_mutex_unlock(&lock);
+    wait_called(MIRROR_JOB_THREADS + 12);
     for (int i = 0; i < 12; i++)
         mirror_job_release(j[i]);
     release_held();
