@@ -122,7 +122,7 @@ CONFIG_INPUTS_NOW = CC=$(CC) CPPFLAGS=$(USER_CPPFLAGS) CUDA=$(CUDA) CUDA_PATH=$(
   PKG_CONFIG_PATH=$(PKG_CONFIG_PATH) PKG_CONFIG_LIBDIR=$(PKG_CONFIG_LIBDIR) PKG_MIN=$(PKG_MIN) \
   TEST_PKG_MIN=$(TEST_PKG_MIN) $(if $(GIVEN_FLAGS),PKG_CFLAGS=$(PKG_CFLAGS) PKG_LIBS=$(PKG_LIBS))
 CONFIG_FREE := clean uninstall config deps deps-apt deps-run deps-test deps-test-apt deps-bench \
-  deps-bench-apt run test bench bench-compression bench-remote bench-hub bench-s3 bench-mirror \
+  deps-bench-apt run test bench bench-callgrind bench-compression bench-remote bench-hub bench-s3 bench-mirror \
   bench-mirror-routes bench-swarm bench-gpu bench-multi-gpu bench-hash check-olah tsan tsan-test \
   test-cuda-double test-debs-root dist \
   print-%
@@ -304,7 +304,7 @@ test-cuda-double: deps-test
 test-debs-root:
 	@tests/gpu/min_root.sh
 
-.PHONY: FORCE all config deps deps-apt deps-run deps-test deps-test-apt deps-bench deps-bench-apt run run-built uninstall test test-cuda-double test-debs-root cuda-double unit fuzz fuzz-smoke install clean integration circles print-% bench bench-compression bench-gpu bench-multi-gpu bench-header bench-hub bench-leases bench-remote bench-s3 bench-mirror bench-mirror-routes bench-swarm bench-sha256 bench-hash check-olah soak tsan tsan-test dist
+.PHONY: FORCE all config deps deps-apt deps-run deps-test deps-test-apt deps-bench deps-bench-apt run run-built uninstall test test-cuda-double test-debs-root cuda-double unit fuzz fuzz-smoke install clean integration circles print-% bench bench-callgrind bench-compression bench-gpu bench-multi-gpu bench-header bench-hub bench-leases bench-remote bench-s3 bench-mirror bench-mirror-routes bench-swarm bench-sha256 bench-hash check-olah soak tsan tsan-test dist
 all: $(BUILD)/tensord $(BUILD)/libtensord-client.so $(BUILD)/tensord-client
 
 # The flags a build directory was compiled with: objects depend on this
@@ -445,7 +445,7 @@ fuzz: $(FUZZ_BIN)
 #              client's imports); with DEB_BUILD the whole of `make deps-run`
 #   DEB_TEST   make test (with the virtual environment of tests/requirements.txt;
 #              chromium drives the web console's tests and the CORS test)
-#   DEB_BENCH  make bench, bench-remote, bench-hub, bench-sha256, soak
+#   DEB_BENCH  make bench, bench-remote, bench-hub, bench-sha256, bench-callgrind, soak
 # Nothing in DEB_BUILD or DEB_RUN starts a service; the test and bench lists
 # are installed with services kept from starting (policy-rc.d), since nginx
 # and prometheus would otherwise listen on :80 and :9090.
@@ -454,7 +454,7 @@ DEB_BUILD := build-essential pkg-config libmicrohttpd-dev liburing-dev libssl-de
 DEB_RUN   := python3-numpy python3-urllib3 curl xxd
 DEB_TEST  := libjansson-dev clang libclang-rt-14-dev python3-pytest python3-venv python3-torch \
              git man-db groff-base systemd prometheus nginx-light chromium
-DEB_BENCH := nettle-dev nginx wrk aria2 iperf3 iproute2 python3-libtorrent
+DEB_BENCH := nettle-dev nginx wrk aria2 iperf3 iproute2 python3-libtorrent valgrind
 # Kept for scripts that read it: every list.
 DEB_PKGS   = $(DEB_BUILD) $(DEB_RUN) $(DEB_TEST) $(DEB_BENCH)
 
@@ -556,6 +556,15 @@ integration: all
 bench: deps-bench
 	@$(MAKE) --no-print-directory all
 	@$(PYTHON) bench/run.py
+
+# Instructions per small request under callgrind (bench/callgrind.py;
+# docs/PERFORMANCE.md "Instructions per request"): exact where req/s is
+# not, so a 1% change shows. BENCH_CALLGRIND_ARGS names the binaries or
+# git commits to compare (a commit is built once under /tmp), e.g.
+# BENCH_CALLGRIND_ARGS="main build/tensord"; by default this checkout's.
+bench-callgrind: deps-bench
+	@$(MAKE) --no-print-directory $(BUILD)/tensord
+	@$(PYTHON) bench/callgrind.py $(or $(BENCH_CALLGRIND_ARGS),$(BUILD)/tensord)
 
 # Remote tensors: tensord.load_file against hf_hub_download and aria2c from
 # nginx and a local safetensors load, tensor-parallel fetches, get_slice

@@ -95,8 +95,9 @@ struct answer *handle_file(const struct request_view *v, struct answer *a,
     } else if (!(header_only && h->raw)) { /* the header in memory reads no file */
         /* A mirrored file's header, or a Range of it (a client reading its
          * tensors), is read as parts of it: every byte as it arrives; the
-         * whole file as a download, its last byte after the hash. */
-        int parts = header_only || view_header(v, "Range") != NULL;
+         * whole file as a download, its last byte after the hash (a file
+         * of the models root is read alike: its Range is not looked up). */
+        int parts = mf && (header_only || view_header(v, "Range") != NULL);
         rep.body.fd = read_fd(v, a, m, f, mf, parts, &rep);
         if (rep.body.fd < 0)
             return a;
