@@ -683,7 +683,8 @@ soak: all
 # the log), built with -fsanitize=thread into build/san-thread; a report
 # fails the run. Part of `make test`.
 TSAN_UNITS := test_hasher test_hasher_work test_doc_cache test_registry test_hashstore \
-              test_conns test_gpu_manager test_gpu_load test_mirror_job test_metrics test_log
+              test_conns test_gpu_manager test_gpu_reload test_gpu_load test_mirror_job test_metrics \
+              test_log
 TSAN_BINS  := $(TSAN_UNITS:%=build/san-thread/tests/%)
 tsan:
 	@$(MAKE) --no-print-directory SANITIZER=thread CUDA=no $(TSAN_BINS)

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fileio.h"
 #include "gpu_manager_int.h"
 #include "gpu_part.h"
 #include "jsonw.h"
@@ -110,8 +111,9 @@ int gm_instance_same_files(const struct gm_instance *m, const struct reg_model *
         if (k >= m->n_shards)
             return 0;
         const struct gm_shard *s = &m->shards[k++];
-        if (strcmp(s->file, f->name) != 0 || s->st.size != f->st.size || s->st.ino != f->st.ino ||
-            s->st.dev != f->st.dev || s->st.mtime_ns != f->st.mtime_ns)
+        /* ctime too: a file rewritten in place with its mtime set back
+         * (cp -p, rsync -t) is another version, as the registry sees it */
+        if (strcmp(s->file, f->name) != 0 || !fileio_same_version(&s->st, &f->st))
             return 0;
     }
     return k == m->n_shards;

@@ -144,6 +144,45 @@ TEST(reloads_in_a_row_end_ready)
     free(data);
 }
 
+/* A file rewritten in place, same size, its mtime set back (cp -p, rsync
+ * -t into the same inode): another version, as the registry sees it (ctime
+ * moved), so the instance is reloaded with the new bytes, not left holding
+ * the old ones. */
+TEST(rewrite_in_place_with_mtime_set_back_reloads)
+{
+    struct fx f;
+    fx_init(&f);
+    unsigned char *old = write_model(&f, "ma", 6);
+    static const char *const preloads[] = {"ma@host", NULL};
+    fx_start(&f, preloads);
+    wait_idle(f.gm);
+    json_int_t gen0 = int_of(f.gm, "ma", "generation"), gen;
+    char *path = xasprintf("%s/ma.safetensors", f.root);
+    struct stat sb;
+    CHECK(stat(path, &sb) == 0);
+    unsigned char *now = bytes_for(MODEL_BYTES, 7);
+    int fd = open(path, O_WRONLY);
+    CHECK(fd >= 0 && pwrite(fd, now, MODEL_BYTES, sb.st_size - MODEL_BYTES) == MODEL_BYTES);
+    struct timespec times[2] = {sb.st_atim, sb.st_mtim};
+    CHECK(futimens(fd, times) == 0);
+    close(fd);
+    struct stat after;
+    CHECK(stat(path, &after) == 0 && after.st_ino == sb.st_ino &&
+          after.st_mtim.tv_nsec == sb.st_mtim.tv_nsec && after.st_size == sb.st_size);
+    fx_reload(&f);
+    wait_idle(f.gm);
+    CHECK_STR(state_of(f.gm, "ma"), "ready");
+    CHECK(int_of(f.gm, "ma", "generation") > gen0);
+    int fds[1];
+    struct gpu_lease *l = open_as_worker(f.gm, "ma", fds, &gen);
+    CHECK(l && gen > gen0 && maps_to(fds[0], now, MODEL_BYTES));
+    gpu_lease_release(f.gm, l);
+    fx_free(&f);
+    free(path);
+    free(old);
+    free(now);
+}
+
 /* A reload whose load fails (its file shrank after the scan) leaves the old
  * generation serving, and GET says why; the next good reload replaces it. */
 TEST(failed_reload_keeps_the_old_generation)
@@ -302,6 +341,7 @@ static int run(void)
     RUN(reload_waits_for_the_leases_where_two_copies_do_not_fit);
     RUN(reloads_in_a_row_end_ready);
     RUN(failed_reload_keeps_the_old_generation);
+    RUN(rewrite_in_place_with_mtime_set_back_reloads);
     RUN(admission_refuses_what_cannot_fit);
     RUN(phases_and_checksums);
     return TEST_SUMMARY();
