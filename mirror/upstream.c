@@ -194,7 +194,7 @@ static int add_header(struct curl_slist **list, const char *name, const char *va
 static int curl_fail(const struct upstream_conn *c, CURLcode rc, const char *url,
                      struct st_error *err)
 {
-    if (rc == CURLE_COULDNT_CONNECT && c->refused[0]) { /* the same again if asked again */
+    if (c->refused[0]) { /* the same again if asked again, whatever libcurl made of it */
         st_error_fail(err, ST_ERR_IO, "upstream %s: a redirect led to %s, a private address: "
                       "not followed (upstream_redirect_private)", url, c->refused);
         return -EPERM;
@@ -251,7 +251,7 @@ static void keep_earlier(struct upstream_answer *a, const struct upstream_answer
 
 struct body_buf {
     char *p;
-    size_t len, max;
+    size_t len, cap, max;      /* p holds cap bytes, len of them the body's */
     int too_large;
 };
 
@@ -263,11 +263,17 @@ static size_t on_body(char *data, size_t size, size_t n, void *arg)
         b->too_large = 1;
         return 0;
     }
-    char *p = realloc(b->p, b->len + len + 1);
-    if (!p)
-        return 0;
-    memcpy(p + b->len, data, len);
-    b->p = p;
+    if (b->len + len + 1 > b->cap) { /* doubling: a body of n bytes is copied O(n) times */
+        size_t cap = b->cap ? b->cap : 16384;
+        while (cap < b->len + len + 1)
+            cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p)
+            return 0;
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, data, len);
     b->len += len;
     b->p[b->len] = '\0';
     return len;
@@ -300,6 +306,9 @@ static int request_hops(struct upstream_conn *c, const char *method, const char 
                 bb->len = 0;
             curl_easy_setopt(c->h, CURLOPT_WRITEFUNCTION, on_body);
             curl_easy_setopt(c->h, CURLOPT_WRITEDATA, bb);
+            /* An answer whose Content-Length is over the bound: refused
+             * before its first byte is read. */
+            curl_easy_setopt(c->h, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)bb->max);
         }
         if (strcmp(method, "POST") == 0) {
             curl_easy_setopt(c->h, CURLOPT_POST, 1L);
@@ -308,7 +317,7 @@ static int request_hops(struct upstream_conn *c, const char *method, const char 
         }
         CURLcode cr = curl_easy_perform(c->h);
         if (cr != CURLE_OK) {
-            if (bb->too_large) {
+            if (bb->too_large || cr == CURLE_FILESIZE_EXCEEDED) {
                 st_error_fail(err, ST_ERR_LIMIT, "upstream %s: the answer is larger than %zu "
                               "bytes", url, bb->max);
                 rc = -EFBIG;
