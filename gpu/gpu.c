@@ -1,7 +1,6 @@
 /* gpu: finding a named device, and the CUDA probe when the build has no CUDA. */
 #include "gpu.h"
 
-#include <errno.h>
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -4,9 +4,7 @@
  * and its locking rules are described in gpu/gpu_manager_int.h. */
 #include "gpu_manager.h"
 
-#include <errno.h>
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

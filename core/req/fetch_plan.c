@@ -7,7 +7,6 @@
 #include "fetch_plan.h"
 #include "fetch_plan_int.h"
 
-#include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>

@@ -19,7 +19,6 @@
 
 #include "doc_cache.h"
 #include "h_hub_int.h"
-#include "handlers.h"
 #include "hub_doc.h"
 #include "hub_req.h"
 #include "hub_tags.h"

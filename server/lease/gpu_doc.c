@@ -2,12 +2,10 @@
  * statuses and wire error codes. */
 #include "gpu_doc.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "json_scan.h"
 #include "util.h"
 
 static void base64(struct jsonw *w, const unsigned char *p, size_t n)

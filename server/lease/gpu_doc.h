@@ -14,7 +14,6 @@
 #ifndef TENSORD_GPU_DOC_H
 #define TENSORD_GPU_DOC_H
 
-#include <stddef.h>
 #include <stdint.h>
 
 #include "config.h"
