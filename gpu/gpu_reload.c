@@ -142,8 +142,7 @@ void gpu_manager_on_reload(struct gpu_manager *gm, struct reg_snapshot *snap)
         keep_dead(&unborn_list, unborn);
     }
     pthread_mutex_unlock(&gm->lock);
-    if (old_latest)
-        reg_snapshot_unref(old_latest);
+    reg_snapshot_unref(old_latest);
     while (dead_list) {
         struct gm_instance *d = dead_list;
         dead_list = d->qnext;
