@@ -2,8 +2,6 @@
 #include "gpu.h"
 
 
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 

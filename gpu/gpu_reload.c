@@ -5,7 +5,6 @@
  * the device at once, the new one waits for the old one's leases to end,
  * and the old memory is released before the new is allocated, never at the
  * same time. */
-#include <stdio.h>
 #include <string.h>
 
 #include "gpu_manager_int.h"

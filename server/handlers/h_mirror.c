@@ -35,7 +35,6 @@
  *   - `/v1/blobs/sha256:{hex}`: also the mirror's complete files (h_blob.c,
  *     with mirror_answer_hold). */
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "digest.h"

@@ -3,7 +3,6 @@
 
 #include <arpa/inet.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <string.h>
 #include <strings.h>
 
