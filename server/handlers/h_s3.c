@@ -29,7 +29,6 @@
 #include "s3_bucket.h"
 #include "s3_auth.h"
 #include "s3_req.h"
-#include "server.h"
 #include "util.h"
 #include "xmlw.h"
 
