@@ -1,10 +1,7 @@
 /* gpu: finding a named device, and the CUDA probe when the build has no CUDA. */
 #include "gpu.h"
 
-#include <errno.h>
 
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 

@@ -33,8 +33,7 @@ void gm_instance_free(struct gm_instance *m)
         free(m->tensors[i].name);
         free(m->tensors[i].shape);
     }
-    if (m->rm)
-        reg_model_unref(m->rm);
+    reg_model_unref(m->rm);
     if (m->source)
         m->source->release(m->source);
     free(m->shards);

@@ -2,14 +2,12 @@
  * instance an open names (its device and rank, or the worker's device among
  * several), whether it can be leased, and granting, viewing and ending a
  * lease. The locking rules are gpu/gpu_manager_int.h's. */
-#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpu.h"
 #include "gpu_manager.h"
 #include "gpu_manager_int.h"
 #include "log.h"

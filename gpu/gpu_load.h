@@ -49,7 +49,6 @@
 #include <liburing.h>
 #include <stdatomic.h>
 #include <stddef.h>
-#include <stdint.h>
 
 #include "gpu.h"
 #include "gpu_load_types.h"

@@ -4,9 +4,7 @@
  * and its locking rules are described in gpu/gpu_manager_int.h. */
 #include "gpu_manager.h"
 
-#include <errno.h>
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -452,8 +450,7 @@ void gpu_manager_free(struct gpu_manager *gm)
         gm->models = m->next;
         gm_instance_free(m);
     }
-    if (gm->latest)
-        reg_snapshot_unref(gm->latest);
+    reg_snapshot_unref(gm->latest);
     while (gm->refused)
         do_gm_refused_clear(gm, gm->refused->model);
     gm_stages_free(gm); /* the loader has stopped: nobody copies */

@@ -60,7 +60,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "fileio.h"
 #include "gpu.h"
 #include "gpu_manager.h"
 #include "registry.h"

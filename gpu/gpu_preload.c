@@ -559,8 +559,7 @@ int gpu_preload_request(struct gpu_manager *gm, const char *model, const struct 
     int rc;
     for (;;) {
         if (newer) {
-            if (snap)
-                reg_snapshot_unref(snap);
+            reg_snapshot_unref(snap);
             snap = newer;
         }
         const struct reg_model *rm = snap ? reg_snapshot_find_model(snap, model, strlen(model))
@@ -579,8 +578,7 @@ int gpu_preload_request(struct gpu_manager *gm, const char *model, const struct 
         }
         gm_instance_free(m); /* a reload announced newer files meanwhile: plan those */
     }
-    if (snap)
-        reg_snapshot_unref(snap);
+    reg_snapshot_unref(snap);
     return rc;
 }
 

@@ -5,7 +5,6 @@
  * the device at once, the new one waits for the old one's leases to end,
  * and the old memory is released before the new is allocated, never at the
  * same time. */
-#include <stdio.h>
 #include <string.h>
 
 #include "gpu_manager_int.h"
@@ -142,8 +141,7 @@ void gpu_manager_on_reload(struct gpu_manager *gm, struct reg_snapshot *snap)
         keep_dead(&unborn_list, unborn);
     }
     pthread_mutex_unlock(&gm->lock);
-    if (old_latest)
-        reg_snapshot_unref(old_latest);
+    reg_snapshot_unref(old_latest);
     while (dead_list) {
         struct gm_instance *d = dead_list;
         dead_list = d->qnext;

@@ -4,7 +4,6 @@
 #include "ipc_proto.h"
 
 #include <stddef.h>
-#include <stdio.h>
 
 #include "json_scan.h"
 #include "util.h"

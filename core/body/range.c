@@ -8,6 +8,7 @@
 
 #include <stdint.h>
 #include <string.h>
+#include <strings.h>
 
 #include "util.h"
 
@@ -29,21 +30,6 @@ static int parse_digits(const char **p, uint64_t *out)
         return -1;
     *p += used;
     return 0;
-}
-
-static int unit_is_bytes(const char *s, size_t len)
-{
-    static const char want[] = "bytes";
-    if (len != sizeof(want) - 1)
-        return 0;
-    for (size_t i = 0; i < len; i++) {
-        char c = s[i];
-        if (c >= 'A' && c <= 'Z')
-            c = (char)(c - 'A' + 'a');
-        if (c != want[i])
-            return 0;
-    }
-    return 1;
 }
 
 /* Several ranges: refused (0) when together they ask for more bytes than
@@ -90,7 +76,7 @@ enum range_result range_parse(const char *header, uint64_t size, size_t max_rang
     while (is_ows(*p))
         p++;
     const char *eq = strchr(p, '=');
-    if (!eq || !unit_is_bytes(p, (size_t)(eq - p)))
+    if (!eq || eq - p != 5 || strncasecmp(p, "bytes", 5) != 0) /* the unit is case-insensitive */
         return RANGE_NONE;
     p = eq + 1;
 

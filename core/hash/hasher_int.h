@@ -16,7 +16,6 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
-#include <time.h>
 
 #include "digest.h"
 #include "hasher.h"

@@ -114,6 +114,6 @@ void reg_model_set_doc(const struct reg_model *m, enum reg_doc_kind kind, struct
 
 /* A model outlives every snapshot that lists it while someone holds it. */
 struct reg_model *reg_model_ref(const struct reg_model *m);
-void reg_model_unref(const struct reg_model *m);
+void reg_model_unref(const struct reg_model *m); /* NULL: does nothing */
 
 #endif

@@ -14,7 +14,6 @@
  * 100644 for every file). */
 #include "reg_repo.h"
 
-#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>

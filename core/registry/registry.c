@@ -458,8 +458,7 @@ struct reg_snapshot *reg_snapshot_scan(const char *root, uint64_t generation,
     r->n_reused = s.reused;
     settle_names(&s, r);
     r->scan_ns = time_mono_ns() - t0;
-    if (err)
-        st_error_fail(err, ST_OK, "%s", "");
+    st_error_fail(err, ST_OK, "%s", ""); /* err may be NULL */
     return r;
 }
 

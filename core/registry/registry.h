@@ -87,7 +87,7 @@ const struct reg_model *reg_snapshot_find_model(const struct reg_snapshot *r, co
 const struct reg_repo *reg_snapshot_find_repo(const struct reg_snapshot *r, const char *id,
                                               size_t len);
 struct reg_snapshot *reg_snapshot_ref(struct reg_snapshot *r);
-void reg_snapshot_unref(struct reg_snapshot *r);
+void reg_snapshot_unref(struct reg_snapshot *r); /* NULL: does nothing */
 
 /* The registry: the current snapshot, for concurrent readers; the daemon
  * has one, and swaps a new snapshot in after each rescan. */

@@ -7,7 +7,6 @@
 #include "fetch_plan.h"
 #include "fetch_plan_int.h"
 
-#include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -103,8 +102,6 @@ int fetch_plan_item(const struct fetch_plan *p, size_t k, struct fetch_tensor *i
 #undef NM
 }
 
-/* Writes the header entry of a tensor into w: its ',' (or the '{' of the
- * header) when `entries` come before it, its data at data offset doff. */
 void fetch_plan_entry(struct tformat_st *w, size_t entries, uint64_t doff,
                       const struct fetch_tensor *it)
 {

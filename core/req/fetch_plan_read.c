@@ -4,7 +4,6 @@
  * file holds contiguously handed to sendfile, and the file spans of any
  * range listed for a reader of bytes still arriving. */
 #include <errno.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "fetch_plan_int.h"

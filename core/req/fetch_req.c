@@ -348,20 +348,36 @@ static int top_member(struct parser *p, const char *key, void *ctx)
     return strcmp(key, "tensors") == 0 ? tensors_member(p) : split_object(p, 1);
 }
 
+/* What both documents start with: p->r empty (every tensor, no split) and
+ * the text, checked to be UTF-8 without NUL bytes, given to the scanner. */
+static int parse_begin(struct parser *p, const char *text, size_t len)
+{
+    memset(p->r, 0, sizeof(*p->r));
+    p->r->all = 1;
+    if (p->err)
+        p->err->message[0] = '\0';
+    if (memchr(text, '\0', len) || !utf8_valid(text, len))
+        return request_error(p, ST_ERR_UTF8, "request is not UTF-8 text without NUL bytes");
+    p->r->arena = xmalloc(len + 1);
+    json_scan_init(&p->s, text, len);
+    return 0;
+}
+
+/* After the document's one value: only whitespace may follow. */
+static int parse_end(struct parser *p)
+{
+    if (json_scan_next(&p->s) == JSON_TOK_EOF)
+        return 0;
+    json_scan_fail(&p->s, JSON_ERR_TRAILING);
+    return json_fail(p);
+}
+
 int fetch_req_parse(const char *text, size_t len, const struct fetch_limits *lim,
                     struct fetch_req *out, struct st_error *err)
 {
     struct parser p = {.r = out, .lim = lim, .err = err};
-    memset(out, 0, sizeof(*out));
-    out->all = 1;
-    if (err)
-        err->message[0] = '\0';
-    if (memchr(text, '\0', len) || !utf8_valid(text, len)) {
-        request_error(&p, ST_ERR_UTF8, "request is not UTF-8 text without NUL bytes");
+    if (parse_begin(&p, text, len) != 0)
         goto bad;
-    }
-    out->arena = xmalloc(len + 1);
-    json_scan_init(&p.s, text, len);
     if (json_scan_next(&p.s) == JSON_TOK_EOF) /* no text at all: {} */
         return 0;
     if (p.s.tok == JSON_TOK_INVALID) {
@@ -373,13 +389,8 @@ int fetch_req_parse(const char *text, size_t len, const struct fetch_limits *lim
                       kind_of(p.s.tok));
         goto bad;
     }
-    if (object(&p, "request", top_keys, top_member, NULL) != 0)
+    if (object(&p, "request", top_keys, top_member, NULL) != 0 || parse_end(&p) != 0)
         goto bad;
-    if (json_scan_next(&p.s) != JSON_TOK_EOF) {
-        json_scan_fail(&p.s, JSON_ERR_TRAILING);
-        json_fail(&p);
-        goto bad;
-    }
     return 0;
 bad:
     fetch_req_free(out);
@@ -390,27 +401,14 @@ int fetch_req_parse_split(const char *text, size_t len, int with_rank, struct fe
                           struct st_error *err)
 {
     struct parser p = {.r = out, .err = err};
-    memset(out, 0, sizeof(*out));
-    out->all = 1;
-    if (err)
-        err->message[0] = '\0';
-    if (memchr(text, '\0', len) || !utf8_valid(text, len)) {
-        request_error(&p, ST_ERR_UTF8, "request is not UTF-8 text without NUL bytes");
+    if (parse_begin(&p, text, len) != 0)
         goto bad;
-    }
-    out->arena = xmalloc(len + 1);
-    json_scan_init(&p.s, text, len);
     if (json_scan_next(&p.s) == JSON_TOK_INVALID) {
         json_fail(&p);
         goto bad;
     }
-    if (split_object(&p, with_rank) != 0)
+    if (split_object(&p, with_rank) != 0 || parse_end(&p) != 0)
         goto bad;
-    if (json_scan_next(&p.s) != JSON_TOK_EOF) {
-        json_scan_fail(&p.s, JSON_ERR_TRAILING);
-        json_fail(&p);
-        goto bad;
-    }
     return 0;
 bad:
     fetch_req_free(out);

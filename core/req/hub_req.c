@@ -2,7 +2,6 @@
 #include "hub_req.h"
 
 #include <errno.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>

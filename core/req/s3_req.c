@@ -1,7 +1,6 @@
 /* s3_req: see s3_req.h. */
 #include "s3_req.h"
 
-#include <errno.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>

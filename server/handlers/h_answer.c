@@ -12,7 +12,6 @@
 #include "conditional.h"
 #include "hasher.h"
 #include "jsonw.h"
-#include "route.h"
 #include "server.h"
 #include "util.h"
 

@@ -31,7 +31,6 @@
 #include "body.h"
 #include "fileio.h"
 #include "registry.h"
-#include "st_header.h"
 
 struct server;
 struct mirror_file;

@@ -17,7 +17,6 @@
 #include "handlers.h"
 #include "mirror.h"
 #include "route.h"
-#include "server.h"
 
 /* The answer for the file fd (size bytes; st its validated version, or
  * NULL for a mirror's file, which never changes) with digest hex. */

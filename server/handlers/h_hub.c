@@ -23,7 +23,6 @@
 #include "hasher.h"
 #include "reg_repo.h"
 #include "route.h"
-#include "server.h"
 
 /* The revision of repo r, or NULL after answering (or waiting) in a. */
 static const struct reg_repo_rev *need_revision(const struct request_view *v, struct answer *a,

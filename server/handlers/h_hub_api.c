@@ -15,11 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <unistd.h>
 
 #include "doc_cache.h"
 #include "h_hub_int.h"
-#include "handlers.h"
 #include "hub_doc.h"
 #include "hub_req.h"
 #include "hub_tags.h"

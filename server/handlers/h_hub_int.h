@@ -8,7 +8,6 @@
 #define TENSORD_H_HUB_INT_H
 
 #include "h_answer.h"
-#include "hub_doc.h"
 #include "reg_repo.h"
 
 struct route;

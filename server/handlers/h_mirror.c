@@ -34,23 +34,17 @@
  *     a file it names that the cache does not hold whole is 504 at once.
  *   - `/v1/blobs/sha256:{hex}`: also the mirror's complete files (h_blob.c,
  *     with mirror_answer_hold). */
-#include <errno.h>
-#include <inttypes.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include "digest.h"
 #include "h_hub_int.h"
 #include "h_mirror_int.h"
-#include "handlers.h"
 #include "mirror.h"
 #include "mirror_ask.h"
 #include "mirror_job.h"
 #include "route.h"
 #include "upstream.h"
-#include "util.h"
 
 /* ---- files -------------------------------------------------------------------- */
 

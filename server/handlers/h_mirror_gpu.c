@@ -12,7 +12,6 @@
 #include "handlers.h"
 #include "mirror_job.h"
 #include "mirror_model.h"
-#include "server.h"
 #include "util.h"
 
 /* A mirror's model as the GPU manager's source of bytes. */

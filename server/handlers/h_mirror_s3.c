@@ -14,7 +14,6 @@
 
 #include "digest.h"
 #include "h_mirror_int.h"
-#include "handlers.h"
 #include "mirror.h"
 #include "mirror_health.h"
 #include "mirror_job.h"

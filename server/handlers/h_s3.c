@@ -20,7 +20,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "h_mirror.h"
 #include "handlers.h"
@@ -30,7 +29,6 @@
 #include "s3_bucket.h"
 #include "s3_auth.h"
 #include "s3_req.h"
-#include "server.h"
 #include "util.h"
 #include "xmlw.h"
 

@@ -6,9 +6,6 @@
 #include "mirror.h"
 #include "util.h"
 
-/* How far ahead a reader asks the mirror what is readable, so that a
- * slice of many short runs asks once per window, not once per run. */
-#define GATE_AHEAD (16u << 20)
 /* Two spans of one file closer than this are asked for as one range: a
  * gap shorter than the smallest block (mirror_block_bytes is at least
  * 64 KiB) holds no whole block, so no block is asked for in vain. */

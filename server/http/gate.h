@@ -36,13 +36,16 @@ struct gate *gate_new(struct mirror *m, const struct mirror_read *rd, size_t n, 
 /* Drops the waiter (waiting out a callback that runs) and the references. */
 void gate_free(struct gate *g);
 
+/* How far ahead a reader asks the mirror what is readable, so that a
+ * slice of many short runs asks once per window, not once per run. */
+#define GATE_AHEAD (16u << 20)
+
 /* Asks mirror m for the blocks of body bytes from off (at most len) that
  * g's files hold, and counts them as hits or misses. A body of very many
  * spans (a slice of tiny runs) is asked for a window at a time: returns
  * the body offset it got to (off + len when all), from which the reader
  * asks again as it reads (GATE_AHEAD before it gets there). g may be NULL
  * (every file complete: all hits, nothing asked). */
-#define GATE_AHEAD (16u << 20)
 uint64_t gate_want(struct mirror *m, struct gate *g, const struct body *b, uint64_t off,
                    uint64_t len);
 

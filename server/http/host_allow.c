@@ -2,9 +2,11 @@
 #include "host_allow.h"
 
 #include <arpa/inet.h>
-#include <stdio.h>
+#include <stdint.h>
 #include <string.h>
 #include <strings.h>
+
+#include "util.h"
 
 /* 1 when name[0..n) is a listed name: "*", NAME exactly, or under *.DOMAIN
  * (a name longer than the domain, ending in ".DOMAIN"); any case. */
@@ -39,15 +41,9 @@ static int is_address(int af, const char *text, size_t n)
  * at most 65535. */
 static int is_port(const char *port, size_t n)
 {
-    unsigned long v = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (port[i] < '0' || port[i] > '9')
-            return 0;
-        v = v * 10 + (unsigned long)(port[i] - '0');
-        if (v > 65535)
-            return 0;
-    }
-    return 1;
+    uint64_t v;
+    size_t used;
+    return n == 0 || (decimal_u64(port, n, &v, &used) == 0 && used == n && v <= 65535);
 }
 
 int host_allowed(const struct config *cfg, int tokens, const char *host)

@@ -17,7 +17,6 @@
 
 #include <stddef.h>
 
-#include "config.h"
 #include "server.h"
 
 /* Starts the daemon on cfg->listen. Returns 0 or -1 with errbuf. */

@@ -9,7 +9,6 @@
 #define TENSORD_STREAM_H
 
 #include <microhttpd.h>
-#include <stdint.h>
 
 #include "h_answer.h"
 #include "respond.h"

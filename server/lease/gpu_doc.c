@@ -2,12 +2,10 @@
  * statuses and wire error codes. */
 #include "gpu_doc.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "json_scan.h"
 #include "util.h"
 
 static void base64(struct jsonw *w, const unsigned char *p, size_t n)
@@ -252,11 +250,6 @@ void gpu_doc_instance(struct jsonw *w, const struct gm_view *v, int for_open, ui
     jsonw_obj_end(w);
 }
 
-void gpu_doc_instance_open(struct jsonw *w, const struct gm_view *v)
-{
-    instance_body(w, v, 0, 0);
-}
-
 void gpu_doc_options(struct gm_options *opt, const struct config *cfg)
 {
     *opt = (struct gm_options){.preload = (const char *const *)cfg->preload,
@@ -459,7 +452,7 @@ void gpu_doc_model(struct gpu_manager *gm, const char *model, const struct gm_wh
         gpu_manager_view(gm, model, &v);
     if (v.inst) {
         /* One instance: its whole document, and the list of every one. */
-        gpu_doc_instance_open(w, &v);
+        instance_body(w, &v, 0, 0); /* GET's object, left open for the list */
         jsonw_karr(w, "instances");
         for (size_t i = 0; i < n; i++)
             short_form(w, &vs[i], 1);

@@ -14,7 +14,6 @@
 #ifndef TENSORD_GPU_DOC_H
 #define TENSORD_GPU_DOC_H
 
-#include <stddef.h>
 #include <stdint.h>
 
 #include "config.h"
@@ -50,11 +49,9 @@ void gpu_doc_model(struct gpu_manager *gm, const char *model, const struct gm_wh
 /* The instance of v, as GET shows it (for_open 0) or as the lease socket's
  * "open" answer carries it (published allocations with their descriptors'
  * indexes and legacy handles, the lease, for a partition its split and each
- * tensor's part); gpu_doc_instance_open leaves GET's object open for the
- * caller to add members and close. The cached parts that fail to render
- * make the writer fail. */
+ * tensor's part). The cached parts that fail to render make the writer
+ * fail. */
 void gpu_doc_instance(struct jsonw *w, const struct gm_view *v, int for_open, uint64_t lease);
-void gpu_doc_instance_open(struct jsonw *w, const struct gm_view *v);
 
 /* {"ok": true, "models": [{"name","state","device","generation"}]}. */
 void gpu_doc_list(struct gpu_manager *gm, struct jsonw *w);

@@ -30,7 +30,6 @@
 #include "lease_access.h"
 #include "lease_int.h"
 #include "log.h"
-#include "metrics.h"
 #include "registry.h"
 #include "util.h"
 
