@@ -56,7 +56,10 @@
  * calls the waiter back, and the callback resumes the connection. Preload
  * copy threads wait on a condition variable instead (mirror_wait_range).
  * MIRROR_JOB_THREADS job threads, each with its own upstream connection,
- * ask the upstream's metadata and documents (mirror_job.h).
+ * ask the upstream's metadata and documents and build models, at most
+ * MIRROR_JOB_BUILDS of those at once (a build waits on the fetchers, for
+ * as long as a stalled upstream makes it), and stop a question whose
+ * clients all left, even one that is running (mirror_job.h).
  *
  * Locks. One mutex, m->lock, guards every file's state, the queue, the LRU
  * and the byte count. Nothing waits on the network or on another lock

@@ -300,7 +300,8 @@ struct mirror_job *mirror_job_meta(struct mirror *m, uint64_t client, const char
     d->auth = auth ? xstrdup(auth) : NULL;
     d->key = meta_key(repo, rev, path, auth);
     char *key = xstrdup(d->key); /* d may be freed by the submit */
-    struct mirror_job_spec spec = {client, key, meta_job_run, d, meta_job_free};
+    struct mirror_job_spec spec = {.client = client, .key = key, .run = meta_job_run,
+                                   .data = d, .free_data = meta_job_free};
     struct mirror_job *j = mirror_job_submit(m, &spec, cb, arg, why);
     free(key);
     return j;
@@ -476,7 +477,8 @@ struct mirror_job *mirror_job_doc(struct mirror *m, uint64_t client, const char 
                           content_type ? content_type : "", auth ? "" : "-", auth_hex, body_hex);
     d->name = xasprintf("doc\n%s\n%s\n%s\n%s", method, target,
                         content_type ? content_type : "", body_hex);
-    struct mirror_job_spec spec = {client, key, doc_job_run, d, doc_job_free};
+    struct mirror_job_spec spec = {.client = client, .key = key, .run = doc_job_run,
+                                   .data = d, .free_data = doc_job_free};
     struct mirror_job *j = mirror_job_submit(m, &spec, cb, arg, why);
     free(key);
     return j;

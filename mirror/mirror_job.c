@@ -29,6 +29,8 @@ struct question {
     struct client *client;     /* whose queue it waits in (Q_QUEUED) */
     struct question *next;     /* that queue */
     enum q_state state;
+    int build;                 /* it builds a model: MIRROR_JOB_BUILDS run at once */
+    struct runner *runner;     /* the thread running it (Q_RUNNING; NULL when the stop ends it) */
     unsigned holders;          /* jobs not released, and the running thread */
     struct mirror_job *jobs;   /* the submitters to call back, while not Q_DONE */
     mirror_job_fn run;
@@ -63,6 +65,8 @@ struct runner {
     pthread_t thread;
     int started;
     struct upstream_conn *conn;
+    atomic_int abort;          /* stops conn's requests: its question lost its submitters, or
+                                * the mirror stops (set under js->lock, cleared at each take) */
 };
 
 struct mirror_jobs {
@@ -71,6 +75,7 @@ struct mirror_jobs {
     pthread_cond_t cond;       /* a question was queued, or stopping */
     struct client *turn;       /* the ring of clients with questions; NULL when none */
     unsigned queued;           /* questions waiting, all clients */
+    unsigned builds;           /* build questions running */
     struct question *by_key[KEY_BUCKETS]; /* the questions in flight that have a key */
     int stopping;
     unsigned n_runners;
@@ -108,6 +113,8 @@ static struct question *do_find(struct mirror_jobs *js, const char *key)
     return NULL;
 }
 
+/* Takes q out of the questions in flight by key (a no-op when it is not
+ * there: forgotten when its submitters left). */
 static void do_forget_key(struct mirror_jobs *js, struct question *q)
 {
     if (!q->key)
@@ -153,16 +160,28 @@ static void do_unqueue(struct mirror_jobs *js, struct question *q)
 }
 
 /* The next question to ask: the first of the client whose turn it is
- * (the turn then passes on), or NULL. */
+ * (the turn then passes on), or NULL. While MIRROR_JOB_BUILDS builds
+ * run, a build waits: the client's first other question goes instead, and
+ * a client with builds only passes its turn on. */
 static struct question *do_take(struct mirror_jobs *js)
 {
-    if (!js->turn)
-        return NULL;
     struct client *c = js->turn;
-    struct question *q = c->head;
+    int builds_full = js->builds >= MIRROR_JOB_BUILDS;
+    struct question *q = NULL;
+    if (!c)
+        return NULL;
+    do {
+        for (q = c->head; q && builds_full && q->build; q = q->next)
+            ;
+        if (!q)
+            c = c->next;
+    } while (!q && c != js->turn);
+    if (!q)
+        return NULL;
     js->turn = c->next;
     do_unqueue(js, q);
     q->state = Q_RUNNING;
+    js->builds += q->build ? 1 : 0;
     return q;
 }
 
@@ -175,6 +194,11 @@ static struct question *do_take(struct mirror_jobs *js)
 static void finish(struct mirror_jobs *js, struct question *q)
 {
     pthread_mutex_lock(&js->lock);
+    if (q->build) { /* its place: a build that waits for one may run */
+        js->builds--;
+        pthread_cond_signal(&js->cond);
+    }
+    q->runner = NULL;
     if (q->state != Q_DONE)
         do_forget_key(js, q);
     q->state = Q_DONE;
@@ -214,6 +238,8 @@ static void *runner_main(void *arg)
             continue;
         }
         q->holders++; /* this thread's, which finish drops */
+        q->runner = r;
+        atomic_store(&r->abort, 0);
         pthread_mutex_unlock(&js->lock);
         q->rc = q->run(js->m, r->conn, q->data, &q->err);
         finish(js, q);
@@ -279,7 +305,7 @@ struct mirror_job *mirror_job_submit(struct mirror *m, const struct mirror_job_s
         }
         q = xcalloc(1, sizeof(*q));
         *q = (struct question){.key = spec->key ? xstrdup(spec->key) : NULL, .client = c,
-                               .run = spec->run, .data = spec->data,
+                               .build = spec->build, .run = spec->run, .data = spec->data,
                                .free_data = spec->free_data, .rc = -ECANCELED};
         st_error_fail(&q->err, ST_ERR_IO, "the mirror is stopping");
         if (c->tail)
@@ -348,6 +374,11 @@ void mirror_job_release(struct mirror_job *j)
         do_unqueue(js, q);
         do_forget_key(js, q);
         q->state = Q_DONE;
+        metrics_add(MC_MIRROR_QUESTIONS_ABANDONED, 1);
+    } else if (q->state == Q_RUNNING && !q->jobs && q->runner) { /* stopped where it waits */
+        atomic_store(&q->runner->abort, 1);
+        do_forget_key(js, q); /* an identical question from now on is asked anew */
+        metrics_add(MC_MIRROR_QUESTIONS_ABANDONED, 1);
     }
     last = do_drop(q);
     pthread_mutex_unlock(&js->lock);
@@ -372,7 +403,8 @@ int mirror_jobs_start(struct mirror *m, unsigned threads, struct st_error *err)
     for (unsigned i = 0; i < threads; i++) {
         struct runner *r = &js->runners[i];
         r->js = js;
-        r->conn = upstream_conn_new(m->up, &m->stop_flag);
+        atomic_init(&r->abort, 0);
+        r->conn = upstream_conn_new(m->up, &r->abort);
         if (!r->conn)
             return st_error_fail(err, ST_ERR_NO_MEMORY, "libcurl could not make a handle");
         int rc = pthread_create(&r->thread, NULL, runner_main, r);
@@ -390,6 +422,8 @@ void mirror_jobs_stop(struct mirror *m)
         return;
     pthread_mutex_lock(&js->lock);
     js->stopping = 1;
+    for (unsigned i = 0; i < js->n_runners; i++) /* requests in flight end at once */
+        atomic_store(&js->runners[i].abort, 1);
     pthread_cond_broadcast(&js->cond);
     pthread_mutex_unlock(&js->lock);
     for (unsigned i = 0; i < js->n_runners; i++)

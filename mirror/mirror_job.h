@@ -21,11 +21,23 @@
  *   - Asked once: a question identical to one waiting or running (the same
  *     key: the same request with the same Authorization) is not queued
  *     again; its submitter waits for that one's answer, which both read.
+ *   - Builds never take every thread: a question that builds a model
+ *     (spec.build: it waits on the fetchers for the weight files' headers,
+ *     which an upstream that accepts and never answers makes last its
+ *     stall timeout) runs on at most MIRROR_JOB_BUILDS threads at once, so
+ *     a file's metadata and the documents always have a thread, whoever
+ *     asks for how many models. A client whose turn comes with only builds
+ *     waiting while those threads are taken passes its turn on.
  *   - Cancelled when nobody waits: mirror_job_release takes the callback
  *     back (waiting out one that is running), and a question whose last
  *     submitter released it before it ran leaves the queue and never
  *     reaches the upstream (an HTTP answer releases its job when its
- *     request ends: its client left, server/http/conns.h). */
+ *     request ends: its client left, server/http/conns.h). One that is
+ *     running is stopped: the abort flag of its thread's connection is set
+ *     (upstream_conn_abort), which ends its request to the upstream and the
+ *     waits it polls the flag in, and its thread takes the next question.
+ *     Either way its key is forgotten at once: a later identical question
+ *     is asked anew, never handed the stopped one's answer. */
 #ifndef TENSORD_MIRROR_JOB_H
 #define TENSORD_MIRROR_JOB_H
 
@@ -38,6 +50,7 @@
 struct mirror_job;
 
 #define MIRROR_JOB_THREADS 4        /* questions asked at once (each a round trip or a document) */
+#define MIRROR_JOB_BUILDS 2         /* of those, model builds (spec.build): below the threads */
 #define MIRROR_JOBS_QUEUED 1024     /* questions waiting, in all */
 #define MIRROR_JOBS_PER_CLIENT 64   /* of those, one client's */
 #define MIRROR_JOB_RETRY_AFTER 1    /* seconds a refused submitter is told to wait */
@@ -49,7 +62,9 @@ int mirror_jobs_start(struct mirror *m, unsigned threads, struct st_error *err);
 void mirror_jobs_stop(struct mirror *m);
 
 /* What a question runs on a job thread: 0 or -errno with err, the
- * question's status. */
+ * question's status. c's requests stop (-ECANCELED) when every submitter
+ * left or the mirror stops; a wait of its own polls upstream_conn_abort(c)
+ * to stop with them. */
 typedef int (*mirror_job_fn)(struct mirror *m, struct upstream_conn *c, void *data,
                              struct st_error *err);
 
@@ -60,6 +75,7 @@ typedef int (*mirror_job_fn)(struct mirror *m, struct upstream_conn *c, void *da
 struct mirror_job_spec {
     uint64_t client;            /* who asks: the queue takes clients in turn (0: the mirror) */
     const char *key;            /* the question's identity (copied), or NULL: never shared */
+    int build;                  /* it builds a model (MIRROR_JOB_BUILDS at once) */
     mirror_job_fn run;
     void *data;                 /* taken over (freed at once when the question is refused or
                                  * shared: the one in flight answers) */

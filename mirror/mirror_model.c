@@ -151,15 +151,17 @@ void mirror_model_free(struct mirror_model *mm)
 /* ---- building --------------------------------------------------------------- */
 
 /* Waits for the bytes a model's build reads: an index whole, a
- * safetensors file's length prefix and header. */
-static int fetch_heads(struct mirror_model *mm, struct st_error *err)
+ * safetensors file's length prefix and header; -ECANCELED once *cancel is
+ * set (its job lost its submitters: an upstream that never answers holds
+ * no job thread for a client that left). */
+static int fetch_heads(struct mirror_model *mm, const atomic_int *cancel, struct st_error *err)
 {
     for (size_t i = 0; i < mm->n; i++) {
         struct mirror_file *f = mm->files[i];
         uint64_t size = mirror_file_size(f);
         int st = str_has_suffix(mm->names[i], ".safetensors");
         uint64_t want = st && size > 8 ? 8 : size;
-        int rc = mirror_wait_range(mm->m, f, 0, want, NULL, err);
+        int rc = mirror_wait_range(mm->m, f, 0, want, cancel, err);
         if (rc == 0 && st && size > 8) {
             uint8_t le[8];
             uint64_t n = 0;
@@ -169,10 +171,13 @@ static int fetch_heads(struct mirror_model *mm, struct st_error *err)
             /* A length the file cannot hold is the validation's to refuse. */
             uint64_t end = n <= ST_MAX_HEADER_LEN && 8 + n <= size ? 8 + n : 8;
             if (rc == 0)
-                rc = mirror_wait_range(mm->m, f, 0, end, NULL, err);
+                rc = mirror_wait_range(mm->m, f, 0, end, cancel, err);
             else
                 st_error_errno(err, -rc, "reading %s from the cache", mm->names[i]);
         }
+        if (rc == -ECANCELED)
+            st_error_fail(err, ST_ERR_IO, "the build of %s at %s was stopped: nobody waits for it",
+                          mm->repo, mm->commit);
         if (rc < 0)
             return rc;
     }
@@ -264,7 +269,8 @@ static int in_dir(const char *path, const char *dir, const char **name)
 
 int mirror_model_build(struct mirror *m, const char *name, const char *repo,
                        const struct mirror_repo *doc, const char *dir, const char *auth,
-                       int keep, struct mirror_model **out, struct st_error *err)
+                       int keep, const atomic_int *cancel, struct mirror_model **out,
+                       struct st_error *err)
 {
     struct mirror_model *mm = xcalloc(1, sizeof(*mm));
     mm->m = m;
@@ -308,7 +314,7 @@ int mirror_model_build(struct mirror *m, const char *name, const char *repo,
                            dir[0] ? "in " : "at its top", dir);
     mm->dropped = atomic_load(&m->dropped);
     if (rc == 0)
-        rc = fetch_heads(mm, err);
+        rc = fetch_heads(mm, cancel, err);
     if (rc == 0)
         rc = build(mm, name, dir, err);
     /* A file complete now was complete, or matched its hash, after its
@@ -359,7 +365,8 @@ static int model_job_run(struct mirror *m, struct upstream_conn *c, void *data,
     if (rc < 0)
         return rc;
     mirror_repos_learn(m, d->repo, &doc, (int64_t)time(NULL) - (age > 0 ? age : 0));
-    rc = mirror_model_build(m, d->repo, d->repo, &doc, "", m->opt.own_auth, 1, &d->mm, err);
+    rc = mirror_model_build(m, d->repo, d->repo, &doc, "", m->opt.own_auth, 1,
+                            upstream_conn_abort(c), &d->mm, err);
     if (rc == 0)
         log_msg(LOG_INFO, "mirror: model %s at %s prepared for a preload: %zu files, %" PRIu64
                 " bytes to fetch", d->repo, doc.commit, d->mm->n, d->mm->missing);
@@ -374,7 +381,8 @@ struct mirror_job *mirror_job_model(struct mirror *m, uint64_t client, const cha
     d->repo = xstrdup(repo);
     d->rev = xstrdup(rev);
     /* Never shared: its submitter takes the model it makes. */
-    struct mirror_job_spec spec = {client, NULL, model_job_run, d, model_job_free};
+    struct mirror_job_spec spec = {.client = client, .build = 1, .run = model_job_run,
+                                   .data = d, .free_data = model_job_free};
     return mirror_job_submit(m, &spec, cb, arg, why);
 }
 

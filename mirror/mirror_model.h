@@ -38,13 +38,15 @@ struct mirror_model;
  * directory dir ("" for the repo's top; doc is the repo's document at
  * commit), fetching them with Authorization auth (NULL: none); keep says
  * whether it keeps the files (a preload) or nothing of the cache (a /v1
- * model). On a job thread: it waits for the fetchers. Returns 0 with *out,
- * or -errno with err: ST_ERR_NOT_FOUND (no .safetensors file there, with
- * a hash the mirror can check), ST_ERR_INVALID_ARGUMENT (the files are
- * not a valid model), another code for the cache or the upstream. */
+ * model). On a job thread: it waits for the fetchers, until *cancel (may
+ * be NULL) is set. Returns 0 with *out, or -errno with err:
+ * ST_ERR_NOT_FOUND (no .safetensors file there, with a hash the mirror can
+ * check), ST_ERR_INVALID_ARGUMENT (the files are not a valid model),
+ * -ECANCELED, another code for the cache or the upstream. */
 int mirror_model_build(struct mirror *m, const char *name, const char *repo,
                        const struct mirror_repo *doc, const char *dir, const char *auth,
-                       int keep, struct mirror_model **out, struct st_error *err);
+                       int keep, const atomic_int *cancel, struct mirror_model **out,
+                       struct st_error *err);
 void mirror_model_free(struct mirror_model *mm);
 
 /* The registry model (valid while mm lives). */

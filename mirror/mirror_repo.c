@@ -288,7 +288,8 @@ int mirror_repo_fetch(struct mirror *m, struct upstream_conn *c, const char *rep
             rc = -EHOSTUNREACH; /* mirror_ask_unreachable's */
         }
     } else {
-        st_error_fail(err, ST_ERR_IO, "the mirror is stopping");
+        st_error_fail(err, ST_ERR_IO, "stopped: the mirror is stopping, or nobody waits for "
+                      "the answer");
     }
     free(body);
     free(key);

@@ -303,9 +303,10 @@ struct mirror_view *mirror_view_find(struct mirror *m, const char *name, int64_t
 }
 
 /* The view of name at snap s's commit: the map's when it was built at it
- * (a view never changes: the answer's age is the snap's), else a new one. */
+ * (a view never changes: the answer's age is the snap's), else a new one,
+ * whose build stops once *cancel is set. */
 static int view_of(struct mirror *m, const char *name, struct mirror_snap *s,
-                   struct mirror_view **out, struct st_error *err)
+                   const atomic_int *cancel, struct mirror_view **out, struct st_error *err)
 {
     struct mirror_views *vs = m->views;
     int found;
@@ -329,8 +330,8 @@ static int view_of(struct mirror *m, const char *name, struct mirror_snap *s,
     mirror_view_split(v->name, &repo, &v->dir);
     free(repo);
     v->snap = snap_ref(s);
-    int rc = mirror_model_build(m, name, s->repo, &s->doc, v->dir, m->opt.own_auth, 0, &v->mm,
-                                err);
+    int rc = mirror_model_build(m, name, s->repo, &s->doc, v->dir, m->opt.own_auth, 0, cancel,
+                                &v->mm, err);
     if (rc < 0) {
         mirror_view_unref(v);
         return rc;
@@ -430,7 +431,7 @@ static int view_job_run(struct mirror *m, struct upstream_conn *c, void *data,
     if (!(d->snap = mirror_snap_find(m, repo)))
         rc = snap_ask(m, c, repo, &d->snap, err);
     if (rc == 0 && !d->snap_only)
-        rc = view_of(m, d->name, d->snap, &d->view, err);
+        rc = view_of(m, d->name, d->snap, upstream_conn_abort(c), &d->view, err);
     free(repo);
     return rc;
 }
@@ -443,7 +444,9 @@ static struct mirror_job *submit(struct mirror *m, uint64_t client, const char *
     d->snap_only = snap_only;
     /* Identical questions share one answer: each taker takes a reference. */
     char *key = xasprintf("%s\n%s", snap_only ? "snap" : "view", name);
-    struct mirror_job_spec spec = {client, key, view_job_run, d, view_job_free};
+    struct mirror_job_spec spec = {.client = client, .key = key, .build = !snap_only,
+                                   .run = view_job_run, .data = d,
+                                   .free_data = view_job_free};
     struct mirror_job *j = mirror_job_submit(m, &spec, cb, arg, why);
     free(key);
     return j;

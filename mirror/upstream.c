@@ -76,6 +76,11 @@ struct upstream_conn *upstream_conn_new(struct upstream *u, const atomic_int *ab
     return c;
 }
 
+const atomic_int *upstream_conn_abort(const struct upstream_conn *c)
+{
+    return c->abort;
+}
+
 /* libcurl calls this about once a second, and whenever bytes move. */
 static int on_progress(void *arg, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
                        curl_off_t ulnow)

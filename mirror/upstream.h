@@ -55,6 +55,9 @@ const char *upstream_base(const struct upstream *u);
  * transfers stop (failing with -ECANCELED) soon after *abort becomes
  * non-zero, even one that is waiting for bytes. abort may be NULL. */
 struct upstream_conn *upstream_conn_new(struct upstream *u, const atomic_int *abort);
+/* That flag (may be NULL), for a wait of the connection's thread that is
+ * not a transfer to stop with its transfers (mirror_wait_range). */
+const atomic_int *upstream_conn_abort(const struct upstream_conn *c);
 void upstream_conn_free(struct upstream_conn *c);
 
 /* HEAD of file path of repo at rev (each percent-encoded here). auth is

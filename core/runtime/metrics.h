@@ -76,6 +76,7 @@ enum metrics_ctr {
     MC_MIRROR_UPSTREAM_FAILURES, /* requests to a mirror's upstream that got no answer, or a 5xx */
     MC_MIRROR_STALE_ANSWERS,  /* answers a mirror served from what it kept, its upstream failing */
     MC_MIRROR_QUESTIONS_SHARED, /* questions answered by the same one already asked */
+    MC_MIRROR_QUESTIONS_ABANDONED, /* questions whose clients all left: dropped or stopped */
     MC_COUNT
 };
 

@@ -76,6 +76,9 @@ static const struct {
     {MC_MIRROR_QUESTIONS_SHARED, "tensord_mirror_questions_shared_total",
      "Questions to a mirror's upstream answered by the same question already queued or "
      "running (not asked again)."},
+    {MC_MIRROR_QUESTIONS_ABANDONED, "tensord_mirror_questions_abandoned_total",
+     "Questions to a mirror's upstream whose clients all left: dropped from the queue, or "
+     "stopped while they ran."},
 };
 
 /* The preload phases' counters, in enum gm_phase's order, by their label. */
@@ -323,7 +326,8 @@ static const char *const json_ctr_names[MC_COUNT] = {
     "gpu_preload_upstream_bytes", "gpu_preload_alloc_ns", "gpu_preload_ring_ns",
     "gpu_preload_plan_ns", "gpu_preload_copy_ns", "gpu_preload_finish_ns",
     "mirror_questions_refused", "mirror_cache_hit_bytes", "mirror_cache_miss_bytes",
-    "mirror_upstream_failures", "mirror_stale_answers", "mirror_questions_shared"};
+    "mirror_upstream_failures", "mirror_stale_answers", "mirror_questions_shared",
+    "mirror_questions_abandoned"};
 
 
 /* "endpoints": per kind, its requests by outcome, bytes and durations. */

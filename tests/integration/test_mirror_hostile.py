@@ -9,7 +9,9 @@ import http.client
 import json
 import os
 import re
+import socket
 import struct
+import threading
 import time
 
 import tdutil
@@ -148,3 +150,100 @@ def test_an_older_revisions_document_does_not_turn_a_repo_back(mirror_of):
         assert listed() == [new]
     finally:
         up.close()
+
+
+JOB_BUILDS = 2  # mirror/mirror_job.h MIRROR_JOB_BUILDS (of MIRROR_JOB_THREADS, 4)
+
+
+def repos_routes(repos, stalled, gate):
+    """An upstream of repos {"org/x": {name: bytes}} at COMMIT: their
+    documents, and HEAD and ranged GET of their files; a GET of a repo in
+    `stalled` waits for gate (an Event) before it answers, as an upstream
+    that accepts and says nothing."""
+    def doc(h, m):
+        files = repos.get(m.group(1))
+        if files is None:
+            return 404, {"X-Error-Code": "RepoNotFound"}, b'{"error":"no"}'
+        sib = [{"rfilename": n, "size": len(b), "lfs": {"sha256": sha(b), "size": len(b)}}
+               for n, b in files.items()]
+        return 200, {}, json.dumps({"id": m.group(1), "sha": COMMIT, "siblings": sib}).encode()
+
+    def file(h, m):
+        data = repos.get(m.group(1), {}).get(m.group(3))
+        if data is None:
+            return 404, {"X-Error-Code": "EntryNotFound"}, b'{"error":"no"}'
+        if h.command == "HEAD":
+            return 200, {"X-Repo-Commit": COMMIT, "X-Linked-Etag": f'"{sha(data)}"',
+                         "X-Linked-Size": str(len(data)), "ETag": f'"{sha(data)}"'}, b""
+        if m.group(1) in stalled:
+            gate.wait(30)
+        r = re.fullmatch(r"bytes=(\d+)-(\d+)", h.headers.get("Range", ""))
+        a, b = int(r.group(1)), min(int(r.group(2)), len(data) - 1)
+        return 206, {"Content-Range": f"bytes {a}-{b}/{len(data)}", "X-Repo-Commit": COMMIT,
+                     "ETag": f'"{sha(data)}"'}, data[a:b + 1]
+    return {r"/api/models/(org/[^/]+)/revision/main\?blobs=true": doc,
+            r"/(org/[^/]+)/resolve/(main|[0-9a-f]{40})/(.+)": file}
+
+
+def ask(port, path, source, timeout):
+    """(status, seconds taken) of a GET from address source."""
+    t0 = time.monotonic()
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout,
+                                   source_address=(source, 0))
+    try:
+        c.request("GET", path)
+        r = c.getresponse()
+        r.read()
+        return r.status, time.monotonic() - t0
+    finally:
+        c.close()
+
+
+def test_stalled_model_builds_leave_the_hub_a_thread_and_free_theirs(mirror_of):
+    """One client asks for four /v1 models whose weight files the upstream
+    never sends: at most MIRROR_JOB_BUILDS of their builds run (each waits
+    for a header), so another client's Hub question is answered at once
+    (it waited for the 60 s stall timeout: four builds took the four job
+    threads). The client leaves: the running builds stop and the queued
+    ones go (abandoned: 4), so another model is built at once (the
+    stopped builds held their threads until the stall timeout)."""
+    # Each its own bytes: one file in the cache would be one fetch.
+    repos = {f"org/s{i}": {"model.safetensors": safetensors([("t", bytes([i]) * 64)])}
+             for i in range(4)}
+    repos["org/good"] = {"model.safetensors": safetensors([("t", bytes([9]) * 64)]),
+                         "config.json": b"{}"}
+    gate = threading.Event()
+    up = Scripted(repos_routes(repos, {f"org/s{i}" for i in range(4)}, gate))
+    try:
+        m = mirror_of(up)
+        socks = []
+        for i in range(4):
+            s = socket.create_connection(("127.0.0.1", m.port), timeout=10,
+                                         source_address=("127.0.0.2", 0))
+            s.sendall(f"GET /v1/models/org/s{i} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+            socks.append(s)
+
+        def stalled_gets():
+            with up.lock:
+                return sum(1 for meth, p in up.seen if meth == "GET" and "/resolve/" in p
+                           and "/org/s" in p)
+        wait_for(lambda: stalled_gets() >= JOB_BUILDS, 10, "no build reached the upstream")
+        status, took = ask(m.port, "/org/good/resolve/main/config.json", "127.0.0.3", 5)
+        assert status == 302 and took < 2, (status, took)
+        assert stalled_gets() == JOB_BUILDS
+        assert m.json("/v1/metrics")["mirror"]["questions_waiting"] == 4 - JOB_BUILDS
+
+        for s in socks:
+            s.close()
+        wait_for(lambda: tdutil.prom_counter(m, "tensord_mirror_questions_abandoned_total") == 4,
+                 10, "the builds of the client that left were not stopped")
+        status, took = ask(m.port, "/v1/models/org/good", "127.0.0.3", 5)
+        assert status == 200 and took < 2, (status, took)
+        assert stalled_gets() == JOB_BUILDS  # the queued ones never asked
+        gate.set()
+        r = m.get("/v1/models/org/s0")  # asked anew, not handed the stopped build's end
+        assert r.status == 200 and r.json()["tensors"]["t"]["shape"] == [64], r
+    finally:
+        gate.set()
+        up.close()
+

@@ -282,7 +282,7 @@ TEST(json_rendering)
     CHECK_CONTAINS(j, "\"gpu_preload_finish_ns\":0,\"mirror_questions_refused\":0,"
                       "\"mirror_cache_hit_bytes\":0,\"mirror_cache_miss_bytes\":0,"
                       "\"mirror_upstream_failures\":0,\"mirror_stale_answers\":0,"
-                      "\"mirror_questions_shared\":0},"
+                      "\"mirror_questions_shared\":0,\"mirror_questions_abandoned\":0},"
                       "\"endpoints\":{");
     CHECK_CONTAINS(j, "\"ui\":{\"requests\":{");
     CHECK_CONTAINS(j, "\"models\":{\"requests\":{\"1xx\":0,\"2xx\":1,");

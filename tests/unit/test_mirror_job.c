@@ -5,15 +5,19 @@
  * the clients in turn; a client's share and the whole queue are bounded,
  * and a question past them is refused at once; a question whose submitter
  * released it before it ran is never run (its data freed), and one
- * released while it runs is not called back. ThreadSanitizer runs it
- * (make tsan). */
+ * released while it runs is not called back and is stopped (its thread's
+ * connection's abort flag), its key forgotten; builds take at most
+ * MIRROR_JOB_BUILDS threads. ThreadSanitizer runs it (make tsan). */
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <time.h>
 
 #include "log.h"
 #include "mirror.h"
 #include "mirror_job.h"
 #include "test.h"
+#include "upstream.h"
 #include "util.h"
 
 static char dir[] = "/tmp/test_mirror_job.XXXXXX";
@@ -41,6 +45,36 @@ static int run(struct mirror *m, struct upstream_conn *c, void *data, struct st_
     return 0;
 }
 
+/* A question that waits as a build does (mirror_wait_range): for the
+ * gate, or until its connection's abort flag stops it (once it heeds it). */
+static atomic_int stopped, heed = 1;
+static int run_stoppable(struct mirror *m, struct upstream_conn *c, void *data,
+                         struct st_error *err)
+{
+    (void)m, (void)err;
+    const atomic_int *abort = upstream_conn_abort(c);
+    int rc = 0;
+    pthread_mutex_lock(&lock);
+    ran[n_ran++] = *(int *)data;
+    running++;
+    pthread_cond_broadcast(&changed);
+    while (!open_gate && !(rc = atomic_load(&heed) && atomic_load(abort) ? -ECANCELED : 0)) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 10 * 1000 * 1000;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&changed, &lock, &ts);
+    }
+    running--;
+    pthread_mutex_unlock(&lock);
+    if (rc)
+        atomic_fetch_add(&stopped, 1);
+    return rc;
+}
+
 static void free_data(void *data)
 {
     atomic_fetch_add(&freed, 1);
@@ -60,25 +94,39 @@ static void reset(void)
     pthread_mutex_unlock(&lock);
     atomic_store(&freed, 0);
     atomic_store(&called, 0);
+    atomic_store(&stopped, 0);
 }
 
-/* Submits question id for client (shared under key when not NULL). */
-static struct mirror_job *ask(struct mirror *m, uint64_t client, int id, const char *key,
-                              int *why)
+/* Submits question id for client (shared under key when not NULL), a
+ * build or not, running fn. */
+static struct mirror_job *ask_as(struct mirror *m, uint64_t client, int id, const char *key,
+                                 int build, mirror_job_fn fn, int *why)
 {
     int *d = xmalloc(sizeof(*d));
     *d = id;
-    struct mirror_job_spec s = {client, key, run, d, free_data};
+    struct mirror_job_spec s = {.client = client, .key = key, .build = build, .run = fn,
+                                .data = d, .free_data = free_data};
     return mirror_job_submit(m, &s, done, NULL, why);
+}
+
+static struct mirror_job *ask(struct mirror *m, uint64_t client, int id, const char *key,
+                              int *why)
+{
+    return ask_as(m, client, id, key, 0, run, why);
+}
+
+static int running_now(void)
+{
+    pthread_mutex_lock(&lock);
+    int n = running;
+    pthread_mutex_unlock(&lock);
+    return n;
 }
 
 /* Waits until n questions run at once (the job threads all stuck). */
 static void wait_running(int n)
 {
-    pthread_mutex_lock(&lock);
-    while (running < n)
-        pthread_cond_wait(&changed, &lock);
-    pthread_mutex_unlock(&lock);
+    WAIT_UNTIL(running_now() >= n, TEST_WAIT_MS);
 }
 
 static void open_the_gate(void)
@@ -246,6 +294,60 @@ TEST(released_while_it_runs_is_not_called_back)
     mirror_free(m);
 }
 
+TEST(builds_never_take_every_thread)
+{
+    struct mirror *m = start();
+    struct mirror_job *b[MIRROR_JOB_THREADS], *q;
+    int why;
+    for (int i = 0; i < MIRROR_JOB_THREADS; i++) /* one client's builds, all stuck */
+        b[i] = ask_as(m, 1, i, NULL, 1, run, &why);
+    wait_running(MIRROR_JOB_BUILDS);
+    q = ask(m, 1, 100, NULL, &why); /* the same client's question behind them: runs */
+    wait_running(MIRROR_JOB_BUILDS + 1);
+    pthread_mutex_lock(&lock);
+    CHECK(running == MIRROR_JOB_BUILDS + 1 && ran[MIRROR_JOB_BUILDS] == 100);
+    pthread_mutex_unlock(&lock);
+    open_the_gate();
+    wait_called(MIRROR_JOB_THREADS + 1);
+    CHECK(n_ran == MIRROR_JOB_THREADS + 1);
+    for (int i = 0; i < MIRROR_JOB_THREADS; i++)
+        mirror_job_release(b[i]);
+    mirror_job_release(q);
+    mirror_free(m);
+}
+
+TEST(released_while_it_runs_is_stopped_and_forgotten)
+{
+    struct mirror *m = start();
+    int why;
+    struct mirror_job *a = ask_as(m, 1, 1, "k", 1, run_stoppable, &why);
+    struct mirror_job *b = ask_as(m, 2, 1, "k", 1, run_stoppable, &why);
+    wait_running(1);
+    mirror_job_release(a); /* b still waits: it runs on */
+    pthread_mutex_lock(&lock);
+    CHECK(running == 1);
+    pthread_mutex_unlock(&lock);
+    atomic_store(&heed, 0); /* it has not seen the flag yet when ... */
+    mirror_job_release(b); /* nobody waits: stopped where it waits */
+    /* ... the same question comes again: asked anew, never handed the
+     * stopped one's end. */
+    struct mirror_job *c = ask_as(m, 3, 2, "k", 1, run_stoppable, &why);
+    CHECK(c && *(int *)mirror_job_data(c) == 2);
+    wait_running(2);
+    pthread_mutex_lock(&lock);
+    atomic_store(&heed, 1);
+    pthread_cond_broadcast(&changed);
+    pthread_mutex_unlock(&lock);
+    WAIT_UNTIL(atomic_load(&stopped) == 1 && atomic_load(&freed) == 2, TEST_WAIT_MS);
+    CHECK(atomic_load(&called) == 0);
+    /* The new one runs on, and its thread's connection was not aborted. */
+    open_the_gate();
+    wait_called(1);
+    CHECK(mirror_job_status(c, NULL) == 0 && atomic_load(&stopped) == 1);
+    mirror_job_release(c);
+    mirror_free(m);
+}
+
 int main(void)
 {
     log_init("warn", "off");
@@ -256,6 +358,8 @@ int main(void)
     RUN(queue_is_bounded_and_refuses_at_once);
     RUN(released_before_it_ran_is_never_asked);
     RUN(released_while_it_runs_is_not_called_back);
+    RUN(builds_never_take_every_thread);
+    RUN(released_while_it_runs_is_stopped_and_forgotten);
     char cmd[128];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
     if (system(cmd) != 0)
