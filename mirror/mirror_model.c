@@ -20,6 +20,7 @@
 #include "reg_common.h"
 #include "reg_model.h"
 #include "st_header.h"
+#include "st_index.h"
 #include "util.h"
 
 #define MODEL_FILES_MAX 4096       /* weight files of one model */
@@ -282,6 +283,14 @@ int mirror_model_build(struct mirror *m, const char *name, const char *repo,
         const char *fname;
         if (!doc->files[i].has_id || !in_dir(doc->files[i].name, dir, &fname))
             continue;
+        /* An index is read whole: never fetch more than its parser takes. */
+        if (!str_has_suffix(fname, ".safetensors") && doc->files[i].id.size > ST_INDEX_MAX_LEN) {
+            rc = st_error_fail(err, ST_ERR_LIMIT, "the upstream's %s at %s lists %s at %" PRIu64
+                               " bytes, over the %llu bytes a safetensors index may have: "
+                               "not fetched", repo, doc->commit, doc->files[i].name,
+                               doc->files[i].id.size, ST_INDEX_MAX_LEN);
+            break;
+        }
         if (mm->n == MODEL_FILES_MAX) {
             rc = st_error_fail(err, ST_ERR_LIMIT, "%s has more than %d weight files in one "
                                "directory", repo, MODEL_FILES_MAX);

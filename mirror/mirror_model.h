@@ -42,7 +42,9 @@ struct mirror_model;
  * be NULL) is set. Returns 0 with *out, or -errno with err:
  * ST_ERR_NOT_FOUND (no .safetensors file there, with a hash the mirror can
  * check), ST_ERR_INVALID_ARGUMENT (the files are not a valid model),
- * -ECANCELED, another code for the cache or the upstream. */
+ * ST_ERR_LIMIT (the document lists an index over
+ * ST_INDEX_MAX_LEN: refused before a byte of it is fetched), -ECANCELED,
+ * another code for the cache or the upstream. */
 int mirror_model_build(struct mirror *m, const char *name, const char *repo,
                        const struct mirror_repo *doc, const char *dir, const char *auth,
                        int keep, const atomic_int *cancel, struct mirror_model **out,

@@ -247,3 +247,30 @@ def test_stalled_model_builds_leave_the_hub_a_thread_and_free_theirs(mirror_of):
         gate.set()
         up.close()
 
+
+def test_an_index_over_the_parsers_bound_is_refused_unfetched(mirror_of):
+    """The upstream lists a model's index at more than the safetensors
+    index parser reads (ST_INDEX_MAX_LEN): the /v1 model is 502 naming the
+    bound, and no byte of the index is asked for (it was fetched whole, up
+    to the cache's cap, before the parser refused it)."""
+    weights = safetensors([("t", bytes(range(64)))])
+    big = 100000001  # core/format/st_index.h ST_INDEX_MAX_LEN + 1
+
+    def doc(h, m):
+        sib = [{"rfilename": "model.safetensors", "size": len(weights),
+                "lfs": {"sha256": sha(weights), "size": len(weights)}},
+               {"rfilename": "model.safetensors.index.json", "size": big,
+                "lfs": {"sha256": "ee" * 32, "size": big}}]
+        return 200, {}, json.dumps({"id": "org/r", "sha": COMMIT, "siblings": sib}).encode()
+    routes = repo_routes({"model.safetensors": weights})
+    routes[r"/api/models/org/r/revision/main\?blobs=true"] = doc
+    up = Scripted(routes)
+    try:
+        m = mirror_of(up)
+        r = m.get("/v1/models/org/r")
+        assert r.status == 502, r
+        msg = r.json()["error"]["message"]
+        assert "model.safetensors.index.json" in msg and "100000000 bytes" in msg, msg
+        assert up.count(r"index\.json") == 0, up.seen
+    finally:
+        up.close()
