@@ -31,7 +31,8 @@
  *   - While the upstream cannot be reached, the job answers with the last
  *     answer the upstream gave to the same question, when this caller may
  *     have it (mirror/mirror_names.h): marked stale (Age, X-Tensord-Stale);
- *     a file it names that the cache does not hold whole is 504 at once.
+ *     a file it names that the cache does not hold whole is 504 at once,
+ *     to a HEAD too (of its branch or its commit: what its GET would get).
  *   - `/v1/blobs/sha256:{hex}`: also the mirror's complete files (h_blob.c,
  *     with mirror_answer_hold). */
 #include <stdio.h>
@@ -67,6 +68,17 @@ static struct answer *upstream_error(struct answer *a, const struct mirror_meta 
                             st, path, msg ? ": " : "", msg ? msg : "");
 }
 
+/* A file named by a kept answer (the upstream cannot be reached) that the
+ * cache does not hold whole: its bytes cannot come, and HEAD says so as
+ * GET does (huggingface_hub then looks in its own cache, and raises
+ * LocalEntryNotFoundError when the file is not there either). */
+static struct answer *not_held(struct answer *a, struct mirror *m, const char *path)
+{
+    return answer_hub_error(a, HTTP_GATEWAY_TIMEOUT, NULL, 0, "the upstream %s cannot be "
+                            "reached, and the mirror's cache does not hold all of %.300s",
+                            upstream_base(mirror_upstream(m)), path);
+}
+
 /* The file's bytes at its commit: from the cache, fetched as they are
  * read. */
 static struct answer *serve_bytes(const struct request_view *v, struct answer *a,
@@ -93,11 +105,9 @@ static struct answer *serve_bytes(const struct request_view *v, struct answer *a
         struct mirror_read *rd = answer_alloc(a, sizeof(*rd));
         *rd = (struct mirror_read){.fd = rep.body.fd, .f = f,
                                    .complete = mirror_file_complete(m, f)};
-        /* Kept answers name what the cache holds: bytes it lacks cannot come. */
+        /* Evicted since mirror_file_route looked: bytes it lacks cannot come. */
         if (meta->stale >= 0 && !rd->complete)
-            return answer_hub_error(a, HTTP_GATEWAY_TIMEOUT, NULL, 0, "the upstream %s cannot be "
-                                    "reached, and the mirror's cache does not hold all of %.300s",
-                                    upstream_base(mirror_upstream(m)), rt->name);
+            return not_held(a, m, rt->name);
         answer_reads_mirrored(&rep, rd, 1);
     }
     answer_header(a, "X-Repo-Commit", meta->commit);
@@ -126,6 +136,13 @@ static struct answer *mirror_file_route(const struct request_view *v, struct ans
     }
     if (meta.status != 200)
         return upstream_error(a, &meta, rt->name);
+    /* A kept answer names a file whose bytes only the cache can give: a
+     * HEAD (of the branch or the commit) answers what the GET would. */
+    int whole = 0;
+    if (meta.stale >= 0)
+        mirror_cached(m, &meta.id, &whole);
+    if (meta.stale >= 0 && !whole)
+        return not_held(a, m, rt->name);
     mirror_answer_stale(a, meta.stale);
     char hex[65], etag[80];
     digest_hex(meta.id.digest, meta.id.kind == MIRROR_SHA256 ? 32 : 20, hex);

@@ -31,13 +31,15 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 class Scripted:
     """An upstream whose answers are functions: routes maps a regex on the
     path (query included) to fn(handler, match) -> (status, headers, body).
-    Every request is recorded as (method, path) in `seen`."""
+    Every request is recorded as (method, path) in `seen`. go_down() makes
+    it answer nothing, on connections kept alive too."""
 
     def __init__(self, routes):
         outer = self
         self.routes = [(re.compile(p), fn) for p, fn in routes.items()]
         self.seen = []
         self.lock = threading.Lock()
+        self.down = False
 
         class H(http.server.BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
@@ -46,6 +48,9 @@ class Scripted:
                 pass
 
             def answer(self):
+                if outer.down:  # the connection closes with no answer
+                    self.close_connection = True
+                    return
                 with outer.lock:
                     outer.seen.append((self.command, self.path))
                 for rx, fn in outer.routes:
@@ -83,6 +88,10 @@ class Scripted:
     def close(self):
         self.server.shutdown()
         self.server.server_close()
+
+    def go_down(self):
+        self.down = True
+        self.close()
 
 
 @pytest.fixture
@@ -605,3 +614,52 @@ def test_clients_take_turns(mirror_of):
     finally:
         gate.set()
         up.close()
+
+
+# ---- an outage -----------------------------------------------------------------
+
+HF_NO_BACKOFF = ("import huggingface_hub.utils._http as h\n"
+                 "h.time.sleep = lambda s: None  # its retries' backoff: not what is tested\n")
+
+
+def test_head_and_get_agree_during_an_outage(mirror_of, tmp_path):
+    """Upstream down: a file the cache holds whole is HEAD 200 and GET 200
+    (by its branch: 302, stale); one it holds a block of is 504 to HEAD as
+    to GET (HEAD said 200 from the kept metadata, and huggingface_hub then
+    failed its GET with HfHubHTTPError 504). huggingface_hub, with no copy
+    of its own, raises LocalEntryNotFoundError for it, as with the Hub down,
+    and serves the whole one."""
+    whole, part = os.urandom(100000), os.urandom(200000)
+    up = Scripted(file_routes({"whole.bin": whole, "part.bin": part}))
+    m = mirror_of(up, "--mirror-auth-ttl", "1")
+    r = m.get(url("whole.bin"))
+    assert r.status == 200 and r.body == whole
+    r = m.request("GET", url("part.bin"), {"Range": "bytes=0-99"})
+    assert r.status == 206 and r.body == part[:100]
+    for name in ("whole.bin", "part.bin"):  # what main is: kept for an outage
+        assert m.head(f"/org/r/resolve/main/{name}").status == 302
+    up.go_down()
+    # Once mirror_auth_ttl passed, the kept metadata answers, stale.
+    wait_for(lambda: m.head("/org/r/resolve/main/whole.bin").header("X-Tensord-Stale"), 10,
+             "no stale answer")
+    for path in ("/org/r/resolve/main/part.bin", url("part.bin")):
+        for method in ("HEAD", "GET"):
+            r = m.request(method, path)
+            assert r.status == 504, (method, path, r)
+        assert "does not hold all of part.bin" in m.get(path).json()["error"]
+    r = m.head("/org/r/resolve/main/whole.bin")
+    assert r.status == 302 and r.header("X-Tensord-Stale"), r
+    assert m.head(url("whole.bin")).status == 200
+    assert m.get(url("whole.bin")).body == whole
+
+    script = HF_NO_BACKOFF + (
+        "from huggingface_hub import hf_hub_download\n"
+        "print(open(hf_hub_download('org/r', 'whole.bin'), 'rb').read().hex())\n"
+        "try:\n"
+        "    hf_hub_download('org/r', 'part.bin')\n"
+        "except Exception as e:\n"
+        "    print(type(e).__name__)\n")
+    out = subprocess.run([sys.executable, "-c", script], env=hf_env(m.port, tmp_path / "hf"),
+                         capture_output=True, text=True, timeout=60)
+    lines = out.stdout.split()
+    assert lines == [whole.hex(), "LocalEntryNotFoundError"], (lines[-1:], out.stderr[-2000:])
