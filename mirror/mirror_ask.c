@@ -108,7 +108,7 @@ int mirror_ask_unreachable(int rc)
 static int upstream_failed(struct mirror *m, int rc, long status, const struct st_error *why)
 {
     char text[64];
-    if (rc == -ECANCELED) /* the mirror stopping: nobody's fault */
+    if (rc == -ECANCELED) /* the mirror stopping, or nobody waits: nobody's fault */
         return 0;
     if (rc == -EFBIG || rc == -ELOOP) {
         mirror_health_ok(m); /* it answered */

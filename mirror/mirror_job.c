@@ -19,6 +19,8 @@
 
 enum q_state { Q_QUEUED, Q_RUNNING, Q_DONE };
 
+_Static_assert(MIRROR_JOB_BUILDS < MIRROR_JOB_THREADS, "a build never takes the last thread");
+
 #define KEY_BUCKETS 256 /* questions in flight by key: a few thousand at most */
 
 /* A question to the upstream, held by its submitters' jobs and, while it
