@@ -74,7 +74,7 @@ struct runner {
 struct mirror_jobs {
     struct mirror *m;
     pthread_mutex_t lock;
-    pthread_cond_t cond;       /* a question was queued, or stopping */
+    pthread_cond_t cond;       /* a question was queued, a build ended, or stopping */
     struct client *turn;       /* the ring of clients with questions; NULL when none */
     unsigned queued;           /* questions waiting, all clients */
     unsigned builds;           /* build questions running */

@@ -177,8 +177,8 @@ static int fetch_heads(struct mirror_model *mm, const atomic_int *cancel, struct
                 st_error_errno(err, -rc, "reading %s from the cache", mm->names[i]);
         }
         if (rc == -ECANCELED)
-            st_error_fail(err, ST_ERR_IO, "the build of %s at %s was stopped: nobody waits for it",
-                          mm->repo, mm->commit);
+            st_error_fail(err, ST_ERR_IO, "the build of %s at %s was stopped (nobody waits for it, "
+                          "or the mirror is stopping)", mm->repo, mm->commit);
         if (rc < 0)
             return rc;
     }
@@ -288,7 +288,7 @@ int mirror_model_build(struct mirror *m, const char *name, const char *repo,
             rc = st_error_fail(err, ST_ERR_LIMIT, "the upstream's %s at %s lists %s at %" PRIu64
                                " bytes, over the %llu bytes a safetensors index may have: "
                                "not fetched", repo, doc->commit, doc->files[i].name,
-                               doc->files[i].id.size, ST_INDEX_MAX_LEN);
+                               doc->files[i].id.size, (unsigned long long)ST_INDEX_MAX_LEN);
             break;
         }
         if (mm->n == MODEL_FILES_MAX) {
