@@ -81,6 +81,14 @@ static uint64_t do_budget(const struct gpu_manager *gm, const struct gm_stage *m
     return !limit ? UINT64_MAX : others < limit ? limit - others : 0;
 }
 
+/* A ring was released, pinned or given up: a loader waiting for staging
+ * room looks again (gm->lock). */
+static void do_stage_changed(struct gpu_manager *gm)
+{
+    gm->stage_changes++;
+    pthread_cond_broadcast(&gm->cond);
+}
+
 /* Takes the idle rings of other devices out of the table, into out[]
  * (closed by the caller without the lock): their devices make them again
  * on their next preload. Returns how many (gm->lock). */
@@ -147,8 +155,8 @@ static void *pinner_main(void *arg)
     st->pin_err = err;
     st->pinning = 0;
     st->pin_bytes = 0;
-    gm->stage_changes++; /* an idle ring now, which a loader short of room may free */
-    pthread_cond_broadcast(&gm->cond);
+    do_stage_changed(gm); /* an idle ring now, which a loader short of room may free;
+                           * and the loader that waits for this pin */
     pthread_mutex_unlock(&gm->lock);
     if (stage)
         log_msg(LOG_INFO, "gpu: %s:%d: staging ring of %u x %zu bytes made in %.3f s",
@@ -220,8 +228,7 @@ void gm_stage_release(struct gpu_manager *gm, struct gm_stage *st)
 {
     pthread_mutex_lock(&gm->lock);
     st->in_use = 0;
-    gm->stage_changes++;
-    pthread_cond_broadcast(&gm->cond); /* a loader waiting for staging room */
+    do_stage_changed(gm);
     pthread_mutex_unlock(&gm->lock);
 }
 
@@ -254,7 +261,7 @@ static int do_fit(struct gpu_manager *gm, struct gm_stage *st, struct gm_ring_sh
  * room for it once released. */
 static struct gm_stage *acquire_once(struct gpu_manager *gm, struct gpu_backend *be, int dev,
                                      const char *device, struct gm_ring_shape *shape,
-                                     unsigned share, int *wait, uint64_t *releases,
+                                     unsigned share, int *wait, uint64_t *changes,
                                      struct st_error *err)
 {
     struct gpu_stage *freed[GM_MAX_STAGES];
@@ -304,7 +311,7 @@ static struct gm_stage *acquire_once(struct gpu_manager *gm, struct gpu_backend 
     /* Room for one thread's ring were it alone: the others are in use (an
      * idle one was freed above) and give it back when their loads end. */
     *wait = !fits && others && least <= limit;
-    *releases = gm->stage_changes;
+    *changes = gm->stage_changes;
     pthread_mutex_unlock(&gm->lock);
     for (size_t i = 0; i < n_freed; i++)
         freed_be[i]->ops->stage_close(freed[i]);
@@ -334,10 +341,8 @@ static struct gm_stage *acquire_once(struct gpu_manager *gm, struct gpu_backend 
     st->nbuf = stage ? shape->nbuf : 0;
     st->buf_bytes = stage ? shape->buf_bytes : 0;
     st->in_use = stage != NULL;
-    if (!stage) { /* the room it held is free again */
-        gm->stage_changes++;
-        pthread_cond_broadcast(&gm->cond);
-    }
+    if (!stage)
+        do_stage_changed(gm); /* the room it held is free again */
     pthread_mutex_unlock(&gm->lock);
     if (!stage) {
         st_error_fail(err, e.code, "%s (%u staging buffers of %zu bytes: lower "
