@@ -11,6 +11,7 @@ import tempfile
 import pytest
 
 import faultlib
+import tdutil
 from faultlib import running_daemon, wait_for
 from tdutil import gen_models
 
@@ -33,6 +34,13 @@ def metrics(d):
     return json.loads(r.body)
 
 
+def delta(a, b, *path):
+    """a[path] - b[path] of two metrics documents."""
+    for p in path:
+        a, b = a[p], b[p]
+    return a - b
+
+
 def test_metrics_match_the_requests_sent(root):
     with running_daemon(root) as d:
         before = metrics(d)
@@ -46,29 +54,32 @@ def test_metrics_match_the_requests_sent(root):
         etag = d.get(TENSOR).header("ETag")
         assert d.get(TENSOR, {"If-None-Match": etag}).status == 304
         assert d.get("/v1/models/nope").status == 404
-        after = metrics(d)
+        # A request is counted when libmicrohttpd completes it, which may be
+        # after its client has read the answer: wait until all 16 are.
+        kinds = [("endpoints", e, "requests", c) for e, c in
+                 (("tensor", "2xx"), ("tensor", "3xx"), ("tensor", "4xx"), ("slice", "2xx"),
+                  ("model", "4xx"))]
+        after = tdutil.wait_for(lambda: (m := metrics(d)) and sum(
+            delta(m, before, *k) for k in kinds) >= 16 and m, 10, "the 16 requests counted")
 
-    def delta(*path):
-        a, b = after, before
-        for p in path:
-            a, b = a[p], b[p]
-        return a - b
+    def grown(*path):
+        return delta(after, before, *path)
 
     # 7 + 2 ranges + 1 for the ETag + 304 (3xx) + 416 (4xx) on the tensor endpoint
-    assert delta("endpoints", "tensor", "requests", "2xx") == 7 + 2 + 1
-    assert delta("endpoints", "tensor", "requests", "3xx") == 1
-    assert delta("endpoints", "tensor", "requests", "4xx") == 1
-    assert delta("endpoints", "slice", "requests", "2xx") == 3
-    assert delta("endpoints", "model", "requests", "4xx") == 1
-    assert delta("counters", "slice_requests") == 3
-    assert delta("counters", "range_requests") == 3
-    assert delta("counters", "multirange_requests") == 1
-    assert delta("counters", "range_not_satisfiable") == 1
-    assert delta("counters", "not_modified") == 1
+    assert grown("endpoints", "tensor", "requests", "2xx") == 7 + 2 + 1
+    assert grown("endpoints", "tensor", "requests", "3xx") == 1
+    assert grown("endpoints", "tensor", "requests", "4xx") == 1
+    assert grown("endpoints", "slice", "requests", "2xx") == 3
+    assert grown("endpoints", "model", "requests", "4xx") == 1
+    assert grown("counters", "slice_requests") == 3
+    assert grown("counters", "range_requests") == 3
+    assert grown("counters", "multirange_requests") == 1
+    assert grown("counters", "range_not_satisfiable") == 1
+    assert grown("counters", "not_modified") == 1
     # Bytes: 8 whole tensors, 100 + the multipart body, the 416's JSON error.
-    tensor_bytes = delta("endpoints", "tensor", "bytes")
+    tensor_bytes = grown("endpoints", "tensor", "bytes")
     assert tensor_bytes > 8 * 1024 + 100 + 20
-    assert delta("endpoints", "slice", "bytes") == 2 * 16 * 4 + 4 * 16 * 4 + 16 * 4
+    assert grown("endpoints", "slice", "bytes") == 2 * 16 * 4 + 4 * 16 * 4 + 16 * 4
     assert after["registry"]["tensors"] == 1 and after["registry"]["models"] == 1
     assert after["uptime_seconds"] > 0
     assert after["requests"]["per_second"]["60s"] > 0
