@@ -101,17 +101,15 @@ int mirror_ask_unreachable(int rc)
 /* Whether the upstream failed a request that returned rc (an answer of
  * that status when 0): no answer or a server error, whose answer the last
  * one kept may stand in for (RFC 5861's stale-if-error). Its health hears
- * of it: down for no answer or a gateway's error, up for any other. An
- * answer this one request cannot use (over the mirror's bound, redirects in
- * a circle) is that request's failure, said as such: counted as an outage,
- * any client could pause the upstream for everyone by asking for it. */
+ * of it: down for no answer or a gateway's error, up for any other
+ * (mirror_health_answered_unusable included: that request's failure). */
 static int upstream_failed(struct mirror *m, int rc, long status, const struct st_error *why)
 {
     char text[64];
     if (rc == -ECANCELED) /* the mirror stopping, or nobody waits: nobody's fault */
         return 0;
-    if (rc == -EFBIG || rc == -ELOOP) {
-        mirror_health_ok(m); /* it answered */
+    if (mirror_health_answered_unusable(rc)) {
+        mirror_health_ok(m);
         return 0;
     }
     if (rc == 0 && !mirror_health_status_down(status)) {

@@ -14,6 +14,7 @@
 #ifndef TENSORD_MIRROR_HEALTH_H
 #define TENSORD_MIRROR_HEALTH_H
 
+#include <errno.h>
 #include <stdint.h>
 
 #include "st_error.h"
@@ -42,6 +43,15 @@ void mirror_health_served_stale(struct mirror *m);
 static inline int mirror_health_status_down(long status)
 {
     return status == 502 || status == 503 || status == 504;
+}
+
+/* Whether a request that failed with rc (upstream.h's errors) got an
+ * answer that only it cannot use (over the mirror's bound, redirects in a
+ * circle): that request's failure, and the upstream up. Counted as an
+ * outage, any client could pause the upstream for everyone by asking. */
+static inline int mirror_health_answered_unusable(int rc)
+{
+    return rc == -EFBIG || rc == -ELOOP;
 }
 
 struct mirror_health_state {

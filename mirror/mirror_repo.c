@@ -250,14 +250,15 @@ int mirror_repo_fetch(struct mirror *m, struct upstream_conn *c, const char *rep
     if (!mirror_health_paused(m)) {
         rc = upstream_request(c, "GET", target, NULL, 0, NULL, m->opt.own_auth, MIRROR_DOC_MAX,
                               &body, &blen, &a, &why);
-        int answered = rc == 0 && !mirror_health_status_down(a.status);
+        int answered = (rc == 0 && !mirror_health_status_down(a.status)) ||
+                       mirror_health_answered_unusable(rc);
         if (rc == 0 && a.status >= 500) { /* its last word may stand in (stale-if-error) */
             st_error_fail(&why, ST_ERR_IO, "it answered %ld", a.status);
             rc = -EIO;
         }
         if (answered)
             mirror_health_ok(m);
-        else if (rc != -ECANCELED && rc != -EFBIG && rc != -ELOOP) /* its answer: mirror_ask.c */
+        else if (rc != -ECANCELED)
             mirror_health_failed(m, why.message);
     } else {
         st_error_fail(&why, ST_ERR_IO, "it failed the last request(s)");
