@@ -12,7 +12,7 @@ import os
 import numpy as np
 
 import splitprop
-from conftest import CudaDaemon, assert_clean, read_report, worker_env
+from conftest import CudaDaemon, worker_env
 
 TWO = {"CUDA_DOUBLE_DEVICES": "2"}
 
@@ -45,11 +45,7 @@ def test_every_rank_of_random_splits_on_two_devices(workdir):
                 i["state"] == "ready" for i in s["instances"]))
             env = worker_env(workdir, TWO, python=True)
             got = splitprop.opened(d.sock, [[model, dev, k] for k, dev in enumerate(devices)], env)
-            for rank, (want, have) in enumerate(zip(ranks, got)):
-                assert have["world"] == world and have["rank"] == rank and have["verify"], have
-                assert {k: tuple(v) for k, v in have["tensors"].items()} == want, (split, rank)
-                assert splitprop.fetched(d, model, split, rank) == {
-                    k: (v[0], v[1]) for k, v in want.items()}, (split, rank)
+            splitprop.check_ranks(d, model, split, ranks, got)
             checked += world
             assert d.request("DELETE", path).status == 200
     assert checked >= 12 and refused >= 1, (checked, refused)

@@ -131,6 +131,17 @@ def fetched(d, model, split, rank):
             for k, (_dt, shape, b) in read_safetensors_bytes(r.body)[2].items()}
 
 
+def check_ranks(d, model, split, ranks, got):
+    """Each rank a worker opened (got, from opened()) holds what the split
+    gives it (ranks, from expected()), and POST /fetch with the same split
+    sends those very parts."""
+    for rank, (want, have) in enumerate(zip(ranks, got)):
+        assert have["world"] == split["world"] and have["rank"] == rank and have["verify"], have
+        assert {k: tuple(v) for k, v in have["tensors"].items()} == want, (split, rank)
+        assert fetched(d, model, split, rank) == {
+            k: (v[0], v[1]) for k, v in want.items()}, (split, rank)
+
+
 # Opens each (model, device, rank) of argv's JSON list and prints, per
 # tensor, [shape, sha256, part], one JSON line per open, checking each
 # mapping against the daemon's checksums.

@@ -62,11 +62,7 @@ def test_every_rank_of_random_splits(pd):
                 i["state"] == "ready" for i in s["instances"]))
             got = splitprop.opened(d.sock, [[model, "host", k] for k in range(world)],
                                    worker_env())
-            for rank, (want, have) in enumerate(zip(ranks, got)):
-                assert have["world"] == world and have["rank"] == rank and have["verify"], have
-                assert {k: tuple(v) for k, v in have["tensors"].items()} == want, (split, rank)
-                assert splitprop.fetched(d, model, split, rank) == {
-                    k: (v[0], v[1]) for k, v in want.items()}, (split, rank)
+            splitprop.check_ranks(d, model, split, ranks, got)
             checked += world
             assert d.request("DELETE", path).status == 200
     assert checked >= 10 and refused >= 1, (checked, refused)

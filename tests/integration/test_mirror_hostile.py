@@ -12,10 +12,9 @@ import re
 import socket
 import struct
 import threading
-import time
 
 import tdutil
-from test_mirror_upstream import Scripted, mirror_of, wait_for  # noqa: F401 (a fixture)
+from test_mirror_upstream import Scripted, ask, mirror_of, wait_for  # noqa: F401 (a fixture)
 
 COMMIT = "cd" * 20
 
@@ -185,20 +184,6 @@ def repos_routes(repos, stalled, gate):
             r"/(org/[^/]+)/resolve/(main|[0-9a-f]{40})/(.+)": file}
 
 
-def ask(port, path, source, timeout):
-    """(status, seconds taken) of a GET from address source."""
-    t0 = time.monotonic()
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout,
-                                   source_address=(source, 0))
-    try:
-        c.request("GET", path)
-        r = c.getresponse()
-        r.read()
-        return r.status, time.monotonic() - t0
-    finally:
-        c.close()
-
-
 def test_stalled_model_builds_leave_the_hub_a_thread_and_free_theirs(mirror_of):
     """One client asks for four /v1 models whose weight files the upstream
     never sends: at most MIRROR_JOB_BUILDS of their builds run (each waits
@@ -228,7 +213,7 @@ def test_stalled_model_builds_leave_the_hub_a_thread_and_free_theirs(mirror_of):
                 return sum(1 for meth, p in up.seen if meth == "GET" and "/resolve/" in p
                            and "/org/s" in p)
         wait_for(lambda: stalled_gets() >= JOB_BUILDS, 10, "no build reached the upstream")
-        status, took = ask(m.port, "/org/good/resolve/main/config.json", "127.0.0.3", 5)
+        status, _, took = ask(m.port, "/org/good/resolve/main/config.json", "127.0.0.3", 5)
         assert status == 302 and took < 2, (status, took)
         assert stalled_gets() == JOB_BUILDS
         assert m.json("/v1/metrics")["mirror"]["questions_waiting"] == 4 - JOB_BUILDS
@@ -237,7 +222,7 @@ def test_stalled_model_builds_leave_the_hub_a_thread_and_free_theirs(mirror_of):
             s.close()
         wait_for(lambda: tdutil.prom_counter(m, "tensord_mirror_questions_abandoned_total") == 4,
                  10, "the builds of the client that left were not stopped")
-        status, took = ask(m.port, "/v1/models/org/good", "127.0.0.3", 5)
+        status, _, took = ask(m.port, "/v1/models/org/good", "127.0.0.3", 5)
         assert status == 200 and took < 2, (status, took)
         assert stalled_gets() == JOB_BUILDS  # the queued ones never asked
         gate.set()
