@@ -67,16 +67,6 @@ static size_t index_of(const struct mirror_model *mm, const struct reg_file *rf)
     return mm->n;
 }
 
-int mirror_model_file_id(const struct mirror_model *mm, const struct reg_file *rf,
-                         struct mirror_id *id)
-{
-    size_t i = index_of(mm, rf);
-    if (i == mm->n)
-        return -ENOENT;
-    *id = mm->ids[i];
-    return 0;
-}
-
 struct mirror_file *mirror_model_open(struct mirror_model *mm, const struct reg_file *rf,
                                       const char *auth, struct st_error *err)
 {

@@ -62,9 +62,6 @@ const char *mirror_model_commit(const struct mirror_model *mm);
  * evicted): the file fetched again may differ, and a tensor's offsets from
  * the old header would name other bytes of it. */
 int mirror_model_current(const struct mirror_model *mm);
-/* The content of file rf of the model: 0 and *id, or -ENOENT. */
-int mirror_model_file_id(const struct mirror_model *mm, const struct reg_file *rf,
-                         struct mirror_id *id);
 /* The cache's file of rf for one reader, with a reference the caller
  * releases (mirror_unref), made anew (fetched from the upstream with auth)
  * when it was evicted since. NULL with err as mirror_open. */

@@ -248,16 +248,6 @@ struct mirror_model *mirror_view_model(const struct mirror_view *v)
     return v->mm;
 }
 
-const struct mirror_snap *mirror_view_snap(const struct mirror_view *v)
-{
-    return v->snap;
-}
-
-const char *mirror_view_dir(const struct mirror_view *v)
-{
-    return v->dir;
-}
-
 struct mirror_file *mirror_view_open(struct mirror *m, const struct mirror_view *v,
                                      const struct reg_file *rf, struct st_error *err)
 {
@@ -371,30 +361,6 @@ static int view_of(struct mirror *m, const char *name, struct mirror_snap *s,
         mirror_view_unref(drop[k]);
     *out = v;
     return 0;
-}
-
-void mirror_views_each(struct mirror *m,
-                       void (*fn)(void *arg, const char *name, struct mirror_view *v),
-                       void *arg)
-{
-    struct mirror_views *vs = m->views;
-    struct mirror_view *list[MIRROR_VIEWS_MAX];
-    size_t n = 0;
-    pthread_mutex_lock(&vs->lock);
-    for (size_t i = 0; i < MIRROR_VIEWS_MAX; i++)
-        if (vs->views[i])
-            list[n++] = mirror_view_ref(vs->views[i]);
-    pthread_mutex_unlock(&vs->lock);
-    for (size_t i = 1; i < n; i++) /* most recently used first (a few: insertion) */
-        for (size_t k = i; k > 0 && list[k]->used > list[k - 1]->used; k--) {
-            struct mirror_view *t = list[k];
-            list[k] = list[k - 1];
-            list[k - 1] = t;
-        }
-    for (size_t i = 0; i < n; i++) {
-        fn(arg, list[i]->name, list[i]);
-        mirror_view_unref(list[i]);
-    }
 }
 
 /* ---- jobs ----------------------------------------------------------------------- */

@@ -85,10 +85,6 @@ int mirror_job_view_take(struct mirror_job *j, struct mirror_view **out, int64_t
 struct mirror_view *mirror_view_ref(struct mirror_view *v);
 void mirror_view_unref(struct mirror_view *v);
 struct mirror_model *mirror_view_model(const struct mirror_view *v);
-/* The snap it was built from (its repo's document at its commit). */
-const struct mirror_snap *mirror_view_snap(const struct mirror_view *v);
-/* The model's directory in its repo ("" for the top). */
-const char *mirror_view_dir(const struct mirror_view *v);
 
 /* The cache's file of the model's file rf for one reader (fetched with the
  * mirror's own token), with a reference the caller releases; NULL with err
@@ -100,11 +96,5 @@ struct mirror_file *mirror_view_open(struct mirror *m, const struct mirror_view 
  * with a hash the mirror can check. */
 struct mirror_file *mirror_view_open_other(struct mirror *m, const struct mirror_view *v,
                                            const char *name, struct st_error *err);
-
-/* Calls fn for each model the mirror has a view of (name, model), most
- * recently used first, without the lock held. */
-void mirror_views_each(struct mirror *m,
-                       void (*fn)(void *arg, const char *name, struct mirror_view *v),
-                       void *arg);
 
 #endif
