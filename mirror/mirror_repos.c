@@ -204,7 +204,8 @@ void mirror_repos_learn_file(struct mirror *m, const char *repo, const char *com
     }
 }
 
-int mirror_repos_state(struct mirror *m, const char *repo, struct mirror_repo_state *s)
+/* The state of one repo: 1 and *s, or 0 when the table does not know it. */
+static int repo_state(struct mirror *m, const char *repo, struct mirror_repo_state *s)
 {
     struct mirror_repos *t = m->repos;
     struct mirror_id *ids = NULL;
@@ -252,7 +253,7 @@ void mirror_repos_each(struct mirror *m,
     pthread_mutex_unlock(&t->lock);
     for (size_t i = 0; i < n; i++) {
         struct mirror_repo_state s;
-        if (mirror_repos_state(m, names[i], &s))
+        if (repo_state(m, names[i], &s))
             fn(arg, names[i], &s);
         free(names[i]);
     }

@@ -53,7 +53,5 @@ struct mirror_repo_state {
 void mirror_repos_each(struct mirror *m,
                        void (*fn)(void *arg, const char *repo, const struct mirror_repo_state *s),
                        void *arg);
-/* The state of one repo: 1 and *s, or 0 when the table does not know it. */
-int mirror_repos_state(struct mirror *m, const char *repo, struct mirror_repo_state *s);
 
 #endif

@@ -219,15 +219,16 @@ static int snap_ask(struct mirror *m, struct upstream_conn *c, const char *repo,
 
 /* ---- views -------------------------------------------------------------------- */
 
-void mirror_view_split(const char *name, char **repo, const char **dir)
+/* The length of a model's name's repo ("org/name" or "name"): the rest,
+ * after a '/', is its directory in the repo (none: the top). */
+static size_t repo_len(const char *name)
 {
     const char *slash = strchr(name, '/');
     const char *second = slash ? strchr(slash + 1, '/') : NULL;
-    *repo = second ? xstrndup(name, (size_t)(second - name)) : xstrdup(name);
-    *dir = second ? second + 1 : "";
+    return second ? (size_t)(second - name) : strlen(name);
 }
 
-struct mirror_view *mirror_view_ref(struct mirror_view *v)
+static struct mirror_view *view_ref(struct mirror_view *v)
 {
     atomic_fetch_add(&v->refs, 1);
     return v;
@@ -284,7 +285,7 @@ struct mirror_view *mirror_view_find(struct mirror *m, const char *name, int64_t
         strcmp(s->doc.commit, mirror_model_commit(v->mm)) == 0 && mirror_model_current(v->mm)) {
         v->used = s->used = ++vs->clock;
         *age = mirror_snap_age(s);
-        mirror_view_ref(v);
+        view_ref(v);
     } else {
         v = NULL;
     }
@@ -305,7 +306,7 @@ static int view_of(struct mirror *m, const char *name, struct mirror_snap *s,
     size_t i = do_view_slot(vs, name, &found);
     if (found && strcmp(mirror_model_commit(vs->views[i]->mm), s->doc.commit) == 0 &&
         mirror_model_current(vs->views[i]->mm)) {
-        v = mirror_view_ref(vs->views[i]);
+        v = view_ref(vs->views[i]);
         v->used = ++vs->clock;
     }
     pthread_mutex_unlock(&vs->lock);
@@ -316,9 +317,8 @@ static int view_of(struct mirror *m, const char *name, struct mirror_snap *s,
     v = xcalloc(1, sizeof(*v));
     atomic_init(&v->refs, 1);
     v->name = xstrdup(name);
-    char *repo;
-    mirror_view_split(v->name, &repo, &v->dir);
-    free(repo);
+    size_t rl = repo_len(v->name);
+    v->dir = v->name[rl] ? v->name + rl + 1 : "";
     v->snap = snap_ref(s);
     int rc = mirror_model_build(m, name, s->repo, &s->doc, v->dir, m->opt.own_auth, 0, cancel,
                                 &v->mm, err);
@@ -340,7 +340,7 @@ static int view_of(struct mirror *m, const char *name, struct mirror_snap *s,
         vs->view_bytes -= vs->views[i]->bytes;
         drop[n_drop++] = vs->views[i];
     }
-    vs->views[i] = mirror_view_ref(v);
+    vs->views[i] = view_ref(v);
     vs->view_bytes += v->bytes;
     v->used = ++vs->clock;
     /* Within MIRROR_VIEWS_BYTES: the least recently used go. */
@@ -385,14 +385,8 @@ static int view_job_run(struct mirror *m, struct upstream_conn *c, void *data,
                         struct st_error *err)
 {
     struct view_job *d = data;
-    char *repo;
-    const char *dir;
-    mirror_view_split(d->name, &repo, &dir);
+    char *repo = d->snap_only ? xstrdup(d->name) : xstrndup(d->name, repo_len(d->name));
     int rc = 0;
-    if (d->snap_only) {
-        free(repo);
-        repo = xstrdup(d->name);
-    }
     /* Another job may have asked meanwhile. */
     if (!(d->snap = mirror_snap_find(m, repo)))
         rc = snap_ask(m, c, repo, &d->snap, err);
@@ -449,7 +443,7 @@ int mirror_job_view_take(struct mirror_job *j, struct mirror_view **out, int64_t
 {
     struct view_job *d = mirror_job_data(j);
     int rc = mirror_job_status(j, err);
-    *out = rc == 0 ? mirror_view_ref(d->view) : NULL;
+    *out = rc == 0 ? view_ref(d->view) : NULL;
     *age = rc == 0 ? mirror_snap_age(d->snap) : -1;
     return rc;
 }

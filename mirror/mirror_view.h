@@ -65,10 +65,6 @@ int64_t mirror_snap_age(const struct mirror_snap *s);
 
 /* ---- views: models ---- */
 
-/* Splits a model's name into its repo ("org/name" or "name") and its
- * directory in the repo ("" for the top): *repo malloc'd, *dir points
- * into name. */
-void mirror_view_split(const char *name, char **repo, const char **dir);
 /* The view of model `name` when the repo's snap is younger than
  * mirror_auth_ttl and names the commit the view was built at, and what
  * its headers said still stands (mirror_model_current): a reference,
@@ -82,7 +78,6 @@ struct mirror_job *mirror_job_view(struct mirror *m, uint64_t client, const char
  * others as mirror_model_build). */
 int mirror_job_view_take(struct mirror_job *j, struct mirror_view **out, int64_t *age,
                          struct st_error *err);
-struct mirror_view *mirror_view_ref(struct mirror_view *v);
 void mirror_view_unref(struct mirror_view *v);
 struct mirror_model *mirror_view_model(const struct mirror_view *v);
 
