@@ -4,7 +4,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "digest.h"
 #include "fileio.h"
 #include "log.h"
 #include "mirror_int.h"
@@ -179,20 +179,11 @@ static int fetch_heads(struct mirror_model *mm, const atomic_int *cancel, struct
  * named by its git blob id: the description shows its SHA-256 too). */
 static int sha256_of(struct mirror_file *f, uint8_t out[32])
 {
-    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-    char *buf = xmalloc(1u << 20);
-    uint64_t size = mirror_file_size(f);
-    int rc = ctx && EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) ? 0 : -ENOMEM;
-    for (uint64_t off = 0; rc == 0 && off < size;) {
-        size_t n = size - off < (1u << 20) ? (size_t)(size - off) : (1u << 20);
-        rc = fileio_pread_full(mirror_file_fd(f), buf, n, off);
-        EVP_DigestUpdate(ctx, buf, n);
-        off += n;
-    }
-    unsigned len = 0;
+    struct digest_result d;
+    char *buf = xmalloc(DIGEST_BLOCK);
+    int rc = digest_fd(mirror_file_fd(f), mirror_file_size(f), buf, DIGEST_BLOCK, NULL, NULL, &d);
     if (rc == 0)
-        EVP_DigestFinal_ex(ctx, out, &len);
-    EVP_MD_CTX_free(ctx);
+        memcpy(out, d.sha256, 32);
     free(buf);
     return rc;
 }
