@@ -13,10 +13,8 @@
 struct known_repo {
     struct known_repo *prev, *next; /* least recently heard of first */
     char *id;
-    char commit[41];
+    struct mirror_repo doc;         /* its latest commit, and files sorted by name */
     int64_t at;
-    struct mirror_repo_file *files; /* sorted by name */
-    size_t n;
 };
 
 struct mirror_repos {
@@ -33,35 +31,29 @@ struct mirror_repos *mirror_repos_new(void)
     return t;
 }
 
-static void files_free(struct mirror_repo_file *f, size_t n)
+/* Frees r and the repos chained after it (next). */
+static void repos_free(struct known_repo *r)
 {
-    for (size_t i = 0; i < n; i++)
-        free(f[i].name);
-    free(f);
-}
-
-static void repo_free(struct known_repo *r)
-{
-    files_free(r->files, r->n);
-    free(r->id);
-    free(r);
+    for (struct known_repo *next; r; r = next) {
+        next = r->next;
+        mirror_repo_clear(&r->doc);
+        free(r->id);
+        free(r);
+    }
 }
 
 void mirror_repos_free(struct mirror_repos *t)
 {
     if (!t)
         return;
-    for (struct known_repo *r = t->head, *next; r; r = next) {
-        next = r->next;
-        repo_free(r);
-    }
+    repos_free(t->head);
     pthread_mutex_destroy(&t->lock);
     free(t);
 }
 
 static void do_unlink(struct mirror_repos *t, struct known_repo *r)
 {
-    t->files -= r->n;
+    t->files -= r->doc.n;
     if (r->prev)
         r->prev->next = r->next;
     else
@@ -76,7 +68,7 @@ static void do_unlink(struct mirror_repos *t, struct known_repo *r)
 
 static void do_link_last(struct mirror_repos *t, struct known_repo *r)
 {
-    t->files += r->n;
+    t->files += r->doc.n;
     r->prev = t->tail;
     if (t->tail)
         t->tail->next = r;
@@ -113,7 +105,7 @@ static struct known_repo *do_touch(struct mirror_repos *t, const char *id)
         while (t->n >= MIRROR_REPOS_MAX && t->head) {
             struct known_repo *old = t->head;
             do_unlink(t, old);
-            repo_free(old);
+            repos_free(old); /* unlinked: old alone */
         }
     }
     do_link_last(t, r);
@@ -129,7 +121,7 @@ static int by_name(const void *a, const void *b)
 static struct mirror_repo_file *find(struct known_repo *r, const char *name)
 {
     struct mirror_repo_file key = {.name = (char *)name};
-    return r->n ? bsearch(&key, r->files, r->n, sizeof(key), by_name) : NULL;
+    return r->doc.n ? bsearch(&key, r->doc.files, r->doc.n, sizeof(key), by_name) : NULL;
 }
 
 void mirror_repos_learn(struct mirror *m, const char *repo, const struct mirror_repo *doc,
@@ -143,7 +135,7 @@ void mirror_repos_learn(struct mirror *m, const char *repo, const struct mirror_
     }
     pthread_mutex_lock(&t->lock);
     struct known_repo *r = do_touch(t, repo);
-    if (strcmp(r->commit, doc->commit) == 0) /* what the older document knew, kept */
+    if (strcmp(r->doc.commit, doc->commit) == 0) /* what the older document knew, kept */
         for (size_t i = 0; i < doc->n; i++) {
             const struct mirror_repo_file *old = find(r, copy[i].name);
             if (old && old->has_id && !copy[i].has_id) {
@@ -153,22 +145,16 @@ void mirror_repos_learn(struct mirror *m, const char *repo, const struct mirror_
                 copy[i].has_size = 1;
             }
         }
-    struct mirror_repo_file *drop = r->files;
-    size_t n_drop = r->n;
-    t->files += doc->n - r->n;
-    r->files = copy;
-    r->n = doc->n;
-    memcpy(r->commit, doc->commit, 41);
+    struct mirror_repo drop = r->doc;
+    t->files += doc->n - r->doc.n;
+    r->doc = *doc;
+    r->doc.files = copy;
     r->at = at > r->at ? at : r->at;
     struct known_repo *old = NULL;
     do_trim(t, r, &old);
     pthread_mutex_unlock(&t->lock);
-    files_free(drop, n_drop);
-    while (old) {
-        struct known_repo *next = old->next;
-        repo_free(old);
-        old = next;
-    }
+    mirror_repo_clear(&drop);
+    repos_free(old);
 }
 
 void mirror_repos_learn_file(struct mirror *m, const char *repo, const char *commit,
@@ -177,16 +163,17 @@ void mirror_repos_learn_file(struct mirror *m, const char *repo, const char *com
     struct mirror_repos *t = m->repos;
     pthread_mutex_lock(&t->lock);
     struct known_repo *r = do_touch(t, repo);
-    if (!r->commit[0])
-        memcpy(r->commit, commit, 41);
-    if (strcmp(r->commit, commit) == 0) { /* a file of another commit tells nothing of this one */
+    if (!r->doc.commit[0])
+        memcpy(r->doc.commit, commit, 41);
+    /* A file of another commit tells nothing of this one. */
+    if (strcmp(r->doc.commit, commit) == 0) {
         struct mirror_repo_file *f = find(r, path);
         if (!f) {
-            r->files = xrealloc(r->files, (r->n + 1) * sizeof(*r->files));
-            f = &r->files[r->n++];
+            r->doc.files = xrealloc(r->doc.files, (r->doc.n + 1) * sizeof(*r->doc.files));
+            f = &r->doc.files[r->doc.n++];
             t->files++;
             *f = (struct mirror_repo_file){.name = xstrdup(path)};
-            qsort(r->files, r->n, sizeof(*r->files), by_name);
+            qsort(r->doc.files, r->doc.n, sizeof(*r->doc.files), by_name);
             f = find(r, path);
         }
         f->id = *id;
@@ -197,11 +184,7 @@ void mirror_repos_learn_file(struct mirror *m, const char *repo, const char *com
     struct known_repo *old = NULL;
     do_trim(t, r, &old);
     pthread_mutex_unlock(&t->lock);
-    while (old) {
-        struct known_repo *next = old->next;
-        repo_free(old);
-        old = next;
-    }
+    repos_free(old);
 }
 
 /* The state of one repo: 1 and *s, or 0 when the table does not know it. */
@@ -216,14 +199,15 @@ static int repo_state(struct mirror *m, const char *repo, struct mirror_repo_sta
     while (r && strcmp(r->id, repo) != 0)
         r = r->next;
     if (r) {
-        memcpy(s->commit, r->commit, 41);
+        memcpy(s->commit, r->doc.commit, 41);
         s->at = r->at;
-        s->files = r->n;
-        ids = xcalloc(r->n ? r->n : 1, sizeof(*ids));
-        for (size_t i = 0; i < r->n; i++) {
-            s->bytes += r->files[i].has_size ? r->files[i].size : 0;
-            if (r->files[i].has_id)
-                ids[n_ids++] = r->files[i].id;
+        s->files = r->doc.n;
+        ids = xcalloc(r->doc.n ? r->doc.n : 1, sizeof(*ids));
+        for (size_t i = 0; i < r->doc.n; i++) {
+            const struct mirror_repo_file *f = &r->doc.files[i];
+            s->bytes += f->has_size ? f->size : 0;
+            if (f->has_id)
+                ids[n_ids++] = f->id;
         }
     }
     pthread_mutex_unlock(&t->lock);
