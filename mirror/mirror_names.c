@@ -73,6 +73,14 @@ struct whom {
     int disk;
 };
 
+static void sha_hex(const char *s, char hex[65])
+{
+    uint8_t md[32];
+    unsigned n = 0;
+    EVP_Digest(s, strlen(s), md, &n, EVP_sha256(), NULL);
+    digest_hex(md, 32, hex);
+}
+
 static void whom_of(const struct mirror *m, const struct mirror_asker *a, struct whom *w)
 {
     if (a->own) {
@@ -80,25 +88,14 @@ static void whom_of(const struct mirror *m, const struct mirror_asker *a, struct
     } else if (!a->auth) {
         *w = (struct whom){"-", m->opt.stale_max_age, 1};
     } else {
-        uint8_t md[32];
-        unsigned n = 0;
-        EVP_Digest(a->auth, strlen(a->auth), md, &n, EVP_sha256(), NULL);
         *w = (struct whom){"t:", m->opt.auth_ttl, 0};
-        digest_hex(md, 32, w->tag + 2);
+        sha_hex(a->auth, w->tag + 2);
     }
 }
 
 static char *full_key(const struct whom *w, const char *key)
 {
     return xasprintf("%s\n%s", w->tag, key);
-}
-
-static void key_hex(const char *full, char hex[65])
-{
-    uint8_t md[32];
-    unsigned n = 0;
-    EVP_Digest(full, strlen(full), md, &n, EVP_sha256(), NULL);
-    digest_hex(md, 32, hex);
 }
 
 static uint64_t sum_of(const void *data, size_t len)
@@ -403,7 +400,7 @@ void mirror_names_put(struct mirror *m, const char *key, const struct mirror_ask
     char *full = full_key(&w, key), hex[65];
     int64_t now = (int64_t)time(NULL);
     uint64_t sum = sum_of(data, len);
-    key_hex(full, hex);
+    sha_hex(full, hex);
     pthread_mutex_lock(&n->lock);
     do_remember(n, full, data, len, now);
     const struct disk_entry *d = w.disk ? do_disk_find(n, hex) : NULL;
@@ -448,7 +445,7 @@ static int get_one(struct mirror *m, const struct whom *w, const char *key, char
     }
     pthread_mutex_unlock(&n->lock);
     if (!found && w->disk) {
-        key_hex(full, hex);
+        sha_hex(full, hex);
         found = read_file(n, hex, full, data, len, &at);
         if (found) {
             pthread_mutex_lock(&n->lock);
