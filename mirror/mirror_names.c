@@ -167,9 +167,7 @@ static void do_remember(struct mirror_names *n, const char *key, const void *dat
         do_remove(n, n->head);
     e = xcalloc(1, sizeof(*e));
     e->key = xstrdup(key);
-    e->data = xmalloc(len + 1);
-    memcpy(e->data, data, len);
-    e->data[len] = '\0';
+    e->data = xstrndup(data, len);
     e->len = len;
     e->at = at;
     size_t b = bucket(key);
@@ -437,8 +435,7 @@ static int get_one(struct mirror *m, const struct whom *w, const char *key, char
     if (e) {
         do_unlink(n, e);
         do_link_last(n, e);
-        *data = xmalloc(e->len + 1);
-        memcpy(*data, e->data, e->len + 1);
+        *data = xstrndup(e->data, e->len);
         *len = e->len;
         at = e->at;
         found = 1;
