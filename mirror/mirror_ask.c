@@ -356,15 +356,13 @@ static int doc_is_json(struct mirror_doc *doc)
 static char *doc_text(const struct mirror_doc *doc, size_t *len)
 {
     const struct upstream_answer *a = &doc->a;
-    char *head = xasprintf("%ld\n%s\n%s\n%s\n%s\n\n", a->status, a->commit, a->etag,
-                           a->cache_control, a->link ? a->link : "");
-    size_t hl = strlen(head);
-    char *out = xmalloc(hl + doc->len + 1);
-    memcpy(out, head, hl);
+    char *out = xasprintf("%ld\n%s\n%s\n%s\n%s\n\n", a->status, a->commit, a->etag,
+                          a->cache_control, a->link ? a->link : "");
+    size_t hl = strlen(out);
+    out = xrealloc(out, hl + doc->len + 1);
     memcpy(out + hl, doc->body, doc->len);
     out[hl + doc->len] = '\0';
     *len = hl + doc->len;
-    free(head);
     return out;
 }
 
@@ -398,9 +396,7 @@ int mirror_kept_doc_parse(const char *text, size_t len, struct mirror_doc *doc)
     a->status = strtol(status, NULL, 10);
     a->link = link[0] ? xstrdup(link) : NULL;
     doc->len = (size_t)(end - p);
-    doc->body = xmalloc(doc->len + 1);
-    memcpy(doc->body, p, doc->len);
-    doc->body[doc->len] = '\0';
+    doc->body = xstrndup(p, doc->len);
     return a->status >= 200 && a->status < 300 ? 0 : -EINVAL;
 }
 
