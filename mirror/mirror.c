@@ -375,8 +375,7 @@ static void do_drop_wants(struct mirror *m, struct mirror_file *f)
 {
     if (!f->n_queued)
         return;
-    for (uint64_t b = 0; b < f->nblocks; b++)
-        bit_clear(f->wanted, b);
+    memset(f->wanted, 0, (size_t)((f->nblocks + 7) / 8));
     f->n_queued = 0;
     do_mirror_download_check(m, f);
 }

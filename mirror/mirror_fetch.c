@@ -76,8 +76,7 @@ static void do_fail(struct mirror *m, struct mirror_file *f, const struct st_err
                 e->message);
     f->failed = 1;
     f->error = *e;
-    for (uint64_t b = 0; b < f->nblocks; b++)
-        bit_clear(f->wanted, b);
+    memset(f->wanted, 0, (size_t)((f->nblocks + 7) / 8));
     f->n_queued = 0;
     do_mirror_download_check(m, f);
     do_mirror_collect(m, f, fire);
