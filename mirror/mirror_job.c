@@ -80,8 +80,7 @@ struct mirror_jobs {
     unsigned builds;           /* build questions running */
     struct question *by_key[KEY_BUCKETS]; /* the questions in flight that have a key */
     int stopping;
-    unsigned n_runners;
-    struct runner *runners;
+    struct runner runners[MIRROR_JOB_THREADS];
 };
 
 /* ---- questions ----------------------------------------------------------------- */
@@ -393,16 +392,14 @@ void mirror_job_release(struct mirror_job *j)
 
 /* ---- start and stop ------------------------------------------------------------ */
 
-int mirror_jobs_start(struct mirror *m, unsigned threads, struct st_error *err)
+int mirror_jobs_start(struct mirror *m, struct st_error *err)
 {
     struct mirror_jobs *js = xcalloc(1, sizeof(*js));
     js->m = m;
     pthread_mutex_init(&js->lock, NULL);
     pthread_cond_init(&js->cond, NULL);
-    js->runners = xcalloc(threads, sizeof(*js->runners));
-    js->n_runners = threads;
     m->jobs = js;
-    for (unsigned i = 0; i < threads; i++) {
+    for (unsigned i = 0; i < MIRROR_JOB_THREADS; i++) {
         struct runner *r = &js->runners[i];
         r->js = js;
         atomic_init(&r->abort, 0);
@@ -424,11 +421,11 @@ void mirror_jobs_stop(struct mirror *m)
         return;
     pthread_mutex_lock(&js->lock);
     js->stopping = 1;
-    for (unsigned i = 0; i < js->n_runners; i++) /* requests in flight end at once */
+    for (unsigned i = 0; i < MIRROR_JOB_THREADS; i++) /* requests in flight end at once */
         atomic_store(&js->runners[i].abort, 1);
     pthread_cond_broadcast(&js->cond);
     pthread_mutex_unlock(&js->lock);
-    for (unsigned i = 0; i < js->n_runners; i++)
+    for (unsigned i = 0; i < MIRROR_JOB_THREADS; i++)
         if (js->runners[i].started)
             pthread_join(js->runners[i].thread, NULL);
     /* What still waits is answered as cancelled (the threads are gone). */
@@ -442,9 +439,8 @@ void mirror_jobs_stop(struct mirror *m)
             break;
         finish(js, q);
     }
-    for (unsigned i = 0; i < js->n_runners; i++)
+    for (unsigned i = 0; i < MIRROR_JOB_THREADS; i++)
         upstream_conn_free(js->runners[i].conn);
-    free(js->runners);
     pthread_cond_destroy(&js->cond);
     pthread_mutex_destroy(&js->lock);
     m->jobs = NULL;

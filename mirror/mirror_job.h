@@ -55,8 +55,8 @@ struct mirror_job;
 #define MIRROR_JOBS_PER_CLIENT 64   /* of those, one client's */
 #define MIRROR_JOB_RETRY_AFTER 1    /* seconds a refused submitter is told to wait */
 
-/* Starts the job threads (called by mirror_new). Returns 0 or -errno. */
-int mirror_jobs_start(struct mirror *m, unsigned threads, struct st_error *err);
+/* Starts the MIRROR_JOB_THREADS job threads (called by mirror_new). Returns 0 or -errno. */
+int mirror_jobs_start(struct mirror *m, struct st_error *err);
 /* Completes the queued questions as cancelled (their callbacks run) and
  * stops the threads (a request in flight is cut). */
 void mirror_jobs_stop(struct mirror *m);

@@ -215,7 +215,7 @@ struct mirror *mirror_new(const struct mirror_options *o, struct st_error *err)
         goto fail;
     clear_models(m);
     if (load_cache(m, err) < 0 || mirror_fetch_start(m, err) < 0 ||
-        mirror_jobs_start(m, MIRROR_JOB_THREADS, err) < 0)
+        mirror_jobs_start(m, err) < 0)
         goto fail;
     log_msg(LOG_INFO, "mirror of %s: cache %s holds %" PRIu64 " files (%" PRIu64 " partial), "
             "%" PRIu64 " of %" PRIu64 " bytes", o->upstream, o->cache_dir, m->n_files,
