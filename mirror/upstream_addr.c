@@ -85,19 +85,16 @@ int upstream_addr_public(const struct sockaddr *sa)
 void upstream_addr_text(const struct sockaddr *sa, char *out, size_t cap)
 {
     char host[INET6_ADDRSTRLEN] = "?";
-    unsigned port = 0;
     if (sa->sa_family == AF_INET) {
         struct sockaddr_in in;
         memcpy(&in, sa, sizeof(in));
         inet_ntop(AF_INET, &in.sin_addr, host, sizeof(host));
-        port = ntohs(in.sin_port);
-        snprintf(out, cap, "%s:%u", host, port);
+        snprintf(out, cap, "%s:%u", host, (unsigned)ntohs(in.sin_port));
     } else if (sa->sa_family == AF_INET6) {
         struct sockaddr_in6 in6;
         memcpy(&in6, sa, sizeof(in6));
         inet_ntop(AF_INET6, &in6.sin6_addr, host, sizeof(host));
-        port = ntohs(in6.sin6_port);
-        snprintf(out, cap, "[%s]:%u", host, port);
+        snprintf(out, cap, "[%s]:%u", host, (unsigned)ntohs(in6.sin6_port));
     } else {
         snprintf(out, cap, "an address of family %d", sa->sa_family);
     }
