@@ -250,9 +250,8 @@ static int in_dir(const char *path, const char *dir, const char **name)
 }
 
 int mirror_model_build(struct mirror *m, const char *name, const char *repo,
-                       const struct mirror_repo *doc, const char *dir, const char *auth,
-                       int keep, const atomic_int *cancel, struct mirror_model **out,
-                       struct st_error *err)
+                       const struct mirror_repo *doc, const char *dir, int keep,
+                       const atomic_int *cancel, struct mirror_model **out, struct st_error *err)
 {
     struct mirror_model *mm = xcalloc(1, sizeof(*mm));
     mm->m = m;
@@ -284,7 +283,7 @@ int mirror_model_build(struct mirror *m, const char *name, const char *repo,
             mm->ids = xrealloc(mm->ids, cap * sizeof(*mm->ids));
             mm->files = xrealloc(mm->files, cap * sizeof(*mm->files));
         }
-        struct mirror_src src = {repo, doc->commit, doc->files[i].name, auth};
+        struct mirror_src src = {repo, doc->commit, doc->files[i].name, m->opt.own_auth};
         mm->names[mm->n] = xstrdup(fname);
         mm->paths[mm->n] = xstrdup(doc->files[i].name);
         mm->ids[mm->n] = doc->files[i].id;
@@ -355,8 +354,8 @@ static int model_job_run(struct mirror *m, struct upstream_conn *c, void *data,
     if (rc < 0)
         return rc;
     mirror_repos_learn(m, d->repo, &doc, (int64_t)time(NULL) - (age > 0 ? age : 0));
-    rc = mirror_model_build(m, d->repo, d->repo, &doc, "", m->opt.own_auth, 1,
-                            upstream_conn_abort(c), &d->mm, err);
+    rc = mirror_model_build(m, d->repo, d->repo, &doc, "", 1, upstream_conn_abort(c), &d->mm,
+                            err);
     if (rc == 0)
         log_msg(LOG_INFO, "mirror: model %s at %s prepared for a preload: %zu files, %" PRIu64
                 " bytes to fetch", d->repo, doc.commit, d->mm->n, d->mm->missing);

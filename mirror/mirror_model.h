@@ -36,7 +36,7 @@ struct mirror_model;
 
 /* Builds the model `name` of the weight files of repo at commit in
  * directory dir ("" for the repo's top; doc is the repo's document at
- * commit), fetching them with Authorization auth (NULL: none); keep says
+ * commit), fetching them with the mirror's own token; keep says
  * whether it keeps the files (a preload) or nothing of the cache (a /v1
  * model). On a job thread: it waits for the fetchers, until *cancel (may
  * be NULL) is set. Returns 0 with *out, or -errno with err:
@@ -46,9 +46,8 @@ struct mirror_model;
  * ST_INDEX_MAX_LEN: refused before a byte of it is fetched), -ECANCELED,
  * another code for the cache or the upstream. */
 int mirror_model_build(struct mirror *m, const char *name, const char *repo,
-                       const struct mirror_repo *doc, const char *dir, const char *auth,
-                       int keep, const atomic_int *cancel, struct mirror_model **out,
-                       struct st_error *err);
+                       const struct mirror_repo *doc, const char *dir, int keep,
+                       const atomic_int *cancel, struct mirror_model **out, struct st_error *err);
 void mirror_model_free(struct mirror_model *mm);
 
 /* The registry model (valid while mm lives). */

@@ -320,8 +320,7 @@ static int view_of(struct mirror *m, const char *name, struct mirror_snap *s,
     size_t rl = repo_len(v->name);
     v->dir = v->name[rl] ? v->name + rl + 1 : "";
     v->snap = snap_ref(s);
-    int rc = mirror_model_build(m, name, s->repo, &s->doc, v->dir, m->opt.own_auth, 0, cancel,
-                                &v->mm, err);
+    int rc = mirror_model_build(m, name, s->repo, &s->doc, v->dir, 0, cancel, &v->mm, err);
     if (rc < 0) {
         mirror_view_unref(v);
         return rc;
