@@ -336,11 +336,9 @@ static int read_file(struct mirror_names *n, const char *hex, const char *key, c
 
 struct mirror_names *mirror_names_new(int dirfd, struct st_error *err)
 {
-    if (mkdirat(dirfd, "names", 0700) < 0 && errno != EEXIST) {
-        st_error_errno(err, errno, "mirror cache: names/");
-        return NULL;
-    }
-    int fd = openat(dirfd, "names", O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+    int fd = -1;
+    if (mkdirat(dirfd, "names", 0700) == 0 || errno == EEXIST)
+        fd = openat(dirfd, "names", O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0) {
         st_error_errno(err, errno, "mirror cache: names/");
         return NULL;
