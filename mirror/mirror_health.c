@@ -44,15 +44,10 @@ void mirror_health_free(struct mirror_health *h)
     free(h);
 }
 
-static int64_t now_unix(void)
-{
-    return (int64_t)time(NULL);
-}
-
 void mirror_health_ok(struct mirror *m)
 {
     struct mirror_health *h = m->health;
-    int64_t now = now_unix();
+    int64_t now = (int64_t)time(NULL);
     pthread_mutex_lock(&h->lock);
     uint64_t failures = h->s.failures;
     double down_s = failures ? (double)(time_mono_ns() - h->down_since_ns) / 1e9 : 0;
@@ -72,7 +67,7 @@ void mirror_health_ok(struct mirror *m)
 void mirror_health_failed(struct mirror *m, const char *why)
 {
     struct mirror_health *h = m->health;
-    int64_t now = now_unix();
+    int64_t now = (int64_t)time(NULL);
     uint64_t mono = time_mono_ns();
     pthread_mutex_lock(&h->lock);
     int went_down = h->s.failures == 0;
