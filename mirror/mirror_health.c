@@ -18,18 +18,16 @@
 
 struct mirror_health {
     pthread_mutex_t lock;
-    char *upstream;
     struct mirror_health_state s;
     uint64_t down_since_ns;        /* monotonic: the first failure in a row */
     uint64_t next_try_ns;          /* monotonic: no question before this, when failing */
     int64_t logged;                /* unix seconds of the last "still down" line */
 };
 
-struct mirror_health *mirror_health_new(const char *upstream)
+struct mirror_health *mirror_health_new(void)
 {
     struct mirror_health *h = xcalloc(1, sizeof(*h));
     pthread_mutex_init(&h->lock, NULL);
-    h->upstream = xstrdup(upstream);
     h->s.up = 1; /* until it fails: a mirror starts serving, not alarming */
     metrics_set_mirror_upstream(1, 0, 0);
     return h;
@@ -40,7 +38,6 @@ void mirror_health_free(struct mirror_health *h)
     if (!h)
         return;
     pthread_mutex_destroy(&h->lock);
-    free(h->upstream);
     free(h);
 }
 
@@ -61,7 +58,7 @@ void mirror_health_ok(struct mirror *m)
         metrics_set_mirror_upstream(1, now, 0);
     if (failures)
         log_msg(LOG_INFO, "mirror: upstream %s answers again, after %" PRIu64 " failed "
-                "request(s) over %.0f s", h->upstream, failures, down_s);
+                "request(s) over %.0f s", m->opt.upstream, failures, down_s);
 }
 
 void mirror_health_failed(struct mirror *m, const char *why)
@@ -90,7 +87,7 @@ void mirror_health_failed(struct mirror *m, const char *why)
     metrics_set_mirror_upstream(0, last_success, failures);
     if (say)
         log_msg(LOG_WARN, "mirror: upstream %s %s: %s (%" PRIu64 " failed request(s) in a row%s)",
-                h->upstream, went_down ? "cannot be reached" : "still cannot be reached",
+                m->opt.upstream, went_down ? "cannot be reached" : "still cannot be reached",
                 why ? why : "no answer", failures,
                 m->opt.serve_stale ? "; serving what the cache holds" : "; mirror_offline is "
                                                                         "strict");

@@ -22,7 +22,7 @@
 struct mirror;
 struct mirror_health;
 
-struct mirror_health *mirror_health_new(const char *upstream);
+struct mirror_health *mirror_health_new(void);
 void mirror_health_free(struct mirror_health *h);
 
 /* The upstream answered (any HTTP status but a gateway's 502, 503, 504). */

@@ -207,7 +207,7 @@ struct mirror *mirror_new(const struct mirror_options *o, struct st_error *err)
         goto fail;
     }
     m->asks = mirror_asks_new();
-    m->health = mirror_health_new(o->upstream);
+    m->health = mirror_health_new();
     m->views = mirror_views_new();
     m->repos = mirror_repos_new();
     m->up = upstream_new(o->upstream, o->redirect_private); /* the fetchers pace themselves */
