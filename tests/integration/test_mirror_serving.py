@@ -159,6 +159,12 @@ def test_v1_through_the_mirror_cold_and_cached(env):
         desc = m.json(f"/v1/models/{REPO_ID}")
         assert desc["tensors"] == up.d.json(f"/v1/models/{REPO_ID}")["tensors"]
         assert desc["hashes"]["complete"] and desc["sharded"]
+        # Every file's SHA-256: the upstream's for the shards, the mirror's
+        # own (from its cache) for the index, whose content the upstream names
+        # by its git blob id.
+        assert {f["name"]: f["sha256"] for f in desc["files"]} == {
+            n: hashlib.sha256(b).hexdigest() for n, b in up.files[REPO_ID].items()
+            if n.endswith((".safetensors", ".index.json"))}
         read_all(m, ref)
         r = m.get(f"/v1/models/{REPO_ID}/files/config.json")
         assert r.status == 200 and r.body == up.files[REPO_ID]["config.json"]
