@@ -152,10 +152,13 @@ void do_mirror_evict(struct mirror *m, struct mirror_file *f)
         atomic_fetch_add(&m->dropped, 1);
     metrics_add(MC_MIRROR_EVICTIONS, 1);
     do_mirror_gauges(m);
+    /* The blob before its state: a crash between the two must not leave a
+     * partial blob without a state file, which the next start takes for
+     * complete (a state file alone is removed at start). */
     char name[96];
-    snprintf(name, sizeof(name), "blobs/%s.state", f->key);
-    unlinkat(m->dirfd, name, 0);
     snprintf(name, sizeof(name), "blobs/%s", f->key);
+    unlinkat(m->dirfd, name, 0);
+    snprintf(name, sizeof(name), "blobs/%s.state", f->key);
     unlinkat(m->dirfd, name, 0);
     log_msg(LOG_INFO, "mirror: evicted %s (%" PRIu64 " bytes held)", f->key, f->held);
     mirror_file_free(f);

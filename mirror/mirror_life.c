@@ -98,8 +98,8 @@ static struct mirror_file *load_blob(struct mirror *m, int blobs, const char *na
                               ? "the blob's size is not the state file's" : err.message);
         free(buf);
         snprintf(path, sizeof(path), "%s.state", name);
+        unlinkat(blobs, name, 0); /* the blob first, as do_mirror_evict */
         unlinkat(blobs, path, 0);
-        unlinkat(blobs, name, 0);
         return NULL;
     }
     struct mirror_file *f = mirror_file_new(&id, block);
