@@ -130,20 +130,18 @@ static void preload_spec(struct gpu_manager *gm, const char *spec)
     struct gm_device where;
     struct gm_view v;
     struct st_error err;
-    if (gm_resolve_device(gm, at + 1, &where, &err) < 0) {
+    int rc = gm_resolve_device(gm, at + 1, &where, &err);
+    int no_device = rc < 0;
+    if (rc == 0)
+        rc = gpu_preload_request(gm, model, &where, NULL, 1, &v, &err);
+    if (rc < 0)
         log_msg(LOG_ERROR, "gpu: preload %s: %s", spec, err.message);
-        pthread_mutex_lock(&gm->lock);
-        do_gm_refused_set(gm, model, at + 1, err.message);
-        pthread_mutex_unlock(&gm->lock);
-    } else if (gpu_preload_request(gm, model, &where, NULL, 1, &v, &err) < 0) {
-        log_msg(LOG_ERROR, "gpu: preload %s: %s", spec, err.message);
-        if (err.code == ST_ERR_DEVICE_MEMORY) { /* GET says why it is not there */
-            pthread_mutex_lock(&gm->lock);
-            do_gm_refused_set(gm, model, at + 1, err.message);
-            pthread_mutex_unlock(&gm->lock);
-        }
-    } else {
+    else
         gpu_manager_view_release(gm, &v);
+    if (no_device || (rc < 0 && err.code == ST_ERR_DEVICE_MEMORY)) {
+        pthread_mutex_lock(&gm->lock);
+        do_gm_refused_set(gm, model, at + 1, err.message); /* GET says why it is not there */
+        pthread_mutex_unlock(&gm->lock);
     }
     free(model);
 }
