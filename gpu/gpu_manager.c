@@ -303,14 +303,8 @@ int gpu_manager_evict(struct gpu_manager *gm, const char *model, const struct gm
             snprintf(part, sizeof(part), " (rank %u of %u)", m->rank, m->world);
         log_msg(LOG_INFO, "gpu: evicted %s from %s%s%s", model, m->device, part,
                 dead ? "" : ", draining until its leases end");
-        for (struct gm_instance *d = pending; d; d = NULL) {
-            d->qnext = dead_list;
-            dead_list = d;
-        }
-        for (struct gm_instance *d = dead; d; d = NULL) {
-            d->qnext = dead_list;
-            dead_list = d;
-        }
+        gm_keep_dead(&dead_list, pending);
+        gm_keep_dead(&dead_list, dead);
     }
     pthread_mutex_unlock(&gm->lock);
     while (dead_list) {
