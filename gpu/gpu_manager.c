@@ -130,20 +130,18 @@ static void preload_spec(struct gpu_manager *gm, const char *spec)
     struct gm_device where;
     struct gm_view v;
     struct st_error err;
-    if (gm_resolve_device(gm, at + 1, &where, &err) < 0) {
+    int rc = gm_resolve_device(gm, at + 1, &where, &err);
+    int no_device = rc < 0;
+    if (rc == 0)
+        rc = gpu_preload_request(gm, model, &where, NULL, 1, &v, &err);
+    if (rc < 0)
         log_msg(LOG_ERROR, "gpu: preload %s: %s", spec, err.message);
-        pthread_mutex_lock(&gm->lock);
-        do_gm_refused_set(gm, model, at + 1, err.message);
-        pthread_mutex_unlock(&gm->lock);
-    } else if (gpu_preload_request(gm, model, &where, NULL, 1, &v, &err) < 0) {
-        log_msg(LOG_ERROR, "gpu: preload %s: %s", spec, err.message);
-        if (err.code == ST_ERR_DEVICE_MEMORY) { /* GET says why it is not there */
-            pthread_mutex_lock(&gm->lock);
-            do_gm_refused_set(gm, model, at + 1, err.message);
-            pthread_mutex_unlock(&gm->lock);
-        }
-    } else {
+    else
         gpu_manager_view_release(gm, &v);
+    if (no_device || (rc < 0 && err.code == ST_ERR_DEVICE_MEMORY)) {
+        pthread_mutex_lock(&gm->lock);
+        do_gm_refused_set(gm, model, at + 1, err.message); /* GET says why it is not there */
+        pthread_mutex_unlock(&gm->lock);
     }
     free(model);
 }
@@ -305,14 +303,8 @@ int gpu_manager_evict(struct gpu_manager *gm, const char *model, const struct gm
             snprintf(part, sizeof(part), " (rank %u of %u)", m->rank, m->world);
         log_msg(LOG_INFO, "gpu: evicted %s from %s%s%s", model, m->device, part,
                 dead ? "" : ", draining until its leases end");
-        for (struct gm_instance *d = pending; d; d = NULL) {
-            d->qnext = dead_list;
-            dead_list = d;
-        }
-        for (struct gm_instance *d = dead; d; d = NULL) {
-            d->qnext = dead_list;
-            dead_list = d;
-        }
+        gm_keep_dead(&dead_list, pending);
+        gm_keep_dead(&dead_list, dead);
     }
     pthread_mutex_unlock(&gm->lock);
     while (dead_list) {

@@ -265,6 +265,15 @@ void gm_instance_free(struct gm_instance *m);
 /* Frees dead (from a do_ function, after unlocking) and tells those waiting
  * for memory that it is released. Takes the lock itself. NULL: nothing. */
 void gm_dispose(struct gpu_manager *gm, struct gm_instance *dead);
+/* Queues dead on *list (through qnext) when it is not NULL, for the caller
+ * to dispose of after unlocking. */
+static inline void gm_keep_dead(struct gm_instance **list, struct gm_instance *dead)
+{
+    if (dead) {
+        dead->qnext = *list;
+        *list = dead;
+    }
+}
 /* Drops one reference. Returns m, unlinked, when it must be disposed of
  * after the lock is released, else NULL. */
 struct gm_instance *do_gm_instance_unref(struct gpu_manager *gm, struct gm_instance *m);

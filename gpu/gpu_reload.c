@@ -95,15 +95,6 @@ static struct gm_instance *do_replace(struct gpu_manager *gm, struct gm_instance
     return dead;
 }
 
-/* Queues dead on *list (through qnext) when it is not NULL. */
-static void keep_dead(struct gm_instance **list, struct gm_instance *dead)
-{
-    if (dead) {
-        dead->qnext = *list;
-        *list = dead;
-    }
-}
-
 void gpu_manager_on_reload(struct gpu_manager *gm, struct reg_snapshot *snap)
 {
     struct gm_instance *dead_list = NULL, *unborn_list = NULL, *dead, *unborn;
@@ -124,21 +115,21 @@ void gpu_manager_on_reload(struct gpu_manager *gm, struct reg_snapshot *snap)
         int valid = rm && rm->state == MODEL_READY;
         if (valid && gm_instance_same_files(m, rm)) {
             do_gm_reload_abandon(gm, m, &dead); /* changed back while a reload ran */
-            keep_dead(&dead_list, dead);
+            gm_keep_dead(&dead_list, dead);
             continue;
         }
         if (valid && m->state == GM_READY) {
             do_reload_beside(gm, m, rm, &dead, &unborn);
-            keep_dead(&dead_list, dead);
-            keep_dead(&unborn_list, unborn);
+            gm_keep_dead(&dead_list, dead);
+            gm_keep_dead(&unborn_list, unborn);
             continue;
         }
         log_msg(LOG_INFO, "gpu: %s changed on disk: %s", m->name,
                 valid ? "reloading it into a new generation" : "evicting it");
         do_gm_reload_abandon(gm, m, &dead);
-        keep_dead(&dead_list, dead);
-        keep_dead(&dead_list, do_replace(gm, m, valid ? rm : NULL, &unborn));
-        keep_dead(&unborn_list, unborn);
+        gm_keep_dead(&dead_list, dead);
+        gm_keep_dead(&dead_list, do_replace(gm, m, valid ? rm : NULL, &unborn));
+        gm_keep_dead(&unborn_list, unborn);
     }
     pthread_mutex_unlock(&gm->lock);
     reg_snapshot_unref(old_latest);

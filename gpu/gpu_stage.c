@@ -44,12 +44,17 @@ void gm_ring_shape(const struct gm_options *opt, const struct gpu_backend *be,
     shape->buf_bytes = gpu_load_stage_bytes(shape->chunk);
 }
 
-static struct gm_stage *do_find(struct gpu_manager *gm, const struct gpu_backend *be, int dev)
+/* be's device dev's entry in the ring table, added (without a ring) when
+ * there is none; NULL when the table is full. */
+static struct gm_stage *do_entry(struct gpu_manager *gm, struct gpu_backend *be, int dev)
 {
     for (size_t i = 0; i < gm->n_stages; i++)
         if (gm->stages[i].be == be && gm->stages[i].dev == dev)
             return &gm->stages[i];
-    return NULL;
+    if (gm->n_stages == GM_MAX_STAGES)
+        return NULL;
+    gm->stages[gm->n_stages] = (struct gm_stage){.be = be, .dev = dev};
+    return &gm->stages[gm->n_stages++];
 }
 
 static int big_enough(const struct gm_stage *st, const struct gm_ring_shape *shape)
@@ -181,15 +186,11 @@ static void do_reap(struct gm_stage *st)
 void do_gm_stage_prepare(struct gpu_manager *gm, struct gpu_backend *be, int dev,
                          const struct gm_ring_shape *shape)
 {
-    struct gm_stage *st = do_find(gm, be, dev);
-    if (st && (st->pinning || st->in_use || big_enough(st, shape)))
+    struct gm_stage *st = do_entry(gm, be, dev);
+    if (!st)
+        return; /* the table is full: the loader says why */
+    if (st->pinning || st->in_use || big_enough(st, shape))
         return; /* being made, or its loader makes it */
-    if (!st && gm->n_stages == GM_MAX_STAGES)
-        return; /* the loader says why */
-    if (!st) {
-        st = &gm->stages[gm->n_stages++];
-        *st = (struct gm_stage){.be = be, .dev = dev};
-    }
     uint64_t need = ring_bytes(shape->nbuf, shape->buf_bytes);
     if (st->stage || need > do_budget(gm, st))
         return; /* too small, or over the limit: the loader, alone with it, sees to it */
@@ -268,12 +269,16 @@ static struct gm_stage *acquire_once(struct gpu_manager *gm, struct gpu_backend 
     const struct gpu_backend *freed_be[GM_MAX_STAGES];
     size_t n_freed = 0;
     pthread_mutex_lock(&gm->lock);
-    struct gm_stage *st = do_find(gm, be, dev);
-    while (st && st->pinning)
+    struct gm_stage *st = do_entry(gm, be, dev);
+    if (!st) {
+        pthread_mutex_unlock(&gm->lock);
+        st_error_fail(err, ST_ERR_LIMIT, "staging rings for more than %d devices", GM_MAX_STAGES);
+        return NULL;
+    }
+    while (st->pinning)
         pthread_cond_wait(&gm->cond, &gm->lock);
-    if (st)
-        do_reap(st);
-    unsigned served = st && st->stage && st->buf_bytes >= shape->buf_bytes
+    do_reap(st);
+    unsigned served = st->stage && st->buf_bytes >= shape->buf_bytes
                           ? threads_served(be, st->nbuf, shape->depth, shape->threads)
                           : 0;
     /* Big enough for all the threads, or for this load's share when a
@@ -285,15 +290,6 @@ static struct gm_stage *acquire_once(struct gpu_manager *gm, struct gpu_backend 
         st->in_use = 1;
         pthread_mutex_unlock(&gm->lock);
         return st;
-    }
-    if (!st && gm->n_stages == GM_MAX_STAGES) {
-        pthread_mutex_unlock(&gm->lock);
-        st_error_fail(err, ST_ERR_LIMIT, "staging rings for more than %d devices", GM_MAX_STAGES);
-        return NULL;
-    }
-    if (!st) {
-        st = &gm->stages[gm->n_stages++];
-        *st = (struct gm_stage){.be = be, .dev = dev};
     }
     struct gpu_stage *old = st->stage; /* too small: made again */
     unsigned old_nbuf = st->nbuf;

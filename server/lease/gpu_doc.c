@@ -205,12 +205,8 @@ static void progress(struct jsonw *w, const struct gm_view *v)
     jsonw_obj_end(w);
 }
 
-/* The instance of v, as GET shows it (for_open 0) or as the lease socket's
- * "open" answer carries it (published allocations with their descriptors'
- * indexes and legacy handles, and the lease). The cached parts that fail
- * to render make the writer fail. */
-/* The instance of v as an object left open (GET's fields), for the caller
- * to add its members and close. */
+/* gpu_doc_instance's object (see gpu_doc.h), left open for the caller to
+ * add its members and close. */
 static void instance_body(struct jsonw *w, const struct gm_view *v, int for_open, uint64_t lease)
 {
     jsonw_obj(w);
@@ -409,17 +405,13 @@ void gpu_doc_summary(struct gpu_manager *gm, const char *model, struct jsonw *w)
     struct gm_view v, *vs = NULL;
     gpu_manager_view(gm, model, &v);
     size_t n = v.inst ? 0 : shown_views(gm, model, &vs);
-    if (v.inst || n == 0) {
+    if (v.inst) {
+        short_form(w, &v, 0);
+    } else if (n == 0) {
         jsonw_obj(w);
-        jsonw_kstr(w, "state", v.inst ? gm_state_name(v.state) : v.refused ? "failed" : "none");
-        if (v.inst || v.refused)
+        jsonw_kstr(w, "state", v.refused ? "failed" : "none");
+        if (v.refused)
             jsonw_kstr(w, "device", v.device);
-        if (v.inst && v.world > 1) {
-            jsonw_ku64(w, "world", v.world);
-            jsonw_ku64(w, "rank", v.rank);
-        }
-        if (v.inst)
-            jsonw_ku64(w, "generation", v.generation);
         jsonw_obj_end(w);
     } else {
         jsonw_obj(w);
@@ -450,32 +442,28 @@ void gpu_doc_model(struct gpu_manager *gm, const char *model, const struct gm_wh
         v = vs[pick]; /* borrowed: released with the others */
     else if (!which)
         gpu_manager_view(gm, model, &v);
+    /* Several current instances, none of them asked for: GET ?device=&rank=
+     * shows one. */
+    int several = !v.inst && n && !which;
     if (v.inst) {
         /* One instance: its whole document, and the list of every one. */
         instance_body(w, &v, 0, 0); /* GET's object, left open for the list */
+    } else {
+        jsonw_obj(w);
+        jsonw_kstr(w, "model", model);
+        jsonw_kstr(w, "state", several ? summary_state(vs, n) : v.refused ? "failed" : "none");
+    }
+    if (!v.inst && !several && v.refused) {
+        jsonw_kstr(w, "device", v.device);
+        jsonw_kstr(w, "reason", v.error);
+    }
+    if (v.inst || several) {
         jsonw_karr(w, "instances");
         for (size_t i = 0; i < n; i++)
             short_form(w, &vs[i], 1);
         jsonw_arr_end(w);
-        jsonw_obj_end(w);
-    } else {
-        jsonw_obj(w);
-        jsonw_kstr(w, "model", model);
-        if (n && !which) { /* several current instances: GET ?device=&rank= shows one */
-            jsonw_kstr(w, "state", summary_state(vs, n));
-            jsonw_karr(w, "instances");
-            for (size_t i = 0; i < n; i++)
-                short_form(w, &vs[i], 1);
-            jsonw_arr_end(w);
-        } else {
-            jsonw_kstr(w, "state", v.refused ? "failed" : "none");
-            if (v.refused) {
-                jsonw_kstr(w, "device", v.device);
-                jsonw_kstr(w, "reason", v.error);
-            }
-        }
-        jsonw_obj_end(w);
     }
+    jsonw_obj_end(w);
     release_views(gm, vs, n);
     if (!which)
         gpu_manager_view_release(gm, &v);

@@ -135,33 +135,24 @@ int gpu_req_preload_parse(const char *body, size_t len, struct gpu_req_preload *
     if (memchr(body, '\0', len) || !utf8_valid(body, len))
         return bad_request(e, "%s", usage);
     json_scan_init(&s, body, len);
+    int rc = 0;
     if (json_scan_next(&s) != '{' || json_scan_each(&s, 1, JSON_SCAN_MAX_DEPTH, body_member,
                                                     &c) != 0 ||
-        json_scan_next(&s) != JSON_TOK_EOF || (!p->device == !p->devices)) {
+        json_scan_next(&s) != JSON_TOK_EOF || (!p->device == !p->devices))
+        rc = bad_request(e, "%s", usage);
+    else if (c.bad)
+        rc = bad_request(e, "%s", c.why);
+    else if (p->devices && !c.split_text)
+        rc = bad_request(e, "\"devices\" places the ranks of a \"split\": give one");
+    else if (c.split_text && fetch_req_parse_split(c.split_text, c.split_len, p->device != NULL,
+                                                   &p->split, &err) < 0)
+        rc = bad_request(e, "%s", err.message);
+    else if (p->devices && p->split.world != p->n_devices)
+        rc = bad_request(e, "\"devices\" names %zu devices for a world of %llu: one per rank",
+                         p->n_devices, (unsigned long long)p->split.world);
+    if (rc < 0)
         gpu_req_preload_free(p);
-        return bad_request(e, "%s", usage);
-    }
-    if (c.bad) {
-        gpu_req_preload_free(p);
-        return bad_request(e, "%s", c.why);
-    }
-    if (p->devices && !c.split_text) {
-        gpu_req_preload_free(p);
-        return bad_request(e, "\"devices\" places the ranks of a \"split\": give one");
-    }
-    if (c.split_text && fetch_req_parse_split(c.split_text, c.split_len, p->device != NULL,
-                                              &p->split, &err) < 0) {
-        gpu_req_preload_free(p);
-        return bad_request(e, "%s", err.message);
-    }
-    if (p->devices && p->split.world != p->n_devices) {
-        size_t n = p->n_devices;
-        unsigned long long world = (unsigned long long)p->split.world;
-        gpu_req_preload_free(p);
-        return bad_request(e, "\"devices\" names %zu devices for a world of %llu: one per rank",
-                           n, world);
-    }
-    return 0;
+    return rc;
 }
 
 void gpu_req_preload_free(struct gpu_req_preload *p)

@@ -98,8 +98,7 @@ static int listen_at(const char *path, const struct sockaddr_un *a, char *err, s
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     int bound = fd >= 0 && bind(fd, (struct sockaddr *)a, sizeof(*a)) == 0;
     if (!bound) {
-        int e = errno;
-        socket_error(path, e, err, errlen);
+        socket_error(path, errno, err, errlen);
         if (fd >= 0)
             close(fd);
         return -1;

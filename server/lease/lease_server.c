@@ -111,10 +111,10 @@ static void conn_free(struct lease_server *s, struct conn *c)
     atomic_fetch_sub(&s->n_conns, 1);
 }
 
-static void conn_watch(struct lease_server *s, struct conn *c)
+static int conn_watch(struct lease_server *s, struct conn *c, int op)
 {
     struct epoll_event ev = {.events = c->out ? EPOLLOUT : EPOLLIN, .data.ptr = c};
-    epoll_ctl(s->efd, EPOLL_CTL_MOD, c->fd, &ev);
+    return epoll_ctl(s->efd, op, c->fd, &ev);
 }
 
 static void do_open(struct lease_server *s, struct conn *c, const struct ipc_request *req)
@@ -173,34 +173,28 @@ static void do_open(struct lease_server *s, struct conn *c, const struct ipc_req
             (unsigned long long)id);
 }
 
-static void do_release(struct lease_server *s, struct conn *c, uint64_t id)
+/* "release" and "checksums": both act on a lease this connection holds. */
+static void do_lease_op(struct lease_server *s, struct conn *c, const struct ipc_request *req)
 {
-    for (size_t i = 0; i < c->n_leases; i++) {
-        if (c->leases[i].id != id)
-            continue;
-        struct gpu_lease *l = c->leases[i].l;
-        c->leases[i] = c->leases[--c->n_leases];
-        gpu_lease_release(s->gm, l);
-        uid_use(s, c->uid)->leases--;
-        lease_frame_ok(c);
+    size_t i = 0;
+    while (i < c->n_leases && c->leases[i].id != req->lease)
+        i++;
+    if (i == c->n_leases) {
+        lease_frame_error(c, "no_such_lease", "this connection holds no lease %llu",
+                          (unsigned long long)req->lease);
         return;
     }
-    lease_frame_error(c, "no_such_lease", "this connection holds no lease %llu",
-                      (unsigned long long)id);
-}
-
-static void do_checksums(struct lease_server *s, struct conn *c, uint64_t id)
-{
-    for (size_t i = 0; i < c->n_leases; i++) {
-        if (c->leases[i].id != id)
-            continue;
+    struct gpu_lease *l = c->leases[i].l;
+    if (req->op == IPC_OP_CHECKSUMS) {
         struct jsonw w = JSONW_INIT;
-        gpu_doc_checksums(s->gm, c->leases[i].l, &w);
+        gpu_doc_checksums(s->gm, l, &w);
         lease_frame_json(c, &w, NULL, 0);
         return;
     }
-    lease_frame_error(c, "no_such_lease", "this connection holds no lease %llu",
-                      (unsigned long long)id);
+    c->leases[i] = c->leases[--c->n_leases];
+    gpu_lease_release(s->gm, l);
+    uid_use(s, c->uid)->leases--;
+    lease_frame_ok(c);
 }
 
 static void hello(struct conn *c)
@@ -248,10 +242,8 @@ static void handle_request(struct lease_server *s, struct conn *c, const unsigne
         do_open(s, c, req);
         break;
     case IPC_OP_RELEASE:
-        do_release(s, c, req->lease);
-        break;
     case IPC_OP_CHECKSUMS:
-        do_checksums(s, c, req->lease);
+        do_lease_op(s, c, req);
         break;
     }
 out:
@@ -347,8 +339,7 @@ static void adopt_queued(struct lease_server *s)
             u->conns++;
             c->counted = 1;
         }
-        struct epoll_event ev = {.events = c->out ? EPOLLOUT : EPOLLIN, .data.ptr = c};
-        if (epoll_ctl(s->efd, EPOLL_CTL_ADD, c->fd, &ev) < 0) {
+        if (conn_watch(s, c, EPOLL_CTL_ADD) < 0) {
             log_msg(LOG_WARN, "ipc: cannot watch a connection: %s", strerror(errno));
             conn_free(s, c);
         }
@@ -421,7 +412,7 @@ static void *serve_main(void *arg)
                         evs[j].data.ptr = &s->qfd;
                 conn_free(s, c);
             } else {
-                conn_watch(s, c);
+                conn_watch(s, c, EPOLL_CTL_MOD);
             }
         }
         uint64_t now = time_mono_ns();
@@ -505,14 +496,10 @@ static void server_free(struct lease_server *s)
         close(c->fd);
         free(c);
     }
-    if (s->lfd >= 0)
-        close(s->lfd);
-    if (s->efd >= 0)
-        close(s->efd);
-    if (s->stopfd >= 0)
-        close(s->stopfd);
-    if (s->qfd >= 0)
-        close(s->qfd);
+    int fds[] = {s->lfd, s->efd, s->stopfd, s->qfd};
+    for (size_t i = 0; i < ARRAY_LEN(fds); i++)
+        if (fds[i] >= 0)
+            close(fds[i]);
     pthread_mutex_destroy(&s->qlock);
     free(s->uses);
     free(s->path);
