@@ -272,6 +272,7 @@ static struct gm_stage *acquire_once(struct gpu_manager *gm, struct gpu_backend 
     struct gm_stage *st = do_entry(gm, be, dev);
     if (!st) {
         pthread_mutex_unlock(&gm->lock);
+        *wait = 0;
         st_error_fail(err, ST_ERR_LIMIT, "staging rings for more than %d devices", GM_MAX_STAGES);
         return NULL;
     }
