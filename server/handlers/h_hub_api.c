@@ -133,7 +133,7 @@ struct repo_wait {
 static void *start_render(struct answer *a)
 {
     const struct repo_wait *w = a->wait.ctx;
-    if (doc_cache_render_repo(w->docs, w->r, w->m, w->kind, doc_ready, a) != 0)
+    if (doc_cache_render(w->docs, w->m, w->r, w->kind, doc_ready, a) != 0)
         doc_ready(a, DOC_STOPPED);
     return NULL;
 }

@@ -121,7 +121,7 @@ struct doc_wait {
 static void *start_render(struct answer *a)
 {
     const struct doc_wait *w = a->wait.ctx;
-    if (doc_cache_render(w->docs, w->m, w->kind, doc_ready, a) != 0)
+    if (doc_cache_render(w->docs, w->m, NULL, w->kind, doc_ready, a) != 0)
         doc_ready(a, DOC_STOPPED);
     return NULL;
 }
