@@ -85,7 +85,6 @@ static void raise_fd_limit(void)
     }
 }
 
-/* Warns when the snapshot's descriptors leave too few for the connections. */
 /* The GPU manager's other reader (gm_options.hold): the hasher. */
 static void *hold_for_preload(void *ctx, const struct reg_file *const *files, size_t n,
                               int *needed)
@@ -98,6 +97,7 @@ static void release_for_preload(void *ctx, void *hold)
     hasher_release(ctx, hold);
 }
 
+/* Warns when the snapshot's descriptors leave too few for the connections. */
 static void check_fd_budget(const struct server *srv, const struct reg_snapshot *r)
 {
     struct rlimit rl;
@@ -414,11 +414,10 @@ int daemon_run(const struct config *cfg)
 
     struct gm_options gopt;
     gpu_doc_options(&gopt, cfg);
-    if (srv.hasher) { /* a preload and the hasher read each file once between them */
-        gopt.hold = hold_for_preload;
-        gopt.release = release_for_preload;
-        gopt.hold_ctx = srv.hasher;
-    }
+    /* A preload and the hasher read each file once between them. */
+    gopt.hold = hold_for_preload;
+    gopt.release = release_for_preload;
+    gopt.hold_ctx = srv.hasher;
     srv.gpu = gpu_manager_new(&gopt, &srv.registry);
     srv.docs = doc_cache_start();
     if (http_start(&srv, err, sizeof(err)) < 0) {
@@ -453,8 +452,7 @@ int daemon_run(const struct config *cfg)
     rc = 0;
 out_registry:
     lease_server_stop(leases); /* first: it ends leases the manager owns */
-    if (srv.gpu)
-        gpu_manager_free(srv.gpu); /* before the mirror: its instances hold mirrored files */
+    gpu_manager_free(srv.gpu); /* before the mirror: its instances hold mirrored files */
     doc_cache_free(srv.docs);
     registry_destroy(&srv.registry);
 out:

@@ -170,7 +170,7 @@ int verify_main(int argc, char **argv, FILE *out, FILE *err)
     int i = 0, rc = 2;
     config_defaults(&cfg);
     for (; i < argc && (strncmp(argv[i], "--", 2) == 0 || strcmp(argv[i], "-h") == 0); i++) {
-        if (strcmp(argv[i], "-h") == 0) {
+        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
             usage(out);
             rc = 0;
             goto out;
@@ -178,11 +178,6 @@ int verify_main(int argc, char **argv, FILE *out, FILE *err)
         if (strcmp(argv[i], "--") == 0) {
             i++;
             break;
-        }
-        if (strcmp(argv[i], "--help") == 0) {
-            usage(out);
-            rc = 0;
-            goto out;
         }
         int is_config = strcmp(argv[i], "--config") == 0;
         if (!is_config && strcmp(argv[i], "--state-dir") != 0 && strcmp(argv[i], "--state_dir") != 0) {

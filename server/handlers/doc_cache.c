@@ -270,8 +270,8 @@ static struct doc_job *do_find_job(struct doc_cache *dc, const struct reg_model 
 }
 
 /* Queues (m, r, kind) unless it is queued or rendering, and adds a waiter. */
-static int queue(struct doc_cache *dc, const struct reg_model *m, const struct reg_repo *r,
-                 enum doc_kind kind, doc_cb cb, void *arg)
+int doc_cache_render(struct doc_cache *dc, const struct reg_model *m, const struct reg_repo *r,
+                     enum doc_kind kind, doc_cb cb, void *arg)
 {
     struct doc_waiter *w = xcalloc(1, sizeof(*w));
     w->cb = cb;
@@ -299,18 +299,6 @@ static int queue(struct doc_cache *dc, const struct reg_model *m, const struct r
     j->waiters = w;
     pthread_mutex_unlock(&dc->lock);
     return 0;
-}
-
-int doc_cache_render(struct doc_cache *dc, const struct reg_model *m, enum doc_kind kind,
-                     doc_cb cb, void *arg)
-{
-    return queue(dc, m, NULL, kind, cb, arg);
-}
-
-int doc_cache_render_repo(struct doc_cache *dc, const struct reg_repo *r,
-                          const struct reg_model *m, enum doc_kind kind, doc_cb cb, void *arg)
-{
-    return queue(dc, m, r, kind, cb, arg);
 }
 
 void doc_cache_stop(struct doc_cache *dc)

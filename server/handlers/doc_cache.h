@@ -62,21 +62,18 @@ void doc_cache_free(struct doc_cache *dc);
  * not returned. Never renders, never waits. Any thread. */
 struct shared_doc *doc_cache_get(const struct reg_model *m, enum doc_kind kind, int fresh);
 
-/* Asks for m's document `kind` to be rendered (unless it is fresh by the
- * time its turn comes): cb(arg, result) is called once, on the renderer's
- * thread, when it is in m's cache or could not be made. The renderer holds
- * a reference to m meanwhile. Returns 0, or -1 (no callback) once stopped. */
-int doc_cache_render(struct doc_cache *dc, const struct reg_model *m, enum doc_kind kind,
-                     doc_cb cb, void *arg);
-
 /* A new reference to repo r's document `kind` (DOC_REPO_INFO,
  * DOC_REPO_LISTING, DOC_REPO_LISTING_EXPANDED), or NULL before it was
  * rendered. Any thread. */
 struct shared_doc *doc_cache_get_repo(const struct reg_repo *r, enum doc_kind kind);
-/* Asks for repo r's document `kind` to be rendered, as doc_cache_render
- * (r's revision must be known; m is r's /v1 model for DOC_REPO_INFO, or
- * NULL). The renderer holds references to r and m meanwhile. */
-int doc_cache_render_repo(struct doc_cache *dc, const struct reg_repo *r,
-                          const struct reg_model *m, enum doc_kind kind, doc_cb cb, void *arg);
+
+/* Asks for document `kind` to be rendered (unless it is fresh by the time
+ * its turn comes): m's when r is NULL, else repo r's (r's revision must be
+ * known; m is r's /v1 model for DOC_REPO_INFO, or NULL). cb(arg, result) is
+ * called once, on the renderer's thread, when it is in m's (r's) cache or
+ * could not be made. The renderer holds references to m and r meanwhile.
+ * Returns 0, or -1 (no callback) once stopped. */
+int doc_cache_render(struct doc_cache *dc, const struct reg_model *m, const struct reg_repo *r,
+                     enum doc_kind kind, doc_cb cb, void *arg);
 
 #endif

@@ -368,6 +368,38 @@ int answer_wait_hashes(const struct request_view *v, struct answer *a,
     return 1;
 }
 
+/* The renderer's callback: the document is there (or cannot be), dispatch
+ * the request again. */
+static void doc_ready(void *arg, enum doc_result r)
+{
+    answer_resume(arg, (int)r);
+}
+
+/* What an answer waits for: a document's render. */
+struct doc_wait {
+    struct doc_cache *docs;
+    const struct reg_model *m;  /* in the snapshot the request holds while the wait starts */
+    const struct reg_repo *r;   /* likewise; NULL for a model's document */
+    enum doc_kind kind;
+};
+
+static void *start_render(struct answer *a)
+{
+    const struct doc_wait *w = a->wait.ctx;
+    if (doc_cache_render(w->docs, w->m, w->r, w->kind, doc_ready, a) != 0)
+        doc_ready(a, DOC_STOPPED);
+    return NULL;
+}
+
+struct answer *answer_wait_doc(const struct request_view *v, struct answer *a,
+                               const struct reg_model *m, const struct reg_repo *r,
+                               enum doc_kind kind)
+{
+    struct doc_wait *w = answer_alloc(a, sizeof(*w));
+    *w = (struct doc_wait){v->srv->docs, m, r, kind};
+    return answer_wait(a, start_render, NULL, w);
+}
+
 const char *answer_disposition(struct answer *a, const char *type, const char *name, size_t n)
 {
     char *out = answer_alloc(a, strlen(type) + 40 + 4 * n);

@@ -29,6 +29,7 @@
 #include <stdint.h>
 
 #include "body.h"
+#include "doc_cache.h"
 #include "fileio.h"
 #include "registry.h"
 
@@ -301,6 +302,13 @@ void answer_resume(struct answer *a, int result);
  * (HASHER_GONE when a file will not be hashed). Else returns 0. */
 int answer_wait_hashes(const struct request_view *v, struct answer *a,
                        const struct reg_file **files, size_t n);
+/* Waits for document `kind` of model m (r NULL) or of repo r, in the
+ * snapshot the request holds, to be rendered (server/handlers/doc_cache.h):
+ * the request is dispatched again with v->wait_result the renderer's enum
+ * doc_result. */
+struct answer *answer_wait_doc(const struct request_view *v, struct answer *a,
+                               const struct reg_model *m, const struct reg_repo *r,
+                               enum doc_kind kind);
 
 /* text (malloc'd, len bytes) with a '\n' appended unless it ends with one;
  * *len is updated. NULL (text freed) when out of memory. Every JSON

@@ -23,7 +23,6 @@
 #include "hub_tags.h"
 #include "jsonw.h"
 #include "route.h"
-#include "server.h"
 #include "shared_doc.h"
 #include "strbuf.h"
 #include "strmap.h"
@@ -117,27 +116,6 @@ static struct answer *send_doc(struct answer *a, struct jsonw *w, int by_commit,
 
 /* ---- the documents made once per repo ------------------------------------------ */
 
-static void doc_ready(void *arg, enum doc_result r)
-{
-    answer_resume(arg, (int)r);
-}
-
-/* What an answer waits for: its repo's document of a kind, rendered. */
-struct repo_wait {
-    struct doc_cache *docs;
-    const struct reg_repo *r;   /* in the snapshot the request holds while the wait starts */
-    const struct reg_model *m;
-    enum doc_kind kind;
-};
-
-static void *start_render(struct answer *a)
-{
-    const struct repo_wait *w = a->wait.ctx;
-    if (doc_cache_render_repo(w->docs, w->r, w->m, w->kind, doc_ready, a) != 0)
-        doc_ready(a, DOC_STOPPED);
-    return NULL;
-}
-
 static void unref_doc(void *d)
 {
     shared_doc_unref(d);
@@ -169,9 +147,7 @@ static struct shared_doc *repo_doc(const struct request_view *v, struct answer *
     } else if (result == DOC_STOPPED) {
         answer_hub_error(a, HTTP_SERVICE_UNAVAILABLE, NULL, 1, "the daemon is stopping");
     } else { /* not rendered yet (or, after a wait, a reload brought a new repo) */
-        struct repo_wait *w = answer_alloc(a, sizeof(*w));
-        *w = (struct repo_wait){v->srv->docs, r, m, kind};
-        answer_wait(a, start_render, NULL, w);
+        answer_wait_doc(v, a, m, r, kind);
     }
     return NULL;
 }

@@ -104,28 +104,6 @@ struct answer *handle_models(const struct request_view *v, struct answer *a,
     return answer_jsonw(a, HTTP_OK, &w);
 }
 
-/* The renderer's callback: the document is there (or cannot be), dispatch
- * the request again. */
-static void doc_ready(void *arg, enum doc_result r)
-{
-    answer_resume(arg, (int)r);
-}
-
-/* What a model document's answer waits for: its render. */
-struct doc_wait {
-    struct doc_cache *docs;
-    const struct reg_model *m;  /* in the snapshot the request holds while the wait starts */
-    enum doc_kind kind;
-};
-
-static void *start_render(struct answer *a)
-{
-    const struct doc_wait *w = a->wait.ctx;
-    if (doc_cache_render(w->docs, w->m, w->kind, doc_ready, a) != 0)
-        doc_ready(a, DOC_STOPPED);
-    return NULL;
-}
-
 static void unref_doc(void *d)
 {
     shared_doc_unref(d);
@@ -174,9 +152,7 @@ static struct answer *model_doc(const struct request_view *v, struct answer *a,
         return answer_error(a, HTTP_SERVICE_UNAVAILABLE, "stopping", "the daemon is stopping");
     /* Not rendered yet (or, after a wait, a reload brought a new version of
      * the model). */
-    struct doc_wait *w = answer_alloc(a, sizeof(*w));
-    *w = (struct doc_wait){v->srv->docs, m, kind};
-    return answer_wait(a, start_render, NULL, w);
+    return answer_wait_doc(v, a, m, NULL, kind);
 }
 
 struct answer *handle_model(const struct request_view *v, struct answer *a,

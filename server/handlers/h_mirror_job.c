@@ -82,14 +82,11 @@ struct answer *mirror_answer_refused(const struct request_view *v, struct answer
     const char *why = full ? "too many questions to the mirror's upstream wait: retry"
                            : "the mirror is stopping";
     if (d == MD_HUB)
-        return answer_hub_error(a, HTTP_SERVICE_UNAVAILABLE, NULL, MIRROR_JOB_RETRY_AFTER, "%s",
-                                why);
-    if (d == MD_S3) {
+        answer_hub_error(a, HTTP_SERVICE_UNAVAILABLE, NULL, 0, "%s", why);
+    else if (d == MD_S3)
         answer_s3_error(a, HTTP_SERVICE_UNAVAILABLE, "SlowDown", NULL, "%s", why);
-        a->error.retry_after = MIRROR_JOB_RETRY_AFTER;
-        return a;
-    }
-    answer_error(a, HTTP_SERVICE_UNAVAILABLE, full ? "busy" : "stopping", "%s", why);
+    else
+        answer_error(a, HTTP_SERVICE_UNAVAILABLE, full ? "busy" : "stopping", "%s", why);
     a->error.retry_after = MIRROR_JOB_RETRY_AFTER;
     return a;
 }

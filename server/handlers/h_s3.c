@@ -32,7 +32,6 @@
 #include "util.h"
 #include "xmlw.h"
 
-
 /* ---- buckets ---------------------------------------------------------------- */
 
 /* The repo a bucket names: the repo with that very id, else "org/name"
@@ -168,7 +167,6 @@ static struct answer *get_object(const struct request_view *v, struct answer *a,
     return answer_body(a, &rep);
 }
 
-/* ---- the route ----------------------------------------------------------------- */
 /* ---- the route ----------------------------------------------------------------- */
 
 static const char *const auth_codes[] = {

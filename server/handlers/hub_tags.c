@@ -62,11 +62,6 @@ struct card_read {
     char pipeline[128];
 };
 
-/* A card value that is a string, or an array of strings (others are
- * skipped), each added with prefix. */
-static int card_strings(struct json_scan *s, unsigned depth, struct tagset *t,
-                        const char *prefix);
-
 static int card_string(struct json_scan *s, struct tagset *t, const char *prefix)
 {
     char buf[256];
@@ -92,6 +87,8 @@ static int strings_element(struct json_scan *s, const char *key, unsigned depth,
     return json_scan_value(s, depth, JSON_SCAN_MAX_DEPTH);
 }
 
+/* A card value that is a string, or an array of strings (others are
+ * skipped), each added with prefix. */
 static int card_strings(struct json_scan *s, unsigned depth, struct tagset *t, const char *prefix)
 {
     if (s->tok == JSON_TOK_STRING)

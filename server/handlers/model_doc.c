@@ -35,13 +35,18 @@ static void put_error(struct strbuf *sb, const struct st_error *e)
     strbuf_putc(sb, '}');
 }
 
-static void put_shape(struct strbuf *sb, const uint64_t *shape, uint32_t ndim)
+/* "name":{"dtype":...,"shape":[...] : how a tensor's entry starts in both
+ * documents. */
+static void put_tensor_head(struct strbuf *sb, const struct st_tensor *t)
 {
-    strbuf_putc(sb, '[');
-    for (uint32_t i = 0; i < ndim; i++) {
+    put_key(sb, t->name, t->name_len);
+    strbuf_puts(sb, "{\"dtype\":");
+    strbuf_json_cstr(sb, dtype_info(t->dtype)->name);
+    strbuf_puts(sb, ",\"shape\":[");
+    for (uint32_t i = 0; i < t->ndim; i++) {
         if (i)
             strbuf_putc(sb, ',');
-        strbuf_json_int(sb, (int64_t)shape[i]);
+        strbuf_json_int(sb, (int64_t)t->shape[i]);
     }
     strbuf_putc(sb, ']');
 }
@@ -157,11 +162,7 @@ static void put_middle(struct strbuf *sb, const struct reg_model *m)
         const struct st_tensor *t = m->tensors[i].t;
         if (i)
             strbuf_putc(sb, ',');
-        put_key(sb, t->name, t->name_len);
-        strbuf_puts(sb, "{\"dtype\":");
-        strbuf_json_cstr(sb, dtype_info(t->dtype)->name);
-        strbuf_puts(sb, ",\"shape\":");
-        put_shape(sb, t->shape, t->ndim);
+        put_tensor_head(sb, t);
         strbuf_puts(sb, ",\"file\":");
         strbuf_json_cstr(sb, m->tensors[i].file->name);
         strbuf_puts(sb, ",\"data_offsets\":");
@@ -253,11 +254,7 @@ char *model_doc_header(const struct reg_model *m)
     for (size_t i = 0; i < m->n_tensors && !sb.failed; i++) {
         const struct st_tensor *t = m->tensors[i].t;
         strbuf_putc(&sb, ',');
-        put_key(&sb, t->name, t->name_len);
-        strbuf_puts(&sb, "{\"dtype\":");
-        strbuf_json_cstr(&sb, dtype_info(t->dtype)->name);
-        strbuf_puts(&sb, ",\"shape\":");
-        put_shape(&sb, t->shape, t->ndim);
+        put_tensor_head(&sb, t);
         strbuf_puts(&sb, ",\"data_offsets\":");
         put_offsets(&sb, t);
         strbuf_puts(&sb, ",\"file\":");

@@ -409,11 +409,10 @@ const char *route_allowed_methods(enum route_kind kind)
     case ROUTE_GPU:
         return "GET, HEAD, POST, DELETE";
     case ROUTE_FETCH:
+    case ROUTE_HUB_NO_REPO:
         return "GET, HEAD, POST";
     case ROUTE_HUB_PATHS_INFO:
         return "POST";
-    case ROUTE_HUB_NO_REPO:
-        return "GET, HEAD, POST";
     default:
         return "GET, HEAD";
     }

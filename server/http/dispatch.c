@@ -79,6 +79,24 @@ static const int endpoint_of_route[] = {
     [ROUTE_HUB_WHOAMI] = MEP_HUB_API,
 };
 
+/* Answers an error in the dialect of the path: the Hub's ({"error": msg},
+ * code only in X-Error-Code) on its paths, tensord's otherwise. */
+static struct answer *refuse(struct answer *a, int hub, unsigned status, const char *code,
+                             const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+
+static struct answer *refuse(struct answer *a, int hub, unsigned status, const char *code,
+                             const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    if (hub)
+        return answer_hub_error(a, status, NULL, 1, "%s", msg);
+    return answer_error(a, status, code, "%s", msg);
+}
+
 static struct answer *dispatch_model(const struct request_view *v, struct answer *a,
                                      const struct route *rt, const struct reg_snapshot *reg)
 {
@@ -87,13 +105,9 @@ static struct answer *dispatch_model(const struct request_view *v, struct answer
         const char *authorization = view_header(v, "Authorization");
         return handle_hub_whoami(v, a, authorization != NULL, auth_role(v->srv, authorization));
     }
-    if (!reg) {
-        if (is_hub_route(rt->kind))
-            return answer_hub_error(a, HTTP_SERVICE_UNAVAILABLE, NULL, 1,
-                                    "the models root has not been scanned yet");
-        return answer_error(a, HTTP_SERVICE_UNAVAILABLE, "not_ready",
-                            "the models root has not been scanned yet");
-    }
+    if (!reg)
+        return refuse(a, is_hub_route(rt->kind), HTTP_SERVICE_UNAVAILABLE, "not_ready",
+                      "the models root has not been scanned yet");
     if (is_hub_route(rt->kind))
         return handle_hub(v, a, reg, rt);
     if (rt->kind == ROUTE_BLOB)
@@ -113,24 +127,6 @@ static struct answer *dispatch_model(const struct request_view *v, struct answer
     if (rt->kind == ROUTE_GPU)
         return handle_gpu(v, a, m->name);
     return handle_model_route(v, a, rt, m, NULL);
-}
-
-/* Answers an error in the dialect of the path: the Hub's ({"error": msg},
- * code only in X-Error-Code) on its paths, tensord's otherwise. */
-static struct answer *refuse(struct answer *a, int hub, unsigned status, const char *code,
-                             const char *fmt, ...) __attribute__((format(printf, 5, 6)));
-
-static struct answer *refuse(struct answer *a, int hub, unsigned status, const char *code,
-                             const char *fmt, ...)
-{
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    if (hub)
-        return answer_hub_error(a, status, NULL, 1, "%s", msg);
-    return answer_error(a, status, code, "%s", msg);
 }
 
 /* The token check: the Hub's paths answer 401 as huggingface_hub expects. */

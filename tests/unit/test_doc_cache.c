@@ -134,7 +134,7 @@ static int render_now(struct doc_cache *dc, enum doc_kind kind)
     struct waits w = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER,
                       .asker = {pthread_self()}, .n_askers = 1};
     struct ask a = {.w = &w};
-    CHECK(doc_cache_render(dc, model, kind, answered, &a) == 0);
+    CHECK(doc_cache_render(dc, model, NULL, kind, answered, &a) == 0);
     return wait_called(&w, 1) && w.ready == 1;
 }
 
@@ -200,7 +200,7 @@ static void *ask_50(void *arg)
             answered(&b->asks[i], DOC_READY);
             continue;
         }
-        CHECK(doc_cache_render(b->dc, model, DOC_DESCRIPTION, answered, &b->asks[i]) == 0);
+        CHECK(doc_cache_render(b->dc, model, NULL, DOC_DESCRIPTION, answered, &b->asks[i]) == 0);
     }
     return NULL;
 }
@@ -334,7 +334,7 @@ TEST(stopping_answers_every_waiter_once)
         CHECK(r[i] && r[i]->n_models == 1);
         for (int k = 0; k < 2; k++) {
             asks[2 * i + k] = (struct ask){.w = &w};
-            CHECK(doc_cache_render(dc, r[i]->models[0], k ? DOC_HEADER : DOC_DESCRIPTION,
+            CHECK(doc_cache_render(dc, r[i]->models[0], NULL, k ? DOC_HEADER : DOC_DESCRIPTION,
                                    answered, &asks[2 * i + k]) == 0);
         }
     }
@@ -342,7 +342,7 @@ TEST(stopping_answers_every_waiter_once)
     CHECK(wait_called(&w, 12));
     CHECK_EQ_U64(w.twice, 0);
     struct ask late = {.w = &w};
-    CHECK(doc_cache_render(dc, model, DOC_HEADER, answered, &late) == -1);
+    CHECK(doc_cache_render(dc, model, NULL, DOC_HEADER, answered, &late) == -1);
     doc_cache_free(dc); /* the renderer has been joined: nothing may call back after */
     CHECK_EQ_U64(w.called, 12);
     for (int i = 0; i < 6; i++)

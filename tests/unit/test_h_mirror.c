@@ -12,6 +12,8 @@
 #include <signal.h>
 
 #include "h_mirror.h"
+#include "h_mirror_int.h"
+#include "mirror_job.h"
 #include "log.h"
 #include "loopback.h"
 #include "mirror_start.h"
@@ -187,6 +189,44 @@ TEST(unreachable_upstream)
     lb_stop(&m);
 }
 
+/* A wait the mirror's queue refused (full: -EAGAIN; stopping: -ECANCELED)
+ * answers 503 in the route's dialect, each with Retry-After
+ * MIRROR_JOB_RETRY_AFTER; a request that did not wait, or whose wait ran,
+ * is not refused. */
+TEST(refused_in_each_dialect)
+{
+    static const struct {
+        enum mirror_dialect d;
+        int why;
+        const char *code;
+    } cases[] = {
+        {MD_TENSORD, -EAGAIN, "busy"},  {MD_TENSORD, -ECANCELED, "stopping"},
+        {MD_HUB, -EAGAIN, NULL},        {MD_HUB, -ECANCELED, NULL},
+        {MD_S3, -EAGAIN, "SlowDown"},   {MD_S3, -ECANCELED, "SlowDown"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct request_view v = {.waited = 1, .wait_result = cases[i].why};
+        struct answer a;
+        answer_init(&a);
+        CHECK(mirror_answer_refused(&v, &a, cases[i].d) == &a);
+        CHECK(a.kind == ANSWER_ERROR && a.status == HTTP_SERVICE_UNAVAILABLE);
+        CHECK_EQ_U64(a.error.retry_after, MIRROR_JOB_RETRY_AFTER);
+        CHECK(a.error.hub == (cases[i].d == MD_HUB) && a.error.s3 == (cases[i].d == MD_S3));
+        CHECK(cases[i].code ? a.error.code && strcmp(a.error.code, cases[i].code) == 0
+                            : a.error.code == NULL);
+        CHECK_STR(a.error.message, cases[i].why == -EAGAIN
+                                       ? "too many questions to the mirror's upstream wait: retry"
+                                       : "the mirror is stopping");
+        answer_free(&a);
+    }
+    struct request_view fresh = {.waited = 0}, ran = {.waited = 1, .wait_result = 0};
+    struct answer a;
+    answer_init(&a);
+    CHECK(mirror_answer_refused(&fresh, &a, MD_HUB) == NULL && a.kind == ANSWER_NONE);
+    CHECK(mirror_answer_refused(&ran, &a, MD_S3) == NULL && a.kind == ANSWER_NONE);
+    answer_free(&a);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -199,6 +239,7 @@ int main(void)
                 "{\"w\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]}}", "\1\2\3\4", 4);
     RUN(through_the_upstream);
     RUN(unreachable_upstream);
+    RUN(refused_in_each_dialect);
     lb_remove_root(up_root);
     lb_remove_root(mirror_root);
     lb_remove_root(cache);
