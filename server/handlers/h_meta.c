@@ -35,13 +35,7 @@ static void model_row(struct jsonw *w, struct server *srv, const struct reg_mode
     }
     model_doc_parameters(w, m);
     jsonw_key(w, "gpu");
-    if (srv->gpu) {
-        gpu_doc_summary(srv->gpu, m->name, w);
-    } else {
-        jsonw_obj(w);
-        jsonw_kstr(w, "state", "none");
-        jsonw_obj_end(w);
-    }
+    gpu_doc_summary(srv->gpu, m->name, w);
     jsonw_kobj(w, "hashes");
     jsonw_ku64(w, "known", known);
     jsonw_ku64(w, "files", m->n_files);

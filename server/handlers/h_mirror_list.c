@@ -49,13 +49,7 @@ static void repo_row(void *arg, const char *repo, const struct mirror_repo_state
     jsonw_ku64(w, "files_complete", s->files_complete);
     jsonw_obj_end(w);
     jsonw_key(w, "gpu");
-    if (c->srv->gpu) {
-        gpu_doc_summary(c->srv->gpu, repo, w);
-    } else {
-        jsonw_obj(w);
-        jsonw_kstr(w, "state", "none");
-        jsonw_obj_end(w);
-    }
+    gpu_doc_summary(c->srv->gpu, repo, w);
     jsonw_obj_end(w);
     mirror_view_unref(view);
 }

@@ -33,7 +33,7 @@ void gpu_doc_status(struct gpu_manager *gm, const char *socket_path, struct json
 
 /* The short form for model listings: {"state": "none"} or {"state",
  * "device", "generation"} ({"state": "failed", "device"} for a start-up
- * preload its device refused). */
+ * preload its device refused). gm may be NULL: {"state": "none"}. */
 void gpu_doc_summary(struct gpu_manager *gm, const char *model, struct jsonw *w);
 
 /* GET /v1/models/{model}/gpu: with which NULL, the model's one current
