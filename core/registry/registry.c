@@ -381,7 +381,6 @@ static void settle_names(struct scan *s, struct reg_snapshot *r)
         }
         s->models[out++] = m;
     }
-    s->n_models = out;
     r->n_models = out;
     r->models = s->models;
     r->by_name = strmap_new(out);
