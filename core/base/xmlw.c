@@ -98,6 +98,5 @@ void xmlw_url_text(struct xmlw *w, const char *name, const char *text, size_t n)
 char *xmlw_take(struct xmlw *w, size_t *len)
 {
     strbuf_putc(&w->sb, '\n');
-    char *text = strbuf_detach(&w->sb, len);
-    return text;
+    return strbuf_detach(&w->sb, len);
 }
