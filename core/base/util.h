@@ -13,6 +13,16 @@
 void *xmalloc(size_t n);
 void *xcalloc(size_t n, size_t size);
 void *xrealloc(void *p, size_t n);
+/* Array arr (elements of `size` bytes, room for *cap) with room for at least
+ * n + 1: arr itself while n < *cap, else arr grown through xrealloc to twice
+ * *cap (`first` when it is 0), *cap updated. */
+static inline void *xgrow(void *arr, size_t *cap, size_t n, size_t size, size_t first)
+{
+    if (n < *cap)
+        return arr;
+    *cap = *cap ? 2 * *cap : first;
+    return xrealloc(arr, *cap * size);
+}
 /* Wipes the string s (a token) and frees it; NULL is fine. The wipe is one
  * the compiler may not drop as a dead store, as it may a memset before free. */
 void free_secret(char *s);
