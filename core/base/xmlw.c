@@ -43,7 +43,7 @@ static void put_escaped(struct strbuf *sb, const char *text, size_t n)
     const unsigned char *s = (const unsigned char *)text;
     for (size_t i = 0; i < n;) {
         unsigned char c = s[i];
-        size_t len = utf8_seq_len(text + i, n - i);
+        size_t len = utf8_decode(text + i, n - i, NULL);
         if (c == '&')
             strbuf_puts(sb, "&amp;");
         else if (c == '<')
