@@ -34,36 +34,16 @@ struct globpat {
     size_t n_ranges;
 };
 
-/* Decodes one UTF-8 sequence of s[*i..n) into *cp. Returns 0, or -1 when it is
- * malformed (overlong, surrogate, out of range, cut short). */
+/* Decodes one UTF-8 sequence of s[*i..n) into *cp (ASCII without a call:
+ * names are mostly ASCII). Returns 0, or -1 when it is malformed (overlong,
+ * surrogate, out of range, cut short). */
 static int utf8_next(const unsigned char *s, size_t n, size_t *i, uint32_t *cp)
 {
-    unsigned char c = s[*i];
-    size_t len;
-    uint32_t v, min;
-    if (c < 0x80) {
-        *cp = c;
-        (*i)++;
-        return 0;
-    }
-    if ((c & 0xE0) == 0xC0)
-        len = 2, v = c & 0x1F, min = 0x80;
-    else if ((c & 0xF0) == 0xE0)
-        len = 3, v = c & 0x0F, min = 0x800;
-    else if ((c & 0xF8) == 0xF0)
-        len = 4, v = c & 0x07, min = 0x10000;
-    else
+    size_t len = 1;
+    if (s[*i] < 0x80)
+        *cp = s[*i];
+    else if (!(len = utf8_decode((const char *)s + *i, n - *i, cp)))
         return -1;
-    if (n - *i < len)
-        return -1;
-    for (size_t k = 1; k < len; k++) {
-        if ((s[*i + k] & 0xC0) != 0x80)
-            return -1;
-        v = v << 6 | (s[*i + k] & 0x3F);
-    }
-    if (v < min || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF))
-        return -1;
-    *cp = v;
     *i += len;
     return 0;
 }

@@ -85,52 +85,39 @@ uint64_t hash_fnv1a(const void *data, size_t len, uint64_t seed)
     return h;
 }
 
-int utf8_valid(const char *str, size_t n)
+int utf8_valid(const char *s, size_t n)
 {
-    const unsigned char *s = (const unsigned char *)str;
     size_t i = 0;
     while (i < n) {
-        unsigned char c = s[i];
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        size_t len;
-        uint32_t cp;
-        if ((c & 0xE0) == 0xC0) {
-            len = 2;
-            cp = c & 0x1F;
-        } else if ((c & 0xF0) == 0xE0) {
-            len = 3;
-            cp = c & 0x0F;
-        } else if ((c & 0xF8) == 0xF0) {
-            len = 4;
-            cp = c & 0x07;
-        } else {
-            return 0;
-        }
-        if (n - i < len)
-            return 0;
-        for (size_t k = 1; k < len; k++) {
-            if ((s[i + k] & 0xC0) != 0x80)
-                return 0;
-            cp = (cp << 6) | (s[i + k] & 0x3F);
-        }
-        static const uint32_t min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
-        if (cp < min_cp[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+        size_t len = (unsigned char)s[i] < 0x80 ? 1 : utf8_decode(s + i, n - i, NULL);
+        if (len == 0)
             return 0;
         i += len;
     }
     return 1;
 }
 
-size_t utf8_seq_len(const char *s, size_t n)
+size_t utf8_decode(const char *str, size_t n, uint32_t *cp)
 {
-    unsigned char c = (unsigned char)s[0];
+    static const uint32_t min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
+    const unsigned char *s = (const unsigned char *)str;
+    unsigned char c = s[0];
     size_t len = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3
                  : (c & 0xf8) == 0xf0                 ? 4
                                                       : 0;
-    return len && len <= n && utf8_valid(s, len) ? len : 0;
+    if (len == 0 || len > n)
+        return 0;
+    uint32_t v = c & (len == 1 ? 0x7F : 0x7F >> len); /* the lead byte's bits of the code point */
+    for (size_t k = 1; k < len; k++) {
+        if ((s[k] & 0xC0) != 0x80)
+            return 0;
+        v = (v << 6) | (s[k] & 0x3F);
+    }
+    if (v < min_cp[len] || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF))
+        return 0;
+    if (cp)
+        *cp = v;
+    return len;
 }
 
 const char *str_excerpt(const char *s, size_t n, size_t max, char *out)

@@ -13,6 +13,16 @@
 void *xmalloc(size_t n);
 void *xcalloc(size_t n, size_t size);
 void *xrealloc(void *p, size_t n);
+/* Array arr (elements of `size` bytes, room for *cap) with room for at least
+ * n + 1: arr itself while n < *cap, else arr grown through xrealloc to twice
+ * *cap (`first` when it is 0), *cap updated. */
+static inline void *xgrow(void *arr, size_t *cap, size_t n, size_t size, size_t first)
+{
+    if (n < *cap)
+        return arr;
+    *cap = *cap ? 2 * *cap : first;
+    return xrealloc(arr, *cap * size);
+}
 /* Wipes the string s (a token) and frees it; NULL is fine. The wipe is one
  * the compiler may not drop as a dead store, as it may a memset before free. */
 void free_secret(char *s);
@@ -47,8 +57,9 @@ int str_has_suffix(const char *s, const char *suffix);
 
 /* Returns 1 when s[0..n) is well-formed UTF-8 (no overlongs, no surrogates). */
 int utf8_valid(const char *s, size_t n);
-/* The length of the well-formed UTF-8 sequence at s[0..n) (n > 0), or 0. */
-size_t utf8_seq_len(const char *s, size_t n);
+/* The length of the well-formed UTF-8 sequence at s[0..n) (n > 0), or 0;
+ * its code point goes into *cp unless cp is NULL. */
+size_t utf8_decode(const char *s, size_t n, uint32_t *cp);
 /* The length of code point cp (<= 0x10FFFF) in UTF-8, 1..4 bytes. */
 size_t utf8_len(uint32_t cp);
 /* Writes cp (<= 0x10FFFF, not a surrogate) in UTF-8 into out; returns its

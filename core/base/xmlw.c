@@ -43,7 +43,7 @@ static void put_escaped(struct strbuf *sb, const char *text, size_t n)
     const unsigned char *s = (const unsigned char *)text;
     for (size_t i = 0; i < n;) {
         unsigned char c = s[i];
-        size_t len = utf8_seq_len(text + i, n - i);
+        size_t len = utf8_decode(text + i, n - i, NULL);
         if (c == '&')
             strbuf_puts(sb, "&amp;");
         else if (c == '<')
@@ -98,6 +98,5 @@ void xmlw_url_text(struct xmlw *w, const char *name, const char *text, size_t n)
 char *xmlw_take(struct xmlw *w, size_t *len)
 {
     strbuf_putc(&w->sb, '\n');
-    char *text = strbuf_detach(&w->sb, len);
-    return text;
+    return strbuf_detach(&w->sb, len);
 }

@@ -25,30 +25,15 @@ struct shared_doc *shared_doc_new(char *text, size_t len, uint64_t key)
 struct shared_doc *shared_doc_join(const char *head, size_t head_len, struct shared_doc *middle,
                                    const char *tail, size_t tail_len, uint64_t key)
 {
-    struct shared_doc *d = calloc(1, sizeof(*d));
-    char *own = malloc(head_len + tail_len + 1);
-    if (!d || !own) {
-        free(d);
-        free(own);
-        return NULL;
-    }
-    memcpy(own, head, head_len);
-    memcpy(own + head_len, tail, tail_len);
-    atomic_init(&d->refs, 1);
-    d->own = own;
-    d->middle = shared_doc_ref(middle);
-    d->n_segs = 3;
-    d->segs = d->seg;
-    d->seg[0] = (struct shared_doc_seg){own, head_len};
-    d->seg[1] = (struct shared_doc_seg){middle->seg[0].p, middle->len};
-    d->seg[2] = (struct shared_doc_seg){own + head_len, tail_len};
-    d->len = head_len + middle->len + tail_len;
-    /* FNV-1a runs byte after byte: the segments' hash is the whole text's. */
-    uint64_t h = hash_fnv1a(own, head_len, HASH_FNV_SEED);
-    h = hash_fnv1a(d->seg[1].p, d->seg[1].n, h);
-    d->hash = hash_fnv1a(d->seg[2].p, d->seg[2].n, h);
-    d->key = key;
-    d->made_ns = time_mono_ns();
+    /* A view of all of middle's one text. FNV-1a runs byte after byte: the
+     * segments' hash is the whole text's. */
+    struct shared_doc_range all = {0, middle->len};
+    uint64_t h = hash_fnv1a(head, head_len, HASH_FNV_SEED);
+    h = hash_fnv1a(middle->seg[0].p, middle->len, h);
+    h = hash_fnv1a(tail, tail_len, h);
+    struct shared_doc *d = shared_doc_view(head, head_len, middle, &all, 1, tail, tail_len, h);
+    if (d)
+        d->key = key;
     return d;
 }
 

@@ -33,7 +33,7 @@ static const char *show(const char *s, size_t n, char out[SHOW_MAX + 4])
 {
     size_t i = 0, j = 0;
     while (i < n) {
-        size_t k = utf8_seq_len(s + i, n - i);
+        size_t k = utf8_decode(s + i, n - i, NULL);
         if (j + (k ? k : 1) > SHOW_MAX)
             break;
         unsigned char c = (unsigned char)s[i];

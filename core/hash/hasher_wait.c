@@ -95,10 +95,7 @@ enum hasher_state hasher_want(struct hasher *h, const struct reg_file *const *fi
         }
         if (j->n_waits == j->cap_waits)
             do_prune(j);
-        if (j->n_waits == j->cap_waits) {
-            j->cap_waits = j->cap_waits ? 2 * j->cap_waits : 2;
-            j->waits = xrealloc(j->waits, j->cap_waits * sizeof(*j->waits));
-        }
+        j->waits = xgrow(j->waits, &j->cap_waits, j->n_waits, sizeof(*j->waits), 2);
         j->waits[j->n_waits++] = w;
         w->refs++;
         w->remaining++;

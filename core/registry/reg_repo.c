@@ -353,10 +353,7 @@ static struct reg_repo_rev *rev_compute(const struct reg_repo *r)
             size_t len = (size_t)(s - f->name);
             size_t no = (uintptr_t)strmap_get(seen, f->name, len);
             if (!no) {
-                if (rev->n_dirs == cap) {
-                    cap *= 2;
-                    rev->dirs = xrealloc(rev->dirs, cap * sizeof(*rev->dirs));
-                }
+                rev->dirs = xgrow(rev->dirs, &cap, rev->n_dirs, sizeof(*rev->dirs), 16);
                 rev->dirs[rev->n_dirs] = (struct reg_repo_dir){.path = xstrndup(f->name, len),
                                                                .len = len, .first = i};
                 no = ++rev->n_dirs;

@@ -78,19 +78,13 @@ static void free_entries(struct entry *e, size_t n)
 
 static void add_model(struct scan *s, struct reg_model *m)
 {
-    if (s->n_models == s->cap_models) {
-        s->cap_models = s->cap_models ? s->cap_models * 2 : 64;
-        s->models = xrealloc(s->models, s->cap_models * sizeof(*s->models));
-    }
+    s->models = xgrow(s->models, &s->cap_models, s->n_models, sizeof(*s->models), 64);
     s->models[s->n_models++] = m;
 }
 
 static void add_repo(struct scan *s, struct reg_repo *r)
 {
-    if (s->n_repos == s->cap_repos) {
-        s->cap_repos = s->cap_repos ? s->cap_repos * 2 : 64;
-        s->repo_list = xrealloc(s->repo_list, s->cap_repos * sizeof(*s->repo_list));
-    }
+    s->repo_list = xgrow(s->repo_list, &s->cap_repos, s->n_repos, sizeof(*s->repo_list), 64);
     s->repo_list[s->n_repos++] = r;
 }
 
@@ -112,10 +106,7 @@ static void repo_finish(struct scan *s, const char *id)
 static void lose(struct scan *s, const char *rel)
 {
     s->errors++;
-    if (s->n_lost == s->cap_lost) {
-        s->cap_lost = s->cap_lost ? s->cap_lost * 2 : 8;
-        s->lost = xrealloc(s->lost, s->cap_lost * sizeof(*s->lost));
-    }
+    s->lost = xgrow(s->lost, &s->cap_lost, s->n_lost, sizeof(*s->lost), 8);
     s->lost[s->n_lost++] = xstrdup(rel);
 }
 
@@ -381,7 +372,6 @@ static void settle_names(struct scan *s, struct reg_snapshot *r)
         }
         s->models[out++] = m;
     }
-    s->n_models = out;
     r->n_models = out;
     r->models = s->models;
     r->by_name = strmap_new(out);

@@ -131,10 +131,7 @@ size_t fetch_plan_metadata(const struct reg_model *m, struct tformat_st *w, uint
             const char *key = hd->metadata[k].key, *value = hd->metadata[k].value;
             if (strmap_put(keys, key, strlen(key), NULL) != 0)
                 continue;
-            if (n == cap) {
-                cap = cap ? 2 * cap : 8;
-                kv = xrealloc(kv, 2 * cap * sizeof(*kv));
-            }
+            kv = xgrow(kv, &cap, n, 2 * sizeof(*kv), 8); /* a key and its value */
             kv[2 * n] = key;
             kv[2 * n + 1] = value;
             n++;

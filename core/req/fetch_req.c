@@ -190,10 +190,7 @@ static int tensors_member(struct parser *p)
                                  "more than %zu tensors in one request "
                                  "(max_fetch_tensors)",
                                  p->lim->max_tensors);
-        if (r->n_items == cap) {
-            cap = cap ? 2 * cap : 16;
-            r->items = xrealloc(r->items, cap * sizeof(*r->items));
-        }
+        r->items = xgrow(r->items, &cap, r->n_items, sizeof(*r->items), 16);
         struct fetch_item *it = &r->items[r->n_items];
         memset(it, 0, sizeof(*it));
         struct item_ctx c = {.it = it};

@@ -37,15 +37,13 @@ static int add(struct hub_paths *p, char *path, size_t len, struct st_error *err
 
 static int json_string(struct json_scan *s, struct hub_paths *p, struct st_error *err)
 {
+    if (s->str_nul)
+        return st_error_fail(err, ST_ERR_INVALID_ARGUMENT,
+                             "paths[%zu] holds a NUL character", p->n);
     size_t n = s->str_len;
     char *v = xmalloc(n + 1);
     json_scan_decode(s, v, n);
     v[n] = '\0';
-    if (s->str_nul) {
-        free(v);
-        return st_error_fail(err, ST_ERR_INVALID_ARGUMENT,
-                             "paths[%zu] holds a NUL character", p->n);
-    }
     return add(p, v, n, err);
 }
 
@@ -173,11 +171,9 @@ static int parse_form(const char *text, size_t len, struct hub_paths *p,
                         (vlen == 1 && eq[1] == '1');
         }
         if (is_paths) {
-            size_t vlen;
+            size_t vlen = 0;
             char *v = eq ? pct_decode(eq + 1, end - kend - 1, PCT_FORM | PCT_NUL, &vlen)
                          : xstrdup("");
-            if (!eq)
-                vlen = 0;
             if (!v)
                 return st_error_fail(err, ST_ERR_INVALID_ARGUMENT,
                                      "the form has a malformed %%-escape");

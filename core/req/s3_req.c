@@ -31,9 +31,7 @@ int s3_query_parse(const char *q, size_t len, struct s3_query *out, struct st_er
             struct s3_param *pa = &out->p[out->n];
             pa->key = pct_decode(p, (size_t)((eq ? eq : stop) - p), 0, &pa->key_len);
             pa->value = eq ? pct_decode(eq + 1, (size_t)(stop - eq - 1), 0, &pa->value_len)
-                           : xstrdup("");
-            if (!eq)
-                pa->value_len = 0;
+                           : xstrdup(""); /* value_len stays 0, as the memset left it */
             if (!pa->key || !pa->value) {
                 free(pa->key);
                 free(pa->value);

@@ -66,15 +66,9 @@ static _Atomic uint64_t last_sec;
 static uint64_t start_ns;
 
 /* The gauges (and hashing's counters: a few updates per MiB hashed, so
- * plain shared atomics do), zeroed together by metrics_init. */
-static struct {
-    _Atomic uint64_t models, invalid, files, tensors, file_bytes, generation, open_files;
-    _Atomic uint64_t gpu_resident, gpu_leases, gpu_bps_bits, gpu_staging;
-    _Atomic uint64_t hash_bytes, hash_files, hash_errors;
-    _Atomic uint64_t hash_pending, hash_pending_bytes, hash_known, hash_files_all;
-    _Atomic uint64_t mirror_bytes, mirror_in_use, mirror_files, mirror_partial, mirror_waiting;
-    _Atomic uint64_t mirror_up, mirror_last_success, mirror_failures_in_row;
-} g;
+ * plain shared atomics do), by enum metrics_gauge, zeroed together by
+ * metrics_init. */
+static _Atomic uint64_t g[MG_COUNT];
 
 /* Seconds matter here, not nanoseconds: the coarse clock costs a few ns. */
 static uint64_t coarse_ns(void)
@@ -162,7 +156,7 @@ void metrics_init(void)
     start_ns = clock_fn();
     atomic_store(&last_sec, start_ns / NS);
     slot_write(start_ns / NS, 0, 0);
-    memset(&g, 0, sizeof(g));
+    memset(g, 0, sizeof(g));
     metrics_set_gpu_devices(NULL, 0);
 }
 
@@ -225,18 +219,18 @@ void metrics_conn_closed(void)
 
 void metrics_set_open_files(uint64_t n)
 {
-    atomic_store_explicit(&g.open_files, n, RELAXED);
+    atomic_store_explicit(&g[MG_OPEN_FILES], n, RELAXED);
 }
 
 void metrics_set_registry(uint64_t models, uint64_t invalid_models, uint64_t files,
                           uint64_t tensors, uint64_t file_bytes, uint64_t generation)
 {
-    atomic_store_explicit(&g.models, models, RELAXED);
-    atomic_store_explicit(&g.invalid, invalid_models, RELAXED);
-    atomic_store_explicit(&g.files, files, RELAXED);
-    atomic_store_explicit(&g.tensors, tensors, RELAXED);
-    atomic_store_explicit(&g.file_bytes, file_bytes, RELAXED);
-    atomic_store_explicit(&g.generation, generation, RELAXED);
+    atomic_store_explicit(&g[MG_MODELS], models, RELAXED);
+    atomic_store_explicit(&g[MG_INVALID], invalid_models, RELAXED);
+    atomic_store_explicit(&g[MG_FILES], files, RELAXED);
+    atomic_store_explicit(&g[MG_TENSORS], tensors, RELAXED);
+    atomic_store_explicit(&g[MG_FILE_BYTES], file_bytes, RELAXED);
+    atomic_store_explicit(&g[MG_GENERATION], generation, RELAXED);
 }
 
 void metrics_set_gpu(uint64_t bytes_resident, uint64_t leases_active,
@@ -244,10 +238,10 @@ void metrics_set_gpu(uint64_t bytes_resident, uint64_t leases_active,
 {
     uint64_t bits;
     memcpy(&bits, &last_preload_bytes_per_second, sizeof(bits));
-    atomic_store_explicit(&g.gpu_resident, bytes_resident, RELAXED);
-    atomic_store_explicit(&g.gpu_leases, leases_active, RELAXED);
-    atomic_store_explicit(&g.gpu_bps_bits, bits, RELAXED);
-    atomic_store_explicit(&g.gpu_staging, staging_bytes, RELAXED);
+    atomic_store_explicit(&g[MG_GPU_RESIDENT], bytes_resident, RELAXED);
+    atomic_store_explicit(&g[MG_GPU_LEASES], leases_active, RELAXED);
+    atomic_store_explicit(&g[MG_GPU_BPS_BITS], bits, RELAXED);
+    atomic_store_explicit(&g[MG_GPU_STAGING], staging_bytes, RELAXED);
 }
 
 /* The per-device rows: set a few times per preload, read per scrape. */
@@ -268,41 +262,41 @@ void metrics_set_gpu_devices(const struct metrics_gpu_device *d, size_t n)
 
 void metrics_hash_progress(uint64_t bytes, uint64_t files, uint64_t errors)
 {
-    atomic_fetch_add_explicit(&g.hash_bytes, bytes, RELAXED);
-    atomic_fetch_add_explicit(&g.hash_files, files, RELAXED);
-    atomic_fetch_add_explicit(&g.hash_errors, errors, RELAXED);
+    atomic_fetch_add_explicit(&g[MG_HASH_BYTES], bytes, RELAXED);
+    atomic_fetch_add_explicit(&g[MG_HASH_FILES], files, RELAXED);
+    atomic_fetch_add_explicit(&g[MG_HASH_ERRORS], errors, RELAXED);
 }
 
 void metrics_set_hashing(uint64_t files_pending, uint64_t bytes_pending, uint64_t files_known,
                          uint64_t files)
 {
-    atomic_store_explicit(&g.hash_pending, files_pending, RELAXED);
-    atomic_store_explicit(&g.hash_pending_bytes, bytes_pending, RELAXED);
-    atomic_store_explicit(&g.hash_known, files_known, RELAXED);
-    atomic_store_explicit(&g.hash_files_all, files, RELAXED);
+    atomic_store_explicit(&g[MG_HASH_PENDING], files_pending, RELAXED);
+    atomic_store_explicit(&g[MG_HASH_PENDING_BYTES], bytes_pending, RELAXED);
+    atomic_store_explicit(&g[MG_HASH_KNOWN], files_known, RELAXED);
+    atomic_store_explicit(&g[MG_HASH_FILES_ALL], files, RELAXED);
 }
 
 void metrics_set_mirror(uint64_t bytes, uint64_t bytes_in_use, uint64_t files,
                         uint64_t partial_files)
 {
-    atomic_store_explicit(&g.mirror_bytes, bytes, RELAXED);
-    atomic_store_explicit(&g.mirror_in_use, bytes_in_use, RELAXED);
-    atomic_store_explicit(&g.mirror_files, files, RELAXED);
-    atomic_store_explicit(&g.mirror_partial, partial_files, RELAXED);
+    atomic_store_explicit(&g[MG_MIRROR_BYTES], bytes, RELAXED);
+    atomic_store_explicit(&g[MG_MIRROR_IN_USE], bytes_in_use, RELAXED);
+    atomic_store_explicit(&g[MG_MIRROR_FILES], files, RELAXED);
+    atomic_store_explicit(&g[MG_MIRROR_PARTIAL], partial_files, RELAXED);
 }
 
 void metrics_set_mirror_queue(uint64_t waiting)
 {
-    atomic_store_explicit(&g.mirror_waiting, waiting, RELAXED);
+    atomic_store_explicit(&g[MG_MIRROR_WAITING], waiting, RELAXED);
 }
 
 void metrics_set_mirror_upstream(int up, int64_t last_success, uint64_t failures_in_row)
 {
     /* 1 + up: 0 stays "no mirror" (nothing rendered) */
-    atomic_store_explicit(&g.mirror_up, up ? 2u : 1u, RELAXED);
-    atomic_store_explicit(&g.mirror_last_success, (uint64_t)(last_success > 0 ? last_success : 0),
-                          RELAXED);
-    atomic_store_explicit(&g.mirror_failures_in_row, failures_in_row, RELAXED);
+    atomic_store_explicit(&g[MG_MIRROR_UP], up ? 2u : 1u, RELAXED);
+    atomic_store_explicit(&g[MG_MIRROR_LAST_SUCCESS],
+                          (uint64_t)(last_success > 0 ? last_success : 0), RELAXED);
+    atomic_store_explicit(&g[MG_MIRROR_FAILURES_IN_ROW], failures_in_row, RELAXED);
 }
 
 /* ---- rates ---------------------------------------------------------------- */
@@ -351,7 +345,7 @@ static uint64_t gauge_sub(uint64_t a, uint64_t b)
 
 static double gpu_bps(void)
 {
-    uint64_t bits = atomic_load_explicit(&g.gpu_bps_bits, RELAXED);
+    uint64_t bits = atomic_load_explicit(&g[MG_GPU_BPS_BITS], RELAXED);
     double d;
     memcpy(&d, &bits, sizeof(d));
     return __builtin_isfinite(d) && d >= 0 ? d : 0; /* JSON has no NaN */
@@ -360,30 +354,13 @@ static double gpu_bps(void)
 /* The gauges, read one by one (each is consistent on its own). */
 static void gauges_take(struct metrics_snapshot *sn)
 {
-    sn->models = atomic_load(&g.models), sn->invalid = atomic_load(&g.invalid);
-    sn->files = atomic_load(&g.files), sn->tensors = atomic_load(&g.tensors);
-    sn->file_bytes = atomic_load(&g.file_bytes), sn->generation = atomic_load(&g.generation);
-    sn->open_files = atomic_load(&g.open_files);
-    sn->gpu_resident = atomic_load(&g.gpu_resident), sn->gpu_leases = atomic_load(&g.gpu_leases);
-    sn->gpu_staging = atomic_load(&g.gpu_staging);
+    for (int i = 0; i < MG_COUNT; i++)
+        sn->gauge[i] = atomic_load(&g[i]);
     sn->gpu_bps = gpu_bps();
     pthread_mutex_lock(&devices_lock);
     memcpy(sn->gpu_devices, devices, n_devices * sizeof(devices[0]));
     sn->n_gpu_devices = n_devices;
     pthread_mutex_unlock(&devices_lock);
-    sn->hash_bytes = atomic_load(&g.hash_bytes), sn->hash_files = atomic_load(&g.hash_files);
-    sn->hash_errors = atomic_load(&g.hash_errors), sn->hash_pending = atomic_load(&g.hash_pending);
-    sn->hash_pending_bytes = atomic_load(&g.hash_pending_bytes);
-    sn->hash_known = atomic_load(&g.hash_known);
-    sn->hash_files_all = atomic_load(&g.hash_files_all);
-    sn->mirror_bytes = atomic_load(&g.mirror_bytes);
-    sn->mirror_in_use = atomic_load(&g.mirror_in_use);
-    sn->mirror_waiting = atomic_load(&g.mirror_waiting);
-    sn->mirror_files = atomic_load(&g.mirror_files);
-    sn->mirror_partial = atomic_load(&g.mirror_partial);
-    sn->mirror_up = atomic_load(&g.mirror_up);
-    sn->mirror_last_success = atomic_load(&g.mirror_last_success);
-    sn->mirror_failures_in_row = atomic_load(&g.mirror_failures_in_row);
 }
 
 void metrics_snapshot_take(struct metrics_snapshot *sn, int with_rates)

@@ -180,6 +180,7 @@ char *metrics_render_prometheus(void)
     if (!sn)
         return NULL;
     metrics_snapshot_take(sn, 0);
+    const uint64_t *g = sn->gauge;
     struct strbuf b = STRBUF_INIT;
     strbuf_reserve(&b, 16384);
 
@@ -206,31 +207,32 @@ char *metrics_render_prometheus(void)
                   (unsigned long long)sn->ctr[MC_COPIED_BYTES]);
 
     prom_gauge(&b, "tensord_models", "Models in the registry (valid and invalid).",
-               (double)sn->models);
+               (double)g[MG_MODELS]);
     prom_gauge(&b, "tensord_models_invalid", "Models that failed validation.",
-               (double)sn->invalid);
-    prom_gauge(&b, "tensord_files", "Files in the registry.", (double)sn->files);
-    prom_gauge(&b, "tensord_tensors", "Tensors in the registry.", (double)sn->tensors);
+               (double)g[MG_INVALID]);
+    prom_gauge(&b, "tensord_files", "Files in the registry.", (double)g[MG_FILES]);
+    prom_gauge(&b, "tensord_tensors", "Tensors in the registry.", (double)g[MG_TENSORS]);
     prom_gauge(&b, "tensord_model_file_bytes", "Bytes of the models' files (sum of their sizes).",
-               (double)sn->file_bytes);
+               (double)g[MG_FILE_BYTES]);
     /* The old name of the same figure (tensord never maps files), kept for
      * the dashboards docs/OPERATIONS.md promised it to. */
     prom_gauge(&b, "tensord_mapped_bytes",
-               "Deprecated: the same figure as tensord_model_file_bytes.", (double)sn->file_bytes);
+               "Deprecated: the same figure as tensord_model_file_bytes.",
+               (double)g[MG_FILE_BYTES]);
     prom_gauge(&b, "tensord_registry_generation", "Generation of the registry snapshot served.",
-               (double)sn->generation);
+               (double)g[MG_GENERATION]);
     prom_gauge(&b, "tensord_registry_open_files",
                "Descriptors the served snapshot holds open (one per .safetensors file).",
-               (double)sn->open_files);
+               (double)g[MG_OPEN_FILES]);
     prom_gauge(&b, "tensord_gpu_resident_bytes", "Bytes of model data resident in device memory.",
-               (double)sn->gpu_resident);
+               (double)g[MG_GPU_RESIDENT]);
     prom_gauge(&b, "tensord_gpu_leases_active", "Leases currently held on the IPC socket.",
-               (double)sn->gpu_leases);
+               (double)g[MG_GPU_LEASES]);
     prom_gauge(&b, "tensord_gpu_preload_bytes_per_second", "Throughput of the last preload.",
                sn->gpu_bps);
     prom_gauge(&b, "tensord_gpu_staging_bytes",
                "Memory the devices' preload staging rings hold (pinned for CUDA).",
-               (double)sn->gpu_staging);
+               (double)g[MG_GPU_STAGING]);
     gpu_devices_prometheus(&b, sn);
     prom_head(&b, "tensord_gpu_preload_phase_seconds_total", "counter",
               "Seconds finished preloads spent in each phase (alloc, ring, plan, copy, finish).");
@@ -238,43 +240,45 @@ char *metrics_render_prometheus(void)
         strbuf_printf(&b, "tensord_gpu_preload_phase_seconds_total{phase=\"%s\"} %.9f\n",
                       preload_phases[i].phase, (double)sn->ctr[preload_phases[i].c] / 1e9);
     prom_head(&b, "tensord_hash_bytes_total", "counter", "Bytes read into SHA-256 by content hashing.");
-    strbuf_printf(&b, "tensord_hash_bytes_total %llu\n", (unsigned long long)sn->hash_bytes);
+    strbuf_printf(&b, "tensord_hash_bytes_total %llu\n", (unsigned long long)g[MG_HASH_BYTES]);
     prom_head(&b, "tensord_hash_files_total", "counter", "Files whose content hash was computed.");
-    strbuf_printf(&b, "tensord_hash_files_total %llu\n", (unsigned long long)sn->hash_files);
+    strbuf_printf(&b, "tensord_hash_files_total %llu\n", (unsigned long long)g[MG_HASH_FILES]);
     prom_head(&b, "tensord_hash_errors_total", "counter",
               "Files that could not be read for their content hash.");
-    strbuf_printf(&b, "tensord_hash_errors_total %llu\n", (unsigned long long)sn->hash_errors);
+    strbuf_printf(&b, "tensord_hash_errors_total %llu\n", (unsigned long long)g[MG_HASH_ERRORS]);
     prom_gauge(&b, "tensord_hash_files_pending",
                "Files of the registry still to hash (queued, waiting to retry, or being hashed).",
-               (double)sn->hash_pending);
+               (double)g[MG_HASH_PENDING]);
     prom_gauge(&b, "tensord_hash_pending_bytes", "Bytes of the files still to hash.",
-               (double)sn->hash_pending_bytes);
+               (double)g[MG_HASH_PENDING_BYTES]);
     prom_gauge(&b, "tensord_hash_files_known", "Files of the registry whose content hash is known.",
-               (double)sn->hash_known);
+               (double)g[MG_HASH_KNOWN]);
     prom_gauge(&b, "tensord_hash_files", "Distinct files of the registry (hard links count once).",
-               (double)sn->hash_files_all);
+               (double)g[MG_HASH_FILES_ALL]);
     prom_gauge(&b, "tensord_mirror_cache_bytes",
                "Bytes a mirror's cache holds (its files' fetched blocks and those being fetched).",
-               (double)sn->mirror_bytes);
+               (double)g[MG_MIRROR_BYTES]);
     prom_gauge(&b, "tensord_mirror_cache_in_use_bytes",
                "Of a mirror's cache bytes, those of files being read, fetched or preloaded, "
-               "which no eviction can free now.", (double)sn->mirror_in_use);
-    prom_gauge(&b, "tensord_mirror_files", "Files in a mirror's cache.", (double)sn->mirror_files);
+               "which no eviction can free now.", (double)g[MG_MIRROR_IN_USE]);
+    prom_gauge(&b, "tensord_mirror_files", "Files in a mirror's cache.",
+               (double)g[MG_MIRROR_FILES]);
     prom_gauge(&b, "tensord_mirror_questions_waiting",
                "Questions waiting in a mirror's queue to its upstream.",
-               (double)sn->mirror_waiting);
+               (double)g[MG_MIRROR_WAITING]);
     prom_gauge(&b, "tensord_mirror_partial_files",
-               "Files in a mirror's cache that are not complete yet.", (double)sn->mirror_partial);
-    if (sn->mirror_up) {
+               "Files in a mirror's cache that are not complete yet.",
+               (double)g[MG_MIRROR_PARTIAL]);
+    if (g[MG_MIRROR_UP]) {
         prom_gauge(&b, "tensord_mirror_upstream_up",
                    "1 when a mirror's last request to its upstream got an answer, 0 when it "
-                   "failed.", (double)(sn->mirror_up - 1));
+                   "failed.", (double)(g[MG_MIRROR_UP] - 1));
         prom_gauge(&b, "tensord_mirror_upstream_last_success_timestamp_seconds",
                    "When a mirror's upstream last answered (unix time; 0: not since start).",
-                   (double)sn->mirror_last_success);
+                   (double)g[MG_MIRROR_LAST_SUCCESS]);
         prom_gauge(&b, "tensord_mirror_upstream_consecutive_failures",
                    "Requests to a mirror's upstream that failed in a row since its last answer.",
-                   (double)sn->mirror_failures_in_row);
+                   (double)g[MG_MIRROR_FAILURES_IN_ROW]);
     }
     free(sn);
     return strbuf_detach(&b, NULL);
@@ -355,6 +359,7 @@ char *metrics_render_json(void)
         return NULL;
     metrics_snapshot_take(sn, 1);
     const struct metrics_rates *r1 = &sn->r1, *r10 = &sn->r10, *r60 = &sn->r60;
+    const uint64_t *g = sn->gauge;
     struct strbuf b = STRBUF_INIT;
     strbuf_reserve(&b, 16384);
     strbuf_printf(&b, "{\"version\":\"%s\",\"uptime_seconds\":%.3f,", TENSORD_VERSION,
@@ -381,16 +386,16 @@ char *metrics_render_json(void)
                   ",\"registry\":{\"models\":%llu,\"invalid_models\":%llu,\"files\":%llu,"
                   "\"tensors\":%llu,\"file_bytes\":%llu,\"mapped_bytes\":%llu,\"generation\":%llu,"
                   "\"open_files\":%llu},",
-                  (unsigned long long)sn->models, (unsigned long long)sn->invalid,
-                  (unsigned long long)sn->files, (unsigned long long)sn->tensors,
-                  (unsigned long long)sn->file_bytes, (unsigned long long)sn->file_bytes,
-                  (unsigned long long)sn->generation, (unsigned long long)sn->open_files);
+                  (unsigned long long)g[MG_MODELS], (unsigned long long)g[MG_INVALID],
+                  (unsigned long long)g[MG_FILES], (unsigned long long)g[MG_TENSORS],
+                  (unsigned long long)g[MG_FILE_BYTES], (unsigned long long)g[MG_FILE_BYTES],
+                  (unsigned long long)g[MG_GENERATION], (unsigned long long)g[MG_OPEN_FILES]);
     strbuf_printf(&b,
                   "\"gpu\":{\"resident_bytes\":%llu,\"leases_active\":%llu,"
                   "\"last_preload_bytes_per_second\":%.1f,\"staging_bytes\":%llu,"
                   "\"preload_phase_seconds\":{",
-                  (unsigned long long)sn->gpu_resident, (unsigned long long)sn->gpu_leases, sn->gpu_bps,
-                  (unsigned long long)sn->gpu_staging);
+                  (unsigned long long)g[MG_GPU_RESIDENT], (unsigned long long)g[MG_GPU_LEASES],
+                  sn->gpu_bps, (unsigned long long)g[MG_GPU_STAGING]);
     for (size_t i = 0; i < ARRAY_LEN(preload_phases); i++)
         strbuf_printf(&b, "%s\"%s\":%.9f", i ? "," : "", preload_phases[i].phase,
                       (double)sn->ctr[preload_phases[i].c] / 1e9);
@@ -408,19 +413,19 @@ char *metrics_render_json(void)
                   "\"hashing\":{\"bytes_hashed\":%llu,\"files_hashed\":%llu,\"errors\":%llu,"
                   "\"files_pending\":%llu,\"bytes_pending\":%llu,\"files_known\":%llu,"
                   "\"files\":%llu},",
-                  (unsigned long long)sn->hash_bytes, (unsigned long long)sn->hash_files,
-                  (unsigned long long)sn->hash_errors, (unsigned long long)sn->hash_pending,
-                  (unsigned long long)sn->hash_pending_bytes, (unsigned long long)sn->hash_known,
-                  (unsigned long long)sn->hash_files_all);
+                  (unsigned long long)g[MG_HASH_BYTES], (unsigned long long)g[MG_HASH_FILES],
+                  (unsigned long long)g[MG_HASH_ERRORS], (unsigned long long)g[MG_HASH_PENDING],
+                  (unsigned long long)g[MG_HASH_PENDING_BYTES],
+                  (unsigned long long)g[MG_HASH_KNOWN], (unsigned long long)g[MG_HASH_FILES_ALL]);
     strbuf_printf(&b, "\"mirror\":{\"cache_bytes\":%llu,\"in_use_bytes\":%llu,\"files\":%llu,"
                   "\"partial_files\":%llu,\"questions_waiting\":%llu,\"upstream_up\":%s,"
                   "\"upstream_last_success\":%llu,\"upstream_consecutive_failures\":%llu}}",
-                  (unsigned long long)sn->mirror_bytes, (unsigned long long)sn->mirror_in_use,
-                  (unsigned long long)sn->mirror_files, (unsigned long long)sn->mirror_partial,
-                  (unsigned long long)sn->mirror_waiting,
-                  sn->mirror_up == 0 ? "null" : sn->mirror_up == 2 ? "true" : "false",
-                  (unsigned long long)sn->mirror_last_success,
-                  (unsigned long long)sn->mirror_failures_in_row);
+                  (unsigned long long)g[MG_MIRROR_BYTES], (unsigned long long)g[MG_MIRROR_IN_USE],
+                  (unsigned long long)g[MG_MIRROR_FILES], (unsigned long long)g[MG_MIRROR_PARTIAL],
+                  (unsigned long long)g[MG_MIRROR_WAITING],
+                  g[MG_MIRROR_UP] == 0 ? "null" : g[MG_MIRROR_UP] == 2 ? "true" : "false",
+                  (unsigned long long)g[MG_MIRROR_LAST_SUCCESS],
+                  (unsigned long long)g[MG_MIRROR_FAILURES_IN_ROW]);
     free(sn);
     return strbuf_detach(&b, NULL);
 }

@@ -149,7 +149,7 @@ static uint64_t hashed_bytes(void)
 {
     struct metrics_snapshot sn;
     metrics_snapshot_take(&sn, 0);
-    return sn.hash_bytes;
+    return sn.gauge[MG_HASH_BYTES];
 }
 
 /* ---- a yielded job resumes ------------------------------------------------ */

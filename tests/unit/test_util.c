@@ -120,6 +120,37 @@ TEST(utf8_encode)
     }
 }
 
+TEST(utf8_decode)
+{
+    /* every scalar value back from utf8_encode, with its length */
+    for (uint32_t cp = 0; cp <= 0x10FFFF; cp++) {
+        if (cp >= 0xD800 && cp <= 0xDFFF)
+            continue;
+        unsigned char u[4];
+        uint32_t got = UINT32_MAX;
+        size_t n = utf8_encode(cp, u);
+        if (utf8_decode((const char *)u, n, &got) != n || got != cp) {
+            CHECK(!"round trip");
+            break;
+        }
+    }
+    /* what is not a sequence: overlongs, surrogates, past U+10FFFF, a lone
+     * continuation byte, an invalid lead, cut short, a bad continuation */
+    static const char *const bad[] = {"\xC0\x80", "\xC1\xBF", "\xE0\x9F\xBF",
+                                      "\xF0\x8F\xBF\xBF", "\xED\xA0\x80", "\xED\xBF\xBF",
+                                      "\xF4\x90\x80\x80", "\xF5\x80\x80\x80", "\x80",
+                                      "\xF8\x88\x80\x80\x80", "\xE2\x82", "\xE2\x28\xA1"};
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+        uint32_t cp = 7;
+        CHECK(utf8_decode(bad[i], strlen(bad[i]), &cp) == 0 && cp == 7);
+        CHECK(!utf8_valid(bad[i], strlen(bad[i])));
+    }
+    /* the length asked for bounds it; the code point is optional */
+    CHECK(utf8_decode("\xE2\x82\xAC", 2, NULL) == 0);
+    CHECK(utf8_decode("\xE2\x82\xACx", 4, NULL) == 3);
+    CHECK(utf8_decode("\0", 1, NULL) == 1);
+}
+
 int main(void)
 {
     RUN(decimal_digit_runs);
@@ -129,5 +160,6 @@ int main(void)
     RUN(pct_decode);
     RUN(shape_format);
     RUN(utf8_encode);
+    RUN(utf8_decode);
     return TEST_SUMMARY();
 }
