@@ -286,10 +286,7 @@ int gpu_manager_evict(struct gpu_manager *gm, const char *model, const struct gm
         next = m->next; /* retiring m may unlink it */
         if (!m->current || strcmp(m->name, model) != 0 || !gm_instance_is(m, which))
             continue;
-        if (n == cap) {
-            cap = cap ? 2 * cap : 4;
-            *out = xrealloc(*out, cap * sizeof(**out));
-        }
+        *out = xgrow(*out, &cap, n, sizeof(**out), 4);
         struct gm_instance *pending, *dead;
         do_gm_reload_abandon(gm, m, &pending);
         struct gm_evicted *ev = &(*out)[n++];

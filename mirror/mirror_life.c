@@ -143,10 +143,7 @@ static int load_cache(struct mirror *m, struct st_error *err)
         struct mirror_file *f = load_blob(m, blobs, de->d_name, &sb);
         if (!f)
             continue;
-        if (n == cap) {
-            cap = cap ? 2 * cap : 64;
-            v = xrealloc(v, cap * sizeof(*v));
-        }
+        v = xgrow(v, &cap, n, sizeof(*v), 64);
         v[n++] = (struct found){f, (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec};
     }
     closedir(d);

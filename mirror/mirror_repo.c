@@ -135,10 +135,7 @@ static int doc_sibling(struct json_scan *s, const char *key, unsigned depth, voi
         f.has_id = 1;
     }
     f.id.size = f.size;
-    if (d->n == d->cap) {
-        d->cap = d->cap ? 2 * d->cap : 32;
-        d->v = xrealloc(d->v, d->cap * sizeof(*d->v));
-    }
+    d->v = xgrow(d->v, &d->cap, d->n, sizeof(*d->v), 32);
     f.name = xstrdup(sb.name);
     d->v[d->n++] = f;
     return 0;

@@ -46,10 +46,7 @@ struct watch {
 
 static void wlist_push(struct wlist *l, struct wentry e)
 {
-    if (l->n == l->cap) {
-        l->cap = l->cap ? l->cap * 2 : 64;
-        l->e = xrealloc(l->e, l->cap * sizeof(*l->e));
-    }
+    l->e = xgrow(l->e, &l->cap, l->n, sizeof(*l->e), 64);
     l->e[l->n++] = e;
 }
 

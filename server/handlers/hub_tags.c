@@ -40,10 +40,7 @@ struct tagset {
 
 static void tag_add(struct tagset *t, const char *prefix, const char *s, size_t n)
 {
-    if (t->n == t->cap) {
-        t->cap = t->cap ? 2 * t->cap : 16;
-        t->v = xrealloc(t->v, t->cap * sizeof(*t->v));
-    }
+    t->v = xgrow(t->v, &t->cap, t->n, sizeof(*t->v), 16);
     t->v[t->n++] = xasprintf("%s%.*s", prefix, (int)n, s);
 }
 
