@@ -3,7 +3,6 @@
 
 #include <errno.h>
 #include <inttypes.h>
-#include <openssl/evp.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -133,21 +132,12 @@ static int unreachable(struct mirror *m, const struct st_error *why, const char 
     return -EHOSTUNREACH;
 }
 
-/* The SHA-256 of p[0..n) in hex: how a key names a token or a body. */
-static void sha_hex(const char *p, size_t n, char hex[65])
-{
-    uint8_t md[32];
-    unsigned len = 0;
-    EVP_Digest(p, n, md, &len, EVP_sha256(), NULL);
-    digest_hex(md, 32, hex);
-}
-
 /* repo, rev, path and the SHA-256 of auth ("-" first when there is none),
  * in one string: the cache's key and the queue's. */
 static char *meta_key(const char *repo, const char *rev, const char *path, const char *auth)
 {
     char hex[65];
-    sha_hex(auth ? auth : "", auth ? strlen(auth) : 0, hex);
+    digest_sha256_hex(auth ? auth : "", auth ? strlen(auth) : 0, hex);
     return xasprintf("meta\n%s\n%s\n%s\n%s%s", repo, rev, path, auth ? "" : "-", hex);
 }
 
@@ -465,8 +455,8 @@ struct mirror_job *mirror_job_doc(struct mirror *m, uint64_t client, const char 
     d->auth = auth ? xstrdup(auth) : NULL;
     /* The same request: method, target, body and its type, Authorization. */
     char auth_hex[65], body_hex[65];
-    sha_hex(auth ? auth : "", auth ? strlen(auth) : 0, auth_hex);
-    sha_hex(body ? body : "", body_len, body_hex);
+    digest_sha256_hex(auth ? auth : "", auth ? strlen(auth) : 0, auth_hex);
+    digest_sha256_hex(body ? body : "", body_len, body_hex);
     char *key = xasprintf("doc\n%s\n%s\n%s\n%s%s\n%s", method, target,
                           content_type ? content_type : "", auth ? "" : "-", auth_hex, body_hex);
     d->name = xasprintf("doc\n%s\n%s\n%s\n%s", method, target,

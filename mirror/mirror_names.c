@@ -12,7 +12,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <openssl/evp.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,14 +72,6 @@ struct whom {
     int disk;
 };
 
-static void sha_hex(const char *s, char hex[65])
-{
-    uint8_t md[32];
-    unsigned n = 0;
-    EVP_Digest(s, strlen(s), md, &n, EVP_sha256(), NULL);
-    digest_hex(md, 32, hex);
-}
-
 static void whom_of(const struct mirror *m, const struct mirror_asker *a, struct whom *w)
 {
     if (a->own) {
@@ -89,7 +80,7 @@ static void whom_of(const struct mirror *m, const struct mirror_asker *a, struct
         *w = (struct whom){"-", m->opt.stale_max_age, 1};
     } else {
         *w = (struct whom){"t:", m->opt.auth_ttl, 0};
-        sha_hex(a->auth, w->tag + 2);
+        digest_sha256_hex(a->auth, strlen(a->auth), w->tag + 2);
     }
 }
 
@@ -396,7 +387,7 @@ void mirror_names_put(struct mirror *m, const char *key, const struct mirror_ask
     char *full = full_key(&w, key), hex[65];
     int64_t now = (int64_t)time(NULL);
     uint64_t sum = sum_of(data, len);
-    sha_hex(full, hex);
+    digest_sha256_hex(full, strlen(full), hex);
     pthread_mutex_lock(&n->lock);
     do_remember(n, full, data, len, now);
     const struct disk_entry *d = w.disk ? do_disk_find(n, hex) : NULL;
@@ -440,7 +431,7 @@ static int get_one(struct mirror *m, const struct whom *w, const char *key, char
     }
     pthread_mutex_unlock(&n->lock);
     if (!found && w->disk) {
-        sha_hex(full, hex);
+        digest_sha256_hex(full, strlen(full), hex);
         found = read_file(n, hex, full, data, len, &at);
         if (found) {
             pthread_mutex_lock(&n->lock);

@@ -151,6 +151,13 @@ void digest_hex(const uint8_t *bytes, size_t n, char *out)
     out[2 * n] = '\0';
 }
 
+void digest_sha256_hex(const void *p, size_t n, char out[65])
+{
+    uint8_t md[DIGEST_SHA256_LEN];
+    EVP_Digest(p, n, md, NULL, EVP_sha256(), NULL);
+    digest_hex(md, DIGEST_SHA256_LEN, out);
+}
+
 int digest_unhex(const char *s, size_t n, uint8_t *out)
 {
     /* Lowercase only: one spelling per digest, so files compare bytewise.

@@ -78,6 +78,8 @@ void digest_sha1_final(struct digest_sha1 *d, uint8_t out[DIGEST_SHA1_LEN]);
 
 /* Writes n bytes as 2n lowercase hex digits and a NUL into out. */
 void digest_hex(const uint8_t *bytes, size_t n, char *out);
+/* The SHA-256 of p[0..n) in lowercase hex, NUL-terminated, into out. */
+void digest_sha256_hex(const void *p, size_t n, char out[65]);
 /* Parses exactly 2n lowercase hex digits from s into out. Returns 0 or
  * -EINVAL. */
 int digest_unhex(const char *s, size_t n, uint8_t *out);

@@ -155,6 +155,15 @@ TEST(hex_round_trip)
     CHECK(digest_unhex("00abfg", 3, out) == -EINVAL);
 }
 
+TEST(sha256_hex_of_a_string)
+{
+    char hex[65];
+    digest_sha256_hex("abc", 3, hex); /* FIPS 180-2's first example */
+    CHECK_STR(hex, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    digest_sha256_hex("", 0, hex);
+    CHECK_STR(hex, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+}
+
 int main(void)
 {
     CHECK(mkdtemp(dir) != NULL);
@@ -164,6 +173,7 @@ int main(void)
     RUN(short_file_or_stop_gives_nothing);
     RUN(a_stopped_pass_resumes_where_it_stopped);
     RUN(hex_round_trip);
+    RUN(sha256_hex_of_a_string);
     char *cmd = xasprintf("rm -rf %s", dir);
     CHECK(system(cmd) == 0);
     free(cmd);
