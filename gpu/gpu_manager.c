@@ -406,14 +406,7 @@ uint64_t gpu_manager_staging_limit(struct gpu_manager *gm)
 
 int gpu_manager_wait_idle(struct gpu_manager *gm, int timeout_ms)
 {
-    struct timespec dl;
-    clock_gettime(CLOCK_REALTIME, &dl);
-    dl.tv_sec += timeout_ms / 1000;
-    dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-    if (dl.tv_nsec >= 1000000000L) {
-        dl.tv_sec++;
-        dl.tv_nsec -= 1000000000L;
-    }
+    struct timespec dl = time_real_after((unsigned)timeout_ms);
     int rc = 0;
     pthread_mutex_lock(&gm->lock);
     for (;;) {

@@ -237,9 +237,7 @@ static int finish_shards(const struct gm_options *opt, struct gm_instance *m)
  * -ETIMEDOUT after RELEASE_WAIT_S. */
 static int wait_released(struct gpu_manager *gm, uint64_t gen)
 {
-    struct timespec dl;
-    clock_gettime(CLOCK_REALTIME, &dl);
-    dl.tv_sec += RELEASE_WAIT_S;
+    struct timespec dl = time_real_after(RELEASE_WAIT_S * 1000);
     int rc = 0;
     pthread_mutex_lock(&gm->lock);
     for (;;) {

@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "mirror_int.h"
+#include "util.h"
 
 /* ---- reading --------------------------------------------------------------- */
 
@@ -139,13 +140,7 @@ int mirror_wait_range(struct mirror *m, struct mirror_file *f, uint64_t off, uin
             rc = -ECANCELED;
             break;
         }
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 100 * 1000 * 1000;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
+        struct timespec ts = time_real_after(100);
         pthread_cond_timedwait(&m->changed, &m->lock, &ts); /* wakes for a cancel too */
     }
     m->range_waiters--;

@@ -148,6 +148,16 @@ uint64_t time_mono_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
 }
 
+struct timespec time_real_after(unsigned ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t ns = (uint64_t)ts.tv_nsec + (uint64_t)(ms % 1000) * 1000000u;
+    ts.tv_sec += (time_t)(ms / 1000 + ns / 1000000000u);
+    ts.tv_nsec = (long)(ns % 1000000000u);
+    return ts;
+}
+
 size_t utf8_len(uint32_t cp)
 {
     return cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -97,6 +98,8 @@ int decimal_u64(const char *s, size_t n, uint64_t *value, size_t *used);
 
 /* Monotonic clock in nanoseconds. */
 uint64_t time_mono_ns(void);
+/* The CLOCK_REALTIME time ms from now: a deadline for pthread_cond_timedwait. */
+struct timespec time_real_after(unsigned ms);
 /* A secret seed for a hash table that hostile keys must not be able to aim
  * at: from getrandom, or, while the kernel's pool is not ready (early boot),
  * from the clock and `salt` (an address). */

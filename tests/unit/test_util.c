@@ -151,6 +151,23 @@ TEST(utf8_decode)
     CHECK(utf8_decode("\0", 1, NULL) == 1);
 }
 
+/* A deadline ms from now, normalised (tv_nsec under a second), whatever
+ * the current nanoseconds add to. */
+TEST(time_real_after)
+{
+    for (unsigned ms = 0; ms <= 2500; ms += 250) {
+        struct timespec before, dl, after;
+        clock_gettime(CLOCK_REALTIME, &before);
+        dl = time_real_after(ms);
+        clock_gettime(CLOCK_REALTIME, &after);
+        int64_t b = (int64_t)before.tv_sec * 1000000000 + before.tv_nsec;
+        int64_t a = (int64_t)after.tv_sec * 1000000000 + after.tv_nsec;
+        int64_t d = (int64_t)dl.tv_sec * 1000000000 + dl.tv_nsec;
+        CHECK(dl.tv_nsec >= 0 && dl.tv_nsec < 1000000000);
+        CHECK(d >= b + (int64_t)ms * 1000000 && d <= a + (int64_t)ms * 1000000);
+    }
+}
+
 int main(void)
 {
     RUN(decimal_digit_runs);
@@ -161,5 +178,6 @@ int main(void)
     RUN(shape_format);
     RUN(utf8_encode);
     RUN(utf8_decode);
+    RUN(time_real_after);
     return TEST_SUMMARY();
 }
