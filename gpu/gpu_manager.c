@@ -406,7 +406,7 @@ uint64_t gpu_manager_staging_limit(struct gpu_manager *gm)
 
 int gpu_manager_wait_idle(struct gpu_manager *gm, int timeout_ms)
 {
-    struct timespec dl = time_real_after((unsigned)timeout_ms);
+    struct timespec dl = time_real_after(timeout_ms > 0 ? (unsigned)timeout_ms : 0);
     int rc = 0;
     pthread_mutex_lock(&gm->lock);
     for (;;) {
