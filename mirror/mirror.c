@@ -28,7 +28,7 @@
 
 static size_t bucket_of(const struct mirror *m, const char *key)
 {
-    return hash_fnv1a(key, strlen(key), HASH_FNV_SEED) % m->nbuckets;
+    return hash_fnv1a(key, strlen(key), m->seed) % m->nbuckets;
 }
 
 static struct mirror_file *do_find(struct mirror *m, const char *key)

@@ -27,6 +27,7 @@ struct meta_slot {
 /* The answers kept about files; its lock is a leaf. */
 struct mirror_asks {
     pthread_mutex_t lock;
+    uint64_t seed;             /* the slots' (hash_seed): a caller must not aim at another's */
     struct meta_slot slots[META_SLOTS];
 };
 
@@ -34,6 +35,7 @@ struct mirror_asks *mirror_asks_new(void)
 {
     struct mirror_asks *a = xcalloc(1, sizeof(*a));
     pthread_mutex_init(&a->lock, NULL);
+    a->seed = hash_seed(a);
     return a;
 }
 
@@ -141,9 +143,9 @@ static char *meta_key(const char *repo, const char *rev, const char *path, const
     return xasprintf("meta\n%s\n%s\n%s\n%s%s", repo, rev, path, auth ? "" : "-", hex);
 }
 
-static size_t slot_of(const char *key)
+static size_t slot_of(const struct mirror_asks *as, const char *key)
 {
-    return hash_fnv1a(key, strlen(key), HASH_FNV_SEED) % META_SLOTS;
+    return hash_fnv1a(key, strlen(key), as->seed) % META_SLOTS;
 }
 
 int mirror_meta_cached(struct mirror *m, const char *repo, const char *rev, const char *path,
@@ -153,7 +155,7 @@ int mirror_meta_cached(struct mirror *m, const char *repo, const char *rev, cons
     if (m->opt.auth_ttl == 0)
         return 0;
     char *key = meta_key(repo, rev, path, auth);
-    struct meta_slot *s = &as->slots[slot_of(key)];
+    struct meta_slot *s = &as->slots[slot_of(as, key)];
     pthread_mutex_lock(&as->lock);
     int hit = s->key && strcmp(s->key, key) == 0 && s->expires_ns > time_mono_ns();
     if (hit)
@@ -168,7 +170,7 @@ static void meta_store(struct mirror *m, const char *key, const struct mirror_me
     struct mirror_asks *as = m->asks;
     if (m->opt.auth_ttl == 0)
         return;
-    struct meta_slot *s = &as->slots[slot_of(key)];
+    struct meta_slot *s = &as->slots[slot_of(as, key)];
     char *old;
     pthread_mutex_lock(&as->lock);
     old = s->key;

@@ -71,6 +71,7 @@ struct mirror {
     atomic_int stop_flag;          /* the same, for transfers to poll without the lock */
     struct mirror_file **buckets;  /* the map key -> file (lock) */
     size_t nbuckets;
+    uint64_t seed;                 /* the map's (hash_seed): keys name what an upstream sent */
     struct mirror_file *lru_head, *lru_tail, *ring_head, *ring_tail; /* (lock) */
     uint64_t used, n_files, n_partial; /* (lock) */
     uint64_t held;                 /* of used, the bytes of files with references: what no

@@ -79,6 +79,7 @@ struct mirror_jobs {
     unsigned queued;           /* questions waiting, all clients */
     unsigned builds;           /* build questions running */
     struct question *by_key[KEY_BUCKETS]; /* the questions in flight that have a key */
+    uint64_t seed;             /* by_key's (hash_seed): the keys are callers' names */
     int stopping;
     struct runner runners[MIRROR_JOB_THREADS];
 };
@@ -102,7 +103,7 @@ static struct question *do_drop(struct question *q)
 
 static struct question **bucket(struct mirror_jobs *js, const char *key)
 {
-    return &js->by_key[hash_fnv1a(key, strlen(key), HASH_FNV_SEED) % KEY_BUCKETS];
+    return &js->by_key[hash_fnv1a(key, strlen(key), js->seed) % KEY_BUCKETS];
 }
 
 /* The question in flight asked with key, or NULL. */
@@ -395,6 +396,7 @@ void mirror_job_release(struct mirror_job *j)
 int mirror_jobs_start(struct mirror *m, struct st_error *err)
 {
     struct mirror_jobs *js = xcalloc(1, sizeof(*js));
+    js->seed = hash_seed(js);
     js->m = m;
     pthread_mutex_init(&js->lock, NULL);
     pthread_cond_init(&js->cond, NULL);

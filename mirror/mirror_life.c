@@ -188,6 +188,7 @@ struct mirror *mirror_new(const struct mirror_options *o, struct st_error *err)
     m->opt.own_auth = m->s_own_auth;
     m->dirfd = -1;
     m->nbuckets = NBUCKETS;
+    m->seed = hash_seed(m);
     m->buckets = xcalloc(m->nbuckets, sizeof(*m->buckets));
     pthread_mutex_init(&m->lock, NULL);
     pthread_cond_init(&m->work, NULL);

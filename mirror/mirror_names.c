@@ -52,6 +52,7 @@ struct disk_entry {
 struct mirror_names {
     pthread_mutex_t lock;
     int dirfd;                     /* names/ */
+    uint64_t seed;                 /* the buckets' (hash_seed): the keys are callers' names */
     struct mem_entry *buckets[NBUCKETS];
     struct mem_entry *head, *tail;
     size_t mem_bytes;
@@ -96,14 +97,14 @@ static uint64_t sum_of(const void *data, size_t len)
 
 /* ---- memory ----------------------------------------------------------------- */
 
-static size_t bucket(const char *key)
+static size_t bucket(const struct mirror_names *n, const char *key)
 {
-    return hash_fnv1a(key, strlen(key), HASH_FNV_SEED) % NBUCKETS;
+    return hash_fnv1a(key, strlen(key), n->seed) % NBUCKETS;
 }
 
 static struct mem_entry *do_find(struct mirror_names *n, const char *key)
 {
-    for (struct mem_entry *e = n->buckets[bucket(key)]; e; e = e->hnext)
+    for (struct mem_entry *e = n->buckets[bucket(n, key)]; e; e = e->hnext)
         if (strcmp(e->key, key) == 0)
             return e;
     return NULL;
@@ -134,7 +135,7 @@ static void do_link_last(struct mirror_names *n, struct mem_entry *e)
 
 static void do_remove(struct mirror_names *n, struct mem_entry *e)
 {
-    struct mem_entry **pp = &n->buckets[bucket(e->key)];
+    struct mem_entry **pp = &n->buckets[bucket(n, e->key)];
     while (*pp != e)
         pp = &(*pp)->hnext;
     *pp = e->hnext;
@@ -161,7 +162,7 @@ static void do_remember(struct mirror_names *n, const char *key, const void *dat
     e->data = xstrndup(data, len);
     e->len = len;
     e->at = at;
-    size_t b = bucket(key);
+    size_t b = bucket(n, key);
     e->hnext = n->buckets[b];
     n->buckets[b] = e;
     do_link_last(n, e);
@@ -172,7 +173,7 @@ static void do_remember(struct mirror_names *n, const char *key, const void *dat
 
 static struct disk_entry *do_disk_find(struct mirror_names *n, const char *hex)
 {
-    for (struct disk_entry *d = n->disk[bucket(hex)]; d; d = d->next)
+    for (struct disk_entry *d = n->disk[bucket(n, hex)]; d; d = d->next)
         if (strcmp(d->hex, hex) == 0)
             return d;
     return NULL;
@@ -180,7 +181,7 @@ static struct disk_entry *do_disk_find(struct mirror_names *n, const char *hex)
 
 static void do_disk_drop(struct mirror_names *n, struct disk_entry *d)
 {
-    struct disk_entry **pp = &n->disk[bucket(d->hex)];
+    struct disk_entry **pp = &n->disk[bucket(n, d->hex)];
     while (*pp != d)
         pp = &(*pp)->next;
     *pp = d->next;
@@ -216,7 +217,7 @@ static void do_disk_note(struct mirror_names *n, const char *hex, int own, uint6
     if (!d) {
         d = xcalloc(1, sizeof(*d));
         memcpy(d->hex, hex, 65);
-        size_t b = bucket(hex);
+        size_t b = bucket(n, hex);
         d->next = n->disk[b];
         n->disk[b] = d;
     } else { /* rewritten: a file read back at the start may have counted as a caller's */
@@ -337,6 +338,7 @@ struct mirror_names *mirror_names_new(int dirfd, struct st_error *err)
     struct mirror_names *n = xcalloc(1, sizeof(*n));
     pthread_mutex_init(&n->lock, NULL);
     n->dirfd = fd;
+    n->seed = hash_seed(n);
     int dup_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
     DIR *d = dup_fd >= 0 ? fdopendir(dup_fd) : NULL;
     struct dirent *de;
