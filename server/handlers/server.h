@@ -30,6 +30,8 @@ struct server {
     struct MHD_Daemon *daemon;
     unsigned daemon_flags;          /* the MHD_USE_* flags it was started with */
     struct conns *conns;            /* the open connections: header deadlines, files being sent */
+    uint64_t client_seed;           /* hashes peers' addresses (hash_seed): none can pick one
+                                     * that counts as another's */
     atomic_uint connections;        /* open HTTP connections */
     atomic_uint in_flight;          /* requests being answered */
     atomic_int ready;               /* first scan done */

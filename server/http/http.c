@@ -16,6 +16,7 @@
 #include "http_conn.h"
 #include "http_request.h"
 #include "log.h"
+#include "util.h"
 
 int http_parse_listen(const char *listen, struct sockaddr_storage *ss, unsigned *len)
 {
@@ -128,6 +129,7 @@ int http_start(struct server *srv, char *errbuf, size_t errlen)
     }
     if (cors_check_config(cfg, errbuf, errlen) < 0)
         return -1;
+    srv->client_seed = hash_seed(srv);
     unsigned threads = config_effective_threads(cfg);
     /* Suspend/resume: an answer that waits (content hashes, a document's
      * render, a mirror's upstream) holds no worker thread. */

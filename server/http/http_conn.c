@@ -64,19 +64,20 @@ void http_conn_request_end(struct request *rq, const char *range, unsigned statu
 
 /* A hash of the peer's address without its port (an IPv4 peer on an IPv6
  * socket counts as its IPv4 address), or 0. */
-static uint64_t client_of(struct MHD_Connection *mc)
+static uint64_t client_of(const struct server *srv, struct MHD_Connection *mc)
 {
+    uint64_t seed = srv->client_seed;
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
     const struct sockaddr *sa = ci ? ci->client_addr : NULL;
     if (sa && sa->sa_family == AF_INET) {
         const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
-        return hash_fnv1a(&in->sin_addr, 4, HASH_FNV_SEED);
+        return hash_fnv1a(&in->sin_addr, 4, seed);
     }
     if (sa && sa->sa_family == AF_INET6) {
         const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
-        return IN6_IS_ADDR_V4MAPPED(a) ? hash_fnv1a(a->s6_addr + 12, 4, HASH_FNV_SEED)
-                                       : hash_fnv1a(a->s6_addr, 16, HASH_FNV_SEED);
+        return IN6_IS_ADDR_V4MAPPED(a) ? hash_fnv1a(a->s6_addr + 12, 4, seed)
+                                       : hash_fnv1a(a->s6_addr, 16, seed);
     }
     return 0;
 }
@@ -92,7 +93,7 @@ void http_conn_notify(void *cls, struct MHD_Connection *mc, void **socket_contex
             MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
         struct conn *c = xcalloc(1, sizeof(*c));
         c->fd = ci ? ci->connect_fd : -1;
-        c->client = client_of(mc);
+        c->client = client_of(srv, mc);
         c->tls = (srv->daemon_flags & MHD_USE_TLS) != 0;
         c->entry = c->fd >= 0 ? conns_add(srv->conns, c->fd, c->tls, mc) : NULL;
         *socket_context = c;
