@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "util.h"
+
 int upstream_private_mode(const char *s)
 {
     return strcmp(s, "auto") == 0 ? UPSTREAM_PRIVATE_AUTO
@@ -39,7 +41,7 @@ static int public4(uint32_t a)
         {0xE0000000, 4},  /* multicast */
         {0xF0000000, 4},  /* reserved, and the broadcast address */
     };
-    for (size_t i = 0; i < sizeof(special) / sizeof(special[0]); i++)
+    for (size_t i = 0; i < ARRAY_LEN(special); i++)
         if (in4(a, special[i].net, special[i].bits))
             return 0;
     return 1;
